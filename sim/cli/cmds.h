@@ -1,0 +1,18 @@
+/* The dsim command's subcommands. Each returns the process exit status:
+ * 0 success, 1 a failed check or a wrong result, 2 bad input. */
+#ifndef DSIM_CLI_CMDS_H
+#define DSIM_CLI_CMDS_H
+
+#include <stdio.h>
+
+typedef struct dsim_cmd {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
+    void (*help)(FILE *out);
+} dsim_cmd;
+
+int cmd_bench(int argc, char **argv);
+void cmd_bench_help(FILE *out);
+
+#endif

@@ -1,0 +1,236 @@
+/* The runtime dispatch file: every engine call in libdsim passes through
+ * here, so accounting and checks live in one place. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsim/log.h"
+#include "dsim/spi/rt.h"
+
+#define RT_MAX_ENGINES 8
+
+struct dsim_waitq {
+    dsim_rt *rt;
+    void *priv;
+};
+
+struct dsim_task {
+    void *handle;
+};
+
+static const struct dsim_rt_ops *rt_engines[RT_MAX_ENGINES];
+static int rt_nengines;
+static pthread_mutex_t rt_reg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static dsim_err rt_register_locked(const struct dsim_rt_ops *ops)
+{
+    if (!ops || ops->size != sizeof(struct dsim_rt_ops))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "engine table has size %zu, expected %zu: rebuild the engine against "
+                        "this version of dsim/spi/rt.h",
+                        ops ? ops->size : 0, sizeof(struct dsim_rt_ops));
+    const char *missing = !ops->name          ? "name"
+                          : !ops->init        ? "init"
+                          : !ops->fini        ? "fini"
+                          : !ops->now         ? "now"
+                          : !ops->charge      ? "charge"
+                          : !ops->charged     ? "charged"
+                          : !ops->sleep_until ? "sleep_until"
+                          : !ops->spawn       ? "spawn"
+                          : !ops->join        ? "join"
+                          : !ops->self        ? "self"
+                          : !ops->waitq_init  ? "waitq_init"
+                          : !ops->waitq_fini  ? "waitq_fini"
+                          : !ops->waitq_lock  ? "waitq_lock"
+                          : !ops->waitq_unlock ? "waitq_unlock"
+                          : !ops->waitq_wait  ? "waitq_wait"
+                          : !ops->waitq_wake  ? "waitq_wake"
+                                              : NULL;
+    if (missing)
+        return DSIM_ERR(DSIM_EINVAL, -1, "engine '%s' lacks the required member '%s'",
+                        ops->name ? ops->name : "(unnamed)", missing);
+    for (int i = 0; i < rt_nengines; i++) {
+        if (rt_engines[i] == ops)
+            return DSIM_OK;
+        if (strcmp(rt_engines[i]->name, ops->name) == 0)
+            return DSIM_ERR(DSIM_EINVAL, -1, "an engine named '%s' is already registered",
+                            ops->name);
+    }
+    if (rt_nengines == RT_MAX_ENGINES)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "too many engines registered (at most %d)",
+                        RT_MAX_ENGINES);
+    rt_engines[rt_nengines++] = ops;
+    return DSIM_OK;
+}
+
+static void rt_register_builtins_locked(void)
+{
+    if (rt_nengines == 0)
+        (void)rt_register_locked(&dsim_rt_threads_ops);
+}
+
+dsim_err dsim_rt_register(const struct dsim_rt_ops *ops)
+{
+    pthread_mutex_lock(&rt_reg_lock);
+    rt_register_builtins_locked();
+    dsim_err e = rt_register_locked(ops);
+    pthread_mutex_unlock(&rt_reg_lock);
+    return e;
+}
+
+dsim_err dsim_rt_create(const char *engine, dsim_rt **out)
+{
+    if (!out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_rt_create: out is NULL");
+    *out = NULL;
+    if (!engine)
+        engine = "threads";
+    const struct dsim_rt_ops *ops = NULL;
+    char names[256] = "";
+    pthread_mutex_lock(&rt_reg_lock);
+    rt_register_builtins_locked();
+    for (int i = 0; i < rt_nengines; i++) {
+        if (strcmp(rt_engines[i]->name, engine) == 0)
+            ops = rt_engines[i];
+        size_t l = strlen(names);
+        snprintf(names + l, sizeof names - l, "%s%s", l ? ", " : "", rt_engines[i]->name);
+    }
+    pthread_mutex_unlock(&rt_reg_lock);
+    if (!ops)
+        return DSIM_ERR(DSIM_ENOENT, -1, "no engine named '%s' (available: %s)", engine, names);
+    dsim_rt *rt = calloc(1, sizeof *rt + ops->priv_size + 16);
+    if (!rt)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory creating the '%s' engine", engine);
+    rt->ops = ops;
+    rt->priv = ops->priv_size ? (void *)(((uintptr_t)(rt + 1) + 15) & ~(uintptr_t)15) : NULL;
+    dsim_err e = ops->init(rt);
+    if (e != DSIM_OK) {
+        free(rt);
+        return e;
+    }
+    *out = rt;
+    return DSIM_OK;
+}
+
+void dsim_rt_destroy(dsim_rt *rt)
+{
+    if (!rt)
+        return;
+    rt->ops->fini(rt);
+    free(rt);
+}
+
+const char *dsim_rt_name(const dsim_rt *rt)
+{
+    return rt->ops->name;
+}
+
+int64_t dsim_rt_now(dsim_rt *rt)
+{
+    return rt->ops->now(rt);
+}
+
+int64_t dsim_rt_deadline(dsim_rt *rt, int64_t timeout_ns)
+{
+    if (timeout_ns < 0)
+        return DSIM_NO_DEADLINE;
+    int64_t now = rt->ops->now(rt);
+    if (timeout_ns > DSIM_NO_DEADLINE - now)
+        return DSIM_NO_DEADLINE;
+    return now + timeout_ns;
+}
+
+void dsim_rt_charge(dsim_rt *rt, int64_t ns)
+{
+    if (ns > 0)
+        rt->ops->charge(rt, ns);
+}
+
+int64_t dsim_rt_charged(dsim_rt *rt)
+{
+    return rt->ops->charged(rt);
+}
+
+dsim_err dsim_rt_sleep_until(dsim_rt *rt, int64_t deadline)
+{
+    return rt->ops->sleep_until(rt, deadline);
+}
+
+dsim_err dsim_rt_spawn(dsim_rt *rt, int id, void (*fn)(void *), void *arg, dsim_task **out)
+{
+    if (!fn || !out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_rt_spawn: fn and out must not be NULL");
+    dsim_task *t = calloc(1, sizeof *t);
+    if (!t)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory spawning worker %d", id);
+    dsim_err e = rt->ops->spawn(rt, id, fn, arg, &t->handle);
+    if (e != DSIM_OK) {
+        free(t);
+        return e;
+    }
+    *out = t;
+    return DSIM_OK;
+}
+
+dsim_err dsim_rt_join(dsim_rt *rt, dsim_task *task)
+{
+    if (!task)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_rt_join: task is NULL");
+    dsim_err e = rt->ops->join(rt, task->handle);
+    free(task);
+    return e;
+}
+
+int dsim_rt_self(dsim_rt *rt)
+{
+    return rt->ops->self(rt);
+}
+
+dsim_err dsim_waitq_create(dsim_rt *rt, dsim_waitq **out)
+{
+    if (!rt || !out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_waitq_create: rt and out must not be NULL");
+    size_t psz = rt->ops->waitq_priv_size;
+    dsim_waitq *q = calloc(1, sizeof *q + psz + 16);
+    if (!q)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory creating a wait queue");
+    q->rt = rt;
+    q->priv = (void *)(((uintptr_t)(q + 1) + 15) & ~(uintptr_t)15);
+    dsim_err e = rt->ops->waitq_init(rt, q->priv);
+    if (e != DSIM_OK) {
+        free(q);
+        return e;
+    }
+    *out = q;
+    return DSIM_OK;
+}
+
+void dsim_waitq_destroy(dsim_waitq *q)
+{
+    if (!q)
+        return;
+    q->rt->ops->waitq_fini(q->rt, q->priv);
+    free(q);
+}
+
+void dsim_waitq_lock(dsim_waitq *q)
+{
+    q->rt->ops->waitq_lock(q->rt, q->priv);
+}
+
+void dsim_waitq_unlock(dsim_waitq *q)
+{
+    q->rt->ops->waitq_unlock(q->rt, q->priv);
+}
+
+dsim_err dsim_waitq_wait(dsim_waitq *q, int64_t deadline)
+{
+    return q->rt->ops->waitq_wait(q->rt, q->priv, deadline);
+}
+
+void dsim_waitq_wake(dsim_waitq *q)
+{
+    q->rt->ops->waitq_wake(q->rt, q->priv);
+}

@@ -1,0 +1,197 @@
+/* The threads engine: workers are pthreads, time is CLOCK_MONOTONIC. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dsim/spi/rt.h"
+
+typedef struct thr_waitq {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} thr_waitq;
+
+typedef struct thr_start {
+    int id;
+    void (*fn)(void *);
+    void *arg;
+    pthread_t tid;
+} thr_start;
+
+static _Thread_local int thr_self_id = -1;
+static _Thread_local int64_t thr_charged_ns;
+
+static int64_t thr_now(dsim_rt *rt)
+{
+    (void)rt;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static struct timespec thr_ts(int64_t t)
+{
+    struct timespec ts = {.tv_sec = t / 1000000000, .tv_nsec = t % 1000000000};
+    return ts;
+}
+
+static dsim_err thr_init(dsim_rt *rt)
+{
+    (void)rt;
+    return DSIM_OK;
+}
+
+static void thr_fini(dsim_rt *rt)
+{
+    (void)rt;
+}
+
+static void thr_charge(dsim_rt *rt, int64_t ns)
+{
+    (void)rt;
+    thr_charged_ns += ns;
+}
+
+static int64_t thr_charged(dsim_rt *rt)
+{
+    (void)rt;
+    return thr_charged_ns;
+}
+
+static dsim_err thr_sleep_until(dsim_rt *rt, int64_t deadline)
+{
+    (void)rt;
+    if (deadline == DSIM_NO_DEADLINE)
+        return DSIM_ERR(DSIM_EINVAL, -1, "sleep_until: no deadline given: it would never return");
+    struct timespec ts = thr_ts(deadline);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+    return DSIM_OK;
+}
+
+static void *thr_trampoline(void *p)
+{
+    thr_start *s = p;
+    thr_self_id = s->id;
+    thr_charged_ns = 0;
+    s->fn(s->arg);
+    return NULL;
+}
+
+static dsim_err thr_spawn(dsim_rt *rt, int id, void (*fn)(void *), void *arg, void **handle)
+{
+    (void)rt;
+    thr_start *s = calloc(1, sizeof *s);
+    if (!s)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory starting worker %d", id);
+    s->id = id;
+    s->fn = fn;
+    s->arg = arg;
+    int rc = pthread_create(&s->tid, NULL, thr_trampoline, s);
+    if (rc != 0) {
+        free(s);
+        return DSIM_ERR(DSIM_ENOMEM, -1, "could not start a thread for worker %d: %s", id,
+                        strerror(rc));
+    }
+    *handle = s;
+    return DSIM_OK;
+}
+
+static dsim_err thr_join(dsim_rt *rt, void *handle)
+{
+    (void)rt;
+    thr_start *s = handle;
+    int rc = pthread_join(s->tid, NULL);
+    int id = s->id;
+    free(s);
+    if (rc != 0)
+        return DSIM_ERR(DSIM_EINVAL, -1, "could not join worker %d: %s", id, strerror(rc));
+    return DSIM_OK;
+}
+
+static int thr_self(dsim_rt *rt)
+{
+    (void)rt;
+    return thr_self_id;
+}
+
+static dsim_err thr_waitq_init(dsim_rt *rt, void *p)
+{
+    (void)rt;
+    thr_waitq *q = p;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&q->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "could not create a condition variable: %s",
+                        strerror(rc));
+    pthread_mutex_init(&q->mu, NULL);
+    return DSIM_OK;
+}
+
+static void thr_waitq_fini(dsim_rt *rt, void *p)
+{
+    (void)rt;
+    thr_waitq *q = p;
+    pthread_cond_destroy(&q->cv);
+    pthread_mutex_destroy(&q->mu);
+}
+
+static void thr_waitq_lock(dsim_rt *rt, void *p)
+{
+    (void)rt;
+    pthread_mutex_lock(&((thr_waitq *)p)->mu);
+}
+
+static void thr_waitq_unlock(dsim_rt *rt, void *p)
+{
+    (void)rt;
+    pthread_mutex_unlock(&((thr_waitq *)p)->mu);
+}
+
+static dsim_err thr_waitq_wait(dsim_rt *rt, void *p, int64_t deadline)
+{
+    thr_waitq *q = p;
+    if (deadline == DSIM_NO_DEADLINE) {
+        pthread_cond_wait(&q->cv, &q->mu);
+        return DSIM_OK;
+    }
+    if (thr_now(rt) >= deadline)
+        return DSIM_ETIMEDOUT;
+    struct timespec ts = thr_ts(deadline);
+    int rc = pthread_cond_timedwait(&q->cv, &q->mu, &ts);
+    if (rc == ETIMEDOUT && thr_now(rt) >= deadline)
+        return DSIM_ETIMEDOUT;
+    return DSIM_OK;
+}
+
+static void thr_waitq_wake(dsim_rt *rt, void *p)
+{
+    (void)rt;
+    pthread_cond_broadcast(&((thr_waitq *)p)->cv);
+}
+
+const struct dsim_rt_ops dsim_rt_threads_ops = {
+    .size = sizeof(struct dsim_rt_ops),
+    .name = "threads",
+    .priv_size = 0,
+    .waitq_priv_size = sizeof(thr_waitq),
+    .init = thr_init,
+    .fini = thr_fini,
+    .now = thr_now,
+    .charge = thr_charge,
+    .charged = thr_charged,
+    .sleep_until = thr_sleep_until,
+    .spawn = thr_spawn,
+    .join = thr_join,
+    .self = thr_self,
+    .waitq_init = thr_waitq_init,
+    .waitq_fini = thr_waitq_fini,
+    .waitq_lock = thr_waitq_lock,
+    .waitq_unlock = thr_waitq_unlock,
+    .waitq_wait = thr_waitq_wait,
+    .waitq_wake = thr_waitq_wake,
+};

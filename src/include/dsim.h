@@ -1,0 +1,12 @@
+/* libdsim: everything a user links against. */
+#ifndef DSIM_H
+#define DSIM_H
+#include "dsim/err.h"
+#include "dsim/log.h"
+#include "dsim/dtype.h"
+#include "dsim/reduce.h"
+#include "dsim/rng.h"
+#include "dsim/rt.h"
+#include "dsim/transport.h"
+#include "dsim/comm.h"
+#endif

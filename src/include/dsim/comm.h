@@ -1,0 +1,85 @@
+/* Communicators and collectives.
+ *
+ * A communicator is `size` ranks over one fabric; every rank creates its own
+ * dsim_comm with the same comm_id. Every collective must be called by every
+ * rank in the same order. Each call has a deadline (now + the comm's
+ * timeout); on timeout, peer loss or abort every rank returns an error and
+ * dsim_comm_error() names the failed peer. No call hangs.
+ *
+ * Every rank ends an allreduce with identical bits, and the same inputs,
+ * algorithm and rank count give the same bits on every run. */
+#ifndef DSIM_COMM_H
+#define DSIM_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsim/dtype.h"
+#include "dsim/err.h"
+#include "dsim/reduce.h"
+#include "dsim/transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dsim_algo {
+    DSIM_ALGO_AUTO = 0,
+    DSIM_ALGO_RING,          /* reduce-scatter + all-gather around a ring */
+    DSIM_ALGO_RHD,           /* Rabenseifner recursive halving/doubling */
+    DSIM_ALGO_TREE,          /* binomial reduce + binomial broadcast */
+    DSIM_ALGO_REDUCE_TO_ONE, /* TF's ReductionToOneDevice: gather to rank 0, broadcast */
+    DSIM_ALGO_COUNT
+} dsim_algo;
+
+/* "auto", "ring", "rhd", "tree", "reduce_to_one". */
+const char *dsim_algo_name(dsim_algo a);
+dsim_err dsim_algo_parse(const char *s, dsim_algo *out);
+
+/* The decision function: which algorithm AUTO uses for an allreduce of
+ * `bytes` bytes over `nranks` ranks. */
+dsim_algo dsim_allreduce_decide(size_t bytes, int nranks);
+
+typedef struct dsim_comm dsim_comm;
+
+typedef struct dsim_comm_cfg {
+    dsim_ep *ep;        /* this rank's endpoint; its rank is the comm rank */
+    int size;           /* ranks in the communicator */
+    uint32_t comm_id;   /* same on every rank; distinct per communicator */
+    int64_t timeout_ns; /* per collective call; <= 0 means 30 s */
+    dsim_algo algo;     /* allreduce algorithm; AUTO lets the decision pick */
+} dsim_comm_cfg;
+
+dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out);
+void dsim_comm_destroy(dsim_comm *c);
+int dsim_comm_rank(const dsim_comm *c);
+int dsim_comm_size(const dsim_comm *c);
+void dsim_comm_set_timeout(dsim_comm *c, int64_t timeout_ns);
+void dsim_comm_set_algo(dsim_comm *c, dsim_algo a);
+/* The last error on this communicator (code DSIM_OK if none); peer is the
+ * failed rank when one is to blame. */
+const dsim_error *dsim_comm_error(const dsim_comm *c);
+
+/* sendbuf == recvbuf is allowed (in place) for allreduce. */
+dsim_err dsim_allreduce(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                        dsim_dtype t, dsim_op op);
+/* The same with a forced algorithm (AUTO = decide). */
+dsim_err dsim_allreduce_with(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                             dsim_dtype t, dsim_op op, dsim_algo algo);
+/* recvbuf is only written on root. */
+dsim_err dsim_reduce(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count, dsim_dtype t,
+                     dsim_op op, int root);
+dsim_err dsim_broadcast(dsim_comm *c, void *buf, size_t count, dsim_dtype t, int root);
+/* recvbuf holds size * sendcount elements, rank r's block at r * sendcount. */
+dsim_err dsim_allgather(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                        dsim_dtype t);
+/* sendbuf holds size * recvcount elements; rank r receives the reduction of
+ * block r. */
+dsim_err dsim_reduce_scatter(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+                             dsim_dtype t, dsim_op op);
+dsim_err dsim_barrier(dsim_comm *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,34 @@
+/* Seeded random streams keyed by (run seed, purpose, worker).
+ *
+ * Every random decision in dsim draws from its own stream, so results do not
+ * depend on thread scheduling. The generator is xoshiro256**, seeded through
+ * splitmix64 from a hash of the key. */
+#ifndef DSIM_RNG_H
+#define DSIM_RNG_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dsim_rng {
+    uint64_t s[4];
+} dsim_rng;
+
+/* purpose: a short static name such as "data.shuffle" or "fault.drop". */
+void dsim_rng_init(dsim_rng *r, uint64_t seed, const char *purpose, uint64_t worker);
+uint64_t dsim_rng_next(dsim_rng *r);
+/* Uniform in [0, 1), 53 random bits. */
+double dsim_rng_uniform(dsim_rng *r);
+/* Uniform in [0, n), without modulo bias; n == 0 returns 0. */
+uint64_t dsim_rng_below(dsim_rng *r, uint64_t n);
+/* Standard normal (mean 0, variance 1). */
+double dsim_rng_normal(dsim_rng *r);
+/* Fisher-Yates shuffle of n uint64 values. */
+void dsim_rng_shuffle_u64(dsim_rng *r, uint64_t *v, uint64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,61 @@
+/* The runtime seam: all blocking, waiting and time in libdsim goes through
+ * this API, so one code base runs on threads, processes or a virtual clock.
+ *
+ * Times are nanoseconds on the engine's clock (CLOCK_MONOTONIC for threads).
+ * A deadline is an absolute time on that clock; DSIM_NO_DEADLINE never
+ * passes. A wait queue is a lock plus a condition: lock it, test your
+ * condition, wait (which drops the lock while blocked), unlock. */
+#ifndef DSIM_RT_H
+#define DSIM_RT_H
+
+#include <stdint.h>
+
+#include "dsim/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DSIM_NO_DEADLINE INT64_MAX
+
+typedef struct dsim_rt dsim_rt;
+typedef struct dsim_waitq dsim_waitq;
+typedef struct dsim_task dsim_task;
+
+/* engine: "threads" (others register through spi/rt.h). */
+dsim_err dsim_rt_create(const char *engine, dsim_rt **out);
+void dsim_rt_destroy(dsim_rt *rt);
+const char *dsim_rt_name(const dsim_rt *rt);
+
+int64_t dsim_rt_now(dsim_rt *rt);
+/* now + timeout_ns, saturating; a negative timeout means no deadline. */
+int64_t dsim_rt_deadline(dsim_rt *rt, int64_t timeout_ns);
+/* Accounts ns of compute to the calling worker (advances virtual time under
+ * the sim engine; only counted under threads). */
+void dsim_rt_charge(dsim_rt *rt, int64_t ns);
+/* Total compute charged by the calling worker. */
+int64_t dsim_rt_charged(dsim_rt *rt);
+/* Sleeps until the deadline; DSIM_OK when it passed. */
+dsim_err dsim_rt_sleep_until(dsim_rt *rt, int64_t deadline);
+
+/* Starts fn(arg) as worker `id`. join waits for it and frees the task. */
+dsim_err dsim_rt_spawn(dsim_rt *rt, int id, void (*fn)(void *), void *arg, dsim_task **out);
+dsim_err dsim_rt_join(dsim_rt *rt, dsim_task *task);
+/* The id given at spawn for the calling worker; -1 outside any worker. */
+int dsim_rt_self(dsim_rt *rt);
+
+dsim_err dsim_waitq_create(dsim_rt *rt, dsim_waitq **out);
+void dsim_waitq_destroy(dsim_waitq *q);
+void dsim_waitq_lock(dsim_waitq *q);
+void dsim_waitq_unlock(dsim_waitq *q);
+/* Called with the lock held; drops it while blocked and holds it again on
+ * return. DSIM_OK on a wake-up (possibly spurious: re-test the condition),
+ * DSIM_ETIMEDOUT once the deadline has passed. */
+dsim_err dsim_waitq_wait(dsim_waitq *q, int64_t deadline);
+/* Wakes every waiter. May be called with or without the lock held. */
+void dsim_waitq_wake(dsim_waitq *q);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

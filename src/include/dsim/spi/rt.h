@@ -1,0 +1,64 @@
+/* For people who write an engine: the runtime ops table.
+ *
+ * An engine is a const table registered by name. Every member is required.
+ * The dispatch file (src/core/rt.c) is the only caller. */
+#ifndef DSIM_SPI_RT_H
+#define DSIM_SPI_RT_H
+
+#include <stddef.h>
+
+#include "dsim/rt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dsim_rt_ops {
+    size_t size;       /* sizeof(struct dsim_rt_ops), checked at registration */
+    const char *name;  /* "threads", "sim", ... */
+    size_t priv_size;  /* bytes of engine state placed after struct dsim_rt */
+    size_t waitq_priv_size; /* bytes of state per wait queue */
+
+    /* Sets up engine state in rt->priv; DSIM_OK or an error with a message. */
+    dsim_err (*init)(dsim_rt *rt);
+    /* Releases engine state; every task has been joined. */
+    void (*fini)(dsim_rt *rt);
+    /* Current time on the engine's clock, in ns. */
+    int64_t (*now)(dsim_rt *rt);
+    /* Accounts ns of compute to the calling worker. */
+    void (*charge)(dsim_rt *rt, int64_t ns);
+    /* Compute charged so far by the calling worker. */
+    int64_t (*charged)(dsim_rt *rt);
+    /* Blocks the caller until deadline. */
+    dsim_err (*sleep_until)(dsim_rt *rt, int64_t deadline);
+    /* Starts a worker; *task_priv receives the engine's handle. */
+    dsim_err (*spawn)(dsim_rt *rt, int id, void (*fn)(void *), void *arg, void **handle);
+    /* Waits for the worker started with handle to return; frees the handle. */
+    dsim_err (*join)(dsim_rt *rt, void *handle);
+    /* The calling worker's id, or -1. */
+    int (*self)(dsim_rt *rt);
+    /* Wait-queue primitives on the waitq's private area, as in dsim/rt.h. */
+    dsim_err (*waitq_init)(dsim_rt *rt, void *q);
+    void (*waitq_fini)(dsim_rt *rt, void *q);
+    void (*waitq_lock)(dsim_rt *rt, void *q);
+    void (*waitq_unlock)(dsim_rt *rt, void *q);
+    dsim_err (*waitq_wait)(dsim_rt *rt, void *q, int64_t deadline);
+    void (*waitq_wake)(dsim_rt *rt, void *q);
+};
+
+struct dsim_rt {
+    const struct dsim_rt_ops *ops;
+    void *priv; /* ops->priv_size bytes, zeroed */
+};
+
+/* Registers an engine; required members are checked. Built-ins register
+ * themselves on first use. */
+dsim_err dsim_rt_register(const struct dsim_rt_ops *ops);
+
+/* The built-in engine tables. */
+extern const struct dsim_rt_ops dsim_rt_threads_ops;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

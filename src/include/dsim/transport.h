@@ -1,0 +1,120 @@
+/* Transports: point-to-point messages between the ranks of one job.
+ *
+ * A fabric connects nranks ranks through one backend ("inproc", later
+ * "tcp", "shm", "fault"). Each rank opens its endpoint on the fabric and
+ * sends/receives with non-blocking calls that return request handles; a
+ * request is finished (and freed) by dsim_wait/dsim_waitall, or by
+ * dsim_req_cancel.
+ *
+ * Matching: a receive matches the oldest unmatched message with the same
+ * source, communicator id and tag. Messages between one pair of ranks with
+ * the same communicator id and tag arrive in the order they were sent.
+ *
+ * Every message carries a header (source, destination, communicator id and
+ * epoch, tag, sequence number, length); a message whose header does not fit
+ * the receiver (wrong destination, an old epoch, a repeated sequence number)
+ * is rejected and counted, never delivered to a receive.
+ *
+ * Send buffers must stay untouched until the send request completes (large
+ * messages on inproc are copied straight from them by the receiver). */
+#ifndef DSIM_TRANSPORT_H
+#define DSIM_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsim/dtype.h"
+#include "dsim/err.h"
+#include "dsim/reduce.h"
+#include "dsim/rt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dsim_fabric dsim_fabric;
+typedef struct dsim_ep dsim_ep;
+typedef struct dsim_req dsim_req;
+
+#define DSIM_ANY_TAG UINT32_MAX
+
+typedef struct dsim_fabric_cfg {
+    const char *backend; /* "inproc", ... */
+    int nranks;          /* ranks in the job, >= 1 */
+    dsim_rt *rt;         /* the runtime all waits go through */
+    const char *options; /* backend options "key=value,key=value", or NULL */
+} dsim_fabric_cfg;
+
+dsim_err dsim_fabric_open(const dsim_fabric_cfg *cfg, dsim_fabric **out);
+/* Closes the fabric; every endpoint has been closed. */
+void dsim_fabric_close(dsim_fabric *f);
+int dsim_fabric_nranks(const dsim_fabric *f);
+const char *dsim_fabric_backend(const dsim_fabric *f);
+
+/* Opens rank's endpoint (once per rank). */
+dsim_err dsim_ep_open(dsim_fabric *f, int rank, dsim_ep **out);
+/* Closes the endpoint; pending requests are cancelled. */
+void dsim_ep_close(dsim_ep *ep);
+int dsim_ep_rank(const dsim_ep *ep);
+dsim_rt *dsim_ep_rt(const dsim_ep *ep);
+
+/* Starts sending len bytes of buf to rank dst. */
+dsim_err dsim_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const void *buf,
+                    size_t len, dsim_req **req);
+/* Starts receiving at most cap bytes from rank src into buf. A longer
+ * message fails the request with DSIM_ETRUNC. */
+dsim_err dsim_irecv(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, void *buf, size_t cap,
+                    dsim_req **req);
+/* Starts a receive that combines instead of copying: when the message
+ * arrives, inout[i] = inout[i] (op) msg[i] for count elements of dtype t.
+ * The message must be exactly count elements long (else DSIM_ETRUNC /
+ * DSIM_EPROTO). Lets inproc reduce straight from the sender's buffer. */
+dsim_err dsim_irecv_reduce(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, void *inout,
+                           size_t count, dsim_dtype t, dsim_op op, dsim_req **req);
+
+/* Waits for req until deadline, then frees it. On DSIM_OK, *len (if not
+ * NULL) is the message length. On DSIM_ETIMEDOUT the request is cancelled
+ * and freed too; the error context names the peer. */
+dsim_err dsim_wait(dsim_req *req, int64_t deadline, size_t *len);
+/* Waits for all n requests (NULL entries are skipped) and frees them all,
+ * whatever happens. Returns the first failure; *failed (if not NULL) is the
+ * index of the failed request, else -1. */
+dsim_err dsim_waitall(dsim_req **reqs, int n, int64_t deadline, int *failed);
+/* 1 if finished, 0 if not; does not free. */
+int dsim_req_done(const dsim_req *req);
+/* The peer rank of a request. */
+int dsim_req_peer(const dsim_req *req);
+/* Cancels (if still pending) and frees req. */
+void dsim_req_cancel(dsim_req *req);
+
+/* Revokes the fabric (ULFM semantics): every pending and future operation on
+ * every endpoint fails with DSIM_EABORTED and every waiter wakes. failed_peer
+ * (or -1) and why are kept and reported in each resulting error. Permanent
+ * until the fabric is closed. */
+void dsim_fabric_abort(dsim_fabric *f, int failed_peer, const char *why);
+/* Aborts from one rank's side: the same as dsim_fabric_abort for backends
+ * that share an address space; others tell the peers they can reach. */
+void dsim_ep_abort(dsim_ep *ep, int failed_peer, const char *why);
+int dsim_fabric_aborted(const dsim_fabric *f);
+
+/* Counters of one endpoint. */
+typedef struct dsim_ep_stats {
+    uint64_t msgs_sent, bytes_sent;
+    uint64_t msgs_recv, bytes_recv;
+    uint64_t rejected_misrouted; /* header names another destination/comm */
+    uint64_t rejected_stale;     /* old epoch or repeated sequence number */
+    uint64_t rejected_corrupt;   /* bad magic, version or length */
+} dsim_ep_stats;
+void dsim_ep_get_stats(const dsim_ep *ep, dsim_ep_stats *out);
+
+/* Communicator epochs: messages carry the sender's epoch for comm_id; after
+ * dsim_ep_set_epoch raises it, messages of older epochs are stale. */
+void dsim_ep_set_epoch(dsim_ep *ep, uint32_t comm_id, uint32_t epoch);
+
+/* Names of registered backends, NULL-terminated (static storage). */
+const char *const *dsim_transport_names(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,291 @@
+/* The runtime API on the threads engine, errors and logging. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "dsim/err.h"
+#include "dsim/log.h"
+#include "dsim/rt.h"
+#include "dsim/spi/rt.h"
+
+#define MS 1000000LL
+
+static void test_strerror_covers_every_code(void **state)
+{
+    (void)state;
+    for (int i = 0; i < DSIM_ERR_COUNT; i++) {
+        const char *s = dsim_strerror((dsim_err)i);
+        assert_non_null(s);
+        assert_string_not_equal(s, "unknown error code");
+        for (int j = 0; j < i; j++)
+            assert_string_not_equal(s, dsim_strerror((dsim_err)j));
+    }
+    assert_string_equal(dsim_strerror(DSIM_ERR_COUNT), "unknown error code");
+    assert_string_equal(dsim_strerror((dsim_err)-3), "unknown error code");
+}
+
+static void test_set_error_records_context(void **state)
+{
+    (void)state;
+    dsim_clear_error();
+    assert_int_equal(dsim_last_error()->code, DSIM_OK);
+    assert_string_equal(dsim_errmsg(), "");
+    dsim_err e = DSIM_ERR(DSIM_ETIMEDOUT, 3, "waited %d ms for rank %d", 200, 3);
+    assert_int_equal(e, DSIM_ETIMEDOUT);
+    const dsim_error *le = dsim_last_error();
+    assert_int_equal(le->code, DSIM_ETIMEDOUT);
+    assert_int_equal(le->peer, 3);
+    assert_string_equal(le->msg, "waited 200 ms for rank 3");
+    assert_non_null(strstr(le->file, "test_rt.c"));
+    assert_true(le->line > 0);
+    /* Re-raising with the old message as an argument must not garble it. */
+    DSIM_ERR(DSIM_EPEER, 3, "allreduce: %s", dsim_errmsg());
+    assert_string_equal(dsim_errmsg(), "allreduce: waited 200 ms for rank 3");
+    dsim_error copy;
+    dsim_error_copy(&copy);
+    assert_int_equal(copy.code, DSIM_EPEER);
+    assert_string_equal(copy.msg, dsim_errmsg());
+}
+
+static dsim_err check_helper(dsim_err in)
+{
+    DSIM_CHECK(in);
+    return DSIM_OK;
+}
+
+static void test_check_macro_gives_a_message(void **state)
+{
+    (void)state;
+    dsim_clear_error();
+    assert_int_equal(check_helper(DSIM_OK), DSIM_OK);
+    assert_int_equal(check_helper(DSIM_ENOMEM), DSIM_ENOMEM);
+    /* No message was set: the propagation supplies one. */
+    assert_string_equal(dsim_errmsg(), dsim_strerror(DSIM_ENOMEM));
+}
+
+static void err_thread_fn(void *arg)
+{
+    int *seen = arg;
+    *seen = dsim_last_error()->code;
+    DSIM_ERR(DSIM_EIO, -1, "thread-local");
+}
+
+static void test_error_context_is_per_thread(void **state)
+{
+    (void)state;
+    dsim_rt *rt;
+    assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
+    DSIM_ERR(DSIM_EINVAL, -1, "main thread");
+    int seen = -1;
+    dsim_task *t;
+    assert_int_equal(dsim_rt_spawn(rt, 0, err_thread_fn, &seen, &t), DSIM_OK);
+    assert_int_equal(dsim_rt_join(rt, t), DSIM_OK);
+    assert_int_equal(seen, DSIM_OK);
+    assert_string_equal(dsim_errmsg(), "main thread");
+    dsim_rt_destroy(rt);
+}
+
+typedef struct log_capture {
+    int count;
+    dsim_log_level last_level;
+    char last[256];
+} log_capture;
+
+static void capture_fn(dsim_log_level level, const char *file, int line, const char *msg,
+                       void *user)
+{
+    (void)file;
+    (void)line;
+    log_capture *c = user;
+    c->count++;
+    c->last_level = level;
+    snprintf(c->last, sizeof c->last, "%s", msg);
+}
+
+static void test_log_levels_and_handler(void **state)
+{
+    (void)state;
+    log_capture cap = {0};
+    dsim_log_set_handler(capture_fn, &cap);
+    dsim_log_set_level(DSIM_LOG_INFO);
+    dsim_info("hello %d", 42);
+    dsim_debug("hidden");
+    dsim_warn("careful");
+    assert_int_equal(cap.count, 2);
+    assert_int_equal(cap.last_level, DSIM_LOG_WARN);
+    assert_string_equal(cap.last, "careful");
+    dsim_log_set_level(DSIM_LOG_TRACE);
+    dsim_trace("now visible");
+    assert_int_equal(cap.count, 3);
+    dsim_log_set_handler(NULL, NULL);
+    dsim_log_set_level(DSIM_LOG_WARN);
+}
+
+static void test_unknown_engine(void **state)
+{
+    (void)state;
+    dsim_rt *rt = (dsim_rt *)0x1;
+    assert_int_equal(dsim_rt_create("warp-drive", &rt), DSIM_ENOENT);
+    assert_null(rt);
+    assert_non_null(strstr(dsim_errmsg(), "warp-drive"));
+    assert_non_null(strstr(dsim_errmsg(), "threads"));
+}
+
+static void test_register_rejects_bad_tables(void **state)
+{
+    (void)state;
+    struct dsim_rt_ops bad = dsim_rt_threads_ops;
+    bad.size = sizeof bad - 8;
+    assert_int_equal(dsim_rt_register(&bad), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "size"));
+    bad = dsim_rt_threads_ops;
+    bad.name = "broken";
+    bad.waitq_wait = NULL;
+    assert_int_equal(dsim_rt_register(&bad), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "waitq_wait"));
+    bad = dsim_rt_threads_ops; /* same name as the built-in, another table */
+    assert_int_equal(dsim_rt_register(&bad), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "already registered"));
+    assert_int_equal(dsim_rt_register(&dsim_rt_threads_ops), DSIM_OK);
+}
+
+static void test_clock_and_deadlines(void **state)
+{
+    (void)state;
+    dsim_rt *rt;
+    assert_int_equal(dsim_rt_create(NULL, &rt), DSIM_OK);
+    assert_string_equal(dsim_rt_name(rt), "threads");
+    int64_t a = dsim_rt_now(rt);
+    int64_t b = dsim_rt_now(rt);
+    assert_true(a > 0 && b >= a);
+    assert_int_equal(dsim_rt_deadline(rt, -1), DSIM_NO_DEADLINE);
+    assert_int_equal(dsim_rt_deadline(rt, INT64_MAX - 5), DSIM_NO_DEADLINE);
+    int64_t d = dsim_rt_deadline(rt, 5 * MS);
+    assert_true(d >= b + 5 * MS);
+    assert_int_equal(dsim_rt_sleep_until(rt, d), DSIM_OK);
+    assert_true(dsim_rt_now(rt) >= d);
+    assert_int_equal(dsim_rt_sleep_until(rt, DSIM_NO_DEADLINE), DSIM_EINVAL);
+    assert_int_equal(dsim_rt_self(rt), -1);
+    int64_t c0 = dsim_rt_charged(rt);
+    dsim_rt_charge(rt, 1000);
+    dsim_rt_charge(rt, -5); /* ignored */
+    assert_int_equal(dsim_rt_charged(rt) - c0, 1000);
+    dsim_rt_destroy(rt);
+}
+
+static void test_wait_times_out_at_deadline(void **state)
+{
+    (void)state;
+    dsim_rt *rt;
+    dsim_waitq *q;
+    assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
+    assert_int_equal(dsim_waitq_create(rt, &q), DSIM_OK);
+    int64_t start = dsim_rt_now(rt);
+    int64_t deadline = start + 30 * MS;
+    dsim_err e = DSIM_OK;
+    dsim_waitq_lock(q);
+    while ((e = dsim_waitq_wait(q, deadline)) == DSIM_OK)
+        ; /* nobody wakes us: only the deadline ends this */
+    dsim_waitq_unlock(q);
+    int64_t end = dsim_rt_now(rt);
+    assert_int_equal(e, DSIM_ETIMEDOUT);
+    assert_true(end >= deadline);
+    /* A deadline already passed returns at once. */
+    dsim_waitq_lock(q);
+    assert_int_equal(dsim_waitq_wait(q, start), DSIM_ETIMEDOUT);
+    dsim_waitq_unlock(q);
+    dsim_waitq_destroy(q);
+    dsim_rt_destroy(rt);
+}
+
+typedef struct wake_ctx {
+    dsim_rt *rt;
+    dsim_waitq *q;
+    int flag;
+    int self_seen[4];
+    int64_t charged[4];
+} wake_ctx;
+
+static void waker_fn(void *arg)
+{
+    wake_ctx *w = arg;
+    dsim_rt_sleep_until(w->rt, dsim_rt_deadline(w->rt, 10 * MS));
+    dsim_waitq_lock(w->q);
+    w->flag = 1;
+    dsim_waitq_unlock(w->q);
+    dsim_waitq_wake(w->q);
+}
+
+static void test_wake_ends_a_wait(void **state)
+{
+    (void)state;
+    wake_ctx w = {0};
+    assert_int_equal(dsim_rt_create("threads", &w.rt), DSIM_OK);
+    assert_int_equal(dsim_waitq_create(w.rt, &w.q), DSIM_OK);
+    dsim_task *t;
+    assert_int_equal(dsim_rt_spawn(w.rt, 7, waker_fn, &w, &t), DSIM_OK);
+    int64_t deadline = dsim_rt_deadline(w.rt, 5000 * MS);
+    dsim_err e = DSIM_OK;
+    dsim_waitq_lock(w.q);
+    while (!w.flag && (e = dsim_waitq_wait(w.q, deadline)) == DSIM_OK)
+        ;
+    dsim_waitq_unlock(w.q);
+    assert_int_equal(e, DSIM_OK);
+    assert_int_equal(w.flag, 1);
+    assert_true(dsim_rt_now(w.rt) < deadline);
+    assert_int_equal(dsim_rt_join(w.rt, t), DSIM_OK);
+    dsim_waitq_destroy(w.q);
+    dsim_rt_destroy(w.rt);
+}
+
+static wake_ctx *ids_ctx;
+
+static void ids_fn(void *arg)
+{
+    int slot = (int)(intptr_t)arg;
+    ids_ctx->self_seen[slot] = dsim_rt_self(ids_ctx->rt);
+    dsim_rt_charge(ids_ctx->rt, 100 * (slot + 1));
+    ids_ctx->charged[slot] = dsim_rt_charged(ids_ctx->rt);
+}
+
+static void test_spawn_ids_and_charge_per_worker(void **state)
+{
+    (void)state;
+    wake_ctx w = {0};
+    ids_ctx = &w;
+    assert_int_equal(dsim_rt_create("threads", &w.rt), DSIM_OK);
+    dsim_task *t[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(dsim_rt_spawn(w.rt, 10 + i, ids_fn, (void *)(intptr_t)i, &t[i]),
+                         DSIM_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(dsim_rt_join(w.rt, t[i]), DSIM_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(w.self_seen[i], 10 + i);
+        assert_int_equal(w.charged[i], 100 * (i + 1));
+    }
+    assert_int_equal(dsim_rt_spawn(w.rt, 0, NULL, NULL, &t[0]), DSIM_EINVAL);
+    dsim_rt_destroy(w.rt);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_strerror_covers_every_code),
+        cmocka_unit_test(test_set_error_records_context),
+        cmocka_unit_test(test_check_macro_gives_a_message),
+        cmocka_unit_test(test_error_context_is_per_thread),
+        cmocka_unit_test(test_log_levels_and_handler),
+        cmocka_unit_test(test_unknown_engine),
+        cmocka_unit_test(test_register_rejects_bad_tables),
+        cmocka_unit_test(test_clock_and_deadlines),
+        cmocka_unit_test(test_wait_times_out_at_deadline),
+        cmocka_unit_test(test_wake_ends_a_wait),
+        cmocka_unit_test(test_spawn_ids_and_charge_per_worker),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
