@@ -1,0 +1,137 @@
+/* Reference models: linear regression, softmax regression and a small MLP.
+ *
+ * These are the models that strategies train, so that the numerics of a
+ * distributed run can be compared with a single-device run. They are small
+ * and exact rather than fast.
+ *
+ * Parameters. All parameters of a model live in ONE contiguous float (f32)
+ * buffer, so that one all-reduce covers every gradient (TensorFlow's
+ * gradient packing). Layer l (0 = closest to the input) holds its weight
+ * matrix W_l, out_l x in_l, row-major (W_l[j][i] at w_off + j*in_l + i),
+ * followed by its bias b_l (out_l values at b_off = w_off + out_l*in_l).
+ * Layers follow each other: W1 b1 W2 b2 ... (see dsim_model_layout).
+ *
+ * Examples. x holds n examples, example-major: example e is
+ * x[e*in_dim .. e*in_dim + in_dim). Targets y are example-major too, with
+ * dsim_model_y_dim(spec) floats per example:
+ *   - MSE (regression): out_dim target values;
+ *   - cross-entropy (classification): ONE float holding the class index,
+ *     an integer in [0, out_dim) (exact in float up to 2^24, the class
+ *     limit). Keeping labels as floats lets a batch (x, y) travel as float
+ *     buffers like everything else; a non-integer or out-of-range label is
+ *     an error naming the example.
+ *
+ * Losses, per example (as Keras defines them):
+ *   - MSE: mean over the outputs of (prediction - target)^2;
+ *   - cross-entropy: -log softmax(logits)[label], computed as
+ *     logsumexp(logits) - logits[label] with the maximum subtracted first.
+ *
+ * Numerics: parameters, inputs and gradients are float; everything in
+ * between (activations, losses, the gradient sum over a batch) is double,
+ * accumulated example by example in example order and rounded to float
+ * once per call. The same call on the same inputs gives the same bits. */
+#ifndef DSIM_MODEL_H
+#define DSIM_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsim/err.h"
+#include "dsim/rng.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dsim_model_kind {
+    DSIM_MODEL_LINEAR = 0, /* y = W x + b, MSE */
+    DSIM_MODEL_SOFTMAX,    /* logits = W x + b, cross-entropy */
+    DSIM_MODEL_MLP,        /* 1 or 2 ReLU hidden layers, then a linear output layer */
+    DSIM_MODEL_KIND_COUNT
+} dsim_model_kind;
+
+typedef enum dsim_loss {
+    DSIM_LOSS_AUTO = 0, /* the kind's own loss: linear MSE, softmax and mlp cross-entropy */
+    DSIM_LOSS_MSE,
+    DSIM_LOSS_XENT, /* softmax cross-entropy with integer labels */
+    DSIM_LOSS_COUNT
+} dsim_loss;
+
+#define DSIM_MODEL_MAX_HIDDEN 2
+/* Upper bounds that keep every size computation far from overflow and class
+ * indices exact in float. */
+#define DSIM_MODEL_MAX_DIM    (1u << 24)
+#define DSIM_MODEL_MAX_PARAMS ((size_t)1 << 30)
+
+typedef struct dsim_model_spec {
+    dsim_model_kind kind;
+    dsim_loss loss;                       /* AUTO, or the kind's loss; an mlp may use either */
+    size_t in_dim;                        /* features per example, >= 1 */
+    size_t out_dim;                       /* outputs (MSE, >= 1) or classes (cross-entropy, >= 2) */
+    size_t n_hidden;                      /* mlp: 1 or 2; linear and softmax: 0 */
+    size_t hidden[DSIM_MODEL_MAX_HIDDEN]; /* widths of the hidden layers, >= 1 */
+} dsim_model_spec;
+
+typedef struct dsim_model_layer {
+    size_t in, out;      /* W is out x in, row-major */
+    size_t w_off, b_off; /* offsets into the parameter buffer, in floats */
+} dsim_model_layer;
+
+typedef struct dsim_model_layout {
+    size_t n_layers; /* n_hidden + 1 */
+    size_t n_params; /* floats in the parameter (and gradient) buffer */
+    dsim_model_layer layer[DSIM_MODEL_MAX_HIDDEN + 1];
+} dsim_model_layout;
+
+/* "linear", "softmax", "mlp"; "mse", "xent" ("auto" for AUTO). */
+const char *dsim_model_kind_name(dsim_model_kind k);
+dsim_err dsim_model_kind_parse(const char *s, dsim_model_kind *out);
+const char *dsim_loss_name(dsim_loss l);
+/* Also accepts "cross_entropy" and "crossentropy" for XENT. */
+dsim_err dsim_loss_parse(const char *s, dsim_loss *out);
+
+/* DSIM_OK, or DSIM_EINVAL naming the field, its value and what is accepted. */
+dsim_err dsim_model_validate(const dsim_model_spec *spec);
+/* The loss the spec trains with (AUTO resolved); the spec must be valid. */
+dsim_loss dsim_model_loss(const dsim_model_spec *spec);
+/* Floats per example in a target buffer: out_dim for MSE, 1 for
+ * cross-entropy; 0 for an invalid spec. */
+size_t dsim_model_y_dim(const dsim_model_spec *spec);
+/* Number of parameters; 0 for an invalid spec. */
+size_t dsim_model_num_params(const dsim_model_spec *spec);
+dsim_err dsim_model_layout_of(const dsim_model_spec *spec, dsim_model_layout *out);
+
+/* Fills params (dsim_model_num_params floats) as Keras' Dense does by
+ * default: weights Glorot-uniform, U(-l, l) with l = sqrt(6/(in+out)),
+ * drawn layer by layer in row-major order; biases zero. */
+dsim_err dsim_model_init(const dsim_model_spec *spec, float *params, dsim_rng *rng);
+
+/* For the n examples in (x, y): grad_accum[k] += scale * sum_e d loss_e / d
+ * params[k], summed in double in example order, rounded to float once, and
+ * *loss_sum = sum_e loss_e (unscaled, double; set, not added). For TF's loss
+ * scaling a replica passes scale = 1/global_batch and the strategy
+ * SUM-reduces grad_accum.
+ *
+ * n may be 0 (an empty batch: nothing is added, *loss_sum = 0; x and y may
+ * then be NULL). grad_accum NULL computes the loss only; loss_sum may be
+ * NULL. On error nothing is written to grad_accum. */
+dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float *params, const float *x,
+                              const float *y, size_t n, float scale, float *grad_accum,
+                              double *loss_sum);
+
+/* out[e*out_dim + j]: the model's outputs for n examples (predictions for
+ * MSE, logits for cross-entropy). */
+dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params, const float *x,
+                            size_t n, float *out);
+
+/* Loss sum over n examples (as dsim_model_loss_grad) and, for
+ * cross-entropy, how many examples the argmax of the logits gets right
+ * (ties go to the lower class); *n_correct is 0 for MSE. Either output
+ * may be NULL. */
+dsim_err dsim_model_eval(const dsim_model_spec *spec, const float *params, const float *x,
+                         const float *y, size_t n, double *loss_sum, size_t *n_correct);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,456 @@
+/* Reference models: forward pass, exact gradients, initialisation.
+ *
+ * One routine serves all three kinds: a linear or softmax model is an MLP
+ * without hidden layers, and only the loss at the top differs. Everything
+ * between the float parameters and the float gradient is double so that the
+ * gradient is the exact one rounded once, and so that a finite-difference
+ * check can be made against the loss this file computes. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsim/model.h"
+
+static const char *const model_kind_names[DSIM_MODEL_KIND_COUNT] = {"linear", "softmax", "mlp"};
+static const char *const model_loss_names[DSIM_LOSS_COUNT] = {"auto", "mse", "xent"};
+
+const char *dsim_model_kind_name(dsim_model_kind k)
+{
+    if ((unsigned)k >= DSIM_MODEL_KIND_COUNT)
+        return "?";
+    return model_kind_names[k];
+}
+
+dsim_err dsim_model_kind_parse(const char *s, dsim_model_kind *out)
+{
+    if (!s || !out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_kind_parse: NULL argument");
+    for (int k = 0; k < DSIM_MODEL_KIND_COUNT; k++) {
+        if (strcmp(s, model_kind_names[k]) == 0) {
+            *out = (dsim_model_kind)k;
+            return DSIM_OK;
+        }
+    }
+    return DSIM_ERR(DSIM_EINVAL, -1, "unknown model kind '%s': use linear, softmax or mlp", s);
+}
+
+const char *dsim_loss_name(dsim_loss l)
+{
+    if ((unsigned)l >= DSIM_LOSS_COUNT)
+        return "?";
+    return model_loss_names[l];
+}
+
+dsim_err dsim_loss_parse(const char *s, dsim_loss *out)
+{
+    if (!s || !out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_loss_parse: NULL argument");
+    for (int l = 0; l < DSIM_LOSS_COUNT; l++) {
+        if (strcmp(s, model_loss_names[l]) == 0) {
+            *out = (dsim_loss)l;
+            return DSIM_OK;
+        }
+    }
+    if (strcmp(s, "cross_entropy") == 0 || strcmp(s, "crossentropy") == 0) {
+        *out = DSIM_LOSS_XENT;
+        return DSIM_OK;
+    }
+    return DSIM_ERR(DSIM_EINVAL, -1, "unknown loss '%s': use mse, xent (cross_entropy) or auto", s);
+}
+
+static dsim_loss model_resolve_loss(const dsim_model_spec *spec)
+{
+    if (spec->loss != DSIM_LOSS_AUTO)
+        return spec->loss;
+    return spec->kind == DSIM_MODEL_LINEAR ? DSIM_LOSS_MSE : DSIM_LOSS_XENT;
+}
+
+/* Fills the layout of a spec whose fields are already known to be in range.
+ * Sizes are bounded by DSIM_MODEL_MAX_DIM, so every product fits in 64 bits;
+ * the total is checked against DSIM_MODEL_MAX_PARAMS. */
+static dsim_err model_layout(const dsim_model_spec *spec, dsim_model_layout *lay)
+{
+    size_t dims[DSIM_MODEL_MAX_HIDDEN + 2];
+    size_t nl = spec->n_hidden + 1;
+    dims[0] = spec->in_dim;
+    for (size_t h = 0; h < spec->n_hidden; h++)
+        dims[h + 1] = spec->hidden[h];
+    dims[nl] = spec->out_dim;
+
+    memset(lay, 0, sizeof *lay);
+    lay->n_layers = nl;
+    uint64_t off = 0;
+    for (size_t l = 0; l < nl; l++) {
+        uint64_t w = (uint64_t)dims[l] * (uint64_t)dims[l + 1];
+        lay->layer[l].in = dims[l];
+        lay->layer[l].out = dims[l + 1];
+        lay->layer[l].w_off = (size_t)off;
+        off += w;
+        lay->layer[l].b_off = (size_t)off;
+        off += dims[l + 1];
+        if (off > DSIM_MODEL_MAX_PARAMS)
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "model has more than %zu parameters (layer %zu is %zu x %zu): "
+                            "use smaller in_dim, hidden or out_dim",
+                            (size_t)DSIM_MODEL_MAX_PARAMS, l + 1, dims[l + 1], dims[l]);
+    }
+    lay->n_params = (size_t)off;
+    return DSIM_OK;
+}
+
+dsim_err dsim_model_validate(const dsim_model_spec *spec)
+{
+    if (!spec)
+        return DSIM_ERR(DSIM_EINVAL, -1, "model spec is NULL");
+    if ((unsigned)spec->kind >= DSIM_MODEL_KIND_COUNT)
+        return DSIM_ERR(DSIM_EINVAL, -1, "model kind %d is not one of linear, softmax, mlp",
+                        (int)spec->kind);
+    if ((unsigned)spec->loss >= DSIM_LOSS_COUNT)
+        return DSIM_ERR(DSIM_EINVAL, -1, "model loss %d is not one of auto, mse, xent",
+                        (int)spec->loss);
+    const char *kind = model_kind_names[spec->kind];
+    if (spec->in_dim < 1 || spec->in_dim > DSIM_MODEL_MAX_DIM)
+        return DSIM_ERR(DSIM_EINVAL, -1, "model in_dim %zu (features per example) must be in 1..%u",
+                        spec->in_dim, DSIM_MODEL_MAX_DIM);
+    if (spec->out_dim < 1 || spec->out_dim > DSIM_MODEL_MAX_DIM)
+        return DSIM_ERR(DSIM_EINVAL, -1, "model out_dim %zu (outputs or classes) must be in 1..%u",
+                        spec->out_dim, DSIM_MODEL_MAX_DIM);
+    dsim_loss loss = model_resolve_loss(spec);
+    if (spec->kind == DSIM_MODEL_LINEAR && loss != DSIM_LOSS_MSE)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "model kind linear trains with loss mse, not %s: for classification "
+                        "use kind softmax or mlp",
+                        model_loss_names[loss]);
+    if (spec->kind == DSIM_MODEL_SOFTMAX && loss != DSIM_LOSS_XENT)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "model kind softmax trains with loss xent, not %s: for regression "
+                        "use kind linear or mlp",
+                        model_loss_names[loss]);
+    if (loss == DSIM_LOSS_XENT && spec->out_dim < 2)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "model out_dim %zu: cross-entropy needs at least 2 classes", spec->out_dim);
+    if (spec->kind == DSIM_MODEL_MLP) {
+        if (spec->n_hidden < 1 || spec->n_hidden > DSIM_MODEL_MAX_HIDDEN)
+            return DSIM_ERR(DSIM_EINVAL, -1, "model kind mlp needs 1 or 2 hidden layers, not %zu",
+                            spec->n_hidden);
+        for (size_t h = 0; h < spec->n_hidden; h++) {
+            if (spec->hidden[h] < 1 || spec->hidden[h] > DSIM_MODEL_MAX_DIM)
+                return DSIM_ERR(DSIM_EINVAL, -1, "model hidden[%zu] = %zu must be in 1..%u", h,
+                                spec->hidden[h], DSIM_MODEL_MAX_DIM);
+        }
+    } else if (spec->n_hidden != 0) {
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "model kind %s has no hidden layers (n_hidden %zu): use kind mlp", kind,
+                        spec->n_hidden);
+    }
+    dsim_model_layout lay;
+    return model_layout(spec, &lay);
+}
+
+dsim_loss dsim_model_loss(const dsim_model_spec *spec)
+{
+    return model_resolve_loss(spec);
+}
+
+size_t dsim_model_y_dim(const dsim_model_spec *spec)
+{
+    if (dsim_model_validate(spec) != DSIM_OK)
+        return 0;
+    return model_resolve_loss(spec) == DSIM_LOSS_MSE ? spec->out_dim : 1;
+}
+
+size_t dsim_model_num_params(const dsim_model_spec *spec)
+{
+    dsim_model_layout lay;
+    if (dsim_model_layout_of(spec, &lay) != DSIM_OK)
+        return 0;
+    return lay.n_params;
+}
+
+dsim_err dsim_model_layout_of(const dsim_model_spec *spec, dsim_model_layout *out)
+{
+    DSIM_CHECK(dsim_model_validate(spec));
+    if (!out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_layout_of: out is NULL");
+    return model_layout(spec, out);
+}
+
+dsim_err dsim_model_init(const dsim_model_spec *spec, float *params, dsim_rng *rng)
+{
+    dsim_model_layout lay;
+    DSIM_CHECK(dsim_model_layout_of(spec, &lay));
+    if (!params || !rng)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_init: params and rng must not be NULL");
+    for (size_t l = 0; l < lay.n_layers; l++) {
+        const dsim_model_layer *L = &lay.layer[l];
+        double limit = sqrt(6.0 / (double)(L->in + L->out));
+        float *w = params + L->w_off;
+        for (size_t k = 0; k < L->in * L->out; k++)
+            w[k] = (float)((2.0 * dsim_rng_uniform(rng) - 1.0) * limit);
+        memset(params + L->b_off, 0, L->out * sizeof(float));
+    }
+    return DSIM_OK;
+}
+
+/* Scratch for one call: activations of one example at a time, plus the
+ * double gradient sum. */
+typedef struct model_ws {
+    dsim_model_layout lay;
+    double *a[DSIM_MODEL_MAX_HIDDEN + 1]; /* input of layer l (a[0] = x as double) */
+    double *z[DSIM_MODEL_MAX_HIDDEN + 1]; /* output of layer l before the ReLU */
+    double *delta[2];                     /* d loss / d z, for the layer and the one below */
+    double *acc;                          /* n_params, or NULL when no gradient is wanted */
+    double *block;
+} model_ws;
+
+static dsim_err model_ws_init(model_ws *ws, const dsim_model_spec *spec, int want_grad)
+{
+    memset(ws, 0, sizeof *ws);
+    DSIM_CHECK(dsim_model_layout_of(spec, &ws->lay));
+    const dsim_model_layout *lay = &ws->lay;
+    size_t total = 0, widest = 0;
+    for (size_t l = 0; l < lay->n_layers; l++) {
+        total += lay->layer[l].in + lay->layer[l].out;
+        if (lay->layer[l].out > widest)
+            widest = lay->layer[l].out;
+    }
+    if (want_grad)
+        total += 2 * widest + lay->n_params;
+    ws->block = malloc(total * sizeof(double));
+    if (!ws->block)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "model scratch: cannot allocate %zu doubles", total);
+    double *p = ws->block;
+    for (size_t l = 0; l < lay->n_layers; l++) {
+        ws->a[l] = p;
+        p += lay->layer[l].in;
+        ws->z[l] = p;
+        p += lay->layer[l].out;
+    }
+    if (want_grad) {
+        ws->delta[0] = p;
+        p += widest;
+        ws->delta[1] = p;
+        p += widest;
+        ws->acc = p;
+        memset(ws->acc, 0, lay->n_params * sizeof(double));
+    }
+    return DSIM_OK;
+}
+
+static void model_ws_free(model_ws *ws)
+{
+    free(ws->block);
+    ws->block = NULL;
+}
+
+/* Leaves the outputs (before any loss) in ws->z[n_layers-1]. */
+static void model_forward(model_ws *ws, const float *params, const float *x)
+{
+    const dsim_model_layout *lay = &ws->lay;
+    for (size_t i = 0; i < lay->layer[0].in; i++)
+        ws->a[0][i] = x[i];
+    for (size_t l = 0; l < lay->n_layers; l++) {
+        const dsim_model_layer *L = &lay->layer[l];
+        const float *W = params + L->w_off;
+        const float *b = params + L->b_off;
+        const double *a = ws->a[l];
+        double *z = ws->z[l];
+        for (size_t j = 0; j < L->out; j++) {
+            const float *w = W + j * L->in;
+            double s = b[j];
+            for (size_t i = 0; i < L->in; i++)
+                s += (double)w[i] * a[i];
+            z[j] = s;
+        }
+        if (l + 1 < lay->n_layers) {
+            double *next = ws->a[l + 1];
+            for (size_t j = 0; j < L->out; j++)
+                next[j] = z[j] > 0.0 ? z[j] : 0.0;
+        }
+    }
+}
+
+/* Loss of one example from the outputs z; when delta is not NULL it
+ * receives d loss / d z. The label has been validated. */
+static double model_loss_top(dsim_loss loss, const double *z, size_t out, const float *y,
+                             double *delta)
+{
+    if (loss == DSIM_LOSS_MSE) {
+        double sum = 0.0;
+        for (size_t j = 0; j < out; j++) {
+            double r = z[j] - (double)y[j];
+            sum += r * r;
+            if (delta)
+                delta[j] = 2.0 * r / (double)out;
+        }
+        return sum / (double)out;
+    }
+    size_t c = (size_t)y[0];
+    double m = z[0];
+    for (size_t j = 1; j < out; j++)
+        if (z[j] > m)
+            m = z[j];
+    double s = 0.0;
+    for (size_t j = 0; j < out; j++)
+        s += exp(z[j] - m);
+    double lse = m + log(s);
+    if (delta) {
+        for (size_t j = 0; j < out; j++)
+            delta[j] = exp(z[j] - lse) - (j == c ? 1.0 : 0.0);
+    }
+    return lse - z[c];
+}
+
+/* Adds the gradient of one example, whose forward pass is in ws and whose
+ * d loss / d outputs is in ws->delta[0], to ws->acc. */
+static void model_backward(model_ws *ws, const float *params)
+{
+    const dsim_model_layout *lay = &ws->lay;
+    double *delta = ws->delta[0];
+    double *below = ws->delta[1];
+    for (size_t l = lay->n_layers; l-- > 0;) {
+        const dsim_model_layer *L = &lay->layer[l];
+        double *gW = ws->acc + L->w_off;
+        double *gb = ws->acc + L->b_off;
+        const double *a = ws->a[l];
+        for (size_t j = 0; j < L->out; j++) {
+            double dj = delta[j];
+            double *g = gW + j * L->in;
+            gb[j] += dj;
+            for (size_t i = 0; i < L->in; i++)
+                g[i] += dj * a[i];
+        }
+        if (l == 0)
+            break;
+        const float *W = params + L->w_off;
+        for (size_t i = 0; i < L->in; i++)
+            below[i] = 0.0;
+        for (size_t j = 0; j < L->out; j++) {
+            double dj = delta[j];
+            const float *w = W + j * L->in;
+            for (size_t i = 0; i < L->in; i++)
+                below[i] += (double)w[i] * dj;
+        }
+        /* ReLU'(0) = 0, as TensorFlow's ReluGrad. */
+        const double *zb = ws->z[l - 1];
+        for (size_t i = 0; i < L->in; i++)
+            if (!(zb[i] > 0.0))
+                below[i] = 0.0;
+        double *t = delta;
+        delta = below;
+        below = t;
+    }
+}
+
+static dsim_err model_check_batch(const char *fn, const dsim_model_spec *spec, const float *params,
+                                  const float *x, const float *y, size_t n)
+{
+    DSIM_CHECK(dsim_model_validate(spec));
+    if (!params)
+        return DSIM_ERR(DSIM_EINVAL, -1, "%s: params is NULL", fn);
+    if (n > 0 && (!x || !y))
+        return DSIM_ERR(DSIM_EINVAL, -1, "%s: x and y must not be NULL for %zu examples", fn, n);
+    if (model_resolve_loss(spec) != DSIM_LOSS_XENT)
+        return DSIM_OK;
+    for (size_t e = 0; e < n; e++) {
+        float v = y[e];
+        if (!(v >= 0.0f && v < (float)spec->out_dim && v == floorf(v)))
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "%s: example %zu has label %g, not a class index in [0, %zu) "
+                            "(labels are class indices stored as float)",
+                            fn, e, (double)v, spec->out_dim);
+    }
+    return DSIM_OK;
+}
+
+dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float *params, const float *x,
+                              const float *y, size_t n, float scale, float *grad_accum,
+                              double *loss_sum)
+{
+    DSIM_CHECK(model_check_batch("dsim_model_loss_grad", spec, params, x, y, n));
+    if (!isfinite(scale))
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_loss_grad: scale %g is not finite",
+                        (double)scale);
+    if (loss_sum)
+        *loss_sum = 0.0;
+    if (n == 0)
+        return DSIM_OK;
+    model_ws ws;
+    DSIM_CHECK(model_ws_init(&ws, spec, grad_accum != NULL));
+    dsim_loss loss = model_resolve_loss(spec);
+    size_t in = spec->in_dim, out = spec->out_dim, yd = loss == DSIM_LOSS_MSE ? out : 1;
+    size_t top = ws.lay.n_layers - 1;
+    double total = 0.0;
+    for (size_t e = 0; e < n; e++) {
+        model_forward(&ws, params, x + e * in);
+        total += model_loss_top(loss, ws.z[top], out, y + e * yd, ws.acc ? ws.delta[0] : NULL);
+        if (ws.acc)
+            model_backward(&ws, params);
+    }
+    if (grad_accum) {
+        double s = scale;
+        for (size_t k = 0; k < ws.lay.n_params; k++)
+            grad_accum[k] = (float)((double)grad_accum[k] + s * ws.acc[k]);
+    }
+    if (loss_sum)
+        *loss_sum = total;
+    model_ws_free(&ws);
+    return DSIM_OK;
+}
+
+dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params, const float *x,
+                            size_t n, float *out)
+{
+    DSIM_CHECK(dsim_model_validate(spec));
+    if (!params || (n > 0 && (!x || !out)))
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_predict: params, x and out must not be NULL");
+    if (n == 0)
+        return DSIM_OK;
+    model_ws ws;
+    DSIM_CHECK(model_ws_init(&ws, spec, 0));
+    size_t top = ws.lay.n_layers - 1;
+    for (size_t e = 0; e < n; e++) {
+        model_forward(&ws, params, x + e * spec->in_dim);
+        for (size_t j = 0; j < spec->out_dim; j++)
+            out[e * spec->out_dim + j] = (float)ws.z[top][j];
+    }
+    model_ws_free(&ws);
+    return DSIM_OK;
+}
+
+dsim_err dsim_model_eval(const dsim_model_spec *spec, const float *params, const float *x,
+                         const float *y, size_t n, double *loss_sum, size_t *n_correct)
+{
+    DSIM_CHECK(model_check_batch("dsim_model_eval", spec, params, x, y, n));
+    if (loss_sum)
+        *loss_sum = 0.0;
+    if (n_correct)
+        *n_correct = 0;
+    if (n == 0)
+        return DSIM_OK;
+    model_ws ws;
+    DSIM_CHECK(model_ws_init(&ws, spec, 0));
+    dsim_loss loss = model_resolve_loss(spec);
+    size_t in = spec->in_dim, out = spec->out_dim, yd = loss == DSIM_LOSS_MSE ? out : 1;
+    size_t top = ws.lay.n_layers - 1;
+    double total = 0.0;
+    size_t correct = 0;
+    for (size_t e = 0; e < n; e++) {
+        model_forward(&ws, params, x + e * in);
+        const double *z = ws.z[top];
+        total += model_loss_top(loss, z, out, y + e * yd, NULL);
+        if (loss == DSIM_LOSS_XENT) {
+            size_t best = 0;
+            for (size_t j = 1; j < out; j++)
+                if (z[j] > z[best])
+                    best = j;
+            correct += best == (size_t)y[e];
+        }
+    }
+    if (loss_sum)
+        *loss_sum = total;
+    if (n_correct)
+        *n_correct = correct;
+    model_ws_free(&ws);
+    return DSIM_OK;
+}

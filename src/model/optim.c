@@ -1,0 +1,252 @@
+/* Optimizers with TensorFlow's update rules (see dsim/optim.h).
+ *
+ * The element-wise updates are written in float, in the order of TF's
+ * training kernels (ApplyGradientDescent, ApplyMomentum, Keras Adam), so a
+ * run here moves the weights as TF's f32 kernels would, up to the rounding
+ * of the scalar coefficients. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsim/optim.h"
+
+struct dsim_optim {
+    dsim_optim_spec spec;
+    size_t n;
+    uint64_t step;
+    size_t state_len;
+    float *state; /* momentum: accum; adam: m then v */
+};
+
+static const char *const optim_kind_names[DSIM_OPTIM_KIND_COUNT] = {"sgd", "momentum", "adam"};
+
+const char *dsim_optim_kind_name(dsim_optim_kind k)
+{
+    if ((unsigned)k >= DSIM_OPTIM_KIND_COUNT)
+        return "?";
+    return optim_kind_names[k];
+}
+
+dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out)
+{
+    if (!s || !out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_optim_kind_parse: NULL argument");
+    for (int k = 0; k < DSIM_OPTIM_KIND_COUNT; k++) {
+        if (strcmp(s, optim_kind_names[k]) == 0) {
+            *out = (dsim_optim_kind)k;
+            return DSIM_OK;
+        }
+    }
+    return DSIM_ERR(DSIM_EINVAL, -1, "unknown optimizer '%s': use sgd, momentum or adam", s);
+}
+
+void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind)
+{
+    if (!spec)
+        return;
+    memset(spec, 0, sizeof *spec);
+    spec->kind = kind;
+    spec->lr = kind == DSIM_OPTIM_ADAM ? 0.001 : 0.01;
+    spec->momentum = kind == DSIM_OPTIM_MOMENTUM ? 0.9 : 0.0;
+    spec->nesterov = 0;
+    spec->beta1 = 0.9;
+    spec->beta2 = 0.999;
+    spec->epsilon = 1e-7;
+}
+
+static int optim_unit(double v)
+{
+    return v >= 0.0 && v < 1.0;
+}
+
+dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
+{
+    if (!spec)
+        return DSIM_ERR(DSIM_EINVAL, -1, "optimizer spec is NULL");
+    if ((unsigned)spec->kind >= DSIM_OPTIM_KIND_COUNT)
+        return DSIM_ERR(DSIM_EINVAL, -1, "optimizer kind %d is not one of sgd, momentum, adam",
+                        (int)spec->kind);
+    const char *kind = optim_kind_names[spec->kind];
+    /* lr is rounded to float for the update; one that rounds to 0 or inf
+     * would silently not train or blow up. */
+    if (!(spec->lr > 0.0) || !isfinite((float)spec->lr) || (float)spec->lr == 0.0f)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "optimizer %s: lr %g must be a positive number representable in float",
+                        kind, spec->lr);
+    switch (spec->kind) {
+    case DSIM_OPTIM_SGD:
+        break;
+    case DSIM_OPTIM_MOMENTUM:
+        if (!optim_unit(spec->momentum))
+            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer momentum: momentum %g must be in [0, 1)",
+                            spec->momentum);
+        if (spec->nesterov != 0 && spec->nesterov != 1)
+            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer momentum: nesterov %d must be 0 or 1",
+                            spec->nesterov);
+        break;
+    case DSIM_OPTIM_ADAM:
+        if (!optim_unit(spec->beta1))
+            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer adam: beta1 %g must be in [0, 1)",
+                            spec->beta1);
+        if (!optim_unit(spec->beta2))
+            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer adam: beta2 %g must be in [0, 1)",
+                            spec->beta2);
+        if (!(spec->epsilon > 0.0) || !isfinite((float)spec->epsilon) ||
+            (float)spec->epsilon == 0.0f)
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "optimizer adam: epsilon %g must be positive and representable in "
+                            "float (Keras uses 1e-7)",
+                            spec->epsilon);
+        break;
+    default:
+        break;
+    }
+    return DSIM_OK;
+}
+
+static size_t optim_slots(dsim_optim_kind k)
+{
+    return k == DSIM_OPTIM_ADAM ? 2 : k == DSIM_OPTIM_MOMENTUM ? 1 : 0;
+}
+
+dsim_err dsim_optim_create(const dsim_optim_spec *spec, size_t n_params, dsim_optim **out)
+{
+    if (!out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_optim_create: out is NULL");
+    *out = NULL;
+    DSIM_CHECK(dsim_optim_validate(spec));
+    if (n_params == 0 || n_params > SIZE_MAX / (2 * sizeof(float)))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_optim_create: n_params %zu must be positive and "
+                        "fit in memory",
+                        n_params);
+    dsim_optim *opt = calloc(1, sizeof *opt);
+    if (!opt)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "dsim_optim_create: out of memory");
+    opt->spec = *spec;
+    opt->n = n_params;
+    opt->state_len = optim_slots(spec->kind) * n_params;
+    if (opt->state_len) {
+        opt->state = calloc(opt->state_len, sizeof(float));
+        if (!opt->state) {
+            free(opt);
+            return DSIM_ERR(DSIM_ENOMEM, -1,
+                            "optimizer %s: cannot allocate slots for %zu parameters",
+                            optim_kind_names[spec->kind], n_params);
+        }
+    }
+    *out = opt;
+    return DSIM_OK;
+}
+
+void dsim_optim_destroy(dsim_optim *opt)
+{
+    if (!opt)
+        return;
+    free(opt->state);
+    free(opt);
+}
+
+dsim_err dsim_optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n)
+{
+    if (!opt || !params || !grad)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_optim_apply: NULL argument");
+    if (n != opt->n)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_optim_apply: %zu parameters given to an optimizer created for %zu", n,
+                        opt->n);
+    const dsim_optim_spec *s = &opt->spec;
+    const float lr = (float)s->lr;
+    switch (s->kind) {
+    case DSIM_OPTIM_SGD:
+        for (size_t k = 0; k < n; k++)
+            params[k] -= lr * grad[k];
+        break;
+    case DSIM_OPTIM_MOMENTUM: {
+        const float mom = (float)s->momentum;
+        float *accum = opt->state;
+        if (s->nesterov) {
+            for (size_t k = 0; k < n; k++) {
+                accum[k] = accum[k] * mom + grad[k];
+                params[k] -= grad[k] * lr + accum[k] * mom * lr;
+            }
+        } else {
+            for (size_t k = 0; k < n; k++) {
+                accum[k] = accum[k] * mom + grad[k];
+                params[k] -= lr * accum[k];
+            }
+        }
+        break;
+    }
+    case DSIM_OPTIM_ADAM: {
+        double t = (double)(opt->step + 1);
+        double b1p = pow(s->beta1, t), b2p = pow(s->beta2, t);
+        const float alpha = (float)(s->lr * sqrt(1.0 - b2p) / (1.0 - b1p));
+        const float omb1 = (float)(1.0 - s->beta1);
+        const float omb2 = (float)(1.0 - s->beta2);
+        const float eps = (float)s->epsilon;
+        float *m = opt->state, *v = opt->state + n;
+        for (size_t k = 0; k < n; k++) {
+            float g = grad[k];
+            m[k] += (g - m[k]) * omb1;
+            v[k] += (g * g - v[k]) * omb2;
+            params[k] -= m[k] * alpha / (sqrtf(v[k]) + eps);
+        }
+        break;
+    }
+    default:
+        return DSIM_ERR(DSIM_EINVAL, -1, "optimizer kind %d is not valid", (int)s->kind);
+    }
+    opt->step++;
+    return DSIM_OK;
+}
+
+const dsim_optim_spec *dsim_optim_spec_of(const dsim_optim *opt)
+{
+    return opt ? &opt->spec : NULL;
+}
+
+size_t dsim_optim_num_params(const dsim_optim *opt)
+{
+    return opt ? opt->n : 0;
+}
+
+uint64_t dsim_optim_step(const dsim_optim *opt)
+{
+    return opt ? opt->step : 0;
+}
+
+size_t dsim_optim_state_len(const dsim_optim *opt)
+{
+    return opt ? opt->state_len : 0;
+}
+
+const float *dsim_optim_state(const dsim_optim *opt)
+{
+    return opt ? opt->state : NULL;
+}
+
+dsim_err dsim_optim_set_state(dsim_optim *opt, const float *state, size_t len, uint64_t step)
+{
+    if (!opt)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_optim_set_state: opt is NULL");
+    if (len != opt->state_len)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "optimizer %s: state of %zu floats given, %zu expected (%zu parameters)",
+                        optim_kind_names[opt->spec.kind], len, opt->state_len, opt->n);
+    if (len && !state)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_optim_set_state: state is NULL");
+    if (len)
+        memcpy(opt->state, state, len * sizeof(float));
+    opt->step = step;
+    return DSIM_OK;
+}
+
+void dsim_optim_reset(dsim_optim *opt)
+{
+    if (!opt)
+        return;
+    if (opt->state_len)
+        memset(opt->state, 0, opt->state_len * sizeof(float));
+    opt->step = 0;
+}

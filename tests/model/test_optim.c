@@ -1,0 +1,301 @@
+/* Optimizers against their update rules worked out in double, slot state,
+ * checkpoint restore and bad specs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "dsim/err.h"
+#include "dsim/optim.h"
+
+#define N     3
+#define STEPS 4
+
+static const float w0[N] = {0.5f, -1.25f, 2.0f};
+/* Gradients of mixed sign and size; step 3 flips signs so momentum and
+ * Adam's first moment have to turn around. */
+static const float gs[STEPS][N] = {
+    {0.25f, -2.0f, 1e-3f},
+    {0.5f, -1.0f, 3e-3f},
+    {-0.75f, 0.5f, -2e-3f},
+    {0.125f, 4.0f, 1e-3f},
+};
+
+/* The float updates round at most a handful of times per step, 2^-24
+ * relative each; over four steps that is below 1e-6 of the weights'
+ * magnitude. A wrong coefficient (lr, momentum, a missing bias correction,
+ * epsilon inside or outside the square root) moves a weight by 1e-4 or more
+ * in these cases. */
+#define TOL 1e-6
+
+static void check_close(const char *what, int step, const float *got, const double *want, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        double tol = TOL * (1.0 + fabs(want[k]));
+        if (!(fabs((double)got[k] - want[k]) <= tol))
+            fail_msg("%s after step %d, element %zu: got %.9g, expected %.9g", what, step + 1, k,
+                     (double)got[k], want[k]);
+    }
+}
+
+static dsim_optim *make(const dsim_optim_spec *s)
+{
+    dsim_optim *o = NULL;
+    assert_int_equal(dsim_optim_create(s, N, &o), DSIM_OK);
+    assert_non_null(o);
+    return o;
+}
+
+static void test_sgd(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+    s.lr = 0.1;
+    dsim_optim *o = make(&s);
+    assert_int_equal(dsim_optim_state_len(o), 0);
+    assert_null(dsim_optim_state(o));
+    float w[N];
+    double ref[N];
+    for (int k = 0; k < N; k++)
+        ref[k] = w[k] = w0[k];
+    for (int t = 0; t < STEPS; t++) {
+        assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+        for (int k = 0; k < N; k++)
+            ref[k] = ref[k] - 0.1 * gs[t][k];
+        check_close("sgd w", t, w, ref, N);
+        assert_int_equal(dsim_optim_step(o), t + 1);
+    }
+    dsim_optim_destroy(o);
+}
+
+static void run_momentum(int nesterov)
+{
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_MOMENTUM);
+    assert_true(s.momentum == 0.9 && s.lr == 0.01 && s.nesterov == 0);
+    s.lr = 0.1;
+    s.momentum = 0.8;
+    s.nesterov = nesterov;
+    dsim_optim *o = make(&s);
+    assert_int_equal(dsim_optim_state_len(o), N);
+    float w[N];
+    double ref[N], v[N] = {0, 0, 0};
+    for (int k = 0; k < N; k++)
+        ref[k] = w[k] = w0[k];
+    for (int t = 0; t < STEPS; t++) {
+        assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+        for (int k = 0; k < N; k++) {
+            double g = gs[t][k];
+            v[k] = 0.8 * v[k] + g;
+            /* Nesterov looks ahead: the step uses g + momentum * v. */
+            ref[k] -= nesterov ? 0.1 * (g + 0.8 * v[k]) : 0.1 * v[k];
+        }
+        check_close(nesterov ? "nesterov w" : "momentum w", t, w, ref, N);
+        check_close("momentum accum", t, dsim_optim_state(o), v, N);
+    }
+    dsim_optim_destroy(o);
+}
+
+static void test_momentum(void **state)
+{
+    (void)state;
+    run_momentum(0);
+}
+
+static void test_nesterov(void **state)
+{
+    (void)state;
+    run_momentum(1);
+}
+
+static void run_adam(double lr, double eps)
+{
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
+    s.lr = lr;
+    s.epsilon = eps;
+    dsim_optim *o = make(&s);
+    assert_int_equal(dsim_optim_state_len(o), 2 * N);
+    float w[N];
+    double ref[N], m[N] = {0}, v[N] = {0};
+    for (int k = 0; k < N; k++)
+        ref[k] = w[k] = w0[k];
+    const double b1 = 0.9, b2 = 0.999;
+    for (int t = 0; t < STEPS; t++) {
+        assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+        for (int k = 0; k < N; k++) {
+            double g = gs[t][k];
+            m[k] = b1 * m[k] + (1 - b1) * g;
+            v[k] = b2 * v[k] + (1 - b2) * g * g;
+            /* Kingma & Ba's form with bias-corrected moments. TF and Keras fold
+             * the corrections into the step size and add epsilon to sqrt(v)
+             * = sqrt(v_hat) * sqrt(1 - beta2^t) ("epsilon hat"), so in terms
+             * of v_hat epsilon appears divided by sqrt(1 - beta2^t). */
+            double c2 = 1 - pow(b2, t + 1);
+            double mhat = m[k] / (1 - pow(b1, t + 1));
+            double vhat = v[k] / c2;
+            ref[k] -= lr * mhat / (sqrt(vhat) + eps / sqrt(c2));
+        }
+        check_close("adam w", t, w, ref, N);
+        check_close("adam m", t, dsim_optim_state(o), m, N);
+        check_close("adam v", t, dsim_optim_state(o) + N, v, N);
+        assert_int_equal(dsim_optim_step(o), t + 1);
+    }
+    dsim_optim_destroy(o);
+}
+
+static void test_adam(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
+    assert_true(s.lr == 0.001 && s.beta1 == 0.9 && s.beta2 == 0.999 && s.epsilon == 1e-7);
+    run_adam(0.001, 1e-7);
+    /* A large epsilon makes where it is added visible. */
+    run_adam(0.05, 0.1);
+
+    /* The first step by hand, defaults, w 0, g 2e-5 (small enough for
+     * epsilon to matter): m = 2e-6, v = 4e-13, sqrt(v) = 6.32455532e-7,
+     * alpha = 0.001 sqrt(0.001) / 0.1, step = alpha m / (sqrt(v) + 1e-7)
+     * = 0.001 * 6.32455532e-7 / 7.32455532e-7 = 8.634729405e-4. (Epsilon
+     * added to sqrt(v_hat) instead would give 9.95e-4, none 1e-3.) */
+    dsim_optim *o = NULL;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
+    assert_int_equal(dsim_optim_create(&s, 1, &o), DSIM_OK);
+    float w = 0.0f, g = 2e-5f;
+    assert_int_equal(dsim_optim_apply(o, &w, &g, 1), DSIM_OK);
+    assert_true(fabs((double)w + 8.634729405e-4) < 1e-6 * 8.634729405e-4);
+    dsim_optim_destroy(o);
+}
+
+/* A replica restored from a checkpoint (step + slots) continues exactly as
+ * the one that never stopped; without the slots it does not. */
+static void test_checkpoint_restore(void **state)
+{
+    (void)state;
+    for (int kind = 0; kind < DSIM_OPTIM_KIND_COUNT; kind++) {
+        dsim_optim_spec s;
+        dsim_optim_spec_default(&s, (dsim_optim_kind)kind);
+        s.lr = 0.05;
+        dsim_optim *a = make(&s), *b = make(&s), *c = make(&s);
+        float wa[N], wb[N], wc[N];
+        memcpy(wa, w0, sizeof wa);
+        for (int t = 0; t < 2; t++)
+            assert_int_equal(dsim_optim_apply(a, wa, gs[t], N), DSIM_OK);
+        size_t len = dsim_optim_state_len(a);
+        assert_int_equal(len, kind == DSIM_OPTIM_SGD ? 0 : kind == DSIM_OPTIM_MOMENTUM ? N : 2 * N);
+        assert_int_equal(dsim_optim_set_state(b, dsim_optim_state(a), len, dsim_optim_step(a)),
+                         DSIM_OK);
+        assert_int_equal(dsim_optim_step(b), 2);
+        memcpy(wb, wa, sizeof wb);
+        memcpy(wc, wa, sizeof wc);
+        for (int t = 2; t < STEPS; t++) {
+            assert_int_equal(dsim_optim_apply(a, wa, gs[t], N), DSIM_OK);
+            assert_int_equal(dsim_optim_apply(b, wb, gs[t], N), DSIM_OK);
+            assert_int_equal(dsim_optim_apply(c, wc, gs[t], N), DSIM_OK);
+        }
+        assert_memory_equal(wa, wb, sizeof wa);
+        if (kind == DSIM_OPTIM_SGD)
+            assert_memory_equal(wa, wc, sizeof wa);
+        else
+            assert_memory_not_equal(wa, wc, sizeof wa);
+        /* reset = freshly created. */
+        dsim_optim_reset(a);
+        assert_int_equal(dsim_optim_step(a), 0);
+        dsim_optim *f = make(&s);
+        memcpy(wa, w0, sizeof wa);
+        memcpy(wb, w0, sizeof wb);
+        assert_int_equal(dsim_optim_apply(a, wa, gs[0], N), DSIM_OK);
+        assert_int_equal(dsim_optim_apply(f, wb, gs[0], N), DSIM_OK);
+        assert_memory_equal(wa, wb, sizeof wa);
+        dsim_clear_error();
+        assert_int_equal(dsim_optim_set_state(b, NULL, len + 1, 0), DSIM_EINVAL);
+        assert_non_null(strstr(dsim_errmsg(), "expected"));
+        dsim_optim_destroy(a);
+        dsim_optim_destroy(b);
+        dsim_optim_destroy(c);
+        dsim_optim_destroy(f);
+    }
+}
+
+static void expect_bad(const dsim_optim_spec *s, const char *word)
+{
+    static int sentinel;
+    dsim_optim *o = (dsim_optim *)(void *)&sentinel; /* must be cleared on failure */
+    dsim_clear_error();
+    assert_int_equal(dsim_optim_create(s, N, &o), DSIM_EINVAL);
+    assert_null(o);
+    if (!strstr(dsim_errmsg(), word))
+        fail_msg("message '%s' does not mention '%s'", dsim_errmsg(), word);
+}
+
+static void test_bad_specs(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    const double bad_lr[] = {0.0, -0.1, NAN, INFINITY, 1e-60, 1e300};
+    for (size_t i = 0; i < sizeof bad_lr / sizeof bad_lr[0]; i++) {
+        dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+        s.lr = bad_lr[i];
+        expect_bad(&s, "lr");
+    }
+    dsim_optim_spec_default(&s, DSIM_OPTIM_MOMENTUM);
+    s.momentum = 1.0;
+    expect_bad(&s, "momentum");
+    s.momentum = -0.5;
+    expect_bad(&s, "momentum");
+    s.momentum = 0.9;
+    s.nesterov = 2;
+    expect_bad(&s, "nesterov");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
+    s.beta1 = 1.0;
+    expect_bad(&s, "beta1");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
+    s.beta2 = NAN;
+    expect_bad(&s, "beta2");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
+    s.epsilon = 0.0;
+    expect_bad(&s, "epsilon");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+    s.kind = (dsim_optim_kind)5;
+    expect_bad(&s, "kind");
+    /* Fields another kind uses are not checked. */
+    dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+    s.momentum = 7;
+    s.epsilon = -1;
+    dsim_optim *o = NULL;
+    assert_int_equal(dsim_optim_create(&s, N, &o), DSIM_OK);
+    float w[N] = {0}, g[N] = {0};
+    dsim_clear_error();
+    assert_int_equal(dsim_optim_apply(o, w, g, N + 1), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "created for 3"));
+    assert_int_equal(dsim_optim_step(o), 0);
+    dsim_optim_destroy(o);
+    assert_int_equal(dsim_optim_create(&s, 0, &o), DSIM_EINVAL);
+
+    dsim_optim_kind k;
+    assert_int_equal(dsim_optim_kind_parse("adam", &k), DSIM_OK);
+    assert_int_equal(k, DSIM_OPTIM_ADAM);
+    assert_string_equal(dsim_optim_kind_name(DSIM_OPTIM_MOMENTUM), "momentum");
+    assert_int_equal(dsim_optim_kind_parse("rmsprop", &k), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "sgd, momentum or adam"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_momentum),
+        cmocka_unit_test(test_nesterov),
+        cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_checkpoint_restore),
+        cmocka_unit_test(test_bad_specs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
