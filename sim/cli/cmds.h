@@ -14,5 +14,7 @@ typedef struct dsim_cmd {
 
 int cmd_bench(int argc, char **argv);
 void cmd_bench_help(FILE *out);
+int cmd_cluster(int argc, char **argv);
+void cmd_cluster_help(FILE *out);
 
 #endif

@@ -8,6 +8,8 @@
 
 static const dsim_cmd main_cmds[] = {
     {"bench", "time a collective (nccl-tests' flags and columns)", cmd_bench, cmd_bench_help},
+    {"cluster", "resolve TF_CONFIG (or hosts x devices) and print the cluster as JSON",
+     cmd_cluster, cmd_cluster_help},
 };
 #define MAIN_NCMDS (sizeof main_cmds / sizeof main_cmds[0])
 

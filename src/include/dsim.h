@@ -9,4 +9,9 @@
 #include "dsim/rt.h"
 #include "dsim/transport.h"
 #include "dsim/comm.h"
+#include "dsim/cluster.h"
+#include "dsim/model.h"
+#include "dsim/optim.h"
+#include "dsim/dataset.h"
+#include "dsim/data.h"
 #endif
