@@ -1,0 +1,154 @@
+/* The results store: every run's results in one SQLite database.
+ *
+ * One store is one open database (default "dsim.db" in the working
+ * directory). A single writer thread owns the SQLite connection; the record
+ * calls below only copy their arguments into a bounded in-memory queue, so a
+ * worker never waits on the disk. The writer commits what it finds in the
+ * queue in one transaction per batch; under load a batch holds thousands of
+ * rows. A caller waits only when the writer is a whole queue behind
+ * (DSIM_STORE_QUEUE_CAP records); records are never dropped.
+ *
+ * Every call is thread-safe except close, which must be the last call on the
+ * store. A process that forked after opening a store must not use it in the
+ * child.
+ *
+ * A write failure in the writer thread (disk full, permissions, a lock held
+ * too long by another program) is remembered: that call and every later call
+ * on the store return it, with the database path and SQLite's message. What
+ * was committed before stays committed; rows still queued are not written.
+ *
+ * The schema is described in sim/store/SCHEMA.md. */
+#ifndef DSIM_STORE_H
+#define DSIM_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dsim/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The schema version this build writes (PRAGMA user_version). Older
+ * databases are migrated forward at open; newer ones are refused. */
+#define DSIM_STORE_SCHEMA_VERSION 2
+/* PRAGMA application_id of a dsim database: "dsim" in ASCII. */
+#define DSIM_STORE_APPLICATION_ID 0x6473696d
+#define DSIM_STORE_DEFAULT_PATH   "dsim.db"
+/* Records the queue holds before a caller waits for the writer. */
+#define DSIM_STORE_QUEUE_CAP 16384
+
+typedef struct dsim_store dsim_store;
+typedef int64_t dsim_run_id;
+
+/* Opens (creating it if absent) the database at path, or at
+ * DSIM_STORE_DEFAULT_PATH when path is NULL. A database written by an older
+ * dsim is migrated forward in one transaction. Refused, and left byte for
+ * byte unchanged: a file that is not SQLite, an SQLite file of another
+ * application, a database from a newer dsim. Runs that a process on this host
+ * left 'running' and that process is gone are marked 'unfinished'. */
+dsim_err dsim_store_open(const char *path, dsim_store **out);
+
+/* Commits everything queued, marks runs begun here and not ended as
+ * 'unfinished', and closes. Returns the first write failure, if any; the
+ * store is freed either way. NULL is a no-op. */
+dsim_err dsim_store_close(dsim_store *st);
+
+/* Waits until every record queued before the call is committed. */
+dsim_err dsim_store_flush(dsim_store *st);
+
+/* The path the store was opened with. */
+const char *dsim_store_path(const dsim_store *st);
+
+/* What a run was: all strings are copied. */
+typedef struct dsim_run_info {
+    const char *scenario;      /* the scenario's name (required) */
+    const char *scenario_text; /* the scenario file's full text, or NULL */
+    uint64_t seed;
+    const char *engine;       /* threads, processes, sim (required) */
+    const char *strategy;     /* or NULL */
+    const char *dsim_version; /* NULL: this build's version */
+    const char *config_json;  /* resolved configuration as JSON, or NULL */
+    int64_t started_ns;       /* wall clock, ns since the Unix epoch; 0: now */
+} dsim_run_info;
+
+/* Inserts the run with status 'running' and commits it before returning, so
+ * that the run is visible (and later marked unfinished) even if the process
+ * dies at once. The id orders runs by start. */
+dsim_err dsim_store_begin_run(dsim_store *st, const dsim_run_info *info, dsim_run_id *out);
+
+typedef enum dsim_run_status {
+    DSIM_RUN_PASSED, /* every check passed */
+    DSIM_RUN_FAILED, /* a check failed */
+    DSIM_RUN_ERROR,  /* the run could not complete (bad input, harness error) */
+} dsim_run_status;
+
+/* Sets the run's status, trace hash (hex text, or NULL) and end time (wall
+ * clock ns; 0: now), and waits until that and everything queued before it is
+ * committed. Records for the run after this are refused. */
+dsim_err dsim_store_end_run(dsim_store *st, dsim_run_id run, dsim_run_status status,
+                            const char *trace_hash, int64_t ended_ns);
+
+/* The record calls below queue one row and return; the row is committed by
+ * the writer (flush to wait for it). A run id not begun on this store, or
+ * already ended, is DSIM_EINVAL. */
+
+/* Where a replica ran. Recording a replica again (after a restart) replaces
+ * the row. */
+dsim_err dsim_store_replica(dsim_store *st, dsim_run_id run, int replica, int worker,
+                            const char *device, const char *host);
+
+/* One replica's view of one training step. step counts from the start of the
+ * run (global step); times are on the engine's clock. */
+typedef struct dsim_step_rec {
+    int replica;
+    int epoch;
+    int64_t step;
+    double loss;         /* this replica's local loss; NaN is stored as NULL */
+    double reduced_loss; /* after the cross-replica reduction */
+    uint64_t checksum;   /* of the parameters after the update */
+    int64_t examples;    /* examples this replica consumed in the step */
+    int64_t t_start_ns;
+    int64_t t_end_ns;
+} dsim_step_rec;
+dsim_err dsim_store_step(dsim_store *st, dsim_run_id run, const dsim_step_rec *rec);
+
+/* One collective call on one replica. */
+typedef struct dsim_coll_rec {
+    int replica;
+    const char *op;        /* allreduce, broadcast, ... (required) */
+    const char *algorithm; /* ring, rhd, tree, ... or NULL */
+    uint64_t bytes;
+    int64_t t_start_ns;
+    int64_t t_end_ns;
+    dsim_err status; /* DSIM_OK or how the call failed */
+} dsim_coll_rec;
+dsim_err dsim_store_collective(dsim_store *st, dsim_run_id run, const dsim_coll_rec *rec);
+
+typedef enum dsim_event_kind {
+    DSIM_EVENT_FAULT,      /* a fault was injected */
+    DSIM_EVENT_ERROR,      /* a replica or the harness saw an error */
+    DSIM_EVENT_RESTART,    /* a worker or the job restarted */
+    DSIM_EVENT_CHECKPOINT, /* a checkpoint was written or restored */
+    DSIM_EVENT_PHASE,      /* a cold-start or run phase began or ended */
+} dsim_event_kind;
+
+/* replica -1: the event concerns the whole run. detail is free text or JSON
+ * (or NULL). */
+dsim_err dsim_store_event(dsim_store *st, dsim_run_id run, int replica, int64_t t_ns,
+                          dsim_event_kind kind, const char *detail);
+
+/* A check's outcome (DESIGN §7). measured/expected NaN are stored as NULL.
+ * message is the sentence a person can act on. */
+dsim_err dsim_store_check(dsim_store *st, dsim_run_id run, const char *name, bool passed,
+                          double measured, double expected, const char *message);
+
+/* A named measurement (replica -1: of the whole run). */
+dsim_err dsim_store_metric(dsim_store *st, dsim_run_id run, const char *name, double value,
+                           const char *unit, int replica);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
