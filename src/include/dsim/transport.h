@@ -13,7 +13,9 @@
  * Every message carries a header (source, destination, communicator id and
  * epoch, tag, sequence number, length); a message whose header does not fit
  * the receiver (wrong destination, an old epoch, a repeated sequence number)
- * is rejected and counted, never delivered to a receive.
+ * is rejected and counted, never delivered to a receive. Sequence numbers
+ * run per (source, destination, communicator id), so a lost message is seen
+ * at the next message of that pair whatever its tag.
  *
  * Send buffers must stay untouched until the send request completes (large
  * messages on inproc are copied straight from them by the receiver). */
@@ -104,6 +106,9 @@ typedef struct dsim_ep_stats {
     uint64_t rejected_misrouted; /* header names another destination/comm */
     uint64_t rejected_stale;     /* old epoch or repeated sequence number */
     uint64_t rejected_corrupt;   /* bad magic, version or length */
+    /* Sequence streams tracked, sent and received: one per (peer, comm id),
+     * whatever the tags, so it stays bounded however many tags are used. */
+    uint64_t seq_streams;
 } dsim_ep_stats;
 void dsim_ep_get_stats(const dsim_ep *ep, dsim_ep_stats *out);
 

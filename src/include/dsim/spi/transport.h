@@ -1,0 +1,179 @@
+/* For people who write a transport backend: the ops table and the calls a
+ * backend makes into the shared transport layer.
+ *
+ * Division of work. The shared layer (src/transport/transport.c and
+ * match.c) owns endpoints, requests, headers, matching, sequence numbers,
+ * epochs, deadlines, cancellation and abort. A backend only moves frames:
+ *
+ *   send side:    dsim_isend builds the header (src, dst, comm_id, epoch,
+ *                 tag, seq, len) and calls ops->send(ep, to, hdr, payload,
+ *                 len, req). The backend moves the frame and completes req
+ *                 with dsim_tp_complete once the payload is no longer needed
+ *                 (or hands req to dsim_tp_deliver as a zero-copy frame).
+ *   receive side: when a frame arrives for endpoint ep, the backend calls
+ *                 dsim_tp_deliver(ep, hdr, payload, len, ...). The shared
+ *                 layer checks the header (corrupt, misrouted, stale,
+ *                 duplicate, gap), counts and drops bad frames, and matches
+ *                 good ones against posted receives.
+ *
+ * Threading: ops may be called from any worker thread at the same time,
+ * except that the shared layer serialises ops->send per sending endpoint (so
+ * frames from one endpoint leave in sequence order). A backend must not block
+ * except through the runtime API (dsim/rt.h): the same code runs under the
+ * virtual-clock engine. */
+#ifndef DSIM_SPI_TRANSPORT_H
+#define DSIM_SPI_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsim/transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DSIM_TP_MAGIC   0x50545344u /* "DSTP" read as little-endian bytes */
+#define DSIM_TP_VERSION 1
+/* Frames longer than this are corrupt whatever the backend. */
+#define DSIM_TP_MAX_LEN ((uint64_t)1 << 40)
+
+/* hdr.flags: checksum holds a payload checksum that the backend verified. */
+#define DSIM_TP_F_CHECKSUM 0x1u
+
+/* The header of every frame (48 bytes, host byte order; a backend that
+ * crosses machines converts it). seq counts from 1 per (src, dst, comm_id)
+ * within one epoch of comm_id, whatever the tag, and restarts at 1 when the
+ * sender's epoch for comm_id changes. Keying it by pair and not by tag keeps
+ * the tables one entry per peer and communicator even though collectives use
+ * a fresh tag for every call; a backend therefore delivers the frames of one
+ * (src, dst) pair in the order they were sent. */
+typedef struct dsim_tp_hdr {
+    uint32_t magic;    /* DSIM_TP_MAGIC */
+    uint16_t version;  /* DSIM_TP_VERSION */
+    uint16_t flags;    /* DSIM_TP_F_*; 0 on inproc */
+    int32_t src;       /* sending rank */
+    int32_t dst;       /* receiving rank */
+    uint32_t comm_id;  /* communicator */
+    uint32_t epoch;    /* the sender's epoch for comm_id */
+    uint32_t tag;      /* never DSIM_ANY_TAG */
+    uint32_t checksum; /* reserved for backends that checksum payloads (tcp) */
+    uint64_t seq;
+    uint64_t len; /* payload bytes */
+} dsim_tp_hdr;
+
+struct dsim_tp_ops {
+    /* sizeof(struct dsim_tp_ops) as the backend was compiled; registration
+     * accepts shorter (older) tables and treats missing members as NULL. */
+    size_t size;
+    /* Backend name used in dsim_fabric_cfg.backend: [a-z0-9_]+, unique. */
+    const char *name;
+    /* Bytes of backend state per fabric / endpoint / request, zeroed, found
+     * with dsim_tp_fabric_priv / dsim_tp_ep_priv / dsim_tp_req_priv. */
+    size_t fabric_priv_size;
+    size_t ep_priv_size;
+    size_t req_priv_size;
+
+    /* Required. Sets up the fabric's backend state; options is the
+     * "key=value,..." string from dsim_fabric_cfg (NULL if none). An unknown
+     * key is an error (DSIM_EINVAL naming the key and the known ones). On
+     * failure fabric_close is not called. */
+    dsim_err (*fabric_open)(dsim_fabric *f, const char *options);
+    /* Required. Releases the fabric's backend state. Every endpoint has been
+     * closed and no call is in flight. */
+    void (*fabric_close)(dsim_fabric *f);
+    /* Required. Makes the local endpoint of ep's rank reachable. Frames may
+     * be delivered to an endpoint before it is opened (they queue). */
+    dsim_err (*ep_open)(dsim_ep *ep);
+    /* Required. Called after every request of ep is finished and no more
+     * frames are accepted for it; releases its backend state. */
+    void (*ep_close)(dsim_ep *ep);
+    /* Required. Moves one frame from ep to rank `to` (hdr->dst names the
+     * intended rank; they differ only for injected misrouted frames, and
+     * hdr->len differs from len only for injected corrupt ones: send hdr as
+     * given and len bytes of payload). On DSIM_OK the backend owns req until
+     * it calls dsim_tp_complete(req, ...) or passes req to dsim_tp_deliver as
+     * zc_send; payload stays valid until then. On an error return req is
+     * untouched and the shared layer frees it; record a message with
+     * DSIM_ERR naming `to`. */
+    dsim_err (*send)(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void *payload, size_t len,
+                     dsim_req *req);
+    /* Optional. Withdraws a send that the backend still holds: DSIM_OK if
+     * withdrawn (the backend will never touch req or its payload again; the
+     * shared layer frees it), anything else if it is in progress (the shared
+     * layer then waits for dsim_tp_complete, so complete it soon). Not
+     * supported = always "in progress". Sends passed to dsim_tp_deliver as
+     * zc_send are withdrawn by the shared layer, not by this call. */
+    dsim_err (*cancel_send)(dsim_ep *ep, dsim_req *req);
+    /* Optional. Called once after the fabric has been revoked locally (every
+     * local waiter already woken): tell the peers this process can reach.
+     * Not supported = nothing to tell (all ranks share this address space). */
+    void (*abort)(dsim_fabric *f, int failed_peer, const char *why);
+};
+
+/* Registers a backend by name. The table is checked (size, name, required
+ * members: DSIM_EINVAL with a message naming what is wrong; a taken name:
+ * DSIM_EINVAL) and copied, missing optional members replaced by "not
+ * supported" stubs. Built-in backends register themselves on first use. */
+dsim_err dsim_transport_register(const struct dsim_tp_ops *ops);
+
+/* The built-in backends. */
+extern const struct dsim_tp_ops dsim_tp_inproc_ops;
+
+/* Backend state and context. */
+void *dsim_tp_fabric_priv(dsim_fabric *f);
+void *dsim_tp_ep_priv(dsim_ep *ep);
+void *dsim_tp_req_priv(dsim_req *req);
+dsim_rt *dsim_tp_fabric_rt(dsim_fabric *f);
+dsim_fabric *dsim_tp_ep_fabric(dsim_ep *ep);
+/* The shared-layer endpoint of `rank` in this address space, created on
+ * first use (open or not yet); NULL if rank is out of range or memory ran
+ * out (with an error recorded). Lives until the fabric closes. */
+dsim_ep *dsim_tp_fabric_ep(dsim_fabric *f, int rank);
+
+/* Hands an arrived frame to ep's receive path. payload holds len bytes.
+ * Frames from one source must be handed over one at a time, in the order
+ * they were sent (ops->send is already serialised per sending endpoint).
+ * zc_send NULL: payload is only read during the call (copied into a posted
+ * receive, or into a buffer). zc_send set (same address space only, and
+ * only from within ops->send for that request): payload is the sender's
+ * buffer and stays valid until the shared layer completes zc_send, which it
+ * does once the payload has been copied or reduced by whichever side matches
+ * it, or dropped; cancellation of zc_send is handled here too.
+ * Returns DSIM_OK when the frame was taken, including when it was rejected
+ * (rejections are counted in ep's dsim_ep_stats, never delivered, and never
+ * reported to the sender, as on a real network). DSIM_EABORTED / DSIM_EPEER
+ * (ep closed): the frame was not taken and zc_send is untouched. */
+dsim_err dsim_tp_deliver(dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload, size_t len,
+                         dsim_req *zc_send);
+
+/* Completes a send request the backend owns. status != DSIM_OK: the calling
+ * thread's error context (set with DSIM_ERR just before) goes with the
+ * request and is what dsim_wait reports. */
+void dsim_tp_complete(dsim_req *req, dsim_err status);
+
+/* Sends a hand-made frame from ep to rank `to` through the backend, as
+ * ops->send would, bypassing header construction and sequence numbering:
+ * for conformance tests and the fault decorator (stale, misrouted, corrupt,
+ * duplicate frames). Returns a send request like dsim_isend. */
+dsim_err dsim_tp_inject(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void *payload,
+                        size_t len, dsim_req **req);
+
+/* The header dsim_isend would put on the next frame from ep to dst
+ * (comm_id, tag, len; seq is the next one), without sending anything. */
+dsim_err dsim_tp_hdr_next(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, size_t len,
+                          dsim_tp_hdr *out);
+
+/* Walks a backend options string "key=value,key=value". Each call stores
+ * the next pair (NUL-terminated) and returns 1; 0 at the end; -1 on a
+ * malformed item or one too long for the buffers (with an error recorded
+ * naming the backend and the item). *cursor starts at the string (or NULL). */
+int dsim_tp_opt_next(const char *backend, const char **cursor, char *key, size_t kcap, char *val,
+                     size_t vcap);
+/* Parses a byte count with an optional k/m/g suffix (powers of 1024). */
+dsim_err dsim_tp_opt_size(const char *backend, const char *key, const char *val, size_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

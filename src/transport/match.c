@@ -1,0 +1,528 @@
+/* The receive path shared by every backend: header checks, sequence and
+ * epoch tracking, and matching of frames against receives.
+ *
+ * Each endpoint keeps, per bucket of source ranks, a queue of posted
+ * receives and a queue of unexpected messages, both oldest first. A frame
+ * that passes the checks goes to the oldest posted receive with the same
+ * (src, comm_id, tag) (or tag DSIM_ANY_TAG), else to the unexpected queue; a
+ * new receive takes the oldest matching unexpected message, else is posted.
+ * Since no receive names "any source", one bucket per source class keeps
+ * every search short and keeps per-source order.
+ *
+ * Whoever claims the pair (message, receive) under ep->lock does the copy or
+ * reduction after dropping the lock: the sender's thread when the receive was
+ * posted first, the receiver's thread when the message was there first. A
+ * large message from the same address space is queued by reference
+ * (rendezvous), so either way its bytes are copied exactly once. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsim/log.h"
+#include "tp_int.h"
+
+#define TP_MAP_EMPTY INT32_MIN
+
+/* ---- (peer, comm_id, tag) map ---- */
+
+static size_t tp_map_hash(int32_t peer, uint32_t comm_id, uint32_t tag)
+{
+    uint64_t k = ((uint64_t)(uint32_t)peer << 32) | comm_id;
+    k ^= (uint64_t)tag * 0xC2B2AE3D27D4EB4FULL;
+    k *= 0x9E3779B97F4A7C15ULL;
+    k ^= k >> 29;
+    return (size_t)k;
+}
+
+void tp_map_init(tp_map *m)
+{
+    m->ents = NULL;
+    m->cap = m->used = 0;
+}
+
+void tp_map_free(tp_map *m)
+{
+    free(m->ents);
+    tp_map_init(m);
+}
+
+tp_map_ent *tp_map_find(const tp_map *m, int32_t peer, uint32_t comm_id, uint32_t tag)
+{
+    if (!m->cap)
+        return NULL;
+    size_t mask = m->cap - 1;
+    for (size_t i = tp_map_hash(peer, comm_id, tag) & mask;; i = (i + 1) & mask) {
+        tp_map_ent *e = &m->ents[i];
+        if (e->peer == TP_MAP_EMPTY)
+            return NULL;
+        if (e->peer == peer && e->comm_id == comm_id && e->tag == tag)
+            return e;
+    }
+}
+
+static int tp_map_grow(tp_map *m)
+{
+    size_t ncap = m->cap ? m->cap * 2 : 16;
+    tp_map_ent *n = malloc(ncap * sizeof *n);
+    if (!n)
+        return -1;
+    for (size_t i = 0; i < ncap; i++)
+        n[i].peer = TP_MAP_EMPTY;
+    for (size_t j = 0; j < m->cap; j++) {
+        tp_map_ent *o = &m->ents[j];
+        if (o->peer == TP_MAP_EMPTY)
+            continue;
+        size_t i = tp_map_hash(o->peer, o->comm_id, o->tag) & (ncap - 1);
+        while (n[i].peer != TP_MAP_EMPTY)
+            i = (i + 1) & (ncap - 1);
+        n[i] = *o;
+    }
+    free(m->ents);
+    m->ents = n;
+    m->cap = ncap;
+    return 0;
+}
+
+tp_map_ent *tp_map_get(tp_map *m, int32_t peer, uint32_t comm_id, uint32_t tag)
+{
+    tp_map_ent *e = tp_map_find(m, peer, comm_id, tag);
+    if (e)
+        return e;
+    if ((m->used + 1) * 10 > m->cap * 7 && tp_map_grow(m) != 0)
+        return NULL;
+    size_t mask = m->cap - 1;
+    size_t i = tp_map_hash(peer, comm_id, tag) & mask;
+    while (m->ents[i].peer != TP_MAP_EMPTY)
+        i = (i + 1) & mask;
+    e = &m->ents[i];
+    e->peer = peer;
+    e->comm_id = comm_id;
+    e->tag = tag;
+    e->epoch = 0;
+    e->seq = 0;
+    m->used++;
+    return e;
+}
+
+/* ---- requests ---- */
+
+void tp_req_failf(dsim_req *req, int peer, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    free(req->errmsg);
+    req->errmsg = strdup(buf); /* NULL on OOM: dsim_wait falls back to a generic text */
+    req->errpeer = peer;
+}
+
+void tp_req_finish_locked(dsim_req *req, dsim_err status, size_t len)
+{
+    req->status = status;
+    req->len = len;
+    atomic_store_explicit(&req->done, 1, memory_order_release);
+    dsim_waitq_wake(req->ep->lock);
+}
+
+void tp_req_finish(dsim_req *req, dsim_err status, size_t len)
+{
+    dsim_waitq *q = req->ep->lock;
+    dsim_waitq_lock(q);
+    tp_req_finish_locked(req, status, len);
+    dsim_waitq_unlock(q);
+}
+
+/* Copies or reduces a message into a receive; the caller owns both. */
+static dsim_err tp_consume(dsim_req *r, int src, uint32_t tag, const void *data, size_t len)
+{
+    if (r->kind == TP_REQ_RECV) {
+        if (len > r->cap) {
+            tp_req_failf(r, src,
+                         "message from rank %d (comm %" PRIu32 ", tag %" PRIu32
+                         ") is %zu bytes but the receive buffer holds %zu; post a buffer "
+                         "of at least %zu bytes",
+                         src, r->comm_id, tag, len, r->cap, len);
+            return DSIM_ETRUNC;
+        }
+        if (len)
+            memcpy(r->buf, data, len);
+        return DSIM_OK;
+    }
+    if (len != r->cap) {
+        tp_req_failf(r, src,
+                     "message from rank %d (comm %" PRIu32 ", tag %" PRIu32
+                     ") is %zu bytes but the reducing receive expects exactly %zu %s "
+                     "elements (%zu bytes); both sides must use the same count and dtype",
+                     src, r->comm_id, tag, len, r->count, dsim_dtype_name(r->dt), r->cap);
+        return len > r->cap ? DSIM_ETRUNC : DSIM_EPROTO;
+    }
+    if (!r->count)
+        return DSIM_OK;
+    dsim_err e = dsim_reduce_local(r->buf, data, r->count, r->dt, r->op);
+    if (e != DSIM_OK)
+        tp_req_failf(r, src, "reducing the message from rank %d failed: %s", src, dsim_errmsg());
+    return e;
+}
+
+static void tp_fail_gap(dsim_req *r, const tp_msg *g)
+{
+    tp_req_failf(r, g->src,
+                 "lost %" PRIu64 " message(s) from rank %d (comm %" PRIu32 ", tag %" PRIu32
+                 "): expected sequence number %" PRIu64 ", got %" PRIu64
+                 "; the link to rank %d drops messages",
+                 g->seq_got - g->seq_expected, g->src, g->comm_id, g->tag, g->seq_expected,
+                 g->seq_got, g->src);
+}
+
+/* ---- matching ---- */
+
+static dsim_req *tp_match_posted_locked(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag)
+{
+    tp_list *l = &tp_bucket_of(ep, src)->posted;
+    for (tp_link *n = l->head.next; n != &l->head; n = n->next) {
+        dsim_req *r = TP_CONTAINER(n, dsim_req, qlink);
+        if (r->peer == src && r->comm_id == comm_id && (r->tag == tag || r->tag == DSIM_ANY_TAG)) {
+            tp_list_del(n);
+            r->queued = 0;
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static tp_msg *tp_match_unexpected_locked(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag)
+{
+    tp_list *l = &tp_bucket_of(ep, src)->unexpected;
+    for (tp_link *n = l->head.next; n != &l->head; n = n->next) {
+        tp_msg *m = TP_CONTAINER(n, tp_msg, link);
+        if (m->src == src && m->comm_id == comm_id && (tag == DSIM_ANY_TAG || m->tag == tag)) {
+            tp_list_del(n);
+            if (m->kind == TP_MSG_RNDV)
+                TP_CONTAINER(m, dsim_req, m)->queued = 0;
+            return m;
+        }
+    }
+    return NULL;
+}
+
+static uint32_t tp_recv_epoch_locked(dsim_ep *ep, uint32_t comm_id)
+{
+    tp_map_ent *e = tp_map_find(&ep->recv_epoch, -1, comm_id, 0);
+    return e ? e->epoch : 0;
+}
+
+enum { TP_ACCEPT, TP_REJECT };
+
+/* Checks a frame against ep; counts and explains rejections. On a sequence
+ * gap fills *gap (seq_expected < seq_got). */
+static int tp_check_locked(dsim_ep *ep, const dsim_tp_hdr *h, size_t len, tp_msg *gap)
+{
+    dsim_fabric *f = ep->f;
+    if (h->magic != DSIM_TP_MAGIC || h->version != DSIM_TP_VERSION || h->len != (uint64_t)len ||
+        h->len > DSIM_TP_MAX_LEN || h->src < 0 || h->src >= f->nranks || h->tag == DSIM_ANY_TAG) {
+        ep->rejected_corrupt++;
+        dsim_debug("rank %d dropped a corrupt frame (magic %#" PRIx32 ", version %u, src %" PRId32
+                   ", len %" PRIu64 " with %zu payload bytes)",
+                   ep->rank, h->magic, (unsigned)h->version, h->src, h->len, len);
+        return TP_REJECT;
+    }
+    if (h->dst != ep->rank) {
+        ep->rejected_misrouted++;
+        dsim_debug("rank %d dropped a frame from rank %" PRId32 " addressed to rank %" PRId32,
+                   ep->rank, h->src, h->dst);
+        return TP_REJECT;
+    }
+    uint32_t cur = tp_recv_epoch_locked(ep, h->comm_id);
+    if (h->epoch < cur) {
+        ep->rejected_stale++;
+        dsim_debug("rank %d dropped a frame from rank %" PRId32 " of comm %" PRIu32
+                   " epoch %" PRIu32 " (now %" PRIu32 ")",
+                   ep->rank, h->src, h->comm_id, h->epoch, cur);
+        return TP_REJECT;
+    }
+    tp_map_ent *s = tp_map_get(&ep->recv_seq, h->src, h->comm_id, 0);
+    if (!s) {
+        dsim_error_log("rank %d dropped a frame from rank %" PRId32 ": out of memory", ep->rank,
+                       h->src);
+        return TP_REJECT;
+    }
+    if (h->epoch > s->epoch) {
+        s->epoch = h->epoch;
+        s->seq = 0;
+    } else if (h->epoch < s->epoch) {
+        ep->rejected_stale++;
+        return TP_REJECT;
+    }
+    if (h->seq <= s->seq) {
+        ep->rejected_stale++;
+        dsim_debug("rank %d dropped a duplicate frame from rank %" PRId32 " (comm %" PRIu32
+                   ", tag %" PRIu32 ", seq %" PRIu64 ", last %" PRIu64 ")",
+                   ep->rank, h->src, h->comm_id, h->tag, h->seq, s->seq);
+        return TP_REJECT;
+    }
+    if (h->seq > s->seq + 1) {
+        gap->seq_expected = s->seq + 1;
+        gap->seq_got = h->seq;
+        dsim_warn("rank %d: %" PRIu64 " message(s) from rank %" PRId32 " (comm %" PRIu32
+                  ", tag %" PRIu32 ") were lost",
+                  ep->rank, h->seq - s->seq - 1, h->src, h->comm_id, h->tag);
+    }
+    s->seq = h->seq;
+    return TP_ACCEPT;
+}
+
+static dsim_err tp_refuse_locked(dsim_ep *ep, const dsim_tp_hdr *h)
+{
+    dsim_fabric *f = ep->f;
+    if (tp_aborted(f))
+        return DSIM_ERR(DSIM_EABORTED, f->abort_peer,
+                        "transport aborted (failed rank %d: %s); no more messages are delivered",
+                        f->abort_peer, f->abort_why);
+    if (ep->state == TP_EP_CLOSED)
+        return DSIM_ERR(DSIM_EPEER, ep->rank,
+                        "rank %d has closed its endpoint; the message from rank %" PRId32
+                        " (comm %" PRIu32 ", tag %" PRIu32 ") cannot be delivered",
+                        ep->rank, h->src, h->comm_id, h->tag);
+    return DSIM_OK;
+}
+
+/* Hands a message to a claimed posted receive, with no lock held. */
+static void tp_fill(dsim_req *r, const dsim_tp_hdr *h, const void *payload, size_t len)
+{
+    dsim_err st = tp_consume(r, h->src, h->tag, payload, len);
+    tp_req_finish(r, st, len);
+}
+
+dsim_err dsim_tp_deliver(dsim_ep *ep, const dsim_tp_hdr *h, const void *payload, size_t len,
+                         dsim_req *zc)
+{
+    if (!ep || !h || (!payload && len))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_tp_deliver: ep and hdr must be set, and payload when len > 0");
+    dsim_waitq_lock(ep->lock);
+    dsim_err rc = tp_refuse_locked(ep, h);
+    if (rc != DSIM_OK) {
+        dsim_waitq_unlock(ep->lock);
+        return rc;
+    }
+    tp_msg gap = {.seq_expected = 0, .seq_got = 0};
+    if (tp_check_locked(ep, h, len, &gap) == TP_REJECT) {
+        dsim_waitq_unlock(ep->lock);
+        if (zc)
+            tp_req_finish(zc, DSIM_OK, len);
+        return DSIM_OK;
+    }
+    ep->msgs_recv++;
+    ep->bytes_recv += len;
+    if (gap.seq_got) {
+        gap.kind = TP_MSG_GAP;
+        gap.src = h->src;
+        gap.comm_id = h->comm_id;
+        gap.tag = h->tag;
+        gap.epoch = h->epoch;
+        dsim_req *r = tp_match_posted_locked(ep, h->src, h->comm_id, h->tag);
+        if (r) {
+            tp_fail_gap(r, &gap);
+            tp_req_finish_locked(r, DSIM_EPROTO, 0);
+        } else {
+            tp_msg *g = malloc(sizeof *g);
+            if (g) {
+                *g = gap;
+                tp_list_push(&tp_bucket_of(ep, h->src)->unexpected, &g->link);
+            } else {
+                dsim_error_log("rank %d: out of memory recording lost messages", ep->rank);
+            }
+        }
+    }
+    dsim_req *r = tp_match_posted_locked(ep, h->src, h->comm_id, h->tag);
+    if (r) {
+        dsim_waitq_unlock(ep->lock);
+        tp_fill(r, h, payload, len);
+        if (zc)
+            tp_req_finish(zc, DSIM_OK, len);
+        return DSIM_OK;
+    }
+    if (zc) {
+        tp_msg *m = &zc->m;
+        m->kind = TP_MSG_RNDV;
+        m->src = h->src;
+        m->comm_id = h->comm_id;
+        m->tag = h->tag;
+        m->epoch = h->epoch;
+        m->len = len;
+        m->data = payload;
+        zc->queue_ep = ep;
+        zc->queued = 1;
+        tp_list_push(&tp_bucket_of(ep, h->src)->unexpected, &m->link);
+        dsim_waitq_unlock(ep->lock);
+        return DSIM_OK;
+    }
+    /* Copy outside the lock: the receiver may be posting receives meanwhile.
+     * Frames from one source are delivered one at a time (the sender's
+     * slock), so nothing from this source can overtake this one. */
+    dsim_waitq_unlock(ep->lock);
+    tp_msg *m = malloc(sizeof *m + len);
+    if (!m)
+        return DSIM_ERR(DSIM_ENOMEM, ep->rank,
+                        "out of memory buffering a %zu-byte message for rank %d", len, ep->rank);
+    m->kind = TP_MSG_EAGER;
+    m->src = h->src;
+    m->comm_id = h->comm_id;
+    m->tag = h->tag;
+    m->epoch = h->epoch;
+    m->len = len;
+    m->data = m + 1;
+    if (len)
+        memcpy(m + 1, payload, len);
+    dsim_waitq_lock(ep->lock);
+    if (tp_aborted(ep->f) || ep->state == TP_EP_CLOSED ||
+        h->epoch < tp_recv_epoch_locked(ep, h->comm_id)) {
+        /* Revoked, closed or made stale while unlocked: dropped like any
+         * frame that arrives too late. */
+        if (!tp_aborted(ep->f) && ep->state != TP_EP_CLOSED)
+            ep->rejected_stale++;
+        dsim_waitq_unlock(ep->lock);
+        free(m);
+        return DSIM_OK;
+    }
+    r = tp_match_posted_locked(ep, h->src, h->comm_id, h->tag);
+    if (r) {
+        dsim_waitq_unlock(ep->lock);
+        tp_fill(r, h, payload, len);
+        free(m);
+        return DSIM_OK;
+    }
+    tp_list_push(&tp_bucket_of(ep, h->src)->unexpected, &m->link);
+    dsim_waitq_unlock(ep->lock);
+    return DSIM_OK;
+}
+
+dsim_err tp_recv_start(dsim_req *req)
+{
+    dsim_ep *ep = req->ep;
+    dsim_fabric *f = ep->f;
+    dsim_waitq_lock(ep->lock);
+    if (tp_aborted(f)) {
+        dsim_waitq_unlock(ep->lock);
+        return DSIM_ERR(DSIM_EABORTED, f->abort_peer,
+                        "transport aborted (failed rank %d: %s); cannot receive from rank %d",
+                        f->abort_peer, f->abort_why, req->peer);
+    }
+    if (ep->state != TP_EP_OPEN) {
+        dsim_waitq_unlock(ep->lock);
+        return DSIM_ERR(DSIM_ESTATE, -1, "rank %d's endpoint is closed; cannot receive", ep->rank);
+    }
+    tp_list_push(&ep->live, &req->live);
+    tp_msg *m = tp_match_unexpected_locked(ep, req->peer, req->comm_id, req->tag);
+    if (!m) {
+        tp_list_push(&tp_bucket_of(ep, req->peer)->posted, &req->qlink);
+        req->queued = 1;
+        dsim_waitq_unlock(ep->lock);
+        return DSIM_OK;
+    }
+    dsim_waitq_unlock(ep->lock);
+    /* Nobody else knows req yet: it can be finished without the lock. */
+    dsim_err st;
+    switch (m->kind) {
+    case TP_MSG_GAP:
+        tp_fail_gap(req, m);
+        req->status = DSIM_EPROTO;
+        free(m);
+        break;
+    case TP_MSG_EAGER:
+        st = tp_consume(req, m->src, m->tag, m->data, m->len);
+        req->status = st;
+        req->len = m->len;
+        free(m);
+        break;
+    default: {
+        dsim_req *sreq = TP_CONTAINER(m, dsim_req, m);
+        st = tp_consume(req, m->src, m->tag, m->data, m->len);
+        req->status = st;
+        req->len = m->len;
+        tp_req_finish(sreq, DSIM_OK, m->len);
+        break;
+    }
+    }
+    atomic_store_explicit(&req->done, 1, memory_order_release);
+    return DSIM_OK;
+}
+
+static void tp_drop_msg(tp_msg *m, dsim_err st, int closer)
+{
+    if (m->kind != TP_MSG_RNDV) {
+        free(m);
+        return;
+    }
+    dsim_req *sreq = TP_CONTAINER(m, dsim_req, m);
+    if (st != DSIM_OK)
+        tp_req_failf(sreq, closer,
+                     "rank %d closed its endpoint before receiving the %zu-byte message "
+                     "(comm %" PRIu32 ", tag %" PRIu32 ")",
+                     closer, m->len, m->comm_id, m->tag);
+    tp_req_finish(sreq, st, m->len);
+}
+
+void tp_drain_unexpected(dsim_ep *ep)
+{
+    tp_list all;
+    tp_list_init(&all);
+    dsim_waitq_lock(ep->lock);
+    for (unsigned b = 0; b <= ep->f->bucket_mask; b++) {
+        tp_list *l = &ep->buckets[b].unexpected;
+        while (!tp_list_empty(l)) {
+            tp_link *n = l->head.next;
+            tp_list_del(n);
+            tp_msg *m = TP_CONTAINER(n, tp_msg, link);
+            if (m->kind == TP_MSG_RNDV)
+                TP_CONTAINER(m, dsim_req, m)->queued = 0;
+            tp_list_push(&all, n);
+        }
+    }
+    dsim_waitq_unlock(ep->lock);
+    while (!tp_list_empty(&all)) {
+        tp_link *n = all.head.next;
+        tp_list_del(n);
+        tp_drop_msg(TP_CONTAINER(n, tp_msg, link), DSIM_EPEER, ep->rank);
+    }
+}
+
+uint64_t tp_purge_epoch_locked(dsim_ep *ep, uint32_t comm_id, uint32_t epoch, tp_list *done_sends)
+{
+    uint64_t n = 0;
+    for (unsigned b = 0; b <= ep->f->bucket_mask; b++) {
+        tp_list *l = &ep->buckets[b].unexpected;
+        for (tp_link *it = l->head.next; it != &l->head;) {
+            tp_link *next = it->next;
+            tp_msg *m = TP_CONTAINER(it, tp_msg, link);
+            if (m->comm_id == comm_id && m->epoch < epoch) {
+                tp_list_del(it);
+                n++;
+                if (m->kind == TP_MSG_RNDV) {
+                    TP_CONTAINER(m, dsim_req, m)->queued = 0;
+                    tp_list_push(done_sends, it);
+                } else {
+                    free(m);
+                }
+            }
+            it = next;
+        }
+    }
+    ep->rejected_stale += n;
+    return n;
+}
+
+/* Finishes rendezvous sends collected by tp_purge_epoch_locked: the
+ * receiver dropped them, which to the sender looks like delivery. */
+void tp_finish_dropped(tp_list *sends)
+{
+    while (!tp_list_empty(sends)) {
+        tp_link *n = sends->head.next;
+        tp_list_del(n);
+        tp_drop_msg(TP_CONTAINER(n, tp_msg, link), DSIM_OK, -1);
+    }
+}

@@ -1,0 +1,198 @@
+/* Shared transport layer internals: the structures transport.c (dispatch,
+ * lifecycle, requests) and match.c (receive path) share.
+ *
+ * Locks. Each endpoint has two runtime wait queues used as locks:
+ *   ep->lock  guards the endpoint's receive side (posted and unexpected
+ *             queues, receive sequence/epoch tables, receive counters,
+ *             state) and the completion of every request the endpoint owns
+ *             (waiters sleep on it);
+ *   ep->slock serialises sends from the endpoint (sequence numbers leave in
+ *             order) and guards the send tables and send counters.
+ * Order: slock may be held while taking any ep->lock; no two ep->locks are
+ * ever held at once, and no slock is taken while holding an ep->lock. Large
+ * copies and reductions run with no lock held: the side that claims a
+ * message or a posted receive (by unlinking it under the queue's lock) owns
+ * the copy, and the other side, if it wants to cancel, waits for the claimer
+ * to complete the request. */
+#ifndef DSIM_TP_INT_H
+#define DSIM_TP_INT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsim/spi/transport.h"
+
+typedef struct tp_link {
+    struct tp_link *next, *prev;
+} tp_link;
+
+/* A circular list with a sentinel. */
+typedef struct tp_list {
+    tp_link head;
+} tp_list;
+
+static inline void tp_list_init(tp_list *l)
+{
+    l->head.next = l->head.prev = &l->head;
+}
+static inline int tp_list_empty(const tp_list *l)
+{
+    return l->head.next == &l->head;
+}
+static inline void tp_list_push(tp_list *l, tp_link *n)
+{
+    n->prev = l->head.prev;
+    n->next = &l->head;
+    l->head.prev->next = n;
+    l->head.prev = n;
+}
+static inline void tp_list_del(tp_link *n)
+{
+    n->prev->next = n->next;
+    n->next->prev = n->prev;
+    n->next = n->prev = n;
+}
+
+#define TP_CONTAINER(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+/* (peer, comm_id, tag) -> (epoch, seq); open addressing, grows. */
+typedef struct tp_map_ent {
+    int32_t peer; /* -1 marks an empty slot */
+    uint32_t comm_id, tag, epoch;
+    uint64_t seq;
+} tp_map_ent;
+
+typedef struct tp_map {
+    tp_map_ent *ents;
+    size_t cap, used;
+} tp_map;
+
+void tp_map_init(tp_map *m);
+void tp_map_free(tp_map *m);
+tp_map_ent *tp_map_find(const tp_map *m, int32_t peer, uint32_t comm_id, uint32_t tag);
+/* NULL when memory ran out. New entries have epoch 0, seq 0. */
+tp_map_ent *tp_map_get(tp_map *m, int32_t peer, uint32_t comm_id, uint32_t tag);
+
+/* An entry of an endpoint's unexpected queue. */
+enum tp_msg_kind {
+    TP_MSG_EAGER, /* payload copied into data[] after this struct */
+    TP_MSG_RNDV,  /* the sender's request; data is the sender's buffer */
+    TP_MSG_GAP,   /* stands for lost frames: fails one receive with EPROTO */
+};
+
+typedef struct tp_msg {
+    tp_link link;
+    int kind;
+    int src;
+    uint32_t comm_id, tag, epoch;
+    size_t len;
+    const void *data;
+    uint64_t seq_expected, seq_got; /* GAP */
+} tp_msg;
+
+enum tp_req_kind { TP_REQ_SEND, TP_REQ_RECV, TP_REQ_RECV_REDUCE };
+
+struct dsim_req {
+    dsim_ep *ep;   /* owner */
+    tp_link live;  /* in ep->live, under ep->lock */
+    tp_link qlink; /* receives: ep's posted queue */
+    int kind;
+    int peer;
+    uint32_t comm_id, tag;
+    /* Receives. */
+    void *buf;
+    size_t cap; /* bytes; for reductions count * element size */
+    size_t count;
+    dsim_dtype dt;
+    dsim_op op;
+    /* Sends. */
+    const void *sbuf;
+    size_t slen;
+    /* The endpoint whose unexpected queue holds m (zero-copy sends; set
+     * within ops->send, so stable once dsim_isend returns). */
+    dsim_ep *queue_ep;
+    tp_msg m; /* a rendezvous send's queue entry */
+    /* Set under the lock of the endpoint whose queue holds the request
+     * (ep->lock for receives, queue_ep->lock for rendezvous sends). */
+    int queued;
+    /* Results, written before done is set (under ep->lock). */
+    dsim_err status;
+    int errpeer;
+    size_t len;
+    char *errmsg;
+    atomic_int done;
+    void *priv;
+};
+
+typedef struct tp_bucket {
+    tp_list posted;     /* receives waiting for a message, oldest first */
+    tp_list unexpected; /* messages waiting for a receive, oldest first */
+} tp_bucket;
+
+enum tp_ep_state { TP_EP_NEW, TP_EP_OPEN, TP_EP_CLOSED };
+
+struct dsim_ep {
+    dsim_fabric *f;
+    int rank;
+    int state; /* under lock */
+    dsim_waitq *lock;
+    dsim_waitq *slock;
+    tp_list live; /* requests owned by this endpoint, not yet freed */
+    tp_bucket *buckets;
+    tp_map recv_seq, recv_epoch;
+    tp_map send_seq, send_epoch;
+    /* Receive-side counters under lock, send-side under slock. */
+    uint64_t msgs_sent, bytes_sent;
+    uint64_t msgs_recv, bytes_recv;
+    uint64_t rejected_misrouted, rejected_stale, rejected_corrupt;
+    void *priv;
+};
+
+struct dsim_fabric {
+    const struct dsim_tp_ops *ops;
+    dsim_rt *rt;
+    int nranks;
+    unsigned bucket_mask;
+    _Atomic(dsim_ep *) *eps;
+    atomic_int aborted;
+    atomic_flag abort_claimed;
+    int abort_peer;
+    char abort_why[256];
+    void *priv;
+};
+
+static inline int tp_aborted(const dsim_fabric *f)
+{
+    return atomic_load_explicit(&f->aborted, memory_order_acquire);
+}
+
+static inline tp_bucket *tp_bucket_of(dsim_ep *ep, int src)
+{
+    return &ep->buckets[(unsigned)src & ep->f->bucket_mask];
+}
+
+/* match.c */
+/* Links a new receive into ep->live and matches it against ep's unexpected
+ * queue: finishes req (the copy done in the caller's thread) or posts it.
+ * Fails (req not linked) if the fabric is aborted or ep is not open. */
+dsim_err tp_recv_start(dsim_req *req);
+/* Frees every queued message of ep (ep is closing: no more deliveries). */
+void tp_drain_unexpected(dsim_ep *ep);
+/* Drops ep's queued messages of comm_id older than epoch (under ep->lock);
+ * returns how many. */
+uint64_t tp_purge_epoch_locked(dsim_ep *ep, uint32_t comm_id, uint32_t epoch, tp_list *done_sends);
+/* Finishes rendezvous sends collected by tp_purge_epoch_locked. */
+void tp_finish_dropped(tp_list *sends);
+/* Completes a request (takes its owner's lock). */
+void tp_req_finish(dsim_req *req, dsim_err status, size_t len);
+/* The same with ep->lock already held. */
+void tp_req_finish_locked(dsim_req *req, dsim_err status, size_t len);
+/* Records a failure message on req (before finishing it). */
+void tp_req_failf(dsim_req *req, int peer, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* transport.c */
+void tp_tag_str(uint32_t tag, char *buf, size_t cap);
+
+#endif
