@@ -1,1 +1,339 @@
-/* placeholder: being written */
+/* Communicators and the collective entry points: argument checks, the call
+ * counter and deadline (dsim_coll_begin), the choice of algorithm, and the
+ * trivial cases (count 0, one rank) that need no messages. The algorithms
+ * are in ring.c, rhd.c, tree.c, reduce_to_one.c and barrier.c; the choice
+ * for AUTO in decide.c. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "coll_int.h"
+
+#define COMM_DEFAULT_TIMEOUT_NS (30LL * 1000 * 1000 * 1000)
+
+static const char *const comm_algo_names[DSIM_ALGO_COUNT] = {
+    [DSIM_ALGO_AUTO] = "auto",
+    [DSIM_ALGO_RING] = "ring",
+    [DSIM_ALGO_RHD] = "rhd",
+    [DSIM_ALGO_TREE] = "tree",
+    [DSIM_ALGO_REDUCE_TO_ONE] = "reduce_to_one",
+};
+
+const char *dsim_algo_name(dsim_algo a)
+{
+    if ((int)a < 0 || a >= DSIM_ALGO_COUNT)
+        return "unknown";
+    return comm_algo_names[a];
+}
+
+dsim_err dsim_algo_parse(const char *s, dsim_algo *out)
+{
+    if (!s || !out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_algo_parse: %s is NULL", !s ? "the name" : "out");
+    for (int a = 0; a < DSIM_ALGO_COUNT; a++) {
+        if (strcasecmp(s, comm_algo_names[a]) == 0) {
+            *out = (dsim_algo)a;
+            return DSIM_OK;
+        }
+    }
+    return DSIM_ERR(DSIM_EINVAL, -1,
+                    "unknown allreduce algorithm \"%s\"; use one of auto, ring, rhd, tree, "
+                    "reduce_to_one",
+                    s);
+}
+
+dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
+{
+    if (!out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_comm_create: out is NULL");
+    *out = NULL;
+    if (!cfg)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_comm_create: cfg is NULL");
+    if (!cfg->ep)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_comm_create: cfg.ep is NULL; open the rank's endpoint with "
+                        "dsim_ep_open first");
+    if (cfg->size < 1)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_comm_create: cfg.size is %d; it must be >= 1",
+                        cfg->size);
+    int rank = dsim_ep_rank(cfg->ep);
+    if (rank < 0 || rank >= cfg->size)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_comm_create: the endpoint is rank %d, outside a communicator of "
+                        "%d ranks (0..%d)",
+                        rank, cfg->size, cfg->size - 1);
+    if ((int)cfg->algo < 0 || cfg->algo >= DSIM_ALGO_COUNT)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_comm_create: cfg.algo %d is not a dsim_algo (DSIM_ALGO_AUTO .. "
+                        "DSIM_ALGO_REDUCE_TO_ONE)",
+                        (int)cfg->algo);
+    dsim_rt *rt = dsim_ep_rt(cfg->ep);
+    if (!rt)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_comm_create: the endpoint has no runtime");
+
+    dsim_comm *c = calloc(1, sizeof *c);
+    if (c) {
+        c->fc_awaited = calloc((size_t)cfg->size, sizeof *c->fc_awaited);
+        c->fc_flags = calloc((size_t)cfg->size, sizeof *c->fc_flags);
+    }
+    if (!c || !c->fc_awaited || !c->fc_flags) {
+        if (c) {
+            free(c->fc_awaited);
+            free(c->fc_flags);
+        }
+        free(c);
+        return DSIM_ERR(DSIM_ENOMEM, -1, "dsim_comm_create: out of memory for %d ranks", cfg->size);
+    }
+    c->ep = cfg->ep;
+    c->rt = rt;
+    c->rank = rank;
+    c->size = cfg->size;
+    c->comm_id = cfg->comm_id;
+    c->timeout_ns = cfg->timeout_ns > 0 ? cfg->timeout_ns : COMM_DEFAULT_TIMEOUT_NS;
+    c->algo = cfg->algo;
+    c->err.code = DSIM_OK;
+    c->err.peer = -1;
+    *out = c;
+    return DSIM_OK;
+}
+
+void dsim_comm_destroy(dsim_comm *c)
+{
+    if (!c)
+        return;
+    free(c->fc_awaited);
+    free(c->fc_flags);
+    free(c);
+}
+
+int dsim_comm_rank(const dsim_comm *c)
+{
+    return c ? c->rank : -1;
+}
+
+int dsim_comm_size(const dsim_comm *c)
+{
+    return c ? c->size : 0;
+}
+
+void dsim_comm_set_timeout(dsim_comm *c, int64_t timeout_ns)
+{
+    if (c)
+        c->timeout_ns = timeout_ns > 0 ? timeout_ns : COMM_DEFAULT_TIMEOUT_NS;
+}
+
+void dsim_comm_set_algo(dsim_comm *c, dsim_algo a)
+{
+    /* An out-of-range value is kept and refused, with a message, by the
+     * next allreduce: a setter without a return value cannot report it. */
+    if (c)
+        c->algo = a;
+}
+
+const dsim_error *dsim_comm_error(const dsim_comm *c)
+{
+    static const dsim_error comm_no_comm = {DSIM_EINVAL, -1, __FILE__, __LINE__,
+                                            "no communicator (NULL)"};
+    return c ? &c->err : &comm_no_comm;
+}
+
+/* Records a bad-argument error on the thread and the communicator. */
+#define COMM_BAD(c, ...)                                                                           \
+    (DSIM_ERR(DSIM_EINVAL, -1, __VA_ARGS__), dsim_error_copy(&(c)->err), DSIM_EINVAL)
+
+static int comm_overlap(const void *a, const void *b, size_t len)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return len && x != y && x < y + len && y < x + len;
+}
+
+/* Checks what every collective shares: dtype, op (if has_op), the byte
+ * count, and that the buffers exist. */
+static dsim_err comm_check(dsim_comm *c, const char *fn, size_t count, size_t nblocks, dsim_dtype t,
+                           int has_op, int op, const void *a, const char *aname, const void *b,
+                           const char *bname)
+{
+    if ((int)t < 0 || t >= DSIM_DTYPE_COUNT)
+        return COMM_BAD(c, "%s: dtype %d is not a dsim_dtype (DSIM_F32 .. DSIM_I64)", fn, (int)t);
+    if (has_op && (op < 0 || op >= DSIM_OP_COUNT))
+        return COMM_BAD(c, "%s: op %d is not a dsim_op (DSIM_SUM .. DSIM_PROD)", fn, op);
+    size_t es = dsim_dtype_size(t);
+    if (count > SIZE_MAX / es / nblocks)
+        return COMM_BAD(c, "%s: count %zu of %s is too large for memory", fn, count,
+                        dsim_dtype_name(t));
+    if (count && aname && !a)
+        return COMM_BAD(c, "%s: %s is NULL but count is %zu", fn, aname, count);
+    if (count && bname && !b)
+        return COMM_BAD(c, "%s: %s is NULL but count is %zu", fn, bname, count);
+    return DSIM_OK;
+}
+
+dsim_err dsim_allreduce(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                        dsim_dtype t, dsim_op op)
+{
+    if (!c)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_allreduce: the communicator is NULL");
+    return dsim_allreduce_with(c, sendbuf, recvbuf, count, t, op, c->algo);
+}
+
+dsim_err dsim_allreduce_with(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                             dsim_dtype t, dsim_op op, dsim_algo algo)
+{
+    static const char fn[] = "dsim_allreduce";
+    if (!c)
+        return DSIM_ERR(DSIM_EINVAL, -1, "%s: the communicator is NULL", fn);
+    dsim_coll x;
+    dsim_coll_begin(c, &x, "allreduce", NULL, t, op, 0);
+    DSIM_CHECK(comm_check(c, fn, count, 1, t, 1, (int)op, sendbuf, "sendbuf", recvbuf, "recvbuf"));
+    if ((int)algo < 0 || algo >= DSIM_ALGO_COUNT)
+        return COMM_BAD(c,
+                        "%s: algorithm %d is not a dsim_algo; use auto, ring, rhd, tree or "
+                        "reduce_to_one",
+                        fn, (int)algo);
+    size_t all = count * x.esize;
+    if (comm_overlap(sendbuf, recvbuf, all))
+        return COMM_BAD(c,
+                        "%s: sendbuf and recvbuf overlap without being the same buffer; pass "
+                        "the same pointer twice for an in-place allreduce",
+                        fn);
+    if (algo == DSIM_ALGO_AUTO)
+        algo = dsim_allreduce_decide(all, c->size);
+    snprintf(x.what, sizeof x.what, "allreduce(%s)", dsim_algo_name(algo));
+    if (count == 0)
+        return DSIM_OK;
+    if (c->size == 1) {
+        if (sendbuf != recvbuf)
+            memcpy(recvbuf, sendbuf, all);
+        dsim_err e = dsim_reduce_finish(recvbuf, count, t, op, 1);
+        return e == DSIM_OK ? e : dsim_coll_fail_local(&x, 0, e, "finishing the reduction");
+    }
+    switch (algo) {
+    case DSIM_ALGO_RHD:
+        x.nsteps = dsim_coll_rhd_allreduce_steps(c->size);
+        return dsim_coll_rhd_allreduce(&x, sendbuf, recvbuf, count);
+    case DSIM_ALGO_TREE:
+        x.nsteps = dsim_coll_tree_allreduce_steps(c->size);
+        return dsim_coll_tree_allreduce(&x, sendbuf, recvbuf, count);
+    case DSIM_ALGO_REDUCE_TO_ONE:
+        x.nsteps = dsim_coll_r2o_allreduce_steps(c->size);
+        return dsim_coll_r2o_allreduce(&x, sendbuf, recvbuf, count);
+    case DSIM_ALGO_RING:
+    default:
+        x.nsteps = dsim_coll_ring_allreduce_steps(c->size);
+        return dsim_coll_ring_allreduce(&x, sendbuf, recvbuf, count);
+    }
+}
+
+static dsim_err comm_check_root(dsim_comm *c, const char *fn, int root)
+{
+    if (root < 0 || root >= c->size)
+        return COMM_BAD(c, "%s: root %d is not a rank of this communicator (0..%d)", fn, root,
+                        c->size - 1);
+    return DSIM_OK;
+}
+
+dsim_err dsim_reduce(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count, dsim_dtype t,
+                     dsim_op op, int root)
+{
+    static const char fn[] = "dsim_reduce";
+    if (!c)
+        return DSIM_ERR(DSIM_EINVAL, -1, "%s: the communicator is NULL", fn);
+    dsim_coll x;
+    dsim_coll_begin(c, &x, "reduce", "tree", t, op, dsim_coll_tree_reduce_steps(c->size));
+    DSIM_CHECK(comm_check_root(c, fn, root));
+    int is_root = c->rank == root;
+    DSIM_CHECK(comm_check(c, fn, count, 1, t, 1, (int)op, sendbuf, "sendbuf", recvbuf,
+                          is_root ? "recvbuf (on the root)" : NULL));
+    if (is_root && comm_overlap(sendbuf, recvbuf, count * x.esize))
+        return COMM_BAD(c,
+                        "%s: sendbuf and recvbuf overlap without being the same buffer; pass "
+                        "the same pointer twice for an in-place reduce",
+                        fn);
+    if (count == 0)
+        return DSIM_OK;
+    if (c->size == 1) {
+        if (sendbuf != recvbuf)
+            memcpy(recvbuf, sendbuf, count * x.esize);
+        dsim_err e = dsim_reduce_finish(recvbuf, count, t, op, 1);
+        return e == DSIM_OK ? e : dsim_coll_fail_local(&x, 0, e, "finishing the reduction");
+    }
+    return dsim_coll_tree_reduce(&x, sendbuf, recvbuf, count, root);
+}
+
+dsim_err dsim_broadcast(dsim_comm *c, void *buf, size_t count, dsim_dtype t, int root)
+{
+    static const char fn[] = "dsim_broadcast";
+    if (!c)
+        return DSIM_ERR(DSIM_EINVAL, -1, "%s: the communicator is NULL", fn);
+    dsim_coll x;
+    dsim_coll_begin(c, &x, "broadcast", "tree", t, DSIM_SUM, dsim_coll_tree_bcast_steps(c->size));
+    DSIM_CHECK(comm_check_root(c, fn, root));
+    DSIM_CHECK(comm_check(c, fn, count, 1, t, 0, 0, buf, "buf", NULL, NULL));
+    if (count == 0 || c->size == 1)
+        return DSIM_OK;
+    return dsim_coll_tree_bcast(&x, buf, count, root);
+}
+
+dsim_err dsim_allgather(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                        dsim_dtype t)
+{
+    static const char fn[] = "dsim_allgather";
+    if (!c)
+        return DSIM_ERR(DSIM_EINVAL, -1, "%s: the communicator is NULL", fn);
+    dsim_coll x;
+    dsim_coll_begin(c, &x, "allgather", "ring", t, DSIM_SUM,
+                    dsim_coll_ring_allgather_steps(c->size));
+    DSIM_CHECK(comm_check(c, fn, sendcount, (size_t)c->size, t, 0, 0, sendbuf, "sendbuf", recvbuf,
+                          "recvbuf"));
+    if (sendcount == 0)
+        return DSIM_OK;
+    /* Any overlap is fine: this rank's block is moved into place before
+     * anything is received, and sendbuf is not read again. */
+    if (c->size == 1) {
+        memmove(recvbuf, sendbuf, sendcount * x.esize);
+        return DSIM_OK;
+    }
+    return dsim_coll_ring_allgather(&x, sendbuf, recvbuf, sendcount);
+}
+
+dsim_err dsim_reduce_scatter(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+                             dsim_dtype t, dsim_op op)
+{
+    static const char fn[] = "dsim_reduce_scatter";
+    if (!c)
+        return DSIM_ERR(DSIM_EINVAL, -1, "%s: the communicator is NULL", fn);
+    dsim_coll x;
+    dsim_coll_begin(c, &x, "reduce_scatter", "ring", t, op,
+                    dsim_coll_ring_reduce_scatter_steps(c->size));
+    DSIM_CHECK(comm_check(c, fn, recvcount, (size_t)c->size, t, 1, (int)op, sendbuf, "sendbuf",
+                          recvbuf, "recvbuf"));
+    size_t blen = recvcount * x.esize;
+    if (recvcount && (uintptr_t)recvbuf < (uintptr_t)sendbuf + blen * (size_t)c->size &&
+        (uintptr_t)sendbuf < (uintptr_t)recvbuf + blen)
+        return COMM_BAD(c,
+                        "%s: recvbuf overlaps sendbuf; reduce_scatter has no in-place form, so "
+                        "pass a separate recvbuf of recvcount elements",
+                        fn);
+    if (recvcount == 0)
+        return DSIM_OK;
+    if (c->size == 1) {
+        memcpy(recvbuf, sendbuf, blen);
+        dsim_err e = dsim_reduce_finish(recvbuf, recvcount, t, op, 1);
+        return e == DSIM_OK ? e : dsim_coll_fail_local(&x, 0, e, "finishing the reduction");
+    }
+    return dsim_coll_ring_reduce_scatter(&x, sendbuf, recvbuf, recvcount);
+}
+
+dsim_err dsim_barrier(dsim_comm *c)
+{
+    if (!c)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_barrier: the communicator is NULL");
+    dsim_coll x;
+    dsim_coll_begin(c, &x, "barrier", "dissemination", DSIM_I32, DSIM_SUM,
+                    dsim_coll_barrier_steps(c->size));
+    if (c->size == 1)
+        return DSIM_OK;
+    return dsim_coll_dissemination_barrier(&x);
+}

@@ -1,0 +1,129 @@
+/* Internal to src/coll: the communicator object, the per-call context every
+ * collective algorithm runs in, and the algorithms themselves.
+ *
+ * An algorithm is a plain function written against the transport API only
+ * (dsim_isend / dsim_irecv / dsim_irecv_reduce / dsim_wait), in the style of
+ * Open MPI's coll/base. It describes each step as a short list of transfers
+ * and hands it to dsim_coll_run, which posts the receives before the sends,
+ * waits with the call's deadline and, on failure, records an error that names
+ * the collective, the algorithm, the step and the peer. */
+#ifndef DSIM_COLL_INT_H
+#define DSIM_COLL_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsim/comm.h"
+#include "dsim/rt.h"
+
+struct dsim_comm {
+    dsim_ep *ep;
+    dsim_rt *rt;
+    int rank, size;
+    uint32_t comm_id;
+    int64_t timeout_ns;
+    dsim_algo algo;
+    /* Collective calls started on this communicator. Every rank calls the
+     * collectives in the same order, so the counter agrees across ranks and
+     * is folded into every tag: a late message from a failed call cannot
+     * match a receive of a later one. */
+    uint32_t calls;
+    dsim_error err;
+    /* Failure check after a timeout (see step.c): one slot per rank for the
+     * peer each answering rank was waiting for, and this rank's own answer.
+     * Owned by the communicator because a cancelled send must never point at
+     * a dead stack frame. */
+    int32_t *fc_awaited;
+    uint8_t *fc_flags;
+    int32_t fc_mine;
+};
+
+/* One collective call in progress. */
+typedef struct dsim_coll {
+    dsim_comm *c;
+    int rank, size;
+    char what[48]; /* "allreduce(ring)", used as the message prefix */
+    int nsteps;    /* this algorithm's step count, for messages */
+    uint32_t call; /* the call counter value of this call */
+    int64_t deadline;
+    dsim_dtype t;
+    dsim_op op;
+    size_t esize;
+} dsim_coll;
+
+typedef enum dsim_xfer_kind {
+    DSIM_XF_SEND,
+    DSIM_XF_RECV,
+    DSIM_XF_RECV_REDUCE, /* combine into buf with the call's dtype and op */
+} dsim_xfer_kind;
+
+/* One transfer of a step. len is in bytes; a transfer of 0 bytes is skipped
+ * (both sides compute the same lengths, so both skip it). step (1-based) is
+ * the step the transfer belongs to: it goes into the tag and into the error
+ * message. */
+typedef struct dsim_xfer {
+    dsim_xfer_kind kind;
+    int peer;
+    int step;
+    void *buf;
+    size_t len;
+} dsim_xfer;
+
+/* Starts a call: takes the next call number and sets the deadline to now +
+ * the communicator's timeout. what is "allreduce", algo NULL or "ring". */
+void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *algo, dsim_dtype t,
+                     dsim_op op, int nsteps);
+/* Posts every receive of xf, then every send, then waits for all of them
+ * (receives first, in order). On failure the others are cancelled and the
+ * error is recorded on the thread and on the communicator. */
+dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n);
+/* Records a local failure (a reduction kernel, an allocation) of step. */
+dsim_err dsim_coll_fail_local(dsim_coll *x, int step, dsim_err e, const char *what);
+
+/* Element offset and length of block b when count elements are split into
+ * nb blocks: the first count % nb blocks hold one element more. */
+static inline size_t dsim_coll_block_off(size_t count, int nb, int b)
+{
+    size_t q = count / (size_t)nb, r = count % (size_t)nb;
+    return (size_t)b * q + ((size_t)b < r ? (size_t)b : r);
+}
+static inline size_t dsim_coll_block_cnt(size_t count, int nb, int b)
+{
+    return count / (size_t)nb + ((size_t)b < count % (size_t)nb ? 1 : 0);
+}
+/* ceil(log2(n)) for n >= 1. */
+static inline int dsim_coll_ceil_log2(int n)
+{
+    int l = 0;
+    while ((1 << l) < n)
+        l++;
+    return l;
+}
+
+/* Allreduce algorithms. Called with size >= 2 and count >= 1; sendbuf may
+ * equal recvbuf. The caller has begun x with the algorithm's step count. */
+int dsim_coll_ring_allreduce_steps(int size);
+dsim_err dsim_coll_ring_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
+int dsim_coll_rhd_allreduce_steps(int size);
+dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
+int dsim_coll_tree_allreduce_steps(int size);
+dsim_err dsim_coll_tree_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
+int dsim_coll_r2o_allreduce_steps(int size);
+dsim_err dsim_coll_r2o_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
+
+/* The other collectives (size >= 2, count >= 1). */
+int dsim_coll_tree_reduce_steps(int size);
+dsim_err dsim_coll_tree_reduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count,
+                               int root);
+int dsim_coll_tree_bcast_steps(int size);
+dsim_err dsim_coll_tree_bcast(dsim_coll *x, void *buf, size_t count, int root);
+int dsim_coll_ring_allgather_steps(int size);
+dsim_err dsim_coll_ring_allgather(dsim_coll *x, const void *sendbuf, void *recvbuf,
+                                  size_t sendcount);
+int dsim_coll_ring_reduce_scatter_steps(int size);
+dsim_err dsim_coll_ring_reduce_scatter(dsim_coll *x, const void *sendbuf, void *recvbuf,
+                                       size_t recvcount);
+int dsim_coll_barrier_steps(int size);
+dsim_err dsim_coll_dissemination_barrier(dsim_coll *x);
+
+#endif

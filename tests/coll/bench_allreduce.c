@@ -1,0 +1,99 @@
+/* Allreduce timing on the coll harness (threads engine, inproc, f32 sum):
+ *
+ *     bench_allreduce [NRANKS [BYTES... ]]     (defaults: 4, 16 MiB and 64 MiB)
+ *
+ * For every algorithm and size prints the time per call (the slowest rank's
+ * mean over the timed iterations, after one warm-up) and nccl-tests' algbw
+ * (bytes / time) and busbw (algbw * 2 (n-1) / n). The project's benchmark
+ * command is `dsim bench allreduce`; this is the layer's own quick check. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_harness.h"
+#include "dsim/err.h"
+
+typedef struct bench_arg {
+    size_t count;
+    dsim_algo algo;
+    int iters;
+    int64_t ns[64];
+    dsim_err err;
+} bench_arg;
+
+static void bench_rank(coll_harness *h, int rank, void *p)
+{
+    bench_arg *a = p;
+    float *buf = malloc(a->count * sizeof *buf);
+    if (!buf) {
+        a->err = DSIM_ENOMEM;
+        return;
+    }
+    for (size_t i = 0; i < a->count; i++)
+        buf[i] = (float)((i + (size_t)rank) % 7);
+    dsim_err e =
+        dsim_allreduce_with(h->comms[rank], buf, buf, a->count, DSIM_F32, DSIM_SUM, a->algo);
+    coll_harness_sync(h);
+    int64_t t0 = dsim_rt_now(h->rt);
+    for (int i = 0; i < a->iters && e == DSIM_OK; i++)
+        e = dsim_allreduce_with(h->comms[rank], buf, buf, a->count, DSIM_F32, DSIM_SUM, a->algo);
+    a->ns[rank] = dsim_rt_now(h->rt) - t0;
+    if (e != DSIM_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, dsim_errmsg());
+        a->err = e;
+    }
+    free(buf);
+}
+
+int main(int argc, char **argv)
+{
+    int n = argc > 1 ? atoi(argv[1]) : 4;
+    size_t sizes[16] = {(size_t)16 << 20, (size_t)64 << 20};
+    int nsizes = 2;
+    if (argc > 2) {
+        nsizes = 0;
+        for (int i = 2; i < argc && nsizes < 16; i++)
+            sizes[nsizes++] = strtoull(argv[i], NULL, 0);
+    }
+    if (n < 1 || n > 64) {
+        fprintf(stderr, "usage: %s [NRANKS (1..64) [BYTES...]]\n", argv[0]);
+        return 2;
+    }
+    coll_harness h;
+    coll_harness_cfg cfg = {.nranks = n};
+    if (coll_harness_open(&h, &cfg) != DSIM_OK) {
+        fprintf(stderr, "%s\n", dsim_errmsg());
+        return 1;
+    }
+    printf("%6s %14s %-14s %10s %10s %10s\n", "ranks", "bytes", "algo", "time(us)", "algbw(GB/s)",
+           "busbw(GB/s)");
+    int rc = 0;
+    for (int s = 0; s < nsizes; s++) {
+        for (int algo = DSIM_ALGO_AUTO; algo < DSIM_ALGO_COUNT; algo++) {
+            bench_arg a = {.count = sizes[s] / sizeof(float), .algo = (dsim_algo)algo};
+            size_t bytes = a.count * sizeof(float);
+            a.iters = bytes >= ((size_t)16 << 20) ? 5 : bytes >= ((size_t)1 << 20) ? 20 : 200;
+            if (coll_harness_run(&h, bench_rank, &a) != DSIM_OK || a.err != DSIM_OK) {
+                rc = 1;
+                continue;
+            }
+            int64_t worst = 0;
+            for (int r = 0; r < n; r++)
+                worst = a.ns[r] > worst ? a.ns[r] : worst;
+            double t = (double)worst / a.iters / 1e9;
+            double algbw = (double)bytes / t / 1e9;
+            const char *name = dsim_algo_name((dsim_algo)algo);
+            char label[32];
+            if (algo == DSIM_ALGO_AUTO) {
+                snprintf(label, sizeof label, "auto=%s",
+                         dsim_algo_name(dsim_allreduce_decide(bytes, n)));
+                name = label;
+            }
+            printf("%6d %14zu %-14s %10.1f %10.3f %10.3f\n", n, bytes, name, t * 1e6, algbw,
+                   n > 1 ? algbw * 2.0 * (n - 1) / n : 0.0);
+            fflush(stdout);
+        }
+    }
+    coll_harness_close(&h);
+    return rc;
+}

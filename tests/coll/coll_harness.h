@@ -1,0 +1,56 @@
+/* Spins up N ranks of one job inside a test or benchmark process: a runtime,
+ * a fabric, one endpoint and one communicator per rank, and a worker per rank
+ * (dsim_rt_spawn) that runs a caller's function with its rank's communicator.
+ *
+ *     coll_harness h;
+ *     coll_harness_cfg cfg = {.nranks = 4};            // threads + inproc
+ *     if (coll_harness_open(&h, &cfg) != DSIM_OK) ...  // dsim_errmsg() says why
+ *     coll_harness_run(&h, my_rank_fn, my_arg);        // my_rank_fn(&h, rank, my_arg)
+ *     coll_harness_close(&h);
+ *
+ * Every rank of a run must make the same sequence of collective calls (the
+ * rules of dsim/comm.h); coll_harness_sync lines the workers up between
+ * phases (for instance so that one rank may read another's result) without
+ * going through the code under test. */
+#ifndef DSIM_TESTS_COLL_HARNESS_H
+#define DSIM_TESTS_COLL_HARNESS_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "dsim/comm.h"
+#include "dsim/rt.h"
+#include "dsim/transport.h"
+
+typedef struct coll_harness_cfg {
+    int nranks;
+    const char *engine;  /* NULL: "threads" (coll_harness_sync needs threads) */
+    const char *backend; /* NULL: "inproc" */
+    const char *options; /* backend options, or NULL */
+    uint32_t comm_id;    /* 0 is fine */
+    int64_t timeout_ns;  /* <= 0: the communicator's default */
+    dsim_algo algo;      /* cfg.algo of every communicator */
+} coll_harness_cfg;
+
+typedef struct coll_harness {
+    int n;
+    dsim_rt *rt;
+    dsim_fabric *fab;
+    dsim_ep **eps;
+    dsim_comm **comms;
+    pthread_barrier_t bar;
+    int bar_ready;
+} coll_harness;
+
+typedef void (*coll_rank_fn)(coll_harness *h, int rank, void *arg);
+
+/* Opens everything; on failure closes what was opened and returns the error
+ * (the thread's error context says why). */
+dsim_err coll_harness_open(coll_harness *h, const coll_harness_cfg *cfg);
+/* Runs fn(h, rank, arg) on one worker per rank and waits for all of them. */
+dsim_err coll_harness_run(coll_harness *h, coll_rank_fn fn, void *arg);
+/* Waits until every worker of the current run has called it. */
+void coll_harness_sync(coll_harness *h);
+void coll_harness_close(coll_harness *h);
+
+#endif

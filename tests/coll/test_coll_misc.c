@@ -1,0 +1,657 @@
+/* Collectives beyond the result matrix: determinism with non-integer data,
+ * failures (a rank that never joins, an abort mid-collective, a late rank
+ * whose stale messages must not feed the next call), argument errors, and
+ * how the allreduce algorithm is chosen. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "coll_data.h"
+#include "coll_harness.h"
+#include "dsim/err.h"
+#include "dsim/rng.h"
+
+#define MS ((int64_t)1000000)
+
+static const dsim_algo misc_algos[] = {DSIM_ALGO_RING, DSIM_ALGO_RHD, DSIM_ALGO_TREE,
+                                       DSIM_ALGO_REDUCE_TO_ONE};
+#define MISC_NALGOS 4
+
+typedef struct misc_shared {
+    pthread_mutex_t mu;
+    int failures;
+    char first[800];
+} misc_shared;
+
+static void misc_fail(misc_shared *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void misc_fail(misc_shared *s, const char *fmt, ...)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->failures++ == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s->first, sizeof s->first, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void misc_sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Opens n ranks, runs fn, closes; fails the cmocka test on any recorded
+ * failure. */
+static void misc_run(int n, int64_t timeout_ns, coll_rank_fn fn, void *arg, misc_shared *s)
+{
+    coll_harness h;
+    coll_harness_cfg cfg = {.nranks = n, .timeout_ns = timeout_ns};
+    if (coll_harness_open(&h, &cfg) != DSIM_OK)
+        fail_msg("opening %d ranks: %s", n, dsim_errmsg());
+    dsim_err e = coll_harness_run(&h, fn, arg);
+    coll_harness_close(&h);
+    if (e != DSIM_OK)
+        fail_msg("running %d ranks: %s", n, dsim_errmsg());
+    if (s->failures)
+        fail_msg("%d failure(s); the first: %s", s->failures, s->first);
+}
+
+/* ---- determinism ----------------------------------------------------- */
+
+#define DET_COUNT 100003
+
+typedef struct det_arg {
+    misc_shared s;
+    dsim_algo algo;
+    dsim_dtype t;
+    dsim_op op;
+    void *res[2][16];
+} det_arg;
+
+static void det_fill(dsim_dtype t, int rank, void *buf)
+{
+    dsim_rng rng;
+    dsim_rng_init(&rng, 42, "coll.test.determinism", (uint64_t)rank);
+    for (size_t i = 0; i < DET_COUNT; i++) {
+        float v = (float)(dsim_rng_uniform(&rng) * 2.0 - 1.0);
+        if (t == DSIM_F32)
+            ((float *)buf)[i] = v;
+        else
+            ((uint16_t *)buf)[i] = dsim_f32_to_bf16(v);
+    }
+}
+
+/* The documented combination order of each algorithm, for SUM: a + b
+ * rounded to the dtype after every combination, as one dsim_irecv_reduce
+ * does. v[r] is rank r's element; i and count place the element in its
+ * block. */
+static float det_add(dsim_dtype t, float a, float b)
+{
+    float s = a + b;
+    return t == DSIM_F32 ? s : dsim_bf16_to_f32(dsim_f32_to_bf16(s));
+}
+
+static float det_tree_acc(dsim_dtype t, const float *v, int n, int r)
+{
+    float acc = v[r];
+    for (int mask = 1; mask < n && !(r & mask); mask <<= 1)
+        if (r + mask < n)
+            acc = det_add(t, acc, det_tree_acc(t, v, n, r + mask));
+    return acc;
+}
+
+static float det_rhd_t(dsim_dtype t, const float *u, int p, int q, int k)
+{
+    if (k == 0)
+        return u[q];
+    int d = p >> k;
+    return det_add(t, det_rhd_t(t, u, p, q, k - 1), det_rhd_t(t, u, p, q ^ d, k - 1));
+}
+
+static float det_reference(dsim_algo algo, dsim_dtype t, const float *v, int n, size_t i,
+                           size_t count)
+{
+    float acc;
+    switch (algo) {
+    case DSIM_ALGO_RING: {
+        /* the block of element i, as src/coll splits count over n */
+        int k = 0;
+        while (k + 1 < n && (size_t)(k + 1) * (count / n) +
+                                    ((size_t)(k + 1) < count % n ? (size_t)(k + 1) : count % n) <=
+                                i)
+            k++;
+        acc = v[k];
+        for (int j = 1; j < n; j++)
+            acc = det_add(t, v[(k + j) % n], acc);
+        return acc;
+    }
+    case DSIM_ALGO_RHD: {
+        int p = 1, levels = 0;
+        while (p * 2 <= n) {
+            p *= 2;
+            levels++;
+        }
+        int rem = n - p;
+        float u[16];
+        for (int q = 0; q < p; q++)
+            u[q] = q < rem ? det_add(t, v[2 * q + 1], v[2 * q]) : v[q + rem];
+        int b = 0;
+        while (b + 1 < p && (size_t)(b + 1) * (count / p) +
+                                    ((size_t)(b + 1) < count % p ? (size_t)(b + 1) : count % p) <=
+                                i)
+            b++;
+        return det_rhd_t(t, u, p, b, levels);
+    }
+    case DSIM_ALGO_TREE:
+        return det_tree_acc(t, v, n, 0);
+    default:
+        acc = v[0];
+        for (int r = 1; r < n; r++)
+            acc = det_add(t, acc, v[r]);
+        return acc;
+    }
+}
+
+static void det_rank(coll_harness *h, int rank, void *p)
+{
+    det_arg *a = p;
+    int n = h->n;
+    size_t es = dsim_dtype_size(a->t);
+    for (int run = 0; run < 2; run++)
+        a->res[run][rank] = malloc(DET_COUNT * es);
+    char *in = malloc(DET_COUNT * es);
+    if (!in || !a->res[0][rank] || !a->res[1][rank]) {
+        misc_fail(&a->s, "out of memory");
+        goto out;
+    }
+    for (int run = 0; run < 2; run++) {
+        det_fill(a->t, rank, in);
+        /* The second run starts the ranks in the opposite order, so any
+         * combination that followed arrival order would change. */
+        misc_sleep_us(300L * (run == 0 ? rank : n - 1 - rank));
+        void *dst = a->res[run][rank];
+        int inplace = run == 1;
+        if (inplace)
+            memcpy(dst, in, DET_COUNT * es);
+        dsim_err e = dsim_allreduce_with(h->comms[rank], inplace ? dst : in, dst, DET_COUNT, a->t,
+                                         a->op, a->algo);
+        if (e != DSIM_OK)
+            misc_fail(&a->s, "%s run %d rank %d: %s", dsim_algo_name(a->algo), run, rank,
+                      dsim_errmsg());
+    }
+    coll_harness_sync(h);
+    if (a->s.failures)
+        goto out;
+    for (int run = 0; run < 2; run++)
+        if (memcmp(a->res[run][rank], a->res[0][0], DET_COUNT * es) != 0)
+            misc_fail(&a->s, "%s %s %s, %d ranks: rank %d's run %d differs from rank 0's run 0",
+                      dsim_algo_name(a->algo), dsim_dtype_name(a->t), dsim_op_name(a->op), n, rank,
+                      run);
+    /* Identical bits must still be the right sum: compare a slice with the
+     * sum in double, within the rounding of n-1 additions in the dtype. */
+    if (rank == 0) {
+        double eps = a->t == DSIM_F32 ? 0x1p-24 : 0x1p-8;
+        char *all = malloc((size_t)n * DET_COUNT * es);
+        if (!all) {
+            misc_fail(&a->s, "out of memory");
+            goto out;
+        }
+        for (int r = 0; r < n; r++)
+            det_fill(a->t, r, all + (size_t)r * DET_COUNT * es);
+        for (size_t i = 0; i < DET_COUNT; i += 97) {
+            double sum = 0, mag = 0;
+            for (int r = 0; r < n; r++) {
+                double v = dsim_dtype_get(a->t, all + (size_t)r * DET_COUNT * es, i);
+                sum += v;
+                mag += v < 0 ? -v : v;
+            }
+            if (a->op == DSIM_MEAN) {
+                sum /= n;
+                mag /= n;
+            }
+            double got = dsim_dtype_get(a->t, a->res[0][0], i);
+            if (a->op == DSIM_SUM) {
+                float v[16];
+                for (int r = 0; r < n; r++)
+                    v[r] = (float)dsim_dtype_get(a->t, all + (size_t)r * DET_COUNT * es, i);
+                float want = det_reference(a->algo, a->t, v, n, i, DET_COUNT);
+                if ((float)got != want) {
+                    misc_fail(&a->s,
+                              "%s %s sum, %d ranks, element %zu: got %.9g, the algorithm's "
+                              "documented order gives %.9g",
+                              dsim_algo_name(a->algo), dsim_dtype_name(a->t), n, i, got,
+                              (double)want);
+                    break;
+                }
+            }
+            double err = got - sum;
+            if (err < 0)
+                err = -err;
+            if (err > (n + 1) * eps * mag + 1e-30) {
+                misc_fail(&a->s, "%s %s %s, %d ranks, element %zu: got %.9g, want %.9g",
+                          dsim_algo_name(a->algo), dsim_dtype_name(a->t), dsim_op_name(a->op), n, i,
+                          got, sum);
+                break;
+            }
+        }
+        free(all);
+    }
+out:
+    coll_harness_sync(h);
+    free(in);
+}
+
+static void test_determinism(void **state)
+{
+    (void)state;
+    static const int ranks[] = {3, 4, 7};
+    static const dsim_dtype types[] = {DSIM_F32, DSIM_BF16};
+    static const dsim_op ops[] = {DSIM_SUM, DSIM_MEAN};
+    for (int ai = 0; ai < MISC_NALGOS; ai++)
+        for (int ri = 0; ri < 3; ri++)
+            for (int ti = 0; ti < 2; ti++)
+                for (int oi = 0; oi < 2; oi++) {
+                    det_arg a = {.algo = misc_algos[ai], .t = types[ti], .op = ops[oi]};
+                    pthread_mutex_init(&a.s.mu, NULL);
+                    misc_run(ranks[ri], 20000 * MS, det_rank, &a, &a.s);
+                    for (int run = 0; run < 2; run++)
+                        for (int r = 0; r < ranks[ri]; r++)
+                            free(a.res[run][r]);
+                    pthread_mutex_destroy(&a.s.mu);
+                }
+}
+
+/* ---- a rank that never joins ----------------------------------------- */
+
+typedef enum absent_call {
+    ABSENT_ALLREDUCE,
+    ABSENT_ALLGATHER,
+    ABSENT_REDUCE_SCATTER,
+    ABSENT_BARRIER
+} absent_call;
+
+typedef struct absent_arg {
+    misc_shared s;
+    absent_call call;
+    dsim_algo algo;
+    int absent;
+    int64_t timeout_ns;
+} absent_arg;
+
+static void absent_rank(coll_harness *h, int rank, void *p)
+{
+    absent_arg *a = p;
+    if (rank == a->absent)
+        return;
+    int n = h->n;
+    dsim_comm *c = h->comms[rank];
+    float sb[64] = {0}, rb[64 * 16];
+    char prefix[64];
+    int64_t t0 = dsim_rt_now(h->rt);
+    dsim_err e;
+    switch (a->call) {
+    case ABSENT_ALLGATHER:
+        snprintf(prefix, sizeof prefix, "allgather(ring) step ");
+        e = dsim_allgather(c, sb, rb, 4, DSIM_F32);
+        break;
+    case ABSENT_REDUCE_SCATTER:
+        snprintf(prefix, sizeof prefix, "reduce_scatter(ring) step ");
+        e = dsim_reduce_scatter(c, rb, sb, 4, DSIM_F32, DSIM_SUM);
+        break;
+    case ABSENT_BARRIER:
+        snprintf(prefix, sizeof prefix, "barrier(dissemination) step ");
+        e = dsim_barrier(c);
+        break;
+    default:
+        snprintf(prefix, sizeof prefix, "allreduce(%s) step ", dsim_algo_name(a->algo));
+        e = dsim_allreduce_with(c, sb, rb, 64, DSIM_F32, DSIM_SUM, a->algo);
+        break;
+    }
+    int64_t took = dsim_rt_now(h->rt) - t0;
+    const dsim_error *ce = dsim_comm_error(c);
+    const dsim_error *te = dsim_last_error();
+    char want_ms[64], want_rank[32];
+    snprintf(want_ms, sizeof want_ms, "timed out after %lld ms waiting for rank ",
+             (long long)(a->timeout_ns / MS));
+    snprintf(want_rank, sizeof want_rank, "rank %d", a->absent);
+    if (e != DSIM_ETIMEDOUT)
+        misc_fail(&a->s, "%s%d ranks, rank %d absent: rank %d returned %s, want a timeout: %s",
+                  prefix, n, a->absent, rank, dsim_strerror(e), dsim_errmsg());
+    else if (ce->code != DSIM_ETIMEDOUT || ce->peer != a->absent || te->peer != a->absent)
+        misc_fail(&a->s,
+                  "%s%d ranks, rank %d absent: rank %d blames rank %d (thread: %d), code %s: %s",
+                  prefix, n, a->absent, rank, ce->peer, te->peer, dsim_strerror(ce->code), ce->msg);
+    else if (strncmp(ce->msg, prefix, strlen(prefix)) != 0 || !strstr(ce->msg, want_ms) ||
+             !strstr(ce->msg, want_rank) || strcmp(ce->msg, te->msg) != 0)
+        misc_fail(&a->s, "rank %d: the message \"%s\" should start \"%s\" and name %s", rank,
+                  ce->msg, prefix, want_rank);
+    /* Not before the deadline; after it, at most the failure check's grace
+     * (timeout / 2) plus slack for a loaded machine or a sanitizer. */
+    if (took < a->timeout_ns - 2 * MS || took > a->timeout_ns * 3 / 2 + 1500 * MS)
+        misc_fail(&a->s, "%s: rank %d failed after %lld ms with a %lld ms timeout", prefix, rank,
+                  (long long)(took / MS), (long long)(a->timeout_ns / MS));
+}
+
+static void absent_case(int n, absent_call call, dsim_algo algo, int absent)
+{
+    absent_arg a = {.call = call, .algo = algo, .absent = absent, .timeout_ns = 200 * MS};
+    pthread_mutex_init(&a.s.mu, NULL);
+    misc_run(n, a.timeout_ns, absent_rank, &a, &a.s);
+    pthread_mutex_destroy(&a.s.mu);
+}
+
+static void test_absent_rank(void **state)
+{
+    (void)state;
+    for (int ai = 0; ai < MISC_NALGOS; ai++) {
+        absent_case(4, ABSENT_ALLREDUCE, misc_algos[ai], 3);
+        absent_case(4, ABSENT_ALLREDUCE, misc_algos[ai], 0);
+        absent_case(5, ABSENT_ALLREDUCE, misc_algos[ai], 2);
+    }
+    absent_case(6, ABSENT_ALLREDUCE, DSIM_ALGO_RHD, 4); /* a rank that folds in */
+    absent_case(4, ABSENT_ALLGATHER, DSIM_ALGO_AUTO, 1);
+    absent_case(4, ABSENT_REDUCE_SCATTER, DSIM_ALGO_AUTO, 2);
+    absent_case(5, ABSENT_BARRIER, DSIM_ALGO_AUTO, 4);
+}
+
+/* ---- a late rank's stale messages ------------------------------------ */
+
+/* Rank 1 joins call k only after rank 0 gave up on it and moved on to call
+ * k+1. Rank 1's call-k messages carry junk; if they matched rank 0's call
+ * k+1, rank 0's result would include the junk. */
+typedef struct stale_arg {
+    misc_shared s;
+    dsim_algo algo;
+} stale_arg;
+
+static void stale_rank(coll_harness *h, int rank, void *p)
+{
+    stale_arg *a = p;
+    dsim_comm *c = h->comms[rank];
+    enum { N = 1000 };
+    float junk[N], in[N], out[N];
+    char msg[300];
+    for (int i = 0; i < N; i++)
+        junk[i] = 1000.0f;
+    coll_fill(DSIM_F32, DSIM_SUM, rank, in, 0, N);
+    if (rank == 1)
+        misc_sleep_us(400 * 1000);
+    dsim_comm_set_timeout(c, (rank == 0 ? 100 : 150) * MS);
+    dsim_err e = dsim_allreduce_with(c, junk, out, N, DSIM_F32, DSIM_SUM, a->algo);
+    if (e != DSIM_ETIMEDOUT)
+        misc_fail(&a->s, "%s: rank %d's abandoned call returned %s, want a timeout",
+                  dsim_algo_name(a->algo), rank, dsim_strerror(e));
+    dsim_comm_set_timeout(c, 10000 * MS);
+    e = dsim_allreduce_with(c, in, out, N, DSIM_F32, DSIM_SUM, a->algo);
+    if (e != DSIM_OK)
+        misc_fail(&a->s, "%s: rank %d's next call failed: %s", dsim_algo_name(a->algo), rank,
+                  dsim_errmsg());
+    else if (coll_check(DSIM_F32, DSIM_SUM, 2, out, 0, N, msg, sizeof msg) >= 0)
+        misc_fail(&a->s, "%s: rank %d's next call took in stale data: %s", dsim_algo_name(a->algo),
+                  rank, msg);
+}
+
+static void test_stale_messages(void **state)
+{
+    (void)state;
+    for (int ai = 0; ai < MISC_NALGOS; ai++) {
+        stale_arg a = {.algo = misc_algos[ai]};
+        pthread_mutex_init(&a.s.mu, NULL);
+        misc_run(2, 10000 * MS, stale_rank, &a, &a.s);
+        pthread_mutex_destroy(&a.s.mu);
+    }
+}
+
+/* ---- abort mid-collective -------------------------------------------- */
+
+#define ABORT_COUNT (1 << 20)
+
+typedef struct abort_arg {
+    misc_shared s;
+    dsim_algo algo;
+    coll_harness *h;
+    int64_t abort_at; /* set just before the abort */
+    int calls[16];
+} abort_arg;
+
+static void *abort_thread(void *p)
+{
+    abort_arg *a = p;
+    misc_sleep_us(60 * 1000);
+    __atomic_store_n(&a->abort_at, dsim_rt_now(a->h->rt), __ATOMIC_SEQ_CST);
+    dsim_fabric_abort(a->h->fab, 2, "rank 2 was stopped by the test");
+    return NULL;
+}
+
+static void abort_rank(coll_harness *h, int rank, void *p)
+{
+    abort_arg *a = p;
+    float *buf = malloc(ABORT_COUNT * sizeof *buf);
+    if (!buf) {
+        misc_fail(&a->s, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < ABORT_COUNT; i++)
+        buf[i] = 1.0f;
+    dsim_err e = DSIM_OK;
+    int calls = 0;
+    while (e == DSIM_OK && calls < 100000) {
+        e = dsim_allreduce_with(h->comms[rank], buf, buf, ABORT_COUNT, DSIM_F32, DSIM_MAX, a->algo);
+        calls++;
+    }
+    int64_t back = dsim_rt_now(h->rt);
+    int64_t at = __atomic_load_n(&a->abort_at, __ATOMIC_SEQ_CST);
+    const dsim_error *ce = dsim_comm_error(h->comms[rank]);
+    if (e != DSIM_EABORTED || ce->code != DSIM_EABORTED || ce->peer != 2 ||
+        !strstr(ce->msg, "aborted") || !strstr(ce->msg, "rank 2 was stopped by the test"))
+        misc_fail(&a->s, "%s: rank %d returned %s (peer %d): %s", dsim_algo_name(a->algo), rank,
+                  dsim_strerror(e), ce->peer, ce->msg);
+    else if (at == 0 || back - at > 2000 * MS)
+        misc_fail(&a->s, "%s: rank %d returned %lld ms after the abort", dsim_algo_name(a->algo),
+                  rank, (long long)((back - at) / MS));
+    /* The abort is permanent: the next call fails at once. */
+    int64_t t1 = dsim_rt_now(h->rt);
+    e = dsim_allreduce_with(h->comms[rank], buf, buf, ABORT_COUNT, DSIM_F32, DSIM_MAX, a->algo);
+    if (e != DSIM_EABORTED || dsim_rt_now(h->rt) - t1 > 1000 * MS)
+        misc_fail(&a->s, "%s: rank %d's call after the abort returned %s", dsim_algo_name(a->algo),
+                  rank, dsim_strerror(e));
+    a->calls[rank] = calls;
+    free(buf);
+}
+
+static void test_abort(void **state)
+{
+    (void)state;
+    for (int ai = 0; ai < MISC_NALGOS; ai++) {
+        abort_arg a = {.algo = misc_algos[ai]};
+        pthread_mutex_init(&a.s.mu, NULL);
+        coll_harness h;
+        coll_harness_cfg cfg = {.nranks = 4, .timeout_ns = 30000 * MS};
+        if (coll_harness_open(&h, &cfg) != DSIM_OK)
+            fail_msg("opening 4 ranks: %s", dsim_errmsg());
+        a.h = &h;
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, abort_thread, &a), 0);
+        dsim_err e = coll_harness_run(&h, abort_rank, &a);
+        pthread_join(th, NULL);
+        coll_harness_close(&h);
+        pthread_mutex_destroy(&a.s.mu);
+        assert_int_equal(e, DSIM_OK);
+        if (a.s.failures)
+            fail_msg("%d failure(s); the first: %s", a.s.failures, a.s.first);
+    }
+}
+
+/* ---- argument errors ------------------------------------------------- */
+
+static void expect_err(dsim_err got, dsim_err want, const char *needle)
+{
+    if (got != want)
+        fail_msg("got %s, want %s (%s)", dsim_strerror(got), dsim_strerror(want), dsim_errmsg());
+    if (needle && !strstr(dsim_errmsg(), needle))
+        fail_msg("the message \"%s\" does not mention \"%s\"", dsim_errmsg(), needle);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    coll_harness h;
+    coll_harness_cfg cfg = {.nranks = 1};
+    assert_int_equal(coll_harness_open(&h, &cfg), DSIM_OK);
+    dsim_comm *c = h.comms[0];
+    float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8];
+
+    expect_err(dsim_allreduce(NULL, a, b, 8, DSIM_F32, DSIM_SUM), DSIM_EINVAL, "NULL");
+    expect_err(dsim_allreduce(c, a, b, 8, (dsim_dtype)99, DSIM_SUM), DSIM_EINVAL, "dtype 99");
+    assert_int_equal(dsim_comm_error(c)->code, DSIM_EINVAL);
+    assert_non_null(strstr(dsim_comm_error(c)->msg, "dtype 99"));
+    expect_err(dsim_allreduce(c, a, b, 8, DSIM_F32, (dsim_op)77), DSIM_EINVAL, "op 77");
+    expect_err(dsim_reduce_scatter(c, a, b, 2, DSIM_F32, (dsim_op)-1), DSIM_EINVAL, "op -1");
+    expect_err(dsim_allreduce_with(c, a, b, 8, DSIM_F32, DSIM_SUM, (dsim_algo)42), DSIM_EINVAL,
+               "algorithm 42");
+    expect_err(dsim_allreduce(c, NULL, b, 8, DSIM_F32, DSIM_SUM), DSIM_EINVAL, "sendbuf");
+    expect_err(dsim_allreduce(c, a, NULL, 8, DSIM_F32, DSIM_SUM), DSIM_EINVAL, "recvbuf");
+    expect_err(dsim_allreduce(c, a, a + 1, 4, DSIM_F32, DSIM_SUM), DSIM_EINVAL, "overlap");
+    expect_err(dsim_allreduce(c, a, b, SIZE_MAX / 2, DSIM_F64, DSIM_SUM), DSIM_EINVAL, "too large");
+    expect_err(dsim_reduce(c, a, b, 8, DSIM_F32, DSIM_SUM, 1), DSIM_EINVAL, "root 1");
+    expect_err(dsim_broadcast(c, a, 8, DSIM_F32, -1), DSIM_EINVAL, "root -1");
+    expect_err(dsim_reduce_scatter(c, a, a, 2, DSIM_F32, DSIM_SUM), DSIM_EINVAL, "overlaps");
+    dsim_comm_set_algo(c, (dsim_algo)9);
+    expect_err(dsim_allreduce(c, a, b, 8, DSIM_F32, DSIM_SUM), DSIM_EINVAL, "algorithm 9");
+    dsim_comm_set_algo(c, DSIM_ALGO_AUTO);
+
+    /* NULL buffers are fine with nothing to move; one rank copies. */
+    assert_int_equal(dsim_allreduce(c, NULL, NULL, 0, DSIM_F32, DSIM_SUM), DSIM_OK);
+    assert_int_equal(dsim_allreduce(c, a, b, 8, DSIM_F32, DSIM_MEAN), DSIM_OK);
+    assert_memory_equal(a, b, sizeof a);
+    assert_int_equal(dsim_allgather(c, a, b, 8, DSIM_F32), DSIM_OK);
+    assert_memory_equal(a, b, sizeof a);
+    assert_int_equal(dsim_barrier(c), DSIM_OK);
+
+    dsim_comm *bad = NULL;
+    dsim_comm_cfg cc = {.ep = NULL, .size = 1};
+    expect_err(dsim_comm_create(&cc, &bad), DSIM_EINVAL, "dsim_ep_open");
+    cc.ep = h.eps[0];
+    cc.size = 0;
+    expect_err(dsim_comm_create(&cc, &bad), DSIM_EINVAL, "cfg.size is 0");
+    assert_null(bad);
+    coll_harness_close(&h);
+
+    dsim_algo al;
+    for (int i = 0; i < DSIM_ALGO_COUNT; i++) {
+        assert_int_equal(dsim_algo_parse(dsim_algo_name((dsim_algo)i), &al), DSIM_OK);
+        assert_int_equal(al, i);
+    }
+    expect_err(dsim_algo_parse("butterfly", &al), DSIM_EINVAL, "reduce_to_one");
+}
+
+/* ---- choosing the algorithm ------------------------------------------ */
+
+/* Messages each rank of 4 sends in one allreduce, by algorithm: the
+ * fingerprint that shows which one ran. */
+static const uint64_t sel_msgs[DSIM_ALGO_COUNT][4] = {
+    [DSIM_ALGO_RING] = {6, 6, 6, 6},
+    [DSIM_ALGO_RHD] = {4, 4, 4, 4},
+    [DSIM_ALGO_TREE] = {2, 1, 2, 1},
+    [DSIM_ALGO_REDUCE_TO_ONE] = {3, 1, 1, 1},
+};
+
+typedef struct sel_arg {
+    misc_shared s;
+    size_t count;
+    int mode; /* 0: dsim_allreduce (cfg.algo), 1: set_algo, 2: allreduce_with */
+    dsim_algo algo;
+    dsim_algo expect;
+} sel_arg;
+
+static void sel_rank(coll_harness *h, int rank, void *p)
+{
+    sel_arg *a = p;
+    dsim_comm *c = h->comms[rank];
+    float *buf = calloc(a->count, sizeof *buf);
+    if (!buf) {
+        misc_fail(&a->s, "out of memory");
+        return;
+    }
+    dsim_ep_stats st0, st1;
+    dsim_ep_get_stats(h->eps[rank], &st0);
+    dsim_err e;
+    if (a->mode == 1) {
+        dsim_comm_set_algo(c, a->algo);
+        e = dsim_allreduce(c, buf, buf, a->count, DSIM_F32, DSIM_SUM);
+    } else if (a->mode == 2) {
+        e = dsim_allreduce_with(c, buf, buf, a->count, DSIM_F32, DSIM_SUM, a->algo);
+    } else {
+        e = dsim_allreduce(c, buf, buf, a->count, DSIM_F32, DSIM_SUM);
+    }
+    dsim_ep_get_stats(h->eps[rank], &st1);
+    if (e != DSIM_OK)
+        misc_fail(&a->s, "rank %d: %s", rank, dsim_errmsg());
+    else if (st1.msgs_sent - st0.msgs_sent != sel_msgs[a->expect][rank])
+        misc_fail(&a->s, "mode %d, algo %s, count %zu: rank %d sent %llu messages, %s sends %llu",
+                  a->mode, dsim_algo_name(a->algo), a->count, rank,
+                  (unsigned long long)(st1.msgs_sent - st0.msgs_sent), dsim_algo_name(a->expect),
+                  (unsigned long long)sel_msgs[a->expect][rank]);
+    free(buf);
+}
+
+static void test_algorithm_choice(void **state)
+{
+    (void)state;
+    static const size_t counts[] = {64, 1 << 20};
+    for (int ci = 0; ci < 2; ci++)
+        for (int algo = 0; algo < DSIM_ALGO_COUNT; algo++)
+            for (int mode = 0; mode < 3; mode++) {
+                sel_arg a = {.count = counts[ci], .mode = mode, .algo = (dsim_algo)algo};
+                a.expect = algo == DSIM_ALGO_AUTO
+                               ? dsim_allreduce_decide(counts[ci] * sizeof(float), 4)
+                               : (dsim_algo)algo;
+                pthread_mutex_init(&a.s.mu, NULL);
+                coll_harness h;
+                coll_harness_cfg cfg = {.nranks = 4, .algo = mode == 0 ? a.algo : DSIM_ALGO_AUTO};
+                assert_int_equal(coll_harness_open(&h, &cfg), DSIM_OK);
+                dsim_err e = coll_harness_run(&h, sel_rank, &a);
+                coll_harness_close(&h);
+                pthread_mutex_destroy(&a.s.mu);
+                assert_int_equal(e, DSIM_OK);
+                if (a.s.failures)
+                    fail_msg("%s", a.s.first);
+            }
+
+    /* The documented thresholds (src/coll/decide.c). */
+    assert_int_equal(dsim_allreduce_decide(4096, 4), DSIM_ALGO_TREE);
+    assert_int_equal(dsim_allreduce_decide(64 << 10, 16), DSIM_ALGO_TREE);
+    assert_int_equal(dsim_allreduce_decide((64 << 10) + 4, 4), DSIM_ALGO_RHD);
+    assert_int_equal(dsim_allreduce_decide((size_t)16 << 20, 4), DSIM_ALGO_RHD);
+    assert_int_equal(dsim_allreduce_decide((size_t)64 << 20, 8), DSIM_ALGO_RHD);
+    assert_int_equal(dsim_allreduce_decide((size_t)4 << 20, 7), DSIM_ALGO_RHD);
+    assert_int_equal(dsim_allreduce_decide((size_t)64 << 20, 7), DSIM_ALGO_RING);
+
+    /* The decision never answers AUTO, for any size and rank count. */
+    for (int n = 1; n <= 1024; n = n < 16 ? n + 1 : n * 2)
+        for (size_t bytes = 0; bytes <= ((size_t)1 << 32); bytes = bytes ? bytes * 4 : 1) {
+            dsim_algo d = dsim_allreduce_decide(bytes, n);
+            if (d <= DSIM_ALGO_AUTO || d >= DSIM_ALGO_COUNT)
+                fail_msg("dsim_allreduce_decide(%zu, %d) = %d", bytes, n, (int)d);
+        }
+}
+
+int main(void)
+{
+    coll_data_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_arguments),  cmocka_unit_test(test_algorithm_choice),
+        cmocka_unit_test(test_determinism),    cmocka_unit_test(test_absent_rank),
+        cmocka_unit_test(test_stale_messages), cmocka_unit_test(test_abort),
+    };
+    return cmocka_run_group_tests_name("coll_misc", tests, NULL, NULL);
+}
