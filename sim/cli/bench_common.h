@@ -36,19 +36,19 @@ enum {
 };
 
 typedef struct bench_opts {
-    int have_coll;   /* a collective was named on the command line */
-    bench_coll coll; /* default allreduce */
-    size_t minbytes; /* -b, default 32M (nccl-tests' default) */
-    size_t maxbytes; /* -e, default 32M */
+    int have_coll;     /* a collective was named on the command line */
+    bench_coll coll;   /* default allreduce */
+    size_t minbytes;   /* -b, default 32M (nccl-tests' default) */
+    size_t maxbytes;   /* -e, default 32M */
     size_t stepfactor; /* -f, default 2 */
-    int iters;       /* -n, default 20 */
-    int warmup;      /* -w, default 5 */
-    int check;       /* -c, default 1 */
-    dsim_op op;      /* -o, default sum */
-    dsim_dtype dtype; /* -d, default float */
-    int root;        /* -r, default 0 (broadcast only) */
-    int ranks;       /* --ranks, default 4 */
-    const char *algo; /* --algo as given, default "auto"; the caller parses it */
+    int iters;         /* -n, default 20 */
+    int warmup;        /* -w, default 5 */
+    int check;         /* -c, default 1 */
+    dsim_op op;        /* -o, default sum */
+    dsim_dtype dtype;  /* -d, default float */
+    int root;          /* -r, default 0 (broadcast only) */
+    int ranks;         /* --ranks, default 4 */
+    const char *algo;  /* --algo as given, default "auto"; the caller parses it */
 } bench_opts;
 
 void bench_opts_default(bench_opts *o);
@@ -58,7 +58,8 @@ void bench_opts_default(bench_opts *o);
  * input writes one line to err naming the flag, the value and what is
  * accepted, and returns 2; else 0. Does not check ranks against root or
  * sizes against memory (the caller knows the rank count). */
-int bench_parse(int argc, char **argv, int first, unsigned flags, bench_opts *o, FILE *err);
+int bench_parse(const char *prog, int argc, char **argv, int first, unsigned flags, bench_opts *o,
+                FILE *err);
 
 /* "16M" -> 16777216. K, M, G (either case) are powers of 1024 as in
  * nccl-tests; a trailing B is allowed ("16MB"). Returns 0, or -1 on junk,
@@ -121,9 +122,13 @@ double bench_bound_seconds(bench_coll c, int nranks, size_t bytes, double copy_b
  * root's buffer. */
 double bench_value(bench_coll c, dsim_op op, dsim_dtype t, int nranks, int rank, size_t i);
 
-/* Fills a rank's send buffer (for broadcast: the root's buffer, or on other
- * ranks a pattern that differs from the root's) of sz.rank_count elements.
- * `scratch` holds at least BENCH_CHUNK doubles. */
+/* Elements in a rank's input buffer: sz.count, or sz.rank_count for
+ * allgather. */
+size_t bench_in_count(bench_coll c, const bench_size *sz);
+
+/* Fills a rank's input buffer of bench_in_count elements (for broadcast:
+ * the root's data, or on other ranks a pattern that differs from the
+ * root's). `scratch` holds at least BENCH_CHUNK doubles. */
 #define BENCH_CHUNK 4096
 void bench_fill(bench_coll c, dsim_op op, dsim_dtype t, int nranks, int root, int rank,
                 const bench_size *sz, void *buf, double *scratch);
@@ -138,10 +143,11 @@ void bench_expected(bench_coll c, dsim_op op, dsim_dtype t, int nranks, int root
 /* The number of elements of got that differ bitwise from want. */
 size_t bench_count_wrong(const void *got, const void *want, size_t n, dsim_dtype t);
 
-/* Elements of `rank`'s output that are wrong; computes the expected values
- * chunk by chunk (no full-size copy). */
-size_t bench_check_output(bench_coll c, dsim_op op, dsim_dtype t, int nranks, int root, int rank,
-                          const bench_size *sz, const void *out);
+/* Counts the elements of `rank`'s output that are wrong into *wrong;
+ * computes the expected values chunk by chunk (no full-size copy). 0, or -1
+ * when out of memory. */
+int bench_check_output(bench_coll c, dsim_op op, dsim_dtype t, int nranks, int root, int rank,
+                       const bench_size *sz, const void *out, size_t *wrong);
 
 /* The table. */
 typedef struct bench_row {
