@@ -14,4 +14,5 @@
 #include "dsim/optim.h"
 #include "dsim/dataset.h"
 #include "dsim/data.h"
+#include "dsim/strategy.h"
 #endif

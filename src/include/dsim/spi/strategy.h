@@ -1,0 +1,277 @@
+/* For people who write a distribution strategy: the ops table.
+ *
+ * A strategy decides where the variables live and how a step's gradients
+ * turn into the next step's variables. It mirrors tf.distribute.Strategy and
+ * StrategyExtended: check the cluster shape, create variables with a
+ * placement, reduce per-replica values, apply gradients, save a checkpoint,
+ * num_replicas_in_sync, is_chief. Everything else a training job does is the
+ * driver's (src/strategy/train.c, dsim_train in dsim/strategy.h):
+ *
+ *   driver                                   strategy
+ *   ------                                   --------
+ *   check_shape(shape)                       accept or refuse hosts x devices, ps
+ *   one runtime worker per replica:
+ *     replica_init(ctx)                      set up ctx->priv (optimizer, buffers)
+ *     create_variables(ctx, init)            place the variables; ctx->params holds
+ *                                            them on every replica on return
+ *     for every step:
+ *       input -> this replica's batch
+ *       grad = 0; loss_grad(ctx->params, batch, scale = 1/global_batch)
+ *       apply_gradients(ctx, grad)           ctx->params: next step's variables
+ *       reduce(ctx, SUM, local loss)         the step's loss
+ *       [save(ctx, vars) when a checkpoint is due; the chief's is written]
+ *     finish(ctx)                            ctx->params: the job's final variables
+ *     replica_fini(ctx)
+ *   one runtime worker per (parameter server, replica), if num_ps > 0:
+ *     server_init(srv) once per server, serve(srv, client), server_fini(srv)
+ *
+ * Loss scaling (TF's compute_average_loss): the driver scales each replica's
+ * per-example loss sum, and so its gradient, by 1 / (per-replica batch *
+ * num_replicas_in_sync) = num_replicas / (global_batch *
+ * num_replicas_in_sync), which is 1/global_batch for a strategy whose
+ * replicas are all in sync. The gradients a replica hands apply_gradients are
+ * therefore already averaged over the global batch: a synchronous strategy
+ * must SUM them over the replicas. MEAN would divide the learning rate by the
+ * number of replicas, which dsim's reference comparison catches.
+ *
+ * Rules of the table (as for transports and engines):
+ *   - const, `size` first (sizeof(struct dsim_strategy_ops), checked at
+ *     registration), designated initializers;
+ *   - the members marked "required" are checked at registration
+ *     (DSIM_EINVAL naming the member); an optional member left NULL gets the
+ *     behaviour its comment states;
+ *   - src/strategy/strategy.c is the only caller of these members.
+ *
+ * A strategy in a shared object exports one function named
+ * DSIM_STRATEGY_PLUGIN_SYMBOL (see dsim_strategy_plugin_fn) and is loaded
+ * with dsim_strategy_load (dsim/strategy.h); examples/custom_strategy is a
+ * worked example. */
+#ifndef DSIM_SPI_STRATEGY_H
+#define DSIM_SPI_STRATEGY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsim/comm.h"
+#include "dsim/err.h"
+#include "dsim/model.h"
+#include "dsim/optim.h"
+#include "dsim/reduce.h"
+#include "dsim/rt.h"
+#include "dsim/strategy.h"
+#include "dsim/transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever struct dsim_strategy_ops or the context structs below
+ * change incompatibly; a plugin built against another version is refused. */
+#define DSIM_STRATEGY_ABI_VERSION 1u
+
+/* The function every strategy plugin exports. It stores the ABI version the
+ * plugin was compiled with (DSIM_STRATEGY_ABI_VERSION) in *abi_version and
+ * returns the plugin's ops table (static storage; never freed). */
+#define DSIM_STRATEGY_PLUGIN_SYMBOL "dsim_strategy_plugin"
+typedef const struct dsim_strategy_ops *dsim_strategy_plugin_fn(uint32_t *abi_version);
+
+/* Communicator ids. The driver's communicator over every replica uses
+ * DSIM_STRATEGY_COMM_WORLD; ids below DSIM_STRATEGY_COMM_USER are reserved
+ * for the driver, and a strategy sends its own messages (dsim_isend) with ids
+ * from DSIM_STRATEGY_COMM_USER up. */
+#define DSIM_STRATEGY_COMM_WORLD 1u
+#define DSIM_STRATEGY_COMM_USER  16u
+
+/* Where a strategy keeps the variables (informational: reported in
+ * dsim_train_result.placement). */
+typedef enum dsim_var_placement {
+    DSIM_PLACE_UNSPECIFIED = 0,
+    DSIM_PLACE_ONE_DEVICE, /* one copy, on the only replica */
+    DSIM_PLACE_MIRRORED,   /* a copy on every replica, kept identical */
+    DSIM_PLACE_CENTRAL,    /* one copy on the host (the chief's worker) */
+    DSIM_PLACE_SHARDED,    /* split over the parameter servers */
+    DSIM_PLACE_COUNT
+} dsim_var_placement;
+
+/* "unspecified", "one_device", "mirrored", "central", "sharded". */
+const char *dsim_var_placement_name(dsim_var_placement p);
+
+/* The cluster a job asks for. */
+typedef struct dsim_strategy_shape {
+    int hosts;            /* workers (TF tasks), >= 1 */
+    int devices_per_host; /* >= 1 */
+    int num_replicas;     /* hosts * devices_per_host */
+    int num_ps;           /* parameter servers, >= 0 */
+    dsim_ps_mode ps_mode; /* what the job asked of the parameter servers */
+} dsim_strategy_shape;
+
+/* Everything a checkpoint holds about the variables: the parameters and the
+ * optimizer's slots in the whole-model layout of dsim/optim.h. */
+typedef struct dsim_strategy_vars {
+    size_t n_params;
+    float *params;          /* n_params floats */
+    size_t optim_state_len; /* dsim_optim_state_len for n_params parameters */
+    float *optim_state;     /* optim_state_len floats (NULL when 0) */
+    uint64_t optim_step;    /* updates applied (TF's optimizer.iterations) */
+} dsim_strategy_vars;
+
+/* One replica's view of the job. The driver fills every field before
+ * replica_init and owns them; the strategy reads them, writes ctx->params
+ * and its own ctx->priv, and nothing else. */
+typedef struct dsim_replica_ctx {
+    dsim_strategy_shape shape;
+    int replica; /* worker * devices_per_host + device; also this replica's rank */
+    int worker;
+    int device;
+    dsim_rt *rt;
+    dsim_fabric *fabric;
+    dsim_ep *ep;        /* this replica's endpoint (rank = replica) */
+    dsim_comm *world;   /* every replica, comm id DSIM_STRATEGY_COMM_WORLD, set to the
+                           job's all-reduce algorithm (algo below) */
+    dsim_algo algo;     /* the job's `communication` option */
+    int server_rank0;   /* rank of parameter server 0 (= num_replicas); server s is
+                           server_rank0 + s */
+    int64_t timeout_ns; /* bound for every wait (collectives use it already) */
+    const dsim_model_spec *model;
+    const dsim_optim_spec *optim;
+    size_t n_params;
+    float *params;        /* n_params floats: the variables this replica's next step reads */
+    uint64_t global_step; /* the step being run, counting from 0 over the whole job
+                             (restored steps included) */
+    void *priv;           /* replica_priv_size bytes, zeroed, 16-byte aligned */
+} dsim_replica_ctx;
+
+/* One parameter server. serve() runs once per client replica, each on its own
+ * runtime worker, all sharing this context: guard shared state with `lock`
+ * (dsim_waitq_lock/unlock; wait on it with dsim_waitq_wait, woken by
+ * dsim_waitq_wake). The driver wakes `lock` when the job is aborted, so a
+ * waiter re-tests dsim_fabric_aborted(srv->fabric) with its condition. */
+typedef struct dsim_server_ctx {
+    dsim_strategy_shape shape;
+    int server; /* 0 .. num_ps - 1 */
+    int rank;   /* num_replicas + server */
+    dsim_rt *rt;
+    dsim_fabric *fabric;
+    dsim_ep *ep; /* this server's endpoint, shared by its serve() workers */
+    dsim_waitq *lock;
+    int64_t timeout_ns;
+    const dsim_model_spec *model;
+    const dsim_optim_spec *optim;
+    size_t n_params;
+    void *priv;   /* server_priv_size bytes, zeroed, 16-byte aligned */
+    void *driver; /* the driver's; do not touch */
+} dsim_server_ctx;
+
+struct dsim_strategy_ops {
+    size_t size;         /* sizeof(struct dsim_strategy_ops) */
+    const char *name;    /* required: [a-z0-9_]+, at most 31 characters */
+    const char *summary; /* one line for `dsim list`; optional */
+    dsim_var_placement placement;
+    size_t replica_priv_size; /* bytes of ctx->priv per replica */
+    size_t server_priv_size;  /* bytes of srv->priv per parameter server */
+
+    /* Required. Accepts or refuses the cluster before anything starts.
+     * Refusal: DSIM_EINVAL with a message naming the shape asked for and the
+     * shapes accepted, e.g. "mirrored runs on one worker; got 2 hosts x 2
+     * devices (use multi_worker_mirrored)". */
+    dsim_err (*check_shape)(const dsim_strategy_shape *shape);
+
+    /* Optional (NULL: shape->num_replicas). How many replicas contribute to
+     * one update: the denominator of TF's loss scaling, with the global
+     * batch. An asynchronous strategy, where each replica's update stands
+     * alone, returns 1. */
+    int (*num_replicas_in_sync)(const dsim_strategy_shape *shape);
+
+    /* Optional (NULL: nothing to do). Called on every replica's worker before
+     * create_variables; sets up ctx->priv. On failure replica_fini is still
+     * called. */
+    dsim_err (*replica_init)(dsim_replica_ctx *ctx);
+
+    /* Optional. Releases what replica_init and later calls kept in ctx->priv.
+     * Called once per replica, after any failure too. */
+    void (*replica_fini)(dsim_replica_ctx *ctx);
+
+    /* Required. Creates the variables with the strategy's placement. `init`
+     * is non-NULL on the chief replica only (replica 0): the initial values,
+     * fresh or restored from a checkpoint, with the optimizer's slots and
+     * step. Other replicas get NULL and obtain the values from the chief
+     * (broadcast, parameter servers, ...), as TF initializes variables on the
+     * chief. On return ctx->params holds the variables on every replica.
+     * Collective: every replica calls it. */
+    dsim_err (*create_variables)(dsim_replica_ctx *ctx, const dsim_strategy_vars *init);
+
+    /* Required. grad (n_params floats, writable scratch) is this replica's
+     * gradient, already scaled (see the top of this file). Combines the
+     * replicas' gradients, updates the variables and leaves in ctx->params
+     * the variables this replica's next step reads. A synchronous strategy
+     * leaves the same bits on every replica. Called once per step on every
+     * replica, empty batches included (their grad is zero). */
+    dsim_err (*apply_gradients)(dsim_replica_ctx *ctx, float *grad);
+
+    /* Required. out[i] = op over the replicas of in[i], for n doubles, as
+     * tf.distribute.Strategy.reduce (op SUM or MEAN; others may be refused
+     * with DSIM_EINVAL). Every replica gets the result. Collective. A
+     * strategy whose replicas do not run in step returns DSIM_ENOTSUP, and
+     * the driver reports the step's loss as not reduced (NaN). */
+    dsim_err (*reduce)(dsim_replica_ctx *ctx, dsim_op op, const double *in, double *out, size_t n);
+
+    /* Optional (NULL: DSIM_ENOTSUP, "strategy X does not support
+     * checkpoints"). Fills `out` (arrays allocated by the driver, sized for
+     * the whole model) with the job's variables as of the end of the current
+     * step, on the replica for which is_chief is true; the driver writes
+     * only that replica's. Called on every replica at the same step
+     * (collective). */
+    dsim_err (*save)(dsim_replica_ctx *ctx, dsim_strategy_vars *out);
+
+    /* Optional (NULL: replica == 0). 1 on exactly one replica of the job:
+     * the one that writes checkpoints (the chief task's first device), as
+     * TF's extended.should_checkpoint. */
+    int (*is_chief)(const dsim_replica_ctx *ctx);
+
+    /* Optional (NULL: nothing to do). Called on every replica after its last
+     * step, before replica_fini: leaves in ctx->params the job's final
+     * variables (a parameter-server strategy pulls them once every replica
+     * is done). */
+    dsim_err (*finish)(dsim_replica_ctx *ctx);
+
+    /* Optional (NULL: nothing to set up). Called once per parameter server
+     * before any serve(), on the driver's thread; sets up srv->priv. On
+     * failure server_fini is still called and the job does not start. */
+    dsim_err (*server_init)(dsim_server_ctx *srv);
+
+    /* Optional (NULL: DSIM_ENOTSUP; a job with num_ps > 0 is then refused
+     * before it starts, whatever check_shape says). Answers the
+     * requests of one client replica until that client says it is done
+     * (return DSIM_OK) or something fails (return the error; the driver
+     * aborts the job). Runs on its own runtime worker, concurrently with the
+     * server's other serve() calls. Every wait is bounded by
+     * srv->timeout_ns. */
+    dsim_err (*serve)(dsim_server_ctx *srv, int client);
+
+    /* Optional. Releases srv->priv; after every serve() returned. */
+    void (*server_fini)(dsim_server_ctx *srv);
+};
+
+/* Registers a strategy under ops->name; required members are checked
+ * (DSIM_EINVAL naming the member). Registering the same table twice is a
+ * no-op; another table under a taken name is DSIM_EINVAL. The built-ins
+ * (one_device, mirrored, multi_worker_mirrored, central_storage,
+ * parameter_server) register themselves on first use. */
+dsim_err dsim_strategy_register(const struct dsim_strategy_ops *ops);
+
+/* For parameter servers: records that `replica`'s update read at
+ * version_read was applied when the server was at version_applied
+ * (staleness = version_applied - version_read, in versions). Call it with
+ * srv->lock held; the records come back in dsim_train_result.updates. */
+dsim_err dsim_server_record_update(dsim_server_ctx *srv, int replica, uint64_t step,
+                                   uint64_t version_read, uint64_t version_applied);
+
+/* The contiguous share of n parameters that shard s of nshards holds, as
+ * even as possible (the first n % nshards shards get one more):
+ * [*first, *first + *count). */
+void dsim_strategy_shard_range(size_t n, int nshards, int s, size_t *first, size_t *count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,257 @@
+/* Running a training job under a distribution strategy.
+ *
+ * dsim_train runs one job: hosts x devices_per_host replicas (and num_ps
+ * parameter servers) as workers of a runtime engine, joined by an inproc
+ * fabric, each replica reading its share of a synthetic dataset through the
+ * input pipeline (dsim/data.h) and training a reference model (dsim/model.h)
+ * with an optimizer (dsim/optim.h), while the named strategy keeps the
+ * variables (dsim/spi/strategy.h). An observer sees every replica after every
+ * step; the result holds the final parameters, the per-step losses and
+ * parameter checksums of every replica, the coverage ledger, and for
+ * parameter servers every update's staleness.
+ *
+ * dsim_train_reference replays the same global batches on one device, so
+ * that a run can be compared with it (dsim_params_compare).
+ *
+ * Built-in strategies (TF names): one_device, mirrored,
+ * multi_worker_mirrored, central_storage, parameter_server. A user's own
+ * strategy is a shared object loaded with dsim_strategy_load.
+ *
+ * Cluster shapes accepted:
+ *   one_device             1 host x 1 device, no ps
+ *   mirrored               1 host x D devices, no ps
+ *   central_storage        1 host x D devices, no ps
+ *   multi_worker_mirrored  H hosts x D devices, no ps
+ *   parameter_server       H hosts x D devices, num_ps >= 1, sync or async
+ *
+ * Determinism: with a synchronous strategy the same configuration gives the
+ * same bits on every run (every collective is deterministic for a given
+ * algorithm and rank count, and the parameter servers sum contributions in
+ * replica order). Asynchronous parameter-server runs depend on scheduling. */
+#ifndef DSIM_STRATEGY_H
+#define DSIM_STRATEGY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsim/comm.h"
+#include "dsim/data.h"
+#include "dsim/dataset.h"
+#include "dsim/err.h"
+#include "dsim/model.h"
+#include "dsim/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dsim_ps_mode {
+    DSIM_PS_SYNC = 0, /* every step's updates aggregated, then applied once */
+    DSIM_PS_ASYNC,    /* each replica's update applied as it arrives */
+    DSIM_PS_MODE_COUNT
+} dsim_ps_mode;
+
+/* "sync", "async". */
+const char *dsim_ps_mode_name(dsim_ps_mode m);
+dsim_err dsim_ps_mode_parse(const char *s, dsim_ps_mode *out);
+
+/* ---- the strategy registry ---- */
+
+/* Loads a strategy from a shared object and registers it under `name`
+ * (NULL: the name in its ops table). The object exports
+ * `const struct dsim_strategy_ops *dsim_strategy_plugin(uint32_t *abi)`
+ * (dsim/spi/strategy.h). Loading the same table under the same name again is
+ * a no-op. Errors name the path and the problem: DSIM_ENOENT when dlopen
+ * fails (with dlerror()), DSIM_EINVAL when the symbol is missing, the ABI
+ * version differs, or the table is incomplete. The object stays loaded for
+ * the life of the process. */
+dsim_err dsim_strategy_load(const char *name, const char *path);
+
+/* 1 if a strategy of that name is registered (built-ins included). */
+int dsim_strategy_exists(const char *name);
+
+/* Writes the registered names, comma-separated, into buf (always
+ * terminated). Returns how many there are. */
+int dsim_strategy_list(char *buf, size_t cap);
+
+/* The summary line of a registered strategy, or NULL. */
+const char *dsim_strategy_summary(const char *name);
+
+/* ---- training ---- */
+
+/* What the observer sees: one replica after one step. */
+typedef struct dsim_train_step_info {
+    int replica, worker, device;
+    uint32_t epoch;         /* 0-based */
+    uint64_t step;          /* 0-based within the epoch */
+    uint64_t global_step;   /* 0-based over the whole job (restored steps included) */
+    uint64_t examples;      /* in this replica's batch */
+    double local_loss;      /* this replica's loss sum times the loss scale */
+    double loss;            /* the strategy's SUM-reduce of local_loss (NaN if the
+                               strategy does not reduce, as async parameter servers) */
+    uint64_t checksum;      /* dsim_params_checksum of the replica's variables after the step */
+    int64_t t_start, t_end; /* dsim_rt_now at the step's start and end */
+} dsim_train_step_info;
+
+/* Called on the replica's own worker thread, concurrently for different
+ * replicas: it must be thread-safe. */
+typedef void (*dsim_train_observer)(const dsim_train_step_info *info, void *user);
+
+typedef struct dsim_train_cfg {
+    /* strategy */
+    const char *strategy;    /* a registered name, e.g. "mirrored" */
+    const char *plugin_path; /* optional: dsim_strategy_load(strategy, plugin_path) first */
+    int hosts;               /* >= 1 */
+    int devices_per_host;    /* >= 1 */
+    int num_ps;              /* parameter servers, >= 0 */
+    dsim_ps_mode ps_mode;
+    dsim_algo communication; /* all-reduce algorithm; AUTO: the decision function */
+    int64_t timeout_ns;      /* every collective and wait; <= 0: 30 s */
+    const char *engine;      /* NULL: "threads" */
+
+    /* model and optimizer; model.in_dim == 0 takes the model that fits the
+     * dataset (dsim_dataset_model_spec) */
+    dsim_model_spec model;
+    dsim_optim_spec optim;
+
+    /* data */
+    dsim_dataset_spec data;      /* made with dsim_dataset_make when dataset is NULL */
+    const dsim_dataset *dataset; /* borrowed, optional */
+    bool in_memory;              /* present the data as a source without files
+                                    (AUTO then shards by DATA) */
+    dsim_shard_policy shard;
+    dsim_shard_hint hint;
+    int64_t global_batch; /* >= 1 */
+    uint32_t epochs;      /* >= 1 */
+    bool shuffle;
+    bool drop_remainder;
+    uint64_t seed; /* model init ("model.init") and shuffling ("data.shuffle") */
+
+    /* checkpoints (BackupAndRestore) */
+    const char *checkpoint_path; /* NULL: none */
+    uint64_t checkpoint_every;   /* save after every k-th global step; 0: never */
+    bool restore;                /* start from checkpoint_path if it exists */
+    uint64_t stop_after;         /* stop once this many global steps are done
+                                    (an interruption); 0: run to the end */
+
+    bool record_params; /* keep replica 0's variables after every step (result.trace) */
+    dsim_train_observer observer;
+    void *observer_user;
+} dsim_train_cfg;
+
+/* Defaults: 1 host x 1 device, no ps (sync), AUTO, 30 s timeout, threads,
+ * sgd with Keras' defaults, shard AUTO, global batch 32, 1 epoch, seed 1,
+ * no checkpoints. Strategy, model and data are left for the caller. */
+void dsim_train_cfg_init(dsim_train_cfg *cfg);
+
+/* One parameter-server update. */
+typedef struct dsim_ps_update {
+    int replica;
+    int server;
+    uint64_t global_step;     /* the replica's step */
+    uint64_t version_read;    /* server version the replica computed with */
+    uint64_t version_applied; /* server version when it was applied */
+    uint64_t staleness;       /* version_applied - version_read */
+} dsim_ps_update;
+
+typedef struct dsim_train_result {
+    char strategy[32];
+    int placement; /* dsim_var_placement (dsim/spi/strategy.h) */
+    int num_workers, devices_per_host, num_replicas, num_ps;
+    int num_replicas_in_sync;
+    float loss_scale; /* what each replica's loss sum was multiplied by */
+    dsim_shard_policy shard_applied;
+    uint64_t steps_per_epoch;
+    uint64_t first_step; /* global step of the first step run (> 0 after a restore) */
+    uint64_t steps;      /* steps run */
+
+    size_t n_params;
+    float *params;           /* replica 0's variables at the end */
+    bool replicas_agree;     /* every replica ended with the same bits */
+    bool in_sync_every_step; /* every replica had the same bits after every step */
+    double initial_loss;     /* mean per-example loss over the dataset, at the start */
+    double final_loss;       /* ... and at the end (replica 0's variables) */
+
+    double *loss;       /* [steps]: replica 0's reduced loss (NaN: not reduced) */
+    double *local_loss; /* [steps * num_replicas] */
+    uint64_t *checksum; /* [steps * num_replicas]: after each step */
+    uint64_t *examples; /* [steps * num_replicas] */
+    float *trace;       /* [steps * n_params] if cfg.record_params, else NULL */
+
+    dsim_ledger *ledger; /* who read what (replica = worker * D + device) */
+
+    dsim_ps_update *updates; /* parameter servers: every update, by server then order */
+    size_t n_updates;
+    uint64_t max_staleness;
+
+    uint64_t checkpoints_written;
+    uint64_t *checkpoint_writes; /* [num_replicas]: files written by each replica */
+
+    dsim_error error; /* the failure, when dsim_train did not return DSIM_OK */
+} dsim_train_result;
+
+/* Runs the job. On failure returns the error of the replica or server that
+ * failed first (the message names it) after every replica has returned: a
+ * failing replica aborts the fabric so nobody waits for it. *res is filled
+ * as far as the run got; release it with dsim_train_result_free either way. */
+dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res);
+
+/* Replays the global batches of cfg on one device from the same initial
+ * variables: at each step the batches of all replicas, concatenated in
+ * replica order, in one dsim_model_loss_grad call with scale 1/global_batch,
+ * then the same optimizer. Ignores the strategy, servers and checkpoints.
+ * Fills params, steps, loss, trace (if record_params), initial/final loss,
+ * ledger (as replica 0); num_replicas is 1. */
+dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res);
+
+void dsim_train_result_free(dsim_train_result *res);
+
+/* ---- comparing parameters ---- */
+
+/* FNV-1a 64 of the bytes of n floats. */
+uint64_t dsim_params_checksum(const float *p, size_t n);
+
+typedef struct dsim_params_diff {
+    double max_abs;    /* max |a - b| */
+    double max_rel;    /* max |a - b| / max(|a|, |b|), 0 where both are 0 */
+    uint64_t max_ulps; /* max distance in float ulps (UINT64_MAX if a NaN differs) */
+    size_t worst;      /* index of max_abs */
+    size_t n_diff;     /* elements whose bits differ */
+} dsim_params_diff;
+
+void dsim_params_compare(const float *a, const float *b, size_t n, dsim_params_diff *out);
+
+/* ---- checkpoints ---- */
+
+/* A checkpoint file: little-endian, written to PATH.tmp, fsync'ed and
+ * renamed over PATH (then the directory fsync'ed), so a reader sees the old
+ * file or the new one, never half of one.
+ *   0  magic "DSIMCKPT"   8  u32 version (1)   12 u32 optimizer kind
+ *   16 u32 epoch          20 u32 reserved (0)
+ *   24 u64 step (within the epoch)   32 u64 global_step
+ *   40 u64 n_params       48 u64 optim_step    56 u64 optim_state_len
+ *   64 f32 params[n_params]  f32 optim_state[optim_state_len]
+ *   u64 FNV-1a 64 of every byte before it. */
+typedef struct dsim_checkpoint {
+    uint32_t epoch; /* where to resume: (epoch, step) is the next step */
+    uint64_t step;
+    uint64_t global_step; /* steps done */
+    dsim_optim_kind optim_kind;
+    uint64_t optim_step;
+    size_t n_params;
+    float *params;
+    size_t optim_state_len;
+    float *optim_state;
+} dsim_checkpoint;
+
+dsim_err dsim_checkpoint_write(const char *path, const dsim_checkpoint *ck);
+/* DSIM_ENOENT if the file is missing, DSIM_EIO on a read error, DSIM_EPROTO
+ * if it is truncated or corrupt; the message names the file. */
+dsim_err dsim_checkpoint_read(const char *path, dsim_checkpoint **out);
+void dsim_checkpoint_free(dsim_checkpoint *ck);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

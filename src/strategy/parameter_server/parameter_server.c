@@ -1,0 +1,568 @@
+/* parameter_server: TF's ParameterServerStrategy (async) and the synchronous
+ * variant of TF1's SyncReplicasOptimizer (sync).
+ *
+ * The variables are one flat buffer cut into num_ps contiguous shards
+ * (dsim_strategy_shard_range; TF's FixedShardsPartitioner); server s holds
+ * shard s and the optimizer slots for it, and applies the updates. Replicas
+ * hold no state of their own between steps but the values they last read.
+ *
+ *   replica r                         server s (one serve() worker per replica)
+ *   ---------                         ------------------------------------------
+ *   create_variables:
+ *     chief: INIT(shard, slots, step) ->  keeps them; version = 0
+ *     every: PULL                     ->  waits for INIT; replies (version, shard)
+ *   each step:
+ *     PUSH(version read, grad shard)  ->  sync:  waits for every replica's push of
+ *                                                the step, sums them in replica
+ *                                                order, applies once, version++
+ *                                         async: applies it at once, version++
+ *                                     <-  (version, shard after the update)
+ *   finish: barrier; PULL; STOP       ->  serve() returns
+ *   save (chief): SAVE                ->  (shard, slots, step)
+ *
+ * Each update's staleness (versions applied since the replica read the
+ * values it computed with) is recorded with dsim_server_record_update: 0 for
+ * every sync update; in async mode it grows with the number of replicas.
+ *
+ * Coordinator: TF2's ParameterServerStrategy has a coordinator (the chief)
+ * that schedules step closures on workers. Here every replica runs its own
+ * loop over its own input shard (TF1's between-graph replication), so the
+ * coordinator is implicit: replica 0 initializes the variables and writes the
+ * checkpoints, as the chief does in TF.
+ *
+ * Why one serve() worker per (server, replica): a receive names its source
+ * (dsim/transport.h has no receive-from-any), so a server answers each
+ * replica on a worker of its own, as a gRPC server runs a handler per
+ * stream; the workers of one server share its shard under srv->lock.
+ *
+ * Loss scaling: sync mode scales by 1/global_batch (num_replicas_in_sync = N)
+ * and SUMs the contributions. In async mode each update stands alone: as in
+ * TF's ParameterServerStrategy with one replica per worker,
+ * num_replicas_in_sync is 1 and each replica's loss is averaged over its own
+ * share of the global batch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../strategy_int.h"
+
+#define PS_COMM    (DSIM_STRATEGY_COMM_USER + 0u)
+#define PS_TAG_REQ 1u
+#define PS_TAG_REP 2u
+
+enum { PS_INIT = 1, PS_PULL, PS_PUSH, PS_SAVE, PS_STOP };
+
+static const char *const ps_op_names[] = {"?", "INIT", "PULL", "PUSH", "SAVE", "STOP"};
+
+/* Every message starts with this header, then floats. */
+typedef struct ps_hdr {
+    uint32_t op;
+    uint32_t from;       /* the replica that asked */
+    uint64_t version;    /* PUSH: version read; replies: the server's version */
+    uint64_t step;       /* PUSH: the replica's global step */
+    uint64_t optim_step; /* INIT, SAVE replies */
+} ps_hdr;
+
+typedef struct ps_client {
+    int nps;
+    int slots;                  /* optimizer floats per parameter */
+    size_t cap;                 /* largest message, bytes */
+    size_t *first;              /* [nps] */
+    size_t *count;              /* [nps] */
+    uint64_t *version;          /* [nps]: server version of the values in ctx->params */
+    unsigned char *sbuf, *rbuf; /* [nps * cap] */
+    dsim_req **reqs;            /* [2 * nps] */
+} ps_client;
+
+typedef struct ps_server {
+    int slots;
+    size_t first, count;
+    float *shard;
+    dsim_optim *opt;      /* NULL when the shard is empty */
+    uint64_t initialized; /* 0 until the chief's INIT */
+    uint64_t version;
+    /* sync aggregation of one step */
+    float *agg;      /* [N * count] */
+    uint64_t *vread; /* [N] */
+    uint64_t *gstep; /* [N] */
+    int arrived;
+    uint64_t round;
+} ps_server;
+
+static int ps_slots(dsim_optim_kind k)
+{
+    return k == DSIM_OPTIM_ADAM ? 2 : k == DSIM_OPTIM_MOMENTUM ? 1 : 0;
+}
+
+static size_t ps_msg_cap(size_t count, int slots)
+{
+    return sizeof(ps_hdr) + (size_t)(1 + slots) * count * sizeof(float);
+}
+
+static float *ps_payload(unsigned char *msg)
+{
+    return (float *)(void *)(msg + sizeof(ps_hdr));
+}
+
+/* ---- shape and scaling ---- */
+
+static dsim_err ps_check_shape(const dsim_strategy_shape *s)
+{
+    if (s->num_ps < 1)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "parameter_server needs at least 1 parameter server (num_ps >= 1); got "
+                        "%d host(s) x %d device(s) with %d ps",
+                        s->hosts, s->devices_per_host, s->num_ps);
+    if (s->ps_mode != DSIM_PS_SYNC && s->ps_mode != DSIM_PS_ASYNC)
+        return DSIM_ERR(DSIM_EINVAL, -1, "parameter_server: ps mode %d is not sync or async",
+                        (int)s->ps_mode);
+    return DSIM_OK;
+}
+
+static int ps_replicas_in_sync(const dsim_strategy_shape *s)
+{
+    return s->ps_mode == DSIM_PS_ASYNC ? 1 : s->num_replicas;
+}
+
+/* ---- the replica (client) side ---- */
+
+static dsim_err ps_replica_init(dsim_replica_ctx *ctx)
+{
+    ps_client *c = ctx->priv;
+    int P = ctx->shape.num_ps;
+    c->nps = P;
+    c->slots = ps_slots(ctx->optim->kind);
+    c->first = calloc((size_t)P, sizeof *c->first);
+    c->count = calloc((size_t)P, sizeof *c->count);
+    c->version = calloc((size_t)P, sizeof *c->version);
+    c->reqs = calloc(2 * (size_t)P, sizeof *c->reqs);
+    size_t maxc = 0;
+    for (int s = 0; c->first && c->count && s < P; s++) {
+        dsim_strategy_shard_range(ctx->n_params, P, s, &c->first[s], &c->count[s]);
+        if (c->count[s] > maxc)
+            maxc = c->count[s];
+    }
+    c->cap = ps_msg_cap(maxc, c->slots);
+    c->sbuf = malloc((size_t)P * c->cap);
+    c->rbuf = malloc((size_t)P * c->cap);
+    if (!c->first || !c->count || !c->version || !c->reqs || !c->sbuf || !c->rbuf)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "parameter_server: replica %d: out of memory",
+                        ctx->replica);
+    return DSIM_OK;
+}
+
+static void ps_replica_fini(dsim_replica_ctx *ctx)
+{
+    ps_client *c = ctx->priv;
+    free(c->first);
+    free(c->count);
+    free(c->version);
+    free(c->reqs);
+    free(c->sbuf);
+    free(c->rbuf);
+    memset(c, 0, sizeof *c);
+}
+
+/* Sends one request to every server (build fills message s and returns its
+ * float count; NULL: a bare header) and waits for every reply, whose header
+ * must answer the same op. With expect_reply 0 only the sends are waited
+ * for. */
+typedef size_t (*ps_build_fn)(dsim_replica_ctx *ctx, int s, ps_hdr *h, float *payload,
+                              const void *arg);
+
+static dsim_err ps_exchange(dsim_replica_ctx *ctx, uint32_t op, ps_build_fn build, const void *arg,
+                            int expect_reply)
+{
+    ps_client *c = ctx->priv;
+    int P = c->nps;
+    for (int i = 0; i < 2 * P; i++)
+        c->reqs[i] = NULL;
+    dsim_err e = DSIM_OK;
+    for (int s = 0; s < P && e == DSIM_OK && expect_reply; s++)
+        e = dsim_irecv(ctx->ep, ctx->server_rank0 + s, PS_COMM, PS_TAG_REP, c->rbuf + s * c->cap,
+                       c->cap, &c->reqs[P + s]);
+    for (int s = 0; s < P && e == DSIM_OK; s++) {
+        unsigned char *m = c->sbuf + s * c->cap;
+        ps_hdr h = {.op = op, .from = (uint32_t)ctx->replica};
+        size_t nf = build ? build(ctx, s, &h, ps_payload(m), arg) : 0;
+        memcpy(m, &h, sizeof h);
+        e = dsim_isend(ctx->ep, ctx->server_rank0 + s, PS_COMM, PS_TAG_REQ, m,
+                       sizeof h + nf * sizeof(float), &c->reqs[s]);
+    }
+    if (e != DSIM_OK) {
+        dsim_error saved;
+        dsim_error_copy(&saved);
+        for (int i = 0; i < 2 * P; i++)
+            if (c->reqs[i])
+                dsim_req_cancel(c->reqs[i]);
+        return dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s", saved.msg);
+    }
+    int failed = -1;
+    int64_t deadline = dsim_rt_deadline(ctx->rt, ctx->timeout_ns);
+    e = dsim_waitall(c->reqs, 2 * P, deadline, &failed);
+    if (e != DSIM_OK) {
+        int server = failed >= 0 ? failed % P : -1;
+        return DSIM_ERR(e, server >= 0 ? ctx->server_rank0 + server : -1,
+                        "parameter_server: replica %d: %s %s parameter server %d failed: %s",
+                        ctx->replica, ps_op_names[op], failed >= P ? "reply from" : "request to",
+                        server, dsim_errmsg());
+    }
+    if (!expect_reply)
+        return DSIM_OK;
+    /* Every reply is checked before any is used. */
+    for (int s = 0; s < P; s++) {
+        ps_hdr h;
+        memcpy(&h, c->rbuf + s * c->cap, sizeof h);
+        if (h.op != op)
+            return DSIM_ERR(DSIM_EPROTO, ctx->server_rank0 + s,
+                            "parameter_server: replica %d asked server %d for %s and got an "
+                            "answer to %s",
+                            ctx->replica, s, ps_op_names[op], h.op < 6 ? ps_op_names[h.op] : "?");
+    }
+    return DSIM_OK;
+}
+
+static size_t ps_build_init(dsim_replica_ctx *ctx, int s, ps_hdr *h, float *pl, const void *arg)
+{
+    const dsim_strategy_vars *init = arg;
+    ps_client *c = ctx->priv;
+    size_t f = c->first[s], n = c->count[s], N = ctx->n_params;
+    memcpy(pl, init->params + f, n * sizeof(float));
+    /* The slots are [slot 0: N][slot 1: N]...; a shard's are the same
+     * ranges of each slot. */
+    for (int k = 0; k < c->slots; k++)
+        memcpy(pl + (size_t)(k + 1) * n, init->optim_state + (size_t)k * N + f, n * sizeof(float));
+    h->optim_step = init->optim_step;
+    return (size_t)(1 + c->slots) * n;
+}
+
+static size_t ps_build_push(dsim_replica_ctx *ctx, int s, ps_hdr *h, float *pl, const void *arg)
+{
+    const float *grad = arg;
+    ps_client *c = ctx->priv;
+    memcpy(pl, grad + c->first[s], c->count[s] * sizeof(float));
+    h->version = c->version[s];
+    h->step = ctx->global_step;
+    return c->count[s];
+}
+
+/* Takes the shard values and version out of every reply to PULL or PUSH. */
+static void ps_take_values(dsim_replica_ctx *ctx)
+{
+    ps_client *c = ctx->priv;
+    for (int s = 0; s < c->nps; s++) {
+        unsigned char *m = c->rbuf + s * c->cap;
+        ps_hdr h;
+        memcpy(&h, m, sizeof h);
+        memcpy(ctx->params + c->first[s], ps_payload(m), c->count[s] * sizeof(float));
+        c->version[s] = h.version;
+    }
+}
+
+static dsim_err ps_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init)
+{
+    ps_client *c = ctx->priv;
+    if (ctx->replica == 0) {
+        size_t want = (size_t)c->slots * ctx->n_params;
+        if (!init || init->n_params != ctx->n_params || init->optim_state_len != want)
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "parameter_server: the chief needs initial values for %zu "
+                            "parameters and %zu optimizer floats",
+                            ctx->n_params, want);
+        DSIM_CHECK(ps_exchange(ctx, PS_INIT, ps_build_init, init, 1));
+    }
+    DSIM_CHECK(ps_exchange(ctx, PS_PULL, NULL, NULL, 1));
+    ps_take_values(ctx);
+    return DSIM_OK;
+}
+
+static dsim_err ps_apply(dsim_replica_ctx *ctx, float *grad)
+{
+    DSIM_CHECK(ps_exchange(ctx, PS_PUSH, ps_build_push, grad, 1));
+    ps_take_values(ctx);
+    return DSIM_OK;
+}
+
+static dsim_err ps_reduce(dsim_replica_ctx *ctx, dsim_op op, const double *in, double *out,
+                          size_t n)
+{
+    /* Async replicas are not in step: a collective here would make them so. */
+    if (ctx->shape.ps_mode == DSIM_PS_ASYNC)
+        return DSIM_ENOTSUP;
+    return dsim_replicated_reduce(ctx, op, in, out, n);
+}
+
+static dsim_err ps_save(dsim_replica_ctx *ctx, dsim_strategy_vars *out)
+{
+    ps_client *c = ctx->priv;
+    if (ctx->replica != 0)
+        return DSIM_OK; /* the chief gathers the shards from the servers */
+    size_t N = ctx->n_params;
+    if (out->n_params != N || out->optim_state_len != (size_t)c->slots * N)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "parameter_server: save: the checkpoint's sizes do not "
+                        "match the model's");
+    DSIM_CHECK(ps_exchange(ctx, PS_SAVE, NULL, NULL, 1));
+    for (int s = 0; s < c->nps; s++) {
+        unsigned char *m = c->rbuf + s * c->cap;
+        ps_hdr h;
+        memcpy(&h, m, sizeof h);
+        const float *pl = ps_payload(m);
+        size_t f = c->first[s], n = c->count[s];
+        memcpy(out->params + f, pl, n * sizeof(float));
+        for (int k = 0; k < c->slots; k++)
+            memcpy(out->optim_state + (size_t)k * N + f, pl + (size_t)(k + 1) * n,
+                   n * sizeof(float));
+        /* Every server applies every update, so their steps agree in sync
+         * mode; in async mode server 0's is the one kept. */
+        if (s == 0)
+            out->optim_step = h.optim_step;
+    }
+    return DSIM_OK;
+}
+
+static dsim_err ps_finish(dsim_replica_ctx *ctx)
+{
+    /* Once every replica has had its last push answered, a pull reads the
+     * job's final values, the same on every replica. */
+    DSIM_CHECK(dsim_barrier(ctx->world));
+    DSIM_CHECK(ps_exchange(ctx, PS_PULL, NULL, NULL, 1));
+    ps_take_values(ctx);
+    return ps_exchange(ctx, PS_STOP, NULL, NULL, 0);
+}
+
+/* ---- the server side ---- */
+
+static dsim_err ps_server_init(dsim_server_ctx *srv)
+{
+    ps_server *p = srv->priv;
+    int N = srv->shape.num_replicas;
+    p->slots = ps_slots(srv->optim->kind);
+    dsim_strategy_shard_range(srv->n_params, srv->shape.num_ps, srv->server, &p->first, &p->count);
+    size_t n = p->count ? p->count : 1;
+    p->shard = calloc(n, sizeof(float));
+    p->vread = calloc((size_t)N, sizeof *p->vread);
+    p->gstep = calloc((size_t)N, sizeof *p->gstep);
+    if (srv->shape.ps_mode == DSIM_PS_SYNC)
+        p->agg = calloc((size_t)N * n, sizeof(float));
+    if (!p->shard || !p->vread || !p->gstep || (srv->shape.ps_mode == DSIM_PS_SYNC && !p->agg))
+        return DSIM_ERR(DSIM_ENOMEM, -1, "parameter server %d: out of memory", srv->server);
+    return DSIM_OK;
+}
+
+static void ps_server_fini(dsim_server_ctx *srv)
+{
+    ps_server *p = srv->priv;
+    free(p->shard);
+    free(p->agg);
+    free(p->vread);
+    free(p->gstep);
+    dsim_optim_destroy(p->opt);
+    memset(p, 0, sizeof *p);
+}
+
+/* Waits on srv->lock (held) until *value differs from `than`; an abort or the
+ * deadline ends the wait with an error saying what was awaited. */
+static dsim_err ps_wait_change(dsim_server_ctx *srv, const uint64_t *value, uint64_t than,
+                               int64_t deadline, const char *what, int client)
+{
+    while (*value == than) {
+        if (dsim_fabric_aborted(srv->fabric))
+            return DSIM_ERR(DSIM_EABORTED, -1, "parameter server %d: the job was aborted while %s",
+                            srv->server, what);
+        if (dsim_waitq_wait(srv->lock, deadline) == DSIM_ETIMEDOUT && *value == than)
+            return DSIM_ERR(DSIM_ETIMEDOUT, -1,
+                            "parameter server %d: timed out after %lld ms %s (serving replica %d)",
+                            srv->server, (long long)(srv->timeout_ns / 1000000), what, client);
+    }
+    return DSIM_OK;
+}
+
+/* Applies the summed gradient to the shard; lock held. */
+static dsim_err ps_server_update(ps_server *p, const float *grad)
+{
+    if (!p->opt)
+        return DSIM_OK; /* an empty shard */
+    return dsim_optim_apply(p->opt, p->shard, grad, p->count);
+}
+
+static dsim_err ps_handle(dsim_server_ctx *srv, int client, unsigned char *req, size_t len,
+                          unsigned char *rep, size_t *rep_len, int *stop)
+{
+    ps_server *p = srv->priv;
+    ps_hdr h;
+    memcpy(&h, req, sizeof h);
+    const float *pl = ps_payload(req);
+    size_t n = p->count;
+    size_t want = h.op == PS_INIT   ? ps_msg_cap(n, p->slots)
+                  : h.op == PS_PUSH ? ps_msg_cap(n, 0)
+                                    : sizeof(ps_hdr);
+    if (h.op < PS_INIT || h.op > PS_STOP || len != want || h.from != (uint32_t)client)
+        return DSIM_ERR(DSIM_EPROTO, client,
+                        "parameter server %d: a malformed request from replica %d (op %u, %zu "
+                        "bytes, from %u)",
+                        srv->server, client, h.op, len, h.from);
+    if (h.op == PS_STOP) {
+        *stop = 1;
+        return DSIM_OK;
+    }
+    int64_t deadline = dsim_rt_deadline(srv->rt, srv->timeout_ns);
+    ps_hdr r = {.op = h.op, .from = h.from};
+    float *out = ps_payload(rep);
+    size_t out_floats = 0;
+    dsim_err e = DSIM_OK;
+    dsim_waitq_lock(srv->lock);
+    switch (h.op) {
+    case PS_INIT: {
+        if (client != 0) {
+            e = DSIM_ERR(DSIM_EPROTO, client,
+                         "parameter server %d: replica %d sent INIT; only the chief (replica 0) "
+                         "creates the variables",
+                         srv->server, client);
+            break;
+        }
+        memcpy(p->shard, pl, n * sizeof(float));
+        if (n) {
+            dsim_strategy_vars v = {
+                .n_params = n,
+                .optim_state_len = (size_t)p->slots * n,
+                .optim_state = (float *)(pl + n),
+                .optim_step = h.optim_step,
+            };
+            dsim_optim_destroy(p->opt);
+            p->opt = NULL;
+            e = dsim_strategy_optim_from_vars(srv->optim, n, &v, &p->opt);
+        }
+        p->version = 0;
+        p->initialized = 1;
+        dsim_waitq_wake(srv->lock);
+        break;
+    }
+    case PS_PULL:
+    case PS_SAVE: {
+        /* Replicas may ask before the chief's INIT has arrived. */
+        e = ps_wait_change(srv, &p->initialized, 0, deadline,
+                           "waiting for the chief to create the variables", client);
+        if (e != DSIM_OK)
+            break;
+        memcpy(out, p->shard, n * sizeof(float));
+        out_floats = n;
+        if (h.op == PS_SAVE) {
+            for (int k = 0; k < p->slots && p->opt; k++)
+                memcpy(out + (size_t)(k + 1) * n, dsim_optim_state(p->opt) + (size_t)k * n,
+                       n * sizeof(float));
+            out_floats = (size_t)(1 + p->slots) * n;
+            r.optim_step = p->opt ? dsim_optim_step(p->opt) : 0;
+        }
+        break;
+    }
+    case PS_PUSH: {
+        if (!p->initialized) {
+            e = DSIM_ERR(DSIM_EPROTO, client,
+                         "parameter server %d: replica %d pushed before the variables existed",
+                         srv->server, client);
+            break;
+        }
+        if (srv->shape.ps_mode == DSIM_PS_ASYNC) {
+            e = dsim_server_record_update(srv, client, h.step, h.version, p->version);
+            if (e == DSIM_OK)
+                e = ps_server_update(p, pl);
+            if (e == DSIM_OK)
+                p->version++;
+        } else {
+            int N = srv->shape.num_replicas;
+            memcpy(p->agg + (size_t)client * n, pl, n * sizeof(float));
+            p->vread[client] = h.version;
+            p->gstep[client] = h.step;
+            uint64_t my_round = p->round;
+            if (++p->arrived == N) {
+                /* Replica order, whatever the arrival order: the same bits on
+                 * every run. */
+                for (int c = 1; c < N && e == DSIM_OK; c++)
+                    e = dsim_reduce_local(p->agg, p->agg + (size_t)c * n, n, DSIM_F32, DSIM_SUM);
+                for (int c = 0; c < N && e == DSIM_OK; c++)
+                    e = dsim_server_record_update(srv, c, p->gstep[c], p->vread[c], p->version);
+                if (e == DSIM_OK)
+                    e = ps_server_update(p, p->agg);
+                p->version++;
+                p->arrived = 0;
+                p->round++;
+                dsim_waitq_wake(srv->lock);
+            } else {
+                e = ps_wait_change(srv, &p->round, my_round, deadline,
+                                   "waiting for the other replicas' gradients of the step", client);
+            }
+        }
+        if (e != DSIM_OK)
+            break;
+        memcpy(out, p->shard, n * sizeof(float));
+        out_floats = n;
+        break;
+    }
+    }
+    r.version = p->version;
+    dsim_waitq_unlock(srv->lock);
+    if (e != DSIM_OK)
+        return e;
+    memcpy(rep, &r, sizeof r);
+    *rep_len = sizeof r + out_floats * sizeof(float);
+    return DSIM_OK;
+}
+
+static dsim_err ps_serve(dsim_server_ctx *srv, int client)
+{
+    ps_server *p = srv->priv;
+    size_t cap = ps_msg_cap(p->count, p->slots);
+    unsigned char *req = malloc(cap), *rep = malloc(cap);
+    if (!req || !rep) {
+        free(req);
+        free(rep);
+        return DSIM_ERR(DSIM_ENOMEM, -1, "parameter server %d: out of memory", srv->server);
+    }
+    dsim_err e = DSIM_OK;
+    for (int stop = 0; !stop && e == DSIM_OK;) {
+        dsim_req *rq = NULL;
+        size_t len = 0;
+        e = dsim_irecv(srv->ep, client, PS_COMM, PS_TAG_REQ, req, cap, &rq);
+        if (e == DSIM_OK)
+            e = dsim_wait(rq, dsim_rt_deadline(srv->rt, srv->timeout_ns), &len);
+        if (e != DSIM_OK) {
+            e = DSIM_ERR(e, client,
+                         "parameter server %d: waiting for replica %d's next request: %s",
+                         srv->server, client, dsim_errmsg());
+            break;
+        }
+        size_t rep_len = 0;
+        e = ps_handle(srv, client, req, len, rep, &rep_len, &stop);
+        if (e != DSIM_OK || stop)
+            break;
+        dsim_req *rs = NULL;
+        e = dsim_isend(srv->ep, client, PS_COMM, PS_TAG_REP, rep, rep_len, &rs);
+        if (e == DSIM_OK)
+            e = dsim_wait(rs, dsim_rt_deadline(srv->rt, srv->timeout_ns), NULL);
+    }
+    free(req);
+    free(rep);
+    return e;
+}
+
+const struct dsim_strategy_ops dsim_strategy_parameter_server_ops = {
+    .size = sizeof(struct dsim_strategy_ops),
+    .name = "parameter_server",
+    .summary = "variables sharded over parameter servers; replicas push gradients and pull "
+               "values, sync or async (TF ParameterServerStrategy)",
+    .placement = DSIM_PLACE_SHARDED,
+    .replica_priv_size = sizeof(ps_client),
+    .server_priv_size = sizeof(ps_server),
+    .check_shape = ps_check_shape,
+    .num_replicas_in_sync = ps_replicas_in_sync,
+    .replica_init = ps_replica_init,
+    .replica_fini = ps_replica_fini,
+    .create_variables = ps_create,
+    .apply_gradients = ps_apply,
+    .reduce = ps_reduce,
+    .save = ps_save,
+    .finish = ps_finish,
+    .server_init = ps_server_init,
+    .serve = ps_serve,
+    .server_fini = ps_server_fini,
+};

@@ -1,0 +1,155 @@
+/* The strategy dispatch file: every call into a strategy's ops table goes
+ * through here, so the "not supported" stubs, the defaults of optional
+ * members and the checks of what a strategy hands back live in one place. */
+#include <stdio.h>
+#include <string.h>
+
+#include "dsim/log.h"
+#include "strategy_int.h"
+
+static const char *const strategy_placement_names[DSIM_PLACE_COUNT] = {
+    [DSIM_PLACE_UNSPECIFIED] = "unspecified", [DSIM_PLACE_ONE_DEVICE] = "one_device",
+    [DSIM_PLACE_MIRRORED] = "mirrored",       [DSIM_PLACE_CENTRAL] = "central",
+    [DSIM_PLACE_SHARDED] = "sharded",
+};
+
+const char *dsim_var_placement_name(dsim_var_placement p)
+{
+    if ((int)p < 0 || p >= DSIM_PLACE_COUNT)
+        return "unknown";
+    return strategy_placement_names[p];
+}
+
+dsim_err dsim_strategy_check_shape(const dsim_strategy *s, const dsim_strategy_shape *shape)
+{
+    dsim_err e = s->ops->check_shape(shape);
+    if (e != DSIM_OK && dsim_last_error()->code != e)
+        return DSIM_ERR(e, -1, "strategy '%s' refuses %d hosts x %d devices with %d ps", s->name,
+                        shape->hosts, shape->devices_per_host, shape->num_ps);
+    if (e == DSIM_OK && shape->num_ps > 0 && !s->ops->serve)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "strategy '%s' accepted %d parameter servers but has no serve member; "
+                        "set num_ps to 0 or implement server_init/serve",
+                        s->name, shape->num_ps);
+    return e;
+}
+
+int dsim_strategy_replicas_in_sync(const dsim_strategy *s, const dsim_strategy_shape *shape)
+{
+    if (!s->ops->num_replicas_in_sync)
+        return shape->num_replicas;
+    return s->ops->num_replicas_in_sync(shape);
+}
+
+dsim_err dsim_strategy_replica_init(const dsim_strategy *s, dsim_replica_ctx *ctx)
+{
+    if (!s->ops->replica_init)
+        return DSIM_OK; /* optional: nothing to set up */
+    return s->ops->replica_init(ctx);
+}
+
+void dsim_strategy_replica_fini(const dsim_strategy *s, dsim_replica_ctx *ctx)
+{
+    if (s->ops->replica_fini)
+        s->ops->replica_fini(ctx);
+}
+
+/* A strategy that fails without saying why still leaves a sentence naming
+ * itself and the member. */
+static dsim_err strategy_failed(const dsim_strategy *s, const char *member, dsim_err e)
+{
+    if (dsim_last_error()->code != e || dsim_errmsg()[0] == '\0')
+        return DSIM_ERR(e, -1, "strategy '%s': %s failed: %s", s->name, member, dsim_strerror(e));
+    return e;
+}
+
+dsim_err dsim_strategy_create_variables(const dsim_strategy *s, dsim_replica_ctx *ctx,
+                                        const dsim_strategy_vars *init)
+{
+    dsim_err e = s->ops->create_variables(ctx, init);
+    return e == DSIM_OK ? e : strategy_failed(s, "create_variables", e);
+}
+
+dsim_err dsim_strategy_apply_gradients(const dsim_strategy *s, dsim_replica_ctx *ctx, float *grad)
+{
+    dsim_err e = s->ops->apply_gradients(ctx, grad);
+    return e == DSIM_OK ? e : strategy_failed(s, "apply_gradients", e);
+}
+
+dsim_err dsim_strategy_reduce(const dsim_strategy *s, dsim_replica_ctx *ctx, dsim_op op,
+                              const double *in, double *out, size_t n)
+{
+    dsim_err e = s->ops->reduce(ctx, op, in, out, n);
+    /* ENOTSUP is an answer ("my replicas are not in step"), not a failure. */
+    return e == DSIM_OK || e == DSIM_ENOTSUP ? e : strategy_failed(s, "reduce", e);
+}
+
+dsim_err dsim_strategy_check_save(const dsim_strategy *s)
+{
+    if (!s->ops->save)
+        return DSIM_ERR(DSIM_ENOTSUP, -1,
+                        "strategy '%s' does not support checkpoints (its table has no save "
+                        "member); run without checkpoint_every",
+                        s->name);
+    return DSIM_OK;
+}
+
+dsim_err dsim_strategy_save(const dsim_strategy *s, dsim_replica_ctx *ctx, dsim_strategy_vars *out)
+{
+    DSIM_CHECK(dsim_strategy_check_save(s));
+    dsim_err e = s->ops->save(ctx, out);
+    return e == DSIM_OK ? e : strategy_failed(s, "save", e);
+}
+
+int dsim_strategy_is_chief(const dsim_strategy *s, const dsim_replica_ctx *ctx)
+{
+    if (!s->ops->is_chief)
+        return ctx->replica == 0;
+    return s->ops->is_chief(ctx) != 0;
+}
+
+dsim_err dsim_strategy_finish(const dsim_strategy *s, dsim_replica_ctx *ctx)
+{
+    if (!s->ops->finish)
+        return DSIM_OK; /* optional: the variables are already final */
+    dsim_err e = s->ops->finish(ctx);
+    return e == DSIM_OK ? e : strategy_failed(s, "finish", e);
+}
+
+dsim_err dsim_strategy_server_init(const dsim_strategy *s, dsim_server_ctx *srv)
+{
+    if (!s->ops->server_init) {
+        if (s->ops->serve)
+            return DSIM_OK; /* a server without state of its own */
+        return DSIM_ERR(DSIM_ENOTSUP, -1, "strategy '%s' has no parameter servers", s->name);
+    }
+    dsim_err e = s->ops->server_init(srv);
+    return e == DSIM_OK ? e : strategy_failed(s, "server_init", e);
+}
+
+dsim_err dsim_strategy_serve(const dsim_strategy *s, dsim_server_ctx *srv, int client)
+{
+    if (!s->ops->serve)
+        return DSIM_ERR(DSIM_ENOTSUP, -1, "strategy '%s' has no parameter servers", s->name);
+    dsim_err e = s->ops->serve(srv, client);
+    return e == DSIM_OK ? e : strategy_failed(s, "serve", e);
+}
+
+void dsim_strategy_server_fini(const dsim_strategy *s, dsim_server_ctx *srv)
+{
+    if (s->ops->server_fini)
+        s->ops->server_fini(srv);
+}
+
+void dsim_strategy_shard_range(size_t n, int nshards, int s, size_t *first, size_t *count)
+{
+    if (nshards < 1 || s < 0 || s >= nshards) {
+        *first = 0;
+        *count = 0;
+        return;
+    }
+    size_t k = (size_t)nshards, i = (size_t)s;
+    size_t q = n / k, r = n % k;
+    *first = i * q + (i < r ? i : r);
+    *count = q + (i < r ? 1 : 0);
+}

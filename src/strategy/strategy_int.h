@@ -1,0 +1,106 @@
+/* Inside the strategy layer: the registry entry, the dispatch calls that
+ * train.c makes (strategy.c is the only caller of an ops table), the built-in
+ * tables, and helpers shared by the strategies that keep a copy of the
+ * variables on every replica. */
+#ifndef DSIM_STRATEGY_INT_H
+#define DSIM_STRATEGY_INT_H
+
+#include "dsim/spi/strategy.h"
+#include "dsim/strategy.h"
+
+#define STRATEGY_NAME_MAX 32
+
+typedef struct dsim_strategy {
+    char name[STRATEGY_NAME_MAX];
+    const struct dsim_strategy_ops *ops;
+    char path[256]; /* the shared object it came from, or "" for a built-in */
+} dsim_strategy;
+
+/* Finds a registered strategy (registering the built-ins first). ENOENT
+ * names the registered ones. */
+dsim_err dsim_strategy_lookup(const char *name, const dsim_strategy **out);
+/* Checks a table's size and required members; DSIM_EINVAL naming what is
+ * wrong (`where` says whose table it is, e.g. a plugin's path). */
+dsim_err dsim_strategy_check_ops(const struct dsim_strategy_ops *ops, const char *where);
+
+/* ---- dispatch (strategy.c) ---- */
+dsim_err dsim_strategy_check_shape(const dsim_strategy *s, const dsim_strategy_shape *shape);
+int dsim_strategy_replicas_in_sync(const dsim_strategy *s, const dsim_strategy_shape *shape);
+dsim_err dsim_strategy_replica_init(const dsim_strategy *s, dsim_replica_ctx *ctx);
+void dsim_strategy_replica_fini(const dsim_strategy *s, dsim_replica_ctx *ctx);
+dsim_err dsim_strategy_create_variables(const dsim_strategy *s, dsim_replica_ctx *ctx,
+                                        const dsim_strategy_vars *init);
+dsim_err dsim_strategy_apply_gradients(const dsim_strategy *s, dsim_replica_ctx *ctx, float *grad);
+dsim_err dsim_strategy_reduce(const dsim_strategy *s, dsim_replica_ctx *ctx, dsim_op op,
+                              const double *in, double *out, size_t n);
+/* DSIM_OK if the strategy can save checkpoints, else the "not supported"
+ * error (checked before a job that asks for checkpoints starts). */
+dsim_err dsim_strategy_check_save(const dsim_strategy *s);
+dsim_err dsim_strategy_save(const dsim_strategy *s, dsim_replica_ctx *ctx, dsim_strategy_vars *out);
+int dsim_strategy_is_chief(const dsim_strategy *s, const dsim_replica_ctx *ctx);
+dsim_err dsim_strategy_finish(const dsim_strategy *s, dsim_replica_ctx *ctx);
+dsim_err dsim_strategy_server_init(const dsim_strategy *s, dsim_server_ctx *srv);
+dsim_err dsim_strategy_serve(const dsim_strategy *s, dsim_server_ctx *srv, int client);
+void dsim_strategy_server_fini(const dsim_strategy *s, dsim_server_ctx *srv);
+
+/* ---- built-in tables ---- */
+extern const struct dsim_strategy_ops dsim_strategy_one_device_ops;
+extern const struct dsim_strategy_ops dsim_strategy_mirrored_ops;
+extern const struct dsim_strategy_ops dsim_strategy_multi_worker_mirrored_ops;
+extern const struct dsim_strategy_ops dsim_strategy_central_storage_ops;
+extern const struct dsim_strategy_ops dsim_strategy_parameter_server_ops;
+
+/* ---- replicated variables (replicated.c): one_device, mirrored,
+ * multi_worker_mirrored keep a copy and an optimizer on every replica ---- */
+typedef struct dsim_replicated {
+    dsim_optim *opt;
+} dsim_replicated;
+
+/* Creates the optimizer and makes every replica's variables and slots the
+ * chief's (broadcast over ctx->world from replica 0). */
+dsim_err dsim_replicated_create(dsim_replica_ctx *ctx, dsim_replicated *rp,
+                                const dsim_strategy_vars *init);
+/* SUM-all-reduces grad over ctx->world with the job's algorithm, then
+ * updates ctx->params on every replica. */
+dsim_err dsim_replicated_apply(dsim_replica_ctx *ctx, dsim_replicated *rp, float *grad);
+/* ctx->params and the optimizer's slots into out. */
+dsim_err dsim_replicated_save(dsim_replica_ctx *ctx, dsim_replicated *rp, dsim_strategy_vars *out);
+void dsim_replicated_free(dsim_replicated *rp);
+/* All-reduces n doubles over ctx->world (SUM or MEAN). */
+dsim_err dsim_replicated_reduce(dsim_replica_ctx *ctx, dsim_op op, const double *in, double *out,
+                                size_t n);
+/* Copies the optimizer's slots and step into out (for save). */
+dsim_err dsim_strategy_optim_to_vars(const dsim_optim *opt, dsim_strategy_vars *out);
+/* Creates an optimizer for n parameters with init's slots and step (init
+ * may be NULL: fresh). */
+dsim_err dsim_strategy_optim_from_vars(const dsim_optim_spec *spec, size_t n,
+                                       const dsim_strategy_vars *init, dsim_optim **out);
+
+#endif
+
+/* ---- what dsim_train and dsim_train_reference share (train.c) ---- */
+typedef struct dsim_train_setup {
+    const dsim_dataset *ds;
+    dsim_dataset *ds_owned;
+    dsim_dataset_desc desc;
+    uint64_t *file_start, *file_ids;
+    dsim_model_spec model;
+    dsim_optim_spec optim;
+    size_t n_params;
+    size_t optim_state_len;
+    uint64_t steps_per_epoch;
+    dsim_shard_policy applied;
+} dsim_train_setup;
+
+/* Checks the data, model and optimizer parts of cfg, makes the dataset and
+ * its description, and learns the steps per epoch. */
+dsim_err dsim_train_setup_open(const dsim_train_cfg *cfg, dsim_train_setup *su);
+void dsim_train_setup_close(dsim_train_setup *su);
+/* The input of `worker` (cfg's shape). */
+dsim_err dsim_train_input(const dsim_train_cfg *cfg, const dsim_train_setup *su, int worker,
+                          dsim_input **out);
+/* The initial variables drawn from cfg->seed (stream "model.init"). */
+dsim_err dsim_train_init_params(const dsim_train_cfg *cfg, const dsim_train_setup *su,
+                                float *params);
+/* Mean per-example loss over the whole dataset. */
+double dsim_train_mean_loss(const dsim_train_setup *su, const float *params);

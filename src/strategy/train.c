@@ -1,0 +1,869 @@
+/* The training driver: one job of hosts x devices_per_host replicas (and
+ * num_ps parameter servers) under a strategy.
+ *
+ *   dsim_train (caller's thread)
+ *     check cfg, strategy shape, dataset, model, optimizer, input
+ *     initial variables: a checkpoint (restore) or the model's init
+ *     runtime + inproc fabric: ranks 0..N-1 replicas, N..N+P-1 servers
+ *     spawn: one worker per (server, replica) running serve()
+ *            one worker per replica running train_replica_run
+ *     join everything; collect the result
+ *
+ *   train_replica_run (worker r = worker w, device d)
+ *     its own copy of worker w's input (deterministic: the same on every
+ *     replica of w), taking slot d of every step
+ *     replica_init, create_variables (initial values on the chief only)
+ *     per step: gather batch -> loss_grad(scale) -> ledger -> apply_gradients
+ *               -> reduce(SUM) of the scaled loss -> observer
+ *               -> [save + the chief writes the checkpoint]
+ *     finish, replica_fini
+ *
+ * A replica or server that fails records its error and aborts the fabric,
+ * which fails every pending and later transfer of every rank, and wakes the
+ * servers' locks: every worker returns, none waits for the failed one. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsim/log.h"
+#include "dsim/rng.h"
+#include "strategy_int.h"
+
+#define TRAIN_MAX_REPLICAS       1024
+#define TRAIN_MAX_PS             64
+#define TRAIN_DEFAULT_TIMEOUT_NS (30LL * 1000 * 1000 * 1000)
+
+void dsim_train_cfg_init(dsim_train_cfg *cfg)
+{
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->hosts = 1;
+    cfg->devices_per_host = 1;
+    cfg->ps_mode = DSIM_PS_SYNC;
+    cfg->communication = DSIM_ALGO_AUTO;
+    cfg->timeout_ns = TRAIN_DEFAULT_TIMEOUT_NS;
+    dsim_optim_spec_default(&cfg->optim, DSIM_OPTIM_SGD);
+    cfg->shard = DSIM_SHARD_AUTO;
+    cfg->hint = DSIM_HINT_NONE;
+    cfg->global_batch = 32;
+    cfg->epochs = 1;
+    cfg->seed = 1;
+}
+
+/* ---- setup shared with the reference ---- */
+
+void dsim_train_setup_close(dsim_train_setup *su)
+{
+    dsim_dataset_free(su->ds_owned);
+    free(su->file_start);
+    free(su->file_ids);
+    memset(su, 0, sizeof *su);
+}
+
+dsim_err dsim_train_input(const dsim_train_cfg *cfg, const dsim_train_setup *su, int worker,
+                          dsim_input **out)
+{
+    dsim_input_config ic = {
+        .dataset = &su->desc,
+        .policy = cfg->shard,
+        .global_batch = cfg->global_batch,
+        .num_workers = cfg->hosts,
+        .replicas_per_worker = cfg->devices_per_host,
+        .worker = worker,
+        .seed = cfg->seed,
+        .shuffle = cfg->shuffle,
+        .drop_remainder = cfg->drop_remainder,
+        .epochs = cfg->epochs,
+    };
+    return dsim_input_create(&ic, out);
+}
+
+dsim_err dsim_train_setup_open(const dsim_train_cfg *cfg, dsim_train_setup *su)
+{
+    memset(su, 0, sizeof *su);
+    if (cfg->hosts < 1 || cfg->devices_per_host < 1)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: the cluster is %d host(s) x %d device(s); both must be >= 1",
+                        cfg->hosts, cfg->devices_per_host);
+    if (cfg->global_batch < 1)
+        return DSIM_ERR(DSIM_EINVAL, -1, "train: global_batch is %lld; it must be >= 1",
+                        (long long)cfg->global_batch);
+    if (cfg->epochs < 1)
+        return DSIM_ERR(DSIM_EINVAL, -1, "train: epochs is %u; it must be >= 1", cfg->epochs);
+    if (cfg->dataset) {
+        su->ds = cfg->dataset;
+    } else {
+        DSIM_CHECK(dsim_dataset_make(&cfg->data, &su->ds_owned));
+        su->ds = su->ds_owned;
+    }
+    const dsim_dataset *ds = su->ds;
+    dsim_err e = DSIM_OK;
+    if (cfg->model.in_dim == 0)
+        dsim_dataset_model_spec(ds, &su->model);
+    else
+        su->model = cfg->model;
+    if ((e = dsim_model_validate(&su->model)) != DSIM_OK ||
+        (e = dsim_dataset_check_model(ds, &su->model)) != DSIM_OK ||
+        (e = dsim_optim_validate(&cfg->optim)) != DSIM_OK)
+        goto fail;
+    su->optim = cfg->optim;
+    su->n_params = dsim_model_num_params(&su->model);
+    {
+        dsim_optim *probe = NULL;
+        if ((e = dsim_optim_create(&su->optim, su->n_params, &probe)) != DSIM_OK)
+            goto fail;
+        su->optim_state_len = dsim_optim_state_len(probe);
+        dsim_optim_destroy(probe);
+    }
+    /* The dataset's record files become the input's file list. */
+    uint64_t n = ds->spec.n_examples;
+    su->desc.n_examples = n;
+    su->desc.hint = cfg->hint;
+    if (!cfg->in_memory) {
+        size_t nf = ds->spec.n_files;
+        su->file_start = malloc((nf + 1) * sizeof *su->file_start);
+        su->file_ids = malloc((n ? n : 1) * sizeof *su->file_ids);
+        if (!su->file_start || !su->file_ids) {
+            e = DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the file list");
+            goto fail;
+        }
+        for (size_t f = 0; f <= nf; f++)
+            su->file_start[f] = ds->file_start[f];
+        for (uint64_t i = 0; i < n; i++)
+            su->file_ids[i] = i;
+        su->desc.n_files = (uint32_t)nf;
+        su->desc.file_start = su->file_start;
+        su->desc.file_ids = su->file_ids;
+    }
+    {
+        dsim_input *in = NULL;
+        if ((e = dsim_train_input(cfg, su, 0, &in)) != DSIM_OK)
+            goto fail;
+        su->steps_per_epoch = dsim_input_steps_per_epoch(in);
+        su->applied = dsim_input_policy_applied(in);
+        dsim_input_destroy(in);
+    }
+    return DSIM_OK;
+fail:
+    dsim_train_setup_close(su);
+    return e;
+}
+
+dsim_err dsim_train_init_params(const dsim_train_cfg *cfg, const dsim_train_setup *su,
+                                float *params)
+{
+    dsim_rng r;
+    dsim_rng_init(&r, cfg->seed, "model.init", 0);
+    return dsim_model_init(&su->model, params, &r);
+}
+
+double dsim_train_mean_loss(const dsim_train_setup *su, const float *params)
+{
+    double sum = NAN;
+    size_t n = su->ds->spec.n_examples;
+    if (dsim_model_eval(&su->model, params, su->ds->x, su->ds->y, n, &sum, NULL) != DSIM_OK)
+        return NAN;
+    return sum / (double)n;
+}
+
+/* ---- the job ---- */
+
+typedef struct train_job train_job;
+
+typedef struct train_replica {
+    train_job *job;
+    int index;
+    dsim_replica_ctx ctx;
+    void *priv;
+    float *final;
+    dsim_task *task;
+    uint64_t ckpt_writes;
+} train_replica;
+
+typedef struct train_server {
+    train_job *job;
+    dsim_server_ctx ctx;
+    void *priv;
+    int inited;
+    dsim_ps_update *updates;
+    size_t n_updates, cap_updates;
+} train_server;
+
+typedef struct train_handler {
+    train_job *job;
+    int server, client;
+    dsim_task *task;
+} train_handler;
+
+struct train_job {
+    const dsim_train_cfg *cfg;
+    const dsim_strategy *strat;
+    dsim_strategy_shape shape;
+    dsim_train_setup su;
+    int N, P;
+    int64_t timeout_ns;
+    float loss_scale;
+    uint64_t total_steps, first_step, end_step;
+    uint32_t start_epoch;
+    uint64_t start_step;
+    dsim_strategy_vars init;
+    dsim_rt *rt;
+    dsim_fabric *fab;
+    dsim_ep **eps;     /* N + P */
+    dsim_comm **world; /* N */
+    train_replica *reps;
+    train_server *srvs;
+    train_handler *handlers; /* P * N */
+    dsim_waitq *lock;
+    int failed;
+    dsim_error err;
+    dsim_train_result *res;
+};
+
+static void *train_aligned_zalloc(size_t n)
+{
+    if (n == 0)
+        return NULL;
+    void *p = NULL;
+    if (posix_memalign(&p, 16, (n + 15) & ~(size_t)15) != 0)
+        return NULL;
+    memset(p, 0, n);
+    return p;
+}
+
+/* Records the calling worker's failure (the first one wins, except that a
+ * root cause replaces an abort it caused) and aborts the job. */
+static void train_fail(train_job *job, const char *who, int index, int rank)
+{
+    dsim_error err;
+    dsim_error_copy(&err);
+    char msg[sizeof err.msg + 64];
+    snprintf(msg, sizeof msg, "%s %d: %s", who, index, err.msg);
+    msg[sizeof err.msg - 1] = '\0'; /* a long message loses its tail */
+    memcpy(err.msg, msg, sizeof err.msg);
+    dsim_waitq_lock(job->lock);
+    if (!job->failed || (job->err.code == DSIM_EABORTED && err.code != DSIM_EABORTED)) {
+        job->failed = 1;
+        job->err = err;
+    }
+    dsim_waitq_unlock(job->lock);
+    dsim_fabric_abort(job->fab, err.peer >= 0 ? err.peer : rank, msg);
+    for (int s = 0; s < job->P; s++)
+        if (job->srvs[s].ctx.lock)
+            dsim_waitq_wake(job->srvs[s].ctx.lock);
+}
+
+dsim_err dsim_server_record_update(dsim_server_ctx *srv, int replica, uint64_t step,
+                                   uint64_t version_read, uint64_t version_applied)
+{
+    train_server *ts = srv ? srv->driver : NULL;
+    if (!ts)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_server_record_update: not a driver's server");
+    if (ts->n_updates == ts->cap_updates) {
+        size_t cap = ts->cap_updates ? 2 * ts->cap_updates : 64;
+        dsim_ps_update *u = realloc(ts->updates, cap * sizeof *u);
+        if (!u)
+            return DSIM_ERR(DSIM_ENOMEM, -1,
+                            "parameter server %d: out of memory recording "
+                            "updates",
+                            srv->server);
+        ts->updates = u;
+        ts->cap_updates = cap;
+    }
+    ts->updates[ts->n_updates++] = (dsim_ps_update){
+        .replica = replica,
+        .server = srv->server,
+        .global_step = step,
+        .version_read = version_read,
+        .version_applied = version_applied,
+        .staleness = version_applied >= version_read ? version_applied - version_read : 0,
+    };
+    return DSIM_OK;
+}
+
+static dsim_err train_write_checkpoint(train_replica *rp, const dsim_strategy_vars *v,
+                                       const dsim_input_step *st, uint64_t done)
+{
+    train_job *job = rp->job;
+    dsim_checkpoint ck = {
+        .epoch = st->end_of_epoch ? st->epoch + 1 : st->epoch,
+        .step = st->end_of_epoch ? 0 : st->step + 1,
+        .global_step = done,
+        .optim_kind = job->su.optim.kind,
+        .optim_step = v->optim_step,
+        .n_params = v->n_params,
+        .params = v->params,
+        .optim_state_len = v->optim_state_len,
+        .optim_state = v->optim_state,
+    };
+    DSIM_CHECK(dsim_checkpoint_write(job->cfg->checkpoint_path, &ck));
+    rp->ckpt_writes++;
+    dsim_debug("replica %d wrote checkpoint %s at step %llu", rp->index, job->cfg->checkpoint_path,
+               (unsigned long long)done);
+    return DSIM_OK;
+}
+
+static dsim_err train_replica_run(train_replica *rp, int *inited)
+{
+    train_job *job = rp->job;
+    const dsim_train_cfg *cfg = job->cfg;
+    const dsim_train_setup *su = &job->su;
+    dsim_replica_ctx *ctx = &rp->ctx;
+    dsim_train_result *res = job->res;
+    const dsim_strategy *s = job->strat;
+    size_t in_dim = su->model.in_dim, y_dim = su->ds->y_dim, P = su->n_params;
+    /* A replica's batch is a part of one global batch of the dataset. */
+    size_t maxb = (size_t)cfg->global_batch;
+    if (maxb > su->ds->spec.n_examples)
+        maxb = su->ds->spec.n_examples;
+    dsim_input *in = NULL;
+    float *x = malloc(maxb * in_dim * sizeof(float));
+    float *y = malloc(maxb * y_dim * sizeof(float));
+    float *grad = malloc(P * sizeof(float));
+    dsim_strategy_vars save = {0};
+    dsim_err e = DSIM_OK;
+    if (!x || !y || !grad) {
+        e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for a batch of %zu examples", maxb);
+        goto out;
+    }
+    if (cfg->checkpoint_every) {
+        save.n_params = P;
+        save.params = malloc(P * sizeof(float));
+        save.optim_state_len = su->optim_state_len;
+        save.optim_state = su->optim_state_len ? malloc(su->optim_state_len * sizeof(float)) : NULL;
+        if (!save.params || (su->optim_state_len && !save.optim_state)) {
+            e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for a checkpoint buffer");
+            goto out;
+        }
+    }
+    if ((e = dsim_train_input(cfg, su, ctx->worker, &in)) != DSIM_OK)
+        goto out;
+    if (job->first_step > 0 && job->first_step < job->end_step &&
+        (e = dsim_input_seek(in, job->start_epoch, job->start_step)) != DSIM_OK)
+        goto out;
+    *inited = 1;
+    if ((e = dsim_strategy_replica_init(s, ctx)) != DSIM_OK)
+        goto out;
+    if ((e = dsim_strategy_create_variables(s, ctx, rp->index == 0 ? &job->init : NULL)) != DSIM_OK)
+        goto out;
+    int chief = dsim_strategy_is_chief(s, ctx);
+    int N = job->N;
+    for (uint64_t gs = job->first_step; gs < job->end_step; gs++) {
+        ctx->global_step = gs;
+        dsim_input_step st;
+        if ((e = dsim_input_next(in, &st)) != DSIM_OK)
+            goto out;
+        if (st.done) {
+            e = DSIM_ERR(DSIM_ESTATE, -1, "the input ended at global step %llu of %llu",
+                         (unsigned long long)gs, (unsigned long long)job->end_step);
+            goto out;
+        }
+        const dsim_replica_batch *b = &st.batch[ctx->device];
+        int64_t t0 = dsim_rt_now(job->rt);
+        size_t nb = (size_t)b->n;
+        if (nb > maxb) {
+            e = DSIM_ERR(DSIM_ESTATE, -1,
+                         "a batch of %zu examples exceeds the global batch or the dataset (%zu)",
+                         nb, maxb);
+            goto out;
+        }
+        if (nb && (e = dsim_dataset_gather(su->ds, b->ids, nb, x, y)) != DSIM_OK)
+            goto out;
+        memset(grad, 0, P * sizeof(float));
+        double loss_sum = 0;
+        if ((e = dsim_model_loss_grad(&su->model, ctx->params, nb ? x : NULL, nb ? y : NULL, nb,
+                                      job->loss_scale, grad, &loss_sum)) != DSIM_OK)
+            goto out;
+        if ((e = dsim_ledger_record(res->ledger, rp->index, st.epoch, st.step, b->ids, b->n)) !=
+            DSIM_OK)
+            goto out;
+        if ((e = dsim_strategy_apply_gradients(s, ctx, grad)) != DSIM_OK)
+            goto out;
+        double local = loss_sum * (double)job->loss_scale, loss = NAN;
+        e = dsim_strategy_reduce(s, ctx, DSIM_SUM, &local, &loss, 1);
+        if (e == DSIM_ENOTSUP) {
+            loss = NAN;
+            e = DSIM_OK;
+        } else if (e != DSIM_OK) {
+            goto out;
+        }
+        int64_t t1 = dsim_rt_now(job->rt);
+        uint64_t cks = dsim_params_checksum(ctx->params, P);
+        size_t k = (size_t)(gs - job->first_step);
+        res->checksum[k * (size_t)N + (size_t)rp->index] = cks;
+        res->local_loss[k * (size_t)N + (size_t)rp->index] = local;
+        res->examples[k * (size_t)N + (size_t)rp->index] = b->n;
+        if (rp->index == 0) {
+            res->loss[k] = loss;
+            if (res->trace)
+                memcpy(res->trace + k * P, ctx->params, P * sizeof(float));
+        }
+        if (cfg->observer) {
+            dsim_train_step_info info = {
+                .replica = rp->index,
+                .worker = ctx->worker,
+                .device = ctx->device,
+                .epoch = st.epoch,
+                .step = st.step,
+                .global_step = gs,
+                .examples = b->n,
+                .local_loss = local,
+                .loss = loss,
+                .checksum = cks,
+                .t_start = t0,
+                .t_end = t1,
+            };
+            cfg->observer(&info, cfg->observer_user);
+        }
+        if (cfg->checkpoint_every && (gs + 1) % cfg->checkpoint_every == 0) {
+            if ((e = dsim_strategy_save(s, ctx, &save)) != DSIM_OK)
+                goto out;
+            if (chief && (e = train_write_checkpoint(rp, &save, &st, gs + 1)) != DSIM_OK)
+                goto out;
+        }
+    }
+    if ((e = dsim_strategy_finish(s, ctx)) != DSIM_OK)
+        goto out;
+    memcpy(rp->final, ctx->params, P * sizeof(float));
+out:
+    dsim_input_destroy(in);
+    free(x);
+    free(y);
+    free(grad);
+    free(save.params);
+    free(save.optim_state);
+    return e;
+}
+
+static void train_replica_main(void *arg)
+{
+    train_replica *rp = arg;
+    int inited = 0;
+    dsim_err e = train_replica_run(rp, &inited);
+    if (e != DSIM_OK)
+        train_fail(rp->job, "replica", rp->index, rp->index);
+    if (inited)
+        dsim_strategy_replica_fini(rp->job->strat, &rp->ctx);
+}
+
+static void train_handler_main(void *arg)
+{
+    train_handler *h = arg;
+    train_job *job = h->job;
+    train_server *ts = &job->srvs[h->server];
+    if (dsim_strategy_serve(job->strat, &ts->ctx, h->client) != DSIM_OK)
+        train_fail(job, "parameter server", h->server, job->N + h->server);
+}
+
+static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
+{
+    if (cfg->hosts < 1 || cfg->devices_per_host < 1 ||
+        (long long)cfg->hosts * cfg->devices_per_host > TRAIN_MAX_REPLICAS)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: the cluster is %d host(s) x %d device(s); both must be >= 1 and "
+                        "the product at most %d",
+                        cfg->hosts, cfg->devices_per_host, TRAIN_MAX_REPLICAS);
+    if (cfg->num_ps < 0 || cfg->num_ps > TRAIN_MAX_PS)
+        return DSIM_ERR(DSIM_EINVAL, -1, "train: num_ps is %d; it must be 0..%d", cfg->num_ps,
+                        TRAIN_MAX_PS);
+    if ((int)cfg->ps_mode < 0 || cfg->ps_mode >= DSIM_PS_MODE_COUNT)
+        return DSIM_ERR(DSIM_EINVAL, -1, "train: ps_mode %d is not sync or async",
+                        (int)cfg->ps_mode);
+    if ((int)cfg->communication < 0 || cfg->communication >= DSIM_ALGO_COUNT)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: communication %d is not an algorithm; use auto, ring, rhd, tree "
+                        "or reduce_to_one",
+                        (int)cfg->communication);
+    if (cfg->checkpoint_every && !cfg->checkpoint_path)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: checkpoint_every is %llu but checkpoint_path is not set",
+                        (unsigned long long)cfg->checkpoint_every);
+    if (cfg->restore && !cfg->checkpoint_path)
+        return DSIM_ERR(DSIM_EINVAL, -1, "train: restore is set but checkpoint_path is not");
+    return DSIM_OK;
+}
+
+/* The initial variables: the checkpoint's when restoring from one, else the
+ * model's initializer. */
+static dsim_err train_initial_values(train_job *job)
+{
+    const dsim_train_cfg *cfg = job->cfg;
+    const dsim_train_setup *su = &job->su;
+    dsim_strategy_vars *v = &job->init;
+    v->n_params = su->n_params;
+    v->optim_state_len = su->optim_state_len;
+    v->params = calloc(su->n_params, sizeof(float));
+    v->optim_state = su->optim_state_len ? calloc(su->optim_state_len, sizeof(float)) : NULL;
+    if (!v->params || (su->optim_state_len && !v->optim_state))
+        return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the initial values");
+    if (cfg->restore) {
+        dsim_checkpoint *ck = NULL;
+        dsim_err e = dsim_checkpoint_read(cfg->checkpoint_path, &ck);
+        if (e == DSIM_ENOENT) {
+            /* BackupAndRestore: no backup yet means a fresh start. */
+            dsim_info("train: no checkpoint at %s; starting fresh", cfg->checkpoint_path);
+            dsim_clear_error();
+        } else if (e != DSIM_OK) {
+            return e;
+        } else {
+            const char *bad = NULL;
+            if (ck->n_params != su->n_params)
+                bad = "its parameter count differs from the model's";
+            else if (ck->optim_kind != su->optim.kind || ck->optim_state_len != su->optim_state_len)
+                bad = "it was written with another optimizer";
+            else if (ck->epoch >= cfg->epochs + (ck->step == 0 ? 1u : 0u) ||
+                     ck->step > job->su.steps_per_epoch ||
+                     ck->global_step != (uint64_t)ck->epoch * su->steps_per_epoch + ck->step)
+                bad = "its position does not fit this job's epochs and steps";
+            if (bad) {
+                e = DSIM_ERR(DSIM_EINVAL, -1,
+                             "checkpoint %s does not belong to this job: %s (it holds %zu "
+                             "parameters, optimizer %s, position epoch %u step %llu; this job "
+                             "has %u epochs of %llu steps)",
+                             cfg->checkpoint_path, bad, ck->n_params,
+                             dsim_optim_kind_name(ck->optim_kind), ck->epoch,
+                             (unsigned long long)ck->step, cfg->epochs,
+                             (unsigned long long)su->steps_per_epoch);
+                dsim_checkpoint_free(ck);
+                return e;
+            }
+            memcpy(v->params, ck->params, su->n_params * sizeof(float));
+            if (su->optim_state_len)
+                memcpy(v->optim_state, ck->optim_state, su->optim_state_len * sizeof(float));
+            v->optim_step = ck->optim_step;
+            job->start_epoch = ck->epoch;
+            job->start_step = ck->step;
+            job->first_step = ck->global_step;
+            dsim_checkpoint_free(ck);
+            return DSIM_OK;
+        }
+    }
+    return dsim_train_init_params(cfg, su, v->params);
+}
+
+static dsim_err train_alloc_result(train_job *job)
+{
+    dsim_train_result *res = job->res;
+    size_t steps = (size_t)(job->end_step - job->first_step), N = (size_t)job->N;
+    size_t P = job->su.n_params;
+    res->steps = steps;
+    res->n_params = P;
+    res->params = calloc(P, sizeof(float));
+    res->loss = calloc(steps ? steps : 1, sizeof(double));
+    res->local_loss = calloc(steps * N + 1, sizeof(double));
+    res->checksum = calloc(steps * N + 1, sizeof(uint64_t));
+    res->examples = calloc(steps * N + 1, sizeof(uint64_t));
+    res->checkpoint_writes = calloc(N, sizeof(uint64_t));
+    if (job->cfg->record_params)
+        res->trace = calloc(steps * P + 1, sizeof(float));
+    if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
+        !res->checkpoint_writes || (job->cfg->record_params && !res->trace))
+        return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the result of %zu steps", steps);
+    for (size_t k = 0; k < steps; k++)
+        res->loss[k] = NAN;
+    return dsim_ledger_create(job->su.ds->spec.n_examples, job->cfg->epochs, job->cfg->hosts,
+                              job->cfg->devices_per_host, &res->ledger);
+}
+
+/* Runtime, fabric, endpoints, communicators and contexts. */
+static dsim_err train_open_world(train_job *job)
+{
+    const dsim_train_cfg *cfg = job->cfg;
+    int N = job->N, P = job->P;
+    DSIM_CHECK(dsim_rt_create(cfg->engine ? cfg->engine : "threads", &job->rt));
+    DSIM_CHECK(dsim_waitq_create(job->rt, &job->lock));
+    dsim_fabric_cfg fc = {.backend = "inproc", .nranks = N + P, .rt = job->rt};
+    DSIM_CHECK(dsim_fabric_open(&fc, &job->fab));
+    job->eps = calloc((size_t)(N + P), sizeof *job->eps);
+    job->world = calloc((size_t)N, sizeof *job->world);
+    job->reps = calloc((size_t)N, sizeof *job->reps);
+    job->srvs = calloc((size_t)(P ? P : 1), sizeof *job->srvs);
+    job->handlers = calloc((size_t)(P * N + 1), sizeof *job->handlers);
+    if (!job->eps || !job->world || !job->reps || !job->srvs || !job->handlers)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for %d ranks", N + P);
+    for (int r = 0; r < N + P; r++)
+        DSIM_CHECK(dsim_ep_open(job->fab, r, &job->eps[r]));
+    const struct dsim_strategy_ops *ops = job->strat->ops;
+    for (int r = 0; r < N; r++) {
+        dsim_comm_cfg cc = {
+            .ep = job->eps[r],
+            .size = N,
+            .comm_id = DSIM_STRATEGY_COMM_WORLD,
+            .timeout_ns = job->timeout_ns,
+            .algo = cfg->communication,
+        };
+        DSIM_CHECK(dsim_comm_create(&cc, &job->world[r]));
+        train_replica *rp = &job->reps[r];
+        rp->job = job;
+        rp->index = r;
+        rp->priv = train_aligned_zalloc(ops->replica_priv_size);
+        rp->final = calloc(job->su.n_params, sizeof(float));
+        float *params = calloc(job->su.n_params, sizeof(float));
+        if ((ops->replica_priv_size && !rp->priv) || !rp->final || !params) {
+            free(params);
+            return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for replica %d", r);
+        }
+        rp->ctx = (dsim_replica_ctx){
+            .shape = job->shape,
+            .replica = r,
+            .worker = r / cfg->devices_per_host,
+            .device = r % cfg->devices_per_host,
+            .rt = job->rt,
+            .fabric = job->fab,
+            .ep = job->eps[r],
+            .world = job->world[r],
+            .algo = cfg->communication,
+            .server_rank0 = N,
+            .timeout_ns = job->timeout_ns,
+            .model = &job->su.model,
+            .optim = &job->su.optim,
+            .n_params = job->su.n_params,
+            .params = params,
+            .global_step = job->first_step,
+            .priv = rp->priv,
+        };
+    }
+    for (int s = 0; s < P; s++) {
+        train_server *ts = &job->srvs[s];
+        ts->job = job;
+        ts->priv = train_aligned_zalloc(ops->server_priv_size);
+        if (ops->server_priv_size && !ts->priv)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for parameter server %d", s);
+        ts->ctx = (dsim_server_ctx){
+            .shape = job->shape,
+            .server = s,
+            .rank = N + s,
+            .rt = job->rt,
+            .fabric = job->fab,
+            .ep = job->eps[N + s],
+            .timeout_ns = job->timeout_ns,
+            .model = &job->su.model,
+            .optim = &job->su.optim,
+            .n_params = job->su.n_params,
+            .priv = ts->priv,
+            .driver = ts,
+        };
+        DSIM_CHECK(dsim_waitq_create(job->rt, &ts->ctx.lock));
+    }
+    return DSIM_OK;
+}
+
+static void train_close_world(train_job *job)
+{
+    for (int s = 0; job->srvs && s < job->P; s++) {
+        train_server *ts = &job->srvs[s];
+        if (ts->inited)
+            dsim_strategy_server_fini(job->strat, &ts->ctx);
+        if (ts->ctx.lock)
+            dsim_waitq_destroy(ts->ctx.lock);
+        free(ts->priv);
+        free(ts->updates);
+    }
+    for (int r = 0; job->reps && r < job->N; r++) {
+        free(job->reps[r].priv);
+        free(job->reps[r].final);
+        free(job->reps[r].ctx.params);
+    }
+    for (int r = 0; job->world && r < job->N; r++)
+        dsim_comm_destroy(job->world[r]);
+    for (int r = 0; job->eps && r < job->N + job->P; r++)
+        if (job->eps[r])
+            dsim_ep_close(job->eps[r]);
+    if (job->fab)
+        dsim_fabric_close(job->fab);
+    if (job->lock)
+        dsim_waitq_destroy(job->lock);
+    if (job->rt)
+        dsim_rt_destroy(job->rt);
+    free(job->eps);
+    free(job->world);
+    free(job->reps);
+    free(job->srvs);
+    free(job->handlers);
+}
+
+/* Spawns every server worker and replica, and joins them all. */
+static dsim_err train_run_workers(train_job *job)
+{
+    int N = job->N, P = job->P;
+    dsim_err e = DSIM_OK;
+    for (int s = 0; s < P && e == DSIM_OK; s++) {
+        e = dsim_strategy_server_init(job->strat, &job->srvs[s].ctx);
+        job->srvs[s].inited = 1;
+    }
+    int spawned_h = 0, spawned_r = 0;
+    for (int s = 0; s < P && e == DSIM_OK; s++) {
+        for (int c = 0; c < N && e == DSIM_OK; c++) {
+            train_handler *h = &job->handlers[s * N + c];
+            *h = (train_handler){.job = job, .server = s, .client = c};
+            e = dsim_rt_spawn(job->rt, N + s * N + c, train_handler_main, h, &h->task);
+            if (e == DSIM_OK)
+                spawned_h++;
+        }
+    }
+    for (int r = 0; r < N && e == DSIM_OK; r++) {
+        e = dsim_rt_spawn(job->rt, r, train_replica_main, &job->reps[r], &job->reps[r].task);
+        if (e == DSIM_OK)
+            spawned_r++;
+    }
+    if (e != DSIM_OK) {
+        /* Those already running must not wait for the ones that never
+         * started. */
+        dsim_error saved;
+        dsim_error_copy(&saved);
+        dsim_fabric_abort(job->fab, -1, "the job could not start all its workers");
+        for (int s = 0; s < P; s++)
+            dsim_waitq_wake(job->srvs[s].ctx.lock);
+        dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s", saved.msg);
+    }
+    for (int r = 0; r < spawned_r; r++)
+        dsim_rt_join(job->rt, job->reps[r].task);
+    for (int i = 0; i < spawned_h; i++)
+        dsim_rt_join(job->rt, job->handlers[i].task);
+    return e;
+}
+
+static void train_collect(train_job *job)
+{
+    dsim_train_result *res = job->res;
+    int N = job->N;
+    size_t P = job->su.n_params;
+    memcpy(res->params, job->reps[0].final, P * sizeof(float));
+    res->replicas_agree = true;
+    for (int r = 1; r < N; r++)
+        if (memcmp(job->reps[r].final, job->reps[0].final, P * sizeof(float)) != 0)
+            res->replicas_agree = false;
+    res->in_sync_every_step = true;
+    for (size_t k = 0; k < res->steps; k++)
+        for (int r = 1; r < N; r++)
+            if (res->checksum[k * (size_t)N + (size_t)r] != res->checksum[k * (size_t)N])
+                res->in_sync_every_step = false;
+    res->final_loss = dsim_train_mean_loss(&job->su, res->params);
+    for (int r = 0; r < N; r++) {
+        res->checkpoint_writes[r] = job->reps[r].ckpt_writes;
+        res->checkpoints_written += job->reps[r].ckpt_writes;
+    }
+    size_t total = 0;
+    for (int s = 0; s < job->P; s++)
+        total += job->srvs[s].n_updates;
+    if (total) {
+        res->updates = malloc(total * sizeof *res->updates);
+        if (res->updates) {
+            for (int s = 0; s < job->P; s++) {
+                memcpy(res->updates + res->n_updates, job->srvs[s].updates,
+                       job->srvs[s].n_updates * sizeof *res->updates);
+                res->n_updates += job->srvs[s].n_updates;
+            }
+            for (size_t i = 0; i < res->n_updates; i++)
+                if (res->updates[i].staleness > res->max_staleness)
+                    res->max_staleness = res->updates[i].staleness;
+        }
+    }
+}
+
+dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
+{
+    if (!res)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_train: res is NULL");
+    memset(res, 0, sizeof *res);
+    res->error.peer = -1;
+    if (!cfg) {
+        dsim_err e = DSIM_ERR(DSIM_EINVAL, -1, "dsim_train: cfg is NULL");
+        dsim_error_copy(&res->error);
+        return e;
+    }
+    train_job job;
+    memset(&job, 0, sizeof job);
+    job.cfg = cfg;
+    job.res = res;
+    dsim_err e = train_check_cfg(cfg);
+    if (e == DSIM_OK && cfg->plugin_path)
+        e = dsim_strategy_load(cfg->strategy, cfg->plugin_path);
+    if (e == DSIM_OK)
+        e = dsim_strategy_lookup(cfg->strategy, &job.strat);
+    if (e != DSIM_OK)
+        goto out_early;
+    job.N = cfg->hosts * cfg->devices_per_host;
+    job.P = cfg->num_ps;
+    job.shape = (dsim_strategy_shape){
+        .hosts = cfg->hosts,
+        .devices_per_host = cfg->devices_per_host,
+        .num_replicas = job.N,
+        .num_ps = cfg->num_ps,
+        .ps_mode = cfg->ps_mode,
+    };
+    if ((e = dsim_strategy_check_shape(job.strat, &job.shape)) != DSIM_OK)
+        goto out_early;
+    if (cfg->checkpoint_every && (e = dsim_strategy_check_save(job.strat)) != DSIM_OK)
+        goto out_early;
+    if ((e = dsim_train_setup_open(cfg, &job.su)) != DSIM_OK)
+        goto out_early;
+    job.timeout_ns = cfg->timeout_ns > 0 ? cfg->timeout_ns : TRAIN_DEFAULT_TIMEOUT_NS;
+    int nris = dsim_strategy_replicas_in_sync(job.strat, &job.shape);
+    if (nris < 1 || nris > job.N) {
+        e = DSIM_ERR(DSIM_EINVAL, -1, "strategy '%s' says %d replicas are in sync, outside 1..%d",
+                     job.strat->name, nris, job.N);
+        goto out_setup;
+    }
+    /* TF's compute_average_loss: divide by per-replica batch x replicas in
+     * sync; exactly 1/G when every replica is in sync. */
+    job.loss_scale = nris == job.N ? 1.0f / (float)cfg->global_batch
+                                   : (float)((double)job.N / ((double)cfg->global_batch * nris));
+    snprintf(res->strategy, sizeof res->strategy, "%s", job.strat->name);
+    res->placement = (int)job.strat->ops->placement;
+    res->num_workers = cfg->hosts;
+    res->devices_per_host = cfg->devices_per_host;
+    res->num_replicas = job.N;
+    res->num_ps = job.P;
+    res->num_replicas_in_sync = nris;
+    res->loss_scale = job.loss_scale;
+    res->shard_applied = job.su.applied;
+    res->steps_per_epoch = job.su.steps_per_epoch;
+    job.total_steps = job.su.steps_per_epoch * cfg->epochs;
+    if ((e = train_initial_values(&job)) != DSIM_OK)
+        goto out_setup;
+    job.end_step = job.total_steps;
+    if (cfg->stop_after && cfg->stop_after < job.end_step)
+        job.end_step = cfg->stop_after;
+    if (job.end_step < job.first_step)
+        job.end_step = job.first_step;
+    res->first_step = job.first_step;
+    res->initial_loss = dsim_train_mean_loss(&job.su, job.init.params);
+    if ((e = train_alloc_result(&job)) != DSIM_OK)
+        goto out_setup;
+    if ((e = train_open_world(&job)) == DSIM_OK)
+        e = train_run_workers(&job);
+    if (e == DSIM_OK && job.failed) {
+        dsim_error *er = &job.err;
+        e = dsim_set_error(er->code, er->peer, er->file, er->line, "%s", er->msg);
+    }
+    if (e == DSIM_OK)
+        train_collect(&job);
+    train_close_world(&job);
+out_setup:
+    free(job.init.params);
+    free(job.init.optim_state);
+    dsim_train_setup_close(&job.su);
+out_early:
+    if (e != DSIM_OK)
+        dsim_error_copy(&res->error);
+    return e;
+}
+
+void dsim_train_result_free(dsim_train_result *res)
+{
+    if (!res)
+        return;
+    free(res->params);
+    free(res->loss);
+    free(res->local_loss);
+    free(res->checksum);
+    free(res->examples);
+    free(res->trace);
+    free(res->updates);
+    free(res->checkpoint_writes);
+    dsim_ledger_destroy(res->ledger);
+    memset(res, 0, sizeof *res);
+}

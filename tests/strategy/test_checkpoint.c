@@ -1,0 +1,280 @@
+/* Checkpoints: the file round-trips, a damaged one is refused with its name,
+ * only the chief writes, and a run restored from the chief's checkpoint ends
+ * with the same bits as a run that was never interrupted (BackupAndRestore). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "dsim/strategy.h"
+#include "strat_common.h"
+
+static char ck_dir[64];
+
+static int setup_dir(void **state)
+{
+    (void)state;
+    snprintf(ck_dir, sizeof ck_dir, "/tmp/dsim-ckpt-XXXXXX");
+    return mkdtemp(ck_dir) ? 0 : -1;
+}
+
+static int remove_dir(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", ck_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void ck_path(char *buf, size_t cap, const char *name)
+{
+    snprintf(buf, cap, "%s/%s", ck_dir, name);
+}
+
+static void test_file_roundtrip_and_damage(void **state)
+{
+    (void)state;
+    float params[5] = {1.5f, -2.25f, 0.0f, 3e-8f, -0.0f};
+    float slots[10];
+    for (int i = 0; i < 10; i++)
+        slots[i] = (float)i * 0.125f - 0.5f;
+    dsim_checkpoint ck = {
+        .epoch = 1,
+        .step = 3,
+        .global_step = 11,
+        .optim_kind = DSIM_OPTIM_ADAM,
+        .optim_step = 11,
+        .n_params = 5,
+        .params = params,
+        .optim_state_len = 10,
+        .optim_state = slots,
+    };
+    char path[128], tmp[140];
+    ck_path(path, sizeof path, "unit.ckpt");
+    assert_int_equal(dsim_checkpoint_write(path, &ck), DSIM_OK);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    assert_int_not_equal(access(tmp, F_OK), 0); /* renamed away, nothing left over */
+    dsim_checkpoint *back = NULL;
+    assert_int_equal(dsim_checkpoint_read(path, &back), DSIM_OK);
+    assert_int_equal(back->epoch, 1);
+    assert_int_equal(back->step, 3);
+    assert_int_equal(back->global_step, 11);
+    assert_int_equal(back->optim_kind, DSIM_OPTIM_ADAM);
+    assert_int_equal(back->optim_step, 11);
+    assert_int_equal(back->n_params, 5);
+    assert_int_equal(back->optim_state_len, 10);
+    assert_memory_equal(back->params, params, sizeof params);
+    assert_memory_equal(back->optim_state, slots, sizeof slots);
+    dsim_checkpoint_free(back);
+
+    /* Flip each byte in turn: every one is caught, and named. */
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    unsigned char good[256];
+    size_t len = fread(good, 1, sizeof good, f);
+    fclose(f);
+    assert_int_equal(len, 64 + 4 * 15 + 8);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char bad[256];
+        memcpy(bad, good, len);
+        bad[i] ^= 0x20;
+        f = fopen(path, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(bad, 1, len, f), len);
+        fclose(f);
+        dsim_err e = dsim_checkpoint_read(path, &back);
+        if (e != DSIM_EPROTO)
+            fail_msg("byte %zu flipped: got %s", i, dsim_strerror(e));
+        assert_null(back);
+        assert_non_null(strstr(dsim_errmsg(), path));
+    }
+    printf("# %s\n", dsim_errmsg());
+    /* Truncated. */
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(good, 1, len - 9, f), len - 9);
+    fclose(f);
+    assert_int_equal(dsim_checkpoint_read(path, &back), DSIM_EPROTO);
+    assert_non_null(strstr(dsim_errmsg(), "truncated"));
+    printf("# %s\n", dsim_errmsg());
+    /* Missing. */
+    ck_path(path, sizeof path, "none.ckpt");
+    assert_int_equal(dsim_checkpoint_read(path, &back), DSIM_ENOENT);
+    assert_non_null(strstr(dsim_errmsg(), path));
+}
+
+/* Interrupted after `stop` steps with a checkpoint every `every`, then
+ * restored: the same bits as the uninterrupted run, step by step. */
+static void roundtrip(const char *strategy, int hosts, int devices, int ps, dsim_optim_kind kind,
+                      uint64_t every, uint64_t stop)
+{
+    char path[128];
+    ck_path(path, sizeof path, strategy);
+    unlink(path);
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, strategy, hosts, devices);
+    cfg.num_ps = ps;
+    dsim_optim_spec_default(&cfg.optim, kind);
+    cfg.optim.lr = kind == DSIM_OPTIM_ADAM ? 0.01 : 0.05;
+    cfg.epochs = 3;
+    dsim_train_result a, b, c;
+    if (dsim_train(&cfg, &a) != DSIM_OK)
+        fail_msg("%s uninterrupted: %s", strategy, dsim_errmsg());
+
+    cfg.checkpoint_path = path;
+    cfg.checkpoint_every = every;
+    cfg.stop_after = stop;
+    cfg.restore = true; /* nothing there yet: a fresh start */
+    if (dsim_train(&cfg, &b) != DSIM_OK)
+        fail_msg("%s interrupted: %s", strategy, dsim_errmsg());
+    assert_int_equal(b.first_step, 0);
+    assert_int_equal(b.steps, stop);
+    uint64_t saved = stop / every;
+    int N = hosts * devices;
+    /* Only the chief writes. */
+    assert_int_equal(b.checkpoints_written, saved);
+    assert_int_equal(b.checkpoint_writes[0], saved);
+    for (int r = 1; r < N; r++)
+        assert_int_equal(b.checkpoint_writes[r], 0);
+    /* Up to the interruption it is the same run. */
+    assert_memory_equal(b.checksum, a.checksum, stop * (size_t)N * sizeof(uint64_t));
+
+    cfg.stop_after = 0;
+    if (dsim_train(&cfg, &c) != DSIM_OK)
+        fail_msg("%s restored: %s", strategy, dsim_errmsg());
+    uint64_t resumed = saved * every;
+    assert_int_equal(c.first_step, resumed);
+    assert_int_equal(c.steps, a.steps - resumed);
+    assert_memory_equal(c.checksum, a.checksum + resumed * (uint64_t)N,
+                        c.steps * (size_t)N * sizeof(uint64_t));
+    assert_memory_equal(c.params, a.params, a.n_params * sizeof(float));
+    assert_true(c.replicas_agree);
+    printf(
+        "# %s %dx%d ps %d (%s): stopped at %llu, resumed from %llu, %llu more steps, same bits\n",
+        strategy, hosts, devices, ps, dsim_optim_kind_name(kind), (unsigned long long)stop,
+        (unsigned long long)resumed, (unsigned long long)c.steps);
+    dsim_train_result_free(&a);
+    dsim_train_result_free(&b);
+    dsim_train_result_free(&c);
+}
+
+static void test_restore_same_bits(void **state)
+{
+    (void)state;
+    roundtrip("one_device", 1, 1, 0, DSIM_OPTIM_ADAM, 5, 7);
+    roundtrip("mirrored", 1, 2, 0, DSIM_OPTIM_MOMENTUM, 3, 7);
+    roundtrip("multi_worker_mirrored", 2, 2, 0, DSIM_OPTIM_ADAM, 4, 10);
+    roundtrip("central_storage", 1, 4, 0, DSIM_OPTIM_MOMENTUM, 2, 5);
+    roundtrip("parameter_server", 2, 2, 2, DSIM_OPTIM_ADAM, 3, 6);
+    /* At an epoch boundary (8 steps per epoch): resumes at epoch 1, step 0. */
+    roundtrip("multi_worker_mirrored", 2, 1, 0, DSIM_OPTIM_SGD, 8, 9);
+}
+
+/* The worked example plugin checkpoints too. */
+static void test_restore_plugin(void **state)
+{
+    (void)state;
+    const char *p = sc_plugin("DSIM_CUSTOM_PLUGIN");
+    if (!p)
+        skip();
+    assert_int_equal(dsim_strategy_load(NULL, p), DSIM_OK);
+    roundtrip("custom_mirrored", 2, 2, 0, DSIM_OPTIM_MOMENTUM, 3, 7);
+}
+
+static void test_restore_refuses_bad_checkpoints(void **state)
+{
+    (void)state;
+    char path[128];
+    ck_path(path, sizeof path, "refuse.ckpt");
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "mirrored", 1, 2);
+    cfg.checkpoint_path = path;
+    cfg.checkpoint_every = 4;
+    cfg.stop_after = 4;
+    dsim_train_result r;
+    assert_int_equal(dsim_train(&cfg, &r), DSIM_OK);
+    dsim_train_result_free(&r);
+
+    /* Another optimizer than the one that wrote it. */
+    cfg.stop_after = 0;
+    cfg.restore = true;
+    dsim_optim_spec_default(&cfg.optim, DSIM_OPTIM_ADAM);
+    assert_int_equal(dsim_train(&cfg, &r), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), path));
+    assert_non_null(strstr(dsim_errmsg(), "another optimizer"));
+    printf("# %s\n", dsim_errmsg());
+    dsim_train_result_free(&r);
+
+    /* Corrupt: one byte of the parameters flipped. */
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 70, SEEK_SET), 0);
+    int ch = fgetc(f);
+    assert_int_equal(fseek(f, 70, SEEK_SET), 0);
+    fputc(ch ^ 1, f);
+    fclose(f);
+    sc_cfg(&cfg, "mirrored", 1, 2);
+    cfg.checkpoint_path = path;
+    cfg.restore = true;
+    assert_int_equal(dsim_train(&cfg, &r), DSIM_EPROTO);
+    assert_non_null(strstr(dsim_errmsg(), path));
+    assert_non_null(strstr(dsim_errmsg(), "corrupt"));
+    printf("# %s\n", dsim_errmsg());
+    dsim_train_result_free(&r);
+}
+
+/* Async parameter servers save too (what the servers hold at that moment)
+ * and a restored async run finishes. */
+static void test_async_checkpoint(void **state)
+{
+    (void)state;
+    char path[128];
+    ck_path(path, sizeof path, "async.ckpt");
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "parameter_server", 4, 1);
+    cfg.num_ps = 2;
+    cfg.ps_mode = DSIM_PS_ASYNC;
+    dsim_optim_spec_default(&cfg.optim, DSIM_OPTIM_MOMENTUM);
+    cfg.optim.lr = 0.05;
+    cfg.checkpoint_path = path;
+    cfg.checkpoint_every = 5;
+    cfg.stop_after = 10;
+    dsim_train_result r;
+    assert_int_equal(dsim_train(&cfg, &r), DSIM_OK);
+    assert_int_equal(r.checkpoint_writes[0], 2);
+    dsim_train_result_free(&r);
+    dsim_checkpoint *ck = NULL;
+    assert_int_equal(dsim_checkpoint_read(path, &ck), DSIM_OK);
+    assert_int_equal(ck->global_step, 10);
+    assert_int_equal(ck->epoch, 1);
+    assert_int_equal(ck->step, 2);
+    dsim_checkpoint_free(ck);
+    cfg.stop_after = 0;
+    cfg.restore = true;
+    assert_int_equal(dsim_train(&cfg, &r), DSIM_OK);
+    assert_int_equal(r.first_step, 10);
+    assert_int_equal(r.steps, 6);
+    assert_true(r.final_loss < r.initial_loss);
+    dsim_train_result_free(&r);
+}
+
+int main(void)
+{
+    if (!sc_dataset()) {
+        fprintf(stderr, "cannot make the dataset: %s\n", dsim_errmsg());
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_file_roundtrip_and_damage),
+        cmocka_unit_test(test_restore_same_bits),
+        cmocka_unit_test(test_restore_plugin),
+        cmocka_unit_test(test_restore_refuses_bad_checkpoints),
+        cmocka_unit_test(test_async_checkpoint),
+    };
+    return cmocka_run_group_tests(tests, setup_dir, remove_dir);
+}

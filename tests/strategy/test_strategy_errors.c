@@ -1,0 +1,337 @@
+/* Bad input gets a clear error, never a crash or a hang: cluster shapes a
+ * strategy refuses, unknown names, broken plugins, incomplete tables, bad
+ * configuration values, and a replica that fails mid-step (every other
+ * replica and server must return promptly, not wait for its timeout). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "dsim/spi/strategy.h"
+#include "dsim/strategy.h"
+#include "strat_common.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* dsim_train fails with `code` and a message holding every needle. */
+static void expect_fail(dsim_train_cfg *cfg, dsim_err code, const char *const *needles)
+{
+    dsim_train_result res;
+    dsim_err e = dsim_train(cfg, &res);
+    const char *msg = dsim_errmsg();
+    printf("# %s\n", msg);
+    if (e != code)
+        fail_msg("expected %s, got %s: %s", dsim_strerror(code), dsim_strerror(e), msg);
+    assert_int_equal(res.error.code, code);
+    for (; needles && *needles; needles++)
+        if (!strstr(msg, *needles))
+            fail_msg("message \"%s\" lacks \"%s\"", msg, *needles);
+    dsim_train_result_free(&res);
+}
+
+#define NEEDLES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static void test_bad_shapes(void **state)
+{
+    (void)state;
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "one_device", 1, 2);
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("one_device", "exactly 1 replica", "1 host(s) x 2"));
+    sc_cfg(&cfg, "one_device", 1, 1);
+    cfg.num_ps = 1;
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("one_device", "1 ps"));
+    sc_cfg(&cfg, "mirrored", 2, 2);
+    expect_fail(&cfg, DSIM_EINVAL,
+                NEEDLES("mirrored runs on one worker", "2 host(s) x 2", "multi_worker_mirrored"));
+    sc_cfg(&cfg, "central_storage", 3, 1);
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("central_storage", "3 host(s) x 1"));
+    sc_cfg(&cfg, "multi_worker_mirrored", 2, 1);
+    cfg.num_ps = 2;
+    expect_fail(&cfg, DSIM_EINVAL,
+                NEEDLES("multi_worker_mirrored", "no parameter servers", "2 ps"));
+    sc_cfg(&cfg, "parameter_server", 2, 1);
+    cfg.num_ps = 0;
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("parameter_server", "at least 1 parameter server"));
+}
+
+static void test_unknown_strategy(void **state)
+{
+    (void)state;
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "no_such_strategy", 1, 1);
+    expect_fail(&cfg, DSIM_ENOENT,
+                NEEDLES("no_such_strategy", "one_device", "mirrored", "multi_worker_mirrored",
+                        "central_storage", "parameter_server"));
+    sc_cfg(&cfg, NULL, 1, 1);
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("no strategy given", "mirrored"));
+    char names[512];
+    assert_true(dsim_strategy_list(names, sizeof names) >= 5);
+    assert_non_null(strstr(names, "parameter_server"));
+    assert_false(dsim_strategy_exists("no_such_strategy"));
+    assert_true(dsim_strategy_exists("central_storage"));
+    assert_non_null(dsim_strategy_summary("mirrored"));
+}
+
+static void test_bad_config(void **state)
+{
+    (void)state;
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "mirrored", 1, 0);
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("0 device(s)"));
+    sc_cfg(&cfg, "mirrored", 1, 2);
+    cfg.global_batch = 0;
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("global_batch"));
+    sc_cfg(&cfg, "mirrored", 1, 2);
+    cfg.communication = (dsim_algo)42;
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("communication", "ring"));
+    sc_cfg(&cfg, "parameter_server", 1, 2);
+    cfg.num_ps = 1;
+    cfg.ps_mode = (dsim_ps_mode)9;
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("ps_mode"));
+    sc_cfg(&cfg, "mirrored", 1, 2);
+    cfg.checkpoint_every = 3;
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("checkpoint_path"));
+    sc_cfg(&cfg, "mirrored", 1, 2);
+    cfg.optim.lr = -1;
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("lr"));
+    /* FILE sharding with fewer files than workers is the input's error,
+     * naming both counts. */
+    dsim_dataset_spec ds;
+    memset(&ds, 0, sizeof ds);
+    ds.kind = DSIM_DATA_CLASSIFICATION;
+    ds.n_examples = 64;
+    ds.in_dim = 4;
+    ds.out_dim = 3;
+    ds.seed = 3;
+    ds.n_files = 2;
+    sc_cfg(&cfg, "multi_worker_mirrored", 4, 1);
+    cfg.dataset = NULL;
+    cfg.data = ds;
+    cfg.shard = DSIM_SHARD_FILE;
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("2", "4"));
+    assert_int_equal(dsim_ps_mode_parse("async", &cfg.ps_mode), DSIM_OK);
+    assert_int_equal(cfg.ps_mode, DSIM_PS_ASYNC);
+    assert_int_equal(dsim_ps_mode_parse("sometimes", &cfg.ps_mode), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "sync or async"));
+}
+
+static void test_plugin_errors(void **state)
+{
+    (void)state;
+    const char *missing = "/nonexistent/dir/libno_such_strategy.so";
+    assert_int_equal(dsim_strategy_load("x", missing), DSIM_ENOENT);
+    printf("# %s\n", dsim_errmsg());
+    assert_non_null(strstr(dsim_errmsg(), missing));
+    assert_non_null(strstr(dsim_errmsg(), "cannot load strategy plugin"));
+
+    const char *nosym = sc_plugin("DSIM_BAD_PLUGIN_NOSYM");
+    const char *abi = sc_plugin("DSIM_BAD_PLUGIN_ABI");
+    const char *incomplete = sc_plugin("DSIM_BAD_PLUGIN_MISSING");
+    if (!nosym || !abi || !incomplete)
+        skip();
+    assert_int_equal(dsim_strategy_load("nosym", nosym), DSIM_EINVAL);
+    printf("# %s\n", dsim_errmsg());
+    assert_non_null(strstr(dsim_errmsg(), nosym));
+    assert_non_null(strstr(dsim_errmsg(), "dsim_strategy_plugin"));
+    assert_non_null(strstr(dsim_errmsg(), "examples/custom_strategy"));
+
+    assert_int_equal(dsim_strategy_load("abi", abi), DSIM_EINVAL);
+    printf("# %s\n", dsim_errmsg());
+    assert_non_null(strstr(dsim_errmsg(), abi));
+    assert_non_null(strstr(dsim_errmsg(), "ABI version"));
+
+    assert_int_equal(dsim_strategy_load("incomplete", incomplete), DSIM_EINVAL);
+    printf("# %s\n", dsim_errmsg());
+    assert_non_null(strstr(dsim_errmsg(), incomplete));
+    assert_non_null(strstr(dsim_errmsg(), "'apply_gradients'"));
+    assert_false(dsim_strategy_exists("incomplete"));
+
+    /* Through dsim_train: the plugin's error comes back unchanged. */
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "whatever", 1, 1);
+    cfg.plugin_path = missing;
+    expect_fail(&cfg, DSIM_ENOENT, NEEDLES(missing));
+    /* A built-in's name cannot be taken by a plugin. */
+    const char *example = sc_plugin("DSIM_CUSTOM_PLUGIN");
+    if (example) {
+        assert_int_equal(dsim_strategy_load("mirrored", example), DSIM_EINVAL);
+        assert_non_null(strstr(dsim_errmsg(), "already registered"));
+        assert_int_equal(dsim_strategy_load(NULL, example), DSIM_OK);
+        assert_int_equal(dsim_strategy_load(NULL, example), DSIM_OK); /* again: a no-op */
+        assert_true(dsim_strategy_exists("custom_mirrored"));
+    }
+    /* A strategy without a save member: the "not supported" stub answers. */
+    const char *wrong = sc_plugin("DSIM_WRONG_PLUGIN");
+    if (wrong) {
+        sc_cfg(&cfg, "wrong_mean", 1, 2);
+        cfg.plugin_path = wrong;
+        cfg.checkpoint_path = "/tmp/dsim-strategy-never-written.ckpt";
+        cfg.checkpoint_every = 2;
+        expect_fail(&cfg, DSIM_ENOTSUP, NEEDLES("wrong_mean", "does not support checkpoints"));
+        assert_int_not_equal(access(cfg.checkpoint_path, F_OK), 0);
+    }
+}
+
+static dsim_err reg_check_shape(const dsim_strategy_shape *s)
+{
+    (void)s;
+    return DSIM_OK;
+}
+static dsim_err reg_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init)
+{
+    (void)ctx;
+    (void)init;
+    return DSIM_OK;
+}
+static dsim_err reg_apply(dsim_replica_ctx *ctx, float *grad)
+{
+    (void)ctx;
+    (void)grad;
+    return DSIM_OK;
+}
+
+static dsim_err reg_reduce(dsim_replica_ctx *ctx, dsim_op op, const double *in, double *out,
+                           size_t n)
+{
+    (void)ctx;
+    (void)op;
+    memmove(out, in, n * sizeof(double));
+    return DSIM_OK;
+}
+
+static void test_register_checks(void **state)
+{
+    (void)state;
+    struct dsim_strategy_ops t = {
+        .size = sizeof(struct dsim_strategy_ops),
+        .name = "reg_test",
+        .check_shape = reg_check_shape,
+        .create_variables = reg_create,
+        .apply_gradients = reg_apply,
+    };
+    assert_int_equal(dsim_strategy_register(&t), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "'reduce'"));
+    t.size = sizeof(struct dsim_strategy_ops) - 8;
+    assert_int_equal(dsim_strategy_register(&t), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "size"));
+    t.size = sizeof(struct dsim_strategy_ops);
+    t.reduce = NULL;
+    t.check_shape = NULL;
+    assert_int_equal(dsim_strategy_register(&t), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "'check_shape'"));
+    t.check_shape = reg_check_shape;
+    t.name = "Bad Name";
+    assert_int_equal(dsim_strategy_register(&t), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "Bad Name"));
+    assert_int_equal(dsim_strategy_register(NULL), DSIM_EINVAL);
+    /* The shard helper: as even as possible, first ones larger. */
+    size_t first, count, total = 0;
+    for (int s = 0; s < 3; s++) {
+        dsim_strategy_shard_range(10, 3, s, &first, &count);
+        assert_int_equal(first, total);
+        assert_int_equal(count, s == 0 ? 4 : 3);
+        total += count;
+    }
+    assert_int_equal(total, 10);
+}
+
+/* A strategy that accepts servers without serving them is caught before
+ * anything starts. */
+static void test_shape_needs_serve(void **state)
+{
+    (void)state;
+    static struct dsim_strategy_ops t;
+    t = (struct dsim_strategy_ops){
+        .size = sizeof(struct dsim_strategy_ops),
+        .name = "serverless",
+        .check_shape = reg_check_shape,
+        .create_variables = reg_create,
+        .apply_gradients = reg_apply,
+        .reduce = reg_reduce,
+    };
+    assert_int_equal(dsim_strategy_register(&t), DSIM_OK);
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "serverless", 1, 1);
+    cfg.num_ps = 1;
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("serverless", "no serve member"));
+}
+
+/* Replica 1 fails at step 2 while the others wait for it in an all-reduce:
+ * dsim_train returns its error, not the others' aborts, and long before the
+ * 20 s collective timeout. */
+static void test_replica_failure_aborts(void **state)
+{
+    (void)state;
+    const char *path = sc_plugin("DSIM_BAD_PLUGIN_FAIL");
+    if (!path)
+        skip();
+    for (int hosts = 1; hosts <= 2; hosts++) {
+        dsim_train_cfg cfg;
+        sc_cfg(&cfg, "fails_at_step_2", hosts, 4);
+        assert_int_equal(dsim_strategy_load("fails_at_step_2", path), DSIM_OK);
+        double t0 = now_s();
+        expect_fail(&cfg, DSIM_EIO, NEEDLES("replica 1", "injected failure"));
+        double dt = now_s() - t0;
+        printf("# %d replicas returned %.3f s after start\n", hosts * 4, dt);
+        assert_true(dt < 5.0);
+    }
+}
+
+/* The chief cannot write its checkpoint (the directory does not exist): the
+ * failure stops every replica and every parameter server promptly. */
+static void test_checkpoint_write_failure_aborts(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *strategy;
+        int hosts, devices, ps;
+        dsim_ps_mode mode;
+    } cases[] = {
+        {"mirrored", 1, 4, 0, DSIM_PS_SYNC},
+        {"central_storage", 1, 2, 0, DSIM_PS_SYNC},
+        {"parameter_server", 3, 1, 2, DSIM_PS_SYNC},
+        {"parameter_server", 4, 1, 1, DSIM_PS_ASYNC},
+    };
+    const char *path = "/nonexistent/dsim-strategy-test/ckpt";
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dsim_train_cfg cfg;
+        sc_cfg(&cfg, cases[i].strategy, cases[i].hosts, cases[i].devices);
+        cfg.num_ps = cases[i].ps;
+        cfg.ps_mode = cases[i].mode;
+        cfg.checkpoint_path = path;
+        cfg.checkpoint_every = 3;
+        double t0 = now_s();
+        expect_fail(&cfg, DSIM_EIO, NEEDLES("replica 0", path));
+        assert_true(now_s() - t0 < 5.0);
+    }
+}
+
+int main(void)
+{
+    if (!sc_dataset()) {
+        fprintf(stderr, "cannot make the dataset: %s\n", dsim_errmsg());
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_shapes),
+        cmocka_unit_test(test_unknown_strategy),
+        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_plugin_errors),
+        cmocka_unit_test(test_register_checks),
+        cmocka_unit_test(test_shape_needs_serve),
+        cmocka_unit_test(test_replica_failure_aborts),
+        cmocka_unit_test(test_checkpoint_write_failure_aborts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

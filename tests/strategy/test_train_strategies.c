@@ -1,0 +1,374 @@
+/* Every built-in strategy trains the softmax model on the threads engine
+ * with 1, 2, 4 and 8 replicas; synchronous strategies keep bit-identical
+ * replicas after every step and stay within the derived tolerance of the
+ * single-device reference (strat_common.c); the asynchronous parameter
+ * server converges and records staleness; a plugin that MEAN-reduces is
+ * caught, the worked example passes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "dsim/spi/strategy.h"
+#include "dsim/strategy.h"
+#include "strat_common.h"
+
+/* The precondition of the tolerance's derivation: lr * max|x~|^2 / 2 <= 2. */
+static void check_tolerance_precondition(const dsim_train_cfg *cfg)
+{
+    const dsim_dataset *ds = cfg->dataset;
+    double m = 0;
+    for (size_t e = 0; e < ds->spec.n_examples; e++) {
+        double s = 1.0;
+        for (size_t i = 0; i < ds->spec.in_dim; i++)
+            s += (double)ds->x[e * ds->spec.in_dim + i] * ds->x[e * ds->spec.in_dim + i];
+        m = fmax(m, s);
+    }
+    assert_true(cfg->optim.lr * m / 2 <= 2.0);
+}
+
+/* Runs cfg and its reference; checks what every synchronous strategy owes:
+ * every replica identical after every step (observer and result), within
+ * the tolerance of the reference at every step, loss reduced and falling.
+ * Returns the worst |run - ref| / tolerance. */
+static double run_sync(dsim_train_cfg *cfg, const char *what)
+{
+    check_tolerance_precondition(cfg);
+    dsim_train_result ref, run;
+    assert_int_equal(dsim_train_reference(cfg, &ref), DSIM_OK);
+    int N = cfg->hosts * cfg->devices_per_host;
+    sc_observer obs;
+    sc_observer_init(&obs, N, ref.steps);
+    cfg->observer = sc_observe;
+    cfg->observer_user = &obs;
+    dsim_err e = dsim_train(cfg, &run);
+    if (e != DSIM_OK)
+        fail_msg("%s: %s", what, dsim_errmsg());
+    assert_int_equal(run.num_replicas, N);
+    assert_int_equal(run.steps, ref.steps);
+    assert_int_equal(atomic_load(&obs.calls), (int)(ref.steps * (uint64_t)N));
+    assert_int_equal(atomic_load(&obs.bad), 0);
+    assert_true(sc_observer_in_sync(&obs));
+    assert_true(run.in_sync_every_step);
+    assert_true(run.replicas_agree);
+    assert_int_equal(run.num_replicas_in_sync, N);
+    assert_true(run.loss_scale == 1.0f / (float)cfg->global_batch);
+    /* The reduced loss is the global batch's mean loss, as the reference's. */
+    for (uint64_t s = 0; s < run.steps; s++) {
+        assert_false(isnan(run.loss[s]));
+        assert_true(fabs(run.loss[s] - ref.loss[s]) <= 1e-4 * fmax(1.0, fabs(ref.loss[s])));
+    }
+    double ratio, abs_diff;
+    sc_distance(cfg, &ref, &run, &ratio, &abs_diff);
+    double tol = sc_tolerance(cfg, &ref, &run, run.steps, N);
+    printf("# %-48s replicas %d: max |run-ref| %.3g (tolerance %.3g, ratio %.3g), loss %.4f -> "
+           "%.4f\n",
+           what, N, abs_diff, tol, ratio, run.initial_loss, run.final_loss);
+    assert_true(ratio <= 1.0);
+    assert_true(run.final_loss < run.initial_loss);
+    sc_observer_free(&obs);
+    dsim_train_result_free(&ref);
+    dsim_train_result_free(&run);
+    cfg->observer = NULL;
+    cfg->observer_user = NULL;
+    return ratio;
+}
+
+static void test_one_device(void **state)
+{
+    (void)state;
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "one_device", 1, 1);
+    run_sync(&cfg, "one_device 1x1");
+    /* One replica sums exactly what the reference sums: the same bits. */
+    dsim_train_result ref, run;
+    assert_int_equal(dsim_train_reference(&cfg, &ref), DSIM_OK);
+    assert_int_equal(dsim_train(&cfg, &run), DSIM_OK);
+    dsim_params_diff d;
+    dsim_params_compare(run.params, ref.params, ref.n_params, &d);
+    assert_int_equal(d.n_diff, 0);
+    assert_int_equal(run.placement, DSIM_PLACE_ONE_DEVICE);
+    dsim_train_result_free(&ref);
+    dsim_train_result_free(&run);
+}
+
+static void test_mirrored(void **state)
+{
+    (void)state;
+    static const struct {
+        int devices;
+        dsim_algo algo;
+    } cases[] = {
+        {1, DSIM_ALGO_AUTO},
+        {2, DSIM_ALGO_REDUCE_TO_ONE},
+        {4, DSIM_ALGO_RING},
+        {8, DSIM_ALGO_AUTO},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dsim_train_cfg cfg;
+        sc_cfg(&cfg, "mirrored", 1, cases[i].devices);
+        cfg.communication = cases[i].algo;
+        char what[96];
+        snprintf(what, sizeof what, "mirrored 1x%d (%s)", cases[i].devices,
+                 dsim_algo_name(cases[i].algo));
+        run_sync(&cfg, what);
+    }
+}
+
+static void test_multi_worker_mirrored(void **state)
+{
+    (void)state;
+    static const struct {
+        int hosts, devices;
+        dsim_algo algo;
+    } cases[] = {
+        {1, 1, DSIM_ALGO_AUTO}, {2, 1, DSIM_ALGO_RHD}, {2, 2, DSIM_ALGO_TREE},
+        {4, 2, DSIM_ALGO_RING}, {4, 2, DSIM_ALGO_RHD}, {4, 2, DSIM_ALGO_REDUCE_TO_ONE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dsim_train_cfg cfg;
+        sc_cfg(&cfg, "multi_worker_mirrored", cases[i].hosts, cases[i].devices);
+        cfg.communication = cases[i].algo;
+        char what[96];
+        snprintf(what, sizeof what, "multi_worker_mirrored %dx%d (%s)", cases[i].hosts,
+                 cases[i].devices, dsim_algo_name(cases[i].algo));
+        run_sync(&cfg, what);
+    }
+}
+
+static void test_central_storage(void **state)
+{
+    (void)state;
+    for (int d = 1; d <= 8; d *= 2) {
+        dsim_train_cfg cfg;
+        sc_cfg(&cfg, "central_storage", 1, d);
+        char what[96];
+        snprintf(what, sizeof what, "central_storage 1x%d", d);
+        run_sync(&cfg, what);
+    }
+}
+
+static void test_parameter_server_sync(void **state)
+{
+    (void)state;
+    static const struct {
+        int workers, ps;
+    } cases[] = {{1, 1}, {2, 2}, {4, 1}, {8, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dsim_train_cfg cfg;
+        sc_cfg(&cfg, "parameter_server", cases[i].workers, 1);
+        cfg.num_ps = cases[i].ps;
+        cfg.ps_mode = DSIM_PS_SYNC;
+        char what[96];
+        snprintf(what, sizeof what, "parameter_server sync %d workers, %d ps", cases[i].workers,
+                 cases[i].ps);
+        run_sync(&cfg, what);
+        /* Every replica's contribution is recorded, none stale. */
+        dsim_train_result run;
+        assert_int_equal(dsim_train(&cfg, &run), DSIM_OK);
+        assert_int_equal(run.n_updates, run.steps * (uint64_t)cases[i].workers * cases[i].ps);
+        assert_int_equal(run.max_staleness, 0);
+        assert_int_equal(run.placement, DSIM_PLACE_SHARDED);
+        dsim_train_result_free(&run);
+    }
+}
+
+/* Two devices per worker: replicas of one worker are separate clients. */
+static void test_parameter_server_sync_devices(void **state)
+{
+    (void)state;
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "parameter_server", 2, 2);
+    cfg.num_ps = 2;
+    run_sync(&cfg, "parameter_server sync 2x2, 2 ps");
+}
+
+static void test_parameter_server_async(void **state)
+{
+    (void)state;
+    static const struct {
+        int workers, ps;
+    } cases[] = {{1, 1}, {2, 1}, {4, 2}, {8, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int N = cases[i].workers, P = cases[i].ps;
+        dsim_train_cfg cfg;
+        sc_cfg(&cfg, "parameter_server", N, 1);
+        cfg.num_ps = P;
+        cfg.ps_mode = DSIM_PS_ASYNC;
+        cfg.epochs = 3;
+        dsim_train_result run;
+        if (dsim_train(&cfg, &run) != DSIM_OK)
+            fail_msg("async %d workers: %s", N, dsim_errmsg());
+        /* TF's PS training: each update stands alone, averaged over the
+         * replica's own share of the global batch. */
+        assert_int_equal(run.num_replicas_in_sync, 1);
+        assert_true(fabsf(run.loss_scale - (float)N / 32.0f) < 1e-6f);
+        for (uint64_t s = 0; s < run.steps; s++)
+            assert_true(isnan(run.loss[s])); /* async replicas do not reduce */
+        /* Converges: well below the starting loss. */
+        assert_true(run.final_loss < 0.75 * run.initial_loss);
+        /* Every push was applied once: each server's versions 0..U-1. */
+        uint64_t per_server = run.steps * (uint64_t)N;
+        assert_int_equal(run.n_updates, per_server * (uint64_t)P);
+        for (int s = 0; s < P; s++) {
+            uint8_t *seen = calloc(per_server, 1);
+            assert_non_null(seen);
+            for (size_t u = 0; u < run.n_updates; u++) {
+                const dsim_ps_update *up = &run.updates[u];
+                if (up->server != s)
+                    continue;
+                assert_true(up->version_applied < per_server);
+                assert_false(seen[up->version_applied]);
+                seen[up->version_applied] = 1;
+                assert_true(up->version_read <= up->version_applied);
+                assert_int_equal(up->staleness, up->version_applied - up->version_read);
+            }
+            free(seen);
+        }
+        uint64_t stale = 0;
+        for (size_t u = 0; u < run.n_updates; u++)
+            stale += run.updates[u].staleness > 0;
+        printf("# parameter_server async %d workers, %d ps: loss %.4f -> %.4f, %zu updates, %llu "
+               "stale, max staleness %llu\n",
+               N, P, run.initial_loss, run.final_loss, run.n_updates, (unsigned long long)stale,
+               (unsigned long long)run.max_staleness);
+        if (N == 1)
+            assert_int_equal(run.max_staleness, 0); /* nobody else to race with */
+        if (N >= 4)
+            assert_true(run.max_staleness > 0);
+        /* After the last push every replica pulled the same final values. */
+        assert_true(run.replicas_agree);
+        dsim_train_result_free(&run);
+    }
+}
+
+/* Partial and empty batches: TF's G=7 over 2x2, fewer examples than
+ * replicas (G=6 over 8 devices: two idle every step), and a global batch
+ * larger than the dataset. The scale stays 1/G throughout. */
+static void test_partial_batches(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *strategy;
+        int hosts, devices;
+        int64_t g;
+        dsim_shard_policy policy;
+    } cases[] = {
+        {"multi_worker_mirrored", 2, 2, 7, DSIM_SHARD_FILE},
+        {"multi_worker_mirrored", 2, 2, 7, DSIM_SHARD_DATA},
+        {"mirrored", 1, 8, 6, DSIM_SHARD_AUTO},
+        {"central_storage", 1, 4, 1000, DSIM_SHARD_AUTO},
+        {"parameter_server", 2, 2, 30, DSIM_SHARD_OFF},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dsim_train_cfg cfg;
+        sc_cfg(&cfg, cases[i].strategy, cases[i].hosts, cases[i].devices);
+        cfg.global_batch = cases[i].g;
+        cfg.shard = cases[i].policy;
+        cfg.num_ps = strcmp(cases[i].strategy, "parameter_server") == 0 ? 1 : 0;
+        cfg.epochs = cases[i].g > 100 ? 8 : 1;
+        char what[96];
+        snprintf(what, sizeof what, "%s %dx%d G=%lld %s", cases[i].strategy, cases[i].hosts,
+                 cases[i].devices, (long long)cases[i].g, dsim_shard_policy_name(cases[i].policy));
+        run_sync(&cfg, what);
+    }
+}
+
+/* Same configuration, same bits: run twice. */
+static void test_deterministic(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"mirrored", "central_storage", "parameter_server"};
+    for (size_t i = 0; i < 3; i++) {
+        dsim_train_cfg cfg;
+        sc_cfg(&cfg, names[i], i == 2 ? 4 : 1, i == 2 ? 1 : 4);
+        cfg.num_ps = i == 2 ? 2 : 0;
+        dsim_train_result a, b;
+        assert_int_equal(dsim_train(&cfg, &a), DSIM_OK);
+        assert_int_equal(dsim_train(&cfg, &b), DSIM_OK);
+        assert_memory_equal(a.params, b.params, a.n_params * sizeof(float));
+        assert_memory_equal(a.checksum, b.checksum, a.steps * 4 * sizeof(uint64_t));
+        dsim_train_result_free(&a);
+        dsim_train_result_free(&b);
+    }
+}
+
+/* The worked example passes the same checks as the built-ins. */
+static void test_example_plugin(void **state)
+{
+    (void)state;
+    const char *path = sc_plugin("DSIM_CUSTOM_PLUGIN");
+    if (!path)
+        skip();
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "custom_mirrored", 2, 2);
+    cfg.plugin_path = path;
+    run_sync(&cfg, "custom_mirrored (plugin) 2x2");
+    cfg.plugin_path = NULL; /* registered now: the name alone is enough */
+    cfg.hosts = 1;
+    cfg.devices_per_host = 8;
+    run_sync(&cfg, "custom_mirrored (plugin) 1x8");
+    assert_true(dsim_strategy_exists("custom_mirrored"));
+    assert_non_null(dsim_strategy_summary("custom_mirrored"));
+}
+
+/* The MEAN-reducing plugin keeps its replicas in sync (so that check alone
+ * would pass it) but lands far outside the tolerance of the reference. */
+static void test_wrong_plugin_caught(void **state)
+{
+    (void)state;
+    const char *path = sc_plugin("DSIM_WRONG_PLUGIN");
+    if (!path)
+        skip();
+    static const struct {
+        int hosts, devices;
+    } cases[] = {{1, 2}, {2, 2}, {4, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dsim_train_cfg cfg;
+        sc_cfg(&cfg, "wrong_mean", cases[i].hosts, cases[i].devices);
+        cfg.plugin_path = path;
+        dsim_train_result ref, run;
+        assert_int_equal(dsim_train_reference(&cfg, &ref), DSIM_OK);
+        if (dsim_train(&cfg, &run) != DSIM_OK)
+            fail_msg("wrong_mean: %s", dsim_errmsg());
+        assert_true(run.in_sync_every_step);
+        double ratio, abs_diff;
+        sc_distance(&cfg, &ref, &run, &ratio, &abs_diff);
+        double tol = sc_tolerance(&cfg, &ref, &run, run.steps, run.num_replicas);
+        dsim_params_diff d;
+        dsim_params_compare(run.params, ref.params, ref.n_params, &d);
+        printf("# wrong_mean %dx%d: final max |run-ref| %.3g vs tolerance %.3g (%.0fx)\n",
+               cases[i].hosts, cases[i].devices, d.max_abs, tol, d.max_abs / tol);
+        assert_true(d.max_abs > 100.0 * tol);
+        assert_true(ratio > 100.0);
+        dsim_train_result_free(&ref);
+        dsim_train_result_free(&run);
+    }
+}
+
+int main(void)
+{
+    if (!sc_dataset()) {
+        fprintf(stderr, "cannot make the dataset: %s\n", dsim_errmsg());
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_device),
+        cmocka_unit_test(test_mirrored),
+        cmocka_unit_test(test_multi_worker_mirrored),
+        cmocka_unit_test(test_central_storage),
+        cmocka_unit_test(test_parameter_server_sync),
+        cmocka_unit_test(test_parameter_server_sync_devices),
+        cmocka_unit_test(test_parameter_server_async),
+        cmocka_unit_test(test_partial_batches),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_example_plugin),
+        cmocka_unit_test(test_wrong_plugin_caught),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
