@@ -16,5 +16,13 @@ int cmd_bench(int argc, char **argv);
 void cmd_bench_help(FILE *out);
 int cmd_cluster(int argc, char **argv);
 void cmd_cluster_help(FILE *out);
+int cmd_list(int argc, char **argv);
+void cmd_list_help(FILE *out);
+int cmd_run(int argc, char **argv);
+void cmd_run_help(FILE *out);
+int cmd_validate(int argc, char **argv);
+void cmd_validate_help(FILE *out);
+int cmd_plan(int argc, char **argv);
+void cmd_plan_help(FILE *out);
 
 #endif

@@ -10,6 +10,13 @@ static const dsim_cmd main_cmds[] = {
     {"bench", "time a collective (nccl-tests' flags and columns)", cmd_bench, cmd_bench_help},
     {"cluster", "resolve TF_CONFIG (or hosts x devices) and print the cluster as JSON",
      cmd_cluster, cmd_cluster_help},
+    {"validate", "check scenario files without running them", cmd_validate, cmd_validate_help},
+    {"plan", "print what a scenario will do (cluster, sharding, batches) as JSON", cmd_plan,
+     cmd_plan_help},
+    {"list", "list strategies, algorithms, checks, or the runs in the results store", cmd_list,
+     cmd_list_help},
+    {"run", "run scenarios, judge them with their checks, store the results", cmd_run,
+     cmd_run_help},
 };
 #define MAIN_NCMDS (sizeof main_cmds / sizeof main_cmds[0])
 

@@ -1,0 +1,123 @@
+/* Checks: what a scenario's `expect:` can ask of a run (DESIGN §7).
+ *
+ * A check is a const table registered by name. It declares the thresholds
+ * it accepts (so a scenario file is validated before anything runs, with
+ * file:line:column on a bad key or value) and a function that judges a
+ * finished run. Every check stores pass/fail, the measured value, the
+ * expected value and a sentence a person can act on.
+ *
+ * Built in: gradient_consistency, shard_coverage, convergence (one file each
+ * in sim/check/, see there for how each judges a run). Registered
+ * but not yet runnable (available = false, refused by `dsim validate` with a
+ * message naming what is missing): node_loss, cold_start, performance. */
+#ifndef DSIM_CHECK_H
+#define DSIM_CHECK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "dsim/err.h"
+#include "dsim/strategy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DSIM_CHECK_MAX_PARAMS 8
+
+/* One threshold a check accepts: `key: number` under the check's name. */
+typedef struct dsim_check_param {
+    const char *key; /* e.g. "max_rel_error" */
+    const char *doc; /* one line: what it means, its unit */
+    double min, max; /* accepted range, inclusive */
+    double def;      /* value when the scenario does not give one */
+    bool integer;    /* only whole numbers accepted */
+} dsim_check_param;
+
+struct dsim_scenario;
+
+/* What a check sees of a finished run. */
+typedef struct dsim_check_ctx {
+    const struct dsim_scenario *scenario;
+    const dsim_train_cfg *cfg;          /* as run */
+    const dsim_train_result *run;       /* the distributed run */
+    const dsim_train_result *reference; /* the one-device replay, or NULL */
+    dsim_err run_err;                   /* DSIM_OK, or how dsim_train failed */
+} dsim_check_ctx;
+
+typedef struct dsim_check_result {
+    bool passed;
+    double measured; /* NaN when there is nothing to measure */
+    double expected; /* the threshold, NaN when none */
+    char message[512];
+} dsim_check_result;
+
+typedef struct dsim_check_ops {
+    size_t size;          /* sizeof(struct dsim_check_ops) */
+    const char *name;     /* "gradient_consistency" */
+    const char *summary;  /* one line, for `dsim list checks` */
+    bool available;       /* false: declared for scenarios, not yet runnable */
+    bool needs_reference; /* the driver must run dsim_train_reference */
+    int n_params;
+    dsim_check_param params[DSIM_CHECK_MAX_PARAMS];
+    /* Judges the run; values[i] is params[i]'s value. Required when
+     * available. Fills *out; returns DSIM_OK unless the check itself could
+     * not run (then the check counts as failed with that message). */
+    dsim_err (*run)(const dsim_check_ctx *ctx, const double *values, dsim_check_result *out);
+    /* Optional: whether these values need the reference run; NULL means
+     * needs_reference decides alone. Lets convergence ask for the reference
+     * only when within_pct_of_reference is set. */
+    bool (*wants_reference)(const double *values);
+} dsim_check_ops;
+
+/* The registered checks, and lookup by name (NULL if none). */
+const dsim_check_ops *dsim_check_find(const char *name);
+size_t dsim_check_count(void);
+const dsim_check_ops *dsim_check_at(size_t i);
+/* The parameter of ops named key, or -1. */
+int dsim_check_param_index(const dsim_check_ops *ops, const char *key);
+
+/* ---- running a scenario's expect list ---- */
+
+/* A threshold left unset (NaN default, not given by the scenario). */
+#define DSIM_CHECK_UNSET(v) ((v) != (v))
+/* A count or ratio threshold at or above this means "no limit". */
+#define DSIM_CHECK_NO_LIMIT 1e15
+
+/* One row of the table `dsim run` prints and stores. */
+typedef struct dsim_check_outcome {
+    const char *name;  /* the check's name, or "error" for expect.error */
+    bool expect_fail;  /* the scenario expects the check to fail */
+    bool check_passed; /* the check's own verdict on the run */
+    bool passed;       /* the expectation is met: check_passed != expect_fail */
+    dsim_check_result result;
+} dsim_check_outcome;
+
+/* Whether running the scenario's expect list needs dsim_train_reference
+ * (false when the scenario expects an error). */
+bool dsim_check_needs_reference(const struct dsim_scenario *s);
+
+/* Judges a finished run against ctx->scenario's expect list.
+ *
+ * out must hold dsim_check_outcome_count(ctx->scenario) rows; *n_out gets how
+ * many were written, *n_failed how many did not meet their expectation.
+ *
+ * - expect.error: one row named "error" that passes iff the run failed with
+ *   an error whose message contains the text (run_err != DSIM_OK, message in
+ *   ctx->run->error.msg); no check runs.
+ * - otherwise one row per expect entry, in file order. A run that failed
+ *   (run_err != DSIM_OK) fails every row, expect_fail ones included: a check
+ *   expected to fail must fail on its own judgement of a finished run, not
+ *   because the run never finished.
+ * - a check that is unavailable, or whose run function returns an error,
+ *   fails with a message saying so.
+ *
+ * Returns DSIM_EINVAL only for bad arguments. */
+size_t dsim_check_outcome_count(const struct dsim_scenario *s);
+dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, size_t *n_out,
+                            size_t *n_failed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

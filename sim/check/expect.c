@@ -1,0 +1,127 @@
+/* Running a scenario's expect list against a finished run. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check/check_int.h"
+#include "scenario/scenario.h"
+
+bool dsim_check_needs_reference(const dsim_scenario *s)
+{
+    if (!s || s->expect_error)
+        return false;
+    for (size_t i = 0; i < s->n_expect; i++) {
+        const dsim_check_ops *c = s->expect[i].check;
+        if (!c || !c->available)
+            continue;
+        if (c->wants_reference ? (c->needs_reference || c->wants_reference(s->expect[i].values))
+                               : c->needs_reference)
+            return true;
+    }
+    return false;
+}
+
+size_t dsim_check_outcome_count(const dsim_scenario *s)
+{
+    if (!s)
+        return 0;
+    return s->expect_error ? 1 : s->n_expect;
+}
+
+static void expect_set(dsim_check_outcome *o, const char *name, bool expect_fail)
+{
+    memset(o, 0, sizeof *o);
+    o->name = name;
+    o->expect_fail = expect_fail;
+    o->result.measured = NAN;
+    o->result.expected = NAN;
+}
+
+static void expect_error_row(const dsim_check_ctx *ctx, dsim_check_outcome *o)
+{
+    const char *want = ctx->scenario->expect_error;
+    expect_set(o, "error", false);
+    const char *got = ctx->run ? ctx->run->error.msg : "";
+    if (ctx->run_err == DSIM_OK) {
+        dsim_check_msg(o->result.message, sizeof o->result.message,
+                       "the run succeeded, but the scenario expects it to fail with an error "
+                       "containing \"%s\"",
+                       want);
+    } else if (!strstr(got, want)) {
+        dsim_check_msg(o->result.message, sizeof o->result.message,
+                       "the run failed as expected, but with \"%s\" (%s), which does not contain "
+                       "\"%s\"",
+                       got, dsim_strerror(ctx->run_err), want);
+    } else {
+        o->check_passed = true;
+        dsim_check_msg(o->result.message, sizeof o->result.message, "failed as expected: %s", got);
+    }
+    o->result.passed = o->check_passed;
+    o->passed = o->check_passed;
+}
+
+dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, size_t *n_out,
+                            size_t *n_failed)
+{
+    if (!ctx || !ctx->scenario || !ctx->run || !out || !n_out || !n_failed)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_check_run_all needs a scenario, a run and room for the outcomes");
+    const dsim_scenario *s = ctx->scenario;
+    *n_out = 0;
+    *n_failed = 0;
+    if (s->expect_error) {
+        expect_error_row(ctx, &out[0]);
+        *n_out = 1;
+        *n_failed = out[0].passed ? 0 : 1;
+        return DSIM_OK;
+    }
+    for (size_t i = 0; i < s->n_expect; i++) {
+        const dsim_expect *e = &s->expect[i];
+        dsim_check_outcome *o = &out[i];
+        const dsim_check_ops *c = e->check;
+        expect_set(o, c ? c->name : "?", e->expect_fail);
+        char *msg = o->result.message;
+        size_t cap = sizeof o->result.message;
+        bool judged = false;
+        if (!c) {
+            dsim_check_msg(msg, cap, "no check given");
+        } else if (ctx->run_err != DSIM_OK) {
+            dsim_check_msg(msg, cap, "the run failed before it could be judged: %s (%s)",
+                           ctx->run->error.msg[0] ? ctx->run->error.msg : "no message",
+                           dsim_strerror(ctx->run_err));
+        } else if (!c->available || !c->run) {
+            dsim_check_msg(msg, cap, "the %s check is not available in this build yet", c->name);
+        } else {
+            dsim_check_result r;
+            memset(&r, 0, sizeof r);
+            r.measured = NAN;
+            r.expected = NAN;
+            dsim_err err = c->run(ctx, e->values, &r);
+            if (err != DSIM_OK) {
+                r.passed = false;
+                dsim_check_msg(r.message, sizeof r.message, "the check could not run: %s (%s)",
+                               dsim_errmsg(), dsim_strerror(err));
+            }
+            o->result = r;
+            o->check_passed = r.passed;
+            judged = err == DSIM_OK;
+        }
+        /* An unavailable check, a check that could not run or a failed run
+         * is a failure whatever the expectation: only a check's own verdict
+         * on a finished run can meet expect_fail. */
+        o->passed = judged && o->check_passed != o->expect_fail;
+        if (judged && o->expect_fail && !o->check_passed) {
+            char tmp[sizeof o->result.message];
+            dsim_check_msg(tmp, sizeof tmp, "failed as expected: %s", o->result.message);
+            memcpy(o->result.message, tmp, sizeof tmp);
+        } else if (judged && o->expect_fail && o->check_passed) {
+            char tmp[sizeof o->result.message];
+            dsim_check_msg(tmp, sizeof tmp, "expected to fail, but passed: %s", o->result.message);
+            memcpy(o->result.message, tmp, sizeof tmp);
+        }
+        if (!o->passed)
+            (*n_failed)++;
+        (*n_out)++;
+    }
+    return DSIM_OK;
+}

@@ -1,0 +1,240 @@
+/* gradient_consistency (DESIGN §7): the replicas of a synchronous strategy
+ * hold bit-identical parameters after every step, and the run ends where a
+ * one-device replay of the same global batches ends, within a tolerance.
+ *
+ * Tolerance: a parameter is out of tolerance when it differs from the
+ * reference by more than max_abs_error AND by more than max_rel_error
+ * relative to the larger magnitude of the two. The absolute floor keeps
+ * parameters near zero (where any rounding is a large relative error) from
+ * failing the check; the relative bound judges the rest. The measured value
+ * is the largest relative error among parameters beyond the absolute floor
+ * (0 when none is), so measured <= expected is exactly "passed".
+ *
+ * Asynchronous parameter servers: each replica computes with whatever
+ * version of the variables it pulled, so neither per-step bit-identity nor
+ * equality with a synchronous replay is expected of them. The check then
+ * judges what does apply — every replica ends holding the servers' final
+ * variables, and they are finite — and reports the distance from the
+ * reference for information only (expected = NaN). Convergence is the check
+ * that judges such a run's result. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check/check_int.h"
+
+enum { GC_MAX_REL, GC_MAX_ABS, GC_BIT_IDENTICAL };
+
+static bool gc_is_async_ps(const dsim_check_ctx *ctx)
+{
+    const dsim_train_result *r = ctx->run;
+    bool ps = r->num_ps > 0 || strcmp(r->strategy, "parameter_server") == 0;
+    return ps && ctx->cfg && ctx->cfg->ps_mode == DSIM_PS_ASYNC;
+}
+
+/* The first (step, replica) whose checksum differs from replica 0's after
+ * that step; false if none does. *n_differ counts that step's replicas that
+ * differ. */
+static bool gc_first_divergence(const dsim_train_result *r, uint64_t *step, int *replica,
+                                int *n_differ)
+{
+    if (!r->checksum || r->num_replicas < 2)
+        return false;
+    size_t nr = (size_t)r->num_replicas;
+    for (uint64_t s = 0; s < r->steps; s++) {
+        const uint64_t *row = r->checksum + s * nr;
+        int first = -1, n = 0;
+        for (size_t k = 1; k < nr; k++) {
+            if (row[k] != row[0]) {
+                if (first < 0)
+                    first = (int)k;
+                n++;
+            }
+        }
+        if (first >= 0) {
+            *step = s;
+            *replica = first;
+            *n_differ = n;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Largest relative error among parameters beyond the absolute floor, how
+ * many are out of tolerance, and the worst one's index. A NaN on either
+ * side that is not NaN on both counts as out of tolerance (error INFINITY). */
+static double gc_rel_beyond_floor(const float *a, const float *b, size_t n, double max_abs,
+                                  double max_rel, size_t *n_out, size_t *worst)
+{
+    double m = 0;
+    *n_out = 0;
+    *worst = SIZE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        double x = a[i], y = b[i];
+        double rel, d;
+        if (isnan(x) || isnan(y) || isinf(x) || isinf(y)) {
+            if ((isnan(x) && isnan(y)) || x == y)
+                continue;
+            d = INFINITY;
+            rel = INFINITY;
+        } else {
+            d = fabs(x - y);
+            double mag = fmax(fabs(x), fabs(y));
+            rel = mag > 0 ? d / mag : 0;
+        }
+        if (d <= max_abs)
+            continue;
+        if (rel > max_rel)
+            (*n_out)++;
+        if (rel > m || *worst == SIZE_MAX) {
+            m = rel;
+            *worst = i;
+        }
+    }
+    return m;
+}
+
+static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
+{
+    const dsim_train_result *r = ctx->run;
+    const dsim_train_result *ref = ctx->reference;
+    double max_rel = v[GC_MAX_REL], max_abs = v[GC_MAX_ABS];
+    bool want_bits = v[GC_BIT_IDENTICAL] >= 0.5;
+    char *msg = out->message;
+    size_t cap = sizeof out->message;
+
+    out->expected = max_rel;
+    out->measured = NAN;
+    out->passed = false;
+
+    if (!r->params || r->n_params == 0) {
+        dsim_check_msg(msg, cap, "the run ended without parameters to compare");
+        return DSIM_OK;
+    }
+
+    if (gc_is_async_ps(ctx)) {
+        out->expected = NAN;
+        bool finite = true;
+        for (size_t i = 0; i < r->n_params && finite; i++)
+            finite = isfinite(r->params[i]);
+        double info = NAN;
+        if (ref && ref->params && ref->n_params == r->n_params) {
+            size_t n_out, worst;
+            info = gc_rel_beyond_floor(r->params, ref->params, r->n_params, max_abs, max_rel,
+                                       &n_out, &worst);
+        }
+        out->measured = info;
+        out->passed = r->replicas_agree && finite;
+        dsim_check_msg(
+            msg, cap,
+            "asynchronous parameter servers: replicas compute with the variable versions "
+            "they pulled (max staleness %" PRIu64 "), so per-step bit-identity and equality "
+            "with the one-device reference do not apply; judged: every replica ended with "
+            "the servers' variables (%s) and they are finite (%s); relative distance from "
+            "the reference, for information: %.3g; judge the result with convergence",
+            r->max_staleness, r->replicas_agree ? "yes" : "NO", finite ? "yes" : "NO", info);
+        return DSIM_OK;
+    }
+
+    /* bit-identity after every step */
+    if (want_bits && !r->in_sync_every_step) {
+        uint64_t step = 0;
+        int rep = -1, n = 0;
+        size_t nr = (size_t)r->num_replicas;
+        if (gc_first_divergence(r, &step, &rep, &n)) {
+            int d = r->devices_per_host > 0 ? r->devices_per_host : 1;
+            dsim_check_msg(
+                msg, cap,
+                "replicas diverged: after global step %" PRIu64 " replica %d (worker %d, "
+                "device %d) holds parameters with checksum %016" PRIx64 " but replica 0 "
+                "holds %016" PRIx64 " (%d of %d replicas differ); the strategy must apply "
+                "the same reduced gradient on every replica",
+                r->first_step + step, rep, rep / d, rep % d, r->checksum[step * nr + rep],
+                r->checksum[step * nr], n, r->num_replicas);
+        } else {
+            dsim_check_msg(
+                msg, cap,
+                "replicas diverged (the run reports a step where their parameters differed, "
+                "but it kept no per-step checksums to name it)");
+        }
+        out->measured = INFINITY;
+        return DSIM_OK;
+    }
+    if (want_bits && !r->replicas_agree) {
+        dsim_check_msg(
+            msg, cap,
+            "replicas were in sync after every step but ended with different parameters: "
+            "the strategy's finish() leaves replicas with different variables");
+        out->measured = INFINITY;
+        return DSIM_OK;
+    }
+
+    /* equality with the one-device reference */
+    if (!ref || !ref->params) {
+        dsim_check_msg(msg, cap, "no one-device reference run to compare with");
+        return DSIM_OK;
+    }
+    if (ref->n_params != r->n_params) {
+        dsim_check_msg(msg, cap, "the run has %zu parameters but the reference has %zu",
+                       r->n_params, ref->n_params);
+        return DSIM_OK;
+    }
+    if (ref->steps != r->steps) {
+        dsim_check_msg(msg, cap,
+                       "the run took %" PRIu64 " steps but the one-device reference took %" PRIu64
+                       " on the same data; the strategy ran a different number of global batches",
+                       r->steps, ref->steps);
+        return DSIM_OK;
+    }
+    dsim_params_diff diff;
+    dsim_params_compare(r->params, ref->params, r->n_params, &diff);
+    size_t n_out, worst;
+    double m =
+        gc_rel_beyond_floor(r->params, ref->params, r->n_params, max_abs, max_rel, &n_out, &worst);
+    out->measured = m;
+    out->passed = n_out == 0;
+    const char *bits =
+        want_bits ? "replicas bit-identical after every step; " : "bit-identity not required; ";
+    if (out->passed) {
+        dsim_check_msg(
+            msg, cap,
+            "%sequal to the one-device reference within tolerance (%zu of %zu parameters "
+            "differ in bits; max abs %.3g, max %" PRIu64 " ulps)",
+            bits, diff.n_diff, r->n_params, diff.max_abs, diff.max_ulps);
+    } else {
+        dsim_check_msg(
+            msg, cap,
+            "%s%zu of %zu parameters differ from the one-device reference by more than "
+            "max_abs_error %.3g and max_rel_error %.3g; worst: parameter %zu is %.9g, the "
+            "reference %.9g (relative error %.3g). A usual cause: gradients already scaled "
+            "by 1/global_batch were MEAN-reduced (learning rate / replicas) instead of "
+            "SUM-reduced",
+            bits, n_out, r->n_params, max_abs, max_rel, worst, (double)r->params[worst],
+            (double)ref->params[worst], m);
+    }
+    return DSIM_OK;
+}
+
+const dsim_check_ops dsim_check_gradient_consistency = {
+    .size = sizeof(dsim_check_ops),
+    .name = "gradient_consistency",
+    .summary = "replicas bit-identical after every step and equal to a one-device reference",
+    .available = true,
+    .needs_reference = true,
+    .n_params = 3,
+    .params =
+        {
+            {"max_rel_error",
+             "largest accepted relative difference from the reference (beyond max_abs_error)", 0, 1,
+             1e-4, false},
+            {"max_abs_error",
+             "differences from the reference up to this are accepted whatever their relative size",
+             0, 1e30, 1e-6, false},
+            {"bit_identical", "1: every replica must hold the same bits after every step", 0, 1, 1,
+             true},
+        },
+    .run = gc_run,
+};

@@ -1,0 +1,208 @@
+/* shard_coverage (DESIGN §7): from the run's ledger, per epoch, every
+ * example is read exactly as often as the shard policy says — once, or once
+ * per worker when nothing is sharded (OFF, or HINT without a placeholder) —
+ * and no replica sits idle or carries far more than another beyond the
+ * scenario's thresholds.
+ *
+ * Each threshold is judged on the worst epoch. The measured/expected pair is
+ * that of the first threshold broken, in the order duplicates, misses, idle,
+ * imbalance (so the table shows what failed); when none is broken it is the
+ * worst epoch's examples not read exactly as expected against
+ * max_duplicates + max_misses. A threshold at DSIM_CHECK_NO_LIMIT or above
+ * is no limit. Ids outside the dataset always fail the check. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check/check_int.h"
+#include "dsim/data.h"
+
+enum { SC_MAX_DUP, SC_MAX_MISS, SC_MAX_IDLE, SC_MAX_IMBALANCE };
+
+#define SC_LIST 5 /* ids named in a message */
+
+static bool sc_over(double value, double limit)
+{
+    return limit < DSIM_CHECK_NO_LIMIT && value > limit;
+}
+
+static void sc_list_ids(const dsim_ledger *l, uint32_t epoch, uint32_t expected,
+                        dsim_ledger_list_kind kind, char *msg, size_t cap)
+{
+    uint64_t ids[SC_LIST];
+    size_t total = 0;
+    if (dsim_ledger_list(l, epoch, -1, expected, kind, ids, SC_LIST, &total) != DSIM_OK)
+        return;
+    size_t n = total < SC_LIST ? total : SC_LIST;
+    for (size_t i = 0; i < n; i++) {
+        dsim_check_msg_append(msg, cap, "%s%" PRIu64, i ? ", " : " (ids ", ids[i]);
+        if (kind == DSIM_LEDGER_DUPLICATES && i == 0) {
+            int who[4];
+            size_t nw = 0;
+            if (dsim_ledger_readers(l, epoch, ids[0], who, 4, &nw) == DSIM_OK && nw > 0) {
+                dsim_check_msg_append(msg, cap, " read by replicas");
+                for (size_t k = 0; k < nw && k < 4; k++)
+                    dsim_check_msg_append(msg, cap, " %d", who[k]);
+                if (nw > 4)
+                    dsim_check_msg_append(msg, cap, " ...");
+            }
+        }
+    }
+    if (n)
+        dsim_check_msg_append(msg, cap, "%s)", total > n ? ", ..." : "");
+}
+
+static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
+{
+    const dsim_train_result *r = ctx->run;
+    char *msg = out->message;
+    size_t cap = sizeof out->message;
+    msg[0] = '\0';
+    out->passed = false;
+    out->measured = NAN;
+    out->expected = v[SC_MAX_DUP] + v[SC_MAX_MISS];
+
+    if (!r->ledger) {
+        dsim_check_msg(msg, cap, "the run kept no coverage ledger, so coverage cannot be judged");
+        return DSIM_OK;
+    }
+    bool unsharded =
+        r->shard_applied == DSIM_SHARD_OFF ||
+        (r->shard_applied == DSIM_SHARD_HINT && ctx->cfg && ctx->cfg->hint == DSIM_HINT_NONE);
+    uint32_t expected = unsharded ? (uint32_t)(r->num_workers > 0 ? r->num_workers : 1) : 1;
+    uint32_t epochs = ctx->cfg && ctx->cfg->epochs > 0 ? ctx->cfg->epochs : 1;
+
+    dsim_coverage worst_dup = {0}, worst_miss = {0}, worst_idle = {0}, worst_imb = {0};
+    uint64_t worst_bad = 0, oor = 0, n_examples = 0;
+    uint32_t oor_epoch = 0;
+    worst_imb.imbalance = 1;
+    for (uint32_t e = 0; e < epochs; e++) {
+        dsim_coverage c;
+        dsim_err err = dsim_ledger_coverage(r->ledger, e, -1, expected, &c);
+        if (err != DSIM_OK) {
+            dsim_check_msg(msg, cap, "reading the coverage ledger of epoch %" PRIu32 " failed: %s",
+                           e, dsim_errmsg());
+            return DSIM_OK;
+        }
+        n_examples = c.n_examples;
+        if (c.duplicates > worst_dup.duplicates)
+            worst_dup = c;
+        if (c.misses > worst_miss.misses)
+            worst_miss = c;
+        if (c.idle > worst_idle.idle)
+            worst_idle = c;
+        if (c.imbalance > worst_imb.imbalance)
+            worst_imb = c;
+        if (c.duplicates + c.misses > worst_bad)
+            worst_bad = c.duplicates + c.misses;
+        if (c.out_of_range && !oor) {
+            oor = c.out_of_range;
+            oor_epoch = e;
+        }
+    }
+
+    const char *reads = expected == 1 ? "once" : "once per worker";
+    if (oor) {
+        dsim_check_msg(msg, cap,
+                       "epoch %" PRIu32 ": %" PRIu64 " reads of ids outside the dataset's %" PRIu64
+                       " examples; the input pipeline produced ids that do not exist",
+                       oor_epoch, oor, n_examples);
+        out->measured = (double)oor;
+        out->expected = 0;
+        return DSIM_OK;
+    }
+    if (sc_over((double)worst_dup.duplicates, v[SC_MAX_DUP])) {
+        const dsim_coverage *c = &worst_dup;
+        dsim_check_msg(msg, cap,
+                       "epoch %" PRIu32 ": %" PRIu64 " of %" PRIu64 " examples read more than %s "
+                       "(max_duplicates %.0f)",
+                       c->epoch, c->duplicates, c->n_examples, reads, v[SC_MAX_DUP]);
+        sc_list_ids(r->ledger, c->epoch, expected, DSIM_LEDGER_DUPLICATES, msg, cap);
+        if (c->misses)
+            dsim_check_msg_append(msg, cap, "; %" PRIu64 " read less", c->misses);
+        dsim_check_msg_append(msg, cap, "; the shards overlap: check the shard policy (%s applied)",
+                              dsim_shard_policy_name(r->shard_applied));
+        out->measured = (double)c->duplicates;
+        out->expected = v[SC_MAX_DUP];
+        return DSIM_OK;
+    }
+    if (sc_over((double)worst_miss.misses, v[SC_MAX_MISS])) {
+        const dsim_coverage *c = &worst_miss;
+        dsim_check_msg(msg, cap,
+                       "epoch %" PRIu32 ": %" PRIu64 " of %" PRIu64 " examples read less than %s "
+                       "(max_misses %.0f)",
+                       c->epoch, c->misses, c->n_examples, reads, v[SC_MAX_MISS]);
+        sc_list_ids(r->ledger, c->epoch, expected, DSIM_LEDGER_MISSES, msg, cap);
+        dsim_check_msg_append(msg, cap,
+                              "; examples were dropped (drop_remainder, or shards that leave "
+                              "examples to nobody)");
+        out->measured = (double)c->misses;
+        out->expected = v[SC_MAX_MISS];
+        return DSIM_OK;
+    }
+    if (sc_over((double)worst_idle.idle, v[SC_MAX_IDLE])) {
+        const dsim_coverage *c = &worst_idle;
+        dsim_check_msg(msg, cap,
+                       "epoch %" PRIu32 ": %" PRIu64
+                       " (step, replica) pairs with an empty batch while "
+                       "other replicas had data (max_idle %.0f)",
+                       c->epoch, c->idle, v[SC_MAX_IDLE]);
+        dsim_idle idle[SC_LIST];
+        size_t total = 0;
+        if (dsim_ledger_idle(r->ledger, c->epoch, -1, idle, SC_LIST, &total) == DSIM_OK) {
+            size_t n = total < SC_LIST ? total : SC_LIST;
+            for (size_t i = 0; i < n; i++)
+                dsim_check_msg_append(msg, cap, "%sstep %" PRIu64 " replica %d", i ? ", " : ": ",
+                                      idle[i].step, idle[i].replica);
+            if (total > n)
+                dsim_check_msg_append(msg, cap, ", ...");
+        }
+        out->measured = (double)c->idle;
+        out->expected = v[SC_MAX_IDLE];
+        return DSIM_OK;
+    }
+    if (sc_over(worst_imb.imbalance, v[SC_MAX_IMBALANCE])) {
+        const dsim_coverage *c = &worst_imb;
+        dsim_check_msg(msg, cap,
+                       "epoch %" PRIu32
+                       ": load imbalance %.3g (max_imbalance %.3g): replica %d read "
+                       "%" PRIu64 " examples, replica %d read %" PRIu64,
+                       c->epoch, c->imbalance, v[SC_MAX_IMBALANCE], c->max_replica, c->max_examples,
+                       c->min_replica, c->min_examples);
+        out->measured = c->imbalance;
+        out->expected = v[SC_MAX_IMBALANCE];
+        return DSIM_OK;
+    }
+
+    out->passed = true;
+    out->measured = (double)worst_bad;
+    dsim_check_msg(msg, cap,
+                   "%" PRIu32 " epoch%s: every example read %s%s (%s sharding, %d replica%s); "
+                   "in any epoch at most %" PRIu64 " idle (step, replica) pair%s and a load "
+                   "imbalance of %.3g",
+                   epochs, epochs == 1 ? "" : "s", reads, worst_bad ? " within the thresholds" : "",
+                   dsim_shard_policy_name(r->shard_applied), r->num_replicas,
+                   r->num_replicas == 1 ? "" : "s", worst_idle.idle,
+                   worst_idle.idle == 1 ? "" : "s", worst_imb.imbalance);
+    return DSIM_OK;
+}
+
+const dsim_check_ops dsim_check_shard_coverage = {
+    .size = sizeof(dsim_check_ops),
+    .name = "shard_coverage",
+    .summary = "every example read exactly once per epoch (once per worker under OFF)",
+    .available = true,
+    .n_params = 4,
+    .params =
+        {
+            {"max_duplicates", "examples read more often than expected, per epoch", 0, 1e15, 0,
+             true},
+            {"max_misses", "examples read less often than expected, per epoch", 0, 1e15, 0, true},
+            {"max_idle", "(step, replica) pairs with no data while others had some, per epoch", 0,
+             1e15, 1e15, true},
+            {"max_imbalance", "largest accepted max/min examples per replica in an epoch", 1, 1e15,
+             1e15, false},
+        },
+    .run = sc_run,
+};

@@ -1,0 +1,307 @@
+/* dsim list: what this build offers (strategies, all-reduce algorithms,
+ * checks) and what the results store holds (runs). */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+#include <sqlite3.h>
+
+#include "check/check.h"
+#include "cmds.h"
+#include "dsim/comm.h"
+#include "dsim/err.h"
+#include "dsim/strategy.h"
+#include "store.h"
+
+void cmd_list_help(FILE *out)
+{
+    fprintf(out,
+            "usage: dsim list strategies|algorithms|checks|runs [--json] [--db PATH] [--limit N]\n"
+            "\n"
+            "  strategies   the registered distribution strategies (built-in; a plugin is\n"
+            "               named by a scenario's strategy.plugin)\n"
+            "  algorithms   the all-reduce algorithms strategy.communication can name\n"
+            "  checks       the checks a scenario's expect: can ask for, with each\n"
+            "               threshold's range and default\n"
+            "  runs         the runs in the results store: id, scenario, strategy, status,\n"
+            "               start time (UTC), duration, checks passed/failed\n"
+            "\n"
+            "  --json       print JSON instead of a table\n"
+            "  --db PATH    the results store for 'runs' (default %s)\n"
+            "  --limit N    'runs': only the N most recent (default all)\n"
+            "\n"
+            "Exit status: 0 listed, 2 bad input or a store that cannot be read.\n",
+            DSIM_STORE_DEFAULT_PATH);
+}
+
+static const char *const list_algo_doc[DSIM_ALGO_COUNT] = {
+    [DSIM_ALGO_AUTO] = "the decision function picks by message size and rank count",
+    [DSIM_ALGO_RING] = "reduce-scatter then all-gather around a ring (bandwidth-optimal)",
+    [DSIM_ALGO_RHD] = "Rabenseifner recursive halving/doubling (any rank count)",
+    [DSIM_ALGO_TREE] = "binomial-tree reduce then binomial broadcast (latency-optimal)",
+    [DSIM_ALGO_REDUCE_TO_ONE] = "TF's ReductionToOneDevice: gather to rank 0, then broadcast",
+};
+
+static int list_print_json(json_t *j)
+{
+    if (!j) {
+        fprintf(stderr, "dsim list: out of memory\n");
+        return 2;
+    }
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    if (!s) {
+        fprintf(stderr, "dsim list: out of memory\n");
+        return 2;
+    }
+    printf("%s\n", s);
+    free(s);
+    return 0;
+}
+
+static int list_strategies(bool as_json)
+{
+    char buf[1024];
+    dsim_strategy_list(buf, sizeof buf);
+    json_t *arr = as_json ? json_array() : NULL;
+    if (!as_json)
+        printf("%-24s %s\n", "STRATEGY", "SUMMARY");
+    char *save = NULL;
+    for (char *name = strtok_r(buf, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+        const char *sum = dsim_strategy_summary(name);
+        if (as_json)
+            json_array_append_new(arr,
+                                  json_pack("{s:s, s:s}", "name", name, "summary", sum ? sum : ""));
+        else
+            printf("%-24s %s\n", name, sum ? sum : "");
+    }
+    if (as_json)
+        return list_print_json(arr);
+    printf("\nA scenario may also load its own strategy from a shared object "
+           "(strategy.plugin).\n");
+    return 0;
+}
+
+static int list_algorithms(bool as_json)
+{
+    json_t *arr = as_json ? json_array() : NULL;
+    if (!as_json)
+        printf("%-16s %s\n", "ALGORITHM", "WHAT IT DOES");
+    for (int a = 0; a < DSIM_ALGO_COUNT; a++) {
+        const char *doc = list_algo_doc[a] ? list_algo_doc[a] : "";
+        if (as_json)
+            json_array_append_new(
+                arr, json_pack("{s:s, s:s}", "name", dsim_algo_name((dsim_algo)a), "doc", doc));
+        else
+            printf("%-16s %s\n", dsim_algo_name((dsim_algo)a), doc);
+    }
+    return as_json ? list_print_json(arr) : 0;
+}
+
+static void list_num(char *buf, size_t cap, double v)
+{
+    if (isnan(v))
+        snprintf(buf, cap, "unset");
+    else if (v >= DSIM_CHECK_NO_LIMIT)
+        snprintf(buf, cap, "no limit");
+    else
+        snprintf(buf, cap, "%g", v);
+}
+
+static int list_checks(bool as_json)
+{
+    json_t *arr = as_json ? json_array() : NULL;
+    for (size_t i = 0; i < dsim_check_count(); i++) {
+        const dsim_check_ops *c = dsim_check_at(i);
+        if (as_json) {
+            json_t *params = json_array();
+            for (int k = 0; k < c->n_params; k++) {
+                const dsim_check_param *p = &c->params[k];
+                json_array_append_new(
+                    params, json_pack("{s:s, s:s, s:f, s:f, s:o, s:b}", "key", p->key, "doc",
+                                      p->doc, "min", p->min, "max", p->max, "default",
+                                      isnan(p->def) ? json_null() : json_real(p->def), "integer",
+                                      p->integer));
+            }
+            json_array_append_new(arr, json_pack("{s:s, s:s, s:b, s:o}", "name", c->name, "summary",
+                                                 c->summary, "available", c->available, "params",
+                                                 params));
+            continue;
+        }
+        printf("%s%s\n  %s\n", c->name, c->available ? "" : "  (not available in this build yet)",
+               c->summary);
+        for (int k = 0; k < c->n_params; k++) {
+            const dsim_check_param *p = &c->params[k];
+            char def[32], lo[32], hi[32];
+            list_num(def, sizeof def, p->def);
+            list_num(lo, sizeof lo, p->min);
+            list_num(hi, sizeof hi, p->max);
+            printf("    %-26s default %-9s range %s..%s%s\n      %s\n", p->key, def, lo, hi,
+                   p->integer ? ", whole numbers" : "", p->doc);
+        }
+        printf("\n");
+    }
+    if (as_json)
+        return list_print_json(arr);
+    printf("In a scenario: expect: { CHECK: { KEY: VALUE, ... } }; add 'expect: fail' under a\n"
+           "check when the scenario is meant to make it fail.\n");
+    return 0;
+}
+
+static int list_runs(const char *db, bool as_json, long limit)
+{
+    const char *path = db ? db : DSIM_STORE_DEFAULT_PATH;
+    struct stat stbuf;
+    if (stat(path, &stbuf) != 0) {
+        fprintf(stderr,
+                "dsim list runs: no results store at '%s' (%s); run 'dsim run' first, or name "
+                "one with --db\n",
+                path, strerror(errno));
+        return 2;
+    }
+    /* Opening through the store migrates an old file and marks runs whose
+     * process is gone as unfinished, so the list shows their real state. */
+    dsim_store *st = NULL;
+    if (dsim_store_open(path, &st) != DSIM_OK) {
+        fprintf(stderr, "dsim list runs: %s\n", dsim_errmsg());
+        return 2;
+    }
+    if (dsim_store_close(st) != DSIM_OK) {
+        fprintf(stderr, "dsim list runs: %s\n", dsim_errmsg());
+        return 2;
+    }
+    sqlite3 *h = NULL;
+    if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        fprintf(stderr, "dsim list runs: cannot open '%s': %s\n", path,
+                h ? sqlite3_errmsg(h) : "out of memory");
+        sqlite3_close(h);
+        return 2;
+    }
+    sqlite3_busy_timeout(h, 5000);
+    const char *sql =
+        "SELECT run_id, scenario, strategy, status, started, duration_s, checks_passed, "
+        "checks_failed FROM (SELECT * FROM run_summary ORDER BY run_id DESC LIMIT ?) "
+        "ORDER BY run_id";
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(h, sql, -1, &q, NULL) != SQLITE_OK) {
+        fprintf(stderr, "dsim list runs: '%s' is not a dsim results store this dsim can read: %s\n",
+                path, sqlite3_errmsg(h));
+        sqlite3_close(h);
+        return 2;
+    }
+    sqlite3_bind_int64(q, 1, limit > 0 ? limit : -1);
+    json_t *arr = as_json ? json_array() : NULL;
+    if (!as_json)
+        printf("%5s  %-28s %-22s %-10s %-19s %9s  %s\n", "RUN", "SCENARIO", "STRATEGY", "STATUS",
+               "STARTED (UTC)", "DURATION", "CHECKS");
+    int rc, n = 0;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        long long id = sqlite3_column_int64(q, 0);
+        const char *scen = (const char *)sqlite3_column_text(q, 1);
+        const char *strat = (const char *)sqlite3_column_text(q, 2);
+        const char *status = (const char *)sqlite3_column_text(q, 3);
+        const char *started = (const char *)sqlite3_column_text(q, 4);
+        bool has_dur = sqlite3_column_type(q, 5) != SQLITE_NULL;
+        double dur = sqlite3_column_double(q, 5);
+        long long passed = sqlite3_column_int64(q, 6), failed = sqlite3_column_int64(q, 7);
+        n++;
+        if (as_json) {
+            json_array_append_new(
+                arr, json_pack("{s:I, s:s, s:s?, s:s, s:s?, s:o, s:I, s:I}", "id", (json_int_t)id,
+                               "scenario", scen ? scen : "", "strategy", strat, "status",
+                               status ? status : "", "started", started, "duration_s",
+                               has_dur ? json_real(dur) : json_null(), "checks_passed",
+                               (json_int_t)passed, "checks_failed", (json_int_t)failed));
+            continue;
+        }
+        char durs[32];
+        if (has_dur)
+            snprintf(durs, sizeof durs, "%.2fs", dur);
+        else
+            snprintf(durs, sizeof durs, "-");
+        printf("%5lld  %-28.28s %-22.22s %-10s %-19s %9s  %lld passed, %lld failed\n", id,
+               scen ? scen : "", strat ? strat : "", status ? status : "", started ? started : "",
+               durs, passed, failed);
+    }
+    int bad = rc != SQLITE_DONE;
+    if (bad)
+        fprintf(stderr, "dsim list runs: reading '%s' failed: %s\n", path, sqlite3_errmsg(h));
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+    if (bad) {
+        json_decref(arr);
+        return 2;
+    }
+    if (as_json)
+        return list_print_json(arr);
+    if (n == 0)
+        printf("(no runs in %s yet)\n", path);
+    return 0;
+}
+
+int cmd_list(int argc, char **argv)
+{
+    const char *what = NULL, *db = NULL;
+    bool as_json = false;
+    long limit = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--json") == 0) {
+            as_json = true;
+        } else if (strcmp(a, "--db") == 0 || strncmp(a, "--db=", 5) == 0) {
+            if (a[4] == '=')
+                db = a + 5;
+            else if (i + 1 < argc)
+                db = argv[++i];
+            else {
+                fprintf(stderr, "dsim list: --db needs a path; see 'dsim list --help'\n");
+                return 2;
+            }
+            if (!*db) {
+                fprintf(stderr, "dsim list: --db is empty (accepted: a file path)\n");
+                return 2;
+            }
+        } else if (strcmp(a, "--limit") == 0 || strncmp(a, "--limit=", 8) == 0) {
+            const char *v = a[7] == '=' ? a + 8 : (i + 1 < argc ? argv[++i] : NULL);
+            char *end = NULL;
+            errno = 0;
+            long x = v ? strtol(v, &end, 10) : 0;
+            if (!v || !*v || *end || errno || x < 1) {
+                fprintf(stderr, "dsim list: --limit is '%s' (accepted: a whole number >= 1)\n",
+                        v ? v : "");
+                return 2;
+            }
+            limit = x;
+        } else if (a[0] == '-') {
+            fprintf(stderr,
+                    "dsim list: unknown option '%s' (accepted: --json, --db PATH, --limit N)\n", a);
+            return 2;
+        } else if (!what) {
+            what = a;
+        } else {
+            fprintf(stderr, "dsim list: one thing at a time: '%s' and '%s'\n", what, a);
+            return 2;
+        }
+    }
+    if (!what) {
+        fprintf(stderr, "dsim list: what to list? (accepted: strategies, algorithms, checks, "
+                        "runs)\n");
+        return 2;
+    }
+    if (strcmp(what, "strategies") == 0)
+        return list_strategies(as_json);
+    if (strcmp(what, "algorithms") == 0)
+        return list_algorithms(as_json);
+    if (strcmp(what, "checks") == 0)
+        return list_checks(as_json);
+    if (strcmp(what, "runs") == 0)
+        return list_runs(db, as_json, limit);
+    fprintf(stderr,
+            "dsim list: cannot list '%s' (accepted: strategies, algorithms, checks, runs)\n", what);
+    return 2;
+}

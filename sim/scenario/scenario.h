@@ -1,0 +1,117 @@
+/* Scenario files: one YAML file is one experiment (DESIGN §8).
+ *
+ * dsim_scenario_load parses a file with libyaml into a validated plan. Every
+ * rejection (unknown key, wrong type, value out of range, a combination that
+ * cannot run) returns DSIM_EINVAL with a message of the form
+ *   FILE:LINE:COLUMN: KEY.PATH: the value 'X' ...; accepted: ...
+ * Things a later part of dsim will run (faults, engines other than threads,
+ * node_loss/cold_start/performance checks) are parsed and validated, then
+ * refused with a message that says they are not supported yet — never
+ * silently ignored.
+ *
+ * The scenario owns every string it points to (including those inside
+ * `train`, which is ready to hand to dsim_train). */
+#ifndef DSIM_SCENARIO_H
+#define DSIM_SCENARIO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsim/err.h"
+#include "dsim/strategy.h"
+#include "check/check.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where a value was in the file (1-based), for messages after parsing. */
+typedef struct dsim_src_pos {
+    int line, column;
+} dsim_src_pos;
+
+/* One `expect:` entry. */
+typedef struct dsim_expect {
+    const dsim_check_ops *check;
+    double values[DSIM_CHECK_MAX_PARAMS]; /* every param, defaults filled in */
+    bool expect_fail; /* the scenario passes only if this check fails */
+    dsim_src_pos pos;
+} dsim_expect;
+
+typedef enum dsim_fault_what {
+    DSIM_FAULT_KILL, DSIM_FAULT_RESTART, DSIM_FAULT_PARTITION, DSIM_FAULT_DROP,
+    DSIM_FAULT_DELAY, DSIM_FAULT_DUPLICATE, DSIM_FAULT_CORRUPT, DSIM_FAULT_REORDER,
+    DSIM_FAULT_SLOW, DSIM_FAULT_STAGGER, DSIM_FAULT_WHAT_COUNT
+} dsim_fault_what;
+
+typedef enum dsim_fault_when {
+    DSIM_WHEN_STEP,        /* at global step N */
+    DSIM_WHEN_PHASE,       /* at a named phase (rendezvous, allreduce, ...) */
+    DSIM_WHEN_TIME,        /* at time T after the start */
+    DSIM_WHEN_PROBABILITY, /* each operation with probability p */
+} dsim_fault_when;
+
+/* One `faults:` entry: when, what, where (parsed now, run later). */
+typedef struct dsim_fault {
+    dsim_fault_what what;
+    dsim_fault_when when;
+    int64_t step;          /* WHEN_STEP */
+    char *phase;           /* WHEN_PHASE */
+    int64_t time_ns;       /* WHEN_TIME */
+    double probability;    /* WHEN_PROBABILITY */
+    int rank, worker;      /* -1 when not given */
+    int link_from, link_to; /* -1 when not a link */
+    bool one_way;          /* partition */
+    int64_t duration_ns;   /* delay/slow/partition length; 0: permanent */
+    double factor;         /* slow: how many times slower */
+    dsim_src_pos pos;
+} dsim_fault;
+
+typedef struct dsim_scenario {
+    char *path;  /* the file, as given */
+    char *text;  /* the file's full text (stored with the run) */
+    char *name;
+    char *description; /* or NULL */
+    uint64_t seed;
+    char *engine; /* "threads" | "processes" | "sim" */
+    dsim_src_pos engine_pos, recovery_pos; /* where they were given (0:0 when defaulted) */
+
+    /* network: preset name and link parameters (used by the sim engine) */
+    char *network_preset;  /* or NULL */
+    int64_t link_latency_ns;
+    double link_bandwidth_Bps;
+
+    /* health check (DESIGN §6 defaults: 30 s, 10 s, 3) */
+    int64_t health_interval_ns, health_timeout_ns;
+    int health_retries;
+
+    dsim_train_cfg train; /* strategy, cluster, model, optimizer, data, checkpoint */
+
+    dsim_fault *faults;
+    size_t n_faults;
+    char *recovery; /* "none" | "restart" (BackupAndRestore), or NULL */
+
+    dsim_expect *expect;
+    size_t n_expect;
+    /* expect.error: the run must fail with an error whose message contains
+     * this text (e.g. FILE sharding with fewer files than workers); then no
+     * check runs. NULL when the run must succeed. */
+    char *expect_error;
+} dsim_scenario;
+
+/* Loads and validates a scenario file. On error *out is NULL and the
+ * message has FILE:LINE:COLUMN. */
+dsim_err dsim_scenario_load(const char *path, dsim_scenario **out);
+/* The same from text in memory; `path` is used in messages. */
+dsim_err dsim_scenario_parse(const char *path, const char *text, size_t len,
+                             dsim_scenario **out);
+/* DSIM_OK if this build can run the scenario; else DSIM_ENOTSUP saying what
+ * is not supported yet (faults, engines, checks) and where in the file. */
+dsim_err dsim_scenario_runnable(const dsim_scenario *s);
+void dsim_scenario_free(dsim_scenario *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

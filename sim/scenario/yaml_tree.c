@@ -1,0 +1,249 @@
+/* Builds a dsim_yaml_node tree from libyaml's event stream (see
+ * yaml_tree.h). The event API, not the document API, because the document
+ * loader resolves aliases silently and we want to refuse them with their
+ * position. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <yaml.h>
+
+#include "scenario/yaml_tree.h"
+
+static dsim_err ytree_fail(const char *path, int line, int col, const char *fmt, const char *a,
+                           const char *b)
+{
+    char msg[400];
+    snprintf(msg, sizeof msg, fmt, a ? a : "", b ? b : "");
+    return DSIM_ERR(DSIM_EINVAL, -1, "%s:%d:%d: %s", path, line, col, msg);
+}
+
+/* libyaml's reader errors carry a byte offset, not a mark. */
+static void ytree_offset_pos(const char *text, size_t len, size_t off, int *line, int *col)
+{
+    int l = 1, c = 1;
+    for (size_t i = 0; i < off && i < len; i++) {
+        if (text[i] == '\n') {
+            l++;
+            c = 1;
+        } else {
+            c++;
+        }
+    }
+    *line = l;
+    *col = c;
+}
+
+static int ytree_mark_line(yaml_mark_t m)
+{
+    return m.line < 1000000000 ? (int)m.line + 1 : 1000000000;
+}
+
+static int ytree_mark_col(yaml_mark_t m)
+{
+    return m.column < 1000000000 ? (int)m.column + 1 : 1000000000;
+}
+
+static dsim_err ytree_syntax(const char *path, const char *text, size_t len, const yaml_parser_t *p)
+{
+    int line, col;
+    const char *problem = p->problem ? p->problem : "unreadable YAML";
+    char what[300];
+    switch (p->error) {
+    case YAML_MEMORY_ERROR:
+        return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory while reading the YAML", path);
+    case YAML_READER_ERROR:
+        ytree_offset_pos(text, len, p->problem_offset, &line, &col);
+        if (p->problem_value != -1)
+            snprintf(what, sizeof what, "%s (byte 0x%02x); a scenario file is UTF-8 text", problem,
+                     (unsigned)p->problem_value & 0xff);
+        else
+            snprintf(what, sizeof what, "%s; a scenario file is UTF-8 text", problem);
+        return ytree_fail(path, line, col, "YAML syntax: %s%s", what, NULL);
+    default:
+        line = ytree_mark_line(p->problem_mark);
+        col = ytree_mark_col(p->problem_mark);
+        if (p->context)
+            snprintf(what, sizeof what, "%s (%s at line %d, column %d)", problem, p->context,
+                     ytree_mark_line(p->context_mark), ytree_mark_col(p->context_mark));
+        else
+            snprintf(what, sizeof what, "%s", problem);
+        return ytree_fail(path, line, col, "YAML syntax: %s%s", what, NULL);
+    }
+}
+
+void dsim_yaml_free(dsim_yaml_node *n)
+{
+    if (!n)
+        return;
+    for (size_t i = 0; i < n->n; i++)
+        dsim_yaml_free(n->kid[i]);
+    free(n->kid);
+    free(n->s);
+    free(n);
+}
+
+bool dsim_yaml_is_null(const dsim_yaml_node *n)
+{
+    if (!n || n->kind != DSIM_YAML_SCALAR || !n->plain)
+        return false;
+    return n->len == 0 || strcmp(n->s, "~") == 0 || strcmp(n->s, "null") == 0 ||
+           strcmp(n->s, "Null") == 0 || strcmp(n->s, "NULL") == 0;
+}
+
+static dsim_err ytree_add(const char *path, dsim_yaml_node *parent, dsim_yaml_node *kid)
+{
+    if (parent->kind == DSIM_YAML_MAP && parent->n % 2 == 0 && kid->kind != DSIM_YAML_SCALAR)
+        return ytree_fail(path, kid->line, kid->column,
+                          "a key must be a plain word such as 'hosts', not a %s%s",
+                          kid->kind == DSIM_YAML_MAP ? "mapping" : "list", NULL);
+    if (parent->n == parent->cap) {
+        size_t cap = parent->cap ? parent->cap * 2 : 8;
+        dsim_yaml_node **k = realloc(parent->kid, cap * sizeof *k);
+        if (!k)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory while reading the YAML", path);
+        parent->kid = k;
+        parent->cap = cap;
+    }
+    parent->kid[parent->n++] = kid;
+    return DSIM_OK;
+}
+
+static dsim_yaml_node *ytree_node(dsim_yaml_kind kind, yaml_mark_t m)
+{
+    dsim_yaml_node *n = calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    n->kind = kind;
+    n->line = ytree_mark_line(m);
+    n->column = ytree_mark_col(m);
+    return n;
+}
+
+/* Anchors and tags on a node are refused; returns DSIM_OK if it has none. */
+static dsim_err ytree_plain_node(const char *path, const yaml_event_t *ev,
+                                 const yaml_char_t *anchor, const yaml_char_t *tag)
+{
+    int line = ytree_mark_line(ev->start_mark), col = ytree_mark_col(ev->start_mark);
+    if (anchor)
+        return ytree_fail(path, line, col,
+                          "anchors (&%.40s) and aliases are not supported in scenario files; "
+                          "write the value out%s",
+                          (const char *)anchor, NULL);
+    if (tag)
+        return ytree_fail(path, line, col,
+                          "tags (%.40s) are not supported in scenario files; remove it (each "
+                          "key's type is fixed)%s",
+                          (const char *)tag, NULL);
+    return DSIM_OK;
+}
+
+dsim_err dsim_yaml_parse(const char *path, const char *text, size_t len, dsim_yaml_node **root)
+{
+    *root = NULL;
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p))
+        return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory starting the YAML parser", path);
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    yaml_parser_set_encoding(&p, YAML_UTF8_ENCODING);
+
+    dsim_yaml_node *stack[DSIM_YAML_MAX_DEPTH + 1];
+    int depth = 0;
+    dsim_yaml_node *doc = NULL;
+    int docs = 0;
+    dsim_err e = DSIM_OK;
+    bool done = false;
+    while (!done && e == DSIM_OK) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&p, &ev)) {
+            e = ytree_syntax(path, text, len, &p);
+            break;
+        }
+        dsim_yaml_node *n = NULL;
+        switch (ev.type) {
+        case YAML_STREAM_END_EVENT:
+            done = true;
+            break;
+        case YAML_DOCUMENT_START_EVENT:
+            if (++docs > 1)
+                e = ytree_fail(path, ytree_mark_line(ev.start_mark), ytree_mark_col(ev.start_mark),
+                               "a second YAML document ('---'); one file holds one scenario%s%s",
+                               NULL, NULL);
+            break;
+        case YAML_ALIAS_EVENT:
+            e = ytree_fail(path, ytree_mark_line(ev.start_mark), ytree_mark_col(ev.start_mark),
+                           "aliases (*%.40s) and anchors are not supported in scenario files; "
+                           "write the value out%s",
+                           (const char *)ev.data.alias.anchor, NULL);
+            break;
+        case YAML_SCALAR_EVENT:
+            e = ytree_plain_node(path, &ev, ev.data.scalar.anchor, ev.data.scalar.tag);
+            if (e != DSIM_OK)
+                break;
+            n = ytree_node(DSIM_YAML_SCALAR, ev.start_mark);
+            if (n) {
+                n->len = ev.data.scalar.length;
+                n->s = malloc(n->len + 1);
+                if (n->s) {
+                    memcpy(n->s, ev.data.scalar.value, n->len);
+                    n->s[n->len] = '\0';
+                }
+                n->plain = ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+            }
+            if (!n || !n->s) {
+                dsim_yaml_free(n);
+                n = NULL;
+                e = DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory while reading the YAML", path);
+            }
+            break;
+        case YAML_SEQUENCE_START_EVENT:
+        case YAML_MAPPING_START_EVENT: {
+            bool map = ev.type == YAML_MAPPING_START_EVENT;
+            e = ytree_plain_node(path, &ev,
+                                 map ? ev.data.mapping_start.anchor : ev.data.sequence_start.anchor,
+                                 map ? ev.data.mapping_start.tag : ev.data.sequence_start.tag);
+            if (e != DSIM_OK)
+                break;
+            if (depth == DSIM_YAML_MAX_DEPTH) {
+                e = ytree_fail(path, ytree_mark_line(ev.start_mark), ytree_mark_col(ev.start_mark),
+                               "nested deeper than %s levels; a scenario needs a few%s", "32",
+                               NULL);
+                break;
+            }
+            n = ytree_node(map ? DSIM_YAML_MAP : DSIM_YAML_SEQ, ev.start_mark);
+            if (!n)
+                e = DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory while reading the YAML", path);
+            break;
+        }
+        case YAML_SEQUENCE_END_EVENT:
+        case YAML_MAPPING_END_EVENT:
+            if (depth > 0)
+                depth--;
+            break;
+        default: /* stream start, document end */
+            break;
+        }
+        if (n) {
+            if (depth > 0) {
+                e = ytree_add(path, stack[depth - 1], n);
+                if (e != DSIM_OK)
+                    dsim_yaml_free(n);
+            } else if (!doc) {
+                doc = n;
+            } else {
+                dsim_yaml_free(n); /* cannot happen: a document has one root */
+                n = NULL;
+            }
+            if (e == DSIM_OK && n && n->kind != DSIM_YAML_SCALAR)
+                stack[depth++] = n;
+        }
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&p);
+    if (e != DSIM_OK) {
+        dsim_yaml_free(doc);
+        return e;
+    }
+    *root = doc;
+    return DSIM_OK;
+}

@@ -1,0 +1,684 @@
+/* The built-in checks and the expect-list runner on hand-made runs: each
+ * check passes where it should, fails where it should, and its message
+ * names the step, replica, parameter or example ids to look at. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "check/check.h"
+#include "dsim/data.h"
+#include "dsim/strategy.h"
+#include "scenario/scenario.h"
+
+#define NP 4
+
+static void assert_has(const char *text, const char *needle)
+{
+    if (strstr(text, needle) == NULL)
+        fail_msg("message \"%s\" lacks \"%s\"", text, needle);
+}
+
+/* A finished run of `replicas` replicas (1 device each) and `steps` steps
+ * whose replicas agree after every step. */
+typedef struct fake_run {
+    dsim_train_result res, ref;
+    dsim_train_cfg cfg;
+    float params[NP], ref_params[NP];
+    uint64_t checksum[64];
+} fake_run;
+
+static void fake_init(fake_run *f, int replicas, uint64_t steps)
+{
+    memset(f, 0, sizeof *f);
+    dsim_train_cfg_init(&f->cfg);
+    f->cfg.strategy = "mirrored";
+    f->cfg.hosts = replicas;
+    f->cfg.devices_per_host = 1;
+    for (int i = 0; i < NP; i++)
+        f->params[i] = f->ref_params[i] = 0.25f * (float)(i + 1);
+    assert_true((size_t)replicas * steps <= 64);
+    for (uint64_t s = 0; s < steps; s++)
+        for (int r = 0; r < replicas; r++)
+            f->checksum[s * (uint64_t)replicas + (uint64_t)r] = 0x1000 + s;
+    dsim_train_result *r = &f->res;
+    snprintf(r->strategy, sizeof r->strategy, "mirrored");
+    r->num_workers = replicas;
+    r->devices_per_host = 1;
+    r->num_replicas = replicas;
+    r->num_replicas_in_sync = replicas;
+    r->steps = steps;
+    r->n_params = NP;
+    r->params = f->params;
+    r->checksum = f->checksum;
+    r->replicas_agree = true;
+    r->in_sync_every_step = true;
+    r->final_loss = 0.5;
+    r->initial_loss = 1.4;
+    f->ref.num_replicas = 1;
+    f->ref.steps = steps;
+    f->ref.n_params = NP;
+    f->ref.params = f->ref_params;
+    f->ref.final_loss = 0.5;
+}
+
+static dsim_check_ctx fake_ctx(fake_run *f)
+{
+    dsim_check_ctx c = {
+        .cfg = &f->cfg,
+        .run = &f->res,
+        .reference = &f->ref,
+        .run_err = DSIM_OK,
+    };
+    return c;
+}
+
+/* The check's defaults, with overrides as key/value pairs ending in NULL. */
+static void values_of(const dsim_check_ops *ops, double *v, ...)
+{
+    for (int i = 0; i < ops->n_params; i++)
+        v[i] = ops->params[i].def;
+    va_list ap;
+    va_start(ap, v);
+    const char *key;
+    while ((key = va_arg(ap, const char *)) != NULL) {
+        double x = va_arg(ap, double);
+        int k = dsim_check_param_index(ops, key);
+        assert_true(k >= 0);
+        v[k] = x;
+    }
+    va_end(ap);
+}
+
+static dsim_check_result judge(const char *name, const dsim_check_ctx *ctx, const double *v)
+{
+    const dsim_check_ops *ops = dsim_check_find(name);
+    assert_non_null(ops);
+    assert_true(ops->available);
+    dsim_check_result r;
+    memset(&r, 0, sizeof r);
+    assert_int_equal(ops->run(ctx, v, &r), DSIM_OK);
+    assert_true(r.message[0] != '\0');
+    return r;
+}
+
+/* ---- registry ---- */
+
+static void test_registry(void **state)
+{
+    (void)state;
+    const char *avail[] = {"gradient_consistency", "shard_coverage", "convergence"};
+    for (size_t i = 0; i < 3; i++) {
+        const dsim_check_ops *c = dsim_check_find(avail[i]);
+        assert_non_null(c);
+        assert_true(c->available);
+        assert_non_null(c->run);
+        assert_int_equal(c->size, sizeof(dsim_check_ops));
+    }
+    const char *later[] = {"node_loss", "cold_start", "performance"};
+    for (size_t i = 0; i < 3; i++) {
+        const dsim_check_ops *c = dsim_check_find(later[i]);
+        assert_non_null(c);
+        assert_false(c->available);
+    }
+    assert_null(dsim_check_find("gradient"));
+    assert_int_equal(dsim_check_count(), 6);
+    for (size_t i = 0; i < dsim_check_count(); i++) {
+        const dsim_check_ops *c = dsim_check_at(i);
+        for (int k = 0; k < c->n_params; k++) {
+            const dsim_check_param *p = &c->params[k];
+            assert_true(p->min <= p->max);
+            if (!isnan(p->def))
+                assert_true(p->def >= p->min && p->def <= p->max);
+        }
+    }
+}
+
+/* ---- gradient_consistency ---- */
+
+static void test_gc_pass(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 4, 3);
+    /* a rounding-sized difference passes */
+    f.params[2] = nextafterf(f.ref_params[2], 2.0f);
+    dsim_check_ctx ctx = fake_ctx(&f);
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("gradient_consistency"), v, NULL);
+    dsim_check_result r = judge("gradient_consistency", &ctx, v);
+    assert_true(r.passed);
+    assert_true(r.measured == 0);
+    assert_true(r.expected == 1e-4);
+    assert_has(r.message, "bit-identical");
+}
+
+static void test_gc_divergence_names_step_and_replica(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 4, 3);
+    f.res.first_step = 10;
+    f.res.in_sync_every_step = false;
+    f.checksum[1 * 4 + 3] ^= 0xff; /* step 1 (global 11), replica 3 */
+    f.checksum[2 * 4 + 2] ^= 0xff;
+    dsim_check_ctx ctx = fake_ctx(&f);
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("gradient_consistency"), v, NULL);
+    dsim_check_result r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "global step 11");
+    assert_has(r.message, "replica 3 (worker 3, device 0)");
+    assert_has(r.message, "1 of 4 replicas differ");
+
+    /* with bit identity not required, the reference decides */
+    values_of(dsim_check_find("gradient_consistency"), v, "bit_identical", 0.0, NULL);
+    r = judge("gradient_consistency", &ctx, v);
+    assert_true(r.passed);
+    assert_has(r.message, "not required");
+}
+
+static void test_gc_reference_mismatch(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 2, 2);
+    f.params[1] = f.ref_params[1] * 0.5f; /* what MEAN over 2 replicas looks like */
+    dsim_check_ctx ctx = fake_ctx(&f);
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("gradient_consistency"), v, NULL);
+    dsim_check_result r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_true(fabs(r.measured - 0.5) < 1e-9);
+    assert_has(r.message, "1 of 4 parameters");
+    assert_has(r.message, "parameter 1 is 0.25");
+    assert_has(r.message, "reference 0.5");
+
+    /* a looser bound accepts it */
+    values_of(dsim_check_find("gradient_consistency"), v, "max_rel_error", 0.6, NULL);
+    r = judge("gradient_consistency", &ctx, v);
+    assert_true(r.passed);
+
+    /* a large absolute floor accepts it too; then nothing counts as beyond it */
+    values_of(dsim_check_find("gradient_consistency"), v, "max_abs_error", 1.0, NULL);
+    r = judge("gradient_consistency", &ctx, v);
+    assert_true(r.passed);
+    assert_true(r.measured == 0);
+}
+
+static void test_gc_abs_floor_near_zero(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 2, 1);
+    f.params[0] = 1e-9f;
+    f.ref_params[0] = 2e-9f; /* relative error 0.5, absolute 1e-9 */
+    dsim_check_ctx ctx = fake_ctx(&f);
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("gradient_consistency"), v, NULL);
+    assert_true(judge("gradient_consistency", &ctx, v).passed);
+    values_of(dsim_check_find("gradient_consistency"), v, "max_abs_error", 0.0, NULL);
+    dsim_check_result r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "parameter 0");
+}
+
+static void test_gc_bad_runs(void **state)
+{
+    (void)state;
+    fake_run f;
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("gradient_consistency"), v, NULL);
+
+    fake_init(&f, 2, 2);
+    f.params[3] = NAN;
+    dsim_check_ctx ctx = fake_ctx(&f);
+    dsim_check_result r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "parameter 3");
+
+    fake_init(&f, 2, 2);
+    f.ref.n_params = 3;
+    ctx = fake_ctx(&f);
+    r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "4 parameters but the reference has 3");
+
+    fake_init(&f, 2, 2);
+    f.ref.steps = 3;
+    ctx = fake_ctx(&f);
+    r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "2 steps");
+
+    fake_init(&f, 2, 2);
+    ctx = fake_ctx(&f);
+    ctx.reference = NULL;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "no one-device reference");
+
+    fake_init(&f, 2, 2);
+    f.res.replicas_agree = false;
+    ctx = fake_ctx(&f);
+    r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "ended with different parameters");
+}
+
+static void test_gc_async_ps(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 2, 3);
+    snprintf(f.res.strategy, sizeof f.res.strategy, "parameter_server");
+    f.cfg.strategy = "parameter_server";
+    f.cfg.num_ps = 1;
+    f.cfg.ps_mode = DSIM_PS_ASYNC;
+    f.res.num_ps = 1;
+    f.res.max_staleness = 2;
+    f.res.in_sync_every_step = false;
+    f.checksum[3] ^= 1;
+    f.params[0] = f.ref_params[0] * 1.5f; /* far from the synchronous replay */
+    dsim_check_ctx ctx = fake_ctx(&f);
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("gradient_consistency"), v, NULL);
+    dsim_check_result r = judge("gradient_consistency", &ctx, v);
+    assert_true(r.passed);
+    assert_true(isnan(r.expected));
+    assert_true(r.measured > 0.3);
+    assert_has(r.message, "asynchronous");
+    assert_has(r.message, "max staleness 2");
+
+    f.res.replicas_agree = false;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "(NO)");
+
+    /* the same run, synchronous, is judged in full */
+    f.res.replicas_agree = true;
+    f.cfg.ps_mode = DSIM_PS_SYNC;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "replica 1");
+}
+
+/* ---- shard_coverage ---- */
+
+/* A ledger of 2 workers x 1 device, 8 examples, 1 epoch: each step both
+ * replicas read 2 ids. counts[id] reads of id; a replica's reads are dealt
+ * in order. */
+static dsim_ledger *ledger_of(const int *reader, size_t n_reads, int workers, uint32_t epochs)
+{
+    dsim_ledger *l = NULL;
+    assert_int_equal(dsim_ledger_create(8, epochs, workers, 1, &l), DSIM_OK);
+    for (uint32_t e = 0; e < epochs; e++) {
+        uint64_t step[8] = {0};
+        for (size_t i = 0; i < n_reads; i++) {
+            if (reader[i] < 0)
+                continue;
+            uint64_t id = i % 8;
+            assert_int_equal(dsim_ledger_record(l, reader[i], e, step[reader[i]]++, &id, 1),
+                             DSIM_OK);
+        }
+    }
+    return l;
+}
+
+static void test_sc_exact(void **state)
+{
+    (void)state;
+    int reader[8] = {0, 1, 0, 1, 0, 1, 0, 1};
+    fake_run f;
+    fake_init(&f, 2, 4);
+    f.res.shard_applied = DSIM_SHARD_DATA;
+    f.res.ledger = ledger_of(reader, 8, 2, 2);
+    f.cfg.epochs = 2;
+    dsim_check_ctx ctx = fake_ctx(&f);
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("shard_coverage"), v, NULL);
+    dsim_check_result r = judge("shard_coverage", &ctx, v);
+    assert_true(r.passed);
+    assert_true(r.measured == 0);
+    assert_has(r.message, "every example read once");
+    dsim_ledger_destroy(f.res.ledger);
+}
+
+static void test_sc_duplicates_and_misses(void **state)
+{
+    (void)state;
+    /* ids 0..7 by reader; then id 0 and 1 again (i = 8, 9 wrap to 0, 1) */
+    int reader[10] = {0, 1, 0, 1, 0, 1, 0, 1, 1, 0};
+    fake_run f;
+    fake_init(&f, 2, 5);
+    f.res.shard_applied = DSIM_SHARD_FILE;
+    f.res.ledger = ledger_of(reader, 10, 2, 1);
+    dsim_check_ctx ctx = fake_ctx(&f);
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("shard_coverage"), v, NULL);
+    dsim_check_result r = judge("shard_coverage", &ctx, v);
+    assert_false(r.passed);
+    assert_true(r.measured == 2);
+    assert_true(r.expected == 0);
+    assert_has(r.message, "2 of 8 examples read more than once");
+    assert_has(r.message, "ids 0 read by replicas 0 1, 1)");
+    dsim_ledger_destroy(f.res.ledger);
+
+    /* ids 3 and 6 never read */
+    int missing[8] = {0, 1, 0, -1, 0, 1, -1, 1};
+    f.res.ledger = ledger_of(missing, 8, 2, 1);
+    r = judge("shard_coverage", &ctx, v);
+    assert_false(r.passed);
+    assert_true(r.measured == 2);
+    assert_has(r.message, "2 of 8 examples read less than once");
+    assert_has(r.message, "ids 3, 6)");
+    values_of(dsim_check_find("shard_coverage"), v, "max_misses", 2.0, NULL);
+    r = judge("shard_coverage", &ctx, v);
+    assert_true(r.passed);
+    dsim_ledger_destroy(f.res.ledger);
+}
+
+static void test_sc_policy_off(void **state)
+{
+    (void)state;
+    /* both workers read every id once: once per worker */
+    int reader[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    fake_run f;
+    fake_init(&f, 2, 8);
+    f.res.ledger = ledger_of(reader, 16, 2, 1);
+    f.res.shard_applied = DSIM_SHARD_OFF;
+    dsim_check_ctx ctx = fake_ctx(&f);
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("shard_coverage"), v, NULL);
+    dsim_check_result r = judge("shard_coverage", &ctx, v);
+    assert_true(r.passed);
+    assert_has(r.message, "once per worker");
+
+    /* the same reads under a sharding policy are all duplicates */
+    f.res.shard_applied = DSIM_SHARD_DATA;
+    r = judge("shard_coverage", &ctx, v);
+    assert_false(r.passed);
+    assert_true(r.measured == 8);
+    dsim_ledger_destroy(f.res.ledger);
+
+    /* under OFF, one worker reading only half is a miss of half */
+    int half[12] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1};
+    f.res.ledger = ledger_of(half, 12, 2, 1);
+    f.res.shard_applied = DSIM_SHARD_OFF;
+    r = judge("shard_coverage", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "read less than once per worker");
+    assert_has(r.message, "ids 4, 5, 6, 7)");
+    dsim_ledger_destroy(f.res.ledger);
+}
+
+static void test_sc_idle_and_imbalance(void **state)
+{
+    (void)state;
+    dsim_ledger *l = NULL;
+    assert_int_equal(dsim_ledger_create(8, 1, 2, 1, &l), DSIM_OK);
+    /* replica 0 reads 3 ids a step for 2 steps, replica 1 reads 2 then none */
+    uint64_t a[3] = {0, 1, 2}, b[3] = {3, 4, 5}, c[2] = {6, 7};
+    assert_int_equal(dsim_ledger_record(l, 0, 0, 0, a, 3), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 1, 0, 0, c, 2), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 0, 0, 1, b, 3), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 1, 0, 1, NULL, 0), DSIM_OK);
+    fake_run f;
+    fake_init(&f, 2, 2);
+    f.res.ledger = l;
+    f.res.shard_applied = DSIM_SHARD_FILE;
+    dsim_check_ctx ctx = fake_ctx(&f);
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("shard_coverage"), v, NULL);
+    assert_true(judge("shard_coverage", &ctx, v).passed); /* no limits by default */
+
+    values_of(dsim_check_find("shard_coverage"), v, "max_idle", 0.0, NULL);
+    dsim_check_result r = judge("shard_coverage", &ctx, v);
+    assert_false(r.passed);
+    assert_true(r.measured == 1);
+    assert_has(r.message, "step 1 replica 1");
+
+    values_of(dsim_check_find("shard_coverage"), v, "max_imbalance", 2.0, NULL);
+    r = judge("shard_coverage", &ctx, v);
+    assert_false(r.passed);
+    assert_true(r.measured == 3);
+    assert_has(r.message, "replica 0 read 6 examples, replica 1 read 2");
+    values_of(dsim_check_find("shard_coverage"), v, "max_imbalance", 3.0, NULL);
+    assert_true(judge("shard_coverage", &ctx, v).passed);
+
+    /* no ledger: nothing to judge */
+    f.res.ledger = NULL;
+    r = judge("shard_coverage", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "no coverage ledger");
+    dsim_ledger_destroy(l);
+}
+
+/* ---- convergence ---- */
+
+static void test_convergence(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 2, 2);
+    f.res.final_loss = 0.51;
+    f.ref.final_loss = 0.5;
+    dsim_check_ctx ctx = fake_ctx(&f);
+    const dsim_check_ops *ops = dsim_check_find("convergence");
+    double v[DSIM_CHECK_MAX_PARAMS];
+
+    values_of(ops, v, NULL);
+    dsim_check_result r = judge("convergence", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "max_final_loss");
+    assert_has(r.message, "within_pct_of_reference");
+    assert_false(ops->wants_reference(v));
+
+    values_of(ops, v, "max_final_loss", 0.6, NULL);
+    r = judge("convergence", &ctx, v);
+    assert_true(r.passed);
+    assert_true(r.measured == 0.51 && r.expected == 0.6);
+    values_of(ops, v, "max_final_loss", 0.5, NULL);
+    r = judge("convergence", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "ABOVE max_final_loss 0.5");
+
+    values_of(ops, v, "within_pct_of_reference", 5.0, NULL);
+    assert_true(ops->wants_reference(v));
+    r = judge("convergence", &ctx, v);
+    assert_true(r.passed);
+    assert_true(fabs(r.expected - 0.525) < 1e-12);
+    values_of(ops, v, "within_pct_of_reference", 1.0, NULL);
+    r = judge("convergence", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "2% above");
+
+    /* both: the tighter bound is shown and both must hold */
+    values_of(ops, v, "within_pct_of_reference", 5.0, "max_final_loss", 0.52, NULL);
+    r = judge("convergence", &ctx, v);
+    assert_true(r.passed);
+    assert_true(r.expected == 0.52);
+    values_of(ops, v, "within_pct_of_reference", 5.0, "max_final_loss", 0.505, NULL);
+    assert_false(judge("convergence", &ctx, v).passed);
+
+    ctx.reference = NULL;
+    values_of(ops, v, "within_pct_of_reference", 5.0, NULL);
+    r = judge("convergence", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "no one-device reference");
+
+    f.res.final_loss = NAN;
+    values_of(ops, v, "max_final_loss", 10.0, NULL);
+    r = judge("convergence", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "diverged");
+}
+
+/* ---- the expect-list runner ---- */
+
+static dsim_expect expect_of(const char *name, int expect_fail, ...)
+{
+    dsim_expect e;
+    memset(&e, 0, sizeof e);
+    e.check = dsim_check_find(name);
+    assert_non_null(e.check);
+    for (int i = 0; i < e.check->n_params; i++)
+        e.values[i] = e.check->params[i].def;
+    va_list ap;
+    va_start(ap, expect_fail);
+    const char *key;
+    while ((key = va_arg(ap, const char *)) != NULL) {
+        int k = dsim_check_param_index(e.check, key);
+        assert_true(k >= 0);
+        e.values[k] = va_arg(ap, double);
+    }
+    va_end(ap);
+    e.expect_fail = expect_fail != 0;
+    return e;
+}
+
+static void test_run_all_expect_fail(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 2, 2);
+    f.params[0] = 2 * f.ref_params[0]; /* gradient_consistency fails for real */
+    dsim_expect ex[3] = {
+        expect_of("gradient_consistency", true, NULL),
+        expect_of("convergence", false, "max_final_loss", 1.0, NULL),
+        expect_of("convergence", true, "max_final_loss", 1.0, NULL),
+    };
+    dsim_scenario s;
+    memset(&s, 0, sizeof s);
+    s.expect = ex;
+    s.n_expect = 3;
+    dsim_check_ctx ctx = fake_ctx(&f);
+    ctx.scenario = &s;
+    assert_true(dsim_check_needs_reference(&s));
+    assert_int_equal(dsim_check_outcome_count(&s), 3);
+    dsim_check_outcome out[3];
+    size_t n = 0, failed = 0;
+    assert_int_equal(dsim_check_run_all(&ctx, out, &n, &failed), DSIM_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(failed, 1);
+    /* expected to fail and failed: met */
+    assert_string_equal(out[0].name, "gradient_consistency");
+    assert_true(out[0].expect_fail);
+    assert_false(out[0].check_passed);
+    assert_true(out[0].passed);
+    assert_has(out[0].result.message, "failed as expected");
+    assert_true(out[1].passed);
+    /* expected to fail but passed: not met */
+    assert_true(out[2].check_passed);
+    assert_false(out[2].passed);
+    assert_has(out[2].result.message, "expected to fail, but passed");
+
+    /* a run that did not finish fails every row, expect_fail ones too */
+    ctx.run_err = DSIM_ETIMEDOUT;
+    snprintf(f.res.error.msg, sizeof f.res.error.msg, "replica 2 timed out in allreduce");
+    assert_int_equal(dsim_check_run_all(&ctx, out, &n, &failed), DSIM_OK);
+    assert_int_equal(failed, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_false(out[i].passed);
+        assert_has(out[i].result.message, "replica 2 timed out");
+    }
+}
+
+static void test_run_all_expect_error(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 2, 0);
+    dsim_expect ex[1] = {expect_of("gradient_consistency", false, NULL)};
+    dsim_scenario s;
+    memset(&s, 0, sizeof s);
+    s.expect = ex;
+    s.n_expect = 1;
+    s.expect_error = "fewer than the";
+    assert_false(dsim_check_needs_reference(&s));
+    assert_int_equal(dsim_check_outcome_count(&s), 1);
+    dsim_check_ctx ctx = fake_ctx(&f);
+    ctx.scenario = &s;
+    dsim_check_outcome out[1];
+    size_t n = 0, failed = 0;
+
+    ctx.run_err = DSIM_EINVAL;
+    snprintf(f.res.error.msg, sizeof f.res.error.msg,
+             "the dataset has 2 file(s), fewer than the 4 workers");
+    assert_int_equal(dsim_check_run_all(&ctx, out, &n, &failed), DSIM_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(failed, 0);
+    assert_string_equal(out[0].name, "error");
+    assert_true(out[0].passed);
+    assert_has(out[0].result.message, "2 file(s)");
+
+    snprintf(f.res.error.msg, sizeof f.res.error.msg, "out of memory");
+    assert_int_equal(dsim_check_run_all(&ctx, out, &n, &failed), DSIM_OK);
+    assert_int_equal(failed, 1);
+    assert_has(out[0].result.message, "does not contain \"fewer than the\"");
+
+    ctx.run_err = DSIM_OK;
+    assert_int_equal(dsim_check_run_all(&ctx, out, &n, &failed), DSIM_OK);
+    assert_int_equal(failed, 1);
+    assert_has(out[0].result.message, "the run succeeded");
+}
+
+static void test_run_all_unavailable_and_reference(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 2, 2);
+    dsim_expect ex[2] = {
+        expect_of("node_loss", true, NULL),
+        expect_of("convergence", false, "max_final_loss", 1.0, NULL),
+    };
+    dsim_scenario s;
+    memset(&s, 0, sizeof s);
+    s.expect = ex;
+    s.n_expect = 2;
+    /* convergence with only a bound does not need the reference */
+    assert_false(dsim_check_needs_reference(&s));
+    ex[1] = expect_of("convergence", false, "within_pct_of_reference", 10.0, NULL);
+    assert_true(dsim_check_needs_reference(&s));
+
+    dsim_check_ctx ctx = fake_ctx(&f);
+    ctx.scenario = &s;
+    dsim_check_outcome out[2];
+    size_t n = 0, failed = 0;
+    assert_int_equal(dsim_check_run_all(&ctx, out, &n, &failed), DSIM_OK);
+    assert_int_equal(failed, 1);
+    /* an unavailable check cannot meet "expect: fail" */
+    assert_false(out[0].passed);
+    assert_has(out[0].result.message, "not available");
+    assert_true(out[1].passed);
+
+    assert_int_equal(dsim_check_run_all(NULL, out, &n, &failed), DSIM_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_gc_pass),
+        cmocka_unit_test(test_gc_divergence_names_step_and_replica),
+        cmocka_unit_test(test_gc_reference_mismatch),
+        cmocka_unit_test(test_gc_abs_floor_near_zero),
+        cmocka_unit_test(test_gc_bad_runs),
+        cmocka_unit_test(test_gc_async_ps),
+        cmocka_unit_test(test_sc_exact),
+        cmocka_unit_test(test_sc_duplicates_and_misses),
+        cmocka_unit_test(test_sc_policy_off),
+        cmocka_unit_test(test_sc_idle_and_imbalance),
+        cmocka_unit_test(test_convergence),
+        cmocka_unit_test(test_run_all_expect_fail),
+        cmocka_unit_test(test_run_all_expect_error),
+        cmocka_unit_test(test_run_all_unavailable_and_reference),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

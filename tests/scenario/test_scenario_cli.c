@@ -1,0 +1,289 @@
+/* `dsim validate` and `dsim plan`, run as programs: exit status, what they
+ * print, and the plan's JSON. The executable's path comes from $DSIM_EXE
+ * (set by meson). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "scenario/scenario.h"
+
+static const char *cli_exe;
+static char cli_dir[] = "/tmp/dsim-scen-cli-XXXXXX";
+
+typedef struct cli_result {
+    int status; /* exit status, or -1 if it did not exit normally */
+    char out[262144];
+    char err[8192];
+} cli_result;
+
+static cli_result cli_res;
+
+static void cli_slurp(FILE *f, char *buf, size_t cap)
+{
+    rewind(f);
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+/* Runs `dsim ARGS...` into cli_res. */
+static cli_result *cli_run(const char *const *args)
+{
+    char *argv[16];
+    int argc = 0;
+    argv[argc++] = (char *)cli_exe;
+    for (int i = 0; args[i]; i++) {
+        assert_true(argc < 15);
+        argv[argc++] = (char *)args[i];
+    }
+    argv[argc] = NULL;
+    FILE *out = tmpfile(), *err = tmpfile();
+    assert_non_null(out);
+    assert_non_null(err);
+    posix_spawn_file_actions_t fa;
+    assert_int_equal(posix_spawn_file_actions_init(&fa), 0);
+    assert_int_equal(posix_spawn_file_actions_adddup2(&fa, fileno(out), STDOUT_FILENO), 0);
+    assert_int_equal(posix_spawn_file_actions_adddup2(&fa, fileno(err), STDERR_FILENO), 0);
+    pid_t pid;
+    int rc = posix_spawn(&pid, cli_exe, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    assert_int_equal(rc, 0);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    cli_res.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    cli_slurp(out, cli_res.out, sizeof cli_res.out);
+    cli_slurp(err, cli_res.err, sizeof cli_res.err);
+    return &cli_res;
+}
+
+/* Writes text to DIR/name and returns the path (static buffer per slot). */
+static const char *cli_file(int slot, const char *name, const char *text)
+{
+    static char paths[8][256];
+    snprintf(paths[slot], sizeof paths[slot], "%s/%s", cli_dir, name);
+    FILE *f = fopen(paths[slot], "w");
+    assert_non_null(f);
+    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+    return paths[slot];
+}
+
+static const char good_yaml[] = "name: good\ncluster: {hosts: 2, devices_per_host: 2}\n"
+                                "data: {examples: 14, files: 2, shard_policy: file, "
+                                "global_batch: 7}\n";
+
+static void test_validate(void **state)
+{
+    (void)state;
+    const char *good = cli_file(0, "good.yaml", good_yaml);
+    const char *bad = cli_file(1, "bad.yaml", "name: bad\ncluster:\n  hosts: two\n");
+    const char *later = cli_file(2, "later.yaml", "name: later\nengine: sim\n");
+
+    cli_result *r = cli_run((const char *[]){"validate", good, NULL});
+    assert_int_equal(r->status, 0);
+    char want[512];
+    snprintf(want, sizeof want, "%s: ok\n", good);
+    assert_string_equal(r->out, want);
+
+    r = cli_run((const char *[]){"validate", bad, NULL});
+    assert_int_equal(r->status, 2);
+    snprintf(want, sizeof want, "%s:3:10: cluster.hosts: 'two' is not a whole number", bad);
+    if (!strstr(r->out, want))
+        fail_msg("expected '%s' in: %s", want, r->out);
+
+    /* well-formed but not runnable here: refused, with the place */
+    r = cli_run((const char *[]){"validate", later, NULL});
+    assert_int_equal(r->status, 2);
+    snprintf(want, sizeof want, "%s:2:9: engine: the sim engine is not supported yet", later);
+    if (!strstr(r->out, want))
+        fail_msg("expected '%s' in: %s", want, r->out);
+
+    /* several files: each reported, 2 if any is bad; --quiet keeps the bad */
+    r = cli_run((const char *[]){"validate", good, bad, later, NULL});
+    assert_int_equal(r->status, 2);
+    snprintf(want, sizeof want, "%s: ok\n", good);
+    assert_non_null(strstr(r->out, want));
+    assert_non_null(strstr(r->out, bad));
+    assert_non_null(strstr(r->out, later));
+    r = cli_run((const char *[]){"validate", "--quiet", good, bad, NULL});
+    assert_int_equal(r->status, 2);
+    assert_null(strstr(r->out, "ok"));
+    assert_non_null(strstr(r->out, bad));
+    r = cli_run((const char *[]){"validate", "--quiet", good, good, NULL});
+    assert_int_equal(r->status, 0);
+    assert_string_equal(r->out, "");
+
+    /* a file that is not there, no file, an unknown option */
+    r = cli_run((const char *[]){"validate", "/nonexistent/x.yaml", NULL});
+    assert_int_equal(r->status, 2);
+    assert_non_null(strstr(r->out, "/nonexistent/x.yaml: cannot open"));
+    r = cli_run((const char *[]){"validate", NULL});
+    assert_int_equal(r->status, 2);
+    assert_non_null(strstr(r->err, "no scenario file"));
+    r = cli_run((const char *[]){"validate", "--strict", good, NULL});
+    assert_int_equal(r->status, 2);
+    assert_non_null(strstr(r->err, "--strict"));
+
+    /* --defaults prints a scenario that validates and states the defaults */
+    r = cli_run((const char *[]){"validate", "--defaults", NULL});
+    assert_int_equal(r->status, 0);
+    assert_non_null(strstr(r->out, "hosts: 1"));
+    assert_non_null(strstr(r->out, "timeout: 30s"));
+    dsim_scenario *s = NULL;
+    if (dsim_scenario_parse("defaults", r->out, strlen(r->out), &s) != DSIM_OK)
+        fail_msg("--defaults does not parse: %s", dsim_errmsg());
+    assert_int_equal(dsim_scenario_runnable(s), DSIM_OK);
+    dsim_scenario_free(s);
+    const char *defs = cli_file(3, "defaults.yaml", r->out);
+    r = cli_run((const char *[]){"validate", defs, NULL});
+    assert_int_equal(r->status, 0);
+}
+
+static json_t *jpath(json_t *j, const char *a, const char *b, const char *c)
+{
+    j = json_object_get(j, a);
+    if (b)
+        j = json_object_get(j, b);
+    if (c)
+        j = json_object_get(j, c);
+    return j;
+}
+
+static void test_plan(void **state)
+{
+    (void)state;
+    const char *good = cli_file(0, "good.yaml", good_yaml);
+    cli_result *r = cli_run((const char *[]){"plan", good, NULL});
+    if (r->status != 0)
+        fail_msg("dsim plan exited %d: %s", r->status, r->err);
+    json_error_t je;
+    json_t *j = json_loads(r->out, 0, &je);
+    if (!j)
+        fail_msg("not JSON (%s at line %d): %s", je.text, je.line, r->out);
+
+    /* the cluster */
+    assert_int_equal(json_integer_value(jpath(j, "cluster", "hosts", NULL)), 2);
+    assert_int_equal(json_integer_value(jpath(j, "cluster", "devices_per_host", NULL)), 2);
+    assert_int_equal(json_integer_value(jpath(j, "cluster", "num_replicas", NULL)), 4);
+    assert_int_equal(json_integer_value(jpath(j, "cluster", "chief", "worker")), 0);
+    json_t *reps = jpath(j, "cluster", "replicas", NULL);
+    assert_int_equal(json_array_size(reps), 4);
+    json_t *r3 = json_array_get(reps, 3);
+    assert_int_equal(json_integer_value(json_object_get(r3, "worker")), 1);
+    assert_int_equal(json_integer_value(json_object_get(r3, "device")), 1);
+    assert_string_equal(json_string_value(jpath(j, "strategy", "name", NULL)),
+                        "multi_worker_mirrored");
+    assert_string_equal(json_string_value(jpath(j, "strategy", "communication", "requested")),
+                        "auto");
+    assert_non_null(json_string_value(jpath(j, "strategy", "communication", "applied")));
+
+    /* the data plan: data.h's example G=7, W=2, R=2 over two files of 7 */
+    json_t *d = json_object_get(j, "data");
+    assert_string_equal(json_string_value(jpath(d, "shard_policy", "requested", NULL)), "file");
+    assert_string_equal(json_string_value(jpath(d, "shard_policy", "applied", NULL)), "file");
+    assert_int_equal(json_integer_value(json_object_get(d, "steps_per_epoch")), 2);
+    json_t *bs = jpath(d, "first_epoch", "batch_sizes", NULL);
+    static const int64_t want[2][4] = {{2, 2, 2, 1}, {2, 1, 2, 2}};
+    assert_int_equal(json_array_size(bs), 2);
+    for (size_t s = 0; s < 2; s++)
+        for (size_t i = 0; i < 4; i++)
+            assert_int_equal(json_integer_value(json_array_get(json_array_get(bs, s), i)),
+                             want[s][i]);
+    json_t *ws = json_object_get(d, "workers");
+    assert_int_equal(json_array_size(ws), 2);
+    for (size_t w = 0; w < 2; w++) {
+        json_t *wo = json_array_get(ws, w);
+        json_t *files = json_object_get(wo, "files");
+        assert_int_equal(json_array_size(files), 1);
+        assert_int_equal(json_integer_value(json_array_get(files, 0)), (json_int_t)w);
+        json_t *el = json_object_get(wo, "elements");
+        assert_int_equal(json_integer_value(json_object_get(el, "count")), 7);
+        json_t *rg = json_array_get(json_object_get(el, "ranges"), 0);
+        assert_int_equal(json_integer_value(json_array_get(rg, 0)), (json_int_t)(7 * w));
+        assert_int_equal(json_integer_value(json_array_get(rg, 1)), (json_int_t)(7 * w + 6));
+    }
+    assert_true(json_is_null(json_object_get(j, "error")));
+    assert_true(json_is_true(json_object_get(j, "runnable")));
+    json_decref(j);
+
+    /* --json is the same */
+    r = cli_run((const char *[]){"plan", "--json", good, NULL});
+    assert_int_equal(r->status, 0);
+    j = json_loads(r->out, 0, &je);
+    assert_non_null(j);
+    json_decref(j);
+
+    /* FILE with fewer files than workers: exit 2, the error in the JSON and
+     * on stderr */
+    const char *few = cli_file(
+        1, "few.yaml", "name: few\ncluster: {hosts: 3}\ndata: {files: 2, shard_policy: file}\n");
+    r = cli_run((const char *[]){"plan", few, NULL});
+    assert_int_equal(r->status, 2);
+    j = json_loads(r->out, 0, &je);
+    if (!j)
+        fail_msg("not JSON: %s", r->out);
+    const char *err = json_string_value(json_object_get(j, "error"));
+    assert_non_null(err);
+    assert_non_null(strstr(err, "fewer than the 3 workers"));
+    assert_non_null(strstr(r->err, "fewer than the 3 workers"));
+    json_decref(j);
+
+    /* a file that does not parse: exit 2, the place on stderr, no JSON */
+    const char *bad = cli_file(2, "bad.yaml", "name: bad\ndata: {epochs: 0}\n");
+    r = cli_run((const char *[]){"plan", bad, NULL});
+    assert_int_equal(r->status, 2);
+    assert_string_equal(r->out, "");
+    char want_err[512];
+    snprintf(want_err, sizeof want_err, "%s:2:16: data.epochs", bad);
+    assert_non_null(strstr(r->err, want_err));
+
+    r = cli_run((const char *[]){"plan", NULL});
+    assert_int_equal(r->status, 2);
+    r = cli_run((const char *[]){"plan", good, bad, NULL});
+    assert_int_equal(r->status, 2);
+    assert_non_null(strstr(r->err, "one scenario at a time"));
+}
+
+static int cli_setup(void **state)
+{
+    (void)state;
+    return mkdtemp(cli_dir) ? 0 : -1;
+}
+
+static int cli_teardown(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"good.yaml", "bad.yaml", "later.yaml", "defaults.yaml",
+                                        "few.yaml"};
+    char p[300];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", cli_dir, names[i]);
+        unlink(p);
+    }
+    rmdir(cli_dir);
+    return 0;
+}
+
+int main(void)
+{
+    cli_exe = getenv("DSIM_EXE");
+    if (!cli_exe || !*cli_exe) {
+        fprintf(stderr, "DSIM_EXE is not set; run through meson test\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_plan),
+    };
+    return cmocka_run_group_tests(tests, cli_setup, cli_teardown);
+}
