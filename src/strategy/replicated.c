@@ -49,9 +49,9 @@ dsim_err dsim_strategy_optim_to_vars(const dsim_optim *opt, dsim_strategy_vars *
     return DSIM_OK;
 }
 
-dsim_err dsim_replicated_create(dsim_replica_ctx *ctx, dsim_replicated *rp,
-                                const dsim_strategy_vars *init)
+dsim_err dsim_replicated_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init)
 {
+    dsim_replicated *rp = ctx->priv;
     size_t n = ctx->n_params;
     if (ctx->replica == 0) {
         if (!init || init->n_params != n)
@@ -90,15 +90,17 @@ dsim_err dsim_replicated_create(dsim_replica_ctx *ctx, dsim_replicated *rp,
     return e;
 }
 
-dsim_err dsim_replicated_apply(dsim_replica_ctx *ctx, dsim_replicated *rp, float *grad)
+dsim_err dsim_replicated_apply(dsim_replica_ctx *ctx, float *grad)
 {
+    dsim_replicated *rp = ctx->priv;
     /* The gradients are already scaled by 1/global_batch: SUM, not MEAN. */
     DSIM_CHECK(dsim_allreduce(ctx->world, grad, grad, ctx->n_params, DSIM_F32, DSIM_SUM));
     return dsim_optim_apply(rp->opt, ctx->params, grad, ctx->n_params);
 }
 
-dsim_err dsim_replicated_save(dsim_replica_ctx *ctx, dsim_replicated *rp, dsim_strategy_vars *out)
+dsim_err dsim_replicated_save(dsim_replica_ctx *ctx, dsim_strategy_vars *out)
 {
+    dsim_replicated *rp = ctx->priv;
     if (out->n_params != ctx->n_params)
         return DSIM_ERR(DSIM_EINVAL, -1, "save: %zu parameters asked for, the model has %zu",
                         out->n_params, ctx->n_params);
@@ -106,8 +108,9 @@ dsim_err dsim_replicated_save(dsim_replica_ctx *ctx, dsim_replicated *rp, dsim_s
     return dsim_strategy_optim_to_vars(rp->opt, out);
 }
 
-void dsim_replicated_free(dsim_replicated *rp)
+void dsim_replicated_fini(dsim_replica_ctx *ctx)
 {
+    dsim_replicated *rp = ctx->priv;
     dsim_optim_destroy(rp->opt);
     rp->opt = NULL;
 }

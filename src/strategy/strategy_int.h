@@ -56,16 +56,17 @@ typedef struct dsim_replicated {
     dsim_optim *opt;
 } dsim_replicated;
 
+/* These have the shape of the ops members, so a strategy whose ctx->priv is a
+ * dsim_replicated points its table at them. */
 /* Creates the optimizer and makes every replica's variables and slots the
  * chief's (broadcast over ctx->world from replica 0). */
-dsim_err dsim_replicated_create(dsim_replica_ctx *ctx, dsim_replicated *rp,
-                                const dsim_strategy_vars *init);
+dsim_err dsim_replicated_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init);
 /* SUM-all-reduces grad over ctx->world with the job's algorithm, then
  * updates ctx->params on every replica. */
-dsim_err dsim_replicated_apply(dsim_replica_ctx *ctx, dsim_replicated *rp, float *grad);
+dsim_err dsim_replicated_apply(dsim_replica_ctx *ctx, float *grad);
 /* ctx->params and the optimizer's slots into out. */
-dsim_err dsim_replicated_save(dsim_replica_ctx *ctx, dsim_replicated *rp, dsim_strategy_vars *out);
-void dsim_replicated_free(dsim_replicated *rp);
+dsim_err dsim_replicated_save(dsim_replica_ctx *ctx, dsim_strategy_vars *out);
+void dsim_replicated_fini(dsim_replica_ctx *ctx);
 /* All-reduces n doubles over ctx->world (SUM or MEAN). */
 dsim_err dsim_replicated_reduce(dsim_replica_ctx *ctx, dsim_op op, const double *in, double *out,
                                 size_t n);

@@ -23,26 +23,6 @@ static dsim_err mirrored_check_shape(const dsim_strategy_shape *s)
     return DSIM_OK;
 }
 
-static dsim_err mirrored_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init)
-{
-    return dsim_replicated_create(ctx, ctx->priv, init);
-}
-
-static dsim_err mirrored_apply(dsim_replica_ctx *ctx, float *grad)
-{
-    return dsim_replicated_apply(ctx, ctx->priv, grad);
-}
-
-static dsim_err mirrored_save(dsim_replica_ctx *ctx, dsim_strategy_vars *out)
-{
-    return dsim_replicated_save(ctx, ctx->priv, out);
-}
-
-static void mirrored_fini(dsim_replica_ctx *ctx)
-{
-    dsim_replicated_free(ctx->priv);
-}
-
 const struct dsim_strategy_ops dsim_strategy_mirrored_ops = {
     .size = sizeof(struct dsim_strategy_ops),
     .name = "mirrored",
@@ -51,9 +31,9 @@ const struct dsim_strategy_ops dsim_strategy_mirrored_ops = {
     .placement = DSIM_PLACE_MIRRORED,
     .replica_priv_size = sizeof(dsim_replicated),
     .check_shape = mirrored_check_shape,
-    .replica_fini = mirrored_fini,
-    .create_variables = mirrored_create,
-    .apply_gradients = mirrored_apply,
+    .replica_fini = dsim_replicated_fini,
+    .create_variables = dsim_replicated_create,
+    .apply_gradients = dsim_replicated_apply,
     .reduce = dsim_replicated_reduce,
-    .save = mirrored_save,
+    .save = dsim_replicated_save,
 };

@@ -20,26 +20,6 @@ static dsim_err mwm_check_shape(const dsim_strategy_shape *s)
     return DSIM_OK;
 }
 
-static dsim_err mwm_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init)
-{
-    return dsim_replicated_create(ctx, ctx->priv, init);
-}
-
-static dsim_err mwm_apply(dsim_replica_ctx *ctx, float *grad)
-{
-    return dsim_replicated_apply(ctx, ctx->priv, grad);
-}
-
-static dsim_err mwm_save(dsim_replica_ctx *ctx, dsim_strategy_vars *out)
-{
-    return dsim_replicated_save(ctx, ctx->priv, out);
-}
-
-static void mwm_fini(dsim_replica_ctx *ctx)
-{
-    dsim_replicated_free(ctx->priv);
-}
-
 const struct dsim_strategy_ops dsim_strategy_multi_worker_mirrored_ops = {
     .size = sizeof(struct dsim_strategy_ops),
     .name = "multi_worker_mirrored",
@@ -48,9 +28,9 @@ const struct dsim_strategy_ops dsim_strategy_multi_worker_mirrored_ops = {
     .placement = DSIM_PLACE_MIRRORED,
     .replica_priv_size = sizeof(dsim_replicated),
     .check_shape = mwm_check_shape,
-    .replica_fini = mwm_fini,
-    .create_variables = mwm_create,
-    .apply_gradients = mwm_apply,
+    .replica_fini = dsim_replicated_fini,
+    .create_variables = dsim_replicated_create,
+    .apply_gradients = dsim_replicated_apply,
     .reduce = dsim_replicated_reduce,
-    .save = mwm_save,
+    .save = dsim_replicated_save,
 };

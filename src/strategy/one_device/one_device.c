@@ -16,11 +16,6 @@ static dsim_err one_device_check_shape(const dsim_strategy_shape *s)
     return DSIM_OK;
 }
 
-static dsim_err one_device_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init)
-{
-    return dsim_replicated_create(ctx, ctx->priv, init);
-}
-
 static dsim_err one_device_apply(dsim_replica_ctx *ctx, float *grad)
 {
     dsim_replicated *rp = ctx->priv;
@@ -37,16 +32,6 @@ static dsim_err one_device_reduce(dsim_replica_ctx *ctx, dsim_op op, const doubl
     return DSIM_OK;
 }
 
-static dsim_err one_device_save(dsim_replica_ctx *ctx, dsim_strategy_vars *out)
-{
-    return dsim_replicated_save(ctx, ctx->priv, out);
-}
-
-static void one_device_fini(dsim_replica_ctx *ctx)
-{
-    dsim_replicated_free(ctx->priv);
-}
-
 const struct dsim_strategy_ops dsim_strategy_one_device_ops = {
     .size = sizeof(struct dsim_strategy_ops),
     .name = "one_device",
@@ -54,9 +39,9 @@ const struct dsim_strategy_ops dsim_strategy_one_device_ops = {
     .placement = DSIM_PLACE_ONE_DEVICE,
     .replica_priv_size = sizeof(dsim_replicated),
     .check_shape = one_device_check_shape,
-    .replica_fini = one_device_fini,
-    .create_variables = one_device_create,
+    .replica_fini = dsim_replicated_fini,
+    .create_variables = dsim_replicated_create,
     .apply_gradients = one_device_apply,
     .reduce = one_device_reduce,
-    .save = one_device_save,
+    .save = dsim_replicated_save,
 };
