@@ -92,36 +92,17 @@ static json_t *cluster_cli_json(const dsim_cluster *c)
     return root;
 }
 
-/* The value of --name VALUE or --name=VALUE at argv[*i]; NULL if argv[*i]
- * is another flag. Sets *missing when the flag is there without a value. */
-static const char *cluster_cli_flag(int argc, char **argv, int *i, const char *name, int *missing)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return NULL;
-    if (a[n] == '=')
-        return a + n + 1;
-    if (a[n] != '\0')
-        return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
-}
-
 int cmd_cluster(int argc, char **argv)
 {
     const char *tf_config = NULL, *hosts_s = NULL, *dph_s = NULL;
     for (int i = 1; i < argc; i++) {
         int missing = 0;
         const char *v;
-        if ((v = cluster_cli_flag(argc, argv, &i, "--tf-config", &missing)))
+        if ((v = dsim_cli_flag(argc, argv, &i, "--tf-config", &missing)))
             tf_config = v;
-        else if (!missing && (v = cluster_cli_flag(argc, argv, &i, "--hosts", &missing)))
+        else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--hosts", &missing)))
             hosts_s = v;
-        else if (!missing && (v = cluster_cli_flag(argc, argv, &i, "--devices-per-host", &missing)))
+        else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--devices-per-host", &missing)))
             dph_s = v;
         else if (missing) {
             fprintf(stderr, "dsim cluster: %s needs a value; see 'dsim cluster --help'\n", argv[i]);

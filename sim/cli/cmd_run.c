@@ -168,23 +168,6 @@ typedef struct run_opts {
     bool json;
 } run_opts;
 
-static const char *run_flag(int argc, char **argv, int *i, const char *name, int *missing)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return NULL;
-    if (a[n] == '=')
-        return a + n + 1;
-    if (a[n] != '\0')
-        return NULL;
-    if (*i + 1 >= argc) {
-        *missing = 1;
-        return NULL;
-    }
-    return argv[++*i];
-}
-
 static int run_parse(int argc, char **argv, run_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -199,14 +182,14 @@ static int run_parse(int argc, char **argv, run_opts *o)
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) {
             o->json = true;
-        } else if ((v = run_flag(argc, argv, &i, "--engine", &missing))) {
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--engine", &missing))) {
             if (strcmp(v, "threads") != 0 && strcmp(v, "processes") != 0 && strcmp(v, "sim") != 0) {
                 fprintf(stderr, "dsim run: --engine is '%s' (accepted: threads, processes, sim)\n",
                         v);
                 return 2;
             }
             o->engine = v;
-        } else if (!missing && (v = run_flag(argc, argv, &i, "--seed", &missing))) {
+        } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--seed", &missing))) {
             char *end = NULL;
             errno = 0;
             unsigned long long x = strtoull(v, &end, 0);
@@ -217,13 +200,13 @@ static int run_parse(int argc, char **argv, run_opts *o)
             }
             o->has_seed = true;
             o->seed = x;
-        } else if (!missing && (v = run_flag(argc, argv, &i, "--db", &missing))) {
+        } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--db", &missing))) {
             if (!*v) {
                 fprintf(stderr, "dsim run: --db is empty (accepted: a file path)\n");
                 return 2;
             }
             o->db = v;
-        } else if (!missing && (v = run_flag(argc, argv, &i, "--plugin-dir", &missing))) {
+        } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--plugin-dir", &missing))) {
             /* Searched before $DSIM_PLUGIN_PATH by the scenario loader. */
             const char *old = getenv("DSIM_PLUGIN_PATH");
             char *path = NULL;

@@ -25,4 +25,9 @@ void cmd_validate_help(FILE *out);
 int cmd_plan(int argc, char **argv);
 void cmd_plan_help(FILE *out);
 
+/* The value of `--name VALUE` or `--name=VALUE` at argv[*i] (advancing *i
+ * past a separate value); NULL if argv[*i] is another flag. Sets *missing
+ * when the flag is there without a value. */
+const char *dsim_cli_flag(int argc, char **argv, int *i, const char *name, int *missing);
+
 #endif
