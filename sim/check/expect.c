@@ -25,7 +25,8 @@ size_t dsim_check_outcome_count(const dsim_scenario *s)
 {
     if (!s)
         return 0;
-    return s->expect_error ? 1 : s->n_expect;
+    /* Without expectations a failed run still gets one row, "run". */
+    return s->expect_error ? 1 : s->n_expect ? s->n_expect : 1;
 }
 
 static void expect_set(dsim_check_outcome *o, const char *name, bool expect_fail)
@@ -122,6 +123,17 @@ dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, 
         if (!o->passed)
             (*n_failed)++;
         (*n_out)++;
+    }
+    /* A scenario without expectations asks at least that the run complete. */
+    if (s->n_expect == 0 && ctx->run_err != DSIM_OK) {
+        dsim_check_outcome *o = &out[0];
+        expect_set(o, "run", false);
+        dsim_check_msg(o->result.message, sizeof o->result.message,
+                       "the run failed: %s (%s)",
+                       ctx->run->error.msg[0] ? ctx->run->error.msg : "no message",
+                       dsim_strerror(ctx->run_err));
+        *n_out = 1;
+        *n_failed = 1;
     }
     return DSIM_OK;
 }

@@ -30,7 +30,6 @@
 #include "dsim/rng.h"
 #include "strategy_int.h"
 
-#define TRAIN_MAX_REPLICAS       1024
 #define TRAIN_MAX_PS             64
 #define TRAIN_DEFAULT_TIMEOUT_NS (30LL * 1000 * 1000 * 1000)
 
@@ -460,11 +459,11 @@ static void train_handler_main(void *arg)
 static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
 {
     if (cfg->hosts < 1 || cfg->devices_per_host < 1 ||
-        (long long)cfg->hosts * cfg->devices_per_host > TRAIN_MAX_REPLICAS)
+        (long long)cfg->hosts * cfg->devices_per_host > DSIM_TRAIN_MAX_REPLICAS)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: the cluster is %d host(s) x %d device(s); both must be >= 1 and "
                         "the product at most %d",
-                        cfg->hosts, cfg->devices_per_host, TRAIN_MAX_REPLICAS);
+                        cfg->hosts, cfg->devices_per_host, DSIM_TRAIN_MAX_REPLICAS);
     if (cfg->num_ps < 0 || cfg->num_ps > TRAIN_MAX_PS)
         return DSIM_ERR(DSIM_EINVAL, -1, "train: num_ps is %d; it must be 0..%d", cfg->num_ps,
                         TRAIN_MAX_PS);

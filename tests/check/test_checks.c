@@ -629,6 +629,34 @@ static void test_run_all_expect_error(void **state)
     assert_has(out[0].result.message, "the run succeeded");
 }
 
+/* No expect section: nothing is judged, but a run that failed is a failure. */
+static void test_run_all_no_expectations(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 2, 0);
+    dsim_scenario s;
+    memset(&s, 0, sizeof s);
+    assert_false(dsim_check_needs_reference(&s));
+    assert_int_equal(dsim_check_outcome_count(&s), 1);
+    dsim_check_ctx ctx = fake_ctx(&f);
+    ctx.scenario = &s;
+    dsim_check_outcome out[1];
+    size_t n = 9, failed = 9;
+    assert_int_equal(dsim_check_run_all(&ctx, out, &n, &failed), DSIM_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(failed, 0);
+
+    ctx.run_err = DSIM_ENOMEM;
+    snprintf(f.res.error.msg, sizeof f.res.error.msg, "cannot allocate 4294967296 examples");
+    assert_int_equal(dsim_check_run_all(&ctx, out, &n, &failed), DSIM_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(failed, 1);
+    assert_string_equal(out[0].name, "run");
+    assert_false(out[0].passed);
+    assert_has(out[0].result.message, "the run failed: cannot allocate");
+}
+
 static void test_run_all_unavailable_and_reference(void **state)
 {
     (void)state;
@@ -678,6 +706,7 @@ int main(void)
         cmocka_unit_test(test_convergence),
         cmocka_unit_test(test_run_all_expect_fail),
         cmocka_unit_test(test_run_all_expect_error),
+        cmocka_unit_test(test_run_all_no_expectations),
         cmocka_unit_test(test_run_all_unavailable_and_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -283,12 +283,25 @@ static void test_run_check_fails(void **state)
     assert_int_equal(cli_run("run", file, "--db", db, NULL), 1);
     cli_has(cli_out, "the run succeeded");
 
+    /* no expect section: a run that fails (FILE sharding, 1 file for 2
+     * workers) is a failure, not a pass with nothing judged */
+    cli_write("noexpect.yaml", "name: fails_unjudged\n"
+                               "cluster: {hosts: 2, devices_per_host: 1}\n"
+                               "data: {examples: 64, files: 1, shard_policy: file}\n");
+    cli_path(file, sizeof file, "noexpect.yaml");
+    assert_int_equal(cli_run("run", file, "--db", db, NULL), 1);
+    cli_has(cli_out, "the run failed:");
+    status = cli_sql_text(db, "SELECT status FROM runs ORDER BY id DESC LIMIT 1");
+    assert_string_equal(status, "failed");
+    free(status);
+    cli_path(file, sizeof file, "noerr.yaml");
+
     /* several scenarios: one failure makes the whole command fail */
     char quick[512];
     snprintf(quick, sizeof quick, "%s/quickstart.yaml", getenv("DSIM_SCENARIO_DIR"));
     assert_int_equal(cli_run("run", quick, file, "--db", db, NULL), 1);
     cli_has(cli_out, "2 scenarios: 1 passed, 1 did not");
-    assert_int_equal(cli_sql_int(db, "SELECT count(*) FROM runs"), 5);
+    assert_int_equal(cli_sql_int(db, "SELECT count(*) FROM runs"), 6);
 }
 
 static void test_run_bad_input(void **state)

@@ -374,6 +374,8 @@ static const err_case err_cases[] = {
     {"name: a\ncluster:\n  hosts: 0\n", 3, 10, {"cluster.hosts: '0' is out of range", "1..4096"}},
     {"name: a\ncluster: {hosts: \"2\"}\n", 2, 18, {"cluster.hosts", "quoted", "1..4096"}},
     {"name: a\ncluster: {hosts: 2.5}\n", 2, 18, {"'2.5' is not a whole number"}},
+    {"name: a\ncluster: {hosts: 64, devices_per_host: 32}\n", 2, 40,
+     {"64 host(s) x 32 device(s) is 2048 replicas", "at most 1024"}},
     {"name: a\ncluster: {hosts: {x: 1}}\n", 2, 18, {"a mapping is not a whole number"}},
     {"name: a\ncluster: {devices_per_host: 5000}\n", 2, 29,
      {"cluster.devices_per_host", "1..4096"}},

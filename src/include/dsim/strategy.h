@@ -80,6 +80,10 @@ const char *dsim_strategy_summary(const char *name);
 
 /* ---- training ---- */
 
+/* The largest job dsim_train runs on one host: hosts x devices_per_host
+ * replicas (each a runtime worker with its own endpoint). */
+#define DSIM_TRAIN_MAX_REPLICAS 1024
+
 /* What the observer sees: one replica after one step. */
 typedef struct dsim_train_step_info {
     int replica, worker, device;
