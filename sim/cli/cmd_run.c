@@ -325,7 +325,7 @@ static uint64_t run_total_steps(const dsim_train_cfg *cfg)
     dsim_dataset_desc d;
     memset(&d, 0, sizeof d);
     uint32_t nf = cfg->in_memory ? 0 : (uint32_t)cfg->data.n_files;
-    if (dsim_dataset_init(&d, cfg->data.n_examples, nf, DSIM_FILES_CONTIGUOUS) != DSIM_OK)
+    if (dsim_dataset_desc_init(&d, cfg->data.n_examples, nf, DSIM_FILES_CONTIGUOUS) != DSIM_OK)
         return 0;
     d.hint = cfg->hint;
     dsim_input_config ic = {
@@ -346,7 +346,7 @@ static uint64_t run_total_steps(const dsim_train_cfg *cfg)
         total = dsim_input_steps_per_epoch(in) * cfg->epochs;
         dsim_input_destroy(in);
     }
-    dsim_dataset_release(&d);
+    dsim_dataset_desc_release(&d);
     dsim_clear_error();
     return total;
 }

@@ -266,7 +266,7 @@ static dsim_err plan_data(plan_b *b, const dsim_scenario *s, json_t *o, char *er
         return DSIM_OK;
     }
     dsim_dataset_desc desc;
-    dsim_err e = dsim_dataset_init(&desc, d->n_examples, t->in_memory ? 0 : (uint32_t)d->n_files,
+    dsim_err e = dsim_dataset_desc_init(&desc, d->n_examples, t->in_memory ? 0 : (uint32_t)d->n_files,
                                    DSIM_FILES_CONTIGUOUS);
     if (e != DSIM_OK) {
         snprintf(err, cap, "%s", dsim_errmsg());
@@ -289,7 +289,7 @@ static dsim_err plan_data(plan_b *b, const dsim_scenario *s, json_t *o, char *er
     e = dsim_input_plan_make(&ic, &p);
     if (e != DSIM_OK) {
         snprintf(err, cap, "%s", dsim_errmsg());
-        dsim_dataset_release(&desc);
+        dsim_dataset_desc_release(&desc);
         return e;
     }
     if (pol) {
@@ -334,7 +334,7 @@ static dsim_err plan_data(plan_b *b, const dsim_scenario *s, json_t *o, char *er
         plan_set(b, fe, "truncated", json_boolean(shown < p->steps));
     }
     dsim_input_plan_free(p);
-    dsim_dataset_release(&desc);
+    dsim_dataset_desc_release(&desc);
     return DSIM_OK;
 }
 

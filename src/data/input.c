@@ -300,7 +300,7 @@ static dsim_err input_check_config(const dsim_input_config *c)
                         c->worker, c->num_workers, c->num_workers);
     if (c->epochs < 1)
         return DSIM_ERR(DSIM_EINVAL, -1, "input: epochs is 0: it must be >= 1");
-    return dsim_dataset_check(c->dataset);
+    return dsim_dataset_desc_check(c->dataset);
 }
 
 dsim_err dsim_input_create(const dsim_input_config *cfg, dsim_input **out)

@@ -99,7 +99,7 @@ dsim_err dsim_batch_sizes_for_worker(int64_t global_batch, int num_workers, int 
     return DSIM_OK;
 }
 
-dsim_err dsim_dataset_init(dsim_dataset_desc *d, uint64_t n_examples, uint32_t n_files,
+dsim_err dsim_dataset_desc_init(dsim_dataset_desc *d, uint64_t n_examples, uint32_t n_files,
                            dsim_file_layout layout)
 {
     if (d == NULL)
@@ -139,7 +139,7 @@ dsim_err dsim_dataset_init(dsim_dataset_desc *d, uint64_t n_examples, uint32_t n
     return DSIM_OK;
 }
 
-void dsim_dataset_release(dsim_dataset_desc *d)
+void dsim_dataset_desc_release(dsim_dataset_desc *d)
 {
     if (d == NULL)
         return;
@@ -149,7 +149,7 @@ void dsim_dataset_release(dsim_dataset_desc *d)
     d->file_ids = NULL;
 }
 
-dsim_err dsim_dataset_check(const dsim_dataset_desc *d)
+dsim_err dsim_dataset_desc_check(const dsim_dataset_desc *d)
 {
     if (d == NULL)
         return DSIM_ERR(DSIM_EINVAL, -1, "dataset: description must not be NULL");

@@ -194,54 +194,54 @@ static void test_dataset_layouts_and_checks(void **state)
 {
     (void)state;
     dsim_dataset_desc d;
-    assert_int_equal(dsim_dataset_init(&d, 10, 3, DSIM_FILES_CONTIGUOUS), DSIM_OK);
+    assert_int_equal(dsim_dataset_desc_init(&d, 10, 3, DSIM_FILES_CONTIGUOUS), DSIM_OK);
     static const uint64_t start[] = {0, 4, 7, 10};
     for (int f = 0; f <= 3; f++)
         assert_int_equal(d.file_start[f], start[f]);
     for (uint64_t i = 0; i < 10; i++)
         assert_int_equal(d.file_ids[i], i);
-    assert_int_equal(dsim_dataset_check(&d), DSIM_OK);
-    dsim_dataset_release(&d);
+    assert_int_equal(dsim_dataset_desc_check(&d), DSIM_OK);
+    dsim_dataset_desc_release(&d);
 
-    assert_int_equal(dsim_dataset_init(&d, 10, 3, DSIM_FILES_STRIDED), DSIM_OK);
+    assert_int_equal(dsim_dataset_desc_init(&d, 10, 3, DSIM_FILES_STRIDED), DSIM_OK);
     static const uint64_t strided[] = {0, 3, 6, 9, 1, 4, 7, 2, 5, 8};
     for (int f = 0; f <= 3; f++)
         assert_int_equal(d.file_start[f], start[f]);
     for (int i = 0; i < 10; i++)
         assert_int_equal(d.file_ids[i], strided[i]);
-    assert_int_equal(dsim_dataset_check(&d), DSIM_OK);
-    dsim_dataset_release(&d);
+    assert_int_equal(dsim_dataset_desc_check(&d), DSIM_OK);
+    dsim_dataset_desc_release(&d);
 
     /* More files than examples: some files are empty, which is allowed. */
-    assert_int_equal(dsim_dataset_init(&d, 2, 5, DSIM_FILES_STRIDED), DSIM_OK);
+    assert_int_equal(dsim_dataset_desc_init(&d, 2, 5, DSIM_FILES_STRIDED), DSIM_OK);
     assert_int_equal(d.file_start[5], 2);
-    assert_int_equal(dsim_dataset_check(&d), DSIM_OK);
-    dsim_dataset_release(&d);
+    assert_int_equal(dsim_dataset_desc_check(&d), DSIM_OK);
+    dsim_dataset_desc_release(&d);
 
     uint64_t fs[] = {0, 2, 4}, ids[] = {0, 1, 1, 3};
     dsim_dataset_desc bad = {.n_examples = 4, .n_files = 2, .file_start = fs, .file_ids = ids};
-    assert_int_equal(dsim_dataset_check(&bad), DSIM_EINVAL);
+    assert_int_equal(dsim_dataset_desc_check(&bad), DSIM_EINVAL);
     assert_msg_has("id 1 appears twice");
     ids[2] = 9;
-    assert_int_equal(dsim_dataset_check(&bad), DSIM_EINVAL);
+    assert_int_equal(dsim_dataset_desc_check(&bad), DSIM_EINVAL);
     assert_msg_has("id 9");
     ids[2] = 2;
-    assert_int_equal(dsim_dataset_check(&bad), DSIM_OK);
+    assert_int_equal(dsim_dataset_desc_check(&bad), DSIM_OK);
     fs[2] = 3;
-    assert_int_equal(dsim_dataset_check(&bad), DSIM_EINVAL);
+    assert_int_equal(dsim_dataset_desc_check(&bad), DSIM_EINVAL);
     assert_msg_has("hold 3 ids but the dataset has 4");
     fs[2] = 4;
     fs[1] = 5;
-    assert_int_equal(dsim_dataset_check(&bad), DSIM_EINVAL);
+    assert_int_equal(dsim_dataset_desc_check(&bad), DSIM_EINVAL);
     assert_msg_has("file 1 ends");
     fs[1] = 2;
     bad.file_ids = NULL;
-    assert_int_equal(dsim_dataset_check(&bad), DSIM_EINVAL);
+    assert_int_equal(dsim_dataset_desc_check(&bad), DSIM_EINVAL);
     dsim_dataset_desc empty = {.n_examples = 0};
-    assert_int_equal(dsim_dataset_check(&empty), DSIM_EINVAL);
+    assert_int_equal(dsim_dataset_desc_check(&empty), DSIM_EINVAL);
     assert_msg_has("empty");
     dsim_dataset_desc hint_no_files = {.n_examples = 4, .hint = DSIM_HINT_FILES};
-    assert_int_equal(dsim_dataset_check(&hint_no_files), DSIM_EINVAL);
+    assert_int_equal(dsim_dataset_desc_check(&hint_no_files), DSIM_EINVAL);
     assert_msg_has("no files");
 }
 
@@ -262,7 +262,7 @@ static void test_config_errors(void **state)
 {
     (void)state;
     dsim_dataset_desc d;
-    assert_int_equal(dsim_dataset_init(&d, 20, 3, DSIM_FILES_CONTIGUOUS), DSIM_OK);
+    assert_int_equal(dsim_dataset_desc_init(&d, 20, 3, DSIM_FILES_CONTIGUOUS), DSIM_OK);
     dsim_input_config c = cfg_make(&d, DSIM_SHARD_DATA, 4, 2, 2);
     c.global_batch = 0;
     expect_create_error(&c, "global batch size 0", ">= 1");
@@ -297,14 +297,14 @@ static void test_config_errors(void **state)
     c.drop_remainder = true;
     expect_create_error(&c, "global batch 21", "drop_remainder");
     assert_int_equal(dsim_input_create(&c, NULL), DSIM_EINVAL);
-    dsim_dataset_release(&d);
+    dsim_dataset_desc_release(&d);
 }
 
 static void test_file_error_names_both_counts(void **state)
 {
     (void)state;
     dsim_dataset_desc d;
-    assert_int_equal(dsim_dataset_init(&d, 30, 3, DSIM_FILES_CONTIGUOUS), DSIM_OK);
+    assert_int_equal(dsim_dataset_desc_init(&d, 30, 3, DSIM_FILES_CONTIGUOUS), DSIM_OK);
     dsim_input_config c = cfg_make(&d, DSIM_SHARD_FILE, 6, 4, 1);
     expect_create_error(&c, "3 file(s)", "4 workers");
     assert_msg_has("data or off");
@@ -324,7 +324,7 @@ static void test_file_error_names_both_counts(void **state)
     c.policy = DSIM_SHARD_FILE;
     assert_int_equal(dsim_input_create(&c, &in), DSIM_OK);
     dsim_input_destroy(in);
-    dsim_dataset_release(&d);
+    dsim_dataset_desc_release(&d);
 
     /* FILE on a dataset without files. */
     dsim_dataset_desc nf = {.n_examples = 10};
@@ -349,13 +349,13 @@ static void test_auto_reports_policy(void **state)
     (void)state;
     dsim_dataset_desc d;
     dsim_input *in;
-    assert_int_equal(dsim_dataset_init(&d, 40, 4, DSIM_FILES_STRIDED), DSIM_OK);
+    assert_int_equal(dsim_dataset_desc_init(&d, 40, 4, DSIM_FILES_STRIDED), DSIM_OK);
     dsim_input_config c = cfg_make(&d, DSIM_SHARD_AUTO, 8, 2, 2);
     assert_int_equal(dsim_input_create(&c, &in), DSIM_OK);
     assert_int_equal(dsim_input_policy_applied(in), DSIM_SHARD_FILE);
     assert_non_null(strstr(dsim_input_policy_reason(in), "AUTO applied FILE"));
     dsim_input_destroy(in);
-    dsim_dataset_release(&d);
+    dsim_dataset_desc_release(&d);
 
     dsim_dataset_desc nf = {.n_examples = 40};
     c.dataset = &nf;
@@ -383,7 +383,7 @@ static void test_tf_docstring_example(void **state)
     (void)state;
     /* Two files of 7 (A = ids 0..6, B = 7..13), G=7, W=2, R=2, FILE. */
     dsim_dataset_desc d;
-    assert_int_equal(dsim_dataset_init(&d, 14, 2, DSIM_FILES_CONTIGUOUS), DSIM_OK);
+    assert_int_equal(dsim_dataset_desc_init(&d, 14, 2, DSIM_FILES_CONTIGUOUS), DSIM_OK);
     dsim_input_config c = cfg_make(&d, DSIM_SHARD_FILE, 7, 2, 2);
     dsim_input *w0, *w1;
     assert_int_equal(dsim_input_create(&c, &w0), DSIM_OK);
@@ -402,7 +402,7 @@ static void test_tf_docstring_example(void **state)
     assert_true(st.done);
     dsim_input_destroy(w0);
     dsim_input_destroy(w1);
-    dsim_dataset_release(&d);
+    dsim_dataset_desc_release(&d);
 }
 
 static void test_data_policy_rebatch(void **state)
@@ -693,7 +693,7 @@ static void test_against_tf_ops(void **state)
             dsim_dataset_desc d;
             combo++;
             assert_int_equal(
-                dsim_dataset_init(&d, ns[a], files[b],
+                dsim_dataset_desc_init(&d, ns[a], files[b],
                                   combo % 2 ? DSIM_FILES_STRIDED : DSIM_FILES_CONTIGUOUS),
                 DSIM_OK);
             for (int nw = 1; nw <= 4; nw++)
@@ -712,7 +712,7 @@ static void test_against_tf_ops(void **state)
                                 configs++;
                                 checked += ref_compare_config(&c);
                             }
-            dsim_dataset_release(&d);
+            dsim_dataset_desc_release(&d);
         }
     /* Most combinations run; the rest are the documented errors. */
     assert_true(checked > configs / 2);
@@ -733,7 +733,7 @@ static void test_shard_tables(void **state)
                 for (int nw = 1; nw <= 5; nw++) {
                     dsim_dataset_desc d;
                     assert_int_equal(
-                        dsim_dataset_init(&d, ns[a], files[b],
+                        dsim_dataset_desc_init(&d, ns[a], files[b],
                                           lay ? DSIM_FILES_STRIDED : DSIM_FILES_CONTIGUOUS),
                         DSIM_OK);
                     /* file of each id */
@@ -797,7 +797,7 @@ static void test_shard_tables(void **state)
                     }
                     free(file_of);
                     free(pos_of);
-                    dsim_dataset_release(&d);
+                    dsim_dataset_desc_release(&d);
                 }
 }
 
@@ -936,7 +936,7 @@ static void test_shuffle_per_epoch(void **state)
     /* FILE: each worker shuffles its own stream with the same random
      * stream, so equal-length shards get the same permutation. */
     dsim_dataset_desc fd;
-    assert_int_equal(dsim_dataset_init(&fd, 16, 2, DSIM_FILES_CONTIGUOUS), DSIM_OK);
+    assert_int_equal(dsim_dataset_desc_init(&fd, 16, 2, DSIM_FILES_CONTIGUOUS), DSIM_OK);
     c = cfg_make(&fd, DSIM_SHARD_FILE, 2, 2, 1);
     c.shuffle = true;
     uint64_t s0[8], s1[8];
@@ -954,7 +954,7 @@ static void test_shuffle_per_epoch(void **state)
     assert_true(moved);
     dsim_input_destroy(w0);
     dsim_input_destroy(w1);
-    dsim_dataset_release(&fd);
+    dsim_dataset_desc_release(&fd);
 }
 
 /* ---- drop_remainder, epochs, seek ------------------------------------------ */
@@ -965,7 +965,7 @@ static void test_drop_remainder(void **state)
     /* FILE: two files of 10, G=4, one replica each: each worker batches its
      * own 10 into 4+4(+2): the 2 are dropped on each worker. */
     dsim_dataset_desc d;
-    assert_int_equal(dsim_dataset_init(&d, 20, 2, DSIM_FILES_CONTIGUOUS), DSIM_OK);
+    assert_int_equal(dsim_dataset_desc_init(&d, 20, 2, DSIM_FILES_CONTIGUOUS), DSIM_OK);
     dsim_input_config c = cfg_make(&d, DSIM_SHARD_FILE, 4, 2, 1);
     for (int drop = 0; drop < 2; drop++) {
         c.drop_remainder = drop;
@@ -984,7 +984,7 @@ static void test_drop_remainder(void **state)
             dsim_input_destroy(in);
         }
     }
-    dsim_dataset_release(&d);
+    dsim_dataset_desc_release(&d);
 
     /* DATA drops the whole dataset's partial batch: 10 with G=4 -> 8. */
     dsim_dataset_desc nf = {.n_examples = 10};
@@ -1006,7 +1006,7 @@ static void test_epochs_and_seek(void **state)
 {
     (void)state;
     dsim_dataset_desc d;
-    assert_int_equal(dsim_dataset_init(&d, 30, 4, DSIM_FILES_STRIDED), DSIM_OK);
+    assert_int_equal(dsim_dataset_desc_init(&d, 30, 4, DSIM_FILES_STRIDED), DSIM_OK);
     dsim_input_config c = cfg_make(&d, DSIM_SHARD_FILE, 6, 2, 2);
     c.epochs = 3;
     c.shuffle = true;
@@ -1057,7 +1057,7 @@ static void test_epochs_and_seek(void **state)
     assert_int_equal(dsim_input_next(NULL, &st), DSIM_EINVAL);
     dsim_input_destroy(in);
     dsim_input_destroy(NULL);
-    dsim_dataset_release(&d);
+    dsim_dataset_desc_release(&d);
 }
 
 /* ---- plan ----------------------------------------------------------------- */
@@ -1066,7 +1066,7 @@ static void test_plan(void **state)
 {
     (void)state;
     dsim_dataset_desc d;
-    assert_int_equal(dsim_dataset_init(&d, 14, 2, DSIM_FILES_CONTIGUOUS), DSIM_OK);
+    assert_int_equal(dsim_dataset_desc_init(&d, 14, 2, DSIM_FILES_CONTIGUOUS), DSIM_OK);
     dsim_input_config c = cfg_make(&d, DSIM_SHARD_AUTO, 7, 2, 2);
     dsim_input_plan *p;
     assert_int_equal(dsim_input_plan_make(&c, &p), DSIM_OK);
@@ -1116,7 +1116,7 @@ static void test_plan(void **state)
     assert_msg_has("2 file(s)");
     assert_msg_has("3 workers");
     dsim_input_plan_free(NULL);
-    dsim_dataset_release(&d);
+    dsim_dataset_desc_release(&d);
 }
 
 int main(void)

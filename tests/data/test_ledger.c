@@ -75,7 +75,7 @@ static void test_coverage_every_policy(void **state)
     for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
         for (int with_files = 0; with_files < 2; with_files++) {
             dsim_dataset_desc d;
-            assert_int_equal(dsim_dataset_init(&d, jobs[j].n, with_files ? jobs[j].files : 0,
+            assert_int_equal(dsim_dataset_desc_init(&d, jobs[j].n, with_files ? jobs[j].files : 0,
                                                j % 2 ? DSIM_FILES_STRIDED : DSIM_FILES_CONTIGUOUS),
                              DSIM_OK);
             for (size_t p = 0; p < sizeof ps / sizeof *ps; p++) {
@@ -111,7 +111,7 @@ static void test_coverage_every_policy(void **state)
                     dsim_ledger_destroy(l);
                 }
             }
-            dsim_dataset_release(&d);
+            dsim_dataset_desc_release(&d);
         }
     }
 }
@@ -285,7 +285,7 @@ static void test_concurrent_recording(void **state)
     (void)state;
     enum { W = 4, R = 2, EPOCHS = 3 };
     dsim_dataset_desc d;
-    assert_int_equal(dsim_dataset_init(&d, 5003, 9, DSIM_FILES_STRIDED), DSIM_OK);
+    assert_int_equal(dsim_dataset_desc_init(&d, 5003, 9, DSIM_FILES_STRIDED), DSIM_OK);
     static const dsim_shard_policy ps[] = {DSIM_SHARD_DATA, DSIM_SHARD_FILE};
     for (int p = 0; p < 2; p++) {
         dsim_ledger *l;
@@ -314,7 +314,7 @@ static void test_concurrent_recording(void **state)
             expect_exact(l, e, -1, 1, d.n_examples, dsim_shard_policy_name(ps[p]));
         dsim_ledger_destroy(l);
     }
-    dsim_dataset_release(&d);
+    dsim_dataset_desc_release(&d);
 }
 
 int main(void)

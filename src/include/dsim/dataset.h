@@ -77,7 +77,7 @@ typedef struct dsim_dataset {
     float *x;     /* n_examples x in_dim */
     float *y;     /* n_examples x y_dim */
     /* n_files + 1 offsets: file f holds ids [file_start[f], file_start[f+1]).
-     * The same offsets as dsim_dataset_init(..., DSIM_FILES_CONTIGUOUS) of
+     * The same offsets as dsim_dataset_desc_init(..., DSIM_FILES_CONTIGUOUS) of
      * dsim/data.h, so an input pipeline over these files can use them. */
     uint64_t *file_start;
     dsim_model_spec teacher;
