@@ -128,8 +128,7 @@ dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, 
     if (s->n_expect == 0 && ctx->run_err != DSIM_OK) {
         dsim_check_outcome *o = &out[0];
         expect_set(o, "run", false);
-        dsim_check_msg(o->result.message, sizeof o->result.message,
-                       "the run failed: %s (%s)",
+        dsim_check_msg(o->result.message, sizeof o->result.message, "the run failed: %s (%s)",
                        ctx->run->error.msg[0] ? ctx->run->error.msg : "no message",
                        dsim_strerror(ctx->run_err));
         *n_out = 1;

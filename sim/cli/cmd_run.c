@@ -10,8 +10,8 @@
  *
  * Plugins: a scenario's strategy.plugin is a path relative to the scenario
  * file, or a bare file name searched in --plugin-dir, $DSIM_PLUGIN_PATH and
- * this build's plugin directories; it is found when the file is loaded; the plugin is loaded before the run
- * row is begun, so a plugin that cannot be loaded is bad input (exit 2).
+ * this build's plugin directories; it is found when the file is loaded; the plugin is loaded before
+ * the run row is begun, so a plugin that cannot be loaded is bad input (exit 2).
  *
  * Interrupts: SIGINT and SIGTERM are taken by a thread of their own; it
  * waits for the store calls in flight, closes the store (which marks the

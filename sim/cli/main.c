@@ -8,8 +8,8 @@
 
 static const dsim_cmd main_cmds[] = {
     {"bench", "time a collective (nccl-tests' flags and columns)", cmd_bench, cmd_bench_help},
-    {"cluster", "resolve TF_CONFIG (or hosts x devices) and print the cluster as JSON",
-     cmd_cluster, cmd_cluster_help},
+    {"cluster", "resolve TF_CONFIG (or hosts x devices) and print the cluster as JSON", cmd_cluster,
+     cmd_cluster_help},
     {"validate", "check scenario files without running them", cmd_validate, cmd_validate_help},
     {"plan", "print what a scenario will do (cluster, sharding, batches) as JSON", cmd_plan,
      cmd_plan_help},

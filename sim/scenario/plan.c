@@ -253,8 +253,8 @@ static dsim_err plan_data(plan_b *b, const dsim_scenario *s, json_t *o, char *er
 
     /* The plan follows every example; past a size it would take gigabytes
      * and minutes, so the per-example part is left out, and says so. */
-    bool all_read = t->shard == DSIM_SHARD_OFF ||
-                    (t->shard == DSIM_SHARD_HINT && t->hint == DSIM_HINT_NONE);
+    bool all_read =
+        t->shard == DSIM_SHARD_OFF || (t->shard == DSIM_SHARD_HINT && t->hint == DSIM_HINT_NONE);
     uint64_t reads = (uint64_t)d->n_examples * (all_read ? (uint64_t)t->hosts : 1);
     if (reads > PLAN_MAX_READS) {
         char note[200];
@@ -266,8 +266,8 @@ static dsim_err plan_data(plan_b *b, const dsim_scenario *s, json_t *o, char *er
         return DSIM_OK;
     }
     dsim_dataset_desc desc;
-    dsim_err e = dsim_dataset_desc_init(&desc, d->n_examples, t->in_memory ? 0 : (uint32_t)d->n_files,
-                                   DSIM_FILES_CONTIGUOUS);
+    dsim_err e = dsim_dataset_desc_init(
+        &desc, d->n_examples, t->in_memory ? 0 : (uint32_t)d->n_files, DSIM_FILES_CONTIGUOUS);
     if (e != DSIM_OK) {
         snprintf(err, cap, "%s", dsim_errmsg());
         return e;

@@ -760,15 +760,15 @@ static dsim_err scen_cluster(const scen_ctx *c, scen_state *st)
         t->num_ps = ps;
     }
     if ((int64_t)t->hosts * t->devices_per_host > DSIM_TRAIN_MAX_REPLICAS) {
-        const scen_node *at = m->val[C_TFC]   ? m->val[C_TFC]
-                              : m->val[C_DPH] ? m->val[C_DPH]
+        const scen_node *at = m->val[C_TFC]     ? m->val[C_TFC]
+                              : m->val[C_DPH]   ? m->val[C_DPH]
                               : m->val[C_HOSTS] ? m->val[C_HOSTS]
-                                              : st->top.key[T_CLUSTER];
+                                                : st->top.key[T_CLUSTER];
         return scen_fail(c, at,
                          "cluster: %d host(s) x %d device(s) is %lld replicas; accepted: at "
                          "most %d replicas in one run (hosts x devices_per_host)",
-                         t->hosts, t->devices_per_host,
-                         (long long)t->hosts * t->devices_per_host, DSIM_TRAIN_MAX_REPLICAS);
+                         t->hosts, t->devices_per_host, (long long)t->hosts * t->devices_per_host,
+                         DSIM_TRAIN_MAX_REPLICAS);
     }
 
     /* network */

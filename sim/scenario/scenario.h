@@ -35,14 +35,22 @@ typedef struct dsim_src_pos {
 typedef struct dsim_expect {
     const dsim_check_ops *check;
     double values[DSIM_CHECK_MAX_PARAMS]; /* every param, defaults filled in */
-    bool expect_fail; /* the scenario passes only if this check fails */
+    bool expect_fail;                     /* the scenario passes only if this check fails */
     dsim_src_pos pos;
 } dsim_expect;
 
 typedef enum dsim_fault_what {
-    DSIM_FAULT_KILL, DSIM_FAULT_RESTART, DSIM_FAULT_PARTITION, DSIM_FAULT_DROP,
-    DSIM_FAULT_DELAY, DSIM_FAULT_DUPLICATE, DSIM_FAULT_CORRUPT, DSIM_FAULT_REORDER,
-    DSIM_FAULT_SLOW, DSIM_FAULT_STAGGER, DSIM_FAULT_WHAT_COUNT
+    DSIM_FAULT_KILL,
+    DSIM_FAULT_RESTART,
+    DSIM_FAULT_PARTITION,
+    DSIM_FAULT_DROP,
+    DSIM_FAULT_DELAY,
+    DSIM_FAULT_DUPLICATE,
+    DSIM_FAULT_CORRUPT,
+    DSIM_FAULT_REORDER,
+    DSIM_FAULT_SLOW,
+    DSIM_FAULT_STAGGER,
+    DSIM_FAULT_WHAT_COUNT
 } dsim_fault_what;
 
 typedef enum dsim_fault_when {
@@ -56,29 +64,29 @@ typedef enum dsim_fault_when {
 typedef struct dsim_fault {
     dsim_fault_what what;
     dsim_fault_when when;
-    int64_t step;          /* WHEN_STEP */
-    char *phase;           /* WHEN_PHASE */
-    int64_t time_ns;       /* WHEN_TIME */
-    double probability;    /* WHEN_PROBABILITY */
-    int rank, worker;      /* -1 when not given */
+    int64_t step;           /* WHEN_STEP */
+    char *phase;            /* WHEN_PHASE */
+    int64_t time_ns;        /* WHEN_TIME */
+    double probability;     /* WHEN_PROBABILITY */
+    int rank, worker;       /* -1 when not given */
     int link_from, link_to; /* -1 when not a link */
-    bool one_way;          /* partition */
-    int64_t duration_ns;   /* delay/slow/partition length; 0: permanent */
-    double factor;         /* slow: how many times slower */
+    bool one_way;           /* partition */
+    int64_t duration_ns;    /* delay/slow/partition length; 0: permanent */
+    double factor;          /* slow: how many times slower */
     dsim_src_pos pos;
 } dsim_fault;
 
 typedef struct dsim_scenario {
-    char *path;  /* the file, as given */
-    char *text;  /* the file's full text (stored with the run) */
+    char *path; /* the file, as given */
+    char *text; /* the file's full text (stored with the run) */
     char *name;
     char *description; /* or NULL */
     uint64_t seed;
-    char *engine; /* "threads" | "processes" | "sim" */
+    char *engine;                          /* "threads" | "processes" | "sim" */
     dsim_src_pos engine_pos, recovery_pos; /* where they were given (0:0 when defaulted) */
 
     /* network: preset name and link parameters (used by the sim engine) */
-    char *network_preset;  /* or NULL */
+    char *network_preset; /* or NULL */
     int64_t link_latency_ns;
     double link_bandwidth_Bps;
 
@@ -104,8 +112,7 @@ typedef struct dsim_scenario {
  * message has FILE:LINE:COLUMN. */
 dsim_err dsim_scenario_load(const char *path, dsim_scenario **out);
 /* The same from text in memory; `path` is used in messages. */
-dsim_err dsim_scenario_parse(const char *path, const char *text, size_t len,
-                             dsim_scenario **out);
+dsim_err dsim_scenario_parse(const char *path, const char *text, size_t len, dsim_scenario **out);
 /* DSIM_OK if this build can run the scenario; else DSIM_ENOTSUP saying what
  * is not supported yet (faults, engines, checks) and where in the file. */
 dsim_err dsim_scenario_runnable(const dsim_scenario *s);

@@ -23,8 +23,10 @@ static int log_level_from_env(void)
         for (int i = 0; i <= DSIM_LOG_TRACE; i++)
             if (strcasecmp(s, log_names[i]) == 0)
                 return i;
-        fprintf(stderr, "dsim: DSIM_LOG='%s' is not a level (accepted: error, warn, info, "
-                        "debug, trace); using warn\n", s);
+        fprintf(stderr,
+                "dsim: DSIM_LOG='%s' is not a level (accepted: error, warn, info, "
+                "debug, trace); using warn\n",
+                s);
     }
     return DSIM_LOG_WARN;
 }

@@ -31,23 +31,23 @@ static dsim_err rt_register_locked(const struct dsim_rt_ops *ops)
                         "engine table has size %zu, expected %zu: rebuild the engine against "
                         "this version of dsim/spi/rt.h",
                         ops ? ops->size : 0, sizeof(struct dsim_rt_ops));
-    const char *missing = !ops->name          ? "name"
-                          : !ops->init        ? "init"
-                          : !ops->fini        ? "fini"
-                          : !ops->now         ? "now"
-                          : !ops->charge      ? "charge"
-                          : !ops->charged     ? "charged"
-                          : !ops->sleep_until ? "sleep_until"
-                          : !ops->spawn       ? "spawn"
-                          : !ops->join        ? "join"
-                          : !ops->self        ? "self"
-                          : !ops->waitq_init  ? "waitq_init"
-                          : !ops->waitq_fini  ? "waitq_fini"
-                          : !ops->waitq_lock  ? "waitq_lock"
+    const char *missing = !ops->name           ? "name"
+                          : !ops->init         ? "init"
+                          : !ops->fini         ? "fini"
+                          : !ops->now          ? "now"
+                          : !ops->charge       ? "charge"
+                          : !ops->charged      ? "charged"
+                          : !ops->sleep_until  ? "sleep_until"
+                          : !ops->spawn        ? "spawn"
+                          : !ops->join         ? "join"
+                          : !ops->self         ? "self"
+                          : !ops->waitq_init   ? "waitq_init"
+                          : !ops->waitq_fini   ? "waitq_fini"
+                          : !ops->waitq_lock   ? "waitq_lock"
                           : !ops->waitq_unlock ? "waitq_unlock"
-                          : !ops->waitq_wait  ? "waitq_wait"
-                          : !ops->waitq_wake  ? "waitq_wake"
-                                              : NULL;
+                          : !ops->waitq_wait   ? "waitq_wait"
+                          : !ops->waitq_wake   ? "waitq_wake"
+                                               : NULL;
     if (missing)
         return DSIM_ERR(DSIM_EINVAL, -1, "engine '%s' lacks the required member '%s'",
                         ops->name ? ops->name : "(unnamed)", missing);

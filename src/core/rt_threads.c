@@ -126,8 +126,7 @@ static dsim_err thr_waitq_init(dsim_rt *rt, void *p)
     int rc = pthread_cond_init(&q->cv, &ca);
     pthread_condattr_destroy(&ca);
     if (rc != 0)
-        return DSIM_ERR(DSIM_ENOMEM, -1, "could not create a condition variable: %s",
-                        strerror(rc));
+        return DSIM_ERR(DSIM_ENOMEM, -1, "could not create a condition variable: %s", strerror(rc));
     pthread_mutex_init(&q->mu, NULL);
     return DSIM_OK;
 }

@@ -100,7 +100,7 @@ dsim_err dsim_batch_sizes_for_worker(int64_t global_batch, int num_workers, int 
 }
 
 dsim_err dsim_dataset_desc_init(dsim_dataset_desc *d, uint64_t n_examples, uint32_t n_files,
-                           dsim_file_layout layout)
+                                dsim_file_layout layout)
 {
     if (d == NULL)
         return DSIM_ERR(DSIM_EINVAL, -1, "dataset: description must not be NULL");

@@ -260,8 +260,7 @@ static void test_spawn_ids_and_charge_per_worker(void **state)
     assert_int_equal(dsim_rt_create("threads", &w.rt), DSIM_OK);
     dsim_task *t[4];
     for (int i = 0; i < 4; i++)
-        assert_int_equal(dsim_rt_spawn(w.rt, 10 + i, ids_fn, (void *)(intptr_t)i, &t[i]),
-                         DSIM_OK);
+        assert_int_equal(dsim_rt_spawn(w.rt, 10 + i, ids_fn, (void *)(intptr_t)i, &t[i]), DSIM_OK);
     for (int i = 0; i < 4; i++)
         assert_int_equal(dsim_rt_join(w.rt, t[i]), DSIM_OK);
     for (int i = 0; i < 4; i++) {

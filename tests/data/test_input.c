@@ -694,7 +694,7 @@ static void test_against_tf_ops(void **state)
             combo++;
             assert_int_equal(
                 dsim_dataset_desc_init(&d, ns[a], files[b],
-                                  combo % 2 ? DSIM_FILES_STRIDED : DSIM_FILES_CONTIGUOUS),
+                                       combo % 2 ? DSIM_FILES_STRIDED : DSIM_FILES_CONTIGUOUS),
                 DSIM_OK);
             for (int nw = 1; nw <= 4; nw++)
                 for (int rp = 1; rp <= 3; rp++)
@@ -734,7 +734,7 @@ static void test_shard_tables(void **state)
                     dsim_dataset_desc d;
                     assert_int_equal(
                         dsim_dataset_desc_init(&d, ns[a], files[b],
-                                          lay ? DSIM_FILES_STRIDED : DSIM_FILES_CONTIGUOUS),
+                                               lay ? DSIM_FILES_STRIDED : DSIM_FILES_CONTIGUOUS),
                         DSIM_OK);
                     /* file of each id */
                     uint32_t *file_of = calloc(ns[a], sizeof *file_of);

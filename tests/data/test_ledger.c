@@ -75,9 +75,10 @@ static void test_coverage_every_policy(void **state)
     for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
         for (int with_files = 0; with_files < 2; with_files++) {
             dsim_dataset_desc d;
-            assert_int_equal(dsim_dataset_desc_init(&d, jobs[j].n, with_files ? jobs[j].files : 0,
-                                               j % 2 ? DSIM_FILES_STRIDED : DSIM_FILES_CONTIGUOUS),
-                             DSIM_OK);
+            assert_int_equal(
+                dsim_dataset_desc_init(&d, jobs[j].n, with_files ? jobs[j].files : 0,
+                                       j % 2 ? DSIM_FILES_STRIDED : DSIM_FILES_CONTIGUOUS),
+                DSIM_OK);
             for (size_t p = 0; p < sizeof ps / sizeof *ps; p++) {
                 if (ps[p] == DSIM_SHARD_FILE && !with_files && jobs[j].w > 1)
                     continue; /* the FILE error, tested elsewhere */

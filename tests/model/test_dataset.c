@@ -214,7 +214,8 @@ static void test_file_split_covers_every_id_once(void **state)
          * the same offsets, so it reads these files as they are. */
         dsim_dataset_desc desc;
         memset(&desc, 0, sizeof desc);
-        assert_int_equal(dsim_dataset_desc_init(&desc, n, (uint32_t)F, DSIM_FILES_CONTIGUOUS), DSIM_OK);
+        assert_int_equal(dsim_dataset_desc_init(&desc, n, (uint32_t)F, DSIM_FILES_CONTIGUOUS),
+                         DSIM_OK);
         assert_memory_equal(desc.file_start, ds->file_start, (F + 1) * sizeof(uint64_t));
         for (size_t id = 0; id < n; id++)
             assert_int_equal(desc.file_ids[id], id);

@@ -158,7 +158,7 @@ typedef enum dsim_file_layout {
 /* Fills d with n examples in n_files files (0: no files) laid out as
  * `layout`, allocating the arrays; release them with dsim_dataset_desc_release. */
 dsim_err dsim_dataset_desc_init(dsim_dataset_desc *d, uint64_t n_examples, uint32_t n_files,
-                           dsim_file_layout layout);
+                                dsim_file_layout layout);
 /* Frees arrays allocated by dsim_dataset_desc_init (only those). */
 void dsim_dataset_desc_release(dsim_dataset_desc *d);
 /* Checks a description (ids in range, each exactly once, offsets sane);

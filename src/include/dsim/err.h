@@ -36,7 +36,7 @@ typedef struct dsim_error {
     int peer;         /* the rank to blame, or -1 */
     const char *file; /* where it was raised (static string) */
     int line;
-    char msg[512];    /* a sentence a person can act on */
+    char msg[512]; /* a sentence a person can act on */
 } dsim_error;
 
 /* The calling thread's last error (code DSIM_OK and empty msg if none). */
@@ -47,8 +47,8 @@ void dsim_clear_error(void);
 
 /* Records an error on the calling thread and returns code, so that
  * `return DSIM_ERR(DSIM_EINVAL, -1, "count %zu too large", n);` reads well. */
-dsim_err dsim_set_error(dsim_err code, int peer, const char *file, int line, const char *fmt,
-                        ...) __attribute__((format(printf, 5, 6)));
+dsim_err dsim_set_error(dsim_err code, int peer, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 #define DSIM_ERR(code, peer, ...) dsim_set_error((code), (peer), __FILE__, __LINE__, __VA_ARGS__)
 
 /* Copies the calling thread's error context into dst (for objects that keep

@@ -31,10 +31,10 @@ void dsim_log_write(dsim_log_level level, const char *file, int line, const char
             dsim_log_write((level), __FILE__, __LINE__, __VA_ARGS__);                              \
     } while (0)
 #define dsim_error_log(...) DSIM_LOG(DSIM_LOG_ERROR, __VA_ARGS__)
-#define dsim_warn(...) DSIM_LOG(DSIM_LOG_WARN, __VA_ARGS__)
-#define dsim_info(...) DSIM_LOG(DSIM_LOG_INFO, __VA_ARGS__)
-#define dsim_debug(...) DSIM_LOG(DSIM_LOG_DEBUG, __VA_ARGS__)
-#define dsim_trace(...) DSIM_LOG(DSIM_LOG_TRACE, __VA_ARGS__)
+#define dsim_warn(...)      DSIM_LOG(DSIM_LOG_WARN, __VA_ARGS__)
+#define dsim_info(...)      DSIM_LOG(DSIM_LOG_INFO, __VA_ARGS__)
+#define dsim_debug(...)     DSIM_LOG(DSIM_LOG_DEBUG, __VA_ARGS__)
+#define dsim_trace(...)     DSIM_LOG(DSIM_LOG_TRACE, __VA_ARGS__)
 
 #ifdef __cplusplus
 }

@@ -14,9 +14,9 @@ extern "C" {
 #endif
 
 struct dsim_rt_ops {
-    size_t size;       /* sizeof(struct dsim_rt_ops), checked at registration */
-    const char *name;  /* "threads", "sim", ... */
-    size_t priv_size;  /* bytes of engine state placed after struct dsim_rt */
+    size_t size;            /* sizeof(struct dsim_rt_ops), checked at registration */
+    const char *name;       /* "threads", "sim", ... */
+    size_t priv_size;       /* bytes of engine state placed after struct dsim_rt */
     size_t waitq_priv_size; /* bytes of state per wait queue */
 
     /* Sets up engine state in rt->priv; DSIM_OK or an error with a message. */
