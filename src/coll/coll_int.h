@@ -26,8 +26,10 @@ struct dsim_comm {
     /* Collective calls started on this communicator. Every rank calls the
      * collectives in the same order, so the counter agrees across ranks and
      * is folded into every tag: a late message from a failed call cannot
-     * match a receive of a later one. */
-    uint32_t calls;
+     * match a receive of a later one. The tag keeps it mod 0xFFFFF; each
+     * time that wraps, the communicator's epoch goes up (step.c), which
+     * drops what is left of the calls before. 64 bits: never wraps itself. */
+    uint64_t calls;
     dsim_error err;
     /* Failure check after a timeout (see step.c): one slot per rank for the
      * peer each answering rank was waiting for, and this rank's own answer.
@@ -44,7 +46,7 @@ typedef struct dsim_coll {
     int rank, size;
     char what[48]; /* "allreduce(ring)", used as the message prefix */
     int nsteps;    /* this algorithm's step count, for messages */
-    uint32_t call; /* the call counter value of this call */
+    uint64_t call; /* the call counter value of this call */
     int64_t deadline;
     dsim_dtype t;
     dsim_op op;

@@ -9,6 +9,13 @@
  * failure check's own. The call field never reaches 0xFFFFF, so no tag is
  * DSIM_ANY_TAG.
  *
+ * The call field repeats every 0xFFFFF calls, and a message of a failed call
+ * can sit unmatched for ever (its receiver gave up on it). So each time the
+ * field wraps, dsim_coll_begin raises the communicator's transport epoch to
+ * call / 0xFFFFF, which drops every message of the calls before: every rank
+ * does so at the same call, and no call that succeeded leaves a message
+ * unreceived, so only stale ones go.
+ *
  * Failure check. A timeout only tells a rank which peer it was waiting for,
  * and that peer is often alive but itself stuck behind the rank that really
  * failed (in a ring, rank 1 waits for rank 0, which waits for the absent
@@ -27,11 +34,12 @@
 #include "coll_int.h"
 
 #define STEP_FC_STEP 0xFFFu
+#define STEP_CALLS   0xFFFFFu /* call numbers one epoch's tags tell apart */
 #define STEP_STACK   8
 
-static uint32_t step_tag(uint32_t call, uint32_t step)
+static uint32_t step_tag(uint64_t call, uint32_t step)
 {
-    return ((call % 0xFFFFFu) << 12) | (step == STEP_FC_STEP ? step : step % 0xFFFu);
+    return ((uint32_t)(call % STEP_CALLS) << 12) | (step == STEP_FC_STEP ? step : step % 0xFFFu);
 }
 
 void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *algo, dsim_dtype t,
@@ -41,6 +49,8 @@ void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *a
     x->rank = c->rank;
     x->size = c->size;
     x->call = c->calls++;
+    if (x->call && x->call % STEP_CALLS == 0)
+        dsim_ep_set_epoch(c->ep, c->comm_id, (uint32_t)(x->call / STEP_CALLS));
     x->deadline = dsim_rt_deadline(c->rt, c->timeout_ns);
     if (algo)
         snprintf(x->what, sizeof x->what, "%s(%s)", what, algo);

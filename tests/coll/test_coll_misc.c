@@ -367,10 +367,14 @@ static void test_absent_rank(void **state)
 
 /* Rank 1 joins call k only after rank 0 gave up on it and moved on to call
  * k+1. Rank 1's call-k messages carry junk; if they matched rank 0's call
- * k+1, rank 0's result would include the junk. */
+ * k+1, rank 0's result would include the junk. With wrap set, the next real
+ * call is k + 0xFFFFF, whose tags repeat call k's (the tag keeps the call
+ * number mod 0xFFFFF): the junk still waiting at rank 0 must not match it
+ * either. The calls in between have count 0 and move nothing. */
 typedef struct stale_arg {
     misc_shared s;
     dsim_algo algo;
+    int wrap;
 } stale_arg;
 
 static void stale_rank(coll_harness *h, int rank, void *p)
@@ -391,24 +395,30 @@ static void stale_rank(coll_harness *h, int rank, void *p)
         misc_fail(&a->s, "%s: rank %d's abandoned call returned %s, want a timeout",
                   dsim_algo_name(a->algo), rank, dsim_strerror(e));
     dsim_comm_set_timeout(c, 10000 * MS);
+    for (long k = 1; a->wrap && k < 0xFFFFF; k++)
+        if ((e = dsim_allreduce_with(c, NULL, NULL, 0, DSIM_F32, DSIM_SUM, a->algo)) != DSIM_OK) {
+            misc_fail(&a->s, "rank %d: count-0 call %ld failed: %s", rank, k, dsim_errmsg());
+            return;
+        }
     e = dsim_allreduce_with(c, in, out, N, DSIM_F32, DSIM_SUM, a->algo);
     if (e != DSIM_OK)
-        misc_fail(&a->s, "%s: rank %d's next call failed: %s", dsim_algo_name(a->algo), rank,
-                  dsim_errmsg());
+        misc_fail(&a->s, "%s%s: rank %d's next call failed: %s", dsim_algo_name(a->algo),
+                  a->wrap ? " (tag wrap)" : "", rank, dsim_errmsg());
     else if (coll_check(DSIM_F32, DSIM_SUM, 2, out, 0, N, msg, sizeof msg) >= 0)
-        misc_fail(&a->s, "%s: rank %d's next call took in stale data: %s", dsim_algo_name(a->algo),
-                  rank, msg);
+        misc_fail(&a->s, "%s%s: rank %d's next call took in stale data: %s",
+                  dsim_algo_name(a->algo), a->wrap ? " (tag wrap)" : "", rank, msg);
 }
 
 static void test_stale_messages(void **state)
 {
     (void)state;
-    for (int ai = 0; ai < MISC_NALGOS; ai++) {
-        stale_arg a = {.algo = misc_algos[ai]};
-        pthread_mutex_init(&a.s.mu, NULL);
-        misc_run(2, 10000 * MS, stale_rank, &a, &a.s);
-        pthread_mutex_destroy(&a.s.mu);
-    }
+    for (int wrap = 0; wrap < 2; wrap++)
+        for (int ai = 0; ai < MISC_NALGOS; ai++) {
+            stale_arg a = {.algo = misc_algos[ai], .wrap = wrap};
+            pthread_mutex_init(&a.s.mu, NULL);
+            misc_run(2, 10000 * MS, stale_rank, &a, &a.s);
+            pthread_mutex_destroy(&a.s.mu);
+        }
 }
 
 /* ---- abort mid-collective -------------------------------------------- */
