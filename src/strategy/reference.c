@@ -77,7 +77,11 @@ dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
         return e;
     }
     dsim_train_setup su;
-    DSIM_CHECK(dsim_train_setup_open(cfg, &su));
+    dsim_err se = dsim_train_setup_open(cfg, &su);
+    if (se != DSIM_OK) {
+        dsim_error_copy(&res->error);
+        return se;
+    }
     int W = cfg->hosts, R = cfg->devices_per_host;
     size_t P = su.n_params, G = (size_t)cfg->global_batch;
     size_t in_dim = su.model.in_dim, y_dim = su.ds->y_dim;

@@ -226,8 +226,9 @@ dsim_err dsim_strategy_load(const char *name, const char *path)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "dsim_strategy_load: no path given; pass the shared object's path "
                         "(e.g. ./libmy_strategy.so)");
-    /* The object is never closed: its table stays registered for the life
-     * of the process. RTLD_LOCAL keeps two plugins' symbols apart. */
+    /* A loaded object is never closed: its table stays registered for the
+     * life of the process. One that is refused is closed again. RTLD_LOCAL
+     * keeps two plugins' symbols apart. */
     dlerror();
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
@@ -238,28 +239,41 @@ dsim_err dsim_strategy_load(const char *name, const char *path)
     dlerror();
     void *sym = dlsym(h, DSIM_STRATEGY_PLUGIN_SYMBOL);
     const char *why = dlerror();
-    if (!sym || why)
-        return DSIM_ERR(DSIM_EINVAL, -1,
-                        "'%s' is not a strategy plugin: it has no symbol '%s' (%s); a plugin "
-                        "exports `const struct dsim_strategy_ops *%s(uint32_t *abi_version)`, "
-                        "see examples/custom_strategy",
-                        path, DSIM_STRATEGY_PLUGIN_SYMBOL, why ? why : "NULL",
-                        DSIM_STRATEGY_PLUGIN_SYMBOL);
+    if (!sym || why) {
+        dsim_err e = DSIM_ERR(
+            DSIM_EINVAL, -1,
+            "'%s' is not a strategy plugin: it has no symbol '%s' (%s); a plugin "
+            "exports `const struct dsim_strategy_ops *%s(uint32_t *abi_version)`, "
+            "see examples/custom_strategy",
+            path, DSIM_STRATEGY_PLUGIN_SYMBOL, why ? why : "NULL", DSIM_STRATEGY_PLUGIN_SYMBOL);
+        dlclose(h);
+        return e;
+    }
     /* dlsym hands back data pointers; POSIX guarantees the conversion. */
     dsim_strategy_plugin_fn *fn;
     memcpy(&fn, &sym, sizeof fn);
     uint32_t abi = 0;
     const struct dsim_strategy_ops *ops = fn(&abi);
-    if (abi != DSIM_STRATEGY_ABI_VERSION)
-        return DSIM_ERR(DSIM_EINVAL, -1,
-                        "'%s' was built against strategy ABI version %u but this libdsim speaks "
-                        "version %u; rebuild the plugin against this dsim/spi/strategy.h",
-                        path, abi, DSIM_STRATEGY_ABI_VERSION);
+    if (abi != DSIM_STRATEGY_ABI_VERSION) {
+        dsim_err e =
+            DSIM_ERR(DSIM_EINVAL, -1,
+                     "'%s' was built against strategy ABI version %u but this libdsim speaks "
+                     "version %u; rebuild the plugin against this dsim/spi/strategy.h",
+                     path, abi, DSIM_STRATEGY_ABI_VERSION);
+        dlclose(h);
+        return e;
+    }
     pthread_mutex_lock(&registry_lock);
     registry_builtins_locked();
     dsim_err e = registry_add_locked(name, ops, path);
     pthread_mutex_unlock(&registry_lock);
-    if (e == DSIM_OK)
+    if (e != DSIM_OK) {
+        /* Refused (an incomplete table, a name taken): the registry holds
+         * nothing of it. If an earlier load of the same object succeeded,
+         * dlopen counted this one and dlclose only drops that count. */
+        dlclose(h);
+    } else {
         dsim_info("loaded strategy '%s' from %s", name ? name : ops->name, path);
+    }
     return e;
 }

@@ -77,8 +77,6 @@ dsim_err dsim_strategy_optim_to_vars(const dsim_optim *opt, dsim_strategy_vars *
 dsim_err dsim_strategy_optim_from_vars(const dsim_optim_spec *spec, size_t n,
                                        const dsim_strategy_vars *init, dsim_optim **out);
 
-#endif
-
 /* ---- what dsim_train and dsim_train_reference share (train.c) ---- */
 typedef struct dsim_train_setup {
     const dsim_dataset *ds;
@@ -105,3 +103,5 @@ dsim_err dsim_train_init_params(const dsim_train_cfg *cfg, const dsim_train_setu
                                 float *params);
 /* Mean per-example loss over the whole dataset. */
 double dsim_train_mean_loss(const dsim_train_setup *su, const float *params);
+
+#endif

@@ -232,6 +232,22 @@ static void *train_aligned_zalloc(size_t n)
     return p;
 }
 
+/* Wakes every server's waiters after an abort. The abort flag is not set
+ * under a server's lock, so the wake takes the lock: a waiter that tested
+ * the flag just before the abort is then already asleep and gets the wake,
+ * instead of sleeping through it until its deadline. */
+static void train_wake_servers(train_job *job)
+{
+    for (int s = 0; s < job->P; s++) {
+        dsim_waitq *q = job->srvs[s].ctx.lock;
+        if (!q)
+            continue;
+        dsim_waitq_lock(q);
+        dsim_waitq_wake(q);
+        dsim_waitq_unlock(q);
+    }
+}
+
 /* Records the calling worker's failure (the first one wins, except that a
  * root cause replaces an abort it caused) and aborts the job. */
 static void train_fail(train_job *job, const char *who, int index, int rank)
@@ -249,9 +265,7 @@ static void train_fail(train_job *job, const char *who, int index, int rank)
     }
     dsim_waitq_unlock(job->lock);
     dsim_fabric_abort(job->fab, err.peer >= 0 ? err.peer : rank, msg);
-    for (int s = 0; s < job->P; s++)
-        if (job->srvs[s].ctx.lock)
-            dsim_waitq_wake(job->srvs[s].ctx.lock);
+    train_wake_servers(job);
 }
 
 dsim_err dsim_server_record_update(dsim_server_ctx *srv, int replica, uint64_t step,
@@ -713,8 +727,7 @@ static dsim_err train_run_workers(train_job *job)
         dsim_error saved;
         dsim_error_copy(&saved);
         dsim_fabric_abort(job->fab, -1, "the job could not start all its workers");
-        for (int s = 0; s < P; s++)
-            dsim_waitq_wake(job->srvs[s].ctx.lock);
+        train_wake_servers(job);
         dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s", saved.msg);
     }
     for (int r = 0; r < spawned_r; r++)

@@ -3,6 +3,7 @@
  * configuration values, and a replica that fails mid-step (every other
  * replica and server must return promptly, not wait for its timeout). */
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -288,6 +289,63 @@ static void test_replica_failure_aborts(void **state)
     }
 }
 
+/* A parameter server's waiter that has just tested the abort flag and not
+ * yet gone to sleep when a replica fails must still be woken by the abort,
+ * not sleep until its deadline: the server below is held between its test
+ * and its wait until replica 0 has failed. */
+static atomic_int lw_tested;
+
+static dsim_err lw_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init)
+{
+    (void)init;
+    while (!atomic_load(&lw_tested))
+        usleep(1000);
+    return DSIM_ERR(DSIM_EIO, -1, "injected failure of replica %d", ctx->replica);
+}
+
+static dsim_err lw_serve(dsim_server_ctx *srv, int client)
+{
+    (void)client;
+    int64_t deadline = dsim_rt_deadline(srv->rt, srv->timeout_ns);
+    dsim_waitq_lock(srv->lock);
+    for (;;) {
+        if (dsim_fabric_aborted(srv->fabric)) {
+            dsim_waitq_unlock(srv->lock);
+            return DSIM_ERR(DSIM_EABORTED, -1, "server: the job was aborted");
+        }
+        if (!atomic_exchange(&lw_tested, 1))
+            usleep(300 * 1000); /* descheduled between the test and the wait */
+        if (dsim_waitq_wait(srv->lock, deadline) == DSIM_ETIMEDOUT) {
+            dsim_waitq_unlock(srv->lock);
+            return DSIM_ERR(DSIM_ETIMEDOUT, -1, "server: timed out");
+        }
+    }
+}
+
+static void test_abort_wakes_server_waiter(void **state)
+{
+    (void)state;
+    static const struct dsim_strategy_ops t = {
+        .size = sizeof(struct dsim_strategy_ops),
+        .name = "late_waiter",
+        .check_shape = reg_check_shape,
+        .create_variables = lw_create,
+        .apply_gradients = reg_apply,
+        .reduce = reg_reduce,
+        .serve = lw_serve,
+    };
+    assert_int_equal(dsim_strategy_register(&t), DSIM_OK);
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "late_waiter", 1, 1);
+    cfg.num_ps = 1;
+    cfg.timeout_ns = 4LL * 1000 * 1000 * 1000;
+    double t0 = now_s();
+    expect_fail(&cfg, DSIM_EIO, NEEDLES("replica 0", "injected failure"));
+    double dt = now_s() - t0;
+    printf("# returned %.3f s after start (timeout 4 s)\n", dt);
+    assert_true(dt < 2.0);
+}
+
 /* The chief cannot write its checkpoint (the directory does not exist): the
  * failure stops every replica and every parameter server promptly. */
 static void test_checkpoint_write_failure_aborts(void **state)
@@ -332,6 +390,7 @@ int main(void)
         cmocka_unit_test(test_shape_needs_serve),
         cmocka_unit_test(test_replica_failure_aborts),
         cmocka_unit_test(test_checkpoint_write_failure_aborts),
+        cmocka_unit_test(test_abort_wakes_server_waiter),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "dsim/spi/strategy.h"
@@ -247,6 +248,38 @@ static void test_parameter_server_async(void **state)
     }
 }
 
+/* Asynchronous replicas may end far apart: a straggler whose every step is
+ * well inside the timeout must not fail the job because the replicas that
+ * finished first wait for it longer than the timeout. Replica 1 sleeps 50 ms
+ * per step and ends 800 ms after replica 0; the timeout is 400 ms. */
+static void straggle(const dsim_train_step_info *info, void *user)
+{
+    (void)user;
+    if (info->replica == 1) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void test_parameter_server_async_straggler(void **state)
+{
+    (void)state;
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "parameter_server", 2, 1);
+    cfg.num_ps = 2;
+    cfg.ps_mode = DSIM_PS_ASYNC;
+    cfg.timeout_ns = 400LL * 1000 * 1000;
+    cfg.observer = straggle;
+    dsim_train_result run;
+    if (dsim_train(&cfg, &run) != DSIM_OK)
+        fail_msg("async with a straggler: %s", dsim_errmsg());
+    assert_int_equal(run.steps, 16);
+    /* Every push applied once, and every replica ends with the final values. */
+    assert_int_equal(run.n_updates, 16 * 2 * 2);
+    assert_true(run.replicas_agree);
+    dsim_train_result_free(&run);
+}
+
 /* Partial and empty batches: TF's G=7 over 2x2, fewer examples than
  * replicas (G=6 over 8 devices: two idle every step), and a global batch
  * larger than the dataset. The scale stays 1/G throughout. */
@@ -365,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_parameter_server_sync),
         cmocka_unit_test(test_parameter_server_sync_devices),
         cmocka_unit_test(test_parameter_server_async),
+        cmocka_unit_test(test_parameter_server_async_straggler),
         cmocka_unit_test(test_partial_batches),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_example_plugin),

@@ -17,7 +17,10 @@
  *                                                order, applies once, version++
  *                                         async: applies it at once, version++
  *                                     <-  (version, shard after the update)
- *   finish: barrier; PULL; STOP       ->  serve() returns
+ *   finish: DONE (repeated)           ->  holds the answer until every replica has
+ *                                         said DONE (then: the final shard) or half
+ *                                         the timeout passed (then: not yet)
+ *           STOP                      ->  serve() returns
  *   save (chief): SAVE                ->  (shard, slots, step)
  *
  * Each update's staleness (versions applied since the replica read the
@@ -49,16 +52,17 @@
 #define PS_TAG_REQ 1u
 #define PS_TAG_REP 2u
 
-enum { PS_INIT = 1, PS_PULL, PS_PUSH, PS_SAVE, PS_STOP };
+enum { PS_INIT = 1, PS_PULL, PS_PUSH, PS_SAVE, PS_STOP, PS_DONE, PS_OP_END };
 
-static const char *const ps_op_names[] = {"?", "INIT", "PULL", "PUSH", "SAVE", "STOP"};
+static const char *const ps_op_names[PS_OP_END] = {"?",    "INIT", "PULL", "PUSH",
+                                                   "SAVE", "STOP", "DONE"};
 
 /* Every message starts with this header, then floats. */
 typedef struct ps_hdr {
     uint32_t op;
     uint32_t from;       /* the replica that asked */
     uint64_t version;    /* PUSH: version read; replies: the server's version */
-    uint64_t step;       /* PUSH: the replica's global step */
+    uint64_t step;       /* PUSH: the replica's global step; DONE replies: replicas done */
     uint64_t optim_step; /* INIT, SAVE replies */
 } ps_hdr;
 
@@ -86,6 +90,9 @@ typedef struct ps_server {
     uint64_t *gstep; /* [N] */
     int arrived;
     uint64_t round;
+    /* the end of the job */
+    unsigned char *done_from; /* [N]: the replica has said DONE */
+    int done;
 } ps_server;
 
 static int ps_slots(dsim_optim_kind k)
@@ -216,7 +223,8 @@ static dsim_err ps_exchange(dsim_replica_ctx *ctx, uint32_t op, ps_build_fn buil
             return DSIM_ERR(DSIM_EPROTO, ctx->server_rank0 + s,
                             "parameter_server: replica %d asked server %d for %s and got an "
                             "answer to %s",
-                            ctx->replica, s, ps_op_names[op], h.op < 6 ? ps_op_names[h.op] : "?");
+                            ctx->replica, s, ps_op_names[op],
+                            h.op < PS_OP_END ? ps_op_names[h.op] : "?");
     }
     return DSIM_OK;
 }
@@ -322,10 +330,26 @@ static dsim_err ps_save(dsim_replica_ctx *ctx, dsim_strategy_vars *out)
 
 static dsim_err ps_finish(dsim_replica_ctx *ctx)
 {
-    /* Once every replica has had its last push answered, a pull reads the
-     * job's final values, the same on every replica. */
-    DSIM_CHECK(dsim_barrier(ctx->world));
-    DSIM_CHECK(ps_exchange(ctx, PS_PULL, NULL, NULL, 1));
+    /* Once every replica has had its last push answered, the servers hold
+     * the job's final values, the same for every replica. The servers tell
+     * when that is: asynchronous replicas may end far apart (a straggler is
+     * normal there), so a replica that is done asks again while the others
+     * still push, rather than blocking in a collective that would time out
+     * and blame a replica that is merely waiting. A replica that is really
+     * gone still fails the job: its server times out waiting for it. */
+    ps_client *c = ctx->priv;
+    for (;;) {
+        DSIM_CHECK(ps_exchange(ctx, PS_DONE, NULL, NULL, 1));
+        int all = 1;
+        for (int s = 0; s < c->nps; s++) {
+            ps_hdr h;
+            memcpy(&h, c->rbuf + s * c->cap, sizeof h);
+            if (h.step != (uint64_t)ctx->shape.num_replicas)
+                all = 0;
+        }
+        if (all)
+            break;
+    }
     ps_take_values(ctx);
     return ps_exchange(ctx, PS_STOP, NULL, NULL, 0);
 }
@@ -342,9 +366,11 @@ static dsim_err ps_server_init(dsim_server_ctx *srv)
     p->shard = calloc(n, sizeof(float));
     p->vread = calloc((size_t)N, sizeof *p->vread);
     p->gstep = calloc((size_t)N, sizeof *p->gstep);
+    p->done_from = calloc((size_t)N, 1);
     if (srv->shape.ps_mode == DSIM_PS_SYNC)
         p->agg = calloc((size_t)N * n, sizeof(float));
-    if (!p->shard || !p->vread || !p->gstep || (srv->shape.ps_mode == DSIM_PS_SYNC && !p->agg))
+    if (!p->shard || !p->vread || !p->gstep || !p->done_from ||
+        (srv->shape.ps_mode == DSIM_PS_SYNC && !p->agg))
         return DSIM_ERR(DSIM_ENOMEM, -1, "parameter server %d: out of memory", srv->server);
     return DSIM_OK;
 }
@@ -356,6 +382,7 @@ static void ps_server_fini(dsim_server_ctx *srv)
     free(p->agg);
     free(p->vread);
     free(p->gstep);
+    free(p->done_from);
     dsim_optim_destroy(p->opt);
     memset(p, 0, sizeof *p);
 }
@@ -396,7 +423,7 @@ static dsim_err ps_handle(dsim_server_ctx *srv, int client, unsigned char *req, 
     size_t want = h.op == PS_INIT   ? ps_msg_cap(n, p->slots)
                   : h.op == PS_PUSH ? ps_msg_cap(n, 0)
                                     : sizeof(ps_hdr);
-    if (h.op < PS_INIT || h.op > PS_STOP || len != want || h.from != (uint32_t)client)
+    if (h.op < PS_INIT || h.op >= PS_OP_END || len != want || h.from != (uint32_t)client)
         return DSIM_ERR(DSIM_EPROTO, client,
                         "parameter server %d: a malformed request from replica %d (op %u, %zu "
                         "bytes, from %u)",
@@ -496,6 +523,37 @@ static dsim_err ps_handle(dsim_server_ctx *srv, int client, unsigned char *req, 
             break;
         memcpy(out, p->shard, n * sizeof(float));
         out_floats = n;
+        break;
+    }
+    case PS_DONE: {
+        int N = srv->shape.num_replicas;
+        if (!p->done_from[client]) {
+            p->done_from[client] = 1;
+            p->done++;
+            dsim_waitq_wake(srv->lock);
+        }
+        /* Answered within half the timeout whatever happens, so that
+         * neither this replica's wait for the answer nor this worker's wait
+         * for its next request times out while others still train. */
+        int64_t poll = dsim_rt_deadline(srv->rt, srv->timeout_ns / 2 > 0 ? srv->timeout_ns / 2 : 1);
+        while (p->done < N) {
+            if (dsim_fabric_aborted(srv->fabric)) {
+                e = DSIM_ERR(DSIM_EABORTED, -1,
+                             "parameter server %d: the job was aborted while replica %d waited "
+                             "for the others to finish",
+                             srv->server, client);
+                break;
+            }
+            if (dsim_waitq_wait(srv->lock, poll) == DSIM_ETIMEDOUT)
+                break;
+        }
+        if (e != DSIM_OK)
+            break;
+        r.step = (uint64_t)p->done;
+        if (p->done == N) {
+            memcpy(out, p->shard, n * sizeof(float));
+            out_floats = n;
+        }
         break;
     }
     }
