@@ -172,6 +172,20 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         return DSIM_OK;
     }
 
+    /* A NaN or infinity compares equal to the reference's when both blew
+     * up; consistent garbage is not consistency. */
+    for (size_t i = 0; i < r->n_params; i++) {
+        if (!isfinite(r->params[i])) {
+            dsim_check_msg(msg, cap,
+                           "parameter %zu is %g at the end of the run: training diverged "
+                           "(lower the learning rate); equality with the reference is not "
+                           "judged on non-finite values",
+                           i, (double)r->params[i]);
+            out->measured = INFINITY;
+            return DSIM_OK;
+        }
+    }
+
     /* equality with the one-device reference */
     if (!ref || !ref->params) {
         dsim_check_msg(msg, cap, "no one-device reference run to compare with");

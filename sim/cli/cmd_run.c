@@ -243,6 +243,7 @@ typedef struct run_progress {
     uint64_t every; /* plain mode: a line every this many steps */
     int64_t t0_ns;
     atomic_uint_fast64_t examples;
+    atomic_uint_fast64_t steps_seen; /* highest global step reported, + 1 */
     atomic_int store_failed;
     pthread_mutex_t mu;
     int64_t last_print_ns;
@@ -304,6 +305,10 @@ static void run_observer(const dsim_train_step_info *info, void *user)
             snprintf(p->store_err, sizeof p->store_err, "%s", dsim_errmsg());
     }
     atomic_fetch_add(&p->examples, info->examples);
+    uint64_t seen = atomic_load(&p->steps_seen);
+    while (info->global_step + 1 > seen &&
+           !atomic_compare_exchange_weak(&p->steps_seen, &seen, info->global_step + 1))
+        ;
     if (info->replica != 0 || !p->out)
         return;
     uint64_t done = info->global_step + 1;
@@ -567,7 +572,9 @@ static void run_one(const run_opts *o, run_item *it, run_report *rep)
     rep->wall_s = (double)(t_end - t_start) / 1e9;
     rep->examples = atomic_load(&prog.examples);
     rep->examples_per_s = rep->wall_s > 0 ? (double)rep->examples / rep->wall_s : 0;
-    rep->steps = res.steps;
+    /* A failed run's result still holds the steps it was to take: count
+     * the steps that were reported instead. */
+    rep->steps = rep->train_err == DSIM_OK ? res.steps : atomic_load(&prog.steps_seen);
     rep->final_loss = rep->train_err == DSIM_OK ? res.final_loss : NAN;
     if (atomic_load(&prog.store_failed) && !rep->harness_error) {
         rep->harness_error = true;
@@ -634,7 +641,7 @@ static void run_one(const run_opts *o, run_item *it, run_report *rep)
     } m[] = {
         {"wall_time", rep->wall_s, "s"},
         {"examples_per_s", rep->examples_per_s, "examples/s"},
-        {"steps", (double)res.steps, "steps"},
+        {"steps", (double)rep->steps, "steps"},
         {"examples", (double)rep->examples, "examples"},
         {"replicas", (double)R, "replicas"},
         {"initial_loss", rep->train_err == DSIM_OK ? res.initial_loss : NAN, "loss"},

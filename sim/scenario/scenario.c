@@ -32,7 +32,9 @@
 #define SCEN_MAX_KEYS  16
 #define SCEN_MAX_STR   4096
 #define SCEN_MAX_HOSTS 4096
-#define SCEN_MAX_PS    1024
+/* dsim_train's limits (dsim/strategy.h), refused here with their position
+ * rather than by the run. */
+#define SCEN_MAX_PS DSIM_TRAIN_MAX_PS
 
 typedef dsim_yaml_node scen_node;
 
@@ -769,6 +771,19 @@ static dsim_err scen_cluster(const scen_ctx *c, scen_state *st)
                          "most %d replicas in one run (hosts x devices_per_host)",
                          t->hosts, t->devices_per_host, (long long)t->hosts * t->devices_per_host,
                          DSIM_TRAIN_MAX_REPLICAS);
+    }
+
+    int64_t workers = (int64_t)t->hosts * t->devices_per_host * (1 + t->num_ps);
+    if (workers > DSIM_TRAIN_MAX_WORKERS) {
+        const scen_node *at = m->val[C_PS]    ? m->val[C_PS]
+                              : m->val[C_TFC] ? m->val[C_TFC]
+                                              : st->top.key[T_CLUSTER];
+        return scen_fail(c, at,
+                         "cluster: %d replica(s) with %d parameter server(s) need %lld runtime "
+                         "workers (one per replica, one per server and replica); accepted: at "
+                         "most %d; use fewer replicas or servers",
+                         t->hosts * t->devices_per_host, t->num_ps, (long long)workers,
+                         DSIM_TRAIN_MAX_WORKERS);
     }
 
     /* network */

@@ -30,7 +30,6 @@
 #include "dsim/rng.h"
 #include "strategy_int.h"
 
-#define TRAIN_MAX_PS             64
 #define TRAIN_DEFAULT_TIMEOUT_NS (30LL * 1000 * 1000 * 1000)
 
 void dsim_train_cfg_init(dsim_train_cfg *cfg)
@@ -478,9 +477,17 @@ static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
                         "train: the cluster is %d host(s) x %d device(s); both must be >= 1 and "
                         "the product at most %d",
                         cfg->hosts, cfg->devices_per_host, DSIM_TRAIN_MAX_REPLICAS);
-    if (cfg->num_ps < 0 || cfg->num_ps > TRAIN_MAX_PS)
+    if (cfg->num_ps < 0 || cfg->num_ps > DSIM_TRAIN_MAX_PS)
         return DSIM_ERR(DSIM_EINVAL, -1, "train: num_ps is %d; it must be 0..%d", cfg->num_ps,
-                        TRAIN_MAX_PS);
+                        DSIM_TRAIN_MAX_PS);
+    long long workers = (long long)cfg->hosts * cfg->devices_per_host * (1 + cfg->num_ps);
+    if (workers > DSIM_TRAIN_MAX_WORKERS)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: %d replica(s) and %d parameter server(s) need %lld runtime "
+                        "workers (one per replica and one per server and replica); at most %d: "
+                        "use fewer replicas or servers",
+                        cfg->hosts * cfg->devices_per_host, cfg->num_ps, workers,
+                        DSIM_TRAIN_MAX_WORKERS);
     if ((int)cfg->ps_mode < 0 || cfg->ps_mode >= DSIM_PS_MODE_COUNT)
         return DSIM_ERR(DSIM_EINVAL, -1, "train: ps_mode %d is not sync or async",
                         (int)cfg->ps_mode);

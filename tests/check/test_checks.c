@@ -159,6 +159,22 @@ static void test_gc_pass(void **state)
     assert_has(r.message, "bit-identical");
 }
 
+/* Both runs blew up: NaN equals NaN in the comparison, but it is no pass. */
+static void test_gc_non_finite_fails(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 2, 2);
+    f.params[3] = f.ref_params[3] = NAN;
+    dsim_check_ctx ctx = fake_ctx(&f);
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("gradient_consistency"), v, NULL);
+    dsim_check_result r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "parameter 3 is nan");
+    assert_has(r.message, "diverged");
+}
+
 static void test_gc_divergence_names_step_and_replica(void **state)
 {
     (void)state;
@@ -694,6 +710,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_gc_pass),
+        cmocka_unit_test(test_gc_non_finite_fails),
         cmocka_unit_test(test_gc_divergence_names_step_and_replica),
         cmocka_unit_test(test_gc_reference_mismatch),
         cmocka_unit_test(test_gc_abs_floor_near_zero),

@@ -294,6 +294,25 @@ static void test_run_check_fails(void **state)
     status = cli_sql_text(db, "SELECT status FROM runs ORDER BY id DESC LIMIT 1");
     assert_string_equal(status, "failed");
     free(status);
+
+    /* a run that fails in its collectives (a 1 ns timeout): the steps it
+     * reports, printed and stored as the 'steps' metric, are the steps it
+     * took (as stored), not the steps it was to take */
+    cli_write("timeout.yaml", "name: times_out\n"
+                              "cluster: {hosts: 2, devices_per_host: 2}\n"
+                              "strategy: {name: multi_worker_mirrored, timeout: 1ns}\n"
+                              "data: {examples: 64, files: 2, global_batch: 8, epochs: 1}\n"
+                              "expect:\n  shard_coverage: {}\n");
+    cli_path(file, sizeof file, "timeout.yaml");
+    int trc = cli_run("run", file, "--db", db, NULL);
+    assert_true(trc == 0 || trc == 1);
+    long long tid = cli_sql_int(db, "SELECT max(id) FROM runs");
+    char sql[300];
+    snprintf(sql, sizeof sql,
+             "SELECT (SELECT value FROM metrics WHERE run_id = %lld AND name = 'steps') = "
+             "(SELECT count(DISTINCT step) FROM steps WHERE run_id = %lld)",
+             tid, tid);
+    assert_int_equal(cli_sql_int(db, sql), 1);
     cli_path(file, sizeof file, "noerr.yaml");
 
     /* several scenarios: one failure makes the whole command fail */
@@ -301,7 +320,7 @@ static void test_run_check_fails(void **state)
     snprintf(quick, sizeof quick, "%s/quickstart.yaml", getenv("DSIM_SCENARIO_DIR"));
     assert_int_equal(cli_run("run", quick, file, "--db", db, NULL), 1);
     cli_has(cli_out, "2 scenarios: 1 passed, 1 did not");
-    assert_int_equal(cli_sql_int(db, "SELECT count(*) FROM runs"), 6);
+    assert_int_equal(cli_sql_int(db, "SELECT count(*) FROM runs"), 7);
 }
 
 static void test_run_bad_input(void **state)

@@ -376,10 +376,16 @@ static const err_case err_cases[] = {
     {"name: a\ncluster: {hosts: 2.5}\n", 2, 18, {"'2.5' is not a whole number"}},
     {"name: a\ncluster: {hosts: 64, devices_per_host: 32}\n", 2, 40,
      {"64 host(s) x 32 device(s) is 2048 replicas", "at most 1024"}},
+    {"name: a\ncluster: {hosts: 64, devices_per_host: 16, ps: 8}\nstrategy: {name: "
+     "parameter_server}\n",
+     2, 48, {"1024 replica(s) with 8 parameter server(s) need 9216 runtime workers"}},
     {"name: a\ncluster: {hosts: {x: 1}}\n", 2, 18, {"a mapping is not a whole number"}},
     {"name: a\ncluster: {devices_per_host: 5000}\n", 2, 29,
      {"cluster.devices_per_host", "1..4096"}},
-    {"name: a\ncluster: {ps: -1}\n", 2, 15, {"cluster.ps", "0..1024"}},
+    {"name: a\ncluster: {ps: -1}\n", 2, 15, {"cluster.ps", "0..64"}},
+    /* dsim_train runs at most 64 servers: more must not pass validation */
+    {"name: a\ncluster: {ps: 65}\nstrategy: {name: parameter_server}\n", 2, 15,
+     {"cluster.ps: '65' is out of range", "0..64"}},
     {"name: a\nseed: -1\n", 2, 7, {"seed: '-1' is not a whole number"}},
     {"name: a\nseed: 18446744073709551616\n", 2, 7,
      {"seed", "out of range", "18446744073709551615"}},

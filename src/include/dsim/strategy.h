@@ -83,6 +83,11 @@ const char *dsim_strategy_summary(const char *name);
 /* The largest job dsim_train runs on one host: hosts x devices_per_host
  * replicas (each a runtime worker with its own endpoint). */
 #define DSIM_TRAIN_MAX_REPLICAS 1024
+/* Parameter servers in one run. */
+#define DSIM_TRAIN_MAX_PS 64
+/* Runtime workers in one run: a worker per replica plus, for parameter
+ * servers, one serving worker per (server, replica) pair. */
+#define DSIM_TRAIN_MAX_WORKERS 8192
 
 /* What the observer sees: one replica after one step. */
 typedef struct dsim_train_step_info {
