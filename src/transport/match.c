@@ -168,24 +168,29 @@ static dsim_err tp_consume(dsim_req *r, int src, uint32_t tag, const void *data,
     return e;
 }
 
+/* Sequence numbers run per (src, comm_id), so the tags of the lost frames
+ * are unknown: g->tag is that of the frame that revealed the gap. */
 static void tp_fail_gap(dsim_req *r, const tp_msg *g)
 {
     tp_req_failf(r, g->src,
-                 "lost %" PRIu64 " message(s) from rank %d (comm %" PRIu32 ", tag %" PRIu32
-                 "): expected sequence number %" PRIu64 ", got %" PRIu64
-                 "; the link to rank %d drops messages",
+                 "lost %" PRIu64 " message(s) from rank %d (comm %" PRIu32
+                 ") sent before its message with tag %" PRIu32 ": expected sequence number %" PRIu64
+                 ", got %" PRIu64 "; the link to rank %d drops messages",
                  g->seq_got - g->seq_expected, g->src, g->comm_id, g->tag, g->seq_expected,
                  g->seq_got, g->src);
 }
 
 /* ---- matching ---- */
 
+/* tag DSIM_ANY_TAG takes the oldest receive of (src, comm_id) whatever its
+ * tag: what a sequence gap fails, since the lost frames' tags are unknown. */
 static dsim_req *tp_match_posted_locked(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag)
 {
     tp_list *l = &tp_bucket_of(ep, src)->posted;
     for (tp_link *n = l->head.next; n != &l->head; n = n->next) {
         dsim_req *r = TP_CONTAINER(n, dsim_req, qlink);
-        if (r->peer == src && r->comm_id == comm_id && (r->tag == tag || r->tag == DSIM_ANY_TAG)) {
+        if (r->peer == src && r->comm_id == comm_id &&
+            (r->tag == tag || r->tag == DSIM_ANY_TAG || tag == DSIM_ANY_TAG)) {
             tp_list_del(n);
             r->queued = 0;
             return r;
@@ -199,7 +204,9 @@ static tp_msg *tp_match_unexpected_locked(dsim_ep *ep, int src, uint32_t comm_id
     tp_list *l = &tp_bucket_of(ep, src)->unexpected;
     for (tp_link *n = l->head.next; n != &l->head; n = n->next) {
         tp_msg *m = TP_CONTAINER(n, tp_msg, link);
-        if (m->src == src && m->comm_id == comm_id && (tag == DSIM_ANY_TAG || m->tag == tag)) {
+        /* A gap stands for frames of any tag: the next receive sees it. */
+        if (m->src == src && m->comm_id == comm_id &&
+            (tag == DSIM_ANY_TAG || m->tag == tag || m->kind == TP_MSG_GAP)) {
             tp_list_del(n);
             if (m->kind == TP_MSG_RNDV)
                 TP_CONTAINER(m, dsim_req, m)->queued = 0;
@@ -324,7 +331,7 @@ dsim_err dsim_tp_deliver(dsim_ep *ep, const dsim_tp_hdr *h, const void *payload,
         gap.comm_id = h->comm_id;
         gap.tag = h->tag;
         gap.epoch = h->epoch;
-        dsim_req *r = tp_match_posted_locked(ep, h->src, h->comm_id, h->tag);
+        dsim_req *r = tp_match_posted_locked(ep, h->src, h->comm_id, DSIM_ANY_TAG);
         if (r) {
             tp_fail_gap(r, &gap);
             tp_req_finish_locked(r, DSIM_EPROTO, 0);

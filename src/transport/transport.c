@@ -991,8 +991,15 @@ void dsim_fabric_abort(dsim_fabric *f, int failed_peer, const char *why)
 {
     if (!f)
         return;
-    if (atomic_flag_test_and_set(&f->abort_claimed))
-        return; /* the first abort's peer and reason stand */
+    if (atomic_flag_test_and_set(&f->abort_claimed)) {
+        /* The first abort's peer and reason stand. Do not return before it
+         * has revoked the fabric: from here on every operation of this
+         * caller must fail. The claimer neither blocks nor yields between
+         * its claim and its store, so this wait is short. */
+        while (!tp_aborted(f))
+            ;
+        return;
+    }
     f->abort_peer = failed_peer;
     snprintf(f->abort_why, sizeof f->abort_why, "%s", why && *why ? why : "no reason given");
     atomic_store_explicit(&f->aborted, 1, memory_order_release);
@@ -1111,7 +1118,9 @@ int dsim_tp_opt_next(const char *backend, const char **cursor, char *key, size_t
 dsim_err dsim_tp_opt_size(const char *backend, const char *key, const char *val, size_t *out)
 {
     char *end = NULL;
-    if (!val || !*val || *val == '-')
+    /* strtoull would skip leading blanks and negate a "-": "eager_max= -5"
+     * must not become 2^64 - 5. */
+    if (!val || *val < '0' || *val > '9')
         goto bad;
     errno = 0;
     unsigned long long v = strtoull(val, &end, 10);

@@ -539,6 +539,50 @@ static void test_ops_after_abort(void **state)
     job_close(&j);
 }
 
+/* Two aborts at once: the second must not return before the fabric is
+ * revoked ("every future operation fails"). The first is given a very long
+ * reason, which keeps it formatting for milliseconds after it has claimed the
+ * abort and before it revokes the fabric. */
+typedef struct slow_abort {
+    dsim_fabric *f;
+    const char *why;
+    atomic_int started;
+} slow_abort;
+
+static void slow_abort_fn(void *p)
+{
+    slow_abort *a = p;
+    atomic_store(&a->started, 1);
+    dsim_fabric_abort(a->f, 1, a->why);
+}
+
+static void test_concurrent_abort_visible_on_return(void **state)
+{
+    (void)state;
+    job j;
+    job_open(&j, 2);
+    size_t n = (size_t)64 << 20;
+    char *why = malloc(n + 1);
+    assert_non_null(why);
+    memset(why, 'x', n);
+    why[n] = '\0';
+    slow_abort a = {.f = j.f, .why = why};
+    atomic_init(&a.started, 0);
+    dsim_task *t;
+    assert_int_equal(dsim_rt_spawn(j.rt, 1, slow_abort_fn, &a, &t), DSIM_OK);
+    while (!atomic_load(&a.started))
+        dsim_rt_sleep_until(j.rt, dl(&j, MS / 10));
+    dsim_rt_sleep_until(j.rt, dl(&j, MS));
+    dsim_fabric_abort(j.f, 0, "a second abort");
+    assert_true(dsim_fabric_aborted(j.f));
+    uint32_t v = 1;
+    dsim_req *r;
+    assert_int_equal(dsim_isend(j.ep[0], 1, 0, 0, &v, sizeof v, &r), DSIM_EABORTED);
+    assert_int_equal(dsim_rt_join(j.rt, t), DSIM_OK);
+    free(why);
+    job_close(&j);
+}
+
 /* ---- header checks ---- */
 
 static void expect_nothing(job *j, int dst, int src, uint32_t comm, uint32_t tag)
@@ -739,6 +783,42 @@ static void test_gap_fails_receive(void **state)
     inject(&j, 2, 0, &h, &v, sizeof v);
     assert_int_equal(dsim_wait(r, dl(&j, LONG_NS), NULL), DSIM_EPROTO);
     assert_int_equal(dsim_last_error()->peer, 2);
+    job_close(&j);
+}
+
+/* Sequence numbers run per pair, not per tag: the frame that reveals a gap
+ * may carry another tag than the lost one. The receive waiting for the lost
+ * frame fails at once, and the one whose message arrived gets it. */
+static void test_gap_other_tag(void **state)
+{
+    (void)state;
+    job j;
+    job_open(&j, 2);
+    uint32_t v = 42, g1, g2;
+    dsim_req *r1, *r2;
+    /* comm 4: both receives posted before the frame; comm 5: after it. */
+    for (uint32_t comm = 4; comm <= 5; comm++) {
+        int posted_first = comm == 4;
+        g1 = g2 = 0;
+        if (posted_first) {
+            assert_int_equal(dsim_irecv(j.ep[1], 0, comm, 1, &g1, sizeof g1, &r1), DSIM_OK);
+            assert_int_equal(dsim_irecv(j.ep[1], 0, comm, 2, &g2, sizeof g2, &r2), DSIM_OK);
+        }
+        dsim_tp_hdr h;
+        assert_int_equal(dsim_tp_hdr_next(j.ep[0], 1, comm, 2, sizeof v, &h), DSIM_OK);
+        h.seq++; /* the frame before it, with tag 1, was lost */
+        inject(&j, 0, 1, &h, &v, sizeof v);
+        if (!posted_first) {
+            assert_int_equal(dsim_irecv(j.ep[1], 0, comm, 1, &g1, sizeof g1, &r1), DSIM_OK);
+            assert_int_equal(dsim_irecv(j.ep[1], 0, comm, 2, &g2, sizeof g2, &r2), DSIM_OK);
+        }
+        assert_int_equal(dsim_wait(r2, dl(&j, 2000 * MS), NULL), DSIM_OK);
+        assert_int_equal(g2, 42);
+        assert_int_equal(dsim_wait(r1, dl(&j, 2000 * MS), NULL), DSIM_EPROTO);
+        assert_int_equal(dsim_last_error()->peer, 0);
+        assert_non_null(strstr(dsim_errmsg(), "lost 1 message"));
+        assert_int_equal(g1, 0);
+    }
     job_close(&j);
 }
 
@@ -1125,11 +1205,13 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_deadline_names_peer),
         cmocka_unit_test(test_abort_wakes_waiters),
         cmocka_unit_test(test_ops_after_abort),
+        cmocka_unit_test(test_concurrent_abort_visible_on_return),
         cmocka_unit_test(test_stale_epoch_rejected),
         cmocka_unit_test(test_misrouted_rejected),
         cmocka_unit_test(test_duplicate_rejected),
         cmocka_unit_test(test_corrupt_rejected),
         cmocka_unit_test(test_gap_fails_receive),
+        cmocka_unit_test(test_gap_other_tag),
         cmocka_unit_test(test_irecv_reduce),
         cmocka_unit_test(test_cancel_pending),
         cmocka_unit_test(test_waitall),

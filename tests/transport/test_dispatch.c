@@ -188,7 +188,9 @@ static void test_options(void **state)
     assert_int_equal(n, 2u << 20);
     assert_int_equal(dsim_tp_opt_size("t", "x", "0", &n), DSIM_OK);
     assert_int_equal(n, 0);
-    const char *bad[] = {"", "k", "-1", "12q", "1kk", "99999999999999999999"};
+    /* A blank before the number or a sign is not a byte count either (strtoull
+     * alone would take " -5" as 2^64 - 5). */
+    const char *bad[] = {"", "k", "-1", "12q", "1kk", "99999999999999999999", " -5", " 5", "+5"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         assert_int_equal(dsim_tp_opt_size("t", "x", bad[i], &n), DSIM_EINVAL);
     assert_non_null(strstr(dsim_errmsg(), "x="));
@@ -230,6 +232,8 @@ static void test_inproc_eager_max_option(void **state)
     dsim_fabric *f;
     assert_int_equal(dsim_fabric_open(&cfg, &f), DSIM_EINVAL);
     assert_non_null(strstr(dsim_errmsg(), "eager_max=lots"));
+    cfg.options = "eager_max= -5";
+    assert_int_equal(dsim_fabric_open(&cfg, &f), DSIM_EINVAL);
     dsim_rt_destroy(rt);
 }
 

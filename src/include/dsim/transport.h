@@ -15,7 +15,9 @@
  * the receiver (wrong destination, an old epoch, a repeated sequence number)
  * is rejected and counted, never delivered to a receive. Sequence numbers
  * run per (source, destination, communicator id), so a lost message is seen
- * at the next message of that pair whatever its tag.
+ * at the next message of that pair whatever its tag; the oldest receive
+ * posted from that pair on that communicator (else the next one posted),
+ * whatever its tag, then fails with DSIM_EPROTO.
  *
  * Send buffers must stay untouched until the send request completes (large
  * messages on inproc are copied straight from them by the receiver). */
