@@ -38,6 +38,10 @@ struct dsim_comm {
     int32_t *fc_awaited;
     uint8_t *fc_flags;
     int32_t fc_mine;
+    /* heard[p] = call + 1 when a message of that call arrived from rank p:
+     * a rank that sent in this call joined it, so a silent failure check
+     * from it means "late or stuck", not "never joined". */
+    uint64_t *heard;
 };
 
 /* One collective call in progress. */

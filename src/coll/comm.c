@@ -77,11 +77,13 @@ dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
     if (c) {
         c->fc_awaited = calloc((size_t)cfg->size, sizeof *c->fc_awaited);
         c->fc_flags = calloc((size_t)cfg->size, sizeof *c->fc_flags);
+        c->heard = calloc((size_t)cfg->size, sizeof *c->heard);
     }
-    if (!c || !c->fc_awaited || !c->fc_flags) {
+    if (!c || !c->fc_awaited || !c->fc_flags || !c->heard) {
         if (c) {
             free(c->fc_awaited);
             free(c->fc_flags);
+            free(c->heard);
         }
         free(c);
         return DSIM_ERR(DSIM_ENOMEM, -1, "dsim_comm_create: out of memory for %d ranks", cfg->size);
@@ -105,6 +107,7 @@ void dsim_comm_destroy(dsim_comm *c)
         return;
     free(c->fc_awaited);
     free(c->fc_flags);
+    free(c->heard);
     free(c);
 }
 

@@ -156,6 +156,15 @@ static dsim_err step_fail(dsim_coll *x, const dsim_xfer *f, dsim_err e, int post
                      "answered the failure check, so a message was lost or a rank is too slow; "
                      "look for dropped messages or raise the timeout)",
                      x->what, f->step, x->nsteps, ms, f->peer);
+        else if (c->heard[blame] == x->call + 1)
+            /* It sent us something in this call, so it joined: it is late
+             * (entered the call after our grace ended) or stuck behind the
+             * rank that really failed, further down its own chain. */
+            DSIM_ERR(e, blame,
+                     "%s step %d/%d: timed out after %lld ms waiting for rank %d; rank %d joined "
+                     "this call but did not answer the failure check in time: it is late or "
+                     "waiting for another rank (see its own error for the rank that failed)",
+                     x->what, f->step, x->nsteps, ms, f->peer, blame);
         else if (blame == f->peer)
             DSIM_ERR(e, blame,
                      "%s step %d/%d: timed out after %lld ms waiting for rank %d, which did not "
@@ -241,6 +250,8 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         const dsim_xfer *f = &xf[idx[j]];
         size_t len = 0;
         e = dsim_wait(reqs[j], x->deadline, &len);
+        if (e == DSIM_OK && f->kind != DSIM_XF_SEND)
+            c->heard[f->peer] = x->call + 1;
         if (e == DSIM_OK && f->kind == DSIM_XF_RECV && len != f->len) {
             DSIM_ERR(DSIM_EPROTO, f->peer,
                      "message was %zu bytes where %zu were expected: the ranks disagree on the "

@@ -363,6 +363,46 @@ static void test_absent_rank(void **state)
     absent_case(5, ABSENT_BARRIER, DSIM_ALGO_AUTO, 4);
 }
 
+/* ---- a late rank is not blamed as absent ---------------------------- */
+
+/* Ring on 4 ranks, 1 s timeout: rank 3 never joins, rank 1 joins 600 ms
+ * late. Rank 1's first message reaches rank 2 long before rank 2's deadline
+ * (1 s), but rank 1's own deadline (1.6 s) comes after rank 2's failure
+ * check has given up (1 s + 500 ms grace), so rank 2 hears no answer from
+ * it. Rank 1 did send in this call, so rank 2 must not say it never joined.
+ * Ranks 0 and 1 name rank 3. */
+static void late_rank(coll_harness *h, int rank, void *p)
+{
+    misc_shared *s = p;
+    if (rank == 3)
+        return;
+    if (rank == 1)
+        misc_sleep_us(600 * 1000);
+    float b[64] = {0};
+    dsim_err e = dsim_allreduce_with(h->comms[rank], b, b, 64, DSIM_F32, DSIM_SUM, DSIM_ALGO_RING);
+    const dsim_error *ce = dsim_comm_error(h->comms[rank]);
+    if (e != DSIM_ETIMEDOUT) {
+        misc_fail(s, "rank %d returned %s, want a timeout", rank, dsim_strerror(e));
+        return;
+    }
+    if (ce->peer == 1 && strstr(ce->msg, "never joined"))
+        misc_fail(s, "rank %d blames rank 1, which joined late, as absent: %s", rank, ce->msg);
+    if (ce->peer == 1 && !strstr(ce->msg, "joined this call but did not answer"))
+        misc_fail(s, "rank %d blames rank 1 without saying it joined: %s", rank, ce->msg);
+    if (ce->peer != 1 && ce->peer != 3)
+        misc_fail(s, "rank %d names rank %d: %s", rank, ce->peer, ce->msg);
+}
+
+static void test_late_rank_not_absent(void **state)
+{
+    (void)state;
+    misc_shared s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.mu, NULL);
+    misc_run(4, 1000 * MS, late_rank, &s, &s);
+    pthread_mutex_destroy(&s.mu);
+}
+
 /* ---- a late rank's stale messages ------------------------------------ */
 
 /* Rank 1 joins call k only after rank 0 gave up on it and moved on to call
@@ -659,9 +699,10 @@ int main(void)
 {
     coll_data_init();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_arguments),  cmocka_unit_test(test_algorithm_choice),
-        cmocka_unit_test(test_determinism),    cmocka_unit_test(test_absent_rank),
-        cmocka_unit_test(test_stale_messages), cmocka_unit_test(test_abort),
+        cmocka_unit_test(test_bad_arguments),        cmocka_unit_test(test_algorithm_choice),
+        cmocka_unit_test(test_determinism),          cmocka_unit_test(test_absent_rank),
+        cmocka_unit_test(test_stale_messages),       cmocka_unit_test(test_abort),
+        cmocka_unit_test(test_late_rank_not_absent),
     };
     return cmocka_run_group_tests_name("coll_misc", tests, NULL, NULL);
 }
