@@ -1,5 +1,7 @@
 #include "coll_harness.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,4 +118,16 @@ dsim_err coll_harness_run(coll_harness *h, coll_rank_fn fn, void *arg)
 void coll_harness_sync(coll_harness *h)
 {
     pthread_barrier_wait(&h->bar);
+}
+
+void coll_fail(coll_failures *f, const char *fmt, ...)
+{
+    pthread_mutex_lock(&f->mu);
+    if (f->failures++ == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(f->first, sizeof f->first, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&f->mu);
 }

@@ -53,4 +53,14 @@ dsim_err coll_harness_run(coll_harness *h, coll_rank_fn fn, void *arg);
 void coll_harness_sync(coll_harness *h);
 void coll_harness_close(coll_harness *h);
 
+/* The failures ranks record while they run: how many, and the first one's
+ * message (ranks run concurrently, so the record is locked). */
+typedef struct coll_failures {
+    pthread_mutex_t mu;
+    int failures;
+    char first[800];
+} coll_failures;
+
+void coll_fail(coll_failures *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif

@@ -42,23 +42,8 @@ typedef struct ar_shared {
     int n;
     void *res[AR_MAX_RANKS];
     int stop;
-    pthread_mutex_t mu;
-    int failures;
-    char first[800];
+    coll_failures fl;
 } ar_shared;
-
-static void ar_fail(ar_shared *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void ar_fail(ar_shared *s, const char *fmt, ...)
-{
-    pthread_mutex_lock(&s->mu);
-    if (s->failures++ == 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(s->first, sizeof s->first, fmt, ap);
-        va_end(ap);
-    }
-    pthread_mutex_unlock(&s->mu);
-}
 
 static void ar_rank(coll_harness *h, int rank, void *arg)
 {
@@ -74,9 +59,9 @@ static void ar_rank(coll_harness *h, int rank, void *arg)
     s->res[rank] = rb;
     char msg[400];
     if (!sb || !rb)
-        ar_fail(s, "rank %d: out of memory", rank);
+        coll_fail(&s->fl, "rank %d: out of memory", rank);
     coll_harness_sync(h);
-    if (__atomic_load_n(&s->failures, __ATOMIC_RELAXED))
+    if (__atomic_load_n(&s->fl.failures, __ATOMIC_RELAXED))
         goto out;
 
     for (int op = 0; op < DSIM_OP_COUNT; op++) {
@@ -88,9 +73,9 @@ static void ar_rank(coll_harness *h, int rank, void *arg)
             coll_fill(t, (dsim_op)op, rank, in, 0, count);
             dsim_err e = dsim_allreduce_with(c, in, rb, count, t, (dsim_op)op, ar_algo);
             if (e != DSIM_OK) {
-                ar_fail(s, "%s %s %s, %d ranks, count %zu, %s: rank %d returned %s: %s",
-                        dsim_algo_name(ar_algo), dsim_dtype_name(t), dsim_op_name((dsim_op)op), n,
-                        count, what, rank, dsim_strerror(e), dsim_errmsg());
+                coll_fail(&s->fl, "%s %s %s, %d ranks, count %zu, %s: rank %d returned %s: %s",
+                          dsim_algo_name(ar_algo), dsim_dtype_name(t), dsim_op_name((dsim_op)op), n,
+                          count, what, rank, dsim_strerror(e), dsim_errmsg());
                 __atomic_store_n(&s->stop, 1, __ATOMIC_RELAXED);
             }
             coll_harness_sync(h);
@@ -102,22 +87,23 @@ static void ar_rank(coll_harness *h, int rank, void *arg)
             long bad = coll_check(t, (dsim_op)op, n, (char *)s->res[0] + lo * es, lo, hi - lo, msg,
                                   sizeof msg);
             if (bad >= 0)
-                ar_fail(s, "%s, count %zu, %s: %s", dsim_algo_name(ar_algo), count, what, msg);
+                coll_fail(&s->fl, "%s, count %zu, %s: %s", dsim_algo_name(ar_algo), count, what,
+                          msg);
             if (rank != 0 && count && memcmp(rb, s->res[0], count * es) != 0) {
                 size_t j = 0;
                 while (memcmp(rb + j * es, (char *)s->res[0] + j * es, es) == 0)
                     j++;
-                ar_fail(s,
-                        "%s %s %s, %d ranks, count %zu, %s: rank %d differs from rank 0 at "
-                        "element %zu (%.17g vs %.17g)",
-                        dsim_algo_name(ar_algo), dsim_dtype_name(t), dsim_op_name((dsim_op)op), n,
-                        count, what, rank, j, dsim_dtype_get(t, rb, j),
-                        dsim_dtype_get(t, s->res[0], j));
+                coll_fail(&s->fl,
+                          "%s %s %s, %d ranks, count %zu, %s: rank %d differs from rank 0 at "
+                          "element %zu (%.17g vs %.17g)",
+                          dsim_algo_name(ar_algo), dsim_dtype_name(t), dsim_op_name((dsim_op)op), n,
+                          count, what, rank, j, dsim_dtype_get(t, rb, j),
+                          dsim_dtype_get(t, s->res[0], j));
             }
             if (!inplace &&
                 coll_check_vals(t, (dsim_op)op, rank, sb, 0, count, msg, sizeof msg) >= 0)
-                ar_fail(s, "%s, %d ranks, count %zu: the send buffer was modified: %s",
-                        dsim_algo_name(ar_algo), n, count, msg);
+                coll_fail(&s->fl, "%s, %d ranks, count %zu: the send buffer was modified: %s",
+                          dsim_algo_name(ar_algo), n, count, msg);
             coll_harness_sync(h);
         }
     }
@@ -132,18 +118,18 @@ static void test_dtype(void **state)
     dsim_dtype t = (dsim_dtype)(intptr_t)*state;
     for (size_t i = 0; i < sizeof ar_ranks / sizeof ar_ranks[0]; i++) {
         ar_shared s = {.t = t, .n = ar_ranks[i]};
-        pthread_mutex_init(&s.mu, NULL);
+        pthread_mutex_init(&s.fl.mu, NULL);
         coll_harness h;
         coll_harness_cfg cfg = {.nranks = s.n, .timeout_ns = 60LL * 1000000000LL};
         if (coll_harness_open(&h, &cfg) != DSIM_OK)
             fail_msg("opening %d ranks: %s", s.n, dsim_errmsg());
         dsim_err e = coll_harness_run(&h, ar_rank, &s);
         coll_harness_close(&h);
-        pthread_mutex_destroy(&s.mu);
+        pthread_mutex_destroy(&s.fl.mu);
         if (e != DSIM_OK)
             fail_msg("running %d ranks: %s", s.n, dsim_errmsg());
-        if (s.failures)
-            fail_msg("%d failure(s); the first: %s", s.failures, s.first);
+        if (s.fl.failures)
+            fail_msg("%d failure(s); the first: %s", s.fl.failures, s.fl.first);
     }
 }
 

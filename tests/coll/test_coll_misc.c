@@ -24,24 +24,7 @@ static const dsim_algo misc_algos[] = {DSIM_ALGO_RING, DSIM_ALGO_RHD, DSIM_ALGO_
                                        DSIM_ALGO_REDUCE_TO_ONE};
 #define MISC_NALGOS 4
 
-typedef struct misc_shared {
-    pthread_mutex_t mu;
-    int failures;
-    char first[800];
-} misc_shared;
-
-static void misc_fail(misc_shared *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void misc_fail(misc_shared *s, const char *fmt, ...)
-{
-    pthread_mutex_lock(&s->mu);
-    if (s->failures++ == 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(s->first, sizeof s->first, fmt, ap);
-        va_end(ap);
-    }
-    pthread_mutex_unlock(&s->mu);
-}
+typedef coll_failures misc_shared;
 
 static void misc_sleep_us(long us)
 {
@@ -170,7 +153,7 @@ static void det_rank(coll_harness *h, int rank, void *p)
         a->res[run][rank] = malloc(DET_COUNT * es);
     char *in = malloc(DET_COUNT * es);
     if (!in || !a->res[0][rank] || !a->res[1][rank]) {
-        misc_fail(&a->s, "out of memory");
+        coll_fail(&a->s, "out of memory");
         goto out;
     }
     for (int run = 0; run < 2; run++) {
@@ -185,7 +168,7 @@ static void det_rank(coll_harness *h, int rank, void *p)
         dsim_err e = dsim_allreduce_with(h->comms[rank], inplace ? dst : in, dst, DET_COUNT, a->t,
                                          a->op, a->algo);
         if (e != DSIM_OK)
-            misc_fail(&a->s, "%s run %d rank %d: %s", dsim_algo_name(a->algo), run, rank,
+            coll_fail(&a->s, "%s run %d rank %d: %s", dsim_algo_name(a->algo), run, rank,
                       dsim_errmsg());
     }
     coll_harness_sync(h);
@@ -193,7 +176,7 @@ static void det_rank(coll_harness *h, int rank, void *p)
         goto out;
     for (int run = 0; run < 2; run++)
         if (memcmp(a->res[run][rank], a->res[0][0], DET_COUNT * es) != 0)
-            misc_fail(&a->s, "%s %s %s, %d ranks: rank %d's run %d differs from rank 0's run 0",
+            coll_fail(&a->s, "%s %s %s, %d ranks: rank %d's run %d differs from rank 0's run 0",
                       dsim_algo_name(a->algo), dsim_dtype_name(a->t), dsim_op_name(a->op), n, rank,
                       run);
     /* Identical bits must still be the right sum: compare a slice with the
@@ -202,7 +185,7 @@ static void det_rank(coll_harness *h, int rank, void *p)
         double eps = a->t == DSIM_F32 ? 0x1p-24 : 0x1p-8;
         char *all = malloc((size_t)n * DET_COUNT * es);
         if (!all) {
-            misc_fail(&a->s, "out of memory");
+            coll_fail(&a->s, "out of memory");
             goto out;
         }
         for (int r = 0; r < n; r++)
@@ -225,7 +208,7 @@ static void det_rank(coll_harness *h, int rank, void *p)
                     v[r] = (float)dsim_dtype_get(a->t, all + (size_t)r * DET_COUNT * es, i);
                 float want = det_reference(a->algo, a->t, v, n, i, DET_COUNT);
                 if ((float)got != want) {
-                    misc_fail(&a->s,
+                    coll_fail(&a->s,
                               "%s %s sum, %d ranks, element %zu: got %.9g, the algorithm's "
                               "documented order gives %.9g",
                               dsim_algo_name(a->algo), dsim_dtype_name(a->t), n, i, got,
@@ -237,7 +220,7 @@ static void det_rank(coll_harness *h, int rank, void *p)
             if (err < 0)
                 err = -err;
             if (err > (n + 1) * eps * mag + 1e-30) {
-                misc_fail(&a->s, "%s %s %s, %d ranks, element %zu: got %.9g, want %.9g",
+                coll_fail(&a->s, "%s %s %s, %d ranks, element %zu: got %.9g, want %.9g",
                           dsim_algo_name(a->algo), dsim_dtype_name(a->t), dsim_op_name(a->op), n, i,
                           got, sum);
                 break;
@@ -324,20 +307,20 @@ static void absent_rank(coll_harness *h, int rank, void *p)
              (long long)(a->timeout_ns / MS));
     snprintf(want_rank, sizeof want_rank, "rank %d", a->absent);
     if (e != DSIM_ETIMEDOUT)
-        misc_fail(&a->s, "%s%d ranks, rank %d absent: rank %d returned %s, want a timeout: %s",
+        coll_fail(&a->s, "%s%d ranks, rank %d absent: rank %d returned %s, want a timeout: %s",
                   prefix, n, a->absent, rank, dsim_strerror(e), dsim_errmsg());
     else if (ce->code != DSIM_ETIMEDOUT || ce->peer != a->absent || te->peer != a->absent)
-        misc_fail(&a->s,
+        coll_fail(&a->s,
                   "%s%d ranks, rank %d absent: rank %d blames rank %d (thread: %d), code %s: %s",
                   prefix, n, a->absent, rank, ce->peer, te->peer, dsim_strerror(ce->code), ce->msg);
     else if (strncmp(ce->msg, prefix, strlen(prefix)) != 0 || !strstr(ce->msg, want_ms) ||
              !strstr(ce->msg, want_rank) || strcmp(ce->msg, te->msg) != 0)
-        misc_fail(&a->s, "rank %d: the message \"%s\" should start \"%s\" and name %s", rank,
+        coll_fail(&a->s, "rank %d: the message \"%s\" should start \"%s\" and name %s", rank,
                   ce->msg, prefix, want_rank);
     /* Not before the deadline; after it, at most the failure check's grace
      * (timeout / 2) plus slack for a loaded machine or a sanitizer. */
     if (took < a->timeout_ns - 2 * MS || took > a->timeout_ns * 3 / 2 + 1500 * MS)
-        misc_fail(&a->s, "%s: rank %d failed after %lld ms with a %lld ms timeout", prefix, rank,
+        coll_fail(&a->s, "%s: rank %d failed after %lld ms with a %lld ms timeout", prefix, rank,
                   (long long)(took / MS), (long long)(a->timeout_ns / MS));
 }
 
@@ -382,15 +365,15 @@ static void late_rank(coll_harness *h, int rank, void *p)
     dsim_err e = dsim_allreduce_with(h->comms[rank], b, b, 64, DSIM_F32, DSIM_SUM, DSIM_ALGO_RING);
     const dsim_error *ce = dsim_comm_error(h->comms[rank]);
     if (e != DSIM_ETIMEDOUT) {
-        misc_fail(s, "rank %d returned %s, want a timeout", rank, dsim_strerror(e));
+        coll_fail(s, "rank %d returned %s, want a timeout", rank, dsim_strerror(e));
         return;
     }
     if (ce->peer == 1 && strstr(ce->msg, "never joined"))
-        misc_fail(s, "rank %d blames rank 1, which joined late, as absent: %s", rank, ce->msg);
+        coll_fail(s, "rank %d blames rank 1, which joined late, as absent: %s", rank, ce->msg);
     if (ce->peer == 1 && !strstr(ce->msg, "joined this call but did not answer"))
-        misc_fail(s, "rank %d blames rank 1 without saying it joined: %s", rank, ce->msg);
+        coll_fail(s, "rank %d blames rank 1 without saying it joined: %s", rank, ce->msg);
     if (ce->peer != 1 && ce->peer != 3)
-        misc_fail(s, "rank %d names rank %d: %s", rank, ce->peer, ce->msg);
+        coll_fail(s, "rank %d names rank %d: %s", rank, ce->peer, ce->msg);
 }
 
 static void test_late_rank_not_absent(void **state)
@@ -432,20 +415,20 @@ static void stale_rank(coll_harness *h, int rank, void *p)
     dsim_comm_set_timeout(c, (rank == 0 ? 100 : 150) * MS);
     dsim_err e = dsim_allreduce_with(c, junk, out, N, DSIM_F32, DSIM_SUM, a->algo);
     if (e != DSIM_ETIMEDOUT)
-        misc_fail(&a->s, "%s: rank %d's abandoned call returned %s, want a timeout",
+        coll_fail(&a->s, "%s: rank %d's abandoned call returned %s, want a timeout",
                   dsim_algo_name(a->algo), rank, dsim_strerror(e));
     dsim_comm_set_timeout(c, 10000 * MS);
     for (long k = 1; a->wrap && k < 0xFFFFF; k++)
         if ((e = dsim_allreduce_with(c, NULL, NULL, 0, DSIM_F32, DSIM_SUM, a->algo)) != DSIM_OK) {
-            misc_fail(&a->s, "rank %d: count-0 call %ld failed: %s", rank, k, dsim_errmsg());
+            coll_fail(&a->s, "rank %d: count-0 call %ld failed: %s", rank, k, dsim_errmsg());
             return;
         }
     e = dsim_allreduce_with(c, in, out, N, DSIM_F32, DSIM_SUM, a->algo);
     if (e != DSIM_OK)
-        misc_fail(&a->s, "%s%s: rank %d's next call failed: %s", dsim_algo_name(a->algo),
+        coll_fail(&a->s, "%s%s: rank %d's next call failed: %s", dsim_algo_name(a->algo),
                   a->wrap ? " (tag wrap)" : "", rank, dsim_errmsg());
     else if (coll_check(DSIM_F32, DSIM_SUM, 2, out, 0, N, msg, sizeof msg) >= 0)
-        misc_fail(&a->s, "%s%s: rank %d's next call took in stale data: %s",
+        coll_fail(&a->s, "%s%s: rank %d's next call took in stale data: %s",
                   dsim_algo_name(a->algo), a->wrap ? " (tag wrap)" : "", rank, msg);
 }
 
@@ -487,7 +470,7 @@ static void abort_rank(coll_harness *h, int rank, void *p)
     abort_arg *a = p;
     float *buf = malloc(ABORT_COUNT * sizeof *buf);
     if (!buf) {
-        misc_fail(&a->s, "out of memory");
+        coll_fail(&a->s, "out of memory");
         return;
     }
     for (size_t i = 0; i < ABORT_COUNT; i++)
@@ -503,16 +486,16 @@ static void abort_rank(coll_harness *h, int rank, void *p)
     const dsim_error *ce = dsim_comm_error(h->comms[rank]);
     if (e != DSIM_EABORTED || ce->code != DSIM_EABORTED || ce->peer != 2 ||
         !strstr(ce->msg, "aborted") || !strstr(ce->msg, "rank 2 was stopped by the test"))
-        misc_fail(&a->s, "%s: rank %d returned %s (peer %d): %s", dsim_algo_name(a->algo), rank,
+        coll_fail(&a->s, "%s: rank %d returned %s (peer %d): %s", dsim_algo_name(a->algo), rank,
                   dsim_strerror(e), ce->peer, ce->msg);
     else if (at == 0 || back - at > 2000 * MS)
-        misc_fail(&a->s, "%s: rank %d returned %lld ms after the abort", dsim_algo_name(a->algo),
+        coll_fail(&a->s, "%s: rank %d returned %lld ms after the abort", dsim_algo_name(a->algo),
                   rank, (long long)((back - at) / MS));
     /* The abort is permanent: the next call fails at once. */
     int64_t t1 = dsim_rt_now(h->rt);
     e = dsim_allreduce_with(h->comms[rank], buf, buf, ABORT_COUNT, DSIM_F32, DSIM_MAX, a->algo);
     if (e != DSIM_EABORTED || dsim_rt_now(h->rt) - t1 > 1000 * MS)
-        misc_fail(&a->s, "%s: rank %d's call after the abort returned %s", dsim_algo_name(a->algo),
+        coll_fail(&a->s, "%s: rank %d's call after the abort returned %s", dsim_algo_name(a->algo),
                   rank, dsim_strerror(e));
     a->calls[rank] = calls;
     free(buf);
@@ -629,7 +612,7 @@ static void sel_rank(coll_harness *h, int rank, void *p)
     dsim_comm *c = h->comms[rank];
     float *buf = calloc(a->count, sizeof *buf);
     if (!buf) {
-        misc_fail(&a->s, "out of memory");
+        coll_fail(&a->s, "out of memory");
         return;
     }
     dsim_ep_stats st0, st1;
@@ -645,9 +628,9 @@ static void sel_rank(coll_harness *h, int rank, void *p)
     }
     dsim_ep_get_stats(h->eps[rank], &st1);
     if (e != DSIM_OK)
-        misc_fail(&a->s, "rank %d: %s", rank, dsim_errmsg());
+        coll_fail(&a->s, "rank %d: %s", rank, dsim_errmsg());
     else if (st1.msgs_sent - st0.msgs_sent != sel_msgs[a->expect][rank])
-        misc_fail(&a->s, "mode %d, algo %s, count %zu: rank %d sent %llu messages, %s sends %llu",
+        coll_fail(&a->s, "mode %d, algo %s, count %zu: rank %d sent %llu messages, %s sends %llu",
                   a->mode, dsim_algo_name(a->algo), a->count, rank,
                   (unsigned long long)(st1.msgs_sent - st0.msgs_sent), dsim_algo_name(a->expect),
                   (unsigned long long)sel_msgs[a->expect][rank]);

@@ -28,25 +28,10 @@ static const size_t cl_counts[] = {0, 1, 7, 1023};
 
 typedef struct cl_shared {
     int n;
-    pthread_mutex_t mu;
-    int failures;
+    coll_failures fl;
     int stop;
-    char first[800];
     int arrived[64]; /* barrier test: arrivals per round */
 } cl_shared;
-
-static void cl_fail(cl_shared *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void cl_fail(cl_shared *s, const char *fmt, ...)
-{
-    pthread_mutex_lock(&s->mu);
-    if (s->failures++ == 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(s->first, sizeof s->first, fmt, ap);
-        va_end(ap);
-    }
-    pthread_mutex_unlock(&s->mu);
-}
 
 /* A collective failed: record it and make every rank stop at the next
  * checkpoint (their call counters no longer agree). */
@@ -54,7 +39,7 @@ static int cl_call_failed(cl_shared *s, dsim_err e, int rank, const char *what)
 {
     if (e == DSIM_OK)
         return 0;
-    cl_fail(s, "%s: rank %d returned %s: %s", what, rank, dsim_strerror(e), dsim_errmsg());
+    coll_fail(&s->fl, "%s: rank %d returned %s: %s", what, rank, dsim_strerror(e), dsim_errmsg());
     __atomic_store_n(&s->stop, 1, __ATOMIC_RELAXED);
     return 1;
 }
@@ -86,7 +71,7 @@ static void cl_rank(coll_harness *h, int rank, void *arg)
     size_t cap = (size_t)h->n * CL_MAXC * 8 + 64;
     unsigned char *a = malloc(cap), *b = malloc(cap);
     if (!a || !b)
-        cl_fail(run->s, "rank %d: out of memory", rank);
+        coll_fail(&run->s->fl, "rank %d: out of memory", rank);
     else
         run->body(h, rank, run->s, a, b);
     free(a);
@@ -97,7 +82,7 @@ static void cl_for_ranks(cl_body body)
 {
     for (size_t i = 0; i < sizeof cl_ranks / sizeof cl_ranks[0]; i++) {
         cl_shared s = {.n = cl_ranks[i]};
-        pthread_mutex_init(&s.mu, NULL);
+        pthread_mutex_init(&s.fl.mu, NULL);
         coll_harness h;
         coll_harness_cfg cfg = {.nranks = s.n, .timeout_ns = 20LL * 1000000000LL};
         if (coll_harness_open(&h, &cfg) != DSIM_OK)
@@ -105,11 +90,11 @@ static void cl_for_ranks(cl_body body)
         cl_run run = {&s, body};
         dsim_err e = coll_harness_run(&h, cl_rank, &run);
         coll_harness_close(&h);
-        pthread_mutex_destroy(&s.mu);
+        pthread_mutex_destroy(&s.fl.mu);
         if (e != DSIM_OK)
             fail_msg("running %d ranks: %s", s.n, dsim_errmsg());
-        if (s.failures)
-            fail_msg("%d ranks: %d failure(s); the first: %s", s.n, s.failures, s.first);
+        if (s.fl.failures)
+            fail_msg("%d ranks: %d failure(s); the first: %s", s.n, s.fl.failures, s.fl.first);
     }
 }
 
@@ -146,16 +131,18 @@ static void reduce_body(coll_harness *h, int rank, cl_shared *s, unsigned char *
                     if (rank == root) {
                         if (coll_check((dsim_dtype)t, (dsim_op)op, n, rb, 0, count, msg,
                                        sizeof msg) >= 0)
-                            cl_fail(s, "%s: %s", what, msg);
+                            coll_fail(&s->fl, "%s: %s", what, msg);
                         if (!cl_untouched(rb + count * es, 8))
-                            cl_fail(s, "%s: the root's recvbuf was written past count", what);
+                            coll_fail(&s->fl, "%s: the root's recvbuf was written past count",
+                                      what);
                     } else if (!cl_untouched(rb, count * es + 8)) {
-                        cl_fail(s, "%s: rank %d (not the root) had its recvbuf written", what,
-                                rank);
+                        coll_fail(&s->fl, "%s: rank %d (not the root) had its recvbuf written",
+                                  what, rank);
                     }
                     if (!inplace && coll_check_vals((dsim_dtype)t, (dsim_op)op, rank, sb, 0, count,
                                                     msg, sizeof msg) >= 0)
-                        cl_fail(s, "%s: rank %d's send buffer was modified: %s", what, rank, msg);
+                        coll_fail(&s->fl, "%s: rank %d's send buffer was modified: %s", what, rank,
+                                  msg);
                 }
 }
 
@@ -190,9 +177,9 @@ static void bcast_body(coll_harness *h, int rank, cl_shared *s, unsigned char *b
                     return;
                 if (coll_check_vals((dsim_dtype)t, DSIM_SUM, root, buf, 0, count, msg,
                                     sizeof msg) >= 0)
-                    cl_fail(s, "%s: rank %d: %s", what, rank, msg);
+                    coll_fail(&s->fl, "%s: rank %d: %s", what, rank, msg);
                 if (!cl_untouched(buf + count * es, 8))
-                    cl_fail(s, "%s: rank %d's buffer was written past count", what, rank);
+                    coll_fail(&s->fl, "%s: rank %d's buffer was written past count", what, rank);
             }
 }
 
@@ -231,9 +218,9 @@ static void allgather_body(coll_harness *h, int rank, cl_shared *s, unsigned cha
             for (int r = 0; r < n; r++)
                 if (coll_check_vals((dsim_dtype)t, DSIM_SUM, r, rb + (size_t)r * blen, 0, count,
                                     msg, sizeof msg) >= 0)
-                    cl_fail(s, "%s: rank %d, block %d: %s", what, rank, r, msg);
+                    coll_fail(&s->fl, "%s: rank %d, block %d: %s", what, rank, r, msg);
             if (!cl_untouched(rb + (size_t)n * blen, 8))
-                cl_fail(s, "%s: rank %d's recvbuf was written past n * count", what, rank);
+                coll_fail(&s->fl, "%s: rank %d's recvbuf was written past n * count", what, rank);
         }
 }
 
@@ -268,12 +255,14 @@ static void reduce_scatter_body(coll_harness *h, int rank, cl_shared *s, unsigne
                     return;
                 if (coll_check((dsim_dtype)t, (dsim_op)op, n, rb, (size_t)rank * count, count, msg,
                                sizeof msg) >= 0)
-                    cl_fail(s, "%s: rank %d: %s", what, rank, msg);
+                    coll_fail(&s->fl, "%s: rank %d: %s", what, rank, msg);
                 if (!cl_untouched(rb + count * es, 8))
-                    cl_fail(s, "%s: rank %d's recvbuf was written past recvcount", what, rank);
+                    coll_fail(&s->fl, "%s: rank %d's recvbuf was written past recvcount", what,
+                              rank);
                 if (coll_check_vals((dsim_dtype)t, (dsim_op)op, rank, sb, 0, total, msg,
                                     sizeof msg) >= 0)
-                    cl_fail(s, "%s: rank %d's send buffer was modified: %s", what, rank, msg);
+                    coll_fail(&s->fl, "%s: rank %d's send buffer was modified: %s", what, rank,
+                              msg);
             }
 }
 
@@ -305,8 +294,8 @@ static void barrier_body(coll_harness *h, int rank, cl_shared *s, unsigned char 
             return;
         int seen = __atomic_load_n(&s->arrived[round], __ATOMIC_SEQ_CST);
         if (seen != n)
-            cl_fail(s, "%s: rank %d left while only %d of %d ranks had arrived", what, rank, seen,
-                    n);
+            coll_fail(&s->fl, "%s: rank %d left while only %d of %d ranks had arrived", what, rank,
+                      seen, n);
     }
 }
 
