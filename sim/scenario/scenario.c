@@ -1253,7 +1253,7 @@ static dsim_err scen_fault(const scen_ctx *c, const scen_node *fv, size_t idx, d
                          "%s.what: missing; accepted: kill, restart, partition, drop, "
                          "delay, duplicate, corrupt, reorder, slow, stagger",
                          path);
-    int v;
+    int v = 0;
     DSIM_CHECK(scen_enum(c, &m, F_WHAT, "a fault", scen_fault_whats, SCEN_N(scen_fault_whats), &v));
     f->what = (dsim_fault_what)v;
     const char *what = scen_fault_whats[v].name;
@@ -1455,7 +1455,7 @@ static dsim_err scen_expect_check(const scen_ctx *c, const scen_node *key, const
         snprintf(kp, sizeof kp, "expect.%s.%s", ops->name, k->s);
         if (is_expect) {
             static const scen_name outcomes[] = {{"pass", 0}, {"fail", 1}};
-            int out;
+            int out = 0;
             DSIM_CHECK(scen_enum_v(c, v, kp, "an outcome", outcomes, 2, &out));
             x->expect_fail = out == 1;
             continue;

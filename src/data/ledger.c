@@ -156,7 +156,7 @@ static dsim_err ledger_range(const dsim_ledger *l, uint32_t epoch, int worker, i
 
 dsim_err dsim_ledger_counts(const dsim_ledger *l, uint32_t epoch, int worker, uint32_t *counts)
 {
-    int lo, hi;
+    int lo = 0, hi = 0;
     DSIM_CHECK(ledger_range(l, epoch, worker, &lo, &hi));
     if (counts == NULL)
         return DSIM_ERR(DSIM_EINVAL, -1, "ledger counts: counts must not be NULL");
@@ -258,7 +258,7 @@ static uint64_t ledger_walk_idle(const ledger_cell *c, size_t count, int lo, int
 dsim_err dsim_ledger_coverage(const dsim_ledger *l, uint32_t epoch, int worker, uint32_t expected,
                               dsim_coverage *out)
 {
-    int lo, hi;
+    int lo = 0, hi = 0;
     DSIM_CHECK(ledger_range(l, epoch, worker, &lo, &hi));
     if (out == NULL)
         return DSIM_ERR(DSIM_EINVAL, -1, "ledger coverage: out must not be NULL");
@@ -326,7 +326,7 @@ dsim_err dsim_ledger_coverage(const dsim_ledger *l, uint32_t epoch, int worker, 
 dsim_err dsim_ledger_list(const dsim_ledger *l, uint32_t epoch, int worker, uint32_t expected,
                           dsim_ledger_list_kind kind, uint64_t *ids, size_t cap, size_t *total)
 {
-    int lo, hi;
+    int lo = 0, hi = 0;
     DSIM_CHECK(ledger_range(l, epoch, worker, &lo, &hi));
     if (kind != DSIM_LEDGER_DUPLICATES && kind != DSIM_LEDGER_MISSES)
         return DSIM_ERR(DSIM_EINVAL, -1, "ledger list: kind %d is not duplicates (0) or misses (1)",
@@ -354,7 +354,7 @@ dsim_err dsim_ledger_list(const dsim_ledger *l, uint32_t epoch, int worker, uint
 dsim_err dsim_ledger_idle(const dsim_ledger *l, uint32_t epoch, int worker, dsim_idle *out,
                           size_t cap, size_t *total)
 {
-    int lo, hi;
+    int lo = 0, hi = 0;
     DSIM_CHECK(ledger_range(l, epoch, worker, &lo, &hi));
     if ((out == NULL && cap > 0) || total == NULL)
         return DSIM_ERR(DSIM_EINVAL, -1, "ledger idle: out (with cap > 0) and total needed");
@@ -369,7 +369,7 @@ dsim_err dsim_ledger_idle(const dsim_ledger *l, uint32_t epoch, int worker, dsim
 dsim_err dsim_ledger_readers(const dsim_ledger *l, uint32_t epoch, uint64_t id, int *replicas,
                              size_t cap, size_t *total)
 {
-    int lo, hi;
+    int lo = 0, hi = 0;
     DSIM_CHECK(ledger_range(l, epoch, -1, &lo, &hi));
     if ((replicas == NULL && cap > 0) || total == NULL)
         return DSIM_ERR(DSIM_EINVAL, -1,

@@ -151,7 +151,12 @@ static void registry_names_locked(char *buf, size_t cap)
     buf[0] = '\0';
     for (int i = 0; i < registry_count; i++) {
         size_t l = strlen(buf);
-        snprintf(buf + l, cap - l, "%s%s", i ? ", " : "", registry_entries[i].name);
+        if (l + 1 >= cap)
+            break;
+        /* A long list loses its tail (the names are for a message). */
+        int n = snprintf(buf + l, cap - l, "%s%.*s", i ? ", " : "", (int)(cap - l - 1),
+                         registry_entries[i].name);
+        (void)n;
     }
 }
 

@@ -88,7 +88,7 @@ static int check_pattern(const uint8_t *p, size_t n, uint32_t seed)
 /* Sends one message from a to b and checks it arrives intact. */
 static void xfer(job *j, int a, int b, uint32_t comm, uint32_t tag, size_t len, int recv_first)
 {
-    uint8_t *s = malloc(len ? len : 1), *d = malloc(len + 16);
+    uint8_t *s = calloc(len ? len : 1, 1), *d = malloc(len + 16);
     fill_pattern(s, len, (uint32_t)len + tag);
     memset(d, 0xEE, len + 16);
     dsim_req *rs = NULL, *rr = NULL;
