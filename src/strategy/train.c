@@ -22,6 +22,7 @@
  * which fails every pending and later transfer of every rank, and wakes the
  * servers' locks: every worker returns, none waits for the failed one. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +179,9 @@ typedef struct train_replica {
     float *final;
     dsim_task *task;
     uint64_t ckpt_writes;
+    _Atomic int phase;          /* dsim_phase: where the replica is now */
+    _Atomic uint64_t step;      /* the global step it is on */
+    bool killed;                /* stopped by the hooks, as a killed process */
 } train_replica;
 
 typedef struct train_server {
@@ -295,6 +299,62 @@ dsim_err dsim_server_record_update(dsim_server_ctx *srv, int replica, uint64_t s
     return DSIM_OK;
 }
 
+static const char *const train_phase_names[DSIM_PHASE_COUNT] = {
+    [DSIM_PHASE_START] = "start",
+    [DSIM_PHASE_RENDEZVOUS] = "rendezvous",
+    [DSIM_PHASE_RESTORE] = "restore",
+    [DSIM_PHASE_CREATE_VARIABLES] = "create_variables",
+    [DSIM_PHASE_COMPUTE] = "compute",
+    [DSIM_PHASE_ALLREDUCE] = "allreduce",
+    [DSIM_PHASE_REDUCE_LOSS] = "reduce_loss",
+    [DSIM_PHASE_CHECKPOINT] = "checkpoint",
+    [DSIM_PHASE_FINISH] = "finish",
+    [DSIM_PHASE_DONE] = "done",
+};
+
+const char *dsim_phase_name(dsim_phase p)
+{
+    return (int)p >= 0 && p < DSIM_PHASE_COUNT ? train_phase_names[p] : "unknown";
+}
+
+dsim_err dsim_phase_parse(const char *s, dsim_phase *out)
+{
+    for (int i = 0; s && i < DSIM_PHASE_COUNT; i++) {
+        if (strcmp(s, train_phase_names[i]) == 0) {
+            *out = (dsim_phase)i;
+            return DSIM_OK;
+        }
+    }
+    return DSIM_ERR(DSIM_EINVAL, -1,
+                    "'%s' is not a phase; accepted: start, rendezvous, restore, create_variables, "
+                    "compute, allreduce, reduce_loss, checkpoint, finish, done",
+                    s ? s : "(null)");
+}
+
+/* Why a replica stopped without an error of its own. */
+#define TRAIN_DIED ((dsim_err)-1)
+
+/* Enters a phase: records it and asks the hooks. TRAIN_DIED when the hooks
+ * kill the replica here. */
+static dsim_err train_enter(train_replica *rp, dsim_phase p, uint64_t gs)
+{
+    atomic_store_explicit(&rp->phase, (int)p, memory_order_relaxed);
+    atomic_store_explicit(&rp->step, gs, memory_order_relaxed);
+    const dsim_train_cfg *cfg = rp->job->cfg;
+    const dsim_train_hooks *h = cfg->hooks;
+    if (h && h->phase && h->phase(cfg->hooks_user, rp->index, p, gs) == DSIM_HOOK_DIE) {
+        rp->killed = true;
+        return TRAIN_DIED;
+    }
+    return DSIM_OK;
+}
+
+#define TRAIN_ENTER(rp, p, gs)                                                                     \
+    do {                                                                                           \
+        if ((e = train_enter((rp), (p), (gs))) != DSIM_OK)                                         \
+            goto out;                                                                              \
+    } while (0)
+
 static dsim_err train_write_checkpoint(train_replica *rp, const dsim_strategy_vars *v,
                                        const dsim_input_step *st, uint64_t done)
 {
@@ -356,14 +416,19 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         (e = dsim_input_seek(in, job->start_epoch, job->start_step)) != DSIM_OK)
         goto out;
     *inited = 1;
+    TRAIN_ENTER(rp, DSIM_PHASE_RENDEZVOUS, job->first_step);
     if ((e = dsim_strategy_replica_init(s, ctx)) != DSIM_OK)
         goto out;
+    if (job->first_step > 0)
+        TRAIN_ENTER(rp, DSIM_PHASE_RESTORE, job->first_step);
+    TRAIN_ENTER(rp, DSIM_PHASE_CREATE_VARIABLES, job->first_step);
     if ((e = dsim_strategy_create_variables(s, ctx, rp->index == 0 ? &job->init : NULL)) != DSIM_OK)
         goto out;
     int chief = dsim_strategy_is_chief(s, ctx);
     int N = job->N;
     for (uint64_t gs = job->first_step; gs < job->end_step; gs++) {
         ctx->global_step = gs;
+        TRAIN_ENTER(rp, DSIM_PHASE_COMPUTE, gs);
         dsim_input_step st;
         if ((e = dsim_input_next(in, &st)) != DSIM_OK)
             goto out;
@@ -391,8 +456,10 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         if ((e = dsim_ledger_record(res->ledger, rp->index, st.epoch, st.step, b->ids, b->n)) !=
             DSIM_OK)
             goto out;
+        TRAIN_ENTER(rp, DSIM_PHASE_ALLREDUCE, gs);
         if ((e = dsim_strategy_apply_gradients(s, ctx, grad)) != DSIM_OK)
             goto out;
+        TRAIN_ENTER(rp, DSIM_PHASE_REDUCE_LOSS, gs);
         double local = loss_sum * (double)job->loss_scale, loss = NAN;
         e = dsim_strategy_reduce(s, ctx, DSIM_SUM, &local, &loss, 1);
         if (e == DSIM_ENOTSUP) {
@@ -430,12 +497,14 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
             cfg->observer(&info, cfg->observer_user);
         }
         if (cfg->checkpoint_every && (gs + 1) % cfg->checkpoint_every == 0) {
+            TRAIN_ENTER(rp, DSIM_PHASE_CHECKPOINT, gs);
             if ((e = dsim_strategy_save(s, ctx, &save)) != DSIM_OK)
                 goto out;
             if (chief && (e = train_write_checkpoint(rp, &save, &st, gs + 1)) != DSIM_OK)
                 goto out;
         }
     }
+    TRAIN_ENTER(rp, DSIM_PHASE_FINISH, job->end_step);
     if ((e = dsim_strategy_finish(s, ctx)) != DSIM_OK)
         goto out;
     memcpy(rp->final, ctx->params, P * sizeof(float));
@@ -452,12 +521,31 @@ out:
 static void train_replica_main(void *arg)
 {
     train_replica *rp = arg;
+    train_job *job = rp->job;
+    const dsim_train_cfg *cfg = job->cfg;
     int inited = 0;
-    dsim_err e = train_replica_run(rp, &inited);
-    if (e != DSIM_OK)
-        train_fail(rp->job, "replica", rp->index, rp->index);
+    dsim_err e = train_enter(rp, DSIM_PHASE_START, job->first_step);
+    if (e == DSIM_OK)
+        e = train_replica_run(rp, &inited);
+    dsim_train_replica_end *end = &job->res->replicas[rp->index];
+    if (e != DSIM_OK && e != TRAIN_DIED && cfg->hooks && cfg->hooks->killed &&
+        cfg->hooks->killed(cfg->hooks_user, rp->index))
+        rp->killed = true;
+    end->phase = (dsim_phase)atomic_load_explicit(&rp->phase, memory_order_relaxed);
+    end->global_step = atomic_load_explicit(&rp->step, memory_order_relaxed);
+    end->killed = rp->killed;
+    end->t_end = dsim_rt_now(job->rt);
+    if (rp->killed) {
+        /* A killed process reports nothing: the survivors must find out. */
+        end->status = DSIM_OK;
+    } else if (e != DSIM_OK) {
+        end->status = e;
+        snprintf(end->msg, sizeof end->msg, "%s", dsim_errmsg());
+        train_fail(job, "replica", rp->index, rp->index);
+    }
+    atomic_store_explicit(&rp->phase, (int)DSIM_PHASE_DONE, memory_order_relaxed);
     if (inited)
-        dsim_strategy_replica_fini(rp->job->strat, &rp->ctx);
+        dsim_strategy_replica_fini(job->strat, &rp->ctx);
 }
 
 static void train_handler_main(void *arg)
@@ -502,6 +590,10 @@ static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
                         (unsigned long long)cfg->checkpoint_every);
     if (cfg->restore && !cfg->checkpoint_path)
         return DSIM_ERR(DSIM_EINVAL, -1, "train: restore is set but checkpoint_path is not");
+    if (cfg->hooks && cfg->hooks->size != sizeof(dsim_train_hooks))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: hooks.size is %zu; set it to sizeof(dsim_train_hooks) (%zu)",
+                        cfg->hooks->size, sizeof(dsim_train_hooks));
     return DSIM_OK;
 }
 
@@ -576,10 +668,11 @@ static dsim_err train_alloc_result(train_job *job)
     res->checksum = calloc(steps * N + 1, sizeof(uint64_t));
     res->examples = calloc(steps * N + 1, sizeof(uint64_t));
     res->checkpoint_writes = calloc(N, sizeof(uint64_t));
+    res->replicas = calloc(N, sizeof *res->replicas);
     if (job->cfg->record_params)
         res->trace = calloc(steps * P + 1, sizeof(float));
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
-        !res->checkpoint_writes || (job->cfg->record_params && !res->trace))
+        !res->checkpoint_writes || !res->replicas || (job->cfg->record_params && !res->trace))
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the result of %zu steps", steps);
     for (size_t k = 0; k < steps; k++)
         res->loss[k] = NAN;
@@ -594,7 +687,13 @@ static dsim_err train_open_world(train_job *job)
     int N = job->N, P = job->P;
     DSIM_CHECK(dsim_rt_create(cfg->engine ? cfg->engine : "threads", &job->rt));
     DSIM_CHECK(dsim_waitq_create(job->rt, &job->lock));
-    dsim_fabric_cfg fc = {.backend = "inproc", .nranks = N + P, .rt = job->rt};
+    dsim_fabric_cfg fc = {
+        .backend = cfg->transport ? cfg->transport : "inproc",
+        .nranks = N + P,
+        .rt = job->rt,
+        .options = cfg->transport_options,
+        .backend_arg = cfg->transport_arg,
+    };
     DSIM_CHECK(dsim_fabric_open(&fc, &job->fab));
     job->eps = calloc((size_t)(N + P), sizeof *job->eps);
     job->world = calloc((size_t)N, sizeof *job->world);
@@ -714,6 +813,7 @@ static dsim_err train_run_workers(train_job *job)
         job->srvs[s].inited = 1;
     }
     int spawned_h = 0, spawned_r = 0;
+    job->res->t_start = dsim_rt_now(job->rt);
     for (int s = 0; s < P && e == DSIM_OK; s++) {
         for (int c = 0; c < N && e == DSIM_OK; c++) {
             train_handler *h = &job->handlers[s * N + c];
@@ -749,15 +849,22 @@ static void train_collect(train_job *job)
     dsim_train_result *res = job->res;
     int N = job->N;
     size_t P = job->su.n_params;
-    memcpy(res->params, job->reps[0].final, P * sizeof(float));
+    /* A killed replica's variables stop where it died: the job's are the
+     * first survivor's, and only survivors are compared. */
+    int first = 0;
+    while (first < N - 1 && job->reps[first].killed)
+        first++;
+    memcpy(res->params, job->reps[first].final, P * sizeof(float));
     res->replicas_agree = true;
-    for (int r = 1; r < N; r++)
-        if (memcmp(job->reps[r].final, job->reps[0].final, P * sizeof(float)) != 0)
+    for (int r = first + 1; r < N; r++)
+        if (!job->reps[r].killed &&
+            memcmp(job->reps[r].final, job->reps[first].final, P * sizeof(float)) != 0)
             res->replicas_agree = false;
     res->in_sync_every_step = true;
     for (size_t k = 0; k < res->steps; k++)
-        for (int r = 1; r < N; r++)
-            if (res->checksum[k * (size_t)N + (size_t)r] != res->checksum[k * (size_t)N])
+        for (int r = first + 1; r < N; r++)
+            if (!job->reps[r].killed &&
+                res->checksum[k * (size_t)N + (size_t)r] != res->checksum[k * (size_t)N + first])
                 res->in_sync_every_step = false;
     res->final_loss = dsim_train_mean_loss(&job->su, res->params);
     for (int r = 0; r < N; r++) {
@@ -883,6 +990,7 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->trace);
     free(res->updates);
     free(res->checkpoint_writes);
+    free(res->replicas);
     dsim_ledger_destroy(res->ledger);
     memset(res, 0, sizeof *res);
 }

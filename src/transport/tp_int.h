@@ -160,6 +160,7 @@ struct dsim_fabric {
     int abort_peer;
     char abort_why[256];
     void *priv;
+    void *backend_arg; /* dsim_fabric_cfg.backend_arg */
 };
 
 static inline int tp_aborted(const dsim_fabric *f)

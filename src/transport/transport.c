@@ -218,6 +218,11 @@ void *dsim_tp_fabric_priv(dsim_fabric *f)
     return f->priv;
 }
 
+void *dsim_tp_fabric_arg(dsim_fabric *f)
+{
+    return f->backend_arg;
+}
+
 void *dsim_tp_ep_priv(dsim_ep *ep)
 {
     return ep->priv;
@@ -365,6 +370,7 @@ dsim_err dsim_fabric_open(const dsim_fabric_cfg *cfg, dsim_fabric **out)
     f->ops = ops;
     f->rt = cfg->rt;
     f->nranks = cfg->nranks;
+    f->backend_arg = cfg->backend_arg;
     f->abort_peer = -1;
     atomic_init(&f->aborted, 0);
     atomic_flag_clear(&f->abort_claimed);

@@ -89,6 +89,62 @@ const char *dsim_strategy_summary(const char *name);
  * servers, one serving worker per (server, replica) pair. */
 #define DSIM_TRAIN_MAX_WORKERS 8192
 
+/* The phases of a replica's life, in order. The driver announces each to the
+ * hooks (dsim_train_hooks) and keeps the last one per replica, so a harness
+ * can inject a fault at a phase and say where a stuck replica is. */
+typedef enum dsim_phase {
+    DSIM_PHASE_START = 0,        /* the worker started */
+    DSIM_PHASE_RENDEZVOUS,       /* replica_init: joining the group */
+    DSIM_PHASE_RESTORE,          /* resuming from a checkpoint (restored runs only) */
+    DSIM_PHASE_CREATE_VARIABLES, /* create_variables: the chief's initial broadcast */
+    DSIM_PHASE_COMPUTE,          /* a step's input, forward and backward pass */
+    DSIM_PHASE_ALLREDUCE,        /* apply_gradients: the gradients' reduction and update */
+    DSIM_PHASE_REDUCE_LOSS,      /* reduce of the step's loss */
+    DSIM_PHASE_CHECKPOINT,       /* save, and the chief's checkpoint write */
+    DSIM_PHASE_FINISH,           /* finish: the job's final variables */
+    DSIM_PHASE_DONE,             /* returned */
+    DSIM_PHASE_COUNT
+} dsim_phase;
+
+/* "start", "rendezvous", "restore", "create_variables", "compute",
+ * "allreduce", "reduce_loss", "checkpoint", "finish", "done". */
+const char *dsim_phase_name(dsim_phase p);
+/* DSIM_EINVAL for a name that is not one of those. */
+dsim_err dsim_phase_parse(const char *s, dsim_phase *out);
+
+/* What a phase hook tells the replica to do. */
+typedef enum dsim_hook_action {
+    DSIM_HOOK_GO = 0, /* carry on */
+    DSIM_HOOK_DIE,    /* stop here as a killed process would: return at once,
+                         report no error, abort nothing, never touch the
+                         fabric again; the survivors must find out */
+} dsim_hook_action;
+
+/* The harness's seam into the driver: fault injection, pauses, progress.
+ * Every member is optional; members are called on replicas' own workers,
+ * concurrently, and must be thread-safe. */
+typedef struct dsim_train_hooks {
+    size_t size; /* sizeof(dsim_train_hooks) as the caller was compiled */
+    /* Replica `replica` enters `phase` at global step `global_step`. May
+     * block through the runtime API (a paused replica). */
+    dsim_hook_action (*phase)(void *user, int replica, dsim_phase phase, uint64_t global_step);
+    /* 1 if `replica` has been killed by the harness outside a phase hook
+     * (e.g. isolated by a fault transport in the middle of a collective).
+     * The driver asks when the replica fails: a killed replica's error is
+     * not the job's failure, and it stops as DSIM_HOOK_DIE would. */
+    int (*killed)(void *user, int replica);
+} dsim_train_hooks;
+
+/* Where a replica ended (dsim_train_result.replicas). */
+typedef struct dsim_train_replica_end {
+    dsim_phase phase;     /* the last phase entered */
+    uint64_t global_step; /* the global step it was on */
+    bool killed;          /* stopped by DSIM_HOOK_DIE / hooks->killed */
+    dsim_err status;      /* DSIM_OK, or the error it returned with */
+    int64_t t_end;        /* dsim_rt_now when it returned */
+    char msg[256];        /* the error's message ("" when none) */
+} dsim_train_replica_end;
+
 /* What the observer sees: one replica after one step. */
 typedef struct dsim_train_step_info {
     int replica, worker, device;
@@ -118,6 +174,14 @@ typedef struct dsim_train_cfg {
     dsim_algo communication; /* all-reduce algorithm; AUTO: the decision function */
     int64_t timeout_ns;      /* every collective and wait; <= 0: 30 s */
     const char *engine;      /* NULL: "threads" */
+    /* The fabric's backend (NULL: "inproc"), its options string and its
+     * backend argument (dsim_fabric_cfg.backend_arg), for decorators such as
+     * a fault-injecting transport. */
+    const char *transport;
+    const char *transport_options;
+    void *transport_arg;
+    const dsim_train_hooks *hooks; /* optional */
+    void *hooks_user;
 
     /* model and optimizer; model.in_dim == 0 takes the model that fits the
      * dataset (dsim_dataset_model_spec) */
@@ -193,6 +257,9 @@ typedef struct dsim_train_result {
     dsim_ps_update *updates; /* parameter servers: every update, by server then order */
     size_t n_updates;
     uint64_t max_staleness;
+
+    dsim_train_replica_end *replicas; /* [num_replicas]: how each replica ended */
+    int64_t t_start;                  /* dsim_rt_now when the workers were started */
 
     uint64_t checkpoints_written;
     uint64_t *checkpoint_writes; /* [num_replicas]: files written by each replica */

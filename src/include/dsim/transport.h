@@ -47,6 +47,7 @@ typedef struct dsim_fabric_cfg {
     int nranks;          /* ranks in the job, >= 1 */
     dsim_rt *rt;         /* the runtime all waits go through */
     const char *options; /* backend options "key=value,key=value", or NULL */
+    void *backend_arg;   /* handed to the backend as is (decorators); NULL for built-ins */
 } dsim_fabric_cfg;
 
 dsim_err dsim_fabric_open(const dsim_fabric_cfg *cfg, dsim_fabric **out);

@@ -124,6 +124,8 @@ extern const struct dsim_tp_ops dsim_tp_inproc_ops;
 void *dsim_tp_fabric_priv(dsim_fabric *f);
 void *dsim_tp_ep_priv(dsim_ep *ep);
 void *dsim_tp_req_priv(dsim_req *req);
+/* dsim_fabric_cfg.backend_arg as given to dsim_fabric_open. */
+void *dsim_tp_fabric_arg(dsim_fabric *f);
 dsim_rt *dsim_tp_fabric_rt(dsim_fabric *f);
 dsim_fabric *dsim_tp_ep_fabric(dsim_ep *ep);
 /* The shared-layer endpoint of `rank` in this address space, created on
