@@ -22,9 +22,6 @@
 /* The most example reads per epoch the plan follows one by one. */
 #define PLAN_MAX_READS ((uint64_t)1 << 26)
 
-static const char *const plan_fault_names[DSIM_FAULT_WHAT_COUNT] = {
-    "kill",      "restart", "partition", "drop", "delay",
-    "duplicate", "corrupt", "reorder",   "slow", "stagger"};
 
 /* jansson's setters return -1 on allocation failure; one flag collects them. */
 typedef struct plan_b {
@@ -348,14 +345,15 @@ static json_t *plan_faults(plan_b *b, const dsim_scenario *s)
         if (!o)
             break;
         plan_set(b, o, "what",
-                 json_string((unsigned)f->what < DSIM_FAULT_WHAT_COUNT ? plan_fault_names[f->what]
-                                                                       : "unknown"));
+                 json_string(dsim_fault_what_name(f->what)));
         switch (f->when) {
         case DSIM_WHEN_STEP:
             plan_set(b, o, "at_step", json_integer(f->step));
             break;
         case DSIM_WHEN_PHASE:
             plan_set(b, o, "at_phase", plan_str(f->phase));
+            if (f->step >= 0)
+                plan_set(b, o, "at_step", json_integer(f->step));
             break;
         case DSIM_WHEN_TIME:
             plan_set(b, o, "at_time", plan_dur(b, f->time_ns));
@@ -376,7 +374,24 @@ static json_t *plan_faults(plan_b *b, const dsim_scenario *s)
             plan_set(b, o, "factor", json_real(f->factor));
         if (f->what == DSIM_FAULT_PARTITION)
             plan_set(b, o, "one_way", json_boolean(f->one_way));
-        plan_set(b, o, "line", json_integer(f->pos.line));
+        if (f->ps >= 0)
+            plan_set(b, o, "ps", json_integer(f->ps));
+        if (f->scope != DSIM_SCOPE_GIVEN)
+            plan_set(b, o, "scope",
+                     json_string(f->scope == DSIM_SCOPE_ONE   ? "one"
+                                 : f->scope == DSIM_SCOPE_ALL ? "all"
+                                                              : "majority"));
+        if (f->n_ranks > 0) {
+            json_t *rk = json_array();
+            for (int k = 0; rk && k < f->n_ranks; k++)
+                json_array_append_new(rk, json_integer(f->ranks[k]));
+            plan_set(b, o, "ranks", rk);
+        }
+        if (f->after_messages > 0)
+            plan_set(b, o, "after_messages", json_integer(f->after_messages));
+        if (f->what == DSIM_FAULT_DROP && f->retransmit)
+            plan_set(b, o, "retransmit", json_true());
+        plan_set(b, o, "line", json_integer(f->line));
     }
     return arr;
 }

@@ -29,7 +29,7 @@
 #include "scenario/yaml_tree.h"
 
 #define SCEN_MAX_FILE  (1u << 20)
-#define SCEN_MAX_KEYS  16
+#define SCEN_MAX_KEYS  24
 #define SCEN_MAX_STR   4096
 #define SCEN_MAX_HOSTS 4096
 /* dsim_train's limits (dsim/strategy.h), refused here with their position
@@ -475,10 +475,24 @@ static const scen_name scen_fault_whats[] = {
     {"partition", DSIM_FAULT_PARTITION}, {"drop", DSIM_FAULT_DROP},
     {"delay", DSIM_FAULT_DELAY},         {"duplicate", DSIM_FAULT_DUPLICATE},
     {"corrupt", DSIM_FAULT_CORRUPT},     {"reorder", DSIM_FAULT_REORDER},
-    {"slow", DSIM_FAULT_SLOW},           {"stagger", DSIM_FAULT_STAGGER}};
-static const scen_name scen_phases[] = {{"rendezvous", 0}, {"connect", 1},   {"broadcast", 2},
-                                        {"first_step", 3}, {"allreduce", 4}, {"checkpoint", 5},
-                                        {"restore", 6}};
+    {"slow", DSIM_FAULT_SLOW},           {"stagger", DSIM_FAULT_STAGGER},
+    {"pause", DSIM_FAULT_PAUSE}};
+/* dsim_phase names, and the names people also use for them. */
+static const scen_name scen_phases[] = {{"start", DSIM_PHASE_START},
+                                        {"rendezvous", DSIM_PHASE_RENDEZVOUS},
+                                        {"connect", DSIM_PHASE_RENDEZVOUS},
+                                        {"restore", DSIM_PHASE_RESTORE},
+                                        {"create_variables", DSIM_PHASE_CREATE_VARIABLES},
+                                        {"broadcast", DSIM_PHASE_CREATE_VARIABLES},
+                                        {"compute", DSIM_PHASE_COMPUTE},
+                                        {"first_step", DSIM_PHASE_COMPUTE},
+                                        {"allreduce", DSIM_PHASE_ALLREDUCE},
+                                        {"reduce_loss", DSIM_PHASE_REDUCE_LOSS},
+                                        {"checkpoint", DSIM_PHASE_CHECKPOINT},
+                                        {"finish", DSIM_PHASE_FINISH}};
+static const scen_name scen_scopes[] = {
+    {"one", DSIM_SCOPE_ONE}, {"all", DSIM_SCOPE_ALL}, {"majority", DSIM_SCOPE_MAJORITY}};
+static const scen_name scen_directions[] = {{"to", 0}, {"from", 1}, {"both", 2}};
 
 /* The built-in strategies and the cluster shapes they accept (strategy.h). */
 typedef struct scen_builtin {
@@ -598,11 +612,24 @@ enum {
     F_DURATION,
     F_FACTOR,
     F_ONEWAY,
+    F_LOSS,
+    F_CORR,
+    F_PS,
+    F_RANKS,
+    F_SCOPE,
+    F_LATENCY,
+    F_JITTER,
+    F_DIRECTION,
+    F_AFTER,
+    F_RETRANSMIT,
+    F_RTO,
     F_N
 };
-static const char *const scen_fault_keys[F_N] = {"what",        "at_step", "at_phase", "at_time",
-                                                 "probability", "rank",    "worker",   "link",
-                                                 "duration",    "factor",  "one_way"};
+static const char *const scen_fault_keys[F_N] = {
+    "what",   "at_step", "at_phase",    "at_time",   "probability",    "rank",
+    "worker", "link",    "duration",    "factor",    "one_way",        "loss",
+    "correlation", "ps", "ranks",       "scope",     "latency",        "jitter",
+    "direction",   "after_messages",   "retransmit", "rto"};
 
 /* What the sections leave for the checks across them. */
 typedef struct scen_state {
@@ -1246,56 +1273,92 @@ static dsim_err scen_fault(const scen_ctx *c, const scen_node *fv, size_t idx, d
                          "%s: an empty fault; write what:, when (at_step, at_phase, "
                          "at_time or probability) and where (rank, worker or link)",
                          path);
-    f->pos = scen_pos(fv);
-    f->rank = f->worker = f->link_from = f->link_to = -1;
+    dsim_src_pos pos = scen_pos(fv);
+    f->line = pos.line;
+    f->column = pos.column;
+    f->rank = f->worker = f->ps = f->link_from = f->link_to = -1;
+    f->step = -1;
     if (!m.val[F_WHAT])
         return scen_fail(c, fv,
-                         "%s.what: missing; accepted: kill, restart, partition, drop, "
+                         "%s.what: missing; accepted: kill, restart, pause, partition, drop, "
                          "delay, duplicate, corrupt, reorder, slow, stagger",
                          path);
     int v = 0;
     DSIM_CHECK(scen_enum(c, &m, F_WHAT, "a fault", scen_fault_whats, SCEN_N(scen_fault_whats), &v));
     f->what = (dsim_fault_what)v;
     const char *what = scen_fault_whats[v].name;
+    bool on_task = f->what == DSIM_FAULT_KILL || f->what == DSIM_FAULT_RESTART ||
+                   f->what == DSIM_FAULT_PAUSE;
 
-    /* when: exactly one */
-    static const int whens[] = {F_STEP, F_PHASE, F_TIME, F_PROB};
+    /* when: one of them; at_phase may name its step with at_step */
+    static const int whens[] = {F_STEP, F_PHASE, F_TIME, F_PROB, F_LOSS};
     int nwhen = 0, first = -1;
     for (size_t i = 0; i < SCEN_N(whens); i++) {
-        if (m.val[whens[i]]) {
-            if (nwhen++ == 0)
+        if (!m.val[whens[i]])
+            continue;
+        bool pair = (first == F_STEP && whens[i] == F_PHASE);
+        if (nwhen++ == 0 || pair) {
+            if (first < 0)
                 first = whens[i];
-            else
-                return scen_fail(c, m.key[whens[i]],
-                                 "%s.%s: a fault has one 'when', and %s is already given; keep "
-                                 "one of at_step, at_phase, at_time, probability",
-                                 path, scen_fault_keys[whens[i]], scen_fault_keys[first]);
+            continue;
         }
+        return scen_fail(c, m.key[whens[i]],
+                         "%s.%s: a fault has one 'when', and %s is already given; keep "
+                         "one of at_step, at_phase (with at_step if you like), at_time, "
+                         "probability, loss",
+                         path, scen_fault_keys[whens[i]], scen_fault_keys[first]);
     }
-    if (nwhen == 0)
+    if (nwhen == 0 && f->what != DSIM_FAULT_STAGGER)
         return scen_fail(c, m.key[F_WHAT],
                          "%s: the %s fault has no 'when'; add one of at_step: N, at_phase: NAME, "
-                         "at_time: DURATION, probability: P",
+                         "at_time: DURATION, probability: P (loss: PERCENT for drops)",
                          path, what);
-    if (m.val[F_STEP]) {
-        f->when = DSIM_WHEN_STEP;
-        DSIM_CHECK(scen_int(c, &m, F_STEP, 0, INT64_MAX / 2, &f->step));
-    } else if (m.val[F_PHASE]) {
+    if (m.val[F_PHASE]) {
         f->when = DSIM_WHEN_PHASE;
         DSIM_CHECK(scen_enum(c, &m, F_PHASE, "a phase", scen_phases, SCEN_N(scen_phases), &v));
-        f->phase = strdup(scen_phases[v].name);
+        f->phase = strdup(dsim_phase_name((dsim_phase)v));
         if (!f->phase)
             return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", c->path);
+        if (m.val[F_STEP])
+            DSIM_CHECK(scen_int(c, &m, F_STEP, 0, INT64_MAX / 2, &f->step));
+    } else if (m.val[F_STEP]) {
+        f->when = DSIM_WHEN_STEP;
+        DSIM_CHECK(scen_int(c, &m, F_STEP, 0, INT64_MAX / 2, &f->step));
     } else if (m.val[F_TIME]) {
         f->when = DSIM_WHEN_TIME;
         DSIM_CHECK(scen_duration(c, &m, F_TIME, 0, &f->time_ns));
-    } else {
+    } else if (m.val[F_PROB]) {
         f->when = DSIM_WHEN_PROBABILITY;
         DSIM_CHECK(scen_real(c, &m, F_PROB, 0, 1, true, false, &f->probability));
+    } else if (m.val[F_LOSS]) {
+        if (f->what != DSIM_FAULT_DROP)
+            return scen_fail(c, m.key[F_LOSS],
+                             "%s.loss: loss is the drop fault's rate; use probability: for a %s "
+                             "fault",
+                             path, what);
+        f->when = DSIM_WHEN_PROBABILITY;
+        double pct = 0;
+        DSIM_CHECK(scen_real(c, &m, F_LOSS, 0, 100, true, false, &pct));
+        f->probability = pct / 100.0;
+    } else {
+        f->when = DSIM_WHEN_PHASE; /* stagger: at the start */
+        f->phase = strdup("start");
+        if (!f->phase)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", c->path);
+    }
+    if (m.val[F_CORR]) {
+        if (f->when != DSIM_WHEN_PROBABILITY)
+            return scen_fail(c, m.key[F_CORR],
+                             "%s.correlation: only a fault drawn per frame (probability: or "
+                             "loss:) has a correlation; remove it",
+                             path);
+        double pct = 0;
+        DSIM_CHECK(scen_real(c, &m, F_CORR, 0, 100, false, false, &pct));
+        f->correlation = pct / 100.0;
     }
 
     /* where: at most one */
-    static const int wheres[] = {F_RANK, F_WORKER, F_LINK};
+    static const int wheres[] = {F_RANK, F_WORKER, F_PS, F_LINK, F_RANKS, F_SCOPE};
     int nwhere = 0;
     first = -1;
     for (size_t i = 0; i < SCEN_N(wheres); i++) {
@@ -1305,7 +1368,7 @@ static dsim_err scen_fault(const scen_ctx *c, const scen_node *fv, size_t idx, d
             else
                 return scen_fail(c, m.key[wheres[i]],
                                  "%s.%s: a fault has one 'where', and %s is already given; keep "
-                                 "one of rank, worker, link",
+                                 "one of rank, worker, ps, link, ranks, scope",
                                  path, scen_fault_keys[wheres[i]], scen_fault_keys[first]);
         }
     }
@@ -1320,6 +1383,35 @@ static dsim_err scen_fault(const scen_ctx *c, const scen_node *fv, size_t idx, d
         snprintf(kp, sizeof kp, "%s.worker", path);
         DSIM_CHECK(scen_int_v(c, m.val[F_WORKER], kp, 0, t->hosts - 1, &x));
         f->worker = (int)x;
+    }
+    if (m.val[F_PS]) {
+        snprintf(kp, sizeof kp, "%s.ps", path);
+        if (t->num_ps < 1)
+            return scen_fail(c, m.key[F_PS],
+                             "%s: this job has no parameter servers (cluster.ps is 0); name a "
+                             "rank or worker instead",
+                             kp);
+        DSIM_CHECK(scen_int_v(c, m.val[F_PS], kp, 0, t->num_ps - 1, &x));
+        f->ps = (int)x;
+    }
+    if (m.val[F_SCOPE]) {
+        DSIM_CHECK(scen_enum(c, &m, F_SCOPE, "a scope", scen_scopes, SCEN_N(scen_scopes), &v));
+        f->scope = (dsim_fault_scope)v;
+    }
+    if (m.val[F_RANKS]) {
+        const scen_node *lv = m.val[F_RANKS];
+        snprintf(kp, sizeof kp, "%s.ranks", path);
+        if (lv->kind != DSIM_YAML_SEQ || lv->n == 0 || lv->n > DSIM_FAULT_MAX_RANKS)
+            return scen_fail(c, lv,
+                             "%s: %s is not a list of ranks; accepted: [R, R, ...], 1 to %d "
+                             "ranks in 0..%" PRId64,
+                             kp, scen_show(lv, show, sizeof show), DSIM_FAULT_MAX_RANKS,
+                             replicas - 1);
+        for (size_t k = 0; k < lv->n; k++) {
+            snprintf(kp, sizeof kp, "%s.ranks[%zu]", path, k);
+            DSIM_CHECK(scen_int_v(c, lv->kid[k], kp, 0, replicas - 1, &x));
+            f->ranks[f->n_ranks++] = (int)x;
+        }
     }
     if (m.val[F_LINK]) {
         const scen_node *lv = m.val[F_LINK];
@@ -1342,31 +1434,55 @@ static dsim_err scen_fault(const scen_ctx *c, const scen_node *fv, size_t idx, d
         f->link_from = (int)a;
         f->link_to = (int)b;
     }
-    bool on_task = f->what == DSIM_FAULT_KILL || f->what == DSIM_FAULT_RESTART ||
-                   f->what == DSIM_FAULT_STAGGER;
-    if (on_task && f->rank < 0 && f->worker < 0)
-        return scen_fail(c, m.val[F_LINK] ? m.key[F_LINK] : m.key[F_WHAT],
-                         "%s: a %s fault needs a rank: or worker: to act on%s", path, what,
-                         m.val[F_LINK] ? " (not a link)" : "");
+    if ((on_task || f->what == DSIM_FAULT_SLOW) && m.val[F_LINK] && f->what != DSIM_FAULT_SLOW)
+        return scen_fail(c, m.key[F_LINK], "%s: a %s fault acts on a process, not a link; use "
+                         "rank:, worker:, ps:, ranks: or scope:", path, what);
+    if (on_task && nwhere == 0)
+        return scen_fail(c, m.key[F_WHAT],
+                         "%s: a %s fault needs a rank:, worker:, ps:, ranks: or scope: to act on",
+                         path, what);
+    if (f->what == DSIM_FAULT_SLOW && nwhere == 0)
+        return scen_fail(c, m.key[F_WHAT],
+                         "%s: a slow fault needs a rank: (a straggler) or a link: (a slow link)",
+                         path);
+    if (f->what == DSIM_FAULT_STAGGER && nwhere == 0)
+        f->scope = DSIM_SCOPE_ALL;
     if (f->what == DSIM_FAULT_PARTITION && nwhere == 0)
         return scen_fail(c, m.key[F_WHAT],
-                         "%s: a partition needs a link: [FROM, TO], a rank: or a worker: to cut "
-                         "off",
+                         "%s: a partition needs a link: [FROM, TO], a rank:, worker:, ranks: or "
+                         "scope: to cut off",
                          path);
+    if (m.val[F_PS] && f->what != DSIM_FAULT_KILL && f->what != DSIM_FAULT_PARTITION &&
+        f->what != DSIM_FAULT_DELAY && f->what != DSIM_FAULT_DROP)
+        return scen_fail(c, m.key[F_PS],
+                         "%s.ps: a parameter server can be killed, cut off, delayed or lose "
+                         "frames; a %s fault acts on replicas",
+                         path, what);
 
     /* settings that belong to some kinds only */
-    bool has_duration = f->what == DSIM_FAULT_DELAY || f->what == DSIM_FAULT_SLOW ||
-                        f->what == DSIM_FAULT_PARTITION || f->what == DSIM_FAULT_STAGGER;
-    bool needs_duration = f->what == DSIM_FAULT_DELAY || f->what == DSIM_FAULT_STAGGER;
+    bool has_duration = f->what != DSIM_FAULT_KILL;
+    bool needs_duration = f->what == DSIM_FAULT_STAGGER;
+    if (m.val[F_DURATION] && m.val[F_LATENCY])
+        return scen_fail(c, m.key[F_LATENCY],
+                         "%s.latency: latency and duration say the same for a delay; keep one",
+                         path);
+    if (m.val[F_LATENCY] && f->what != DSIM_FAULT_DELAY)
+        return scen_fail(c, m.key[F_LATENCY], "%s.latency: only a delay has a latency", path);
+    if (f->what == DSIM_FAULT_DELAY && !m.val[F_DURATION] && !m.val[F_LATENCY])
+        return scen_fail(c, m.key[F_WHAT], "%s: a delay fault needs latency: (e.g. 50ms)", path);
     if (m.val[F_DURATION] && !has_duration)
         return scen_fail(c, m.key[F_DURATION],
-                         "%s.duration: a %s fault has no duration (delay, slow, partition and "
-                         "stagger have one); remove it",
-                         path, what);
+                         "%s.duration: a kill is for good; use restart with a duration for a "
+                         "process that comes back",
+                         path);
     if (needs_duration && !m.val[F_DURATION])
-        return scen_fail(c, m.key[F_WHAT], "%s: a %s fault needs duration: (e.g. 500ms)", path,
+        return scen_fail(c, m.key[F_WHAT], "%s: a %s fault needs duration: (e.g. 2s)", path,
                          what);
-    DSIM_CHECK(scen_duration(c, &m, F_DURATION, needs_duration ? 1 : 0, &f->duration_ns));
+    DSIM_CHECK(scen_duration(c, &m, m.val[F_LATENCY] ? F_LATENCY : F_DURATION,
+                             needs_duration ? 1 : 0, &f->duration_ns));
+    if (m.val[F_JITTER] && f->what != DSIM_FAULT_DELAY)
+        return scen_fail(c, m.key[F_JITTER], "%s.jitter: only a delay has jitter", path);
+    DSIM_CHECK(scen_duration(c, &m, F_JITTER, 0, &f->jitter_ns));
     if (m.val[F_FACTOR] && f->what != DSIM_FAULT_SLOW)
         return scen_fail(c, m.key[F_FACTOR], "%s.factor: only a slow fault has a factor; remove it",
                          path);
@@ -1375,15 +1491,42 @@ static dsim_err scen_fault(const scen_ctx *c, const scen_node *fv, size_t idx, d
                          "%s: a slow fault needs factor: how many times slower (more than 1)",
                          path);
     DSIM_CHECK(scen_real(c, &m, F_FACTOR, 1, 1e6, true, false, &f->factor));
-    if (m.val[F_ONEWAY] && f->what != DSIM_FAULT_PARTITION)
-        return scen_fail(c, m.key[F_ONEWAY],
-                         "%s.one_way: only a partition is one-way or not; remove it", path);
+    if ((m.val[F_ONEWAY] || m.val[F_DIRECTION]) && f->what != DSIM_FAULT_PARTITION)
+        return scen_fail(c, m.val[F_ONEWAY] ? m.key[F_ONEWAY] : m.key[F_DIRECTION],
+                         "%s: only a partition is one-way or not; remove it", path);
+    if (m.val[F_ONEWAY] && m.val[F_DIRECTION])
+        return scen_fail(c, m.key[F_DIRECTION],
+                         "%s.direction: one_way and direction say the same; keep direction", path);
     DSIM_CHECK(scen_bool(c, &m, F_ONEWAY, &f->one_way));
+    if (m.val[F_DIRECTION]) {
+        DSIM_CHECK(scen_enum(c, &m, F_DIRECTION, "a direction", scen_directions,
+                             SCEN_N(scen_directions), &v));
+        if (v == 1) { /* from: TO -> FROM */
+            int tmp = f->link_from;
+            f->link_from = f->link_to;
+            f->link_to = tmp;
+        }
+        f->one_way = v != 2;
+    }
     if (f->one_way && !m.val[F_LINK])
-        return scen_fail(c, m.key[F_ONEWAY],
-                         "%s.one_way: a one-way partition cuts one direction of a link; add "
+        return scen_fail(c, m.val[F_ONEWAY] ? m.key[F_ONEWAY] : m.key[F_DIRECTION],
+                         "%s: a one-way partition cuts one direction of a link; add "
                          "link: [FROM, TO]",
                          path);
+    if (m.val[F_AFTER] && (!on_task || f->when != DSIM_WHEN_PHASE))
+        return scen_fail(c, m.key[F_AFTER],
+                         "%s.after_messages: only a kill, restart or pause at_phase: fires after "
+                         "the frames it sent in that phase",
+                         path);
+    DSIM_CHECK(scen_int(c, &m, F_AFTER, 1, INT64_MAX / 2, &f->after_messages));
+    if ((m.val[F_RETRANSMIT] || m.val[F_RTO]) && f->what != DSIM_FAULT_DROP)
+        return scen_fail(c, m.val[F_RTO] ? m.key[F_RTO] : m.key[F_RETRANSMIT],
+                         "%s: only a drop is retransmitted", path);
+    DSIM_CHECK(scen_bool(c, &m, F_RETRANSMIT, &f->retransmit));
+    if (m.val[F_RTO] && !f->retransmit)
+        return scen_fail(c, m.key[F_RTO], "%s.rto: set retransmit: true for a retransmission "
+                         "timeout to apply", path);
+    DSIM_CHECK(scen_duration(c, &m, F_RTO, 1, &f->rto_ns));
     return DSIM_OK;
 }
 
@@ -1755,12 +1898,6 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
                         "%s:%d:%d: engine: the %s engine is not supported yet; this build runs "
                         "engine: threads",
                         s->path, s->engine_pos.line, s->engine_pos.column, s->engine);
-    if (s->n_faults > 0)
-        return DSIM_ERR(DSIM_ENOTSUP, -1,
-                        "%s:%d:%d: faults: fault injection is not supported yet (%zu fault%s "
-                        "given); remove the faults section to run the rest",
-                        s->path, s->faults[0].pos.line, s->faults[0].pos.column, s->n_faults,
-                        s->n_faults == 1 ? "" : "s");
     if (s->recovery && strcmp(s->recovery, "none") != 0)
         return DSIM_ERR(DSIM_ENOTSUP, -1,
                         "%s:%d:%d: recovery: %s is not supported yet; this build runs recovery: "

@@ -21,6 +21,7 @@
 #include "dsim/err.h"
 #include "dsim/strategy.h"
 #include "check/check.h"
+#include "fault/fault.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,43 +39,6 @@ typedef struct dsim_expect {
     bool expect_fail;                     /* the scenario passes only if this check fails */
     dsim_src_pos pos;
 } dsim_expect;
-
-typedef enum dsim_fault_what {
-    DSIM_FAULT_KILL,
-    DSIM_FAULT_RESTART,
-    DSIM_FAULT_PARTITION,
-    DSIM_FAULT_DROP,
-    DSIM_FAULT_DELAY,
-    DSIM_FAULT_DUPLICATE,
-    DSIM_FAULT_CORRUPT,
-    DSIM_FAULT_REORDER,
-    DSIM_FAULT_SLOW,
-    DSIM_FAULT_STAGGER,
-    DSIM_FAULT_WHAT_COUNT
-} dsim_fault_what;
-
-typedef enum dsim_fault_when {
-    DSIM_WHEN_STEP,        /* at global step N */
-    DSIM_WHEN_PHASE,       /* at a named phase (rendezvous, allreduce, ...) */
-    DSIM_WHEN_TIME,        /* at time T after the start */
-    DSIM_WHEN_PROBABILITY, /* each operation with probability p */
-} dsim_fault_when;
-
-/* One `faults:` entry: when, what, where (parsed now, run later). */
-typedef struct dsim_fault {
-    dsim_fault_what what;
-    dsim_fault_when when;
-    int64_t step;           /* WHEN_STEP */
-    char *phase;            /* WHEN_PHASE */
-    int64_t time_ns;        /* WHEN_TIME */
-    double probability;     /* WHEN_PROBABILITY */
-    int rank, worker;       /* -1 when not given */
-    int link_from, link_to; /* -1 when not a link */
-    bool one_way;           /* partition */
-    int64_t duration_ns;    /* delay/slow/partition length; 0: permanent */
-    double factor;          /* slow: how many times slower */
-    dsim_src_pos pos;
-} dsim_fault;
 
 typedef struct dsim_scenario {
     char *path; /* the file, as given */

@@ -692,7 +692,8 @@ static dsim_err train_open_world(train_job *job)
         .nranks = N + P,
         .rt = job->rt,
         .options = cfg->transport_options,
-        .backend_arg = cfg->transport_arg,
+        .filter = cfg->transport_filter,
+        .filter_user = cfg->transport_filter_user,
     };
     DSIM_CHECK(dsim_fabric_open(&fc, &job->fab));
     job->eps = calloc((size_t)(N + P), sizeof *job->eps);

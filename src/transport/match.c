@@ -17,6 +17,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +173,14 @@ static dsim_err tp_consume(dsim_req *r, int src, uint32_t tag, const void *data,
  * are unknown: g->tag is that of the frame that revealed the gap. */
 static void tp_fail_gap(dsim_req *r, const tp_msg *g)
 {
+    if (g->kind == TP_MSG_CORRUPT) {
+        tp_req_failf(r, g->src,
+                     "corrupt message from rank %d (comm %" PRIu32 ", tag %" PRIu32
+                     "): its payload checksum is %08" PRIx64 " but the payload hashes to %08" PRIx64
+                     "; the message was discarded, not used; the link from rank %d corrupts data",
+                     g->src, g->comm_id, g->tag, g->seq_expected, g->seq_got, g->src);
+        return;
+    }
     tp_req_failf(r, g->src,
                  "lost %" PRIu64 " message(s) from rank %d (comm %" PRIu32
                  ") sent before its message with tag %" PRIu32 ": expected sequence number %" PRIu64
@@ -206,7 +215,8 @@ static tp_msg *tp_match_unexpected_locked(dsim_ep *ep, int src, uint32_t comm_id
         tp_msg *m = TP_CONTAINER(n, tp_msg, link);
         /* A gap stands for frames of any tag: the next receive sees it. */
         if (m->src == src && m->comm_id == comm_id &&
-            (tag == DSIM_ANY_TAG || m->tag == tag || m->kind == TP_MSG_GAP)) {
+            (tag == DSIM_ANY_TAG || m->tag == tag || m->kind == TP_MSG_GAP ||
+             m->kind == TP_MSG_CORRUPT)) {
             tp_list_del(n);
             if (m->kind == TP_MSG_RNDV)
                 TP_CONTAINER(m, dsim_req, m)->queued = 0;
@@ -304,12 +314,64 @@ static void tp_fill(dsim_req *r, const dsim_tp_hdr *h, const void *payload, size
     tp_req_finish(r, st, len);
 }
 
+/* Queues or fails with a marker that stands for a frame that cannot be
+ * used (lost frames, a corrupt one): the oldest receive from that peer and
+ * communicator fails, whatever its tag. Under ep->lock. */
+static void tp_mark_locked(dsim_ep *ep, const tp_msg *mark)
+{
+    dsim_req *r = tp_match_posted_locked(ep, mark->src, mark->comm_id, DSIM_ANY_TAG);
+    if (r) {
+        tp_fail_gap(r, mark);
+        tp_req_finish_locked(r, DSIM_EPROTO, 0);
+        return;
+    }
+    tp_msg *g = malloc(sizeof *g);
+    if (g) {
+        *g = *mark;
+        tp_list_push(&tp_bucket_of(ep, mark->src)->unexpected, &g->link);
+    } else {
+        dsim_error_log("rank %d: out of memory recording an unusable message", ep->rank);
+    }
+}
+
+static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void *payload,
+                                   size_t len, dsim_req *zc);
+
 dsim_err dsim_tp_deliver(dsim_ep *ep, const dsim_tp_hdr *h, const void *payload, size_t len,
                          dsim_req *zc)
 {
     if (!ep || !h || (!payload && len))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "dsim_tp_deliver: ep and hdr must be set, and payload when len > 0");
+    const struct dsim_tp_filter *flt = ep->f->filter;
+    if (!flt)
+        return tp_deliver_checked(ep, h, payload, len, zc);
+    dsim_tp_hdr hc = *h;
+    if (flt->on_deliver(ep->f->filter_user, ep, &hc, payload, len) == DSIM_TP_FILTER_TAKEN) {
+        if (zc)
+            tp_req_finish(zc, DSIM_OK, len);
+        return DSIM_OK;
+    }
+    return tp_deliver_checked(ep, &hc, payload, len, zc);
+}
+
+dsim_err dsim_tp_deliver_held(dsim_ep *ep, const dsim_tp_hdr *h, const void *payload, size_t len)
+{
+    if (!ep || !h || (!payload && len))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_tp_deliver_held: ep and hdr must be set, and payload when len > 0");
+    return tp_deliver_checked(ep, h, payload, len, NULL);
+}
+
+static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void *payload,
+                                   size_t len, dsim_req *zc)
+{
+    /* Hashed before taking the lock: it reads the whole payload. */
+    uint32_t sum = 0;
+    bool check = (h->flags & DSIM_TP_F_CHECKSUM) && !(h->flags & DSIM_TP_F_VERIFIED) &&
+                 h->len == (uint64_t)len;
+    if (check)
+        sum = dsim_tp_checksum(payload, len);
     dsim_waitq_lock(ep->lock);
     dsim_err rc = tp_refuse_locked(ep, h);
     if (rc != DSIM_OK) {
@@ -323,28 +385,37 @@ dsim_err dsim_tp_deliver(dsim_ep *ep, const dsim_tp_hdr *h, const void *payload,
             tp_req_finish(zc, DSIM_OK, len);
         return DSIM_OK;
     }
-    ep->msgs_recv++;
-    ep->bytes_recv += len;
     if (gap.seq_got) {
         gap.kind = TP_MSG_GAP;
         gap.src = h->src;
         gap.comm_id = h->comm_id;
         gap.tag = h->tag;
         gap.epoch = h->epoch;
-        dsim_req *r = tp_match_posted_locked(ep, h->src, h->comm_id, DSIM_ANY_TAG);
-        if (r) {
-            tp_fail_gap(r, &gap);
-            tp_req_finish_locked(r, DSIM_EPROTO, 0);
-        } else {
-            tp_msg *g = malloc(sizeof *g);
-            if (g) {
-                *g = gap;
-                tp_list_push(&tp_bucket_of(ep, h->src)->unexpected, &g->link);
-            } else {
-                dsim_error_log("rank %d: out of memory recording lost messages", ep->rank);
-            }
-        }
+        tp_mark_locked(ep, &gap);
     }
+    if (check && sum != h->checksum) {
+        /* Its sequence number is used up: it stands in the stream as a
+         * frame that fails its receive, so nothing after it looks lost. */
+        ep->rejected_corrupt++;
+        dsim_warn("rank %d: a corrupt message from rank %" PRId32 " (comm %" PRIu32
+                  ", tag %" PRIu32 ") was discarded: checksum %08" PRIx32 ", payload hashes to "
+                  "%08" PRIx32,
+                  ep->rank, h->src, h->comm_id, h->tag, h->checksum, sum);
+        tp_msg bad = {.kind = TP_MSG_CORRUPT,
+                      .src = h->src,
+                      .comm_id = h->comm_id,
+                      .tag = h->tag,
+                      .epoch = h->epoch,
+                      .seq_expected = h->checksum,
+                      .seq_got = sum};
+        tp_mark_locked(ep, &bad);
+        dsim_waitq_unlock(ep->lock);
+        if (zc)
+            tp_req_finish(zc, DSIM_OK, len);
+        return DSIM_OK;
+    }
+    ep->msgs_recv++;
+    ep->bytes_recv += len;
     dsim_req *r = tp_match_posted_locked(ep, h->src, h->comm_id, h->tag);
     if (r) {
         dsim_waitq_unlock(ep->lock);
@@ -436,6 +507,7 @@ dsim_err tp_recv_start(dsim_req *req)
     dsim_err st;
     switch (m->kind) {
     case TP_MSG_GAP:
+    case TP_MSG_CORRUPT:
         tp_fail_gap(req, m);
         req->status = DSIM_EPROTO;
         free(m);

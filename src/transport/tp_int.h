@@ -79,6 +79,7 @@ enum tp_msg_kind {
     TP_MSG_EAGER, /* payload copied into data[] after this struct */
     TP_MSG_RNDV,  /* the sender's request; data is the sender's buffer */
     TP_MSG_GAP,   /* stands for lost frames: fails one receive with EPROTO */
+    TP_MSG_CORRUPT, /* stands for a frame whose checksum failed: likewise */
 };
 
 typedef struct tp_msg {
@@ -160,7 +161,8 @@ struct dsim_fabric {
     int abort_peer;
     char abort_why[256];
     void *priv;
-    void *backend_arg; /* dsim_fabric_cfg.backend_arg */
+    const struct dsim_tp_filter *filter; /* or NULL */
+    void *filter_user;
 };
 
 static inline int tp_aborted(const dsim_fabric *f)

@@ -6,6 +6,7 @@
  * ops table in dsim/spi/transport.h; the receive path is in match.c. */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,10 +219,6 @@ void *dsim_tp_fabric_priv(dsim_fabric *f)
     return f->priv;
 }
 
-void *dsim_tp_fabric_arg(dsim_fabric *f)
-{
-    return f->backend_arg;
-}
 
 void *dsim_tp_ep_priv(dsim_ep *ep)
 {
@@ -370,7 +367,16 @@ dsim_err dsim_fabric_open(const dsim_fabric_cfg *cfg, dsim_fabric **out)
     f->ops = ops;
     f->rt = cfg->rt;
     f->nranks = cfg->nranks;
-    f->backend_arg = cfg->backend_arg;
+    if (cfg->filter && (cfg->filter->size != sizeof(struct dsim_tp_filter) ||
+                        !cfg->filter->on_deliver)) {
+        free(f);
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_fabric_open: the filter's size is %zu (expected %zu) or it has "
+                        "no on_deliver",
+                        cfg->filter->size, sizeof(struct dsim_tp_filter));
+    }
+    f->filter = cfg->filter;
+    f->filter_user = cfg->filter_user;
     f->abort_peer = -1;
     atomic_init(&f->aborted, 0);
     atomic_flag_clear(&f->abort_claimed);
@@ -392,6 +398,12 @@ dsim_err dsim_fabric_open(const dsim_fabric_cfg *cfg, dsim_fabric **out)
         free(f);
         return e;
     }
+    if (f->filter && f->filter->attach && (e = f->filter->attach(f->filter_user, f)) != DSIM_OK) {
+        ops->fabric_close(f);
+        free(f->eps);
+        free(f);
+        return e;
+    }
     dsim_debug("transport: opened a %d-rank '%s' fabric", f->nranks, ops->name);
     *out = f;
     return DSIM_OK;
@@ -401,6 +413,8 @@ void dsim_fabric_close(dsim_fabric *f)
 {
     if (!f)
         return;
+    if (f->filter && f->filter->detach)
+        f->filter->detach(f->filter_user, f);
     for (int r = 0; r < f->nranks; r++) {
         dsim_ep *ep = atomic_load_explicit(&f->eps[r], memory_order_acquire);
         if (!ep)
@@ -1148,4 +1162,50 @@ dsim_err dsim_tp_opt_size(const char *backend, const char *key, const char *val,
 bad:
     return DSIM_ERR(DSIM_EINVAL, -1, "%s option %s=%s: expected a byte count such as 65536 or 64k",
                     backend, key, val ? val : "");
+}
+
+/* ---- checksums ---- */
+
+static uint32_t tp_crc_table[8][256];
+static pthread_once_t tp_crc_once = PTHREAD_ONCE_INIT;
+
+static void tp_crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+        tp_crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            tp_crc_table[t][i] =
+                (tp_crc_table[t - 1][i] >> 8) ^ tp_crc_table[0][tp_crc_table[t - 1][i] & 0xFF];
+}
+
+/* Slicing-by-8: about 1.5-2 GB/s per core, far below a memcpy, so it is
+ * computed only where a frame crosses a wire or a fault filter asks. */
+uint32_t dsim_tp_checksum(const void *p, size_t n)
+{
+    pthread_once(&tp_crc_once, tp_crc_init);
+    const uint8_t *b = p;
+    uint32_t c = 0xFFFFFFFFu;
+    while (n && ((uintptr_t)b & 7)) {
+        c = (c >> 8) ^ tp_crc_table[0][(c ^ *b++) & 0xFF];
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, b, 8);
+        w ^= c;
+        c = tp_crc_table[7][w & 0xFF] ^ tp_crc_table[6][(w >> 8) & 0xFF] ^
+            tp_crc_table[5][(w >> 16) & 0xFF] ^ tp_crc_table[4][(w >> 24) & 0xFF] ^
+            tp_crc_table[3][(w >> 32) & 0xFF] ^ tp_crc_table[2][(w >> 40) & 0xFF] ^
+            tp_crc_table[1][(w >> 48) & 0xFF] ^ tp_crc_table[0][w >> 56];
+        b += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = (c >> 8) ^ tp_crc_table[0][(c ^ *b++) & 0xFF];
+    return ~c;
 }

@@ -174,12 +174,12 @@ typedef struct dsim_train_cfg {
     dsim_algo communication; /* all-reduce algorithm; AUTO: the decision function */
     int64_t timeout_ns;      /* every collective and wait; <= 0: 30 s */
     const char *engine;      /* NULL: "threads" */
-    /* The fabric's backend (NULL: "inproc"), its options string and its
-     * backend argument (dsim_fabric_cfg.backend_arg), for decorators such as
-     * a fault-injecting transport. */
+    /* The fabric's backend (NULL: "inproc") and options string, and an
+     * optional fault filter over it (dsim_fabric_cfg.filter). */
     const char *transport;
     const char *transport_options;
-    void *transport_arg;
+    const struct dsim_tp_filter *transport_filter;
+    void *transport_filter_user;
     const dsim_train_hooks *hooks; /* optional */
     void *hooks_user;
 

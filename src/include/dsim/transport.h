@@ -39,6 +39,7 @@ extern "C" {
 typedef struct dsim_fabric dsim_fabric;
 typedef struct dsim_ep dsim_ep;
 typedef struct dsim_req dsim_req;
+struct dsim_tp_filter;
 
 #define DSIM_ANY_TAG UINT32_MAX
 
@@ -47,7 +48,10 @@ typedef struct dsim_fabric_cfg {
     int nranks;          /* ranks in the job, >= 1 */
     dsim_rt *rt;         /* the runtime all waits go through */
     const char *options; /* backend options "key=value,key=value", or NULL */
-    void *backend_arg;   /* handed to the backend as is (decorators); NULL for built-ins */
+    /* Optional fault filter (dsim/spi/transport.h): sees every frame that
+     * arrives at a local endpoint, whatever the backend. */
+    const struct dsim_tp_filter *filter;
+    void *filter_user;
 } dsim_fabric_cfg;
 
 dsim_err dsim_fabric_open(const dsim_fabric_cfg *cfg, dsim_fabric **out);
@@ -108,7 +112,7 @@ typedef struct dsim_ep_stats {
     uint64_t msgs_recv, bytes_recv;
     uint64_t rejected_misrouted; /* header names another destination/comm */
     uint64_t rejected_stale;     /* old epoch or repeated sequence number */
-    uint64_t rejected_corrupt;   /* bad magic, version or length */
+    uint64_t rejected_corrupt;   /* bad magic, version, length or payload checksum */
     /* Sequence streams tracked, sent and received: one per (peer, comm id),
      * whatever the tags, so it stays bounded however many tags are used. */
     uint64_t seq_streams;

@@ -38,8 +38,14 @@ extern "C" {
 /* Frames longer than this are corrupt whatever the backend. */
 #define DSIM_TP_MAX_LEN ((uint64_t)1 << 40)
 
-/* hdr.flags: checksum holds a payload checksum that the backend verified. */
+/* hdr.flags: checksum holds dsim_tp_checksum of the payload as sent. The
+ * shared layer verifies it on delivery unless DSIM_TP_F_VERIFIED is set too
+ * (a receiving backend that checked it already sets that). A frame whose
+ * checksum does not match is never delivered: it fails the oldest receive
+ * from that peer and communicator with DSIM_EPROTO ("corrupt"), and is
+ * counted in dsim_ep_stats.rejected_corrupt. */
 #define DSIM_TP_F_CHECKSUM 0x1u
+#define DSIM_TP_F_VERIFIED 0x2u
 
 /* The header of every frame (48 bytes, host byte order; a backend that
  * crosses machines converts it). seq counts from 1 per (src, dst, comm_id)
@@ -124,8 +130,7 @@ extern const struct dsim_tp_ops dsim_tp_inproc_ops;
 void *dsim_tp_fabric_priv(dsim_fabric *f);
 void *dsim_tp_ep_priv(dsim_ep *ep);
 void *dsim_tp_req_priv(dsim_req *req);
-/* dsim_fabric_cfg.backend_arg as given to dsim_fabric_open. */
-void *dsim_tp_fabric_arg(dsim_fabric *f);
+
 dsim_rt *dsim_tp_fabric_rt(dsim_fabric *f);
 dsim_fabric *dsim_tp_ep_fabric(dsim_ep *ep);
 /* The shared-layer endpoint of `rank` in this address space, created on
@@ -165,6 +170,51 @@ dsim_err dsim_tp_inject(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void 
  * (comm_id, tag, len; seq is the next one), without sending anything. */
 dsim_err dsim_tp_hdr_next(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, size_t len,
                           dsim_tp_hdr *out);
+
+/* CRC-32C (Castagnoli) of n bytes: the payload checksum of every backend. */
+uint32_t dsim_tp_checksum(const void *p, size_t n);
+
+/* ---- fault filters ----
+ *
+ * A filter sees every frame as it arrives at a local endpoint, after the
+ * backend and before the shared layer's checks, whatever the backend: this
+ * is where injected faults live (DESIGN §3, the dispatch layer's fault
+ * hooks), so drop, delay, duplicate, corrupt and partitions behave the same
+ * on inproc and tcp and in every process of a multi-process job. Deciding at
+ * the receiving side means a held frame is always re-delivered locally. */
+typedef enum dsim_tp_filter_verdict {
+    DSIM_TP_FILTER_PASS = 0, /* deliver as usual (the filter may have changed
+                                hdr->flags and hdr->checksum) */
+    DSIM_TP_FILTER_TAKEN,    /* the filter took the frame: it copied what it
+                                needs (or dropped it) and may hand it over later
+                                with dsim_tp_deliver_held; the sender's request
+                                completes now, as for a message on the wire */
+} dsim_tp_filter_verdict;
+
+struct dsim_tp_filter {
+    size_t size; /* sizeof(struct dsim_tp_filter) */
+    /* Optional. Called once by dsim_fabric_open after the backend opened
+     * (e.g. to spawn a runtime worker that re-delivers held frames). A
+     * failure fails the open. */
+    dsim_err (*attach)(void *user, dsim_fabric *f);
+    /* Optional. Called first thing by dsim_fabric_close: stop handing
+     * frames over and release every held one (endpoints are still
+     * allocated, possibly closed). */
+    void (*detach)(void *user, dsim_fabric *f);
+    /* Required. A frame from hdr->src arrived for the local endpoint ep.
+     * Called on whatever thread delivers (a sender's worker on inproc, an
+     * I/O thread on tcp); frames of one (src, dst) pair come one at a time
+     * in order, and a filter that holds one must hold the later ones of
+     * that pair behind it. Must not block; must not call into the
+     * transport except dsim_tp_fabric_ep / dsim_ep_rank. */
+    dsim_tp_filter_verdict (*on_deliver)(void *user, dsim_ep *ep, dsim_tp_hdr *hdr,
+                                         const void *payload, size_t len);
+};
+
+/* Hands a frame the filter took to ep's receive path, bypassing the filter
+ * (payload is read during the call only). Same results as dsim_tp_deliver. */
+dsim_err dsim_tp_deliver_held(dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload,
+                              size_t len);
 
 /* Walks a backend options string "key=value,key=value". Each call stores
  * the next pair (NUL-terminated) and returns 1; 0 at the end; -1 on a

@@ -1,0 +1,1016 @@
+/* Fault injection: the transport filter and the driver's hooks that carry
+ * out a scenario's fault list (see fault.h for what each fault does).
+ *
+ *   frames ──> on_deliver (receiving side, any backend)
+ *                 dead end?          drop
+ *                 paused end?        hold until the pause ends
+ *                 link faults        drop / hold / duplicate / corrupt / reorder
+ *                 link already holds frames?  hold behind them (order per link)
+ *              held frames ──> fs_worker (a runtime worker) ──> dsim_tp_deliver_held
+ *   replicas ──> fs_phase (every phase of every replica)
+ *                 triggers: step / phase [/ after N frames] / time / probability
+ *                 kill, restart (revoke later), pause (sleep), slow, stagger
+ *
+ * One lock (the wait queue fs->q, a leaf lock) guards all state. Nothing is
+ * delivered while it is held: a held frame is unlinked, delivered unlocked,
+ * and only then does its link stop counting it, so a frame arriving
+ * meanwhile is held behind it and the link's order is kept. */
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsim/log.h"
+#include "dsim/rng.h"
+#include "dsim/rt.h"
+#include "dsim/spi/transport.h"
+#include "dsim_config.h"
+#include "fault.h"
+
+#if DSIM_HAVE_FIU && defined(FIU_ENABLE)
+#include <fiu.h>
+#define FS_FIU(name) fiu_fail(name)
+#else
+#define FS_FIU(name) 0
+#endif
+
+#define FS_WORKER_ID   (1 << 24)
+#define FS_POLL_NS     (10LL * 1000 * 1000) /* a paused replica re-checks the job this often */
+#define FS_DEFAULT_RTO (200LL * 1000 * 1000)
+#define FS_FOREVER     INT64_MAX
+
+static const char *const fs_what_names[DSIM_FAULT_WHAT_COUNT] = {
+    [DSIM_FAULT_KILL] = "kill",           [DSIM_FAULT_RESTART] = "restart",
+    [DSIM_FAULT_PARTITION] = "partition", [DSIM_FAULT_DROP] = "drop",
+    [DSIM_FAULT_DELAY] = "delay",         [DSIM_FAULT_DUPLICATE] = "duplicate",
+    [DSIM_FAULT_CORRUPT] = "corrupt",     [DSIM_FAULT_REORDER] = "reorder",
+    [DSIM_FAULT_SLOW] = "slow",           [DSIM_FAULT_STAGGER] = "stagger",
+    [DSIM_FAULT_PAUSE] = "pause",
+};
+
+const char *dsim_fault_what_name(dsim_fault_what w)
+{
+    return (int)w >= 0 && w < DSIM_FAULT_WHAT_COUNT ? fs_what_names[w] : "unknown";
+}
+
+typedef struct fs_held {
+    struct fs_held *next;
+    dsim_ep *ep;
+    dsim_tp_hdr hdr;
+    int64_t due; /* FS_FOREVER: until released */
+    int link;    /* index into fs->links */
+    int why;     /* the fault index that held it, or -1 (queued behind others) */
+    size_t len;
+    unsigned char data[];
+} fs_held;
+
+typedef struct fs_link {
+    dsim_rng rng;
+    bool rng_ready;
+    double last; /* the last uniform draw, for correlation */
+    int held;    /* frames of this link in the held list or being delivered */
+    int64_t last_due;
+} fs_link;
+
+/* A fault's life in the current run. */
+typedef struct fs_state {
+    bool fired, done;
+    int64_t t_fire;
+    bool *victim;   /* [R] ranks it acts on */
+    int64_t armed;  /* after_messages countdown once its phase is entered; -1 not armed */
+    int armed_rank; /* the rank being counted */
+    bool fired_before_restart;
+} fs_state;
+
+/* A revocation scheduled by a restart. */
+typedef struct fs_timer {
+    int64_t due;
+    int rank;
+    bool pending;
+} fs_timer;
+
+struct dsim_faults {
+    dsim_fault *list;
+    size_t n;
+    uint64_t seed;
+    int hosts, D, N, P, R;
+    fs_state *st;
+    /* per rank */
+    bool *dead;
+    int64_t *pause_end; /* 0 none; FS_FOREVER for good */
+    int *phase;
+    uint64_t *step;
+    int64_t *t_compute;
+    /* per link (src * R + dst), made on first use */
+    fs_link **links;
+    /* the run */
+    dsim_rt *rt;
+    dsim_fabric *fab;
+    dsim_waitq *q;
+    dsim_task *worker;
+    bool stopping;
+    int64_t t0;
+    fs_held *held; /* sorted by due, stable */
+    fs_timer *timers;
+    size_t n_timers;
+    dsim_faults_stats stats;
+    dsim_fault_event *ev;
+    size_t n_ev, cap_ev;
+    dsim_train_hooks hooks;
+    struct dsim_tp_filter filter;
+};
+
+/* ---- events ---- */
+
+static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, const char *fmt,
+                            ...) __attribute__((format(printf, 5, 6)));
+
+static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, const char *fmt, ...)
+{
+    if (fs->n_ev == fs->cap_ev) {
+        size_t cap = fs->cap_ev ? 2 * fs->cap_ev : 32;
+        if (cap > 100000)
+            return; /* bounded: a probabilistic fault on a long run */
+        dsim_fault_event *e = realloc(fs->ev, cap * sizeof *e);
+        if (!e)
+            return;
+        fs->ev = e;
+        fs->cap_ev = cap;
+    }
+    dsim_fault_event *e = &fs->ev[fs->n_ev++];
+    e->t_ns = now - fs->t0;
+    e->fault = fault;
+    e->rank = rank;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->text, sizeof e->text, fmt, ap);
+    va_end(ap);
+    dsim_info("fault: %s", e->text);
+}
+
+/* ---- scopes ---- */
+
+static int fs_rank_of_worker(const dsim_faults *fs, int w, int d)
+{
+    return w * fs->D + d;
+}
+
+/* Fills st->victim from the fault's where. */
+static dsim_err fs_resolve(dsim_faults *fs, size_t i)
+{
+    const dsim_fault *f = &fs->list[i];
+    fs_state *st = &fs->st[i];
+    st->victim = calloc((size_t)fs->R, sizeof *st->victim);
+    if (!st->victim)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "faults: out of memory");
+    st->armed = -1;
+    st->armed_rank = -1;
+    if (f->rank >= 0 && f->rank < fs->R)
+        st->victim[f->rank] = true;
+    if (f->worker >= 0 && f->worker < fs->hosts)
+        for (int d = 0; d < fs->D; d++)
+            st->victim[fs_rank_of_worker(fs, f->worker, d)] = true;
+    if (f->ps >= 0 && f->ps < fs->P)
+        st->victim[fs->N + f->ps] = true;
+    for (int k = 0; k < f->n_ranks; k++)
+        if (f->ranks[k] >= 0 && f->ranks[k] < fs->R)
+            st->victim[f->ranks[k]] = true;
+    if (f->link_from >= 0) {
+        st->victim[f->link_from] = true;
+        st->victim[f->link_to] = true;
+    }
+    if (f->scope == DSIM_SCOPE_ALL) {
+        for (int r = 0; r < fs->N; r++)
+            st->victim[r] = true;
+    } else if (f->scope == DSIM_SCOPE_ONE || f->scope == DSIM_SCOPE_MAJORITY) {
+        int want = f->scope == DSIM_SCOPE_ONE ? 1 : fs->N / 2 + 1;
+        uint64_t *ids = malloc((size_t)fs->N * sizeof *ids);
+        if (!ids)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "faults: out of memory");
+        for (int r = 0; r < fs->N; r++)
+            ids[r] = (uint64_t)r;
+        dsim_rng g;
+        dsim_rng_init(&g, fs->seed, "fault.scope", i);
+        dsim_rng_shuffle_u64(&g, ids, (uint64_t)fs->N);
+        for (int k = 0; k < want && k < fs->N; k++)
+            st->victim[ids[k]] = true;
+        free(ids);
+    }
+    return DSIM_OK;
+}
+
+static bool fs_any_victim(const dsim_faults *fs, size_t i)
+{
+    for (int r = 0; r < fs->R; r++)
+        if (fs->st[i].victim[r])
+            return true;
+    return false;
+}
+
+/* Does a link fault touch the frame src -> dst? */
+static bool fs_link_matches(const dsim_faults *fs, size_t i, int src, int dst)
+{
+    const dsim_fault *f = &fs->list[i];
+    const bool *v = fs->st[i].victim;
+    if (f->link_from >= 0) {
+        if (src == f->link_from && dst == f->link_to)
+            return true;
+        return !f->one_way && src == f->link_to && dst == f->link_from;
+    }
+    if (!fs_any_victim(fs, i))
+        return true; /* no where: every link */
+    if (f->what == DSIM_FAULT_PARTITION)
+        return v[src] != v[dst]; /* the cut: one end on each side */
+    return v[src] || v[dst];
+}
+
+/* ---- triggers ---- */
+
+static bool fs_is_link_fault(dsim_fault_what w)
+{
+    return w == DSIM_FAULT_PARTITION || w == DSIM_FAULT_DROP || w == DSIM_FAULT_DELAY ||
+           w == DSIM_FAULT_DUPLICATE || w == DSIM_FAULT_CORRUPT || w == DSIM_FAULT_REORDER;
+}
+
+static bool fs_one_shot(const dsim_fault *f)
+{
+    return (f->what == DSIM_FAULT_DROP || f->what == DSIM_FAULT_DUPLICATE ||
+            f->what == DSIM_FAULT_CORRUPT || f->what == DSIM_FAULT_REORDER) &&
+           f->when != DSIM_WHEN_PROBABILITY && f->duration_ns == 0;
+}
+
+/* Is link fault i in force at `now`? (Probability faults always are.) */
+static bool fs_active_locked(dsim_faults *fs, size_t i, int64_t now)
+{
+    const dsim_fault *f = &fs->list[i];
+    fs_state *st = &fs->st[i];
+    if (st->done)
+        return false;
+    if (f->when == DSIM_WHEN_PROBABILITY)
+        return true;
+    if (!st->fired && f->when == DSIM_WHEN_TIME && now - fs->t0 >= f->time_ns) {
+        st->fired = true;
+        st->t_fire = now;
+        fs->stats.fired++;
+        fs_event_locked(fs, (int)i, -1, now, "fault %zu (%s) fired at %.3f s", i,
+                        fs_what_names[f->what], (double)(now - fs->t0) / 1e9);
+    }
+    if (!st->fired)
+        return false;
+    if (f->duration_ns > 0 && now >= st->t_fire + f->duration_ns &&
+        f->what != DSIM_FAULT_DELAY) {
+        st->done = true;
+        fs_event_locked(fs, (int)i, -1, now, "fault %zu (%s) healed after %.3f s", i,
+                        fs_what_names[f->what], (double)f->duration_ns / 1e9);
+        return false;
+    }
+    return true;
+}
+
+static fs_link *fs_link_get(dsim_faults *fs, int src, int dst)
+{
+    size_t k = (size_t)src * (size_t)fs->R + (size_t)dst;
+    fs_link *l = fs->links[k];
+    if (!l) {
+        l = calloc(1, sizeof *l);
+        if (!l)
+            return NULL;
+        fs->links[k] = l;
+    }
+    return l;
+}
+
+/* netem's correlated draw: next = c * last + (1 - c) * uniform. */
+static double fs_draw(dsim_faults *fs, fs_link *l, int src, int dst, double corr)
+{
+    if (!l->rng_ready) {
+        dsim_rng_init(&l->rng, fs->seed, "fault.link", (uint64_t)src * 1000003u + (uint64_t)dst);
+        l->rng_ready = true;
+        l->last = dsim_rng_uniform(&l->rng);
+    }
+    double u = dsim_rng_uniform(&l->rng);
+    l->last = corr * l->last + (1.0 - corr) * u;
+    return l->last;
+}
+
+/* ---- held frames ---- */
+
+static void fs_hold_insert_locked(dsim_faults *fs, fs_held *h)
+{
+    fs_held **pp = &fs->held;
+    while (*pp && (*pp)->due <= h->due)
+        pp = &(*pp)->next;
+    h->next = *pp;
+    *pp = h;
+    dsim_waitq_wake(fs->q);
+}
+
+static bool fs_hold_locked(dsim_faults *fs, dsim_ep *ep, const dsim_tp_hdr *hdr,
+                           const void *payload, size_t len, int64_t due, int why, fs_link *l,
+                           int link)
+{
+    fs_held *h = malloc(sizeof *h + len);
+    if (!h) {
+        fs->stats.dropped++;
+        return false;
+    }
+    h->ep = ep;
+    h->hdr = *hdr;
+    h->len = len;
+    if (len)
+        memcpy(h->data, payload, len);
+    if (due < l->last_due)
+        due = l->last_due; /* never overtake a frame of the same link */
+    h->due = due;
+    h->link = link;
+    h->why = why;
+    l->last_due = due;
+    l->held++;
+    fs->stats.held++;
+    fs_hold_insert_locked(fs, h);
+    return true;
+}
+
+/* Moves held frames that `pred` selects to `due` (a heal or a pause's end). */
+static void fs_release_locked(dsim_faults *fs, int64_t due, int rank, int why)
+{
+    fs_held *keep = NULL, **kt = &keep, *moved = NULL, **mt = &moved;
+    for (fs_held *h = fs->held, *next; h; h = next) {
+        next = h->next;
+        h->next = NULL;
+        bool sel = (why >= 0 && h->why == why) ||
+                   (rank >= 0 && (h->hdr.src == rank || h->hdr.dst == rank));
+        if (sel && h->due > due) {
+            *mt = h;
+            mt = &h->next;
+        } else {
+            *kt = h;
+            kt = &h->next;
+        }
+    }
+    fs->held = keep;
+    for (fs_held *h = moved, *next; h; h = next) {
+        next = h->next;
+        h->due = due;
+        if (fs->links[h->link])
+            fs->links[h->link]->last_due = due;
+        fs_hold_insert_locked(fs, h);
+    }
+}
+
+static void fs_worker_main(void *arg)
+{
+    dsim_faults *fs = arg;
+    dsim_waitq_lock(fs->q);
+    while (!fs->stopping) {
+        int64_t now = dsim_rt_now(fs->rt);
+        for (size_t t = 0; t < fs->n_timers; t++) {
+            fs_timer *tm = &fs->timers[t];
+            if (tm->pending && tm->due <= now) {
+                tm->pending = false;
+                char why[160];
+                snprintf(why, sizeof why,
+                         "peer %d restarted: a new incarnation joined and the group must be "
+                         "re-formed",
+                         tm->rank);
+                fs_event_locked(fs, -1, tm->rank, now, "rank %d came back (new incarnation)",
+                                tm->rank);
+                dsim_waitq_unlock(fs->q);
+                dsim_fabric_abort(fs->fab, tm->rank, why);
+                dsim_waitq_lock(fs->q);
+            }
+        }
+        fs_held *h = fs->held;
+        if (h && h->due <= now) {
+            fs->held = h->next;
+            dsim_waitq_unlock(fs->q);
+            dsim_tp_deliver_held(h->ep, &h->hdr, h->data, h->len);
+            dsim_waitq_lock(fs->q);
+            fs_link *l = fs->links[h->link];
+            if (l)
+                l->held--;
+            free(h);
+            continue;
+        }
+        int64_t next = h ? h->due : FS_FOREVER;
+        for (size_t t = 0; t < fs->n_timers; t++)
+            if (fs->timers[t].pending && fs->timers[t].due < next)
+                next = fs->timers[t].due;
+        dsim_waitq_wait(fs->q, next);
+    }
+    dsim_waitq_unlock(fs->q);
+}
+
+/* ---- the filter ---- */
+
+static bool fs_dead_or_paused_locked(dsim_faults *fs, int r, int64_t now, int64_t *until)
+{
+    if (r < 0 || r >= fs->R)
+        return false;
+    if (fs->dead[r]) {
+        *until = -1;
+        return true;
+    }
+    if (fs->pause_end[r] > now) {
+        if (fs->pause_end[r] > *until)
+            *until = fs->pause_end[r];
+        return true;
+    }
+    return false;
+}
+
+static void fs_kill_locked(dsim_faults *fs, size_t i, int rank, int64_t now, const char *how);
+
+static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr *hdr,
+                                            const void *payload, size_t len)
+{
+    dsim_faults *fs = user;
+    int src = hdr->src, dst = dsim_ep_rank(ep);
+    if (src < 0 || src >= fs->R || dst < 0 || dst >= fs->R)
+        return DSIM_TP_FILTER_PASS; /* the shared layer rejects it */
+    dsim_waitq_lock(fs->q);
+    int64_t now = dsim_rt_now(fs->rt);
+    fs->stats.frames_seen++;
+    int link = src * fs->R + dst;
+    fs_link *l = fs_link_get(fs, src, dst);
+    dsim_tp_filter_verdict v = DSIM_TP_FILTER_PASS;
+    int64_t until = 0;
+    if (!l) {
+        fs->stats.dropped++;
+        v = DSIM_TP_FILTER_TAKEN;
+        goto out;
+    }
+    /* A kill armed to fire after N frames of its phase. */
+    for (size_t i = 0; i < fs->n; i++) {
+        fs_state *st = &fs->st[i];
+        if (st->armed > 0 && st->armed_rank == src && --st->armed == 0) {
+            st->armed = -1;
+            fs_kill_locked(fs, i, src, now, "after its frames in the phase");
+        }
+    }
+    if (FS_FIU("dsim/tp/deliver")) {
+        fs->stats.dropped++;
+        v = DSIM_TP_FILTER_TAKEN;
+        goto out;
+    }
+    bool a = fs_dead_or_paused_locked(fs, src, now, &until);
+    bool b = fs_dead_or_paused_locked(fs, dst, now, &until);
+    if ((a || b) && until < 0) {
+        fs->stats.dropped++; /* a dead process neither sends nor receives */
+        v = DSIM_TP_FILTER_TAKEN;
+        goto out;
+    }
+    if (a || b) {
+        fs_hold_locked(fs, ep, hdr, payload, len, until, -2, l, link);
+        v = DSIM_TP_FILTER_TAKEN;
+        goto out;
+    }
+    int64_t hold_until = 0;
+    int hold_why = -1;
+    bool duplicate = false, corrupt = FS_FIU("dsim/tp/corrupt") != 0;
+    for (size_t i = 0; i < fs->n; i++) {
+        const dsim_fault *f = &fs->list[i];
+        if (!fs_is_link_fault(f->what) || !fs_link_matches(fs, i, src, dst) ||
+            !fs_active_locked(fs, i, now))
+            continue;
+        if (f->when == DSIM_WHEN_PROBABILITY &&
+            fs_draw(fs, l, src, dst, f->correlation) >= f->probability)
+            continue;
+        if (fs_one_shot(f))
+            fs->st[i].done = true;
+        switch (f->what) {
+        case DSIM_FAULT_PARTITION: {
+            int64_t heal = f->duration_ns > 0 ? fs->st[i].t_fire + f->duration_ns : FS_FOREVER;
+            if (heal > hold_until) {
+                hold_until = heal;
+                hold_why = (int)i;
+            }
+            break;
+        }
+        case DSIM_FAULT_DROP:
+            if (f->retransmit) {
+                int64_t t = now + (f->rto_ns > 0 ? f->rto_ns : FS_DEFAULT_RTO);
+                if (t > hold_until) {
+                    hold_until = t;
+                    hold_why = (int)i;
+                }
+            } else {
+                fs->stats.dropped++;
+                if (f->when != DSIM_WHEN_PROBABILITY || fs->stats.dropped <= 16)
+                    fs_event_locked(fs, (int)i, src, now,
+                                    "fault %zu dropped a frame %d -> %d (comm %" PRIu32
+                                    ", tag %" PRIu32 ", %zu bytes)",
+                                    i, src, dst, hdr->comm_id, hdr->tag, len);
+                v = DSIM_TP_FILTER_TAKEN;
+                goto out;
+            }
+            break;
+        case DSIM_FAULT_DELAY: {
+            int64_t d = f->duration_ns;
+            if (f->jitter_ns > 0)
+                d += (int64_t)(fs_draw(fs, l, src, dst, 0) * (double)f->jitter_ns);
+            if (now + d > hold_until) {
+                hold_until = now + d;
+                hold_why = (int)i;
+            }
+            fs->stats.delayed++;
+            break;
+        }
+        case DSIM_FAULT_DUPLICATE:
+            duplicate = true;
+            break;
+        case DSIM_FAULT_CORRUPT:
+            corrupt = true;
+            fs_event_locked(fs, (int)i, src, now,
+                            "fault %zu corrupted a frame %d -> %d (comm %" PRIu32 ", tag %" PRIu32
+                            ", %zu bytes)",
+                            i, src, dst, hdr->comm_id, hdr->tag, len);
+            break;
+        case DSIM_FAULT_REORDER:
+            /* Held until the link's next frame has passed it. */
+            if (hold_until < FS_FOREVER) {
+                hold_until = FS_FOREVER;
+                hold_why = (int)i;
+            }
+            fs->stats.reordered++;
+            break;
+        default:
+            break;
+        }
+    }
+    if (corrupt) {
+        /* The payload no longer matches what the header says was sent. */
+        hdr->flags = (uint16_t)((hdr->flags | DSIM_TP_F_CHECKSUM) & ~DSIM_TP_F_VERIFIED);
+        hdr->checksum = dsim_tp_checksum(payload, len) ^ 0x5A5A5A5Au;
+        fs->stats.corrupted++;
+    }
+    /* A reordered frame waiting alone on this link is overtaken by this
+     * one: both go through the worker, this one first. */
+    if (l->held == 1 && hold_until == 0) {
+        fs_held **pp = &fs->held, *r = NULL;
+        for (; *pp; pp = &(*pp)->next) {
+            fs_held *h = *pp;
+            if (h->link == link && h->due == FS_FOREVER && h->why >= 0 &&
+                fs->list[h->why].what == DSIM_FAULT_REORDER) {
+                r = h;
+                *pp = h->next;
+                break;
+            }
+        }
+        if (r) {
+            l->held--;
+            l->last_due = now;
+            fs_hold_locked(fs, ep, hdr, payload, len, now, -1, l, link);
+            r->due = now;
+            r->why = -1;
+            l->held++;
+            fs_hold_insert_locked(fs, r);
+            fs_event_locked(fs, -1, src, now,
+                            "a frame %d -> %d was overtaken by the next one on its link", src, dst);
+            v = DSIM_TP_FILTER_TAKEN;
+            goto out;
+        }
+    }
+    if (hold_until > 0 || l->held > 0) {
+        if (hold_until < now)
+            hold_until = now;
+        fs_hold_locked(fs, ep, hdr, payload, len, hold_until, hold_why, l, link);
+        v = DSIM_TP_FILTER_TAKEN;
+        goto out;
+    }
+    if (duplicate) {
+        /* The original goes now; the copy follows it on the same link. */
+        fs->stats.duplicated++;
+        fs_hold_locked(fs, ep, hdr, payload, len, now, -1, l, link);
+    }
+out:
+    dsim_waitq_unlock(fs->q);
+    return v;
+}
+
+static dsim_err fs_attach(void *user, dsim_fabric *f)
+{
+    dsim_faults *fs = user;
+    if (fs->fab)
+        return DSIM_ERR(DSIM_ESTATE, -1, "faults: already attached to a running fabric");
+    fs->fab = f;
+    fs->rt = dsim_tp_fabric_rt(f);
+    DSIM_CHECK(dsim_waitq_create(fs->rt, &fs->q));
+    fs->stopping = false;
+    fs->t0 = dsim_rt_now(fs->rt);
+    dsim_err e = dsim_rt_spawn(fs->rt, FS_WORKER_ID, fs_worker_main, fs, &fs->worker);
+    if (e != DSIM_OK) {
+        dsim_waitq_destroy(fs->q);
+        fs->q = NULL;
+        fs->fab = NULL;
+    }
+    return e;
+}
+
+static void fs_detach(void *user, dsim_fabric *f)
+{
+    dsim_faults *fs = user;
+    (void)f;
+    if (!fs->q)
+        return;
+    dsim_waitq_lock(fs->q);
+    fs->stopping = true;
+    dsim_waitq_wake(fs->q);
+    dsim_waitq_unlock(fs->q);
+    dsim_rt_join(fs->rt, fs->worker);
+    fs->worker = NULL;
+    for (fs_held *h = fs->held, *next; h; h = next) {
+        next = h->next;
+        fs->stats.dropped++;
+        free(h);
+    }
+    fs->held = NULL;
+    for (size_t k = 0; k < (size_t)fs->R * (size_t)fs->R; k++)
+        if (fs->links[k]) {
+            fs->links[k]->held = 0;
+            fs->links[k]->last_due = 0;
+        }
+    dsim_waitq_destroy(fs->q);
+    fs->q = NULL;
+    fs->fab = NULL;
+}
+
+/* ---- the hooks ---- */
+
+static void fs_kill_locked(dsim_faults *fs, size_t i, int rank, int64_t now, const char *how)
+{
+    const dsim_fault *f = &fs->list[i];
+    fs_state *st = &fs->st[i];
+    if (!st->fired) {
+        st->fired = true;
+        st->t_fire = now;
+        fs->stats.fired++;
+    }
+    /* A worker is one process: all its devices go with it. */
+    int w = rank < fs->N ? rank / fs->D : -1;
+    int lo = w >= 0 && f->worker >= 0 ? w * fs->D : rank;
+    int hi = w >= 0 && f->worker >= 0 ? lo + fs->D : rank + 1;
+    for (int r = lo; r < hi; r++) {
+        if (fs->dead[r])
+            continue;
+        fs->dead[r] = true;
+        fs_event_locked(fs, (int)i, r, now, "fault %zu: rank %d %s (%s, %s step %" PRIu64 ")", i,
+                        r, f->what == DSIM_FAULT_RESTART ? "killed, to restart" : "killed", how,
+                        r < fs->N ? dsim_phase_name((dsim_phase)fs->phase[r]) : "serving",
+                        r < fs->N ? fs->step[r] : 0);
+        if (f->what == DSIM_FAULT_RESTART) {
+            fs_timer *t = realloc(fs->timers, (fs->n_timers + 1) * sizeof *t);
+            if (t) {
+                fs->timers = t;
+                fs->timers[fs->n_timers++] =
+                    (fs_timer){.due = now + f->duration_ns, .rank = r, .pending = true};
+                dsim_waitq_wake(fs->q);
+            }
+        }
+    }
+}
+
+/* Does replica-level fault i trigger for replica r entering phase p at gs? */
+static bool fs_triggers_locked(dsim_faults *fs, size_t i, int r, dsim_phase p, uint64_t gs,
+                               int64_t now)
+{
+    const dsim_fault *f = &fs->list[i];
+    fs_state *st = &fs->st[i];
+    if (!st->victim[r])
+        return false;
+    switch (f->when) {
+    case DSIM_WHEN_STEP:
+        return p == DSIM_PHASE_COMPUTE && gs == (uint64_t)f->step;
+    case DSIM_WHEN_PHASE: {
+        dsim_phase want;
+        if (dsim_phase_parse(f->phase, &want) != DSIM_OK) {
+            dsim_clear_error();
+            return false;
+        }
+        return p == want && (f->step < 0 || gs == (uint64_t)f->step);
+    }
+    case DSIM_WHEN_TIME:
+        return now - fs->t0 >= f->time_ns;
+    case DSIM_WHEN_PROBABILITY: {
+        if (p != DSIM_PHASE_COMPUTE)
+            return false;
+        fs_link *l = fs_link_get(fs, r, r);
+        return l && fs_draw(fs, l, r, r, f->correlation) < f->probability;
+    }
+    }
+    return false;
+}
+
+/* Sleeps the calling replica until `until` or until the job is revoked.
+ * Returns true if it woke because the job was revoked. Unlocked. */
+static bool fs_sleep(dsim_faults *fs, int64_t until)
+{
+    while (dsim_rt_now(fs->rt) < until) {
+        if (fs->fab && dsim_fabric_aborted(fs->fab))
+            return true;
+        int64_t t = dsim_rt_now(fs->rt) + FS_POLL_NS;
+        dsim_rt_sleep_until(fs->rt, t < until ? t : until);
+    }
+    return false;
+}
+
+static const char *const fs_fiu_phase[DSIM_PHASE_COUNT] = {
+    [DSIM_PHASE_START] = "dsim/phase/start",
+    [DSIM_PHASE_RENDEZVOUS] = "dsim/phase/rendezvous",
+    [DSIM_PHASE_RESTORE] = "dsim/phase/restore",
+    [DSIM_PHASE_CREATE_VARIABLES] = "dsim/phase/create_variables",
+    [DSIM_PHASE_COMPUTE] = "dsim/phase/compute",
+    [DSIM_PHASE_ALLREDUCE] = "dsim/coll/allreduce",
+    [DSIM_PHASE_REDUCE_LOSS] = "dsim/phase/reduce_loss",
+    [DSIM_PHASE_CHECKPOINT] = "dsim/phase/checkpoint",
+    [DSIM_PHASE_FINISH] = "dsim/phase/finish",
+    [DSIM_PHASE_DONE] = "dsim/phase/done",
+};
+
+static dsim_hook_action fs_phase(void *user, int r, dsim_phase p, uint64_t gs)
+{
+    dsim_faults *fs = user;
+    if (r < 0 || r >= fs->N || !fs->q)
+        return DSIM_HOOK_GO;
+    (void)fs_fiu_phase;
+    if ((int)p >= 0 && p < DSIM_PHASE_COUNT && FS_FIU(fs_fiu_phase[p])) {
+        dsim_waitq_lock(fs->q);
+        fs->dead[r] = true;
+        fs_event_locked(fs, -1, r, dsim_rt_now(fs->rt), "libfiu point %s killed rank %d",
+                        fs_fiu_phase[p], r);
+        dsim_waitq_unlock(fs->q);
+        return DSIM_HOOK_DIE;
+    }
+    int64_t sleep_until = 0, slow_ns = 0;
+    bool die = false, pause = false;
+    dsim_waitq_lock(fs->q);
+    int64_t now = dsim_rt_now(fs->rt);
+    int prev = fs->phase[r];
+    fs->phase[r] = (int)p;
+    fs->step[r] = gs;
+    if (fs->dead[r]) {
+        dsim_waitq_unlock(fs->q);
+        return DSIM_HOOK_DIE;
+    }
+    for (size_t i = 0; i < fs->n; i++) {
+        const dsim_fault *f = &fs->list[i];
+        fs_state *st = &fs->st[i];
+        if (st->done)
+            continue;
+        if (fs_is_link_fault(f->what)) {
+            /* Link faults with a step or phase trigger start when the first
+             * replica gets there. */
+            if (!st->fired && (f->when == DSIM_WHEN_STEP || f->when == DSIM_WHEN_PHASE)) {
+                /* Whichever replica gets there first starts it. */
+                bool save = st->victim[r];
+                st->victim[r] = true;
+                bool hit = fs_triggers_locked(fs, i, r, p, gs, now);
+                st->victim[r] = save;
+                if (hit) {
+                    st->fired = true;
+                    st->t_fire = now;
+                    fs->stats.fired++;
+                    fs_event_locked(fs, (int)i, -1, now,
+                                    "fault %zu (%s) starts at %s of step %" PRIu64, i,
+                                    fs_what_names[f->what], dsim_phase_name(p), gs);
+                }
+            }
+            continue;
+        }
+        switch (f->what) {
+        case DSIM_FAULT_KILL:
+        case DSIM_FAULT_RESTART:
+            if (st->fired && f->when != DSIM_WHEN_PROBABILITY)
+                break;
+            if (!fs_triggers_locked(fs, i, r, p, gs, now))
+                break;
+            if (f->after_messages > 0) {
+                if (st->armed < 0) {
+                    st->armed = f->after_messages;
+                    st->armed_rank = r;
+                }
+                break;
+            }
+            fs_kill_locked(fs, i, r, now, "at its trigger");
+            die = true;
+            break;
+        case DSIM_FAULT_PAUSE:
+            if (st->fired || !fs_triggers_locked(fs, i, r, p, gs, now))
+                break;
+            st->fired = true;
+            st->t_fire = now;
+            fs->stats.fired++;
+            for (int k = 0; k < fs->R; k++) {
+                if (!st->victim[k])
+                    continue;
+                fs->pause_end[k] = f->duration_ns > 0 ? now + f->duration_ns : FS_FOREVER;
+                fs_event_locked(fs, (int)i, k, now,
+                                "fault %zu: rank %d paused at %s of step %" PRIu64 " (%s)", i, k,
+                                dsim_phase_name(p), gs,
+                                f->duration_ns > 0 ? "for a while" : "for good");
+            }
+            break;
+        case DSIM_FAULT_SLOW:
+            if (!st->victim[r])
+                break;
+            if (!st->fired && fs_triggers_locked(fs, i, r, p, gs, now)) {
+                st->fired = true;
+                st->t_fire = now;
+                fs->stats.fired++;
+                fs_event_locked(fs, (int)i, r, now, "fault %zu: rank %d slowed %.1fx", i, r,
+                                f->factor);
+            }
+            if (st->fired && (f->duration_ns == 0 || now < st->t_fire + f->duration_ns) &&
+                p == DSIM_PHASE_ALLREDUCE && prev == DSIM_PHASE_COMPUTE && fs->t_compute[r] > 0)
+                slow_ns += (int64_t)((f->factor - 1.0) * (double)(now - fs->t_compute[r]));
+            break;
+        case DSIM_FAULT_STAGGER:
+            if (p == DSIM_PHASE_START && st->victim[r]) {
+                int w = r / fs->D;
+                dsim_rng g;
+                dsim_rng_init(&g, fs->seed, "fault.stagger", (uint64_t)w);
+                int64_t d = (int64_t)(dsim_rng_uniform(&g) * (double)f->duration_ns);
+                if (now + d > sleep_until)
+                    sleep_until = now + d;
+                if (r % fs->D == 0)
+                    fs_event_locked(fs, (int)i, r, now, "fault %zu: worker %d starts %.3f s late",
+                                    i, w, (double)d / 1e9);
+            }
+            break;
+        default:
+            break;
+        }
+    }
+    if (p == DSIM_PHASE_COMPUTE)
+        fs->t_compute[r] = now;
+    if (!die && fs->pause_end[r] > now) {
+        pause = true;
+        if (fs->pause_end[r] > sleep_until)
+            sleep_until = fs->pause_end[r];
+    }
+    dsim_waitq_unlock(fs->q);
+    if (die)
+        return DSIM_HOOK_DIE;
+    if (slow_ns > 0)
+        sleep_until = sleep_until > now + slow_ns ? sleep_until : now + slow_ns;
+    if (sleep_until > now) {
+        bool revoked = fs_sleep(fs, sleep_until);
+        if (pause) {
+            dsim_waitq_lock(fs->q);
+            int64_t t = dsim_rt_now(fs->rt);
+            if (revoked) {
+                /* The job gave up on it while it was stuck: as good as dead. */
+                fs->dead[r] = true;
+                fs_event_locked(fs, -1, r, t, "rank %d was still paused when the job was revoked",
+                                r);
+                dsim_waitq_unlock(fs->q);
+                return DSIM_HOOK_DIE;
+            }
+            fs->pause_end[r] = 0;
+            fs_release_locked(fs, t, r, -1);
+            fs_event_locked(fs, -1, r, t, "rank %d resumed", r);
+            dsim_waitq_unlock(fs->q);
+        }
+    }
+    return DSIM_HOOK_GO;
+}
+
+static int fs_killed(void *user, int r)
+{
+    dsim_faults *fs = user;
+    if (r < 0 || r >= fs->R || !fs->q)
+        return 0;
+    dsim_waitq_lock(fs->q);
+    int k = fs->dead[r] || fs->pause_end[r] == FS_FOREVER;
+    dsim_waitq_unlock(fs->q);
+    return k;
+}
+
+/* ---- life ---- */
+
+dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, int hosts,
+                            int devices_per_host, int num_ps, dsim_faults **out)
+{
+    *out = NULL;
+    if (hosts < 1 || devices_per_host < 1 || num_ps < 0 || (n && !faults))
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_faults_create: bad cluster %d x %d + %d", hosts,
+                        devices_per_host, num_ps);
+    dsim_faults *fs = calloc(1, sizeof *fs);
+    if (!fs)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "faults: out of memory");
+    fs->seed = seed;
+    fs->hosts = hosts;
+    fs->D = devices_per_host;
+    fs->N = hosts * devices_per_host;
+    fs->P = num_ps;
+    fs->R = fs->N + num_ps;
+    fs->n = n;
+    size_t R = (size_t)fs->R;
+    fs->list = calloc(n ? n : 1, sizeof *fs->list);
+    fs->st = calloc(n ? n : 1, sizeof *fs->st);
+    fs->dead = calloc(R, sizeof *fs->dead);
+    fs->pause_end = calloc(R, sizeof *fs->pause_end);
+    fs->phase = calloc(R, sizeof *fs->phase);
+    fs->step = calloc(R, sizeof *fs->step);
+    fs->t_compute = calloc(R, sizeof *fs->t_compute);
+    fs->links = calloc(R * R, sizeof *fs->links);
+    if (!fs->list || !fs->st || !fs->dead || !fs->pause_end || !fs->phase || !fs->step ||
+        !fs->t_compute || !fs->links) {
+        dsim_faults_destroy(fs);
+        return DSIM_ERR(DSIM_ENOMEM, -1, "faults: out of memory for %d ranks", fs->R);
+    }
+    for (size_t i = 0; i < n; i++) {
+        fs->list[i] = faults[i];
+        fs->list[i].phase = NULL;
+        if (faults[i].phase && !(fs->list[i].phase = strdup(faults[i].phase))) {
+            dsim_faults_destroy(fs);
+            return DSIM_ERR(DSIM_ENOMEM, -1, "faults: out of memory");
+        }
+        dsim_err e = fs_resolve(fs, i);
+        if (e != DSIM_OK) {
+            dsim_faults_destroy(fs);
+            return e;
+        }
+    }
+    fs->hooks = (dsim_train_hooks){
+        .size = sizeof(dsim_train_hooks), .phase = fs_phase, .killed = fs_killed};
+    fs->filter = (struct dsim_tp_filter){.size = sizeof(struct dsim_tp_filter),
+                                         .attach = fs_attach,
+                                         .detach = fs_detach,
+                                         .on_deliver = fs_on_deliver};
+    *out = fs;
+    return DSIM_OK;
+}
+
+void dsim_faults_destroy(dsim_faults *fs)
+{
+    if (!fs)
+        return;
+    for (size_t i = 0; fs->list && i < fs->n; i++)
+        free(fs->list[i].phase);
+    for (size_t i = 0; fs->st && i < fs->n; i++)
+        free(fs->st[i].victim);
+    if (fs->links)
+        for (size_t k = 0; k < (size_t)fs->R * (size_t)fs->R; k++)
+            free(fs->links[k]);
+    free(fs->links);
+    free(fs->list);
+    free(fs->st);
+    free(fs->dead);
+    free(fs->pause_end);
+    free(fs->phase);
+    free(fs->step);
+    free(fs->t_compute);
+    free(fs->timers);
+    free(fs->ev);
+    free(fs);
+}
+
+void dsim_faults_attach(dsim_faults *fs, dsim_train_cfg *cfg)
+{
+    cfg->transport_filter = &fs->filter;
+    cfg->transport_filter_user = fs;
+    cfg->hooks = &fs->hooks;
+    cfg->hooks_user = fs;
+}
+
+void dsim_faults_rearm_for_restart(dsim_faults *fs)
+{
+    for (size_t i = 0; i < fs->n; i++) {
+        fs_state *st = &fs->st[i];
+        /* What fired stays fired (and done); the rest can still fire. */
+        if (st->fired)
+            st->done = true;
+        st->armed = -1;
+    }
+    for (int r = 0; r < fs->R; r++) {
+        fs->dead[r] = false;
+        fs->pause_end[r] = 0;
+        fs->phase[r] = 0;
+        fs->step[r] = 0;
+        fs->t_compute[r] = 0;
+    }
+    free(fs->timers);
+    fs->timers = NULL;
+    fs->n_timers = 0;
+}
+
+size_t dsim_faults_events(dsim_faults *fs, const dsim_fault_event **out)
+{
+    *out = fs->ev;
+    return fs->n_ev;
+}
+
+int dsim_faults_rank_lost(dsim_faults *fs, int rank)
+{
+    if (rank < 0 || rank >= fs->R)
+        return 0;
+    return fs->dead[rank] || fs->pause_end[rank] == FS_FOREVER;
+}
+
+void dsim_faults_get_stats(dsim_faults *fs, dsim_faults_stats *out)
+{
+    *out = fs->stats;
+}

@@ -1,0 +1,167 @@
+/* Fault injection (DESIGN §3, §6): what a scenario's `faults:` list does to
+ * a running job.
+ *
+ * A dsim_faults object is made from the fault list of one run and wired
+ * into the job's configuration (dsim_faults_attach): it becomes the fabric's
+ * filter (dsim/spi/transport.h), which sees every frame as it arrives at a
+ * local endpoint, and the driver's hooks (dsim_train_hooks), which see every
+ * replica enter every phase. Between them they carry out each fault:
+ *
+ *   kill       the replica (or every replica of a worker) stops at the
+ *              trigger as a killed process would (DSIM_HOOK_DIE), and every
+ *              frame to or from it is dropped from then on
+ *   restart    a kill whose process comes back after `duration`: the new
+ *              incarnation is not part of the group, so the survivors'
+ *              transport is revoked naming it ("peer 3 restarted"), as a
+ *              reset connection does
+ *   pause      the replica stops in its phase hook for `duration` (0: for
+ *              good) and frames to and from it are held, then released in
+ *              order: alive, but not answering
+ *   partition  frames across the cut (a link, one way or both, or a rank /
+ *              worker against everyone) are held until it heals after
+ *              `duration`, or dropped for good (duration 0)
+ *   drop       a frame is lost (the receiver sees the gap in the sequence
+ *              numbers and fails the receive), or with `retransmit: true`
+ *              is delivered late by `rto` as TCP's retransmission would
+ *   delay      frames are held `latency` (+ uniform `jitter`)
+ *   duplicate  a frame is delivered twice (the copy is rejected as stale)
+ *   corrupt    a frame arrives with a payload that does not match its
+ *              checksum: it is discarded and its receive fails
+ *   reorder    a frame is held behind the next one of its link: the
+ *              receiver sees the sequence gap and fails the receive
+ *   slow       a replica (straggler) computes `factor` times slower, or a
+ *              link carries frames `factor` times slower
+ *   stagger    workers start at seeded random times within `duration`
+ *
+ * Triggers: at a global step, at a phase (optionally of a given step, and
+ * optionally after the replica sent `after_messages` frames in it), at a
+ * time after the start, or per frame with a seeded probability (`loss`,
+ * with netem's `correlation`). Scopes: a rank, a worker, a link, a list of
+ * ranks, or one / all / a majority of the ranks drawn with the run's seed.
+ *
+ * Randomness: every draw comes from a stream keyed by (seed, "fault.*",
+ * link or rank), never from libfiu's or the C library's generator; frames of
+ * one link arrive in order, so a link's draws do not depend on scheduling.
+ *
+ * Each fault point is also a libfiu point (when built with libfiu), so a
+ * unit test can arm it with fiu_enable() without a scenario:
+ *   dsim/tp/deliver   fail (drop) a frame on arrival
+ *   dsim/tp/corrupt   corrupt a frame on arrival
+ *   dsim/coll/allreduce, dsim/phase/<phase>  kill the replica entering it
+ *   dsim/ckpt/write   fail the chief's checkpoint write (DSIM_EIO)
+ *
+ * Thread-safety: every call but create/destroy may come from any worker. */
+#ifndef DSIM_SIM_FAULT_H
+#define DSIM_SIM_FAULT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsim/err.h"
+#include "dsim/strategy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dsim_fault_what {
+    DSIM_FAULT_KILL,
+    DSIM_FAULT_RESTART,
+    DSIM_FAULT_PARTITION,
+    DSIM_FAULT_DROP,
+    DSIM_FAULT_DELAY,
+    DSIM_FAULT_DUPLICATE,
+    DSIM_FAULT_CORRUPT,
+    DSIM_FAULT_REORDER,
+    DSIM_FAULT_SLOW,
+    DSIM_FAULT_STAGGER,
+    DSIM_FAULT_PAUSE,
+    DSIM_FAULT_WHAT_COUNT
+} dsim_fault_what;
+
+typedef enum dsim_fault_when {
+    DSIM_WHEN_STEP,        /* at global step N */
+    DSIM_WHEN_PHASE,       /* at a named phase (optionally of step N) */
+    DSIM_WHEN_TIME,        /* at time T after the start */
+    DSIM_WHEN_PROBABILITY, /* each frame (or step, for kills) with probability p */
+} dsim_fault_when;
+
+typedef enum dsim_fault_scope {
+    DSIM_SCOPE_GIVEN = 0, /* rank, worker, link or ranks as written */
+    DSIM_SCOPE_ONE,       /* one rank drawn with the seed */
+    DSIM_SCOPE_ALL,       /* every rank */
+    DSIM_SCOPE_MAJORITY,  /* floor(N/2)+1 ranks drawn with the seed */
+} dsim_fault_scope;
+
+#define DSIM_FAULT_MAX_RANKS 64
+
+/* One `faults:` entry: when, what, where. */
+typedef struct dsim_fault {
+    dsim_fault_what what;
+    dsim_fault_when when;
+    int64_t step;           /* WHEN_STEP; with WHEN_PHASE: the step, or -1 for the first */
+    char *phase;            /* WHEN_PHASE: a dsim_phase name */
+    int64_t time_ns;        /* WHEN_TIME */
+    double probability;     /* WHEN_PROBABILITY (loss: for drops) */
+    double correlation;     /* netem's: 0..1, how much a draw follows the last */
+    int64_t after_messages; /* kill/restart/pause: after this many frames sent in the phase */
+    int rank, worker, ps;   /* -1 when not given (ps: a parameter server) */
+    int link_from, link_to; /* -1 when not a link */
+    int ranks[DSIM_FAULT_MAX_RANKS];
+    int n_ranks; /* `ranks: [...]` */
+    dsim_fault_scope scope;
+    bool one_way;        /* partition: only link_from -> link_to */
+    bool retransmit;     /* drop: deliver late by rto instead of losing it */
+    int64_t duration_ns; /* pause/partition/slow length, delay latency, stagger window; 0: for good */
+    int64_t jitter_ns;   /* delay */
+    int64_t rto_ns;      /* drop with retransmit (default 200 ms, Linux's minimum RTO) */
+    double factor;       /* slow: how many times slower */
+    int line, column;    /* where it was written, for messages (0: unknown) */
+} dsim_fault;
+
+/* "kill", "restart", ... */
+const char *dsim_fault_what_name(dsim_fault_what w);
+
+/* One thing that happened: a fault fired or healed, a frame it touched. */
+typedef struct dsim_fault_event {
+    int64_t t_ns; /* on the job's runtime clock, from the workers' start */
+    int fault;    /* index in the list */
+    int rank;     /* -1: not one rank */
+    char text[160];
+} dsim_fault_event;
+
+typedef struct dsim_faults dsim_faults;
+
+/* Makes the fault state of one run: faults[0..n) (copied), the job's shape
+ * and seed. */
+dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, int hosts,
+                            int devices_per_host, int num_ps, dsim_faults **out);
+void dsim_faults_destroy(dsim_faults *fs);
+
+/* Points cfg's transport filter and hooks at fs (fs must outlive the run). */
+void dsim_faults_attach(dsim_faults *fs, dsim_train_cfg *cfg);
+
+/* Forgets what fired, for a restarted job: a fault that fired does not fire
+ * again (a recovered job runs with the faults that are still to come). */
+void dsim_faults_rearm_for_restart(dsim_faults *fs);
+
+/* Events so far, in the order they happened (valid until the next call or
+ * destroy). */
+size_t dsim_faults_events(dsim_faults *fs, const dsim_fault_event **out);
+
+/* 1 if the rank was killed (or is still paused) in the last run. */
+int dsim_faults_rank_lost(dsim_faults *fs, int rank);
+
+/* Counters of the last run. */
+typedef struct dsim_faults_stats {
+    uint64_t fired;                 /* faults that fired */
+    uint64_t frames_seen;           /* frames the filter saw */
+    uint64_t dropped, delayed, duplicated, corrupted, reordered, held;
+} dsim_faults_stats;
+void dsim_faults_get_stats(dsim_faults *fs, dsim_faults_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
