@@ -19,19 +19,27 @@
 #include "dsim/rt.h"
 #include "dsim/spi/transport.h"
 #include "dsim/transport.h"
+#include "fault/fault.h"
 
 #define MS      1000000LL
 #define MAXR    16
 #define LONG_NS (20000 * MS) /* "never" for waits that must succeed */
 
 static const char *tp_backend = "inproc";
+/* `conformance BACKEND filter`: every fabric runs under the fault filter
+ * with no faults (pass-through), which must change nothing. */
+static int tp_filtered;
 
-typedef struct job {
+typedef struct job job;
+static void job_filter(job *j, dsim_fabric_cfg *cfg);
+
+struct job {
     dsim_rt *rt;
     dsim_fabric *f;
     dsim_ep *ep[MAXR];
     int n;
-} job;
+    dsim_faults *fs;
+};
 
 static void job_open_opts(job *j, int n, const char *options)
 {
@@ -39,6 +47,7 @@ static void job_open_opts(job *j, int n, const char *options)
     assert_true(n <= MAXR);
     assert_int_equal(dsim_rt_create("threads", &j->rt), DSIM_OK);
     dsim_fabric_cfg cfg = {.backend = tp_backend, .nranks = n, .rt = j->rt, .options = options};
+    job_filter(j, &cfg);
     assert_int_equal(dsim_fabric_open(&cfg, &j->f), DSIM_OK);
     j->n = n;
     for (int r = 0; r < n; r++) {
@@ -58,6 +67,8 @@ static void job_close(job *j)
         dsim_ep_close(j->ep[r]);
     dsim_fabric_close(j->f);
     dsim_rt_destroy(j->rt);
+    dsim_faults_destroy(j->fs);
+    j->fs = NULL;
 }
 
 static int64_t dl(job *j, int64_t ns)
@@ -757,6 +768,42 @@ static void test_corrupt_rejected(void **state)
     job_close(&j);
 }
 
+/* A payload that does not match its checksum is never used: its receive
+ * fails with EPROTO saying "corrupt", whatever its tag, and the stream goes
+ * on with the next frame. A matching checksum is delivered as usual. */
+static void test_payload_checksum(void **state)
+{
+    (void)state;
+    job j;
+    job_open(&j, 2);
+    uint8_t p[4096], d[4096];
+    for (size_t i = 0; i < sizeof p; i++)
+        p[i] = (uint8_t)(i * 7 + 1);
+    dsim_tp_hdr h;
+    assert_int_equal(dsim_tp_hdr_next(j.ep[0], 1, 1, 5, sizeof p, &h), DSIM_OK);
+    h.flags |= DSIM_TP_F_CHECKSUM;
+    h.checksum = dsim_tp_checksum(p, sizeof p) ^ 1u;
+    inject(&j, 0, 1, &h, p, sizeof p);
+    dsim_req *r;
+    assert_int_equal(dsim_irecv(j.ep[1], 0, 1, 6, d, sizeof d, &r), DSIM_OK);
+    assert_int_equal(dsim_wait(r, dl(&j, LONG_NS), NULL), DSIM_EPROTO);
+    assert_non_null(strstr(dsim_errmsg(), "corrupt"));
+    assert_int_equal(dsim_last_error()->peer, 0);
+    dsim_ep_stats st;
+    dsim_ep_get_stats(j.ep[1], &st);
+    assert_int_equal(st.rejected_corrupt, 1);
+    /* injected frames do not move the sender's counter: the next one by hand */
+    h.seq++;
+    h.checksum = dsim_tp_checksum(p, sizeof p);
+    inject(&j, 0, 1, &h, p, sizeof p);
+    assert_int_equal(dsim_irecv(j.ep[1], 0, 1, 5, d, sizeof d, &r), DSIM_OK);
+    assert_int_equal(dsim_wait(r, dl(&j, LONG_NS), NULL), DSIM_OK);
+    assert_memory_equal(d, p, sizeof p);
+    /* CRC-32C's check value */
+    assert_int_equal(dsim_tp_checksum("123456789", 9), 0xE3069283u);
+    job_close(&j);
+}
+
 static void test_gap_fails_receive(void **state)
 {
     (void)state;
@@ -1182,10 +1229,24 @@ static void test_bad_arguments(void **state)
     dsim_rt_destroy(rt);
 }
 
+static void job_filter(job *j, dsim_fabric_cfg *cfg)
+{
+    if (!tp_filtered)
+        return;
+    assert_int_equal(dsim_faults_create(NULL, 0, 1, cfg->nranks, 1, 0, &j->fs), DSIM_OK);
+    dsim_train_cfg tc;
+    memset(&tc, 0, sizeof tc);
+    dsim_faults_attach(j->fs, &tc);
+    cfg->filter = tc.transport_filter;
+    cfg->filter_user = tc.transport_filter_user;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
         tp_backend = argv[1];
+    if (argc > 2 && strcmp(argv[2], "filter") == 0)
+        tp_filtered = 1;
     int known = 0;
     for (const char *const *n = dsim_transport_names(); *n; n++)
         known |= strcmp(*n, tp_backend) == 0;
@@ -1210,6 +1271,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_misrouted_rejected),
         cmocka_unit_test(test_duplicate_rejected),
         cmocka_unit_test(test_corrupt_rejected),
+        cmocka_unit_test(test_payload_checksum),
         cmocka_unit_test(test_gap_fails_receive),
         cmocka_unit_test(test_gap_other_tag),
         cmocka_unit_test(test_irecv_reduce),

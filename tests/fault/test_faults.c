@@ -1,0 +1,403 @@
+/* Every fault kind through dsim_train on the threads engine: what heals
+ * within the timeout leaves the run bit-identical to a clean one; what does
+ * not fails every survivor with an error that names the lost rank or link;
+ * the same seed gives the same fault events. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "dsim/strategy.h"
+#include "fault/fault.h"
+#include "strat_common.h"
+
+#define MS (1000LL * 1000)
+
+static dsim_train_result clean;
+
+static void fl_cfg(dsim_train_cfg *cfg)
+{
+    sc_cfg(cfg, "multi_worker_mirrored", 2, 2);
+    cfg->timeout_ns = 1500 * MS;
+}
+
+static int fl_setup(void **state)
+{
+    (void)state;
+    dsim_train_cfg cfg;
+    fl_cfg(&cfg);
+    return dsim_train(&cfg, &clean) == DSIM_OK ? 0 : -1;
+}
+
+static int fl_teardown(void **state)
+{
+    (void)state;
+    dsim_train_result_free(&clean);
+    return 0;
+}
+
+static dsim_fault fl_fault(dsim_fault_what what)
+{
+    dsim_fault f;
+    memset(&f, 0, sizeof f);
+    f.what = what;
+    f.rank = f.worker = f.ps = f.link_from = f.link_to = -1;
+    f.step = -1;
+    return f;
+}
+
+typedef struct fl_run {
+    dsim_err e;
+    dsim_train_result res;
+    dsim_faults *fs;
+    dsim_faults_stats stats;
+} fl_run;
+
+static void fl_go(fl_run *r, const dsim_fault *faults, size_t n, uint64_t seed)
+{
+    dsim_train_cfg cfg;
+    fl_cfg(&cfg);
+    assert_int_equal(dsim_faults_create(faults, n, seed, cfg.hosts, cfg.devices_per_host, 0, &r->fs),
+                     DSIM_OK);
+    dsim_faults_attach(r->fs, &cfg);
+    r->e = dsim_train(&cfg, &r->res);
+    dsim_faults_get_stats(r->fs, &r->stats);
+}
+
+static void fl_done(fl_run *r)
+{
+    dsim_train_result_free(&r->res);
+    dsim_faults_destroy(r->fs);
+}
+
+static void fl_assert_clean(const fl_run *r)
+{
+    if (r->e != DSIM_OK)
+        fail_msg("the run failed: %s", r->res.error.msg);
+    assert_int_equal(r->res.steps, clean.steps);
+    assert_memory_equal(r->res.params, clean.params, clean.n_params * sizeof(float));
+    assert_true(r->res.in_sync_every_step);
+}
+
+/* Every survivor failed, naming `who` in its message, and none of them
+ * took longer than bound_ns after `since`. */
+static void fl_assert_detected(const fl_run *r, int lost, const char *word, int64_t bound_ns)
+{
+    assert_int_not_equal(r->e, DSIM_OK);
+    if (word && !strstr(r->res.error.msg, word))
+        fail_msg("expected '%s' in the job's error: %s", word, r->res.error.msg);
+    int64_t t_lost = -1;
+    if (lost >= 0) {
+        t_lost = r->res.replicas[lost].t_end;
+        assert_true(r->res.replicas[lost].killed);
+    }
+    for (int q = 0; q < r->res.num_replicas; q++) {
+        if (q == lost || r->res.replicas[q].killed)
+            continue;
+        assert_int_not_equal(r->res.replicas[q].status, DSIM_OK);
+        if (t_lost >= 0 && r->res.replicas[q].t_end - t_lost > bound_ns)
+            fail_msg("replica %d returned %.3f s after the loss (bound %.3f s)", q,
+                     (double)(r->res.replicas[q].t_end - t_lost) / 1e9, (double)bound_ns / 1e9);
+    }
+}
+
+static void test_no_faults_is_pass_through(void **state)
+{
+    (void)state;
+    fl_run r;
+    fl_go(&r, NULL, 0, 1);
+    fl_assert_clean(&r);
+    assert_true(r.stats.frames_seen > 0);
+    assert_int_equal(r.stats.dropped + r.stats.held, 0);
+    fl_done(&r);
+}
+
+static void test_kill_between_collectives(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_KILL);
+    f.when = DSIM_WHEN_STEP;
+    f.step = 5;
+    f.rank = 3;
+    fl_run r;
+    fl_go(&r, &f, 1, 1);
+    fl_assert_detected(&r, 3, "rank 3", 1500 * MS + 2500 * MS);
+    assert_int_equal(r.res.error.peer, 3);
+    assert_int_equal(r.res.replicas[3].global_step, 5);
+    assert_int_equal(r.res.replicas[3].phase, DSIM_PHASE_COMPUTE);
+    assert_int_equal(dsim_faults_rank_lost(r.fs, 3), 1);
+    const dsim_fault_event *ev;
+    assert_true(dsim_faults_events(r.fs, &ev) >= 1);
+    assert_non_null(strstr(ev[0].text, "rank 3 killed"));
+    fl_done(&r);
+}
+
+static void test_kill_during_variable_creation(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_KILL);
+    f.when = DSIM_WHEN_PHASE;
+    f.phase = "create_variables";
+    f.worker = 1; /* ranks 2 and 3: one process */
+    fl_run r;
+    fl_go(&r, &f, 1, 1);
+    assert_int_not_equal(r.e, DSIM_OK);
+    assert_true(r.res.replicas[2].killed && r.res.replicas[3].killed);
+    /* the process died as a whole: its other replica wherever it was */
+    assert_true(r.res.replicas[2].phase <= DSIM_PHASE_CREATE_VARIABLES);
+    assert_true(r.res.replicas[3].phase <= DSIM_PHASE_CREATE_VARIABLES);
+    assert_true(r.res.error.peer == 2 || r.res.error.peer == 3);
+    fl_done(&r);
+}
+
+static void test_kill_mid_allreduce(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_KILL);
+    f.when = DSIM_WHEN_PHASE;
+    f.phase = "allreduce";
+    f.step = 2;
+    f.rank = 1;
+    f.after_messages = 1; /* it sent one frame of the all-reduce, then died */
+    fl_run r;
+    fl_go(&r, &f, 1, 1);
+    fl_assert_detected(&r, 1, "rank 1", 1500 * MS + 2500 * MS);
+    assert_int_equal(r.res.replicas[1].global_step, 2);
+    fl_done(&r);
+}
+
+static void test_pause_that_heals_changes_nothing(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_PAUSE);
+    f.when = DSIM_WHEN_STEP;
+    f.step = 3;
+    f.rank = 2;
+    f.duration_ns = 300 * MS; /* well inside the 1.5 s timeout */
+    fl_run r;
+    fl_go(&r, &f, 1, 1);
+    fl_assert_clean(&r);
+    const dsim_fault_event *ev;
+    size_t n = dsim_faults_events(r.fs, &ev);
+    int paused = 0, resumed = 0;
+    for (size_t i = 0; i < n; i++) {
+        paused += strstr(ev[i].text, "rank 2 paused") != NULL;
+        resumed += strstr(ev[i].text, "rank 2 resumed") != NULL;
+    }
+    assert_int_equal(paused, 1);
+    assert_int_equal(resumed, 1);
+    fl_done(&r);
+}
+
+static void test_pause_for_good_is_detected(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_PAUSE);
+    f.when = DSIM_WHEN_STEP;
+    f.step = 3;
+    f.rank = 2;
+    fl_run r;
+    fl_go(&r, &f, 1, 1);
+    fl_assert_detected(&r, 2, "rank 2", 1500 * MS + 2500 * MS);
+    fl_done(&r);
+}
+
+static void test_partition_that_heals_changes_nothing(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_PARTITION);
+    f.when = DSIM_WHEN_STEP;
+    f.step = 4;
+    f.worker = 0; /* worker 0 against worker 1 */
+    f.duration_ns = 400 * MS;
+    fl_run r;
+    fl_go(&r, &f, 1, 1);
+    fl_assert_clean(&r);
+    assert_true(r.stats.held > 0);
+    fl_done(&r);
+}
+
+static void test_partition_for_good_fails(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_PARTITION);
+    f.when = DSIM_WHEN_STEP;
+    f.step = 4;
+    f.link_from = 0;
+    f.link_to = 2;
+    f.one_way = true;
+    fl_run r;
+    fl_go(&r, &f, 1, 1);
+    assert_int_not_equal(r.e, DSIM_OK);
+    assert_non_null(strstr(r.res.error.msg, "timed out"));
+    fl_done(&r);
+}
+
+static void test_drop_is_seen_as_a_gap_or_retransmitted(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_DROP);
+    f.when = DSIM_WHEN_STEP;
+    f.step = 2;
+    f.link_from = 1;
+    f.link_to = 0;
+    f.one_way = true;
+    fl_run r;
+    fl_go(&r, &f, 1, 1);
+    assert_int_not_equal(r.e, DSIM_OK);
+    if (!strstr(r.res.error.msg, "lost") && !strstr(r.res.error.msg, "timed out"))
+        fail_msg("a lost frame should show as a sequence gap or a timeout: %s", r.res.error.msg);
+    assert_int_equal(r.stats.dropped, 1);
+    fl_done(&r);
+
+    f.retransmit = true;
+    f.rto_ns = 50 * MS;
+    fl_go(&r, &f, 1, 1);
+    fl_assert_clean(&r);
+    fl_done(&r);
+}
+
+static void test_corrupt_is_detected_not_used(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_CORRUPT);
+    f.when = DSIM_WHEN_STEP;
+    f.step = 3;
+    f.link_from = 2;
+    f.link_to = 0;
+    f.one_way = true;
+    fl_run r;
+    fl_go(&r, &f, 1, 1);
+    assert_int_not_equal(r.e, DSIM_OK);
+    assert_non_null(strstr(r.res.error.msg, "corrupt"));
+    assert_int_equal(r.stats.corrupted, 1);
+    fl_done(&r);
+}
+
+static void test_duplicate_and_delay_change_nothing(void **state)
+{
+    (void)state;
+    dsim_fault f[2] = {fl_fault(DSIM_FAULT_DUPLICATE), fl_fault(DSIM_FAULT_DELAY)};
+    f[0].when = DSIM_WHEN_PROBABILITY;
+    f[0].probability = 0.2;
+    f[1].when = DSIM_WHEN_PROBABILITY;
+    f[1].probability = 0.3;
+    f[1].duration_ns = 2 * MS;
+    f[1].jitter_ns = 3 * MS;
+    fl_run r;
+    fl_go(&r, f, 2, 5);
+    fl_assert_clean(&r);
+    assert_true(r.stats.duplicated > 0);
+    assert_true(r.stats.delayed > 0);
+    fl_done(&r);
+}
+
+static void test_reorder_is_detected(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_REORDER);
+    f.when = DSIM_WHEN_STEP;
+    f.step = 1;
+    f.link_from = 0;
+    f.link_to = 1;
+    f.one_way = true;
+    fl_run r;
+    fl_go(&r, &f, 1, 1);
+    /* Either the link carried another frame behind it (a gap: EPROTO), or
+     * it stayed held (a timeout): it is never silently used out of order. */
+    if (r.e == DSIM_OK)
+        fl_assert_clean(&r);
+    else if (!strstr(r.res.error.msg, "lost") && !strstr(r.res.error.msg, "timed out"))
+        fail_msg("unexpected error: %s", r.res.error.msg);
+    assert_int_equal(r.stats.reordered, 1);
+    fl_done(&r);
+}
+
+static void test_straggler_and_stagger_change_nothing(void **state)
+{
+    (void)state;
+    dsim_fault f[2] = {fl_fault(DSIM_FAULT_SLOW), fl_fault(DSIM_FAULT_STAGGER)};
+    f[0].when = DSIM_WHEN_STEP;
+    f[0].step = 0;
+    f[0].rank = 1;
+    f[0].factor = 5;
+    f[1].when = DSIM_WHEN_PHASE;
+    f[1].phase = "start";
+    f[1].scope = DSIM_SCOPE_ALL;
+    f[1].duration_ns = 200 * MS;
+    fl_run r;
+    fl_go(&r, f, 2, 3);
+    fl_assert_clean(&r);
+    fl_done(&r);
+}
+
+static void test_restart_revokes_the_group(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_RESTART);
+    f.when = DSIM_WHEN_STEP;
+    f.step = 2;
+    f.rank = 3;
+    f.duration_ns = 50 * MS; /* back long before the 1.5 s timeout */
+    fl_run r;
+    fl_go(&r, &f, 1, 1);
+    fl_assert_detected(&r, 3, "restarted", 500 * MS);
+    fl_done(&r);
+}
+
+static void test_same_seed_same_events(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_DROP);
+    f.when = DSIM_WHEN_PROBABILITY;
+    f.probability = 0.01;
+    f.link_from = 0;
+    f.link_to = 1;
+    f.one_way = true;
+    char first[4][160];
+    size_t nfirst = 0;
+    dsim_err efirst = DSIM_OK;
+    for (int k = 0; k < 2; k++) {
+        fl_run r;
+        fl_go(&r, &f, 1, 99);
+        const dsim_fault_event *ev;
+        size_t n = dsim_faults_events(r.fs, &ev);
+        if (k == 0) {
+            efirst = r.e;
+            nfirst = n;
+            for (size_t i = 0; i < n && i < 4; i++)
+                snprintf(first[i], sizeof first[i], "%s", ev[i].text);
+        } else {
+            assert_int_equal(r.e, efirst);
+            assert_int_equal(n, nfirst);
+            for (size_t i = 0; i < n && i < 4; i++)
+                assert_string_equal(ev[i].text, first[i]);
+        }
+        fl_done(&r);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_faults_is_pass_through),
+        cmocka_unit_test(test_kill_between_collectives),
+        cmocka_unit_test(test_kill_during_variable_creation),
+        cmocka_unit_test(test_kill_mid_allreduce),
+        cmocka_unit_test(test_pause_that_heals_changes_nothing),
+        cmocka_unit_test(test_pause_for_good_is_detected),
+        cmocka_unit_test(test_partition_that_heals_changes_nothing),
+        cmocka_unit_test(test_partition_for_good_fails),
+        cmocka_unit_test(test_drop_is_seen_as_a_gap_or_retransmitted),
+        cmocka_unit_test(test_corrupt_is_detected_not_used),
+        cmocka_unit_test(test_duplicate_and_delay_change_nothing),
+        cmocka_unit_test(test_reorder_is_detected),
+        cmocka_unit_test(test_straggler_and_stagger_change_nothing),
+        cmocka_unit_test(test_restart_revokes_the_group),
+        cmocka_unit_test(test_same_seed_same_events),
+    };
+    return cmocka_run_group_tests(tests, fl_setup, fl_teardown);
+}
