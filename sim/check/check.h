@@ -6,10 +6,10 @@
  * finished run. Every check stores pass/fail, the measured value, the
  * expected value and a sentence a person can act on.
  *
- * Built in: gradient_consistency, shard_coverage, convergence (one file each
- * in sim/check/, see there for how each judges a run). Registered
+ * Built in: gradient_consistency, shard_coverage, convergence, node_loss (one
+ * file each in sim/check/, see there for how each judges a run). Registered
  * but not yet runnable (available = false, refused by `dsim validate` with a
- * message naming what is missing): node_loss, cold_start, performance. */
+ * message naming what is missing): cold_start, performance. */
 #ifndef DSIM_CHECK_H
 #define DSIM_CHECK_H
 
@@ -36,6 +36,23 @@ typedef struct dsim_check_param {
 
 struct dsim_scenario;
 
+/* What a run with faults adds for node_loss (filled by the harness). */
+typedef struct dsim_check_faults {
+    /* The attempt the faults broke (the first that failed), or NULL when
+     * none failed; broken_err its error. */
+    const dsim_train_result *broken;
+    dsim_err broken_err;
+    int lost_rank;   /* the first rank lost (killed, paused for good), or -1 */
+    int64_t t_loss;  /* when, on broken's runtime clock; -1 if no rank was lost */
+    int64_t bound_ns; /* what the settings guarantee (timeout + health check); <= 0 unknown */
+    int restarts;     /* recovery restarts made */
+    bool recovery;    /* the scenario asked for recovery: restart */
+    /* A run of the same job without faults, for the recovery comparison;
+     * NULL when none was made. */
+    const dsim_train_result *clean;
+    const char *checkpoint_path; /* the job's, or NULL */
+} dsim_check_faults;
+
 /* What a check sees of a finished run. */
 typedef struct dsim_check_ctx {
     const struct dsim_scenario *scenario;
@@ -43,6 +60,7 @@ typedef struct dsim_check_ctx {
     const dsim_train_result *run;       /* the distributed run */
     const dsim_train_result *reference; /* the one-device replay, or NULL */
     dsim_err run_err;                   /* DSIM_OK, or how dsim_train failed */
+    const dsim_check_faults *faults;    /* runs with faults: what node_loss needs, or NULL */
 } dsim_check_ctx;
 
 typedef struct dsim_check_result {
@@ -68,6 +86,9 @@ typedef struct dsim_check_ops {
      * needs_reference decides alone. Lets convergence ask for the reference
      * only when within_pct_of_reference is set. */
     bool (*wants_reference)(const double *values);
+    /* The check judges failed runs too (node_loss: the faults are meant to
+     * break the run); other checks fail outright when the run failed. */
+    bool judges_failed_runs;
 } dsim_check_ops;
 
 /* The registered checks, and lookup by name (NULL if none). */

@@ -86,7 +86,7 @@ dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, 
         bool judged = false;
         if (!c) {
             dsim_check_msg(msg, cap, "no check given");
-        } else if (ctx->run_err != DSIM_OK) {
+        } else if (ctx->run_err != DSIM_OK && !c->judges_failed_runs) {
             dsim_check_msg(msg, cap, "the run failed before it could be judged: %s (%s)",
                            ctx->run->error.msg[0] ? ctx->run->error.msg : "no message",
                            dsim_strerror(ctx->run_err));

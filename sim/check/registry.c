@@ -10,20 +10,6 @@
 
 #define NONE NAN /* optional threshold: not set unless the scenario gives it */
 
-static const dsim_check_ops check_node_loss = {
-    .size = sizeof(dsim_check_ops),
-    .name = "node_loss",
-    .summary = "every survivor of a lost node fails fast, nobody hangs, recovery ends equal",
-    .available = false,
-    .n_params = 2,
-    .params =
-        {
-            {"max_detect_s", "seconds within which every survivor must return an error", 0, 86400,
-             40, false},
-            {"require_recovery", "1: the resumed run must end equal to a clean run", 0, 1, 1, true},
-        },
-};
-
 static const dsim_check_ops check_cold_start = {
     .size = sizeof(dsim_check_ops),
     .name = "cold_start",
@@ -58,7 +44,7 @@ static const dsim_check_ops *const check_table[] = {
     &dsim_check_gradient_consistency,
     &dsim_check_shard_coverage,
     &dsim_check_convergence,
-    &check_node_loss,
+    &dsim_check_node_loss,
     &check_cold_start,
     &check_performance,
 };

@@ -472,6 +472,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         uint64_t cks = dsim_params_checksum(ctx->params, P);
         size_t k = (size_t)(gs - job->first_step);
         res->checksum[k * (size_t)N + (size_t)rp->index] = cks;
+        job->res->replicas[rp->index].steps_done = k + 1;
         res->local_loss[k * (size_t)N + (size_t)rp->index] = local;
         res->examples[k * (size_t)N + (size_t)rp->index] = b->n;
         if (rp->index == 0) {
@@ -535,6 +536,8 @@ static void train_replica_main(void *arg)
     end->global_step = atomic_load_explicit(&rp->step, memory_order_relaxed);
     end->killed = rp->killed;
     end->t_end = dsim_rt_now(job->rt);
+    if (inited && rp->ctx.params)
+        end->end_checksum = dsim_params_checksum(rp->ctx.params, rp->ctx.n_params);
     if (rp->killed) {
         /* A killed process reports nothing: the survivors must find out. */
         end->status = DSIM_OK;
@@ -958,6 +961,7 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
         job.end_step = job.first_step;
     res->first_step = job.first_step;
     res->initial_loss = dsim_train_mean_loss(&job.su, job.init.params);
+    res->initial_checksum = dsim_params_checksum(job.init.params, job.su.n_params);
     if ((e = train_alloc_result(&job)) != DSIM_OK)
         goto out_setup;
     if ((e = train_open_world(&job)) == DSIM_OK)

@@ -113,16 +113,16 @@ static dsim_check_result judge(const char *name, const dsim_check_ctx *ctx, cons
 static void test_registry(void **state)
 {
     (void)state;
-    const char *avail[] = {"gradient_consistency", "shard_coverage", "convergence"};
-    for (size_t i = 0; i < 3; i++) {
+    const char *avail[] = {"gradient_consistency", "shard_coverage", "convergence", "node_loss"};
+    for (size_t i = 0; i < 4; i++) {
         const dsim_check_ops *c = dsim_check_find(avail[i]);
         assert_non_null(c);
         assert_true(c->available);
         assert_non_null(c->run);
         assert_int_equal(c->size, sizeof(dsim_check_ops));
     }
-    const char *later[] = {"node_loss", "cold_start", "performance"};
-    for (size_t i = 0; i < 3; i++) {
+    const char *later[] = {"cold_start", "performance"};
+    for (size_t i = 0; i < 2; i++) {
         const dsim_check_ops *c = dsim_check_find(later[i]);
         assert_non_null(c);
         assert_false(c->available);
@@ -679,7 +679,7 @@ static void test_run_all_unavailable_and_reference(void **state)
     fake_run f;
     fake_init(&f, 2, 2);
     dsim_expect ex[2] = {
-        expect_of("node_loss", true, NULL),
+        expect_of("cold_start", true, NULL),
         expect_of("convergence", false, "max_final_loss", 1.0, NULL),
     };
     dsim_scenario s;

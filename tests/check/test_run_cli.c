@@ -434,7 +434,7 @@ static void test_run_json(void **state)
     assert_int_equal(cli_run("list", "checks", NULL), 0);
     cli_has(cli_out, "gradient_consistency");
     cli_has(cli_out, "max_rel_error");
-    cli_has(cli_out, "node_loss  (not available");
+    cli_has(cli_out, "cold_start  (not available");
     assert_int_equal(cli_run("list", "strategies", NULL), 0);
     cli_has(cli_out, "multi_worker_mirrored");
     cli_has(cli_out, "parameter_server");

@@ -142,6 +142,9 @@ typedef struct dsim_train_replica_end {
     bool killed;          /* stopped by DSIM_HOOK_DIE / hooks->killed */
     dsim_err status;      /* DSIM_OK, or the error it returned with */
     int64_t t_end;        /* dsim_rt_now when it returned */
+    uint64_t steps_done;  /* steps it completed (observer called) in this run */
+    uint64_t end_checksum; /* dsim_params_checksum of its variables when it returned
+                              (0 if it never had variables) */
     char msg[256];        /* the error's message ("" when none) */
 } dsim_train_replica_end;
 
@@ -260,6 +263,7 @@ typedef struct dsim_train_result {
 
     dsim_train_replica_end *replicas; /* [num_replicas]: how each replica ended */
     int64_t t_start;                  /* dsim_rt_now when the workers were started */
+    uint64_t initial_checksum;        /* dsim_params_checksum of the initial variables */
 
     uint64_t checkpoints_written;
     uint64_t *checkpoint_writes; /* [num_replicas]: files written by each replica */

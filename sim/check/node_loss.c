@@ -1,0 +1,220 @@
+/* node_loss (DESIGN §6, §7): what a job does when one of its nodes is lost
+ * (killed, paused for good, cut off). Judged from the attempt the faults
+ * broke and, with recovery, from the attempt that finished:
+ *
+ *   1. every survivor returned an error, none hung (a survivor that never
+ *      returned is named with the phase and step it was stuck in);
+ *   2. each did so within the bound: the smaller of max_detect_s and what
+ *      the settings guarantee (collective timeout + grace, health check);
+ *      measured from the moment the node was lost;
+ *   3. no survivor applied a partial update: its variables when it returned
+ *      are those it had after its last complete step (synchronous
+ *      strategies; parameter servers keep the variables elsewhere);
+ *   4. the chief's last checkpoint, if one was due, is intact and loadable;
+ *   5. with recovery (require_recovery 1 and recovery: restart), the resumed
+ *      job ends with the same bits as a clean run of the same job: every
+ *      parameter and the step count.
+ *
+ * A fault that never broke the job (a pause or partition that healed in
+ * time, a kill after the last collective) passes with a message saying the
+ * job rode it out. Measured: the slowest survivor's detection time in
+ * seconds. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check/check_int.h"
+#include "dsim/spi/strategy.h"
+#include "scenario/scenario.h"
+
+enum { NL_MAX_DETECT, NL_REQUIRE_RECOVERY };
+
+static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
+{
+    const dsim_check_faults *fx = ctx->faults;
+    char *msg = out->message;
+    size_t cap = sizeof out->message;
+    out->passed = false;
+    out->measured = NAN;
+    out->expected = v[NL_MAX_DETECT];
+    if (!fx || !ctx->scenario || ctx->scenario->n_faults == 0) {
+        dsim_check_msg(msg, cap,
+                       "node_loss needs a fault that loses a node: add to faults: a kill, "
+                       "restart, pause or partition");
+        return DSIM_OK;
+    }
+    double bound_s = v[NL_MAX_DETECT];
+    if (fx->bound_ns > 0 && (double)fx->bound_ns / 1e9 < bound_s)
+        bound_s = (double)fx->bound_ns / 1e9;
+    out->expected = bound_s;
+    const dsim_train_result *b = fx->broken;
+    if (!b) {
+        out->passed = true;
+        out->measured = 0;
+        if (fx->lost_rank >= 0)
+            dsim_check_msg(msg, cap,
+                           "rank %d was lost, but after its last collective: every other replica "
+                           "finished normally",
+                           fx->lost_rank);
+        else
+            dsim_check_msg(msg, cap,
+                           "the job rode out its faults: no node was lost for good and no "
+                           "survivor had to fail");
+        return DSIM_OK;
+    }
+    int N = b->num_replicas;
+    if (!b->replicas || N <= 0) {
+        dsim_check_msg(msg, cap, "the broken attempt failed before its replicas started: %s",
+                       b->error.msg);
+        return DSIM_OK;
+    }
+    /* 1 and 2: every survivor failed, in time */
+    double worst = 0;
+    int worst_r = -1, hung = -1, ok_too_late = -1, silent = -1, partial = -1;
+    for (int r = 0; r < N; r++) {
+        const dsim_train_replica_end *e = &b->replicas[r];
+        if (e->killed)
+            continue;
+        if (e->t_end == 0) {
+            if (hung < 0)
+                hung = r;
+            continue;
+        }
+        if (e->status == DSIM_OK) {
+            /* It finished: fine if it was done before the loss. */
+            if (fx->t_loss >= 0 && e->t_end > fx->t_loss && silent < 0)
+                silent = r;
+            continue;
+        }
+        if (fx->t_loss >= 0) {
+            double d = (double)(e->t_end - fx->t_loss) / 1e9;
+            if (d > worst) {
+                worst = d;
+                worst_r = r;
+            }
+            if (d > bound_s && ok_too_late < 0)
+                ok_too_late = r;
+        }
+        /* 3: no partial update */
+        if (b->placement != DSIM_PLACE_SHARDED && e->end_checksum != 0) {
+            uint64_t want = e->steps_done > 0 && b->checksum
+                                ? b->checksum[(size_t)(e->steps_done - 1) * (size_t)N + (size_t)r]
+                                : b->initial_checksum;
+            if (e->end_checksum != want && partial < 0)
+                partial = r;
+        }
+    }
+    out->measured = worst;
+    if (hung >= 0) {
+        const dsim_train_replica_end *e = &b->replicas[hung];
+        dsim_check_msg(msg, cap,
+                       "replica %d never returned after rank %d was lost (stuck in %s of step "
+                       "%llu): a survivor must fail, not wait; set strategy.timeout or the "
+                       "health check",
+                       hung, fx->lost_rank, dsim_phase_name(e->phase),
+                       (unsigned long long)e->global_step);
+        return DSIM_OK;
+    }
+    if (ok_too_late >= 0) {
+        dsim_check_msg(msg, cap,
+                       "replica %d took %.3f s to fail after rank %d was lost; the bound is %.3f "
+                       "s (%s): lower strategy.timeout or the health check's interval",
+                       ok_too_late,
+                       (double)(b->replicas[ok_too_late].t_end - fx->t_loss) / 1e9,
+                       fx->lost_rank, bound_s,
+                       fx->bound_ns > 0 && (double)fx->bound_ns / 1e9 <= v[NL_MAX_DETECT]
+                           ? "from the timeout and health-check settings"
+                           : "node_loss.max_detect_s");
+        return DSIM_OK;
+    }
+    if (partial >= 0) {
+        const dsim_train_replica_end *e = &b->replicas[partial];
+        dsim_check_msg(msg, cap,
+                       "replica %d applied a partial update: when it failed its variables were "
+                       "neither those after its last complete step (%llu) nor the next step's; "
+                       "the strategy must update only after the whole reduction succeeded",
+                       partial, (unsigned long long)e->steps_done);
+        return DSIM_OK;
+    }
+    /* 4: the checkpoint */
+    char ck_note[160] = "";
+    if (fx->checkpoint_path) {
+        dsim_checkpoint *ck = NULL;
+        dsim_err e = dsim_checkpoint_read(fx->checkpoint_path, &ck);
+        if (e == DSIM_OK) {
+            snprintf(ck_note, sizeof ck_note, "; the last checkpoint (global step %llu) is intact",
+                     (unsigned long long)ck->global_step);
+            dsim_checkpoint_free(ck);
+        } else if (e == DSIM_ENOENT) {
+            dsim_clear_error();
+            snprintf(ck_note, sizeof ck_note, "; no checkpoint had been written yet");
+        } else {
+            dsim_check_msg(msg, cap, "the chief's last checkpoint is not usable: %s",
+                           dsim_errmsg());
+            return DSIM_OK;
+        }
+    }
+    /* 5: recovery */
+    char rec_note[200] = "";
+    if (v[NL_REQUIRE_RECOVERY] >= 1 && fx->recovery) {
+        const dsim_train_result *fin = ctx->run;
+        if (ctx->run_err != DSIM_OK) {
+            dsim_check_msg(msg, cap,
+                           "recovery did not finish the job after %d restart(s): %s", fx->restarts,
+                           fin && fin->error.msg[0] ? fin->error.msg : "no message");
+            return DSIM_OK;
+        }
+        if (!fx->clean) {
+            dsim_check_msg(msg, cap, "no clean run to compare the recovered job with");
+            return DSIM_OK;
+        }
+        if (fin->n_params != fx->clean->n_params ||
+            fin->first_step + fin->steps != fx->clean->first_step + fx->clean->steps) {
+            dsim_check_msg(msg, cap,
+                           "the recovered job ended at global step %llu, the clean run at %llu",
+                           (unsigned long long)(fin->first_step + fin->steps),
+                           (unsigned long long)(fx->clean->first_step + fx->clean->steps));
+            return DSIM_OK;
+        }
+        dsim_params_diff d;
+        dsim_params_compare(fin->params, fx->clean->params, fin->n_params, &d);
+        if (d.n_diff > 0) {
+            dsim_check_msg(msg, cap,
+                           "the recovered job ends %zu of %zu parameters away from a clean run "
+                           "(max abs %.3g at %zu): resuming from the checkpoint did not replay "
+                           "the same steps (data position, optimizer state or step)",
+                           d.n_diff, fin->n_params, d.max_abs, d.worst);
+            return DSIM_OK;
+        }
+        snprintf(rec_note, sizeof rec_note,
+                 "; after %d restart(s) from the checkpoint the job ends bit-identical to a clean "
+                 "run",
+                 fx->restarts);
+    }
+    out->passed = true;
+    if (fx->t_loss >= 0 && worst_r >= 0)
+        dsim_check_msg(msg, cap,
+                       "rank %d lost: every survivor failed within %.3f s (slowest replica %d; "
+                       "bound %.3f s), none applied a partial update%s%s",
+                       fx->lost_rank, worst, worst_r, bound_s, ck_note, rec_note);
+    else
+        dsim_check_msg(msg, cap, "the faults broke the job and every survivor failed cleanly: %s%s%s",
+                       b->error.msg, ck_note, rec_note);
+    return DSIM_OK;
+}
+
+const dsim_check_ops dsim_check_node_loss = {
+    .size = sizeof(dsim_check_ops),
+    .name = "node_loss",
+    .summary = "every survivor of a lost node fails fast, nobody hangs, recovery ends equal",
+    .available = true,
+    .n_params = 2,
+    .params =
+        {
+            {"max_detect_s", "seconds within which every survivor must return an error", 0, 86400,
+             40, false},
+            {"require_recovery", "1: the resumed run must end equal to a clean run", 0, 1, 1, true},
+        },
+    .run = nl_run,
+    .judges_failed_runs = true,
+};
