@@ -28,6 +28,7 @@ extern "C" {
 #define DSIM_SCENARIO_DEF_FILES          4
 #define DSIM_SCENARIO_DEF_CKPT_EVERY     10
 #define DSIM_SCENARIO_DEF_RECOVERY       "none"
+#define DSIM_SCENARIO_DEF_MAX_RESTARTS   3
 
 /* A network preset: one-way latency and bandwidth of every link, for the
  * sim engine's alpha-beta cost model. */

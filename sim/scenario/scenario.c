@@ -1755,8 +1755,27 @@ static dsim_err scen_top(const scen_ctx *c, scen_state *st)
     s->train.engine = s->engine;
     s->engine_pos = scen_pos(m->val[T_ENGINE]);
     v = 0;
-    DSIM_CHECK(
-        scen_enum(c, m, T_RECOVERY, "a recovery", scen_recoveries, SCEN_N(scen_recoveries), &v));
+    s->max_restarts = DSIM_SCENARIO_DEF_MAX_RESTARTS;
+    const scen_node *rv = m->val[T_RECOVERY];
+    if (rv && rv->kind == DSIM_YAML_MAP) {
+        /* recovery: {policy: restart, max_restarts: 3} */
+        enum { R_POLICY, R_MAX, R_N };
+        static const char *const rkeys[R_N] = {"policy", "max_restarts"};
+        scen_map rm;
+        DSIM_CHECK(scen_map_read(c, rv, m->key[T_RECOVERY], "recovery", rkeys, R_N, &rm));
+        DSIM_CHECK(
+            scen_enum(c, &rm, R_POLICY, "a recovery", scen_recoveries, SCEN_N(scen_recoveries), &v));
+        int64_t mx = DSIM_SCENARIO_DEF_MAX_RESTARTS;
+        DSIM_CHECK(scen_int(c, &rm, R_MAX, 0, 100, &mx));
+        if (rm.val[R_MAX] && v == 0)
+            return scen_fail(c, rm.key[R_MAX],
+                             "recovery.max_restarts: policy is none, so nothing restarts; set "
+                             "policy: restart or remove it");
+        s->max_restarts = (int)mx;
+    } else {
+        DSIM_CHECK(scen_enum(c, m, T_RECOVERY, "a recovery", scen_recoveries,
+                             SCEN_N(scen_recoveries), &v));
+    }
     DSIM_CHECK(scen_set_str(c, &s->recovery, scen_recoveries[v].name));
     s->recovery_pos = scen_pos(m->val[T_RECOVERY]);
     return DSIM_OK;
@@ -1898,11 +1917,6 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
                         "%s:%d:%d: engine: the %s engine is not supported yet; this build runs "
                         "engine: threads",
                         s->path, s->engine_pos.line, s->engine_pos.column, s->engine);
-    if (s->recovery && strcmp(s->recovery, "none") != 0)
-        return DSIM_ERR(DSIM_ENOTSUP, -1,
-                        "%s:%d:%d: recovery: %s is not supported yet; this build runs recovery: "
-                        "none",
-                        s->path, s->recovery_pos.line, s->recovery_pos.column, s->recovery);
     for (size_t i = 0; i < s->n_expect; i++) {
         const dsim_expect *x = &s->expect[i];
         if (!x->check->available)

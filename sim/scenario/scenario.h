@@ -62,7 +62,8 @@ typedef struct dsim_scenario {
 
     dsim_fault *faults;
     size_t n_faults;
-    char *recovery; /* "none" | "restart" (BackupAndRestore), or NULL */
+    char *recovery;   /* "none" | "restart" (BackupAndRestore), or NULL */
+    int max_restarts; /* restarts recovery may make (recovery: {max_restarts: N}) */
 
     dsim_expect *expect;
     size_t n_expect;

@@ -210,10 +210,10 @@ static void test_full(void **state)
     i = dsim_check_param_index(x->check, "within_pct_of_reference");
     assert_true(i >= 0 && isnan(x->values[i]));
 
-    /* faults run now; what is still refused names its place */
-    assert_int_equal(dsim_scenario_runnable(s), DSIM_ENOTSUP);
-    assert_null(strstr(dsim_errmsg(), "faults"));
-    assert_non_null(strstr(dsim_errmsg(), "not supported yet"));
+    /* faults and recovery run now */
+    assert_int_equal(dsim_scenario_runnable(s), DSIM_OK);
+    assert_string_equal(s->recovery, "restart");
+    assert_int_equal(s->max_restarts, 3);
     dsim_scenario_free(s);
 }
 
@@ -391,6 +391,10 @@ static const err_case err_cases[] = {
      {"seed", "out of range", "18446744073709551615"}},
     {"name: a\nengine: gpu\n", 2, 9, {"engine: 'gpu' is not an engine", "threads, processes, sim"}},
     {"name: a\nrecovery: sometimes\n", 2, 11, {"recovery", "none, restart"}},
+    {"name: a\nrecovery: {policy: none, max_restarts: 2}\n", 2, 26,
+     {"recovery.max_restarts", "policy is none"}},
+    {"name: a\nrecovery: {policy: restart, max_restarts: 101}\n", 2, 43, {"max_restarts"}},
+    {"name: a\nrecovery: {policy: restart, tries: 1}\n", 2, 29, {"tries", "max_restarts"}},
     {"name: a b\n", 1, 7, {"name: 'a b' is not a name", "A-Z"}},
     {"name:\n", 1, 6, {"name: an empty value"}},
     {"name: \"a\\0b\"\n", 1, 7, {"name", "NUL byte"}},
@@ -652,7 +656,6 @@ static void test_runnable(void **state)
         {"name: a\nengine: processes\n", "t.yaml:2:9: engine",
          "processes engine is not supported yet"},
         {"name: a\nengine: sim\n", "t.yaml:2:9: engine", "sim engine is not supported yet"},
-        {"name: a\nrecovery: restart\n", "t.yaml:2:11: recovery", "restart is not supported yet"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dsim_scenario *s = parse_ok(cases[i].yaml);
