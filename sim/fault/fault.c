@@ -116,6 +116,8 @@ struct dsim_faults {
     fs_timer *timers;
     size_t n_timers;
     dsim_faults_stats stats;
+    int64_t t_loss; /* absolute runtime time the first node was lost, or -1 */
+    int lost_rank;
     dsim_fault_event *ev;
     size_t n_ev, cap_ev;
     dsim_train_hooks hooks;
@@ -209,6 +211,16 @@ static bool fs_any_victim(const dsim_faults *fs, size_t i)
     return false;
 }
 
+static int fs_first_victim(const dsim_faults *fs, size_t i)
+{
+    for (int r = 0; r < fs->R; r++)
+        if (fs->st[i].victim[r])
+            return r;
+    return -1;
+}
+
+static void fs_lost_locked(dsim_faults *fs, int rank, int64_t now);
+
 /* Does a link fault touch the frame src -> dst? */
 static bool fs_link_matches(const dsim_faults *fs, size_t i, int src, int dst)
 {
@@ -254,6 +266,8 @@ static bool fs_active_locked(dsim_faults *fs, size_t i, int64_t now)
         st->fired = true;
         st->t_fire = now;
         fs->stats.fired++;
+        if (f->what == DSIM_FAULT_PARTITION && f->duration_ns == 0)
+            fs_lost_locked(fs, f->link_from >= 0 ? f->link_to : fs_first_victim(fs, i), now);
         fs_event_locked(fs, (int)i, -1, now, "fault %zu (%s) fired at %.3f s", i,
                         fs_what_names[f->what], (double)(now - fs->t0) / 1e9);
     }
@@ -639,10 +653,19 @@ static void fs_detach(void *user, dsim_fabric *f)
 
 /* ---- the hooks ---- */
 
+static void fs_lost_locked(dsim_faults *fs, int rank, int64_t now)
+{
+    if (fs->t_loss < 0) {
+        fs->t_loss = now;
+        fs->lost_rank = rank;
+    }
+}
+
 static void fs_kill_locked(dsim_faults *fs, size_t i, int rank, int64_t now, const char *how)
 {
     const dsim_fault *f = &fs->list[i];
     fs_state *st = &fs->st[i];
+    fs_lost_locked(fs, rank, now);
     if (!st->fired) {
         st->fired = true;
         st->t_fire = now;
@@ -772,6 +795,9 @@ static dsim_hook_action fs_phase(void *user, int r, dsim_phase p, uint64_t gs)
                     st->fired = true;
                     st->t_fire = now;
                     fs->stats.fired++;
+                    if (f->what == DSIM_FAULT_PARTITION && f->duration_ns == 0)
+                        fs_lost_locked(fs, f->link_from >= 0 ? f->link_to : fs_first_victim(fs, i),
+                                       now);
                     fs_event_locked(fs, (int)i, -1, now,
                                     "fault %zu (%s) starts at %s of step %" PRIu64, i,
                                     fs_what_names[f->what], dsim_phase_name(p), gs);
@@ -806,6 +832,8 @@ static dsim_hook_action fs_phase(void *user, int r, dsim_phase p, uint64_t gs)
                 if (!st->victim[k])
                     continue;
                 fs->pause_end[k] = f->duration_ns > 0 ? now + f->duration_ns : FS_FOREVER;
+                if (f->duration_ns == 0)
+                    fs_lost_locked(fs, k, now);
                 fs_event_locked(fs, (int)i, k, now,
                                 "fault %zu: rank %d paused at %s of step %" PRIu64 " (%s)", i, k,
                                 dsim_phase_name(p), gs,
@@ -901,6 +929,8 @@ dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, i
     if (!fs)
         return DSIM_ERR(DSIM_ENOMEM, -1, "faults: out of memory");
     fs->seed = seed;
+    fs->t_loss = -1;
+    fs->lost_rank = -1;
     fs->hosts = hosts;
     fs->D = devices_per_host;
     fs->N = hosts * devices_per_host;
@@ -995,6 +1025,14 @@ void dsim_faults_rearm_for_restart(dsim_faults *fs)
     free(fs->timers);
     fs->timers = NULL;
     fs->n_timers = 0;
+    fs->t_loss = -1;
+    fs->lost_rank = -1;
+}
+
+int dsim_faults_first_loss(dsim_faults *fs, int64_t *t_abs)
+{
+    *t_abs = fs->t_loss;
+    return fs->t_loss >= 0 ? fs->lost_rank : -1;
 }
 
 size_t dsim_faults_events(dsim_faults *fs, const dsim_fault_event **out)

@@ -57,6 +57,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dsim/err.h"
 #include "dsim/strategy.h"
@@ -150,6 +151,11 @@ void dsim_faults_rearm_for_restart(dsim_faults *fs);
  * destroy). */
 size_t dsim_faults_events(dsim_faults *fs, const dsim_fault_event **out);
 
+/* The first node lost for good in the last run (killed, paused for good,
+ * cut off by a lasting partition): its rank (-1: none, or not one rank) and
+ * *t_abs the runtime time it happened (-1: nothing was lost). */
+int dsim_faults_first_loss(dsim_faults *fs, int64_t *t_abs);
+
 /* 1 if the rank was killed (or is still paused) in the last run. */
 int dsim_faults_rank_lost(dsim_faults *fs, int rank);
 
@@ -160,6 +166,58 @@ typedef struct dsim_faults_stats {
     uint64_t dropped, delayed, duplicated, corrupted, reordered, held;
 } dsim_faults_stats;
 void dsim_faults_get_stats(dsim_faults *fs, dsim_faults_stats *out);
+
+/* ---- a job under faults, with BackupAndRestore recovery ---- */
+
+typedef struct dsim_recovery_opts {
+    const dsim_fault *faults; /* the fault list (n_faults entries) */
+    size_t n_faults;
+    uint64_t seed;
+    bool restart;     /* recovery: restart */
+    int max_restarts; /* at most this many restarts */
+    bool want_clean;  /* also run the job without faults (for node_loss) */
+} dsim_recovery_opts;
+
+typedef struct dsim_recovery_run {
+    /* The attempt that ended the job: the first one if it did not fail or
+     * nothing restarted, else the last restart. err is its error. */
+    dsim_train_result final;
+    dsim_err err;
+    /* The first attempt, when the faults broke it and a restart followed
+     * (else has_broken is false and the broken attempt is `final`). */
+    dsim_train_result broken;
+    bool has_broken;
+    dsim_err broken_err;
+    int lost_rank;      /* dsim_faults_first_loss of the broken attempt */
+    int64_t t_loss;     /* on the broken attempt's runtime clock, or -1 */
+    int restarts;       /* restarts made */
+    dsim_train_result clean; /* want_clean: the job without faults */
+    bool has_clean;
+    dsim_err clean_err;
+    /* Every fault event of every attempt, and the restarts, in order;
+     * t_ns from the start of each attempt's fabric, attempt says which. */
+    dsim_fault_event *events;
+    int *event_attempt;
+    size_t n_events;
+    dsim_faults_stats stats; /* summed over the attempts */
+} dsim_recovery_run;
+
+/* Runs cfg (not changed) under the faults: attempt 0 with the faults from
+ * the start and no restore; on failure, with `restart`, restarts the whole
+ * job from the chief's last checkpoint (cfg->checkpoint_path; a fresh start
+ * when none was written yet), faults that already fired left out, until it
+ * finishes or max_restarts is reached. Before attempt 0 an old checkpoint
+ * at cfg->checkpoint_path is removed when restarts are allowed, so that a
+ * restart never resumes from another run's backup (BackupAndRestore owns
+ * its backup directory). Release *out with dsim_recovery_run_free. */
+dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_opts *o,
+                               dsim_recovery_run *out);
+void dsim_recovery_run_free(dsim_recovery_run *r);
+
+/* Prints the timeline of a failed or recovered run: fault events, each
+ * replica's end in the broken attempt (phase, step, error, time after the
+ * loss), the restarts. */
+void dsim_recovery_print_timeline(const dsim_recovery_run *r, FILE *out);
 
 #ifdef __cplusplus
 }

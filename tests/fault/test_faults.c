@@ -7,7 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "dsim/strategy.h"
@@ -380,6 +382,80 @@ static void test_same_seed_same_events(void **state)
     }
 }
 
+/* BackupAndRestore: the chief checkpoints every 2 steps, rank 3 dies at
+ * step 5, every worker restarts from the checkpoint of step 4 and the job
+ * ends with the same bits as a clean run; the timeline says what happened. */
+static void test_recovery_ends_equal_to_a_clean_run(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/dsim-test-recovery-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    dsim_train_cfg cfg;
+    fl_cfg(&cfg);
+    cfg.checkpoint_path = path;
+    cfg.checkpoint_every = 2;
+    dsim_fault f[2] = {fl_fault(DSIM_FAULT_KILL), fl_fault(DSIM_FAULT_PAUSE)};
+    f[0].when = DSIM_WHEN_STEP;
+    f[0].step = 5;
+    f[0].rank = 3;
+    f[1].when = DSIM_WHEN_STEP;
+    f[1].step = 11; /* the second attempt loses rank 1 for good too */
+    f[1].rank = 1;
+    dsim_recovery_opts o = {
+        .faults = f, .n_faults = 2, .seed = 1, .restart = true, .max_restarts = 3,
+        .want_clean = true};
+    dsim_recovery_run r;
+    assert_int_equal(dsim_recovery_run_job(&cfg, &o, &r), DSIM_OK);
+    assert_true(r.has_clean);
+    assert_int_equal(r.clean_err, DSIM_OK);
+    if (r.err != DSIM_OK)
+        fail_msg("recovery did not finish: %s", r.final.error.msg);
+    assert_int_equal(r.restarts, 2);
+    assert_true(r.has_broken);
+    assert_int_equal(r.lost_rank, 3);
+    assert_true(r.t_loss > 0);
+    assert_int_equal(r.broken.replicas[3].global_step, 5);
+    /* resumed at the last checkpoint before the second loss */
+    assert_int_equal(r.final.first_step, 10);
+    assert_int_equal(r.final.first_step + r.final.steps, clean.steps);
+    assert_memory_equal(r.final.params, clean.params, clean.n_params * sizeof(float));
+    assert_memory_equal(r.clean.params, clean.params, clean.n_params * sizeof(float));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&buf, &len);
+    dsim_recovery_print_timeline(&r, mf);
+    fclose(mf);
+    assert_non_null(strstr(buf, "rank 3 killed"));
+    assert_non_null(strstr(buf, "replica 3 lost (compute, step 5)"));
+    assert_non_null(strstr(buf, "after the loss"));
+    assert_non_null(strstr(buf, "2 restart(s); the last attempt finished"));
+    free(buf);
+    dsim_recovery_run_free(&r);
+    unlink(path);
+}
+
+/* A job that keeps failing stops after max_restarts. */
+static void test_recovery_gives_up(void **state)
+{
+    (void)state;
+    dsim_train_cfg cfg;
+    fl_cfg(&cfg);
+    cfg.timeout_ns = 300 * MS;
+    dsim_fault f = fl_fault(DSIM_FAULT_CORRUPT);
+    f.when = DSIM_WHEN_PROBABILITY;
+    f.probability = 1.0; /* every frame: nothing ever gets through */
+    dsim_recovery_opts o = {.faults = &f, .n_faults = 1, .seed = 1, .restart = true,
+                            .max_restarts = 2};
+    dsim_recovery_run r;
+    assert_int_equal(dsim_recovery_run_job(&cfg, &o, &r), DSIM_OK);
+    assert_int_not_equal(r.err, DSIM_OK);
+    assert_int_equal(r.restarts, 2);
+    assert_non_null(strstr(r.final.error.msg, "corrupt"));
+    dsim_recovery_run_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -398,6 +474,8 @@ int main(void)
         cmocka_unit_test(test_straggler_and_stagger_change_nothing),
         cmocka_unit_test(test_restart_revokes_the_group),
         cmocka_unit_test(test_same_seed_same_events),
+        cmocka_unit_test(test_recovery_ends_equal_to_a_clean_run),
+        cmocka_unit_test(test_recovery_gives_up),
     };
     return cmocka_run_group_tests(tests, fl_setup, fl_teardown);
 }

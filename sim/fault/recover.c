@@ -1,0 +1,166 @@
+/* A job under faults, with BackupAndRestore recovery (DESIGN §6):
+ *
+ *   [clean run, no faults, no checkpoints]      (when node_loss compares)
+ *   attempt 0: faults from the start, no restore
+ *   fails and recovery: restart?
+ *     attempt k: every worker restarted, restore the chief's last
+ *                checkpoint (fresh start if none), redo from there, with
+ *                the faults that have not fired yet
+ *   until an attempt finishes or max_restarts is spent.
+ *
+ * Checkpoints do not change the numbers a job computes, so the clean run
+ * writes none (it must not overwrite the faulty job's backup). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dsim/log.h"
+#include "fault.h"
+
+static void rc_events(dsim_recovery_run *r, dsim_faults *fs, int attempt)
+{
+    const dsim_fault_event *ev = NULL;
+    size_t n = dsim_faults_events(fs, &ev);
+    if (n == 0)
+        return;
+    dsim_fault_event *e = realloc(r->events, (r->n_events + n) * sizeof *e);
+    int *a = realloc(r->event_attempt, (r->n_events + n) * sizeof *a);
+    if (e)
+        r->events = e;
+    if (a)
+        r->event_attempt = a;
+    if (!e || !a)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        r->events[r->n_events] = ev[i];
+        r->event_attempt[r->n_events] = attempt;
+        r->n_events++;
+    }
+}
+
+static void rc_stats_add(dsim_faults_stats *sum, const dsim_faults_stats *s)
+{
+    sum->fired += s->fired;
+    sum->frames_seen += s->frames_seen;
+    sum->dropped += s->dropped;
+    sum->delayed += s->delayed;
+    sum->duplicated += s->duplicated;
+    sum->corrupted += s->corrupted;
+    sum->reordered += s->reordered;
+    sum->held += s->held;
+}
+
+dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_opts *o,
+                               dsim_recovery_run *out)
+{
+    memset(out, 0, sizeof *out);
+    out->lost_rank = -1;
+    out->t_loss = -1;
+    if (!cfg || !o)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_recovery_run_job: cfg and options are needed");
+    if (o->want_clean) {
+        dsim_train_cfg c = *cfg;
+        c.checkpoint_path = NULL;
+        c.checkpoint_every = 0;
+        c.restore = false;
+        c.observer = NULL;
+        c.hooks = NULL;
+        c.transport_filter = NULL;
+        out->clean_err = dsim_train(&c, &out->clean);
+        out->has_clean = true;
+    }
+    dsim_faults *fs = NULL;
+    DSIM_CHECK(dsim_faults_create(o->faults, o->n_faults, o->seed, cfg->hosts,
+                                  cfg->devices_per_host, cfg->num_ps, &fs));
+    if (o->restart && cfg->checkpoint_path && unlink(cfg->checkpoint_path) == 0)
+        dsim_info("recovery: removed the old backup %s before the first attempt",
+                  cfg->checkpoint_path);
+    dsim_train_cfg c = *cfg;
+    c.restore = false;
+    dsim_faults_attach(fs, &c);
+    dsim_err e = dsim_train(&c, &out->final);
+    dsim_faults_stats st;
+    dsim_faults_get_stats(fs, &st);
+    rc_stats_add(&out->stats, &st);
+    rc_events(out, fs, 0);
+    out->lost_rank = dsim_faults_first_loss(fs, &out->t_loss);
+    out->err = e;
+    while (out->err != DSIM_OK && o->restart && out->restarts < o->max_restarts) {
+        if (!out->has_broken) {
+            out->broken = out->final;
+            out->broken_err = out->err;
+            out->has_broken = true;
+        } else {
+            dsim_train_result_free(&out->final);
+        }
+        memset(&out->final, 0, sizeof out->final);
+        out->restarts++;
+        dsim_info("recovery: restart %d of %d: every worker restarts from %s", out->restarts,
+                  o->max_restarts, cfg->checkpoint_path ? cfg->checkpoint_path : "the start");
+        dsim_faults_rearm_for_restart(fs);
+        c = *cfg;
+        c.restore = cfg->checkpoint_path != NULL;
+        dsim_faults_attach(fs, &c);
+        out->err = dsim_train(&c, &out->final);
+        dsim_faults_get_stats(fs, &st);
+        rc_stats_add(&out->stats, &st);
+        rc_events(out, fs, out->restarts);
+    }
+    dsim_faults_destroy(fs);
+    return DSIM_OK;
+}
+
+void dsim_recovery_run_free(dsim_recovery_run *r)
+{
+    if (!r)
+        return;
+    dsim_train_result_free(&r->final);
+    if (r->has_broken)
+        dsim_train_result_free(&r->broken);
+    if (r->has_clean)
+        dsim_train_result_free(&r->clean);
+    free(r->events);
+    free(r->event_attempt);
+    memset(r, 0, sizeof *r);
+}
+
+void dsim_recovery_print_timeline(const dsim_recovery_run *r, FILE *out)
+{
+    const dsim_train_result *b = r->has_broken ? &r->broken : &r->final;
+    fprintf(out, "\n  TIMELINE (seconds from each attempt's start)\n");
+    int attempt = -1;
+    for (size_t i = 0; i < r->n_events; i++) {
+        if (r->event_attempt[i] != attempt) {
+            attempt = r->event_attempt[i];
+            fprintf(out, "  attempt %d%s\n", attempt, attempt == 0 ? "" : " (restarted)");
+        }
+        fprintf(out, "    %9.3f  %s\n", (double)r->events[i].t_ns / 1e9, r->events[i].text);
+    }
+    if (b->replicas && b->num_replicas > 0) {
+        fprintf(out, "  how each replica of attempt 0 ended:\n");
+        for (int q = 0; q < b->num_replicas; q++) {
+            const dsim_train_replica_end *e = &b->replicas[q];
+            double t = e->t_end ? (double)(e->t_end - b->t_start) / 1e9 : -1;
+            if (e->killed)
+                fprintf(out, "    %9.3f  replica %d lost (%s, step %llu)\n", t, q,
+                        dsim_phase_name(e->phase), (unsigned long long)e->global_step);
+            else if (!e->t_end)
+                fprintf(out, "          ---  replica %d never returned (%s, step %llu)\n", q,
+                        dsim_phase_name(e->phase), (unsigned long long)e->global_step);
+            else if (e->status != DSIM_OK && r->t_loss >= 0)
+                fprintf(out, "    %9.3f  replica %d failed in %s of step %llu, %.3f s after the "
+                             "loss: %s\n",
+                        t, q, dsim_phase_name(e->phase), (unsigned long long)e->global_step,
+                        (double)(e->t_end - r->t_loss) / 1e9, e->msg);
+            else if (e->status != DSIM_OK)
+                fprintf(out, "    %9.3f  replica %d failed in %s of step %llu: %s\n", t, q,
+                        dsim_phase_name(e->phase), (unsigned long long)e->global_step, e->msg);
+            else
+                fprintf(out, "    %9.3f  replica %d finished\n", t, q);
+        }
+    }
+    if (r->restarts)
+        fprintf(out, "  %d restart(s); the last attempt %s\n", r->restarts,
+                r->err == DSIM_OK ? "finished" : "failed too");
+}
