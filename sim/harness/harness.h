@@ -1,0 +1,134 @@
+/* Running a scenario: one library call that does everything a run is.
+ *
+ * dsim_harness_run takes a loaded scenario (sim/scenario/scenario.h) and
+ *   1. begins a run row in the results store (when there is one) with the
+ *      scenario's text, seed, engine and resolved configuration, and a row
+ *      per replica;
+ *   2. trains under the scenario's strategy (dsim_train), queuing one step
+ *      row per replica per step and reporting progress to a callback;
+ *   3. replays the same global batches on one device when a check of the
+ *      expect list needs the reference (dsim_train_reference);
+ *   4. judges the expect list (sim/check), stores the checks, the metrics
+ *      and the run's error, and ends the run row with its status;
+ * and hands back the checks' outcomes, the run id and the figures. `dsim
+ * run` is a thin caller of it (flags, printing, interrupts); so can a
+ * user's own C test be.
+ *
+ * The store is optional: without one the run is judged the same way and
+ * nothing is written (run_id 0).
+ *
+ * Ownership: the scenario and the options are borrowed for the call; the
+ * result owns what it points to (dsim_harness_result_free). A store passed
+ * in opts.store stays the caller's; one opened from opts.db_path is closed
+ * before the call returns.
+ *
+ * Thread-safety: runs on different threads may go on at once, each with its
+ * own scenario and result (a store may be shared: dsim_store is
+ * thread-safe). The progress callback is called on the replicas' worker
+ * threads and on the caller's thread; it must be thread-safe. */
+#ifndef DSIM_HARNESS_H
+#define DSIM_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "check/check.h"
+#include "dsim/err.h"
+#include "scenario/scenario.h"
+#include "store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where a run is, for a progress line. */
+typedef struct dsim_harness_progress {
+    uint64_t step;     /* global steps replica 0 has finished */
+    uint64_t total;    /* steps the run will take; 0 when unknown */
+    double loss;       /* replica 0's reduced loss at that step (NaN: none) */
+    uint64_t examples; /* examples read so far, every replica */
+    double elapsed_s;  /* since training started */
+    bool finished;     /* training has returned: the run's last call */
+} dsim_harness_progress;
+
+/* Called after each of replica 0's steps (on its worker thread) and once
+ * with finished set when training returns (on the caller's thread). */
+typedef void (*dsim_harness_progress_fn)(const dsim_harness_progress *p, void *user);
+
+typedef struct dsim_harness_opts {
+    size_t size; /* sizeof(dsim_harness_opts) as the caller was compiled */
+    /* The results store: an open one (borrowed), or a path to open for this
+     * run (and close before returning); neither: no store. */
+    dsim_store *store;
+    const char *db_path;
+    /* Overrides of the scenario's engine and seed (NULL / has_seed false:
+     * the scenario's own). The seed drives model init, data and shuffling. */
+    const char *engine_override;
+    bool has_seed;
+    uint64_t seed;
+    dsim_harness_progress_fn progress; /* optional */
+    void *progress_user;
+} dsim_harness_opts;
+
+/* What a run came to. */
+typedef struct dsim_harness_result {
+    dsim_run_id run_id;     /* the run's row; 0 without a store */
+    dsim_run_status status; /* as stored */
+    /* How training ended: DSIM_OK, or its error and message. */
+    dsim_err train_err;
+    char train_msg[512];
+    /* The harness itself failed (the store could not be written, out of
+     * memory): status is then DSIM_RUN_ERROR; `dsim run` exits 2. */
+    bool harness_error;
+    char harness_msg[600];
+    /* A note worth printing that did not change the verdict (e.g. the
+     * one-device reference failed, so checks that need it say so); "" if
+     * none. It is stored as an error event. */
+    char note[600];
+    /* The expect list's outcomes, in file order (sim/check). */
+    dsim_check_outcome *checks;
+    size_t n_checks, n_failed;
+    uint64_t steps;    /* steps taken (reported ones when the run failed) */
+    uint64_t examples; /* examples read, every replica */
+    double wall_s, examples_per_s;
+    double final_loss; /* NaN when the run failed */
+} dsim_harness_result;
+
+/* Applies opts' overrides to s in place and checks that this build can run
+ * it: the engine, dsim_scenario_runnable, and the strategy plugin, which is
+ * loaded (so a plugin that cannot be loaded is bad input found before any
+ * run). DSIM_EINVAL / DSIM_ENOTSUP / DSIM_ENOENT with a message naming the
+ * file. opts may be NULL. */
+dsim_err dsim_harness_prepare(dsim_scenario *s, const dsim_harness_opts *opts);
+
+/* Runs the scenario (with opts' overrides applied to a private copy) and
+ * fills *out. Returns DSIM_OK when the run was carried out (whatever its
+ * checks said: see out->status and out->n_failed); the error of the store
+ * or of the preparation otherwise, with out->harness_msg saying what
+ * failed. *out is filled as far as the run got either way: free it with
+ * dsim_harness_result_free. opts may be NULL (no store, no progress). */
+dsim_err dsim_harness_run(const dsim_scenario *s, const dsim_harness_opts *opts,
+                          dsim_harness_result *out);
+
+/* The same for a scenario given as text (parsed with dsim_scenario_parse;
+ * `path` names it in messages and anchors a relative strategy.plugin).
+ * A text that does not parse is DSIM_EINVAL with FILE:LINE:COLUMN in
+ * out->harness_msg. */
+dsim_err dsim_harness_run_text(const char *path, const char *text, size_t len,
+                               const dsim_harness_opts *opts, dsim_harness_result *out);
+
+void dsim_harness_result_free(dsim_harness_result *r);
+
+/* For a thread that ends the process next (an interrupt): waits for the
+ * store calls in flight of every run in progress, refuses any later one,
+ * and closes the stores of the runs in progress and `extra` (the caller's
+ * own store, or NULL), each once. A run begun and not ended is thereby
+ * stored as 'unfinished'; everything committed before stays. Returns with
+ * the harness's store lock held for good: call _exit next. */
+void dsim_harness_shutdown(dsim_store *extra);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,287 @@
+/* The harness as a library call: a catalogue scenario run through
+ * dsim_harness_run without a store, with a store opened from a path, and on
+ * a store the caller holds; a scenario given as text; overrides, progress,
+ * a failing check, and bad input.
+ *
+ * DSIM_SCENARIO_DIR is the catalogue folder. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <sqlite3.h>
+
+#include "harness/harness.h"
+
+static char ht_tmp[256];
+
+static void ht_path(char *buf, size_t cap, const char *name)
+{
+    snprintf(buf, cap, "%s/%s", ht_tmp, name);
+}
+
+static dsim_scenario *ht_load(const char *name)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s.yaml", getenv("DSIM_SCENARIO_DIR"), name);
+    dsim_scenario *s = NULL;
+    if (dsim_scenario_load(p, &s) != DSIM_OK)
+        fail_msg("%s: %s", p, dsim_errmsg());
+    return s;
+}
+
+static long long ht_sql_int(const char *db, const char *sql)
+{
+    sqlite3 *h = NULL;
+    assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(h, sql, -1, &q, NULL) != SQLITE_OK)
+        fail_msg("%s: %s", sql, sqlite3_errmsg(h));
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    long long v = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+    return v;
+}
+
+static void ht_sql_text(const char *db, const char *sql, char *buf, size_t cap)
+{
+    sqlite3 *h = NULL;
+    assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(h, sql, -1, &q, NULL) != SQLITE_OK)
+        fail_msg("%s: %s", sql, sqlite3_errmsg(h));
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    const unsigned char *t = sqlite3_column_text(q, 0);
+    snprintf(buf, cap, "%s", t ? (const char *)t : "");
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+}
+
+static void ht_all_passed(const dsim_harness_result *r, size_t n)
+{
+    assert_int_equal(r->n_checks, n);
+    assert_int_equal(r->n_failed, 0);
+    for (size_t i = 0; i < r->n_checks; i++) {
+        if (!r->checks[i].passed)
+            fail_msg("%s: %s", r->checks[i].name, r->checks[i].result.message);
+        assert_true(r->checks[i].result.message[0] != '\0');
+    }
+}
+
+/* Counts the progress calls; checks they are in order. */
+typedef struct ht_prog {
+    atomic_int calls, finished, bad;
+    _Atomic uint64_t last_step, total;
+} ht_prog;
+
+static void ht_progress(const dsim_harness_progress *p, void *user)
+{
+    ht_prog *h = user;
+    if (p->finished) {
+        atomic_fetch_add(&h->finished, 1);
+        return;
+    }
+    atomic_fetch_add(&h->calls, 1);
+    if (p->step == 0 || (p->total && p->step > p->total) || p->elapsed_s < 0)
+        atomic_fetch_add(&h->bad, 1);
+    atomic_store(&h->last_step, p->step);
+    atomic_store(&h->total, p->total);
+}
+
+static void test_without_store(void **state)
+{
+    (void)state;
+    dsim_scenario *s = ht_load("quickstart");
+    ht_prog prog;
+    memset(&prog, 0, sizeof prog);
+    dsim_harness_opts o = {.size = sizeof o, .progress = ht_progress, .progress_user = &prog};
+    dsim_harness_result r;
+    assert_int_equal(dsim_harness_run(s, &o, &r), DSIM_OK);
+    assert_int_equal(r.run_id, 0);
+    assert_int_equal(r.status, DSIM_RUN_PASSED);
+    assert_int_equal(r.train_err, DSIM_OK);
+    assert_false(r.harness_error);
+    ht_all_passed(&r, 3);
+    assert_string_equal(r.checks[0].name, "gradient_consistency");
+    assert_string_equal(r.checks[1].name, "shard_coverage");
+    assert_string_equal(r.checks[2].name, "convergence");
+    assert_int_equal(r.steps, 48);
+    /* every replica reads every example once per epoch: 3 x 512 */
+    assert_int_equal(r.examples, 3 * 512);
+    assert_true(r.final_loss < 0.6);
+    assert_true(r.wall_s > 0);
+    /* one progress call per step of replica 0, then the finishing one */
+    assert_int_equal(atomic_load(&prog.calls), 48);
+    assert_int_equal(atomic_load(&prog.finished), 1);
+    assert_int_equal(atomic_load(&prog.bad), 0);
+    assert_int_equal(atomic_load(&prog.total), 48);
+    dsim_harness_result_free(&r);
+
+    /* NULL opts: the same, quietly */
+    assert_int_equal(dsim_harness_run(s, NULL, &r), DSIM_OK);
+    assert_int_equal(r.status, DSIM_RUN_PASSED);
+    ht_all_passed(&r, 3);
+    dsim_harness_result_free(&r);
+    dsim_scenario_free(s);
+}
+
+static void test_with_store(void **state)
+{
+    (void)state;
+    char db[512], status[64];
+    ht_path(db, sizeof db, "h.db");
+    dsim_scenario *s = ht_load("mirrored");
+    /* a store opened from a path and closed by the call */
+    dsim_harness_opts o = {.size = sizeof o, .db_path = db, .has_seed = true, .seed = 77};
+    dsim_harness_result r;
+    assert_int_equal(dsim_harness_run(s, &o, &r), DSIM_OK);
+    assert_int_equal(r.run_id, 1);
+    assert_int_equal(r.status, DSIM_RUN_PASSED);
+    size_t nchecks = r.n_checks;
+    assert_true(nchecks >= 1);
+    ht_all_passed(&r, nchecks);
+    ht_sql_text(db, "SELECT status FROM runs WHERE id = 1", status, sizeof status);
+    assert_string_equal(status, "passed");
+    /* the override is what was run and stored; the scenario is unchanged */
+    assert_int_equal(ht_sql_int(db, "SELECT seed FROM runs WHERE id = 1"), 77);
+    assert_int_not_equal(s->seed, 77);
+    assert_int_equal(ht_sql_int(db, "SELECT count(*) FROM checks WHERE run_id = 1 AND passed"),
+                     (long long)nchecks);
+    assert_int_equal(ht_sql_int(db, "SELECT count(DISTINCT step) FROM steps WHERE run_id = 1"),
+                     (long long)r.steps);
+    assert_int_equal(ht_sql_int(db, "SELECT value FROM metrics WHERE run_id = 1 AND "
+                                    "name = 'steps'"),
+                     (long long)r.steps);
+    dsim_harness_result_free(&r);
+
+    /* a store the caller holds: two runs on it, ids in order */
+    dsim_store *st = NULL;
+    assert_int_equal(dsim_store_open(db, &st), DSIM_OK);
+    dsim_harness_opts o2 = {.size = sizeof o2, .store = st};
+    assert_int_equal(dsim_harness_run(s, &o2, &r), DSIM_OK);
+    assert_int_equal(r.run_id, 2);
+    dsim_harness_result_free(&r);
+    dsim_scenario *q = ht_load("quickstart");
+    assert_int_equal(dsim_harness_run(q, &o2, &r), DSIM_OK);
+    assert_int_equal(r.run_id, 3);
+    assert_int_equal(r.status, DSIM_RUN_PASSED);
+    dsim_harness_result_free(&r);
+    assert_int_equal(dsim_store_close(st), DSIM_OK);
+    ht_sql_text(db, "SELECT scenario FROM runs WHERE id = 3", status, sizeof status);
+    assert_string_equal(status, "quickstart");
+    assert_int_equal(ht_sql_int(db, "SELECT count(*) FROM runs WHERE status = 'passed'"), 3);
+    dsim_scenario_free(q);
+    dsim_scenario_free(s);
+}
+
+#define HT_SMALL                                                                                   \
+    "cluster: {hosts: 2, devices_per_host: 2}\n"                                                   \
+    "strategy: {name: multi_worker_mirrored}\n"                                                    \
+    "model: {kind: softmax}\n"                                                                     \
+    "optimizer: {kind: sgd, learning_rate: 0.5}\n"                                                 \
+    "data: {examples: 128, features: 4, classes: 3, files: 4, global_batch: 16, epochs: 1}\n"
+
+static void test_text_and_failures(void **state)
+{
+    (void)state;
+    char db[512], status[64];
+    ht_path(db, sizeof db, "t.db");
+    dsim_harness_opts o = {.size = sizeof o, .db_path = db};
+    dsim_harness_result r;
+
+    const char *fail = "name: too_ambitious\n" HT_SMALL
+                       "expect:\n  shard_coverage: {}\n  convergence: {max_final_loss: 1e-6}\n";
+    assert_int_equal(dsim_harness_run_text("fail.yaml", fail, strlen(fail), &o, &r), DSIM_OK);
+    assert_int_equal(r.status, DSIM_RUN_FAILED);
+    assert_int_equal(r.n_checks, 2);
+    assert_int_equal(r.n_failed, 1);
+    assert_true(r.checks[0].passed);
+    assert_false(r.checks[1].passed);
+    assert_non_null(strstr(r.checks[1].result.message, "ABOVE max_final_loss"));
+    ht_sql_text(db, "SELECT status FROM runs WHERE id = 1", status, sizeof status);
+    assert_string_equal(status, "failed");
+    dsim_harness_result_free(&r);
+
+    /* a run that fails (FILE sharding, one file for two workers) */
+    const char *err = "name: refused\ncluster: {hosts: 2, devices_per_host: 1}\n"
+                      "data: {examples: 64, files: 1, shard_policy: file}\n"
+                      "expect:\n  error: \"fewer\"\n";
+    assert_int_equal(dsim_harness_run_text("err.yaml", err, strlen(err), &o, &r), DSIM_OK);
+    assert_int_not_equal(r.train_err, DSIM_OK);
+    assert_true(r.train_msg[0] != '\0');
+    assert_int_equal(r.status, DSIM_RUN_PASSED);
+    assert_int_equal(ht_sql_int(db, "SELECT count(*) FROM events WHERE run_id = 2 AND "
+                                    "kind = 'error'"),
+                     1);
+    dsim_harness_result_free(&r);
+
+    /* text that does not parse: nothing runs, the message has file:line */
+    const char *bad = "name: broken\ncluster: {hosts: 2\n";
+    assert_int_equal(dsim_harness_run_text("broken.yaml", bad, strlen(bad), &o, &r), DSIM_EINVAL);
+    assert_true(r.harness_error);
+    assert_non_null(strstr(r.harness_msg, "broken.yaml:"));
+    dsim_harness_result_free(&r);
+    assert_int_equal(ht_sql_int(db, "SELECT count(*) FROM runs"), 2);
+
+    /* an engine this build does not run, and a wrong opts.size */
+    const char *good = "name: good\n" HT_SMALL "expect:\n  shard_coverage: {}\n";
+    dsim_harness_opts sim = {.size = sizeof sim, .engine_override = "sim"};
+    assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &sim, &r),
+                     DSIM_ENOTSUP);
+    assert_non_null(strstr(r.harness_msg, "not supported"));
+    dsim_harness_result_free(&r);
+    dsim_harness_opts wrong = {.size = 8};
+    assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &wrong, &r),
+                     DSIM_EINVAL);
+    assert_non_null(strstr(r.harness_msg, "opts.size"));
+    dsim_harness_result_free(&r);
+
+    /* prepare applies the overrides in place */
+    dsim_scenario *s = NULL;
+    assert_int_equal(dsim_scenario_parse("good.yaml", good, strlen(good), &s), DSIM_OK);
+    dsim_harness_opts seed = {.size = sizeof seed, .has_seed = true, .seed = 9};
+    assert_int_equal(dsim_harness_prepare(s, &seed), DSIM_OK);
+    assert_int_equal(s->seed, 9);
+    assert_int_equal(s->train.seed, 9);
+    assert_int_equal(dsim_harness_prepare(s, &sim), DSIM_ENOTSUP);
+    dsim_scenario_free(s);
+}
+
+static int ht_setup(void **state)
+{
+    (void)state;
+    snprintf(ht_tmp, sizeof ht_tmp, "%s/dsim-harness.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    return mkdtemp(ht_tmp) ? 0 : -1;
+}
+
+static int ht_teardown(void **state)
+{
+    (void)state;
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", ht_tmp);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    if (!getenv("DSIM_SCENARIO_DIR")) {
+        fprintf(stderr, "usage: DSIM_SCENARIO_DIR=DIR test_harness\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_without_store),
+        cmocka_unit_test(test_with_store),
+        cmocka_unit_test(test_text_and_failures),
+    };
+    return cmocka_run_group_tests(tests, ht_setup, ht_teardown);
+}
