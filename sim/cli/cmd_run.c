@@ -367,6 +367,8 @@ static void run_fmt_num(char *buf, size_t cap, double v)
 
 static void run_print_table(const run_item *it, const dsim_harness_result *rep, const char *db)
 {
+    if (rep->timeline)
+        fputs(rep->timeline, stdout);
     if (rep->n_checks) {
         printf("\n  %-22s %-8s %-12s %-12s %s\n", "CHECK", "EXPECTS", "MEASURED", "EXPECTED",
                "RESULT");
@@ -388,8 +390,11 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
     if (rep->n_checks)
         printf(" (%zu of %zu checks met their expectation)", rep->n_checks - rep->n_failed,
                rep->n_checks);
-    printf("; %" PRIu64 " steps, %.2f s, %.0f examples/s\n", rep->steps, rep->wall_s,
+    printf("; %" PRIu64 " steps, %.2f s, %.0f examples/s", rep->steps, rep->wall_s,
            rep->examples_per_s);
+    if (rep->restarts)
+        printf(", %d restart(s)", rep->restarts);
+    printf("\n");
     if (rep->run_id > 0)
         printf("run %" PRId64 " stored in %s\n", (int64_t)rep->run_id, db);
     fflush(stdout);

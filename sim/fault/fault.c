@@ -143,6 +143,7 @@ static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, c
     }
     dsim_fault_event *e = &fs->ev[fs->n_ev++];
     e->t_ns = now - fs->t0;
+    e->t_abs = now;
     e->fault = fault;
     e->rank = rank;
     va_list ap;

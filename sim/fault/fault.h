@@ -126,7 +126,8 @@ const char *dsim_fault_what_name(dsim_fault_what w);
 
 /* One thing that happened: a fault fired or healed, a frame it touched. */
 typedef struct dsim_fault_event {
-    int64_t t_ns; /* on the job's runtime clock, from the workers' start */
+    int64_t t_ns;  /* from the start of the attempt's fabric */
+    int64_t t_abs; /* on the job's runtime clock (the steps' clock) */
     int fault;    /* index in the list */
     int rank;     /* -1: not one rank */
     char text[160];

@@ -19,6 +19,7 @@
 #include "dsim/comm.h"
 #include "dsim/data.h"
 #include "dsim/dataset.h"
+#include "fault/fault.h"
 #include "harness.h"
 
 /* ---- the guard: store calls against a process that is going down ---- */
@@ -335,6 +336,32 @@ static void h_fail(dsim_harness_result *out, const char *what)
 }
 
 /* The run proper: the store (if any) is open and guarded. */
+static bool h_expects(const dsim_scenario *s, const char *check)
+{
+    for (size_t i = 0; i < s->n_expect; i++)
+        if (s->expect[i].check && strcmp(s->expect[i].check->name, check) == 0)
+            return true;
+    return false;
+}
+
+/* What the settings guarantee after a node is lost: a survivor's collective
+ * fails by its timeout plus the failure check's grace (timeout / 2, 50 ms to
+ * 2 s: src/coll/step.c); with no timeout, only the health check ends it. */
+static int64_t h_detection_bound(const dsim_scenario *s)
+{
+    int64_t t = s->train.timeout_ns;
+    if (t <= 0)
+        return 0;
+    int64_t grace = t / 2;
+    if (grace < 50 * 1000 * 1000LL)
+        grace = 50 * 1000 * 1000LL;
+    if (grace > 2000 * 1000 * 1000LL)
+        grace = 2000 * 1000 * 1000LL;
+    /* a replica stuck in its step's compute meets the next collective late:
+     * a second timeout covers the call it is in when the loss happens */
+    return 2 * t + grace;
+}
+
 static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
                       dsim_harness_result *out)
 {
@@ -394,9 +421,74 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
     memset(&res, 0, sizeof res);
     memset(&ref, 0, sizeof ref);
     bool have_ref = false;
+    /* Faults or recovery: the job runs under sim/fault, restarts included. */
+    bool faulty = s->n_faults > 0 || (s->recovery && strcmp(s->recovery, "restart") == 0);
+    dsim_recovery_run rr;
+    memset(&rr, 0, sizeof rr);
+    dsim_check_faults cf;
+    memset(&cf, 0, sizeof cf);
     int64_t t_start = h_now_ns();
-    out->train_err = dsim_train(&cfg, &res);
+    if (faulty) {
+        bool restart = s->recovery && strcmp(s->recovery, "restart") == 0;
+        dsim_recovery_opts ro = {
+            .faults = s->faults,
+            .n_faults = s->n_faults,
+            .seed = cfg.seed,
+            .restart = restart,
+            .max_restarts = s->max_restarts,
+            .want_clean = restart && h_expects(s, "node_loss"),
+        };
+        dsim_err fe = dsim_recovery_run_job(&cfg, &ro, &rr);
+        if (fe != DSIM_OK) {
+            out->train_err = fe;
+            dsim_error_copy(&res.error);
+        } else {
+            out->train_err = rr.err;
+            res = rr.final; /* moved: rr no longer owns it */
+            memset(&rr.final, 0, sizeof rr.final);
+            const dsim_train_result *b = rr.has_broken ? &rr.broken
+                                         : rr.err != DSIM_OK ? &res
+                                                             : NULL;
+            cf = (dsim_check_faults){
+                .broken = b,
+                .broken_err = rr.has_broken ? rr.broken_err : rr.err,
+                .lost_rank = rr.lost_rank,
+                .t_loss = rr.t_loss,
+                .bound_ns = h_detection_bound(s),
+                .restarts = rr.restarts,
+                .recovery = restart,
+                .clean = rr.has_clean && rr.clean_err == DSIM_OK ? &rr.clean : NULL,
+                .checkpoint_path = cfg.checkpoint_path,
+            };
+        }
+    } else {
+        out->train_err = dsim_train(&cfg, &res);
+    }
     int64_t t_end = h_now_ns();
+    out->restarts = rr.restarts;
+    for (size_t i = 0; st && i < rr.n_events; i++) {
+        const dsim_fault_event *ev = &rr.events[i];
+        if (HG_STORE(dsim_store_event(st, out->run_id, ev->rank, ev->t_abs, DSIM_EVENT_FAULT,
+                                      ev->text)) != DSIM_OK) {
+            h_fail(out, "recording the fault events");
+            break;
+        }
+    }
+    if (faulty && rr.restarts && st &&
+        HG_STORE(dsim_store_event(st, out->run_id, -1, t_end, DSIM_EVENT_RESTART,
+                                  rr.err == DSIM_OK ? "recovered after restarting every worker"
+                                                    : "recovery gave up")) != DSIM_OK)
+        h_fail(out, "recording the restarts");
+    if (faulty && (rr.err != DSIM_OK || rr.restarts || rr.lost_rank >= 0)) {
+        char *buf = NULL;
+        size_t blen = 0;
+        FILE *mf = open_memstream(&buf, &blen);
+        if (mf) {
+            dsim_recovery_print_timeline(&rr, mf);
+            fclose(mf);
+            out->timeline = buf;
+        }
+    }
     if (out->train_err != DSIM_OK && res.error.code == DSIM_OK) {
         /* failed before the driver filled the result: keep the thread's message */
         dsim_error_copy(&res.error);
@@ -465,6 +557,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
         .run = &res,
         .reference = have_ref ? &ref : NULL,
         .run_err = out->train_err,
+        .faults = faulty ? &cf : NULL,
     };
     if (!out->checks ||
         dsim_check_run_all(&ctx, out->checks, &out->n_checks, &out->n_failed) != DSIM_OK) {
@@ -523,6 +616,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
     dsim_train_result_free(&res);
     if (have_ref)
         dsim_train_result_free(&ref);
+    dsim_recovery_run_free(&rr);
     free(run);
 }
 
@@ -611,4 +705,6 @@ void dsim_harness_result_free(dsim_harness_result *r)
     free(r->checks);
     r->checks = NULL;
     r->n_checks = r->n_failed = 0;
+    free(r->timeline);
+    r->timeline = NULL;
 }

@@ -93,6 +93,11 @@ typedef struct dsim_harness_result {
     uint64_t examples; /* examples read, every replica */
     double wall_s, examples_per_s;
     double final_loss; /* NaN when the run failed */
+    /* Runs with faults: restarts made by recovery, and the timeline of
+     * what happened (fault events, how each replica ended, restarts) when a
+     * node was lost or the run failed; NULL otherwise. */
+    int restarts;
+    char *timeline;
 } dsim_harness_result;
 
 /* Applies opts' overrides to s in place and checks that this build can run

@@ -181,6 +181,7 @@ static void test_gc_divergence_names_step_and_replica(void **state)
     fake_run f;
     fake_init(&f, 4, 3);
     f.res.first_step = 10;
+    f.ref.first_step = 10; /* both end at global step 13 */
     f.res.in_sync_every_step = false;
     f.checksum[1 * 4 + 3] ^= 0xff; /* step 1 (global 11), replica 3 */
     f.checksum[2 * 4 + 2] ^= 0xff;
