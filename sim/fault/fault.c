@@ -811,6 +811,17 @@ static dsim_hook_action fs_phase(void *user, int r, dsim_phase p, uint64_t gs)
         case DSIM_FAULT_RESTART:
             if (st->fired && f->when != DSIM_WHEN_PROBABILITY)
                 break;
+            if (f->ps >= 0) {
+                /* a server has no phases: the first replica to get there
+                 * triggers it */
+                bool save = st->victim[r];
+                st->victim[r] = true;
+                bool hit = fs_triggers_locked(fs, i, r, p, gs, now);
+                st->victim[r] = save;
+                if (hit)
+                    fs_kill_locked(fs, i, fs->N + f->ps, now, "at its trigger");
+                break;
+            }
             if (!fs_triggers_locked(fs, i, r, p, gs, now))
                 break;
             if (f->after_messages > 0) {

@@ -556,8 +556,18 @@ static void train_handler_main(void *arg)
     train_handler *h = arg;
     train_job *job = h->job;
     train_server *ts = &job->srvs[h->server];
-    if (dsim_strategy_serve(job->strat, &ts->ctx, h->client) != DSIM_OK)
+    const dsim_train_cfg *cfg = job->cfg;
+    if (dsim_strategy_serve(job->strat, &ts->ctx, h->client) != DSIM_OK) {
+        /* A killed server says nothing; neither does the server of a
+         * killed client (parameter-server training goes on without it). */
+        const dsim_train_hooks *hk = cfg->hooks;
+        if (hk && hk->killed &&
+            (hk->killed(cfg->hooks_user, job->N + h->server) || hk->killed(cfg->hooks_user, h->client))) {
+            dsim_clear_error();
+            return;
+        }
         train_fail(job, "parameter server", h->server, job->N + h->server);
+    }
 }
 
 static dsim_err train_check_cfg(const dsim_train_cfg *cfg)

@@ -128,10 +128,13 @@ typedef struct dsim_train_hooks {
     /* Replica `replica` enters `phase` at global step `global_step`. May
      * block through the runtime API (a paused replica). */
     dsim_hook_action (*phase)(void *user, int replica, dsim_phase phase, uint64_t global_step);
-    /* 1 if `replica` has been killed by the harness outside a phase hook
-     * (e.g. isolated by a fault transport in the middle of a collective).
-     * The driver asks when the replica fails: a killed replica's error is
-     * not the job's failure, and it stops as DSIM_HOOK_DIE would. */
+    /* 1 if rank `replica` has been killed by the harness outside a phase
+     * hook (e.g. isolated by a fault transport in the middle of a
+     * collective). The driver asks when the replica fails: a killed
+     * replica's error is not the job's failure, and it stops as
+     * DSIM_HOOK_DIE would. Asked for parameter-server ranks too
+     * (num_replicas + server): the serving workers of a killed server, or
+     * of a killed client, end without failing the job. */
     int (*killed)(void *user, int replica);
 } dsim_train_hooks;
 
