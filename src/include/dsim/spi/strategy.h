@@ -131,7 +131,9 @@ typedef struct dsim_replica_ctx {
     dsim_algo algo;     /* the job's `communication` option */
     int server_rank0;   /* rank of parameter server 0 (= num_replicas); server s is
                            server_rank0 + s */
-    int64_t timeout_ns; /* bound for every wait (collectives use it already) */
+    int64_t timeout_ns; /* bound for every wait, as dsim_rt_deadline takes it: > 0 ns,
+                           or -1 when the job has no timeout (collectives use it
+                           already) */
     const dsim_model_spec *model;
     const dsim_optim_spec *optim;
     size_t n_params;
@@ -154,7 +156,7 @@ typedef struct dsim_server_ctx {
     dsim_fabric *fabric;
     dsim_ep *ep; /* this server's endpoint, shared by its serve() workers */
     dsim_waitq *lock;
-    int64_t timeout_ns;
+    int64_t timeout_ns; /* as dsim_replica_ctx.timeout_ns: > 0 ns, or -1 for none */
     const dsim_model_spec *model;
     const dsim_optim_spec *optim;
     size_t n_params;
