@@ -436,7 +436,10 @@ static dsim_err scen_duration(const scen_ctx *c, const scen_map *m, int i, int64
                          "30s or 500ms (units: ns, us, ms, s, m, h)",
                          kp, scen_show(v, show, sizeof show));
     }
-    if (!dsim_unit_duration(v->s, &ns, why, sizeof why))
+    /* Where 0 means something (no deadline, off), a bare 0 needs no unit. */
+    if (lo_ns == 0 && strcmp(v->s, "0") == 0)
+        ns = 0;
+    else if (!dsim_unit_duration(v->s, &ns, why, sizeof why))
         return scen_fail(c, v, "%s: %s %s", kp, scen_show(v, show, sizeof show), why);
     if (ns < lo_ns) {
         char lo[32];
@@ -980,16 +983,21 @@ static dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_enum(c, m, S_PSMODE, "a parameter-server mode", scen_ps_modes,
                          SCEN_N(scen_ps_modes), &v));
     t->ps_mode = (dsim_ps_mode)v;
-    DSIM_CHECK(scen_duration(c, m, S_TIMEOUT, 1, &t->timeout_ns));
+    /* 0: no deadline (TF's timeout_seconds=None): only the health check or
+     * an abort ends a wait. */
+    DSIM_CHECK(scen_duration(c, m, S_TIMEOUT, 0, &t->timeout_ns));
 
     scen_map *h = &st->health;
     DSIM_CHECK(scen_map_read(c, m->val[S_HEALTH], m->key[S_HEALTH], "strategy.health_check",
                              scen_health_keys, H_N, h));
-    DSIM_CHECK(scen_duration(c, h, H_INTERVAL, 1, &s->health_interval_ns));
+    DSIM_CHECK(scen_duration(c, h, H_INTERVAL, 0, &s->health_interval_ns));
     DSIM_CHECK(scen_duration(c, h, H_TIMEOUT, 1, &s->health_timeout_ns));
     int64_t r = s->health_retries;
     DSIM_CHECK(scen_int(c, h, H_RETRIES, 0, 1000, &r));
     s->health_retries = (int)r;
+    t->health_interval_ns = s->health_interval_ns;
+    t->health_timeout_ns = s->health_timeout_ns;
+    t->health_retries = s->health_retries;
 
     /* the cluster's shape, for the built-ins (a plugin checks its own when
      * it is loaded) */

@@ -27,11 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dsim/health.h"
 #include "dsim/log.h"
 #include "dsim/rng.h"
 #include "strategy_int.h"
-
-#define TRAIN_DEFAULT_TIMEOUT_NS (30LL * 1000 * 1000 * 1000)
 
 void dsim_train_cfg_init(dsim_train_cfg *cfg)
 {
@@ -42,7 +41,10 @@ void dsim_train_cfg_init(dsim_train_cfg *cfg)
     cfg->devices_per_host = 1;
     cfg->ps_mode = DSIM_PS_SYNC;
     cfg->communication = DSIM_ALGO_AUTO;
-    cfg->timeout_ns = TRAIN_DEFAULT_TIMEOUT_NS;
+    cfg->timeout_ns = DSIM_COMM_DEFAULT_TIMEOUT_NS;
+    cfg->health_interval_ns = DSIM_HEALTH_DEFAULT_INTERVAL_NS;
+    cfg->health_timeout_ns = DSIM_HEALTH_DEFAULT_TIMEOUT_NS;
+    cfg->health_retries = DSIM_HEALTH_DEFAULT_RETRIES;
     dsim_optim_spec_default(&cfg->optim, DSIM_OPTIM_SGD);
     cfg->shard = DSIM_SHARD_AUTO;
     cfg->hint = DSIM_HINT_NONE;
@@ -182,6 +184,7 @@ typedef struct train_replica {
     _Atomic int phase;          /* dsim_phase: where the replica is now */
     _Atomic uint64_t step;      /* the global step it is on */
     bool killed;                /* stopped by the hooks, as a killed process */
+    _Atomic int dead;           /* killed by a phase hook: its worker's health check stops */
 } train_replica;
 
 typedef struct train_server {
@@ -199,13 +202,20 @@ typedef struct train_handler {
     dsim_task *task;
 } train_handler;
 
+/* One worker's health check (dsim/health.h). */
+typedef struct train_health {
+    train_job *job;
+    int worker;
+    dsim_health *h;
+} train_health;
+
 struct train_job {
     const dsim_train_cfg *cfg;
     const dsim_strategy *strat;
     dsim_strategy_shape shape;
     dsim_train_setup su;
     int N, P;
-    int64_t timeout_ns;
+    int64_t timeout_ns; /* collectives': > 0 the bound, 0 none */
     float loss_scale;
     uint64_t total_steps, first_step, end_step;
     uint32_t start_epoch;
@@ -218,6 +228,7 @@ struct train_job {
     train_replica *reps;
     train_server *srvs;
     train_handler *handlers; /* P * N */
+    train_health *health;    /* [hosts] when the job runs the health check, else NULL */
     dsim_waitq *lock;
     int failed;
     dsim_error err;
@@ -344,6 +355,10 @@ static dsim_err train_enter(train_replica *rp, dsim_phase p, uint64_t gs)
     const dsim_train_hooks *h = cfg->hooks;
     if (h && h->phase && h->phase(cfg->hooks_user, rp->index, p, gs) == DSIM_HOOK_DIE) {
         rp->killed = true;
+        atomic_store_explicit(&rp->dead, 1, memory_order_release);
+        /* A dead process stops answering its peers' health checks now. */
+        if (rp->job->health)
+            dsim_health_poke(rp->job->health[rp->ctx.worker].h);
         return TRAIN_DIED;
     }
     return DSIM_OK;
@@ -590,6 +605,14 @@ static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
                         (unsigned long long)cfg->checkpoint_every);
     if (cfg->restore && !cfg->checkpoint_path)
         return DSIM_ERR(DSIM_EINVAL, -1, "train: restore is set but checkpoint_path is not");
+    if (cfg->health_interval_ns < 0 ||
+        (cfg->health_interval_ns > 0 && cfg->health_timeout_ns <= 0) || cfg->health_retries < 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: health check interval %lld ns, timeout %lld ns, retries %d: the "
+                        "interval must be >= 0 (0: off), and with an interval the timeout > 0; "
+                        "retries >= 0",
+                        (long long)cfg->health_interval_ns, (long long)cfg->health_timeout_ns,
+                        cfg->health_retries);
     if (cfg->hooks && cfg->hooks->size != sizeof(dsim_train_hooks))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: hooks.size is %zu; set it to sizeof(dsim_train_hooks) (%zu)",
@@ -680,6 +703,93 @@ static dsim_err train_alloc_result(train_job *job)
                               job->cfg->devices_per_host, &res->ledger);
 }
 
+int dsim_train_runs_health_check(const dsim_train_cfg *cfg)
+{
+    return cfg && cfg->health_interval_ns > 0 && cfg->hosts >= 2 && cfg->num_ps == 0;
+}
+
+int64_t dsim_train_detection_bound(const dsim_train_cfg *cfg)
+{
+    if (!cfg)
+        return DSIM_NO_DEADLINE;
+    if (!dsim_train_runs_health_check(cfg))
+        return dsim_detection_bound_timeout(cfg->timeout_ns);
+    return dsim_detection_bound(cfg->timeout_ns, cfg->health_interval_ns, cfg->health_timeout_ns,
+                                cfg->health_retries);
+}
+
+/* A worker is dead once any of its replicas is: a killed replica stands for
+ * its process, and the process takes its health check with it. */
+static int train_health_dead(void *user)
+{
+    train_health *th = user;
+    train_job *job = th->job;
+    const dsim_train_hooks *hk = job->cfg->hooks;
+    int D = job->cfg->devices_per_host;
+    for (int r = th->worker * D; r < (th->worker + 1) * D; r++) {
+        if (atomic_load_explicit(&job->reps[r].dead, memory_order_acquire))
+            return 1;
+        if (hk && hk->killed && hk->killed(job->cfg->hooks_user, r))
+            return 1;
+    }
+    return 0;
+}
+
+/* TF starts the check once the cluster is up; here, once every replica of
+ * the worker is past replica_init (the rendezvous). */
+static int train_health_ready(void *user)
+{
+    train_health *th = user;
+    train_job *job = th->job;
+    int D = job->cfg->devices_per_host;
+    for (int r = th->worker * D; r < (th->worker + 1) * D; r++)
+        if (atomic_load_explicit(&job->reps[r].phase, memory_order_relaxed) < DSIM_PHASE_RESTORE)
+            return 0;
+    return 1;
+}
+
+/* One health check per worker, each on its own runtime worker (ids after the
+ * replicas' and the servers'), over the worker's first replica's endpoint. */
+static dsim_err train_start_health(train_job *job)
+{
+    const dsim_train_cfg *cfg = job->cfg;
+    if (!dsim_train_runs_health_check(cfg))
+        return DSIM_OK;
+    int H = cfg->hosts, D = cfg->devices_per_host;
+    job->health = calloc((size_t)H, sizeof *job->health);
+    if (!job->health)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for %d health checks", H);
+    for (int w = 0; w < H; w++) {
+        train_health *th = &job->health[w];
+        th->job = job;
+        th->worker = w;
+        dsim_health_cfg hc = {
+            .ep = job->eps[w * D],
+            .worker = w,
+            .num_workers = H,
+            .ranks_per_worker = D,
+            .interval_ns = cfg->health_interval_ns,
+            .timeout_ns = cfg->health_timeout_ns,
+            .retries = cfg->health_retries,
+            .dead = train_health_dead,
+            .ready = train_health_ready,
+            .user = th,
+            .task_id = job->N + job->P * job->N + w,
+        };
+        DSIM_CHECK(dsim_health_start(&hc, &th->h));
+    }
+    return DSIM_OK;
+}
+
+/* Stops and joins every health check: the job is over (or never started). */
+static void train_stop_health(train_job *job)
+{
+    for (int w = 0; job->health && w < job->cfg->hosts; w++)
+        dsim_health_stop(job->health[w].h);
+    free(job->health);
+    job->health = NULL;
+}
+
 /* Runtime, fabric, endpoints, communicators and contexts. */
 static dsim_err train_open_world(train_job *job)
 {
@@ -735,7 +845,7 @@ static dsim_err train_open_world(train_job *job)
             .world = job->world[r],
             .algo = cfg->communication,
             .server_rank0 = N,
-            .timeout_ns = job->timeout_ns,
+            .timeout_ns = job->timeout_ns > 0 ? job->timeout_ns : -1,
             .model = &job->su.model,
             .optim = &job->su.optim,
             .n_params = job->su.n_params,
@@ -757,7 +867,7 @@ static dsim_err train_open_world(train_job *job)
             .rt = job->rt,
             .fabric = job->fab,
             .ep = job->eps[N + s],
-            .timeout_ns = job->timeout_ns,
+            .timeout_ns = job->timeout_ns > 0 ? job->timeout_ns : -1,
             .model = &job->su.model,
             .optim = &job->su.optim,
             .n_params = job->su.n_params,
@@ -766,11 +876,12 @@ static dsim_err train_open_world(train_job *job)
         };
         DSIM_CHECK(dsim_waitq_create(job->rt, &ts->ctx.lock));
     }
-    return DSIM_OK;
+    return train_start_health(job);
 }
 
 static void train_close_world(train_job *job)
 {
+    train_stop_health(job);
     for (int s = 0; job->srvs && s < job->P; s++) {
         train_server *ts = &job->srvs[s];
         if (ts->inited)
@@ -926,7 +1037,7 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
         goto out_early;
     if ((e = dsim_train_setup_open(cfg, &job.su)) != DSIM_OK)
         goto out_early;
-    job.timeout_ns = cfg->timeout_ns > 0 ? cfg->timeout_ns : TRAIN_DEFAULT_TIMEOUT_NS;
+    job.timeout_ns = cfg->timeout_ns >= 0 ? cfg->timeout_ns : DSIM_COMM_DEFAULT_TIMEOUT_NS;
     int nris = dsim_strategy_replicas_in_sync(job.strat, &job.shape);
     if (nris < 1 || nris > job.N) {
         e = DSIM_ERR(DSIM_EINVAL, -1, "strategy '%s' says %d replicas are in sync, outside 1..%d",

@@ -233,6 +233,9 @@ static void test_defaults(void **state)
     assert_int_equal(s->health_interval_ns, 30000000000ll);
     assert_int_equal(s->health_timeout_ns, 10000000000ll);
     assert_int_equal(s->health_retries, 3);
+    assert_int_equal(t->health_interval_ns, d.health_interval_ns);
+    assert_int_equal(t->health_timeout_ns, d.health_timeout_ns);
+    assert_int_equal(t->health_retries, d.health_retries);
     assert_string_equal(t->strategy, "multi_worker_mirrored");
     assert_null(t->plugin_path);
     assert_int_equal(t->hosts, d.hosts);
@@ -287,6 +290,21 @@ static void test_defaults(void **state)
     assert_int_equal(s->train.optim.kind, DSIM_OPTIM_MOMENTUM);
     assert_true(s->train.optim.momentum == 0.9);
     assert_int_equal(s->train.optim.nesterov, 1);
+    dsim_scenario_free(s);
+
+    /* timeout 0 is no deadline and interval 0 turns the health check off;
+     * both reach the job's configuration */
+    s = parse_ok("name: z\nstrategy: {timeout: 0s, health_check: {interval: 0, timeout: 20ms, "
+                 "retries: 2}}\n");
+    assert_int_equal(s->train.timeout_ns, 0);
+    assert_int_equal(s->train.health_interval_ns, 0);
+    assert_int_equal(s->train.health_timeout_ns, 20000000);
+    assert_int_equal(s->train.health_retries, 2);
+    dsim_scenario_free(s);
+    s = parse_ok("name: z\nstrategy: {timeout: 0, health_check: {interval: 100ms}}\n");
+    assert_int_equal(s->train.timeout_ns, 0);
+    assert_int_equal(s->train.health_interval_ns, 100000000);
+    assert_int_equal(s->train.health_timeout_ns, 10000000000ll);
     dsim_scenario_free(s);
 
     /* empty sections and an empty expect entry are allowed */
@@ -424,7 +442,9 @@ static const err_case err_cases[] = {
     {"name: a\nstrategy: {timeout: 30}\n", 2, 21,
      {"strategy.timeout: '30' has no unit", "e.g. 30s or 500ms", "ns, us, ms, s, m, h"}},
     {"name: a\nstrategy: {timeout: 30 parsecs}\n", 2, 21, {"unit 'parsecs'", "ns, us, ms"}},
-    {"name: a\nstrategy: {timeout: 0s}\n", 2, 21, {"strategy.timeout: '0s' is too short"}},
+    {"name: a\nstrategy: {health_check: {timeout: 0s}}\n", 2, 36,
+     {"strategy.health_check.timeout: '0s' is too short"}},
+    {"name: a\nstrategy: {timeout: 0.5}\n", 2, 21, {"strategy.timeout: '0.5' has no unit"}},
     {"name: a\nstrategy: {timeout: 9999999999999h}\n", 2, 21, {"too large for a duration"}},
     {"name: a\nstrategy: {health_check: {interval: -5s}}\n", 2, 37,
      {"strategy.health_check.interval", "negative"}},

@@ -172,7 +172,22 @@ typedef struct dsim_train_cfg {
     int num_ps;              /* parameter servers, >= 0 */
     dsim_ps_mode ps_mode;
     dsim_algo communication; /* all-reduce algorithm; AUTO: the decision function */
-    int64_t timeout_ns;      /* every collective and wait; <= 0: 30 s */
+    /* Every collective and wait (TF's CommunicationOptions.timeout_seconds):
+     * > 0 the bound; 0 none, so that only the health check (below) or an
+     * abort ends a wait for a lost peer; < 0 (DSIM_TIMEOUT_DEFAULT) 30 s. */
+    int64_t timeout_ns;
+    /* The health check (TF MultiWorkerMirroredStrategy's _check_health,
+     * dsim/health.h): every worker pings every other worker `interval` after
+     * its last answer, each ping waits `timeout`, and after `retries`
+     * unanswered pings in a row all collectives are aborted with "peer R is
+     * down". It runs when the job has two or more workers and no parameter
+     * servers (TF runs it in multi-worker collective jobs only; parameter-
+     * server training has no peer check: its coordinator sees a lost worker
+     * or server through its own RPCs, which here are bounded by timeout_ns).
+     * interval 0: off. Defaults (TF's): 30 s, 10 s, 3. */
+    int64_t health_interval_ns;
+    int64_t health_timeout_ns;
+    int health_retries;
     const char *engine;      /* NULL: "threads" */
     /* The fabric's backend (NULL: "inproc"), its options string and its
      * backend argument (dsim_fabric_cfg.backend_arg), for decorators such as
@@ -213,10 +228,20 @@ typedef struct dsim_train_cfg {
     void *observer_user;
 } dsim_train_cfg;
 
-/* Defaults: 1 host x 1 device, no ps (sync), AUTO, 30 s timeout, threads,
+/* Defaults: 1 host x 1 device, no ps (sync), AUTO, 30 s timeout, a health
+ * check every 30 s with a 10 s timeout and 3 retries, threads,
  * sgd with Keras' defaults, shard AUTO, global batch 32, 1 epoch, seed 1,
  * no checkpoints. Strategy, model and data are left for the caller. */
 void dsim_train_cfg_init(dsim_train_cfg *cfg);
+
+/* The detection bound of a job (dsim_detection_bound, dsim/health.h): the
+ * longest time after a replica is lost until every survivor has returned an
+ * error, given cfg's timeout and, when the job runs one (see
+ * health_interval_ns), its health check. DSIM_NO_DEADLINE: never (no timeout
+ * and no health check: the survivors wait for ever). */
+int64_t dsim_train_detection_bound(const dsim_train_cfg *cfg);
+/* 1 if a job of cfg's shape runs the health check. */
+int dsim_train_runs_health_check(const dsim_train_cfg *cfg);
 
 /* One parameter-server update. */
 typedef struct dsim_ps_update {
