@@ -118,6 +118,25 @@ dsim_err dsim_scenario_parse(const char *path, const char *text, size_t len, dsi
 dsim_err dsim_scenario_runnable(const dsim_scenario *s);
 void dsim_scenario_free(dsim_scenario *s);
 
+/* What the scenario's timeout and health check promise about one fault. */
+typedef enum dsim_detect_kind {
+    DSIM_DETECT_NONE,    /* nothing is lost (delay, duplicate, reorder, slow, stagger) */
+    DSIM_DETECT_LOSS,    /* a peer is lost (kill, restart, partition) */
+    DSIM_DETECT_MESSAGE, /* a message is lost (drop, corrupt): only the timeout helps */
+} dsim_detect_kind;
+
+typedef struct dsim_fault_detection {
+    dsim_detect_kind kind;
+    int64_t bound_ns; /* every survivor has its error by then; DSIM_NO_DEADLINE: never */
+    bool warn;        /* a loss that is never detected: the job would wait for ever */
+    char text[512];   /* "faults[0] (kill rank 3 at step 5): a lost peer is detected
+                         within 210ms: ..." */
+} dsim_fault_detection;
+
+/* For faults[i]: the bound dsim_train_detection_bound gives the scenario's
+ * job (dsim/health.h derives it), and the sentence `dsim validate` prints. */
+void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_detection *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -711,6 +711,71 @@ static void test_runnable(void **state)
 
 /* ---- units ---- */
 
+/* What validate says about each fault: the bound of the job's settings, and
+ * a warning when a loss is never detected. */
+static void test_fault_detection(void **state)
+{
+    (void)state;
+    const long long MS = 1000000;
+    dsim_scenario *s = parse_ok("name: d\ncluster: {hosts: 4}\n"
+                                "strategy: {timeout: 0, health_check: {interval: 100ms, "
+                                "timeout: 50ms, retries: 2}}\n"
+                                "faults:\n"
+                                "  - {what: kill, at_step: 5, rank: 3}\n"
+                                "  - {what: drop, probability: 0.01}\n"
+                                "  - {what: slow, at_step: 1, rank: 1, factor: 3}\n"
+                                "  - {what: partition, at_time: 1s, worker: 2, duration: 50ms}\n");
+    dsim_fault_detection d;
+    dsim_scenario_fault_detection(s, 0, &d);
+    assert_int_equal(d.kind, DSIM_DETECT_LOSS);
+    assert_int_equal(d.bound_ns, 210 * MS);
+    assert_false(d.warn);
+    assert_non_null(strstr(d.text, "faults[0] (kill rank 3 at step 5): a lost peer is detected "
+                                   "within 210ms"));
+    assert_non_null(strstr(d.text, "interval 100ms + 2 x timeout 50ms + 2 x tick 5ms"));
+    printf("# %s\n", d.text);
+    /* a lost message: the peer still answers its health checks */
+    dsim_scenario_fault_detection(s, 1, &d);
+    assert_int_equal(d.kind, DSIM_DETECT_MESSAGE);
+    assert_int_equal(d.bound_ns, DSIM_NO_DEADLINE);
+    assert_true(d.warn);
+    assert_non_null(strstr(d.text, "never detected"));
+    printf("# %s\n", d.text);
+    dsim_scenario_fault_detection(s, 2, &d);
+    assert_int_equal(d.kind, DSIM_DETECT_NONE);
+    assert_false(d.warn);
+    dsim_scenario_fault_detection(s, 3, &d);
+    assert_int_equal(d.bound_ns, 210 * MS);
+    assert_non_null(strstr(d.text, "heals after 50ms"));
+    dsim_scenario_free(s);
+
+    /* the collective timeout when it comes first */
+    s = parse_ok("name: d\ncluster: {hosts: 2}\nstrategy: {timeout: 300ms}\n"
+                 "faults: [{what: kill, at_phase: allreduce, worker: 1}]\n");
+    dsim_scenario_fault_detection(s, 0, &d);
+    assert_int_equal(d.bound_ns, 450 * MS);
+    assert_non_null(strstr(d.text, "collective timeout: 300ms + grace 150ms"));
+    dsim_scenario_free(s);
+
+    /* no timeout and no health check: never, with a warning that says what
+     * to set; one host never runs the check whatever its interval */
+    s = parse_ok("name: d\ncluster: {hosts: 2}\n"
+                 "strategy: {timeout: 0s, health_check: {interval: 0}}\n"
+                 "faults: [{what: kill, at_step: 1, rank: 0}]\n");
+    dsim_scenario_fault_detection(s, 0, &d);
+    assert_true(d.warn);
+    assert_int_equal(d.bound_ns, DSIM_NO_DEADLINE);
+    assert_non_null(strstr(d.text, "never detected"));
+    assert_non_null(strstr(d.text, "strategy.health_check.interval"));
+    dsim_scenario_free(s);
+    s = parse_ok("name: d\ncluster: {devices_per_host: 4}\nstrategy: {name: mirrored, timeout: 0}\n"
+                 "faults: [{what: kill, at_step: 1, rank: 2}]\n");
+    dsim_scenario_fault_detection(s, 0, &d);
+    assert_true(d.warn);
+    assert_non_null(strstr(d.text, "does not run on one host"));
+    dsim_scenario_free(s);
+}
+
 static void test_units(void **state)
 {
     (void)state;
@@ -958,7 +1023,7 @@ int main(void)
         cmocka_unit_test(test_defaults_text), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_plugin_path),   cmocka_unit_test(test_tf_config),
         cmocka_unit_test(test_runnable),      cmocka_unit_test(test_units),
-        cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_plan),          cmocka_unit_test(test_fault_detection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
