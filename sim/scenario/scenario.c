@@ -16,8 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <libgen.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -1236,6 +1238,7 @@ static dsim_err scen_checkpoint(const scen_ctx *c, scen_state *st)
     char *p = NULL;
     DSIM_CHECK(scen_str_v(c, m->val[K_PATH], "checkpoint.path", "a file path", &p));
     t->checkpoint_path = p;
+    c->s->checkpoint_pos = scen_pos(m->val[K_PATH]);
     int64_t every = DSIM_SCENARIO_DEF_CKPT_EVERY;
     DSIM_CHECK(scen_int(c, m, K_EVERY, 0, INT64_MAX / 2, &every));
     t->checkpoint_every = (uint64_t)every;
@@ -1781,6 +1784,29 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
                             "%s:%d:%d: expect.%s: the %s check is not supported yet; remove it "
                             "to run the rest",
                             s->path, x->pos.line, x->pos.column, x->check->name, x->check->name);
+    }
+    /* A run would write its first checkpoint only after some steps: say now
+     * that it cannot. */
+    const char *ck = s->train.checkpoint_path;
+    if (ck && s->train.checkpoint_every) {
+        char *copy = strdup(ck);
+        if (!copy)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", s->path);
+        const char *dir = dirname(copy);
+        struct stat sb;
+        dsim_err e = DSIM_OK;
+        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            char cwd[512];
+            if (!getcwd(cwd, sizeof cwd))
+                snprintf(cwd, sizeof cwd, ".");
+            e = DSIM_ERR(DSIM_ENOENT, -1,
+                         "%s:%d:%d: checkpoint.path: the directory '%s' of '%s' does not exist "
+                         "(a relative path is taken from the working directory, %s); create it "
+                         "or change the path",
+                         s->path, s->checkpoint_pos.line, s->checkpoint_pos.column, dir, ck, cwd);
+        }
+        free(copy);
+        return e;
     }
     return DSIM_OK;
 }

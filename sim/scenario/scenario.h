@@ -95,6 +95,7 @@ typedef struct dsim_scenario {
     int health_retries;
 
     dsim_train_cfg train; /* strategy, cluster, model, optimizer, data, checkpoint */
+    dsim_src_pos checkpoint_pos; /* where checkpoint.path was given (0:0 when not) */
 
     dsim_fault *faults;
     size_t n_faults;
@@ -114,7 +115,9 @@ dsim_err dsim_scenario_load(const char *path, dsim_scenario **out);
 /* The same from text in memory; `path` is used in messages. */
 dsim_err dsim_scenario_parse(const char *path, const char *text, size_t len, dsim_scenario **out);
 /* DSIM_OK if this build can run the scenario; else DSIM_ENOTSUP saying what
- * is not supported yet (faults, engines, checks) and where in the file. */
+ * is not supported yet (faults, engines, checks) and where in the file, or
+ * DSIM_ENOENT when the directory of checkpoint.path (relative to the working
+ * directory) does not exist, with where the path is given. */
 dsim_err dsim_scenario_runnable(const dsim_scenario *s);
 void dsim_scenario_free(dsim_scenario *s);
 

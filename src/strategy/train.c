@@ -21,11 +21,13 @@
  * A replica or server that fails records its error and aborts the fabric,
  * which fails every pending and later transfer of every rank, and wakes the
  * servers' locks: every worker returns, none waits for the failed one. */
+#include <libgen.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dsim/health.h"
 #include "dsim/log.h"
@@ -215,6 +217,7 @@ struct train_job {
     dsim_strategy_shape shape;
     dsim_train_setup su;
     int N, P;
+    int chief;          /* the replica that writes checkpoints */
     int64_t timeout_ns; /* collectives': > 0 the bound, 0 none */
     float loss_scale;
     uint64_t total_steps, first_step, end_step;
@@ -370,6 +373,56 @@ static dsim_err train_enter(train_replica *rp, dsim_phase p, uint64_t gs)
             goto out;                                                                              \
     } while (0)
 
+/* What a checkpoint records of the job that wrote it: what resuming must
+ * match. */
+static void train_checkpoint_job(const train_job *job, dsim_checkpoint *ck)
+{
+    const dsim_train_cfg *cfg = job->cfg;
+    ck->global_batch = cfg->global_batch;
+    ck->hosts = (uint32_t)cfg->hosts;
+    ck->devices_per_host = (uint32_t)cfg->devices_per_host;
+    ck->shard = job->su.applied;
+    ck->n_examples = job->su.desc.n_examples;
+    ck->n_files = job->su.desc.n_files;
+    ck->shuffle = cfg->shuffle;
+    ck->drop_remainder = cfg->drop_remainder;
+    ck->seed = cfg->seed;
+    ck->steps_per_epoch = job->su.steps_per_epoch;
+    ck->epochs = cfg->epochs;
+}
+
+/* NULL if the checkpoint was written by a job with this job's global batch
+ * and data layout, else the message that says which value differs (both
+ * values named). */
+static const char *train_checkpoint_mismatch(const train_job *job, const dsim_checkpoint *ck,
+                                             char *buf, size_t cap)
+{
+    dsim_checkpoint me = {0};
+    train_checkpoint_job(job, &me);
+    const char *path = job->cfg->checkpoint_path;
+#define TRAIN_CK_DIFF(field, name, fmt, conv)                                                          if (ck->field != me.field) {                                                                           snprintf(buf, cap, "checkpoint %s was written with %s " fmt "; this job has " fmt, path,                    name, conv(ck->field), conv(me.field));                                                   return buf;                                                                                    }
+#define TRAIN_CK_LL(x)   ((long long)(x))
+#define TRAIN_CK_ULL(x)  ((unsigned long long)(x))
+#define TRAIN_CK_BOOL(x) ((x) ? "true" : "false")
+#define TRAIN_CK_POL(x)  dsim_shard_policy_name(x)
+    TRAIN_CK_DIFF(global_batch, "global_batch", "%lld", TRAIN_CK_LL)
+    TRAIN_CK_DIFF(hosts, "hosts", "%llu", TRAIN_CK_ULL)
+    TRAIN_CK_DIFF(devices_per_host, "devices_per_host", "%llu", TRAIN_CK_ULL)
+    TRAIN_CK_DIFF(shard, "shard policy", "%s", TRAIN_CK_POL)
+    TRAIN_CK_DIFF(n_examples, "examples", "%llu", TRAIN_CK_ULL)
+    TRAIN_CK_DIFF(n_files, "files", "%llu", TRAIN_CK_ULL)
+    TRAIN_CK_DIFF(shuffle, "shuffle", "%s", TRAIN_CK_BOOL)
+    TRAIN_CK_DIFF(seed, "seed", "%llu", TRAIN_CK_ULL)
+    TRAIN_CK_DIFF(drop_remainder, "drop_remainder", "%s", TRAIN_CK_BOOL)
+    TRAIN_CK_DIFF(steps_per_epoch, "steps per epoch", "%llu", TRAIN_CK_ULL)
+#undef TRAIN_CK_DIFF
+#undef TRAIN_CK_LL
+#undef TRAIN_CK_ULL
+#undef TRAIN_CK_BOOL
+#undef TRAIN_CK_POL
+    return NULL;
+}
+
 static dsim_err train_write_checkpoint(train_replica *rp, const dsim_strategy_vars *v,
                                        const dsim_input_step *st, uint64_t done)
 {
@@ -385,6 +438,7 @@ static dsim_err train_write_checkpoint(train_replica *rp, const dsim_strategy_va
         .optim_state_len = v->optim_state_len,
         .optim_state = v->optim_state,
     };
+    train_checkpoint_job(job, &ck);
     DSIM_CHECK(dsim_checkpoint_write(job->cfg->checkpoint_path, &ck));
     rp->ckpt_writes++;
     dsim_debug("replica %d wrote checkpoint %s at step %llu", rp->index, job->cfg->checkpoint_path,
@@ -439,7 +493,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
     TRAIN_ENTER(rp, DSIM_PHASE_CREATE_VARIABLES, job->first_step);
     if ((e = dsim_strategy_create_variables(s, ctx, rp->index == 0 ? &job->init : NULL)) != DSIM_OK)
         goto out;
-    int chief = dsim_strategy_is_chief(s, ctx);
+    int chief = rp->index == job->chief;
     int N = job->N;
     for (uint64_t gs = job->first_step; gs < job->end_step; gs++) {
         ctx->global_step = gs;
@@ -572,6 +626,25 @@ static void train_handler_main(void *arg)
         train_fail(job, "parameter server", h->server, job->N + h->server);
 }
 
+/* A job that will write checkpoints finds out now, not after its first
+ * steps, that it cannot. */
+static dsim_err train_check_checkpoint_dir(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory");
+    const char *dir = dirname(copy);
+    struct stat sb;
+    dsim_err e = DSIM_OK;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        e = DSIM_ERR(DSIM_ENOENT, -1,
+                     "train: the checkpoint directory %s (of checkpoint_path %s) does not exist; "
+                     "create it or choose another path",
+                     dir, path);
+    free(copy);
+    return e;
+}
+
 static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
 {
     if (cfg->hosts < 1 || cfg->devices_per_host < 1 ||
@@ -605,6 +678,8 @@ static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
                         (unsigned long long)cfg->checkpoint_every);
     if (cfg->restore && !cfg->checkpoint_path)
         return DSIM_ERR(DSIM_EINVAL, -1, "train: restore is set but checkpoint_path is not");
+    if (cfg->checkpoint_every)
+        DSIM_CHECK(train_check_checkpoint_dir(cfg->checkpoint_path));
     if (cfg->health_interval_ns < 0 ||
         (cfg->health_interval_ns > 0 && cfg->health_timeout_ns <= 0) || cfg->health_retries < 0)
         return DSIM_ERR(DSIM_EINVAL, -1,
@@ -617,6 +692,38 @@ static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: hooks.size is %zu; set it to sizeof(dsim_train_hooks) (%zu)",
                         cfg->hooks->size, sizeof(dsim_train_hooks));
+    return DSIM_OK;
+}
+
+/* Exactly one replica writes checkpoints. Asked of every replica before
+ * anything runs (so before any file is read or written), from what a
+ * strategy may base it on: the shape and the replica's place in it. */
+static dsim_err train_check_chief(train_job *job)
+{
+    const dsim_train_cfg *cfg = job->cfg;
+    job->chief = -1;
+    for (int r = 0; r < job->N; r++) {
+        dsim_replica_ctx ctx = {
+            .shape = job->shape,
+            .replica = r,
+            .worker = r / cfg->devices_per_host,
+            .device = r % cfg->devices_per_host,
+            .server_rank0 = job->N,
+        };
+        if (!dsim_strategy_is_chief(job->strat, &ctx))
+            continue;
+        if (job->chief >= 0)
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "strategy '%s': replicas %d and %d both claim to be the chief; "
+                            "exactly one replica writes checkpoints (fix its is_chief)",
+                            job->strat->name, job->chief, r);
+        job->chief = r;
+    }
+    if (job->chief < 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "strategy '%s': none of the %d replicas claims to be the chief; exactly "
+                        "one replica writes checkpoints (fix its is_chief)",
+                        job->strat->name, job->N);
     return DSIM_OK;
 }
 
@@ -644,6 +751,24 @@ static dsim_err train_initial_values(train_job *job)
             return e;
         } else {
             const char *bad = NULL;
+            char why[512];
+            if (ck->version < 2) {
+                e = DSIM_ERR(DSIM_EINVAL, -1,
+                             "checkpoint %s has format version %u, which does not record the "
+                             "global batch and data layout it was written with, so resuming "
+                             "from it cannot be checked; delete it to start fresh",
+                             cfg->checkpoint_path, ck->version);
+                dsim_checkpoint_free(ck);
+                return e;
+            }
+            if (train_checkpoint_mismatch(job, ck, why, sizeof why)) {
+                e = DSIM_ERR(DSIM_EINVAL, -1,
+                             "%s (a checkpoint resumes only a job with the same global batch and "
+                             "data layout: the steps after it would read other examples)",
+                             why);
+                dsim_checkpoint_free(ck);
+                return e;
+            }
             if (ck->n_params != su->n_params)
                 bad = "its parameter count differs from the model's";
             else if (ck->optim_kind != su->optim.kind || ck->optim_state_len != su->optim_state_len)
@@ -1031,7 +1156,8 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
         .num_ps = cfg->num_ps,
         .ps_mode = cfg->ps_mode,
     };
-    if ((e = dsim_strategy_check_shape(job.strat, &job.shape)) != DSIM_OK)
+    if ((e = dsim_strategy_check_shape(job.strat, &job.shape)) != DSIM_OK ||
+        (e = train_check_chief(&job)) != DSIM_OK)
         goto out_early;
     if (cfg->checkpoint_every && (e = dsim_strategy_check_save(job.strat)) != DSIM_OK)
         goto out_early;

@@ -706,6 +706,16 @@ static void test_runnable(void **state)
     }
     /* check.h declares node_loss, cold_start and performance not runnable yet */
     assert_true(refused > 0 || dsim_check_count() == 0);
+    /* a checkpoint directory that is not there: where the path is given */
+    dsim_scenario *s = parse_ok("name: a\ncheckpoint:\n  every: 2\n  path: no-such-dir-x/c.ckpt\n");
+    assert_int_equal(dsim_scenario_runnable(s), DSIM_ENOENT);
+    if (!strstr(dsim_errmsg(), "t.yaml:4:9: checkpoint.path: the directory 'no-such-dir-x' of "
+                               "'no-such-dir-x/c.ckpt' does not exist"))
+        fail_msg("got: %s", dsim_errmsg());
+    dsim_scenario_free(s);
+    s = parse_ok("name: a\ncheckpoint: {path: /tmp/c.ckpt, every: 2}\n");
+    assert_int_equal(dsim_scenario_runnable(s), DSIM_OK);
+    dsim_scenario_free(s);
     assert_int_equal(dsim_scenario_runnable(NULL), DSIM_EINVAL);
 }
 

@@ -152,6 +152,18 @@ static void test_validate(void **state)
     assert_null(strstr(r->out, "detected within"));
     assert_non_null(strstr(r->out, want));
 
+    /* a checkpoint directory that does not exist: refused with its place */
+    const char *nodir = cli_file(6, "nodir.yaml",
+                                 "name: nodir\ncheckpoint:\n  path: /nonexistent-dsim/c.ckpt\n");
+    r = cli_run((const char *[]){"validate", nodir, NULL});
+    assert_int_equal(r->status, 2);
+    snprintf(want, sizeof want,
+             "%s:3:9: checkpoint.path: the directory '/nonexistent-dsim' of "
+             "'/nonexistent-dsim/c.ckpt' does not exist",
+             nodir);
+    if (!strstr(r->out, want))
+        fail_msg("expected '%s' in: %s", want, r->out);
+
     /* a file that is not there, no file, an unknown option */
     r = cli_run((const char *[]){"validate", "/nonexistent/x.yaml", NULL});
     assert_int_equal(r->status, 2);

@@ -327,19 +327,42 @@ void dsim_params_compare(const float *a, const float *b, size_t n, dsim_params_d
 
 /* A checkpoint file: little-endian, written to PATH.tmp, fsync'ed and
  * renamed over PATH (then the directory fsync'ed), so a reader sees the old
- * file or the new one, never half of one.
- *   0  magic "DSIMCKPT"   8  u32 version (1)   12 u32 optimizer kind
- *   16 u32 epoch          20 u32 reserved (0)
+ * file or the new one, never half of one. Version 2 (written now):
+ *   0  magic "DSIMCKPT"   8  u32 version (2)   12 u32 optimizer kind
+ *   16 u32 epoch          20 u32 flags (bit 0 shuffle, bit 1 drop_remainder)
  *   24 u64 step (within the epoch)   32 u64 global_step
  *   40 u64 n_params       48 u64 optim_step    56 u64 optim_state_len
- *   64 f32 params[n_params]  f32 optim_state[optim_state_len]
- *   u64 FNV-1a 64 of every byte before it. */
+ *   64 u64 global_batch   72 u32 hosts         76 u32 devices_per_host
+ *   80 u32 shard policy applied (dsim_shard_policy)   84 u32 files (0: no files)
+ *   88 u64 examples       96 u64 seed         104 u64 steps_per_epoch
+ *   112 u32 epochs        116 u32 0           120 u64 0
+ *   128 f32 params[n_params]  f32 optim_state[optim_state_len]
+ *   u64 FNV-1a 64 of every byte before it.
+ * Version 1 has the same first 64 bytes (20: 0), then the floats: it does
+ * not say which job wrote it. dsim_checkpoint_read reads both (version 1
+ * with the job fields 0); dsim_train refuses to resume from version 1,
+ * because it cannot check that the file belongs to the job. */
+#define DSIM_CHECKPOINT_VERSION 2u
+
 typedef struct dsim_checkpoint {
-    uint32_t epoch; /* where to resume: (epoch, step) is the next step */
+    uint32_t version; /* of the file read; dsim_checkpoint_write writes the current one */
+    uint32_t epoch;   /* where to resume: (epoch, step) is the next step */
     uint64_t step;
     uint64_t global_step; /* steps done */
     dsim_optim_kind optim_kind;
     uint64_t optim_step;
+    /* The job that wrote it (version 2): resuming needs the same global
+     * batch and data layout, or the steps after the checkpoint would read
+     * other examples than the interrupted run would have. */
+    int64_t global_batch;
+    uint32_t hosts, devices_per_host;
+    dsim_shard_policy shard; /* as applied (AUTO resolved to FILE or DATA) */
+    uint64_t n_examples;
+    uint32_t n_files; /* 0: a source without files */
+    bool shuffle, drop_remainder;
+    uint64_t seed;
+    uint64_t steps_per_epoch;
+    uint32_t epochs; /* informational: a resumed job may run more */
     size_t n_params;
     float *params;
     size_t optim_state_len;

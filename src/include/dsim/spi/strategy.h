@@ -227,7 +227,10 @@ struct dsim_strategy_ops {
 
     /* Optional (NULL: replica == 0). 1 on exactly one replica of the job:
      * the one that writes checkpoints (the chief task's first device), as
-     * TF's extended.should_checkpoint. */
+     * TF's extended.should_checkpoint. The driver asks it for every replica
+     * before the job starts, with a context that holds only shape, replica,
+     * worker, device and server_rank0 (before replica_init: no priv), and
+     * refuses the job unless exactly one replica says 1. */
     int (*is_chief)(const dsim_replica_ctx *ctx);
 
     /* Optional (NULL: nothing to do). Called on every replica after its last
