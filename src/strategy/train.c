@@ -183,6 +183,7 @@ typedef struct train_replica {
     float *final;
     dsim_task *task;
     uint64_t ckpt_writes;
+    uint64_t preempted_at;      /* global steps done when a preemption stopped it; 0: none */
     _Atomic int phase;          /* dsim_phase: where the replica is now */
     _Atomic uint64_t step;      /* the global step it is on */
     bool killed;                /* stopped by the hooks, as a killed process */
@@ -228,6 +229,8 @@ struct train_job {
     dsim_fabric *fab;
     dsim_ep **eps;     /* N + P */
     dsim_comm **world; /* N */
+    dsim_comm **ctl;   /* N, comm id DSIM_STRATEGY_COMM_CONTROL: preemption's agreement */
+    bool preempt_armed;
     train_replica *reps;
     train_server *srvs;
     train_handler *handlers; /* P * N */
@@ -446,6 +449,15 @@ static dsim_err train_write_checkpoint(train_replica *rp, const dsim_strategy_va
     return DSIM_OK;
 }
 
+/* 1 once this replica knows of a preemption notice, `done` steps in. */
+static int train_preempt_noticed(const train_replica *rp, uint64_t done)
+{
+    const dsim_train_cfg *cfg = rp->job->cfg;
+    if (cfg->preempt_after && done >= cfg->preempt_after)
+        return 1;
+    return cfg->preempt_notice && cfg->preempt_notice(cfg->preempt_user, rp->index) != 0;
+}
+
 static dsim_err train_replica_run(train_replica *rp, int *inited)
 {
     train_job *job = rp->job;
@@ -469,7 +481,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for a batch of %zu examples", maxb);
         goto out;
     }
-    if (cfg->checkpoint_every) {
+    if (cfg->checkpoint_every || job->preempt_armed) {
         save.n_params = P;
         save.params = malloc(P * sizeof(float));
         save.optim_state_len = su->optim_state_len;
@@ -494,6 +506,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
     if ((e = dsim_strategy_create_variables(s, ctx, rp->index == 0 ? &job->init : NULL)) != DSIM_OK)
         goto out;
     int chief = rp->index == job->chief;
+    uint64_t stop_at = UINT64_MAX; /* where a preemption stops the job, once agreed */
     int N = job->N;
     for (uint64_t gs = job->first_step; gs < job->end_step; gs++) {
         ctx->global_step = gs;
@@ -565,15 +578,40 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
             };
             cfg->observer(&info, cfg->observer_user);
         }
-        if (cfg->checkpoint_every && (gs + 1) % cfg->checkpoint_every == 0) {
+        uint64_t done = gs + 1;
+        bool stop_here = false;
+        if (job->preempt_armed) {
+            /* Every replica runs the same steps, so a MAX of "I have a
+             * notice" at every boundary makes them all see the first notice
+             * at the same boundary: there they fix the step to stop at. */
+            if (stop_at == UINT64_MAX && done < job->end_step) {
+                int64_t mine = train_preempt_noticed(rp, done) ? 1 : 0, any = 0;
+                if ((e = dsim_allreduce(job->ctl[rp->index], &mine, &any, 1, DSIM_I64,
+                                        DSIM_MAX)) != DSIM_OK)
+                    goto out;
+                if (any) {
+                    stop_at = done + cfg->preempt_grace_steps;
+                    if (rp->index == job->chief)
+                        dsim_info("train: preemption notice at global step %llu; stopping after "
+                                  "step %llu with a checkpoint",
+                                  (unsigned long long)done, (unsigned long long)stop_at);
+                }
+            }
+            stop_here = done == stop_at && done < job->end_step;
+        }
+        if ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || stop_here) {
             TRAIN_ENTER(rp, DSIM_PHASE_CHECKPOINT, gs);
             if ((e = dsim_strategy_save(s, ctx, &save)) != DSIM_OK)
                 goto out;
-            if (chief && (e = train_write_checkpoint(rp, &save, &st, gs + 1)) != DSIM_OK)
+            if (chief && (e = train_write_checkpoint(rp, &save, &st, done)) != DSIM_OK)
                 goto out;
         }
+        if (stop_here) {
+            rp->preempted_at = done;
+            break;
+        }
     }
-    TRAIN_ENTER(rp, DSIM_PHASE_FINISH, job->end_step);
+    TRAIN_ENTER(rp, DSIM_PHASE_FINISH, rp->preempted_at ? rp->preempted_at : job->end_step);
     if ((e = dsim_strategy_finish(s, ctx)) != DSIM_OK)
         goto out;
     memcpy(rp->final, ctx->params, P * sizeof(float));
@@ -678,7 +716,12 @@ static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
                         (unsigned long long)cfg->checkpoint_every);
     if (cfg->restore && !cfg->checkpoint_path)
         return DSIM_ERR(DSIM_EINVAL, -1, "train: restore is set but checkpoint_path is not");
-    if (cfg->checkpoint_every)
+    bool preempt = cfg->preempt_after || cfg->preempt_notice;
+    if (preempt && !cfg->checkpoint_path)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: a preemption notice (preempt_after or preempt_notice) saves a "
+                        "checkpoint to resume from, but checkpoint_path is not set");
+    if (cfg->checkpoint_every || preempt)
         DSIM_CHECK(train_check_checkpoint_dir(cfg->checkpoint_path));
     if (cfg->health_interval_ns < 0 ||
         (cfg->health_interval_ns > 0 && cfg->health_timeout_ns <= 0) || cfg->health_retries < 0)
@@ -932,10 +975,11 @@ static dsim_err train_open_world(train_job *job)
     DSIM_CHECK(dsim_fabric_open(&fc, &job->fab));
     job->eps = calloc((size_t)(N + P), sizeof *job->eps);
     job->world = calloc((size_t)N, sizeof *job->world);
+    job->ctl = calloc((size_t)N, sizeof *job->ctl);
     job->reps = calloc((size_t)N, sizeof *job->reps);
     job->srvs = calloc((size_t)(P ? P : 1), sizeof *job->srvs);
     job->handlers = calloc((size_t)(P * N + 1), sizeof *job->handlers);
-    if (!job->eps || !job->world || !job->reps || !job->srvs || !job->handlers)
+    if (!job->eps || !job->world || !job->ctl || !job->reps || !job->srvs || !job->handlers)
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for %d ranks", N + P);
     for (int r = 0; r < N + P; r++)
         DSIM_CHECK(dsim_ep_open(job->fab, r, &job->eps[r]));
@@ -949,6 +993,11 @@ static dsim_err train_open_world(train_job *job)
             .algo = cfg->communication,
         };
         DSIM_CHECK(dsim_comm_create(&cc, &job->world[r]));
+        if (job->preempt_armed) {
+            cc.comm_id = DSIM_STRATEGY_COMM_CONTROL;
+            cc.algo = DSIM_ALGO_AUTO;
+            DSIM_CHECK(dsim_comm_create(&cc, &job->ctl[r]));
+        }
         train_replica *rp = &job->reps[r];
         rp->job = job;
         rp->index = r;
@@ -1023,6 +1072,8 @@ static void train_close_world(train_job *job)
     }
     for (int r = 0; job->world && r < job->N; r++)
         dsim_comm_destroy(job->world[r]);
+    for (int r = 0; job->ctl && r < job->N; r++)
+        dsim_comm_destroy(job->ctl[r]);
     for (int r = 0; job->eps && r < job->N + job->P; r++)
         if (job->eps[r])
             dsim_ep_close(job->eps[r]);
@@ -1034,6 +1085,7 @@ static void train_close_world(train_job *job)
         dsim_rt_destroy(job->rt);
     free(job->eps);
     free(job->world);
+    free(job->ctl);
     free(job->reps);
     free(job->srvs);
     free(job->handlers);
@@ -1078,6 +1130,21 @@ static dsim_err train_run_workers(train_job *job)
     for (int i = 0; i < spawned_h; i++)
         dsim_rt_join(job->rt, job->handlers[i].task);
     return e;
+}
+
+/* A preemption stops every replica at the same step: the run is then as
+ * long as that. */
+static void train_preempted(train_job *job)
+{
+    for (int r = 0; r < job->N; r++) {
+        const train_replica *rp = &job->reps[r];
+        if (rp->killed || !rp->preempted_at)
+            continue;
+        job->res->preempted = true;
+        job->res->preempted_at = rp->preempted_at;
+        job->res->steps = rp->preempted_at - job->first_step;
+        return;
+    }
 }
 
 static void train_collect(train_job *job)
@@ -1159,7 +1226,9 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
     if ((e = dsim_strategy_check_shape(job.strat, &job.shape)) != DSIM_OK ||
         (e = train_check_chief(&job)) != DSIM_OK)
         goto out_early;
-    if (cfg->checkpoint_every && (e = dsim_strategy_check_save(job.strat)) != DSIM_OK)
+    job.preempt_armed = cfg->preempt_after || cfg->preempt_notice;
+    if ((cfg->checkpoint_every || job.preempt_armed) &&
+        (e = dsim_strategy_check_save(job.strat)) != DSIM_OK)
         goto out_early;
     if ((e = dsim_train_setup_open(cfg, &job.su)) != DSIM_OK)
         goto out_early;
@@ -1203,7 +1272,14 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
         e = dsim_set_error(er->code, er->peer, er->file, er->line, "%s", er->msg);
     }
     if (e == DSIM_OK)
+        train_preempted(&job);
+    if (e == DSIM_OK)
         train_collect(&job);
+    if (e == DSIM_OK && res->preempted)
+        e = DSIM_ERR(DSIM_EPREEMPTED, -1,
+                     "train: preempted after global step %llu; checkpoint %s holds it: run the "
+                     "job again with restore to resume",
+                     (unsigned long long)res->preempted_at, cfg->checkpoint_path);
     train_close_world(&job);
 out_setup:
     free(job.init.params);

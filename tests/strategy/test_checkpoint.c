@@ -3,6 +3,7 @@
  * with the same bits as a run that was never interrupted (BackupAndRestore). */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -248,6 +249,139 @@ static void test_restore_refuses_bad_checkpoints(void **state)
     assert_non_null(strstr(dsim_errmsg(), path));
     assert_non_null(strstr(dsim_errmsg(), "corrupt"));
     printf("# %s\n", dsim_errmsg());
+    dsim_train_result_free(&r);
+}
+
+/* A notice that arrives while the job runs: replica 0's observer raises it
+ * after `at` steps, and only replica `to` hears it (as one worker gets
+ * SIGTERM), at whatever boundary it next looks. */
+typedef struct pre_notice {
+    uint64_t at;
+    int to;
+    atomic_int raised;
+} pre_notice;
+
+static void pre_observe(const dsim_train_step_info *info, void *user)
+{
+    pre_notice *n = user;
+    if (info->replica == 0 && info->global_step + 1 == n->at)
+        atomic_store(&n->raised, 1);
+}
+
+static int pre_notice_fn(void *user, int replica)
+{
+    pre_notice *n = user;
+    return replica == n->to && atomic_load(&n->raised);
+}
+
+/* Preempted (by preempt_after, or by a notice to one replica at any time,
+ * with a grace), then restarted from the checkpoint: the same bits as the
+ * run that was never interrupted. */
+static void preempt_roundtrip(const char *strategy, int hosts, int devices, int ps,
+                              uint64_t after, int notify, uint64_t grace, uint64_t every)
+{
+    char path[128];
+    ck_path(path, sizeof path, "preempt.ckpt");
+    unlink(path);
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, strategy, hosts, devices);
+    cfg.num_ps = ps;
+    dsim_optim_spec_default(&cfg.optim, DSIM_OPTIM_ADAM);
+    cfg.optim.lr = 0.01;
+    cfg.epochs = 3;
+    int N = hosts * devices;
+    dsim_train_result a, b, c;
+    if (dsim_train(&cfg, &a) != DSIM_OK)
+        fail_msg("%s uninterrupted: %s", strategy, dsim_errmsg());
+
+    pre_notice n = {.at = after, .to = N - 1};
+    cfg.checkpoint_path = path;
+    cfg.checkpoint_every = every;
+    cfg.preempt_grace_steps = grace;
+    if (notify) {
+        cfg.observer = pre_observe;
+        cfg.observer_user = &n;
+        cfg.preempt_notice = pre_notice_fn;
+        cfg.preempt_user = &n;
+    } else {
+        cfg.preempt_after = after;
+    }
+    dsim_err e = dsim_train(&cfg, &b);
+    if (e != DSIM_EPREEMPTED)
+        fail_msg("%s preempted: got %s: %s", strategy, dsim_strerror(e), b.error.msg);
+    assert_true(b.preempted);
+    assert_non_null(strstr(b.error.msg, "preempted after global step"));
+    /* a notice to one replica at any time: all stop at one boundary, at
+     * least the grace after it was raised */
+    assert_true(b.preempted_at >= after + grace);
+    if (!notify)
+        assert_int_equal(b.preempted_at, after + grace);
+    assert_int_equal(b.steps, b.preempted_at);
+    for (int r = 0; r < N; r++) {
+        assert_int_equal(b.replicas[r].status, DSIM_OK);
+        assert_int_equal(b.replicas[r].global_step, b.preempted_at);
+        if (r != 0)
+            assert_int_equal(b.checkpoint_writes[r], 0);
+    }
+    uint64_t saves = (every ? b.preempted_at / every : 0) +
+                     (every && b.preempted_at % every == 0 ? 0 : 1);
+    assert_int_equal(b.checkpoint_writes[0], saves);
+    assert_memory_equal(b.checksum, a.checksum, b.steps * (size_t)N * sizeof(uint64_t));
+    dsim_checkpoint *ck = NULL;
+    assert_int_equal(dsim_checkpoint_read(path, &ck), DSIM_OK);
+    assert_int_equal(ck->global_step, b.preempted_at);
+    dsim_checkpoint_free(ck);
+
+    /* restarted: resumes there and ends where the clean run ends */
+    cfg.preempt_after = 0;
+    cfg.preempt_notice = NULL;
+    cfg.observer = NULL;
+    cfg.restore = true;
+    if (dsim_train(&cfg, &c) != DSIM_OK)
+        fail_msg("%s restarted: %s", strategy, dsim_errmsg());
+    assert_false(c.preempted);
+    assert_int_equal(c.first_step, b.preempted_at);
+    assert_int_equal(c.steps, a.steps - b.preempted_at);
+    assert_memory_equal(c.checksum, a.checksum + b.preempted_at * (uint64_t)N,
+                        c.steps * (size_t)N * sizeof(uint64_t));
+    assert_memory_equal(c.params, a.params, a.n_params * sizeof(float));
+    printf("# %s %dx%d ps %d: preempted %s%llu (grace %llu) after %llu steps, restarted, same "
+           "bits\n",
+           strategy, hosts, devices, ps, notify ? "by a notice raised at " : "at ",
+           (unsigned long long)after, (unsigned long long)grace,
+           (unsigned long long)b.preempted_at);
+    dsim_train_result_free(&a);
+    dsim_train_result_free(&b);
+    dsim_train_result_free(&c);
+}
+
+static void test_preemption(void **state)
+{
+    (void)state;
+    preempt_roundtrip("multi_worker_mirrored", 2, 2, 0, 7, 0, 0, 0);
+    preempt_roundtrip("multi_worker_mirrored", 2, 2, 0, 5, 0, 2, 3); /* saves at 3, 6 and 7 */
+    preempt_roundtrip("multi_worker_mirrored", 4, 1, 0, 4, 1, 1, 0);
+    preempt_roundtrip("mirrored", 1, 3, 0, 9, 1, 0, 0);
+    preempt_roundtrip("parameter_server", 2, 2, 1, 6, 0, 0, 0);
+
+    /* a stop at or past the last step is the end of the job */
+    char path[128];
+    ck_path(path, sizeof path, "late.ckpt");
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "mirrored", 1, 2);
+    cfg.checkpoint_path = path;
+    cfg.preempt_after = 15;
+    cfg.preempt_grace_steps = 5;
+    dsim_train_result r;
+    assert_int_equal(dsim_train(&cfg, &r), DSIM_OK);
+    assert_false(r.preempted);
+    assert_int_equal(r.steps, 16);
+    dsim_train_result_free(&r);
+
+    /* a notice needs somewhere to save */
+    cfg.checkpoint_path = NULL;
+    assert_int_equal(dsim_train(&cfg, &r), DSIM_EINVAL);
+    assert_non_null(strstr(r.error.msg, "checkpoint_path"));
     dsim_train_result_free(&r);
 }
 
@@ -503,6 +637,7 @@ int main(void)
         cmocka_unit_test(test_restore_refuses_another_job),
         cmocka_unit_test(test_version_1_is_read_not_resumed),
         cmocka_unit_test(test_two_chiefs_refused),
+        cmocka_unit_test(test_preemption),
     };
     return cmocka_run_group_tests(tests, setup_dir, remove_dir);
 }

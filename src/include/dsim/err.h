@@ -24,6 +24,8 @@ typedef enum dsim_err {
     DSIM_EIO,       /* an I/O error */
     DSIM_EPROTO,    /* a protocol violation or corrupt frame */
     DSIM_ESTATE,    /* called in the wrong state */
+    DSIM_EPREEMPTED, /* stopped by a preemption notice after saving a checkpoint:
+                        restart from it (dsim_train) */
     DSIM_ERR_COUNT
 } dsim_err;
 

@@ -131,7 +131,10 @@ typedef struct dsim_train_hooks {
     /* 1 if `replica` has been killed by the harness outside a phase hook
      * (e.g. isolated by a fault transport in the middle of a collective).
      * The driver asks when the replica fails: a killed replica's error is
-     * not the job's failure, and it stops as DSIM_HOOK_DIE would. */
+     * not the job's failure, and it stops as DSIM_HOOK_DIE would. The
+     * health check of the replica's worker also asks, at every tick (from
+     * its own runtime worker): once it says 1 the worker stops answering
+     * its peers' pings, as a dead process would. */
     int (*killed)(void *user, int replica);
 } dsim_train_hooks;
 
@@ -223,6 +226,23 @@ typedef struct dsim_train_cfg {
     uint64_t stop_after;         /* stop once this many global steps are done
                                     (an interruption); 0: run to the end */
 
+    /* Preemption (TF's PreemptionCheckpointHandler). A notice (TF: SIGTERM
+     * on the worker about to lose its machine) may reach any replica at any
+     * time. At every step boundary the replicas all-reduce (MAX) whether any
+     * of them has one, so they all see the first notice at the same boundary
+     * B; they run preempt_grace_steps more steps, the chief saves a
+     * checkpoint at B + grace (to checkpoint_path), every replica stops, and
+     * dsim_train returns DSIM_EPREEMPTED with result.preempted set: run the
+     * job again with restore to resume it, and it ends as an uninterrupted
+     * run would. A stop that falls at or after the job's last step is just
+     * the end of the job. Needs checkpoint_path and a strategy with save. */
+    uint64_t preempt_after; /* a notice once this many global steps are done; 0: none */
+    /* Optional: asked by every replica at every step boundary (on its own
+     * worker: thread-safe); nonzero once `replica`'s worker has a notice. */
+    int (*preempt_notice)(void *user, int replica);
+    void *preempt_user;
+    uint64_t preempt_grace_steps; /* steps run after the agreed boundary, before the save */
+
     bool record_params; /* keep replica 0's variables after every step (result.trace) */
     dsim_train_observer observer;
     void *observer_user;
@@ -289,13 +309,20 @@ typedef struct dsim_train_result {
     uint64_t checkpoints_written;
     uint64_t *checkpoint_writes; /* [num_replicas]: files written by each replica */
 
+    bool preempted;        /* stopped by a preemption notice (DSIM_EPREEMPTED): restart
+                              from the checkpoint, with restore */
+    uint64_t preempted_at; /* global steps done when it stopped: the checkpoint's */
+
     dsim_error error; /* the failure, when dsim_train did not return DSIM_OK */
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that
  * failed first (the message names it) after every replica has returned: a
- * failing replica aborts the fabric so nobody waits for it. *res is filled
- * as far as the run got; release it with dsim_train_result_free either way. */
+ * failing replica aborts the fabric so nobody waits for it. DSIM_EPREEMPTED
+ * when a preemption notice stopped it after saving its checkpoint (see
+ * preempt_after): not a failure, a request to be restarted; the result is
+ * filled as for a run that ended there. *res is filled as far as the run
+ * got; release it with dsim_train_result_free either way. */
 dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res);
 
 /* Replays the global batches of cfg on one device from the same initial

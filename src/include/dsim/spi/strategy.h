@@ -77,10 +77,13 @@ typedef const struct dsim_strategy_ops *dsim_strategy_plugin_fn(uint32_t *abi_ve
 
 /* Communicator ids. The driver's communicator over every replica uses
  * DSIM_STRATEGY_COMM_WORLD; ids below DSIM_STRATEGY_COMM_USER are reserved
- * for the driver, and a strategy sends its own messages (dsim_isend) with ids
- * from DSIM_STRATEGY_COMM_USER up. */
-#define DSIM_STRATEGY_COMM_WORLD 1u
-#define DSIM_STRATEGY_COMM_USER  16u
+ * for the driver (2 and 3 carry the health check's pings and answers,
+ * dsim/health.h; DSIM_STRATEGY_COMM_CONTROL the replicas' agreement on where
+ * to stop after a preemption notice), and a strategy sends its own messages
+ * (dsim_isend) with ids from DSIM_STRATEGY_COMM_USER up. */
+#define DSIM_STRATEGY_COMM_WORLD   1u
+#define DSIM_STRATEGY_COMM_CONTROL 4u
+#define DSIM_STRATEGY_COMM_USER    16u
 
 /* Where a strategy keeps the variables (informational: reported in
  * dsim_train_result.placement). */
