@@ -42,8 +42,8 @@ static void detect_describe(const dsim_fault *f, char *buf, size_t cap)
         snprintf(when, sizeof when, " with probability %g", f->probability);
         break;
     }
-    const char *what = (int)f->what >= 0 && f->what < DSIM_FAULT_WHAT_COUNT ? detect_whats[f->what]
-                                                                             : "fault";
+    const char *what =
+        (int)f->what >= 0 && f->what < DSIM_FAULT_WHAT_COUNT ? detect_whats[f->what] : "fault";
     snprintf(buf, cap, "%s%s%s", what, where, when);
 }
 
@@ -112,8 +112,8 @@ void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_
         dsim_unit_format_duration(t->health_timeout_ns, ht, sizeof ht);
         dsim_unit_format_duration(dsim_health_tick_ns(t->health_interval_ns, t->health_timeout_ns),
                                   tick, sizeof tick);
-        snprintf(how, sizeof how, "health check: interval %s + %d x timeout %s + 2 x tick %s",
-                 iv, r, ht, tick);
+        snprintf(how, sizeof how, "health check: interval %s + %d x timeout %s + 2 x tick %s", iv,
+                 r, ht, tick);
     } else {
         dsim_unit_format_duration(bt - timeout, grace, sizeof grace);
         snprintf(how, sizeof how, "collective timeout: %s + grace %s", tmo, grace);

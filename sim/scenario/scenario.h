@@ -94,7 +94,7 @@ typedef struct dsim_scenario {
     int64_t health_interval_ns, health_timeout_ns;
     int health_retries;
 
-    dsim_train_cfg train; /* strategy, cluster, model, optimizer, data, checkpoint */
+    dsim_train_cfg train;        /* strategy, cluster, model, optimizer, data, checkpoint */
     dsim_src_pos checkpoint_pos; /* where checkpoint.path was given (0:0 when not) */
 
     dsim_fault *faults;

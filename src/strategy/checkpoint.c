@@ -14,11 +14,11 @@
 
 #include "strategy_int.h"
 
-#define CKPT_VERSION    DSIM_CHECKPOINT_VERSION
-#define CKPT_HEADER_V1  64u
-#define CKPT_HEADER     128u
-#define CKPT_SHUFFLE    1u
-#define CKPT_DROP       2u
+#define CKPT_VERSION   DSIM_CHECKPOINT_VERSION
+#define CKPT_HEADER_V1 64u
+#define CKPT_HEADER    128u
+#define CKPT_SHUFFLE   1u
+#define CKPT_DROP      2u
 static const char ckpt_magic[8] = {'D', 'S', 'I', 'M', 'C', 'K', 'P', 'T'};
 /* Far above any model dsim trains; keeps size arithmetic from overflowing. */
 #define CKPT_MAX_FLOATS ((uint64_t)1 << 32)

@@ -183,11 +183,11 @@ typedef struct train_replica {
     float *final;
     dsim_task *task;
     uint64_t ckpt_writes;
-    uint64_t preempted_at;      /* global steps done when a preemption stopped it; 0: none */
-    _Atomic int phase;          /* dsim_phase: where the replica is now */
-    _Atomic uint64_t step;      /* the global step it is on */
-    bool killed;                /* stopped by the hooks, as a killed process */
-    _Atomic int dead;           /* killed by a phase hook: its worker's health check stops */
+    uint64_t preempted_at; /* global steps done when a preemption stopped it; 0: none */
+    _Atomic int phase;     /* dsim_phase: where the replica is now */
+    _Atomic uint64_t step; /* the global step it is on */
+    bool killed;           /* stopped by the hooks, as a killed process */
+    _Atomic int dead;      /* killed by a phase hook: its worker's health check stops */
 } train_replica;
 
 typedef struct train_server {
@@ -403,7 +403,12 @@ static const char *train_checkpoint_mismatch(const train_job *job, const dsim_ch
     dsim_checkpoint me = {0};
     train_checkpoint_job(job, &me);
     const char *path = job->cfg->checkpoint_path;
-#define TRAIN_CK_DIFF(field, name, fmt, conv)                                                          if (ck->field != me.field) {                                                                           snprintf(buf, cap, "checkpoint %s was written with %s " fmt "; this job has " fmt, path,                    name, conv(ck->field), conv(me.field));                                                   return buf;                                                                                    }
+#define TRAIN_CK_DIFF(field, name, fmt, conv)                                                      \
+    if (ck->field != me.field) {                                                                   \
+        snprintf(buf, cap, "checkpoint %s was written with %s " fmt "; this job has " fmt, path,   \
+                 name, conv(ck->field), conv(me.field));                                           \
+        return buf;                                                                                \
+    }
 #define TRAIN_CK_LL(x)   ((long long)(x))
 #define TRAIN_CK_ULL(x)  ((unsigned long long)(x))
 #define TRAIN_CK_BOOL(x) ((x) ? "true" : "false")
@@ -586,8 +591,8 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
              * at the same boundary: there they fix the step to stop at. */
             if (stop_at == UINT64_MAX && done < job->end_step) {
                 int64_t mine = train_preempt_noticed(rp, done) ? 1 : 0, any = 0;
-                if ((e = dsim_allreduce(job->ctl[rp->index], &mine, &any, 1, DSIM_I64,
-                                        DSIM_MAX)) != DSIM_OK)
+                if ((e = dsim_allreduce(job->ctl[rp->index], &mine, &any, 1, DSIM_I64, DSIM_MAX)) !=
+                    DSIM_OK)
                     goto out;
                 if (any) {
                     stop_at = done + cfg->preempt_grace_steps;

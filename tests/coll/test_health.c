@@ -25,7 +25,7 @@ static void test_bound_values(void **state)
     (void)state;
     assert_int_equal(dsim_health_tick_ns(100 * MS, 50 * MS), 5 * MS);
     assert_int_equal(dsim_health_tick_ns(30000 * MS, 10000 * MS), 1000 * MS);
-    assert_int_equal(dsim_health_tick_ns(5 * MS, 2 * MS), 1 * MS);    /* at least 1 ms */
+    assert_int_equal(dsim_health_tick_ns(5 * MS, 2 * MS), 1 * MS); /* at least 1 ms */
     assert_int_equal(dsim_health_tick_ns(3600000 * MS, 3600000 * MS), 1000 * MS); /* at most 1 s */
 
     /* interval + retries x timeout + 2 ticks */
@@ -73,10 +73,10 @@ typedef struct hc_shared {
     coll_failures f;
     dsim_health *hc[NW];
     atomic_int dead[NW];
-    int victim;          /* worker that dies, or -1 */
-    int slow;            /* worker that sleeps before its second call, or -1 */
-    int64_t sleep_ns;    /* how long the victim lives / the slow one sleeps */
-    int64_t died_at;     /* written by the victim before it dies */
+    int victim;       /* worker that dies, or -1 */
+    int slow;         /* worker that sleeps before its second call, or -1 */
+    int64_t sleep_ns; /* how long the victim lives / the slow one sleeps */
+    int64_t died_at;  /* written by the victim before it dies */
     int64_t returned[NW];
     dsim_err err[NW], later[NW];
     int64_t later_took[NW];

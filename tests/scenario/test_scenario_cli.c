@@ -153,8 +153,8 @@ static void test_validate(void **state)
     assert_non_null(strstr(r->out, want));
 
     /* a checkpoint directory that does not exist: refused with its place */
-    const char *nodir = cli_file(6, "nodir.yaml",
-                                 "name: nodir\ncheckpoint:\n  path: /nonexistent-dsim/c.ckpt\n");
+    const char *nodir =
+        cli_file(6, "nodir.yaml", "name: nodir\ncheckpoint:\n  path: /nonexistent-dsim/c.ckpt\n");
     r = cli_run((const char *[]){"validate", nodir, NULL});
     assert_int_equal(r->status, 2);
     snprintf(want, sizeof want,

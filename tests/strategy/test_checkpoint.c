@@ -277,8 +277,8 @@ static int pre_notice_fn(void *user, int replica)
 /* Preempted (by preempt_after, or by a notice to one replica at any time,
  * with a grace), then restarted from the checkpoint: the same bits as the
  * run that was never interrupted. */
-static void preempt_roundtrip(const char *strategy, int hosts, int devices, int ps,
-                              uint64_t after, int notify, uint64_t grace, uint64_t every)
+static void preempt_roundtrip(const char *strategy, int hosts, int devices, int ps, uint64_t after,
+                              int notify, uint64_t grace, uint64_t every)
 {
     char path[128];
     ck_path(path, sizeof path, "preempt.ckpt");
@@ -323,8 +323,8 @@ static void preempt_roundtrip(const char *strategy, int hosts, int devices, int 
         if (r != 0)
             assert_int_equal(b.checkpoint_writes[r], 0);
     }
-    uint64_t saves = (every ? b.preempted_at / every : 0) +
-                     (every && b.preempted_at % every == 0 ? 0 : 1);
+    uint64_t saves =
+        (every ? b.preempted_at / every : 0) + (every && b.preempted_at % every == 0 ? 0 : 1);
     assert_int_equal(b.checkpoint_writes[0], saves);
     assert_memory_equal(b.checksum, a.checksum, b.steps * (size_t)N * sizeof(uint64_t));
     dsim_checkpoint *ck = NULL;
@@ -446,8 +446,8 @@ static void test_restore_refuses_another_job(void **state)
 
     sc_cfg(&cfg, "multi_worker_mirrored", 2, 2);
     cfg.checkpoint_path = path;
-    snprintf(want, sizeof want,
-             "checkpoint %s was written with devices_per_host 1; this job has 2", path);
+    snprintf(want, sizeof want, "checkpoint %s was written with devices_per_host 1; this job has 2",
+             path);
     expect_refused(&cfg, want);
 
     sc_cfg(&cfg, "multi_worker_mirrored", 4, 1);
@@ -478,8 +478,8 @@ static void test_restore_refuses_another_job(void **state)
     sc_cfg(&cfg, "multi_worker_mirrored", 2, 1);
     cfg.checkpoint_path = path;
     cfg.in_memory = true;
-    snprintf(want, sizeof want, "checkpoint %s was written with shard policy file; this job has data",
-             path);
+    snprintf(want, sizeof want,
+             "checkpoint %s was written with shard policy file; this job has data", path);
     expect_refused(&cfg, want); /* no files: AUTO shards by DATA */
 
     /* more epochs is the same job, trained longer */

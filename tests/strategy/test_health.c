@@ -20,11 +20,11 @@
 #define SLOP (300 * MS) /* thread scheduling on a loaded (or sanitized) machine */
 
 typedef struct hh_state {
-    int victim;        /* replica the hooks kill, or -1 */
-    dsim_phase phase;  /* where */
-    uint64_t step;     /* when */
-    int slow;          /* replica that pauses at compute, or -1 */
-    int64_t pause_ns;  /* how long, at every third step */
+    int victim;       /* replica the hooks kill, or -1 */
+    dsim_phase phase; /* where */
+    uint64_t step;    /* when */
+    int slow;         /* replica that pauses at compute, or -1 */
+    int64_t pause_ns; /* how long, at every third step */
 } hh_state;
 
 static dsim_hook_action hh_phase(void *user, int r, dsim_phase p, uint64_t gs)

@@ -52,7 +52,7 @@ typedef struct dsim_comm dsim_comm;
 
 /* A collective timeout that asks for the default, DSIM_COMM_DEFAULT_TIMEOUT_NS
  * (any negative value does). */
-#define DSIM_TIMEOUT_DEFAULT (-1)
+#define DSIM_TIMEOUT_DEFAULT         (-1)
 #define DSIM_COMM_DEFAULT_TIMEOUT_NS (30LL * 1000 * 1000 * 1000)
 
 typedef struct dsim_comm_cfg {

@@ -191,7 +191,7 @@ typedef struct dsim_train_cfg {
     int64_t health_interval_ns;
     int64_t health_timeout_ns;
     int health_retries;
-    const char *engine;      /* NULL: "threads" */
+    const char *engine; /* NULL: "threads" */
     /* The fabric's backend (NULL: "inproc"), its options string and its
      * backend argument (dsim_fabric_cfg.backend_arg), for decorators such as
      * a fault-injecting transport. */
