@@ -16,8 +16,11 @@ void cmd_validate_help(FILE *out)
                  "and cluster), and that this build can run it (faults, engines other than\n"
                  "threads, recovery and some checks are parsed but not run yet).\n"
                  "Prints 'FILE: ok' or the reason as FILE:LINE:COLUMN: KEY: ... for each file.\n"
+                 "For each fault it prints the time within which the timeout and health check\n"
+                 "guarantee that every survivor has returned an error, and a warning when a\n"
+                 "loss would never be detected (the survivors would wait for ever).\n"
                  "\n"
-                 "  --quiet      print only the files that are not ok\n"
+                 "  --quiet      print only the files that are not ok, and warnings\n"
                  "  --defaults   print a scenario that states every default, and exit\n"
                  "\n"
                  "Exit status: 0 every file is valid and runnable, 2 otherwise.\n");
@@ -71,6 +74,13 @@ int cmd_validate(int argc, char **argv)
         }
         dsim_scenario *s = NULL;
         dsim_err e = dsim_scenario_load(a, &s);
+        for (size_t f = 0; e == DSIM_OK && f < s->n_faults; f++) {
+            dsim_fault_detection d;
+            dsim_scenario_fault_detection(s, f, &d);
+            if (d.warn || !quiet)
+                printf("%s:%d:%d: %s%s\n", a, s->faults[f].line, s->faults[f].column,
+                       d.warn ? "warning: " : "", d.text);
+        }
         if (e == DSIM_OK)
             e = dsim_scenario_runnable(s);
         if (e != DSIM_OK) {

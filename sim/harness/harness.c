@@ -19,6 +19,7 @@
 #include "dsim/comm.h"
 #include "dsim/data.h"
 #include "dsim/dataset.h"
+#include "dsim/health.h"
 #include "fault/fault.h"
 #include "harness.h"
 
@@ -344,22 +345,17 @@ static bool h_expects(const dsim_scenario *s, const char *check)
     return false;
 }
 
-/* What the settings guarantee after a node is lost: a survivor's collective
- * fails by its timeout plus the failure check's grace (timeout / 2, 50 ms to
- * 2 s: src/coll/step.c); with no timeout, only the health check ends it. */
+/* What the settings guarantee after a node is lost (dsim/health.h); the
+ * health check runs only in jobs of two or more workers without parameter
+ * servers. 0 when nothing bounds it. */
 static int64_t h_detection_bound(const dsim_scenario *s)
 {
-    int64_t t = s->train.timeout_ns;
-    if (t <= 0)
-        return 0;
-    int64_t grace = t / 2;
-    if (grace < 50 * 1000 * 1000LL)
-        grace = 50 * 1000 * 1000LL;
-    if (grace > 2000 * 1000 * 1000LL)
-        grace = 2000 * 1000 * 1000LL;
-    /* a replica stuck in its step's compute meets the next collective late:
-     * a second timeout covers the call it is in when the loss happens */
-    return 2 * t + grace;
+    const dsim_train_cfg *t = &s->train;
+    int64_t b = t->hosts >= 2 && t->num_ps == 0
+                    ? dsim_detection_bound(t->timeout_ns, t->health_interval_ns,
+                                           t->health_timeout_ns, t->health_retries)
+                    : dsim_detection_bound_timeout(t->timeout_ns);
+    return b == DSIM_NO_DEADLINE ? 0 : b;
 }
 
 static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,

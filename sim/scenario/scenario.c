@@ -16,8 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <libgen.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -436,7 +438,10 @@ static dsim_err scen_duration(const scen_ctx *c, const scen_map *m, int i, int64
                          "30s or 500ms (units: ns, us, ms, s, m, h)",
                          kp, scen_show(v, show, sizeof show));
     }
-    if (!dsim_unit_duration(v->s, &ns, why, sizeof why))
+    /* Where 0 means something (no deadline, off), a bare 0 needs no unit. */
+    if (lo_ns == 0 && strcmp(v->s, "0") == 0)
+        ns = 0;
+    else if (!dsim_unit_duration(v->s, &ns, why, sizeof why))
         return scen_fail(c, v, "%s: %s %s", kp, scen_show(v, show, sizeof show), why);
     if (ns < lo_ns) {
         char lo[32];
@@ -1007,16 +1012,21 @@ static dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_enum(c, m, S_PSMODE, "a parameter-server mode", scen_ps_modes,
                          SCEN_N(scen_ps_modes), &v));
     t->ps_mode = (dsim_ps_mode)v;
-    DSIM_CHECK(scen_duration(c, m, S_TIMEOUT, 1, &t->timeout_ns));
+    /* 0: no deadline (TF's timeout_seconds=None): only the health check or
+     * an abort ends a wait. */
+    DSIM_CHECK(scen_duration(c, m, S_TIMEOUT, 0, &t->timeout_ns));
 
     scen_map *h = &st->health;
     DSIM_CHECK(scen_map_read(c, m->val[S_HEALTH], m->key[S_HEALTH], "strategy.health_check",
                              scen_health_keys, H_N, h));
-    DSIM_CHECK(scen_duration(c, h, H_INTERVAL, 1, &s->health_interval_ns));
+    DSIM_CHECK(scen_duration(c, h, H_INTERVAL, 0, &s->health_interval_ns));
     DSIM_CHECK(scen_duration(c, h, H_TIMEOUT, 1, &s->health_timeout_ns));
     int64_t r = s->health_retries;
     DSIM_CHECK(scen_int(c, h, H_RETRIES, 0, 1000, &r));
     s->health_retries = (int)r;
+    t->health_interval_ns = s->health_interval_ns;
+    t->health_timeout_ns = s->health_timeout_ns;
+    t->health_retries = s->health_retries;
 
     /* the cluster's shape, for the built-ins (a plugin checks its own when
      * it is loaded) */
@@ -1255,6 +1265,7 @@ static dsim_err scen_checkpoint(const scen_ctx *c, scen_state *st)
     char *p = NULL;
     DSIM_CHECK(scen_str_v(c, m->val[K_PATH], "checkpoint.path", "a file path", &p));
     t->checkpoint_path = p;
+    c->s->checkpoint_pos = scen_pos(m->val[K_PATH]);
     int64_t every = DSIM_SCENARIO_DEF_CKPT_EVERY;
     DSIM_CHECK(scen_int(c, m, K_EVERY, 0, INT64_MAX / 2, &every));
     t->checkpoint_every = (uint64_t)every;
@@ -1924,6 +1935,29 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
                             "%s:%d:%d: expect.%s: the %s check is not supported yet; remove it "
                             "to run the rest",
                             s->path, x->pos.line, x->pos.column, x->check->name, x->check->name);
+    }
+    /* A run would write its first checkpoint only after some steps: say now
+     * that it cannot. */
+    const char *ck = s->train.checkpoint_path;
+    if (ck && s->train.checkpoint_every) {
+        char *copy = strdup(ck);
+        if (!copy)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", s->path);
+        const char *dir = dirname(copy);
+        struct stat sb;
+        dsim_err e = DSIM_OK;
+        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            char cwd[512];
+            if (!getcwd(cwd, sizeof cwd))
+                snprintf(cwd, sizeof cwd, ".");
+            e = DSIM_ERR(DSIM_ENOENT, -1,
+                         "%s:%d:%d: checkpoint.path: the directory '%s' of '%s' does not exist "
+                         "(a relative path is taken from the working directory, %s); create it "
+                         "or change the path",
+                         s->path, s->checkpoint_pos.line, s->checkpoint_pos.column, dir, ck, cwd);
+        }
+        free(copy);
+        return e;
     }
     return DSIM_OK;
 }

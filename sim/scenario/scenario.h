@@ -58,7 +58,8 @@ typedef struct dsim_scenario {
     int64_t health_interval_ns, health_timeout_ns;
     int health_retries;
 
-    dsim_train_cfg train; /* strategy, cluster, model, optimizer, data, checkpoint */
+    dsim_train_cfg train;        /* strategy, cluster, model, optimizer, data, checkpoint */
+    dsim_src_pos checkpoint_pos; /* where checkpoint.path was given (0:0 when not) */
 
     dsim_fault *faults;
     size_t n_faults;
@@ -79,9 +80,30 @@ dsim_err dsim_scenario_load(const char *path, dsim_scenario **out);
 /* The same from text in memory; `path` is used in messages. */
 dsim_err dsim_scenario_parse(const char *path, const char *text, size_t len, dsim_scenario **out);
 /* DSIM_OK if this build can run the scenario; else DSIM_ENOTSUP saying what
- * is not supported yet (faults, engines, checks) and where in the file. */
+ * is not supported yet (faults, engines, checks) and where in the file, or
+ * DSIM_ENOENT when the directory of checkpoint.path (relative to the working
+ * directory) does not exist, with where the path is given. */
 dsim_err dsim_scenario_runnable(const dsim_scenario *s);
 void dsim_scenario_free(dsim_scenario *s);
+
+/* What the scenario's timeout and health check promise about one fault. */
+typedef enum dsim_detect_kind {
+    DSIM_DETECT_NONE,    /* nothing is lost (delay, duplicate, reorder, slow, stagger) */
+    DSIM_DETECT_LOSS,    /* a peer is lost (kill, restart, partition) */
+    DSIM_DETECT_MESSAGE, /* a message is lost (drop, corrupt): only the timeout helps */
+} dsim_detect_kind;
+
+typedef struct dsim_fault_detection {
+    dsim_detect_kind kind;
+    int64_t bound_ns; /* every survivor has its error by then; DSIM_NO_DEADLINE: never */
+    bool warn;        /* a loss that is never detected: the job would wait for ever */
+    char text[512];   /* "faults[0] (kill rank 3 at step 5): a lost peer is detected
+                         within 210ms: ..." */
+} dsim_fault_detection;
+
+/* For faults[i]: the bound dsim_train_detection_bound gives the scenario's
+ * job (dsim/health.h derives it), and the sentence `dsim validate` prints. */
+void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_detection *out);
 
 #ifdef __cplusplus
 }

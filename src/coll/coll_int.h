@@ -21,7 +21,7 @@ struct dsim_comm {
     dsim_rt *rt;
     int rank, size;
     uint32_t comm_id;
-    int64_t timeout_ns;
+    int64_t timeout_ns; /* > 0 the bound of each call; 0 none */
     dsim_algo algo;
     /* Collective calls started on this communicator. Every rank calls the
      * collectives in the same order, so the counter agrees across ranks and
@@ -76,7 +76,8 @@ typedef struct dsim_xfer {
 } dsim_xfer;
 
 /* Starts a call: takes the next call number and sets the deadline to now +
- * the communicator's timeout. what is "allreduce", algo NULL or "ring". */
+ * the communicator's timeout (none when it is 0). what is "allreduce", algo
+ * NULL or "ring". */
 void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *algo, dsim_dtype t,
                      dsim_op op, int nsteps);
 /* Posts every receive of xf, then every send, then waits for all of them
@@ -85,6 +86,11 @@ void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *a
 dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n);
 /* Records a local failure (a reduction kernel, an allocation) of step. */
 dsim_err dsim_coll_fail_local(dsim_coll *x, int step, dsim_err e, const char *what);
+
+/* How long the failure check after a timeout listens for the other ranks'
+ * answers: half the timeout, within [50 ms, 2 s] (see step.c). The
+ * detection bound (dsim/health.h) adds it to the timeout. */
+int64_t dsim_coll_grace_ns(int64_t timeout_ns);
 
 /* Element offset and length of block b when count elements are split into
  * nb blocks: the first count % nb blocks hold one element more. */

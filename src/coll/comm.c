@@ -11,8 +11,6 @@
 
 #include "coll_int.h"
 
-#define COMM_DEFAULT_TIMEOUT_NS (30LL * 1000 * 1000 * 1000)
-
 static const char *const comm_algo_names[DSIM_ALGO_COUNT] = {
     [DSIM_ALGO_AUTO] = "auto",
     [DSIM_ALGO_RING] = "ring",
@@ -93,7 +91,7 @@ dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
     c->rank = rank;
     c->size = cfg->size;
     c->comm_id = cfg->comm_id;
-    c->timeout_ns = cfg->timeout_ns > 0 ? cfg->timeout_ns : COMM_DEFAULT_TIMEOUT_NS;
+    c->timeout_ns = cfg->timeout_ns >= 0 ? cfg->timeout_ns : DSIM_COMM_DEFAULT_TIMEOUT_NS;
     c->algo = cfg->algo;
     c->err.code = DSIM_OK;
     c->err.peer = -1;
@@ -124,7 +122,7 @@ int dsim_comm_size(const dsim_comm *c)
 void dsim_comm_set_timeout(dsim_comm *c, int64_t timeout_ns)
 {
     if (c)
-        c->timeout_ns = timeout_ns > 0 ? timeout_ns : COMM_DEFAULT_TIMEOUT_NS;
+        c->timeout_ns = timeout_ns >= 0 ? timeout_ns : DSIM_COMM_DEFAULT_TIMEOUT_NS;
 }
 
 void dsim_comm_set_algo(dsim_comm *c, dsim_algo a)

@@ -51,7 +51,7 @@ void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *a
     x->call = c->calls++;
     if (x->call && x->call % STEP_CALLS == 0)
         dsim_ep_set_epoch(c->ep, c->comm_id, (uint32_t)(x->call / STEP_CALLS));
-    x->deadline = dsim_rt_deadline(c->rt, c->timeout_ns);
+    x->deadline = c->timeout_ns > 0 ? dsim_rt_deadline(c->rt, c->timeout_ns) : DSIM_NO_DEADLINE;
     if (algo)
         snprintf(x->what, sizeof x->what, "%s(%s)", what, algo);
     else
@@ -60,6 +60,19 @@ void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *a
     x->op = op;
     x->esize = dsim_dtype_size(t);
     x->nsteps = nsteps;
+}
+
+int64_t dsim_coll_grace_ns(int64_t timeout_ns)
+{
+    /* Long enough for ranks whose deadlines fall a little later (they
+     * entered the call later) to reach their own check; short next to the
+     * timeout so the error still comes promptly. */
+    int64_t grace = timeout_ns / 2;
+    if (grace < 50 * 1000000LL)
+        grace = 50 * 1000000LL;
+    if (grace > 2000 * 1000000LL)
+        grace = 2000 * 1000000LL;
+    return grace;
 }
 
 static long long step_ms(int64_t ns)
@@ -76,15 +89,7 @@ static int step_failure_check(dsim_coll *x, int awaited)
     if (n < 2 || awaited < 0 || awaited >= n)
         return awaited;
 
-    /* Long enough for ranks whose deadlines fall a little later (they
-     * entered the call later) to reach their own check; short next to the
-     * timeout so the error still comes promptly. */
-    int64_t grace = c->timeout_ns / 2;
-    if (grace < 50 * 1000000LL)
-        grace = 50 * 1000000LL;
-    if (grace > 2000 * 1000000LL)
-        grace = 2000 * 1000000LL;
-    int64_t dl = dsim_rt_deadline(c->rt, grace);
+    int64_t dl = dsim_rt_deadline(c->rt, dsim_coll_grace_ns(c->timeout_ns));
     uint32_t tag = step_tag(x->call, STEP_FC_STEP);
 
     dsim_req **reqs = calloc(2 * (size_t)n, sizeof *reqs);

@@ -9,6 +9,7 @@
 #include "dsim/rt.h"
 #include "dsim/transport.h"
 #include "dsim/comm.h"
+#include "dsim/health.h"
 #include "dsim/cluster.h"
 #include "dsim/model.h"
 #include "dsim/optim.h"

@@ -1,7 +1,8 @@
 /* Checkpoint files: written whole to a temporary name, fsync'ed, renamed
  * over the target and the directory fsync'ed, so that a crash leaves either
  * the previous checkpoint or the new one; read back with every field and a
- * checksum verified. The layout is in dsim/strategy.h. */
+ * checksum verified. The layout (version 2, and the version 1 it extends)
+ * is in dsim/strategy.h. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -13,8 +14,11 @@
 
 #include "strategy_int.h"
 
-#define CKPT_VERSION 1u
-#define CKPT_HEADER  64u
+#define CKPT_VERSION   DSIM_CHECKPOINT_VERSION
+#define CKPT_HEADER_V1 64u
+#define CKPT_HEADER    128u
+#define CKPT_SHUFFLE   1u
+#define CKPT_DROP      2u
 static const char ckpt_magic[8] = {'D', 'S', 'I', 'M', 'C', 'K', 'P', 'T'};
 /* Far above any model dsim trains; keeps size arithmetic from overflowing. */
 #define CKPT_MAX_FLOATS ((uint64_t)1 << 32)
@@ -109,12 +113,23 @@ dsim_err dsim_checkpoint_write(const char *path, const dsim_checkpoint *ck)
     ckpt_put32(buf + 8, CKPT_VERSION);
     ckpt_put32(buf + 12, (uint32_t)ck->optim_kind);
     ckpt_put32(buf + 16, ck->epoch);
-    ckpt_put32(buf + 20, 0);
+    ckpt_put32(buf + 20, (ck->shuffle ? CKPT_SHUFFLE : 0) | (ck->drop_remainder ? CKPT_DROP : 0));
     ckpt_put64(buf + 24, ck->step);
     ckpt_put64(buf + 32, ck->global_step);
     ckpt_put64(buf + 40, ck->n_params);
     ckpt_put64(buf + 48, ck->optim_step);
     ckpt_put64(buf + 56, ck->optim_state_len);
+    ckpt_put64(buf + 64, (uint64_t)ck->global_batch);
+    ckpt_put32(buf + 72, ck->hosts);
+    ckpt_put32(buf + 76, ck->devices_per_host);
+    ckpt_put32(buf + 80, (uint32_t)ck->shard);
+    ckpt_put32(buf + 84, ck->n_files);
+    ckpt_put64(buf + 88, ck->n_examples);
+    ckpt_put64(buf + 96, ck->seed);
+    ckpt_put64(buf + 104, ck->steps_per_epoch);
+    ckpt_put32(buf + 112, ck->epochs);
+    ckpt_put32(buf + 116, 0);
+    ckpt_put64(buf + 120, 0);
     ckpt_put_floats(buf + CKPT_HEADER, ck->params, ck->n_params);
     if (ck->optim_state_len)
         ckpt_put_floats(buf + CKPT_HEADER + 4 * ck->n_params, ck->optim_state, ck->optim_state_len);
@@ -193,11 +208,11 @@ dsim_err dsim_checkpoint_read(const char *path, dsim_checkpoint **out)
         goto out;
     }
     size_t len = (size_t)st.st_size;
-    if (len < CKPT_HEADER + 8) {
+    if (len < CKPT_HEADER_V1 + 8) {
         e = DSIM_ERR(DSIM_EPROTO, -1,
                      "checkpoint %s is corrupt: %zu bytes, shorter than the %u-byte header and "
                      "checksum; delete it or restore from an older copy",
-                     path, len, CKPT_HEADER + 8);
+                     path, len, CKPT_HEADER_V1 + 8);
         goto out;
     }
     buf = malloc(len);
@@ -215,15 +230,16 @@ dsim_err dsim_checkpoint_read(const char *path, dsim_checkpoint **out)
         goto out;
     }
     uint32_t version = ckpt_get32(buf + 8);
-    if (version != CKPT_VERSION) {
+    if (version != 1 && version != CKPT_VERSION) {
         e = DSIM_ERR(DSIM_EPROTO, -1,
-                     "checkpoint %s has format version %u; this dsim reads version %u", path,
+                     "checkpoint %s has format version %u; this dsim reads versions 1 and %u", path,
                      version, CKPT_VERSION);
         goto out;
     }
+    uint32_t hdr = version == 1 ? CKPT_HEADER_V1 : CKPT_HEADER;
     uint64_t n = ckpt_get64(buf + 40), sl = ckpt_get64(buf + 56);
     if (n == 0 || n > CKPT_MAX_FLOATS || sl > CKPT_MAX_FLOATS ||
-        (uint64_t)len != CKPT_HEADER + 4 * (n + sl) + 8) {
+        (uint64_t)len != hdr + 4 * (n + sl) + 8) {
         e = DSIM_ERR(DSIM_EPROTO, -1,
                      "checkpoint %s is corrupt: its header says %llu parameters and %llu "
                      "optimizer floats but the file has %zu bytes (truncated?)",
@@ -254,16 +270,31 @@ dsim_err dsim_checkpoint_read(const char *path, dsim_checkpoint **out)
         e = DSIM_ERR(DSIM_ENOMEM, -1, "checkpoint %s: out of memory", path);
         goto out;
     }
+    ck->version = version;
     ck->optim_kind = (dsim_optim_kind)kind;
+    if (version >= 2) {
+        uint32_t flags = ckpt_get32(buf + 20);
+        ck->shuffle = (flags & CKPT_SHUFFLE) != 0;
+        ck->drop_remainder = (flags & CKPT_DROP) != 0;
+        ck->global_batch = (int64_t)ckpt_get64(buf + 64);
+        ck->hosts = ckpt_get32(buf + 72);
+        ck->devices_per_host = ckpt_get32(buf + 76);
+        ck->shard = (dsim_shard_policy)ckpt_get32(buf + 80);
+        ck->n_files = ckpt_get32(buf + 84);
+        ck->n_examples = ckpt_get64(buf + 88);
+        ck->seed = ckpt_get64(buf + 96);
+        ck->steps_per_epoch = ckpt_get64(buf + 104);
+        ck->epochs = ckpt_get32(buf + 112);
+    }
     ck->epoch = ckpt_get32(buf + 16);
     ck->step = ckpt_get64(buf + 24);
     ck->global_step = ckpt_get64(buf + 32);
     ck->n_params = (size_t)n;
     ck->optim_step = ckpt_get64(buf + 48);
     ck->optim_state_len = (size_t)sl;
-    ckpt_get_floats(ck->params, buf + CKPT_HEADER, ck->n_params);
+    ckpt_get_floats(ck->params, buf + hdr, ck->n_params);
     if (sl)
-        ckpt_get_floats(ck->optim_state, buf + CKPT_HEADER + 4 * ck->n_params, ck->optim_state_len);
+        ckpt_get_floats(ck->optim_state, buf + hdr + 4 * ck->n_params, ck->optim_state_len);
     *out = ck;
 out:
     free(buf);

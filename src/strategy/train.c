@@ -21,17 +21,18 @@
  * A replica or server that fails records its error and aborts the fabric,
  * which fails every pending and later transfer of every rank, and wakes the
  * servers' locks: every worker returns, none waits for the failed one. */
+#include <libgen.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "dsim/health.h"
 #include "dsim/log.h"
 #include "dsim/rng.h"
 #include "strategy_int.h"
-
-#define TRAIN_DEFAULT_TIMEOUT_NS (30LL * 1000 * 1000 * 1000)
 
 void dsim_train_cfg_init(dsim_train_cfg *cfg)
 {
@@ -42,7 +43,10 @@ void dsim_train_cfg_init(dsim_train_cfg *cfg)
     cfg->devices_per_host = 1;
     cfg->ps_mode = DSIM_PS_SYNC;
     cfg->communication = DSIM_ALGO_AUTO;
-    cfg->timeout_ns = TRAIN_DEFAULT_TIMEOUT_NS;
+    cfg->timeout_ns = DSIM_COMM_DEFAULT_TIMEOUT_NS;
+    cfg->health_interval_ns = DSIM_HEALTH_DEFAULT_INTERVAL_NS;
+    cfg->health_timeout_ns = DSIM_HEALTH_DEFAULT_TIMEOUT_NS;
+    cfg->health_retries = DSIM_HEALTH_DEFAULT_RETRIES;
     dsim_optim_spec_default(&cfg->optim, DSIM_OPTIM_SGD);
     cfg->shard = DSIM_SHARD_AUTO;
     cfg->hint = DSIM_HINT_NONE;
@@ -179,9 +183,11 @@ typedef struct train_replica {
     float *final;
     dsim_task *task;
     uint64_t ckpt_writes;
-    _Atomic int phase;          /* dsim_phase: where the replica is now */
-    _Atomic uint64_t step;      /* the global step it is on */
-    bool killed;                /* stopped by the hooks, as a killed process */
+    uint64_t preempted_at; /* global steps done when a preemption stopped it; 0: none */
+    _Atomic int phase;     /* dsim_phase: where the replica is now */
+    _Atomic uint64_t step; /* the global step it is on */
+    bool killed;           /* stopped by the hooks, as a killed process */
+    _Atomic int dead;      /* killed by a phase hook: its worker's health check stops */
 } train_replica;
 
 typedef struct train_server {
@@ -199,13 +205,21 @@ typedef struct train_handler {
     dsim_task *task;
 } train_handler;
 
+/* One worker's health check (dsim/health.h). */
+typedef struct train_health {
+    train_job *job;
+    int worker;
+    dsim_health *h;
+} train_health;
+
 struct train_job {
     const dsim_train_cfg *cfg;
     const dsim_strategy *strat;
     dsim_strategy_shape shape;
     dsim_train_setup su;
     int N, P;
-    int64_t timeout_ns;
+    int chief;          /* the replica that writes checkpoints */
+    int64_t timeout_ns; /* collectives': > 0 the bound, 0 none */
     float loss_scale;
     uint64_t total_steps, first_step, end_step;
     uint32_t start_epoch;
@@ -215,9 +229,12 @@ struct train_job {
     dsim_fabric *fab;
     dsim_ep **eps;     /* N + P */
     dsim_comm **world; /* N */
+    dsim_comm **ctl;   /* N, comm id DSIM_STRATEGY_COMM_CONTROL: preemption's agreement */
+    bool preempt_armed;
     train_replica *reps;
     train_server *srvs;
     train_handler *handlers; /* P * N */
+    train_health *health;    /* [hosts] when the job runs the health check, else NULL */
     dsim_waitq *lock;
     int failed;
     dsim_error err;
@@ -344,6 +361,10 @@ static dsim_err train_enter(train_replica *rp, dsim_phase p, uint64_t gs)
     const dsim_train_hooks *h = cfg->hooks;
     if (h && h->phase && h->phase(cfg->hooks_user, rp->index, p, gs) == DSIM_HOOK_DIE) {
         rp->killed = true;
+        atomic_store_explicit(&rp->dead, 1, memory_order_release);
+        /* A dead process stops answering its peers' health checks now. */
+        if (rp->job->health)
+            dsim_health_poke(rp->job->health[rp->ctx.worker].h);
         return TRAIN_DIED;
     }
     return DSIM_OK;
@@ -354,6 +375,61 @@ static dsim_err train_enter(train_replica *rp, dsim_phase p, uint64_t gs)
         if ((e = train_enter((rp), (p), (gs))) != DSIM_OK)                                         \
             goto out;                                                                              \
     } while (0)
+
+/* What a checkpoint records of the job that wrote it: what resuming must
+ * match. */
+static void train_checkpoint_job(const train_job *job, dsim_checkpoint *ck)
+{
+    const dsim_train_cfg *cfg = job->cfg;
+    ck->global_batch = cfg->global_batch;
+    ck->hosts = (uint32_t)cfg->hosts;
+    ck->devices_per_host = (uint32_t)cfg->devices_per_host;
+    ck->shard = job->su.applied;
+    ck->n_examples = job->su.desc.n_examples;
+    ck->n_files = job->su.desc.n_files;
+    ck->shuffle = cfg->shuffle;
+    ck->drop_remainder = cfg->drop_remainder;
+    ck->seed = cfg->seed;
+    ck->steps_per_epoch = job->su.steps_per_epoch;
+    ck->epochs = cfg->epochs;
+}
+
+/* NULL if the checkpoint was written by a job with this job's global batch
+ * and data layout, else the message that says which value differs (both
+ * values named). */
+static const char *train_checkpoint_mismatch(const train_job *job, const dsim_checkpoint *ck,
+                                             char *buf, size_t cap)
+{
+    dsim_checkpoint me = {0};
+    train_checkpoint_job(job, &me);
+    const char *path = job->cfg->checkpoint_path;
+#define TRAIN_CK_DIFF(field, name, fmt, conv)                                                      \
+    if (ck->field != me.field) {                                                                   \
+        snprintf(buf, cap, "checkpoint %s was written with %s " fmt "; this job has " fmt, path,   \
+                 name, conv(ck->field), conv(me.field));                                           \
+        return buf;                                                                                \
+    }
+#define TRAIN_CK_LL(x)   ((long long)(x))
+#define TRAIN_CK_ULL(x)  ((unsigned long long)(x))
+#define TRAIN_CK_BOOL(x) ((x) ? "true" : "false")
+#define TRAIN_CK_POL(x)  dsim_shard_policy_name(x)
+    TRAIN_CK_DIFF(global_batch, "global_batch", "%lld", TRAIN_CK_LL)
+    TRAIN_CK_DIFF(hosts, "hosts", "%llu", TRAIN_CK_ULL)
+    TRAIN_CK_DIFF(devices_per_host, "devices_per_host", "%llu", TRAIN_CK_ULL)
+    TRAIN_CK_DIFF(shard, "shard policy", "%s", TRAIN_CK_POL)
+    TRAIN_CK_DIFF(n_examples, "examples", "%llu", TRAIN_CK_ULL)
+    TRAIN_CK_DIFF(n_files, "files", "%llu", TRAIN_CK_ULL)
+    TRAIN_CK_DIFF(shuffle, "shuffle", "%s", TRAIN_CK_BOOL)
+    TRAIN_CK_DIFF(seed, "seed", "%llu", TRAIN_CK_ULL)
+    TRAIN_CK_DIFF(drop_remainder, "drop_remainder", "%s", TRAIN_CK_BOOL)
+    TRAIN_CK_DIFF(steps_per_epoch, "steps per epoch", "%llu", TRAIN_CK_ULL)
+#undef TRAIN_CK_DIFF
+#undef TRAIN_CK_LL
+#undef TRAIN_CK_ULL
+#undef TRAIN_CK_BOOL
+#undef TRAIN_CK_POL
+    return NULL;
+}
 
 static dsim_err train_write_checkpoint(train_replica *rp, const dsim_strategy_vars *v,
                                        const dsim_input_step *st, uint64_t done)
@@ -370,11 +446,21 @@ static dsim_err train_write_checkpoint(train_replica *rp, const dsim_strategy_va
         .optim_state_len = v->optim_state_len,
         .optim_state = v->optim_state,
     };
+    train_checkpoint_job(job, &ck);
     DSIM_CHECK(dsim_checkpoint_write(job->cfg->checkpoint_path, &ck));
     rp->ckpt_writes++;
     dsim_debug("replica %d wrote checkpoint %s at step %llu", rp->index, job->cfg->checkpoint_path,
                (unsigned long long)done);
     return DSIM_OK;
+}
+
+/* 1 once this replica knows of a preemption notice, `done` steps in. */
+static int train_preempt_noticed(const train_replica *rp, uint64_t done)
+{
+    const dsim_train_cfg *cfg = rp->job->cfg;
+    if (cfg->preempt_after && done >= cfg->preempt_after)
+        return 1;
+    return cfg->preempt_notice && cfg->preempt_notice(cfg->preempt_user, rp->index) != 0;
 }
 
 static dsim_err train_replica_run(train_replica *rp, int *inited)
@@ -400,7 +486,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for a batch of %zu examples", maxb);
         goto out;
     }
-    if (cfg->checkpoint_every) {
+    if (cfg->checkpoint_every || job->preempt_armed) {
         save.n_params = P;
         save.params = malloc(P * sizeof(float));
         save.optim_state_len = su->optim_state_len;
@@ -424,7 +510,8 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
     TRAIN_ENTER(rp, DSIM_PHASE_CREATE_VARIABLES, job->first_step);
     if ((e = dsim_strategy_create_variables(s, ctx, rp->index == 0 ? &job->init : NULL)) != DSIM_OK)
         goto out;
-    int chief = dsim_strategy_is_chief(s, ctx);
+    int chief = rp->index == job->chief;
+    uint64_t stop_at = UINT64_MAX; /* where a preemption stops the job, once agreed */
     int N = job->N;
     for (uint64_t gs = job->first_step; gs < job->end_step; gs++) {
         ctx->global_step = gs;
@@ -497,15 +584,40 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
             };
             cfg->observer(&info, cfg->observer_user);
         }
-        if (cfg->checkpoint_every && (gs + 1) % cfg->checkpoint_every == 0) {
+        uint64_t done = gs + 1;
+        bool stop_here = false;
+        if (job->preempt_armed) {
+            /* Every replica runs the same steps, so a MAX of "I have a
+             * notice" at every boundary makes them all see the first notice
+             * at the same boundary: there they fix the step to stop at. */
+            if (stop_at == UINT64_MAX && done < job->end_step) {
+                int64_t mine = train_preempt_noticed(rp, done) ? 1 : 0, any = 0;
+                if ((e = dsim_allreduce(job->ctl[rp->index], &mine, &any, 1, DSIM_I64, DSIM_MAX)) !=
+                    DSIM_OK)
+                    goto out;
+                if (any) {
+                    stop_at = done + cfg->preempt_grace_steps;
+                    if (rp->index == job->chief)
+                        dsim_info("train: preemption notice at global step %llu; stopping after "
+                                  "step %llu with a checkpoint",
+                                  (unsigned long long)done, (unsigned long long)stop_at);
+                }
+            }
+            stop_here = done == stop_at && done < job->end_step;
+        }
+        if ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || stop_here) {
             TRAIN_ENTER(rp, DSIM_PHASE_CHECKPOINT, gs);
             if ((e = dsim_strategy_save(s, ctx, &save)) != DSIM_OK)
                 goto out;
-            if (chief && (e = train_write_checkpoint(rp, &save, &st, gs + 1)) != DSIM_OK)
+            if (chief && (e = train_write_checkpoint(rp, &save, &st, done)) != DSIM_OK)
                 goto out;
         }
+        if (stop_here) {
+            rp->preempted_at = done;
+            break;
+        }
     }
-    TRAIN_ENTER(rp, DSIM_PHASE_FINISH, job->end_step);
+    TRAIN_ENTER(rp, DSIM_PHASE_FINISH, rp->preempted_at ? rp->preempted_at : job->end_step);
     if ((e = dsim_strategy_finish(s, ctx)) != DSIM_OK)
         goto out;
     memcpy(rp->final, ctx->params, P * sizeof(float));
@@ -570,6 +682,25 @@ static void train_handler_main(void *arg)
     }
 }
 
+/* A job that will write checkpoints finds out now, not after its first
+ * steps, that it cannot. */
+static dsim_err train_check_checkpoint_dir(const char *path)
+{
+    char *copy = strdup(path);
+    if (!copy)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory");
+    const char *dir = dirname(copy);
+    struct stat sb;
+    dsim_err e = DSIM_OK;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        e = DSIM_ERR(DSIM_ENOENT, -1,
+                     "train: the checkpoint directory %s (of checkpoint_path %s) does not exist; "
+                     "create it or choose another path",
+                     dir, path);
+    free(copy);
+    return e;
+}
+
 static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
 {
     if (cfg->hosts < 1 || cfg->devices_per_host < 1 ||
@@ -603,10 +734,57 @@ static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
                         (unsigned long long)cfg->checkpoint_every);
     if (cfg->restore && !cfg->checkpoint_path)
         return DSIM_ERR(DSIM_EINVAL, -1, "train: restore is set but checkpoint_path is not");
+    bool preempt = cfg->preempt_after || cfg->preempt_notice;
+    if (preempt && !cfg->checkpoint_path)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: a preemption notice (preempt_after or preempt_notice) saves a "
+                        "checkpoint to resume from, but checkpoint_path is not set");
+    if (cfg->checkpoint_every || preempt)
+        DSIM_CHECK(train_check_checkpoint_dir(cfg->checkpoint_path));
+    if (cfg->health_interval_ns < 0 ||
+        (cfg->health_interval_ns > 0 && cfg->health_timeout_ns <= 0) || cfg->health_retries < 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: health check interval %lld ns, timeout %lld ns, retries %d: the "
+                        "interval must be >= 0 (0: off), and with an interval the timeout > 0; "
+                        "retries >= 0",
+                        (long long)cfg->health_interval_ns, (long long)cfg->health_timeout_ns,
+                        cfg->health_retries);
     if (cfg->hooks && cfg->hooks->size != sizeof(dsim_train_hooks))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: hooks.size is %zu; set it to sizeof(dsim_train_hooks) (%zu)",
                         cfg->hooks->size, sizeof(dsim_train_hooks));
+    return DSIM_OK;
+}
+
+/* Exactly one replica writes checkpoints. Asked of every replica before
+ * anything runs (so before any file is read or written), from what a
+ * strategy may base it on: the shape and the replica's place in it. */
+static dsim_err train_check_chief(train_job *job)
+{
+    const dsim_train_cfg *cfg = job->cfg;
+    job->chief = -1;
+    for (int r = 0; r < job->N; r++) {
+        dsim_replica_ctx ctx = {
+            .shape = job->shape,
+            .replica = r,
+            .worker = r / cfg->devices_per_host,
+            .device = r % cfg->devices_per_host,
+            .server_rank0 = job->N,
+        };
+        if (!dsim_strategy_is_chief(job->strat, &ctx))
+            continue;
+        if (job->chief >= 0)
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "strategy '%s': replicas %d and %d both claim to be the chief; "
+                            "exactly one replica writes checkpoints (fix its is_chief)",
+                            job->strat->name, job->chief, r);
+        job->chief = r;
+    }
+    if (job->chief < 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "strategy '%s': none of the %d replicas claims to be the chief; exactly "
+                        "one replica writes checkpoints (fix its is_chief)",
+                        job->strat->name, job->N);
     return DSIM_OK;
 }
 
@@ -634,6 +812,24 @@ static dsim_err train_initial_values(train_job *job)
             return e;
         } else {
             const char *bad = NULL;
+            char why[512];
+            if (ck->version < 2) {
+                e = DSIM_ERR(DSIM_EINVAL, -1,
+                             "checkpoint %s has format version %u, which does not record the "
+                             "global batch and data layout it was written with, so resuming "
+                             "from it cannot be checked; delete it to start fresh",
+                             cfg->checkpoint_path, ck->version);
+                dsim_checkpoint_free(ck);
+                return e;
+            }
+            if (train_checkpoint_mismatch(job, ck, why, sizeof why)) {
+                e = DSIM_ERR(DSIM_EINVAL, -1,
+                             "%s (a checkpoint resumes only a job with the same global batch and "
+                             "data layout: the steps after it would read other examples)",
+                             why);
+                dsim_checkpoint_free(ck);
+                return e;
+            }
             if (ck->n_params != su->n_params)
                 bad = "its parameter count differs from the model's";
             else if (ck->optim_kind != su->optim.kind || ck->optim_state_len != su->optim_state_len)
@@ -693,6 +889,93 @@ static dsim_err train_alloc_result(train_job *job)
                               job->cfg->devices_per_host, &res->ledger);
 }
 
+int dsim_train_runs_health_check(const dsim_train_cfg *cfg)
+{
+    return cfg && cfg->health_interval_ns > 0 && cfg->hosts >= 2 && cfg->num_ps == 0;
+}
+
+int64_t dsim_train_detection_bound(const dsim_train_cfg *cfg)
+{
+    if (!cfg)
+        return DSIM_NO_DEADLINE;
+    if (!dsim_train_runs_health_check(cfg))
+        return dsim_detection_bound_timeout(cfg->timeout_ns);
+    return dsim_detection_bound(cfg->timeout_ns, cfg->health_interval_ns, cfg->health_timeout_ns,
+                                cfg->health_retries);
+}
+
+/* A worker is dead once any of its replicas is: a killed replica stands for
+ * its process, and the process takes its health check with it. */
+static int train_health_dead(void *user)
+{
+    train_health *th = user;
+    train_job *job = th->job;
+    const dsim_train_hooks *hk = job->cfg->hooks;
+    int D = job->cfg->devices_per_host;
+    for (int r = th->worker * D; r < (th->worker + 1) * D; r++) {
+        if (atomic_load_explicit(&job->reps[r].dead, memory_order_acquire))
+            return 1;
+        if (hk && hk->killed && hk->killed(job->cfg->hooks_user, r))
+            return 1;
+    }
+    return 0;
+}
+
+/* TF starts the check once the cluster is up; here, once every replica of
+ * the worker is past replica_init (the rendezvous). */
+static int train_health_ready(void *user)
+{
+    train_health *th = user;
+    train_job *job = th->job;
+    int D = job->cfg->devices_per_host;
+    for (int r = th->worker * D; r < (th->worker + 1) * D; r++)
+        if (atomic_load_explicit(&job->reps[r].phase, memory_order_relaxed) < DSIM_PHASE_RESTORE)
+            return 0;
+    return 1;
+}
+
+/* One health check per worker, each on its own runtime worker (ids after the
+ * replicas' and the servers'), over the worker's first replica's endpoint. */
+static dsim_err train_start_health(train_job *job)
+{
+    const dsim_train_cfg *cfg = job->cfg;
+    if (!dsim_train_runs_health_check(cfg))
+        return DSIM_OK;
+    int H = cfg->hosts, D = cfg->devices_per_host;
+    job->health = calloc((size_t)H, sizeof *job->health);
+    if (!job->health)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for %d health checks", H);
+    for (int w = 0; w < H; w++) {
+        train_health *th = &job->health[w];
+        th->job = job;
+        th->worker = w;
+        dsim_health_cfg hc = {
+            .ep = job->eps[w * D],
+            .worker = w,
+            .num_workers = H,
+            .ranks_per_worker = D,
+            .interval_ns = cfg->health_interval_ns,
+            .timeout_ns = cfg->health_timeout_ns,
+            .retries = cfg->health_retries,
+            .dead = train_health_dead,
+            .ready = train_health_ready,
+            .user = th,
+            .task_id = job->N + job->P * job->N + w,
+        };
+        DSIM_CHECK(dsim_health_start(&hc, &th->h));
+    }
+    return DSIM_OK;
+}
+
+/* Stops and joins every health check: the job is over (or never started). */
+static void train_stop_health(train_job *job)
+{
+    for (int w = 0; job->health && w < job->cfg->hosts; w++)
+        dsim_health_stop(job->health[w].h);
+    free(job->health);
+    job->health = NULL;
+}
+
 /* Runtime, fabric, endpoints, communicators and contexts. */
 static dsim_err train_open_world(train_job *job)
 {
@@ -711,10 +994,11 @@ static dsim_err train_open_world(train_job *job)
     DSIM_CHECK(dsim_fabric_open(&fc, &job->fab));
     job->eps = calloc((size_t)(N + P), sizeof *job->eps);
     job->world = calloc((size_t)N, sizeof *job->world);
+    job->ctl = calloc((size_t)N, sizeof *job->ctl);
     job->reps = calloc((size_t)N, sizeof *job->reps);
     job->srvs = calloc((size_t)(P ? P : 1), sizeof *job->srvs);
     job->handlers = calloc((size_t)(P * N + 1), sizeof *job->handlers);
-    if (!job->eps || !job->world || !job->reps || !job->srvs || !job->handlers)
+    if (!job->eps || !job->world || !job->ctl || !job->reps || !job->srvs || !job->handlers)
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for %d ranks", N + P);
     for (int r = 0; r < N + P; r++)
         DSIM_CHECK(dsim_ep_open(job->fab, r, &job->eps[r]));
@@ -728,6 +1012,11 @@ static dsim_err train_open_world(train_job *job)
             .algo = cfg->communication,
         };
         DSIM_CHECK(dsim_comm_create(&cc, &job->world[r]));
+        if (job->preempt_armed) {
+            cc.comm_id = DSIM_STRATEGY_COMM_CONTROL;
+            cc.algo = DSIM_ALGO_AUTO;
+            DSIM_CHECK(dsim_comm_create(&cc, &job->ctl[r]));
+        }
         train_replica *rp = &job->reps[r];
         rp->job = job;
         rp->index = r;
@@ -749,7 +1038,7 @@ static dsim_err train_open_world(train_job *job)
             .world = job->world[r],
             .algo = cfg->communication,
             .server_rank0 = N,
-            .timeout_ns = job->timeout_ns,
+            .timeout_ns = job->timeout_ns > 0 ? job->timeout_ns : -1,
             .model = &job->su.model,
             .optim = &job->su.optim,
             .n_params = job->su.n_params,
@@ -771,7 +1060,7 @@ static dsim_err train_open_world(train_job *job)
             .rt = job->rt,
             .fabric = job->fab,
             .ep = job->eps[N + s],
-            .timeout_ns = job->timeout_ns,
+            .timeout_ns = job->timeout_ns > 0 ? job->timeout_ns : -1,
             .model = &job->su.model,
             .optim = &job->su.optim,
             .n_params = job->su.n_params,
@@ -780,11 +1069,12 @@ static dsim_err train_open_world(train_job *job)
         };
         DSIM_CHECK(dsim_waitq_create(job->rt, &ts->ctx.lock));
     }
-    return DSIM_OK;
+    return train_start_health(job);
 }
 
 static void train_close_world(train_job *job)
 {
+    train_stop_health(job);
     for (int s = 0; job->srvs && s < job->P; s++) {
         train_server *ts = &job->srvs[s];
         if (ts->inited)
@@ -801,6 +1091,8 @@ static void train_close_world(train_job *job)
     }
     for (int r = 0; job->world && r < job->N; r++)
         dsim_comm_destroy(job->world[r]);
+    for (int r = 0; job->ctl && r < job->N; r++)
+        dsim_comm_destroy(job->ctl[r]);
     for (int r = 0; job->eps && r < job->N + job->P; r++)
         if (job->eps[r])
             dsim_ep_close(job->eps[r]);
@@ -812,6 +1104,7 @@ static void train_close_world(train_job *job)
         dsim_rt_destroy(job->rt);
     free(job->eps);
     free(job->world);
+    free(job->ctl);
     free(job->reps);
     free(job->srvs);
     free(job->handlers);
@@ -856,6 +1149,21 @@ static dsim_err train_run_workers(train_job *job)
     for (int i = 0; i < spawned_h; i++)
         dsim_rt_join(job->rt, job->handlers[i].task);
     return e;
+}
+
+/* A preemption stops every replica at the same step: the run is then as
+ * long as that. */
+static void train_preempted(train_job *job)
+{
+    for (int r = 0; r < job->N; r++) {
+        const train_replica *rp = &job->reps[r];
+        if (rp->killed || !rp->preempted_at)
+            continue;
+        job->res->preempted = true;
+        job->res->preempted_at = rp->preempted_at;
+        job->res->steps = rp->preempted_at - job->first_step;
+        return;
+    }
 }
 
 static void train_collect(train_job *job)
@@ -934,13 +1242,16 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
         .num_ps = cfg->num_ps,
         .ps_mode = cfg->ps_mode,
     };
-    if ((e = dsim_strategy_check_shape(job.strat, &job.shape)) != DSIM_OK)
+    if ((e = dsim_strategy_check_shape(job.strat, &job.shape)) != DSIM_OK ||
+        (e = train_check_chief(&job)) != DSIM_OK)
         goto out_early;
-    if (cfg->checkpoint_every && (e = dsim_strategy_check_save(job.strat)) != DSIM_OK)
+    job.preempt_armed = cfg->preempt_after || cfg->preempt_notice;
+    if ((cfg->checkpoint_every || job.preempt_armed) &&
+        (e = dsim_strategy_check_save(job.strat)) != DSIM_OK)
         goto out_early;
     if ((e = dsim_train_setup_open(cfg, &job.su)) != DSIM_OK)
         goto out_early;
-    job.timeout_ns = cfg->timeout_ns > 0 ? cfg->timeout_ns : TRAIN_DEFAULT_TIMEOUT_NS;
+    job.timeout_ns = cfg->timeout_ns >= 0 ? cfg->timeout_ns : DSIM_COMM_DEFAULT_TIMEOUT_NS;
     int nris = dsim_strategy_replicas_in_sync(job.strat, &job.shape);
     if (nris < 1 || nris > job.N) {
         e = DSIM_ERR(DSIM_EINVAL, -1, "strategy '%s' says %d replicas are in sync, outside 1..%d",
@@ -981,7 +1292,14 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
         e = dsim_set_error(er->code, er->peer, er->file, er->line, "%s", er->msg);
     }
     if (e == DSIM_OK)
+        train_preempted(&job);
+    if (e == DSIM_OK)
         train_collect(&job);
+    if (e == DSIM_OK && res->preempted)
+        e = DSIM_ERR(DSIM_EPREEMPTED, -1,
+                     "train: preempted after global step %llu; checkpoint %s holds it: run the "
+                     "job again with restore to resume",
+                     (unsigned long long)res->preempted_at, cfg->checkpoint_path);
     train_close_world(&job);
 out_setup:
     free(job.init.params);

@@ -28,7 +28,7 @@ typedef struct coll_harness_cfg {
     const char *backend; /* NULL: "inproc" */
     const char *options; /* backend options, or NULL */
     uint32_t comm_id;    /* 0 is fine */
-    int64_t timeout_ns;  /* <= 0: the communicator's default */
+    int64_t timeout_ns;  /* <= 0: the communicator's default (these tests always want one) */
     dsim_algo algo;      /* cfg.algo of every communicator */
 } coll_harness_cfg;
 

@@ -210,8 +210,10 @@ static void test_full(void **state)
     i = dsim_check_param_index(x->check, "within_pct_of_reference");
     assert_true(i >= 0 && isnan(x->values[i]));
 
-    /* faults and recovery run now */
-    assert_int_equal(dsim_scenario_runnable(s), DSIM_OK);
+    /* faults and recovery run now; what stops this one is its checkpoint
+     * directory, which does not exist here */
+    assert_int_equal(dsim_scenario_runnable(s), DSIM_ENOENT);
+    assert_non_null(strstr(dsim_errmsg(), "t.yaml:46:9: checkpoint.path"));
     assert_string_equal(s->recovery, "restart");
     assert_int_equal(s->max_restarts, 3);
     dsim_scenario_free(s);
@@ -233,6 +235,9 @@ static void test_defaults(void **state)
     assert_int_equal(s->health_interval_ns, 30000000000ll);
     assert_int_equal(s->health_timeout_ns, 10000000000ll);
     assert_int_equal(s->health_retries, 3);
+    assert_int_equal(t->health_interval_ns, d.health_interval_ns);
+    assert_int_equal(t->health_timeout_ns, d.health_timeout_ns);
+    assert_int_equal(t->health_retries, d.health_retries);
     assert_string_equal(t->strategy, "multi_worker_mirrored");
     assert_null(t->plugin_path);
     assert_int_equal(t->hosts, d.hosts);
@@ -287,6 +292,21 @@ static void test_defaults(void **state)
     assert_int_equal(s->train.optim.kind, DSIM_OPTIM_MOMENTUM);
     assert_true(s->train.optim.momentum == 0.9);
     assert_int_equal(s->train.optim.nesterov, 1);
+    dsim_scenario_free(s);
+
+    /* timeout 0 is no deadline and interval 0 turns the health check off;
+     * both reach the job's configuration */
+    s = parse_ok("name: z\nstrategy: {timeout: 0s, health_check: {interval: 0, timeout: 20ms, "
+                 "retries: 2}}\n");
+    assert_int_equal(s->train.timeout_ns, 0);
+    assert_int_equal(s->train.health_interval_ns, 0);
+    assert_int_equal(s->train.health_timeout_ns, 20000000);
+    assert_int_equal(s->train.health_retries, 2);
+    dsim_scenario_free(s);
+    s = parse_ok("name: z\nstrategy: {timeout: 0, health_check: {interval: 100ms}}\n");
+    assert_int_equal(s->train.timeout_ns, 0);
+    assert_int_equal(s->train.health_interval_ns, 100000000);
+    assert_int_equal(s->train.health_timeout_ns, 10000000000ll);
     dsim_scenario_free(s);
 
     /* empty sections and an empty expect entry are allowed */
@@ -428,7 +448,9 @@ static const err_case err_cases[] = {
     {"name: a\nstrategy: {timeout: 30}\n", 2, 21,
      {"strategy.timeout: '30' has no unit", "e.g. 30s or 500ms", "ns, us, ms, s, m, h"}},
     {"name: a\nstrategy: {timeout: 30 parsecs}\n", 2, 21, {"unit 'parsecs'", "ns, us, ms"}},
-    {"name: a\nstrategy: {timeout: 0s}\n", 2, 21, {"strategy.timeout: '0s' is too short"}},
+    {"name: a\nstrategy: {health_check: {timeout: 0s}}\n", 2, 36,
+     {"strategy.health_check.timeout: '0s' is too short"}},
+    {"name: a\nstrategy: {timeout: 0.5}\n", 2, 21, {"strategy.timeout: '0.5' has no unit"}},
     {"name: a\nstrategy: {timeout: 9999999999999h}\n", 2, 21, {"too large for a duration"}},
     {"name: a\nstrategy: {health_check: {interval: -5s}}\n", 2, 37,
      {"strategy.health_check.interval", "negative"}},
@@ -687,10 +709,85 @@ static void test_runnable(void **state)
     }
     /* check.h declares node_loss, cold_start and performance not runnable yet */
     assert_true(refused > 0 || dsim_check_count() == 0);
+    /* a checkpoint directory that is not there: where the path is given */
+    dsim_scenario *s = parse_ok("name: a\ncheckpoint:\n  every: 2\n  path: no-such-dir-x/c.ckpt\n");
+    assert_int_equal(dsim_scenario_runnable(s), DSIM_ENOENT);
+    if (!strstr(dsim_errmsg(), "t.yaml:4:9: checkpoint.path: the directory 'no-such-dir-x' of "
+                               "'no-such-dir-x/c.ckpt' does not exist"))
+        fail_msg("got: %s", dsim_errmsg());
+    dsim_scenario_free(s);
+    s = parse_ok("name: a\ncheckpoint: {path: /tmp/c.ckpt, every: 2}\n");
+    assert_int_equal(dsim_scenario_runnable(s), DSIM_OK);
+    dsim_scenario_free(s);
     assert_int_equal(dsim_scenario_runnable(NULL), DSIM_EINVAL);
 }
 
 /* ---- units ---- */
+
+/* What validate says about each fault: the bound of the job's settings, and
+ * a warning when a loss is never detected. */
+static void test_fault_detection(void **state)
+{
+    (void)state;
+    const long long MS = 1000000;
+    dsim_scenario *s = parse_ok("name: d\ncluster: {hosts: 4}\n"
+                                "strategy: {timeout: 0, health_check: {interval: 100ms, "
+                                "timeout: 50ms, retries: 2}}\n"
+                                "faults:\n"
+                                "  - {what: kill, at_step: 5, rank: 3}\n"
+                                "  - {what: drop, probability: 0.01}\n"
+                                "  - {what: slow, at_step: 1, rank: 1, factor: 3}\n"
+                                "  - {what: partition, at_time: 1s, worker: 2, duration: 50ms}\n");
+    dsim_fault_detection d;
+    dsim_scenario_fault_detection(s, 0, &d);
+    assert_int_equal(d.kind, DSIM_DETECT_LOSS);
+    assert_int_equal(d.bound_ns, 210 * MS);
+    assert_false(d.warn);
+    assert_non_null(strstr(d.text, "faults[0] (kill rank 3 at step 5): a lost peer is detected "
+                                   "within 210ms"));
+    assert_non_null(strstr(d.text, "interval 100ms + 2 x timeout 50ms + 2 x tick 5ms"));
+    printf("# %s\n", d.text);
+    /* a lost message: the peer still answers its health checks */
+    dsim_scenario_fault_detection(s, 1, &d);
+    assert_int_equal(d.kind, DSIM_DETECT_MESSAGE);
+    assert_int_equal(d.bound_ns, DSIM_NO_DEADLINE);
+    assert_true(d.warn);
+    assert_non_null(strstr(d.text, "never detected"));
+    printf("# %s\n", d.text);
+    dsim_scenario_fault_detection(s, 2, &d);
+    assert_int_equal(d.kind, DSIM_DETECT_NONE);
+    assert_false(d.warn);
+    dsim_scenario_fault_detection(s, 3, &d);
+    assert_int_equal(d.bound_ns, 210 * MS);
+    assert_non_null(strstr(d.text, "heals after 50ms"));
+    dsim_scenario_free(s);
+
+    /* the collective timeout when it comes first */
+    s = parse_ok("name: d\ncluster: {hosts: 2}\nstrategy: {timeout: 300ms}\n"
+                 "faults: [{what: kill, at_phase: allreduce, worker: 1}]\n");
+    dsim_scenario_fault_detection(s, 0, &d);
+    assert_int_equal(d.bound_ns, 450 * MS);
+    assert_non_null(strstr(d.text, "collective timeout: 300ms + grace 150ms"));
+    dsim_scenario_free(s);
+
+    /* no timeout and no health check: never, with a warning that says what
+     * to set; one host never runs the check whatever its interval */
+    s = parse_ok("name: d\ncluster: {hosts: 2}\n"
+                 "strategy: {timeout: 0s, health_check: {interval: 0}}\n"
+                 "faults: [{what: kill, at_step: 1, rank: 0}]\n");
+    dsim_scenario_fault_detection(s, 0, &d);
+    assert_true(d.warn);
+    assert_int_equal(d.bound_ns, DSIM_NO_DEADLINE);
+    assert_non_null(strstr(d.text, "never detected"));
+    assert_non_null(strstr(d.text, "strategy.health_check.interval"));
+    dsim_scenario_free(s);
+    s = parse_ok("name: d\ncluster: {devices_per_host: 4}\nstrategy: {name: mirrored, timeout: 0}\n"
+                 "faults: [{what: kill, at_step: 1, rank: 2}]\n");
+    dsim_scenario_fault_detection(s, 0, &d);
+    assert_true(d.warn);
+    assert_non_null(strstr(d.text, "does not run on one host"));
+    dsim_scenario_free(s);
+}
 
 static void test_units(void **state)
 {
@@ -939,7 +1036,7 @@ int main(void)
         cmocka_unit_test(test_defaults_text), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_plugin_path),   cmocka_unit_test(test_tf_config),
         cmocka_unit_test(test_runnable),      cmocka_unit_test(test_units),
-        cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_plan),          cmocka_unit_test(test_fault_detection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -123,6 +123,47 @@ static void test_validate(void **state)
     assert_int_equal(r->status, 0);
     assert_string_equal(r->out, "");
 
+    /* each fault's detection bound; a loss never detected is a warning,
+     * which --quiet still prints */
+    const char *faults = cli_file(4, "faults.yaml",
+                                  "name: faults\ncluster: {hosts: 4}\n"
+                                  "strategy: {timeout: 0, health_check: {interval: 100ms, "
+                                  "timeout: 50ms, retries: 2}}\n"
+                                  "faults:\n"
+                                  "  - {what: kill, at_step: 5, rank: 3}\n");
+    const char *never = cli_file(5, "never.yaml",
+                                 "name: never\ncluster: {hosts: 2}\n"
+                                 "strategy: {timeout: 0s, health_check: {interval: 0}}\n"
+                                 "faults:\n"
+                                 "  - {what: kill, at_step: 5, worker: 1}\n");
+    r = cli_run((const char *[]){"validate", faults, never, NULL});
+    snprintf(want, sizeof want,
+             "%s:5:5: faults[0] (kill rank 3 at step 5): a lost peer is detected within 210ms",
+             faults);
+    if (!strstr(r->out, want))
+        fail_msg("expected '%s' in: %s", want, r->out);
+    snprintf(want, sizeof want,
+             "%s:5:5: warning: faults[0] (kill worker 1 at step 5): a lost peer is never "
+             "detected: strategy.timeout is 0 (no deadline) and the health check is off",
+             never);
+    if (!strstr(r->out, want))
+        fail_msg("expected '%s' in: %s", want, r->out);
+    r = cli_run((const char *[]){"validate", "--quiet", faults, never, NULL});
+    assert_null(strstr(r->out, "detected within"));
+    assert_non_null(strstr(r->out, want));
+
+    /* a checkpoint directory that does not exist: refused with its place */
+    const char *nodir =
+        cli_file(6, "nodir.yaml", "name: nodir\ncheckpoint:\n  path: /nonexistent-dsim/c.ckpt\n");
+    r = cli_run((const char *[]){"validate", nodir, NULL});
+    assert_int_equal(r->status, 2);
+    snprintf(want, sizeof want,
+             "%s:3:9: checkpoint.path: the directory '/nonexistent-dsim' of "
+             "'/nonexistent-dsim/c.ckpt' does not exist",
+             nodir);
+    if (!strstr(r->out, want))
+        fail_msg("expected '%s' in: %s", want, r->out);
+
     /* a file that is not there, no file, an unknown option */
     r = cli_run((const char *[]){"validate", "/nonexistent/x.yaml", NULL});
     assert_int_equal(r->status, 2);

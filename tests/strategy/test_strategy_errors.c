@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -364,7 +365,12 @@ static void test_checkpoint_write_failure_aborts(void **state)
         {"parameter_server", 3, 1, 2, DSIM_PS_SYNC},
         {"parameter_server", 4, 1, 1, DSIM_PS_ASYNC},
     };
-    const char *path = "/nonexistent/dsim-strategy-test/ckpt";
+    /* The directory exists, but the path is a directory: the first write
+     * (its rename) fails in the middle of the job. */
+    char dir[] = "/tmp/dsim-ckpt-fail-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/ckpt", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dsim_train_cfg cfg;
         sc_cfg(&cfg, cases[i].strategy, cases[i].hosts, cases[i].devices);
@@ -376,6 +382,16 @@ static void test_checkpoint_write_failure_aborts(void **state)
         expect_fail(&cfg, DSIM_EIO, NEEDLES("replica 0", path));
         assert_true(now_s() - t0 < 5.0);
     }
+    rmdir(path);
+    rmdir(dir);
+
+    /* A directory that does not exist is refused before any step runs. */
+    dsim_train_cfg cfg;
+    sc_cfg(&cfg, "mirrored", 1, 2);
+    cfg.checkpoint_path = "/nonexistent/dsim-strategy-test/ckpt";
+    cfg.checkpoint_every = 3;
+    expect_fail(&cfg, DSIM_ENOENT,
+                NEEDLES("checkpoint directory /nonexistent/dsim-strategy-test", "does not exist"));
 }
 
 int main(void)

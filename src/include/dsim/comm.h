@@ -3,8 +3,16 @@
  * A communicator is `size` ranks over one fabric; every rank creates its own
  * dsim_comm with the same comm_id. Every collective must be called by every
  * rank in the same order. Each call has a deadline (now + the comm's
- * timeout); on timeout, peer loss or abort every rank returns an error and
- * dsim_comm_error() names the failed peer. No call hangs.
+ * timeout, TF's CommunicationOptions.timeout_seconds); on timeout, peer loss
+ * or abort every rank returns an error and dsim_comm_error() names the failed
+ * peer. A communicator without a timeout (0) waits until the call completes
+ * or the fabric is aborted (dsim_fabric_abort, which is what the health
+ * check of dsim/health.h does when a peer stops answering): with neither, a
+ * lost peer is waited for for ever.
+ *
+ * After an abort every later call fails at once with DSIM_EABORTED, and its
+ * message carries the abort's reason (the peer and why), until the group is
+ * formed again on a new fabric.
  *
  * Every rank ends an allreduce with identical bits, and the same inputs,
  * algorithm and rank count give the same bits on every run. */
@@ -42,11 +50,17 @@ dsim_algo dsim_allreduce_decide(size_t bytes, int nranks);
 
 typedef struct dsim_comm dsim_comm;
 
+/* A collective timeout that asks for the default, DSIM_COMM_DEFAULT_TIMEOUT_NS
+ * (any negative value does). */
+#define DSIM_TIMEOUT_DEFAULT         (-1)
+#define DSIM_COMM_DEFAULT_TIMEOUT_NS (30LL * 1000 * 1000 * 1000)
+
 typedef struct dsim_comm_cfg {
     dsim_ep *ep;        /* this rank's endpoint; its rank is the comm rank */
     int size;           /* ranks in the communicator */
     uint32_t comm_id;   /* same on every rank; distinct per communicator */
-    int64_t timeout_ns; /* per collective call; <= 0 means 30 s */
+    int64_t timeout_ns; /* per collective call: > 0 the bound; 0 none (only an abort
+                           ends a wait); < 0 (DSIM_TIMEOUT_DEFAULT) 30 s */
     dsim_algo algo;     /* allreduce algorithm; AUTO lets the decision pick */
 } dsim_comm_cfg;
 
@@ -54,6 +68,7 @@ dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out);
 void dsim_comm_destroy(dsim_comm *c);
 int dsim_comm_rank(const dsim_comm *c);
 int dsim_comm_size(const dsim_comm *c);
+/* As dsim_comm_cfg.timeout_ns: > 0 the bound, 0 none, < 0 the default. */
 void dsim_comm_set_timeout(dsim_comm *c, int64_t timeout_ns);
 void dsim_comm_set_algo(dsim_comm *c, dsim_algo a);
 /* The last error on this communicator (code DSIM_OK if none); peer is the

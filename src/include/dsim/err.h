@@ -12,18 +12,20 @@ extern "C" {
 
 typedef enum dsim_err {
     DSIM_OK = 0,
-    DSIM_EINVAL,    /* a bad argument or bad input */
-    DSIM_ENOMEM,    /* out of memory */
-    DSIM_ETIMEDOUT, /* a deadline passed */
-    DSIM_EABORTED,  /* the operation was aborted (revoked); permanent until restart */
-    DSIM_EPEER,     /* a peer failed or is down */
-    DSIM_ESTALE,    /* a stale or misrouted message */
-    DSIM_ETRUNC,    /* a message longer than the receive buffer */
-    DSIM_ENOTSUP,   /* not supported by this backend/strategy */
-    DSIM_ENOENT,    /* no such backend, strategy, file, ... */
-    DSIM_EIO,       /* an I/O error */
-    DSIM_EPROTO,    /* a protocol violation or corrupt frame */
-    DSIM_ESTATE,    /* called in the wrong state */
+    DSIM_EINVAL,     /* a bad argument or bad input */
+    DSIM_ENOMEM,     /* out of memory */
+    DSIM_ETIMEDOUT,  /* a deadline passed */
+    DSIM_EABORTED,   /* the operation was aborted (revoked); permanent until restart */
+    DSIM_EPEER,      /* a peer failed or is down */
+    DSIM_ESTALE,     /* a stale or misrouted message */
+    DSIM_ETRUNC,     /* a message longer than the receive buffer */
+    DSIM_ENOTSUP,    /* not supported by this backend/strategy */
+    DSIM_ENOENT,     /* no such backend, strategy, file, ... */
+    DSIM_EIO,        /* an I/O error */
+    DSIM_EPROTO,     /* a protocol violation or corrupt frame */
+    DSIM_ESTATE,     /* called in the wrong state */
+    DSIM_EPREEMPTED, /* stopped by a preemption notice after saving a checkpoint:
+                        restart from it (dsim_train) */
     DSIM_ERR_COUNT
 } dsim_err;
 

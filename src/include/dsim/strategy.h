@@ -134,7 +134,10 @@ typedef struct dsim_train_hooks {
      * replica's error is not the job's failure, and it stops as
      * DSIM_HOOK_DIE would. Asked for parameter-server ranks too
      * (num_replicas + server): the serving workers of a killed server, or
-     * of a killed client, end without failing the job. */
+     * of a killed client, end without failing the job. The health check of
+     * the replica's worker also asks, at every tick (from its own runtime
+     * worker): once it says 1 the worker stops answering its peers' pings,
+     * as a dead process would. */
     int (*killed)(void *user, int replica);
 } dsim_train_hooks;
 
@@ -178,8 +181,23 @@ typedef struct dsim_train_cfg {
     int num_ps;              /* parameter servers, >= 0 */
     dsim_ps_mode ps_mode;
     dsim_algo communication; /* all-reduce algorithm; AUTO: the decision function */
-    int64_t timeout_ns;      /* every collective and wait; <= 0: 30 s */
-    const char *engine;      /* NULL: "threads" */
+    /* Every collective and wait (TF's CommunicationOptions.timeout_seconds):
+     * > 0 the bound; 0 none, so that only the health check (below) or an
+     * abort ends a wait for a lost peer; < 0 (DSIM_TIMEOUT_DEFAULT) 30 s. */
+    int64_t timeout_ns;
+    /* The health check (TF MultiWorkerMirroredStrategy's _check_health,
+     * dsim/health.h): every worker pings every other worker `interval` after
+     * its last answer, each ping waits `timeout`, and after `retries`
+     * unanswered pings in a row all collectives are aborted with "peer R is
+     * down". It runs when the job has two or more workers and no parameter
+     * servers (TF runs it in multi-worker collective jobs only; parameter-
+     * server training has no peer check: its coordinator sees a lost worker
+     * or server through its own RPCs, which here are bounded by timeout_ns).
+     * interval 0: off. Defaults (TF's): 30 s, 10 s, 3. */
+    int64_t health_interval_ns;
+    int64_t health_timeout_ns;
+    int health_retries;
+    const char *engine; /* NULL: "threads" */
     /* The fabric's backend (NULL: "inproc") and options string, and an
      * optional fault filter over it (dsim_fabric_cfg.filter). */
     const char *transport;
@@ -214,15 +232,42 @@ typedef struct dsim_train_cfg {
     uint64_t stop_after;         /* stop once this many global steps are done
                                     (an interruption); 0: run to the end */
 
+    /* Preemption (TF's PreemptionCheckpointHandler). A notice (TF: SIGTERM
+     * on the worker about to lose its machine) may reach any replica at any
+     * time. At every step boundary the replicas all-reduce (MAX) whether any
+     * of them has one, so they all see the first notice at the same boundary
+     * B; they run preempt_grace_steps more steps, the chief saves a
+     * checkpoint at B + grace (to checkpoint_path), every replica stops, and
+     * dsim_train returns DSIM_EPREEMPTED with result.preempted set: run the
+     * job again with restore to resume it, and it ends as an uninterrupted
+     * run would. A stop that falls at or after the job's last step is just
+     * the end of the job. Needs checkpoint_path and a strategy with save. */
+    uint64_t preempt_after; /* a notice once this many global steps are done; 0: none */
+    /* Optional: asked by every replica at every step boundary (on its own
+     * worker: thread-safe); nonzero once `replica`'s worker has a notice. */
+    int (*preempt_notice)(void *user, int replica);
+    void *preempt_user;
+    uint64_t preempt_grace_steps; /* steps run after the agreed boundary, before the save */
+
     bool record_params; /* keep replica 0's variables after every step (result.trace) */
     dsim_train_observer observer;
     void *observer_user;
 } dsim_train_cfg;
 
-/* Defaults: 1 host x 1 device, no ps (sync), AUTO, 30 s timeout, threads,
+/* Defaults: 1 host x 1 device, no ps (sync), AUTO, 30 s timeout, a health
+ * check every 30 s with a 10 s timeout and 3 retries, threads,
  * sgd with Keras' defaults, shard AUTO, global batch 32, 1 epoch, seed 1,
  * no checkpoints. Strategy, model and data are left for the caller. */
 void dsim_train_cfg_init(dsim_train_cfg *cfg);
+
+/* The detection bound of a job (dsim_detection_bound, dsim/health.h): the
+ * longest time after a replica is lost until every survivor has returned an
+ * error, given cfg's timeout and, when the job runs one (see
+ * health_interval_ns), its health check. DSIM_NO_DEADLINE: never (no timeout
+ * and no health check: the survivors wait for ever). */
+int64_t dsim_train_detection_bound(const dsim_train_cfg *cfg);
+/* 1 if a job of cfg's shape runs the health check. */
+int dsim_train_runs_health_check(const dsim_train_cfg *cfg);
 
 /* One parameter-server update. */
 typedef struct dsim_ps_update {
@@ -271,13 +316,20 @@ typedef struct dsim_train_result {
     uint64_t checkpoints_written;
     uint64_t *checkpoint_writes; /* [num_replicas]: files written by each replica */
 
+    bool preempted;        /* stopped by a preemption notice (DSIM_EPREEMPTED): restart
+                              from the checkpoint, with restore */
+    uint64_t preempted_at; /* global steps done when it stopped: the checkpoint's */
+
     dsim_error error; /* the failure, when dsim_train did not return DSIM_OK */
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that
  * failed first (the message names it) after every replica has returned: a
- * failing replica aborts the fabric so nobody waits for it. *res is filled
- * as far as the run got; release it with dsim_train_result_free either way. */
+ * failing replica aborts the fabric so nobody waits for it. DSIM_EPREEMPTED
+ * when a preemption notice stopped it after saving its checkpoint (see
+ * preempt_after): not a failure, a request to be restarted; the result is
+ * filled as for a run that ended there. *res is filled as far as the run
+ * got; release it with dsim_train_result_free either way. */
 dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res);
 
 /* Replays the global batches of cfg on one device from the same initial
@@ -309,19 +361,42 @@ void dsim_params_compare(const float *a, const float *b, size_t n, dsim_params_d
 
 /* A checkpoint file: little-endian, written to PATH.tmp, fsync'ed and
  * renamed over PATH (then the directory fsync'ed), so a reader sees the old
- * file or the new one, never half of one.
- *   0  magic "DSIMCKPT"   8  u32 version (1)   12 u32 optimizer kind
- *   16 u32 epoch          20 u32 reserved (0)
+ * file or the new one, never half of one. Version 2 (written now):
+ *   0  magic "DSIMCKPT"   8  u32 version (2)   12 u32 optimizer kind
+ *   16 u32 epoch          20 u32 flags (bit 0 shuffle, bit 1 drop_remainder)
  *   24 u64 step (within the epoch)   32 u64 global_step
  *   40 u64 n_params       48 u64 optim_step    56 u64 optim_state_len
- *   64 f32 params[n_params]  f32 optim_state[optim_state_len]
- *   u64 FNV-1a 64 of every byte before it. */
+ *   64 u64 global_batch   72 u32 hosts         76 u32 devices_per_host
+ *   80 u32 shard policy applied (dsim_shard_policy)   84 u32 files (0: no files)
+ *   88 u64 examples       96 u64 seed         104 u64 steps_per_epoch
+ *   112 u32 epochs        116 u32 0           120 u64 0
+ *   128 f32 params[n_params]  f32 optim_state[optim_state_len]
+ *   u64 FNV-1a 64 of every byte before it.
+ * Version 1 has the same first 64 bytes (20: 0), then the floats: it does
+ * not say which job wrote it. dsim_checkpoint_read reads both (version 1
+ * with the job fields 0); dsim_train refuses to resume from version 1,
+ * because it cannot check that the file belongs to the job. */
+#define DSIM_CHECKPOINT_VERSION 2u
+
 typedef struct dsim_checkpoint {
-    uint32_t epoch; /* where to resume: (epoch, step) is the next step */
+    uint32_t version; /* of the file read; dsim_checkpoint_write writes the current one */
+    uint32_t epoch;   /* where to resume: (epoch, step) is the next step */
     uint64_t step;
     uint64_t global_step; /* steps done */
     dsim_optim_kind optim_kind;
     uint64_t optim_step;
+    /* The job that wrote it (version 2): resuming needs the same global
+     * batch and data layout, or the steps after the checkpoint would read
+     * other examples than the interrupted run would have. */
+    int64_t global_batch;
+    uint32_t hosts, devices_per_host;
+    dsim_shard_policy shard; /* as applied (AUTO resolved to FILE or DATA) */
+    uint64_t n_examples;
+    uint32_t n_files; /* 0: a source without files */
+    bool shuffle, drop_remainder;
+    uint64_t seed;
+    uint64_t steps_per_epoch;
+    uint32_t epochs; /* informational: a resumed job may run more */
     size_t n_params;
     float *params;
     size_t optim_state_len;

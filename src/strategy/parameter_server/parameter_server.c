@@ -534,8 +534,12 @@ static dsim_err ps_handle(dsim_server_ctx *srv, int client, unsigned char *req, 
         }
         /* Answered within half the timeout whatever happens, so that
          * neither this replica's wait for the answer nor this worker's wait
-         * for its next request times out while others still train. */
-        int64_t poll = dsim_rt_deadline(srv->rt, srv->timeout_ns / 2 > 0 ? srv->timeout_ns / 2 : 1);
+         * for its next request times out while others still train. Without a
+         * timeout (-1) nothing times out, so it waits for all of them. */
+        int64_t poll =
+            srv->timeout_ns < 0
+                ? DSIM_NO_DEADLINE
+                : dsim_rt_deadline(srv->rt, srv->timeout_ns / 2 > 0 ? srv->timeout_ns / 2 : 1);
         while (p->done < N) {
             if (dsim_fabric_aborted(srv->fabric)) {
                 e = DSIM_ERR(DSIM_EABORTED, -1,

@@ -77,10 +77,13 @@ typedef const struct dsim_strategy_ops *dsim_strategy_plugin_fn(uint32_t *abi_ve
 
 /* Communicator ids. The driver's communicator over every replica uses
  * DSIM_STRATEGY_COMM_WORLD; ids below DSIM_STRATEGY_COMM_USER are reserved
- * for the driver, and a strategy sends its own messages (dsim_isend) with ids
- * from DSIM_STRATEGY_COMM_USER up. */
-#define DSIM_STRATEGY_COMM_WORLD 1u
-#define DSIM_STRATEGY_COMM_USER  16u
+ * for the driver (2 and 3 carry the health check's pings and answers,
+ * dsim/health.h; DSIM_STRATEGY_COMM_CONTROL the replicas' agreement on where
+ * to stop after a preemption notice), and a strategy sends its own messages
+ * (dsim_isend) with ids from DSIM_STRATEGY_COMM_USER up. */
+#define DSIM_STRATEGY_COMM_WORLD   1u
+#define DSIM_STRATEGY_COMM_CONTROL 4u
+#define DSIM_STRATEGY_COMM_USER    16u
 
 /* Where a strategy keeps the variables (informational: reported in
  * dsim_train_result.placement). */
@@ -131,7 +134,9 @@ typedef struct dsim_replica_ctx {
     dsim_algo algo;     /* the job's `communication` option */
     int server_rank0;   /* rank of parameter server 0 (= num_replicas); server s is
                            server_rank0 + s */
-    int64_t timeout_ns; /* bound for every wait (collectives use it already) */
+    int64_t timeout_ns; /* bound for every wait, as dsim_rt_deadline takes it: > 0 ns,
+                           or -1 when the job has no timeout (collectives use it
+                           already) */
     const dsim_model_spec *model;
     const dsim_optim_spec *optim;
     size_t n_params;
@@ -154,7 +159,7 @@ typedef struct dsim_server_ctx {
     dsim_fabric *fabric;
     dsim_ep *ep; /* this server's endpoint, shared by its serve() workers */
     dsim_waitq *lock;
-    int64_t timeout_ns;
+    int64_t timeout_ns; /* as dsim_replica_ctx.timeout_ns: > 0 ns, or -1 for none */
     const dsim_model_spec *model;
     const dsim_optim_spec *optim;
     size_t n_params;
@@ -225,7 +230,10 @@ struct dsim_strategy_ops {
 
     /* Optional (NULL: replica == 0). 1 on exactly one replica of the job:
      * the one that writes checkpoints (the chief task's first device), as
-     * TF's extended.should_checkpoint. */
+     * TF's extended.should_checkpoint. The driver asks it for every replica
+     * before the job starts, with a context that holds only shape, replica,
+     * worker, device and server_rank0 (before replica_init: no priv), and
+     * refuses the job unless exactly one replica says 1. */
     int (*is_chief)(const dsim_replica_ctx *ctx);
 
     /* Optional (NULL: nothing to do). Called on every replica after its last

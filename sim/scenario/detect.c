@@ -1,0 +1,133 @@
+/* What a scenario's failure settings promise about each of its faults (see
+ * scenario.h): the detection bound of dsim_train_detection_bound, said in a
+ * sentence for `dsim validate`. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dsim/health.h"
+#include "scenario/scenario.h"
+#include "scenario/units.h"
+
+static const char *const detect_whats[DSIM_FAULT_WHAT_COUNT] = {
+    [DSIM_FAULT_KILL] = "kill",           [DSIM_FAULT_RESTART] = "restart",
+    [DSIM_FAULT_PARTITION] = "partition", [DSIM_FAULT_DROP] = "drop",
+    [DSIM_FAULT_DELAY] = "delay",         [DSIM_FAULT_DUPLICATE] = "duplicate",
+    [DSIM_FAULT_CORRUPT] = "corrupt",     [DSIM_FAULT_REORDER] = "reorder",
+    [DSIM_FAULT_SLOW] = "slow",           [DSIM_FAULT_STAGGER] = "stagger",
+};
+
+/* "kill rank 3 at step 5", "partition link [0, 2] at 2s for 500ms" */
+static void detect_describe(const dsim_fault *f, char *buf, size_t cap)
+{
+    char where[48] = "", when[64] = "", d[32];
+    if (f->rank >= 0)
+        snprintf(where, sizeof where, " rank %d", f->rank);
+    else if (f->worker >= 0)
+        snprintf(where, sizeof where, " worker %d", f->worker);
+    else if (f->link_from >= 0)
+        snprintf(where, sizeof where, " link [%d, %d]", f->link_from, f->link_to);
+    switch (f->when) {
+    case DSIM_WHEN_STEP:
+        snprintf(when, sizeof when, " at step %" PRId64, f->step);
+        break;
+    case DSIM_WHEN_PHASE:
+        snprintf(when, sizeof when, " at phase %s", f->phase ? f->phase : "?");
+        break;
+    case DSIM_WHEN_TIME:
+        dsim_unit_format_duration(f->time_ns, d, sizeof d);
+        snprintf(when, sizeof when, " at %s", d);
+        break;
+    case DSIM_WHEN_PROBABILITY:
+        snprintf(when, sizeof when, " with probability %g", f->probability);
+        break;
+    }
+    const char *what =
+        (int)f->what >= 0 && f->what < DSIM_FAULT_WHAT_COUNT ? detect_whats[f->what] : "fault";
+    snprintf(buf, cap, "%s%s%s", what, where, when);
+}
+
+void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_detection *out)
+{
+    memset(out, 0, sizeof *out);
+    out->bound_ns = DSIM_NO_DEADLINE;
+    if (!s || i >= s->n_faults)
+        return;
+    const dsim_fault *f = &s->faults[i];
+    const dsim_train_cfg *t = &s->train;
+    char what[128], b[32], tmo[32], iv[32], ht[32], tick[32], grace[32];
+    detect_describe(f, what, sizeof what);
+    int64_t timeout = t->timeout_ns < 0 ? DSIM_COMM_DEFAULT_TIMEOUT_NS : t->timeout_ns;
+    dsim_unit_format_duration(timeout, tmo, sizeof tmo);
+    bool hc = dsim_train_runs_health_check(t);
+    int64_t bt = dsim_detection_bound_timeout(t->timeout_ns);
+    int64_t bh = hc ? dsim_detection_bound_health(t->health_interval_ns, t->health_timeout_ns,
+                                                  t->health_retries)
+                    : DSIM_NO_DEADLINE;
+    /* Why the health check does not help here, when it does not. */
+    const char *no_hc = t->health_interval_ns <= 0 ? "the health check is off (interval 0)"
+                        : t->num_ps > 0 ? "the health check does not run with parameter servers"
+                                        : "the health check does not run on one host";
+
+    switch (f->what) {
+    case DSIM_FAULT_KILL:
+    case DSIM_FAULT_RESTART:
+    case DSIM_FAULT_PARTITION:
+        out->kind = DSIM_DETECT_LOSS;
+        out->bound_ns = bt < bh ? bt : bh;
+        break;
+    case DSIM_FAULT_DROP:
+    case DSIM_FAULT_CORRUPT:
+        /* The peer is alive and answers its health checks: only the
+         * collective timeout ends a wait for a message that never comes. */
+        out->kind = DSIM_DETECT_MESSAGE;
+        out->bound_ns = bt;
+        bh = DSIM_NO_DEADLINE;
+        no_hc = "the health check sees the peer alive";
+        break;
+    default:
+        out->kind = DSIM_DETECT_NONE;
+        snprintf(out->text, sizeof out->text,
+                 "faults[%zu] (%s): no peer or message is lost, so nothing needs detecting", i,
+                 what);
+        return;
+    }
+    const char *lost = out->kind == DSIM_DETECT_LOSS ? "a lost peer" : "a lost message";
+    if (out->bound_ns == DSIM_NO_DEADLINE) {
+        out->warn = true;
+        snprintf(out->text, sizeof out->text,
+                 "faults[%zu] (%s): %s is never detected: strategy.timeout is 0 (no deadline) and "
+                 "%s, so the survivors would wait for ever; set strategy.timeout%s",
+                 i, what, lost, no_hc,
+                 out->kind == DSIM_DETECT_LOSS && !hc && t->hosts >= 2 && t->num_ps == 0
+                     ? " or strategy.health_check.interval"
+                     : "");
+        return;
+    }
+    dsim_unit_format_duration(out->bound_ns, b, sizeof b);
+    char how[160];
+    if (out->bound_ns == bh) {
+        int r = t->health_retries < 1 ? 1 : t->health_retries;
+        dsim_unit_format_duration(t->health_interval_ns, iv, sizeof iv);
+        dsim_unit_format_duration(t->health_timeout_ns, ht, sizeof ht);
+        dsim_unit_format_duration(dsim_health_tick_ns(t->health_interval_ns, t->health_timeout_ns),
+                                  tick, sizeof tick);
+        snprintf(how, sizeof how, "health check: interval %s + %d x timeout %s + 2 x tick %s", iv,
+                 r, ht, tick);
+    } else {
+        dsim_unit_format_duration(bt - timeout, grace, sizeof grace);
+        snprintf(how, sizeof how, "collective timeout: %s + grace %s", tmo, grace);
+    }
+    snprintf(out->text, sizeof out->text,
+             "faults[%zu] (%s): %s is detected within %s: every survivor has returned an error "
+             "by then (%s)",
+             i, what, lost, b, how);
+    if (out->kind == DSIM_DETECT_LOSS && f->what == DSIM_FAULT_PARTITION && f->duration_ns > 0 &&
+        f->duration_ns < out->bound_ns) {
+        char d[32];
+        dsim_unit_format_duration(f->duration_ns, d, sizeof d);
+        size_t n = strlen(out->text);
+        snprintf(out->text + n, sizeof out->text - n,
+                 "; the partition heals after %s, so it may go unnoticed", d);
+    }
+}

@@ -1,0 +1,256 @@
+/* The health check (dsim/health.h) on a bare fabric: it finds a dead worker
+ * within the detection bound and fails the collectives that wait for it
+ * without any timeout, naming it; later calls fail at once with the same
+ * cause; a worker that is slow but alive is never reported; and the bound's
+ * values follow its formula. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "coll_harness.h"
+#include "dsim/health.h"
+#include "dsim/strategy.h"
+
+#define MS   1000000LL
+#define NW   4
+#define SLOP (300 * MS) /* thread scheduling on a loaded (or sanitized) machine */
+
+static void test_bound_values(void **state)
+{
+    (void)state;
+    assert_int_equal(dsim_health_tick_ns(100 * MS, 50 * MS), 5 * MS);
+    assert_int_equal(dsim_health_tick_ns(30000 * MS, 10000 * MS), 1000 * MS);
+    assert_int_equal(dsim_health_tick_ns(5 * MS, 2 * MS), 1 * MS); /* at least 1 ms */
+    assert_int_equal(dsim_health_tick_ns(3600000 * MS, 3600000 * MS), 1000 * MS); /* at most 1 s */
+
+    /* interval + retries x timeout + 2 ticks */
+    assert_int_equal(dsim_detection_bound_health(100 * MS, 50 * MS, 2), 210 * MS);
+    assert_int_equal(dsim_detection_bound_health(30000 * MS, 10000 * MS, 3), 62000 * MS);
+    assert_int_equal(dsim_detection_bound_health(100 * MS, 50 * MS, 0),
+                     dsim_detection_bound_health(100 * MS, 50 * MS, 1));
+    assert_int_equal(dsim_detection_bound_health(0, 50 * MS, 2), DSIM_NO_DEADLINE);
+
+    /* timeout + grace (timeout / 2 within [50 ms, 2 s]) */
+    assert_int_equal(dsim_detection_bound_timeout(300 * MS), 450 * MS);
+    assert_int_equal(dsim_detection_bound_timeout(60 * MS), 110 * MS);
+    assert_int_equal(dsim_detection_bound_timeout(10000 * MS), 12000 * MS);
+    assert_int_equal(dsim_detection_bound_timeout(DSIM_TIMEOUT_DEFAULT), 32000 * MS);
+    assert_int_equal(dsim_detection_bound_timeout(0), DSIM_NO_DEADLINE);
+
+    /* the shorter of the two; never when both are off */
+    assert_int_equal(dsim_detection_bound(0, 100 * MS, 50 * MS, 2), 210 * MS);
+    assert_int_equal(dsim_detection_bound(300 * MS, 30000 * MS, 10000 * MS, 3), 450 * MS);
+    assert_int_equal(dsim_detection_bound(0, 0, 10000 * MS, 3), DSIM_NO_DEADLINE);
+    assert_int_equal(dsim_detection_bound_health(INT64_MAX / 2, INT64_MAX / 2, 1000),
+                     DSIM_NO_DEADLINE); /* saturates, never wraps */
+
+    /* a job runs the check with two or more hosts and no parameter servers */
+    dsim_train_cfg cfg;
+    dsim_train_cfg_init(&cfg);
+    cfg.timeout_ns = 0;
+    cfg.health_interval_ns = 100 * MS;
+    cfg.health_timeout_ns = 50 * MS;
+    cfg.health_retries = 2;
+    cfg.hosts = 2;
+    assert_true(dsim_train_runs_health_check(&cfg));
+    assert_int_equal(dsim_train_detection_bound(&cfg), 210 * MS);
+    cfg.hosts = 1;
+    assert_false(dsim_train_runs_health_check(&cfg));
+    assert_int_equal(dsim_train_detection_bound(&cfg), DSIM_NO_DEADLINE);
+    cfg.hosts = 2;
+    cfg.num_ps = 1;
+    assert_int_equal(dsim_train_detection_bound(&cfg), DSIM_NO_DEADLINE);
+    cfg.timeout_ns = 300 * MS;
+    assert_int_equal(dsim_train_detection_bound(&cfg), 450 * MS);
+}
+
+typedef struct hc_shared {
+    coll_failures f;
+    dsim_health *hc[NW];
+    atomic_int dead[NW];
+    int victim;       /* worker that dies, or -1 */
+    int slow;         /* worker that sleeps before its second call, or -1 */
+    int64_t sleep_ns; /* how long the victim lives / the slow one sleeps */
+    int64_t died_at;  /* written by the victim before it dies */
+    int64_t returned[NW];
+    dsim_err err[NW], later[NW];
+    int64_t later_took[NW];
+    char msg[NW][512], later_msg[NW][512];
+} hc_shared;
+
+typedef struct hc_user {
+    hc_shared *s;
+    int w;
+} hc_user;
+
+static int hc_dead(void *user)
+{
+    hc_user *u = user;
+    return atomic_load(&u->s->dead[u->w]);
+}
+
+static void hc_rank(coll_harness *h, int rank, void *arg)
+{
+    hc_shared *s = arg;
+    dsim_comm *c = h->comms[rank];
+    /* the group is up */
+    if (dsim_barrier(c) != DSIM_OK) {
+        coll_fail(&s->f, "rank %d: first barrier: %s", rank, dsim_errmsg());
+        return;
+    }
+    if (rank == s->victim) {
+        dsim_rt_sleep_until(h->rt, dsim_rt_deadline(h->rt, s->sleep_ns));
+        s->died_at = dsim_rt_now(h->rt);
+        atomic_store(&s->dead[rank], 1);
+        dsim_health_poke(s->hc[rank]);
+        return; /* as a killed process: silent from here on */
+    }
+    if (rank == s->slow)
+        dsim_rt_sleep_until(h->rt, dsim_rt_deadline(h->rt, s->sleep_ns));
+    /* No timeout: only the health check can end this wait if a peer died. */
+    s->err[rank] = dsim_barrier(c);
+    s->returned[rank] = dsim_rt_now(h->rt);
+    snprintf(s->msg[rank], sizeof s->msg[rank], "%s", dsim_comm_error(c)->msg);
+    if (s->err[rank] == DSIM_OK)
+        return;
+    double x = 1.0;
+    int64_t t0 = dsim_rt_now(h->rt);
+    s->later[rank] = dsim_allreduce(c, &x, &x, 1, DSIM_F64, DSIM_SUM);
+    s->later_took[rank] = dsim_rt_now(h->rt) - t0;
+    snprintf(s->later_msg[rank], sizeof s->later_msg[rank], "%s", dsim_comm_error(c)->msg);
+}
+
+static void hc_run(hc_shared *s, int64_t interval, int64_t timeout, int retries)
+{
+    coll_harness h;
+    coll_harness_cfg cfg = {.nranks = NW};
+    assert_int_equal(coll_harness_open(&h, &cfg), DSIM_OK);
+    for (int r = 0; r < NW; r++)
+        dsim_comm_set_timeout(h.comms[r], 0);
+    hc_user users[NW];
+    for (int w = 0; w < NW; w++) {
+        users[w] = (hc_user){.s = s, .w = w};
+        dsim_health_cfg hc = {
+            .ep = h.eps[w],
+            .worker = w,
+            .num_workers = NW,
+            .ranks_per_worker = 1,
+            .interval_ns = interval,
+            .timeout_ns = timeout,
+            .retries = retries,
+            .dead = hc_dead,
+            .user = &users[w],
+            .task_id = 100 + w,
+        };
+        assert_int_equal(dsim_health_start(&hc, &s->hc[w]), DSIM_OK);
+    }
+    assert_int_equal(coll_harness_run(&h, hc_rank, s), DSIM_OK);
+    for (int w = 0; w < NW; w++) {
+        dsim_health_stats st;
+        dsim_health_get_stats(s->hc[w], &st);
+        printf("# worker %d: %llu pings, %llu answers, answered %llu, %llu retries, down %d\n", w,
+               (unsigned long long)st.pings_sent, (unsigned long long)st.answers_received,
+               (unsigned long long)st.pings_answered, (unsigned long long)st.retries,
+               st.down_worker);
+        if (w != s->victim)
+            assert_true(st.answers_received > 0);
+        if (s->victim < 0)
+            assert_int_equal(st.down_worker, -1);
+        dsim_health_stop(s->hc[w]);
+    }
+    coll_harness_close(&h);
+}
+
+/* Worker 3 dies; the others wait in a barrier without a timeout and fail
+ * within the bound, naming it; their next call fails at once, with the
+ * same cause. Then the same at the defaults' proportions, faster. */
+static void detect(int64_t interval, int64_t timeout, int retries)
+{
+    hc_shared s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.f.mu, NULL);
+    s.victim = 3;
+    s.slow = -1;
+    s.sleep_ns = 300 * MS; /* survivors wait longer than an interval first */
+    hc_run(&s, interval, timeout, retries);
+    if (s.f.failures)
+        fail_msg("%s", s.f.first);
+    int64_t bound = dsim_detection_bound(0, interval, timeout, retries);
+    char want[128];
+    snprintf(want, sizeof want, "peer 3 is down: it did not answer %d health checks of %lld ms",
+             retries, (long long)(timeout / MS));
+    for (int r = 0; r < NW - 1; r++) {
+        int64_t took = s.returned[r] - s.died_at;
+        printf("# interval %lld ms, timeout %lld ms, retries %d: rank %d failed %.1f ms after "
+               "the death (bound %.1f ms): %s\n",
+               (long long)(interval / MS), (long long)(timeout / MS), retries, r,
+               (double)took / 1e6, (double)bound / 1e6, s.msg[r]);
+        assert_int_equal(s.err[r], DSIM_EABORTED);
+        if (!strstr(s.msg[r], want))
+            fail_msg("rank %d: '%s' lacks '%s'", r, s.msg[r], want);
+        assert_true(took > 0);
+        if (took > bound + SLOP)
+            fail_msg("rank %d failed %lld ms after the death; the bound is %lld ms", r,
+                     (long long)(took / MS), (long long)(bound / MS));
+        /* the first unanswered ping left at the death at the earliest, and
+         * every retry waited its timeout: nobody gave up early */
+        assert_true(took >= retries * timeout - dsim_health_tick_ns(interval, timeout));
+        assert_int_equal(s.later[r], DSIM_EABORTED);
+        assert_true(s.later_took[r] < 50 * MS);
+        if (!strstr(s.later_msg[r], want))
+            fail_msg("rank %d's later call: '%s' lacks '%s'", r, s.later_msg[r], want);
+    }
+}
+
+static void test_detects_dead_worker(void **state)
+{
+    (void)state;
+    detect(100 * MS, 50 * MS, 2);
+    detect(50 * MS, 20 * MS, 3);
+}
+
+/* Worker 1 sleeps four intervals before its barrier while the others wait
+ * without a timeout: its check keeps answering, nobody is reported. */
+static void test_slow_worker_is_not_down(void **state)
+{
+    (void)state;
+    hc_shared s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.f.mu, NULL);
+    s.victim = -1;
+    s.slow = 1;
+    s.sleep_ns = 400 * MS;
+    hc_run(&s, 50 * MS, 20 * MS, 2);
+    if (s.f.failures)
+        fail_msg("%s", s.f.first);
+    for (int r = 0; r < NW; r++)
+        if (s.err[r] != DSIM_OK)
+            fail_msg("rank %d: %s", r, s.msg[r]);
+}
+
+static void test_bad_config(void **state)
+{
+    (void)state;
+    dsim_health *h = NULL;
+    dsim_health_cfg hc = {.worker = 0, .num_workers = 2, .ranks_per_worker = 1};
+    assert_int_equal(dsim_health_start(&hc, &h), DSIM_EINVAL);
+    assert_null(h);
+    assert_int_equal(dsim_health_start(NULL, &h), DSIM_EINVAL);
+    dsim_health_stop(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bound_values),
+        cmocka_unit_test(test_detects_dead_worker),
+        cmocka_unit_test(test_slow_worker_is_not_down),
+        cmocka_unit_test(test_bad_config),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
