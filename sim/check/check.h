@@ -51,6 +51,12 @@ typedef struct dsim_check_faults {
      * NULL when none was made. */
     const dsim_train_result *clean;
     const char *checkpoint_path; /* the job's, or NULL */
+    /* The checkpoint the broken attempt left (what a restart resumes from):
+     * 0 none written yet, 1 intact at global step ckpt_step, -1 unreadable
+     * (ckpt_msg says why). */
+    int ckpt_state;
+    uint64_t ckpt_step;
+    const char *ckpt_msg;
 } dsim_check_faults;
 
 /* What a check sees of a finished run. */

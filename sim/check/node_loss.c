@@ -51,7 +51,12 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     if (!b) {
         out->passed = true;
         out->measured = 0;
-        if (fx->lost_rank >= 0)
+        if (fx->lost_rank >= 0 && ctx->run && ctx->run->placement == DSIM_PLACE_SHARDED)
+            dsim_check_msg(msg, cap,
+                           "rank %d was lost and the job finished without it, as parameter-server "
+                           "training does; the steps it had left were not run by anyone",
+                           fx->lost_rank);
+        else if (fx->lost_rank >= 0)
             dsim_check_msg(msg, cap,
                            "rank %d was lost, but after its last collective: every other replica "
                            "finished normally",
@@ -136,23 +141,20 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        partial, (unsigned long long)e->steps_done);
         return DSIM_OK;
     }
-    /* 4: the checkpoint */
+    /* 4: the checkpoint the loss left behind */
     char ck_note[160] = "";
     if (fx->checkpoint_path) {
-        dsim_checkpoint *ck = NULL;
-        dsim_err e = dsim_checkpoint_read(fx->checkpoint_path, &ck);
-        if (e == DSIM_OK) {
-            snprintf(ck_note, sizeof ck_note, "; the last checkpoint (global step %llu) is intact",
-                     (unsigned long long)ck->global_step);
-            dsim_checkpoint_free(ck);
-        } else if (e == DSIM_ENOENT) {
-            dsim_clear_error();
-            snprintf(ck_note, sizeof ck_note, "; no checkpoint had been written yet");
-        } else {
-            dsim_check_msg(msg, cap, "the chief's last checkpoint is not usable: %s",
-                           dsim_errmsg());
+        if (fx->ckpt_state < 0) {
+            dsim_check_msg(msg, cap, "the chief's last checkpoint is not usable after the loss: %s",
+                           fx->ckpt_msg ? fx->ckpt_msg : "unreadable");
             return DSIM_OK;
         }
+        if (fx->ckpt_state > 0)
+            snprintf(ck_note, sizeof ck_note,
+                     "; the checkpoint it left (global step %llu) is intact",
+                     (unsigned long long)fx->ckpt_step);
+        else
+            snprintf(ck_note, sizeof ck_note, "; no checkpoint had been written yet");
     }
     /* 5: recovery */
     char rec_note[200] = "";

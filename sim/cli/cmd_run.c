@@ -367,6 +367,8 @@ static void run_fmt_num(char *buf, size_t cap, double v)
 
 static void run_print_table(const run_item *it, const dsim_harness_result *rep, const char *db)
 {
+    if (rep->fault_summary[0])
+        printf("\n%s\n", rep->fault_summary);
     if (rep->timeline)
         fputs(rep->timeline, stdout);
     if (rep->n_checks) {

@@ -47,7 +47,7 @@ static const char *const fs_what_names[DSIM_FAULT_WHAT_COUNT] = {
     [DSIM_FAULT_DELAY] = "delay",         [DSIM_FAULT_DUPLICATE] = "duplicate",
     [DSIM_FAULT_CORRUPT] = "corrupt",     [DSIM_FAULT_REORDER] = "reorder",
     [DSIM_FAULT_SLOW] = "slow",           [DSIM_FAULT_STAGGER] = "stagger",
-    [DSIM_FAULT_PAUSE] = "pause",
+    [DSIM_FAULT_PAUSE] = "pause",         [DSIM_FAULT_PREEMPT] = "preempt",
 };
 
 const char *dsim_fault_what_name(dsim_fault_what w)
@@ -506,6 +506,7 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
         }
         case DSIM_FAULT_DROP:
             if (f->retransmit) {
+                fs->stats.retransmitted++;
                 int64_t t = now + (f->rto_ns > 0 ? f->rto_ns : FS_DEFAULT_RTO);
                 if (t > hold_until) {
                     hold_until = t;
@@ -1012,6 +1013,19 @@ void dsim_faults_destroy(dsim_faults *fs)
 
 void dsim_faults_attach(dsim_faults *fs, dsim_train_cfg *cfg)
 {
+    /* A preemption notice the job has not had yet is the driver's to carry
+     * out (dsim_train_cfg.preempt_after). */
+    cfg->preempt_after = 0;
+    cfg->preempt_grace_steps = 0;
+    for (size_t i = 0; i < fs->n; i++) {
+        const dsim_fault *f = &fs->list[i];
+        if (f->what != DSIM_FAULT_PREEMPT || fs->st[i].done || f->when != DSIM_WHEN_STEP)
+            continue;
+        if (!cfg->preempt_after || (uint64_t)f->step < cfg->preempt_after) {
+            cfg->preempt_after = (uint64_t)(f->step > 0 ? f->step : 1);
+            cfg->preempt_grace_steps = (uint64_t)f->grace_steps;
+        }
+    }
     cfg->transport_filter = &fs->filter;
     cfg->transport_filter_user = fs;
     cfg->hooks = &fs->hooks;
@@ -1039,6 +1053,22 @@ void dsim_faults_rearm_for_restart(dsim_faults *fs)
     fs->n_timers = 0;
     fs->t_loss = -1;
     fs->lost_rank = -1;
+}
+
+void dsim_faults_preempted(dsim_faults *fs, uint64_t at_step)
+{
+    for (size_t i = 0; i < fs->n; i++) {
+        const dsim_fault *f = &fs->list[i];
+        if (f->what == DSIM_FAULT_PREEMPT && !fs->st[i].done && f->when == DSIM_WHEN_STEP &&
+            (uint64_t)f->step <= at_step) {
+            fs->st[i].fired = true;
+            fs->stats.fired++;
+            fs_event_locked(fs, (int)i, -1, fs->t0,
+                            "fault %zu: preemption notice after step %lld; the job saved at step "
+                            "%llu and stopped to be restarted",
+                            i, (long long)f->step, (unsigned long long)at_step);
+        }
+    }
 }
 
 int dsim_faults_first_loss(dsim_faults *fs, int64_t *t_abs)

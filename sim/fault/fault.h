@@ -32,6 +32,9 @@
  *   slow       a replica (straggler) computes `factor` times slower, or a
  *              link carries frames `factor` times slower
  *   stagger    workers start at seeded random times within `duration`
+ *   preempt    a preemption notice (TF's PreemptionCheckpointHandler) at a
+ *              step: the replicas agree on a step, run `grace_steps` more,
+ *              the chief saves, the job stops asking to be restarted
  *
  * Triggers: at a global step, at a phase (optionally of a given step, and
  * optionally after the replica sent `after_messages` frames in it), at a
@@ -78,6 +81,7 @@ typedef enum dsim_fault_what {
     DSIM_FAULT_SLOW,
     DSIM_FAULT_STAGGER,
     DSIM_FAULT_PAUSE,
+    DSIM_FAULT_PREEMPT,
     DSIM_FAULT_WHAT_COUNT
 } dsim_fault_what;
 
@@ -118,6 +122,7 @@ typedef struct dsim_fault {
     int64_t jitter_ns;   /* delay */
     int64_t rto_ns;      /* drop with retransmit (default 200 ms, Linux's minimum RTO) */
     double factor;       /* slow: how many times slower */
+    int64_t grace_steps; /* preempt: steps run after the notice before the save */
     int line, column;    /* where it was written, for messages (0: unknown) */
 } dsim_fault;
 
@@ -144,6 +149,10 @@ void dsim_faults_destroy(dsim_faults *fs);
 /* Points cfg's transport filter and hooks at fs (fs must outlive the run). */
 void dsim_faults_attach(dsim_faults *fs, dsim_train_cfg *cfg);
 
+/* The last attempt stopped for a preemption notice after at_step steps:
+ * its preempt faults have fired. */
+void dsim_faults_preempted(dsim_faults *fs, uint64_t at_step);
+
 /* Forgets what fired, for a restarted job: a fault that fired does not fire
  * again (a recovered job runs with the faults that are still to come). */
 void dsim_faults_rearm_for_restart(dsim_faults *fs);
@@ -165,6 +174,7 @@ typedef struct dsim_faults_stats {
     uint64_t fired;                 /* faults that fired */
     uint64_t frames_seen;           /* frames the filter saw */
     uint64_t dropped, delayed, duplicated, corrupted, reordered, held;
+    uint64_t retransmitted; /* drops delivered late (retransmit: true) */
 } dsim_faults_stats;
 void dsim_faults_get_stats(dsim_faults *fs, dsim_faults_stats *out);
 
@@ -192,6 +202,11 @@ typedef struct dsim_recovery_run {
     int lost_rank;      /* dsim_faults_first_loss of the broken attempt */
     int64_t t_loss;     /* on the broken attempt's runtime clock, or -1 */
     int restarts;       /* restarts made */
+    /* The checkpoint the failed first attempt left: 0 none written, 1
+     * intact (ckpt_step its global step), -1 unreadable (ckpt_msg why). */
+    int ckpt_state;
+    uint64_t ckpt_step;
+    char ckpt_msg[256];
     dsim_train_result clean; /* want_clean: the job without faults */
     bool has_clean;
     dsim_err clean_err;

@@ -11,6 +11,7 @@
  * Checkpoints do not change the numbers a job computes, so the clean run
  * writes none (it must not overwrite the faulty job's backup). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,12 +19,17 @@
 #include "dsim/log.h"
 #include "fault.h"
 
-static void rc_events(dsim_recovery_run *r, dsim_faults *fs, int attempt)
+/* Appends the events fs recorded since the last call (*seen of them were
+ * taken already). */
+static void rc_events(dsim_recovery_run *r, dsim_faults *fs, int attempt, size_t *seen)
 {
-    const dsim_fault_event *ev = NULL;
-    size_t n = dsim_faults_events(fs, &ev);
-    if (n == 0)
+    const dsim_fault_event *all = NULL;
+    size_t total = dsim_faults_events(fs, &all);
+    if (total <= *seen)
         return;
+    const dsim_fault_event *ev = all + *seen;
+    size_t n = total - *seen;
+    *seen = total;
     dsim_fault_event *e = realloc(r->events, (r->n_events + n) * sizeof *e);
     int *a = realloc(r->event_attempt, (r->n_events + n) * sizeof *a);
     if (e)
@@ -49,6 +55,7 @@ static void rc_stats_add(dsim_faults_stats *sum, const dsim_faults_stats *s)
     sum->corrupted += s->corrupted;
     sum->reordered += s->reordered;
     sum->held += s->held;
+    sum->retransmitted += s->retransmitted;
 }
 
 dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_opts *o,
@@ -80,12 +87,30 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
     c.restore = false;
     dsim_faults_attach(fs, &c);
     dsim_err e = dsim_train(&c, &out->final);
+    if (out->final.preempted)
+        dsim_faults_preempted(fs, out->final.preempted_at);
     dsim_faults_stats st;
     dsim_faults_get_stats(fs, &st);
     rc_stats_add(&out->stats, &st);
-    rc_events(out, fs, 0);
+    size_t seen = 0;
+    rc_events(out, fs, 0, &seen);
     out->lost_rank = dsim_faults_first_loss(fs, &out->t_loss);
     out->err = e;
+    /* What the broken attempt left: the backup a restart would resume from. */
+    out->ckpt_state = 0;
+    if (out->err != DSIM_OK && cfg->checkpoint_path) {
+        dsim_checkpoint *ck = NULL;
+        dsim_err ce = dsim_checkpoint_read(cfg->checkpoint_path, &ck);
+        if (ce == DSIM_OK) {
+            out->ckpt_state = 1;
+            out->ckpt_step = ck->global_step;
+            dsim_checkpoint_free(ck);
+        } else if (ce != DSIM_ENOENT) {
+            out->ckpt_state = -1;
+            snprintf(out->ckpt_msg, sizeof out->ckpt_msg, "%s", dsim_errmsg());
+        }
+        dsim_clear_error();
+    }
     while (out->err != DSIM_OK && o->restart && out->restarts < o->max_restarts) {
         if (!out->has_broken) {
             out->broken = out->final;
@@ -103,9 +128,11 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
         c.restore = cfg->checkpoint_path != NULL;
         dsim_faults_attach(fs, &c);
         out->err = dsim_train(&c, &out->final);
+        if (out->final.preempted)
+            dsim_faults_preempted(fs, out->final.preempted_at);
         dsim_faults_get_stats(fs, &st);
         rc_stats_add(&out->stats, &st);
-        rc_events(out, fs, out->restarts);
+        rc_events(out, fs, out->restarts, &seen);
     }
     dsim_faults_destroy(fs);
     return DSIM_OK;

@@ -455,6 +455,9 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
                 .recovery = restart,
                 .clean = rr.has_clean && rr.clean_err == DSIM_OK ? &rr.clean : NULL,
                 .checkpoint_path = cfg.checkpoint_path,
+                .ckpt_state = rr.ckpt_state,
+                .ckpt_step = rr.ckpt_step,
+                .ckpt_msg = rr.ckpt_msg,
             };
         }
     } else {
@@ -462,6 +465,18 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
     }
     int64_t t_end = h_now_ns();
     out->restarts = rr.restarts;
+    if (faulty) {
+        const dsim_faults_stats *fst = &rr.stats;
+        snprintf(out->fault_summary, sizeof out->fault_summary,
+                 "faults: %llu fired; of %llu messages %llu lost, %llu retransmitted, %llu held "
+                 "back (delayed, paused, partitioned, or queued behind one), %llu duplicated, "
+                 "%llu corrupted, %llu reordered",
+                 (unsigned long long)fst->fired, (unsigned long long)fst->frames_seen,
+                 (unsigned long long)fst->dropped, (unsigned long long)fst->retransmitted,
+                 (unsigned long long)fst->held,
+                 (unsigned long long)fst->duplicated, (unsigned long long)fst->corrupted,
+                 (unsigned long long)fst->reordered);
+    }
     for (size_t i = 0; st && i < rr.n_events; i++) {
         const dsim_fault_event *ev = &rr.events[i];
         if (HG_STORE(dsim_store_event(st, out->run_id, ev->rank, ev->t_abs, DSIM_EVENT_FAULT,

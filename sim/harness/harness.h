@@ -98,6 +98,8 @@ typedef struct dsim_harness_result {
      * node was lost or the run failed; NULL otherwise. */
     int restarts;
     char *timeline;
+    /* Runs with faults: one line of what the faults did ("" otherwise). */
+    char fault_summary[256];
 } dsim_harness_result;
 
 /* Applies opts' overrides to s in place and checks that this build can run

@@ -9,13 +9,6 @@
 #include "scenario/scenario.h"
 #include "scenario/units.h"
 
-static const char *const detect_whats[DSIM_FAULT_WHAT_COUNT] = {
-    [DSIM_FAULT_KILL] = "kill",           [DSIM_FAULT_RESTART] = "restart",
-    [DSIM_FAULT_PARTITION] = "partition", [DSIM_FAULT_DROP] = "drop",
-    [DSIM_FAULT_DELAY] = "delay",         [DSIM_FAULT_DUPLICATE] = "duplicate",
-    [DSIM_FAULT_CORRUPT] = "corrupt",     [DSIM_FAULT_REORDER] = "reorder",
-    [DSIM_FAULT_SLOW] = "slow",           [DSIM_FAULT_STAGGER] = "stagger",
-};
 
 /* "kill rank 3 at step 5", "partition link [0, 2] at 2s for 500ms" */
 static void detect_describe(const dsim_fault *f, char *buf, size_t cap)
@@ -42,9 +35,7 @@ static void detect_describe(const dsim_fault *f, char *buf, size_t cap)
         snprintf(when, sizeof when, " with probability %g", f->probability);
         break;
     }
-    const char *what =
-        (int)f->what >= 0 && f->what < DSIM_FAULT_WHAT_COUNT ? detect_whats[f->what] : "fault";
-    snprintf(buf, cap, "%s%s%s", what, where, when);
+    snprintf(buf, cap, "%s%s%s", dsim_fault_what_name(f->what), where, when);
 }
 
 void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_detection *out)
@@ -73,6 +64,7 @@ void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_
     case DSIM_FAULT_KILL:
     case DSIM_FAULT_RESTART:
     case DSIM_FAULT_PARTITION:
+    case DSIM_FAULT_PAUSE:
         out->kind = DSIM_DETECT_LOSS;
         out->bound_ns = bt < bh ? bt : bh;
         break;
@@ -122,12 +114,13 @@ void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_
              "faults[%zu] (%s): %s is detected within %s: every survivor has returned an error "
              "by then (%s)",
              i, what, lost, b, how);
-    if (out->kind == DSIM_DETECT_LOSS && f->what == DSIM_FAULT_PARTITION && f->duration_ns > 0 &&
+    if (out->kind == DSIM_DETECT_LOSS &&
+        (f->what == DSIM_FAULT_PARTITION || f->what == DSIM_FAULT_PAUSE) && f->duration_ns > 0 &&
         f->duration_ns < out->bound_ns) {
         char d[32];
         dsim_unit_format_duration(f->duration_ns, d, sizeof d);
         size_t n = strlen(out->text);
-        snprintf(out->text + n, sizeof out->text - n,
-                 "; the partition heals after %s, so it may go unnoticed", d);
+        snprintf(out->text + n, sizeof out->text - n, "; the %s ends after %s, so it may go unnoticed",
+                 dsim_fault_what_name(f->what), d);
     }
 }

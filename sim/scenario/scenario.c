@@ -481,7 +481,7 @@ static const scen_name scen_fault_whats[] = {
     {"delay", DSIM_FAULT_DELAY},         {"duplicate", DSIM_FAULT_DUPLICATE},
     {"corrupt", DSIM_FAULT_CORRUPT},     {"reorder", DSIM_FAULT_REORDER},
     {"slow", DSIM_FAULT_SLOW},           {"stagger", DSIM_FAULT_STAGGER},
-    {"pause", DSIM_FAULT_PAUSE}};
+    {"pause", DSIM_FAULT_PAUSE},         {"preempt", DSIM_FAULT_PREEMPT}};
 /* dsim_phase names, and the names people also use for them. */
 static const scen_name scen_phases[] = {{"start", DSIM_PHASE_START},
                                         {"rendezvous", DSIM_PHASE_RENDEZVOUS},
@@ -628,13 +628,14 @@ enum {
     F_AFTER,
     F_RETRANSMIT,
     F_RTO,
+    F_GRACE,
     F_N
 };
 static const char *const scen_fault_keys[F_N] = {
     "what",   "at_step", "at_phase",    "at_time",   "probability",    "rank",
     "worker", "link",    "duration",    "factor",    "one_way",        "loss",
     "correlation", "ps", "ranks",       "scope",     "latency",        "jitter",
-    "direction",   "after_messages",   "retransmit", "rto"};
+    "direction",   "after_messages",   "retransmit", "rto", "grace_steps"};
 
 /* What the sections leave for the checks across them. */
 typedef struct scen_state {
@@ -1470,8 +1471,28 @@ static dsim_err scen_fault(const scen_ctx *c, const scen_node *fv, size_t idx, d
                          "frames; a %s fault acts on replicas",
                          path, what);
 
+    if (f->what == DSIM_FAULT_PREEMPT) {
+        if (f->when != DSIM_WHEN_STEP)
+            return scen_fail(c, m.key[F_WHAT],
+                             "%s: a preemption notice comes at_step: N (after N steps); other "
+                             "triggers are not supported for it",
+                             path);
+        if (nwhere)
+            return scen_fail(c, m.key[first],
+                             "%s.%s: a preemption notice goes to the whole job; remove it", path,
+                             scen_fault_keys[first]);
+        if (!c->s->train.checkpoint_path)
+            return scen_fail(c, m.key[F_WHAT],
+                             "%s: a preempted job saves a checkpoint to resume from; add "
+                             "checkpoint: {path: ...}",
+                             path);
+    }
+    if (m.val[F_GRACE] && f->what != DSIM_FAULT_PREEMPT)
+        return scen_fail(c, m.key[F_GRACE], "%s.grace_steps: only a preemption has a grace", path);
+    DSIM_CHECK(scen_int(c, &m, F_GRACE, 0, 1000000, &f->grace_steps));
+
     /* settings that belong to some kinds only */
-    bool has_duration = f->what != DSIM_FAULT_KILL;
+    bool has_duration = f->what != DSIM_FAULT_KILL && f->what != DSIM_FAULT_PREEMPT;
     bool needs_duration = f->what == DSIM_FAULT_STAGGER;
     if (m.val[F_DURATION] && m.val[F_LATENCY])
         return scen_fail(c, m.key[F_LATENCY],
@@ -1502,9 +1523,11 @@ static dsim_err scen_fault(const scen_ctx *c, const scen_node *fv, size_t idx, d
                          "%s: a slow fault needs factor: how many times slower (more than 1)",
                          path);
     DSIM_CHECK(scen_real(c, &m, F_FACTOR, 1, 1e6, true, false, &f->factor));
-    if ((m.val[F_ONEWAY] || m.val[F_DIRECTION]) && f->what != DSIM_FAULT_PARTITION)
+    if ((m.val[F_ONEWAY] || m.val[F_DIRECTION]) && !m.val[F_LINK])
         return scen_fail(c, m.val[F_ONEWAY] ? m.key[F_ONEWAY] : m.key[F_DIRECTION],
-                         "%s: only a partition is one-way or not; remove it", path);
+                         "%s: a direction is one of a link's two; add link: [FROM, TO] (to: FROM "
+                         "-> TO only, from: TO -> FROM only, both)",
+                         path);
     if (m.val[F_ONEWAY] && m.val[F_DIRECTION])
         return scen_fail(c, m.key[F_DIRECTION],
                          "%s.direction: one_way and direction say the same; keep direction", path);
@@ -1519,11 +1542,6 @@ static dsim_err scen_fault(const scen_ctx *c, const scen_node *fv, size_t idx, d
         }
         f->one_way = v != 2;
     }
-    if (f->one_way && !m.val[F_LINK])
-        return scen_fail(c, m.val[F_ONEWAY] ? m.key[F_ONEWAY] : m.key[F_DIRECTION],
-                         "%s: a one-way partition cuts one direction of a link; add "
-                         "link: [FROM, TO]",
-                         path);
     if (m.val[F_AFTER] && (!on_task || f->when != DSIM_WHEN_PHASE))
         return scen_fail(c, m.key[F_AFTER],
                          "%s.after_messages: only a kill, restart or pause at_phase: fires after "

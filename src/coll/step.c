@@ -75,6 +75,9 @@ int64_t dsim_coll_grace_ns(int64_t timeout_ns)
     return grace;
 }
 
+/* fc_flags: answered (1), visited (2), or its answer revealed lost frames. */
+#define STEP_FC_LOST 4
+
 static long long step_ms(int64_t ns)
 {
     return (long long)((ns + 500000) / 1000000);
@@ -115,6 +118,10 @@ static int step_failure_check(dsim_coll *x, int awaited)
         dsim_err e = dsim_wait(reqs[p], dsim_req_done(reqs[p]) ? DSIM_NO_DEADLINE : dl, &len);
         if (e == DSIM_OK && len == sizeof c->fc_awaited[p])
             c->fc_flags[p] = 1;
+        else if (e == DSIM_EPROTO)
+            /* Its answer came, behind a gap or a corrupt frame: what we
+             * waited for from it was lost on the way. */
+            c->fc_flags[p] = STEP_FC_LOST;
     }
     for (int p = 0; p < n; p++) {
         dsim_req *r = reqs[n + p];
@@ -155,7 +162,14 @@ static dsim_err step_fail(dsim_coll *x, const dsim_xfer *f, dsim_err e, int post
     if (e == DSIM_ETIMEDOUT && !posting) {
         int blame = step_failure_check(x, f->peer);
         long long ms = step_ms(c->timeout_ns);
-        if (blame < 0)
+        if (f->peer >= 0 && f->peer < c->size && c->fc_flags[f->peer] == STEP_FC_LOST) {
+            e = DSIM_EPROTO;
+            DSIM_ERR(e, f->peer,
+                     "%s step %d/%d: timed out after %lld ms waiting for rank %d, whose later "
+                     "message revealed a gap in the sequence numbers: a message from rank %d to "
+                     "rank %d was lost; the link from rank %d drops messages",
+                     x->what, f->step, x->nsteps, ms, f->peer, f->peer, c->rank, f->peer);
+        } else if (blame < 0)
             DSIM_ERR(e, f->peer,
                      "%s step %d/%d: timed out after %lld ms waiting for rank %d (every rank "
                      "answered the failure check, so a message was lost or a rank is too slow; "

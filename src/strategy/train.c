@@ -268,8 +268,18 @@ static void train_wake_servers(train_job *job)
     }
 }
 
+/* How directly an error names a cause: an abort only echoes another
+ * failure, a timeout says something did not come, anything else (a lost or
+ * corrupt message, a peer that reset, a strategy's own error) says what
+ * happened. */
+static int train_err_rank(dsim_err e)
+{
+    return e == DSIM_EABORTED ? 0 : e == DSIM_ETIMEDOUT ? 1 : 2;
+}
+
 /* Records the calling worker's failure (the first one wins, except that a
- * root cause replaces an abort it caused) and aborts the job. */
+ * more direct cause replaces an abort or a timeout it caused) and aborts
+ * the job. */
 static void train_fail(train_job *job, const char *who, int index, int rank)
 {
     dsim_error err;
@@ -279,7 +289,7 @@ static void train_fail(train_job *job, const char *who, int index, int rank)
     msg[sizeof err.msg - 1] = '\0'; /* a long message loses its tail */
     memcpy(err.msg, msg, sizeof err.msg);
     dsim_waitq_lock(job->lock);
-    if (!job->failed || (job->err.code == DSIM_EABORTED && err.code != DSIM_EABORTED)) {
+    if (!job->failed || train_err_rank(err.code) > train_err_rank(job->err.code)) {
         job->failed = 1;
         job->err = err;
     }

@@ -184,7 +184,7 @@ static void tp_fail_gap(dsim_req *r, const tp_msg *g)
     tp_req_failf(r, g->src,
                  "lost %" PRIu64 " message(s) from rank %d (comm %" PRIu32
                  ") sent before its message with tag %" PRIu32 ": expected sequence number %" PRIu64
-                 ", got %" PRIu64 "; the link to rank %d drops messages",
+                 ", got %" PRIu64 "; the link from rank %d drops messages",
                  g->seq_got - g->seq_expected, g->src, g->comm_id, g->tag, g->seq_expected,
                  g->seq_got, g->src);
 }

@@ -602,6 +602,20 @@ static dsim_err ps_serve(dsim_server_ctx *srv, int client)
         if (e == DSIM_OK)
             e = dsim_wait(rs, dsim_rt_deadline(srv->rt, srv->timeout_ns), NULL);
     }
+    if (e != DSIM_OK && srv->shape.ps_mode == DSIM_PS_ASYNC) {
+        /* Asynchronous training goes on without a replica that stopped
+         * talking (TF's coordinator tolerates a lost worker): it counts as
+         * done, so the others' DONE is answered. Whether its silence fails
+         * the job is the driver's call (a killed replica does not). */
+        ps_server *p = srv->priv;
+        dsim_waitq_lock(srv->lock);
+        if (!p->done_from[client]) {
+            p->done_from[client] = 1;
+            p->done++;
+            dsim_waitq_wake(srv->lock);
+        }
+        dsim_waitq_unlock(srv->lock);
+    }
     free(req);
     free(rep);
     return e;
