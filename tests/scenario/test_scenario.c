@@ -759,7 +759,7 @@ static void test_fault_detection(void **state)
     assert_false(d.warn);
     dsim_scenario_fault_detection(s, 3, &d);
     assert_int_equal(d.bound_ns, 210 * MS);
-    assert_non_null(strstr(d.text, "heals after 50ms"));
+    assert_non_null(strstr(d.text, "the partition ends after 50ms"));
     dsim_scenario_free(s);
 
     /* the collective timeout when it comes first */
