@@ -585,8 +585,14 @@ static dsim_err ps_serve(dsim_server_ctx *srv, int client)
         dsim_req *rq = NULL;
         size_t len = 0;
         e = dsim_irecv(srv->ep, client, PS_COMM, PS_TAG_REQ, req, cap, &rq);
+        /* A client that is quiet may be waiting on another server: give its
+         * own request timeouts (one timeout each) the time to fire first and
+         * name the server that failed, rather than blaming the client. */
         if (e == DSIM_OK)
-            e = dsim_wait(rq, dsim_rt_deadline(srv->rt, srv->timeout_ns), &len);
+            e = dsim_wait(rq,
+                          srv->timeout_ns < 0 ? DSIM_NO_DEADLINE
+                                              : dsim_rt_deadline(srv->rt, 2 * srv->timeout_ns),
+                          &len);
         if (e != DSIM_OK) {
             e = DSIM_ERR(e, client,
                          "parameter server %d: waiting for replica %d's next request: %s",
