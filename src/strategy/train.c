@@ -241,6 +241,14 @@ struct train_job {
     dsim_train_result *res;
 };
 
+/* Does this process host rank r? */
+static bool train_local(const train_job *job, int r)
+{
+    const dsim_train_cfg *cfg = job->cfg;
+    return cfg->local_count <= 0 ||
+           (r >= cfg->local_first && r < cfg->local_first + cfg->local_count);
+}
+
 static void *train_aligned_zalloc(size_t n)
 {
     if (n == 0)
@@ -759,6 +767,12 @@ static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
                         "retries >= 0",
                         (long long)cfg->health_interval_ns, (long long)cfg->health_timeout_ns,
                         cfg->health_retries);
+    long long ranks = (long long)cfg->hosts * cfg->devices_per_host + cfg->num_ps;
+    if (cfg->local_count < 0 || cfg->local_first < 0 ||
+        (cfg->local_count > 0 && cfg->local_first + (long long)cfg->local_count > ranks))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: the local ranks [%d, %d) are not within the job's %lld ranks",
+                        cfg->local_first, cfg->local_first + cfg->local_count, ranks);
     if (cfg->hooks && cfg->hooks->size != sizeof(dsim_train_hooks))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: hooks.size is %zu; set it to sizeof(dsim_train_hooks) (%zu)",
@@ -959,6 +973,8 @@ static dsim_err train_start_health(train_job *job)
         train_health *th = &job->health[w];
         th->job = job;
         th->worker = w;
+        if (!train_local(job, w * D))
+            continue;
         dsim_health_cfg hc = {
             .ep = job->eps[w * D],
             .worker = w,
@@ -1011,9 +1027,12 @@ static dsim_err train_open_world(train_job *job)
     if (!job->eps || !job->world || !job->ctl || !job->reps || !job->srvs || !job->handlers)
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for %d ranks", N + P);
     for (int r = 0; r < N + P; r++)
-        DSIM_CHECK(dsim_ep_open(job->fab, r, &job->eps[r]));
+        if (train_local(job, r))
+            DSIM_CHECK(dsim_ep_open(job->fab, r, &job->eps[r]));
     const struct dsim_strategy_ops *ops = job->strat->ops;
     for (int r = 0; r < N; r++) {
+        if (!train_local(job, r))
+            continue;
         dsim_comm_cfg cc = {
             .ep = job->eps[r],
             .size = N,
@@ -1126,6 +1145,8 @@ static dsim_err train_run_workers(train_job *job)
     int N = job->N, P = job->P;
     dsim_err e = DSIM_OK;
     for (int s = 0; s < P && e == DSIM_OK; s++) {
+        if (!train_local(job, N + s))
+            continue;
         e = dsim_strategy_server_init(job->strat, &job->srvs[s].ctx);
         job->srvs[s].inited = 1;
     }
@@ -1135,12 +1156,16 @@ static dsim_err train_run_workers(train_job *job)
         for (int c = 0; c < N && e == DSIM_OK; c++) {
             train_handler *h = &job->handlers[s * N + c];
             *h = (train_handler){.job = job, .server = s, .client = c};
+            if (!train_local(job, N + s))
+                continue;
             e = dsim_rt_spawn(job->rt, N + s * N + c, train_handler_main, h, &h->task);
             if (e == DSIM_OK)
                 spawned_h++;
         }
     }
     for (int r = 0; r < N && e == DSIM_OK; r++) {
+        if (!train_local(job, r))
+            continue;
         e = dsim_rt_spawn(job->rt, r, train_replica_main, &job->reps[r], &job->reps[r].task);
         if (e == DSIM_OK)
             spawned_r++;
@@ -1154,10 +1179,14 @@ static dsim_err train_run_workers(train_job *job)
         train_wake_servers(job);
         dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s", saved.msg);
     }
-    for (int r = 0; r < spawned_r; r++)
-        dsim_rt_join(job->rt, job->reps[r].task);
-    for (int i = 0; i < spawned_h; i++)
-        dsim_rt_join(job->rt, job->handlers[i].task);
+    (void)spawned_r;
+    (void)spawned_h;
+    for (int r = 0; r < N; r++)
+        if (job->reps[r].task)
+            dsim_rt_join(job->rt, job->reps[r].task);
+    for (int i = 0; i < P * N; i++)
+        if (job->handlers[i].task)
+            dsim_rt_join(job->rt, job->handlers[i].task);
     return e;
 }
 
@@ -1184,21 +1213,24 @@ static void train_collect(train_job *job)
     /* A killed replica's variables stop where it died: the job's are the
      * first survivor's, and only survivors are compared. */
     int first = 0;
-    while (first < N - 1 && job->reps[first].killed)
+    while (first < N - 1 && (job->reps[first].killed || !train_local(job, first)))
         first++;
-    memcpy(res->params, job->reps[first].final, P * sizeof(float));
+    /* A server's process has no replica: the replicas' results are elsewhere. */
+    bool any = train_local(job, first);
+    if (any)
+        memcpy(res->params, job->reps[first].final, P * sizeof(float));
     res->replicas_agree = true;
-    for (int r = first + 1; r < N; r++)
-        if (!job->reps[r].killed &&
+    for (int r = first + 1; any && r < N; r++)
+        if (train_local(job, r) && !job->reps[r].killed &&
             memcmp(job->reps[r].final, job->reps[first].final, P * sizeof(float)) != 0)
             res->replicas_agree = false;
     res->in_sync_every_step = true;
-    for (size_t k = 0; k < res->steps; k++)
+    for (size_t k = 0; any && k < res->steps; k++)
         for (int r = first + 1; r < N; r++)
-            if (!job->reps[r].killed &&
+            if (train_local(job, r) && !job->reps[r].killed &&
                 res->checksum[k * (size_t)N + (size_t)r] != res->checksum[k * (size_t)N + first])
                 res->in_sync_every_step = false;
-    res->final_loss = dsim_train_mean_loss(&job->su, res->params);
+    res->final_loss = any ? dsim_train_mean_loss(&job->su, res->params) : NAN;
     for (int r = 0; r < N; r++) {
         res->checkpoint_writes[r] = job->reps[r].ckpt_writes;
         res->checkpoints_written += job->reps[r].ckpt_writes;

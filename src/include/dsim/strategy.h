@@ -204,6 +204,15 @@ typedef struct dsim_train_cfg {
     const char *transport_options;
     const struct dsim_tp_filter *transport_filter;
     void *transport_filter_user;
+    /* The ranks this process hosts: [local_first, local_first + local_count)
+     * of the job's replicas (0..R-1, worker w = wD..wD+D-1) and servers
+     * (R..R+P-1); local_count 0: all of them (one process). A job spread over
+     * processes (one per worker or server, the `processes` engine or real
+     * machines) runs dsim_train in each with its own range over a transport
+     * that reaches the others (tcp); each fills only its ranks' part of the
+     * result. */
+    int local_first;
+    int local_count;
     const dsim_train_hooks *hooks; /* optional */
     void *hooks_user;
 
