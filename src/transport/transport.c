@@ -271,6 +271,7 @@ static void tp_ep_free(dsim_ep *ep)
     tp_map_free(&ep->recv_epoch);
     tp_map_free(&ep->send_seq);
     tp_map_free(&ep->send_epoch);
+    tp_lost_free(ep);
     if (ep->lock)
         dsim_waitq_destroy(ep->lock);
     if (ep->slock)
