@@ -119,6 +119,11 @@ dsim_err dsim_transport_register(const struct dsim_tp_ops *ops);
 
 /* The built-in backends. */
 extern const struct dsim_tp_ops dsim_tp_inproc_ops;
+/* tcp: sockets, in one process (every rank local, 127.0.0.1) or across
+ * processes and machines. Options: addrs=HOST:PORT;HOST:PORT;... or
+ * addrs_file=PATH (one address per rank), local=A-B (the ranks this process
+ * hosts), connect_timeout=30s, io_threads=1, max_frame=1g; see tcp.c. */
+extern const struct dsim_tp_ops dsim_tp_tcp_ops;
 
 /* Backend state and context. */
 void *dsim_tp_fabric_priv(dsim_fabric *f);
