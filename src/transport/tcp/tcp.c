@@ -29,7 +29,7 @@
  * peers may start in any order) and carrying src's frames to dst in send
  * order; dst writes back only its handshake reply and control frames. A
  * connect that fails is retried with exponential backoff (1 ms doubling to
- * 256 ms) until connect_timeout has passed since the first try; the sends
+ * 128 ms) until connect_timeout has passed since the first try; the sends
  * queued meanwhile wait, and those whose wait runs out first are withdrawn.
  * The connecting side sends a 24-byte hello (magic "DSTH", version, from
  * rank, to rank, nranks, CRC32C of the rest) and waits for the same-sized
@@ -125,7 +125,7 @@
 #define TCP_EVENTS        64
 #define TCP_MS            1000000LL
 #define TCP_BACKOFF_MIN   (1 * TCP_MS)
-#define TCP_BACKOFF_MAX   (256 * TCP_MS)
+#define TCP_BACKOFF_MAX   (128 * TCP_MS)
 #define TCP_TIMEOUT_DEF   (30000 * TCP_MS)
 #define TCP_MAX_FRAME_DEF ((size_t)1 << 30)
 #define TCP_MAX_LOOPS     64
@@ -825,6 +825,17 @@ static void tcp_close_fd_locked(tcp_conn *c)
     c->want_out = 0;
 }
 
+static void tcp_give_up_locked(tcp_conn *c, const char *last, tcp_after *a)
+{
+    tcp_kill_locked(c, DSIM_EPEER, a,
+                    "could not connect rank %d to peer %d at %s within %lld ms (%d attempts; last "
+                    "error: %s); is it running and listening there?",
+                    c->local, c->peer, c->where, tcp_ms(c->lp->tf->connect_timeout), c->attempts,
+                    last);
+}
+
+/* The attempt failed: another after the backoff, none from connect_timeout
+ * on (the service gives up then). */
 static void tcp_retry_locked(tcp_loop *lp, tcp_conn *c, int err, int64_t now, tcp_after *a)
 {
     tcp_fabric *tf = lp->tf;
@@ -838,11 +849,7 @@ static void tcp_retry_locked(tcp_loop *lp, tcp_conn *c, int err, int64_t now, tc
     }
     int64_t end = c->t_start + tf->connect_timeout;
     if (now >= end) {
-        tcp_kill_locked(c, DSIM_EPEER, a,
-                        "could not connect rank %d to peer %d at %s within %lld ms (%d attempts; "
-                        "last error: %s); is it running and listening there?",
-                        c->local, c->peer, c->where, tcp_ms(tf->connect_timeout), c->attempts,
-                        tcp_errstr(err));
+        tcp_give_up_locked(c, tcp_errstr(err), a);
         return;
     }
     c->t_next = now + c->backoff < end ? now + c->backoff : end;
@@ -1470,20 +1477,23 @@ static int tcp_service(tcp_loop *lp)
     for (tcp_link *l = lp->conns.next, *ln; l != &lp->conns; l = ln) {
         ln = l->next;
         tcp_conn *c = TCP_OF(l, tcp_conn, link);
-        if (c->state == TCP_IDLE && c->t_next <= now)
+        if (c->state == TCP_IDLE && now >= c->t_start + tf->connect_timeout)
+            tcp_give_up_locked(c, tcp_errstr(c->last_errno), &a);
+        else if (c->state == TCP_IDLE && c->t_next <= now)
             tcp_connect_locked(lp, c, now, &a);
         if (c->state == TCP_IDLE) {
             next = tcp_min(next, c->t_next);
         } else if (c->state == TCP_CONNECTING || c->state == TCP_HELLO) {
             if (now < c->deadline) {
                 next = tcp_min(next, c->deadline);
+            } else if (c->kind == TCP_OUT && c->state == TCP_CONNECTING) {
+                tcp_give_up_locked(c, "the connect did not finish", &a);
             } else if (c->kind == TCP_OUT) {
                 tcp_kill_locked(c, DSIM_EPEER, &a,
-                                "could not reach peer %d at %s from rank %d within %lld ms: %s; "
-                                "is it running, and is it a dsim tcp endpoint?",
-                                c->peer, c->where, c->local, tcp_ms(tf->connect_timeout),
-                                c->state == TCP_CONNECTING ? "the connect did not finish"
-                                                           : "no reply to the handshake");
+                                "peer %d at %s took rank %d's connection but sent no reply to the "
+                                "handshake within %lld ms; is a dsim tcp endpoint listening "
+                                "there?",
+                                c->peer, c->where, c->local, tcp_ms(tf->connect_timeout));
             } else {
                 dsim_warn("tcp: rank %d dropped a connection from %s that sent no handshake "
                           "within %lld ms",
@@ -1821,14 +1831,13 @@ static dsim_err tcp_addrs_distinct(tcp_fabric *tf)
 static dsim_err tcp_addrs_list(tcp_fabric *tf, const char *list)
 {
     int count = 0;
-    for (const char *p = list; *p; count++) {
+    for (const char *p = list; *p;) {
         const char *end = strchr(p, ';');
+        count++;
         if (!end)
             break;
         p = end + 1; /* a trailing ';' ends the list */
     }
-    if (*list && count == 0)
-        count = 1;
     if (count != tf->nranks)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "tcp option addrs has %d %s but the fabric has %d ranks; give one "
