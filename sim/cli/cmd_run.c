@@ -55,7 +55,7 @@ void cmd_run_help(FILE *out)
             "saying what to look at. 'dsim list checks' shows every check's thresholds.\n"
             "\n"
             "  --engine E        override the scenario's engine: threads, processes, sim\n"
-            "                    (this build runs threads)\n"
+            "                    (this build runs threads and processes)\n"
             "  --seed N          override the scenario's seed (0 .. 2^64-1): model init,\n"
             "                    data and shuffling\n"
             "  --db PATH         the results store (default %s in the working directory)\n"
@@ -292,10 +292,10 @@ static int run_load(const run_opts *o, run_item *it)
         fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
         return 2;
     }
-    if (o->engine && strcmp(o->engine, "threads") != 0) {
+    if (o->engine && strcmp(o->engine, "threads") != 0 && strcmp(o->engine, "processes") != 0) {
         fprintf(stderr,
                 "dsim run: %s: --engine %s is not supported by this build yet (accepted: "
-                "threads)\n",
+                "threads, processes)\n",
                 it->file, o->engine);
         return 2;
     }

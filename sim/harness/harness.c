@@ -21,6 +21,7 @@
 #include "dsim/dataset.h"
 #include "dsim/health.h"
 #include "fault/fault.h"
+#include "recovery.h"
 #include "harness.h"
 
 /* ---- the guard: store calls against a process that is going down ---- */
@@ -148,9 +149,10 @@ static const char *h_engine(const dsim_scenario *s)
 static dsim_err h_check(const dsim_scenario *s)
 {
     const char *eng = h_engine(s);
-    if (strcmp(eng, "threads") != 0)
+    if (strcmp(eng, "threads") != 0 && strcmp(eng, "processes") != 0)
         return DSIM_ERR(DSIM_ENOTSUP, -1,
-                        "%s: engine %s is not supported by this build yet (accepted: threads)",
+                        "%s: engine %s is not supported by this build yet (accepted: threads, "
+                        "processes)",
                         s->path ? s->path : "(scenario)", eng);
     DSIM_CHECK(dsim_scenario_runnable(s));
     if (s->train.plugin_path &&
@@ -348,10 +350,16 @@ static bool h_expects(const dsim_scenario *s, const char *check)
 /* What the settings guarantee after a node is lost (dsim/health.h); the
  * health check runs only in jobs of two or more workers without parameter
  * servers. 0 when nothing bounds it. */
-static int64_t h_detection_bound(const dsim_scenario *s)
+static int64_t h_detection_bound(const dsim_scenario *s, const dsim_train_result *broken,
+                                 int lost)
 {
     const dsim_train_cfg *t = &s->train;
-    int64_t b = t->hosts >= 2 && t->num_ps == 0
+    /* The health check starts once the job is up (TF starts it once the
+     * cluster has formed): a node lost before then is found by the
+     * collective timeout alone. */
+    bool up = !broken || !broken->replicas || lost < 0 || lost >= broken->num_replicas ||
+              broken->replicas[lost].phase > DSIM_PHASE_CREATE_VARIABLES;
+    int64_t b = up && t->hosts >= 2 && t->num_ps == 0
                     ? dsim_detection_bound(t->timeout_ns, t->health_interval_ns,
                                            t->health_timeout_ns, t->health_retries)
                     : dsim_detection_bound_timeout(t->timeout_ns);
@@ -418,7 +426,9 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
     memset(&ref, 0, sizeof ref);
     bool have_ref = false;
     /* Faults or recovery: the job runs under sim/fault, restarts included. */
-    bool faulty = s->n_faults > 0 || (s->recovery && strcmp(s->recovery, "restart") == 0);
+    bool processes = cfg.engine && strcmp(cfg.engine, "processes") == 0;
+    bool faulty = processes || s->n_faults > 0 ||
+                  (s->recovery && strcmp(s->recovery, "restart") == 0);
     dsim_recovery_run rr;
     memset(&rr, 0, sizeof rr);
     dsim_check_faults cf;
@@ -433,6 +443,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
             .restart = restart,
             .max_restarts = s->max_restarts,
             .want_clean = restart && h_expects(s, "node_loss"),
+            .processes = processes,
         };
         dsim_err fe = dsim_recovery_run_job(&cfg, &ro, &rr);
         if (fe != DSIM_OK) {
@@ -450,7 +461,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
                 .broken_err = rr.has_broken ? rr.broken_err : rr.err,
                 .lost_rank = rr.lost_rank,
                 .t_loss = rr.t_loss,
-                .bound_ns = h_detection_bound(s),
+                .bound_ns = h_detection_bound(s, b, rr.lost_rank),
                 .restarts = rr.restarts,
                 .recovery = restart,
                 .clean = rr.has_clean && rr.clean_err == DSIM_OK ? &rr.clean : NULL,
@@ -465,7 +476,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
     }
     int64_t t_end = h_now_ns();
     out->restarts = rr.restarts;
-    if (faulty) {
+    if (faulty && s->n_faults) {
         const dsim_faults_stats *fst = &rr.stats;
         snprintf(out->fault_summary, sizeof out->fault_summary,
                  "faults: %llu fired; of %llu messages %llu lost, %llu retransmitted, %llu held "

@@ -186,6 +186,7 @@ typedef struct train_replica {
     uint64_t preempted_at; /* global steps done when a preemption stopped it; 0: none */
     _Atomic int phase;     /* dsim_phase: where the replica is now */
     _Atomic uint64_t step; /* the global step it is on */
+    _Atomic int64_t t_phase; /* when it entered the phase */
     bool killed;           /* stopped by the hooks, as a killed process */
     _Atomic int dead;      /* killed by a phase hook: its worker's health check stops */
 } train_replica;
@@ -375,6 +376,7 @@ static dsim_err train_enter(train_replica *rp, dsim_phase p, uint64_t gs)
 {
     atomic_store_explicit(&rp->phase, (int)p, memory_order_relaxed);
     atomic_store_explicit(&rp->step, gs, memory_order_relaxed);
+    atomic_store_explicit(&rp->t_phase, dsim_rt_now(rp->job->rt), memory_order_relaxed);
     const dsim_train_cfg *cfg = rp->job->cfg;
     const dsim_train_hooks *h = cfg->hooks;
     if (h && h->phase && h->phase(cfg->hooks_user, rp->index, p, gs) == DSIM_HOOK_DIE) {
@@ -599,6 +601,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
                 .checksum = cks,
                 .t_start = t0,
                 .t_end = t1,
+                .ids = b->ids,
             };
             cfg->observer(&info, cfg->observer_user);
         }
@@ -664,6 +667,7 @@ static void train_replica_main(void *arg)
         rp->killed = true;
     end->phase = (dsim_phase)atomic_load_explicit(&rp->phase, memory_order_relaxed);
     end->global_step = atomic_load_explicit(&rp->step, memory_order_relaxed);
+    end->t_phase = atomic_load_explicit(&rp->t_phase, memory_order_relaxed);
     end->killed = rp->killed;
     end->t_end = dsim_rt_now(job->rt);
     if (inited && rp->ctx.params)

@@ -14,6 +14,7 @@
 
 #include "dsim/strategy.h"
 #include "fault/fault.h"
+#include "harness/recovery.h"
 #include "strat_common.h"
 
 #define MS (1000LL * 1000)

@@ -148,6 +148,7 @@ typedef struct dsim_train_replica_end {
     bool killed;          /* stopped by DSIM_HOOK_DIE / hooks->killed */
     dsim_err status;      /* DSIM_OK, or the error it returned with */
     int64_t t_end;        /* dsim_rt_now when it returned */
+    int64_t t_phase;      /* dsim_rt_now when it entered that last phase */
     uint64_t steps_done;  /* steps it completed (observer called) in this run */
     uint64_t end_checksum; /* dsim_params_checksum of its variables when it returned
                               (0 if it never had variables) */
@@ -166,6 +167,8 @@ typedef struct dsim_train_step_info {
                                strategy does not reduce, as async parameter servers) */
     uint64_t checksum;      /* dsim_params_checksum of the replica's variables after the step */
     int64_t t_start, t_end; /* dsim_rt_now at the step's start and end */
+    const uint64_t *ids;    /* the example ids of this replica's batch (examples of
+                               them), valid during the call */
 } dsim_train_step_info;
 
 /* Called on the replica's own worker thread, concurrently for different

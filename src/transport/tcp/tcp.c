@@ -22,6 +22,11 @@
  *                      are dealt to them round robin.
  *   max_frame=BYTES    the largest message (default 1g; k/m/g suffixes); a
  *                      frame that claims more is corrupt, a larger send fails.
+ *   listen_fds=FD;FD   sockets already bound and listening, one per local
+ *                      rank in rank order, to use instead of binding (a
+ *                      parent that forks the processes of a job binds every
+ *                      rank's port first, so no port is ever raced for);
+ *                      their addresses in addrs= are the bound ones.
  * Without addrs every rank is local and listens on 127.0.0.1, any free port.
  *
  * Connections. One per ordered pair (src, dst), opened by src at its first
@@ -88,6 +93,7 @@
  * and completing requests happen without it. Only the loop closes sockets. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -1518,8 +1524,12 @@ static void *tcp_loop_main(void *arg)
 
 /* ---- options ---- */
 
+#define TCP_MAX_FDS 1024
+
 typedef struct tcp_opts {
     char *addrs, *addrs_file;
+    int fds[TCP_MAX_FDS];
+    int n_fds;
     int have_local, lo, hi;
     int64_t connect_timeout;
     long io_threads;
@@ -1528,7 +1538,7 @@ typedef struct tcp_opts {
 
 #define TCP_KNOWN                                                                                  \
     "addrs=HOST:PORT;..., addrs_file=PATH, local=A-B, connect_timeout=30s, io_threads=N, "         \
-    "max_frame=BYTES"
+    "max_frame=BYTES, listen_fds=FD;FD;..."
 
 static dsim_err tcp_opt_duration(const char *key, const char *val, int64_t *out)
 {
@@ -1621,6 +1631,21 @@ static dsim_err tcp_parse_opts(tcp_fabric *tf, const char *options, tcp_opts *o)
                 e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory reading the tcp options");
         } else if (strcmp(key, "local") == 0) {
             e = tcp_opt_local(tf, val, o);
+        } else if (strcmp(key, "listen_fds") == 0) {
+            o->n_fds = 0;
+            for (const char *p = val; e == DSIM_OK && *p;) {
+                int fd = -1;
+                if (o->n_fds == TCP_MAX_FDS || tcp_parse_rank(p, &p, &fd) != 0 ||
+                    (*p && *p != ';'))
+                    e = DSIM_ERR(DSIM_EINVAL, -1,
+                                 "tcp option listen_fds=%s: expected file descriptors separated "
+                                 "by ';', one per local rank",
+                                 val);
+                else
+                    o->fds[o->n_fds++] = fd;
+                if (*p == ';')
+                    p++;
+            }
         } else if (strcmp(key, "connect_timeout") == 0) {
             e = tcp_opt_duration(key, val, &o->connect_timeout);
         } else if (strcmp(key, "io_threads") == 0) {
@@ -1893,9 +1918,31 @@ static void tcp_teardown(tcp_fabric *tf)
     tf->addrs = NULL;
 }
 
-static dsim_err tcp_listen(tcp_fabric *tf, tcp_local *lc)
+static dsim_err tcp_listen(tcp_fabric *tf, tcp_local *lc, int given)
 {
     tcp_addr *a = &tf->addrs[lc->rank];
+    if (given >= 0) {
+        int acc = 0;
+        socklen_t al = sizeof acc;
+        if (getsockopt(given, SOL_SOCKET, SO_ACCEPTCONN, &acc, &al) != 0 || !acc)
+            return DSIM_ERR(DSIM_EINVAL, lc->rank,
+                            "tcp: listen_fds gives rank %d the descriptor %d, which is not a "
+                            "listening socket",
+                            lc->rank, given);
+        int fl = fcntl(given, F_GETFL);
+        if (fl < 0 || fcntl(given, F_SETFL, fl | O_NONBLOCK) != 0 ||
+            fcntl(given, F_SETFD, FD_CLOEXEC) != 0)
+            return DSIM_ERR(DSIM_EIO, lc->rank, "tcp: rank %d: descriptor %d: %s", lc->rank,
+                            given, strerror(errno));
+        socklen_t sl = sizeof a->ss;
+        if (getsockname(given, (struct sockaddr *)&a->ss, &sl) != 0)
+            return DSIM_ERR(DSIM_EIO, lc->rank, "tcp: rank %d: getsockname failed: %s", lc->rank,
+                            strerror(errno));
+        a->len = sl;
+        tcp_sockaddr_txt((struct sockaddr *)&a->ss, sl, a->txt, sizeof a->txt);
+        lc->lsn_fd = given;
+        return DSIM_OK;
+    }
     int fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return DSIM_ERR(DSIM_EIO, lc->rank, "tcp: rank %d cannot create a socket: %s", lc->rank,
@@ -1955,6 +2002,13 @@ static dsim_err tcp_fabric_open(dsim_fabric *f, const char *options)
         goto out;
     }
     int nlocal = tf->hi - tf->lo + 1;
+    if (o.n_fds && o.n_fds != nlocal) {
+        e = DSIM_ERR(DSIM_EINVAL, -1,
+                     "tcp option listen_fds gives %d descriptor(s) for %d local rank(s) (%d-%d); "
+                     "give one per local rank",
+                     o.n_fds, nlocal, tf->lo, tf->hi);
+        goto out;
+    }
     int nloops = o.io_threads < nlocal ? (int)o.io_threads : nlocal;
     tf->addrs = calloc((size_t)tf->nranks, sizeof *tf->addrs);
     tf->locals = calloc((size_t)nlocal, sizeof *tf->locals);
@@ -2003,7 +2057,7 @@ static dsim_err tcp_fabric_open(dsim_fabric *f, const char *options)
         if (!lc->out || !lc->in || !lc->lost)
             e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory opening a %d-rank tcp fabric", tf->nranks);
         else
-            e = tcp_listen(tf, lc);
+            e = tcp_listen(tf, lc, o.n_fds ? o.fds[r - tf->lo] : -1);
     }
     for (int i = 0; i < tf->nloops && e == DSIM_OK; i++) {
         tcp_loop *lp = &tf->loops[i];
