@@ -99,8 +99,8 @@ static void copy_file(const char *from, const char *to)
 /* What one lifetime saw. */
 typedef struct lt {
     const char *path;
-    int calls;        /* store calls made */
-    dsim_err first;   /* the first failure a call returned */
+    int calls;      /* store calls made */
+    dsim_err first; /* the first failure a call returned */
     int first_call;
     char first_what[64];
     char first_msg[512];
@@ -164,13 +164,14 @@ static void lifetime(lt *l)
             if (ok)
                 l->accepted++;
         }
-        ok = ok && lt_ok(l, dsim_store_event(st, l->run, 1, 5, DSIM_EVENT_CHECKPOINT, "{}"),
-                         "event");
-        ok = ok && lt_ok(l, dsim_store_check(st, l->run, "gradient_consistency", true, 0.0, 1e-4,
-                                             "every replica agrees"),
+        ok = ok &&
+             lt_ok(l, dsim_store_event(st, l->run, 1, 5, DSIM_EVENT_CHECKPOINT, "{}"), "event");
+        ok = ok && lt_ok(l,
+                         dsim_store_check(st, l->run, "gradient_consistency", true, 0.0, 1e-4,
+                                          "every replica agrees"),
                          "check");
-        ok = ok && lt_ok(l, dsim_store_metric(st, l->run, "steps_per_s", 10.0, "1/s", -1),
-                         "metric");
+        ok =
+            ok && lt_ok(l, dsim_store_metric(st, l->run, "steps_per_s", 10.0, "1/s", -1), "metric");
         if (ok && lt_ok(l, dsim_store_end_run(st, l->run, DSIM_RUN_PASSED, NULL, 0), "end_run")) {
             l->ended = true;
             l->confirmed = l->accepted;
@@ -188,10 +189,11 @@ static void assert_base_whole(sqlite3 *db)
 {
     char buf[64];
     assert_string_equal(su_text(db, buf, sizeof buf, "PRAGMA integrity_check"), "ok");
-    assert_string_equal(su_text(db, buf, sizeof buf, "SELECT status FROM runs WHERE scenario = 'A'"),
-                        "passed");
-    assert_int_equal(su_int(db, "SELECT count(*) FROM steps JOIN runs ON runs.id = run_id WHERE "
-                                "scenario = 'A' AND checksum = 1000 + step AND loss = 100.0 - step"),
+    assert_string_equal(
+        su_text(db, buf, sizeof buf, "SELECT status FROM runs WHERE scenario = 'A'"), "passed");
+    assert_int_equal(su_int(db,
+                            "SELECT count(*) FROM steps JOIN runs ON runs.id = run_id WHERE "
+                            "scenario = 'A' AND checksum = 1000 + step AND loss = 100.0 - step"),
                      3);
     assert_int_equal(su_int(db, "SELECT count(*) FROM events JOIN runs ON runs.id = run_id WHERE "
                                 "scenario = 'A'"),
@@ -213,8 +215,8 @@ static void check_after(const lt *l, int k)
         assert_int_equal(nb, 0);
     } else {
         assert_int_equal(nb, 1);
-        const char *status = su_text(db, buf, sizeof buf,
-                                     "SELECT status FROM runs WHERE id = %lld", (long long)l->run);
+        const char *status = su_text(db, buf, sizeof buf, "SELECT status FROM runs WHERE id = %lld",
+                                     (long long)l->run);
         if (strcmp(status, l->ended ? "passed" : "unfinished") != 0)
             fail_msg("write %d failed (%s: %s): run B is '%s' after close, expected '%s'", k,
                      l->first_what, l->first_msg, status, l->ended ? "passed" : "unfinished");
@@ -230,12 +232,12 @@ static void check_after(const lt *l, int k)
                                 (long long)l->run, NREP),
                          n);
         if (l->ended) {
-            assert_int_equal(su_int(db, "SELECT count(*) FROM replicas WHERE run_id = %lld",
-                                    (long long)l->run),
-                             NREP);
-            assert_int_equal(su_int(db, "SELECT count(*) FROM metrics WHERE run_id = %lld",
-                                    (long long)l->run),
-                             1);
+            assert_int_equal(
+                su_int(db, "SELECT count(*) FROM replicas WHERE run_id = %lld", (long long)l->run),
+                NREP);
+            assert_int_equal(
+                su_int(db, "SELECT count(*) FROM metrics WHERE run_id = %lld", (long long)l->run),
+                1);
         }
     }
     sqlite3_close(db);
@@ -245,8 +247,8 @@ static void check_after(const lt *l, int k)
     assert_int_equal(dsim_store_open(l->path, &st), DSIM_OK);
     assert_int_equal(dsim_store_close(st), DSIM_OK);
     db = su_open(l->path);
-    assert_string_equal(su_text(db, buf, sizeof buf, "SELECT status FROM runs WHERE scenario = 'C'"),
-                        "unfinished");
+    assert_string_equal(
+        su_text(db, buf, sizeof buf, "SELECT status FROM runs WHERE scenario = 'C'"), "unfinished");
     assert_int_equal(su_int(db, "SELECT count(*) FROM runs WHERE status = 'running'"), 0);
     assert_base_whole(db);
     sqlite3_close(db);
@@ -279,9 +281,9 @@ static void test_store_write_loop(void **state)
             assert_int_equal(fl_calls(), k - 1);
             check_after(&l, k);
             sqlite3 *db = su_open(path);
-            assert_int_equal(su_int(db, "SELECT count(*) FROM steps WHERE run_id = %lld",
-                                    (long long)l.run),
-                             FLUSHED_STEPS + BURST_STEPS);
+            assert_int_equal(
+                su_int(db, "SELECT count(*) FROM steps WHERE run_id = %lld", (long long)l.run),
+                FLUSHED_STEPS + BURST_STEPS);
             sqlite3_close(db);
             break;
         }
