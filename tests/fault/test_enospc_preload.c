@@ -11,11 +11,19 @@
  * threads-engine run the only write(2) is the checkpoint's. The run found
  * in the store afterwards is the proof.
  *
+ * Under AddressSanitizer (the sanitizer build) the preload cannot come
+ * before the sanitizer's runtime: fiu's malloc wrapper would run before
+ * the runtime is set up. fiu-run sets LD_PRELOAD itself, so there the test
+ * makes fiu-run's environment itself (the libraries fiu-run -n names, after
+ * the runtime this test was loaded with) and runs dsim directly; either way
+ * LeakSanitizer is told that fiu_run_preload.so keeps a string for good.
+ *
  * argv[1]: the dsim executable; argv[2]: fiu-run (empty or missing: skip,
  * 77). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,6 +40,51 @@
 
 static const char *pl_dsim, *pl_fiu_run;
 static char pl_dir[256];
+
+#define PL_ENABLE "enable name=posix/io/rw/write,failinfo=28"
+
+/* The AddressSanitizer runtime this process was loaded with, if any. */
+static char pl_asan[1024];
+
+static int pl_find_asan(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    if (info->dlpi_name && strstr(info->dlpi_name, "libasan.so")) {
+        snprintf(pl_asan, sizeof pl_asan, "%s", info->dlpi_name);
+        return 1;
+    }
+    return 0;
+}
+
+/* The libraries fiu-run -x preloads, as its dry run (-n) prints them. */
+static void pl_fiu_preloads(char *buf, size_t cap)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "'%s' -n -x -f '' -c '%s' true", pl_fiu_run, PL_ENABLE);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char line[1024];
+    buf[0] = '\0';
+    while (fgets(line, sizeof line, p)) {
+        const char *v = strstr(line, "LD_PRELOAD=\"");
+        if (v) {
+            v += strlen("LD_PRELOAD=\"");
+            snprintf(buf, cap, "%.*s", (int)strcspn(v, "\""), v);
+        }
+    }
+    pclose(p);
+    if (!buf[0])
+        fail_msg("%s -n did not say what it preloads", pl_fiu_run);
+}
+
+static void pl_append_env(const char *name, const char *item)
+{
+    const char *old = getenv(name);
+    char v[2048];
+    snprintf(v, sizeof v, "%s%s%s", old ? old : "", old && *old ? ":" : "", item);
+    setenv(name, v, 1);
+}
 
 #define PL_SCENARIO                                                                                \
     "name: enospc\n"                                                                               \
@@ -76,21 +129,18 @@ static int pl_run(char *const *argv, char **out)
             _exit(126);
         dup2(o, STDOUT_FILENO);
         dup2(o, STDERR_FILENO);
-        /* The preload comes before a sanitizer's runtime in the library
-         * list; tell AddressSanitizer that is intended. */
-        const char *asan = getenv("ASAN_OPTIONS");
-        char opts[1024];
-        snprintf(opts, sizeof opts, "%s%sverify_asan_link_order=0", asan ? asan : "",
-                 asan && *asan ? ":" : "");
-        setenv("ASAN_OPTIONS", opts, 1);
+        pl_append_env("LSAN_OPTIONS", "suppressions=lsan.supp");
         execv(argv[0], argv);
         _exit(127);
     }
     int st = 0;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     *out = pl_slurp(log);
-    if (WIFSIGNALED(st))
-        fail_msg("%s died of signal %d:\n%s", argv[0], WTERMSIG(st), *out);
+    if (WIFSIGNALED(st)) {
+        printf("%s\n", *out);
+        free(*out);
+        fail_msg("%s died of signal %d", argv[0], WTERMSIG(st));
+    }
     return WEXITSTATUS(st);
 }
 
@@ -133,6 +183,14 @@ static void test_enospc_on_the_checkpoint(void **state)
     pl_path(ckdir, sizeof ckdir, "ck");
     assert_int_equal(mkdir(ckdir, 0755), 0);
 
+    /* libfiu's preload keeps the enable string for good. */
+    char supp[300];
+    pl_path(supp, sizeof supp, "lsan.supp");
+    f = fopen(supp, "w");
+    assert_non_null(f);
+    fputs("leak:fiu_run_preload.so\nleak:fiu_posix_preload.so\n", f);
+    fclose(f);
+
     /* Without the preload the scenario passes and writes its checkpoint. */
     char *out = NULL;
     char *plain[] = {(char *)pl_dsim, "run", "enospc.yaml", "--db", "plain.db", NULL};
@@ -144,19 +202,25 @@ static void test_enospc_on_the_checkpoint(void **state)
     assert_int_equal(unlink(ck), 0);
 
     /* Every write(2) fails with ENOSPC. -f "": no remote-control FIFOs. */
-    char *argv[] = {(char *)pl_fiu_run,
-                    "-x",
-                    "-f",
-                    "",
-                    "-c",
-                    "enable name=posix/io/rw/write,failinfo=28",
-                    (char *)pl_dsim,
-                    "run",
-                    "enospc.yaml",
-                    "--db",
-                    "results.db",
-                    NULL};
-    rc = pl_run(argv, &out);
+    char *argv[] = {(char *)pl_fiu_run, "-x",  "-f",          "",     "-c",         PL_ENABLE,
+                    (char *)pl_dsim,    "run", "enospc.yaml", "--db", "results.db", NULL};
+    dl_iterate_phdr(pl_find_asan, NULL);
+    if (pl_asan[0]) {
+        /* What fiu-run would export, with the sanitizer's runtime first. */
+        char libs[1024], preload[2200];
+        pl_fiu_preloads(libs, sizeof libs);
+        snprintf(preload, sizeof preload, "%s %s", pl_asan, libs);
+        printf("# under AddressSanitizer: LD_PRELOAD=\"%s\" instead of fiu-run\n", preload);
+        setenv("FIU_ENABLE", PL_ENABLE, 1);
+        setenv("FIU_CTRL_FIFO", "", 1);
+        setenv("LD_PRELOAD", preload, 1);
+        rc = pl_run(argv + 6, &out);
+        unsetenv("LD_PRELOAD");
+        unsetenv("FIU_ENABLE");
+        unsetenv("FIU_CTRL_FIFO");
+    } else {
+        rc = pl_run(argv, &out);
+    }
     const char *why = strstr(out, "checkpoint:") ? strstr(out, "checkpoint:") : out;
     printf("# exit %d; %.*s\n", rc, (int)strcspn(why, "\n"), why);
     if (rc == 0)
