@@ -31,7 +31,7 @@ static inline int dsim_fiu_fires(const char *name)
  * errno or an error code), or dflt when it is 0. */
 #define DSIM_FIU_INFO(dflt) (fiu_failinfo() ? (int)(intptr_t)fiu_failinfo() : (dflt))
 #else
-#define DSIM_FIU(name)      0
+#define DSIM_FIU(name)      ((void)(name), 0)
 #define DSIM_FIU_INFO(dflt) (dflt)
 #endif
 
