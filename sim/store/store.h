@@ -16,6 +16,12 @@
  * too long by another program) is remembered: that call and every later call
  * on the store return it, with the database path and SQLite's message. What
  * was committed before stays committed; rows still queued are not written.
+ * Close still tries to mark the runs it leaves open 'unfinished'.
+ *
+ * Fault points (libfiu, dsim/fiu.h): dsim/store/open before each write that
+ * opening makes, dsim/store/write before each statement the writer or close
+ * runs (BEGIN, each row, COMMIT); one that fires stands for SQLite failing
+ * with the point's failinfo as its result code (default SQLITE_IOERR_WRITE).
  *
  * The schema is described in sim/store/SCHEMA.md. */
 #ifndef DSIM_STORE_H
@@ -50,9 +56,10 @@ typedef int64_t dsim_run_id;
  * left 'running' and that process is gone are marked 'unfinished'. */
 dsim_err dsim_store_open(const char *path, dsim_store **out);
 
-/* Commits everything queued, marks runs begun here and not ended as
- * 'unfinished', and closes. Returns the first write failure, if any; the
- * store is freed either way. NULL is a no-op. */
+/* Commits everything queued, marks runs begun here and not ended (or whose
+ * end a write failure kept from being committed) as 'unfinished', and
+ * closes. Returns the first write failure, if any; the store is freed
+ * either way. NULL is a no-op. */
 dsim_err dsim_store_close(dsim_store *st);
 
 /* Waits until every record queued before the call is committed. */

@@ -1209,6 +1209,20 @@ static void train_preempted(train_job *job)
     }
 }
 
+/* Filled for a failed run too: which checkpoints exist is what a caller
+ * needs to resume it. */
+static void train_count_checkpoints(train_job *job)
+{
+    dsim_train_result *res = job->res;
+    if (!job->reps || !res->checkpoint_writes)
+        return;
+    res->checkpoints_written = 0;
+    for (int r = 0; r < job->N; r++) {
+        res->checkpoint_writes[r] = job->reps[r].ckpt_writes;
+        res->checkpoints_written += job->reps[r].ckpt_writes;
+    }
+}
+
 static void train_collect(train_job *job)
 {
     dsim_train_result *res = job->res;
@@ -1235,10 +1249,6 @@ static void train_collect(train_job *job)
                 res->checksum[k * (size_t)N + (size_t)r] != res->checksum[k * (size_t)N + first])
                 res->in_sync_every_step = false;
     res->final_loss = any ? dsim_train_mean_loss(&job->su, res->params) : NAN;
-    for (int r = 0; r < N; r++) {
-        res->checkpoint_writes[r] = job->reps[r].ckpt_writes;
-        res->checkpoints_written += job->reps[r].ckpt_writes;
-    }
     size_t total = 0;
     for (int s = 0; s < job->P; s++)
         total += job->srvs[s].n_updates;
@@ -1333,6 +1343,7 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
         goto out_setup;
     if ((e = train_open_world(&job)) == DSIM_OK)
         e = train_run_workers(&job);
+    train_count_checkpoints(&job);
     if (e == DSIM_OK && job.failed) {
         dsim_error *er = &job.err;
         e = dsim_set_error(er->code, er->peer, er->file, er->line, "%s", er->msg);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fiu_int.h"
 #include "dsim/log.h"
 #include "tp_int.h"
 
@@ -830,6 +831,17 @@ dsim_err dsim_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const 
     dsim_fabric *f = ep->f;
     if (tp_aborted(f))
         return tp_aborted_now(f, "sending to", dst);
+    /* libfiu point (dsim/fiu.h): the send fails as on a connection that was
+     * reset, before a request exists or a sequence number is taken, so the
+     * stream to dst has no gap. */
+    if (DSIM_FIU("dsim/tp/send")) {
+        char tg[16];
+        tp_tag_str(tag, tg, sizeof tg);
+        return DSIM_ERR(DSIM_EPEER, dst,
+                        "connection to peer %d reset while rank %d was sending to it (comm "
+                        "%" PRIu32 ", tag %s): %s",
+                        dst, ep->rank, comm_id, tg, strerror(DSIM_FIU_INFO(ECONNRESET)));
+    }
     dsim_req *req = tp_req_new(ep, TP_REQ_SEND, dst, comm_id, tag);
     if (!req)
         return DSIM_ENOMEM;
