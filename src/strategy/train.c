@@ -1256,6 +1256,8 @@ static void train_collect(train_job *job)
         res->updates = malloc(total * sizeof *res->updates);
         if (res->updates) {
             for (int s = 0; s < job->P; s++) {
+                if (!job->srvs[s].n_updates)
+                    continue; /* a server of another process */
                 memcpy(res->updates + res->n_updates, job->srvs[s].updates,
                        job->srvs[s].n_updates * sizeof *res->updates);
                 res->n_updates += job->srvs[s].n_updates;
