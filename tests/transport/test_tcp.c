@@ -787,6 +787,33 @@ static void test_withdrawn_leaves_no_gap(void **state)
     tjob_close(&a);
 }
 
+/* Frames of odd sizes back to back, each read with others in one go: a
+ * reducing receive still gets its elements at an aligned address (UBSan
+ * checks the loads). */
+static void test_reduce_after_odd_frames(void **state)
+{
+    (void)state;
+    int ports[2];
+    pick_ports(2, ports);
+    tjob j;
+    tjob_open(&j, 2, 0, 1, ports, NULL);
+    for (int round = 0; round < 20; round++) {
+        uint8_t odd[7] = {1, 2, 3, 4, 5, 6, 7}, odd_in[7];
+        double x[5] = {1, 2, 3, 4, 5}, y[5] = {10, 20, 30, 40, 50};
+        dsim_req *q[4];
+        assert_int_equal(dsim_isend(j.ep[0], 1, 1, 1, odd, (size_t)(round % 7) + 1, &q[0]),
+                         DSIM_OK);
+        assert_int_equal(dsim_isend(j.ep[0], 1, 1, 2, y, sizeof y, &q[1]), DSIM_OK);
+        assert_int_equal(dsim_irecv(j.ep[1], 0, 1, 1, odd_in, sizeof odd_in, &q[2]), DSIM_OK);
+        assert_int_equal(dsim_irecv_reduce(j.ep[1], 0, 1, 2, x, 5, DSIM_F64, DSIM_SUM, &q[3]),
+                         DSIM_OK);
+        assert_int_equal(dsim_waitall(q, 4, dl(&j, LONG_NS), NULL), DSIM_OK);
+        for (int i = 0; i < 5; i++)
+            assert_true(x[i] == (i + 1) * 11.0);
+    }
+    tjob_close(&j);
+}
+
 /* Sends to a peer that never answers fail by their deadline, not later. */
 static void test_never_accepted(void **state)
 {
@@ -1034,6 +1061,7 @@ int main(void)
         cmocka_unit_test(test_send_after_peer_closed),
         cmocka_unit_test(test_late_listener),
         cmocka_unit_test(test_withdrawn_leaves_no_gap),
+        cmocka_unit_test(test_reduce_after_odd_frames),
         cmocka_unit_test(test_never_accepted),
         cmocka_unit_test(test_paused_peer),
         cmocka_unit_test(test_abort_between_fabrics),
