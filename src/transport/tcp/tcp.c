@@ -180,7 +180,7 @@ struct tcp_fabric;
  * the backend's own frames (control frames, the rest of a frame cancelled
  * half-way) are allocated with their body after them. */
 typedef struct tcp_item {
-    struct tcp_item *next, *prev; /* in conn's queue, under lock */
+    struct tcp_item *next, *prev; /* in conn's queue, under its sq */
     struct tcp_item *dnext;       /* on a list of finished requests */
     struct tcp_conn *conn;
     dsim_req *req; /* NULL for the backend's own frames */
@@ -260,7 +260,7 @@ typedef struct tcp_loop {
     int started;
     int epfd, evfd;
     dsim_waitq *lock;
-    tcp_link conns; /* under lock */
+    tcp_link conns; /* under lock; the loop thread frees from it */
     atomic_int stop, dirty;
     int64_t next_timer; /* the loop thread only */
 } tcp_loop;
@@ -611,7 +611,7 @@ static const char *tcp_errstr(int err)
     return err ? strerror(err) : "no error";
 }
 
-/* ---- send queues (lp->lock held) ---- */
+/* ---- send queues (c->sq held) ---- */
 
 static void tcp_q_link(tcp_conn *c, tcp_item *prev, tcp_item *it)
 {
