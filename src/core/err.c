@@ -22,6 +22,7 @@ static const char *const err_names[DSIM_ERR_COUNT] = {
     [DSIM_EIO] = "input/output error",
     [DSIM_EPROTO] = "protocol error or corrupt data",
     [DSIM_ESTATE] = "called in the wrong state",
+    [DSIM_EHUNG] = "a worker hung (did not return in time)",
 };
 
 const char *dsim_strerror(dsim_err e)

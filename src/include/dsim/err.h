@@ -24,6 +24,7 @@ typedef enum dsim_err {
     DSIM_EIO,       /* an I/O error */
     DSIM_EPROTO,    /* a protocol violation or corrupt frame */
     DSIM_ESTATE,    /* called in the wrong state */
+    DSIM_EHUNG,     /* a worker did not return in time and was left running */
     DSIM_ERR_COUNT
 } dsim_err;
 
