@@ -12,7 +12,8 @@
  * Otherwise they are a plain mirrored strategy (broadcast the chief's
  * variables, SUM-allreduce the gradients). "For ever" ends only when a test
  * calls misbehave_release(), so that a test process can let its stuck
- * threads go and check that they touch nothing freed on their way out. */
+ * threads go and check that they touch nothing freed on their way out
+ * (misbehave_hold makes it misbehave again). */
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -44,6 +45,12 @@ static atomic_int mb_released;
 __attribute__((visibility("default"))) void misbehave_release(void)
 {
     atomic_store(&mb_released, 1);
+}
+
+/* Misbehave again (after a release). */
+__attribute__((visibility("default"))) void misbehave_hold(void)
+{
+    atomic_store(&mb_released, 0);
 }
 
 typedef struct mb_replica {

@@ -7,7 +7,9 @@
  * dsim_train returns.
  *
  * $DSIM_HANG_SLEEP_PLUGIN and $DSIM_HANG_SPIN_PLUGIN are the fixtures
- * (misbehave_strategy.c). */
+ * (misbehave_strategy.c); $DSIM_HARNESS_SCENARIOS the scenarios naming them,
+ * found through $DSIM_PLUGIN_PATH. The last test runs one through the
+ * harness, which stores it as 'hung'. */
 #include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,9 +21,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <cmocka.h>
 
+#include <sqlite3.h>
+
 #include "dsim/strategy.h"
+#include "harness/harness.h"
 
 #define MS (1000LL * 1000)
 
@@ -51,15 +57,20 @@ static void wd_cfg(dsim_train_cfg *cfg, const char *strategy, const char *plugin
     cfg->timeout_ns = 200 * MS;
 }
 
-/* Lets a fixture's stuck threads go and waits for them to free the job. */
-static void wd_release(const char *plugin_env)
+static void wd_call(const char *plugin_env, const char *fn)
 {
     void *h = dlopen(getenv(plugin_env), RTLD_NOW | RTLD_NOLOAD);
     assert_non_null(h);
-    void (*release)(void) = (void (*)(void))dlsym(h, "misbehave_release");
-    assert_non_null(release);
-    release();
+    void (*f)(void) = (void (*)(void))dlsym(h, fn);
+    assert_non_null(f);
+    f();
     dlclose(h);
+}
+
+/* Lets a fixture's stuck threads go and waits for them to free the job. */
+static void wd_release(const char *plugin_env)
+{
+    wd_call(plugin_env, "misbehave_release");
     for (int i = 0; i < 1000 && dsim_train_abandoned_jobs() > 0; i++) {
         struct timespec ts = {0, 10 * MS};
         nanosleep(&ts, NULL);
@@ -191,6 +202,64 @@ static void test_healthy_run_untouched(void **state)
     dsim_train_result_free(&res);
 }
 
+/* The harness stores a hung run as 'hung', with where the replica was,
+ * with or without a store, and says so in its result. */
+static void test_harness_hung_run(void **state)
+{
+    (void)state;
+    wd_call("DSIM_HANG_SLEEP_PLUGIN", "misbehave_hold");
+    char file[512];
+    snprintf(file, sizeof file, "%s/hang_sleep.yaml", getenv("DSIM_HARNESS_SCENARIOS"));
+    dsim_scenario *s = NULL;
+    if (dsim_scenario_load(file, &s) != DSIM_OK)
+        fail_msg("%s", dsim_errmsg());
+    dsim_harness_opts o = {.size = sizeof o, .grace_ns = 300 * MS};
+    dsim_harness_result r;
+    assert_int_equal(dsim_harness_run(s, &o, &r), DSIM_OK);
+    assert_int_equal(r.status, DSIM_RUN_HUNG);
+    assert_int_equal(r.train_err, DSIM_EHUNG);
+    assert_int_equal(r.run_id, 0);
+    assert_int_equal(r.n_stuck, 1);
+    assert_int_equal(r.stuck[0].where.replica, 1);
+    assert_int_equal(r.stuck[0].where.global_step, 2);
+    assert_int_equal(r.steps, 2);
+    assert_int_equal(r.n_failed, 1);
+    dsim_harness_result_free(&r);
+
+    char db[600];
+    snprintf(db, sizeof db, "%s/wd-%d.db", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+             (int)getpid());
+    remove(db);
+    o.db_path = db;
+    assert_int_equal(dsim_harness_run(s, &o, &r), DSIM_OK);
+    assert_int_equal(r.status, DSIM_RUN_HUNG);
+    assert_int_equal(r.run_id, 1);
+    dsim_harness_result_free(&r);
+    sqlite3 *h = NULL;
+    assert_int_equal(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *q = NULL;
+    assert_int_equal(sqlite3_prepare_v2(h,
+                                        "SELECT (SELECT status FROM runs WHERE id = 1), "
+                                        "(SELECT count(*) FROM events WHERE replica = 1 AND "
+                                        "json_extract(detail, '$.error') = 'hung')",
+                                        -1, &q, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(q, 0), "hung");
+    assert_int_equal(sqlite3_column_int(q, 1), 1);
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+    char side[700];
+    remove(db);
+    snprintf(side, sizeof side, "%s-wal", db);
+    remove(side);
+    snprintf(side, sizeof side, "%s-shm", db);
+    remove(side);
+    dsim_scenario_free(s);
+    assert_int_equal(dsim_train_abandoned_jobs(), 2);
+    wd_release("DSIM_HANG_SLEEP_PLUGIN");
+}
+
 int main(void)
 {
     if (!getenv("DSIM_HANG_SLEEP_PLUGIN") || !getenv("DSIM_HANG_SPIN_PLUGIN")) {
@@ -202,6 +271,7 @@ int main(void)
         cmocka_unit_test(test_sleep_forever_in_apply_gradients),
         cmocka_unit_test(test_spin_forever_before_any_collective),
         cmocka_unit_test(test_healthy_run_untouched),
+        cmocka_unit_test(test_harness_hung_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
