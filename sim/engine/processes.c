@@ -699,7 +699,7 @@ static void pr_merge(pr_job *j)
     for (int k = 0; k < j->T; k++) {
         const pr_task *t = &j->tasks[k];
         if (t->hung) {
-            er->code = DSIM_ETIMEDOUT;
+            er->code = DSIM_EHUNG;
             er->peer = t->lo;
             snprintf(er->msg, sizeof er->msg,
                      "the process of ranks %d..%d did not end within the detection bound after "
