@@ -262,6 +262,7 @@ typedef struct pr_task {
     int lo, hi;
     bool exited, done, killed_by_us, fault_killed, stopped_for_good, hung;
     int sig;
+    int exit_code; /* when it exited without a signal */
     int64_t t_exit;
     int64_t cont_at; /* SIGCONT due, or 0 */
     pr_result result;
@@ -522,6 +523,7 @@ static void pr_reap(pr_job *j)
             }
             pr_fail_now(j);
         } else if (!t->done) {
+            t->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
             pr_fail_now(j);
         }
     }
@@ -676,7 +678,9 @@ static void pr_merge(pr_job *j)
     }
     dsim_error *er = &res->error;
     er->peer = -1;
-    for (int k = 0; k < j->T && !worst; k++) {
+    /* A process that died of a signal nobody sent crashed: that is the
+     * cause, whatever its peers said about the connection it left. */
+    for (int k = 0; k < j->T; k++) {
         const pr_task *t = &j->tasks[k];
         if (t->sig && !t->killed_by_us && !t->fault_killed) {
             er->code = DSIM_EIO;
@@ -690,12 +694,6 @@ static void pr_merge(pr_job *j)
             return;
         }
     }
-    if (worst) {
-        er->code = worst->err;
-        er->peer = worst->peer;
-        snprintf(er->msg, sizeof er->msg, "%s", worst->msg);
-        return;
-    }
     for (int k = 0; k < j->T; k++) {
         const pr_task *t = &j->tasks[k];
         if (t->hung) {
@@ -707,13 +705,21 @@ static void pr_merge(pr_job *j)
                      t->lo, t->hi);
             return;
         }
-        if (!t->done && !t->fault_killed && !t->stopped_for_good) {
+        if (!t->done && !t->fault_killed && !t->stopped_for_good && !t->sig) {
             er->code = DSIM_EPEER;
             er->peer = t->lo;
-            snprintf(er->msg, sizeof er->msg, "the process of ranks %d..%d ended without its result",
-                     t->lo, t->hi);
+            snprintf(er->msg, sizeof er->msg,
+                     "the process of ranks %d..%d exited with status %d before it reported its "
+                     "result (a strategy that calls exit()?)",
+                     t->lo, t->hi, t->exit_code);
             return;
         }
+    }
+    if (worst) {
+        er->code = worst->err;
+        er->peer = worst->peer;
+        snprintf(er->msg, sizeof er->msg, "%s", worst->msg);
+        return;
     }
     er->code = DSIM_OK;
 }

@@ -151,6 +151,11 @@ void dsim_harness_shutdown(dsim_store *extra)
 static const int hg_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 #define HG_NSIG (sizeof hg_signals / sizeof hg_signals[0])
 static struct sigaction hg_old[HG_NSIG];
+/* The process that installed the guard: a child forked by the processes
+ * engine inherits the handlers but not the watcher, and is not the run's
+ * process; it dies of its signal like any process, and its parent reports
+ * it. */
+static pid_t hg_pid;
 static pthread_once_t hg_guard_once = PTHREAD_ONCE_INIT;
 static int hg_crash_pipe[2] = {-1, -1}; /* crashing thread -> watcher */
 static int hg_done_pipe[2] = {-1, -1};  /* watcher -> crashing thread */
@@ -354,7 +359,7 @@ static void hg_on_signal(int sig, siginfo_t *si, void *uc)
     size_t idx = 0;
     while (idx < HG_NSIG && hg_signals[idx] != sig)
         idx++;
-    if (atomic_load(&hg_active) == 0 || idx == HG_NSIG) {
+    if (atomic_load(&hg_active) == 0 || idx == HG_NSIG || getpid() != hg_pid) {
         /* Not ours: whatever was there before. */
         struct sigaction *old = idx < HG_NSIG ? &hg_old[idx] : NULL;
         if (old && (old->sa_flags & SA_SIGINFO) && old->sa_sigaction)
@@ -393,7 +398,7 @@ static void hg_on_exit(int status, void *arg)
 {
     (void)arg;
     hg_crash c = {.exit_status = status};
-    if (atomic_load(&hg_active) == 0 || !dsim_train_where_am_i(&c.where) ||
+    if (getpid() != hg_pid || atomic_load(&hg_active) == 0 || !dsim_train_where_am_i(&c.where) ||
         atomic_exchange(&hg_crashing, 1))
         return;
     c.in_worker = true;
@@ -408,6 +413,7 @@ static void hg_on_exit(int status, void *arg)
 
 static void hg_guard_install(void)
 {
+    hg_pid = getpid();
     if (pipe2(hg_crash_pipe, O_CLOEXEC) != 0)
         return;
     if (pipe2(hg_done_pipe, O_CLOEXEC) != 0)
@@ -997,8 +1003,12 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     }
 
     /* A hang is never what a scenario expects, whatever its checks say. */
+    /* A worker process that died of its own signal crashed, as a replica
+     * that crashes on the threads engine does (there the guard stores it). */
+    bool crashed = faulty && rr.crashed && out->train_err != DSIM_OK;
     out->status = out->harness_error ? DSIM_RUN_ERROR
                   : hung             ? DSIM_RUN_HUNG
+                  : crashed          ? DSIM_RUN_CRASHED
                   : out->n_failed    ? DSIM_RUN_FAILED
                                      : DSIM_RUN_PASSED;
     if (st && HG_STORE(dsim_store_end_run(st, out->run_id, out->status, NULL, 0)) != DSIM_OK) {

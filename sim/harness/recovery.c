@@ -131,6 +131,7 @@ static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
     }
     if (po.note[0])
         dsim_warn("processes: %s", po.note);
+    out->crashed = po.crashed;
     dsim_proc_outcome_free(&po);
     return e;
 }

@@ -37,6 +37,8 @@ typedef struct dsim_recovery_run {
     int lost_rank;      /* dsim_faults_first_loss of the broken attempt */
     int64_t t_loss;     /* on the broken attempt's runtime clock, or -1 */
     int restarts;       /* restarts made */
+    int crashed;        /* processes engine: the final attempt lost a process to a
+                           signal nobody sent (a strategy that crashed) */
     /* The checkpoint the failed first attempt left: 0 none written, 1
      * intact (ckpt_step its global step), -1 unreadable (ckpt_msg why). */
     int ckpt_state;
