@@ -75,7 +75,9 @@ typedef struct dsim_scenario {
 } dsim_scenario;
 
 /* Loads and validates a scenario file. On error *out is NULL and the
- * message has FILE:LINE:COLUMN. */
+ * message has FILE:LINE:COLUMN. Only a regular file is read: a named pipe,
+ * a device, a socket or a directory is refused (DSIM_EINVAL) without
+ * waiting on it. */
 dsim_err dsim_scenario_load(const char *path, dsim_scenario **out);
 /* The same from text in memory; `path` is used in messages. */
 dsim_err dsim_scenario_parse(const char *path, const char *text, size_t len, dsim_scenario **out);
