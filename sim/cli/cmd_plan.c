@@ -23,8 +23,10 @@ void cmd_plan_help(FILE *out)
                  "and every replica's batch size in each step of the first epoch.\n"
                  "\n"
                  "A scenario that is bound to fail (e.g. FILE sharding with fewer files than\n"
-                 "workers) or that this build cannot run yet still prints the plan, with the\n"
-                 "reason in \"error\" or \"not_runnable\", and the reason on stderr.\n"
+                 "workers) or that this build cannot run yet still prints the plan, with\n"
+                 "\"runnable\": false, the reason in \"not_runnable\" (and a data plan's error\n"
+                 "in \"error\"), and the reason on stderr. \"runnable\" is true exactly when\n"
+                 "the exit status is 0.\n"
                  "\n"
                  "Exit status: 0 the plan runs, 2 bad input or a run that would fail.\n");
 }
