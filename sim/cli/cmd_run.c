@@ -47,7 +47,7 @@ void cmd_run_help(FILE *out)
 {
     fprintf(out,
             "usage: dsim run [SCENARIO...] [--engine E] [--seed N] [--db PATH] [--plugin-dir DIR]\n"
-            "                [--json]\n"
+            "                [--no-plugins] [--json]\n"
             "\n"
             "Runs each scenario file (default: %s), judges the run with\n"
             "the checks of the file's expect: section, stores it in the results store and\n"
@@ -61,6 +61,9 @@ void cmd_run_help(FILE *out)
             "  --db PATH         the results store (default %s in the working directory)\n"
             "  --plugin-dir DIR  look for strategy plugins named by a bare file name in DIR\n"
             "                    first (then $DSIM_PLUGIN_PATH, then this build's plugins)\n"
+            "  --no-plugins      refuse (exit 2) a scenario that names a strategy plugin:\n"
+            "                    loading one runs its code in this process, so use this for\n"
+            "                    scenario files you do not trust\n"
             "  --json            print a machine-readable summary on stdout instead of the\n"
             "                    table (progress goes to stderr when it is a terminal)\n"
             "\n"
@@ -143,6 +146,7 @@ typedef struct run_opts {
     uint64_t seed;
     const char *db;
     bool json;
+    bool no_plugins;
 } run_opts;
 
 static int run_parse(int argc, char **argv, run_opts *o)
@@ -159,6 +163,8 @@ static int run_parse(int argc, char **argv, run_opts *o)
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) {
             o->json = true;
+        } else if (strcmp(a, "--no-plugins") == 0) {
+            o->no_plugins = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--engine", &missing))) {
             if (strcmp(v, "threads") != 0 && strcmp(v, "processes") != 0 && strcmp(v, "sim") != 0) {
                 fprintf(stderr, "dsim run: --engine is '%s' (accepted: threads, processes, sim)\n",
@@ -199,7 +205,7 @@ static int run_parse(int argc, char **argv, run_opts *o)
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr,
                     "dsim run: unknown option '%s' (accepted: --engine E, --seed N, --db PATH, "
-                    "--plugin-dir DIR, --json; see 'dsim run --help')\n",
+                    "--plugin-dir DIR, --no-plugins, --json; see 'dsim run --help')\n",
                     a);
             return 2;
         } else {
@@ -290,6 +296,14 @@ static int run_load(const run_opts *o, run_item *it)
     dsim_err e = dsim_scenario_load(it->file, &it->s);
     if (e != DSIM_OK) {
         fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
+        return 2;
+    }
+    if (o->no_plugins && it->s->train.plugin_path) {
+        fprintf(stderr,
+                "dsim run: %s:%d:%d: strategy.plugin: the scenario names a plugin (%s) and "
+                "--no-plugins forbids loading one (its code would run in this process)\n",
+                it->file, it->s->plugin_pos.line, it->s->plugin_pos.column,
+                it->s->train.plugin_path);
         return 2;
     }
     if (o->engine && strcmp(o->engine, "threads") != 0 && strcmp(o->engine, "processes") != 0) {

@@ -994,6 +994,7 @@ static dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
         }
         free(plugin);
         t->plugin_path = resolved;
+        s->plugin_pos = scen_pos(pv);
     } else if (!dsim_strategy_exists(name)) {
         dsim_strategy_list(names, sizeof names);
         return scen_fail(c, scen_where(m, S_NAME),

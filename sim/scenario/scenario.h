@@ -60,6 +60,7 @@ typedef struct dsim_scenario {
 
     dsim_train_cfg train;        /* strategy, cluster, model, optimizer, data, checkpoint */
     dsim_src_pos checkpoint_pos; /* where checkpoint.path was given (0:0 when not) */
+    dsim_src_pos plugin_pos;     /* where strategy.plugin was given (0:0 when not) */
 
     dsim_fault *faults;
     size_t n_faults;
