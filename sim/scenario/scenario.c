@@ -890,7 +890,12 @@ static int scen_is_file(const char *p)
 static char *scen_join(const char *dir, size_t dlen, const char *file)
 {
     char *out = NULL;
-    if (asprintf(&out, "%.*s/%s", (int)dlen, dlen ? dir : ".", file) < 0)
+    if (dlen == 0) {
+        /* a scenario path without a folder: relative to the working one */
+        dir = ".";
+        dlen = 1;
+    }
+    if (asprintf(&out, "%.*s/%s", (int)dlen, dir, file) < 0)
         return NULL;
     return out;
 }

@@ -211,6 +211,12 @@ static void test_plugin_dir(void **state)
     assert_int_equal(bi_run("run", scen, "--plugin-dir", pdir, "--db", bi_path(3, "p.db"), NULL),
                      0);
     bi_has(bi_out, "custom_mirrored: passed");
+    /* a path with a '/' is relative to the scenario file's folder, also when
+     * the scenario is named without one (here: in the working folder) */
+    bi_write(4, "rel.yaml", "name: rel\nstrategy: {name: custom_mirrored, plugin: "
+                            "plugins/libbad_input_example.so}\ncluster: {hosts: 1}\n");
+    assert_int_equal(bi_run("validate", "rel.yaml", NULL), 0);
+    bi_has(bi_out, "rel.yaml: ok");
     /* a value is required, and an empty one is refused */
     assert_int_equal(bi_run("validate", scen, "--plugin-dir", NULL), 2);
     bi_has(bi_err, "--plugin-dir needs a value");
