@@ -50,6 +50,7 @@ void bench_opts_default(bench_opts *o)
     o->root = 0;
     o->ranks = 4;
     o->algo = "auto";
+    o->transport = "inproc";
 }
 
 int bench_parse_size(const char *s, size_t *out)
@@ -119,6 +120,7 @@ typedef enum bench_key {
     BENCH_K_ROOT,
     BENCH_K_RANKS,
     BENCH_K_ALGO,
+    BENCH_K_TRANSPORT,
 } bench_key;
 
 typedef struct bench_flag {
@@ -147,6 +149,9 @@ static const bench_flag bench_flags[] = {
     {0, "ranks", BENCH_K_RANKS, BENCH_FLAG_DSIM, "ranks, each a worker thread (1-128, default 4)"},
     {0, "algo", BENCH_K_ALGO, BENCH_FLAG_DSIM,
      "allreduce algorithm: auto, ring, rhd, tree, reduce_to_one (default auto)"},
+    {0, "transport", BENCH_K_TRANSPORT, BENCH_FLAG_DSIM,
+     "inproc, or tcp (sockets over 127.0.0.1, every rank still in this process) "
+     "(default inproc)"},
 };
 #define BENCH_NFLAGS (sizeof bench_flags / sizeof bench_flags[0])
 
@@ -262,6 +267,13 @@ static int bench_apply(const char *prog, const char *shown, const bench_flag *f,
             return 2;
         }
         o->algo = val;
+        return 0;
+    case BENCH_K_TRANSPORT:
+        if (!*val) {
+            fprintf(err, "%s: %s '' is not a transport; accepted: inproc, tcp\n", prog, shown);
+            return 2;
+        }
+        o->transport = val;
         return 0;
     }
     return 2;

@@ -76,11 +76,18 @@ void cmd_run_help(FILE *out)
             "Progress: on a terminal one line rewritten in place (step, loss, examples/s);\n"
             "otherwise about %d plain lines per run.\n"
             "\n"
+            "Hangs and crashes: a replica that never returns is left running once the job\n"
+            "has failed (or made no progress for twice the timeout) and a grace period\n"
+            "has passed; the run is stored as 'hung' with where each stuck replica was. A\n"
+            "replica that crashes (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) or calls\n"
+            "exit() is named with its phase and step, and the run is stored as 'crashed'\n"
+            "before the process dies (of the signal; status 1 after exit()).\n"
+            "\n"
             "Exit status: 0 every check of every scenario met its expectation (a check the\n"
-            "scenario expects to fail must fail), 1 a check did not, 2 bad input (a scenario\n"
-            "that does not parse or cannot run in this build, a bad option, a results store\n"
-            "that cannot be opened or written). 130 when interrupted; the run is then\n"
-            "stored as 'unfinished'.\n",
+            "scenario expects to fail must fail), 1 a check did not or a run hung, 2 bad\n"
+            "input (a scenario that does not parse or cannot run in this build, a bad\n"
+            "option, a results store that cannot be opened or written). 130 when\n"
+            "interrupted; the run is then stored as 'unfinished'.\n",
             RUN_DEFAULT_SCENARIO, DSIM_STORE_DEFAULT_PATH, RUN_PLAIN_LINES);
 }
 
@@ -353,11 +360,6 @@ static const char *run_engine(const run_item *it)
     return it->s->engine ? it->s->engine : "threads";
 }
 
-static const char *run_status_name(dsim_run_status st)
-{
-    return st == DSIM_RUN_PASSED ? "passed" : st == DSIM_RUN_FAILED ? "failed" : "error";
-}
-
 /* Runs one scenario on the open store. */
 static void run_one(const run_opts *o, dsim_store *st, run_item *it, dsim_harness_result *rep)
 {
@@ -422,7 +424,15 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
                "nothing was judged\n");
     if (rep->harness_error)
         printf("\n  harness error: %s\n", rep->harness_msg);
-    printf("\n%s: %s", it->s->name, run_status_name(rep->status));
+    if (rep->status == DSIM_RUN_HUNG) {
+        printf("\n  the run hung; left running:\n");
+        for (size_t i = 0; i < rep->n_stuck; i++) {
+            char where[256];
+            dsim_train_stuck_describe(&rep->stuck[i], where, sizeof where);
+            printf("    %s\n", where);
+        }
+    }
+    printf("\n%s: %s", it->s->name, dsim_run_status_name(rep->status));
     if (rep->n_checks)
         printf(" (%zu of %zu checks met their expectation)", rep->n_checks - rep->n_failed,
                rep->n_checks);
@@ -452,15 +462,27 @@ static json_t *run_report_json(const run_item *it, const dsim_harness_result *re
                               "measured", run_num_json(c->result.measured), "expected",
                               run_num_json(c->result.expected), "message", c->result.message));
     }
+    json_t *stuck = json_array();
+    for (size_t i = 0; i < rep->n_stuck; i++) {
+        const dsim_train_stuck *k = &rep->stuck[i];
+        char where[256];
+        dsim_train_stuck_describe(k, where, sizeof where);
+        json_array_append_new(stuck, json_pack("{s:i, s:i, s:s, s:I, s:s?, s:I, s:s}", "replica",
+                                               k->where.replica, "server", k->where.server, "phase",
+                                               dsim_phase_name(k->where.phase), "global_step",
+                                               (json_int_t)k->where.global_step, "collective",
+                                               k->collective, "collective_calls",
+                                               (json_int_t)k->collective_calls, "message", where));
+    }
     return json_pack(
-        "{s:s, s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:o, s:s?, s:s?, s:o}", "scenario",
-        it->s->name, "file", it->file, "run_id", (json_int_t)rep->run_id, "status",
-        run_status_name(rep->status), "strategy", it->s->train.strategy, "engine", run_engine(it),
-        "seed", (json_int_t)it->s->seed, "steps", (json_int_t)rep->steps, "examples",
-        (json_int_t)rep->examples, "wall_s", rep->wall_s, "examples_per_s", rep->examples_per_s,
-        "final_loss", run_num_json(rep->final_loss), "error",
+        "{s:s, s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:o, s:s?, s:s?, s:o, s:o}",
+        "scenario", it->s->name, "file", it->file, "run_id", (json_int_t)rep->run_id, "status",
+        dsim_run_status_name(rep->status), "strategy", it->s->train.strategy, "engine",
+        run_engine(it), "seed", (json_int_t)it->s->seed, "steps", (json_int_t)rep->steps,
+        "examples", (json_int_t)rep->examples, "wall_s", rep->wall_s, "examples_per_s",
+        rep->examples_per_s, "final_loss", run_num_json(rep->final_loss), "error",
         rep->train_err != DSIM_OK ? rep->train_msg : NULL, "harness_error",
-        rep->harness_error ? rep->harness_msg : NULL, "checks", checks);
+        rep->harness_error ? rep->harness_msg : NULL, "checks", checks, "stuck", stuck);
 }
 
 int cmd_run(int argc, char **argv)
@@ -514,7 +536,7 @@ int cmd_run(int argc, char **argv)
                 if (reps[i].harness_error) {
                     fprintf(stderr, "dsim run: %s: %s\n", items[i].file, reps[i].harness_msg);
                     rc = 2;
-                } else if (reps[i].n_failed && rc == 0) {
+                } else if ((reps[i].n_failed || reps[i].status != DSIM_RUN_PASSED) && rc == 0) {
                     rc = 1;
                 }
                 if (!o.json && i + 1 < o.n_files)

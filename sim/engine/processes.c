@@ -306,6 +306,15 @@ static int pr_task_of_rank(const pr_job *j, int rank)
     return -1;
 }
 
+/* The first rank lost for good, and when. */
+static void pr_lost(pr_job *j, int rank, int64_t t)
+{
+    if (j->out->t_loss < 0) {
+        j->out->t_loss = t;
+        j->out->lost_rank = rank;
+    }
+}
+
 static void pr_fail_now(pr_job *j)
 {
     if (!j->t_first_failure)
@@ -373,10 +382,7 @@ static void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char 
         if (k >= 0) {
             pr_task *v = &j->tasks[k];
             v->fault_killed = true;
-            if (j->out->t_loss < 0) {
-                j->out->t_loss = pr_now();
-                j->out->lost_rank = rank;
-            }
+            pr_lost(j, rank, pr_now());
             if (!v->exited && v != t)
                 kill(v->pid, SIGKILL);
         }
@@ -392,10 +398,7 @@ static void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char 
             t->cont_at = pr_now() + p.duration_ns;
         } else {
             t->stopped_for_good = true;
-            if (j->out->t_loss < 0) {
-                j->out->t_loss = pr_now();
-                j->out->lost_rank = p.rank;
-            }
+            pr_lost(j, p.rank, pr_now());
         }
         break;
     }
@@ -448,16 +451,7 @@ static void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char 
         if (n < sizeof st)
             return;
         memcpy(&st, b, sizeof st);
-        dsim_faults_stats *sum = &j->out->stats;
-        sum->fired += st.fired;
-        sum->frames_seen += st.frames_seen;
-        sum->dropped += st.dropped;
-        sum->delayed += st.delayed;
-        sum->duplicated += st.duplicated;
-        sum->corrupted += st.corrupted;
-        sum->reordered += st.reordered;
-        sum->held += st.held;
-        sum->retransmitted += st.retransmitted;
+        dsim_faults_stats_add(&j->out->stats, &st);
         break;
     }
     case PR_DONE:
@@ -524,10 +518,7 @@ static void pr_reap(pr_job *j)
             t->sig = WTERMSIG(st);
             if (!t->killed_by_us && !t->fault_killed) {
                 j->out->crashed++;
-                if (j->out->t_loss < 0) {
-                    j->out->t_loss = t->t_exit;
-                    j->out->lost_rank = t->lo;
-                }
+                pr_lost(j, t->lo, t->t_exit);
             }
             pr_fail_now(j);
         } else if (!t->done) {
@@ -708,7 +699,7 @@ static void pr_merge(pr_job *j)
     for (int k = 0; k < j->T; k++) {
         const pr_task *t = &j->tasks[k];
         if (t->hung) {
-            er->code = DSIM_ETIMEDOUT;
+            er->code = DSIM_EHUNG;
             er->peer = t->lo;
             snprintf(er->msg, sizeof er->msg,
                      "the process of ranks %d..%d did not end within the detection bound after "

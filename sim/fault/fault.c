@@ -1153,3 +1153,16 @@ void dsim_faults_get_stats(dsim_faults *fs, dsim_faults_stats *out)
 {
     *out = fs->stats;
 }
+
+void dsim_faults_stats_add(dsim_faults_stats *sum, const dsim_faults_stats *add)
+{
+    sum->fired += add->fired;
+    sum->frames_seen += add->frames_seen;
+    sum->dropped += add->dropped;
+    sum->delayed += add->delayed;
+    sum->duplicated += add->duplicated;
+    sum->corrupted += add->corrupted;
+    sum->reordered += add->reordered;
+    sum->held += add->held;
+    sum->retransmitted += add->retransmitted;
+}

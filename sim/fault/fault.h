@@ -196,6 +196,8 @@ typedef struct dsim_faults_stats {
     uint64_t retransmitted; /* drops delivered late (retransmit: true) */
 } dsim_faults_stats;
 void dsim_faults_get_stats(dsim_faults *fs, dsim_faults_stats *out);
+/* sum += add, counter by counter. */
+void dsim_faults_stats_add(dsim_faults_stats *sum, const dsim_faults_stats *add);
 
 #ifdef __cplusplus
 }

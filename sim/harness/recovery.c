@@ -46,18 +46,6 @@ static void rc_events(dsim_recovery_run *r, dsim_faults *fs, int attempt, size_t
     }
 }
 
-static void rc_stats_add(dsim_faults_stats *sum, const dsim_faults_stats *s)
-{
-    sum->fired += s->fired;
-    sum->frames_seen += s->frames_seen;
-    sum->dropped += s->dropped;
-    sum->delayed += s->delayed;
-    sum->duplicated += s->duplicated;
-    sum->corrupted += s->corrupted;
-    sum->reordered += s->reordered;
-    sum->held += s->held;
-    sum->retransmitted += s->retransmitted;
-}
 
 static void rc_stats_delta(dsim_faults_stats *sum, const dsim_faults_stats *now,
                            dsim_faults_stats *prev)
@@ -73,7 +61,7 @@ static void rc_stats_delta(dsim_faults_stats *sum, const dsim_faults_stats *now,
         .held = now->held - prev->held,
         .retransmitted = now->retransmitted - prev->retransmitted,
     };
-    rc_stats_add(sum, &d);
+    dsim_faults_stats_add(sum, &d);
     *prev = *now;
 }
 
@@ -136,7 +124,7 @@ static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
             if (o->faults[i].what == DSIM_FAULT_PREEMPT &&
                 (uint64_t)o->faults[i].step <= res->preempted_at)
                 st->done[i] = true;
-    rc_stats_add(&out->stats, &po.stats);
+    dsim_faults_stats_add(&out->stats, &po.stats);
     if (attempt == 0) {
         out->lost_rank = po.lost_rank;
         out->t_loss = po.t_loss;

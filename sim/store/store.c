@@ -150,7 +150,12 @@ static const char *const store_insert_sql[REC_NKINDS] = {
         "INSERT INTO metrics (run_id, name, value, unit, replica) VALUES (?, ?, ?, ?, ?)",
 };
 
-static const char *const store_status_names[] = {"passed", "failed", "error"};
+static const char *const store_status_names[] = {"passed", "failed", "error", "hung", "crashed"};
+
+const char *dsim_run_status_name(dsim_run_status s)
+{
+    return (unsigned)s <= DSIM_RUN_CRASHED ? store_status_names[s] : "unknown";
+}
 static const char *const store_event_names[] = {"fault", "error", "restart", "checkpoint", "phase"};
 
 static int64_t store_wall_ns(void)
@@ -673,9 +678,10 @@ dsim_err dsim_store_end_run(dsim_store *st, dsim_run_id run, dsim_run_status sta
 {
     if (!st)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_end_run: store is NULL");
-    if ((unsigned)status > DSIM_RUN_ERROR)
+    if ((unsigned)status > DSIM_RUN_CRASHED)
         return DSIM_ERR(DSIM_EINVAL, -1,
-                        "results database %s: run status %d is not passed, failed or error",
+                        "results database %s: run status %d is not passed, failed, error, hung "
+                        "or crashed",
                         st->path, (int)status);
     bool oom = false;
     store_rec r = {.kind = REC_END, .run = run};
@@ -924,12 +930,39 @@ static dsim_err store_sql_fail(dsim_store *st, const char *what)
 
 /* Applies the migrations from the file's version to ours, all in one
  * transaction: a failure leaves the file at its old version. */
+static dsim_err store_migrate_locked(dsim_store *st);
+
+/* Whether PRAGMA foreign_key_check finds nothing. */
+static bool store_fk_clean(dsim_store *st)
+{
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(st->db, "PRAGMA foreign_key_check", -1, &s, NULL) != SQLITE_OK)
+        return false;
+    bool clean = sqlite3_step(s) == SQLITE_DONE;
+    sqlite3_finalize(s);
+    return clean;
+}
+
 static dsim_err store_migrate(dsim_store *st)
 {
     int64_t app, ver, nobj;
     DSIM_CHECK(store_identify(st, &app, &ver, &nobj));
     if (ver == DSIM_STORE_SCHEMA_VERSION)
         return DSIM_OK;
+    /* A migration may rebuild a table others reference (SQLite cannot change
+     * a CHECK in place): foreign keys are off while it runs, which can only
+     * be set outside a transaction, and checked before the commit. */
+    if (store_exec(st->db, "PRAGMA foreign_keys = OFF") != SQLITE_OK)
+        return store_sql_fail(st, "cannot prepare it for a schema upgrade");
+    dsim_err me = store_migrate_locked(st);
+    if (store_exec(st->db, "PRAGMA foreign_keys = ON") != SQLITE_OK && me == DSIM_OK)
+        me = store_sql_fail(st, "cannot turn foreign keys back on after the schema upgrade");
+    return me;
+}
+
+static dsim_err store_migrate_locked(dsim_store *st)
+{
+    int64_t app, ver, nobj;
     if (store_exec_at(st, "dsim/store/open", "BEGIN IMMEDIATE") != SQLITE_OK)
         return store_sql_fail(st, "cannot lock it to upgrade the schema");
     /* Another process may have upgraded it since we looked. */
@@ -947,8 +980,18 @@ static dsim_err store_migrate(dsim_store *st)
             snprintf(what, sizeof what,
                      "upgrading the schema from version %lld to %lld failed (file unchanged)",
                      (long long)ver, (long long)ver + 1);
-            return store_sql_fail(st, what);
+            dsim_err e2 = store_sql_fail(st, what);
+            store_exec(st->db, "ROLLBACK");
+            return e2;
         }
+    }
+    if (!store_fk_clean(st)) {
+        dsim_err e2 = DSIM_ERR(DSIM_EIO, -1,
+                               "results database %s: upgrading the schema to version %d broke a "
+                               "foreign key (file unchanged)",
+                               st->path, DSIM_STORE_SCHEMA_VERSION);
+        store_exec(st->db, "ROLLBACK");
+        return e2;
     }
     char sql[128];
     snprintf(sql, sizeof sql, "PRAGMA application_id = %d; PRAGMA user_version = %d",

@@ -38,7 +38,7 @@ extern "C" {
 
 /* The schema version this build writes (PRAGMA user_version). Older
  * databases are migrated forward at open; newer ones are refused. */
-#define DSIM_STORE_SCHEMA_VERSION 2
+#define DSIM_STORE_SCHEMA_VERSION 3
 /* PRAGMA application_id of a dsim database: "dsim" in ASCII. */
 #define DSIM_STORE_APPLICATION_ID 0x6473696d
 #define DSIM_STORE_DEFAULT_PATH   "dsim.db"
@@ -86,10 +86,15 @@ typedef struct dsim_run_info {
 dsim_err dsim_store_begin_run(dsim_store *st, const dsim_run_info *info, dsim_run_id *out);
 
 typedef enum dsim_run_status {
-    DSIM_RUN_PASSED, /* every check passed */
-    DSIM_RUN_FAILED, /* a check failed */
-    DSIM_RUN_ERROR,  /* the run could not complete (bad input, harness error) */
+    DSIM_RUN_PASSED,  /* every check passed */
+    DSIM_RUN_FAILED,  /* a check failed */
+    DSIM_RUN_ERROR,   /* the run could not complete (bad input, harness error) */
+    DSIM_RUN_HUNG,    /* a worker never returned; the watchdog left it running (version 3) */
+    DSIM_RUN_CRASHED, /* the process died inside the run: a signal, or exit() (version 3) */
 } dsim_run_status;
+
+/* "passed", "failed", "error", "hung", "crashed" ("unknown" otherwise). */
+const char *dsim_run_status_name(dsim_run_status s);
 
 /* Sets the run's status, trace hash (hex text, or NULL) and end time (wall
  * clock ns; 0: now), and waits until that and everything queued before it is

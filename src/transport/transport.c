@@ -1179,8 +1179,22 @@ bad:
 
 /* ---- checksums: CRC32C (Castagnoli), SSE4.2 where the CPU has it ---- */
 
+static uint64_t tp_load64(const uint8_t *p)
+{
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
+           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 |
+           (uint64_t)p[7] << 56;
+}
+
+
 static uint32_t tp_crc_tab[8][256];
 static int tp_crc_hw;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TP_CRC_LONG  8192
+#define TP_CRC_SHORT 256
+static void tp_crc_zeros(uint32_t zeros[4][256], size_t len);
+static uint32_t tp_crc_long[4][256], tp_crc_short[4][256];
+#endif
 static pthread_once_t tp_crc_once = PTHREAD_ONCE_INIT;
 
 static void tp_crc_init(void)
@@ -1198,15 +1212,13 @@ static void tp_crc_init(void)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
     tp_crc_hw = __builtin_cpu_supports("sse4.2");
+    if (tp_crc_hw) {
+        tp_crc_zeros(tp_crc_long, TP_CRC_LONG);
+        tp_crc_zeros(tp_crc_short, TP_CRC_SHORT);
+    }
 #endif
 }
 
-static uint64_t tp_load64(const uint8_t *p)
-{
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 |
-           (uint64_t)p[4] << 32 | (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 |
-           (uint64_t)p[7] << 56;
-}
 
 static uint32_t tp_crc_sw(uint32_t c, const uint8_t *p, size_t n)
 {
@@ -1227,6 +1239,58 @@ static uint32_t tp_crc_sw(uint32_t c, const uint8_t *p, size_t n)
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* The crc32 instruction has a latency of three cycles and a throughput of
+ * one, so three independent streams run at once and are joined with
+ * "append n zero bytes" operators (Mark Adler's crc32c.c). */
+static uint32_t tp_gf2_times(const uint32_t *mat, uint32_t vec)
+{
+    uint32_t sum = 0;
+    for (; vec; vec >>= 1, mat++)
+        if (vec & 1)
+            sum ^= *mat;
+    return sum;
+}
+
+static void tp_gf2_square(uint32_t *square, const uint32_t *mat)
+{
+    for (int n = 0; n < 32; n++)
+        square[n] = tp_gf2_times(mat, mat[n]);
+}
+
+/* The operator that appends len zero bytes (len a power of two). */
+static void tp_crc_zeros(uint32_t zeros[4][256], size_t len)
+{
+    uint32_t even[32], odd[32];
+    odd[0] = 0x82F63B78u; /* one zero bit */
+    for (uint32_t n = 1, row = 1; n < 32; n++, row <<= 1)
+        odd[n] = row;
+    tp_gf2_square(even, odd); /* two bits */
+    tp_gf2_square(odd, even); /* four bits */
+    uint32_t *op = odd;
+    do {
+        tp_gf2_square(even, odd); /* then one byte, two, four... */
+        op = even;
+        len >>= 1;
+        if (!len)
+            break;
+        tp_gf2_square(odd, even);
+        op = odd;
+        len >>= 1;
+    } while (len);
+    for (uint32_t n = 0; n < 256; n++) {
+        zeros[0][n] = tp_gf2_times(op, n);
+        zeros[1][n] = tp_gf2_times(op, n << 8);
+        zeros[2][n] = tp_gf2_times(op, n << 16);
+        zeros[3][n] = tp_gf2_times(op, n << 24);
+    }
+}
+
+static uint32_t tp_crc_shift(uint32_t zeros[4][256], uint32_t crc)
+{
+    return zeros[0][crc & 0xff] ^ zeros[1][(crc >> 8) & 0xff] ^ zeros[2][(crc >> 16) & 0xff] ^
+           zeros[3][crc >> 24];
+}
+
 __attribute__((target("sse4.2"))) static uint32_t tp_crc_sse42(uint32_t c, const uint8_t *p,
                                                                 size_t n)
 {
@@ -1234,10 +1298,27 @@ __attribute__((target("sse4.2"))) static uint32_t tp_crc_sse42(uint32_t c, const
         c = __builtin_ia32_crc32qi(c, *p++);
         n--;
     }
-    uint64_t c64 = c;
+    uint64_t c0 = c;
+    static const size_t spans[2] = {TP_CRC_LONG, TP_CRC_SHORT};
+    for (int k = 0; k < 2; k++) {
+        size_t span = spans[k];
+        while (n >= 3 * span) {
+            uint64_t c1 = 0, c2 = 0;
+            for (const uint8_t *end = p + span; p < end; p += 8) {
+                c0 = __builtin_ia32_crc32di(c0, tp_load64(p));
+                c1 = __builtin_ia32_crc32di(c1, tp_load64(p + span));
+                c2 = __builtin_ia32_crc32di(c2, tp_load64(p + 2 * span));
+            }
+            uint32_t(*zeros)[256] = k ? tp_crc_short : tp_crc_long;
+            c0 = tp_crc_shift(zeros, (uint32_t)c0) ^ (uint32_t)c1;
+            c0 = tp_crc_shift(zeros, (uint32_t)c0) ^ (uint32_t)c2;
+            p += 2 * span;
+            n -= 3 * span;
+        }
+    }
     for (; n >= 8; p += 8, n -= 8)
-        c64 = __builtin_ia32_crc32di(c64, tp_load64(p));
-    c = (uint32_t)c64;
+        c0 = __builtin_ia32_crc32di(c0, tp_load64(p));
+    c = (uint32_t)c0;
     while (n--)
         c = __builtin_ia32_crc32qi(c, *p++);
     return c;
@@ -1254,6 +1335,7 @@ uint32_t dsim_tp_crc32c(uint32_t crc, const void *buf, size_t n)
 #endif
     return ~tp_crc_sw(c, buf, n);
 }
+
 
 uint32_t dsim_tp_checksum(const void *p, size_t n)
 {

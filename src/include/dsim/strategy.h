@@ -162,6 +162,42 @@ typedef struct dsim_train_replica_end {
     char msg[256];        /* the error's message ("" when none) */
 } dsim_train_replica_end;
 
+/* Where a worker of a running job is: a replica, or a parameter server's
+ * handler serving one replica. */
+typedef struct dsim_train_where {
+    int replica;          /* the replica; for a handler, the replica it serves */
+    int server;           /* -1: a replica; else the parameter server of the handler */
+    dsim_phase phase;     /* the replica's last phase (for a handler: its client's) */
+    uint64_t global_step; /* the global step it was on */
+} dsim_train_where;
+
+/* A worker the watchdog gave up on (dsim_train_result.stuck). */
+typedef struct dsim_train_stuck {
+    dsim_train_where where;
+    /* The last collective the replica began on its world communicator (a
+     * static string such as "allreduce"; NULL: none yet, or a handler) and
+     * how many it had begun: fewer than the others means it never joined
+     * the call they were waiting in. */
+    const char *collective;
+    uint64_t collective_calls;
+    /* "the phase hook" or "the observer" when it was inside one of the
+     * caller's callbacks, else NULL. */
+    const char *callback;
+} dsim_train_stuck;
+
+/* A sentence for a stuck worker: "replica 1 in phase allreduce at global
+ * step 2 (last collective: allreduce, call 6)". Returns snprintf's count. */
+int dsim_train_stuck_describe(const dsim_train_stuck *s, char *buf, size_t cap);
+
+/* Whether the calling thread is a worker of a dsim_train in progress, and
+ * if so where it is. Async-signal-safe (it reads a thread-local pointer the
+ * worker set when it started, and atomics): a crash handler's question. */
+bool dsim_train_where_am_i(dsim_train_where *out);
+
+/* Jobs that a hung dsim_train left behind whose workers have not all
+ * returned yet (their state is freed when the last one returns). */
+size_t dsim_train_abandoned_jobs(void);
+
 /* What the observer sees: one replica after one step. */
 typedef struct dsim_train_step_info {
     int replica, worker, device;
@@ -271,6 +307,16 @@ typedef struct dsim_train_cfg {
     bool record_params; /* keep replica 0's variables after every step (result.trace) */
     dsim_train_observer observer;
     void *observer_user;
+
+    /* The watchdog (see dsim_train). 0 takes the default, < 0 turns it off.
+     * watchdog_grace_ns: once the job has failed, how long every worker has
+     * to return before the driver stops waiting for the rest; default half
+     * the timeout, at least 1 s. progress_timeout_ns: abort the job when no
+     * replica has entered a phase or returned for this long (a replica
+     * spinning where no collective times out); default twice the timeout,
+     * at least 1 s. */
+    int64_t watchdog_grace_ns;
+    int64_t progress_timeout_ns;
 } dsim_train_cfg;
 
 /* Defaults: 1 host x 1 device, no ps (sync), AUTO, 30 s timeout, a health
@@ -340,6 +386,10 @@ typedef struct dsim_train_result {
     uint64_t preempted_at; /* global steps done when it stopped: the checkpoint's */
 
     dsim_error error; /* the failure, when dsim_train did not return DSIM_OK */
+
+    /* DSIM_EHUNG: the workers left running, replicas first. */
+    dsim_train_stuck *stuck;
+    size_t n_stuck;
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that
@@ -348,7 +398,36 @@ typedef struct dsim_train_result {
  * when a preemption notice stopped it after saving its checkpoint (see
  * preempt_after): not a failure, a request to be restarted; the result is
  * filled as for a run that ended there. *res is filled as far as the run
- * got; release it with dsim_train_result_free either way. */
+ * got; release it with dsim_train_result_free either way.
+ *
+ * The watchdog: no call outlives its bounds, whatever a strategy's code
+ * does. Once the job has failed, every worker has watchdog_grace_ns to
+ * return (an honest one is woken by the abort at once, or finishes the
+ * step it is computing). When no replica has entered a phase or returned
+ * for progress_timeout_ns (every replica spinning, or a one-device replica
+ * that never reaches a collective that could time out), the driver aborts
+ * the job itself with DSIM_ETIMEDOUT, and the grace runs from then. After
+ * the grace the driver stops waiting: it returns DSIM_EHUNG, naming the
+ * workers left running and where each was (res->stuck; the stuck replicas'
+ * res->replicas[r] have status DSIM_EHUNG), with the failure that began it
+ * in the message.
+ *
+ * What a worker left running may still use, the job's state (fabric,
+ * communicators, buffers, this result's arrays, a copy of cfg), is
+ * reference-counted: the driver and every worker hold a reference and the
+ * last to let go frees it, so a worker that comes back later touches
+ * nothing freed. It stops at its next phase. On DSIM_EHUNG the arrays a
+ * worker writes (params, loss, local_loss, checksum, examples, trace,
+ * ledger, checkpoint_writes, updates) are NULL in *res; replicas is a copy.
+ * The caller's own memory is reached only through the observer and the
+ * hooks, which are called through a gate the driver closes (and waits on)
+ * before it returns, so neither is called after dsim_train returns unless
+ * a worker was already inside one and stuck there (res->stuck[i].callback
+ * says so: then their user data must be left alive). Two things must
+ * always outlive a hung job: a borrowed cfg->dataset and
+ * cfg->transport_filter_user (the fabric's filter keeps using it). A worker's thread is detached, not
+ * joined (threads engine); dsim_train_abandoned_jobs counts the jobs still
+ * waiting for theirs. */
 dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res);
 
 /* Replays the global batches of cfg on one device from the same initial

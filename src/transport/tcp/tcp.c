@@ -87,10 +87,12 @@
  * checks frames and hands them over in order, and writes what the socket
  * could not take at once. ops->send encodes the frame and computes its
  * checksum in the caller's thread, queues it, and writes it straight away
- * when the connection is idle; it never waits for the network. Each loop's
- * lock (a runtime wait queue) guards its connections' state and send queues
- * and is held across writes, which are non-blocking; reading, handing over
- * and completing requests happen without it. Only the loop closes sockets. */
+ * when the connection is idle; it never waits for the network. Locks are
+ * runtime wait queues: each connection's sq guards its send queue and is
+ * held across its (non-blocking) writes, so ranks send in parallel; each
+ * loop's lock guards connection state, tables and lists and is taken before
+ * an sq, never after. Reading, handing over and completing requests happen
+ * with neither held. Only the loop closes sockets, after closing the queue. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -184,7 +186,7 @@ struct tcp_fabric;
  * the backend's own frames (control frames, the rest of a frame cancelled
  * half-way) are allocated with their body after them. */
 typedef struct tcp_item {
-    struct tcp_item *next, *prev; /* in conn's queue, under lock */
+    struct tcp_item *next, *prev; /* in conn's queue, under its sq */
     struct tcp_item *dnext;       /* on a list of finished requests */
     struct tcp_conn *conn;
     dsim_req *req; /* NULL for the backend's own frames */
@@ -210,15 +212,20 @@ typedef struct tcp_conn {
     struct tcp_conn *gnext; /* reaped, waiting to be freed */
     int kind, local, peer;  /* peer -1 until an incoming hello names it */
     int fd;
-    /* Under lp->lock. */
-    int state;
+    atomic_int state;  /* changed under lp->lock */
+    atomic_int broken; /* a write failed under sq: the loop kills it */
+    /* The send side, under sq: the queue, the socket's write half, and why
+     * the queue was closed (the first reason stands). */
+    dsim_waitq *sq;
+    tcp_item *qhead, *qtail;
     int want_out;
+    int sq_dead;
+    dsim_err dead_code;
+    char dead_msg[400];
+    /* Under lp->lock. */
     int listed;
     int notify; /* an incoming link that broke: tell the receive path */
     int abort_told;
-    tcp_item *qhead, *qtail;
-    dsim_err dead_code;
-    char dead_msg[400];
     int64_t t_start, t_next, backoff, deadline;
     int attempts, last_errno;
     /* The loop thread only. */
@@ -246,9 +253,9 @@ typedef struct tcp_local {
     /* Under lp->lock. */
     int lsn_paused;
     int64_t lsn_resume;
-    tcp_conn **out; /* [nranks]: this rank's connection to each rank */
-    tcp_conn **in;  /* [nranks]: the live connection from each rank */
-    uint8_t *lost;  /* [nranks]: the link from that rank broke */
+    _Atomic(tcp_conn *) *out; /* [nranks]: this rank's connection to each rank (set once) */
+    tcp_conn **in;            /* [nranks]: the live connection from each rank */
+    uint8_t *lost;            /* [nranks]: the link from that rank broke */
     int close_req, closed;
     atomic_int gone; /* its endpoint closed: sends to it fail at once */
 } tcp_local;
@@ -259,10 +266,9 @@ typedef struct tcp_loop {
     int started;
     int epfd, evfd;
     dsim_waitq *lock;
-    /* Under lock. */
-    tcp_link conns;
-    int stop, dirty;
-    int64_t next_timer;
+    tcp_link conns; /* under lock; the loop thread frees from it */
+    atomic_int stop, dirty;
+    int64_t next_timer; /* the loop thread only */
 } tcp_loop;
 
 typedef struct tcp_fabric {
@@ -418,6 +424,16 @@ static long long tcp_ms(int64_t ns)
     return (long long)(ns / TCP_MS);
 }
 
+static int tcp_state(tcp_conn *c)
+{
+    return atomic_load_explicit(&c->state, memory_order_acquire);
+}
+
+static void tcp_set_state(tcp_conn *c, int st)
+{
+    atomic_store_explicit(&c->state, st, memory_order_release);
+}
+
 static void tcp_wake(tcp_loop *lp)
 {
     uint64_t one = 1;
@@ -454,7 +470,7 @@ static const char *tcp_errstr(int err)
     return err ? strerror(err) : "no error";
 }
 
-/* ---- send queues (lp->lock held) ---- */
+/* ---- send queues (c->sq held) ---- */
 
 static void tcp_q_link(tcp_conn *c, tcp_item *prev, tcp_item *it)
 {
@@ -567,7 +583,7 @@ static tcp_item *tcp_ctl_item(const tcp_conn *c, uint32_t what, const void *body
     return tcp_item_own(head, sizeof head, body, len);
 }
 
-/* ---- connection state (lp->lock held) ---- */
+/* ---- the send side (c->sq held) ---- */
 
 static void tcp_want_out_locked(tcp_conn *c, int on)
 {
@@ -578,24 +594,16 @@ static void tcp_want_out_locked(tcp_conn *c, int on)
         c->want_out = on;
 }
 
-/* Marks c broken for good (the first reason stands) and takes every queued
- * frame off it: requests fail with code once the lock is dropped, the
- * backend's own frames are freed. The loop closes the socket. */
-static void tcp_kill_locked(tcp_conn *c, dsim_err code, tcp_after *a, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void tcp_kill_locked(tcp_conn *c, dsim_err code, tcp_after *a, const char *fmt, ...)
+/* Closes c's queue for good (the first reason stands): queued requests fail
+ * with code once the locks are dropped, the backend's own frames are freed,
+ * and later sends fail with the same message. */
+static void tcp_sq_close_locked(tcp_conn *c, dsim_err code, const char *msg, tcp_after *a)
 {
-    if (c->state == TCP_DEAD)
+    if (c->sq_dead)
         return;
-    tcp_loop *lp = c->lp;
-    tcp_fabric *tf = lp->tf;
-    int was_up = c->state == TCP_UP;
-    c->state = TCP_DEAD;
+    c->sq_dead = 1;
     c->dead_code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->dead_msg, sizeof c->dead_msg, fmt, ap);
-    va_end(ap);
+    snprintf(c->dead_msg, sizeof c->dead_msg, "%s", msg);
     while (c->qhead) {
         tcp_item *it = c->qhead;
         tcp_q_del(c, it);
@@ -606,53 +614,34 @@ static void tcp_kill_locked(tcp_conn *c, dsim_err code, tcp_after *a, const char
             free(it);
         }
     }
-    int closing = 0;
-    if (c->kind == TCP_IN && c->peer >= 0) {
-        tcp_local *lc = tcp_local_of(tf, c->local);
-        closing = lc->close_req;
-        if (was_up) {
-            if (lc->in[c->peer] == c)
-                lc->in[c->peer] = NULL;
-            lc->lost[c->peer] = 1;
-            c->notify = !closing && !lp->stop;
-        }
-    } else if (c->kind == TCP_OUT) {
-        closing = tcp_local_of(tf, c->local)->close_req;
-    }
-    if (closing || lp->stop)
-        dsim_debug("tcp: %s", c->dead_msg);
-    else
-        dsim_info("tcp: %s", c->dead_msg);
-    lp->dirty = 1;
-    a->wake = 1;
 }
 
-/* Why a write failed, for the sender's messages. */
-static void tcp_kill_write_locked(tcp_conn *c, int err, tcp_after *a)
+/* A write failed (c->sq held): the queue closes now, the loop does the rest
+ * (its lock cannot be taken from here). */
+static void tcp_write_failed_locked(tcp_conn *c, int err, tcp_after *a)
 {
-    if (c->kind == TCP_OUT) {
-        if (err == EPIPE || err == ECONNRESET)
-            tcp_kill_locked(c, DSIM_EPEER, a,
-                            "connection to peer %d reset while rank %d was sending to it (%s); "
-                            "rank %d can send nothing more to peer %d",
-                            c->peer, c->local, strerror(err), c->local, c->peer);
-        else
-            tcp_kill_locked(c, DSIM_EPEER, a,
-                            "connection to peer %d failed while rank %d was sending to it: %s; "
-                            "rank %d can send nothing more to peer %d",
-                            c->peer, c->local, strerror(err), c->local, c->peer);
-        return;
-    }
-    tcp_kill_locked(c, DSIM_EPEER, a,
-                    "connection to peer %d reset (rank %d could not write to it: %s); rank %d "
-                    "can receive nothing more from it",
-                    c->peer, c->local, strerror(err), c->local);
+    char msg[400];
+    if (c->kind == TCP_OUT)
+        snprintf(msg, sizeof msg,
+                 "connection to peer %d %s while rank %d was sending to it (%s); rank %d can send "
+                 "nothing more to peer %d",
+                 c->peer, err == EPIPE || err == ECONNRESET ? "reset" : "failed", c->local,
+                 strerror(err), c->local, c->peer);
+    else
+        snprintf(msg, sizeof msg,
+                 "connection to peer %d reset (rank %d could not write to it: %s); rank %d can "
+                 "receive nothing more from it",
+                 c->peer, c->local, strerror(err), c->local);
+    tcp_sq_close_locked(c, DSIM_EPEER, msg, a);
+    atomic_store(&c->broken, 1);
+    atomic_store(&c->lp->dirty, 1);
+    a->wake = 1;
 }
 
 /* Writes queued frames until the queue is empty or the socket is full. */
 static void tcp_flush_locked(tcp_conn *c, tcp_after *a)
 {
-    while (c->state == TCP_UP && c->qhead) {
+    while (!c->sq_dead && tcp_state(c) == TCP_UP && c->qhead) {
         struct iovec iov[TCP_IOV];
         int n = 0;
         size_t want = 0;
@@ -677,7 +666,7 @@ static void tcp_flush_locked(tcp_conn *c, tcp_after *a)
                 tcp_want_out_locked(c, 1);
                 return;
             }
-            tcp_kill_write_locked(c, errno, a);
+            tcp_write_failed_locked(c, errno, a);
             return;
         }
         size_t left = (size_t)w;
@@ -706,14 +695,15 @@ static void tcp_flush_locked(tcp_conn *c, tcp_after *a)
             return;
         }
     }
-    if (!c->qhead)
+    if (!c->qhead && !c->sq_dead)
         tcp_want_out_locked(c, 0);
 }
 
+/* lp->lock held; takes c->sq. */
 static void tcp_tell_abort_locked(tcp_conn *c, tcp_after *a)
 {
     tcp_fabric *tf = c->lp->tf;
-    if (c->abort_told || c->state != TCP_UP || tcp_is_local(tf, c->peer))
+    if (c->abort_told || tcp_state(c) != TCP_UP || tcp_is_local(tf, c->peer))
         return;
     c->abort_told = 1;
     uint8_t body[4 + TCP_WHY_MAX];
@@ -726,10 +716,59 @@ static void tcp_tell_abort_locked(tcp_conn *c, tcp_after *a)
                        c->peer);
         return;
     }
-    tcp_q_push_urgent(c, it);
-    tcp_flush_locked(c, a);
+    dsim_waitq_lock(c->sq);
+    if (c->sq_dead) {
+        free(it);
+    } else {
+        tcp_q_push_urgent(c, it);
+        tcp_flush_locked(c, a);
+    }
+    dsim_waitq_unlock(c->sq);
 }
 
+/* ---- connection state (lp->lock held) ---- */
+
+/* Marks c broken for good and closes its queue (the first reason stands);
+ * the loop closes the socket. */
+static void tcp_kill_locked(tcp_conn *c, dsim_err code, tcp_after *a, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void tcp_kill_locked(tcp_conn *c, dsim_err code, tcp_after *a, const char *fmt, ...)
+{
+    int st = tcp_state(c);
+    if (st == TCP_DEAD)
+        return;
+    tcp_loop *lp = c->lp;
+    tcp_fabric *tf = lp->tf;
+    tcp_set_state(c, TCP_DEAD);
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    dsim_waitq_lock(c->sq);
+    tcp_sq_close_locked(c, code, msg, a);
+    dsim_waitq_unlock(c->sq);
+    int closing = 0;
+    if (c->kind == TCP_IN && c->peer >= 0) {
+        tcp_local *lc = tcp_local_of(tf, c->local);
+        closing = lc->close_req;
+        if (st == TCP_UP) {
+            if (lc->in[c->peer] == c)
+                lc->in[c->peer] = NULL;
+            lc->lost[c->peer] = 1;
+            c->notify = !closing && !atomic_load(&lp->stop);
+        }
+    } else if (c->kind == TCP_OUT) {
+        closing = tcp_local_of(tf, c->local)->close_req;
+    }
+    /* dead_msg is final once sq_dead is set, and sq_dead never clears. */
+    if (closing || atomic_load(&lp->stop))
+        dsim_debug("tcp: %s", c->dead_msg);
+    else
+        dsim_info("tcp: %s", c->dead_msg);
+    atomic_store(&lp->dirty, 1);
+    a->wake = 1;
+}
 static void tcp_up_locked(tcp_loop *lp, tcp_conn *c, tcp_after *a)
 {
     tcp_fabric *tf = lp->tf;
@@ -742,25 +781,26 @@ static void tcp_up_locked(tcp_loop *lp, tcp_conn *c, tcp_after *a)
                         c->kind == TCP_IN ? "from" : "to", c->peer);
         return;
     }
-    c->state = TCP_UP;
     c->rstate = TCP_RD_HDR;
     c->rhdr_got = 0;
     c->spos = c->slen = 0;
+    tcp_set_state(c, TCP_UP);
     dsim_debug("tcp: rank %d %s peer %d (%s) is up", c->local,
                c->kind == TCP_IN ? "accepted a connection from" : "connected to", c->peer,
                c->where);
     if (atomic_load_explicit(&tf->aborted, memory_order_acquire))
         tcp_tell_abort_locked(c, a);
+    /* Sends queued while it came up; later ones see TCP_UP and write. */
+    dsim_waitq_lock(c->sq);
     tcp_flush_locked(c, a);
+    dsim_waitq_unlock(c->sq);
 }
-
 static void tcp_close_fd_locked(tcp_conn *c)
 {
     if (c->fd < 0)
         return;
     close(c->fd); /* also leaves the epoll set */
     c->fd = -1;
-    c->want_out = 0;
 }
 
 static void tcp_give_up_locked(tcp_conn *c, const char *last, tcp_after *a)
@@ -778,7 +818,7 @@ static void tcp_retry_locked(tcp_loop *lp, tcp_conn *c, int err, int64_t now, tc
 {
     tcp_fabric *tf = lp->tf;
     c->last_errno = err;
-    c->state = TCP_IDLE;
+    tcp_set_state(c, TCP_IDLE);
     if (tcp_is_local(tf, c->peer) && atomic_load(&tcp_local_of(tf, c->peer)->gone)) {
         tcp_kill_locked(c, DSIM_EPEER, a,
                         "rank %d has closed its endpoint; rank %d can send nothing more to it",
@@ -792,7 +832,7 @@ static void tcp_retry_locked(tcp_loop *lp, tcp_conn *c, int err, int64_t now, tc
     }
     c->t_next = now + c->backoff < end ? now + c->backoff : end;
     c->backoff = c->backoff * 2 > TCP_BACKOFF_MAX ? TCP_BACKOFF_MAX : c->backoff * 2;
-    lp->dirty = 1;
+    atomic_store(&lp->dirty, 1);
 }
 
 /* The connect finished (or failed): send the hello. */
@@ -810,8 +850,8 @@ static void tcp_connected_locked(tcp_loop *lp, tcp_conn *c, int64_t now, tcp_aft
         if (n == (ssize_t)sizeof h) {
             struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
             epoll_ctl(lp->epfd, EPOLL_CTL_MOD, c->fd, &ev);
-            c->state = TCP_HELLO;
             c->hello_got = 0;
+            tcp_set_state(c, TCP_HELLO);
             return;
         }
         err = n < 0 ? errno : EIO;
@@ -845,9 +885,8 @@ static void tcp_connect_locked(tcp_loop *lp, tcp_conn *c, int64_t now, tcp_after
         return;
     }
     c->fd = fd;
-    c->want_out = 0;
-    c->state = TCP_CONNECTING;
     c->deadline = c->t_start + lp->tf->connect_timeout;
+    tcp_set_state(c, TCP_CONNECTING);
     if (rc == 0)
         tcp_connected_locked(lp, c, now, a);
 }
@@ -1106,8 +1145,10 @@ static void tcp_read(tcp_loop *lp, tcp_conn *c)
                 continue;
             if (tcp_frame_begin(lp, c) != 0)
                 return;
-            if (c->slen - c->spos >= c->rlen) {
-                /* The whole body is staged: hand it over from there. */
+            if (c->slen - c->spos >= c->rlen && ((uintptr_t)(c->stage + c->spos) & 15) == 0) {
+                /* The whole body is staged, aligned for the reducing
+                 * receives that read it as elements: hand it over from
+                 * there. Otherwise it is copied to the (aligned) body. */
                 const uint8_t *b = c->stage + c->spos;
                 c->rcrc = tcp_crc32c(c->rcrc, b, c->rlen);
                 c->spos += c->rlen;
@@ -1243,7 +1284,7 @@ static void tcp_hello_read(tcp_loop *lp, tcp_conn *c)
         c->hello_got += (size_t)n;
     }
     dsim_waitq_lock(lp->lock);
-    if (c->state == TCP_HELLO) {
+    if (tcp_state(c) == TCP_HELLO) {
         if (c->kind == TCP_OUT)
             tcp_ack_check(lp, c, &a);
         else
@@ -1267,6 +1308,8 @@ static void tcp_conn_free(tcp_conn *c)
     }
     free(c->stage);
     free(c->rbody);
+    if (c->sq)
+        dsim_waitq_destroy(c->sq);
     free(c);
 }
 
@@ -1307,7 +1350,7 @@ static void tcp_accept(tcp_loop *lp, tcp_local *lc)
             epoll_ctl(lp->epfd, EPOLL_CTL_DEL, lc->lsn_fd, NULL);
             lc->lsn_paused = 1;
             lc->lsn_resume = tcp_now(tf) + TCP_LISTEN_PAUSE;
-            lp->dirty = 1;
+            atomic_store(&lp->dirty, 1);
             dsim_waitq_unlock(lp->lock);
             return;
         }
@@ -1323,9 +1366,16 @@ static void tcp_accept(tcp_loop *lp, tcp_local *lc)
         c->local = lc->rank;
         c->peer = -1;
         c->fd = fd;
-        c->state = TCP_HELLO;
+        atomic_init(&c->state, TCP_HELLO);
+        atomic_init(&c->broken, 0);
         tcp_sockaddr_txt((struct sockaddr *)&ss, sl, c->where, sizeof c->where);
         tcp_nodelay(fd);
+        if (dsim_waitq_create(tf->rt, &c->sq) != DSIM_OK) {
+            dsim_error_log("tcp: rank %d: could not accept a connection: %s", lc->rank,
+                           dsim_errmsg());
+            tcp_conn_free(c);
+            continue;
+        }
         dsim_waitq_lock(lp->lock);
         c->deadline = tcp_now(tf) + tf->connect_timeout;
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
@@ -1335,7 +1385,7 @@ static void tcp_accept(tcp_loop *lp, tcp_local *lc)
             continue;
         }
         tcp_list_add(lp, c);
-        lp->dirty = 1;
+        atomic_store(&lp->dirty, 1);
         dsim_waitq_unlock(lp->lock);
     }
 }
@@ -1343,23 +1393,25 @@ static void tcp_accept(tcp_loop *lp, tcp_local *lc)
 static void tcp_conn_event(tcp_loop *lp, tcp_conn *c, uint32_t events)
 {
     tcp_after a = {0};
-    dsim_waitq_lock(lp->lock);
-    int st = c->state;
-    if (st == TCP_DEAD || st == TCP_IDLE || c->fd < 0) {
-        dsim_waitq_unlock(lp->lock);
+    /* Only this thread moves a connection out of IDLE, CONNECTING or HELLO;
+     * another may only kill it, which the handlers below cope with. */
+    int st = tcp_state(c);
+    if (st == TCP_DEAD || st == TCP_IDLE || c->fd < 0)
         return;
-    }
     if (st == TCP_CONNECTING) {
-        tcp_connected_locked(lp, c, tcp_now(lp->tf), &a);
+        dsim_waitq_lock(lp->lock);
+        if (tcp_state(c) == TCP_CONNECTING)
+            tcp_connected_locked(lp, c, tcp_now(lp->tf), &a);
         dsim_waitq_unlock(lp->lock);
         tcp_after_run(lp, &a);
         return;
     }
-    if ((events & EPOLLOUT) && st == TCP_UP)
+    if ((events & EPOLLOUT) && st == TCP_UP) {
+        dsim_waitq_lock(c->sq);
         tcp_flush_locked(c, &a);
-    st = c->state;
-    dsim_waitq_unlock(lp->lock);
-    tcp_after_run(lp, &a);
+        dsim_waitq_unlock(c->sq);
+        tcp_after_run(lp, &a);
+    }
     if (!(events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
         return;
     if (st == TCP_HELLO)
@@ -1367,7 +1419,6 @@ static void tcp_conn_event(tcp_loop *lp, tcp_conn *c, uint32_t events)
     else if (st == TCP_UP)
         tcp_read(lp, c);
 }
-
 static int64_t tcp_min(int64_t a, int64_t b)
 {
     return a < b ? a : b;
@@ -1380,17 +1431,12 @@ static int tcp_service(tcp_loop *lp)
     tcp_fabric *tf = lp->tf;
     tcp_after a = {0};
     tcp_conn *grave = NULL;
-    dsim_waitq_lock(lp->lock);
-    if (lp->stop) {
-        dsim_waitq_unlock(lp->lock);
+    if (atomic_load(&lp->stop))
         return 1;
-    }
     int64_t now = tcp_now(tf);
-    if (!lp->dirty && now < lp->next_timer) {
-        dsim_waitq_unlock(lp->lock);
+    if (!atomic_exchange(&lp->dirty, 0) && now < lp->next_timer)
         return 0;
-    }
-    lp->dirty = 0;
+    dsim_waitq_lock(lp->lock);
     int64_t next = INT64_MAX;
     int closed_any = 0;
     for (int r = tf->lo; r <= tf->hi; r++) {
@@ -1421,16 +1467,20 @@ static int tcp_service(tcp_loop *lp)
     for (tcp_link *l = lp->conns.next, *ln; l != &lp->conns; l = ln) {
         ln = l->next;
         tcp_conn *c = TCP_OF(l, tcp_conn, link);
-        if (c->state == TCP_IDLE && now >= c->t_start + tf->connect_timeout)
+        if (atomic_load(&c->broken)) /* dead_msg is set before broken */
+            tcp_kill_locked(c, c->dead_code, &a, "%s", c->dead_msg);
+        int st = tcp_state(c);
+        if (st == TCP_IDLE && now >= c->t_start + tf->connect_timeout)
             tcp_give_up_locked(c, tcp_errstr(c->last_errno), &a);
-        else if (c->state == TCP_IDLE && c->t_next <= now)
+        else if (st == TCP_IDLE && c->t_next <= now)
             tcp_connect_locked(lp, c, now, &a);
-        if (c->state == TCP_IDLE) {
+        st = tcp_state(c);
+        if (st == TCP_IDLE) {
             next = tcp_min(next, c->t_next);
-        } else if (c->state == TCP_CONNECTING || c->state == TCP_HELLO) {
+        } else if (st == TCP_CONNECTING || st == TCP_HELLO) {
             if (now < c->deadline) {
                 next = tcp_min(next, c->deadline);
-            } else if (c->kind == TCP_OUT && c->state == TCP_CONNECTING) {
+            } else if (c->kind == TCP_OUT && st == TCP_CONNECTING) {
                 tcp_give_up_locked(c, "the connect did not finish", &a);
             } else if (c->kind == TCP_OUT) {
                 tcp_kill_locked(c, DSIM_EPEER, &a,
@@ -1446,7 +1496,7 @@ static int tcp_service(tcp_loop *lp)
                                 tcp_ms(tf->connect_timeout));
             }
         }
-        if (c->state == TCP_DEAD) {
+        if (tcp_state(c) == TCP_DEAD) {
             tcp_close_fd_locked(c);
             tcp_list_del(c);
             free(c->stage);
@@ -1479,21 +1529,16 @@ static int tcp_service(tcp_loop *lp)
 
 static int tcp_wait_ms(tcp_loop *lp)
 {
-    dsim_waitq_lock(lp->lock);
-    int64_t next = lp->next_timer;
-    int dirty = lp->dirty;
-    dsim_waitq_unlock(lp->lock);
-    if (dirty)
+    if (atomic_load(&lp->dirty))
         return 0;
-    if (next == INT64_MAX)
+    if (lp->next_timer == INT64_MAX)
         return -1;
-    int64_t d = next - tcp_now(lp->tf);
+    int64_t d = lp->next_timer - tcp_now(lp->tf);
     if (d <= 0)
         return 0;
     d = (d + TCP_MS - 1) / TCP_MS;
     return d > 60000 ? 60000 : (int)d;
 }
-
 static void *tcp_loop_main(void *arg)
 {
     tcp_loop *lp = arg;
@@ -1871,9 +1916,7 @@ static void tcp_teardown(tcp_fabric *tf)
         tcp_loop *lp = &tf->loops[i];
         if (!lp->started)
             continue;
-        dsim_waitq_lock(lp->lock);
-        lp->stop = 1;
-        dsim_waitq_unlock(lp->lock);
+        atomic_store(&lp->stop, 1);
         tcp_wake(lp);
         pthread_join(lp->thr, NULL);
         lp->started = 0;
@@ -1893,8 +1936,8 @@ static void tcp_teardown(tcp_fabric *tf)
         tcp_local *lc = tcp_local_of(tf, r);
         if (lc->out)
             for (int p = 0; p < tf->nranks; p++)
-                if (lc->out[p])
-                    tcp_conn_free(lc->out[p]);
+                if (atomic_load(&lc->out[p]))
+                    tcp_conn_free(atomic_load(&lc->out[p]));
         if (lc->lsn_fd >= 0)
             close(lc->lsn_fd);
         free(lc->out);
@@ -2031,6 +2074,8 @@ static dsim_err tcp_fabric_open(dsim_fabric *f, const char *options)
         lp->epfd = lp->evfd = -1;
         lp->conns.next = lp->conns.prev = &lp->conns;
         lp->next_timer = INT64_MAX;
+        atomic_init(&lp->stop, 0);
+        atomic_init(&lp->dirty, 0);
     }
     for (int r = tf->lo; r <= tf->hi; r++) {
         tcp_local *lc = tcp_local_of(tf, r);
@@ -2054,10 +2099,13 @@ static dsim_err tcp_fabric_open(dsim_fabric *f, const char *options)
         lc->out = calloc((size_t)tf->nranks, sizeof *lc->out);
         lc->in = calloc((size_t)tf->nranks, sizeof *lc->in);
         lc->lost = calloc((size_t)tf->nranks, 1);
-        if (!lc->out || !lc->in || !lc->lost)
+        if (!lc->out || !lc->in || !lc->lost) {
             e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory opening a %d-rank tcp fabric", tf->nranks);
-        else
-            e = tcp_listen(tf, lc, o.n_fds ? o.fds[r - tf->lo] : -1);
+            break;
+        }
+        for (int p = 0; p < tf->nranks; p++)
+            atomic_init(&lc->out[p], NULL);
+        e = tcp_listen(tf, lc, o.n_fds ? o.fds[r - tf->lo] : -1);
     }
     for (int i = 0; i < tf->nloops && e == DSIM_OK; i++) {
         tcp_loop *lp = &tf->loops[i];
@@ -2135,8 +2183,8 @@ static void tcp_ep_close(dsim_ep *ep)
     atomic_store(&lc->gone, 1);
     dsim_waitq_lock(lp->lock);
     lc->close_req = 1;
-    lp->dirty = 1;
     dsim_waitq_unlock(lp->lock);
+    atomic_store(&lp->dirty, 1);
     tcp_wake(lp);
     /* Only the loop closes sockets; it answers at once. */
     dsim_waitq_lock(lp->lock);
@@ -2184,21 +2232,25 @@ static tcp_conn *tcp_conn_new_out(tcp_loop *lp, int me, int to)
     tcp_conn *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
+    if (dsim_waitq_create(tf->rt, &c->sq) != DSIM_OK) {
+        free(c);
+        return NULL;
+    }
     c->type = TCP_POLL_CONN;
     c->lp = lp;
     c->kind = TCP_OUT;
     c->local = me;
     c->peer = to;
     c->fd = -1;
-    c->state = TCP_IDLE;
+    atomic_init(&c->state, TCP_IDLE);
+    atomic_init(&c->broken, 0);
     c->t_start = c->t_next = tcp_now(tf);
     c->backoff = TCP_BACKOFF_MIN;
     snprintf(c->where, sizeof c->where, "%s", tf->addrs[to].txt);
     tcp_list_add(lp, c);
-    lp->dirty = 1;
+    atomic_store(&lp->dirty, 1);
     return c;
 }
-
 static dsim_err tcp_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void *payload,
                          size_t len, dsim_req *req)
 {
@@ -2219,27 +2271,48 @@ static dsim_err tcp_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void
     tcp_local *lc = tcp_local_of(tf, me);
     tcp_loop *lp = lc->lp;
     tcp_after a = {0};
-    dsim_waitq_lock(lp->lock);
-    tcp_conn *c = lc->out[to];
+    tcp_conn *c = atomic_load_explicit(&lc->out[to], memory_order_acquire);
     if (!c) {
-        c = lc->out[to] = tcp_conn_new_out(lp, me, to);
+        dsim_waitq_lock(lp->lock);
+        c = atomic_load(&lc->out[to]);
         if (!c) {
-            dsim_waitq_unlock(lp->lock);
-            return DSIM_ERR(DSIM_ENOMEM, to, "out of memory connecting rank %d to rank %d", me, to);
+            c = tcp_conn_new_out(lp, me, to);
+            atomic_store_explicit(&lc->out[to], c, memory_order_release);
+            a.wake = 1;
         }
-        a.wake = 1;
-    }
-    if (c->state == TCP_DEAD) {
-        dsim_err code = c->dead_code;
         dsim_waitq_unlock(lp->lock);
+        if (!c)
+            return DSIM_ERR(DSIM_ENOMEM, to, "out of memory connecting rank %d to rank %d", me, to);
+    }
+    dsim_waitq_lock(c->sq);
+    if (c->sq_dead) {
+        dsim_err code = c->dead_code;
+        dsim_waitq_unlock(c->sq);
         return DSIM_ERR(code, to, "%s", c->dead_msg);
     }
     tcp_q_push(c, it);
-    if (c->state == TCP_UP && c->qhead == it)
+    /* Not up yet: the loop writes the queue when it comes up. */
+    if (c->qhead == it && tcp_state(c) == TCP_UP)
         tcp_flush_locked(c, &a);
-    dsim_waitq_unlock(lp->lock);
+    dsim_waitq_unlock(c->sq);
     tcp_after_run(lp, &a);
     return DSIM_OK;
+}
+
+/* The queue cannot be kept whole (out of memory): it closes for good, as if
+ * a write had failed. c->sq held. */
+static void tcp_sq_break_locked(tcp_conn *c, const char *why, tcp_after *a)
+{
+    char msg[400];
+    snprintf(msg, sizeof msg,
+             "rank %d ran out of memory %s to peer %d; the connection is closed (the peer would "
+             "see a gap or half a frame)",
+             c->local, why, c->peer);
+    dsim_error_log("tcp: %s", msg);
+    tcp_sq_close_locked(c, DSIM_EPEER, msg, a);
+    atomic_store(&c->broken, 1);
+    atomic_store(&c->lp->dirty, 1);
+    a->wake = 1;
 }
 
 static dsim_err tcp_cancel_send(dsim_ep *ep, dsim_req *req)
@@ -2248,36 +2321,31 @@ static dsim_err tcp_cancel_send(dsim_ep *ep, dsim_req *req)
     tcp_item *it = dsim_tp_req_priv(req);
     tcp_loop *lp = tcp_local_of(tf, dsim_ep_rank(ep))->lp;
     tcp_after a = {0};
-    dsim_waitq_lock(lp->lock);
+    tcp_conn *c = it->conn; /* set by tcp_send, before the request was returned */
+    dsim_waitq_lock(c->sq);
     if (!it->queued) {
         /* Written or failed, and being completed right now. */
-        dsim_waitq_unlock(lp->lock);
+        dsim_waitq_unlock(c->sq);
         return DSIM_ESTATE;
     }
-    tcp_conn *c = it->conn;
     if (it->head_done == 0) {
-        tcp_item *m = NULL;
-        if (it->faithful) {
+        if (!it->faithful) {
+            tcp_q_del(c, it);
+        } else {
             /* Its sequence number is taken: send the header alone so the
              * receiver's sequence stays in step. */
-            m = tcp_ctl_item(c, TCP_CTL_WITHDRAWN, it->head, TCP_HDR_LEN);
-            if (!m) {
+            tcp_item *m = tcp_ctl_item(c, TCP_CTL_WITHDRAWN, it->head, TCP_HDR_LEN);
+            if (m) {
+                tcp_q_replace(c, it, m);
+            } else {
                 tcp_q_del(c, it);
-                tcp_kill_locked(c, DSIM_EPEER, &a,
-                                "rank %d ran out of memory withdrawing a frame to peer %d; the "
-                                "connection is closed (the peer would see a gap)",
-                                c->local, c->peer);
-                dsim_waitq_unlock(lp->lock);
-                tcp_after_run(lp, &a);
-                return DSIM_OK;
+                tcp_sq_break_locked(c, "withdrawing a frame", &a);
             }
-            tcp_q_replace(c, it, m);
-        } else {
-            tcp_q_del(c, it);
         }
-        if (!c->qhead)
+        if (!c->qhead && !c->sq_dead)
             tcp_want_out_locked(c, 0);
-        dsim_waitq_unlock(lp->lock);
+        dsim_waitq_unlock(c->sq);
+        tcp_after_run(lp, &a);
         return DSIM_OK;
     }
     /* Part of it is on the wire and cannot be taken back: finish it from a
@@ -2286,17 +2354,14 @@ static dsim_err tcp_cancel_send(dsim_ep *ep, dsim_req *req)
     tcp_item *k = tcp_item_own(it->head, it->head_len, it->body + it->body_done, rest);
     if (!k) {
         tcp_q_del(c, it);
-        tcp_kill_locked(c, DSIM_EPEER, &a,
-                        "rank %d ran out of memory keeping the rest of a cancelled frame to peer "
-                        "%d; the connection is closed (a partial frame cannot be taken back)",
-                        c->local, c->peer);
-        dsim_waitq_unlock(lp->lock);
+        tcp_sq_break_locked(c, "keeping the rest of a cancelled frame", &a);
+        dsim_waitq_unlock(c->sq);
         tcp_after_run(lp, &a);
         return DSIM_OK;
     }
     k->head_done = it->head_done;
     tcp_q_replace(c, it, k);
-    dsim_waitq_unlock(lp->lock);
+    dsim_waitq_unlock(c->sq);
     dsim_tp_complete(req, DSIM_OK);
     return DSIM_ESTATE; /* finished rather than withdrawn: the shared layer sees it done */
 }
