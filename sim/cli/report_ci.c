@@ -130,7 +130,7 @@ static void ci_num(char *buf, size_t cap, double v)
 
 static const char *ci_status(dsim_run_status st)
 {
-    return st == DSIM_RUN_PASSED ? "passed" : st == DSIM_RUN_FAILED ? "failed" : "error";
+    return dsim_run_status_name(st);
 }
 
 /* ---- open ---- */
@@ -305,7 +305,9 @@ void dsim_ci_load_failed(dsim_ci_report *r, const char *file, const char *msg)
     ci_suite_close(r->suites, "", why);
 }
 
-/* Why a run could not be judged, or NULL when it could. */
+/* Why a run could not be judged, or NULL when it could: the harness
+ * failed, or the run did not end as passed or failed (hung: the watchdog
+ * left workers running; its message names them). */
 static const char *ci_not_judged(const dsim_harness_result *rep)
 {
     if (rep->harness_error)
