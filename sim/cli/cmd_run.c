@@ -36,6 +36,7 @@
 #include "dsim/err.h"
 #include "dsim/strategy.h"
 #include "harness/harness.h"
+#include "report_ci.h"
 #include "scenario/scenario.h"
 #include "store.h"
 
@@ -47,7 +48,7 @@ void cmd_run_help(FILE *out)
 {
     fprintf(out,
             "usage: dsim run [SCENARIO...] [--engine E] [--seed N] [--db PATH] [--plugin-dir DIR]\n"
-            "                [--json]\n"
+            "                [--no-plugins] [--json] [--junit FILE] [--tap]\n"
             "\n"
             "Runs each scenario file (default: %s), judges the run with\n"
             "the checks of the file's expect: section, stores it in the results store and\n"
@@ -61,8 +62,16 @@ void cmd_run_help(FILE *out)
             "  --db PATH         the results store (default %s in the working directory)\n"
             "  --plugin-dir DIR  look for strategy plugins named by a bare file name in DIR\n"
             "                    first (then $DSIM_PLUGIN_PATH, then this build's plugins)\n"
+            "  --no-plugins      refuse (exit 2) a scenario that names a strategy plugin:\n"
+            "                    loading one runs its code in this process, so use this for\n"
+            "                    scenario files you do not trust\n"
             "  --json            print a machine-readable summary on stdout instead of the\n"
             "                    table (progress goes to stderr when it is a terminal)\n"
+            "  --junit FILE      also write a JUnit XML report for CI dashboards: one\n"
+            "                    testcase per check per scenario, failures with the check's\n"
+            "                    message, an error for a run that could not be judged\n"
+            "  --tap             print TAP on stdout instead of the table (meson test's\n"
+            "                    protocol: 'tap'): a test per check; the table goes to stderr\n"
             "\n"
             "Progress: on a terminal one line rewritten in place (step, loss, examples/s);\n"
             "otherwise about %d plain lines per run.\n"
@@ -150,6 +159,9 @@ typedef struct run_opts {
     uint64_t seed;
     const char *db;
     bool json;
+    bool no_plugins;
+    const char *junit; /* --junit FILE (report_ci.h) */
+    bool tap;
 } run_opts;
 
 static int run_parse(int argc, char **argv, run_opts *o)
@@ -166,7 +178,13 @@ static int run_parse(int argc, char **argv, run_opts *o)
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) {
             o->json = true;
-        } else if ((v = dsim_cli_flag(argc, argv, &i, "--engine", &missing))) {
+        } else if (strcmp(a, "--no-plugins") == 0) {
+            o->no_plugins = true;
+        } else if (strcmp(a, "--tap") == 0) {
+            o->tap = true;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--junit", &missing))) {
+            o->junit = v;
+        } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--engine", &missing))) {
             if (strcmp(v, "threads") != 0 && strcmp(v, "processes") != 0 && strcmp(v, "sim") != 0) {
                 fprintf(stderr, "dsim run: --engine is '%s' (accepted: threads, processes, sim)\n",
                         v);
@@ -206,12 +224,18 @@ static int run_parse(int argc, char **argv, run_opts *o)
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr,
                     "dsim run: unknown option '%s' (accepted: --engine E, --seed N, --db PATH, "
-                    "--plugin-dir DIR, --json; see 'dsim run --help')\n",
+                    "--plugin-dir DIR, --no-plugins, --json, --junit FILE, --tap; see 'dsim run "
+                    "--help')\n",
                     a);
             return 2;
         } else {
             o->files[o->n_files++] = a;
         }
+    }
+    if (o->json && o->tap) {
+        fprintf(stderr, "dsim run: --json and --tap both print on standard output (accepted: "
+                        "one of them; --junit FILE goes with either)\n");
+        return 2;
     }
     if (o->n_files == 0)
         o->files[o->n_files++] = RUN_DEFAULT_SCENARIO;
@@ -299,11 +323,21 @@ static int run_load(const run_opts *o, run_item *it)
         fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
         return 2;
     }
+    if (o->no_plugins && it->s->train.plugin_path) {
+        DSIM_ERR(DSIM_EINVAL, -1,
+                 "%s:%d:%d: strategy.plugin: the scenario names a plugin (%s) and --no-plugins "
+                 "forbids loading one (its code would run in this process)",
+                 it->file, it->s->plugin_pos.line, it->s->plugin_pos.column,
+                 it->s->train.plugin_path);
+        fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
+        return 2;
+    }
     if (o->engine && strcmp(o->engine, "threads") != 0 && strcmp(o->engine, "processes") != 0) {
-        fprintf(stderr,
-                "dsim run: %s: --engine %s is not supported by this build yet (accepted: "
-                "threads, processes)\n",
-                it->file, o->engine);
+        DSIM_ERR(DSIM_ENOTSUP, -1,
+                 "%s: --engine %s is not supported by this build yet (accepted: threads, "
+                 "processes)",
+                 it->file, o->engine);
+        fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
         return 2;
     }
     dsim_harness_opts ho = {
@@ -469,11 +503,15 @@ int cmd_run(int argc, char **argv)
         return 2;
     }
     const char *db = o.db ? o.db : DSIM_STORE_DEFAULT_PATH;
+    dsim_ci_report *ci = NULL;
+    rc = dsim_ci_open(o.junit, o.tap, &ci);
     int n_loaded = 0;
     for (int i = 0; i < o.n_files && rc == 0; i++) {
         items[i].file = o.files[i];
         rc = run_load(&o, &items[i]);
         n_loaded = i + 1;
+        if (rc != 0)
+            dsim_ci_load_failed(ci, items[i].file, dsim_errmsg());
     }
     bool json_out_ok = true;
     int n_ran = 0;
@@ -492,6 +530,7 @@ int cmd_run(int argc, char **argv)
             for (int i = 0; i < o.n_files && !atomic_load(&run_interrupted); i++) {
                 run_one(&o, st, &items[i], &reps[i]);
                 n_ran = i + 1;
+                dsim_ci_run(ci, items[i].file, items[i].s, &reps[i]);
                 if (!o.json)
                     run_print_table(&items[i], &reps[i], db);
                 if (reps[i].harness_error) {
@@ -533,6 +572,8 @@ int cmd_run(int argc, char **argv)
             passed += reps[i].status == DSIM_RUN_PASSED;
         printf("\n%d scenarios: %d passed, %d did not\n", n_ran, passed, n_ran - passed);
     }
+    if (dsim_ci_close(ci) != 0)
+        rc = 2;
     for (int i = 0; i < n_loaded; i++) {
         dsim_scenario_free(items[i].s);
         dsim_harness_result_free(&reps[i]);

@@ -58,14 +58,21 @@ dsim_err dsim_ps_mode_parse(const char *s, dsim_ps_mode *out);
 
 /* ---- the strategy registry ---- */
 
-/* Loads a strategy from a shared object and registers it under `name`
- * (NULL: the name in its ops table). The object exports
+/* Loads a strategy from a shared object and registers it under the name in
+ * its ops table. `name`, when not NULL, is the name the caller expects (a
+ * scenario's strategy.name): a table that names another strategy is refused
+ * (DSIM_EINVAL naming both), never registered under a second name. The
+ * object exports
  * `const struct dsim_strategy_ops *dsim_strategy_plugin(uint32_t *abi)`
- * (dsim/spi/strategy.h). Loading the same table under the same name again is
- * a no-op. Errors name the path and the problem: DSIM_ENOENT when dlopen
- * fails (with dlerror()), DSIM_EINVAL when the symbol is missing, the ABI
- * version differs, or the table is incomplete. The object stays loaded for
- * the life of the process. */
+ * (dsim/spi/strategy.h). Loading the same table again is a no-op. Errors
+ * name the path and the problem: DSIM_ENOENT when dlopen fails (with
+ * dlerror()), DSIM_EINVAL when the symbol is missing, the ABI version
+ * differs, the table is incomplete or names another strategy. The object
+ * stays loaded for the life of the process.
+ *
+ * Loading runs the object's code with the process's rights (its
+ * constructors at dlopen, then the plugin function): load only plugins you
+ * would run as a program. */
 dsim_err dsim_strategy_load(const char *name, const char *path);
 
 /* 1 if a strategy of that name is registered (built-ins included). */
