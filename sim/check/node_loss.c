@@ -10,8 +10,9 @@
  *      moment the node was lost, or from when the replica entered the phase
  *      it failed in if that was later (it could not have waited before);
  *   3. no survivor applied a partial update: its variables when it returned
- *      are those it had after its last complete step (synchronous
- *      strategies; parameter servers keep the variables elsewhere);
+ *      are those its last successful create_variables / apply_gradients left
+ *      (synchronous strategies; parameter servers keep the variables
+ *      elsewhere);
  *   4. the chief's last checkpoint, if one was due, is intact and loadable;
  *   5. with recovery (require_recovery 1 and recovery: restart), the resumed
  *      job ends with the same bits as a clean run of the same job: every
@@ -113,13 +114,9 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                 ok_too_late = r;
         }
         /* 3: no partial update */
-        if (b->placement != DSIM_PLACE_SHARDED && e->end_checksum != 0) {
-            uint64_t want = e->steps_done > 0 && b->checksum
-                                ? b->checksum[(size_t)(e->steps_done - 1) * (size_t)N + (size_t)r]
-                                : b->initial_checksum;
-            if (e->end_checksum != want && partial < 0)
-                partial = r;
-        }
+        if (b->placement != DSIM_PLACE_SHARDED && e->end_checksum != 0 && e->good_checksum != 0 &&
+            e->end_checksum != e->good_checksum && partial < 0)
+            partial = r;
     }
     out->measured = worst;
     if (hung >= 0) {
@@ -146,10 +143,10 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     if (partial >= 0) {
         const dsim_train_replica_end *e = &b->replicas[partial];
         dsim_check_msg(msg, cap,
-                       "replica %d applied a partial update: when it failed its variables were "
-                       "neither those after its last complete step (%llu) nor the next step's; "
+                       "replica %d applied a partial update: when it failed (in %s of step "
+                       "%llu) its variables were not those its last successful update left; "
                        "the strategy must update only after the whole reduction succeeded",
-                       partial, (unsigned long long)e->steps_done);
+                       partial, dsim_phase_name(e->phase), (unsigned long long)e->global_step);
         return DSIM_OK;
     }
     /* 4: the checkpoint the loss left behind */

@@ -200,6 +200,7 @@ typedef struct train_replica {
     _Atomic int phase;       /* dsim_phase: where the replica is now */
     _Atomic uint64_t step;   /* the global step it is on */
     _Atomic int64_t t_phase; /* when it entered the phase */
+    uint64_t good_checksum;  /* its variables after the last update that succeeded */
     bool killed;             /* stopped by the hooks, as a killed process */
     _Atomic int dead;        /* killed by a phase hook: its worker's health check stops */
     _Atomic int in_cb;       /* TRAIN_CB_*: inside the caller's code */
@@ -611,6 +612,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
     TRAIN_ENTER(rp, DSIM_PHASE_CREATE_VARIABLES, job->first_step);
     if ((e = dsim_strategy_create_variables(s, ctx, rp->index == 0 ? &job->init : NULL)) != DSIM_OK)
         goto out;
+    rp->good_checksum = dsim_params_checksum(ctx->params, P);
     int chief = rp->index == job->chief;
     uint64_t stop_at = UINT64_MAX; /* where a preemption stops the job, once agreed */
     int N = job->N;
@@ -647,6 +649,8 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         TRAIN_ENTER(rp, DSIM_PHASE_ALLREDUCE, gs);
         if ((e = dsim_strategy_apply_gradients(s, ctx, grad)) != DSIM_OK)
             goto out;
+        /* what a failure later in the step must leave untouched */
+        rp->good_checksum = dsim_params_checksum(ctx->params, P);
         TRAIN_ENTER(rp, DSIM_PHASE_REDUCE_LOSS, gs);
         double local = loss_sum * (double)job->loss_scale, loss = NAN;
         e = dsim_strategy_reduce(s, ctx, DSIM_SUM, &local, &loss, 1);
@@ -774,6 +778,7 @@ static void train_replica_main(void *arg)
     end->t_end = dsim_rt_now(job->rt);
     if (inited && rp->ctx.params)
         end->end_checksum = dsim_params_checksum(rp->ctx.params, rp->ctx.n_params);
+    end->good_checksum = rp->good_checksum;
     if (rp->killed) {
         /* A killed process reports nothing: the survivors must find out. */
         end->status = DSIM_OK;

@@ -159,6 +159,9 @@ typedef struct dsim_train_replica_end {
     uint64_t steps_done;  /* steps it completed (observer called) in this run */
     uint64_t end_checksum; /* dsim_params_checksum of its variables when it returned
                               (0 if it never had variables) */
+    uint64_t good_checksum; /* ... after its last create_variables or apply_gradients
+                               that succeeded (0: none did): a failure must leave
+                               the variables so */
     char msg[256];        /* the error's message ("" when none) */
 } dsim_train_replica_end;
 
