@@ -670,9 +670,13 @@ static void pr_merge(pr_job *j)
         const pr_task *t = &j->tasks[k];
         if (!t->has_result || t->result.err == DSIM_OK)
             continue;
-        /* the most direct error; of equals, the first: the others followed it */
-        if (!worst || pr_rank_err(t->result.err) > pr_rank_err(worst->err) ||
-            (pr_rank_err(t->result.err) == pr_rank_err(worst->err) &&
+        /* The most direct error; of equals, a replica's (a server that
+         * fails waiting for a client usually follows the client's own
+         * failure), then the first to return. */
+        int kr = pr_rank_err(t->result.err), wr = worst ? pr_rank_err(worst->err) : -1;
+        if (!worst || kr > wr ||
+            (kr == wr && t->result.has_replica && !worst->has_replica) ||
+            (kr == wr && t->result.has_replica == worst->has_replica &&
              t->result.t_return < worst->t_return))
             worst = &t->result;
     }
