@@ -50,6 +50,7 @@ void bench_opts_default(bench_opts *o)
     o->root = 0;
     o->ranks = 4;
     o->algo = "auto";
+    o->fingerprint = 1;
 }
 
 int bench_parse_size(const char *s, size_t *out)
@@ -119,6 +120,7 @@ typedef enum bench_key {
     BENCH_K_ROOT,
     BENCH_K_RANKS,
     BENCH_K_ALGO,
+    BENCH_K_FINGERPRINT,
 } bench_key;
 
 typedef struct bench_flag {
@@ -147,6 +149,9 @@ static const bench_flag bench_flags[] = {
     {0, "ranks", BENCH_K_RANKS, BENCH_FLAG_DSIM, "ranks, each a worker thread (1-128, default 4)"},
     {0, "algo", BENCH_K_ALGO, BENCH_FLAG_DSIM,
      "allreduce algorithm: auto, ring, rhd, tree, reduce_to_one (default auto)"},
+    {0, "fingerprint", BENCH_K_FINGERPRINT, BENCH_FLAG_DSIM,
+     "0: run without collective fingerprints, to measure what checking them costs "
+     "(default 1)"},
 };
 #define BENCH_NFLAGS (sizeof bench_flags / sizeof bench_flags[0])
 
@@ -262,6 +267,14 @@ static int bench_apply(const char *prog, const char *shown, const bench_flag *f,
             return 2;
         }
         o->algo = val;
+        return 0;
+    case BENCH_K_FINGERPRINT:
+        if (bench_parse_int(val, 0, 1, &v) != 0) {
+            fprintf(err, "%s: %s '%s' is not a fingerprint setting; accepted: 0 or 1\n", prog,
+                    shown, val);
+            return 2;
+        }
+        o->fingerprint = (int)v;
         return 0;
     }
     return 2;
