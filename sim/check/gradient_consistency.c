@@ -10,6 +10,12 @@
  * is the largest relative error among parameters beyond the absolute floor
  * (0 when none is), so measured <= expected is exactly "passed".
  *
+ * The loss the strategy reports is judged too, before the parameters: at
+ * every step it must be the sum of the replicas' local losses (the driver
+ * asks the strategy's reduce() for SUM), within max_loss_rel_error. A
+ * strategy whose reduce() ignores the op it is given trains correctly and
+ * reports every loss off by the replica count; nothing else would notice.
+ *
  * Asynchronous parameter servers: each replica computes with whatever
  * version of the variables it pulled, so neither per-step bit-identity nor
  * equality with a synchronous replay is expected of them. The check then
@@ -25,7 +31,7 @@
 
 #include "check/check_int.h"
 
-enum { GC_MAX_REL, GC_MAX_ABS, GC_BIT_IDENTICAL };
+enum { GC_MAX_REL, GC_MAX_ABS, GC_BIT_IDENTICAL, GC_MAX_LOSS_REL };
 
 static bool gc_is_async_ps(const dsim_check_ctx *ctx)
 {
@@ -95,6 +101,57 @@ static double gc_rel_beyond_floor(const float *a, const float *b, size_t n, doub
         }
     }
     return m;
+}
+
+/* The loss a strategy reports is its reduce(SUM) of the replicas' local
+ * losses (dsim_train_step_info.loss): it must be their sum. Returns false,
+ * with the message and the measured relative difference, at the first step
+ * where it is not (within max_rel of the local losses' magnitude; both are
+ * doubles summed in another order). Steps whose loss the strategy did not
+ * reduce (NaN) are not judged. */
+static bool gc_loss_reduced(const dsim_train_result *r, double max_rel, char *msg, size_t cap,
+                            double *measured)
+{
+    if (!r->loss || !r->local_loss || r->num_replicas < 1)
+        return true;
+    size_t nr = (size_t)r->num_replicas;
+    for (uint64_t s = 0; s < r->steps; s++) {
+        double got = r->loss[s];
+        if (isnan(got))
+            continue;
+        const double *row = r->local_loss + s * nr;
+        double sum = 0, mag = 0;
+        for (size_t k = 0; k < nr; k++) {
+            sum += row[k];
+            mag += fabs(row[k]);
+        }
+        double d = fabs(got - sum);
+        if (d <= max_rel * mag || (!isfinite(sum) && got == sum))
+            continue;
+        *measured = mag > 0 ? d / mag : INFINITY;
+        double ratio = sum != 0 ? got / sum : NAN;
+        double n = (double)nr;
+        const char *why;
+        if (nr > 1 && fabs(ratio * n - 1) < 1e-6)
+            why = "1/num_replicas of it: its reduce() averaged (MEAN) where the driver asked "
+                  "for SUM; a reduce must apply the op it is given";
+        else if (nr > 1 && fabs(ratio / n - 1) < 1e-6)
+            why = "num_replicas times it: its reduce() combined the values once too often";
+        else if (nr > 1 && got == row[0])
+            why = "replica 0's own local loss: its reduce() did not combine the replicas' "
+                  "values";
+        else
+            why = "neither their sum nor a simple multiple of it: look at the strategy's "
+                  "reduce()";
+        dsim_check_msg(msg, cap,
+                       "the loss the strategy reports at global step %" PRIu64
+                       " is %.9g, but the %zu replicas' local losses sum to %.9g (ratio "
+                       "%.6g): it reports %s. The parameters are not judged until the reported "
+                       "loss is right",
+                       r->first_step + s, got, nr, sum, ratio, why);
+        return false;
+    }
+    return true;
 }
 
 static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
@@ -172,6 +229,10 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         return DSIM_OK;
     }
 
+    /* What the strategy reports must be what it was asked to reduce. */
+    if (!gc_loss_reduced(r, v[GC_MAX_LOSS_REL], msg, cap, &out->measured))
+        return DSIM_OK;
+
     /* A NaN or infinity compares equal to the reference's when both blew
      * up; consistent garbage is not consistency. */
     for (size_t i = 0; i < r->n_params; i++) {
@@ -239,7 +300,7 @@ const dsim_check_ops dsim_check_gradient_consistency = {
     .summary = "replicas bit-identical after every step and equal to a one-device reference",
     .available = true,
     .needs_reference = true,
-    .n_params = 3,
+    .n_params = 4,
     .params =
         {
             {"max_rel_error",
@@ -250,6 +311,10 @@ const dsim_check_ops dsim_check_gradient_consistency = {
              0, 1e30, 1e-6, false},
             {"bit_identical", "1: every replica must hold the same bits after every step", 0, 1, 1,
              true},
+            {"max_loss_rel_error",
+             "largest accepted relative difference between the loss the strategy reports (its "
+             "SUM-reduce of the local losses) and their sum",
+             0, 1, 1e-9, false},
         },
     .run = gc_run,
 };

@@ -51,6 +51,7 @@ void bench_opts_default(bench_opts *o)
     o->ranks = 4;
     o->algo = "auto";
     o->transport = "inproc";
+    o->fingerprint = 1;
 }
 
 int bench_parse_size(const char *s, size_t *out)
@@ -121,6 +122,7 @@ typedef enum bench_key {
     BENCH_K_RANKS,
     BENCH_K_ALGO,
     BENCH_K_TRANSPORT,
+    BENCH_K_FINGERPRINT,
 } bench_key;
 
 typedef struct bench_flag {
@@ -152,6 +154,9 @@ static const bench_flag bench_flags[] = {
     {0, "transport", BENCH_K_TRANSPORT, BENCH_FLAG_DSIM,
      "inproc, or tcp (sockets over 127.0.0.1, every rank still in this process) "
      "(default inproc)"},
+    {0, "fingerprint", BENCH_K_FINGERPRINT, BENCH_FLAG_DSIM,
+     "0: run without collective fingerprints, to measure what checking them costs "
+     "(default 1)"},
 };
 #define BENCH_NFLAGS (sizeof bench_flags / sizeof bench_flags[0])
 
@@ -274,6 +279,14 @@ static int bench_apply(const char *prog, const char *shown, const bench_flag *f,
             return 2;
         }
         o->transport = val;
+        return 0;
+    case BENCH_K_FINGERPRINT:
+        if (bench_parse_int(val, 0, 1, &v) != 0) {
+            fprintf(err, "%s: %s '%s' is not a fingerprint setting; accepted: 0 or 1\n", prog,
+                    shown, val);
+            return 2;
+        }
+        o->fingerprint = (int)v;
         return 0;
     }
     return 2;

@@ -32,7 +32,7 @@ int bench_coll_parse(const char *s, bench_coll *out);
 
 /* Which flags a program accepts beyond nccl-tests' common ones. */
 enum {
-    BENCH_FLAG_DSIM = 1 << 0, /* --ranks, --algo, --transport */
+    BENCH_FLAG_DSIM = 1 << 0, /* --ranks, --algo, --transport, --fingerprint */
 };
 
 typedef struct bench_opts {
@@ -50,6 +50,7 @@ typedef struct bench_opts {
     int ranks;             /* --ranks, default 4 */
     const char *algo;      /* --algo as given, default "auto"; the caller parses it */
     const char *transport; /* --transport as given, default "inproc"; the caller checks it */
+    int fingerprint;       /* --fingerprint, default 1: collective fingerprints checked */
 } bench_opts;
 
 void bench_opts_default(bench_opts *o);

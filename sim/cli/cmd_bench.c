@@ -92,7 +92,8 @@ static void bench_worker(void *p)
                          .size = o->ranks,
                          .comm_id = job->comm_id,
                          .timeout_ns = timeout,
-                         .algo = job->algo};
+                         .algo = job->algo,
+                         .no_fingerprint = !o->fingerprint};
     dsim_err e = dsim_comm_create(&cfg, &comm);
     if (e != DSIM_OK) {
         bench_fail(res, e, "creating the communicator", dsim_errmsg());
@@ -328,11 +329,11 @@ int cmd_bench(int argc, char **argv)
     }
 
     printf("# dsim bench %s: %d ranks, engine %s (one thread per rank, %ld CPUs online), "
-           "transport %s, algo %s\n",
+           "transport %s, algo %s, fingerprints %s\n",
            bench_coll_name(o.coll), o.ranks, dsim_rt_name(rt), sysconf(_SC_NPROCESSORS_ONLN),
            dsim_fabric_backend(fab),
-           o.coll == BENCH_ALLREDUCE ? dsim_algo_name(algo)
-                                     : "fixed (only allreduce has a choice)");
+           o.coll == BENCH_ALLREDUCE ? dsim_algo_name(algo) : "fixed (only allreduce has a choice)",
+           o.fingerprint ? "on" : "off (--fingerprint 0)");
     bench_print_header(stdout, &o, copy_bw, BENCH_COPY_BYTES,
                        "the slowest rank's average per iteration; each rank times its -n "
                        "iterations from a dsim_barrier after the -w warm-ups");

@@ -17,6 +17,15 @@
 #include "dsim/comm.h"
 #include "dsim/rt.h"
 
+/* A rank's answer in the failure check after a timeout (step.c): the rank it
+ * was waiting for and its fingerprint of the call, so that a rank that is in
+ * another call than it should be is named as such. */
+typedef struct dsim_coll_fc {
+    int32_t awaited;
+    uint32_t pad;
+    dsim_coll_fp fp;
+} dsim_coll_fc;
+
 struct dsim_comm {
     dsim_ep *ep;
     dsim_rt *rt;
@@ -36,17 +45,35 @@ struct dsim_comm {
     _Atomic uint64_t calls_seen;
     _Atomic(const char *) last_op;
     dsim_error err;
-    /* Failure check after a timeout (see step.c): one slot per rank for the
-     * peer each answering rank was waiting for, and this rank's own answer.
-     * Owned by the communicator because a cancelled send must never point at
-     * a dead stack frame. */
-    int32_t *fc_awaited;
+    /* Failure check after a timeout (see step.c): two slots per rank for
+     * each answering rank's answer (the peer it was waiting for and its
+     * fingerprint), under this call's tag and the previous call's, and this
+     * rank's own answer. Owned by the communicator because a cancelled send
+     * must never point at a dead stack frame. */
+    dsim_coll_fc *fc_in;
     uint8_t *fc_flags;
-    int32_t fc_mine;
+    dsim_coll_fc fc_mine;
     /* heard[p] = call + 1 when a message of that call arrived from rank p:
      * a rank that sent in this call joined it, so a silent failure check
      * from it means "late or stuck", not "never joined". */
     uint64_t *heard;
+    /* Fingerprints (see step.c). fp_out is this call's, as sent to every
+     * peer: owned here, not by the call's stack frame, for the same reason
+     * as fc_mine. fp_in[p] is what rank p sent; fp_sent[p] and fp_seen[p]
+     * are call + 1 once this call's fingerprint went to p / p's was checked,
+     * so nothing needs clearing between calls. */
+    int fp_off;
+    dsim_coll_fp fp_out;
+    dsim_coll_fp *fp_in;
+    uint64_t *fp_sent, *fp_seen;
+    /* Fingerprint receives still to check: fp_req[p] for each p in
+     * fp_pend[0 .. fp_npend). A receive from p is checked before the first
+     * receive of a payload from p; rooted collectives (x->fp_both) also
+     * await the fingerprint of each peer they only send to, at the end of
+     * the call. */
+    dsim_req **fp_req;
+    int *fp_pend;
+    int fp_npend;
 };
 
 /* One collective call in progress. */
@@ -60,6 +87,14 @@ typedef struct dsim_coll {
     dsim_dtype t;
     dsim_op op;
     size_t esize;
+    /* 1: fingerprints go both ways on every edge, not only along the data
+     * (see step.c): set for rooted collectives, where ranks that disagree
+     * on the root could otherwise all finish without noticing. */
+    int fp_both;
+    /* 1: every receiver checks every sender, not only the first message of
+     * each pair: set for count-0 calls, which wait for no payload that
+     * would otherwise hold them until a mismatch is found. */
+    int fp_every;
 } dsim_coll;
 
 typedef enum dsim_xfer_kind {
@@ -80,15 +115,25 @@ typedef struct dsim_xfer {
     size_t len;
 } dsim_xfer;
 
-/* Starts a call: takes the next call number and sets the deadline to now +
- * the communicator's timeout (none when it is 0). what is "allreduce", algo
- * NULL or "ring". */
+/* Starts a call: takes the next call number, sets the deadline to now +
+ * the communicator's timeout (none when it is 0) and starts the call's
+ * fingerprint (collective, call number, communicator; the rest is filled in
+ * with dsim_coll_fp_set once the arguments are checked). what is
+ * "allreduce", algo NULL or "ring". */
 void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *algo, dsim_dtype t,
                      dsim_op op, int nsteps);
+/* Completes the fingerprint of the call: op and dtype (DSIM_COLL_FP_NONE
+ * where the collective has none), count, root (-1 none), algorithm. */
+void dsim_coll_fp_set(dsim_coll *x, dsim_coll_kind kind, unsigned op, unsigned dtype,
+                      uint64_t count, int root, dsim_algo algo);
 /* Posts every receive of xf, then every send, then waits for all of them
  * (receives first, in order). On failure the others are cancelled and the
  * error is recorded on the thread and on the communicator. */
 dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n);
+/* Ends a call that returned e: on success checks the fingerprints still
+ * awaited (rooted collectives), on failure drops them. Every collective
+ * returns through it once dsim_coll_begin was called. */
+dsim_err dsim_coll_end(dsim_coll *x, dsim_err e);
 /* Records a local failure (a reduction kernel, an allocation) of step. */
 dsim_err dsim_coll_fail_local(dsim_coll *x, int step, dsim_err e, const char *what);
 

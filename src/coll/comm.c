@@ -73,15 +73,26 @@ dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
 
     dsim_comm *c = calloc(1, sizeof *c);
     if (c) {
-        c->fc_awaited = calloc((size_t)cfg->size, sizeof *c->fc_awaited);
+        c->fc_in = calloc(2 * (size_t)cfg->size, sizeof *c->fc_in);
         c->fc_flags = calloc((size_t)cfg->size, sizeof *c->fc_flags);
         c->heard = calloc((size_t)cfg->size, sizeof *c->heard);
+        c->fp_in = calloc((size_t)cfg->size, sizeof *c->fp_in);
+        c->fp_sent = calloc((size_t)cfg->size, sizeof *c->fp_sent);
+        c->fp_seen = calloc((size_t)cfg->size, sizeof *c->fp_seen);
+        c->fp_req = calloc((size_t)cfg->size, sizeof *c->fp_req);
+        c->fp_pend = calloc((size_t)cfg->size, sizeof *c->fp_pend);
     }
-    if (!c || !c->fc_awaited || !c->fc_flags || !c->heard) {
+    if (!c || !c->fc_in || !c->fc_flags || !c->heard || !c->fp_in || !c->fp_sent || !c->fp_seen ||
+        !c->fp_req || !c->fp_pend) {
         if (c) {
-            free(c->fc_awaited);
+            free(c->fc_in);
+            free(c->fp_req);
+            free(c->fp_pend);
             free(c->fc_flags);
             free(c->heard);
+            free(c->fp_in);
+            free(c->fp_sent);
+            free(c->fp_seen);
         }
         free(c);
         return DSIM_ERR(DSIM_ENOMEM, -1, "dsim_comm_create: out of memory for %d ranks", cfg->size);
@@ -93,6 +104,11 @@ dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
     c->comm_id = cfg->comm_id;
     c->timeout_ns = cfg->timeout_ns >= 0 ? cfg->timeout_ns : DSIM_COMM_DEFAULT_TIMEOUT_NS;
     c->algo = cfg->algo;
+    c->fp_off = cfg->no_fingerprint != 0;
+    c->fp_out.magic = DSIM_COLL_FP_MAGIC;
+    c->fp_out.comm_id = c->comm_id;
+    c->fp_out.root = -1;
+    c->fp_out.op = c->fp_out.dtype = DSIM_COLL_FP_NONE;
     c->err.code = DSIM_OK;
     c->err.peer = -1;
     *out = c;
@@ -103,9 +119,14 @@ void dsim_comm_destroy(dsim_comm *c)
 {
     if (!c)
         return;
-    free(c->fc_awaited);
+    free(c->fc_in);
     free(c->fc_flags);
     free(c->heard);
+    free(c->fp_req);
+    free(c->fp_pend);
+    free(c->fp_in);
+    free(c->fp_sent);
+    free(c->fp_seen);
     free(c);
 }
 
@@ -154,6 +175,20 @@ const dsim_error *dsim_comm_error(const dsim_comm *c)
 #define COMM_BAD(c, ...)                                                                           \
     (DSIM_ERR(DSIM_EINVAL, -1, __VA_ARGS__), dsim_error_copy(&(c)->err), DSIM_EINVAL)
 
+/* What the algorithms get for a count-0 call that still exchanges
+ * fingerprints: a buffer nothing is read from or written to, so that no
+ * algorithm does arithmetic on a NULL pointer. */
+static char comm_nothing[16];
+
+/* 1 when a call of count 0 can return at once: nothing is checked (one rank,
+ * or fingerprints off). Otherwise it runs its algorithm, whose transfers are
+ * then all empty: only the fingerprints move, and a rank that calls with 0
+ * elements where the others pass more is named. */
+static int comm_skip_empty(const dsim_comm *c)
+{
+    return c->size == 1 || c->fp_off;
+}
+
 static int comm_overlap(const void *a, const void *b, size_t len)
 {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
@@ -189,6 +224,55 @@ dsim_err dsim_allreduce(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t
     return dsim_allreduce_with(c, sendbuf, recvbuf, count, t, op, c->algo);
 }
 
+static dsim_err comm_allreduce(dsim_comm *c, dsim_coll *xp, const void *sendbuf, void *recvbuf,
+                               size_t count, dsim_dtype t, dsim_op op, dsim_algo algo)
+{
+    static const char fn[] = "dsim_allreduce";
+    DSIM_CHECK(comm_check(c, fn, count, 1, t, 1, (int)op, sendbuf, "sendbuf", recvbuf, "recvbuf"));
+    if ((int)algo < 0 || algo >= DSIM_ALGO_COUNT)
+        return COMM_BAD(c,
+                        "%s: algorithm %d is not a dsim_algo; use auto, ring, rhd, tree or "
+                        "reduce_to_one",
+                        fn, (int)algo);
+    size_t all = count * xp->esize;
+    if (comm_overlap(sendbuf, recvbuf, all))
+        return COMM_BAD(c,
+                        "%s: sendbuf and recvbuf overlap without being the same buffer; pass "
+                        "the same pointer twice for an in-place allreduce",
+                        fn);
+    if (algo == DSIM_ALGO_AUTO)
+        algo = dsim_allreduce_decide(all, c->size);
+    snprintf(xp->what, sizeof xp->what, "allreduce(%s)", dsim_algo_name(algo));
+    dsim_coll_fp_set(xp, DSIM_COLL_ALLREDUCE, (unsigned)op, (unsigned)t, count, -1, algo);
+    if (count == 0) {
+        if (comm_skip_empty(c))
+            return DSIM_OK;
+        xp->fp_every = 1;
+        sendbuf = recvbuf = comm_nothing;
+    }
+    if (c->size == 1) {
+        if (sendbuf != recvbuf)
+            memcpy(recvbuf, sendbuf, all);
+        dsim_err e = dsim_reduce_finish(recvbuf, count, t, op, 1);
+        return e == DSIM_OK ? e : dsim_coll_fail_local(xp, 0, e, "finishing the reduction");
+    }
+    switch (algo) {
+    case DSIM_ALGO_RHD:
+        xp->nsteps = dsim_coll_rhd_allreduce_steps(c->size);
+        return dsim_coll_rhd_allreduce(xp, sendbuf, recvbuf, count);
+    case DSIM_ALGO_TREE:
+        xp->nsteps = dsim_coll_tree_allreduce_steps(c->size);
+        return dsim_coll_tree_allreduce(xp, sendbuf, recvbuf, count);
+    case DSIM_ALGO_REDUCE_TO_ONE:
+        xp->nsteps = dsim_coll_r2o_allreduce_steps(c->size);
+        return dsim_coll_r2o_allreduce(xp, sendbuf, recvbuf, count);
+    case DSIM_ALGO_RING:
+    default:
+        xp->nsteps = dsim_coll_ring_allreduce_steps(c->size);
+        return dsim_coll_ring_allreduce(xp, sendbuf, recvbuf, count);
+    }
+}
+
 dsim_err dsim_allreduce_with(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count,
                              dsim_dtype t, dsim_op op, dsim_algo algo)
 {
@@ -197,44 +281,7 @@ dsim_err dsim_allreduce_with(dsim_comm *c, const void *sendbuf, void *recvbuf, s
         return DSIM_ERR(DSIM_EINVAL, -1, "%s: the communicator is NULL", fn);
     dsim_coll x;
     dsim_coll_begin(c, &x, "allreduce", NULL, t, op, 0);
-    DSIM_CHECK(comm_check(c, fn, count, 1, t, 1, (int)op, sendbuf, "sendbuf", recvbuf, "recvbuf"));
-    if ((int)algo < 0 || algo >= DSIM_ALGO_COUNT)
-        return COMM_BAD(c,
-                        "%s: algorithm %d is not a dsim_algo; use auto, ring, rhd, tree or "
-                        "reduce_to_one",
-                        fn, (int)algo);
-    size_t all = count * x.esize;
-    if (comm_overlap(sendbuf, recvbuf, all))
-        return COMM_BAD(c,
-                        "%s: sendbuf and recvbuf overlap without being the same buffer; pass "
-                        "the same pointer twice for an in-place allreduce",
-                        fn);
-    if (algo == DSIM_ALGO_AUTO)
-        algo = dsim_allreduce_decide(all, c->size);
-    snprintf(x.what, sizeof x.what, "allreduce(%s)", dsim_algo_name(algo));
-    if (count == 0)
-        return DSIM_OK;
-    if (c->size == 1) {
-        if (sendbuf != recvbuf)
-            memcpy(recvbuf, sendbuf, all);
-        dsim_err e = dsim_reduce_finish(recvbuf, count, t, op, 1);
-        return e == DSIM_OK ? e : dsim_coll_fail_local(&x, 0, e, "finishing the reduction");
-    }
-    switch (algo) {
-    case DSIM_ALGO_RHD:
-        x.nsteps = dsim_coll_rhd_allreduce_steps(c->size);
-        return dsim_coll_rhd_allreduce(&x, sendbuf, recvbuf, count);
-    case DSIM_ALGO_TREE:
-        x.nsteps = dsim_coll_tree_allreduce_steps(c->size);
-        return dsim_coll_tree_allreduce(&x, sendbuf, recvbuf, count);
-    case DSIM_ALGO_REDUCE_TO_ONE:
-        x.nsteps = dsim_coll_r2o_allreduce_steps(c->size);
-        return dsim_coll_r2o_allreduce(&x, sendbuf, recvbuf, count);
-    case DSIM_ALGO_RING:
-    default:
-        x.nsteps = dsim_coll_ring_allreduce_steps(c->size);
-        return dsim_coll_ring_allreduce(&x, sendbuf, recvbuf, count);
-    }
+    return dsim_coll_end(&x, comm_allreduce(c, &x, sendbuf, recvbuf, count, t, op, algo));
 }
 
 static dsim_err comm_check_root(dsim_comm *c, const char *fn, int root)
@@ -245,6 +292,36 @@ static dsim_err comm_check_root(dsim_comm *c, const char *fn, int root)
     return DSIM_OK;
 }
 
+static dsim_err comm_reduce(dsim_comm *c, dsim_coll *xp, const void *sendbuf, void *recvbuf,
+                            size_t count, dsim_dtype t, dsim_op op, int root)
+{
+    static const char fn[] = "dsim_reduce";
+    DSIM_CHECK(comm_check_root(c, fn, root));
+    int is_root = c->rank == root;
+    DSIM_CHECK(comm_check(c, fn, count, 1, t, 1, (int)op, sendbuf, "sendbuf", recvbuf,
+                          is_root ? "recvbuf (on the root)" : NULL));
+    if (is_root && comm_overlap(sendbuf, recvbuf, count * xp->esize))
+        return COMM_BAD(c,
+                        "%s: sendbuf and recvbuf overlap without being the same buffer; pass "
+                        "the same pointer twice for an in-place reduce",
+                        fn);
+    dsim_coll_fp_set(xp, DSIM_COLL_REDUCE, (unsigned)op, (unsigned)t, count, root, DSIM_ALGO_TREE);
+    xp->fp_both = 1;
+    if (count == 0) {
+        if (comm_skip_empty(c))
+            return DSIM_OK;
+        xp->fp_every = 1;
+        sendbuf = recvbuf = comm_nothing;
+    }
+    if (c->size == 1) {
+        if (sendbuf != recvbuf)
+            memcpy(recvbuf, sendbuf, count * xp->esize);
+        dsim_err e = dsim_reduce_finish(recvbuf, count, t, op, 1);
+        return e == DSIM_OK ? e : dsim_coll_fail_local(xp, 0, e, "finishing the reduction");
+    }
+    return dsim_coll_tree_reduce(xp, sendbuf, recvbuf, count, root);
+}
+
 dsim_err dsim_reduce(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count, dsim_dtype t,
                      dsim_op op, int root)
 {
@@ -253,24 +330,27 @@ dsim_err dsim_reduce(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t co
         return DSIM_ERR(DSIM_EINVAL, -1, "%s: the communicator is NULL", fn);
     dsim_coll x;
     dsim_coll_begin(c, &x, "reduce", "tree", t, op, dsim_coll_tree_reduce_steps(c->size));
+    return dsim_coll_end(&x, comm_reduce(c, &x, sendbuf, recvbuf, count, t, op, root));
+}
+
+static dsim_err comm_broadcast(dsim_comm *c, dsim_coll *xp, void *buf, size_t count, dsim_dtype t,
+                               int root)
+{
+    static const char fn[] = "dsim_broadcast";
     DSIM_CHECK(comm_check_root(c, fn, root));
-    int is_root = c->rank == root;
-    DSIM_CHECK(comm_check(c, fn, count, 1, t, 1, (int)op, sendbuf, "sendbuf", recvbuf,
-                          is_root ? "recvbuf (on the root)" : NULL));
-    if (is_root && comm_overlap(sendbuf, recvbuf, count * x.esize))
-        return COMM_BAD(c,
-                        "%s: sendbuf and recvbuf overlap without being the same buffer; pass "
-                        "the same pointer twice for an in-place reduce",
-                        fn);
-    if (count == 0)
+    DSIM_CHECK(comm_check(c, fn, count, 1, t, 0, 0, buf, "buf", NULL, NULL));
+    dsim_coll_fp_set(xp, DSIM_COLL_BROADCAST, DSIM_COLL_FP_NONE, (unsigned)t, count, root,
+                     DSIM_ALGO_TREE);
+    xp->fp_both = 1;
+    if (c->size == 1)
         return DSIM_OK;
-    if (c->size == 1) {
-        if (sendbuf != recvbuf)
-            memcpy(recvbuf, sendbuf, count * x.esize);
-        dsim_err e = dsim_reduce_finish(recvbuf, count, t, op, 1);
-        return e == DSIM_OK ? e : dsim_coll_fail_local(&x, 0, e, "finishing the reduction");
+    if (count == 0) {
+        if (comm_skip_empty(c))
+            return DSIM_OK;
+        xp->fp_every = 1;
+        buf = comm_nothing;
     }
-    return dsim_coll_tree_reduce(&x, sendbuf, recvbuf, count, root);
+    return dsim_coll_tree_bcast(xp, buf, count, root);
 }
 
 dsim_err dsim_broadcast(dsim_comm *c, void *buf, size_t count, dsim_dtype t, int root)
@@ -280,11 +360,30 @@ dsim_err dsim_broadcast(dsim_comm *c, void *buf, size_t count, dsim_dtype t, int
         return DSIM_ERR(DSIM_EINVAL, -1, "%s: the communicator is NULL", fn);
     dsim_coll x;
     dsim_coll_begin(c, &x, "broadcast", "tree", t, DSIM_SUM, dsim_coll_tree_bcast_steps(c->size));
-    DSIM_CHECK(comm_check_root(c, fn, root));
-    DSIM_CHECK(comm_check(c, fn, count, 1, t, 0, 0, buf, "buf", NULL, NULL));
-    if (count == 0 || c->size == 1)
+    return dsim_coll_end(&x, comm_broadcast(c, &x, buf, count, t, root));
+}
+
+static dsim_err comm_allgather(dsim_comm *c, dsim_coll *xp, const void *sendbuf, void *recvbuf,
+                               size_t sendcount, dsim_dtype t)
+{
+    static const char fn[] = "dsim_allgather";
+    DSIM_CHECK(comm_check(c, fn, sendcount, (size_t)c->size, t, 0, 0, sendbuf, "sendbuf", recvbuf,
+                          "recvbuf"));
+    dsim_coll_fp_set(xp, DSIM_COLL_ALLGATHER, DSIM_COLL_FP_NONE, (unsigned)t, sendcount, -1,
+                     DSIM_ALGO_RING);
+    if (sendcount == 0) {
+        if (comm_skip_empty(c))
+            return DSIM_OK;
+        xp->fp_every = 1;
+        sendbuf = recvbuf = comm_nothing;
+    }
+    /* Any overlap is fine: this rank's block is moved into place before
+     * anything is received, and sendbuf is not read again. */
+    if (c->size == 1) {
+        memmove(recvbuf, sendbuf, sendcount * xp->esize);
         return DSIM_OK;
-    return dsim_coll_tree_bcast(&x, buf, count, root);
+    }
+    return dsim_coll_ring_allgather(xp, sendbuf, recvbuf, sendcount);
 }
 
 dsim_err dsim_allgather(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
@@ -296,17 +395,37 @@ dsim_err dsim_allgather(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t
     dsim_coll x;
     dsim_coll_begin(c, &x, "allgather", "ring", t, DSIM_SUM,
                     dsim_coll_ring_allgather_steps(c->size));
-    DSIM_CHECK(comm_check(c, fn, sendcount, (size_t)c->size, t, 0, 0, sendbuf, "sendbuf", recvbuf,
-                          "recvbuf"));
-    if (sendcount == 0)
-        return DSIM_OK;
-    /* Any overlap is fine: this rank's block is moved into place before
-     * anything is received, and sendbuf is not read again. */
-    if (c->size == 1) {
-        memmove(recvbuf, sendbuf, sendcount * x.esize);
-        return DSIM_OK;
+    return dsim_coll_end(&x, comm_allgather(c, &x, sendbuf, recvbuf, sendcount, t));
+}
+
+static dsim_err comm_reduce_scatter(dsim_comm *c, dsim_coll *xp, const void *sendbuf, void *recvbuf,
+                                    size_t recvcount, dsim_dtype t, dsim_op op)
+{
+    static const char fn[] = "dsim_reduce_scatter";
+    DSIM_CHECK(comm_check(c, fn, recvcount, (size_t)c->size, t, 1, (int)op, sendbuf, "sendbuf",
+                          recvbuf, "recvbuf"));
+    size_t blen = recvcount * xp->esize;
+    if (recvcount && (uintptr_t)recvbuf < (uintptr_t)sendbuf + blen * (size_t)c->size &&
+        (uintptr_t)sendbuf < (uintptr_t)recvbuf + blen)
+        return COMM_BAD(c,
+                        "%s: recvbuf overlaps sendbuf; reduce_scatter has no in-place form, so "
+                        "pass a separate recvbuf of recvcount elements",
+                        fn);
+    dsim_coll_fp_set(xp, DSIM_COLL_REDUCE_SCATTER, (unsigned)op, (unsigned)t, recvcount, -1,
+                     DSIM_ALGO_RING);
+    if (recvcount == 0) {
+        if (comm_skip_empty(c))
+            return DSIM_OK;
+        xp->fp_every = 1;
+        sendbuf = comm_nothing;
+        recvbuf = comm_nothing + 8;
     }
-    return dsim_coll_ring_allgather(&x, sendbuf, recvbuf, sendcount);
+    if (c->size == 1) {
+        memcpy(recvbuf, sendbuf, blen);
+        dsim_err e = dsim_reduce_finish(recvbuf, recvcount, t, op, 1);
+        return e == DSIM_OK ? e : dsim_coll_fail_local(xp, 0, e, "finishing the reduction");
+    }
+    return dsim_coll_ring_reduce_scatter(xp, sendbuf, recvbuf, recvcount);
 }
 
 dsim_err dsim_reduce_scatter(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -318,23 +437,16 @@ dsim_err dsim_reduce_scatter(dsim_comm *c, const void *sendbuf, void *recvbuf, s
     dsim_coll x;
     dsim_coll_begin(c, &x, "reduce_scatter", "ring", t, op,
                     dsim_coll_ring_reduce_scatter_steps(c->size));
-    DSIM_CHECK(comm_check(c, fn, recvcount, (size_t)c->size, t, 1, (int)op, sendbuf, "sendbuf",
-                          recvbuf, "recvbuf"));
-    size_t blen = recvcount * x.esize;
-    if (recvcount && (uintptr_t)recvbuf < (uintptr_t)sendbuf + blen * (size_t)c->size &&
-        (uintptr_t)sendbuf < (uintptr_t)recvbuf + blen)
-        return COMM_BAD(c,
-                        "%s: recvbuf overlaps sendbuf; reduce_scatter has no in-place form, so "
-                        "pass a separate recvbuf of recvcount elements",
-                        fn);
-    if (recvcount == 0)
+    return dsim_coll_end(&x, comm_reduce_scatter(c, &x, sendbuf, recvbuf, recvcount, t, op));
+}
+
+static dsim_err comm_barrier(dsim_comm *c, dsim_coll *xp)
+{
+    dsim_coll_fp_set(xp, DSIM_COLL_BARRIER, DSIM_COLL_FP_NONE, DSIM_COLL_FP_NONE, 0, -1,
+                     DSIM_ALGO_AUTO);
+    if (c->size == 1)
         return DSIM_OK;
-    if (c->size == 1) {
-        memcpy(recvbuf, sendbuf, blen);
-        dsim_err e = dsim_reduce_finish(recvbuf, recvcount, t, op, 1);
-        return e == DSIM_OK ? e : dsim_coll_fail_local(&x, 0, e, "finishing the reduction");
-    }
-    return dsim_coll_ring_reduce_scatter(&x, sendbuf, recvbuf, recvcount);
+    return dsim_coll_dissemination_barrier(xp);
 }
 
 dsim_err dsim_barrier(dsim_comm *c)
@@ -344,7 +456,5 @@ dsim_err dsim_barrier(dsim_comm *c)
     dsim_coll x;
     dsim_coll_begin(c, &x, "barrier", "dissemination", DSIM_I32, DSIM_SUM,
                     dsim_coll_barrier_steps(c->size));
-    if (c->size == 1)
-        return DSIM_OK;
-    return dsim_coll_dissemination_barrier(&x);
+    return dsim_coll_end(&x, comm_barrier(c, &x));
 }

@@ -142,7 +142,7 @@ dsim_err dsim_coll_ring_reduce_scatter(dsim_coll *x, const void *sendbuf, void *
     const char *sb = sendbuf;
     char *scratch = NULL;
     if (n > 2) {
-        scratch = malloc(2 * blen);
+        scratch = malloc(blen ? 2 * blen : 1); /* count 0: fingerprints only */
         if (!scratch) {
             DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for 2 x %zu bytes of scratch", blen);
             return dsim_coll_fail_local(x, 1, DSIM_ENOMEM, "allocating");

@@ -25,8 +25,41 @@
  * through the ranks that answered ends at a rank that did not answer: the
  * one that never joined the call or is down, and the one the error names.
  * If the chain loops, everyone is alive and a message was lost or delayed;
- * the error then names the awaited peer. The communicator stays usable: the
- * check aborts nothing. */
+ * the error then names the awaited peer. Answers also go out under the
+ * previous call's tag, so that a rank still finishing that call (a rooted
+ * collective waiting for its answers, below) answers and the chain runs on
+ * through it. Each answer carries the fingerprint of the rank's call: one
+ * of the same call that differs names a mismatch. The communicator stays
+ * usable: the check aborts nothing (a mismatch does, below).
+ *
+ * Fingerprints (DESIGN section 1). The first time a rank sends to a peer in
+ * a call, it sends that peer its fingerprint (32 bytes, step 0xFFE of the
+ * call's tag) just ahead of the payload; the peer checks it once that
+ * payload has arrived, before the step ends, so nothing that came from a
+ * rank that disagrees is ever sent on or returned. Receiving it then costs
+ * no wake-up: it is already waiting, unmatched, behind the payload that woke
+ * the rank (a receive posted early would wake the rank twice). A pair
+ * exchanges one fingerprint per call, along its first data; every
+ * collective's data connects all its ranks, so when the ranks run the same
+ * algorithm any disagreement is found on the first pair that disagrees.
+ * Empty transfers count (only their payload is skipped), so which pairs
+ * exchange fingerprints depends on the algorithm, the rank count and the
+ * root, never on the count or the dtype.
+ *
+ * Ranks that disagree so much that they run different algorithms wait for
+ * messages that never come. A first receive from a peer that takes longer
+ * than STEP_PROBE_NS looks whether that peer's fingerprint arrived anyway
+ * and differs (step_wait_probing); a payload of the wrong size does the same
+ * at once. Ranks that disagree on a root would all finish without ever
+ * meeting, so rooted collectives also send answers back and wait for them
+ * (x->fp_both). What is left shows at the timeout: the failure check's
+ * answers carry fingerprints, and a rank in another call is named.
+ *
+ * The rank that finds a mismatch fails with both fingerprints and aborts
+ * the fabric with the same text, which ends every other rank's wait at once:
+ * a desynchronised job cannot go on. Cost: one 32-byte eager message per
+ * pair and call (tests/coll/bench_allreduce --fingerprint-cost measures it
+ * against communicators without fingerprints). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +67,18 @@
 #include "coll_int.h"
 
 #define STEP_FC_STEP 0xFFFu
+#define STEP_FP_STEP 0xFFEu
 #define STEP_CALLS   0xFFFFFu /* call numbers one epoch's tags tell apart */
 #define STEP_STACK   8
+/* How long a first receive from a peer waits before looking whether that
+ * peer's fingerprint arrived and differs (step_wait_probing). */
+#define STEP_PROBE_NS (20 * 1000000LL)
 
 static uint32_t step_tag(uint64_t call, uint32_t step)
 {
-    return ((uint32_t)(call % STEP_CALLS) << 12) | (step == STEP_FC_STEP ? step : step % 0xFFFu);
+    /* Algorithm steps wrap below the two reserved ones. */
+    return ((uint32_t)(call % STEP_CALLS) << 12) |
+           (step >= STEP_FP_STEP && step <= STEP_FC_STEP ? step : step % STEP_FP_STEP);
 }
 
 void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *algo, dsim_dtype t,
@@ -62,6 +101,28 @@ void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *a
     x->op = op;
     x->esize = dsim_dtype_size(t);
     x->nsteps = nsteps;
+    x->fp_both = 0;
+    x->fp_every = 0;
+    dsim_coll_fp *fp = &c->fp_out;
+    memset(fp, 0, sizeof *fp);
+    fp->magic = DSIM_COLL_FP_MAGIC;
+    fp->comm_id = c->comm_id;
+    fp->seq = x->call + 1;
+    fp->root = -1;
+    fp->coll = DSIM_COLL_NONE;
+    fp->op = fp->dtype = DSIM_COLL_FP_NONE;
+}
+
+void dsim_coll_fp_set(dsim_coll *x, dsim_coll_kind kind, unsigned op, unsigned dtype,
+                      uint64_t count, int root, dsim_algo algo)
+{
+    dsim_coll_fp *fp = &x->c->fp_out;
+    fp->coll = (uint8_t)kind;
+    fp->op = (uint8_t)op;
+    fp->dtype = (uint8_t)dtype;
+    fp->count = count;
+    fp->root = root;
+    fp->algo = (uint8_t)algo;
 }
 
 int64_t dsim_coll_grace_ns(int64_t timeout_ns)
@@ -85,48 +146,120 @@ static long long step_ms(int64_t ns)
     return (long long)((ns + 500000) / 1000000);
 }
 
+/* Records "collective mismatch ..." for peer, whose fingerprint is theirs,
+ * after `before` (a sentence ending in "; " or ""), on the thread and the
+ * communicator. Returns DSIM_EPROTO. */
+static dsim_err step_fp_mismatch(dsim_coll *x, int peer, const dsim_coll_fp *theirs,
+                                 const char *before)
+{
+    dsim_comm *c = x->c;
+    char a[128], b[128], diff[96];
+    int ndiff = dsim_coll_fp_diff(theirs, &c->fp_out, diff, sizeof diff);
+    DSIM_ERR(DSIM_EPROTO, peer,
+             "%scollective mismatch on communicator %u: rank %d called %s; rank %d called %s: "
+             "%s %s",
+             before, (unsigned)c->comm_id, peer, dsim_coll_fp_str(theirs, a, sizeof a), c->rank,
+             dsim_coll_fp_str(&c->fp_out, b, sizeof b), diff, ndiff > 1 ? "differ" : "differs");
+    dsim_error_copy(&c->err);
+    return DSIM_EPROTO;
+}
+
+/* After a fingerprint mismatch: every other rank of the call learns it at
+ * once (their waits end with the same text) instead of at its timeout. */
+static void step_fp_abort(dsim_coll *x, int peer, size_t skip)
+{
+    dsim_comm *c = x->c;
+    dsim_error err = c->err;
+    /* The abort's reason is short (the transport keeps 256 bytes): the
+     * mismatch itself, without what led to it. */
+    dsim_ep_abort(c->ep, peer, err.msg + (skip < strlen(err.msg) ? skip : 0));
+    /* The abort may record errors of its own; the mismatch is this call's. */
+    DSIM_ERR(err.code, err.peer, "%s", err.msg);
+    c->err = err;
+}
+
 /* Returns the rank to blame for a timeout while waiting for `awaited`, or -1
- * when every rank on the chain answered (see the top of this file). */
-static int step_failure_check(dsim_coll *x, int awaited)
+ * when every rank on the chain answered (see the top of this file).
+ * *desync is a rank whose answer carried another fingerprint than this
+ * rank's (it is in another call, or the same call with other arguments), or
+ * -1. */
+static int step_failure_check(dsim_coll *x, int awaited, int *desync, dsim_error *abort)
 {
     dsim_comm *c = x->c;
     int n = c->size, me = c->rank;
+    *desync = -1;
+    abort->code = DSIM_OK;
     if (n < 2 || awaited < 0 || awaited >= n)
         return awaited;
 
     int64_t dl = dsim_rt_deadline(c->rt, dsim_coll_grace_ns(c->timeout_ns));
-    uint32_t tag = step_tag(x->call, STEP_FC_STEP);
+    /* Answers go out and are listened for under this call's tag and the
+     * previous call's: a rank still stuck at the end of the previous call
+     * (a rooted collective waiting for an answer, a send waiting for its
+     * receiver) answers too, so the chain runs through it to the rank that
+     * really failed instead of stopping at it. */
+    int ntags = x->call > 0 ? 2 : 1;
+    uint32_t tags[2] = {step_tag(x->call, STEP_FC_STEP),
+                        step_tag(x->call > 0 ? x->call - 1 : 0, STEP_FC_STEP)};
 
-    dsim_req **reqs = calloc(2 * (size_t)n, sizeof *reqs);
+    dsim_req **reqs = calloc(4 * (size_t)n, sizeof *reqs);
     if (!reqs)
         return awaited;
     for (int p = 0; p < n; p++) {
         c->fc_flags[p] = 0;
-        c->fc_awaited[p] = -1;
+        c->fc_in[p].awaited = c->fc_in[n + p].awaited = -1;
     }
-    c->fc_mine = awaited;
-    for (int p = 0; p < n; p++)
-        if (p != me && dsim_irecv(c->ep, p, c->comm_id, tag, &c->fc_awaited[p],
-                                  sizeof c->fc_awaited[p], &reqs[p]) != DSIM_OK)
-            reqs[p] = NULL;
-    for (int p = 0; p < n; p++)
-        if (p != me && dsim_isend(c->ep, p, c->comm_id, tag, &c->fc_mine, sizeof c->fc_mine,
-                                  &reqs[n + p]) != DSIM_OK)
-            reqs[n + p] = NULL;
+    c->fc_mine.awaited = awaited;
+    c->fc_mine.fp = c->fp_out;
+    for (int t = 0; t < ntags; t++)
+        for (int p = 0; p < n; p++)
+            if (p != me && dsim_irecv(c->ep, p, c->comm_id, tags[t], &c->fc_in[t * n + p],
+                                      sizeof c->fc_in[p], &reqs[t * n + p]) != DSIM_OK)
+                reqs[t * n + p] = NULL;
+    for (int t = 0; t < ntags; t++)
+        for (int p = 0; p < n; p++)
+            if (p != me && dsim_isend(c->ep, p, c->comm_id, tags[t], &c->fc_mine, sizeof c->fc_mine,
+                                      &reqs[(2 + t) * n + p]) != DSIM_OK)
+                reqs[(2 + t) * n + p] = NULL;
     for (int p = 0; p < n; p++) {
-        if (!reqs[p])
-            continue;
-        size_t len = 0;
-        dsim_err e = dsim_wait(reqs[p], dsim_req_done(reqs[p]) ? DSIM_NO_DEADLINE : dl, &len);
-        if (e == DSIM_OK && len == sizeof c->fc_awaited[p])
-            c->fc_flags[p] = 1;
-        else if (e == DSIM_EPROTO)
-            /* Its answer came, behind a gap or a corrupt frame: what we
-             * waited for from it was lost on the way. */
-            c->fc_flags[p] = STEP_FC_LOST;
+        for (int t = 0; t < ntags; t++) {
+            dsim_req *r = reqs[t * n + p];
+            if (!r)
+                continue;
+            reqs[t * n + p] = NULL;
+            if (c->fc_flags[p] || (t == 1 && !dsim_req_done(r))) {
+                /* Answered under the other tag already, or no answer from
+                 * the previous call is here: only this call's is waited
+                 * for. */
+                if (dsim_req_done(r))
+                    (void)dsim_wait(r, DSIM_NO_DEADLINE, NULL);
+                else
+                    dsim_req_cancel(r);
+                continue;
+            }
+            size_t len = 0;
+            dsim_err e = dsim_wait(r, dsim_req_done(r) ? DSIM_NO_DEADLINE : dl, &len);
+            if (e == DSIM_OK && len == sizeof c->fc_in[p]) {
+                c->fc_flags[p] = 1;
+                if (t == 1)
+                    c->fc_in[p] = c->fc_in[n + p];
+                const dsim_coll_fp *fp = &c->fc_in[p].fp;
+                if (*desync < 0 && !c->fp_off && fp->magic == DSIM_COLL_FP_MAGIC &&
+                    fp->seq == c->fp_out.seq && dsim_coll_fp_diff(fp, &c->fp_out, NULL, 0) != 0)
+                    *desync = p;
+            } else if (e == DSIM_EPROTO) {
+                /* Its answer came, behind a gap or a corrupt frame: what we
+                 * waited for from it was lost on the way. */
+                c->fc_flags[p] = STEP_FC_LOST;
+            } else if (e == DSIM_EABORTED && abort->code == DSIM_OK) {
+                /* Another rank found the cause meanwhile (a mismatch, a lost
+                 * peer) and revoked the fabric: its reason is the answer. */
+                dsim_error_copy(abort);
+            }
+        }
     }
-    for (int p = 0; p < n; p++) {
-        dsim_req *r = reqs[n + p];
+    for (int k = 2 * n; k < 4 * n; k++) {
+        dsim_req *r = reqs[k];
         if (!r)
             continue;
         if (dsim_req_done(r))
@@ -137,13 +270,13 @@ static int step_failure_check(dsim_coll *x, int awaited)
     free(reqs);
 
     c->fc_flags[me] = 1;
-    c->fc_awaited[me] = awaited;
+    c->fc_in[me].awaited = awaited;
     int p = awaited;
     while (c->fc_flags[p] & 1) {
         if (c->fc_flags[p] & 2)
             return -1;
         c->fc_flags[p] |= 2;
-        int q = c->fc_awaited[p];
+        int q = c->fc_in[p].awaited;
         if (q < 0 || q >= n)
             return -1;
         p = q;
@@ -162,8 +295,38 @@ static dsim_err step_fail(dsim_coll *x, const dsim_xfer *f, dsim_err e, int post
     const char *verb = f->kind == DSIM_XF_SEND ? "send to" : "receive from";
 
     if (e == DSIM_ETIMEDOUT && !posting) {
-        int blame = step_failure_check(x, f->peer);
+        int desync;
+        dsim_error abort;
+        int blame = step_failure_check(x, f->peer, &desync, &abort);
         long long ms = step_ms(c->timeout_ns);
+        int lost = f->peer >= 0 && f->peer < c->size && c->fc_flags[f->peer] == STEP_FC_LOST;
+        if (desync < 0 && !lost && abort.code != DSIM_OK) {
+            e = DSIM_ERR(DSIM_EABORTED, abort.peer >= 0 ? abort.peer : f->peer,
+                         "%s step %d/%d: aborted: %s", x->what, f->step, x->nsteps, abort.msg);
+            dsim_error_copy(&c->err);
+            return e;
+        }
+        if (desync >= 0) {
+            char before[160];
+            snprintf(before, sizeof before,
+                     "%s step %d/%d: timed out after %lld ms waiting for "
+                     "rank %d; ",
+                     x->what, f->step, x->nsteps, ms, f->peer);
+            e = step_fp_mismatch(x, desync, &c->fc_in[desync].fp, before);
+            step_fp_abort(x, desync, strlen(before));
+            return e;
+        }
+        /* Where the awaited rank answered from an earlier call: it has not
+         * finished that one yet. */
+        char note[200] = "";
+        if (f->peer >= 0 && f->peer < c->size && (c->fc_flags[f->peer] & 1) &&
+            c->fc_in[f->peer].fp.magic == DSIM_COLL_FP_MAGIC &&
+            c->fc_in[f->peer].fp.seq < c->fp_out.seq) {
+            char a[128];
+            snprintf(note, sizeof note, " (rank %d is still in %s, waiting for rank %d)", f->peer,
+                     dsim_coll_fp_str(&c->fc_in[f->peer].fp, a, sizeof a),
+                     (int)c->fc_in[f->peer].awaited);
+        }
         if (f->peer >= 0 && f->peer < c->size && c->fc_flags[f->peer] == STEP_FC_LOST) {
             e = DSIM_EPROTO;
             DSIM_ERR(e, f->peer,
@@ -192,10 +355,11 @@ static dsim_err step_fail(dsim_coll *x, const dsim_xfer *f, dsim_err e, int post
                      "answer the failure check: it never joined this call or is down",
                      x->what, f->step, x->nsteps, ms, f->peer);
         else
-            DSIM_ERR(e, blame,
-                     "%s step %d/%d: timed out after %lld ms waiting for rank %d; rank %d did not "
-                     "answer the failure check: it never joined this call or is down",
-                     x->what, f->step, x->nsteps, ms, f->peer, blame);
+            DSIM_ERR(
+                e, blame,
+                "%s step %d/%d: timed out after %lld ms waiting for rank %d%s; rank %d did not "
+                "answer the failure check: it never joined this call or is down",
+                x->what, f->step, x->nsteps, ms, f->peer, note, blame);
     } else if (e == DSIM_EABORTED) {
         DSIM_ERR(e, lpeer >= 0 ? lpeer : f->peer, "%s step %d/%d: aborted: %s", x->what, f->step,
                  x->nsteps, detail);
@@ -218,14 +382,301 @@ dsim_err dsim_coll_fail_local(dsim_coll *x, int step, dsim_err e, const char *wh
     return e;
 }
 
+/* Drops every fingerprint receive still pending (a failed call). */
+static void step_fp_drop(dsim_comm *c)
+{
+    for (int i = 0; i < c->fp_npend; i++) {
+        int p = c->fp_pend[i];
+        dsim_req_cancel(c->fp_req[p]);
+        c->fp_req[p] = NULL;
+    }
+    c->fp_npend = 0;
+}
+
+/* Waits for peer p's fingerprint (the receive is pending) and checks it. f is
+ * the transfer it guards, for the message. */
+static dsim_err step_fp_await(dsim_coll *x, const dsim_xfer *f)
+{
+    dsim_comm *c = x->c;
+    int p = f->peer;
+    dsim_req *r = c->fp_req[p];
+    c->fp_req[p] = NULL;
+    for (int i = 0; i < c->fp_npend; i++)
+        if (c->fp_pend[i] == p) {
+            c->fp_pend[i] = c->fp_pend[--c->fp_npend];
+            break;
+        }
+    size_t len = 0;
+    dsim_err e = dsim_wait(r, x->deadline, &len);
+    if (e != DSIM_OK) {
+        step_fp_drop(c);
+        return step_fail(x, f, e, 0);
+    }
+    c->heard[p] = x->call + 1;
+    const dsim_coll_fp *theirs = &c->fp_in[p];
+    if (len != sizeof *theirs || theirs->magic != DSIM_COLL_FP_MAGIC) {
+        char a[128];
+        step_fp_drop(c);
+        DSIM_ERR(DSIM_EPROTO, p,
+                 "%s step %d/%d: rank %d sent %zu bytes where a %zu-byte collective "
+                 "fingerprint was due: it runs without fingerprints "
+                 "(dsim_comm_cfg.no_fingerprint must be the same on every rank); rank %d "
+                 "called %s",
+                 x->what, f->step, x->nsteps, p, len, sizeof *theirs, c->rank,
+                 dsim_coll_fp_str(&c->fp_out, a, sizeof a));
+        dsim_error_copy(&c->err);
+        return DSIM_EPROTO;
+    }
+    if (dsim_coll_fp_diff(theirs, &c->fp_out, NULL, 0) == 0)
+        return DSIM_OK;
+    step_fp_drop(c);
+    e = step_fp_mismatch(x, p, theirs, "");
+    step_fp_abort(x, p, 0);
+    return e;
+}
+
+/* Which fingerprints a step moves (plan[i] for xf[i]): STEP_FP_SEND, this
+ * rank's to the peer, ahead of the payload; STEP_FP_EXPECT, the peer's,
+ * checked once its payload is here. One per pair and call, the way the
+ * first data goes: not to or from a peer this rank already exchanged one
+ * with (where a pair's first step goes both ways, both go). Any connected
+ * set of pairs would find a disagreement; these are the pairs the data
+ * uses, so no check waits for a message the step does not wait for anyway,
+ * and a rank that waits in vain for a peer's payload (the peer runs another
+ * algorithm) mostly finds that peer's fingerprint instead. Count-0 calls
+ * (x->fp_every) check every sender, as they wait for no payload. Rooted
+ * collectives (x->fp_both) are planned in step_fp_post. */
+#define STEP_FP_SEND   1
+#define STEP_FP_EXPECT 2
+
+static void step_fp_plan(dsim_coll *x, const dsim_xfer *xf, int n, int *plan)
+{
+    dsim_comm *c = x->c;
+    uint64_t mark = x->call + 1;
+    for (int i = 0; i < n; i++) {
+        int p = xf[i].peer, send = xf[i].kind == DSIM_XF_SEND;
+        plan[i] = 0;
+        if (x->fp_both)
+            continue;
+        int sent = c->fp_sent[p] == mark, seen = c->fp_seen[p] == mark;
+        if (send && !sent && (x->fp_every || !seen))
+            plan[i] = STEP_FP_SEND;
+        if (!send && !seen && (x->fp_every || !sent))
+            plan[i] = STEP_FP_EXPECT;
+    }
+}
+
+/* Posts the fingerprint sends of one step (the requests go into reqs for
+ * the step to wait on). A rooted collective sends its fingerprint to every
+ * new peer and posts a receive of every new peer's, kept pending on the
+ * communicator: its senders wait for their receivers' answers. */
+static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, int n, const int *plan,
+                             dsim_req **reqs, int *idx, int *m)
+{
+    dsim_comm *c = x->c;
+    uint64_t mark = x->call + 1;
+    uint32_t tag = step_tag(x->call, STEP_FP_STEP);
+    for (int i = 0; i < n; i++) {
+        const dsim_xfer *f = &xf[i];
+        int p = f->peer;
+        dsim_err e = DSIM_OK;
+        if (c->fp_sent[p] != mark && (x->fp_both || (plan[i] & STEP_FP_SEND))) {
+            c->fp_sent[p] = mark;
+            e = dsim_isend(c->ep, p, c->comm_id, tag, &c->fp_out, sizeof c->fp_out, &reqs[*m]);
+            if (e == DSIM_OK)
+                idx[(*m)++] = i;
+        }
+        if (e == DSIM_OK && x->fp_both && c->fp_seen[p] != mark) {
+            c->fp_seen[p] = mark;
+            e = dsim_irecv(c->ep, p, c->comm_id, tag, &c->fp_in[p], sizeof c->fp_in[p],
+                           &c->fp_req[p]);
+            if (e == DSIM_OK)
+                c->fp_pend[c->fp_npend++] = p;
+        }
+        if (e != DSIM_OK) {
+            for (int j = 0; j < *m; j++)
+                dsim_req_cancel(reqs[j]);
+            *m = 0;
+            step_fp_drop(c);
+            return step_fail(x, f, e, 1);
+        }
+    }
+    return DSIM_OK;
+}
+
+/* Posts the receive of peer f->peer's fingerprint (not yet seen in this
+ * call) as a pending one. */
+static dsim_err step_fp_expect(dsim_coll *x, const dsim_xfer *f)
+{
+    dsim_comm *c = x->c;
+    int p = f->peer;
+    c->fp_seen[p] = x->call + 1;
+    dsim_err e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &c->fp_in[p],
+                            sizeof c->fp_in[p], &c->fp_req[p]);
+    if (e != DSIM_OK) {
+        step_fp_drop(c);
+        return step_fail(x, f, e, 1);
+    }
+    c->fp_pend[c->fp_npend++] = p;
+    return DSIM_OK;
+}
+
+/* The fabric was revoked while this rank looked for a fingerprint, most
+ * often by a peer that found the same mismatch first: its reason (the
+ * thread's error) is the answer. */
+static dsim_err step_fp_aborted(dsim_coll *x, const dsim_xfer *f)
+{
+    step_fp_drop(x->c);
+    dsim_err e = DSIM_ERR(DSIM_EABORTED, dsim_last_error()->peer, "%s step %d/%d: aborted: %s",
+                          x->what, f->step, x->nsteps, dsim_errmsg());
+    dsim_error_copy(&x->c->err);
+    return e;
+}
+
+/* Looks, without waiting, for the fingerprint of f->peer (a receive from
+ * it failed, or is taking long): if it is here and differs, that is the
+ * error to report (the peer's message was the wrong size, or does not come,
+ * because it is in another call). Returns DSIM_EPROTO after recording the
+ * mismatch and aborting, DSIM_EABORTED (recorded) if the fabric was revoked
+ * meanwhile, else DSIM_OK with the thread's error as it was, and the
+ * fingerprint marked as checked if it was here and agrees. *final is 0 when
+ * the error returned is the transport's (a lost frame from the peer failed
+ * the receive) and still to be reported as the receive's failure. */
+static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
+{
+    dsim_comm *c = x->c;
+    int p = f->peer;
+    uint64_t mark = x->call + 1;
+    *final = 1;
+    if (c->fp_off || f->kind == DSIM_XF_SEND || p < 0 || p >= c->size)
+        return DSIM_OK;
+    dsim_req *r = c->fp_req[p];
+    if (!r && c->fp_seen[p] == mark)
+        return DSIM_OK;
+    dsim_error saved;
+    dsim_error_copy(&saved);
+    if (!r) {
+        dsim_err e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &c->fp_in[p],
+                                sizeof c->fp_in[p], &r);
+        if (e != DSIM_OK)
+            r = NULL;
+        if (e == DSIM_EABORTED)
+            return step_fp_aborted(x, f);
+    } else {
+        c->fp_req[p] = NULL;
+        for (int i = 0; i < c->fp_npend; i++)
+            if (c->fp_pend[i] == p) {
+                c->fp_pend[i] = c->fp_pend[--c->fp_npend];
+                break;
+            }
+    }
+    size_t len = 0;
+    int mismatch = 0;
+    if (r && dsim_req_done(r)) {
+        dsim_err e = dsim_wait(r, DSIM_NO_DEADLINE, &len);
+        if (e == DSIM_OK && len == sizeof c->fp_in[p] && c->fp_in[p].magic == DSIM_COLL_FP_MAGIC) {
+            c->fp_seen[p] = mark;
+            c->heard[p] = mark;
+            mismatch = dsim_coll_fp_diff(&c->fp_in[p], &c->fp_out, NULL, 0) != 0;
+        } else if (e == DSIM_EABORTED) {
+            return step_fp_aborted(x, f);
+        } else if (e != DSIM_OK) {
+            /* A gap or a corrupt frame from p failed this receive, the
+             * oldest one posted from p: that is what became of the payload,
+             * and the caller reports it as such. */
+            step_fp_drop(c);
+            *final = 0;
+            return e;
+        }
+    } else if (r) {
+        dsim_req_cancel(r);
+    }
+    if (!mismatch) {
+        dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s", saved.msg);
+        return DSIM_OK;
+    }
+    step_fp_drop(c);
+    dsim_err e = step_fp_mismatch(x, p, &c->fp_in[p], "");
+    step_fp_abort(x, p, 0);
+    return e;
+}
+
+/* Posts one payload transfer. */
+static dsim_err step_post(dsim_coll *x, const dsim_xfer *f, dsim_req **req)
+{
+    dsim_comm *c = x->c;
+    uint32_t tag = step_tag(x->call, (uint32_t)f->step);
+    switch (f->kind) {
+    case DSIM_XF_SEND:
+        return dsim_isend(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, req);
+    case DSIM_XF_RECV:
+        return dsim_irecv(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, req);
+    case DSIM_XF_RECV_REDUCE:
+        return dsim_irecv_reduce(c->ep, f->peer, c->comm_id, tag, f->buf, f->len / x->esize, x->t,
+                                 x->op, req);
+    }
+    return DSIM_ERR(DSIM_EINVAL, f->peer, "transfer kind %d", (int)f->kind);
+}
+
+/* Waits for the payload receive *req of f (posted), which comes from a peer
+ * whose fingerprint is not checked yet. If it takes longer than a short
+ * while, looks whether that peer's fingerprint arrived and differs: then the
+ * payload will never come (or not as this rank expects it), and the mismatch
+ * is reported at once instead of at the timeout. Otherwise posts the receive
+ * again (nothing of it arrived) and goes on waiting. *probed: 2 when the
+ * error returned is recorded in full (a mismatch, an abort), 1 when it is
+ * the transport's, found by the look (still to report as the receive's). */
+static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, dsim_req **req, size_t *len,
+                                  int *probed)
+{
+    dsim_comm *c = x->c;
+    for (;;) {
+        int64_t soon = dsim_rt_deadline(c->rt, STEP_PROBE_NS);
+        int interim = soon < x->deadline;
+        dsim_err e = dsim_wait(*req, interim ? soon : x->deadline, len);
+        *req = NULL;
+        if (e != DSIM_ETIMEDOUT || !interim)
+            return e;
+        int final;
+        e = step_fp_probe(x, f, &final);
+        if (e != DSIM_OK) {
+            *probed = final ? 2 : 1;
+            return e;
+        }
+        if (step_post(x, f, req) != DSIM_OK)
+            return dsim_last_error()->code;
+        if (c->fp_seen[f->peer] == x->call + 1) {
+            /* Checked and agrees: an ordinary wait from here on. */
+            e = dsim_wait(*req, x->deadline, len);
+            *req = NULL;
+            return e;
+        }
+    }
+}
+
+dsim_err dsim_coll_end(dsim_coll *x, dsim_err e)
+{
+    dsim_comm *c = x->c;
+    if (e != DSIM_OK) {
+        step_fp_drop(c);
+        return e;
+    }
+    while (c->fp_npend > 0) {
+        dsim_xfer f = {DSIM_XF_RECV, c->fp_pend[0], x->nsteps, NULL, 0};
+        DSIM_CHECK(step_fp_await(x, &f));
+    }
+    return DSIM_OK;
+}
+
 dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
 {
     dsim_comm *c = x->c;
-    dsim_req *reqs_stack[STEP_STACK], **reqs = reqs_stack;
-    int idx_stack[STEP_STACK], *idx = idx_stack;
+    /* Up to n payload transfers and n fingerprint sends. */
+    dsim_req *reqs_stack[2 * STEP_STACK], **reqs = reqs_stack;
+    int idx_stack[3 * STEP_STACK], *idx = idx_stack;
     if (n > STEP_STACK) {
-        reqs = malloc((size_t)n * sizeof *reqs);
-        idx = malloc((size_t)n * sizeof *idx);
+        reqs = malloc(2 * (size_t)n * sizeof *reqs);
+        idx = malloc(3 * (size_t)n * sizeof *idx);
         if (!reqs || !idx) {
             free(reqs);
             free(idx);
@@ -235,7 +686,26 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
     }
 
     dsim_err e = DSIM_OK;
-    int m = 0;
+    int m = 0, mfp = 0; /* reqs[0 .. mfp) are fingerprint sends */
+    int *plan = idx + 2 * n;
+    step_fp_plan(x, xf, n, plan);
+    if (!c->fp_off) {
+        e = step_fp_post(x, xf, n, plan, reqs, idx, &m);
+        mfp = m;
+        /* A rooted collective checks a peer's fingerprint before it posts
+         * the receive of its payload. This step's sends are not posted yet,
+         * but a peer posts its fingerprint at the start of the step in which
+         * it first sends to us, so no wait here depends on them. */
+        for (int i = 0; i < n && e == DSIM_OK && x->fp_both; i++)
+            if (xf[i].kind != DSIM_XF_SEND && c->fp_req[xf[i].peer])
+                e = step_fp_await(x, &xf[i]);
+        if (e != DSIM_OK) {
+            for (int j = 0; j < m; j++)
+                dsim_req_cancel(reqs[j]);
+            m = 0;
+        }
+    }
+
     /* Receives first: a receive that is already posted when the matching
      * send starts lets inproc copy or combine straight from the sender. */
     for (int pass = 0; pass < 2 && e == DSIM_OK; pass++) {
@@ -243,19 +713,7 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
             const dsim_xfer *f = &xf[i];
             if (f->len == 0 || (f->kind == DSIM_XF_SEND) != (pass == 1))
                 continue;
-            uint32_t tag = step_tag(x->call, (uint32_t)f->step);
-            switch (f->kind) {
-            case DSIM_XF_SEND:
-                e = dsim_isend(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, &reqs[m]);
-                break;
-            case DSIM_XF_RECV:
-                e = dsim_irecv(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, &reqs[m]);
-                break;
-            case DSIM_XF_RECV_REDUCE:
-                e = dsim_irecv_reduce(c->ep, f->peer, c->comm_id, tag, f->buf, f->len / x->esize,
-                                      x->t, x->op, &reqs[m]);
-                break;
-            }
+            e = step_post(x, f, &reqs[m]);
             if (e != DSIM_OK) {
                 for (int j = 0; j < m; j++)
                     dsim_req_cancel(reqs[j]);
@@ -269,8 +727,21 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
 
     for (int j = 0; j < m && e == DSIM_OK; j++) {
         const dsim_xfer *f = &xf[idx[j]];
+        dsim_xfer fps;
+        if (j < mfp) {
+            /* A fingerprint send, possibly a rooted collective's answer to
+             * a receive. */
+            fps = *f;
+            fps.kind = DSIM_XF_SEND;
+            f = &fps;
+        }
         size_t len = 0;
-        e = dsim_wait(reqs[j], x->deadline, &len);
+        int probed = 0;
+        if (f->kind != DSIM_XF_SEND && !c->fp_off && c->fp_seen[f->peer] != x->call + 1) {
+            e = step_wait_probing(x, f, &reqs[j], &len, &probed);
+        } else {
+            e = dsim_wait(reqs[j], x->deadline, &len);
+        }
         if (e == DSIM_OK && f->kind != DSIM_XF_SEND)
             c->heard[f->peer] = x->call + 1;
         if (e == DSIM_OK && f->kind == DSIM_XF_RECV && len != f->len) {
@@ -283,8 +754,31 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         if (e != DSIM_OK) {
             for (int k = j + 1; k < m; k++)
                 dsim_req_cancel(reqs[k]);
-            e = step_fail(x, f, e, 0);
+            if (!probed) {
+                int final;
+                dsim_err pe = step_fp_probe(x, f, &final);
+                if (pe == DSIM_OK)
+                    e = step_fail(x, f, e, 0);
+                else
+                    e = final ? pe : step_fail(x, f, pe, 0);
+            } else if (probed == 1) {
+                e = step_fail(x, f, e, 0);
+            }
         }
+    }
+
+    /* The fingerprint of each peer this step first received from. It was
+     * sent ahead of the payload that just arrived, so it is already here,
+     * waiting unmatched: receiving it now costs no wake-up, where a receive
+     * posted early would wake this rank once more. The payload was combined
+     * into the buffer, but nothing of it has been sent on or returned. */
+    for (int i = 0; i < n && e == DSIM_OK && !c->fp_off; i++) {
+        const dsim_xfer *f = &xf[i];
+        if (!(plan[i] & STEP_FP_EXPECT) || c->fp_seen[f->peer] == x->call + 1)
+            continue;
+        e = step_fp_expect(x, f);
+        if (e == DSIM_OK)
+            e = step_fp_await(x, f);
     }
 
     if (reqs != reqs_stack) {

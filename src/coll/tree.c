@@ -55,7 +55,7 @@ static dsim_err tree_reduce(dsim_coll *x, const void *sendbuf, void *acc, size_t
             continue;
         if (cur == sendbuf) {
             if (!acc) {
-                acc = scratch = malloc(all);
+                acc = scratch = malloc(all ? all : 1); /* count 0: fingerprints only */
                 if (!scratch) {
                     DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for %zu bytes of scratch", all);
                     return dsim_coll_fail_local(x, step0 + k + 1, DSIM_ENOMEM, "allocating");

@@ -41,11 +41,16 @@ int dsim_strategy_replicas_in_sync(const dsim_strategy *s, const dsim_strategy_s
     return s->ops->num_replicas_in_sync(shape);
 }
 
+static dsim_err strategy_owned_check(const dsim_strategy *s, const char *member,
+                                     dsim_replica_ctx *ctx, const dsim_replica_ctx *was,
+                                     dsim_err e);
+
 dsim_err dsim_strategy_replica_init(const dsim_strategy *s, dsim_replica_ctx *ctx)
 {
     if (!s->ops->replica_init)
         return DSIM_OK; /* optional: nothing to set up */
-    return s->ops->replica_init(ctx);
+    dsim_replica_ctx was = *ctx;
+    return strategy_owned_check(s, "replica_init", ctx, &was, s->ops->replica_init(ctx));
 }
 
 void dsim_strategy_replica_fini(const dsim_strategy *s, dsim_replica_ctx *ctx)
@@ -63,25 +68,95 @@ static dsim_err strategy_failed(const dsim_strategy *s, const char *member, dsim
     return e;
 }
 
+/* The replica context's contract: the driver fills and owns every field;
+ * a strategy writes the values behind ctx->params and its own ctx->priv,
+ * nothing else. A strategy that "fixes up" a field (ctx->device to a local
+ * index, ctx->world to a communicator of its own) breaks the driver's view
+ * of the job in ways that show up much later, if at all, so every call
+ * that hands a strategy the context is bracketed by a snapshot of it and a
+ * comparison. On a difference the field is put back and the call fails,
+ * naming the member and the field. */
+#define STRATEGY_OWNED(X)                                                                          \
+    X(shape.hosts)                                                                                 \
+    X(shape.devices_per_host)                                                                      \
+    X(shape.num_replicas)                                                                          \
+    X(shape.num_ps)                                                                                \
+    X(shape.ps_mode)                                                                               \
+    X(replica)                                                                                     \
+    X(worker)                                                                                      \
+    X(device)                                                                                      \
+    X(algo)                                                                                        \
+    X(server_rank0)                                                                                \
+    X(timeout_ns)                                                                                  \
+    X(n_params)                                                                                    \
+    X(global_step)
+#define STRATEGY_OWNED_PTR(X) X(rt) X(fabric) X(ep) X(world) X(model) X(optim) X(params) X(priv)
+
+static dsim_err strategy_owned_check(const dsim_strategy *s, const char *member,
+                                     dsim_replica_ctx *ctx, const dsim_replica_ctx *was, dsim_err e)
+{
+    const char *field = NULL;
+    long long before = 0, after = 0;
+    int is_ptr = 0;
+#define STRATEGY_CMP(f)                                                                            \
+    if (!field && ctx->f != was->f) {                                                              \
+        field = #f;                                                                                \
+        before = (long long)was->f;                                                                \
+        after = (long long)ctx->f;                                                                 \
+    }
+#define STRATEGY_CMP_PTR(f)                                                                        \
+    if (!field && ctx->f != was->f) {                                                              \
+        field = #f;                                                                                \
+        is_ptr = 1;                                                                                \
+    }
+    STRATEGY_OWNED(STRATEGY_CMP)
+    STRATEGY_OWNED_PTR(STRATEGY_CMP_PTR)
+#undef STRATEGY_CMP
+#undef STRATEGY_CMP_PTR
+    if (!field)
+        return e;
+    *ctx = *was; /* the driver goes on with its own values */
+    if (is_ptr)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "strategy '%s': %s on replica %d replaced ctx->%s, a field the driver "
+                        "owns; a strategy writes only the values behind ctx->params and its "
+                        "own ctx->priv (keep what you need in priv)",
+                        s->name, member, was->replica, field);
+    return DSIM_ERR(DSIM_EINVAL, -1,
+                    "strategy '%s': %s on replica %d wrote ctx->%s (it was %lld, the strategy "
+                    "left %lld), a field the driver owns; a strategy writes only the values "
+                    "behind ctx->params and its own ctx->priv (keep what you need in priv)",
+                    s->name, member, was->replica, field, before, after);
+}
+
 dsim_err dsim_strategy_create_variables(const dsim_strategy *s, dsim_replica_ctx *ctx,
                                         const dsim_strategy_vars *init)
 {
+    dsim_replica_ctx was = *ctx;
     dsim_err e = s->ops->create_variables(ctx, init);
-    return e == DSIM_OK ? e : strategy_failed(s, "create_variables", e);
+    if (e != DSIM_OK)
+        e = strategy_failed(s, "create_variables", e);
+    return strategy_owned_check(s, "create_variables", ctx, &was, e);
 }
 
 dsim_err dsim_strategy_apply_gradients(const dsim_strategy *s, dsim_replica_ctx *ctx, float *grad)
 {
+    dsim_replica_ctx was = *ctx;
     dsim_err e = s->ops->apply_gradients(ctx, grad);
-    return e == DSIM_OK ? e : strategy_failed(s, "apply_gradients", e);
+    if (e != DSIM_OK)
+        e = strategy_failed(s, "apply_gradients", e);
+    return strategy_owned_check(s, "apply_gradients", ctx, &was, e);
 }
 
 dsim_err dsim_strategy_reduce(const dsim_strategy *s, dsim_replica_ctx *ctx, dsim_op op,
                               const double *in, double *out, size_t n)
 {
+    dsim_replica_ctx was = *ctx;
     dsim_err e = s->ops->reduce(ctx, op, in, out, n);
     /* ENOTSUP is an answer ("my replicas are not in step"), not a failure. */
-    return e == DSIM_OK || e == DSIM_ENOTSUP ? e : strategy_failed(s, "reduce", e);
+    if (e != DSIM_OK && e != DSIM_ENOTSUP)
+        e = strategy_failed(s, "reduce", e);
+    return strategy_owned_check(s, "reduce", ctx, &was, e);
 }
 
 dsim_err dsim_strategy_check_save(const dsim_strategy *s)
@@ -97,8 +172,11 @@ dsim_err dsim_strategy_check_save(const dsim_strategy *s)
 dsim_err dsim_strategy_save(const dsim_strategy *s, dsim_replica_ctx *ctx, dsim_strategy_vars *out)
 {
     DSIM_CHECK(dsim_strategy_check_save(s));
+    dsim_replica_ctx was = *ctx;
     dsim_err e = s->ops->save(ctx, out);
-    return e == DSIM_OK ? e : strategy_failed(s, "save", e);
+    if (e != DSIM_OK)
+        e = strategy_failed(s, "save", e);
+    return strategy_owned_check(s, "save", ctx, &was, e);
 }
 
 int dsim_strategy_is_chief(const dsim_strategy *s, const dsim_replica_ctx *ctx)
@@ -112,8 +190,11 @@ dsim_err dsim_strategy_finish(const dsim_strategy *s, dsim_replica_ctx *ctx)
 {
     if (!s->ops->finish)
         return DSIM_OK; /* optional: the variables are already final */
+    dsim_replica_ctx was = *ctx;
     dsim_err e = s->ops->finish(ctx);
-    return e == DSIM_OK ? e : strategy_failed(s, "finish", e);
+    if (e != DSIM_OK)
+        e = strategy_failed(s, "finish", e);
+    return strategy_owned_check(s, "finish", ctx, &was, e);
 }
 
 dsim_err dsim_strategy_server_init(const dsim_strategy *s, dsim_server_ctx *srv)

@@ -585,8 +585,10 @@ static dsim_err tp_req_settle_locked(dsim_req *req, int how, int64_t started, si
     dsim_waitq_unlock(ep->lock);
 
     dsim_err st;
-    char tag[16];
-    tp_tag_str(req->tag, tag, sizeof tag);
+    /* Formatted only where a message needs it: this runs for every request. */
+    char tag[16] = "";
+    if (how != TP_WAIT_DONE || req->status != DSIM_OK || dsim_log_enabled(DSIM_LOG_TRACE))
+        tp_tag_str(req->tag, tag, sizeof tag);
     if (how == TP_WAIT_DONE) {
         st = req->status;
         if (st == DSIM_OK) {

@@ -1,6 +1,8 @@
 /* Allreduce timing on the coll harness (threads engine, inproc, f32 sum):
  *
  *     bench_allreduce [NRANKS [BYTES... ]]     (defaults: 4, 16 MiB and 64 MiB)
+ *     bench_allreduce --fingerprint-cost [NRANKS [BYTES...]]
+ *                                              (defaults: 4, 4 KiB .. 16 MiB by 4)
  *
  * For every algorithm and size prints the time per call (the slowest rank's
  * mean over the timed iterations, after one warm-up) and nccl-tests' algbw
@@ -45,8 +47,94 @@ static void bench_rank(coll_harness *h, int rank, void *p)
     free(buf);
 }
 
+static int cost_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double cost_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cost_cmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* One timed round on h: the slowest rank's time per call, in us. */
+static int cost_round(coll_harness *h, size_t count, int iters, double *us)
+{
+    bench_arg a = {.count = count, .algo = DSIM_ALGO_AUTO, .iters = iters};
+    if (coll_harness_run(h, bench_rank, &a) != DSIM_OK || a.err != DSIM_OK)
+        return -1;
+    int64_t worst = 0;
+    for (int r = 0; r < h->n; r++)
+        worst = a.ns[r] > worst ? a.ns[r] : worst;
+    *us = (double)worst / iters / 1e3;
+    return 0;
+}
+
+static int fingerprint_cost(int argc, char **argv)
+{
+    int n = argc > 0 ? atoi(argv[0]) : 4;
+    size_t sizes[16];
+    int nsizes = 0;
+    for (int i = 1; i < argc && nsizes < 16; i++)
+        sizes[nsizes++] = strtoull(argv[i], NULL, 0);
+    if (!nsizes)
+        for (size_t b = 4096; b <= ((size_t)16 << 20); b *= 4)
+            sizes[nsizes++] = b;
+    if (n < 2 || n > 64) {
+        fprintf(stderr, "usage: bench_allreduce --fingerprint-cost [NRANKS (2..64) [BYTES...]]\n");
+        return 2;
+    }
+    coll_harness on, off;
+    coll_harness_cfg cfg = {.nranks = n};
+    if (coll_harness_open(&on, &cfg) != DSIM_OK) {
+        fprintf(stderr, "%s\n", dsim_errmsg());
+        return 1;
+    }
+    cfg.no_fingerprint = 1;
+    if (coll_harness_open(&off, &cfg) != DSIM_OK) {
+        fprintf(stderr, "%s\n", dsim_errmsg());
+        coll_harness_close(&on);
+        return 1;
+    }
+    enum { ROUNDS = 31 };
+    printf("# fingerprint cost: %d ranks, threads engine, inproc, float sum, algo auto; %d "
+           "alternating rounds per size\n",
+           n, ROUNDS);
+    printf("%14s %-6s %12s %12s %10s %12s\n", "bytes", "algo", "on(us)", "off(us)", "on/off",
+           "round-median");
+    int rc = 0;
+    for (int s = 0; s < nsizes && rc == 0; s++) {
+        size_t count = sizes[s] / sizeof(float), bytes = count * sizeof(float);
+        int iters = bytes >= ((size_t)4 << 20) ? 10 : bytes >= ((size_t)256 << 10) ? 50 : 400;
+        double ton[ROUNDS], toff[ROUNDS], ratio[ROUNDS];
+        for (int r = 0; r < ROUNDS && rc == 0; r++) {
+            coll_harness *first = r % 2 ? &off : &on, *second = r % 2 ? &on : &off;
+            double t1, t2;
+            if (cost_round(first, count, iters, &t1) || cost_round(second, count, iters, &t2))
+                rc = 1;
+            ton[r] = r % 2 ? t2 : t1;
+            toff[r] = r % 2 ? t1 : t2;
+            ratio[r] = ton[r] / toff[r];
+        }
+        if (rc)
+            break;
+        double mon = cost_median(ton, ROUNDS), moff = cost_median(toff, ROUNDS);
+        printf("%14zu %-6s %12.2f %12.2f %10.4f %12.4f\n", bytes,
+               dsim_algo_name(dsim_allreduce_decide(bytes, n)), mon, moff, mon / moff,
+               cost_median(ratio, ROUNDS));
+        fflush(stdout);
+    }
+    coll_harness_close(&off);
+    coll_harness_close(&on);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--fingerprint-cost") == 0)
+        return fingerprint_cost(argc - 2, argv + 2);
     int n = argc > 1 ? atoi(argv[1]) : 4;
     size_t sizes[16] = {(size_t)16 << 20, (size_t)64 << 20};
     int nsizes = 2;

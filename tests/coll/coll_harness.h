@@ -30,6 +30,7 @@ typedef struct coll_harness_cfg {
     uint32_t comm_id;    /* 0 is fine */
     int64_t timeout_ns;  /* <= 0: the communicator's default (these tests always want one) */
     dsim_algo algo;      /* cfg.algo of every communicator */
+    int no_fingerprint;  /* cfg.no_fingerprint of every communicator */
 } coll_harness_cfg;
 
 typedef struct coll_harness {

@@ -560,7 +560,7 @@ static const err_case err_cases[] = {
      {"did you mean 'gradient_consistency'"}},
     {"name: a\nexpect:\n  gradient_consistency: {max_err: 1}\n", 3, 26,
      {"expect.gradient_consistency: unknown threshold 'max_err'",
-      "accepted: max_rel_error, max_abs_error, bit_identical, expect"}},
+      "accepted: max_rel_error, max_abs_error, bit_identical, max_loss_rel_error, expect"}},
     {"name: a\nexpect:\n  gradient_consistency: {max_rel_error: 2}\n", 3, 41,
      {"expect.gradient_consistency.max_rel_error: '2' is out of range", "0..1"}},
     {"name: a\nexpect:\n  shard_coverage: {max_misses: 1.5}\n", 3, 32,

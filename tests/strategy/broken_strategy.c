@@ -1,0 +1,150 @@
+/* Test fixtures: a correct mirrored strategy with one realistic bug each,
+ * chosen at build time, for the checks that must catch them. Do not copy
+ * these; see examples/custom_strategy for the right way.
+ *
+ *   -DBROKEN_MISMATCH   replica 1 packs its float gradient as half as many
+ *                       doubles before the all-reduce ("it is the same
+ *                       bytes"): the collective fingerprint stops the job
+ *                       ("... allreduce #N with 18 float64 ...; ... with 36
+ *                       float32: dtype and count differ") before any hang.
+ *   -DBROKEN_REDUCE_OP  reduce() always MEAN-reduces, whatever op it is
+ *                       asked for: every reported loss is the replicas'
+ *                       mean where their sum was asked for (loss_consistency).
+ *   -DBROKEN_SAVE       save() writes the parameters but not the optimizer's
+ *                       slots or step: a restored run would restart momentum
+ *                       from zero (checkpoint_roundtrip).
+ *   -DBROKEN_CTX        apply_gradients() "fixes up" ctx->device, a field the
+ *                       driver owns: refused by the driver's context check. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsim/spi/strategy.h"
+
+#if defined(BROKEN_MISMATCH)
+#define BROKEN_NAME    "broken_mismatch"
+#define BROKEN_SUMMARY "replica 1 all-reduces its gradient as doubles (a test fixture)"
+#elif defined(BROKEN_REDUCE_OP)
+#define BROKEN_NAME    "broken_reduce_op"
+#define BROKEN_SUMMARY "reduce() ignores the op it is asked for (a test fixture)"
+#elif defined(BROKEN_SAVE)
+#define BROKEN_NAME    "broken_save"
+#define BROKEN_SUMMARY "checkpoints without the optimizer's slots (a test fixture)"
+#elif defined(BROKEN_CTX)
+#define BROKEN_NAME    "broken_ctx"
+#define BROKEN_SUMMARY "writes ctx->device, which the driver owns (a test fixture)"
+#else
+#error "build with one of -DBROKEN_MISMATCH, -DBROKEN_REDUCE_OP, -DBROKEN_SAVE, -DBROKEN_CTX"
+#endif
+
+typedef struct broken_replica {
+    dsim_optim *opt;
+} broken_replica;
+
+static dsim_err broken_check_shape(const dsim_strategy_shape *s)
+{
+    if (s->num_ps != 0)
+        return DSIM_ERR(DSIM_EINVAL, -1, "%s takes no parameter servers; got %d", BROKEN_NAME,
+                        s->num_ps);
+    return DSIM_OK;
+}
+
+static dsim_err broken_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init)
+{
+    broken_replica *me = ctx->priv;
+    dsim_err e = dsim_optim_create(ctx->optim, ctx->n_params, &me->opt);
+    if (e != DSIM_OK)
+        return e;
+    if (init)
+        memcpy(ctx->params, init->params, ctx->n_params * sizeof(float));
+    e = dsim_broadcast(ctx->world, ctx->params, ctx->n_params, DSIM_F32, 0);
+    size_t len = dsim_optim_state_len(me->opt);
+    float *slots = calloc(len ? len : 1, sizeof(float));
+    if (!slots)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", BROKEN_NAME);
+    if (init && len)
+        memcpy(slots, init->optim_state, len * sizeof(float));
+    int64_t step = init ? (int64_t)init->optim_step : 0;
+    if (e == DSIM_OK && len)
+        e = dsim_broadcast(ctx->world, slots, len, DSIM_F32, 0);
+    if (e == DSIM_OK)
+        e = dsim_broadcast(ctx->world, &step, 1, DSIM_I64, 0);
+    if (e == DSIM_OK)
+        e = dsim_optim_set_state(me->opt, len ? slots : NULL, len, (uint64_t)step);
+    free(slots);
+    return e;
+}
+
+static dsim_err broken_apply(dsim_replica_ctx *ctx, float *grad)
+{
+    broken_replica *me = ctx->priv;
+    dsim_err e;
+#if defined(BROKEN_MISMATCH)
+    if (ctx->replica == 1 && ctx->n_params % 2 == 0)
+        /* THE BUG: the same bytes, another dtype and count. */
+        e = dsim_allreduce(ctx->world, grad, grad, ctx->n_params / 2, DSIM_F64, DSIM_SUM);
+    else
+#endif
+        e = dsim_allreduce(ctx->world, grad, grad, ctx->n_params, DSIM_F32, DSIM_SUM);
+    if (e != DSIM_OK)
+        return e;
+#if defined(BROKEN_CTX)
+    /* THE BUG: the driver's field, "corrected" to a local device index. */
+    ctx->device = 0;
+#endif
+    return dsim_optim_apply(me->opt, ctx->params, grad, ctx->n_params);
+}
+
+static dsim_err broken_reduce(dsim_replica_ctx *ctx, dsim_op op, const double *in, double *out,
+                              size_t n)
+{
+    memmove(out, in, n * sizeof(double));
+#if defined(BROKEN_REDUCE_OP)
+    (void)op; /* THE BUG: the op asked for is ignored. */
+    return dsim_allreduce(ctx->world, out, out, n, DSIM_F64, DSIM_MEAN);
+#else
+    return dsim_allreduce(ctx->world, out, out, n, DSIM_F64, op);
+#endif
+}
+
+static dsim_err broken_save(dsim_replica_ctx *ctx, dsim_strategy_vars *out)
+{
+    broken_replica *me = ctx->priv;
+    memcpy(out->params, ctx->params, ctx->n_params * sizeof(float));
+#if defined(BROKEN_SAVE)
+    /* THE BUG: the optimizer's slots and step are left out. */
+    (void)me;
+#else
+    size_t len = dsim_optim_state_len(me->opt);
+    if (len)
+        memcpy(out->optim_state, dsim_optim_state(me->opt), len * sizeof(float));
+    out->optim_step = dsim_optim_step(me->opt);
+#endif
+    return DSIM_OK;
+}
+
+static void broken_fini(dsim_replica_ctx *ctx)
+{
+    broken_replica *me = ctx->priv;
+    dsim_optim_destroy(me->opt);
+}
+
+static const struct dsim_strategy_ops broken_ops = {
+    .size = sizeof(struct dsim_strategy_ops),
+    .name = BROKEN_NAME,
+    .summary = BROKEN_SUMMARY,
+    .placement = DSIM_PLACE_MIRRORED,
+    .replica_priv_size = sizeof(broken_replica),
+    .check_shape = broken_check_shape,
+    .create_variables = broken_create,
+    .apply_gradients = broken_apply,
+    .reduce = broken_reduce,
+    .save = broken_save,
+    .replica_fini = broken_fini,
+};
+
+__attribute__((visibility("default"))) const struct dsim_strategy_ops *
+dsim_strategy_plugin(uint32_t *abi_version)
+{
+    *abi_version = DSIM_STRATEGY_ABI_VERSION;
+    return &broken_ops;
+}
