@@ -804,8 +804,15 @@ static void train_handler_main(void *arg)
         /* A killed server says nothing; neither does the server of a
          * killed client (parameter-server training goes on without it). */
         const dsim_train_hooks *hk = cfg->hooks;
-        if (hk && hk->killed &&
-            (hk->killed(cfg->hooks_user, job->N + h->server) || hk->killed(cfg->hooks_user, h->client))) {
+        const dsim_error *le = dsim_last_error();
+        /* A client whose process is gone (its connection closed) is a lost
+         * worker too: asynchronous training goes on without it. */
+        bool client_gone = job->shape.ps_mode == DSIM_PS_ASYNC && le->code == DSIM_EPEER &&
+                           le->peer == h->client;
+        if (client_gone ||
+            (hk && hk->killed &&
+             (hk->killed(cfg->hooks_user, job->N + h->server) ||
+              hk->killed(cfg->hooks_user, h->client)))) {
             dsim_clear_error();
             train_worker_returned(job, &h->returned);
             return;

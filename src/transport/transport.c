@@ -394,14 +394,18 @@ dsim_err dsim_fabric_open(const dsim_fabric_cfg *cfg, dsim_fabric **out)
     }
     for (int r = 0; r < cfg->nranks; r++)
         atomic_init(&f->eps[r], NULL);
-    dsim_err e = ops->fabric_open(f, cfg->options);
-    if (e != DSIM_OK) {
+    /* The filter first: a backend with threads of its own (tcp) may hand
+     * frames over as soon as it is open. */
+    dsim_err e = DSIM_OK;
+    if (f->filter && f->filter->attach && (e = f->filter->attach(f->filter_user, f)) != DSIM_OK) {
         free(f->eps);
         free(f);
         return e;
     }
-    if (f->filter && f->filter->attach && (e = f->filter->attach(f->filter_user, f)) != DSIM_OK) {
-        ops->fabric_close(f);
+    e = ops->fabric_open(f, cfg->options);
+    if (e != DSIM_OK) {
+        if (f->filter && f->filter->detach)
+            f->filter->detach(f->filter_user, f);
         free(f->eps);
         free(f);
         return e;
@@ -415,8 +419,6 @@ void dsim_fabric_close(dsim_fabric *f)
 {
     if (!f)
         return;
-    if (f->filter && f->filter->detach)
-        f->filter->detach(f->filter_user, f);
     for (int r = 0; r < f->nranks; r++) {
         dsim_ep *ep = atomic_load_explicit(&f->eps[r], memory_order_acquire);
         if (!ep)
@@ -440,6 +442,10 @@ void dsim_fabric_close(dsim_fabric *f)
         }
     }
     f->ops->fabric_close(f);
+    /* The filter last: the backend's threads (tcp) hand frames to it until
+     * they stop; its held frames go to closed endpoints, which refuse them. */
+    if (f->filter && f->filter->detach)
+        f->filter->detach(f->filter_user, f);
     for (int r = 0; r < f->nranks; r++)
         tp_ep_free(atomic_load_explicit(&f->eps[r], memory_order_acquire));
     free(f->eps);

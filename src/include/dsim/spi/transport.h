@@ -201,13 +201,14 @@ typedef enum dsim_tp_filter_verdict {
 
 struct dsim_tp_filter {
     size_t size; /* sizeof(struct dsim_tp_filter) */
-    /* Optional. Called once by dsim_fabric_open after the backend opened
-     * (e.g. to spawn a runtime worker that re-delivers held frames). A
-     * failure fails the open. */
+    /* Optional. Called once by dsim_fabric_open before the backend opens
+     * (a backend may deliver frames from then on), e.g. to spawn a runtime
+     * worker that re-delivers held frames. A failure fails the open; if the
+     * backend then fails to open, detach is called. */
     dsim_err (*attach)(void *user, dsim_fabric *f);
-    /* Optional. Called first thing by dsim_fabric_close: stop handing
-     * frames over and release every held one (endpoints are still
-     * allocated, possibly closed). */
+    /* Optional. Called by dsim_fabric_close once the backend has closed (no
+     * more frames arrive): stop handing frames over and release every held
+     * one (endpoints are still allocated, closed). */
     void (*detach)(void *user, dsim_fabric *f);
     /* Required. A frame from hdr->src arrived for the local endpoint ep.
      * Called on whatever thread delivers (a sender's worker on inproc, an
