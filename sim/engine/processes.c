@@ -590,6 +590,13 @@ static void pr_merge(pr_job *j)
         res->loss[k] = NAN;
     for (size_t i = 0; i < j->n_steps; i++) {
         const dsim_train_step_info *in = &j->steps[i].info;
+        if (in->rerun) {
+            /* a lost replica's step, re-run: coverage only */
+            if (res->ledger && in->ids && in->replica >= 0 && in->replica < N)
+                dsim_ledger_record_rerun(res->ledger, in->replica, in->rerun_of, in->epoch,
+                                         in->step, in->ids, in->examples);
+            continue;
+        }
         if (in->global_step < first || in->global_step - first >= steps || in->replica < 0 ||
             in->replica >= N)
             continue;

@@ -457,6 +457,31 @@ static void fs_flush_kills(dsim_faults *fs)
         fs->proc.on_kill(fs->proc.user, ranks[k], "a kill fault");
 }
 
+/* A kill armed to fire after N frames of its phase counts the victim's
+ * frames where they are sent: in its own process, whoever receives them. */
+static void fs_on_sent(void *user, dsim_ep *ep, const dsim_tp_hdr *hdr)
+{
+    dsim_faults *fs = user;
+    int src = dsim_ep_rank(ep);
+    (void)hdr;
+    if (src < 0 || src >= fs->R)
+        return;
+    bool fired = false;
+    dsim_waitq_lock(fs->q);
+    int64_t now = dsim_rt_now(fs->rt);
+    for (size_t i = 0; i < fs->n; i++) {
+        fs_state *st = &fs->st[i];
+        if (st->armed > 0 && st->armed_rank == src && --st->armed == 0) {
+            st->armed = -1;
+            fs_kill_locked(fs, i, src, now, "after its frames in the phase");
+            fired = true;
+        }
+    }
+    dsim_waitq_unlock(fs->q);
+    if (fired)
+        fs_flush_kills(fs);
+}
+
 static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr *hdr,
                                             const void *payload, size_t len)
 {
@@ -475,14 +500,6 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
         fs->stats.dropped++;
         v = DSIM_TP_FILTER_TAKEN;
         goto out;
-    }
-    /* A kill armed to fire after N frames of its phase. */
-    for (size_t i = 0; i < fs->n; i++) {
-        fs_state *st = &fs->st[i];
-        if (st->armed > 0 && st->armed_rank == src && --st->armed == 0) {
-            st->armed = -1;
-            fs_kill_locked(fs, i, src, now, "after its frames in the phase");
-        }
     }
     if (FS_FIU("dsim/tp/deliver")) {
         fs->stats.dropped++;
@@ -1018,7 +1035,8 @@ dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, i
     fs->filter = (struct dsim_tp_filter){.size = sizeof(struct dsim_tp_filter),
                                          .attach = fs_attach,
                                          .detach = fs_detach,
-                                         .on_deliver = fs_on_deliver};
+                                         .on_deliver = fs_on_deliver,
+                                         .on_sent = fs_on_sent};
     *out = fs;
     return DSIM_OK;
 }

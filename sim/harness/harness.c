@@ -630,6 +630,12 @@ typedef struct h_run {
 static void h_observer(const dsim_train_step_info *info, void *user)
 {
     h_run *r = user;
+    if (info->rerun) {
+        /* A lost replica's step run again: the steps table keeps each
+         * replica's own steps; the re-runs show in coverage and in node_loss. */
+        atomic_fetch_add(&r->examples, info->examples);
+        return;
+    }
     if (r->store && !atomic_load(&r->store_failed)) {
         dsim_step_rec rec = {
             .replica = info->replica,

@@ -162,6 +162,7 @@ typedef struct dsim_train_replica_end {
     uint64_t good_checksum; /* ... after its last create_variables or apply_gradients
                                that succeeded (0: none did): a failure must leave
                                the variables so */
+    uint64_t reruns;      /* steps of lost replicas it re-ran (lost_work) */
     char msg[256];        /* the error's message ("" when none) */
 } dsim_train_replica_end;
 
@@ -215,6 +216,11 @@ typedef struct dsim_train_step_info {
     int64_t t_start, t_end; /* dsim_rt_now at the step's start and end */
     const uint64_t *ids;    /* the example ids of this replica's batch (examples of
                                them), valid during the call */
+    bool rerun;             /* a lost replica's step, re-run by `replica`
+                               (dsim_strategy_ops.lost_work); the batch is the lost
+                               replica's, and the per-step results keep only the
+                               replicas' own steps */
+    int rerun_of;           /* that lost replica; -1 for a replica's own step */
 } dsim_train_step_info;
 
 /* Called on the replica's own worker thread, concurrently for different
