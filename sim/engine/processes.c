@@ -363,6 +363,10 @@ static void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char 
             return;
         /* several processes see the same kill fire: keep one */
         const dsim_fault_event *ne = (const dsim_fault_event *)(const void *)b;
+        /* a loss a child saw (a partition or pause for good: kills come as
+         * PR_KILL), on the same CLOCK_MONOTONIC */
+        if (ne->lost >= 0 && ne->lost < j->R)
+            pr_lost(j, ne->lost, ne->t_abs);
         for (size_t i = 0; i < j->out->n_events; i++)
             if (j->out->events[i].fault == ne->fault && j->out->events[i].rank == ne->rank &&
                 strcmp(j->out->events[i].text, ne->text) == 0)

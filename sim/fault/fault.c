@@ -118,6 +118,7 @@ struct dsim_faults {
     dsim_faults_stats stats;
     int64_t t_loss; /* absolute runtime time the first node was lost, or -1 */
     int lost_rank;
+    bool loss_unreported; /* the next event says lost_rank was lost */
     dsim_fault_event *ev;
     size_t n_ev, cap_ev;
     dsim_train_hooks hooks;
@@ -149,6 +150,11 @@ static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, c
     e->t_abs = now;
     e->fault = fault;
     e->rank = rank;
+    e->lost = -1;
+    if (fs->loss_unreported) {
+        e->lost = fs->lost_rank;
+        fs->loss_unreported = false;
+    }
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->text, sizeof e->text, fmt, ap);
@@ -698,6 +704,7 @@ static void fs_lost_locked(dsim_faults *fs, int rank, int64_t now)
     if (fs->t_loss < 0) {
         fs->t_loss = now;
         fs->lost_rank = rank;
+        fs->loss_unreported = true; /* the event that follows carries it */
     }
 }
 
@@ -1106,6 +1113,7 @@ void dsim_faults_rearm_for_restart(dsim_faults *fs)
     fs->timers = NULL;
     fs->n_timers = 0;
     fs->t_loss = -1;
+    fs->loss_unreported = false;
     fs->lost_rank = -1;
 }
 
