@@ -583,11 +583,14 @@ static void pr_merge(pr_job *j)
     res->local_loss = calloc(S * NN + 1, sizeof(double));
     res->checksum = calloc(S * NN + 1, sizeof(uint64_t));
     res->examples = calloc(S * NN + 1, sizeof(uint64_t));
+    res->step_ns = calloc(S * NN + 1, sizeof(int64_t));
+    res->comm_ns = calloc(S * NN + 1, sizeof(int64_t));
     res->checkpoint_writes = calloc(NN, sizeof(uint64_t));
     res->replicas = calloc(NN, sizeof *res->replicas);
     uint64_t n_ex = cfg->dataset ? cfg->dataset->spec.n_examples : cfg->data.n_examples;
     dsim_ledger_create(n_ex, cfg->epochs, cfg->hosts, cfg->devices_per_host, &res->ledger);
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
+        !res->step_ns || !res->comm_ns ||
         !res->checkpoint_writes || !res->replicas)
         return;
     for (size_t k = 0; k < S; k++)
@@ -608,6 +611,8 @@ static void pr_merge(pr_job *j)
         res->checksum[k * NN + r] = in->checksum;
         res->local_loss[k * NN + r] = in->local_loss;
         res->examples[k * NN + r] = in->examples;
+        res->step_ns[k * NN + r] = in->t_end - in->t_start;
+        res->comm_ns[k * NN + r] = in->t_end - in->t_comm;
         if (r == 0)
             res->loss[k] = in->loss;
         if (res->ledger && in->ids)

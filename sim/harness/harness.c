@@ -973,6 +973,10 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
             h_fail(out, "storing the checks");
     }
 
+    /* where the time went (the performance check's figures), every run */
+    dsim_perf perf;
+    if (dsim_perf_measure(&res, have_ref ? &ref : NULL, &perf) != DSIM_OK)
+        dsim_perf_measure(NULL, NULL, &perf); /* all NaN */
     struct {
         const char *name;
         double value;
@@ -986,6 +990,11 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         {"initial_loss", out->train_err == DSIM_OK ? res.initial_loss : NAN, "loss"},
         {"final_loss", out->final_loss, "loss"},
         {"reference_final_loss", have_ref ? ref.final_loss : NAN, "loss"},
+        {"allreduce_share", perf.allreduce_share, "fraction"},
+        {"step_time_median", perf.step_s, "s"},
+        {"compute_time_median", perf.compute_s, "s"},
+        {"straggler_factor", perf.straggler_factor, "ratio"},
+        {"scaling_efficiency", perf.scaling_efficiency, "fraction"},
     };
     for (size_t i = 0; st && i < sizeof m / sizeof m[0]; i++) {
         if (isnan(m[i].value))

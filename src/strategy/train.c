@@ -568,8 +568,8 @@ static int train_preempt_noticed(const train_replica *rp, uint64_t done)
 /* Tells the caller's observer about one step of rp (of lost replica
  * rerun_of when >= 0: a re-run). */
 static void train_observe(train_replica *rp, const dsim_input_step *st, const dsim_replica_batch *b,
-                          double local, double loss, uint64_t cks, int64_t t0, int64_t t1,
-                          int rerun_of)
+                          double local, double loss, uint64_t cks, int64_t t0, int64_t tc,
+                          int64_t t1, int rerun_of)
 {
     train_job *job = rp->job;
     const dsim_train_cfg *cfg = job->cfg;
@@ -587,6 +587,7 @@ static void train_observe(train_replica *rp, const dsim_input_step *st, const ds
         .loss = loss,
         .checksum = cks,
         .t_start = t0,
+        .t_comm = tc,
         .t_end = t1,
         .ids = b->ids,
         .rerun = rerun_of >= 0,
@@ -659,7 +660,7 @@ static dsim_err train_rerun(train_replica *rp, int lost, uint64_t from, float *x
         rp->good_checksum = dsim_params_checksum(ctx->params, P);
         job->res->replicas[rp->index].reruns++;
         train_observe(rp, &st, b, loss_sum * (double)job->loss_scale, NAN, rp->good_checksum,
-                      t0, dsim_rt_now(job->rt), lost);
+                      t0, t0, dsim_rt_now(job->rt), lost);
     }
 out:
     dsim_input_destroy(in);
@@ -748,6 +749,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
             DSIM_OK)
             goto out;
         TRAIN_ENTER(rp, DSIM_PHASE_ALLREDUCE, gs);
+        int64_t tc = dsim_rt_now(job->rt); /* compute ends, the exchange begins */
         if ((e = dsim_strategy_apply_gradients(s, ctx, grad)) != DSIM_OK)
             goto out;
         /* what a failure later in the step must leave untouched */
@@ -768,12 +770,14 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         job->res->replicas[rp->index].steps_done = k + 1;
         res->local_loss[k * (size_t)N + (size_t)rp->index] = local;
         res->examples[k * (size_t)N + (size_t)rp->index] = b->n;
+        res->step_ns[k * (size_t)N + (size_t)rp->index] = t1 - t0;
+        res->comm_ns[k * (size_t)N + (size_t)rp->index] = t1 - tc;
         if (rp->index == 0) {
             res->loss[k] = loss;
             if (res->trace)
                 memcpy(res->trace + k * P, ctx->params, P * sizeof(float));
         }
-        train_observe(rp, &st, b, local, loss, cks, t0, t1, -1);
+        train_observe(rp, &st, b, local, loss, cks, t0, tc, t1, -1);
         uint64_t done = gs + 1;
         bool stop_here = false;
         if (job->preempt_armed) {
@@ -1160,11 +1164,14 @@ static dsim_err train_alloc_result(train_job *job)
     res->local_loss = calloc(steps * N + 1, sizeof(double));
     res->checksum = calloc(steps * N + 1, sizeof(uint64_t));
     res->examples = calloc(steps * N + 1, sizeof(uint64_t));
+    res->step_ns = calloc(steps * N + 1, sizeof(int64_t));
+    res->comm_ns = calloc(steps * N + 1, sizeof(int64_t));
     res->checkpoint_writes = calloc(N, sizeof(uint64_t));
     res->replicas = calloc(N, sizeof *res->replicas);
     if (job->cfg->record_params)
         res->trace = calloc(steps * P + 1, sizeof(float));
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
+        !res->step_ns || !res->comm_ns ||
         !res->checkpoint_writes || !res->replicas || (job->cfg->record_params && !res->trace))
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the result of %zu steps", steps);
     for (size_t k = 0; k < steps; k++)
@@ -1808,6 +1815,8 @@ static void train_hand_over(train_job *job, dsim_train_result *res, bool hung)
     res->local_loss = NULL;
     res->checksum = NULL;
     res->examples = NULL;
+    res->step_ns = NULL;
+    res->comm_ns = NULL;
     res->trace = NULL;
     res->ledger = NULL;
     res->updates = NULL;
@@ -1972,6 +1981,8 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->local_loss);
     free(res->checksum);
     free(res->examples);
+    free(res->step_ns);
+    free(res->comm_ns);
     free(res->trace);
     free(res->updates);
     free(res->checkpoint_writes);

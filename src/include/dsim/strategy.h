@@ -214,6 +214,8 @@ typedef struct dsim_train_step_info {
                                strategy does not reduce, as async parameter servers) */
     uint64_t checksum;      /* dsim_params_checksum of the replica's variables after the step */
     int64_t t_start, t_end; /* dsim_rt_now at the step's start and end */
+    int64_t t_comm;         /* ... when its compute ended and apply_gradients began
+                               (t_end - t_comm: the exchange, waits included) */
     const uint64_t *ids;    /* the example ids of this replica's batch (examples of
                                them), valid during the call */
     bool rerun;             /* a lost replica's step, re-run by `replica`
@@ -375,6 +377,9 @@ typedef struct dsim_train_result {
     double *local_loss; /* [steps * num_replicas] */
     uint64_t *checksum; /* [steps * num_replicas]: after each step */
     uint64_t *examples; /* [steps * num_replicas] */
+    int64_t *step_ns;   /* [steps * num_replicas]: each step's time, start to end */
+    int64_t *comm_ns;   /* ... of which in apply_gradients and the loss's reduction
+                           (the exchange, waits for slower replicas included) */
     float *trace;       /* [steps * n_params] if cfg.record_params, else NULL */
 
     dsim_ledger *ledger; /* who read what (replica = worker * D + device) */
