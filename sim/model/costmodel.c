@@ -212,21 +212,31 @@ static void cm_step(cm_eval *ev, const cm_xfer *x, int n)
         }
     }
     double gamma = ev->t->device.mem_Bps > 0 ? 3.0 / ev->t->device.mem_Bps : 0;
+    double work = 0, alpha = 0; /* CPU time of the step's copies and reductions */
     for (int i = 0; i < n; i++) {
         int hs = cm_host(ev, x[i].src), hd = cm_host(ev, x[i].dst);
         const dsim_link_model *l = hs != hd ? &ev->t->inter : &ev->t->intra;
         int share = hs != hd ? (ev->nic_out[hs] > ev->nic_in[hd] ? ev->nic_out[hs] : ev->nic_in[hd])
                              : (ev->out_n[x[i].src] > ev->in_n[x[i].dst] ? ev->out_n[x[i].src]
                                                                          : ev->in_n[x[i].dst]);
-        double t = l->latency_s + x[i].bytes * (double)share / l->bandwidth_Bps;
+        double move = ev->t->fused_reduce && x[i].reduce > 0
+                          ? 0
+                          : x[i].bytes * (double)share / l->bandwidth_Bps;
+        double t = l->latency_s + move;
         if (t > ev->arrive[x[i].dst])
             ev->arrive[x[i].dst] = t;
         ev->reduce[x[i].dst] += x[i].reduce * gamma;
+        work += move + x[i].reduce * gamma;
+        if (l->latency_s > alpha)
+            alpha = l->latency_s;
     }
     double worst = 0;
     for (int r = 0; r < p; r++)
         if (ev->arrive[r] + ev->reduce[r] > worst)
             worst = ev->arrive[r] + ev->reduce[r];
+    /* on a machine of `cores` cores the step's work takes at least its share */
+    if (ev->t->cores > 0 && alpha + work / ev->t->cores > worst)
+        worst = alpha + work / ev->t->cores;
     ev->total += worst;
     ev->steps++;
 }

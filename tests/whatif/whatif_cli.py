@@ -83,6 +83,21 @@ for args, needle in [
     rc, out, err = run(*args)
     check(rc == 2 and needle in err, f"{args}: exit 2 naming '{needle}' (got {rc}: {err.strip()})")
 
+# dsim bench --model: the calibrated model beside each measured time
+p = subprocess.run([dsim, "bench", "allreduce", "--ranks", "2", "-b", "4K", "-e", "16K", "-f", "2",
+                    "-n", "3", "-w", "1", "--model", "1"], capture_output=True, text=True,
+                   timeout=120)
+model_rows = [l for l in p.stdout.splitlines()
+              if l.startswith("#  ") and l.split()[1].isdigit()]
+check(p.returncode == 0 and len(model_rows) == 3 and "mean absolute error" in p.stdout,
+      f"bench --model prints a model row per size ({p.returncode}: {p.stdout[-400:]} {p.stderr})")
+for l in model_rows:
+    f = l.split()
+    check(float(f[3]) > 0 and float(f[4]) > 0, f"measured and model times are positive: {l}")
+p = subprocess.run([dsim, "bench", "allreduce", "--transport", "tcp", "--model", "1"],
+                   capture_output=True, text=True, timeout=120)
+check(p.returncode == 2 and "inproc only" in p.stderr, "--model over tcp is refused")
+
 if failures:
     print("FAILED:\n  " + "\n  ".join(failures))
     sys.exit(1)
