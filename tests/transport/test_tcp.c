@@ -1050,6 +1050,99 @@ static void test_two_processes(void **state)
     }
 }
 
+/* ---- the cluster secret ---- */
+
+static void secret_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* One exchange from rank 2 (in b) to rank 0 (in a); the send's status. */
+static dsim_err secret_send(tjob *a, tjob *b, char *msg, size_t cap)
+{
+    uint32_t v = 42, w = 0;
+    dsim_req *s, *r;
+    assert_int_equal(dsim_irecv(a->ep[0], 2, 1, 1, &w, sizeof w, &r), DSIM_OK);
+    assert_int_equal(dsim_isend(b->ep[2], 0, 1, 1, &v, sizeof v, &s), DSIM_OK);
+    dsim_err e = dsim_wait(s, dl(b, 5000 * MS), NULL);
+    snprintf(msg, cap, "%s", dsim_errmsg());
+    if (e == DSIM_OK) {
+        assert_int_equal(dsim_wait(r, dl(a, 5000 * MS), NULL), DSIM_OK);
+        assert_int_equal(w, 42);
+    } else {
+        dsim_req_cancel(r);
+    }
+    return e;
+}
+
+static void test_secret(void **state)
+{
+    (void)state;
+    dsim_log_set_handler(log_capture, NULL);
+    char f1[] = "/tmp/dsim-secret-1-XXXXXX", f2[] = "/tmp/dsim-secret-2-XXXXXX";
+    int fd1 = mkstemp(f1), fd2 = mkstemp(f2);
+    assert_true(fd1 >= 0 && fd2 >= 0);
+    close(fd1);
+    close(fd2);
+    secret_file(f1, "correct horse battery staple\n");
+    secret_file(f2, "a stray peer's guess\n");
+    char o1[256], o2[256], msg[600];
+    snprintf(o1, sizeof o1, "connect_timeout=2s,secret_file=%s", f1);
+    snprintf(o2, sizeof o2, "connect_timeout=2s,secret_file=%s", f2);
+    for (int kase = 0; kase < 4; kase++) {
+        int ports[3];
+        pick_ports(3, ports);
+        tjob a, b;
+        log_reset();
+        tjob_open(&a, 3, 0, 1, ports, o1);
+        const char *bo = kase == 0 ? o1 : kase == 1 ? o2 : "connect_timeout=2s";
+        if (kase == 3) {
+            /* a raw peer that skips the challenge: refused with the reason */
+            int fd = raw_connect(ports[0]);
+            uint8_t ch[24], h[24], ack[56];
+            assert_int_equal(xread(fd, ch, sizeof ch, 2000), sizeof ch);
+            assert_int_equal(get32(ch), 0x4e545344u); /* "DSTN" */
+            wire_hello(h, HELLO_MAGIC, 2, 0, 3);
+            xwrite(fd, h, sizeof h);
+            assert_int_equal(xread(fd, ack, sizeof ack, 2000), sizeof ack);
+            assert_int_equal(ack[6], 8); /* TCP_REFUSE_AUTH */
+            assert_true(raw_closed(fd, 2000));
+            assert_true(log_has("did not prove that it knows the cluster secret"));
+            close(fd);
+            tjob_close(&a);
+            continue;
+        }
+        tjob_open(&b, 3, 2, 2, ports, bo);
+        dsim_err e = secret_send(&a, &b, msg, sizeof msg);
+        if (kase == 0) {
+            assert_int_equal(e, DSIM_OK);
+        } else if (kase == 1) {
+            assert_int_equal(e, DSIM_EPEER);
+            assert_non_null(strstr(msg, "did not prove that it knows the cluster secret"));
+            assert_true(log_has("refused a connection"));
+        } else {
+            assert_int_equal(e, DSIM_EPEER);
+            assert_non_null(strstr(msg, "demands the cluster secret"));
+        }
+        tjob_close(&b);
+        tjob_close(&a);
+    }
+    /* a bad secret file is a clear error naming it */
+    char bad[600];
+    snprintf(bad, sizeof bad, "secret_file=%s.missing", f1);
+    int ports[3];
+    pick_ports(3, ports);
+    tjob c;
+    assert_int_not_equal(tjob_try(&c, 3, 0, 1, ports, bad), DSIM_OK);
+    assert_non_null(strstr(dsim_errmsg(), ".missing"));
+    unlink(f1);
+    unlink(f2);
+    dsim_log_set_handler(NULL, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1066,6 +1159,7 @@ int main(void)
         cmocka_unit_test(test_paused_peer),
         cmocka_unit_test(test_abort_between_fabrics),
         cmocka_unit_test(test_two_processes),
+        cmocka_unit_test(test_secret),
     };
     return cmocka_run_group_tests_name("tcp", tests, NULL, NULL);
 }
