@@ -17,6 +17,8 @@ static const dsim_cmd main_cmds[] = {
      cmd_list_help},
     {"run", "run scenarios, judge them with their checks, store the results", cmd_run,
      cmd_run_help},
+    {"worker", "run one task of a multi-machine job (TF_CONFIG, mpirun, srun)", cmd_worker,
+     cmd_worker_help},
 };
 #define MAIN_NCMDS (sizeof main_cmds / sizeof main_cmds[0])
 
