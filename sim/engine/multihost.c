@@ -364,6 +364,21 @@ static int mh_admit(dsim_mh *mh, int fd, const char *where)
     return task;
 }
 
+/* A results connection whose peer vanishes (its machine dies, the network
+ * is cut) must not leave either side waiting for ever: keepalive probes
+ * after 2 s of silence, and unacknowledged data, end it within ~10 s. */
+static void mh_keepalive(int fd)
+{
+    int one = 1, idle = 2, intvl = 1, cnt = 5;
+    unsigned int user_ms = 10000;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms);
+}
+
 static void mh_peer_txt(const struct sockaddr_storage *ss, socklen_t sl, char *out, size_t cap)
 {
     char host[INET6_ADDRSTRLEN + 1], port[8];
@@ -422,8 +437,7 @@ static dsim_err mh_gather(dsim_mh *mh)
             close(fd);
             continue;
         }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        mh_keepalive(fd);
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
         mh->conn[task] = fd;
         joined++;
@@ -520,8 +534,7 @@ static dsim_err mh_join(dsim_mh *mh)
             close(fd);
             return e;
         }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        mh_keepalive(fd);
         mh->chief_fd = fd;
         return DSIM_OK;
     }

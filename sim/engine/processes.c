@@ -286,6 +286,7 @@ typedef struct pr_task {
     bool exited, done, killed_by_us, fault_killed, stopped_for_good, hung;
     bool remote;      /* under a dsim worker elsewhere: fd is its results connection */
     bool lost;        /* remote: its connection closed or it stopped answering */
+    bool hung_pending; /* remote: killed by the watchdog, not yet confirmed */
     int64_t kill_sent; /* remote: when a SIGKILL was asked for */
     int sig;
     int exit_code; /* when it exited without a signal */
@@ -548,6 +549,10 @@ static void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char 
         if (!t->remote || n < sizeof x || t->exited)
             return;
         memcpy(&x, b, sizeof x);
+        if (t->hung_pending) {
+            t->hung = true;
+            j->out->hung++;
+        }
         pr_ended(j, t, x.sig, x.code);
         break;
     }
@@ -768,12 +773,13 @@ static void pr_merge(pr_job *j)
      * cause, whatever its peers said about the connection it left. */
     for (int k = 0; k < j->T; k++) {
         const pr_task *t = &j->tasks[k];
-        if (t->lost && !t->killed_by_us && !t->fault_killed) {
+        if (t->lost && !t->fault_killed) {
             er->code = DSIM_EPEER;
             er->peer = t->lo;
             snprintf(er->msg, sizeof er->msg,
                      "the dsim worker of ranks %d..%d was lost at step %llu: its results "
-                     "connection to the chief closed (its machine or network went away?)",
+                     "connection to the chief closed or went silent (its machine or the "
+                     "network to it went away?)",
                      t->lo, t->hi, t->lo < N ? (unsigned long long)j->last_step[t->lo] : 0ULL);
             return;
         }
@@ -1056,7 +1062,10 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
                 if (t->exited || t->killed_by_us)
                     continue;
                 t->killed_by_us = true;
-                if (!t->stopped_for_good && !t->fault_killed) {
+                if (!t->stopped_for_good && !t->fault_killed && t->remote) {
+                    /* hung if its agent answers the kill; lost if not */
+                    t->hung_pending = true;
+                } else if (!t->stopped_for_good && !t->fault_killed) {
                     t->hung = true;
                     out->hung++;
                 }
