@@ -242,7 +242,7 @@ dsim_err dsim_mh_open(const dsim_cluster *c, const dsim_train_cfg *cfg, const ds
     mh->addrs = calloc((size_t)R, 300);
     mh->listen_fds = malloc((size_t)D * sizeof *mh->listen_fds);
     if (!mh->conn || !mh->task_addr || !mh->addrs || !mh->listen_fds)
-        return DSIM_ERR(DSIM_ENOMEM, -1, "dsim worker: out of memory");
+        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory");
     for (int k = 0; k < T; k++)
         mh->conn[k] = -1;
     size_t used = 0;
@@ -255,7 +255,7 @@ dsim_err dsim_mh_open(const dsim_cluster *c, const dsim_train_cfg *cfg, const ds
         DSIM_CHECK(mh_split(what, a, host, sizeof host, &port));
         mh->task_addr[k] = strdup(a);
         if (!mh->task_addr[k])
-            return DSIM_ERR(DSIM_ENOMEM, -1, "dsim worker: out of memory");
+            return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory");
         int lo, hi;
         dsim_proc_task_ranks(cfg, k, &lo, &hi);
         if (port + (hi - lo) + (k == 0) > 65535)
@@ -289,7 +289,7 @@ dsim_err dsim_mh_open(const dsim_cluster *c, const dsim_train_cfg *cfg, const ds
         size_t n = strlen(mh->o.secret_file) + 16;
         mh->tcp_extra = malloc(n);
         if (!mh->tcp_extra)
-            return DSIM_ERR(DSIM_ENOMEM, -1, "dsim worker: out of memory");
+            return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory");
         snprintf(mh->tcp_extra, n, "secret_file=%s", mh->o.secret_file);
         mh->hosts.tcp_extra = mh->tcp_extra;
     }
@@ -416,7 +416,7 @@ static dsim_err mh_gather(dsim_mh *mh)
                     u += (size_t)snprintf(missing + u, sizeof missing - u, "%s%d (%s)",
                                           u ? ", " : "", k, mh->task_addr[k]);
             return DSIM_ERR(DSIM_ETIMEDOUT, -1,
-                            "dsim worker: the group did not form within %.0f s: task(s) %s never "
+                            "the group did not form within %.0f s: task(s) %s never "
                             "joined the chief at %s (started? same TF_CONFIG, scenario and "
                             "secret? --timeout to wait longer)",
                             (double)mh->o.timeout_ns / 1e9, missing, mh->chief_addr);
@@ -461,7 +461,7 @@ static dsim_err mh_join(dsim_mh *mh)
         int64_t now = mh_now();
         if (now >= deadline)
             return DSIM_ERR(DSIM_ETIMEDOUT, 0,
-                            "dsim worker: task %d could not reach the chief at %s within %.0f s "
+                            "task %d could not reach the chief at %s within %.0f s "
                             "(last error: %s); is the chief's dsim worker running there?",
                             mh->hosts.task, mh->chief_addr, (double)mh->o.timeout_ns / 1e9,
                             last_err ? strerror(last_err) : "none");
@@ -499,7 +499,7 @@ static dsim_err mh_join(dsim_mh *mh)
         if (mh_recv(fd, ch, sizeof ch, now + 10000 * MH_MS) != 0 || mh_get32(ch) != MH_CHAL) {
             close(fd);
             return DSIM_ERR(DSIM_EPEER, 0,
-                            "dsim worker: the process at %s is not a dsim worker chief (no "
+                            "the process at %s is not a dsim worker chief (no "
                             "challenge); check TF_CONFIG's chief address",
                             mh->chief_addr);
         }
@@ -512,11 +512,11 @@ static dsim_err mh_join(dsim_mh *mh)
         if (e == DSIM_OK && (mh_send(fd, m, sizeof m) != 0 ||
                              mh_recv(fd, ack, sizeof ack, mh_now() + 10000 * MH_MS) != 0 ||
                              mh_get32(ack) != MH_ACK))
-            e = DSIM_ERR(DSIM_EPEER, 0, "dsim worker: the chief at %s did not answer the hello",
+            e = DSIM_ERR(DSIM_EPEER, 0, "the chief at %s did not answer the hello",
                          mh->chief_addr);
         uint32_t st = e == DSIM_OK ? mh_get32(ack + 4) : 0;
         if (e == DSIM_OK && st != MH_OK)
-            e = DSIM_ERR(DSIM_EPEER, 0, "dsim worker: the chief at %s refused task %d: %s",
+            e = DSIM_ERR(DSIM_EPEER, 0, "the chief at %s refused task %d: %s",
                          mh->chief_addr, mh->hosts.task,
                          st < MH_NREASONS ? mh_reason[st]
                                           : "for a reason this build does not know");
@@ -525,7 +525,7 @@ static dsim_err mh_join(dsim_mh *mh)
             dsim_auth_mac(&mh->secret, "dsim-worker-ack", nonce, ack, 8, mac);
             if (!dsim_auth_equal(mac, ack + 8, DSIM_AUTH_MAC))
                 e = DSIM_ERR(DSIM_EPEER, 0,
-                             "dsim worker: the process at %s accepted task %d without proof that "
+                             "the process at %s accepted task %d without proof that "
                              "it knows the cluster secret; refusing to send it anything",
                              mh->chief_addr, mh->hosts.task);
         }

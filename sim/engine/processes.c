@@ -1319,7 +1319,7 @@ dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, si
                  (size_t)(hi - lo + 1) * 12;
     char *opts = malloc(cap);
     if (!opts)
-        return DSIM_ERR(DSIM_ENOMEM, -1, "dsim worker: out of memory");
+        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory");
     size_t o = (size_t)snprintf(opts, cap, "addrs=%s,local=%d-%d,listen_fds=", h->addrs, lo, hi);
     for (int r = lo; r <= hi; r++)
         o += (size_t)snprintf(opts + o, cap - o, "%s%d", r > lo ? ";" : "", h->listen_fds[r - lo]);
@@ -1331,7 +1331,7 @@ dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, si
         unsigned char *body;
         if (!pr_command(chief_fd, &type, &body, &len)) {
             e = DSIM_ERR(DSIM_EPEER, 0,
-                         "dsim worker: the chief closed its connection before the job ended");
+                         "the chief closed its connection before the job ended");
             break;
         }
         if (type == PC_BYE) {
@@ -1345,7 +1345,7 @@ dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, si
         bool *done = calloc(n_faults ? n_faults : 1, sizeof *done);
         if (!done) {
             free(body);
-            e = DSIM_ERR(DSIM_ENOMEM, -1, "dsim worker: out of memory");
+            e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory");
             break;
         }
         for (size_t i = 0; i < n_faults; i++)
@@ -1358,7 +1358,7 @@ dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, si
         int pfd[2];
         if (pipe2(pfd, O_CLOEXEC) != 0) {
             free(done);
-            e = DSIM_ERR(DSIM_EIO, -1, "dsim worker: pipe: %s", strerror(errno));
+            e = DSIM_ERR(DSIM_EIO, -1, "pipe: %s", strerror(errno));
             break;
         }
         fflush(stdout);
@@ -1368,7 +1368,7 @@ dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, si
             close(pfd[0]);
             close(pfd[1]);
             free(done);
-            e = DSIM_ERR(DSIM_EIO, -1, "dsim worker: fork: %s", strerror(errno));
+            e = DSIM_ERR(DSIM_EIO, -1, "fork: %s", strerror(errno));
             break;
         }
         if (pid == 0) {
@@ -1386,7 +1386,7 @@ dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, si
             break;
         if (rc < 0) {
             e = DSIM_ERR(DSIM_EPEER, 0,
-                         "dsim worker: the connection to the chief broke during the job");
+                         "the connection to the chief broke during the job");
             break;
         }
     }
