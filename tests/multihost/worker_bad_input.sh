@@ -8,7 +8,7 @@ scenario=$2
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dsim-mhb.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT INT TERM
 cd "$tmp" || exit 99
-base=$((45000 + ($$ % 1000) * 10))
+base=$((25000 + ($$ % 500) * 10))
 n=0
 expect() { # expect STATUS TEXT -- command...
     want=$1 text=$2

@@ -13,7 +13,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/dsim-mhf.XXXXXX") || exit 99
 pids=""
 trap 'for q in $pids; do kill -9 $q 2>/dev/null; done; rm -rf "$tmp"' EXIT INT TERM
 cd "$tmp" || exit 99
-base=$((40000 + ($$ % 2000) * 10))
+base=$((20000 + ($$ % 500) * 10))
 cluster="\"cluster\":{\"worker\":[\"127.0.0.1:$base\",\"127.0.0.1:$((base + 3))\"]}"
 TF_CONFIG="{$cluster,\"task\":{\"type\":\"worker\",\"index\":1}}" timeout 60 "$dsim" worker \
     "$scenario" > w1.out 2> w1.err &

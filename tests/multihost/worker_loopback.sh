@@ -9,6 +9,7 @@
 # Then: every task exits 0, one run is stored, passed, with its checks.
 #   worker_loopback.sh DSIM SCENARIO
 set -u
+# Ports below the ephemeral range (32768+), each script a range of its own.
 dsim=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 scenario=$2
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dsim-mh.XXXXXX") || exit 99
@@ -24,7 +25,7 @@ fail() {
     exit 1
 }
 cd "$tmp" || exit 99
-base=$((20000 + ($$ % 4000) * 10))
+base=$((10000 + ($$ % 500) * 10))
 printf 'the same secret on every task\n' > secret
 printf 'a guess\n' > wrong
 chmod 600 secret wrong

@@ -14,7 +14,7 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dsim-mpi.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT INT TERM
 cd "$tmp" || exit 99
-base=$((30000 + ($$ % 3000) * 10))
+base=$((15000 + ($$ % 500) * 10))
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export DSIM_CLUSTER_SECRET="mpirun job $$"
 # Each rank prints the TF_CONFIG it resolves to: rank 0 is worker 0.
