@@ -1254,7 +1254,7 @@ static int pr_agent_attempt(pid_t pid, int pfd, int chief_fd)
                     continue;
                 if (r < 0 && errno == EAGAIN)
                     break;
-                if (r <= 0 && !(hdr_got == sizeof hdr && hdr[1] == 0 && r == 0)) {
+                if (r <= 0) {
                     pipe_open = false;
                     break;
                 }
