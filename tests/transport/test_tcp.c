@@ -26,6 +26,7 @@
 #include "dsim/err.h"
 #include "dsim/log.h"
 #include "dsim/rt.h"
+#include "dsim/spi/auth.h"
 #include "dsim/spi/transport.h"
 #include "dsim/transport.h"
 
@@ -1078,6 +1079,29 @@ static dsim_err secret_send(tjob *a, tjob *b, char *msg, size_t cap)
     return e;
 }
 
+/* Known answers: FIPS 180-4's "abc" and RFC 4231's test case 2. */
+static void test_sha256_hmac(void **state)
+{
+    (void)state;
+    static const uint8_t abc[32] = {
+        0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40, 0xde, 0x5d, 0xae, 0x22, 0x23,
+        0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17, 0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61, 0xf2, 0x00, 0x15, 0xad};
+    static const uint8_t rfc2[32] = {
+        0x5b, 0xdc, 0xc1, 0x46, 0xbf, 0x60, 0x75, 0x4e, 0x6a, 0x04, 0x24, 0x26, 0x08, 0x95, 0x75, 0xc7,
+        0x5a, 0x00, 0x3f, 0x08, 0x9d, 0x27, 0x39, 0x83, 0x9d, 0xec, 0x58, 0xb9, 0x64, 0xec, 0x38, 0x43};
+    uint8_t out[32];
+    dsim_sha256("abc", 3, out);
+    assert_memory_equal(out, abc, 32);
+    const char *msg = "what do ya want for nothing?";
+    const void *parts[2] = {msg, msg + 10};
+    size_t lens[2] = {10, strlen(msg) - 10};
+    dsim_hmac_sha256((const uint8_t *)"Jefe", 4, parts, lens, 2, out);
+    assert_memory_equal(out, rfc2, 32);
+    assert_true(dsim_auth_equal(out, rfc2, 32));
+    out[31] ^= 1;
+    assert_false(dsim_auth_equal(out, rfc2, 32));
+}
+
 static void test_secret(void **state)
 {
     (void)state;
@@ -1159,6 +1183,7 @@ int main(void)
         cmocka_unit_test(test_paused_peer),
         cmocka_unit_test(test_abort_between_fabrics),
         cmocka_unit_test(test_two_processes),
+        cmocka_unit_test(test_sha256_hmac),
         cmocka_unit_test(test_secret),
     };
     return cmocka_run_group_tests_name("tcp", tests, NULL, NULL);
