@@ -17,6 +17,10 @@ static const dsim_cmd main_cmds[] = {
      cmd_list_help},
     {"run", "run scenarios, judge them with their checks, store the results", cmd_run,
      cmd_run_help},
+    {"report", "write runs of the results store as one HTML page with plots", cmd_report,
+     cmd_report_help},
+    {"trace", "write a run as Chrome trace-event JSON (Perfetto, chrome://tracing)",
+     dsim_cmd_trace_export, dsim_cmd_trace_export_help},
 };
 #define MAIN_NCMDS (sizeof main_cmds / sizeof main_cmds[0])
 
