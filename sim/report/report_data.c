@@ -53,8 +53,9 @@ dsim_err rp_db_open(const char *db_path, sqlite3 **out)
 static dsim_err rp_sql_err(sqlite3 *h, const char *db_path, int64_t id, const char *what)
 {
     return DSIM_ERR(DSIM_EIO, -1,
-                    "reading %s of run %" PRId64 " from '%s' failed: %s (is the file damaged? "
-                    "'sqlite3 %s \"PRAGMA integrity_check\"' says)",
+                    "reading %s of run %" PRId64 " from '%s' failed: %s; the file may be "
+                    "damaged ('sqlite3 %s \"PRAGMA integrity_check\"' checks it): restore a copy, "
+                    "or run the scenario again with another --db",
                     what, id, db_path, sqlite3_errmsg(h), db_path);
 }
 

@@ -139,7 +139,7 @@ static void rh_axes(FILE *f, const rh_chart *c, const char *xlabel, const char *
         double px = rh_px(c, x);
         fprintf(f,
                 "<line class=\"grid\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>"
-                "<text class=\"tick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.4g</text>",
+                "<text class=\"tick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.6g</text>",
                 px, RH_MT, px, RH_MT + ph, px, RH_MT + ph + 14, fabs(x) < dx * 1e-9 ? 0 : x);
     }
     if (y_ticks) {
@@ -148,7 +148,7 @@ static void rh_axes(FILE *f, const rh_chart *c, const char *xlabel, const char *
             double py = rh_py(c, y);
             fprintf(f,
                     "<line class=\"grid\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>"
-                    "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>",
+                    "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.6g</text>",
                     RH_ML, py, RH_ML + pw, py, RH_ML - 4, py + 4, fabs(y) < dy * 1e-9 ? 0 : y);
         }
     }
