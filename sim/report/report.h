@@ -20,10 +20,11 @@
  * keeps every k-th step (k the smallest stride that fits) and says so in
  * the trace's metadata (otherData.sampling). */
 #define DSIM_TRACE_MAX_STEPS_PER_REPLICA 5000
-/* Flow arrows ("who waited for whom": from the slowest replica's step to
- * each other replica's same step) only for runs this small. */
+/* Flow arrows ("who waited for whom": from the last replica to enter a
+ * collective to each call that was waiting for it) only for runs of at
+ * most this many replicas and collective calls per replica. */
 #define DSIM_TRACE_FLOW_MAX_REPLICAS 8
-#define DSIM_TRACE_FLOW_MAX_STEPS    256
+#define DSIM_TRACE_FLOW_MAX_CALLS    256
 
 /* Writes the HTML report of runs ids[0..n) of the database at db_path to
  * out_path (written whole, then renamed into place). n >= 1; with n > 1 the

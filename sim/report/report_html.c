@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "report.h"
 #include "report_int.h"
 
@@ -42,6 +44,11 @@
 #define RH_RATE_BUCKETS 48
 #define RH_STRAGGLER    1.5 /* a replica's median step time over this times the others' */
 #define RH_COMM_FLAG    0.20 /* all-reduce share DESIGN §7 flags */
+#define RH_MAX_EVENT_ROWS 200
+/* a replica whose collective share is under this times the others' */
+#define RH_WAIT_STRAGGLER 0.5
+/* step-time differences under this are scheduling noise on a shared host */
+#define RH_NOISE_MS 0.1
 
 static const char *const rh_colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                         "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
@@ -560,7 +567,8 @@ static void rh_step_times(FILE *f, const rp_run *r)
                 no++;
             }
         others = no ? others / (double)no : NAN;
-        bool strag = cnt[k] && no && isfinite(others) && med[k] > RH_STRAGGLER * others;
+        bool strag = cnt[k] && no && isfinite(others) && med[k] > RH_STRAGGLER * others &&
+                     med[k] - others > RH_NOISE_MS;
         n_strag += strag;
         double yc = RH_MT + row * (k + 0.5);
         fprintf(f, "<text class=\"tick%s\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s%d</text>",
@@ -589,10 +597,13 @@ static void rh_step_times(FILE *f, const rp_run *r)
     fputs("</table>\n", f);
     if (n_strag)
         fprintf(f,
-                "<p class=\"bad\">%d straggler(s): a median step time over %.1fx the other "
-                "replicas' (in a synchronous strategy every replica waits for the slowest at "
-                "each all-reduce).</p>\n",
-                n_strag, RH_STRAGGLER);
+                "<p class=\"bad\">%d replica(s) with a median step time over %.1fx the other "
+                "replicas' (and %.1f ms longer).</p>\n",
+                n_strag, RH_STRAGGLER, RH_NOISE_MS);
+    fputs("<p class=\"note\">In a synchronous strategy every replica waits for the slowest "
+          "at each all-reduce, so step times even out: a straggler shows in the all-reduce "
+          "share below, as the replica that waits least.</p>\n",
+          f);
 out:
     for (int k = 0; v && k < R; k++)
         free(v[k]);
@@ -618,17 +629,22 @@ static void rh_comm_share(FILE *f, const rp_run *r)
         fputs("<p class=\"note\">out of memory</p>\n", f);
         return;
     }
+    /* a call that failed belongs to no completed step */
     for (size_t i = 0; i < r->n_colls; i++)
-        if (r->colls[i].replica >= 0 && r->colls[i].replica < R)
+        if (r->colls[i].replica >= 0 && r->colls[i].replica < R && r->colls[i].status == 0)
             cs[r->colls[i].replica] += (double)(r->colls[i].t1 - r->colls[i].t0);
+    /* a long run keeps the collectives of every k-th step: its steps too */
+    const rp_metric *sm = rp_metric_find(r, "collective_sampling");
+    int64_t k = sm && sm->has_value && sm->value >= 1 ? (int64_t)sm->value : 1;
     for (size_t i = 0; i < r->n_steps; i++)
-        if (r->steps[i].replica >= 0 && r->steps[i].replica < R)
+        if (r->steps[i].replica >= 0 && r->steps[i].replica < R && r->steps[i].step % k == 0)
             ss[r->steps[i].replica] += (double)(r->steps[i].t1 - r->steps[i].t0);
     int row = 22;
     rh_chart c = {.x0 = 0, .x1 = 1, .y0 = 0, .y1 = R, .w = RH_W, .h = RH_MT + RH_MB + row * R};
-    fputs("<figure><figcaption>time in collectives / time in steps, per replica (the line: "
-          "20 %)</figcaption>",
-          f);
+    fprintf(f,
+            "<figure><figcaption>time in collectives / time in steps, per replica (the line: "
+            "20 %%)%s</figcaption>",
+            k > 1 ? "; from every k-th step, as stored" : "");
     rh_svg_open(f, &c, "comm", (size_t)R, "all-reduce share");
     rh_axes(f, &c, "share of step time", "replica", false);
     for (int k = 0; k < R; k++) {
@@ -643,6 +659,36 @@ static void rh_comm_share(FILE *f, const rp_run *r)
     }
     fprintf(f, "<line class=\"ref\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/></svg></figure>\n",
             rh_px(&c, RH_COMM_FLAG), RH_MT, rh_px(&c, RH_COMM_FLAG), c.h - RH_MB);
+    /* A straggler waits least: the others wait for it in every collective. */
+    double *sh = calloc((size_t)R + 1, sizeof *sh);
+    int n_strag = 0;
+    for (int a = 0; sh && a < R; a++)
+        sh[a] = ss[a] > 0 ? fmin(cs[a] / ss[a], 1.0) : NAN;
+    for (int a = 0; sh && a < R && R >= 2; a++) {
+        double others = 0;
+        int no = 0;
+        for (int b = 0; b < R; b++)
+            if (b != a && isfinite(sh[b])) {
+                others += sh[b];
+                no++;
+            }
+        if (!no || !isfinite(sh[a]) || sh[a] >= RH_WAIT_STRAGGLER * (others / no))
+            continue;
+        if (n_strag++ == 0)
+            fputs("<p class=\"bad\">", f);
+        fprintf(f,
+                "Replica %d is a straggler: it spends %.0f %% of its step time in collectives, "
+                "the others %.0f %% on average; they wait for it. ",
+                a, sh[a] * 100, others / no * 100);
+    }
+    if (n_strag)
+        fputs("</p>\n", f);
+    free(sh);
+    fputs("<p class=\"note\">Collectives as stored: with dsim's own driver, the "
+          "<code>allreduce</code> phase (apply_gradients: the gradients' reduction and the "
+          "update) and the <code>reduce_loss</code> phase of each step, per replica. A replica "
+          "that waits long here waits for a slower one.</p>\n",
+          f);
     free(cs);
     free(ss);
 }
@@ -673,7 +719,9 @@ static void rh_timeline(FILE *f, const rp_run *r)
     int row = 20;
     rh_chart c = {.x0 = 0, .x1 = fmax(rh_sec(r, r->t_last), 1e-6) * 1.02, .y0 = 0, .y1 = R + 1,
                   .w = RH_W, .h = RH_MT + RH_MB + row * (R + 1)};
-    size_t pts = r->n_events;
+    size_t pts = 0;
+    for (size_t i = 0; i < r->n_events; i++)
+        pts += strcmp(r->events[i].kind, "phase") != 0;
     fputs("<figure><figcaption>a lane per replica: bars are runs of steps (one per attempt), "
           "marks are events (red fault, orange error, green restart, blue checkpoint, grey "
           "phase)</figcaption>",
@@ -727,6 +775,8 @@ static void rh_timeline(FILE *f, const rp_run *r)
     }
     for (size_t i = 0; i < r->n_events; i++) {
         const rp_event *e = &r->events[i];
+        if (strcmp(e->kind, "phase") == 0)
+            continue; /* in the cold-start table */
         int lane = e->replica >= 0 && e->replica < R ? e->replica : -1;
         double yc = RH_MT + row * (lane + 1.5), x = rh_px(&c, rh_sec(r, e->t));
         fprintf(f,
@@ -739,17 +789,19 @@ static void rh_timeline(FILE *f, const rp_run *r)
         fputs("</title></path>", f);
     }
     fputs("</svg></figure>\n", f);
-    if (r->n_events == 0) {
-        fputs("<p class=\"note\">No faults, errors, restarts, checkpoints or phases were "
-              "stored for this run.</p>\n",
-              f);
-        return;
-    }
-    fputs("<table class=\"events\"><tr><th>time (s)</th><th>replica</th><th>kind</th>"
-          "<th>detail</th></tr>\n",
-          f);
+    size_t shown = 0, left = 0;
     for (size_t i = 0; i < r->n_events; i++) {
         const rp_event *e = &r->events[i];
+        if (strcmp(e->kind, "phase") == 0)
+            continue;
+        if (shown == RH_MAX_EVENT_ROWS) {
+            left++;
+            continue;
+        }
+        if (shown++ == 0)
+            fputs("<table class=\"events\"><tr><th>time (s)</th><th>replica</th><th>kind</th>"
+                  "<th>detail</th></tr>\n",
+                  f);
         fprintf(f, "<tr class=\"ev-");
         rh_esc(f, e->kind);
         fprintf(f, "\"><td>%.3f</td><td>", rh_sec(r, e->t));
@@ -762,6 +814,76 @@ static void rh_timeline(FILE *f, const rp_run *r)
         fputs("</td><td>", f);
         rh_esc(f, e->detail);
         fputs("</td></tr>\n", f);
+    }
+    if (shown)
+        fputs("</table>\n", f);
+    else
+        fputs("<p class=\"note\">No faults, errors, restarts or checkpoints were stored for "
+              "this run.</p>\n",
+              f);
+    if (left)
+        fprintf(f, "<p class=\"note\">%zu more events: <code>SELECT * FROM events WHERE run_id "
+                   "= %" PRId64 "</code></p>\n",
+                left, r->id);
+}
+
+/* Cold start: per replica and attempt (a 'start' phase begins one), how
+ * long each phase took, and when its first step ended. */
+static void rh_cold_start(FILE *f, const rp_run *r)
+{
+    static const char *const phases[] = {"start", "rendezvous", "restore", "create_variables"};
+    enum { NPH = sizeof phases / sizeof phases[0] };
+    bool any = false;
+    for (size_t i = 0; i < r->n_events && !any; i++)
+        any = strcmp(r->events[i].kind, "phase") == 0;
+    if (!any)
+        return;
+    fputs("<h3>cold start</h3>\n<table class=\"checks\"><tr><th>replica</th><th>attempt</th>", f);
+    for (size_t k = 0; k < NPH; k++)
+        fprintf(f, "<th>%s ms</th>", phases[k]);
+    fputs("<th>first step done (s)</th></tr>\n", f);
+    for (int rep = 0; rep < r->n_replicas; rep++) {
+        int att = -1;
+        double ms[NPH];
+        int64_t t_start = 0;
+        for (size_t i = 0; i <= r->n_events; i++) {
+            const rp_event *e = i < r->n_events ? &r->events[i] : NULL;
+            if (e && (e->replica != rep || strcmp(e->kind, "phase") != 0 || !e->detail))
+                continue;
+            json_t *d = e ? json_loads(e->detail, 0, NULL) : NULL;
+            const char *ph = d ? json_string_value(json_object_get(d, "phase")) : NULL;
+            json_t *dur = d ? json_object_get(d, "dur_ns") : NULL;
+            if (!e || (ph && strcmp(ph, "start") == 0)) {
+                if (att >= 0) {
+                    fprintf(f, "<tr><td>%d</td><td>%d</td>", rep, att);
+                    for (size_t k = 0; k < NPH; k++) {
+                        fputs("<td>", f);
+                        rh_fmt_num(f, !isnan(ms[k]), ms[k]);
+                        fputs("</td>", f);
+                    }
+                    /* the attempt's first step: the first one that started after it */
+                    int64_t done = -1;
+                    for (size_t j = 0; j < r->n_steps && done < 0; j++)
+                        if (r->steps[j].replica == rep && r->steps[j].t0 >= t_start)
+                            done = r->steps[j].t1;
+                    fputs("<td>", f);
+                    rh_fmt_num(f, done >= 0, done >= 0 ? rh_sec(r, done) : NAN);
+                    fputs("</td></tr>\n", f);
+                }
+                if (!e) {
+                    json_decref(d);
+                    break;
+                }
+                att++;
+                t_start = e->t;
+                for (size_t k = 0; k < NPH; k++)
+                    ms[k] = NAN;
+            }
+            for (size_t k = 0; ph && att >= 0 && k < NPH; k++)
+                if (strcmp(ph, phases[k]) == 0 && json_is_integer(dur))
+                    ms[k] = (double)json_integer_value(dur) / 1e6;
+            json_decref(d);
+        }
     }
     fputs("</table>\n", f);
 }
@@ -776,6 +898,7 @@ static void rh_run_section(FILE *f, const rp_run *r)
     rh_rate(f, r);
     rh_step_times(f, r);
     rh_comm_share(f, r);
+    rh_cold_start(f, r);
     rh_timeline(f, r);
     if (r->text) {
         fputs("<details><summary>scenario file</summary><pre>", f);

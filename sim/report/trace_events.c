@@ -13,10 +13,11 @@
  *   job:         the run's own events as instant events (scope global)
  *   collectives: X "op (algorithm)" with bytes and status
  *   flows:       for runs of at most DSIM_TRACE_FLOW_MAX_REPLICAS replicas
- *                and DSIM_TRACE_FLOW_MAX_STEPS collectives per replica, an
- *                arrow from the replica that entered each collective last
- *                to every other replica's same call (who waited for whom);
- *                only where the store holds collective times
+ *                and DSIM_TRACE_FLOW_MAX_CALLS collectives per replica, an
+ *                arrow to each call that was waiting when another replica
+ *                entered the same operation, from the last such arrival
+ *                (who waited for whom); only where the store holds
+ *                collective times
  *
  * Timestamps are microseconds from the run's first record on its engine
  * clock. A replica with more than DSIM_TRACE_MAX_STEPS_PER_REPLICA steps
@@ -129,6 +130,22 @@ static bool te_events(json_t *arr, const rp_run *r)
             what = json_string_value(json_object_get(d, "error"));
         else if (e->detail)
             what = e->detail;
+        /* a cold-start phase: a slice before the replica's first step */
+        const char *ph = json_is_object(d) ? json_string_value(json_object_get(d, "phase")) : NULL;
+        json_t *dur = json_is_object(d) ? json_object_get(d, "dur_ns") : NULL;
+        if (!job && strcmp(e->kind, "phase") == 0 && ph && json_is_integer(dur) &&
+            json_integer_value(dur) >= 0 &&
+            (strcmp(ph, "start") == 0 || strcmp(ph, "rendezvous") == 0 ||
+             strcmp(ph, "restore") == 0 || strcmp(ph, "create_variables") == 0)) {
+            if (!te_add(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:{s:o}}", "name", ph,
+                                       "cat", "phase", "ph", "X", "ts", te_us(r, e->t), "dur",
+                                       (double)json_integer_value(dur) / 1e3, "pid", TE_PID,
+                                       "tid", e->replica + 1, "args", "detail", d)))
+                return false;
+            continue;
+        }
+        if (ph && !(json_is_object(d) && json_object_get(d, "error")))
+            what = ph;
         snprintf(name, sizeof name, "%s%s%.60s", e->kind, what ? ": " : "", what ? what : "");
         if (!te_add(arr, json_pack("{s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:{s:o}}", "name", name,
                                    "cat", e->kind, "ph", "i", "s", job ? "g" : "t", "ts",
@@ -139,28 +156,10 @@ static bool te_events(json_t *arr, const rp_run *r)
     return true;
 }
 
-/* The n-th call of each replica to each op lines up across replicas (every
- * rank makes the same sequence of collectives). */
-typedef struct te_call {
-    const rp_coll *c;
-    int seq; /* index among the replica's calls of the same op */
-} te_call;
-
 static bool te_collectives(json_t *arr, const rp_run *r, bool flows, int *n_flows)
 {
-    int R = r->n_replicas;
-    te_call *calls = calloc(r->n_colls + 1, sizeof *calls);
-    if (!calls)
-        return false;
     for (size_t i = 0; i < r->n_colls; i++) {
         const rp_coll *c = &r->colls[i];
-        int seq = 0;
-        for (size_t j = 0; j < i; j++) /* colls are few when flows are drawn */
-            if (!flows)
-                break;
-            else if (r->colls[j].replica == c->replica && strcmp(r->colls[j].op, c->op) == 0)
-                seq++;
-        calls[i] = (te_call){c, seq};
         char name[96];
         snprintf(name, sizeof name, "%s%s%s%s", c->op, c->algorithm ? " (" : "",
                  c->algorithm ? c->algorithm : "", c->algorithm ? ")" : "");
@@ -169,45 +168,35 @@ static bool te_collectives(json_t *arr, const rp_run *r, bool flows, int *n_flow
                                    te_us(r, c->t0), "dur", (double)(c->t1 - c->t0) / 1e3, "pid",
                                    TE_PID, "tid", TE_COLL_TID0 + c->replica, "args", "bytes",
                                    (json_int_t)c->bytes, "status", c->status, "error",
-                                   c->error))) {
-            free(calls);
+                                   c->error)))
             return false;
-        }
     }
-    /* flows: for each (op, seq), from the last to enter to the others */
-    for (size_t i = 0; flows && R >= 2 && i < r->n_colls; i++) {
-        const te_call *a = &calls[i];
-        bool last = true; /* is a the last to enter (ties: the lowest replica)? */
-        for (size_t j = 0; j < r->n_colls && last; j++) {
-            const te_call *b = &calls[j];
-            if (j == i || b->seq != a->seq || strcmp(b->c->op, a->c->op) != 0)
-                continue;
-            if (b->c->t0 > a->c->t0 || (b->c->t0 == a->c->t0 && b->c->replica < a->c->replica))
-                last = false;
+    /* Flows: a call b that was waiting when another replica entered the
+     * same operation waited (at least) for the last such arrival a; an
+     * arrow from a's entry to b's end. Matching by time, not by count,
+     * holds across restarts. colls are sorted by start. */
+    for (size_t j = 0; flows && j < r->n_colls; j++) {
+        const rp_coll *b = &r->colls[j];
+        const rp_coll *a = NULL;
+        for (size_t i = j + 1; i < r->n_colls && r->colls[i].t0 <= b->t1; i++) {
+            const rp_coll *c = &r->colls[i];
+            if (c->replica != b->replica && strcmp(c->op, b->op) == 0 && c->t0 > b->t0)
+                a = c; /* the latest so far: colls are sorted by start */
         }
-        if (!last)
+        if (!a)
             continue;
-        for (size_t j = 0; j < r->n_colls; j++) {
-            const te_call *b = &calls[j];
-            if (j == i || b->seq != a->seq || strcmp(b->c->op, a->c->op) != 0)
-                continue;
-            int id = ++*n_flows;
-            /* s inside the late replica's call, f inside the waiting one's
-             * (binding point: the enclosing slice) */
-            if (!te_add(arr, json_pack("{s:s, s:s, s:s, s:i, s:f, s:i, s:i}", "name", "waited for",
-                                       "cat", "wait", "ph", "s", "id", id, "ts",
-                                       te_us(r, a->c->t0), "pid", TE_PID, "tid",
-                                       TE_COLL_TID0 + a->c->replica)) ||
-                !te_add(arr, json_pack("{s:s, s:s, s:s, s:i, s:s, s:f, s:i, s:i}", "name",
-                                       "waited for", "cat", "wait", "ph", "f", "id", id, "bp",
-                                       "e", "ts", te_us(r, b->c->t1), "pid", TE_PID, "tid",
-                                       TE_COLL_TID0 + b->c->replica))) {
-                free(calls);
-                return false;
-            }
-        }
+        int id = ++*n_flows;
+        /* s inside the late replica's call, f inside the waiting one's
+         * (binding point: the enclosing slice) */
+        if (!te_add(arr, json_pack("{s:s, s:s, s:s, s:i, s:f, s:i, s:i}", "name", "waited for",
+                                   "cat", "wait", "ph", "s", "id", id, "ts", te_us(r, a->t0),
+                                   "pid", TE_PID, "tid", TE_COLL_TID0 + a->replica)) ||
+            !te_add(arr, json_pack("{s:s, s:s, s:s, s:i, s:s, s:f, s:i, s:i}", "name",
+                                   "waited for", "cat", "wait", "ph", "f", "id", id, "bp", "e",
+                                   "ts", te_us(r, b->t1), "pid", TE_PID, "tid",
+                                   TE_COLL_TID0 + b->replica)))
+            return false;
     }
-    free(calls);
     return true;
 }
 
@@ -270,7 +259,7 @@ static json_t *te_build(const rp_run *r)
     ok = ok && te_events(arr, r);
     int n_flows = 0;
     bool flows = R <= DSIM_TRACE_FLOW_MAX_REPLICAS &&
-                 r->n_colls <= (size_t)DSIM_TRACE_FLOW_MAX_STEPS * (size_t)(R > 0 ? R : 1);
+                 r->n_colls <= (size_t)DSIM_TRACE_FLOW_MAX_CALLS * (size_t)(R > 0 ? R : 1);
     ok = ok && te_collectives(arr, r, flows, &n_flows);
     char sampling[160];
     if (stride > 1)
@@ -286,10 +275,11 @@ static json_t *te_build(const rp_run *r)
     else if (!flows)
         snprintf(flow_note, sizeof flow_note,
                  "none: drawn for at most %d replicas and %d collectives per replica",
-                 DSIM_TRACE_FLOW_MAX_REPLICAS, DSIM_TRACE_FLOW_MAX_STEPS);
+                 DSIM_TRACE_FLOW_MAX_REPLICAS, DSIM_TRACE_FLOW_MAX_CALLS);
     else
         snprintf(flow_note, sizeof flow_note,
-                 "%d: from the replica that entered each collective last to the others",
+                 "%d: to each collective call that waited, from the last replica to enter "
+                 "the same operation while it waited",
                  n_flows);
     json_t *root = ok ? json_pack("{s:o, s:s, s:{s:I, s:s?, s:s?, s:s?, s:s?, s:s, s:s, s:s}}",
                                   "traceEvents", arr, "displayTimeUnit", "ms", "otherData",

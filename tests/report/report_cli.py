@@ -116,7 +116,8 @@ def main():
         check(len(pl) >= 2 and all(len(x.split()) >= 2 for x in pl[:2]),
               "report 1: the loss has no lines: %s" % pl[:2])
         check("seed" in html and "quickstart" in html, "report 1: no scenario or seed")
-        check("Not measured" in html, "report 1: all-reduce share claimed without collectives")
+        check(p.get("comm") == [4], "report 1: no all-reduce share of 4 replicas: %s" % p)
+        check("<th>rendezvous ms</th>" in html, "report 1: no cold-start phases")
 
         # the node-loss run: the fault and the restart, on the timeline too
         html2 = read(want)
@@ -139,9 +140,18 @@ def main():
         check(any(e["ph"] == "B" and e["name"] == "attempt 1" for e in evs),
               "trace 2: no second attempt after the restart")
         check(doc["otherData"]["sampling"].startswith("none"), "trace 2: sampled")
+        coll = [e for e in evs if e["ph"] == "X" and e.get("cat") == "collective"]
+        check({e["tid"] for e in coll} == {(1 << 20) + k for k in range(replicas)},
+              "trace 2: not a track of collectives per replica")
+        check(any(e["ph"] == "s" for e in evs), "trace 2: no flow arrows")
+        check(any(e["ph"] == "X" and e.get("cat") == "phase" and e["name"] == "create_variables"
+                  for e in evs), "trace 2: no cold-start phases")
+        check(any(e["ph"] == "i" and e.get("cat") == "checkpoint" for e in evs),
+              "trace 2: no checkpoint writes")
 
         # collective times: the all-reduce share and flow arrows
         w = sqlite3.connect(db)
+        w.execute("DELETE FROM collectives WHERE run_id = 1")
         rows = w.execute("SELECT replica, step FROM steps WHERE run_id = 1 "
                          "ORDER BY rowid").fetchall()
         reps1 = len({r for r, _ in rows})
@@ -188,6 +198,12 @@ def main():
         dsim(["report", "1", "--db", db, "-o", out], tmp)
         p = plots(read(out))
         check(p.get("comm") == [reps1], "report 1: no all-reduce share plot: %s" % p)
+        w = sqlite3.connect(db)
+        w.execute("DELETE FROM collectives WHERE run_id = 1")
+        w.commit()
+        w.close()
+        dsim(["report", "1", "--db", db, "-o", out], tmp)
+        check("Not measured" in read(out), "report 1: a share drawn without collectives")
 
         out = os.path.join(tmp, "div.html")
         dsim(["report", "3", "--db", db, "-o", out], tmp)
@@ -212,6 +228,28 @@ def main():
               "long trace: sampling not stated: " + t["otherData"]["sampling"])
         rc, so, se = dsim(["report", "last", "--db", db, "-o", os.path.join(tmp, "l.html")], tmp)
         check(rc == 0 and "long" in read(os.path.join(tmp, "l.html")), "report last: " + se)
+
+        # a run of 2200 steps: collectives of every 3rd step, and it says so
+        long_yaml = os.path.join(tmp, "long.yaml")
+        with open(long_yaml, "w") as f:
+            f.write("name: long_run\nseed: 3\nengine: threads\ncluster: {hosts: 1, "
+                    "devices_per_host: 2}\nstrategy: {name: mirrored}\nmodel: {kind: softmax}\n"
+                    "optimizer: {kind: sgd, learning_rate: 0.1}\ndata: {task: classification, "
+                    "examples: 4400, features: 4, classes: 2, global_batch: 2, epochs: 1}\n")
+        rc, so, se = dsim(["run", long_yaml, "--db", db, "--json"], tmp)
+        lrun = json.loads(so)["runs"][0]["run_id"] if rc == 0 else -1
+        c3 = sqlite3.connect(db)
+        k = c3.execute("SELECT value FROM metrics WHERE run_id = ? AND name = "
+                       "'collective_sampling'", (lrun,)).fetchone()
+        ncoll = c3.execute("SELECT count(*) FROM collectives WHERE run_id = ?",
+                           (lrun,)).fetchone()[0]
+        c3.close()
+        check(k == (3.0,), "long run: collective_sampling is %s, wanted 3" % (k,))
+        check(ncoll == 2 * 2 * 734, "long run: %d collective rows, wanted %d" % (ncoll, 2936))
+        out = os.path.join(tmp, "longrun.html")
+        dsim(["report", str(lrun), "--db", db, "-o", out], tmp)
+        check("from every k-th step" in read(out), "long run: the report hides the sampling")
+        trace(tmp, db, lrun, "longrun.json")
 
         # bad input
         bad = os.path.join(tmp, "bad.db")
