@@ -12,18 +12,20 @@
  *   run N: scenario — status, seed, engine, strategy, time, version
  *   checks (name, result, measured, expected, message)
  *   first divergent step (replicas' checksums there), when there is one
+ *   faults and recovery: a lane per replica with its attempts and events,
+ *     and the events as a table
  *   loss per replica over steps (+ the reduced loss, + the reference's
  *     final loss as a line: the store keeps the reference's final loss only)
  *   examples/s over time
  *   step time per replica (every step a dot, box = middle half, tick =
  *     median; a replica whose median is over 1.5x the others' stands out)
- *   all-reduce share of step time (when collectives were stored)
- *   faults and recovery: a lane per replica with its attempts and events,
- *     and the events as a table (cold-start phases among them)
+ *   all-reduce share of step time per replica (when collectives were
+ *     stored); the replica that waits least is a straggler
+ *   cold-start phases per replica and attempt (when phases were stored)
  *   the scenario file
  *
- * Several runs: a table comparing them, their reduced losses and their
- * examples/s on shared plots, then each run's page side by side. */
+ * Several runs: a table comparing them, their reduced losses on one plot,
+ * then each run's page side by side. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -723,8 +725,8 @@ static void rh_timeline(FILE *f, const rp_run *r)
     for (size_t i = 0; i < r->n_events; i++)
         pts += strcmp(r->events[i].kind, "phase") != 0;
     fputs("<figure><figcaption>a lane per replica: bars are runs of steps (one per attempt), "
-          "marks are events (red fault, orange error, green restart, blue checkpoint, grey "
-          "phase)</figcaption>",
+          "thin red bars collectives that failed (from the call to the error), marks are "
+          "events (red fault, orange error, green restart, blue checkpoint)</figcaption>",
           f);
     /* spans: per replica and attempt, first start to last end */
     for (int k = 0; k < R; k++) {
@@ -772,6 +774,20 @@ static void rh_timeline(FILE *f, const rp_run *r)
             a0 = p->t0 < a0 ? p->t0 : a0;
             a1 = p->t1 > a1 ? p->t1 : a1;
         }
+    }
+    /* collectives that failed: how long each survivor waited before it
+     * gave up */
+    for (size_t i = 0; i < r->n_colls; i++) {
+        const rp_coll *fc = &r->colls[i];
+        if (fc->status == 0 || fc->replica < 0 || fc->replica >= R)
+            continue;
+        double yc = RH_MT + row * (fc->replica + 1.5);
+        fprintf(f,
+                "<rect class=\"failed\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\">"
+                "<title>replica %d: %s failed after %.3f s</title></rect>",
+                rh_px(&c, rh_sec(r, fc->t0)), yc - row * 0.2,
+                fmax(rh_px(&c, rh_sec(r, fc->t1)) - rh_px(&c, rh_sec(r, fc->t0)), 1.0),
+                (int)(row * 0.4), fc->replica, fc->op, (double)(fc->t1 - fc->t0) / 1e9);
     }
     for (size_t i = 0; i < r->n_events; i++) {
         const rp_event *e = &r->events[i];
@@ -894,12 +910,13 @@ static void rh_run_section(FILE *f, const rp_run *r)
     rh_run_header(f, r);
     rh_checks(f, r);
     rh_divergence(f, r);
+    /* what happened first: why a run failed is there */
+    rh_timeline(f, r);
     rh_loss(f, r);
     rh_rate(f, r);
     rh_step_times(f, r);
     rh_comm_share(f, r);
     rh_cold_start(f, r);
-    rh_timeline(f, r);
     if (r->text) {
         fputs("<details><summary>scenario file</summary><pre>", f);
         rh_esc(f, r->text);
@@ -1023,7 +1040,7 @@ static const char rh_style[] =
     "svg .ref{stroke:#444;stroke-dasharray:2,3}\n"
     "svg .box{fill:#e8eef8;stroke:#7a8fb5}svg .median{stroke:#000;stroke-width:2}\n"
     "svg .bar{fill:#7aa6d8}svg .bar.over{fill:#d62728}\n"
-    "svg .span{opacity:.35}svg .empty{fill:#999}\n"
+    "svg .span{opacity:.35}svg .empty{fill:#999}svg .failed{fill:#d62728;opacity:.6}\n"
     ".legend span{margin-right:12px;font-size:12px;white-space:nowrap}\n"
     ".legend i{display:inline-block;width:10px;height:10px;margin-right:4px}\n"
     "pre{background:#f7f7f7;padding:8px;overflow:auto;font-size:12px}\n";
