@@ -267,35 +267,35 @@ dsim_err rp_run_load(sqlite3 *h, const char *db_path, int64_t id, rp_run *r)
     r->text = rp_dup_col(q, 9);
     sqlite3_finalize(q);
 
-    dsim_err e = rp_query(h, db_path, id, "the steps",
-                          "SELECT replica, epoch, step, loss, reduced_loss, checksum, examples, "
-                          "t_start_ns, t_end_ns FROM steps WHERE run_id = ?1 ORDER BY rowid",
-                          rp_row_step, r);
-    if (e == DSIM_OK)
-        e = rp_query(h, db_path, id, "the events",
-                     "SELECT replica, t_ns, kind, detail FROM events WHERE run_id = ?1 "
-                     "ORDER BY t_ns, rowid",
-                     rp_row_event, r);
-    if (e == DSIM_OK)
-        e = rp_query(h, db_path, id, "the checks",
-                     "SELECT name, passed, measured, expected, message FROM checks "
-                     "WHERE run_id = ?1 ORDER BY rowid",
-                     rp_row_check, r);
-    if (e == DSIM_OK)
-        e = rp_query(h, db_path, id, "the collectives",
-                     "SELECT replica, op, algorithm, bytes, t_start_ns, t_end_ns, status, error "
-                     "FROM collectives WHERE run_id = ?1 ORDER BY t_start_ns, rowid",
-                     rp_row_coll, r);
-    if (e == DSIM_OK)
-        e = rp_query(h, db_path, id, "the metrics",
-                     "SELECT name, value, unit, replica FROM metrics WHERE run_id = ?1 "
-                     "ORDER BY rowid",
-                     rp_row_metric, r);
-    if (e == DSIM_OK)
-        e = rp_query(h, db_path, id, "the replicas",
-                     "SELECT replica, worker, device, host FROM replicas WHERE run_id = ?1 "
-                     "ORDER BY replica",
-                     rp_row_replica, r);
+    static const struct {
+        const char *what, *sql;
+        bool (*row)(sqlite3_stmt *q, rp_run *r);
+    } rp_tables[] = {
+        {"the steps",
+         "SELECT replica, epoch, step, loss, reduced_loss, checksum, examples, t_start_ns, "
+         "t_end_ns FROM steps WHERE run_id = ?1 ORDER BY rowid",
+         rp_row_step},
+        {"the events",
+         "SELECT replica, t_ns, kind, detail FROM events WHERE run_id = ?1 ORDER BY t_ns, rowid",
+         rp_row_event},
+        {"the checks",
+         "SELECT name, passed, measured, expected, message FROM checks WHERE run_id = ?1 "
+         "ORDER BY rowid",
+         rp_row_check},
+        {"the collectives",
+         "SELECT replica, op, algorithm, bytes, t_start_ns, t_end_ns, status, error "
+         "FROM collectives WHERE run_id = ?1 ORDER BY t_start_ns, rowid",
+         rp_row_coll},
+        {"the metrics",
+         "SELECT name, value, unit, replica FROM metrics WHERE run_id = ?1 ORDER BY rowid",
+         rp_row_metric},
+        {"the replicas",
+         "SELECT replica, worker, device, host FROM replicas WHERE run_id = ?1 ORDER BY replica",
+         rp_row_replica},
+    };
+    dsim_err e = DSIM_OK;
+    for (size_t k = 0; k < sizeof rp_tables / sizeof rp_tables[0] && e == DSIM_OK; k++)
+        e = rp_query(h, db_path, id, rp_tables[k].what, rp_tables[k].sql, rp_tables[k].row, r);
     if (e != DSIM_OK) {
         rp_run_free(r);
         return e;
