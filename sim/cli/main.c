@@ -21,6 +21,10 @@ static const dsim_cmd main_cmds[] = {
      cmd_whatif_help},
     {"worker", "run one task of a multi-machine job (TF_CONFIG, mpirun, srun)", cmd_worker,
      cmd_worker_help},
+    {"report", "write runs of the results store as one HTML page with plots", cmd_report,
+     cmd_report_help},
+    {"trace", "write a run as Chrome trace-event JSON (Perfetto, chrome://tracing)",
+     dsim_cmd_trace_export, dsim_cmd_trace_export_help},
 };
 #define MAIN_NCMDS (sizeof main_cmds / sizeof main_cmds[0])
 

@@ -92,6 +92,10 @@ typedef struct fs_timer {
 } fs_timer;
 
 struct dsim_faults {
+    /* hooks that were in the configuration before attach: called after
+     * the faults' own phase hook (fs_phase) */
+    const dsim_train_hooks *next_hooks;
+    void *next_user;
     dsim_fault *list;
     size_t n;
     uint64_t seed;
@@ -801,9 +805,10 @@ static const char *const fs_fiu_phase[DSIM_PHASE_COUNT] = {
     [DSIM_PHASE_DONE] = "dsim/phase/done",
 };
 
-static dsim_hook_action fs_phase(void *user, int r, dsim_phase p, uint64_t gs)
+static dsim_hook_action fs_phase(void *user, int r, dsim_phase p, uint64_t gs);
+
+static dsim_hook_action fs_phase_own(dsim_faults *fs, int r, dsim_phase p, uint64_t gs)
 {
-    dsim_faults *fs = user;
     if (r < 0 || r >= fs->N || !fs->q)
         return DSIM_HOOK_GO;
     (void)fs_fiu_phase;
@@ -1048,6 +1053,18 @@ dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, i
     return DSIM_OK;
 }
 
+/* The faults' own hook, then the hooks the configuration had before
+ * dsim_faults_attach (the harness's phase recorder) for a replica that
+ * goes on. */
+static dsim_hook_action fs_phase(void *user, int r, dsim_phase p, uint64_t gs)
+{
+    dsim_faults *fs = user;
+    dsim_hook_action a = fs_phase_own(fs, r, p, gs);
+    if (a == DSIM_HOOK_GO && fs->next_hooks && fs->next_hooks->phase)
+        a = fs->next_hooks->phase(fs->next_user, r, p, gs);
+    return a;
+}
+
 void dsim_faults_destroy(dsim_faults *fs)
 {
     if (!fs)
@@ -1089,6 +1106,10 @@ void dsim_faults_attach(dsim_faults *fs, dsim_train_cfg *cfg)
     }
     cfg->transport_filter = &fs->filter;
     cfg->transport_filter_user = fs;
+    if (cfg->hooks && cfg->hooks != &fs->hooks) {
+        fs->next_hooks = cfg->hooks;
+        fs->next_user = cfg->hooks_user;
+    }
     cfg->hooks = &fs->hooks;
     cfg->hooks_user = fs;
 }

@@ -25,6 +25,7 @@
 #include "dsim/dataset.h"
 #include "dsim/health.h"
 #include "fault/fault.h"
+#include "phase_rec.h"
 #include "recovery.h"
 #include "harness.h"
 
@@ -788,6 +789,14 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     run->t0_ns = h_now_ns();
     cfg.observer = h_observer;
     cfg.observer_user = run;
+    /* The phases' times for reports, where the hooks run in this process on
+     * the steps' clock (phase_rec.h). */
+    bool threads = !cfg.engine || strcmp(cfg.engine, "threads") == 0;
+    h_phase_rec *phases = st && threads && !cfg.hooks
+                              ? h_phase_rec_create(R, run->total ? run->total : h_total_steps(&cfg))
+                              : NULL;
+    if (phases)
+        h_phase_rec_attach(phases, &cfg);
 
     dsim_train_result res, ref;
     memset(&res, 0, sizeof res);
@@ -864,6 +873,31 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
             h_fail(out, "recording the fault events");
             break;
         }
+    }
+    /* A worker left stuck inside the phase hooks (a fault's pause) may still
+     * call the recorder: then it is neither read nor freed. */
+    bool in_hook = false;
+    for (size_t i = 0; phases && i < res.n_stuck; i++)
+        in_hook |= res.stuck[i].callback && strcmp(res.stuck[i].callback, "the phase hook") == 0;
+    if (phases && in_hook) {
+        phases = NULL;
+        cfg.hooks = NULL;
+        cfg.hooks_user = NULL;
+    }
+    if (phases) {
+        dsim_algo pa = cfg.communication;
+        if (pa == DSIM_ALGO_AUTO && res.n_params)
+            pa = dsim_allreduce_decide(res.n_params * sizeof(float), R);
+        if (HG_STORE(h_phase_rec_store(phases, st, out->run_id,
+                                       R > 1 && cfg.num_ps == 0 && pa != DSIM_ALGO_AUTO
+                                           ? dsim_algo_name(pa)
+                                           : NULL,
+                                       (uint64_t)res.n_params * sizeof(float))) != DSIM_OK)
+            h_fail(out, "recording the phases");
+        h_phase_rec_destroy(phases);
+        phases = NULL;
+        cfg.hooks = NULL;
+        cfg.hooks_user = NULL;
     }
     if (faulty && rr.restarts && st &&
         HG_STORE(dsim_store_event(st, out->run_id, -1, t_end, DSIM_EVENT_RESTART,
