@@ -24,6 +24,7 @@
 #include "dsim/data.h"
 #include "dsim/dataset.h"
 #include "dsim/health.h"
+#include "engine/sim.h"
 #include "fault/fault.h"
 #include "recovery.h"
 #include "harness.h"
@@ -442,6 +443,9 @@ static void hg_guard_install(void)
     on_exit(hg_on_exit, NULL);
 }
 
+/* A CPU core's rate for the model's kernels: 10 GFLOP/s. */
+#define H_DEVICE_FLOPS 1e10
+
 /* ---- preparing a scenario ---- */
 
 typedef struct h_opts {
@@ -489,11 +493,21 @@ static const char *h_engine(const dsim_scenario *s)
 static dsim_err h_check(const dsim_scenario *s)
 {
     const char *eng = h_engine(s);
-    if (strcmp(eng, "threads") != 0 && strcmp(eng, "processes") != 0)
+    if (strcmp(eng, "threads") != 0 && strcmp(eng, "processes") != 0 && strcmp(eng, "sim") != 0)
         return DSIM_ERR(DSIM_ENOTSUP, -1,
-                        "%s: engine %s is not supported by this build yet (accepted: threads, "
-                        "processes)",
+                        "%s: engine %s is not supported by this build (accepted: threads, "
+                        "processes, sim)",
                         s->path ? s->path : "(scenario)", eng);
+    if (strcmp(eng, "sim") == 0) {
+        if (s->train.transport && strcmp(s->train.transport, "inproc") != 0)
+            return DSIM_ERR(DSIM_ENOTSUP, -1,
+                            "%s: transport %s needs real threads and sockets; engine sim runs "
+                            "every worker on one thread with the inproc transport (use engine "
+                            "threads or processes for %s)",
+                            s->path ? s->path : "(scenario)", s->train.transport,
+                            s->train.transport);
+        DSIM_CHECK(dsim_sim_engine_register());
+    }
     DSIM_CHECK(dsim_scenario_runnable(s));
     if (s->train.plugin_path &&
         dsim_strategy_load(s->train.strategy, s->train.plugin_path) != DSIM_OK) {
@@ -729,6 +743,11 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         cfg.watchdog_grace_ns = o->grace_ns;
     if (o->progress_timeout_ns)
         cfg.progress_timeout_ns = o->progress_timeout_ns;
+    /* The cost model: a replica's step computes at this rate. It moves the
+     * virtual clock under sim (elsewhere it is only counted), so that steps
+     * take time and a timeout counts from work done, not from time 0. */
+    if (cfg.device_flops == 0)
+        cfg.device_flops = H_DEVICE_FLOPS;
 
     h_run *run = calloc(1, sizeof *run);
     if (!run) {
@@ -1011,7 +1030,16 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
                   : crashed          ? DSIM_RUN_CRASHED
                   : out->n_failed    ? DSIM_RUN_FAILED
                                      : DSIM_RUN_PASSED;
-    if (st && HG_STORE(dsim_store_end_run(st, out->run_id, out->status, NULL, 0)) != DSIM_OK) {
+    out->deterministic = strcmp(h_engine(s), "sim") == 0;
+    out->trace_hash = faulty ? rr.trace_hash : res.trace_hash;
+    out->trace_events = res.trace_events;
+    for (int r = 0; res.replicas && r < res.num_replicas; r++)
+        if (res.replicas[r].t_end - res.t_start > out->engine_ns)
+            out->engine_ns = res.replicas[r].t_end - res.t_start;
+    char hash[24];
+    snprintf(hash, sizeof hash, "%016" PRIx64, out->trace_hash);
+    if (st && HG_STORE(dsim_store_end_run(st, out->run_id, out->status,
+                                          out->deterministic ? hash : NULL, 0)) != DSIM_OK) {
         h_fail(out, "ending the run in the results store");
         out->status = DSIM_RUN_ERROR;
     }
@@ -1033,6 +1061,7 @@ dsim_err dsim_harness_run(const dsim_scenario *s, const dsim_harness_opts *opts,
     out->final_loss = NAN;
     out->status = DSIM_RUN_ERROR;
     pthread_once(&hg_once, hg_init);
+    (void)dsim_sim_engine_register();
     h_opts o;
     memset(&o, 0, sizeof o);
     dsim_err e = s ? h_opts_get(opts, &o)

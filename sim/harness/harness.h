@@ -154,6 +154,16 @@ typedef struct dsim_harness_result {
      * each was (dsim_train_stuck_describe makes a sentence of one). */
     dsim_train_stuck *stuck;
     size_t n_stuck;
+    /* engine sim: the hash of the run's event trace (every attempt's, for
+     * a run with faults), as stored in runs.trace_hash; equal scenario and
+     * seed give equal hashes. deterministic is false (and the hash 0) on
+     * the other engines. */
+    bool deterministic;
+    uint64_t trace_hash;
+    uint64_t trace_events; /* in the last attempt's trace */
+    /* Time on the engine's clock from the workers' start to the last one's
+     * return (virtual under sim; 0 when the run failed before). */
+    int64_t engine_ns;
 } dsim_harness_result;
 
 /* Applies opts' overrides to s in place and checks that this build can run

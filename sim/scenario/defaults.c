@@ -37,7 +37,7 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
         "name: example                 # required: [A-Za-z0-9_.-]+\n"
         "# description: \"free text\"    # optional\n"
         "seed: %d\n"
-        "engine: %s                # threads | processes | sim (only threads runs today)\n"
+        "engine: %s                # threads | processes | sim\n"
         "\n"
         "cluster:\n"
         "  hosts: %d\n"

@@ -1987,11 +1987,6 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
 {
     if (!s)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_scenario_runnable: the scenario is NULL");
-    if (s->engine && strcmp(s->engine, "threads") != 0 && strcmp(s->engine, "processes") != 0)
-        return DSIM_ERR(DSIM_ENOTSUP, -1,
-                        "%s:%d:%d: engine: the %s engine is not supported yet; this build runs "
-                        "engine: threads and processes",
-                        s->path, s->engine_pos.line, s->engine_pos.column, s->engine);
     for (size_t i = 0; i < s->n_expect; i++) {
         const dsim_expect *x = &s->expect[i];
         if (!x->check->available)

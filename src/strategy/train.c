@@ -45,6 +45,7 @@
 #include "dsim/health.h"
 #include "dsim/log.h"
 #include "dsim/rng.h"
+#include "dsim/spi/rt.h"
 #include "strategy_int.h"
 
 void dsim_train_cfg_init(dsim_train_cfg *cfg)
@@ -292,8 +293,21 @@ static bool train_local(const train_job *job, int r)
 }
 
 /* The worker running on this thread, for dsim_train_where_am_i. */
-static _Thread_local train_replica *train_self_rp;
-static _Thread_local train_handler *train_self_h;
+static _Thread_local struct train_self {
+    train_replica *rp;
+    train_handler *h;
+} train_self;
+
+/* Saved and restored by engines that run many workers on one OS thread. */
+static void *train_self_addr(void)
+{
+    return &train_self;
+}
+
+__attribute__((constructor)) static void train_register_state(void)
+{
+    dsim_rt_worker_state_add(train_self_addr, NULL, sizeof train_self);
+}
 
 static void *train_aligned_zalloc(size_t n)
 {
@@ -643,6 +657,8 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         if ((e = dsim_model_loss_grad(&su->model, ctx->params, nb ? x : NULL, nb ? y : NULL, nb,
                                       job->loss_scale, grad, &loss_sum)) != DSIM_OK)
             goto out;
+        if (cfg->device_flops > 0)
+            dsim_rt_charge(job->rt, (int64_t)(6.0 * (double)P * (double)nb / cfg->device_flops * 1e9));
         if ((e = dsim_ledger_record(res->ledger, rp->index, st.epoch, st.step, b->ids, b->n)) !=
             DSIM_OK)
             goto out;
@@ -750,8 +766,8 @@ static void train_worker_returned(train_job *job, bool *returned)
     atomic_store_explicit(&job->last_progress, dsim_rt_now(job->rt), memory_order_relaxed);
     dsim_waitq_wake(job->lock);
     dsim_waitq_unlock(job->lock);
-    train_self_rp = NULL;
-    train_self_h = NULL;
+    train_self.rp = NULL;
+    train_self.h = NULL;
     train_job_unref(job);
 }
 
@@ -760,7 +776,7 @@ static void train_replica_main(void *arg)
     train_replica *rp = arg;
     train_job *job = rp->job;
     const dsim_train_cfg *cfg = job->cfg;
-    train_self_rp = rp;
+    train_self.rp = rp;
     int inited = 0;
     dsim_err e = train_enter(rp, DSIM_PHASE_START, job->first_step);
     if (e == DSIM_OK)
@@ -797,7 +813,7 @@ static void train_handler_main(void *arg)
 {
     train_handler *h = arg;
     train_job *job = h->job;
-    train_self_h = h;
+    train_self.h = h;
     train_server *ts = &job->srvs[h->server];
     const dsim_train_cfg *cfg = job->cfg;
     if (dsim_strategy_serve(job->strat, &ts->ctx, h->client) != DSIM_OK) {
@@ -826,8 +842,8 @@ static void train_handler_main(void *arg)
 
 bool dsim_train_where_am_i(dsim_train_where *out)
 {
-    train_replica *rp = train_self_rp;
-    train_handler *h = train_self_h;
+    train_replica *rp = train_self.rp;
+    train_handler *h = train_self.h;
     if (!out || (!rp && !h))
         return false;
     int server = -1;
@@ -887,6 +903,11 @@ static dsim_err train_check_checkpoint_dir(const char *path)
 
 static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
 {
+    if (!(cfg->device_flops >= 0) || isinf(cfg->device_flops))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: device_flops is %g; it must be a finite rate >= 0 (0: no "
+                        "modelled compute)",
+                        cfg->device_flops);
     if (cfg->hosts < 1 || cfg->devices_per_host < 1 ||
         (long long)cfg->hosts * cfg->devices_per_host > DSIM_TRAIN_MAX_REPLICAS)
         return DSIM_ERR(DSIM_EINVAL, -1,
@@ -1173,7 +1194,7 @@ static dsim_err train_open_world(train_job *job)
 {
     const dsim_train_cfg *cfg = job->cfg;
     int N = job->N, P = job->P;
-    DSIM_CHECK(dsim_rt_create(cfg->engine ? cfg->engine : "threads", &job->rt));
+    DSIM_CHECK(dsim_rt_create_seeded(cfg->engine ? cfg->engine : "threads", cfg->seed, &job->rt));
     DSIM_CHECK(dsim_waitq_create(job->rt, &job->lock));
     dsim_fabric_cfg fc = {
         .backend = cfg->transport ? cfg->transport : "inproc",
@@ -1860,6 +1881,13 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
                      "job again with restore to resume",
                      (unsigned long long)res->preempted_at, cfg->checkpoint_path);
 out:
+    if (job->rt) {
+        /* the outcome closes the trace: equal hashes mean equal parameters */
+        dsim_rt_trace(job->rt, DSIM_TRACE_RESULT, (uint64_t)e,
+                      e == DSIM_OK ? dsim_params_checksum(res->params, job->su.n_params) : 0,
+                      res->steps);
+        res->trace_hash = dsim_rt_trace_hash(job->rt, &res->trace_events);
+    }
     train_hand_over(job, out, hung);
     if (hung)
         train_abandon(job);

@@ -247,6 +247,11 @@ typedef struct dsim_train_cfg {
     int64_t health_timeout_ns;
     int health_retries;
     const char *engine; /* NULL: "threads" */
+    /* Modelled compute: each step charges 6 x parameters x local batch
+     * floating-point operations at this rate to the replica's runtime
+     * (dsim_rt_charge: virtual time under the sim engine, only counted on
+     * the others). 0: nothing is charged. */
+    double device_flops;
     /* The fabric's backend (NULL: "inproc") and options string, and an
      * optional fault filter over it (dsim_fabric_cfg.filter). */
     const char *transport;
@@ -393,6 +398,12 @@ typedef struct dsim_train_result {
     /* DSIM_EHUNG: the workers left running, replicas first. */
     dsim_train_stuck *stuck;
     size_t n_stuck;
+
+    /* The event trace's hash (dsim_rt_trace), ending with the outcome and
+     * the final parameters' checksum; 0 unless the engine is deterministic
+     * (sim). Equal scenario and seed give equal hashes. */
+    uint64_t trace_hash;
+    uint64_t trace_events;
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that
