@@ -22,6 +22,8 @@ int cmd_run(int argc, char **argv);
 void cmd_run_help(FILE *out);
 int cmd_validate(int argc, char **argv);
 void cmd_validate_help(FILE *out);
+int cmd_replay(int argc, char **argv);
+void cmd_replay_help(FILE *out);
 int cmd_plan(int argc, char **argv);
 void cmd_plan_help(FILE *out);
 

@@ -17,6 +17,8 @@ static const dsim_cmd main_cmds[] = {
      cmd_list_help},
     {"run", "run scenarios, judge them with their checks, store the results", cmd_run,
      cmd_run_help},
+    {"replay", "run a stored sim run again and compare its event trace", cmd_replay,
+     cmd_replay_help},
 };
 #define MAIN_NCMDS (sizeof main_cmds / sizeof main_cmds[0])
 

@@ -1145,3 +1145,57 @@ void dsim_harness_result_free(dsim_harness_result *r)
     free(r->timeline);
     r->timeline = NULL;
 }
+
+/* ---- replay ---- */
+
+dsim_err dsim_harness_replay(const char *db_path, dsim_run_id id, const dsim_harness_opts *opts,
+                             dsim_harness_result *out, dsim_harness_replay_info *info)
+{
+    if (!out || !info)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_harness_replay: out and info are needed");
+    memset(out, 0, sizeof *out);
+    memset(info, 0, sizeof *info);
+    out->status = DSIM_RUN_ERROR;
+    out->final_loss = NAN;
+    dsim_stored_run sr;
+    DSIM_CHECK(dsim_store_read_run(db_path, id, &sr));
+    dsim_err e = DSIM_OK;
+    const char *db = db_path ? db_path : DSIM_STORE_DEFAULT_PATH;
+    if (!sr.engine || strcmp(sr.engine, "sim") != 0)
+        e = DSIM_ERR(DSIM_ENOTSUP, -1,
+                     "%s: run %lld ran on engine %s: only runs under engine sim are "
+                     "deterministic and replay event for event (dsim run --engine sim)",
+                     db, (long long)id, sr.engine ? sr.engine : "(none)");
+    else if (!sr.scenario_text)
+        e = DSIM_ERR(DSIM_EINVAL, -1, "%s: run %lld has no scenario text stored", db,
+                     (long long)id);
+    else if (!sr.trace_hash)
+        e = DSIM_ERR(DSIM_EINVAL, -1,
+                     "%s: run %lld has no trace hash (status %s): it never ended, so there is "
+                     "nothing to compare with",
+                     db, (long long)id, sr.status ? sr.status : "unknown");
+    if (e != DSIM_OK) {
+        dsim_stored_run_free(&sr);
+        return e;
+    }
+    snprintf(info->scenario, sizeof info->scenario, "%s", sr.scenario ? sr.scenario : "");
+    snprintf(info->stored_hash, sizeof info->stored_hash, "%s", sr.trace_hash);
+    info->seed = sr.seed;
+    dsim_harness_opts o;
+    if (opts && opts->size == sizeof o)
+        o = *opts;
+    else
+        o = (dsim_harness_opts){.size = sizeof o};
+    o.engine_override = "sim";
+    o.has_seed = true;
+    o.seed = sr.seed;
+    char path[192];
+    snprintf(path, sizeof path, "%s (run %lld)", info->scenario, (long long)id);
+    e = dsim_harness_run_text(path, sr.scenario_text, strlen(sr.scenario_text), &o, out);
+    if (e == DSIM_OK) {
+        snprintf(info->replay_hash, sizeof info->replay_hash, "%016" PRIx64, out->trace_hash);
+        info->matched = strcmp(info->replay_hash, info->stored_hash) == 0;
+    }
+    dsim_stored_run_free(&sr);
+    return e;
+}
