@@ -679,6 +679,7 @@ static void fs_detach(void *user, dsim_fabric *f)
     dsim_waitq_destroy(fs->q);
     fs->q = NULL;
     fs->fab = NULL;
+    fs->rt = NULL; /* the job's, gone with it: later events are not traced */
 }
 
 /* ---- the hooks ---- */

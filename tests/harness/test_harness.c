@@ -234,10 +234,27 @@ static void test_text_and_failures(void **state)
 
     /* an engine this build does not run, and a wrong opts.size */
     const char *good = "name: good\n" HT_SMALL "expect:\n  shard_coverage: {}\n";
-    dsim_harness_opts sim = {.size = sizeof sim, .engine_override = "sim"};
-    assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &sim, &r),
+    dsim_harness_opts warp = {.size = sizeof warp, .engine_override = "warp"};
+    assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &warp, &r),
                      DSIM_ENOTSUP);
     assert_non_null(strstr(r.harness_msg, "not supported"));
+    dsim_harness_result_free(&r);
+    /* the sim engine runs it, deterministically: the same hash twice,
+     * another with another seed */
+    dsim_harness_opts sim = {.size = sizeof sim, .engine_override = "sim"};
+    assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &sim, &r), DSIM_OK);
+    assert_int_equal(r.status, DSIM_RUN_PASSED);
+    assert_true(r.deterministic);
+    assert_true(r.trace_events > 0);
+    uint64_t h1 = r.trace_hash;
+    dsim_harness_result_free(&r);
+    assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &sim, &r), DSIM_OK);
+    assert_true(r.trace_hash == h1);
+    dsim_harness_result_free(&r);
+    sim.has_seed = true;
+    sim.seed = 12345;
+    assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &sim, &r), DSIM_OK);
+    assert_true(r.trace_hash != h1);
     dsim_harness_result_free(&r);
     dsim_harness_opts wrong = {.size = 8};
     assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &wrong, &r),
@@ -252,7 +269,10 @@ static void test_text_and_failures(void **state)
     assert_int_equal(dsim_harness_prepare(s, &seed), DSIM_OK);
     assert_int_equal(s->seed, 9);
     assert_int_equal(s->train.seed, 9);
-    assert_int_equal(dsim_harness_prepare(s, &sim), DSIM_ENOTSUP);
+    assert_int_equal(dsim_harness_prepare(s, &warp), DSIM_ENOTSUP);
+    assert_int_equal(dsim_harness_prepare(s, &sim), DSIM_OK);
+    assert_string_equal(s->train.engine, "sim");
+    assert_int_equal(s->seed, 12345);
     dsim_scenario_free(s);
 }
 

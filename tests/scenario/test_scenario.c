@@ -675,10 +675,15 @@ static void test_runnable(void **state)
         const char *yaml;
         const char *where, *words;
     } cases[] = {
-        {"name: a\nengine: sim\n", "t.yaml:2:9: engine", "sim engine is not supported yet"},
+        {"name: a\nexpect:\n  performance: {}\n", "t.yaml:3:3: expect.performance",
+         "performance check is not supported yet"},
     };
     dsim_scenario *ps = parse_ok("name: a\nengine: processes\n");
     assert_int_equal(dsim_scenario_runnable(ps), DSIM_OK);
+    dsim_scenario_free(ps);
+    ps = parse_ok("name: a\nengine: sim\n");
+    assert_int_equal(dsim_scenario_runnable(ps), DSIM_OK);
+    assert_string_equal(ps->train.engine, "sim");
     dsim_scenario_free(ps);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         dsim_scenario *s = parse_ok(cases[i].yaml);
@@ -1024,9 +1029,9 @@ static void test_plan(void **state)
     json_decref(j);
 
     /* a scenario this build cannot run yet still has a plan */
-    j = plan_of("name: s\nengine: sim\n", DSIM_ENOTSUP);
+    j = plan_of("name: s\nexpect:\n  performance: {}\n", DSIM_ENOTSUP);
     assert_true(json_is_false(json_object_get(j, "runnable")));
-    assert_non_null(strstr(json_string_value(json_object_get(j, "not_runnable")), "engine"));
+    assert_non_null(strstr(json_string_value(json_object_get(j, "not_runnable")), "performance"));
     json_decref(j);
 }
 
