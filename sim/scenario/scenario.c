@@ -34,7 +34,7 @@
 #define SCEN_MAX_FILE  (1u << 20)
 #define SCEN_MAX_KEYS  24
 #define SCEN_MAX_STR   4096
-#define SCEN_MAX_HOSTS 4096
+#define SCEN_MAX_HOSTS DSIM_TRAIN_MAX_REPLICAS
 /* dsim_train's limits (dsim/strategy.h), refused here with their position
  * rather than by the run. */
 #define SCEN_MAX_PS DSIM_TRAIN_MAX_PS
@@ -1987,6 +1987,15 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
 {
     if (!s)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_scenario_runnable: the scenario is NULL");
+    const char *eng = s->train.engine ? s->train.engine : s->engine ? s->engine : "threads";
+    int64_t replicas = (int64_t)s->train.hosts * s->train.devices_per_host;
+    if (strcmp(eng, "sim") != 0 && replicas > DSIM_TRAIN_MAX_THREAD_REPLICAS)
+        return DSIM_ERR(DSIM_ENOTSUP, -1,
+                        "%s: cluster: %lld replicas on engine %s, which runs a thread per "
+                        "replica: accepted at most %d there; engine sim runs up to %d (a "
+                        "coroutine each)",
+                        s->path, (long long)replicas, eng, DSIM_TRAIN_MAX_THREAD_REPLICAS,
+                        DSIM_TRAIN_MAX_REPLICAS);
     for (size_t i = 0; i < s->n_expect; i++) {
         const dsim_expect *x = &s->expect[i];
         if (!x->check->available)

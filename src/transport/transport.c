@@ -18,7 +18,7 @@
 #define TP_MAX_BACKENDS 16
 #define TP_NAME_MAX     32
 #define TP_MAX_RANKS    (1 << 20)
-#define TP_MAX_BUCKETS  64
+#define TP_MAX_BUCKETS  256
 
 /* ---- registry ---- */
 

@@ -88,13 +88,18 @@ const char *dsim_strategy_summary(const char *name);
 /* ---- training ---- */
 
 /* The largest job dsim_train runs on one host: hosts x devices_per_host
- * replicas (each a runtime worker with its own endpoint). */
-#define DSIM_TRAIN_MAX_REPLICAS 1024
+ * replicas (each a runtime worker with its own endpoint). What bounds it in
+ * practice is the engine: a thread per replica (threads; the harness keeps
+ * those jobs to DSIM_TRAIN_MAX_THREAD_REPLICAS) or memory, about the
+ * model's parameters times four per replica plus a few KiB of coroutine
+ * stack (sim). */
+#define DSIM_TRAIN_MAX_REPLICAS 16384
+#define DSIM_TRAIN_MAX_THREAD_REPLICAS 1024
 /* Parameter servers in one run. */
 #define DSIM_TRAIN_MAX_PS 64
 /* Runtime workers in one run: a worker per replica plus, for parameter
  * servers, one serving worker per (server, replica) pair. */
-#define DSIM_TRAIN_MAX_WORKERS 8192
+#define DSIM_TRAIN_MAX_WORKERS 65536
 
 /* The phases of a replica's life, in order. The driver announces each to the
  * hooks (dsim_train_hooks) and keeps the last one per replica, so a harness
