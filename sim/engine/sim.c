@@ -30,8 +30,18 @@
  * another queue, as on threads. Everything runs on the creating thread; a
  * call from another OS thread, a lock taken twice, a wait without the lock
  * and a deadlock (every participant waiting with no deadline) are bugs that
- * would hang the run, so they end the process with a message instead. */
+ * would hang the run, so they end the process with a message instead.
+ *
+ * One thing no cooperative scheduler can interrupt is a worker that never
+ * comes back to it: a loop that never waits, or a real OS-level block
+ * (sleep, a pthread condition) in strategy code. A monitor thread (wall
+ * clock, one per engine) watches the switch count; when a worker has held
+ * the thread for DSIM_SIM_STALL_S seconds (default 60) it says which, and
+ * raises SIGABRT on the simulation's thread, whose handler (the harness's
+ * crash guard) then stores where that worker was. */
+#include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -39,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -102,6 +113,15 @@ struct sim_q {
 
 struct sim_eng {
     dsim_rt *rt;
+    /* the stall monitor: reads these two, nothing else */
+    atomic_uint_fast64_t progress; /* switches so far */
+    atomic_int running_id;         /* the worker running now; INT_MIN: the driver */
+    pthread_t monitor;
+    bool monitor_on;
+    pthread_mutex_t mon_mu;
+    pthread_cond_t mon_cv;
+    bool mon_stop;
+    int64_t stall_ns;
     pthread_t owner;
     int64_t now;
     uint64_t rng, seq;
@@ -361,9 +381,13 @@ static void sim_schedule(sim_eng *e)
         e->cur = f;
         dsim_rt_trace(e->rt, DSIM_TRACE_SWITCH, (uint64_t)(int64_t)f->id, 0, 0);
         atomic_fetch_add_explicit(&sim_tot_switches, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&e->progress, 1, memory_order_relaxed);
         if (f == e->main)
             return;
+        atomic_store_explicit(&e->running_id, f->id, memory_order_relaxed);
         sim_switch(e, e->main, f);
+        atomic_store_explicit(&e->running_id, INT_MIN, memory_order_relaxed);
+        atomic_fetch_add_explicit(&e->progress, 1, memory_order_relaxed);
         e->cur = e->main;
         if (f->state == SIM_DONE && f->detached)
             sim_free_fiber(e, f);
@@ -406,6 +430,107 @@ static void sim_entry(unsigned lo, unsigned hi)
 #endif
     setcontext(&e->main->ctx);
     sim_die(e, "a returned worker was resumed");
+}
+
+/* ---- the stall monitor ---- */
+
+static int64_t sim_stall_ns(void)
+{
+    const char *v = getenv("DSIM_SIM_STALL_S");
+    if (v && *v) {
+        char *end;
+        double s = strtod(v, &end);
+        if (*end == '\0' && s > 0 && s < 1e6)
+            return (int64_t)(s * 1e9);
+        dsim_warn("DSIM_SIM_STALL_S is '%s': not a number of seconds > 0; using 60", v);
+    }
+    return 60 * 1000000000LL;
+}
+
+static void sim_mono(struct timespec *ts)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+}
+
+static void *sim_monitor_main(void *p)
+{
+    sim_eng *e = p;
+    uint64_t seen = atomic_load(&e->progress);
+    int64_t still = 0; /* wall ns with no switch while a worker ran */
+    const int64_t tick = e->stall_ns < 1000000000LL ? e->stall_ns / 4 + 1 : 250000000LL;
+    pthread_mutex_lock(&e->mon_mu);
+    while (!e->mon_stop) {
+        struct timespec ts;
+        sim_mono(&ts);
+        int64_t t = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + tick;
+        ts.tv_sec = t / 1000000000LL;
+        ts.tv_nsec = t % 1000000000LL;
+        pthread_cond_timedwait(&e->mon_cv, &e->mon_mu, &ts);
+        if (e->mon_stop)
+            break;
+        uint64_t now = atomic_load(&e->progress);
+        int id = atomic_load(&e->running_id);
+        if (now != seen || id == INT_MIN) {
+            seen = now;
+            still = 0;
+            continue;
+        }
+        still += tick;
+        if (still < e->stall_ns)
+            continue;
+        fprintf(stderr,
+                "dsim: sim engine: worker %d has run for %.0f s of wall time without waiting "
+                "through dsim_rt (a loop that never waits, or a sleep or lock of the OS in its "
+                "code); every worker shares this thread, so the run cannot go on: stopping it "
+                "(DSIM_SIM_STALL_S sets the bound)\n",
+                id, (double)still / 1e9);
+        pthread_kill(e->owner, SIGABRT);
+        still = 0;
+    }
+    pthread_mutex_unlock(&e->mon_mu);
+    return NULL;
+}
+
+/* Started with the first worker: a job without workers never stalls. */
+static void sim_monitor_start(sim_eng *e)
+{
+    if (e->monitor_on)
+        return;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->mon_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&e->mon_mu, NULL);
+    /* it takes no signals: SIGABRT is for the simulation's thread */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = pthread_create(&e->monitor, NULL, sim_monitor_main, e);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        dsim_warn("sim engine: no stall monitor (%s): a worker that never yields would hang "
+                  "the run",
+                  strerror(rc));
+        pthread_cond_destroy(&e->mon_cv);
+        pthread_mutex_destroy(&e->mon_mu);
+        return;
+    }
+    e->monitor_on = true;
+}
+
+static void sim_monitor_stop(sim_eng *e)
+{
+    if (!e->monitor_on)
+        return;
+    pthread_mutex_lock(&e->mon_mu);
+    e->mon_stop = true;
+    pthread_cond_signal(&e->mon_cv);
+    pthread_mutex_unlock(&e->mon_mu);
+    pthread_join(e->monitor, NULL);
+    pthread_cond_destroy(&e->mon_cv);
+    pthread_mutex_destroy(&e->mon_mu);
+    e->monitor_on = false;
 }
 
 /* ---- the ops ---- */
@@ -456,6 +581,9 @@ static dsim_err sim_init(dsim_rt *rt)
         return DSIM_ERR(DSIM_ENOMEM, -1, "sim engine: out of memory");
     e->main->state = SIM_RUNNING;
     e->cur = e->main;
+    atomic_init(&e->progress, 0);
+    atomic_init(&e->running_id, INT_MIN);
+    e->stall_ns = sim_stall_ns();
     /* 0 stays "not yet" in the records that keep times */
     e->now = DSIM_SIM_EPOCH_NS;
     return DSIM_OK;
@@ -466,6 +594,7 @@ static void sim_fini(dsim_rt *rt)
     sim_eng *e = sim_of(rt, "dsim_rt_destroy");
     if (e->cur != e->main)
         sim_die(e, "the engine was destroyed from inside a worker");
+    sim_monitor_stop(e);
     /* Workers still here were given up on (detached while blocked): they
      * never run again. */
     while (e->alive) {
@@ -523,6 +652,7 @@ static int64_t sim_charged(dsim_rt *rt)
 static dsim_err sim_spawn(dsim_rt *rt, int id, void (*fn)(void *), void *arg, void **handle)
 {
     sim_eng *e = sim_of(rt, "dsim_rt_spawn");
+    sim_monitor_start(e);
     sim_fiber *f = sim_fiber_new(e, id);
     if (!f)
         return DSIM_ERR(DSIM_ENOMEM, -1, "sim engine: out of memory starting worker %d", id);
