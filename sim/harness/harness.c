@@ -735,6 +735,38 @@ static void h_store_stuck(dsim_store *st, const dsim_harness_result *out, int64_
     }
 }
 
+/* Cold start: one phase event per replica that started, at the time it
+ * entered rendezvous, with the times (s from the job's start) it first
+ * entered each start-up phase and finished its first step. */
+static void h_store_phases(dsim_store *st, dsim_harness_result *out, const dsim_train_result *r)
+{
+    static const dsim_phase ph[] = {DSIM_PHASE_START, DSIM_PHASE_RENDEZVOUS, DSIM_PHASE_RESTORE,
+                                    DSIM_PHASE_CREATE_VARIABLES, DSIM_PHASE_COMPUTE};
+    for (int i = 0; r->replicas && i < r->num_replicas; i++) {
+        const dsim_train_replica_end *e = &r->replicas[i];
+        if (!e->t_first[DSIM_PHASE_START])
+            continue;
+        json_t *j = json_object();
+        for (size_t k = 0; j && k < sizeof ph / sizeof ph[0]; k++)
+            if (e->t_first[ph[k]])
+                json_object_set_new(j, dsim_phase_name(ph[k]),
+                                    json_real((double)(e->t_first[ph[k]] - r->t_start) / 1e9));
+        if (j && e->t_first_step)
+            json_object_set_new(j, "first_step_done",
+                                json_real((double)(e->t_first_step - r->t_start) / 1e9));
+        json_t *ev = j ? json_pack("{s:s, s:o}", "cold_start", "phases", "t_s", j) : NULL;
+        char *detail = ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(ev);
+        dsim_err e2 = HG_STORE(dsim_store_event(st, out->run_id, i, e->t_first[DSIM_PHASE_START],
+                                                DSIM_EVENT_PHASE, detail ? detail : "cold start"));
+        free(detail);
+        if (e2 != DSIM_OK) {
+            h_fail(out, "recording the start-up phases");
+            return;
+        }
+    }
+}
+
 static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, int slot,
                       dsim_harness_result *out)
 {
@@ -964,6 +996,8 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         }
     }
 
+    if (st)
+        h_store_phases(st, out, &res);
     size_t n = dsim_check_outcome_count(s);
     out->checks = calloc(n ? n : 1, sizeof *out->checks);
     dsim_check_ctx ctx = {

@@ -457,9 +457,14 @@ static void train_gate_leave(train_job *job, train_replica *rp)
 static dsim_err train_enter(train_replica *rp, dsim_phase p, uint64_t gs)
 {
     train_job *job = rp->job;
+    int64_t now = dsim_rt_now(job->rt);
     atomic_store_explicit(&rp->phase, (int)p, memory_order_relaxed);
     atomic_store_explicit(&rp->step, gs, memory_order_relaxed);
-    atomic_store_explicit(&rp->t_phase, dsim_rt_now(rp->job->rt), memory_order_relaxed);
+    atomic_store_explicit(&rp->t_phase, now, memory_order_relaxed);
+    /* the replica's own entry: nobody else writes it until it returns */
+    dsim_train_replica_end *en = &job->res->replicas[rp->index];
+    if (!en->t_first[p])
+        en->t_first[p] = now;
     atomic_store_explicit(&job->last_progress, dsim_rt_now(job->rt), memory_order_relaxed);
     const dsim_train_cfg *cfg = job->cfg;
     if (!cfg->hooks) {
@@ -679,6 +684,8 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         int64_t t1 = dsim_rt_now(job->rt);
         uint64_t cks = dsim_params_checksum(ctx->params, P);
         size_t k = (size_t)(gs - job->first_step);
+        if (k == 0)
+            job->res->replicas[rp->index].t_first_step = t1;
         res->checksum[k * (size_t)N + (size_t)rp->index] = cks;
         job->res->replicas[rp->index].steps_done = k + 1;
         res->local_loss[k * (size_t)N + (size_t)rp->index] = local;

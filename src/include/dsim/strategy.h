@@ -168,6 +168,10 @@ typedef struct dsim_train_replica_end {
                                that succeeded (0: none did): a failure must leave
                                the variables so */
     char msg[256];        /* the error's message ("" when none) */
+    /* Cold start: dsim_rt_now when it first entered each phase in this run
+     * (0: never), and when its first step was done (0: none). */
+    int64_t t_first[DSIM_PHASE_COUNT];
+    int64_t t_first_step;
 } dsim_train_replica_end;
 
 /* Where a worker of a running job is: a replica, or a parameter server's
