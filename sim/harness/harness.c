@@ -735,6 +735,85 @@ static void h_store_stuck(dsim_store *st, const dsim_harness_result *out, int64_
     }
 }
 
+/* The liveness phase (TigerBeetle's VOPR shape): every fault healed, every
+ * worker restarted -- from the checkpoint the safety phase left, if any --
+ * and the job must reach liveness.reach_step within liveness.within on the
+ * engine's clock. Judged as one more outcome, "liveness", so that a job
+ * that never recovers is told apart from a crash or a wrong result. */
+static uint64_t h_liveness(const dsim_scenario *s, const dsim_train_cfg *run_cfg,
+                           dsim_harness_result *out)
+{
+    dsim_train_cfg c = *run_cfg;
+    c.observer = NULL;
+    c.observer_user = NULL;
+    c.hooks = NULL;
+    c.hooks_user = NULL;
+    c.transport_filter = NULL;
+    c.transport_filter_user = NULL;
+    c.preempt_after = 0;
+    c.preempt_notice = NULL;
+    /* one process, its ranks as workers of the scenario's engine */
+    if (c.engine && strcmp(c.engine, "processes") == 0)
+        c.engine = NULL;
+    c.restore = c.checkpoint_path && access(c.checkpoint_path, F_OK) == 0;
+    c.stop_after = s->liveness_step;
+    dsim_train_result r;
+    dsim_err e = dsim_train(&c, &r);
+    int64_t took = 0;
+    for (int i = 0; r.replicas && i < r.num_replicas; i++)
+        if (r.replicas[i].t_end - r.t_start > took)
+            took = r.replicas[i].t_end - r.t_start;
+    uint64_t reached = e == DSIM_OK ? r.first_step + r.steps : 0;
+    double within = (double)s->liveness_within_ns / 1e9, t = (double)took / 1e9;
+    dsim_check_outcome *oc = realloc(out->checks, (out->n_checks + 1) * sizeof *oc);
+    if (!oc) {
+        dsim_train_result_free(&r);
+        h_fail(out, "judging liveness");
+        return 0;
+    }
+    out->checks = oc;
+    oc = &out->checks[out->n_checks++];
+    memset(oc, 0, sizeof *oc);
+    oc->name = "liveness";
+    oc->result.measured = e == DSIM_OK ? t : NAN;
+    oc->result.expected = within;
+    char from[96];
+    if (c.restore)
+        snprintf(from, sizeof from, "from the checkpoint at step %llu",
+                 (unsigned long long)r.first_step);
+    else
+        snprintf(from, sizeof from, "from the start (no checkpoint)");
+    if (e == DSIM_OK && reached < s->liveness_step)
+        snprintf(oc->result.message, sizeof oc->result.message,
+                 "LIVENESS: liveness.reach_step %llu is beyond the job's last step %llu: it can "
+                 "never be reached; lower it",
+                 (unsigned long long)s->liveness_step, (unsigned long long)reached);
+    else if (e != DSIM_OK)
+        snprintf(oc->result.message, sizeof oc->result.message,
+                 "LIVENESS FAILURE: with every fault healed and every worker restarted %s, the "
+                 "job did not reach step %llu: %.300s",
+                 from, (unsigned long long)s->liveness_step, r.error.msg);
+    else if (t > within)
+        snprintf(oc->result.message, sizeof oc->result.message,
+                 "LIVENESS FAILURE: with every fault healed and every worker restarted %s, the "
+                 "job reached step %llu only after %.6g s, over the %.6g s allowed",
+                 from, (unsigned long long)s->liveness_step, t, within);
+    else {
+        oc->check_passed = true;
+        snprintf(oc->result.message, sizeof oc->result.message,
+                 "with every fault healed and every worker restarted %s, the job reached step "
+                 "%llu in %.6g s (within %.6g s)",
+                 from, (unsigned long long)s->liveness_step, t, within);
+    }
+    oc->passed = oc->check_passed;
+    oc->result.passed = oc->check_passed;
+    if (!oc->passed)
+        out->n_failed++;
+    uint64_t h = r.trace_hash;
+    dsim_train_result_free(&r);
+    return h;
+}
+
 /* Cold start: one phase event per replica that started, at the time it
  * entered rendezvous, with the times (s from the job's start) it first
  * entered each start-up phase and finished its first step. */
@@ -1013,6 +1092,9 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         h_fail(out, "judging the run");
         out->n_checks = 0;
     }
+    uint64_t live_hash = 0;
+    if (s->has_liveness && out->checks && !out->harness_error)
+        live_hash = h_liveness(s, &cfg, out);
     for (size_t i = 0; st && i < out->n_checks; i++) {
         const dsim_check_outcome *c = &out->checks[i];
         if (HG_STORE(dsim_store_check(st, out->run_id, c->name, c->passed, c->result.measured,
@@ -1066,6 +1148,8 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
                                      : DSIM_RUN_PASSED;
     out->deterministic = strcmp(h_engine(s), "sim") == 0;
     out->trace_hash = faulty ? rr.trace_hash : res.trace_hash;
+    /* the liveness phase is part of the run's trace */
+    out->trace_hash ^= live_hash * 0x9e3779b97f4a7c15ULL;
     out->trace_events = res.trace_events;
     for (int r = 0; res.replicas && r < res.num_replicas; r++)
         if (res.replicas[r].t_end - res.t_start > out->engine_ns)

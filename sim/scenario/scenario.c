@@ -559,11 +559,12 @@ enum {
     T_FAULTS,
     T_RECOVERY,
     T_EXPECT,
+    T_LIVENESS,
     T_N
 };
 static const char *const scen_top_keys[T_N] = {
     "name",      "description", "seed",       "engine", "cluster",  "strategy", "model",
-    "optimizer", "data",        "checkpoint", "faults", "recovery", "expect"};
+    "optimizer", "data",        "checkpoint", "faults", "recovery", "expect",   "liveness"};
 
 enum { C_HOSTS, C_DPH, C_PS, C_TFC, C_NET, C_N };
 static const char *const scen_cluster_keys[C_N] = {"hosts", "devices_per_host", "ps", "tf_config",
@@ -1814,6 +1815,24 @@ static dsim_err scen_top(const scen_ctx *c, scen_state *st)
     }
     DSIM_CHECK(scen_set_str(c, &s->recovery, scen_recoveries[v].name));
     s->recovery_pos = scen_pos(m->val[T_RECOVERY]);
+    const scen_node *lv = m->val[T_LIVENESS];
+    if (lv) {
+        /* liveness: {reach_step: 40, within: 60s} */
+        enum { L_STEP, L_WITHIN, L_N };
+        static const char *const lkeys[L_N] = {"reach_step", "within"};
+        scen_map lm;
+        DSIM_CHECK(scen_map_read(c, lv, m->key[T_LIVENESS], "liveness", lkeys, L_N, &lm));
+        if (!lm.val[L_STEP] || !lm.val[L_WITHIN])
+            return scen_fail(c, m->key[T_LIVENESS],
+                             "liveness: needs both reach_step (the global step the healed job "
+                             "must reach) and within (how long it may take)");
+        int64_t step = 0, within = 0;
+        DSIM_CHECK(scen_int(c, &lm, L_STEP, 1, INT64_MAX / 2, &step));
+        DSIM_CHECK(scen_duration(c, &lm, L_WITHIN, 1, &within));
+        s->has_liveness = true;
+        s->liveness_step = (uint64_t)step;
+        s->liveness_within_ns = within;
+    }
     return DSIM_OK;
 }
 
