@@ -433,7 +433,8 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
     if (rep->restarts)
         printf(", %d restart(s)", rep->restarts);
     if (rep->deterministic)
-        printf(", %.6f s virtual", (double)rep->engine_ns / 1e9);
+        printf(", %.6f s virtual%s", (double)rep->engine_ns / 1e9,
+               rep->restarts ? " (the last attempt)" : "");
     printf("\n");
     if (rep->deterministic)
         printf("trace %016" PRIx64 " (%" PRIu64 " events)\n", rep->trace_hash, rep->trace_events);
