@@ -341,14 +341,6 @@ static int run_load(const run_opts *o, run_item *it)
         fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
         return 2;
     }
-    if (o->engine && strcmp(o->engine, "threads") != 0 && strcmp(o->engine, "processes") != 0) {
-        DSIM_ERR(DSIM_ENOTSUP, -1,
-                 "%s: --engine %s is not supported by this build yet (accepted: threads, "
-                 "processes)",
-                 it->file, o->engine);
-        fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
-        return 2;
-    }
     dsim_harness_opts ho = {
         .size = sizeof ho,
         .engine_override = o->engine,
@@ -449,9 +441,18 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
            rep->examples_per_s);
     if (rep->restarts)
         printf(", %d restart(s)", rep->restarts);
+    if (rep->deterministic)
+        printf(", %.6f s virtual%s", (double)rep->engine_ns / 1e9,
+               rep->restarts ? " (the last attempt)" : "");
     printf("\n");
+    if (rep->deterministic)
+        printf("trace %016" PRIx64 " (%" PRIu64 " events)\n", rep->trace_hash, rep->trace_events);
     if (rep->run_id > 0)
         printf("run %" PRId64 " stored in %s\n", (int64_t)rep->run_id, db);
+    if (rep->deterministic && rep->run_id > 0 && rep->status != DSIM_RUN_PASSED)
+        printf("replay it (same scenario text, seed and engine; the trace hash must match):\n"
+               "  dsim replay %" PRId64 " --db %s\n",
+               (int64_t)rep->run_id, db);
     fflush(stdout);
 }
 
@@ -469,6 +470,8 @@ static json_t *run_num_json(double v)
 
 static json_t *run_report_json(const run_item *it, const dsim_harness_result *rep)
 {
+    char hash[24];
+    snprintf(hash, sizeof hash, "%016" PRIx64, rep->trace_hash);
     json_t *checks = json_array();
     for (size_t i = 0; i < rep->n_checks; i++) {
         const dsim_check_outcome *c = &rep->checks[i];
@@ -491,14 +494,16 @@ static json_t *run_report_json(const run_item *it, const dsim_harness_result *re
                                                (json_int_t)k->collective_calls, "message", where));
     }
     return json_pack(
-        "{s:s, s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:o, s:s?, s:s?, s:o, s:o}",
+        "{s:s, s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:o, s:s?, s:s?, s:o, s:o, "
+        "s:s?}",
         "scenario", it->s->name, "file", it->file, "run_id", (json_int_t)rep->run_id, "status",
         dsim_run_status_name(rep->status), "strategy", it->s->train.strategy, "engine",
         run_engine(it), "seed", (json_int_t)it->s->seed, "steps", (json_int_t)rep->steps,
         "examples", (json_int_t)rep->examples, "wall_s", rep->wall_s, "examples_per_s",
         rep->examples_per_s, "final_loss", run_num_json(rep->final_loss), "error",
         rep->train_err != DSIM_OK ? rep->train_msg : NULL, "harness_error",
-        rep->harness_error ? rep->harness_msg : NULL, "checks", checks, "stuck", stuck);
+        rep->harness_error ? rep->harness_msg : NULL, "checks", checks, "stuck", stuck,
+        "trace_hash", rep->deterministic ? hash : NULL);
 }
 
 /* --report: the runs' HTML report in the store's directory. Returns the

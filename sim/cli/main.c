@@ -25,6 +25,8 @@ static const dsim_cmd main_cmds[] = {
      cmd_report_help},
     {"trace", "write a run as Chrome trace-event JSON (Perfetto, chrome://tracing)",
      dsim_cmd_trace_export, dsim_cmd_trace_export_help},
+    {"replay", "run a stored sim run again and compare its event trace", cmd_replay,
+     cmd_replay_help},
 };
 #define MAIN_NCMDS (sizeof main_cmds / sizeof main_cmds[0])
 

@@ -139,6 +139,16 @@ static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, c
 
 static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, const char *fmt, ...)
 {
+    char text[sizeof fs->ev[0].text];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    uint64_t th = 0xcbf29ce484222325ULL; /* FNV-1a of the text, for the trace */
+    for (const char *c = text; *c; c++)
+        th = (th ^ (unsigned char)*c) * 0x100000001b3ULL;
+    dsim_rt_trace(fs->rt, DSIM_TRACE_FAULT, ((uint64_t)(uint32_t)fault << 32) | (uint32_t)rank,
+                  (uint64_t)(now - fs->t0), th);
     if (fs->n_ev == fs->cap_ev) {
         size_t cap = fs->cap_ev ? 2 * fs->cap_ev : 32;
         if (cap > 100000)
@@ -159,10 +169,7 @@ static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, c
         e->lost = fs->lost_rank;
         fs->loss_unreported = false;
     }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->text, sizeof e->text, fmt, ap);
-    va_end(ap);
+    memcpy(e->text, text, sizeof text);
     dsim_info("fault: %s", e->text);
 }
 
@@ -699,6 +706,7 @@ static void fs_detach(void *user, dsim_fabric *f)
     dsim_waitq_destroy(fs->q);
     fs->q = NULL;
     fs->fab = NULL;
+    fs->rt = NULL; /* the job's, gone with it: later events are not traced */
 }
 
 /* ---- the hooks ---- */

@@ -87,7 +87,7 @@ static void test_validate(void **state)
     (void)state;
     const char *good = cli_file(0, "good.yaml", good_yaml);
     const char *bad = cli_file(1, "bad.yaml", "name: bad\ncluster:\n  hosts: two\n");
-    const char *later = cli_file(2, "later.yaml", "name: later\nengine: sim\n");
+    const char *later = cli_file(2, "later.yaml", "name: later\nexpect:\n  performance: {}\n");
 
     cli_result *r = cli_run((const char *[]){"validate", good, NULL});
     assert_int_equal(r->status, 0);
@@ -104,7 +104,8 @@ static void test_validate(void **state)
     /* well-formed but not runnable here: refused, with the place */
     r = cli_run((const char *[]){"validate", later, NULL});
     assert_int_equal(r->status, 2);
-    snprintf(want, sizeof want, "%s:2:9: engine: the sim engine is not supported yet", later);
+    snprintf(want, sizeof want, "%s:3:3: expect.performance: the performance check is not "
+             "supported yet", later);
     if (!strstr(r->out, want))
         fail_msg("expected '%s' in: %s", want, r->out);
 
@@ -285,14 +286,15 @@ static void test_plan(void **state)
     json_decref(j);
 
     /* not runnable in this build: the same */
-    const char *later = cli_file(3, "later.yaml", "name: later\nengine: sim\n");
+    const char *later = cli_file(3, "later.yaml", "name: later\nexpect:\n  performance: {}\n");
     r = cli_run((const char *[]){"plan", later, NULL});
     assert_int_equal(r->status, 2);
     j = json_loads(r->out, 0, &je);
     if (!j)
         fail_msg("not JSON: %s", r->out);
     assert_true(json_is_false(json_object_get(j, "runnable")));
-    assert_non_null(strstr(json_string_value(json_object_get(j, "not_runnable")), "sim engine"));
+    assert_non_null(strstr(json_string_value(json_object_get(j, "not_runnable")),
+                             "performance check"));
     assert_true(json_is_null(json_object_get(j, "error")));
     json_decref(j);
 
