@@ -675,8 +675,6 @@ static void test_runnable(void **state)
         const char *yaml;
         const char *where, *words;
     } cases[] = {
-        {"name: a\nexpect:\n  performance: {}\n", "t.yaml:3:3: expect.performance",
-         "performance check is not supported yet"},
         {"name: a\ncluster: {hosts: 2048}\n", "t.yaml: cluster: 2048 replicas on engine threads",
          "engine sim runs up to 16384"},
     };
@@ -718,8 +716,8 @@ static void test_runnable(void **state)
         }
         dsim_scenario_free(s);
     }
-    /* check.h declares node_loss, cold_start and performance not runnable yet */
-    assert_true(refused > 0 || dsim_check_count() == 0);
+    /* every built-in check runs in this build */
+    assert_int_equal(refused, 0);
     /* a checkpoint directory that is not there: where the path is given */
     dsim_scenario *s = parse_ok("name: a\ncheckpoint:\n  every: 2\n  path: no-such-dir-x/c.ckpt\n");
     assert_int_equal(dsim_scenario_runnable(s), DSIM_ENOENT);
@@ -1034,9 +1032,9 @@ static void test_plan(void **state)
     json_decref(j);
 
     /* a scenario this build cannot run yet still has a plan */
-    j = plan_of("name: s\nexpect:\n  performance: {}\n", DSIM_ENOTSUP);
+    j = plan_of("name: s\ncluster: {hosts: 2048}\ndata: {shard_policy: data, global_batch: 4096}\n", DSIM_ENOTSUP);
     assert_true(json_is_false(json_object_get(j, "runnable")));
-    assert_non_null(strstr(json_string_value(json_object_get(j, "not_runnable")), "performance"));
+    assert_non_null(strstr(json_string_value(json_object_get(j, "not_runnable")), "engine sim"));
     json_decref(j);
 }
 
