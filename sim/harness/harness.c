@@ -934,8 +934,16 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     bool have_ref = false;
     /* Faults or recovery: the job runs under sim/fault, restarts included. */
     bool processes = (cfg.engine && strcmp(cfg.engine, "processes") == 0) || o->hosts;
-    bool faulty = processes || s->n_faults > 0 ||
+    bool faulty = processes || s->n_faults > 0 || s->network_given ||
                   (s->recovery && strcmp(s->recovery, "restart") == 0);
+    /* the network model: the scenario's links, held to their alpha-beta
+     * times in the fault layer (threads and sim; processes runs real tcp) */
+    dsim_net_links net = {
+        .inter_latency_ns = s->link_latency_ns,
+        .inter_Bps = s->link_bandwidth_Bps,
+        .intra_latency_ns = s->intra_latency_ns,
+        .intra_Bps = s->intra_Bps,
+    };
     dsim_recovery_run rr;
     memset(&rr, 0, sizeof rr);
     dsim_check_faults cf;
@@ -952,6 +960,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
             .want_clean = restart && h_expects(s, "node_loss"),
             .processes = processes,
             .hosts = o->hosts,
+            .net = s->network_given && !processes ? &net : NULL,
         };
         dsim_err fe = dsim_recovery_run_job(&cfg, &ro, &rr);
         if (fe != DSIM_OK) {
@@ -1109,6 +1118,13 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         rc.record_params = false;
         if (dsim_train_reference(&rc, &ref) == DSIM_OK) {
             have_ref = true;
+            /* Under sim the run's times are the compute model's: so are the
+             * one-device baseline's, or scaling would compare two clocks. */
+            if (cfg.engine && strcmp(cfg.engine, "sim") == 0 && cfg.device_flops > 0 &&
+                ref.step_ns)
+                for (uint64_t k = 0; k < ref.steps; k++)
+                    ref.step_ns[k] = (int64_t)(6.0 * (double)ref.n_params *
+                                               (double)ref.examples[k] / cfg.device_flops * 1e9);
         } else {
             snprintf(out->note, sizeof out->note, "the one-device reference failed: %s",
                      dsim_errmsg());
