@@ -7,6 +7,7 @@
 #                                       task ends in bounded time, the chief
 #                                       stores a failed run naming the peer
 #   netns.sh DSIM SCENARIO bench        prints figures (cold start)
+#   netns.sh DSIM SCENARIO scenario     any scenario of 4 replicas passes
 #   netns.sh DSIM SCENARIO allreduce    the exchange measured against the
 #                                       cost model's prediction for 10 GbE
 # Needs root and `ip netns`; skips (77) saying why where they are missing.
@@ -112,6 +113,23 @@ quickstart)
     grep -q "group of 4 task(s) formed" w0.txt || fail "no rendezvous line"
     echo "ok: quickstart as 4 dsim worker tasks in 4 namespaces, one stored run, passed ($(( $(now_ms) - t0 )) ms)"
     ;;
+scenario)
+    # Any catalogue scenario of four replicas (or a multiple): the chief's
+    # run meets its expectations, one run is stored, and no task hangs.
+    start_job
+    wait "$w0"; r0=$?
+    [ $r0 -eq 0 ] || fail "the chief exited $r0"
+    for t in 1 2 3; do
+        eval "q=\$w$t"
+        wait "$q"; r=$?
+        [ $r -ne 124 ] && [ $r -ne 137 ] || fail "task $t hung (exit $r)"
+    done
+    grep -q ": passed (" w0.out.txt || fail "the chief's run did not pass"
+    if command -v sqlite3 >/dev/null; then
+        [ "$(sqlite3 ns.db 'select count(*) from runs')" = 1 ] || fail "the store holds not one run"
+    fi
+    echo "ok: $(basename "$scenario") as 4 dsim worker tasks in 4 namespaces: $(grep ': passed (' w0.out.txt)"
+    ;;
 partition)
     start_job
     i=0
@@ -186,7 +204,7 @@ allreduce)
     echo "(columns: network algorithm allreduce_ms compute_ms step_ms share speedup efficiency best)"
     ;;
 *)
-    echo "netns.sh: unknown mode '$mode' (accepted: quickstart, partition, bench, allreduce)"
+    echo "netns.sh: unknown mode '$mode' (accepted: quickstart, scenario, partition, bench, allreduce)"
     exit 99
     ;;
 esac
