@@ -969,7 +969,10 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     run->t0_ns = h_now_ns();
     run->replicas = R;
     run->devices_per_host = cfg.devices_per_host;
-    if (o->progress && R > 1) {
+    /* Not where the engine forks (processes, dsim worker): a thread of
+     * ours must not be running when a child is forked from this process. */
+    bool forks = (cfg.engine && strcmp(cfg.engine, "processes") == 0) || o->hosts;
+    if (o->progress && R > 1 && !forks) {
         run->formed = calloc((size_t)R, sizeof *run->formed);
         for (int i = 0; run->formed && i < R; i++)
             atomic_init(&run->formed[i], 0);
