@@ -8,6 +8,8 @@
 #                     every drawn schedule
 #   bad_input         no scenario, --runs 0, an unknown kind: exit 2, a message
 #   deterministic     the same --seed draws and shrinks the same way twice
+#   run_timeout       a run that never ends (a strategy that sleeps for ever)
+#                     is stopped at --timeout and reported, never a hang
 set -u
 case_=$1 dsim=$2 scen=$3 plugins=$4
 tmp=$(mktemp -d) || exit 1
@@ -83,6 +85,16 @@ deterministic)
     cmp o1.txt o2.txt || { diff o1.txt o2.txt; fail "two searches with the same seed differ"; }
     grep -v '^#' f1.yaml > a.txt; grep -v '^#' f2.yaml > b.txt
     cmp a.txt b.txt || fail "the written scenarios differ"
+    ;;
+run_timeout)
+    # the hang_sleep fixture of tests/harness hangs with or without faults
+    DSIM_SIM_STALL_S=100 "$dsim" explore "$scen/../../harness/scenarios/hang_sleep.yaml" --runs 3 \
+        --timeout 2 --plugin-dir "$plugins/../harness" > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 1 ] || fail "dsim explore exited $rc, wanted 1"
+    grep -q '^FAILED without faults: timeout: the run took longer than 2 s' out.txt ||
+        fail "the hung run was not reported as a timeout"
     ;;
 *)
     fail "unknown case $case_"
