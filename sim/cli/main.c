@@ -27,6 +27,8 @@ static const dsim_cmd main_cmds[] = {
      dsim_cmd_trace_export, dsim_cmd_trace_export_help},
     {"replay", "run a stored sim run again and compare its event trace", cmd_replay,
      cmd_replay_help},
+    {"explore", "search random fault schedules under sim; shrink a failing one", cmd_explore,
+     cmd_explore_help},
 };
 #define MAIN_NCMDS (sizeof main_cmds / sizeof main_cmds[0])
 

@@ -8,6 +8,12 @@
  *                at global step 2
  *   crash_abort  ... calls abort() there
  *   crash_exit   ... calls exit(3) there
+ *   ignore_abort every replica ignores a failed all-reduce (a peer lost, a
+ *                message dropped or corrupt, the job aborted) and keeps
+ *                stepping with whatever the call left, as code that logs
+ *                and swallows a collective's error would: a bug that shows
+ *                only under a fault (tests/explore finds it with dsim
+ *                explore)
  *
  * Otherwise they are a plain mirrored strategy (broadcast the chief's
  * variables, SUM-allreduce the gradients). "For ever" ends only when a test
@@ -33,6 +39,8 @@
 #define MB_NAME "crash_abort"
 #elif defined(MISBEHAVE_CRASH_EXIT)
 #define MB_NAME "crash_exit"
+#elif defined(MISBEHAVE_IGNORE_ABORT)
+#define MB_NAME "ignore_abort"
 #else
 #error "define one MISBEHAVE_*"
 #endif
@@ -104,6 +112,9 @@ static dsim_err mb_apply(dsim_replica_ctx *ctx, float *grad)
     mb_misbehave(ctx);
     mb_replica *me = ctx->priv;
     dsim_err e = dsim_allreduce(ctx->world, grad, grad, ctx->n_params, DSIM_F32, DSIM_SUM);
+#ifdef MISBEHAVE_IGNORE_ABORT
+    e = DSIM_OK; /* the bug */
+#endif
     if (e != DSIM_OK)
         return e;
     return dsim_optim_apply(me->opt, ctx->params, grad, ctx->n_params);
@@ -113,7 +124,11 @@ static dsim_err mb_reduce(dsim_replica_ctx *ctx, dsim_op op, const double *in, d
                           size_t n)
 {
     memmove(out, in, n * sizeof(double));
-    return dsim_allreduce(ctx->world, out, out, n, DSIM_F64, op);
+    dsim_err e = dsim_allreduce(ctx->world, out, out, n, DSIM_F64, op);
+#ifdef MISBEHAVE_IGNORE_ABORT
+    e = DSIM_OK;
+#endif
+    return e;
 }
 
 static void mb_fini(dsim_replica_ctx *ctx)

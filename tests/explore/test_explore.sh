@@ -1,0 +1,103 @@
+#!/bin/sh
+# dsim explore's tests: test_explore.sh CASE DSIM SCENARIO_DIR PLUGIN_DIR
+#   planted_bug       a strategy that ignores a failed all-reduce passes without
+#                     faults; explore finds a failing schedule, shrinks it to at
+#                     most two faults, and `dsim run` of the written file fails
+#                     the same check
+#   correct_strategy  multi_worker_mirrored under recovery: restart survives
+#                     every drawn schedule
+#   bad_input         no scenario, --runs 0, an unknown kind: exit 2, a message
+#   deterministic     the same --seed draws and shrinks the same way twice
+#   run_timeout       a run that never ends (a strategy that sleeps for ever)
+#                     is stopped at --timeout and reported, never a hang
+set -u
+case_=$1 dsim=$2 scen=$3 plugins=$4
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+fail() { echo "FAIL: $*"; [ -f out.txt ] && cat out.txt; exit 1; }
+
+case $case_ in
+planted_bug)
+    # the bug does not show without a fault
+    "$dsim" run "$scen/ignore_abort.yaml" --engine sim --plugin-dir "$plugins" --db plain.db \
+        > plain.txt 2>&1 || { cat plain.txt; fail "ignore_abort fails without faults"; }
+    "$dsim" explore "$scen/ignore_abort.yaml" --runs 30 --seed 1 --plugin-dir "$plugins" \
+        -o found.yaml > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 1 ] || fail "dsim explore exited $rc, wanted 1 (a failure found)"
+    line=$(grep '^FAILED: run ' out.txt) || fail "no FAILED line"
+    run=$(echo "$line" | sed -n 's/^FAILED: run \([0-9]*\) of.*/\1/p')
+    final=$(echo "$line" | sed -n 's/.*shrunk from [0-9]* faults to \([0-9]*\).*/\1/p')
+    [ -n "$run" ] && [ "$run" -le 30 ] || fail "first failure at run '$run'"
+    [ -n "$final" ] && [ "$final" -ge 1 ] && [ "$final" -le 2 ] ||
+        fail "shrunk to '$final' faults, wanted 1 or 2"
+    echo "$line" | grep -q 'failed with gradient_consistency' || fail "not a gradient_consistency failure"
+    grep -q '^shrink [0-9]*: .*kept$' out.txt || fail "no shrink step was kept"
+    grep -q 'verified: it fails the same way' out.txt || fail "the written file was not verified"
+    grep -q "^reproduce with: dsim run found.yaml --plugin-dir $plugins\$" out.txt ||
+        fail "no reproduce command"
+    [ -f found.yaml ] || fail "found.yaml not written"
+    grep -q '^engine: sim$' found.yaml || fail "found.yaml has no engine: sim"
+    grep -q '^seed: 5$' found.yaml || fail "found.yaml has not the scenario's seed"
+    n=$(grep -c '^  - {what: ' found.yaml)
+    [ "$n" -eq "$final" ] || fail "found.yaml holds $n faults, the output said $final"
+    "$dsim" validate --plugin-dir "$plugins" found.yaml > val.txt 2>&1 || { cat val.txt; fail "found.yaml does not validate"; }
+    "$dsim" run found.yaml --plugin-dir "$plugins" --db found.db > run.txt 2>&1
+    rc=$?
+    cat run.txt
+    [ $rc -eq 1 ] || fail "dsim run found.yaml exited $rc, wanted 1"
+    grep -q 'gradient_consistency' run.txt || fail "dsim run does not name gradient_consistency"
+    ;;
+correct_strategy)
+    "$dsim" explore "$scen/mwm_restart.yaml" --runs 60 --seed 3 -o none.yaml > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 0 ] || fail "dsim explore exited $rc on a correct strategy, wanted 0"
+    grep -q '^60 runs, no failure$' out.txt || fail "no summary of 60 runs"
+    grep -q '^run 60/60: passed' out.txt || fail "no progress line for the last run"
+    [ ! -f none.yaml ] || fail "a scenario was written though nothing failed"
+    ;;
+bad_input)
+    expect2() { # MESSAGE ARGS...: exit 2 and MESSAGE on stderr
+        msg=$1; shift
+        "$dsim" explore "$@" > out.txt 2> err.txt
+        rc=$?
+        [ $rc -eq 2 ] || { cat err.txt; fail "dsim explore $* exited $rc, wanted 2"; }
+        grep -q -- "$msg" err.txt || { cat err.txt; fail "dsim explore $*: no '$msg'"; }
+    }
+    expect2 'which scenario?' --runs 5
+    expect2 "--runs is '0'" "$scen/mwm_restart.yaml" --runs 0
+    expect2 "--runs is 'x'" "$scen/mwm_restart.yaml" --runs x
+    expect2 "unknown fault kind 'meteor'" "$scen/mwm_restart.yaml" --kinds kill,meteor
+    expect2 "--max-faults is '9'" "$scen/mwm_restart.yaml" --max-faults 9
+    expect2 'needs a value' "$scen/mwm_restart.yaml" --runs
+    expect2 'no_such.yaml' "$tmp/no_such.yaml"
+    ;;
+deterministic)
+    for i in 1 2; do
+        "$dsim" explore "$scen/ignore_abort.yaml" --runs 30 --seed 11 --plugin-dir "$plugins" \
+            --kinds drop,delay,corrupt,pause -o f$i.yaml | sed 's/ ([0-9.]* s)$//; s/f[12]\.yaml/F/g' > o$i.txt
+    done
+    cat o1.txt
+    grep -q '^FAILED: run ' o1.txt || fail "no failure found with drop, delay, corrupt, pause"
+    cmp o1.txt o2.txt || { diff o1.txt o2.txt; fail "two searches with the same seed differ"; }
+    grep -v '^#' f1.yaml > a.txt; grep -v '^#' f2.yaml > b.txt
+    cmp a.txt b.txt || fail "the written scenarios differ"
+    ;;
+run_timeout)
+    # the hang_sleep fixture of tests/harness hangs with or without faults
+    DSIM_SIM_STALL_S=100 "$dsim" explore "$scen/../../harness/scenarios/hang_sleep.yaml" --runs 3 \
+        --timeout 2 --plugin-dir "$plugins/../harness" > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 1 ] || fail "dsim explore exited $rc, wanted 1"
+    grep -q '^FAILED without faults: timeout: the run took longer than 2 s' out.txt ||
+        fail "the hung run was not reported as a timeout"
+    ;;
+*)
+    fail "unknown case $case_"
+    ;;
+esac
+echo "ok: $case_"
