@@ -6,8 +6,9 @@
  * finished run. Every check stores pass/fail, the measured value, the
  * expected value and a sentence a person can act on.
  *
- * Built in: gradient_consistency, shard_coverage, convergence, node_loss (one
- * file each in sim/check/, see there for how each judges a run). Registered
+ * Built in: gradient_consistency, shard_coverage, convergence, node_loss,
+ * checkpoint_roundtrip (one file each in sim/check/, see there for how each
+ * judges a run). Registered
  * but not yet runnable (available = false, refused by `dsim validate` with a
  * message naming what is missing): cold_start, performance. */
 #ifndef DSIM_CHECK_H

@@ -1334,6 +1334,7 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->updates);
     free(res->checkpoint_writes);
     free(res->replicas);
+    free(res->optim_state);
     dsim_ledger_destroy(res->ledger);
     memset(res, 0, sizeof *res);
 }

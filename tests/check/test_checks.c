@@ -113,8 +113,9 @@ static dsim_check_result judge(const char *name, const dsim_check_ctx *ctx, cons
 static void test_registry(void **state)
 {
     (void)state;
-    const char *avail[] = {"gradient_consistency", "shard_coverage", "convergence", "node_loss"};
-    for (size_t i = 0; i < 4; i++) {
+    const char *avail[] = {"gradient_consistency", "shard_coverage", "convergence", "node_loss",
+                           "checkpoint_roundtrip"};
+    for (size_t i = 0; i < 5; i++) {
         const dsim_check_ops *c = dsim_check_find(avail[i]);
         assert_non_null(c);
         assert_true(c->available);
@@ -128,7 +129,7 @@ static void test_registry(void **state)
         assert_false(c->available);
     }
     assert_null(dsim_check_find("gradient"));
-    assert_int_equal(dsim_check_count(), 6);
+    assert_int_equal(dsim_check_count(), 7);
     for (size_t i = 0; i < dsim_check_count(); i++) {
         const dsim_check_ops *c = dsim_check_at(i);
         for (int k = 0; k < c->n_params; k++) {
@@ -141,6 +142,50 @@ static void test_registry(void **state)
 }
 
 /* ---- gradient_consistency ---- */
+
+/* The reported loss is the sum of the local losses, or not. */
+static void test_gc_loss(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 4, 3);
+    double local[12], loss[3];
+    for (int s = 0; s < 3; s++) {
+        loss[s] = 0;
+        for (int k = 0; k < 4; k++) {
+            local[s * 4 + k] = 0.1 * (s + 1) + 0.01 * k;
+            loss[s] += local[s * 4 + k];
+        }
+    }
+    f.res.local_loss = local;
+    f.res.loss = loss;
+    dsim_check_ctx ctx = fake_ctx(&f);
+    const dsim_check_ops *gc = dsim_check_find("gradient_consistency");
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(gc, v, NULL);
+    dsim_check_result r = judge("gradient_consistency", &ctx, v);
+    assert_true(r.passed);
+
+    /* a reduce that averages where SUM was asked */
+    loss[1] /= 4;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "the loss the strategy reports at global step 1");
+    assert_has(r.message, "ratio 0.25");
+    assert_has(r.message, "averaged (MEAN) where the driver asked for SUM");
+    assert_true(fabs(r.measured - 0.75) < 1e-9);
+
+    /* a reduce that does not combine at all */
+    loss[1] = local[4];
+    r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "replica 0's own local loss");
+
+    /* not reduced (asynchronous servers): not judged */
+    loss[1] = NAN;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_true(r.passed);
+}
 
 static void test_gc_pass(void **state)
 {
@@ -711,6 +756,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_gc_pass),
+        cmocka_unit_test(test_gc_loss),
         cmocka_unit_test(test_gc_non_finite_fails),
         cmocka_unit_test(test_gc_divergence_names_step_and_replica),
         cmocka_unit_test(test_gc_reference_mismatch),

@@ -320,6 +320,13 @@ typedef struct dsim_train_result {
                               from the checkpoint, with restore */
     uint64_t preempted_at; /* global steps done when it stopped: the checkpoint's */
 
+    /* dsim_train_reference only: the optimizer's slots (whole-model layout
+     * of dsim/optim.h) and step when it ended. NULL / 0 from dsim_train,
+     * whose optimizers belong to the strategy. */
+    float *optim_state;
+    size_t optim_state_len;
+    uint64_t optim_step;
+
     dsim_error error; /* the failure, when dsim_train did not return DSIM_OK */
 } dsim_train_result;
 
@@ -335,9 +342,11 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res);
 /* Replays the global batches of cfg on one device from the same initial
  * variables: at each step the batches of all replicas, concatenated in
  * replica order, in one dsim_model_loss_grad call with scale 1/global_batch,
- * then the same optimizer. Ignores the strategy, servers and checkpoints.
- * Fills params, steps, loss, trace (if record_params), initial/final loss,
- * ledger (as replica 0); num_replicas is 1. */
+ * then the same optimizer. Ignores the strategy, servers and checkpoints;
+ * stops after cfg->stop_after global steps when that is set. Fills params,
+ * steps, loss, trace (if record_params), initial/final loss, the
+ * optimizer's final slots and step, ledger (as replica 0); num_replicas
+ * is 1. */
 dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res);
 
 void dsim_train_result_free(dsim_train_result *res);
