@@ -358,10 +358,28 @@ static int64_t h_detection_bound(const dsim_scenario *s)
     return b == DSIM_NO_DEADLINE ? 0 : b;
 }
 
+/* Whether to keep every step's variables of the run and of the reference:
+ * gradient_consistency explains a difference from them (how the updates
+ * compare), when they fit in H_TRACE_MAX floats each. */
+#define H_TRACE_MAX ((uint64_t)4 << 20)
+static bool h_wants_trace(const dsim_scenario *s, const dsim_train_cfg *cfg)
+{
+    if (!h_expects(s, "gradient_consistency"))
+        return false;
+    dsim_model_spec m = cfg->model;
+    if (m.in_dim == 0) {
+        m.in_dim = cfg->data.in_dim;
+        m.out_dim = cfg->data.out_dim;
+    }
+    uint64_t steps = h_total_steps(cfg), n = dsim_model_num_params(&m);
+    return steps && n && steps <= H_TRACE_MAX / n;
+}
+
 static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
                       dsim_harness_result *out)
 {
     dsim_train_cfg cfg = s->train;
+    cfg.record_params = cfg.record_params || h_wants_trace(s, &cfg);
 
     h_run *run = calloc(1, sizeof *run);
     if (!run) {
@@ -548,7 +566,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
         dsim_train_cfg rc = cfg;
         rc.observer = NULL;
         rc.observer_user = NULL;
-        rc.record_params = false;
+        rc.record_params = cfg.record_params;
         if (dsim_train_reference(&rc, &ref) == DSIM_OK) {
             have_ref = true;
         } else {

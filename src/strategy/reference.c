@@ -136,6 +136,14 @@ dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
     if (e != DSIM_OK)
         goto out;
     res->initial_loss = dsim_train_mean_loss(&su, res->params);
+    if (cfg->record_params) {
+        res->initial_params = malloc(P * sizeof(float) + 1);
+        if (!res->initial_params) {
+            e = DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
+            goto out;
+        }
+        memcpy(res->initial_params, res->params, P * sizeof(float));
+    }
     float scale = 1.0f / (float)G;
     for (uint64_t s = 0; s < steps; s++) {
         size_t n = 0;

@@ -1295,6 +1295,14 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
     res->initial_checksum = dsim_params_checksum(job.init.params, job.su.n_params);
     if ((e = train_alloc_result(&job)) != DSIM_OK)
         goto out_setup;
+    if (cfg->record_params) {
+        res->initial_params = malloc(job.su.n_params * sizeof(float) + 1);
+        if (!res->initial_params) {
+            e = DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the initial variables");
+            goto out_setup;
+        }
+        memcpy(res->initial_params, job.init.params, job.su.n_params * sizeof(float));
+    }
     if ((e = train_open_world(&job)) == DSIM_OK)
         e = train_run_workers(&job);
     if (e == DSIM_OK && job.failed) {
@@ -1331,6 +1339,7 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->checksum);
     free(res->examples);
     free(res->trace);
+    free(res->initial_params);
     free(res->updates);
     free(res->checkpoint_writes);
     free(res->replicas);

@@ -302,6 +302,8 @@ typedef struct dsim_train_result {
     uint64_t *checksum; /* [steps * num_replicas]: after each step */
     uint64_t *examples; /* [steps * num_replicas] */
     float *trace;       /* [steps * n_params] if cfg.record_params, else NULL */
+    float *initial_params; /* [n_params] if cfg.record_params: the variables before the
+                              first step run (restored ones after a restore) */
 
     dsim_ledger *ledger; /* who read what (replica = worker * D + device) */
 
