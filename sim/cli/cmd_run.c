@@ -399,6 +399,11 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
     printf("\n");
     if (rep->run_id > 0)
         printf("run %" PRId64 " stored in %s\n", (int64_t)rep->run_id, db);
+    if (rep->flight_path[0])
+        printf("flight records in %s: 'dsim trace desync %" PRId64 "%s%s' says which rank did "
+               "not join which collective\n",
+               rep->flight_path, (int64_t)rep->run_id, strcmp(db, "dsim.db") ? " --db " : "",
+               strcmp(db, "dsim.db") ? db : "");
     fflush(stdout);
 }
 

@@ -17,6 +17,8 @@ static const dsim_cmd main_cmds[] = {
      cmd_list_help},
     {"run", "run scenarios, judge them with their checks, store the results", cmd_run,
      cmd_run_help},
+    {"trace", "read what a failed run left: 'desync RUN_ID' says why it hung", cmd_trace,
+     cmd_trace_help},
 };
 #define MAIN_NCMDS (sizeof main_cmds / sizeof main_cmds[0])
 

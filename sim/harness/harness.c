@@ -20,6 +20,7 @@
 #include "dsim/data.h"
 #include "dsim/dataset.h"
 #include "dsim/health.h"
+#include "diag/flight.h"
 #include "fault/fault.h"
 #include "harness.h"
 
@@ -633,6 +634,20 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
         if (HG_STORE(dsim_store_metric(st, out->run_id, "allreduce_algorithm", (double)a,
                                        dsim_algo_name(a), -1)) != DSIM_OK)
             h_fail(out, "storing the metrics");
+    }
+
+    /* A run that failed, or failed a check, leaves its flight records
+     * (what every rank's collectives came to) next to the store, for
+     * `dsim trace desync`; the store has no table for them yet. */
+    if (st && out->run_id && (out->train_err != DSIM_OK || out->n_failed)) {
+        const dsim_train_result *fr = faulty && rr.has_broken ? &rr.broken : &res;
+        const char *why = fr == &res ? (out->train_err != DSIM_OK ? res.error.msg : NULL)
+                                     : rr.broken.error.msg;
+        dsim_flight_path(dsim_store_path(st), (uint64_t)out->run_id, out->flight_path,
+                         sizeof out->flight_path);
+        if (dsim_flight_write(out->flight_path, (uint64_t)out->run_id, s->name, fr, why,
+                              cfg.timeout_ns) != DSIM_OK)
+            out->flight_path[0] = '\0';
     }
 
     out->status = out->harness_error ? DSIM_RUN_ERROR

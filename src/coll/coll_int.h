@@ -69,6 +69,11 @@ struct dsim_comm {
     dsim_req **fp_req;
     int *fp_pend;
     int fp_npend;
+    /* The flight recorder: fr[call % fr_max] once fr_cap entries exist
+     * (grown by doubling as calls come, up to fr_max; fr_max 0: none). */
+    dsim_fr_entry *fr;
+    size_t fr_cap, fr_max;
+    dsim_fr_entry *fr_cur; /* the call in progress, or NULL */
 };
 
 /* One collective call in progress. */

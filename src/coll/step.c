@@ -81,6 +81,42 @@ static uint32_t step_tag(uint64_t call, uint32_t step)
            (step >= STEP_FP_STEP && step <= STEP_FC_STEP ? step : step % STEP_FP_STEP);
 }
 
+/* The recorder's slot for call number `call`, growing the ring while it
+ * is smaller than its size; NULL when there is none (or no memory). */
+static dsim_fr_entry *step_fr_slot(dsim_comm *c, uint64_t call)
+{
+    if (!c->fr_max)
+        return NULL;
+    if (call < c->fr_max && call >= c->fr_cap) {
+        size_t ncap = c->fr_cap ? 2 * c->fr_cap : 16;
+        if (ncap > c->fr_max)
+            ncap = c->fr_max;
+        dsim_fr_entry *n = realloc(c->fr, ncap * sizeof *n);
+        if (!n)
+            return NULL;
+        c->fr = n;
+        c->fr_cap = ncap;
+    }
+    return &c->fr[call % c->fr_max];
+}
+
+/* Marks the call started in the recorder (its first transfer is posted). */
+static void step_fr_start(dsim_coll *x)
+{
+    dsim_fr_entry *fe = x->c->fr_cur;
+    if (fe && fe->state == DSIM_FR_SCHEDULED) {
+        fe->state = DSIM_FR_STARTED;
+        fe->fp = x->c->fp_out;
+        fe->t_started = dsim_rt_now(x->c->rt);
+    }
+}
+
+static void step_fr_wait(dsim_comm *c, int peer)
+{
+    if (c->fr_cur)
+        c->fr_cur->waiting_for = peer;
+}
+
 void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *algo, dsim_dtype t,
                      dsim_op op, int nsteps)
 {
@@ -109,6 +145,15 @@ void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *a
     fp->root = -1;
     fp->coll = DSIM_COLL_NONE;
     fp->op = fp->dtype = DSIM_COLL_FP_NONE;
+    dsim_fr_entry *fe = c->fr_cur = step_fr_slot(c, x->call);
+    if (fe) {
+        memset(fe, 0, sizeof *fe);
+        fe->fp = *fp;
+        fe->state = DSIM_FR_SCHEDULED;
+        fe->waiting_for = -1;
+        fe->t_created = dsim_rt_now(c->rt);
+        fe->t_started = fe->t_completed = -1;
+    }
 }
 
 void dsim_coll_fp_set(dsim_coll *x, dsim_coll_kind kind, unsigned op, unsigned dtype,
@@ -655,15 +700,27 @@ static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, dsim_req **r
 dsim_err dsim_coll_end(dsim_coll *x, dsim_err e)
 {
     dsim_comm *c = x->c;
-    if (e != DSIM_OK) {
+    if (e != DSIM_OK)
         step_fp_drop(c);
-        return e;
-    }
-    while (c->fp_npend > 0) {
+    while (e == DSIM_OK && c->fp_npend > 0) {
         dsim_xfer f = {DSIM_XF_RECV, c->fp_pend[0], x->nsteps, NULL, 0};
-        DSIM_CHECK(step_fp_await(x, &f));
+        step_fr_wait(c, f.peer);
+        e = step_fp_await(x, &f);
     }
-    return DSIM_OK;
+    dsim_fr_entry *fe = c->fr_cur;
+    if (fe) {
+        fe->fp = c->fp_out;
+        fe->error = (int32_t)e;
+        fe->t_completed = dsim_rt_now(c->rt);
+        if (e == DSIM_OK) {
+            if (fe->state == DSIM_FR_SCHEDULED)
+                fe->t_started = fe->t_created; /* nothing to move: done at once */
+            fe->state = DSIM_FR_COMPLETED;
+            fe->waiting_for = -1;
+        }
+        c->fr_cur = NULL;
+    }
+    return e;
 }
 
 dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
@@ -683,6 +740,7 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         }
     }
 
+    step_fr_start(x);
     dsim_err e = DSIM_OK;
     int m = 0, mfp = 0; /* reqs[0 .. mfp) are fingerprint sends */
     int *plan = idx + 2 * n;
@@ -695,8 +753,10 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
          * but a peer posts its fingerprint at the start of the step in which
          * it first sends to us, so no wait here depends on them. */
         for (int i = 0; i < n && e == DSIM_OK && x->fp_both; i++)
-            if (xf[i].kind != DSIM_XF_SEND && c->fp_req[xf[i].peer])
+            if (xf[i].kind != DSIM_XF_SEND && c->fp_req[xf[i].peer]) {
+                step_fr_wait(c, xf[i].peer);
                 e = step_fp_await(x, &xf[i]);
+            }
         if (e != DSIM_OK) {
             for (int j = 0; j < m; j++)
                 dsim_req_cancel(reqs[j]);
@@ -735,6 +795,7 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         }
         size_t len = 0;
         int probed = 0;
+        step_fr_wait(c, f->peer);
         if (f->kind != DSIM_XF_SEND && !c->fp_off && c->fp_seen[f->peer] != x->call + 1) {
             e = step_wait_probing(x, f, &reqs[j], &len, &probed);
         } else {
@@ -775,6 +836,7 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         if (!(plan[i] & STEP_FP_EXPECT) || c->fp_seen[f->peer] == x->call + 1)
             continue;
         e = step_fp_expect(x, f);
+        step_fr_wait(c, f->peer);
         if (e == DSIM_OK)
             e = step_fp_await(x, f);
     }

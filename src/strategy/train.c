@@ -1099,6 +1099,15 @@ static void train_close_world(train_job *job)
         free(job->reps[r].final);
         free(job->reps[r].ctx.params);
     }
+    /* What each replica's collectives came to, for a harness to explain a
+     * failure with: every replica's worker has returned. */
+    if (job->world && job->res && !job->res->flight &&
+        (job->res->flight = calloc((size_t)job->N, sizeof *job->res->flight))) {
+        job->res->n_flight = job->N;
+        for (int r = 0; r < job->N; r++)
+            if (job->world[r])
+                (void)dsim_comm_flight_dump(job->world[r], &job->res->flight[r]);
+    }
     for (int r = 0; job->world && r < job->N; r++)
         dsim_comm_destroy(job->world[r]);
     for (int r = 0; job->ctl && r < job->N; r++)
@@ -1344,6 +1353,9 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->checkpoint_writes);
     free(res->replicas);
     free(res->optim_state);
+    for (int r = 0; res->flight && r < res->n_flight; r++)
+        dsim_fr_dump_free(&res->flight[r]);
+    free(res->flight);
     dsim_ledger_destroy(res->ledger);
     memset(res, 0, sizeof *res);
 }

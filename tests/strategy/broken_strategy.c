@@ -20,7 +20,11 @@
  *                       gradient_consistency says "stale by one step".
  *   -DBROKEN_TAIL       reduces its gradient in two buckets and averages the
  *                       last one: gradient_consistency names the parameter
- *                       range that is updated otherwise. */
+ *                       range that is updated otherwise.
+ *   -DBROKEN_HANG       at global step 3, replica 3 waits in its own code for
+ *                       a message nobody sends, until its timeout: the others
+ *                       wait for it in the all-reduce (a planted hang for
+ *                       `dsim trace desync`). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +48,9 @@
 #elif defined(BROKEN_TAIL)
 #define BROKEN_NAME    "broken_tail"
 #define BROKEN_SUMMARY "averages the last bucket of its gradient (a test fixture)"
+#elif defined(BROKEN_HANG)
+#define BROKEN_NAME    "broken_hang"
+#define BROKEN_SUMMARY "replica 3 stops in its own code at step 3 (a test fixture)"
 #else
 #error                                                                                             \
     "build with one of -DBROKEN_MISMATCH, -DBROKEN_REDUCE_OP, -DBROKEN_SAVE, -DBROKEN_CTX, -DBROKEN_STALE, -DBROKEN_TAIL"
@@ -95,6 +102,20 @@ static dsim_err broken_apply(dsim_replica_ctx *ctx, float *grad)
 {
     broken_replica *me = ctx->priv;
     dsim_err e;
+#if defined(BROKEN_HANG)
+    if (ctx->replica == 3 && ctx->global_step == 3) {
+        /* THE BUG: a wait of its own that nothing ends but the timeout. */
+        dsim_req *r = NULL;
+        uint64_t word = 0;
+        e = dsim_irecv(ctx->ep, 0, DSIM_STRATEGY_COMM_USER, 1, &word, sizeof word, &r);
+        if (e == DSIM_OK)
+            e = dsim_wait(r,
+                          ctx->timeout_ns > 0 ? dsim_rt_deadline(ctx->rt, 3 * ctx->timeout_ns)
+                                              : DSIM_NO_DEADLINE,
+                          NULL);
+        return e == DSIM_OK ? DSIM_ERR(DSIM_EPROTO, -1, "%s: unexpected message", BROKEN_NAME) : e;
+    }
+#endif
 #if defined(BROKEN_MISMATCH)
     if (ctx->replica == 1 && ctx->n_params % 2 == 0)
         /* THE BUG: the same bytes, another dtype and count. */

@@ -322,6 +322,12 @@ typedef struct dsim_train_result {
                               from the checkpoint, with restore */
     uint64_t preempted_at; /* global steps done when it stopped: the checkpoint's */
 
+    /* The flight recorder of every replica's world communicator
+     * (dsim/comm.h) as the job ended: [n_flight], by replica; NULL when the
+     * job never formed. What a harness writes out after a failure. */
+    dsim_fr_dump *flight;
+    int n_flight;
+
     /* dsim_train_reference only: the optimizer's slots (whole-model layout
      * of dsim/optim.h) and step when it ended. NULL / 0 from dsim_train,
      * whose optimizers belong to the strategy. */
