@@ -70,6 +70,8 @@
 #define STEP_FP_STEP 0xFFEu
 #define STEP_CALLS   0xFFFFFu /* call numbers one epoch's tags tell apart */
 #define STEP_STACK   8
+/* A deadline already past: a wait that only collects what is there. */
+#define STEP_PAST 0
 /* How long a first receive from a peer waits before looking whether that
  * peer's fingerprint arrived and differs (step_wait_probing). */
 #define STEP_PROBE_NS (20 * 1000000LL)
@@ -270,18 +272,17 @@ static int step_failure_check(dsim_coll *x, int awaited, int *desync, dsim_error
             if (!r)
                 continue;
             reqs[t * n + p] = NULL;
-            if (c->fc_flags[p] || (t == 1 && !dsim_req_done(r))) {
-                /* Answered under the other tag already, or no answer from
-                 * the previous call is here: only this call's is waited
-                 * for. */
-                if (dsim_req_done(r))
-                    (void)dsim_wait(r, DSIM_NO_DEADLINE, NULL);
-                else
-                    dsim_req_cancel(r);
-                continue;
-            }
+            /* Only this call's answer is waited for; one from the previous
+             * call counts if it is here, and is dropped if the peer
+             * answered already. */
             size_t len = 0;
-            dsim_err e = dsim_wait(r, dsim_req_done(r) ? DSIM_NO_DEADLINE : dl, &len);
+            dsim_err e = dsim_wait(r,
+                                   dsim_req_done(r)           ? DSIM_NO_DEADLINE
+                                   : t == 1 || c->fc_flags[p] ? STEP_PAST
+                                                              : dl,
+                                   &len);
+            if (c->fc_flags[p] || (t == 1 && e == DSIM_ETIMEDOUT))
+                continue;
             if (e == DSIM_OK && len == sizeof c->fc_in[p]) {
                 c->fc_flags[p] = 1;
                 if (t == 1)
@@ -615,15 +616,18 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
     }
     size_t len = 0;
     int mismatch = 0;
-    if (r && dsim_req_done(r)) {
-        dsim_err e = dsim_wait(r, DSIM_NO_DEADLINE, &len);
+    if (r) {
+        /* A deadline already past: the receive is withdrawn if nothing came,
+         * and kept if it completes while being withdrawn (a cancel then
+         * would lose the fingerprint it took). */
+        dsim_err e = dsim_wait(r, STEP_PAST, &len);
         if (e == DSIM_OK && len == sizeof c->fp_in[p] && c->fp_in[p].magic == DSIM_COLL_FP_MAGIC) {
             c->fp_seen[p] = mark;
             c->heard[p] = mark;
             mismatch = dsim_coll_fp_diff(&c->fp_in[p], &c->fp_out, NULL, 0) != 0;
         } else if (e == DSIM_EABORTED) {
             return step_fp_aborted(x, f);
-        } else if (e != DSIM_OK) {
+        } else if (e != DSIM_OK && e != DSIM_ETIMEDOUT) {
             /* A gap or a corrupt frame from p failed this receive, the
              * oldest one posted from p: that is what became of the payload,
              * and the caller reports it as such. */
@@ -631,8 +635,6 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
             *final = 0;
             return e;
         }
-    } else if (r) {
-        dsim_req_cancel(r);
     }
     if (!mismatch) {
         dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s", saved.msg);
