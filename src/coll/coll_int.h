@@ -83,6 +83,7 @@ typedef struct dsim_coll {
     char what[48]; /* "allreduce(ring)", used as the message prefix */
     int nsteps;    /* this algorithm's step count, for messages */
     uint64_t call; /* the call counter value of this call */
+    int64_t t0;    /* dsim_rt_now when it began */
     int64_t deadline;
     dsim_dtype t;
     dsim_op op;

@@ -107,9 +107,11 @@ static void step_fr_start(dsim_coll *x)
 {
     dsim_fr_entry *fe = x->c->fr_cur;
     if (fe && fe->state == DSIM_FR_SCHEDULED) {
+        /* The time is the call's start: what lies between is argument
+         * checks, and a clock read per call is what the recorder costs. */
         fe->state = DSIM_FR_STARTED;
         fe->fp = x->c->fp_out;
-        fe->t_started = dsim_rt_now(x->c->rt);
+        fe->t_started = fe->t_created;
     }
 }
 
@@ -128,7 +130,12 @@ void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *a
     x->call = c->calls++;
     if (x->call && x->call % STEP_CALLS == 0)
         dsim_ep_set_epoch(c->ep, c->comm_id, (uint32_t)(x->call / STEP_CALLS));
-    x->deadline = c->timeout_ns > 0 ? dsim_rt_deadline(c->rt, c->timeout_ns) : DSIM_NO_DEADLINE;
+    /* One clock read per call start: the deadline, the recorder's time and
+     * the first look for a fingerprint (step_wait_probing) all use it. */
+    x->t0 = dsim_rt_now(c->rt);
+    x->deadline = c->timeout_ns > 0 && c->timeout_ns <= DSIM_NO_DEADLINE - x->t0
+                      ? x->t0 + c->timeout_ns
+                      : DSIM_NO_DEADLINE;
     if (algo)
         snprintf(x->what, sizeof x->what, "%s(%s)", what, algo);
     else
@@ -153,7 +160,7 @@ void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *a
         fe->fp = *fp;
         fe->state = DSIM_FR_SCHEDULED;
         fe->waiting_for = -1;
-        fe->t_created = dsim_rt_now(c->rt);
+        fe->t_created = x->t0;
         fe->t_started = fe->t_completed = -1;
     }
 }
@@ -675,8 +682,8 @@ static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, dsim_req **r
                                   int *probed)
 {
     dsim_comm *c = x->c;
+    int64_t soon = x->t0 + STEP_PROBE_NS; /* the first look: no clock read */
     for (;;) {
-        int64_t soon = dsim_rt_deadline(c->rt, STEP_PROBE_NS);
         int interim = soon < x->deadline;
         dsim_err e = dsim_wait(*req, interim ? soon : x->deadline, len);
         *req = NULL;
@@ -690,6 +697,7 @@ static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, dsim_req **r
         }
         if (step_post(x, f, req) != DSIM_OK)
             return dsim_last_error()->code;
+        soon = dsim_rt_deadline(c->rt, STEP_PROBE_NS);
         if (c->fp_seen[f->peer] == x->call + 1) {
             /* Checked and agrees: an ordinary wait from here on. */
             e = dsim_wait(*req, x->deadline, len);
