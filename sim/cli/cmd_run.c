@@ -47,7 +47,7 @@ void cmd_run_help(FILE *out)
 {
     fprintf(out,
             "usage: dsim run [SCENARIO...] [--engine E] [--seed N] [--db PATH] [--plugin-dir DIR]\n"
-            "                [--json]\n"
+            "                [--combination K] [--json]\n"
             "\n"
             "Runs each scenario file (default: %s), judges the run with\n"
             "the checks of the file's expect: section, stores it in the results store and\n"
@@ -61,6 +61,9 @@ void cmd_run_help(FILE *out)
             "  --db PATH         the results store (default %s in the working directory)\n"
             "  --plugin-dir DIR  look for strategy plugins named by a bare file name in DIR\n"
             "                    first (then $DSIM_PLUGIN_PATH, then this build's plugins)\n"
+            "  --combination K   of a file with a matrix: section, run only combination K\n"
+            "                    (0-based; every combination is run, each as its own run,\n"
+            "                    without it)\n"
             "  --json            print a machine-readable summary on stdout instead of the\n"
             "                    table (progress goes to stderr when it is a terminal)\n"
             "\n"
@@ -143,11 +146,13 @@ typedef struct run_opts {
     uint64_t seed;
     const char *db;
     bool json;
+    long combination; /* --combination K, or -1: all */
 } run_opts;
 
 static int run_parse(int argc, char **argv, run_opts *o)
 {
     memset(o, 0, sizeof *o);
+    o->combination = -1;
     o->files = calloc((size_t)argc + 1, sizeof *o->files);
     if (!o->files) {
         fprintf(stderr, "dsim run: out of memory\n");
@@ -177,6 +182,18 @@ static int run_parse(int argc, char **argv, run_opts *o)
             }
             o->has_seed = true;
             o->seed = x;
+        } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--combination", &missing))) {
+            char *end = NULL;
+            errno = 0;
+            long x = strtol(v, &end, 10);
+            if (!*v || *end || errno || x < 0) {
+                fprintf(stderr,
+                        "dsim run: --combination is '%s' (accepted: a combination number 0 .. "
+                        "N-1 of the file's matrix)\n",
+                        v);
+                return 2;
+            }
+            o->combination = x;
         } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--db", &missing))) {
             if (!*v) {
                 fprintf(stderr, "dsim run: --db is empty (accepted: a file path)\n");
@@ -312,6 +329,76 @@ static int run_load(const run_opts *o, run_item *it)
     return 0;
 }
 
+/* Loads every file; a file with a matrix becomes one item per combination
+ * (only --combination K's when given). On failure the items loaded so far
+ * are in *items (to free) and the status is 2. */
+static int run_expand(const run_opts *o, run_item **items, int *n)
+{
+    int cap = o->n_files, rc = 0;
+    *items = calloc((size_t)cap, sizeof **items);
+    *n = 0;
+    if (!*items) {
+        fprintf(stderr, "dsim run: out of memory\n");
+        return 2;
+    }
+    for (int f = 0; f < o->n_files && rc == 0; f++) {
+        run_item base = {.file = o->files[f]};
+        if ((rc = run_load(o, &base)) != 0) {
+            dsim_scenario_free(base.s);
+            break;
+        }
+        size_t nc = dsim_scenario_combinations(base.s);
+        if (o->combination >= 0 && (size_t)o->combination >= nc) {
+            fprintf(stderr,
+                    "dsim run: %s: --combination %ld does not exist; the file makes %zu "
+                    "run%s (0..%zu)\n",
+                    base.file, o->combination, nc, nc == 1 ? "" : "s", nc - 1);
+            dsim_scenario_free(base.s);
+            rc = 2;
+            break;
+        }
+        if (nc == 1 && !base.s->n_combinations) {
+            (*items)[(*n)++] = base; /* no matrix: the file as it is */
+            continue;
+        }
+        size_t first = o->combination >= 0 ? (size_t)o->combination : 0;
+        size_t last = o->combination >= 0 ? first + 1 : nc;
+        if (*n + (int)(last - first) > cap) {
+            int ncap = *n + (int)(last - first) + o->n_files;
+            run_item *grown = realloc(*items, (size_t)ncap * sizeof *grown);
+            if (!grown) {
+                fprintf(stderr, "dsim run: out of memory\n");
+                dsim_scenario_free(base.s);
+                rc = 2;
+                break;
+            }
+            *items = grown;
+            cap = ncap;
+        }
+        for (size_t k = first; k < last && rc == 0; k++) {
+            run_item it = {.file = base.file};
+            if (dsim_scenario_combination(base.s, k, &it.s) != DSIM_OK) {
+                fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
+                rc = 2;
+                break;
+            }
+            dsim_harness_opts ho = {.size = sizeof ho,
+                                    .engine_override = o->engine,
+                                    .has_seed = o->has_seed,
+                                    .seed = o->seed};
+            if (dsim_harness_prepare(it.s, &ho) != DSIM_OK) {
+                fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
+                dsim_scenario_free(it.s);
+                rc = 2;
+                break;
+            }
+            (*items)[(*n)++] = it;
+        }
+        dsim_scenario_free(base.s);
+    }
+    return rc;
+}
+
 static const char *run_engine(const run_item *it)
 {
     if (it->s->train.engine)
@@ -442,22 +529,18 @@ int cmd_run(int argc, char **argv)
         free(o.files);
         return rc;
     }
-    run_item *items = calloc((size_t)o.n_files, sizeof *items);
-    dsim_harness_result *reps = calloc((size_t)o.n_files, sizeof *reps);
-    if (!items || !reps) {
+    /* A file with a matrix: section is one run per combination. */
+    int n_items = 0;
+    run_item *items = NULL;
+    rc = run_expand(&o, &items, &n_items);
+    dsim_harness_result *reps = calloc((size_t)(n_items ? n_items : 1), sizeof *reps);
+    if (!reps) {
         fprintf(stderr, "dsim run: out of memory\n");
-        free(items);
-        free(reps);
-        free(o.files);
-        return 2;
+        rc = 2;
     }
     const char *db = o.db ? o.db : DSIM_STORE_DEFAULT_PATH;
-    int n_loaded = 0;
-    for (int i = 0; i < o.n_files && rc == 0; i++) {
-        items[i].file = o.files[i];
-        rc = run_load(&o, &items[i]);
-        n_loaded = i + 1;
-    }
+    int n_loaded = n_items;
+    o.n_files = n_items;
     bool json_out_ok = true;
     int n_ran = 0;
     if (rc == 0) {
