@@ -5,11 +5,14 @@
  *   1. every survivor returned an error, none hung (a survivor that never
  *      returned is named with the phase and step it was stuck in);
  *   2. each did so within the bound: the smaller of max_detect_s and what
- *      the settings guarantee (collective timeout + grace, health check);
- *      measured from the moment the node was lost;
+ *      the settings guarantee (collective timeout + grace, health check),
+ *      plus 2 % and 50 ms for returning from the wait; measured from the
+ *      moment the node was lost, or from when the replica entered the phase
+ *      it failed in if that was later (it could not have waited before);
  *   3. no survivor applied a partial update: its variables when it returned
- *      are those it had after its last complete step (synchronous
- *      strategies; parameter servers keep the variables elsewhere);
+ *      are those its last successful create_variables / apply_gradients left
+ *      (synchronous strategies; parameter servers keep the variables
+ *      elsewhere);
  *   4. the chief's last checkpoint, if one was due, is intact and loadable;
  *   5. with recovery (require_recovery 1 and recovery: restart), the resumed
  *      job ends with the same bits as a clean run of the same job: every
@@ -28,6 +31,12 @@
 #include "scenario/scenario.h"
 
 enum { NL_MAX_DETECT, NL_REQUIRE_RECOVERY };
+
+/* The settings bound the wait itself; returning from it (the failure check's
+ * messages, unwinding, a loaded machine's scheduling) takes a little more.
+ * A bound of 3 s that a replica meets in 3.0004 s is met. */
+#define NL_SLACK_S    0.05
+#define NL_SLACK_FRAC 0.02
 
 static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
 {
@@ -92,22 +101,22 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             continue;
         }
         if (fx->t_loss >= 0) {
-            double d = (double)(e->t_end - fx->t_loss) / 1e9;
+            /* From when it could first notice: the loss, or its entering the
+             * phase it failed in (a replica computing when the peer died
+             * starts waiting for it only then). */
+            int64_t from = e->t_phase > fx->t_loss ? e->t_phase : fx->t_loss;
+            double d = (double)(e->t_end - from) / 1e9;
             if (d > worst) {
                 worst = d;
                 worst_r = r;
             }
-            if (d > bound_s && ok_too_late < 0)
+            if (d > bound_s * (1 + NL_SLACK_FRAC) + NL_SLACK_S && ok_too_late < 0)
                 ok_too_late = r;
         }
         /* 3: no partial update */
-        if (b->placement != DSIM_PLACE_SHARDED && e->end_checksum != 0) {
-            uint64_t want = e->steps_done > 0 && b->checksum
-                                ? b->checksum[(size_t)(e->steps_done - 1) * (size_t)N + (size_t)r]
-                                : b->initial_checksum;
-            if (e->end_checksum != want && partial < 0)
-                partial = r;
-        }
+        if (b->placement != DSIM_PLACE_SHARDED && e->end_checksum != 0 && e->good_checksum != 0 &&
+            e->end_checksum != e->good_checksum && partial < 0)
+            partial = r;
     }
     out->measured = worst;
     if (hung >= 0) {
@@ -124,8 +133,7 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         dsim_check_msg(msg, cap,
                        "replica %d took %.3f s to fail after rank %d was lost; the bound is %.3f "
                        "s (%s): lower strategy.timeout or the health check's interval",
-                       ok_too_late,
-                       (double)(b->replicas[ok_too_late].t_end - fx->t_loss) / 1e9,
+                       ok_too_late, worst,
                        fx->lost_rank, bound_s,
                        fx->bound_ns > 0 && (double)fx->bound_ns / 1e9 <= v[NL_MAX_DETECT]
                            ? "from the timeout and health-check settings"
@@ -135,10 +143,10 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     if (partial >= 0) {
         const dsim_train_replica_end *e = &b->replicas[partial];
         dsim_check_msg(msg, cap,
-                       "replica %d applied a partial update: when it failed its variables were "
-                       "neither those after its last complete step (%llu) nor the next step's; "
+                       "replica %d applied a partial update: when it failed (in %s of step "
+                       "%llu) its variables were not those its last successful update left; "
                        "the strategy must update only after the whole reduction succeeded",
-                       partial, (unsigned long long)e->steps_done);
+                       partial, dsim_phase_name(e->phase), (unsigned long long)e->global_step);
         return DSIM_OK;
     }
     /* 4: the checkpoint the loss left behind */

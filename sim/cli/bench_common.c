@@ -50,6 +50,7 @@ void bench_opts_default(bench_opts *o)
     o->root = 0;
     o->ranks = 4;
     o->algo = "auto";
+    o->transport = "inproc";
     o->fingerprint = 1;
 }
 
@@ -120,6 +121,7 @@ typedef enum bench_key {
     BENCH_K_ROOT,
     BENCH_K_RANKS,
     BENCH_K_ALGO,
+    BENCH_K_TRANSPORT,
     BENCH_K_FINGERPRINT,
 } bench_key;
 
@@ -149,6 +151,9 @@ static const bench_flag bench_flags[] = {
     {0, "ranks", BENCH_K_RANKS, BENCH_FLAG_DSIM, "ranks, each a worker thread (1-128, default 4)"},
     {0, "algo", BENCH_K_ALGO, BENCH_FLAG_DSIM,
      "allreduce algorithm: auto, ring, rhd, tree, reduce_to_one (default auto)"},
+    {0, "transport", BENCH_K_TRANSPORT, BENCH_FLAG_DSIM,
+     "inproc, or tcp (sockets over 127.0.0.1, every rank still in this process) "
+     "(default inproc)"},
     {0, "fingerprint", BENCH_K_FINGERPRINT, BENCH_FLAG_DSIM,
      "0: run without collective fingerprints, to measure what checking them costs "
      "(default 1)"},
@@ -267,6 +272,13 @@ static int bench_apply(const char *prog, const char *shown, const bench_flag *f,
             return 2;
         }
         o->algo = val;
+        return 0;
+    case BENCH_K_TRANSPORT:
+        if (!*val) {
+            fprintf(err, "%s: %s '' is not a transport; accepted: inproc, tcp\n", prog, shown);
+            return 2;
+        }
+        o->transport = val;
         return 0;
     case BENCH_K_FINGERPRINT:
         if (bench_parse_int(val, 0, 1, &v) != 0) {

@@ -32,24 +32,25 @@ int bench_coll_parse(const char *s, bench_coll *out);
 
 /* Which flags a program accepts beyond nccl-tests' common ones. */
 enum {
-    BENCH_FLAG_DSIM = 1 << 0, /* --ranks, --algo, --fingerprint */
+    BENCH_FLAG_DSIM = 1 << 0, /* --ranks, --algo, --transport, --fingerprint */
 };
 
 typedef struct bench_opts {
-    int have_coll;     /* a collective was named on the command line */
-    bench_coll coll;   /* default allreduce */
-    size_t minbytes;   /* -b, default 32M (nccl-tests' default) */
-    size_t maxbytes;   /* -e, default 32M */
-    size_t stepfactor; /* -f, default 2 */
-    int iters;         /* -n, default 20 */
-    int warmup;        /* -w, default 5 */
-    int check;         /* -c, default 1 */
-    dsim_op op;        /* -o, default sum */
-    dsim_dtype dtype;  /* -d, default float */
-    int root;          /* -r, default 0 (broadcast only) */
-    int ranks;         /* --ranks, default 4 */
-    const char *algo;  /* --algo as given, default "auto"; the caller parses it */
-    int fingerprint;   /* --fingerprint, default 1: collective fingerprints checked */
+    int have_coll;         /* a collective was named on the command line */
+    bench_coll coll;       /* default allreduce */
+    size_t minbytes;       /* -b, default 32M (nccl-tests' default) */
+    size_t maxbytes;       /* -e, default 32M */
+    size_t stepfactor;     /* -f, default 2 */
+    int iters;             /* -n, default 20 */
+    int warmup;            /* -w, default 5 */
+    int check;             /* -c, default 1 */
+    dsim_op op;            /* -o, default sum */
+    dsim_dtype dtype;      /* -d, default float */
+    int root;              /* -r, default 0 (broadcast only) */
+    int ranks;             /* --ranks, default 4 */
+    const char *algo;      /* --algo as given, default "auto"; the caller parses it */
+    const char *transport; /* --transport as given, default "inproc"; the caller checks it */
+    int fingerprint;       /* --fingerprint, default 1: collective fingerprints checked */
 } bench_opts;
 
 void bench_opts_default(bench_opts *o);

@@ -1,4 +1,6 @@
 /* Helpers shared by the subcommands. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cmds.h"
@@ -18,4 +20,20 @@ const char *dsim_cli_flag(int argc, char **argv, int *i, const char *name, int *
         return NULL;
     }
     return argv[++*i];
+}
+
+int dsim_cli_plugin_dir(const char *cmd, const char *dir)
+{
+    /* The scenario loader searches $DSIM_PLUGIN_PATH for a plugin named by
+     * a bare file name: the directory goes in front. */
+    const char *old = getenv("DSIM_PLUGIN_PATH");
+    char *path = NULL;
+    if (!*dir || asprintf(&path, "%s%s%s", dir, old && *old ? ":" : "", old ? old : "") < 0 ||
+        setenv("DSIM_PLUGIN_PATH", path, 1) != 0) {
+        free(path);
+        fprintf(stderr, "dsim %s: --plugin-dir is '%s' (accepted: a directory)\n", cmd, dir);
+        return 2;
+    }
+    free(path);
+    return 0;
 }

@@ -1,5 +1,6 @@
 /* dsim bench: times one collective over N ranks, each a worker of the
- * threads engine on an inproc fabric, and prints nccl-tests' table plus the
+ * threads engine on an inproc or tcp fabric (--transport), and prints
+ * nccl-tests' table plus the
  * percentage of the memory-bandwidth bound. The flags, inputs, check and
  * columns are shared with tests/bench/mpi_bench.c (bench_common.c), so the
  * two tables compare line by line. */
@@ -267,6 +268,11 @@ int cmd_bench(int argc, char **argv)
                 o.ranks, o.ranks - 1);
         return 2;
     }
+    if (strcmp(o.transport, "inproc") != 0 && strcmp(o.transport, "tcp") != 0) {
+        fprintf(stderr, "%s: --transport '%s' is not a transport; accepted: inproc, tcp\n",
+                BENCH_PROG, o.transport);
+        return 2;
+    }
     int corrupt = -1;
     rc = bench_parse_corrupt(o.ranks, &corrupt);
     if (rc != 0)
@@ -306,10 +312,11 @@ int cmd_bench(int argc, char **argv)
         fprintf(stderr, "%s: could not start the threads engine: %s\n", BENCH_PROG, dsim_errmsg());
         goto out;
     }
-    dsim_fabric_cfg fcfg = {.backend = "inproc", .nranks = o.ranks, .rt = rt, .options = NULL};
+    dsim_fabric_cfg fcfg = {.backend = o.transport, .nranks = o.ranks, .rt = rt, .options = NULL};
     e = dsim_fabric_open(&fcfg, &fab);
     if (e != DSIM_OK) {
-        fprintf(stderr, "%s: could not open the inproc fabric: %s\n", BENCH_PROG, dsim_errmsg());
+        fprintf(stderr, "%s: could not open the %s fabric: %s\n", BENCH_PROG, o.transport,
+                dsim_errmsg());
         goto out;
     }
     for (int r = 0; r < o.ranks; r++) {
@@ -388,18 +395,18 @@ out:
 
 void cmd_bench_help(FILE *out)
 {
-    fprintf(out,
-            "usage: dsim bench allreduce|reduce_scatter|allgather|broadcast [flags]\n"
-            "\n"
-            "Times one collective over --ranks ranks, each a worker thread of the threads\n"
-            "engine on an inproc fabric, and prints nccl-tests' columns: size, count, type,\n"
-            "redop, time, algbw, busbw (GB = 1e9 B), #wrong, plus %%bound: how close the time\n"
-            "is to reading every rank's input once and writing its output once at this\n"
-            "machine's memcpy bandwidth (measured at start-up and printed in the header).\n"
-            "For reduce_scatter and allgather the size is the full buffer of all ranks'\n"
-            "blocks, as in nccl-tests.\n"
-            "\n"
-            "flags:\n");
+    fprintf(out, "usage: dsim bench allreduce|reduce_scatter|allgather|broadcast [flags]\n"
+                 "\n"
+                 "Times one collective over --ranks ranks, each a worker thread of the threads\n"
+                 "engine on an inproc fabric (--transport tcp: sockets over 127.0.0.1 instead),\n"
+                 "and prints nccl-tests' columns: size, count, type, redop, time, algbw, busbw\n"
+                 "(GB = 1e9 B), #wrong, plus %%bound: how close the time is to reading every\n"
+                 "rank's input once and writing its output once at this machine's memcpy\n"
+                 "bandwidth (measured at start-up and printed in the header).\n"
+                 "For reduce_scatter and allgather the size is the full buffer of all ranks'\n"
+                 "blocks, as in nccl-tests.\n"
+                 "\n"
+                 "flags:\n");
     bench_flags_help(out, BENCH_FLAG_DSIM);
     fprintf(out, "\n"
                  "Exit status: 0 all results right, 1 a wrong result or a failed collective,\n"

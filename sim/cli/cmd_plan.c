@@ -11,7 +11,11 @@
 
 void cmd_plan_help(FILE *out)
 {
-    fprintf(out, "usage: dsim plan SCENARIO [--json]\n"
+    fprintf(out, "usage: dsim plan SCENARIO [--json] [--plugin-dir DIR]\n"
+                 "\n"
+                 "  --plugin-dir DIR  look for a strategy plugin named by a bare file name in\n"
+                 "                    DIR first, as 'dsim run' does (it is not loaded: plan\n"
+                 "                    runs no code of the scenario's)\n"
                  "\n"
                  "Prints what the scenario will do, as JSON (the only format; --json is\n"
                  "accepted for symmetry with other commands): the resolved cluster (hosts,\n"
@@ -23,8 +27,10 @@ void cmd_plan_help(FILE *out)
                  "and every replica's batch size in each step of the first epoch.\n"
                  "\n"
                  "A scenario that is bound to fail (e.g. FILE sharding with fewer files than\n"
-                 "workers) or that this build cannot run yet still prints the plan, with the\n"
-                 "reason in \"error\" or \"not_runnable\", and the reason on stderr.\n"
+                 "workers) or that this build cannot run yet still prints the plan, with\n"
+                 "\"runnable\": false, the reason in \"not_runnable\" (and a data plan's error\n"
+                 "in \"error\"), and the reason on stderr. \"runnable\" is true exactly when\n"
+                 "the exit status is 0.\n"
                  "\n"
                  "Exit status: 0 the plan runs, 2 bad input or a run that would fail.\n");
 }
@@ -83,12 +89,23 @@ int cmd_plan(int argc, char **argv)
     const char *file = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int missing = 0;
+        const char *v;
         if (strcmp(a, "--json") == 0)
             continue;
+        if ((v = dsim_cli_flag(argc, argv, &i, "--plugin-dir", &missing))) {
+            if (dsim_cli_plugin_dir("plan", v) != 0)
+                return 2;
+            continue;
+        }
+        if (missing) {
+            fprintf(stderr, "dsim plan: %s needs a value; see 'dsim plan --help'\n", a);
+            return 2;
+        }
         if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr,
-                    "dsim plan: unknown option '%s' (accepted: --json); see 'dsim plan "
-                    "--help'\n",
+                    "dsim plan: unknown option '%s' (accepted: --json, --plugin-dir DIR); see "
+                    "'dsim plan --help'\n",
                     a);
             return 2;
         }

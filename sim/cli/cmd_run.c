@@ -36,6 +36,7 @@
 #include "dsim/err.h"
 #include "dsim/strategy.h"
 #include "harness/harness.h"
+#include "report_ci.h"
 #include "scenario/scenario.h"
 #include "store.h"
 
@@ -47,7 +48,8 @@ void cmd_run_help(FILE *out)
 {
     fprintf(out,
             "usage: dsim run [SCENARIO...] [--engine E] [--seed N] [--db PATH] [--plugin-dir DIR]\n"
-            "                [--combination K] [--json]\n"
+            "                [--combination K] [--no-plugins] [--json] [--junit FILE]\n"
+            "                [--tap]\n"
             "\n"
             "Runs each scenario file (default: %s), judges the run with\n"
             "the checks of the file's expect: section, stores it in the results store and\n"
@@ -55,7 +57,7 @@ void cmd_run_help(FILE *out)
             "saying what to look at. 'dsim list checks' shows every check's thresholds.\n"
             "\n"
             "  --engine E        override the scenario's engine: threads, processes, sim\n"
-            "                    (this build runs threads)\n"
+            "                    (this build runs threads and processes)\n"
             "  --seed N          override the scenario's seed (0 .. 2^64-1): model init,\n"
             "                    data and shuffling\n"
             "  --db PATH         the results store (default %s in the working directory)\n"
@@ -64,17 +66,32 @@ void cmd_run_help(FILE *out)
             "  --combination K   of a file with a matrix: section, run only combination K\n"
             "                    (0-based; every combination is run, each as its own run,\n"
             "                    without it)\n"
+            "  --no-plugins      refuse (exit 2) a scenario that names a strategy plugin:\n"
+            "                    loading one runs its code in this process, so use this for\n"
+            "                    scenario files you do not trust\n"
             "  --json            print a machine-readable summary on stdout instead of the\n"
             "                    table (progress goes to stderr when it is a terminal)\n"
+            "  --junit FILE      also write a JUnit XML report for CI dashboards: one\n"
+            "                    testcase per check per scenario, failures with the check's\n"
+            "                    message, an error for a run that could not be judged\n"
+            "  --tap             print TAP on stdout instead of the table (meson test's\n"
+            "                    protocol: 'tap'): a test per check; the table goes to stderr\n"
             "\n"
             "Progress: on a terminal one line rewritten in place (step, loss, examples/s);\n"
             "otherwise about %d plain lines per run.\n"
             "\n"
+            "Hangs and crashes: a replica that never returns is left running once the job\n"
+            "has failed (or made no progress for twice the timeout) and a grace period\n"
+            "has passed; the run is stored as 'hung' with where each stuck replica was. A\n"
+            "replica that crashes (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) or calls\n"
+            "exit() is named with its phase and step, and the run is stored as 'crashed'\n"
+            "before the process dies (of the signal; status 1 after exit()).\n"
+            "\n"
             "Exit status: 0 every check of every scenario met its expectation (a check the\n"
-            "scenario expects to fail must fail), 1 a check did not, 2 bad input (a scenario\n"
-            "that does not parse or cannot run in this build, a bad option, a results store\n"
-            "that cannot be opened or written). 130 when interrupted; the run is then\n"
-            "stored as 'unfinished'.\n",
+            "scenario expects to fail must fail), 1 a check did not or a run hung, 2 bad\n"
+            "input (a scenario that does not parse or cannot run in this build, a bad\n"
+            "option, a results store that cannot be opened or written). 130 when\n"
+            "interrupted; the run is then stored as 'unfinished'.\n",
             RUN_DEFAULT_SCENARIO, DSIM_STORE_DEFAULT_PATH, RUN_PLAIN_LINES);
 }
 
@@ -147,6 +164,9 @@ typedef struct run_opts {
     const char *db;
     bool json;
     long combination; /* --combination K, or -1: all */
+    bool no_plugins;
+    const char *junit; /* --junit FILE (report_ci.h) */
+    bool tap;
 } run_opts;
 
 static int run_parse(int argc, char **argv, run_opts *o)
@@ -164,7 +184,13 @@ static int run_parse(int argc, char **argv, run_opts *o)
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) {
             o->json = true;
-        } else if ((v = dsim_cli_flag(argc, argv, &i, "--engine", &missing))) {
+        } else if (strcmp(a, "--no-plugins") == 0) {
+            o->no_plugins = true;
+        } else if (strcmp(a, "--tap") == 0) {
+            o->tap = true;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--junit", &missing))) {
+            o->junit = v;
+        } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--engine", &missing))) {
             if (strcmp(v, "threads") != 0 && strcmp(v, "processes") != 0 && strcmp(v, "sim") != 0) {
                 fprintf(stderr, "dsim run: --engine is '%s' (accepted: threads, processes, sim)\n",
                         v);
@@ -216,12 +242,18 @@ static int run_parse(int argc, char **argv, run_opts *o)
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr,
                     "dsim run: unknown option '%s' (accepted: --engine E, --seed N, --db PATH, "
-                    "--plugin-dir DIR, --json; see 'dsim run --help')\n",
+                    "--plugin-dir DIR, --no-plugins, --json, --junit FILE, --tap; see 'dsim run "
+                    "--help')\n",
                     a);
             return 2;
         } else {
             o->files[o->n_files++] = a;
         }
+    }
+    if (o->json && o->tap) {
+        fprintf(stderr, "dsim run: --json and --tap both print on standard output (accepted: "
+                        "one of them; --junit FILE goes with either)\n");
+        return 2;
     }
     if (o->n_files == 0)
         o->files[o->n_files++] = RUN_DEFAULT_SCENARIO;
@@ -309,11 +341,21 @@ static int run_load(const run_opts *o, run_item *it)
         fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
         return 2;
     }
-    if (o->engine && strcmp(o->engine, "threads") != 0) {
-        fprintf(stderr,
-                "dsim run: %s: --engine %s is not supported by this build yet (accepted: "
-                "threads)\n",
-                it->file, o->engine);
+    if (o->no_plugins && it->s->train.plugin_path) {
+        DSIM_ERR(DSIM_EINVAL, -1,
+                 "%s:%d:%d: strategy.plugin: the scenario names a plugin (%s) and --no-plugins "
+                 "forbids loading one (its code would run in this process)",
+                 it->file, it->s->plugin_pos.line, it->s->plugin_pos.column,
+                 it->s->train.plugin_path);
+        fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
+        return 2;
+    }
+    if (o->engine && strcmp(o->engine, "threads") != 0 && strcmp(o->engine, "processes") != 0) {
+        DSIM_ERR(DSIM_ENOTSUP, -1,
+                 "%s: --engine %s is not supported by this build yet (accepted: threads, "
+                 "processes)",
+                 it->file, o->engine);
+        fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
         return 2;
     }
     dsim_harness_opts ho = {
@@ -332,7 +374,7 @@ static int run_load(const run_opts *o, run_item *it)
 /* Loads every file; a file with a matrix becomes one item per combination
  * (only --combination K's when given). On failure the items loaded so far
  * are in *items (to free) and the status is 2. */
-static int run_expand(const run_opts *o, run_item **items, int *n)
+static int run_expand(const run_opts *o, dsim_ci_report *ci, run_item **items, int *n)
 {
     int cap = o->n_files, rc = 0;
     *items = calloc((size_t)cap, sizeof **items);
@@ -344,6 +386,7 @@ static int run_expand(const run_opts *o, run_item **items, int *n)
     for (int f = 0; f < o->n_files && rc == 0; f++) {
         run_item base = {.file = o->files[f]};
         if ((rc = run_load(o, &base)) != 0) {
+            dsim_ci_load_failed(ci, base.file, dsim_errmsg());
             dsim_scenario_free(base.s);
             break;
         }
@@ -388,6 +431,7 @@ static int run_expand(const run_opts *o, run_item **items, int *n)
                                     .seed = o->seed};
             if (dsim_harness_prepare(it.s, &ho) != DSIM_OK) {
                 fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
+                dsim_ci_load_failed(ci, base.file, dsim_errmsg());
                 dsim_scenario_free(it.s);
                 rc = 2;
                 break;
@@ -404,11 +448,6 @@ static const char *run_engine(const run_item *it)
     if (it->s->train.engine)
         return it->s->train.engine;
     return it->s->engine ? it->s->engine : "threads";
-}
-
-static const char *run_status_name(dsim_run_status st)
-{
-    return st == DSIM_RUN_PASSED ? "passed" : st == DSIM_RUN_FAILED ? "failed" : "error";
 }
 
 /* Runs one scenario on the open store. */
@@ -475,7 +514,15 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
                "nothing was judged\n");
     if (rep->harness_error)
         printf("\n  harness error: %s\n", rep->harness_msg);
-    printf("\n%s: %s", it->s->name, run_status_name(rep->status));
+    if (rep->status == DSIM_RUN_HUNG) {
+        printf("\n  the run hung; left running:\n");
+        for (size_t i = 0; i < rep->n_stuck; i++) {
+            char where[256];
+            dsim_train_stuck_describe(&rep->stuck[i], where, sizeof where);
+            printf("    %s\n", where);
+        }
+    }
+    printf("\n%s: %s", it->s->name, dsim_run_status_name(rep->status));
     if (rep->n_checks)
         printf(" (%zu of %zu checks met their expectation)", rep->n_checks - rep->n_failed,
                rep->n_checks);
@@ -510,15 +557,27 @@ static json_t *run_report_json(const run_item *it, const dsim_harness_result *re
                               "measured", run_num_json(c->result.measured), "expected",
                               run_num_json(c->result.expected), "message", c->result.message));
     }
+    json_t *stuck = json_array();
+    for (size_t i = 0; i < rep->n_stuck; i++) {
+        const dsim_train_stuck *k = &rep->stuck[i];
+        char where[256];
+        dsim_train_stuck_describe(k, where, sizeof where);
+        json_array_append_new(stuck, json_pack("{s:i, s:i, s:s, s:I, s:s?, s:I, s:s}", "replica",
+                                               k->where.replica, "server", k->where.server, "phase",
+                                               dsim_phase_name(k->where.phase), "global_step",
+                                               (json_int_t)k->where.global_step, "collective",
+                                               k->collective, "collective_calls",
+                                               (json_int_t)k->collective_calls, "message", where));
+    }
     return json_pack(
-        "{s:s, s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:o, s:s?, s:s?, s:o}", "scenario",
-        it->s->name, "file", it->file, "run_id", (json_int_t)rep->run_id, "status",
-        run_status_name(rep->status), "strategy", it->s->train.strategy, "engine", run_engine(it),
-        "seed", (json_int_t)it->s->seed, "steps", (json_int_t)rep->steps, "examples",
-        (json_int_t)rep->examples, "wall_s", rep->wall_s, "examples_per_s", rep->examples_per_s,
-        "final_loss", run_num_json(rep->final_loss), "error",
+        "{s:s, s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:o, s:s?, s:s?, s:o, s:o}",
+        "scenario", it->s->name, "file", it->file, "run_id", (json_int_t)rep->run_id, "status",
+        dsim_run_status_name(rep->status), "strategy", it->s->train.strategy, "engine",
+        run_engine(it), "seed", (json_int_t)it->s->seed, "steps", (json_int_t)rep->steps,
+        "examples", (json_int_t)rep->examples, "wall_s", rep->wall_s, "examples_per_s",
+        rep->examples_per_s, "final_loss", run_num_json(rep->final_loss), "error",
         rep->train_err != DSIM_OK ? rep->train_msg : NULL, "harness_error",
-        rep->harness_error ? rep->harness_msg : NULL, "checks", checks);
+        rep->harness_error ? rep->harness_msg : NULL, "checks", checks, "stuck", stuck);
 }
 
 int cmd_run(int argc, char **argv)
@@ -529,10 +588,13 @@ int cmd_run(int argc, char **argv)
         free(o.files);
         return rc;
     }
+    dsim_ci_report *ci = NULL;
+    rc = dsim_ci_open(o.junit, o.tap, &ci);
     /* A file with a matrix: section is one run per combination. */
     int n_items = 0;
     run_item *items = NULL;
-    rc = run_expand(&o, &items, &n_items);
+    if (rc == 0)
+        rc = run_expand(&o, ci, &items, &n_items);
     dsim_harness_result *reps = calloc((size_t)(n_items ? n_items : 1), sizeof *reps);
     if (!reps) {
         fprintf(stderr, "dsim run: out of memory\n");
@@ -558,12 +620,13 @@ int cmd_run(int argc, char **argv)
             for (int i = 0; i < o.n_files && !atomic_load(&run_interrupted); i++) {
                 run_one(&o, st, &items[i], &reps[i]);
                 n_ran = i + 1;
+                dsim_ci_run(ci, items[i].file, items[i].s, &reps[i]);
                 if (!o.json)
                     run_print_table(&items[i], &reps[i], db);
                 if (reps[i].harness_error) {
                     fprintf(stderr, "dsim run: %s: %s\n", items[i].file, reps[i].harness_msg);
                     rc = 2;
-                } else if (reps[i].n_failed && rc == 0) {
+                } else if ((reps[i].n_failed || reps[i].status != DSIM_RUN_PASSED) && rc == 0) {
                     rc = 1;
                 }
                 if (!o.json && i + 1 < o.n_files)
@@ -599,6 +662,8 @@ int cmd_run(int argc, char **argv)
             passed += reps[i].status == DSIM_RUN_PASSED;
         printf("\n%d scenarios: %d passed, %d did not\n", n_ran, passed, n_ran - passed);
     }
+    if (dsim_ci_close(ci) != 0)
+        rc = 2;
     for (int i = 0; i < n_loaded; i++) {
         dsim_scenario_free(items[i].s);
         dsim_harness_result_free(&reps[i]);

@@ -1,5 +1,6 @@
 /* dsim validate: check scenario files without running them. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cmds.h"
@@ -8,7 +9,7 @@
 
 void cmd_validate_help(FILE *out)
 {
-    fprintf(out, "usage: dsim validate [--quiet] FILE...\n"
+    fprintf(out, "usage: dsim validate [--quiet] [--plugin-dir DIR] FILE...\n"
                  "       dsim validate --defaults\n"
                  "\n"
                  "Checks each scenario file without running it: the YAML, every key, type and\n"
@@ -20,8 +21,14 @@ void cmd_validate_help(FILE *out)
                  "guarantee that every survivor has returned an error, and a warning when a\n"
                  "loss would never be detected (the survivors would wait for ever).\n"
                  "\n"
-                 "  --quiet      print only the files that are not ok, and warnings\n"
-                 "  --defaults   print a scenario that states every default, and exit\n"
+                 "  --quiet           print only the files that are not ok, and warnings\n"
+                 "  --plugin-dir DIR  look for strategy plugins named by a bare file name in\n"
+                 "                    DIR first (then $DSIM_PLUGIN_PATH, then this build's\n"
+                 "                    and the installed plugins), as 'dsim run' does\n"
+                 "  --defaults        print a scenario that states every default, and exit\n"
+                 "\n"
+                 "A plugin's file is only looked for, never loaded: validate runs no code\n"
+                 "of the scenario's.\n"
                  "\n"
                  "Exit status: 0 every file is valid and runnable, 2 otherwise.\n");
 }
@@ -29,25 +36,45 @@ void cmd_validate_help(FILE *out)
 int cmd_validate(int argc, char **argv)
 {
     bool quiet = false, defaults = false, files = false, opts_done = false;
+    /* argv[i] is a file to check */
+    bool *is_file = calloc((size_t)argc + 1, sizeof *is_file);
+    if (!is_file) {
+        fprintf(stderr, "dsim validate: out of memory\n");
+        return 2;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int missing = 0;
+        const char *v;
         if (opts_done || a[0] != '-' || strcmp(a, "-") == 0) {
             files = true;
+            is_file[i] = true;
         } else if (strcmp(a, "--") == 0) {
             opts_done = true;
         } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
             quiet = true;
         } else if (strcmp(a, "--defaults") == 0) {
             defaults = true;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--plugin-dir", &missing))) {
+            if (dsim_cli_plugin_dir("validate", v) != 0) {
+                free(is_file);
+                return 2;
+            }
+        } else if (missing) {
+            fprintf(stderr, "dsim validate: %s needs a value; see 'dsim validate --help'\n", a);
+            free(is_file);
+            return 2;
         } else {
             fprintf(stderr,
-                    "dsim validate: unknown option '%s' (accepted: --quiet, --defaults); see "
-                    "'dsim validate --help'\n",
+                    "dsim validate: unknown option '%s' (accepted: --quiet, --plugin-dir DIR, "
+                    "--defaults); see 'dsim validate --help'\n",
                     a);
+            free(is_file);
             return 2;
         }
     }
     if (defaults) {
+        free(is_file);
         if (files) {
             fprintf(stderr, "dsim validate: --defaults takes no files\n");
             return 2;
@@ -59,19 +86,16 @@ int cmd_validate(int argc, char **argv)
         return 0;
     }
     if (!files) {
+        free(is_file);
         fprintf(stderr, "dsim validate: no scenario file given; usage: dsim validate [--quiet] "
-                        "FILE...\n");
+                        "[--plugin-dir DIR] FILE...\n");
         return 2;
     }
     int bad = 0;
-    opts_done = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!opts_done && a[0] == '-' && strcmp(a, "-") != 0) {
-            if (strcmp(a, "--") == 0)
-                opts_done = true;
+        if (!is_file[i])
             continue;
-        }
         dsim_scenario *s = NULL;
         dsim_err e = dsim_scenario_load(a, &s);
         for (size_t f = 0; e == DSIM_OK && f < s->n_faults; f++) {
@@ -108,6 +132,7 @@ int cmd_validate(int argc, char **argv)
         }
         dsim_scenario_free(s);
     }
+    free(is_file);
     if (fflush(stdout) != 0) {
         fprintf(stderr, "dsim validate: could not write to standard output\n");
         return 2;

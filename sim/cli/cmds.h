@@ -32,4 +32,9 @@ void cmd_trace_help(FILE *out);
  * when the flag is there without a value. */
 const char *dsim_cli_flag(int argc, char **argv, int *i, const char *name, int *missing);
 
+/* --plugin-dir DIR of run, validate and plan: DIR is searched first for a
+ * strategy plugin named by a bare file name (before $DSIM_PLUGIN_PATH and
+ * the build's and installed plugin directories). 0, or 2 after a message. */
+int dsim_cli_plugin_dir(const char *cmd, const char *dir);
+
 #endif

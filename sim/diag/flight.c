@@ -148,9 +148,16 @@ dsim_err dsim_flight_write(const char *path, uint64_t run_id, const char *scenar
         for (size_t i = 0; entries && i < d->n; i++)
             json_array_append_new(entries,
                                   fl_entry(d, &d->entries[i], d->calls - d->n + i, timeout_ns));
-        json_array_append_new(ranks, json_pack("{s:i, s:I, s:I, s:o}", "rank", d->rank, "pg_id",
-                                               (json_int_t)d->comm_id, "calls",
-                                               (json_int_t)d->calls, "entries", entries));
+        /* A replica the watchdog left running: its recorder was not read
+         * (its thread may still write it); where it was stands instead. */
+        char left[256] = "";
+        for (size_t k = 0; k < res->n_stuck && res->stuck; k++)
+            if (res->stuck[k].where.server < 0 && res->stuck[k].where.replica == d->rank)
+                dsim_train_stuck_describe(&res->stuck[k], left, sizeof left);
+        json_array_append_new(ranks, json_pack("{s:i, s:I, s:I, s:o, s:s?}", "rank", d->rank,
+                                               "pg_id", (json_int_t)d->comm_id, "calls",
+                                               (json_int_t)d->calls, "entries", entries,
+                                               "left_running", left[0] ? left : NULL));
         size_t ml = strlen(members);
         if (ml + 16 < sizeof members)
             snprintf(members + ml, sizeof members - ml, "%s%d", r ? ", " : "", r);
@@ -194,6 +201,7 @@ typedef struct fl_rank {
     uint64_t calls;
     size_t n;
     fl_call *c; /* by seq, the last n calls: seq calls - n + 1 .. calls */
+    char left[256]; /* where the watchdog left it running ("": it returned) */
 } fl_rank;
 
 static int fl_state_of(const char *s)
@@ -236,6 +244,8 @@ static dsim_err fl_read(const char *path, json_t **rootp, fl_rank **out, int *no
         json_t *es = json_object_get(r, "entries");
         rk[i].rank = (int)json_integer_value(json_object_get(r, "rank"));
         rk[i].calls = (uint64_t)json_integer_value(json_object_get(r, "calls"));
+        const char *lr = json_string_value(json_object_get(r, "left_running"));
+        snprintf(rk[i].left, sizeof rk[i].left, "%s", lr ? lr : "");
         size_t ne = json_is_array(es) ? json_array_size(es) : 0;
         rk[i].c = calloc(ne ? ne : 1, sizeof *rk[i].c);
         if (!rk[i].c)
@@ -392,6 +402,12 @@ dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
                 if (c->waiting_for >= 0)
                     fprintf(out, " and was waiting for rank %d", c->waiting_for);
                 fprintf(out, "%s%s\n", c->error[0] ? "; it ended with: " : ", not done", c->error);
+            } else if (rk[i].left[0]) {
+                ds.n_waiting++;
+                fprintf(out,
+                        "  rank %d began it (call %" PRIu64 " of its %" PRIu64
+                        ") and was left running by the watchdog, its recorder not read: %s\n",
+                        rk[i].rank, s, rk[i].calls, rk[i].left);
             } else {
                 fprintf(out, "  rank %d: call #%" PRIu64 " is older than its recorder holds\n",
                         rk[i].rank, s);
@@ -422,7 +438,12 @@ dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
                     if (last->error[0])
                         fprintf(out, ", ended with: %s", last->error);
                     fprintf(out, ")");
-                } else
+                } else if (r && r->left[0])
+                    fprintf(out,
+                            "%s rank %d was left running by the watchdog after %" PRIu64
+                            " call%s, its recorder not read: %s",
+                            k ? ";" : "", miss[k], r->calls, r->calls == 1 ? "" : "s", r->left);
+                else
                     fprintf(out, "%s rank %d made no collective call", k ? ";" : "", miss[k]);
             }
             fprintf(out, "\n");
@@ -460,6 +481,9 @@ dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
         if (c)
             fprintf(out, "  rank %d: #%" PRIu64 " %s\n", rk[i].rank, c->fp.seq,
                     dsim_coll_fp_str(&c->fp, a, sizeof a));
+        else if (rk[i].left[0])
+            fprintf(out, "  rank %d: not read (left running after %" PRIu64 " calls)\n",
+                    rk[i].rank, rk[i].calls);
         else
             fprintf(out, "  rank %d: none recorded\n", rk[i].rank);
     }

@@ -122,6 +122,9 @@ struct dsim_faults {
     size_t n_ev, cap_ev;
     dsim_train_hooks hooks;
     struct dsim_tp_filter filter;
+    dsim_faults_process_hooks proc;
+    int pending_kill[8]; /* kills to report to proc.on_kill once unlocked */
+    int n_pending_kill;
 };
 
 /* ---- events ---- */
@@ -438,6 +441,22 @@ static bool fs_dead_or_paused_locked(dsim_faults *fs, int r, int64_t now, int64_
 
 static void fs_kill_locked(dsim_faults *fs, size_t i, int rank, int64_t now, const char *how);
 
+/* Reports the kills fired under the lock to the process hooks: called right
+ * after unlocking. */
+static void fs_flush_kills(dsim_faults *fs)
+{
+    if (!fs->proc.on_kill)
+        return;
+    int ranks[8], n;
+    dsim_waitq_lock(fs->q);
+    n = fs->n_pending_kill;
+    memcpy(ranks, fs->pending_kill, (size_t)n * sizeof ranks[0]);
+    fs->n_pending_kill = 0;
+    dsim_waitq_unlock(fs->q);
+    for (int k = 0; k < n; k++)
+        fs->proc.on_kill(fs->proc.user, ranks[k], "a kill fault");
+}
+
 static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr *hdr,
                                             const void *payload, size_t len)
 {
@@ -603,6 +622,8 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
     }
 out:
     dsim_waitq_unlock(fs->q);
+    if (fs->n_pending_kill)
+        fs_flush_kills(fs);
     return v;
 }
 
@@ -681,6 +702,8 @@ static void fs_kill_locked(dsim_faults *fs, size_t i, int rank, int64_t now, con
         if (fs->dead[r])
             continue;
         fs->dead[r] = true;
+        if (fs->proc.on_kill && fs->n_pending_kill < 8)
+            fs->pending_kill[fs->n_pending_kill++] = r;
         fs_event_locked(fs, (int)i, r, now, "fault %zu: rank %d %s (%s, %s step %" PRIu64 ")", i,
                         r, f->what == DSIM_FAULT_RESTART ? "killed, to restart" : "killed", how,
                         r < fs->N ? dsim_phase_name((dsim_phase)fs->phase[r]) : "serving",
@@ -892,8 +915,21 @@ static dsim_hook_action fs_phase(void *user, int r, dsim_phase p, uint64_t gs)
             sleep_until = fs->pause_end[r];
     }
     dsim_waitq_unlock(fs->q);
+    if (fs->n_pending_kill)
+        fs_flush_kills(fs);
     if (die)
         return DSIM_HOOK_DIE;
+    if (pause && fs->proc.on_pause) {
+        /* a process pauses as a whole (SIGSTOP), its peers see silence */
+        fs->proc.on_pause(fs->proc.user, r,
+                          fs->pause_end[r] == FS_FOREVER ? 0 : fs->pause_end[r] - now);
+        dsim_waitq_lock(fs->q);
+        fs->pause_end[r] = 0;
+        dsim_waitq_unlock(fs->q);
+        pause = false;
+        sleep_until = slow_ns > 0 ? now + slow_ns : 0;
+        now = dsim_rt_now(fs->rt);
+    }
     if (slow_ns > 0)
         sleep_until = sleep_until > now + slow_ns ? sleep_until : now + slow_ns;
     if (sleep_until > now) {
@@ -1071,6 +1107,29 @@ void dsim_faults_preempted(dsim_faults *fs, uint64_t at_step)
     }
 }
 
+void dsim_faults_set_process_hooks(dsim_faults *fs, const dsim_faults_process_hooks *h)
+{
+    if (h)
+        fs->proc = *h;
+    else
+        memset(&fs->proc, 0, sizeof fs->proc);
+}
+
+void dsim_faults_mark_done(dsim_faults *fs, const bool *done, size_t n)
+{
+    for (size_t i = 0; i < n && i < fs->n; i++)
+        if (done[i]) {
+            fs->st[i].fired = true;
+            fs->st[i].done = true;
+        }
+}
+
+void dsim_faults_fired(dsim_faults *fs, bool *done, size_t n)
+{
+    for (size_t i = 0; i < n && i < fs->n; i++)
+        done[i] = fs->st[i].fired || fs->st[i].done;
+}
+
 int dsim_faults_first_loss(dsim_faults *fs, int64_t *t_abs)
 {
     *t_abs = fs->t_loss;
@@ -1093,4 +1152,17 @@ int dsim_faults_rank_lost(dsim_faults *fs, int rank)
 void dsim_faults_get_stats(dsim_faults *fs, dsim_faults_stats *out)
 {
     *out = fs->stats;
+}
+
+void dsim_faults_stats_add(dsim_faults_stats *sum, const dsim_faults_stats *add)
+{
+    sum->fired += add->fired;
+    sum->frames_seen += add->frames_seen;
+    sum->dropped += add->dropped;
+    sum->delayed += add->delayed;
+    sum->duplicated += add->duplicated;
+    sum->corrupted += add->corrupted;
+    sum->reordered += add->reordered;
+    sum->held += add->held;
+    sum->retransmitted += add->retransmitted;
 }

@@ -149,6 +149,25 @@ void dsim_faults_destroy(dsim_faults *fs);
 /* Points cfg's transport filter and hooks at fs (fs must outlive the run). */
 void dsim_faults_attach(dsim_faults *fs, dsim_train_cfg *cfg);
 
+/* For a job spread over processes (the processes engine): what to do when a
+ * kill fires for a rank (this process's or another's, e.g. a kill armed
+ * after N messages seen arriving here) and when a replica of this process
+ * pauses. NULL members: act within the process (the threads engine). The
+ * callbacks are called with no lock held; on_kill for a local rank need not
+ * return (the process dies). */
+typedef struct dsim_faults_process_hooks {
+    void (*on_kill)(void *user, int rank, const char *why);
+    void (*on_pause)(void *user, int rank, int64_t duration_ns);
+    void *user;
+} dsim_faults_process_hooks;
+void dsim_faults_set_process_hooks(dsim_faults *fs, const dsim_faults_process_hooks *h);
+
+/* Marks faults as done before a run: done[i] for each of the n faults
+ * (a restarted job does not see again what fired in an earlier attempt). */
+void dsim_faults_mark_done(dsim_faults *fs, const bool *done, size_t n);
+/* done[i] = fault i fired in this run or an earlier one. */
+void dsim_faults_fired(dsim_faults *fs, bool *done, size_t n);
+
 /* The last attempt stopped for a preemption notice after at_step steps:
  * its preempt faults have fired. */
 void dsim_faults_preempted(dsim_faults *fs, uint64_t at_step);
@@ -177,63 +196,8 @@ typedef struct dsim_faults_stats {
     uint64_t retransmitted; /* drops delivered late (retransmit: true) */
 } dsim_faults_stats;
 void dsim_faults_get_stats(dsim_faults *fs, dsim_faults_stats *out);
-
-/* ---- a job under faults, with BackupAndRestore recovery ---- */
-
-typedef struct dsim_recovery_opts {
-    const dsim_fault *faults; /* the fault list (n_faults entries) */
-    size_t n_faults;
-    uint64_t seed;
-    bool restart;     /* recovery: restart */
-    int max_restarts; /* at most this many restarts */
-    bool want_clean;  /* also run the job without faults (for node_loss) */
-} dsim_recovery_opts;
-
-typedef struct dsim_recovery_run {
-    /* The attempt that ended the job: the first one if it did not fail or
-     * nothing restarted, else the last restart. err is its error. */
-    dsim_train_result final;
-    dsim_err err;
-    /* The first attempt, when the faults broke it and a restart followed
-     * (else has_broken is false and the broken attempt is `final`). */
-    dsim_train_result broken;
-    bool has_broken;
-    dsim_err broken_err;
-    int lost_rank;      /* dsim_faults_first_loss of the broken attempt */
-    int64_t t_loss;     /* on the broken attempt's runtime clock, or -1 */
-    int restarts;       /* restarts made */
-    /* The checkpoint the failed first attempt left: 0 none written, 1
-     * intact (ckpt_step its global step), -1 unreadable (ckpt_msg why). */
-    int ckpt_state;
-    uint64_t ckpt_step;
-    char ckpt_msg[256];
-    dsim_train_result clean; /* want_clean: the job without faults */
-    bool has_clean;
-    dsim_err clean_err;
-    /* Every fault event of every attempt, and the restarts, in order;
-     * t_ns from the start of each attempt's fabric, attempt says which. */
-    dsim_fault_event *events;
-    int *event_attempt;
-    size_t n_events;
-    dsim_faults_stats stats; /* summed over the attempts */
-} dsim_recovery_run;
-
-/* Runs cfg (not changed) under the faults: attempt 0 with the faults from
- * the start and no restore; on failure, with `restart`, restarts the whole
- * job from the chief's last checkpoint (cfg->checkpoint_path; a fresh start
- * when none was written yet), faults that already fired left out, until it
- * finishes or max_restarts is reached. Before attempt 0 an old checkpoint
- * at cfg->checkpoint_path is removed when restarts are allowed, so that a
- * restart never resumes from another run's backup (BackupAndRestore owns
- * its backup directory). Release *out with dsim_recovery_run_free. */
-dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_opts *o,
-                               dsim_recovery_run *out);
-void dsim_recovery_run_free(dsim_recovery_run *r);
-
-/* Prints the timeline of a failed or recovered run: fault events, each
- * replica's end in the broken attempt (phase, step, error, time after the
- * loss), the restarts. */
-void dsim_recovery_print_timeline(const dsim_recovery_run *r, FILE *out);
+/* sum += add, counter by counter. */
+void dsim_faults_stats_add(dsim_faults_stats *sum, const dsim_faults_stats *add);
 
 #ifdef __cplusplus
 }

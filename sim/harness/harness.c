@@ -5,14 +5,18 @@
  * interrupt) takes it for writing in dsim_harness_shutdown, so it closes
  * the stores only between calls, and no call starts afterwards. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -22,18 +26,37 @@
 #include "dsim/health.h"
 #include "diag/flight.h"
 #include "fault/fault.h"
+#include "recovery.h"
 #include "harness.h"
 
-/* ---- the guard: store calls against a process that is going down ---- */
+static int64_t h_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
-/* Runs in progress whose stores a shutdown closes. */
+/* ---- the guard: runs in a process that may go down ---- */
+
+/* Runs in progress that a shutdown or a crash ends. */
 #define HG_MAX_RUNS 64
+/* How long a crashing thread waits for its run to be stored, and the store
+ * lock may take, before the process dies anyway. */
+#define HG_CRASH_WAIT_MS  10000
+#define HG_CRASH_LOCK_SEC 5
+
+typedef struct hg_run {
+    bool used;
+    dsim_store *st; /* NULL: a run without a store */
+    dsim_run_id id; /* 0 until the run row is begun */
+} hg_run;
 
 static pthread_once_t hg_once = PTHREAD_ONCE_INIT;
 static pthread_rwlock_t hg_lock;
-static bool hg_down;                     /* under hg_lock: no store call any more */
-static dsim_store *hg_runs[HG_MAX_RUNS]; /* under hg_lock (write) / hg_runs_mu */
+static bool hg_down; /* under hg_lock: no store call any more */
+static hg_run hg_runs[HG_MAX_RUNS];
 static pthread_mutex_t hg_runs_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int hg_active; /* runs in progress, for the signal handler */
 
 static void hg_init(void)
 {
@@ -55,44 +78,53 @@ static void hg_init(void)
         hg_e_;                                                                                     \
     })
 
-/* Registers the store of a run in progress; the slot, or -1 when the table
- * is full (the run then goes on unguarded: an interrupt leaves it 'running'
+/* Registers a run in progress; the slot, or -1 when the table is full (the
+ * run then goes on unguarded: a crash or an interrupt leaves it 'running'
  * until the store is next opened, which marks it 'unfinished'). */
 static int hg_run_add(dsim_store *st)
 {
     int slot = -1;
     pthread_mutex_lock(&hg_runs_mu);
     for (int i = 0; i < HG_MAX_RUNS && slot < 0; i++) {
-        if (!hg_runs[i]) {
-            hg_runs[i] = st;
+        if (!hg_runs[i].used) {
+            hg_runs[i] = (hg_run){.used = true, .st = st};
             slot = i;
         }
     }
     pthread_mutex_unlock(&hg_runs_mu);
+    atomic_fetch_add(&hg_active, 1);
     return slot;
 }
 
-static void hg_run_remove(int slot)
+static void hg_run_set_id(int slot, dsim_run_id id)
 {
     if (slot < 0)
         return;
     pthread_mutex_lock(&hg_runs_mu);
-    hg_runs[slot] = NULL;
+    hg_runs[slot].id = id;
     pthread_mutex_unlock(&hg_runs_mu);
 }
 
-void dsim_harness_shutdown(dsim_store *extra)
+static void hg_run_remove(int slot)
 {
-    pthread_once(&hg_once, hg_init);
-    pthread_rwlock_wrlock(&hg_lock);
-    if (hg_down)
+    atomic_fetch_sub(&hg_active, 1);
+    if (slot < 0)
         return;
+    pthread_mutex_lock(&hg_runs_mu);
+    hg_runs[slot] = (hg_run){0};
+    pthread_mutex_unlock(&hg_runs_mu);
+}
+
+/* Closes each distinct store of the runs in progress, and extra. Called
+ * with hg_lock held for writing; sets hg_down. */
+static void hg_close_all(dsim_store *extra)
+{
     hg_down = true;
     dsim_store *closed[HG_MAX_RUNS + 1];
     int n = 0;
     pthread_mutex_lock(&hg_runs_mu);
     for (int i = 0; i <= HG_MAX_RUNS; i++) {
-        dsim_store *st = i < HG_MAX_RUNS ? hg_runs[i] : extra;
+        dsim_store *st = i < HG_MAX_RUNS ? (hg_runs[i].used ? hg_runs[i].st : NULL) : extra;
         if (!st)
             continue;
         bool seen = false;
@@ -104,7 +136,311 @@ void dsim_harness_shutdown(dsim_store *extra)
         (void)dsim_store_close(st);
     }
     pthread_mutex_unlock(&hg_runs_mu);
+}
+
+void dsim_harness_shutdown(dsim_store *extra)
+{
+    pthread_once(&hg_once, hg_init);
+    pthread_rwlock_wrlock(&hg_lock);
+    if (!hg_down)
+        hg_close_all(extra);
     /* The lock stays held: nothing may touch the closed stores. */
+}
+
+/* ---- crashes: signals and exit() inside a run ---- */
+
+static const int hg_signals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+#define HG_NSIG (sizeof hg_signals / sizeof hg_signals[0])
+static struct sigaction hg_old[HG_NSIG];
+/* The process that installed the guard: a child forked by the processes
+ * engine inherits the handlers but not the watcher, and is not the run's
+ * process; it dies of its signal like any process, and its parent reports
+ * it. */
+static pid_t hg_pid;
+static pthread_once_t hg_guard_once = PTHREAD_ONCE_INIT;
+static int hg_crash_pipe[2] = {-1, -1}; /* crashing thread -> watcher */
+static int hg_done_pipe[2] = {-1, -1};  /* watcher -> crashing thread */
+static atomic_int hg_crashing;          /* the first crash wins; later ones wait to die */
+
+/* What the crashing thread hands the watcher (a pipe write of this size is
+ * atomic). */
+typedef struct hg_crash {
+    int sig;         /* 0: exit() */
+    int exit_status; /* exit(): its status */
+    bool in_worker;
+    dsim_train_where where;
+} hg_crash;
+
+static const char *hg_signame(int sig)
+{
+    switch (sig) {
+    case SIGSEGV:
+        return "SIGSEGV";
+    case SIGBUS:
+        return "SIGBUS";
+    case SIGFPE:
+        return "SIGFPE";
+    case SIGILL:
+        return "SIGILL";
+    case SIGABRT:
+        return "SIGABRT";
+    default:
+        return "a signal";
+    }
+}
+
+/* Async-signal-safe text building: no stdio in a signal handler. */
+typedef struct hg_buf {
+    char b[320];
+    size_t n;
+} hg_buf;
+
+static void hg_put(hg_buf *b, const char *s)
+{
+    while (*s && b->n < sizeof b->b - 1)
+        b->b[b->n++] = *s++;
+    b->b[b->n] = '\0';
+}
+
+static void hg_put_u(hg_buf *b, uint64_t v)
+{
+    char d[24];
+    int k = 0;
+    do {
+        d[k++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v && k < (int)sizeof d);
+    while (k > 0 && b->n < sizeof b->b - 1)
+        b->b[b->n++] = d[--k];
+    b->b[b->n] = '\0';
+}
+
+static void hg_put_i(hg_buf *b, int v)
+{
+    if (v < 0) {
+        hg_put(b, "-");
+        hg_put_u(b, (uint64_t)(-(int64_t)v));
+    } else {
+        hg_put_u(b, (uint64_t)v);
+    }
+}
+
+/* "replica 1" or "parameter server 0's handler for replica 2", then what
+ * happened and where: the sentence shown and stored. */
+static void hg_describe(hg_buf *b, const hg_crash *c)
+{
+    if (!c->in_worker) {
+        hg_put(b, "a thread that is not a replica");
+    } else if (c->where.server >= 0) {
+        hg_put(b, "parameter server ");
+        hg_put_i(b, c->where.server);
+        hg_put(b, "'s handler for replica ");
+        hg_put_i(b, c->where.replica);
+    } else {
+        hg_put(b, "replica ");
+        hg_put_i(b, c->where.replica);
+    }
+    if (c->sig) {
+        hg_put(b, " crashed with signal ");
+        hg_put_i(b, c->sig);
+        hg_put(b, " (");
+        hg_put(b, hg_signame(c->sig));
+        hg_put(b, ")");
+    } else {
+        hg_put(b, " called exit(");
+        hg_put_i(b, c->exit_status);
+        hg_put(b, ")");
+    }
+    if (c->in_worker) {
+        hg_put(b, " in phase ");
+        hg_put(b, dsim_phase_name(c->where.phase));
+        hg_put(b, " at global step ");
+        hg_put_u(b, c->where.global_step);
+    } else {
+        hg_put(b, " during a run");
+    }
+}
+
+static void hg_write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t k = write(fd, c, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return;
+        c += k;
+        n -= (size_t)k;
+    }
+}
+
+/* From a normal thread: marks every run in progress crashed, with an event
+ * saying what happened, closes their stores so that the rows commit, and
+ * says so on stderr. */
+static void hg_store_crash(const hg_crash *c)
+{
+    hg_buf what = {.n = 0};
+    hg_describe(&what, c);
+    pthread_once(&hg_once, hg_init);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += HG_CRASH_LOCK_SEC;
+    if (pthread_rwlock_timedwrlock(&hg_lock, &until) != 0) {
+        dprintf(STDERR_FILENO, "dsim: the results store is busy; the run stays 'running' and is "
+                               "marked 'unfinished' when the store is next opened\n");
+        return;
+    }
+    if (hg_down)
+        return;
+    json_t *ev = json_pack("{s:s, s:i, s:i, s:s, s:I, s:s}", "error", "crashed", "replica",
+                           c->in_worker ? c->where.replica : -1, "server",
+                           c->in_worker ? c->where.server : -1, "phase",
+                           c->in_worker ? dsim_phase_name(c->where.phase) : "none", "global_step",
+                           (json_int_t)c->where.global_step, "message", what.b);
+    if (ev && c->sig) {
+        json_object_set_new(ev, "signal", json_integer(c->sig));
+        json_object_set_new(ev, "signal_name", json_string(hg_signame(c->sig)));
+    } else if (ev) {
+        json_object_set_new(ev, "exit_status", json_integer(c->exit_status));
+    }
+    char *detail = ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(ev);
+    pthread_mutex_lock(&hg_runs_mu);
+    for (int i = 0; i < HG_MAX_RUNS; i++) {
+        hg_run *r = &hg_runs[i];
+        if (!r->used || !r->st || r->id <= 0)
+            continue;
+        int replica = c->in_worker && c->where.server < 0 ? c->where.replica : -1;
+        (void)dsim_store_event(r->st, r->id, replica, h_now_ns(), DSIM_EVENT_ERROR,
+                               detail ? detail : what.b);
+        if (dsim_store_end_run(r->st, r->id, DSIM_RUN_CRASHED, NULL, 0) == DSIM_OK)
+            dprintf(STDERR_FILENO, "dsim: run %" PRId64 " stored as crashed in %s\n",
+                    (int64_t)r->id, dsim_store_path(r->st));
+    }
+    pthread_mutex_unlock(&hg_runs_mu);
+    free(detail);
+    hg_close_all(NULL);
+    /* The lock stays held: the process is about to die. */
+}
+
+static void *hg_watcher(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        hg_crash c;
+        ssize_t k = read(hg_crash_pipe[0], &c, sizeof c);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k != (ssize_t)sizeof c)
+            return NULL;
+        hg_store_crash(&c);
+        hg_write_all(hg_done_pipe[1], "x", 1);
+    }
+}
+
+/* Dies of sig as the process would have without us. */
+static void hg_die(int sig, const siginfo_t *si)
+{
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    /* A fault happens again when the handler returns; a signal that was
+     * sent (kill, raise, abort) must be sent again. It stays pending while
+     * the handler runs, and kills on return. */
+    if (!si || si->si_code <= 0 || sig == SIGABRT)
+        raise(sig);
+}
+
+static void hg_on_signal(int sig, siginfo_t *si, void *uc)
+{
+    int saved = errno;
+    size_t idx = 0;
+    while (idx < HG_NSIG && hg_signals[idx] != sig)
+        idx++;
+    if (atomic_load(&hg_active) == 0 || idx == HG_NSIG || getpid() != hg_pid) {
+        /* Not ours: whatever was there before. */
+        struct sigaction *old = idx < HG_NSIG ? &hg_old[idx] : NULL;
+        if (old && (old->sa_flags & SA_SIGINFO) && old->sa_sigaction)
+            old->sa_sigaction(sig, si, uc);
+        else if (old && old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN &&
+                 !(old->sa_flags & SA_SIGINFO))
+            old->sa_handler(sig);
+        else
+            hg_die(sig, si);
+        errno = saved;
+        return;
+    }
+    if (atomic_exchange(&hg_crashing, 1)) {
+        /* Another thread is reporting its crash: wait for the end. */
+        for (;;)
+            pause();
+    }
+    hg_crash c = {.sig = sig};
+    c.in_worker = dsim_train_where_am_i(&c.where);
+    hg_buf msg = {.n = 0};
+    hg_put(&msg, "\ndsim: ");
+    hg_describe(&msg, &c);
+    hg_put(&msg, "; storing the run as crashed\n");
+    hg_write_all(STDERR_FILENO, msg.b, msg.n);
+    hg_write_all(hg_crash_pipe[1], &c, sizeof c);
+    struct pollfd p = {.fd = hg_done_pipe[0], .events = POLLIN};
+    while (poll(&p, 1, HG_CRASH_WAIT_MS) < 0 && errno == EINTR)
+        ;
+    hg_die(sig, si);
+    errno = saved;
+}
+
+/* A replica that calls exit(): stored as crashed, and the process ends with
+ * status 1 (a run that did not pass) instead of the replica's. */
+static void hg_on_exit(int status, void *arg)
+{
+    (void)arg;
+    hg_crash c = {.exit_status = status};
+    if (getpid() != hg_pid || atomic_load(&hg_active) == 0 || !dsim_train_where_am_i(&c.where) ||
+        atomic_exchange(&hg_crashing, 1))
+        return;
+    c.in_worker = true;
+    hg_buf msg = {.n = 0};
+    hg_put(&msg, "\ndsim: ");
+    hg_describe(&msg, &c);
+    hg_put(&msg, "; storing the run as crashed\n");
+    hg_write_all(STDERR_FILENO, msg.b, msg.n);
+    hg_store_crash(&c);
+    _exit(1);
+}
+
+static void hg_guard_install(void)
+{
+    hg_pid = getpid();
+    if (pipe2(hg_crash_pipe, O_CLOEXEC) != 0)
+        return;
+    if (pipe2(hg_done_pipe, O_CLOEXEC) != 0)
+        return;
+    /* The watcher takes no signal: an interrupt goes to whoever waits for
+     * it, a crash to the thread that crashed. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    int rc = pthread_create(&t, &at, hg_watcher, NULL);
+    pthread_attr_destroy(&at);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = hg_on_signal;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < HG_NSIG; i++)
+        sigaction(hg_signals[i], &sa, &hg_old[i]);
+    on_exit(hg_on_exit, NULL);
 }
 
 /* ---- preparing a scenario ---- */
@@ -117,6 +453,8 @@ typedef struct h_opts {
     uint64_t seed;
     dsim_harness_progress_fn progress;
     void *progress_user;
+    int64_t grace_ns, progress_timeout_ns;
+    bool no_crash_guard;
 } h_opts;
 
 static dsim_err h_opts_get(const dsim_harness_opts *o, h_opts *out)
@@ -135,6 +473,9 @@ static dsim_err h_opts_get(const dsim_harness_opts *o, h_opts *out)
     out->seed = o->seed;
     out->progress = o->progress;
     out->progress_user = o->progress_user;
+    out->grace_ns = o->grace_ns;
+    out->progress_timeout_ns = o->progress_timeout_ns;
+    out->no_crash_guard = o->no_crash_guard;
     return DSIM_OK;
 }
 
@@ -149,9 +490,10 @@ static const char *h_engine(const dsim_scenario *s)
 static dsim_err h_check(const dsim_scenario *s)
 {
     const char *eng = h_engine(s);
-    if (strcmp(eng, "threads") != 0)
+    if (strcmp(eng, "threads") != 0 && strcmp(eng, "processes") != 0)
         return DSIM_ERR(DSIM_ENOTSUP, -1,
-                        "%s: engine %s is not supported by this build yet (accepted: threads)",
+                        "%s: engine %s is not supported by this build yet (accepted: threads, "
+                        "processes)",
                         s->path ? s->path : "(scenario)", eng);
     DSIM_CHECK(dsim_scenario_runnable(s));
     if (s->train.plugin_path &&
@@ -270,13 +612,6 @@ static uint64_t h_total_steps(const dsim_train_cfg *cfg)
     return total;
 }
 
-static int64_t h_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* ---- one run ---- */
 
 /* What the observer shares with the run (heap: the workers reach it). */
@@ -349,10 +684,16 @@ static bool h_expects(const dsim_scenario *s, const char *check)
 /* What the settings guarantee after a node is lost (dsim/health.h); the
  * health check runs only in jobs of two or more workers without parameter
  * servers. 0 when nothing bounds it. */
-static int64_t h_detection_bound(const dsim_scenario *s)
+static int64_t h_detection_bound(const dsim_scenario *s, const dsim_train_result *broken,
+                                 int lost)
 {
     const dsim_train_cfg *t = &s->train;
-    int64_t b = t->hosts >= 2 && t->num_ps == 0
+    /* The health check starts once the job is up (TF starts it once the
+     * cluster has formed): a node lost before then is found by the
+     * collective timeout alone. */
+    bool up = !broken || !broken->replicas || lost < 0 || lost >= broken->num_replicas ||
+              broken->replicas[lost].phase > DSIM_PHASE_CREATE_VARIABLES;
+    int64_t b = up && t->hosts >= 2 && t->num_ps == 0
                     ? dsim_detection_bound(t->timeout_ns, t->health_interval_ns,
                                            t->health_timeout_ns, t->health_retries)
                     : dsim_detection_bound_timeout(t->timeout_ns);
@@ -376,10 +717,36 @@ static bool h_wants_trace(const dsim_scenario *s, const dsim_train_cfg *cfg)
     return steps && n && steps <= H_TRACE_MAX / n;
 }
 
-static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
+/* Stores where each worker left running was, one error event each. */
+static void h_store_stuck(dsim_store *st, const dsim_harness_result *out, int64_t t)
+{
+    for (size_t i = 0; i < out->n_stuck; i++) {
+        const dsim_train_stuck *k = &out->stuck[i];
+        char where[256];
+        dsim_train_stuck_describe(k, where, sizeof where);
+        json_t *ev = json_pack("{s:s, s:i, s:i, s:s, s:I, s:s?, s:I, s:s?, s:s}", "error", "hung",
+                               "replica", k->where.replica, "server", k->where.server, "phase",
+                               dsim_phase_name(k->where.phase), "global_step",
+                               (json_int_t)k->where.global_step, "collective", k->collective,
+                               "collective_calls", (json_int_t)k->collective_calls, "callback",
+                               k->callback, "message", where);
+        char *detail = ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(ev);
+        (void)HG_STORE(dsim_store_event(st, out->run_id,
+                                        k->where.server < 0 ? k->where.replica : -1, t,
+                                        DSIM_EVENT_ERROR, detail ? detail : where));
+        free(detail);
+    }
+}
+
+static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, int slot,
                       dsim_harness_result *out)
 {
     dsim_train_cfg cfg = s->train;
+    if (o->grace_ns)
+        cfg.watchdog_grace_ns = o->grace_ns;
+    if (o->progress_timeout_ns)
+        cfg.progress_timeout_ns = o->progress_timeout_ns;
     cfg.record_params = cfg.record_params || h_wants_trace(s, &cfg);
 
     h_run *run = calloc(1, sizeof *run);
@@ -412,6 +779,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
             free(run);
             return;
         }
+        hg_run_set_id(slot, out->run_id);
     }
     int R = cfg.hosts * cfg.devices_per_host;
     for (int r = 0; st && r < R && !out->harness_error; r++) {
@@ -437,7 +805,9 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
     memset(&ref, 0, sizeof ref);
     bool have_ref = false;
     /* Faults or recovery: the job runs under sim/fault, restarts included. */
-    bool faulty = s->n_faults > 0 || (s->recovery && strcmp(s->recovery, "restart") == 0);
+    bool processes = cfg.engine && strcmp(cfg.engine, "processes") == 0;
+    bool faulty = processes || s->n_faults > 0 ||
+                  (s->recovery && strcmp(s->recovery, "restart") == 0);
     dsim_recovery_run rr;
     memset(&rr, 0, sizeof rr);
     dsim_check_faults cf;
@@ -452,6 +822,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
             .restart = restart,
             .max_restarts = s->max_restarts,
             .want_clean = restart && h_expects(s, "node_loss"),
+            .processes = processes,
         };
         dsim_err fe = dsim_recovery_run_job(&cfg, &ro, &rr);
         if (fe != DSIM_OK) {
@@ -469,7 +840,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
                 .broken_err = rr.has_broken ? rr.broken_err : rr.err,
                 .lost_rank = rr.lost_rank,
                 .t_loss = rr.t_loss,
-                .bound_ns = h_detection_bound(s),
+                .bound_ns = h_detection_bound(s, b, rr.lost_rank),
                 .restarts = rr.restarts,
                 .recovery = restart,
                 .clean = rr.has_clean && rr.clean_err == DSIM_OK ? &rr.clean : NULL,
@@ -484,7 +855,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
     }
     int64_t t_end = h_now_ns();
     out->restarts = rr.restarts;
-    if (faulty) {
+    if (faulty && s->n_faults) {
         const dsim_faults_stats *fst = &rr.stats;
         snprintf(out->fault_summary, sizeof out->fault_summary,
                  "faults: %llu fired; of %llu messages %llu lost, %llu retransmitted, %llu held "
@@ -547,6 +918,18 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
                  run->store_err);
     }
 
+    bool hung = out->train_err == DSIM_EHUNG;
+    bool in_observer = false;
+    if (hung && res.n_stuck) {
+        out->stuck = malloc(res.n_stuck * sizeof *out->stuck);
+        if (out->stuck) {
+            memcpy(out->stuck, res.stuck, res.n_stuck * sizeof *out->stuck);
+            out->n_stuck = res.n_stuck;
+        }
+        for (size_t i = 0; i < res.n_stuck; i++)
+            in_observer |=
+                res.stuck[i].callback && strcmp(res.stuck[i].callback, "the observer") == 0;
+    }
     if (out->train_err != DSIM_OK) {
         snprintf(out->train_msg, sizeof out->train_msg, "%s", res.error.msg);
         if (st) {
@@ -562,6 +945,8 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
                                           detail ? detail : res.error.msg)) != DSIM_OK)
                 h_fail(out, "recording the run's error");
             free(detail);
+            if (hung)
+                h_store_stuck(st, out, t_end);
         }
     } else if (dsim_check_needs_reference(s)) {
         dsim_train_cfg rc = cfg;
@@ -650,7 +1035,13 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
             out->flight_path[0] = '\0';
     }
 
+    /* A hang is never what a scenario expects, whatever its checks say. */
+    /* A worker process that died of its own signal crashed, as a replica
+     * that crashes on the threads engine does (there the guard stores it). */
+    bool crashed = faulty && rr.crashed && out->train_err != DSIM_OK;
     out->status = out->harness_error ? DSIM_RUN_ERROR
+                  : hung             ? DSIM_RUN_HUNG
+                  : crashed          ? DSIM_RUN_CRASHED
                   : out->n_failed    ? DSIM_RUN_FAILED
                                      : DSIM_RUN_PASSED;
     if (st && HG_STORE(dsim_store_end_run(st, out->run_id, out->status, NULL, 0)) != DSIM_OK) {
@@ -661,7 +1052,9 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st,
     if (have_ref)
         dsim_train_result_free(&ref);
     dsim_recovery_run_free(&rr);
-    free(run);
+    /* A worker stuck inside the observer may still read it. */
+    if (!in_observer)
+        free(run);
 }
 
 dsim_err dsim_harness_run(const dsim_scenario *s, const dsim_harness_opts *opts,
@@ -702,8 +1095,10 @@ dsim_err dsim_harness_run(const dsim_scenario *s, const dsim_harness_opts *opts,
         snprintf(out->harness_msg, sizeof out->harness_msg, "%s", dsim_errmsg());
         return e;
     }
-    int slot = st ? hg_run_add(st) : -1;
-    h_run_one(&sc, &o, st, out);
+    if (!o.no_crash_guard)
+        pthread_once(&hg_guard_once, hg_guard_install);
+    int slot = hg_run_add(st);
+    h_run_one(&sc, &o, st, slot, out);
     hg_run_remove(slot);
     e = out->harness_error ? DSIM_EIO : DSIM_OK;
     if (owned) {
@@ -747,8 +1142,10 @@ void dsim_harness_result_free(dsim_harness_result *r)
     if (!r)
         return;
     free(r->checks);
+    free(r->stuck);
     r->checks = NULL;
-    r->n_checks = r->n_failed = 0;
+    r->stuck = NULL;
+    r->n_checks = r->n_failed = r->n_stuck = 0;
     free(r->timeline);
     r->timeline = NULL;
 }

@@ -17,10 +17,53 @@
  * The store is optional: without one the run is judged the same way and
  * nothing is written (run_id 0).
  *
+ * Hangs. No run outlives its bound, whatever the strategy's code does: the
+ * driver's watchdog (dsim_train in dsim/strategy.h) gives every worker a
+ * grace period to return once the job has failed, aborts a job in which no
+ * replica has entered a phase for twice the collective timeout (at least
+ * 1 s), and then stops waiting for the workers still inside strategy code,
+ * leaving them running. Such a run is stored with status 'hung', with the
+ * run's error event and one error event per stuck worker (JSON: "error":
+ * "hung", replica, server, phase, global_step, collective,
+ * collective_calls, message); out->stuck says the same. A hang is never
+ * what a scenario expects: the status is 'hung' whatever the checks say.
+ *
+ * Crashes (threads engine). The first run installs, once per process:
+ *   - a handler for SIGSEGV, SIGBUS, SIGFPE, SIGILL and SIGABRT. Outside a
+ *     run it hands the signal to whatever handler was there before. Inside
+ *     one, on the crashing thread, it does only async-signal-safe things:
+ *     asks the driver where the thread is (dsim_train_where_am_i: the
+ *     replica or parameter-server handler, its phase and global step, kept
+ *     in a thread-local by the driver), writes "dsim: replica 1 crashed with
+ *     signal 11 (SIGSEGV) in phase allreduce at global step 2; storing the
+ *     run as crashed" to stderr with write(2), and hands the same record
+ *     through a pipe to a watcher thread; then it waits (at most 10 s) for
+ *     the watcher's answer on a second pipe, restores the default action
+ *     and lets the signal kill the process (a fault recurs on return, a
+ *     sent signal is raised again), so the exit status and a core dump are
+ *     the crash's own. A second crash on another thread meanwhile waits to
+ *     die. The watcher, a normal thread started with every signal blocked,
+ *     takes the store lock (waiting at most 5 s for the calls in flight),
+ *     stores an error event (JSON: "error": "crashed", replica, server,
+ *     phase, global_step, signal, signal_name, message) and ends every run
+ *     in progress as 'crashed', closes their stores so it all commits, and
+ *     answers.
+ *   - an on_exit handler: a replica or handler that calls exit(N) is
+ *     reported ("replica 1 called exit(3) in phase allreduce at global step
+ *     2"), stored the same way with exit_status, and the process then ends
+ *     with status 1, a run that did not pass. exit() from any other thread
+ *     is left alone.
+ * Not caught: _exit(), a stack overflow (no alternate signal stack on the
+ * workers), SIGKILL; those runs are marked 'unfinished' when the store is
+ * next opened. opts.no_crash_guard skips the installation.
+ *
  * Ownership: the scenario and the options are borrowed for the call; the
  * result owns what it points to (dsim_harness_result_free). A store passed
- * in opts.store stays the caller's; one opened from opts.db_path is closed
- * before the call returns.
+ * in opts.store stays the caller's (a crash closes it: the process is
+ * dying); one opened from opts.db_path is closed before the call returns.
+ * After a hang the stuck workers keep the driver's job state alive (it is
+ * reference-counted there); the harness's own observer state is left
+ * allocated only if a worker is stuck inside the observer.
  *
  * Thread-safety: runs on different threads may go on at once, each with its
  * own scenario and result (a store may be shared: dsim_store is
@@ -69,6 +112,13 @@ typedef struct dsim_harness_opts {
     uint64_t seed;
     dsim_harness_progress_fn progress; /* optional */
     void *progress_user;
+    /* The watchdog's bounds (dsim_train_cfg.watchdog_grace_ns and
+     * progress_timeout_ns); 0: the scenario's, i.e. the driver's defaults. */
+    int64_t grace_ns;
+    int64_t progress_timeout_ns;
+    /* Leave the process's signal handlers and exit() alone (see "Crashes"
+     * above): a crash then kills the process without storing anything. */
+    bool no_crash_guard;
 } dsim_harness_opts;
 
 /* What a run came to. */
@@ -104,6 +154,10 @@ typedef struct dsim_harness_result {
      * flight records were written to (sim/diag/flight.h), for `dsim trace
      * desync RUN_ID`; "" when none was written. */
     char flight_path[512];
+    /* status DSIM_RUN_HUNG: the workers the watchdog left running and where
+     * each was (dsim_train_stuck_describe makes a sentence of one). */
+    dsim_train_stuck *stuck;
+    size_t n_stuck;
 } dsim_harness_result;
 
 /* Applies opts' overrides to s in place and checks that this build can run

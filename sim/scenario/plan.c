@@ -456,8 +456,14 @@ dsim_err dsim_scenario_plan(const dsim_scenario *s, json_t **out)
     char why_not[512] = "";
     if (r != DSIM_OK)
         snprintf(why_not, sizeof why_not, "%s", dsim_errmsg());
-    plan_set(&b, root, "runnable", json_boolean(r == DSIM_OK));
-    plan_set(&b, root, "not_runnable", r == DSIM_OK ? json_null() : json_string(why_not));
+    /* "runnable" answers the exit status's question: false whenever a run
+     * would be refused or fail (the data plan's error included), with the
+     * reason in "not_runnable". */
+    plan_set(&b, root, "runnable", json_boolean(r == DSIM_OK && e == DSIM_OK));
+    plan_set(&b, root, "not_runnable",
+             r != DSIM_OK   ? json_string(why_not)
+             : e != DSIM_OK ? json_string(err)
+                            : json_null());
     plan_set(&b, root, "error", e == DSIM_OK ? json_null() : json_string(err));
     if (b.bad || e == DSIM_ENOMEM) {
         json_decref(root);

@@ -15,8 +15,11 @@
  *
  * When the run is bound to fail (FILE sharding with fewer files than
  * workers, ...) or cannot run in this build, the object still holds all it
- * could resolve, "error" holds the message, and the call returns the error
- * (DSIM_EINVAL, or DSIM_ENOTSUP from dsim_scenario_runnable). */
+ * could resolve, "error" holds the message (of the data plan), "runnable" is
+ * false with the reason in "not_runnable" (the build's refusal, else the
+ * error), and the call returns the error (DSIM_EINVAL, or DSIM_ENOTSUP from
+ * dsim_scenario_runnable). "runnable" is true exactly when the call returns
+ * DSIM_OK (and `dsim plan` exits 0). */
 #ifndef DSIM_SCENARIO_PLAN_H
 #define DSIM_SCENARIO_PLAN_H
 

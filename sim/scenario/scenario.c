@@ -10,6 +10,7 @@
  * checked to exist. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -890,7 +891,12 @@ static int scen_is_file(const char *p)
 static char *scen_join(const char *dir, size_t dlen, const char *file)
 {
     char *out = NULL;
-    if (asprintf(&out, "%.*s/%s", (int)dlen, dlen ? dir : ".", file) < 0)
+    if (dlen == 0) {
+        /* a scenario path without a folder: relative to the working one */
+        dir = ".";
+        dlen = 1;
+    }
+    if (asprintf(&out, "%.*s/%s", (int)dlen, dir, file) < 0)
         return NULL;
     return out;
 }
@@ -994,6 +1000,7 @@ static dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
         }
         free(plugin);
         t->plugin_path = resolved;
+        s->plugin_pos = scen_pos(pv);
     } else if (!dsim_strategy_exists(name)) {
         dsim_strategy_list(names, sizeof names);
         return scen_fail(c, scen_where(m, S_NAME),
@@ -2070,6 +2077,21 @@ static dsim_err scen_parse(const char *path, const char *text, size_t len, long 
     return DSIM_OK;
 }
 
+static const char *scen_file_kind(mode_t m)
+{
+    if (S_ISDIR(m))
+        return "a directory";
+    if (S_ISFIFO(m))
+        return "a named pipe";
+    if (S_ISCHR(m))
+        return "a character device";
+    if (S_ISBLK(m))
+        return "a block device";
+    if (S_ISSOCK(m))
+        return "a socket";
+    return "a special file";
+}
+
 dsim_err dsim_scenario_load(const char *path, dsim_scenario **out)
 {
     if (!out)
@@ -2077,10 +2099,34 @@ dsim_err dsim_scenario_load(const char *path, dsim_scenario **out)
     *out = NULL;
     if (!path || !*path)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_scenario_load: no file given");
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    /* O_NONBLOCK: opening a named pipe for reading would otherwise wait for
+     * a writer for ever; anything but a regular file is refused before a
+     * byte is read (a pipe, a terminal or a device could block the read,
+     * and a directory is no scenario). */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
         return DSIM_ERR(errno == ENOENT ? DSIM_ENOENT : DSIM_EIO, -1, "%s: cannot open: %s", path,
                         strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int err = errno;
+        close(fd);
+        return DSIM_ERR(DSIM_EIO, -1, "%s: cannot open: %s", path, strerror(err));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "%s: is %s, not a regular file (accepted: a scenario file; dsim does "
+                        "not read scenarios from pipes, devices or directories)",
+                        path, scen_file_kind(sb.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    FILE *f = fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0 ? NULL : fdopen(fd, "rb");
+    if (!f) {
+        int err = errno;
+        close(fd);
+        return DSIM_ERR(DSIM_EIO, -1, "%s: cannot open: %s", path, strerror(err));
+    }
     char *buf = malloc(SCEN_MAX_FILE + 1);
     if (!buf) {
         fclose(f);
@@ -2110,10 +2156,10 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
 {
     if (!s)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_scenario_runnable: the scenario is NULL");
-    if (s->engine && strcmp(s->engine, "threads") != 0)
+    if (s->engine && strcmp(s->engine, "threads") != 0 && strcmp(s->engine, "processes") != 0)
         return DSIM_ERR(DSIM_ENOTSUP, -1,
                         "%s:%d:%d: engine: the %s engine is not supported yet; this build runs "
-                        "engine: threads",
+                        "engine: threads and processes",
                         s->path, s->engine_pos.line, s->engine_pos.column, s->engine);
     for (size_t i = 0; i < s->n_expect; i++) {
         const dsim_expect *x = &s->expect[i];

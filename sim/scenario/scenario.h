@@ -60,6 +60,7 @@ typedef struct dsim_scenario {
 
     dsim_train_cfg train;        /* strategy, cluster, model, optimizer, data, checkpoint */
     dsim_src_pos checkpoint_pos; /* where checkpoint.path was given (0:0 when not) */
+    dsim_src_pos plugin_pos;     /* where strategy.plugin was given (0:0 when not) */
 
     dsim_fault *faults;
     size_t n_faults;
@@ -84,7 +85,9 @@ typedef struct dsim_scenario {
 } dsim_scenario;
 
 /* Loads and validates a scenario file. On error *out is NULL and the
- * message has FILE:LINE:COLUMN. */
+ * message has FILE:LINE:COLUMN. Only a regular file is read: a named pipe,
+ * a device, a socket or a directory is refused (DSIM_EINVAL) without
+ * waiting on it. */
 dsim_err dsim_scenario_load(const char *path, dsim_scenario **out);
 /* The same from text in memory; `path` is used in messages. */
 dsim_err dsim_scenario_parse(const char *path, const char *text, size_t len, dsim_scenario **out);

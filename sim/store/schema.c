@@ -151,4 +151,51 @@ static const char schema_v2[] =
     "  min(CASE WHEN rn = (n + 1) / 2 THEN ns END) AS p50_ns, max(ns) AS max_ns\n"
     "FROM d GROUP BY run_id, op, algorithm;\n";
 
-const char *const store_migrations[DSIM_STORE_SCHEMA_VERSION] = {schema_v1, schema_v2};
+/* Version 3: runs may end 'hung' (the watchdog left a worker running) or
+ * 'crashed' (the process died inside a run). The CHECK on runs.status can
+ * only change by rebuilding the table (store_migrate turns foreign keys
+ * off around it, so the other tables' rows stay). run_summary reads runs
+ * and goes with it. */
+static const char schema_v3[] =
+    "CREATE TABLE runs_v3 (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  scenario TEXT NOT NULL,\n"
+    "  scenario_text TEXT,\n"
+    "  seed INTEGER NOT NULL,\n"
+    "  engine TEXT NOT NULL,\n"
+    "  strategy TEXT,\n"
+    "  dsim_version TEXT NOT NULL,\n"
+    "  config TEXT,\n"
+    "  status TEXT NOT NULL DEFAULT 'running'\n"
+    "    CHECK (status IN ('running', 'passed', 'failed', 'error', 'unfinished', 'hung',\n"
+    "                      'crashed')),\n"
+    "  trace_hash TEXT,\n"
+    "  started_ns INTEGER NOT NULL,\n"
+    "  ended_ns INTEGER,\n"
+    "  host TEXT,\n"
+    "  pid INTEGER,\n"
+    "  pid_start INTEGER\n"
+    ");\n"
+    "INSERT INTO runs_v3 (id, scenario, scenario_text, seed, engine, strategy, dsim_version,\n"
+    "  config, status, trace_hash, started_ns, ended_ns, host, pid, pid_start)\n"
+    "SELECT id, scenario, scenario_text, seed, engine, strategy, dsim_version, config, status,\n"
+    "  trace_hash, started_ns, ended_ns, host, pid, pid_start FROM runs;\n"
+    "DROP VIEW IF EXISTS run_summary;\n"
+    "DROP TABLE runs;\n"
+    "ALTER TABLE runs_v3 RENAME TO runs;\n"
+    "CREATE VIEW run_summary AS\n"
+    "SELECT r.id AS run_id, r.scenario, r.engine, r.strategy, r.seed, r.status,\n"
+    "  datetime(r.started_ns / 1000000000, 'unixepoch') AS started,\n"
+    "  (r.ended_ns - r.started_ns) / 1e9 AS duration_s,\n"
+    "  (SELECT count(*) FROM replicas p WHERE p.run_id = r.id) AS replicas,\n"
+    "  (SELECT count(DISTINCT s.step) FROM steps s WHERE s.run_id = r.id) AS steps,\n"
+    "  (SELECT sum(s.examples) FROM steps s WHERE s.run_id = r.id) AS examples,\n"
+    "  (SELECT s.reduced_loss FROM steps s WHERE s.run_id = r.id\n"
+    "     ORDER BY s.step DESC, s.replica LIMIT 1) AS final_loss,\n"
+    "  (SELECT count(*) FROM checks c WHERE c.run_id = r.id AND c.passed) AS checks_passed,\n"
+    "  (SELECT count(*) FROM checks c WHERE c.run_id = r.id AND NOT c.passed) AS checks_failed,\n"
+    "  (SELECT count(*) FROM events e WHERE e.run_id = r.id AND e.kind = 'fault') AS faults,\n"
+    "  r.trace_hash, r.host, r.pid\n"
+    "FROM runs r;\n";
+
+const char *const store_migrations[DSIM_STORE_SCHEMA_VERSION] = {schema_v1, schema_v2, schema_v3};

@@ -22,6 +22,7 @@
 #include <jansson.h>
 #include <sqlite3.h>
 
+#include "dsim/fiu.h"
 #include "dsim/log.h"
 #include "dsim_config.h"
 #include "store.h"
@@ -112,6 +113,7 @@ struct dsim_store {
     size_t head, count;
     store_rec *batch; /* the writer's; filled with the lock dropped */
     uint64_t enq_seq, done_seq;
+    uint64_t ok_seq; /* the last record of the last batch committed */
     bool stop;
     /* The first write failure; sticky. */
     dsim_err fail_code;
@@ -120,6 +122,14 @@ struct dsim_store {
     /* Runs begun on this store and not ended: the only ones it records. */
     dsim_run_id *active;
     size_t nactive, active_cap, reserved;
+    /* Runs whose row this store committed and whose end it has not seen
+     * committed (active ones and ends that failed): close marks those still
+     * 'running' unfinished. Same capacity as active. */
+    dsim_run_id *unsettled;
+    size_t nunsettled;
+    /* The SQLite code a libfiu point injected on the connection's owner
+     * (writer, or open/close), for the message in place of sqlite3_errmsg. */
+    int fiu_rc;
 };
 
 static const char *const store_insert_sql[REC_NKINDS] = {
@@ -140,7 +150,12 @@ static const char *const store_insert_sql[REC_NKINDS] = {
         "INSERT INTO metrics (run_id, name, value, unit, replica) VALUES (?, ?, ?, ?, ?)",
 };
 
-static const char *const store_status_names[] = {"passed", "failed", "error"};
+static const char *const store_status_names[] = {"passed", "failed", "error", "hung", "crashed"};
+
+const char *dsim_run_status_name(dsim_run_status s)
+{
+    return (unsigned)s <= DSIM_RUN_CRASHED ? store_status_names[s] : "unknown";
+}
 static const char *const store_event_names[] = {"fault", "error", "restart", "checkpoint", "phase"};
 
 static int64_t store_wall_ns(void)
@@ -223,6 +238,51 @@ static void store_bind_replica(sqlite3_stmt *s, int i, int replica)
         sqlite3_bind_null(s, i);
     else
         sqlite3_bind_int(s, i, replica);
+}
+
+static int store_exec(sqlite3 *db, const char *sql)
+{
+    return sqlite3_exec(db, sql, NULL, NULL, NULL);
+}
+
+/* libfiu points (dsim/fiu.h): dsim/store/open before each write that
+ * opening makes (WAL mode, migrations, marking runs unfinished), and
+ * dsim/store/write before each statement the writer (and close) runs:
+ * BEGIN, every row, COMMIT. One that fires stands for SQLite returning its
+ * failinfo as the result code (default SQLITE_IOERR_WRITE, "disk I/O
+ * error"), so the failure takes the path of a real one. Called only by the
+ * connection's owner. */
+static int store_fiu(dsim_store *st, const char *name)
+{
+#if DSIM_HAVE_FIU && defined(FIU_ENABLE)
+    if (dsim_fiu_armed() && fiu_fail(name)) {
+        st->fiu_rc = fiu_failinfo() ? (int)(intptr_t)fiu_failinfo() : SQLITE_IOERR_WRITE;
+        return st->fiu_rc;
+    }
+#else
+    (void)name;
+#endif
+    st->fiu_rc = SQLITE_OK;
+    return SQLITE_OK;
+}
+
+static int store_exec_at(dsim_store *st, const char *point, const char *sql)
+{
+    int rc = store_fiu(st, point);
+    return rc != SQLITE_OK ? rc : store_exec(st->db, sql);
+}
+
+static int store_step_at(dsim_store *st, const char *point, sqlite3_stmt *s)
+{
+    int rc = store_fiu(st, point);
+    return rc != SQLITE_OK ? rc : sqlite3_step(s);
+}
+
+/* The message of the last failure on the connection: an injected one's, or
+ * SQLite's. */
+static const char *store_errmsg(const dsim_store *st)
+{
+    return st->fiu_rc != SQLITE_OK ? sqlite3_errstr(st->fiu_rc) : sqlite3_errmsg(st->db);
 }
 
 static int store_apply(dsim_store *st, store_rec *r)
@@ -312,7 +372,7 @@ static int store_apply(dsim_store *st, store_rec *r)
     default:
         return SQLITE_MISUSE;
     }
-    int rc = sqlite3_step(s);
+    int rc = store_step_at(st, "dsim/store/write", s);
     sqlite3_reset(s);
     sqlite3_clear_bindings(s);
     if (rc != SQLITE_DONE)
@@ -370,12 +430,7 @@ static void store_fail_locked(dsim_store *st, int rc, const char *what, size_t n
              "results database %s: %s failed: %s (SQLite error %d); %zu queued rows and any "
              "recorded later are not saved, rows committed before are intact; check free "
              "space, permissions and other programs holding the file, or use another --db",
-             st->path, what, sqlite3_errmsg(st->db), rc, nrows);
-}
-
-static int store_exec(sqlite3 *db, const char *sql)
-{
-    return sqlite3_exec(db, sql, NULL, NULL, NULL);
+             st->path, what, store_errmsg(st), rc, nrows);
 }
 
 /* Writes a batch in one transaction; on failure rolls it back whole. */
@@ -383,14 +438,14 @@ static void store_commit_batch(dsim_store *st, store_rec *b, size_t n)
 {
     fiu_do_on("dsim_store/readonly", store_exec(st->db, "PRAGMA query_only = ON"));
     const char *what = "starting a transaction";
-    int rc = store_exec(st->db, "BEGIN IMMEDIATE");
+    int rc = store_exec_at(st, "dsim/store/write", "BEGIN IMMEDIATE");
     for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
         rc = store_apply(st, &b[i]);
         what = "inserting a row";
     }
     if (rc == SQLITE_OK) {
         what = "committing";
-        rc = store_exec(st->db, "COMMIT");
+        rc = store_exec_at(st, "dsim/store/write", "COMMIT");
     }
     if (rc == SQLITE_OK)
         return;
@@ -430,6 +485,8 @@ static void *store_writer(void *arg)
         pthread_mutex_lock(&st->mu);
         if (st->fail_code != DSIM_OK)
             st->lost += n;
+        else
+            st->ok_seq = last;
         st->done_seq = last;
         pthread_cond_broadcast(&st->done);
     }
@@ -580,20 +637,24 @@ dsim_err dsim_store_begin_run(dsim_store *st, const dsim_run_info *info, dsim_ru
     /* Room for the id before the run exists, so that remembering it cannot
      * fail after the row is committed; concurrent begins each hold a slot. */
     pthread_mutex_lock(&st->mu);
-    if (st->nactive + st->reserved == st->active_cap) {
+    /* nactive <= nunsettled: one capacity for both lists. */
+    if (st->nunsettled + st->reserved == st->active_cap) {
         size_t cap = st->active_cap ? 2 * st->active_cap : 4;
         dsim_run_id *a = realloc(st->active, cap * sizeof *a);
-        if (!a) {
+        if (a)
+            st->active = a;
+        dsim_run_id *u = a ? realloc(st->unsettled, cap * sizeof *u) : NULL;
+        if (!u) {
             pthread_mutex_unlock(&st->mu);
             store_rec_free(&r);
             return DSIM_ERR(DSIM_ENOMEM, -1, "results database %s: out of memory", st->path);
         }
-        st->active = a;
+        st->unsettled = u;
         st->active_cap = cap;
     }
     st->reserved++;
     pthread_mutex_unlock(&st->mu);
-    uint64_t seq;
+    uint64_t seq = 0;
     dsim_err e = store_push(st, &r, false, &seq);
     if (e == DSIM_OK)
         e = store_wait(st, seq);
@@ -601,6 +662,10 @@ dsim_err dsim_store_begin_run(dsim_store *st, const dsim_run_info *info, dsim_ru
     st->reserved--;
     if (e == DSIM_OK)
         st->active[st->nactive++] = id;
+    /* A later batch may have failed after this one committed the row: the
+     * call fails (the store has), but close still settles the run. */
+    if (e == DSIM_OK || (seq != 0 && seq <= st->ok_seq))
+        st->unsettled[st->nunsettled++] = id;
     pthread_mutex_unlock(&st->mu);
     if (e != DSIM_OK)
         return e;
@@ -613,9 +678,10 @@ dsim_err dsim_store_end_run(dsim_store *st, dsim_run_id run, dsim_run_status sta
 {
     if (!st)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_end_run: store is NULL");
-    if ((unsigned)status > DSIM_RUN_ERROR)
+    if ((unsigned)status > DSIM_RUN_CRASHED)
         return DSIM_ERR(DSIM_EINVAL, -1,
-                        "results database %s: run status %d is not passed, failed or error",
+                        "results database %s: run status %d is not passed, failed, error, hung "
+                        "or crashed",
                         st->path, (int)status);
     bool oom = false;
     store_rec r = {.kind = REC_END, .run = run};
@@ -646,7 +712,16 @@ dsim_err dsim_store_end_run(dsim_store *st, dsim_run_id run, dsim_run_status sta
         return e;
     }
     DSIM_CHECK(store_push(st, &r, false, &seq));
-    return store_wait(st, seq);
+    e = store_wait(st, seq);
+    pthread_mutex_lock(&st->mu);
+    if (seq <= st->ok_seq) {
+        for (i = 0; i < st->nunsettled && st->unsettled[i] != run; i++)
+            ;
+        if (i < st->nunsettled)
+            st->unsettled[i] = st->unsettled[--st->nunsettled];
+    }
+    pthread_mutex_unlock(&st->mu);
+    return e;
 }
 
 dsim_err dsim_store_replica(dsim_store *st, dsim_run_id run, int replica, int worker,
@@ -846,8 +921,8 @@ static dsim_err store_classify(const dsim_store *st, int64_t app, int64_t ver, i
 
 static dsim_err store_sql_fail(dsim_store *st, const char *what)
 {
-    dsim_err e = DSIM_ERR(DSIM_EIO, -1, "results database %s: %s: %s", st->path, what,
-                          sqlite3_errmsg(st->db));
+    dsim_err e =
+        DSIM_ERR(DSIM_EIO, -1, "results database %s: %s: %s", st->path, what, store_errmsg(st));
     if (!sqlite3_get_autocommit(st->db))
         store_exec(st->db, "ROLLBACK");
     return e;
@@ -855,13 +930,40 @@ static dsim_err store_sql_fail(dsim_store *st, const char *what)
 
 /* Applies the migrations from the file's version to ours, all in one
  * transaction: a failure leaves the file at its old version. */
+static dsim_err store_migrate_locked(dsim_store *st);
+
+/* Whether PRAGMA foreign_key_check finds nothing. */
+static bool store_fk_clean(dsim_store *st)
+{
+    sqlite3_stmt *s = NULL;
+    if (sqlite3_prepare_v2(st->db, "PRAGMA foreign_key_check", -1, &s, NULL) != SQLITE_OK)
+        return false;
+    bool clean = sqlite3_step(s) == SQLITE_DONE;
+    sqlite3_finalize(s);
+    return clean;
+}
+
 static dsim_err store_migrate(dsim_store *st)
 {
     int64_t app, ver, nobj;
     DSIM_CHECK(store_identify(st, &app, &ver, &nobj));
     if (ver == DSIM_STORE_SCHEMA_VERSION)
         return DSIM_OK;
-    if (store_exec(st->db, "BEGIN IMMEDIATE") != SQLITE_OK)
+    /* A migration may rebuild a table others reference (SQLite cannot change
+     * a CHECK in place): foreign keys are off while it runs, which can only
+     * be set outside a transaction, and checked before the commit. */
+    if (store_exec(st->db, "PRAGMA foreign_keys = OFF") != SQLITE_OK)
+        return store_sql_fail(st, "cannot prepare it for a schema upgrade");
+    dsim_err me = store_migrate_locked(st);
+    if (store_exec(st->db, "PRAGMA foreign_keys = ON") != SQLITE_OK && me == DSIM_OK)
+        me = store_sql_fail(st, "cannot turn foreign keys back on after the schema upgrade");
+    return me;
+}
+
+static dsim_err store_migrate_locked(dsim_store *st)
+{
+    int64_t app, ver, nobj;
+    if (store_exec_at(st, "dsim/store/open", "BEGIN IMMEDIATE") != SQLITE_OK)
         return store_sql_fail(st, "cannot lock it to upgrade the schema");
     /* Another process may have upgraded it since we looked. */
     dsim_err e = store_identify(st, &app, &ver, &nobj);
@@ -873,18 +975,29 @@ static dsim_err store_migrate(dsim_store *st)
     }
     int64_t from = ver;
     for (; ver < DSIM_STORE_SCHEMA_VERSION; ver++) {
-        if (store_exec(st->db, store_migrations[ver]) != SQLITE_OK) {
+        if (store_exec_at(st, "dsim/store/open", store_migrations[ver]) != SQLITE_OK) {
             char what[128];
             snprintf(what, sizeof what,
                      "upgrading the schema from version %lld to %lld failed (file unchanged)",
                      (long long)ver, (long long)ver + 1);
-            return store_sql_fail(st, what);
+            dsim_err e2 = store_sql_fail(st, what);
+            store_exec(st->db, "ROLLBACK");
+            return e2;
         }
+    }
+    if (!store_fk_clean(st)) {
+        dsim_err e2 = DSIM_ERR(DSIM_EIO, -1,
+                               "results database %s: upgrading the schema to version %d broke a "
+                               "foreign key (file unchanged)",
+                               st->path, DSIM_STORE_SCHEMA_VERSION);
+        store_exec(st->db, "ROLLBACK");
+        return e2;
     }
     char sql[128];
     snprintf(sql, sizeof sql, "PRAGMA application_id = %d; PRAGMA user_version = %d",
              DSIM_STORE_APPLICATION_ID, DSIM_STORE_SCHEMA_VERSION);
-    if (store_exec(st->db, sql) != SQLITE_OK || store_exec(st->db, "COMMIT") != SQLITE_OK)
+    if (store_exec_at(st, "dsim/store/open", sql) != SQLITE_OK ||
+        store_exec_at(st, "dsim/store/open", "COMMIT") != SQLITE_OK)
         return store_sql_fail(st, "cannot commit the schema upgrade (file unchanged)");
     if (from > 0)
         dsim_info("results database %s: schema upgraded from version %lld to %d", st->path,
@@ -929,7 +1042,7 @@ static dsim_err store_mark_unfinished(dsim_store *st)
     }
     dsim_err e = DSIM_OK;
     if (ndead > 0) {
-        if (store_exec(st->db, "BEGIN IMMEDIATE") != SQLITE_OK ||
+        if (store_exec_at(st, "dsim/store/open", "BEGIN IMMEDIATE") != SQLITE_OK ||
             sqlite3_prepare_v2(st->db,
                                "UPDATE runs SET status = 'unfinished' WHERE id = ? AND "
                                "status = 'running'",
@@ -939,12 +1052,12 @@ static dsim_err store_mark_unfinished(dsim_store *st)
         }
         for (size_t i = 0; i < ndead && e == DSIM_OK; i++) {
             sqlite3_bind_int64(s, 1, dead[i]);
-            if (sqlite3_step(s) != SQLITE_DONE)
+            if (store_step_at(st, "dsim/store/open", s) != SQLITE_DONE)
                 e = DSIM_EIO;
             sqlite3_reset(s);
         }
         sqlite3_finalize(s);
-        if (e != DSIM_OK || store_exec(st->db, "COMMIT") != SQLITE_OK)
+        if (e != DSIM_OK || store_exec_at(st, "dsim/store/open", "COMMIT") != SQLITE_OK)
             e = store_sql_fail(st, "cannot mark unfinished runs");
         else
             dsim_info("results database %s: %zu run(s) whose process is gone marked unfinished",
@@ -963,6 +1076,7 @@ static void store_free(dsim_store *st)
     free(st->ring);
     free(st->batch);
     free(st->active);
+    free(st->unsettled);
     free(st->path);
     free(st);
 }
@@ -1014,7 +1128,7 @@ dsim_err dsim_store_open(const char *path, dsim_store **out)
         goto fail;
     }
     /* Only now that the file is known to be ours may it change. */
-    if (store_exec(st->db, "PRAGMA journal_mode = WAL") != SQLITE_OK ||
+    if (store_exec_at(st, "dsim/store/open", "PRAGMA journal_mode = WAL") != SQLITE_OK ||
         store_exec(st->db, "PRAGMA synchronous = NORMAL") != SQLITE_OK ||
         store_exec(st->db, "PRAGMA foreign_keys = ON") != SQLITE_OK) {
         e = store_sql_fail(st, "cannot set WAL mode");
@@ -1067,25 +1181,33 @@ dsim_err dsim_store_close(dsim_store *st)
     pthread_mutex_unlock(&st->mu);
     pthread_join(st->writer, NULL);
 
-    /* The writer is gone: the connection is ours again. */
-    dsim_err e = DSIM_OK;
-    if (st->fail_code != DSIM_OK) {
-        e = store_report_locked(st);
-    } else if (st->nactive > 0) {
+    /* The writer is gone: the connection is ours again. Runs not ended,
+     * or whose end was not committed, become 'unfinished', even after a
+     * write failure: it may have been passing (a lock held too long), and a
+     * run left 'running' by a live process is never marked by anyone else. */
+    dsim_err e = st->fail_code != DSIM_OK ? store_report_locked(st) : DSIM_OK;
+    if (st->nunsettled > 0) {
         sqlite3_stmt *s = NULL;
-        bool ok = store_exec(st->db, "BEGIN IMMEDIATE") == SQLITE_OK &&
+        bool ok = store_exec_at(st, "dsim/store/write", "BEGIN IMMEDIATE") == SQLITE_OK &&
                   sqlite3_prepare_v2(st->db,
                                      "UPDATE runs SET status = 'unfinished' WHERE id = ? AND "
                                      "status = 'running'",
                                      -1, &s, NULL) == SQLITE_OK;
-        for (size_t i = 0; ok && i < st->nactive; i++) {
-            sqlite3_bind_int64(s, 1, st->active[i]);
-            ok = sqlite3_step(s) == SQLITE_DONE;
+        for (size_t i = 0; ok && i < st->nunsettled; i++) {
+            sqlite3_bind_int64(s, 1, st->unsettled[i]);
+            ok = store_step_at(st, "dsim/store/write", s) == SQLITE_DONE;
             sqlite3_reset(s);
         }
         sqlite3_finalize(s);
-        if (!ok || store_exec(st->db, "COMMIT") != SQLITE_OK)
-            e = store_sql_fail(st, "cannot mark the runs left open as unfinished");
+        if (ok && store_exec_at(st, "dsim/store/write", "COMMIT") != SQLITE_OK)
+            ok = false;
+        if (!ok) {
+            dsim_err m = store_sql_fail(st, "cannot mark the runs left open as unfinished");
+            if (e == DSIM_OK)
+                e = m;
+            else
+                (void)store_report_locked(st); /* the first failure is the one to report */
+        }
     }
     for (int k = 0; k < REC_NKINDS; k++) {
         sqlite3_finalize(st->stmt[k]);

@@ -16,6 +16,12 @@
  * too long by another program) is remembered: that call and every later call
  * on the store return it, with the database path and SQLite's message. What
  * was committed before stays committed; rows still queued are not written.
+ * Close still tries to mark the runs it leaves open 'unfinished'.
+ *
+ * Fault points (libfiu, dsim/fiu.h): dsim/store/open before each write that
+ * opening makes, dsim/store/write before each statement the writer or close
+ * runs (BEGIN, each row, COMMIT); one that fires stands for SQLite failing
+ * with the point's failinfo as its result code (default SQLITE_IOERR_WRITE).
  *
  * The schema is described in sim/store/SCHEMA.md. */
 #ifndef DSIM_STORE_H
@@ -32,7 +38,7 @@ extern "C" {
 
 /* The schema version this build writes (PRAGMA user_version). Older
  * databases are migrated forward at open; newer ones are refused. */
-#define DSIM_STORE_SCHEMA_VERSION 2
+#define DSIM_STORE_SCHEMA_VERSION 3
 /* PRAGMA application_id of a dsim database: "dsim" in ASCII. */
 #define DSIM_STORE_APPLICATION_ID 0x6473696d
 #define DSIM_STORE_DEFAULT_PATH   "dsim.db"
@@ -50,9 +56,10 @@ typedef int64_t dsim_run_id;
  * left 'running' and that process is gone are marked 'unfinished'. */
 dsim_err dsim_store_open(const char *path, dsim_store **out);
 
-/* Commits everything queued, marks runs begun here and not ended as
- * 'unfinished', and closes. Returns the first write failure, if any; the
- * store is freed either way. NULL is a no-op. */
+/* Commits everything queued, marks runs begun here and not ended (or whose
+ * end a write failure kept from being committed) as 'unfinished', and
+ * closes. Returns the first write failure, if any; the store is freed
+ * either way. NULL is a no-op. */
 dsim_err dsim_store_close(dsim_store *st);
 
 /* Waits until every record queued before the call is committed. */
@@ -79,10 +86,15 @@ typedef struct dsim_run_info {
 dsim_err dsim_store_begin_run(dsim_store *st, const dsim_run_info *info, dsim_run_id *out);
 
 typedef enum dsim_run_status {
-    DSIM_RUN_PASSED, /* every check passed */
-    DSIM_RUN_FAILED, /* a check failed */
-    DSIM_RUN_ERROR,  /* the run could not complete (bad input, harness error) */
+    DSIM_RUN_PASSED,  /* every check passed */
+    DSIM_RUN_FAILED,  /* a check failed */
+    DSIM_RUN_ERROR,   /* the run could not complete (bad input, harness error) */
+    DSIM_RUN_HUNG,    /* a worker never returned; the watchdog left it running (version 3) */
+    DSIM_RUN_CRASHED, /* the process died inside the run: a signal, or exit() (version 3) */
 } dsim_run_status;
+
+/* "passed", "failed", "error", "hung", "crashed" ("unknown" otherwise). */
+const char *dsim_run_status_name(dsim_run_status s);
 
 /* Sets the run's status, trace hash (hex text, or NULL) and end time (wall
  * clock ns; 0: now), and waits until that and everything queued before it is

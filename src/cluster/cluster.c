@@ -538,8 +538,18 @@ dsim_err dsim_cluster_from_tf_config(const char *json, int devices_per_host, dsi
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_cluster_from_tf_config: out is NULL");
     memset(out, 0, sizeof *out);
     DSIM_CHECK(cluster_check_devices(devices_per_host));
-    if (!json || cluster_blank(json))
+    if (!json || !*json)
         return dsim_cluster_local(1, devices_per_host, 0, out);
+    if (cluster_blank(json)) {
+        /* Not "unset": TF's json.loads raises on it, and a TF_CONFIG that
+         * came out blank is usually a template that did not expand. */
+        cluster_buf bv;
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "TF_CONFIG: the text is %s, only white space, which is not JSON "
+                        "(TensorFlow rejects it too; accepted: a JSON object such as " CLUSTER_EXAMPLE
+                        ", or an unset or empty TF_CONFIG for a local single worker)",
+                        cluster_quote(&bv, json));
+    }
     json_error_t jerr;
     /* Without JSON_ALLOW_NUL jansson refuses "\u0000", so every string below
      * is a whole C string. */

@@ -10,6 +10,7 @@
 #ifndef DSIM_COLL_INT_H
 #define DSIM_COLL_INT_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,10 @@ struct dsim_comm {
      * time that wraps, the communicator's epoch goes up (step.c), which
      * drops what is left of the calls before. 64 bits: never wraps itself. */
     uint64_t calls;
+    /* The same count and the last collective's name, for a watchdog on
+     * another thread (dsim_comm_last_call). */
+    _Atomic uint64_t calls_seen;
+    _Atomic(const char *) last_op;
     dsim_error err;
     /* Failure check after a timeout (see step.c): two slots per rank for
      * each answering rank's answer (the peer it was waiting for and its

@@ -158,6 +158,16 @@ void dsim_comm_set_algo(dsim_comm *c, dsim_algo a)
         c->algo = a;
 }
 
+void dsim_comm_last_call(const dsim_comm *c, const char **op, uint64_t *calls)
+{
+    const char *o = c ? atomic_load_explicit(&c->last_op, memory_order_relaxed) : NULL;
+    uint64_t n = c ? atomic_load_explicit(&c->calls_seen, memory_order_relaxed) : 0;
+    if (op)
+        *op = o;
+    if (calls)
+        *calls = n;
+}
+
 const dsim_error *dsim_comm_error(const dsim_comm *c)
 {
     static const dsim_error comm_no_comm = {DSIM_EINVAL, -1, __FILE__, __LINE__,

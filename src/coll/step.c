@@ -128,6 +128,8 @@ void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *a
     x->rank = c->rank;
     x->size = c->size;
     x->call = c->calls++;
+    atomic_store_explicit(&c->last_op, what, memory_order_relaxed);
+    atomic_store_explicit(&c->calls_seen, c->calls, memory_order_relaxed);
     if (x->call && x->call % STEP_CALLS == 0)
         dsim_ep_set_epoch(c->ep, c->comm_id, (uint32_t)(x->call / STEP_CALLS));
     /* One clock read per call start: the deadline, the recorder's time and

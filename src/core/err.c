@@ -23,6 +23,7 @@ static const char *const err_names[DSIM_ERR_COUNT] = {
     [DSIM_EPROTO] = "protocol error or corrupt data",
     [DSIM_ESTATE] = "called in the wrong state",
     [DSIM_EPREEMPTED] = "preempted: restart from the checkpoint",
+    [DSIM_EHUNG] = "a worker hung (did not return in time)",
 };
 
 const char *dsim_strerror(dsim_err e)

@@ -40,6 +40,7 @@ static dsim_err rt_register_locked(const struct dsim_rt_ops *ops)
                           : !ops->sleep_until  ? "sleep_until"
                           : !ops->spawn        ? "spawn"
                           : !ops->join         ? "join"
+                          : !ops->detach       ? "detach"
                           : !ops->self         ? "self"
                           : !ops->waitq_init   ? "waitq_init"
                           : !ops->waitq_fini   ? "waitq_fini"
@@ -180,6 +181,16 @@ dsim_err dsim_rt_join(dsim_rt *rt, dsim_task *task)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_rt_join: task is NULL");
     dsim_err e = rt->ops->join(rt, task->handle);
     free(task);
+    return e;
+}
+
+dsim_err dsim_rt_detach(dsim_rt *rt, dsim_task *task)
+{
+    if (!task)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_rt_detach: task is NULL");
+    dsim_err e = rt->ops->detach(rt, task->handle);
+    if (e == DSIM_OK)
+        free(task);
     return e;
 }
 

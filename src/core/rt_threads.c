@@ -1,6 +1,7 @@
 /* The threads engine: workers are pthreads, time is CLOCK_MONOTONIC. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,11 +13,16 @@ typedef struct thr_waitq {
     pthread_cond_t cv;
 } thr_waitq;
 
+/* A worker's state; state says who frees it: join, or, once detached, the
+ * thread itself when fn returns (whichever of detach and return comes
+ * second). */
+enum { THR_RUNNING, THR_RETURNED, THR_DETACHED };
 typedef struct thr_start {
     int id;
     void (*fn)(void *);
     void *arg;
     pthread_t tid;
+    atomic_int state;
 } thr_start;
 
 static _Thread_local int thr_self_id = -1;
@@ -76,6 +82,8 @@ static void *thr_trampoline(void *p)
     thr_self_id = s->id;
     thr_charged_ns = 0;
     s->fn(s->arg);
+    if (atomic_exchange(&s->state, THR_RETURNED) == THR_DETACHED)
+        free(s);
     return NULL;
 }
 
@@ -88,6 +96,7 @@ static dsim_err thr_spawn(dsim_rt *rt, int id, void (*fn)(void *), void *arg, vo
     s->id = id;
     s->fn = fn;
     s->arg = arg;
+    atomic_init(&s->state, THR_RUNNING);
     int rc = pthread_create(&s->tid, NULL, thr_trampoline, s);
     if (rc != 0) {
         free(s);
@@ -107,6 +116,18 @@ static dsim_err thr_join(dsim_rt *rt, void *handle)
     free(s);
     if (rc != 0)
         return DSIM_ERR(DSIM_EINVAL, -1, "could not join worker %d: %s", id, strerror(rc));
+    return DSIM_OK;
+}
+
+static dsim_err thr_detach(dsim_rt *rt, void *handle)
+{
+    (void)rt;
+    thr_start *s = handle;
+    int rc = pthread_detach(s->tid);
+    if (rc != 0)
+        return DSIM_ERR(DSIM_EINVAL, -1, "could not detach worker %d: %s", s->id, strerror(rc));
+    if (atomic_exchange(&s->state, THR_DETACHED) == THR_RETURNED)
+        free(s);
     return DSIM_OK;
 }
 
@@ -186,6 +207,7 @@ const struct dsim_rt_ops dsim_rt_threads_ops = {
     .sleep_until = thr_sleep_until,
     .spawn = thr_spawn,
     .join = thr_join,
+    .detach = thr_detach,
     .self = thr_self,
     .waitq_init = thr_waitq_init,
     .waitq_fini = thr_waitq_fini,

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/fiu_int.h"
 #include "strategy_int.h"
 
 #define CKPT_VERSION   DSIM_CHECKPOINT_VERSION
@@ -78,10 +79,21 @@ static void ckpt_get_floats(float *f, const unsigned char *p, size_t n)
     }
 }
 
+/* The libfiu points (dsim/fiu.h): a point that fires stands for its system
+ * call failing with errno set, so an injected failure takes the path, and
+ * gets the message, of a real one. */
+static int ckpt_fiu(const char *name)
+{
+    if (!DSIM_FIU(name))
+        return 0;
+    errno = DSIM_FIU_INFO(EIO);
+    return 1;
+}
+
 static dsim_err ckpt_write_all(int fd, const unsigned char *p, size_t n, const char *tmp)
 {
     while (n > 0) {
-        ssize_t w = write(fd, p, n);
+        ssize_t w = ckpt_fiu("dsim/ckpt/write") ? -1 : write(fd, p, n);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -146,18 +158,20 @@ dsim_err dsim_checkpoint_write(const char *path, const dsim_checkpoint *ck)
     }
     snprintf(tmp, tl, "%s.tmp", path);
     dsim_err e = DSIM_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd =
+        ckpt_fiu("dsim/ckpt/open") ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        e = DSIM_ERR(DSIM_EIO, -1, "checkpoint: cannot create %s: %s (does the directory exist?)",
-                     tmp, strerror(errno));
+        int err = errno;
+        e = DSIM_ERR(DSIM_EIO, -1, "checkpoint: cannot create %s: %s%s", tmp, strerror(err),
+                     err == ENOENT ? " (does the directory exist?)" : "");
         goto out;
     }
     e = ckpt_write_all(fd, buf, len, tmp);
-    if (e == DSIM_OK && fsync(fd) != 0)
+    if (e == DSIM_OK && (ckpt_fiu("dsim/ckpt/fsync") || fsync(fd) != 0))
         e = DSIM_ERR(DSIM_EIO, -1, "checkpoint: fsync of %s failed: %s", tmp, strerror(errno));
     if (close(fd) != 0 && e == DSIM_OK)
         e = DSIM_ERR(DSIM_EIO, -1, "checkpoint: closing %s failed: %s", tmp, strerror(errno));
-    if (e == DSIM_OK && rename(tmp, path) != 0)
+    if (e == DSIM_OK && (ckpt_fiu("dsim/ckpt/rename") || rename(tmp, path) != 0))
         e = DSIM_ERR(DSIM_EIO, -1, "checkpoint: renaming %s to %s failed: %s", tmp, path,
                      strerror(errno));
     if (e != DSIM_OK) {

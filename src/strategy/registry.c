@@ -268,10 +268,22 @@ dsim_err dsim_strategy_load(const char *name, const char *path)
         dlclose(h);
         return e;
     }
-    pthread_mutex_lock(&registry_lock);
-    registry_builtins_locked();
-    dsim_err e = registry_add_locked(name, ops, path);
-    pthread_mutex_unlock(&registry_lock);
+    /* One name per strategy: the one in its table, which its own messages
+     * and checkpoints use. Registering it under another (a scenario's
+     * strategy.name that says something else) would make the store and the
+     * strategy disagree about what ran, so a mismatch is refused. */
+    dsim_err e = dsim_strategy_check_ops(ops, path);
+    if (e == DSIM_OK && name && strcmp(name, ops->name) != 0)
+        e = DSIM_ERR(DSIM_EINVAL, -1,
+                     "'%s' names its strategy '%s' in its ops table, not '%s' as asked: use "
+                     "'%s' (a scenario's strategy.name), or change .name in the plugin's table",
+                     path, ops->name, name, ops->name);
+    if (e == DSIM_OK) {
+        pthread_mutex_lock(&registry_lock);
+        registry_builtins_locked();
+        e = registry_add_locked(name, ops, path);
+        pthread_mutex_unlock(&registry_lock);
+    }
     if (e != DSIM_OK) {
         /* Refused (an incomplete table, a name taken): the registry holds
          * nothing of it. If an earlier load of the same object succeeded,

@@ -20,10 +20,23 @@
  *
  * A replica or server that fails records its error and aborts the fabric,
  * which fails every pending and later transfer of every rank, and wakes the
- * servers' locks: every worker returns, none waits for the failed one. */
+ * servers' locks: every worker returns, none waits for the failed one.
+ *
+ * The watchdog (train_watch): the driver does not join blindly. Workers
+ * say when they return; the driver waits on the job's lock with a
+ * deadline: the grace after the job failed, or the progress bound (last
+ * phase entered + progress_timeout) before it has. A stall aborts the job
+ * like a failure; a grace that runs out leaves the workers still inside the
+ * strategy's code running (detached) and returns DSIM_EHUNG. The job is
+ * reference-counted (driver + one per worker) so that such a worker, if it
+ * ever comes back, finds it alive; the caller's observer and hooks are
+ * reached only through a gate that the driver closes before it returns. */
 #include <libgen.h>
+
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,10 +197,15 @@ typedef struct train_replica {
     dsim_task *task;
     uint64_t ckpt_writes;
     uint64_t preempted_at; /* global steps done when a preemption stopped it; 0: none */
-    _Atomic int phase;     /* dsim_phase: where the replica is now */
-    _Atomic uint64_t step; /* the global step it is on */
-    bool killed;           /* stopped by the hooks, as a killed process */
-    _Atomic int dead;      /* killed by a phase hook: its worker's health check stops */
+    _Atomic int phase;       /* dsim_phase: where the replica is now */
+    _Atomic uint64_t step;   /* the global step it is on */
+    _Atomic int64_t t_phase; /* when it entered the phase */
+    uint64_t good_checksum;  /* its variables after the last update that succeeded */
+    bool killed;             /* stopped by the hooks, as a killed process */
+    _Atomic int dead;        /* killed by a phase hook: its worker's health check stops */
+    _Atomic int in_cb;       /* TRAIN_CB_*: inside the caller's code */
+    bool returned;           /* under job->lock */
+    bool abandoned;          /* the driver's: left running by the watchdog */
 } train_replica;
 
 typedef struct train_server {
@@ -203,6 +221,8 @@ typedef struct train_handler {
     train_job *job;
     int server, client;
     dsim_task *task;
+    bool returned;  /* under job->lock */
+    bool abandoned; /* the driver's */
 } train_handler;
 
 /* One worker's health check (dsim/health.h). */
@@ -211,6 +231,9 @@ typedef struct train_health {
     int worker;
     dsim_health *h;
 } train_health;
+
+/* Where a replica is inside the caller's code. */
+enum { TRAIN_CB_NONE, TRAIN_CB_HOOK, TRAIN_CB_OBSERVER };
 
 struct train_job {
     const dsim_train_cfg *cfg;
@@ -238,8 +261,39 @@ struct train_job {
     dsim_waitq *lock;
     int failed;
     dsim_error err;
-    dsim_train_result *res;
+    dsim_train_result *res; /* &resv */
+
+    /* What the workers may use after a hung dsim_train has returned: the
+     * caller's configuration copied, and the result they write. */
+    dsim_train_cfg cfgv;
+    char *checkpoint_path;
+    dsim_train_result resv;
+    atomic_int refs; /* the driver and each worker not yet returned */
+
+    /* the watchdog; under lock unless atomic */
+    int spawned_r, spawned_h;
+    int n_running;                 /* spawned and not returned */
+    int64_t failed_at;             /* dsim_rt_now when failed was set */
+    _Atomic int64_t last_progress; /* a phase entered or a worker returned */
+    dsim_train_stuck *stuck;
+    size_t n_stuck;
+    /* the gate to the caller's observer and hooks */
+    atomic_int gate_in;
+    atomic_bool gate_closed;
+    train_job *abandoned_next; /* under train_abandoned_mu */
 };
+
+/* Does this process host rank r? */
+static bool train_local(const train_job *job, int r)
+{
+    const dsim_train_cfg *cfg = job->cfg;
+    return cfg->local_count <= 0 ||
+           (r >= cfg->local_first && r < cfg->local_first + cfg->local_count);
+}
+
+/* The worker running on this thread, for dsim_train_where_am_i. */
+static _Thread_local train_replica *train_self_rp;
+static _Thread_local train_handler *train_self_h;
 
 static void *train_aligned_zalloc(size_t n)
 {
@@ -290,8 +344,11 @@ static void train_fail(train_job *job, const char *who, int index, int rank)
     memcpy(err.msg, msg, sizeof err.msg);
     dsim_waitq_lock(job->lock);
     if (!job->failed || train_err_rank(err.code) > train_err_rank(job->err.code)) {
+        if (!job->failed)
+            job->failed_at = dsim_rt_now(job->rt);
         job->failed = 1;
         job->err = err;
+        dsim_waitq_wake(job->lock); /* the driver's grace starts now */
     }
     dsim_waitq_unlock(job->lock);
     dsim_fabric_abort(job->fab, err.peer >= 0 ? err.peer : rank, msg);
@@ -361,15 +418,50 @@ dsim_err dsim_phase_parse(const char *s, dsim_phase *out)
 /* Why a replica stopped without an error of its own. */
 #define TRAIN_DIED ((dsim_err)-1)
 
+/* The gate to the caller's code (observer, hooks): false once the driver
+ * has given up on the job, whose caller may have freed their user data. */
+static bool train_gate_enter(train_job *job, train_replica *rp, int cb)
+{
+    atomic_fetch_add(&job->gate_in, 1);
+    if (atomic_load(&job->gate_closed)) {
+        atomic_fetch_sub(&job->gate_in, 1);
+        return false;
+    }
+    atomic_store(&rp->in_cb, cb);
+    return true;
+}
+
+static void train_gate_leave(train_job *job, train_replica *rp)
+{
+    atomic_store(&rp->in_cb, TRAIN_CB_NONE);
+    atomic_fetch_sub(&job->gate_in, 1);
+}
+
 /* Enters a phase: records it and asks the hooks. TRAIN_DIED when the hooks
- * kill the replica here. */
+ * kill the replica here, or when the driver has given up on the job (a
+ * replica that comes back after that stops at once). */
 static dsim_err train_enter(train_replica *rp, dsim_phase p, uint64_t gs)
 {
+    train_job *job = rp->job;
     atomic_store_explicit(&rp->phase, (int)p, memory_order_relaxed);
     atomic_store_explicit(&rp->step, gs, memory_order_relaxed);
-    const dsim_train_cfg *cfg = rp->job->cfg;
+    atomic_store_explicit(&rp->t_phase, dsim_rt_now(rp->job->rt), memory_order_relaxed);
+    atomic_store_explicit(&job->last_progress, dsim_rt_now(job->rt), memory_order_relaxed);
+    const dsim_train_cfg *cfg = job->cfg;
+    if (!cfg->hooks) {
+        if (!atomic_load(&job->gate_closed))
+            return DSIM_OK;
+        rp->killed = true;
+        return TRAIN_DIED;
+    }
+    if (!train_gate_enter(job, rp, TRAIN_CB_HOOK)) {
+        rp->killed = true;
+        return TRAIN_DIED;
+    }
     const dsim_train_hooks *h = cfg->hooks;
-    if (h && h->phase && h->phase(cfg->hooks_user, rp->index, p, gs) == DSIM_HOOK_DIE) {
+    dsim_hook_action a = h->phase ? h->phase(cfg->hooks_user, rp->index, p, gs) : DSIM_HOOK_GO;
+    train_gate_leave(job, rp);
+    if (a == DSIM_HOOK_DIE) {
         rp->killed = true;
         atomic_store_explicit(&rp->dead, 1, memory_order_release);
         /* A dead process stops answering its peers' health checks now. */
@@ -520,6 +612,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
     TRAIN_ENTER(rp, DSIM_PHASE_CREATE_VARIABLES, job->first_step);
     if ((e = dsim_strategy_create_variables(s, ctx, rp->index == 0 ? &job->init : NULL)) != DSIM_OK)
         goto out;
+    rp->good_checksum = dsim_params_checksum(ctx->params, P);
     int chief = rp->index == job->chief;
     uint64_t stop_at = UINT64_MAX; /* where a preemption stops the job, once agreed */
     int N = job->N;
@@ -556,6 +649,8 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         TRAIN_ENTER(rp, DSIM_PHASE_ALLREDUCE, gs);
         if ((e = dsim_strategy_apply_gradients(s, ctx, grad)) != DSIM_OK)
             goto out;
+        /* what a failure later in the step must leave untouched */
+        rp->good_checksum = dsim_params_checksum(ctx->params, P);
         TRAIN_ENTER(rp, DSIM_PHASE_REDUCE_LOSS, gs);
         double local = loss_sum * (double)job->loss_scale, loss = NAN;
         e = dsim_strategy_reduce(s, ctx, DSIM_SUM, &local, &loss, 1);
@@ -577,7 +672,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
             if (res->trace)
                 memcpy(res->trace + k * P, ctx->params, P * sizeof(float));
         }
-        if (cfg->observer) {
+        if (cfg->observer && train_gate_enter(job, rp, TRAIN_CB_OBSERVER)) {
             dsim_train_step_info info = {
                 .replica = rp->index,
                 .worker = ctx->worker,
@@ -591,8 +686,10 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
                 .checksum = cks,
                 .t_start = t0,
                 .t_end = t1,
+                .ids = b->ids,
             };
             cfg->observer(&info, cfg->observer_user);
+            train_gate_leave(job, rp);
         }
         uint64_t done = gs + 1;
         bool stop_here = false;
@@ -641,25 +738,47 @@ out:
     return e;
 }
 
+static void train_job_unref(train_job *job);
+
+/* The last thing a worker does: says it returned (the driver's watch waits
+ * for that) and lets go of the job. */
+static void train_worker_returned(train_job *job, bool *returned)
+{
+    dsim_waitq_lock(job->lock);
+    *returned = true;
+    job->n_running--;
+    atomic_store_explicit(&job->last_progress, dsim_rt_now(job->rt), memory_order_relaxed);
+    dsim_waitq_wake(job->lock);
+    dsim_waitq_unlock(job->lock);
+    train_self_rp = NULL;
+    train_self_h = NULL;
+    train_job_unref(job);
+}
+
 static void train_replica_main(void *arg)
 {
     train_replica *rp = arg;
     train_job *job = rp->job;
     const dsim_train_cfg *cfg = job->cfg;
+    train_self_rp = rp;
     int inited = 0;
     dsim_err e = train_enter(rp, DSIM_PHASE_START, job->first_step);
     if (e == DSIM_OK)
         e = train_replica_run(rp, &inited);
     dsim_train_replica_end *end = &job->res->replicas[rp->index];
-    if (e != DSIM_OK && e != TRAIN_DIED && cfg->hooks && cfg->hooks->killed &&
-        cfg->hooks->killed(cfg->hooks_user, rp->index))
-        rp->killed = true;
+    if (e != DSIM_OK && e != TRAIN_DIED && cfg->hooks && train_gate_enter(job, rp, TRAIN_CB_HOOK)) {
+        if (cfg->hooks->killed && cfg->hooks->killed(cfg->hooks_user, rp->index))
+            rp->killed = true;
+        train_gate_leave(job, rp);
+    }
     end->phase = (dsim_phase)atomic_load_explicit(&rp->phase, memory_order_relaxed);
     end->global_step = atomic_load_explicit(&rp->step, memory_order_relaxed);
+    end->t_phase = atomic_load_explicit(&rp->t_phase, memory_order_relaxed);
     end->killed = rp->killed;
     end->t_end = dsim_rt_now(job->rt);
     if (inited && rp->ctx.params)
         end->end_checksum = dsim_params_checksum(rp->ctx.params, rp->ctx.n_params);
+    end->good_checksum = rp->good_checksum;
     if (rp->killed) {
         /* A killed process reports nothing: the survivors must find out. */
         end->status = DSIM_OK;
@@ -671,25 +790,80 @@ static void train_replica_main(void *arg)
     atomic_store_explicit(&rp->phase, (int)DSIM_PHASE_DONE, memory_order_relaxed);
     if (inited)
         dsim_strategy_replica_fini(job->strat, &rp->ctx);
+    train_worker_returned(job, &rp->returned);
 }
 
 static void train_handler_main(void *arg)
 {
     train_handler *h = arg;
     train_job *job = h->job;
+    train_self_h = h;
     train_server *ts = &job->srvs[h->server];
     const dsim_train_cfg *cfg = job->cfg;
     if (dsim_strategy_serve(job->strat, &ts->ctx, h->client) != DSIM_OK) {
         /* A killed server says nothing; neither does the server of a
          * killed client (parameter-server training goes on without it). */
         const dsim_train_hooks *hk = cfg->hooks;
-        if (hk && hk->killed &&
-            (hk->killed(cfg->hooks_user, job->N + h->server) || hk->killed(cfg->hooks_user, h->client))) {
+        const dsim_error *le = dsim_last_error();
+        /* A client whose process is gone (its connection closed) is a lost
+         * worker too: asynchronous training goes on without it. */
+        bool client_gone = job->shape.ps_mode == DSIM_PS_ASYNC && le->code == DSIM_EPEER &&
+                           le->peer == h->client;
+        if (client_gone ||
+            (hk && hk->killed &&
+             (hk->killed(cfg->hooks_user, job->N + h->server) ||
+              hk->killed(cfg->hooks_user, h->client)))) {
             dsim_clear_error();
+            train_worker_returned(job, &h->returned);
             return;
         }
         train_fail(job, "parameter server", h->server, job->N + h->server);
     }
+    train_worker_returned(job, &h->returned);
+}
+
+/* ---- where a worker is ---- */
+
+bool dsim_train_where_am_i(dsim_train_where *out)
+{
+    train_replica *rp = train_self_rp;
+    train_handler *h = train_self_h;
+    if (!out || (!rp && !h))
+        return false;
+    int server = -1;
+    if (!rp) {
+        server = h->server;
+        rp = &h->job->reps[h->client];
+    }
+    out->replica = rp->index;
+    out->server = server;
+    out->phase = (dsim_phase)atomic_load_explicit(&rp->phase, memory_order_relaxed);
+    out->global_step = atomic_load_explicit(&rp->step, memory_order_relaxed);
+    return true;
+}
+
+int dsim_train_stuck_describe(const dsim_train_stuck *s, char *buf, size_t cap)
+{
+    if (!s)
+        return snprintf(buf, cap, "(none)");
+    const dsim_train_where *w = &s->where;
+    char coll[96] = "";
+    if (w->server < 0 && s->collective)
+        snprintf(coll, sizeof coll, " (last collective: %s, call %llu)", s->collective,
+                 (unsigned long long)s->collective_calls);
+    else if (w->server < 0)
+        snprintf(coll, sizeof coll, " (before its first collective)");
+    char cb[48] = "";
+    if (s->callback)
+        snprintf(cb, sizeof cb, ", inside %s", s->callback);
+    if (w->server >= 0)
+        return snprintf(buf, cap,
+                        "parameter server %d's handler for replica %d (replica %d in phase %s at "
+                        "global step %llu)%s",
+                        w->server, w->replica, w->replica, dsim_phase_name(w->phase),
+                        (unsigned long long)w->global_step, cb);
+    return snprintf(buf, cap, "replica %d in phase %s at global step %llu%s%s", w->replica,
+                    dsim_phase_name(w->phase), (unsigned long long)w->global_step, coll, cb);
 }
 
 /* A job that will write checkpoints finds out now, not after its first
@@ -759,6 +933,12 @@ static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
                         "retries >= 0",
                         (long long)cfg->health_interval_ns, (long long)cfg->health_timeout_ns,
                         cfg->health_retries);
+    long long ranks = (long long)cfg->hosts * cfg->devices_per_host + cfg->num_ps;
+    if (cfg->local_count < 0 || cfg->local_first < 0 ||
+        (cfg->local_count > 0 && cfg->local_first + (long long)cfg->local_count > ranks))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: the local ranks [%d, %d) are not within the job's %lld ranks",
+                        cfg->local_first, cfg->local_first + cfg->local_count, ranks);
     if (cfg->hooks && cfg->hooks->size != sizeof(dsim_train_hooks))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: hooks.size is %zu; set it to sizeof(dsim_train_hooks) (%zu)",
@@ -959,6 +1139,8 @@ static dsim_err train_start_health(train_job *job)
         train_health *th = &job->health[w];
         th->job = job;
         th->worker = w;
+        if (!train_local(job, w * D))
+            continue;
         dsim_health_cfg hc = {
             .ep = job->eps[w * D],
             .worker = w,
@@ -1011,9 +1193,12 @@ static dsim_err train_open_world(train_job *job)
     if (!job->eps || !job->world || !job->ctl || !job->reps || !job->srvs || !job->handlers)
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for %d ranks", N + P);
     for (int r = 0; r < N + P; r++)
-        DSIM_CHECK(dsim_ep_open(job->fab, r, &job->eps[r]));
+        if (train_local(job, r))
+            DSIM_CHECK(dsim_ep_open(job->fab, r, &job->eps[r]));
     const struct dsim_strategy_ops *ops = job->strat->ops;
     for (int r = 0; r < N; r++) {
+        if (!train_local(job, r))
+            continue;
         dsim_comm_cfg cc = {
             .ep = job->eps[r],
             .size = N,
@@ -1099,15 +1284,6 @@ static void train_close_world(train_job *job)
         free(job->reps[r].final);
         free(job->reps[r].ctx.params);
     }
-    /* What each replica's collectives came to, for a harness to explain a
-     * failure with: every replica's worker has returned. */
-    if (job->world && job->res && !job->res->flight &&
-        (job->res->flight = calloc((size_t)job->N, sizeof *job->res->flight))) {
-        job->res->n_flight = job->N;
-        for (int r = 0; r < job->N; r++)
-            if (job->world[r])
-                (void)dsim_comm_flight_dump(job->world[r], &job->res->flight[r]);
-    }
     for (int r = 0; job->world && r < job->N; r++)
         dsim_comm_destroy(job->world[r]);
     for (int r = 0; job->ctl && r < job->N; r++)
@@ -1129,44 +1305,323 @@ static void train_close_world(train_job *job)
     free(job->handlers);
 }
 
-/* Spawns every server worker and replica, and joins them all. */
+/* ---- the job's life: references, the watchdog ---- */
+
+#define TRAIN_SEC               (1000LL * 1000 * 1000)
+#define TRAIN_MIN_GRACE_NS      TRAIN_SEC
+#define TRAIN_MIN_PROGRESS_NS   TRAIN_SEC
+#define TRAIN_CALLBACK_DRAIN_NS TRAIN_SEC
+#define TRAIN_CALLBACK_POLL_NS  (1000LL * 1000)
+
+/* Jobs a hung dsim_train left behind, so that they stay reachable (and
+ * countable) until their last worker returns. */
+static pthread_mutex_t train_abandoned_mu = PTHREAD_MUTEX_INITIALIZER;
+static train_job *train_abandoned;
+static size_t train_n_abandoned;
+
+size_t dsim_train_abandoned_jobs(void)
+{
+    pthread_mutex_lock(&train_abandoned_mu);
+    size_t n = train_n_abandoned;
+    pthread_mutex_unlock(&train_abandoned_mu);
+    return n;
+}
+
+static void train_abandon(train_job *job)
+{
+    pthread_mutex_lock(&train_abandoned_mu);
+    job->abandoned_next = train_abandoned;
+    train_abandoned = job;
+    train_n_abandoned++;
+    pthread_mutex_unlock(&train_abandoned_mu);
+}
+
+static void train_job_free(train_job *job)
+{
+    pthread_mutex_lock(&train_abandoned_mu);
+    for (train_job **pp = &train_abandoned; *pp; pp = &(*pp)->abandoned_next) {
+        if (*pp == job) {
+            *pp = job->abandoned_next;
+            train_n_abandoned--;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&train_abandoned_mu);
+    train_close_world(job);
+    free(job->init.params);
+    free(job->init.optim_state);
+    dsim_train_setup_close(&job->su);
+    dsim_train_result_free(&job->resv);
+    free(job->stuck);
+    free(job->checkpoint_path);
+    free(job);
+}
+
+static void train_job_unref(train_job *job)
+{
+    if (atomic_fetch_sub(&job->refs, 1) == 1)
+        train_job_free(job);
+}
+
+static int64_t train_sat_add(int64_t a, int64_t b)
+{
+    return b > 0 && a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
+/* How long the workers have to return once the job failed; -1: for ever. */
+static int64_t train_grace_ns(const train_job *job)
+{
+    int64_t g = job->cfg->watchdog_grace_ns;
+    if (g < 0)
+        return -1;
+    if (g > 0)
+        return g;
+    g = job->timeout_ns / 2;
+    return g < TRAIN_MIN_GRACE_NS ? TRAIN_MIN_GRACE_NS : g;
+}
+
+/* How long the job may go without any phase entered; -1: no bound. */
+static int64_t train_progress_ns(const train_job *job)
+{
+    int64_t b = job->cfg->progress_timeout_ns;
+    if (b < 0)
+        return -1;
+    if (b > 0)
+        return b;
+    b = train_sat_add(job->timeout_ns, job->timeout_ns);
+    return b < TRAIN_MIN_PROGRESS_NS ? TRAIN_MIN_PROGRESS_NS : b;
+}
+
+/* The progress watchdog fires: the job fails as if a worker had, and is
+ * aborted. Called and returns with job->lock held. */
+static void train_stall(train_job *job, int64_t now, int64_t bound)
+{
+    job->failed = 1;
+    job->failed_at = now;
+    job->err = (dsim_error){.code = DSIM_ETIMEDOUT, .peer = -1, .file = __FILE__, .line = __LINE__};
+    char why[96];
+    if (job->cfg->progress_timeout_ns > 0)
+        snprintf(why, sizeof why, "the progress timeout");
+    else
+        snprintf(why, sizeof why, "twice the %.3g s timeout, at least 1 s",
+                 (double)job->timeout_ns / 1e9);
+    snprintf(job->err.msg, sizeof job->err.msg,
+             "no replica entered a new phase or returned for %.2f s (the progress watchdog: %s); "
+             "the job was aborted",
+             (double)bound / 1e9, why);
+    char msg[sizeof job->err.msg];
+    memcpy(msg, job->err.msg, sizeof msg);
+    dsim_waitq_unlock(job->lock);
+    dsim_fabric_abort(job->fab, -1, msg);
+    train_wake_servers(job);
+    dsim_waitq_lock(job->lock);
+}
+
+static const char *train_cb_name(int cb)
+{
+    return cb == TRAIN_CB_HOOK ? "the phase hook" : cb == TRAIN_CB_OBSERVER ? "the observer" : NULL;
+}
+
+/* Records the workers that have not returned as stuck, and where. Called
+ * with job->lock held. */
+static void train_note_stuck(train_job *job)
+{
+    /* Only spawned workers have a task (a process runs its own ranks). */
+    size_t n = 0;
+    for (int r = 0; r < job->N; r++)
+        n += job->reps[r].task && !job->reps[r].returned;
+    for (int i = 0; i < job->P * job->N; i++)
+        n += job->handlers[i].task && !job->handlers[i].returned;
+    job->stuck = calloc(n ? n : 1, sizeof *job->stuck);
+    job->n_stuck = 0;
+    for (int r = 0; r < job->N; r++) {
+        train_replica *rp = &job->reps[r];
+        if (!rp->task || rp->returned)
+            continue;
+        rp->abandoned = true;
+        if (!job->stuck)
+            continue;
+        dsim_train_stuck *st = &job->stuck[job->n_stuck++];
+        st->where = (dsim_train_where){
+            .replica = r,
+            .server = -1,
+            .phase = (dsim_phase)atomic_load_explicit(&rp->phase, memory_order_relaxed),
+            .global_step = atomic_load_explicit(&rp->step, memory_order_relaxed),
+        };
+        dsim_comm_last_call(job->world[r], &st->collective, &st->collective_calls);
+        st->callback = train_cb_name(atomic_load(&rp->in_cb));
+    }
+    for (int i = 0; i < job->P * job->N; i++) {
+        train_handler *h = &job->handlers[i];
+        if (!h->task || h->returned)
+            continue;
+        h->abandoned = true;
+        if (!job->stuck)
+            continue;
+        train_replica *c = &job->reps[h->client];
+        job->stuck[job->n_stuck++] = (dsim_train_stuck){
+            .where =
+                {
+                    .replica = h->client,
+                    .server = h->server,
+                    .phase = (dsim_phase)atomic_load_explicit(&c->phase, memory_order_relaxed),
+                    .global_step = atomic_load_explicit(&c->step, memory_order_relaxed),
+                },
+        };
+    }
+}
+
+/* Waits until every worker has returned (DSIM_OK), or the watchdog gives up
+ * on those that have not (DSIM_EHUNG, with job->stuck filled). */
+static dsim_err train_watch(train_job *job)
+{
+    int64_t grace = train_grace_ns(job), bound = train_progress_ns(job);
+    dsim_waitq_lock(job->lock);
+    for (;;) {
+        if (job->n_running == 0) {
+            dsim_waitq_unlock(job->lock);
+            return DSIM_OK;
+        }
+        int64_t now = dsim_rt_now(job->rt), deadline = DSIM_NO_DEADLINE;
+        if (job->failed) {
+            if (grace >= 0) {
+                deadline = train_sat_add(job->failed_at, grace);
+                if (now >= deadline)
+                    break;
+            }
+        } else if (bound >= 0) {
+            deadline = train_sat_add(
+                atomic_load_explicit(&job->last_progress, memory_order_relaxed), bound);
+            if (now >= deadline) {
+                train_stall(job, now, bound);
+                continue;
+            }
+        }
+        (void)dsim_waitq_wait(job->lock, deadline);
+    }
+    train_note_stuck(job);
+    dsim_waitq_unlock(job->lock);
+    return DSIM_EHUNG;
+}
+
+/* After the watchdog gave up: no call into the caller's code from now on;
+ * waits a little for those in progress. */
+static void train_close_gate(train_job *job)
+{
+    atomic_store(&job->gate_closed, true);
+    int64_t until = dsim_rt_deadline(job->rt, TRAIN_CALLBACK_DRAIN_NS);
+    while (atomic_load(&job->gate_in) > 0 && dsim_rt_now(job->rt) < until)
+        (void)dsim_rt_sleep_until(job->rt, dsim_rt_deadline(job->rt, TRAIN_CALLBACK_POLL_NS));
+}
+
+/* The error a hung job returns: who was left running, where, and the
+ * failure that began it. */
+static dsim_err train_hung_error(train_job *job)
+{
+    char who[384] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < job->n_stuck && len < sizeof who - 1; i++) {
+        char one[256];
+        dsim_train_stuck_describe(&job->stuck[i], one, sizeof one);
+        int k = snprintf(who + len, sizeof who - len, "%s%s", i ? "; " : "", one);
+        len += k > 0 ? (size_t)k : 0;
+    }
+    int peer = job->n_stuck && job->stuck[0].where.server < 0 ? job->stuck[0].where.replica : -1;
+    int64_t grace = train_grace_ns(job);
+    return dsim_set_error(DSIM_EHUNG, peer, __FILE__, __LINE__,
+                          "the job hung: %zu worker%s did not return within %.2f s after the job "
+                          "failed and %s left running: %s. The failure: %s",
+                          job->n_stuck, job->n_stuck == 1 ? "" : "s", (double)grace / 1e9,
+                          job->n_stuck == 1 ? "was" : "were", who, job->err.msg);
+}
+
+/* Spawns every server worker and replica and waits for them under the
+ * watchdog: joins those that returned, detaches those left running. */
 static dsim_err train_run_workers(train_job *job)
 {
     int N = job->N, P = job->P;
     dsim_err e = DSIM_OK;
     for (int s = 0; s < P && e == DSIM_OK; s++) {
+        if (!train_local(job, N + s))
+            continue;
         e = dsim_strategy_server_init(job->strat, &job->srvs[s].ctx);
         job->srvs[s].inited = 1;
     }
-    int spawned_h = 0, spawned_r = 0;
     job->res->t_start = dsim_rt_now(job->rt);
+    atomic_store(&job->last_progress, job->res->t_start);
     for (int s = 0; s < P && e == DSIM_OK; s++) {
         for (int c = 0; c < N && e == DSIM_OK; c++) {
             train_handler *h = &job->handlers[s * N + c];
             *h = (train_handler){.job = job, .server = s, .client = c};
+            if (!train_local(job, N + s))
+                continue;
+            dsim_waitq_lock(job->lock);
+            job->n_running++;
+            dsim_waitq_unlock(job->lock);
+            atomic_fetch_add(&job->refs, 1);
             e = dsim_rt_spawn(job->rt, N + s * N + c, train_handler_main, h, &h->task);
-            if (e == DSIM_OK)
-                spawned_h++;
+            if (e == DSIM_OK) {
+                job->spawned_h++;
+            } else {
+                atomic_fetch_sub(&job->refs, 1);
+                dsim_waitq_lock(job->lock);
+                job->n_running--;
+                dsim_waitq_unlock(job->lock);
+            }
         }
     }
     for (int r = 0; r < N && e == DSIM_OK; r++) {
+        if (!train_local(job, r))
+            continue;
+        dsim_waitq_lock(job->lock);
+        job->n_running++;
+        dsim_waitq_unlock(job->lock);
+        atomic_fetch_add(&job->refs, 1);
         e = dsim_rt_spawn(job->rt, r, train_replica_main, &job->reps[r], &job->reps[r].task);
-        if (e == DSIM_OK)
-            spawned_r++;
+        if (e == DSIM_OK) {
+            job->spawned_r++;
+        } else {
+            atomic_fetch_sub(&job->refs, 1);
+            dsim_waitq_lock(job->lock);
+            job->n_running--;
+            dsim_waitq_unlock(job->lock);
+        }
     }
     if (e != DSIM_OK) {
         /* Those already running must not wait for the ones that never
-         * started. */
+         * started; the grace applies to them from now. */
         dsim_error saved;
         dsim_error_copy(&saved);
+        dsim_waitq_lock(job->lock);
+        if (!job->failed) {
+            job->failed = 1;
+            job->failed_at = dsim_rt_now(job->rt);
+            job->err = saved;
+        }
+        dsim_waitq_unlock(job->lock);
         dsim_fabric_abort(job->fab, -1, "the job could not start all its workers");
         train_wake_servers(job);
         dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s", saved.msg);
     }
-    for (int r = 0; r < spawned_r; r++)
-        dsim_rt_join(job->rt, job->reps[r].task);
-    for (int i = 0; i < spawned_h; i++)
-        dsim_rt_join(job->rt, job->handlers[i].task);
+    dsim_err w = train_watch(job);
+    if (w != DSIM_OK)
+        train_close_gate(job);
+    for (int r = 0; r < N; r++) {
+        train_replica *rp = &job->reps[r];
+        if (!rp->task)
+            continue; /* another process's, or never started */
+        if (!rp->abandoned || dsim_rt_detach(job->rt, rp->task) != DSIM_OK)
+            dsim_rt_join(job->rt, rp->task);
+    }
+    for (int i = 0; i < P * N; i++) {
+        train_handler *h = &job->handlers[i];
+        if (!h->task)
+            continue;
+        if (!h->abandoned || dsim_rt_detach(job->rt, h->task) != DSIM_OK)
+            dsim_rt_join(job->rt, h->task);
+    }
+    if (w != DSIM_OK)
+        return train_hung_error(job);
     return e;
 }
 
@@ -1185,6 +1640,20 @@ static void train_preempted(train_job *job)
     }
 }
 
+/* Filled for a failed run too: which checkpoints exist is what a caller
+ * needs to resume it. */
+static void train_count_checkpoints(train_job *job)
+{
+    dsim_train_result *res = job->res;
+    if (!job->reps || !res->checkpoint_writes)
+        return;
+    res->checkpoints_written = 0;
+    for (int r = 0; r < job->N; r++) {
+        res->checkpoint_writes[r] = job->reps[r].ckpt_writes;
+        res->checkpoints_written += job->reps[r].ckpt_writes;
+    }
+}
+
 static void train_collect(train_job *job)
 {
     dsim_train_result *res = job->res;
@@ -1193,25 +1662,24 @@ static void train_collect(train_job *job)
     /* A killed replica's variables stop where it died: the job's are the
      * first survivor's, and only survivors are compared. */
     int first = 0;
-    while (first < N - 1 && job->reps[first].killed)
+    while (first < N - 1 && (job->reps[first].killed || !train_local(job, first)))
         first++;
-    memcpy(res->params, job->reps[first].final, P * sizeof(float));
+    /* A server's process has no replica: the replicas' results are elsewhere. */
+    bool any = train_local(job, first);
+    if (any)
+        memcpy(res->params, job->reps[first].final, P * sizeof(float));
     res->replicas_agree = true;
-    for (int r = first + 1; r < N; r++)
-        if (!job->reps[r].killed &&
+    for (int r = first + 1; any && r < N; r++)
+        if (train_local(job, r) && !job->reps[r].killed &&
             memcmp(job->reps[r].final, job->reps[first].final, P * sizeof(float)) != 0)
             res->replicas_agree = false;
     res->in_sync_every_step = true;
-    for (size_t k = 0; k < res->steps; k++)
+    for (size_t k = 0; any && k < res->steps; k++)
         for (int r = first + 1; r < N; r++)
-            if (!job->reps[r].killed &&
+            if (train_local(job, r) && !job->reps[r].killed &&
                 res->checksum[k * (size_t)N + (size_t)r] != res->checksum[k * (size_t)N + first])
                 res->in_sync_every_step = false;
-    res->final_loss = dsim_train_mean_loss(&job->su, res->params);
-    for (int r = 0; r < N; r++) {
-        res->checkpoint_writes[r] = job->reps[r].ckpt_writes;
-        res->checkpoints_written += job->reps[r].ckpt_writes;
-    }
+    res->final_loss = any ? dsim_train_mean_loss(&job->su, res->params) : NAN;
     size_t total = 0;
     for (int s = 0; s < job->P; s++)
         total += job->srvs[s].n_updates;
@@ -1219,6 +1687,8 @@ static void train_collect(train_job *job)
         res->updates = malloc(total * sizeof *res->updates);
         if (res->updates) {
             for (int s = 0; s < job->P; s++) {
+                if (!job->srvs[s].n_updates)
+                    continue; /* a server of another process */
                 memcpy(res->updates + res->n_updates, job->srvs[s].updates,
                        job->srvs[s].n_updates * sizeof *res->updates);
                 res->n_updates += job->srvs[s].n_updates;
@@ -1227,6 +1697,84 @@ static void train_collect(train_job *job)
                 if (res->updates[i].staleness > res->max_staleness)
                     res->max_staleness = res->updates[i].staleness;
         }
+    }
+}
+
+/* What each replica's collectives came to, for a harness to explain a
+ * failure with. Only the recorders no thread writes any more are copied:
+ * a replica the watchdog left running (abandoned) may still be inside a
+ * collective, so its entry holds only its rank and how many calls it had
+ * begun (read atomically), no entries. A rank of another process has none. */
+static void train_collect_flight(train_job *job)
+{
+    dsim_train_result *res = job->res;
+    if (!job->world || res->flight || !(res->flight = calloc((size_t)job->N, sizeof *res->flight)))
+        return;
+    res->n_flight = job->N;
+    for (int r = 0; r < job->N; r++) {
+        dsim_fr_dump *d = &res->flight[r];
+        d->rank = r;
+        d->size = job->N;
+        d->comm_id = DSIM_STRATEGY_COMM_WORLD;
+        if (!job->world[r])
+            continue;
+        if (job->reps && job->reps[r].abandoned) {
+            dsim_comm_last_call(job->world[r], NULL, &d->calls);
+            continue;
+        }
+        (void)dsim_comm_flight_dump(job->world[r], d);
+    }
+}
+
+/* Hands the job's result to the caller: moved when every worker returned;
+ * when some were left running, only what they no longer write. */
+static void train_hand_over(train_job *job, dsim_train_result *res, bool hung)
+{
+    *res = job->resv;
+    if (!hung) {
+        memset(&job->resv, 0, sizeof job->resv);
+        return;
+    }
+    res->params = NULL;
+    res->loss = NULL;
+    res->local_loss = NULL;
+    res->checksum = NULL;
+    res->examples = NULL;
+    res->trace = NULL;
+    res->ledger = NULL;
+    res->updates = NULL;
+    res->n_updates = 0;
+    res->checkpoint_writes = NULL;
+    res->replicas = NULL;
+    /* Made by the driver alone before the workers ran or after the
+     * watchdog gave up on them: moved like stuck. */
+    job->resv.initial_params = NULL;
+    job->resv.flight = NULL;
+    job->resv.n_flight = 0;
+    job->resv.optim_state = NULL;
+    res->stuck = job->stuck;
+    res->n_stuck = job->n_stuck;
+    job->stuck = NULL;
+    job->n_stuck = 0;
+    if (!job->resv.replicas)
+        return;
+    res->replicas = calloc((size_t)job->N, sizeof *res->replicas);
+    if (!res->replicas)
+        return;
+    /* A returned replica wrote its entry before it said so under the lock;
+     * a stuck one's is made here from where it was. */
+    for (int r = 0; r < job->N; r++)
+        if (job->reps[r].task && !job->reps[r].abandoned)
+            res->replicas[r] = job->resv.replicas[r];
+    for (size_t i = 0; i < res->n_stuck; i++) {
+        const dsim_train_stuck *st = &res->stuck[i];
+        if (st->where.server >= 0)
+            continue;
+        dsim_train_replica_end *end = &res->replicas[st->where.replica];
+        end->phase = st->where.phase;
+        end->global_step = st->where.global_step;
+        end->status = DSIM_EHUNG;
+        dsim_train_stuck_describe(st, end->msg, sizeof end->msg);
     }
 }
 
@@ -1241,100 +1789,124 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
         dsim_error_copy(&res->error);
         return e;
     }
-    train_job job;
-    memset(&job, 0, sizeof job);
-    job.cfg = cfg;
-    job.res = res;
     dsim_err e = train_check_cfg(cfg);
+    if (e != DSIM_OK) {
+        dsim_error_copy(&res->error);
+        return e;
+    }
+    train_job *job = calloc(1, sizeof *job);
+    if (!job) {
+        e = DSIM_ERR(DSIM_ENOMEM, -1, "dsim_train: out of memory");
+        dsim_error_copy(&res->error);
+        return e;
+    }
+    atomic_init(&job->refs, 1);
+    /* The workers read the job's copy: one the watchdog leaves running may
+     * outlive the caller's. */
+    job->cfgv = *cfg;
+    job->cfg = &job->cfgv;
+    job->res = &job->resv;
+    job->resv.error.peer = -1;
+    bool hung = false;
+    if (cfg->checkpoint_path && !(job->checkpoint_path = strdup(cfg->checkpoint_path)))
+        e = DSIM_ERR(DSIM_ENOMEM, -1, "dsim_train: out of memory");
+    job->cfgv.checkpoint_path = job->checkpoint_path;
+    cfg = job->cfg;
+    /* Everything below fills the job's result; out is the caller's. */
+    dsim_train_result *out = res;
+    res = job->res;
     if (e == DSIM_OK && cfg->plugin_path)
         e = dsim_strategy_load(cfg->strategy, cfg->plugin_path);
     if (e == DSIM_OK)
-        e = dsim_strategy_lookup(cfg->strategy, &job.strat);
+        e = dsim_strategy_lookup(cfg->strategy, &job->strat);
     if (e != DSIM_OK)
-        goto out_early;
-    job.N = cfg->hosts * cfg->devices_per_host;
-    job.P = cfg->num_ps;
-    job.shape = (dsim_strategy_shape){
+        goto out;
+    job->N = cfg->hosts * cfg->devices_per_host;
+    job->P = cfg->num_ps;
+    job->shape = (dsim_strategy_shape){
         .hosts = cfg->hosts,
         .devices_per_host = cfg->devices_per_host,
-        .num_replicas = job.N,
+        .num_replicas = job->N,
         .num_ps = cfg->num_ps,
         .ps_mode = cfg->ps_mode,
     };
-    if ((e = dsim_strategy_check_shape(job.strat, &job.shape)) != DSIM_OK ||
-        (e = train_check_chief(&job)) != DSIM_OK)
-        goto out_early;
-    job.preempt_armed = cfg->preempt_after || cfg->preempt_notice;
-    if ((cfg->checkpoint_every || job.preempt_armed) &&
-        (e = dsim_strategy_check_save(job.strat)) != DSIM_OK)
-        goto out_early;
-    if ((e = dsim_train_setup_open(cfg, &job.su)) != DSIM_OK)
-        goto out_early;
-    job.timeout_ns = cfg->timeout_ns >= 0 ? cfg->timeout_ns : DSIM_COMM_DEFAULT_TIMEOUT_NS;
-    int nris = dsim_strategy_replicas_in_sync(job.strat, &job.shape);
-    if (nris < 1 || nris > job.N) {
+    if ((e = dsim_strategy_check_shape(job->strat, &job->shape)) != DSIM_OK ||
+        (e = train_check_chief(job)) != DSIM_OK)
+        goto out;
+    job->preempt_armed = cfg->preempt_after || cfg->preempt_notice;
+    if ((cfg->checkpoint_every || job->preempt_armed) &&
+        (e = dsim_strategy_check_save(job->strat)) != DSIM_OK)
+        goto out;
+    if ((e = dsim_train_setup_open(cfg, &job->su)) != DSIM_OK)
+        goto out;
+    job->timeout_ns = cfg->timeout_ns >= 0 ? cfg->timeout_ns : DSIM_COMM_DEFAULT_TIMEOUT_NS;
+    int nris = dsim_strategy_replicas_in_sync(job->strat, &job->shape);
+    if (nris < 1 || nris > job->N) {
         e = DSIM_ERR(DSIM_EINVAL, -1, "strategy '%s' says %d replicas are in sync, outside 1..%d",
-                     job.strat->name, nris, job.N);
-        goto out_setup;
+                     job->strat->name, nris, job->N);
+        goto out;
     }
     /* TF's compute_average_loss: divide by per-replica batch x replicas in
      * sync; exactly 1/G when every replica is in sync. */
-    job.loss_scale = nris == job.N ? 1.0f / (float)cfg->global_batch
-                                   : (float)((double)job.N / ((double)cfg->global_batch * nris));
-    snprintf(res->strategy, sizeof res->strategy, "%s", job.strat->name);
-    res->placement = (int)job.strat->ops->placement;
+    job->loss_scale = nris == job->N ? 1.0f / (float)cfg->global_batch
+                                     : (float)((double)job->N / ((double)cfg->global_batch * nris));
+    snprintf(res->strategy, sizeof res->strategy, "%s", job->strat->name);
+    res->placement = (int)job->strat->ops->placement;
     res->num_workers = cfg->hosts;
     res->devices_per_host = cfg->devices_per_host;
-    res->num_replicas = job.N;
-    res->num_ps = job.P;
+    res->num_replicas = job->N;
+    res->num_ps = job->P;
     res->num_replicas_in_sync = nris;
-    res->loss_scale = job.loss_scale;
-    res->shard_applied = job.su.applied;
-    res->steps_per_epoch = job.su.steps_per_epoch;
-    job.total_steps = job.su.steps_per_epoch * cfg->epochs;
-    if ((e = train_initial_values(&job)) != DSIM_OK)
-        goto out_setup;
-    job.end_step = job.total_steps;
-    if (cfg->stop_after && cfg->stop_after < job.end_step)
-        job.end_step = cfg->stop_after;
-    if (job.end_step < job.first_step)
-        job.end_step = job.first_step;
-    res->first_step = job.first_step;
-    res->initial_loss = dsim_train_mean_loss(&job.su, job.init.params);
-    res->initial_checksum = dsim_params_checksum(job.init.params, job.su.n_params);
-    if ((e = train_alloc_result(&job)) != DSIM_OK)
-        goto out_setup;
+    res->loss_scale = job->loss_scale;
+    res->shard_applied = job->su.applied;
+    res->steps_per_epoch = job->su.steps_per_epoch;
+    job->total_steps = job->su.steps_per_epoch * cfg->epochs;
+    if ((e = train_initial_values(job)) != DSIM_OK)
+        goto out;
+    job->end_step = job->total_steps;
+    if (cfg->stop_after && cfg->stop_after < job->end_step)
+        job->end_step = cfg->stop_after;
+    if (job->end_step < job->first_step)
+        job->end_step = job->first_step;
+    res->first_step = job->first_step;
+    res->initial_loss = dsim_train_mean_loss(&job->su, job->init.params);
+    res->initial_checksum = dsim_params_checksum(job->init.params, job->su.n_params);
+    if ((e = train_alloc_result(job)) != DSIM_OK)
+        goto out;
     if (cfg->record_params) {
-        res->initial_params = malloc(job.su.n_params * sizeof(float) + 1);
+        res->initial_params = malloc(job->su.n_params * sizeof(float) + 1);
         if (!res->initial_params) {
             e = DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the initial variables");
-            goto out_setup;
+            goto out;
         }
-        memcpy(res->initial_params, job.init.params, job.su.n_params * sizeof(float));
+        memcpy(res->initial_params, job->init.params, job->su.n_params * sizeof(float));
     }
-    if ((e = train_open_world(&job)) == DSIM_OK)
-        e = train_run_workers(&job);
-    if (e == DSIM_OK && job.failed) {
-        dsim_error *er = &job.err;
+    if ((e = train_open_world(job)) == DSIM_OK)
+        e = train_run_workers(job);
+    hung = e == DSIM_EHUNG;
+    if (!hung)
+        train_count_checkpoints(job);
+    train_collect_flight(job);
+    if (e == DSIM_OK && job->failed) {
+        dsim_error *er = &job->err;
         e = dsim_set_error(er->code, er->peer, er->file, er->line, "%s", er->msg);
     }
     if (e == DSIM_OK)
-        train_preempted(&job);
+        train_preempted(job);
     if (e == DSIM_OK)
-        train_collect(&job);
+        train_collect(job);
     if (e == DSIM_OK && res->preempted)
         e = DSIM_ERR(DSIM_EPREEMPTED, -1,
                      "train: preempted after global step %llu; checkpoint %s holds it: run the "
                      "job again with restore to resume",
                      (unsigned long long)res->preempted_at, cfg->checkpoint_path);
-    train_close_world(&job);
-out_setup:
-    free(job.init.params);
-    free(job.init.optim_state);
-    dsim_train_setup_close(&job.su);
-out_early:
+out:
+    train_hand_over(job, out, hung);
+    if (hung)
+        train_abandon(job);
+    train_job_unref(job);
     if (e != DSIM_OK)
-        dsim_error_copy(&res->error);
+        dsim_error_copy(&out->error);
     return e;
 }
 
@@ -1356,6 +1928,7 @@ void dsim_train_result_free(dsim_train_result *res)
     for (int r = 0; res->flight && r < res->n_flight; r++)
         dsim_fr_dump_free(&res->flight[r]);
     free(res->flight);
+    free(res->stuck);
     dsim_ledger_destroy(res->ledger);
     memset(res, 0, sizeof *res);
 }

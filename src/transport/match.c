@@ -496,6 +496,10 @@ dsim_err tp_recv_start(dsim_req *req)
     }
     tp_list_push(&ep->live, &req->live);
     tp_msg *m = tp_match_unexpected_locked(ep, req->peer, req->comm_id, req->tag);
+    if (!m && tp_lost_fail_locked(req)) {
+        dsim_waitq_unlock(ep->lock);
+        return DSIM_OK;
+    }
     if (!m) {
         tp_list_push(&tp_bucket_of(ep, req->peer)->posted, &req->qlink);
         req->queued = 1;
@@ -604,4 +608,139 @@ void tp_finish_dropped(tp_list *sends)
         tp_list_del(n);
         tp_drop_msg(TP_CONTAINER(n, tp_msg, link), DSIM_OK, -1);
     }
+}
+
+/* ---- links that break (backends with connections) ---- */
+
+typedef struct tp_lost {
+    struct tp_lost *next;
+    int peer;
+    dsim_err code;
+    char msg[];
+} tp_lost;
+
+static tp_lost *tp_lost_find_locked(dsim_ep *ep, int peer)
+{
+    for (tp_lost *l = ep->lost; l; l = l->next)
+        if (l->peer == peer)
+            return l;
+    return NULL;
+}
+
+int tp_lost_fail_locked(dsim_req *req)
+{
+    tp_lost *l = tp_lost_find_locked(req->ep, req->peer);
+    if (!l)
+        return 0;
+    tp_req_failf(req, l->peer, "%s", l->msg);
+    tp_req_finish_locked(req, l->code, 0);
+    return 1;
+}
+
+void tp_lost_free(dsim_ep *ep)
+{
+    while (ep->lost) {
+        tp_lost *l = ep->lost;
+        ep->lost = l->next;
+        free(l);
+    }
+}
+
+void dsim_tp_peer_lost(dsim_ep *ep, int peer, dsim_err code, const char *fmt, ...)
+{
+    if (!ep || peer < 0 || peer >= ep->f->nranks || code == DSIM_OK)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(msg) + 1;
+    tp_lost *l = malloc(sizeof *l + n);
+    dsim_waitq_lock(ep->lock);
+    if (tp_lost_find_locked(ep, peer)) {
+        dsim_waitq_unlock(ep->lock);
+        free(l); /* the first break stands */
+        return;
+    }
+    if (l) {
+        l->peer = peer;
+        l->code = code;
+        memcpy(l->msg, msg, n);
+        l->next = NULL;
+        tp_lost **tail = &ep->lost;
+        while (*tail)
+            tail = &(*tail)->next;
+        *tail = l;
+    } else {
+        /* Later receives then wait for their deadline instead of failing at
+         * once; the ones posted now still fail below. */
+        dsim_error_log("rank %d: out of memory recording that the link from rank %d broke",
+                       ep->rank, peer);
+    }
+    /* Every comm and tag: nothing more arrives from this peer. */
+    tp_list *pl = &tp_bucket_of(ep, peer)->posted;
+    for (tp_link *it = pl->head.next; it != &pl->head;) {
+        tp_link *next = it->next;
+        dsim_req *r = TP_CONTAINER(it, dsim_req, qlink);
+        if (r->peer == peer) {
+            tp_list_del(it);
+            r->queued = 0;
+            tp_req_failf(r, peer, "%s", msg);
+            tp_req_finish_locked(r, code, 0);
+        }
+        it = next;
+    }
+    dsim_waitq_unlock(ep->lock);
+    dsim_debug("rank %d: link from rank %d lost: %s", ep->rank, peer, msg);
+}
+
+void dsim_tp_count_corrupt(dsim_ep *ep)
+{
+    if (!ep)
+        return;
+    dsim_waitq_lock(ep->lock);
+    ep->rejected_corrupt++;
+    dsim_waitq_unlock(ep->lock);
+}
+
+/* The gap handling of dsim_tp_deliver, for a frame that is not delivered. */
+static void tp_gap_locked(dsim_ep *ep, const dsim_tp_hdr *h, tp_msg *gap)
+{
+    gap->kind = TP_MSG_GAP;
+    gap->src = h->src;
+    gap->comm_id = h->comm_id;
+    gap->tag = h->tag;
+    gap->epoch = h->epoch;
+    dsim_req *r = tp_match_posted_locked(ep, h->src, h->comm_id, DSIM_ANY_TAG);
+    if (r) {
+        tp_fail_gap(r, gap);
+        tp_req_finish_locked(r, DSIM_EPROTO, 0);
+        return;
+    }
+    tp_msg *g = malloc(sizeof *g);
+    if (!g) {
+        dsim_error_log("rank %d: out of memory recording lost messages", ep->rank);
+        return;
+    }
+    *g = *gap;
+    tp_list_push(&tp_bucket_of(ep, h->src)->unexpected, &g->link);
+}
+
+dsim_err dsim_tp_withdrawn(dsim_ep *ep, const dsim_tp_hdr *h)
+{
+    if (!ep || !h)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_tp_withdrawn: ep and hdr must be set");
+    dsim_waitq_lock(ep->lock);
+    dsim_err rc = tp_refuse_locked(ep, h);
+    if (rc != DSIM_OK) {
+        dsim_waitq_unlock(ep->lock);
+        return rc;
+    }
+    tp_msg gap = {.seq_expected = 0, .seq_got = 0};
+    if (h->len <= DSIM_TP_MAX_LEN && tp_check_locked(ep, h, (size_t)h->len, &gap) == TP_ACCEPT &&
+        gap.seq_got)
+        tp_gap_locked(ep, h, &gap);
+    dsim_waitq_unlock(ep->lock);
+    return DSIM_OK;
 }

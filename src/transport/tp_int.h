@@ -148,6 +148,9 @@ struct dsim_ep {
     uint64_t msgs_recv, bytes_recv;
     uint64_t rejected_misrouted, rejected_stale, rejected_corrupt;
     void *priv;
+    /* Under lock: peers whose link to this endpoint broke for good
+     * (dsim_tp_peer_lost), oldest first. */
+    struct tp_lost *lost;
 };
 
 struct dsim_fabric {
@@ -197,5 +200,11 @@ void tp_req_failf(dsim_req *req, int peer, const char *fmt, ...)
 
 /* transport.c */
 void tp_tag_str(uint32_t tag, char *buf, size_t cap);
+
+/* match.c, lost peers (dsim_tp_peer_lost). With ep->lock held: if req's
+ * peer is lost, finishes req with that failure and returns 1. */
+int tp_lost_fail_locked(dsim_req *req);
+/* Frees ep's lost-peer records (the endpoint is being freed). */
+void tp_lost_free(dsim_ep *ep);
 
 #endif

@@ -1,8 +1,8 @@
 /* `dsim bench` end to end: runs the dsim executable (argv[1]) on small sizes
- * with the check on, over several rank counts, collectives, dtypes, ops and
- * algorithms, and asserts exit 0, the columns and a correct row per size;
- * that a corrupted result is caught (exit 1, #wrong > 0); and that bad flags
- * exit 2 naming the flag. */
+ * with the check on, over several rank counts, collectives, dtypes, ops,
+ * algorithms and both transports, and asserts exit 0, the columns and a
+ * correct row per size; that a corrupted result is caught (exit 1, #wrong >
+ * 0); and that bad flags exit 2 naming the flag. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +16,8 @@
 #include <cmocka.h>
 
 static const char *cli_dsim;
+/* The transport the header must name. */
+static const char *cli_transport = "inproc";
 
 typedef struct cli_out {
     int status; /* exit status, or -1 if it did not exit normally */
@@ -103,7 +105,9 @@ static int cli_check_table(const cli_out *r, const size_t *sizes, int nsizes, co
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
         if (!strstr(r->out, cols[i]))
             fail_msg("column '%s' missing from:\n%s", cols[i], r->out);
-    assert_non_null(strstr(r->out, "transport inproc"));
+    char tp[64];
+    snprintf(tp, sizeof tp, "transport %s", cli_transport);
+    assert_non_null(strstr(r->out, tp));
     assert_non_null(strstr(r->out, "engine threads"));
     assert_non_null(strstr(r->out, "copy bandwidth:"));
     char *copy = strdup(r->out);
@@ -233,6 +237,32 @@ static void test_wrong_result_caught(void **state)
     cli_free(&r);
 }
 
+/* The same check over tcp sockets (every rank still in this process). */
+static void test_tcp_transport(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = {4096, 65536, 1048576};
+    static const char *algos[] = {"ring", "rhd", "auto"};
+    cli_transport = "tcp";
+    for (size_t i = 0; i < sizeof algos / sizeof algos[0]; i++) {
+        cli_out r =
+            cli_run(NULL, "bench", "allreduce", "-b", "4K", "-e", "1M", "-f", "16", "-n", "2", "-w",
+                    "1", "--ranks", "4", "--algo", algos[i], "--transport", "tcp", NULL);
+        if (r.status != 0)
+            fail_msg("--transport tcp --algo %s: exit %d\n%s%s", algos[i], r.status, r.out, r.err);
+        cli_check_table(&r, sizes, 3, "float", "sum", 1.5, 0);
+        assert_non_null(strstr(r.out, "Out of bounds values : 0 OK"));
+        cli_free(&r);
+    }
+    static const size_t one[] = {4096};
+    cli_out r = cli_run("DSIM_BENCH_CORRUPT=2", "bench", "allreduce", "-b", "4K", "-e", "4K", "-n",
+                        "1", "-w", "0", "--ranks", "3", "--transport", "tcp", NULL);
+    assert_int_equal(r.status, 1);
+    cli_check_table(&r, one, 1, "float", "sum", 4.0 / 3, 1);
+    cli_free(&r);
+    cli_transport = "inproc";
+}
+
 static void test_bad_flags(void **state)
 {
     (void)state;
@@ -244,6 +274,7 @@ static void test_bad_flags(void **state)
         {"allreduce", "--bogus", "1", "--bogus"},
         {"allreduce", "-d", "complex", "complex"},
         {"allreduce", "--algo", "magic", "magic"},
+        {"allreduce", "--transport", "udp", "udp"},
         {"allreduce", "-c", "2", "-c"},
         {"allreduce", "--ranks", "0", "--ranks"},
         {"broadcast", "-r", "9", "-r 9"},
@@ -273,11 +304,9 @@ int main(int argc, char **argv)
     }
     cli_dsim = argv[1];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_allreduce_rank_counts),
-        cmocka_unit_test(test_algorithms),
-        cmocka_unit_test(test_other_collectives),
-        cmocka_unit_test(test_wrong_result_caught),
-        cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_allreduce_rank_counts), cmocka_unit_test(test_algorithms),
+        cmocka_unit_test(test_other_collectives),     cmocka_unit_test(test_wrong_result_caught),
+        cmocka_unit_test(test_tcp_transport),         cmocka_unit_test(test_bad_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -259,20 +259,6 @@ static const valid_case valid_cases[] = {
         .first = {NULL, "localhost:2222", NULL, NULL},
     },
     {
-        .name = "blank TF_CONFIG is local",
-        .json = " \n\t",
-        .dph = 1,
-        .type = DSIM_TASK_WORKER,
-        .index = 0,
-        .is_chief = 1,
-        .worker_id = 0,
-        .num_workers = 1,
-        .from_tf_config = 0,
-        .rpc_layer = NULL,
-        .ntasks = {0, 1, 0, 0},
-        .first = {NULL, "localhost:2222", NULL, NULL},
-    },
-    {
         .name = "{} is local",
         .json = "{}",
         .dph = 1,
@@ -389,6 +375,8 @@ typedef struct invalid_case {
 } invalid_case;
 
 static const invalid_case invalid_cases[] = {
+    /* TF's json.loads raises on it: not the same as unset or empty */
+    {"only white space", " \n\t", 1, {"TF_CONFIG", "\" \\n\\t\"", "only white space"}},
     {"malformed JSON", "{\"cluster\": ", 1, {"TF_CONFIG", "not valid JSON", "line 1", "column"}},
     {"malformed JSON on line 3",
      "{\n  \"cluster\": {\n    \"worker\": [\"a:1\" \"b:1\"]\n  }\n}",

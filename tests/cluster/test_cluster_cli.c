@@ -170,6 +170,35 @@ static void test_tf_config_flag_and_env(void **state)
     free(r);
 }
 
+/* A TF_CONFIG of only white space is not "unset": TensorFlow's json.loads
+ * raises on it, so it is refused naming the value, from the flag and from
+ * the environment; an empty one is a local single worker. */
+static void test_blank_tf_config(void **state)
+{
+    (void)state;
+    cli_result *r = malloc(sizeof *r);
+    assert_non_null(r);
+    const char *args[] = {"--tf-config", "   ", NULL};
+    cli_run(r, NULL, args);
+    assert_int_equal(r->status, 2);
+    assert_string_equal(r->out, "");
+    if (!strstr(r->err, "TF_CONFIG: the text is \"   \", only white space"))
+        fail_msg("stderr: %s", r->err);
+    cli_run(r, " \t", NULL);
+    assert_int_equal(r->status, 2);
+    if (!strstr(r->err, "\" \\t\", only white space") || !strstr(r->err, "[from $TF_CONFIG]"))
+        fail_msg("stderr: %s", r->err);
+    cli_run(r, "", NULL);
+    assert_int_equal(r->status, 0);
+    const char *empty[] = {"--tf-config", "", NULL};
+    cli_run(r, NULL, empty);
+    assert_int_equal(r->status, 0);
+    json_t *j = cli_json(r);
+    assert_string_equal(json_string_value(json_object_get(j, "source")), "local");
+    json_decref(j);
+    free(r);
+}
+
 static void test_ps_task_has_no_worker_id(void **state)
 {
     (void)state;
@@ -269,6 +298,7 @@ int main(void)
         cmocka_unit_test(test_local_default),
         cmocka_unit_test(test_tf_config_flag_and_env),
         cmocka_unit_test(test_ps_task_has_no_worker_id),
+        cmocka_unit_test(test_blank_tf_config),
         cmocka_unit_test(test_hosts),
         cmocka_unit_test(test_bad_input_exits_2),
     };

@@ -14,16 +14,19 @@
 
 #include "dsim/strategy.h"
 #include "fault/fault.h"
+#include "harness/recovery.h"
 #include "strat_common.h"
 
 #define MS (1000LL * 1000)
 
 static dsim_train_result clean;
+static const char *fl_transport; /* argv[1]: the backend under the faults */
 
 static void fl_cfg(dsim_train_cfg *cfg)
 {
     sc_cfg(cfg, "multi_worker_mirrored", 2, 2);
     cfg->timeout_ns = 1500 * MS;
+    cfg->transport = fl_transport;
 }
 
 static int fl_setup(void **state)
@@ -458,8 +461,9 @@ static void test_recovery_gives_up(void **state)
     dsim_recovery_run_free(&r);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    fl_transport = argc > 1 ? argv[1] : NULL;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_faults_is_pass_through),
         cmocka_unit_test(test_kill_between_collectives),

@@ -277,6 +277,23 @@ static void test_plan(void **state)
     assert_non_null(err);
     assert_non_null(strstr(err, "fewer than the 3 workers"));
     assert_non_null(strstr(r->err, "fewer than the 3 workers"));
+    /* "runnable" agrees with the exit status */
+    assert_true(json_is_false(json_object_get(j, "runnable")));
+    const char *why = json_string_value(json_object_get(j, "not_runnable"));
+    assert_non_null(why);
+    assert_non_null(strstr(why, "fewer than the 3 workers"));
+    json_decref(j);
+
+    /* not runnable in this build: the same */
+    const char *later = cli_file(3, "later.yaml", "name: later\nengine: sim\n");
+    r = cli_run((const char *[]){"plan", later, NULL});
+    assert_int_equal(r->status, 2);
+    j = json_loads(r->out, 0, &je);
+    if (!j)
+        fail_msg("not JSON: %s", r->out);
+    assert_true(json_is_false(json_object_get(j, "runnable")));
+    assert_non_null(strstr(json_string_value(json_object_get(j, "not_runnable")), "sim engine"));
+    assert_true(json_is_null(json_object_get(j, "error")));
     json_decref(j);
 
     /* a file that does not parse: exit 2, the place on stderr, no JSON */

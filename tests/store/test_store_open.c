@@ -1,5 +1,5 @@
-/* Opening a results database: new, default path, migrated from version 1,
- * refused (newer schema, not SQLite, another application's SQLite) without
+/* Opening a results database: new, default path, migrated from versions 1
+ * and 2, refused (newer schema, not SQLite, another application's SQLite) without
  * a byte changed; a run killed midway; a write that fails. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +22,7 @@
 #include "dsim/err.h"
 #include "dsim_config.h"
 #include "store.h"
+#include "store_int.h"
 #include "store_util.h"
 
 #if DSIM_HAVE_FIU
@@ -234,7 +235,7 @@ static void test_migrate_v1(void **state)
     assert_int_equal(dsim_store_close(st), DSIM_OK);
 
     db = su_open(path);
-    assert_int_equal(su_int(db, "PRAGMA user_version"), 2);
+    assert_int_equal(su_int(db, "PRAGMA user_version"), DSIM_STORE_SCHEMA_VERSION);
     /* Old rows kept. */
     assert_string_equal(su_text(db, buf, sizeof buf, "SELECT status FROM runs WHERE id=1"),
                         "passed");
@@ -265,6 +266,82 @@ static void test_migrate_v1(void **state)
     assert_string_equal(a, b);
     assert_non_null(strstr(a, "table metrics "));
     assert_non_null(strstr(a, "view collective_stats "));
+    free(a);
+    free(b);
+    sqlite3_close(dbf);
+    sqlite3_close(db);
+}
+
+/* Version 2 to 3 rebuilds the runs table (for 'hung' and 'crashed'): every
+ * run and every row that references one stays, and the references still
+ * cascade. */
+static void test_migrate_v2(void **state)
+{
+    (void)state;
+    char path[4200], fresh[4200], buf[256];
+    db_path(path, sizeof path, "v2.db");
+    db_path(fresh, sizeof fresh, "fresh3.db");
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    su_exec(db, "PRAGMA foreign_keys = ON");
+    su_exec(db, store_migrations[0]);
+    su_exec(db, store_migrations[1]);
+    su_exec(db, "PRAGMA application_id = 1685285229; PRAGMA user_version = 2;");
+    su_exec(db, "INSERT INTO runs (id, scenario, seed, engine, dsim_version, status, started_ns,"
+                "  ended_ns, host, pid, pid_start) VALUES"
+                "  (1, 'a', 1, 'threads', '0.1.0', 'passed', 1, 2, 'h', 1, 1),"
+                "  (2, 'b', 2, 'threads', '0.1.0', 'failed', 3, 4, 'h', 1, 1),"
+                "  (3, 'c', 3, 'threads', '0.1.0', 'unfinished', 5, NULL, 'h', 1, 1);"
+                "INSERT INTO replicas VALUES (1, 0, 0, 'CPU:0', 'h');"
+                "INSERT INTO steps VALUES (1, 0, 0, 0, 2.5, 2.5, 77, 32, 0, 10);"
+                "INSERT INTO steps VALUES (2, 0, 0, 0, 1.5, 1.5, 78, 32, 0, 10);"
+                "INSERT INTO events VALUES (3, 0, 5, 'error', 'x');"
+                "INSERT INTO checks VALUES (2, 'convergence', 0, 1.5, 1.0, 'too high');"
+                "INSERT INTO metrics VALUES (1, 'steps', 1, 'steps', NULL);");
+    sqlite3_close(db);
+
+    dsim_store *st;
+    assert_int_equal(dsim_store_open(path, &st), DSIM_OK);
+    dsim_run_id h = begin(st, "hangs"), c = begin(st, "crashes");
+    assert_int_equal(h, 4);
+    assert_int_equal(dsim_store_end_run(st, h, DSIM_RUN_HUNG, NULL, 0), DSIM_OK);
+    assert_int_equal(dsim_store_end_run(st, c, DSIM_RUN_CRASHED, NULL, 0), DSIM_OK);
+    assert_int_equal(dsim_store_end_run(st, begin(st, "x"), (dsim_run_status)99, NULL, 0),
+                     DSIM_EINVAL);
+    assert_int_equal(dsim_store_close(st), DSIM_OK);
+
+    db = su_open(path);
+    assert_int_equal(su_int(db, "PRAGMA user_version"), 3);
+    assert_string_equal(su_text(db, buf, sizeof buf,
+                                "SELECT group_concat(status, ',') FROM "
+                                "(SELECT status FROM runs ORDER BY id)"),
+                        "passed,failed,unfinished,hung,crashed,unfinished");
+    assert_string_equal(dsim_run_status_name(DSIM_RUN_HUNG), "hung");
+    assert_string_equal(dsim_run_status_name(DSIM_RUN_CRASHED), "crashed");
+    assert_int_equal(su_int(db, "SELECT count(*) FROM steps"), 2);
+    assert_int_equal(su_int(db, "SELECT count(*) FROM replicas"), 1);
+    assert_int_equal(su_int(db, "SELECT count(*) FROM events WHERE run_id = 3"), 1);
+    assert_int_equal(su_int(db, "SELECT count(*) FROM checks WHERE run_id = 2"), 1);
+    assert_int_equal(su_int(db, "SELECT count(*) FROM metrics WHERE run_id = 1"), 1);
+    assert_int_equal(su_int(db, "SELECT pid FROM runs WHERE id = 1"), 1);
+    assert_int_equal(su_int(db, "SELECT steps FROM run_summary WHERE run_id = 1"), 1);
+    assert_string_equal(su_text(db, buf, sizeof buf,
+                                "SELECT status FROM run_summary WHERE "
+                                "run_id = 4"),
+                        "hung");
+    assert_string_equal(su_text(db, buf, sizeof buf, "PRAGMA integrity_check"), "ok");
+    assert_int_equal(su_int(db, "PRAGMA foreign_key_check"), -999999);
+    /* the references still point at runs, and still cascade */
+    su_exec(db, "PRAGMA foreign_keys = ON; DELETE FROM runs WHERE id = 1");
+    assert_int_equal(su_int(db, "SELECT count(*) FROM steps"), 1);
+    assert_int_equal(su_int(db, "SELECT count(*) FROM replicas"), 0);
+    assert_int_equal(su_int(db, "SELECT count(*) FROM metrics"), 0);
+
+    assert_int_equal(dsim_store_open(fresh, &st), DSIM_OK);
+    assert_int_equal(dsim_store_close(st), DSIM_OK);
+    sqlite3 *dbf = su_open(fresh);
+    char *a = schema_shape(db), *b = schema_shape(dbf);
+    assert_string_equal(a, b);
     free(a);
     free(b);
     sqlite3_close(dbf);
@@ -500,9 +577,13 @@ int main(void)
 #endif
     su_mkdtemp(tmpdir, sizeof tmpdir);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_new_and_default_path), cmocka_unit_test(test_migrate_v1),
-        cmocka_unit_test(test_newer_refused),        cmocka_unit_test(test_not_a_database_refused),
-        cmocka_unit_test(test_killed_midway),        cmocka_unit_test(test_live_run_not_marked),
+        cmocka_unit_test(test_new_and_default_path),
+        cmocka_unit_test(test_migrate_v1),
+        cmocka_unit_test(test_migrate_v2),
+        cmocka_unit_test(test_newer_refused),
+        cmocka_unit_test(test_not_a_database_refused),
+        cmocka_unit_test(test_killed_midway),
+        cmocka_unit_test(test_live_run_not_marked),
         cmocka_unit_test(test_write_failure),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -49,7 +49,11 @@ static dsim_err bad_reduce(dsim_replica_ctx *ctx, dsim_op op, const double *in, 
 
 static const struct dsim_strategy_ops bad_ops = {
     .size = sizeof(struct dsim_strategy_ops),
+#if defined(BAD_FAIL)
+    .name = "fails_at_step_2", /* a plugin registers under its table's name */
+#else
     .name = "bad_plugin",
+#endif
     .check_shape = bad_check_shape,
     .create_variables = bad_create,
 #if !defined(BAD_MISSING)

@@ -167,11 +167,17 @@ static void test_plugin_errors(void **state)
     sc_cfg(&cfg, "whatever", 1, 1);
     cfg.plugin_path = missing;
     expect_fail(&cfg, DSIM_ENOENT, NEEDLES(missing));
-    /* A built-in's name cannot be taken by a plugin. */
+    /* A plugin registers under its table's name only: asked for another (a
+     * built-in's included), it is refused naming both. */
     const char *example = sc_plugin("DSIM_CUSTOM_PLUGIN");
     if (example) {
         assert_int_equal(dsim_strategy_load("mirrored", example), DSIM_EINVAL);
-        assert_non_null(strstr(dsim_errmsg(), "already registered"));
+        assert_non_null(strstr(dsim_errmsg(), "names its strategy 'custom_mirrored'"));
+        assert_non_null(strstr(dsim_errmsg(), "not 'mirrored'"));
+        assert_int_equal(dsim_strategy_load("my_mirrored", example), DSIM_EINVAL);
+        assert_non_null(strstr(dsim_errmsg(), example));
+        assert_false(dsim_strategy_exists("my_mirrored"));
+        assert_int_equal(dsim_strategy_load("custom_mirrored", example), DSIM_OK);
         assert_int_equal(dsim_strategy_load(NULL, example), DSIM_OK);
         assert_int_equal(dsim_strategy_load(NULL, example), DSIM_OK); /* again: a no-op */
         assert_true(dsim_strategy_exists("custom_mirrored"));

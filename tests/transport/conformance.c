@@ -459,9 +459,12 @@ static void test_deadline_names_peer(void **state)
         assert_int_equal(dsim_wait(r, dl(&j, 30 * MS), NULL), DSIM_ETIMEDOUT);
     }
     free(big);
-    /* A deadline already passed still returns a finished request's result. */
+    /* A deadline already passed still returns a finished request's result
+     * (finished first: over a network the message takes a moment). */
     assert_int_equal(dsim_isend(j.ep[3], 0, 1, 8, &v, sizeof v, &s), DSIM_OK);
     assert_int_equal(dsim_irecv(j.ep[0], 3, 1, 8, &got, sizeof got, &r), DSIM_OK);
+    for (int64_t end = dl(&j, LONG_NS); !dsim_req_done(r) && dsim_rt_now(j.rt) < end;)
+        dsim_rt_sleep_until(j.rt, dl(&j, MS));
     assert_int_equal(dsim_wait(r, 0, NULL), DSIM_OK);
     assert_int_equal(dsim_wait(s, dl(&j, LONG_NS), NULL), DSIM_OK);
     job_close(&j);
@@ -514,6 +517,8 @@ static void test_abort_wakes_waiters(void **state)
     assert_true(dsim_fabric_aborted(j.f));
     for (int i = 0; i < 3; i++) {
         assert_int_equal(dsim_rt_join(j.rt, t[i]), DSIM_OK);
+        if (w[i].send && w[i].rc == DSIM_OK && w[i].woke < t0)
+            continue; /* a backend that buffers large sends finished it before the abort */
         assert_int_equal(w[i].rc, DSIM_EABORTED);
         assert_true(w[i].woke - t0 < 2000 * MS);
         assert_non_null(strstr(w[i].msg, "heartbeat lost"));
@@ -1045,7 +1050,12 @@ static void test_close_with_pending(void **state)
     free(big0);
     uint8_t b[8];
     assert_int_equal(dsim_irecv(j.ep[2], 1, 1, 2, b, sizeof b, &r), DSIM_OK);
-    assert_int_equal(dsim_wait(r, dl(&j, 30 * MS), NULL), DSIM_ETIMEDOUT);
+    /* Nothing of rank 1's arrives, except on a backend that had already put
+     * the large message on the wire before the close (it then truncates);
+     * one with connections may also know that rank 1 went away: EPEER. */
+    e = dsim_wait(r, dl(&j, 30 * MS), NULL);
+    assert_true(e == DSIM_ETIMEDOUT || e == DSIM_EPEER || e == DSIM_ETRUNC);
+    assert_int_equal(dsim_last_error()->peer, 1);
     /* Sending to a closed endpoint fails or is dropped; never hangs. */
     e = dsim_isend(j.ep[0], 1, 1, 1, &v, sizeof v, &s);
     if (e == DSIM_OK)

@@ -43,7 +43,8 @@
  *   - "task" without a non-empty "cluster", or a non-empty "cluster" without
  *     "task", is rejected (TF ignores the task, or fails later, respectively).
  *     "{}" (no cluster, no task), an empty string, or an unset TF_CONFIG is a
- *     local single worker, as in TF.
+ *     local single worker, as in TF. A text of only white space is rejected
+ *     (it is not JSON: TF's json.loads raises on it), naming the value.
  *
  * Derived values (TF's multi_worker_util):
  *   is_chief:  the chief task; else worker 0 when there is no chief job; an
@@ -117,8 +118,9 @@ void dsim_cluster_free(dsim_cluster *c);
  * inside one address space ignore them. On failure *out is zeroed. */
 dsim_err dsim_cluster_local(int hosts, int devices_per_host, int worker, dsim_cluster *out);
 
-/* Parses TF_CONFIG text (see the top of this file). json NULL, empty or only
- * white space is a local single worker (dsim_cluster_local(1, dph, 0)).
+/* Parses TF_CONFIG text (see the top of this file). json NULL or empty is a
+ * local single worker (dsim_cluster_local(1, dph, 0)); only white space is
+ * DSIM_EINVAL.
  * On failure *out is zeroed and the error context says why. */
 dsim_err dsim_cluster_from_tf_config(const char *json, int devices_per_host, dsim_cluster *out);
 

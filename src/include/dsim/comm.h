@@ -99,6 +99,10 @@ int dsim_comm_size(const dsim_comm *c);
 /* As dsim_comm_cfg.timeout_ns: > 0 the bound, 0 none, < 0 the default. */
 void dsim_comm_set_timeout(dsim_comm *c, int64_t timeout_ns);
 void dsim_comm_set_algo(dsim_comm *c, dsim_algo a);
+/* The last collective begun on this communicator ("allreduce", a static
+ * string; NULL before the first) and how many were begun. Safe from any
+ * thread while the communicator is in use: a watchdog's view of a rank. */
+void dsim_comm_last_call(const dsim_comm *c, const char **op, uint64_t *calls);
 /* The last error on this communicator (code DSIM_OK if none); peer is the
  * failed rank when one is to blame. */
 const dsim_error *dsim_comm_error(const dsim_comm *c);

@@ -41,6 +41,12 @@ dsim_err dsim_rt_sleep_until(dsim_rt *rt, int64_t deadline);
 /* Starts fn(arg) as worker `id`. join waits for it and frees the task. */
 dsim_err dsim_rt_spawn(dsim_rt *rt, int id, void (*fn)(void *), void *arg, dsim_task **out);
 dsim_err dsim_rt_join(dsim_rt *rt, dsim_task *task);
+/* Gives up on a worker: it runs on with nobody waiting for it (its engine
+ * state is freed when fn returns, if ever) and the task is freed. For a
+ * watchdog that must not wait for a worker stuck in user code; whatever fn
+ * uses must then outlive it. DSIM_ENOTSUP when the engine cannot leave a
+ * worker behind (the task is then still the caller's, to join). */
+dsim_err dsim_rt_detach(dsim_rt *rt, dsim_task *task);
 /* The id given at spawn for the calling worker; -1 outside any worker. */
 int dsim_rt_self(dsim_rt *rt);
 

@@ -58,14 +58,21 @@ dsim_err dsim_ps_mode_parse(const char *s, dsim_ps_mode *out);
 
 /* ---- the strategy registry ---- */
 
-/* Loads a strategy from a shared object and registers it under `name`
- * (NULL: the name in its ops table). The object exports
+/* Loads a strategy from a shared object and registers it under the name in
+ * its ops table. `name`, when not NULL, is the name the caller expects (a
+ * scenario's strategy.name): a table that names another strategy is refused
+ * (DSIM_EINVAL naming both), never registered under a second name. The
+ * object exports
  * `const struct dsim_strategy_ops *dsim_strategy_plugin(uint32_t *abi)`
- * (dsim/spi/strategy.h). Loading the same table under the same name again is
- * a no-op. Errors name the path and the problem: DSIM_ENOENT when dlopen
- * fails (with dlerror()), DSIM_EINVAL when the symbol is missing, the ABI
- * version differs, or the table is incomplete. The object stays loaded for
- * the life of the process. */
+ * (dsim/spi/strategy.h). Loading the same table again is a no-op. Errors
+ * name the path and the problem: DSIM_ENOENT when dlopen fails (with
+ * dlerror()), DSIM_EINVAL when the symbol is missing, the ABI version
+ * differs, the table is incomplete or names another strategy. The object
+ * stays loaded for the life of the process.
+ *
+ * Loading runs the object's code with the process's rights (its
+ * constructors at dlopen, then the plugin function): load only plugins you
+ * would run as a program. */
 dsim_err dsim_strategy_load(const char *name, const char *path);
 
 /* 1 if a strategy of that name is registered (built-ins included). */
@@ -148,11 +155,51 @@ typedef struct dsim_train_replica_end {
     bool killed;          /* stopped by DSIM_HOOK_DIE / hooks->killed */
     dsim_err status;      /* DSIM_OK, or the error it returned with */
     int64_t t_end;        /* dsim_rt_now when it returned */
+    int64_t t_phase;      /* dsim_rt_now when it entered that last phase */
     uint64_t steps_done;  /* steps it completed (observer called) in this run */
     uint64_t end_checksum; /* dsim_params_checksum of its variables when it returned
                               (0 if it never had variables) */
+    uint64_t good_checksum; /* ... after its last create_variables or apply_gradients
+                               that succeeded (0: none did): a failure must leave
+                               the variables so */
     char msg[256];        /* the error's message ("" when none) */
 } dsim_train_replica_end;
+
+/* Where a worker of a running job is: a replica, or a parameter server's
+ * handler serving one replica. */
+typedef struct dsim_train_where {
+    int replica;          /* the replica; for a handler, the replica it serves */
+    int server;           /* -1: a replica; else the parameter server of the handler */
+    dsim_phase phase;     /* the replica's last phase (for a handler: its client's) */
+    uint64_t global_step; /* the global step it was on */
+} dsim_train_where;
+
+/* A worker the watchdog gave up on (dsim_train_result.stuck). */
+typedef struct dsim_train_stuck {
+    dsim_train_where where;
+    /* The last collective the replica began on its world communicator (a
+     * static string such as "allreduce"; NULL: none yet, or a handler) and
+     * how many it had begun: fewer than the others means it never joined
+     * the call they were waiting in. */
+    const char *collective;
+    uint64_t collective_calls;
+    /* "the phase hook" or "the observer" when it was inside one of the
+     * caller's callbacks, else NULL. */
+    const char *callback;
+} dsim_train_stuck;
+
+/* A sentence for a stuck worker: "replica 1 in phase allreduce at global
+ * step 2 (last collective: allreduce, call 6)". Returns snprintf's count. */
+int dsim_train_stuck_describe(const dsim_train_stuck *s, char *buf, size_t cap);
+
+/* Whether the calling thread is a worker of a dsim_train in progress, and
+ * if so where it is. Async-signal-safe (it reads a thread-local pointer the
+ * worker set when it started, and atomics): a crash handler's question. */
+bool dsim_train_where_am_i(dsim_train_where *out);
+
+/* Jobs that a hung dsim_train left behind whose workers have not all
+ * returned yet (their state is freed when the last one returns). */
+size_t dsim_train_abandoned_jobs(void);
 
 /* What the observer sees: one replica after one step. */
 typedef struct dsim_train_step_info {
@@ -166,6 +213,8 @@ typedef struct dsim_train_step_info {
                                strategy does not reduce, as async parameter servers) */
     uint64_t checksum;      /* dsim_params_checksum of the replica's variables after the step */
     int64_t t_start, t_end; /* dsim_rt_now at the step's start and end */
+    const uint64_t *ids;    /* the example ids of this replica's batch (examples of
+                               them), valid during the call */
 } dsim_train_step_info;
 
 /* Called on the replica's own worker thread, concurrently for different
@@ -204,6 +253,15 @@ typedef struct dsim_train_cfg {
     const char *transport_options;
     const struct dsim_tp_filter *transport_filter;
     void *transport_filter_user;
+    /* The ranks this process hosts: [local_first, local_first + local_count)
+     * of the job's replicas (0..R-1, worker w = wD..wD+D-1) and servers
+     * (R..R+P-1); local_count 0: all of them (one process). A job spread over
+     * processes (one per worker or server, the `processes` engine or real
+     * machines) runs dsim_train in each with its own range over a transport
+     * that reaches the others (tcp); each fills only its ranks' part of the
+     * result. */
+    int local_first;
+    int local_count;
     const dsim_train_hooks *hooks; /* optional */
     void *hooks_user;
 
@@ -252,6 +310,16 @@ typedef struct dsim_train_cfg {
     bool record_params; /* keep replica 0's variables after every step (result.trace) */
     dsim_train_observer observer;
     void *observer_user;
+
+    /* The watchdog (see dsim_train). 0 takes the default, < 0 turns it off.
+     * watchdog_grace_ns: once the job has failed, how long every worker has
+     * to return before the driver stops waiting for the rest; default half
+     * the timeout, at least 1 s. progress_timeout_ns: abort the job when no
+     * replica has entered a phase or returned for this long (a replica
+     * spinning where no collective times out); default twice the timeout,
+     * at least 1 s. */
+    int64_t watchdog_grace_ns;
+    int64_t progress_timeout_ns;
 } dsim_train_cfg;
 
 /* Defaults: 1 host x 1 device, no ps (sync), AUTO, 30 s timeout, a health
@@ -336,6 +404,10 @@ typedef struct dsim_train_result {
     uint64_t optim_step;
 
     dsim_error error; /* the failure, when dsim_train did not return DSIM_OK */
+
+    /* DSIM_EHUNG: the workers left running, replicas first. */
+    dsim_train_stuck *stuck;
+    size_t n_stuck;
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that
@@ -344,7 +416,36 @@ typedef struct dsim_train_result {
  * when a preemption notice stopped it after saving its checkpoint (see
  * preempt_after): not a failure, a request to be restarted; the result is
  * filled as for a run that ended there. *res is filled as far as the run
- * got; release it with dsim_train_result_free either way. */
+ * got; release it with dsim_train_result_free either way.
+ *
+ * The watchdog: no call outlives its bounds, whatever a strategy's code
+ * does. Once the job has failed, every worker has watchdog_grace_ns to
+ * return (an honest one is woken by the abort at once, or finishes the
+ * step it is computing). When no replica has entered a phase or returned
+ * for progress_timeout_ns (every replica spinning, or a one-device replica
+ * that never reaches a collective that could time out), the driver aborts
+ * the job itself with DSIM_ETIMEDOUT, and the grace runs from then. After
+ * the grace the driver stops waiting: it returns DSIM_EHUNG, naming the
+ * workers left running and where each was (res->stuck; the stuck replicas'
+ * res->replicas[r] have status DSIM_EHUNG), with the failure that began it
+ * in the message.
+ *
+ * What a worker left running may still use, the job's state (fabric,
+ * communicators, buffers, this result's arrays, a copy of cfg), is
+ * reference-counted: the driver and every worker hold a reference and the
+ * last to let go frees it, so a worker that comes back later touches
+ * nothing freed. It stops at its next phase. On DSIM_EHUNG the arrays a
+ * worker writes (params, loss, local_loss, checksum, examples, trace,
+ * ledger, checkpoint_writes, updates) are NULL in *res; replicas is a copy.
+ * The caller's own memory is reached only through the observer and the
+ * hooks, which are called through a gate the driver closes (and waits on)
+ * before it returns, so neither is called after dsim_train returns unless
+ * a worker was already inside one and stuck there (res->stuck[i].callback
+ * says so: then their user data must be left alive). Two things must
+ * always outlive a hung job: a borrowed cfg->dataset and
+ * cfg->transport_filter_user (the fabric's filter keeps using it). A worker's thread is detached, not
+ * joined (threads engine); dsim_train_abandoned_jobs counts the jobs still
+ * waiting for theirs. */
 dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res);
 
 /* Replays the global batches of cfg on one device from the same initial

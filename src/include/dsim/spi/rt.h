@@ -35,6 +35,9 @@ struct dsim_rt_ops {
     dsim_err (*spawn)(dsim_rt *rt, int id, void (*fn)(void *), void *arg, void **handle);
     /* Waits for the worker started with handle to return; frees the handle. */
     dsim_err (*join)(dsim_rt *rt, void *handle);
+    /* Lets the worker run on unwaited; the handle is freed now or when the
+     * worker returns. DSIM_ENOTSUP when the engine cannot (handle kept). */
+    dsim_err (*detach)(dsim_rt *rt, void *handle);
     /* The calling worker's id, or -1. */
     int (*self)(dsim_rt *rt);
     /* Wait-queue primitives on the waitq's private area, as in dsim/rt.h. */

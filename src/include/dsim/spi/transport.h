@@ -125,6 +125,11 @@ dsim_err dsim_transport_register(const struct dsim_tp_ops *ops);
 
 /* The built-in backends. */
 extern const struct dsim_tp_ops dsim_tp_inproc_ops;
+/* tcp: sockets, in one process (every rank local, 127.0.0.1) or across
+ * processes and machines. Options: addrs=HOST:PORT;HOST:PORT;... or
+ * addrs_file=PATH (one address per rank), local=A-B (the ranks this process
+ * hosts), connect_timeout=30s, io_threads=1, max_frame=1g; see tcp.c. */
+extern const struct dsim_tp_ops dsim_tp_tcp_ops;
 
 /* Backend state and context. */
 void *dsim_tp_fabric_priv(dsim_fabric *f);
@@ -173,6 +178,9 @@ dsim_err dsim_tp_hdr_next(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, 
 
 /* CRC-32C (Castagnoli) of n bytes: the payload checksum of every backend. */
 uint32_t dsim_tp_checksum(const void *p, size_t n);
+/* The same, zlib-style incremental: dsim_tp_crc32c(dsim_tp_crc32c(0, a), b)
+ * is the CRC of a then b. */
+uint32_t dsim_tp_crc32c(uint32_t crc, const void *buf, size_t n);
 
 /* ---- fault filters ----
  *
@@ -193,13 +201,14 @@ typedef enum dsim_tp_filter_verdict {
 
 struct dsim_tp_filter {
     size_t size; /* sizeof(struct dsim_tp_filter) */
-    /* Optional. Called once by dsim_fabric_open after the backend opened
-     * (e.g. to spawn a runtime worker that re-delivers held frames). A
-     * failure fails the open. */
+    /* Optional. Called once by dsim_fabric_open before the backend opens
+     * (a backend may deliver frames from then on), e.g. to spawn a runtime
+     * worker that re-delivers held frames. A failure fails the open; if the
+     * backend then fails to open, detach is called. */
     dsim_err (*attach)(void *user, dsim_fabric *f);
-    /* Optional. Called first thing by dsim_fabric_close: stop handing
-     * frames over and release every held one (endpoints are still
-     * allocated, possibly closed). */
+    /* Optional. Called by dsim_fabric_close once the backend has closed (no
+     * more frames arrive): stop handing frames over and release every held
+     * one (endpoints are still allocated, closed). */
     void (*detach)(void *user, dsim_fabric *f);
     /* Required. A frame from hdr->src arrived for the local endpoint ep.
      * Called on whatever thread delivers (a sender's worker on inproc, an
@@ -215,6 +224,34 @@ struct dsim_tp_filter {
  * (payload is read during the call only). Same results as dsim_tp_deliver. */
 dsim_err dsim_tp_deliver_held(dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload,
                               size_t len);
+
+/* For backends whose links can break (a connection closes, is reset, or
+ * carries a corrupt frame: a byte stream cannot be resynchronised): the link
+ * that brought frames from rank `peer` to ep is gone for good. Every receive
+ * posted at ep from peer, on any comm and tag, fails now with code and the
+ * message, and so does every later one that finds no message from peer
+ * already queued (what arrived before the break is still received). Sends are
+ * the backend's business: it fails them with DSIM_EPEER naming the peer. The
+ * first call per peer stands.
+ *
+ * The rule for a send that fails after dsim_isend took its sequence number
+ * (else the receiver would see a gap): a frame withdrawn before any byte left
+ * is replaced by its header alone, handed to dsim_tp_withdrawn on the other
+ * side, so the sequence stays in step; a frame partly on the wire is finished
+ * from a copy (it completes DSIM_OK); a frame whose write fails breaks the
+ * link for good: the sender fails it and every later send to that peer with
+ * DSIM_EPEER, the receiver sees the link go and calls dsim_tp_peer_lost. A
+ * sequence gap is therefore never skipped silently on a live link. */
+void dsim_tp_peer_lost(dsim_ep *ep, int peer, dsim_err code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Counts one frame for ep that the backend dropped as corrupt before it could
+ * hand it over (bad checksum or framing), in dsim_ep_stats.rejected_corrupt. */
+void dsim_tp_count_corrupt(dsim_ep *ep);
+/* The header of a frame whose sender withdrew it after it took its sequence
+ * number: the receive path checks it and advances the sequence of its pair
+ * as for a delivered frame (a gap before it is still reported), but delivers
+ * nothing. Same ordering rule and return values as dsim_tp_deliver. */
+dsim_err dsim_tp_withdrawn(dsim_ep *ep, const dsim_tp_hdr *hdr);
 
 /* Walks a backend options string "key=value,key=value". Each call stores
  * the next pair (NUL-terminated) and returns 1; 0 at the end; -1 on a

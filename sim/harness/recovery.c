@@ -17,7 +17,8 @@
 #include <unistd.h>
 
 #include "dsim/log.h"
-#include "fault.h"
+#include "engine/processes.h"
+#include "recovery.h"
 
 /* Appends the events fs recorded since the last call (*seen of them were
  * taken already). */
@@ -45,17 +46,94 @@ static void rc_events(dsim_recovery_run *r, dsim_faults *fs, int attempt, size_t
     }
 }
 
-static void rc_stats_add(dsim_faults_stats *sum, const dsim_faults_stats *s)
+
+static void rc_stats_delta(dsim_faults_stats *sum, const dsim_faults_stats *now,
+                           dsim_faults_stats *prev)
 {
-    sum->fired += s->fired;
-    sum->frames_seen += s->frames_seen;
-    sum->dropped += s->dropped;
-    sum->delayed += s->delayed;
-    sum->duplicated += s->duplicated;
-    sum->corrupted += s->corrupted;
-    sum->reordered += s->reordered;
-    sum->held += s->held;
-    sum->retransmitted += s->retransmitted;
+    dsim_faults_stats d = {
+        .fired = now->fired - prev->fired,
+        .frames_seen = now->frames_seen - prev->frames_seen,
+        .dropped = now->dropped - prev->dropped,
+        .delayed = now->delayed - prev->delayed,
+        .duplicated = now->duplicated - prev->duplicated,
+        .corrupted = now->corrupted - prev->corrupted,
+        .reordered = now->reordered - prev->reordered,
+        .held = now->held - prev->held,
+        .retransmitted = now->retransmitted - prev->retransmitted,
+    };
+    dsim_faults_stats_add(sum, &d);
+    *prev = *now;
+}
+
+/* One attempt of the job: in this process under fs, or as processes with
+ * done[] saying which faults already fired (updated here). */
+typedef struct rc_state {
+    const dsim_recovery_opts *o;
+    dsim_faults *fs;      /* threads */
+    bool *done;           /* processes: [n_faults] */
+    size_t seen;          /* threads: events taken from fs */
+    dsim_faults_stats prev;
+} rc_state;
+
+static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
+                           dsim_recovery_run *out, dsim_train_result *res)
+{
+    const dsim_recovery_opts *o = st->o;
+    if (!o->processes) {
+        dsim_train_cfg cc = *c;
+        dsim_faults_attach(st->fs, &cc);
+        dsim_err e = dsim_train(&cc, res);
+        if (res->preempted)
+            dsim_faults_preempted(st->fs, res->preempted_at);
+        dsim_faults_stats now;
+        dsim_faults_get_stats(st->fs, &now);
+        rc_stats_delta(&out->stats, &now, &st->prev);
+        rc_events(out, st->fs, attempt, &st->seen);
+        if (attempt == 0)
+            out->lost_rank = dsim_faults_first_loss(st->fs, &out->t_loss);
+        return e;
+    }
+    dsim_proc_attempt pa = {
+        .faults = o->faults, .n_faults = o->n_faults, .seed = o->seed, .fault_done = st->done};
+    dsim_proc_outcome po;
+    dsim_err e = dsim_processes_train(c, &pa, res, &po);
+    for (size_t i = 0; i < po.n_events; i++) {
+        dsim_fault_event *ev = realloc(out->events, (out->n_events + 1) * sizeof *ev);
+        int *at = realloc(out->event_attempt, (out->n_events + 1) * sizeof *at);
+        if (ev)
+            out->events = ev;
+        if (at)
+            out->event_attempt = at;
+        if (!ev || !at)
+            break;
+        out->events[out->n_events] = po.events[i];
+        /* the children's clocks start apart: times from the job's start */
+        if (res->t_start)
+            out->events[out->n_events].t_ns = po.events[i].t_abs - res->t_start;
+        out->event_attempt[out->n_events++] = attempt;
+    }
+    /* what fired: from the events (a killed process sends no counters) */
+    po.stats.fired = 0;
+    for (size_t i = 0; st->done && po.fault_fired && i < o->n_faults; i++)
+        if (po.fault_fired[i] && !st->done[i]) {
+            st->done[i] = true;
+            po.stats.fired++;
+        }
+    if (res->preempted)
+        for (size_t i = 0; i < o->n_faults; i++)
+            if (o->faults[i].what == DSIM_FAULT_PREEMPT &&
+                (uint64_t)o->faults[i].step <= res->preempted_at)
+                st->done[i] = true;
+    dsim_faults_stats_add(&out->stats, &po.stats);
+    if (attempt == 0) {
+        out->lost_rank = po.lost_rank;
+        out->t_loss = po.t_loss;
+    }
+    if (po.note[0])
+        dsim_warn("processes: %s", po.note);
+    out->crashed = po.crashed;
+    dsim_proc_outcome_free(&po);
+    return e;
 }
 
 dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_opts *o,
@@ -67,6 +145,8 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
     if (!cfg || !o)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_recovery_run_job: cfg and options are needed");
     if (o->want_clean) {
+        /* The same job without faults, in this process: the numbers do not
+         * depend on the engine. */
         dsim_train_cfg c = *cfg;
         c.checkpoint_path = NULL;
         c.checkpoint_every = 0;
@@ -74,28 +154,25 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
         c.observer = NULL;
         c.hooks = NULL;
         c.transport_filter = NULL;
+        c.engine = NULL;
         out->clean_err = dsim_train(&c, &out->clean);
         out->has_clean = true;
     }
-    dsim_faults *fs = NULL;
-    DSIM_CHECK(dsim_faults_create(o->faults, o->n_faults, o->seed, cfg->hosts,
-                                  cfg->devices_per_host, cfg->num_ps, &fs));
+    rc_state st = {.o = o};
+    if (o->processes) {
+        st.done = calloc(o->n_faults ? o->n_faults : 1, sizeof *st.done);
+        if (!st.done)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "recovery: out of memory");
+    } else {
+        DSIM_CHECK(dsim_faults_create(o->faults, o->n_faults, o->seed, cfg->hosts,
+                                      cfg->devices_per_host, cfg->num_ps, &st.fs));
+    }
     if (o->restart && cfg->checkpoint_path && unlink(cfg->checkpoint_path) == 0)
         dsim_info("recovery: removed the old backup %s before the first attempt",
                   cfg->checkpoint_path);
     dsim_train_cfg c = *cfg;
     c.restore = false;
-    dsim_faults_attach(fs, &c);
-    dsim_err e = dsim_train(&c, &out->final);
-    if (out->final.preempted)
-        dsim_faults_preempted(fs, out->final.preempted_at);
-    dsim_faults_stats st;
-    dsim_faults_get_stats(fs, &st);
-    rc_stats_add(&out->stats, &st);
-    size_t seen = 0;
-    rc_events(out, fs, 0, &seen);
-    out->lost_rank = dsim_faults_first_loss(fs, &out->t_loss);
-    out->err = e;
+    out->err = rc_attempt(&st, &c, 0, out, &out->final);
     /* What the broken attempt left: the backup a restart would resume from. */
     out->ckpt_state = 0;
     if (out->err != DSIM_OK && cfg->checkpoint_path) {
@@ -123,18 +200,14 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
         out->restarts++;
         dsim_info("recovery: restart %d of %d: every worker restarts from %s", out->restarts,
                   o->max_restarts, cfg->checkpoint_path ? cfg->checkpoint_path : "the start");
-        dsim_faults_rearm_for_restart(fs);
+        if (st.fs)
+            dsim_faults_rearm_for_restart(st.fs);
         c = *cfg;
         c.restore = cfg->checkpoint_path != NULL;
-        dsim_faults_attach(fs, &c);
-        out->err = dsim_train(&c, &out->final);
-        if (out->final.preempted)
-            dsim_faults_preempted(fs, out->final.preempted_at);
-        dsim_faults_get_stats(fs, &st);
-        rc_stats_add(&out->stats, &st);
-        rc_events(out, fs, out->restarts, &seen);
+        out->err = rc_attempt(&st, &c, out->restarts, out, &out->final);
     }
-    dsim_faults_destroy(fs);
+    dsim_faults_destroy(st.fs);
+    free(st.done);
     return DSIM_OK;
 }
 

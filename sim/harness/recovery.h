@@ -1,0 +1,78 @@
+/* A job under faults, with BackupAndRestore recovery (DESIGN §6), on the
+ * threads or the processes engine: the part of a run that the harness
+ * repeats when the job fails and may restart. */
+#ifndef DSIM_SIM_RECOVERY_H
+#define DSIM_SIM_RECOVERY_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "dsim/strategy.h"
+#include "fault/fault.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dsim_recovery_opts {
+    const dsim_fault *faults; /* the fault list (n_faults entries) */
+    size_t n_faults;
+    uint64_t seed;
+    bool restart;     /* recovery: restart */
+    int max_restarts; /* at most this many restarts */
+    bool want_clean;  /* also run the job without faults (for node_loss) */
+    bool processes;   /* one OS process per task (sim/engine/processes.h) */
+} dsim_recovery_opts;
+
+typedef struct dsim_recovery_run {
+    /* The attempt that ended the job: the first one if it did not fail or
+     * nothing restarted, else the last restart. err is its error. */
+    dsim_train_result final;
+    dsim_err err;
+    /* The first attempt, when the faults broke it and a restart followed
+     * (else has_broken is false and the broken attempt is `final`). */
+    dsim_train_result broken;
+    bool has_broken;
+    dsim_err broken_err;
+    int lost_rank;      /* dsim_faults_first_loss of the broken attempt */
+    int64_t t_loss;     /* on the broken attempt's runtime clock, or -1 */
+    int restarts;       /* restarts made */
+    int crashed;        /* processes engine: the final attempt lost a process to a
+                           signal nobody sent (a strategy that crashed) */
+    /* The checkpoint the failed first attempt left: 0 none written, 1
+     * intact (ckpt_step its global step), -1 unreadable (ckpt_msg why). */
+    int ckpt_state;
+    uint64_t ckpt_step;
+    char ckpt_msg[256];
+    dsim_train_result clean; /* want_clean: the job without faults */
+    bool has_clean;
+    dsim_err clean_err;
+    /* Every fault event of every attempt, and the restarts, in order;
+     * t_ns from the start of each attempt's fabric, attempt says which. */
+    dsim_fault_event *events;
+    int *event_attempt;
+    size_t n_events;
+    dsim_faults_stats stats; /* summed over the attempts */
+} dsim_recovery_run;
+
+/* Runs cfg (not changed) under the faults: attempt 0 with the faults from
+ * the start and no restore; on failure, with `restart`, restarts the whole
+ * job from the chief's last checkpoint (cfg->checkpoint_path; a fresh start
+ * when none was written yet), faults that already fired left out, until it
+ * finishes or max_restarts is reached. Before attempt 0 an old checkpoint
+ * at cfg->checkpoint_path is removed when restarts are allowed, so that a
+ * restart never resumes from another run's backup (BackupAndRestore owns
+ * its backup directory). Release *out with dsim_recovery_run_free. */
+dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_opts *o,
+                               dsim_recovery_run *out);
+void dsim_recovery_run_free(dsim_recovery_run *r);
+
+/* Prints the timeline of a failed or recovered run: fault events, each
+ * replica's end in the broken attempt (phase, step, error, time after the
+ * loss), the restarts. */
+void dsim_recovery_print_timeline(const dsim_recovery_run *r, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

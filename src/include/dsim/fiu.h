@@ -1,0 +1,48 @@
+/* libfiu fault points (DESIGN §3, §11): named places where a test makes an
+ * operation fail as it would fail for real, without a scenario.
+ *
+ * Built with libfiu (meson option `fiu`, auto), these points are compiled
+ * in; each fails with the error the real operation returns:
+ *
+ *   dsim/ckpt/open     creating PATH.tmp of a checkpoint (dsim_checkpoint_write)
+ *   dsim/ckpt/write    each write(2) of a checkpoint's bytes
+ *   dsim/ckpt/fsync    the fsync(2) of PATH.tmp
+ *   dsim/ckpt/rename   the rename(2) of PATH.tmp over PATH
+ *                      all four: DSIM_EIO naming the file and strerror(errno);
+ *                      errno is the point's failinfo (e.g. (void *)28, ENOSPC),
+ *                      or EIO when it is 0, and the temporary file is removed
+ *                      as after a real failure
+ *   dsim/tp/send       dsim_isend, before the request is made or a sequence
+ *                      number taken: DSIM_EPEER naming the destination rank
+ *                      (a reset connection; errno from failinfo, default
+ *                      ECONNRESET)
+ *
+ * The results store (sim/store) has dsim/store/open and dsim/store/write.
+ *
+ * Arming. libfiu's fiu_fail() takes a process-wide lock and looks the name
+ * up on every call, which on a send path shared by many threads costs more
+ * than the flag test it replaces. So a point asks libfiu only while points
+ * are armed: from the start in a process run under fiu-run (which exports
+ * FIU_ENABLE), or after dsim_fiu_arm(1), which a test calls before it
+ * enables a point with fiu_enable*() (after fiu_init). Disarmed, a point is
+ * one relaxed atomic load. */
+#ifndef DSIM_FIU_H
+#define DSIM_FIU_H
+
+#include "dsim/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Arms (on != 0) or disarms every dsim/... point. DSIM_ENOTSUP when this
+ * libdsim was built without libfiu: it has no points to arm. */
+dsim_err dsim_fiu_arm(int on);
+
+/* 1 while points are armed (never in a build without libfiu). */
+int dsim_fiu_armed(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

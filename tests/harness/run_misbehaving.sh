@@ -1,0 +1,22 @@
+#!/bin/sh
+# A misbehaving strategy on the processes engine: the run must end, within
+# the time given, exit 1, store the run with the expected status and print
+# the expected words.
+#   run_misbehaving.sh DSIM SCENARIO STATUS WORDS SECONDS
+set -u
+dsim=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+scenario=$2 status=$3 words=$4 limit=$5
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dsim-misbehave.XXXXXX") || exit 99
+cd "$tmp" || exit 99
+timeout "$limit" "$dsim" run "$scenario" --engine processes --db "$tmp/dsim.db" > out.txt 2>&1
+rc=$?
+fail=0
+[ "$rc" -eq 1 ] || { echo "exit status $rc, expected 1"; fail=1; }
+grep -q -- "$words" out.txt || { echo "the output lacks '$words'"; fail=1; }
+if command -v sqlite3 >/dev/null 2>&1; then
+  got=$(sqlite3 "$tmp/dsim.db" "SELECT status FROM runs ORDER BY id DESC LIMIT 1" 2>/dev/null)
+  [ "$got" = "$status" ] || { echo "stored as '$got', expected '$status'"; fail=1; }
+fi
+[ "$fail" -eq 0 ] || cat out.txt
+cd / && rm -rf "$tmp"
+exit $fail

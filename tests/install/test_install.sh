@@ -1,0 +1,87 @@
+#!/bin/sh
+# Packaging, as a project that uses dsim sees it (examples/consumer):
+#   (a) `meson install` of this build into a temporary folder (--destdir):
+#       the files are there, pkg-config describes them, and the consumer
+#       builds against them with dependency('dsim') / ('dsim-harness') found
+#       by pkg-config only (--wrap-mode=nofallback), and its test passes;
+#   (b) the consumer builds with dsim as a subproject (subprojects/dsim, a
+#       link to this source tree, found through subprojects/dsim.wrap's
+#       [provide]) and its test passes.
+#
+#   test_install.sh SRC BUILD MESON PREFIX LIBDIR SANITIZE CC...
+# Exits 77 (skip) when meson or pkg-config is not there to do it.
+set -u
+src=$1 build=$2 meson=$3 prefix=$4 libdir=$5 sanitize=$6
+shift 6
+CC="$*"
+export CC
+[ -n "$meson" ] && [ -x "$meson" ] || { echo "meson not found: skipped"; exit 77; }
+command -v pkg-config >/dev/null 2>&1 || { echo "pkg-config not found: skipped"; exit 77; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dsim-install.XXXXXX") || exit 99
+trap 'rm -rf "$tmp"' EXIT
+fail() {
+    echo "FAIL: $*"
+    exit 1
+}
+# A sanitized libdsim needs a sanitized program to link it.
+opts="-Db_sanitize=$sanitize"
+[ "$sanitize" = none ] || opts="$opts -Db_lundef=false"
+
+# ---- (a) installed ----
+start=$(date +%s)
+"$meson" install -C "$build" --no-rebuild --destdir "$tmp/dest" --quiet >"$tmp/install.log" 2>&1 ||
+    { cat "$tmp/install.log"; fail "meson install"; }
+case $libdir in /*) lib=$tmp/dest$libdir ;; *) lib=$tmp/dest$prefix/$libdir ;; esac
+inc=$tmp/dest$prefix/include
+for f in "$tmp/dest$prefix/bin/dsim" "$lib/libdsim.so" "$lib/libdsim.a" "$lib/libdsim-harness.a" \
+         "$lib/pkgconfig/dsim.pc" "$lib/pkgconfig/dsim-harness.pc" "$inc/dsim/err.h" \
+         "$inc/dsim/spi/strategy.h" "$inc/dsim/spi/README.md" "$inc/dsim-harness/harness/harness.h" \
+         "$inc/dsim-harness/store.h"; do
+    [ -e "$f" ] || fail "not installed: $f"
+done
+[ -d "$lib/dsim/strategies" ] || fail "the plugin directory $lib/dsim/strategies is not there"
+# the soname carries the ABI number; the .so links to it
+soname=$(objdump -p "$lib/libdsim.so" 2>/dev/null | awk '$1 == "SONAME" {print $2}')
+[ -z "$soname" ] || [ -e "$lib/$soname" ] || fail "soname $soname is not installed"
+case $soname in '' | libdsim.so.[0-9]*) ;; *) fail "soname is $soname" ;; esac
+
+PKG_CONFIG_SYSROOT_DIR=$tmp/dest
+PKG_CONFIG_PATH=$lib/pkgconfig
+export PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_PATH
+abi=$(sed -n 's/^#define DSIM_STRATEGY_ABI_VERSION \([0-9]*\)u.*/\1/p' "$inc/dsim/spi/strategy.h")
+[ "$(pkg-config --variable=strategy_abi dsim)" = "$abi" ] ||
+    fail "dsim.pc strategy_abi is '$(pkg-config --variable=strategy_abi dsim)', the header's $abi"
+pkg-config --variable=plugindir dsim | grep -q '/dsim/strategies$' || fail "dsim.pc plugindir"
+pkg-config --cflags dsim-harness | grep -q "dsim-harness" || fail "dsim-harness.pc cflags"
+
+cp -R "$src/examples/consumer" "$tmp/a-src" || exit 99
+rm -rf "$tmp/a-src/subprojects/dsim"
+# shellcheck disable=SC2086
+"$meson" setup "$tmp/a-build" "$tmp/a-src" --wrap-mode=nofallback $opts >"$tmp/a.log" 2>&1 ||
+    { cat "$tmp/a.log"; fail "(a) the consumer does not configure against the install"; }
+grep -q "Run-time dependency dsim found: YES" "$tmp/a.log" || { cat "$tmp/a.log"; fail "(a) dsim not from pkg-config"; }
+"$meson" compile -C "$tmp/a-build" >>"$tmp/a.log" 2>&1 ||
+    { cat "$tmp/a.log"; fail "(a) the consumer does not build against the install"; }
+LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$meson" test -C "$tmp/a-build" \
+    --print-errorlogs >>"$tmp/a.log" 2>&1 || { cat "$tmp/a.log"; fail "(a) the consumer's test"; }
+# the installed command runs too
+LD_LIBRARY_PATH=$lib "$tmp/dest$prefix/bin/dsim" --version | grep -q '^dsim ' || fail "installed dsim"
+echo "ok (a) installed: consumer built with pkg-config and passed ($(($(date +%s) - start)) s)"
+
+# ---- (b) subproject ----
+start=$(date +%s)
+unset PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_PATH
+cp -R "$src/examples/consumer" "$tmp/b-src" || exit 99
+ln -sfn "$src" "$tmp/b-src/subprojects/dsim" || exit 99
+# shellcheck disable=SC2086
+"$meson" setup "$tmp/b-build" "$tmp/b-src" --force-fallback-for=dsim,dsim-harness $opts \
+    >"$tmp/b.log" 2>&1 || { cat "$tmp/b.log"; fail "(b) the consumer does not configure with the subproject"; }
+grep -q "Dependency dsim found: YES .*(overridden)" "$tmp/b.log" || { cat "$tmp/b.log"; fail "(b) no subproject dsim"; }
+"$meson" compile -C "$tmp/b-build" >>"$tmp/b.log" 2>&1 ||
+    { cat "$tmp/b.log"; fail "(b) the consumer does not build with the subproject"; }
+"$meson" test -C "$tmp/b-build" --print-errorlogs >>"$tmp/b.log" 2>&1 ||
+    { cat "$tmp/b.log"; fail "(b) the consumer's test with the subproject"; }
+# dsim's own tests stay out of the consumer's `meson test`
+"$meson" test -C "$tmp/b-build" --list 2>/dev/null | grep -q "^dsim:" && fail "(b) dsim's tests leak"
+echo "ok (b) subproject: consumer built with dependency('dsim') from the wrap and passed ($(($(date +%s) - start)) s)"
