@@ -13,7 +13,7 @@
 #include "diag/flight.h"
 
 /* PyTorch's names for the collectives and dtypes. */
-static const char *fl_op_name(unsigned coll)
+const char *dsim_flight_profiling_name(unsigned coll)
 {
     switch ((dsim_coll_kind)coll) {
     case DSIM_COLL_ALLREDUCE:
@@ -33,7 +33,7 @@ static const char *fl_op_name(unsigned coll)
     }
 }
 
-static const char *fl_dtype_name(unsigned t)
+const char *dsim_flight_dtype_name(unsigned t)
 {
     static const char *const names[DSIM_DTYPE_COUNT] = {
         [DSIM_F32] = "Float",     [DSIM_F64] = "Double", [DSIM_F16] = "Half",
@@ -71,7 +71,7 @@ static json_t *fl_sizes(const dsim_coll_fp *fp, int size, int output)
 static json_t *fl_dtypes(const dsim_coll_fp *fp)
 {
     json_t *a = json_array();
-    const char *d = fl_dtype_name(fp->dtype);
+    const char *d = dsim_flight_dtype_name(fp->dtype);
     if (a && d)
         json_array_append_new(a, json_string(d));
     return a;
@@ -103,7 +103,7 @@ static json_t *fl_entry(const dsim_fr_dump *d, const dsim_fr_entry *e, size_t re
         "s:b, s:f, s:[], s:o}",
         "record_id", (json_int_t)record, "pg_id", (json_int_t)d->comm_id, "process_group", pg,
         "collective_seq_id", (json_int_t)fp->seq, "p2p_seq_id", (json_int_t)0, "op_id",
-        (json_int_t)fp->seq, "profiling_name", fl_op_name(fp->coll), "time_created_ns",
+        (json_int_t)fp->seq, "profiling_name", dsim_flight_profiling_name(fp->coll), "time_created_ns",
         (json_int_t)e->t_created, "time_discovered_started_ns", (json_int_t)e->t_started,
         "time_discovered_completed_ns", (json_int_t)e->t_completed, "duration_ms", dur,
         "input_sizes", fl_sizes(fp, d->size, 0), "input_dtypes", fl_dtypes(fp), "output_sizes",

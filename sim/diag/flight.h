@@ -21,8 +21,9 @@
  *                                 "dsim": { "reduce_op", "root", "algorithm",
  *                                           "waiting_for", "error", "fingerprint" } } ] } ] }
  *
- * The results store keeps no table of it yet: the file lies next to the
- * store, in dsim-flight/run-ID.json. */
+ * The file lies next to the store, in dsim-flight/run-ID.json; the store
+ * keeps the same entries in its flight_records table (sim/store/SCHEMA.md),
+ * one row per call per replica. */
 #ifndef DSIM_DIAG_FLIGHT_H
 #define DSIM_DIAG_FLIGHT_H
 
@@ -36,6 +37,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* PyTorch's names: "dsim:all_reduce", ... for a dsim_coll_kind; "Float",
+ * "Double", ... for a dsim_dtype (NULL for none). */
+const char *dsim_flight_profiling_name(unsigned coll);
+const char *dsim_flight_dtype_name(unsigned dtype);
 
 /* "<directory of db_path>/dsim-flight/run-<run_id>.json" into buf. */
 void dsim_flight_path(const char *db_path, uint64_t run_id, char *buf, size_t cap);

@@ -717,6 +717,44 @@ static bool h_wants_trace(const dsim_scenario *s, const dsim_train_cfg *cfg)
     return steps && n && steps <= H_TRACE_MAX / n;
 }
 
+/* Stores every replica's flight recorder, one flight_records row per call
+ * it kept. */
+static dsim_err h_store_flight(dsim_store *st, dsim_run_id run, const dsim_train_result *res)
+{
+    for (int r = 0; res->flight && r < res->n_flight; r++) {
+        const dsim_fr_dump *d = &res->flight[r];
+        for (size_t i = 0; i < d->n; i++) {
+            const dsim_fr_entry *e = &d->entries[i];
+            const dsim_coll_fp *fp = &e->fp;
+            bool has_root = fp->coll == DSIM_COLL_BROADCAST || fp->coll == DSIM_COLL_REDUCE;
+            bool has_op = fp->coll == DSIM_COLL_ALLREDUCE || fp->coll == DSIM_COLL_REDUCE ||
+                          fp->coll == DSIM_COLL_REDUCE_SCATTER;
+            dsim_flight_rec fr = {
+                .replica = d->rank,
+                .record_id = d->calls - d->n + i,
+                .pg_id = d->comm_id,
+                .collective_seq_id = fp->seq,
+                .profiling_name = dsim_flight_profiling_name(fp->coll),
+                .input_count = fp->coll == DSIM_COLL_BARRIER ? -1 : (int64_t)fp->count,
+                .input_dtype = fp->coll == DSIM_COLL_BARRIER ? NULL
+                                                             : dsim_flight_dtype_name(fp->dtype),
+                .reduce_op = has_op && fp->op < DSIM_OP_COUNT ? dsim_op_name((dsim_op)fp->op)
+                                                              : NULL,
+                .root = has_root ? fp->root : -1,
+                .algorithm = dsim_algo_name((dsim_algo)fp->algo),
+                .state = dsim_fr_state_name((dsim_fr_state)e->state),
+                .waiting_for = e->waiting_for,
+                .error = e->error ? dsim_strerror((dsim_err)e->error) : NULL,
+                .time_created_ns = e->t_created,
+                .time_started_ns = e->t_started,
+                .time_completed_ns = e->t_completed,
+            };
+            DSIM_CHECK(HG_STORE(dsim_store_flight(st, run, &fr)));
+        }
+    }
+    return DSIM_OK;
+}
+
 /* Stores where each worker left running was, one error event each. */
 static void h_store_stuck(dsim_store *st, const dsim_harness_result *out, int64_t t)
 {
@@ -1022,12 +1060,15 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     }
 
     /* A run that failed, or failed a check, leaves its flight records
-     * (what every rank's collectives came to) next to the store, for
-     * `dsim trace desync`; the store has no table for them yet. */
+     * (what every rank's collectives came to) in the store's flight_records
+     * table and as one JSON file next to the store, which `dsim trace
+     * desync` reads. */
     if (st && out->run_id && (out->train_err != DSIM_OK || out->n_failed)) {
         const dsim_train_result *fr = faulty && rr.has_broken ? &rr.broken : &res;
         const char *why = fr == &res ? (out->train_err != DSIM_OK ? res.error.msg : NULL)
                                      : rr.broken.error.msg;
+        if (h_store_flight(st, out->run_id, fr) != DSIM_OK)
+            h_fail(out, "storing the flight records");
         dsim_flight_path(dsim_store_path(st), (uint64_t)out->run_id, out->flight_path,
                          sizeof out->flight_path);
         if (dsim_flight_write(out->flight_path, (uint64_t)out->run_id, s->name, fr, why,
