@@ -7,10 +7,10 @@
  * expected value and a sentence a person can act on.
  *
  * Built in: gradient_consistency, shard_coverage, convergence, node_loss,
- * checkpoint_roundtrip (one file each in sim/check/, see there for how each
- * judges a run). Registered
- * but not yet runnable (available = false, refused by `dsim validate` with a
- * message naming what is missing): cold_start, performance. */
+ * performance, checkpoint_roundtrip (one file each in sim/check/, see there
+ * for how each judges a run). Registered but not yet runnable (available =
+ * false, refused by `dsim validate` with a message naming what is missing):
+ * cold_start. */
 #ifndef DSIM_CHECK_H
 #define DSIM_CHECK_H
 
@@ -97,6 +97,23 @@ typedef struct dsim_check_ops {
      * break the run); other checks fail outright when the run failed. */
     bool judges_failed_runs;
 } dsim_check_ops;
+
+/* What the performance check measures of a run (sim/check/performance.c),
+ * also stored as metrics of every run. NaN: not measurable. */
+typedef struct dsim_perf {
+    double allreduce_share;    /* time in the exchange / step time, all replicas */
+    double step_s;             /* median step (slowest replica per step) */
+    double compute_s;          /* the median replica's median compute time per step */
+    double straggler_factor;   /* the slowest replica's compute / the others' median (>= 1) */
+    int straggler;             /* that replica, or -1 */
+    double straggler_s;        /* its median compute time per step */
+    double reference_step_s;   /* the one-device replay's median step, 0 if none */
+    double scaling_efficiency; /* reference_step_s / (replicas * step_s) */
+} dsim_perf;
+
+/* ref: the one-device replay, or NULL. */
+dsim_err dsim_perf_measure(const dsim_train_result *run, const dsim_train_result *ref,
+                           dsim_perf *out);
 
 /* The registered checks, and lookup by name (NULL if none). */
 const dsim_check_ops *dsim_check_find(const char *name);

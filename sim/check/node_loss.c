@@ -22,6 +22,7 @@
  * time, a kill after the last collective) passes with a message saying the
  * job rode it out. Measured: the slowest survivor's detection time in
  * seconds. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,11 +61,31 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     if (!b) {
         out->passed = true;
         out->measured = 0;
-        if (fx->lost_rank >= 0 && ctx->run && ctx->run->placement == DSIM_PLACE_SHARDED)
-            dsim_check_msg(msg, cap,
-                           "rank %d was lost and the job finished without it, as parameter-server "
-                           "training does; the steps it had left were not run by anyone",
-                           fx->lost_rank);
+        if (fx->lost_rank >= 0 && ctx->run && ctx->run->placement == DSIM_PLACE_SHARDED) {
+            const dsim_train_result *r = ctx->run;
+            uint64_t reruns = 0;
+            int by = -1, takers = 0;
+            for (int i = 0; r->replicas && i < r->num_replicas; i++)
+                if (r->replicas[i].reruns) {
+                    reruns += r->replicas[i].reruns;
+                    takers++;
+                    if (by < 0)
+                        by = i;
+                }
+            if (reruns)
+                dsim_check_msg(msg, cap,
+                               "rank %d was lost and the job went on without it, as "
+                               "parameter-server training does: %s %d re-ran the %" PRIu64
+                               " step(s) it had left (closures re-run, at least once)",
+                               fx->lost_rank, takers > 1 ? "replicas from" : "replica", by,
+                               reruns);
+            else
+                dsim_check_msg(msg, cap,
+                               "rank %d was lost and the job finished without it, as "
+                               "parameter-server training does; the steps it had left were not "
+                               "run by anyone (the strategy re-runs no lost work)",
+                               fx->lost_rank);
+        }
         else if (fx->lost_rank >= 0)
             dsim_check_msg(msg, cap,
                            "rank %d was lost, but after its last collective: every other replica "

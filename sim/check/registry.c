@@ -25,21 +25,6 @@ static const dsim_check_ops check_cold_start = {
         },
 };
 
-static const dsim_check_ops check_performance = {
-    .size = sizeof(dsim_check_ops),
-    .name = "performance",
-    .summary = "all-reduce share of step time, scaling efficiency, stragglers",
-    .available = false,
-    .n_params = 2,
-    .params =
-        {
-            {"max_allreduce_share", "largest accepted fraction of step time in all-reduce", 0, 1,
-             0.2, false},
-            {"min_scaling_efficiency", "smallest accepted throughput per replica vs one replica", 0,
-             1, NONE, false},
-        },
-};
-
 static const dsim_check_ops *const check_table[] = {
     &dsim_check_gradient_consistency,
     &dsim_check_shard_coverage,
@@ -47,7 +32,7 @@ static const dsim_check_ops *const check_table[] = {
     &dsim_check_node_loss,
     &dsim_check_checkpoint_roundtrip,
     &check_cold_start,
-    &check_performance,
+    &dsim_check_performance,
 };
 #define CHECK_N (sizeof check_table / sizeof check_table[0])
 

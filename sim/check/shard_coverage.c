@@ -150,7 +150,7 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     uint32_t epochs = ctx->cfg && ctx->cfg->epochs > 0 ? ctx->cfg->epochs : 1;
 
     dsim_coverage worst_dup = {0}, worst_miss = {0}, worst_idle = {0}, worst_imb = {0};
-    uint64_t worst_bad = 0, oor = 0, n_examples = 0;
+    uint64_t worst_bad = 0, oor = 0, n_examples = 0, reruns = 0;
     uint32_t oor_epoch = 0;
     worst_imb.imbalance = 1;
     for (uint32_t e = 0; e < epochs; e++) {
@@ -162,6 +162,7 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             return DSIM_OK;
         }
         n_examples = c.n_examples;
+        reruns += c.reruns;
         if (c.duplicates > worst_dup.duplicates)
             worst_dup = c;
         if (c.misses > worst_miss.misses)
@@ -261,6 +262,11 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                    dsim_shard_policy_name(r->shard_applied), r->num_replicas,
                    r->num_replicas == 1 ? "" : "s", worst_idle.idle,
                    worst_idle.idle == 1 ? "" : "s", worst_imb.imbalance);
+    if (reruns)
+        dsim_check_msg_append(msg, cap,
+                              "; %" PRIu64 " example read(s) repeated because a lost replica's "
+                              "step ran again (at least once, as re-run closures are)",
+                              reruns);
     return DSIM_OK;
 }
 

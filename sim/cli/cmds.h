@@ -26,6 +26,8 @@ int cmd_plan(int argc, char **argv);
 void cmd_plan_help(FILE *out);
 int cmd_trace(int argc, char **argv);
 void cmd_trace_help(FILE *out);
+int cmd_whatif(int argc, char **argv);
+void cmd_whatif_help(FILE *out);
 
 /* The value of `--name VALUE` or `--name=VALUE` at argv[*i] (advancing *i
  * past a separate value); NULL if argv[*i] is another flag. Sets *missing

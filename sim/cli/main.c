@@ -19,6 +19,8 @@ static const dsim_cmd main_cmds[] = {
      cmd_run_help},
     {"trace", "read what a failed run left: 'desync RUN_ID' says why it hung", cmd_trace,
      cmd_trace_help},
+    {"whatif", "predict step and all-reduce time on other hardware (cost models)", cmd_whatif,
+     cmd_whatif_help},
 };
 #define MAIN_NCMDS (sizeof main_cmds / sizeof main_cmds[0])
 

@@ -385,6 +385,10 @@ static void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char 
             return;
         /* several processes see the same kill fire: keep one */
         const dsim_fault_event *ne = (const dsim_fault_event *)(const void *)b;
+        /* a loss a child saw (a partition or pause for good: kills come as
+         * PR_KILL), on the same CLOCK_MONOTONIC */
+        if (ne->lost >= 0 && ne->lost < j->R)
+            pr_lost(j, ne->lost, ne->t_abs);
         for (size_t i = 0; i < j->out->n_events; i++)
             if (j->out->events[i].fault == ne->fault && j->out->events[i].rank == ne->rank &&
                 strcmp(j->out->events[i].text, ne->text) == 0)
@@ -628,17 +632,27 @@ static void pr_merge(pr_job *j)
     res->local_loss = calloc(S * NN + 1, sizeof(double));
     res->checksum = calloc(S * NN + 1, sizeof(uint64_t));
     res->examples = calloc(S * NN + 1, sizeof(uint64_t));
+    res->step_ns = calloc(S * NN + 1, sizeof(int64_t));
+    res->comm_ns = calloc(S * NN + 1, sizeof(int64_t));
     res->checkpoint_writes = calloc(NN, sizeof(uint64_t));
     res->replicas = calloc(NN, sizeof *res->replicas);
     uint64_t n_ex = cfg->dataset ? cfg->dataset->spec.n_examples : cfg->data.n_examples;
     dsim_ledger_create(n_ex, cfg->epochs, cfg->hosts, cfg->devices_per_host, &res->ledger);
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
+        !res->step_ns || !res->comm_ns ||
         !res->checkpoint_writes || !res->replicas)
         return;
     for (size_t k = 0; k < S; k++)
         res->loss[k] = NAN;
     for (size_t i = 0; i < j->n_steps; i++) {
         const dsim_train_step_info *in = &j->steps[i].info;
+        if (in->rerun) {
+            /* a lost replica's step, re-run: coverage only */
+            if (res->ledger && in->ids && in->replica >= 0 && in->replica < N)
+                dsim_ledger_record_rerun(res->ledger, in->replica, in->rerun_of, in->epoch,
+                                         in->step, in->ids, in->examples);
+            continue;
+        }
         if (in->global_step < first || in->global_step - first >= steps || in->replica < 0 ||
             in->replica >= N)
             continue;
@@ -646,6 +660,8 @@ static void pr_merge(pr_job *j)
         res->checksum[k * NN + r] = in->checksum;
         res->local_loss[k * NN + r] = in->local_loss;
         res->examples[k * NN + r] = in->examples;
+        res->step_ns[k * NN + r] = in->t_end - in->t_start;
+        res->comm_ns[k * NN + r] = in->t_end - in->t_comm;
         if (r == 0)
             res->loss[k] = in->loss;
         if (res->ledger && in->ids)

@@ -118,6 +118,7 @@ struct dsim_faults {
     dsim_faults_stats stats;
     int64_t t_loss; /* absolute runtime time the first node was lost, or -1 */
     int lost_rank;
+    bool loss_unreported; /* the next event says lost_rank was lost */
     dsim_fault_event *ev;
     size_t n_ev, cap_ev;
     dsim_train_hooks hooks;
@@ -149,6 +150,11 @@ static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, c
     e->t_abs = now;
     e->fault = fault;
     e->rank = rank;
+    e->lost = -1;
+    if (fs->loss_unreported) {
+        e->lost = fs->lost_rank;
+        fs->loss_unreported = false;
+    }
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->text, sizeof e->text, fmt, ap);
@@ -457,6 +463,31 @@ static void fs_flush_kills(dsim_faults *fs)
         fs->proc.on_kill(fs->proc.user, ranks[k], "a kill fault");
 }
 
+/* A kill armed to fire after N frames of its phase counts the victim's
+ * frames where they are sent: in its own process, whoever receives them. */
+static void fs_on_sent(void *user, dsim_ep *ep, const dsim_tp_hdr *hdr)
+{
+    dsim_faults *fs = user;
+    int src = dsim_ep_rank(ep);
+    (void)hdr;
+    if (src < 0 || src >= fs->R)
+        return;
+    bool fired = false;
+    dsim_waitq_lock(fs->q);
+    int64_t now = dsim_rt_now(fs->rt);
+    for (size_t i = 0; i < fs->n; i++) {
+        fs_state *st = &fs->st[i];
+        if (st->armed > 0 && st->armed_rank == src && --st->armed == 0) {
+            st->armed = -1;
+            fs_kill_locked(fs, i, src, now, "after its frames in the phase");
+            fired = true;
+        }
+    }
+    dsim_waitq_unlock(fs->q);
+    if (fired)
+        fs_flush_kills(fs);
+}
+
 static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr *hdr,
                                             const void *payload, size_t len)
 {
@@ -475,14 +506,6 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
         fs->stats.dropped++;
         v = DSIM_TP_FILTER_TAKEN;
         goto out;
-    }
-    /* A kill armed to fire after N frames of its phase. */
-    for (size_t i = 0; i < fs->n; i++) {
-        fs_state *st = &fs->st[i];
-        if (st->armed > 0 && st->armed_rank == src && --st->armed == 0) {
-            st->armed = -1;
-            fs_kill_locked(fs, i, src, now, "after its frames in the phase");
-        }
     }
     if (FS_FIU("dsim/tp/deliver")) {
         fs->stats.dropped++;
@@ -681,6 +704,7 @@ static void fs_lost_locked(dsim_faults *fs, int rank, int64_t now)
     if (fs->t_loss < 0) {
         fs->t_loss = now;
         fs->lost_rank = rank;
+        fs->loss_unreported = true; /* the event that follows carries it */
     }
 }
 
@@ -1018,7 +1042,8 @@ dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, i
     fs->filter = (struct dsim_tp_filter){.size = sizeof(struct dsim_tp_filter),
                                          .attach = fs_attach,
                                          .detach = fs_detach,
-                                         .on_deliver = fs_on_deliver};
+                                         .on_deliver = fs_on_deliver,
+                                         .on_sent = fs_on_sent};
     *out = fs;
     return DSIM_OK;
 }
@@ -1088,6 +1113,7 @@ void dsim_faults_rearm_for_restart(dsim_faults *fs)
     fs->timers = NULL;
     fs->n_timers = 0;
     fs->t_loss = -1;
+    fs->loss_unreported = false;
     fs->lost_rank = -1;
 }
 

@@ -135,6 +135,9 @@ typedef struct dsim_fault_event {
     int64_t t_abs; /* on the job's runtime clock (the steps' clock) */
     int fault;    /* index in the list */
     int rank;     /* -1: not one rank */
+    int lost;     /* the rank this process first saw lost for good with this
+                     event (a kill, a pause or partition for good), else -1:
+                     how a parent engine learns of losses its children see */
     char text[160];
 } dsim_fault_event;
 

@@ -631,6 +631,12 @@ typedef struct h_run {
 static void h_observer(const dsim_train_step_info *info, void *user)
 {
     h_run *r = user;
+    if (info->rerun) {
+        /* A lost replica's step run again: the steps table keeps each
+         * replica's own steps; the re-runs show in coverage and in node_loss. */
+        atomic_fetch_add(&r->examples, info->examples);
+        return;
+    }
     if (r->store && !atomic_load(&r->store_failed)) {
         dsim_step_rec rec = {
             .replica = info->replica,
@@ -1024,6 +1030,10 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
             h_fail(out, "storing the checks");
     }
 
+    /* where the time went (the performance check's figures), every run */
+    dsim_perf perf;
+    if (dsim_perf_measure(&res, have_ref ? &ref : NULL, &perf) != DSIM_OK)
+        dsim_perf_measure(NULL, NULL, &perf); /* all NaN */
     struct {
         const char *name;
         double value;
@@ -1037,6 +1047,11 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         {"initial_loss", out->train_err == DSIM_OK ? res.initial_loss : NAN, "loss"},
         {"final_loss", out->final_loss, "loss"},
         {"reference_final_loss", have_ref ? ref.final_loss : NAN, "loss"},
+        {"allreduce_share", perf.allreduce_share, "fraction"},
+        {"step_time_median", perf.step_s, "s"},
+        {"compute_time_median", perf.compute_s, "s"},
+        {"straggler_factor", perf.straggler_factor, "ratio"},
+        {"scaling_efficiency", perf.scaling_efficiency, "fraction"},
     };
     for (size_t i = 0; st && i < sizeof m / sizeof m[0]; i++) {
         if (isnan(m[i].value))

@@ -16,6 +16,7 @@ typedef struct ledger_rec {
     uint64_t begin; /* index into the log's ids */
     uint64_t n;
     uint32_t epoch;
+    int32_t rerun_of; /* -1: the log's replica's own step; else the lost replica's */
 } ledger_rec;
 
 typedef struct ledger_log {
@@ -95,14 +96,19 @@ static int ledger_grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-dsim_err dsim_ledger_record(dsim_ledger *l, int replica, uint32_t epoch, uint64_t step,
-                            const uint64_t *ids, uint64_t n)
+static dsim_err ledger_append(dsim_ledger *l, int replica, int rerun_of, uint32_t epoch,
+                              uint64_t step, const uint64_t *ids, uint64_t n)
 {
     if (l == NULL)
         return DSIM_ERR(DSIM_EINVAL, -1, "ledger record: ledger must not be NULL");
     if (replica < 0 || replica >= l->n_rep)
         return DSIM_ERR(DSIM_EINVAL, -1, "ledger record: replica %d is outside [0, %d)", replica,
                         l->n_rep);
+    if (rerun_of < -1 || rerun_of >= l->n_rep || rerun_of == replica)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "ledger record: replica %d re-ran replica %d's step, which is not "
+                        "another of [0, %d)",
+                        replica, rerun_of, l->n_rep);
     if (epoch >= l->epochs)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "ledger record: epoch %u is outside the %u epochs the ledger was made for",
@@ -114,11 +120,32 @@ dsim_err dsim_ledger_record(dsim_ledger *l, int replica, uint32_t epoch, uint64_
         ledger_grow((void **)&g->ids, &g->capids, g->nids + (size_t)n, sizeof *g->ids) != 0)
         return DSIM_ERR(DSIM_ENOMEM, replica, "ledger record: no memory for replica %d's log",
                         replica);
-    g->recs[g->nrecs++] = (ledger_rec){.step = step, .begin = g->nids, .n = n, .epoch = epoch};
+    g->recs[g->nrecs++] =
+        (ledger_rec){.step = step, .begin = g->nids, .n = n, .epoch = epoch, .rerun_of = rerun_of};
     if (n > 0)
         memcpy(g->ids + g->nids, ids, (size_t)n * sizeof *ids);
     g->nids += (size_t)n;
     return DSIM_OK;
+}
+
+dsim_err dsim_ledger_record(dsim_ledger *l, int replica, uint32_t epoch, uint64_t step,
+                            const uint64_t *ids, uint64_t n)
+{
+    return ledger_append(l, replica, -1, epoch, step, ids, n);
+}
+
+dsim_err dsim_ledger_record_rerun(dsim_ledger *l, int replica, int lost, uint32_t epoch,
+                                  uint64_t step, const uint64_t *ids, uint64_t n)
+{
+    if (lost < 0)
+        return DSIM_ERR(DSIM_EINVAL, -1, "ledger record: the lost replica %d is negative", lost);
+    return ledger_append(l, replica, lost, epoch, step, ids, n);
+}
+
+/* Whose step a record is: a re-run counts for the lost replica. */
+static int ledger_owner(int log, const ledger_rec *rc)
+{
+    return rc->rerun_of >= 0 ? rc->rerun_of : log;
 }
 
 dsim_err dsim_ledger_record_step(dsim_ledger *l, int worker, const dsim_input_step *st)
@@ -154,19 +181,23 @@ static dsim_err ledger_range(const dsim_ledger *l, uint32_t epoch, int worker, i
     return DSIM_OK;
 }
 
-dsim_err dsim_ledger_counts(const dsim_ledger *l, uint32_t epoch, int worker, uint32_t *counts)
+/* Reads per id of the steps owned by replicas [lo, hi): into own the
+ * replicas' own steps, into rerun (if not NULL) the re-runs of lost
+ * replicas' steps; with rerun NULL both go into own. */
+static void ledger_count(const dsim_ledger *l, uint32_t epoch, int lo, int hi, uint32_t *own,
+                         uint32_t *rerun)
 {
-    int lo = 0, hi = 0;
-    DSIM_CHECK(ledger_range(l, epoch, worker, &lo, &hi));
-    if (counts == NULL)
-        return DSIM_ERR(DSIM_EINVAL, -1, "ledger counts: counts must not be NULL");
-    memset(counts, 0, (size_t)l->n * sizeof *counts);
-    for (int i = lo; i < hi; i++) {
+    memset(own, 0, (size_t)l->n * sizeof *own);
+    if (rerun)
+        memset(rerun, 0, (size_t)l->n * sizeof *rerun);
+    for (int i = 0; i < l->n_rep; i++) {
         const ledger_log *g = &l->logs[i];
         for (size_t k = 0; k < g->nrecs; k++) {
             const ledger_rec *rc = &g->recs[k];
-            if (rc->epoch != epoch)
+            int who = ledger_owner(i, rc);
+            if (rc->epoch != epoch || who < lo || who >= hi)
                 continue;
+            uint32_t *counts = rerun && rc->rerun_of >= 0 ? rerun : own;
             for (uint64_t j = 0; j < rc->n; j++) {
                 uint64_t id = g->ids[rc->begin + j];
                 if (id < l->n && counts[id] < UINT32_MAX)
@@ -174,6 +205,15 @@ dsim_err dsim_ledger_counts(const dsim_ledger *l, uint32_t epoch, int worker, ui
             }
         }
     }
+}
+
+dsim_err dsim_ledger_counts(const dsim_ledger *l, uint32_t epoch, int worker, uint32_t *counts)
+{
+    int lo = 0, hi = 0;
+    DSIM_CHECK(ledger_range(l, epoch, worker, &lo, &hi));
+    if (counts == NULL)
+        return DSIM_ERR(DSIM_EINVAL, -1, "ledger counts: counts must not be NULL");
+    ledger_count(l, epoch, lo, hi, counts, NULL);
     return DSIM_OK;
 }
 
@@ -198,17 +238,19 @@ static dsim_err ledger_cells(const dsim_ledger *l, uint32_t epoch, int lo, int h
                              ledger_cell **out, size_t *count)
 {
     size_t total = 0;
-    for (int i = lo; i < hi; i++)
+    for (int i = 0; i < l->n_rep; i++)
         total += l->logs[i].nrecs;
     ledger_cell *c = malloc((total ? total : 1) * sizeof *c);
     if (c == NULL)
         return DSIM_ERR(DSIM_ENOMEM, -1, "ledger: no memory for %zu records", total);
     size_t k = 0;
-    for (int i = lo; i < hi; i++) {
+    for (int i = 0; i < l->n_rep; i++) {
         const ledger_log *g = &l->logs[i];
-        for (size_t j = 0; j < g->nrecs; j++)
-            if (g->recs[j].epoch == epoch)
-                c[k++] = (ledger_cell){.step = g->recs[j].step, .n = g->recs[j].n, .replica = i};
+        for (size_t j = 0; j < g->nrecs; j++) {
+            int who = ledger_owner(i, &g->recs[j]);
+            if (g->recs[j].epoch == epoch && who >= lo && who < hi)
+                c[k++] = (ledger_cell){.step = g->recs[j].step, .n = g->recs[j].n, .replica = who};
+        }
     }
     qsort(c, k, sizeof *c, ledger_cell_cmp);
     size_t m = 0;
@@ -267,36 +309,42 @@ dsim_err dsim_ledger_coverage(const dsim_ledger *l, uint32_t epoch, int worker, 
     out->worker = worker;
     out->expected = expected;
     out->n_examples = l->n;
-    uint32_t *counts = malloc((size_t)l->n * sizeof *counts);
+    uint32_t *counts = malloc(2 * (size_t)l->n * sizeof *counts);
     if (counts == NULL)
         return DSIM_ERR(DSIM_ENOMEM, -1, "ledger coverage: no memory for %" PRIu64 " counters",
                         l->n);
-    dsim_err e = dsim_ledger_counts(l, epoch, worker, counts);
-    if (e != DSIM_OK) {
-        free(counts);
-        return e;
-    }
+    uint32_t *rerun = counts + l->n;
+    ledger_count(l, epoch, lo, hi, counts, rerun);
     for (uint64_t id = 0; id < l->n; id++) {
-        if (counts[id] == expected)
-            out->exact++;
-        else if (counts[id] > expected)
+        uint64_t all = (uint64_t)counts[id] + rerun[id];
+        if (counts[id] > expected)
             out->duplicates++;
-        else
+        else if (all < expected)
             out->misses++;
+        else if (all > expected)
+            out->reruns++; /* at least once: a lost replica's step ran again */
+        else
+            out->exact++;
     }
     free(counts);
 
-    for (int i = lo; i < hi; i++) {
-        const ledger_log *g = &l->logs[i];
-        uint64_t mine = 0;
+    uint64_t *per = calloc((size_t)(hi - lo) + 1, sizeof *per);
+    if (per == NULL)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "ledger coverage: no memory for %d replicas", hi - lo);
+    for (int li = 0; li < l->n_rep; li++) {
+        const ledger_log *g = &l->logs[li];
         for (size_t k = 0; k < g->nrecs; k++) {
             const ledger_rec *rc = &g->recs[k];
-            if (rc->epoch != epoch)
+            int who = ledger_owner(li, rc);
+            if (rc->epoch != epoch || who < lo || who >= hi)
                 continue;
-            mine += rc->n;
+            per[who - lo] += rc->n;
             for (uint64_t j = 0; j < rc->n; j++)
                 out->out_of_range += g->ids[rc->begin + j] >= l->n;
         }
+    }
+    for (int i = lo; i < hi; i++) {
+        uint64_t mine = per[i - lo];
         out->reads += mine;
         if (i == lo || mine < out->min_examples) {
             out->min_examples = mine;
@@ -307,6 +355,7 @@ dsim_err dsim_ledger_coverage(const dsim_ledger *l, uint32_t epoch, int worker, 
             out->max_replica = i;
         }
     }
+    free(per);
     if (out->max_examples == 0)
         out->imbalance = 1.0;
     else if (out->min_examples == 0)
@@ -333,13 +382,16 @@ dsim_err dsim_ledger_list(const dsim_ledger *l, uint32_t epoch, int worker, uint
                         (int)kind);
     if ((ids == NULL && cap > 0) || total == NULL)
         return DSIM_ERR(DSIM_EINVAL, -1, "ledger list: ids (with cap > 0) and total needed");
-    uint32_t *counts = malloc((size_t)l->n * sizeof *counts);
+    uint32_t *counts = malloc(2 * (size_t)l->n * sizeof *counts);
     if (counts == NULL)
         return DSIM_ERR(DSIM_ENOMEM, -1, "ledger list: no memory for %" PRIu64 " counters", l->n);
-    dsim_err e = dsim_ledger_counts(l, epoch, worker, counts);
+    uint32_t *rerun = counts + l->n;
+    ledger_count(l, epoch, lo, hi, counts, rerun);
+    dsim_err e = DSIM_OK;
     size_t k = 0;
-    for (uint64_t id = 0; e == DSIM_OK && id < l->n; id++) {
-        bool hit = kind == DSIM_LEDGER_DUPLICATES ? counts[id] > expected : counts[id] < expected;
+    for (uint64_t id = 0; id < l->n; id++) {
+        bool hit = kind == DSIM_LEDGER_DUPLICATES ? counts[id] > expected
+                                                  : (uint64_t)counts[id] + rerun[id] < expected;
         if (!hit)
             continue;
         if (k < cap)

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "strategy_int.h"
 
@@ -65,6 +66,15 @@ void dsim_params_compare(const float *a, const float *b, size_t n, dsim_params_d
     }
 }
 
+/* The replay's own step times (the performance check's one-device
+ * baseline): it runs on the caller's thread, outside any engine. */
+static int64_t ref_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
 {
     if (!res)
@@ -116,11 +126,14 @@ dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
     res->local_loss = calloc(steps + 1, sizeof(double));
     res->checksum = calloc(steps + 1, sizeof(uint64_t));
     res->examples = calloc(steps + 1, sizeof(uint64_t));
+    res->step_ns = calloc(steps + 1, sizeof(int64_t));
+    res->comm_ns = calloc(steps + 1, sizeof(int64_t)); /* one device: no exchange */
     res->checkpoint_writes = calloc(1, sizeof(uint64_t));
     if (cfg->record_params)
         res->trace = calloc(steps * P + 1, sizeof(float));
     if (!ins || !ids || !x || !y || !grad || !res->params || !res->loss || !res->local_loss ||
-        !res->checksum || !res->examples || !res->checkpoint_writes ||
+        !res->checksum || !res->examples || !res->step_ns || !res->comm_ns ||
+        !res->checkpoint_writes ||
         (cfg->record_params && !res->trace)) {
         e = DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
         goto out;
@@ -171,6 +184,7 @@ dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
                 n += (size_t)b->n;
             }
         }
+        int64_t t0 = ref_now();
         if (n && (e = dsim_dataset_gather(su.ds, ids, n, x, y)) != DSIM_OK)
             goto out;
         if ((e = dsim_ledger_record(res->ledger, 0, epoch, step, ids, n)) != DSIM_OK)
@@ -184,6 +198,7 @@ dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
             goto out;
         res->loss[s] = res->local_loss[s] = loss_sum * (double)scale;
         res->examples[s] = n;
+        res->step_ns[s] = ref_now() - t0;
         res->checksum[s] = dsim_params_checksum(res->params, P);
         if (res->trace)
             memcpy(res->trace + s * P, res->params, P * sizeof(float));

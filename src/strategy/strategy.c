@@ -197,6 +197,26 @@ dsim_err dsim_strategy_finish(const dsim_strategy *s, dsim_replica_ctx *ctx)
     return strategy_owned_check(s, "finish", ctx, &was, e);
 }
 
+dsim_err dsim_strategy_lost_work(const dsim_strategy *s, dsim_replica_ctx *ctx, int *replica,
+                                 uint64_t *from_step)
+{
+    *replica = -1;
+    *from_step = 0;
+    if (!s->ops->lost_work)
+        return DSIM_OK; /* optional: nothing is re-run */
+    dsim_replica_ctx was = *ctx;
+    dsim_err e = s->ops->lost_work(ctx, replica, from_step);
+    if (e != DSIM_OK)
+        e = strategy_failed(s, "lost_work", e);
+    else if (*replica != -1 &&
+             (*replica < 0 || *replica >= ctx->shape.num_replicas || *replica == ctx->replica))
+        e = DSIM_ERR(DSIM_EINVAL, -1,
+                     "strategy '%s': lost_work on replica %d named replica %d, which is not "
+                     "another of the job's %d replicas (-1: no work)",
+                     s->name, ctx->replica, *replica, ctx->shape.num_replicas);
+    return strategy_owned_check(s, "lost_work", ctx, &was, e);
+}
+
 dsim_err dsim_strategy_server_init(const dsim_strategy *s, dsim_server_ctx *srv)
 {
     if (!s->ops->server_init) {

@@ -39,6 +39,8 @@ dsim_err dsim_strategy_check_save(const dsim_strategy *s);
 dsim_err dsim_strategy_save(const dsim_strategy *s, dsim_replica_ctx *ctx, dsim_strategy_vars *out);
 int dsim_strategy_is_chief(const dsim_strategy *s, const dsim_replica_ctx *ctx);
 dsim_err dsim_strategy_finish(const dsim_strategy *s, dsim_replica_ctx *ctx);
+dsim_err dsim_strategy_lost_work(const dsim_strategy *s, dsim_replica_ctx *ctx, int *replica,
+                                 uint64_t *from_step);
 dsim_err dsim_strategy_server_init(const dsim_strategy *s, dsim_server_ctx *srv);
 dsim_err dsim_strategy_serve(const dsim_strategy *s, dsim_server_ctx *srv, int client);
 void dsim_strategy_server_fini(const dsim_strategy *s, dsim_server_ctx *srv);

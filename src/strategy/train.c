@@ -565,6 +565,108 @@ static int train_preempt_noticed(const train_replica *rp, uint64_t done)
     return cfg->preempt_notice && cfg->preempt_notice(cfg->preempt_user, rp->index) != 0;
 }
 
+/* Tells the caller's observer about one step of rp (of lost replica
+ * rerun_of when >= 0: a re-run). */
+static void train_observe(train_replica *rp, const dsim_input_step *st, const dsim_replica_batch *b,
+                          double local, double loss, uint64_t cks, int64_t t0, int64_t tc,
+                          int64_t t1, int rerun_of)
+{
+    train_job *job = rp->job;
+    const dsim_train_cfg *cfg = job->cfg;
+    if (!cfg->observer || !train_gate_enter(job, rp, TRAIN_CB_OBSERVER))
+        return;
+    dsim_train_step_info info = {
+        .replica = rp->index,
+        .worker = rp->ctx.worker,
+        .device = rp->ctx.device,
+        .epoch = st->epoch,
+        .step = st->step,
+        .global_step = rp->ctx.global_step,
+        .examples = b->n,
+        .local_loss = local,
+        .loss = loss,
+        .checksum = cks,
+        .t_start = t0,
+        .t_comm = tc,
+        .t_end = t1,
+        .ids = b->ids,
+        .rerun = rerun_of >= 0,
+        .rerun_of = rerun_of,
+    };
+    cfg->observer(&info, cfg->observer_user);
+    train_gate_leave(job, rp);
+}
+
+/* Runs lost replica `lost`'s steps from `from` to the end of the job on rp
+ * (dsim_strategy_ops.lost_work): its batches, rp's variables. The coverage
+ * ledger records them as re-runs of the lost replica's steps, so a step it
+ * had begun counts as read at least once, not twice. */
+static dsim_err train_rerun(train_replica *rp, int lost, uint64_t from, float *x, float *y,
+                            float *grad, size_t maxb)
+{
+    train_job *job = rp->job;
+    const dsim_train_cfg *cfg = job->cfg;
+    const dsim_train_setup *su = &job->su;
+    dsim_replica_ctx *ctx = &rp->ctx;
+    const dsim_strategy *s = job->strat;
+    size_t P = su->n_params;
+    int D = cfg->devices_per_host;
+    if (from < job->first_step)
+        from = job->first_step;
+    if (from >= job->end_step)
+        return DSIM_OK;
+    dsim_input *in = NULL;
+    dsim_err e = dsim_train_input(cfg, su, lost / D, &in);
+    if (e == DSIM_OK && job->first_step > 0)
+        e = dsim_input_seek(in, job->start_epoch, job->start_step);
+    dsim_input_step st;
+    for (uint64_t gs = job->first_step; e == DSIM_OK && gs < from; gs++)
+        e = dsim_input_next(in, &st);
+    if (e == DSIM_OK)
+        dsim_info("train: replica %d re-runs lost replica %d's steps %llu..%llu", rp->index, lost,
+                  (unsigned long long)from, (unsigned long long)job->end_step - 1);
+    for (uint64_t gs = from; e == DSIM_OK && gs < job->end_step; gs++) {
+        ctx->global_step = gs;
+        TRAIN_ENTER(rp, DSIM_PHASE_COMPUTE, gs);
+        if ((e = dsim_input_next(in, &st)) != DSIM_OK)
+            break;
+        if (st.done) {
+            e = DSIM_ERR(DSIM_ESTATE, -1, "replica %d's input ended at global step %llu of %llu",
+                         lost, (unsigned long long)gs, (unsigned long long)job->end_step);
+            break;
+        }
+        const dsim_replica_batch *b = &st.batch[lost % D];
+        size_t nb = (size_t)b->n;
+        if (nb > maxb) {
+            e = DSIM_ERR(DSIM_ESTATE, -1,
+                         "a batch of %zu examples exceeds the global batch or the dataset (%zu)",
+                         nb, maxb);
+            break;
+        }
+        int64_t t0 = dsim_rt_now(job->rt);
+        if (nb && (e = dsim_dataset_gather(su->ds, b->ids, nb, x, y)) != DSIM_OK)
+            break;
+        memset(grad, 0, P * sizeof(float));
+        double loss_sum = 0;
+        if ((e = dsim_model_loss_grad(&su->model, ctx->params, nb ? x : NULL, nb ? y : NULL, nb,
+                                      job->loss_scale, grad, &loss_sum)) != DSIM_OK)
+            break;
+        if ((e = dsim_ledger_record_rerun(job->res->ledger, rp->index, lost, st.epoch,
+                                          st.step, b->ids, b->n)) != DSIM_OK)
+            break;
+        TRAIN_ENTER(rp, DSIM_PHASE_ALLREDUCE, gs);
+        if ((e = dsim_strategy_apply_gradients(s, ctx, grad)) != DSIM_OK)
+            break;
+        rp->good_checksum = dsim_params_checksum(ctx->params, P);
+        job->res->replicas[rp->index].reruns++;
+        train_observe(rp, &st, b, loss_sum * (double)job->loss_scale, NAN, rp->good_checksum,
+                      t0, t0, dsim_rt_now(job->rt), lost);
+    }
+out:
+    dsim_input_destroy(in);
+    return e;
+}
+
 static dsim_err train_replica_run(train_replica *rp, int *inited)
 {
     train_job *job = rp->job;
@@ -647,6 +749,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
             DSIM_OK)
             goto out;
         TRAIN_ENTER(rp, DSIM_PHASE_ALLREDUCE, gs);
+        int64_t tc = dsim_rt_now(job->rt); /* compute ends, the exchange begins */
         if ((e = dsim_strategy_apply_gradients(s, ctx, grad)) != DSIM_OK)
             goto out;
         /* what a failure later in the step must leave untouched */
@@ -667,30 +770,14 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         job->res->replicas[rp->index].steps_done = k + 1;
         res->local_loss[k * (size_t)N + (size_t)rp->index] = local;
         res->examples[k * (size_t)N + (size_t)rp->index] = b->n;
+        res->step_ns[k * (size_t)N + (size_t)rp->index] = t1 - t0;
+        res->comm_ns[k * (size_t)N + (size_t)rp->index] = t1 - tc;
         if (rp->index == 0) {
             res->loss[k] = loss;
             if (res->trace)
                 memcpy(res->trace + k * P, ctx->params, P * sizeof(float));
         }
-        if (cfg->observer && train_gate_enter(job, rp, TRAIN_CB_OBSERVER)) {
-            dsim_train_step_info info = {
-                .replica = rp->index,
-                .worker = ctx->worker,
-                .device = ctx->device,
-                .epoch = st.epoch,
-                .step = st.step,
-                .global_step = gs,
-                .examples = b->n,
-                .local_loss = local,
-                .loss = loss,
-                .checksum = cks,
-                .t_start = t0,
-                .t_end = t1,
-                .ids = b->ids,
-            };
-            cfg->observer(&info, cfg->observer_user);
-            train_gate_leave(job, rp);
-        }
+        train_observe(rp, &st, b, local, loss, cks, t0, tc, t1, -1);
         uint64_t done = gs + 1;
         bool stop_here = false;
         if (job->preempt_armed) {
@@ -725,6 +812,17 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         }
     }
     TRAIN_ENTER(rp, DSIM_PHASE_FINISH, rp->preempted_at ? rp->preempted_at : job->end_step);
+    /* A lost replica's steps, when the strategy re-runs them (asynchronous
+     * parameter servers); a preempted job stops everywhere instead. */
+    for (int lost = 0; !rp->preempted_at && lost >= 0;) {
+        uint64_t from = 0;
+        if ((e = dsim_strategy_lost_work(s, ctx, &lost, &from)) != DSIM_OK)
+            goto out;
+        if (lost >= 0 && (e = train_rerun(rp, lost, from, x, y, grad, maxb)) != DSIM_OK)
+            goto out;
+        if (lost >= 0)
+            TRAIN_ENTER(rp, DSIM_PHASE_FINISH, job->end_step);
+    }
     if ((e = dsim_strategy_finish(s, ctx)) != DSIM_OK)
         goto out;
     memcpy(rp->final, ctx->params, P * sizeof(float));
@@ -1066,11 +1164,14 @@ static dsim_err train_alloc_result(train_job *job)
     res->local_loss = calloc(steps * N + 1, sizeof(double));
     res->checksum = calloc(steps * N + 1, sizeof(uint64_t));
     res->examples = calloc(steps * N + 1, sizeof(uint64_t));
+    res->step_ns = calloc(steps * N + 1, sizeof(int64_t));
+    res->comm_ns = calloc(steps * N + 1, sizeof(int64_t));
     res->checkpoint_writes = calloc(N, sizeof(uint64_t));
     res->replicas = calloc(N, sizeof *res->replicas);
     if (job->cfg->record_params)
         res->trace = calloc(steps * P + 1, sizeof(float));
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
+        !res->step_ns || !res->comm_ns ||
         !res->checkpoint_writes || !res->replicas || (job->cfg->record_params && !res->trace))
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the result of %zu steps", steps);
     for (size_t k = 0; k < steps; k++)
@@ -1740,6 +1841,8 @@ static void train_hand_over(train_job *job, dsim_train_result *res, bool hung)
     res->local_loss = NULL;
     res->checksum = NULL;
     res->examples = NULL;
+    res->step_ns = NULL;
+    res->comm_ns = NULL;
     res->trace = NULL;
     res->ledger = NULL;
     res->updates = NULL;
@@ -1919,6 +2022,8 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->local_loss);
     free(res->checksum);
     free(res->examples);
+    free(res->step_ns);
+    free(res->comm_ns);
     free(res->trace);
     free(res->initial_params);
     free(res->updates);

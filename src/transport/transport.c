@@ -888,6 +888,8 @@ dsim_err dsim_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const 
         return e;
     }
     *out = req;
+    if (f->filter && f->filter->on_sent)
+        f->filter->on_sent(f->filter_user, ep, &h);
     return DSIM_OK;
 }
 

@@ -114,16 +114,16 @@ static void test_registry(void **state)
 {
     (void)state;
     const char *avail[] = {"gradient_consistency", "shard_coverage", "convergence", "node_loss",
-                           "checkpoint_roundtrip"};
-    for (size_t i = 0; i < 5; i++) {
+                           "performance", "checkpoint_roundtrip"};
+    for (size_t i = 0; i < sizeof avail / sizeof avail[0]; i++) {
         const dsim_check_ops *c = dsim_check_find(avail[i]);
         assert_non_null(c);
         assert_true(c->available);
         assert_non_null(c->run);
         assert_int_equal(c->size, sizeof(dsim_check_ops));
     }
-    const char *later[] = {"cold_start", "performance"};
-    for (size_t i = 0; i < 2; i++) {
+    const char *later[] = {"cold_start"};
+    for (size_t i = 0; i < 1; i++) {
         const dsim_check_ops *c = dsim_check_find(later[i]);
         assert_non_null(c);
         assert_false(c->available);
@@ -917,6 +917,80 @@ static void test_run_all_unavailable_and_reference(void **state)
     assert_int_equal(dsim_check_run_all(NULL, out, &n, &failed), DSIM_EINVAL);
 }
 
+/* ---- performance ---- */
+
+static void test_performance(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 4, 5);
+    /* steps 1..4 count (step 0 is warm-up): 10 ms each, 3 ms of it in the
+     * exchange; replica 2 computes 28 ms against the others' 7 */
+    int64_t step[20], comm[20], ref_step[5] = {0}, ref_comm[5] = {0};
+    for (int k = 0; k < 5; k++)
+        for (int r = 0; r < 4; r++) {
+            step[k * 4 + r] = k == 0 ? 1000000000 : 10000000;
+            comm[k * 4 + r] = k == 0 ? 0 : 3000000;
+        }
+    f.res.step_ns = step;
+    f.res.comm_ns = comm;
+    f.ref.step_ns = ref_step;
+    f.ref.comm_ns = ref_comm;
+    const dsim_check_ops *ops = dsim_check_find("performance");
+    double v[DSIM_CHECK_MAX_PARAMS];
+    dsim_check_ctx ctx = fake_ctx(&f);
+
+    values_of(ops, v, NULL); /* max share 0.2 */
+    dsim_check_result r = judge("performance", &ctx, v);
+    assert_false(r.passed);
+    assert_true(fabs(r.measured - 0.3) < 1e-12);
+    assert_has(r.message, "all-reduce takes 30 %");
+
+    values_of(ops, v, "max_allreduce_share", 0.5, NULL);
+    r = judge("performance", &ctx, v);
+    assert_true(r.passed);
+    assert_has(r.message, "all-reduce 30 %");
+
+    /* a straggler: replica 2 computes 4x the others */
+    for (int k = 1; k < 5; k++)
+        step[k * 4 + 2] = 31000000; /* 28 ms compute + 3 ms exchange */
+    values_of(ops, v, "max_allreduce_share", 0.5, "max_straggler_factor", 2.0, NULL);
+    r = judge("performance", &ctx, v);
+    assert_false(r.passed);
+    assert_true(fabs(r.measured - 4.0) < 1e-12);
+    assert_has(r.message, "replica 2 is a straggler");
+    assert_has(r.message, "4.00x");
+    values_of(ops, v, "max_allreduce_share", 0.5, "max_straggler_factor", 5.0, NULL);
+    assert_true(judge("performance", &ctx, v).passed);
+
+    /* scaling: one device takes 62 ms a step; 4 replicas take 31 (the
+     * slowest): 62 / (4 x 31) = 0.5 */
+    for (int k = 0; k < 5; k++)
+        ref_step[k] = 62000000;
+    values_of(ops, v, "max_allreduce_share", 0.5, "min_scaling_efficiency", 0.6, NULL);
+    r = judge("performance", &ctx, v);
+    assert_false(r.passed);
+    assert_true(fabs(r.measured - 0.5) < 1e-12);
+    assert_has(r.message, "scaling efficiency 0.50 with 4 replicas");
+    values_of(ops, v, "max_allreduce_share", 0.5, "min_scaling_efficiency", 0.4, NULL);
+    r = judge("performance", &ctx, v);
+    assert_true(r.passed);
+    assert_has(r.message, "scaling efficiency 0.50");
+    assert_true(ops->wants_reference(v));
+
+    /* no step times (a run that kept none): not judged as a pass */
+    f.res.step_ns = NULL;
+    r = judge("performance", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "no step times");
+    /* without the reference, efficiency cannot be judged */
+    f.res.step_ns = step;
+    ctx.reference = NULL;
+    r = judge("performance", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "one-device replay");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -936,6 +1010,7 @@ int main(void)
         cmocka_unit_test(test_sc_policy_off),
         cmocka_unit_test(test_sc_idle_and_imbalance),
         cmocka_unit_test(test_convergence),
+        cmocka_unit_test(test_performance),
         cmocka_unit_test(test_run_all_expect_fail),
         cmocka_unit_test(test_run_all_expect_error),
         cmocka_unit_test(test_run_all_no_expectations),

@@ -251,6 +251,65 @@ static void test_duplicates_misses_readers(void **state)
     assert_msg_has("0 workers");
 }
 
+/* A lost replica's steps re-run by another (parameter-server closures, at
+ * least once): the re-run counts for the lost replica, an example both the
+ * lost replica's own attempt and the re-run read is a re-run, not a
+ * duplicate, and one the re-run skipped is still missed. */
+static void test_reruns(void **state)
+{
+    (void)state;
+    dsim_ledger *l;
+    assert_int_equal(dsim_ledger_create(8, 1, 2, 1, &l), DSIM_OK);
+    const uint64_t s0a[] = {0, 1}, s0b[] = {2, 3}, s1a[] = {4, 5}, s1b[] = {6, 7};
+    assert_int_equal(dsim_ledger_record(l, 0, 0, 0, s0a, 2), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 1, 0, 0, s0b, 2), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 0, 0, 1, s1a, 2), DSIM_OK);
+    /* replica 1 began step 1 (read 6, 7) and died; replica 0 re-ran it but
+     * the re-run read only 6 */
+    assert_int_equal(dsim_ledger_record(l, 1, 0, 1, s1b, 2), DSIM_OK);
+    assert_int_equal(dsim_ledger_record_rerun(l, 0, 1, 0, 1, s1b, 1), DSIM_OK);
+    dsim_coverage cov;
+    assert_int_equal(dsim_ledger_coverage(l, 0, -1, 1, &cov), DSIM_OK);
+    assert_int_equal(cov.duplicates, 0);
+    assert_int_equal(cov.reruns, 1); /* id 6 */
+    assert_int_equal(cov.misses, 0);
+    assert_int_equal(cov.exact, 7);
+    /* the re-run counts for replica 1 (worker 1), not replica 0 */
+    assert_int_equal(dsim_ledger_coverage(l, 0, 1, 1, &cov), DSIM_OK);
+    assert_int_equal(cov.reads, 5);
+    assert_int_equal(cov.reruns, 1);
+    assert_int_equal(dsim_ledger_coverage(l, 0, 0, 1, &cov), DSIM_OK);
+    assert_int_equal(cov.reads, 4);
+    assert_int_equal(cov.reruns, 0);
+    assert_int_equal(cov.misses, 4); /* worker 0 alone: 2, 3, 6, 7 are worker 1's */
+
+    /* a re-run that stands alone (the lost replica never began the step) */
+    dsim_ledger *m;
+    assert_int_equal(dsim_ledger_create(4, 1, 2, 1, &m), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(m, 0, 0, 0, s0a, 2), DSIM_OK);
+    assert_int_equal(dsim_ledger_record_rerun(m, 0, 1, 0, 0, s0b, 2), DSIM_OK);
+    assert_int_equal(dsim_ledger_coverage(m, 0, -1, 1, &cov), DSIM_OK);
+    assert_int_equal(cov.exact, 4);
+    assert_int_equal(cov.reruns, 0);
+    assert_int_equal(cov.idle, 0); /* the re-run stands for replica 1 */
+    /* a replica's own duplicate stays a duplicate, re-runs or not */
+    assert_int_equal(dsim_ledger_record(m, 0, 0, 1, s0a, 2), DSIM_OK);
+    uint64_t ids[4];
+    size_t total;
+    assert_int_equal(dsim_ledger_list(m, 0, -1, 1, DSIM_LEDGER_DUPLICATES, ids, 4, &total),
+                     DSIM_OK);
+    assert_int_equal(total, 2);
+    assert_int_equal(ids[0], 0);
+
+    /* bad input */
+    assert_int_equal(dsim_ledger_record_rerun(l, 0, 0, 0, 1, s1b, 1), DSIM_EINVAL);
+    assert_msg_has("re-ran replica 0");
+    assert_int_equal(dsim_ledger_record_rerun(l, 0, 2, 0, 1, s1b, 1), DSIM_EINVAL);
+    assert_int_equal(dsim_ledger_record_rerun(l, 0, -1, 0, 1, s1b, 1), DSIM_EINVAL);
+    dsim_ledger_destroy(m);
+    dsim_ledger_destroy(l);
+}
+
 /* One thread per replica: each runs its worker's input and records only its
  * own replica's batches, all at the same time. */
 typedef struct rep_arg {
@@ -324,6 +383,7 @@ int main(void)
         cmocka_unit_test(test_coverage_every_policy),
         cmocka_unit_test(test_idle_and_imbalance),
         cmocka_unit_test(test_duplicates_misses_readers),
+        cmocka_unit_test(test_reruns),
         cmocka_unit_test(test_concurrent_recording),
     };
     return cmocka_run_group_tests_name("ledger", tests, NULL, NULL);

@@ -269,6 +269,12 @@ void dsim_ledger_destroy(dsim_ledger *l);
  * the dataset are kept and counted as out of range. */
 dsim_err dsim_ledger_record(dsim_ledger *l, int replica, uint32_t epoch, uint64_t step,
                             const uint64_t *ids, uint64_t n);
+/* Records that `replica` re-ran lost replica `lost`'s (epoch, step), reading
+ * ids[0..n) (dsim_strategy_ops.lost_work): the reads count for `lost`, and
+ * an example read by both the lost replica's own attempt and the re-run is
+ * read at least once (dsim_coverage.reruns), not a duplicate. */
+dsim_err dsim_ledger_record_rerun(dsim_ledger *l, int replica, int lost, uint32_t epoch,
+                                  uint64_t step, const uint64_t *ids, uint64_t n);
 /* Records every local replica's batch of one input step of `worker`. */
 dsim_err dsim_ledger_record_step(dsim_ledger *l, int worker, const dsim_input_step *st);
 
@@ -281,6 +287,8 @@ typedef struct dsim_coverage {
     uint64_t exact;        /* examples read exactly `expected` times */
     uint64_t duplicates;   /* examples read more than expected */
     uint64_t misses;       /* examples read fewer times than expected */
+    uint64_t reruns;       /* examples read more than expected only because a lost
+                              replica's step they were in ran again (at least once) */
     uint64_t out_of_range; /* recorded ids >= n_examples */
     uint64_t steps;        /* highest recorded step + 1 */
     /* (step, replica) pairs where the replica got no example while another
@@ -294,12 +302,12 @@ typedef struct dsim_coverage {
 /* worker -1: every replica; else only that worker's replicas. */
 dsim_err dsim_ledger_coverage(const dsim_ledger *l, uint32_t epoch, int worker, uint32_t expected,
                               dsim_coverage *out);
-/* counts[id] = reads of id in epoch (n_examples entries). */
+/* counts[id] = reads of id in epoch (n_examples entries), re-runs included. */
 dsim_err dsim_ledger_counts(const dsim_ledger *l, uint32_t epoch, int worker, uint32_t *counts);
 
 typedef enum dsim_ledger_list_kind {
-    DSIM_LEDGER_DUPLICATES, /* read more than expected */
-    DSIM_LEDGER_MISSES,     /* read fewer times than expected */
+    DSIM_LEDGER_DUPLICATES, /* read more than expected by the replicas' own steps */
+    DSIM_LEDGER_MISSES,     /* read fewer times than expected, re-runs included */
 } dsim_ledger_list_kind;
 
 /* Writes up to cap ids of that kind, lowest first; *total gets how many

@@ -162,6 +162,7 @@ typedef struct dsim_train_replica_end {
     uint64_t good_checksum; /* ... after its last create_variables or apply_gradients
                                that succeeded (0: none did): a failure must leave
                                the variables so */
+    uint64_t reruns;      /* steps of lost replicas it re-ran (lost_work) */
     char msg[256];        /* the error's message ("" when none) */
 } dsim_train_replica_end;
 
@@ -213,8 +214,15 @@ typedef struct dsim_train_step_info {
                                strategy does not reduce, as async parameter servers) */
     uint64_t checksum;      /* dsim_params_checksum of the replica's variables after the step */
     int64_t t_start, t_end; /* dsim_rt_now at the step's start and end */
+    int64_t t_comm;         /* ... when its compute ended and apply_gradients began
+                               (t_end - t_comm: the exchange, waits included) */
     const uint64_t *ids;    /* the example ids of this replica's batch (examples of
                                them), valid during the call */
+    bool rerun;             /* a lost replica's step, re-run by `replica`
+                               (dsim_strategy_ops.lost_work); the batch is the lost
+                               replica's, and the per-step results keep only the
+                               replicas' own steps */
+    int rerun_of;           /* that lost replica; -1 for a replica's own step */
 } dsim_train_step_info;
 
 /* Called on the replica's own worker thread, concurrently for different
@@ -369,6 +377,9 @@ typedef struct dsim_train_result {
     double *local_loss; /* [steps * num_replicas] */
     uint64_t *checksum; /* [steps * num_replicas]: after each step */
     uint64_t *examples; /* [steps * num_replicas] */
+    int64_t *step_ns;   /* [steps * num_replicas]: each step's time, start to end */
+    int64_t *comm_ns;   /* ... of which in apply_gradients and the loss's reduction
+                           (the exchange, waits for slower replicas included) */
     float *trace;       /* [steps * n_params] if cfg.record_params, else NULL */
     float *initial_params; /* [n_params] if cfg.record_params: the variables before the
                               first step run (restored ones after a restore) */

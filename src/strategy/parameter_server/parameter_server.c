@@ -17,6 +17,15 @@
  *                                                order, applies once, version++
  *                                         async: applies it at once, version++
  *                                     <-  (version, shard after the update)
+ *   lost_work (async, repeated):
+ *     LOST (server 0 decides)         ->  a lost replica whose work nobody has
+ *                                         taken yet, given to the asker, or none
+ *     ADOPT(lost replica)             ->  every server notes who took it; replies
+ *                                         the step after the last of its pushes
+ *                                         the server applied
+ *       ... the driver re-runs the lost replica's remaining steps here;
+ *           their PUSHes name the replica whose closure they are ...
+ *     DONE                            ->  as below; lost_work ends once all are done
  *   finish: DONE (repeated)           ->  holds the answer until every replica has
  *                                         said DONE (then: the final shard) or half
  *                                         the timeout passed (then: not yet)
@@ -32,6 +41,17 @@
  * loop over its own input shard (TF1's between-graph replication), so the
  * coordinator is implicit: replica 0 initializes the variables and writes the
  * checkpoints, as the chief does in TF.
+ *
+ * A lost worker (async mode): TF's ClusterCoordinator puts the closures of a
+ * worker that fails back on the queue and another worker runs them, so each
+ * closure runs at least once. Here a replica's closures are its steps: when a
+ * server's conversation with a replica ends before that replica said DONE,
+ * the replica is lost; server 0 hands its remaining steps to the first
+ * survivor that runs out of work (lost_work), and every server counts the
+ * lost replica as done only once that survivor is. The survivor re-runs from
+ * the step after the last push every server applied, so a step whose push
+ * reached some servers and not others runs again: at least once, never
+ * skipped. In sync mode a lost replica stops the round, and the job fails.
  *
  * Why one serve() worker per (server, replica): a receive names its source
  * (dsim/transport.h has no receive-from-any), so a server answers each
@@ -52,10 +72,10 @@
 #define PS_TAG_REQ 1u
 #define PS_TAG_REP 2u
 
-enum { PS_INIT = 1, PS_PULL, PS_PUSH, PS_SAVE, PS_STOP, PS_DONE, PS_OP_END };
+enum { PS_INIT = 1, PS_PULL, PS_PUSH, PS_SAVE, PS_STOP, PS_DONE, PS_LOST, PS_ADOPT, PS_OP_END };
 
-static const char *const ps_op_names[PS_OP_END] = {"?",    "INIT", "PULL", "PUSH",
-                                                   "SAVE", "STOP", "DONE"};
+static const char *const ps_op_names[PS_OP_END] = {"?",    "INIT", "PULL", "PUSH", "SAVE",
+                                                   "STOP", "DONE", "LOST", "ADOPT"};
 
 /* Every message starts with this header, then floats. */
 typedef struct ps_hdr {
@@ -64,6 +84,8 @@ typedef struct ps_hdr {
     uint64_t version;    /* PUSH: version read; replies: the server's version */
     uint64_t step;       /* PUSH: the replica's global step; DONE replies: replicas done */
     uint64_t optim_step; /* INIT, SAVE replies */
+    uint32_t closure;    /* PUSH: the replica whose step this is; ADOPT: the one taken */
+    uint32_t spare;
 } ps_hdr;
 
 typedef struct ps_client {
@@ -75,6 +97,7 @@ typedef struct ps_client {
     uint64_t *version;          /* [nps]: server version of the values in ctx->params */
     unsigned char *sbuf, *rbuf; /* [nps * cap] */
     dsim_req **reqs;            /* [2 * nps] */
+    int adopted;                /* the lost replica whose steps this one re-runs, or -1 */
 } ps_client;
 
 typedef struct ps_server {
@@ -91,8 +114,11 @@ typedef struct ps_server {
     int arrived;
     uint64_t round;
     /* the end of the job */
-    unsigned char *done_from; /* [N]: the replica has said DONE */
-    int done;
+    unsigned char *done_from; /* [N]: the replica has said DONE (and took no work since) */
+    /* lost replicas (async) */
+    unsigned char *lost;  /* [N]: its conversation ended before it said DONE */
+    int *adopted_by;      /* [N]: the replica re-running its steps, or -1 */
+    uint64_t *applied_to; /* [N]: the step after the last of its steps pushed here */
 } ps_server;
 
 static int ps_slots(dsim_optim_kind k)
@@ -149,6 +175,7 @@ static dsim_err ps_replica_init(dsim_replica_ctx *ctx)
             maxc = c->count[s];
     }
     c->cap = ps_msg_cap(maxc, c->slots);
+    c->adopted = -1;
     c->sbuf = malloc((size_t)P * c->cap);
     c->rbuf = malloc((size_t)P * c->cap);
     if (!c->first || !c->count || !c->version || !c->reqs || !c->sbuf || !c->rbuf)
@@ -250,6 +277,7 @@ static size_t ps_build_push(dsim_replica_ctx *ctx, int s, ps_hdr *h, float *pl, 
     memcpy(pl, grad + c->first[s], c->count[s] * sizeof(float));
     h->version = c->version[s];
     h->step = ctx->global_step;
+    h->closure = (uint32_t)(c->adopted >= 0 ? c->adopted : ctx->replica);
     return c->count[s];
 }
 
@@ -328,6 +356,68 @@ static dsim_err ps_save(dsim_replica_ctx *ctx, dsim_strategy_vars *out)
     return DSIM_OK;
 }
 
+static size_t ps_build_adopt(dsim_replica_ctx *ctx, int s, ps_hdr *h, float *pl, const void *arg)
+{
+    (void)ctx;
+    (void)s;
+    (void)pl;
+    h->closure = (uint32_t)*(const int *)arg;
+    return 0;
+}
+
+/* Has every server answered DONE with all replicas done? */
+static int ps_all_done(const dsim_replica_ctx *ctx)
+{
+    const ps_client *c = ctx->priv;
+    for (int s = 0; s < c->nps; s++) {
+        ps_hdr h;
+        memcpy(&h, c->rbuf + s * c->cap, sizeof h);
+        if (h.step != (uint64_t)ctx->shape.num_replicas)
+            return 0;
+    }
+    return 1;
+}
+
+static dsim_err ps_lost_work(dsim_replica_ctx *ctx, int *replica, uint64_t *from_step)
+{
+    ps_client *c = ctx->priv;
+    c->adopted = -1;
+    *replica = -1;
+    *from_step = 0;
+    if (ctx->shape.ps_mode != DSIM_PS_ASYNC)
+        return DSIM_OK; /* a lost replica fails a synchronous job */
+    for (;;) {
+        /* Server 0 decides who takes a lost replica's steps; the others
+         * answer 0. */
+        DSIM_CHECK(ps_exchange(ctx, PS_LOST, NULL, NULL, 1));
+        ps_hdr h0;
+        memcpy(&h0, c->rbuf, sizeof h0);
+        if (h0.step > 0) {
+            int lost = (int)h0.step - 1;
+            if (lost < 0 || lost >= ctx->shape.num_replicas || lost == ctx->replica)
+                return DSIM_ERR(DSIM_EPROTO, ctx->server_rank0,
+                                "parameter_server: replica %d was given replica %d's steps to "
+                                "re-run, which is not another replica of the %d",
+                                ctx->replica, lost, ctx->shape.num_replicas);
+            DSIM_CHECK(ps_exchange(ctx, PS_ADOPT, ps_build_adopt, &lost, 1));
+            uint64_t from = UINT64_MAX;
+            for (int s = 0; s < c->nps; s++) {
+                ps_hdr h;
+                memcpy(&h, c->rbuf + s * c->cap, sizeof h);
+                if (h.step < from)
+                    from = h.step;
+            }
+            c->adopted = lost;
+            *replica = lost;
+            *from_step = from;
+            return DSIM_OK;
+        }
+        DSIM_CHECK(ps_exchange(ctx, PS_DONE, NULL, NULL, 1));
+        if (ps_all_done(ctx))
+            return DSIM_OK;
+    }
+}
+
 static dsim_err ps_finish(dsim_replica_ctx *ctx)
 {
     /* Once every replica has had its last push answered, the servers hold
@@ -338,18 +428,10 @@ static dsim_err ps_finish(dsim_replica_ctx *ctx)
      * and blame a replica that is merely waiting. A replica that is really
      * gone still fails the job: its server times out waiting for it. */
     ps_client *c = ctx->priv;
-    for (;;) {
+    c->adopted = -1;
+    do
         DSIM_CHECK(ps_exchange(ctx, PS_DONE, NULL, NULL, 1));
-        int all = 1;
-        for (int s = 0; s < c->nps; s++) {
-            ps_hdr h;
-            memcpy(&h, c->rbuf + s * c->cap, sizeof h);
-            if (h.step != (uint64_t)ctx->shape.num_replicas)
-                all = 0;
-        }
-        if (all)
-            break;
-    }
+    while (!ps_all_done(ctx));
     ps_take_values(ctx);
     return ps_exchange(ctx, PS_STOP, NULL, NULL, 0);
 }
@@ -367,9 +449,15 @@ static dsim_err ps_server_init(dsim_server_ctx *srv)
     p->vread = calloc((size_t)N, sizeof *p->vread);
     p->gstep = calloc((size_t)N, sizeof *p->gstep);
     p->done_from = calloc((size_t)N, 1);
+    p->lost = calloc((size_t)N, 1);
+    p->adopted_by = malloc((size_t)N * sizeof *p->adopted_by);
+    p->applied_to = calloc((size_t)N, sizeof *p->applied_to);
+    for (int c = 0; p->adopted_by && c < N; c++)
+        p->adopted_by[c] = -1;
     if (srv->shape.ps_mode == DSIM_PS_SYNC)
         p->agg = calloc((size_t)N * n, sizeof(float));
-    if (!p->shard || !p->vread || !p->gstep || !p->done_from ||
+    if (!p->shard || !p->vread || !p->gstep || !p->done_from || !p->lost || !p->adopted_by ||
+        !p->applied_to ||
         (srv->shape.ps_mode == DSIM_PS_SYNC && !p->agg))
         return DSIM_ERR(DSIM_ENOMEM, -1, "parameter server %d: out of memory", srv->server);
     return DSIM_OK;
@@ -383,6 +471,9 @@ static void ps_server_fini(dsim_server_ctx *srv)
     free(p->vread);
     free(p->gstep);
     free(p->done_from);
+    free(p->lost);
+    free(p->adopted_by);
+    free(p->applied_to);
     dsim_optim_destroy(p->opt);
     memset(p, 0, sizeof *p);
 }
@@ -404,6 +495,28 @@ static dsim_err ps_wait_change(dsim_server_ctx *srv, const uint64_t *value, uint
     return DSIM_OK;
 }
 
+/* Replicas done, lock held: those that said DONE, and the lost ones whose
+ * steps a done replica re-ran (through a chain of at most N takers). */
+static int ps_done_count(const ps_server *p, int N)
+{
+    int done = 0;
+    for (int c = 0; c < N; c++) {
+        int r = c;
+        for (int hop = 0; hop < N && !p->done_from[r] && p->lost[r] && p->adopted_by[r] >= 0; hop++)
+            r = p->adopted_by[r];
+        done += p->done_from[r] != 0;
+    }
+    return done;
+}
+
+/* `taker` takes lost replica `lost`'s steps: it has work again. Lock held. */
+static void ps_adopt(ps_server *p, int lost, int taker)
+{
+    p->lost[lost] = 1;
+    p->adopted_by[lost] = taker;
+    p->done_from[taker] = 0;
+}
+
 /* Applies the summed gradient to the shard; lock held. */
 static dsim_err ps_server_update(ps_server *p, const float *grad)
 {
@@ -423,11 +536,22 @@ static dsim_err ps_handle(dsim_server_ctx *srv, int client, unsigned char *req, 
     size_t want = h.op == PS_INIT   ? ps_msg_cap(n, p->slots)
                   : h.op == PS_PUSH ? ps_msg_cap(n, 0)
                                     : sizeof(ps_hdr);
-    if (h.op < PS_INIT || h.op >= PS_OP_END || len != want || h.from != (uint32_t)client)
+    int N = srv->shape.num_replicas;
+    bool closure_ok = h.op == PS_PUSH    ? h.closure < (uint32_t)N
+                      : h.op == PS_ADOPT ? h.closure < (uint32_t)N && h.closure != (uint32_t)client
+                                         : true;
+    if (h.op < PS_INIT || h.op >= PS_OP_END || len != want || h.from != (uint32_t)client ||
+        !closure_ok)
         return DSIM_ERR(DSIM_EPROTO, client,
                         "parameter server %d: a malformed request from replica %d (op %u, %zu "
-                        "bytes, from %u)",
-                        srv->server, client, h.op, len, h.from);
+                        "bytes, from %u, closure %u)",
+                        srv->server, client, h.op, len, h.from, h.closure);
+    if (srv->shape.ps_mode != DSIM_PS_ASYNC &&
+        (h.op == PS_LOST || h.op == PS_ADOPT || (h.op == PS_PUSH && h.closure != h.from)))
+        return DSIM_ERR(DSIM_EPROTO, client,
+                        "parameter server %d: replica %d asked to re-run another replica's steps "
+                        "(%s), which only asynchronous training does",
+                        srv->server, client, ps_op_names[h.op]);
     if (h.op == PS_STOP) {
         *stop = 1;
         return DSIM_OK;
@@ -493,10 +617,12 @@ static dsim_err ps_handle(dsim_server_ctx *srv, int client, unsigned char *req, 
             e = dsim_server_record_update(srv, client, h.step, h.version, p->version);
             if (e == DSIM_OK)
                 e = ps_server_update(p, pl);
-            if (e == DSIM_OK)
+            if (e == DSIM_OK) {
                 p->version++;
+                if (h.step + 1 > p->applied_to[h.closure])
+                    p->applied_to[h.closure] = h.step + 1;
+            }
         } else {
-            int N = srv->shape.num_replicas;
             memcpy(p->agg + (size_t)client * n, pl, n * sizeof(float));
             p->vread[client] = h.version;
             p->gstep[client] = h.step;
@@ -525,11 +651,28 @@ static dsim_err ps_handle(dsim_server_ctx *srv, int client, unsigned char *req, 
         out_floats = n;
         break;
     }
+    case PS_LOST: {
+        /* Server 0 hands out lost replicas' steps, one taker each. */
+        r.step = 0;
+        for (int c = 0; srv->server == 0 && c < N; c++) {
+            if (c != client && p->lost[c] && p->adopted_by[c] < 0 && !p->done_from[c]) {
+                ps_adopt(p, c, client);
+                r.step = (uint64_t)c + 1;
+                dsim_waitq_wake(srv->lock);
+                break;
+            }
+        }
+        break;
+    }
+    case PS_ADOPT:
+        ps_adopt(p, (int)h.closure, client);
+        r.step = p->applied_to[h.closure];
+        r.closure = h.closure;
+        dsim_waitq_wake(srv->lock);
+        break;
     case PS_DONE: {
-        int N = srv->shape.num_replicas;
         if (!p->done_from[client]) {
             p->done_from[client] = 1;
-            p->done++;
             dsim_waitq_wake(srv->lock);
         }
         /* Answered within half the timeout whatever happens, so that
@@ -540,7 +683,8 @@ static dsim_err ps_handle(dsim_server_ctx *srv, int client, unsigned char *req, 
             srv->timeout_ns < 0
                 ? DSIM_NO_DEADLINE
                 : dsim_rt_deadline(srv->rt, srv->timeout_ns / 2 > 0 ? srv->timeout_ns / 2 : 1);
-        while (p->done < N) {
+        int done;
+        while ((done = ps_done_count(p, N)) < N) {
             if (dsim_fabric_aborted(srv->fabric)) {
                 e = DSIM_ERR(DSIM_EABORTED, -1,
                              "parameter server %d: the job was aborted while replica %d waited "
@@ -553,8 +697,8 @@ static dsim_err ps_handle(dsim_server_ctx *srv, int client, unsigned char *req, 
         }
         if (e != DSIM_OK)
             break;
-        r.step = (uint64_t)p->done;
-        if (p->done == N) {
+        r.step = (uint64_t)done;
+        if (done == N) {
             memcpy(out, p->shard, n * sizeof(float));
             out_floats = n;
         }
@@ -610,16 +754,21 @@ static dsim_err ps_serve(dsim_server_ctx *srv, int client)
     }
     if (e != DSIM_OK && srv->shape.ps_mode == DSIM_PS_ASYNC) {
         /* Asynchronous training goes on without a replica that stopped
-         * talking (TF's coordinator tolerates a lost worker): it counts as
-         * done, so the others' DONE is answered. Whether its silence fails
-         * the job is the driver's call (a killed replica does not). */
+         * talking (TF's coordinator tolerates a lost worker): unless it had
+         * said DONE, it is lost, and its steps (with those of any replica it
+         * had taken over) go to a survivor, which lost_work finds. Whether
+         * its silence fails the job is the driver's call (a killed replica
+         * does not). */
         ps_server *p = srv->priv;
+        int N = srv->shape.num_replicas;
         dsim_waitq_lock(srv->lock);
         if (!p->done_from[client]) {
-            p->done_from[client] = 1;
-            p->done++;
-            dsim_waitq_wake(srv->lock);
+            p->lost[client] = 1;
+            for (int c = 0; c < N; c++)
+                if (p->adopted_by[c] == client)
+                    p->adopted_by[c] = -1;
         }
+        dsim_waitq_wake(srv->lock);
         dsim_waitq_unlock(srv->lock);
     }
     free(req);
@@ -644,6 +793,7 @@ const struct dsim_strategy_ops dsim_strategy_parameter_server_ops = {
     .reduce = ps_reduce,
     .save = ps_save,
     .finish = ps_finish,
+    .lost_work = ps_lost_work,
     .server_init = ps_server_init,
     .serve = ps_serve,
     .server_fini = ps_server_fini,

@@ -242,6 +242,19 @@ struct dsim_strategy_ops {
      * is done). */
     dsim_err (*finish)(dsim_replica_ctx *ctx);
 
+    /* Optional (NULL: no work is ever re-run). Called on every replica
+     * after its last step and before finish, again after each piece of work
+     * it returns, until it sets *replica = -1: then every replica's steps
+     * have been run (or the job cannot tolerate a lost replica, as a
+     * synchronous one). Setting *replica = R >= 0 (another replica, lost)
+     * with *from_step = S asks this replica to run R's steps S .. the end
+     * of the job (TF's ClusterCoordinator re-running a failed worker's
+     * closures, at least once): the driver feeds it R's batches and calls
+     * apply_gradients for each, with ctx->global_step set to the step; the
+     * strategy knows from its own state that these are R's steps. A step
+     * before the job's first is taken as the first. */
+    dsim_err (*lost_work)(dsim_replica_ctx *ctx, int *replica, uint64_t *from_step);
+
     /* Optional (NULL: nothing to set up). Called once per parameter server
      * before any serve(), on the driver's thread; sets up srv->priv. On
      * failure server_fini is still called and the job does not start. */

@@ -218,6 +218,13 @@ struct dsim_tp_filter {
      * transport except dsim_tp_fabric_ep / dsim_ep_rank. */
     dsim_tp_filter_verdict (*on_deliver)(void *user, dsim_ep *ep, dsim_tp_hdr *hdr,
                                          const void *payload, size_t len);
+    /* Optional. The local endpoint ep handed a frame to the backend (after
+     * the backend took it; on inproc it may already have been delivered).
+     * Called on the sender's thread, without transport locks held; the
+     * filter sees the frames a local rank sends even when their receiver is
+     * another process (a fault that fires after a rank's Nth frame). Must
+     * not call into the transport. */
+    void (*on_sent)(void *user, dsim_ep *ep, const dsim_tp_hdr *hdr);
 };
 
 /* Hands a frame the filter took to ep's receive path, bypassing the filter

@@ -1,0 +1,233 @@
+/* dsim whatif: what a synchronous data-parallel job would take on a cluster
+ * this machine is not -- step time, all-reduce time and share, speed-up over
+ * one device, per network -- from the cost models (sim/model). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmds.h"
+#include "model/costmodel.h"
+#include "scenario/scenario.h"
+
+void cmd_whatif_help(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: dsim whatif [SCENARIO] [--hosts H] [--devices D] [--device NAME]\n"
+        "                   [--network NAME[,NAME...]] [--intra NAME] [--params N]\n"
+        "                   [--flops N] [--batch N] [--algo ALGO] [--presets]\n"
+        "\n"
+        "Predicts, from the alpha-beta network model and the compute model, one\n"
+        "synchronous training step of a data-parallel job: every replica computes\n"
+        "on its share of the global batch, then the gradients (one float32 per\n"
+        "parameter) are all-reduced, without overlap. One row per network:\n"
+        "  allreduce   the all-reduce's time, evaluated over the steps of dsim's own\n"
+        "              algorithm (flows of a host's devices share its NIC)\n"
+        "  compute     forward + backward: 3 x flops x batch / (peak x efficiency)\n"
+        "  share       allreduce / step;  speedup: one device on the whole global\n"
+        "              batch / the step;  efficiency: speedup / replicas\n"
+        "  best        the algorithm the model finds fastest, and its time\n"
+        "\n"
+        "  SCENARIO         take hosts, devices, global batch, the model's parameter\n"
+        "                   count (and forward FLOPs: 2 per weight) and the algorithm\n"
+        "                   from a scenario file; the flags override it\n"
+        "  --hosts H, --devices D   the cluster (default 4 x 4)\n"
+        "  --device NAME    v100 (default), a100, h100, cpu (measured here)\n"
+        "  --network LIST   inter-host links, comma-separated (default 1gbe,10gbe,ib100)\n"
+        "  --intra NAME     link between the devices of a host (default nvlink)\n"
+        "  --params N       parameters, e.g. 25.6M (default: a ResNet-50's 25.6M)\n"
+        "  --flops N        forward FLOPs per example, e.g. 4.1G (default 4.1G)\n"
+        "  --batch N        global batch (default 32 per device)\n"
+        "  --algo ALGO      auto (default: dsim's decision function), ring, rhd, tree,\n"
+        "                   reduce_to_one\n"
+        "  --presets        list the link and device presets with their figures and\n"
+        "                   sources, and exit\n"
+        "\n"
+        "Exit status: 0, or 2 on bad input.\n");
+}
+
+static void whatif_presets(void)
+{
+    printf("links (alpha: one-way latency; bandwidth per direction):\n");
+    for (size_t i = 0; dsim_link_preset_at(i); i++) {
+        const dsim_link_model *l = dsim_link_preset_at(i);
+        printf("  %-9s %8.1f us %9.3f GB/s  %s\n            source: %s\n", l->name,
+               l->latency_s * 1e6, l->bandwidth_Bps / 1e9, l->what, l->source);
+    }
+    printf("devices (FP32 peak; efficiency: the share of peak a training step reaches):\n");
+    for (size_t i = 0; dsim_device_preset_at(i); i++) {
+        const dsim_device_model *d = dsim_device_preset_at(i);
+        printf("  %-9s %8.2f TFLOP/s x %.2f, memory %7.1f GB/s  %s\n            source: %s\n",
+               d->name, d->peak_flops / 1e12, d->efficiency, d->mem_Bps / 1e9, d->what,
+               d->source);
+    }
+}
+
+static int whatif_bad(const char *msg)
+{
+    fprintf(stderr, "dsim whatif: %s\n", msg);
+    return 2;
+}
+
+static int whatif_int(const char *flag, const char *v, long lo, long hi, int *out)
+{
+    char *end = NULL;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi) {
+        fprintf(stderr, "dsim whatif: %s '%s' is not a whole number in %ld..%ld\n", flag, v, lo,
+                hi);
+        return 2;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+int cmd_whatif(int argc, char **argv)
+{
+    int hosts = 4, devices = 4, batch = 0;
+    const char *device = "v100", *networks = "1gbe,10gbe,ib100", *intra = "nvlink";
+    const char *params_s = NULL, *flops_s = NULL, *algo_s = "auto", *scenario = NULL;
+    bool have_hosts = false, have_devices = false;
+    for (int i = 1; i < argc; i++) {
+        int missing = 0;
+        const char *v;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            cmd_whatif_help(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--presets") == 0) {
+            whatif_presets();
+            return 0;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--hosts", &missing))) {
+            if (whatif_int("--hosts", v, 1, 65536, &hosts))
+                return 2;
+            have_hosts = true;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--devices", &missing))) {
+            if (whatif_int("--devices", v, 1, 64, &devices))
+                return 2;
+            have_devices = true;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--batch", &missing))) {
+            if (whatif_int("--batch", v, 1, 1 << 30, &batch))
+                return 2;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--device", &missing))) {
+            device = v;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--network", &missing))) {
+            networks = v;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--intra", &missing))) {
+            intra = v;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--params", &missing))) {
+            params_s = v;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--flops", &missing))) {
+            flops_s = v;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--algo", &missing))) {
+            algo_s = v;
+        } else if (missing) {
+            fprintf(stderr, "dsim whatif: %s needs a value\n", argv[i]);
+            return 2;
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "dsim whatif: unknown option '%s' (see dsim whatif --help)\n",
+                    argv[i]);
+            return 2;
+        } else if (!scenario) {
+            scenario = argv[i];
+        } else {
+            return whatif_bad("one scenario at a time");
+        }
+    }
+    double params = 25.6e6, flops = 4.1e9;
+    dsim_algo algo = DSIM_ALGO_AUTO;
+    if (scenario) {
+        dsim_scenario *s = NULL;
+        if (dsim_scenario_load(scenario, &s) != DSIM_OK) {
+            fprintf(stderr, "dsim whatif: %s\n", dsim_errmsg());
+            return 2;
+        }
+        if (!have_hosts)
+            hosts = s->train.hosts;
+        if (!have_devices)
+            devices = s->train.devices_per_host;
+        if (!batch)
+            batch = s->train.global_batch;
+        size_t np = dsim_model_num_params(&s->train.model);
+        params = (double)np;
+        flops = 2.0 * (double)np; /* a dense model: a multiply and an add per weight */
+        algo = s->train.communication;
+        dsim_scenario_free(s);
+    }
+    if (params_s && dsim_cost_parse_count("--params", params_s, &params) != DSIM_OK)
+        return whatif_bad(dsim_errmsg());
+    if (flops_s && dsim_cost_parse_count("--flops", flops_s, &flops) != DSIM_OK)
+        return whatif_bad(dsim_errmsg());
+    if (params < 1 || params > 1e12)
+        return whatif_bad("--params must be between 1 and 1T");
+    if (strcmp(algo_s, "auto") != 0 || !scenario) {
+        if (dsim_algo_parse(algo_s, &algo) != DSIM_OK)
+            return whatif_bad(dsim_errmsg());
+    }
+    const dsim_device_model *dev = dsim_device_preset(device);
+    if (!dev) {
+        fprintf(stderr, "dsim whatif: --device '%s' is not a preset (v100, a100, h100, cpu)\n",
+                device);
+        return 2;
+    }
+    const dsim_link_model *in = dsim_link_preset(intra);
+    if (!in) {
+        fprintf(stderr, "dsim whatif: --intra '%s' is not a link preset (see --presets)\n",
+                intra);
+        return 2;
+    }
+    int N = hosts * devices;
+    if (!batch)
+        batch = 32 * N;
+    size_t bytes = (size_t)params * 4;
+    double per = (double)batch / N;
+    double t1 = dsim_cost_compute(dev, flops, batch), tc = dsim_cost_compute(dev, flops, per);
+    printf("what if: %d host(s) x %d %s (%s), %.4g parameters (%.1f MB of float32 gradients), "
+           "%.3g FLOPs per example forward, global batch %d (%.4g per replica); intra-host %s\n",
+           hosts, devices, dev->name, dev->what, params, (double)bytes / 1e6, flops, batch, per,
+           in->name);
+    printf("one %s on the whole global batch: %.2f ms a step\n\n", dev->name, t1 * 1e3);
+    printf("%-9s %-14s %12s %11s %10s %7s %8s %10s  %s\n", "network", "algorithm", "allreduce_ms",
+           "compute_ms", "step_ms", "share", "speedup", "efficiency", "best (ms)");
+    char *list = strdup(networks);
+    if (!list)
+        return whatif_bad("out of memory");
+    int rc = 0;
+    for (char *save = NULL, *net = strtok_r(list, ",", &save); net;
+         net = strtok_r(NULL, ",", &save)) {
+        const dsim_link_model *l = dsim_link_preset(net);
+        if (!l) {
+            fprintf(stderr, "dsim whatif: --network '%s' is not a link preset (see --presets)\n",
+                    net);
+            rc = 2;
+            break;
+        }
+        dsim_topology t = {.hosts = hosts, .devices_per_host = devices, .intra = *in,
+                           .inter = *l, .device = *dev};
+        dsim_algo a = algo == DSIM_ALGO_AUTO ? dsim_allreduce_decide(bytes, N) : algo;
+        double ar = 0, best_t = INFINITY;
+        dsim_algo best = a;
+        if (dsim_cost_allreduce(&t, a, bytes, 4, &ar, NULL) != DSIM_OK) {
+            rc = whatif_bad(dsim_errmsg());
+            break;
+        }
+        const dsim_algo all[] = {DSIM_ALGO_RING, DSIM_ALGO_RHD, DSIM_ALGO_TREE,
+                                 DSIM_ALGO_REDUCE_TO_ONE};
+        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
+            double x = 0;
+            if (dsim_cost_allreduce(&t, all[k], bytes, 4, &x, NULL) == DSIM_OK && x < best_t) {
+                best_t = x;
+                best = all[k];
+            }
+        }
+        double step = tc + ar, speed = t1 / step;
+        printf("%-9s %-14s %12.2f %11.2f %10.2f %6.0f%% %8.2f %10.2f  %s (%.2f)\n", l->name,
+               dsim_algo_name(a), ar * 1e3, tc * 1e3, step * 1e3, 100 * ar / step, speed,
+               speed / N, dsim_algo_name(best), best_t * 1e3);
+    }
+    free(list);
+    if (rc == 0)
+        printf("\nfigures: the presets' datasheet and measured values with their sources "
+               "(dsim whatif --presets); no overlap of communication with the backward pass\n");
+    return rc;
+}

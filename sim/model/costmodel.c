@@ -1,0 +1,470 @@
+/* Cost models: presets, the all-reduce schedules evaluated under the
+ * alpha-beta model, and the compute model (costmodel.h). */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dsim/model.h"
+#include "model/costmodel.h"
+
+/* ---- presets ----
+ *
+ * Bandwidths are per direction. For Ethernet, TCP goodput with a 1500-byte
+ * MTU (about 94 % of the line rate: 1460 payload bytes of every 1538 on the
+ * wire); latencies are typical one-way figures for kernel TCP on a switched
+ * LAN, an order of magnitude, not a promise. */
+static const dsim_link_model link_presets[] = {
+    {"loopback", "TCP over 127.0.0.1 on this machine", 15.2e-6, 3.0e9,
+     "measured here: dsim's tcp transport ping-pong, half round trip 15.2 us at 8 B, "
+     "2.0-3.8 GB/s at 1-8 MiB (reports/bench-allreduce-tcp-4ranks.txt)"},
+    {"1gbe", "1 Gigabit Ethernet", 50e-6, 117.5e6,
+     "IEEE 802.3ab 1 Gb/s; TCP goodput 940 Mb/s at MTU 1500; ~50 us one-way through a "
+     "switch and two kernel TCP stacks"},
+    {"10gbe", "10 Gigabit Ethernet", 20e-6, 1.175e9,
+     "IEEE 802.3ae 10 Gb/s; TCP goodput 9.4 Gb/s at MTU 1500; ~20 us one-way with kernel TCP"},
+    {"25gbe", "25 Gigabit Ethernet", 10e-6, 2.94e9,
+     "IEEE 802.3by 25 Gb/s; TCP goodput 23.5 Gb/s at MTU 1500; ~10 us one-way"},
+    {"ib100", "100 Gb/s InfiniBand (EDR), RDMA", 1.0e-6, 12.1e9,
+     "InfiniBand EDR 4x: 100 Gb/s signalling, 64b/66b encoding: 12.1 GB/s of data; "
+     "~1 us one-way (ConnectX-5 RDMA write latency about 0.6 us plus a switch hop)"},
+    {"pcie4", "PCIe 4.0 x16 between devices of one host", 1.5e-6, 25e9,
+     "PCI-SIG PCIe 4.0: 16 GT/s x 16 lanes, 128b/130b: 31.5 GB/s raw; ~25 GB/s achieved in "
+     "device-to-device copies; ~1.5 us per transfer"},
+    {"nvlink", "NVLink 2.0 (V100, DGX-1): one GPU's links together", 3e-6, 150e9,
+     "NVIDIA Tesla V100 datasheet: 6 NVLink 2.0 links, 300 GB/s bidirectional per GPU; "
+     "~3 us per transfer (NCCL's small-message latency order)"},
+    {"nvlink3", "NVLink 3.0 (A100, DGX A100 via NVSwitch)", 3e-6, 300e9,
+     "NVIDIA A100 datasheet: 12 NVLink 3.0 links, 600 GB/s bidirectional per GPU"},
+    {"nvlink4", "NVLink 4.0 (H100 SXM via NVSwitch)", 3e-6, 450e9,
+     "NVIDIA H100 datasheet: 18 NVLink 4.0 links, 900 GB/s bidirectional per GPU"},
+};
+
+/* FP32 figures without tensor cores (the dsim models train in float32);
+ * efficiency: the share of peak a convolutional network's training step
+ * reaches, from NVIDIA's published ResNet-50 v1.5 FP32 throughput (about 390
+ * images/s on a V100 at about 12 GFLOP per image forward and backward: 4.7
+ * TFLOP/s of 15.7, so 0.3), used for every GPU preset. */
+static const dsim_device_model device_presets[] = {
+    {"v100", "NVIDIA V100 SXM2", 15.7e12, 0.3, 900e9,
+     "NVIDIA Tesla V100 datasheet: 15.7 TFLOP/s FP32, HBM2 900 GB/s; efficiency from "
+     "NVIDIA DeepLearningExamples ResNet-50 v1.5 FP32 throughput"},
+    {"a100", "NVIDIA A100 SXM4 80GB", 19.5e12, 0.3, 2039e9,
+     "NVIDIA A100 datasheet: 19.5 TFLOP/s FP32, HBM2e 2039 GB/s"},
+    {"h100", "NVIDIA H100 SXM5", 67e12, 0.3, 3350e9,
+     "NVIDIA H100 datasheet: 67 TFLOP/s FP32, HBM3 3.35 TB/s"},
+};
+
+#define N_LINKS (sizeof link_presets / sizeof link_presets[0])
+#define N_DEVICES (sizeof device_presets / sizeof device_presets[0])
+
+const dsim_link_model *dsim_link_preset(const char *name)
+{
+    for (size_t i = 0; name && i < N_LINKS; i++)
+        if (strcmp(link_presets[i].name, name) == 0)
+            return &link_presets[i];
+    return NULL;
+}
+
+const dsim_link_model *dsim_link_preset_at(size_t i)
+{
+    return i < N_LINKS ? &link_presets[i] : NULL;
+}
+
+const dsim_device_model *dsim_device_preset(const char *name)
+{
+    if (name && strcmp(name, "cpu") == 0)
+        return dsim_device_cpu_measured();
+    for (size_t i = 0; name && i < N_DEVICES; i++)
+        if (strcmp(device_presets[i].name, name) == 0)
+            return &device_presets[i];
+    return NULL;
+}
+
+const dsim_device_model *dsim_device_preset_at(size_t i)
+{
+    if (i < N_DEVICES)
+        return &device_presets[i];
+    return i == N_DEVICES ? dsim_device_cpu_measured() : NULL;
+}
+
+static double cm_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static dsim_device_model cm_cpu = {
+    "cpu", "this machine's CPU, one thread, measured", 0, 1, 0,
+    "measured when asked: a 256x256 dense layer's forward and backward pass through dsim's "
+    "model kernels (best of 5), and a 64 MiB memcpy (best of 5)"};
+static int cm_cpu_done;
+
+const dsim_device_model *dsim_device_cpu_measured(void)
+{
+    if (cm_cpu_done)
+        return &cm_cpu;
+    /* FLOP/s: an MLP 256 -> 256 -> 4 over 64 examples, as training runs it */
+    dsim_model_spec spec = {.kind = DSIM_MODEL_MLP, .in_dim = 256, .n_hidden = 1, .out_dim = 4};
+    spec.hidden[0] = 256;
+    double flops_s = 0;
+    size_t P = dsim_model_num_params(&spec), B = 64;
+    size_t ydim = dsim_model_y_dim(&spec);
+    float *w = calloc(P ? P : 1, sizeof(float)), *g = calloc(P ? P : 1, sizeof(float));
+    float *x = calloc(B * 256, sizeof(float)), *y = calloc(B * (ydim ? ydim : 1), sizeof(float));
+    if (P && w && g && x && y) {
+        for (size_t i = 0; i < P; i++)
+            w[i] = 0.01f * (float)(i % 7);
+        for (size_t i = 0; i < B * 256; i++)
+            x[i] = 0.001f * (float)(i % 13);
+        for (size_t i = 0; i < B; i++)
+            y[i * ydim] = (float)(i % 4); /* class labels */
+        double best = INFINITY;
+        for (int rep = 0; rep < 5; rep++) {
+            double loss = 0, t0 = cm_now();
+            if (dsim_model_loss_grad(&spec, w, x, y, B, 1.0f / (float)B, g, &loss) != DSIM_OK)
+                break;
+            double t = cm_now() - t0;
+            if (t < best)
+                best = t;
+        }
+        /* forward 2 FLOPs per weight per example, backward twice that */
+        if (best > 0 && isfinite(best))
+            flops_s = 6.0 * (double)P * (double)B / best;
+    }
+    free(w);
+    free(g);
+    free(x);
+    free(y);
+    size_t nb = (size_t)64 << 20;
+    char *a = malloc(nb), *b = malloc(nb);
+    double bw = 0;
+    if (a && b) {
+        memset(a, 1, nb);
+        memset(b, 2, nb);
+        double best = INFINITY;
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = cm_now();
+            memcpy(b, a, nb);
+            double t = cm_now() - t0;
+            if (t < best)
+                best = t;
+            a[rep] = b[nb - 1 - (size_t)rep]; /* keep the copies */
+        }
+        if (best > 0)
+            bw = 2.0 * (double)nb / best; /* read + write */
+    }
+    free(a);
+    free(b);
+    cm_cpu.peak_flops = flops_s > 0 ? flops_s : 1e9;
+    cm_cpu.mem_Bps = bw > 0 ? bw : 5e9;
+    cm_cpu_done = 1;
+    return &cm_cpu;
+}
+
+/* ---- the schedule evaluator ---- */
+
+typedef struct cm_xfer {
+    int src, dst;
+    double bytes;  /* moved */
+    double reduce; /* bytes dst combines after it arrives (0: a copy) */
+} cm_xfer;
+
+typedef struct cm_eval {
+    const dsim_topology *t;
+    int p;
+    int *out_n, *in_n;       /* [p]: a device's flows in this step */
+    int *nic_out, *nic_in;   /* [hosts]: inter-host flows */
+    double *arrive, *reduce; /* [p]: when the last transfer into a rank lands; its reductions */
+    double total;
+    int steps;
+} cm_eval;
+
+static int cm_host(const cm_eval *ev, int r)
+{
+    return r / ev->t->devices_per_host;
+}
+
+/* One step: every transfer starts together; a rank's step ends when its last
+ * incoming transfer has arrived and it has combined what it received. */
+static void cm_step(cm_eval *ev, const cm_xfer *x, int n)
+{
+    int p = ev->p, H = ev->t->hosts;
+    if (n == 0)
+        return;
+    memset(ev->out_n, 0, (size_t)p * sizeof *ev->out_n);
+    memset(ev->in_n, 0, (size_t)p * sizeof *ev->in_n);
+    memset(ev->nic_out, 0, (size_t)H * sizeof *ev->nic_out);
+    memset(ev->nic_in, 0, (size_t)H * sizeof *ev->nic_in);
+    for (int p0 = 0; p0 < p; p0++)
+        ev->arrive[p0] = ev->reduce[p0] = 0;
+    for (int i = 0; i < n; i++) {
+        int hs = cm_host(ev, x[i].src), hd = cm_host(ev, x[i].dst);
+        if (hs != hd) {
+            ev->nic_out[hs]++;
+            ev->nic_in[hd]++;
+        } else {
+            ev->out_n[x[i].src]++;
+            ev->in_n[x[i].dst]++;
+        }
+    }
+    double gamma = ev->t->device.mem_Bps > 0 ? 3.0 / ev->t->device.mem_Bps : 0;
+    for (int i = 0; i < n; i++) {
+        int hs = cm_host(ev, x[i].src), hd = cm_host(ev, x[i].dst);
+        const dsim_link_model *l = hs != hd ? &ev->t->inter : &ev->t->intra;
+        int share = hs != hd ? (ev->nic_out[hs] > ev->nic_in[hd] ? ev->nic_out[hs] : ev->nic_in[hd])
+                             : (ev->out_n[x[i].src] > ev->in_n[x[i].dst] ? ev->out_n[x[i].src]
+                                                                         : ev->in_n[x[i].dst]);
+        double t = l->latency_s + x[i].bytes * (double)share / l->bandwidth_Bps;
+        if (t > ev->arrive[x[i].dst])
+            ev->arrive[x[i].dst] = t;
+        ev->reduce[x[i].dst] += x[i].reduce * gamma;
+    }
+    double worst = 0;
+    for (int r = 0; r < p; r++)
+        if (ev->arrive[r] + ev->reduce[r] > worst)
+            worst = ev->arrive[r] + ev->reduce[r];
+    ev->total += worst;
+    ev->steps++;
+}
+
+/* Elements of block k of count cut into m blocks (the first count % m one
+ * longer), as src/coll cuts them. */
+static double cm_block(size_t count, int m, int k)
+{
+    size_t b = count / (size_t)m;
+    return (double)(b + ((size_t)k < count % (size_t)m ? 1 : 0));
+}
+
+static void cm_ring(cm_eval *ev, cm_xfer *x, size_t count, double es)
+{
+    int p = ev->p;
+    for (int phase = 0; phase < 2; phase++)
+        for (int s = 0; s < p - 1; s++) {
+            for (int r = 0; r < p; r++) {
+                /* reduce-scatter step s: rank r sends block (r - s) mod p;
+                 * all-gather: block (r + 1 - s) mod p */
+                int blk = ((r - s + (phase ? 1 : 0)) % p + p) % p;
+                double b = cm_block(count, p, blk) * es;
+                x[r] = (cm_xfer){r, (r + 1) % p, b, phase ? 0 : b};
+            }
+            cm_step(ev, x, p);
+        }
+}
+
+static int cm_pow2_floor(int p)
+{
+    int q = 1;
+    while (q * 2 <= p)
+        q *= 2;
+    return q;
+}
+
+static void cm_rhd(cm_eval *ev, cm_xfer *x, size_t count, double es)
+{
+    int p = ev->p, q = cm_pow2_floor(p), rem = p - q;
+    double all = (double)count * es;
+    int n = 0;
+    /* fold: even ranks of the first 2 rem into their odd neighbours */
+    for (int r = 0; r < 2 * rem; r += 2)
+        x[n++] = (cm_xfer){r, r + 1, all, all};
+    cm_step(ev, x, n);
+    /* the q ranks left: new rank v is old rank (v < rem ? 2v + 1 : v + rem) */
+    int lg = 0;
+    while ((1 << lg) < q)
+        lg++;
+    double seg = (double)count; /* elements each rank still owns, largest share */
+    for (int k = 0; k < lg; k++) {
+        int d = q >> (k + 1);
+        double half = ceil(seg / 2);
+        n = 0;
+        for (int v = 0; v < q; v++) {
+            int peer = v ^ d;
+            int a = v < rem ? 2 * v + 1 : v + rem, b = peer < rem ? 2 * peer + 1 : peer + rem;
+            x[n++] = (cm_xfer){a, b, half * es, half * es};
+        }
+        cm_step(ev, x, n);
+        seg = half;
+    }
+    for (int k = lg - 1; k >= 0; k--) {
+        int d = q >> (k + 1);
+        n = 0;
+        for (int v = 0; v < q; v++) {
+            int peer = v ^ d;
+            int a = v < rem ? 2 * v + 1 : v + rem, b = peer < rem ? 2 * peer + 1 : peer + rem;
+            x[n++] = (cm_xfer){a, b, seg * es, 0};
+        }
+        cm_step(ev, x, n);
+        seg = seg * 2 > (double)count ? (double)count : seg * 2;
+    }
+    n = 0;
+    for (int r = 0; r < 2 * rem; r += 2)
+        x[n++] = (cm_xfer){r + 1, r, all, 0};
+    cm_step(ev, x, n);
+}
+
+static void cm_tree(cm_eval *ev, cm_xfer *x, size_t count, double es)
+{
+    int p = ev->p, L = 0;
+    while ((1 << L) < p)
+        L++;
+    double all = (double)count * es;
+    for (int k = 0; k < L; k++) { /* reduce toward rank 0 */
+        int n = 0, d = 1 << k;
+        for (int v = d; v < p; v += 2 * d)
+            x[n++] = (cm_xfer){v, v - d, all, all};
+        cm_step(ev, x, n);
+    }
+    for (int k = L - 1; k >= 0; k--) { /* broadcast from rank 0 */
+        int n = 0, d = 1 << k;
+        for (int v = d; v < p; v += 2 * d)
+            x[n++] = (cm_xfer){v - d, v, all, 0};
+        cm_step(ev, x, n);
+    }
+}
+
+static void cm_r2o(cm_eval *ev, cm_xfer *x, size_t count, double es)
+{
+    int p = ev->p, n = 0;
+    double all = (double)count * es;
+    for (int r = 1; r < p; r++)
+        x[n++] = (cm_xfer){r, 0, all, all};
+    cm_step(ev, x, n);
+    n = 0;
+    for (int r = 1; r < p; r++)
+        x[n++] = (cm_xfer){0, r, all, 0};
+    cm_step(ev, x, n);
+}
+
+dsim_err dsim_cost_allreduce(const dsim_topology *t, dsim_algo algo, size_t bytes, size_t esize,
+                             double *seconds, int *steps)
+{
+    if (!t || !seconds || esize == 0 || bytes % esize != 0 || t->hosts < 1 ||
+        t->devices_per_host < 1 || t->inter.bandwidth_Bps <= 0 || t->intra.bandwidth_Bps <= 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "cost model: a topology of >= 1 host x >= 1 device with positive link "
+                        "bandwidths and a whole number of elements are needed");
+    long long pl = (long long)t->hosts * t->devices_per_host;
+    if (pl > (1 << 20))
+        return DSIM_ERR(DSIM_EINVAL, -1, "cost model: %lld ranks is more than the %d supported",
+                        pl, 1 << 20);
+    int p = (int)pl;
+    *seconds = 0;
+    if (steps)
+        *steps = 0;
+    if (p == 1)
+        return DSIM_OK;
+    cm_eval ev = {.t = t, .p = p};
+    ev.out_n = calloc((size_t)p, sizeof *ev.out_n);
+    ev.in_n = calloc((size_t)p, sizeof *ev.in_n);
+    ev.nic_out = calloc((size_t)t->hosts, sizeof *ev.nic_out);
+    ev.nic_in = calloc((size_t)t->hosts, sizeof *ev.nic_in);
+    ev.arrive = calloc((size_t)p, sizeof *ev.arrive);
+    ev.reduce = calloc((size_t)p, sizeof *ev.reduce);
+    cm_xfer *x = calloc((size_t)p, sizeof *x);
+    dsim_err e = DSIM_OK;
+    if (!ev.out_n || !ev.in_n || !ev.nic_out || !ev.nic_in || !ev.arrive || !ev.reduce || !x) {
+        e = DSIM_ERR(DSIM_ENOMEM, -1, "cost model: out of memory for %d ranks", p);
+        goto out;
+    }
+    size_t count = bytes / esize;
+    switch (algo) {
+    case DSIM_ALGO_RING:
+        cm_ring(&ev, x, count, (double)esize);
+        break;
+    case DSIM_ALGO_RHD:
+        cm_rhd(&ev, x, count, (double)esize);
+        break;
+    case DSIM_ALGO_TREE:
+        cm_tree(&ev, x, count, (double)esize);
+        break;
+    case DSIM_ALGO_REDUCE_TO_ONE:
+        cm_r2o(&ev, x, count, (double)esize);
+        break;
+    default:
+        e = DSIM_ERR(DSIM_EINVAL, -1,
+                     "cost model: algorithm %d has no schedule (ring, rhd, tree, reduce_to_one)",
+                     (int)algo);
+        goto out;
+    }
+    *seconds = ev.total;
+    if (steps)
+        *steps = ev.steps;
+out:
+    free(ev.out_n);
+    free(ev.in_n);
+    free(ev.nic_out);
+    free(ev.nic_in);
+    free(ev.arrive);
+    free(ev.reduce);
+    free(x);
+    return e;
+}
+
+double dsim_cost_allreduce_formula(dsim_algo algo, int p, double n, double a, double b, double g)
+{
+    if (p <= 1)
+        return 0;
+    double P = p;
+    switch (algo) {
+    case DSIM_ALGO_RING:
+        return 2 * (P - 1) * a + 2 * (P - 1) / P * n * b + (P - 1) / P * n * g;
+    case DSIM_ALGO_RHD: {
+        int q = cm_pow2_floor(p);
+        double Q = q, lg = log2(Q);
+        double t = 2 * lg * a + 2 * (Q - 1) / Q * n * b + (Q - 1) / Q * n * g;
+        return q == p ? t : t + 2 * a + 2 * n * b + n * g;
+    }
+    case DSIM_ALGO_TREE:
+        return ceil(log2(P)) * (2 * a + 2 * n * b + n * g);
+    case DSIM_ALGO_REDUCE_TO_ONE:
+        return 2 * a + 2 * (P - 1) * n * b + (P - 1) * n * g;
+    default:
+        return NAN;
+    }
+}
+
+double dsim_cost_compute(const dsim_device_model *d, double flops_per_example, double examples)
+{
+    if (!d || d->peak_flops <= 0 || d->efficiency <= 0)
+        return NAN;
+    return 3.0 * flops_per_example * examples / (d->peak_flops * d->efficiency);
+}
+
+dsim_err dsim_cost_parse_count(const char *what, const char *s, double *out)
+{
+    if (!s || !*s)
+        return DSIM_ERR(DSIM_EINVAL, -1, "%s: a number is needed, e.g. 25.6M", what);
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || errno || !isfinite(v) || v < 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "%s: '%s' is not a non-negative number (e.g. 25.6M, 4.1G, 1e9)", what, s);
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K':
+        mul = 1e3, end++;
+        break;
+    case 'M':
+        mul = 1e6, end++;
+        break;
+    case 'G':
+        mul = 1e9, end++;
+        break;
+    case 'T':
+        mul = 1e12, end++;
+        break;
+    default:
+        break;
+    }
+    if (*end)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "%s: '%s' has '%s' after the number; accepted suffixes K, M, G, T", what, s,
+                        end);
+    *out = v * mul;
+    return DSIM_OK;
+}

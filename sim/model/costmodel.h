@@ -1,0 +1,93 @@
+/* Cost models (DESIGN §7, what-if): how long a job's all-reduce and compute
+ * would take on hardware this machine does not have.
+ *
+ * Network: the alpha-beta model per link. A message of n bytes over a link
+ * takes alpha + n / bandwidth; concurrent messages that leave (or enter) one
+ * host through its NIC share the NIC's bandwidth; devices of one host talk
+ * over the intra-host link. A reduction costs gamma per byte (the device's
+ * memory bandwidth: two reads and a write per element). An all-reduce is
+ * evaluated step by step over the schedule of dsim's own algorithm (ring,
+ * rhd, tree, reduce_to_one: the steps src/coll runs), each step as long as
+ * its slowest transfer plus the reduction that follows it.
+ *
+ * Compute: a training step of one replica takes 3 x (forward FLOPs per
+ * example) x (its examples) / (the device's peak FLOP/s x efficiency): the
+ * backward pass costs about twice the forward one. A model can be given by
+ * parameter count and forward FLOPs per example alone.
+ *
+ * Every preset's figures and where they come from are in the tables of
+ * costmodel.c and printed by `dsim whatif --presets`. */
+#ifndef DSIM_COSTMODEL_H
+#define DSIM_COSTMODEL_H
+
+#include <stddef.h>
+
+#include "dsim/err.h"
+#include "dsim/comm.h"
+
+typedef struct dsim_link_model {
+    const char *name;     /* preset name, e.g. "10gbe" */
+    const char *what;     /* one line */
+    double latency_s;     /* alpha: one-way latency of a message */
+    double bandwidth_Bps; /* 1 / beta: bytes per second, one direction */
+    const char *source;   /* where the figures come from */
+} dsim_link_model;
+
+typedef struct dsim_device_model {
+    const char *name;
+    const char *what;
+    double peak_flops;  /* FP32 (non-tensor-core) peak, FLOP/s */
+    double efficiency;  /* the share of peak a training step reaches */
+    double mem_Bps;     /* memory bandwidth, bytes/s (the reduction's gamma) */
+    const char *source;
+} dsim_device_model;
+
+/* Presets by name (NULL if none); the tables for listing. */
+const dsim_link_model *dsim_link_preset(const char *name);
+const dsim_link_model *dsim_link_preset_at(size_t i);
+const dsim_device_model *dsim_device_preset(const char *name);
+const dsim_device_model *dsim_device_preset_at(size_t i);
+
+/* "cpu" measured on this machine: the model kernels' FLOP/s on one thread
+ * (a dense layer's forward and backward) and memcpy bandwidth. Cached after
+ * the first call. */
+const dsim_device_model *dsim_device_cpu_measured(void);
+
+typedef struct dsim_topology {
+    int hosts, devices_per_host;
+    dsim_link_model intra; /* between devices of one host */
+    dsim_link_model inter; /* a host's NIC: shared by its devices' flows */
+    dsim_device_model device;
+} dsim_topology;
+
+/* One all-reduce of `bytes` (elements of esize bytes) over every device of
+ * the topology (rank = host * devices_per_host + device) with algorithm algo
+ * (not AUTO). *steps gets the schedule's step count if not NULL. */
+dsim_err dsim_cost_allreduce(const dsim_topology *t, dsim_algo algo, size_t bytes, size_t esize,
+                             double *seconds, int *steps);
+
+/* The textbook closed forms (Thakur, Rabenseifner & Gropp 2005) for p ranks
+ * on identical links (alpha, beta = 1 / bandwidth) and reduction cost gamma
+ * per byte, n bytes:
+ *   ring:  2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma
+ *   rhd:   2 lg p' alpha + 2 (p'-1)/p' n beta + (p'-1)/p' n gamma, p' the
+ *          largest power of two <= p, plus (2 alpha + 2 n beta + n gamma)
+ *          for folding the other p - p' ranks in and out
+ *   tree:  ceil(lg p) (2 alpha + 2 n beta + n gamma) (binomial reduce + broadcast)
+ *   reduce_to_one: 2 alpha + 2 (p-1) n beta + (p-1) n gamma (every rank
+ *          sends to rank 0 at once, sharing its link; rank 0 combines them
+ *          one after the other, then sends p - 1 copies at once)
+ * For the tests: the schedule evaluation equals these when n divides into
+ * the blocks evenly and every rank is on its own host. */
+double dsim_cost_allreduce_formula(dsim_algo algo, int p, double n, double alpha, double beta,
+                                   double gamma);
+
+/* Seconds of compute for one replica's step: 3 x flops_per_example x
+ * examples / (peak x efficiency). */
+double dsim_cost_compute(const dsim_device_model *d, double flops_per_example, double examples);
+
+/* Parses "25.6M", "4.1G", "1e9", "512K" (decimal SI suffixes K M G T) into
+ * *out; DSIM_EINVAL with a message naming what on a bad value. */
+dsim_err dsim_cost_parse_count(const char *what, const char *s, double *out);
+
+#endif

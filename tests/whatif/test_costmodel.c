@@ -1,0 +1,168 @@
+/* The cost models: every all-reduce schedule evaluated under the alpha-beta
+ * model equals Thakur, Rabenseifner & Gropp's closed form when every rank is
+ * on a host of its own and the buffer splits evenly; NIC sharing between the
+ * devices of a host; presets and count parsing. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "model/costmodel.h"
+
+static void assert_close(double got, double want, const char *what)
+{
+    if (!(fabs(got - want) <= 1e-12 * fabs(want) + 1e-18))
+        fail_msg("%s: schedule %.17g s, formula %.17g s", what, got, want);
+}
+
+static dsim_topology flat(int p, double alpha, double bw, double mem)
+{
+    dsim_link_model l = {"t", "test link", alpha, bw, "test"};
+    dsim_device_model d = {"t", "test device", 1e12, 0.5, mem, "test"};
+    dsim_topology t = {.hosts = p, .devices_per_host = 1, .intra = l, .inter = l, .device = d};
+    return t;
+}
+
+static void test_formulas(void **state)
+{
+    (void)state;
+    const dsim_algo algos[] = {DSIM_ALGO_RING, DSIM_ALGO_RHD, DSIM_ALGO_TREE,
+                               DSIM_ALGO_REDUCE_TO_ONE};
+    const int ps[] = {2, 3, 4, 5, 6, 7, 8, 12, 16, 64};
+    const double alpha = 25e-6, bw = 1.25e9, mem = 900e9;
+    /* 720720 = lcm(1..16); times 4, divisible by 64 too: every block the
+     * schedules cut is whole */
+    const size_t counts[] = {720720 * 4, 720720 * 64};
+    for (size_t a = 0; a < sizeof algos / sizeof algos[0]; a++)
+        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+            for (size_t c = 0; c < 2; c++) {
+                int p = ps[i];
+                dsim_topology t = flat(p, alpha, bw, mem);
+                double got = 0;
+                int steps = 0;
+                size_t bytes = counts[c] * 4;
+                assert_int_equal(dsim_cost_allreduce(&t, algos[a], bytes, 4, &got, &steps),
+                                 DSIM_OK);
+                double want = dsim_cost_allreduce_formula(algos[a], p, (double)bytes, alpha,
+                                                          1.0 / bw, 3.0 / mem);
+                char what[96];
+                snprintf(what, sizeof what, "%s, %d ranks, %zu bytes", dsim_algo_name(algos[a]),
+                         p, bytes);
+                assert_close(got, want, what);
+                assert_true(steps > 0);
+            }
+    /* the step counts are the algorithms' own */
+    dsim_topology t = flat(8, alpha, bw, mem);
+    double s;
+    int steps;
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_RING, 4096, 4, &s, &steps), DSIM_OK);
+    assert_int_equal(steps, 14); /* 2 (p - 1) */
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_RHD, 4096, 4, &s, &steps), DSIM_OK);
+    assert_int_equal(steps, 6); /* 2 lg p */
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_TREE, 4096, 4, &s, &steps), DSIM_OK);
+    assert_int_equal(steps, 6);
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_REDUCE_TO_ONE, 4096, 4, &s, &steps),
+                     DSIM_OK);
+    assert_int_equal(steps, 2);
+    /* one rank moves nothing */
+    t = flat(1, alpha, bw, mem);
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_RING, 4096, 4, &s, &steps), DSIM_OK);
+    assert_true(s == 0 && steps == 0);
+}
+
+/* 2 hosts x 2 devices, rhd: the distance-2 steps cross hosts with both
+ * devices of a host at once (they share its NIC); the distance-1 steps stay
+ * on the intra-host link. */
+static void test_nic_sharing(void **state)
+{
+    (void)state;
+    dsim_link_model nvl = {"i", "intra", 3e-6, 150e9, "test"};
+    dsim_link_model eth = {"e", "inter", 20e-6, 1.175e9, "test"};
+    dsim_device_model d = {"d", "dev", 15.7e12, 0.3, 900e9, "test"};
+    dsim_topology t = {.hosts = 2, .devices_per_host = 2, .intra = nvl, .inter = eth, .device = d};
+    double n = 4.0 * 1048576, g = 3.0 / 900e9, got = 0;
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_RHD, (size_t)n, 4, &got, NULL), DSIM_OK);
+    double want = (20e-6 + (n / 2) * 2 / 1.175e9 + (n / 2) * g) /* halving, distance 2 */
+                  + (3e-6 + (n / 4) / 150e9 + (n / 4) * g)     /* halving, distance 1 */
+                  + (3e-6 + (n / 4) / 150e9)                   /* doubling, distance 1 */
+                  + (20e-6 + (n / 2) * 2 / 1.175e9);           /* doubling, distance 2 */
+    assert_close(got, want, "rhd, 2 hosts x 2 devices");
+    /* the ring crosses each NIC once per step: no sharing, the slow link
+     * sets every step */
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_RING, (size_t)n, 4, &got, NULL), DSIM_OK);
+    want = 6 * (20e-6 + (n / 4) / 1.175e9) + 3 * (n / 4) * g;
+    assert_close(got, want, "ring, 2 hosts x 2 devices");
+    /* reduce_to_one: rank 0 takes rank 1's buffer over the intra link and
+     * ranks 2 and 3's through its NIC at once */
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_REDUCE_TO_ONE, (size_t)n, 4, &got, NULL),
+                     DSIM_OK);
+    want = (20e-6 + 2 * n / 1.175e9 + 3 * n * g) + (20e-6 + 2 * n / 1.175e9);
+    assert_close(got, want, "reduce_to_one, 2 hosts x 2 devices");
+}
+
+static void test_presets_and_parsing(void **state)
+{
+    (void)state;
+    const char *links[] = {"loopback", "1gbe", "10gbe", "25gbe", "ib100", "pcie4", "nvlink"};
+    for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+        const dsim_link_model *l = dsim_link_preset(links[i]);
+        assert_non_null(l);
+        assert_true(l->latency_s > 0 && l->bandwidth_Bps > 0);
+        assert_true(strlen(l->source) > 10);
+    }
+    /* faster networks are faster */
+    assert_true(dsim_link_preset("10gbe")->bandwidth_Bps >
+                9 * dsim_link_preset("1gbe")->bandwidth_Bps);
+    assert_true(dsim_link_preset("ib100")->latency_s < dsim_link_preset("10gbe")->latency_s);
+    assert_null(dsim_link_preset("2gbe"));
+    assert_non_null(dsim_device_preset("v100"));
+    assert_true(dsim_device_preset("h100")->peak_flops > dsim_device_preset("v100")->peak_flops);
+    const dsim_device_model *cpu = dsim_device_preset("cpu");
+    assert_non_null(cpu);
+    assert_true(cpu->peak_flops > 1e7 && cpu->mem_Bps > 1e8); /* measured, plausible */
+    assert_null(dsim_device_preset("tpu"));
+    size_t n = 0;
+    while (dsim_device_preset_at(n))
+        n++;
+    assert_int_equal(n, 4); /* v100, a100, h100, cpu */
+
+    /* ResNet-50 on a V100: 4.1 GFLOP forward, 64 images: 3 x 4.1e9 x 64 /
+     * (15.7e12 x 0.3) = 0.167 s */
+    double c = dsim_cost_compute(dsim_device_preset("v100"), 4.1e9, 64);
+    assert_true(fabs(c - 3 * 4.1e9 * 64 / (15.7e12 * 0.3)) < 1e-12);
+
+    double v = 0;
+    assert_int_equal(dsim_cost_parse_count("params", "25.6M", &v), DSIM_OK);
+    assert_true(fabs(v - 25.6e6) < 1e-6);
+    assert_int_equal(dsim_cost_parse_count("flops", "4.1G", &v), DSIM_OK);
+    assert_true(fabs(v - 4.1e9) < 1e-3);
+    assert_int_equal(dsim_cost_parse_count("x", "1e3", &v), DSIM_OK);
+    assert_true(v == 1000);
+    assert_int_equal(dsim_cost_parse_count("params", "12Q", &v), DSIM_EINVAL);
+    assert_int_equal(dsim_cost_parse_count("params", "-3", &v), DSIM_EINVAL);
+    assert_int_equal(dsim_cost_parse_count("params", "", &v), DSIM_EINVAL);
+    assert_int_equal(dsim_cost_parse_count("params", "nan", &v), DSIM_EINVAL);
+
+    /* bad topologies are refused, not evaluated */
+    dsim_topology t = flat(4, 1e-6, 1e9, 1e9);
+    double s;
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_RING, 4098, 4, &s, NULL), DSIM_EINVAL);
+    t.inter.bandwidth_Bps = 0;
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_RING, 4096, 4, &s, NULL), DSIM_EINVAL);
+    t = flat(4, 1e-6, 1e9, 1e9);
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_AUTO, 4096, 4, &s, NULL), DSIM_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_formulas),
+        cmocka_unit_test(test_nic_sharing),
+        cmocka_unit_test(test_presets_and_parsing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""dsim whatif end to end: the table's figures follow the cost model (compute
+from the device preset, all-reduce faster on faster networks, the best
+algorithm never slower than the one chosen), a scenario's shape and model are
+taken over, and bad input exits 2 with a message naming the flag.
+
+    whatif_cli.py DSIM SCENARIOS_DIR
+"""
+import subprocess
+import sys
+
+dsim, scenarios = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def run(*args):
+    p = subprocess.run([dsim, "whatif", *args], capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def rows(out):
+    table = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 9 and f[0] in ("loopback", "1gbe", "10gbe", "25gbe", "ib100", "pcie4",
+                                   "nvlink", "nvlink3", "nvlink4"):
+            table[f[0]] = {
+                "algo": f[1], "allreduce": float(f[2]), "compute": float(f[3]),
+                "step": float(f[4]), "share": float(f[5].rstrip("%")), "speedup": float(f[6]),
+                "eff": float(f[7]), "best": f[8], "best_ms": float(f[9].strip("()")),
+            }
+    return table
+
+
+rc, out, err = run("--network", "1gbe,10gbe,25gbe,ib100")
+check(rc == 0, f"default what-if exits 0 (got {rc}: {err})")
+t = rows(out)
+check(set(t) == {"1gbe", "10gbe", "25gbe", "ib100"}, f"a row per network: {sorted(t)}")
+if len(t) == 4:
+    # ResNet-50-sized on V100: 3 x 4.1 GFLOP x 32 / (15.7 TFLOP/s x 0.3) = 83.57 ms
+    check(all(abs(r["compute"] - 83.57) < 0.01 for r in t.values()),
+          f"compute from the V100 preset: {[r['compute'] for r in t.values()]}")
+    order = ["1gbe", "10gbe", "25gbe", "ib100"]
+    for a, b in zip(order, order[1:]):
+        check(t[a]["allreduce"] > t[b]["allreduce"], f"{a} all-reduce slower than {b}'s")
+        check(t[a]["speedup"] < t[b]["speedup"], f"{a} speed-up below {b}'s")
+    for n, r in t.items():
+        check(abs(r["step"] - r["allreduce"] - r["compute"]) < 0.02, f"{n}: step = ar + compute")
+        check(0 < r["share"] <= 100, f"{n}: share in (0, 100]")
+        check(r["best_ms"] <= r["allreduce"] + 1e-9, f"{n}: the best algorithm is no slower")
+        check(abs(r["eff"] - r["speedup"] / 16) < 0.01, f"{n}: efficiency = speedup / 16")
+    check("one v100 on the whole global batch: 1337.07 ms" in out,
+          "the one-device baseline is 4 x 4 x 32 x 3 x 4.1 GFLOP at 4.71 TFLOP/s")
+
+# a forced algorithm is used, and a bigger NIC share shows: 1 device per host
+rc, out, _ = run("--hosts", "16", "--devices", "1", "--network", "10gbe", "--algo", "ring")
+r = rows(out).get("10gbe")
+check(rc == 0 and r is not None and r["algo"] == "ring", "--algo ring is used")
+
+# a scenario's shape and model: quickstart has 36 parameters on 2 x 2
+rc, out, err = run(f"{scenarios}/quickstart.yaml", "--network", "loopback")
+check(rc == 0, f"scenario what-if exits 0 ({err})")
+check("2 host(s) x 2" in out and "36 parameters" in out, "shape and model from the scenario")
+
+rc, out, _ = run("--presets")
+check(rc == 0 and "source:" in out and "ib100" in out and "h100" in out, "--presets lists sources")
+
+for args, needle in [
+    (("--network", "2gbe"), "'2gbe' is not a link preset"),
+    (("--params", "12Q"), "--params"),
+    (("--hosts", "0"), "--hosts '0'"),
+    (("--device", "tpu"), "--device 'tpu'"),
+    (("--algo", "fastest"), "fastest"),
+    (("--flops",), "needs a value"),
+    (("--bogus",), "unknown option"),
+    (("/nonexistent/x.yaml",), "x.yaml"),
+]:
+    rc, out, err = run(*args)
+    check(rc == 2 and needle in err, f"{args}: exit 2 naming '{needle}' (got {rc}: {err.strip()})")
+
+if failures:
+    print("FAILED:\n  " + "\n  ".join(failures))
+    sys.exit(1)
+print("ok")
