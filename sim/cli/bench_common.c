@@ -123,6 +123,7 @@ typedef enum bench_key {
     BENCH_K_ALGO,
     BENCH_K_TRANSPORT,
     BENCH_K_FINGERPRINT,
+    BENCH_K_MODEL,
 } bench_key;
 
 typedef struct bench_flag {
@@ -157,6 +158,9 @@ static const bench_flag bench_flags[] = {
     {0, "fingerprint", BENCH_K_FINGERPRINT, BENCH_FLAG_DSIM,
      "0: run without collective fingerprints, to measure what checking them costs "
      "(default 1)"},
+    {0, "model", BENCH_K_MODEL, BENCH_FLAG_DSIM,
+     "1: after the table, the cost model calibrated on this machine next to each measured "
+     "allreduce time, with its error (inproc only; default 0)"},
 };
 #define BENCH_NFLAGS (sizeof bench_flags / sizeof bench_flags[0])
 
@@ -287,6 +291,14 @@ static int bench_apply(const char *prog, const char *shown, const bench_flag *f,
             return 2;
         }
         o->fingerprint = (int)v;
+        return 0;
+    case BENCH_K_MODEL:
+        if (bench_parse_int(val, 0, 1, &v) != 0) {
+            fprintf(err, "%s: %s '%s' is not a model setting; accepted: 0 or 1\n", prog, shown,
+                    val);
+            return 2;
+        }
+        o->model = (int)v;
         return 0;
     }
     return 2;

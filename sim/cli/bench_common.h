@@ -32,7 +32,7 @@ int bench_coll_parse(const char *s, bench_coll *out);
 
 /* Which flags a program accepts beyond nccl-tests' common ones. */
 enum {
-    BENCH_FLAG_DSIM = 1 << 0, /* --ranks, --algo, --transport, --fingerprint */
+    BENCH_FLAG_DSIM = 1 << 0, /* --ranks, --algo, --transport, --fingerprint, --model */
 };
 
 typedef struct bench_opts {
@@ -51,6 +51,7 @@ typedef struct bench_opts {
     const char *algo;      /* --algo as given, default "auto"; the caller parses it */
     const char *transport; /* --transport as given, default "inproc"; the caller checks it */
     int fingerprint;       /* --fingerprint, default 1: collective fingerprints checked */
+    int model;             /* --model 1: the calibrated cost model beside each time */
 } bench_opts;
 
 void bench_opts_default(bench_opts *o);

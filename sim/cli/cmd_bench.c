@@ -5,6 +5,7 @@
  * columns are shared with tests/bench/mpi_bench.c (bench_common.c), so the
  * two tables compare line by line. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,11 @@
 #include "dsim/comm.h"
 #include "dsim/err.h"
 #include "dsim/rt.h"
+#include "dsim/reduce.h"
 #include "dsim/transport.h"
+#include "model/costmodel.h"
+#include <math.h>
+#include <time.h>
 
 #define BENCH_PROG "dsim bench"
 /* Bytes of the memcpy that measures copy bandwidth: far beyond any cache. */
@@ -236,6 +241,140 @@ static int bench_step(bench_job *job, dsim_rt *rt, dsim_fabric *fab, bench_row *
     return rc;
 }
 
+/* Calibration of the model's copy and reduction rates: every core busy at
+ * once, each on 64 MiB buffers of its own (beyond the caches, as the
+ * benchmark's large sizes are), best of 3; the rate of one core while the
+ * others run too, in bytes of output per second. */
+typedef struct bench_cal {
+    int reduce;
+    size_t n; /* floats */
+    float *a, *b;
+    double secs;
+} bench_cal;
+
+static double bench_secs(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void *bench_cal_main(void *p)
+{
+    bench_cal *c = p;
+    double t0 = bench_secs();
+    if (c->reduce)
+        dsim_reduce_local(c->b, c->a, c->n, DSIM_F32, DSIM_SUM);
+    else
+        memcpy(c->b, c->a, c->n * sizeof(float));
+    c->secs = bench_secs() - t0;
+    return NULL;
+}
+
+static double bench_core_rate(int cores, int reduce)
+{
+    size_t n = (size_t)16 << 20; /* 64 MiB of floats */
+    bench_cal *c = calloc((size_t)cores, sizeof *c);
+    pthread_t *th = calloc((size_t)cores, sizeof *th);
+    double best = INFINITY;
+    int ok = c && th;
+    for (int k = 0; ok && k < cores; k++) {
+        c[k] = (bench_cal){.reduce = reduce, .n = n, .a = malloc(n * 4), .b = malloc(n * 4)};
+        ok = c[k].a && c[k].b;
+        if (ok) {
+            memset(c[k].a, 0, n * 4);
+            memset(c[k].b, 0, n * 4);
+        }
+    }
+    for (int rep = 0; ok && rep < 3; rep++) {
+        int started = 0;
+        for (int k = 0; k < cores; k++)
+            started += pthread_create(&th[k], NULL, bench_cal_main, &c[k]) == 0;
+        if (started < cores) {
+            for (int k = 0; k < started; k++)
+                pthread_join(th[k], NULL);
+            ok = 0;
+            break;
+        }
+        double worst = 0;
+        for (int k = 0; k < cores; k++) {
+            pthread_join(th[k], NULL);
+            worst = c[k].secs > worst ? c[k].secs : worst;
+        }
+        best = worst > 0 && worst < best ? worst : best;
+    }
+    for (int k = 0; c && k < cores; k++) {
+        free(c[k].a);
+        free(c[k].b);
+    }
+    free(c);
+    free(th);
+    return ok && isfinite(best) ? (double)(n * 4) / best : 0;
+}
+
+/* --model 1: the cost model calibrated on this machine (the wake-up latency
+ * from the smallest ring allreduce, memcpy and reduction bandwidth, the
+ * cores) beside each measured allreduce time. */
+static int bench_model(bench_job *job, dsim_rt *rt, dsim_fabric *fab, double copy_bw,
+                       const bench_row *rows, const dsim_algo *used, int nrows)
+{
+    bench_opts co = *job->o;
+    co.iters = 200;
+    co.warmup = 20;
+    co.check = 0;
+    bench_job cj = *job;
+    cj.o = &co;
+    cj.algo = DSIM_ALGO_RING;
+    cj.corrupt_rank = -1;
+    cj.comm_id = 1000;
+    cj.sz = bench_size_for(BENCH_ALLREDUCE, (size_t)co.ranks * dsim_dtype_size(co.dtype), co.ranks,
+                           co.dtype);
+    bench_row small;
+    memset(&small, 0, sizeof small);
+    if (bench_step(&cj, rt, fab, &small) != 0)
+        return 1;
+    int p = co.ranks;
+    double alpha = p > 1 ? small.seconds / (2.0 * (p - 1)) : 0;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int cores = ncpu > 0 ? (int)ncpu : 1;
+    double copy = bench_core_rate(cores, 0), red = bench_core_rate(cores, 1);
+    if (copy <= 0 || red <= 0) {
+        fprintf(stderr, "%s: --model: could not measure this machine's copy and reduction rates\n",
+                BENCH_PROG);
+        return 1;
+    }
+    (void)copy_bw;
+    dsim_link_model link = {"inproc", "this machine's inproc transport", alpha, copy,
+                            "calibrated by dsim bench --model"};
+    dsim_device_model dev = {"cpu", "this machine", 1, 1, 3.0 * red, "calibrated"};
+    dsim_topology t = {.hosts = 1, .devices_per_host = p, .intra = link, .inter = link,
+                       .device = dev, .cores = cores, .fused_reduce = true};
+    printf("# model: calibrated here: alpha %.1f us (a %d-element ring allreduce / 2(p-1)); per "
+           "core with all %d busy on 64 MiB buffers: copy %.2f GB/s, reduction %.2f GB/s; each "
+           "step as long as its slowest transfer and at least its copies and reductions over "
+           "the cores\n",
+           alpha * 1e6, p, t.cores, copy / 1e9, red / 1e9);
+    printf("#  %10s  %-14s %12s %12s %8s\n", "size", "algo", "measured_us", "model_us", "error");
+    double abs_sum = 0;
+    int n = 0;
+    for (int i = 0; i < nrows; i++) {
+        double m = 0;
+        if (dsim_cost_allreduce(&t, used[i], rows[i].sz.bytes, dsim_dtype_size(co.dtype), &m,
+                                NULL) != DSIM_OK)
+            continue;
+        double err = rows[i].seconds > 0 ? (m - rows[i].seconds) / rows[i].seconds : NAN;
+        printf("#  %10zu  %-14s %12.1f %12.1f %+7.0f%%\n", rows[i].sz.bytes,
+               dsim_algo_name(used[i]), rows[i].seconds * 1e6, m * 1e6, 100 * err);
+        if (isfinite(err)) {
+            abs_sum += fabs(err);
+            n++;
+        }
+    }
+    if (n)
+        printf("# model: mean absolute error %.0f%% over %d sizes\n", 100 * abs_sum / n, n);
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     bench_opts o;
@@ -271,6 +410,11 @@ int cmd_bench(int argc, char **argv)
     if (strcmp(o.transport, "inproc") != 0 && strcmp(o.transport, "tcp") != 0) {
         fprintf(stderr, "%s: --transport '%s' is not a transport; accepted: inproc, tcp\n",
                 BENCH_PROG, o.transport);
+        return 2;
+    }
+    if (o.model && (o.coll != BENCH_ALLREDUCE || strcmp(o.transport, "inproc") != 0)) {
+        fprintf(stderr, "%s: --model 1 models allreduce over inproc only; drop it for %s over %s\n",
+                BENCH_PROG, bench_coll_name(o.coll), o.transport);
         return 2;
     }
     int corrupt = -1;
@@ -339,6 +483,9 @@ int cmd_bench(int argc, char **argv)
                        "iterations from a dsim_barrier after the -w warm-ups");
 
     bench_job job = {.o = &o, .algo = algo, .eps = eps, .corrupt_rank = corrupt, .res = res};
+    bench_row kept[64];
+    dsim_algo kept_algo[64];
+    int nkept = 0;
     uint64_t wrong = 0;
     double busbw_sum = 0;
     int rows = 0;
@@ -362,6 +509,11 @@ int cmd_bench(int argc, char **argv)
             break;
         bench_row_finish(&row, o.coll, o.ranks, copy_bw);
         bench_print_row(stdout, &row);
+        if (nkept < 64) {
+            kept[nkept] = row;
+            kept_algo[nkept++] =
+                algo == DSIM_ALGO_AUTO ? dsim_allreduce_decide(row.sz.bytes, o.ranks) : algo;
+        }
         wrong += row.wrong;
         busbw_sum += row.busbw;
         rows++;
@@ -379,6 +531,8 @@ int cmd_bench(int argc, char **argv)
             rc = 1;
         }
     }
+    if (rc == 0 && o.model)
+        rc = bench_model(&job, rt, fab, copy_bw, kept, kept_algo, nkept);
 
 out:
     for (int r = 0; r < o.ranks; r++)

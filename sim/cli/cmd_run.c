@@ -541,6 +541,13 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
     fflush(stdout);
 }
 
+void dsim_cli_print_run(const char *file, const dsim_scenario *s, const dsim_harness_result *rep,
+                        const char *db)
+{
+    run_item it = {.file = file, .s = (dsim_scenario *)s};
+    run_print_table(&it, rep, db);
+}
+
 static json_t *run_num_json(double v)
 {
     return isfinite(v) ? json_real(v) : json_null();

@@ -6,6 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <errno.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
 #include "cmds.h"
 #include "model/costmodel.h"
 #include "scenario/scenario.h"
@@ -43,6 +48,12 @@ void cmd_whatif_help(FILE *out)
         "                   reduce_to_one\n"
         "  --presets        list the link and device presets with their figures and\n"
         "                   sources, and exit\n"
+        "  --chakra DIR     also write one training step of every rank as an execution\n"
+        "                   trace, DIR/trace.RANK.json, in the JSON form of Chakra's ET\n"
+        "                   schema (global_metadata, nodes: COMP_NODE forward+backward,\n"
+        "                   COMM_COLL_NODE ALL_REDUCE with comm_size, COMP_NODE update;\n"
+        "                   data_deps between them) for a network simulator such as\n"
+        "                   ASTRA-sim; at most 4096 ranks\n"
         "\n"
         "Exit status: 0, or 2 on bad input.\n");
 }
@@ -62,6 +73,84 @@ static void whatif_presets(void)
                d->name, d->peak_flops / 1e12, d->efficiency, d->mem_Bps / 1e9, d->what,
                d->source);
     }
+}
+
+static int whatif_bad(const char *msg);
+
+static json_t *whatif_attr_i(const char *name, double v)
+{
+    return json_pack("{s:s, s:I}", "name", name, "int64_val", (json_int_t)llround(v));
+}
+
+static json_t *whatif_node(int id, const char *name, const char *type, double micros, int dep)
+{
+    json_t *n = json_pack("{s:i, s:s, s:s, s:I, s:[], s:[], s:[]}", "id", id, "name", name, "type",
+                          type, "duration_micros", (json_int_t)llround(micros), "data_deps",
+                          "ctrl_deps", "attr");
+    if (n && dep >= 0)
+        json_array_append_new(json_object_get(n, "data_deps"), json_integer(dep));
+    return n;
+}
+
+/* One step per rank in the JSON form of Chakra's execution trace schema
+ * (ET 0.0.4): what ASTRA-sim replays, with the network its own. */
+static int whatif_chakra(const char *dir, int N, double fwd_bwd_ops, double compute_s,
+                         size_t grad_bytes, double params, const dsim_device_model *dev)
+{
+    if (N > 4096) {
+        fprintf(stderr, "dsim whatif: --chakra writes a file per rank; %d ranks is more than the "
+                        "4096 it writes\n",
+                N);
+        return 2;
+    }
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "dsim whatif: --chakra %s: cannot create the directory: %s\n", dir,
+                strerror(errno));
+        return 2;
+    }
+    /* the update: SGD reads a weight and a gradient and writes the weight */
+    double upd_ops = 2 * params, upd_s = 3 * 4 * params / dev->mem_Bps;
+    for (int r = 0; r < N; r++) {
+        json_t *nodes = json_array();
+        json_t *fb = whatif_node(0, "forward_backward", "COMP_NODE", compute_s * 1e6, -1);
+        json_t *ar = whatif_node(1, "allreduce_gradients", "COMM_COLL_NODE", 0, 0);
+        json_t *up = whatif_node(2, "optimizer_update", "COMP_NODE", upd_s * 1e6, 1);
+        if (!nodes || !fb || !ar || !up) {
+            json_decref(nodes);
+            json_decref(fb);
+            json_decref(ar);
+            json_decref(up);
+            return whatif_bad("out of memory");
+        }
+        json_array_append_new(json_object_get(fb, "attr"), whatif_attr_i("num_ops", fwd_bwd_ops));
+        json_array_append_new(json_object_get(fb, "attr"),
+                              json_pack("{s:s, s:b}", "name", "is_cpu_op", "bool_val", 0));
+        json_array_append_new(json_object_get(ar, "attr"),
+                              json_pack("{s:s, s:s}", "name", "comm_type", "string_val",
+                                        "ALL_REDUCE"));
+        json_array_append_new(json_object_get(ar, "attr"),
+                              whatif_attr_i("comm_size", (double)grad_bytes));
+        json_array_append_new(json_object_get(ar, "attr"),
+                              json_pack("{s:s, s:b}", "name", "is_cpu_op", "bool_val", 0));
+        json_array_append_new(json_object_get(up, "attr"), whatif_attr_i("num_ops", upd_ops));
+        json_array_append_new(json_object_get(up, "attr"),
+                              json_pack("{s:s, s:b}", "name", "is_cpu_op", "bool_val", 0));
+        json_array_append_new(nodes, fb);
+        json_array_append_new(nodes, ar);
+        json_array_append_new(nodes, up);
+        json_t *doc = json_pack("{s:{s:s, s:i, s:i}, s:o}", "global_metadata", "version", "0.0.4",
+                                "rank", r, "ranks", N, "nodes", nodes);
+        char path[4096];
+        snprintf(path, sizeof path, "%s/trace.%d.json", dir, r);
+        int bad = !doc || json_dump_file(doc, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER) != 0;
+        json_decref(doc);
+        if (bad) {
+            fprintf(stderr, "dsim whatif: --chakra: cannot write %s\n", path);
+            return 2;
+        }
+    }
+    printf("chakra: %d execution traces written to %s/trace.RANK.json\n", N, dir);
+    return 0;
 }
 
 static int whatif_bad(const char *msg)
@@ -88,6 +177,7 @@ int cmd_whatif(int argc, char **argv)
     int hosts = 4, devices = 4, batch = 0;
     const char *device = "v100", *networks = "1gbe,10gbe,ib100", *intra = "nvlink";
     const char *params_s = NULL, *flops_s = NULL, *algo_s = "auto", *scenario = NULL;
+    const char *chakra = NULL;
     bool have_hosts = false, have_devices = false;
     for (int i = 1; i < argc; i++) {
         int missing = 0;
@@ -121,6 +211,8 @@ int cmd_whatif(int argc, char **argv)
             flops_s = v;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--algo", &missing))) {
             algo_s = v;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--chakra", &missing))) {
+            chakra = v;
         } else if (missing) {
             fprintf(stderr, "dsim whatif: %s needs a value\n", argv[i]);
             return 2;
@@ -226,6 +318,8 @@ int cmd_whatif(int argc, char **argv)
                speed / N, dsim_algo_name(best), best_t * 1e3);
     }
     free(list);
+    if (rc == 0 && chakra)
+        rc = whatif_chakra(chakra, N, 3 * flops * per, tc, bytes, params, dev);
     if (rc == 0)
         printf("\nfigures: the presets' datasheet and measured values with their sources "
                "(dsim whatif --presets); no overlap of communication with the backward pass\n");

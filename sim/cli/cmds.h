@@ -23,6 +23,8 @@ void cmd_run_help(FILE *out);
 int cmd_validate(int argc, char **argv);
 void cmd_validate_help(FILE *out);
 int cmd_plan(int argc, char **argv);
+int cmd_worker(int argc, char **argv);
+void cmd_worker_help(FILE *out);
 void cmd_plan_help(FILE *out);
 int cmd_trace(int argc, char **argv);
 void cmd_trace_help(FILE *out);
@@ -38,5 +40,11 @@ const char *dsim_cli_flag(int argc, char **argv, int *i, const char *name, int *
  * strategy plugin named by a bare file name (before $DSIM_PLUGIN_PATH and
  * the build's and installed plugin directories). 0, or 2 after a message. */
 int dsim_cli_plugin_dir(const char *cmd, const char *dir);
+
+/* The table `dsim run` prints after a run (cmd_run.c), for dsim worker. */
+struct dsim_scenario;
+struct dsim_harness_result;
+void dsim_cli_print_run(const char *file, const struct dsim_scenario *s,
+                        const struct dsim_harness_result *rep, const char *db);
 
 #endif

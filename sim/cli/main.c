@@ -21,6 +21,8 @@ static const dsim_cmd main_cmds[] = {
      cmd_trace_help},
     {"whatif", "predict step and all-reduce time on other hardware (cost models)", cmd_whatif,
      cmd_whatif_help},
+    {"worker", "run one task of a multi-machine job (TF_CONFIG, mpirun, srun)", cmd_worker,
+     cmd_worker_help},
 };
 #define MAIN_NCMDS (sizeof main_cmds / sizeof main_cmds[0])
 

@@ -58,7 +58,16 @@ enum {
     PR_DONE,
     PR_INITIAL, /* the variables before the first step (record_params) */
     PR_FLIGHT,  /* a pr_flight, then its n dsim_fr_entry */
+    PR_EXIT = 50, /* agent -> chief: how the task's child ended (pr_exit) */
+    PC_START = 100, /* chief -> agent: begin an attempt (restore, done[]) */
+    PC_SIGNAL,      /* chief -> agent: signal the child (i32) */
+    PC_BYE,         /* chief -> agent: the job is over */
 };
+
+typedef struct pr_exit {
+    int32_t sig;  /* the signal that ended it, or 0 */
+    int32_t code; /* its exit status otherwise */
+} pr_exit;
 
 typedef struct pr_step {
     dsim_train_step_info info; /* ids not valid: they follow */
@@ -274,6 +283,20 @@ static void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a,
     _exit(0);
 }
 
+/* A forked child's first steps: it dies with its parent, takes signals as
+ * a fresh process does, and drops the pipe's read end. */
+static void pr_child_prep(int read_end)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, NULL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    close(read_end);
+}
+
 /* ---- the parent ---- */
 
 typedef struct pr_task {
@@ -281,6 +304,10 @@ typedef struct pr_task {
     int fd;  /* read end, -1 once closed */
     int lo, hi;
     bool exited, done, killed_by_us, fault_killed, stopped_for_good, hung;
+    bool remote;      /* under a dsim worker elsewhere: fd is its results connection */
+    bool lost;        /* remote: its connection closed or it stopped answering */
+    bool hung_pending; /* remote: killed by the watchdog, not yet confirmed */
+    int64_t kill_sent; /* remote: when a SIGKILL was asked for */
     int sig;
     int exit_code; /* when it exited without a signal */
     int64_t t_exit;
@@ -320,6 +347,65 @@ typedef struct pr_job {
     int64_t t_first_failure; /* when the job started failing, or 0 */
     int64_t t_last_record;
 } pr_job;
+
+/* Writes all of a record to a socket (never SIGPIPE); false when it broke. */
+static bool pr_sock_send(int fd, uint32_t type, const void *p, size_t n)
+{
+    uint32_t h[2] = {type, (uint32_t)n};
+    const void *part[2] = {h, p};
+    size_t len[2] = {sizeof h, n};
+    for (int i = 0; i < 2; i++) {
+        const char *b = part[i];
+        size_t left = len[i];
+        while (left) {
+            ssize_t w = send(fd, b, left, MSG_NOSIGNAL);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                return false;
+            b += w;
+            left -= (size_t)w;
+        }
+    }
+    return true;
+}
+
+/* Signals a task's process: here, or through its agent (which ends the
+ * pauses itself). */
+static void pr_signal(pr_task *t, int sig)
+{
+    if (!t->remote) {
+        kill(t->pid, sig);
+        return;
+    }
+    if (sig == SIGCONT || t->fd < 0)
+        return;
+    int32_t s32 = sig;
+    pr_sock_send(t->fd, PC_SIGNAL, &s32, sizeof s32);
+    if (sig == SIGKILL && !t->kill_sent)
+        t->kill_sent = pr_now();
+}
+
+static void pr_lost(pr_job *j, int rank, int64_t t);
+static void pr_fail_now(pr_job *j);
+
+/* A task's process ended: by signal sig, or with exit status code. */
+static void pr_ended(pr_job *j, pr_task *t, int sig, int code)
+{
+    t->exited = true;
+    t->t_exit = pr_now();
+    if (sig) {
+        t->sig = sig;
+        if (!t->killed_by_us && !t->fault_killed) {
+            j->out->crashed++;
+            pr_lost(j, t->lo, t->t_exit);
+        }
+        pr_fail_now(j);
+    } else if (!t->done) {
+        t->exit_code = code;
+        pr_fail_now(j);
+    }
+}
 
 static int pr_task_of_rank(const pr_job *j, int rank)
 {
@@ -411,7 +497,7 @@ static void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char 
             v->fault_killed = true;
             pr_lost(j, rank, pr_now());
             if (!v->exited && v != t)
-                kill(v->pid, SIGKILL);
+                pr_signal(v, SIGKILL);
         }
         pr_fail_now(j);
         break;
@@ -511,6 +597,18 @@ static void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char 
     case PR_DONE:
         t->done = true;
         break;
+    case PR_EXIT: {
+        pr_exit x;
+        if (!t->remote || n < sizeof x || t->exited)
+            return;
+        memcpy(&x, b, sizeof x);
+        if (t->hung_pending) {
+            t->hung = true;
+            j->out->hung++;
+        }
+        pr_ended(j, t, x.sig, x.code);
+        break;
+    }
     default:
         break;
     }
@@ -560,25 +658,14 @@ static void pr_reap(pr_job *j)
 {
     for (int k = 0; k < j->T; k++) {
         pr_task *t = &j->tasks[k];
-        if (t->exited)
+        if (t->exited || t->remote || t->pid <= 0)
             continue;
         int st = 0;
         pid_t p = waitpid(t->pid, &st, WNOHANG);
         if (p != t->pid)
             continue;
-        t->exited = true;
-        t->t_exit = pr_now();
-        if (WIFSIGNALED(st)) {
-            t->sig = WTERMSIG(st);
-            if (!t->killed_by_us && !t->fault_killed) {
-                j->out->crashed++;
-                pr_lost(j, t->lo, t->t_exit);
-            }
-            pr_fail_now(j);
-        } else if (!t->done) {
-            t->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-            pr_fail_now(j);
-        }
+        pr_ended(j, t, WIFSIGNALED(st) ? WTERMSIG(st) : 0,
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     }
 }
 
@@ -763,6 +850,16 @@ static void pr_merge(pr_job *j)
      * cause, whatever its peers said about the connection it left. */
     for (int k = 0; k < j->T; k++) {
         const pr_task *t = &j->tasks[k];
+        if (t->lost && !t->fault_killed) {
+            er->code = DSIM_EPEER;
+            er->peer = t->lo;
+            snprintf(er->msg, sizeof er->msg,
+                     "the dsim worker of ranks %d..%d was lost at step %llu: its results "
+                     "connection to the chief closed or went silent (its machine or the "
+                     "network to it went away?)",
+                     t->lo, t->hi, t->lo < N ? (unsigned long long)j->last_step[t->lo] : 0ULL);
+            return;
+        }
         if (t->sig && !t->killed_by_us && !t->fault_killed) {
             er->code = DSIM_EIO;
             er->peer = t->lo;
@@ -851,7 +948,9 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
     j.has_end = calloc((size_t)j.N, sizeof *j.has_end);
     j.last_phase = calloc((size_t)j.N, sizeof *j.last_phase);
     j.last_step = calloc((size_t)j.N, sizeof *j.last_step);
-    size_t ocap = 256 + (size_t)j.R * 24;
+    const dsim_proc_hosts *hosts = a ? a->hosts : NULL;
+    size_t ocap = 256 + (size_t)j.R * 24 + (hosts ? strlen(hosts->addrs) : 0) +
+                  (hosts && hosts->tcp_extra ? strlen(hosts->tcp_extra) : 0);
     char *addrs = calloc(ocap, 1);
     dsim_err e = DSIM_OK;
     if (!lfd || !port || !j.tasks || !j.ends || !j.has_end || !j.last_phase || !j.last_step ||
@@ -861,8 +960,9 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
     }
     for (int r = 0; r < j.R; r++)
         lfd[r] = -1;
-    /* Every rank's listener, bound before any child exists. */
-    for (int r = 0; r < j.R; r++) {
+    /* Every rank's listener, bound before any child exists (across machines,
+     * each dsim worker bound its own). */
+    for (int r = 0; r < j.R && !hosts; r++) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         socklen_t sl = sizeof sa;
@@ -878,26 +978,45 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
         port[r] = ntohs(sa.sin_port);
     }
     size_t used = 0;
-    for (int r = 0; r < j.R; r++)
+    for (int r = 0; r < j.R && !hosts; r++)
         used += (size_t)snprintf(addrs + used, ocap - used, "%s127.0.0.1:%d", r ? ";" : "",
                                  port[r]);
+    if (hosts)
+        snprintf(addrs, ocap, "%s", hosts->addrs);
     /* tasks: workers, then servers */
     for (int k = 0; k < j.T; k++) {
         pr_task *t = &j.tasks[k];
         t->fd = -1;
         t->pid = -1;
-        if (k < cfg->hosts) {
-            t->lo = k * cfg->devices_per_host;
-            t->hi = t->lo + cfg->devices_per_host - 1;
-        } else {
-            t->lo = t->hi = j.N + (k - cfg->hosts);
-        }
+        dsim_proc_task_ranks(cfg, k, &t->lo, &t->hi);
     }
     fflush(stdout);
     fflush(stderr);
     j.t_last_record = pr_now();
     for (int k = 0; k < j.T && e == DSIM_OK; k++) {
         pr_task *t = &j.tasks[k];
+        if (hosts && k != hosts->task) {
+            /* Its agent forks it there: start this attempt. */
+            size_t nf = a->n_faults;
+            unsigned char *st = calloc(1 + nf, 1);
+            if (!st) {
+                e = DSIM_ERR(DSIM_ENOMEM, -1, "processes: out of memory");
+                break;
+            }
+            st[0] = cfg->restore;
+            for (size_t i = 0; i < nf && a->fault_done; i++)
+                st[1 + i] = a->fault_done[i];
+            t->remote = true;
+            t->fd = hosts->conn[k];
+            bool sent = t->fd >= 0 && pr_sock_send(t->fd, PC_START, st, 1 + nf);
+            free(st);
+            if (!sent) {
+                t->fd = -1;
+                t->lost = true;
+                pr_ended(&j, t, SIGKILL, 0);
+            }
+            continue;
+        }
         int pfd[2];
         if (pipe2(pfd, O_CLOEXEC) != 0) {
             e = DSIM_ERR(DSIM_EIO, -1, "processes: pipe: %s", strerror(errno));
@@ -913,7 +1032,10 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
         size_t o = (size_t)snprintf(opts, ocap + 256, "addrs=%s,local=%d-%d,listen_fds=", addrs,
                                     t->lo, t->hi);
         for (int r = t->lo; r <= t->hi; r++)
-            o += (size_t)snprintf(opts + o, ocap + 256 - o, "%s%d", r > t->lo ? ";" : "", lfd[r]);
+            o += (size_t)snprintf(opts + o, ocap + 256 - o, "%s%d", r > t->lo ? ";" : "",
+                                  hosts ? hosts->listen_fds[r - t->lo] : lfd[r]);
+        if (hosts && hosts->tcp_extra && *hosts->tcp_extra)
+            snprintf(opts + o, ocap + 256 - o, ",%s", hosts->tcp_extra);
         pid_t pid = fork();
         if (pid < 0) {
             free(opts);
@@ -924,22 +1046,20 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
         }
         if (pid == 0) {
             /* The child: dies with its parent, keeps only its own sockets. */
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            sigset_t none;
-            sigemptyset(&none);
-            pthread_sigmask(SIG_SETMASK, &none, NULL);
-            signal(SIGINT, SIG_DFL);
-            signal(SIGTERM, SIG_DFL);
-            close(pfd[0]);
+            pr_child_prep(pfd[0]);
             for (int q = 0; q < k; q++)
-                if (j.tasks[q].fd >= 0)
+                if (j.tasks[q].fd >= 0 && !j.tasks[q].remote)
                     close(j.tasks[q].fd);
+            for (int q = 0; hosts && q < j.T; q++)
+                if (hosts->conn[q] >= 0)
+                    close(hosts->conn[q]);
             for (int r = 0; r < j.R; r++) {
                 if (r >= t->lo && r <= t->hi) {
                     /* the listeners it keeps must survive exec-less use */
                     continue;
                 }
-                close(lfd[r]);
+                if (lfd[r] >= 0)
+                    close(lfd[r]);
             }
             pr_child_main(cfg, a, pfd[1], t->lo, t->hi, opts);
             _exit(99);
@@ -958,8 +1078,8 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
         }
     if (e != DSIM_OK) {
         for (int k = 0; k < j.T; k++)
-            if (j.tasks[k].pid > 0) {
-                kill(j.tasks[k].pid, SIGKILL);
+            if (j.tasks[k].pid > 0 || j.tasks[k].remote) {
+                pr_signal(&j.tasks[k], SIGKILL);
                 j.tasks[k].killed_by_us = true;
             }
     }
@@ -975,7 +1095,7 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
         struct pollfd pf[1024];
         int map[1024], n = 0;
         for (int k = 0; k < j.T && n < 1024; k++)
-            if (j.tasks[k].fd >= 0) {
+            if (j.tasks[k].fd >= 0 && !(j.tasks[k].remote && j.tasks[k].exited)) {
                 pf[n].fd = j.tasks[k].fd;
                 pf[n].events = POLLIN;
                 map[n++] = k;
@@ -993,7 +1113,12 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
             pr_task *t = &j.tasks[k];
             if (t->cont_at && now >= t->cont_at) {
                 t->cont_at = 0;
-                kill(t->pid, SIGCONT);
+                pr_signal(t, SIGCONT);
+            }
+            /* a remote task that a kill did not end: its machine is gone */
+            if (t->remote && !t->exited && t->kill_sent && now > t->kill_sent + 3000000000LL) {
+                t->lost = true;
+                pr_ended(&j, t, SIGKILL, 0);
             }
         }
         /* a task paused for good stays stopped until the others are done */
@@ -1004,7 +1129,7 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
         for (int k = 0; k < j.T && others_done; k++)
             if (!j.tasks[k].exited && j.tasks[k].stopped_for_good) {
                 j.tasks[k].killed_by_us = true;
-                kill(j.tasks[k].pid, SIGKILL);
+                pr_signal(&j.tasks[k], SIGKILL);
             }
         bool overdue = (j.t_first_failure && now > j.t_first_failure + bound + grace) ||
                        now > j.t_last_record + idle;
@@ -1014,11 +1139,14 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
                 if (t->exited || t->killed_by_us)
                     continue;
                 t->killed_by_us = true;
-                if (!t->stopped_for_good && !t->fault_killed) {
+                if (!t->stopped_for_good && !t->fault_killed && t->remote) {
+                    /* hung if its agent answers the kill; lost if not */
+                    t->hung_pending = true;
+                } else if (!t->stopped_for_good && !t->fault_killed) {
                     t->hung = true;
                     out->hung++;
                 }
-                kill(t->pid, SIGKILL);
+                pr_signal(t, SIGKILL);
             }
         }
         int rc = poll(pf, (nfds_t)n, 20);
@@ -1029,8 +1157,13 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
                 continue;
             pr_task *t = &j.tasks[map[i]];
             if (pr_read(&j, t) == 0) {
-                close(t->fd);
+                if (!t->remote)
+                    close(t->fd);
                 t->fd = -1;
+                if (t->remote && !t->exited) {
+                    t->lost = true;
+                    pr_ended(&j, t, SIGKILL, 0);
+                }
             }
         }
         if (n == 0)
@@ -1057,7 +1190,7 @@ out:
         if (lfd[r] >= 0)
             close(lfd[r]);
     for (int k = 0; j.tasks && k < j.T; k++) {
-        if (j.tasks[k].fd >= 0)
+        if (j.tasks[k].fd >= 0 && !j.tasks[k].remote)
             close(j.tasks[k].fd);
         free(j.tasks[k].body);
     }
@@ -1090,4 +1223,254 @@ void dsim_proc_outcome_free(dsim_proc_outcome *o)
     free(o->events);
     free(o->fault_fired);
     memset(o, 0, sizeof *o);
+}
+
+void dsim_proc_bye(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    pr_sock_send(fd, PC_BYE, NULL, 0);
+}
+
+void dsim_proc_task_ranks(const dsim_train_cfg *cfg, int task, int *lo, int *hi)
+{
+    int N = cfg->hosts * cfg->devices_per_host;
+    if (task < cfg->hosts) {
+        *lo = task * cfg->devices_per_host;
+        *hi = *lo + cfg->devices_per_host - 1;
+    } else {
+        *lo = *hi = N + (task - cfg->hosts);
+    }
+}
+
+/* ---- the agent (a task under a chief elsewhere) ---- */
+
+/* Reads exactly n bytes; false at EOF or error. */
+static bool pr_read_full(int fd, void *p, size_t n)
+{
+    char *b = p;
+    while (n) {
+        ssize_t r = read(fd, b, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        b += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+/* One command from the chief; false when its connection closed. *body is
+ * malloc'd (free()). */
+static bool pr_command(int fd, uint32_t *type, unsigned char **body, uint32_t *len)
+{
+    uint32_t h[2];
+    *body = NULL;
+    if (!pr_read_full(fd, h, sizeof h) || h[1] > (1u << 20))
+        return false;
+    *type = h[0];
+    *len = h[1];
+    *body = malloc(h[1] ? h[1] : 1);
+    if (!*body || !pr_read_full(fd, *body, h[1])) {
+        free(*body);
+        *body = NULL;
+        return false;
+    }
+    return true;
+}
+
+/* Relays one attempt's child to the chief until it ends. Returns 1 when the
+ * attempt ended, 0 when the chief said goodbye, -1 when its connection
+ * broke. */
+static int pr_agent_attempt(pid_t pid, int pfd, int chief_fd)
+{
+    uint32_t hdr[2];
+    size_t hdr_got = 0, body_got = 0;
+    unsigned char *body = NULL;
+    int64_t cont_at = 0;
+    bool pipe_open = true, exited = false;
+    int st = 0, rc = 1;
+    while (pipe_open || !exited) {
+        struct pollfd pf[2] = {{.fd = pipe_open ? pfd : -1, .events = POLLIN},
+                               {.fd = chief_fd, .events = POLLIN}};
+        int n = poll(pf, 2, 20);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (cont_at && pr_now() >= cont_at) {
+            cont_at = 0;
+            kill(pid, SIGCONT);
+        }
+        if (pf[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+            uint32_t type, len;
+            unsigned char *cb;
+            if (!pr_command(chief_fd, &type, &cb, &len)) {
+                kill(pid, SIGKILL);
+                rc = -1;
+                chief_fd = -1;
+            } else if (type == PC_SIGNAL && len >= sizeof(int32_t)) {
+                int32_t sig;
+                memcpy(&sig, cb, sizeof sig);
+                if (!exited)
+                    kill(pid, sig);
+            } else if (type == PC_BYE) {
+                kill(pid, SIGKILL);
+                rc = 0;
+            }
+            free(cb);
+            if (rc != 1)
+                break;
+        }
+        if (pipe_open && (pf[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+            /* whole records, so a PAUSE is seen and the chief's reader
+             * never meets half of one */
+            for (;;) {
+                ssize_t r;
+                if (hdr_got < sizeof hdr) {
+                    r = read(pfd, (char *)hdr + hdr_got, sizeof hdr - hdr_got);
+                } else {
+                    r = read(pfd, body + body_got, hdr[1] - body_got);
+                }
+                if (r < 0 && errno == EINTR)
+                    continue;
+                if (r < 0 && errno == EAGAIN)
+                    break;
+                if (r <= 0) {
+                    pipe_open = false;
+                    break;
+                }
+                if (hdr_got < sizeof hdr) {
+                    hdr_got += (size_t)r;
+                    if (hdr_got < sizeof hdr)
+                        continue;
+                    if (hdr[1] > (1u << 30)) {
+                        pipe_open = false;
+                        break;
+                    }
+                    free(body);
+                    body = malloc(hdr[1] ? hdr[1] : 1);
+                    body_got = 0;
+                    if (!body) {
+                        pipe_open = false;
+                        break;
+                    }
+                } else {
+                    body_got += (size_t)r;
+                }
+                if (hdr_got == sizeof hdr && body_got == hdr[1]) {
+                    if (hdr[0] == PR_PAUSE && hdr[1] >= sizeof(pr_pause)) {
+                        pr_pause p;
+                        memcpy(&p, body, sizeof p);
+                        if (p.duration_ns > 0)
+                            cont_at = pr_now() + p.duration_ns;
+                    }
+                    if (!pr_sock_send(chief_fd, hdr[0], body, hdr[1])) {
+                        kill(pid, SIGKILL);
+                        rc = -1;
+                    }
+                    hdr_got = 0;
+                    body_got = 0;
+                }
+            }
+            if (rc != 1)
+                break;
+        }
+        if (!exited && waitpid(pid, &st, WNOHANG) == pid)
+            exited = true;
+    }
+    free(body);
+    if (!exited)
+        waitpid(pid, &st, 0);
+    close(pfd);
+    if (rc == 1) {
+        pr_exit x = {.sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0,
+                     .code = WIFEXITED(st) ? WEXITSTATUS(st) : -1};
+        if (!pr_sock_send(chief_fd, PR_EXIT, &x, sizeof x))
+            rc = -1;
+    }
+    return rc;
+}
+
+dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, size_t n_faults,
+                         uint64_t seed, const dsim_proc_hosts *h, int chief_fd)
+{
+    int lo, hi;
+    dsim_proc_task_ranks(cfg, h->task, &lo, &hi);
+    size_t cap = strlen(h->addrs) + (h->tcp_extra ? strlen(h->tcp_extra) : 0) + 64 +
+                 (size_t)(hi - lo + 1) * 12;
+    char *opts = malloc(cap);
+    if (!opts)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory");
+    size_t o = (size_t)snprintf(opts, cap, "addrs=%s,local=%d-%d,listen_fds=", h->addrs, lo, hi);
+    for (int r = lo; r <= hi; r++)
+        o += (size_t)snprintf(opts + o, cap - o, "%s%d", r > lo ? ";" : "", h->listen_fds[r - lo]);
+    if (h->tcp_extra && *h->tcp_extra)
+        snprintf(opts + o, cap - o, ",%s", h->tcp_extra);
+    dsim_err e = DSIM_OK;
+    for (;;) {
+        uint32_t type, len;
+        unsigned char *body;
+        if (!pr_command(chief_fd, &type, &body, &len)) {
+            e = DSIM_ERR(DSIM_EPEER, 0,
+                         "the chief closed its connection before the job ended");
+            break;
+        }
+        if (type == PC_BYE) {
+            free(body);
+            break;
+        }
+        if (type != PC_START || len < 1 + n_faults) {
+            free(body);
+            continue; /* a signal between attempts: nothing runs */
+        }
+        bool *done = calloc(n_faults ? n_faults : 1, sizeof *done);
+        if (!done) {
+            free(body);
+            e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory");
+            break;
+        }
+        for (size_t i = 0; i < n_faults; i++)
+            done[i] = body[1 + i] != 0;
+        dsim_train_cfg cc = *cfg;
+        cc.restore = body[0] != 0;
+        free(body);
+        dsim_proc_attempt pa = {
+            .faults = faults, .n_faults = n_faults, .seed = seed, .fault_done = done};
+        int pfd[2];
+        if (pipe2(pfd, O_CLOEXEC) != 0) {
+            free(done);
+            e = DSIM_ERR(DSIM_EIO, -1, "pipe: %s", strerror(errno));
+            break;
+        }
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid < 0) {
+            close(pfd[0]);
+            close(pfd[1]);
+            free(done);
+            e = DSIM_ERR(DSIM_EIO, -1, "fork: %s", strerror(errno));
+            break;
+        }
+        if (pid == 0) {
+            pr_child_prep(pfd[0]);
+            close(chief_fd);
+            pr_child_main(&cc, &pa, pfd[1], lo, hi, opts);
+            _exit(99);
+        }
+        free(done);
+        close(pfd[1]);
+        fcntl(pfd[0], F_SETFL, fcntl(pfd[0], F_GETFL) | O_NONBLOCK);
+        dsim_debug("dsim worker: task %d (ranks %d..%d) is pid %d", h->task, lo, hi, (int)pid);
+        int rc = pr_agent_attempt(pid, pfd[0], chief_fd);
+        if (rc == 0)
+            break;
+        if (rc < 0) {
+            e = DSIM_ERR(DSIM_EPEER, 0,
+                         "the connection to the chief broke during the job");
+            break;
+        }
+    }
+    free(opts);
+    return e;
 }

@@ -39,6 +39,20 @@
 extern "C" {
 #endif
 
+/* A job spread over machines (dsim worker, sim/engine/multihost.h): this
+ * process hosts task `task` (its child runs that task's ranks, as above);
+ * every other task runs under its own dsim worker, an agent
+ * (dsim_proc_agent) that forks that task's child the same way and relays
+ * its records over a results connection. Tasks are the workers in worker-id
+ * order, then the parameter servers. */
+typedef struct dsim_proc_hosts {
+    int task;
+    const char *addrs;      /* the tcp option addrs= of every rank */
+    const int *listen_fds;  /* this task's ranks' listeners, kept for every attempt */
+    const int *conn;        /* [tasks]: the results connection of each other task */
+    const char *tcp_extra;  /* more tcp options (secret_file=...), or NULL */
+} dsim_proc_hosts;
+
 typedef struct dsim_proc_attempt {
     const dsim_fault *faults; /* the scenario's fault list, or NULL */
     size_t n_faults;
@@ -47,6 +61,7 @@ typedef struct dsim_proc_attempt {
     /* How long the others may take to end once one has failed, beyond the
      * detection bound (<= 0: 5 s). */
     int64_t grace_ns;
+    const dsim_proc_hosts *hosts; /* NULL: every task forked here */
 } dsim_proc_attempt;
 
 typedef struct dsim_proc_outcome {
@@ -64,6 +79,22 @@ typedef struct dsim_proc_outcome {
 dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt *a,
                               dsim_train_result *res, dsim_proc_outcome *out);
 void dsim_proc_outcome_free(dsim_proc_outcome *o);
+
+/* Tells an agent (over its results connection) that the job is over. */
+void dsim_proc_bye(int fd);
+
+/* A task's ranks: workers first (devices_per_host each), then servers. */
+void dsim_proc_task_ranks(const dsim_train_cfg *cfg, int task, int *lo, int *hi);
+
+/* The agent of task h->task under a chief that runs dsim_processes_train
+ * with hosts set: for each attempt the chief starts (with the faults that
+ * already fired and whether to restore), forks the task's child, relays
+ * its records to the chief over `chief_fd` and applies the signals the
+ * chief sends (a kill, the watchdog's); ends the pauses its child begins.
+ * Returns DSIM_OK when the chief says the job is over, an error when the
+ * chief's connection is lost. */
+dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, size_t n_faults,
+                         uint64_t seed, const dsim_proc_hosts *h, int chief_fd);
 
 #ifdef __cplusplus
 }

@@ -455,6 +455,7 @@ typedef struct h_opts {
     void *progress_user;
     int64_t grace_ns, progress_timeout_ns;
     bool no_crash_guard;
+    const struct dsim_proc_hosts *hosts;
 } h_opts;
 
 static dsim_err h_opts_get(const dsim_harness_opts *o, h_opts *out)
@@ -476,6 +477,7 @@ static dsim_err h_opts_get(const dsim_harness_opts *o, h_opts *out)
     out->grace_ns = o->grace_ns;
     out->progress_timeout_ns = o->progress_timeout_ns;
     out->no_crash_guard = o->no_crash_guard;
+    out->hosts = o->hosts;
     return DSIM_OK;
 }
 
@@ -849,7 +851,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     memset(&ref, 0, sizeof ref);
     bool have_ref = false;
     /* Faults or recovery: the job runs under sim/fault, restarts included. */
-    bool processes = cfg.engine && strcmp(cfg.engine, "processes") == 0;
+    bool processes = (cfg.engine && strcmp(cfg.engine, "processes") == 0) || o->hosts;
     bool faulty = processes || s->n_faults > 0 ||
                   (s->recovery && strcmp(s->recovery, "restart") == 0);
     dsim_recovery_run rr;
@@ -867,6 +869,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
             .max_restarts = s->max_restarts,
             .want_clean = restart && h_expects(s, "node_loss"),
             .processes = processes,
+            .hosts = o->hosts,
         };
         dsim_err fe = dsim_recovery_run_job(&cfg, &ro, &rr);
         if (fe != DSIM_OK) {

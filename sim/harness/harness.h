@@ -81,6 +81,8 @@
 #include "scenario/scenario.h"
 #include "store.h"
 
+struct dsim_proc_hosts;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -119,6 +121,10 @@ typedef struct dsim_harness_opts {
     /* Leave the process's signal handlers and exit() alone (see "Crashes"
      * above): a crash then kills the process without storing anything. */
     bool no_crash_guard;
+    /* A job over machines (dsim worker, sim/engine/multihost.h): the tasks
+     * and their results connections; the run goes through the processes
+     * engine whatever the scenario's engine. NULL: one machine. */
+    const struct dsim_proc_hosts *hosts;
 } dsim_harness_opts;
 
 /* What a run came to. */

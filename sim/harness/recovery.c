@@ -94,7 +94,11 @@ static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
         return e;
     }
     dsim_proc_attempt pa = {
-        .faults = o->faults, .n_faults = o->n_faults, .seed = o->seed, .fault_done = st->done};
+        .faults = o->faults,
+        .n_faults = o->n_faults,
+        .seed = o->seed,
+        .fault_done = st->done,
+        .hosts = o->hosts};
     dsim_proc_outcome po;
     dsim_err e = dsim_processes_train(c, &pa, res, &po);
     for (size_t i = 0; i < po.n_events; i++) {

@@ -10,6 +10,8 @@
 #include "dsim/strategy.h"
 #include "fault/fault.h"
 
+struct dsim_proc_hosts;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -22,6 +24,7 @@ typedef struct dsim_recovery_opts {
     int max_restarts; /* at most this many restarts */
     bool want_clean;  /* also run the job without faults (for node_loss) */
     bool processes;   /* one OS process per task (sim/engine/processes.h) */
+    const struct dsim_proc_hosts *hosts; /* processes over machines, or NULL */
 } dsim_recovery_opts;
 
 typedef struct dsim_recovery_run {

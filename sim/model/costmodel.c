@@ -212,21 +212,31 @@ static void cm_step(cm_eval *ev, const cm_xfer *x, int n)
         }
     }
     double gamma = ev->t->device.mem_Bps > 0 ? 3.0 / ev->t->device.mem_Bps : 0;
+    double work = 0, alpha = 0; /* CPU time of the step's copies and reductions */
     for (int i = 0; i < n; i++) {
         int hs = cm_host(ev, x[i].src), hd = cm_host(ev, x[i].dst);
         const dsim_link_model *l = hs != hd ? &ev->t->inter : &ev->t->intra;
         int share = hs != hd ? (ev->nic_out[hs] > ev->nic_in[hd] ? ev->nic_out[hs] : ev->nic_in[hd])
                              : (ev->out_n[x[i].src] > ev->in_n[x[i].dst] ? ev->out_n[x[i].src]
                                                                          : ev->in_n[x[i].dst]);
-        double t = l->latency_s + x[i].bytes * (double)share / l->bandwidth_Bps;
+        double move = ev->t->fused_reduce && x[i].reduce > 0
+                          ? 0
+                          : x[i].bytes * (double)share / l->bandwidth_Bps;
+        double t = l->latency_s + move;
         if (t > ev->arrive[x[i].dst])
             ev->arrive[x[i].dst] = t;
         ev->reduce[x[i].dst] += x[i].reduce * gamma;
+        work += move + x[i].reduce * gamma;
+        if (l->latency_s > alpha)
+            alpha = l->latency_s;
     }
     double worst = 0;
     for (int r = 0; r < p; r++)
         if (ev->arrive[r] + ev->reduce[r] > worst)
             worst = ev->arrive[r] + ev->reduce[r];
+    /* on a machine of `cores` cores the step's work takes at least its share */
+    if (ev->t->cores > 0 && alpha + work / ev->t->cores > worst)
+        worst = alpha + work / ev->t->cores;
     ev->total += worst;
     ev->steps++;
 }
@@ -241,18 +251,24 @@ static double cm_block(size_t count, int m, int k)
 
 static void cm_ring(cm_eval *ev, cm_xfer *x, size_t count, double es)
 {
+    /* Every step of a phase moves every block once, each rank to its right
+     * neighbour, over the same links: the steps of a phase all take as long
+     * as its first, so one is evaluated and counted p - 1 times (which lets
+     * a ring of 65536 ranks be costed at once). */
     int p = ev->p;
-    for (int phase = 0; phase < 2; phase++)
-        for (int s = 0; s < p - 1; s++) {
-            for (int r = 0; r < p; r++) {
-                /* reduce-scatter step s: rank r sends block (r - s) mod p;
-                 * all-gather: block (r + 1 - s) mod p */
-                int blk = ((r - s + (phase ? 1 : 0)) % p + p) % p;
-                double b = cm_block(count, p, blk) * es;
-                x[r] = (cm_xfer){r, (r + 1) % p, b, phase ? 0 : b};
-            }
-            cm_step(ev, x, p);
+    for (int phase = 0; phase < 2; phase++) {
+        for (int r = 0; r < p; r++) {
+            /* reduce-scatter step 0: rank r sends block r; all-gather step
+             * 0: block r + 1 */
+            int blk = (r + (phase ? 1 : 0)) % p;
+            double b = cm_block(count, p, blk) * es;
+            x[r] = (cm_xfer){r, (r + 1) % p, b, phase ? 0 : b};
         }
+        double before = ev->total;
+        cm_step(ev, x, p);
+        ev->total = before + (ev->total - before) * (double)(p - 1);
+        ev->steps += p - 2;
+    }
 }
 
 static int cm_pow2_floor(int p)

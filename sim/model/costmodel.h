@@ -20,6 +20,7 @@
 #ifndef DSIM_COSTMODEL_H
 #define DSIM_COSTMODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "dsim/err.h"
@@ -58,6 +59,13 @@ typedef struct dsim_topology {
     dsim_link_model intra; /* between devices of one host */
     dsim_link_model inter; /* a host's NIC: shared by its devices' flows */
     dsim_device_model device;
+    /* For one machine's own engines (calibrated models): cores > 0 is how
+     * many transfers can move at once (a step lasts at least its copies' and
+     * reductions' CPU time over the cores); fused_reduce: a
+     * transfer that is combined on arrival costs its reduction alone (the
+     * inproc transport combines straight from the sender's buffer). */
+    int cores;
+    bool fused_reduce;
 } dsim_topology;
 
 /* One all-reduce of `bytes` (elements of esize bytes) over every device of

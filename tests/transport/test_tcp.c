@@ -26,6 +26,7 @@
 #include "dsim/err.h"
 #include "dsim/log.h"
 #include "dsim/rt.h"
+#include "dsim/spi/auth.h"
 #include "dsim/spi/transport.h"
 #include "dsim/transport.h"
 
@@ -1050,6 +1051,122 @@ static void test_two_processes(void **state)
     }
 }
 
+/* ---- the cluster secret ---- */
+
+static void secret_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* One exchange from rank 2 (in b) to rank 0 (in a); the send's status. */
+static dsim_err secret_send(tjob *a, tjob *b, char *msg, size_t cap)
+{
+    uint32_t v = 42, w = 0;
+    dsim_req *s, *r;
+    assert_int_equal(dsim_irecv(a->ep[0], 2, 1, 1, &w, sizeof w, &r), DSIM_OK);
+    assert_int_equal(dsim_isend(b->ep[2], 0, 1, 1, &v, sizeof v, &s), DSIM_OK);
+    dsim_err e = dsim_wait(s, dl(b, 5000 * MS), NULL);
+    snprintf(msg, cap, "%s", dsim_errmsg());
+    if (e == DSIM_OK) {
+        assert_int_equal(dsim_wait(r, dl(a, 5000 * MS), NULL), DSIM_OK);
+        assert_int_equal(w, 42);
+    } else {
+        dsim_req_cancel(r);
+    }
+    return e;
+}
+
+/* Known answers: FIPS 180-4's "abc" and RFC 4231's test case 2. */
+static void test_sha256_hmac(void **state)
+{
+    (void)state;
+    static const uint8_t abc[32] = {
+        0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea, 0x41, 0x41, 0x40, 0xde, 0x5d, 0xae, 0x22, 0x23,
+        0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17, 0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61, 0xf2, 0x00, 0x15, 0xad};
+    static const uint8_t rfc2[32] = {
+        0x5b, 0xdc, 0xc1, 0x46, 0xbf, 0x60, 0x75, 0x4e, 0x6a, 0x04, 0x24, 0x26, 0x08, 0x95, 0x75, 0xc7,
+        0x5a, 0x00, 0x3f, 0x08, 0x9d, 0x27, 0x39, 0x83, 0x9d, 0xec, 0x58, 0xb9, 0x64, 0xec, 0x38, 0x43};
+    uint8_t out[32];
+    dsim_sha256("abc", 3, out);
+    assert_memory_equal(out, abc, 32);
+    const char *msg = "what do ya want for nothing?";
+    const void *parts[2] = {msg, msg + 10};
+    size_t lens[2] = {10, strlen(msg) - 10};
+    dsim_hmac_sha256((const uint8_t *)"Jefe", 4, parts, lens, 2, out);
+    assert_memory_equal(out, rfc2, 32);
+    assert_true(dsim_auth_equal(out, rfc2, 32));
+    out[31] ^= 1;
+    assert_false(dsim_auth_equal(out, rfc2, 32));
+}
+
+static void test_secret(void **state)
+{
+    (void)state;
+    dsim_log_set_handler(log_capture, NULL);
+    char f1[] = "/tmp/dsim-secret-1-XXXXXX", f2[] = "/tmp/dsim-secret-2-XXXXXX";
+    int fd1 = mkstemp(f1), fd2 = mkstemp(f2);
+    assert_true(fd1 >= 0 && fd2 >= 0);
+    close(fd1);
+    close(fd2);
+    secret_file(f1, "correct horse battery staple\n");
+    secret_file(f2, "a stray peer's guess\n");
+    char o1[256], o2[256], msg[600];
+    snprintf(o1, sizeof o1, "connect_timeout=2s,secret_file=%s", f1);
+    snprintf(o2, sizeof o2, "connect_timeout=2s,secret_file=%s", f2);
+    for (int kase = 0; kase < 4; kase++) {
+        int ports[3];
+        pick_ports(3, ports);
+        tjob a, b;
+        log_reset();
+        tjob_open(&a, 3, 0, 1, ports, o1);
+        const char *bo = kase == 0 ? o1 : kase == 1 ? o2 : "connect_timeout=2s";
+        if (kase == 3) {
+            /* a raw peer that skips the challenge: refused with the reason */
+            int fd = raw_connect(ports[0]);
+            uint8_t ch[24], h[24], ack[56];
+            assert_int_equal(xread(fd, ch, sizeof ch, 2000), sizeof ch);
+            assert_int_equal(get32(ch), 0x4e545344u); /* "DSTN" */
+            wire_hello(h, HELLO_MAGIC, 2, 0, 3);
+            xwrite(fd, h, sizeof h);
+            assert_int_equal(xread(fd, ack, sizeof ack, 2000), sizeof ack);
+            assert_int_equal(ack[6], 8); /* TCP_REFUSE_AUTH */
+            assert_true(raw_closed(fd, 2000));
+            assert_true(log_has("did not prove that it knows the cluster secret"));
+            close(fd);
+            tjob_close(&a);
+            continue;
+        }
+        tjob_open(&b, 3, 2, 2, ports, bo);
+        dsim_err e = secret_send(&a, &b, msg, sizeof msg);
+        if (kase == 0) {
+            assert_int_equal(e, DSIM_OK);
+        } else if (kase == 1) {
+            assert_int_equal(e, DSIM_EPEER);
+            assert_non_null(strstr(msg, "did not prove that it knows the cluster secret"));
+            assert_true(log_has("refused a connection"));
+        } else {
+            assert_int_equal(e, DSIM_EPEER);
+            assert_non_null(strstr(msg, "demands the cluster secret"));
+        }
+        tjob_close(&b);
+        tjob_close(&a);
+    }
+    /* a bad secret file is a clear error naming it */
+    char bad[600];
+    snprintf(bad, sizeof bad, "secret_file=%s.missing", f1);
+    int ports[3];
+    pick_ports(3, ports);
+    tjob c;
+    assert_int_not_equal(tjob_try(&c, 3, 0, 1, ports, bad), DSIM_OK);
+    assert_non_null(strstr(dsim_errmsg(), ".missing"));
+    unlink(f1);
+    unlink(f2);
+    dsim_log_set_handler(NULL, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1066,6 +1183,8 @@ int main(void)
         cmocka_unit_test(test_paused_peer),
         cmocka_unit_test(test_abort_between_fabrics),
         cmocka_unit_test(test_two_processes),
+        cmocka_unit_test(test_sha256_hmac),
+        cmocka_unit_test(test_secret),
     };
     return cmocka_run_group_tests_name("tcp", tests, NULL, NULL);
 }

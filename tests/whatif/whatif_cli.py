@@ -83,6 +83,48 @@ for args, needle in [
     rc, out, err = run(*args)
     check(rc == 2 and needle in err, f"{args}: exit 2 naming '{needle}' (got {rc}: {err.strip()})")
 
+# --chakra: one trace per rank, Chakra's ET fields, the all-reduce after the
+# compute and before the update
+import json, os, tempfile
+with tempfile.TemporaryDirectory() as d:
+    rc, out, err = run("--hosts", "2", "--devices", "2", "--params", "1M", "--flops", "2M",
+                       "--network", "10gbe", "--chakra", f"{d}/et")
+    files = sorted(os.listdir(f"{d}/et")) if os.path.isdir(f"{d}/et") else []
+    check(rc == 0 and files == [f"trace.{r}.json" for r in range(4)],
+          f"--chakra writes trace.0..3.json ({rc}: {files} {err})")
+    for f in files:
+        doc = json.load(open(f"{d}/et/{f}"))
+        nodes = {n["id"]: n for n in doc["nodes"]}
+        check(doc["global_metadata"]["version"] == "0.0.4", f"{f}: ET version")
+        ar = nodes.get(1, {})
+        attrs = {a["name"]: a for a in ar.get("attr", [])}
+        check(ar.get("type") == "COMM_COLL_NODE" and
+              attrs.get("comm_type", {}).get("string_val") == "ALL_REDUCE" and
+              attrs.get("comm_size", {}).get("int64_val") == 4_000_000,
+              f"{f}: the all-reduce of 1M float32 gradients")
+        check(ar.get("data_deps") == [0] and nodes.get(2, {}).get("data_deps") == [1],
+              f"{f}: compute -> all-reduce -> update")
+        fb = {a["name"]: a for a in nodes.get(0, {}).get("attr", [])}
+        # 3 x 2 MFLOP x 32 examples per replica
+        check(fb.get("num_ops", {}).get("int64_val") == 192_000_000, f"{f}: forward+backward ops")
+    rc, out, err = run("--hosts", "65", "--devices", "64", "--chakra", f"{d}/big")
+    check(rc == 2 and "4096" in err, "--chakra refuses more than 4096 ranks")
+
+# dsim bench --model: the calibrated model beside each measured time
+p = subprocess.run([dsim, "bench", "allreduce", "--ranks", "2", "-b", "4K", "-e", "16K", "-f", "2",
+                    "-n", "3", "-w", "1", "--model", "1"], capture_output=True, text=True,
+                   timeout=120)
+model_rows = [l for l in p.stdout.splitlines()
+              if l.startswith("#  ") and l.split()[1].isdigit()]
+check(p.returncode == 0 and len(model_rows) == 3 and "mean absolute error" in p.stdout,
+      f"bench --model prints a model row per size ({p.returncode}: {p.stdout[-400:]} {p.stderr})")
+for l in model_rows:
+    f = l.split()
+    check(float(f[3]) > 0 and float(f[4]) > 0, f"measured and model times are positive: {l}")
+p = subprocess.run([dsim, "bench", "allreduce", "--transport", "tcp", "--model", "1"],
+                   capture_output=True, text=True, timeout=120)
+check(p.returncode == 2 and "inproc only" in p.stderr, "--model over tcp is refused")
+
 if failures:
     print("FAILED:\n  " + "\n  ".join(failures))
     sys.exit(1)

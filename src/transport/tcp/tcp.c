@@ -27,6 +27,12 @@
  *                      parent that forks the processes of a job binds every
  *                      rank's port first, so no port is ever raced for);
  *                      their addresses in addrs= are the bound ones.
+ *   secret_file=PATH   the cluster secret (dsim/spi/auth.h); without it the
+ *                      environment variable DSIM_CLUSTER_SECRET, when set.
+ *                      With a secret every connection starts with an
+ *                      HMAC-SHA256 challenge and response (see
+ *                      tcp_auth_step): a peer without it is refused and
+ *                      logged before it can send a frame.
  * Without addrs every rank is local and listens on 127.0.0.1, any free port.
  *
  * Connections. One per ordered pair (src, dst), opened by src at its first
@@ -114,6 +120,7 @@
 #include <unistd.h>
 
 #include "dsim/log.h"
+#include "dsim/spi/auth.h"
 #include "dsim/spi/transport.h"
 
 #define TCP_HDR_LEN       48
@@ -122,6 +129,10 @@
 #define TCP_MAGIC_CTL     0x43545344u /* "DSTC" */
 #define TCP_MAGIC_HELLO   0x48545344u /* "DSTH" */
 #define TCP_MAGIC_ACK     0x41545344u /* "DSTA" */
+#define TCP_MAGIC_CHAL    0x4e545344u /* "DSTN": a listener's challenge */
+#define TCP_HELLO_AUTH    1u          /* hello status: a proof of the secret follows */
+#define TCP_AUTH_HELLO    (TCP_HELLO_LEN + DSIM_AUTH_MAC + DSIM_AUTH_NONCE)
+#define TCP_AUTH_ACK      (TCP_HELLO_LEN + DSIM_AUTH_MAC)
 #define TCP_CTL_ABORT     1u          /* body: failed rank (i32), reason */
 #define TCP_CTL_WITHDRAWN 2u          /* body: the 48 header bytes of a withdrawn frame */
 #define TCP_CTL_MAX       4096u
@@ -158,6 +169,7 @@ enum {
     TCP_REFUSE_CLOSED,
     TCP_REFUSE_DUP,
     TCP_REFUSE_LOST,
+    TCP_REFUSE_AUTH,
     TCP_REFUSE_COUNT
 };
 
@@ -170,6 +182,7 @@ static const char *const tcp_refusal_text[TCP_REFUSE_COUNT] = {
     "that rank has closed its endpoint",
     "that rank already has a live connection from this rank",
     "that rank's link from this rank already broke (a broken link is not reopened)",
+    "it did not prove that it knows the cluster secret",
 };
 
 typedef struct tcp_link {
@@ -230,8 +243,10 @@ typedef struct tcp_conn {
     int attempts, last_errno;
     /* The loop thread only. */
     dsim_ep *ep;
-    uint8_t hello[TCP_HELLO_LEN];
-    size_t hello_got;
+    uint8_t hello[TCP_AUTH_HELLO];
+    size_t hello_got, hello_need;
+    int auth_stage;                 /* see tcp_auth_step */
+    uint8_t nonce[DSIM_AUTH_NONCE]; /* the one this side sent */
     int rstate, rkind;
     uint8_t rhdr[TCP_HDR_LEN];
     size_t rhdr_got;
@@ -284,6 +299,7 @@ typedef struct tcp_fabric {
     tcp_local *locals;
     atomic_int aborted;
     int abort_peer; /* written once, before aborted is set */
+    dsim_secret secret; /* len 0: connections are not authenticated */
     char abort_why[TCP_WHY_MAX + 1];
 } tcp_fabric;
 
@@ -843,6 +859,16 @@ static void tcp_connected_locked(tcp_loop *lp, tcp_conn *c, int64_t now, tcp_aft
     socklen_t el = sizeof err;
     if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0)
         err = errno;
+    if (err == 0 && tf->secret.len) {
+        /* The listener speaks first: its challenge, then our hello. */
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        epoll_ctl(lp->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+        c->hello_got = 0;
+        c->hello_need = TCP_HELLO_LEN;
+        c->auth_stage = 1;
+        tcp_set_state(c, TCP_HELLO);
+        return;
+    }
     if (err == 0) {
         uint8_t h[TCP_HELLO_LEN];
         tcp_hello_put(h, TCP_MAGIC_HELLO, 0, c->local, c->peer, tf->nranks);
@@ -851,6 +877,8 @@ static void tcp_connected_locked(tcp_loop *lp, tcp_conn *c, int64_t now, tcp_aft
             struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
             epoll_ctl(lp->epfd, EPOLL_CTL_MOD, c->fd, &ev);
             c->hello_got = 0;
+            c->hello_need = TCP_HELLO_LEN;
+            c->auth_stage = 0;
             tcp_set_state(c, TCP_HELLO);
             return;
         }
@@ -1172,6 +1200,15 @@ static void tcp_read(tcp_loop *lp, tcp_conn *c)
     }
 }
 
+/* The MAC after the 24-byte message at m is that of (label, nonce, m). */
+static int tcp_auth_ok(const tcp_fabric *tf, const char *label, const uint8_t *nonce,
+                       const uint8_t *m)
+{
+    uint8_t mac[DSIM_AUTH_MAC];
+    dsim_auth_mac(&tf->secret, label, nonce, m, TCP_HELLO_LEN, mac);
+    return dsim_auth_equal(mac, m + TCP_HELLO_LEN, DSIM_AUTH_MAC);
+}
+
 /* The connecting side's view of the reply to its hello. */
 static void tcp_ack_check(tcp_loop *lp, tcp_conn *c, tcp_after *a)
 {
@@ -1197,6 +1234,11 @@ static void tcp_ack_check(tcp_loop *lp, tcp_conn *c, tcp_after *a)
                         "the process at %s answered as rank %d of %d, not as rank %d of %d; "
                         "check the addresses",
                         c->where, (int)h.from, (int)h.nranks, c->peer, tf->nranks);
+    else if (tf->secret.len && !tcp_auth_ok(tf, "dsim-tcp-ack", c->nonce, c->hello))
+        tcp_kill_locked(c, DSIM_EPEER, a,
+                        "peer %d at %s accepted rank %d's connection without proof that it knows "
+                        "the cluster secret; refusing to talk to it",
+                        c->peer, c->where, c->local);
     else
         tcp_up_locked(lp, c, a);
 }
@@ -1217,7 +1259,10 @@ static void tcp_hello_check(tcp_loop *lp, tcp_conn *c, tcp_after *a)
     }
     int st = TCP_ACCEPTED;
     tcp_local *lc = tcp_local_of(tf, c->local);
-    if (h.version != DSIM_TP_VERSION)
+    if (tf->secret.len && (!(h.status & TCP_HELLO_AUTH) || c->hello_got < TCP_AUTH_HELLO ||
+                           !tcp_auth_ok(tf, "dsim-tcp-hello", c->nonce, c->hello)))
+        st = TCP_REFUSE_AUTH;
+    else if (h.version != DSIM_TP_VERSION)
         st = TCP_REFUSE_VERSION;
     else if (h.to != c->local)
         st = TCP_REFUSE_RANK;
@@ -1231,9 +1276,13 @@ static void tcp_hello_check(tcp_loop *lp, tcp_conn *c, tcp_after *a)
         st = TCP_REFUSE_LOST;
     else if (lc->in[h.from])
         st = TCP_REFUSE_DUP;
-    uint8_t ack[TCP_HELLO_LEN];
+    uint8_t ack[TCP_AUTH_ACK] = {0};
+    size_t ack_len = tf->secret.len ? TCP_AUTH_ACK : TCP_HELLO_LEN;
     tcp_hello_put(ack, TCP_MAGIC_ACK, (uint16_t)st, c->local, h.from, tf->nranks);
-    ssize_t n = send(c->fd, ack, sizeof ack, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (tf->secret.len && st == TCP_ACCEPTED)
+        dsim_auth_mac(&tf->secret, "dsim-tcp-ack", c->hello + TCP_HELLO_LEN + DSIM_AUTH_MAC, ack,
+                      TCP_HELLO_LEN, ack + TCP_HELLO_LEN);
+    ssize_t n = send(c->fd, ack, ack_len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (st != TCP_ACCEPTED) {
         dsim_warn("tcp: rank %d refused a connection from %s claiming to be rank %d of %d "
                   "(asking for rank %d): %s",
@@ -1242,7 +1291,7 @@ static void tcp_hello_check(tcp_loop *lp, tcp_conn *c, tcp_after *a)
                         c->where, tcp_refusal_text[st]);
         return;
     }
-    if (n != (ssize_t)sizeof ack) {
+    if (n != (ssize_t)ack_len) {
         tcp_kill_locked(c, DSIM_EPEER, a,
                         "rank %d could not answer the handshake of rank %d at %s: %s", c->local,
                         (int)h.from, c->where, n < 0 ? strerror(errno) : "short write");
@@ -1253,12 +1302,76 @@ static void tcp_hello_check(tcp_loop *lp, tcp_conn *c, tcp_after *a)
     tcp_up_locked(lp, c, a);
 }
 
+/* The cluster secret's part of the handshake (dsim/spi/auth.h), between
+ * reads of c->hello_need bytes:
+ *   listener: on accept sends "DSTN" + nonce_s (24 bytes); reads the hello;
+ *     one without the TCP_HELLO_AUTH flag is refused at once, else it reads
+ *     the MAC and nonce_c that follow and tcp_hello_check judges them;
+ *     its ACK carries HMAC("dsim-tcp-ack", nonce_c, ack).
+ *   connector: waits for the challenge, then sends the hello with the flag,
+ *     HMAC("dsim-tcp-hello", nonce_s, hello) and nonce_c; reads ACK + MAC.
+ * A connector without the secret that meets a challenge, or a listener's
+ * plain ACK where a challenge was due, fails with the reason.
+ * Returns 1 when it handled this step (more to read, or c killed), 0 when
+ * the usual checks take over. */
+static int tcp_auth_step(tcp_loop *lp, tcp_conn *c, tcp_after *a)
+{
+    tcp_fabric *tf = lp->tf;
+    uint32_t magic = tcp_get32(c->hello);
+    if (c->kind == TCP_OUT && !tf->secret.len) {
+        if (magic != TCP_MAGIC_CHAL)
+            return 0;
+        tcp_kill_locked(c, DSIM_EPEER, a,
+                        "peer %d at %s demands the cluster secret and rank %d has none; give every "
+                        "process of the job the same secret (%s, or the tcp option secret_file=)",
+                        c->peer, c->where, c->local, DSIM_SECRET_ENV);
+        return 1;
+    }
+    if (!tf->secret.len)
+        return 0;
+    if (c->kind == TCP_OUT && c->auth_stage == 1) {
+        if (magic != TCP_MAGIC_CHAL) {
+            tcp_kill_locked(c, DSIM_EPEER, a,
+                            "peer %d at %s did not challenge rank %d for the cluster secret; does "
+                            "it have the same secret (%s)?",
+                            c->peer, c->where, c->local, DSIM_SECRET_ENV);
+            return 1;
+        }
+        uint8_t m[TCP_AUTH_HELLO];
+        tcp_hello_put(m, TCP_MAGIC_HELLO, TCP_HELLO_AUTH, c->local, c->peer, tf->nranks);
+        dsim_auth_mac(&tf->secret, "dsim-tcp-hello", c->hello + 8, m, TCP_HELLO_LEN,
+                      m + TCP_HELLO_LEN);
+        if (dsim_auth_nonce(c->nonce) != DSIM_OK) {
+            tcp_kill_locked(c, DSIM_EIO, a, "rank %d: %s", c->local, dsim_errmsg());
+            return 1;
+        }
+        memcpy(m + TCP_HELLO_LEN + DSIM_AUTH_MAC, c->nonce, DSIM_AUTH_NONCE);
+        ssize_t n = send(c->fd, m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n != (ssize_t)sizeof m) {
+            tcp_kill_locked(c, DSIM_EPEER, a, "rank %d could not send its hello to peer %d at %s: %s",
+                            c->local, c->peer, c->where, n < 0 ? strerror(errno) : "short write");
+            return 1;
+        }
+        c->auth_stage = 2;
+        c->hello_got = 0;
+        c->hello_need = TCP_AUTH_ACK;
+        return 1;
+    }
+    if (c->kind == TCP_IN && c->hello_need == TCP_HELLO_LEN && magic == TCP_MAGIC_HELLO &&
+        (tcp_get16(c->hello + 6) & TCP_HELLO_AUTH)) {
+        c->hello_need = TCP_AUTH_HELLO; /* the proof follows */
+        return 1;
+    }
+    return 0;
+}
+
 static void tcp_hello_read(tcp_loop *lp, tcp_conn *c)
 {
     tcp_after a = {0};
-    while (c->hello_got < TCP_HELLO_LEN) {
+again:
+    while (c->hello_got < c->hello_need) {
         /* Exactly the hello: what follows it belongs to the frame reader. */
-        ssize_t n = recv(c->fd, c->hello + c->hello_got, TCP_HELLO_LEN - c->hello_got, 0);
+        ssize_t n = recv(c->fd, c->hello + c->hello_got, c->hello_need - c->hello_got, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -1272,7 +1385,7 @@ static void tcp_hello_read(tcp_loop *lp, tcp_conn *c)
             } else {
                 dsim_debug("tcp: rank %d: a connection from %s closed during its handshake "
                            "(%zu of %d bytes)",
-                           c->local, c->where, c->hello_got, TCP_HELLO_LEN);
+                           c->local, c->where, c->hello_got, (int)c->hello_need);
                 tcp_kill_locked(c, DSIM_EPEER, &a,
                                 "a connection from %s to rank %d closed during its handshake",
                                 c->where, c->local);
@@ -1284,6 +1397,13 @@ static void tcp_hello_read(tcp_loop *lp, tcp_conn *c)
         c->hello_got += (size_t)n;
     }
     dsim_waitq_lock(lp->lock);
+    if (tcp_state(c) == TCP_HELLO && tcp_auth_step(lp, c, &a)) {
+        dsim_waitq_unlock(lp->lock);
+        tcp_after_run(lp, &a);
+        if (tcp_state(c) == TCP_HELLO)
+            goto again;
+        return;
+    }
     if (tcp_state(c) == TCP_HELLO) {
         if (c->kind == TCP_OUT)
             tcp_ack_check(lp, c, &a);
@@ -1375,6 +1495,23 @@ static void tcp_accept(tcp_loop *lp, tcp_local *lc)
                            dsim_errmsg());
             tcp_conn_free(c);
             continue;
+        }
+        c->hello_need = TCP_HELLO_LEN;
+        if (tf->secret.len) {
+            uint8_t ch[TCP_HELLO_LEN] = {0};
+            tcp_put32(ch, TCP_MAGIC_CHAL);
+            tcp_put16(ch + 4, DSIM_TP_VERSION);
+            ssize_t n = -1;
+            if (dsim_auth_nonce(c->nonce) == DSIM_OK) {
+                memcpy(ch + 8, c->nonce, DSIM_AUTH_NONCE);
+                n = send(fd, ch, sizeof ch, MSG_NOSIGNAL | MSG_DONTWAIT);
+            }
+            if (n != (ssize_t)sizeof ch) {
+                dsim_warn("tcp: rank %d could not challenge a connection from %s", lc->rank,
+                          c->where);
+                tcp_conn_free(c);
+                continue;
+            }
         }
         dsim_waitq_lock(lp->lock);
         c->deadline = tcp_now(tf) + tf->connect_timeout;
@@ -1572,7 +1709,7 @@ static void *tcp_loop_main(void *arg)
 #define TCP_MAX_FDS 1024
 
 typedef struct tcp_opts {
-    char *addrs, *addrs_file;
+    char *addrs, *addrs_file, *secret_file;
     int fds[TCP_MAX_FDS];
     int n_fds;
     int have_local, lo, hi;
@@ -1583,7 +1720,7 @@ typedef struct tcp_opts {
 
 #define TCP_KNOWN                                                                                  \
     "addrs=HOST:PORT;..., addrs_file=PATH, local=A-B, connect_timeout=30s, io_threads=N, "         \
-    "max_frame=BYTES, listen_fds=FD;FD;..."
+    "max_frame=BYTES, listen_fds=FD;FD;..., secret_file=PATH"
 
 static dsim_err tcp_opt_duration(const char *key, const char *val, int64_t *out)
 {
@@ -1676,6 +1813,11 @@ static dsim_err tcp_parse_opts(tcp_fabric *tf, const char *options, tcp_opts *o)
                 e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory reading the tcp options");
         } else if (strcmp(key, "local") == 0) {
             e = tcp_opt_local(tf, val, o);
+        } else if (strcmp(key, "secret_file") == 0) {
+            free(o->secret_file);
+            o->secret_file = strdup(val);
+            if (!o->secret_file)
+                e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory reading the tcp options");
         } else if (strcmp(key, "listen_fds") == 0) {
             o->n_fds = 0;
             for (const char *p = val; e == DSIM_OK && *p;) {
@@ -2037,6 +2179,9 @@ static dsim_err tcp_fabric_open(dsim_fabric *f, const char *options)
     tf->all_local = tf->lo == 0 && tf->hi == tf->nranks - 1;
     tf->connect_timeout = o.connect_timeout;
     tf->max_frame = o.max_frame;
+    e = dsim_secret_load(o.secret_file, &tf->secret);
+    if (e != DSIM_OK)
+        goto out;
     if (!tf->all_local && !o.addrs && !o.addrs_file) {
         e = DSIM_ERR(DSIM_EINVAL, -1,
                      "tcp option local=%d-%d leaves ranks of the %d-rank fabric in other "
@@ -2148,6 +2293,7 @@ static dsim_err tcp_fabric_open(dsim_fabric *f, const char *options)
 out:
     free(o.addrs);
     free(o.addrs_file);
+    free(o.secret_file);
     if (e != DSIM_OK) {
         /* Keep the message: teardown makes no calls that set errors. */
         tcp_teardown(tf);
