@@ -154,6 +154,14 @@ dsim_err dsim_flight_write(const char *path, uint64_t run_id, const char *scenar
         for (size_t k = 0; k < res->n_stuck && res->stuck; k++)
             if (res->stuck[k].where.server < 0 && res->stuck[k].where.replica == d->rank)
                 dsim_train_stuck_describe(&res->stuck[k], left, sizeof left);
+        /* Calls made and none kept: the recorder was not read, which the
+         * driver does only for a replica it left running (a worker process
+         * reports that one without saying where it was). */
+        if (!left[0] && d->calls > 0 && d->n == 0)
+            snprintf(left, sizeof left,
+                     "replica %d, in or after its call %" PRIu64
+                     " (its worker process did not say where)",
+                     d->rank, d->calls);
         json_array_append_new(ranks, json_pack("{s:i, s:I, s:I, s:o, s:s?}", "rank", d->rank,
                                                "pg_id", (json_int_t)d->comm_id, "calls",
                                                (json_int_t)d->calls, "entries", entries,
@@ -353,7 +361,23 @@ dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
         }
     ds.seq = s;
     char a[160], b[160], diff[96];
-    if (!s) {
+    int n_left = 0;
+    for (int i = 0; i < n; i++)
+        n_left += rk[i].left[0] != '\0';
+    if (!s && n_left) {
+        /* Every recorder read is complete, and those that would say more
+         * were not read: say where their ranks were. */
+        fprintf(out,
+                "\nno recorded collective is left unfinished, but the watchdog left %d rank%s "
+                "running, whose recorder%s could not be read:\n",
+                n_left, n_left == 1 ? "" : "s", n_left == 1 ? "" : "s");
+        for (int i = 0; i < n; i++)
+            if (rk[i].left[0])
+                fprintf(out, "  rank %d: %s\n", rk[i].rank, rk[i].left);
+        fprintf(out, "\nverdict: the rank%s above never returned: stuck in %s own code or in "
+                     "the collective named, which no abort could end\n",
+                n_left == 1 ? "" : "s", n_left == 1 ? "its" : "their");
+    } else if (!s) {
         fprintf(out, "\nevery rank completed every recorded collective: no desynchronisation; "
                      "the failure happened outside the collectives (see the run's error)\n");
     } else {
