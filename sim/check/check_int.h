@@ -12,6 +12,7 @@ extern const dsim_check_ops dsim_check_convergence;
 extern const dsim_check_ops dsim_check_node_loss;
 extern const dsim_check_ops dsim_check_checkpoint_roundtrip;
 extern const dsim_check_ops dsim_check_performance;
+extern const dsim_check_ops dsim_check_cold_start;
 
 /* Writes (or appends) a message into msg[cap], truncating; always
  * terminated. Used instead of snprintf so that a long peer message is cut

@@ -8,30 +8,13 @@
 #include "check/check.h"
 #include "check/check_int.h"
 
-#define NONE NAN /* optional threshold: not set unless the scenario gives it */
-
-static const dsim_check_ops check_cold_start = {
-    .size = sizeof(dsim_check_ops),
-    .name = "cold_start",
-    .summary = "each start-up phase (rendezvous, connect, broadcast, first step) under its bound",
-    .available = false,
-    .n_params = 2,
-    .params =
-        {
-            {"max_rendezvous_s", "seconds until every worker joined the group", 0, 86400, NONE,
-             false},
-            {"max_first_step_s", "seconds until the first step is done on every worker", 0, 86400,
-             NONE, false},
-        },
-};
-
 static const dsim_check_ops *const check_table[] = {
     &dsim_check_gradient_consistency,
     &dsim_check_shard_coverage,
     &dsim_check_convergence,
     &dsim_check_node_loss,
     &dsim_check_checkpoint_roundtrip,
-    &check_cold_start,
+    &dsim_check_cold_start,
     &dsim_check_performance,
 };
 #define CHECK_N (sizeof check_table / sizeof check_table[0])

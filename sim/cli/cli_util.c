@@ -37,3 +37,24 @@ int dsim_cli_plugin_dir(const char *cmd, const char *dir)
     free(path);
     return 0;
 }
+
+int dsim_cli_output_flags(const char *cmd, int argc, char **argv, int *i, const char **db,
+                          const char **out)
+{
+    int missing = 0;
+    const char *v;
+    if ((v = dsim_cli_flag(argc, argv, i, "--db", &missing)))
+        *db = v;
+    else if (!missing && (v = dsim_cli_flag(argc, argv, i, "-o", &missing)))
+        *out = v;
+    else if (!missing && (v = dsim_cli_flag(argc, argv, i, "--output", &missing)))
+        *out = v;
+    else if (!missing)
+        return 0;
+    if (missing || !*v) {
+        fprintf(stderr, "dsim %s: %s needs a value (a file path); see 'dsim %s --help'\n", cmd,
+                argv[*i], cmd);
+        return 2;
+    }
+    return 1;
+}

@@ -36,6 +36,7 @@
 #include "dsim/err.h"
 #include "dsim/strategy.h"
 #include "harness/harness.h"
+#include "report.h"
 #include "report_ci.h"
 #include "scenario/scenario.h"
 #include "store.h"
@@ -48,8 +49,8 @@ void cmd_run_help(FILE *out)
 {
     fprintf(out,
             "usage: dsim run [SCENARIO...] [--engine E] [--seed N] [--db PATH] [--plugin-dir DIR]\n"
-            "                [--combination K] [--no-plugins] [--json] [--junit FILE]\n"
-            "                [--tap]\n"
+            "                [--combination K] [--no-plugins] [--json] [--junit FILE] [--tap]\n"
+            "                [--report]\n"
             "\n"
             "Runs each scenario file (default: %s), judges the run with\n"
             "the checks of the file's expect: section, stores it in the results store and\n"
@@ -76,6 +77,11 @@ void cmd_run_help(FILE *out)
             "                    message, an error for a run that could not be judged\n"
             "  --tap             print TAP on stdout instead of the table (meson test's\n"
             "                    protocol: 'tap'): a test per check; the table goes to stderr\n"
+            "  --report          at the end, write the HTML report of the runs ('dsim\n"
+            "                    report') next to the results store, as dsim-report-ID.html\n"
+            "                    (dsim-report-FIRST-LAST.html for several); the last line\n"
+            "                    printed is its path (with --json: the summary's \"report\";\n"
+            "                    with --tap: on stderr)\n"
             "\n"
             "Progress: on a terminal one line rewritten in place (step, loss, examples/s);\n"
             "otherwise about %d plain lines per run.\n"
@@ -167,6 +173,7 @@ typedef struct run_opts {
     bool no_plugins;
     const char *junit; /* --junit FILE (report_ci.h) */
     bool tap;
+    bool report; /* --report: the HTML report next to the store */
 } run_opts;
 
 static int run_parse(int argc, char **argv, run_opts *o)
@@ -188,6 +195,8 @@ static int run_parse(int argc, char **argv, run_opts *o)
             o->no_plugins = true;
         } else if (strcmp(a, "--tap") == 0) {
             o->tap = true;
+        } else if (strcmp(a, "--report") == 0) {
+            o->report = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--junit", &missing))) {
             o->junit = v;
         } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--engine", &missing))) {
@@ -242,8 +251,8 @@ static int run_parse(int argc, char **argv, run_opts *o)
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr,
                     "dsim run: unknown option '%s' (accepted: --engine E, --seed N, --db PATH, "
-                    "--plugin-dir DIR, --no-plugins, --json, --junit FILE, --tap; see 'dsim run "
-                    "--help')\n",
+                    "--plugin-dir DIR, --no-plugins, --json, --junit FILE, --tap, --report; see "
+                    "'dsim run --help')\n",
                     a);
             return 2;
         } else {
@@ -347,14 +356,6 @@ static int run_load(const run_opts *o, run_item *it)
                  "forbids loading one (its code would run in this process)",
                  it->file, it->s->plugin_pos.line, it->s->plugin_pos.column,
                  it->s->train.plugin_path);
-        fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
-        return 2;
-    }
-    if (o->engine && strcmp(o->engine, "threads") != 0 && strcmp(o->engine, "processes") != 0) {
-        DSIM_ERR(DSIM_ENOTSUP, -1,
-                 "%s: --engine %s is not supported by this build yet (accepted: threads, "
-                 "processes)",
-                 it->file, o->engine);
         fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
         return 2;
     }
@@ -530,7 +531,12 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
            rep->examples_per_s);
     if (rep->restarts)
         printf(", %d restart(s)", rep->restarts);
+    if (rep->deterministic)
+        printf(", %.6f s virtual%s", (double)rep->engine_ns / 1e9,
+               rep->restarts ? " (the last attempt)" : "");
     printf("\n");
+    if (rep->deterministic)
+        printf("trace %016" PRIx64 " (%" PRIu64 " events)\n", rep->trace_hash, rep->trace_events);
     if (rep->run_id > 0)
         printf("run %" PRId64 " stored in %s\n", (int64_t)rep->run_id, db);
     if (rep->flight_path[0])
@@ -538,6 +544,10 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
                "not join which collective\n",
                rep->flight_path, (int64_t)rep->run_id, strcmp(db, "dsim.db") ? " --db " : "",
                strcmp(db, "dsim.db") ? db : "");
+    if (rep->deterministic && rep->run_id > 0 && rep->status != DSIM_RUN_PASSED)
+        printf("replay it (same scenario text, seed and engine; the trace hash must match):\n"
+               "  dsim replay %" PRId64 " --db %s\n",
+               (int64_t)rep->run_id, db);
     fflush(stdout);
 }
 
@@ -555,6 +565,8 @@ static json_t *run_num_json(double v)
 
 static json_t *run_report_json(const run_item *it, const dsim_harness_result *rep)
 {
+    char hash[24];
+    snprintf(hash, sizeof hash, "%016" PRIx64, rep->trace_hash);
     json_t *checks = json_array();
     for (size_t i = 0; i < rep->n_checks; i++) {
         const dsim_check_outcome *c = &rep->checks[i];
@@ -577,14 +589,51 @@ static json_t *run_report_json(const run_item *it, const dsim_harness_result *re
                                                (json_int_t)k->collective_calls, "message", where));
     }
     return json_pack(
-        "{s:s, s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:o, s:s?, s:s?, s:o, s:o}",
+        "{s:s, s:s, s:I, s:s, s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:o, s:s?, s:s?, s:o, s:o, "
+        "s:s?}",
         "scenario", it->s->name, "file", it->file, "run_id", (json_int_t)rep->run_id, "status",
         dsim_run_status_name(rep->status), "strategy", it->s->train.strategy, "engine",
         run_engine(it), "seed", (json_int_t)it->s->seed, "steps", (json_int_t)rep->steps,
         "examples", (json_int_t)rep->examples, "wall_s", rep->wall_s, "examples_per_s",
         rep->examples_per_s, "final_loss", run_num_json(rep->final_loss), "error",
         rep->train_err != DSIM_OK ? rep->train_msg : NULL, "harness_error",
-        rep->harness_error ? rep->harness_msg : NULL, "checks", checks, "stuck", stuck);
+        rep->harness_error ? rep->harness_msg : NULL, "checks", checks, "stuck", stuck,
+        "trace_hash", rep->deterministic ? hash : NULL);
+}
+
+/* --report: the runs' HTML report in the store's directory. Returns the
+ * path (to free) or NULL after a message. */
+static char *run_write_report(const char *db, const dsim_harness_result *reps, int n)
+{
+    int64_t *ids = calloc((size_t)n + 1, sizeof *ids);
+    size_t k = 0;
+    for (int i = 0; ids && i < n; i++)
+        if (reps[i].run_id > 0)
+            ids[k++] = (int64_t)reps[i].run_id;
+    char *path = NULL;
+    if (!ids || k == 0) {
+        fprintf(stderr, "dsim run: no report: %s\n",
+                ids ? "no run was stored" : "out of memory");
+        free(ids);
+        return NULL;
+    }
+    const char *slash = strrchr(db, '/');
+    int dlen = slash ? (int)(slash - db) + 1 : 0;
+    int ok = k == 1 ? asprintf(&path, "%.*sdsim-report-%" PRId64 ".html", dlen, db, ids[0])
+                    : asprintf(&path, "%.*sdsim-report-%" PRId64 "-%" PRId64 ".html", dlen, db,
+                               ids[0], ids[k - 1]);
+    if (ok < 0) {
+        fprintf(stderr, "dsim run: no report: out of memory\n");
+        free(ids);
+        return NULL;
+    }
+    if (dsim_report_html_write(db, ids, k, path) != DSIM_OK) {
+        fprintf(stderr, "dsim run: writing the report: %s\n", dsim_errmsg());
+        free(path);
+        path = NULL;
+    }
+    free(ids);
+    return path;
 }
 
 int cmd_run(int argc, char **argv)
@@ -650,12 +699,18 @@ int cmd_run(int argc, char **argv)
         }
         run_signals_stop();
     }
+    char *report = NULL;
+    if (o.report && n_ran > 0 && !atomic_load(&run_interrupted)) {
+        report = run_write_report(db, reps, n_ran);
+        if (!report)
+            rc = 2;
+    }
     if (o.json && n_ran > 0) {
         json_t *arr = json_array();
         for (int i = 0; i < n_ran; i++)
             json_array_append_new(arr, run_report_json(&items[i], &reps[i]));
-        json_t *root = json_pack("{s:s, s:b, s:i, s:o}", "db", db, "passed", rc == 0, "exit_status",
-                                 rc, "runs", arr);
+        json_t *root = json_pack("{s:s, s:b, s:i, s:o, s:s?}", "db", db, "passed", rc == 0,
+                                 "exit_status", rc, "runs", arr, "report", report);
         char *txt = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
         if (txt)
             printf("%s\n", txt);
@@ -669,6 +724,9 @@ int cmd_run(int argc, char **argv)
             passed += reps[i].status == DSIM_RUN_PASSED;
         printf("\n%d scenarios: %d passed, %d did not\n", n_ran, passed, n_ran - passed);
     }
+    if (report && !o.json)
+        fprintf(o.tap ? stderr : stdout, "%s\n", report);
+    free(report);
     if (dsim_ci_close(ci) != 0)
         rc = 2;
     for (int i = 0; i < n_loaded; i++) {

@@ -1,4 +1,4 @@
-/* dsim trace: reading what a run left behind. `desync` analyses the flight
+/* dsim trace: what a run left behind. `desync` analyses the flight
  * records of a failed run (sim/diag/flight.h). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,7 +11,9 @@
 
 void cmd_trace_help(FILE *out)
 {
+    dsim_cmd_trace_export_help(out);
     fprintf(out,
+            "\n"
             "usage: dsim trace desync RUN_ID [--db PATH]\n"
             "       dsim trace desync FILE.json\n"
             "\n"
@@ -36,14 +38,9 @@ void cmd_trace_help(FILE *out)
             DSIM_STORE_DEFAULT_PATH);
 }
 
-int cmd_trace(int argc, char **argv)
+/* dsim trace desync RUN_ID|FILE [--db PATH] */
+static int trace_desync(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "desync") != 0) {
-        fprintf(stderr, "dsim trace: %s%s%s; accepted: desync (see 'dsim trace --help')\n",
-                argc < 2 ? "name what to trace" : "unknown trace '", argc < 2 ? "" : argv[1],
-                argc < 2 ? "" : "'");
-        return 2;
-    }
     const char *what = NULL, *db = NULL;
     for (int i = 2; i < argc; i++) {
         int missing = 0;
@@ -92,4 +89,13 @@ int cmd_trace(int argc, char **argv)
         return 2;
     }
     return 0;
+}
+
+/* 'dsim trace desync ...' reads the flight records; 'dsim trace RUN_ID'
+ * writes the run as Chrome trace-event JSON (cmd_trace_export.c). */
+int cmd_trace(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], "desync") == 0)
+        return trace_desync(argc, argv);
+    return dsim_cmd_trace_export(argc, argv);
 }

@@ -22,6 +22,8 @@ int cmd_run(int argc, char **argv);
 void cmd_run_help(FILE *out);
 int cmd_validate(int argc, char **argv);
 void cmd_validate_help(FILE *out);
+int cmd_replay(int argc, char **argv);
+void cmd_replay_help(FILE *out);
 int cmd_plan(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 void cmd_worker_help(FILE *out);
@@ -30,11 +32,22 @@ int cmd_trace(int argc, char **argv);
 void cmd_trace_help(FILE *out);
 int cmd_whatif(int argc, char **argv);
 void cmd_whatif_help(FILE *out);
+int cmd_report(int argc, char **argv);
+void cmd_report_help(FILE *out);
+/* dsim trace RUN_ID: the run as Chrome trace-event JSON (cmd_trace_export.c) */
+int dsim_cmd_trace_export(int argc, char **argv);
+void dsim_cmd_trace_export_help(FILE *out);
 
 /* The value of `--name VALUE` or `--name=VALUE` at argv[*i] (advancing *i
  * past a separate value); NULL if argv[*i] is another flag. Sets *missing
  * when the flag is there without a value. */
 const char *dsim_cli_flag(int argc, char **argv, int *i, const char *name, int *missing);
+
+/* --db PATH, -o FILE and --output FILE of report and trace at argv[*i]:
+ * 1 taken (into *db or *out, advancing *i past a separate value), 0 not one
+ * of them, 2 after a message (no value, or an empty one). */
+int dsim_cli_output_flags(const char *cmd, int argc, char **argv, int *i, const char **db,
+                          const char **out);
 
 /* --plugin-dir DIR of run, validate and plan: DIR is searched first for a
  * strategy plugin named by a bare file name (before $DSIM_PLUGIN_PATH and

@@ -17,12 +17,16 @@ static const dsim_cmd main_cmds[] = {
      cmd_list_help},
     {"run", "run scenarios, judge them with their checks, store the results", cmd_run,
      cmd_run_help},
-    {"trace", "read what a failed run left: 'desync RUN_ID' says why it hung", cmd_trace,
-     cmd_trace_help},
     {"whatif", "predict step and all-reduce time on other hardware (cost models)", cmd_whatif,
      cmd_whatif_help},
     {"worker", "run one task of a multi-machine job (TF_CONFIG, mpirun, srun)", cmd_worker,
      cmd_worker_help},
+    {"report", "write runs of the results store as one HTML page with plots", cmd_report,
+     cmd_report_help},
+    {"trace", "a run as Chrome trace-event JSON; 'desync RUN_ID': why a failed run hung",
+     cmd_trace, cmd_trace_help},
+    {"replay", "run a stored sim run again and compare its event trace", cmd_replay,
+     cmd_replay_help},
 };
 #define MAIN_NCMDS (sizeof main_cmds / sizeof main_cmds[0])
 

@@ -92,6 +92,10 @@ typedef struct fs_timer {
 } fs_timer;
 
 struct dsim_faults {
+    /* hooks that were in the configuration before attach: called after
+     * the faults' own phase hook (fs_phase) */
+    const dsim_train_hooks *next_hooks;
+    void *next_user;
     dsim_fault *list;
     size_t n;
     uint64_t seed;
@@ -135,6 +139,16 @@ static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, c
 
 static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, const char *fmt, ...)
 {
+    char text[sizeof fs->ev[0].text];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    uint64_t th = 0xcbf29ce484222325ULL; /* FNV-1a of the text, for the trace */
+    for (const char *c = text; *c; c++)
+        th = (th ^ (unsigned char)*c) * 0x100000001b3ULL;
+    dsim_rt_trace(fs->rt, DSIM_TRACE_FAULT, ((uint64_t)(uint32_t)fault << 32) | (uint32_t)rank,
+                  (uint64_t)(now - fs->t0), th);
     if (fs->n_ev == fs->cap_ev) {
         size_t cap = fs->cap_ev ? 2 * fs->cap_ev : 32;
         if (cap > 100000)
@@ -155,10 +169,7 @@ static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, c
         e->lost = fs->lost_rank;
         fs->loss_unreported = false;
     }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->text, sizeof e->text, fmt, ap);
-    va_end(ap);
+    memcpy(e->text, text, sizeof text);
     dsim_info("fault: %s", e->text);
 }
 
@@ -695,6 +706,7 @@ static void fs_detach(void *user, dsim_fabric *f)
     dsim_waitq_destroy(fs->q);
     fs->q = NULL;
     fs->fab = NULL;
+    fs->rt = NULL; /* the job's, gone with it: later events are not traced */
 }
 
 /* ---- the hooks ---- */
@@ -801,9 +813,10 @@ static const char *const fs_fiu_phase[DSIM_PHASE_COUNT] = {
     [DSIM_PHASE_DONE] = "dsim/phase/done",
 };
 
-static dsim_hook_action fs_phase(void *user, int r, dsim_phase p, uint64_t gs)
+static dsim_hook_action fs_phase(void *user, int r, dsim_phase p, uint64_t gs);
+
+static dsim_hook_action fs_phase_own(dsim_faults *fs, int r, dsim_phase p, uint64_t gs)
 {
-    dsim_faults *fs = user;
     if (r < 0 || r >= fs->N || !fs->q)
         return DSIM_HOOK_GO;
     (void)fs_fiu_phase;
@@ -1048,6 +1061,18 @@ dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, i
     return DSIM_OK;
 }
 
+/* The faults' own hook, then the hooks the configuration had before
+ * dsim_faults_attach (the harness's phase recorder) for a replica that
+ * goes on. */
+static dsim_hook_action fs_phase(void *user, int r, dsim_phase p, uint64_t gs)
+{
+    dsim_faults *fs = user;
+    dsim_hook_action a = fs_phase_own(fs, r, p, gs);
+    if (a == DSIM_HOOK_GO && fs->next_hooks && fs->next_hooks->phase)
+        a = fs->next_hooks->phase(fs->next_user, r, p, gs);
+    return a;
+}
+
 void dsim_faults_destroy(dsim_faults *fs)
 {
     if (!fs)
@@ -1089,6 +1114,10 @@ void dsim_faults_attach(dsim_faults *fs, dsim_train_cfg *cfg)
     }
     cfg->transport_filter = &fs->filter;
     cfg->transport_filter_user = fs;
+    if (cfg->hooks && cfg->hooks != &fs->hooks) {
+        fs->next_hooks = cfg->hooks;
+        fs->next_user = cfg->hooks_user;
+    }
     cfg->hooks = &fs->hooks;
     cfg->hooks_user = fs;
 }

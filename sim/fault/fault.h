@@ -149,7 +149,9 @@ dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, i
                             int devices_per_host, int num_ps, dsim_faults **out);
 void dsim_faults_destroy(dsim_faults *fs);
 
-/* Points cfg's transport filter and hooks at fs (fs must outlive the run). */
+/* Points cfg's transport filter and hooks at fs (fs must outlive the run).
+ * Hooks cfg had before are kept: their phase hook is called after the
+ * faults' own for a replica that goes on. */
 void dsim_faults_attach(dsim_faults *fs, dsim_train_cfg *cfg);
 
 /* For a job spread over processes (the processes engine): what to do when a

@@ -25,7 +25,9 @@
 #include "dsim/dataset.h"
 #include "dsim/health.h"
 #include "diag/flight.h"
+#include "engine/sim.h"
 #include "fault/fault.h"
+#include "phase_rec.h"
 #include "recovery.h"
 #include "harness.h"
 
@@ -443,6 +445,9 @@ static void hg_guard_install(void)
     on_exit(hg_on_exit, NULL);
 }
 
+/* A CPU core's rate for the model's kernels: 10 GFLOP/s. */
+#define H_DEVICE_FLOPS 1e10
+
 /* ---- preparing a scenario ---- */
 
 typedef struct h_opts {
@@ -492,11 +497,21 @@ static const char *h_engine(const dsim_scenario *s)
 static dsim_err h_check(const dsim_scenario *s)
 {
     const char *eng = h_engine(s);
-    if (strcmp(eng, "threads") != 0 && strcmp(eng, "processes") != 0)
+    if (strcmp(eng, "threads") != 0 && strcmp(eng, "processes") != 0 && strcmp(eng, "sim") != 0)
         return DSIM_ERR(DSIM_ENOTSUP, -1,
-                        "%s: engine %s is not supported by this build yet (accepted: threads, "
-                        "processes)",
+                        "%s: engine %s is not supported by this build (accepted: threads, "
+                        "processes, sim)",
                         s->path ? s->path : "(scenario)", eng);
+    if (strcmp(eng, "sim") == 0) {
+        if (s->train.transport && strcmp(s->train.transport, "inproc") != 0)
+            return DSIM_ERR(DSIM_ENOTSUP, -1,
+                            "%s: transport %s needs real threads and sockets; engine sim runs "
+                            "every worker on one thread with the inproc transport (use engine "
+                            "threads or processes for %s)",
+                            s->path ? s->path : "(scenario)", s->train.transport,
+                            s->train.transport);
+        DSIM_CHECK(dsim_sim_engine_register());
+    }
     DSIM_CHECK(dsim_scenario_runnable(s));
     if (s->train.plugin_path &&
         dsim_strategy_load(s->train.strategy, s->train.plugin_path) != DSIM_OK) {
@@ -785,6 +800,117 @@ static void h_store_stuck(dsim_store *st, const dsim_harness_result *out, int64_
     }
 }
 
+/* The liveness phase (TigerBeetle's VOPR shape): every fault healed, every
+ * worker restarted -- from the checkpoint the safety phase left, if any --
+ * and the job must reach liveness.reach_step within liveness.within on the
+ * engine's clock. Judged as one more outcome, "liveness", so that a job
+ * that never recovers is told apart from a crash or a wrong result. */
+static uint64_t h_liveness(const dsim_scenario *s, const dsim_train_cfg *run_cfg,
+                           dsim_harness_result *out)
+{
+    dsim_train_cfg c = *run_cfg;
+    c.observer = NULL;
+    c.observer_user = NULL;
+    c.hooks = NULL;
+    c.hooks_user = NULL;
+    c.transport_filter = NULL;
+    c.transport_filter_user = NULL;
+    c.preempt_after = 0;
+    c.preempt_notice = NULL;
+    /* one process, its ranks as workers of the scenario's engine */
+    if (c.engine && strcmp(c.engine, "processes") == 0)
+        c.engine = NULL;
+    c.restore = c.checkpoint_path && access(c.checkpoint_path, F_OK) == 0;
+    c.stop_after = s->liveness_step;
+    dsim_train_result r;
+    dsim_err e = dsim_train(&c, &r);
+    int64_t took = 0;
+    for (int i = 0; r.replicas && i < r.num_replicas; i++)
+        if (r.replicas[i].t_end - r.t_start > took)
+            took = r.replicas[i].t_end - r.t_start;
+    uint64_t reached = e == DSIM_OK ? r.first_step + r.steps : 0;
+    double within = (double)s->liveness_within_ns / 1e9, t = (double)took / 1e9;
+    dsim_check_outcome *oc = realloc(out->checks, (out->n_checks + 1) * sizeof *oc);
+    if (!oc) {
+        dsim_train_result_free(&r);
+        h_fail(out, "judging liveness");
+        return 0;
+    }
+    out->checks = oc;
+    oc = &out->checks[out->n_checks++];
+    memset(oc, 0, sizeof *oc);
+    oc->name = "liveness";
+    oc->result.measured = e == DSIM_OK ? t : NAN;
+    oc->result.expected = within;
+    char from[96];
+    if (c.restore)
+        snprintf(from, sizeof from, "from the checkpoint at step %llu",
+                 (unsigned long long)r.first_step);
+    else
+        snprintf(from, sizeof from, "from the start (no checkpoint)");
+    if (e == DSIM_OK && reached < s->liveness_step)
+        snprintf(oc->result.message, sizeof oc->result.message,
+                 "LIVENESS: liveness.reach_step %llu is beyond the job's last step %llu: it can "
+                 "never be reached; lower it",
+                 (unsigned long long)s->liveness_step, (unsigned long long)reached);
+    else if (e != DSIM_OK)
+        snprintf(oc->result.message, sizeof oc->result.message,
+                 "LIVENESS FAILURE: with every fault healed and every worker restarted %s, the "
+                 "job did not reach step %llu: %.300s",
+                 from, (unsigned long long)s->liveness_step, r.error.msg);
+    else if (t > within)
+        snprintf(oc->result.message, sizeof oc->result.message,
+                 "LIVENESS FAILURE: with every fault healed and every worker restarted %s, the "
+                 "job reached step %llu only after %.6g s, over the %.6g s allowed",
+                 from, (unsigned long long)s->liveness_step, t, within);
+    else {
+        oc->check_passed = true;
+        snprintf(oc->result.message, sizeof oc->result.message,
+                 "with every fault healed and every worker restarted %s, the job reached step "
+                 "%llu in %.6g s (within %.6g s)",
+                 from, (unsigned long long)s->liveness_step, t, within);
+    }
+    oc->passed = oc->check_passed;
+    oc->result.passed = oc->check_passed;
+    if (!oc->passed)
+        out->n_failed++;
+    uint64_t h = r.trace_hash;
+    dsim_train_result_free(&r);
+    return h;
+}
+
+/* Cold start: one phase event per replica that started, at the time it
+ * entered rendezvous, with the times (s from the job's start) it first
+ * entered each start-up phase and finished its first step. */
+static void h_store_phases(dsim_store *st, dsim_harness_result *out, const dsim_train_result *r)
+{
+    static const dsim_phase ph[] = {DSIM_PHASE_START, DSIM_PHASE_RENDEZVOUS, DSIM_PHASE_RESTORE,
+                                    DSIM_PHASE_CREATE_VARIABLES, DSIM_PHASE_COMPUTE};
+    for (int i = 0; r->replicas && i < r->num_replicas; i++) {
+        const dsim_train_replica_end *e = &r->replicas[i];
+        if (!e->t_first[DSIM_PHASE_START])
+            continue;
+        json_t *j = json_object();
+        for (size_t k = 0; j && k < sizeof ph / sizeof ph[0]; k++)
+            if (e->t_first[ph[k]])
+                json_object_set_new(j, dsim_phase_name(ph[k]),
+                                    json_real((double)(e->t_first[ph[k]] - r->t_start) / 1e9));
+        if (j && e->t_first_step)
+            json_object_set_new(j, "first_step_done",
+                                json_real((double)(e->t_first_step - r->t_start) / 1e9));
+        json_t *ev = j ? json_pack("{s:s, s:o}", "cold_start", "phases", "t_s", j) : NULL;
+        char *detail = ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        json_decref(ev);
+        dsim_err e2 = HG_STORE(dsim_store_event(st, out->run_id, i, e->t_first[DSIM_PHASE_START],
+                                                DSIM_EVENT_PHASE, detail ? detail : "cold start"));
+        free(detail);
+        if (e2 != DSIM_OK) {
+            h_fail(out, "recording the start-up phases");
+            return;
+        }
+    }
+}
+
 static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, int slot,
                       dsim_harness_result *out)
 {
@@ -794,6 +920,11 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     if (o->progress_timeout_ns)
         cfg.progress_timeout_ns = o->progress_timeout_ns;
     cfg.record_params = cfg.record_params || h_wants_trace(s, &cfg);
+    /* The cost model: a replica's step computes at this rate. It moves the
+     * virtual clock under sim (elsewhere it is only counted), so that steps
+     * take time and a timeout counts from work done, not from time 0. */
+    if (cfg.device_flops == 0)
+        cfg.device_flops = H_DEVICE_FLOPS;
 
     h_run *run = calloc(1, sizeof *run);
     if (!run) {
@@ -845,6 +976,14 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     run->t0_ns = h_now_ns();
     cfg.observer = h_observer;
     cfg.observer_user = run;
+    /* The phases' times for reports, where the hooks run in this process on
+     * the steps' clock (phase_rec.h). */
+    bool threads = !cfg.engine || strcmp(cfg.engine, "threads") == 0;
+    h_phase_rec *phases = st && threads && !cfg.hooks
+                              ? h_phase_rec_create(R, run->total ? run->total : h_total_steps(&cfg))
+                              : NULL;
+    if (phases)
+        h_phase_rec_attach(phases, &cfg);
 
     dsim_train_result res, ref;
     memset(&res, 0, sizeof res);
@@ -921,6 +1060,31 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
             h_fail(out, "recording the fault events");
             break;
         }
+    }
+    /* A worker left stuck inside the phase hooks (a fault's pause) may still
+     * call the recorder: then it is neither read nor freed. */
+    bool in_hook = false;
+    for (size_t i = 0; phases && i < res.n_stuck; i++)
+        in_hook |= res.stuck[i].callback && strcmp(res.stuck[i].callback, "the phase hook") == 0;
+    if (phases && in_hook) {
+        phases = NULL;
+        cfg.hooks = NULL;
+        cfg.hooks_user = NULL;
+    }
+    if (phases) {
+        dsim_algo pa = cfg.communication;
+        if (pa == DSIM_ALGO_AUTO && res.n_params)
+            pa = dsim_allreduce_decide(res.n_params * sizeof(float), R);
+        if (HG_STORE(h_phase_rec_store(phases, st, out->run_id,
+                                       R > 1 && cfg.num_ps == 0 && pa != DSIM_ALGO_AUTO
+                                           ? dsim_algo_name(pa)
+                                           : NULL,
+                                       (uint64_t)res.n_params * sizeof(float))) != DSIM_OK)
+            h_fail(out, "recording the phases");
+        h_phase_rec_destroy(phases);
+        phases = NULL;
+        cfg.hooks = NULL;
+        cfg.hooks_user = NULL;
     }
     if (faulty && rr.restarts && st &&
         HG_STORE(dsim_store_event(st, out->run_id, -1, t_end, DSIM_EVENT_RESTART,
@@ -1011,6 +1175,8 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         }
     }
 
+    if (st)
+        h_store_phases(st, out, &res);
     size_t n = dsim_check_outcome_count(s);
     out->checks = calloc(n ? n : 1, sizeof *out->checks);
     dsim_check_ctx ctx = {
@@ -1026,6 +1192,9 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         h_fail(out, "judging the run");
         out->n_checks = 0;
     }
+    uint64_t live_hash = 0;
+    if (s->has_liveness && out->checks && !out->harness_error)
+        live_hash = h_liveness(s, &cfg, out);
     for (size_t i = 0; st && i < out->n_checks; i++) {
         const dsim_check_outcome *c = &out->checks[i];
         if (HG_STORE(dsim_store_check(st, out->run_id, c->name, c->passed, c->result.measured,
@@ -1103,7 +1272,18 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
                   : crashed          ? DSIM_RUN_CRASHED
                   : out->n_failed    ? DSIM_RUN_FAILED
                                      : DSIM_RUN_PASSED;
-    if (st && HG_STORE(dsim_store_end_run(st, out->run_id, out->status, NULL, 0)) != DSIM_OK) {
+    out->deterministic = strcmp(h_engine(s), "sim") == 0;
+    out->trace_hash = faulty ? rr.trace_hash : res.trace_hash;
+    /* the liveness phase is part of the run's trace */
+    out->trace_hash ^= live_hash * 0x9e3779b97f4a7c15ULL;
+    out->trace_events = res.trace_events;
+    for (int r = 0; res.replicas && r < res.num_replicas; r++)
+        if (res.replicas[r].t_end - res.t_start > out->engine_ns)
+            out->engine_ns = res.replicas[r].t_end - res.t_start;
+    char hash[24];
+    snprintf(hash, sizeof hash, "%016" PRIx64, out->trace_hash);
+    if (st && HG_STORE(dsim_store_end_run(st, out->run_id, out->status,
+                                          out->deterministic ? hash : NULL, 0)) != DSIM_OK) {
         h_fail(out, "ending the run in the results store");
         out->status = DSIM_RUN_ERROR;
     }
@@ -1125,6 +1305,7 @@ dsim_err dsim_harness_run(const dsim_scenario *s, const dsim_harness_opts *opts,
     out->final_loss = NAN;
     out->status = DSIM_RUN_ERROR;
     pthread_once(&hg_once, hg_init);
+    (void)dsim_sim_engine_register();
     h_opts o;
     memset(&o, 0, sizeof o);
     dsim_err e = s ? h_opts_get(opts, &o)
@@ -1207,4 +1388,87 @@ void dsim_harness_result_free(dsim_harness_result *r)
     r->n_checks = r->n_failed = r->n_stuck = 0;
     free(r->timeline);
     r->timeline = NULL;
+}
+
+/* ---- replay ---- */
+
+dsim_err dsim_harness_replay(const char *db_path, dsim_run_id id, const dsim_harness_opts *opts,
+                             dsim_harness_result *out, dsim_harness_replay_info *info)
+{
+    if (!out || !info)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_harness_replay: out and info are needed");
+    memset(out, 0, sizeof *out);
+    memset(info, 0, sizeof *info);
+    out->status = DSIM_RUN_ERROR;
+    out->final_loss = NAN;
+    dsim_stored_run sr;
+    DSIM_CHECK(dsim_store_read_run(db_path, id, &sr));
+    dsim_err e = DSIM_OK;
+    const char *db = db_path ? db_path : DSIM_STORE_DEFAULT_PATH;
+    if (!sr.engine || strcmp(sr.engine, "sim") != 0)
+        e = DSIM_ERR(DSIM_ENOTSUP, -1,
+                     "%s: run %lld ran on engine %s: only runs under engine sim are "
+                     "deterministic and replay event for event (dsim run --engine sim)",
+                     db, (long long)id, sr.engine ? sr.engine : "(none)");
+    else if (!sr.scenario_text)
+        e = DSIM_ERR(DSIM_EINVAL, -1, "%s: run %lld has no scenario text stored", db,
+                     (long long)id);
+    else if (!sr.trace_hash)
+        e = DSIM_ERR(DSIM_EINVAL, -1,
+                     "%s: run %lld has no trace hash (status %s): it never ended, so there is "
+                     "nothing to compare with",
+                     db, (long long)id, sr.status ? sr.status : "unknown");
+    if (e != DSIM_OK) {
+        dsim_stored_run_free(&sr);
+        return e;
+    }
+    snprintf(info->scenario, sizeof info->scenario, "%s", sr.scenario ? sr.scenario : "");
+    snprintf(info->stored_hash, sizeof info->stored_hash, "%s", sr.trace_hash);
+    info->seed = sr.seed;
+    dsim_harness_opts o;
+    if (opts && opts->size == sizeof o)
+        o = *opts;
+    else
+        o = (dsim_harness_opts){.size = sizeof o};
+    o.engine_override = "sim";
+    o.has_seed = true;
+    o.seed = sr.seed;
+    char path[192];
+    snprintf(path, sizeof path, "%s (run %lld)", info->scenario, (long long)id);
+    dsim_scenario *s = NULL;
+    e = dsim_scenario_parse(path, sr.scenario_text, strlen(sr.scenario_text), &s);
+    /* A file with a matrix: section stored one run per combination, under
+     * the combination's name: run that one again. */
+    size_t nc = e == DSIM_OK && s->n_combinations ? dsim_scenario_combinations(s) : 0;
+    dsim_scenario *pick = NULL;
+    for (size_t k = 0; k < nc && !pick && e == DSIM_OK; k++) {
+        dsim_scenario *c = NULL;
+        e = dsim_scenario_combination(s, k, &c);
+        if (e == DSIM_OK && strcmp(c->name, info->scenario) == 0)
+            pick = c;
+        else
+            dsim_scenario_free(c);
+    }
+    if (e == DSIM_OK && nc && !pick)
+        e = DSIM_ERR(DSIM_ENOENT, -1,
+                     "%s: run %lld (%s): its scenario file makes %zu runs and none of them is "
+                     "named so",
+                     db, (long long)id, info->scenario, nc);
+    if (pick) {
+        dsim_scenario_free(s);
+        s = pick;
+    }
+    if (e == DSIM_OK) {
+        e = dsim_harness_run(s, &o, out);
+    } else {
+        out->harness_error = true;
+        snprintf(out->harness_msg, sizeof out->harness_msg, "%s", dsim_errmsg());
+    }
+    dsim_scenario_free(s);
+    if (e == DSIM_OK) {
+        snprintf(info->replay_hash, sizeof info->replay_hash, "%016" PRIx64, out->trace_hash);
+        info->matched = strcmp(info->replay_hash, info->stored_hash) == 0;
+    }
+    dsim_stored_run_free(&sr);
+    return e;
 }

@@ -164,6 +164,16 @@ typedef struct dsim_harness_result {
      * each was (dsim_train_stuck_describe makes a sentence of one). */
     dsim_train_stuck *stuck;
     size_t n_stuck;
+    /* engine sim: the hash of the run's event trace (every attempt's, for
+     * a run with faults), as stored in runs.trace_hash; equal scenario and
+     * seed give equal hashes. deterministic is false (and the hash 0) on
+     * the other engines. */
+    bool deterministic;
+    uint64_t trace_hash;
+    uint64_t trace_events; /* in the last attempt's trace */
+    /* Time on the engine's clock from the workers' start to the last one's
+     * return (virtual under sim; 0 when the run failed before). */
+    int64_t engine_ns;
 } dsim_harness_result;
 
 /* Applies opts' overrides to s in place and checks that this build can run
@@ -190,6 +200,25 @@ dsim_err dsim_harness_run_text(const char *path, const char *text, size_t len,
                                const dsim_harness_opts *opts, dsim_harness_result *out);
 
 void dsim_harness_result_free(dsim_harness_result *r);
+
+/* What dsim_harness_replay compared. */
+typedef struct dsim_harness_replay_info {
+    char scenario[128];   /* the stored run's scenario name */
+    uint64_t seed;        /* its seed */
+    char stored_hash[24]; /* its trace hash (hex) */
+    char replay_hash[24]; /* the new run's */
+    bool matched;         /* equal hashes: the same events in the same order */
+} dsim_harness_replay_info;
+
+/* Runs stored run `id` of the database at db_path again, from its stored
+ * scenario text and seed on the sim engine, and compares the trace hashes.
+ * opts (may be NULL) says where the new run is stored, as for
+ * dsim_harness_run; its engine and seed overrides are ignored. DSIM_OK when
+ * the replay ran (info->matched says whether it matched); DSIM_ENOENT for
+ * no such run, DSIM_ENOTSUP for a run that did not run under sim (only
+ * those are deterministic), with a message. */
+dsim_err dsim_harness_replay(const char *db_path, dsim_run_id id, const dsim_harness_opts *opts,
+                             dsim_harness_result *out, dsim_harness_replay_info *info);
 
 /* For a thread that ends the process next (an interrupt): waits for the
  * store calls in flight of every run in progress, refuses any later one,

@@ -140,6 +140,15 @@ static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
     return e;
 }
 
+/* Attempts in order: the run's trace is theirs, one after the other. */
+static uint64_t rc_fold(uint64_t h, uint64_t attempt)
+{
+    uint64_t z = (h ^ attempt) + 0x9e3779b97f4a7c15ULL + (h << 6);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
 dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_opts *o,
                                dsim_recovery_run *out)
 {
@@ -158,8 +167,12 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
         c.observer = NULL;
         c.hooks = NULL;
         c.transport_filter = NULL;
-        c.engine = NULL;
+        /* a process of its own per worker adds nothing to a clean run;
+         * under sim it stays there, deterministic like the rest */
+        if (c.engine && strcmp(c.engine, "processes") == 0)
+            c.engine = NULL;
         out->clean_err = dsim_train(&c, &out->clean);
+        out->trace_hash = rc_fold(out->trace_hash, out->clean.trace_hash);
         out->has_clean = true;
     }
     rc_state st = {.o = o};
@@ -177,6 +190,7 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
     dsim_train_cfg c = *cfg;
     c.restore = false;
     out->err = rc_attempt(&st, &c, 0, out, &out->final);
+    out->trace_hash = rc_fold(out->trace_hash, out->final.trace_hash);
     /* What the broken attempt left: the backup a restart would resume from. */
     out->ckpt_state = 0;
     if (out->err != DSIM_OK && cfg->checkpoint_path) {
@@ -209,6 +223,7 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
         c = *cfg;
         c.restore = cfg->checkpoint_path != NULL;
         out->err = rc_attempt(&st, &c, out->restarts, out, &out->final);
+        out->trace_hash = rc_fold(out->trace_hash, out->final.trace_hash);
     }
     dsim_faults_destroy(st.fs);
     free(st.done);

@@ -56,6 +56,9 @@ typedef struct dsim_recovery_run {
     int *event_attempt;
     size_t n_events;
     dsim_faults_stats stats; /* summed over the attempts */
+    /* The attempts' trace hashes folded in order (clean run first); 0
+     * parts unless the engine is deterministic. */
+    uint64_t trace_hash;
 } dsim_recovery_run;
 
 /* Runs cfg (not changed) under the faults: attempt 0 with the faults from

@@ -37,7 +37,7 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
         "name: example                 # required: [A-Za-z0-9_.-]+\n"
         "# description: \"free text\"    # optional\n"
         "seed: %d\n"
-        "engine: %s                # threads | processes | sim (only threads runs today)\n"
+        "engine: %s                # threads | processes | sim\n"
         "\n"
         "cluster:\n"
         "  hosts: %d\n"
@@ -93,9 +93,12 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
         "#   path: ckpt/example.ckpt\n"
         "#   every: %d                   # global steps between checkpoints\n"
         "\n"
-        "faults: []                     # parsed; not run yet\n"
-        "recovery: %s                 # none | restart (restart not run yet)\n"
-        "expect: {}                     # the checks: dsim list checks\n",
+        "faults: []                     # kill, partition, drop, ...: scenarios/FORMAT.md\n"
+        "recovery: %s                 # none | restart\n"
+        "expect: {}                     # the checks: dsim list checks\n"
+        "# liveness:                    # none by default: after the run, healed and\n"
+        "#   reach_step: 16             # restarted, the job must reach this step\n"
+        "#   within: 30s                # within this long\n",
         DSIM_SCENARIO_DEF_SEED, DSIM_SCENARIO_DEF_ENGINE, t.hosts, t.devices_per_host, t.num_ps,
         net->name, presets, lat, bw, DSIM_SCENARIO_DEF_STRATEGY, dsim_algo_name(t.communication),
         dsim_ps_mode_name(t.ps_mode), tmo, hint, htmo, DSIM_SCENARIO_DEF_HEALTH_RETRIES,

@@ -34,7 +34,7 @@
 #define SCEN_MAX_FILE  (1u << 20)
 #define SCEN_MAX_KEYS  24
 #define SCEN_MAX_STR   4096
-#define SCEN_MAX_HOSTS 4096
+#define SCEN_MAX_HOSTS DSIM_TRAIN_MAX_REPLICAS
 /* dsim_train's limits (dsim/strategy.h), refused here with their position
  * rather than by the run. */
 #define SCEN_MAX_PS DSIM_TRAIN_MAX_PS
@@ -560,11 +560,13 @@ enum {
     T_RECOVERY,
     T_EXPECT,
     T_MATRIX,
+    T_LIVENESS,
     T_N
 };
 static const char *const scen_top_keys[T_N] = {
     "name",      "description", "seed",       "engine", "cluster",  "strategy", "model",
-    "optimizer", "data",        "checkpoint", "faults", "recovery", "expect",   "matrix"};
+    "optimizer", "data",        "checkpoint", "faults", "recovery", "expect",   "matrix",
+    "liveness"};
 
 enum { C_HOSTS, C_DPH, C_PS, C_TFC, C_NET, C_N };
 static const char *const scen_cluster_keys[C_N] = {"hosts", "devices_per_host", "ps", "tf_config",
@@ -1818,6 +1820,24 @@ static dsim_err scen_top(const scen_ctx *c, scen_state *st)
     }
     DSIM_CHECK(scen_set_str(c, &s->recovery, scen_recoveries[v].name));
     s->recovery_pos = scen_pos(m->val[T_RECOVERY]);
+    const scen_node *lv = m->val[T_LIVENESS];
+    if (lv) {
+        /* liveness: {reach_step: 40, within: 60s} */
+        enum { L_STEP, L_WITHIN, L_N };
+        static const char *const lkeys[L_N] = {"reach_step", "within"};
+        scen_map lm;
+        DSIM_CHECK(scen_map_read(c, lv, m->key[T_LIVENESS], "liveness", lkeys, L_N, &lm));
+        if (!lm.val[L_STEP] || !lm.val[L_WITHIN])
+            return scen_fail(c, m->key[T_LIVENESS],
+                             "liveness: needs both reach_step (the global step the healed job "
+                             "must reach) and within (how long it may take)");
+        int64_t step = 0, within = 0;
+        DSIM_CHECK(scen_int(c, &lm, L_STEP, 1, INT64_MAX / 2, &step));
+        DSIM_CHECK(scen_duration(c, &lm, L_WITHIN, 1, &within));
+        s->has_liveness = true;
+        s->liveness_step = (uint64_t)step;
+        s->liveness_within_ns = within;
+    }
     return DSIM_OK;
 }
 
@@ -2156,11 +2176,15 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
 {
     if (!s)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_scenario_runnable: the scenario is NULL");
-    if (s->engine && strcmp(s->engine, "threads") != 0 && strcmp(s->engine, "processes") != 0)
+    const char *eng = s->train.engine ? s->train.engine : s->engine ? s->engine : "threads";
+    int64_t replicas = (int64_t)s->train.hosts * s->train.devices_per_host;
+    if (strcmp(eng, "sim") != 0 && replicas > DSIM_TRAIN_MAX_THREAD_REPLICAS)
         return DSIM_ERR(DSIM_ENOTSUP, -1,
-                        "%s:%d:%d: engine: the %s engine is not supported yet; this build runs "
-                        "engine: threads and processes",
-                        s->path, s->engine_pos.line, s->engine_pos.column, s->engine);
+                        "%s: cluster: %lld replicas on engine %s, which runs a thread per "
+                        "replica: accepted at most %d there; engine sim runs up to %d (a "
+                        "coroutine each)",
+                        s->path, (long long)replicas, eng, DSIM_TRAIN_MAX_THREAD_REPLICAS,
+                        DSIM_TRAIN_MAX_REPLICAS);
     for (size_t i = 0; i < s->n_expect; i++) {
         const dsim_expect *x = &s->expect[i];
         if (!x->check->available)

@@ -67,6 +67,14 @@ typedef struct dsim_scenario {
     char *recovery;   /* "none" | "restart" (BackupAndRestore), or NULL */
     int max_restarts; /* restarts recovery may make (recovery: {max_restarts: N}) */
 
+    /* liveness: {reach_step: N, within: DURATION}: after the run (the
+     * safety phase, faults on, its checks judged) every fault is healed and
+     * the job restarted (from checkpoint.path when one was written); it
+     * must reach global step N within DURATION of the engine's clock. */
+    bool has_liveness;
+    uint64_t liveness_step;
+    int64_t liveness_within_ns;
+
     dsim_expect *expect;
     size_t n_expect;
     /* expect.error: the run must fail with an error whose message contains

@@ -1295,3 +1295,79 @@ dsim_err dsim_store_close(dsim_store *st)
     store_free(st);
     return e;
 }
+
+/* ---- reading a run back ---- */
+
+static char *store_col_dup(sqlite3_stmt *q, int col, bool *oom)
+{
+    const unsigned char *t = sqlite3_column_text(q, col);
+    if (!t)
+        return NULL;
+    char *d = strdup((const char *)t);
+    if (!d)
+        *oom = true;
+    return d;
+}
+
+void dsim_stored_run_free(dsim_stored_run *r)
+{
+    if (!r)
+        return;
+    free(r->scenario);
+    free(r->scenario_text);
+    free(r->engine);
+    free(r->status);
+    free(r->trace_hash);
+    memset(r, 0, sizeof *r);
+}
+
+dsim_err dsim_store_read_run(const char *path, dsim_run_id id, dsim_stored_run *out)
+{
+    if (!out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_read_run: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!path)
+        path = DSIM_STORE_DEFAULT_PATH;
+    sqlite3 *h = NULL;
+    if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        dsim_err e = DSIM_ERR(DSIM_ENOENT, -1, "%s: cannot open the results store: %s", path,
+                              h ? sqlite3_errmsg(h) : "out of memory");
+        sqlite3_close(h);
+        return e;
+    }
+    sqlite3_busy_timeout(h, 5000);
+    sqlite3_stmt *q = NULL;
+    dsim_err e = DSIM_OK;
+    if (sqlite3_prepare_v2(h,
+                           "SELECT scenario, scenario_text, seed, engine, status, trace_hash "
+                           "FROM runs WHERE id = ?",
+                           -1, &q, NULL) != SQLITE_OK) {
+        e = DSIM_ERR(DSIM_EIO, -1, "%s: not a dsim results store (%s)", path, sqlite3_errmsg(h));
+        sqlite3_close(h);
+        return e;
+    }
+    sqlite3_bind_int64(q, 1, id);
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) {
+        bool oom = false;
+        out->scenario = store_col_dup(q, 0, &oom);
+        out->scenario_text = store_col_dup(q, 1, &oom);
+        out->seed = (uint64_t)sqlite3_column_int64(q, 2);
+        out->engine = store_col_dup(q, 3, &oom);
+        out->status = store_col_dup(q, 4, &oom);
+        out->trace_hash = store_col_dup(q, 5, &oom);
+        if (oom)
+            e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory reading run %lld", (long long)id);
+    } else if (rc == SQLITE_DONE) {
+        e = DSIM_ERR(DSIM_ENOENT, -1, "%s: there is no run %lld (dsim list runs shows them)", path,
+                     (long long)id);
+    } else {
+        e = DSIM_ERR(DSIM_EIO, -1, "%s: reading run %lld: %s", path, (long long)id,
+                     sqlite3_errmsg(h));
+    }
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+    if (e != DSIM_OK)
+        dsim_stored_run_free(out);
+    return e;
+}

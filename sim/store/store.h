@@ -96,6 +96,20 @@ typedef enum dsim_run_status {
 /* "passed", "failed", "error", "hung", "crashed" ("unknown" otherwise). */
 const char *dsim_run_status_name(dsim_run_status s);
 
+/* A stored run as `dsim replay` needs it; strings are the caller's to free
+ * with dsim_stored_run_free. */
+typedef struct dsim_stored_run {
+    char *scenario, *scenario_text, *engine, *status;
+    char *trace_hash; /* NULL when none was stored */
+    uint64_t seed;
+} dsim_stored_run;
+
+/* Reads run `id` of the database at path (read-only; the writer of a store
+ * open in this process commits first with dsim_store_flush). DSIM_ENOENT
+ * when there is no such run or no such file, with a message naming both. */
+dsim_err dsim_store_read_run(const char *path, dsim_run_id id, dsim_stored_run *out);
+void dsim_stored_run_free(dsim_stored_run *r);
+
 /* Sets the run's status, trace hash (hex text, or NULL) and end time (wall
  * clock ns; 0: now), and waits until that and everything queued before it is
  * committed. Records for the run after this are refused. */

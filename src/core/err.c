@@ -5,8 +5,22 @@
 
 #include "dsim/err.h"
 #include "dsim/log.h"
+#include "dsim/spi/rt.h"
 
 static _Thread_local dsim_error err_tls = {.code = DSIM_OK, .peer = -1};
+static const dsim_error err_init = {.code = DSIM_OK, .peer = -1};
+
+/* Each worker has its own last error, also when an engine runs many on one
+ * OS thread (spi/rt.h). */
+static void *err_tls_addr(void)
+{
+    return &err_tls;
+}
+
+__attribute__((constructor)) static void err_register_state(void)
+{
+    dsim_rt_worker_state_add(err_tls_addr, &err_init, sizeof err_tls);
+}
 
 static const char *const err_names[DSIM_ERR_COUNT] = {
     [DSIM_OK] = "success",

@@ -83,6 +83,11 @@ dsim_err dsim_rt_register(const struct dsim_rt_ops *ops)
 
 dsim_err dsim_rt_create(const char *engine, dsim_rt **out)
 {
+    return dsim_rt_create_seeded(engine, 0, out);
+}
+
+dsim_err dsim_rt_create_seeded(const char *engine, uint64_t seed, dsim_rt **out)
+{
     if (!out)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_rt_create: out is NULL");
     *out = NULL;
@@ -105,6 +110,7 @@ dsim_err dsim_rt_create(const char *engine, dsim_rt **out)
     if (!rt)
         return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory creating the '%s' engine", engine);
     rt->ops = ops;
+    rt->seed = seed;
     rt->priv = ops->priv_size ? (void *)(((uintptr_t)(rt + 1) + 15) & ~(uintptr_t)15) : NULL;
     dsim_err e = ops->init(rt);
     if (e != DSIM_OK) {
@@ -244,4 +250,97 @@ dsim_err dsim_waitq_wait(dsim_waitq *q, int64_t deadline)
 void dsim_waitq_wake(dsim_waitq *q)
 {
     q->rt->ops->waitq_wake(q->rt, q->priv);
+}
+
+/* ---- the event trace ---- */
+
+static uint64_t rt_mix(uint64_t h, uint64_t v)
+{
+    /* splitmix64's finaliser over the running hash: every bit of every
+     * field moves the result, and the order of the fields matters. */
+    uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void dsim_rt_trace(dsim_rt *rt, enum dsim_trace_kind kind, uint64_t a, uint64_t b, uint64_t c)
+{
+    if (!rt || !(rt->ops->flags & DSIM_RT_DETERMINISTIC))
+        return;
+    uint64_t h = rt_mix(rt->trace_hash, (uint64_t)kind);
+    h = rt_mix(h, a);
+    h = rt_mix(h, b);
+    rt->trace_hash = rt_mix(h, c);
+    rt->trace_count++;
+}
+
+uint64_t dsim_rt_trace_hash(const dsim_rt *rt, uint64_t *count)
+{
+    if (count)
+        *count = rt ? rt->trace_count : 0;
+    return rt ? rt->trace_hash : 0;
+}
+
+int dsim_rt_deterministic(const dsim_rt *rt)
+{
+    return rt && (rt->ops->flags & DSIM_RT_DETERMINISTIC) ? 1 : 0;
+}
+
+/* ---- libdsim's per-worker state ---- */
+
+#define RT_MAX_WSTATE 8
+
+static struct {
+    void *(*addr)(void);
+    const void *init;
+    size_t size, off;
+} rt_wstate[RT_MAX_WSTATE];
+static int rt_n_wstate;
+static size_t rt_wstate_bytes;
+
+void dsim_rt_worker_state_add(void *(*addr)(void), const void *init, size_t size)
+{
+    /* Constructors run one at a time before main: no lock. Too much state
+     * is a build error in practice, caught by the first test that runs. */
+    size_t off = (rt_wstate_bytes + 15) & ~(size_t)15;
+    if (rt_n_wstate == RT_MAX_WSTATE || off + size > DSIM_RT_WORKER_STATE_MAX) {
+        fprintf(stderr, "dsim: per-worker state over its limit (%d slots, %d bytes)\n",
+                RT_MAX_WSTATE, DSIM_RT_WORKER_STATE_MAX);
+        return;
+    }
+    rt_wstate[rt_n_wstate].addr = addr;
+    rt_wstate[rt_n_wstate].init = init;
+    rt_wstate[rt_n_wstate].size = size;
+    rt_wstate[rt_n_wstate].off = off;
+    rt_n_wstate++;
+    rt_wstate_bytes = off + size;
+}
+
+size_t dsim_rt_worker_state_size(void)
+{
+    return rt_wstate_bytes;
+}
+
+void dsim_rt_worker_state_init(void *buf)
+{
+    for (int i = 0; i < rt_n_wstate; i++) {
+        char *p = (char *)buf + rt_wstate[i].off;
+        if (rt_wstate[i].init)
+            memcpy(p, rt_wstate[i].init, rt_wstate[i].size);
+        else
+            memset(p, 0, rt_wstate[i].size);
+    }
+}
+
+void dsim_rt_worker_state_save(void *buf)
+{
+    for (int i = 0; i < rt_n_wstate; i++)
+        memcpy((char *)buf + rt_wstate[i].off, rt_wstate[i].addr(), rt_wstate[i].size);
+}
+
+void dsim_rt_worker_state_restore(const void *buf)
+{
+    for (int i = 0; i < rt_n_wstate; i++)
+        memcpy(rt_wstate[i].addr(), (const char *)buf + rt_wstate[i].off, rt_wstate[i].size);
 }

@@ -45,6 +45,7 @@
 #include "dsim/health.h"
 #include "dsim/log.h"
 #include "dsim/rng.h"
+#include "dsim/spi/rt.h"
 #include "strategy_int.h"
 
 void dsim_train_cfg_init(dsim_train_cfg *cfg)
@@ -292,8 +293,21 @@ static bool train_local(const train_job *job, int r)
 }
 
 /* The worker running on this thread, for dsim_train_where_am_i. */
-static _Thread_local train_replica *train_self_rp;
-static _Thread_local train_handler *train_self_h;
+static _Thread_local struct train_self {
+    train_replica *rp;
+    train_handler *h;
+} train_self;
+
+/* Saved and restored by engines that run many workers on one OS thread. */
+static void *train_self_addr(void)
+{
+    return &train_self;
+}
+
+__attribute__((constructor)) static void train_register_state(void)
+{
+    dsim_rt_worker_state_add(train_self_addr, NULL, sizeof train_self);
+}
 
 static void *train_aligned_zalloc(size_t n)
 {
@@ -443,9 +457,14 @@ static void train_gate_leave(train_job *job, train_replica *rp)
 static dsim_err train_enter(train_replica *rp, dsim_phase p, uint64_t gs)
 {
     train_job *job = rp->job;
+    int64_t now = dsim_rt_now(job->rt);
     atomic_store_explicit(&rp->phase, (int)p, memory_order_relaxed);
     atomic_store_explicit(&rp->step, gs, memory_order_relaxed);
-    atomic_store_explicit(&rp->t_phase, dsim_rt_now(rp->job->rt), memory_order_relaxed);
+    atomic_store_explicit(&rp->t_phase, now, memory_order_relaxed);
+    /* the replica's own entry: nobody else writes it until it returns */
+    dsim_train_replica_end *en = &job->res->replicas[rp->index];
+    if (!en->t_first[p])
+        en->t_first[p] = now;
     atomic_store_explicit(&job->last_progress, dsim_rt_now(job->rt), memory_order_relaxed);
     const dsim_train_cfg *cfg = job->cfg;
     if (!cfg->hooks) {
@@ -745,6 +764,8 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         if ((e = dsim_model_loss_grad(&su->model, ctx->params, nb ? x : NULL, nb ? y : NULL, nb,
                                       job->loss_scale, grad, &loss_sum)) != DSIM_OK)
             goto out;
+        if (cfg->device_flops > 0)
+            dsim_rt_charge(job->rt, (int64_t)(6.0 * (double)P * (double)nb / cfg->device_flops * 1e9));
         if ((e = dsim_ledger_record(res->ledger, rp->index, st.epoch, st.step, b->ids, b->n)) !=
             DSIM_OK)
             goto out;
@@ -766,6 +787,8 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         int64_t t1 = dsim_rt_now(job->rt);
         uint64_t cks = dsim_params_checksum(ctx->params, P);
         size_t k = (size_t)(gs - job->first_step);
+        if (k == 0)
+            job->res->replicas[rp->index].t_first_step = t1;
         res->checksum[k * (size_t)N + (size_t)rp->index] = cks;
         job->res->replicas[rp->index].steps_done = k + 1;
         res->local_loss[k * (size_t)N + (size_t)rp->index] = local;
@@ -848,8 +871,8 @@ static void train_worker_returned(train_job *job, bool *returned)
     atomic_store_explicit(&job->last_progress, dsim_rt_now(job->rt), memory_order_relaxed);
     dsim_waitq_wake(job->lock);
     dsim_waitq_unlock(job->lock);
-    train_self_rp = NULL;
-    train_self_h = NULL;
+    train_self.rp = NULL;
+    train_self.h = NULL;
     train_job_unref(job);
 }
 
@@ -858,7 +881,7 @@ static void train_replica_main(void *arg)
     train_replica *rp = arg;
     train_job *job = rp->job;
     const dsim_train_cfg *cfg = job->cfg;
-    train_self_rp = rp;
+    train_self.rp = rp;
     int inited = 0;
     dsim_err e = train_enter(rp, DSIM_PHASE_START, job->first_step);
     if (e == DSIM_OK)
@@ -895,7 +918,7 @@ static void train_handler_main(void *arg)
 {
     train_handler *h = arg;
     train_job *job = h->job;
-    train_self_h = h;
+    train_self.h = h;
     train_server *ts = &job->srvs[h->server];
     const dsim_train_cfg *cfg = job->cfg;
     if (dsim_strategy_serve(job->strat, &ts->ctx, h->client) != DSIM_OK) {
@@ -924,8 +947,8 @@ static void train_handler_main(void *arg)
 
 bool dsim_train_where_am_i(dsim_train_where *out)
 {
-    train_replica *rp = train_self_rp;
-    train_handler *h = train_self_h;
+    train_replica *rp = train_self.rp;
+    train_handler *h = train_self.h;
     if (!out || (!rp && !h))
         return false;
     int server = -1;
@@ -985,6 +1008,11 @@ static dsim_err train_check_checkpoint_dir(const char *path)
 
 static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
 {
+    if (!(cfg->device_flops >= 0) || isinf(cfg->device_flops))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: device_flops is %g; it must be a finite rate >= 0 (0: no "
+                        "modelled compute)",
+                        cfg->device_flops);
     if (cfg->hosts < 1 || cfg->devices_per_host < 1 ||
         (long long)cfg->hosts * cfg->devices_per_host > DSIM_TRAIN_MAX_REPLICAS)
         return DSIM_ERR(DSIM_EINVAL, -1,
@@ -1274,7 +1302,7 @@ static dsim_err train_open_world(train_job *job)
 {
     const dsim_train_cfg *cfg = job->cfg;
     int N = job->N, P = job->P;
-    DSIM_CHECK(dsim_rt_create(cfg->engine ? cfg->engine : "threads", &job->rt));
+    DSIM_CHECK(dsim_rt_create_seeded(cfg->engine ? cfg->engine : "threads", cfg->seed, &job->rt));
     DSIM_CHECK(dsim_waitq_create(job->rt, &job->lock));
     dsim_fabric_cfg fc = {
         .backend = cfg->transport ? cfg->transport : "inproc",
@@ -2004,6 +2032,13 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
                      "job again with restore to resume",
                      (unsigned long long)res->preempted_at, cfg->checkpoint_path);
 out:
+    if (job->rt) {
+        /* the outcome closes the trace: equal hashes mean equal parameters */
+        dsim_rt_trace(job->rt, DSIM_TRACE_RESULT, (uint64_t)e,
+                      e == DSIM_OK ? dsim_params_checksum(res->params, job->su.n_params) : 0,
+                      res->steps);
+        res->trace_hash = dsim_rt_trace_hash(job->rt, &res->trace_events);
+    }
     train_hand_over(job, out, hung);
     if (hung)
         train_abandon(job);

@@ -123,6 +123,10 @@ void tp_req_failf(dsim_req *req, int peer, const char *fmt, ...)
 
 void tp_req_finish_locked(dsim_req *req, dsim_err status, size_t len)
 {
+    dsim_rt_trace(req->ep->f->rt, DSIM_TRACE_RECV,
+                  ((uint64_t)(uint32_t)req->ep->rank << 32) | (uint32_t)req->peer,
+                  ((uint64_t)req->comm_id << 32) | req->tag,
+                  ((uint64_t)(uint32_t)req->kind << 40) ^ ((uint64_t)status << 32) ^ (uint64_t)len);
     req->status = status;
     req->len = len;
     atomic_store_explicit(&req->done, 1, memory_order_release);
@@ -372,6 +376,9 @@ static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void
                  h->len == (uint64_t)len;
     if (check)
         sum = dsim_tp_checksum(payload, len);
+    dsim_rt_trace(ep->f->rt, DSIM_TRACE_DELIVER,
+                  ((uint64_t)(uint32_t)h->src << 32) | (uint32_t)h->dst,
+                  ((uint64_t)h->comm_id << 32) | h->tag, (h->seq << 20) ^ (uint64_t)len);
     dsim_waitq_lock(ep->lock);
     dsim_err rc = tp_refuse_locked(ep, h);
     if (rc != DSIM_OK) {
@@ -731,6 +738,9 @@ dsim_err dsim_tp_withdrawn(dsim_ep *ep, const dsim_tp_hdr *h)
 {
     if (!ep || !h)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_tp_withdrawn: ep and hdr must be set");
+    dsim_rt_trace(ep->f->rt, DSIM_TRACE_DELIVER,
+                  ((uint64_t)(uint32_t)h->src << 32) | (uint32_t)h->dst,
+                  ((uint64_t)h->comm_id << 32) | h->tag, (h->seq << 20) ^ 0xfffffULL); /* withdrawn */
     dsim_waitq_lock(ep->lock);
     dsim_err rc = tp_refuse_locked(ep, h);
     if (rc != DSIM_OK) {

@@ -18,7 +18,7 @@
 #define TP_MAX_BACKENDS 16
 #define TP_NAME_MAX     32
 #define TP_MAX_RANKS    (1 << 20)
-#define TP_MAX_BUCKETS  64
+#define TP_MAX_BUCKETS  256
 
 /* ---- registry ---- */
 
@@ -880,6 +880,8 @@ dsim_err dsim_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const 
         ep->bytes_sent += len;
     }
     dsim_waitq_unlock(ep->slock);
+    dsim_rt_trace(f->rt, DSIM_TRACE_SEND, ((uint64_t)(uint32_t)ep->rank << 32) | (uint32_t)dst,
+                  ((uint64_t)comm_id << 32) | tag, (h.seq << 8) ^ ((uint64_t)len << 1) ^ (uint64_t)e);
     dsim_trace("tp: rank %d isend to %d comm %" PRIu32 " tag %" PRIu32 " seq %" PRIu64
                " len %zu: %s",
                ep->rank, dst, comm_id, tag, h.seq, len, dsim_strerror(e));

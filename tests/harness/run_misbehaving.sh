@@ -1,17 +1,18 @@
 #!/bin/sh
-# A misbehaving strategy on the processes engine: the run must end, within
-# the time given, exit 1, store the run with the expected status and print
-# the expected words.
-#   run_misbehaving.sh DSIM SCENARIO STATUS WORDS SECONDS
+# A misbehaving strategy on the processes engine (or ENGINE): the run must
+# end, within the time given, exit 1 (or RC: a process that dies of a
+# signal exits 128 + the signal), store the run with the expected status and
+# print the expected words.
+#   run_misbehaving.sh DSIM SCENARIO STATUS WORDS SECONDS [ENGINE [RC]]
 set -u
 dsim=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-scenario=$2 status=$3 words=$4 limit=$5
+scenario=$2 status=$3 words=$4 limit=$5 engine=${6:-processes} want_rc=${7:-1}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dsim-misbehave.XXXXXX") || exit 99
 cd "$tmp" || exit 99
-timeout "$limit" "$dsim" run "$scenario" --engine processes --db "$tmp/dsim.db" > out.txt 2>&1
+timeout "$limit" "$dsim" run "$scenario" --engine "$engine" --db "$tmp/dsim.db" > out.txt 2>&1
 rc=$?
 fail=0
-[ "$rc" -eq 1 ] || { echo "exit status $rc, expected 1"; fail=1; }
+[ "$rc" -eq "$want_rc" ] || { echo "exit status $rc, expected $want_rc"; fail=1; }
 grep -q -- "$words" out.txt || { echo "the output lacks '$words'"; fail=1; }
 if command -v sqlite3 >/dev/null 2>&1; then
   got=$(sqlite3 "$tmp/dsim.db" "SELECT status FROM runs ORDER BY id DESC LIMIT 1" 2>/dev/null)

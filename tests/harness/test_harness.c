@@ -190,6 +190,54 @@ static void test_with_store(void **state)
     "optimizer: {kind: sgd, learning_rate: 0.5}\n"                                                 \
     "data: {examples: 128, features: 4, classes: 3, files: 4, global_batch: 16, epochs: 1}\n"
 
+/* The outcome named name, or fail. */
+static const dsim_check_outcome *ht_outcome(const dsim_harness_result *r, const char *name)
+{
+    for (size_t i = 0; i < r->n_checks; i++)
+        if (strcmp(r->checks[i].name, name) == 0)
+            return &r->checks[i];
+    fail_msg("no outcome named %s", name);
+    return NULL;
+}
+
+/* Safety then liveness: the healed job must reach the step in time; one
+ * that cannot is a liveness failure, and a step past the job's end is
+ * named as such. Under sim the times are virtual, so the verdicts are
+ * exact. */
+static void test_liveness(void **state)
+{
+    (void)state;
+    dsim_harness_opts sim = {.size = sizeof sim, .engine_override = "sim"};
+    dsim_harness_result r;
+    const char *ok = "name: live\n" HT_SMALL "liveness: {reach_step: 8, within: 10s}\n";
+    assert_int_equal(dsim_harness_run_text("live.yaml", ok, strlen(ok), &sim, &r), DSIM_OK);
+    assert_int_equal(r.status, DSIM_RUN_PASSED);
+    const dsim_check_outcome *c = ht_outcome(&r, "liveness");
+    assert_true(c->passed);
+    assert_true(c->result.measured > 0 && c->result.measured < 10);
+    assert_non_null(strstr(c->result.message, "reached step 8"));
+    uint64_t h = r.trace_hash;
+    dsim_harness_result_free(&r);
+
+    const char *slow = "name: live\n" HT_SMALL "liveness: {reach_step: 8, within: 1ns}\n";
+    assert_int_equal(dsim_harness_run_text("live.yaml", slow, strlen(slow), &sim, &r), DSIM_OK);
+    assert_int_equal(r.status, DSIM_RUN_FAILED);
+    c = ht_outcome(&r, "liveness");
+    assert_false(c->passed);
+    assert_non_null(strstr(c->result.message, "LIVENESS FAILURE"));
+    assert_non_null(strstr(c->result.message, "over the 1e-09 s allowed"));
+    assert_true(r.trace_hash == h); /* the same events, another verdict */
+    dsim_harness_result_free(&r);
+
+    const char *far = "name: live\n" HT_SMALL "liveness: {reach_step: 99, within: 10s}\n";
+    assert_int_equal(dsim_harness_run_text("live.yaml", far, strlen(far), &sim, &r), DSIM_OK);
+    assert_int_equal(r.status, DSIM_RUN_FAILED);
+    c = ht_outcome(&r, "liveness");
+    assert_false(c->passed);
+    assert_non_null(strstr(c->result.message, "beyond the job's last step 8"));
+    dsim_harness_result_free(&r);
+}
+
 static void test_text_and_failures(void **state)
 {
     (void)state;
@@ -234,10 +282,27 @@ static void test_text_and_failures(void **state)
 
     /* an engine this build does not run, and a wrong opts.size */
     const char *good = "name: good\n" HT_SMALL "expect:\n  shard_coverage: {}\n";
-    dsim_harness_opts sim = {.size = sizeof sim, .engine_override = "sim"};
-    assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &sim, &r),
+    dsim_harness_opts warp = {.size = sizeof warp, .engine_override = "warp"};
+    assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &warp, &r),
                      DSIM_ENOTSUP);
     assert_non_null(strstr(r.harness_msg, "not supported"));
+    dsim_harness_result_free(&r);
+    /* the sim engine runs it, deterministically: the same hash twice,
+     * another with another seed */
+    dsim_harness_opts sim = {.size = sizeof sim, .engine_override = "sim"};
+    assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &sim, &r), DSIM_OK);
+    assert_int_equal(r.status, DSIM_RUN_PASSED);
+    assert_true(r.deterministic);
+    assert_true(r.trace_events > 0);
+    uint64_t h1 = r.trace_hash;
+    dsim_harness_result_free(&r);
+    assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &sim, &r), DSIM_OK);
+    assert_true(r.trace_hash == h1);
+    dsim_harness_result_free(&r);
+    sim.has_seed = true;
+    sim.seed = 12345;
+    assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &sim, &r), DSIM_OK);
+    assert_true(r.trace_hash != h1);
     dsim_harness_result_free(&r);
     dsim_harness_opts wrong = {.size = 8};
     assert_int_equal(dsim_harness_run_text("good.yaml", good, strlen(good), &wrong, &r),
@@ -252,7 +317,10 @@ static void test_text_and_failures(void **state)
     assert_int_equal(dsim_harness_prepare(s, &seed), DSIM_OK);
     assert_int_equal(s->seed, 9);
     assert_int_equal(s->train.seed, 9);
-    assert_int_equal(dsim_harness_prepare(s, &sim), DSIM_ENOTSUP);
+    assert_int_equal(dsim_harness_prepare(s, &warp), DSIM_ENOTSUP);
+    assert_int_equal(dsim_harness_prepare(s, &sim), DSIM_OK);
+    assert_string_equal(s->train.engine, "sim");
+    assert_int_equal(s->seed, 12345);
     dsim_scenario_free(s);
 }
 
@@ -282,6 +350,7 @@ int main(void)
         cmocka_unit_test(test_without_store),
         cmocka_unit_test(test_with_store),
         cmocka_unit_test(test_text_and_failures),
+        cmocka_unit_test(test_liveness),
     };
     return cmocka_run_group_tests(tests, ht_setup, ht_teardown);
 }

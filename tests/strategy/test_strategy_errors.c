@@ -101,9 +101,9 @@ static void test_bad_config(void **state)
     cfg.num_ps = 1;
     cfg.ps_mode = (dsim_ps_mode)9;
     expect_fail(&cfg, DSIM_EINVAL, NEEDLES("ps_mode"));
-    sc_cfg(&cfg, "parameter_server", 64, 16);
-    cfg.num_ps = 8; /* 1024 replicas + 8 x 1024 serving workers */
-    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("9216 runtime workers", "at most 8192"));
+    sc_cfg(&cfg, "parameter_server", 512, 16);
+    cfg.num_ps = 8; /* 8192 replicas + 8 x 8192 serving workers */
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("73728 runtime workers", "at most 65536"));
     sc_cfg(&cfg, "mirrored", 1, 2);
     cfg.checkpoint_every = 3;
     expect_fail(&cfg, DSIM_EINVAL, NEEDLES("checkpoint_path"));

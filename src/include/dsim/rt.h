@@ -24,6 +24,9 @@ typedef struct dsim_task dsim_task;
 
 /* engine: "threads" (others register through spi/rt.h). */
 dsim_err dsim_rt_create(const char *engine, dsim_rt **out);
+/* The same with a seed for the engine's own choices (the sim engine's
+ * tie-break between workers due at the same virtual time). */
+dsim_err dsim_rt_create_seeded(const char *engine, uint64_t seed, dsim_rt **out);
 void dsim_rt_destroy(dsim_rt *rt);
 const char *dsim_rt_name(const dsim_rt *rt);
 
@@ -60,6 +63,27 @@ void dsim_waitq_unlock(dsim_waitq *q);
 dsim_err dsim_waitq_wait(dsim_waitq *q, int64_t deadline);
 /* Wakes every waiter. May be called with or without the lock held. */
 void dsim_waitq_wake(dsim_waitq *q);
+
+/* The event trace. Under a deterministic engine (sim) every send, delivery,
+ * completed receive, fault, clock jump and worker switch is folded, in
+ * order, into one 64-bit hash: equal runs have equal hashes. Elsewhere the
+ * order is the OS's and the hash stays 0. a..c are the event's fields. */
+enum dsim_trace_kind {
+    DSIM_TRACE_SEND = 1,
+    DSIM_TRACE_DELIVER,
+    DSIM_TRACE_RECV,
+    DSIM_TRACE_FAULT,
+    DSIM_TRACE_CLOCK,
+    DSIM_TRACE_SWITCH,
+    DSIM_TRACE_RESULT,
+    DSIM_TRACE_SPAWN,
+};
+void dsim_rt_trace(dsim_rt *rt, enum dsim_trace_kind kind, uint64_t a, uint64_t b, uint64_t c);
+/* The hash so far, and the number of events in it (both 0 unless the
+ * engine is deterministic). */
+uint64_t dsim_rt_trace_hash(const dsim_rt *rt, uint64_t *count);
+/* Whether the engine orders events deterministically (the sim engine). */
+int dsim_rt_deterministic(const dsim_rt *rt);
 
 #ifdef __cplusplus
 }

@@ -88,13 +88,18 @@ const char *dsim_strategy_summary(const char *name);
 /* ---- training ---- */
 
 /* The largest job dsim_train runs on one host: hosts x devices_per_host
- * replicas (each a runtime worker with its own endpoint). */
-#define DSIM_TRAIN_MAX_REPLICAS 1024
+ * replicas (each a runtime worker with its own endpoint). What bounds it in
+ * practice is the engine: a thread per replica (threads; the harness keeps
+ * those jobs to DSIM_TRAIN_MAX_THREAD_REPLICAS) or memory, about the
+ * model's parameters times four per replica plus a few KiB of coroutine
+ * stack (sim). */
+#define DSIM_TRAIN_MAX_REPLICAS 16384
+#define DSIM_TRAIN_MAX_THREAD_REPLICAS 1024
 /* Parameter servers in one run. */
 #define DSIM_TRAIN_MAX_PS 64
 /* Runtime workers in one run: a worker per replica plus, for parameter
  * servers, one serving worker per (server, replica) pair. */
-#define DSIM_TRAIN_MAX_WORKERS 8192
+#define DSIM_TRAIN_MAX_WORKERS 65536
 
 /* The phases of a replica's life, in order. The driver announces each to the
  * hooks (dsim_train_hooks) and keeps the last one per replica, so a harness
@@ -164,6 +169,10 @@ typedef struct dsim_train_replica_end {
                                the variables so */
     uint64_t reruns;      /* steps of lost replicas it re-ran (lost_work) */
     char msg[256];        /* the error's message ("" when none) */
+    /* Cold start: dsim_rt_now when it first entered each phase in this run
+     * (0: never), and when its first step was done (0: none). */
+    int64_t t_first[DSIM_PHASE_COUNT];
+    int64_t t_first_step;
 } dsim_train_replica_end;
 
 /* Where a worker of a running job is: a replica, or a parameter server's
@@ -255,6 +264,11 @@ typedef struct dsim_train_cfg {
     int64_t health_timeout_ns;
     int health_retries;
     const char *engine; /* NULL: "threads" */
+    /* Modelled compute: each step charges 6 x parameters x local batch
+     * floating-point operations at this rate to the replica's runtime
+     * (dsim_rt_charge: virtual time under the sim engine, only counted on
+     * the others). 0: nothing is charged. */
+    double device_flops;
     /* The fabric's backend (NULL: "inproc") and options string, and an
      * optional fault filter over it (dsim_fabric_cfg.filter). */
     const char *transport;
@@ -419,6 +433,12 @@ typedef struct dsim_train_result {
     /* DSIM_EHUNG: the workers left running, replicas first. */
     dsim_train_stuck *stuck;
     size_t n_stuck;
+
+    /* The event trace's hash (dsim_rt_trace), ending with the outcome and
+     * the final parameters' checksum; 0 unless the engine is deterministic
+     * (sim). Equal scenario and seed give equal hashes. */
+    uint64_t trace_hash;
+    uint64_t trace_events;
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that

@@ -18,6 +18,7 @@ struct dsim_rt_ops {
     const char *name;       /* "threads", "sim", ... */
     size_t priv_size;       /* bytes of engine state placed after struct dsim_rt */
     size_t waitq_priv_size; /* bytes of state per wait queue */
+    unsigned flags;         /* DSIM_RT_* below */
 
     /* Sets up engine state in rt->priv; DSIM_OK or an error with a message. */
     dsim_err (*init)(dsim_rt *rt);
@@ -49,10 +50,36 @@ struct dsim_rt_ops {
     void (*waitq_wake)(dsim_rt *rt, void *q);
 };
 
+/* The engine orders every event the same way for the same inputs and
+ * seed (one OS thread, virtual time): the dispatch then keeps the trace hash
+ * (dsim_rt_trace); other engines' hashes stay 0. */
+#define DSIM_RT_DETERMINISTIC 1u
+
 struct dsim_rt {
     const struct dsim_rt_ops *ops;
-    void *priv; /* ops->priv_size bytes, zeroed */
+    void *priv;           /* ops->priv_size bytes, zeroed */
+    uint64_t seed;        /* given to dsim_rt_create_seeded; set before init */
+    uint64_t trace_hash;  /* the dispatch's; DSIM_RT_DETERMINISTIC engines only */
+    uint64_t trace_count; /* events folded into trace_hash */
 };
+
+/* Per-worker state of libdsim itself (the last error, which replica the
+ * driver runs on this worker): thread-local, so an engine that runs several
+ * workers on one OS thread must save it when it switches a worker out and
+ * restore it when it switches the worker back in. A new worker starts from
+ * a buffer that dsim_rt_worker_state_init filled. Buffers hold
+ * DSIM_RT_WORKER_STATE_MAX bytes; dsim_rt_worker_state_size says how many
+ * are used. */
+#define DSIM_RT_WORKER_STATE_MAX 1024
+size_t dsim_rt_worker_state_size(void);
+void dsim_rt_worker_state_init(void *buf);
+void dsim_rt_worker_state_save(void *buf);
+void dsim_rt_worker_state_restore(const void *buf);
+
+/* For libdsim's modules: registers thread-local state (addr() returns the
+ * calling thread's copy, init its value in a new worker, may be NULL for
+ * zeroes). Called from constructors, before any engine runs. */
+void dsim_rt_worker_state_add(void *(*addr)(void), const void *init, size_t size);
 
 /* Registers an engine; required members are checked. Built-ins register
  * themselves on first use. */

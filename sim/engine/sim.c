@@ -1,0 +1,868 @@
+/* The sim engine: deterministic simulation on one OS thread.
+ *
+ * Every worker is a coroutine (ucontext) with its own mmap'd stack and a
+ * guard page below it. The thread that created the engine ("main": the
+ * driver) is a participant too: it has no stack of its own to switch to, so
+ * the scheduler runs on it, whenever main blocks.
+ *
+ *          main blocks (wait, join, sleep, lock)
+ *               |
+ *               v
+ *     +--> pop the earliest event: (due, tie, seq)  -- the heap
+ *     |         |  due > now: the clock jumps to due     (trace: CLOCK)
+ *     |         |  a timed wait whose deadline came: it timed out
+ *     |         v
+ *     |    it is main? -- yes --> main's call returns
+ *     |         | no
+ *     |         v
+ *     |    swapcontext to the worker             (trace: SWITCH)
+ *     |         |  ... it runs until it blocks, sleeps, charges or returns
+ *     +---------+
+ *
+ * Time is virtual: it moves only when every participant waits, and then
+ * straight to the next deadline. charge(ns) is a sleep of ns. Workers due
+ * at the same time run in the order of a tie-break drawn from a stream
+ * seeded with the run's seed, so a run is a function of its scenario and
+ * seed alone.
+ *
+ * A wait queue's lock is a cooperative lock (an owner and a FIFO of
+ * waiters), not a no-op: a worker may hold one lock while it waits on
+ * another queue, as on threads. Everything runs on the creating thread; a
+ * call from another OS thread, a lock taken twice, a wait without the lock
+ * and a deadlock (every participant waiting with no deadline) are bugs that
+ * would hang the run, so they end the process with a message instead.
+ *
+ * One thing no cooperative scheduler can interrupt is a worker that never
+ * comes back to it: a loop that never waits, or a real OS-level block
+ * (sleep, a pthread condition) in strategy code. A monitor thread (wall
+ * clock, one per engine) watches the switch count; when a worker has held
+ * the thread for DSIM_SIM_STALL_S seconds (default 60) it says which, and
+ * raises SIGABRT on the simulation's thread, whose handler (the harness's
+ * crash guard) then stores where that worker was. */
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "dsim/log.h"
+#include "dsim/spi/rt.h"
+#include "engine/sim.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SIM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SIM_ASAN 1
+#endif
+#endif
+#ifdef SIM_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#define SIM_NO_HEAP     ((size_t)-1)
+#define SIM_STACK_POOL  256
+
+enum { SIM_READY, SIM_RUNNING, SIM_BLOCKED, SIM_DONE };
+enum { SIM_W_NONE, SIM_W_QUEUE, SIM_W_LOCK, SIM_W_JOIN, SIM_W_SLEEP };
+
+typedef struct sim_fiber sim_fiber;
+typedef struct sim_q sim_q;
+typedef struct sim_eng sim_eng;
+
+typedef struct sim_list {
+    sim_fiber *head, *tail;
+} sim_list;
+
+struct sim_fiber {
+    sim_eng *eng;
+    int id;
+    int state;   /* SIM_* */
+    int waiting; /* SIM_W_* while blocked */
+    bool timed_out, detached;
+    int64_t due;
+    uint64_t tie, seq;
+    size_t hidx;
+    sim_q *q;                  /* the queue waited on (SIM_W_QUEUE, SIM_W_LOCK) */
+    sim_fiber *qprev, *qnext;  /* in that queue's list */
+    sim_fiber *aprev, *anext;  /* in the engine's list of live workers */
+    sim_fiber *joiner;
+    int64_t charged;
+    void (*fn)(void *);
+    void *arg;
+    ucontext_t ctx;
+    void *map;
+    size_t map_len;
+    void *asan_fake;
+    _Alignas(16) unsigned char wstate[]; /* libdsim's per-worker state */
+};
+
+struct sim_q {
+    sim_eng *eng;
+    sim_fiber *owner;
+    sim_list waiters, lockers;
+};
+
+struct sim_eng {
+    dsim_rt *rt;
+    /* the stall monitor: reads these two, nothing else */
+    atomic_uint_fast64_t progress; /* switches so far */
+    atomic_int running_id;         /* the worker running now; INT_MIN: the driver */
+    pthread_t monitor;
+    bool monitor_on;
+    pthread_mutex_t mon_mu;
+    pthread_cond_t mon_cv;
+    bool mon_stop;
+    int64_t stall_ns;
+    pthread_t owner;
+    int64_t now;
+    uint64_t rng, seq;
+    sim_fiber **heap;
+    size_t nheap, capheap;
+    sim_fiber *main, *cur;
+    sim_fiber *alive; /* workers not yet freed */
+    uint64_t live, live_max;
+    size_t stack_bytes, page;
+    void *pool[SIM_STACK_POOL]; /* stacks (with guard) of returned workers */
+    int npool;
+    void *main_bottom;
+    size_t main_size;
+};
+
+static atomic_uint_fast64_t sim_tot_switches, sim_tot_jumps, sim_tot_spawned, sim_tot_live_max;
+
+/* ---- failing loudly ---- */
+
+static const char *sim_waiting_name(int w)
+{
+    switch (w) {
+    case SIM_W_QUEUE: return "waiting on a queue with no deadline";
+    case SIM_W_LOCK: return "waiting for a lock";
+    case SIM_W_JOIN: return "joining a worker";
+    case SIM_W_SLEEP: return "sleeping";
+    default: return "runnable";
+    }
+}
+
+__attribute__((format(printf, 2, 3))) static _Noreturn void sim_die(sim_eng *e, const char *fmt,
+                                                                    ...)
+{
+    fprintf(stderr, "dsim: sim engine: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    if (e) {
+        fprintf(stderr, "dsim: sim engine: virtual time %.9f s; the driver is %s\n",
+                (double)e->now / 1e9, sim_waiting_name(e->main->waiting));
+        int shown = 0;
+        for (sim_fiber *f = e->alive; f && shown < 32; f = f->anext, shown++)
+            fprintf(stderr, "dsim: sim engine:   worker %d: %s\n", f->id,
+                    f->state == SIM_DONE ? "returned" : sim_waiting_name(f->waiting));
+    }
+    abort();
+}
+
+static sim_eng *sim_of(dsim_rt *rt, const char *op)
+{
+    sim_eng *e = rt->priv;
+    if (!pthread_equal(pthread_self(), e->owner))
+        sim_die(e,
+                "%s called from an OS thread other than the one running the simulation: "
+                "everything under engine sim runs on one thread (a backend with threads of its "
+                "own, such as tcp, needs engine threads or processes)",
+                op);
+    return e;
+}
+
+/* ---- the event heap: (due, tie, seq), smallest first ---- */
+
+static bool sim_before(const sim_fiber *a, const sim_fiber *b)
+{
+    if (a->due != b->due)
+        return a->due < b->due;
+    if (a->tie != b->tie)
+        return a->tie < b->tie;
+    return a->seq < b->seq;
+}
+
+static void sim_heap_set(sim_eng *e, size_t i, sim_fiber *f)
+{
+    e->heap[i] = f;
+    f->hidx = i;
+}
+
+static void sim_heap_up(sim_eng *e, size_t i)
+{
+    sim_fiber *f = e->heap[i];
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!sim_before(f, e->heap[p]))
+            break;
+        sim_heap_set(e, i, e->heap[p]);
+        i = p;
+    }
+    sim_heap_set(e, i, f);
+}
+
+static void sim_heap_down(sim_eng *e, size_t i)
+{
+    sim_fiber *f = e->heap[i];
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        const sim_fiber *best = f;
+        if (l < e->nheap && sim_before(e->heap[l], best)) {
+            m = l;
+            best = e->heap[l];
+        }
+        if (l + 1 < e->nheap && sim_before(e->heap[l + 1], best))
+            m = l + 1;
+        if (m == i)
+            break;
+        sim_heap_set(e, i, e->heap[m]);
+        i = m;
+    }
+    sim_heap_set(e, i, f);
+}
+
+static uint64_t sim_rand(sim_eng *e)
+{
+    uint64_t z = (e->rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* f becomes due at `due`; it is in the heap until popped or removed. */
+static void sim_heap_push(sim_eng *e, sim_fiber *f, int64_t due)
+{
+    if (e->nheap == e->capheap) {
+        size_t cap = e->capheap ? 2 * e->capheap : 64;
+        sim_fiber **h = realloc(e->heap, cap * sizeof *h);
+        if (!h)
+            sim_die(e, "out of memory for the event heap");
+        e->heap = h;
+        e->capheap = cap;
+    }
+    f->due = due;
+    f->tie = sim_rand(e);
+    f->seq = e->seq++;
+    e->heap[e->nheap] = f;
+    f->hidx = e->nheap++;
+    sim_heap_up(e, f->hidx);
+}
+
+static void sim_heap_remove(sim_eng *e, sim_fiber *f)
+{
+    size_t i = f->hidx;
+    f->hidx = SIM_NO_HEAP;
+    sim_fiber *last = e->heap[--e->nheap];
+    if (i == e->nheap)
+        return;
+    sim_heap_set(e, i, last);
+    sim_heap_up(e, i);
+    sim_heap_down(e, last->hidx);
+}
+
+static sim_fiber *sim_heap_pop(sim_eng *e)
+{
+    sim_fiber *f = e->heap[0];
+    sim_heap_remove(e, f);
+    return f;
+}
+
+/* ---- lists ---- */
+
+static void sim_list_push(sim_list *l, sim_fiber *f)
+{
+    f->qnext = NULL;
+    f->qprev = l->tail;
+    if (l->tail)
+        l->tail->qnext = f;
+    else
+        l->head = f;
+    l->tail = f;
+}
+
+static void sim_list_del(sim_list *l, sim_fiber *f)
+{
+    if (f->qprev)
+        f->qprev->qnext = f->qnext;
+    else
+        l->head = f->qnext;
+    if (f->qnext)
+        f->qnext->qprev = f->qprev;
+    else
+        l->tail = f->qprev;
+    f->qprev = f->qnext = NULL;
+}
+
+/* ---- switching ---- */
+
+/* f can run again now (woken, handed a lock, its worker returned). */
+static void sim_ready(sim_eng *e, sim_fiber *f)
+{
+    if (f->hidx != SIM_NO_HEAP)
+        sim_heap_remove(e, f);
+    f->state = SIM_READY;
+    f->waiting = SIM_W_NONE;
+    f->timed_out = false;
+    sim_heap_push(e, f, e->now);
+}
+
+static void sim_switch(sim_eng *e, sim_fiber *from, sim_fiber *to)
+{
+    dsim_rt_worker_state_save(from->wstate);
+    dsim_rt_worker_state_restore(to->wstate);
+#ifdef SIM_ASAN
+    void *bottom = to == e->main ? e->main_bottom : (char *)to->map + e->page;
+    size_t size = to == e->main ? e->main_size : e->stack_bytes;
+    __sanitizer_start_switch_fiber(&from->asan_fake, bottom, size);
+#endif
+    swapcontext(&from->ctx, &to->ctx);
+#ifdef SIM_ASAN
+    __sanitizer_finish_switch_fiber(from->asan_fake, NULL, NULL);
+#endif
+    (void)e;
+}
+
+static void sim_free_fiber(sim_eng *e, sim_fiber *f)
+{
+    if (f->aprev)
+        f->aprev->anext = f->anext;
+    else
+        e->alive = f->anext;
+    if (f->anext)
+        f->anext->aprev = f->aprev;
+    if (f->hidx != SIM_NO_HEAP)
+        sim_heap_remove(e, f);
+#ifndef SIM_ASAN
+    /* ASan keeps its own record of a stack's frames: a fresh one each time */
+    if (e->npool < SIM_STACK_POOL) {
+        e->pool[e->npool++] = f->map;
+        f->map = NULL;
+    }
+#endif
+    if (f->map)
+        munmap(f->map, f->map_len);
+    free(f);
+}
+
+/* Runs the others until main is due again. Called on main only. */
+static void sim_schedule(sim_eng *e)
+{
+    for (;;) {
+        if (e->nheap == 0)
+            sim_die(e, "deadlock: every worker and the driver wait with no deadline, so nothing "
+                       "can ever happen again");
+        sim_fiber *f = sim_heap_pop(e);
+        if (f->due > e->now) {
+            e->now = f->due;
+            dsim_rt_trace(e->rt, DSIM_TRACE_CLOCK, (uint64_t)e->now, 0, 0);
+            atomic_fetch_add_explicit(&sim_tot_jumps, 1, memory_order_relaxed);
+        }
+        if (f->state == SIM_BLOCKED) {
+            /* its deadline came first */
+            if (f->waiting == SIM_W_QUEUE && f->q)
+                sim_list_del(&f->q->waiters, f);
+            f->timed_out = true;
+            f->waiting = SIM_W_NONE;
+        }
+        f->state = SIM_RUNNING;
+        e->cur = f;
+        dsim_rt_trace(e->rt, DSIM_TRACE_SWITCH, (uint64_t)(int64_t)f->id, 0, 0);
+        atomic_fetch_add_explicit(&sim_tot_switches, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&e->progress, 1, memory_order_relaxed);
+        if (f == e->main)
+            return;
+        atomic_store_explicit(&e->running_id, f->id, memory_order_relaxed);
+        sim_switch(e, e->main, f);
+        atomic_store_explicit(&e->running_id, INT_MIN, memory_order_relaxed);
+        atomic_fetch_add_explicit(&e->progress, 1, memory_order_relaxed);
+        e->cur = e->main;
+        if (f->state == SIM_DONE && f->detached)
+            sim_free_fiber(e, f);
+    }
+}
+
+/* The caller has recorded why it waits (and pushed its deadline, if any):
+ * others run until it is due again. */
+static void sim_block(sim_eng *e)
+{
+    sim_fiber *self = e->cur;
+    self->state = SIM_BLOCKED;
+    if (self == e->main)
+        sim_schedule(e);
+    else
+        sim_switch(e, self, e->main);
+}
+
+static void sim_entry(unsigned lo, unsigned hi)
+{
+    sim_fiber *f = (sim_fiber *)(((uintptr_t)hi << 32) | (uintptr_t)lo);
+    sim_eng *e = f->eng;
+#ifdef SIM_ASAN
+    const void *bottom;
+    size_t size;
+    __sanitizer_finish_switch_fiber(NULL, &bottom, &size);
+    e->main_bottom = (void *)bottom;
+    e->main_size = size;
+#endif
+    f->fn(f->arg);
+    f->state = SIM_DONE;
+    e->live--;
+    if (f->joiner)
+        sim_ready(e, f->joiner);
+    /* Never resumed: the scheduler frees it (detached) or join does. */
+    dsim_rt_worker_state_save(f->wstate);
+    dsim_rt_worker_state_restore(e->main->wstate);
+#ifdef SIM_ASAN
+    __sanitizer_start_switch_fiber(NULL, e->main_bottom, e->main_size);
+#endif
+    setcontext(&e->main->ctx);
+    sim_die(e, "a returned worker was resumed");
+}
+
+/* ---- the stall monitor ---- */
+
+static int64_t sim_stall_ns(void)
+{
+    const char *v = getenv("DSIM_SIM_STALL_S");
+    if (v && *v) {
+        char *end;
+        double s = strtod(v, &end);
+        if (*end == '\0' && s > 0 && s < 1e6)
+            return (int64_t)(s * 1e9);
+        dsim_warn("DSIM_SIM_STALL_S is '%s': not a number of seconds > 0; using 60", v);
+    }
+    return 60 * 1000000000LL;
+}
+
+static void sim_mono(struct timespec *ts)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+}
+
+static void *sim_monitor_main(void *p)
+{
+    sim_eng *e = p;
+    uint64_t seen = atomic_load(&e->progress);
+    int64_t still = 0; /* wall ns with no switch while a worker ran */
+    const int64_t tick = e->stall_ns < 1000000000LL ? e->stall_ns / 4 + 1 : 250000000LL;
+    pthread_mutex_lock(&e->mon_mu);
+    while (!e->mon_stop) {
+        struct timespec ts;
+        sim_mono(&ts);
+        int64_t t = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + tick;
+        ts.tv_sec = t / 1000000000LL;
+        ts.tv_nsec = t % 1000000000LL;
+        pthread_cond_timedwait(&e->mon_cv, &e->mon_mu, &ts);
+        if (e->mon_stop)
+            break;
+        uint64_t now = atomic_load(&e->progress);
+        int id = atomic_load(&e->running_id);
+        if (now != seen || id == INT_MIN) {
+            seen = now;
+            still = 0;
+            continue;
+        }
+        still += tick;
+        if (still < e->stall_ns)
+            continue;
+        fprintf(stderr,
+                "dsim: sim engine: worker %d has run for %.0f s of wall time without waiting "
+                "through dsim_rt (a loop that never waits, or a sleep or lock of the OS in its "
+                "code); every worker shares this thread, so the run cannot go on: stopping it "
+                "(DSIM_SIM_STALL_S sets the bound)\n",
+                id, (double)still / 1e9);
+        pthread_kill(e->owner, SIGABRT);
+        still = 0;
+    }
+    pthread_mutex_unlock(&e->mon_mu);
+    return NULL;
+}
+
+/* Started with the first worker: a job without workers never stalls. */
+static void sim_monitor_start(sim_eng *e)
+{
+    if (e->monitor_on)
+        return;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->mon_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&e->mon_mu, NULL);
+    /* it takes no signals: SIGABRT is for the simulation's thread */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = pthread_create(&e->monitor, NULL, sim_monitor_main, e);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        dsim_warn("sim engine: no stall monitor (%s): a worker that never yields would hang "
+                  "the run",
+                  strerror(rc));
+        pthread_cond_destroy(&e->mon_cv);
+        pthread_mutex_destroy(&e->mon_mu);
+        return;
+    }
+    e->monitor_on = true;
+}
+
+static void sim_monitor_stop(sim_eng *e)
+{
+    if (!e->monitor_on)
+        return;
+    pthread_mutex_lock(&e->mon_mu);
+    e->mon_stop = true;
+    pthread_cond_signal(&e->mon_cv);
+    pthread_mutex_unlock(&e->mon_mu);
+    pthread_join(e->monitor, NULL);
+    pthread_cond_destroy(&e->mon_cv);
+    pthread_mutex_destroy(&e->mon_mu);
+    e->monitor_on = false;
+}
+
+/* ---- the ops ---- */
+
+size_t dsim_sim_stack_bytes(void)
+{
+#ifdef SIM_ASAN
+    size_t kib = 1024;
+#else
+    size_t kib = 256;
+#endif
+    const char *v = getenv("DSIM_SIM_STACK_KIB");
+    if (v && *v) {
+        char *end;
+        unsigned long k = strtoul(v, &end, 10);
+        if (*end == '\0' && k >= 16 && k <= 65536)
+            kib = k;
+        else
+            dsim_warn("DSIM_SIM_STACK_KIB is '%s': not a number of KiB in 16..65536; using %zu",
+                      v, kib);
+    }
+    return kib * 1024;
+}
+
+static sim_fiber *sim_fiber_new(sim_eng *e, int id)
+{
+    sim_fiber *f = calloc(1, sizeof *f + DSIM_RT_WORKER_STATE_MAX);
+    if (!f)
+        return NULL;
+    f->eng = e;
+    f->id = id;
+    f->hidx = SIM_NO_HEAP;
+    dsim_rt_worker_state_init(f->wstate);
+    return f;
+}
+
+static dsim_err sim_init(dsim_rt *rt)
+{
+    sim_eng *e = rt->priv;
+    e->rt = rt;
+    e->owner = pthread_self();
+    e->rng = rt->seed ^ 0x73696d2d656e6731ULL; /* "sim-eng1" */
+    long pg = sysconf(_SC_PAGESIZE);
+    e->page = pg > 0 ? (size_t)pg : 4096;
+    e->stack_bytes = (dsim_sim_stack_bytes() + e->page - 1) / e->page * e->page;
+    e->main = sim_fiber_new(e, -1);
+    if (!e->main)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "sim engine: out of memory");
+    e->main->state = SIM_RUNNING;
+    e->cur = e->main;
+    atomic_init(&e->progress, 0);
+    atomic_init(&e->running_id, INT_MIN);
+    e->stall_ns = sim_stall_ns();
+    /* 0 stays "not yet" in the records that keep times */
+    e->now = DSIM_SIM_EPOCH_NS;
+    return DSIM_OK;
+}
+
+static void sim_fini(dsim_rt *rt)
+{
+    sim_eng *e = sim_of(rt, "dsim_rt_destroy");
+    if (e->cur != e->main)
+        sim_die(e, "the engine was destroyed from inside a worker");
+    sim_monitor_stop(e);
+    /* Workers still here were given up on (detached while blocked): they
+     * never run again. */
+    while (e->alive) {
+        sim_fiber *f = e->alive;
+        if (f->state != SIM_DONE)
+            dsim_debug("sim engine: worker %d never returned (%s); its stack is freed", f->id,
+                       sim_waiting_name(f->waiting));
+        if (f->q && f->waiting == SIM_W_QUEUE)
+            sim_list_del(&f->q->waiters, f);
+        else if (f->q && f->waiting == SIM_W_LOCK)
+            sim_list_del(&f->q->lockers, f);
+        sim_free_fiber(e, f);
+    }
+    for (int i = 0; i < e->npool; i++)
+        munmap(e->pool[i], e->stack_bytes + e->page);
+    uint64_t m = atomic_load(&sim_tot_live_max);
+    while (e->live_max > m && !atomic_compare_exchange_weak(&sim_tot_live_max, &m, e->live_max))
+        ;
+    free(e->heap);
+    free(e->main);
+}
+
+static int64_t sim_now(dsim_rt *rt)
+{
+    return sim_of(rt, "dsim_rt_now")->now;
+}
+
+static dsim_err sim_sleep_until(dsim_rt *rt, int64_t deadline)
+{
+    sim_eng *e = sim_of(rt, "dsim_rt_sleep_until");
+    if (deadline == DSIM_NO_DEADLINE)
+        return DSIM_ERR(DSIM_EINVAL, -1, "sleep_until: no deadline given: it would never return");
+    /* Always yields, even for a deadline that passed: a loop that polls by
+     * sleeping lets the others run. */
+    sim_fiber *self = e->cur;
+    self->waiting = SIM_W_SLEEP;
+    sim_heap_push(e, self, deadline > e->now ? deadline : e->now);
+    sim_block(e);
+    return DSIM_OK;
+}
+
+static void sim_charge(dsim_rt *rt, int64_t ns)
+{
+    sim_eng *e = sim_of(rt, "dsim_rt_charge");
+    e->cur->charged += ns;
+    int64_t until = ns > DSIM_NO_DEADLINE - 1 - e->now ? DSIM_NO_DEADLINE - 1 : e->now + ns;
+    (void)sim_sleep_until(rt, until);
+}
+
+static int64_t sim_charged(dsim_rt *rt)
+{
+    return sim_of(rt, "dsim_rt_charged")->cur->charged;
+}
+
+static dsim_err sim_spawn(dsim_rt *rt, int id, void (*fn)(void *), void *arg, void **handle)
+{
+    sim_eng *e = sim_of(rt, "dsim_rt_spawn");
+    sim_monitor_start(e);
+    sim_fiber *f = sim_fiber_new(e, id);
+    if (!f)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "sim engine: out of memory starting worker %d", id);
+    f->fn = fn;
+    f->arg = arg;
+    f->map_len = e->stack_bytes + e->page;
+    if (e->npool > 0) {
+        f->map = e->pool[--e->npool];
+    } else {
+        f->map = mmap(NULL, f->map_len, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+        if (f->map == MAP_FAILED) {
+            free(f);
+            return DSIM_ERR(DSIM_ENOMEM, -1,
+                            "sim engine: cannot map a %zu KiB stack for worker %d (%llu alive): "
+                            "lower DSIM_SIM_STACK_KIB or raise vm.max_map_count",
+                            e->stack_bytes / 1024, id, (unsigned long long)e->live);
+        }
+        /* the guard page: an overflow faults instead of writing over a
+         * neighbour */
+        if (mprotect(f->map, e->page, PROT_NONE) != 0) {
+            munmap(f->map, f->map_len);
+            free(f);
+            return DSIM_ERR(DSIM_ENOMEM, -1, "sim engine: cannot protect worker %d's guard page",
+                            id);
+        }
+    }
+    getcontext(&f->ctx);
+    f->ctx.uc_stack.ss_sp = (char *)f->map + e->page;
+    f->ctx.uc_stack.ss_size = e->stack_bytes;
+    f->ctx.uc_link = NULL;
+    uintptr_t p = (uintptr_t)f;
+    makecontext(&f->ctx, (void (*)(void))sim_entry, 2, (unsigned)(p & 0xffffffffu),
+                (unsigned)(p >> 32));
+    f->anext = e->alive;
+    if (e->alive)
+        e->alive->aprev = f;
+    e->alive = f;
+    if (++e->live > e->live_max)
+        e->live_max = e->live;
+    atomic_fetch_add_explicit(&sim_tot_spawned, 1, memory_order_relaxed);
+    dsim_rt_trace(rt, DSIM_TRACE_SPAWN, (uint64_t)(int64_t)id, (uint64_t)e->now, 0);
+    f->state = SIM_READY;
+    sim_heap_push(e, f, e->now);
+    *handle = f;
+    return DSIM_OK;
+}
+
+static dsim_err sim_join(dsim_rt *rt, void *handle)
+{
+    sim_eng *e = sim_of(rt, "dsim_rt_join");
+    sim_fiber *f = handle;
+    if (f == e->cur)
+        sim_die(e, "a worker joined itself");
+    if (f->state != SIM_DONE) {
+        if (f->joiner)
+            return DSIM_ERR(DSIM_EINVAL, -1, "worker %d is already being joined", f->id);
+        f->joiner = e->cur;
+        e->cur->waiting = SIM_W_JOIN;
+        sim_block(e);
+    }
+    sim_free_fiber(e, f);
+    return DSIM_OK;
+}
+
+static dsim_err sim_detach(dsim_rt *rt, void *handle)
+{
+    sim_eng *e = sim_of(rt, "dsim_rt_detach");
+    sim_fiber *f = handle;
+    if (f->state == SIM_DONE)
+        sim_free_fiber(e, f);
+    else
+        f->detached = true;
+    return DSIM_OK;
+}
+
+static int sim_self(dsim_rt *rt)
+{
+    return sim_of(rt, "dsim_rt_self")->cur->id;
+}
+
+static dsim_err sim_waitq_init(dsim_rt *rt, void *p)
+{
+    sim_q *q = p;
+    q->eng = sim_of(rt, "dsim_waitq_create");
+    return DSIM_OK;
+}
+
+static void sim_waitq_fini(dsim_rt *rt, void *p)
+{
+    sim_eng *e = sim_of(rt, "dsim_waitq_destroy");
+    sim_q *q = p;
+    /* Left by workers that were given up on: they never run again. */
+    for (sim_fiber *f; (f = q->waiters.head);) {
+        sim_list_del(&q->waiters, f);
+        f->q = NULL;
+    }
+    for (sim_fiber *f; (f = q->lockers.head);) {
+        sim_list_del(&q->lockers, f);
+        f->q = NULL;
+    }
+    (void)e;
+}
+
+static void sim_waitq_lock(dsim_rt *rt, void *p)
+{
+    sim_eng *e = sim_of(rt, "dsim_waitq_lock");
+    sim_q *q = p;
+    sim_fiber *self = e->cur;
+    if (!q->owner) {
+        q->owner = self;
+        return;
+    }
+    if (q->owner == self)
+        sim_die(e, "a wait queue's lock was taken twice by the same worker");
+    self->q = q;
+    self->waiting = SIM_W_LOCK;
+    sim_list_push(&q->lockers, self);
+    sim_block(e); /* handed the lock by unlock */
+}
+
+static void sim_unlock(sim_eng *e, sim_q *q)
+{
+    sim_fiber *next = q->lockers.head;
+    if (!next) {
+        q->owner = NULL;
+        return;
+    }
+    sim_list_del(&q->lockers, next);
+    q->owner = next;
+    sim_ready(e, next);
+}
+
+static void sim_waitq_unlock(dsim_rt *rt, void *p)
+{
+    sim_eng *e = sim_of(rt, "dsim_waitq_unlock");
+    sim_q *q = p;
+    if (q->owner != e->cur)
+        sim_die(e, "a wait queue was unlocked by a worker that does not hold its lock");
+    sim_unlock(e, q);
+}
+
+static dsim_err sim_waitq_wait(dsim_rt *rt, void *p, int64_t deadline)
+{
+    sim_eng *e = sim_of(rt, "dsim_waitq_wait");
+    sim_q *q = p;
+    sim_fiber *self = e->cur;
+    if (q->owner != self)
+        sim_die(e, "dsim_waitq_wait called without the queue's lock");
+    if (deadline != DSIM_NO_DEADLINE && e->now >= deadline)
+        return DSIM_ETIMEDOUT;
+    sim_unlock(e, q);
+    self->q = q;
+    self->waiting = SIM_W_QUEUE;
+    sim_list_push(&q->waiters, self);
+    if (deadline != DSIM_NO_DEADLINE)
+        sim_heap_push(e, self, deadline);
+    sim_block(e);
+    bool timed_out = self->timed_out;
+    self->timed_out = false;
+    sim_waitq_lock(rt, q);
+    return timed_out && e->now >= deadline ? DSIM_ETIMEDOUT : DSIM_OK;
+}
+
+static void sim_waitq_wake(dsim_rt *rt, void *p)
+{
+    sim_eng *e = sim_of(rt, "dsim_waitq_wake");
+    sim_q *q = p;
+    for (sim_fiber *f; (f = q->waiters.head);) {
+        sim_list_del(&q->waiters, f);
+        sim_ready(e, f);
+    }
+}
+
+const struct dsim_rt_ops dsim_rt_sim_ops = {
+    .size = sizeof(struct dsim_rt_ops),
+    .name = "sim",
+    .priv_size = sizeof(sim_eng),
+    .waitq_priv_size = sizeof(sim_q),
+    .flags = DSIM_RT_DETERMINISTIC,
+    .init = sim_init,
+    .fini = sim_fini,
+    .now = sim_now,
+    .charge = sim_charge,
+    .charged = sim_charged,
+    .sleep_until = sim_sleep_until,
+    .spawn = sim_spawn,
+    .join = sim_join,
+    .detach = sim_detach,
+    .self = sim_self,
+    .waitq_init = sim_waitq_init,
+    .waitq_fini = sim_waitq_fini,
+    .waitq_lock = sim_waitq_lock,
+    .waitq_unlock = sim_waitq_unlock,
+    .waitq_wait = sim_waitq_wait,
+    .waitq_wake = sim_waitq_wake,
+};
+
+dsim_err dsim_sim_engine_register(void)
+{
+    return dsim_rt_register(&dsim_rt_sim_ops);
+}
+
+void dsim_sim_engine_totals(dsim_sim_stats *out)
+{
+    if (!out)
+        return;
+    out->switches = atomic_load(&sim_tot_switches);
+    out->clock_jumps = atomic_load(&sim_tot_jumps);
+    out->spawned = atomic_load(&sim_tot_spawned);
+    out->live_max = atomic_load(&sim_tot_live_max);
+    out->stack_bytes = dsim_sim_stack_bytes();
+}

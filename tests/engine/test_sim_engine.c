@@ -1,0 +1,367 @@
+/* The sim engine (sim/engine/sim.c) through the runtime API: virtual time
+ * moves only to the next deadline, waits time out at exactly their
+ * deadline, locks are held across waits on other queues, the run order is
+ * a function of the seed, libdsim's per-worker error survives switches,
+ * thousands of workers fit, and misuse ends the process instead of
+ * hanging it. */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+
+#include "dsim/rt.h"
+#include "engine/sim.h"
+
+#define SEC 1000000000LL
+
+static int64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
+}
+
+static dsim_rt *new_sim(uint64_t seed)
+{
+    assert_int_equal(dsim_sim_engine_register(), DSIM_OK);
+    dsim_rt *rt = NULL;
+    assert_int_equal(dsim_rt_create_seeded("sim", seed, &rt), DSIM_OK);
+    assert_string_equal(dsim_rt_name(rt), "sim");
+    assert_true(dsim_rt_deterministic(rt));
+    return rt;
+}
+
+/* ---- sleeping: the clock jumps, no wall time passes ---- */
+
+typedef struct sleeper {
+    dsim_rt *rt;
+    int64_t ns;
+    int64_t woke_at;
+    int *order, *n;
+    int id;
+} sleeper;
+
+static void sleeper_main(void *p)
+{
+    sleeper *s = p;
+    assert_int_equal(dsim_rt_self(s->rt), s->id);
+    dsim_rt_sleep_until(s->rt, dsim_rt_now(s->rt) + s->ns);
+    s->woke_at = dsim_rt_now(s->rt);
+    s->order[(*s->n)++] = s->id;
+}
+
+static void test_sleep_jumps(void **state)
+{
+    (void)state;
+    dsim_rt *rt = new_sim(1);
+    int64_t t0 = dsim_rt_now(rt), w0 = wall_ns();
+    assert_true(t0 > 0); /* 0 means "not yet" in the records */
+    int order[3], n = 0;
+    sleeper s[3] = {{rt, 30 * SEC, 0, order, &n, 0},
+                    {rt, 10 * SEC, 0, order, &n, 1},
+                    {rt, 20 * SEC, 0, order, &n, 2}};
+    dsim_task *t[3];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(dsim_rt_spawn(rt, i, sleeper_main, &s[i], &t[i]), DSIM_OK);
+    assert_int_equal(dsim_rt_self(rt), -1);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(dsim_rt_join(rt, t[i]), DSIM_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(order[0], 1);
+    assert_int_equal(order[1], 2);
+    assert_int_equal(order[2], 0);
+    for (int i = 0; i < 3; i++)
+        assert_true(s[i].woke_at == t0 + s[i].ns);
+    assert_true(dsim_rt_now(rt) == t0 + 30 * SEC);
+    /* a minute of virtual time in well under a second of wall time */
+    assert_true(wall_ns() - w0 < SEC);
+    /* charge moves the caller's clock and is counted */
+    dsim_rt_charge(rt, 5 * SEC);
+    assert_true(dsim_rt_now(rt) == t0 + 35 * SEC);
+    assert_true(dsim_rt_charged(rt) == 5 * SEC);
+    assert_int_equal(dsim_rt_sleep_until(rt, DSIM_NO_DEADLINE), DSIM_EINVAL);
+    uint64_t events = 0;
+    assert_true(dsim_rt_trace_hash(rt, &events) != 0);
+    assert_true(events > 0);
+    dsim_rt_destroy(rt);
+}
+
+/* ---- wait queues: deadlines, wake-ups, locks held across waits ---- */
+
+typedef struct pc {
+    dsim_rt *rt;
+    dsim_waitq *q, *q2;
+    int items;
+    dsim_err timed;
+    int64_t timed_at, deadline;
+    int b_got_lock_while_a_waits;
+    int a_waiting;
+} pc;
+
+static void consumer_main(void *p)
+{
+    pc *c = p;
+    dsim_waitq_lock(c->q);
+    while (c->items == 0)
+        assert_int_equal(dsim_waitq_wait(c->q, DSIM_NO_DEADLINE), DSIM_OK);
+    c->items--;
+    /* nobody produces again: this wait times out at its deadline exactly */
+    c->deadline = dsim_rt_deadline(c->rt, 10 * SEC);
+    dsim_err e = DSIM_OK;
+    while (c->items == 0 && e == DSIM_OK)
+        e = dsim_waitq_wait(c->q, c->deadline);
+    c->timed = e;
+    c->timed_at = dsim_rt_now(c->rt);
+    dsim_waitq_unlock(c->q);
+}
+
+static void producer_main(void *p)
+{
+    pc *c = p;
+    dsim_rt_sleep_until(c->rt, dsim_rt_now(c->rt) + SEC);
+    dsim_waitq_lock(c->q);
+    c->items++;
+    dsim_waitq_wake(c->q);
+    dsim_waitq_unlock(c->q);
+}
+
+/* A holds q while it waits on q2; B must not get q until A lets it go. */
+static void holder_main(void *p)
+{
+    pc *c = p;
+    dsim_waitq_lock(c->q);
+    dsim_waitq_lock(c->q2);
+    c->a_waiting = 1;
+    (void)dsim_waitq_wait(c->q2, dsim_rt_deadline(c->rt, 2 * SEC));
+    c->a_waiting = 0;
+    dsim_waitq_unlock(c->q2);
+    dsim_waitq_unlock(c->q);
+}
+
+static void taker_main(void *p)
+{
+    pc *c = p;
+    dsim_waitq_lock(c->q);
+    if (c->a_waiting)
+        c->b_got_lock_while_a_waits = 1;
+    dsim_waitq_unlock(c->q);
+}
+
+static void test_waitq(void **state)
+{
+    (void)state;
+    dsim_rt *rt = new_sim(2);
+    pc c = {.rt = rt};
+    assert_int_equal(dsim_waitq_create(rt, &c.q), DSIM_OK);
+    assert_int_equal(dsim_waitq_create(rt, &c.q2), DSIM_OK);
+    dsim_task *a, *b;
+    assert_int_equal(dsim_rt_spawn(rt, 0, consumer_main, &c, &a), DSIM_OK);
+    assert_int_equal(dsim_rt_spawn(rt, 1, producer_main, &c, &b), DSIM_OK);
+    assert_int_equal(dsim_rt_join(rt, a), DSIM_OK);
+    assert_int_equal(dsim_rt_join(rt, b), DSIM_OK);
+    assert_int_equal(c.timed, DSIM_ETIMEDOUT);
+    assert_true(c.timed_at == c.deadline);
+    /* a deadline already passed: no wait at all */
+    dsim_waitq_lock(c.q);
+    assert_int_equal(dsim_waitq_wait(c.q, dsim_rt_now(rt) - 1), DSIM_ETIMEDOUT);
+    dsim_waitq_unlock(c.q);
+
+    assert_int_equal(dsim_rt_spawn(rt, 0, holder_main, &c, &a), DSIM_OK);
+    assert_int_equal(dsim_rt_spawn(rt, 1, taker_main, &c, &b), DSIM_OK);
+    assert_int_equal(dsim_rt_join(rt, a), DSIM_OK);
+    assert_int_equal(dsim_rt_join(rt, b), DSIM_OK);
+    assert_int_equal(c.b_got_lock_while_a_waits, 0);
+    dsim_waitq_destroy(c.q);
+    dsim_waitq_destroy(c.q2);
+    dsim_rt_destroy(rt);
+}
+
+/* ---- the order of equally due workers is the seed's ---- */
+
+typedef struct rec {
+    int *order, *n, id;
+} rec;
+
+static void rec_main(void *p)
+{
+    rec *r = p;
+    r->order[(*r->n)++] = r->id;
+}
+
+static void run_order(uint64_t seed, int *order, uint64_t *hash)
+{
+    dsim_rt *rt = new_sim(seed);
+    enum { N = 64 };
+    rec r[N];
+    dsim_task *t[N];
+    int n = 0;
+    for (int i = 0; i < N; i++) {
+        r[i] = (rec){order, &n, i};
+        assert_int_equal(dsim_rt_spawn(rt, i, rec_main, &r[i], &t[i]), DSIM_OK);
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(dsim_rt_join(rt, t[i]), DSIM_OK);
+    assert_int_equal(n, N);
+    *hash = dsim_rt_trace_hash(rt, NULL);
+    dsim_rt_destroy(rt);
+}
+
+static void test_seeded_order(void **state)
+{
+    (void)state;
+    int a[64], b[64], c[64];
+    uint64_t ha, hb, hc;
+    run_order(7, a, &ha);
+    run_order(7, b, &hb);
+    run_order(8, c, &hc);
+    assert_memory_equal(a, b, sizeof a);
+    assert_true(ha == hb);
+    assert_true(memcmp(a, c, sizeof a) != 0);
+    assert_true(ha != hc);
+}
+
+/* ---- each worker keeps its own last error ---- */
+
+typedef struct errw {
+    dsim_rt *rt;
+    int code_ok;
+    dsim_err mine;
+} errw;
+
+static void err_main(void *p)
+{
+    errw *w = p;
+    DSIM_ERR(w->mine, -1, "worker error %d", (int)w->mine);
+    dsim_rt_sleep_until(w->rt, dsim_rt_now(w->rt) + SEC); /* the other one runs */
+    w->code_ok = dsim_last_error()->code == w->mine;
+}
+
+static void test_worker_error_state(void **state)
+{
+    (void)state;
+    dsim_rt *rt = new_sim(3);
+    errw w[2] = {{rt, 0, DSIM_ETIMEDOUT}, {rt, 0, DSIM_EPEER}};
+    dsim_task *t[2];
+    dsim_clear_error();
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(dsim_rt_spawn(rt, i, err_main, &w[i], &t[i]), DSIM_OK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(dsim_rt_join(rt, t[i]), DSIM_OK);
+    assert_int_equal(w[0].code_ok, 1);
+    assert_int_equal(w[1].code_ok, 1);
+    assert_int_equal(dsim_last_error()->code, DSIM_OK); /* the driver's own */
+    dsim_rt_destroy(rt);
+}
+
+/* ---- many workers: small stacks, detached ones freed ---- */
+
+static void nop_main(void *p)
+{
+    dsim_rt *rt = p;
+    dsim_rt_sleep_until(rt, dsim_rt_now(rt) + 1000);
+}
+
+static void test_many_workers(void **state)
+{
+    (void)state;
+    setenv("DSIM_SIM_STACK_KIB", "64", 1);
+    dsim_rt *rt = new_sim(4);
+    enum { N = 4096 };
+    dsim_task **t = calloc(N, sizeof *t);
+    assert_non_null(t);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(dsim_rt_spawn(rt, i, nop_main, rt, &t[i]), DSIM_OK);
+    for (int i = 0; i < N; i += 2)
+        assert_int_equal(dsim_rt_detach(rt, t[i]), DSIM_OK);
+    for (int i = 1; i < N; i += 2)
+        assert_int_equal(dsim_rt_join(rt, t[i]), DSIM_OK);
+    dsim_sim_stats st;
+    dsim_sim_engine_totals(&st);
+    assert_true(st.spawned >= N);
+    dsim_rt_destroy(rt);
+    dsim_sim_engine_totals(&st);
+    assert_true(st.live_max >= N);
+    assert_true(st.stack_bytes == 64 * 1024);
+    unsetenv("DSIM_SIM_STACK_KIB");
+    free(t);
+}
+
+/* ---- misuse ends the process with a message, never a hang ---- */
+
+static void *foreign_main(void *p)
+{
+    (void)dsim_rt_now(p);
+    return NULL;
+}
+
+static void forever_main(void *p)
+{
+    dsim_waitq *q = p;
+    dsim_waitq_lock(q);
+    for (;;)
+        (void)dsim_waitq_wait(q, DSIM_NO_DEADLINE);
+}
+
+/* Runs what in a child; it must die of SIGABRT. */
+static void expect_abort(int what)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0)
+            dup2(devnull, 2);
+        dsim_rt *rt = NULL;
+        if (dsim_sim_engine_register() != DSIM_OK || dsim_rt_create("sim", &rt) != DSIM_OK)
+            _exit(3);
+        if (what == 0) {
+            pthread_t th;
+            pthread_create(&th, NULL, foreign_main, rt);
+            pthread_join(th, NULL);
+        } else {
+            dsim_waitq *q;
+            dsim_task *t;
+            if (dsim_waitq_create(rt, &q) != DSIM_OK ||
+                dsim_rt_spawn(rt, 0, forever_main, q, &t) != DSIM_OK)
+                _exit(3);
+            dsim_rt_join(rt, t); /* nobody will ever wake it */
+        }
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st));
+    assert_int_equal(WTERMSIG(st), SIGABRT);
+}
+
+static void test_misuse_aborts(void **state)
+{
+    (void)state;
+    expect_abort(0); /* a call from another OS thread */
+    expect_abort(1); /* a deadlock */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sleep_jumps),
+        cmocka_unit_test(test_waitq),
+        cmocka_unit_test(test_seeded_order),
+        cmocka_unit_test(test_worker_error_state),
+        cmocka_unit_test(test_many_workers),
+        cmocka_unit_test(test_misuse_aborts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

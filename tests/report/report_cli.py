@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""`dsim report`, `dsim trace` and `dsim run --report`, run as a user runs them.
+
+Runs the quickstart and a node-loss scenario into a fresh store with
+--report, then checks: the last line printed is the report's path, next to
+the store; the page is self-contained (no script, no external reference)
+and its plots hold data; the node-loss run's fault and restart are on its
+timeline; the trace is valid Chrome trace-event JSON (trace_check.py) with
+a track of steps per replica, the fault and the restart; with collective
+times in the store, the all-reduce share is drawn and the trace holds
+paired flow arrows; a divergent checksum is named as the first divergent
+step; text from the store is escaped; a long run's trace is sampled and
+says so; several runs are compared; bad input (unknown run id, not a run
+id, no store, a damaged store, an unwritable output) is a clear error with
+exit status 2.
+
+usage: report_cli.py DSIM SCENARIO_DIR
+"""
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import trace_check  # noqa: E402
+
+DSIM, SCEN = (os.path.abspath(a) for a in sys.argv[1:3])
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL: " + what)
+    return cond
+
+
+def dsim(args, cwd):
+    p = subprocess.run([DSIM] + args, cwd=cwd, capture_output=True, timeout=300)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def plots(html):
+    """{class: data-points} of each plot's <svg>."""
+    out = {}
+    for m in re.finditer(r'<svg class="plot ([a-z]+)" data-points="(\d+)"', html):
+        out.setdefault(m.group(1), []).append(int(m.group(2)))
+    return out
+
+
+def self_contained(html, label):
+    check("<script" not in html.lower(), label + ": has a <script>")
+    for m in re.finditer(r'(?:src|href)\s*=\s*"([^"]*)"', html):
+        check(m.group(1).startswith("#"), label + ": refers outside the page: " + m.group(1))
+    check("url(" not in html and "@import" not in html, label + ": style loads something")
+    for m in re.finditer(r"https?://[^\"' <]+", html):
+        check(m.group(0) == "http://www.w3.org/2000/svg", label + ": names " + m.group(0))
+
+
+def trace(tmp, db, run_id, name):
+    out = os.path.join(tmp, name)
+    rc, so, se = dsim(["trace", str(run_id), "--db", db, "-o", out], tmp)
+    check(rc == 0 and so.strip() == out, "dsim trace %s: rc %d, %s %s" % (run_id, rc, so, se))
+    doc = json.loads(read(out))
+    errs = trace_check.errors(doc)
+    check(not errs, "trace of run %s is not valid: %s" % (run_id, errs[:5]))
+    return doc
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="dsim-report-")
+    try:
+        db = os.path.join(tmp, "store", "runs.db")
+        os.mkdir(os.path.dirname(db))
+        quick = os.path.join(SCEN, "quickstart.yaml")
+        loss = os.path.join(SCEN, "faults", "worker_dies_between_collectives.yaml")
+
+        # dsim run --report: the last line is the path, next to the store
+        rc, so, se = dsim(["run", quick, loss, "--db", db, "--report"], tmp)
+        check(rc == 0, "dsim run --report: rc %d\n%s\n%s" % (rc, so, se))
+        last = so.rstrip("\n").split("\n")[-1]
+        want = os.path.join(os.path.dirname(db), "dsim-report-1-2.html")
+        check(last == want, "dsim run --report: last line %r, wanted %r" % (last, want))
+        check(os.path.isfile(want), "dsim run --report wrote no " + want)
+        check("run 2 stored in" in so, "dsim run --report changed the table: " + so[-400:])
+        rc, so, _ = dsim(["run", quick, "--db", db, "--report", "--json"], tmp)
+        check(json.loads(so).get("report") == os.path.join(os.path.dirname(db),
+                                                          "dsim-report-3.html"),
+              "dsim run --report --json: no report in " + so[-300:])
+
+        con = sqlite3.connect(db)
+        n_checks = con.execute("SELECT count(*) FROM checks WHERE run_id = 1").fetchone()[0]
+        replicas = con.execute("SELECT count(*) FROM replicas WHERE run_id = 2").fetchone()[0]
+
+        # one run: the page and its plots
+        out = os.path.join(tmp, "one.html")
+        rc, so, se = dsim(["report", "1", "--db", db, "-o", out], tmp)
+        check(rc == 0 and so.strip() == out, "dsim report 1: rc %d %s %s" % (rc, so, se))
+        html = read(out)
+        self_contained(html, "report 1")
+        check(html.count('<tr class="pass">') + html.count('<tr class="fail">') == n_checks,
+              "report 1: the checks table has not the %d stored checks" % n_checks)
+        p = plots(html)
+        for cls in ("loss", "rate", "steptime", "timeline"):
+            check(p.get(cls) and p[cls][0] > 0, "report 1: plot %s has no data (%s)" % (cls, p))
+        pl = re.findall(r'<polyline class="series"[^>]* points="([^"]*)"', html)
+        check(len(pl) >= 2 and all(len(x.split()) >= 2 for x in pl[:2]),
+              "report 1: the loss has no lines: %s" % pl[:2])
+        check("seed" in html and "quickstart" in html, "report 1: no scenario or seed")
+        check(p.get("comm") == [4], "report 1: no all-reduce share of 4 replicas: %s" % p)
+        check("<th>rendezvous ms</th>" in html, "report 1: no cold-start phases")
+
+        # the node-loss run: the fault and the restart, on the timeline too
+        html2 = read(want)
+        check("rank 3 killed" in html2 and "recovered after restarting" in html2,
+              "report 1-2: the fault or the restart is missing")
+        check(html2.count('<path class="mark"') >= 2, "report 1-2: no event marks")
+        check("2 runs compared" in html2 and "comparison" in html2,
+              "report 1-2: no comparison of the two runs")
+
+        # the trace of the node-loss run
+        doc = trace(tmp, db, 2, "t2.json")
+        evs = doc["traceEvents"]
+        steps = [e for e in evs if e["ph"] == "X" and e.get("cat") == "step"]
+        check({e["tid"] for e in steps} == set(range(1, replicas + 1)),
+              "trace 2: not a track of steps per replica: %s" % {e["tid"] for e in steps})
+        check(any(e["ph"] == "i" and e.get("cat") == "fault" and e["tid"] == 4 for e in evs),
+              "trace 2: no fault on replica 3's track")
+        check(any(e["ph"] == "i" and e.get("cat") == "restart" for e in evs),
+              "trace 2: no restart")
+        check(any(e["ph"] == "B" and e["name"] == "attempt 1" for e in evs),
+              "trace 2: no second attempt after the restart")
+        check(doc["otherData"]["sampling"].startswith("none"), "trace 2: sampled")
+        coll = [e for e in evs if e["ph"] == "X" and e.get("cat") == "collective"]
+        check({e["tid"] for e in coll} == {(1 << 20) + k for k in range(replicas)},
+              "trace 2: not a track of collectives per replica")
+        check(any(e["ph"] == "s" for e in evs), "trace 2: no flow arrows")
+        check(any(e["ph"] == "X" and e.get("cat") == "phase" and e["name"] == "create_variables"
+                  for e in evs), "trace 2: no cold-start phases")
+        check(any(e["ph"] == "i" and e.get("cat") == "checkpoint" for e in evs),
+              "trace 2: no checkpoint writes")
+
+        # collective times: the all-reduce share and flow arrows
+        w = sqlite3.connect(db)
+        w.execute("DELETE FROM collectives WHERE run_id = 1")
+        rows = w.execute("SELECT replica, step FROM steps WHERE run_id = 1 "
+                         "ORDER BY rowid").fetchall()
+        reps1 = len({r for r, _ in rows})
+        t_base = w.execute("SELECT min(t_start_ns) FROM steps WHERE run_id = 1").fetchone()[0]
+        # call k of replica r enters at base + k ms + (R-1-r) us: replica 0 last
+        w.executemany("INSERT INTO collectives (run_id, replica, op, algorithm, bytes, "
+                      "t_start_ns, t_end_ns) VALUES (1, ?, 'allreduce', 'ring', 144, ?, ?)",
+                      [(r, t_base + k * 1000000 + (reps1 - 1 - r) * 1000,
+                        t_base + k * 1000000 + reps1 * 1000 + 500) for r, k in rows])
+        # a divergent checksum at step 5 of run 3
+        w.execute("UPDATE steps SET checksum = checksum + 1 WHERE run_id = 3 AND step = 5 "
+                  "AND replica = 1")
+        # text that must be escaped
+        w.execute("INSERT INTO runs (scenario, scenario_text, seed, engine, dsim_version, "
+                  "status, started_ns, ended_ns) VALUES ('<script>alert(\"x\")</script>&', "
+                  "'name: </pre><b>', 1, 'threads', '0', 'failed', 0, 1)")
+        rid = w.execute("SELECT max(id) FROM runs").fetchone()[0]
+        w.execute("INSERT INTO checks (run_id, name, passed, message) VALUES "
+                  "(?, 'convergence', 0, '<img src=x onerror=alert(1)>')", (rid,))
+        w.execute("INSERT INTO events (run_id, replica, t_ns, kind, detail) VALUES "
+                  "(?, 0, 5, 'fault', '</table><i>')", (rid,))
+        # a long run: 12000 steps of one replica
+        w.execute("INSERT INTO runs (scenario, seed, engine, dsim_version, status, started_ns) "
+                  "VALUES ('long', 1, 'threads', '0', 'passed', 0)")
+        lid = w.execute("SELECT max(id) FROM runs").fetchone()[0]
+        w.executemany("INSERT INTO steps (run_id, replica, epoch, step, loss, examples, "
+                      "t_start_ns, t_end_ns) VALUES (?, 0, 0, ?, 1.0, 4, ?, ?)",
+                      [(lid, s, s * 1000, s * 1000 + 900) for s in range(12000)])
+        w.commit()
+        w.close()
+
+        doc = trace(tmp, db, 1, "t1.json")
+        evs = doc["traceEvents"]
+        coll = [e for e in evs if e["ph"] == "X" and e.get("cat") == "collective"]
+        fl = [e for e in evs if e["ph"] in ("s", "f")]
+        check(len(coll) == len(rows), "trace 1: %d collectives of %d" % (len(coll), len(rows)))
+        calls = len(rows) // reps1
+        check(len(fl) == 2 * calls * (reps1 - 1),
+              "trace 1: %d flow events, wanted %d" % (len(fl), 2 * calls * (reps1 - 1)))
+        # replica 0 enters every call last: the others wait for it
+        check(all(e["tid"] == (1 << 20) + 0 for e in fl if e["ph"] == "s"),
+              "trace 1: a flow does not start at the last replica to enter")
+        out = os.path.join(tmp, "one-coll.html")
+        dsim(["report", "1", "--db", db, "-o", out], tmp)
+        p = plots(read(out))
+        check(p.get("comm") == [reps1], "report 1: no all-reduce share plot: %s" % p)
+        w = sqlite3.connect(db)
+        w.execute("DELETE FROM collectives WHERE run_id = 1")
+        w.commit()
+        w.close()
+        dsim(["report", "1", "--db", db, "-o", out], tmp)
+        check("Not measured" in read(out), "report 1: a share drawn without collectives")
+
+        out = os.path.join(tmp, "div.html")
+        dsim(["report", "3", "--db", db, "-o", out], tmp)
+        check("first differ after step 5" in read(out), "report 3: no first divergent step")
+
+        out = os.path.join(tmp, "esc.html")
+        rc, _, se = dsim(["report", str(rid), "--db", db, "-o", out], tmp)
+        html = read(out) if rc == 0 else ""
+        check(rc == 0, "report of the escaping run: " + se)
+        check("<script" not in html and "<img" not in html and "</pre><b>" not in html and
+              "</table><i>" not in html, "report: text from the store is not escaped")
+        check("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;" in html,
+              "report: the escaped scenario name is missing")
+        t = trace(tmp, db, rid, "esc.json")
+        check(t["otherData"]["scenario"] == '<script>alert("x")</script>&',
+              "trace: the scenario name did not survive")
+
+        t = trace(tmp, db, lid, "long.json")
+        n = sum(1 for e in t["traceEvents"] if e["ph"] == "X" and e.get("cat") == "step")
+        check(0 < n <= 5000, "long trace: %d step slices" % n)
+        check(t["otherData"]["sampling"].startswith("every 3-th"),
+              "long trace: sampling not stated: " + t["otherData"]["sampling"])
+        rc, so, se = dsim(["report", "last", "--db", db, "-o", os.path.join(tmp, "l.html")], tmp)
+        check(rc == 0 and "long" in read(os.path.join(tmp, "l.html")), "report last: " + se)
+
+        # a run of 2200 steps: collectives of every 3rd step, and it says so
+        long_yaml = os.path.join(tmp, "long.yaml")
+        with open(long_yaml, "w") as f:
+            f.write("name: long_run\nseed: 3\nengine: threads\ncluster: {hosts: 1, "
+                    "devices_per_host: 2}\nstrategy: {name: mirrored}\nmodel: {kind: softmax}\n"
+                    "optimizer: {kind: sgd, learning_rate: 0.1}\ndata: {task: classification, "
+                    "examples: 4400, features: 4, classes: 2, global_batch: 2, epochs: 1}\n")
+        rc, so, se = dsim(["run", long_yaml, "--db", db, "--json"], tmp)
+        lrun = json.loads(so)["runs"][0]["run_id"] if rc == 0 else -1
+        c3 = sqlite3.connect(db)
+        k = c3.execute("SELECT value FROM metrics WHERE run_id = ? AND name = "
+                       "'collective_sampling'", (lrun,)).fetchone()
+        ncoll = c3.execute("SELECT count(*) FROM collectives WHERE run_id = ?",
+                           (lrun,)).fetchone()[0]
+        c3.close()
+        check(k == (3.0,), "long run: collective_sampling is %s, wanted 3" % (k,))
+        check(ncoll == 2 * 2 * 734, "long run: %d collective rows, wanted %d" % (ncoll, 2936))
+        out = os.path.join(tmp, "longrun.html")
+        dsim(["report", str(lrun), "--db", db, "-o", out], tmp)
+        check("from every k-th step" in read(out), "long run: the report hides the sampling")
+        trace(tmp, db, lrun, "longrun.json")
+
+        # bad input
+        bad = os.path.join(tmp, "bad.db")
+        with open(bad, "wb") as f:
+            f.write(b"not a database at all\n" * 100)
+        damaged = os.path.join(tmp, "damaged.db")
+        con.close()
+        c2 = sqlite3.connect(db)
+        c2.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        c2.close()
+        shutil.copy(db, damaged)
+        with open(damaged, "r+b") as f:
+            f.seek(4096 * 3)
+            f.write(b"\xff" * 16384)
+        for cmd in ("report", "trace"):
+            cases = [
+                ([cmd, "999", "--db", db], "run 999 is not in"),
+                ([cmd, "x1", "--db", db], "is not a run id"),
+                ([cmd, "1", "--db", os.path.join(tmp, "absent.db")], "no results store at"),
+                ([cmd, "1", "--db", bad], "bad.db"),
+                ([cmd, "1", "--db", damaged], "damaged.db"),
+                ([cmd, "1", "--db", db, "-o", os.path.join(tmp, "no", "such", "x")],
+                 "cannot write"),
+                ([cmd, "--db", db], "which run?"),
+                ([cmd, "1", "--bogus"], "unknown option"),
+                ([cmd, "1", "-o"], "needs a value"),
+            ]
+            for args, want_msg in cases:
+                rc, so, se = dsim(args, tmp)
+                check(rc == 2 and want_msg in se and "\n" == se[-1:],
+                      "%s: rc %d, stderr %r (wanted rc 2 and %r)" % (args, rc, se, want_msg))
+        rc, so, se = dsim(["report", "999", "--db", db], tmp)
+        check("dsim list runs" in se, "an unknown run id does not say how to list them: " + se)
+        print("%d failure(s)" % len(failures))
+        return 1 if failures else 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
