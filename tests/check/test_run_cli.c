@@ -351,8 +351,6 @@ static void test_run_bad_input(void **state)
     cli_path(file, sizeof file, "good.yaml");
     assert_int_equal(cli_run("run", file, "--engine", "warp", NULL), 2);
     cli_has(cli_err, "threads, processes, sim");
-    assert_int_equal(cli_run("run", file, "--engine", "sim", "--db", db, NULL), 2);
-    cli_has(cli_err, "not supported");
     assert_int_equal(cli_run("run", file, "--seed", "-3", NULL), 2);
     assert_int_equal(cli_run("run", file, "--seed", NULL), 2);
     assert_int_equal(cli_run("run", file, "--frobnicate", NULL), 2);
@@ -377,15 +375,29 @@ static void test_run_bad_input(void **state)
               "name: simeng\nengine: sim\n" CLI_SMALL "expect:\n  shard_coverage: {}\n");
     char simf[512];
     cli_path(simf, sizeof simf, "simeng.yaml");
-    assert_int_equal(cli_run("run", simf, "--db", db, NULL), 2);
-    cli_has(cli_err, "not supported");
     assert_true(access(db, F_OK) != 0);
     assert_int_equal(cli_run("run", simf, "--db", db, "--engine", "threads", NULL), 0);
     assert_int_equal(cli_sql_int(db, "SELECT count(*) FROM runs WHERE engine = 'threads'"), 1);
+    assert_int_equal(cli_sql_int(db, "SELECT count(*) FROM runs WHERE trace_hash IS NULL"), 1);
+    assert_int_equal(cli_run("run", simf, "--db", db, NULL), 0);
+    cli_has(cli_out, "s virtual");
+    assert_int_equal(cli_sql_int(db, "SELECT count(*) FROM runs WHERE engine = 'sim' AND "
+                                     "length(trace_hash) = 16"),
+                     1);
+    /* replay: the sim run matches; the threads run and a missing one are bad input */
+    assert_int_equal(cli_run("replay", "2", "--db", db, NULL), 0);
+    cli_has(cli_out, "trace matches");
+    assert_int_equal(cli_run("replay", "1", "--db", db, NULL), 2);
+    cli_has(cli_err, "engine threads");
+    assert_int_equal(cli_run("replay", "77", "--db", db, NULL), 2);
+    cli_has(cli_err, "no run 77");
+    assert_int_equal(cli_run("replay", "x", "--db", db, NULL), 2);
+    assert_int_equal(cli_run("replay", "--db", db, NULL), 2);
+    assert_int_equal(cli_sql_int(db, "SELECT count(*) FROM runs"), 3);
 
     /* the good scenario is fine, with the seed overridden */
     assert_int_equal(cli_run("run", file, "--db", db, "--seed", "5", NULL), 0);
-    assert_int_equal(cli_sql_int(db, "SELECT seed FROM runs WHERE id = 2"), 5);
+    assert_int_equal(cli_sql_int(db, "SELECT seed FROM runs WHERE id = 4"), 5);
 
     /* list */
     assert_int_equal(cli_run("list", NULL), 2);
@@ -435,7 +447,8 @@ static void test_run_json(void **state)
     cli_has(cli_out, "checkpoint_roundtrip");
     cli_has(cli_out, "gradient_consistency");
     cli_has(cli_out, "max_rel_error");
-    cli_has(cli_out, "cold_start  (not available");
+    cli_has(cli_out, "max_allreduce_share");
+    cli_has(cli_out, "total_per_worker_s");
     assert_int_equal(cli_run("list", "strategies", NULL), 0);
     cli_has(cli_out, "multi_worker_mirrored");
     cli_has(cli_out, "parameter_server");
