@@ -447,7 +447,7 @@ static void test_run_json(void **state)
     cli_has(cli_out, "checkpoint_roundtrip");
     cli_has(cli_out, "gradient_consistency");
     cli_has(cli_out, "max_rel_error");
-    cli_has(cli_out, "max_allreduce_share");
+    cli_has(cli_out, "max_straggler_factor");
     cli_has(cli_out, "total_per_worker_s");
     assert_int_equal(cli_run("list", "strategies", NULL), 0);
     cli_has(cli_out, "multi_worker_mirrored");
