@@ -277,6 +277,7 @@ typedef struct run_progress {
     pthread_mutex_t mu;
     int64_t last_print_ns;
     bool line_open; /* tty: a line without its newline yet */
+    int forming_lines; /* plain lines printed while the job formed */
 } run_progress;
 
 static int64_t run_now_ns(void)
@@ -316,6 +317,22 @@ static void run_progress_cb(const dsim_harness_progress *hp, void *user)
     if (!p->out)
         return;
     pthread_mutex_lock(&p->mu);
+    if (hp->forming) {
+        /* who is there and who is awaited, about once a second: on a
+         * terminal in place, otherwise every second for 10 s, then every
+         * 10 s */
+        int k = p->forming_lines++;
+        if (p->tty || k < 10 || k % 10 == 0) {
+            fprintf(p->out, "%sforming the group (%.0f s): %d of %d replicas have taken their "
+                            "first step; awaiting %s%s",
+                    p->tty ? "\r" : "", hp->elapsed_s, hp->formed, hp->replicas, hp->awaiting,
+                    p->tty ? "\033[K" : "\n");
+            p->line_open = p->tty;
+            fflush(p->out);
+        }
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
     if (hp->finished) {
         if (p->tty && p->line_open) {
             fputc('\n', p->out);

@@ -313,7 +313,7 @@ int cmd_whatif(int argc, char **argv)
             }
         }
         double step = tc + ar, speed = t1 / step;
-        printf("%-9s %-14s %12.2f %11.2f %10.2f %6.0f%% %8.2f %10.2f  %s (%.2f)\n", l->name,
+        printf("%-9s %-14s %12.3f %11.2f %10.2f %6.0f%% %8.2f %10.2f  %s (%.3f)\n", l->name,
                dsim_algo_name(a), ar * 1e3, tc * 1e3, step * 1e3, 100 * ar / step, speed,
                speed / N, dsim_algo_name(best), best_t * 1e3);
     }

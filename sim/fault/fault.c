@@ -16,6 +16,7 @@
  * and only then does its link stop counting it, so a frame arriving
  * meanwhile is held behind it and the link's order is kept. */
 #include <inttypes.h>
+#include <math.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -72,6 +73,7 @@ typedef struct fs_link {
     double last; /* the last uniform draw, for correlation */
     int held;    /* frames of this link in the held list or being delivered */
     int64_t last_due;
+    int64_t net_free; /* the network model: when the link's last frame has left */
 } fs_link;
 
 /* A fault's life in the current run. */
@@ -128,6 +130,9 @@ struct dsim_faults {
     dsim_train_hooks hooks;
     struct dsim_tp_filter filter;
     dsim_faults_process_hooks proc;
+    /* the network model (dsim_faults_set_network); NULL arrays: none */
+    dsim_net_links net;
+    int64_t *nic_out_free, *nic_in_free; /* [hosts + P]: when each NIC is free */
     int pending_kill[8]; /* kills to report to proc.on_kill once unlocked */
     int n_pending_kill;
 };
@@ -499,6 +504,34 @@ static void fs_on_sent(void *user, dsim_ep *ep, const dsim_tp_hdr *hdr)
         fs_flush_kills(fs);
 }
 
+/* The host a rank is on for the network model: a replica's worker, or a
+ * parameter server's own host after the workers'. */
+static int fs_net_host(const dsim_faults *fs, int r)
+{
+    return r < fs->N ? r / fs->D : fs->hosts + (r - fs->N);
+}
+
+dsim_err dsim_faults_set_network(dsim_faults *fs, const dsim_net_links *net)
+{
+    if (!fs || !net || net->inter_Bps < 0 || net->intra_Bps < 0 || net->inter_latency_ns < 0 ||
+        net->intra_latency_ns < 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "faults: the network model needs non-negative latencies and bandwidths");
+    size_t n = (size_t)fs->hosts + (size_t)fs->P;
+    free(fs->nic_out_free);
+    free(fs->nic_in_free);
+    fs->nic_out_free = calloc(n, sizeof *fs->nic_out_free);
+    fs->nic_in_free = calloc(n, sizeof *fs->nic_in_free);
+    if (!fs->nic_out_free || !fs->nic_in_free) {
+        free(fs->nic_out_free);
+        free(fs->nic_in_free);
+        fs->nic_out_free = fs->nic_in_free = NULL;
+        return DSIM_ERR(DSIM_ENOMEM, -1, "faults: out of memory for the network model");
+    }
+    fs->net = *net;
+    return DSIM_OK;
+}
+
 static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr *hdr,
                                             const void *payload, size_t len)
 {
@@ -642,6 +675,29 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
             goto out;
         }
     }
+    if (fs->nic_out_free) {
+        /* The network: latency plus the frame's time on the wire, behind
+         * the link's earlier frames and, between hosts, behind the other
+         * flows through the two hosts' NICs. */
+        int hs = fs_net_host(fs, src), hd = fs_net_host(fs, dst);
+        bool cross = hs != hd;
+        int64_t lat = cross ? fs->net.inter_latency_ns : fs->net.intra_latency_ns;
+        double bw = cross ? fs->net.inter_Bps : fs->net.intra_Bps;
+        int64_t start = now > l->net_free ? now : l->net_free;
+        if (cross) {
+            if (fs->nic_out_free[hs] > start)
+                start = fs->nic_out_free[hs];
+            if (fs->nic_in_free[hd] > start)
+                start = fs->nic_in_free[hd];
+        }
+        int64_t wire = bw > 0 ? (int64_t)llround((double)(len + sizeof *hdr) / bw * 1e9) : 0;
+        int64_t end = start + wire;
+        l->net_free = end;
+        if (cross)
+            fs->nic_out_free[hs] = fs->nic_in_free[hd] = end;
+        if (end + lat > now && end + lat > hold_until)
+            hold_until = end + lat;
+    }
     if (hold_until > 0 || l->held > 0) {
         if (hold_until < now)
             hold_until = now;
@@ -702,7 +758,10 @@ static void fs_detach(void *user, dsim_fabric *f)
         if (fs->links[k]) {
             fs->links[k]->held = 0;
             fs->links[k]->last_due = 0;
+            fs->links[k]->net_free = 0;
         }
+    for (int h = 0; fs->nic_out_free && h < fs->hosts + fs->P; h++)
+        fs->nic_out_free[h] = fs->nic_in_free[h] = 0;
     dsim_waitq_destroy(fs->q);
     fs->q = NULL;
     fs->fab = NULL;
@@ -1092,6 +1151,8 @@ void dsim_faults_destroy(dsim_faults *fs)
     free(fs->phase);
     free(fs->step);
     free(fs->t_compute);
+    free(fs->nic_out_free);
+    free(fs->nic_in_free);
     free(fs->timers);
     free(fs->ev);
     free(fs);

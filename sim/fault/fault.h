@@ -149,6 +149,21 @@ dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, i
                             int devices_per_host, int num_ps, dsim_faults **out);
 void dsim_faults_destroy(dsim_faults *fs);
 
+/* The job's links under the alpha-beta model (a scenario's cluster.network):
+ * a frame between ranks of two hosts arrives after the inter-host latency
+ * plus its bytes over the bandwidth, queued behind the earlier frames of its
+ * link and of both hosts' NICs (a NIC carries one frame at a time each way);
+ * a frame within a host uses the intra-host figures (0 and 0: at once). A
+ * parameter server is a host of its own. Times are the engine's: virtual
+ * under sim, real (the frame is held) on threads. */
+typedef struct dsim_net_links {
+    int64_t inter_latency_ns;
+    double inter_Bps; /* 0: no time on the wire */
+    int64_t intra_latency_ns;
+    double intra_Bps;
+} dsim_net_links;
+dsim_err dsim_faults_set_network(dsim_faults *fs, const dsim_net_links *net);
+
 /* Points cfg's transport filter and hooks at fs (fs must outlive the run).
  * Hooks cfg had before are kept: their phase hook is called after the
  * faults' own for a replica that goes on. */

@@ -643,11 +643,19 @@ typedef struct h_run {
     atomic_uint_fast64_t steps_seen; /* highest global step reported, + 1 */
     atomic_int store_failed;
     char store_err[400]; /* written once, by whoever sets store_failed */
+    /* forming the group: which replicas have taken their first step */
+    int replicas, devices_per_host;
+    atomic_uchar *formed;
+    atomic_int n_formed;
+    atomic_bool forming_stop;
 } h_run;
 
 static void h_observer(const dsim_train_step_info *info, void *user)
 {
     h_run *r = user;
+    if (r->formed && info->replica >= 0 && info->replica < r->replicas &&
+        !atomic_exchange(&r->formed[info->replica], 1))
+        atomic_fetch_add(&r->n_formed, 1);
     if (info->rerun) {
         /* A lost replica's step run again: the steps table keeps each
          * replica's own steps; the re-runs show in coverage and in node_loss. */
@@ -685,6 +693,48 @@ static void h_observer(const dsim_train_step_info *info, void *user)
         .elapsed_s = (double)(h_now_ns() - r->t0_ns) / 1e9,
     };
     r->progress(&p, r->progress_user);
+}
+
+/* While the job forms: about once a second (on wall time), until every
+ * replica has taken a step, say who is there and who is awaited -- never
+ * silence while a late worker is waited for. */
+static void *h_forming_main(void *arg)
+{
+    h_run *r = arg;
+    for (int tick = 1; !atomic_load(&r->forming_stop); tick++) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        int n = atomic_load(&r->n_formed);
+        if (n >= r->replicas)
+            break;
+        if (tick % 10 != 0)
+            continue;
+        dsim_harness_progress p = {.total = r->total,
+                                   .loss = NAN,
+                                   .elapsed_s = (double)(h_now_ns() - r->t0_ns) / 1e9,
+                                   .forming = true,
+                                   .formed = n,
+                                   .replicas = r->replicas};
+        size_t o = 0;
+        int listed = 0, left = 0;
+        for (int i = 0; i < r->replicas; i++) {
+            if (atomic_load(&r->formed[i]))
+                continue;
+            if (listed < 4 && o < sizeof p.awaiting) {
+                o += (size_t)snprintf(p.awaiting + o, sizeof p.awaiting - o,
+                                      "%sreplica %d (worker %d)", listed ? ", " : "", i,
+                                      i / r->devices_per_host);
+                listed++;
+            } else {
+                left++;
+            }
+        }
+        if (left && o < sizeof p.awaiting)
+            snprintf(p.awaiting + o, sizeof p.awaiting - o, " and %d more", left);
+        if (!atomic_load(&r->forming_stop))
+            r->progress(&p, r->progress_user);
+    }
+    return NULL;
 }
 
 static void h_fail(dsim_harness_result *out, const char *what)
@@ -974,6 +1024,17 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     run->progress_user = o->progress_user;
     run->total = o->progress ? h_total_steps(&cfg) : 0;
     run->t0_ns = h_now_ns();
+    run->replicas = R;
+    run->devices_per_host = cfg.devices_per_host;
+    if (o->progress && R > 1) {
+        run->formed = calloc((size_t)R, sizeof *run->formed);
+        for (int i = 0; run->formed && i < R; i++)
+            atomic_init(&run->formed[i], 0);
+    }
+    atomic_init(&run->n_formed, 0);
+    atomic_init(&run->forming_stop, false);
+    pthread_t forming;
+    bool forming_on = run->formed && pthread_create(&forming, NULL, h_forming_main, run) == 0;
     cfg.observer = h_observer;
     cfg.observer_user = run;
     /* The phases' times for reports, where the hooks run in this process on
@@ -991,8 +1052,16 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     bool have_ref = false;
     /* Faults or recovery: the job runs under sim/fault, restarts included. */
     bool processes = (cfg.engine && strcmp(cfg.engine, "processes") == 0) || o->hosts;
-    bool faulty = processes || s->n_faults > 0 ||
+    bool faulty = processes || s->n_faults > 0 || s->network_given ||
                   (s->recovery && strcmp(s->recovery, "restart") == 0);
+    /* the network model: the scenario's links, held to their alpha-beta
+     * times in the fault layer (threads and sim; processes runs real tcp) */
+    dsim_net_links net = {
+        .inter_latency_ns = s->link_latency_ns,
+        .inter_Bps = s->link_bandwidth_Bps,
+        .intra_latency_ns = s->intra_latency_ns,
+        .intra_Bps = s->intra_Bps,
+    };
     dsim_recovery_run rr;
     memset(&rr, 0, sizeof rr);
     dsim_check_faults cf;
@@ -1009,6 +1078,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
             .want_clean = restart && h_expects(s, "node_loss"),
             .processes = processes,
             .hosts = o->hosts,
+            .net = s->network_given && !processes ? &net : NULL,
         };
         dsim_err fe = dsim_recovery_run_job(&cfg, &ro, &rr);
         if (fe != DSIM_OK) {
@@ -1038,6 +1108,10 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         }
     } else {
         out->train_err = dsim_train(&cfg, &res);
+    }
+    if (forming_on) {
+        atomic_store(&run->forming_stop, true);
+        pthread_join(forming, NULL);
     }
     int64_t t_end = h_now_ns();
     out->restarts = rr.restarts;
@@ -1166,6 +1240,13 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         rc.record_params = cfg.record_params;
         if (dsim_train_reference(&rc, &ref) == DSIM_OK) {
             have_ref = true;
+            /* Under sim the run's times are the compute model's: so are the
+             * one-device baseline's, or scaling would compare two clocks. */
+            if (cfg.engine && strcmp(cfg.engine, "sim") == 0 && cfg.device_flops > 0 &&
+                ref.step_ns)
+                for (uint64_t k = 0; k < ref.steps; k++)
+                    ref.step_ns[k] = (int64_t)(6.0 * (double)ref.n_params *
+                                               (double)ref.examples[k] / cfg.device_flops * 1e9);
         } else {
             snprintf(out->note, sizeof out->note, "the one-device reference failed: %s",
                      dsim_errmsg());
@@ -1292,8 +1373,10 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         dsim_train_result_free(&ref);
     dsim_recovery_run_free(&rr);
     /* A worker stuck inside the observer may still read it. */
-    if (!in_observer)
+    if (!in_observer) {
+        free(run->formed);
         free(run);
+    }
 }
 
 dsim_err dsim_harness_run(const dsim_scenario *s, const dsim_harness_opts *opts,

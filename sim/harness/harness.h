@@ -95,10 +95,17 @@ typedef struct dsim_harness_progress {
     uint64_t examples; /* examples read so far, every replica */
     double elapsed_s;  /* since training started */
     bool finished;     /* training has returned: the run's last call */
+    /* While the job forms (until every replica has taken its first step),
+     * about once a second from a thread of the harness's own: forming is
+     * set, step is 0, and these say who is there and who is awaited. */
+    bool forming;
+    int formed, replicas; /* replicas that have taken a first step, of */
+    char awaiting[160];   /* "replica 2 (worker 1), replica 3 (worker 1)" */
 } dsim_harness_progress;
 
-/* Called after each of replica 0's steps (on its worker thread) and once
- * with finished set when training returns (on the caller's thread). */
+/* Called after each of replica 0's steps (on its worker thread), about
+ * once a second while the job forms (forming set, on a harness thread), and
+ * once with finished set when training returns (on the caller's thread). */
 typedef void (*dsim_harness_progress_fn)(const dsim_harness_progress *p, void *user);
 
 typedef struct dsim_harness_opts {

@@ -183,6 +183,13 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
     } else {
         DSIM_CHECK(dsim_faults_create(o->faults, o->n_faults, o->seed, cfg->hosts,
                                       cfg->devices_per_host, cfg->num_ps, &st.fs));
+        if (o->net && dsim_faults_set_network(st.fs, o->net) != DSIM_OK) {
+            dsim_error saved;
+            dsim_error_copy(&saved);
+            dsim_faults_destroy(st.fs);
+            return dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s",
+                                  saved.msg);
+        }
     }
     if (o->restart && cfg->checkpoint_path && unlink(cfg->checkpoint_path) == 0)
         dsim_info("recovery: removed the old backup %s before the first attempt",

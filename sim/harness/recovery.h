@@ -25,6 +25,7 @@ typedef struct dsim_recovery_opts {
     bool want_clean;  /* also run the job without faults (for node_loss) */
     bool processes;   /* one OS process per task (sim/engine/processes.h) */
     const struct dsim_proc_hosts *hosts; /* processes over machines, or NULL */
+    const dsim_net_links *net; /* the network model (threads and sim), or NULL */
 } dsim_recovery_opts;
 
 typedef struct dsim_recovery_run {

@@ -39,8 +39,9 @@ typedef struct dsim_network_preset {
     const char *what;
 } dsim_network_preset;
 
-/* loopback, datacenter, ethernet_10g (custom has no values: it needs
- * latency and bandwidth). NULL for an unknown name. */
+/* loopback, datacenter, ethernet_10g, and the cost model's 1gbe, 10gbe,
+ * 25gbe, ib100, pcie4, nvlink (custom has no values: it needs latency and
+ * bandwidth). NULL for an unknown name. */
 const dsim_network_preset *dsim_network_preset_find(const char *name);
 const dsim_network_preset *dsim_network_preset_at(int i); /* NULL past the end */
 

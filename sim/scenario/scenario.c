@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 
 #include "dsim/cluster.h"
 #include "dsim_config.h"
+#include "model/costmodel.h"
 #include "scenario/defaults.h"
 #include "scenario/scenario.h"
 #include "scenario/units.h"
@@ -458,7 +460,8 @@ static dsim_err scen_duration(const scen_ctx *c, const scen_map *m, int i, int64
 
 static const scen_name scen_engines[] = {{"threads", 0}, {"processes", 1}, {"sim", 2}};
 static const scen_name scen_presets[] = {
-    {"loopback", 0}, {"datacenter", 1}, {"ethernet_10g", 2}, {"custom", 3}};
+    {"loopback", 0}, {"datacenter", 1}, {"ethernet_10g", 2}, {"1gbe", 3},  {"10gbe", 4},
+    {"25gbe", 5},    {"ib100", 6},      {"pcie4", 7},        {"nvlink", 8}, {"custom", 9}};
 static const scen_name scen_ps_modes[] = {{"sync", DSIM_PS_SYNC}, {"async", DSIM_PS_ASYNC}};
 static const scen_name scen_model_kinds[] = {
     {"linear", DSIM_MODEL_LINEAR}, {"softmax", DSIM_MODEL_SOFTMAX}, {"mlp", DSIM_MODEL_MLP}};
@@ -524,14 +527,37 @@ static const scen_builtin *scen_builtin_find(const char *name)
 
 /* ---- network presets ---- */
 
-static const dsim_network_preset scen_net_presets[] = {
+/* The first three are the format's own; the others are the cost model's
+ * link presets (sim/model/costmodel.c, with their sources), filled in from
+ * there on first use. */
+static dsim_network_preset scen_net_presets[] = {
     {"loopback", 2000, 20e9, "one machine: 2us, 20GB/s"},
     {"datacenter", 10000, 12.5e9, "100 Gb/s fabric: 10us, 12.5GB/s"},
     {"ethernet_10g", 50000, 1.25e9, "10 Gb/s Ethernet: 50us, 1.25GB/s"},
+    {"1gbe", 0, 0, NULL},
+    {"10gbe", 0, 0, NULL},
+    {"25gbe", 0, 0, NULL},
+    {"ib100", 0, 0, NULL},
+    {"pcie4", 0, 0, NULL},
+    {"nvlink", 0, 0, NULL},
 };
+static pthread_once_t scen_net_once = PTHREAD_ONCE_INIT;
+
+static void scen_net_fill(void)
+{
+    for (size_t i = 0; i < SCEN_N(scen_net_presets); i++) {
+        const dsim_link_model *l = dsim_link_preset(scen_net_presets[i].name);
+        if (l && !scen_net_presets[i].what) {
+            scen_net_presets[i].latency_ns = (int64_t)llround(l->latency_s * 1e9);
+            scen_net_presets[i].bandwidth_Bps = l->bandwidth_Bps;
+            scen_net_presets[i].what = l->what;
+        }
+    }
+}
 
 const dsim_network_preset *dsim_network_preset_find(const char *name)
 {
+    pthread_once(&scen_net_once, scen_net_fill);
     for (size_t i = 0; name && i < SCEN_N(scen_net_presets); i++)
         if (strcasecmp(scen_net_presets[i].name, name) == 0)
             return &scen_net_presets[i];
@@ -540,6 +566,7 @@ const dsim_network_preset *dsim_network_preset_find(const char *name)
 
 const dsim_network_preset *dsim_network_preset_at(int i)
 {
+    pthread_once(&scen_net_once, scen_net_fill);
     return i >= 0 && (size_t)i < SCEN_N(scen_net_presets) ? &scen_net_presets[i] : NULL;
 }
 
@@ -571,8 +598,10 @@ static const char *const scen_top_keys[T_N] = {
 enum { C_HOSTS, C_DPH, C_PS, C_TFC, C_NET, C_N };
 static const char *const scen_cluster_keys[C_N] = {"hosts", "devices_per_host", "ps", "tf_config",
                                                    "network"};
-enum { N_PRESET, N_LATENCY, N_BW, N_N };
-static const char *const scen_net_keys[N_N] = {"preset", "latency", "bandwidth"};
+enum { N_PRESET, N_LATENCY, N_BW, N_INTRA, N_N };
+static const char *const scen_net_keys[N_N] = {"preset", "latency", "bandwidth", "intra"};
+static const scen_name scen_intra[] = {{"none", 0}, {"pcie4", 1}, {"nvlink", 2}, {"nvlink3", 3},
+                                       {"nvlink4", 4}, {"loopback", 5}};
 
 enum { S_NAME, S_PLUGIN, S_COMM, S_PSMODE, S_TIMEOUT, S_HEALTH, S_N };
 static const char *const scen_strategy_keys[S_N] = {"name",    "plugin",  "communication",
@@ -831,6 +860,13 @@ static dsim_err scen_cluster(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(
         scen_enum(c, n, N_PRESET, "a network preset", scen_presets, SCEN_N(scen_presets), &preset));
     DSIM_CHECK(scen_set_str(c, &s->network_preset, scen_presets[preset].name));
+    s->network_given = m->val[C_NET] != NULL;
+    int intra = 0;
+    DSIM_CHECK(scen_enum(c, n, N_INTRA, "an intra-host link preset", scen_intra,
+                         SCEN_N(scen_intra), &intra));
+    const dsim_link_model *il = intra ? dsim_link_preset(scen_intra[intra].name) : NULL;
+    s->intra_latency_ns = il ? (int64_t)llround(il->latency_s * 1e9) : 0;
+    s->intra_Bps = il ? il->bandwidth_Bps : 0;
     const dsim_network_preset *p = dsim_network_preset_find(scen_presets[preset].name);
     if (p) {
         s->link_latency_ns = p->latency_ns;
@@ -2185,6 +2221,12 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
                         "coroutine each)",
                         s->path, (long long)replicas, eng, DSIM_TRAIN_MAX_THREAD_REPLICAS,
                         DSIM_TRAIN_MAX_REPLICAS);
+    if (s->network_given && strcmp(eng, "processes") == 0)
+        return DSIM_ERR(DSIM_ENOTSUP, -1,
+                        "%s: cluster.network models the links of the threads and sim engines; "
+                        "the processes engine's links are real (tcp over loopback): remove "
+                        "cluster.network, or use engine sim",
+                        s->path);
     for (size_t i = 0; i < s->n_expect; i++) {
         const dsim_expect *x = &s->expect[i];
         if (!x->check->available)

@@ -51,8 +51,12 @@ typedef struct dsim_scenario {
 
     /* network: preset name and link parameters (used by the sim engine) */
     char *network_preset; /* or NULL */
+    bool network_given;   /* cluster.network was in the file: the job's links are modelled
+                             (threads and sim engines; see FORMAT.md) */
     int64_t link_latency_ns;
     double link_bandwidth_Bps;
+    int64_t intra_latency_ns; /* cluster.network.intra: between a host's devices */
+    double intra_Bps;         /* (0 and 0: none, at once) */
 
     /* health check (DESIGN §6 defaults: 30 s, 10 s, 3) */
     int64_t health_interval_ns, health_timeout_ns;

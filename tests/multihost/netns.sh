@@ -6,7 +6,10 @@
 #   netns.sh DSIM SCENARIO partition    host 3's link goes down mid-run: every
 #                                       task ends in bounded time, the chief
 #                                       stores a failed run naming the peer
-#   netns.sh DSIM SCENARIO bench        prints figures (cold start, allreduce)
+#   netns.sh DSIM SCENARIO bench        prints figures (cold start)
+#   netns.sh DSIM SCENARIO scenario     any scenario of 4 replicas passes
+#   netns.sh DSIM SCENARIO allreduce    the exchange measured against the
+#                                       cost model's prediction for 10 GbE
 # Needs root and `ip netns`; skips (77) saying why where they are missing.
 # Everything it creates is named dsim<pid>-* and removed on exit, even on
 # failure or interruption. netem is not used: where the kernel lacks it (as
@@ -110,6 +113,23 @@ quickstart)
     grep -q "group of 4 task(s) formed" w0.txt || fail "no rendezvous line"
     echo "ok: quickstart as 4 dsim worker tasks in 4 namespaces, one stored run, passed ($(( $(now_ms) - t0 )) ms)"
     ;;
+scenario)
+    # Any catalogue scenario of four replicas (or a multiple): the chief's
+    # run meets its expectations, one run is stored, and no task hangs.
+    start_job
+    wait "$w0"; r0=$?
+    [ $r0 -eq 0 ] || fail "the chief exited $r0"
+    for t in 1 2 3; do
+        eval "q=\$w$t"
+        wait "$q"; r=$?
+        [ $r -ne 124 ] && [ $r -ne 137 ] || fail "task $t hung (exit $r)"
+    done
+    grep -q ": passed (" w0.out.txt || fail "the chief's run did not pass"
+    if command -v sqlite3 >/dev/null; then
+        [ "$(sqlite3 ns.db 'select count(*) from runs')" = 1 ] || fail "the store holds not one run"
+    fi
+    echo "ok: $(basename "$scenario") as 4 dsim worker tasks in 4 namespaces: $(grep ': passed (' w0.out.txt)"
+    ;;
 partition)
     start_job
     i=0
@@ -160,8 +180,31 @@ bench)
             (max(t_end_ns) - $tl) / 1e6) from steps"
     done
     ;;
+allreduce)
+    # The exchange between emulated hosts against the cost model: the
+    # scenario's median step minus its median compute (the processes
+    # engine's step timings, as the performance check reads them) next to
+    # dsim whatif's alpha-beta time for the same ring over 10 GbE.
+    command -v python3 >/dev/null && command -v sqlite3 >/dev/null ||
+        { echo "SKIP: allreduce needs python3 and sqlite3"; exit 77; }
+    [ $shaped = 4 ] || echo "note: unshaped links: the prediction is for 10 GbE"
+    for run in 1 2 3; do
+        rm -f ns.db
+        start_job
+        for t in 0 1 2 3; do eval "q=\$w$t"; wait "$q" || fail "task $t failed"; done
+        sqlite3 ns.db "select printf('run $run: step %.2f ms, compute %.2f ms, exchange %.2f ms (all-reduce share %.0f %%)',
+            1e3 * (select value from metrics where name = 'step_time_median'),
+            1e3 * (select value from metrics where name = 'compute_time_median'),
+            1e3 * ((select value from metrics where name = 'step_time_median') -
+                   (select value from metrics where name = 'compute_time_median')),
+            100 * (select value from metrics where name = 'allreduce_share'))"
+    done
+    "$dsim" whatif "$scenario" --network 10gbe --algo ring --device cpu |
+        sed -n 's/^\(10gbe .*\)/predicted (dsim whatif, alpha-beta, 10gbe): \1/p'
+    echo "(columns: network algorithm allreduce_ms compute_ms step_ms share speedup efficiency best)"
+    ;;
 *)
-    echo "netns.sh: unknown mode '$mode' (accepted: quickstart, partition, bench)"
+    echo "netns.sh: unknown mode '$mode' (accepted: quickstart, scenario, partition, bench, allreduce)"
     exit 99
     ;;
 esac

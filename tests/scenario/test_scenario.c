@@ -461,7 +461,7 @@ static const err_case err_cases[] = {
     {"name: a\ncluster: {network: {preset: custom, latency: 5us}}\n", 2, 29,
      {"custom needs both latency and bandwidth", "missing: bandwidth"}},
     {"name: a\ncluster: {network: {preset: wifi}}\n", 2, 29,
-     {"loopback, datacenter, ethernet_10g, custom"}},
+     {"loopback, datacenter, ethernet_10g, 1gbe, 10gbe, 25gbe, ib100, pcie4, nvlink, custom"}},
     /* cluster and strategy */
     {"name: a\nstrategy: {name: foo}\n", 2, 18,
      {"strategy.name: 'foo' is not a registered strategy", "multi_worker_mirrored",
