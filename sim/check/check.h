@@ -7,9 +7,8 @@
  * expected value and a sentence a person can act on.
  *
  * Built in: gradient_consistency, shard_coverage, convergence, node_loss,
- * performance (one file each in sim/check/, see there for how each judges a
- * run). Registered but not yet runnable (available = false, refused by `dsim
- * validate` with a message naming what is missing): cold_start. */
+ * performance, cold_start, checkpoint_roundtrip (one file each in
+ * sim/check/, see there for how each judges a run). */
 #ifndef DSIM_CHECK_H
 #define DSIM_CHECK_H
 

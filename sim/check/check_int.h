@@ -10,6 +10,7 @@ extern const dsim_check_ops dsim_check_gradient_consistency;
 extern const dsim_check_ops dsim_check_shard_coverage;
 extern const dsim_check_ops dsim_check_convergence;
 extern const dsim_check_ops dsim_check_node_loss;
+extern const dsim_check_ops dsim_check_checkpoint_roundtrip;
 extern const dsim_check_ops dsim_check_performance;
 extern const dsim_check_ops dsim_check_cold_start;
 

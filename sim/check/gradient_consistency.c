@@ -23,6 +23,7 @@
  * variables, and they are finite — and reports the distance from the
  * reference for information only (expected = NaN). Convergence is the check
  * that judges such a run's result. */
+#include <ctype.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
@@ -154,6 +155,222 @@ static bool gc_loss_reduced(const dsim_train_result *r, double max_rel, char *ms
     return true;
 }
 
+/* ---- how a run differs from the reference (from both traces) ---- */
+
+/* 1 if x is within 1 % of y. */
+static bool gc_near(double x, double y)
+{
+    return fabs(x - y) <= 0.01 * fabs(y);
+}
+
+/* What a ratio k of the run's update to the reference's means, with n
+ * replicas in sync; NULL when it means nothing in particular. */
+static const char *gc_ratio_meaning(double k, int n)
+{
+    if (n > 1 && gc_near(k, 1.0 / n))
+        return "gradients already averaged over the global batch were averaged again over "
+               "the replicas (MEAN where SUM is right: the learning rate divided by the replica "
+               "count)";
+    if (n > 1 && gc_near(k, n))
+        return "the replicas' gradients were summed where each already stood for the whole "
+               "batch (SUM of averages, or a scale by the replica count: the learning rate "
+               "times the replica count)";
+    if (gc_near(k, 0.5) || gc_near(k, 2))
+        return "the update is scaled by a constant factor: look for a reduction or a learning "
+               "rate applied twice or not at all";
+    return NULL;
+}
+
+/* Step k's update of a trace: after[k] - before[k]. */
+typedef struct gc_trace {
+    const float *initial, *rows;
+    size_t n;
+} gc_trace;
+
+static const float *gc_after(const gc_trace *t, uint64_t k)
+{
+    return t->rows + k * t->n;
+}
+static const float *gc_before(const gc_trace *t, uint64_t k)
+{
+    return k == 0 ? t->initial : t->rows + (k - 1) * t->n;
+}
+
+/* dot products of the updates u (run, step ku) and v (reference, step kv). */
+static void gc_dots(const gc_trace *a, uint64_t ku, const gc_trace *b, uint64_t kv, double *uu,
+                    double *uv, double *vv, double *dd)
+{
+    const float *a1 = gc_after(a, ku), *a0 = gc_before(a, ku);
+    const float *b1 = gc_after(b, kv), *b0 = gc_before(b, kv);
+    *uu = *uv = *vv = *dd = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        double u = (double)a1[i] - a0[i], v = (double)b1[i] - b0[i];
+        *uu += u * u;
+        *uv += u * v;
+        *vv += v * v;
+        *dd += (u - v) * (u - v);
+    }
+}
+
+/* Appends to d how the run's update at run step k (global step g) differs
+ * from the reference's, parameter by parameter: which ranges differ and by
+ * what ratio. Returns false when every parameter differs alike (no ranges to
+ * tell apart). */
+static bool gc_ranges(const gc_trace *run, const gc_trace *ref, uint64_t k, uint64_t kr, int n,
+                      char *d, size_t cap)
+{
+    const float *a1 = gc_after(run, k), *a0 = gc_before(run, k);
+    const float *b1 = gc_after(ref, kr), *b0 = gc_before(ref, kr);
+    size_t P = run->n, n_diff = 0;
+    double vmax = 0;
+    for (size_t i = 0; i < P; i++)
+        vmax = fmax(vmax, fabs((double)b1[i] - b0[i]));
+    size_t lo[4], hi[4], nr = 0, more = 0;
+    double uv = 0, vv = 0;
+    bool in = false;
+    for (size_t i = 0; i <= P; i++) {
+        bool differs = false;
+        if (i < P) {
+            double u = (double)a1[i] - a0[i], v = (double)b1[i] - b0[i];
+            differs = fabs(u - v) > 1e-3 * fmax(fabs(v), 1e-3 * vmax);
+            if (differs) {
+                n_diff++;
+                uv += u * v;
+                vv += v * v;
+            }
+        }
+        if (differs && !in) {
+            if (nr < 4)
+                lo[nr] = i;
+            in = true;
+        } else if (!differs && in) {
+            if (nr < 4)
+                hi[nr] = i - 1;
+            else
+                more++;
+            nr++;
+            in = false;
+        }
+    }
+    if (n_diff == 0 || n_diff == P)
+        return false;
+    dsim_check_msg_append(d, cap,
+                          "at global step %" PRIu64 ", %zu of %zu parameters are updated "
+                          "differently from the reference (the others alike): parameters ",
+                          kr, n_diff, P);
+    for (size_t j = 0; j < nr && j < 4; j++)
+        dsim_check_msg_append(d, cap, "%s%zu..%zu", j ? ", " : "", lo[j], hi[j]);
+    if (nr > 4)
+        dsim_check_msg_append(d, cap, " and %zu more ranges", more);
+    double kf = vv > 0 ? uv / vv : NAN;
+    dsim_check_msg_append(
+        d, cap,
+        ", whose update is %.3g times the reference's%s. Only part of the "
+        "buffer was reduced like the rest: a count, offset or bucket that "
+        "treats those parameters apart",
+        kf, n > 1 && gc_near(kf, 1.0 / n) ? " (1/replicas: averaged, not summed)" : "");
+    return true;
+}
+
+/* Says how the run's updates differ from the reference's, from the first
+ * step where they do. */
+static void gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref, char *d,
+                        size_t cap)
+{
+    d[0] = '\0';
+    size_t P = r->n_params;
+    uint64_t off = r->first_step, T = r->steps;
+    if (!r->trace || !r->initial_params || !ref->trace || !ref->initial_params ||
+        off + T > ref->steps || T == 0) {
+        dsim_check_msg(d, cap,
+                       "(every step's variables were not kept, so how the updates "
+                       "differ is not measured)");
+        return;
+    }
+    gc_trace run = {r->initial_params, r->trace, P};
+    gc_trace rt = {ref->initial_params, ref->trace, P};
+    if (off == 0) {
+        for (size_t i = 0; i < P; i++) {
+            if (memcmp(&r->initial_params[i], &ref->initial_params[i], sizeof(float)) != 0) {
+                dsim_check_msg(d, cap,
+                               "the run started from other variables than the reference "
+                               "(parameter %zu: %.9g, the reference %.9g): create_variables did "
+                               "not give every replica the chief's initial values",
+                               i, (double)r->initial_params[i], (double)ref->initial_params[i]);
+                return;
+            }
+        }
+    }
+    int n = r->num_replicas_in_sync > 0 ? r->num_replicas_in_sync : r->num_replicas;
+    for (uint64_t k = 0; k < T; k++) {
+        /* reference row of the same global step; before a restored run's
+         * first step its variables are the restored ones */
+        uint64_t kr = off + k;
+        gc_trace rr = rt;
+        if (k == 0 && off > 0) {
+            rr.initial = rt.rows + (off - 1) * P;
+        }
+        double uu, uv, vv, dd;
+        const gc_trace *rp = k == 0 && off > 0 ? &rr : &rt;
+        gc_dots(&run, k, rp, kr, &uu, &uv, &vv, &dd);
+        if (vv == 0 && uu == 0)
+            continue;
+        if (dd <= 1e-6 * vv)
+            continue; /* within 0.1 % of the reference's update */
+        uint64_t g = off + k;
+        if (uu <= 1e-12 * vv) {
+            double uu2, uv2, vv2, dd2;
+            if (k + 1 < T) {
+                gc_dots(&run, k + 1, rp, kr, &uu2, &uv2, &vv2, &dd2);
+                if (dd2 <= 1e-6 * vv) {
+                    dsim_check_msg(d, cap,
+                                   "the run is stale by one step: it applied no update at "
+                                   "global step %" PRIu64 " and at step %" PRIu64
+                                   " the reference's update of step %" PRIu64
+                                   "; the strategy applies each step's gradient one step late",
+                                   g, g + 1, g);
+                    return;
+                }
+            }
+            dsim_check_msg(d, cap,
+                           "the run applied no update at global step %" PRIu64
+                           " (the reference moved by %.3g): the strategy's apply_gradients "
+                           "left the variables as they were",
+                           g, sqrt(vv));
+            return;
+        }
+        double kf = uv / vv;
+        double resid = sqrt(fmax(uu - 2 * kf * uv + kf * kf * vv, 0)) / sqrt(uu);
+        if (resid < 1e-3) {
+            const char *why = gc_ratio_meaning(kf, n);
+            dsim_check_msg(d, cap,
+                           "from global step %" PRIu64 " the run's updates are %.4g times the "
+                           "reference's (%d replicas in sync)%s%s",
+                           g, kf, n, why ? ": " : "", why ? why : "");
+            return;
+        }
+        if (gc_ranges(&run, rp, k, kr, n, d, cap))
+            return;
+        if (n > 1 && fabs(kf - (double)(n - 1) / n) < 0.15 / n)
+            dsim_check_msg(d, cap,
+                           "at global step %" PRIu64 " the run's update is about %.3g times the "
+                           "reference's but not in its direction (%.0f%% off): one of the %d "
+                           "replicas' gradients is probably missing from the sum",
+                           g, kf, 100 * resid, n);
+        else
+            dsim_check_msg(d, cap,
+                           "at global step %" PRIu64 " the run's update is not a multiple of the "
+                           "reference's (best fit %.3g times, %.0f%% off): the reduction "
+                           "combines other values than the replicas' gradients",
+                           g, kf, 100 * resid);
+        return;
+    }
+    dsim_check_msg(d, cap,
+                   "every step's update is within 0.1%% of the reference's; the difference "
+                   "builds up over %" PRIu64 " steps (raise max_rel_error if that is expected)",
+                   T);
+}
+
 static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
 {
     const dsim_train_result *r = ctx->run;
@@ -281,15 +498,15 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             "differ in bits; max abs %.3g, max %" PRIu64 " ulps)",
             bits, diff.n_diff, r->n_params, diff.max_abs, diff.max_ulps);
     } else {
-        dsim_check_msg(
-            msg, cap,
-            "%s%zu of %zu parameters differ from the one-device reference by more than "
-            "max_abs_error %.3g and max_rel_error %.3g; worst: parameter %zu is %.9g, the "
-            "reference %.9g (relative error %.3g). A usual cause: gradients already scaled "
-            "by 1/global_batch were MEAN-reduced (learning rate / replicas) instead of "
-            "SUM-reduced",
-            bits, n_out, r->n_params, max_abs, max_rel, worst, (double)r->params[worst],
-            (double)ref->params[worst], m);
+        char why[400];
+        gc_diagnose(r, ref, why, sizeof why);
+        why[0] = (char)toupper((unsigned char)why[0]);
+        dsim_check_msg(msg, cap,
+                       "%zu of %zu parameters differ from the one-device reference beyond "
+                       "tolerance; worst: parameter %zu is %.6g, the reference %.6g (relative "
+                       "error %.3g). %s",
+                       n_out, r->n_params, worst, (double)r->params[worst],
+                       (double)ref->params[worst], m, why);
     }
     return DSIM_OK;
 }

@@ -13,6 +13,7 @@ static const dsim_check_ops *const check_table[] = {
     &dsim_check_shard_coverage,
     &dsim_check_convergence,
     &dsim_check_node_loss,
+    &dsim_check_checkpoint_roundtrip,
     &dsim_check_cold_start,
     &dsim_check_performance,
 };

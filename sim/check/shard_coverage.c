@@ -20,7 +20,8 @@
 
 enum { SC_MAX_DUP, SC_MAX_MISS, SC_MAX_IDLE, SC_MAX_IMBALANCE };
 
-#define SC_LIST 5 /* ids named in a message */
+#define SC_LIST    5  /* ids named in a message */
+#define SC_READERS 16 /* reads of one id named */
 
 static bool sc_over(double value, double limit)
 {
@@ -35,22 +36,97 @@ static void sc_list_ids(const dsim_ledger *l, uint32_t epoch, uint32_t expected,
     if (dsim_ledger_list(l, epoch, -1, expected, kind, ids, SC_LIST, &total) != DSIM_OK)
         return;
     size_t n = total < SC_LIST ? total : SC_LIST;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         dsim_check_msg_append(msg, cap, "%s%" PRIu64, i ? ", " : " (ids ", ids[i]);
-        if (kind == DSIM_LEDGER_DUPLICATES && i == 0) {
-            int who[4];
-            size_t nw = 0;
-            if (dsim_ledger_readers(l, epoch, ids[0], who, 4, &nw) == DSIM_OK && nw > 0) {
-                dsim_check_msg_append(msg, cap, " read by replicas");
-                for (size_t k = 0; k < nw && k < 4; k++)
-                    dsim_check_msg_append(msg, cap, " %d", who[k]);
-                if (nw > 4)
-                    dsim_check_msg_append(msg, cap, " ...");
-            }
-        }
-    }
     if (n)
         dsim_check_msg_append(msg, cap, "%s)", total > n ? ", ..." : "");
+}
+
+/* "replicas 0 and 2", "replica 1 twice", "replicas 0, 1 and 3": who read an
+ * example, one entry per read (sorted by replica). */
+static void sc_readers(const int *who, size_t nw, int devices, char *msg, size_t cap)
+{
+    int uniq[SC_READERS], times[SC_READERS];
+    size_t nu = 0;
+    for (size_t k = 0; k < nw; k++) {
+        if (nu && uniq[nu - 1] == who[k])
+            times[nu - 1]++;
+        else if (nu < SC_READERS) {
+            uniq[nu] = who[k];
+            times[nu++] = 1;
+        }
+    }
+    if (nu == 1) {
+        dsim_check_msg_append(msg, cap, "replica %d (worker %d) %d times", uniq[0],
+                              uniq[0] / devices, times[0]);
+        return;
+    }
+    dsim_check_msg_append(msg, cap, "replicas ");
+    for (size_t k = 0; k < nu; k++) {
+        dsim_check_msg_append(msg, cap, "%s%d",
+                              k == 0        ? ""
+                              : k + 1 == nu ? " and "
+                                            : ", ",
+                              uniq[k]);
+        if (times[k] > 1)
+            dsim_check_msg_append(msg, cap, " (%d times)", times[k]);
+    }
+    /* the workers, when replicas of more than one read it */
+    int w0 = uniq[0] / devices, same = 1;
+    for (size_t k = 1; k < nu; k++)
+        same &= uniq[k] / devices == w0;
+    if (devices > 1 && !same) {
+        dsim_check_msg_append(msg, cap, " (workers ");
+        for (size_t k = 0; k < nu; k++)
+            dsim_check_msg_append(msg, cap, "%s%d",
+                                  k == 0        ? ""
+                                  : k + 1 == nu ? " and "
+                                                : ", ",
+                                  uniq[k] / devices);
+        dsim_check_msg_append(msg, cap, ")");
+    }
+}
+
+/* The duplicated examples of an epoch with the replicas that read them:
+ * "example 3 by replicas 0 and 2; example 7 by replica 1 (worker 0) 2 times;
+ * ... and 59 more", then the replicas the first ones have in common. */
+static void sc_list_dups(const dsim_ledger *l, uint32_t epoch, uint32_t expected, int devices,
+                         char *msg, size_t cap)
+{
+    uint64_t ids[SC_LIST];
+    size_t total = 0;
+    if (dsim_ledger_list(l, epoch, -1, expected, DSIM_LEDGER_DUPLICATES, ids, SC_LIST, &total) !=
+        DSIM_OK)
+        return;
+    size_t n = total < SC_LIST ? total : SC_LIST;
+    if (devices < 1)
+        devices = 1;
+    int first[SC_READERS], nfirst = -1, same_set = 1;
+    for (size_t i = 0; i < n; i++) {
+        int who[SC_READERS];
+        size_t nw = 0;
+        dsim_check_msg_append(msg, cap, "%sexample %" PRIu64 " by ", i ? "; " : ": ", ids[i]);
+        if (dsim_ledger_readers(l, epoch, ids[i], who, SC_READERS, &nw) != DSIM_OK || nw == 0) {
+            dsim_check_msg_append(msg, cap, "?");
+            same_set = 0;
+            continue;
+        }
+        if (nw > SC_READERS)
+            nw = SC_READERS;
+        sc_readers(who, nw, devices, msg, cap);
+        if (nfirst < 0) {
+            memcpy(first, who, nw * sizeof *who);
+            nfirst = (int)nw;
+        } else if ((int)nw != nfirst || memcmp(first, who, nw * sizeof *who) != 0) {
+            same_set = 0;
+        }
+    }
+    if (total > n)
+        dsim_check_msg_append(msg, cap, "; and %zu more", total - n);
+    if (n > 1 && same_set && nfirst > 1)
+        dsim_check_msg_append(msg, cap,
+                              ". The same replicas read each of these: their shards "
+                              "overlap");
 }
 
 static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
@@ -119,10 +195,10 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "epoch %" PRIu32 ": %" PRIu64 " of %" PRIu64 " examples read more than %s "
                        "(max_duplicates %.0f)",
                        c->epoch, c->duplicates, c->n_examples, reads, v[SC_MAX_DUP]);
-        sc_list_ids(r->ledger, c->epoch, expected, DSIM_LEDGER_DUPLICATES, msg, cap);
+        sc_list_dups(r->ledger, c->epoch, expected, r->devices_per_host, msg, cap);
         if (c->misses)
             dsim_check_msg_append(msg, cap, "; %" PRIu64 " read less", c->misses);
-        dsim_check_msg_append(msg, cap, "; the shards overlap: check the shard policy (%s applied)",
+        dsim_check_msg_append(msg, cap, "; check the shard policy (%s applied)",
                               dsim_shard_policy_name(r->shard_applied));
         out->measured = (double)c->duplicates;
         out->expected = v[SC_MAX_DUP];

@@ -49,7 +49,8 @@ void cmd_run_help(FILE *out)
 {
     fprintf(out,
             "usage: dsim run [SCENARIO...] [--engine E] [--seed N] [--db PATH] [--plugin-dir DIR]\n"
-            "                [--no-plugins] [--json] [--junit FILE] [--tap] [--report]\n"
+            "                [--combination K] [--no-plugins] [--json] [--junit FILE] [--tap]\n"
+            "                [--report]\n"
             "\n"
             "Runs each scenario file (default: %s), judges the run with\n"
             "the checks of the file's expect: section, stores it in the results store and\n"
@@ -63,6 +64,9 @@ void cmd_run_help(FILE *out)
             "  --db PATH         the results store (default %s in the working directory)\n"
             "  --plugin-dir DIR  look for strategy plugins named by a bare file name in DIR\n"
             "                    first (then $DSIM_PLUGIN_PATH, then this build's plugins)\n"
+            "  --combination K   of a file with a matrix: section, run only combination K\n"
+            "                    (0-based; every combination is run, each as its own run,\n"
+            "                    without it)\n"
             "  --no-plugins      refuse (exit 2) a scenario that names a strategy plugin:\n"
             "                    loading one runs its code in this process, so use this for\n"
             "                    scenario files you do not trust\n"
@@ -165,6 +169,7 @@ typedef struct run_opts {
     uint64_t seed;
     const char *db;
     bool json;
+    long combination; /* --combination K, or -1: all */
     bool no_plugins;
     const char *junit; /* --junit FILE (report_ci.h) */
     bool tap;
@@ -174,6 +179,7 @@ typedef struct run_opts {
 static int run_parse(int argc, char **argv, run_opts *o)
 {
     memset(o, 0, sizeof *o);
+    o->combination = -1;
     o->files = calloc((size_t)argc + 1, sizeof *o->files);
     if (!o->files) {
         fprintf(stderr, "dsim run: out of memory\n");
@@ -211,6 +217,18 @@ static int run_parse(int argc, char **argv, run_opts *o)
             }
             o->has_seed = true;
             o->seed = x;
+        } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--combination", &missing))) {
+            char *end = NULL;
+            errno = 0;
+            long x = strtol(v, &end, 10);
+            if (!*v || *end || errno || x < 0) {
+                fprintf(stderr,
+                        "dsim run: --combination is '%s' (accepted: a combination number 0 .. "
+                        "N-1 of the file's matrix)\n",
+                        v);
+                return 2;
+            }
+            o->combination = x;
         } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--db", &missing))) {
             if (!*v) {
                 fprintf(stderr, "dsim run: --db is empty (accepted: a file path)\n");
@@ -371,6 +389,78 @@ static int run_load(const run_opts *o, run_item *it)
     return 0;
 }
 
+/* Loads every file; a file with a matrix becomes one item per combination
+ * (only --combination K's when given). On failure the items loaded so far
+ * are in *items (to free) and the status is 2. */
+static int run_expand(const run_opts *o, dsim_ci_report *ci, run_item **items, int *n)
+{
+    int cap = o->n_files, rc = 0;
+    *items = calloc((size_t)cap, sizeof **items);
+    *n = 0;
+    if (!*items) {
+        fprintf(stderr, "dsim run: out of memory\n");
+        return 2;
+    }
+    for (int f = 0; f < o->n_files && rc == 0; f++) {
+        run_item base = {.file = o->files[f]};
+        if ((rc = run_load(o, &base)) != 0) {
+            dsim_ci_load_failed(ci, base.file, dsim_errmsg());
+            dsim_scenario_free(base.s);
+            break;
+        }
+        size_t nc = dsim_scenario_combinations(base.s);
+        if (o->combination >= 0 && (size_t)o->combination >= nc) {
+            fprintf(stderr,
+                    "dsim run: %s: --combination %ld does not exist; the file makes %zu "
+                    "run%s (0..%zu)\n",
+                    base.file, o->combination, nc, nc == 1 ? "" : "s", nc - 1);
+            dsim_scenario_free(base.s);
+            rc = 2;
+            break;
+        }
+        if (nc == 1 && !base.s->n_combinations) {
+            (*items)[(*n)++] = base; /* no matrix: the file as it is */
+            continue;
+        }
+        size_t first = o->combination >= 0 ? (size_t)o->combination : 0;
+        size_t last = o->combination >= 0 ? first + 1 : nc;
+        if (*n + (int)(last - first) > cap) {
+            int ncap = *n + (int)(last - first) + o->n_files;
+            run_item *grown = realloc(*items, (size_t)ncap * sizeof *grown);
+            if (!grown) {
+                fprintf(stderr, "dsim run: out of memory\n");
+                dsim_scenario_free(base.s);
+                rc = 2;
+                break;
+            }
+            *items = grown;
+            cap = ncap;
+        }
+        for (size_t k = first; k < last && rc == 0; k++) {
+            run_item it = {.file = base.file};
+            if (dsim_scenario_combination(base.s, k, &it.s) != DSIM_OK) {
+                fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
+                rc = 2;
+                break;
+            }
+            dsim_harness_opts ho = {.size = sizeof ho,
+                                    .engine_override = o->engine,
+                                    .has_seed = o->has_seed,
+                                    .seed = o->seed};
+            if (dsim_harness_prepare(it.s, &ho) != DSIM_OK) {
+                fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
+                dsim_ci_load_failed(ci, base.file, dsim_errmsg());
+                dsim_scenario_free(it.s);
+                rc = 2;
+                break;
+            }
+            (*items)[(*n)++] = it;
+        }
+        dsim_scenario_free(base.s);
+    }
+    return rc;
+}
+
 static const char *run_engine(const run_item *it)
 {
     if (it->s->train.engine)
@@ -466,6 +556,11 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
         printf("trace %016" PRIx64 " (%" PRIu64 " events)\n", rep->trace_hash, rep->trace_events);
     if (rep->run_id > 0)
         printf("run %" PRId64 " stored in %s\n", (int64_t)rep->run_id, db);
+    if (rep->flight_path[0])
+        printf("flight records in %s: 'dsim trace desync %" PRId64 "%s%s' says which rank did "
+               "not join which collective\n",
+               rep->flight_path, (int64_t)rep->run_id, strcmp(db, "dsim.db") ? " --db " : "",
+               strcmp(db, "dsim.db") ? db : "");
     if (rep->deterministic && rep->run_id > 0 && rep->status != DSIM_RUN_PASSED)
         printf("replay it (same scenario text, seed and engine; the trace hash must match):\n"
                "  dsim replay %" PRId64 " --db %s\n",
@@ -566,26 +661,21 @@ int cmd_run(int argc, char **argv)
         free(o.files);
         return rc;
     }
-    run_item *items = calloc((size_t)o.n_files, sizeof *items);
-    dsim_harness_result *reps = calloc((size_t)o.n_files, sizeof *reps);
-    if (!items || !reps) {
-        fprintf(stderr, "dsim run: out of memory\n");
-        free(items);
-        free(reps);
-        free(o.files);
-        return 2;
-    }
-    const char *db = o.db ? o.db : DSIM_STORE_DEFAULT_PATH;
     dsim_ci_report *ci = NULL;
     rc = dsim_ci_open(o.junit, o.tap, &ci);
-    int n_loaded = 0;
-    for (int i = 0; i < o.n_files && rc == 0; i++) {
-        items[i].file = o.files[i];
-        rc = run_load(&o, &items[i]);
-        n_loaded = i + 1;
-        if (rc != 0)
-            dsim_ci_load_failed(ci, items[i].file, dsim_errmsg());
+    /* A file with a matrix: section is one run per combination. */
+    int n_items = 0;
+    run_item *items = NULL;
+    if (rc == 0)
+        rc = run_expand(&o, ci, &items, &n_items);
+    dsim_harness_result *reps = calloc((size_t)(n_items ? n_items : 1), sizeof *reps);
+    if (!reps) {
+        fprintf(stderr, "dsim run: out of memory\n");
+        rc = 2;
     }
+    const char *db = o.db ? o.db : DSIM_STORE_DEFAULT_PATH;
+    int n_loaded = n_items;
+    o.n_files = n_items;
     bool json_out_ok = true;
     int n_ran = 0;
     if (rc == 0) {

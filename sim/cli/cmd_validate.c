@@ -107,6 +107,15 @@ int cmd_validate(int argc, char **argv)
         }
         if (e == DSIM_OK)
             e = dsim_scenario_runnable(s);
+        /* a matrix: every combination must parse and be runnable too */
+        size_t nc = e == DSIM_OK ? dsim_scenario_combinations(s) : 1;
+        for (size_t k = 0; e == DSIM_OK && s->n_combinations && k < nc; k++) {
+            dsim_scenario *one = NULL;
+            e = dsim_scenario_combination(s, k, &one);
+            if (e == DSIM_OK)
+                e = dsim_scenario_runnable(one);
+            dsim_scenario_free(one);
+        }
         if (e != DSIM_OK) {
             bad++;
             /* A parse error already starts with FILE:LINE:COL. */
@@ -116,7 +125,10 @@ int cmd_validate(int argc, char **argv)
             else
                 printf("%s: %s\n", a, msg);
         } else if (!quiet) {
-            printf("%s: ok\n", a);
+            if (s->n_combinations)
+                printf("%s: ok (a matrix of %zu runs)\n", a, nc);
+            else
+                printf("%s: ok\n", a);
         }
         dsim_scenario_free(s);
     }

@@ -13,7 +13,8 @@
  *     SIGKILL / SIGSTOP / SIGCONT              here for a rank elsewhere, or
  *                                              its own pause (then SIGSTOP)
  *                                      <──── END per replica, RESULT, PARAMS,
- *                                              TRACE, UPDATES, STATS, DONE
+ *                                              TRACE, INITIAL, FLIGHT per replica,
+ *                                              UPDATES, STATS, DONE
  *   waitpid: exit 0, or a signal (kill, crash)
  *   watchdog: after the first failure, bound + grace, then SIGKILL = hung
  *   merge into one dsim_train_result
@@ -55,6 +56,8 @@ enum {
     PR_UPDATES,
     PR_STATS,
     PR_DONE,
+    PR_INITIAL, /* the variables before the first step (record_params) */
+    PR_FLIGHT,  /* a pr_flight, then its n dsim_fr_entry */
     PR_EXIT = 50, /* agent -> chief: how the task's child ended (pr_exit) */
     PC_START = 100, /* chief -> agent: begin an attempt (restore, done[]) */
     PC_SIGNAL,      /* chief -> agent: signal the child (i32) */
@@ -92,6 +95,13 @@ typedef struct pr_result {
     int64_t t_return; /* when its dsim_train returned (CLOCK_MONOTONIC) */
     bool has_replica;
 } pr_result;
+
+/* A replica's flight recorder (dsim/comm.h), its entries after it. */
+typedef struct pr_flight {
+    int rank, size;
+    uint32_t comm_id;
+    uint64_t calls, n;
+} pr_flight;
 
 typedef struct pr_pause {
     int rank;
@@ -250,6 +260,16 @@ static void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a,
         pr_send(&c, PR_PARAMS, res.params, res.n_params * sizeof(float));
     if (res.trace && e == DSIM_OK)
         pr_send(&c, PR_TRACE, res.trace, res.steps * res.n_params * sizeof(float));
+    if (res.initial_params && e == DSIM_OK)
+        pr_send(&c, PR_INITIAL, res.initial_params, res.n_params * sizeof(float));
+    /* Its replicas' flight recorders, for the parent's flight records of a
+     * failed run; a record holds up to the recorder's 2000 calls (~100 KB). */
+    for (int q = lo; q <= hi && q < N && q < res.n_flight; q++) {
+        const dsim_fr_dump *d = &res.flight[q];
+        pr_flight hd = {.rank = q, .size = d->size, .comm_id = d->comm_id, .calls = d->calls,
+                        .n = d->n};
+        pr_send2(&c, PR_FLIGHT, &hd, sizeof hd, d->entries, d->n * sizeof *d->entries);
+    }
     if (res.n_updates)
         pr_send(&c, PR_UPDATES, res.updates, res.n_updates * sizeof *res.updates);
     if (c.fs) {
@@ -320,6 +340,8 @@ typedef struct pr_job {
     int params_from;   /* its worker's task, or -1 */
     float *trace;
     size_t trace_len;
+    float *initial; /* [n_params], the first replica's process's */
+    dsim_fr_dump *flight; /* [N], each replica's from its process */
     dsim_ps_update *updates;
     size_t n_updates;
     int64_t t_first_failure; /* when the job started failing, or 0 */
@@ -527,6 +549,33 @@ static void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char 
             j->trace_len = n / sizeof(float);
         }
         break;
+    case PR_INITIAL:
+        if (!j->initial && n == j->res->n_params * sizeof(float) && n) {
+            j->initial = malloc(n);
+            if (j->initial)
+                memcpy(j->initial, b, n);
+        }
+        break;
+    case PR_FLIGHT: {
+        pr_flight hd;
+        if (n < sizeof hd)
+            return;
+        memcpy(&hd, b, sizeof hd);
+        if (hd.rank < 0 || hd.rank >= j->N || hd.n > (n - sizeof hd) / sizeof(dsim_fr_entry))
+            return;
+        if (!j->flight && !(j->flight = calloc((size_t)j->N, sizeof *j->flight)))
+            return;
+        dsim_fr_dump *d = &j->flight[hd.rank];
+        if (d->entries)
+            return;
+        *d = (dsim_fr_dump){.rank = hd.rank, .size = hd.size, .comm_id = hd.comm_id,
+                            .calls = hd.calls};
+        if (hd.n && (d->entries = malloc((size_t)hd.n * sizeof *d->entries))) {
+            memcpy(d->entries, b + sizeof hd, (size_t)hd.n * sizeof *d->entries);
+            d->n = (size_t)hd.n;
+        }
+        break;
+    }
     case PR_UPDATES: {
         size_t k = n / sizeof(dsim_ps_update);
         dsim_ps_update *u = realloc(j->updates, (j->n_updates + k) * sizeof *u);
@@ -711,6 +760,18 @@ static void pr_merge(pr_job *j)
     if (j->trace && j->trace_len == S * P) {
         res->trace = j->trace;
         j->trace = NULL;
+    }
+    res->initial_params = j->initial;
+    j->initial = NULL;
+    /* Replicas whose process sent none (killed, crashed, hung) keep their
+     * rank and no calls. */
+    if (j->flight) {
+        for (int r = 0; r < N; r++)
+            if (!j->flight[r].entries && !j->flight[r].calls)
+                j->flight[r] = (dsim_fr_dump){.rank = r, .size = N, .comm_id = DSIM_STRATEGY_COMM_WORLD};
+        res->flight = j->flight;
+        res->n_flight = N;
+        j->flight = NULL;
     }
     /* how each replica ended */
     for (int r = 0; r < N; r++) {
@@ -1143,6 +1204,10 @@ out:
     free(j.last_step);
     free(j.params);
     free(j.trace);
+    free(j.initial);
+    for (int r = 0; j.flight && r < j.N; r++)
+        dsim_fr_dump_free(&j.flight[r]);
+    free(j.flight);
     free(j.updates);
     free(j.tasks);
     free(lfd);

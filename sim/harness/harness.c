@@ -24,6 +24,7 @@
 #include "dsim/data.h"
 #include "dsim/dataset.h"
 #include "dsim/health.h"
+#include "diag/flight.h"
 #include "engine/sim.h"
 #include "fault/fault.h"
 #include "phase_rec.h"
@@ -772,6 +773,61 @@ static int64_t h_detection_bound(const dsim_scenario *s, const dsim_train_result
     return b == DSIM_NO_DEADLINE ? 0 : b;
 }
 
+/* Whether to keep every step's variables of the run and of the reference:
+ * gradient_consistency explains a difference from them (how the updates
+ * compare), when they fit in H_TRACE_MAX floats each. */
+#define H_TRACE_MAX ((uint64_t)4 << 20)
+static bool h_wants_trace(const dsim_scenario *s, const dsim_train_cfg *cfg)
+{
+    if (!h_expects(s, "gradient_consistency"))
+        return false;
+    dsim_model_spec m = cfg->model;
+    if (m.in_dim == 0) {
+        m.in_dim = cfg->data.in_dim;
+        m.out_dim = cfg->data.out_dim;
+    }
+    uint64_t steps = h_total_steps(cfg), n = dsim_model_num_params(&m);
+    return steps && n && steps <= H_TRACE_MAX / n;
+}
+
+/* Stores every replica's flight recorder, one flight_records row per call
+ * it kept. */
+static dsim_err h_store_flight(dsim_store *st, dsim_run_id run, const dsim_train_result *res)
+{
+    for (int r = 0; res->flight && r < res->n_flight; r++) {
+        const dsim_fr_dump *d = &res->flight[r];
+        for (size_t i = 0; i < d->n; i++) {
+            const dsim_fr_entry *e = &d->entries[i];
+            const dsim_coll_fp *fp = &e->fp;
+            bool has_root = fp->coll == DSIM_COLL_BROADCAST || fp->coll == DSIM_COLL_REDUCE;
+            bool has_op = fp->coll == DSIM_COLL_ALLREDUCE || fp->coll == DSIM_COLL_REDUCE ||
+                          fp->coll == DSIM_COLL_REDUCE_SCATTER;
+            dsim_flight_rec fr = {
+                .replica = d->rank,
+                .record_id = d->calls - d->n + i,
+                .pg_id = d->comm_id,
+                .collective_seq_id = fp->seq,
+                .profiling_name = dsim_flight_profiling_name(fp->coll),
+                .input_count = fp->coll == DSIM_COLL_BARRIER ? -1 : (int64_t)fp->count,
+                .input_dtype = fp->coll == DSIM_COLL_BARRIER ? NULL
+                                                             : dsim_flight_dtype_name(fp->dtype),
+                .reduce_op = has_op && fp->op < DSIM_OP_COUNT ? dsim_op_name((dsim_op)fp->op)
+                                                              : NULL,
+                .root = has_root ? fp->root : -1,
+                .algorithm = dsim_algo_name((dsim_algo)fp->algo),
+                .state = dsim_fr_state_name((dsim_fr_state)e->state),
+                .waiting_for = e->waiting_for,
+                .error = e->error ? dsim_strerror((dsim_err)e->error) : NULL,
+                .time_created_ns = e->t_created,
+                .time_started_ns = e->t_started,
+                .time_completed_ns = e->t_completed,
+            };
+            DSIM_CHECK(HG_STORE(dsim_store_flight(st, run, &fr)));
+        }
+    }
+    return DSIM_OK;
+}
+
 /* Stores where each worker left running was, one error event each. */
 static void h_store_stuck(dsim_store *st, const dsim_harness_result *out, int64_t t)
 {
@@ -913,6 +969,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         cfg.watchdog_grace_ns = o->grace_ns;
     if (o->progress_timeout_ns)
         cfg.progress_timeout_ns = o->progress_timeout_ns;
+    cfg.record_params = cfg.record_params || h_wants_trace(s, &cfg);
     /* The cost model: a replica's step computes at this rate. It moves the
      * virtual clock under sim (elsewhere it is only counted), so that steps
      * take time and a timeout counts from work done, not from time 0. */
@@ -1183,7 +1240,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         dsim_train_cfg rc = cfg;
         rc.observer = NULL;
         rc.observer_user = NULL;
-        rc.record_params = false;
+        rc.record_params = cfg.record_params;
         if (dsim_train_reference(&rc, &ref) == DSIM_OK) {
             have_ref = true;
             /* Under sim the run's times are the compute model's: so are the
@@ -1271,6 +1328,23 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         if (HG_STORE(dsim_store_metric(st, out->run_id, "allreduce_algorithm", (double)a,
                                        dsim_algo_name(a), -1)) != DSIM_OK)
             h_fail(out, "storing the metrics");
+    }
+
+    /* A run that failed, or failed a check, leaves its flight records
+     * (what every rank's collectives came to) in the store's flight_records
+     * table and as one JSON file next to the store, which `dsim trace
+     * desync` reads. */
+    if (st && out->run_id && (out->train_err != DSIM_OK || out->n_failed)) {
+        const dsim_train_result *fr = faulty && rr.has_broken ? &rr.broken : &res;
+        const char *why = fr == &res ? (out->train_err != DSIM_OK ? res.error.msg : NULL)
+                                     : rr.broken.error.msg;
+        if (h_store_flight(st, out->run_id, fr) != DSIM_OK)
+            h_fail(out, "storing the flight records");
+        dsim_flight_path(dsim_store_path(st), (uint64_t)out->run_id, out->flight_path,
+                         sizeof out->flight_path);
+        if (dsim_flight_write(out->flight_path, (uint64_t)out->run_id, s->name, fr, why,
+                              cfg.timeout_ns) != DSIM_OK)
+            out->flight_path[0] = '\0';
     }
 
     /* A hang is never what a scenario expects, whatever its checks say. */
@@ -1447,7 +1521,36 @@ dsim_err dsim_harness_replay(const char *db_path, dsim_run_id id, const dsim_har
     o.seed = sr.seed;
     char path[192];
     snprintf(path, sizeof path, "%s (run %lld)", info->scenario, (long long)id);
-    e = dsim_harness_run_text(path, sr.scenario_text, strlen(sr.scenario_text), &o, out);
+    dsim_scenario *s = NULL;
+    e = dsim_scenario_parse(path, sr.scenario_text, strlen(sr.scenario_text), &s);
+    /* A file with a matrix: section stored one run per combination, under
+     * the combination's name: run that one again. */
+    size_t nc = e == DSIM_OK && s->n_combinations ? dsim_scenario_combinations(s) : 0;
+    dsim_scenario *pick = NULL;
+    for (size_t k = 0; k < nc && !pick && e == DSIM_OK; k++) {
+        dsim_scenario *c = NULL;
+        e = dsim_scenario_combination(s, k, &c);
+        if (e == DSIM_OK && strcmp(c->name, info->scenario) == 0)
+            pick = c;
+        else
+            dsim_scenario_free(c);
+    }
+    if (e == DSIM_OK && nc && !pick)
+        e = DSIM_ERR(DSIM_ENOENT, -1,
+                     "%s: run %lld (%s): its scenario file makes %zu runs and none of them is "
+                     "named so",
+                     db, (long long)id, info->scenario, nc);
+    if (pick) {
+        dsim_scenario_free(s);
+        s = pick;
+    }
+    if (e == DSIM_OK) {
+        e = dsim_harness_run(s, &o, out);
+    } else {
+        out->harness_error = true;
+        snprintf(out->harness_msg, sizeof out->harness_msg, "%s", dsim_errmsg());
+    }
+    dsim_scenario_free(s);
     if (e == DSIM_OK) {
         snprintf(info->replay_hash, sizeof info->replay_hash, "%016" PRIx64, out->trace_hash);
         info->matched = strcmp(info->replay_hash, info->stored_hash) == 0;

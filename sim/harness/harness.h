@@ -163,6 +163,10 @@ typedef struct dsim_harness_result {
     char *timeline;
     /* Runs with faults: one line of what the faults did ("" otherwise). */
     char fault_summary[256];
+    /* A run that failed or failed a check, with a store: the file its
+     * flight records were written to (sim/diag/flight.h), for `dsim trace
+     * desync RUN_ID`; "" when none was written. */
+    char flight_path[512];
     /* status DSIM_RUN_HUNG: the workers the watchdog left running and where
      * each was (dsim_train_stuck_describe makes a sentence of one). */
     dsim_train_stuck *stuck;

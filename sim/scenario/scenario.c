@@ -586,12 +586,14 @@ enum {
     T_FAULTS,
     T_RECOVERY,
     T_EXPECT,
+    T_MATRIX,
     T_LIVENESS,
     T_N
 };
 static const char *const scen_top_keys[T_N] = {
     "name",      "description", "seed",       "engine", "cluster",  "strategy", "model",
-    "optimizer", "data",        "checkpoint", "faults", "recovery", "expect",   "liveness"};
+    "optimizer", "data",        "checkpoint", "faults", "recovery", "expect",   "matrix",
+    "liveness"};
 
 enum { C_HOSTS, C_DPH, C_PS, C_TFC, C_NET, C_N };
 static const char *const scen_cluster_keys[C_N] = {"hosts", "devices_per_host", "ps", "tf_config",
@@ -663,10 +665,10 @@ enum {
     F_N
 };
 static const char *const scen_fault_keys[F_N] = {
-    "what",   "at_step", "at_phase",    "at_time",   "probability",    "rank",
-    "worker", "link",    "duration",    "factor",    "one_way",        "loss",
-    "correlation", "ps", "ranks",       "scope",     "latency",        "jitter",
-    "direction",   "after_messages",   "retransmit", "rto", "grace_steps"};
+    "what",  "at_step",    "at_phase", "at_time", "probability", "rank",           "worker",
+    "link",  "duration",   "factor",   "one_way", "loss",        "correlation",    "ps",
+    "ranks", "scope",      "latency",  "jitter",  "direction",   "after_messages", "retransmit",
+    "rto",   "grace_steps"};
 
 /* What the sections leave for the checks across them. */
 typedef struct scen_state {
@@ -1343,8 +1345,8 @@ static dsim_err scen_fault(const scen_ctx *c, const scen_node *fv, size_t idx, d
     DSIM_CHECK(scen_enum(c, &m, F_WHAT, "a fault", scen_fault_whats, SCEN_N(scen_fault_whats), &v));
     f->what = (dsim_fault_what)v;
     const char *what = scen_fault_whats[v].name;
-    bool on_task = f->what == DSIM_FAULT_KILL || f->what == DSIM_FAULT_RESTART ||
-                   f->what == DSIM_FAULT_PAUSE;
+    bool on_task =
+        f->what == DSIM_FAULT_KILL || f->what == DSIM_FAULT_RESTART || f->what == DSIM_FAULT_PAUSE;
 
     /* when: one of them; at_phase may name its step with at_step */
     static const int whens[] = {F_STEP, F_PHASE, F_TIME, F_PROB, F_LOSS};
@@ -1491,8 +1493,10 @@ static dsim_err scen_fault(const scen_ctx *c, const scen_node *fv, size_t idx, d
         f->link_to = (int)b;
     }
     if ((on_task || f->what == DSIM_FAULT_SLOW) && m.val[F_LINK] && f->what != DSIM_FAULT_SLOW)
-        return scen_fail(c, m.key[F_LINK], "%s: a %s fault acts on a process, not a link; use "
-                         "rank:, worker:, ps:, ranks: or scope:", path, what);
+        return scen_fail(c, m.key[F_LINK],
+                         "%s: a %s fault acts on a process, not a link; use "
+                         "rank:, worker:, ps:, ranks: or scope:",
+                         path, what);
     if (on_task && nwhere == 0)
         return scen_fail(c, m.key[F_WHAT],
                          "%s: a %s fault needs a rank:, worker:, ps:, ranks: or scope: to act on",
@@ -1552,8 +1556,7 @@ static dsim_err scen_fault(const scen_ctx *c, const scen_node *fv, size_t idx, d
                          "process that comes back",
                          path);
     if (needs_duration && !m.val[F_DURATION])
-        return scen_fail(c, m.key[F_WHAT], "%s: a %s fault needs duration: (e.g. 2s)", path,
-                         what);
+        return scen_fail(c, m.key[F_WHAT], "%s: a %s fault needs duration: (e.g. 2s)", path, what);
     DSIM_CHECK(scen_duration(c, &m, m.val[F_LATENCY] ? F_LATENCY : F_DURATION,
                              needs_duration ? 1 : 0, &f->duration_ns));
     if (m.val[F_JITTER] && f->what != DSIM_FAULT_DELAY)
@@ -1597,8 +1600,10 @@ static dsim_err scen_fault(const scen_ctx *c, const scen_node *fv, size_t idx, d
                          "%s: only a drop is retransmitted", path);
     DSIM_CHECK(scen_bool(c, &m, F_RETRANSMIT, &f->retransmit));
     if (m.val[F_RTO] && !f->retransmit)
-        return scen_fail(c, m.key[F_RTO], "%s.rto: set retransmit: true for a retransmission "
-                         "timeout to apply", path);
+        return scen_fail(c, m.key[F_RTO],
+                         "%s.rto: set retransmit: true for a retransmission "
+                         "timeout to apply",
+                         path);
     DSIM_CHECK(scen_duration(c, &m, F_RTO, 1, &f->rto_ns));
     return DSIM_OK;
 }
@@ -1836,8 +1841,8 @@ static dsim_err scen_top(const scen_ctx *c, scen_state *st)
         static const char *const rkeys[R_N] = {"policy", "max_restarts"};
         scen_map rm;
         DSIM_CHECK(scen_map_read(c, rv, m->key[T_RECOVERY], "recovery", rkeys, R_N, &rm));
-        DSIM_CHECK(
-            scen_enum(c, &rm, R_POLICY, "a recovery", scen_recoveries, SCEN_N(scen_recoveries), &v));
+        DSIM_CHECK(scen_enum(c, &rm, R_POLICY, "a recovery", scen_recoveries,
+                             SCEN_N(scen_recoveries), &v));
         int64_t mx = DSIM_SCENARIO_DEF_MAX_RESTARTS;
         DSIM_CHECK(scen_int(c, &rm, R_MAX, 0, 100, &mx));
         if (rm.val[R_MAX] && v == 0)
@@ -1872,6 +1877,123 @@ static dsim_err scen_top(const scen_ctx *c, scen_state *st)
     return DSIM_OK;
 }
 
+/* ---- matrix: one file, a cross product of runs ----
+ *
+ *   matrix:
+ *     cluster: [{hosts: 1, devices_per_host: 3}, {hosts: 5, devices_per_host: 1}]
+ *     data.features: [1, 6]
+ *     strategy.communication: [ring, rhd]
+ *     seed: [1, 2]
+ *
+ * Each key is a section ("cluster", "seed") or a section's key
+ * ("data.features"); each value a list of what to put there. Combination k
+ * counts through the lists like digits, the first key slowest. A mapping
+ * put on a section is merged into it key by key. The combination is then
+ * parsed as if the file said it, so a bad value is reported where the
+ * matrix gives it. */
+#define SCEN_MAX_COMBINATIONS 256
+
+static const char *const scen_matrix_sections[] = {"seed",  "engine",    "cluster", "strategy",
+                                                   "model", "optimizer", "data",    "checkpoint"};
+
+/* Checks the matrix, counts its combinations, and for k >= 0 writes
+ * combination k into the tree and its label into label[cap]. */
+static dsim_err scen_matrix(const scen_ctx *c, scen_node *root, const scen_node *mx, long k,
+                            size_t *count, char *label, size_t cap)
+{
+    char show[96];
+    *count = 1;
+    label[0] = '\0';
+    if (mx->kind != DSIM_YAML_MAP || mx->n == 0)
+        return scen_fail(c, mx,
+                         "matrix: %s is not a mapping of keys to lists; e.g. matrix: {seed: [1, "
+                         "2], data.features: [3, 7]}",
+                         scen_show(mx, show, sizeof show));
+    for (size_t p = 0; p + 1 < mx->n; p += 2) {
+        const scen_node *key = mx->kid[p], *val = mx->kid[p + 1];
+        char sec[64];
+        snprintf(sec, sizeof sec, "%.*s", (int)strcspn(key->s, "."), key->s);
+        bool ok = false;
+        for (size_t i = 0; i < SCEN_N(scen_matrix_sections); i++)
+            ok = ok || strcmp(sec, scen_matrix_sections[i]) == 0;
+        const char *dot = strchr(key->s, '.');
+        if (!ok || (dot && (!dot[1] || strchr(dot + 1, '.'))))
+            return scen_fail(c, key,
+                             "matrix.%s: not a setting a matrix can vary; accepted: seed, "
+                             "engine, cluster, strategy, model, optimizer, data, checkpoint, or "
+                             "one of their keys (cluster.hosts, data.features, "
+                             "strategy.communication, ...)",
+                             key->s);
+        if (val->kind != DSIM_YAML_SEQ || val->n == 0)
+            return scen_fail(c, val, "matrix.%s: %s is not a list of values; e.g. [1, 2]", key->s,
+                             scen_show(val, show, sizeof show));
+        if (*count * val->n > SCEN_MAX_COMBINATIONS)
+            return scen_fail(c, val,
+                             "matrix.%s: the matrix makes more than %d combinations; run fewer "
+                             "(split the file)",
+                             key->s, SCEN_MAX_COMBINATIONS);
+        *count *= val->n;
+    }
+    if (k < 0)
+        return DSIM_OK;
+    size_t stride = *count;
+    for (size_t p = 0; p + 1 < mx->n; p += 2) {
+        const scen_node *key = mx->kid[p], *val = mx->kid[p + 1];
+        stride /= val->n;
+        const scen_node *pick = val->kid[((size_t)k / stride) % val->n];
+        /* the label: axis=value, or the keys of a mapping */
+        size_t ll = strlen(label);
+        if (pick->kind == DSIM_YAML_MAP) {
+            for (size_t q = 0; q + 1 < pick->n; q += 2)
+                snprintf(label + strlen(label), cap - strlen(label), "%s%s=%s",
+                         strlen(label) ? "," : "", pick->kid[q]->s,
+                         pick->kid[q + 1]->kind == DSIM_YAML_SCALAR ? pick->kid[q + 1]->s : "...");
+        } else {
+            snprintf(label + ll, cap - ll, "%s%s=%s", ll ? "," : "", key->s,
+                     pick->kind == DSIM_YAML_SCALAR ? pick->s : "...");
+        }
+        /* write it into the tree */
+        char sec[64];
+        snprintf(sec, sizeof sec, "%.*s", (int)strcspn(key->s, "."), key->s);
+        const char *sub = strchr(key->s, '.');
+        scen_node *target = dsim_yaml_map_get(root, sec);
+        if (sub || (pick->kind == DSIM_YAML_MAP && target && target->kind == DSIM_YAML_MAP)) {
+            if (!target || dsim_yaml_is_null(target)) {
+                scen_node *m = calloc(1, sizeof *m);
+                if (!m)
+                    return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", c->path);
+                m->kind = DSIM_YAML_MAP;
+                m->line = pick->line;
+                m->column = pick->column;
+                DSIM_CHECK(dsim_yaml_map_set(root, sec, m));
+                target = m;
+            } else if (target->kind != DSIM_YAML_MAP) {
+                return scen_fail(c, key, "matrix.%s: the file's '%s' is %s, not a mapping", key->s,
+                                 sec, scen_show(target, show, sizeof show));
+            }
+            if (sub) {
+                scen_node *v = dsim_yaml_copy(pick);
+                if (!v)
+                    return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", c->path);
+                DSIM_CHECK(dsim_yaml_map_set(target, sub + 1, v));
+            } else {
+                for (size_t q = 0; q + 1 < pick->n; q += 2) {
+                    scen_node *v = dsim_yaml_copy(pick->kid[q + 1]);
+                    if (!v)
+                        return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", c->path);
+                    DSIM_CHECK(dsim_yaml_map_set(target, pick->kid[q]->s, v));
+                }
+            }
+        } else {
+            scen_node *v = dsim_yaml_copy(pick);
+            if (!v)
+                return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", c->path);
+            DSIM_CHECK(dsim_yaml_map_set(root, sec, v));
+        }
+    }
+    return DSIM_OK;
+}
+
 /* ---- public ---- */
 
 void dsim_scenario_free(dsim_scenario *s)
@@ -1893,10 +2015,38 @@ void dsim_scenario_free(dsim_scenario *s)
     free(s->recovery);
     free(s->expect);
     free(s->expect_error);
+    free(s->label);
     free(s);
 }
 
+static dsim_err scen_parse(const char *path, const char *text, size_t len, long k,
+                           dsim_scenario **out);
+
 dsim_err dsim_scenario_parse(const char *path, const char *text, size_t len, dsim_scenario **out)
+{
+    return scen_parse(path, text, len, -1, out);
+}
+
+size_t dsim_scenario_combinations(const dsim_scenario *s)
+{
+    return s && s->n_combinations ? s->n_combinations : 1;
+}
+
+dsim_err dsim_scenario_combination(const dsim_scenario *s, size_t k, dsim_scenario **out)
+{
+    if (!s || !out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_scenario_combination: no scenario or out");
+    *out = NULL;
+    size_t n = dsim_scenario_combinations(s);
+    if (k >= n)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "%s: combination %zu does not exist; the matrix has %zu (0..%zu)", s->path,
+                        k, n, n - 1);
+    return scen_parse(s->path, s->text, strlen(s->text), s->n_combinations ? (long)k : -1, out);
+}
+
+static dsim_err scen_parse(const char *path, const char *text, size_t len, long k,
+                           dsim_scenario **out)
 {
     if (!out)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_scenario_parse: out is NULL");
@@ -1922,6 +2072,7 @@ dsim_err dsim_scenario_parse(const char *path, const char *text, size_t len, dsi
         memcpy(s->text, text, len);
     s->text[len] = '\0';
     s->seed = DSIM_SCENARIO_DEF_SEED;
+    s->combination = -1;
     s->health_interval_ns = DSIM_SCENARIO_DEF_HEALTH_INT_NS;
     s->health_timeout_ns = DSIM_SCENARIO_DEF_HEALTH_TMO_NS;
     s->health_retries = DSIM_SCENARIO_DEF_HEALTH_RETRIES;
@@ -1929,6 +2080,14 @@ dsim_err dsim_scenario_parse(const char *path, const char *text, size_t len, dsi
 
     scen_node *root = NULL;
     dsim_err e = dsim_yaml_parse(path, s->text, len, &root);
+    char label[256] = "";
+    if (e == DSIM_OK && root && root->kind == DSIM_YAML_MAP) {
+        scen_node *mx = dsim_yaml_map_get(root, "matrix");
+        scen_ctx mc = {.path = path, .s = s, .root = root};
+        if (mx)
+            e = scen_matrix(&mc, root, mx, k, &s->n_combinations, label, sizeof label);
+        s->combination = mx ? k : -1;
+    }
     if (e == DSIM_OK) {
         scen_ctx c = {.path = path, .s = s, .root = root};
         scen_state *st = calloc(1, sizeof *st);
@@ -1953,6 +2112,17 @@ dsim_err dsim_scenario_parse(const char *path, const char *text, size_t len, dsi
         if (e == DSIM_OK)
             e = scen_expect(&c, st);
         free(st);
+    }
+    if (e == DSIM_OK && label[0]) {
+        /* the combination's name: "name[hosts=1,devices_per_host=3,seed=2]" */
+        char *name = NULL;
+        if (asprintf(&name, "%s[%s]", s->name, label) < 0 || !(s->label = strdup(label))) {
+            free(name);
+            e = DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", path);
+        } else {
+            free(s->name);
+            s->name = name;
+        }
     }
     dsim_yaml_free(root);
     if (e != DSIM_OK) {

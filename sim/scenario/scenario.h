@@ -85,6 +85,15 @@ typedef struct dsim_scenario {
      * this text (e.g. FILE sharding with fewer files than workers); then no
      * check runs. NULL when the run must succeed. */
     char *expect_error;
+
+    /* matrix: (see scenarios/FORMAT.md): how many combinations the file
+     * makes (0: no matrix), which one this is (-1: the file as written),
+     * and what it sets ("hosts=1,devices_per_host=3,seed=2"; NULL when
+     * none). A combination's name is the file's with the label in
+     * brackets. */
+    size_t n_combinations;
+    long combination;
+    char *label;
 } dsim_scenario;
 
 /* Loads and validates a scenario file. On error *out is NULL and the
@@ -94,6 +103,12 @@ typedef struct dsim_scenario {
 dsim_err dsim_scenario_load(const char *path, dsim_scenario **out);
 /* The same from text in memory; `path` is used in messages. */
 dsim_err dsim_scenario_parse(const char *path, const char *text, size_t len, dsim_scenario **out);
+/* How many runs the file makes: the product of its matrix's lists, 1
+ * without a matrix. */
+size_t dsim_scenario_combinations(const dsim_scenario *s);
+/* Combination k (0-based) of s's matrix, parsed and validated as a
+ * scenario of its own (s itself without a matrix, for k = 0). */
+dsim_err dsim_scenario_combination(const dsim_scenario *s, size_t k, dsim_scenario **out);
 /* DSIM_OK if this build can run the scenario; else DSIM_ENOTSUP saying what
  * is not supported yet (faults, engines, checks) and where in the file, or
  * DSIM_ENOENT when the directory of checkpoint.path (relative to the working

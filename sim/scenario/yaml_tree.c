@@ -91,6 +91,91 @@ bool dsim_yaml_is_null(const dsim_yaml_node *n)
            strcmp(n->s, "Null") == 0 || strcmp(n->s, "NULL") == 0;
 }
 
+dsim_yaml_node *dsim_yaml_copy(const dsim_yaml_node *n)
+{
+    if (!n)
+        return NULL;
+    dsim_yaml_node *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->kind = n->kind;
+    c->line = n->line;
+    c->column = n->column;
+    c->plain = n->plain;
+    c->len = n->len;
+    if (n->s) {
+        c->s = malloc(n->len + 1);
+        if (!c->s) {
+            free(c);
+            return NULL;
+        }
+        memcpy(c->s, n->s, n->len + 1);
+    }
+    if (n->n) {
+        c->kid = calloc(n->n, sizeof *c->kid);
+        if (!c->kid) {
+            dsim_yaml_free(c);
+            return NULL;
+        }
+        c->cap = n->n;
+        for (size_t i = 0; i < n->n; i++) {
+            if (!(c->kid[i] = dsim_yaml_copy(n->kid[i]))) {
+                dsim_yaml_free(c);
+                return NULL;
+            }
+            c->n = i + 1;
+        }
+    }
+    return c;
+}
+
+dsim_yaml_node *dsim_yaml_map_get(const dsim_yaml_node *map, const char *key)
+{
+    if (!map || map->kind != DSIM_YAML_MAP || !key)
+        return NULL;
+    size_t kl = strlen(key);
+    for (size_t p = 0; p + 1 < map->n; p += 2)
+        if (map->kid[p]->len == kl && strcmp(map->kid[p]->s, key) == 0)
+            return map->kid[p + 1];
+    return NULL;
+}
+
+dsim_err dsim_yaml_map_set(dsim_yaml_node *map, const char *key, dsim_yaml_node *value)
+{
+    size_t kl = strlen(key);
+    for (size_t p = 0; p + 1 < map->n; p += 2) {
+        if (map->kid[p]->len == kl && strcmp(map->kid[p]->s, key) == 0) {
+            dsim_yaml_free(map->kid[p + 1]);
+            map->kid[p + 1] = value;
+            return DSIM_OK;
+        }
+    }
+    dsim_yaml_node *k = calloc(1, sizeof *k);
+    if (k)
+        k->s = strdup(key);
+    if (!k || !k->s || map->n + 2 > map->cap) {
+        size_t cap = map->cap ? map->cap * 2 : 8;
+        while (cap < map->n + 2)
+            cap *= 2;
+        dsim_yaml_node **kids = k && k->s ? realloc(map->kid, cap * sizeof *kids) : NULL;
+        if (!kids) {
+            dsim_yaml_free(k);
+            dsim_yaml_free(value);
+            return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory building a scenario");
+        }
+        map->kid = kids;
+        map->cap = cap;
+    }
+    k->kind = DSIM_YAML_SCALAR;
+    k->plain = true;
+    k->len = kl;
+    k->line = value->line;
+    k->column = value->column;
+    map->kid[map->n++] = k;
+    map->kid[map->n++] = value;
+    return DSIM_OK;
+}
+
 static dsim_err ytree_add(const char *path, dsim_yaml_node *parent, dsim_yaml_node *kid)
 {
     if (parent->kind == DSIM_YAML_MAP && parent->n % 2 == 0 && kid->kind != DSIM_YAML_SCALAR)

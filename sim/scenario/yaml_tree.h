@@ -46,4 +46,13 @@ void dsim_yaml_free(dsim_yaml_node *n);
 /* A plain scalar YAML reads as null: empty, ~, null, Null, NULL. */
 bool dsim_yaml_is_null(const dsim_yaml_node *n);
 
+/* A deep copy of n, positions included; NULL when memory ran out. */
+dsim_yaml_node *dsim_yaml_copy(const dsim_yaml_node *n);
+/* The value of key in mapping map, or NULL. */
+dsim_yaml_node *dsim_yaml_map_get(const dsim_yaml_node *map, const char *key);
+/* Sets key in mapping map to value (taking value over: freed on failure),
+ * replacing what was there; a new key node takes value's position.
+ * DSIM_ENOMEM when memory ran out. */
+dsim_err dsim_yaml_map_set(dsim_yaml_node *map, const char *key, dsim_yaml_node *value);
+
 #endif

@@ -198,4 +198,31 @@ static const char schema_v3[] =
     "  r.trace_hash, r.host, r.pid\n"
     "FROM runs r;\n";
 
-const char *const store_migrations[DSIM_STORE_SCHEMA_VERSION] = {schema_v1, schema_v2, schema_v3};
+/* Version 4: the flight records of a run that failed or failed a check,
+ * one row per recorded collective call per replica, with the field names
+ * of PyTorch's NCCL flight recorder (sim/diag/flight.h writes the same as
+ * JSON). */
+static const char schema_v4[] =
+    "CREATE TABLE flight_records (\n"
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "  replica INTEGER NOT NULL,\n"
+    "  record_id INTEGER NOT NULL,\n"
+    "  pg_id INTEGER NOT NULL,\n"
+    "  collective_seq_id INTEGER NOT NULL,\n"
+    "  profiling_name TEXT NOT NULL,\n"
+    "  input_count INTEGER,\n"
+    "  input_dtype TEXT,\n"
+    "  reduce_op TEXT,\n"
+    "  root INTEGER,\n"
+    "  algorithm TEXT,\n"
+    "  state TEXT NOT NULL CHECK (state IN ('scheduled', 'started', 'completed')),\n"
+    "  waiting_for INTEGER,\n"
+    "  error TEXT,\n"
+    "  time_created_ns INTEGER NOT NULL,\n"
+    "  time_discovered_started_ns INTEGER,\n"
+    "  time_discovered_completed_ns INTEGER\n"
+    ");\n"
+    "CREATE INDEX flight_records_by_run ON flight_records(run_id, collective_seq_id, replica);\n";
+
+const char *const store_migrations[DSIM_STORE_SCHEMA_VERSION] = {schema_v1, schema_v2, schema_v3,
+                                                                  schema_v4};

@@ -49,6 +49,7 @@ enum store_kind {
     REC_EVENT,
     REC_CHECK,
     REC_METRIC,
+    REC_FLIGHT,
     REC_NKINDS
 };
 
@@ -95,6 +96,9 @@ typedef struct store_rec {
             double value;
             int replica;
         } metric;
+        struct {
+            dsim_flight_rec f; /* its strings owned by the record */
+        } flight;
     } u;
 } store_rec;
 
@@ -148,6 +152,11 @@ static const char *const store_insert_sql[REC_NKINDS] = {
                   "VALUES (?, ?, ?, ?, ?, ?)",
     [REC_METRIC] =
         "INSERT INTO metrics (run_id, name, value, unit, replica) VALUES (?, ?, ?, ?, ?)",
+    [REC_FLIGHT] = "INSERT INTO flight_records (run_id, replica, record_id, pg_id, "
+                   "collective_seq_id, profiling_name, input_count, input_dtype, reduce_op, root, "
+                   "algorithm, state, waiting_for, error, time_created_ns, "
+                   "time_discovered_started_ns, time_discovered_completed_ns) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 };
 
 static const char *const store_status_names[] = {"passed", "failed", "error", "hung", "crashed"};
@@ -238,6 +247,15 @@ static void store_bind_replica(sqlite3_stmt *s, int i, int replica)
         sqlite3_bind_null(s, i);
     else
         sqlite3_bind_int(s, i, replica);
+}
+
+/* NULL for a value that is not there (< 0). */
+static void store_bind_nonneg(sqlite3_stmt *s, int i, int64_t v)
+{
+    if (v < 0)
+        sqlite3_bind_null(s, i);
+    else
+        sqlite3_bind_int64(s, i, v);
 }
 
 static int store_exec(sqlite3 *db, const char *sql)
@@ -369,6 +387,27 @@ static int store_apply(dsim_store *st, store_rec *r)
         store_bind_text(s, 4, r->u.metric.unit);
         store_bind_replica(s, 5, r->u.metric.replica);
         break;
+    case REC_FLIGHT: {
+        const dsim_flight_rec *f = &r->u.flight.f;
+        sqlite3_bind_int64(s, 1, r->run);
+        sqlite3_bind_int(s, 2, f->replica);
+        sqlite3_bind_int64(s, 3, (int64_t)f->record_id);
+        sqlite3_bind_int64(s, 4, (int64_t)f->pg_id);
+        sqlite3_bind_int64(s, 5, (int64_t)f->collective_seq_id);
+        store_bind_text(s, 6, f->profiling_name);
+        store_bind_nonneg(s, 7, f->input_count);
+        store_bind_text(s, 8, f->input_dtype);
+        store_bind_text(s, 9, f->reduce_op);
+        store_bind_nonneg(s, 10, f->root);
+        store_bind_text(s, 11, f->algorithm);
+        store_bind_text(s, 12, f->state);
+        store_bind_nonneg(s, 13, f->waiting_for);
+        store_bind_text(s, 14, f->error);
+        sqlite3_bind_int64(s, 15, f->time_created_ns);
+        store_bind_nonneg(s, 16, f->time_started_ns);
+        store_bind_nonneg(s, 17, f->time_completed_ns);
+        break;
+    }
     default:
         return SQLITE_MISUSE;
     }
@@ -414,6 +453,14 @@ static void store_rec_free(store_rec *r)
     case REC_METRIC:
         free(r->u.metric.name);
         free(r->u.metric.unit);
+        break;
+    case REC_FLIGHT:
+        free((char *)r->u.flight.f.profiling_name);
+        free((char *)r->u.flight.f.input_dtype);
+        free((char *)r->u.flight.f.reduce_op);
+        free((char *)r->u.flight.f.algorithm);
+        free((char *)r->u.flight.f.state);
+        free((char *)r->u.flight.f.error);
         break;
     default:
         break;
@@ -826,6 +873,29 @@ dsim_err dsim_store_metric(dsim_store *st, dsim_run_id run, const char *name, do
     r.u.metric.unit = store_dup(unit, &oom);
     r.u.metric.value = value;
     r.u.metric.replica = replica < 0 ? -1 : replica;
+    return store_push_checked(st, &r, oom);
+}
+
+dsim_err dsim_store_flight(dsim_store *st, dsim_run_id run, const dsim_flight_rec *rec)
+{
+    if (!st || !rec)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_flight: store and record are required");
+    DSIM_CHECK(store_need(st, "dsim_store_flight", "profiling_name", rec->profiling_name));
+    DSIM_CHECK(store_need(st, "dsim_store_flight", "state", rec->state));
+    if (rec->replica < 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "results database %s: flight record has replica %d; it must be >= 0",
+                        st->path, rec->replica);
+    bool oom = false;
+    store_rec r = {.kind = REC_FLIGHT, .run = run};
+    dsim_flight_rec *f = &r.u.flight.f;
+    *f = *rec;
+    f->profiling_name = store_dup(rec->profiling_name, &oom);
+    f->input_dtype = store_dup(rec->input_dtype, &oom);
+    f->reduce_op = store_dup(rec->reduce_op, &oom);
+    f->algorithm = store_dup(rec->algorithm, &oom);
+    f->state = store_dup(rec->state, &oom);
+    f->error = store_dup(rec->error, &oom);
     return store_push_checked(st, &r, oom);
 }
 

@@ -38,7 +38,7 @@ extern "C" {
 
 /* The schema version this build writes (PRAGMA user_version). Older
  * databases are migrated forward at open; newer ones are refused. */
-#define DSIM_STORE_SCHEMA_VERSION 3
+#define DSIM_STORE_SCHEMA_VERSION 4
 /* PRAGMA application_id of a dsim database: "dsim" in ASCII. */
 #define DSIM_STORE_APPLICATION_ID 0x6473696d
 #define DSIM_STORE_DEFAULT_PATH   "dsim.db"
@@ -173,6 +173,28 @@ dsim_err dsim_store_check(dsim_store *st, dsim_run_id run, const char *name, boo
 /* A named measurement (replica -1: of the whole run). */
 dsim_err dsim_store_metric(dsim_store *st, dsim_run_id run, const char *name, double value,
                            const char *unit, int replica);
+
+/* One collective call from a replica's flight recorder (version 4), in
+ * PyTorch's flight-recorder terms. Strings may be NULL except
+ * profiling_name and state; times < 0 (not reached) are stored as NULL, as
+ * is waiting_for < 0. */
+typedef struct dsim_flight_rec {
+    int replica;
+    uint64_t record_id;         /* its place among the rank's calls, from 0 */
+    uint32_t pg_id;             /* the communicator */
+    uint64_t collective_seq_id; /* the call's number on it, from 1 */
+    const char *profiling_name; /* "dsim:all_reduce", ... */
+    int64_t input_count;        /* elements; < 0: none (a barrier) */
+    const char *input_dtype;    /* "Float", "Double", ... */
+    const char *reduce_op;      /* sum, mean, ... */
+    int root;                   /* < 0: none */
+    const char *algorithm;
+    const char *state; /* scheduled, started, completed */
+    int waiting_for;
+    const char *error; /* how it ended, if it failed */
+    int64_t time_created_ns, time_started_ns, time_completed_ns;
+} dsim_flight_rec;
+dsim_err dsim_store_flight(dsim_store *st, dsim_run_id run, const dsim_flight_rec *rec);
 
 #ifdef __cplusplus
 }

@@ -74,6 +74,11 @@ struct dsim_comm {
     dsim_req **fp_req;
     int *fp_pend;
     int fp_npend;
+    /* The flight recorder: fr[call % fr_max] once fr_cap entries exist
+     * (grown by doubling as calls come, up to fr_max; fr_max 0: none). */
+    dsim_fr_entry *fr;
+    size_t fr_cap, fr_max;
+    dsim_fr_entry *fr_cur; /* the call in progress, or NULL */
 };
 
 /* One collective call in progress. */
@@ -83,6 +88,7 @@ typedef struct dsim_coll {
     char what[48]; /* "allreduce(ring)", used as the message prefix */
     int nsteps;    /* this algorithm's step count, for messages */
     uint64_t call; /* the call counter value of this call */
+    int64_t t0;    /* dsim_rt_now when it began */
     int64_t deadline;
     dsim_dtype t;
     dsim_op op;

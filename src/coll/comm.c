@@ -105,6 +105,9 @@ dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
     c->timeout_ns = cfg->timeout_ns >= 0 ? cfg->timeout_ns : DSIM_COMM_DEFAULT_TIMEOUT_NS;
     c->algo = cfg->algo;
     c->fp_off = cfg->no_fingerprint != 0;
+    c->fr_max = cfg->flight_recorder < 0    ? 0
+                : cfg->flight_recorder == 0 ? DSIM_FR_DEFAULT_SIZE
+                                            : (size_t)cfg->flight_recorder;
     c->fp_out.magic = DSIM_COLL_FP_MAGIC;
     c->fp_out.comm_id = c->comm_id;
     c->fp_out.root = -1;
@@ -127,6 +130,7 @@ void dsim_comm_destroy(dsim_comm *c)
     free(c->fp_in);
     free(c->fp_sent);
     free(c->fp_seen);
+    free(c->fr);
     free(c);
 }
 

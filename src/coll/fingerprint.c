@@ -2,6 +2,7 @@
  * two of them disagree on. Where they are sent and checked is in step.c. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll_int.h"
@@ -108,4 +109,45 @@ int dsim_coll_fp_diff(const dsim_coll_fp *a, const dsim_coll_fp *b, char *buf, s
 const dsim_coll_fp *dsim_comm_fingerprint(const dsim_comm *c)
 {
     return c ? &c->fp_out : NULL;
+}
+
+const char *dsim_fr_state_name(dsim_fr_state s)
+{
+    static const char *const names[DSIM_FR_STATE_COUNT] = {
+        [DSIM_FR_SCHEDULED] = "scheduled",
+        [DSIM_FR_STARTED] = "started",
+        [DSIM_FR_COMPLETED] = "completed",
+    };
+    return (int)s >= 0 && s < DSIM_FR_STATE_COUNT ? names[s] : "unknown";
+}
+
+dsim_err dsim_comm_flight_dump(const dsim_comm *c, dsim_fr_dump *out)
+{
+    if (!out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_comm_flight_dump: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!c)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_comm_flight_dump: the communicator is NULL");
+    out->rank = c->rank;
+    out->size = c->size;
+    out->comm_id = c->comm_id;
+    out->calls = c->calls;
+    size_t n = c->calls < c->fr_cap ? (size_t)c->calls : c->fr_cap;
+    if (!n || !c->fr_max)
+        return DSIM_OK;
+    out->entries = malloc(n * sizeof *out->entries);
+    if (!out->entries)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "dsim_comm_flight_dump: out of memory for %zu entries", n);
+    for (size_t i = 0; i < n; i++)
+        out->entries[i] = c->fr[(c->calls - n + i) % c->fr_max];
+    out->n = n;
+    return DSIM_OK;
+}
+
+void dsim_fr_dump_free(dsim_fr_dump *d)
+{
+    if (!d)
+        return;
+    free(d->entries);
+    memset(d, 0, sizeof *d);
 }

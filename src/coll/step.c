@@ -70,6 +70,8 @@
 #define STEP_FP_STEP 0xFFEu
 #define STEP_CALLS   0xFFFFFu /* call numbers one epoch's tags tell apart */
 #define STEP_STACK   8
+/* A deadline already past: a wait that only collects what is there. */
+#define STEP_PAST 0
 /* How long a first receive from a peer waits before looking whether that
  * peer's fingerprint arrived and differs (step_wait_probing). */
 #define STEP_PROBE_NS (20 * 1000000LL)
@@ -79,6 +81,44 @@ static uint32_t step_tag(uint64_t call, uint32_t step)
     /* Algorithm steps wrap below the two reserved ones. */
     return ((uint32_t)(call % STEP_CALLS) << 12) |
            (step >= STEP_FP_STEP && step <= STEP_FC_STEP ? step : step % STEP_FP_STEP);
+}
+
+/* The recorder's slot for call number `call`, growing the ring while it
+ * is smaller than its size; NULL when there is none (or no memory). */
+static dsim_fr_entry *step_fr_slot(dsim_comm *c, uint64_t call)
+{
+    if (!c->fr_max)
+        return NULL;
+    if (call < c->fr_max && call >= c->fr_cap) {
+        size_t ncap = c->fr_cap ? 2 * c->fr_cap : 16;
+        if (ncap > c->fr_max)
+            ncap = c->fr_max;
+        dsim_fr_entry *n = realloc(c->fr, ncap * sizeof *n);
+        if (!n)
+            return NULL;
+        c->fr = n;
+        c->fr_cap = ncap;
+    }
+    return &c->fr[call % c->fr_max];
+}
+
+/* Marks the call started in the recorder (its first transfer is posted). */
+static void step_fr_start(dsim_coll *x)
+{
+    dsim_fr_entry *fe = x->c->fr_cur;
+    if (fe && fe->state == DSIM_FR_SCHEDULED) {
+        /* The time is the call's start: what lies between is argument
+         * checks, and a clock read per call is what the recorder costs. */
+        fe->state = DSIM_FR_STARTED;
+        fe->fp = x->c->fp_out;
+        fe->t_started = fe->t_created;
+    }
+}
+
+static void step_fr_wait(dsim_comm *c, int peer)
+{
+    if (c->fr_cur)
+        c->fr_cur->waiting_for = peer;
 }
 
 void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *algo, dsim_dtype t,
@@ -92,7 +132,12 @@ void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *a
     atomic_store_explicit(&c->calls_seen, c->calls, memory_order_relaxed);
     if (x->call && x->call % STEP_CALLS == 0)
         dsim_ep_set_epoch(c->ep, c->comm_id, (uint32_t)(x->call / STEP_CALLS));
-    x->deadline = c->timeout_ns > 0 ? dsim_rt_deadline(c->rt, c->timeout_ns) : DSIM_NO_DEADLINE;
+    /* One clock read per call start: the deadline, the recorder's time and
+     * the first look for a fingerprint (step_wait_probing) all use it. */
+    x->t0 = dsim_rt_now(c->rt);
+    x->deadline = c->timeout_ns > 0 && c->timeout_ns <= DSIM_NO_DEADLINE - x->t0
+                      ? x->t0 + c->timeout_ns
+                      : DSIM_NO_DEADLINE;
     if (algo)
         snprintf(x->what, sizeof x->what, "%s(%s)", what, algo);
     else
@@ -111,6 +156,15 @@ void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *a
     fp->root = -1;
     fp->coll = DSIM_COLL_NONE;
     fp->op = fp->dtype = DSIM_COLL_FP_NONE;
+    dsim_fr_entry *fe = c->fr_cur = step_fr_slot(c, x->call);
+    if (fe) {
+        memset(fe, 0, sizeof *fe);
+        fe->fp = *fp;
+        fe->state = DSIM_FR_SCHEDULED;
+        fe->waiting_for = -1;
+        fe->t_created = x->t0;
+        fe->t_started = fe->t_completed = -1;
+    }
 }
 
 void dsim_coll_fp_set(dsim_coll *x, dsim_coll_kind kind, unsigned op, unsigned dtype,
@@ -227,18 +281,17 @@ static int step_failure_check(dsim_coll *x, int awaited, int *desync, dsim_error
             if (!r)
                 continue;
             reqs[t * n + p] = NULL;
-            if (c->fc_flags[p] || (t == 1 && !dsim_req_done(r))) {
-                /* Answered under the other tag already, or no answer from
-                 * the previous call is here: only this call's is waited
-                 * for. */
-                if (dsim_req_done(r))
-                    (void)dsim_wait(r, DSIM_NO_DEADLINE, NULL);
-                else
-                    dsim_req_cancel(r);
-                continue;
-            }
+            /* Only this call's answer is waited for; one from the previous
+             * call counts if it is here, and is dropped if the peer
+             * answered already. */
             size_t len = 0;
-            dsim_err e = dsim_wait(r, dsim_req_done(r) ? DSIM_NO_DEADLINE : dl, &len);
+            dsim_err e = dsim_wait(r,
+                                   dsim_req_done(r)           ? DSIM_NO_DEADLINE
+                                   : t == 1 || c->fc_flags[p] ? STEP_PAST
+                                                              : dl,
+                                   &len);
+            if (c->fc_flags[p] || (t == 1 && e == DSIM_ETIMEDOUT))
+                continue;
             if (e == DSIM_OK && len == sizeof c->fc_in[p]) {
                 c->fc_flags[p] = 1;
                 if (t == 1)
@@ -572,15 +625,18 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
     }
     size_t len = 0;
     int mismatch = 0;
-    if (r && dsim_req_done(r)) {
-        dsim_err e = dsim_wait(r, DSIM_NO_DEADLINE, &len);
+    if (r) {
+        /* A deadline already past: the receive is withdrawn if nothing came,
+         * and kept if it completes while being withdrawn (a cancel then
+         * would lose the fingerprint it took). */
+        dsim_err e = dsim_wait(r, STEP_PAST, &len);
         if (e == DSIM_OK && len == sizeof c->fp_in[p] && c->fp_in[p].magic == DSIM_COLL_FP_MAGIC) {
             c->fp_seen[p] = mark;
             c->heard[p] = mark;
             mismatch = dsim_coll_fp_diff(&c->fp_in[p], &c->fp_out, NULL, 0) != 0;
         } else if (e == DSIM_EABORTED) {
             return step_fp_aborted(x, f);
-        } else if (e != DSIM_OK) {
+        } else if (e != DSIM_OK && e != DSIM_ETIMEDOUT) {
             /* A gap or a corrupt frame from p failed this receive, the
              * oldest one posted from p: that is what became of the payload,
              * and the caller reports it as such. */
@@ -588,8 +644,6 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
             *final = 0;
             return e;
         }
-    } else if (r) {
-        dsim_req_cancel(r);
     }
     if (!mismatch) {
         dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s", saved.msg);
@@ -630,8 +684,8 @@ static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, dsim_req **r
                                   int *probed)
 {
     dsim_comm *c = x->c;
+    int64_t soon = x->t0 + STEP_PROBE_NS; /* the first look: no clock read */
     for (;;) {
-        int64_t soon = dsim_rt_deadline(c->rt, STEP_PROBE_NS);
         int interim = soon < x->deadline;
         dsim_err e = dsim_wait(*req, interim ? soon : x->deadline, len);
         *req = NULL;
@@ -645,6 +699,7 @@ static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, dsim_req **r
         }
         if (step_post(x, f, req) != DSIM_OK)
             return dsim_last_error()->code;
+        soon = dsim_rt_deadline(c->rt, STEP_PROBE_NS);
         if (c->fp_seen[f->peer] == x->call + 1) {
             /* Checked and agrees: an ordinary wait from here on. */
             e = dsim_wait(*req, x->deadline, len);
@@ -657,15 +712,27 @@ static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, dsim_req **r
 dsim_err dsim_coll_end(dsim_coll *x, dsim_err e)
 {
     dsim_comm *c = x->c;
-    if (e != DSIM_OK) {
+    if (e != DSIM_OK)
         step_fp_drop(c);
-        return e;
-    }
-    while (c->fp_npend > 0) {
+    while (e == DSIM_OK && c->fp_npend > 0) {
         dsim_xfer f = {DSIM_XF_RECV, c->fp_pend[0], x->nsteps, NULL, 0};
-        DSIM_CHECK(step_fp_await(x, &f));
+        step_fr_wait(c, f.peer);
+        e = step_fp_await(x, &f);
     }
-    return DSIM_OK;
+    dsim_fr_entry *fe = c->fr_cur;
+    if (fe) {
+        fe->fp = c->fp_out;
+        fe->error = (int32_t)e;
+        fe->t_completed = dsim_rt_now(c->rt);
+        if (e == DSIM_OK) {
+            if (fe->state == DSIM_FR_SCHEDULED)
+                fe->t_started = fe->t_created; /* nothing to move: done at once */
+            fe->state = DSIM_FR_COMPLETED;
+            fe->waiting_for = -1;
+        }
+        c->fr_cur = NULL;
+    }
+    return e;
 }
 
 dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
@@ -685,6 +752,7 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         }
     }
 
+    step_fr_start(x);
     dsim_err e = DSIM_OK;
     int m = 0, mfp = 0; /* reqs[0 .. mfp) are fingerprint sends */
     int *plan = idx + 2 * n;
@@ -697,8 +765,10 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
          * but a peer posts its fingerprint at the start of the step in which
          * it first sends to us, so no wait here depends on them. */
         for (int i = 0; i < n && e == DSIM_OK && x->fp_both; i++)
-            if (xf[i].kind != DSIM_XF_SEND && c->fp_req[xf[i].peer])
+            if (xf[i].kind != DSIM_XF_SEND && c->fp_req[xf[i].peer]) {
+                step_fr_wait(c, xf[i].peer);
                 e = step_fp_await(x, &xf[i]);
+            }
         if (e != DSIM_OK) {
             for (int j = 0; j < m; j++)
                 dsim_req_cancel(reqs[j]);
@@ -737,6 +807,7 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         }
         size_t len = 0;
         int probed = 0;
+        step_fr_wait(c, f->peer);
         if (f->kind != DSIM_XF_SEND && !c->fp_off && c->fp_seen[f->peer] != x->call + 1) {
             e = step_wait_probing(x, f, &reqs[j], &len, &probed);
         } else {
@@ -777,6 +848,7 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         if (!(plan[i] & STEP_FP_EXPECT) || c->fp_seen[f->peer] == x->call + 1)
             continue;
         e = step_fp_expect(x, f);
+        step_fr_wait(c, f->peer);
         if (e == DSIM_OK)
             e = step_fp_await(x, f);
     }

@@ -122,6 +122,8 @@ dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
     size_t P = su.n_params, G = (size_t)cfg->global_batch;
     size_t in_dim = su.model.in_dim, y_dim = su.ds->y_dim;
     uint64_t steps = su.steps_per_epoch * cfg->epochs;
+    if (cfg->stop_after && cfg->stop_after < steps)
+        steps = cfg->stop_after;
     dsim_input **ins = calloc((size_t)W, sizeof *ins);
     /* Under OFF every worker reads the whole stream: a step's union holds up
      * to W*G examples. */
@@ -173,6 +175,14 @@ dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
     if (e != DSIM_OK)
         goto out;
     res->initial_loss = dsim_train_mean_loss(&su, res->params);
+    if (cfg->record_params) {
+        res->initial_params = malloc(P * sizeof(float) + 1);
+        if (!res->initial_params) {
+            e = DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
+            goto out;
+        }
+        memcpy(res->initial_params, res->params, P * sizeof(float));
+    }
     float scale = 1.0f / (float)G;
     for (uint64_t s = 0; s < steps; s++) {
         size_t n = 0;
@@ -220,6 +230,16 @@ dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
             memcpy(res->trace + s * P, res->params, P * sizeof(float));
     }
     res->final_loss = dsim_train_mean_loss(&su, res->params);
+    res->optim_state_len = dsim_optim_state_len(opt);
+    res->optim_step = dsim_optim_step(opt);
+    if (res->optim_state_len) {
+        res->optim_state = malloc(res->optim_state_len * sizeof(float));
+        if (!res->optim_state) {
+            e = DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
+            goto out;
+        }
+        memcpy(res->optim_state, dsim_optim_state(opt), res->optim_state_len * sizeof(float));
+    }
 out:
     for (int w = 0; ins && w < W; w++)
         dsim_input_destroy(ins[w]);

@@ -1829,6 +1829,32 @@ static void train_collect(train_job *job)
     }
 }
 
+/* What each replica's collectives came to, for a harness to explain a
+ * failure with. Only the recorders no thread writes any more are copied:
+ * a replica the watchdog left running (abandoned) may still be inside a
+ * collective, so its entry holds only its rank and how many calls it had
+ * begun (read atomically), no entries. A rank of another process has none. */
+static void train_collect_flight(train_job *job)
+{
+    dsim_train_result *res = job->res;
+    if (!job->world || res->flight || !(res->flight = calloc((size_t)job->N, sizeof *res->flight)))
+        return;
+    res->n_flight = job->N;
+    for (int r = 0; r < job->N; r++) {
+        dsim_fr_dump *d = &res->flight[r];
+        d->rank = r;
+        d->size = job->N;
+        d->comm_id = DSIM_STRATEGY_COMM_WORLD;
+        if (!job->world[r])
+            continue;
+        if (job->reps && job->reps[r].abandoned) {
+            dsim_comm_last_call(job->world[r], NULL, &d->calls);
+            continue;
+        }
+        (void)dsim_comm_flight_dump(job->world[r], d);
+    }
+}
+
 /* Hands the job's result to the caller: moved when every worker returned;
  * when some were left running, only what they no longer write. */
 static void train_hand_over(train_job *job, dsim_train_result *res, bool hung)
@@ -1851,6 +1877,12 @@ static void train_hand_over(train_job *job, dsim_train_result *res, bool hung)
     res->n_updates = 0;
     res->checkpoint_writes = NULL;
     res->replicas = NULL;
+    /* Made by the driver alone before the workers ran or after the
+     * watchdog gave up on them: moved like stuck. */
+    job->resv.initial_params = NULL;
+    job->resv.flight = NULL;
+    job->resv.n_flight = 0;
+    job->resv.optim_state = NULL;
     res->stuck = job->stuck;
     res->n_stuck = job->n_stuck;
     job->stuck = NULL;
@@ -1972,11 +2004,20 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
     res->initial_checksum = dsim_params_checksum(job->init.params, job->su.n_params);
     if ((e = train_alloc_result(job)) != DSIM_OK)
         goto out;
+    if (cfg->record_params) {
+        res->initial_params = malloc(job->su.n_params * sizeof(float) + 1);
+        if (!res->initial_params) {
+            e = DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the initial variables");
+            goto out;
+        }
+        memcpy(res->initial_params, job->init.params, job->su.n_params * sizeof(float));
+    }
     if ((e = train_open_world(job)) == DSIM_OK)
         e = train_run_workers(job);
     hung = e == DSIM_EHUNG;
     if (!hung)
         train_count_checkpoints(job);
+    train_collect_flight(job);
     if (e == DSIM_OK && job->failed) {
         dsim_error *er = &job->err;
         e = dsim_set_error(er->code, er->peer, er->file, er->line, "%s", er->msg);
@@ -2019,9 +2060,14 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->step_ns);
     free(res->comm_ns);
     free(res->trace);
+    free(res->initial_params);
     free(res->updates);
     free(res->checkpoint_writes);
     free(res->replicas);
+    free(res->optim_state);
+    for (int r = 0; res->flight && r < res->n_flight; r++)
+        dsim_fr_dump_free(&res->flight[r]);
+    free(res->flight);
     free(res->stuck);
     dsim_ledger_destroy(res->ledger);
     memset(res, 0, sizeof *res);

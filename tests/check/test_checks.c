@@ -114,8 +114,8 @@ static void test_registry(void **state)
 {
     (void)state;
     const char *avail[] = {"gradient_consistency", "shard_coverage", "convergence", "node_loss",
-                           "cold_start", "performance"};
-    for (size_t i = 0; i < 6; i++) {
+                           "cold_start", "performance", "checkpoint_roundtrip"};
+    for (size_t i = 0; i < sizeof avail / sizeof avail[0]; i++) {
         const dsim_check_ops *c = dsim_check_find(avail[i]);
         assert_non_null(c);
         assert_true(c->available);
@@ -123,7 +123,7 @@ static void test_registry(void **state)
         assert_int_equal(c->size, sizeof(dsim_check_ops));
     }
     assert_null(dsim_check_find("gradient"));
-    assert_int_equal(dsim_check_count(), 6);
+    assert_int_equal(dsim_check_count(), 7);
     for (size_t i = 0; i < dsim_check_count(); i++) {
         const dsim_check_ops *c = dsim_check_at(i);
         for (int k = 0; k < c->n_params; k++) {
@@ -136,6 +136,50 @@ static void test_registry(void **state)
 }
 
 /* ---- gradient_consistency ---- */
+
+/* The reported loss is the sum of the local losses, or not. */
+static void test_gc_loss(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 4, 3);
+    double local[12], loss[3];
+    for (int s = 0; s < 3; s++) {
+        loss[s] = 0;
+        for (int k = 0; k < 4; k++) {
+            local[s * 4 + k] = 0.1 * (s + 1) + 0.01 * k;
+            loss[s] += local[s * 4 + k];
+        }
+    }
+    f.res.local_loss = local;
+    f.res.loss = loss;
+    dsim_check_ctx ctx = fake_ctx(&f);
+    const dsim_check_ops *gc = dsim_check_find("gradient_consistency");
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(gc, v, NULL);
+    dsim_check_result r = judge("gradient_consistency", &ctx, v);
+    assert_true(r.passed);
+
+    /* a reduce that averages where SUM was asked */
+    loss[1] /= 4;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "the loss the strategy reports at global step 1");
+    assert_has(r.message, "ratio 0.25");
+    assert_has(r.message, "averaged (MEAN) where the driver asked for SUM");
+    assert_true(fabs(r.measured - 0.75) < 1e-9);
+
+    /* a reduce that does not combine at all */
+    loss[1] = local[4];
+    r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "replica 0's own local loss");
+
+    /* not reduced (asynchronous servers): not judged */
+    loss[1] = NAN;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_true(r.passed);
+}
 
 static void test_gc_pass(void **state)
 {
@@ -222,6 +266,138 @@ static void test_gc_reference_mismatch(void **state)
     r = judge("gradient_consistency", &ctx, v);
     assert_true(r.passed);
     assert_true(r.measured == 0);
+}
+
+/* How a run's updates differ from the reference's, from both traces: the
+ * reference takes steps of u[s]; the run takes steps `run_upd(s, u)`. */
+typedef struct diag_traces {
+    float init[NP], ref_init[NP];
+    float run[3 * NP], ref[3 * NP];
+} diag_traces;
+
+static void diag_fill(fake_run *f, diag_traces *t, int replicas, void (*upd)(int s, float *u))
+{
+    static const float u0[3][NP] = {
+        {0.10f, -0.20f, 0.05f, 0.30f}, {0.08f, -0.15f, 0.07f, 0.21f}, {0.06f, -0.11f, 0.02f, 0.2f}};
+    fake_init(f, replicas, 3);
+    for (int i = 0; i < NP; i++)
+        t->init[i] = t->ref_init[i] = 0.5f + 0.25f * (float)i;
+    float a[NP], b[NP];
+    memcpy(a, t->init, sizeof a);
+    memcpy(b, t->init, sizeof b);
+    for (int s = 0; s < 3; s++) {
+        float u[NP];
+        memcpy(u, u0[s], sizeof u);
+        upd(s, u);
+        for (int i = 0; i < NP; i++) {
+            a[i] += u[i];
+            b[i] += u0[s][i];
+        }
+        memcpy(t->run + s * NP, a, sizeof a);
+        memcpy(t->ref + s * NP, b, sizeof b);
+    }
+    memcpy(f->params, a, sizeof a);
+    memcpy(f->ref_params, b, sizeof b);
+    f->res.trace = t->run;
+    f->res.initial_params = t->init;
+    f->ref.trace = t->ref;
+    f->ref.initial_params = t->ref_init;
+}
+
+static void diag_quarter(int s, float *u)
+{
+    (void)s;
+    for (int i = 0; i < NP; i++)
+        u[i] *= 0.25f;
+}
+static void diag_times4(int s, float *u)
+{
+    (void)s;
+    for (int i = 0; i < NP; i++)
+        u[i] *= 4.0f;
+}
+static void diag_stale(int s, float *u)
+{
+    static const float prev[2][NP] = {{0.10f, -0.20f, 0.05f, 0.30f}, {0.08f, -0.15f, 0.07f, 0.21f}};
+    for (int i = 0; i < NP; i++)
+        u[i] = s == 0 ? 0.0f : prev[s - 1][i];
+}
+static void diag_tail(int s, float *u)
+{
+    (void)s;
+    u[3] *= 0.25f; /* the last parameter averaged */
+}
+static void diag_skewed(int s, float *u)
+{
+    (void)s;
+    u[0] *= 0.6f; /* a sum that lacks one replica's part: smaller, and turned */
+    u[1] *= 0.9f;
+    u[2] *= 0.5f;
+    u[3] *= 0.75f;
+}
+static void diag_late(int s, float *u)
+{
+    if (s == 2)
+        for (int i = 0; i < NP; i++)
+            u[i] *= 0.5f;
+}
+
+static dsim_check_result diag_judge(fake_run *f)
+{
+    dsim_check_ctx ctx = fake_ctx(f);
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("gradient_consistency"), v, NULL);
+    dsim_check_result r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    return r;
+}
+
+static void test_gc_diagnosis(void **state)
+{
+    (void)state;
+    fake_run f;
+    diag_traces t;
+    diag_fill(&f, &t, 4, diag_quarter);
+    dsim_check_result r = diag_judge(&f);
+    assert_has(r.message, "From global step 0 the run's updates are 0.25 times the reference's");
+    assert_has(r.message, "averaged again over the replicas (MEAN where SUM is right");
+
+    diag_fill(&f, &t, 4, diag_times4);
+    r = diag_judge(&f);
+    assert_has(r.message, "updates are 4 times the reference's");
+    assert_has(r.message, "summed where each already stood for the whole batch");
+
+    diag_fill(&f, &t, 4, diag_stale);
+    r = diag_judge(&f);
+    assert_has(r.message, "The run is stale by one step: it applied no update at global step 0");
+
+    diag_fill(&f, &t, 4, diag_tail);
+    r = diag_judge(&f);
+    assert_has(r.message, "1 of 4 parameters are updated differently");
+    assert_has(r.message, "parameters 3..3, whose update is 0.25 times");
+    assert_has(r.message, "Only part of the buffer was reduced");
+
+    diag_fill(&f, &t, 4, diag_late);
+    r = diag_judge(&f);
+    assert_has(r.message, "From global step 2 the run's updates are 0.5 times");
+
+    diag_fill(&f, &t, 4, diag_skewed);
+    r = diag_judge(&f);
+    assert_has(r.message, "not in its direction");
+    assert_has(r.message, "one of the 4 replicas' gradients is probably missing");
+
+    /* other initial variables */
+    diag_fill(&f, &t, 4, diag_quarter);
+    t.init[2] += 1.0f;
+    r = diag_judge(&f);
+    assert_has(r.message, "started from other variables than the reference (parameter 2");
+    assert_has(r.message, "create_variables");
+
+    /* without traces, nothing is guessed */
+    diag_fill(&f, &t, 4, diag_quarter);
+    f.res.trace = NULL;
+    r = diag_judge(&f);
+    assert_has(r.message, "variables were not kept");
 }
 
 static void test_gc_abs_floor_near_zero(void **state)
@@ -379,7 +555,8 @@ static void test_sc_duplicates_and_misses(void **state)
     assert_true(r.measured == 2);
     assert_true(r.expected == 0);
     assert_has(r.message, "2 of 8 examples read more than once");
-    assert_has(r.message, "ids 0 read by replicas 0 1, 1)");
+    assert_has(r.message, "example 0 by replicas 0 and 1; example 1 by replicas 0 and 1. The same "
+                          "replicas read each of these: their shards overlap");
     dsim_ledger_destroy(f.res.ledger);
 
     /* ids 3 and 6 never read */
@@ -394,6 +571,39 @@ static void test_sc_duplicates_and_misses(void **state)
     r = judge("shard_coverage", &ctx, v);
     assert_true(r.passed);
     dsim_ledger_destroy(f.res.ledger);
+}
+
+/* Who read a duplicate, readably: replicas with their workers, a replica
+ * that read the same example twice. */
+static void test_sc_duplicate_readers(void **state)
+{
+    (void)state;
+    dsim_ledger *l = NULL;
+    /* 2 workers x 2 devices; example 5 read by replicas 1 and 2, example 6
+     * by replica 3 twice, the rest once */
+    assert_int_equal(dsim_ledger_create(8, 1, 2, 2, &l), DSIM_OK);
+    uint64_t a[] = {0, 1, 5}, b[] = {2, 3}, c[] = {4, 5}, d[] = {6, 7, 6};
+    assert_int_equal(dsim_ledger_record(l, 1, 0, 0, a, 3), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 0, 0, 0, b, 2), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 2, 0, 0, c, 2), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 3, 0, 0, d, 3), DSIM_OK);
+    fake_run f;
+    fake_init(&f, 4, 1);
+    f.res.devices_per_host = 2;
+    f.res.num_workers = 2;
+    f.cfg.hosts = 2;
+    f.cfg.devices_per_host = 2;
+    f.res.shard_applied = DSIM_SHARD_DATA;
+    f.res.ledger = l;
+    dsim_check_ctx ctx = fake_ctx(&f);
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("shard_coverage"), v, NULL);
+    dsim_check_result r = judge("shard_coverage", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "2 of 8 examples read more than once");
+    assert_has(r.message, "example 5 by replicas 1 and 2 (workers 0 and 1)");
+    assert_has(r.message, "example 6 by replica 3 (worker 1) 2 times");
+    dsim_ledger_destroy(l);
 }
 
 static void test_sc_policy_off(void **state)
@@ -845,6 +1055,8 @@ int main(void)
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_cold_start),
         cmocka_unit_test(test_gc_pass),
+        cmocka_unit_test(test_gc_loss),
+        cmocka_unit_test(test_gc_diagnosis),
         cmocka_unit_test(test_gc_non_finite_fails),
         cmocka_unit_test(test_gc_divergence_names_step_and_replica),
         cmocka_unit_test(test_gc_reference_mismatch),
@@ -853,6 +1065,7 @@ int main(void)
         cmocka_unit_test(test_gc_async_ps),
         cmocka_unit_test(test_sc_exact),
         cmocka_unit_test(test_sc_duplicates_and_misses),
+        cmocka_unit_test(test_sc_duplicate_readers),
         cmocka_unit_test(test_sc_policy_off),
         cmocka_unit_test(test_sc_idle_and_imbalance),
         cmocka_unit_test(test_convergence),

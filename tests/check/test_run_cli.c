@@ -441,9 +441,10 @@ static void test_run_json(void **state)
     assert_int_equal(cli_run("list", "checks", "--json", NULL), 0);
     j = json_loads(cli_out, 0, &je);
     assert_non_null(j);
-    assert_int_equal(json_array_size(j), 6);
+    assert_int_equal(json_array_size(j), 7);
     json_decref(j);
     assert_int_equal(cli_run("list", "checks", NULL), 0);
+    cli_has(cli_out, "checkpoint_roundtrip");
     cli_has(cli_out, "gradient_consistency");
     cli_has(cli_out, "max_rel_error");
     cli_has(cli_out, "max_straggler_factor");

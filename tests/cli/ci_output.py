@@ -127,7 +127,7 @@ def main():
             f = gc.find("failure") if gc is not None else None
             check(f is not None, "the failed check is a <failure>")
             if f is not None:
-                check("max_rel_error" in f.get("message") and "MEAN" in f.get("message"),
+                check("reference" in f.get("message") and "MEAN" in f.get("message"),
                       "the failure's message is the check's sentence: %r" % f.get("message"))
                 check("measured" in (f.text or ""), "the failure's text has the figures")
             sc = w.get("shard_coverage")

@@ -86,48 +86,54 @@ static int fingerprint_cost(int argc, char **argv)
         fprintf(stderr, "usage: bench_allreduce --fingerprint-cost [NRANKS (2..64) [BYTES...]]\n");
         return 2;
     }
-    coll_harness on, off;
-    coll_harness_cfg cfg = {.nranks = n};
-    if (coll_harness_open(&on, &cfg) != DSIM_OK) {
-        fprintf(stderr, "%s\n", dsim_errmsg());
-        return 1;
+    /* all: fingerprints and the flight recorder (the default); fp: the
+     * fingerprints alone; none: neither */
+    enum { ALL, FP, NONE, NCFG, ROUNDS = 31 };
+    coll_harness h[NCFG];
+    int opened = 0, rc = 0;
+    for (int k = 0; k < NCFG && rc == 0; k++) {
+        coll_harness_cfg cfg = {
+            .nranks = n, .no_fingerprint = k == NONE, .flight_recorder = k == ALL ? 0 : -1};
+        if (coll_harness_open(&h[k], &cfg) != DSIM_OK) {
+            fprintf(stderr, "%s\n", dsim_errmsg());
+            rc = 1;
+        } else {
+            opened++;
+        }
     }
-    cfg.no_fingerprint = 1;
-    if (coll_harness_open(&off, &cfg) != DSIM_OK) {
-        fprintf(stderr, "%s\n", dsim_errmsg());
-        coll_harness_close(&on);
-        return 1;
+    if (rc == 0) {
+        printf("# diagnosis cost: %d ranks, threads engine, inproc, float sum, algo auto; %d "
+               "rounds per size, the three set-ups in a rotating order each round; medians\n",
+               n, ROUNDS);
+        printf("# all = fingerprints + flight recorder (the default), fp = fingerprints only, "
+               "none = neither\n");
+        printf("%14s %-6s %10s %10s %10s %10s %10s %12s\n", "bytes", "algo", "all(us)", "fp(us)",
+               "none(us)", "all/none", "fp/none", "round-median");
     }
-    enum { ROUNDS = 31 };
-    printf("# fingerprint cost: %d ranks, threads engine, inproc, float sum, algo auto; %d "
-           "alternating rounds per size\n",
-           n, ROUNDS);
-    printf("%14s %-6s %12s %12s %10s %12s\n", "bytes", "algo", "on(us)", "off(us)", "on/off",
-           "round-median");
-    int rc = 0;
     for (int s = 0; s < nsizes && rc == 0; s++) {
         size_t count = sizes[s] / sizeof(float), bytes = count * sizeof(float);
         int iters = bytes >= ((size_t)4 << 20) ? 10 : bytes >= ((size_t)256 << 10) ? 50 : 400;
-        double ton[ROUNDS], toff[ROUNDS], ratio[ROUNDS];
+        double t[NCFG][ROUNDS], ratio[ROUNDS];
         for (int r = 0; r < ROUNDS && rc == 0; r++) {
-            coll_harness *first = r % 2 ? &off : &on, *second = r % 2 ? &on : &off;
-            double t1, t2;
-            if (cost_round(first, count, iters, &t1) || cost_round(second, count, iters, &t2))
-                rc = 1;
-            ton[r] = r % 2 ? t2 : t1;
-            toff[r] = r % 2 ? t1 : t2;
-            ratio[r] = ton[r] / toff[r];
+            for (int j = 0; j < NCFG && rc == 0; j++) {
+                int k = (r + j) % NCFG;
+                if (cost_round(&h[k], count, iters, &t[k][r]))
+                    rc = 1;
+            }
+            ratio[r] = t[ALL][r] / t[NONE][r];
         }
         if (rc)
             break;
-        double mon = cost_median(ton, ROUNDS), moff = cost_median(toff, ROUNDS);
-        printf("%14zu %-6s %12.2f %12.2f %10.4f %12.4f\n", bytes,
-               dsim_algo_name(dsim_allreduce_decide(bytes, n)), mon, moff, mon / moff,
-               cost_median(ratio, ROUNDS));
+        double m[NCFG];
+        for (int k = 0; k < NCFG; k++)
+            m[k] = cost_median(t[k], ROUNDS);
+        printf("%14zu %-6s %10.2f %10.2f %10.2f %10.4f %10.4f %12.4f\n", bytes,
+               dsim_algo_name(dsim_allreduce_decide(bytes, n)), m[ALL], m[FP], m[NONE],
+               m[ALL] / m[NONE], m[FP] / m[NONE], cost_median(ratio, ROUNDS));
         fflush(stdout);
     }
-    coll_harness_close(&off);
-    coll_harness_close(&on);
+    for (int k = 0; k < opened; k++)
+        coll_harness_close(&h[k]);
     return rc;
 }
 

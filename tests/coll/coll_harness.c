@@ -71,6 +71,7 @@ dsim_err coll_harness_open(coll_harness *h, const coll_harness_cfg *cfg)
             .timeout_ns = cfg->timeout_ns > 0 ? cfg->timeout_ns : DSIM_TIMEOUT_DEFAULT,
             .algo = cfg->algo,
             .no_fingerprint = cfg->no_fingerprint,
+            .flight_recorder = cfg->flight_recorder,
         };
         e = dsim_comm_create(&cc, &h->comms[r]);
     }

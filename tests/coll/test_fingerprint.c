@@ -383,12 +383,105 @@ static void test_matched_calls(void **state)
     }
 }
 
+/* ---- the flight recorder ------------------------------------------------ */
+
+typedef struct fr_arg {
+    coll_failures s;
+    dsim_fr_dump d[3];
+} fr_arg;
+
+static void fr_rank(coll_harness *h, int rank, void *p)
+{
+    fr_arg *a = p;
+    dsim_comm *c = h->comms[rank];
+    float buf[8] = {0};
+    for (int i = 0; i < 11; i++)
+        if (dsim_allreduce(c, buf, buf, 8, DSIM_F32, DSIM_SUM) != DSIM_OK)
+            coll_fail(&a->s, "rank %d call %d: %s", rank, i, dsim_errmsg());
+    /* call 12: rank 2 never makes it; the others time out in it */
+    if (rank != 2 && dsim_allreduce(c, buf, buf, 4, DSIM_F32, DSIM_MAX) == DSIM_OK)
+        coll_fail(&a->s, "rank %d: the all-reduce without rank 2 succeeded", rank);
+    coll_harness_sync(h);
+    if (dsim_comm_flight_dump(c, &a->d[rank]) != DSIM_OK)
+        coll_fail(&a->s, "rank %d: dump: %s", rank, dsim_errmsg());
+}
+
+static void test_flight_recorder(void **state)
+{
+    (void)state;
+    fr_arg a;
+    memset(&a, 0, sizeof a);
+    pthread_mutex_init(&a.s.mu, NULL);
+    coll_harness h;
+    coll_harness_cfg cfg = {.nranks = 3, .comm_id = 5, .timeout_ns = 200 * MS};
+    assert_int_equal(coll_harness_open(&h, &cfg), DSIM_OK);
+    /* a recorder of 5 calls: the ring wraps */
+    for (int r = 0; r < 3; r++) {
+        dsim_comm_destroy(h.comms[r]);
+        dsim_comm_cfg cc = {
+            .ep = h.eps[r], .size = 3, .comm_id = 5, .timeout_ns = 200 * MS, .flight_recorder = 5};
+        assert_int_equal(dsim_comm_create(&cc, &h.comms[r]), DSIM_OK);
+    }
+    assert_int_equal(coll_harness_run(&h, fr_rank, &a), DSIM_OK);
+    coll_harness_close(&h);
+    pthread_mutex_destroy(&a.s.mu);
+    if (a.s.failures)
+        fail_msg("%s", a.s.first);
+
+    const dsim_fr_dump *d0 = &a.d[0], *d2 = &a.d[2];
+    assert_int_equal(d0->calls, 12);
+    assert_int_equal(d0->n, 5);
+    assert_int_equal(d0->comm_id, 5);
+    for (size_t i = 0; i < 4; i++) {
+        const dsim_fr_entry *e = &d0->entries[i];
+        assert_int_equal(e->fp.seq, 8 + i);
+        assert_int_equal(e->fp.coll, DSIM_COLL_ALLREDUCE);
+        assert_int_equal(e->fp.count, 8);
+        assert_int_equal(e->state, DSIM_FR_COMPLETED);
+        assert_int_equal(e->error, 0);
+        assert_int_equal(e->waiting_for, -1);
+        assert_true(e->t_created <= e->t_started && e->t_started <= e->t_completed);
+    }
+    const dsim_fr_entry *last = &d0->entries[4];
+    assert_int_equal(last->fp.seq, 12);
+    assert_int_equal(last->fp.coll, DSIM_COLL_ALLREDUCE);
+    assert_int_equal(last->fp.count, 4);
+    assert_int_equal(last->fp.op, DSIM_MAX);
+    assert_int_equal(last->state, DSIM_FR_STARTED);
+    assert_int_not_equal(last->error, 0);
+    assert_true(last->waiting_for == 1 || last->waiting_for == 2);
+    assert_true(last->t_completed >= last->t_started);
+    assert_string_equal(dsim_fr_state_name(DSIM_FR_STARTED), "started");
+    /* rank 2 made 11 calls, all completed */
+    assert_int_equal(d2->calls, 11);
+    assert_int_equal(d2->entries[d2->n - 1].fp.seq, 11);
+    assert_int_equal(d2->entries[d2->n - 1].state, DSIM_FR_COMPLETED);
+    for (int r = 0; r < 3; r++)
+        dsim_fr_dump_free(&a.d[r]);
+
+    /* off */
+    dsim_fr_dump none;
+    coll_harness h1;
+    coll_harness_cfg c1 = {.nranks = 1};
+    assert_int_equal(coll_harness_open(&h1, &c1), DSIM_OK);
+    dsim_comm_destroy(h1.comms[0]);
+    dsim_comm_cfg off = {.ep = h1.eps[0], .size = 1, .flight_recorder = -1};
+    assert_int_equal(dsim_comm_create(&off, &h1.comms[0]), DSIM_OK);
+    assert_int_equal(dsim_barrier(h1.comms[0]), DSIM_OK);
+    assert_int_equal(dsim_comm_flight_dump(h1.comms[0], &none), DSIM_OK);
+    assert_int_equal(none.calls, 1);
+    assert_int_equal(none.n, 0);
+    dsim_fr_dump_free(&none);
+    coll_harness_close(&h1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strings),
         cmocka_unit_test(test_mismatches),
         cmocka_unit_test(test_matched_calls),
+        cmocka_unit_test(test_flight_recorder),
     };
     return cmocka_run_group_tests_name("fingerprint", tests, NULL, NULL);
 }

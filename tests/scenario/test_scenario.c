@@ -602,6 +602,73 @@ static void test_errors(void **state)
 
 /* A plugin's path is relative to the scenario file, or a file name found on
  * DSIM_PLUGIN_PATH, and must exist. */
+/* matrix: a cross product of runs from one file */
+static void test_matrix(void **state)
+{
+    (void)state;
+    const char *text = "name: m\n"
+                       "cluster: {hosts: 2, devices_per_host: 2}\n"
+                       "data: {examples: 64, features: 4}\n"
+                       "matrix:\n"
+                       "  cluster: [{hosts: 1, devices_per_host: 3}, {hosts: 5}]\n"
+                       "  data.features: [1, 6, 9]\n"
+                       "  seed: [7, 8]\n";
+    dsim_scenario *s = parse_ok(text);
+    assert_int_equal(dsim_scenario_combinations(s), 12);
+    assert_int_equal(s->combination, -1);
+    assert_string_equal(s->name, "m");
+    /* combination 5: cluster 0, features index 2, seed index 1 */
+    dsim_scenario *c = NULL;
+    assert_int_equal(dsim_scenario_combination(s, 5, &c), DSIM_OK);
+    assert_string_equal(c->name, "m[hosts=1,devices_per_host=3,data.features=9,seed=8]");
+    assert_string_equal(c->label, "hosts=1,devices_per_host=3,data.features=9,seed=8");
+    assert_int_equal(c->combination, 5);
+    assert_int_equal(c->train.hosts, 1);
+    assert_int_equal(c->train.devices_per_host, 3);
+    assert_int_equal(c->train.data.in_dim, 9);
+    assert_int_equal(c->seed, 8);
+    assert_int_equal(c->train.seed, 8);
+    assert_int_equal(c->train.data.n_examples, 64); /* the rest as the file says */
+    dsim_scenario_free(c);
+    /* a mapping merges into the section: {hosts: 5} keeps devices_per_host */
+    assert_int_equal(dsim_scenario_combination(s, 6, &c), DSIM_OK);
+    assert_int_equal(c->train.hosts, 5);
+    assert_int_equal(c->train.devices_per_host, 2);
+    dsim_scenario_free(c);
+    assert_int_equal(dsim_scenario_combination(s, 12, &c), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "the matrix has 12 (0..11)"));
+    dsim_scenario_free(s);
+
+    /* without a matrix: one run, the file itself */
+    s = parse_ok("name: plain\n");
+    assert_int_equal(dsim_scenario_combinations(s), 1);
+    assert_int_equal(dsim_scenario_combination(s, 0, &c), DSIM_OK);
+    assert_string_equal(c->name, "plain");
+    dsim_scenario_free(c);
+    dsim_scenario_free(s);
+
+    /* errors, where the matrix says it */
+    check_err("name: a\nmatrix: [1, 2]\n", 2, 9, (const char *const[]){"is not a mapping"}, 1);
+    check_err("name: a\nmatrix:\n  expect: [{}]\n", 3, 3,
+              (const char *const[]){"matrix.expect: not a setting a matrix can vary"}, 1);
+    check_err("name: a\nmatrix:\n  data.features.x: [1]\n", 3, 3,
+              (const char *const[]){"not a setting"}, 1);
+    check_err("name: a\nmatrix:\n  seed: 3\n", 3, 9,
+              (const char *const[]){"matrix.seed: '3' is not a list"}, 1);
+    check_err("name: a\nmatrix:\n  seed: []\n", 3, 9, (const char *const[]){"not a list"}, 1);
+    check_err("name: a\nmatrix:\n  seed: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]\n"
+              "  data.features: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]\n",
+              4, 18, (const char *const[]){"more than 256 combinations"}, 1);
+    /* a bad value shows where the matrix gives it */
+    s = parse_ok("name: a\nmatrix:\n  cluster.hosts: [2, 0]\n");
+    c = (dsim_scenario *)0x1;
+    assert_int_equal(dsim_scenario_combination(s, 1, &c), DSIM_EINVAL);
+    assert_null(c);
+    if (!strstr(dsim_errmsg(), "t.yaml:3:22: cluster.hosts"))
+        fail_msg("got: %s", dsim_errmsg());
+    dsim_scenario_free(s);
+}
+
 static void test_plugin_path(void **state)
 {
     (void)state;
@@ -1041,11 +1108,17 @@ static void test_plan(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_full),          cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_defaults_text), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_plugin_path),   cmocka_unit_test(test_tf_config),
-        cmocka_unit_test(test_runnable),      cmocka_unit_test(test_units),
-        cmocka_unit_test(test_plan),          cmocka_unit_test(test_fault_detection),
+        cmocka_unit_test(test_full),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_defaults_text),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_matrix),
+        cmocka_unit_test(test_plugin_path),
+        cmocka_unit_test(test_tf_config),
+        cmocka_unit_test(test_runnable),
+        cmocka_unit_test(test_units),
+        cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_fault_detection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

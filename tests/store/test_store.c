@@ -458,7 +458,7 @@ static int load_examples(example *ex, int max)
 }
 
 /* Two runs: the first clean, the second diverging at step 3 with a failed
- * check. */
+ * check, and flight records in which replica 2 never completed call 2. */
 static void populate(const char *path)
 {
     dsim_store *st;
@@ -483,6 +483,26 @@ static void populate(const char *path)
                                           k ? "replica 2 diverged at step 3" : NULL),
                          DSIM_OK);
         assert_int_equal(dsim_store_check(st, run, "shard_coverage", true, 40, 40, NULL), DSIM_OK);
+        for (int call = 1; k == 1 && call <= 2; call++)
+            for (int r = 0; r < 3; r++) {
+                bool stuck = call == 2 && r == 2;
+                dsim_flight_rec fr = {.replica = r,
+                                      .record_id = (uint64_t)call - 1,
+                                      .pg_id = 1,
+                                      .collective_seq_id = (uint64_t)call,
+                                      .profiling_name = "dsim:all_reduce",
+                                      .input_count = 36,
+                                      .input_dtype = "Float",
+                                      .reduce_op = "sum",
+                                      .root = -1,
+                                      .algorithm = "ring",
+                                      .state = stuck ? "started" : "completed",
+                                      .waiting_for = stuck ? 1 : -1,
+                                      .time_created_ns = call * 100,
+                                      .time_started_ns = call * 100 + 1,
+                                      .time_completed_ns = stuck ? -1 : call * 100 + 50};
+                assert_int_equal(dsim_store_flight(st, run, &fr), DSIM_OK);
+            }
         assert_int_equal(
             dsim_store_end_run(st, run, k ? DSIM_RUN_FAILED : DSIM_RUN_PASSED, NULL, 0), DSIM_OK);
     }
@@ -497,7 +517,7 @@ static void test_doc_examples(void **state)
     populate(path);
     example ex[8];
     int n = load_examples(ex, 8);
-    assert_int_equal(n, 3);
+    assert_int_equal(n, 4);
 
     sqlite3 *db = su_open(path);
     for (int i = 0; i < n; i++) {
@@ -533,6 +553,13 @@ static void test_doc_examples(void **state)
                                     "gradient_consistency");
                 assert_string_equal((const char *)sqlite3_column_text(s, 5),
                                     "replica 2 diverged at step 3");
+            } else if (strcmp(ex[i].name, "calls not every replica completed") == 0) {
+                assert_int_equal(sqlite3_column_int(s, 0), 2);
+                assert_int_equal(sqlite3_column_int(s, 1), 2);
+                assert_string_equal((const char *)sqlite3_column_text(s, 2), "dsim:all_reduce");
+                assert_int_equal(sqlite3_column_int(s, 3), 2);
+                assert_int_equal(sqlite3_column_int(s, 4), 3);
+                assert_string_equal((const char *)sqlite3_column_text(s, 5), "2 waiting for 1");
             } else {
                 fail_msg("SCHEMA.md has an example this test does not know: '%s'", ex[i].name);
             }

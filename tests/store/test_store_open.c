@@ -311,7 +311,7 @@ static void test_migrate_v2(void **state)
     assert_int_equal(dsim_store_close(st), DSIM_OK);
 
     db = su_open(path);
-    assert_int_equal(su_int(db, "PRAGMA user_version"), 3);
+    assert_int_equal(su_int(db, "PRAGMA user_version"), DSIM_STORE_SCHEMA_VERSION);
     assert_string_equal(su_text(db, buf, sizeof buf,
                                 "SELECT group_concat(status, ',') FROM "
                                 "(SELECT status FROM runs ORDER BY id)"),
@@ -342,6 +342,86 @@ static void test_migrate_v2(void **state)
     sqlite3 *dbf = su_open(fresh);
     char *a = schema_shape(db), *b = schema_shape(dbf);
     assert_string_equal(a, b);
+    free(a);
+    free(b);
+    sqlite3_close(dbf);
+    sqlite3_close(db);
+}
+
+/* Version 3 to 4 adds flight_records: the runs stay, a flight record of a
+ * new run is stored, and it goes with its run. */
+static void test_migrate_v3(void **state)
+{
+    (void)state;
+    char path[4200], fresh[4200], buf[256];
+    db_path(path, sizeof path, "v3.db");
+    db_path(fresh, sizeof fresh, "fresh4.db");
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    su_exec(db, "PRAGMA foreign_keys = OFF");
+    for (int k = 0; k < 3; k++)
+        su_exec(db, store_migrations[k]);
+    su_exec(db, "PRAGMA application_id = 1685285229; PRAGMA user_version = 3;");
+    su_exec(db, "INSERT INTO runs (id, scenario, seed, engine, dsim_version, status, started_ns,"
+                "  ended_ns, host, pid, pid_start) VALUES"
+                "  (1, 'a', 1, 'threads', '0.1.0', 'hung', 1, 2, 'h', 1, 1);"
+                "INSERT INTO steps VALUES (1, 0, 0, 0, 2.5, 2.5, 77, 32, 0, 10);");
+    sqlite3_close(db);
+
+    dsim_store *st;
+    assert_int_equal(dsim_store_open(path, &st), DSIM_OK);
+    dsim_run_id run = begin(st, "flight");
+    assert_int_equal(run, 2);
+    dsim_flight_rec fr = {
+        .replica = 3,
+        .record_id = 8,
+        .pg_id = 1,
+        .collective_seq_id = 9,
+        .profiling_name = "dsim:all_reduce",
+        .input_count = 36,
+        .input_dtype = "Float",
+        .reduce_op = "sum",
+        .root = -1,
+        .algorithm = "tree",
+        .state = "started",
+        .waiting_for = 2,
+        .error = "deadline passed",
+        .time_created_ns = 100,
+        .time_started_ns = 110,
+        .time_completed_ns = -1,
+    };
+    assert_int_equal(dsim_store_flight(st, run, &fr), DSIM_OK);
+    fr.state = NULL;
+    assert_int_equal(dsim_store_flight(st, run, &fr), DSIM_EINVAL);
+    fr.state = "started";
+    fr.replica = -1;
+    assert_int_equal(dsim_store_flight(st, run, &fr), DSIM_EINVAL);
+    assert_int_equal(dsim_store_end_run(st, run, DSIM_RUN_FAILED, NULL, 0), DSIM_OK);
+    assert_int_equal(dsim_store_close(st), DSIM_OK);
+
+    db = su_open(path);
+    assert_int_equal(su_int(db, "PRAGMA user_version"), DSIM_STORE_SCHEMA_VERSION);
+    assert_string_equal(su_text(db, buf, sizeof buf, "SELECT status FROM runs WHERE id = 1"),
+                        "hung");
+    assert_int_equal(su_int(db, "SELECT count(*) FROM steps"), 1);
+    assert_string_equal(
+        su_text(db, buf, sizeof buf,
+                "SELECT replica || ' ' || collective_seq_id || ' ' || profiling_name || ' ' || "
+                "input_count || ' ' || input_dtype || ' ' || state || ' ' || waiting_for || ' ' || "
+                "error || ' ' || (root IS NULL) || (time_discovered_completed_ns IS NULL) "
+                "FROM flight_records WHERE run_id = 2"),
+        "3 9 dsim:all_reduce 36 Float started 2 deadline passed 11");
+    assert_string_equal(su_text(db, buf, sizeof buf, "PRAGMA integrity_check"), "ok");
+    assert_int_equal(su_int(db, "PRAGMA foreign_key_check"), -999999);
+    su_exec(db, "PRAGMA foreign_keys = ON; DELETE FROM runs WHERE id = 2");
+    assert_int_equal(su_int(db, "SELECT count(*) FROM flight_records"), 0);
+
+    assert_int_equal(dsim_store_open(fresh, &st), DSIM_OK);
+    assert_int_equal(dsim_store_close(st), DSIM_OK);
+    sqlite3 *dbf = su_open(fresh);
+    char *a = schema_shape(db), *b = schema_shape(dbf);
+    assert_string_equal(a, b);
+    assert_non_null(strstr(a, "table flight_records "));
     free(a);
     free(b);
     sqlite3_close(dbf);
@@ -580,6 +660,7 @@ int main(void)
         cmocka_unit_test(test_new_and_default_path),
         cmocka_unit_test(test_migrate_v1),
         cmocka_unit_test(test_migrate_v2),
+        cmocka_unit_test(test_migrate_v3),
         cmocka_unit_test(test_newer_refused),
         cmocka_unit_test(test_not_a_database_refused),
         cmocka_unit_test(test_killed_midway),

@@ -14,7 +14,17 @@
  *                       slots or step: a restored run would restart momentum
  *                       from zero (checkpoint_roundtrip).
  *   -DBROKEN_CTX        apply_gradients() "fixes up" ctx->device, a field the
- *                       driver owns: refused by the driver's context check. */
+ *                       driver owns: refused by the driver's context check.
+ *   -DBROKEN_STALE      applies each step's reduced gradient one step late
+ *                       (an overlap of communication and compute gone wrong):
+ *                       gradient_consistency says "stale by one step".
+ *   -DBROKEN_TAIL       reduces its gradient in two buckets and averages the
+ *                       last one: gradient_consistency names the parameter
+ *                       range that is updated otherwise.
+ *   -DBROKEN_HANG       at global step 3, replica 3 waits in its own code for
+ *                       a message nobody sends, until its timeout: the others
+ *                       wait for it in the all-reduce (a planted hang for
+ *                       `dsim trace desync`). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,12 +42,26 @@
 #elif defined(BROKEN_CTX)
 #define BROKEN_NAME    "broken_ctx"
 #define BROKEN_SUMMARY "writes ctx->device, which the driver owns (a test fixture)"
+#elif defined(BROKEN_STALE)
+#define BROKEN_NAME    "broken_stale"
+#define BROKEN_SUMMARY "applies each step's gradient one step late (a test fixture)"
+#elif defined(BROKEN_TAIL)
+#define BROKEN_NAME    "broken_tail"
+#define BROKEN_SUMMARY "averages the last bucket of its gradient (a test fixture)"
+#elif defined(BROKEN_HANG)
+#define BROKEN_NAME    "broken_hang"
+#define BROKEN_SUMMARY "replica 3 stops in its own code at step 3 (a test fixture)"
 #else
-#error "build with one of -DBROKEN_MISMATCH, -DBROKEN_REDUCE_OP, -DBROKEN_SAVE, -DBROKEN_CTX"
+#error                                                                                             \
+    "build with one of -DBROKEN_MISMATCH, -DBROKEN_REDUCE_OP, -DBROKEN_SAVE, -DBROKEN_CTX, -DBROKEN_STALE, -DBROKEN_TAIL"
 #endif
+
+/* The last bucket of -DBROKEN_TAIL: this many parameters. */
+#define BROKEN_TAIL_LEN 9
 
 typedef struct broken_replica {
     dsim_optim *opt;
+    float *prev; /* -DBROKEN_STALE: the previous step's reduced gradient */
 } broken_replica;
 
 static dsim_err broken_check_shape(const dsim_strategy_shape *s)
@@ -78,15 +102,46 @@ static dsim_err broken_apply(dsim_replica_ctx *ctx, float *grad)
 {
     broken_replica *me = ctx->priv;
     dsim_err e;
+#if defined(BROKEN_HANG)
+    if (ctx->replica == 3 && ctx->global_step == 3) {
+        /* THE BUG: a wait of its own that nothing ends but the timeout. */
+        dsim_req *r = NULL;
+        uint64_t word = 0;
+        e = dsim_irecv(ctx->ep, 0, DSIM_STRATEGY_COMM_USER, 1, &word, sizeof word, &r);
+        if (e == DSIM_OK)
+            e = dsim_wait(r,
+                          ctx->timeout_ns > 0 ? dsim_rt_deadline(ctx->rt, 3 * ctx->timeout_ns)
+                                              : DSIM_NO_DEADLINE,
+                          NULL);
+        return e == DSIM_OK ? DSIM_ERR(DSIM_EPROTO, -1, "%s: unexpected message", BROKEN_NAME) : e;
+    }
+#endif
 #if defined(BROKEN_MISMATCH)
     if (ctx->replica == 1 && ctx->n_params % 2 == 0)
         /* THE BUG: the same bytes, another dtype and count. */
         e = dsim_allreduce(ctx->world, grad, grad, ctx->n_params / 2, DSIM_F64, DSIM_SUM);
     else
+#elif defined(BROKEN_TAIL)
+    size_t head = ctx->n_params > BROKEN_TAIL_LEN ? ctx->n_params - BROKEN_TAIL_LEN : 0;
+    e = dsim_allreduce(ctx->world, grad + head, grad + head, ctx->n_params - head, DSIM_F32,
+                       DSIM_MEAN); /* THE BUG: the last bucket averaged */
+    if (e == DSIM_OK && head)
+        e = dsim_allreduce(ctx->world, grad, grad, head, DSIM_F32, DSIM_SUM);
+    else
 #endif
         e = dsim_allreduce(ctx->world, grad, grad, ctx->n_params, DSIM_F32, DSIM_SUM);
     if (e != DSIM_OK)
         return e;
+#if defined(BROKEN_STALE)
+    /* THE BUG: last step's gradient applied, this one kept for the next. */
+    if (!me->prev && !(me->prev = calloc(ctx->n_params, sizeof(float))))
+        return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", BROKEN_NAME);
+    for (size_t i = 0; i < ctx->n_params; i++) {
+        float g = grad[i];
+        grad[i] = me->prev[i];
+        me->prev[i] = g;
+    }
+#endif
 #if defined(BROKEN_CTX)
     /* THE BUG: the driver's field, "corrected" to a local device index. */
     ctx->device = 0;
@@ -126,6 +181,7 @@ static void broken_fini(dsim_replica_ctx *ctx)
 {
     broken_replica *me = ctx->priv;
     dsim_optim_destroy(me->opt);
+    free(me->prev);
 }
 
 static const struct dsim_strategy_ops broken_ops = {

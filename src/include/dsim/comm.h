@@ -87,6 +87,9 @@ typedef struct dsim_comm_cfg {
      * every rank must agree, or the ranks that check wait for fingerprints
      * that never come until their timeout. 0 (the zeroed default): on. */
     int no_fingerprint;
+    /* Calls the flight recorder keeps (the last ones): 0 the default,
+     * DSIM_FR_DEFAULT_SIZE; < 0 none. */
+    int flight_recorder;
 } dsim_comm_cfg;
 
 dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out);
@@ -168,6 +171,52 @@ int dsim_coll_fp_diff(const dsim_coll_fp *a, const dsim_coll_fp *b, char *buf, s
 /* The fingerprint of the call in progress on c, or of its last call (seq 0:
  * none yet). */
 const dsim_coll_fp *dsim_comm_fingerprint(const dsim_comm *c);
+
+/* ---- the flight recorder ----
+ *
+ * Each communicator keeps its last calls (PyTorch's NCCL flight recorder):
+ * what was called, how far it got, when, and which peer it was waiting for
+ * last. A harness reads it after a timeout, an abort or a failed check to
+ * say which rank did not join which call (sim/diag). The recorder costs two
+ * clock reads per call; its entries are allocated as calls come, up to the
+ * size asked for. */
+#define DSIM_FR_DEFAULT_SIZE 2000
+
+typedef enum dsim_fr_state {
+    DSIM_FR_SCHEDULED = 0, /* called; nothing posted yet (arguments checked) */
+    DSIM_FR_STARTED,       /* its first transfer was posted */
+    DSIM_FR_COMPLETED,     /* returned DSIM_OK */
+    DSIM_FR_STATE_COUNT
+} dsim_fr_state;
+
+/* "scheduled", "started", "completed" (PyTorch's names). */
+const char *dsim_fr_state_name(dsim_fr_state s);
+
+typedef struct dsim_fr_entry {
+    dsim_coll_fp fp; /* the call */
+    uint8_t state;   /* dsim_fr_state */
+    uint8_t pad[3];
+    int32_t waiting_for; /* the peer of the transfer waited for last; -1 none */
+    int32_t error;       /* the dsim_err it returned (0: none, or not returned yet) */
+    int32_t pad2;
+    int64_t t_created;   /* dsim_rt_now at the call */
+    int64_t t_started;   /* at its first transfer; -1 not started */
+    int64_t t_completed; /* when it returned; -1 not returned */
+} dsim_fr_entry;
+
+typedef struct dsim_fr_dump {
+    int rank, size;
+    uint32_t comm_id;
+    uint64_t calls;         /* calls made on the communicator */
+    size_t n;               /* entries kept, oldest first: the last n calls */
+    dsim_fr_entry *entries; /* owned: dsim_fr_dump_free */
+} dsim_fr_dump;
+
+/* Copies c's recorder into out (allocating). Call it when c's rank is not
+ * inside a collective (after its thread returned), or accept that the last
+ * entry may be torn. */
+dsim_err dsim_comm_flight_dump(const dsim_comm *c, dsim_fr_dump *out);
+void dsim_fr_dump_free(dsim_fr_dump *d);
 
 #ifdef __cplusplus
 }

@@ -395,6 +395,8 @@ typedef struct dsim_train_result {
     int64_t *comm_ns;   /* ... of which in apply_gradients and the loss's reduction
                            (the exchange, waits for slower replicas included) */
     float *trace;       /* [steps * n_params] if cfg.record_params, else NULL */
+    float *initial_params; /* [n_params] if cfg.record_params: the variables before the
+                              first step run (restored ones after a restore) */
 
     dsim_ledger *ledger; /* who read what (replica = worker * D + device) */
 
@@ -412,6 +414,19 @@ typedef struct dsim_train_result {
     bool preempted;        /* stopped by a preemption notice (DSIM_EPREEMPTED): restart
                               from the checkpoint, with restore */
     uint64_t preempted_at; /* global steps done when it stopped: the checkpoint's */
+
+    /* The flight recorder of every replica's world communicator
+     * (dsim/comm.h) as the job ended: [n_flight], by replica; NULL when the
+     * job never formed. What a harness writes out after a failure. */
+    dsim_fr_dump *flight;
+    int n_flight;
+
+    /* dsim_train_reference only: the optimizer's slots (whole-model layout
+     * of dsim/optim.h) and step when it ended. NULL / 0 from dsim_train,
+     * whose optimizers belong to the strategy. */
+    float *optim_state;
+    size_t optim_state_len;
+    uint64_t optim_step;
 
     dsim_error error; /* the failure, when dsim_train did not return DSIM_OK */
 
@@ -467,9 +482,11 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res);
 /* Replays the global batches of cfg on one device from the same initial
  * variables: at each step the batches of all replicas, concatenated in
  * replica order, in one dsim_model_loss_grad call with scale 1/global_batch,
- * then the same optimizer. Ignores the strategy, servers and checkpoints.
- * Fills params, steps, loss, trace (if record_params), initial/final loss,
- * ledger (as replica 0); num_replicas is 1. */
+ * then the same optimizer. Ignores the strategy, servers and checkpoints;
+ * stops after cfg->stop_after global steps when that is set. Fills params,
+ * steps, loss, trace (if record_params), initial/final loss, the
+ * optimizer's final slots and step, ledger (as replica 0); num_replicas
+ * is 1. */
 dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res);
 
 void dsim_train_result_free(dsim_train_result *res);
