@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "report.h"
+#include "diag/flight.h"
 #include "report_int.h"
 #include "store.h"
 
@@ -228,6 +229,7 @@ dsim_err rp_run_load(sqlite3 *h, const char *db_path, int64_t id, rp_run *r)
 {
     memset(r, 0, sizeof *r);
     r->id = id;
+    dsim_flight_path(db_path, (uint64_t)id, r->flight_path, sizeof r->flight_path);
     sqlite3_stmt *q = NULL;
     const char *sql = "SELECT scenario, engine, strategy, status, "
                       "datetime(started_ns / 1000000000, 'unixepoch'), dsim_version, config, "

@@ -30,11 +30,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "report.h"
 #include "report_int.h"
+#include "diag/flight.h"
 
 #define RH_W            640
 #define RH_H            260
@@ -904,12 +906,50 @@ static void rh_cold_start(FILE *f, const rp_run *r)
     fputs("</table>\n", f);
 }
 
+/* A failed run's flight records, when they were written: the desync
+ * analysis of `dsim trace desync`, as it prints it. */
+static void rh_desync(FILE *f, const rp_run *r)
+{
+    if (access(r->flight_path, R_OK) != 0)
+        return;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    if (!m)
+        return;
+    dsim_desync sum;
+    memset(&sum, 0, sizeof sum);
+    dsim_err e = dsim_flight_desync(r->flight_path, m, &sum);
+    fclose(m);
+    fputs("<h3>collective calls (flight records)</h3>\n", f);
+    if (e != DSIM_OK) {
+        fputs("<p class=\"note\">The flight records could not be read: ", f);
+        rh_esc(f, dsim_errmsg());
+        fputs("</p>\n", f);
+    } else {
+        fprintf(f, "<p class=\"%s\">", sum.seq ? "bad" : "note");
+        if (sum.seq)
+            fprintf(f,
+                    "Collective #%" PRIu64 " is the first that not every rank completed: %d "
+                    "rank(s) never called it, %d waited in it, %d called another one, %d "
+                    "failed in it.",
+                    sum.seq, sum.n_missing, sum.n_waiting, sum.n_different, sum.n_failed);
+        else
+            fputs("Every rank completed every recorded call.", f);
+        fputs(" The analysis of <code>dsim trace desync</code>:</p><pre>", f);
+        rh_esc(f, text ? text : "");
+        fputs("</pre>\n", f);
+    }
+    free(text);
+}
+
 static void rh_run_section(FILE *f, const rp_run *r)
 {
     fprintf(f, "<section class=\"run\" id=\"run-%" PRId64 "\">\n", r->id);
     rh_run_header(f, r);
     rh_checks(f, r);
     rh_divergence(f, r);
+    rh_desync(f, r);
     /* what happened first: why a run failed is there */
     rh_timeline(f, r);
     rh_loss(f, r);

@@ -53,6 +53,7 @@ typedef struct rp_replica {
 
 typedef struct rp_run {
     int64_t id;
+    char flight_path[4200]; /* where a failed run's flight records are (may not exist) */
     char *scenario, *engine, *strategy, *status, *started, *version, *config, *text;
     uint64_t seed;
     bool has_duration;

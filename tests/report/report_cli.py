@@ -97,6 +97,24 @@ def main():
                                                           "dsim-report-3.html"),
               "dsim run --report --json: no report in " + so[-300:])
 
+        # a desynchronised strategy: its report carries the desync analysis
+        # of the flight records the run left next to the store
+        ddb = os.path.join(tmp, "desync", "d.db")
+        os.mkdir(os.path.dirname(ddb))
+        rc, so, se = dsim(["run", os.path.join(SCEN, "custom_strategy_mismatch.yaml"), "--db",
+                           ddb], tmp)
+        check(rc == 0, "custom_strategy_mismatch: rc %d\n%s\n%s" % (rc, so, se))
+        dout = os.path.join(tmp, "desync.html")
+        rc, so, se = dsim(["report", "last", "--db", ddb, "-o", dout], tmp)
+        check(rc == 0, "dsim report of the desync run: rc %d %s" % (rc, se))
+        dh = read(dout) if rc == 0 else ""
+        check("collective calls (flight records)" in dh and
+              "the first collective the ranks disagree about: #3" in dh and
+              "dtype and count differ" in dh,
+              "the desync run's report lacks the desync analysis")
+        check("collective calls (flight records)" not in read(want),
+              "a run without flight records shows a desync section")
+
         con = sqlite3.connect(db)
         n_checks = con.execute("SELECT count(*) FROM checks WHERE run_id = 1").fetchone()[0]
         replicas = con.execute("SELECT count(*) FROM replicas WHERE run_id = 2").fetchone()[0]
