@@ -1243,6 +1243,13 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         rc.record_params = cfg.record_params;
         if (dsim_train_reference(&rc, &ref) == DSIM_OK) {
             have_ref = true;
+            /* its loss per step, for the report's loss plot */
+            for (uint64_t k = 0; st && ref.loss && k < ref.steps; k++)
+                if (HG_STORE(dsim_store_reference_loss(st, out->run_id, k, ref.loss[k])) !=
+                    DSIM_OK) {
+                    h_fail(out, "storing the reference's losses");
+                    break;
+                }
             /* Under sim the run's times are the compute model's: so are the
              * one-device baseline's, or scaling would compare two clocks. */
             if (cfg.engine && strcmp(cfg.engine, "sim") == 0 && cfg.device_flops > 0 &&

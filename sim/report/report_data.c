@@ -1,6 +1,7 @@
 /* Reading one run out of the results store for the report and the trace. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -193,6 +194,24 @@ static bool rp_row_metric(sqlite3_stmt *q, rp_run *r)
     return m->name != NULL;
 }
 
+static bool rp_row_refloss(sqlite3_stmt *q, rp_run *r)
+{
+    if (r->n_ref % 64 == 0) {
+        double *a = realloc(r->ref_step, (r->n_ref + 64) * sizeof *a);
+        if (!a)
+            return false;
+        r->ref_step = a;
+        double *b = realloc(r->ref_loss, (r->n_ref + 64) * sizeof *b);
+        if (!b)
+            return false;
+        r->ref_loss = b;
+    }
+    r->ref_step[r->n_ref] = (double)sqlite3_column_int64(q, 0);
+    r->ref_loss[r->n_ref++] =
+        sqlite3_column_type(q, 1) == SQLITE_NULL ? NAN : sqlite3_column_double(q, 1);
+    return true;
+}
+
 static bool rp_row_replica(sqlite3_stmt *q, rp_run *r)
 {
     RP_GROW(r->replicas, r->n_replicas_rows);
@@ -294,6 +313,9 @@ dsim_err rp_run_load(sqlite3 *h, const char *db_path, int64_t id, rp_run *r)
         {"the replicas",
          "SELECT replica, worker, device, host FROM replicas WHERE run_id = ?1 ORDER BY replica",
          rp_row_replica},
+        {"the reference's losses",
+         "SELECT step, loss FROM reference_steps WHERE run_id = ?1 ORDER BY step",
+         rp_row_refloss},
     };
     dsim_err e = DSIM_OK;
     for (size_t k = 0; k < sizeof rp_tables / sizeof rp_tables[0] && e == DSIM_OK; k++)
@@ -340,6 +362,8 @@ void rp_run_free(rp_run *r)
     free(r->config);
     free(r->text);
     free(r->steps);
+    free(r->ref_step);
+    free(r->ref_loss);
     for (size_t i = 0; i < r->n_events; i++) {
         free(r->events[i].kind);
         free(r->events[i].detail);

@@ -422,13 +422,15 @@ static void rh_divergence(FILE *f, const rp_run *r)
 static void rh_loss(FILE *f, const rp_run *r)
 {
     int R = r->n_replicas;
-    size_t ns = (size_t)R + 1;
+    /* the replicas, the reduced loss, and the one-device reference's */
+    size_t ns = (size_t)R + (r->n_ref ? 2 : 1);
+    size_t cap = r->n_steps * 2 + 1 > r->n_ref + 1 ? r->n_steps * 2 + 1 : r->n_ref + 1;
     rh_series *s = calloc(ns, sizeof *s);
     char (*names)[48] = calloc(ns, sizeof *names);
     bool ok = s && names;
     for (size_t k = 0; ok && k < ns; k++) {
-        s[k].x = malloc((r->n_steps * 2 + 1) * sizeof(double));
-        s[k].y = malloc((r->n_steps * 2 + 1) * sizeof(double));
+        s[k].x = malloc(cap * sizeof(double));
+        s[k].y = malloc(cap * sizeof(double));
         ok = s[k].x && s[k].y;
     }
     if (!ok) {
@@ -469,12 +471,21 @@ static void rh_loss(FILE *f, const rp_run *r)
             }
         }
         free(last_att);
+        if (r->n_ref) {
+            rh_series *t = &s[R + 1];
+            t->name = "one-device reference";
+            t->color = "#888";
+            t->dash = "2,2";
+            for (size_t i = 0; i < r->n_ref; i++) {
+                t->x[t->n] = r->ref_step[i];
+                t->y[t->n++] = r->ref_loss[i];
+            }
+        }
         const rp_metric *ref = rp_metric_find(r, "reference_final_loss");
         fputs("<h3>loss</h3>\n", f);
         rh_line_chart(f, "loss", "loss per replica over steps (a restart starts a new line)",
                       "global step", "loss", s, ns, ref && ref->has_value ? ref->value : NAN,
-                      "one-device reference, final loss (the store keeps only the final value)",
-                      false);
+                      "one-device reference, final loss", false);
     }
     for (size_t k = 0; s && k < ns; k++) {
         free(s[k].x);

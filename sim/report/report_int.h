@@ -68,6 +68,8 @@ typedef struct rp_run {
     size_t n_colls;
     rp_metric *metrics;
     size_t n_metrics;
+    double *ref_step, *ref_loss; /* the one-device reference's loss per step */
+    size_t n_ref;
     rp_replica *replicas;
     size_t n_replicas_rows;
     int n_replicas; /* 1 + the highest replica seen anywhere */

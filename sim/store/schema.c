@@ -224,5 +224,15 @@ static const char schema_v4[] =
     ");\n"
     "CREATE INDEX flight_records_by_run ON flight_records(run_id, collective_seq_id, replica);\n";
 
+/* Version 5: the one-device reference replay's loss per step, for the
+ * report's loss plot. */
+static const char schema_v5[] =
+    "CREATE TABLE reference_steps (\n"
+    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+    "  step INTEGER NOT NULL,\n"
+    "  loss REAL,\n"
+    "  PRIMARY KEY (run_id, step)\n"
+    ");\n";
+
 const char *const store_migrations[DSIM_STORE_SCHEMA_VERSION] = {schema_v1, schema_v2, schema_v3,
-                                                                  schema_v4};
+                                                                  schema_v4, schema_v5};

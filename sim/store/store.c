@@ -50,6 +50,7 @@ enum store_kind {
     REC_CHECK,
     REC_METRIC,
     REC_FLIGHT,
+    REC_REFLOSS,
     REC_NKINDS
 };
 
@@ -99,6 +100,10 @@ typedef struct store_rec {
         struct {
             dsim_flight_rec f; /* its strings owned by the record */
         } flight;
+        struct {
+            uint64_t step;
+            double loss;
+        } refloss;
     } u;
 } store_rec;
 
@@ -157,6 +162,7 @@ static const char *const store_insert_sql[REC_NKINDS] = {
                    "algorithm, state, waiting_for, error, time_created_ns, "
                    "time_discovered_started_ns, time_discovered_completed_ns) "
                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [REC_REFLOSS] = "INSERT OR REPLACE INTO reference_steps (run_id, step, loss) VALUES (?, ?, ?)",
 };
 
 static const char *const store_status_names[] = {"passed", "failed", "error", "hung", "crashed"};
@@ -379,6 +385,11 @@ static int store_apply(dsim_store *st, store_rec *r)
         store_bind_real(s, 4, r->u.check.measured);
         store_bind_real(s, 5, r->u.check.expected);
         store_bind_text(s, 6, r->u.check.message);
+        break;
+    case REC_REFLOSS:
+        sqlite3_bind_int64(s, 1, r->run);
+        sqlite3_bind_int64(s, 2, (int64_t)r->u.refloss.step);
+        store_bind_real(s, 3, r->u.refloss.loss);
         break;
     case REC_METRIC:
         sqlite3_bind_int64(s, 1, r->run);
@@ -874,6 +885,20 @@ dsim_err dsim_store_metric(dsim_store *st, dsim_run_id run, const char *name, do
     r.u.metric.value = value;
     r.u.metric.replica = replica < 0 ? -1 : replica;
     return store_push_checked(st, &r, oom);
+}
+
+dsim_err dsim_store_reference_loss(dsim_store *st, dsim_run_id run, uint64_t step, double loss)
+{
+    if (!st)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_reference_loss: store is NULL");
+    if (step > (uint64_t)INT64_MAX)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "results database %s: reference step %llu does not fit a row",
+                        st->path, (unsigned long long)step);
+    store_rec r = {.kind = REC_REFLOSS, .run = run};
+    r.u.refloss.step = step;
+    r.u.refloss.loss = loss;
+    return store_push_checked(st, &r, false);
 }
 
 dsim_err dsim_store_flight(dsim_store *st, dsim_run_id run, const dsim_flight_rec *rec)

@@ -38,7 +38,7 @@ extern "C" {
 
 /* The schema version this build writes (PRAGMA user_version). Older
  * databases are migrated forward at open; newer ones are refused. */
-#define DSIM_STORE_SCHEMA_VERSION 4
+#define DSIM_STORE_SCHEMA_VERSION 5
 /* PRAGMA application_id of a dsim database: "dsim" in ASCII. */
 #define DSIM_STORE_APPLICATION_ID 0x6473696d
 #define DSIM_STORE_DEFAULT_PATH   "dsim.db"
@@ -169,6 +169,10 @@ dsim_err dsim_store_event(dsim_store *st, dsim_run_id run, int replica, int64_t 
  * message is the sentence a person can act on. */
 dsim_err dsim_store_check(dsim_store *st, dsim_run_id run, const char *name, bool passed,
                           double measured, double expected, const char *message);
+
+/* The one-device reference replay's loss at a global step (NaN: NULL);
+ * a second row for the same step replaces the first. */
+dsim_err dsim_store_reference_loss(dsim_store *st, dsim_run_id run, uint64_t step, double loss);
 
 /* A named measurement (replica -1: of the whole run). */
 dsim_err dsim_store_metric(dsim_store *st, dsim_run_id run, const char *name, double value,

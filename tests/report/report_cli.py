@@ -125,6 +125,11 @@ def main():
         check(rc == 0 and so.strip() == out, "dsim report 1: rc %d %s %s" % (rc, so, se))
         html = read(out)
         self_contained(html, "report 1")
+        nref = sqlite3.connect(db).execute(
+            "SELECT count(*) FROM reference_steps WHERE run_id = 1").fetchone()[0]
+        check(nref == 48, "the quickstart's reference losses stored: %d of 48 steps" % nref)
+        check("</i>one-device reference</span>" in html,
+              "report 1 draws no per-step reference loss")
         check(html.count('<tr class="pass">') + html.count('<tr class="fail">') == n_checks,
               "report 1: the checks table has not the %d stored checks" % n_checks)
         p = plots(html)

@@ -348,6 +348,62 @@ static void test_migrate_v2(void **state)
     sqlite3_close(db);
 }
 
+/* Version 4 to 5 adds reference_steps: the runs stay, a new run's reference
+ * losses are stored (a second one for a step replaces the first; NaN is
+ * NULL), and they go with their run. */
+static void test_migrate_v4(void **state)
+{
+    (void)state;
+    char path[4200], fresh[4200], buf[256];
+    db_path(path, sizeof path, "v4.db");
+    db_path(fresh, sizeof fresh, "fresh5.db");
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    su_exec(db, "PRAGMA foreign_keys = OFF");
+    for (int k = 0; k < 4; k++)
+        su_exec(db, store_migrations[k]);
+    su_exec(db, "PRAGMA application_id = 1685285229; PRAGMA user_version = 4;");
+    su_exec(db, "INSERT INTO runs (id, scenario, seed, engine, dsim_version, status, started_ns,"
+                "  ended_ns, host, pid, pid_start) VALUES"
+                "  (1, 'a', 1, 'threads', '0.1.0', 'passed', 1, 2, 'h', 1, 1);");
+    sqlite3_close(db);
+
+    dsim_store *st;
+    assert_int_equal(dsim_store_open(path, &st), DSIM_OK);
+    dsim_run_id run = begin(st, "ref");
+    assert_int_equal(run, 2);
+    assert_int_equal(dsim_store_reference_loss(st, run, 0, 1.5), DSIM_OK);
+    assert_int_equal(dsim_store_reference_loss(st, run, 1, 9.0), DSIM_OK);
+    assert_int_equal(dsim_store_reference_loss(st, run, 1, 1.25), DSIM_OK);
+    assert_int_equal(dsim_store_reference_loss(st, run, 2, NAN), DSIM_OK);
+    assert_int_equal(dsim_store_reference_loss(NULL, run, 0, 1), DSIM_EINVAL);
+    assert_int_equal(dsim_store_end_run(st, run, DSIM_RUN_PASSED, NULL, 0), DSIM_OK);
+    assert_int_equal(dsim_store_close(st), DSIM_OK);
+
+    db = su_open(path);
+    assert_int_equal(su_int(db, "PRAGMA user_version"), DSIM_STORE_SCHEMA_VERSION);
+    assert_string_equal(su_text(db, buf, sizeof buf, "SELECT status FROM runs WHERE id = 1"),
+                        "passed");
+    assert_string_equal(
+        su_text(db, buf, sizeof buf,
+                "SELECT group_concat(step || ':' || ifnull(loss, 'null'), ' ') FROM "
+                "(SELECT step, loss FROM reference_steps WHERE run_id = 2 ORDER BY step)"),
+        "0:1.5 1:1.25 2:null");
+    su_exec(db, "PRAGMA foreign_keys = ON; DELETE FROM runs WHERE id = 2");
+    assert_int_equal(su_int(db, "SELECT count(*) FROM reference_steps"), 0);
+
+    assert_int_equal(dsim_store_open(fresh, &st), DSIM_OK);
+    assert_int_equal(dsim_store_close(st), DSIM_OK);
+    sqlite3 *dbf = su_open(fresh);
+    char *a = schema_shape(db), *b = schema_shape(dbf);
+    assert_string_equal(a, b);
+    assert_non_null(strstr(a, "table reference_steps "));
+    free(a);
+    free(b);
+    sqlite3_close(dbf);
+    sqlite3_close(db);
+}
+
 /* Version 3 to 4 adds flight_records: the runs stay, a flight record of a
  * new run is stored, and it goes with its run. */
 static void test_migrate_v3(void **state)
@@ -661,6 +717,7 @@ int main(void)
         cmocka_unit_test(test_migrate_v1),
         cmocka_unit_test(test_migrate_v2),
         cmocka_unit_test(test_migrate_v3),
+        cmocka_unit_test(test_migrate_v4),
         cmocka_unit_test(test_newer_refused),
         cmocka_unit_test(test_not_a_database_refused),
         cmocka_unit_test(test_killed_midway),
