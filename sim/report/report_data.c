@@ -194,6 +194,29 @@ static bool rp_row_metric(sqlite3_stmt *q, rp_run *r)
     return m->name != NULL;
 }
 
+static bool rp_row_flight(sqlite3_stmt *q, rp_run *r)
+{
+    RP_GROW(r->flights, r->n_flights);
+    rp_flight *x = &r->flights[r->n_flights++];
+    x->replica = sqlite3_column_int(q, 0);
+    x->seq = sqlite3_column_int64(q, 1);
+    x->name = rp_dup_col(q, 2);
+    x->count = sqlite3_column_type(q, 3) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 3);
+    x->dtype = rp_dup_col(q, 4);
+    x->op = rp_dup_col(q, 5);
+    x->state = rp_dup_col(q, 6);
+    x->t0 = sqlite3_column_int64(q, 7);
+    x->t1 = sqlite3_column_type(q, 8) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 8);
+    x->waiting_for = sqlite3_column_type(q, 9) == SQLITE_NULL ? -1 : sqlite3_column_int(q, 9);
+    x->error = rp_dup_col(q, 10);
+    if (x->replica >= 0)
+        rp_see_replica(r, x->replica);
+    rp_see_time(r, x->t0);
+    if (x->t1 >= x->t0)
+        rp_see_time(r, x->t1);
+    return x->name != NULL && x->state != NULL;
+}
+
 static bool rp_row_refloss(sqlite3_stmt *q, rp_run *r)
 {
     if (r->n_ref % 64 == 0) {
@@ -313,6 +336,11 @@ dsim_err rp_run_load(sqlite3 *h, const char *db_path, int64_t id, rp_run *r)
         {"the replicas",
          "SELECT replica, worker, device, host FROM replicas WHERE run_id = ?1 ORDER BY replica",
          rp_row_replica},
+        {"the flight records",
+         "SELECT replica, collective_seq_id, profiling_name, input_count, input_dtype, "
+         "reduce_op, state, time_created_ns, time_discovered_completed_ns, waiting_for, error "
+         "FROM flight_records WHERE run_id = ?1 ORDER BY replica, record_id",
+         rp_row_flight},
         {"the reference's losses",
          "SELECT step, loss FROM reference_steps WHERE run_id = ?1 ORDER BY step",
          rp_row_refloss},
@@ -364,6 +392,14 @@ void rp_run_free(rp_run *r)
     free(r->steps);
     free(r->ref_step);
     free(r->ref_loss);
+    for (size_t i = 0; i < r->n_flights; i++) {
+        free(r->flights[i].name);
+        free(r->flights[i].dtype);
+        free(r->flights[i].op);
+        free(r->flights[i].state);
+        free(r->flights[i].error);
+    }
+    free(r->flights);
     for (size_t i = 0; i < r->n_events; i++) {
         free(r->events[i].kind);
         free(r->events[i].detail);

@@ -39,6 +39,14 @@ typedef struct rp_coll {
     int64_t bytes, t0, t1;
 } rp_coll;
 
+/* A flight record (failed runs): one collective call of a replica, with its
+ * fingerprint. */
+typedef struct rp_flight {
+    int replica, waiting_for; /* -1: none */
+    int64_t seq, count, t0, t1; /* count -1: none; t1 -1: never completed */
+    char *name, *dtype, *op, *state, *error;
+} rp_flight;
+
 typedef struct rp_metric {
     char *name, *unit;
     double value;
@@ -70,6 +78,8 @@ typedef struct rp_run {
     size_t n_metrics;
     double *ref_step, *ref_loss; /* the one-device reference's loss per step */
     size_t n_ref;
+    rp_flight *flights; /* by replica, then the order recorded */
+    size_t n_flights;
     rp_replica *replicas;
     size_t n_replicas_rows;
     int n_replicas; /* 1 + the highest replica seen anywhere */

@@ -12,6 +12,8 @@
  *                the replica as instant events (ph "i", scope thread)
  *   job:         the run's own events as instant events (scope global)
  *   collectives: X "op (algorithm)" with bytes and status
+ *   flight records (a failed run's, thread 2^21+R): X "dsim:all_reduce #N"
+ *                with the call's fingerprint, state and whom it waited for
  *   flows:       for runs of at most DSIM_TRACE_FLOW_MAX_REPLICAS replicas
  *                and DSIM_TRACE_FLOW_MAX_CALLS collectives per replica, an
  *                arrow to each call that was waiting when another replica
@@ -35,6 +37,7 @@
 #define TE_PID         1
 #define TE_JOB_TID     0
 #define TE_COLL_TID0   (1 << 20) /* above any replica's thread */
+#define TE_FLIGHT_TID0 (1 << 21) /* a failed run's flight records, per replica */
 
 static double te_us(const rp_run *r, int64_t t)
 {
@@ -200,6 +203,64 @@ static bool te_collectives(json_t *arr, const rp_run *r, bool flows, int *n_flow
     return true;
 }
 
+/* A failed run's flight records: each recorded collective call as a slice
+ * with its fingerprint (sequence number, operation, count, dtype, reduce
+ * op), its state and whom it waited for; a call that never completed lasts
+ * to the run's last record. */
+static bool te_flights(json_t *arr, const rp_run *r)
+{
+    int R = r->n_replicas;
+    for (int k = 0; k < R; k++) {
+        bool any = false;
+        for (size_t i = 0; i < r->n_flights && !any; i++)
+            any = r->flights[i].replica == k;
+        if (!any)
+            continue;
+        char tname[80];
+        snprintf(tname, sizeof tname, "replica %d flight records", k);
+        if (!te_meta(arr, "thread_name", TE_FLIGHT_TID0 + k, json_pack("{s:s}", "name", tname)) ||
+            !te_meta(arr, "thread_sort_index", TE_FLIGHT_TID0 + k,
+                     json_pack("{s:i}", "sort_index", 2 * k + 1)))
+            return false;
+    }
+    int64_t prev_end = INT64_MIN;
+    int prev_rep = -1;
+    for (size_t i = 0; i < r->n_flights; i++) {
+        const rp_flight *x = &r->flights[i];
+        if (x->replica < 0 || x->replica >= R)
+            continue;
+        if (x->replica != prev_rep) {
+            prev_rep = x->replica;
+            prev_end = INT64_MIN;
+        }
+        int64_t t0 = x->t0 < prev_end ? prev_end : x->t0; /* slices of a track must not overlap */
+        int64_t t1 = x->t1 >= t0 ? x->t1 : (r->t_last > t0 ? r->t_last : t0);
+        prev_end = t1;
+        char name[96];
+        snprintf(name, sizeof name, "%s #%" PRId64, x->name, x->seq);
+        json_t *args = json_pack("{s:I, s:s, s:s}", "collective_seq_id", (json_int_t)x->seq,
+                                 "profiling_name", x->name, "state", x->state);
+        if (!args)
+            return false;
+        if (x->count >= 0)
+            json_object_set_new(args, "input_count", json_integer(x->count));
+        if (x->dtype)
+            json_object_set_new(args, "input_dtype", json_string(x->dtype));
+        if (x->op)
+            json_object_set_new(args, "reduce_op", json_string(x->op));
+        if (x->waiting_for >= 0)
+            json_object_set_new(args, "waiting_for", json_integer(x->waiting_for));
+        if (x->error)
+            json_object_set_new(args, "error", json_string(x->error));
+        if (!te_add(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:o}", "name", name, "cat",
+                                   "flight", "ph", "X", "ts", te_us(r, t0), "dur",
+                                   (double)(t1 - t0) / 1e3, "pid", TE_PID, "tid",
+                                   TE_FLIGHT_TID0 + x->replica, "args", args)))
+            return false;
+    }
+    return true;
+}
+
 static json_t *te_build(const rp_run *r)
 {
     json_t *arr = json_array();
@@ -261,6 +322,7 @@ static json_t *te_build(const rp_run *r)
     bool flows = R <= DSIM_TRACE_FLOW_MAX_REPLICAS &&
                  r->n_colls <= (size_t)DSIM_TRACE_FLOW_MAX_CALLS * (size_t)(R > 0 ? R : 1);
     ok = ok && te_collectives(arr, r, flows, &n_flows);
+    ok = ok && te_flights(arr, r);
     char sampling[160];
     if (stride > 1)
         snprintf(sampling, sizeof sampling,

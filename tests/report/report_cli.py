@@ -112,6 +112,16 @@ def main():
               "the first collective the ranks disagree about: #3" in dh and
               "dtype and count differ" in dh,
               "the desync run's report lacks the desync analysis")
+        # ... and its trace carries each recorded call with its fingerprint
+        tj = os.path.join(tmp, "desync.json")
+        rc, so, se = dsim(["trace", "last", "--db", ddb, "-o", tj], tmp)
+        fl = [e for e in json.loads(read(tj))["traceEvents"] if e.get("cat") == "flight"] \
+            if rc == 0 else []
+        check(rc == 0 and not trace_check.errors(json.loads(read(tj))),
+              "the desync run's trace is not valid: %s" % se)
+        check(any(e["args"].get("collective_seq_id") == 3 and "input_dtype" in e["args"] and
+                  "input_count" in e["args"] for e in fl),
+              "the desync run's trace lacks the flight records' fingerprints (%d slices)" % len(fl))
         check("collective calls (flight records)" not in read(want),
               "a run without flight records shows a desync section")
 
