@@ -1028,8 +1028,8 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     run->devices_per_host = cfg.devices_per_host;
     /* Not where the engine forks (processes, dsim worker): a thread of
      * ours must not be running when a child is forked from this process. */
-    bool forks = (cfg.engine && strcmp(cfg.engine, "processes") == 0) || o->hosts;
-    if (o->progress && R > 1 && !forks) {
+    bool processes = (cfg.engine && strcmp(cfg.engine, "processes") == 0) || o->hosts;
+    if (o->progress && R > 1 && !processes) {
         run->formed = calloc((size_t)R, sizeof *run->formed);
         for (int i = 0; run->formed && i < R; i++)
             atomic_init(&run->formed[i], 0);
@@ -1054,7 +1054,6 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     memset(&ref, 0, sizeof ref);
     bool have_ref = false;
     /* Faults or recovery: the job runs under sim/fault, restarts included. */
-    bool processes = (cfg.engine && strcmp(cfg.engine, "processes") == 0) || o->hosts;
     bool faulty = processes || s->n_faults > 0 || s->network_given ||
                   (s->recovery && strcmp(s->recovery, "restart") == 0);
     /* the network model: the scenario's links, held to their alpha-beta
