@@ -706,7 +706,13 @@ static void pr_merge(pr_job *j)
         res->steps_per_epoch = sum->steps_per_epoch;
         res->initial_loss = sum->initial_loss;
         res->initial_checksum = sum->initial_checksum;
+        /* The job started when its first task did: each task's own start
+         * is later, and phases measured from a later one come out
+         * negative for the tasks that started first. */
         res->t_start = sum->t_start;
+        for (int k = 0; k < j->T; k++)
+            if (j->tasks[k].has_result && j->tasks[k].result.t_start < res->t_start)
+                res->t_start = j->tasks[k].result.t_start;
         res->preempted = sum->preempted;
         res->preempted_at = sum->preempted_at;
     }

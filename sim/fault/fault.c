@@ -74,6 +74,7 @@ typedef struct fs_link {
     int held;    /* frames of this link in the held list or being delivered */
     int64_t last_due;
     int64_t net_free; /* the network model: when the link's last frame has left */
+    bool net_up;      /* the network model: the link's connection is set up */
 } fs_link;
 
 /* A fault's life in the current run. */
@@ -133,6 +134,9 @@ struct dsim_faults {
     /* the network model (dsim_faults_set_network); NULL arrays: none */
     dsim_net_links net;
     int64_t *nic_out_free, *nic_in_free; /* [hosts + P]: when each NIC is free */
+    /* [R]: the modelled connections each rank set up in this run */
+    int *conn_n, *conn_slowest;
+    int64_t *conn_total, *conn_max;
     int pending_kill[8]; /* kills to report to proc.on_kill once unlocked */
     int n_pending_kill;
 };
@@ -520,12 +524,27 @@ dsim_err dsim_faults_set_network(dsim_faults *fs, const dsim_net_links *net)
     size_t n = (size_t)fs->hosts + (size_t)fs->P;
     free(fs->nic_out_free);
     free(fs->nic_in_free);
+    free(fs->conn_n);
+    free(fs->conn_slowest);
+    free(fs->conn_total);
+    free(fs->conn_max);
     fs->nic_out_free = calloc(n, sizeof *fs->nic_out_free);
     fs->nic_in_free = calloc(n, sizeof *fs->nic_in_free);
-    if (!fs->nic_out_free || !fs->nic_in_free) {
+    fs->conn_n = calloc((size_t)fs->R, sizeof *fs->conn_n);
+    fs->conn_slowest = calloc((size_t)fs->R, sizeof *fs->conn_slowest);
+    fs->conn_total = calloc((size_t)fs->R, sizeof *fs->conn_total);
+    fs->conn_max = calloc((size_t)fs->R, sizeof *fs->conn_max);
+    if (!fs->nic_out_free || !fs->nic_in_free || !fs->conn_n || !fs->conn_slowest ||
+        !fs->conn_total || !fs->conn_max) {
         free(fs->nic_out_free);
         free(fs->nic_in_free);
+        free(fs->conn_n);
+        free(fs->conn_slowest);
+        free(fs->conn_total);
+        free(fs->conn_max);
         fs->nic_out_free = fs->nic_in_free = NULL;
+        fs->conn_n = fs->conn_slowest = NULL;
+        fs->conn_total = fs->conn_max = NULL;
         return DSIM_ERR(DSIM_ENOMEM, -1, "faults: out of memory for the network model");
     }
     fs->net = *net;
@@ -684,6 +703,21 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
         int64_t lat = cross ? fs->net.inter_latency_ns : fs->net.intra_latency_ns;
         double bw = cross ? fs->net.inter_Bps : fs->net.intra_Bps;
         int64_t start = now > l->net_free ? now : l->net_free;
+        if (!l->net_up && cross) {
+            /* The link's first frame waits for its connection, as on tcp:
+             * the handshake (SYN, SYN-ACK) and dsim's hello and its reply,
+             * two round trips, charged to the sending rank's set-up.
+             * Devices of one host share its memory and connect nothing. */
+            int64_t conn = 4 * lat;
+            l->net_up = true;
+            start += conn;
+            fs->conn_n[src]++;
+            fs->conn_total[src] += conn;
+            if (fs->conn_n[src] == 1 || conn > fs->conn_max[src]) {
+                fs->conn_max[src] = conn;
+                fs->conn_slowest[src] = dst;
+            }
+        }
         if (cross) {
             if (fs->nic_out_free[hs] > start)
                 start = fs->nic_out_free[hs];
@@ -715,6 +749,21 @@ out:
     if (fs->n_pending_kill)
         fs_flush_kills(fs);
     return v;
+}
+
+static void fs_conn_stats(void *user, dsim_ep *ep, dsim_ep_conn_stats *out)
+{
+    dsim_faults *fs = user;
+    int r = dsim_ep_rank(ep);
+    if (!fs->conn_n || !fs->q || r < 0 || r >= fs->R)
+        return;
+    dsim_waitq_lock(fs->q);
+    out->connections = fs->conn_n[r];
+    out->total_ns = fs->conn_total[r];
+    out->max_ns = fs->conn_max[r];
+    out->slowest_peer = fs->conn_n[r] ? fs->conn_slowest[r] : -1;
+    out->modelled = 1;
+    dsim_waitq_unlock(fs->q);
 }
 
 static dsim_err fs_attach(void *user, dsim_fabric *f)
@@ -759,9 +808,14 @@ static void fs_detach(void *user, dsim_fabric *f)
             fs->links[k]->held = 0;
             fs->links[k]->last_due = 0;
             fs->links[k]->net_free = 0;
+            fs->links[k]->net_up = false; /* the next fabric connects anew */
         }
     for (int h = 0; fs->nic_out_free && h < fs->hosts + fs->P; h++)
         fs->nic_out_free[h] = fs->nic_in_free[h] = 0;
+    for (int r = 0; fs->conn_n && r < fs->R; r++) {
+        fs->conn_n[r] = 0;
+        fs->conn_total[r] = fs->conn_max[r] = 0;
+    }
     dsim_waitq_destroy(fs->q);
     fs->q = NULL;
     fs->fab = NULL;
@@ -1115,7 +1169,8 @@ dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, i
                                          .attach = fs_attach,
                                          .detach = fs_detach,
                                          .on_deliver = fs_on_deliver,
-                                         .on_sent = fs_on_sent};
+                                         .on_sent = fs_on_sent,
+                                         .conn_stats = fs_conn_stats};
     *out = fs;
     return DSIM_OK;
 }
@@ -1153,6 +1208,10 @@ void dsim_faults_destroy(dsim_faults *fs)
     free(fs->t_compute);
     free(fs->nic_out_free);
     free(fs->nic_in_free);
+    free(fs->conn_n);
+    free(fs->conn_slowest);
+    free(fs->conn_total);
+    free(fs->conn_max);
     free(fs->timers);
     free(fs->ev);
     free(fs);

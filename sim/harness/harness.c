@@ -949,6 +949,13 @@ static void h_store_phases(dsim_store *st, dsim_harness_result *out, const dsim_
             json_object_set_new(j, "first_step_done",
                                 json_real((double)(e->t_first_step - r->t_start) / 1e9));
         json_t *ev = j ? json_pack("{s:s, s:o}", "cold_start", "phases", "t_s", j) : NULL;
+        if (ev && e->conn_count > 0)
+            /* connection set-up per peer, by the end of its first step */
+            json_object_set_new(
+                ev, "connect",
+                json_pack("{s:i, s:f, s:f, s:i, s:b}", "connections", e->conn_count, "slowest_s",
+                          (double)e->conn_max_ns / 1e9, "total_s", (double)e->conn_total_ns / 1e9,
+                          "slowest_peer", e->conn_slowest_peer, "modelled", e->conn_modelled));
         char *detail = ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         json_decref(ev);
         dsim_err e2 = HG_STORE(dsim_store_event(st, out->run_id, i, e->t_first[DSIM_PHASE_START],

@@ -787,8 +787,19 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         int64_t t1 = dsim_rt_now(job->rt);
         uint64_t cks = dsim_params_checksum(ctx->params, P);
         size_t k = (size_t)(gs - job->first_step);
-        if (k == 0)
-            job->res->replicas[rp->index].t_first_step = t1;
+        if (k == 0) {
+            dsim_train_replica_end *re = &job->res->replicas[rp->index];
+            re->t_first_step = t1;
+            /* Every pair its first step's collectives use is connected by
+             * now: the connection set-up phase of its cold start. */
+            dsim_ep_conn_stats cs;
+            dsim_ep_get_conn_stats(ctx->ep, &cs);
+            re->conn_count = cs.connections;
+            re->conn_slowest_peer = cs.slowest_peer;
+            re->conn_modelled = cs.modelled;
+            re->conn_max_ns = cs.max_ns;
+            re->conn_total_ns = cs.total_ns;
+        }
         res->checksum[k * (size_t)N + (size_t)rp->index] = cks;
         job->res->replicas[rp->index].steps_done = k + 1;
         res->local_loss[k * (size_t)N + (size_t)rp->index] = local;

@@ -1126,6 +1126,27 @@ void dsim_ep_get_stats(const dsim_ep *cep, dsim_ep_stats *out)
     dsim_waitq_unlock(ep->lock);
 }
 
+void dsim_ep_get_conn_stats(dsim_ep *ep, dsim_ep_conn_stats *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, sizeof *out);
+    out->slowest_peer = -1;
+    if (!ep)
+        return;
+    dsim_fabric *f = ep->f;
+    /* The filter's model stands for links the backend does not have. */
+    if (f->filter && f->filter->conn_stats) {
+        f->filter->conn_stats(f->filter_user, ep, out);
+        if (out->connections)
+            return;
+        memset(out, 0, sizeof *out);
+        out->slowest_peer = -1;
+    }
+    if (f->ops->conn_stats)
+        f->ops->conn_stats(ep, out);
+}
+
 /* ---- backend options ---- */
 
 int dsim_tp_opt_next(const char *backend, const char **cursor, char *key, size_t kcap, char *val,

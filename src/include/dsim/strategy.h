@@ -173,6 +173,11 @@ typedef struct dsim_train_replica_end {
      * (0: never), and when its first step was done (0: none). */
     int64_t t_first[DSIM_PHASE_COUNT];
     int64_t t_first_step;
+    /* Cold start: the connections its endpoint set up by the end of its
+     * first step (dsim_ep_get_conn_stats; connections 0: none, as on
+     * inproc), measured by the transport or modelled by the network model. */
+    int conn_count, conn_slowest_peer, conn_modelled;
+    int64_t conn_max_ns, conn_total_ns;
 } dsim_train_replica_end;
 
 /* Where a worker of a running job is: a replica, or a parameter server's

@@ -119,6 +119,22 @@ typedef struct dsim_ep_stats {
 } dsim_ep_stats;
 void dsim_ep_get_stats(const dsim_ep *ep, dsim_ep_stats *out);
 
+/* How long an endpoint's connections took to set up (cold start: the
+ * "connection set-up per peer" phase). A backend with connections (tcp)
+ * measures each connection this endpoint opened, from its first attempt
+ * until the peer accepted its handshake; the fabric's filter may model them
+ * instead (dsim's network model charges each link's first frame a TCP
+ * handshake and dsim's hello: two round trips). connections 0: none were
+ * set up (inproc ranks share memory and connect nothing). */
+typedef struct dsim_ep_conn_stats {
+    int connections;      /* peers connected so far */
+    int64_t total_ns;     /* their set-up times added up */
+    int64_t max_ns;       /* the slowest one's */
+    int slowest_peer;     /* whom that one reached; -1 when none */
+    int modelled;         /* 1: the times are the filter's model, not measured */
+} dsim_ep_conn_stats;
+void dsim_ep_get_conn_stats(dsim_ep *ep, dsim_ep_conn_stats *out);
+
 /* Communicator epochs: messages carry the sender's epoch for comm_id; after
  * dsim_ep_set_epoch raises it, messages of older epochs are stale. */
 void dsim_ep_set_epoch(dsim_ep *ep, uint32_t comm_id, uint32_t epoch);

@@ -273,6 +273,10 @@ typedef struct tcp_local {
     uint8_t *lost;            /* [nranks]: the link from that rank broke */
     int close_req, closed;
     atomic_int gone; /* its endpoint closed: sends to it fail at once */
+    /* Under lp->lock: its outgoing connections that came up, how long they
+     * took from the first attempt to the accepted hello (cold start). */
+    int conn_n, conn_slowest;
+    int64_t conn_total_ns, conn_max_ns;
 } tcp_local;
 
 typedef struct tcp_loop {
@@ -801,6 +805,18 @@ static void tcp_up_locked(tcp_loop *lp, tcp_conn *c, tcp_after *a)
     c->rhdr_got = 0;
     c->spos = c->slen = 0;
     tcp_set_state(c, TCP_UP);
+    if (c->kind == TCP_OUT) {
+        tcp_local *lc = tcp_local_of(tf, c->local);
+        int64_t took = tcp_now(tf) - c->t_start;
+        if (took < 0)
+            took = 0;
+        lc->conn_n++;
+        lc->conn_total_ns += took;
+        if (lc->conn_n == 1 || took > lc->conn_max_ns) {
+            lc->conn_max_ns = took;
+            lc->conn_slowest = c->peer;
+        }
+    }
     dsim_debug("tcp: rank %d %s peer %d (%s) is up", c->local,
                c->kind == TCP_IN ? "accepted a connection from" : "connected to", c->peer,
                c->where);
@@ -2318,6 +2334,21 @@ static dsim_err tcp_ep_open(dsim_ep *ep)
     return DSIM_OK; /* it has listened since the fabric opened */
 }
 
+static void tcp_conn_stats(dsim_ep *ep, dsim_ep_conn_stats *out)
+{
+    tcp_fabric *tf = dsim_tp_fabric_priv(dsim_tp_ep_fabric(ep));
+    int r = dsim_ep_rank(ep);
+    if (!tcp_is_local(tf, r))
+        return;
+    tcp_local *lc = tcp_local_of(tf, r);
+    dsim_waitq_lock(lc->lp->lock);
+    out->connections = lc->conn_n;
+    out->total_ns = lc->conn_total_ns;
+    out->max_ns = lc->conn_max_ns;
+    out->slowest_peer = lc->conn_n ? lc->conn_slowest : -1;
+    dsim_waitq_unlock(lc->lp->lock);
+}
+
 static void tcp_ep_close(dsim_ep *ep)
 {
     tcp_fabric *tf = dsim_tp_fabric_priv(dsim_tp_ep_fabric(ep));
@@ -2544,4 +2575,5 @@ const struct dsim_tp_ops dsim_tp_tcp_ops = {
     .send = tcp_send,
     .cancel_send = tcp_cancel_send,
     .abort = tcp_abort,
+    .conn_stats = tcp_conn_stats,
 };

@@ -115,6 +115,10 @@ struct dsim_tp_ops {
      * local waiter already woken): tell the peers this process can reach.
      * Not supported = nothing to tell (all ranks share this address space). */
     void (*abort)(dsim_fabric *f, int failed_peer, const char *why);
+    /* Optional. How long ep's connections took to set up so far
+     * (dsim_ep_get_conn_stats; out comes zeroed, slowest_peer -1). Not
+     * supported = none (ranks that share memory connect nothing). */
+    void (*conn_stats)(dsim_ep *ep, struct dsim_ep_conn_stats *out);
 };
 
 /* Registers a backend by name. The table is checked (size, name, required
@@ -225,6 +229,11 @@ struct dsim_tp_filter {
      * another process (a fault that fires after a rank's Nth frame). Must
      * not call into the transport. */
     void (*on_sent)(void *user, dsim_ep *ep, const dsim_tp_hdr *hdr);
+    /* Optional. Modelled connection set-up times of the local endpoint ep
+     * (dsim_ep_get_conn_stats): when set, they replace the backend's (a
+     * network model stands for the links the backend does not have). Must
+     * not call into the transport. */
+    void (*conn_stats)(void *user, dsim_ep *ep, struct dsim_ep_conn_stats *out);
 };
 
 /* Hands a frame the filter took to ep's receive path, bypassing the filter
