@@ -26,6 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,6 +41,7 @@
 #include "harness/harness.h"
 #include "report.h"
 #include "report_ci.h"
+#include "store/store.h"
 #include "scenario/scenario.h"
 #include "store.h"
 
@@ -91,7 +95,11 @@ void cmd_run_help(FILE *out)
             "has passed; the run is stored as 'hung' with where each stuck replica was. A\n"
             "replica that crashes (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) or calls\n"
             "exit() is named with its phase and step, and the run is stored as 'crashed'\n"
-            "before the process dies (of the signal; status 1 after exit()).\n"
+            "before the process dies (of the signal; status 1 after exit()). What no\n"
+            "handler sees (SIGKILL from the out-of-memory killer, a strategy's _exit())\n"
+            "is caught by a supervising parent process: the run is stored as 'crashed'\n"
+            "with how the process ended and its peak memory, and dsim ends the same way.\n"
+            "DSIM_NO_SUPERVISOR=1 runs without it (e.g. under a debugger).\n"
             "\n"
             "Exit status: 0 every check of every scenario met its expectation (a check the\n"
             "scenario expects to fail must fail), 1 a check did not or a run hung, 2 bad\n"
@@ -157,6 +165,130 @@ static void run_signals_stop(void)
         sigaddset(&set, SIGTERM);
         pthread_sigmask(SIG_UNBLOCK, &set, NULL);
     }
+}
+
+/* ---- the supervisor ----
+ *
+ * What the crash guard cannot see kills the process with no word: SIGKILL
+ * (the kernel's out-of-memory killer, kill -9), or a strategy that calls
+ * _exit(). So `dsim run` forks before anything else: the child runs the
+ * scenarios, the parent only waits. When the child ends, runs it left
+ * 'running' are stored as 'crashed' with how it ended and its peak memory,
+ * and the parent ends as it did (same status or signal). Signals sent to
+ * the parent (an interrupt, a terminate) are passed on; if the parent is
+ * killed, the child is sent SIGTERM and stores its run as 'unfinished'.
+ * DSIM_NO_SUPERVISOR=1 runs without it (e.g. under a debugger). */
+static volatile sig_atomic_t run_child_pid;
+
+static void run_forward(int sig)
+{
+    if (run_child_pid > 0)
+        kill((pid_t)run_child_pid, sig);
+}
+
+static const char *run_sig_text(int sig)
+{
+    switch (sig) {
+    case SIGKILL:
+        return "SIGKILL), sent by the kernel's out-of-memory killer (see dmesg) or by a kill -9";
+    case SIGTERM:
+        return "SIGTERM)";
+    case SIGSEGV:
+        return "SIGSEGV)";
+    case SIGABRT:
+        return "SIGABRT)";
+    case SIGBUS:
+        return "SIGBUS)";
+    case SIGINT:
+        return "SIGINT)";
+    case SIGHUP:
+        return "SIGHUP)";
+    default:
+        return "a signal)";
+    }
+}
+
+/* Returns in the child (and where there is no supervisor); the parent
+ * never returns. */
+static void run_supervise(const char *db)
+{
+    const char *off = getenv("DSIM_NO_SUPERVISOR");
+    if (off && *off && strcmp(off, "0") != 0)
+        return;
+    struct timespec t0;
+    clock_gettime(CLOCK_REALTIME, &t0);
+    int64_t since = (int64_t)t0.tv_sec * 1000000000 + t0.tv_nsec - 1000000000;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t parent = getpid();
+    pid_t child = fork();
+    if (child < 0)
+        return; /* no supervisor: the crash guard alone */
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            raise(SIGTERM); /* the parent died before the line above */
+        return;
+    }
+    run_child_pid = child;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = run_forward;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    pid_t w;
+    while ((w = wait4(child, &status, 0, &ru)) < 0 && errno == EINTR)
+        ;
+    if (w < 0)
+        _exit(2);
+    char how[200];
+    if (WIFSIGNALED(status))
+        snprintf(how, sizeof how, "was killed by signal %d (%s", WTERMSIG(status),
+                 run_sig_text(WTERMSIG(status)));
+    else
+        snprintf(how, sizeof how,
+                 "exited with status %d in the middle of the run (a strategy or a library "
+                 "called _exit() or exit_group)",
+                 WEXITSTATUS(status));
+    json_t *ev = json_pack("{s:s, s:s, s:I, s:I}", "error", "crashed", "message", how,
+                           "pid", (json_int_t)child, "peak_rss_kib", (json_int_t)ru.ru_maxrss);
+    if (ev && WIFSIGNALED(status))
+        json_object_set_new(ev, "signal", json_integer(WTERMSIG(status)));
+    else if (ev)
+        json_object_set_new(ev, "exit_status", json_integer(WEXITSTATUS(status)));
+    char *detail = ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(ev);
+    dsim_run_id ids[8];
+    size_t n = 0;
+    if (access(db, F_OK) == 0 &&
+        dsim_store_mark_dead_process(db, (long)child, since, detail ? detail : how, ids, 8, &n) !=
+            DSIM_OK)
+        fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
+    free(detail);
+    for (size_t i = 0; i < n && i < 8; i++)
+        fprintf(stderr,
+                "\ndsim: run %" PRId64 ": the process running it %s; its peak memory was %.1f "
+                "MiB; stored as crashed in %s\n",
+                (int64_t)ids[i], how, (double)ru.ru_maxrss / 1024.0, db);
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core); /* the child's was the one to keep */
+        signal(sig, SIG_DFL);
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, sig);
+        sigprocmask(SIG_UNBLOCK, &set, NULL);
+        raise(sig);
+        _exit(128 + sig);
+    }
+    _exit(n > 0 && WEXITSTATUS(status) == 0 ? 1 : WEXITSTATUS(status));
 }
 
 /* ---- options ---- */
@@ -679,6 +811,7 @@ int cmd_run(int argc, char **argv)
     bool json_out_ok = true;
     int n_ran = 0;
     if (rc == 0) {
+        run_supervise(db);
         if (!run_signals_start())
             fprintf(stderr, "dsim run: cannot watch for interrupts; an interrupted run stays "
                             "'running' until the store is next opened\n");

@@ -28,6 +28,7 @@
 #define DSIM_STORE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dsim/err.h"
@@ -109,6 +110,16 @@ typedef struct dsim_stored_run {
  * when there is no such run or no such file, with a message naming both. */
 dsim_err dsim_store_read_run(const char *path, dsim_run_id id, dsim_stored_run *out);
 void dsim_stored_run_free(dsim_stored_run *r);
+
+/* For a process that watched another one run (dsim run's supervisor): the
+ * runs that process `pid` of this host began at or after since_ns (wall
+ * clock) and left 'running' (an interrupted run it stored as 'unfinished'
+ * stays so) are marked 'crashed' with an 'error' event whose detail is `detail`
+ * (JSON), in one transaction of their own connection. Their ids go to ids
+ * (up to cap), their number to *n. DSIM_OK with *n 0 when there are none. */
+dsim_err dsim_store_mark_dead_process(const char *path, long pid, int64_t since_ns,
+                                      const char *detail, dsim_run_id *ids, size_t cap,
+                                      size_t *n);
 
 /* Sets the run's status, trace hash (hex text, or NULL) and end time (wall
  * clock ns; 0: now), and waits until that and everything queued before it is

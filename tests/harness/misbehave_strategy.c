@@ -8,6 +8,10 @@
  *                at global step 2
  *   crash_abort  ... calls abort() there
  *   crash_exit   ... calls exit(3) there
+ *   crash__exit  ... calls _exit(0) there: no exit handler runs, so only
+ *                dsim run's supervisor process can say what happened
+ *   crash_kill   ... is killed by SIGKILL there (as by the kernel's
+ *                out-of-memory killer): likewise
  *   ignore_abort every replica ignores a failed all-reduce (a peer lost, a
  *                message dropped or corrupt, the job aborted) and keeps
  *                stepping with whatever the call left, as code that logs
@@ -26,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dsim/spi/strategy.h"
 
@@ -39,6 +44,10 @@
 #define MB_NAME "crash_abort"
 #elif defined(MISBEHAVE_CRASH_EXIT)
 #define MB_NAME "crash_exit"
+#elif defined(MISBEHAVE_CRASH__EXIT)
+#define MB_NAME "crash__exit"
+#elif defined(MISBEHAVE_CRASH_KILL)
+#define MB_NAME "crash_kill"
 #elif defined(MISBEHAVE_IGNORE_ABORT)
 #define MB_NAME "ignore_abort"
 #else
@@ -104,6 +113,10 @@ static void mb_misbehave(const dsim_replica_ctx *ctx)
     abort();
 #elif defined(MISBEHAVE_CRASH_EXIT)
     exit(3);
+#elif defined(MISBEHAVE_CRASH__EXIT)
+    _exit(0);
+#elif defined(MISBEHAVE_CRASH_KILL)
+    raise(SIGKILL);
 #endif
 }
 
