@@ -266,9 +266,13 @@ static void run_supervise(const char *db)
     json_decref(ev);
     dsim_run_id ids[8];
     size_t n = 0;
+    /* A child that exited on its own with a store it could not open (bad
+     * input: status 2) said so already: only a death by signal is worth a
+     * word more about the store. */
     if (access(db, F_OK) == 0 &&
         dsim_store_mark_dead_process(db, (long)child, since, detail ? detail : how, ids, 8, &n) !=
-            DSIM_OK)
+            DSIM_OK &&
+        WIFSIGNALED(status))
         fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
     free(detail);
     for (size_t i = 0; i < n && i < 8; i++)
