@@ -321,10 +321,11 @@ static int te_cover_tid(const te_cover *c, int k, int64_t t)
 
 /* An arrow from each stored frame's send (on the sender's track) to its
  * arrival (on the receiver's), each end bound to the slice that encloses it.
- * Not drawn: frames that never arrived, frames to or from a parameter
- * server (no track), and ends that no slice encloses (counted). */
+ * Not drawn: frames that never arrived and frames to or from a parameter
+ * server (no track). *unbound counts the arrows with an end outside every
+ * slice (given a slice of its own). */
 static bool te_messages(json_t *arr, const rp_run *r, int *n_flows, int *drawn, int *lost,
-                        int *unbound)
+                        int *no_track, int *unbound)
 {
     if (!r->n_msgs)
         return true;
@@ -340,14 +341,30 @@ static bool te_messages(json_t *arr, const rp_run *r, int *n_flows, int *drawn, 
             continue;
         }
         if (m->src < 0 || m->src >= R || m->dst < 0 || m->dst >= R) {
-            ++*unbound;
+            ++*no_track;
             continue;
         }
         int ts = te_cover_tid(c, m->src, m->t0), tf = te_cover_tid(c, m->dst, m->t1);
-        if (ts < 0 || tf < 0) {
+        /* An end no slice encloses (a frame that arrived before its
+         * receiver started, one sent or received after the replica's last
+         * step) gets a slice of its own, of no length, on the replica's
+         * track: outside every slice there, it nests. */
+        if (ts < 0 || tf < 0)
             ++*unbound;
-            continue;
+        if (ts < 0) {
+            ts = m->src + 1;
+            ok = te_add(arr, json_pack("{s:s, s:s, s:s, s:f, s:i, s:i, s:i}", "name", "frame sent",
+                                       "cat", "message", "ph", "X", "ts", te_us(r, m->t0), "dur",
+                                       0, "pid", TE_PID, "tid", ts));
         }
+        if (ok && tf < 0) {
+            tf = m->dst + 1;
+            ok = te_add(arr, json_pack("{s:s, s:s, s:s, s:f, s:i, s:i, s:i}", "name",
+                                       "frame arrived", "cat", "message", "ph", "X", "ts",
+                                       te_us(r, m->t1), "dur", 0, "pid", TE_PID, "tid", tf));
+        }
+        if (!ok)
+            break;
         int id = ++*n_flows;
         ++*drawn;
         char name[64];
@@ -487,8 +504,8 @@ static json_t *te_build(const rp_run *r)
     bool flows = R <= DSIM_TRACE_FLOW_MAX_REPLICAS &&
                  r->n_colls <= (size_t)DSIM_TRACE_FLOW_MAX_CALLS * (size_t)(R > 0 ? R : 1);
     ok = ok && te_collectives(arr, r, flows, &n_flows);
-    int m_drawn = 0, m_lost = 0, m_unbound = 0;
-    ok = ok && te_messages(arr, r, &n_flows, &m_drawn, &m_lost, &m_unbound);
+    int m_drawn = 0, m_lost = 0, m_ps = 0, m_unbound = 0;
+    ok = ok && te_messages(arr, r, &n_flows, &m_drawn, &m_lost, &m_ps, &m_unbound);
     ok = ok && te_flights(arr, r);
     char sampling[160];
     if (stride > 1)
@@ -521,10 +538,12 @@ static json_t *te_build(const rp_run *r)
         snprintf(msg_note, sizeof msg_note,
                  "%d arrows from a frame's send to its arrival (cat message), of %zu frames "
                  "stored: the first %d of each link and communicator per attempt; %.0f later "
-                 "frames not stored; %d never arrived; %d not drawn (an end on a parameter "
-                 "server or outside every slice)%s",
+                 "frames not stored; %d never arrived; %d to or from a parameter server not "
+                 "drawn; %d with an end outside the replica's slices (before it started, "
+                 "after its last step: a 'frame sent' or 'frame arrived' slice of no length)%s",
                  m_drawn, r->n_msgs, DSIM_TRACE_MSG_PER_LINK,
-                 nl && nl->has_value ? nl->value : 0.0, m_lost, m_unbound,
+                 nl && nl->has_value ? nl->value : 0.0, m_lost,
+                 m_ps, m_unbound,
                  m_drawn >= DSIM_TRACE_MAX_MESSAGES ? "; drawing stopped at the cap" : "");
     json_t *root = ok ? json_pack("{s:o, s:s, s:{s:I, s:s?, s:s?, s:s?, s:s?, s:s, s:s, s:s, "
                                   "s:s}}",
