@@ -1212,7 +1212,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
             h_fail(out, "recording the messages");
         /* a worker the watchdog left running may still send: the filter
          * keeps the log (dsim_train: transport_filter_user outlives it) */
-        if (!res.n_stuck)
+        if (!res.n_stuck && !(rr.has_broken && rr.broken.n_stuck))
             dsim_msg_log_destroy(msgs);
         msgs = NULL;
         if (!faulty)
