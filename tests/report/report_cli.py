@@ -116,7 +116,37 @@ def msg_flows(tmp, db, run_id, label):
     return doc
 
 
+def flow_rules():
+    """trace_check.py finds what breaks the flow rules."""
+    def doc(*flows):
+        base = [{"name": "a", "ph": "X", "ts": 10, "dur": 10, "pid": 1, "tid": 1},
+                {"name": "b", "ph": "X", "ts": 15, "dur": 10, "pid": 1, "tid": 2}]
+        return {"traceEvents": base + [dict({"name": "m", "pid": 1}, **f) for f in flows]}
+
+    def s(ts=12, tid=1, i=1, cat="message"):
+        return {"ph": "s", "ts": ts, "tid": tid, "id": i, "cat": cat}
+
+    def f(ts=16, tid=2, i=1, cat="message", bp="e"):
+        e = {"ph": "f", "ts": ts, "tid": tid, "id": i, "cat": cat}
+        if bp:
+            e["bp"] = bp
+        return e
+
+    check(not trace_check.errors(doc(s(), f())), "trace_check: a good flow is refused: %s"
+          % trace_check.errors(doc(s(), f())))
+    for label, bad in (("an s without its f", doc(s())),
+                       ("two f for one s", doc(s(), f(), f(ts=17))),
+                       ("an f before its s", doc(s(ts=19, tid=1), f(ts=16))),
+                       ("an s outside every slice", doc(s(ts=5), f())),
+                       ("an f (bp e) outside every slice", doc(s(), f(ts=30))),
+                       ("an f (next slice) with none after it", doc(s(), f(ts=30, bp=None))),
+                       ("another cat at the end", doc(s(), f(cat="wait"))),
+                       ("no cat", doc(s(cat=None), f(cat=None)))):
+        check(trace_check.errors(bad), "trace_check: %s passes" % label)
+
+
 def main():
+    flow_rules()
     tmp = tempfile.mkdtemp(prefix="dsim-report-")
     try:
         db = os.path.join(tmp, "store", "runs.db")
