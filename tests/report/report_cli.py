@@ -301,6 +301,40 @@ def main():
         check(rc == 0, "quickstart on sim: rc %d\n%s\n%s" % (rc, so, se))
         msg_flows(tmp, sdb, 1, "sim")
 
+        # the bound: a longer run keeps the first 256 frames of each link
+        # and counts the rest; a job of more than 16 ranks keeps none
+        long_yaml = os.path.join(tmp, "long.yaml")
+        with open(quick, encoding="utf-8") as fh:
+            text = fh.read()
+        check("epochs: 3" in text, "quickstart.yaml no longer says epochs: 3")
+        with open(long_yaml, "w", encoding="utf-8") as fh:
+            fh.write(text.replace("name: quickstart", "name: quickstart_long")
+                     .replace("epochs: 3", "epochs: 20"))
+        rc, so, se = dsim(["run", long_yaml, "--engine", "sim", "--db", sdb], tmp)
+        check(rc == 0, "the long quickstart on sim: rc %d\n%s\n%s" % (rc, so, se))
+        sc = sqlite3.connect(sdb)
+        per_link = sc.execute("SELECT max(n), max(top) FROM (SELECT count(*) AS n, max(seq) AS top "
+                              "FROM messages WHERE run_id = 2 GROUP BY attempt, src, dst, "
+                              "comm_id)").fetchone()
+        left = sc.execute("SELECT value FROM metrics WHERE run_id = 2 AND name = "
+                          "'messages_not_logged'").fetchone()
+        check(per_link == (256, 256) and left and left[0] > 0,
+              "long run: frames per link %s, not logged %s" % (per_link, left))
+        ldoc = msg_flows(tmp, sdb, 2, "sim, long")
+        check("%d later frames not stored" % left[0] in ldoc["otherData"]["messages"],
+              "long run: the trace does not say how many frames were left out: %s" %
+              ldoc["otherData"]["messages"])
+        rc, so, se = dsim(["run", os.path.join(SCEN, "cold_start", "workers_64.yaml"),
+                           "--engine", "sim", "--db", sdb], tmp)
+        check(rc == 0, "workers_64 on sim: rc %d\n%s\n%s" % (rc, so, se))
+        check(sc.execute("SELECT count(*) FROM messages WHERE run_id = 3").fetchone()[0] == 0,
+              "a job of 64 ranks stored messages")
+        wdoc = trace(tmp, sdb, 3, "w64.json")
+        check(wdoc["otherData"]["messages"].startswith("none") and
+              "at most 16 ranks" in wdoc["otherData"]["messages"],
+              "workers_64: otherData.messages %s" % wdoc["otherData"]["messages"])
+        sc.close()
+
         # collective times: the all-reduce share and flow arrows
         w = sqlite3.connect(db)
         w.execute("DELETE FROM collectives WHERE run_id = 1")
