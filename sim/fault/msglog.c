@@ -172,8 +172,7 @@ static int ml_cmp_sent(const void *a, const void *b)
     return c ? c : ml_cmp_key(a, b);
 }
 
-dsim_err dsim_msg_log_join(dsim_msg_log *log, dsim_msg_rec **out, size_t *n_out,
-                           uint64_t *dropped)
+dsim_err dsim_msg_log_join(dsim_msg_log *log, dsim_msg_rec **out, size_t *n_out, uint64_t *dropped)
 {
     dsim_msg_rec *h = NULL;
     size_t n = dsim_msg_log_halves(log, &h, dropped);

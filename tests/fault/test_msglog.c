@@ -124,9 +124,16 @@ static void run_job(const char *engine, bool faults)
     if (faults) {
         /* a delay on the link 0 - 1: its frames are held, logged when
          * released */
-        dsim_fault f = {.what = DSIM_FAULT_DELAY, .when = DSIM_WHEN_PROBABILITY,
-                        .probability = 1.0, .rank = -1, .worker = -1, .ps = -1,
-                        .link_from = 0, .link_to = 1, .duration_ns = 2000000, .step = -1};
+        dsim_fault f = {.what = DSIM_FAULT_DELAY,
+                        .when = DSIM_WHEN_PROBABILITY,
+                        .probability = 1.0,
+                        .rank = -1,
+                        .worker = -1,
+                        .ps = -1,
+                        .link_from = 0,
+                        .link_to = 1,
+                        .duration_ns = 2000000,
+                        .step = -1};
         assert_int_equal(dsim_faults_create(&f, 1, 7, 1, 4, 0, &fs), DSIM_OK);
         dsim_faults_set_msg_log(fs, l);
         dsim_faults_attach(fs, &cfg);
