@@ -1073,8 +1073,9 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     bool forming_on = run->formed && pthread_create(&forming, NULL, h_forming_main, run) == 0;
     cfg.observer = h_observer;
     cfg.observer_user = run;
-    /* The phases' times for reports, where the hooks run in this process on
-     * the steps' clock (phase_rec.h). */
+    /* The phases' times for reports, where the steps' clock is
+     * CLOCK_MONOTONIC (phase_rec.h): the hooks run in this process
+     * (threads), or each child times them and sends them here (processes). */
     bool threads = !cfg.engine || strcmp(cfg.engine, "threads") == 0;
     bool forked_here = processes && !o->hosts; /* every child's records come here */
     h_phase_rec *phases = st && (threads || forked_here) && !cfg.hooks
