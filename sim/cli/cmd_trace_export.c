@@ -19,8 +19,11 @@ void dsim_cmd_trace_export_help(FILE *out)
             "examples as arguments) inside one span per attempt (a restart starts the next),\n"
             "cold-start phases as slices, faults, errors, restarts and checkpoint writes as\n"
             "instant events, each replica's collectives on a track of their own (dsim's\n"
-            "driver stores its allreduce and reduce_loss phases), and for runs of up to %d\n"
-            "replicas arrows to each waiting call from the last replica to enter.\n"
+            "driver stores its allreduce and reduce_loss phases; threads and processes\n"
+            "engines), for runs of up to %d replicas arrows to each waiting call from the\n"
+            "last replica to enter, and arrows from each transport frame's send to its\n"
+            "arrival (stored for jobs of up to %d ranks: the first %d frames of each link\n"
+            "per attempt; otherData.messages says how many).\n"
             "A replica with more than %d steps keeps every k-th step's slice (the trace's\n"
             "otherData.sampling says which).\n"
             "\n"
@@ -31,7 +34,8 @@ void dsim_cmd_trace_export_help(FILE *out)
             "\n"
             "Exit status: 0 written, 2 bad input (an unknown run id, a store that cannot\n"
             "be read, a file that cannot be written).\n",
-            DSIM_TRACE_FLOW_MAX_REPLICAS, DSIM_TRACE_MAX_STEPS_PER_REPLICA,
+            DSIM_TRACE_FLOW_MAX_REPLICAS, DSIM_TRACE_MSG_MAX_RANKS, DSIM_TRACE_MSG_PER_LINK,
+            DSIM_TRACE_MAX_STEPS_PER_REPLICA,
             DSIM_STORE_DEFAULT_PATH);
 }
 

@@ -12,9 +12,13 @@
  *     observer(step) as they come      <──── KILL(rank) / PAUSE ── a kill seen
  *     SIGKILL / SIGSTOP / SIGCONT              here for a rank elsewhere, or
  *                                              its own pause (then SIGSTOP)
+ *     on_phase(replica, phase, t)  <──── PHASE  the driver's phase hook (with
+ *                                              a->on_phase: each replica's
+ *                                              phases, timed in the child)
  *                                      <──── END per replica, RESULT, PARAMS,
  *                                              TRACE, INITIAL, FLIGHT per replica,
- *                                              UPDATES, STATS, DONE
+ *                                              UPDATES, STATS, MSGS (with a->msgs:
+ *                                              its message log's halves), DONE
  *   waitpid: exit 0, or a signal (kill, crash)
  *   watchdog: after the first failure, bound + grace, then SIGKILL = hung
  *   merge into one dsim_train_result
@@ -42,6 +46,7 @@
 #include "dsim/log.h"
 #include "dsim/model.h"
 #include "dsim/spi/strategy.h"
+#include "fault/msglog.h"
 #include "processes.h"
 
 enum {
@@ -58,6 +63,8 @@ enum {
     PR_DONE,
     PR_INITIAL, /* the variables before the first step (record_params) */
     PR_FLIGHT,  /* a pr_flight, then its n dsim_fr_entry */
+    PR_PHASE,   /* a pr_phase: a replica entered a phase of the driver */
+    PR_MSGS,    /* u64 frames not logged, then the child's dsim_msg_rec halves */
     PR_EXIT = 50, /* agent -> chief: how the task's child ended (pr_exit) */
     PC_START = 100, /* chief -> agent: begin an attempt (restore, done[]) */
     PC_SIGNAL,      /* chief -> agent: signal the child (i32) */
@@ -102,6 +109,12 @@ typedef struct pr_flight {
     uint32_t comm_id;
     uint64_t calls, n;
 } pr_flight;
+
+typedef struct pr_phase {
+    int replica, phase;
+    uint64_t gs;
+    int64_t t; /* CLOCK_MONOTONIC, the steps' clock */
+} pr_phase;
 
 typedef struct pr_pause {
     int rank;
@@ -175,6 +188,19 @@ static void pr_child_observer(const dsim_train_step_info *info, void *user)
     pr_send2(c, PR_STEP, &s, sizeof s, info->ids, info->ids ? info->examples * sizeof(uint64_t) : 0);
 }
 
+/* The driver's phase hook in a child whose parent records the phases
+ * (a->on_phase): the entry goes to the parent with the child's time. */
+static dsim_hook_action pr_child_phase(void *user, int replica, dsim_phase p, uint64_t gs)
+{
+    pr_child *c = user;
+    pr_phase ph = {.replica = replica, .phase = (int)p, .gs = gs, .t = pr_now()};
+    pr_send(c, PR_PHASE, &ph, sizeof ph);
+    return DSIM_HOOK_GO;
+}
+
+static const dsim_train_hooks pr_child_hooks = {.size = sizeof(dsim_train_hooks),
+                                                .phase = pr_child_phase};
+
 static void pr_on_kill(void *user, int rank, const char *why)
 {
     pr_child *c = user;
@@ -213,6 +239,15 @@ static void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a,
     cc.record_params = cfg->record_params && lo == 0;
     cc.hooks = NULL;
     cc.transport_filter = NULL;
+    if (a && a->on_phase) {
+        cc.hooks = &pr_child_hooks; /* the faults' hooks call it after their own */
+        cc.hooks_user = &c;
+    }
+    /* its own log (the parent's copy here is not the parent's): its ranks'
+     * sends and arrivals, shipped at the end */
+    dsim_msg_log *ml = NULL;
+    if (a && a->msgs && dsim_msg_log_create(&ml) != DSIM_OK)
+        ml = NULL;
     if (a && a->n_faults) {
         if (dsim_faults_create(a->faults, a->n_faults, a->seed, cfg->hosts, cfg->devices_per_host,
                                cfg->num_ps, &c.fs) == DSIM_OK) {
@@ -221,9 +256,12 @@ static void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a,
             dsim_faults_process_hooks ph = {
                 .on_kill = pr_on_kill, .on_pause = pr_on_pause, .user = &c};
             dsim_faults_set_process_hooks(c.fs, &ph);
+            dsim_faults_set_msg_log(c.fs, ml);
             dsim_faults_attach(c.fs, &cc);
         }
     }
+    if (ml && !cc.transport_filter)
+        dsim_msg_log_attach(ml, &cc);
     dsim_train_result res;
     dsim_err e = dsim_train(&cc, &res);
     int64_t t_return = pr_now();
@@ -276,6 +314,12 @@ static void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a,
         dsim_faults_stats st;
         dsim_faults_get_stats(c.fs, &st);
         pr_send(&c, PR_STATS, &st, sizeof st);
+    }
+    if (ml) {
+        dsim_msg_rec *h = NULL;
+        uint64_t dropped = 0;
+        size_t nh = dsim_msg_log_halves(ml, &h, &dropped);
+        pr_send2(&c, PR_MSGS, &dropped, sizeof dropped, h, nh * sizeof *h);
     }
     pr_send(&c, PR_DONE, NULL, 0);
     /* No cleanup: the process ends here, and its state is the parent's
@@ -592,6 +636,28 @@ static void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char 
             return;
         memcpy(&st, b, sizeof st);
         dsim_faults_stats_add(&j->out->stats, &st);
+        break;
+    }
+    case PR_PHASE: {
+        pr_phase ph;
+        if (n < sizeof ph || !j->a || !j->a->on_phase)
+            return;
+        memcpy(&ph, b, sizeof ph);
+        if (ph.replica >= 0 && ph.replica < j->R)
+            j->a->on_phase(j->a->on_phase_user, ph.replica, ph.phase, ph.gs, ph.t);
+        break;
+    }
+    case PR_MSGS: {
+        uint64_t dropped;
+        if (n < sizeof dropped || !j->a || !j->a->msgs)
+            return;
+        memcpy(&dropped, b, sizeof dropped);
+        size_t k = (n - sizeof dropped) / sizeof(dsim_msg_rec);
+        dsim_msg_rec *h = k ? malloc(k * sizeof *h) : NULL;
+        if (h)
+            memcpy(h, b + sizeof dropped, k * sizeof *h);
+        dsim_msg_log_add(j->a->msgs, h, h ? k : 0, dropped);
+        free(h);
         break;
     }
     case PR_DONE:

@@ -62,6 +62,16 @@ typedef struct dsim_proc_attempt {
      * detection bound (<= 0: 5 s). */
     int64_t grace_ns;
     const dsim_proc_hosts *hosts; /* NULL: every task forked here */
+    /* Each replica's phases of the driver (the phase hook's entries, timed
+     * in its process on CLOCK_MONOTONIC), in order per replica, as they come
+     * (NULL: not wanted). Called on the caller's thread. */
+    void (*on_phase)(void *user, int replica, int phase, uint64_t gs, int64_t t_ns);
+    void *on_phase_user;
+    /* The frames between ranks: each child logs its ranks' sends and
+     * arrivals (sim/fault/msglog.h) and the halves are added here at its
+     * end, stamped with msgs' attempt (NULL: not logged). A child killed
+     * before it ends sends none. */
+    struct dsim_msg_log *msgs;
 } dsim_proc_attempt;
 
 typedef struct dsim_proc_outcome {

@@ -29,6 +29,7 @@
 #include "dsim/spi/transport.h"
 #include "dsim_config.h"
 #include "fault.h"
+#include "msglog.h"
 
 #if DSIM_HAVE_FIU && defined(FIU_ENABLE)
 #include <fiu.h>
@@ -139,6 +140,7 @@ struct dsim_faults {
     int64_t *conn_total, *conn_max;
     int pending_kill[8]; /* kills to report to proc.on_kill once unlocked */
     int n_pending_kill;
+    dsim_msg_log *msgs; /* frames for the trace's arrows (msglog.h), or NULL */
 };
 
 /* ---- events ---- */
@@ -430,6 +432,8 @@ static void fs_worker_main(void *arg)
         if (h && h->due <= now) {
             fs->held = h->next;
             dsim_waitq_unlock(fs->q);
+            /* a held frame arrives when it is handed over */
+            dsim_msg_log_arrived(fs->msgs, dsim_ep_rank(h->ep), &h->hdr, now);
             dsim_tp_deliver_held(h->ep, &h->hdr, h->data, h->len);
             dsim_waitq_lock(fs->q);
             fs_link *l = fs->links[h->link];
@@ -489,12 +493,12 @@ static void fs_on_sent(void *user, dsim_ep *ep, const dsim_tp_hdr *hdr)
 {
     dsim_faults *fs = user;
     int src = dsim_ep_rank(ep);
-    (void)hdr;
     if (src < 0 || src >= fs->R)
         return;
     bool fired = false;
     dsim_waitq_lock(fs->q);
     int64_t now = dsim_rt_now(fs->rt);
+    dsim_msg_log_sent(fs->msgs, src, hdr, now);
     for (size_t i = 0; i < fs->n; i++) {
         fs_state *st = &fs->st[i];
         if (st->armed > 0 && st->armed_rank == src && --st->armed == 0) {
@@ -746,6 +750,8 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
     }
 out:
     dsim_waitq_unlock(fs->q);
+    if (v == DSIM_TP_FILTER_PASS)
+        dsim_msg_log_arrived(fs->msgs, dst, hdr, now);
     if (fs->n_pending_kill)
         fs_flush_kills(fs);
     return v;
@@ -1215,6 +1221,11 @@ void dsim_faults_destroy(dsim_faults *fs)
     free(fs->timers);
     free(fs->ev);
     free(fs);
+}
+
+void dsim_faults_set_msg_log(dsim_faults *fs, dsim_msg_log *log)
+{
+    fs->msgs = log;
 }
 
 void dsim_faults_attach(dsim_faults *fs, dsim_train_cfg *cfg)

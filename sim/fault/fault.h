@@ -169,6 +169,11 @@ dsim_err dsim_faults_set_network(dsim_faults *fs, const dsim_net_links *net);
  * faults' own for a replica that goes on. */
 void dsim_faults_attach(dsim_faults *fs, dsim_train_cfg *cfg);
 
+/* Logs every frame the filter sees into log (sim/fault/msglog.h; NULL:
+ * none), from the next frame on. log must outlive the run. */
+struct dsim_msg_log;
+void dsim_faults_set_msg_log(dsim_faults *fs, struct dsim_msg_log *log);
+
 /* For a job spread over processes (the processes engine): what to do when a
  * kill fires for a rank (this process's or another's, e.g. a kill armed
  * after N messages seen arriving here) and when a replica of this process

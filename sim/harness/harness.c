@@ -28,6 +28,8 @@
 #include "engine/sim.h"
 #include "fault/fault.h"
 #include "phase_rec.h"
+#include "fault/msglog.h"
+#include "report/report.h"
 #include "recovery.h"
 #include "harness.h"
 
@@ -968,6 +970,37 @@ static void h_store_phases(dsim_store *st, dsim_harness_result *out, const dsim_
     }
 }
 
+_Static_assert(DSIM_TRACE_MSG_MAX_RANKS == DSIM_MSG_LOG_MAX_RANKS &&
+                   DSIM_TRACE_MSG_PER_LINK == DSIM_MSG_LOG_PER_LINK,
+               "dsim trace states the message log's rule: keep report.h and msglog.h alike");
+
+/* The frames the log joined, and how many it left out (metric
+ * messages_not_logged, when there were any). */
+static dsim_err h_store_messages(dsim_msg_log *log, dsim_store *st, dsim_run_id run)
+{
+    dsim_msg_rec *m = NULL;
+    size_t n = 0;
+    uint64_t dropped = 0;
+    DSIM_CHECK(dsim_msg_log_join(log, &m, &n, &dropped));
+    dsim_err e = DSIM_OK;
+    for (size_t i = 0; i < n && e == DSIM_OK; i++) {
+        dsim_msg_row row = {.attempt = m[i].attempt,
+                            .src = m[i].src,
+                            .dst = m[i].dst,
+                            .comm_id = m[i].comm_id,
+                            .tag = m[i].tag,
+                            .seq = m[i].seq,
+                            .bytes = m[i].bytes,
+                            .t_sent_ns = m[i].t_sent_ns,
+                            .t_recv_ns = m[i].t_recv_ns};
+        e = dsim_store_message(st, run, &row);
+    }
+    free(m);
+    if (e == DSIM_OK && dropped)
+        e = dsim_store_metric(st, run, "messages_not_logged", (double)dropped, "frames", -1);
+    return e;
+}
+
 static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, int slot,
                       dsim_harness_result *out)
 {
@@ -1047,14 +1080,22 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
     bool forming_on = run->formed && pthread_create(&forming, NULL, h_forming_main, run) == 0;
     cfg.observer = h_observer;
     cfg.observer_user = run;
-    /* The phases' times for reports, where the hooks run in this process on
-     * the steps' clock (phase_rec.h). */
+    /* The phases' times for reports, where the steps' clock is
+     * CLOCK_MONOTONIC (phase_rec.h): the hooks run in this process
+     * (threads), or each child times them and sends them here (processes). */
     bool threads = !cfg.engine || strcmp(cfg.engine, "threads") == 0;
-    h_phase_rec *phases = st && threads && !cfg.hooks
+    bool forked_here = processes && !o->hosts; /* every child's records come here */
+    h_phase_rec *phases = st && (threads || forked_here) && !cfg.hooks
                               ? h_phase_rec_create(R, run->total ? run->total : h_total_steps(&cfg))
                               : NULL;
-    if (phases)
+    if (phases && threads)
         h_phase_rec_attach(phases, &cfg);
+    /* The frames between ranks, for the trace's arrows: small jobs only
+     * (msglog.h says which frames of them). */
+    dsim_msg_log *msgs = NULL;
+    if (st && R + cfg.num_ps <= DSIM_MSG_LOG_MAX_RANKS && (!processes || forked_here) &&
+        !cfg.transport_filter && dsim_msg_log_create(&msgs) != DSIM_OK)
+        msgs = NULL;
 
     dsim_train_result res, ref;
     memset(&res, 0, sizeof res);
@@ -1088,6 +1129,9 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
             .processes = processes,
             .hosts = o->hosts,
             .net = s->network_given && !processes ? &net : NULL,
+            .msgs = msgs,
+            .on_phase = phases && !threads ? h_phase_rec_note : NULL,
+            .on_phase_user = phases && !threads ? phases : NULL,
         };
         dsim_err fe = dsim_recovery_run_job(&cfg, &ro, &rr);
         if (fe != DSIM_OK) {
@@ -1116,6 +1160,8 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
             };
         }
     } else {
+        if (msgs)
+            dsim_msg_log_attach(msgs, &cfg);
         out->train_err = dsim_train(&cfg, &res);
     }
     if (forming_on) {
@@ -1168,6 +1214,17 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         phases = NULL;
         cfg.hooks = NULL;
         cfg.hooks_user = NULL;
+    }
+    if (msgs) {
+        if (HG_STORE(h_store_messages(msgs, st, out->run_id)) != DSIM_OK)
+            h_fail(out, "recording the messages");
+        /* a worker the watchdog left running may still send: the filter
+         * keeps the log (dsim_train: transport_filter_user outlives it) */
+        if (!res.n_stuck && !(rr.has_broken && rr.broken.n_stuck))
+            dsim_msg_log_destroy(msgs);
+        msgs = NULL;
+        if (!faulty)
+            cfg.transport_filter = NULL;
     }
     if (faulty && rr.restarts && st &&
         HG_STORE(dsim_store_event(st, out->run_id, -1, t_end, DSIM_EVENT_RESTART,

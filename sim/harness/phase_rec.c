@@ -38,20 +38,32 @@ static bool pr_step_phase(int p)
     return p == DSIM_PHASE_COMPUTE || p == DSIM_PHASE_ALLREDUCE || p == DSIM_PHASE_REDUCE_LOSS;
 }
 
-static dsim_hook_action pr_phase(void *user, int replica, dsim_phase p, uint64_t gs)
+/* Keeps (replica, p, gs) at time t, or not (sampling, the cap). */
+static void pr_keep(h_phase_rec *pr, int replica, int p, uint64_t gs, int64_t t)
 {
-    h_phase_rec *pr = user;
     if (replica < 0 || replica >= pr->replicas)
-        return DSIM_HOOK_GO;
-    bool kept = !pr_step_phase((int)p) || gs % pr->stride == 0;
+        return;
+    bool kept = !pr_step_phase(p) || gs % pr->stride == 0;
     if (!kept && !pr->want_next[replica])
-        return DSIM_HOOK_GO;
+        return;
     /* an entry kept only to end the span before it ends the chain */
     pr->want_next[replica] = kept;
     size_t i = atomic_fetch_add_explicit(&pr->n, 1, memory_order_relaxed);
     if (i < DSIM_PHASE_REC_CAP)
-        pr->e[i] = (pr_entry){.t = pr_now(), .gs = gs, .replica = replica, .phase = (int)p};
+        pr->e[i] = (pr_entry){.t = t, .gs = gs, .replica = replica, .phase = p};
+}
+
+static dsim_hook_action pr_phase(void *user, int replica, dsim_phase p, uint64_t gs)
+{
+    h_phase_rec *pr = user;
+    if (replica >= 0 && replica < pr->replicas)
+        pr_keep(pr, replica, (int)p, gs, pr_now());
     return DSIM_HOOK_GO;
+}
+
+void h_phase_rec_note(void *user, int replica, int phase, uint64_t gs, int64_t t_ns)
+{
+    pr_keep(user, replica, phase, gs, t_ns);
 }
 
 h_phase_rec *h_phase_rec_create(int replicas, uint64_t total_steps)

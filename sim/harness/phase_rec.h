@@ -17,8 +17,10 @@
  * Bounded: a run of more than DSIM_PHASE_REC_STEPS steps keeps the step
  * phases of every k-th step (the metric collective_sampling is k), and at
  * most DSIM_PHASE_REC_CAP entries in all (the metric
- * phase_entries_dropped counts the rest). Only where the hooks run in this
- * process and on CLOCK_MONOTONIC (the steps' clock): the threads engine. */
+ * phase_entries_dropped counts the rest). Only where the steps' clock is
+ * CLOCK_MONOTONIC: the threads engine, where the hooks run in this process,
+ * and the processes engine, whose children time each entry and send it to
+ * the parent (h_phase_rec_note, dsim_proc_attempt.on_phase). */
 #ifndef DSIM_HARNESS_PHASE_REC_H
 #define DSIM_HARNESS_PHASE_REC_H
 
@@ -37,6 +39,10 @@ typedef struct h_phase_rec h_phase_rec;
 h_phase_rec *h_phase_rec_create(int replicas, uint64_t total_steps);
 /* Puts the recorder's hooks into cfg (none must be there yet). */
 void h_phase_rec_attach(h_phase_rec *pr, dsim_train_cfg *cfg);
+/* An entry timed elsewhere (user: the recorder; t_ns on CLOCK_MONOTONIC):
+ * a replica of a child process entered phase (a dsim_phase) at global
+ * step gs. Entries of one replica must come in order. */
+void h_phase_rec_note(void *user, int replica, int phase, uint64_t gs, int64_t t_ns);
 /* Stores what was recorded for run `run` (algorithm: the all-reduce's
  * name or NULL; grad_bytes: the gradients' size). */
 dsim_err h_phase_rec_store(const h_phase_rec *pr, dsim_store *st, dsim_run_id run,

@@ -18,6 +18,7 @@
 
 #include "dsim/log.h"
 #include "engine/processes.h"
+#include "fault/msglog.h"
 #include "recovery.h"
 
 /* Appends the events fs recorded since the last call (*seen of them were
@@ -79,6 +80,8 @@ static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
                            dsim_recovery_run *out, dsim_train_result *res)
 {
     const dsim_recovery_opts *o = st->o;
+    if (attempt > 0 && o->msgs)
+        dsim_msg_log_next_attempt(o->msgs);
     if (!o->processes) {
         dsim_train_cfg cc = *c;
         dsim_faults_attach(st->fs, &cc);
@@ -98,7 +101,10 @@ static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
         .n_faults = o->n_faults,
         .seed = o->seed,
         .fault_done = st->done,
-        .hosts = o->hosts};
+        .hosts = o->hosts,
+        .on_phase = o->on_phase,
+        .on_phase_user = o->on_phase_user,
+        .msgs = o->msgs};
     dsim_proc_outcome po;
     dsim_err e = dsim_processes_train(c, &pa, res, &po);
     for (size_t i = 0; i < po.n_events; i++) {
@@ -183,6 +189,7 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
     } else {
         DSIM_CHECK(dsim_faults_create(o->faults, o->n_faults, o->seed, cfg->hosts,
                                       cfg->devices_per_host, cfg->num_ps, &st.fs));
+        dsim_faults_set_msg_log(st.fs, o->msgs);
         if (o->net && dsim_faults_set_network(st.fs, o->net) != DSIM_OK) {
             dsim_error saved;
             dsim_error_copy(&saved);

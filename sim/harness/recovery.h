@@ -26,6 +26,13 @@ typedef struct dsim_recovery_opts {
     bool processes;   /* one OS process per task (sim/engine/processes.h) */
     const struct dsim_proc_hosts *hosts; /* processes over machines, or NULL */
     const dsim_net_links *net; /* the network model (threads and sim), or NULL */
+    /* The frames between ranks, every attempt's (sim/fault/msglog.h; the
+     * log's attempt is raised before each restart), or NULL. */
+    struct dsim_msg_log *msgs;
+    /* processes: each replica's phases from its process
+     * (dsim_proc_attempt.on_phase), or NULL */
+    void (*on_phase)(void *user, int replica, int phase, uint64_t gs, int64_t t_ns);
+    void *on_phase_user;
 } dsim_recovery_opts;
 
 typedef struct dsim_recovery_run {

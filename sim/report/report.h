@@ -25,6 +25,13 @@
  * most this many replicas and collective calls per replica. */
 #define DSIM_TRACE_FLOW_MAX_REPLICAS 8
 #define DSIM_TRACE_FLOW_MAX_CALLS    256
+/* Arrows from a frame's send to its arrival: at most this many drawn. The
+ * store holds frames of jobs of at most DSIM_TRACE_MSG_MAX_RANKS ranks, the
+ * first DSIM_TRACE_MSG_PER_LINK of each link per attempt (the message log's
+ * rule, sim/fault/msglog.h; the harness asserts they agree). */
+#define DSIM_TRACE_MAX_MESSAGES  50000
+#define DSIM_TRACE_MSG_MAX_RANKS 16
+#define DSIM_TRACE_MSG_PER_LINK  256
 
 /* Writes the HTML report of runs ids[0..n) of the database at db_path to
  * out_path (written whole, then renamed into place). n >= 1; with n > 1 the

@@ -235,6 +235,27 @@ static bool rp_row_refloss(sqlite3_stmt *q, rp_run *r)
     return true;
 }
 
+static bool rp_row_msg(sqlite3_stmt *q, rp_run *r)
+{
+    RP_GROW(r->msgs, r->n_msgs);
+    rp_msg *m = &r->msgs[r->n_msgs++];
+    m->attempt = sqlite3_column_int(q, 0);
+    m->src = sqlite3_column_int(q, 1);
+    m->dst = sqlite3_column_int(q, 2);
+    m->comm = sqlite3_column_int64(q, 3);
+    m->tag = sqlite3_column_int64(q, 4);
+    m->seq = sqlite3_column_int64(q, 5);
+    m->bytes = sqlite3_column_int64(q, 6);
+    m->t0 = sqlite3_column_type(q, 7) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 7);
+    m->t1 = sqlite3_column_type(q, 8) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, 8);
+    /* not rp_see_replica: a parameter server's rank is no replica */
+    if (m->t0 >= 0)
+        rp_see_time(r, m->t0);
+    if (m->t1 >= 0)
+        rp_see_time(r, m->t1);
+    return true;
+}
+
 static bool rp_row_replica(sqlite3_stmt *q, rp_run *r)
 {
     RP_GROW(r->replicas, r->n_replicas_rows);
@@ -344,6 +365,10 @@ dsim_err rp_run_load(sqlite3 *h, const char *db_path, int64_t id, rp_run *r)
         {"the reference's losses",
          "SELECT step, loss FROM reference_steps WHERE run_id = ?1 ORDER BY step",
          rp_row_refloss},
+        {"the messages",
+         "SELECT attempt, src, dst, comm_id, tag, seq, bytes, t_sent_ns, t_recv_ns FROM messages "
+         "WHERE run_id = ?1 ORDER BY t_sent_ns, rowid",
+         rp_row_msg},
     };
     dsim_err e = DSIM_OK;
     for (size_t k = 0; k < sizeof rp_tables / sizeof rp_tables[0] && e == DSIM_OK; k++)
@@ -390,6 +415,7 @@ void rp_run_free(rp_run *r)
     free(r->config);
     free(r->text);
     free(r->steps);
+    free(r->msgs);
     free(r->ref_step);
     free(r->ref_loss);
     for (size_t i = 0; i < r->n_flights; i++) {

@@ -47,6 +47,13 @@ typedef struct rp_flight {
     char *name, *dtype, *op, *state, *error;
 } rp_flight;
 
+/* A transport frame between two ranks (the store's messages); t0/t1 -1
+ * where not known. */
+typedef struct rp_msg {
+    int attempt, src, dst;
+    int64_t comm, tag, seq, bytes, t0, t1;
+} rp_msg;
+
 typedef struct rp_metric {
     char *name, *unit;
     double value;
@@ -82,6 +89,8 @@ typedef struct rp_run {
     size_t n_flights;
     rp_replica *replicas;
     size_t n_replicas_rows;
+    rp_msg *msgs; /* by send time */
+    size_t n_msgs;
     int n_replicas; /* 1 + the highest replica seen anywhere */
     int64_t t_origin, t_last; /* engine clock: earliest and latest time stored */
     bool has_times;

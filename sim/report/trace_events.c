@@ -14,6 +14,12 @@
  *   collectives: X "op (algorithm)" with bytes and status
  *   flight records (a failed run's, thread 2^21+R): X "dsim:all_reduce #N"
  *                with the call's fingerprint, state and whom it waited for
+ *   messages:    an arrow (cat "message") from each stored transport frame's
+ *                send, on the sender's track, to its arrival on the
+ *                receiver's: the collectives track when a call encloses the
+ *                end, else the replica's own (an attempt or a cold-start
+ *                phase); the store keeps them for small jobs only
+ *                (sim/fault/msglog.h), at most DSIM_TRACE_MAX_MESSAGES drawn
  *   flows:       for runs of at most DSIM_TRACE_FLOW_MAX_REPLICAS replicas
  *                and DSIM_TRACE_FLOW_MAX_CALLS collectives per replica, an
  *                arrow to each call that was waiting when another replica
@@ -120,6 +126,22 @@ static bool te_steps(json_t *arr, const rp_run *r, int k, int stride)
     return true;
 }
 
+/* A cold-start phase event of a replica is drawn as a slice (before the
+ * replica's first step): its length in ns, else -1. d: its detail. */
+static int64_t te_phase_slice(const rp_run *r, const rp_event *e, const json_t *d)
+{
+    if (e->replica < 0 || e->replica >= r->n_replicas || strcmp(e->kind, "phase") != 0 ||
+        !json_is_object(d))
+        return -1;
+    const char *ph = json_string_value(json_object_get(d, "phase"));
+    json_t *dur = json_object_get(d, "dur_ns");
+    if (!ph || !json_is_integer(dur) || json_integer_value(dur) < 0 ||
+        !(strcmp(ph, "start") == 0 || strcmp(ph, "rendezvous") == 0 ||
+          strcmp(ph, "restore") == 0 || strcmp(ph, "create_variables") == 0))
+        return -1;
+    return json_integer_value(dur);
+}
+
 static bool te_events(json_t *arr, const rp_run *r)
 {
     for (size_t i = 0; i < r->n_events; i++) {
@@ -133,17 +155,13 @@ static bool te_events(json_t *arr, const rp_run *r)
             what = json_string_value(json_object_get(d, "error"));
         else if (e->detail)
             what = e->detail;
-        /* a cold-start phase: a slice before the replica's first step */
         const char *ph = json_is_object(d) ? json_string_value(json_object_get(d, "phase")) : NULL;
-        json_t *dur = json_is_object(d) ? json_object_get(d, "dur_ns") : NULL;
-        if (!job && strcmp(e->kind, "phase") == 0 && ph && json_is_integer(dur) &&
-            json_integer_value(dur) >= 0 &&
-            (strcmp(ph, "start") == 0 || strcmp(ph, "rendezvous") == 0 ||
-             strcmp(ph, "restore") == 0 || strcmp(ph, "create_variables") == 0)) {
+        int64_t dur = te_phase_slice(r, e, d);
+        if (dur >= 0) {
             if (!te_add(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:{s:o}}", "name", ph,
                                        "cat", "phase", "ph", "X", "ts", te_us(r, e->t), "dur",
-                                       (double)json_integer_value(dur) / 1e3, "pid", TE_PID,
-                                       "tid", e->replica + 1, "args", "detail", d)))
+                                       (double)dur / 1e3, "pid", TE_PID, "tid", e->replica + 1,
+                                       "args", "detail", d)))
                 return false;
             continue;
         }
@@ -201,6 +219,170 @@ static bool te_collectives(json_t *arr, const rp_run *r, bool flows, int *n_flow
             return false;
     }
     return true;
+}
+
+/* The slices that enclose flow ends, per replica: on its collectives track
+ * (sorted by start, one call after the other) and on its own track (its
+ * attempts, as te_steps draws them, and its cold-start phase slices). */
+typedef struct te_span {
+    int64_t t0, t1;
+} te_span;
+
+typedef struct te_cover {
+    te_span *coll, *own;
+    size_t n_coll, n_own;
+} te_cover;
+
+static bool te_span_add(te_span **a, size_t *n, int64_t t0, int64_t t1)
+{
+    if (*n % 32 == 0) {
+        te_span *g = realloc(*a, (*n + 32) * sizeof *g);
+        if (!g)
+            return false;
+        *a = g;
+    }
+    (*a)[(*n)++] = (te_span){t0, t1};
+    return true;
+}
+
+static void te_cover_free(te_cover *c, int R)
+{
+    for (int k = 0; c && k < R; k++) {
+        free(c[k].coll);
+        free(c[k].own);
+    }
+    free(c);
+}
+
+static te_cover *te_cover_make(const rp_run *r)
+{
+    int R = r->n_replicas;
+    te_cover *c = calloc((size_t)(R > 0 ? R : 1), sizeof *c);
+    bool ok = c != NULL;
+    for (size_t i = 0; ok && i < r->n_colls; i++) {
+        const rp_coll *x = &r->colls[i];
+        if (x->replica >= 0 && x->replica < R)
+            ok = te_span_add(&c[x->replica].coll, &c[x->replica].n_coll, x->t0, x->t1);
+    }
+    /* attempts: from the first step's start to the latest end before the
+     * next attempt (te_steps) */
+    for (int k = 0; ok && k < R; k++) {
+        int att = -1;
+        for (size_t i = 0; ok && i < r->n_steps; i++) {
+            const rp_step *p = &r->steps[i];
+            if (p->replica != k)
+                continue;
+            if (p->attempt != att) {
+                att = p->attempt;
+                ok = te_span_add(&c[k].own, &c[k].n_own, p->t0, p->t1 > p->t0 ? p->t1 : p->t0);
+            } else if (p->t1 > c[k].own[c[k].n_own - 1].t1) {
+                c[k].own[c[k].n_own - 1].t1 = p->t1;
+            }
+        }
+    }
+    for (size_t i = 0; ok && i < r->n_events; i++) {
+        const rp_event *e = &r->events[i];
+        if (e->replica < 0 || e->replica >= R || strcmp(e->kind, "phase") != 0)
+            continue;
+        json_t *d = te_detail(e->detail);
+        int64_t dur = te_phase_slice(r, e, d);
+        json_decref(d);
+        if (dur >= 0)
+            ok = te_span_add(&c[e->replica].own, &c[e->replica].n_own, e->t, e->t + dur);
+    }
+    if (!ok) {
+        te_cover_free(c, R);
+        return NULL;
+    }
+    return c;
+}
+
+/* The track of replica k whose slice encloses time t: its collectives'
+ * when a call was under way, else its own; -1 when none does. */
+static int te_cover_tid(const te_cover *c, int k, int64_t t)
+{
+    const te_cover *x = &c[k];
+    size_t lo = 0, hi = x->n_coll; /* the last call that started by t */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (x->coll[mid].t0 <= t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t j = lo; j-- > 0 && lo - j <= 2;)
+        if (x->coll[j].t0 <= t && t <= x->coll[j].t1)
+            return TE_COLL_TID0 + k;
+    for (size_t j = 0; j < x->n_own; j++)
+        if (x->own[j].t0 <= t && t <= x->own[j].t1)
+            return k + 1;
+    return -1;
+}
+
+/* An arrow from each stored frame's send (on the sender's track) to its
+ * arrival (on the receiver's), each end bound to the slice that encloses it.
+ * Not drawn: frames that never arrived and frames to or from a parameter
+ * server (no track). *unbound counts the arrows with an end outside every
+ * slice (given a slice of its own). */
+static bool te_messages(json_t *arr, const rp_run *r, int *n_flows, int *drawn, int *lost,
+                        int *no_track, int *unbound)
+{
+    if (!r->n_msgs)
+        return true;
+    te_cover *c = te_cover_make(r);
+    if (!c)
+        return false;
+    bool ok = true;
+    int R = r->n_replicas;
+    for (size_t i = 0; ok && i < r->n_msgs && *drawn < DSIM_TRACE_MAX_MESSAGES; i++) {
+        const rp_msg *m = &r->msgs[i];
+        if (m->t0 < 0 || m->t1 < 0 || m->t1 < m->t0) {
+            ++*lost;
+            continue;
+        }
+        if (m->src < 0 || m->src >= R || m->dst < 0 || m->dst >= R) {
+            ++*no_track;
+            continue;
+        }
+        int ts = te_cover_tid(c, m->src, m->t0), tf = te_cover_tid(c, m->dst, m->t1);
+        /* An end no slice encloses (a frame that arrived before its
+         * receiver started, one sent or received after the replica's last
+         * step) gets a slice of its own, of no length, on the replica's
+         * track: outside every slice there, it nests. */
+        if (ts < 0 || tf < 0)
+            ++*unbound;
+        if (ts < 0) {
+            ts = m->src + 1;
+            ok = te_add(arr, json_pack("{s:s, s:s, s:s, s:f, s:i, s:i, s:i}", "name", "frame sent",
+                                       "cat", "message", "ph", "X", "ts", te_us(r, m->t0), "dur",
+                                       0, "pid", TE_PID, "tid", ts));
+        }
+        if (ok && tf < 0) {
+            tf = m->dst + 1;
+            ok = te_add(arr, json_pack("{s:s, s:s, s:s, s:f, s:i, s:i, s:i}", "name",
+                                       "frame arrived", "cat", "message", "ph", "X", "ts",
+                                       te_us(r, m->t1), "dur", 0, "pid", TE_PID, "tid", tf));
+        }
+        if (!ok)
+            break;
+        int id = ++*n_flows;
+        ++*drawn;
+        char name[64];
+        snprintf(name, sizeof name, "%d -> %d", m->src, m->dst);
+        json_t *args = json_pack("{s:I, s:I, s:I, s:I, s:i}", "bytes", (json_int_t)m->bytes,
+                                 "comm", (json_int_t)m->comm, "tag", (json_int_t)m->tag, "seq",
+                                 (json_int_t)m->seq, "attempt", m->attempt);
+        ok = args &&
+             te_add(arr, json_pack("{s:s, s:s, s:s, s:i, s:f, s:i, s:i, s:O}", "name", name,
+                                   "cat", "message", "ph", "s", "id", id, "ts", te_us(r, m->t0),
+                                   "pid", TE_PID, "tid", ts, "args", args)) &&
+             te_add(arr, json_pack("{s:s, s:s, s:s, s:i, s:s, s:f, s:i, s:i, s:O}", "name", name,
+                                   "cat", "message", "ph", "f", "id", id, "bp", "e", "ts",
+                                   te_us(r, m->t1), "pid", TE_PID, "tid", tf, "args", args));
+        json_decref(args);
+    }
+    te_cover_free(c, R);
+    return ok;
 }
 
 /* A failed run's flight records: each recorded collective call as a slice
@@ -322,6 +504,8 @@ static json_t *te_build(const rp_run *r)
     bool flows = R <= DSIM_TRACE_FLOW_MAX_REPLICAS &&
                  r->n_colls <= (size_t)DSIM_TRACE_FLOW_MAX_CALLS * (size_t)(R > 0 ? R : 1);
     ok = ok && te_collectives(arr, r, flows, &n_flows);
+    int m_drawn = 0, m_lost = 0, m_ps = 0, m_unbound = 0;
+    ok = ok && te_messages(arr, r, &n_flows, &m_drawn, &m_lost, &m_ps, &m_unbound);
     ok = ok && te_flights(arr, r);
     char sampling[160];
     if (stride > 1)
@@ -343,12 +527,32 @@ static json_t *te_build(const rp_run *r)
                  "%d: to each collective call that waited, from the last replica to enter "
                  "the same operation while it waited",
                  n_flows);
-    json_t *root = ok ? json_pack("{s:o, s:s, s:{s:I, s:s?, s:s?, s:s?, s:s?, s:s, s:s, s:s}}",
+    char msg_note[512];
+    const rp_metric *nl = rp_metric_find(r, "messages_not_logged");
+    if (!r->n_msgs)
+        snprintf(msg_note, sizeof msg_note,
+                 "none: the run stored no messages (they are stored for jobs of at most %d "
+                 "ranks, on the threads, sim and processes engines)",
+                 DSIM_TRACE_MSG_MAX_RANKS);
+    else
+        snprintf(msg_note, sizeof msg_note,
+                 "%d arrows from a frame's send to its arrival (cat message), of %zu frames "
+                 "stored: the first %d of each link and communicator per attempt; %.0f later "
+                 "frames not stored; %d never arrived; %d to or from a parameter server not "
+                 "drawn; %d with an end outside the replica's slices (before it started, "
+                 "after its last step: a 'frame sent' or 'frame arrived' slice of no length)%s",
+                 m_drawn, r->n_msgs, DSIM_TRACE_MSG_PER_LINK,
+                 nl && nl->has_value ? nl->value : 0.0, m_lost,
+                 m_ps, m_unbound,
+                 m_drawn >= DSIM_TRACE_MAX_MESSAGES ? "; drawing stopped at the cap" : "");
+    json_t *root = ok ? json_pack("{s:o, s:s, s:{s:I, s:s?, s:s?, s:s?, s:s?, s:s, s:s, s:s, "
+                                  "s:s}}",
                                   "traceEvents", arr, "displayTimeUnit", "ms", "otherData",
                                   "run", (json_int_t)r->id, "scenario", r->scenario, "status",
                                   r->status, "engine", r->engine, "strategy", r->strategy,
                                   "clock", "engine clock, from the run's first record",
-                                  "sampling", sampling, "flows", flow_note)
+                                  "sampling", sampling, "flows", flow_note, "messages",
+                                  msg_note)
                       : NULL;
     if (!ok)
         json_decref(arr);

@@ -51,6 +51,7 @@ enum store_kind {
     REC_METRIC,
     REC_FLIGHT,
     REC_REFLOSS,
+    REC_MSG,
     REC_NKINDS
 };
 
@@ -104,6 +105,7 @@ typedef struct store_rec {
             uint64_t step;
             double loss;
         } refloss;
+        dsim_msg_row msg;
     } u;
 } store_rec;
 
@@ -163,6 +165,8 @@ static const char *const store_insert_sql[REC_NKINDS] = {
                    "time_discovered_started_ns, time_discovered_completed_ns) "
                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [REC_REFLOSS] = "INSERT OR REPLACE INTO reference_steps (run_id, step, loss) VALUES (?, ?, ?)",
+    [REC_MSG] = "INSERT INTO messages (run_id, attempt, src, dst, comm_id, tag, seq, bytes, "
+                "t_sent_ns, t_recv_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 };
 
 static const char *const store_status_names[] = {"passed", "failed", "error", "hung", "crashed"};
@@ -391,6 +395,22 @@ static int store_apply(dsim_store *st, store_rec *r)
         sqlite3_bind_int64(s, 2, (int64_t)r->u.refloss.step);
         store_bind_real(s, 3, r->u.refloss.loss);
         break;
+    case REC_MSG: {
+        const dsim_msg_row *m = &r->u.msg;
+        sqlite3_bind_int64(s, 1, r->run);
+        sqlite3_bind_int(s, 2, m->attempt);
+        sqlite3_bind_int(s, 3, m->src);
+        sqlite3_bind_int(s, 4, m->dst);
+        sqlite3_bind_int64(s, 5, m->comm_id);
+        sqlite3_bind_int64(s, 6, m->tag);
+        sqlite3_bind_int64(s, 7, (int64_t)m->seq);
+        sqlite3_bind_int64(s, 8, (int64_t)m->bytes);
+        if (m->t_sent_ns >= 0)
+            sqlite3_bind_int64(s, 9, m->t_sent_ns);
+        if (m->t_recv_ns >= 0)
+            sqlite3_bind_int64(s, 10, m->t_recv_ns);
+        break;
+    }
     case REC_METRIC:
         sqlite3_bind_int64(s, 1, r->run);
         store_bind_text(s, 2, r->u.metric.name);
@@ -898,6 +918,21 @@ dsim_err dsim_store_reference_loss(dsim_store *st, dsim_run_id run, uint64_t ste
     store_rec r = {.kind = REC_REFLOSS, .run = run};
     r.u.refloss.step = step;
     r.u.refloss.loss = loss;
+    return store_push_checked(st, &r, false);
+}
+
+dsim_err dsim_store_message(dsim_store *st, dsim_run_id run, const dsim_msg_row *m)
+{
+    if (!st || !m)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_message: store and message are required");
+    if (m->src < 0 || m->dst < 0 || m->attempt < 0 || m->seq > (uint64_t)INT64_MAX ||
+        m->bytes > (uint64_t)INT64_MAX)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "results database %s: message %d -> %d (attempt %d) has a negative rank "
+                        "or attempt, or a sequence number or size beyond a row",
+                        st->path, m->src, m->dst, m->attempt);
+    store_rec r = {.kind = REC_MSG, .run = run};
+    r.u.msg = *m;
     return store_push_checked(st, &r, false);
 }
 

@@ -39,7 +39,7 @@ extern "C" {
 
 /* The schema version this build writes (PRAGMA user_version). Older
  * databases are migrated forward at open; newer ones are refused. */
-#define DSIM_STORE_SCHEMA_VERSION 5
+#define DSIM_STORE_SCHEMA_VERSION 6
 /* PRAGMA application_id of a dsim database: "dsim" in ASCII. */
 #define DSIM_STORE_APPLICATION_ID 0x6473696d
 #define DSIM_STORE_DEFAULT_PATH   "dsim.db"
@@ -210,6 +210,20 @@ typedef struct dsim_flight_rec {
     int64_t time_created_ns, time_started_ns, time_completed_ns;
 } dsim_flight_rec;
 dsim_err dsim_store_flight(dsim_store *st, dsim_run_id run, const dsim_flight_rec *rec);
+
+/* One transport frame from rank src to rank dst (version 6), as the fault
+ * layer's message log saw it (sim/fault/msglog.h). Times < 0 (not seen: a
+ * frame that never arrived, or whose sender's process sent no record) are
+ * stored as NULL. */
+typedef struct dsim_msg_row {
+    int attempt; /* the job's attempt, from 0 (a restart starts the next) */
+    int src, dst;
+    uint32_t comm_id, tag;
+    uint64_t seq;   /* the frame's number on its link (src, dst) in the attempt */
+    uint64_t bytes; /* payload */
+    int64_t t_sent_ns, t_recv_ns;
+} dsim_msg_row;
+dsim_err dsim_store_message(dsim_store *st, dsim_run_id run, const dsim_msg_row *m);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,11 @@ and its plots hold data; the node-loss run's fault and restart are on its
 timeline; the trace is valid Chrome trace-event JSON (trace_check.py) with
 a track of steps per replica, the fault and the restart; with collective
 times in the store, the all-reduce share is drawn and the trace holds
-paired flow arrows; a divergent checksum is named as the first divergent
+paired flow arrows; every stored frame that arrived is an arrow from its
+sender's track to its receiver's lasting as long as the store says (threads,
+the node-loss run's both attempts, processes, sim); a processes run stores
+its children's collectives, so its trace has collective slices for every
+replica and its report the all-reduce share; a divergent checksum is named as the first divergent
 step; text from the store is escaped; a long run's trace is sampled and
 says so; several runs are compared; bad input (unknown run id, not a run
 id, no store, a damaged store, an unwritable output) is a clear error with
@@ -76,7 +80,73 @@ def trace(tmp, db, run_id, name):
     return doc
 
 
+def track_replica(tid):
+    """The replica whose track (its own or its collectives') tid is."""
+    return tid - (1 << 20) if tid >= (1 << 20) else tid - 1
+
+
+def msg_flows(tmp, db, run_id, label):
+    """The trace of a run has one arrow per stored frame that arrived, from
+    the sender's track to the receiver's, as long as the stored times say;
+    returns the trace."""
+    doc = trace(tmp, db, run_id, "msgs-%s-%d.json" % (os.path.basename(db), run_id))
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT attempt, src, dst, comm_id, seq, t_sent_ns, t_recv_ns FROM "
+                       "messages WHERE run_id = ? AND t_recv_ns IS NOT NULL AND t_sent_ns IS NOT "
+                       "NULL", (run_id,)).fetchall()
+    con.close()
+    check(len(rows) > 0, "%s run %d: no messages stored" % (label, run_id))
+    stored = {(a, s, d, c, q): (t1 - t0) / 1e3 for a, s, d, c, q, t0, t1 in rows}
+    ms = [e for e in doc["traceEvents"] if e.get("cat") == "message"]
+    st = {e["id"]: e for e in ms if e["ph"] == "s"}
+    fi = {e["id"]: e for e in ms if e["ph"] == "f"}
+    check(len(st) == len(stored) and set(st) == set(fi),
+          "%s run %d: %d arrows (%d ends) for %d stored frames; %s" %
+          (label, run_id, len(st), len(fi), len(stored), doc["otherData"].get("messages")))
+    for i, s in st.items():
+        f, a = fi[i], s["args"]
+        key = (a["attempt"], track_replica(s["tid"]), track_replica(f["tid"]), a["comm"], a["seq"])
+        check(key in stored, "%s run %d: arrow %s is no stored frame (tracks %d -> %d)" %
+              (label, run_id, a, s["tid"], f["tid"]))
+        check(abs((f["ts"] - s["ts"]) - stored[key]) < 1e-3 and f.get("bp") == "e",
+              "%s run %d: arrow %s lasts %s us, the frame %s" %
+              (label, run_id, a, f["ts"] - s["ts"], stored[key]))
+    check(doc["otherData"]["messages"].startswith("%d arrows" % len(stored)),
+          "%s run %d: otherData.messages: %s" % (label, run_id, doc["otherData"]["messages"]))
+    return doc
+
+
+def flow_rules():
+    """trace_check.py finds what breaks the flow rules."""
+    def doc(*flows):
+        base = [{"name": "a", "ph": "X", "ts": 10, "dur": 10, "pid": 1, "tid": 1},
+                {"name": "b", "ph": "X", "ts": 15, "dur": 10, "pid": 1, "tid": 2}]
+        return {"traceEvents": base + [dict({"name": "m", "pid": 1}, **f) for f in flows]}
+
+    def s(ts=12, tid=1, i=1, cat="message"):
+        return {"ph": "s", "ts": ts, "tid": tid, "id": i, "cat": cat}
+
+    def f(ts=16, tid=2, i=1, cat="message", bp="e"):
+        e = {"ph": "f", "ts": ts, "tid": tid, "id": i, "cat": cat}
+        if bp:
+            e["bp"] = bp
+        return e
+
+    check(not trace_check.errors(doc(s(), f())), "trace_check: a good flow is refused: %s"
+          % trace_check.errors(doc(s(), f())))
+    for label, bad in (("an s without its f", doc(s())),
+                       ("two f for one s", doc(s(), f(), f(ts=17))),
+                       ("an f before its s", doc(s(ts=19, tid=1), f(ts=16))),
+                       ("an s outside every slice", doc(s(ts=5), f())),
+                       ("an f (bp e) outside every slice", doc(s(), f(ts=30))),
+                       ("an f (next slice) with none after it", doc(s(), f(ts=30, bp=None))),
+                       ("another cat at the end", doc(s(), f(cat="wait"))),
+                       ("no cat", doc(s(cat=None), f(cat=None)))):
+        check(trace_check.errors(bad), "trace_check: %s passes" % label)
+
+
 def main():
+    flow_rules()
     tmp = tempfile.mkdtemp(prefix="dsim-report-")
     try:
         db = os.path.join(tmp, "store", "runs.db")
@@ -182,6 +252,89 @@ def main():
         check(any(e["ph"] == "i" and e.get("cat") == "checkpoint" for e in evs),
               "trace 2: no checkpoint writes")
 
+        # arrows from each frame's send to its arrival, as stored
+        msg_flows(tmp, db, 1, "threads")
+        doc2m = msg_flows(tmp, db, 2, "threads, node loss")
+        check(con.execute("SELECT count(DISTINCT attempt) FROM messages WHERE run_id = 2")
+              .fetchone()[0] == 2, "run 2: no messages of the attempt after the restart")
+        check(any(e.get("cat") == "message" and e["ph"] == "s" and e["args"]["attempt"] == 1
+                  for e in doc2m["traceEvents"]), "trace 2: no arrows after the restart")
+
+        # the processes engine: the children's phases reach the store, so
+        # the trace has steps and collectives for every replica, and the
+        # children's message halves join into arrows
+        pdb = os.path.join(tmp, "procs", "p.db")
+        os.mkdir(os.path.dirname(pdb))
+        rc, so, se = dsim(["run", quick, "--engine", "processes", "--db", pdb], tmp)
+        check(rc == 0, "quickstart on processes: rc %d\n%s\n%s" % (rc, so, se))
+        pc = sqlite3.connect(pdb)
+        preps = pc.execute("SELECT count(*) FROM replicas WHERE run_id = 1").fetchone()[0]
+        check(pc.execute("SELECT engine FROM runs WHERE id = 1").fetchone()[0] == "processes",
+              "the processes run is not stored as one")
+        per = dict(pc.execute("SELECT replica, count(*) FROM collectives WHERE run_id = 1 AND "
+                              "op = 'allreduce' AND status = 0 GROUP BY replica").fetchall())
+        nsteps = pc.execute("SELECT count(DISTINCT step) FROM steps WHERE run_id = 1").fetchone()[0]
+        check(preps == 4 and per == {k: nsteps for k in range(preps)},
+              "processes run: all-reduce rows per replica %s, wanted %d each of %d" %
+              (per, nsteps, preps))
+        pdoc = msg_flows(tmp, pdb, 1, "processes")
+        pevs = pdoc["traceEvents"]
+        pcoll = {e["tid"] - (1 << 20) for e in pevs
+                 if e["ph"] == "X" and e.get("cat") == "collective"}
+        check(pcoll == set(range(preps)),
+              "processes trace: collective slices for replicas %s of %d" % (pcoll, preps))
+        check({e["tid"] - 1 for e in pevs if e["ph"] == "X" and e.get("cat") == "step"} ==
+              set(range(preps)), "processes trace: not a track of steps per replica")
+        check(any(e["ph"] == "X" and e.get("cat") == "phase" and e["name"] == "create_variables"
+                  for e in pevs), "processes trace: no cold-start phases")
+        pout = os.path.join(tmp, "procs.html")
+        rc, so, se = dsim(["report", "1", "--db", pdb, "-o", pout], tmp)
+        check(rc == 0 and plots(read(pout)).get("comm") == [preps],
+              "processes report: no all-reduce share of %d replicas: %s %s" %
+              (preps, plots(read(pout)) if rc == 0 else None, se))
+        pc.close()
+
+        # the sim engine: frames on the virtual clock
+        sdb = os.path.join(tmp, "simeng", "s.db")
+        os.mkdir(os.path.dirname(sdb))
+        rc, so, se = dsim(["run", quick, "--engine", "sim", "--db", sdb], tmp)
+        check(rc == 0, "quickstart on sim: rc %d\n%s\n%s" % (rc, so, se))
+        msg_flows(tmp, sdb, 1, "sim")
+
+        # the bound: a longer run keeps the first 256 frames of each link
+        # and counts the rest; a job of more than 16 ranks keeps none
+        long_yaml = os.path.join(tmp, "long.yaml")
+        with open(quick, encoding="utf-8") as fh:
+            text = fh.read()
+        check("epochs: 3" in text, "quickstart.yaml no longer says epochs: 3")
+        with open(long_yaml, "w", encoding="utf-8") as fh:
+            fh.write(text.replace("name: quickstart", "name: quickstart_long")
+                     .replace("epochs: 3", "epochs: 20"))
+        rc, so, se = dsim(["run", long_yaml, "--engine", "sim", "--db", sdb], tmp)
+        check(rc == 0, "the long quickstart on sim: rc %d\n%s\n%s" % (rc, so, se))
+        sc = sqlite3.connect(sdb)
+        per_link = sc.execute("SELECT max(n), max(top) FROM (SELECT count(*) AS n, max(seq) AS top "
+                              "FROM messages WHERE run_id = 2 GROUP BY attempt, src, dst, "
+                              "comm_id)").fetchone()
+        left = sc.execute("SELECT value FROM metrics WHERE run_id = 2 AND name = "
+                          "'messages_not_logged'").fetchone()
+        check(per_link == (256, 256) and left and left[0] > 0,
+              "long run: frames per link %s, not logged %s" % (per_link, left))
+        ldoc = msg_flows(tmp, sdb, 2, "sim, long")
+        check("%d later frames not stored" % left[0] in ldoc["otherData"]["messages"],
+              "long run: the trace does not say how many frames were left out: %s" %
+              ldoc["otherData"]["messages"])
+        rc, so, se = dsim(["run", os.path.join(SCEN, "cold_start", "workers_64.yaml"),
+                           "--engine", "sim", "--db", sdb], tmp)
+        check(rc == 0, "workers_64 on sim: rc %d\n%s\n%s" % (rc, so, se))
+        check(sc.execute("SELECT count(*) FROM messages WHERE run_id = 3").fetchone()[0] == 0,
+              "a job of 64 ranks stored messages")
+        wdoc = trace(tmp, sdb, 3, "w64.json")
+        check(wdoc["otherData"]["messages"].startswith("none") and
+              "at most 16 ranks" in wdoc["otherData"]["messages"],
+              "workers_64: otherData.messages %s" % wdoc["otherData"]["messages"])
+        sc.close()
+
         # collective times: the all-reduce share and flow arrows
         w = sqlite3.connect(db)
         w.execute("DELETE FROM collectives WHERE run_id = 1")
@@ -219,7 +372,7 @@ def main():
         doc = trace(tmp, db, 1, "t1.json")
         evs = doc["traceEvents"]
         coll = [e for e in evs if e["ph"] == "X" and e.get("cat") == "collective"]
-        fl = [e for e in evs if e["ph"] in ("s", "f")]
+        fl = [e for e in evs if e["ph"] in ("s", "f") and e.get("cat") == "wait"]
         check(len(coll) == len(rows), "trace 1: %d collectives of %d" % (len(coll), len(rows)))
         calls = len(rows) // reps1
         check(len(fl) == 2 * calls * (reps1 - 1),

@@ -10,8 +10,10 @@ per (pid, tid) track, in timestamp order (stable), B/E pairs nest (an E
 closes the innermost open B; names match where the E names one) and none
 stays open; B/E and X slices on one track nest properly (no partial
 overlap); instant events' scope s is g, p or t; flow events s/f come in
-pairs with the same cat and id, the s no later than its f, and each
-lies inside a slice of its own track (flows bind to slices); M metadata
+pairs with the same cat and id (a cat is required), the s no later than
+its f, the s inside a slice of its own track and the f too when it binds
+to the enclosing slice (bp "e"), else before a slice of its track (flows
+bind to slices); M metadata
 events name processes and threads with args.name.
 
 usage: trace_check.py FILE.json   (exit 0 valid, 1 invalid: the reasons)
@@ -111,6 +113,9 @@ def errors(doc):
     def inside(e):
         return any(s0 - EPS <= e["ts"] <= s1 + EPS for s0, s1, _ in slices.get((e["pid"], e["tid"]), []))
 
+    def next_slice(e):
+        return any(s0 + EPS >= e["ts"] for s0, _, _ in slices.get((e["pid"], e["tid"]), []))
+
     for (cat, fid), lst in flows.items():
         phs = [e["ph"] for _, e in lst]
         if phs.count("s") != 1 or phs.count("f") != 1:
@@ -122,8 +127,16 @@ def errors(doc):
         if s["ts"] > f["ts"] + EPS:
             errs.append("flow cat=%s id=%s: starts at %s after it ends at %s"
                         % (cat, fid, s["ts"], f["ts"]))
+        if cat is None:
+            errs.append("flow id=%s: no cat (a flow is matched by cat and id)" % fid)
+        # s binds to the enclosing slice; f too with bp "e", else to the
+        # next slice that begins on its track
         for e in (s, f):
-            if not inside(e):
+            if e["ph"] == "f" and e.get("bp") != "e":
+                if not next_slice(e):
+                    errs.append("flow cat=%s id=%s: its f at %s (binding: next slice) has no "
+                                "slice after it on its track" % (cat, fid, e["ts"]))
+            elif not inside(e):
                 errs.append("flow cat=%s id=%s: its %s at %s is in no slice of its track"
                             % (cat, fid, e["ph"], e["ts"]))
     return errs

@@ -404,6 +404,68 @@ static void test_migrate_v4(void **state)
     sqlite3_close(db);
 }
 
+/* Version 5 to 6 adds messages: the runs and their reference losses stay,
+ * a new run's frames are stored (unknown times as NULL), bad rows are
+ * refused naming the store, and the frames go with their run. */
+static void test_migrate_v5(void **state)
+{
+    (void)state;
+    char path[4200], fresh[4200], buf[256];
+    db_path(path, sizeof path, "v5.db");
+    db_path(fresh, sizeof fresh, "fresh6.db");
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    su_exec(db, "PRAGMA foreign_keys = OFF");
+    for (int k = 0; k < 5; k++)
+        su_exec(db, store_migrations[k]);
+    su_exec(db, "PRAGMA application_id = 1685285229; PRAGMA user_version = 5;");
+    su_exec(db, "INSERT INTO runs (id, scenario, seed, engine, dsim_version, status, started_ns,"
+                "  ended_ns, host, pid, pid_start) VALUES"
+                "  (1, 'a', 1, 'threads', '0.1.0', 'passed', 1, 2, 'h', 1, 1);"
+                "INSERT INTO reference_steps (run_id, step, loss) VALUES (1, 0, 2.5);");
+    sqlite3_close(db);
+
+    dsim_store *st;
+    assert_int_equal(dsim_store_open(path, &st), DSIM_OK);
+    dsim_run_id run = begin(st, "msgs");
+    assert_int_equal(run, 2);
+    dsim_msg_row m = {.attempt = 0, .src = 0, .dst = 1, .comm_id = 1, .tag = 7, .seq = 1,
+                      .bytes = 144, .t_sent_ns = 100, .t_recv_ns = 150};
+    assert_int_equal(dsim_store_message(st, run, &m), DSIM_OK);
+    m = (dsim_msg_row){.attempt = 1, .src = 1, .dst = 0, .comm_id = 1, .tag = 7, .seq = 1,
+                       .bytes = 8, .t_sent_ns = 200, .t_recv_ns = -1};
+    assert_int_equal(dsim_store_message(st, run, &m), DSIM_OK);
+    m.src = -1;
+    assert_int_equal(dsim_store_message(st, run, &m), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), path));
+    assert_int_equal(dsim_store_message(NULL, run, &m), DSIM_EINVAL);
+    assert_int_equal(dsim_store_end_run(st, run, DSIM_RUN_PASSED, NULL, 0), DSIM_OK);
+    assert_int_equal(dsim_store_close(st), DSIM_OK);
+
+    db = su_open(path);
+    assert_int_equal(su_int(db, "PRAGMA user_version"), DSIM_STORE_SCHEMA_VERSION);
+    assert_int_equal(su_int(db, "SELECT count(*) FROM reference_steps WHERE run_id = 1"), 1);
+    assert_string_equal(
+        su_text(db, buf, sizeof buf,
+                "SELECT group_concat(attempt || ':' || src || '>' || dst || ':' || bytes || ':' "
+                "|| ifnull(t_sent_ns, 'null') || ':' || ifnull(t_recv_ns, 'null'), ' ') FROM "
+                "(SELECT * FROM messages WHERE run_id = 2 ORDER BY rowid)"),
+        "0:0>1:144:100:150 1:1>0:8:200:null");
+    su_exec(db, "PRAGMA foreign_keys = ON; DELETE FROM runs WHERE id = 2");
+    assert_int_equal(su_int(db, "SELECT count(*) FROM messages"), 0);
+
+    assert_int_equal(dsim_store_open(fresh, &st), DSIM_OK);
+    assert_int_equal(dsim_store_close(st), DSIM_OK);
+    sqlite3 *dbf = su_open(fresh);
+    char *a = schema_shape(db), *b = schema_shape(dbf);
+    assert_string_equal(a, b);
+    assert_non_null(strstr(a, "table messages "));
+    free(a);
+    free(b);
+    sqlite3_close(dbf);
+    sqlite3_close(db);
+}
+
 /* Version 3 to 4 adds flight_records: the runs stay, a flight record of a
  * new run is stored, and it goes with its run. */
 static void test_migrate_v3(void **state)
@@ -718,6 +780,7 @@ int main(void)
         cmocka_unit_test(test_migrate_v2),
         cmocka_unit_test(test_migrate_v3),
         cmocka_unit_test(test_migrate_v4),
+        cmocka_unit_test(test_migrate_v5),
         cmocka_unit_test(test_newer_refused),
         cmocka_unit_test(test_not_a_database_refused),
         cmocka_unit_test(test_killed_midway),
