@@ -690,7 +690,12 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
             if (fs->nic_in_free[hd] > start)
                 start = fs->nic_in_free[hd];
         }
-        int64_t wire = bw > 0 ? (int64_t)llround((double)(len + sizeof *hdr) / bw * 1e9) : 0;
+        /* a virtual frame (timing only) stands for the length it carries */
+        uint64_t bytes = len;
+        if ((hdr->flags & DSIM_TP_F_VIRTUAL) && len == sizeof bytes && payload)
+            memcpy(&bytes, payload, sizeof bytes);
+        int64_t wire =
+            bw > 0 ? (int64_t)llround((double)(bytes + sizeof *hdr) / bw * 1e9) : 0;
         int64_t end = start + wire;
         l->net_free = end;
         if (cross)
