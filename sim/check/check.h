@@ -94,6 +94,9 @@ typedef struct dsim_check_ops {
     /* The check judges failed runs too (node_loss: the faults are meant to
      * break the run); other checks fail outright when the run failed. */
     bool judges_failed_runs;
+    /* The check judges timing-only runs (a synthetic model: step times, no
+     * numbers, no data); the others are reported not applicable there. */
+    bool judges_timing_only;
 } dsim_check_ops;
 
 /* What the performance check measures of a run (sim/check/performance.c),
@@ -133,6 +136,9 @@ typedef struct dsim_check_outcome {
     bool expect_fail;  /* the scenario expects the check to fail */
     bool check_passed; /* the check's own verdict on the run */
     bool passed;       /* the expectation is met: check_passed != expect_fail */
+    /* Not judged: the run has nothing this check measures (a timing-only
+     * run moves no numbers); passed is true, result.message says why. */
+    bool not_applicable;
     dsim_check_result result;
 } dsim_check_outcome;
 

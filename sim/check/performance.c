@@ -233,6 +233,7 @@ const dsim_check_ops dsim_check_performance = {
     .name = "performance",
     .summary = "all-reduce share of step time, scaling efficiency, stragglers",
     .available = true,
+    .judges_timing_only = true,
     .n_params = 3,
     .params =
         {

@@ -660,12 +660,17 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
             run_fmt_num(meas, sizeof meas, c->result.measured);
             run_fmt_num(exp, sizeof exp, c->result.expected);
             printf("  %-22s %-8s %-12s %-12s %s\n      %s\n", c->name,
-                   c->expect_fail ? "fail" : "pass", meas, exp, c->passed ? "PASS" : "FAIL",
+                   c->expect_fail ? "fail" : "pass", meas, exp,
+                   c->not_applicable ? "N/A"
+                   : c->passed       ? "PASS"
+                                     : "FAIL",
                    c->result.message);
         }
     } else if (!rep->harness_error)
         printf("\n  no checks: the scenario has no expect: section, so the run is stored but "
                "nothing was judged\n");
+    if (rep->whatif[0])
+        printf("\n%s\n", rep->whatif);
     if (rep->harness_error)
         printf("\n  harness error: %s\n", rep->harness_msg);
     if (rep->status == DSIM_RUN_HUNG) {

@@ -35,8 +35,9 @@ void cmd_whatif_help(FILE *out)
         "  best        the algorithm the model finds fastest, and its time\n"
         "\n"
         "  SCENARIO         take hosts, devices, global batch, the model's parameter\n"
-        "                   count (and forward FLOPs: 2 per weight) and the algorithm\n"
-        "                   from a scenario file; the flags override it\n"
+        "                   count (and forward FLOPs: 2 per weight; a synthetic model's\n"
+        "                   own), the algorithm, cluster.device and cluster.network\n"
+        "                   (preset and intra) from a scenario file; the flags override it\n"
         "  --hosts H, --devices D   the cluster (default 4 x 4)\n"
         "  --device NAME    v100 (default), a100, h100, cpu (measured here)\n"
         "  --network LIST   inter-host links, comma-separated (default 1gbe,10gbe,ib100)\n"
@@ -178,7 +179,8 @@ int cmd_whatif(int argc, char **argv)
     const char *device = "v100", *networks = "1gbe,10gbe,ib100", *intra = "nvlink";
     const char *params_s = NULL, *flops_s = NULL, *algo_s = "auto", *scenario = NULL;
     const char *chakra = NULL;
-    bool have_hosts = false, have_devices = false;
+    bool have_hosts = false, have_devices = false, have_device = false, have_network = false,
+         have_intra = false;
     for (int i = 1; i < argc; i++) {
         int missing = 0;
         const char *v;
@@ -201,10 +203,13 @@ int cmd_whatif(int argc, char **argv)
                 return 2;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--device", &missing))) {
             device = v;
+            have_device = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--network", &missing))) {
             networks = v;
+            have_network = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--intra", &missing))) {
             intra = v;
+            have_intra = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--params", &missing))) {
             params_s = v;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--flops", &missing))) {
@@ -240,10 +245,30 @@ int cmd_whatif(int argc, char **argv)
             devices = s->train.devices_per_host;
         if (!batch)
             batch = s->train.global_batch;
-        size_t np = dsim_model_num_params(&s->train.model);
-        params = (double)np;
-        flops = 2.0 * (double)np; /* a dense model: a multiply and an add per weight */
+        if (s->train.synthetic_params > 0) {
+            params = s->train.synthetic_params;
+            flops = s->train.synthetic_flops;
+        } else {
+            size_t np = dsim_model_num_params(&s->train.model);
+            params = (double)np;
+            flops = 2.0 * (double)np; /* a dense model: a multiply and an add per weight */
+        }
         algo = s->train.communication;
+        /* the scenario's cluster, where it names one; the flags override it */
+        static char dev_s[16], net_s[32], intra_s[32];
+        if (!have_device && s->device_preset) {
+            snprintf(dev_s, sizeof dev_s, "%s", s->device_preset);
+            device = dev_s;
+        }
+        if (!have_network && s->network_given && s->network_preset &&
+            dsim_link_preset(s->network_preset)) {
+            snprintf(net_s, sizeof net_s, "%s", s->network_preset);
+            networks = net_s;
+        }
+        if (!have_intra && s->intra_preset) {
+            snprintf(intra_s, sizeof intra_s, "%s", s->intra_preset);
+            intra = intra_s;
+        }
         dsim_scenario_free(s);
     }
     if (params_s && dsim_cost_parse_count("--params", params_s, &params) != DSIM_OK)

@@ -57,18 +57,21 @@ const char *dsim_fault_what_name(dsim_fault_what w)
     return (int)w >= 0 && w < DSIM_FAULT_WHAT_COUNT ? fs_what_names[w] : "unknown";
 }
 
+typedef struct fs_link fs_link;
+
 typedef struct fs_held {
-    struct fs_held *next;
     dsim_ep *ep;
     dsim_tp_hdr hdr;
-    int64_t due; /* FS_FOREVER: until released */
-    int link;    /* index into fs->links */
+    int64_t due;  /* FS_FOREVER: until released */
+    uint64_t seq; /* order of holding: frames due together leave in it */
+    fs_link *link;
     int why;     /* the fault index that held it, or -1 (queued behind others) */
     size_t len;
     unsigned char data[];
 } fs_held;
 
-typedef struct fs_link {
+struct fs_link {
+    uint64_t key; /* src * R + dst */
     dsim_rng rng;
     bool rng_ready;
     double last; /* the last uniform draw, for correlation */
@@ -76,7 +79,7 @@ typedef struct fs_link {
     int64_t last_due;
     int64_t net_free; /* the network model: when the link's last frame has left */
     bool net_up;      /* the network model: the link's connection is set up */
-} fs_link;
+};
 
 /* A fault's life in the current run. */
 typedef struct fs_state {
@@ -111,8 +114,11 @@ struct dsim_faults {
     int *phase;
     uint64_t *step;
     int64_t *t_compute;
-    /* per link (src * R + dst), made on first use */
+    /* per link, made on first use: a hash table by src * R + dst (open
+     * addressing, lcap a power of two), so that a job of 65,536 ranks pays
+     * for the links it uses, not for R x R of them */
     fs_link **links;
+    size_t lcap, lcount;
     /* the run */
     dsim_rt *rt;
     dsim_fabric *fab;
@@ -120,7 +126,11 @@ struct dsim_faults {
     dsim_task *worker;
     bool stopping;
     int64_t t0;
-    fs_held *held; /* sorted by due, stable */
+    /* held frames: a binary heap by (due, seq), so that a step in which
+     * every one of thousands of ranks sends costs log n per frame */
+    fs_held **held;
+    size_t nheld, capheld;
+    uint64_t hseq;
     fs_timer *timers;
     size_t n_timers;
     dsim_faults_stats stats;
@@ -315,16 +325,40 @@ static bool fs_active_locked(dsim_faults *fs, size_t i, int64_t now)
     return true;
 }
 
+static size_t fs_link_slot(fs_link *const *tab, size_t cap, uint64_t key)
+{
+    uint64_t h = key * 0x9E3779B97F4A7C15ull;
+    size_t i = (size_t)(h >> 20) & (cap - 1);
+    while (tab[i] && tab[i]->key != key)
+        i = (i + 1) & (cap - 1);
+    return i;
+}
+
 static fs_link *fs_link_get(dsim_faults *fs, int src, int dst)
 {
-    size_t k = (size_t)src * (size_t)fs->R + (size_t)dst;
-    fs_link *l = fs->links[k];
-    if (!l) {
-        l = calloc(1, sizeof *l);
-        if (!l)
+    uint64_t key = (uint64_t)src * (uint64_t)fs->R + (uint64_t)dst;
+    size_t i = fs_link_slot(fs->links, fs->lcap, key);
+    if (fs->links[i])
+        return fs->links[i];
+    if (2 * (fs->lcount + 1) > fs->lcap) {
+        size_t ncap = fs->lcap * 2;
+        fs_link **nt = calloc(ncap, sizeof *nt);
+        if (!nt)
             return NULL;
-        fs->links[k] = l;
+        for (size_t k = 0; k < fs->lcap; k++)
+            if (fs->links[k])
+                nt[fs_link_slot(nt, ncap, fs->links[k]->key)] = fs->links[k];
+        free(fs->links);
+        fs->links = nt;
+        fs->lcap = ncap;
+        i = fs_link_slot(fs->links, fs->lcap, key);
     }
+    fs_link *l = calloc(1, sizeof *l);
+    if (!l)
+        return NULL;
+    l->key = key;
+    fs->links[i] = l;
+    fs->lcount++;
     return l;
 }
 
@@ -343,21 +377,78 @@ static double fs_draw(dsim_faults *fs, fs_link *l, int src, int dst, double corr
 
 /* ---- held frames ---- */
 
+static bool fs_held_before(const fs_held *a, const fs_held *b)
+{
+    return a->due != b->due ? a->due < b->due : a->seq < b->seq;
+}
+
+static void fs_heap_up(dsim_faults *fs, size_t i)
+{
+    fs_held **v = fs->held, *h = v[i];
+    while (i > 0 && fs_held_before(h, v[(i - 1) / 2])) {
+        v[i] = v[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    v[i] = h;
+}
+
+static void fs_heap_down(dsim_faults *fs, size_t i)
+{
+    fs_held **v = fs->held, *h = v[i];
+    size_t n = fs->nheld;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && fs_held_before(v[c + 1], v[c]))
+            c++;
+        if (!fs_held_before(v[c], h))
+            break;
+        v[i] = v[c];
+        i = c;
+    }
+    v[i] = h;
+}
+
+/* Takes held frame i out of the heap. */
+static fs_held *fs_heap_take(dsim_faults *fs, size_t i)
+{
+    fs_held *h = fs->held[i];
+    fs->held[i] = fs->held[--fs->nheld];
+    if (i < fs->nheld) {
+        fs_heap_down(fs, i);
+        fs_heap_up(fs, i);
+    }
+    return h;
+}
+
+/* Room for one more held frame. */
+static bool fs_heap_room(dsim_faults *fs)
+{
+    if (fs->nheld < fs->capheld)
+        return true;
+    size_t ncap = fs->capheld ? 2 * fs->capheld : 64;
+    fs_held **v = realloc(fs->held, ncap * sizeof *v);
+    if (!v)
+        return false;
+    fs->held = v;
+    fs->capheld = ncap;
+    return true;
+}
+
+/* Holds h (room made by the caller), after every frame due no later. */
 static void fs_hold_insert_locked(dsim_faults *fs, fs_held *h)
 {
-    fs_held **pp = &fs->held;
-    while (*pp && (*pp)->due <= h->due)
-        pp = &(*pp)->next;
-    h->next = *pp;
-    *pp = h;
+    h->seq = ++fs->hseq;
+    fs->held[fs->nheld++] = h;
+    fs_heap_up(fs, fs->nheld - 1);
     dsim_waitq_wake(fs->q);
 }
 
 static bool fs_hold_locked(dsim_faults *fs, dsim_ep *ep, const dsim_tp_hdr *hdr,
-                           const void *payload, size_t len, int64_t due, int why, fs_link *l,
-                           int link)
+                           const void *payload, size_t len, int64_t due, int why, fs_link *l)
 {
-    fs_held *h = malloc(sizeof *h + len);
+    fs_held *h = fs_heap_room(fs) ? malloc(sizeof *h + len) : NULL;
     if (!h) {
         fs->stats.dropped++;
         return false;
@@ -370,7 +461,7 @@ static bool fs_hold_locked(dsim_faults *fs, dsim_ep *ep, const dsim_tp_hdr *hdr,
     if (due < l->last_due)
         due = l->last_due; /* never overtake a frame of the same link */
     h->due = due;
-    h->link = link;
+    h->link = l;
     h->why = why;
     l->last_due = due;
     l->held++;
@@ -380,30 +471,43 @@ static bool fs_hold_locked(dsim_faults *fs, dsim_ep *ep, const dsim_tp_hdr *hdr,
 }
 
 /* Moves held frames that `pred` selects to `due` (a heal or a pause's end). */
+static int fs_held_cmp(const void *a, const void *b)
+{
+    const fs_held *x = *(fs_held *const *)a, *y = *(fs_held *const *)b;
+    return fs_held_before(x, y) ? -1 : fs_held_before(y, x) ? 1 : 0;
+}
+
 static void fs_release_locked(dsim_faults *fs, int64_t due, int rank, int why)
 {
-    fs_held *keep = NULL, **kt = &keep, *moved = NULL, **mt = &moved;
-    for (fs_held *h = fs->held, *next; h; h = next) {
-        next = h->next;
-        h->next = NULL;
+    /* The moved frames keep their order among themselves and follow the
+     * frames already due then, as they would in a list sorted by due. */
+    size_t n = fs->nheld, m = 0;
+    fs_held **moved = n ? malloc(n * sizeof *moved) : NULL;
+    if (n && !moved) {
+        dsim_error_log("faults: out of memory releasing held frames; they stay held until "
+                       "their own time");
+        return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        fs_held *h = fs->held[i];
         bool sel = (why >= 0 && h->why == why) ||
                    (rank >= 0 && (h->hdr.src == rank || h->hdr.dst == rank));
-        if (sel && h->due > due) {
-            *mt = h;
-            mt = &h->next;
-        } else {
-            *kt = h;
-            kt = &h->next;
-        }
+        if (sel && h->due > due)
+            moved[m++] = h;
+        else
+            fs->held[k++] = h;
     }
-    fs->held = keep;
-    for (fs_held *h = moved, *next; h; h = next) {
-        next = h->next;
-        h->due = due;
-        if (fs->links[h->link])
-            fs->links[h->link]->last_due = due;
-        fs_hold_insert_locked(fs, h);
+    fs->nheld = k;
+    for (size_t i = k / 2; i-- > 0;) /* the rest is a heap again */
+        fs_heap_down(fs, i);
+    qsort(moved, m, sizeof *moved, fs_held_cmp);
+    for (size_t i = 0; i < m; i++) {
+        moved[i]->due = due;
+        moved[i]->link->last_due = due;
+        fs_hold_insert_locked(fs, moved[i]);
     }
+    free(moved);
 }
 
 static void fs_worker_main(void *arg)
@@ -428,17 +532,15 @@ static void fs_worker_main(void *arg)
                 dsim_waitq_lock(fs->q);
             }
         }
-        fs_held *h = fs->held;
+        fs_held *h = fs->nheld ? fs->held[0] : NULL;
         if (h && h->due <= now) {
-            fs->held = h->next;
+            fs_heap_take(fs, 0);
             dsim_waitq_unlock(fs->q);
             /* a held frame arrives when it is handed over */
             dsim_msg_log_arrived(fs->msgs, dsim_ep_rank(h->ep), &h->hdr, now);
             dsim_tp_deliver_held(h->ep, &h->hdr, h->data, h->len);
             dsim_waitq_lock(fs->q);
-            fs_link *l = fs->links[h->link];
-            if (l)
-                l->held--;
+            h->link->held--;
             free(h);
             continue;
         }
@@ -565,7 +667,6 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
     dsim_waitq_lock(fs->q);
     int64_t now = dsim_rt_now(fs->rt);
     fs->stats.frames_seen++;
-    int link = src * fs->R + dst;
     fs_link *l = fs_link_get(fs, src, dst);
     dsim_tp_filter_verdict v = DSIM_TP_FILTER_PASS;
     int64_t until = 0;
@@ -587,7 +688,7 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
         goto out;
     }
     if (a || b) {
-        fs_hold_locked(fs, ep, hdr, payload, len, until, -2, l, link);
+        fs_hold_locked(fs, ep, hdr, payload, len, until, -2, l);
         v = DSIM_TP_FILTER_TAKEN;
         goto out;
     }
@@ -674,20 +775,19 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
     /* A reordered frame waiting alone on this link is overtaken by this
      * one: both go through the worker, this one first. */
     if (l->held == 1 && hold_until == 0) {
-        fs_held **pp = &fs->held, *r = NULL;
-        for (; *pp; pp = &(*pp)->next) {
-            fs_held *h = *pp;
-            if (h->link == link && h->due == FS_FOREVER && h->why >= 0 &&
+        fs_held *r = NULL;
+        for (size_t i = 0; i < fs->nheld; i++) {
+            fs_held *h = fs->held[i];
+            if (h->link == l && h->due == FS_FOREVER && h->why >= 0 &&
                 fs->list[h->why].what == DSIM_FAULT_REORDER) {
-                r = h;
-                *pp = h->next;
+                r = fs_heap_take(fs, i);
                 break;
             }
         }
         if (r) {
             l->held--;
             l->last_due = now;
-            fs_hold_locked(fs, ep, hdr, payload, len, now, -1, l, link);
+            fs_hold_locked(fs, ep, hdr, payload, len, now, -1, l);
             r->due = now;
             r->why = -1;
             l->held++;
@@ -728,7 +828,12 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
             if (fs->nic_in_free[hd] > start)
                 start = fs->nic_in_free[hd];
         }
-        int64_t wire = bw > 0 ? (int64_t)llround((double)(len + sizeof *hdr) / bw * 1e9) : 0;
+        /* a virtual frame (timing only) stands for the length it carries */
+        uint64_t bytes = len;
+        if ((hdr->flags & DSIM_TP_F_VIRTUAL) && len == sizeof bytes && payload)
+            memcpy(&bytes, payload, sizeof bytes);
+        int64_t wire =
+            bw > 0 ? (int64_t)llround((double)(bytes + sizeof *hdr) / bw * 1e9) : 0;
         int64_t end = start + wire;
         l->net_free = end;
         if (cross)
@@ -739,14 +844,14 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
     if (hold_until > 0 || l->held > 0) {
         if (hold_until < now)
             hold_until = now;
-        fs_hold_locked(fs, ep, hdr, payload, len, hold_until, hold_why, l, link);
+        fs_hold_locked(fs, ep, hdr, payload, len, hold_until, hold_why, l);
         v = DSIM_TP_FILTER_TAKEN;
         goto out;
     }
     if (duplicate) {
         /* The original goes now; the copy follows it on the same link. */
         fs->stats.duplicated++;
-        fs_hold_locked(fs, ep, hdr, payload, len, now, -1, l, link);
+        fs_hold_locked(fs, ep, hdr, payload, len, now, -1, l);
     }
 out:
     dsim_waitq_unlock(fs->q);
@@ -803,13 +908,12 @@ static void fs_detach(void *user, dsim_fabric *f)
     dsim_waitq_unlock(fs->q);
     dsim_rt_join(fs->rt, fs->worker);
     fs->worker = NULL;
-    for (fs_held *h = fs->held, *next; h; h = next) {
-        next = h->next;
+    for (size_t i = 0; i < fs->nheld; i++) {
         fs->stats.dropped++;
-        free(h);
+        free(fs->held[i]);
     }
-    fs->held = NULL;
-    for (size_t k = 0; k < (size_t)fs->R * (size_t)fs->R; k++)
+    fs->nheld = 0;
+    for (size_t k = 0; k < fs->lcap; k++)
         if (fs->links[k]) {
             fs->links[k]->held = 0;
             fs->links[k]->last_due = 0;
@@ -1150,7 +1254,8 @@ dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, i
     fs->phase = calloc(R, sizeof *fs->phase);
     fs->step = calloc(R, sizeof *fs->step);
     fs->t_compute = calloc(R, sizeof *fs->t_compute);
-    fs->links = calloc(R * R, sizeof *fs->links);
+    fs->lcap = 1024;
+    fs->links = calloc(fs->lcap, sizeof *fs->links);
     if (!fs->list || !fs->st || !fs->dead || !fs->pause_end || !fs->phase || !fs->step ||
         !fs->t_compute || !fs->links) {
         dsim_faults_destroy(fs);
@@ -1202,9 +1307,10 @@ void dsim_faults_destroy(dsim_faults *fs)
     for (size_t i = 0; fs->st && i < fs->n; i++)
         free(fs->st[i].victim);
     if (fs->links)
-        for (size_t k = 0; k < (size_t)fs->R * (size_t)fs->R; k++)
+        for (size_t k = 0; k < fs->lcap; k++)
             free(fs->links[k]);
     free(fs->links);
+    free(fs->held);
     free(fs->list);
     free(fs->st);
     free(fs->dead);

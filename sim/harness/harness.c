@@ -32,6 +32,7 @@
 #include "report/report.h"
 #include "recovery.h"
 #include "harness.h"
+#include "model/costmodel.h"
 
 static int64_t h_now_ns(void)
 {
@@ -1001,6 +1002,84 @@ static dsim_err h_store_messages(dsim_msg_log *log, dsim_store *st, dsim_run_id 
     return e;
 }
 
+/* The bytes of gradients a replica all-reduces each step. */
+static size_t h_grad_bytes(const dsim_train_cfg *cfg, const dsim_train_result *res)
+{
+    if (cfg->synthetic_params > 0)
+        return (size_t)llround(cfg->synthetic_params) * sizeof(float);
+    return res->n_params * sizeof(float);
+}
+
+/* A timing-only run's one-device baseline: the compute model's time for
+ * the whole global batch of each step on one device, no exchange (the
+ * figure `dsim whatif` divides by for its speed-up). */
+static dsim_err h_synthetic_reference(const dsim_train_cfg *cfg, const dsim_train_result *run,
+                                      dsim_train_result *ref)
+{
+    memset(ref, 0, sizeof *ref);
+    size_t S = (size_t)run->steps, N = (size_t)run->num_replicas;
+    if (S == 0 || !run->examples || !(cfg->device_flops > 0))
+        return DSIM_ERR(DSIM_EINVAL, -1, "no steps or no compute rate for the baseline");
+    ref->step_ns = calloc(S, sizeof *ref->step_ns);
+    ref->comm_ns = calloc(S, sizeof *ref->comm_ns);
+    ref->examples = calloc(S, sizeof *ref->examples);
+    if (!ref->step_ns || !ref->comm_ns || !ref->examples) {
+        dsim_train_result_free(ref);
+        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for the one-device baseline");
+    }
+    snprintf(ref->strategy, sizeof ref->strategy, "one_device");
+    ref->num_workers = ref->devices_per_host = ref->num_replicas = ref->num_replicas_in_sync = 1;
+    ref->steps = S;
+    ref->initial_loss = ref->final_loss = NAN;
+    for (size_t k = 0; k < S; k++) {
+        uint64_t ex = 0;
+        for (size_t i = 0; i < N; i++)
+            ex += run->examples[k * N + i];
+        ref->examples[k] = ex;
+        ref->step_ns[k] =
+            (int64_t)llround(3.0 * cfg->synthetic_flops * (double)ex / cfg->device_flops * 1e9);
+    }
+    return DSIM_OK;
+}
+
+/* out->whatif: what the modelled cluster would take, and the sources. */
+static void h_whatif_summary(const dsim_scenario *s, const dsim_train_cfg *cfg,
+                             const dsim_perf *perf, dsim_algo algo, dsim_harness_result *out)
+{
+    char *w = out->whatif;
+    size_t cap = sizeof out->whatif, n = 0;
+    double speed = perf->reference_step_s > 0 && perf->step_s > 0
+                       ? perf->reference_step_s / perf->step_s
+                       : NAN;
+    const char *dev = s->device_preset ? s->device_preset : "device";
+    n += (size_t)snprintf(w + n, cap - n,
+                          "what-if: step %.2f ms (compute %.2f ms), all-reduce %.0f %% of the "
+                          "step; speed-up %.2fx over one %s (scaling efficiency %.2f); "
+                          "all-reduce algorithm %s%s\n",
+                          perf->step_s * 1e3, perf->compute_s * 1e3, 100 * perf->allreduce_share,
+                          speed, dev, perf->scaling_efficiency, dsim_algo_name(algo),
+                          cfg->communication == DSIM_ALGO_AUTO ? " (dsim's decision function)"
+                                                               : " (the scenario's)");
+    if (n >= cap)
+        return;
+    n += (size_t)snprintf(w + n, cap - n, "figures: alpha-beta links and the compute model of "
+                                          "sim/model/costmodel.c (dsim whatif --presets)");
+    const dsim_link_model *l = s->network_given ? dsim_link_preset(s->network_preset) : NULL;
+    if (l && n < cap)
+        n += (size_t)snprintf(w + n, cap - n, "; %s: %s", l->name, l->source);
+    const dsim_link_model *il = s->intra_preset ? dsim_link_preset(s->intra_preset) : NULL;
+    if (il && n < cap)
+        n += (size_t)snprintf(w + n, cap - n, "; %s: %s", il->name, il->source);
+    const dsim_device_model *d = s->device_preset ? dsim_device_preset(s->device_preset) : NULL;
+    if (d && n < cap)
+        n += (size_t)snprintf(w + n, cap - n, "; %s: %s", d->name, d->source);
+    if (n < cap && cfg->synthetic_params > 0)
+        snprintf(w + n, cap - n,
+                 "; timing only: %.4g parameters, %.3g FLOPs per example forward, "
+                 "forward + backward = 3x",
+                 cfg->synthetic_params, cfg->synthetic_flops);
+}
+
 static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, int slot,
                       dsim_harness_result *out)
 {
@@ -1299,6 +1378,9 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
             if (hung)
                 h_store_stuck(st, out, t_end);
         }
+    } else if (cfg.synthetic_params > 0) {
+        /* timing only: no replay to make, the baseline is the compute model's */
+        have_ref = h_synthetic_reference(&cfg, &res, &ref) == DSIM_OK;
     } else if (dsim_check_needs_reference(s)) {
         dsim_train_cfg rc = cfg;
         rc.observer = NULL;
@@ -1394,10 +1476,19 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         /* the algorithm's name goes in the unit column: a metric is a number */
         dsim_algo a = cfg.communication;
         if (a == DSIM_ALGO_AUTO)
-            a = dsim_allreduce_decide(res.n_params * sizeof(float), R);
+            a = dsim_allreduce_decide(h_grad_bytes(&cfg, &res), R);
         if (HG_STORE(dsim_store_metric(st, out->run_id, "allreduce_algorithm", (double)a,
                                        dsim_algo_name(a), -1)) != DSIM_OK)
             h_fail(out, "storing the metrics");
+    }
+
+    bool sim = cfg.engine && strcmp(cfg.engine, "sim") == 0;
+    if (sim && out->train_err == DSIM_OK && (s->network_given || cfg.synthetic_params > 0) &&
+        R > 1 && cfg.num_ps == 0) {
+        dsim_algo a = cfg.communication;
+        if (a == DSIM_ALGO_AUTO)
+            a = dsim_allreduce_decide(h_grad_bytes(&cfg, &res), R);
+        h_whatif_summary(s, &cfg, &perf, a, out);
     }
 
     /* A run that failed, or failed a check, leaves its flight records

@@ -181,6 +181,11 @@ typedef struct dsim_harness_result {
     /* Time on the engine's clock from the workers' start to the last one's
      * return (virtual under sim; 0 when the run failed before). */
     int64_t engine_ns;
+    /* A run under the sim engine with a network model or a synthetic model
+     * (a what-if): two lines, what the modelled cluster would take (step
+     * time, all-reduce share, speed-up over one device, the algorithm) and
+     * where the figures come from; "" otherwise. */
+    char whatif[1536];
 } dsim_harness_result;
 
 /* Applies opts' overrides to s in place and checks that this build can run

@@ -595,9 +595,11 @@ static const char *const scen_top_keys[T_N] = {
     "optimizer", "data",        "checkpoint", "faults", "recovery", "expect",   "matrix",
     "liveness"};
 
-enum { C_HOSTS, C_DPH, C_PS, C_TFC, C_NET, C_N };
-static const char *const scen_cluster_keys[C_N] = {"hosts", "devices_per_host", "ps", "tf_config",
-                                                   "network"};
+enum { C_HOSTS, C_DPH, C_PS, C_TFC, C_NET, C_DEV, C_N };
+static const char *const scen_cluster_keys[C_N] = {"hosts",   "devices_per_host", "ps", "tf_config",
+                                                   "network", "device"};
+/* cluster.device: the compute model's presets (sim/model/costmodel.c) */
+static const scen_name scen_devices[] = {{"v100", 0}, {"a100", 1}, {"h100", 2}, {"cpu", 3}};
 enum { N_PRESET, N_LATENCY, N_BW, N_INTRA, N_N };
 static const char *const scen_net_keys[N_N] = {"preset", "latency", "bandwidth", "intra"};
 static const scen_name scen_intra[] = {{"none", 0}, {"pcie4", 1}, {"nvlink", 2}, {"nvlink3", 3},
@@ -609,8 +611,10 @@ static const char *const scen_strategy_keys[S_N] = {"name",    "plugin",  "commu
 enum { H_INTERVAL, H_TIMEOUT, H_RETRIES, H_N };
 static const char *const scen_health_keys[H_N] = {"interval", "timeout", "retries"};
 
-enum { M_KIND, M_HIDDEN, M_LOSS, M_N };
-static const char *const scen_model_keys[M_N] = {"kind", "hidden", "loss"};
+enum { M_KIND, M_HIDDEN, M_LOSS, M_SYNTH, M_N };
+static const char *const scen_model_keys[M_N] = {"kind", "hidden", "loss", "synthetic"};
+enum { MS_PARAMS, MS_FLOPS, MS_N };
+static const char *const scen_synth_keys[MS_N] = {"parameters", "flops_per_example"};
 
 enum { O_KIND, O_LR, O_MOMENTUM, O_NESTEROV, O_BETA1, O_BETA2, O_EPSILON, O_N };
 static const char *const scen_optim_keys[O_N] = {"kind",  "learning_rate", "momentum", "nesterov",
@@ -852,6 +856,17 @@ static dsim_err scen_cluster(const scen_ctx *c, scen_state *st)
                          DSIM_TRAIN_MAX_WORKERS);
     }
 
+    /* the device: its achieved FLOP/s is the compute model's rate */
+    if (m->val[C_DEV]) {
+        int dv = 0;
+        DSIM_CHECK(scen_enum(c, m, C_DEV, "a device preset", scen_devices, SCEN_N(scen_devices),
+                             &dv));
+        const dsim_device_model *dm = dsim_device_preset(scen_devices[dv].name);
+        DSIM_CHECK(scen_set_str(c, &s->device_preset, scen_devices[dv].name));
+        if (dm)
+            t->device_flops = dm->peak_flops * dm->efficiency;
+    }
+
     /* network */
     scen_map *n = &st->net;
     DSIM_CHECK(
@@ -867,6 +882,8 @@ static dsim_err scen_cluster(const scen_ctx *c, scen_state *st)
     const dsim_link_model *il = intra ? dsim_link_preset(scen_intra[intra].name) : NULL;
     s->intra_latency_ns = il ? (int64_t)llround(il->latency_s * 1e9) : 0;
     s->intra_Bps = il ? il->bandwidth_Bps : 0;
+    if (il)
+        DSIM_CHECK(scen_set_str(c, &s->intra_preset, il->name));
     const dsim_network_preset *p = dsim_network_preset_find(scen_presets[preset].name);
     if (p) {
         s->link_latency_ns = p->latency_ns;
@@ -1185,6 +1202,50 @@ static dsim_err scen_data(const scen_ctx *c, scen_state *st)
     return DSIM_OK;
 }
 
+/* model.synthetic: {parameters: 25.6M, flops_per_example: 4.1G}: a model
+ * given by its size alone, run timing only (dsim_train_cfg.synthetic_params). */
+static dsim_err scen_synthetic(const scen_ctx *c, scen_state *st)
+{
+    dsim_train_cfg *t = &c->s->train;
+    scen_map *m = &st->model;
+    for (int k = M_KIND; k <= M_LOSS; k++)
+        if (m->val[k])
+            return scen_fail(c, m->key[k],
+                             "model.%s: a synthetic model has no layers or loss, only a size "
+                             "(model.synthetic); remove %s or synthetic",
+                             scen_model_keys[k], scen_model_keys[k]);
+    scen_map sm;
+    DSIM_CHECK(scen_map_read(c, m->val[M_SYNTH], m->key[M_SYNTH], "model.synthetic",
+                             scen_synth_keys, MS_N, &sm));
+    double val[MS_N] = {0, 0};
+    static const double lo[MS_N] = {1, 0}, hi[MS_N] = {1e12, 1e18};
+    for (int k = 0; k < MS_N; k++) {
+        const scen_node *v = sm.val[k];
+        char kp[64], show[96];
+        snprintf(kp, sizeof kp, "model.synthetic.%s", scen_synth_keys[k]);
+        if (!v)
+            return scen_fail(c, sm.at,
+                             "%s is missing: a synthetic model needs parameters and "
+                             "flops_per_example, e.g. {parameters: 25.6M, flops_per_example: "
+                             "4.1G}",
+                             kp);
+        if (!scen_is_scalar(v) || strlen(v->s) != v->len)
+            return scen_fail(c, v, "%s: %s is not a number; accepted: e.g. 25.6M, 4.1G, 1e9", kp,
+                             scen_show(v, show, sizeof show));
+        if (dsim_cost_parse_count(kp, v->s, &val[k]) != DSIM_OK) {
+            char why[300];
+            snprintf(why, sizeof why, "%s", dsim_errmsg());
+            return scen_fail(c, v, "%s", why);
+        }
+        if (val[k] < lo[k] || val[k] > hi[k])
+            return scen_fail(c, v, "%s: %s is out of range; accepted: %g..%g", kp,
+                             scen_show(v, show, sizeof show), lo[k], hi[k]);
+    }
+    t->synthetic_params = val[MS_PARAMS];
+    t->synthetic_flops = val[MS_FLOPS];
+    return DSIM_OK;
+}
+
 static dsim_err scen_model(const scen_ctx *c, scen_state *st)
 {
     dsim_train_cfg *t = &c->s->train;
@@ -1203,6 +1264,8 @@ static dsim_err scen_model(const scen_ctx *c, scen_state *st)
     ms->loss = (dsim_loss)v;
     ms->in_dim = t->data.in_dim;
     ms->out_dim = t->data.out_dim;
+    if (m->val[M_SYNTH])
+        return scen_synthetic(c, st);
     const scen_node *hv = m->val[M_HIDDEN];
     if (ms->kind == DSIM_MODEL_MLP) {
         ms->n_hidden = 1;
@@ -2006,6 +2069,8 @@ void dsim_scenario_free(dsim_scenario *s)
     free(s->description);
     free(s->engine);
     free(s->network_preset);
+    free(s->device_preset);
+    free(s->intra_preset);
     free((void *)s->train.strategy);
     free((void *)s->train.plugin_path);
     free((void *)s->train.checkpoint_path);
@@ -2227,6 +2292,12 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
                         "the processes engine's links are real (tcp over loopback): remove "
                         "cluster.network, or use engine sim",
                         s->path);
+    if (s->train.synthetic_params > 0 && strcmp(eng, "sim") != 0)
+        return DSIM_ERR(DSIM_ENOTSUP, -1,
+                        "%s: model.synthetic runs timing only, under engine sim (its virtual "
+                        "clock charges the compute, its network model the messages); engine is "
+                        "%s: use engine sim",
+                        s->path, eng);
     for (size_t i = 0; i < s->n_expect; i++) {
         const dsim_expect *x = &s->expect[i];
         if (!x->check->available)

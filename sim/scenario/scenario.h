@@ -51,6 +51,8 @@ typedef struct dsim_scenario {
 
     /* network: preset name and link parameters (used by the sim engine) */
     char *network_preset; /* or NULL */
+    char *device_preset;  /* cluster.device (v100, a100, h100, cpu), or NULL */
+    char *intra_preset;   /* cluster.network.intra's link preset, or NULL */
     bool network_given;   /* cluster.network was in the file: the job's links are modelled
                              (threads and sim engines; see FORMAT.md) */
     int64_t link_latency_ns;

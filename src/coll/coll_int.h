@@ -79,6 +79,11 @@ struct dsim_comm {
     dsim_fr_entry *fr;
     size_t fr_cap, fr_max;
     dsim_fr_entry *fr_cur; /* the call in progress, or NULL */
+    /* dsim_comm_cfg.virtual_payload; vin[i]: where transfer i of a step
+     * receives the length a virtual frame stands for (vin_cap slots). */
+    int virt;
+    uint64_t *vin;
+    int vin_cap;
 };
 
 /* One collective call in progress. */

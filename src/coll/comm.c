@@ -105,6 +105,7 @@ dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
     c->timeout_ns = cfg->timeout_ns >= 0 ? cfg->timeout_ns : DSIM_COMM_DEFAULT_TIMEOUT_NS;
     c->algo = cfg->algo;
     c->fp_off = cfg->no_fingerprint != 0;
+    c->virt = cfg->virtual_payload != 0;
     c->fr_max = cfg->flight_recorder < 0    ? 0
                 : cfg->flight_recorder == 0 ? DSIM_FR_DEFAULT_SIZE
                                             : (size_t)cfg->flight_recorder;
@@ -127,6 +128,7 @@ void dsim_comm_destroy(dsim_comm *c)
     free(c->heard);
     free(c->fp_req);
     free(c->fp_pend);
+    free(c->vin);
     free(c->fp_in);
     free(c->fp_sent);
     free(c->fp_seen);
@@ -213,6 +215,12 @@ static dsim_err comm_check(dsim_comm *c, const char *fn, size_t count, size_t nb
     if (count > SIZE_MAX / es / nblocks)
         return COMM_BAD(c, "%s: count %zu of %s is too large for memory", fn, count,
                         dsim_dtype_name(t));
+    if (c->virt && count && strcmp(fn, "dsim_allreduce") != 0)
+        return COMM_BAD(c,
+                        "%s: the communicator's payloads are virtual (timing only), which only "
+                        "an in-place SUM allreduce supports; use a communicator without "
+                        "virtual_payload",
+                        fn);
     if (count && aname && !a)
         return COMM_BAD(c, "%s: %s is NULL but count is %zu", fn, aname, count);
     if (count && bname && !b)
@@ -239,6 +247,13 @@ static dsim_err comm_allreduce(dsim_comm *c, dsim_coll *xp, const void *sendbuf,
                         "reduce_to_one",
                         fn, (int)algo);
     size_t all = count * xp->esize;
+    /* In place and SUM, the algorithms touch the buffer only through their
+     * transfers, which a virtual communicator does not make. */
+    if (c->virt && count && (sendbuf != recvbuf || op != DSIM_SUM))
+        return COMM_BAD(c,
+                        "%s: the communicator's payloads are virtual (timing only): pass the "
+                        "same buffer twice (in place) and DSIM_SUM; the bytes are never read",
+                        fn);
     if (comm_overlap(sendbuf, recvbuf, all))
         return COMM_BAD(c,
                         "%s: sendbuf and recvbuf overlap without being the same buffer; pass "

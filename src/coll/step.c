@@ -656,10 +656,15 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
 }
 
 /* Posts one payload transfer. */
-static dsim_err step_post(dsim_coll *x, const dsim_xfer *f, dsim_req **req)
+static dsim_err step_post(dsim_coll *x, const dsim_xfer *f, int slot, dsim_req **req)
 {
     dsim_comm *c = x->c;
     uint32_t tag = step_tag(x->call, (uint32_t)f->step);
+    if (c->virt) /* timing only: the length goes, not the bytes (comm.h) */
+        return f->kind == DSIM_XF_SEND
+                   ? dsim_isend_virtual(c->ep, f->peer, c->comm_id, tag, f->len, req)
+                   : dsim_irecv(c->ep, f->peer, c->comm_id, tag, &c->vin[slot], sizeof *c->vin,
+                                req);
     switch (f->kind) {
     case DSIM_XF_SEND:
         return dsim_isend(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, req);
@@ -680,8 +685,8 @@ static dsim_err step_post(dsim_coll *x, const dsim_xfer *f, dsim_req **req)
  * again (nothing of it arrived) and goes on waiting. *probed: 2 when the
  * error returned is recorded in full (a mismatch, an abort), 1 when it is
  * the transport's, found by the look (still to report as the receive's). */
-static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, dsim_req **req, size_t *len,
-                                  int *probed)
+static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, int slot, dsim_req **req,
+                                  size_t *len, int *probed)
 {
     dsim_comm *c = x->c;
     int64_t soon = x->t0 + STEP_PROBE_NS; /* the first look: no clock read */
@@ -697,7 +702,7 @@ static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, dsim_req **r
             *probed = final ? 2 : 1;
             return e;
         }
-        if (step_post(x, f, req) != DSIM_OK)
+        if (step_post(x, f, slot, req) != DSIM_OK)
             return dsim_last_error()->code;
         soon = dsim_rt_deadline(c->rt, STEP_PROBE_NS);
         if (c->fp_seen[f->peer] == x->call + 1) {
@@ -752,6 +757,19 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         }
     }
 
+    if (c->virt && n > c->vin_cap) {
+        uint64_t *v = realloc(c->vin, (size_t)n * sizeof *v);
+        if (!v) {
+            if (reqs != reqs_stack) {
+                free(reqs);
+                free(idx);
+            }
+            DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for %d virtual receives", n);
+            return dsim_coll_fail_local(x, n > 0 ? xf[0].step : 0, DSIM_ENOMEM, "allocating");
+        }
+        c->vin = v;
+        c->vin_cap = n;
+    }
     step_fr_start(x);
     dsim_err e = DSIM_OK;
     int m = 0, mfp = 0; /* reqs[0 .. mfp) are fingerprint sends */
@@ -783,7 +801,7 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
             const dsim_xfer *f = &xf[i];
             if (f->len == 0 || (f->kind == DSIM_XF_SEND) != (pass == 1))
                 continue;
-            e = step_post(x, f, &reqs[m]);
+            e = step_post(x, f, i, &reqs[m]);
             if (e != DSIM_OK) {
                 for (int j = 0; j < m; j++)
                     dsim_req_cancel(reqs[j]);
@@ -809,13 +827,16 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         int probed = 0;
         step_fr_wait(c, f->peer);
         if (f->kind != DSIM_XF_SEND && !c->fp_off && c->fp_seen[f->peer] != x->call + 1) {
-            e = step_wait_probing(x, f, &reqs[j], &len, &probed);
+            e = step_wait_probing(x, f, idx[j], &reqs[j], &len, &probed);
         } else {
             e = dsim_wait(reqs[j], x->deadline, &len);
         }
         if (e == DSIM_OK && f->kind != DSIM_XF_SEND)
             c->heard[f->peer] = x->call + 1;
-        if (e == DSIM_OK && f->kind == DSIM_XF_RECV && len != f->len) {
+        if (e == DSIM_OK && c->virt && f->kind != DSIM_XF_SEND && j >= mfp)
+            len = len == sizeof *c->vin ? (size_t)c->vin[idx[j]] : 0;
+        if (e == DSIM_OK && (f->kind == DSIM_XF_RECV || (c->virt && j >= mfp && f->kind != DSIM_XF_SEND)) &&
+            len != f->len) {
             DSIM_ERR(DSIM_EPROTO, f->peer,
                      "message was %zu bytes where %zu were expected: the ranks disagree on the "
                      "count or dtype of this call",

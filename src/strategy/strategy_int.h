@@ -23,6 +23,10 @@ dsim_err dsim_strategy_lookup(const char *name, const dsim_strategy **out);
  * wrong (`where` says whose table it is, e.g. a plugin's path). */
 dsim_err dsim_strategy_check_ops(const struct dsim_strategy_ops *ops, const char *where);
 
+/* dsim_train of a synthetic model: timing only (timing.c). Fills res as
+ * dsim_train does, without numbers; res is zeroed by the caller. */
+dsim_err dsim_train_timing(const dsim_train_cfg *cfg, dsim_train_result *res);
+
 /* ---- dispatch (strategy.c) ---- */
 dsim_err dsim_strategy_check_shape(const dsim_strategy *s, const dsim_strategy_shape *shape);
 int dsim_strategy_replicas_in_sync(const dsim_strategy *s, const dsim_strategy_shape *shape);

@@ -1931,6 +1931,12 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
         dsim_error_copy(&res->error);
         return e;
     }
+    if (cfg->synthetic_params > 0) { /* a synthetic model: timing only */
+        dsim_err e = dsim_train_timing(cfg, res);
+        if (e != DSIM_OK)
+            dsim_error_copy(&res->error);
+        return e;
+    }
     dsim_err e = train_check_cfg(cfg);
     if (e != DSIM_OK) {
         dsim_error_copy(&res->error);

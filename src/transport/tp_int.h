@@ -110,6 +110,7 @@ struct dsim_req {
     /* Sends. */
     const void *sbuf;
     size_t slen;
+    uint64_t vlen; /* a virtual send's payload: the length it stands for */
     /* The endpoint whose unexpected queue holds m (zero-copy sends; set
      * within ops->send, so stable once dsim_isend returns). */
     dsim_ep *queue_ep;

@@ -825,11 +825,36 @@ static void tp_req_unlink_free(dsim_req *req)
     tp_req_free(req);
 }
 
+static dsim_err tp_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const void *buf,
+                         size_t len, uint64_t vlen, dsim_req **out);
+
 dsim_err dsim_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const void *buf,
                     size_t len, dsim_req **out)
 {
+    return tp_isend(ep, dst, comm_id, tag, buf, len, 0, out);
+}
+
+dsim_err dsim_isend_virtual(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, uint64_t vlen,
+                            dsim_req **out)
+{
+    if (vlen == 0 || vlen > DSIM_TP_MAX_LEN) {
+        if (out)
+            *out = NULL;
+        return DSIM_ERR(DSIM_EINVAL, dst,
+                        "dsim_isend_virtual: a virtual payload of %" PRIu64
+                        " bytes; it must be 1..%" PRIu64,
+                        vlen, (uint64_t)DSIM_TP_MAX_LEN);
+    }
+    return tp_isend(ep, dst, comm_id, tag, NULL, sizeof vlen, vlen, out);
+}
+
+/* vlen > 0: a virtual send; its 8-byte payload is vlen itself, kept in the
+ * request so that it lives as long as the send. */
+static dsim_err tp_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const void *buf,
+                         size_t len, uint64_t vlen, dsim_req **out)
+{
     DSIM_CHECK(tp_send_args("dsim_isend", ep, dst, tag, out));
-    if (!buf && len)
+    if (!buf && len && !vlen)
         return DSIM_ERR(DSIM_EINVAL, dst, "dsim_isend: buf is NULL but len is %zu", len);
     if ((uint64_t)len > DSIM_TP_MAX_LEN)
         return DSIM_ERR(DSIM_EINVAL, dst,
@@ -853,6 +878,10 @@ dsim_err dsim_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const 
     dsim_req *req = tp_req_new(ep, TP_REQ_SEND, dst, comm_id, tag);
     if (!req)
         return DSIM_ENOMEM;
+    if (vlen) {
+        req->vlen = vlen;
+        buf = &req->vlen;
+    }
     req->sbuf = buf;
     req->slen = len;
     dsim_err e = tp_req_link(req);
@@ -874,6 +903,8 @@ dsim_err dsim_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const 
         s->seq = 0;
     }
     tp_hdr_fill(ep, dst, comm_id, tag, len, epoch, ++s->seq, &h);
+    if (vlen)
+        h.flags |= DSIM_TP_F_VIRTUAL;
     e = f->ops->send(ep, dst, &h, buf, len, req);
     if (e == DSIM_OK) {
         ep->msgs_sent++;

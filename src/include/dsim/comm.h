@@ -90,6 +90,15 @@ typedef struct dsim_comm_cfg {
     /* Calls the flight recorder keeps (the last ones): 0 the default,
      * DSIM_FR_DEFAULT_SIZE; < 0 none. */
     int flight_recorder;
+    /* 1: timing only. Every payload is virtual (dsim_isend_virtual): a
+     * transfer carries its length, not its bytes; a receive checks the
+     * length and neither copies nor combines. The algorithms still run
+     * every step with its real peers and message sizes, so a cost model on
+     * the transport (the sim engine's network model) times them. Only an
+     * in-place DSIM_SUM allreduce is allowed; its buffer is an address
+     * range that is never read or written (it may be mapped PROT_NONE).
+     * Every rank must agree. 0: real payloads. */
+    int virtual_payload;
 } dsim_comm_cfg;
 
 dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out);

@@ -274,6 +274,17 @@ typedef struct dsim_train_cfg {
      * (dsim_rt_charge: virtual time under the sim engine, only counted on
      * the others). 0: nothing is charged. */
     double device_flops;
+    /* A synthetic model (timing only): > 0 parameters make the run one that
+     * moves no payload. model and the data's features are then unused; the
+     * data's examples, global_batch and epochs still set the steps. Every
+     * replica charges 3 x synthetic_flops (forward FLOPs per example) x its
+     * examples at device_flops, then all-reduces synthetic_params float32
+     * gradients (and its loss) on a communicator with virtual payloads
+     * (dsim/comm.h): the algorithm's real steps and message sizes, no bytes.
+     * Only under engine sim, with a mirrored or one_device strategy; the
+     * result has step times and no numbers (params NULL, losses NaN). */
+    double synthetic_params;
+    double synthetic_flops;
     /* The fabric's backend (NULL: "inproc") and options string, and an
      * optional fault filter over it (dsim_fabric_cfg.filter). */
     const char *transport;

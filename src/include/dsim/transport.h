@@ -70,6 +70,12 @@ dsim_rt *dsim_ep_rt(const dsim_ep *ep);
 /* Starts sending len bytes of buf to rank dst. */
 dsim_err dsim_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const void *buf,
                     size_t len, dsim_req **req);
+/* Starts a send that stands for vlen bytes without moving them (timing-only
+ * runs): the frame carries vlen as its 8-byte payload and the flag
+ * DSIM_TP_F_VIRTUAL, so that a cost model can charge vlen bytes on the
+ * wire; the receiver posts an 8-byte receive and reads the length there. */
+dsim_err dsim_isend_virtual(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, uint64_t vlen,
+                            dsim_req **req);
 /* Starts receiving at most cap bytes from rank src into buf. A longer
  * message fails the request with DSIM_ETRUNC. */
 dsim_err dsim_irecv(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, void *buf, size_t cap,

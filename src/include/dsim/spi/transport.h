@@ -46,6 +46,10 @@ extern "C" {
  * counted in dsim_ep_stats.rejected_corrupt. */
 #define DSIM_TP_F_CHECKSUM 0x1u
 #define DSIM_TP_F_VERIFIED 0x2u
+/* hdr.flags: a virtual frame (dsim_isend_virtual): its 8-byte payload is
+ * the uint64_t length of a payload that was not sent. Delivered like any
+ * other frame; a cost model (the sim network model) charges that length. */
+#define DSIM_TP_F_VIRTUAL 0x4u
 
 /* The header of every frame (48 bytes, host byte order; a backend that
  * crosses machines converts it). seq counts from 1 per (src, dst, comm_id)

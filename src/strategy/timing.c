@@ -1,0 +1,305 @@
+/* Timing-only training: dsim_train of a synthetic model (cfg.synthetic_params
+ * > 0), a model given by its parameter count and forward FLOPs per example
+ * alone, with no weights and no data.
+ *
+ * Every replica runs the schedule of a mirrored strategy's step for real --
+ * the same communicator, the same collective calls with their algorithms'
+ * steps, peers and message sizes -- but on a communicator whose payloads
+ * are virtual (dsim_comm_cfg.virtual_payload): each transfer carries its
+ * length, not its bytes. So a ResNet-50-sized job (25.6 M parameters, 102 MB
+ * of gradients per replica) allocates no gradient buffer at all, and a cost
+ * model on the transport (the sim engine's network model, sim/fault) times
+ * every message as if its bytes had moved.
+ *
+ *   replica r, step k:
+ *     t0 --- charge(compute) ---> t1 --- allreduce(grads) --- allreduce(loss) ---> t2
+ *            3 x flops x examples           P float32, SUM        1 float64, SUM
+ *            / device_flops                 (apply_gradients)     (the loss's reduction)
+ *
+ *   step_ns = t2 - t0, comm_ns = t2 - t1, as dsim_train records them.
+ *
+ * Compute: forward + backward = 3 x the forward FLOPs (the backward pass
+ * costs about twice the forward one) per example, at cfg.device_flops (the
+ * device's achieved rate). The optimizer's update is not charged.
+ *
+ * Only under the sim engine: on threads the charges are only counted and
+ * the run would say nothing. The gradient buffer every replica passes is
+ * one address range mapped PROT_NONE: a byte read or written by mistake
+ * ends the process instead of going unnoticed. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "dsim/comm.h"
+#include "dsim/log.h"
+#include "dsim/spi/strategy.h"
+#include "dsim/strategy.h"
+#include "dsim/transport.h"
+#include "strategy_int.h"
+
+typedef struct tm_job tm_job;
+
+typedef struct tm_rep {
+    tm_job *job;
+    int r;
+    dsim_task *task;
+} tm_rep;
+
+struct tm_job {
+    const dsim_train_cfg *cfg;
+    dsim_train_result *res;
+    dsim_rt *rt;
+    dsim_fabric *fab;
+    dsim_ep **eps;
+    tm_rep *reps;
+    int N;
+    uint64_t steps;
+    size_t count; /* gradient elements */
+    void *grad;   /* the virtual gradient buffer (PROT_NONE) */
+    size_t grad_map;
+    int64_t timeout_ns;
+    dsim_waitq *lock;
+    bool failed;
+    dsim_error err;
+};
+
+/* Examples of replica r in step k: the global batch of that step split as
+ * batch_sizes_for_worker splits it (floor, the first remainder one more). */
+static uint64_t tm_examples(const tm_job *job, uint64_t k, int r)
+{
+    const dsim_train_cfg *cfg = job->cfg;
+    uint64_t n = cfg->data.n_examples, G = (uint64_t)cfg->global_batch;
+    uint64_t per_epoch = job->steps / (cfg->epochs ? cfg->epochs : 1);
+    uint64_t kk = per_epoch ? k % per_epoch : 0;
+    uint64_t b = n - kk * G < G ? n - kk * G : G;
+    uint64_t N = (uint64_t)job->N, fl = b / N, rem = b - fl * N;
+    return fl + ((uint64_t)r < rem ? 1 : 0);
+}
+
+static void tm_fail(tm_job *job)
+{
+    dsim_waitq_lock(job->lock);
+    if (!job->failed) {
+        job->failed = true;
+        dsim_error_copy(&job->err);
+    }
+    dsim_waitq_unlock(job->lock);
+}
+
+static void tm_replica_main(void *arg)
+{
+    tm_rep *rp = arg;
+    tm_job *job = rp->job;
+    const dsim_train_cfg *cfg = job->cfg;
+    int N = job->N, r = rp->r;
+    dsim_comm *comm = NULL;
+    dsim_comm_cfg cc = {
+        .ep = job->eps[r],
+        .size = N,
+        .comm_id = DSIM_STRATEGY_COMM_WORLD,
+        .timeout_ns = job->timeout_ns,
+        .algo = cfg->communication,
+        .virtual_payload = 1,
+    };
+    if (dsim_comm_create(&cc, &comm) != DSIM_OK) {
+        tm_fail(job);
+        return;
+    }
+    dsim_train_result *res = job->res;
+    double loss = 0;
+    for (uint64_t k = 0; k < job->steps; k++) {
+        uint64_t ex = tm_examples(job, k, r);
+        int64_t t0 = dsim_rt_now(job->rt);
+        if (cfg->device_flops > 0)
+            dsim_rt_charge(job->rt, (int64_t)llround(3.0 * cfg->synthetic_flops * (double)ex /
+                                                     cfg->device_flops * 1e9));
+        int64_t t1 = dsim_rt_now(job->rt);
+        dsim_err e = dsim_allreduce(comm, job->grad, job->grad, job->count, DSIM_F32, DSIM_SUM);
+        if (e == DSIM_OK)
+            e = dsim_allreduce(comm, &loss, &loss, 1, DSIM_F64, DSIM_SUM);
+        if (e != DSIM_OK) {
+            tm_fail(job);
+            break;
+        }
+        int64_t t2 = dsim_rt_now(job->rt);
+        size_t i = (size_t)k * (size_t)N + (size_t)r;
+        res->step_ns[i] = t2 - t0;
+        res->comm_ns[i] = t2 - t1;
+        res->examples[i] = ex;
+        res->replicas[r].global_step = k + 1;
+        if (cfg->observer) {
+            dsim_train_step_info info = {
+                .replica = r,
+                .worker = r / cfg->devices_per_host,
+                .device = r % cfg->devices_per_host,
+                .epoch = (uint32_t)(k / res->steps_per_epoch),
+                .step = k % res->steps_per_epoch,
+                .global_step = k,
+                .examples = ex,
+                .local_loss = NAN,
+                .loss = NAN,
+                .t_start = t0,
+                .t_end = t2,
+                .t_comm = t1,
+                .rerun_of = -1,
+            };
+            cfg->observer(&info, cfg->observer_user);
+        }
+    }
+    res->replicas[r].phase = DSIM_PHASE_DONE;
+    res->replicas[r].t_end = dsim_rt_now(job->rt);
+    dsim_comm_destroy(comm);
+}
+
+static dsim_err tm_check(const dsim_train_cfg *cfg, const dsim_strategy **strat)
+{
+    if (!cfg->engine || strcmp(cfg->engine, "sim") != 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: a synthetic model runs timing only, which needs engine sim (the "
+                        "virtual clock charges its compute and the network model its messages); "
+                        "engine is %s",
+                        cfg->engine ? cfg->engine : "threads");
+    if (!(cfg->synthetic_params >= 1 && cfg->synthetic_params <= 1e12) ||
+        !(cfg->synthetic_flops >= 0 && isfinite(cfg->synthetic_flops)))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: a synthetic model of %g parameters and %g FLOPs per example; "
+                        "give 1..1T parameters and finite FLOPs >= 0",
+                        cfg->synthetic_params, cfg->synthetic_flops);
+    if (cfg->hosts < 1 || cfg->devices_per_host < 1 || cfg->global_batch < 1 ||
+        cfg->data.n_examples < 1 || cfg->epochs < 1)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: hosts, devices_per_host, global_batch, examples and epochs must "
+                        "all be >= 1");
+    if (cfg->plugin_path)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: a synthetic model runs the built-in mirrored schedule; a "
+                        "strategy plugin (%s) has no timing-only mode: give a real model",
+                        cfg->plugin_path);
+    DSIM_CHECK(dsim_strategy_lookup(cfg->strategy, strat));
+    if ((*strat)->ops->placement != DSIM_PLACE_MIRRORED &&
+        (*strat)->ops->placement != DSIM_PLACE_ONE_DEVICE)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: strategy '%s' keeps its variables %s; a synthetic model (timing "
+                        "only) runs the all-reduce schedule of mirrored, multi_worker_mirrored "
+                        "and one_device",
+                        cfg->strategy, dsim_var_placement_name((*strat)->ops->placement));
+    /* cfg->hooks (a fault layer's phase hooks) are accepted and not called:
+     * the transport's faults (delay, drop, partition, slow links) still
+     * apply to the virtual frames. */
+    if (cfg->num_ps > 0 || cfg->checkpoint_path || cfg->restore || cfg->local_count)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: a synthetic model (timing only) runs without parameter servers, "
+                        "checkpoints or ranks in other processes");
+    return DSIM_OK;
+}
+
+dsim_err dsim_train_timing(const dsim_train_cfg *cfg, dsim_train_result *res)
+{
+    const dsim_strategy *strat = NULL;
+    dsim_err e = tm_check(cfg, &strat);
+    if (e != DSIM_OK)
+        return e;
+    tm_job job = {.cfg = cfg, .res = res};
+    job.N = cfg->hosts * cfg->devices_per_host;
+    uint64_t G = (uint64_t)cfg->global_batch, n = cfg->data.n_examples;
+    uint64_t per_epoch = cfg->drop_remainder ? n / G : (n + G - 1) / G;
+    if (per_epoch == 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: %llu examples make no global batch of %llu with drop_remainder",
+                        (unsigned long long)n, (unsigned long long)G);
+    job.steps = per_epoch * cfg->epochs;
+    job.count = (size_t)llround(cfg->synthetic_params);
+    job.timeout_ns = cfg->timeout_ns >= 0 ? cfg->timeout_ns : DSIM_COMM_DEFAULT_TIMEOUT_NS;
+    size_t N = (size_t)job.N, S = (size_t)job.steps;
+    snprintf(res->strategy, sizeof res->strategy, "%s", strat->name);
+    res->placement = (int)strat->ops->placement;
+    res->num_workers = cfg->hosts;
+    res->devices_per_host = cfg->devices_per_host;
+    res->num_replicas = job.N;
+    res->num_replicas_in_sync = job.N;
+    res->loss_scale = 1.0f / (float)cfg->global_batch;
+    res->steps_per_epoch = per_epoch;
+    res->initial_loss = res->final_loss = NAN;
+    res->loss = malloc(S * sizeof *res->loss);
+    res->local_loss = malloc(S * N * sizeof *res->local_loss);
+    res->checksum = calloc(S * N, sizeof *res->checksum);
+    res->examples = calloc(S * N, sizeof *res->examples);
+    res->step_ns = calloc(S * N, sizeof *res->step_ns);
+    res->comm_ns = calloc(S * N, sizeof *res->comm_ns);
+    res->replicas = calloc(N, sizeof *res->replicas);
+    job.eps = calloc(N, sizeof *job.eps);
+    job.reps = calloc(N, sizeof *job.reps);
+    if (!res->loss || !res->local_loss || !res->checksum || !res->examples || !res->step_ns ||
+        !res->comm_ns || !res->replicas || !job.eps || !job.reps) {
+        e = DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for %zu replicas x %zu steps", N, S);
+        goto out;
+    }
+    for (size_t i = 0; i < S; i++)
+        res->loss[i] = NAN;
+    for (size_t i = 0; i < S * N; i++)
+        res->local_loss[i] = NAN;
+    /* Address space only: no page of it is ever touched. */
+    job.grad_map = job.count * sizeof(float);
+    job.grad = mmap(NULL, job.grad_map, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                    -1, 0);
+    if (job.grad == MAP_FAILED) {
+        job.grad = NULL;
+        e = DSIM_ERR(DSIM_ENOMEM, -1,
+                     "train: cannot reserve %zu bytes of address space for the virtual gradients",
+                     job.grad_map);
+        goto out;
+    }
+    if ((e = dsim_rt_create_seeded(cfg->engine, cfg->seed, &job.rt)) != DSIM_OK ||
+        (e = dsim_waitq_create(job.rt, &job.lock)) != DSIM_OK)
+        goto out;
+    dsim_fabric_cfg fc = {
+        .backend = cfg->transport ? cfg->transport : "inproc",
+        .nranks = job.N,
+        .rt = job.rt,
+        .options = cfg->transport_options,
+        .filter = cfg->transport_filter,
+        .filter_user = cfg->transport_filter_user,
+    };
+    if ((e = dsim_fabric_open(&fc, &job.fab)) != DSIM_OK)
+        goto out;
+    for (int r = 0; r < job.N; r++)
+        if ((e = dsim_ep_open(job.fab, r, &job.eps[r])) != DSIM_OK)
+            goto out;
+    res->t_start = dsim_rt_now(job.rt);
+    int started = 0;
+    for (int r = 0; r < job.N; r++) {
+        job.reps[r] = (tm_rep){.job = &job, .r = r};
+        if ((e = dsim_rt_spawn(job.rt, r, tm_replica_main, &job.reps[r], &job.reps[r].task)) !=
+            DSIM_OK)
+            break;
+        started++;
+    }
+    if (e != DSIM_OK) /* the others wait for it until their timeout */
+        tm_fail(&job);
+    for (int r = 0; r < started; r++)
+        dsim_rt_join(job.rt, job.reps[r].task);
+    if (job.failed) {
+        dsim_error *er = &job.err;
+        e = dsim_set_error(er->code, er->peer, er->file, er->line, "%s", er->msg);
+    } else {
+        res->steps = job.steps;
+    }
+    dsim_rt_trace(job.rt, DSIM_TRACE_RESULT, (uint64_t)e, 0, res->steps);
+    res->trace_hash = dsim_rt_trace_hash(job.rt, &res->trace_events);
+out:
+    for (int r = 0; job.eps && r < job.N; r++)
+        if (job.eps[r])
+            dsim_ep_close(job.eps[r]);
+    if (job.fab)
+        dsim_fabric_close(job.fab);
+    if (job.lock)
+        dsim_waitq_destroy(job.lock);
+    if (job.rt)
+        dsim_rt_destroy(job.rt);
+    if (job.grad)
+        munmap(job.grad, job.grad_map);
+    free(job.eps);
+    free(job.reps);
+    return e;
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Timing-only runs of a synthetic model (model.synthetic) under the sim
+engine, against the analytic evaluation of the same job by dsim whatif.
+
+For each ResNet-50-sized what-if scenario (4 x 4 V100 over 1GbE, 10GbE,
+100 Gb InfiniBand), `dsim run` must pass its checks, report
+gradient_consistency not applicable, print the what-if line, and agree with
+`dsim whatif` on the same file: step time and speed-up within 2 %, the
+all-reduce share within 2 points, the same algorithm. The two evaluate the
+same schedule (dsim's algorithm, NIC sharing, alpha-beta links) by different
+means -- frames queued on links under a virtual clock against a step-by-step
+formula -- and differ by the loss's 8-byte all-reduce and the frame headers
+only. No run may hold the gradients: the largest child stays under 64 MiB
+where one replica's gradients alone are 102 MB. Bad input exits 2 naming the
+place and the fix.
+
+    timing_only.py DSIM SCENARIOS_DIR
+"""
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+
+dsim, scenarios = sys.argv[1], sys.argv[2]
+failures = []
+TOL_REL, TOL_SHARE = 0.02, 2.0
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+def run(*args, cwd=None):
+    p = subprocess.run([dsim, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+    return p.returncode, p.stdout, p.stderr
+
+
+def whatif_row(out, net):
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) >= 9 and f[0] == net:
+            return {"algo": f[1], "allreduce": float(f[2]), "compute": float(f[3]),
+                    "step": float(f[4]), "share": float(f[5].rstrip("%")),
+                    "speedup": float(f[6])}
+    return None
+
+
+WHATIF = re.compile(r"what-if: step ([0-9.]+) ms \(compute ([0-9.]+) ms\), all-reduce ([0-9.]+) % "
+                    r"of the step; speed-up ([0-9.]+)x over one (\w+) \(scaling efficiency "
+                    r"([0-9.]+)\); all-reduce algorithm (\w+)")
+
+with tempfile.TemporaryDirectory() as tmp:
+    for net in ("1gbe", "10gbe", "ib100"):
+        path = f"{scenarios}/whatif/resnet50_4x4_v100_{net}.yaml"
+        rc, out, err = run("run", path, "--db", os.path.join(tmp, f"{net}.db"))
+        check(rc == 0, f"{net}: dsim run exits 0 (got {rc}: {err[-400:]})")
+        m = WHATIF.search(out)
+        check(m is not None, f"{net}: dsim run prints the what-if line:\n{out[-1500:]}")
+        check("figures: " in out and "NVIDIA Tesla V100 datasheet" in out and "source" not in "",
+              f"{net}: a line on where the figures come from")
+        check(re.search(r"gradient_consistency .* N/A\n\s+not applicable: a timing-only run", out)
+              is not None, f"{net}: gradient_consistency is reported not applicable")
+        rc, wout, werr = run("whatif", path)
+        w = whatif_row(wout, net)
+        check(rc == 0 and w is not None, f"{net}: dsim whatif prints a row ({werr})")
+        if m and w:
+            step, compute, share, speed = (float(m.group(i)) for i in (1, 2, 3, 4))
+            algo = m.group(7)
+            print(f"{net}: simulated step {step:.2f} ms share {share:.0f} % speed-up {speed:.2f} "
+                  f"{algo}; analytic step {w['step']:.2f} ms share {w['share']:.0f} % speed-up "
+                  f"{w['speedup']:.2f} {w['algo']}")
+            check(abs(step - w["step"]) <= TOL_REL * w["step"],
+                  f"{net}: step {step} ms within 2 % of the analytic {w['step']} ms")
+            check(abs(compute - w["compute"]) <= 0.01 * w["compute"],
+                  f"{net}: compute {compute} ms is the model's {w['compute']} ms")
+            check(abs(share - w["share"]) <= TOL_SHARE,
+                  f"{net}: share {share} % within 2 points of {w['share']} %")
+            check(abs(speed - w["speedup"]) <= TOL_REL * w["speedup"],
+                  f"{net}: speed-up {speed} within 2 % of {w['speedup']}")
+            check(algo == w["algo"], f"{net}: the same algorithm ({algo}, {w['algo']})")
+    maxrss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    print(f"largest child: {maxrss_kib / 1024:.1f} MiB")
+    check(maxrss_kib < 64 * 1024,
+          f"no run holds the 102 MB of gradients: largest child {maxrss_kib / 1024:.1f} MiB")
+
+    # bad input: the place and the fix
+    base = open(f"{scenarios}/whatif/resnet50_4x4_v100_ib100.yaml").read()
+    cases = [
+        (base.replace("engine: sim", "engine: threads"), "run", "use engine sim"),
+        (base.replace("name: multi_worker_mirrored", "name: parameter_server\n  ps_mode: sync")
+         .replace("devices_per_host: 4", "devices_per_host: 4\n  ps: 1"), "run",
+         "all-reduce schedule of mirrored"),
+        (base.replace("model:\n", "model:\n  kind: mlp\n"), "validate",
+         "remove kind or synthetic"),
+        (base.replace(", flops_per_example: 4.1G", ""), "validate",
+         "model.synthetic.flops_per_example is missing"),
+        (base.replace("25.6M", "25.6Q"), "validate", "accepted suffixes K, M, G, T"),
+        (base.replace("device: v100", "device: tpu"), "validate", "a device preset"),
+    ]
+    for i, (text, cmd, needle) in enumerate(cases):
+        p = os.path.join(tmp, f"bad{i}.yaml")
+        with open(p, "w") as f:
+            f.write(text)
+        args = (cmd, p) if cmd == "validate" else (cmd, p, "--db", os.path.join(tmp, "bad.db"))
+        rc, out, err = run(*args)
+        both = out + err
+        check(rc == 2 or (rc == 1 and needle in both),
+              f"bad case {i}: exits 2 (got {rc}): {both[-300:]}")
+        check(needle in both, f"bad case {i}: says '{needle}': {both[-400:]}")
+
+for f in failures:
+    print("FAIL:", f)
+sys.exit(1 if failures else 0)
