@@ -1529,6 +1529,12 @@ static int64_t train_progress_ns(const train_job *job)
     if (b > 0)
         return b;
     b = train_sat_add(job->timeout_ns, job->timeout_ns);
+    /* A parameter server waits up to twice the timeout for a quiet
+     * client's next request before it counts the client lost (and a
+     * survivor that ran out of work waits for that, entering no phase):
+     * the watchdog gives that wait a timeout more to end. */
+    if (job->cfg->num_ps > 0)
+        b = train_sat_add(b, job->timeout_ns);
     return b < TRAIN_MIN_PROGRESS_NS ? TRAIN_MIN_PROGRESS_NS : b;
 }
 
@@ -1543,8 +1549,8 @@ static void train_stall(train_job *job, int64_t now, int64_t bound)
     if (job->cfg->progress_timeout_ns > 0)
         snprintf(why, sizeof why, "the progress timeout");
     else
-        snprintf(why, sizeof why, "twice the %.3g s timeout, at least 1 s",
-                 (double)job->timeout_ns / 1e9);
+        snprintf(why, sizeof why, "%s the %.3g s timeout, at least 1 s",
+                 job->cfg->num_ps > 0 ? "three times" : "twice", (double)job->timeout_ns / 1e9);
     snprintf(job->err.msg, sizeof job->err.msg,
              "no replica entered a new phase or returned for %.2f s (the progress watchdog: %s); "
              "the job was aborted",

@@ -354,8 +354,8 @@ typedef struct dsim_train_cfg {
      * to return before the driver stops waiting for the rest; default half
      * the timeout, at least 1 s. progress_timeout_ns: abort the job when no
      * replica has entered a phase or returned for this long (a replica
-     * spinning where no collective times out); default twice the timeout,
-     * at least 1 s. */
+     * spinning where no collective times out); default twice the timeout
+     * (three times with parameter servers), at least 1 s. */
     int64_t watchdog_grace_ns;
     int64_t progress_timeout_ns;
 } dsim_train_cfg;
