@@ -446,27 +446,29 @@ static void step_fp_drop(dsim_comm *c)
     c->fp_npend = 0;
 }
 
-/* Waits for peer p's fingerprint (the receive is pending) and checks it. f is
- * the transfer it guards, for the message. */
-static dsim_err step_fp_await(dsim_coll *x, const dsim_xfer *f)
+/* The fingerprints of the calls of x, carried as a sideband on any payload
+ * frame of that call (the call number is in the tag's high bits). */
+#define STEP_CALL_MASK (~0xFFFu)
+
+/* Looks, without waiting, for a fingerprint that peer p sent in this call
+ * on a payload frame this rank has not received (it runs another algorithm
+ * or another collective): 1 with it in *theirs, else 0. */
+static int step_fp_peek(dsim_coll *x, int p, dsim_coll_fp *theirs)
+{
+    dsim_comm *c = x->c;
+    return dsim_ep_peek_side(c->ep, p, c->comm_id, step_tag(x->call, 0), STEP_CALL_MASK, theirs) &&
+           theirs->magic == DSIM_COLL_FP_MAGIC;
+}
+
+/* Checks peer p's fingerprint *theirs, which came as len bytes (f is the
+ * transfer it guards, for the message): a mismatch is recorded and the
+ * fabric aborted. */
+static dsim_err step_fp_check(dsim_coll *x, const dsim_xfer *f, const dsim_coll_fp *theirs,
+                              size_t len)
 {
     dsim_comm *c = x->c;
     int p = f->peer;
-    dsim_req *r = c->fp_req[p];
-    c->fp_req[p] = NULL;
-    for (int i = 0; i < c->fp_npend; i++)
-        if (c->fp_pend[i] == p) {
-            c->fp_pend[i] = c->fp_pend[--c->fp_npend];
-            break;
-        }
-    size_t len = 0;
-    dsim_err e = dsim_wait(r, x->deadline, &len);
-    if (e != DSIM_OK) {
-        step_fp_drop(c);
-        return step_fail(x, f, e, 0);
-    }
     c->heard[p] = x->call + 1;
-    const dsim_coll_fp *theirs = &c->fp_in[p];
     if (len != sizeof *theirs || theirs->magic != DSIM_COLL_FP_MAGIC) {
         char a[128];
         step_fp_drop(c);
@@ -480,12 +482,53 @@ static dsim_err step_fp_await(dsim_coll *x, const dsim_xfer *f)
         dsim_error_copy(&c->err);
         return DSIM_EPROTO;
     }
+    c->fp_seen[p] = x->call + 1;
     if (dsim_coll_fp_diff(theirs, &c->fp_out, NULL, 0) == 0)
         return DSIM_OK;
     step_fp_drop(c);
-    e = step_fp_mismatch(x, p, theirs, "");
+    dsim_err e = step_fp_mismatch(x, p, theirs, "");
     step_fp_abort(x, p, 0);
     return e;
+}
+
+/* Waits for peer p's fingerprint message (a rooted collective's: the
+ * receive is pending) and checks it. f is the transfer it guards, for the
+ * message. A peer in another, unrooted collective of the same number sends
+ * none: its fingerprint rides on its payload, which this rank looks for
+ * after STEP_PROBE_NS and then at that interval. */
+static dsim_err step_fp_await(dsim_coll *x, const dsim_xfer *f)
+{
+    dsim_comm *c = x->c;
+    int p = f->peer;
+    dsim_req *r = c->fp_req[p];
+    c->fp_req[p] = NULL;
+    for (int i = 0; i < c->fp_npend; i++)
+        if (c->fp_pend[i] == p) {
+            c->fp_pend[i] = c->fp_pend[--c->fp_npend];
+            break;
+        }
+    size_t len = 0;
+    int64_t soon = x->t0 + STEP_PROBE_NS;
+    dsim_err e;
+    for (;;) {
+        int interim = soon < x->deadline;
+        e = dsim_wait(r, interim ? soon : x->deadline, &len);
+        if (e != DSIM_ETIMEDOUT || !interim)
+            break;
+        dsim_coll_fp theirs;
+        if (step_fp_peek(x, p, &theirs) && dsim_coll_fp_diff(&theirs, &c->fp_out, NULL, 0) != 0)
+            return step_fp_check(x, f, &theirs, sizeof theirs);
+        e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &c->fp_in[p],
+                       sizeof c->fp_in[p], &r);
+        if (e != DSIM_OK)
+            break;
+        soon = dsim_rt_deadline(c->rt, STEP_PROBE_NS);
+    }
+    if (e != DSIM_OK) {
+        step_fp_drop(c);
+        return step_fail(x, f, e, 0);
+    }
+    return step_fp_check(x, f, &c->fp_in[p], len);
 }
 
 /* Which fingerprints a step moves (plan[i] for xf[i]): STEP_FP_SEND, this
@@ -509,7 +552,7 @@ static void step_fp_plan(dsim_coll *x, const dsim_xfer *xf, int n, int *plan)
     for (int i = 0; i < n; i++) {
         int p = xf[i].peer, send = xf[i].kind == DSIM_XF_SEND;
         plan[i] = 0;
-        if (x->fp_both)
+        if (x->fp_both || c->fp_off)
             continue;
         int sent = c->fp_sent[p] == mark, seen = c->fp_seen[p] == mark;
         if (send && !sent && (x->fp_every || !seen))
@@ -519,12 +562,13 @@ static void step_fp_plan(dsim_coll *x, const dsim_xfer *xf, int n, int *plan)
     }
 }
 
-/* Posts the fingerprint sends of one step (the requests go into reqs for
- * the step to wait on). A rooted collective sends its fingerprint to every
+/* Posts a rooted collective's fingerprint messages of one step (the sends
+ * go into reqs for the step to wait on; other collectives carry theirs on
+ * their payload frames). A rooted collective sends its fingerprint to every
  * new peer and posts a receive of every new peer's, kept pending on the
  * communicator: its senders wait for their receivers' answers. */
-static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, int n, const int *plan,
-                             dsim_req **reqs, int *idx, int *m)
+static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, int n, dsim_req **reqs, int *idx,
+                             int *m)
 {
     dsim_comm *c = x->c;
     uint64_t mark = x->call + 1;
@@ -533,7 +577,7 @@ static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, int n, const int
         const dsim_xfer *f = &xf[i];
         int p = f->peer;
         dsim_err e = DSIM_OK;
-        if (c->fp_sent[p] != mark && (x->fp_both || (plan[i] & STEP_FP_SEND))) {
+        if (c->fp_sent[p] != mark && x->fp_both) {
             c->fp_sent[p] = mark;
             e = dsim_isend(c->ep, p, c->comm_id, tag, &c->fp_out, sizeof c->fp_out, &reqs[*m]);
             if (e == DSIM_OK)
@@ -554,23 +598,6 @@ static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, int n, const int
             return step_fail(x, f, e, 1);
         }
     }
-    return DSIM_OK;
-}
-
-/* Posts the receive of peer f->peer's fingerprint (not yet seen in this
- * call) as a pending one. */
-static dsim_err step_fp_expect(dsim_coll *x, const dsim_xfer *f)
-{
-    dsim_comm *c = x->c;
-    int p = f->peer;
-    c->fp_seen[p] = x->call + 1;
-    dsim_err e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &c->fp_in[p],
-                            sizeof c->fp_in[p], &c->fp_req[p]);
-    if (e != DSIM_OK) {
-        step_fp_drop(c);
-        return step_fail(x, f, e, 1);
-    }
-    c->fp_pend[c->fp_npend++] = p;
     return DSIM_OK;
 }
 
@@ -608,6 +635,17 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
         return DSIM_OK;
     dsim_error saved;
     dsim_error_copy(&saved);
+    if (!r && step_fp_peek(x, p, &c->fp_in[p])) {
+        /* It rode on a payload frame this rank did not take. */
+        c->fp_seen[p] = mark;
+        c->heard[p] = mark;
+        if (dsim_coll_fp_diff(&c->fp_in[p], &c->fp_out, NULL, 0) == 0)
+            return DSIM_OK;
+        step_fp_drop(c);
+        dsim_err e = step_fp_mismatch(x, p, &c->fp_in[p], "");
+        step_fp_abort(x, p, 0);
+        return e;
+    }
     if (!r) {
         dsim_err e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &c->fp_in[p],
                                 sizeof c->fp_in[p], &r);
@@ -655,13 +693,17 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
     return e;
 }
 
-/* Posts one payload transfer. */
-static dsim_err step_post(dsim_coll *x, const dsim_xfer *f, dsim_req **req)
+/* Posts one payload transfer; a send carries side (this rank's
+ * fingerprint) unless it is NULL. */
+static dsim_err step_post(dsim_coll *x, const dsim_xfer *f, const dsim_coll_fp *side,
+                          dsim_req **req)
 {
     dsim_comm *c = x->c;
     uint32_t tag = step_tag(x->call, (uint32_t)f->step);
     switch (f->kind) {
     case DSIM_XF_SEND:
+        if (side)
+            return dsim_isend_side(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, side, req);
         return dsim_isend(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, req);
     case DSIM_XF_RECV:
         return dsim_irecv(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, req);
@@ -679,15 +721,16 @@ static dsim_err step_post(dsim_coll *x, const dsim_xfer *f, dsim_req **req)
  * is reported at once instead of at the timeout. Otherwise posts the receive
  * again (nothing of it arrived) and goes on waiting. *probed: 2 when the
  * error returned is recorded in full (a mismatch, an abort), 1 when it is
- * the transport's, found by the look (still to report as the receive's). */
+ * the transport's, found by the look (still to report as the receive's).
+ * *has: 1 with the fingerprint the payload carried in *side, else 0. */
 static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, dsim_req **req, size_t *len,
-                                  int *probed)
+                                  int *probed, dsim_coll_fp *side, int *has)
 {
     dsim_comm *c = x->c;
     int64_t soon = x->t0 + STEP_PROBE_NS; /* the first look: no clock read */
     for (;;) {
         int interim = soon < x->deadline;
-        dsim_err e = dsim_wait(*req, interim ? soon : x->deadline, len);
+        dsim_err e = dsim_wait_side(*req, interim ? soon : x->deadline, len, side, has);
         *req = NULL;
         if (e != DSIM_ETIMEDOUT || !interim)
             return e;
@@ -697,12 +740,12 @@ static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, dsim_req **r
             *probed = final ? 2 : 1;
             return e;
         }
-        if (step_post(x, f, req) != DSIM_OK)
+        if (step_post(x, f, NULL, req) != DSIM_OK)
             return dsim_last_error()->code;
         soon = dsim_rt_deadline(c->rt, STEP_PROBE_NS);
         if (c->fp_seen[f->peer] == x->call + 1) {
             /* Checked and agrees: an ordinary wait from here on. */
-            e = dsim_wait(*req, x->deadline, len);
+            e = dsim_wait_side(*req, x->deadline, len, side, has);
             *req = NULL;
             return e;
         }
@@ -758,7 +801,7 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
     int *plan = idx + 2 * n;
     step_fp_plan(x, xf, n, plan);
     if (!c->fp_off) {
-        e = step_fp_post(x, xf, n, plan, reqs, idx, &m);
+        e = step_fp_post(x, xf, n, reqs, idx, &m);
         mfp = m;
         /* A rooted collective checks a peer's fingerprint before it posts
          * the receive of its payload. This step's sends are not posted yet,
@@ -777,13 +820,23 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
     }
 
     /* Receives first: a receive that is already posted when the matching
-     * send starts lets inproc copy or combine straight from the sender. */
+     * send starts lets inproc copy or combine straight from the sender.
+     * An empty transfer that carries a fingerprint goes as an empty frame;
+     * both sides plan it alike (step_fp_plan). */
+    uint64_t mark = x->call + 1;
     for (int pass = 0; pass < 2 && e == DSIM_OK; pass++) {
         for (int i = 0; i < n; i++) {
             const dsim_xfer *f = &xf[i];
-            if (f->len == 0 || (f->kind == DSIM_XF_SEND) != (pass == 1))
+            int send = f->kind == DSIM_XF_SEND;
+            if (send != (pass == 1) ||
+                (f->len == 0 && !(plan[i] & (send ? STEP_FP_SEND : STEP_FP_EXPECT))))
                 continue;
-            e = step_post(x, f, &reqs[m]);
+            const dsim_coll_fp *side = NULL;
+            if (send && (plan[i] & STEP_FP_SEND) && c->fp_sent[f->peer] != mark) {
+                c->fp_sent[f->peer] = mark;
+                side = &c->fp_out;
+            }
+            e = step_post(x, f, side, &reqs[m]);
             if (e != DSIM_OK) {
                 for (int j = 0; j < m; j++)
                     dsim_req_cancel(reqs[j]);
@@ -806,15 +859,28 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
             f = &fps;
         }
         size_t len = 0;
-        int probed = 0;
+        int probed = 0, has = 0;
+        dsim_coll_fp side;
         step_fr_wait(c, f->peer);
-        if (f->kind != DSIM_XF_SEND && !c->fp_off && c->fp_seen[f->peer] != x->call + 1) {
-            e = step_wait_probing(x, f, &reqs[j], &len, &probed);
+        if (f->kind != DSIM_XF_SEND && !c->fp_off && c->fp_seen[f->peer] != mark) {
+            e = step_wait_probing(x, f, &reqs[j], &len, &probed, &side, &has);
         } else {
             e = dsim_wait(reqs[j], x->deadline, &len);
         }
         if (e == DSIM_OK && f->kind != DSIM_XF_SEND)
-            c->heard[f->peer] = x->call + 1;
+            c->heard[f->peer] = mark;
+        if (has && c->fp_seen[f->peer] != mark) {
+            /* The peer's fingerprint came with this payload (whether or not
+             * the payload fitted): checked before anything of it is sent on
+             * or returned. A mismatch is the error, whatever else failed. */
+            dsim_err ce = step_fp_check(x, f, &side, sizeof side);
+            if (ce != DSIM_OK) {
+                for (int k = j + 1; k < m; k++)
+                    dsim_req_cancel(reqs[k]);
+                e = ce;
+                break;
+            }
+        }
         if (e == DSIM_OK && f->kind == DSIM_XF_RECV && len != f->len) {
             DSIM_ERR(DSIM_EPROTO, f->peer,
                      "message was %zu bytes where %zu were expected: the ranks disagree on the "
@@ -838,19 +904,13 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         }
     }
 
-    /* The fingerprint of each peer this step first received from. It was
-     * sent ahead of the payload that just arrived, so it is already here,
-     * waiting unmatched: receiving it now costs no wake-up, where a receive
-     * posted early would wake this rank once more. The payload was combined
-     * into the buffer, but nothing of it has been sent on or returned. */
-    for (int i = 0; i < n && e == DSIM_OK && !c->fp_off; i++) {
+    /* Each peer this step first received from sent its fingerprint with
+     * one of its payloads (checked above, as it arrived). One that sent
+     * none runs without fingerprints. */
+    for (int i = 0; i < n && e == DSIM_OK; i++) {
         const dsim_xfer *f = &xf[i];
-        if (!(plan[i] & STEP_FP_EXPECT) || c->fp_seen[f->peer] == x->call + 1)
-            continue;
-        e = step_fp_expect(x, f);
-        step_fr_wait(c, f->peer);
-        if (e == DSIM_OK)
-            e = step_fp_await(x, f);
+        if ((plan[i] & STEP_FP_EXPECT) && c->fp_seen[f->peer] != mark)
+            e = step_fp_check(x, f, &c->fp_in[f->peer], 0);
     }
 
     if (reqs != reqs_stack) {
