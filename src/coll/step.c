@@ -33,38 +33,47 @@
  * usable: the check aborts nothing (a mismatch does, below).
  *
  * Fingerprints (DESIGN section 1). The first time a rank sends to a peer in
- * a call, it sends that peer its fingerprint (32 bytes, step 0xFFE of the
- * call's tag) just ahead of the payload; the peer checks it once that
- * payload has arrived, before the step ends, so nothing that came from a
- * rank that disagrees is ever sent on or returned. Receiving it then costs
- * no wake-up: it is already waiting, unmatched, behind the payload that woke
- * the rank (a receive posted early would wake the rank twice). A pair
+ * a call, its fingerprint (32 bytes) rides on that payload frame as the
+ * transport's sideband (dsim_isend_side): no message, lock or wake-up of
+ * its own. The peer reads it from the receive that took the payload
+ * (dsim_wait_side) and checks it at once, before the step ends, so nothing
+ * that came from a rank that disagrees is ever sent on or returned. A pair
  * exchanges one fingerprint per call, along its first data; every
  * collective's data connects all its ranks, so when the ranks run the same
  * algorithm any disagreement is found on the first pair that disagrees.
- * Empty transfers count (only their payload is skipped), so which pairs
+ * Empty transfers count: one that carries a fingerprint goes as an empty
+ * frame (only then; both sides plan alike, step_fp_plan), so which pairs
  * exchange fingerprints depends on the algorithm, the rank count and the
- * root, never on the count or the dtype.
+ * root, never on the count or the dtype. A payload that came without one
+ * where one was due is from a rank without fingerprints: an error.
  *
  * Ranks that disagree so much that they run different algorithms wait for
  * messages that never come. A first receive from a peer that takes longer
- * than STEP_PROBE_NS looks whether that peer's fingerprint arrived anyway
- * and differs (step_wait_probing); a payload of the wrong size does the same
- * at once. Ranks that disagree on a root would all finish without ever
- * meeting, so rooted collectives also send answers back and wait for them
- * (x->fp_both). What is left shows at the timeout: the failure check's
+ * than STEP_PROBE_NS looks whether that peer's fingerprint arrived anyway,
+ * on a frame of this call under another step's tag (dsim_ep_peek_side), and
+ * differs (step_wait_probing); a payload of the wrong size is judged by the
+ * fingerprint it carried, at once. Ranks that disagree on a root would all
+ * finish without ever meeting, so rooted collectives (x->fp_both) send
+ * their fingerprint as a message of its own (step 0xFFE of the call's tag)
+ * to every new peer, and wait for the answers; while waiting they look for
+ * a sideband too (a peer in an unrooted collective of the same number sends
+ * no such message). What is left shows at the timeout: the failure check's
  * answers carry fingerprints, and a rank in another call is named.
  *
  * The rank that finds a mismatch fails with both fingerprints and aborts
  * the fabric with the same text, which ends every other rank's wait at once:
- * a desynchronised job cannot go on. Cost: one 32-byte eager message per
- * pair and call (tests/coll/bench_allreduce --fingerprint-cost measures it
- * against communicators without fingerprints). */
+ * a desynchronised job cannot go on. Cost: 32 bytes more on the first
+ * frame to each peer (tcp: on the wire, under the checksum), and a rooted
+ * collective's answers (tests/coll/bench_allreduce --fingerprint-cost
+ * measures it against communicators without fingerprints). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coll_int.h"
+
+/* A fingerprint is exactly what a frame's sideband carries. */
+_Static_assert(sizeof(dsim_coll_fp) == DSIM_TP_SIDE_LEN, "a fingerprint fills the sideband");
 
 #define STEP_FC_STEP 0xFFFu
 #define STEP_FP_STEP 0xFFEu
@@ -470,16 +479,24 @@ static dsim_err step_fp_check(dsim_coll *x, const dsim_xfer *f, const dsim_coll_
     int p = f->peer;
     c->heard[p] = x->call + 1;
     if (len != sizeof *theirs || theirs->magic != DSIM_COLL_FP_MAGIC) {
-        char a[128];
+        char a[128], got[96];
         step_fp_drop(c);
+        /* len 0: its payload came without the sideband. */
+        if (len)
+            snprintf(got, sizeof got, "sent %zu bytes where a %zu-byte collective fingerprint was due",
+                     len, sizeof *theirs);
+        else
+            snprintf(got, sizeof got, "sent its data without the collective fingerprint due with it");
         DSIM_ERR(DSIM_EPROTO, p,
-                 "%s step %d/%d: rank %d sent %zu bytes where a %zu-byte collective "
-                 "fingerprint was due: it runs without fingerprints "
+                 "%s step %d/%d: rank %d %s: it runs without fingerprints "
                  "(dsim_comm_cfg.no_fingerprint must be the same on every rank); rank %d "
                  "called %s",
-                 x->what, f->step, x->nsteps, p, len, sizeof *theirs, c->rank,
+                 x->what, f->step, x->nsteps, p, got, c->rank,
                  dsim_coll_fp_str(&c->fp_out, a, sizeof a));
         dsim_error_copy(&c->err);
+        /* As for a mismatch: the other ranks learn it now, not at their
+         * timeout. */
+        step_fp_abort(x, p, 0);
         return DSIM_EPROTO;
     }
     c->fp_seen[p] = x->call + 1;
