@@ -483,10 +483,12 @@ static dsim_err step_fp_check(dsim_coll *x, const dsim_xfer *f, const dsim_coll_
         step_fp_drop(c);
         /* len 0: its payload came without the sideband. */
         if (len)
-            snprintf(got, sizeof got, "sent %zu bytes where a %zu-byte collective fingerprint was due",
-                     len, sizeof *theirs);
+            snprintf(got, sizeof got,
+                     "sent %zu bytes where a %zu-byte collective fingerprint was due", len,
+                     sizeof *theirs);
         else
-            snprintf(got, sizeof got, "sent its data without the collective fingerprint due with it");
+            snprintf(got, sizeof got,
+                     "sent its data without the collective fingerprint due with it");
         DSIM_ERR(DSIM_EPROTO, p,
                  "%s step %d/%d: rank %d %s: it runs without fingerprints "
                  "(dsim_comm_cfg.no_fingerprint must be the same on every rank); rank %d "

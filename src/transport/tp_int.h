@@ -90,7 +90,7 @@ typedef struct tp_msg {
     size_t len;
     const void *data;
     uint64_t seq_expected, seq_got; /* GAP */
-    int has_side; /* EAGER, RNDV: the frame's sideband (DSIM_TP_F_SIDE) */
+    int has_side;                   /* EAGER, RNDV: the frame's sideband (DSIM_TP_F_SIDE) */
     uint8_t side[DSIM_TP_SIDE_LEN];
 } tp_msg;
 

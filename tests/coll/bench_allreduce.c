@@ -157,8 +157,8 @@ static int fingerprint_cost(int argc, char **argv)
                 unclear++;
             }
         }
-        printf("%14zu %-6s %10.2f %10.2f %10.2f %10.4f %10.4f %12.4f   [%.4f, %.4f] %s\n",
-               bytes, dsim_algo_name(dsim_allreduce_decide(bytes, n)), m[ALL], m[FP], m[NONE],
+        printf("%14zu %-6s %10.2f %10.2f %10.2f %10.4f %10.4f %12.4f   [%.4f, %.4f] %s\n", bytes,
+               dsim_algo_name(dsim_allreduce_decide(bytes, n)), m[ALL], m[FP], m[NONE],
                m[ALL] / m[NONE], m[FP] / m[NONE], rm, ratio[CI_LO], ratio[CI_HI], verdict);
         fflush(stdout);
     }

@@ -534,10 +534,8 @@ static void test_flight_recorder(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_strings),
-        cmocka_unit_test(test_mismatches),
-        cmocka_unit_test(test_matched_calls),
-        cmocka_unit_test(test_rank_without_fingerprints),
+        cmocka_unit_test(test_strings),         cmocka_unit_test(test_mismatches),
+        cmocka_unit_test(test_matched_calls),   cmocka_unit_test(test_rank_without_fingerprints),
         cmocka_unit_test(test_flight_recorder),
     };
     return cmocka_run_group_tests_name("fingerprint", tests, NULL, NULL);

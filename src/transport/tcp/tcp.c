@@ -156,7 +156,7 @@
 #define TCP_ADDR_TXT      96
 #define TCP_LISTEN_PAUSE  (100 * TCP_MS)
 
-#define TCP_SIDE_LEN      DSIM_TP_SIDE_LEN
+#define TCP_SIDE_LEN DSIM_TP_SIDE_LEN
 /* The flags a data frame may carry on the wire. */
 #define TCP_DATA_FLAGS (DSIM_TP_F_CHECKSUM | DSIM_TP_F_SIDE)
 
@@ -1041,7 +1041,8 @@ static int tcp_frame_begin(tcp_loop *lp, tcp_conn *c)
     }
     c->rcrc = tcp_hdr_crc(c->rhdr);
     /* The sideband is read as the first bytes of the body. */
-    c->rlen = (size_t)h->len + (c->rkind == TCP_K_DATA && (h->flags & DSIM_TP_F_SIDE) ? TCP_SIDE_LEN : 0);
+    c->rlen =
+        (size_t)h->len + (c->rkind == TCP_K_DATA && (h->flags & DSIM_TP_F_SIDE) ? TCP_SIDE_LEN : 0);
     c->rgot = 0;
     return 0;
 }

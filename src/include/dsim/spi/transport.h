@@ -34,8 +34,7 @@ extern "C" {
 #endif
 
 #define DSIM_TP_MAGIC   0x50545344u /* "DSTP" read as little-endian bytes */
-/* 2: frames may carry a sideband (DSIM_TP_F_SIDE). */
-#define DSIM_TP_VERSION 2
+#define DSIM_TP_VERSION 2           /* 2: frames may carry a sideband (DSIM_TP_F_SIDE) */
 /* Frames longer than this are corrupt whatever the backend. */
 #define DSIM_TP_MAX_LEN ((uint64_t)1 << 40)
 
