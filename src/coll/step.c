@@ -33,38 +33,47 @@
  * usable: the check aborts nothing (a mismatch does, below).
  *
  * Fingerprints (DESIGN section 1). The first time a rank sends to a peer in
- * a call, it sends that peer its fingerprint (32 bytes, step 0xFFE of the
- * call's tag) just ahead of the payload; the peer checks it once that
- * payload has arrived, before the step ends, so nothing that came from a
- * rank that disagrees is ever sent on or returned. Receiving it then costs
- * no wake-up: it is already waiting, unmatched, behind the payload that woke
- * the rank (a receive posted early would wake the rank twice). A pair
+ * a call, its fingerprint (32 bytes) rides on that payload frame as the
+ * transport's sideband (dsim_isend_side): no message, lock or wake-up of
+ * its own. The peer reads it from the receive that took the payload
+ * (dsim_wait_side) and checks it at once, before the step ends, so nothing
+ * that came from a rank that disagrees is ever sent on or returned. A pair
  * exchanges one fingerprint per call, along its first data; every
  * collective's data connects all its ranks, so when the ranks run the same
  * algorithm any disagreement is found on the first pair that disagrees.
- * Empty transfers count (only their payload is skipped), so which pairs
+ * Empty transfers count: one that carries a fingerprint goes as an empty
+ * frame (only then; both sides plan alike, step_fp_plan), so which pairs
  * exchange fingerprints depends on the algorithm, the rank count and the
- * root, never on the count or the dtype.
+ * root, never on the count or the dtype. A payload that came without one
+ * where one was due is from a rank without fingerprints: an error.
  *
  * Ranks that disagree so much that they run different algorithms wait for
  * messages that never come. A first receive from a peer that takes longer
- * than STEP_PROBE_NS looks whether that peer's fingerprint arrived anyway
- * and differs (step_wait_probing); a payload of the wrong size does the same
- * at once. Ranks that disagree on a root would all finish without ever
- * meeting, so rooted collectives also send answers back and wait for them
- * (x->fp_both). What is left shows at the timeout: the failure check's
+ * than STEP_PROBE_NS looks whether that peer's fingerprint arrived anyway,
+ * on a frame of this call under another step's tag (dsim_ep_peek_side), and
+ * differs (step_wait_probing); a payload of the wrong size is judged by the
+ * fingerprint it carried, at once. Ranks that disagree on a root would all
+ * finish without ever meeting, so rooted collectives (x->fp_both) send
+ * their fingerprint as a message of its own (step 0xFFE of the call's tag)
+ * to every new peer, and wait for the answers; while waiting they look for
+ * a sideband too (a peer in an unrooted collective of the same number sends
+ * no such message). What is left shows at the timeout: the failure check's
  * answers carry fingerprints, and a rank in another call is named.
  *
  * The rank that finds a mismatch fails with both fingerprints and aborts
  * the fabric with the same text, which ends every other rank's wait at once:
- * a desynchronised job cannot go on. Cost: one 32-byte eager message per
- * pair and call (tests/coll/bench_allreduce --fingerprint-cost measures it
- * against communicators without fingerprints). */
+ * a desynchronised job cannot go on. Cost: 32 bytes more on the first
+ * frame to each peer (tcp: on the wire, under the checksum), and a rooted
+ * collective's answers (tests/coll/bench_allreduce --fingerprint-cost
+ * measures it against communicators without fingerprints). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coll_int.h"
+
+/* A fingerprint is exactly what a frame's sideband carries. */
+_Static_assert(sizeof(dsim_coll_fp) == DSIM_TP_SIDE_LEN, "a fingerprint fills the sideband");
 
 #define STEP_FC_STEP 0xFFFu
 #define STEP_FP_STEP 0xFFEu
@@ -446,8 +455,66 @@ static void step_fp_drop(dsim_comm *c)
     c->fp_npend = 0;
 }
 
-/* Waits for peer p's fingerprint (the receive is pending) and checks it. f is
- * the transfer it guards, for the message. */
+/* The fingerprints of the calls of x, carried as a sideband on any payload
+ * frame of that call (the call number is in the tag's high bits). */
+#define STEP_CALL_MASK (~0xFFFu)
+
+/* Looks, without waiting, for a fingerprint that peer p sent in this call
+ * on a payload frame this rank has not received (it runs another algorithm
+ * or another collective): 1 with it in *theirs, else 0. */
+static int step_fp_peek(dsim_coll *x, int p, dsim_coll_fp *theirs)
+{
+    dsim_comm *c = x->c;
+    return dsim_ep_peek_side(c->ep, p, c->comm_id, step_tag(x->call, 0), STEP_CALL_MASK, theirs) &&
+           theirs->magic == DSIM_COLL_FP_MAGIC;
+}
+
+/* Checks peer p's fingerprint *theirs, which came as len bytes (f is the
+ * transfer it guards, for the message): a mismatch is recorded and the
+ * fabric aborted. */
+static dsim_err step_fp_check(dsim_coll *x, const dsim_xfer *f, const dsim_coll_fp *theirs,
+                              size_t len)
+{
+    dsim_comm *c = x->c;
+    int p = f->peer;
+    c->heard[p] = x->call + 1;
+    if (len != sizeof *theirs || theirs->magic != DSIM_COLL_FP_MAGIC) {
+        char a[128], got[96];
+        step_fp_drop(c);
+        /* len 0: its payload came without the sideband. */
+        if (len)
+            snprintf(got, sizeof got,
+                     "sent %zu bytes where a %zu-byte collective fingerprint was due", len,
+                     sizeof *theirs);
+        else
+            snprintf(got, sizeof got,
+                     "sent its data without the collective fingerprint due with it");
+        DSIM_ERR(DSIM_EPROTO, p,
+                 "%s step %d/%d: rank %d %s: it runs without fingerprints "
+                 "(dsim_comm_cfg.no_fingerprint must be the same on every rank); rank %d "
+                 "called %s",
+                 x->what, f->step, x->nsteps, p, got, c->rank,
+                 dsim_coll_fp_str(&c->fp_out, a, sizeof a));
+        dsim_error_copy(&c->err);
+        /* As for a mismatch: the other ranks learn it now, not at their
+         * timeout. */
+        step_fp_abort(x, p, 0);
+        return DSIM_EPROTO;
+    }
+    c->fp_seen[p] = x->call + 1;
+    if (dsim_coll_fp_diff(theirs, &c->fp_out, NULL, 0) == 0)
+        return DSIM_OK;
+    step_fp_drop(c);
+    dsim_err e = step_fp_mismatch(x, p, theirs, "");
+    step_fp_abort(x, p, 0);
+    return e;
+}
+
+/* Waits for peer p's fingerprint message (a rooted collective's: the
+ * receive is pending) and checks it. f is the transfer it guards, for the
+ * message. A peer in another, unrooted collective of the same number sends
+ * none: its fingerprint rides on its payload, which this rank looks for
+ * after STEP_PROBE_NS and then at that interval. */
 static dsim_err step_fp_await(dsim_coll *x, const dsim_xfer *f)
 {
     dsim_comm *c = x->c;
@@ -460,32 +527,27 @@ static dsim_err step_fp_await(dsim_coll *x, const dsim_xfer *f)
             break;
         }
     size_t len = 0;
-    dsim_err e = dsim_wait(r, x->deadline, &len);
+    int64_t soon = x->t0 + STEP_PROBE_NS;
+    dsim_err e;
+    for (;;) {
+        int interim = soon < x->deadline;
+        e = dsim_wait(r, interim ? soon : x->deadline, &len);
+        if (e != DSIM_ETIMEDOUT || !interim)
+            break;
+        dsim_coll_fp theirs;
+        if (step_fp_peek(x, p, &theirs) && dsim_coll_fp_diff(&theirs, &c->fp_out, NULL, 0) != 0)
+            return step_fp_check(x, f, &theirs, sizeof theirs);
+        e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &c->fp_in[p],
+                       sizeof c->fp_in[p], &r);
+        if (e != DSIM_OK)
+            break;
+        soon = dsim_rt_deadline(c->rt, STEP_PROBE_NS);
+    }
     if (e != DSIM_OK) {
         step_fp_drop(c);
         return step_fail(x, f, e, 0);
     }
-    c->heard[p] = x->call + 1;
-    const dsim_coll_fp *theirs = &c->fp_in[p];
-    if (len != sizeof *theirs || theirs->magic != DSIM_COLL_FP_MAGIC) {
-        char a[128];
-        step_fp_drop(c);
-        DSIM_ERR(DSIM_EPROTO, p,
-                 "%s step %d/%d: rank %d sent %zu bytes where a %zu-byte collective "
-                 "fingerprint was due: it runs without fingerprints "
-                 "(dsim_comm_cfg.no_fingerprint must be the same on every rank); rank %d "
-                 "called %s",
-                 x->what, f->step, x->nsteps, p, len, sizeof *theirs, c->rank,
-                 dsim_coll_fp_str(&c->fp_out, a, sizeof a));
-        dsim_error_copy(&c->err);
-        return DSIM_EPROTO;
-    }
-    if (dsim_coll_fp_diff(theirs, &c->fp_out, NULL, 0) == 0)
-        return DSIM_OK;
-    step_fp_drop(c);
-    e = step_fp_mismatch(x, p, theirs, "");
-    step_fp_abort(x, p, 0);
-    return e;
+    return step_fp_check(x, f, &c->fp_in[p], len);
 }
 
 /* Which fingerprints a step moves (plan[i] for xf[i]): STEP_FP_SEND, this
@@ -509,7 +571,7 @@ static void step_fp_plan(dsim_coll *x, const dsim_xfer *xf, int n, int *plan)
     for (int i = 0; i < n; i++) {
         int p = xf[i].peer, send = xf[i].kind == DSIM_XF_SEND;
         plan[i] = 0;
-        if (x->fp_both)
+        if (x->fp_both || c->fp_off)
             continue;
         int sent = c->fp_sent[p] == mark, seen = c->fp_seen[p] == mark;
         if (send && !sent && (x->fp_every || !seen))
@@ -519,12 +581,13 @@ static void step_fp_plan(dsim_coll *x, const dsim_xfer *xf, int n, int *plan)
     }
 }
 
-/* Posts the fingerprint sends of one step (the requests go into reqs for
- * the step to wait on). A rooted collective sends its fingerprint to every
+/* Posts a rooted collective's fingerprint messages of one step (the sends
+ * go into reqs for the step to wait on; other collectives carry theirs on
+ * their payload frames). A rooted collective sends its fingerprint to every
  * new peer and posts a receive of every new peer's, kept pending on the
  * communicator: its senders wait for their receivers' answers. */
-static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, int n, const int *plan,
-                             dsim_req **reqs, int *idx, int *m)
+static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, int n, dsim_req **reqs, int *idx,
+                             int *m)
 {
     dsim_comm *c = x->c;
     uint64_t mark = x->call + 1;
@@ -533,7 +596,7 @@ static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, int n, const int
         const dsim_xfer *f = &xf[i];
         int p = f->peer;
         dsim_err e = DSIM_OK;
-        if (c->fp_sent[p] != mark && (x->fp_both || (plan[i] & STEP_FP_SEND))) {
+        if (c->fp_sent[p] != mark && x->fp_both) {
             c->fp_sent[p] = mark;
             e = dsim_isend(c->ep, p, c->comm_id, tag, &c->fp_out, sizeof c->fp_out, &reqs[*m]);
             if (e == DSIM_OK)
@@ -554,23 +617,6 @@ static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, int n, const int
             return step_fail(x, f, e, 1);
         }
     }
-    return DSIM_OK;
-}
-
-/* Posts the receive of peer f->peer's fingerprint (not yet seen in this
- * call) as a pending one. */
-static dsim_err step_fp_expect(dsim_coll *x, const dsim_xfer *f)
-{
-    dsim_comm *c = x->c;
-    int p = f->peer;
-    c->fp_seen[p] = x->call + 1;
-    dsim_err e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &c->fp_in[p],
-                            sizeof c->fp_in[p], &c->fp_req[p]);
-    if (e != DSIM_OK) {
-        step_fp_drop(c);
-        return step_fail(x, f, e, 1);
-    }
-    c->fp_pend[c->fp_npend++] = p;
     return DSIM_OK;
 }
 
@@ -608,6 +654,17 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
         return DSIM_OK;
     dsim_error saved;
     dsim_error_copy(&saved);
+    if (!r && step_fp_peek(x, p, &c->fp_in[p])) {
+        /* It rode on a payload frame this rank did not take. */
+        c->fp_seen[p] = mark;
+        c->heard[p] = mark;
+        if (dsim_coll_fp_diff(&c->fp_in[p], &c->fp_out, NULL, 0) == 0)
+            return DSIM_OK;
+        step_fp_drop(c);
+        dsim_err e = step_fp_mismatch(x, p, &c->fp_in[p], "");
+        step_fp_abort(x, p, 0);
+        return e;
+    }
     if (!r) {
         dsim_err e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &c->fp_in[p],
                                 sizeof c->fp_in[p], &r);
@@ -655,18 +712,22 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
     return e;
 }
 
-/* Posts one payload transfer. */
-static dsim_err step_post(dsim_coll *x, const dsim_xfer *f, int slot, dsim_req **req)
+/* Posts one payload transfer (xf[slot]); a send carries side (this rank's
+ * fingerprint) unless it is NULL. */
+static dsim_err step_post(dsim_coll *x, const dsim_xfer *f, int slot, const dsim_coll_fp *side,
+                          dsim_req **req)
 {
     dsim_comm *c = x->c;
     uint32_t tag = step_tag(x->call, (uint32_t)f->step);
-    if (c->virt) /* timing only: the length goes, not the bytes (comm.h) */
+    if (c->virt && f->len > 0) /* timing only: the length goes, not the bytes (comm.h) */
         return f->kind == DSIM_XF_SEND
-                   ? dsim_isend_virtual(c->ep, f->peer, c->comm_id, tag, f->len, req)
+                   ? dsim_isend_virtual(c->ep, f->peer, c->comm_id, tag, f->len, side, req)
                    : dsim_irecv(c->ep, f->peer, c->comm_id, tag, &c->vin[slot], sizeof *c->vin,
                                 req);
     switch (f->kind) {
     case DSIM_XF_SEND:
+        if (side)
+            return dsim_isend_side(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, side, req);
         return dsim_isend(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, req);
     case DSIM_XF_RECV:
         return dsim_irecv(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, req);
@@ -684,15 +745,16 @@ static dsim_err step_post(dsim_coll *x, const dsim_xfer *f, int slot, dsim_req *
  * is reported at once instead of at the timeout. Otherwise posts the receive
  * again (nothing of it arrived) and goes on waiting. *probed: 2 when the
  * error returned is recorded in full (a mismatch, an abort), 1 when it is
- * the transport's, found by the look (still to report as the receive's). */
+ * the transport's, found by the look (still to report as the receive's).
+ * *has: 1 with the fingerprint the payload carried in *side, else 0. */
 static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, int slot, dsim_req **req,
-                                  size_t *len, int *probed)
+                                  size_t *len, int *probed, dsim_coll_fp *side, int *has)
 {
     dsim_comm *c = x->c;
     int64_t soon = x->t0 + STEP_PROBE_NS; /* the first look: no clock read */
     for (;;) {
         int interim = soon < x->deadline;
-        dsim_err e = dsim_wait(*req, interim ? soon : x->deadline, len);
+        dsim_err e = dsim_wait_side(*req, interim ? soon : x->deadline, len, side, has);
         *req = NULL;
         if (e != DSIM_ETIMEDOUT || !interim)
             return e;
@@ -702,12 +764,12 @@ static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, int slot, ds
             *probed = final ? 2 : 1;
             return e;
         }
-        if (step_post(x, f, slot, req) != DSIM_OK)
+        if (step_post(x, f, slot, NULL, req) != DSIM_OK)
             return dsim_last_error()->code;
         soon = dsim_rt_deadline(c->rt, STEP_PROBE_NS);
         if (c->fp_seen[f->peer] == x->call + 1) {
             /* Checked and agrees: an ordinary wait from here on. */
-            e = dsim_wait(*req, x->deadline, len);
+            e = dsim_wait_side(*req, x->deadline, len, side, has);
             *req = NULL;
             return e;
         }
@@ -776,7 +838,7 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
     int *plan = idx + 2 * n;
     step_fp_plan(x, xf, n, plan);
     if (!c->fp_off) {
-        e = step_fp_post(x, xf, n, plan, reqs, idx, &m);
+        e = step_fp_post(x, xf, n, reqs, idx, &m);
         mfp = m;
         /* A rooted collective checks a peer's fingerprint before it posts
          * the receive of its payload. This step's sends are not posted yet,
@@ -795,13 +857,23 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
     }
 
     /* Receives first: a receive that is already posted when the matching
-     * send starts lets inproc copy or combine straight from the sender. */
+     * send starts lets inproc copy or combine straight from the sender.
+     * An empty transfer that carries a fingerprint goes as an empty frame;
+     * both sides plan it alike (step_fp_plan). */
+    uint64_t mark = x->call + 1;
     for (int pass = 0; pass < 2 && e == DSIM_OK; pass++) {
         for (int i = 0; i < n; i++) {
             const dsim_xfer *f = &xf[i];
-            if (f->len == 0 || (f->kind == DSIM_XF_SEND) != (pass == 1))
+            int send = f->kind == DSIM_XF_SEND;
+            if (send != (pass == 1) ||
+                (f->len == 0 && !(plan[i] & (send ? STEP_FP_SEND : STEP_FP_EXPECT))))
                 continue;
-            e = step_post(x, f, i, &reqs[m]);
+            const dsim_coll_fp *side = NULL;
+            if (send && (plan[i] & STEP_FP_SEND) && c->fp_sent[f->peer] != mark) {
+                c->fp_sent[f->peer] = mark;
+                side = &c->fp_out;
+            }
+            e = step_post(x, f, i, side, &reqs[m]);
             if (e != DSIM_OK) {
                 for (int j = 0; j < m; j++)
                     dsim_req_cancel(reqs[j]);
@@ -824,19 +896,33 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
             f = &fps;
         }
         size_t len = 0;
-        int probed = 0;
+        int probed = 0, has = 0;
+        dsim_coll_fp side;
         step_fr_wait(c, f->peer);
-        if (f->kind != DSIM_XF_SEND && !c->fp_off && c->fp_seen[f->peer] != x->call + 1) {
-            e = step_wait_probing(x, f, idx[j], &reqs[j], &len, &probed);
+        if (f->kind != DSIM_XF_SEND && !c->fp_off && c->fp_seen[f->peer] != mark) {
+            e = step_wait_probing(x, f, idx[j], &reqs[j], &len, &probed, &side, &has);
         } else {
             e = dsim_wait(reqs[j], x->deadline, &len);
         }
         if (e == DSIM_OK && f->kind != DSIM_XF_SEND)
-            c->heard[f->peer] = x->call + 1;
-        if (e == DSIM_OK && c->virt && f->kind != DSIM_XF_SEND && j >= mfp)
+            c->heard[f->peer] = mark;
+        if (has && c->fp_seen[f->peer] != mark) {
+            /* The peer's fingerprint came with this payload (whether or not
+             * the payload fitted): checked before anything of it is sent on
+             * or returned. A mismatch is the error, whatever else failed. */
+            dsim_err ce = step_fp_check(x, f, &side, sizeof side);
+            if (ce != DSIM_OK) {
+                for (int k = j + 1; k < m; k++)
+                    dsim_req_cancel(reqs[k]);
+                e = ce;
+                break;
+            }
+        }
+        /* A virtual payload's 8 bytes are the length it stands for. */
+        int virt_in = c->virt && j >= mfp && f->kind != DSIM_XF_SEND && f->len > 0;
+        if (e == DSIM_OK && virt_in)
             len = len == sizeof *c->vin ? (size_t)c->vin[idx[j]] : 0;
-        if (e == DSIM_OK && (f->kind == DSIM_XF_RECV || (c->virt && j >= mfp && f->kind != DSIM_XF_SEND)) &&
-            len != f->len) {
+        if (e == DSIM_OK && (f->kind == DSIM_XF_RECV || virt_in) && len != f->len) {
             DSIM_ERR(DSIM_EPROTO, f->peer,
                      "message was %zu bytes where %zu were expected: the ranks disagree on the "
                      "count or dtype of this call",
@@ -859,19 +945,13 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         }
     }
 
-    /* The fingerprint of each peer this step first received from. It was
-     * sent ahead of the payload that just arrived, so it is already here,
-     * waiting unmatched: receiving it now costs no wake-up, where a receive
-     * posted early would wake this rank once more. The payload was combined
-     * into the buffer, but nothing of it has been sent on or returned. */
-    for (int i = 0; i < n && e == DSIM_OK && !c->fp_off; i++) {
+    /* Each peer this step first received from sent its fingerprint with
+     * one of its payloads (checked above, as it arrived). One that sent
+     * none runs without fingerprints. */
+    for (int i = 0; i < n && e == DSIM_OK; i++) {
         const dsim_xfer *f = &xf[i];
-        if (!(plan[i] & STEP_FP_EXPECT) || c->fp_seen[f->peer] == x->call + 1)
-            continue;
-        e = step_fp_expect(x, f);
-        step_fr_wait(c, f->peer);
-        if (e == DSIM_OK)
-            e = step_fp_await(x, f);
+        if ((plan[i] & STEP_FP_EXPECT) && c->fp_seen[f->peer] != mark)
+            e = step_fp_check(x, f, &c->fp_in[f->peer], 0);
     }
 
     if (reqs != reqs_stack) {

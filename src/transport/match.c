@@ -314,6 +314,10 @@ static dsim_err tp_refuse_locked(dsim_ep *ep, const dsim_tp_hdr *h)
 /* Hands a message to a claimed posted receive, with no lock held. */
 static void tp_fill(dsim_req *r, const dsim_tp_hdr *h, const void *payload, size_t len)
 {
+    if (h->flags & DSIM_TP_F_SIDE) {
+        r->has_side = 1;
+        memcpy(r->side, h->side, DSIM_TP_SIDE_LEN);
+    }
     dsim_err st = tp_consume(r, h->src, h->tag, payload, len);
     tp_req_finish(r, st, len);
 }
@@ -440,6 +444,9 @@ static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void
         m->epoch = h->epoch;
         m->len = len;
         m->data = payload;
+        m->has_side = (h->flags & DSIM_TP_F_SIDE) != 0;
+        if (m->has_side)
+            memcpy(m->side, h->side, DSIM_TP_SIDE_LEN);
         zc->queue_ep = ep;
         zc->queued = 1;
         tp_list_push(&tp_bucket_of(ep, h->src)->unexpected, &m->link);
@@ -461,6 +468,9 @@ static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void
     m->epoch = h->epoch;
     m->len = len;
     m->data = m + 1;
+    m->has_side = (h->flags & DSIM_TP_F_SIDE) != 0;
+    if (m->has_side)
+        memcpy(m->side, h->side, DSIM_TP_SIDE_LEN);
     if (len)
         memcpy(m + 1, payload, len);
     dsim_waitq_lock(ep->lock);
@@ -514,6 +524,10 @@ dsim_err tp_recv_start(dsim_req *req)
         return DSIM_OK;
     }
     dsim_waitq_unlock(ep->lock);
+    if ((m->kind == TP_MSG_EAGER || m->kind == TP_MSG_RNDV) && m->has_side) {
+        req->has_side = 1;
+        memcpy(req->side, m->side, DSIM_TP_SIDE_LEN);
+    }
     /* Nobody else knows req yet: it can be finished without the lock. */
     dsim_err st;
     switch (m->kind) {
@@ -540,6 +554,28 @@ dsim_err tp_recv_start(dsim_req *req)
     }
     atomic_store_explicit(&req->done, 1, memory_order_release);
     return DSIM_OK;
+}
+
+int dsim_ep_peek_side(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, uint32_t mask,
+                      void *side)
+{
+    if (!ep || !side || src < 0 || src >= ep->f->nranks)
+        return 0;
+    int found = 0;
+    dsim_waitq_lock(ep->lock);
+    if (ep->state == TP_EP_OPEN) {
+        tp_list *l = &tp_bucket_of(ep, src)->unexpected;
+        for (tp_link *n = l->head.next; n != &l->head && !found; n = n->next) {
+            const tp_msg *m = TP_CONTAINER(n, tp_msg, link);
+            if (m->src == src && m->comm_id == comm_id && (m->tag & mask) == (tag & mask) &&
+                (m->kind == TP_MSG_EAGER || m->kind == TP_MSG_RNDV) && m->has_side) {
+                memcpy(side, m->side, DSIM_TP_SIDE_LEN);
+                found = 1;
+            }
+        }
+    }
+    dsim_waitq_unlock(ep->lock);
+    return found;
 }
 
 static void tp_drop_msg(tp_msg *m, dsim_err st, int closer)

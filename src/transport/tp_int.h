@@ -90,6 +90,8 @@ typedef struct tp_msg {
     size_t len;
     const void *data;
     uint64_t seq_expected, seq_got; /* GAP */
+    int has_side;                   /* EAGER, RNDV: the frame's sideband (DSIM_TP_F_SIDE) */
+    uint8_t side[DSIM_TP_SIDE_LEN];
 } tp_msg;
 
 enum tp_req_kind { TP_REQ_SEND, TP_REQ_RECV, TP_REQ_RECV_REDUCE };
@@ -122,6 +124,8 @@ struct dsim_req {
     dsim_err status;
     int errpeer;
     size_t len;
+    int has_side; /* receives: the sideband of the message taken */
+    uint8_t side[DSIM_TP_SIDE_LEN];
     char *errmsg;
     atomic_int done;
     void *priv;

@@ -580,12 +580,20 @@ static int tp_wait_locked(dsim_req *req, int64_t deadline, int64_t *started)
 
 /* Finishes req after a wait: withdraws it if unfinished, unlinks it, sets
  * the error context, frees it. ep->lock held on entry, released on return. */
-static dsim_err tp_req_settle_locked(dsim_req *req, int how, int64_t started, size_t *len)
+static dsim_err tp_req_settle_side_locked(dsim_req *req, int how, int64_t started, size_t *len,
+                                          void *side, int *has_side)
 {
     dsim_ep *ep = req->ep;
     dsim_fabric *f = ep->f;
     if (how != TP_WAIT_DONE && !tp_withdraw_locked(req))
         how = TP_WAIT_DONE; /* it finished while being withdrawn */
+    /* Whoever finished req wrote its sideband before done (under ep->lock). */
+    if (how == TP_WAIT_DONE && req->kind != TP_REQ_SEND && req->has_side) {
+        if (has_side)
+            *has_side = 1;
+        if (side)
+            memcpy(side, req->side, DSIM_TP_SIDE_LEN);
+    }
     tp_list_del(&req->live);
     int64_t now = how == TP_WAIT_TIMEDOUT ? dsim_rt_now(f->rt) : 0;
     dsim_waitq_unlock(ep->lock);
@@ -629,6 +637,11 @@ static dsim_err tp_req_settle_locked(dsim_req *req, int how, int64_t started, si
     return st;
 }
 
+static dsim_err tp_req_settle_locked(dsim_req *req, int how, int64_t started, size_t *len)
+{
+    return tp_req_settle_side_locked(req, how, started, len, NULL, NULL);
+}
+
 dsim_err dsim_wait(dsim_req *req, int64_t deadline, size_t *len)
 {
     if (!req)
@@ -637,6 +650,18 @@ dsim_err dsim_wait(dsim_req *req, int64_t deadline, size_t *len)
     dsim_waitq_lock(req->ep->lock);
     int how = tp_wait_locked(req, deadline, &started);
     return tp_req_settle_locked(req, how, started, len);
+}
+
+dsim_err dsim_wait_side(dsim_req *req, int64_t deadline, size_t *len, void *side, int *has_side)
+{
+    if (has_side)
+        *has_side = 0;
+    if (!req)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_wait_side: req is NULL");
+    int64_t started = -1;
+    dsim_waitq_lock(req->ep->lock);
+    int how = tp_wait_locked(req, deadline, &started);
+    return tp_req_settle_side_locked(req, how, started, len, side, has_side);
 }
 
 void dsim_req_cancel(dsim_req *req)
@@ -826,16 +851,16 @@ static void tp_req_unlink_free(dsim_req *req)
 }
 
 static dsim_err tp_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const void *buf,
-                         size_t len, uint64_t vlen, dsim_req **out);
+                         size_t len, uint64_t vlen, const void *side, dsim_req **out);
 
 dsim_err dsim_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const void *buf,
                     size_t len, dsim_req **out)
 {
-    return tp_isend(ep, dst, comm_id, tag, buf, len, 0, out);
+    return tp_isend(ep, dst, comm_id, tag, buf, len, 0, NULL, out);
 }
 
 dsim_err dsim_isend_virtual(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, uint64_t vlen,
-                            dsim_req **out)
+                            const void *side, dsim_req **out)
 {
     if (vlen == 0 || vlen > DSIM_TP_MAX_LEN) {
         if (out)
@@ -845,13 +870,26 @@ dsim_err dsim_isend_virtual(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag
                         " bytes; it must be 1..%" PRIu64,
                         vlen, (uint64_t)DSIM_TP_MAX_LEN);
     }
-    return tp_isend(ep, dst, comm_id, tag, NULL, sizeof vlen, vlen, out);
+    return tp_isend(ep, dst, comm_id, tag, NULL, sizeof vlen, vlen, side, out);
+}
+
+dsim_err dsim_isend_side(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const void *buf,
+                         size_t len, const void *side, dsim_req **out)
+{
+    if (!side) {
+        if (out)
+            *out = NULL;
+        return DSIM_ERR(DSIM_EINVAL, dst,
+                        "dsim_isend_side: side is NULL; pass %d bytes, or call dsim_isend",
+                        DSIM_TP_SIDE_LEN);
+    }
+    return tp_isend(ep, dst, comm_id, tag, buf, len, 0, side, out);
 }
 
 /* vlen > 0: a virtual send; its 8-byte payload is vlen itself, kept in the
- * request so that it lives as long as the send. */
+ * request so that it lives as long as the send. side: a sideband or NULL. */
 static dsim_err tp_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const void *buf,
-                         size_t len, uint64_t vlen, dsim_req **out)
+                         size_t len, uint64_t vlen, const void *side, dsim_req **out)
 {
     DSIM_CHECK(tp_send_args("dsim_isend", ep, dst, tag, out));
     if (!buf && len && !vlen)
@@ -905,6 +943,10 @@ static dsim_err tp_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, c
     tp_hdr_fill(ep, dst, comm_id, tag, len, epoch, ++s->seq, &h);
     if (vlen)
         h.flags |= DSIM_TP_F_VIRTUAL;
+    if (side) {
+        h.flags |= DSIM_TP_F_SIDE;
+        memcpy(h.side, side, DSIM_TP_SIDE_LEN);
+    }
     e = f->ops->send(ep, dst, &h, buf, len, req);
     if (e == DSIM_OK) {
         ep->msgs_sent++;

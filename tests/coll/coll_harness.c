@@ -70,7 +70,7 @@ dsim_err coll_harness_open(coll_harness *h, const coll_harness_cfg *cfg)
             .comm_id = cfg->comm_id,
             .timeout_ns = cfg->timeout_ns > 0 ? cfg->timeout_ns : DSIM_TIMEOUT_DEFAULT,
             .algo = cfg->algo,
-            .no_fingerprint = cfg->no_fingerprint,
+            .no_fingerprint = cfg->no_fingerprint || cfg->plain_rank == r + 1,
             .flight_recorder = cfg->flight_recorder,
         };
         e = dsim_comm_create(&cc, &h->comms[r]);

@@ -31,6 +31,7 @@ typedef struct coll_harness_cfg {
     int64_t timeout_ns;  /* <= 0: the communicator's default (these tests always want one) */
     dsim_algo algo;      /* cfg.algo of every communicator */
     int no_fingerprint;  /* cfg.no_fingerprint of every communicator */
+    int plain_rank;      /* > 0: rank plain_rank - 1 alone runs without fingerprints */
     int flight_recorder; /* cfg.flight_recorder of every communicator */
 } coll_harness_cfg;
 

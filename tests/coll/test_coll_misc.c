@@ -598,15 +598,15 @@ static void test_bad_arguments(void **state)
 /* ---- choosing the algorithm ------------------------------------------ */
 
 /* Messages each rank of 4 sends in one allreduce, by algorithm, which show
- * which one ran: its payload messages plus one collective fingerprint per
- * peer it sends to before that peer sent to it (ring 6 + 1, rhd 4 + 2;
- * tree and reduce_to_one send fingerprints up to the root only: 2 + 0,
- * 1 + 1, 2 + 1, 1 + 1 and 3 + 0, 1 + 1). */
+ * which one ran: its payload messages alone, since the collective
+ * fingerprints ride on them (a separate fingerprint message would show
+ * here: ring 6 + 1, rhd 4 + 2, tree 2 + 0, 1 + 1, 2 + 1, 1 + 1,
+ * reduce_to_one 3 + 0, 1 + 1). */
 static const uint64_t sel_msgs[DSIM_ALGO_COUNT][4] = {
-    [DSIM_ALGO_RING] = {7, 7, 7, 7},
-    [DSIM_ALGO_RHD] = {6, 6, 6, 6},
-    [DSIM_ALGO_TREE] = {2, 2, 3, 2},
-    [DSIM_ALGO_REDUCE_TO_ONE] = {3, 2, 2, 2},
+    [DSIM_ALGO_RING] = {6, 6, 6, 6},
+    [DSIM_ALGO_RHD] = {4, 4, 4, 4},
+    [DSIM_ALGO_TREE] = {2, 1, 2, 1},
+    [DSIM_ALGO_REDUCE_TO_ONE] = {3, 1, 1, 1},
 };
 
 typedef struct sel_arg {

@@ -406,6 +406,62 @@ static void fr_rank(coll_harness *h, int rank, void *p)
         coll_fail(&a->s, "rank %d: dump: %s", rank, dsim_errmsg());
 }
 
+/* ---- a rank without fingerprints ------------------------------------- */
+
+typedef struct plain_arg {
+    coll_failures s;
+    dsim_algo algo;
+    dsim_err err[NR];
+    char msg[NR][512];
+} plain_arg;
+
+static void plain_rank(coll_harness *h, int rank, void *p)
+{
+    plain_arg *a = p;
+    float buf[64];
+    for (int i = 0; i < 64; i++)
+        buf[i] = (float)rank;
+    a->err[rank] = dsim_allreduce_with(h->comms[rank], buf, buf, 64, DSIM_F32, DSIM_SUM, a->algo);
+    snprintf(a->msg[rank], sizeof a->msg[rank], "%s", dsim_errmsg());
+}
+
+/* The fingerprint rides on the payload: a payload that comes without one
+ * where one is due is from a rank whose communicator runs without
+ * fingerprints, and the rank that received it says so. */
+static void test_rank_without_fingerprints(void **state)
+{
+    (void)state;
+    static const dsim_algo algos[] = {DSIM_ALGO_RING, DSIM_ALGO_RHD, DSIM_ALGO_TREE,
+                                      DSIM_ALGO_REDUCE_TO_ONE};
+    for (size_t k = 0; k < sizeof algos / sizeof algos[0]; k++) {
+        plain_arg a = {.algo = algos[k]};
+        pthread_mutex_init(&a.s.mu, NULL);
+        coll_harness h;
+        coll_harness_cfg cfg = {.nranks = 4, .comm_id = 7, .timeout_ns = 400 * MS, .plain_rank = 3};
+        assert_int_equal(coll_harness_open(&h, &cfg), DSIM_OK);
+        assert_int_equal(coll_harness_run(&h, plain_rank, &a), DSIM_OK);
+        coll_harness_close(&h);
+        pthread_mutex_destroy(&a.s.mu);
+        int named = 0;
+        for (int r = 0; r < 4; r++) {
+            /* Every rank learns it (the fabric is revoked), none at its
+             * timeout. */
+            if (a.err[r] != DSIM_EPROTO && a.err[r] != DSIM_EABORTED)
+                fail_msg("%s: rank %d returned %s: %s", dsim_algo_name(algos[k]), r,
+                         dsim_strerror(a.err[r]), a.msg[r]);
+            print_message("# %s: rank %d: %s: %s\n", dsim_algo_name(algos[k]), r,
+                          dsim_strerror(a.err[r]), a.msg[r]);
+            if (a.err[r] == DSIM_EPROTO &&
+                strstr(a.msg[r], "rank 2 sent its data without the collective fingerprint") &&
+                strstr(a.msg[r], "no_fingerprint must be the same on every rank"))
+                named++;
+        }
+        if (!named)
+            fail_msg("%s: no rank said that rank 2 runs without fingerprints",
+                     dsim_algo_name(algos[k]));
+    }
+}
+
 static void test_flight_recorder(void **state)
 {
     (void)state;
@@ -478,9 +534,8 @@ static void test_flight_recorder(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_strings),
-        cmocka_unit_test(test_mismatches),
-        cmocka_unit_test(test_matched_calls),
+        cmocka_unit_test(test_strings),         cmocka_unit_test(test_mismatches),
+        cmocka_unit_test(test_matched_calls),   cmocka_unit_test(test_rank_without_fingerprints),
         cmocka_unit_test(test_flight_recorder),
     };
     return cmocka_run_group_tests_name("fingerprint", tests, NULL, NULL);

@@ -15,6 +15,7 @@
  * receive path's header checks); bit 2 takes the hello (or the answer to
  * one) from the next 24 bytes instead of writing a valid one. The rest is
  * frames: a 48-byte header as the backend encodes it (little-endian), then
+ * (a data frame whose flags have DSIM_TP_F_SIDE) the 32-byte sideband, then
  * as many payload bytes as its len field says, or what is left.
  *
  * When the fabric has read everything (it closes the connection once it
@@ -163,9 +164,13 @@ static uint8_t *fz_frames(const uint8_t *in, size_t n, int raw, uint32_t *comms,
     size_t off = 0;
     while (n - off >= FZ_HDR) {
         uint8_t *h = out + off;
-        uint64_t len = fz_get64(h + 40);
-        size_t body = len <= n - off - FZ_HDR ? (size_t)len : n - off - FZ_HDR;
         uint32_t magic = fz_get32(h);
+        uint64_t len = fz_get64(h + 40);
+        /* A data frame's sideband travels between its header and payload. */
+        if (magic == DSIM_TP_MAGIC && ((uint32_t)h[6] | (uint32_t)h[7] << 8) & DSIM_TP_F_SIDE &&
+            len <= UINT64_MAX - DSIM_TP_SIDE_LEN)
+            len += DSIM_TP_SIDE_LEN;
+        size_t body = len <= n - off - FZ_HDR ? (size_t)len : n - off - FZ_HDR;
         uint32_t comm = magic == DSIM_TP_MAGIC ? fz_get32(h + 16)
                         : body >= FZ_HDR       ? fz_get32(h + FZ_HDR + 16)
                                                : 0;

@@ -13,6 +13,8 @@ import sys
 
 MAGIC_DATA, MAGIC_RAW, MAGIC_CTL = 0x50545344, 0x58545344, 0x43545344
 HELLO, ACK = 0x48545344, 0x41545344
+VERSION = 2  # DSIM_TP_VERSION
+F_CHECKSUM, F_SIDE = 0x1, 0x4
 
 
 def crc32c(data, crc=0):
@@ -25,18 +27,21 @@ def crc32c(data, crc=0):
 
 
 def header(magic, src, dst, comm, tag, seq, length, epoch=0, flags=1, checksum=0):
-    return struct.pack("<IHHiiIIIIQQ", magic, 1, flags, src, dst, comm, epoch, tag, checksum,
+    return struct.pack("<IHHiiIIIIQQ", magic, VERSION, flags, src, dst, comm, epoch, tag, checksum,
                        seq, length)
 
 
-def frame(magic, body, src=0, dst=1, comm=1, tag=0, seq=0, epoch=0):
-    h = header(magic, src, dst, comm, tag, seq, len(body), epoch)
-    c = crc32c(h + body)
-    return header(magic, src, dst, comm, tag, seq, len(body), epoch, checksum=c) + body
+def frame(magic, body, src=0, dst=1, comm=1, tag=0, seq=0, epoch=0, flags=F_CHECKSUM, side=b""):
+    """side: a data frame's 32-byte sideband (flags gain F_SIDE); len counts body alone."""
+    if side:
+        flags |= F_SIDE
+    h = header(magic, src, dst, comm, tag, seq, len(body), epoch, flags)
+    c = crc32c(h + side + body)
+    return header(magic, src, dst, comm, tag, seq, len(body), epoch, flags, checksum=c) + side + body
 
 
 def hello(magic, frm, to, nranks, status=0):
-    b = struct.pack("<IHHiii", magic, 1, status, frm, to, nranks)
+    b = struct.pack("<IHHiii", magic, VERSION, status, frm, to, nranks)
     return b + struct.pack("<I", crc32c(b))
 
 
@@ -81,6 +86,11 @@ def main():
         "in_data": b"\x00" + data(1, b"12345678") + data(2, b"abcdefgh" * 4, tag=6),
         "in_two_comms": b"\x00" + data(1, b"x" * 16) + data(1, b"y" * 16, comm=16),
         "in_gap": b"\x00" + data(1, b"first") + data(3, b"third"),
+        "in_side": b"\x00" + frame(MAGIC_DATA, b"payload!", tag=5, seq=1, side=bytes(range(32)))
+        + frame(MAGIC_DATA, b"", tag=6, seq=2, side=b"\xff" * 32) + data(3, b"plain"),
+        "in_unknown_flag": b"\x00" + frame(MAGIC_DATA, b"abcd", tag=5, seq=1, flags=F_CHECKSUM | 0x40),
+        "in_old_version": b"\x02" + struct.pack("<IHHiiIIIIQQ", MAGIC_DATA, 1, F_CHECKSUM, 0, 1,
+                                                 1, 0, 5, 0, 1, 4) + b"abcd",
         "in_wrapped": b"\x00" + frame(MAGIC_RAW, wrapped_inner),
         "in_abort": b"\x00" + data(1, b"before") + frame(MAGIC_CTL, abort_body, tag=1),
         "in_withdrawn": b"\x00" + data(1, b"one") + frame(MAGIC_CTL, withdrawn, tag=2)

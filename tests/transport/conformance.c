@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "dsim/err.h"
@@ -409,6 +410,104 @@ static void test_truncation(void **state)
         }
     /* The stream goes on after a truncated message. */
     xfer(&j, 0, 1, 2, 8, 10, 0);
+    job_close(&j);
+}
+
+/* ---- sideband ---- */
+
+/* Waits (tcp delivers on its own thread) until a queued message from src
+ * with a sideband shows to dsim_ep_peek_side; 1 if it did. */
+static int peek_soon(job *j, int dst, int src, uint32_t comm, uint32_t tag, uint32_t mask,
+                     uint8_t *side)
+{
+    for (int i = 0; i < 10000; i++) {
+        if (dsim_ep_peek_side(j->ep[dst], src, comm, tag, mask, side))
+            return 1;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+/* A message's sideband reaches the receive that takes it, whatever the
+ * size (eager or handed over), the order of posting and the kind of
+ * receive, and when the payload does not fit; a plain message has none; a
+ * receiver can look at a queued one without taking it. */
+static void test_sideband(void **state)
+{
+    (void)state;
+    job j;
+    job_open(&j, 2);
+    static const size_t lens[] = {0, 100, 65537, 400000};
+    uint8_t side[DSIM_TP_SIDE_LEN], got_side[DSIM_TP_SIDE_LEN], peek[DSIM_TP_SIDE_LEN];
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+        for (int mode = 0; mode < 4; mode++) {
+            /* mode 0: sent first, 1: posted first, 2: reducing, sent first,
+             * 3: a receive too short for the payload. */
+            size_t len = mode == 2 ? lens[i] & ~(size_t)3 : lens[i]; /* whole floats */
+            uint32_t tag = 0x5000u + (uint32_t)(i * 4 + (size_t)mode);
+            fill_pattern(side, sizeof side, tag);
+            if (mode == 3 && len == 0)
+                continue; /* nothing to cut short */
+            uint8_t *s = calloc(len + 16, 1), *d = calloc(len + 16, 1);
+            fill_pattern(s, len, tag);
+            size_t cap = mode == 3 ? len / 2 : len + 16;
+            dsim_req *rs = NULL, *rr = NULL;
+            if (mode == 1)
+                assert_int_equal(dsim_irecv(j.ep[1], 0, 3, tag, d, cap, &rr), DSIM_OK);
+            assert_int_equal(dsim_isend_side(j.ep[0], 1, 3, tag, s, len, side, &rs), DSIM_OK);
+            if (mode != 1) {
+                /* Queued: found by the bits the mask keeps, not by others. */
+                memset(peek, 0, sizeof peek);
+                assert_true(peek_soon(&j, 1, 0, 3, tag & 0xF000u, 0xF000u, peek));
+                assert_memory_equal(peek, side, sizeof side);
+                assert_false(dsim_ep_peek_side(j.ep[1], 0, 3, 0x6000u, 0xF000u, peek));
+                assert_false(dsim_ep_peek_side(j.ep[1], 0, 4, tag, ~0u, peek));
+                if (mode == 2)
+                    assert_int_equal(dsim_irecv_reduce(j.ep[1], 0, 3, tag, d, len / sizeof(float),
+                                                       DSIM_F32, DSIM_SUM, &rr),
+                                     DSIM_OK);
+                else
+                    assert_int_equal(dsim_irecv(j.ep[1], 0, 3, tag, d, cap, &rr), DSIM_OK);
+            }
+            int has = -1;
+            size_t got = 12345;
+            memset(got_side, 0, sizeof got_side);
+            dsim_err e = dsim_wait_side(rr, dl(&j, LONG_NS), &got, got_side, &has);
+            assert_int_equal(e, mode == 3 ? DSIM_ETRUNC : DSIM_OK);
+            assert_int_equal(has, 1);
+            assert_memory_equal(got_side, side, sizeof side);
+            if (mode != 3) {
+                assert_int_equal(got, len);
+                if (mode != 2)
+                    assert_true(check_pattern(d, len, tag));
+            }
+            assert_int_equal(dsim_wait(rs, dl(&j, LONG_NS), NULL), DSIM_OK);
+            /* Taken: nothing is left to look at. */
+            assert_false(dsim_ep_peek_side(j.ep[1], 0, 3, tag, ~0u, peek));
+            free(s);
+            free(d);
+        }
+    /* A plain message carries none, and the sideband of one message does
+     * not stick to the next. */
+    uint32_t v = 7, w = 0;
+    dsim_req *rs, *rr;
+    assert_int_equal(dsim_isend(j.ep[0], 1, 3, 9, &v, sizeof v, &rs), DSIM_OK);
+    assert_int_equal(dsim_irecv(j.ep[1], 0, 3, 9, &w, sizeof w, &rr), DSIM_OK);
+    int has = -1;
+    assert_int_equal(dsim_wait_side(rr, dl(&j, LONG_NS), NULL, got_side, &has), DSIM_OK);
+    assert_int_equal(has, 0);
+    assert_int_equal(w, 7);
+    assert_int_equal(dsim_wait(rs, dl(&j, LONG_NS), NULL), DSIM_OK);
+    /* A receive that times out has none either. */
+    assert_int_equal(dsim_irecv(j.ep[1], 0, 3, 10, &w, sizeof w, &rr), DSIM_OK);
+    has = -1;
+    assert_int_equal(dsim_wait_side(rr, dl(&j, 1 * MS), NULL, got_side, &has), DSIM_ETIMEDOUT);
+    assert_int_equal(has, 0);
+    /* No sideband to send is an error naming the call. */
+    assert_int_equal(dsim_isend_side(j.ep[0], 1, 3, 9, &v, sizeof v, NULL, &rs), DSIM_EINVAL);
+    assert_null(rs);
+    assert_non_null(strstr(dsim_errmsg(), "dsim_isend_side"));
     job_close(&j);
 }
 
@@ -1273,6 +1372,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_multi_mib),
         cmocka_unit_test(test_many_peers_all_to_all),
         cmocka_unit_test(test_truncation),
+        cmocka_unit_test(test_sideband),
         cmocka_unit_test(test_deadline_names_peer),
         cmocka_unit_test(test_abort_wakes_waiters),
         cmocka_unit_test(test_ops_after_abort),

@@ -34,8 +34,10 @@
  * decision threshold) find it within about 20 ms; ranks that disagree on a
  * root, at the timeout, whose message then names the mismatch. A count-0
  * call exchanges fingerprints too, so a rank that passes 0 elements where
- * the others pass more is caught. The cost is one 32-byte message per pair
- * and call (about 2 % of a 4 KiB allreduce on 4 ranks; see README). */
+ * the others pass more is caught. The fingerprint rides on the first
+ * payload frame to each peer (the transport's sideband, dsim_isend_side):
+ * no message of its own, except a rooted collective's answers (see
+ * README for what it costs). */
 #ifndef DSIM_COMM_H
 #define DSIM_COMM_H
 

@@ -73,9 +73,19 @@ dsim_err dsim_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const 
 /* Starts a send that stands for vlen bytes without moving them (timing-only
  * runs): the frame carries vlen as its 8-byte payload and the flag
  * DSIM_TP_F_VIRTUAL, so that a cost model can charge vlen bytes on the
- * wire; the receiver posts an 8-byte receive and reads the length there. */
+ * wire; the receiver posts an 8-byte receive and reads the length there.
+ * side: NULL, or a sideband as dsim_isend_side carries (declared below). */
 dsim_err dsim_isend_virtual(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, uint64_t vlen,
-                            dsim_req **req);
+                            const void *side, dsim_req **req);
+/* A sideband: DSIM_TP_SIDE_LEN bytes that one message carries next to its
+ * payload, in its header, at no extra message (collective fingerprints ride
+ * on the first payload to each peer this way). */
+#define DSIM_TP_SIDE_LEN 32
+/* dsim_isend that also carries the DSIM_TP_SIDE_LEN bytes at side (copied
+ * before it returns). The receive that takes the message gets them from
+ * dsim_wait_side; any other receive ignores them. */
+dsim_err dsim_isend_side(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const void *buf,
+                         size_t len, const void *side, dsim_req **req);
 /* Starts receiving at most cap bytes from rank src into buf. A longer
  * message fails the request with DSIM_ETRUNC. */
 dsim_err dsim_irecv(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, void *buf, size_t cap,
@@ -91,6 +101,18 @@ dsim_err dsim_irecv_reduce(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag,
  * NULL) is the message length. On DSIM_ETIMEDOUT the request is cancelled
  * and freed too; the error context names the peer. */
 dsim_err dsim_wait(dsim_req *req, int64_t deadline, size_t *len);
+/* dsim_wait that also hands over a receive's sideband: *has_side (if not
+ * NULL) is 1 and side (DSIM_TP_SIDE_LEN bytes, if not NULL) holds it when
+ * the message that the receive took carried one, whether or not its payload
+ * fitted (DSIM_ETRUNC, DSIM_EPROTO of a reducing receive); else 0. */
+dsim_err dsim_wait_side(dsim_req *req, int64_t deadline, size_t *len, void *side, int *has_side);
+/* Looks, without receiving or waiting, for a queued message from rank src
+ * on comm_id that carries a sideband and whose tag agrees with tag on the
+ * bits of mask: copies the sideband of the oldest into side and returns 1;
+ * else 0 (also when ep is closed). Lets a receiver that waits in vain read
+ * what a peer sent under a tag it does not expect. */
+int dsim_ep_peek_side(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, uint32_t mask,
+                      void *side);
 /* Waits for all n requests (NULL entries are skipped) and frees them all,
  * whatever happens. Returns the first failure; *failed (if not NULL) is the
  * index of the failed request, else -1. */

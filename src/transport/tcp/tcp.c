@@ -50,11 +50,16 @@
  * with the reason where possible) and logged.
  *
  * Wire. A frame is the 48-byte dsim_tp_hdr, each field little-endian in
- * declaration order, then len payload bytes. The backend sets
+ * declaration order, then (only with DSIM_TP_F_SIDE in its flags) the
+ * 32-byte sideband, then len payload bytes; len counts the payload alone. The backend sets
  * DSIM_TP_F_CHECKSUM and puts in hdr.checksum the CRC32C (Castagnoli,
  * reflected 0x82F63B78, as iSCSI and ext4 use; SSE4.2 where the CPU has it)
  * of the 48 header bytes with the checksum field zero followed by the
- * payload, so a damaged header is caught as well as a damaged payload.
+ * sideband (if any) and the payload, so a damaged header is caught as well
+ * as a damaged payload. A data frame with another flag than those two is
+ * refused as corrupt ("unknown flags"), as is a sideband on any other frame:
+ * peers of protocol version 1, which had no sideband, are refused at the
+ * hello.
  * Besides data frames ("DSTP") there are control frames ("DSTC": an abort
  * notice, or the header of a withdrawn frame) and wrapped frames ("DSTX": a
  * hand-made header from dsim_tp_inject that does not describe its own
@@ -151,7 +156,12 @@
 #define TCP_ADDR_TXT      96
 #define TCP_LISTEN_PAUSE  (100 * TCP_MS)
 
-_Static_assert(sizeof(dsim_tp_hdr) == TCP_HDR_LEN, "dsim_tp_hdr is 48 bytes on the wire");
+#define TCP_SIDE_LEN DSIM_TP_SIDE_LEN
+/* The flags a data frame may carry on the wire. */
+#define TCP_DATA_FLAGS (DSIM_TP_F_CHECKSUM | DSIM_TP_F_SIDE | DSIM_TP_F_VIRTUAL)
+
+_Static_assert(offsetof(dsim_tp_hdr, side) == TCP_HDR_LEN,
+               "dsim_tp_hdr is 48 bytes on the wire, then the sideband");
 
 enum { TCP_POLL_LSN = 1, TCP_POLL_CONN };
 enum { TCP_OUT, TCP_IN };
@@ -206,7 +216,7 @@ typedef struct tcp_item {
     dsim_err status;
     int queued;
     int faithful; /* a header dsim_isend built: a withdrawal leaves a marker */
-    uint8_t head[2 * TCP_HDR_LEN];
+    uint8_t head[2 * TCP_HDR_LEN + TCP_SIDE_LEN];
     size_t head_len, head_done;
     const uint8_t *body;
     size_t body_len, body_done;
@@ -1025,6 +1035,12 @@ static int tcp_frame_begin(tcp_loop *lp, tcp_conn *c)
                  h->len, limit);
     else if (c->rkind == TCP_K_RAW && h->len < TCP_HDR_LEN)
         snprintf(what, sizeof what, "a wrapped frame of %" PRIu64 " bytes", h->len);
+    else if (c->rkind == TCP_K_DATA && (h->flags & ~TCP_DATA_FLAGS))
+        snprintf(what, sizeof what, "unknown flags %#x in a data frame",
+                 (unsigned)(h->flags & ~TCP_DATA_FLAGS));
+    else if (c->rkind != TCP_K_DATA && (h->flags & DSIM_TP_F_SIDE))
+        snprintf(what, sizeof what, "a sideband on a %s frame",
+                 c->rkind == TCP_K_RAW ? "wrapped" : "control");
     if (what[0]) {
         tcp_corrupt(lp, c, what);
         return -1;
@@ -1040,7 +1056,9 @@ static int tcp_frame_begin(tcp_loop *lp, tcp_conn *c)
         return -1;
     }
     c->rcrc = tcp_hdr_crc(c->rhdr);
-    c->rlen = (size_t)h->len;
+    /* The sideband is read as the first bytes of the body. */
+    c->rlen =
+        (size_t)h->len + (c->rkind == TCP_K_DATA && (h->flags & DSIM_TP_F_SIDE) ? TCP_SIDE_LEN : 0);
     c->rgot = 0;
     return 0;
 }
@@ -1112,12 +1130,28 @@ static int tcp_frame_end(tcp_loop *lp, tcp_conn *c, const uint8_t *body)
         tcp_corrupt(lp, c, "checksum mismatch");
         return -1;
     }
-    if (c->rkind == TCP_K_DATA)
-        return tcp_hand_over(lp, c, &c->rh, body, c->rlen);
+    if (c->rkind == TCP_K_DATA) {
+        size_t side = 0;
+        if (c->rh.flags & DSIM_TP_F_SIDE) {
+            memcpy(c->rh.side, body, TCP_SIDE_LEN);
+            side = TCP_SIDE_LEN;
+        }
+        return tcp_hand_over(lp, c, &c->rh, body + side, c->rlen - side);
+    }
     if (c->rkind == TCP_K_RAW) {
         dsim_tp_hdr in;
         tcp_hdr_get(body, &in);
-        return tcp_hand_over(lp, c, &in, body + TCP_HDR_LEN, c->rlen - TCP_HDR_LEN);
+        size_t at = TCP_HDR_LEN;
+        if (in.flags & DSIM_TP_F_SIDE) {
+            /* A hand-made header's sideband travels after it. */
+            if (c->rlen < TCP_HDR_LEN + TCP_SIDE_LEN) {
+                tcp_corrupt(lp, c, "a wrapped frame whose sideband is cut short");
+                return -1;
+            }
+            memcpy(in.side, body + at, TCP_SIDE_LEN);
+            at += TCP_SIDE_LEN;
+        }
+        return tcp_hand_over(lp, c, &in, body + at, c->rlen - at);
     }
     return tcp_control(lp, c, body, c->rlen);
 }
@@ -2379,24 +2413,29 @@ static void tcp_item_frame(tcp_item *it, int me, int to, const dsim_tp_hdr *hdr,
     memset(it, 0, sizeof *it);
     it->faithful = hdr->magic == DSIM_TP_MAGIC && hdr->version == DSIM_TP_VERSION &&
                    hdr->len == (uint64_t)len && !(hdr->flags & DSIM_TP_F_CHECKSUM);
+    size_t side = hdr->flags & DSIM_TP_F_SIDE ? TCP_SIDE_LEN : 0;
     if (it->faithful) {
         dsim_tp_hdr h = *hdr;
         h.flags |= DSIM_TP_F_CHECKSUM;
         h.checksum = 0;
         tcp_hdr_put(it->head, &h);
-        it->head_len = TCP_HDR_LEN;
-        tcp_put32(it->head + 28, tcp_crc32c(tcp_hdr_crc(it->head), payload, len));
+        memcpy(it->head + TCP_HDR_LEN, hdr->side, side);
+        it->head_len = TCP_HDR_LEN + side;
+        uint32_t crc = tcp_crc32c(tcp_hdr_crc(it->head), it->head + TCP_HDR_LEN, side);
+        tcp_put32(it->head + 28, tcp_crc32c(crc, payload, len));
     } else {
         dsim_tp_hdr env = {.magic = TCP_MAGIC_RAW,
                            .version = DSIM_TP_VERSION,
                            .flags = DSIM_TP_F_CHECKSUM,
                            .src = me,
                            .dst = to,
-                           .len = TCP_HDR_LEN + (uint64_t)len};
+                           .len = TCP_HDR_LEN + side + (uint64_t)len};
         tcp_hdr_put(it->head, &env);
         tcp_hdr_put(it->head + TCP_HDR_LEN, hdr);
-        it->head_len = 2 * TCP_HDR_LEN;
-        uint32_t crc = tcp_crc32c(tcp_hdr_crc(it->head), it->head + TCP_HDR_LEN, TCP_HDR_LEN);
+        memcpy(it->head + 2 * TCP_HDR_LEN, hdr->side, side);
+        it->head_len = 2 * TCP_HDR_LEN + side;
+        uint32_t crc =
+            tcp_crc32c(tcp_hdr_crc(it->head), it->head + TCP_HDR_LEN, TCP_HDR_LEN + side);
         tcp_put32(it->head + 28, tcp_crc32c(crc, payload, len));
     }
     it->body = payload;

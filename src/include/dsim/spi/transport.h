@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 #define DSIM_TP_MAGIC   0x50545344u /* "DSTP" read as little-endian bytes */
-#define DSIM_TP_VERSION 1
+#define DSIM_TP_VERSION 2           /* 2: frames may carry a sideband (DSIM_TP_F_SIDE) */
 /* Frames longer than this are corrupt whatever the backend. */
 #define DSIM_TP_MAX_LEN ((uint64_t)1 << 40)
 
@@ -50,8 +50,12 @@ extern "C" {
  * the uint64_t length of a payload that was not sent. Delivered like any
  * other frame; a cost model (the sim network model) charges that length. */
 #define DSIM_TP_F_VIRTUAL 0x4u
+/* hdr.flags: hdr.side holds DSIM_TP_SIDE_LEN bytes that travel with the
+ * payload (dsim_isend_side) and reach the receive that takes it. Without
+ * the flag hdr.side is not part of the frame (tcp does not carry it). */
+#define DSIM_TP_F_SIDE 0x8u
 
-/* The header of every frame (48 bytes, host byte order; a backend that
+/* The header of every frame (48 bytes and an optional sideband, host byte order; a backend that
  * crosses machines converts it). seq counts from 1 per (src, dst, comm_id)
  * within one epoch of comm_id, whatever the tag, and restarts at 1 when the
  * sender's epoch for comm_id changes. Keying it by pair and not by tag keeps
@@ -70,6 +74,9 @@ typedef struct dsim_tp_hdr {
     uint32_t checksum; /* reserved for backends that checksum payloads (tcp) */
     uint64_t seq;
     uint64_t len; /* payload bytes */
+    /* Only with DSIM_TP_F_SIDE; not counted in len. On tcp it follows the
+     * 48 header bytes and the checksum covers it. */
+    uint8_t side[DSIM_TP_SIDE_LEN];
 } dsim_tp_hdr;
 
 struct dsim_tp_ops {
