@@ -452,34 +452,41 @@ static int bench_model(const bench_opts *o, const char *engine, const bench_row 
                        const dsim_algo *used, int nrows)
 {
     dsim_calib cal;
-    if (dsim_calib_measure(engine, &cal) != DSIM_OK) {
+    dsim_calib_row *cr = calloc((size_t)(nrows ? nrows : 1), sizeof *cr);
+    if (!cr || dsim_calib_measure(engine, o->ranks, &cal) != DSIM_OK) {
         fprintf(stderr, "%s: --model: could not calibrate the %s engine: %s\n", BENCH_PROG, engine,
-                dsim_errmsg());
+                cr ? dsim_errmsg() : "out of memory");
+        free(cr);
         return 1;
     }
-    printf("# model: calibrated here (dsim calibrate --engine %s): alpha %.2f us per message "
-           "(ping-pong fit; %.2f us measured at 64 B), link %.2f GB/s%s, %d cores for %d ranks "
-           "(alpha x %.2f for oversubscription); copy and reduction rates per core with all "
-           "busy, measured at each size\n",
-           cal.engine, cal.alpha_s * 1e6, cal.pp_small_s * 1e6, cal.link_Bps / 1e9,
-           strcmp(cal.transport, "inproc") == 0 ? " (inproc copies at the copy rate)" : "",
-           cal.cores, o->ranks, o->ranks > cal.cores ? (double)o->ranks / cal.cores : 1.0);
-    printf("#  %10s  %-14s %12s %12s %8s %10s %10s\n", "size", "algo", "measured_us", "model_us",
-           "error", "copy_GB/s", "red_GB/s");
+    if (o->dtype != DSIM_F32)
+        printf("# model: calibrated with float32 sums; this table is %s\n",
+               dsim_dtype_name(o->dtype));
+    for (int i = 0; i < nrows; i++)
+        cr[i] = (dsim_calib_row){.algo = used[i],
+                                 .bytes = rows[i].sz.count * sizeof(float)};
+    if (dsim_calib_predict(&cal, cr, nrows) != DSIM_OK) {
+        fprintf(stderr, "%s: --model: could not calibrate the %s engine: %s\n", BENCH_PROG, engine,
+                dsim_errmsg());
+        free(cr);
+        return 1;
+    }
+    printf("# model: calibrated here (dsim calibrate --engine %s --ranks %d): ping-pong alpha "
+           "%.2f us per message, link %.2f GB/s (fit); a ring exchange of 64 B over the %d ranks "
+           "%.2f us; %d cores; per row, a ring exchange of the algorithm's message size (plain "
+           "and combining receives) and the copy rate\n",
+           cal.engine, o->ranks, cal.alpha_s * 1e6, cal.link_Bps / 1e9, o->ranks,
+           cal.alpha_x_s * 1e6, cal.cores);
+    printf("#  %10s  %-14s %12s %12s %8s %10s %12s %12s\n", "size", "algo", "measured_us",
+           "model_us", "error", "msg", "xchg_us", "xchg_red_us");
     double abs_sum = 0;
     int n = 0;
-    size_t es = dsim_dtype_size(o->dtype);
     for (int i = 0; i < nrows; i++) {
-        double m = 0, copy = 0, red = 0;
-        size_t rb = dsim_calib_rate_bytes(o->ranks, cal.cores, rows[i].sz.bytes);
-        if (dsim_calib_rates(cal.cores, rb, &copy, &red) != DSIM_OK ||
-            dsim_calib_predict(&cal, o->ranks, used[i], rows[i].sz.bytes, es, copy, red, &m) !=
-                DSIM_OK)
-            continue;
+        double m = cr[i].seconds;
         double err = rows[i].seconds > 0 ? (m - rows[i].seconds) / rows[i].seconds : NAN;
-        printf("#  %10zu  %-14s %12.1f %12.1f %+7.0f%% %10.2f %10.2f\n", rows[i].sz.bytes,
-               dsim_algo_name(used[i]), rows[i].seconds * 1e6, m * 1e6, 100 * err, copy / 1e9,
-               red / 1e9);
+        printf("#  %10zu  %-14s %12.1f %12.1f %+7.0f%% %10zu %12.1f %12.1f\n", rows[i].sz.bytes,
+               dsim_algo_name(used[i]), rows[i].seconds * 1e6, m * 1e6, 100 * err, cr[i].msg,
+               cr[i].step_copy_s * 1e6, cr[i].step_reduce_s * 1e6);
         if (isfinite(err)) {
             abs_sum += fabs(err);
             n++;
@@ -487,6 +494,7 @@ static int bench_model(const bench_opts *o, const char *engine, const bench_row 
     }
     if (n)
         printf("# model: mean absolute error %.0f%% over %d sizes\n", 100 * abs_sum / n, n);
+    free(cr);
     return 0;
 }
 

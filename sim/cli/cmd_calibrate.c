@@ -21,17 +21,22 @@ void cmd_calibrate_help(FILE *out)
             "usage: dsim calibrate [--engine threads|processes] [--ranks P] [--algo LIST]\n"
             "                      [--sizes LIST] [--json]\n"
             "\n"
-            "Calibrates the alpha-beta cost model to this machine, now, for one engine:\n"
-            "  alpha, beta   a ping-pong of dsim messages between two ranks over the\n"
-            "                engine's transport (threads: two threads over inproc;\n"
-            "                processes: two processes over tcp on 127.0.0.1) at 64 B to\n"
-            "                4 MiB, fitted by least squares on relative error\n"
-            "  copy, reduce  per-core memcpy and float32-sum rates with every core busy,\n"
-            "                at the working set of each all-reduce size\n"
-            "  cores         online CPUs: ranks beyond them serialise (alpha x ranks/cores;\n"
-            "                a step's copies and reductions spread over the cores)\n"
-            "then prints the predicted time of an all-reduce of each size with each\n"
-            "algorithm over P ranks of this machine.\n"
+            "Calibrates the alpha-beta cost model to this machine, now, for one engine\n"
+            "(threads: ranks as threads over inproc; processes: ranks as forked processes\n"
+            "over tcp on 127.0.0.1), then predicts an all-reduce of each size with each\n"
+            "algorithm over P ranks:\n"
+            "  ping-pong     two ranks, 64 B to 4 MiB, fitted by least squares on relative\n"
+            "                error to alpha (per message) and beta (per byte)\n"
+            "  exchange      every one of the P ranks receives from its left and sends to\n"
+            "                its right at once (plain and combining receives), at the\n"
+            "                size of the messages the algorithm sends: what P ranks on\n"
+            "                this machine's cores, its caches and wake-ups make of a\n"
+            "                step; the model's link and reduction rates are fitted to it\n"
+            "  copy          memcpy rate per core with every core busy, for the local\n"
+            "                copies an algorithm makes (sendbuf into recvbuf)\n"
+            "The prediction evaluates the algorithm's schedule (costmodel.h) with them.\n"
+            "Columns: model_us (predicted), msg (bytes calibrated at), xchg_us and\n"
+            "xchg_red_us (one exchange, plain and combining), copy_GB/s.\n"
             "\n"
             "  --engine E     threads (default) or processes\n"
             "  --ranks P      ranks of the predicted all-reduces (default 4)\n"
@@ -144,61 +149,50 @@ int cmd_calibrate(int argc, char **argv)
     }
 
     dsim_calib cal;
-    if (dsim_calib_measure(engine, &cal) != DSIM_OK) {
+    if (dsim_calib_measure(engine, (int)ranks, &cal) != DSIM_OK) {
         fprintf(stderr, "%s: calibrating the %s engine failed: %s\n", CAL_PROG, engine,
                 dsim_errmsg());
         return 1;
     }
-    double over = ranks > cal.cores ? (double)ranks / cal.cores : 1.0;
-    if (json)
+    dsim_calib_row rows[CAL_MAX * 8];
+    int nr = 0;
+    for (int s = 0; s < ns; s++)
+        for (int a = 0; a < na; a++)
+            rows[nr++] = (dsim_calib_row){
+                .algo = algo[a] == DSIM_ALGO_AUTO ? dsim_allreduce_decide(sz[s], (int)ranks)
+                                                  : algo[a],
+                .bytes = sz[s]};
+    if (dsim_calib_predict(&cal, rows, nr) != DSIM_OK) {
+        fprintf(stderr, "%s: calibrating the %s engine failed: %s\n", CAL_PROG, engine,
+                dsim_errmsg());
+        return 1;
+    }
+    if (json) {
         printf("{\"engine\": \"%s\", \"transport\": \"%s\", \"cores\": %d, \"ranks\": %ld, "
                "\"alpha_s\": %.9g, \"link_Bps\": %.6g, \"pingpong_64B_s\": %.9g, "
-               "\"oversubscription\": %.3g, \"predictions\": [",
+               "\"exchange_64B_s\": %.9g, \"predictions\": [",
                cal.engine, cal.transport, cal.cores, ranks, cal.alpha_s, cal.link_Bps,
-               cal.pp_small_s, over);
-    else {
-        printf("# dsim calibrate: engine %s (transport %s), %d cores, %ld ranks\n", cal.engine,
-               cal.transport, cal.cores, ranks);
-        printf("# alpha %.2f us per message (ping-pong fit; %.2f us measured at 64 B), x %.2f "
-               "for %ld ranks on %d cores\n",
-               cal.alpha_s * 1e6, cal.pp_small_s * 1e6, over, ranks, cal.cores);
-        if (strcmp(cal.transport, "inproc") == 0)
-            printf("# link: inproc moves a message with one memcpy: the copy rate below "
-                   "(ping-pong fit: %.2f GB/s)\n",
-                   cal.link_Bps / 1e9);
-        else
-            printf("# link %.2f GB/s (ping-pong fit, 1/beta)\n", cal.link_Bps / 1e9);
-        printf("# %10s %-14s %12s %10s %10s\n", "size", "algo", "model_us", "copy_GB/s",
-               "red_GB/s");
-    }
-    int first = 1;
-    for (int s = 0; s < ns; s++) {
-        double copy = 0, red = 0;
-        if (dsim_calib_rates(cal.cores, dsim_calib_rate_bytes((int)ranks, cal.cores, sz[s]),
-                             &copy, &red) != DSIM_OK) {
-            fprintf(stderr, "%s: measuring the copy and reduction rates failed: %s\n", CAL_PROG,
-                    dsim_errmsg());
-            return 1;
-        }
-        for (int a = 0; a < na; a++) {
-            dsim_algo al =
-                algo[a] == DSIM_ALGO_AUTO ? dsim_allreduce_decide(sz[s], (int)ranks) : algo[a];
-            double m = NAN;
-            if (dsim_calib_predict(&cal, (int)ranks, al, sz[s], 4, copy, red, &m) != DSIM_OK) {
-                fprintf(stderr, "%s: %s\n", CAL_PROG, dsim_errmsg());
-                return 1;
-            }
-            if (json)
-                printf("%s\n  {\"bytes\": %zu, \"algo\": \"%s\", \"seconds\": %.9g, "
-                       "\"copy_Bps\": %.6g, \"reduce_Bps\": %.6g}",
-                       first ? "" : ",", sz[s], dsim_algo_name(al), m, copy, red);
-            else
-                printf("  %10zu %-14s %12.1f %10.2f %10.2f\n", sz[s], dsim_algo_name(al), m * 1e6,
-                       copy / 1e9, red / 1e9);
-            first = 0;
-        }
-    }
-    if (json)
+               cal.pp_small_s, cal.alpha_x_s);
+        for (int i = 0; i < nr; i++)
+            printf("%s\n  {\"bytes\": %zu, \"algo\": \"%s\", \"seconds\": %.9g, \"msg\": %zu, "
+                   "\"exchange_s\": %.9g, \"exchange_reduce_s\": %.9g, \"copy_Bps\": %.6g}",
+                   i ? "," : "", rows[i].bytes, dsim_algo_name(rows[i].algo), rows[i].seconds,
+                   rows[i].msg, rows[i].step_copy_s, rows[i].step_reduce_s, rows[i].copy_Bps);
         printf("\n]}\n");
+        return 0;
+    }
+    printf("# dsim calibrate: engine %s (transport %s), %d cores, %ld ranks\n", cal.engine,
+           cal.transport, cal.cores, ranks);
+    printf("# ping-pong: alpha %.2f us per message, link %.2f GB/s (least-squares fit, 64 B to 4 "
+           "MiB; %.2f us measured at 64 B)\n",
+           cal.alpha_s * 1e6, cal.link_Bps / 1e9, cal.pp_small_s * 1e6);
+    printf("# ring exchange of 64 B over the %ld ranks: %.2f us (the model's alpha)\n", ranks,
+           cal.alpha_x_s * 1e6);
+    printf("# %10s %-14s %12s %10s %12s %12s %10s\n", "size", "algo", "model_us", "msg",
+           "xchg_us", "xchg_red_us", "copy_GB/s");
+    for (int i = 0; i < nr; i++)
+        printf("  %10zu %-14s %12.1f %10zu %12.1f %12.1f %10.2f\n", rows[i].bytes,
+               dsim_algo_name(rows[i].algo), rows[i].seconds * 1e6, rows[i].msg,
+               rows[i].step_copy_s * 1e6, rows[i].step_reduce_s * 1e6, rows[i].copy_Bps / 1e9);
     return 0;
 }

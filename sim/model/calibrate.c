@@ -75,15 +75,17 @@ dsim_err dsim_calib_fit_ab(const double *x, const double *t, int n, double *alph
     return DSIM_OK;
 }
 
-/* ---- ping-pong ---- */
+/* ---- ping-pong and ring exchange ---- */
+
+enum { CAL_PINGPONG, CAL_EXCHANGE, CAL_EXCHANGE_REDUCE };
 
 typedef struct cal_pp {
     dsim_ep *ep;
-    int rank;
+    int rank, nranks, mode;
     const size_t *sizes;
     int n, iters, reps;
     double *secs; /* rank 0 fills it */
-    char *buf;
+    char *buf, *buf2;
     dsim_err err;
 } cal_pp;
 
@@ -91,18 +93,34 @@ static dsim_err cal_xchg(cal_pp *p, size_t len, uint32_t tag)
 {
     dsim_rt *rt = dsim_ep_rt(p->ep);
     int64_t dl = dsim_rt_deadline(rt, CAL_TIMEOUT_NS);
-    dsim_req *q = NULL;
+    dsim_req *q[2] = {NULL, NULL};
+    if (p->mode != CAL_PINGPONG) {
+        /* every rank receives from its left and sends to its right at once,
+         * as a step of a ring (or any schedule) does */
+        int left = (p->rank + p->nranks - 1) % p->nranks, right = (p->rank + 1) % p->nranks;
+        if (p->mode == CAL_EXCHANGE_REDUCE)
+            DSIM_CHECK(dsim_irecv_reduce(p->ep, left, CAL_COMM, tag, p->buf2, len / sizeof(float),
+                                         DSIM_F32, DSIM_SUM, &q[0]));
+        else
+            DSIM_CHECK(dsim_irecv(p->ep, left, CAL_COMM, tag, p->buf2, len, &q[0]));
+        dsim_err e = dsim_isend(p->ep, right, CAL_COMM, tag, p->buf, len, &q[1]);
+        if (e != DSIM_OK) {
+            dsim_req_cancel(q[0]);
+            return e;
+        }
+        return dsim_waitall(q, 2, dl, NULL);
+    }
     int peer = 1 - p->rank;
     if (p->rank == 0) {
-        DSIM_CHECK(dsim_isend(p->ep, peer, CAL_COMM, tag, p->buf, len, &q));
-        DSIM_CHECK(dsim_wait(q, dl, NULL));
-        DSIM_CHECK(dsim_irecv(p->ep, peer, CAL_COMM, tag, p->buf, len, &q));
-        return dsim_wait(q, dl, NULL);
+        DSIM_CHECK(dsim_isend(p->ep, peer, CAL_COMM, tag, p->buf, len, &q[0]));
+        DSIM_CHECK(dsim_wait(q[0], dl, NULL));
+        DSIM_CHECK(dsim_irecv(p->ep, peer, CAL_COMM, tag, p->buf, len, &q[0]));
+        return dsim_wait(q[0], dl, NULL);
     }
-    DSIM_CHECK(dsim_irecv(p->ep, peer, CAL_COMM, tag, p->buf, len, &q));
-    DSIM_CHECK(dsim_wait(q, dl, NULL));
-    DSIM_CHECK(dsim_isend(p->ep, peer, CAL_COMM, tag, p->buf, len, &q));
-    return dsim_wait(q, dl, NULL);
+    DSIM_CHECK(dsim_irecv(p->ep, peer, CAL_COMM, tag, p->buf, len, &q[0]));
+    DSIM_CHECK(dsim_wait(q[0], dl, NULL));
+    DSIM_CHECK(dsim_isend(p->ep, peer, CAL_COMM, tag, p->buf, len, &q[0]));
+    return dsim_wait(q[0], dl, NULL);
 }
 
 static void cal_pp_main(void *arg)
@@ -118,13 +136,14 @@ static void cal_pp_main(void *arg)
             double t0 = cal_now();
             for (int i = 0; i < p->iters && p->err == DSIM_OK; i++)
                 p->err = cal_xchg(p, p->sizes[s], tag++);
-            batch[r] = (cal_now() - t0) / (2.0 * p->iters);
+            /* a ping-pong's time is a round trip: half of it is one message */
+            batch[r] = (cal_now() - t0) / ((p->mode == CAL_PINGPONG ? 2.0 : 1.0) * p->iters);
         }
         if (p->rank == 0 && p->err == DSIM_OK)
             p->secs[s] = cal_median(batch, p->reps);
     }
     if (p->err != DSIM_OK)
-        dsim_ep_abort(p->ep, 1 - p->rank, "the calibration ping-pong failed");
+        dsim_ep_abort(p->ep, (p->rank + 1) % p->nranks, "the calibration exchange failed");
     free(batch);
 }
 
@@ -136,45 +155,64 @@ static size_t cal_max_size(const size_t *sizes, int n)
     return m;
 }
 
-static dsim_err cal_pp_threads(const size_t *sizes, int n, int iters, int reps, double *secs)
+static dsim_err cal_bufs(cal_pp *p, size_t cap)
 {
+    p->buf = malloc(cap);
+    p->buf2 = malloc(cap);
+    if (!p->buf || !p->buf2)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory for %zu B messages", cap);
+    /* small floats: a sum of them stays finite however often it is taken */
+    for (size_t i = 0; i + sizeof(float) <= cap; i += sizeof(float)) {
+        float v = 1.0f / 1024;
+        memcpy(p->buf + i, &v, sizeof v);
+        memcpy(p->buf2 + i, &v, sizeof v);
+    }
+    return DSIM_OK;
+}
+
+static dsim_err cal_run_threads(const cal_pp *tmpl)
+{
+    int P = tmpl->nranks;
     dsim_rt *rt = NULL;
     dsim_fabric *fab = NULL;
-    cal_pp p[2];
-    memset(p, 0, sizeof p);
-    dsim_task *task[2] = {NULL, NULL};
-    dsim_err e = dsim_rt_create("threads", &rt);
+    cal_pp *p = calloc((size_t)P, sizeof *p);
+    dsim_task **task = calloc((size_t)P, sizeof *task);
+    dsim_err e = p && task ? dsim_rt_create("threads", &rt)
+                           : DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
     if (e == DSIM_OK) {
-        dsim_fabric_cfg cfg = {.backend = "inproc", .nranks = 2, .rt = rt};
+        dsim_fabric_cfg cfg = {.backend = "inproc", .nranks = P, .rt = rt};
         e = dsim_fabric_open(&cfg, &fab);
     }
-    size_t cap = cal_max_size(sizes, n);
-    for (int r = 0; r < 2 && e == DSIM_OK; r++) {
-        p[r] = (cal_pp){.rank = r, .sizes = sizes, .n = n, .iters = iters, .reps = reps,
-                        .secs = secs, .buf = malloc(cap)};
-        if (!p[r].buf)
-            e = DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory for a %zu B ping-pong", cap);
-        else
-            memset(p[r].buf, r + 1, cap);
+    size_t cap = cal_max_size(tmpl->sizes, tmpl->n);
+    for (int r = 0; r < P && e == DSIM_OK; r++) {
+        p[r] = *tmpl;
+        p[r].rank = r;
+        p[r].buf = p[r].buf2 = NULL;
+        e = cal_bufs(&p[r], cap);
         if (e == DSIM_OK)
             e = dsim_ep_open(fab, r, &p[r].ep);
     }
-    for (int r = 0; r < 2 && e == DSIM_OK; r++)
+    for (int r = 0; r < P && e == DSIM_OK; r++)
         e = dsim_rt_spawn(rt, r, cal_pp_main, &p[r], &task[r]);
-    for (int r = 0; r < 2; r++)
+    if (e != DSIM_OK && fab)
+        dsim_fabric_abort(fab, 0, "the calibration could not start every rank");
+    for (int r = 0; task && r < P; r++)
         if (task[r])
             dsim_rt_join(rt, task[r]);
-    for (int r = 0; r < 2 && e == DSIM_OK; r++)
+    for (int r = 0; p && r < P && e == DSIM_OK; r++)
         e = p[r].err;
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; p && r < P; r++) {
         if (p[r].ep)
             dsim_ep_close(p[r].ep);
         free(p[r].buf);
+        free(p[r].buf2);
     }
     if (fab)
         dsim_fabric_close(fab);
     if (rt)
         dsim_rt_destroy(rt);
+    free(p);
+    free(task);
     return e;
 }
 
@@ -185,7 +223,7 @@ static int cal_listen(int *port)
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 16) != 0 ||
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 128) != 0 ||
         getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
         if (fd >= 0)
             close(fd);
@@ -195,90 +233,142 @@ static int cal_listen(int *port)
     return fd;
 }
 
-/* One side of the processes ping-pong: rank `rank` of a 2-rank tcp fabric. */
-static dsim_err cal_pp_tcp_side(int rank, const int *port, int lfd, const size_t *sizes, int n,
-                                int iters, int reps, double *secs)
+/* One process's rank of a tcp fabric of tmpl->nranks ranks. */
+static dsim_err cal_tcp_side(const cal_pp *tmpl, int rank, const char *addrs, int lfd)
 {
-    char opts[256];
-    snprintf(opts, sizeof opts, "addrs=127.0.0.1:%d;127.0.0.1:%d,local=%d,listen_fds=%d", port[0],
-             port[1], rank, lfd);
+    size_t ocap = strlen(addrs) + 96;
+    char *opts = malloc(ocap);
     dsim_rt *rt = NULL;
     dsim_fabric *fab = NULL;
-    cal_pp p = {.rank = rank, .sizes = sizes, .n = n, .iters = iters, .reps = reps, .secs = secs};
-    dsim_err e = dsim_rt_create("threads", &rt);
+    cal_pp p = *tmpl;
+    p.rank = rank;
+    p.buf = p.buf2 = NULL;
+    p.ep = NULL;
+    dsim_err e = opts ? dsim_rt_create("threads", &rt)
+                      : DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
     if (e == DSIM_OK) {
-        dsim_fabric_cfg cfg = {.backend = "tcp", .nranks = 2, .rt = rt, .options = opts};
+        snprintf(opts, ocap, "addrs=%s,local=%d,listen_fds=%d", addrs, rank, lfd);
+        dsim_fabric_cfg cfg = {.backend = "tcp", .nranks = p.nranks, .rt = rt, .options = opts};
         e = dsim_fabric_open(&cfg, &fab);
     }
-    size_t cap = cal_max_size(sizes, n);
-    if (e == DSIM_OK && !(p.buf = calloc(1, cap)))
-        e = DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory for a %zu B ping-pong", cap);
+    if (e == DSIM_OK)
+        e = cal_bufs(&p, cal_max_size(p.sizes, p.n));
     if (e == DSIM_OK)
         e = dsim_ep_open(fab, rank, &p.ep);
     if (e == DSIM_OK) {
-        cal_pp_main(&p);
-        e = p.err;
+        dsim_task *t = NULL;
+        e = dsim_rt_spawn(rt, rank, cal_pp_main, &p, &t);
+        if (e == DSIM_OK) {
+            dsim_rt_join(rt, t);
+            e = p.err;
+        }
     }
     if (p.ep)
         dsim_ep_close(p.ep);
     free(p.buf);
+    free(p.buf2);
     if (fab)
         dsim_fabric_close(fab);
     if (rt)
         dsim_rt_destroy(rt);
+    free(opts);
     return e;
 }
 
-static dsim_err cal_pp_processes(const size_t *sizes, int n, int iters, int reps, double *secs)
+/* Ranks 1.. in forked children, rank 0 here, over tcp on loopback. The
+ * caller has started no thread of its own that a child could need. */
+static dsim_err cal_run_processes(const cal_pp *tmpl)
 {
-    int port[2], lfd[2];
-    lfd[0] = cal_listen(&port[0]);
-    lfd[1] = lfd[0] >= 0 ? cal_listen(&port[1]) : -1;
-    if (lfd[1] < 0) {
-        if (lfd[0] >= 0)
-            close(lfd[0]);
-        return DSIM_ERR(DSIM_EIO, errno,
-                        "calibration: cannot listen on 127.0.0.1 for the processes ping-pong: %s",
-                        strerror(errno));
+    int P = tmpl->nranks, made = 0;
+    int *lfd = calloc((size_t)P, sizeof *lfd), *port = calloc((size_t)P, sizeof *port);
+    pid_t *pid = calloc((size_t)P, sizeof *pid);
+    char *addrs = malloc((size_t)P * 24 + 1);
+    dsim_err e = lfd && port && pid && addrs ? DSIM_OK
+                                             : DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
+    size_t len = 0;
+    for (int r = 0; r < P && e == DSIM_OK; r++, made++) {
+        lfd[r] = cal_listen(&port[r]);
+        if (lfd[r] < 0)
+            e = DSIM_ERR(DSIM_EIO, errno,
+                         "calibration: cannot listen on 127.0.0.1 for the processes engine: %s",
+                         strerror(errno));
+        else
+            len += (size_t)sprintf(addrs + len, "%s127.0.0.1:%d", r ? ";" : "", port[r]);
     }
     fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(lfd[0]);
-        close(lfd[1]);
-        return DSIM_ERR(DSIM_EIO, errno, "calibration: fork failed: %s", strerror(errno));
+    for (int r = 1; r < P && e == DSIM_OK; r++) {
+        pid[r] = fork();
+        if (pid[r] < 0) {
+            e = DSIM_ERR(DSIM_EIO, errno, "calibration: fork failed: %s", strerror(errno));
+            break;
+        }
+        if (pid[r] == 0) {
+            for (int k = 0; k < P; k++)
+                if (k != r)
+                    close(lfd[k]);
+            _exit(cal_tcp_side(tmpl, r, addrs, lfd[r]) == DSIM_OK ? 0 : 1);
+        }
     }
-    if (pid == 0) {
+    for (int r = 1; r < made; r++)
+        close(lfd[r]);
+    if (e == DSIM_OK)
+        e = cal_tcp_side(tmpl, 0, addrs, lfd[0]);
+    if (made > 0)
         close(lfd[0]);
-        dsim_err ce = cal_pp_tcp_side(1, port, lfd[1], sizes, n, iters, reps, NULL);
-        _exit(ce == DSIM_OK ? 0 : 1);
+    for (int r = 1; pid && r < P; r++) {
+        if (pid[r] <= 0)
+            continue;
+        int st = 0;
+        if (e != DSIM_OK)
+            kill(pid[r], SIGKILL);
+        while (waitpid(pid[r], &st, 0) < 0 && errno == EINTR)
+            ;
+        if (e == DSIM_OK && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+            e = DSIM_ERR(DSIM_EIO, -1,
+                         "calibration: the process of rank %d failed (status %d)", r, st);
     }
-    close(lfd[1]);
-    dsim_err e = cal_pp_tcp_side(0, port, lfd[0], sizes, n, iters, reps, secs);
-    int st = 0;
-    if (e != DSIM_OK)
-        kill(pid, SIGKILL);
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    if (e == DSIM_OK && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
-        e = DSIM_ERR(DSIM_EIO, -1, "calibration: the ping-pong's child process failed (status %d)",
-                     st);
+    free(lfd);
+    free(port);
+    free(pid);
+    free(addrs);
     return e;
+}
+
+static dsim_err cal_run(const char *engine, cal_pp *tmpl)
+{
+    if (!engine || !tmpl->sizes || !tmpl->secs || tmpl->n < 1 || tmpl->iters < 1 ||
+        tmpl->reps < 1 || tmpl->nranks < 2)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "calibration: an engine, >= 2 ranks, >= 1 size, iters and reps >= 1 "
+                        "needed");
+    for (int i = 0; i < tmpl->n; i++)
+        if (tmpl->sizes[i] < sizeof(float) || tmpl->sizes[i] % sizeof(float))
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "calibration: %zu B is not a whole number of float32 elements",
+                            tmpl->sizes[i]);
+    if (strcmp(engine, "threads") == 0)
+        return cal_run_threads(tmpl);
+    if (strcmp(engine, "processes") == 0)
+        return cal_run_processes(tmpl);
+    return DSIM_ERR(DSIM_EINVAL, -1,
+                    "calibration: engine '%s' is not calibrated; accepted: threads, processes",
+                    engine);
 }
 
 dsim_err dsim_calib_pingpong(const char *engine, const size_t *sizes, int n, int iters, int reps,
                              double *secs)
 {
-    if (!engine || !sizes || !secs || n < 1 || iters < 1 || reps < 1)
-        return DSIM_ERR(DSIM_EINVAL, -1,
-                        "calibration ping-pong: an engine, >= 1 size, iters and reps >= 1 needed");
-    if (strcmp(engine, "threads") == 0)
-        return cal_pp_threads(sizes, n, iters, reps, secs);
-    if (strcmp(engine, "processes") == 0)
-        return cal_pp_processes(sizes, n, iters, reps, secs);
-    return DSIM_ERR(DSIM_EINVAL, -1,
-                    "calibration: engine '%s' is not calibrated; accepted: threads, processes",
-                    engine);
+    cal_pp t = {.nranks = 2, .mode = CAL_PINGPONG, .sizes = sizes, .n = n, .iters = iters,
+                .reps = reps, .secs = secs};
+    return cal_run(engine, &t);
+}
+
+dsim_err dsim_calib_exchange(const char *engine, int ranks, int reduce, const size_t *sizes, int n,
+                             int iters, int reps, double *secs)
+{
+    cal_pp t = {.nranks = ranks, .mode = reduce ? CAL_EXCHANGE_REDUCE : CAL_EXCHANGE,
+                .sizes = sizes, .n = n, .iters = iters, .reps = reps, .secs = secs};
+    return cal_run(engine, &t);
 }
 
 /* ---- copy and reduction rates ---- */
@@ -376,46 +466,68 @@ size_t dsim_calib_rate_bytes(int ranks, int cores, size_t bytes)
     return b < (double)lo ? lo : b > (double)hi ? hi : (size_t)b;
 }
 
-dsim_err dsim_calib_measure(const char *engine, dsim_calib *out)
+dsim_err dsim_calib_measure(const char *engine, int ranks, dsim_calib *out)
 {
     static const size_t sizes[] = {64, 4096, 65536, 1 << 20, 4 << 20};
     enum { N = sizeof sizes / sizeof sizes[0] };
     double secs[N], x[N];
     memset(out, 0, sizeof *out);
+    if (ranks < 2)
+        return DSIM_ERR(DSIM_EINVAL, -1, "calibration: %d ranks; an all-reduce needs >= 2", ranks);
     DSIM_CHECK(dsim_calib_pingpong(engine, sizes, N, 50, 5, secs));
     for (int i = 0; i < N; i++)
         x[i] = (double)sizes[i];
     double a = 0, b = 0;
     DSIM_CHECK(dsim_calib_fit_ab(x, secs, N, &a, &b));
+    double ax = 0;
+    DSIM_CHECK(dsim_calib_exchange(engine, ranks, 0, sizes, 1, 50, 5, &ax));
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = strcmp(engine, "threads") == 0;
     *out = (dsim_calib){.engine = threads ? "threads" : "processes",
                         .transport = threads ? "inproc" : "tcp",
                         .cores = nc > 0 ? (int)nc : 1,
+                        .ranks = ranks,
                         .alpha_s = a,
                         .link_Bps = b > 0 ? 1.0 / b : 0,
-                        .pp_small_s = secs[0]};
+                        .pp_small_s = secs[0],
+                        .alpha_x_s = ax};
     return DSIM_OK;
 }
 
-void dsim_calib_topology(const dsim_calib *c, int ranks, double copy_Bps, double reduce_Bps,
-                         dsim_topology *t)
+size_t dsim_calib_msg_bytes(dsim_algo algo, int ranks, size_t bytes)
 {
-    int inproc = strcmp(c->transport, "inproc") == 0;
-    /* More ranks than cores: a message's receiver must wait for a core
-     * before it wakes, so every message of a step costs its share of the
-     * oversubscription. */
-    double over = c->cores > 0 && ranks > c->cores ? (double)ranks / c->cores : 1.0;
-    /* inproc moves a message with one memcpy (or combines straight from the
-     * sender's buffer); tcp moves it through two socket buffers at the
-     * fitted rate */
-    double bw = inproc || c->link_Bps <= 0 ? copy_Bps : c->link_Bps;
-    dsim_link_model l = {c->transport, "this machine, calibrated", c->alpha_s * over, bw,
+    size_t elems = bytes / sizeof(float), m;
+    switch (algo) {
+    case DSIM_ALGO_RING: /* blocks of n / p */
+        m = (elems + (size_t)ranks - 1) / (size_t)ranks;
+        break;
+    case DSIM_ALGO_RHD: /* halves, then quarters, ...: the first halving dominates */
+        m = (elems + 1) / 2;
+        break;
+    default: /* tree and reduce_to_one move the whole buffer every step */
+        m = elems;
+        break;
+    }
+    return (m ? m : 1) * sizeof(float);
+}
+
+void dsim_calib_topology(const dsim_calib *c, size_t msg, double step_copy_s,
+                         double step_reduce_s, dsim_topology *t)
+{
+    int P = c->ranks, eff = P < c->cores ? P : c->cores;
+    double alpha = c->alpha_x_s;
+    /* One exchange is a step in which all P ranks move `msg` at once; the
+     * evaluator makes such a step last alpha + P x (one transfer's CPU time)
+     * / cores. Solving for one transfer gives the rates that make it agree
+     * with the exchange measured, for a copy and for a combining receive. */
+    double mv = (step_copy_s > alpha ? step_copy_s - alpha : step_copy_s * 1e-3) * eff / P;
+    double rd = (step_reduce_s > alpha ? step_reduce_s - alpha : step_reduce_s * 1e-3) * eff / P;
+    dsim_link_model l = {c->transport, "this machine, calibrated", alpha, (double)msg / mv,
                          "dsim calibrate"};
-    dsim_device_model d = {"cpu", "this machine, calibrated", 1, 1, 3.0 * reduce_Bps,
+    dsim_device_model d = {"cpu", "this machine, calibrated", 1, 1, 3.0 * (double)msg / rd,
                            "dsim calibrate"};
-    *t = (dsim_topology){.hosts = 1, .devices_per_host = ranks, .intra = l, .inter = l,
-                         .device = d, .cores = c->cores, .fused_reduce = inproc};
+    *t = (dsim_topology){.hosts = 1, .devices_per_host = P, .intra = l, .inter = l,
+                         .device = d, .cores = c->cores, .fused_reduce = true};
 }
 
 /* Bytes an algorithm copies locally, sendbuf into recvbuf (or scratch), on
@@ -452,16 +564,64 @@ double dsim_calib_local_copy(dsim_algo algo, int p, double n, int *serial)
     }
 }
 
-dsim_err dsim_calib_predict(const dsim_calib *c, int ranks, dsim_algo algo, size_t bytes,
-                            size_t esize, double copy_Bps, double reduce_Bps, double *seconds)
+dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes,
+                               const dsim_calib_row *at, double *seconds)
 {
     dsim_topology t;
-    dsim_calib_topology(c, ranks, copy_Bps, reduce_Bps, &t);
-    DSIM_CHECK(dsim_cost_allreduce(&t, algo, bytes, esize, seconds, NULL));
-    int serial = 0;
-    double local = dsim_calib_local_copy(algo, ranks, (double)bytes, &serial);
-    int par = ranks < c->cores ? ranks : c->cores;
-    if (local > 0 && copy_Bps > 0)
-        *seconds += serial ? (double)bytes / copy_Bps : local / (copy_Bps * (par > 0 ? par : 1));
+    dsim_calib_topology(c, at->msg, at->step_copy_s, at->step_reduce_s, &t);
+    DSIM_CHECK(dsim_cost_allreduce(&t, algo, bytes, sizeof(float), seconds, NULL));
+    int serial = 0, P = c->ranks;
+    double local = dsim_calib_local_copy(algo, P, (double)bytes, &serial);
+    int par = P < c->cores ? P : c->cores;
+    if (local > 0 && at->copy_Bps > 0)
+        *seconds += serial ? (double)bytes / at->copy_Bps
+                           : local / (at->copy_Bps * (par > 0 ? par : 1));
     return DSIM_OK;
+}
+
+dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n)
+{
+    size_t *sz = calloc((size_t)n + 1, sizeof *sz);
+    double *tx = calloc((size_t)n + 1, sizeof *tx), *tr = calloc((size_t)n + 1, sizeof *tr);
+    int ns = 0;
+    dsim_err e = sz && tx && tr ? DSIM_OK : DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
+    for (int i = 0; i < n && e == DSIM_OK; i++) {
+        if (rows[i].bytes < sizeof(float) || rows[i].bytes % sizeof(float) ||
+            rows[i].algo == DSIM_ALGO_AUTO) {
+            e = DSIM_ERR(DSIM_EINVAL, -1,
+                         "calibration: row %d: %zu B with algorithm %s; whole float32 elements "
+                         "and ring, rhd, tree or reduce_to_one needed",
+                         i, rows[i].bytes, dsim_algo_name(rows[i].algo));
+            break;
+        }
+        rows[i].msg = dsim_calib_msg_bytes(rows[i].algo, c->ranks, rows[i].bytes);
+        int k = 0;
+        while (k < ns && sz[k] != rows[i].msg)
+            k++;
+        if (k == ns)
+            sz[ns++] = rows[i].msg;
+    }
+    /* fewer exchanges for large messages: the time is long enough to read */
+    size_t big = cal_max_size(sz, ns);
+    int iters = big >= ((size_t)1 << 22) ? 5 : big >= ((size_t)1 << 18) ? 10 : 30;
+    if (e == DSIM_OK)
+        e = dsim_calib_exchange(c->engine, c->ranks, 0, sz, ns, iters, 5, tx);
+    if (e == DSIM_OK)
+        e = dsim_calib_exchange(c->engine, c->ranks, 1, sz, ns, iters, 5, tr);
+    for (int i = 0; i < n && e == DSIM_OK; i++) {
+        int k = 0;
+        while (sz[k] != rows[i].msg)
+            k++;
+        rows[i].step_copy_s = tx[k];
+        rows[i].step_reduce_s = tr[k];
+        double red = 0;
+        e = dsim_calib_rates(c->cores, dsim_calib_rate_bytes(c->ranks, c->cores, rows[i].bytes),
+                             &rows[i].copy_Bps, &red);
+        if (e == DSIM_OK)
+            e = dsim_calib_predict_at(c, rows[i].algo, rows[i].bytes, &rows[i], &rows[i].seconds);
+    }
+    free(sz);
+    free(tx);
+    free(tr);
+    return e;
 }
