@@ -98,6 +98,22 @@ static void test_topology_reproduces_exchange(void **state)
     }
 }
 
+/* reduce_to_one on 4 ranks and 2 cores: rank 0 combines three messages one
+ * after the other, then three copies leave it at once and take turns on the
+ * two cores (not on a link of rank 0's: on one machine there is none). */
+static void test_reduce_to_one_takes_turns_on_cores(void **state)
+{
+    (void)state;
+    dsim_calib c = calib(4, 2, 10e-6);
+    double tx = 410e-6, tr = 610e-6, s = 0;
+    double mv = (tx - 10e-6) * 2 / 4, rd = (tr - 10e-6) * 2 / 4;
+    dsim_topology t;
+    dsim_calib_topology(&c, 1 << 20, tx, tr, &t);
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_REDUCE_TO_ONE, 1 << 20, 4, &s, NULL),
+                     DSIM_OK);
+    assert_rel(s, (10e-6 + 3 * rd) + (10e-6 + 3 * mv / 2), 1e-9, "reduce_to_one");
+}
+
 static void test_predict_adds_local_copies(void **state)
 {
     (void)state;
@@ -150,6 +166,7 @@ int main(void)
         cmocka_unit_test(test_fit_noise),
         cmocka_unit_test(test_fit_clamps_and_refuses),
         cmocka_unit_test(test_topology_reproduces_exchange),
+        cmocka_unit_test(test_reduce_to_one_takes_turns_on_cores),
         cmocka_unit_test(test_predict_adds_local_copies),
         cmocka_unit_test(test_message_sizes_and_copies),
     };
