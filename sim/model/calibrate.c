@@ -511,10 +511,18 @@ size_t dsim_calib_msg_bytes(dsim_algo algo, int ranks, size_t bytes)
     return (m ? m : 1) * sizeof(float);
 }
 
-void dsim_calib_topology(const dsim_calib *c, size_t msg, double step_copy_s,
+int dsim_calib_xranks(dsim_algo algo, int ranks)
+{
+    /* ring's and rhd's steps move a message from every rank at once; tree's
+     * and reduce_to_one's move one or a few, each alone on a core: a pair
+     * exchanging is what they see, not a crowd of p */
+    return algo == DSIM_ALGO_RING || algo == DSIM_ALGO_RHD || ranks < 2 ? ranks : 2;
+}
+
+void dsim_calib_topology(const dsim_calib *c, int xranks, size_t msg, double step_copy_s,
                          double step_reduce_s, dsim_topology *t)
 {
-    int P = c->ranks, eff = P < c->cores ? P : c->cores;
+    int P = xranks > 0 ? xranks : c->ranks, eff = P < c->cores ? P : c->cores;
     double alpha = c->alpha_x_s;
     /* One exchange is a step in which all P ranks move `msg` at once; the
      * evaluator makes such a step last alpha + P x (one transfer's CPU time)
@@ -526,7 +534,7 @@ void dsim_calib_topology(const dsim_calib *c, size_t msg, double step_copy_s,
                          "dsim calibrate"};
     dsim_device_model d = {"cpu", "this machine, calibrated", 1, 1, 3.0 * (double)msg / rd,
                            "dsim calibrate"};
-    *t = (dsim_topology){.hosts = 1, .devices_per_host = P, .intra = l, .inter = l,
+    *t = (dsim_topology){.hosts = 1, .devices_per_host = c->ranks, .intra = l, .inter = l,
                          .device = d, .cores = c->cores, .fused_reduce = true};
 }
 
@@ -568,7 +576,7 @@ dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes
                                const dsim_calib_row *at, double *seconds)
 {
     dsim_topology t;
-    dsim_calib_topology(c, at->msg, at->step_copy_s, at->step_reduce_s, &t);
+    dsim_calib_topology(c, at->xranks, at->msg, at->step_copy_s, at->step_reduce_s, &t);
     DSIM_CHECK(dsim_cost_allreduce(&t, algo, bytes, sizeof(float), seconds, NULL));
     int serial = 0, P = c->ranks;
     double local = dsim_calib_local_copy(algo, P, (double)bytes, &serial);
@@ -581,39 +589,57 @@ dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes
 
 dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n)
 {
-    size_t *sz = calloc((size_t)n + 1, sizeof *sz);
-    double *tx = calloc((size_t)n + 1, sizeof *tx), *tr = calloc((size_t)n + 1, sizeof *tr);
-    int ns = 0;
-    dsim_err e = sz && tx && tr ? DSIM_OK : DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
+    dsim_err e = DSIM_OK;
     for (int i = 0; i < n && e == DSIM_OK; i++) {
         if (rows[i].bytes < sizeof(float) || rows[i].bytes % sizeof(float) ||
-            rows[i].algo == DSIM_ALGO_AUTO) {
-            e = DSIM_ERR(DSIM_EINVAL, -1,
-                         "calibration: row %d: %zu B with algorithm %s; whole float32 elements "
-                         "and ring, rhd, tree or reduce_to_one needed",
-                         i, rows[i].bytes, dsim_algo_name(rows[i].algo));
-            break;
-        }
+            rows[i].algo == DSIM_ALGO_AUTO)
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "calibration: row %d: %zu B with algorithm %s; whole float32 "
+                            "elements and ring, rhd, tree or reduce_to_one needed",
+                            i, rows[i].bytes, dsim_algo_name(rows[i].algo));
         rows[i].msg = dsim_calib_msg_bytes(rows[i].algo, c->ranks, rows[i].bytes);
-        int k = 0;
-        while (k < ns && sz[k] != rows[i].msg)
-            k++;
-        if (k == ns)
-            sz[ns++] = rows[i].msg;
+        rows[i].xranks = dsim_calib_xranks(rows[i].algo, c->ranks);
+        rows[i].step_copy_s = rows[i].step_reduce_s = -1;
     }
-    /* fewer exchanges for large messages: the time is long enough to read */
-    size_t big = cal_max_size(sz, ns);
-    int iters = big >= ((size_t)1 << 22) ? 5 : big >= ((size_t)1 << 18) ? 10 : 30;
-    if (e == DSIM_OK)
-        e = dsim_calib_exchange(c->engine, c->ranks, 0, sz, ns, iters, 5, tx);
-    if (e == DSIM_OK)
-        e = dsim_calib_exchange(c->engine, c->ranks, 1, sz, ns, iters, 5, tr);
+    size_t *sz = calloc((size_t)n + 1, sizeof *sz);
+    double *tx = calloc((size_t)n + 1, sizeof *tx), *tr = calloc((size_t)n + 1, sizeof *tr);
+    if (!sz || !tx || !tr)
+        e = DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
+    /* one pair of exchanges (plain, combining) per rank count, over every
+     * message size the rows at that count need */
+    int counts[2] = {c->ranks, 2};
+    for (int k = 0; k < 2 && e == DSIM_OK; k++) {
+        if (k == 1 && counts[1] == counts[0])
+            break;
+        int ns = 0;
+        for (int i = 0; i < n; i++) {
+            if (rows[i].xranks != counts[k])
+                continue;
+            int j = 0;
+            while (j < ns && sz[j] != rows[i].msg)
+                j++;
+            if (j == ns)
+                sz[ns++] = rows[i].msg;
+        }
+        if (ns == 0)
+            continue;
+        /* fewer exchanges for large messages: the time is long enough to read */
+        size_t big = cal_max_size(sz, ns);
+        int iters = big >= ((size_t)1 << 22) ? 5 : big >= ((size_t)1 << 18) ? 10 : 30;
+        e = dsim_calib_exchange(c->engine, counts[k], 0, sz, ns, iters, 5, tx);
+        if (e == DSIM_OK)
+            e = dsim_calib_exchange(c->engine, counts[k], 1, sz, ns, iters, 5, tr);
+        for (int i = 0; i < n && e == DSIM_OK; i++) {
+            if (rows[i].xranks != counts[k])
+                continue;
+            int j = 0;
+            while (sz[j] != rows[i].msg)
+                j++;
+            rows[i].step_copy_s = tx[j];
+            rows[i].step_reduce_s = tr[j];
+        }
+    }
     for (int i = 0; i < n && e == DSIM_OK; i++) {
-        int k = 0;
-        while (sz[k] != rows[i].msg)
-            k++;
-        rows[i].step_copy_s = tx[k];
-        rows[i].step_reduce_s = tr[k];
         double red = 0;
         e = dsim_calib_rates(c->cores, dsim_calib_rate_bytes(c->ranks, c->cores, rows[i].bytes),
                              &rows[i].copy_Bps, &red);

@@ -81,13 +81,19 @@ dsim_err dsim_calib_measure(const char *engine, int ranks, dsim_calib *out);
  * that size: a 4 KiB block and a 16 MiB one do not move at one rate. */
 size_t dsim_calib_msg_bytes(dsim_algo algo, int ranks, size_t bytes);
 
-/* The topology that models this machine for messages of `msg` bytes, from
- * the ring exchange of c->ranks ranks at that size: step_copy_s with plain
- * receives, step_reduce_s with combining ones. Latency alpha_x_s; the link
- * rate and the reduction rate chosen so that the evaluator's step (alpha +
- * every transfer's CPU time over the cores) equals the measured exchange. */
-void dsim_calib_topology(const dsim_calib *c, size_t msg, double step_copy_s, double step_reduce_s,
-                         dsim_topology *t);
+/* The ranks of the exchange an algorithm's rows are calibrated with: all of
+ * them for ring and rhd (every rank sends in every step), 2 for tree and
+ * reduce_to_one (a step moves one or a few messages, each alone on a core). */
+int dsim_calib_xranks(dsim_algo algo, int ranks);
+
+/* The topology that models c->ranks ranks of this machine for messages of
+ * `msg` bytes, from a ring exchange of `xranks` ranks at that size:
+ * step_copy_s with plain receives, step_reduce_s with combining ones.
+ * Latency alpha_x_s; the link rate and the reduction rate chosen so that
+ * the evaluator's step of xranks transfers (alpha + their CPU time over the
+ * cores) equals the measured exchange. */
+void dsim_calib_topology(const dsim_calib *c, int xranks, size_t msg, double step_copy_s,
+                         double step_reduce_s, dsim_topology *t);
 
 /* Bytes algo copies locally over all ranks for an out-of-place all-reduce
  * of n bytes (not transfers, so not in costmodel's schedules); *serial set
@@ -105,6 +111,7 @@ typedef struct dsim_calib_row {
     dsim_algo algo; /* ring, rhd, tree, reduce_to_one */
     size_t bytes;   /* float32 elements */
     size_t msg;     /* dsim_calib_msg_bytes */
+    int xranks;     /* dsim_calib_xranks */
     double step_copy_s, step_reduce_s; /* the ring exchange at msg */
     double copy_Bps;                   /* local copy rate at the working set */
     double seconds;                    /* predicted */

@@ -89,7 +89,7 @@ static void test_topology_reproduces_exchange(void **state)
         size_t msg = (size_t)1 << 18;
         double tx = 61e-6, tr = 83e-6, s = 0;
         dsim_topology t;
-        dsim_calib_topology(&c, msg, tx, tr, &t);
+        dsim_calib_topology(&c, p, msg, tx, tr, &t);
         assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_RING, msg * (size_t)p, 4, &s, NULL),
                          DSIM_OK);
         char what[64];
@@ -108,7 +108,7 @@ static void test_reduce_to_one_takes_turns_on_cores(void **state)
     double tx = 410e-6, tr = 610e-6, s = 0;
     double mv = (tx - 10e-6) * 2 / 4, rd = (tr - 10e-6) * 2 / 4;
     dsim_topology t;
-    dsim_calib_topology(&c, 1 << 20, tx, tr, &t);
+    dsim_calib_topology(&c, 4, 1 << 20, tx, tr, &t);
     assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_REDUCE_TO_ONE, 1 << 20, 4, &s, NULL),
                      DSIM_OK);
     assert_rel(s, (10e-6 + 3 * rd) + (10e-6 + 3 * mv / 2), 1e-9, "reduce_to_one");
@@ -119,7 +119,7 @@ static void test_predict_adds_local_copies(void **state)
     (void)state;
     dsim_calib c = calib(4, 2, 9e-6);
     size_t bytes = (size_t)4 << 20;
-    dsim_calib_row at = {.algo = DSIM_ALGO_RING, .bytes = bytes, .msg = bytes / 4,
+    dsim_calib_row at = {.algo = DSIM_ALGO_RING, .bytes = bytes, .msg = bytes / 4, .xranks = 4,
                          .step_copy_s = 300e-6, .step_reduce_s = 500e-6, .copy_Bps = 20e9};
     double s = 0;
     assert_int_equal(dsim_calib_predict_at(&c, DSIM_ALGO_RING, bytes, &at, &s), DSIM_OK);
@@ -128,9 +128,10 @@ static void test_predict_adds_local_copies(void **state)
     /* reduce_to_one's copy lies on rank 0's path alone */
     at.algo = DSIM_ALGO_REDUCE_TO_ONE;
     at.msg = bytes;
+    at.xranks = 2;
     double s2 = 0, bare = 0;
     dsim_topology t;
-    dsim_calib_topology(&c, at.msg, at.step_copy_s, at.step_reduce_s, &t);
+    dsim_calib_topology(&c, at.xranks, at.msg, at.step_copy_s, at.step_reduce_s, &t);
     assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_REDUCE_TO_ONE, bytes, 4, &bare, NULL),
                      DSIM_OK);
     assert_int_equal(dsim_calib_predict_at(&c, DSIM_ALGO_REDUCE_TO_ONE, bytes, &at, &s2), DSIM_OK);
@@ -145,6 +146,10 @@ static void test_message_sizes_and_copies(void **state)
     assert_int_equal(dsim_calib_msg_bytes(DSIM_ALGO_RHD, 4, 16384), 8192);
     assert_int_equal(dsim_calib_msg_bytes(DSIM_ALGO_TREE, 4, 16384), 16384);
     assert_int_equal(dsim_calib_msg_bytes(DSIM_ALGO_REDUCE_TO_ONE, 8, 4), 4);
+    assert_int_equal(dsim_calib_xranks(DSIM_ALGO_RING, 8), 8);
+    assert_int_equal(dsim_calib_xranks(DSIM_ALGO_RHD, 5), 5);
+    assert_int_equal(dsim_calib_xranks(DSIM_ALGO_TREE, 8), 2);
+    assert_int_equal(dsim_calib_xranks(DSIM_ALGO_REDUCE_TO_ONE, 4), 2);
     int serial = -1;
     assert_true(dsim_calib_local_copy(DSIM_ALGO_RING, 4, 100, &serial) == 300 && serial == 0);
     assert_true(dsim_calib_local_copy(DSIM_ALGO_RHD, 4, 100, &serial) == 200 && serial == 0);
