@@ -51,6 +51,7 @@ void bench_opts_default(bench_opts *o)
     o->ranks = 4;
     o->algo = "auto";
     o->transport = "inproc";
+    o->engine = "threads";
     o->fingerprint = 1;
 }
 
@@ -124,6 +125,7 @@ typedef enum bench_key {
     BENCH_K_TRANSPORT,
     BENCH_K_FINGERPRINT,
     BENCH_K_MODEL,
+    BENCH_K_ENGINE,
 } bench_key;
 
 typedef struct bench_flag {
@@ -160,7 +162,12 @@ static const bench_flag bench_flags[] = {
      "(default 1)"},
     {0, "model", BENCH_K_MODEL, BENCH_FLAG_DSIM,
      "1: after the table, the cost model calibrated on this machine next to each measured "
-     "allreduce time, with its error (inproc only; default 0)"},
+     "allreduce time, with its error (allreduce; threads over inproc, or processes; "
+     "default 0)"},
+    {0, "engine", BENCH_K_ENGINE, BENCH_FLAG_DSIM,
+     "threads (every rank a thread of this process), or processes (every rank a forked "
+     "process, connected by tcp over 127.0.0.1, as the processes engine runs a job) "
+     "(default threads)"},
 };
 #define BENCH_NFLAGS (sizeof bench_flags / sizeof bench_flags[0])
 
@@ -291,6 +298,14 @@ static int bench_apply(const char *prog, const char *shown, const bench_flag *f,
             return 2;
         }
         o->fingerprint = (int)v;
+        return 0;
+    case BENCH_K_ENGINE:
+        if (strcmp(val, "threads") != 0 && strcmp(val, "processes") != 0) {
+            fprintf(err, "%s: %s '%s' is not an engine; accepted: threads, processes\n", prog,
+                    shown, val);
+            return 2;
+        }
+        o->engine = val;
         return 0;
     case BENCH_K_MODEL:
         if (bench_parse_int(val, 0, 1, &v) != 0) {

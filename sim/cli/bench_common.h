@@ -32,7 +32,7 @@ int bench_coll_parse(const char *s, bench_coll *out);
 
 /* Which flags a program accepts beyond nccl-tests' common ones. */
 enum {
-    BENCH_FLAG_DSIM = 1 << 0, /* --ranks, --algo, --transport, --fingerprint, --model */
+    BENCH_FLAG_DSIM = 1 << 0, /* --ranks, --algo, --transport, --fingerprint, --model, --engine */
 };
 
 typedef struct bench_opts {
@@ -52,6 +52,7 @@ typedef struct bench_opts {
     const char *transport; /* --transport as given, default "inproc"; the caller checks it */
     int fingerprint;       /* --fingerprint, default 1: collective fingerprints checked */
     int model;             /* --model 1: the calibrated cost model beside each time */
+    const char *engine;    /* --engine threads (default) or processes */
 } bench_opts;
 
 void bench_opts_default(bench_opts *o);

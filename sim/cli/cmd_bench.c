@@ -10,6 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 
 #include "bench_common.h"
 #include "cmds.h"
@@ -18,6 +24,7 @@
 #include "dsim/rt.h"
 #include "dsim/reduce.h"
 #include "dsim/transport.h"
+#include "model/calibrate.h"
 #include "model/costmodel.h"
 #include <math.h>
 #include <time.h>
@@ -184,6 +191,35 @@ static int bench_parse_corrupt(int nranks, int *out)
     return 0;
 }
 
+/* The row of one size step from every rank's result: the slowest rank's
+ * time; 0, or 1 after printing which rank failed and why. */
+static int bench_collect(const bench_job *job, int spawned, bench_row *row)
+{
+    const bench_opts *o = job->o;
+    int rc = 0;
+    int64_t slowest = 0;
+    uint64_t wrong = 0;
+    for (int r = 0; r < spawned && rc == 0; r++) {
+        if (job->res[r].err != DSIM_OK) {
+            fprintf(stderr, "%s: %s of %zu B failed on rank %d: %s\n", BENCH_PROG,
+                    bench_coll_name(o->coll), job->sz.bytes, r, job->res[r].msg);
+            rc = 1;
+        }
+        if (job->res[r].ns > slowest)
+            slowest = job->res[r].ns;
+        wrong += job->res[r].wrong;
+    }
+    if (rc == 0) {
+        row->sz = job->sz;
+        row->dtype = o->dtype;
+        row->redop = bench_redop_name(o->coll, o->op);
+        row->seconds = (double)slowest / 1e9 / o->iters;
+        row->checked = o->check;
+        row->wrong = wrong;
+    }
+    return rc;
+}
+
 /* Runs one size step on every rank; 0, or 1 after printing why it failed. */
 static int bench_step(bench_job *job, dsim_rt *rt, dsim_fabric *fab, bench_row *row)
 {
@@ -216,155 +252,241 @@ static int bench_step(bench_job *job, dsim_rt *rt, dsim_fabric *fab, bench_row *
     for (int r = 0; r < spawned; r++)
         dsim_rt_join(rt, tasks[r]);
 
-    int64_t slowest = 0;
-    uint64_t wrong = 0;
-    for (int r = 0; r < spawned && rc == 0; r++) {
-        if (job->res[r].err != DSIM_OK) {
-            fprintf(stderr, "%s: %s of %zu B failed on rank %d: %s\n", BENCH_PROG,
-                    bench_coll_name(o->coll), job->sz.bytes, r, job->res[r].msg);
-            rc = 1;
-        }
-        if (job->res[r].ns > slowest)
-            slowest = job->res[r].ns;
-        wrong += job->res[r].wrong;
-    }
-    if (rc == 0) {
-        row->sz = job->sz;
-        row->dtype = o->dtype;
-        row->redop = bench_redop_name(o->coll, o->op);
-        row->seconds = (double)slowest / 1e9 / o->iters;
-        row->checked = o->check;
-        row->wrong = wrong;
-    }
+    if (rc == 0)
+        rc = bench_collect(job, spawned, row);
     free(args);
     free(tasks);
     return rc;
 }
 
-/* Calibration of the model's copy and reduction rates: every core busy at
- * once, each on 64 MiB buffers of its own (beyond the caches, as the
- * benchmark's large sizes are), best of 3; the rate of one core while the
- * others run too, in bytes of output per second. */
-typedef struct bench_cal {
-    int reduce;
-    size_t n; /* floats */
-    float *a, *b;
-    double secs;
-} bench_cal;
+/* ---- --engine processes: every rank a forked process over tcp ---- */
 
-static double bench_secs(void)
+/* A socket listening on 127.0.0.1, any free port; -1 on failure. */
+static int bench_listen(int *port)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 128) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
 }
 
-static void *bench_cal_main(void *p)
+static void bench_child_report(int wfd, const bench_result *res)
 {
-    bench_cal *c = p;
-    double t0 = bench_secs();
-    if (c->reduce)
-        dsim_reduce_local(c->b, c->a, c->n, DSIM_F32, DSIM_SUM);
-    else
-        memcpy(c->b, c->a, c->n * sizeof(float));
-    c->secs = bench_secs() - t0;
-    return NULL;
+    const char *p = (const char *)res;
+    size_t left = sizeof *res;
+    while (left) {
+        ssize_t w = write(wfd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        p += w, left -= (size_t)w;
+    }
 }
 
-static double bench_core_rate(int cores, int reduce)
+/* Rank r's process: the whole sweep over its one endpoint; one result per
+ * size step down the pipe. Never returns. */
+static void bench_child(const bench_opts *o, dsim_algo algo, int corrupt, int r, const char *addrs,
+                        int lfd, int wfd)
 {
-    size_t n = (size_t)16 << 20; /* 64 MiB of floats */
-    bench_cal *c = calloc((size_t)cores, sizeof *c);
-    pthread_t *th = calloc((size_t)cores, sizeof *th);
-    double best = INFINITY;
-    int ok = c && th;
-    for (int k = 0; ok && k < cores; k++) {
-        c[k] = (bench_cal){.reduce = reduce, .n = n, .a = malloc(n * 4), .b = malloc(n * 4)};
-        ok = c[k].a && c[k].b;
-        if (ok) {
-            memset(c[k].a, 0, n * 4);
-            memset(c[k].b, 0, n * 4);
+    size_t cap = strlen(addrs) + 128;
+    char *opts = malloc(cap);
+    dsim_rt *rt = NULL;
+    dsim_fabric *fab = NULL;
+    dsim_ep **eps = calloc((size_t)o->ranks, sizeof *eps);
+    bench_result *res = calloc((size_t)o->ranks, sizeof *res);
+    bench_result fail = {.err = DSIM_ENOMEM};
+    snprintf(fail.msg, sizeof fail.msg, "rank %d: out of memory", r);
+    dsim_err e = opts && eps && res ? DSIM_OK : DSIM_ENOMEM;
+    if (e == DSIM_OK) {
+        snprintf(opts, cap, "addrs=%s,local=%d,listen_fds=%d", addrs, r, lfd);
+        e = dsim_rt_create("threads", &rt);
+    }
+    if (e == DSIM_OK) {
+        dsim_fabric_cfg fcfg = {.backend = "tcp", .nranks = o->ranks, .rt = rt, .options = opts};
+        e = dsim_fabric_open(&fcfg, &fab);
+    }
+    if (e == DSIM_OK)
+        e = dsim_ep_open(fab, r, &eps[r]);
+    if (e != DSIM_OK) {
+        fail.err = e;
+        snprintf(fail.msg, sizeof fail.msg, "rank %d could not join the tcp fabric: %s", r,
+                 dsim_errmsg());
+    }
+    bench_job job = {.o = o, .algo = algo, .eps = eps, .corrupt_rank = corrupt, .res = res};
+    int nsteps = bench_nsteps(o);
+    for (int s = 0; s < nsteps; s++) {
+        job.sz = bench_size_for(o->coll, bench_step_bytes(o, s), o->ranks, o->dtype);
+        if (job.sz.bytes == 0)
+            continue;
+        if (e != DSIM_OK) {
+            bench_child_report(wfd, &fail);
+            continue;
+        }
+        job.comm_id = (uint32_t)s + 1;
+        bench_worker_arg arg = {.job = &job, .rank = r};
+        dsim_task *task = NULL;
+        memset(&res[r], 0, sizeof res[r]);
+        dsim_err se = dsim_rt_spawn(rt, r, bench_worker, &arg, &task);
+        if (se == DSIM_OK)
+            dsim_rt_join(rt, task);
+        else
+            bench_fail(&res[r], se, "starting the rank's worker", dsim_errmsg());
+        bench_child_report(wfd, &res[r]);
+        if (res[r].err != DSIM_OK) {
+            e = res[r].err;
+            fail = res[r];
         }
     }
-    for (int rep = 0; ok && rep < 3; rep++) {
-        int started = 0;
-        for (int k = 0; k < cores; k++)
-            started += pthread_create(&th[k], NULL, bench_cal_main, &c[k]) == 0;
-        if (started < cores) {
-            for (int k = 0; k < started; k++)
-                pthread_join(th[k], NULL);
-            ok = 0;
+    if (eps && eps[r])
+        dsim_ep_close(eps[r]);
+    if (fab)
+        dsim_fabric_close(fab);
+    if (rt)
+        dsim_rt_destroy(rt);
+    _exit(e == DSIM_OK ? 0 : 1);
+}
+
+/* Forks the ranks, each over the whole sweep; out[s * ranks + r] gets rank
+ * r's result of step s (steps too small for whole elements are skipped by
+ * every rank alike and stay zero). 0, or 1 after printing why. */
+static int bench_processes(const bench_opts *o, dsim_algo algo, int corrupt, bench_result *out)
+{
+    int n = o->ranks, nsteps = bench_nsteps(o), rc = 0;
+    int *lfd = calloc((size_t)n, sizeof *lfd), *port = calloc((size_t)n, sizeof *port);
+    int *rfd = calloc((size_t)n, sizeof *rfd);
+    pid_t *pid = calloc((size_t)n, sizeof *pid);
+    char *addrs = malloc((size_t)n * 24 + 1);
+    if (!lfd || !port || !rfd || !pid || !addrs) {
+        fprintf(stderr, "%s: out of memory for %d ranks\n", BENCH_PROG, n);
+        rc = 1;
+        goto out;
+    }
+    for (int r = 0; r < n; r++)
+        lfd[r] = rfd[r] = -1;
+    size_t len = 0;
+    for (int r = 0; r < n && rc == 0; r++) {
+        lfd[r] = bench_listen(&port[r]);
+        if (lfd[r] < 0) {
+            fprintf(stderr, "%s: --engine processes: cannot listen on 127.0.0.1: %s\n", BENCH_PROG,
+                    strerror(errno));
+            rc = 1;
+        }
+        len += (size_t)sprintf(addrs + len, "%s127.0.0.1:%d", r ? ";" : "", port[r]);
+    }
+    fflush(NULL);
+    for (int r = 0; r < n && rc == 0; r++) {
+        int pfd[2];
+        if (pipe2(pfd, O_CLOEXEC) != 0 || (pid[r] = fork()) < 0) {
+            fprintf(stderr, "%s: --engine processes: cannot start rank %d: %s\n", BENCH_PROG, r,
+                    strerror(errno));
+            rc = 1;
             break;
         }
-        double worst = 0;
-        for (int k = 0; k < cores; k++) {
-            pthread_join(th[k], NULL);
-            worst = c[k].secs > worst ? c[k].secs : worst;
+        if (pid[r] == 0) {
+            close(pfd[0]);
+            for (int k = 0; k < n; k++)
+                if (k != r)
+                    close(lfd[k]);
+            bench_child(o, algo, corrupt, r, addrs, lfd[r], pfd[1]);
         }
-        best = worst > 0 && worst < best ? worst : best;
+        close(pfd[1]);
+        rfd[r] = pfd[0];
     }
-    for (int k = 0; c && k < cores; k++) {
-        free(c[k].a);
-        free(c[k].b);
+    for (int r = 0; r < n; r++) {
+        for (int s = 0; s < nsteps && rfd[r] >= 0; s++) {
+            if (bench_size_for(o->coll, bench_step_bytes(o, s), n, o->dtype).bytes == 0)
+                continue;
+            bench_result *res = &out[(size_t)s * (size_t)n + (size_t)r];
+            char *p = (char *)res;
+            size_t left = sizeof *res;
+            while (left) {
+                ssize_t got = read(rfd[r], p, left);
+                if (got < 0 && errno == EINTR)
+                    continue;
+                if (got <= 0)
+                    break;
+                p += got, left -= (size_t)got;
+            }
+            if (left) {
+                memset(res, 0, sizeof *res);
+                res->err = DSIM_EIO;
+                snprintf(res->msg, sizeof res->msg, "the process of rank %d ended early", r);
+            }
+        }
     }
-    free(c);
-    free(th);
-    return ok && isfinite(best) ? (double)(n * 4) / best : 0;
+    for (int r = 0; r < n; r++) {
+        int st;
+        if (pid[r] > 0)
+            while (waitpid(pid[r], &st, 0) < 0 && errno == EINTR)
+                ;
+    }
+out:
+    for (int r = 0; lfd && r < n; r++) {
+        if (lfd[r] >= 0)
+            close(lfd[r]);
+        if (rfd && rfd[r] >= 0)
+            close(rfd[r]);
+    }
+    free(lfd);
+    free(port);
+    free(rfd);
+    free(pid);
+    free(addrs);
+    return rc;
 }
 
-/* --model 1: the cost model calibrated on this machine (the wake-up latency
- * from the smallest ring allreduce, memcpy and reduction bandwidth, the
- * cores) beside each measured allreduce time. */
-static int bench_model(bench_job *job, dsim_rt *rt, dsim_fabric *fab, double copy_bw,
-                       const bench_row *rows, const dsim_algo *used, int nrows)
+/* --model 1: the cost model calibrated on this machine in this run
+ * (sim/model/calibrate.h: per-message cost and link rate from a ping-pong
+ * over this engine's transport, copy and reduction rates per core with every
+ * core busy at each size, the cores) beside each measured allreduce time. */
+static int bench_model(const bench_opts *o, const char *engine, const bench_row *rows,
+                       const dsim_algo *used, int nrows)
 {
-    bench_opts co = *job->o;
-    co.iters = 200;
-    co.warmup = 20;
-    co.check = 0;
-    bench_job cj = *job;
-    cj.o = &co;
-    cj.algo = DSIM_ALGO_RING;
-    cj.corrupt_rank = -1;
-    cj.comm_id = 1000;
-    cj.sz = bench_size_for(BENCH_ALLREDUCE, (size_t)co.ranks * dsim_dtype_size(co.dtype), co.ranks,
-                           co.dtype);
-    bench_row small;
-    memset(&small, 0, sizeof small);
-    if (bench_step(&cj, rt, fab, &small) != 0)
-        return 1;
-    int p = co.ranks;
-    double alpha = p > 1 ? small.seconds / (2.0 * (p - 1)) : 0;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int cores = ncpu > 0 ? (int)ncpu : 1;
-    double copy = bench_core_rate(cores, 0), red = bench_core_rate(cores, 1);
-    if (copy <= 0 || red <= 0) {
-        fprintf(stderr, "%s: --model: could not measure this machine's copy and reduction rates\n",
-                BENCH_PROG);
+    dsim_calib cal;
+    dsim_calib_row *cr = calloc((size_t)(nrows ? nrows : 1), sizeof *cr);
+    if (!cr || dsim_calib_measure(engine, o->ranks, &cal) != DSIM_OK) {
+        fprintf(stderr, "%s: --model: could not calibrate the %s engine: %s\n", BENCH_PROG, engine,
+                cr ? dsim_errmsg() : "out of memory");
+        free(cr);
         return 1;
     }
-    (void)copy_bw;
-    dsim_link_model link = {"inproc", "this machine's inproc transport", alpha, copy,
-                            "calibrated by dsim bench --model"};
-    dsim_device_model dev = {"cpu", "this machine", 1, 1, 3.0 * red, "calibrated"};
-    dsim_topology t = {.hosts = 1, .devices_per_host = p, .intra = link, .inter = link,
-                       .device = dev, .cores = cores, .fused_reduce = true};
-    printf("# model: calibrated here: alpha %.1f us (a %d-element ring allreduce / 2(p-1)); per "
-           "core with all %d busy on 64 MiB buffers: copy %.2f GB/s, reduction %.2f GB/s; each "
-           "step as long as its slowest transfer and at least its copies and reductions over "
-           "the cores\n",
-           alpha * 1e6, p, t.cores, copy / 1e9, red / 1e9);
-    printf("#  %10s  %-14s %12s %12s %8s\n", "size", "algo", "measured_us", "model_us", "error");
+    if (o->dtype != DSIM_F32)
+        printf("# model: calibrated with float32 sums; this table is %s\n",
+               dsim_dtype_name(o->dtype));
+    for (int i = 0; i < nrows; i++)
+        cr[i] = (dsim_calib_row){.algo = used[i],
+                                 .bytes = rows[i].sz.count * sizeof(float)};
+    if (dsim_calib_predict(&cal, cr, nrows) != DSIM_OK) {
+        fprintf(stderr, "%s: --model: could not calibrate the %s engine: %s\n", BENCH_PROG, engine,
+                dsim_errmsg());
+        free(cr);
+        return 1;
+    }
+    printf("# model: calibrated here (dsim calibrate --engine %s --ranks %d): ping-pong alpha "
+           "%.2f us per message, link %.2f GB/s (fit); a ring exchange of 64 B over the %d ranks "
+           "%.2f us; %d cores; per row, a ring exchange of the algorithm's message size (plain "
+           "and combining receives) and the copy rate\n",
+           cal.engine, o->ranks, cal.alpha_s * 1e6, cal.link_Bps / 1e9, o->ranks,
+           cal.alpha_x_s * 1e6, cal.cores);
+    printf("#  %10s  %-14s %12s %12s %8s %10s %12s %12s\n", "size", "algo", "measured_us",
+           "model_us", "error", "msg", "xchg_us", "xchg_red_us");
     double abs_sum = 0;
     int n = 0;
     for (int i = 0; i < nrows; i++) {
-        double m = 0;
-        if (dsim_cost_allreduce(&t, used[i], rows[i].sz.bytes, dsim_dtype_size(co.dtype), &m,
-                                NULL) != DSIM_OK)
-            continue;
+        double m = cr[i].seconds;
         double err = rows[i].seconds > 0 ? (m - rows[i].seconds) / rows[i].seconds : NAN;
-        printf("#  %10zu  %-14s %12.1f %12.1f %+7.0f%%\n", rows[i].sz.bytes,
-               dsim_algo_name(used[i]), rows[i].seconds * 1e6, m * 1e6, 100 * err);
+        printf("#  %10zu  %-14s %12.1f %12.1f %+7.0f%% %10zu %12.1f %12.1f\n", rows[i].sz.bytes,
+               dsim_algo_name(used[i]), rows[i].seconds * 1e6, m * 1e6, 100 * err, cr[i].msg,
+               cr[i].step_copy_s * 1e6, cr[i].step_reduce_s * 1e6);
         if (isfinite(err)) {
             abs_sum += fabs(err);
             n++;
@@ -372,6 +494,7 @@ static int bench_model(bench_job *job, dsim_rt *rt, dsim_fabric *fab, double cop
     }
     if (n)
         printf("# model: mean absolute error %.0f%% over %d sizes\n", 100 * abs_sum / n, n);
+    free(cr);
     return 0;
 }
 
@@ -412,9 +535,18 @@ int cmd_bench(int argc, char **argv)
                 BENCH_PROG, o.transport);
         return 2;
     }
-    if (o.model && (o.coll != BENCH_ALLREDUCE || strcmp(o.transport, "inproc") != 0)) {
-        fprintf(stderr, "%s: --model 1 models allreduce over inproc only; drop it for %s over %s\n",
-                BENCH_PROG, bench_coll_name(o.coll), o.transport);
+    if (strcmp(o.engine, "processes") == 0) {
+        if (strcmp(o.transport, "inproc") != 0 && strcmp(o.transport, "tcp") != 0)
+            return 2; /* refused above */
+        /* separate processes share no memory: they are joined by tcp */
+        o.transport = "tcp";
+    }
+    if (o.model && (o.coll != BENCH_ALLREDUCE || (strcmp(o.engine, "threads") == 0 &&
+                                                  strcmp(o.transport, "inproc") != 0))) {
+        fprintf(stderr,
+                "%s: --model 1 models allreduce on the threads engine over inproc and on the "
+                "processes engine; drop it for %s over %s on %s\n",
+                BENCH_PROG, bench_coll_name(o.coll), o.transport, o.engine);
         return 2;
     }
     int corrupt = -1;
@@ -451,31 +583,46 @@ int cmd_bench(int argc, char **argv)
         return 1;
     }
     rc = 1;
-    dsim_err e = dsim_rt_create("threads", &rt);
-    if (e != DSIM_OK) {
-        fprintf(stderr, "%s: could not start the threads engine: %s\n", BENCH_PROG, dsim_errmsg());
-        goto out;
-    }
-    dsim_fabric_cfg fcfg = {.backend = o.transport, .nranks = o.ranks, .rt = rt, .options = NULL};
-    e = dsim_fabric_open(&fcfg, &fab);
-    if (e != DSIM_OK) {
-        fprintf(stderr, "%s: could not open the %s fabric: %s\n", BENCH_PROG, o.transport,
-                dsim_errmsg());
-        goto out;
-    }
-    for (int r = 0; r < o.ranks; r++) {
-        e = dsim_ep_open(fab, r, &eps[r]);
+    /* processes: the ranks are forked before this process starts a thread */
+    int procs = strcmp(o.engine, "processes") == 0;
+    bench_result *pres = NULL;
+    if (procs) {
+        pres = calloc((size_t)nsteps * (size_t)o.ranks, sizeof *pres);
+        if (!pres) {
+            fprintf(stderr, "%s: out of memory for %d ranks\n", BENCH_PROG, o.ranks);
+            goto out;
+        }
+        if (bench_processes(&o, algo, corrupt, pres) != 0)
+            goto out;
+    } else {
+        dsim_err e = dsim_rt_create("threads", &rt);
         if (e != DSIM_OK) {
-            fprintf(stderr, "%s: could not open the endpoint of rank %d: %s\n", BENCH_PROG, r,
+            fprintf(stderr, "%s: could not start the threads engine: %s\n", BENCH_PROG,
                     dsim_errmsg());
             goto out;
         }
+        dsim_fabric_cfg fcfg = {.backend = o.transport, .nranks = o.ranks, .rt = rt};
+        e = dsim_fabric_open(&fcfg, &fab);
+        if (e != DSIM_OK) {
+            fprintf(stderr, "%s: could not open the %s fabric: %s\n", BENCH_PROG, o.transport,
+                    dsim_errmsg());
+            goto out;
+        }
+        for (int r = 0; r < o.ranks; r++) {
+            e = dsim_ep_open(fab, r, &eps[r]);
+            if (e != DSIM_OK) {
+                fprintf(stderr, "%s: could not open the endpoint of rank %d: %s\n", BENCH_PROG, r,
+                        dsim_errmsg());
+                goto out;
+            }
+        }
     }
 
-    printf("# dsim bench %s: %d ranks, engine %s (one thread per rank, %ld CPUs online), "
+    printf("# dsim bench %s: %d ranks, engine %s (one %s per rank, %ld CPUs online), "
            "transport %s, algo %s, fingerprints %s\n",
-           bench_coll_name(o.coll), o.ranks, dsim_rt_name(rt), sysconf(_SC_NPROCESSORS_ONLN),
-           dsim_fabric_backend(fab),
+           bench_coll_name(o.coll), o.ranks, procs ? "processes" : dsim_rt_name(rt),
+           procs ? "process" : "thread", sysconf(_SC_NPROCESSORS_ONLN),
+           procs ? "tcp" : dsim_fabric_backend(fab),
            o.coll == BENCH_ALLREDUCE ? dsim_algo_name(algo) : "fixed (only allreduce has a choice)",
            o.fingerprint ? "on" : "off (--fingerprint 0)");
     bench_print_header(stdout, &o, copy_bw, BENCH_COPY_BYTES,
@@ -504,7 +651,12 @@ int cmd_bench(int argc, char **argv)
         job.comm_id = (uint32_t)s + 1;
         bench_row row;
         memset(&row, 0, sizeof row);
-        rc = bench_step(&job, rt, fab, &row);
+        if (procs) {
+            job.res = &pres[(size_t)s * (size_t)o.ranks];
+            rc = bench_collect(&job, o.ranks, &row);
+        } else {
+            rc = bench_step(&job, rt, fab, &row);
+        }
         if (rc != 0)
             break;
         bench_row_finish(&row, o.coll, o.ranks, copy_bw);
@@ -532,9 +684,10 @@ int cmd_bench(int argc, char **argv)
         }
     }
     if (rc == 0 && o.model)
-        rc = bench_model(&job, rt, fab, copy_bw, kept, kept_algo, nkept);
+        rc = bench_model(&o, o.engine, kept, kept_algo, nkept);
 
 out:
+    free(pres);
     for (int r = 0; r < o.ranks; r++)
         if (eps[r])
             dsim_ep_close(eps[r]);

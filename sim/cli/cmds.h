@@ -32,6 +32,8 @@ void cmd_worker_help(FILE *out);
 void cmd_plan_help(FILE *out);
 int cmd_trace(int argc, char **argv);
 void cmd_trace_help(FILE *out);
+int cmd_calibrate(int argc, char **argv);
+void cmd_calibrate_help(FILE *out);
 int cmd_whatif(int argc, char **argv);
 void cmd_whatif_help(FILE *out);
 int cmd_report(int argc, char **argv);

@@ -8,6 +8,8 @@
 
 static const dsim_cmd main_cmds[] = {
     {"bench", "time a collective (nccl-tests' flags and columns)", cmd_bench, cmd_bench_help},
+    {"calibrate", "calibrate the cost model to this machine; predicted all-reduce times",
+     cmd_calibrate, cmd_calibrate_help},
     {"cluster", "resolve TF_CONFIG (or hosts x devices) and print the cluster as JSON", cmd_cluster,
      cmd_cluster_help},
     {"validate", "check scenario files without running them", cmd_validate, cmd_validate_help},

@@ -219,6 +219,11 @@ static void cm_step(cm_eval *ev, const cm_xfer *x, int n)
         int share = hs != hd ? (ev->nic_out[hs] > ev->nic_in[hd] ? ev->nic_out[hs] : ev->nic_in[hd])
                              : (ev->out_n[x[i].src] > ev->in_n[x[i].dst] ? ev->out_n[x[i].src]
                                                                          : ev->in_n[x[i].dst]);
+        /* On one machine's own engines (cores > 0) a transfer is a copy by
+         * some core, not a share of a NIC: transfers that leave one rank at
+         * once take turns on the cores (the bound below), not on a link. */
+        if (ev->t->cores > 0)
+            share = 1;
         double move = ev->t->fused_reduce && x[i].reduce > 0
                           ? 0
                           : x[i].bytes * (double)share / l->bandwidth_Bps;

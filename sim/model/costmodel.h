@@ -61,7 +61,8 @@ typedef struct dsim_topology {
     dsim_device_model device;
     /* For one machine's own engines (calibrated models): cores > 0 is how
      * many transfers can move at once (a step lasts at least its copies' and
-     * reductions' CPU time over the cores); fused_reduce: a
+     * reductions' CPU time over the cores, and transfers from or to one
+     * device share no link: they take turns on the cores); fused_reduce: a
      * transfer that is combined on arrival costs its reduction alone (the
      * inproc transport combines straight from the sender's buffer). */
     int cores;

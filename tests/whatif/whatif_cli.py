@@ -123,7 +123,43 @@ for l in model_rows:
     check(float(f[3]) > 0 and float(f[4]) > 0, f"measured and model times are positive: {l}")
 p = subprocess.run([dsim, "bench", "allreduce", "--transport", "tcp", "--model", "1"],
                    capture_output=True, text=True, timeout=120)
-check(p.returncode == 2 and "inproc only" in p.stderr, "--model over tcp is refused")
+check(p.returncode == 2 and "threads engine over inproc" in p.stderr,
+      "--model over tcp on the threads engine is refused")
+
+# the processes engine: one forked process per rank over tcp, calibrated the
+# same way (a ping-pong and ring exchanges between processes)
+p = subprocess.run([dsim, "bench", "allreduce", "--engine", "processes", "--ranks", "3", "-b", "4K",
+                    "-e", "16K", "-f", "4", "-n", "3", "-w", "1", "--algo", "ring", "--model", "1"],
+                   capture_output=True, text=True, timeout=120)
+model_rows = [l for l in p.stdout.splitlines()
+              if l.startswith("#  ") and l.split()[1].isdigit()]
+check(p.returncode == 0 and "engine processes" in p.stdout and len(model_rows) == 2
+      and "#wrong" in p.stdout,
+      f"bench --engine processes --model 1 ({p.returncode}: {p.stdout[-600:]} {p.stderr})")
+p = subprocess.run([dsim, "bench", "allreduce", "--engine", "fibers"], capture_output=True,
+                   text=True, timeout=60)
+check(p.returncode == 2 and "threads, processes" in p.stderr, "an unknown bench engine is refused")
+
+# dsim calibrate: the calibration and its predictions, as JSON
+p = subprocess.run([dsim, "calibrate", "--ranks", "3", "--algo", "ring,auto", "--sizes", "4K,64K",
+                    "--json"], capture_output=True, text=True, timeout=120)
+try:
+    cal = json.loads(p.stdout)
+except ValueError:
+    cal = {}
+preds = cal.get("predictions", [])
+check(p.returncode == 0 and cal.get("engine") == "threads" and cal.get("ranks") == 3
+      and len(preds) == 4 and all(x["seconds"] > 0 and x["exchange_s"] > 0 for x in preds)
+      and cal.get("alpha_s", -1) >= 0 and cal.get("exchange_64B_s", 0) > 0,
+      f"calibrate --json ({p.returncode}: {p.stdout[-600:]} {p.stderr})")
+check([x["msg"] for x in preds if x["algo"] == "ring"] == [1368, 21848],
+      f"ring's message is a third of the buffer (whole floats): {preds}")
+for bad, why in ((["--engine", "sim"], "threads, processes"), (["--sizes", "6"], "float32"),
+                 (["--algo", "bogus"], "reduce_to_one"), (["--ranks", "1"], "2 to"),
+                 (["--what"], "not an option")):
+    p = subprocess.run([dsim, "calibrate"] + bad, capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and why in p.stderr, f"calibrate {bad} is refused naming {why!r}: "
+          f"{p.returncode} {p.stderr}")
 
 if failures:
     print("FAILED:\n  " + "\n  ".join(failures))

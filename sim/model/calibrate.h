@@ -1,0 +1,131 @@
+/* Calibrating the cost model (costmodel.h) to this machine, so that its
+ * predictions for the threads and processes engines can be compared with
+ * what they measure (reports/fidelity.md).
+ *
+ * Everything is measured in the calling run, just before what it predicts,
+ * so that the load of a shared machine weighs on both alike, over the
+ * engine's own transport (threads: ranks as threads over inproc;
+ * processes: ranks as processes over tcp on loopback):
+ *   - a ping-pong between two ranks at 64 B .. 4 MiB, fitted by least
+ *     squares to alpha (the receiver's wake-up, the lock and match work of
+ *     one message) and beta: the figures one would quote;
+ *   - what the model is fitted with: a ring exchange over the all-reduce's
+ *     own rank count (every rank receives from its left, sends to its right,
+ *     at once: one step of a schedule), with plain and with combining
+ *     receives, at the size of the messages the algorithm sends. It holds
+ *     what a ping-pong does not: p ranks on c < p cores taking turns
+ *     (oversubscription serialises wake-ups and copies), data moving between
+ *     cores' caches, a reduction's cost beside a copy's, and the size's
+ *     level of the memory hierarchy (a 1 KiB block stays in L1, a 4 MiB one
+ *     does not);
+ *   - the memcpy rate per core with every core busy, at the collective's
+ *     working set, for the local copies an algorithm makes (sendbuf into
+ *     recvbuf), which are not transfers and so not in the schedules;
+ *   - the cores, for the evaluator's "a step lasts at least its CPU time
+ *     over the cores". */
+#ifndef DSIM_CALIBRATE_H
+#define DSIM_CALIBRATE_H
+
+#include <stddef.h>
+
+#include "dsim/err.h"
+#include "model/costmodel.h"
+
+typedef struct dsim_calib {
+    const char *engine;    /* "threads" or "processes" */
+    const char *transport; /* "inproc" or "tcp" */
+    int cores;             /* online CPUs */
+    double alpha_s;        /* per message, one way (fitted intercept) */
+    double link_Bps;       /* 1 / beta (fitted slope); 0 for inproc (copy rate) */
+    double pp_small_s;     /* measured half round trip of the smallest size */
+    int ranks;             /* of the all-reduces calibrated for */
+    double alpha_x_s;      /* one ring exchange of 64 B over the ranks: a step's floor */
+} dsim_calib;
+
+/* Least-squares fit of t = alpha + n * beta to n points (bytes[i], secs[i]),
+ * weighting every point by 1 / secs[i]^2 so that a 4 KiB point counts as
+ * much as a 16 MiB one. alpha is clamped at >= 0 (refitting beta alone
+ * then). DSIM_EINVAL when fewer than two distinct sizes or a time <= 0. */
+dsim_err dsim_calib_fit_ab(const double *bytes, const double *secs, int n, double *alpha,
+                           double *beta);
+
+/* Half the round trip of a ping-pong of each size in sizes[0..n), median of
+ * `reps` batches of `iters` round trips, into secs[]. engine "threads" (two
+ * threads, inproc) or "processes" (this process and a forked child, tcp on
+ * 127.0.0.1). */
+dsim_err dsim_calib_pingpong(const char *engine, const size_t *sizes, int n, int iters, int reps,
+                             double *secs);
+
+/* A ring exchange of `ranks` ranks: every rank receives from its left and
+ * sends to its right at once (reduce: the receive combines, a float32 sum,
+ * as a reduce-scatter step does), each size in sizes[0..n) (whole float32
+ * elements); the time of one exchange, median of `reps` batches of `iters`,
+ * into secs[]. The oversubscription of ranks over cores, the wake-ups and the
+ * movement of data between cores' caches are all in it. */
+dsim_err dsim_calib_exchange(const char *engine, int ranks, int reduce, const size_t *sizes, int n,
+                             int iters, int reps, double *secs);
+
+/* Per-core copy and float32-sum rates, bytes of output per second, with
+ * `cores` threads each on buffers of `bytes` of their own (median of runs
+ * long enough to time). */
+dsim_err dsim_calib_rates(int cores, size_t bytes, double *copy_Bps, double *reduce_Bps);
+
+/* Calibrates an engine for all-reduces over `ranks` ranks: alpha and beta
+ * from a ping-pong (64 B .. 4 MiB, fitted), and alpha_x_s, a ring exchange
+ * of 64 B over the ranks (dsim_calib_exchange). */
+dsim_err dsim_calib_measure(const char *engine, int ranks, dsim_calib *out);
+
+/* The size of the messages that dominate an all-reduce of `bytes` (float32)
+ * over `ranks` ranks: ring's blocks (bytes / ranks), rhd's first halves,
+ * the whole buffer for tree and reduce_to_one. The model is calibrated at
+ * that size: a 4 KiB block and a 16 MiB one do not move at one rate. */
+size_t dsim_calib_msg_bytes(dsim_algo algo, int ranks, size_t bytes);
+
+/* The ranks of the exchange an algorithm's rows are calibrated with: all of
+ * them for ring and rhd (every rank sends in every step), 2 for tree and
+ * reduce_to_one (a step moves one or a few messages, each alone on a core). */
+int dsim_calib_xranks(dsim_algo algo, int ranks);
+
+/* The topology that models c->ranks ranks of this machine for messages of
+ * `msg` bytes, from a ring exchange of `xranks` ranks at that size:
+ * step_copy_s with plain receives, step_reduce_s with combining ones.
+ * Latency alpha_x_s; the link rate and the reduction rate chosen so that
+ * the evaluator's step of xranks transfers (alpha + their CPU time over the
+ * cores) equals the measured exchange. */
+void dsim_calib_topology(const dsim_calib *c, int xranks, size_t msg, double step_copy_s,
+                         double step_reduce_s, dsim_topology *t);
+
+/* Bytes algo copies locally over all ranks for an out-of-place all-reduce
+ * of n bytes (not transfers, so not in costmodel's schedules); *serial set
+ * when the copy lies on the root's path alone. */
+double dsim_calib_local_copy(dsim_algo algo, int p, double n, int *serial);
+
+/* The rates' buffer size per core for an all-reduce of `bytes` over `ranks`
+ * ranks on `cores` cores: every rank's input and output together are as
+ * large as every core's source and destination, so the rates come from the
+ * same level of the memory hierarchy the collective works in. */
+size_t dsim_calib_rate_bytes(int ranks, int cores, size_t bytes);
+
+/* One all-reduce to predict: algo and bytes in; the rest out. */
+typedef struct dsim_calib_row {
+    dsim_algo algo; /* ring, rhd, tree, reduce_to_one */
+    size_t bytes;   /* float32 elements */
+    size_t msg;     /* dsim_calib_msg_bytes */
+    int xranks;     /* dsim_calib_xranks */
+    double step_copy_s, step_reduce_s; /* the ring exchange at msg */
+    double copy_Bps;                   /* local copy rate at the working set */
+    double seconds;                    /* predicted */
+} dsim_calib_row;
+
+/* The prediction from a row's calibration (step_copy_s, step_reduce_s,
+ * copy_Bps at msg): dsim_calib_topology, dsim_cost_allreduce over the
+ * algorithm's schedule, plus the local copies (dsim_calib_local_copy) at
+ * the copy rate, over the cores unless on one rank's path. Arithmetic only. */
+dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes,
+                               const dsim_calib_row *at, double *seconds);
+
+/* Measures what each row needs (the exchanges at every distinct message
+ * size, the copy rates) now, then predicts every row. */
+dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n);
+
+#endif
