@@ -501,7 +501,8 @@ static void fs_release_locked(dsim_faults *fs, int64_t due, int rank, int why)
     fs->nheld = k;
     for (size_t i = k / 2; i-- > 0;) /* the rest is a heap again */
         fs_heap_down(fs, i);
-    qsort(moved, m, sizeof *moved, fs_held_cmp);
+    if (m > 1)
+        qsort(moved, m, sizeof *moved, fs_held_cmp);
     for (size_t i = 0; i < m; i++) {
         moved[i]->due = due;
         moved[i]->link->last_due = due;

@@ -977,6 +977,18 @@ _Static_assert(DSIM_TRACE_MSG_MAX_RANKS == DSIM_MSG_LOG_MAX_RANKS &&
 
 /* The frames the log joined, and how many it left out (metric
  * messages_not_logged, when there were any). */
+/* Message logs that a worker left running may still write to: kept for the
+ * life of the process, and known to be (a leak checker sees them here). */
+static dsim_msg_log *h_kept_logs[64];
+static atomic_int h_n_kept_logs;
+
+static void h_keep_log(dsim_msg_log *log)
+{
+    int i = atomic_fetch_add(&h_n_kept_logs, 1);
+    if (i < (int)(sizeof h_kept_logs / sizeof h_kept_logs[0]))
+        h_kept_logs[i] = log;
+}
+
 static dsim_err h_store_messages(dsim_msg_log *log, dsim_store *st, dsim_run_id run)
 {
     dsim_msg_rec *m = NULL;
@@ -1301,6 +1313,8 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
          * keeps the log (dsim_train: transport_filter_user outlives it) */
         if (!res.n_stuck && !(rr.has_broken && rr.broken.n_stuck))
             dsim_msg_log_destroy(msgs);
+        else
+            h_keep_log(msgs);
         msgs = NULL;
         if (!faulty)
             cfg.transport_filter = NULL;
