@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <cmocka.h>
 
 #include "dsim/data.h"
@@ -1119,6 +1122,59 @@ static void test_plan(void **state)
     dsim_dataset_desc_release(&d);
 }
 
+/* DATA and OFF without a shuffle hand out the dataset in its own order: a
+ * worker keeps only a step's ids, not a copy of the dataset (a job of W
+ * workers over W x S examples would otherwise hold W^2 x S ids). Checked on
+ * 2^26 examples (512 MiB of ids per worker before) with and without files;
+ * the ids against the rebatch arithmetic: with G = N = 64 (DATA's legacy
+ * rebatch) worker w's replica r takes example s*64 + w + r*32 at step s;
+ * under OFF it takes s*2 + r of its own copy of the stream. */
+static void test_unshuffled_stream_not_copied(void **state)
+{
+    (void)state;
+    for (uint32_t nf = 0; nf <= 4; nf += 4) {
+        dsim_dataset_desc d;
+        assert_int_equal(dsim_dataset_desc_init(&d, 1ULL << 26, nf, DSIM_FILES_CONTIGUOUS),
+                         DSIM_OK);
+        for (int pol = 0; pol < 2; pol++) {
+            dsim_input_config c =
+                cfg_make(&d, pol ? DSIM_SHARD_OFF : DSIM_SHARD_DATA, 64, 32, 2);
+            c.worker = 5;
+            dsim_input *in;
+#ifdef __GLIBC__
+            struct mallinfo2 m0 = mallinfo2();
+#endif
+            assert_int_equal(dsim_input_create(&c, &in), DSIM_OK);
+#ifdef __GLIBC__
+            struct mallinfo2 m1 = mallinfo2();
+            size_t grew = (m1.uordblks + m1.hblkhd) - (m0.uordblks + m0.hblkhd);
+            print_message("%s, %u files: the input holds %zu bytes\n",
+                          pol ? "OFF" : "DATA", nf, grew);
+            assert_true(grew < 64 * 1024);
+#endif
+            for (uint64_t step = 0; step < 3; step++) {
+                dsim_input_step st;
+                assert_int_equal(dsim_input_next(in, &st), DSIM_OK);
+                for (int r = 0; r < 2; r++) {
+                    const dsim_replica_batch *b = &st.batch[r];
+                    assert_true(b->has_value);
+                    if (pol == 0) {
+                        assert_int_equal(b->n, 1);
+                        assert_int_equal(b->ids[0], step * 64 + 5 + (uint64_t)r * 32);
+                    } else {
+                        /* OFF: every worker reads the whole stream and its
+                         * replicas take its sub-batches (size 1) in turn */
+                        assert_int_equal(b->n, 1);
+                        assert_int_equal(b->ids[0], step * 2 + (uint64_t)r);
+                    }
+                }
+            }
+            dsim_input_destroy(in);
+        }
+        dsim_dataset_desc_release(&d);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1139,6 +1195,7 @@ int main(void)
         cmocka_unit_test(test_drop_remainder),
         cmocka_unit_test(test_epochs_and_seek),
         cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_unshuffled_stream_not_copied),
     };
     return cmocka_run_group_tests_name("data", tests, NULL, NULL);
 }
