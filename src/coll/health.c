@@ -270,6 +270,11 @@ static int health_answer_all(dsim_health *h, uint64_t *answered)
                 return HEALTH_IDLE;
         } else {
             (*answered)++;
+            /* Sent already (inproc copies small messages): freed now, not
+             * at this peer's next ping, so finished sends do not pile up
+             * one per peer. */
+            if (dsim_req_done(a->sq))
+                health_reap(&a->sq);
         }
     }
     return HEALTH_GO;
@@ -292,6 +297,8 @@ static int health_send_ping(dsim_health *h, int i, int64_t now)
         p->ping_sq = NULL;
         return HEALTH_IDLE;
     }
+    if (dsim_req_done(p->ping_sq))
+        health_reap(&p->ping_sq); /* as an answer's send */
     h->mine.pings_sent++;
     if (!p->pong_rq) {
         e = dsim_irecv(ep, rank, DSIM_HEALTH_COMM_PONG, DSIM_ANY_TAG, p->pong_in,
