@@ -308,6 +308,8 @@ static dsim_err input_check_config(const dsim_input_config *c)
                         c->worker, c->num_workers, c->num_workers);
     if (c->epochs < 1)
         return DSIM_ERR(DSIM_EINVAL, -1, "input: epochs is 0: it must be >= 1");
+    if (c->steps_per_epoch && c->dataset && c->dataset->n_examples > 0)
+        return DSIM_OK; /* checked when the job's first input was made */
     return dsim_dataset_desc_check(c->dataset);
 }
 
@@ -339,7 +341,10 @@ dsim_err dsim_input_create(const dsim_input_config *cfg, dsim_input **out)
     /* Every worker's stream length is known here, so the epoch's length
      * (TF: until no worker has data) needs no collective. */
     uint64_t total = 0, steps = 0;
-    for (int w = 0; w < nw; w++) {
+    int w_end = nw;
+    if (cfg->steps_per_epoch && !in->legacy) /* given: only this worker's stream */
+        w_end = cfg->worker + 1;
+    for (int w = cfg->steps_per_epoch && !in->legacy ? cfg->worker : 0; w < w_end; w++) {
         uint64_t mm = input_drop(in, input_stream_len(in, w)), outs;
         if (in->legacy) {
             outs = (mm + in->g - 1) / in->g * (uint64_t)rp;
@@ -368,7 +373,9 @@ dsim_err dsim_input_create(const dsim_input_config *cfg, dsim_input **out)
     } else {
         in->kept = in->mm;
     }
-    if (total == 0 || steps == 0) {
+    if (cfg->steps_per_epoch) {
+        steps = cfg->steps_per_epoch;
+    } else if (total == 0 || steps == 0) {
         dsim_shard_policy applied = in->applied;
         free(in);
         return DSIM_ERR(DSIM_EINVAL, -1,
