@@ -11,7 +11,8 @@
  * The job is dsim_train itself (the driver, strategy, collectives and
  * transport; no store, no single-device reference). One line per job:
  * workers, steps, parameters, wall and CPU seconds, virtual seconds, worker
- * switches, clock jumps, peak RSS of the process so far.
+ * switches, clock jumps, the process's peak RSS during the job (after the
+ * last job's heap was given back).
  *
  * The default table runs series over W = 64, 256, 1024, ... at fixed steps
  * and model, each job REPEATS times, and prints per series the medians and
@@ -30,6 +31,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "dsim/rt.h"
 #include "engine/sim.h"
@@ -64,11 +68,37 @@ static double cpu_s(void)
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
+/* Peak RSS since the last peak_reset (VmHWM), else of the process so far. */
 static long peak_kib(void)
 {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    if (kib >= 0)
+        return kib;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss;
+}
+
+/* Gives the heap the last job left back to the system (glibc keeps freed
+ * memory, and a run of jobs would each start above the last one's peak) and
+ * starts a new peak (Linux: clear_refs 5 resets VmHWM to the current RSS). */
+static void peak_reset(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f);
+        fclose(f);
+    }
 }
 
 static void idle_main(void *p)
@@ -124,6 +154,7 @@ static int run_job(int workers, int steps, int features, int classes, int health
     dsim_train_cfg cfg = sc->train;
     cfg.device_flops = 1e10; /* the harness's cost model */
     dsim_sim_stats s0, s1;
+    peak_reset();
     dsim_sim_engine_totals(&s0);
     dsim_train_result r;
     double t0 = wall_s(), c0 = cpu_s();
