@@ -11,8 +11,9 @@
  * The job is dsim_train itself (the driver, strategy, collectives and
  * transport; no store, no single-device reference). One line per job:
  * workers, steps, parameters, wall and CPU seconds, virtual seconds, worker
- * switches, clock jumps, the process's peak RSS during the job (after the
- * last job's heap was given back).
+ * switches, clock jumps, peak RSS. Each job runs in a child process of its
+ * own, so that its peak is its own: freed memory that the allocator keeps
+ * from a bigger job before it would count otherwise.
  *
  * The default table runs series over W = 64, 256, 1024, ... at fixed steps
  * and model, each job REPEATS times, and prints per series the medians and
@@ -25,15 +26,15 @@
  *
  * Exit 1 when a job fails, its replicas do not hold bit-identical
  * parameters after every step, or a linear series grows faster. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
+#include <unistd.h>
 
 #include "dsim/rt.h"
 #include "engine/sim.h"
@@ -68,37 +69,12 @@ static double cpu_s(void)
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
 }
 
-/* Peak RSS since the last peak_reset (VmHWM), else of the process so far. */
+/* The process's peak RSS. */
 static long peak_kib(void)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    if (kib >= 0)
-        return kib;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss;
-}
-
-/* Gives the heap the last job left back to the system (glibc keeps freed
- * memory, and a run of jobs would each start above the last one's peak) and
- * starts a new peak (Linux: clear_refs 5 resets VmHWM to the current RSS). */
-static void peak_reset(void)
-{
-#ifdef __GLIBC__
-    malloc_trim(0);
-#endif
-    FILE *f = fopen("/proc/self/clear_refs", "w");
-    if (f) {
-        fputs("5", f);
-        fclose(f);
-    }
 }
 
 static void idle_main(void *p)
@@ -132,7 +108,7 @@ typedef struct job_time {
     double wall, cpu;
 } job_time;
 
-static int run_job(int workers, int steps, int features, int classes, int health, job_time *jt)
+static int job_body(int workers, int steps, int features, int classes, int health, job_time *jt)
 {
     char yaml[1024];
     /* one example per replica per step: examples = workers x steps */
@@ -154,7 +130,6 @@ static int run_job(int workers, int steps, int features, int classes, int health
     dsim_train_cfg cfg = sc->train;
     cfg.device_flops = 1e10; /* the harness's cost model */
     dsim_sim_stats s0, s1;
-    peak_reset();
     dsim_sim_engine_totals(&s0);
     dsim_train_result r;
     double t0 = wall_s(), c0 = cpu_s();
@@ -184,6 +159,45 @@ static int run_job(int workers, int steps, int features, int classes, int health
         jt->cpu = c;
     }
     return !ok;
+}
+
+/* job_body in a child process; its times come back through a pipe. */
+static int run_job(int workers, int steps, int features, int classes, int health, job_time *jt)
+{
+    int fd[2];
+    fflush(stdout);
+    if (pipe(fd) != 0)
+        return job_body(workers, steps, features, classes, health, jt);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return job_body(workers, steps, features, classes, health, jt);
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        job_time t = {0, 0};
+        int bad = job_body(workers, steps, features, classes, health, &t);
+        fflush(stdout);
+        ssize_t n = write(fd[1], &t, sizeof t);
+        _exit(n == (ssize_t)sizeof t ? bad : 1);
+    }
+    close(fd[1]);
+    job_time t = {0, 0};
+    ssize_t n = read(fd[0], &t, sizeof t);
+    close(fd[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (jt)
+        *jt = t;
+    if (n != (ssize_t)sizeof t || !WIFEXITED(status)) {
+        printf("%7d %6d: the job's process ended without a result (%s %d)\n", workers, steps,
+               WIFSIGNALED(status) ? "signal" : "status",
+               WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        return 1;
+    }
+    return WEXITSTATUS(status) != 0;
 }
 
 #define REPEATS    3
