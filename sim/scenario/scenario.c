@@ -37,6 +37,9 @@
 #define SCEN_MAX_KEYS  24
 #define SCEN_MAX_STR   4096
 #define SCEN_MAX_HOSTS DSIM_TRAIN_MAX_REPLICAS
+/* What the health check's first round costs per pair of workers, rounded
+ * up from reports/bench-sim-scale.txt (dsim_scenario_runnable). */
+#define SCEN_HEALTH_PAIR_BYTES 400
 /* dsim_train's limits (dsim/strategy.h), refused here with their position
  * rather than by the run. */
 #define SCEN_MAX_PS DSIM_TRAIN_MAX_PS
@@ -2286,6 +2289,29 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
                         "coroutine each)",
                         s->path, (long long)replicas, eng, DSIM_TRAIN_MAX_THREAD_REPLICAS,
                         DSIM_TRAIN_MAX_REPLICAS);
+    /* Under sim nothing but memory bounds a job below the parse limit, and
+     * with the health check on its first round does: it pings every pair
+     * of workers at once, as TF's check does (measured on this engine,
+     * reports/bench-sim-scale.txt: some 300-400 bytes per pair in the
+     * transport's sequence streams, the queued pings and the checks'
+     * state, and about 2.5 us of CPU). Said before the run rather than
+     * found by the kernel's out-of-memory killer midway. */
+    if (dsim_train_runs_health_check(&s->train)) {
+        double need = (double)s->train.hosts * (double)s->train.hosts * SCEN_HEALTH_PAIR_BYTES;
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
+        if (have > 0 && need > have) {
+            int fit = (int)sqrt(have / SCEN_HEALTH_PAIR_BYTES);
+            return DSIM_ERR(DSIM_ENOTSUP, -1,
+                            "%s: cluster: %d workers with the health check on: its first "
+                            "round pings every pair of workers, which takes about %.1f GiB "
+                            "(%d^2 pairs x %d bytes), more than this machine's %.1f GiB; turn "
+                            "the check off (strategy.health_check: {interval: 0}) or run at "
+                            "most %d workers here",
+                            s->path, s->train.hosts, need / 1073741824.0, s->train.hosts,
+                            SCEN_HEALTH_PAIR_BYTES, have / 1073741824.0, fit);
+        }
+    }
     if (s->network_given && strcmp(eng, "processes") == 0)
         return DSIM_ERR(DSIM_ENOTSUP, -1,
                         "%s: cluster.network models the links of the threads and sim engines; "

@@ -2,17 +2,21 @@
  * answers its peers' pings and pings them, over the worker's first replica's
  * endpoint.
  *
- * The transport has no "receive from any source" and no "wait for any of
- * these requests", so the check keeps one receive posted per peer for its
- * pings and one per pinged peer for the answers, and looks at them all
- * whenever it wakes: at the next thing due (a ping to send, an answer's
- * deadline) and at least every tick (dsim_health_tick_ns). An answer to a
- * ping therefore leaves within a tick of the ping's arrival, which is why the
- * tick is a tenth of the timeout.
+ * Nothing is kept per peer while nobody pings: the pings of every peer are
+ * found with dsim_probe_any (one look through the endpoint's unexpected
+ * messages) and received then, and the state for pinging the peers is made
+ * when the check starts pinging (`ready`). So an idle check costs the same
+ * whatever the number of workers; a pinging one a few words per peer, what
+ * pinging all of them every interval (as TF does) needs anyway.
+ *
+ * The check looks at what arrived whenever it wakes: at the next thing due
+ * (a ping to send, an answer's deadline) and at least every tick
+ * (dsim_health_tick_ns). An answer to a ping therefore leaves within a tick
+ * of the ping's arrival, which is why the tick is a tenth of the timeout.
  *
  *   worker A's check                       worker B's check
  *   ----------------                       ----------------
- *   ping(seq) --- comm PING, tag seq ----> (posted receive, any tag)
+ *   ping(seq) --- comm PING, tag seq ----> (found by the probe, any tag)
  *                                          answer within a tick
  *   (posted receive, any tag) <-- comm PONG, the same seq -- pong(seq)
  *   answered before the deadline: next ping `interval` later
@@ -21,7 +25,8 @@
  *
  * Answers are received with any tag and matched on the sequence number they
  * carry, so an answer that comes after its ping was given up on is drained
- * and dropped rather than left unmatched in the endpoint for ever. */
+ * and dropped rather than left unmatched in the endpoint for ever. A
+ * receive for answers is posted only while a ping is out. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,14 +37,9 @@
 
 #define HEALTH_MSG_WORDS 2 /* sequence number, sender's worker */
 
+/* Pinging one peer (made for every peer once the check is ready). The
+ * peer's worker and rank follow from its index (health_peer_worker). */
 typedef struct health_peer {
-    int worker, rank;
-    /* answering this peer's pings */
-    dsim_req *ping_rq;
-    uint32_t ping_in[HEALTH_MSG_WORDS];
-    dsim_req *pong_sq;
-    uint32_t pong_out[HEALTH_MSG_WORDS];
-    /* pinging it */
     int waiting;  /* a ping is out */
     int attempts; /* pings in a row that went unanswered */
     uint32_t seq;
@@ -50,6 +50,13 @@ typedef struct health_peer {
     uint32_t pong_in[HEALTH_MSG_WORDS];
 } health_peer;
 
+/* Answering one peer (made at the first ping that arrives): the answer's
+ * send and its buffer, which must stay put until the send is done. */
+typedef struct health_answer {
+    dsim_req *sq;
+    uint32_t out[HEALTH_MSG_WORDS];
+} health_answer;
+
 struct dsim_health {
     dsim_health_cfg cfg;
     dsim_rt *rt;
@@ -58,7 +65,8 @@ struct dsim_health {
     dsim_health_stats st;   /* what get_stats sees: `mine` as of the last wake-up */
     dsim_health_stats mine; /* the check's own, touched only by its worker */
     dsim_task *task;
-    health_peer *peers;
+    health_peer *peers;     /* [npeers] once pinging, else NULL */
+    health_answer *answers; /* [npeers] once pinged, else NULL */
     int npeers;
     int retries;
     int64_t tick;
@@ -174,70 +182,126 @@ static void health_reap(dsim_req **r)
 
 static void health_cancel_all(dsim_health *h)
 {
-    for (int i = 0; i < h->npeers; i++) {
+    for (int i = 0; h->peers && i < h->npeers; i++) {
         health_peer *p = &h->peers[i];
-        health_reap(&p->ping_rq);
-        health_reap(&p->pong_sq);
         health_reap(&p->ping_sq);
         health_reap(&p->pong_rq);
     }
+    for (int i = 0; h->answers && i < h->npeers; i++)
+        health_reap(&h->answers[i].sq);
 }
 
-/* Answers every ping of p that has arrived. HEALTH_IDLE when the fabric is
- * gone (aborted): there is nothing left to check. */
-static int health_answer(dsim_health *h, health_peer *p, uint64_t *answered)
+/* Peer index i (0 .. npeers - 1) is worker i, or i + 1 from this worker on. */
+static int health_peer_worker(const dsim_health *h, int i)
+{
+    return i < h->cfg.worker ? i : i + 1;
+}
+
+static int health_peer_rank(const dsim_health *h, int i)
+{
+    return health_peer_worker(h, i) * h->cfg.ranks_per_worker;
+}
+
+/* The peer index of the check at rank src, or -1 when src is no worker's
+ * check (not a worker's first rank, or this worker itself). */
+static int health_peer_of_rank(const dsim_health *h, int src)
+{
+    int rpw = h->cfg.ranks_per_worker;
+    if (src < 0 || src % rpw != 0 || src / rpw >= h->cfg.num_workers || src / rpw == h->cfg.worker)
+        return -1;
+    int w = src / rpw;
+    return w < h->cfg.worker ? w : w - 1;
+}
+
+/* Out of memory for per-peer state: a check that cannot ping or answer
+ * would let a lost peer go unseen, so it fails the job in a way that says
+ * so. */
+static int health_no_memory(dsim_health *h, const char *what)
+{
+    char why[256];
+    snprintf(why, sizeof why,
+             "health check of worker %d: out of memory for %s %d peers; the job cannot be "
+             "checked: give it more memory or turn the check off (health_check: {interval: 0})",
+             h->cfg.worker, what, h->npeers);
+    dsim_error_log("%s", why);
+    dsim_ep_abort(h->cfg.ep, -1, why);
+    return HEALTH_IDLE;
+}
+
+/* Answers every ping that has arrived, from whichever peer. HEALTH_IDLE when
+ * the fabric is gone (aborted): there is nothing left to check. */
+static int health_answer_all(dsim_health *h, uint64_t *answered)
 {
     dsim_ep *ep = h->cfg.ep;
-    while (p->ping_rq && dsim_req_done(p->ping_rq)) {
+    int src;
+    while (dsim_probe_any(ep, DSIM_HEALTH_COMM_PING, &src)) {
+        uint32_t in[HEALTH_MSG_WORDS];
+        dsim_req *rq = NULL;
         size_t len = 0;
-        dsim_err e = dsim_wait(p->ping_rq, DSIM_NO_DEADLINE, &len);
-        p->ping_rq = NULL;
+        dsim_err e = dsim_irecv(ep, src, DSIM_HEALTH_COMM_PING, DSIM_ANY_TAG, in, sizeof in, &rq);
+        if (e != DSIM_OK)
+            return HEALTH_IDLE;
+        if (!dsim_req_done(rq)) {
+            /* Only this check receives on PING, so the message the probe
+             * saw is there; should it not be, look again at the next wake. */
+            dsim_req_cancel(rq);
+            return HEALTH_GO;
+        }
+        e = dsim_wait(rq, DSIM_NO_DEADLINE, &len);
         if (e == DSIM_EABORTED)
             return HEALTH_IDLE;
-        if (e == DSIM_OK && len == sizeof p->ping_in) {
-            health_reap(&p->pong_sq);
-            p->pong_out[0] = p->ping_in[0];
-            p->pong_out[1] = (uint32_t)h->cfg.worker;
-            e = dsim_isend(ep, p->rank, DSIM_HEALTH_COMM_PONG, p->ping_in[0] & 0x7fffffffu,
-                           p->pong_out, sizeof p->pong_out, &p->pong_sq);
-            if (e != DSIM_OK) {
-                p->pong_sq = NULL;
-                if (e == DSIM_EABORTED)
-                    return HEALTH_IDLE;
-            } else {
-                (*answered)++;
-            }
-        }
-        /* A damaged ping or a gap in the stream (a lost message) is not an
-         * answer to give: listen for the next one. */
-        e = dsim_irecv(ep, p->rank, DSIM_HEALTH_COMM_PING, DSIM_ANY_TAG, p->ping_in,
-                       sizeof p->ping_in, &p->ping_rq);
+        /* A damaged ping, a gap in the stream (a lost message) or a message
+         * from a rank that is no worker's check is not an answer to give:
+         * it is drained and the next one looked at. */
+        int i = health_peer_of_rank(h, src);
+        if (e != DSIM_OK || len != sizeof in || i < 0)
+            continue;
+        if (!h->answers && !(h->answers = calloc((size_t)h->npeers, sizeof *h->answers)))
+            return health_no_memory(h, "answering");
+        health_answer *a = &h->answers[i];
+        health_reap(&a->sq);
+        a->out[0] = in[0];
+        a->out[1] = (uint32_t)h->cfg.worker;
+        e = dsim_isend(ep, src, DSIM_HEALTH_COMM_PONG, in[0] & 0x7fffffffu, a->out, sizeof a->out,
+                       &a->sq);
         if (e != DSIM_OK) {
-            p->ping_rq = NULL;
-            return HEALTH_IDLE;
+            a->sq = NULL;
+            if (e == DSIM_EABORTED)
+                return HEALTH_IDLE;
+        } else {
+            (*answered)++;
+            /* Sent already (inproc copies small messages): freed now, not
+             * at this peer's next ping, so finished sends do not pile up
+             * one per peer. */
+            if (dsim_req_done(a->sq))
+                health_reap(&a->sq);
         }
     }
     return HEALTH_GO;
 }
 
-static int health_send_ping(dsim_health *h, health_peer *p, int64_t now)
+static int health_send_ping(dsim_health *h, int i, int64_t now)
 {
     dsim_ep *ep = h->cfg.ep;
+    health_peer *p = &h->peers[i];
+    int rank = health_peer_rank(h, i);
     health_reap(&p->ping_sq);
     p->seq++;
     p->ping_out[0] = p->seq;
     p->ping_out[1] = (uint32_t)h->cfg.worker;
     p->waiting = 1;
     p->deadline = health_add(now, h->cfg.timeout_ns);
-    dsim_err e = dsim_isend(ep, p->rank, DSIM_HEALTH_COMM_PING, p->seq & 0x7fffffffu, p->ping_out,
+    dsim_err e = dsim_isend(ep, rank, DSIM_HEALTH_COMM_PING, p->seq & 0x7fffffffu, p->ping_out,
                             sizeof p->ping_out, &p->ping_sq);
     if (e != DSIM_OK) {
         p->ping_sq = NULL;
         return HEALTH_IDLE;
     }
+    if (dsim_req_done(p->ping_sq))
+        health_reap(&p->ping_sq); /* as an answer's send */
     h->mine.pings_sent++;
     if (!p->pong_rq) {
-        e = dsim_irecv(ep, p->rank, DSIM_HEALTH_COMM_PONG, DSIM_ANY_TAG, p->pong_in,
+        e = dsim_irecv(ep, rank, DSIM_HEALTH_COMM_PONG, DSIM_ANY_TAG, p->pong_in,
                        sizeof p->pong_in, &p->pong_rq);
         if (e != DSIM_OK) {
             p->pong_rq = NULL;
@@ -247,29 +311,31 @@ static int health_send_ping(dsim_health *h, health_peer *p, int64_t now)
     return HEALTH_GO;
 }
 
-static void health_down(dsim_health *h, health_peer *p, int64_t now)
+static void health_down(dsim_health *h, int i, int64_t now)
 {
+    int rank = health_peer_rank(h, i), worker = health_peer_worker(h, i);
     char tmo[32], why[256];
     health_dur(h->cfg.timeout_ns, tmo, sizeof tmo);
     int rpw = h->cfg.ranks_per_worker;
     snprintf(why, sizeof why,
              "cluster check alive failed, peer %d is down: it did not answer %d health check%s of "
              "%s (worker %d, ranks %d..%d; checked by worker %d)",
-             p->rank, h->retries, h->retries == 1 ? "" : "s", tmo, p->worker, p->rank,
-             p->rank + rpw - 1, h->cfg.worker);
+             rank, h->retries, h->retries == 1 ? "" : "s", tmo, worker, rank, rank + rpw - 1,
+             h->cfg.worker);
     dsim_error_log("%s; aborting collectives", why);
-    h->mine.down_worker = p->worker;
+    h->mine.down_worker = worker;
     h->mine.down_at = now;
-    dsim_ep_abort(h->cfg.ep, p->rank, why);
+    dsim_ep_abort(h->cfg.ep, rank, why);
 }
 
 /* Collects p's answer, retries or gives up on p. */
-static int health_ping(dsim_health *h, health_peer *p, int64_t now)
+static int health_ping(dsim_health *h, int i, int64_t now)
 {
     dsim_ep *ep = h->cfg.ep;
+    health_peer *p = &h->peers[i];
     if (!p->waiting) {
         if (now >= p->next_ping)
-            return health_send_ping(h, p, now);
+            return health_send_ping(h, i, now);
         return HEALTH_GO;
     }
     while (p->pong_rq && dsim_req_done(p->pong_rq)) {
@@ -287,8 +353,8 @@ static int health_ping(dsim_health *h, health_peer *p, int64_t now)
             return HEALTH_GO;
         }
         /* An answer to an earlier ping, or a gap: keep listening. */
-        e = dsim_irecv(ep, p->rank, DSIM_HEALTH_COMM_PONG, DSIM_ANY_TAG, p->pong_in,
-                       sizeof p->pong_in, &p->pong_rq);
+        e = dsim_irecv(ep, health_peer_rank(h, i), DSIM_HEALTH_COMM_PONG, DSIM_ANY_TAG,
+                       p->pong_in, sizeof p->pong_in, &p->pong_rq);
         if (e != DSIM_OK) {
             p->pong_rq = NULL;
             return HEALTH_IDLE;
@@ -298,28 +364,20 @@ static int health_ping(dsim_health *h, health_peer *p, int64_t now)
         return HEALTH_GO;
     p->attempts++;
     if (p->attempts >= h->retries) {
-        health_down(h, p, now);
+        health_down(h, i, now);
         return HEALTH_IDLE;
     }
     h->mine.retries++;
     dsim_warn("health check of worker %d: peer %d (worker %d) seems down, retrying %d/%d",
-              h->cfg.worker, p->rank, p->worker, p->attempts, h->retries);
-    return health_send_ping(h, p, now);
+              h->cfg.worker, health_peer_rank(h, i), health_peer_worker(h, i), p->attempts,
+              h->retries);
+    return health_send_ping(h, i, now);
 }
 
 static void health_main(void *arg)
 {
     dsim_health *h = arg;
-    dsim_ep *ep = h->cfg.ep;
     int dead = 0, ready = 0, idle = 0;
-    for (int i = 0; i < h->npeers && !idle; i++) {
-        health_peer *p = &h->peers[i];
-        if (dsim_irecv(ep, p->rank, DSIM_HEALTH_COMM_PING, DSIM_ANY_TAG, p->ping_in,
-                       sizeof p->ping_in, &p->ping_rq) != DSIM_OK) {
-            p->ping_rq = NULL;
-            idle = 1;
-        }
-    }
     for (;;) {
         dsim_waitq_lock(h->q);
         int stop = h->stop;
@@ -336,14 +394,18 @@ static void health_main(void *arg)
         int64_t wake = DSIM_NO_DEADLINE;
         if (!dead && !idle) {
             if (!ready && (!h->cfg.ready || h->cfg.ready(h->cfg.user))) {
-                ready = 1;
-                for (int i = 0; i < h->npeers; i++)
-                    h->peers[i].next_ping = now;
+                if ((h->peers = calloc((size_t)(h->npeers ? h->npeers : 1), sizeof *h->peers))) {
+                    ready = 1;
+                    for (int i = 0; i < h->npeers; i++)
+                        h->peers[i].next_ping = now;
+                } else {
+                    idle = health_no_memory(h, "pinging") == HEALTH_IDLE;
+                }
             }
-            for (int i = 0; i < h->npeers && !idle; i++)
-                idle = health_answer(h, &h->peers[i], &h->mine.pings_answered) == HEALTH_IDLE;
+            if (!idle)
+                idle = health_answer_all(h, &h->mine.pings_answered) == HEALTH_IDLE;
             for (int i = 0; ready && i < h->npeers && !idle; i++)
-                idle = health_ping(h, &h->peers[i], now) == HEALTH_IDLE;
+                idle = health_ping(h, i, now) == HEALTH_IDLE;
             if (idle) {
                 health_cancel_all(h);
             } else {
@@ -396,17 +458,7 @@ dsim_err dsim_health_start(const dsim_health_cfg *cfg, dsim_health **out)
     h->tick = dsim_health_tick_ns(cfg->interval_ns, cfg->timeout_ns);
     h->st.down_worker = h->mine.down_worker = -1;
     h->npeers = cfg->num_workers - 1;
-    h->peers = calloc((size_t)(h->npeers ? h->npeers : 1), sizeof *h->peers);
     dsim_err e = DSIM_OK;
-    if (!h->peers)
-        e = DSIM_ERR(DSIM_ENOMEM, -1, "dsim_health_start: out of memory for %d peers", h->npeers);
-    for (int w = 0, i = 0; e == DSIM_OK && w < cfg->num_workers; w++) {
-        if (w == cfg->worker)
-            continue;
-        h->peers[i].worker = w;
-        h->peers[i].rank = w * cfg->ranks_per_worker;
-        i++;
-    }
     if (e == DSIM_OK)
         e = dsim_waitq_create(h->rt, &h->q);
     if (e == DSIM_OK)
@@ -414,7 +466,6 @@ dsim_err dsim_health_start(const dsim_health_cfg *cfg, dsim_health **out)
     if (e != DSIM_OK) {
         if (h->q)
             dsim_waitq_destroy(h->q);
-        free(h->peers);
         free(h);
         return e;
     }
@@ -443,6 +494,7 @@ void dsim_health_stop(dsim_health *h)
     dsim_rt_join(h->rt, h->task);
     dsim_waitq_destroy(h->q);
     free(h->peers);
+    free(h->answers);
     free(h);
 }
 

@@ -3,7 +3,13 @@
  * Nothing here materialises batches: a worker's examples for the epoch sit
  * in one array (its stream `ws`, in the order it hands them out) and every
  * replica batch is a slice of it whose bounds are computed from the rebatch
- * arithmetic. The semantics are described in dsim/data.h. */
+ * arithmetic. The semantics are described in dsim/data.h.
+ *
+ * Where the stream is the whole dataset in its own order (nothing sharded
+ * before batching, no shuffle: DATA, OFF), it is not copied per worker: each
+ * step's slices are written into a window of a step's size (`win`). A copy
+ * of the whole dataset per worker would make a job's memory grow as
+ * workers x examples, and examples grow with the workers (W^2). */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +42,10 @@ struct dsim_input {
     uint64_t outputs;       /* sub-batches this worker produces per epoch */
     uint64_t steps;         /* steps per epoch, the same on every worker */
     uint64_t kept;          /* examples handed to this worker's replicas per epoch */
-    uint64_t *ws;           /* the stream of the epoch ws_epoch */
+    uint64_t *ws;           /* the stream of the epoch ws_epoch; NULL with win */
     uint64_t ws_len;
+    uint64_t *win;   /* the dataset's order unshuffled: this step's slices */
+    uint64_t win_cap;
     uint64_t *scratch; /* the whole dataset's order (HINT on the examples) */
     int64_t ws_epoch;
     uint32_t epoch; /* position of the next step */
@@ -300,6 +308,8 @@ static dsim_err input_check_config(const dsim_input_config *c)
                         c->worker, c->num_workers, c->num_workers);
     if (c->epochs < 1)
         return DSIM_ERR(DSIM_EINVAL, -1, "input: epochs is 0: it must be >= 1");
+    if (c->steps_per_epoch && c->dataset && c->dataset->n_examples > 0)
+        return DSIM_OK; /* checked when the job's first input was made */
     return dsim_dataset_desc_check(c->dataset);
 }
 
@@ -331,7 +341,10 @@ dsim_err dsim_input_create(const dsim_input_config *cfg, dsim_input **out)
     /* Every worker's stream length is known here, so the epoch's length
      * (TF: until no worker has data) needs no collective. */
     uint64_t total = 0, steps = 0;
-    for (int w = 0; w < nw; w++) {
+    int w_end = nw;
+    if (cfg->steps_per_epoch && !in->legacy) /* given: only this worker's stream */
+        w_end = cfg->worker + 1;
+    for (int w = cfg->steps_per_epoch && !in->legacy ? cfg->worker : 0; w < w_end; w++) {
         uint64_t mm = input_drop(in, input_stream_len(in, w)), outs;
         if (in->legacy) {
             outs = (mm + in->g - 1) / in->g * (uint64_t)rp;
@@ -360,7 +373,9 @@ dsim_err dsim_input_create(const dsim_input_config *cfg, dsim_input **out)
     } else {
         in->kept = in->mm;
     }
-    if (total == 0 || steps == 0) {
+    if (cfg->steps_per_epoch) {
+        steps = cfg->steps_per_epoch;
+    } else if (total == 0 || steps == 0) {
         dsim_shard_policy applied = in->applied;
         free(in);
         return DSIM_ERR(DSIM_EINVAL, -1,
@@ -373,11 +388,21 @@ dsim_err dsim_input_create(const dsim_input_config *cfg, dsim_input **out)
     }
     in->steps = steps;
     in->ws_len = in->shard == INPUT_SHARD_NONE ? d->n_examples : in->m;
-    in->ws = malloc((in->ws_len ? (size_t)in->ws_len : 1) * sizeof *in->ws);
+    if (in->shard == INPUT_SHARD_NONE && !cfg->shuffle) {
+        /* A sub-batch is at most ceil(G / N) examples (both rebatches) and
+         * never more than the dataset. */
+        uint64_t per = in->g / in->n_rep + 1;
+        if (per > d->n_examples)
+            per = d->n_examples;
+        in->win_cap = per * (uint64_t)rp;
+        in->win = malloc((in->win_cap ? (size_t)in->win_cap : 1) * sizeof *in->win);
+    } else {
+        in->ws = malloc((in->ws_len ? (size_t)in->ws_len : 1) * sizeof *in->ws);
+    }
     if (in->shard == INPUT_SHARD_ELEMENTS)
         in->scratch = malloc((size_t)d->n_examples * sizeof *in->scratch);
     in->batch = calloc((size_t)rp, sizeof *in->batch);
-    if (in->ws == NULL || in->batch == NULL ||
+    if ((in->ws == NULL && in->win == NULL) || in->batch == NULL ||
         (in->shard == INPUT_SHARD_ELEMENTS && in->scratch == NULL)) {
         dsim_input_destroy(in);
         return DSIM_ERR(DSIM_ENOMEM, -1, "input: no memory for a stream of %" PRIu64 " examples",
@@ -394,6 +419,7 @@ void dsim_input_destroy(dsim_input *in)
     if (in == NULL)
         return;
     free(in->ws);
+    free(in->win);
     free(in->scratch);
     free(in->batch);
     free(in);
@@ -422,6 +448,8 @@ static void input_shuffle(const dsim_input *in, uint32_t epoch, uint64_t *v, uin
 
 static void input_build_stream(dsim_input *in, uint32_t epoch)
 {
+    if (in->win)
+        return; /* the dataset's own order: input_window */
     if (in->ws_epoch >= 0 && (!in->cfg.shuffle || in->ws_epoch == (int64_t)epoch))
         return;
     const dsim_dataset_desc *d = in->ds;
@@ -456,6 +484,20 @@ static void input_build_stream(dsim_input *in, uint32_t epoch)
     in->ws_epoch = epoch;
 }
 
+/* Writes the stream's slice [start, start + len) (the dataset's order) at
+ * win[k] and returns where it starts. */
+static const uint64_t *input_window(dsim_input *in, uint64_t k, uint64_t start, uint64_t len)
+{
+    const dsim_dataset_desc *d = in->ds;
+    uint64_t *w = in->win + k;
+    if (d->n_files > 0)
+        memcpy(w, d->file_ids + start, (size_t)len * sizeof *w);
+    else
+        for (uint64_t i = 0; i < len; i++)
+            w[i] = start + i;
+    return w;
+}
+
 dsim_err dsim_input_next(dsim_input *in, dsim_input_step *st)
 {
     if (in == NULL || st == NULL)
@@ -473,13 +515,25 @@ dsim_err dsim_input_next(dsim_input *in, dsim_input_step *st)
     st->worker_has_value = in->step * (uint64_t)rp < in->outputs;
     st->replicas = rp;
     st->batch = in->batch;
+    uint64_t k = 0;
     for (int r = 0; r < rp; r++) {
         uint64_t j = in->step * (uint64_t)rp + (uint64_t)r, start = 0, len = 0;
         dsim_replica_batch *b = &in->batch[r];
         b->has_value = j < in->outputs;
         if (b->has_value)
             input_output_slice(in, j, &start, &len);
-        b->ids = in->ws + (start < in->ws_len ? start : 0);
+        if (in->win && k + len <= in->win_cap) {
+            b->ids = input_window(in, k, start, len);
+            k += len;
+        } else if (in->win) {
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "input next: step %" PRIu64 " wants %" PRIu64 " examples for its "
+                            "replicas, over the %" PRIu64 " the rebatch allows; this is a bug "
+                            "in src/data/input.c",
+                            in->step, k + len, in->win_cap);
+        } else {
+            b->ids = in->ws + (start < in->ws_len ? start : 0);
+        }
         b->n = len;
         st->examples += len;
     }

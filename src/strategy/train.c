@@ -93,6 +93,9 @@ dsim_err dsim_train_input(const dsim_train_cfg *cfg, const dsim_train_setup *su,
         .shuffle = cfg->shuffle,
         .drop_remainder = cfg->drop_remainder,
         .epochs = cfg->epochs,
+        /* 0 while the setup makes the first input; then every worker's
+         * input skips what that one already did for the whole job */
+        .steps_per_epoch = su->steps_per_epoch,
     };
     return dsim_input_create(&ic, out);
 }

@@ -221,7 +221,7 @@ static tp_msg *tp_match_unexpected_locked(dsim_ep *ep, int src, uint32_t comm_id
         if (m->src == src && m->comm_id == comm_id &&
             (tag == DSIM_ANY_TAG || m->tag == tag || m->kind == TP_MSG_GAP ||
              m->kind == TP_MSG_CORRUPT)) {
-            tp_list_del(n);
+            tp_unexp_del(m);
             if (m->kind == TP_MSG_RNDV)
                 TP_CONTAINER(m, dsim_req, m)->queued = 0;
             return m;
@@ -336,7 +336,7 @@ static void tp_mark_locked(dsim_ep *ep, const tp_msg *mark)
     tp_msg *g = malloc(sizeof *g);
     if (g) {
         *g = *mark;
-        tp_list_push(&tp_bucket_of(ep, mark->src)->unexpected, &g->link);
+        tp_unexp_push(ep, g);
     } else {
         dsim_error_log("rank %d: out of memory recording an unusable message", ep->rank);
     }
@@ -449,7 +449,7 @@ static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void
             memcpy(m->side, h->side, DSIM_TP_SIDE_LEN);
         zc->queue_ep = ep;
         zc->queued = 1;
-        tp_list_push(&tp_bucket_of(ep, h->src)->unexpected, &m->link);
+        tp_unexp_push(ep, m);
         dsim_waitq_unlock(ep->lock);
         return DSIM_OK;
     }
@@ -491,7 +491,7 @@ static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void
         free(m);
         return DSIM_OK;
     }
-    tp_list_push(&tp_bucket_of(ep, h->src)->unexpected, &m->link);
+    tp_unexp_push(ep, m);
     dsim_waitq_unlock(ep->lock);
     return DSIM_OK;
 }
@@ -578,6 +578,27 @@ int dsim_ep_peek_side(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, uint
     return found;
 }
 
+int dsim_probe_any(dsim_ep *ep, uint32_t comm_id, int *src)
+{
+    if (!ep)
+        return 0;
+    int found = 0;
+    dsim_waitq_lock(ep->lock);
+    if (!tp_aborted(ep->f) && ep->state == TP_EP_OPEN) {
+        for (tp_link *n = ep->arrivals.head.next; n != &ep->arrivals.head; n = n->next) {
+            const tp_msg *m = TP_CONTAINER(n, tp_msg, arrival);
+            if (m->comm_id == comm_id) {
+                if (src)
+                    *src = m->src;
+                found = 1;
+                break;
+            }
+        }
+    }
+    dsim_waitq_unlock(ep->lock);
+    return found;
+}
+
 static void tp_drop_msg(tp_msg *m, dsim_err st, int closer)
 {
     if (m->kind != TP_MSG_RNDV) {
@@ -602,8 +623,8 @@ void tp_drain_unexpected(dsim_ep *ep)
         tp_list *l = &ep->buckets[b].unexpected;
         while (!tp_list_empty(l)) {
             tp_link *n = l->head.next;
-            tp_list_del(n);
             tp_msg *m = TP_CONTAINER(n, tp_msg, link);
+            tp_unexp_del(m);
             if (m->kind == TP_MSG_RNDV)
                 TP_CONTAINER(m, dsim_req, m)->queued = 0;
             tp_list_push(&all, n);
@@ -626,7 +647,7 @@ uint64_t tp_purge_epoch_locked(dsim_ep *ep, uint32_t comm_id, uint32_t epoch, tp
             tp_link *next = it->next;
             tp_msg *m = TP_CONTAINER(it, tp_msg, link);
             if (m->comm_id == comm_id && m->epoch < epoch) {
-                tp_list_del(it);
+                tp_unexp_del(m);
                 n++;
                 if (m->kind == TP_MSG_RNDV) {
                     TP_CONTAINER(m, dsim_req, m)->queued = 0;
@@ -767,7 +788,7 @@ static void tp_gap_locked(dsim_ep *ep, const dsim_tp_hdr *h, tp_msg *gap)
         return;
     }
     *g = *gap;
-    tp_list_push(&tp_bucket_of(ep, h->src)->unexpected, &g->link);
+    tp_unexp_push(ep, g);
 }
 
 dsim_err dsim_tp_withdrawn(dsim_ep *ep, const dsim_tp_hdr *h)

@@ -83,7 +83,8 @@ enum tp_msg_kind {
 };
 
 typedef struct tp_msg {
-    tp_link link;
+    tp_link link;    /* in its bucket's unexpected queue */
+    tp_link arrival; /* in the endpoint's arrivals (dsim_probe_any) */
     int kind;
     int src;
     uint32_t comm_id, tag, epoch;
@@ -146,6 +147,9 @@ struct dsim_ep {
     dsim_waitq *slock;
     tp_list live; /* requests owned by this endpoint, not yet freed */
     tp_bucket *buckets;
+    /* Every message of every bucket's unexpected queue, oldest first: what
+     * dsim_probe_any looks through instead of every bucket. */
+    tp_list arrivals;
     tp_map recv_seq, recv_epoch;
     tp_map send_seq, send_epoch;
     /* Receive-side counters under lock, send-side under slock. */
@@ -181,6 +185,21 @@ static inline int tp_aborted(const dsim_fabric *f)
 static inline tp_bucket *tp_bucket_of(dsim_ep *ep, int src)
 {
     return &ep->buckets[(unsigned)src & ep->f->bucket_mask];
+}
+
+/* Queues m as unexpected (under ep->lock): in its source's bucket and in the
+ * endpoint's arrivals. */
+static inline void tp_unexp_push(dsim_ep *ep, tp_msg *m)
+{
+    tp_list_push(&tp_bucket_of(ep, m->src)->unexpected, &m->link);
+    tp_list_push(&ep->arrivals, &m->arrival);
+}
+
+/* Takes a queued m off both lists (under the lock of its endpoint). */
+static inline void tp_unexp_del(tp_msg *m)
+{
+    tp_list_del(&m->link);
+    tp_list_del(&m->arrival);
 }
 
 /* match.c */

@@ -298,6 +298,7 @@ static dsim_ep *tp_ep_new(dsim_fabric *f, int rank)
     tp_map_init(&ep->recv_epoch);
     tp_map_init(&ep->send_seq);
     tp_map_init(&ep->send_epoch);
+    tp_list_init(&ep->arrivals);
     ep->buckets = calloc((size_t)f->bucket_mask + 1, sizeof *ep->buckets);
     if (!ep->buckets)
         goto oom;
@@ -538,7 +539,7 @@ static int tp_withdraw_locked(dsim_req *req)
         dsim_waitq_unlock(ep->lock);
         dsim_waitq_lock(q->lock);
         if (req->queued) {
-            tp_list_del(&req->m.link);
+            tp_unexp_del(&req->m);
             req->queued = 0;
             withdrawn = 1;
         }

@@ -10,6 +10,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <cmocka.h>
 
 #include "coll_harness.h"
@@ -233,6 +236,95 @@ static void test_slow_worker_is_not_down(void **state)
             fail_msg("rank %d: %s", r, s.msg[r]);
 }
 
+static int hc_never_ready(void *user)
+{
+    (void)user;
+    return 0;
+}
+
+/* Sends a ping (seq, sender's worker) as a check would. */
+static void hc_ping(dsim_rt *rt, dsim_ep *from, int to, uint32_t seq, uint32_t worker, size_t len)
+{
+    uint32_t m[3] = {seq, worker, 0};
+    dsim_req *r;
+    assert_int_equal(dsim_isend(from, to, DSIM_HEALTH_COMM_PING, seq, m, len, &r), DSIM_OK);
+    assert_int_equal(dsim_wait(r, dsim_rt_deadline(rt, 5000 * MS), NULL), DSIM_OK);
+}
+
+/* The check of worker 1 of 2^20 workers, 2 ranks each, that never starts
+ * pinging: it answers each peer's ping whoever sends it, drains what is not
+ * a worker's ping without answering, and keeps nothing per peer until the
+ * first ping comes (an idle check's cost does not grow with the workers:
+ * it used to post a receive and keep a record for every one). */
+static void test_answers_whoever_pings(void **state)
+{
+    (void)state;
+    dsim_rt *rt;
+    dsim_fabric *f;
+    dsim_ep *ep[6];
+    assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
+    dsim_fabric_cfg fc = {.backend = "inproc", .nranks = 6, .rt = rt};
+    assert_int_equal(dsim_fabric_open(&fc, &f), DSIM_OK);
+    for (int r = 0; r < 6; r++)
+        assert_int_equal(dsim_ep_open(f, r, &ep[r]), DSIM_OK);
+    dsim_health_cfg hc = {
+        .ep = ep[2],
+        .worker = 1,
+        .num_workers = 1 << 20,
+        .ranks_per_worker = 2,
+        .interval_ns = 20 * MS,
+        .timeout_ns = 10 * MS,
+        .retries = 2,
+        .ready = hc_never_ready,
+        .task_id = 100,
+    };
+    dsim_health *h;
+#ifdef __GLIBC__
+    size_t before = mallinfo2().uordblks;
+#endif
+    assert_int_equal(dsim_health_start(&hc, &h), DSIM_OK);
+    dsim_rt_sleep_until(rt, dsim_rt_deadline(rt, 20 * MS)); /* a few ticks */
+#ifdef __GLIBC__
+    size_t grew = mallinfo2().uordblks - before;
+    printf("# an idle check of 2^20 workers holds %zu bytes of heap\n", grew);
+    assert_true(grew < 64 * 1024);
+#endif
+    /* worker 0's check (rank 0) and worker 2's (rank 4) ping; rank 3 is a
+     * replica, not a check; rank 4 also sends a ping of the wrong size */
+    hc_ping(rt, ep[0], 2, 5, 0, 2 * sizeof(uint32_t));
+    hc_ping(rt, ep[3], 2, 7, 1, 2 * sizeof(uint32_t));
+    hc_ping(rt, ep[4], 2, 8, 2, 3 * sizeof(uint32_t));
+    hc_ping(rt, ep[4], 2, 9, 2, 2 * sizeof(uint32_t));
+    uint32_t got[2];
+    dsim_req *r;
+    assert_int_equal(dsim_irecv(ep[0], 2, DSIM_HEALTH_COMM_PONG, 5, got, sizeof got, &r), DSIM_OK);
+    assert_int_equal(dsim_wait(r, dsim_rt_deadline(rt, 5000 * MS), NULL), DSIM_OK);
+    assert_int_equal(got[0], 5);
+    assert_int_equal(got[1], 1);
+    assert_int_equal(dsim_irecv(ep[4], 2, DSIM_HEALTH_COMM_PONG, 9, got, sizeof got, &r), DSIM_OK);
+    assert_int_equal(dsim_wait(r, dsim_rt_deadline(rt, 5000 * MS), NULL), DSIM_OK);
+    assert_int_equal(got[0], 9);
+    assert_int_equal(got[1], 1);
+    /* nothing for the replica, nor for the ping of the wrong size */
+    assert_int_equal(dsim_irecv(ep[3], 2, DSIM_HEALTH_COMM_PONG, DSIM_ANY_TAG, got, sizeof got, &r),
+                     DSIM_OK);
+    assert_int_equal(dsim_wait(r, dsim_rt_deadline(rt, 50 * MS), NULL), DSIM_ETIMEDOUT);
+    assert_int_equal(dsim_irecv(ep[4], 2, DSIM_HEALTH_COMM_PONG, DSIM_ANY_TAG, got, sizeof got, &r),
+                     DSIM_OK);
+    assert_int_equal(dsim_wait(r, dsim_rt_deadline(rt, 50 * MS), NULL), DSIM_ETIMEDOUT);
+    /* every ping was taken off the endpoint, the stray ones too */
+    assert_int_equal(dsim_probe_any(ep[2], DSIM_HEALTH_COMM_PING, NULL), 0);
+    dsim_health_stats st;
+    dsim_health_get_stats(h, &st);
+    assert_int_equal(st.pings_answered, 2);
+    assert_int_equal(st.pings_sent, 0);
+    dsim_health_stop(h);
+    for (int i = 0; i < 6; i++)
+        dsim_ep_close(ep[i]);
+    dsim_fabric_close(f);
+    dsim_rt_destroy(rt);
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -250,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_bound_values),
         cmocka_unit_test(test_detects_dead_worker),
         cmocka_unit_test(test_slow_worker_is_not_down),
+        cmocka_unit_test(test_answers_whoever_pings),
         cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <cmocka.h>
 
 #include "dsim/data.h"
@@ -1119,6 +1122,131 @@ static void test_plan(void **state)
     dsim_dataset_desc_release(&d);
 }
 
+/* DATA and OFF without a shuffle hand out the dataset in its own order: a
+ * worker keeps only a step's ids, not a copy of the dataset (a job of W
+ * workers over W x S examples would otherwise hold W^2 x S ids). Checked on
+ * 2^26 examples (512 MiB of ids per worker before) with and without files;
+ * the ids against the rebatch arithmetic: with G = N = 64 (DATA's legacy
+ * rebatch) worker w's replica r takes example s*64 + w + r*32 at step s;
+ * under OFF it takes s*2 + r of its own copy of the stream. */
+static void test_unshuffled_stream_not_copied(void **state)
+{
+    (void)state;
+    for (uint32_t nf = 0; nf <= 4; nf += 4) {
+        dsim_dataset_desc d;
+        assert_int_equal(dsim_dataset_desc_init(&d, 1ULL << 26, nf, DSIM_FILES_CONTIGUOUS),
+                         DSIM_OK);
+        for (int pol = 0; pol < 2; pol++) {
+            dsim_input_config c =
+                cfg_make(&d, pol ? DSIM_SHARD_OFF : DSIM_SHARD_DATA, 64, 32, 2);
+            c.worker = 5;
+            dsim_input *in;
+#ifdef __GLIBC__
+            struct mallinfo2 m0 = mallinfo2();
+#endif
+            assert_int_equal(dsim_input_create(&c, &in), DSIM_OK);
+#ifdef __GLIBC__
+            struct mallinfo2 m1 = mallinfo2();
+            size_t grew = (m1.uordblks + m1.hblkhd) - (m0.uordblks + m0.hblkhd);
+            print_message("%s, %u files: the input holds %zu bytes\n",
+                          pol ? "OFF" : "DATA", nf, grew);
+            assert_true(grew < 64 * 1024);
+#endif
+            for (uint64_t step = 0; step < 3; step++) {
+                dsim_input_step st;
+                assert_int_equal(dsim_input_next(in, &st), DSIM_OK);
+                for (int r = 0; r < 2; r++) {
+                    const dsim_replica_batch *b = &st.batch[r];
+                    assert_true(b->has_value);
+                    if (pol == 0) {
+                        assert_int_equal(b->n, 1);
+                        assert_int_equal(b->ids[0], step * 64 + 5 + (uint64_t)r * 32);
+                    } else {
+                        /* OFF: every worker reads the whole stream and its
+                         * replicas take its sub-batches (size 1) in turn */
+                        assert_int_equal(b->n, 1);
+                        assert_int_equal(b->ids[0], step * 2 + (uint64_t)r);
+                    }
+                }
+            }
+            dsim_input_destroy(in);
+        }
+        dsim_dataset_desc_release(&d);
+    }
+}
+
+/* A job's other inputs, made with steps_per_epoch from its first one, hand
+ * out exactly the batches of inputs that compute it themselves, under every
+ * policy, with and without files, shuffled or not; and a wrong dataset is
+ * still refused when nothing is given. */
+static void test_steps_given(void **state)
+{
+    (void)state;
+    static const dsim_shard_policy ps[] = {DSIM_SHARD_OFF, DSIM_SHARD_FILE, DSIM_SHARD_DATA,
+                                           DSIM_SHARD_AUTO, DSIM_SHARD_HINT};
+    int compared = 0;
+    for (uint32_t nf = 0; nf <= 9; nf += 9) {
+        dsim_dataset_desc d;
+        assert_int_equal(dsim_dataset_desc_init(&d, 53, nf, DSIM_FILES_STRIDED), DSIM_OK);
+        d.hint = nf ? DSIM_HINT_FILES : DSIM_HINT_ELEMENTS;
+        for (size_t pi = 0; pi < sizeof ps / sizeof *ps; pi++)
+            for (int nw = 1; nw <= 5; nw += 2)
+                for (int64_t g = 3; g <= 24; g += 7)
+                    for (int flags = 0; flags < 4; flags++) {
+                        dsim_input_config c = cfg_make(&d, ps[pi], g, nw, 2);
+                        c.shuffle = flags & 1;
+                        c.drop_remainder = flags & 2;
+                        c.epochs = 2;
+                        dsim_input *first;
+                        if (dsim_input_create(&c, &first) != DSIM_OK)
+                            continue; /* a documented refusal (FILE with too few files...) */
+                        uint64_t spe = dsim_input_steps_per_epoch(first);
+                        dsim_input_destroy(first);
+                        for (int w = 0; w < nw; w++) {
+                            dsim_input *a, *b;
+                            c.worker = w;
+                            c.steps_per_epoch = 0;
+                            assert_int_equal(dsim_input_create(&c, &a), DSIM_OK);
+                            c.steps_per_epoch = spe;
+                            assert_int_equal(dsim_input_create(&c, &b), DSIM_OK);
+                            assert_int_equal(dsim_input_steps_per_epoch(b), spe);
+                            assert_int_equal(dsim_input_worker_examples(a),
+                                             dsim_input_worker_examples(b));
+                            for (;;) {
+                                dsim_input_step sa, sb;
+                                assert_int_equal(dsim_input_next(a, &sa), DSIM_OK);
+                                assert_int_equal(dsim_input_next(b, &sb), DSIM_OK);
+                                assert_int_equal(sa.done, sb.done);
+                                if (sa.done)
+                                    break;
+                                assert_int_equal(sa.worker_has_value, sb.worker_has_value);
+                                assert_int_equal(sa.examples, sb.examples);
+                                for (int r = 0; r < 2; r++) {
+                                    assert_int_equal(sa.batch[r].n, sb.batch[r].n);
+                                    assert_int_equal(sa.batch[r].has_value, sb.batch[r].has_value);
+                                    if (sa.batch[r].n)
+                                        assert_memory_equal(sa.batch[r].ids, sb.batch[r].ids,
+                                                            sa.batch[r].n * sizeof(uint64_t));
+                                }
+                            }
+                            dsim_input_destroy(a);
+                            dsim_input_destroy(b);
+                            compared++;
+                        }
+                    }
+        dsim_dataset_desc_release(&d);
+    }
+    print_message("compared %d inputs made with the job's steps given\n", compared);
+    assert_true(compared > 200);
+    /* Nothing given: a bad file table is still found. */
+    uint64_t start[] = {0, 2, 4}, ids[] = {0, 1, 1, 3};
+    dsim_dataset_desc bad = {.n_examples = 4, .n_files = 2, .file_start = start, .file_ids = ids};
+    dsim_input_config c = cfg_make(&bad, DSIM_SHARD_DATA, 2, 2, 1);
+    dsim_input *in;
+    assert_int_equal(dsim_input_create(&c, &in), DSIM_EINVAL);
+    assert_msg_has("appears twice");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1139,6 +1267,8 @@ int main(void)
         cmocka_unit_test(test_drop_remainder),
         cmocka_unit_test(test_epochs_and_seek),
         cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_unshuffled_stream_not_copied),
+        cmocka_unit_test(test_steps_given),
     };
     return cmocka_run_group_tests_name("data", tests, NULL, NULL);
 }

@@ -763,6 +763,27 @@ static void test_runnable(void **state)
                      dsim_errmsg());
         dsim_scenario_free(s);
     }
+    /* Under sim with the health check on, its first round pings every pair
+     * of workers: 16384 workers need 16384^2 x 400 bytes (100 GiB), refused
+     * on a machine with less, with the fix; with the check off it runs. */
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    double have = (double)pages * (double)psz;
+    ps = parse_ok("name: a\nengine: sim\ncluster: {hosts: 16384}\n");
+    if (have < 16384.0 * 16384.0 * 400) {
+        assert_int_equal(dsim_scenario_runnable(ps), DSIM_ENOTSUP);
+        if (!strstr(dsim_errmsg(), "t.yaml: cluster: 16384 workers with the health check on: its "
+                                   "first round pings every pair of workers, which takes about "
+                                   "100.0 GiB") ||
+            !strstr(dsim_errmsg(), "strategy.health_check: {interval: 0}"))
+            fail_msg("got: %s", dsim_errmsg());
+    } else {
+        assert_int_equal(dsim_scenario_runnable(ps), DSIM_OK);
+    }
+    dsim_scenario_free(ps);
+    ps = parse_ok("name: a\nengine: sim\ncluster: {hosts: 16384}\n"
+                  "strategy: {name: multi_worker_mirrored, health_check: {interval: 0}}\n");
+    assert_int_equal(dsim_scenario_runnable(ps), DSIM_OK);
+    dsim_scenario_free(ps);
     /* every check the registry declares unavailable is refused, with its place */
     size_t refused = 0;
     for (size_t i = 0; i < dsim_check_count(); i++) {

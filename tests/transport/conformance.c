@@ -973,6 +973,110 @@ static void test_gap_other_tag(void **state)
     job_close(&j);
 }
 
+/* ---- receiving from whoever calls ---- */
+
+/* Polls dsim_probe_any until it finds a message (frames may arrive on
+ * another thread for some backends); the source, or -1 after 5 s. */
+static int probe_wait(job *j, int rank, uint32_t comm)
+{
+    int64_t end = dl(j, 5000 * MS);
+    for (;;) {
+        int src = -7;
+        if (dsim_probe_any(j->ep[rank], comm, &src))
+            return src;
+        assert_int_equal(src, -7); /* untouched when nothing is there */
+        if (dsim_rt_now(j->rt) > end)
+            return -1;
+        dsim_rt_sleep_until(j->rt, dl(j, 1 * MS));
+    }
+}
+
+static void send_u32(job *j, int from, int to, uint32_t comm, uint32_t tag, uint32_t v)
+{
+    dsim_req *s;
+    assert_int_equal(dsim_isend(j->ep[from], to, comm, tag, &v, sizeof v, &s), DSIM_OK);
+    assert_int_equal(dsim_wait(s, dl(j, LONG_NS), NULL), DSIM_OK);
+}
+
+static uint32_t recv_u32(job *j, int at, int from, uint32_t comm, dsim_err want)
+{
+    uint32_t v = 0;
+    dsim_req *r;
+    assert_int_equal(dsim_irecv(j->ep[at], from, comm, DSIM_ANY_TAG, &v, sizeof v, &r), DSIM_OK);
+    assert_int_equal(dsim_wait(r, dl(j, LONG_NS), NULL), want);
+    return v;
+}
+
+/* dsim_probe_any names the source of the oldest message nobody has taken on
+ * one communicator, whatever its source and tag; it takes nothing, and
+ * neither other communicators, nor messages already taken, nor a receive
+ * still posted count. Lost frames count as a message of their source. */
+static void test_probe_any(void **state)
+{
+    (void)state;
+    job j;
+    job_open(&j, 4);
+    int src = -7;
+    assert_int_equal(dsim_probe_any(j.ep[0], 7, &src), 0);
+    assert_int_equal(dsim_probe_any(NULL, 7, &src), 0);
+    assert_int_equal(src, -7);
+    /* A large message on another communicator (a rendezvous on inproc: its
+     * send finishes when it is received). */
+    size_t big = 300000;
+    uint8_t *s = calloc(big, 1), *d = malloc(big);
+    fill_pattern(s, big, 8);
+    dsim_req *bs, *br;
+    assert_int_equal(dsim_isend(j.ep[2], 0, 8, 1, s, big, &bs), DSIM_OK);
+    assert_int_equal(probe_wait(&j, 0, 8), 2);
+    assert_int_equal(dsim_probe_any(j.ep[0], 7, &src), 0);
+    /* Rank 3 then rank 1 on comm 7: the oldest first, and probing twice
+     * takes nothing. */
+    send_u32(&j, 3, 0, 7, 30, 300);
+    assert_int_equal(probe_wait(&j, 0, 7), 3);
+    send_u32(&j, 1, 0, 7, 10, 100);
+    assert_int_equal(probe_wait(&j, 0, 7), 3);
+    assert_int_equal(probe_wait(&j, 0, 7), 3);
+    assert_int_equal(recv_u32(&j, 0, 3, 7, DSIM_OK), 300);
+    assert_int_equal(probe_wait(&j, 0, 7), 1);
+    assert_int_equal(recv_u32(&j, 0, 1, 7, DSIM_OK), 100);
+    assert_int_equal(dsim_probe_any(j.ep[0], 7, &src), 0);
+    /* The big one is still there, then taken. */
+    assert_int_equal(probe_wait(&j, 0, 8), 2);
+    assert_int_equal(dsim_irecv(j.ep[0], 2, 8, DSIM_ANY_TAG, d, big, &br), DSIM_OK);
+    assert_int_equal(dsim_wait(br, dl(&j, LONG_NS), NULL), DSIM_OK);
+    assert_int_equal(dsim_wait(bs, dl(&j, LONG_NS), NULL), DSIM_OK);
+    assert_true(check_pattern(d, big, 8));
+    assert_int_equal(dsim_probe_any(j.ep[0], 8, &src), 0);
+    /* A message that meets a posted receive never shows. */
+    dsim_req *pr;
+    uint32_t v = 0;
+    assert_int_equal(dsim_irecv(j.ep[0], 1, 7, DSIM_ANY_TAG, &v, sizeof v, &pr), DSIM_OK);
+    send_u32(&j, 1, 0, 7, 11, 111);
+    assert_int_equal(dsim_wait(pr, dl(&j, LONG_NS), NULL), DSIM_OK);
+    assert_int_equal(v, 111);
+    assert_int_equal(dsim_probe_any(j.ep[0], 7, &src), 0);
+    /* Frames lost from rank 2: the receive the probe leads to fails, then
+     * the frame that showed the gap is the next one. */
+    dsim_tp_hdr h;
+    uint32_t w = 42;
+    assert_int_equal(dsim_tp_hdr_next(j.ep[2], 0, 7, 3, sizeof w, &h), DSIM_OK);
+    h.seq += 2;
+    inject(&j, 2, 0, &h, &w, sizeof w);
+    assert_int_equal(probe_wait(&j, 0, 7), 2);
+    recv_u32(&j, 0, 2, 7, DSIM_EPROTO);
+    assert_int_equal(probe_wait(&j, 0, 7), 2);
+    assert_int_equal(recv_u32(&j, 0, 2, 7, DSIM_OK), 42);
+    assert_int_equal(dsim_probe_any(j.ep[0], 7, &src), 0);
+    /* After an abort nothing is there to take. */
+    send_u32(&j, 3, 0, 7, 31, 301);
+    assert_int_equal(probe_wait(&j, 0, 7), 3);
+    dsim_fabric_abort(j.f, 3, "test");
+    assert_int_equal(dsim_probe_any(j.ep[0], 7, &src), 0);
+    free(s);
+    free(d);
+    job_close(&j);
+}
+
 /* ---- reducing receives ---- */
 
 static void reduce_case(job *j, size_t count, int recv_first)
@@ -1384,6 +1488,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_payload_checksum),
         cmocka_unit_test(test_gap_fails_receive),
         cmocka_unit_test(test_gap_other_tag),
+        cmocka_unit_test(test_probe_any),
         cmocka_unit_test(test_irecv_reduce),
         cmocka_unit_test(test_cancel_pending),
         cmocka_unit_test(test_waitall),

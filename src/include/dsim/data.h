@@ -176,6 +176,12 @@ typedef struct dsim_input_config {
     bool shuffle;        /* reshuffle every epoch */
     bool drop_remainder; /* batch(G, drop_remainder) */
     uint32_t epochs;     /* >= 1 */
+    /* Optional (0: compute it). For the other inputs of one job: what
+     * dsim_input_steps_per_epoch said for its first input, made with the
+     * same dataset and shape. The input then neither checks the dataset
+     * again (O(examples)) nor computes the epoch from every worker's stream
+     * (O(workers)), so a job's W inputs cost O(W) to make, not O(W^2). */
+    uint64_t steps_per_epoch;
 } dsim_input_config;
 
 /* One worker's input. It holds no shared state: each worker (thread) makes

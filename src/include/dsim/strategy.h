@@ -90,9 +90,14 @@ const char *dsim_strategy_summary(const char *name);
 /* The largest job dsim_train runs on one host: hosts x devices_per_host
  * replicas (each a runtime worker with its own endpoint). What bounds it in
  * practice is the engine: a thread per replica (threads; the harness keeps
- * those jobs to DSIM_TRAIN_MAX_THREAD_REPLICAS) or memory, about the
- * model's parameters times four per replica plus a few KiB of coroutine
- * stack (sim). */
+ * those jobs to DSIM_TRAIN_MAX_THREAD_REPLICAS) or memory (sim). Under sim
+ * a replica costs about 0.4 MiB plus its model's parameters four times
+ * over (8192 replicas of 8 Ki parameters: 3.3 GiB), and with the health
+ * check on, its first round, which pings every pair of workers as TF's
+ * does, adds some 300-400 bytes and 2.5 us per pair: 4096 workers take
+ * about 5 GiB and a minute more, 8192 some 20 GiB (figures:
+ * reports/bench-sim-scale.txt). dsim run refuses a job whose check would
+ * not fit in the machine's memory, naming the fix. */
 #define DSIM_TRAIN_MAX_REPLICAS 16384
 #define DSIM_TRAIN_MAX_THREAD_REPLICAS 1024
 /* Parameter servers in one run. */

@@ -97,6 +97,16 @@ dsim_err dsim_irecv(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, void *
 dsim_err dsim_irecv_reduce(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, void *inout,
                            size_t count, dsim_dtype t, dsim_op op, dsim_req **req);
 
+/* Looks, without receiving anything, for a message on comm_id from any
+ * source that no receive has taken yet: 1 with *src (if not NULL) set to
+ * the source of the oldest such message, else 0 (also when the fabric is
+ * aborted or the endpoint is not open). A receive from *src on comm_id with
+ * tag DSIM_ANY_TAG then takes the oldest message from that source there (or
+ * fails with DSIM_EPROTO where frames from it were lost or corrupt). Lets a
+ * service that any rank may call (the health check) serve W ranks without
+ * keeping W receives posted. Costs the length of the endpoint's queue of
+ * unexpected messages. */
+int dsim_probe_any(dsim_ep *ep, uint32_t comm_id, int *src);
 /* Waits for req until deadline, then frees it. On DSIM_OK, *len (if not
  * NULL) is the message length. On DSIM_ETIMEDOUT the request is cancelled
  * and freed too; the error context names the peer. */
