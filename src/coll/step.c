@@ -644,8 +644,7 @@ static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, dsim_coll_peer *
         }
         if (e == DSIM_OK && x->fp_both && q->fp_seen != mark) {
             q->fp_seen = mark;
-            e = dsim_irecv(c->ep, p, c->comm_id, tag, &q->fp_in, sizeof q->fp_in,
-                           &q->fp_req);
+            e = dsim_irecv(c->ep, p, c->comm_id, tag, &q->fp_in, sizeof q->fp_in, &q->fp_req);
             if (e == DSIM_OK)
                 c->fp_pend[c->fp_npend++] = p;
         }

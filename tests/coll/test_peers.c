@@ -25,10 +25,10 @@
 #include "coll_int.h"
 #include "dsim/err.h"
 
-#define MS        ((int64_t)1000000)
-#define BIG       65536
-#define SPOKES    16
-#define STAR_CNT  4
+#define MS       ((int64_t)1000000)
+#define BIG      65536
+#define SPOKES   16
+#define STAR_CNT 4
 /* What the state of 16 peers may take: 16 x ~150 bytes plus the table. */
 #define STAR_BYTES_MAX (6 * 1024)
 
@@ -87,8 +87,8 @@ static void star_main(void *p)
     for (int i = 0; i < STAR_CNT; i++) {
         float want = k == 0 ? (float)(st->ranks[1 + 0] + i) : (float)i;
         if (st->in[k][0][i] != want)
-            coll_fail(&st->s, "rank %d got %g at %d, not %g", st->ranks[k],
-                      (double)st->in[k][0][i], i, (double)want);
+            coll_fail(&st->s, "rank %d got %g at %d, not %g", st->ranks[k], (double)st->in[k][0][i],
+                      i, (double)want);
     }
     for (int s = 1; k == 0 && s <= SPOKES; s++)
         if (st->in[0][s - 1][STAR_CNT - 1] != (float)(st->ranks[s] + STAR_CNT - 1))
