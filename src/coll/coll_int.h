@@ -26,6 +26,43 @@ typedef struct dsim_coll_fc {
     dsim_coll_fp fp;
 } dsim_coll_fc;
 
+/* What a rank keeps about one peer it exchanges with (dsim_coll_peer_get):
+ * only the peers its calls' transfers name, and every rank once a failure
+ * check ran, so that a job of W ranks holds O(peers used) per rank, not
+ * O(W). A peer never created reads as all zero. Receives are posted into
+ * fp_in and fc_in, so a peer never moves once created (chunks, below). */
+typedef struct dsim_coll_peer {
+    int rank;
+    /* Failure check (step.c): answered (1), visited (2), or its answer
+     * revealed lost frames (4). */
+    uint8_t fc_flags;
+    /* Its answer in the failure check after a timeout: under this call's tag
+     * [0] and the previous call's [1]. Owned by the communicator because a
+     * cancelled receive must never point at a dead stack frame. */
+    dsim_coll_fc fc_in[2];
+    /* call + 1 when a message of that call arrived from it: a rank that sent
+     * in this call joined it, so a silent failure check from it means "late
+     * or stuck", not "never joined". */
+    uint64_t heard;
+    /* Fingerprints (see step.c). fp_in is what it sent; fp_sent and fp_seen
+     * are call + 1 once this call's fingerprint went to it / its was
+     * checked, so nothing needs clearing between calls. fp_req: its
+     * fingerprint receive still to check (listed in dsim_comm.fp_pend). */
+    dsim_coll_fp fp_in;
+    uint64_t fp_sent, fp_seen;
+    dsim_req *fp_req;
+} dsim_coll_peer;
+
+/* Peers are allocated in chunks that are never moved or freed before the
+ * communicator: the first holds 8, each later one as many as all before
+ * (up to DSIM_COLL_PEER_CHUNK_MAX), so a rank that talks to few peers
+ * allocates little and one that talks to all makes few allocations. */
+typedef struct dsim_coll_peer_chunk {
+    struct dsim_coll_peer_chunk *next;
+    int cap, used;
+    dsim_coll_peer p[];
+} dsim_coll_peer_chunk;
+
 struct dsim_comm {
     dsim_ep *ep;
     dsim_rt *rt;
@@ -45,35 +82,31 @@ struct dsim_comm {
     _Atomic uint64_t calls_seen;
     _Atomic(const char *) last_op;
     dsim_error err;
-    /* Failure check after a timeout (see step.c): two slots per rank for
-     * each answering rank's answer (the peer it was waiting for and its
-     * fingerprint), under this call's tag and the previous call's, and this
-     * rank's own answer. Owned by the communicator because a cancelled send
-     * must never point at a dead stack frame. */
-    dsim_coll_fc *fc_in;
-    uint8_t *fc_flags;
+    /* Per-peer state, only for the peers this rank exchanges with (see
+     * dsim_coll_peer above): peer_map is an open-addressing table of
+     * peer_mask + 1 slots (a power of two, at most half full) from rank to
+     * peer, rehashed into a larger one as peers come; the peers themselves
+     * live in peer_chunks and never move. peer_last is the peer found last:
+     * a step's transfers mostly name the same peer again. */
+    dsim_coll_peer **peer_map;
+    uint32_t peer_mask;
+    int npeers;
+    dsim_coll_peer_chunk *peer_chunks;
+    dsim_coll_peer *peer_last;
+    /* This rank's own answer in the failure check after a timeout. */
     dsim_coll_fc fc_mine;
-    /* heard[p] = call + 1 when a message of that call arrived from rank p:
-     * a rank that sent in this call joined it, so a silent failure check
-     * from it means "late or stuck", not "never joined". */
-    uint64_t *heard;
     /* Fingerprints (see step.c). fp_out is this call's, as sent to every
      * peer: owned here, not by the call's stack frame, for the same reason
-     * as fc_mine. fp_in[p] is what rank p sent; fp_sent[p] and fp_seen[p]
-     * are call + 1 once this call's fingerprint went to p / p's was checked,
-     * so nothing needs clearing between calls. */
+     * as fc_mine. */
     int fp_off;
     dsim_coll_fp fp_out;
-    dsim_coll_fp *fp_in;
-    uint64_t *fp_sent, *fp_seen;
-    /* Fingerprint receives still to check: fp_req[p] for each p in
-     * fp_pend[0 .. fp_npend). A receive from p is checked before the first
-     * receive of a payload from p; rooted collectives (x->fp_both) also
-     * await the fingerprint of each peer they only send to, at the end of
-     * the call. */
-    dsim_req **fp_req;
+    /* Fingerprint receives still to check: peer fp_pend[i]'s fp_req for i
+     * in [0 .. fp_npend) (fp_pend_cap slots, grown before a step posts).
+     * A receive from p is checked before the first receive of a payload
+     * from p; rooted collectives (x->fp_both) also await the fingerprint of
+     * each peer they only send to, at the end of the call. */
     int *fp_pend;
-    int fp_npend;
+    int fp_npend, fp_pend_cap;
     /* The flight recorder: fr[call % fr_max] once fr_cap entries exist
      * (grown by doubling as calls come, up to fr_max; fr_max 0: none). */
     dsim_fr_entry *fr;
@@ -152,6 +185,37 @@ dsim_err dsim_coll_fail_local(dsim_coll *x, int step, dsim_err e, const char *wh
  * answers: half the timeout, within [50 ms, 2 s] (see step.c). The
  * detection bound (dsim/health.h) adds it to the timeout. */
 int64_t dsim_coll_grace_ns(int64_t timeout_ns);
+
+/* The state of peer p (0 <= p < size), or NULL if this rank never
+ * exchanged with it (read that as all zero). Cheap: the last peer found is
+ * remembered, and otherwise it is one probe of a hash table at most half
+ * full. */
+static inline dsim_coll_peer *dsim_coll_peer_get(dsim_comm *c, int p)
+{
+    dsim_coll_peer *q = c->peer_last;
+    if (q && q->rank == p)
+        return q;
+    if (!c->peer_map)
+        return NULL;
+    for (uint32_t h = ((uint32_t)p * 0x9E3779B1u) & c->peer_mask;; h = (h + 1) & c->peer_mask) {
+        q = c->peer_map[h];
+        if (!q || q->rank == p)
+            break;
+    }
+    if (q)
+        c->peer_last = q;
+    return q;
+}
+/* The state of peer p, created (zeroed) if it does not exist yet; NULL when
+ * out of memory (nothing changed then). */
+dsim_coll_peer *dsim_coll_peer_make(dsim_comm *c, int p);
+/* Frees every peer (dsim_comm_destroy). */
+void dsim_coll_peers_free(dsim_comm *c);
+/* For tests and the curious: how many peers the communicator keeps state
+ * for, and the bytes that state takes (peers, their chunks, the table and
+ * the list of pending fingerprint receives). */
+int dsim_coll_peer_count(const dsim_comm *c);
+size_t dsim_coll_peer_bytes(const dsim_comm *c);
 
 /* Element offset and length of block b when count elements are split into
  * nb blocks: the first count % nb blocks hold one element more. */

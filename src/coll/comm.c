@@ -71,32 +71,11 @@ dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
     if (!rt)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_comm_create: the endpoint has no runtime");
 
+    /* Per-peer state comes as the calls name peers (peers.c): nothing here
+     * grows with the rank count. */
     dsim_comm *c = calloc(1, sizeof *c);
-    if (c) {
-        c->fc_in = calloc(2 * (size_t)cfg->size, sizeof *c->fc_in);
-        c->fc_flags = calloc((size_t)cfg->size, sizeof *c->fc_flags);
-        c->heard = calloc((size_t)cfg->size, sizeof *c->heard);
-        c->fp_in = calloc((size_t)cfg->size, sizeof *c->fp_in);
-        c->fp_sent = calloc((size_t)cfg->size, sizeof *c->fp_sent);
-        c->fp_seen = calloc((size_t)cfg->size, sizeof *c->fp_seen);
-        c->fp_req = calloc((size_t)cfg->size, sizeof *c->fp_req);
-        c->fp_pend = calloc((size_t)cfg->size, sizeof *c->fp_pend);
-    }
-    if (!c || !c->fc_in || !c->fc_flags || !c->heard || !c->fp_in || !c->fp_sent || !c->fp_seen ||
-        !c->fp_req || !c->fp_pend) {
-        if (c) {
-            free(c->fc_in);
-            free(c->fp_req);
-            free(c->fp_pend);
-            free(c->fc_flags);
-            free(c->heard);
-            free(c->fp_in);
-            free(c->fp_sent);
-            free(c->fp_seen);
-        }
-        free(c);
-        return DSIM_ERR(DSIM_ENOMEM, -1, "dsim_comm_create: out of memory for %d ranks", cfg->size);
-    }
+    if (!c)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "dsim_comm_create: out of memory");
     c->ep = cfg->ep;
     c->rt = rt;
     c->rank = rank;
@@ -123,15 +102,9 @@ void dsim_comm_destroy(dsim_comm *c)
 {
     if (!c)
         return;
-    free(c->fc_in);
-    free(c->fc_flags);
-    free(c->heard);
-    free(c->fp_req);
+    dsim_coll_peers_free(c);
     free(c->fp_pend);
     free(c->vin);
-    free(c->fp_in);
-    free(c->fp_sent);
-    free(c->fp_seen);
     free(c->fr);
     free(c);
 }

@@ -265,19 +265,32 @@ static int step_failure_check(dsim_coll *x, int awaited, int *desync, dsim_error
     uint32_t tags[2] = {step_tag(x->call, STEP_FC_STEP),
                         step_tag(x->call > 0 ? x->call - 1 : 0, STEP_FC_STEP)};
 
+    /* The check talks to every rank: each gets its state here (what it
+     * answered is read again after the check, step_fail). Out of memory,
+     * the awaited peer is named, as when nothing answered. */
     dsim_req **reqs = calloc(4 * (size_t)n, sizeof *reqs);
-    if (!reqs)
+    dsim_coll_peer **pp = calloc((size_t)n, sizeof *pp);
+    for (dsim_coll_peer_chunk *k = c->peer_chunks; k; k = k->next)
+        for (int i = 0; i < k->used; i++)
+            k->p[i].fc_flags = 0;
+    for (int p = 0; p < n && reqs && pp; p++)
+        if (!(pp[p] = dsim_coll_peer_make(c, p))) {
+            free(pp);
+            pp = NULL;
+        }
+    if (!reqs || !pp) {
+        free(reqs);
+        free(pp);
         return awaited;
-    for (int p = 0; p < n; p++) {
-        c->fc_flags[p] = 0;
-        c->fc_in[p].awaited = c->fc_in[n + p].awaited = -1;
     }
+    for (int p = 0; p < n; p++)
+        pp[p]->fc_in[0].awaited = pp[p]->fc_in[1].awaited = -1;
     c->fc_mine.awaited = awaited;
     c->fc_mine.fp = c->fp_out;
     for (int t = 0; t < ntags; t++)
         for (int p = 0; p < n; p++)
-            if (p != me && dsim_irecv(c->ep, p, c->comm_id, tags[t], &c->fc_in[t * n + p],
-                                      sizeof c->fc_in[p], &reqs[t * n + p]) != DSIM_OK)
+            if (p != me && dsim_irecv(c->ep, p, c->comm_id, tags[t], &pp[p]->fc_in[t],
+                                      sizeof pp[p]->fc_in[t], &reqs[t * n + p]) != DSIM_OK)
                 reqs[t * n + p] = NULL;
     for (int t = 0; t < ntags; t++)
         for (int p = 0; p < n; p++)
@@ -285,6 +298,7 @@ static int step_failure_check(dsim_coll *x, int awaited, int *desync, dsim_error
                                       &reqs[(2 + t) * n + p]) != DSIM_OK)
                 reqs[(2 + t) * n + p] = NULL;
     for (int p = 0; p < n; p++) {
+        dsim_coll_peer *q = pp[p];
         for (int t = 0; t < ntags; t++) {
             dsim_req *r = reqs[t * n + p];
             if (!r)
@@ -295,24 +309,24 @@ static int step_failure_check(dsim_coll *x, int awaited, int *desync, dsim_error
              * answered already. */
             size_t len = 0;
             dsim_err e = dsim_wait(r,
-                                   dsim_req_done(r)           ? DSIM_NO_DEADLINE
-                                   : t == 1 || c->fc_flags[p] ? STEP_PAST
-                                                              : dl,
+                                   dsim_req_done(r)        ? DSIM_NO_DEADLINE
+                                   : t == 1 || q->fc_flags ? STEP_PAST
+                                                           : dl,
                                    &len);
-            if (c->fc_flags[p] || (t == 1 && e == DSIM_ETIMEDOUT))
+            if (q->fc_flags || (t == 1 && e == DSIM_ETIMEDOUT))
                 continue;
-            if (e == DSIM_OK && len == sizeof c->fc_in[p]) {
-                c->fc_flags[p] = 1;
+            if (e == DSIM_OK && len == sizeof q->fc_in[0]) {
+                q->fc_flags = 1;
                 if (t == 1)
-                    c->fc_in[p] = c->fc_in[n + p];
-                const dsim_coll_fp *fp = &c->fc_in[p].fp;
+                    q->fc_in[0] = q->fc_in[1];
+                const dsim_coll_fp *fp = &q->fc_in[0].fp;
                 if (*desync < 0 && !c->fp_off && fp->magic == DSIM_COLL_FP_MAGIC &&
                     fp->seq == c->fp_out.seq && dsim_coll_fp_diff(fp, &c->fp_out, NULL, 0) != 0)
                     *desync = p;
             } else if (e == DSIM_EPROTO) {
                 /* Its answer came, behind a gap or a corrupt frame: what we
                  * waited for from it was lost on the way. */
-                c->fc_flags[p] = STEP_FC_LOST;
+                q->fc_flags = STEP_FC_LOST;
             } else if (e == DSIM_EABORTED && abort->code == DSIM_OK) {
                 /* Another rank found the cause meanwhile (a mismatch, a lost
                  * peer) and revoked the fabric: its reason is the answer. */
@@ -331,19 +345,42 @@ static int step_failure_check(dsim_coll *x, int awaited, int *desync, dsim_error
     }
     free(reqs);
 
-    c->fc_flags[me] = 1;
-    c->fc_in[me].awaited = awaited;
+    pp[me]->fc_flags = 1;
+    pp[me]->fc_in[0].awaited = awaited;
     int p = awaited;
-    while (c->fc_flags[p] & 1) {
-        if (c->fc_flags[p] & 2)
-            return -1;
-        c->fc_flags[p] |= 2;
-        int q = c->fc_in[p].awaited;
-        if (q < 0 || q >= n)
-            return -1;
+    while (pp[p]->fc_flags & 1) {
+        if (pp[p]->fc_flags & 2) {
+            p = -1;
+            break;
+        }
+        pp[p]->fc_flags |= 2;
+        int q = pp[p]->fc_in[0].awaited;
+        if (q < 0 || q >= n) {
+            p = -1;
+            break;
+        }
         p = q;
     }
+    free(pp);
     return p;
+}
+
+/* Peer p's state for reading: all zero when this rank never exchanged with
+ * it. */
+static const dsim_coll_peer *step_peer_read(dsim_comm *c, int p)
+{
+    static const dsim_coll_peer none = {.rank = -1};
+    const dsim_coll_peer *q = p >= 0 && p < c->size ? dsim_coll_peer_get(c, p) : NULL;
+    return q ? q : &none;
+}
+
+/* Peer p's state, for a peer this call exchanges with: dsim_coll_run made
+ * every peer of a step before posting anything, the failure check every
+ * rank, and a pending fingerprint receive's peer exists since it was
+ * posted. */
+static dsim_coll_peer *step_peer(dsim_comm *c, int p)
+{
+    return dsim_coll_peer_get(c, p);
 }
 
 static dsim_err step_fail(dsim_coll *x, const dsim_xfer *f, dsim_err e, int posting)
@@ -361,7 +398,8 @@ static dsim_err step_fail(dsim_coll *x, const dsim_xfer *f, dsim_err e, int post
         dsim_error abort;
         int blame = step_failure_check(x, f->peer, &desync, &abort);
         long long ms = step_ms(c->timeout_ns);
-        int lost = f->peer >= 0 && f->peer < c->size && c->fc_flags[f->peer] == STEP_FC_LOST;
+        const dsim_coll_peer *awaited = step_peer_read(c, f->peer);
+        int lost = awaited->fc_flags == STEP_FC_LOST;
         if (desync < 0 && !lost && abort.code != DSIM_OK) {
             e = DSIM_ERR(DSIM_EABORTED, abort.peer >= 0 ? abort.peer : f->peer,
                          "%s step %d/%d: aborted: %s", x->what, f->step, x->nsteps, abort.msg);
@@ -374,22 +412,21 @@ static dsim_err step_fail(dsim_coll *x, const dsim_xfer *f, dsim_err e, int post
                      "%s step %d/%d: timed out after %lld ms waiting for "
                      "rank %d; ",
                      x->what, f->step, x->nsteps, ms, f->peer);
-            e = step_fp_mismatch(x, desync, &c->fc_in[desync].fp, before);
+            e = step_fp_mismatch(x, desync, &step_peer_read(c, desync)->fc_in[0].fp, before);
             step_fp_abort(x, desync, strlen(before));
             return e;
         }
         /* Where the awaited rank answered from an earlier call: it has not
          * finished that one yet. */
         char note[200] = "";
-        if (f->peer >= 0 && f->peer < c->size && (c->fc_flags[f->peer] & 1) &&
-            c->fc_in[f->peer].fp.magic == DSIM_COLL_FP_MAGIC &&
-            c->fc_in[f->peer].fp.seq < c->fp_out.seq) {
+        if ((awaited->fc_flags & 1) && awaited->fc_in[0].fp.magic == DSIM_COLL_FP_MAGIC &&
+            awaited->fc_in[0].fp.seq < c->fp_out.seq) {
             char a[128];
             snprintf(note, sizeof note, " (rank %d is still in %s, waiting for rank %d)", f->peer,
-                     dsim_coll_fp_str(&c->fc_in[f->peer].fp, a, sizeof a),
-                     (int)c->fc_in[f->peer].awaited);
+                     dsim_coll_fp_str(&awaited->fc_in[0].fp, a, sizeof a),
+                     (int)awaited->fc_in[0].awaited);
         }
-        if (f->peer >= 0 && f->peer < c->size && c->fc_flags[f->peer] == STEP_FC_LOST) {
+        if (lost) {
             e = DSIM_EPROTO;
             DSIM_ERR(e, f->peer,
                      "%s step %d/%d: timed out after %lld ms waiting for rank %d, whose later "
@@ -402,7 +439,7 @@ static dsim_err step_fail(dsim_coll *x, const dsim_xfer *f, dsim_err e, int post
                      "answered the failure check, so a message was lost or a rank is too slow; "
                      "look for dropped messages or raise the timeout)",
                      x->what, f->step, x->nsteps, ms, f->peer);
-        else if (c->heard[blame] == x->call + 1)
+        else if (step_peer_read(c, blame)->heard == x->call + 1)
             /* It sent us something in this call, so it joined: it is late
              * (entered the call after our grace ended) or stuck behind the
              * rank that really failed, further down its own chain. */
@@ -448,9 +485,9 @@ dsim_err dsim_coll_fail_local(dsim_coll *x, int step, dsim_err e, const char *wh
 static void step_fp_drop(dsim_comm *c)
 {
     for (int i = 0; i < c->fp_npend; i++) {
-        int p = c->fp_pend[i];
-        dsim_req_cancel(c->fp_req[p]);
-        c->fp_req[p] = NULL;
+        dsim_coll_peer *q = dsim_coll_peer_get(c, c->fp_pend[i]);
+        dsim_req_cancel(q->fp_req);
+        q->fp_req = NULL;
     }
     c->fp_npend = 0;
 }
@@ -477,7 +514,8 @@ static dsim_err step_fp_check(dsim_coll *x, const dsim_xfer *f, const dsim_coll_
 {
     dsim_comm *c = x->c;
     int p = f->peer;
-    c->heard[p] = x->call + 1;
+    dsim_coll_peer *q = step_peer(c, p);
+    q->heard = x->call + 1;
     if (len != sizeof *theirs || theirs->magic != DSIM_COLL_FP_MAGIC) {
         char a[128], got[96];
         step_fp_drop(c);
@@ -501,7 +539,7 @@ static dsim_err step_fp_check(dsim_coll *x, const dsim_xfer *f, const dsim_coll_
         step_fp_abort(x, p, 0);
         return DSIM_EPROTO;
     }
-    c->fp_seen[p] = x->call + 1;
+    q->fp_seen = x->call + 1;
     if (dsim_coll_fp_diff(theirs, &c->fp_out, NULL, 0) == 0)
         return DSIM_OK;
     step_fp_drop(c);
@@ -519,8 +557,9 @@ static dsim_err step_fp_await(dsim_coll *x, const dsim_xfer *f)
 {
     dsim_comm *c = x->c;
     int p = f->peer;
-    dsim_req *r = c->fp_req[p];
-    c->fp_req[p] = NULL;
+    dsim_coll_peer *q = step_peer(c, p);
+    dsim_req *r = q->fp_req;
+    q->fp_req = NULL;
     for (int i = 0; i < c->fp_npend; i++)
         if (c->fp_pend[i] == p) {
             c->fp_pend[i] = c->fp_pend[--c->fp_npend];
@@ -537,8 +576,8 @@ static dsim_err step_fp_await(dsim_coll *x, const dsim_xfer *f)
         dsim_coll_fp theirs;
         if (step_fp_peek(x, p, &theirs) && dsim_coll_fp_diff(&theirs, &c->fp_out, NULL, 0) != 0)
             return step_fp_check(x, f, &theirs, sizeof theirs);
-        e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &c->fp_in[p],
-                       sizeof c->fp_in[p], &r);
+        e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &q->fp_in,
+                       sizeof q->fp_in, &r);
         if (e != DSIM_OK)
             break;
         soon = dsim_rt_deadline(c->rt, STEP_PROBE_NS);
@@ -547,7 +586,7 @@ static dsim_err step_fp_await(dsim_coll *x, const dsim_xfer *f)
         step_fp_drop(c);
         return step_fail(x, f, e, 0);
     }
-    return step_fp_check(x, f, &c->fp_in[p], len);
+    return step_fp_check(x, f, &q->fp_in, len);
 }
 
 /* Which fingerprints a step moves (plan[i] for xf[i]): STEP_FP_SEND, this
@@ -564,16 +603,16 @@ static dsim_err step_fp_await(dsim_coll *x, const dsim_xfer *f)
 #define STEP_FP_SEND   1
 #define STEP_FP_EXPECT 2
 
-static void step_fp_plan(dsim_coll *x, const dsim_xfer *xf, int n, int *plan)
+static void step_fp_plan(dsim_coll *x, const dsim_xfer *xf, dsim_coll_peer *const *pp, int n,
+                         int *plan)
 {
-    dsim_comm *c = x->c;
     uint64_t mark = x->call + 1;
     for (int i = 0; i < n; i++) {
-        int p = xf[i].peer, send = xf[i].kind == DSIM_XF_SEND;
+        int send = xf[i].kind == DSIM_XF_SEND;
         plan[i] = 0;
-        if (x->fp_both || c->fp_off)
+        if (x->fp_both || x->c->fp_off)
             continue;
-        int sent = c->fp_sent[p] == mark, seen = c->fp_seen[p] == mark;
+        int sent = pp[i]->fp_sent == mark, seen = pp[i]->fp_seen == mark;
         if (send && !sent && (x->fp_every || !seen))
             plan[i] = STEP_FP_SEND;
         if (!send && !seen && (x->fp_every || !sent))
@@ -586,8 +625,8 @@ static void step_fp_plan(dsim_coll *x, const dsim_xfer *xf, int n, int *plan)
  * their payload frames). A rooted collective sends its fingerprint to every
  * new peer and posts a receive of every new peer's, kept pending on the
  * communicator: its senders wait for their receivers' answers. */
-static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, int n, dsim_req **reqs, int *idx,
-                             int *m)
+static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, dsim_coll_peer *const *pp, int n,
+                             dsim_req **reqs, int *idx, int *m)
 {
     dsim_comm *c = x->c;
     uint64_t mark = x->call + 1;
@@ -595,17 +634,17 @@ static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, int n, dsim_req 
     for (int i = 0; i < n; i++) {
         const dsim_xfer *f = &xf[i];
         int p = f->peer;
+        dsim_coll_peer *q = pp[i];
         dsim_err e = DSIM_OK;
-        if (c->fp_sent[p] != mark && x->fp_both) {
-            c->fp_sent[p] = mark;
+        if (q->fp_sent != mark && x->fp_both) {
+            q->fp_sent = mark;
             e = dsim_isend(c->ep, p, c->comm_id, tag, &c->fp_out, sizeof c->fp_out, &reqs[*m]);
             if (e == DSIM_OK)
                 idx[(*m)++] = i;
         }
-        if (e == DSIM_OK && x->fp_both && c->fp_seen[p] != mark) {
-            c->fp_seen[p] = mark;
-            e = dsim_irecv(c->ep, p, c->comm_id, tag, &c->fp_in[p], sizeof c->fp_in[p],
-                           &c->fp_req[p]);
+        if (e == DSIM_OK && x->fp_both && q->fp_seen != mark) {
+            q->fp_seen = mark;
+            e = dsim_irecv(c->ep, p, c->comm_id, tag, &q->fp_in, sizeof q->fp_in, &q->fp_req);
             if (e == DSIM_OK)
                 c->fp_pend[c->fp_npend++] = p;
         }
@@ -649,31 +688,32 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
     *final = 1;
     if (c->fp_off || f->kind == DSIM_XF_SEND || p < 0 || p >= c->size)
         return DSIM_OK;
-    dsim_req *r = c->fp_req[p];
-    if (!r && c->fp_seen[p] == mark)
+    dsim_coll_peer *q = step_peer(c, p);
+    dsim_req *r = q->fp_req;
+    if (!r && q->fp_seen == mark)
         return DSIM_OK;
     dsim_error saved;
     dsim_error_copy(&saved);
-    if (!r && step_fp_peek(x, p, &c->fp_in[p])) {
+    if (!r && step_fp_peek(x, p, &q->fp_in)) {
         /* It rode on a payload frame this rank did not take. */
-        c->fp_seen[p] = mark;
-        c->heard[p] = mark;
-        if (dsim_coll_fp_diff(&c->fp_in[p], &c->fp_out, NULL, 0) == 0)
+        q->fp_seen = mark;
+        q->heard = mark;
+        if (dsim_coll_fp_diff(&q->fp_in, &c->fp_out, NULL, 0) == 0)
             return DSIM_OK;
         step_fp_drop(c);
-        dsim_err e = step_fp_mismatch(x, p, &c->fp_in[p], "");
+        dsim_err e = step_fp_mismatch(x, p, &q->fp_in, "");
         step_fp_abort(x, p, 0);
         return e;
     }
     if (!r) {
-        dsim_err e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &c->fp_in[p],
-                                sizeof c->fp_in[p], &r);
+        dsim_err e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &q->fp_in,
+                                sizeof q->fp_in, &r);
         if (e != DSIM_OK)
             r = NULL;
         if (e == DSIM_EABORTED)
             return step_fp_aborted(x, f);
     } else {
-        c->fp_req[p] = NULL;
+        q->fp_req = NULL;
         for (int i = 0; i < c->fp_npend; i++)
             if (c->fp_pend[i] == p) {
                 c->fp_pend[i] = c->fp_pend[--c->fp_npend];
@@ -687,10 +727,10 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
          * and kept if it completes while being withdrawn (a cancel then
          * would lose the fingerprint it took). */
         dsim_err e = dsim_wait(r, STEP_PAST, &len);
-        if (e == DSIM_OK && len == sizeof c->fp_in[p] && c->fp_in[p].magic == DSIM_COLL_FP_MAGIC) {
-            c->fp_seen[p] = mark;
-            c->heard[p] = mark;
-            mismatch = dsim_coll_fp_diff(&c->fp_in[p], &c->fp_out, NULL, 0) != 0;
+        if (e == DSIM_OK && len == sizeof q->fp_in && q->fp_in.magic == DSIM_COLL_FP_MAGIC) {
+            q->fp_seen = mark;
+            q->heard = mark;
+            mismatch = dsim_coll_fp_diff(&q->fp_in, &c->fp_out, NULL, 0) != 0;
         } else if (e == DSIM_EABORTED) {
             return step_fp_aborted(x, f);
         } else if (e != DSIM_OK && e != DSIM_ETIMEDOUT) {
@@ -707,7 +747,7 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
         return DSIM_OK;
     }
     step_fp_drop(c);
-    dsim_err e = step_fp_mismatch(x, p, &c->fp_in[p], "");
+    dsim_err e = step_fp_mismatch(x, p, &q->fp_in, "");
     step_fp_abort(x, p, 0);
     return e;
 }
@@ -767,7 +807,7 @@ static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, int slot, ds
         if (step_post(x, f, slot, NULL, req) != DSIM_OK)
             return dsim_last_error()->code;
         soon = dsim_rt_deadline(c->rt, STEP_PROBE_NS);
-        if (c->fp_seen[f->peer] == x->call + 1) {
+        if (step_peer(c, f->peer)->fp_seen == x->call + 1) {
             /* Checked and agrees: an ordinary wait from here on. */
             e = dsim_wait_side(*req, x->deadline, len, side, has);
             *req = NULL;
@@ -802,50 +842,80 @@ dsim_err dsim_coll_end(dsim_coll *x, dsim_err e)
     return e;
 }
 
+/* What a step needs before it posts anything: the state of every peer it
+ * names (pp[i] for xf[i]; found once here, so the step itself does no
+ * lookups), room to list a rooted collective's fingerprint receives, and
+ * the slots of virtual receives. Out of memory, it says what for and
+ * returns DSIM_ENOMEM: then nothing was posted. */
+static dsim_err step_prepare(dsim_coll *x, const dsim_xfer *xf, int n, dsim_coll_peer **pp)
+{
+    dsim_comm *c = x->c;
+    for (int i = 0; i < n; i++)
+        if (!(pp[i] = dsim_coll_peer_make(c, xf[i].peer)))
+            return DSIM_ERR(DSIM_ENOMEM, xf[i].peer, "out of memory for the state of peer %d",
+                            xf[i].peer);
+    /* Each transfer lists at most one new fingerprint receive. */
+    if (x->fp_both && !c->fp_off && c->fp_npend + n > c->fp_pend_cap) {
+        int cap = c->fp_pend_cap ? 2 * c->fp_pend_cap : 8;
+        if (cap < c->fp_npend + n)
+            cap = c->fp_npend + n;
+        int *l = realloc(c->fp_pend, (size_t)cap * sizeof *l);
+        if (!l)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for %d fingerprint receives", cap);
+        c->fp_pend = l;
+        c->fp_pend_cap = cap;
+    }
+    if (c->virt && n > c->vin_cap) {
+        uint64_t *v = realloc(c->vin, (size_t)n * sizeof *v);
+        if (!v)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for %d virtual receives", n);
+        c->vin = v;
+        c->vin_cap = n;
+    }
+    return DSIM_OK;
+}
+
 dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
 {
     dsim_comm *c = x->c;
     /* Up to n payload transfers and n fingerprint sends. */
     dsim_req *reqs_stack[2 * STEP_STACK], **reqs = reqs_stack;
     int idx_stack[3 * STEP_STACK], *idx = idx_stack;
+    dsim_coll_peer *pp_stack[STEP_STACK], **pp = pp_stack;
     if (n > STEP_STACK) {
         reqs = malloc(2 * (size_t)n * sizeof *reqs);
         idx = malloc(3 * (size_t)n * sizeof *idx);
-        if (!reqs || !idx) {
+        pp = malloc((size_t)n * sizeof *pp);
+        if (!reqs || !idx || !pp) {
             free(reqs);
             free(idx);
+            free(pp);
             DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for %d requests", n);
             return dsim_coll_fail_local(x, n > 0 ? xf[0].step : 0, DSIM_ENOMEM, "allocating");
         }
     }
-
-    if (c->virt && n > c->vin_cap) {
-        uint64_t *v = realloc(c->vin, (size_t)n * sizeof *v);
-        if (!v) {
-            if (reqs != reqs_stack) {
-                free(reqs);
-                free(idx);
-            }
-            DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for %d virtual receives", n);
-            return dsim_coll_fail_local(x, n > 0 ? xf[0].step : 0, DSIM_ENOMEM, "allocating");
+    if (step_prepare(x, xf, n, pp) != DSIM_OK) {
+        if (reqs != reqs_stack) {
+            free(reqs);
+            free(idx);
+            free(pp);
         }
-        c->vin = v;
-        c->vin_cap = n;
+        return dsim_coll_fail_local(x, n > 0 ? xf[0].step : 0, DSIM_ENOMEM, "allocating");
     }
     step_fr_start(x);
     dsim_err e = DSIM_OK;
     int m = 0, mfp = 0; /* reqs[0 .. mfp) are fingerprint sends */
     int *plan = idx + 2 * n;
-    step_fp_plan(x, xf, n, plan);
+    step_fp_plan(x, xf, pp, n, plan);
     if (!c->fp_off) {
-        e = step_fp_post(x, xf, n, reqs, idx, &m);
+        e = step_fp_post(x, xf, pp, n, reqs, idx, &m);
         mfp = m;
         /* A rooted collective checks a peer's fingerprint before it posts
          * the receive of its payload. This step's sends are not posted yet,
          * but a peer posts its fingerprint at the start of the step in which
          * it first sends to us, so no wait here depends on them. */
         for (int i = 0; i < n && e == DSIM_OK && x->fp_both; i++)
-            if (xf[i].kind != DSIM_XF_SEND && c->fp_req[xf[i].peer]) {
+            if (xf[i].kind != DSIM_XF_SEND && pp[i]->fp_req) {
                 step_fr_wait(c, xf[i].peer);
                 e = step_fp_await(x, &xf[i]);
             }
@@ -869,8 +939,8 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
                 (f->len == 0 && !(plan[i] & (send ? STEP_FP_SEND : STEP_FP_EXPECT))))
                 continue;
             const dsim_coll_fp *side = NULL;
-            if (send && (plan[i] & STEP_FP_SEND) && c->fp_sent[f->peer] != mark) {
-                c->fp_sent[f->peer] = mark;
+            if (send && (plan[i] & STEP_FP_SEND) && pp[i]->fp_sent != mark) {
+                pp[i]->fp_sent = mark;
                 side = &c->fp_out;
             }
             e = step_post(x, f, i, side, &reqs[m]);
@@ -887,6 +957,7 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
 
     for (int j = 0; j < m && e == DSIM_OK; j++) {
         const dsim_xfer *f = &xf[idx[j]];
+        dsim_coll_peer *q = pp[idx[j]];
         dsim_xfer fps;
         if (j < mfp) {
             /* A fingerprint send, possibly a rooted collective's answer to
@@ -899,14 +970,14 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         int probed = 0, has = 0;
         dsim_coll_fp side;
         step_fr_wait(c, f->peer);
-        if (f->kind != DSIM_XF_SEND && !c->fp_off && c->fp_seen[f->peer] != mark) {
+        if (f->kind != DSIM_XF_SEND && !c->fp_off && q->fp_seen != mark) {
             e = step_wait_probing(x, f, idx[j], &reqs[j], &len, &probed, &side, &has);
         } else {
             e = dsim_wait(reqs[j], x->deadline, &len);
         }
         if (e == DSIM_OK && f->kind != DSIM_XF_SEND)
-            c->heard[f->peer] = mark;
-        if (has && c->fp_seen[f->peer] != mark) {
+            q->heard = mark;
+        if (has && q->fp_seen != mark) {
             /* The peer's fingerprint came with this payload (whether or not
              * the payload fitted): checked before anything of it is sent on
              * or returned. A mismatch is the error, whatever else failed. */
@@ -950,13 +1021,14 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
      * none runs without fingerprints. */
     for (int i = 0; i < n && e == DSIM_OK; i++) {
         const dsim_xfer *f = &xf[i];
-        if ((plan[i] & STEP_FP_EXPECT) && c->fp_seen[f->peer] != mark)
-            e = step_fp_check(x, f, &c->fp_in[f->peer], 0);
+        if ((plan[i] & STEP_FP_EXPECT) && pp[i]->fp_seen != mark)
+            e = step_fp_check(x, f, &pp[i]->fp_in, 0);
     }
 
     if (reqs != reqs_stack) {
         free(reqs);
         free(idx);
+        free(pp);
     }
     return e;
 }
