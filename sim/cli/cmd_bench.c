@@ -261,23 +261,6 @@ static int bench_step(bench_job *job, dsim_rt *rt, dsim_fabric *fab, bench_row *
 
 /* ---- --engine processes: every rank a forked process over tcp ---- */
 
-/* A socket listening on 127.0.0.1, any free port; -1 on failure. */
-static int bench_listen(int *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 128) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
 static void bench_child_report(int wfd, const bench_result *res)
 {
     const char *p = (const char *)res;
@@ -374,7 +357,7 @@ static int bench_processes(const bench_opts *o, dsim_algo algo, int corrupt, ben
         lfd[r] = rfd[r] = -1;
     size_t len = 0;
     for (int r = 0; r < n && rc == 0; r++) {
-        lfd[r] = bench_listen(&port[r]);
+        lfd[r] = dsim_calib_listen_loopback(&port[r]);
         if (lfd[r] < 0) {
             fprintf(stderr, "%s: --engine processes: cannot listen on 127.0.0.1: %s\n", BENCH_PROG,
                     strerror(errno));

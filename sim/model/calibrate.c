@@ -216,8 +216,7 @@ static dsim_err cal_run_threads(const cal_pp *tmpl)
     return e;
 }
 
-/* A socket listening on 127.0.0.1, any free port; its port in *port. */
-static int cal_listen(int *port)
+int dsim_calib_listen_loopback(int *port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
@@ -287,7 +286,7 @@ static dsim_err cal_run_processes(const cal_pp *tmpl)
                                              : DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
     size_t len = 0;
     for (int r = 0; r < P && e == DSIM_OK; r++, made++) {
-        lfd[r] = cal_listen(&port[r]);
+        lfd[r] = dsim_calib_listen_loopback(&port[r]);
         if (lfd[r] < 0)
             e = DSIM_ERR(DSIM_EIO, errno,
                          "calibration: cannot listen on 127.0.0.1 for the processes engine: %s",

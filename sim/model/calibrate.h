@@ -128,4 +128,9 @@ dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes
  * size, the copy rates) now, then predicts every row. */
 dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n);
 
+/* A socket listening on 127.0.0.1 on any free port (its port in *port), for
+ * the tcp fabrics of forked ranks (calibration, dsim bench --engine
+ * processes); -1 on failure. */
+int dsim_calib_listen_loopback(int *port);
+
 #endif
