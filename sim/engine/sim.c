@@ -1,7 +1,15 @@
 /* The sim engine: deterministic simulation on one OS thread.
  *
- * Every worker is a coroutine (ucontext) with its own mmap'd stack and a
- * guard page below it. The thread that created the engine ("main": the
+ * Every worker is a coroutine with its own mmap'd stack: a guard page below
+ * each of the first SIM_GUARDED_MAX stacks, and past those (two mappings per
+ * guarded stack would exhaust Linux's vm.max_map_count near 32,000 workers)
+ * stacks carved from slabs of SIM_SLAB_STACKS with no guard. Every stack has
+ * a canary at its low end, checked at each switch back to the scheduler, so
+ * an overflow of an unguarded stack ends the run with the worker's name
+ * instead of corrupting a neighbour unseen. On x86-64 the switch is a few
+ * instructions of our own (callee-saved registers, the stack pointer, MXCSR
+ * and the x87 control word); elsewhere it is ucontext's swapcontext, which
+ * also saves the signal mask with a system call per switch. The thread that created the engine ("main": the
  * driver) is a participant too: it has no stack of its own to switch to, so
  * the scheduler runs on it, whenever main blocks.
  *
@@ -70,6 +78,70 @@
 
 #define SIM_NO_HEAP     ((size_t)-1)
 #define SIM_STACK_POOL  256
+/* stacks with a guard page (two mappings each) before slabs take over;
+ * DSIM_SIM_GUARDED_STACKS (0..30000) changes it */
+#define SIM_GUARDED_MAX 8192
+/* stacks per slab mapping past SIM_GUARDED_MAX */
+#define SIM_SLAB_STACKS 64
+#define SIM_CANARY      0x53494d2d53544b21ULL /* "SIM-STK!" */
+
+#if defined(__x86_64__) && !defined(DSIM_SIM_UCONTEXT)
+#define SIM_FAST_SWITCH 1
+/* Saves the callee-saved registers, MXCSR and the x87 control word on the
+ * current stack, stores the stack pointer in *from_sp and resumes to_sp. */
+void dsim_sim_ctx_swap(void **from_sp, void *to_sp) __attribute__((visibility("hidden")));
+/* Where a new coroutine starts: calls r13(r12) on its fresh stack. */
+void dsim_sim_ctx_start(void) __attribute__((visibility("hidden")));
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".globl dsim_sim_ctx_swap\n"
+        ".hidden dsim_sim_ctx_swap\n"
+        ".type dsim_sim_ctx_swap,@function\n"
+        "dsim_sim_ctx_swap:\n"
+        "\t.cfi_startproc\n"
+        "\tpushq %rbp\n"
+        "\tpushq %rbx\n"
+        "\tpushq %r12\n"
+        "\tpushq %r13\n"
+        "\tpushq %r14\n"
+        "\tpushq %r15\n"
+        "\tsubq $8, %rsp\n"
+        "\tstmxcsr (%rsp)\n"
+        "\tfnstcw 4(%rsp)\n"
+        "\tmovq %rsp, (%rdi)\n"
+        "\tmovq %rsi, %rsp\n"
+        "\tldmxcsr (%rsp)\n"
+        "\tfldcw 4(%rsp)\n"
+        "\taddq $8, %rsp\n"
+        "\tpopq %r15\n"
+        "\tpopq %r14\n"
+        "\tpopq %r13\n"
+        "\tpopq %r12\n"
+        "\tpopq %rbx\n"
+        "\tpopq %rbp\n"
+        "\tret\n"
+        "\t.cfi_endproc\n"
+        ".size dsim_sim_ctx_swap, .-dsim_sim_ctx_swap\n"
+        ".p2align 4\n"
+        ".globl dsim_sim_ctx_start\n"
+        ".hidden dsim_sim_ctx_start\n"
+        ".type dsim_sim_ctx_start,@function\n"
+        "dsim_sim_ctx_start:\n"
+        "\t.cfi_startproc\n"
+        "\t.cfi_undefined rip\n" /* the bottom of a coroutine's stack for unwinders */
+        "\tmovq %r12, %rdi\n"
+        "\tcallq *%r13\n"
+        "\tud2\n"
+        "\t.cfi_endproc\n"
+        ".size dsim_sim_ctx_start, .-dsim_sim_ctx_start\n");
+typedef struct sim_ctx {
+    void *sp;
+} sim_ctx;
+#else
+typedef struct sim_ctx {
+    ucontext_t uc;
+} sim_ctx;
+#endif
 
 enum { SIM_READY, SIM_RUNNING, SIM_BLOCKED, SIM_DONE };
 enum { SIM_W_NONE, SIM_W_QUEUE, SIM_W_LOCK, SIM_W_JOIN, SIM_W_SLEEP };
@@ -98,9 +170,11 @@ struct sim_fiber {
     int64_t charged;
     void (*fn)(void *);
     void *arg;
-    ucontext_t ctx;
-    void *map;
+    sim_ctx ctx;
+    void *map;            /* the mapping (guarded) or NULL (a slab's stack) */
     size_t map_len;
+    char *stack_lo;       /* the usable stack: [stack_lo, stack_lo + stack_bytes) */
+    uint64_t *canary;     /* at stack_lo; NULL for main */
     void *asan_fake;
     _Alignas(16) unsigned char wstate[]; /* libdsim's per-worker state */
 };
@@ -133,6 +207,12 @@ struct sim_eng {
     size_t stack_bytes, page;
     void *pool[SIM_STACK_POOL]; /* stacks (with guard) of returned workers */
     int npool;
+    size_t nguarded;            /* guarded mappings alive (pool included) */
+    size_t guarded_max;         /* SIM_GUARDED_MAX or DSIM_SIM_GUARDED_STACKS */
+    char **slab_free;           /* unguarded stacks free for reuse */
+    size_t nslab_free, capslab_free;
+    void **slabs;               /* the slab mappings, unmapped at the end */
+    size_t nslabs, capslabs;
     void *main_bottom;
     size_t main_size;
 };
@@ -319,20 +399,65 @@ static void sim_ready(sim_eng *e, sim_fiber *f)
     sim_heap_push(e, f, e->now);
 }
 
+static void sim_ctx_swap(sim_ctx *from, sim_ctx *to)
+{
+#ifdef SIM_FAST_SWITCH
+    dsim_sim_ctx_swap(&from->sp, to->sp);
+#else
+    swapcontext(&from->uc, &to->uc);
+#endif
+}
+
+/* A worker that ran past the low end of its stack wrote over its canary. */
+static void sim_check_canary(sim_eng *e, const sim_fiber *f)
+{
+    if (f->canary && *f->canary != SIM_CANARY)
+        sim_die(e,
+                "worker %d overflowed its %zu KiB stack (the canary at its low end was "
+                "overwritten): raise DSIM_SIM_STACK_KIB, or move large arrays off the stack",
+                f->id, e->stack_bytes / 1024);
+}
+
 static void sim_switch(sim_eng *e, sim_fiber *from, sim_fiber *to)
 {
     dsim_rt_worker_state_save(from->wstate);
     dsim_rt_worker_state_restore(to->wstate);
 #ifdef SIM_ASAN
-    void *bottom = to == e->main ? e->main_bottom : (char *)to->map + e->page;
+    void *bottom = to == e->main ? e->main_bottom : to->stack_lo;
     size_t size = to == e->main ? e->main_size : e->stack_bytes;
     __sanitizer_start_switch_fiber(&from->asan_fake, bottom, size);
 #endif
-    swapcontext(&from->ctx, &to->ctx);
+    sim_ctx_swap(&from->ctx, &to->ctx);
 #ifdef SIM_ASAN
     __sanitizer_finish_switch_fiber(from->asan_fake, NULL, NULL);
 #endif
     (void)e;
+}
+
+/* Gives f's stack back: to the pool or the slab's free list, or unmaps it. */
+static void sim_stack_release(sim_eng *e, sim_fiber *f)
+{
+    if (!f->stack_lo)
+        return;
+    if (!f->map) {
+        /* a slab's stack: the free list has room for every stack carved */
+        e->slab_free[e->nslab_free++] = f->stack_lo;
+        f->stack_lo = NULL;
+        return;
+    }
+#ifndef SIM_ASAN
+    /* ASan keeps its own record of a stack's frames: a fresh one each time */
+    if (e->npool < SIM_STACK_POOL) {
+        e->pool[e->npool++] = f->map;
+        f->map = NULL;
+        f->stack_lo = NULL;
+        return;
+    }
+#endif
+    munmap(f->map, f->map_len);
+    e->nguarded--;
+    f->map = NULL;
+    f->stack_lo = NULL;
 }
 
 static void sim_free_fiber(sim_eng *e, sim_fiber *f)
@@ -345,15 +470,7 @@ static void sim_free_fiber(sim_eng *e, sim_fiber *f)
         f->anext->aprev = f->aprev;
     if (f->hidx != SIM_NO_HEAP)
         sim_heap_remove(e, f);
-#ifndef SIM_ASAN
-    /* ASan keeps its own record of a stack's frames: a fresh one each time */
-    if (e->npool < SIM_STACK_POOL) {
-        e->pool[e->npool++] = f->map;
-        f->map = NULL;
-    }
-#endif
-    if (f->map)
-        munmap(f->map, f->map_len);
+    sim_stack_release(e, f);
     free(f);
 }
 
@@ -386,6 +503,7 @@ static void sim_schedule(sim_eng *e)
             return;
         atomic_store_explicit(&e->running_id, f->id, memory_order_relaxed);
         sim_switch(e, e->main, f);
+        sim_check_canary(e, f);
         atomic_store_explicit(&e->running_id, INT_MIN, memory_order_relaxed);
         atomic_fetch_add_explicit(&e->progress, 1, memory_order_relaxed);
         e->cur = e->main;
@@ -406,9 +524,8 @@ static void sim_block(sim_eng *e)
         sim_switch(e, self, e->main);
 }
 
-static void sim_entry(unsigned lo, unsigned hi)
+static void sim_entry(sim_fiber *f)
 {
-    sim_fiber *f = (sim_fiber *)(((uintptr_t)hi << 32) | (uintptr_t)lo);
     sim_eng *e = f->eng;
 #ifdef SIM_ASAN
     const void *bottom;
@@ -428,8 +545,45 @@ static void sim_entry(unsigned lo, unsigned hi)
 #ifdef SIM_ASAN
     __sanitizer_start_switch_fiber(NULL, e->main_bottom, e->main_size);
 #endif
-    setcontext(&e->main->ctx);
+    sim_ctx_swap(&f->ctx, &e->main->ctx);
     sim_die(e, "a returned worker was resumed");
+}
+
+#ifndef SIM_FAST_SWITCH
+static void sim_entry_uc(unsigned lo, unsigned hi)
+{
+    sim_entry((sim_fiber *)(((uintptr_t)hi << 32) | (uintptr_t)lo));
+}
+#endif
+
+/* f starts at sim_entry(f) on [f->stack_lo, + e->stack_bytes) when first
+ * switched to. */
+static void sim_ctx_make(sim_eng *e, sim_fiber *f)
+{
+#ifdef SIM_FAST_SWITCH
+    /* What dsim_sim_ctx_swap pops, lowest first: MXCSR and x87 control word,
+     * r15, r14, r13 (the function), r12 (its argument), rbx, rbp, and the
+     * return address: dsim_sim_ctx_start, entered with rsp 16-aligned. */
+    uintptr_t top = ((uintptr_t)f->stack_lo + e->stack_bytes) & ~(uintptr_t)15;
+    uint64_t *sp = (uint64_t *)(top - 80);
+    memset(sp, 0, 80);
+    uint32_t csr = 0x1F80; /* MXCSR: every exception masked, round to nearest */
+    uint16_t cw = 0x037F;  /* x87: the same, extended precision */
+    memcpy(&sp[0], &csr, sizeof csr);
+    memcpy((char *)&sp[0] + 4, &cw, sizeof cw);
+    sp[3] = (uint64_t)(uintptr_t)sim_entry;
+    sp[4] = (uint64_t)(uintptr_t)f;
+    sp[7] = (uint64_t)(uintptr_t)dsim_sim_ctx_start;
+    f->ctx.sp = sp;
+#else
+    getcontext(&f->ctx.uc);
+    f->ctx.uc.uc_stack.ss_sp = f->stack_lo;
+    f->ctx.uc.uc_stack.ss_size = e->stack_bytes;
+    f->ctx.uc.uc_link = NULL;
+    uintptr_t p = (uintptr_t)f;
+    makecontext(&f->ctx.uc, (void (*)(void))sim_entry_uc, 2, (unsigned)(p & 0xffffffffu),
+                (unsigned)(p >> 32));
+#endif
 }
 
 /* ---- the stall monitor ---- */
@@ -576,6 +730,17 @@ static dsim_err sim_init(dsim_rt *rt)
     long pg = sysconf(_SC_PAGESIZE);
     e->page = pg > 0 ? (size_t)pg : 4096;
     e->stack_bytes = (dsim_sim_stack_bytes() + e->page - 1) / e->page * e->page;
+    e->guarded_max = SIM_GUARDED_MAX;
+    const char *g = getenv("DSIM_SIM_GUARDED_STACKS");
+    if (g && *g) {
+        char *end;
+        unsigned long v = strtoul(g, &end, 10);
+        if (*end == '\0' && v <= 30000)
+            e->guarded_max = v;
+        else
+            dsim_warn("DSIM_SIM_GUARDED_STACKS is '%s': not a count in 0..30000; using %d", g,
+                      SIM_GUARDED_MAX);
+    }
     e->main = sim_fiber_new(e, -1);
     if (!e->main)
         return DSIM_ERR(DSIM_ENOMEM, -1, "sim engine: out of memory");
@@ -610,6 +775,10 @@ static void sim_fini(dsim_rt *rt)
     }
     for (int i = 0; i < e->npool; i++)
         munmap(e->pool[i], e->stack_bytes + e->page);
+    for (size_t i = 0; i < e->nslabs; i++)
+        munmap(e->slabs[i], SIM_SLAB_STACKS * e->stack_bytes);
+    free(e->slabs);
+    free(e->slab_free);
     uint64_t m = atomic_load(&sim_tot_live_max);
     while (e->live_max > m && !atomic_compare_exchange_weak(&sim_tot_live_max, &m, e->live_max))
         ;
@@ -649,6 +818,72 @@ static int64_t sim_charged(dsim_rt *rt)
     return sim_of(rt, "dsim_rt_charged")->cur->charged;
 }
 
+/* A stack for f: a returned worker's, a fresh guarded mapping, or (past
+ * SIM_GUARDED_MAX guarded ones) one carved from a slab. */
+static dsim_err sim_stack_get(sim_eng *e, sim_fiber *f)
+{
+    f->map_len = e->stack_bytes + e->page;
+    if (e->npool > 0) {
+        f->map = e->pool[--e->npool];
+        f->stack_lo = (char *)f->map + e->page;
+        return DSIM_OK;
+    }
+    if (e->nguarded < e->guarded_max) {
+        f->map = mmap(NULL, f->map_len, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+        if (f->map == MAP_FAILED) {
+            f->map = NULL;
+            return DSIM_ERR(DSIM_ENOMEM, -1,
+                            "sim engine: cannot map a %zu KiB stack for worker %d (%llu alive): "
+                            "lower DSIM_SIM_STACK_KIB or raise vm.max_map_count",
+                            e->stack_bytes / 1024, f->id, (unsigned long long)e->live);
+        }
+        /* the guard page: an overflow faults instead of writing over a
+         * neighbour */
+        if (mprotect(f->map, e->page, PROT_NONE) != 0) {
+            munmap(f->map, f->map_len);
+            f->map = NULL;
+            return DSIM_ERR(DSIM_ENOMEM, -1, "sim engine: cannot protect worker %d's guard page",
+                            f->id);
+        }
+        e->nguarded++;
+        f->stack_lo = (char *)f->map + e->page;
+        return DSIM_OK;
+    }
+    if (e->nslab_free == 0) {
+        if (e->nslabs == e->capslabs) {
+            size_t cap = e->capslabs ? 2 * e->capslabs : 16;
+            void **v = realloc(e->slabs, cap * sizeof *v);
+            if (!v)
+                return DSIM_ERR(DSIM_ENOMEM, -1, "sim engine: out of memory for stacks");
+            e->slabs = v;
+            e->capslabs = cap;
+        }
+        size_t carved = (e->nslabs + 1) * SIM_SLAB_STACKS;
+        if (carved > e->capslab_free) {
+            char **v = realloc(e->slab_free, 2 * carved * sizeof *v);
+            if (!v)
+                return DSIM_ERR(DSIM_ENOMEM, -1, "sim engine: out of memory for stacks");
+            e->slab_free = v;
+            e->capslab_free = 2 * carved;
+        }
+        void *m = mmap(NULL, SIM_SLAB_STACKS * e->stack_bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+        if (m == MAP_FAILED)
+            return DSIM_ERR(DSIM_ENOMEM, -1,
+                            "sim engine: cannot map %d stacks of %zu KiB for worker %d (%llu "
+                            "alive): lower DSIM_SIM_STACK_KIB",
+                            SIM_SLAB_STACKS, e->stack_bytes / 1024, f->id,
+                            (unsigned long long)e->live);
+        e->slabs[e->nslabs++] = m;
+        for (size_t i = SIM_SLAB_STACKS; i-- > 0;) /* the lowest first out */
+            e->slab_free[e->nslab_free++] = (char *)m + i * e->stack_bytes;
+    }
+    f->map = NULL;
+    f->stack_lo = e->slab_free[--e->nslab_free];
+    return DSIM_OK;
+}
+
 static dsim_err sim_spawn(dsim_rt *rt, int id, void (*fn)(void *), void *arg, void **handle)
 {
     sim_eng *e = sim_of(rt, "dsim_rt_spawn");
@@ -658,35 +893,14 @@ static dsim_err sim_spawn(dsim_rt *rt, int id, void (*fn)(void *), void *arg, vo
         return DSIM_ERR(DSIM_ENOMEM, -1, "sim engine: out of memory starting worker %d", id);
     f->fn = fn;
     f->arg = arg;
-    f->map_len = e->stack_bytes + e->page;
-    if (e->npool > 0) {
-        f->map = e->pool[--e->npool];
-    } else {
-        f->map = mmap(NULL, f->map_len, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-        if (f->map == MAP_FAILED) {
-            free(f);
-            return DSIM_ERR(DSIM_ENOMEM, -1,
-                            "sim engine: cannot map a %zu KiB stack for worker %d (%llu alive): "
-                            "lower DSIM_SIM_STACK_KIB or raise vm.max_map_count",
-                            e->stack_bytes / 1024, id, (unsigned long long)e->live);
-        }
-        /* the guard page: an overflow faults instead of writing over a
-         * neighbour */
-        if (mprotect(f->map, e->page, PROT_NONE) != 0) {
-            munmap(f->map, f->map_len);
-            free(f);
-            return DSIM_ERR(DSIM_ENOMEM, -1, "sim engine: cannot protect worker %d's guard page",
-                            id);
-        }
+    dsim_err se = sim_stack_get(e, f);
+    if (se != DSIM_OK) {
+        free(f);
+        return se;
     }
-    getcontext(&f->ctx);
-    f->ctx.uc_stack.ss_sp = (char *)f->map + e->page;
-    f->ctx.uc_stack.ss_size = e->stack_bytes;
-    f->ctx.uc_link = NULL;
-    uintptr_t p = (uintptr_t)f;
-    makecontext(&f->ctx, (void (*)(void))sim_entry, 2, (unsigned)(p & 0xffffffffu),
-                (unsigned)(p >> 32));
+    f->canary = (uint64_t *)(void *)f->stack_lo;
+    *f->canary = SIM_CANARY;
+    sim_ctx_make(e, f);
     f->anext = e->alive;
     if (e->alive)
         e->alive->aprev = f;

@@ -105,6 +105,7 @@ struct dsim_faults {
     void *next_user;
     dsim_fault *list;
     size_t n;
+    bool any_reorder; /* some fault reorders: a held frame may wait to be overtaken */
     uint64_t seed;
     int hosts, D, N, P, R;
     fs_state *st;
@@ -775,7 +776,7 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
     }
     /* A reordered frame waiting alone on this link is overtaken by this
      * one: both go through the worker, this one first. */
-    if (l->held == 1 && hold_until == 0) {
+    if (fs->any_reorder && l->held == 1 && hold_until == 0) {
         fs_held *r = NULL;
         for (size_t i = 0; i < fs->nheld; i++) {
             fs_held *h = fs->held[i];
@@ -1265,6 +1266,8 @@ dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, i
     for (size_t i = 0; i < n; i++) {
         fs->list[i] = faults[i];
         fs->list[i].phase = NULL;
+        if (faults[i].what == DSIM_FAULT_REORDER)
+            fs->any_reorder = true;
         if (faults[i].phase && !(fs->list[i].phase = strdup(faults[i].phase))) {
             dsim_faults_destroy(fs);
             return DSIM_ERR(DSIM_ENOMEM, -1, "faults: out of memory");

@@ -40,6 +40,13 @@
 /* What the health check's first round costs per pair of workers, rounded
  * up from reports/bench-sim-scale.txt (dsim_scenario_runnable). */
 #define SCEN_HEALTH_PAIR_BYTES 400
+/* What a replica costs under sim (the same report: 0.31-0.45 MiB with a
+ * small model, its store records included; 28 KiB timing only), rounded up,
+ * before its model's parameters, gradient, optimizer state and copies (about
+ * 20 bytes per float32 parameter). */
+#define SCEN_REPLICA_BYTES        (512.0 * 1024)
+#define SCEN_TIMING_REPLICA_BYTES (48.0 * 1024)
+#define SCEN_PARAM_BYTES          20.0
 /* dsim_train's limits (dsim/strategy.h), refused here with their position
  * rather than by the run. */
 #define SCEN_MAX_PS DSIM_TRAIN_MAX_PS
@@ -2296,10 +2303,32 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
      * transport's sequence streams, the queued pings and the checks'
      * state, and about 2.5 us of CPU). Said before the run rather than
      * found by the kernel's out-of-memory killer midway. */
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
+    if (strcmp(eng, "sim") == 0 && have > 0) {
+        /* A job of many replicas: each costs its share of the engine,
+         * transport and store, and its model's copies, unless timing only. */
+        bool timing = s->train.synthetic_params > 0;
+        /* a model fitted to the data (in_dim 0) is about its linear one */
+        double params = s->train.model.in_dim > 0
+                            ? (double)dsim_model_num_params(&s->train.model)
+                            : (double)(s->train.data.in_dim + 1) * (double)s->train.data.out_dim;
+        double each = timing ? SCEN_TIMING_REPLICA_BYTES
+                             : SCEN_REPLICA_BYTES + (params > 0 ? params : 0) * SCEN_PARAM_BYTES;
+        double need = (double)replicas * each;
+        if (need > have)
+            return DSIM_ERR(DSIM_ENOTSUP, -1,
+                            "%s: cluster: %lld replicas under engine sim take about %.1f GiB "
+                            "(some %.0f KiB each%s), more than this machine's %.1f GiB; run at "
+                            "most %lld replicas here%s",
+                            s->path, (long long)replicas, need / 1073741824.0, each / 1024.0,
+                            timing ? ", timing only" : " with the model's copies",
+                            have / 1073741824.0, (long long)(have / each),
+                            timing ? "" : ", or cost the job without payloads (model.synthetic: "
+                                          "timing only)");
+    }
     if (dsim_train_runs_health_check(&s->train)) {
         double need = (double)s->train.hosts * (double)s->train.hosts * SCEN_HEALTH_PAIR_BYTES;
-        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-        double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
         if (have > 0 && need > have) {
             int fit = (int)sqrt(have / SCEN_HEALTH_PAIR_BYTES);
             return DSIM_ERR(DSIM_ENOTSUP, -1,

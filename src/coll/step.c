@@ -79,8 +79,6 @@ _Static_assert(sizeof(dsim_coll_fp) == DSIM_TP_SIDE_LEN, "a fingerprint fills th
 #define STEP_FP_STEP 0xFFEu
 #define STEP_CALLS   0xFFFFFu /* call numbers one epoch's tags tell apart */
 #define STEP_STACK   8
-/* A deadline already past: a wait that only collects what is there. */
-#define STEP_PAST 0
 /* How long a first receive from a peer waits before looking whether that
  * peer's fingerprint arrived and differs (step_wait_probing). */
 #define STEP_PROBE_NS (20 * 1000000LL)
@@ -308,11 +306,9 @@ static int step_failure_check(dsim_coll *x, int awaited, int *desync, dsim_error
              * call counts if it is here, and is dropped if the peer
              * answered already. */
             size_t len = 0;
-            dsim_err e = dsim_wait(r,
-                                   dsim_req_done(r)        ? DSIM_NO_DEADLINE
-                                   : t == 1 || q->fc_flags ? STEP_PAST
-                                                           : dl,
-                                   &len);
+            dsim_err e = dsim_req_done(r)          ? dsim_wait(r, DSIM_NO_DEADLINE, &len)
+                         : t == 1 || q->fc_flags ? dsim_poll(r, &len)
+                                                 : dsim_wait(r, dl, &len);
             if (q->fc_flags || (t == 1 && e == DSIM_ETIMEDOUT))
                 continue;
             if (e == DSIM_OK && len == sizeof q->fc_in[0]) {
@@ -726,7 +722,7 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
         /* A deadline already past: the receive is withdrawn if nothing came,
          * and kept if it completes while being withdrawn (a cancel then
          * would lose the fingerprint it took). */
-        dsim_err e = dsim_wait(r, STEP_PAST, &len);
+        dsim_err e = dsim_poll(r, &len);
         if (e == DSIM_OK && len == sizeof q->fp_in && q->fp_in.magic == DSIM_COLL_FP_MAGIC) {
             q->fp_seen = mark;
             q->heard = mark;
@@ -743,7 +739,7 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
         }
     }
     if (!mismatch) {
-        dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s", saved.msg);
+        dsim_error_restore(&saved);
         return DSIM_OK;
     }
     step_fp_drop(c);

@@ -89,6 +89,12 @@ void dsim_error_copy(dsim_error *dst)
     *dst = err_tls;
 }
 
+void dsim_error_restore(const dsim_error *src)
+{
+    if (src != &err_tls)
+        err_tls = *src;
+}
+
 void dsim_error_trace(dsim_err e, const char *file, int line)
 {
     /* A failure raised without a message still gets one a person can read. */

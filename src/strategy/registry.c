@@ -198,7 +198,7 @@ int dsim_strategy_exists(const char *name)
         if (saved.code == DSIM_OK)
             dsim_clear_error();
         else
-            dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s", saved.msg);
+            dsim_error_restore(&saved);
     }
     return found;
 }

@@ -1224,7 +1224,9 @@ static dsim_err train_alloc_result(train_job *job)
 
 int dsim_train_runs_health_check(const dsim_train_cfg *cfg)
 {
-    return cfg && cfg->health_interval_ns > 0 && cfg->hosts >= 2 && cfg->num_ps == 0;
+    /* a timing-only run (synthetic model) runs no health check */
+    return cfg && cfg->health_interval_ns > 0 && cfg->hosts >= 2 && cfg->num_ps == 0 &&
+           !(cfg->synthetic_params > 0);
 }
 
 int64_t dsim_train_detection_bound(const dsim_train_cfg *cfg)
@@ -1750,7 +1752,7 @@ static dsim_err train_run_workers(train_job *job)
         dsim_waitq_unlock(job->lock);
         dsim_fabric_abort(job->fab, -1, "the job could not start all its workers");
         train_wake_servers(job);
-        dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s", saved.msg);
+        dsim_error_restore(&saved);
     }
     dsim_err w = train_watch(job);
     if (w != DSIM_OK)

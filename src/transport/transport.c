@@ -582,7 +582,7 @@ static int tp_wait_locked(dsim_req *req, int64_t deadline, int64_t *started)
 /* Finishes req after a wait: withdraws it if unfinished, unlinks it, sets
  * the error context, frees it. ep->lock held on entry, released on return. */
 static dsim_err tp_req_settle_side_locked(dsim_req *req, int how, int64_t started, size_t *len,
-                                          void *side, int *has_side)
+                                          void *side, int *has_side, int quiet)
 {
     dsim_ep *ep = req->ep;
     dsim_fabric *f = ep->f;
@@ -602,9 +602,12 @@ static dsim_err tp_req_settle_side_locked(dsim_req *req, int how, int64_t starte
     dsim_err st;
     /* Formatted only where a message needs it: this runs for every request. */
     char tag[16] = "";
-    if (how != TP_WAIT_DONE || req->status != DSIM_OK || dsim_log_enabled(DSIM_LOG_TRACE))
+    if ((how != TP_WAIT_DONE && !(quiet && how == TP_WAIT_TIMEDOUT)) ||
+        (how == TP_WAIT_DONE && req->status != DSIM_OK) || dsim_log_enabled(DSIM_LOG_TRACE))
         tp_tag_str(req->tag, tag, sizeof tag);
-    if (how == TP_WAIT_DONE) {
+    if (how == TP_WAIT_TIMEDOUT && quiet) {
+        st = DSIM_ETIMEDOUT; /* a poll that found nothing yet: no message */
+    } else if (how == TP_WAIT_DONE) {
         st = req->status;
         if (st == DSIM_OK) {
             if (len)
@@ -640,7 +643,7 @@ static dsim_err tp_req_settle_side_locked(dsim_req *req, int how, int64_t starte
 
 static dsim_err tp_req_settle_locked(dsim_req *req, int how, int64_t started, size_t *len)
 {
-    return tp_req_settle_side_locked(req, how, started, len, NULL, NULL);
+    return tp_req_settle_side_locked(req, how, started, len, NULL, NULL, 0);
 }
 
 dsim_err dsim_wait(dsim_req *req, int64_t deadline, size_t *len)
@@ -662,7 +665,17 @@ dsim_err dsim_wait_side(dsim_req *req, int64_t deadline, size_t *len, void *side
     int64_t started = -1;
     dsim_waitq_lock(req->ep->lock);
     int how = tp_wait_locked(req, deadline, &started);
-    return tp_req_settle_side_locked(req, how, started, len, side, has_side);
+    return tp_req_settle_side_locked(req, how, started, len, side, has_side, 0);
+}
+
+dsim_err dsim_poll(dsim_req *req, size_t *len)
+{
+    if (!req)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_poll: req is NULL");
+    int64_t started = -1;
+    dsim_waitq_lock(req->ep->lock);
+    int how = tp_wait_locked(req, 0, &started);
+    return tp_req_settle_side_locked(req, how, started, len, NULL, NULL, 1);
 }
 
 void dsim_req_cancel(dsim_req *req)

@@ -49,6 +49,13 @@ static void test_set_error_records_context(void **state)
     dsim_error_copy(&copy);
     assert_int_equal(copy.code, DSIM_EPEER);
     assert_string_equal(copy.msg, dsim_errmsg());
+    /* A later error is undone by restoring the copy, message and place. */
+    DSIM_ERR(DSIM_EINVAL, -1, "something else");
+    dsim_error_restore(&copy);
+    assert_int_equal(dsim_last_error()->code, DSIM_EPEER);
+    assert_int_equal(dsim_last_error()->peer, 3);
+    assert_int_equal(dsim_last_error()->line, copy.line);
+    assert_string_equal(dsim_errmsg(), "allreduce: waited 200 ms for rank 3");
 }
 
 static dsim_err check_helper(dsim_err in)

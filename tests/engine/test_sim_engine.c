@@ -2,9 +2,12 @@
  * moves only to the next deadline, waits time out at exactly their
  * deadline, locks are held across waits on other queues, the run order is
  * a function of the seed, libdsim's per-worker error survives switches,
- * thousands of workers fit, and misuse ends the process instead of
- * hanging it. */
+ * thousands of workers fit (more than Linux's mappings per process would
+ * allow with a guard page each), each worker keeps its own floating-point
+ * rounding mode, and misuse (a stack overflow included) ends the process
+ * with a message instead of hanging it. */
 #include <fcntl.h>
+#include <fenv.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -297,7 +300,96 @@ static void test_many_workers(void **state)
     free(t);
 }
 
+/* Lines of /proc/self/maps: the process's memory mappings. */
+static int count_mappings(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return -1;
+    int n = 0, c;
+    while ((c = getc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* 40,000 workers alive at once: with a guard page each (two mappings per
+ * stack) they would need 80,000 mappings, past vm.max_map_count's default
+ * 65,530; past the first 8,192 the stacks come from shared slabs. */
+static void test_beyond_map_limit(void **state)
+{
+    (void)state;
+    setenv("DSIM_SIM_STACK_KIB", "16", 1);
+    dsim_rt *rt = new_sim(5);
+    enum { N = 40000 };
+    dsim_task **t = calloc(N, sizeof *t);
+    assert_non_null(t);
+    int before = count_mappings();
+    for (int i = 0; i < N; i++)
+        assert_int_equal(dsim_rt_spawn(rt, i, nop_main, rt, &t[i]), DSIM_OK);
+    int during = count_mappings();
+    assert_true(before > 0);
+    /* 8,192 guarded stacks: 16,384 mappings; the other 31,808 in slabs of
+     * 64 stacks: 497 at most */
+    assert_true(during - before <= 2 * 8192 + (N - 8192) / 64 + 16);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(dsim_rt_join(rt, t[i]), DSIM_OK);
+    dsim_rt_destroy(rt);
+    unsetenv("DSIM_SIM_STACK_KIB");
+    free(t);
+}
+
+/* ---- each worker keeps its own floating-point environment ---- */
+
+typedef struct fpw {
+    dsim_rt *rt;
+    int mode, seen_after;
+} fpw;
+
+static void fp_main(void *p)
+{
+    fpw *w = p;
+    fesetround(w->mode);
+    dsim_rt_sleep_until(w->rt, dsim_rt_now(w->rt) + 10);
+    w->seen_after = fegetround();
+}
+
+static void test_fp_mode_per_worker(void **state)
+{
+    (void)state;
+    dsim_rt *rt = new_sim(6);
+    fpw w[2] = {{rt, FE_UPWARD, -1}, {rt, FE_TOWARDZERO, -1}};
+    dsim_task *t[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(dsim_rt_spawn(rt, i, fp_main, &w[i], &t[i]), DSIM_OK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(dsim_rt_join(rt, t[i]), DSIM_OK);
+    assert_int_equal(w[0].seen_after, FE_UPWARD);
+    assert_int_equal(w[1].seen_after, FE_TOWARDZERO);
+    assert_int_equal(fegetround(), FE_TONEAREST); /* the driver's own is untouched */
+    dsim_rt_destroy(rt);
+}
+
 /* ---- misuse ends the process with a message, never a hang ---- */
+
+/* Recurses about depth x 512 bytes down the stack, writing every frame. */
+__attribute__((noinline)) static int deep(int depth)
+{
+    volatile char buf[480];
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (char)(depth + (int)i);
+    int r = depth > 0 ? deep(depth - 1) : 0;
+    return r + buf[depth % (int)sizeof buf];
+}
+
+static void overflow_main(void *p)
+{
+    dsim_rt *rt = p;
+    /* 16 KiB stack, about 20 KiB of frames: over the canary and into the
+     * next stack of the slab, which is not running */
+    (void)deep(40);
+    dsim_rt_sleep_until(rt, dsim_rt_now(rt) + 10);
+}
 
 static void *foreign_main(void *p)
 {
@@ -313,16 +405,24 @@ static void forever_main(void *p)
         (void)dsim_waitq_wait(q, DSIM_NO_DEADLINE);
 }
 
-/* Runs what in a child; it must die of SIGABRT. */
-static void expect_abort(int what)
+/* Runs what in a child; it must die of SIGABRT, saying `says` on stderr. */
+static void expect_abort(int what, const char *says)
 {
     fflush(NULL);
+    char path[] = "/tmp/dsim-sim-abort-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0)
-            dup2(devnull, 2);
+        dup2(fd, 2);
+        if (what == 2) {
+            /* every stack from a slab: the worker's neighbour is another
+             * stack, not a guard page */
+            setenv("DSIM_SIM_GUARDED_STACKS", "0", 1);
+            setenv("DSIM_SIM_STACK_KIB", "16", 1);
+        }
         dsim_rt *rt = NULL;
         if (dsim_sim_engine_register() != DSIM_OK || dsim_rt_create("sim", &rt) != DSIM_OK)
             _exit(3);
@@ -330,27 +430,38 @@ static void expect_abort(int what)
             pthread_t th;
             pthread_create(&th, NULL, foreign_main, rt);
             pthread_join(th, NULL);
-        } else {
+        } else if (what == 1) {
             dsim_waitq *q;
             dsim_task *t;
             if (dsim_waitq_create(rt, &q) != DSIM_OK ||
                 dsim_rt_spawn(rt, 0, forever_main, q, &t) != DSIM_OK)
                 _exit(3);
             dsim_rt_join(rt, t); /* nobody will ever wake it */
+        } else {
+            dsim_task *t[2];
+            if (dsim_rt_spawn(rt, 0, nop_main, rt, &t[0]) != DSIM_OK ||
+                dsim_rt_spawn(rt, 1, overflow_main, rt, &t[1]) != DSIM_OK)
+                _exit(3);
+            dsim_rt_join(rt, t[1]);
+            dsim_rt_join(rt, t[0]);
         }
         _exit(0);
     }
     int st = 0;
     assert_int_equal(waitpid(pid, &st, 0), pid);
-    assert_true(WIFSIGNALED(st));
-    assert_int_equal(WTERMSIG(st), SIGABRT);
+    char err[4096] = {0};
+    ssize_t n = pread(fd, err, sizeof err - 1, 0);
+    close(fd);
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT || n <= 0 || !strstr(err, says))
+        fail_msg("case %d: status %#x, stderr: %s", what, st, n > 0 ? err : "(nothing)");
 }
 
 static void test_misuse_aborts(void **state)
 {
     (void)state;
-    expect_abort(0); /* a call from another OS thread */
-    expect_abort(1); /* a deadlock */
+    expect_abort(0, "called from an OS thread other than");
+    expect_abort(1, "deadlock");
+    expect_abort(2, "worker 1 overflowed its 16 KiB stack");
 }
 
 int main(void)
@@ -361,6 +472,8 @@ int main(void)
         cmocka_unit_test(test_seeded_order),
         cmocka_unit_test(test_worker_error_state),
         cmocka_unit_test(test_many_workers),
+        cmocka_unit_test(test_beyond_map_limit),
+        cmocka_unit_test(test_fp_mode_per_worker),
         cmocka_unit_test(test_misuse_aborts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -390,12 +390,12 @@ static const err_case err_cases[] = {
      {"strategy.communication: 'fastest' is not an algorithm",
       "accepted: auto, ring, rhd, tree, reduce_to_one"}},
     {"name: a\ncluster:\n  hosts: two\n", 3, 10,
-     {"cluster.hosts: 'two' is not a whole number", "accepted: 1..16384"}},
-    {"name: a\ncluster:\n  hosts: 0\n", 3, 10, {"cluster.hosts: '0' is out of range", "1..16384"}},
-    {"name: a\ncluster: {hosts: \"2\"}\n", 2, 18, {"cluster.hosts", "quoted", "1..16384"}},
+     {"cluster.hosts: 'two' is not a whole number", "accepted: 1..65536"}},
+    {"name: a\ncluster:\n  hosts: 0\n", 3, 10, {"cluster.hosts: '0' is out of range", "1..65536"}},
+    {"name: a\ncluster: {hosts: \"2\"}\n", 2, 18, {"cluster.hosts", "quoted", "1..65536"}},
     {"name: a\ncluster: {hosts: 2.5}\n", 2, 18, {"'2.5' is not a whole number"}},
-    {"name: a\ncluster: {hosts: 64, devices_per_host: 512}\n", 2, 40,
-     {"64 host(s) x 512 device(s) is 32768 replicas", "at most 16384"}},
+    {"name: a\ncluster: {hosts: 256, devices_per_host: 512}\n", 2, 41,
+     {"256 host(s) x 512 device(s) is 131072 replicas", "at most 65536"}},
     {"name: a\ncluster: {hosts: 512, devices_per_host: 16, ps: 8}\nstrategy: {name: "
      "parameter_server}\n",
      2, 49, {"8192 replica(s) with 8 parameter server(s) need 73728 runtime workers"}},
@@ -743,7 +743,7 @@ static void test_runnable(void **state)
         const char *where, *words;
     } cases[] = {
         {"name: a\ncluster: {hosts: 2048}\n", "t.yaml: cluster: 2048 replicas on engine threads",
-         "engine sim runs up to 16384"},
+         "engine sim runs up to 65536"},
     };
     dsim_scenario *ps = parse_ok("name: a\nengine: processes\n");
     assert_int_equal(dsim_scenario_runnable(ps), DSIM_OK);
@@ -783,6 +783,22 @@ static void test_runnable(void **state)
     ps = parse_ok("name: a\nengine: sim\ncluster: {hosts: 16384}\n"
                   "strategy: {name: multi_worker_mirrored, health_check: {interval: 0}}\n");
     assert_int_equal(dsim_scenario_runnable(ps), DSIM_OK);
+    dsim_scenario_free(ps);
+    /* 65,536 replicas with payloads take about 0.5 MiB each (32 GiB), more
+     * than a machine with less; timing only they take some 48 KiB each */
+    ps = parse_ok("name: a\nengine: sim\ncluster: {hosts: 8192, devices_per_host: 8}\n"
+                  "strategy: {name: multi_worker_mirrored, health_check: {interval: 0}}\n");
+    if (have < 65536.0 * 512 * 1024) {
+        assert_int_equal(dsim_scenario_runnable(ps), DSIM_ENOTSUP);
+        if (!strstr(dsim_errmsg(), "t.yaml: cluster: 65536 replicas under engine sim take about") ||
+            !strstr(dsim_errmsg(), "model.synthetic"))
+            fail_msg("got: %s", dsim_errmsg());
+    }
+    dsim_scenario_free(ps);
+    ps = parse_ok("name: a\nengine: sim\ncluster: {hosts: 8192, devices_per_host: 8}\n"
+                  "strategy: {name: multi_worker_mirrored, health_check: {interval: 0}}\n"
+                  "model: {synthetic: {parameters: 1M, flops_per_example: 1G}}\n");
+    assert_int_equal(dsim_scenario_runnable(ps), have >= 65536.0 * 48 * 1024 ? DSIM_OK : DSIM_ENOTSUP);
     dsim_scenario_free(ps);
     /* every check the registry declares unavailable is refused, with its place */
     size_t refused = 0;

@@ -57,6 +57,9 @@ dsim_err dsim_set_error(dsim_err code, int peer, const char *file, int line, con
 /* Copies the calling thread's error context into dst (for objects that keep
  * their own last error, such as a communicator). */
 void dsim_error_copy(dsim_error *dst);
+/* Makes src the calling thread's error context again (after a call that may
+ * have replaced it, when that call's failure is not the one to report). */
+void dsim_error_restore(const dsim_error *src);
 
 /* Propagates a failure; records file:line of the propagation in debug logs. */
 void dsim_error_trace(dsim_err e, const char *file, int line);

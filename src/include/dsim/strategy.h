@@ -98,7 +98,7 @@ const char *dsim_strategy_summary(const char *name);
  * about 5 GiB and a minute more, 8192 some 20 GiB (figures:
  * reports/bench-sim-scale.txt). dsim run refuses a job whose check would
  * not fit in the machine's memory, naming the fix. */
-#define DSIM_TRAIN_MAX_REPLICAS 16384
+#define DSIM_TRAIN_MAX_REPLICAS 65536
 #define DSIM_TRAIN_MAX_THREAD_REPLICAS 1024
 /* Parameter servers in one run. */
 #define DSIM_TRAIN_MAX_PS 64
@@ -377,7 +377,8 @@ void dsim_train_cfg_init(dsim_train_cfg *cfg);
  * health_interval_ns), its health check. DSIM_NO_DEADLINE: never (no timeout
  * and no health check: the survivors wait for ever). */
 int64_t dsim_train_detection_bound(const dsim_train_cfg *cfg);
-/* 1 if a job of cfg's shape runs the health check. */
+/* 1 if a job of cfg's shape runs the health check (two or more workers, no
+ * parameter servers, an interval, not timing only). */
 int dsim_train_runs_health_check(const dsim_train_cfg *cfg);
 
 /* One parameter-server update. */

@@ -111,6 +111,11 @@ int dsim_probe_any(dsim_ep *ep, uint32_t comm_id, int *src);
  * NULL) is the message length. On DSIM_ETIMEDOUT the request is cancelled
  * and freed too; the error context names the peer. */
 dsim_err dsim_wait(dsim_req *req, int64_t deadline, size_t *len);
+/* dsim_wait with a deadline already past (a poll: req is freed either way,
+ * and kept if it finishes while being withdrawn), except that an unfinished
+ * request returns DSIM_ETIMEDOUT without touching the error context: for
+ * callers that poll often and expect "not yet". */
+dsim_err dsim_poll(dsim_req *req, size_t *len);
 /* dsim_wait that also hands over a receive's sideband: *has_side (if not
  * NULL) is 1 and side (DSIM_TP_SIDE_LEN bytes, if not NULL) holds it when
  * the message that the receive took carried one, whether or not its payload
