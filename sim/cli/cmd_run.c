@@ -794,6 +794,9 @@ static char *run_write_report(const char *db, const dsim_harness_result *reps, i
     return path;
 }
 
+/* Jobs from this size on run with huge pages for malloc (cmds.h). */
+#define RUN_HUGEPAGES_REPLICAS 4096
+
 int cmd_run(int argc, char **argv)
 {
     run_opts o;
@@ -809,6 +812,16 @@ int cmd_run(int argc, char **argv)
     run_item *items = NULL;
     if (rc == 0)
         rc = run_expand(&o, ci, &items, &n_items);
+    for (int i = 0; rc == 0 && i < n_items; i++) {
+        /* tens of thousands of workers under sim: huge pages (cmds.h) */
+        const dsim_scenario *s = items[i].s;
+        const char *eng = s->train.engine ? s->train.engine : s->engine ? s->engine : "threads";
+        if (strcmp(eng, "sim") == 0 &&
+            (int64_t)s->train.hosts * s->train.devices_per_host >= RUN_HUGEPAGES_REPLICAS) {
+            dsim_cli_reexec_hugepages(argv - 1);
+            break;
+        }
+    }
     dsim_harness_result *reps = calloc((size_t)(n_items ? n_items : 1), sizeof *reps);
     if (!reps) {
         fprintf(stderr, "dsim run: out of memory\n");

@@ -76,7 +76,6 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-#define SIM_NO_HEAP     ((size_t)-1)
 #define SIM_STACK_POOL  256
 /* stacks with a guard page (two mappings each) before slabs take over;
  * DSIM_SIM_GUARDED_STACKS (0..30000) changes it */
@@ -150,6 +149,20 @@ typedef struct sim_fiber sim_fiber;
 typedef struct sim_q sim_q;
 typedef struct sim_eng sim_eng;
 
+/* an entry of an event heap: its key, whose it is, and (deadlines) the
+ * generation of the wait it ends */
+typedef struct sim_hent {
+    int64_t due;
+    uint64_t tie, seq;
+    sim_fiber *f;
+    uint64_t gen;
+} sim_hent;
+
+typedef struct sim_heap {
+    sim_hent *v;
+    size_t n, cap;
+} sim_heap;
+
 typedef struct sim_list {
     sim_fiber *head, *tail;
 } sim_list;
@@ -162,7 +175,9 @@ struct sim_fiber {
     bool timed_out, detached;
     int64_t due;
     uint64_t tie, seq;
-    size_t hidx;
+    bool in_heap;              /* in the run heap (ready or sleeping) */
+    bool has_deadline;         /* a timed wait's deadline is live in the deadline heap */
+    uint64_t dgen;             /* generation of its deadline entries: older ones are stale */
     sim_q *q;                  /* the queue waited on (SIM_W_QUEUE, SIM_W_LOCK) */
     sim_fiber *qprev, *qnext;  /* in that queue's list */
     sim_fiber *aprev, *anext;  /* in the engine's list of live workers */
@@ -199,8 +214,10 @@ struct sim_eng {
     pthread_t owner;
     int64_t now;
     uint64_t rng, seq;
-    sim_fiber **heap;
-    size_t nheap, capheap;
+    sim_heap run;      /* workers ready now or sleeping until a time */
+    sim_heap dl;       /* deadlines of timed waits, stale ones left in */
+    size_t dl_stale;   /* stale entries in dl (about) */
+    sim_fiber *spare;  /* freed workers' records, kept: dl may still name them */
     sim_fiber *main, *cur;
     sim_fiber *alive; /* workers not yet freed */
     uint64_t live, live_max;
@@ -264,9 +281,21 @@ static sim_eng *sim_of(dsim_rt *rt, const char *op)
     return e;
 }
 
-/* ---- the event heap: (due, tie, seq), smallest first ---- */
+/* ---- the event heaps: (due, tie, seq), smallest first ----
+ *
+ * Two heaps, one order. `run` holds the workers that are ready (due now)
+ * or sleeping until a time; `dl` holds the deadlines of timed waits, which
+ * almost always end by a wake long before: a wake only marks its deadline
+ * stale (the worker's generation moves on), and stale entries are dropped
+ * when they surface or when they are more than half of `dl`. The next event
+ * is the smaller of the two tops. Keys live in the heaps' own arrays (four
+ * children per node): with tens of thousands of workers, every comparison
+ * through a worker's record would be a cache miss. The keys are all
+ * distinct (seq), so neither the split nor the arity changes the order. */
 
-static bool sim_before(const sim_fiber *a, const sim_fiber *b)
+#define SIM_HEAP_ARITY 4
+
+static bool sim_before(const sim_hent *a, const sim_hent *b)
 {
     if (a->due != b->due)
         return a->due < b->due;
@@ -275,43 +304,53 @@ static bool sim_before(const sim_fiber *a, const sim_fiber *b)
     return a->seq < b->seq;
 }
 
-static void sim_heap_set(sim_eng *e, size_t i, sim_fiber *f)
+static void sim_heap_up(sim_heap *h, size_t i)
 {
-    e->heap[i] = f;
-    f->hidx = i;
-}
-
-static void sim_heap_up(sim_eng *e, size_t i)
-{
-    sim_fiber *f = e->heap[i];
+    sim_hent x = h->v[i];
     while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!sim_before(f, e->heap[p]))
+        size_t p = (i - 1) / SIM_HEAP_ARITY;
+        if (!sim_before(&x, &h->v[p]))
             break;
-        sim_heap_set(e, i, e->heap[p]);
+        h->v[i] = h->v[p];
         i = p;
     }
-    sim_heap_set(e, i, f);
+    h->v[i] = x;
 }
 
-static void sim_heap_down(sim_eng *e, size_t i)
+static void sim_heap_down(sim_heap *h, size_t i)
 {
-    sim_fiber *f = e->heap[i];
+    sim_hent x = h->v[i];
+    size_t n = h->n;
     for (;;) {
-        size_t l = 2 * i + 1, m = i;
-        const sim_fiber *best = f;
-        if (l < e->nheap && sim_before(e->heap[l], best)) {
-            m = l;
-            best = e->heap[l];
-        }
-        if (l + 1 < e->nheap && sim_before(e->heap[l + 1], best))
-            m = l + 1;
+        size_t c = SIM_HEAP_ARITY * i + 1, m = i;
+        const sim_hent *best = &x;
+        for (size_t k = c; k < c + SIM_HEAP_ARITY && k < n; k++)
+            if (sim_before(&h->v[k], best)) {
+                m = k;
+                best = &h->v[k];
+            }
         if (m == i)
             break;
-        sim_heap_set(e, i, e->heap[m]);
+        h->v[i] = h->v[m];
         i = m;
     }
-    sim_heap_set(e, i, f);
+    h->v[i] = x;
+}
+
+static void sim_heap_add(sim_eng *e, sim_heap *h, sim_hent x);
+
+static sim_hent sim_heap_take(sim_heap *h, size_t i)
+{
+    sim_hent x = h->v[i];
+    sim_hent last = h->v[--h->n];
+    if (i < h->n) {
+        h->v[i] = last;
+        if (i > 0 && sim_before(&last, &h->v[(i - 1) / SIM_HEAP_ARITY]))
+            sim_heap_up(h, i);
+        else
+            sim_heap_down(h, i);
+    }
+    return x;
 }
 
 static uint64_t sim_rand(sim_eng *e)
@@ -322,42 +361,103 @@ static uint64_t sim_rand(sim_eng *e)
     return z ^ (z >> 31);
 }
 
-/* f becomes due at `due`; it is in the heap until popped or removed. */
-static void sim_heap_push(sim_eng *e, sim_fiber *f, int64_t due)
+static void sim_heap_add(sim_eng *e, sim_heap *h, sim_hent x)
 {
-    if (e->nheap == e->capheap) {
-        size_t cap = e->capheap ? 2 * e->capheap : 64;
-        sim_fiber **h = realloc(e->heap, cap * sizeof *h);
-        if (!h)
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 64;
+        sim_hent *v = realloc(h->v, cap * sizeof *v);
+        if (!v)
             sim_die(e, "out of memory for the event heap");
-        e->heap = h;
-        e->capheap = cap;
+        h->v = v;
+        h->cap = cap;
     }
+    h->v[h->n++] = x;
+    sim_heap_up(h, h->n - 1);
+}
+
+/* The next key in the order every event shares. */
+static sim_hent sim_key(sim_eng *e, sim_fiber *f, int64_t due)
+{
     f->due = due;
     f->tie = sim_rand(e);
     f->seq = e->seq++;
-    e->heap[e->nheap] = f;
-    f->hidx = e->nheap++;
-    sim_heap_up(e, f->hidx);
+    return (sim_hent){.due = due, .tie = f->tie, .seq = f->seq, .f = f, .gen = 0};
 }
 
-static void sim_heap_remove(sim_eng *e, sim_fiber *f)
+/* f runs at `due` (now: ready); it is in `run` until popped. */
+static void sim_heap_push(sim_eng *e, sim_fiber *f, int64_t due)
 {
-    size_t i = f->hidx;
-    f->hidx = SIM_NO_HEAP;
-    sim_fiber *last = e->heap[--e->nheap];
-    if (i == e->nheap)
-        return;
-    sim_heap_set(e, i, last);
-    sim_heap_up(e, i);
-    sim_heap_down(e, last->hidx);
+    if (f->in_heap)
+        sim_die(e, "worker %d was scheduled twice", f->id);
+    f->in_heap = true;
+    sim_heap_add(e, &e->run, sim_key(e, f, due));
 }
 
+/* f's timed wait ends at `deadline` unless it is woken first. */
+static void sim_deadline_push(sim_eng *e, sim_fiber *f, int64_t deadline)
+{
+    sim_hent x = sim_key(e, f, deadline);
+    x.gen = f->dgen;
+    f->has_deadline = true;
+    sim_heap_add(e, &e->dl, x);
+}
+
+/* f's deadline, if any, no longer counts. */
+static void sim_deadline_drop(sim_eng *e, sim_fiber *f)
+{
+    if (!f->has_deadline)
+        return;
+    f->has_deadline = false;
+    f->dgen++;
+    e->dl_stale++;
+}
+
+static bool sim_dl_live(const sim_hent *x)
+{
+    return x->gen == x->f->dgen && x->f->has_deadline;
+}
+
+/* Drops the stale deadlines on top of dl, and all of them once they are
+ * most of it. */
+static void sim_dl_clean(sim_eng *e)
+{
+    sim_heap *h = &e->dl;
+    if (e->dl_stale > 4096 && 2 * e->dl_stale > h->n) {
+        size_t k = 0;
+        for (size_t i = 0; i < h->n; i++)
+            if (sim_dl_live(&h->v[i]))
+                h->v[k++] = h->v[i];
+        h->n = k;
+        for (size_t i = k / SIM_HEAP_ARITY + 1; i-- > 0;)
+            if (i < k)
+                sim_heap_down(h, i);
+        e->dl_stale = 0;
+    }
+    while (h->n > 0 && !sim_dl_live(&h->v[0])) {
+        (void)sim_heap_take(h, 0);
+        if (e->dl_stale > 0)
+            e->dl_stale--;
+    }
+}
+
+/* The next worker due: the earlier of run's top and dl's live top. NULL if
+ * both are empty. */
 static sim_fiber *sim_heap_pop(sim_eng *e)
 {
-    sim_fiber *f = e->heap[0];
-    sim_heap_remove(e, f);
-    return f;
+    sim_dl_clean(e);
+    bool from_run = e->run.n > 0 && (e->dl.n == 0 || sim_before(&e->run.v[0], &e->dl.v[0]));
+    if (from_run) {
+        sim_fiber *f = sim_heap_take(&e->run, 0).f;
+        f->in_heap = false;
+        return f;
+    }
+    if (e->dl.n == 0)
+        return NULL;
+    sim_hent x = sim_heap_take(&e->dl, 0);
+    x.f->has_deadline = false;
+    x.f->dgen++;
+    x.f->due = x.due;
+    return x.f;
 }
 
 /* ---- lists ---- */
@@ -391,8 +491,7 @@ static void sim_list_del(sim_list *l, sim_fiber *f)
 /* f can run again now (woken, handed a lock, its worker returned). */
 static void sim_ready(sim_eng *e, sim_fiber *f)
 {
-    if (f->hidx != SIM_NO_HEAP)
-        sim_heap_remove(e, f);
+    sim_deadline_drop(e, f);
     f->state = SIM_READY;
     f->waiting = SIM_W_NONE;
     f->timed_out = false;
@@ -468,20 +567,29 @@ static void sim_free_fiber(sim_eng *e, sim_fiber *f)
         e->alive = f->anext;
     if (f->anext)
         f->anext->aprev = f->aprev;
-    if (f->hidx != SIM_NO_HEAP)
-        sim_heap_remove(e, f);
+    if (f->in_heap) { /* given up on while ready or asleep (rare: a linear search) */
+        for (size_t i = 0; i < e->run.n; i++)
+            if (e->run.v[i].f == f) {
+                (void)sim_heap_take(&e->run, i);
+                break;
+            }
+        f->in_heap = false;
+    }
+    sim_deadline_drop(e, f);
     sim_stack_release(e, f);
-    free(f);
+    /* Kept for reuse, not freed: stale deadlines may still name it. */
+    f->anext = e->spare;
+    e->spare = f;
 }
 
 /* Runs the others until main is due again. Called on main only. */
 static void sim_schedule(sim_eng *e)
 {
     for (;;) {
-        if (e->nheap == 0)
+        sim_fiber *f = sim_heap_pop(e);
+        if (!f)
             sim_die(e, "deadlock: every worker and the driver wait with no deadline, so nothing "
                        "can ever happen again");
-        sim_fiber *f = sim_heap_pop(e);
         if (f->due > e->now) {
             e->now = f->due;
             dsim_rt_trace(e->rt, DSIM_TRACE_CLOCK, (uint64_t)e->now, 0, 0);
@@ -711,12 +819,19 @@ size_t dsim_sim_stack_bytes(void)
 
 static sim_fiber *sim_fiber_new(sim_eng *e, int id)
 {
-    sim_fiber *f = calloc(1, sizeof *f + DSIM_RT_WORKER_STATE_MAX);
-    if (!f)
+    sim_fiber *f = e->spare;
+    if (f) {
+        /* a freed worker's record: its deadline generation goes on, so
+         * that entries still naming it stay stale */
+        e->spare = f->anext;
+        uint64_t gen = f->dgen + 1;
+        memset(f, 0, sizeof *f + DSIM_RT_WORKER_STATE_MAX);
+        f->dgen = gen;
+    } else if (!(f = calloc(1, sizeof *f + DSIM_RT_WORKER_STATE_MAX))) {
         return NULL;
+    }
     f->eng = e;
     f->id = id;
-    f->hidx = SIM_NO_HEAP;
     dsim_rt_worker_state_init(f->wstate);
     return f;
 }
@@ -762,6 +877,9 @@ static void sim_fini(dsim_rt *rt)
     sim_monitor_stop(e);
     /* Workers still here were given up on (detached while blocked): they
      * never run again. */
+    for (size_t i = 0; i < e->run.n; i++)
+        e->run.v[i].f->in_heap = false;
+    e->run.n = 0;
     while (e->alive) {
         sim_fiber *f = e->alive;
         if (f->state != SIM_DONE)
@@ -782,7 +900,13 @@ static void sim_fini(dsim_rt *rt)
     uint64_t m = atomic_load(&sim_tot_live_max);
     while (e->live_max > m && !atomic_compare_exchange_weak(&sim_tot_live_max, &m, e->live_max))
         ;
-    free(e->heap);
+    while (e->spare) {
+        sim_fiber *f = e->spare;
+        e->spare = f->anext;
+        free(f);
+    }
+    free(e->run.v);
+    free(e->dl.v);
     free(e->main);
 }
 
@@ -1023,7 +1147,7 @@ static dsim_err sim_waitq_wait(dsim_rt *rt, void *p, int64_t deadline)
     self->waiting = SIM_W_QUEUE;
     sim_list_push(&q->waiters, self);
     if (deadline != DSIM_NO_DEADLINE)
-        sim_heap_push(e, self, deadline);
+        sim_deadline_push(e, self, deadline);
     sim_block(e);
     bool timed_out = self->timed_out;
     self->timed_out = false;

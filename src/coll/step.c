@@ -790,7 +790,8 @@ static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, int slot, ds
     int64_t soon = x->t0 + STEP_PROBE_NS; /* the first look: no clock read */
     for (;;) {
         int interim = soon < x->deadline;
-        dsim_err e = dsim_wait_side(*req, interim ? soon : x->deadline, len, side, has);
+        dsim_err e = dsim_wait_flags(*req, interim ? soon : x->deadline,
+                                     interim ? DSIM_WAIT_QUIET : 0, len, side, has);
         *req = NULL;
         if (e != DSIM_ETIMEDOUT || !interim)
             return e;

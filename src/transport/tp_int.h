@@ -130,6 +130,8 @@ struct dsim_req {
     char *errmsg;
     atomic_int done;
     void *priv;
+    size_t alloc_size; /* its allocation, for the cache of freed requests */
+    dsim_req *cnext;   /* in that cache */
 };
 
 typedef struct tp_bucket {

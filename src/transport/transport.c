@@ -492,10 +492,50 @@ dsim_err dsim_ep_open(dsim_fabric *f, int rank, dsim_ep **out)
 
 /* ---- requests ---- */
 
+/* Requests freed on a thread, kept for the next ones it starts: a
+ * collective starts and frees a request per transfer, and under the sim
+ * engine tens of thousands of workers share one thread, whose allocator
+ * would otherwise take most of them back into its general bins. A handful
+ * per thread, all of one size (one backend's); a thread's are freed when it
+ * ends. */
+#define TP_REQ_CACHE 64
+static _Thread_local struct {
+    dsim_req *head;
+    int n;
+    int keyed; /* 1: the destructor that empties it is registered; -1: it cannot be */
+} tp_cache;
+static pthread_key_t tp_cache_key;
+static pthread_once_t tp_cache_once = PTHREAD_ONCE_INIT;
+
+static void tp_cache_drain(void *unused)
+{
+    (void)unused;
+    while (tp_cache.head) {
+        dsim_req *r = tp_cache.head;
+        tp_cache.head = r->cnext;
+        free(r);
+    }
+    tp_cache.n = 0;
+}
+
+static void tp_cache_key_make(void)
+{
+    if (pthread_key_create(&tp_cache_key, tp_cache_drain) != 0)
+        tp_cache_key = (pthread_key_t)-1;
+}
+
 static dsim_req *tp_req_new(dsim_ep *ep, int kind, int peer, uint32_t comm_id, uint32_t tag)
 {
     size_t psz = ep->f->ops->req_priv_size;
-    dsim_req *r = calloc(1, tp_align(sizeof *r) + psz);
+    size_t sz = tp_align(sizeof(dsim_req)) + psz;
+    dsim_req *r = tp_cache.head;
+    if (r && r->alloc_size == sz) {
+        tp_cache.head = r->cnext;
+        tp_cache.n--;
+        memset(r, 0, sz);
+    } else {
+        r = calloc(1, sz);
+    }
     if (!r) {
         DSIM_ERR(DSIM_ENOMEM, peer, "out of memory starting a transfer with rank %d", peer);
         return NULL;
@@ -510,12 +550,31 @@ static dsim_req *tp_req_new(dsim_ep *ep, int kind, int peer, uint32_t comm_id, u
     r->qlink.next = r->qlink.prev = &r->qlink;
     atomic_init(&r->done, 0);
     r->priv = psz ? (char *)r + tp_align(sizeof *r) : NULL;
+    r->alloc_size = sz;
     return r;
 }
 
 static void tp_req_free(dsim_req *r)
 {
     free(r->errmsg);
+    r->errmsg = NULL;
+    if (tp_cache.n < TP_REQ_CACHE && (!tp_cache.head || tp_cache.head->alloc_size == r->alloc_size)) {
+        if (tp_cache.keyed == 0) {
+            pthread_once(&tp_cache_once, tp_cache_key_make);
+            tp_cache.keyed = tp_cache_key != (pthread_key_t)-1 &&
+                                     pthread_setspecific(tp_cache_key, &tp_cache) == 0
+                                 ? 1
+                                 : -1;
+        }
+        if (tp_cache.keyed < 0) { /* no way to empty it at the thread's end: no cache */
+            free(r);
+            return;
+        }
+        r->cnext = tp_cache.head;
+        tp_cache.head = r;
+        tp_cache.n++;
+        return;
+    }
     free(r);
 }
 
@@ -668,14 +727,25 @@ dsim_err dsim_wait_side(dsim_req *req, int64_t deadline, size_t *len, void *side
     return tp_req_settle_side_locked(req, how, started, len, side, has_side, 0);
 }
 
+dsim_err dsim_wait_flags(dsim_req *req, int64_t deadline, unsigned flags, size_t *len, void *side,
+                         int *has_side)
+{
+    if (has_side)
+        *has_side = 0;
+    if (!req)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_wait_flags: req is NULL");
+    int64_t started = -1;
+    dsim_waitq_lock(req->ep->lock);
+    int how = tp_wait_locked(req, deadline, &started);
+    return tp_req_settle_side_locked(req, how, started, len, side, has_side,
+                                     (flags & DSIM_WAIT_QUIET) != 0);
+}
+
 dsim_err dsim_poll(dsim_req *req, size_t *len)
 {
     if (!req)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_poll: req is NULL");
-    int64_t started = -1;
-    dsim_waitq_lock(req->ep->lock);
-    int how = tp_wait_locked(req, 0, &started);
-    return tp_req_settle_side_locked(req, how, started, len, NULL, NULL, 1);
+    return dsim_wait_flags(req, 0, DSIM_WAIT_QUIET, len, NULL, NULL);
 }
 
 void dsim_req_cancel(dsim_req *req)

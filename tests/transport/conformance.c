@@ -524,6 +524,17 @@ static void test_poll(void **state)
     assert_int_equal(dsim_poll(r, NULL), DSIM_ETIMEDOUT);
     assert_int_equal(dsim_last_error()->code, DSIM_EPEER);
     assert_string_equal(dsim_errmsg(), "an earlier failure");
+    /* a quiet wait whose deadline passes is as quiet; a loud one names the peer */
+    assert_int_equal(dsim_irecv(j.ep[0], 1, 1, 9, &got, sizeof got, &r), DSIM_OK);
+    int has = 1;
+    assert_int_equal(dsim_wait_flags(r, dl(&j, MS), DSIM_WAIT_QUIET, NULL, NULL, &has),
+                     DSIM_ETIMEDOUT);
+    assert_int_equal(has, 0);
+    assert_string_equal(dsim_errmsg(), "an earlier failure");
+    assert_int_equal(dsim_irecv(j.ep[0], 1, 1, 9, &got, sizeof got, &r), DSIM_OK);
+    assert_int_equal(dsim_wait_flags(r, dl(&j, MS), 0, NULL, NULL, NULL), DSIM_ETIMEDOUT);
+    assert_int_equal(dsim_last_error()->peer, 1);
+    assert_non_null(strstr(dsim_errmsg(), "timed out after"));
     /* the polled receive was withdrawn: the message goes to the next one */
     assert_int_equal(dsim_isend(j.ep[1], 0, 1, 9, &v, sizeof v, &s), DSIM_OK);
     assert_int_equal(dsim_wait(s, dl(&j, LONG_NS), NULL), DSIM_OK);

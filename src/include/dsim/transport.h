@@ -116,6 +116,12 @@ dsim_err dsim_wait(dsim_req *req, int64_t deadline, size_t *len);
  * request returns DSIM_ETIMEDOUT without touching the error context: for
  * callers that poll often and expect "not yet". */
 dsim_err dsim_poll(dsim_req *req, size_t *len);
+/* dsim_wait_side with flags: DSIM_WAIT_QUIET makes a deadline that passes
+ * return DSIM_ETIMEDOUT without touching the error context (an interim
+ * deadline, after which the caller looks elsewhere and waits again). */
+#define DSIM_WAIT_QUIET 1u
+dsim_err dsim_wait_flags(dsim_req *req, int64_t deadline, unsigned flags, size_t *len, void *side,
+                         int *has_side);
 /* dsim_wait that also hands over a receive's sideband: *has_side (if not
  * NULL) is 1 and side (DSIM_TP_SIDE_LEN bytes, if not NULL) holds it when
  * the message that the receive took carried one, whether or not its payload
