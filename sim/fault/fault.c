@@ -159,7 +159,7 @@ struct dsim_faults {
     dsim_task *worker;
     bool stopping;
     int64_t t0;
-    /* held frames: a binary heap by (due, seq), so that a step in which
+    /* held frames: a 4-ary heap by (due, seq), so that a step in which
      * every one of thousands of ranks sends costs log n per frame */
     fs_hent *held;
     size_t nheld, capheld;
@@ -425,9 +425,9 @@ static inline bool fs_hent_before(const fs_hent *a, const fs_hent *b)
 static void fs_heap_up(dsim_faults *fs, size_t i)
 {
     fs_hent *v = fs->held, e = v[i];
-    while (i > 0 && fs_hent_before(&e, &v[(i - 1) / 2])) {
-        v[i] = v[(i - 1) / 2];
-        i = (i - 1) / 2;
+    while (i > 0 && fs_hent_before(&e, &v[(i - 1) / 4])) {
+        v[i] = v[(i - 1) / 4];
+        i = (i - 1) / 4;
     }
     v[i] = e;
 }
@@ -437,11 +437,13 @@ static void fs_heap_down(dsim_faults *fs, size_t i)
     fs_hent *v = fs->held, e = v[i];
     size_t n = fs->nheld;
     for (;;) {
-        size_t c = 2 * i + 1;
+        size_t c = 4 * i + 1;
         if (c >= n)
             break;
-        if (c + 1 < n && fs_hent_before(&v[c + 1], &v[c]))
-            c++;
+        size_t end = c + 4 < n ? c + 4 : n;
+        for (size_t k = c + 1; k < end; k++)
+            if (fs_hent_before(&v[k], &v[c]))
+                c = k;
         if (!fs_hent_before(&v[c], &e))
             break;
         v[i] = v[c];
@@ -562,7 +564,7 @@ static void fs_release_locked(dsim_faults *fs, int64_t due, int rank, int why)
             fs->held[k++] = e;
     }
     fs->nheld = k;
-    for (size_t i = k / 2; i-- > 0;) /* the rest is a heap again */
+    for (size_t i = (k + 2) / 4; i-- > 0;) /* the rest is a heap again */
         fs_heap_down(fs, i);
     if (m > 1)
         qsort(moved, m, sizeof *moved, fs_held_cmp);
