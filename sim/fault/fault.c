@@ -64,11 +64,34 @@ typedef struct fs_held {
     dsim_tp_hdr hdr;
     int64_t due;  /* FS_FOREVER: until released */
     uint64_t seq; /* order of holding: frames due together leave in it */
-    fs_link *link;
+    union {
+        fs_link *link;
+        struct fs_held *next_free; /* on the free list of small frames */
+    };
     int why;     /* the fault index that held it, or -1 (queued behind others) */
     size_t len;
     unsigned char data[];
 } fs_held;
+
+/* Frames of up to FS_SMALL bytes (a timing-only frame carries 8) are held
+ * in blocks of one size that are kept on a free list for the next one,
+ * not given back to malloc each time. */
+#define FS_SMALL 64
+
+/* A heap entry: the key is kept beside the frame, so that ordering the
+ * heap reads the heap's array only. */
+typedef struct fs_hent {
+    int64_t due;
+    uint64_t seq;
+    fs_held *h;
+} fs_hent;
+
+/* A slot of the link table: the key beside the link, so that probing reads
+ * the table only. An empty slot has l == NULL. */
+typedef struct fs_lslot {
+    uint64_t key;
+    fs_link *l;
+} fs_lslot;
 
 struct fs_link {
     uint64_t key; /* src * R + dst */
@@ -80,6 +103,14 @@ struct fs_link {
     int64_t net_free; /* the network model: when the link's last frame has left */
     bool net_up;      /* the network model: the link's connection is set up */
 };
+
+/* Links are made in chunks and never move (held frames point at them). */
+#define FS_LCHUNK 4096
+typedef struct fs_lchunk {
+    struct fs_lchunk *next;
+    size_t used;
+    fs_link v[FS_LCHUNK];
+} fs_lchunk;
 
 /* A fault's life in the current run. */
 typedef struct fs_state {
@@ -118,8 +149,9 @@ struct dsim_faults {
     /* per link, made on first use: a hash table by src * R + dst (open
      * addressing, lcap a power of two), so that a job of 65,536 ranks pays
      * for the links it uses, not for R x R of them */
-    fs_link **links;
+    fs_lslot *links;
     size_t lcap, lcount;
+    fs_lchunk *lchunks;
     /* the run */
     dsim_rt *rt;
     dsim_fabric *fab;
@@ -127,10 +159,11 @@ struct dsim_faults {
     dsim_task *worker;
     bool stopping;
     int64_t t0;
-    /* held frames: a binary heap by (due, seq), so that a step in which
+    /* held frames: a 4-ary heap by (due, seq), so that a step in which
      * every one of thousands of ranks sends costs log n per frame */
-    fs_held **held;
+    fs_hent *held;
     size_t nheld, capheld;
+    fs_held *free_held; /* blocks for frames of up to FS_SMALL bytes */
     uint64_t hseq;
     fs_timer *timers;
     size_t n_timers;
@@ -326,11 +359,11 @@ static bool fs_active_locked(dsim_faults *fs, size_t i, int64_t now)
     return true;
 }
 
-static size_t fs_link_slot(fs_link *const *tab, size_t cap, uint64_t key)
+static size_t fs_link_slot(const fs_lslot *tab, size_t cap, uint64_t key)
 {
     uint64_t h = key * 0x9E3779B97F4A7C15ull;
     size_t i = (size_t)(h >> 20) & (cap - 1);
-    while (tab[i] && tab[i]->key != key)
+    while (tab[i].l && tab[i].key != key)
         i = (i + 1) & (cap - 1);
     return i;
 }
@@ -339,26 +372,32 @@ static fs_link *fs_link_get(dsim_faults *fs, int src, int dst)
 {
     uint64_t key = (uint64_t)src * (uint64_t)fs->R + (uint64_t)dst;
     size_t i = fs_link_slot(fs->links, fs->lcap, key);
-    if (fs->links[i])
-        return fs->links[i];
+    if (fs->links[i].l)
+        return fs->links[i].l;
     if (2 * (fs->lcount + 1) > fs->lcap) {
         size_t ncap = fs->lcap * 2;
-        fs_link **nt = calloc(ncap, sizeof *nt);
+        fs_lslot *nt = calloc(ncap, sizeof *nt);
         if (!nt)
             return NULL;
         for (size_t k = 0; k < fs->lcap; k++)
-            if (fs->links[k])
-                nt[fs_link_slot(nt, ncap, fs->links[k]->key)] = fs->links[k];
+            if (fs->links[k].l)
+                nt[fs_link_slot(nt, ncap, fs->links[k].key)] = fs->links[k];
         free(fs->links);
         fs->links = nt;
         fs->lcap = ncap;
         i = fs_link_slot(fs->links, fs->lcap, key);
     }
-    fs_link *l = calloc(1, sizeof *l);
-    if (!l)
-        return NULL;
+    if (!fs->lchunks || fs->lchunks->used == FS_LCHUNK) {
+        fs_lchunk *c = calloc(1, sizeof *c);
+        if (!c)
+            return NULL;
+        c->next = fs->lchunks;
+        fs->lchunks = c;
+    }
+    fs_link *l = &fs->lchunks->v[fs->lchunks->used++];
     l->key = key;
-    fs->links[i] = l;
+    fs->links[i].key = key;
+    fs->links[i].l = l;
     fs->lcount++;
     return l;
 }
@@ -378,43 +417,45 @@ static double fs_draw(dsim_faults *fs, fs_link *l, int src, int dst, double corr
 
 /* ---- held frames ---- */
 
-static bool fs_held_before(const fs_held *a, const fs_held *b)
+static inline bool fs_hent_before(const fs_hent *a, const fs_hent *b)
 {
     return a->due != b->due ? a->due < b->due : a->seq < b->seq;
 }
 
 static void fs_heap_up(dsim_faults *fs, size_t i)
 {
-    fs_held **v = fs->held, *h = v[i];
-    while (i > 0 && fs_held_before(h, v[(i - 1) / 2])) {
-        v[i] = v[(i - 1) / 2];
-        i = (i - 1) / 2;
+    fs_hent *v = fs->held, e = v[i];
+    while (i > 0 && fs_hent_before(&e, &v[(i - 1) / 4])) {
+        v[i] = v[(i - 1) / 4];
+        i = (i - 1) / 4;
     }
-    v[i] = h;
+    v[i] = e;
 }
 
 static void fs_heap_down(dsim_faults *fs, size_t i)
 {
-    fs_held **v = fs->held, *h = v[i];
+    fs_hent *v = fs->held, e = v[i];
     size_t n = fs->nheld;
     for (;;) {
-        size_t c = 2 * i + 1;
+        size_t c = 4 * i + 1;
         if (c >= n)
             break;
-        if (c + 1 < n && fs_held_before(v[c + 1], v[c]))
-            c++;
-        if (!fs_held_before(v[c], h))
+        size_t end = c + 4 < n ? c + 4 : n;
+        for (size_t k = c + 1; k < end; k++)
+            if (fs_hent_before(&v[k], &v[c]))
+                c = k;
+        if (!fs_hent_before(&v[c], &e))
             break;
         v[i] = v[c];
         i = c;
     }
-    v[i] = h;
+    v[i] = e;
 }
 
 /* Takes held frame i out of the heap. */
 static fs_held *fs_heap_take(dsim_faults *fs, size_t i)
 {
-    fs_held *h = fs->held[i];
+    fs_held *h = fs->held[i].h;
     fs->held[i] = fs->held[--fs->nheld];
     if (i < fs->nheld) {
         fs_heap_down(fs, i);
@@ -429,7 +470,7 @@ static bool fs_heap_room(dsim_faults *fs)
     if (fs->nheld < fs->capheld)
         return true;
     size_t ncap = fs->capheld ? 2 * fs->capheld : 64;
-    fs_held **v = realloc(fs->held, ncap * sizeof *v);
+    fs_hent *v = realloc(fs->held, ncap * sizeof *v);
     if (!v)
         return false;
     fs->held = v;
@@ -441,15 +482,37 @@ static bool fs_heap_room(dsim_faults *fs)
 static void fs_hold_insert_locked(dsim_faults *fs, fs_held *h)
 {
     h->seq = ++fs->hseq;
-    fs->held[fs->nheld++] = h;
-    fs_heap_up(fs, fs->nheld - 1);
+    fs->held[fs->nheld] = (fs_hent){.due = h->due, .seq = h->seq, .h = h};
+    fs_heap_up(fs, fs->nheld++);
     dsim_waitq_wake(fs->q);
+}
+
+static fs_held *fs_held_alloc(dsim_faults *fs, size_t len)
+{
+    if (len > FS_SMALL)
+        return malloc(sizeof(fs_held) + len);
+    fs_held *h = fs->free_held;
+    if (h) {
+        fs->free_held = h->next_free;
+        return h;
+    }
+    return malloc(sizeof(fs_held) + FS_SMALL);
+}
+
+static void fs_held_free(dsim_faults *fs, fs_held *h)
+{
+    if (h->len > FS_SMALL) {
+        free(h);
+        return;
+    }
+    h->next_free = fs->free_held;
+    fs->free_held = h;
 }
 
 static bool fs_hold_locked(dsim_faults *fs, dsim_ep *ep, const dsim_tp_hdr *hdr,
                            const void *payload, size_t len, int64_t due, int why, fs_link *l)
 {
-    fs_held *h = fs_heap_room(fs) ? malloc(sizeof *h + len) : NULL;
+    fs_held *h = fs_heap_room(fs) ? fs_held_alloc(fs, len) : NULL;
     if (!h) {
         fs->stats.dropped++;
         return false;
@@ -474,8 +537,8 @@ static bool fs_hold_locked(dsim_faults *fs, dsim_ep *ep, const dsim_tp_hdr *hdr,
 /* Moves held frames that `pred` selects to `due` (a heal or a pause's end). */
 static int fs_held_cmp(const void *a, const void *b)
 {
-    const fs_held *x = *(fs_held *const *)a, *y = *(fs_held *const *)b;
-    return fs_held_before(x, y) ? -1 : fs_held_before(y, x) ? 1 : 0;
+    const fs_hent *x = a, *y = b;
+    return fs_hent_before(x, y) ? -1 : fs_hent_before(y, x) ? 1 : 0;
 }
 
 static void fs_release_locked(dsim_faults *fs, int64_t due, int rank, int why)
@@ -483,7 +546,7 @@ static void fs_release_locked(dsim_faults *fs, int64_t due, int rank, int why)
     /* The moved frames keep their order among themselves and follow the
      * frames already due then, as they would in a list sorted by due. */
     size_t n = fs->nheld, m = 0;
-    fs_held **moved = n ? malloc(n * sizeof *moved) : NULL;
+    fs_hent *moved = n ? malloc(n * sizeof *moved) : NULL;
     if (n && !moved) {
         dsim_error_log("faults: out of memory releasing held frames; they stay held until "
                        "their own time");
@@ -491,23 +554,25 @@ static void fs_release_locked(dsim_faults *fs, int64_t due, int rank, int why)
     }
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        fs_held *h = fs->held[i];
+        fs_hent e = fs->held[i];
+        const fs_held *h = e.h;
         bool sel = (why >= 0 && h->why == why) ||
                    (rank >= 0 && (h->hdr.src == rank || h->hdr.dst == rank));
-        if (sel && h->due > due)
-            moved[m++] = h;
+        if (sel && e.due > due)
+            moved[m++] = e;
         else
-            fs->held[k++] = h;
+            fs->held[k++] = e;
     }
     fs->nheld = k;
-    for (size_t i = k / 2; i-- > 0;) /* the rest is a heap again */
+    for (size_t i = (k + 2) / 4; i-- > 0;) /* the rest is a heap again */
         fs_heap_down(fs, i);
     if (m > 1)
         qsort(moved, m, sizeof *moved, fs_held_cmp);
     for (size_t i = 0; i < m; i++) {
-        moved[i]->due = due;
-        moved[i]->link->last_due = due;
-        fs_hold_insert_locked(fs, moved[i]);
+        fs_held *h = moved[i].h;
+        h->due = due;
+        h->link->last_due = due;
+        fs_hold_insert_locked(fs, h);
     }
     free(moved);
 }
@@ -534,8 +599,8 @@ static void fs_worker_main(void *arg)
                 dsim_waitq_lock(fs->q);
             }
         }
-        fs_held *h = fs->nheld ? fs->held[0] : NULL;
-        if (h && h->due <= now) {
+        fs_held *h = fs->nheld ? fs->held[0].h : NULL;
+        if (h && fs->held[0].due <= now) {
             fs_heap_take(fs, 0);
             dsim_waitq_unlock(fs->q);
             /* a held frame arrives when it is handed over */
@@ -543,7 +608,7 @@ static void fs_worker_main(void *arg)
             dsim_tp_deliver_held(h->ep, &h->hdr, h->data, h->len);
             dsim_waitq_lock(fs->q);
             h->link->held--;
-            free(h);
+            fs_held_free(fs, h);
             continue;
         }
         int64_t next = h ? h->due : FS_FOREVER;
@@ -779,8 +844,8 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
     if (fs->any_reorder && l->held == 1 && hold_until == 0) {
         fs_held *r = NULL;
         for (size_t i = 0; i < fs->nheld; i++) {
-            fs_held *h = fs->held[i];
-            if (h->link == l && h->due == FS_FOREVER && h->why >= 0 &&
+            const fs_held *h = fs->held[i].h;
+            if (fs->held[i].due == FS_FOREVER && h->link == l && h->why >= 0 &&
                 fs->list[h->why].what == DSIM_FAULT_REORDER) {
                 r = fs_heap_take(fs, i);
                 break;
@@ -912,15 +977,16 @@ static void fs_detach(void *user, dsim_fabric *f)
     fs->worker = NULL;
     for (size_t i = 0; i < fs->nheld; i++) {
         fs->stats.dropped++;
-        free(fs->held[i]);
+        fs_held_free(fs, fs->held[i].h);
     }
     fs->nheld = 0;
     for (size_t k = 0; k < fs->lcap; k++)
-        if (fs->links[k]) {
-            fs->links[k]->held = 0;
-            fs->links[k]->last_due = 0;
-            fs->links[k]->net_free = 0;
-            fs->links[k]->net_up = false; /* the next fabric connects anew */
+        if (fs->links[k].l) {
+            fs_link *l = fs->links[k].l;
+            l->held = 0;
+            l->last_due = 0;
+            l->net_free = 0;
+            l->net_up = false; /* the next fabric connects anew */
         }
     for (int h = 0; fs->nic_out_free && h < fs->hosts + fs->P; h++)
         fs->nic_out_free[h] = fs->nic_in_free[h] = 0;
@@ -1310,11 +1376,16 @@ void dsim_faults_destroy(dsim_faults *fs)
         free(fs->list[i].phase);
     for (size_t i = 0; fs->st && i < fs->n; i++)
         free(fs->st[i].victim);
-    if (fs->links)
-        for (size_t k = 0; k < fs->lcap; k++)
-            free(fs->links[k]);
+    for (fs_lchunk *c = fs->lchunks, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
     free(fs->links);
     free(fs->held);
+    for (fs_held *h = fs->free_held, *next; h; h = next) {
+        next = h->next_free;
+        free(h);
+    }
     free(fs->list);
     free(fs->st);
     free(fs->dead);
