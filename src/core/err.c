@@ -1,5 +1,6 @@
 /* Error codes and the per-thread error context. */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,9 +18,17 @@ static void *err_tls_addr(void)
     return &err_tls;
 }
 
+/* What a switch carries: the fields and the message up to its end (mostly
+ * empty), not the whole buffer. */
+static size_t err_used(const void *p)
+{
+    const dsim_error *e = p;
+    return offsetof(dsim_error, msg) + strnlen(e->msg, sizeof e->msg - 1) + 1;
+}
+
 __attribute__((constructor)) static void err_register_state(void)
 {
-    dsim_rt_worker_state_add(err_tls_addr, &err_init, sizeof err_tls);
+    dsim_rt_worker_state_add_used(err_tls_addr, &err_init, sizeof err_tls, err_used);
 }
 
 static const char *const err_names[DSIM_ERR_COUNT] = {

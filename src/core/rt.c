@@ -295,11 +295,18 @@ static struct {
     void *(*addr)(void);
     const void *init;
     size_t size, off;
+    size_t (*used)(const void *p);
 } rt_wstate[RT_MAX_WSTATE];
 static int rt_n_wstate;
 static size_t rt_wstate_bytes;
 
 void dsim_rt_worker_state_add(void *(*addr)(void), const void *init, size_t size)
+{
+    dsim_rt_worker_state_add_used(addr, init, size, NULL);
+}
+
+void dsim_rt_worker_state_add_used(void *(*addr)(void), const void *init, size_t size,
+                                   size_t (*used)(const void *p))
 {
     /* Constructors run one at a time before main: no lock. Too much state
      * is a build error in practice, caught by the first test that runs. */
@@ -313,6 +320,7 @@ void dsim_rt_worker_state_add(void *(*addr)(void), const void *init, size_t size
     rt_wstate[rt_n_wstate].init = init;
     rt_wstate[rt_n_wstate].size = size;
     rt_wstate[rt_n_wstate].off = off;
+    rt_wstate[rt_n_wstate].used = used;
     rt_n_wstate++;
     rt_wstate_bytes = off + size;
 }
@@ -333,14 +341,27 @@ void dsim_rt_worker_state_init(void *buf)
     }
 }
 
+/* Bytes of slot i at p that a switch carries. */
+static size_t rt_wstate_used(int i, const void *p)
+{
+    if (!rt_wstate[i].used)
+        return rt_wstate[i].size;
+    size_t n = rt_wstate[i].used(p);
+    return n < rt_wstate[i].size ? n : rt_wstate[i].size;
+}
+
 void dsim_rt_worker_state_save(void *buf)
 {
-    for (int i = 0; i < rt_n_wstate; i++)
-        memcpy((char *)buf + rt_wstate[i].off, rt_wstate[i].addr(), rt_wstate[i].size);
+    for (int i = 0; i < rt_n_wstate; i++) {
+        const void *p = rt_wstate[i].addr();
+        memcpy((char *)buf + rt_wstate[i].off, p, rt_wstate_used(i, p));
+    }
 }
 
 void dsim_rt_worker_state_restore(const void *buf)
 {
-    for (int i = 0; i < rt_n_wstate; i++)
-        memcpy(rt_wstate[i].addr(), (const char *)buf + rt_wstate[i].off, rt_wstate[i].size);
+    for (int i = 0; i < rt_n_wstate; i++) {
+        const char *p = (const char *)buf + rt_wstate[i].off;
+        memcpy(rt_wstate[i].addr(), p, rt_wstate_used(i, p));
+    }
 }

@@ -80,6 +80,11 @@ void dsim_rt_worker_state_restore(const void *buf);
  * calling thread's copy, init its value in a new worker, may be NULL for
  * zeroes). Called from constructors, before any engine runs. */
 void dsim_rt_worker_state_add(void *(*addr)(void), const void *init, size_t size);
+/* The same, for state whose meaningful part is often a short prefix:
+ * used(p) says how many of its size bytes at p a switch must carry (a
+ * message buffer up to its terminator). */
+void dsim_rt_worker_state_add_used(void *(*addr)(void), const void *init, size_t size,
+                                   size_t (*used)(const void *p));
 
 /* Registers an engine; required members are checked. Built-ins register
  * themselves on first use. */
