@@ -169,29 +169,36 @@ typedef struct sim_list {
 } sim_list;
 
 struct sim_fiber {
-    sim_eng *eng;
-    int id;
+    /* What a block, a wake and a switch touch, first: with tens of
+     * thousands of workers each record is out of cache when its worker runs
+     * again, so these share as few cache lines as they can. */
     int state;   /* SIM_* */
     int waiting; /* SIM_W_* while blocked */
-    bool timed_out, detached;
+    int id;
+    bool timed_out, in_heap, has_deadline, detached; /* in_heap: in the run heap */
     int64_t due;
     uint64_t tie, seq;
-    bool in_heap;              /* in the run heap (ready or sleeping) */
-    bool has_deadline;         /* a timed wait's deadline is live in the deadline heap */
-    uint64_t dgen;             /* generation of its deadline entries: older ones are stale */
-    sim_q *q;                  /* the queue waited on (SIM_W_QUEUE, SIM_W_LOCK) */
-    sim_fiber *qprev, *qnext;  /* in that queue's list */
-    sim_fiber *aprev, *anext;  /* in the engine's list of live workers */
-    sim_fiber *joiner;
+    uint64_t dgen;            /* generation of its deadline entries: older ones are stale */
+    sim_q *q;                 /* the queue waited on (SIM_W_QUEUE, SIM_W_LOCK) */
+    uint64_t *canary;         /* at stack_lo; NULL for main */
+    sim_fiber *qprev, *qnext; /* in that queue's list */
+#ifdef SIM_FAST_SWITCH
+    sim_ctx ctx;
+#endif
     int64_t charged;
+    sim_fiber *joiner;
+    sim_fiber *aprev, *anext; /* in the engine's list of live workers */
+    sim_eng *eng;
+    /* the rest: at start and end */
     void (*fn)(void *);
     void *arg;
-    sim_ctx ctx;
     void *map;            /* the mapping (guarded) or NULL (a slab's stack) */
     size_t map_len;
     char *stack_lo;       /* the usable stack: [stack_lo, stack_lo + stack_bytes) */
-    uint64_t *canary;     /* at stack_lo; NULL for main */
     void *asan_fake;
+#ifndef SIM_FAST_SWITCH
+    sim_ctx ctx;
+#endif
     _Alignas(16) unsigned char wstate[]; /* libdsim's per-worker state */
 };
 
@@ -233,6 +240,8 @@ struct sim_eng {
     size_t nslabs, capslabs;
     void *main_bottom;
     size_t main_size;
+    sim_fiber *switch_src; /* who switched last (AddressSanitizer's stack bounds) */
+    sim_fiber *zombie;     /* a detached worker that returned, to free */
 };
 
 static atomic_uint_fast64_t sim_tot_switches, sim_tot_jumps, sim_tot_spawned, sim_tot_live_max;
@@ -525,7 +534,10 @@ static void sim_switch(sim_eng *e, sim_fiber *from, sim_fiber *to)
 #ifdef SIM_ASAN
     void *bottom = to == e->main ? e->main_bottom : to->stack_lo;
     size_t size = to == e->main ? e->main_size : e->stack_bytes;
-    __sanitizer_start_switch_fiber(&from->asan_fake, bottom, size);
+    e->switch_src = from;
+    /* a returned worker's stack is done with: no fake stack to keep */
+    __sanitizer_start_switch_fiber(from->state == SIM_DONE ? NULL : &from->asan_fake, bottom,
+                                   size);
 #endif
     sim_ctx_swap(&from->ctx, &to->ctx);
 #ifdef SIM_ASAN
@@ -616,45 +628,59 @@ static void sim_prefetch_next(sim_eng *e)
         if (!best || sim_before(&e->run.v[k], &e->run.v[best]))
             best = k;
     if (best)
-        sim_prefetch(e->run.v[best].f, offsetof(sim_fiber, wstate));
+        sim_prefetch(e->run.v[best].f, offsetof(sim_fiber, fn));
 }
 
-static void sim_schedule(sim_eng *e)
+/* Frees the detached worker that returned and switched away for good
+ * (never on its own stack: whoever runs next does it). */
+static void sim_reap(sim_eng *e)
 {
-    for (;;) {
-        sim_fiber *f = sim_heap_pop(e);
-        if (!f)
-            sim_die(e, "deadlock: every worker and the driver wait with no deadline, so nothing "
-                       "can ever happen again");
-        sim_prefetch_next(e);
-        if (f->due > e->now) {
-            e->now = f->due;
-            dsim_rt_trace(e->rt, DSIM_TRACE_CLOCK, (uint64_t)e->now, 0, 0);
-            atomic_fetch_add_explicit(&sim_tot_jumps, 1, memory_order_relaxed);
-        }
-        if (f->state == SIM_BLOCKED) {
-            /* its deadline came first */
-            if (f->waiting == SIM_W_QUEUE && f->q)
-                sim_list_del(&f->q->waiters, f);
-            f->timed_out = true;
-            f->waiting = SIM_W_NONE;
-        }
-        f->state = SIM_RUNNING;
-        e->cur = f;
-        dsim_rt_trace(e->rt, DSIM_TRACE_SWITCH, (uint64_t)(int64_t)f->id, 0, 0);
-        atomic_fetch_add_explicit(&sim_tot_switches, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&e->progress, 1, memory_order_relaxed);
-        if (f == e->main)
-            return;
-        atomic_store_explicit(&e->running_id, f->id, memory_order_relaxed);
-        sim_switch(e, e->main, f);
-        sim_check_canary(e, f);
-        atomic_store_explicit(&e->running_id, INT_MIN, memory_order_relaxed);
-        atomic_fetch_add_explicit(&e->progress, 1, memory_order_relaxed);
-        e->cur = e->main;
-        if (f->state == SIM_DONE && f->detached)
-            sim_free_fiber(e, f);
+    sim_fiber *z = e->zombie;
+    if (z) {
+        e->zombie = NULL;
+        sim_free_fiber(e, z);
     }
+}
+
+/* self (e->cur: blocked, or returned) gives the thread to the next
+ * participant due: pops it (the clock moves; a timed wait whose deadline
+ * came first is marked timed out) and switches to it directly, worker to
+ * worker, without passing through the driver. Returns when self is chosen
+ * again (at once if it is the next itself); a returned self never is. */
+static void sim_run_next(sim_eng *e, sim_fiber *self)
+{
+    if (self != e->main)
+        sim_check_canary(e, self);
+    sim_fiber *f = sim_heap_pop(e);
+    if (!f)
+        sim_die(e, "deadlock: every worker and the driver wait with no deadline, so nothing "
+                   "can ever happen again");
+    sim_prefetch_next(e);
+    if (f->due > e->now) {
+        e->now = f->due;
+        dsim_rt_trace(e->rt, DSIM_TRACE_CLOCK, (uint64_t)e->now, 0, 0);
+        atomic_fetch_add_explicit(&sim_tot_jumps, 1, memory_order_relaxed);
+    }
+    if (f->state == SIM_BLOCKED) {
+        /* its deadline came first */
+        if (f->waiting == SIM_W_QUEUE && f->q)
+            sim_list_del(&f->q->waiters, f);
+        f->timed_out = true;
+        f->waiting = SIM_W_NONE;
+    }
+    f->state = SIM_RUNNING;
+    e->cur = f;
+    dsim_rt_trace(e->rt, DSIM_TRACE_SWITCH, (uint64_t)(int64_t)f->id, 0, 0);
+    atomic_fetch_add_explicit(&sim_tot_switches, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&e->progress, 1, memory_order_relaxed);
+    if (f == self)
+        return;
+    atomic_store_explicit(&e->running_id, f == e->main ? INT_MIN : f->id,
+                          memory_order_relaxed);
+    if (self->state == SIM_DONE && self->detached)
+        e->zombie = self;
+    sim_switch(e, self, f);
+    sim_reap(e);
 }
 
 /* The caller has recorded why it waits (and pushed its deadline, if any):
@@ -663,10 +689,7 @@ static void sim_block(sim_eng *e)
 {
     sim_fiber *self = e->cur;
     self->state = SIM_BLOCKED;
-    if (self == e->main)
-        sim_schedule(e);
-    else
-        sim_switch(e, self, e->main);
+    sim_run_next(e, self);
 }
 
 static void sim_entry(sim_fiber *f)
@@ -676,21 +699,19 @@ static void sim_entry(sim_fiber *f)
     const void *bottom;
     size_t size;
     __sanitizer_finish_switch_fiber(NULL, &bottom, &size);
-    e->main_bottom = (void *)bottom;
-    e->main_size = size;
+    if (e->switch_src == e->main) { /* the driver's stack, for switches back to it */
+        e->main_bottom = (void *)bottom;
+        e->main_size = size;
+    }
 #endif
+    sim_reap(e);
     f->fn(f->arg);
     f->state = SIM_DONE;
     e->live--;
     if (f->joiner)
         sim_ready(e, f->joiner);
-    /* Never resumed: the scheduler frees it (detached) or join does. */
-    dsim_rt_worker_state_save(f->wstate);
-    dsim_rt_worker_state_restore(e->main->wstate);
-#ifdef SIM_ASAN
-    __sanitizer_start_switch_fiber(NULL, e->main_bottom, e->main_size);
-#endif
-    sim_ctx_swap(&f->ctx, &e->main->ctx);
+    /* Never resumed: join frees it, or (detached) whoever runs next. */
+    sim_run_next(e, f);
     sim_die(e, "a returned worker was resumed");
 }
 
@@ -914,6 +935,7 @@ static void sim_fini(dsim_rt *rt)
     sim_monitor_stop(e);
     /* Workers still here were given up on (detached while blocked): they
      * never run again. */
+    sim_reap(e);
     for (size_t i = 0; i < e->run.n; i++)
         e->run.v[i].f->in_heap = false;
     e->run.n = 0;
