@@ -4,28 +4,27 @@
  * each of the first SIM_GUARDED_MAX stacks, and past those (two mappings per
  * guarded stack would exhaust Linux's vm.max_map_count near 32,000 workers)
  * stacks carved from slabs of SIM_SLAB_STACKS with no guard. Every stack has
- * a canary at its low end, checked at each switch back to the scheduler, so
- * an overflow of an unguarded stack ends the run with the worker's name
+ * a canary at its low end, checked whenever its worker gives up the thread,
+ * so an overflow of an unguarded stack ends the run with the worker's name
  * instead of corrupting a neighbour unseen. On x86-64 the switch is a few
  * instructions of our own (callee-saved registers, the stack pointer, MXCSR
  * and the x87 control word); elsewhere it is ucontext's swapcontext, which
- * also saves the signal mask with a system call per switch. The thread that created the engine ("main": the
- * driver) is a participant too: it has no stack of its own to switch to, so
- * the scheduler runs on it, whenever main blocks.
+ * also saves the signal mask with a system call per switch. The thread that
+ * created the engine ("main": the driver) is a participant too.
  *
- *          main blocks (wait, join, sleep, lock)
+ *     a participant blocks (wait, join, sleep, lock) or returns
  *               |
  *               v
- *     +--> pop the earliest event: (due, tie, seq)  -- the heap
- *     |         |  due > now: the clock jumps to due     (trace: CLOCK)
- *     |         |  a timed wait whose deadline came: it timed out
- *     |         v
- *     |    it is main? -- yes --> main's call returns
- *     |         | no
- *     |         v
- *     |    swapcontext to the worker             (trace: SWITCH)
- *     |         |  ... it runs until it blocks, sleeps, charges or returns
- *     +---------+
+ *     pop the earliest event: (due, tie, seq)  -- the heaps
+ *               |  due > now: the clock jumps to due     (trace: CLOCK)
+ *               |  a timed wait whose deadline came: it timed out
+ *               v
+ *     it is the one blocking? -- yes --> its call returns
+ *               | no
+ *               v
+ *     switch straight to it                    (trace: SWITCH)
+ *        ... it runs until it blocks, sleeps, charges or returns, and
+ *        then does the same
  *
  * Time is virtual: it moves only when every participant waits, and then
  * straight to the next deadline. charge(ns) is a sleep of ns. Workers due
@@ -85,7 +84,15 @@
 #define SIM_SLAB_STACKS 64
 #define SIM_CANARY      0x53494d2d53544b21ULL /* "SIM-STK!" */
 
-#if defined(__x86_64__) && !defined(DSIM_SIM_UCONTEXT)
+#if defined(__SANITIZE_THREAD__)
+#define SIM_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SIM_TSAN 1
+#endif
+#endif
+/* (ThreadSanitizer follows swapcontext, not a switch it cannot see) */
+#if defined(__x86_64__) && !defined(DSIM_SIM_UCONTEXT) && !defined(SIM_TSAN)
 #define SIM_FAST_SWITCH 1
 /* Saves the callee-saved registers, MXCSR and the x87 control word on the
  * current stack, stores the stack pointer in *from_sp and resumes to_sp. */

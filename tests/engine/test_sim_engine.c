@@ -461,7 +461,18 @@ static void test_misuse_aborts(void **state)
     (void)state;
     expect_abort(0, "called from an OS thread other than");
     expect_abort(1, "deadlock");
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+#ifndef TEST_ASAN
+    /* (under AddressSanitizer, whose frames and checks are its own, an
+     * overflow is its to report) */
     expect_abort(2, "worker 1 overflowed its 16 KiB stack");
+#endif
 }
 
 int main(void)

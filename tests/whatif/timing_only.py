@@ -86,6 +86,24 @@ with tempfile.TemporaryDirectory() as tmp:
     check(maxrss_kib < 64 * 1024,
           f"no run holds the 102 MB of gradients: largest child {maxrss_kib / 1024:.1f} MiB")
 
+    # 4,096 workers: dsim run executes itself again with huge pages for
+    # malloc (sim jobs of 4,096 replicas or more); the run is stored and
+    # reported once, and its trace is the one of a run without
+    s4096 = f"{scenarios}/whatif/allreduce_4096_timing.yaml"
+    hashes = []
+    for hp in ("1", "0"):
+        db = os.path.join(tmp, f"w4096_{hp}.db")
+        env = dict(os.environ, DSIM_HUGEPAGES=hp)
+        p = subprocess.run([dsim, "run", s4096, "--db", db], capture_output=True, text=True,
+                           timeout=120, env=env)
+        check(p.returncode == 0, f"4096 workers (DSIM_HUGEPAGES={hp}): exits 0 ({p.stderr[-300:]})")
+        check(p.stdout.count("run 1 stored") == 1 and p.stdout.count("what-if: step") == 1,
+              f"4096 workers (DSIM_HUGEPAGES={hp}): reported once:\n{p.stdout[-600:]}")
+        m = re.search(r"trace ([0-9a-f]{16}) \((\d+) events\)", p.stdout)
+        check(m is not None, f"4096 workers: a trace hash line")
+        hashes.append(m.group(1) if m else None)
+    check(hashes[0] == hashes[1] and hashes[0], f"4096 workers: the same trace either way {hashes}")
+
     # bad input: the place and the fix
     base = open(f"{scenarios}/whatif/resnet50_4x4_v100_ib100.yaml").read()
     cases = [

@@ -97,7 +97,9 @@ const char *dsim_strategy_summary(const char *name);
  * does, adds some 300-400 bytes and 2.5 us per pair: 4096 workers take
  * about 5 GiB and a minute more, 8192 some 20 GiB (figures:
  * reports/bench-sim-scale.txt). dsim run refuses a job whose check would
- * not fit in the machine's memory, naming the fix. */
+ * not fit in the machine's memory, naming the fix, and a job whose
+ * replicas would not (about 0.5 MiB each with payloads, 48 KiB timing only:
+ * 65,536 timing-only replicas take about 1.8 GB). */
 #define DSIM_TRAIN_MAX_REPLICAS 65536
 #define DSIM_TRAIN_MAX_THREAD_REPLICAS 1024
 /* Parameter servers in one run. */
