@@ -629,13 +629,19 @@ static void sim_prefetch_next(sim_eng *e)
 #endif
     if (n->canary)
         __builtin_prefetch(n->canary, 0, 1); /* checked when it switches back */
-    sim_prefetch(n->wstate, 128);
+    sim_prefetch(n->wstate, 64);
+    dsim_rt_worker_prefetch(n->wstate); /* what it named before it waited */
     size_t best = 0;
     for (size_t k = 1; k <= SIM_HEAP_ARITY && k < e->run.n; k++)
         if (!best || sim_before(&e->run.v[k], &e->run.v[best]))
             best = k;
-    if (best)
-        sim_prefetch(e->run.v[best].f, offsetof(sim_fiber, fn));
+    if (best) {
+        const sim_fiber *b = e->run.v[best].f;
+        sim_prefetch(b, offsetof(sim_fiber, fn));
+        size_t ho = dsim_rt_worker_hints_offset();
+        if (ho != (size_t)-1)
+            sim_prefetch(b->wstate + ho, DSIM_RT_HINTS * sizeof(void *));
+    }
 }
 
 /* Frees the detached worker that returned and switched away for good

@@ -71,6 +71,7 @@
 #include <string.h>
 
 #include "coll_int.h"
+#include "dsim/spi/rt.h"
 
 /* A fingerprint is exactly what a frame's sideband carries. */
 _Static_assert(sizeof(dsim_coll_fp) == DSIM_TP_SIDE_LEN, "a fingerprint fills the sideband");
@@ -967,6 +968,9 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
         int probed = 0, has = 0;
         dsim_coll_fp side;
         step_fr_wait(c, f->peer);
+        dsim_rt_hint(DSIM_RT_HINT_COMM, c); /* what this worker touches when it wakes */
+        dsim_rt_hint(DSIM_RT_HINT_PEER, q);
+        dsim_rt_hint(DSIM_RT_HINT_PEER_MAP, c->peer_map);
         if (f->kind != DSIM_XF_SEND && !c->fp_off && q->fp_seen != mark) {
             e = step_wait_probing(x, f, idx[j], &reqs[j], &len, &probed, &side, &has);
         } else {

@@ -289,6 +289,11 @@ int dsim_rt_deterministic(const dsim_rt *rt)
 
 /* ---- libdsim's per-worker state ---- */
 
+/* Prefetch hints (spi/rt.h): initial-exec, so that setting one is a store,
+ * not a call to find the thread's block (libdsim is linked, not opened). */
+static _Thread_local __attribute__((tls_model("initial-exec"))) const void *rt_hints[DSIM_RT_HINTS];
+static size_t rt_hints_off = (size_t)-1;
+
 #define RT_MAX_WSTATE 8
 
 static struct {
@@ -303,6 +308,42 @@ static size_t rt_wstate_bytes;
 void dsim_rt_worker_state_add(void *(*addr)(void), const void *init, size_t size)
 {
     dsim_rt_worker_state_add_used(addr, init, size, NULL);
+}
+
+static void *rt_hints_addr(void)
+{
+    return (void *)rt_hints;
+}
+
+__attribute__((constructor)) static void rt_hints_register(void)
+{
+    size_t off = (rt_wstate_bytes + 15) & ~(size_t)15;
+    dsim_rt_worker_state_add(rt_hints_addr, NULL, sizeof rt_hints);
+    if (rt_n_wstate > 0 && rt_wstate[rt_n_wstate - 1].addr == rt_hints_addr)
+        rt_hints_off = off;
+}
+
+void dsim_rt_hint(int slot, const void *p)
+{
+    if (slot >= 0 && slot < DSIM_RT_HINTS)
+        rt_hints[slot] = p;
+}
+
+size_t dsim_rt_worker_hints_offset(void)
+{
+    return rt_hints_off;
+}
+
+void dsim_rt_worker_prefetch(const void *buf)
+{
+    if (rt_hints_off == (size_t)-1 || !buf)
+        return;
+    const void *const *h = (const void *const *)(const void *)((const char *)buf + rt_hints_off);
+    for (int i = 0; i < DSIM_RT_HINTS; i++)
+        if (h[i]) {
+            __builtin_prefetch(h[i], 0, 1);
+            __builtin_prefetch((const char *)h[i] + 64, 0, 1);
+        }
 }
 
 void dsim_rt_worker_state_add_used(void *(*addr)(void), const void *init, size_t size,

@@ -13,6 +13,7 @@
 
 #include "core/fiu_int.h"
 #include "dsim/log.h"
+#include "dsim/spi/rt.h"
 #include "tp_int.h"
 
 #define TP_MAX_BACKENDS 16
@@ -626,6 +627,9 @@ enum { TP_WAIT_DONE, TP_WAIT_TIMEDOUT, TP_WAIT_ABORTED };
 static int tp_wait_locked(dsim_req *req, int64_t deadline, int64_t *started)
 {
     dsim_ep *ep = req->ep;
+    dsim_rt_hint(DSIM_RT_HINT_REQ, req); /* what this worker touches when it wakes */
+    dsim_rt_hint(DSIM_RT_HINT_EP, ep);
+    dsim_rt_hint(DSIM_RT_HINT_EP_LOCK, ep->lock);
     while (!atomic_load_explicit(&req->done, memory_order_acquire)) {
         if (tp_aborted(ep->f))
             return TP_WAIT_ABORTED;

@@ -86,6 +86,23 @@ void dsim_rt_worker_state_add(void *(*addr)(void), const void *init, size_t size
 void dsim_rt_worker_state_add_used(void *(*addr)(void), const void *init, size_t size,
                                    size_t (*used)(const void *p));
 
+/* Prefetch hints: what a worker touches first when it runs again (the
+ * request and endpoint it waits on, its communicator). libdsim's modules
+ * name them before a worker waits (dsim_rt_hint, slot < DSIM_RT_HINTS, NULL
+ * to clear); they travel in the worker state. An engine that runs many
+ * workers on one thread may call dsim_rt_worker_prefetch on the saved state
+ * of the worker it will run next, so that those lines are on their way while
+ * another runs. Only a hint: a stale pointer costs a wasted prefetch, never
+ * a fault. */
+#define DSIM_RT_HINTS 6
+enum { DSIM_RT_HINT_REQ, DSIM_RT_HINT_EP, DSIM_RT_HINT_EP_LOCK, DSIM_RT_HINT_COMM,
+       DSIM_RT_HINT_PEER, DSIM_RT_HINT_PEER_MAP };
+void dsim_rt_hint(int slot, const void *p);
+void dsim_rt_worker_prefetch(const void *buf);
+/* The byte offset and length of the hints in a worker state buffer (for an
+ * engine that prefetches the buffer itself one turn earlier). */
+size_t dsim_rt_worker_hints_offset(void);
+
 /* Registers an engine; required members are checked. Built-ins register
  * themselves on first use. */
 dsim_err dsim_rt_register(const struct dsim_rt_ops *ops);
