@@ -815,8 +815,7 @@ int cmd_run(int argc, char **argv)
     for (int i = 0; rc == 0 && i < n_items; i++) {
         /* tens of thousands of workers under sim: huge pages (cmds.h) */
         const dsim_scenario *s = items[i].s;
-        const char *eng = s->train.engine ? s->train.engine : s->engine ? s->engine : "threads";
-        if (strcmp(eng, "sim") == 0 &&
+        if (strcmp(dsim_scenario_engine(s), "sim") == 0 &&
             (int64_t)s->train.hosts * s->train.devices_per_host >= RUN_HUGEPAGES_REPLICAS) {
             dsim_cli_reexec_hugepages(argv - 1);
             break;

@@ -360,9 +360,7 @@ void dsim_ci_run(dsim_ci_report *r, const char *file, const dsim_scenario *s,
     ci_property(f, "file", file);
     if (s) {
         ci_property(f, "strategy", s->train.strategy);
-        ci_property(f, "engine", s->train.engine ? s->train.engine
-                                 : s->engine      ? s->engine
-                                                  : "threads");
+        ci_property(f, "engine", dsim_scenario_engine(s));
         snprintf(num, sizeof num, "%" PRIu64, s->seed);
         ci_property(f, "seed", num);
     }

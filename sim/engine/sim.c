@@ -354,8 +354,6 @@ static void sim_heap_down(sim_heap *h, size_t i)
     h->v[i] = x;
 }
 
-static void sim_heap_add(sim_eng *e, sim_heap *h, sim_hent x);
-
 static sim_hent sim_heap_take(sim_heap *h, size_t i)
 {
     sim_hent x = h->v[i];

@@ -2283,11 +2283,16 @@ dsim_err dsim_scenario_load(const char *path, dsim_scenario **out)
     return e;
 }
 
+const char *dsim_scenario_engine(const dsim_scenario *s)
+{
+    return s->train.engine ? s->train.engine : s->engine ? s->engine : "threads";
+}
+
 dsim_err dsim_scenario_runnable(const dsim_scenario *s)
 {
     if (!s)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_scenario_runnable: the scenario is NULL");
-    const char *eng = s->train.engine ? s->train.engine : s->engine ? s->engine : "threads";
+    const char *eng = dsim_scenario_engine(s);
     int64_t replicas = (int64_t)s->train.hosts * s->train.devices_per_host;
     if (strcmp(eng, "sim") != 0 && replicas > DSIM_TRAIN_MAX_THREAD_REPLICAS)
         return DSIM_ERR(DSIM_ENOTSUP, -1,

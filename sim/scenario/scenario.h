@@ -116,6 +116,10 @@ dsim_err dsim_scenario_combination(const dsim_scenario *s, size_t k, dsim_scenar
  * DSIM_ENOENT when the directory of checkpoint.path (relative to the working
  * directory) does not exist, with where the path is given. */
 dsim_err dsim_scenario_runnable(const dsim_scenario *s);
+
+/* The engine s runs on: strategy.engine, else the top-level engine, else
+ * "threads". */
+const char *dsim_scenario_engine(const dsim_scenario *s);
 void dsim_scenario_free(dsim_scenario *s);
 
 /* What the scenario's timeout and health check promise about one fault. */

@@ -719,30 +719,30 @@ dsim_err dsim_wait(dsim_req *req, int64_t deadline, size_t *len)
     return tp_req_settle_locked(req, how, started, len);
 }
 
-dsim_err dsim_wait_side(dsim_req *req, int64_t deadline, size_t *len, void *side, int *has_side)
+/* dsim_wait_side and dsim_wait_flags; `who` names the call in its error. */
+static dsim_err tp_wait_side(const char *who, dsim_req *req, int64_t deadline, unsigned flags,
+                             size_t *len, void *side, int *has_side)
 {
     if (has_side)
         *has_side = 0;
     if (!req)
-        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_wait_side: req is NULL");
-    int64_t started = -1;
-    dsim_waitq_lock(req->ep->lock);
-    int how = tp_wait_locked(req, deadline, &started);
-    return tp_req_settle_side_locked(req, how, started, len, side, has_side, 0);
-}
-
-dsim_err dsim_wait_flags(dsim_req *req, int64_t deadline, unsigned flags, size_t *len, void *side,
-                         int *has_side)
-{
-    if (has_side)
-        *has_side = 0;
-    if (!req)
-        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_wait_flags: req is NULL");
+        return DSIM_ERR(DSIM_EINVAL, -1, "%s: req is NULL", who);
     int64_t started = -1;
     dsim_waitq_lock(req->ep->lock);
     int how = tp_wait_locked(req, deadline, &started);
     return tp_req_settle_side_locked(req, how, started, len, side, has_side,
                                      (flags & DSIM_WAIT_QUIET) != 0);
+}
+
+dsim_err dsim_wait_side(dsim_req *req, int64_t deadline, size_t *len, void *side, int *has_side)
+{
+    return tp_wait_side("dsim_wait_side", req, deadline, 0, len, side, has_side);
+}
+
+dsim_err dsim_wait_flags(dsim_req *req, int64_t deadline, unsigned flags, size_t *len, void *side,
+                         int *has_side)
+{
+    return tp_wait_side("dsim_wait_flags", req, deadline, flags, len, side, has_side);
 }
 
 dsim_err dsim_poll(dsim_req *req, size_t *len)
