@@ -30,8 +30,8 @@ static void test_custom_strategy(void **state)
 {
     (void)state;
     dsim_harness_result r;
-    assert_int_equal(
-        dsim_harness_run_text("custom.yaml", scenario, strlen(scenario), NULL, &r), DSIM_OK);
+    assert_int_equal(dsim_harness_run_text("custom.yaml", scenario, strlen(scenario), NULL, &r),
+                     DSIM_OK);
     assert_int_equal(r.n_failed, 0); /* every check met its expectation */
     dsim_harness_result_free(&r);
 }

@@ -41,8 +41,8 @@ typedef struct dsim_check_faults {
      * none failed; broken_err its error. */
     const dsim_train_result *broken;
     dsim_err broken_err;
-    int lost_rank;   /* the first rank lost (killed, paused for good), or -1 */
-    int64_t t_loss;  /* when, on broken's runtime clock; -1 if no rank was lost */
+    int lost_rank;    /* the first rank lost (killed, paused for good), or -1 */
+    int64_t t_loss;   /* when, on broken's runtime clock; -1 if no rank was lost */
     int64_t bound_ns; /* what the settings guarantee (timeout + health check); <= 0 unknown */
     int restarts;     /* recovery restarts made */
     bool recovery;    /* the scenario asked for recovery: restart */

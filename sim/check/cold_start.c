@@ -143,7 +143,8 @@ static dsim_err cs_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     if (t.conn_total > 0) {
         bool over = !DSIM_CHECK_UNSET(clim) && t.conn_max > clim;
         ok &= !over;
-        dsim_check_msg_append(msg, cap, "; %d connection(s) set up%s, the slowest %.3g s (replica %d to "
+        dsim_check_msg_append(msg, cap,
+                              "; %d connection(s) set up%s, the slowest %.3g s (replica %d to "
                               "peer %d)%s",
                               t.conn_total, t.conn_modelled ? " (modelled)" : "", t.conn_max,
                               t.conn_replica, t.conn_peer, over ? " OVER its bound" : "");
@@ -183,12 +184,14 @@ const dsim_check_ops dsim_check_cold_start = {
              86400, NAN, false},
             {"max_first_step_s", "seconds until the first step is done on every replica", 0, 86400,
              NAN, false},
-            {"total_base_s", "with total_per_worker_s: the first step done within base + "
-                             "per_worker x workers seconds",
+            {"total_base_s",
+             "with total_per_worker_s: the first step done within base + "
+             "per_worker x workers seconds",
              0, 86400, NAN, false},
             {"total_per_worker_s", "the growth per worker of that bound", 0, 86400, NAN, false},
-            {"max_connect_s", "seconds a replica's slowest connection to a peer may take to set "
-                              "up",
+            {"max_connect_s",
+             "seconds a replica's slowest connection to a peer may take to set "
+             "up",
              0, 86400, NAN, false},
         },
     .run = cs_run,

@@ -77,16 +77,14 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                                "rank %d was lost and the job went on without it, as "
                                "parameter-server training does: %s %d re-ran the %" PRIu64
                                " step(s) it had left (closures re-run, at least once)",
-                               fx->lost_rank, takers > 1 ? "replicas from" : "replica", by,
-                               reruns);
+                               fx->lost_rank, takers > 1 ? "replicas from" : "replica", by, reruns);
             else
                 dsim_check_msg(msg, cap,
                                "rank %d was lost and the job finished without it, as "
                                "parameter-server training does; the steps it had left were not "
                                "run by anyone (the strategy re-runs no lost work)",
                                fx->lost_rank);
-        }
-        else if (fx->lost_rank >= 0)
+        } else if (fx->lost_rank >= 0)
             dsim_check_msg(msg, cap,
                            "rank %d was lost, but after its last collective: every other replica "
                            "finished normally",
@@ -154,8 +152,7 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         dsim_check_msg(msg, cap,
                        "replica %d took %.3f s to fail after rank %d was lost; the bound is %.3f "
                        "s (%s): lower strategy.timeout or the health check's interval",
-                       ok_too_late, worst,
-                       fx->lost_rank, bound_s,
+                       ok_too_late, worst, fx->lost_rank, bound_s,
                        fx->bound_ns > 0 && (double)fx->bound_ns / 1e9 <= v[NL_MAX_DETECT]
                            ? "from the timeout and health-check settings"
                            : "node_loss.max_detect_s");
@@ -190,9 +187,8 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     if (v[NL_REQUIRE_RECOVERY] >= 1 && fx->recovery) {
         const dsim_train_result *fin = ctx->run;
         if (ctx->run_err != DSIM_OK) {
-            dsim_check_msg(msg, cap,
-                           "recovery did not finish the job after %d restart(s): %s", fx->restarts,
-                           fin && fin->error.msg[0] ? fin->error.msg : "no message");
+            dsim_check_msg(msg, cap, "recovery did not finish the job after %d restart(s): %s",
+                           fx->restarts, fin && fin->error.msg[0] ? fin->error.msg : "no message");
             return DSIM_OK;
         }
         if (!fx->clean) {
@@ -229,7 +225,8 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "bound %.3f s), none applied a partial update%s%s",
                        fx->lost_rank, worst, worst_r, bound_s, ck_note, rec_note);
     else
-        dsim_check_msg(msg, cap, "the faults broke the job and every survivor failed cleanly: %s%s%s",
+        dsim_check_msg(msg, cap,
+                       "the faults broke the job and every survivor failed cleanly: %s%s%s",
                        b->error.msg, ck_note, rec_note);
     return DSIM_OK;
 }

@@ -61,8 +61,7 @@ static double pf_step_median(const dsim_train_result *r, int64_t *buf)
     return pf_median(buf, n);
 }
 
-dsim_err dsim_perf_measure(const dsim_train_result *r, const dsim_train_result *ref,
-                           dsim_perf *out)
+dsim_err dsim_perf_measure(const dsim_train_result *r, const dsim_train_result *ref, dsim_perf *out)
 {
     memset(out, 0, sizeof *out);
     out->allreduce_share = NAN;
@@ -160,8 +159,9 @@ static dsim_err pf_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     dsim_perf p;
     DSIM_CHECK(dsim_perf_measure(ctx->run, ctx->reference, &p));
     if (isnan(p.allreduce_share)) {
-        dsim_check_msg(msg, cap, "the run reported no step times, so its performance cannot be "
-                                 "judged");
+        dsim_check_msg(msg, cap,
+                       "the run reported no step times, so its performance cannot be "
+                       "judged");
         return DSIM_OK;
     }
     int N = ctx->run->num_replicas;
@@ -181,11 +181,10 @@ static dsim_err pf_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         dsim_check_msg(msg, cap,
                        "replica %d is a straggler: its compute takes %.2fx the other replicas' "
                        "median (max_straggler_factor %.2g; %.3g ms against %.3g ms per step)%s",
-                       p.straggler, p.straggler_factor, v[PF_MAX_STRAGGLER],
-                       1e3 * p.straggler_s, 1e3 * p.straggler_s / p.straggler_factor,
-                       ctx->run->num_replicas_in_sync > 1
-                           ? "; every synchronous step waits for it"
-                           : "");
+                       p.straggler, p.straggler_factor, v[PF_MAX_STRAGGLER], 1e3 * p.straggler_s,
+                       1e3 * p.straggler_s / p.straggler_factor,
+                       ctx->run->num_replicas_in_sync > 1 ? "; every synchronous step waits for it"
+                                                          : "");
         out->measured = p.straggler_factor;
         out->expected = v[PF_MAX_STRAGGLER];
         return DSIM_OK;

@@ -9,12 +9,9 @@
 #include "check/check_int.h"
 
 static const dsim_check_ops *const check_table[] = {
-    &dsim_check_gradient_consistency,
-    &dsim_check_shard_coverage,
-    &dsim_check_convergence,
-    &dsim_check_node_loss,
-    &dsim_check_checkpoint_roundtrip,
-    &dsim_check_cold_start,
+    &dsim_check_gradient_consistency, &dsim_check_shard_coverage,
+    &dsim_check_convergence,          &dsim_check_node_loss,
+    &dsim_check_checkpoint_roundtrip, &dsim_check_cold_start,
     &dsim_check_performance,
 };
 #define CHECK_N (sizeof check_table / sizeof check_table[0])

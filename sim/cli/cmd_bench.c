@@ -446,8 +446,7 @@ static int bench_model(const bench_opts *o, const char *engine, const bench_row 
         printf("# model: calibrated with float32 sums; this table is %s\n",
                dsim_dtype_name(o->dtype));
     for (int i = 0; i < nrows; i++)
-        cr[i] = (dsim_calib_row){.algo = used[i],
-                                 .bytes = rows[i].sz.count * sizeof(float)};
+        cr[i] = (dsim_calib_row){.algo = used[i], .bytes = rows[i].sz.count * sizeof(float)};
     if (dsim_calib_predict(&cal, cr, nrows) != DSIM_OK) {
         fprintf(stderr, "%s: --model: could not calibrate the %s engine: %s\n", BENCH_PROG, engine,
                 dsim_errmsg());
@@ -524,8 +523,8 @@ int cmd_bench(int argc, char **argv)
         /* separate processes share no memory: they are joined by tcp */
         o.transport = "tcp";
     }
-    if (o.model && (o.coll != BENCH_ALLREDUCE || (strcmp(o.engine, "threads") == 0 &&
-                                                  strcmp(o.transport, "inproc") != 0))) {
+    if (o.model && (o.coll != BENCH_ALLREDUCE ||
+                    (strcmp(o.engine, "threads") == 0 && strcmp(o.transport, "inproc") != 0))) {
         fprintf(stderr,
                 "%s: --model 1 models allreduce on the threads engine over inproc and on the "
                 "processes engine; drop it for %s over %s on %s\n",

@@ -13,43 +13,42 @@
 #include "model/calibrate.h"
 
 #define CAL_PROG "dsim calibrate"
-#define CAL_MAX 64
+#define CAL_MAX  64
 
 void cmd_calibrate_help(FILE *out)
 {
-    fprintf(out,
-            "usage: dsim calibrate [--engine threads|processes] [--ranks P] [--algo LIST]\n"
-            "                      [--sizes LIST] [--json]\n"
-            "\n"
-            "Calibrates the alpha-beta cost model to this machine, now, for one engine\n"
-            "(threads: ranks as threads over inproc; processes: ranks as forked processes\n"
-            "over tcp on 127.0.0.1), then predicts an all-reduce of each size with each\n"
-            "algorithm over P ranks:\n"
-            "  ping-pong     two ranks, 64 B to 4 MiB, fitted by least squares on relative\n"
-            "                error to alpha (per message) and beta (per byte)\n"
-            "  exchange      every one of the P ranks receives from its left and sends to\n"
-            "                its right at once (plain and combining receives), at the\n"
-            "                size of the messages the algorithm sends: what P ranks on\n"
-            "                this machine's cores, its caches and wake-ups make of a\n"
-            "                step; the model's link and reduction rates are fitted to it\n"
-            "  copy          memcpy rate per core with every core busy, for the local\n"
-            "                copies an algorithm makes (sendbuf into recvbuf)\n"
-            "The prediction evaluates the algorithm's schedule (costmodel.h) with them.\n"
-            "Columns: model_us (predicted), msg (bytes calibrated at), xchg_us and\n"
-            "xchg_red_us (one exchange, plain and combining), copy_GB/s.\n"
-            "\n"
-            "  --engine E     threads (default) or processes\n"
-            "  --ranks P      ranks of the predicted all-reduces (default 4)\n"
-            "  --algo LIST    comma-separated: ring, rhd, tree, reduce_to_one, auto\n"
-            "                 (default ring,rhd,tree,reduce_to_one)\n"
-            "  --sizes LIST   comma-separated bytes, K M G suffixes powers of 1024\n"
-            "                 (default 4K,16K,64K,256K,1M,4M,16M)\n"
-            "  --json         one JSON object instead of the text\n"
-            "\n"
-            "`dsim bench allreduce --model 1 [--engine processes]` calibrates the same way\n"
-            "and puts the prediction beside the measured time.\n"
-            "\n"
-            "Exit status: 0, 1 when a measurement failed, 2 on bad input.\n");
+    fprintf(out, "usage: dsim calibrate [--engine threads|processes] [--ranks P] [--algo LIST]\n"
+                 "                      [--sizes LIST] [--json]\n"
+                 "\n"
+                 "Calibrates the alpha-beta cost model to this machine, now, for one engine\n"
+                 "(threads: ranks as threads over inproc; processes: ranks as forked processes\n"
+                 "over tcp on 127.0.0.1), then predicts an all-reduce of each size with each\n"
+                 "algorithm over P ranks:\n"
+                 "  ping-pong     two ranks, 64 B to 4 MiB, fitted by least squares on relative\n"
+                 "                error to alpha (per message) and beta (per byte)\n"
+                 "  exchange      every one of the P ranks receives from its left and sends to\n"
+                 "                its right at once (plain and combining receives), at the\n"
+                 "                size of the messages the algorithm sends: what P ranks on\n"
+                 "                this machine's cores, its caches and wake-ups make of a\n"
+                 "                step; the model's link and reduction rates are fitted to it\n"
+                 "  copy          memcpy rate per core with every core busy, for the local\n"
+                 "                copies an algorithm makes (sendbuf into recvbuf)\n"
+                 "The prediction evaluates the algorithm's schedule (costmodel.h) with them.\n"
+                 "Columns: model_us (predicted), msg (bytes calibrated at), xchg_us and\n"
+                 "xchg_red_us (one exchange, plain and combining), copy_GB/s.\n"
+                 "\n"
+                 "  --engine E     threads (default) or processes\n"
+                 "  --ranks P      ranks of the predicted all-reduces (default 4)\n"
+                 "  --algo LIST    comma-separated: ring, rhd, tree, reduce_to_one, auto\n"
+                 "                 (default ring,rhd,tree,reduce_to_one)\n"
+                 "  --sizes LIST   comma-separated bytes, K M G suffixes powers of 1024\n"
+                 "                 (default 4K,16K,64K,256K,1M,4M,16M)\n"
+                 "  --json         one JSON object instead of the text\n"
+                 "\n"
+                 "`dsim bench allreduce --model 1 [--engine processes]` calibrates the same way\n"
+                 "and puts the prediction beside the measured time.\n"
+                 "\n"
+                 "Exit status: 0, 1 when a measurement failed, 2 on bad input.\n");
 }
 
 static int cal_flag(int argc, char **argv, int *i, const char *name, const char **val)
@@ -158,10 +157,10 @@ int cmd_calibrate(int argc, char **argv)
     int nr = 0;
     for (int s = 0; s < ns; s++)
         for (int a = 0; a < na; a++)
-            rows[nr++] = (dsim_calib_row){
-                .algo = algo[a] == DSIM_ALGO_AUTO ? dsim_allreduce_decide(sz[s], (int)ranks)
-                                                  : algo[a],
-                .bytes = sz[s]};
+            rows[nr++] = (dsim_calib_row){.algo = algo[a] == DSIM_ALGO_AUTO
+                                                      ? dsim_allreduce_decide(sz[s], (int)ranks)
+                                                      : algo[a],
+                                          .bytes = sz[s]};
     if (dsim_calib_predict(&cal, rows, nr) != DSIM_OK) {
         fprintf(stderr, "%s: calibrating the %s engine failed: %s\n", CAL_PROG, engine,
                 dsim_errmsg());
@@ -188,8 +187,8 @@ int cmd_calibrate(int argc, char **argv)
            cal.alpha_s * 1e6, cal.link_Bps / 1e9, cal.pp_small_s * 1e6);
     printf("# ring exchange of 64 B over the %ld ranks: %.2f us (the model's alpha)\n", ranks,
            cal.alpha_x_s * 1e6);
-    printf("# %10s %-14s %12s %10s %12s %12s %10s\n", "size", "algo", "model_us", "msg",
-           "xchg_us", "xchg_red_us", "copy_GB/s");
+    printf("# %10s %-14s %12s %10s %12s %12s %10s\n", "size", "algo", "model_us", "msg", "xchg_us",
+           "xchg_red_us", "copy_GB/s");
     for (int i = 0; i < nr; i++)
         printf("  %10zu %-14s %12.1f %10zu %12.1f %12.1f %10.2f\n", rows[i].bytes,
                dsim_algo_name(rows[i].algo), rows[i].seconds * 1e6, rows[i].msg,

@@ -75,8 +75,9 @@ static int explore_num(const char *flag, const char *v, uint64_t lo, uint64_t hi
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
     if (!*v || *end || errno || v[0] == '-' || n < lo || n > hi) {
-        fprintf(stderr, "dsim explore: %s is '%s' (accepted: a whole number from %" PRIu64
-                        " to %" PRIu64 ")\n",
+        fprintf(stderr,
+                "dsim explore: %s is '%s' (accepted: a whole number from %" PRIu64 " to %" PRIu64
+                ")\n",
                 flag, v, lo, hi);
         return 2;
     }
@@ -97,8 +98,8 @@ static int explore_kinds(const char *list, unsigned *out)
             t++;
         unsigned k = dsim_explore_kind(t);
         if (!k) {
-            fprintf(stderr, "dsim explore: unknown fault kind '%s' in --kinds (accepted: %s)\n",
-                    t, dsim_explore_kind_names());
+            fprintf(stderr, "dsim explore: unknown fault kind '%s' in --kinds (accepted: %s)\n", t,
+                    dsim_explore_kind_names());
             rc = 2;
             break;
         }
@@ -115,9 +116,14 @@ static int explore_kinds(const char *list, unsigned *out)
 
 int cmd_explore(int argc, char **argv)
 {
-    dsim_explore_opts o = {.size = sizeof o, .runs = 100, .seed = 1, .max_faults = 3,
-                           .kinds = DSIM_EXPLORE_ALL_KINDS, .run_timeout_s = 60,
-                           .max_shrink_runs = 200, .say = explore_say};
+    dsim_explore_opts o = {.size = sizeof o,
+                           .runs = 100,
+                           .seed = 1,
+                           .max_faults = 3,
+                           .kinds = DSIM_EXPLORE_ALL_KINDS,
+                           .run_timeout_s = 60,
+                           .max_shrink_runs = 200,
+                           .say = explore_say};
     static char run_args[4200];
     for (int i = 1; i < argc; i++) {
         int missing = 0;
@@ -162,8 +168,9 @@ int cmd_explore(int argc, char **argv)
             fprintf(stderr, "dsim explore: %s needs a value (dsim explore --help)\n", argv[i]);
             return 2;
         } else if (argv[i][0] == '-' || o.path) {
-            fprintf(stderr, "dsim explore: unexpected '%s' (usage: dsim explore SCENARIO --runs N; "
-                            "dsim explore --help)\n",
+            fprintf(stderr,
+                    "dsim explore: unexpected '%s' (usage: dsim explore SCENARIO --runs N; "
+                    "dsim explore --help)\n",
                     argv[i]);
             return 2;
         } else {
@@ -192,8 +199,9 @@ int cmd_explore(int argc, char **argv)
            r.failing_run, o.runs, r.signature, r.faults_found, r.faults_final, r.shrink_steps,
            r.shrink_runs, r.hosts_final, r.schedule, r.message);
     printf("wrote %s (%s)\nreproduce with: dsim run %s%s\n", r.out_path,
-           r.reproduced ? "verified: it fails the same way" : "NOT verified: it did not fail the "
-                                                              "same way when run again",
+           r.reproduced ? "verified: it fails the same way"
+                        : "NOT verified: it did not fail the "
+                          "same way when run again",
            r.out_path, o.run_args ? o.run_args : "");
     return 1;
 }

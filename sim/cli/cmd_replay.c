@@ -13,19 +13,18 @@
 
 void cmd_replay_help(FILE *out)
 {
-    fprintf(out,
-            "usage: dsim replay RUN_ID [--db PATH]\n"
-            "\n"
-            "Runs stored run RUN_ID again under engine sim, from the scenario text and seed\n"
-            "stored with it, stores the replay as a new run, and compares the hashes of the\n"
-            "two event traces (every send, delivery, receive, fault, clock jump and worker\n"
-            "switch, in order, and the final parameters). Only runs made under engine sim\n"
-            "replay; `dsim run` prints this command for a sim run that failed a check.\n"
-            "\n"
-            "  --db PATH   the results store (default dsim.db)\n"
-            "\n"
-            "Exit status: 0 the trace matched, 1 it differed, 2 bad input (no such run,\n"
-            "a run of another engine, an unreadable store).\n");
+    fprintf(out, "usage: dsim replay RUN_ID [--db PATH]\n"
+                 "\n"
+                 "Runs stored run RUN_ID again under engine sim, from the scenario text and seed\n"
+                 "stored with it, stores the replay as a new run, and compares the hashes of the\n"
+                 "two event traces (every send, delivery, receive, fault, clock jump and worker\n"
+                 "switch, in order, and the final parameters). Only runs made under engine sim\n"
+                 "replay; `dsim run` prints this command for a sim run that failed a check.\n"
+                 "\n"
+                 "  --db PATH   the results store (default dsim.db)\n"
+                 "\n"
+                 "Exit status: 0 the trace matched, 1 it differed, 2 bad input (no such run,\n"
+                 "a run of another engine, an unreadable store).\n");
 }
 
 int cmd_replay(int argc, char **argv)
@@ -43,7 +42,8 @@ int cmd_replay(int argc, char **argv)
             fprintf(stderr, "dsim replay: --db needs a path\n");
             return 2;
         } else if (argv[i][0] == '-' || idtxt) {
-            fprintf(stderr, "dsim replay: unexpected '%s' (usage: dsim replay RUN_ID [--db PATH])\n",
+            fprintf(stderr,
+                    "dsim replay: unexpected '%s' (usage: dsim replay RUN_ID [--db PATH])\n",
                     argv[i]);
             return 2;
         } else {

@@ -64,8 +64,9 @@ int cmd_report(int argc, char **argv)
         }
     }
     if (n == 0) {
-        fprintf(stderr, "dsim report: which run? name one or more run ids ('dsim list runs --db "
-                        "%s' lists them, 'last' is the newest)\n",
+        fprintf(stderr,
+                "dsim report: which run? name one or more run ids ('dsim list runs --db "
+                "%s' lists them, 'last' is the newest)\n",
                 db);
         rc = 2;
         goto out;

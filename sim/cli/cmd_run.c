@@ -256,8 +256,8 @@ static void run_supervise(const char *db)
                  "exited with status %d in the middle of the run (a strategy or a library "
                  "called _exit() or exit_group)",
                  WEXITSTATUS(status));
-    json_t *ev = json_pack("{s:s, s:s, s:I, s:I}", "error", "crashed", "message", how,
-                           "pid", (json_int_t)child, "peak_rss_kib", (json_int_t)ru.ru_maxrss);
+    json_t *ev = json_pack("{s:s, s:s, s:I, s:I}", "error", "crashed", "message", how, "pid",
+                           (json_int_t)child, "peak_rss_kib", (json_int_t)ru.ru_maxrss);
     if (ev && WIFSIGNALED(status))
         json_object_set_new(ev, "signal", json_integer(WTERMSIG(status)));
     else if (ev)
@@ -412,7 +412,7 @@ typedef struct run_progress {
     bool tty;
     pthread_mutex_t mu;
     int64_t last_print_ns;
-    bool line_open; /* tty: a line without its newline yet */
+    bool line_open;    /* tty: a line without its newline yet */
     int forming_lines; /* plain lines printed while the job formed */
 } run_progress;
 
@@ -459,8 +459,9 @@ static void run_progress_cb(const dsim_harness_progress *hp, void *user)
          * 10 s */
         int k = p->forming_lines++;
         if (p->tty || k < 10 || k % 10 == 0) {
-            fprintf(p->out, "%sforming the group (%.0f s): %d of %d replicas have taken their "
-                            "first step; awaiting %s%s",
+            fprintf(p->out,
+                    "%sforming the group (%.0f s): %d of %d replicas have taken their "
+                    "first step; awaiting %s%s",
                     p->tty ? "\r" : "", hp->elapsed_s, hp->formed, hp->replicas, hp->awaiting,
                     p->tty ? "\033[K" : "\n");
             p->line_open = p->tty;
@@ -770,8 +771,7 @@ static char *run_write_report(const char *db, const dsim_harness_result *reps, i
             ids[k++] = (int64_t)reps[i].run_id;
     char *path = NULL;
     if (!ids || k == 0) {
-        fprintf(stderr, "dsim run: no report: %s\n",
-                ids ? "no run was stored" : "out of memory");
+        fprintf(stderr, "dsim run: no report: %s\n", ids ? "no run was stored" : "out of memory");
         free(ids);
         return NULL;
     }

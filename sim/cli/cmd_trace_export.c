@@ -35,8 +35,7 @@ void dsim_cmd_trace_export_help(FILE *out)
             "Exit status: 0 written, 2 bad input (an unknown run id, a store that cannot\n"
             "be read, a file that cannot be written).\n",
             DSIM_TRACE_FLOW_MAX_REPLICAS, DSIM_TRACE_MSG_MAX_RANKS, DSIM_TRACE_MSG_PER_LINK,
-            DSIM_TRACE_MAX_STEPS_PER_REPLICA,
-            DSIM_STORE_DEFAULT_PATH);
+            DSIM_TRACE_MAX_STEPS_PER_REPLICA, DSIM_STORE_DEFAULT_PATH);
 }
 
 int dsim_cmd_trace_export(int argc, char **argv)

@@ -17,46 +17,45 @@
 
 void cmd_whatif_help(FILE *out)
 {
-    fprintf(
-        out,
-        "usage: dsim whatif [SCENARIO] [--hosts H] [--devices D] [--device NAME]\n"
-        "                   [--network NAME[,NAME...]] [--intra NAME] [--params N]\n"
-        "                   [--flops N] [--batch N] [--algo ALGO] [--presets]\n"
-        "\n"
-        "Predicts, from the alpha-beta network model and the compute model, one\n"
-        "synchronous training step of a data-parallel job: every replica computes\n"
-        "on its share of the global batch, then the gradients (one float32 per\n"
-        "parameter) are all-reduced, without overlap. One row per network:\n"
-        "  allreduce   the all-reduce's time, evaluated over the steps of dsim's own\n"
-        "              algorithm (flows of a host's devices share its NIC)\n"
-        "  compute     forward + backward: 3 x flops x batch / (peak x efficiency)\n"
-        "  share       allreduce / step;  speedup: one device on the whole global\n"
-        "              batch / the step;  efficiency: speedup / replicas\n"
-        "  best        the algorithm the model finds fastest, and its time\n"
-        "\n"
-        "  SCENARIO         take hosts, devices, global batch, the model's parameter\n"
-        "                   count (and forward FLOPs: 2 per weight; a synthetic model's\n"
-        "                   own), the algorithm, cluster.device and cluster.network\n"
-        "                   (preset and intra) from a scenario file; the flags override it\n"
-        "  --hosts H, --devices D   the cluster (default 4 x 4)\n"
-        "  --device NAME    v100 (default), a100, h100, cpu (measured here)\n"
-        "  --network LIST   inter-host links, comma-separated (default 1gbe,10gbe,ib100)\n"
-        "  --intra NAME     link between the devices of a host (default nvlink)\n"
-        "  --params N       parameters, e.g. 25.6M (default: a ResNet-50's 25.6M)\n"
-        "  --flops N        forward FLOPs per example, e.g. 4.1G (default 4.1G)\n"
-        "  --batch N        global batch (default 32 per device)\n"
-        "  --algo ALGO      auto (default: dsim's decision function), ring, rhd, tree,\n"
-        "                   reduce_to_one\n"
-        "  --presets        list the link and device presets with their figures and\n"
-        "                   sources, and exit\n"
-        "  --chakra DIR     also write one training step of every rank as an execution\n"
-        "                   trace, DIR/trace.RANK.json, in the JSON form of Chakra's ET\n"
-        "                   schema (global_metadata, nodes: COMP_NODE forward+backward,\n"
-        "                   COMM_COLL_NODE ALL_REDUCE with comm_size, COMP_NODE update;\n"
-        "                   data_deps between them) for a network simulator such as\n"
-        "                   ASTRA-sim; at most 4096 ranks\n"
-        "\n"
-        "Exit status: 0, or 2 on bad input.\n");
+    fprintf(out,
+            "usage: dsim whatif [SCENARIO] [--hosts H] [--devices D] [--device NAME]\n"
+            "                   [--network NAME[,NAME...]] [--intra NAME] [--params N]\n"
+            "                   [--flops N] [--batch N] [--algo ALGO] [--presets]\n"
+            "\n"
+            "Predicts, from the alpha-beta network model and the compute model, one\n"
+            "synchronous training step of a data-parallel job: every replica computes\n"
+            "on its share of the global batch, then the gradients (one float32 per\n"
+            "parameter) are all-reduced, without overlap. One row per network:\n"
+            "  allreduce   the all-reduce's time, evaluated over the steps of dsim's own\n"
+            "              algorithm (flows of a host's devices share its NIC)\n"
+            "  compute     forward + backward: 3 x flops x batch / (peak x efficiency)\n"
+            "  share       allreduce / step;  speedup: one device on the whole global\n"
+            "              batch / the step;  efficiency: speedup / replicas\n"
+            "  best        the algorithm the model finds fastest, and its time\n"
+            "\n"
+            "  SCENARIO         take hosts, devices, global batch, the model's parameter\n"
+            "                   count (and forward FLOPs: 2 per weight; a synthetic model's\n"
+            "                   own), the algorithm, cluster.device and cluster.network\n"
+            "                   (preset and intra) from a scenario file; the flags override it\n"
+            "  --hosts H, --devices D   the cluster (default 4 x 4)\n"
+            "  --device NAME    v100 (default), a100, h100, cpu (measured here)\n"
+            "  --network LIST   inter-host links, comma-separated (default 1gbe,10gbe,ib100)\n"
+            "  --intra NAME     link between the devices of a host (default nvlink)\n"
+            "  --params N       parameters, e.g. 25.6M (default: a ResNet-50's 25.6M)\n"
+            "  --flops N        forward FLOPs per example, e.g. 4.1G (default 4.1G)\n"
+            "  --batch N        global batch (default 32 per device)\n"
+            "  --algo ALGO      auto (default: dsim's decision function), ring, rhd, tree,\n"
+            "                   reduce_to_one\n"
+            "  --presets        list the link and device presets with their figures and\n"
+            "                   sources, and exit\n"
+            "  --chakra DIR     also write one training step of every rank as an execution\n"
+            "                   trace, DIR/trace.RANK.json, in the JSON form of Chakra's ET\n"
+            "                   schema (global_metadata, nodes: COMP_NODE forward+backward,\n"
+            "                   COMM_COLL_NODE ALL_REDUCE with comm_size, COMP_NODE update;\n"
+            "                   data_deps between them) for a network simulator such as\n"
+            "                   ASTRA-sim; at most 4096 ranks\n"
+            "\n"
+            "Exit status: 0, or 2 on bad input.\n");
 }
 
 static void whatif_presets(void)
@@ -71,8 +70,7 @@ static void whatif_presets(void)
     for (size_t i = 0; dsim_device_preset_at(i); i++) {
         const dsim_device_model *d = dsim_device_preset_at(i);
         printf("  %-9s %8.2f TFLOP/s x %.2f, memory %7.1f GB/s  %s\n            source: %s\n",
-               d->name, d->peak_flops / 1e12, d->efficiency, d->mem_Bps / 1e9, d->what,
-               d->source);
+               d->name, d->peak_flops / 1e12, d->efficiency, d->mem_Bps / 1e9, d->what, d->source);
     }
 }
 
@@ -85,9 +83,9 @@ static json_t *whatif_attr_i(const char *name, double v)
 
 static json_t *whatif_node(int id, const char *name, const char *type, double micros, int dep)
 {
-    json_t *n = json_pack("{s:i, s:s, s:s, s:I, s:[], s:[], s:[]}", "id", id, "name", name, "type",
-                          type, "duration_micros", (json_int_t)llround(micros), "data_deps",
-                          "ctrl_deps", "attr");
+    json_t *n =
+        json_pack("{s:i, s:s, s:s, s:I, s:[], s:[], s:[]}", "id", id, "name", name, "type", type,
+                  "duration_micros", (json_int_t)llround(micros), "data_deps", "ctrl_deps", "attr");
     if (n && dep >= 0)
         json_array_append_new(json_object_get(n, "data_deps"), json_integer(dep));
     return n;
@@ -99,8 +97,9 @@ static int whatif_chakra(const char *dir, int N, double fwd_bwd_ops, double comp
                          size_t grad_bytes, double params, const dsim_device_model *dev)
 {
     if (N > 4096) {
-        fprintf(stderr, "dsim whatif: --chakra writes a file per rank; %d ranks is more than the "
-                        "4096 it writes\n",
+        fprintf(stderr,
+                "dsim whatif: --chakra writes a file per rank; %d ranks is more than the "
+                "4096 it writes\n",
                 N);
         return 2;
     }
@@ -126,9 +125,9 @@ static int whatif_chakra(const char *dir, int N, double fwd_bwd_ops, double comp
         json_array_append_new(json_object_get(fb, "attr"), whatif_attr_i("num_ops", fwd_bwd_ops));
         json_array_append_new(json_object_get(fb, "attr"),
                               json_pack("{s:s, s:b}", "name", "is_cpu_op", "bool_val", 0));
-        json_array_append_new(json_object_get(ar, "attr"),
-                              json_pack("{s:s, s:s}", "name", "comm_type", "string_val",
-                                        "ALL_REDUCE"));
+        json_array_append_new(
+            json_object_get(ar, "attr"),
+            json_pack("{s:s, s:s}", "name", "comm_type", "string_val", "ALL_REDUCE"));
         json_array_append_new(json_object_get(ar, "attr"),
                               whatif_attr_i("comm_size", (double)grad_bytes));
         json_array_append_new(json_object_get(ar, "attr"),
@@ -222,8 +221,7 @@ int cmd_whatif(int argc, char **argv)
             fprintf(stderr, "dsim whatif: %s needs a value\n", argv[i]);
             return 2;
         } else if (argv[i][0] == '-') {
-            fprintf(stderr, "dsim whatif: unknown option '%s' (see dsim whatif --help)\n",
-                    argv[i]);
+            fprintf(stderr, "dsim whatif: unknown option '%s' (see dsim whatif --help)\n", argv[i]);
             return 2;
         } else if (!scenario) {
             scenario = argv[i];
@@ -289,8 +287,7 @@ int cmd_whatif(int argc, char **argv)
     }
     const dsim_link_model *in = dsim_link_preset(intra);
     if (!in) {
-        fprintf(stderr, "dsim whatif: --intra '%s' is not a link preset (see --presets)\n",
-                intra);
+        fprintf(stderr, "dsim whatif: --intra '%s' is not a link preset (see --presets)\n", intra);
         return 2;
     }
     int N = hosts * devices;
@@ -319,8 +316,8 @@ int cmd_whatif(int argc, char **argv)
             rc = 2;
             break;
         }
-        dsim_topology t = {.hosts = hosts, .devices_per_host = devices, .intra = *in,
-                           .inter = *l, .device = *dev};
+        dsim_topology t = {
+            .hosts = hosts, .devices_per_host = devices, .intra = *in, .inter = *l, .device = *dev};
         dsim_algo a = algo == DSIM_ALGO_AUTO ? dsim_allreduce_decide(bytes, N) : algo;
         double ar = 0, best_t = INFINITY;
         dsim_algo best = a;
@@ -339,8 +336,8 @@ int cmd_whatif(int argc, char **argv)
         }
         double step = tc + ar, speed = t1 / step;
         printf("%-9s %-14s %12.3f %11.2f %10.2f %6.0f%% %8.2f %10.2f  %s (%.3f)\n", l->name,
-               dsim_algo_name(a), ar * 1e3, tc * 1e3, step * 1e3, 100 * ar / step, speed,
-               speed / N, dsim_algo_name(best), best_t * 1e3);
+               dsim_algo_name(a), ar * 1e3, tc * 1e3, step * 1e3, 100 * ar / step, speed, speed / N,
+               dsim_algo_name(best), best_t * 1e3);
     }
     free(list);
     if (rc == 0 && chakra)

@@ -35,7 +35,10 @@ static size_t ci_utf8_char(const unsigned char *p, size_t n)
     unsigned c = p[0];
     if (c < 0x80)
         return c >= 0x20 || c == '\t' || c == '\n' || c == '\r' ? 1 : 0;
-    size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+                 : c >= 0xe0 && c <= 0xef ? 3
+                 : c >= 0xf0 && c <= 0xf4 ? 4
+                                          : 0;
     if (!len || len > n)
         return 0;
     uint32_t cp = c & (0xffu >> (len + 1));
@@ -68,15 +71,33 @@ static void ci_xml(FILE *f, const char *s)
         }
         if (k == 1) {
             switch (*p) {
-            case '&': fputs("&amp;", f); break;
-            case '<': fputs("&lt;", f); break;
-            case '>': fputs("&gt;", f); break;
-            case '"': fputs("&quot;", f); break;
-            case '\'': fputs("&apos;", f); break;
-            case '\n': fputs("&#10;", f); break;
-            case '\r': fputs("&#13;", f); break;
-            case '\t': fputs("&#9;", f); break;
-            default: fputc(*p, f); break;
+            case '&':
+                fputs("&amp;", f);
+                break;
+            case '<':
+                fputs("&lt;", f);
+                break;
+            case '>':
+                fputs("&gt;", f);
+                break;
+            case '"':
+                fputs("&quot;", f);
+                break;
+            case '\'':
+                fputs("&apos;", f);
+                break;
+            case '\n':
+                fputs("&#10;", f);
+                break;
+            case '\r':
+                fputs("&#13;", f);
+                break;
+            case '\t':
+                fputs("&#9;", f);
+                break;
+            default:
+                fputc(*p, f);
+                break;
             }
         } else {
             fwrite(p, 1, k, f);
@@ -461,8 +482,8 @@ int dsim_ci_close(dsim_ci_report *r)
     }
     if (r->suites) {
         if (ci_junit_write(r) != 0) {
-            fprintf(stderr, "dsim run: could not write the JUnit report '%s': %s\n",
-                    r->junit_path, strerror(errno));
+            fprintf(stderr, "dsim run: could not write the JUnit report '%s': %s\n", r->junit_path,
+                    strerror(errno));
             rc = 2;
         }
         fclose(r->suites);

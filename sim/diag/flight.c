@@ -103,11 +103,11 @@ static json_t *fl_entry(const dsim_fr_dump *d, const dsim_fr_entry *e, size_t re
         "s:b, s:f, s:[], s:o}",
         "record_id", (json_int_t)record, "pg_id", (json_int_t)d->comm_id, "process_group", pg,
         "collective_seq_id", (json_int_t)fp->seq, "p2p_seq_id", (json_int_t)0, "op_id",
-        (json_int_t)fp->seq, "profiling_name", dsim_flight_profiling_name(fp->coll), "time_created_ns",
-        (json_int_t)e->t_created, "time_discovered_started_ns", (json_int_t)e->t_started,
-        "time_discovered_completed_ns", (json_int_t)e->t_completed, "duration_ms", dur,
-        "input_sizes", fl_sizes(fp, d->size, 0), "input_dtypes", fl_dtypes(fp), "output_sizes",
-        fl_sizes(fp, d->size, 1), "output_dtypes", fl_dtypes(fp), "state",
+        (json_int_t)fp->seq, "profiling_name", dsim_flight_profiling_name(fp->coll),
+        "time_created_ns", (json_int_t)e->t_created, "time_discovered_started_ns",
+        (json_int_t)e->t_started, "time_discovered_completed_ns", (json_int_t)e->t_completed,
+        "duration_ms", dur, "input_sizes", fl_sizes(fp, d->size, 0), "input_dtypes", fl_dtypes(fp),
+        "output_sizes", fl_sizes(fp, d->size, 1), "output_dtypes", fl_dtypes(fp), "state",
         dsim_fr_state_name((dsim_fr_state)e->state), "is_p2p", 0, "retired",
         e->state == DSIM_FR_COMPLETED || e->error != 0, "timeout_ms",
         timeout_ns > 0 ? (double)timeout_ns / 1e6 : 0.0, "frames", "dsim", ds);
@@ -162,10 +162,10 @@ dsim_err dsim_flight_write(const char *path, uint64_t run_id, const char *scenar
                      "replica %d, in or after its call %" PRIu64
                      " (its worker process did not say where)",
                      d->rank, d->calls);
-        json_array_append_new(ranks, json_pack("{s:i, s:I, s:I, s:o, s:s?}", "rank", d->rank,
-                                               "pg_id", (json_int_t)d->comm_id, "calls",
-                                               (json_int_t)d->calls, "entries", entries,
-                                               "left_running", left[0] ? left : NULL));
+        json_array_append_new(ranks,
+                              json_pack("{s:i, s:I, s:I, s:o, s:s?}", "rank", d->rank, "pg_id",
+                                        (json_int_t)d->comm_id, "calls", (json_int_t)d->calls,
+                                        "entries", entries, "left_running", left[0] ? left : NULL));
         size_t ml = strlen(members);
         if (ml + 16 < sizeof members)
             snprintf(members + ml, sizeof members - ml, "%s%d", r ? ", " : "", r);
@@ -208,7 +208,7 @@ typedef struct fl_rank {
     int rank;
     uint64_t calls;
     size_t n;
-    fl_call *c; /* by seq, the last n calls: seq calls - n + 1 .. calls */
+    fl_call *c;     /* by seq, the last n calls: seq calls - n + 1 .. calls */
     char left[256]; /* where the watchdog left it running ("": it returned) */
 } fl_rank;
 
@@ -374,8 +374,9 @@ dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
         for (int i = 0; i < n; i++)
             if (rk[i].left[0])
                 fprintf(out, "  rank %d: %s\n", rk[i].rank, rk[i].left);
-        fprintf(out, "\nverdict: the rank%s above never returned: stuck in %s own code or in "
-                     "the collective named, which no abort could end\n",
+        fprintf(out,
+                "\nverdict: the rank%s above never returned: stuck in %s own code or in "
+                "the collective named, which no abort could end\n",
                 n_left == 1 ? "" : "s", n_left == 1 ? "its" : "their");
     } else if (!s) {
         fprintf(out, "\nevery rank completed every recorded collective: no desynchronisation; "
@@ -506,8 +507,8 @@ dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
             fprintf(out, "  rank %d: #%" PRIu64 " %s\n", rk[i].rank, c->fp.seq,
                     dsim_coll_fp_str(&c->fp, a, sizeof a));
         else if (rk[i].left[0])
-            fprintf(out, "  rank %d: not read (left running after %" PRIu64 " calls)\n",
-                    rk[i].rank, rk[i].calls);
+            fprintf(out, "  rank %d: not read (left running after %" PRIu64 " calls)\n", rk[i].rank,
+                    rk[i].calls);
         else
             fprintf(out, "  rank %d: none recorded\n", rk[i].rank);
     }

@@ -512,12 +512,11 @@ static dsim_err mh_join(dsim_mh *mh)
         if (e == DSIM_OK && (mh_send(fd, m, sizeof m) != 0 ||
                              mh_recv(fd, ack, sizeof ack, mh_now() + 10000 * MH_MS) != 0 ||
                              mh_get32(ack) != MH_ACK))
-            e = DSIM_ERR(DSIM_EPEER, 0, "the chief at %s did not answer the hello",
-                         mh->chief_addr);
+            e = DSIM_ERR(DSIM_EPEER, 0, "the chief at %s did not answer the hello", mh->chief_addr);
         uint32_t st = e == DSIM_OK ? mh_get32(ack + 4) : 0;
         if (e == DSIM_OK && st != MH_OK)
-            e = DSIM_ERR(DSIM_EPEER, 0, "the chief at %s refused task %d: %s",
-                         mh->chief_addr, mh->hosts.task,
+            e = DSIM_ERR(DSIM_EPEER, 0, "the chief at %s refused task %d: %s", mh->chief_addr,
+                         mh->hosts.task,
                          st < MH_NREASONS ? mh_reason[st]
                                           : "for a reason this build does not know");
         if (e == DSIM_OK && mh->secret.len) {

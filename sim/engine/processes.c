@@ -61,11 +61,11 @@ enum {
     PR_UPDATES,
     PR_STATS,
     PR_DONE,
-    PR_INITIAL, /* the variables before the first step (record_params) */
-    PR_FLIGHT,  /* a pr_flight, then its n dsim_fr_entry */
-    PR_PHASE,   /* a pr_phase: a replica entered a phase of the driver */
-    PR_MSGS,    /* u64 frames not logged, then the child's dsim_msg_rec halves */
-    PR_EXIT = 50, /* agent -> chief: how the task's child ended (pr_exit) */
+    PR_INITIAL,     /* the variables before the first step (record_params) */
+    PR_FLIGHT,      /* a pr_flight, then its n dsim_fr_entry */
+    PR_PHASE,       /* a pr_phase: a replica entered a phase of the driver */
+    PR_MSGS,        /* u64 frames not logged, then the child's dsim_msg_rec halves */
+    PR_EXIT = 50,   /* agent -> chief: how the task's child ended (pr_exit) */
     PC_START = 100, /* chief -> agent: begin an attempt (restore, done[]) */
     PC_SIGNAL,      /* chief -> agent: signal the child (i32) */
     PC_BYE,         /* chief -> agent: the job is over */
@@ -152,8 +152,7 @@ static void pr_write_all(int fd, const void *p, size_t n)
     }
 }
 
-static void pr_send2(pr_child *c, uint32_t type, const void *a, size_t na, const void *b,
-                     size_t nb)
+static void pr_send2(pr_child *c, uint32_t type, const void *a, size_t na, const void *b, size_t nb)
 {
     uint32_t h[2] = {type, (uint32_t)(na + nb)};
     pthread_mutex_lock(&c->mu);
@@ -185,7 +184,8 @@ static void pr_child_observer(const dsim_train_step_info *info, void *user)
     pr_child *c = user;
     pr_step s = {.info = *info};
     s.info.ids = NULL;
-    pr_send2(c, PR_STEP, &s, sizeof s, info->ids, info->ids ? info->examples * sizeof(uint64_t) : 0);
+    pr_send2(c, PR_STEP, &s, sizeof s, info->ids,
+             info->ids ? info->examples * sizeof(uint64_t) : 0);
 }
 
 /* The driver's phase hook in a child whose parent records the phases
@@ -304,8 +304,8 @@ static void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a,
      * failed run; a record holds up to the recorder's 2000 calls (~100 KB). */
     for (int q = lo; q <= hi && q < N && q < res.n_flight; q++) {
         const dsim_fr_dump *d = &res.flight[q];
-        pr_flight hd = {.rank = q, .size = d->size, .comm_id = d->comm_id, .calls = d->calls,
-                        .n = d->n};
+        pr_flight hd = {
+            .rank = q, .size = d->size, .comm_id = d->comm_id, .calls = d->calls, .n = d->n};
         pr_send2(&c, PR_FLIGHT, &hd, sizeof hd, d->entries, d->n * sizeof *d->entries);
     }
     if (res.n_updates)
@@ -345,11 +345,11 @@ static void pr_child_prep(int read_end)
 
 typedef struct pr_task {
     pid_t pid;
-    int fd;  /* read end, -1 once closed */
+    int fd; /* read end, -1 once closed */
     int lo, hi;
     bool exited, done, killed_by_us, fault_killed, stopped_for_good, hung;
-    bool remote;      /* under a dsim worker elsewhere: fd is its results connection */
-    bool lost;        /* remote: its connection closed or it stopped answering */
+    bool remote;       /* under a dsim worker elsewhere: fd is its results connection */
+    bool lost;         /* remote: its connection closed or it stopped answering */
     bool hung_pending; /* remote: killed by the watchdog, not yet confirmed */
     int64_t kill_sent; /* remote: when a SIGKILL was asked for */
     int sig;
@@ -376,15 +376,15 @@ typedef struct pr_job {
     pr_step *steps;
     uint64_t **step_ids;
     size_t n_steps, cap_steps;
-    pr_end *ends;      /* [N] */
-    bool *has_end;     /* [N] */
-    int *last_phase;   /* [N]: from steps and events, for hung/crashed reports */
+    pr_end *ends;    /* [N] */
+    bool *has_end;   /* [N] */
+    int *last_phase; /* [N]: from steps and events, for hung/crashed reports */
     uint64_t *last_step;
-    float *params;     /* first surviving replica's */
-    int params_from;   /* its worker's task, or -1 */
+    float *params;   /* first surviving replica's */
+    int params_from; /* its worker's task, or -1 */
     float *trace;
     size_t trace_len;
-    float *initial; /* [n_params], the first replica's process's */
+    float *initial;       /* [n_params], the first replica's process's */
     dsim_fr_dump *flight; /* [N], each replica's from its process */
     dsim_ps_update *updates;
     size_t n_updates;
@@ -612,8 +612,8 @@ static void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char 
         dsim_fr_dump *d = &j->flight[hd.rank];
         if (d->entries)
             return;
-        *d = (dsim_fr_dump){.rank = hd.rank, .size = hd.size, .comm_id = hd.comm_id,
-                            .calls = hd.calls};
+        *d = (dsim_fr_dump){
+            .rank = hd.rank, .size = hd.size, .comm_id = hd.comm_id, .calls = hd.calls};
         if (hd.n && (d->entries = malloc((size_t)hd.n * sizeof *d->entries))) {
             memcpy(d->entries, b + sizeof hd, (size_t)hd.n * sizeof *d->entries);
             d->n = (size_t)hd.n;
@@ -730,8 +730,7 @@ static void pr_reap(pr_job *j)
         pid_t p = waitpid(t->pid, &st, WNOHANG);
         if (p != t->pid)
             continue;
-        pr_ended(j, t, WIFSIGNALED(st) ? WTERMSIG(st) : 0,
-                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        pr_ended(j, t, WIFSIGNALED(st) ? WTERMSIG(st) : 0, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     }
 }
 
@@ -798,8 +797,7 @@ static void pr_merge(pr_job *j)
     uint64_t n_ex = cfg->dataset ? cfg->dataset->spec.n_examples : cfg->data.n_examples;
     dsim_ledger_create(n_ex, cfg->epochs, cfg->hosts, cfg->devices_per_host, &res->ledger);
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
-        !res->step_ns || !res->comm_ns ||
-        !res->checkpoint_writes || !res->replicas)
+        !res->step_ns || !res->comm_ns || !res->checkpoint_writes || !res->replicas)
         return;
     for (size_t k = 0; k < S; k++)
         res->loss[k] = NAN;
@@ -840,7 +838,8 @@ static void pr_merge(pr_job *j)
     if (j->flight) {
         for (int r = 0; r < N; r++)
             if (!j->flight[r].entries && !j->flight[r].calls)
-                j->flight[r] = (dsim_fr_dump){.rank = r, .size = N, .comm_id = DSIM_STRATEGY_COMM_WORLD};
+                j->flight[r] =
+                    (dsim_fr_dump){.rank = r, .size = N, .comm_id = DSIM_STRATEGY_COMM_WORLD};
         res->flight = j->flight;
         res->n_flight = N;
         j->flight = NULL;
@@ -910,8 +909,7 @@ static void pr_merge(pr_job *j)
          * fails waiting for a client usually follows the client's own
          * failure), then the first to return. */
         int kr = pr_rank_err(t->result.err), wr = worst ? pr_rank_err(worst->err) : -1;
-        if (!worst || kr > wr ||
-            (kr == wr && t->result.has_replica && !worst->has_replica) ||
+        if (!worst || kr > wr || (kr == wr && t->result.has_replica && !worst->has_replica) ||
             (kr == wr && t->result.has_replica == worst->has_replica &&
              t->result.t_return < worst->t_return))
             worst = &t->result;
@@ -939,8 +937,7 @@ static void pr_merge(pr_job *j)
                      "the process of %s %d (ranks %d..%d) died of signal %d (%s) at step %llu",
                      t->lo < N ? "worker" : "parameter server",
                      t->lo < N ? t->lo / cfg->devices_per_host : t->lo - N, t->lo, t->hi, t->sig,
-                     strsignal(t->sig),
-                     t->lo < N ? (unsigned long long)j->last_step[t->lo] : 0ULL);
+                     strsignal(t->sig), t->lo < N ? (unsigned long long)j->last_step[t->lo] : 0ULL);
             return;
         }
     }
@@ -1051,8 +1048,8 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
     }
     size_t used = 0;
     for (int r = 0; r < j.R && !hosts; r++)
-        used += (size_t)snprintf(addrs + used, ocap - used, "%s127.0.0.1:%d", r ? ";" : "",
-                                 port[r]);
+        used +=
+            (size_t)snprintf(addrs + used, ocap - used, "%s127.0.0.1:%d", r ? ";" : "", port[r]);
     if (hosts)
         snprintf(addrs, ocap, "%s", hosts->addrs);
     /* tasks: workers, then servers */
@@ -1483,8 +1480,7 @@ dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, si
         uint32_t type, len;
         unsigned char *body;
         if (!pr_command(chief_fd, &type, &body, &len)) {
-            e = DSIM_ERR(DSIM_EPEER, 0,
-                         "the chief closed its connection before the job ended");
+            e = DSIM_ERR(DSIM_EPEER, 0, "the chief closed its connection before the job ended");
             break;
         }
         if (type == PC_BYE) {
@@ -1538,8 +1534,7 @@ dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, si
         if (rc == 0)
             break;
         if (rc < 0) {
-            e = DSIM_ERR(DSIM_EPEER, 0,
-                         "the connection to the chief broke during the job");
+            e = DSIM_ERR(DSIM_EPEER, 0, "the connection to the chief broke during the job");
             break;
         }
     }

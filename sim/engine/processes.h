@@ -47,10 +47,10 @@ extern "C" {
  * order, then the parameter servers. */
 typedef struct dsim_proc_hosts {
     int task;
-    const char *addrs;      /* the tcp option addrs= of every rank */
-    const int *listen_fds;  /* this task's ranks' listeners, kept for every attempt */
-    const int *conn;        /* [tasks]: the results connection of each other task */
-    const char *tcp_extra;  /* more tcp options (secret_file=...), or NULL */
+    const char *addrs;     /* the tcp option addrs= of every rank */
+    const int *listen_fds; /* this task's ranks' listeners, kept for every attempt */
+    const int *conn;       /* [tasks]: the results connection of each other task */
+    const char *tcp_extra; /* more tcp options (secret_file=...), or NULL */
 } dsim_proc_hosts;
 
 typedef struct dsim_proc_attempt {

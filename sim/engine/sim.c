@@ -76,7 +76,7 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-#define SIM_STACK_POOL  256
+#define SIM_STACK_POOL 256
 /* stacks with a guard page (two mappings each) before slabs take over;
  * DSIM_SIM_GUARDED_STACKS (0..30000) changes it */
 #define SIM_GUARDED_MAX 8192
@@ -199,9 +199,9 @@ struct sim_fiber {
     /* the rest: at start and end */
     void (*fn)(void *);
     void *arg;
-    void *map;            /* the mapping (guarded) or NULL (a slab's stack) */
+    void *map; /* the mapping (guarded) or NULL (a slab's stack) */
     size_t map_len;
-    char *stack_lo;       /* the usable stack: [stack_lo, stack_lo + stack_bytes) */
+    char *stack_lo; /* the usable stack: [stack_lo, stack_lo + stack_bytes) */
     void *asan_fake;
 #ifndef SIM_FAST_SWITCH
     sim_ctx ctx;
@@ -229,21 +229,21 @@ struct sim_eng {
     pthread_t owner;
     int64_t now;
     uint64_t rng, seq;
-    sim_heap run;      /* workers ready now or sleeping until a time */
-    sim_heap dl;       /* deadlines of timed waits, stale ones left in */
-    size_t dl_stale;   /* stale entries in dl (about) */
-    sim_fiber *spare;  /* freed workers' records, kept: dl may still name them */
+    sim_heap run;     /* workers ready now or sleeping until a time */
+    sim_heap dl;      /* deadlines of timed waits, stale ones left in */
+    size_t dl_stale;  /* stale entries in dl (about) */
+    sim_fiber *spare; /* freed workers' records, kept: dl may still name them */
     sim_fiber *main, *cur;
     sim_fiber *alive; /* workers not yet freed */
     uint64_t live, live_max;
     size_t stack_bytes, page;
     void *pool[SIM_STACK_POOL]; /* stacks (with guard) of returned workers */
     int npool;
-    size_t nguarded;            /* guarded mappings alive (pool included) */
-    size_t guarded_max;         /* SIM_GUARDED_MAX or DSIM_SIM_GUARDED_STACKS */
-    char **slab_free;           /* unguarded stacks free for reuse */
+    size_t nguarded;    /* guarded mappings alive (pool included) */
+    size_t guarded_max; /* SIM_GUARDED_MAX or DSIM_SIM_GUARDED_STACKS */
+    char **slab_free;   /* unguarded stacks free for reuse */
     size_t nslab_free, capslab_free;
-    void **slabs;               /* the slab mappings, unmapped at the end */
+    void **slabs; /* the slab mappings, unmapped at the end */
     size_t nslabs, capslabs;
     void *main_bottom;
     size_t main_size;
@@ -258,11 +258,16 @@ static atomic_uint_fast64_t sim_tot_switches, sim_tot_jumps, sim_tot_spawned, si
 static const char *sim_waiting_name(int w)
 {
     switch (w) {
-    case SIM_W_QUEUE: return "waiting on a queue with no deadline";
-    case SIM_W_LOCK: return "waiting for a lock";
-    case SIM_W_JOIN: return "joining a worker";
-    case SIM_W_SLEEP: return "sleeping";
-    default: return "runnable";
+    case SIM_W_QUEUE:
+        return "waiting on a queue with no deadline";
+    case SIM_W_LOCK:
+        return "waiting for a lock";
+    case SIM_W_JOIN:
+        return "joining a worker";
+    case SIM_W_SLEEP:
+        return "sleeping";
+    default:
+        return "runnable";
     }
 }
 
@@ -541,8 +546,7 @@ static void sim_switch(sim_eng *e, sim_fiber *from, sim_fiber *to)
     size_t size = to == e->main ? e->main_size : e->stack_bytes;
     e->switch_src = from;
     /* a returned worker's stack is done with: no fake stack to keep */
-    __sanitizer_start_switch_fiber(from->state == SIM_DONE ? NULL : &from->asan_fake, bottom,
-                                   size);
+    __sanitizer_start_switch_fiber(from->state == SIM_DONE ? NULL : &from->asan_fake, bottom, size);
 #endif
     sim_ctx_swap(&from->ctx, &to->ctx);
 #ifdef SIM_ASAN
@@ -686,8 +690,7 @@ static void sim_run_next(sim_eng *e, sim_fiber *self)
     atomic_fetch_add_explicit(&e->progress, 1, memory_order_relaxed);
     if (f == self)
         return;
-    atomic_store_explicit(&e->running_id, f == e->main ? INT_MIN : f->id,
-                          memory_order_relaxed);
+    atomic_store_explicit(&e->running_id, f == e->main ? INT_MIN : f->id, memory_order_relaxed);
     if (self->state == SIM_DONE && self->detached)
         e->zombie = self;
     sim_switch(e, self, f);
@@ -880,8 +883,8 @@ size_t dsim_sim_stack_bytes(void)
         if (*end == '\0' && k >= 16 && k <= 65536)
             kib = k;
         else
-            dsim_warn("DSIM_SIM_STACK_KIB is '%s': not a number of KiB in 16..65536; using %zu",
-                      v, kib);
+            dsim_warn("DSIM_SIM_STACK_KIB is '%s': not a number of KiB in 16..65536; using %zu", v,
+                      kib);
     }
     return kib * 1024;
 }

@@ -20,11 +20,11 @@ dsim_err dsim_sim_engine_register(void);
 /* What the sim engines of this process did, summed over every instance
  * (for reports and benchmarks). */
 typedef struct dsim_sim_stats {
-    uint64_t switches;     /* worker switches */
-    uint64_t clock_jumps;  /* times the clock moved to the next event */
-    uint64_t spawned;      /* workers started */
-    uint64_t live_max;     /* most workers alive at once in one instance */
-    size_t stack_bytes;    /* one worker's stack (mapped, not all touched) */
+    uint64_t switches;    /* worker switches */
+    uint64_t clock_jumps; /* times the clock moved to the next event */
+    uint64_t spawned;     /* workers started */
+    uint64_t live_max;    /* most workers alive at once in one instance */
+    size_t stack_bytes;   /* one worker's stack (mapped, not all touched) */
 } dsim_sim_stats;
 
 void dsim_sim_engine_totals(dsim_sim_stats *out);

@@ -68,7 +68,7 @@ typedef struct fs_held {
         fs_link *link;
         struct fs_held *next_free; /* on the free list of small frames */
     };
-    int why;     /* the fault index that held it, or -1 (queued behind others) */
+    int why; /* the fault index that held it, or -1 (queued behind others) */
     size_t len;
     unsigned char data[];
 } fs_held;
@@ -189,8 +189,8 @@ struct dsim_faults {
 
 /* ---- events ---- */
 
-static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, const char *fmt,
-                            ...) __attribute__((format(printf, 5, 6)));
+static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 static void fs_event_locked(dsim_faults *fs, int fault, int rank, int64_t now, const char *fmt, ...)
 {
@@ -349,8 +349,7 @@ static bool fs_active_locked(dsim_faults *fs, size_t i, int64_t now)
     }
     if (!st->fired)
         return false;
-    if (f->duration_ns > 0 && now >= st->t_fire + f->duration_ns &&
-        f->what != DSIM_FAULT_DELAY) {
+    if (f->duration_ns > 0 && now >= st->t_fire + f->duration_ns && f->what != DSIM_FAULT_DELAY) {
         st->done = true;
         fs_event_locked(fs, (int)i, -1, now, "fault %zu (%s) healed after %.3f s", i,
                         fs_what_names[f->what], (double)f->duration_ns / 1e9);
@@ -919,8 +918,7 @@ static dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr
         uint64_t bytes = len;
         if ((hdr->flags & DSIM_TP_F_VIRTUAL) && len == sizeof bytes && payload)
             memcpy(&bytes, payload, sizeof bytes);
-        int64_t wire =
-            bw > 0 ? (int64_t)llround((double)(bytes + sizeof *hdr) / bw * 1e9) : 0;
+        int64_t wire = bw > 0 ? (int64_t)llround((double)(bytes + sizeof *hdr) / bw * 1e9) : 0;
         int64_t end = start + wire;
         l->net_free = end;
         if (cross)
@@ -1051,8 +1049,8 @@ static void fs_kill_locked(dsim_faults *fs, size_t i, int rank, int64_t now, con
         fs->dead[r] = true;
         if (fs->proc.on_kill && fs->n_pending_kill < 8)
             fs->pending_kill[fs->n_pending_kill++] = r;
-        fs_event_locked(fs, (int)i, r, now, "fault %zu: rank %d %s (%s, %s step %" PRIu64 ")", i,
-                        r, f->what == DSIM_FAULT_RESTART ? "killed, to restart" : "killed", how,
+        fs_event_locked(fs, (int)i, r, now, "fault %zu: rank %d %s (%s, %s step %" PRIu64 ")", i, r,
+                        f->what == DSIM_FAULT_RESTART ? "killed, to restart" : "killed", how,
                         r < fs->N ? dsim_phase_name((dsim_phase)fs->phase[r]) : "serving",
                         r < fs->N ? fs->step[r] : 0);
         if (f->what == DSIM_FAULT_RESTART) {
@@ -1218,10 +1216,9 @@ static dsim_hook_action fs_phase_own(dsim_faults *fs, int r, dsim_phase p, uint6
                 fs->pause_end[k] = f->duration_ns > 0 ? now + f->duration_ns : FS_FOREVER;
                 if (f->duration_ns == 0)
                     fs_lost_locked(fs, k, now);
-                fs_event_locked(fs, (int)i, k, now,
-                                "fault %zu: rank %d paused at %s of step %" PRIu64 " (%s)", i, k,
-                                dsim_phase_name(p), gs,
-                                f->duration_ns > 0 ? "for a while" : "for good");
+                fs_event_locked(
+                    fs, (int)i, k, now, "fault %zu: rank %d paused at %s of step %" PRIu64 " (%s)",
+                    i, k, dsim_phase_name(p), gs, f->duration_ns > 0 ? "for a while" : "for good");
             }
             break;
         case DSIM_FAULT_SLOW:

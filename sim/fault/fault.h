@@ -116,12 +116,13 @@ typedef struct dsim_fault {
     int ranks[DSIM_FAULT_MAX_RANKS];
     int n_ranks; /* `ranks: [...]` */
     dsim_fault_scope scope;
-    bool one_way;        /* partition: only link_from -> link_to */
-    bool retransmit;     /* drop: deliver late by rto instead of losing it */
-    int64_t duration_ns; /* pause/partition/slow length, delay latency, stagger window; 0: for good */
-    int64_t jitter_ns;   /* delay */
-    int64_t rto_ns;      /* drop with retransmit (default 200 ms, Linux's minimum RTO) */
-    double factor;       /* slow: how many times slower */
+    bool one_way;    /* partition: only link_from -> link_to */
+    bool retransmit; /* drop: deliver late by rto instead of losing it */
+    int64_t
+        duration_ns;   /* pause/partition/slow length, delay latency, stagger window; 0: for good */
+    int64_t jitter_ns; /* delay */
+    int64_t rto_ns;    /* drop with retransmit (default 200 ms, Linux's minimum RTO) */
+    double factor;     /* slow: how many times slower */
     int64_t grace_steps; /* preempt: steps run after the notice before the save */
     int line, column;    /* where it was written, for messages (0: unknown) */
 } dsim_fault;
@@ -133,11 +134,11 @@ const char *dsim_fault_what_name(dsim_fault_what w);
 typedef struct dsim_fault_event {
     int64_t t_ns;  /* from the start of the attempt's fabric */
     int64_t t_abs; /* on the job's runtime clock (the steps' clock) */
-    int fault;    /* index in the list */
-    int rank;     /* -1: not one rank */
-    int lost;     /* the rank this process first saw lost for good with this
-                     event (a kill, a pause or partition for good), else -1:
-                     how a parent engine learns of losses its children see */
+    int fault;     /* index in the list */
+    int rank;      /* -1: not one rank */
+    int lost;      /* the rank this process first saw lost for good with this
+                      event (a kill, a pause or partition for good), else -1:
+                      how a parent engine learns of losses its children see */
     char text[160];
 } dsim_fault_event;
 
@@ -215,8 +216,8 @@ int dsim_faults_rank_lost(dsim_faults *fs, int rank);
 
 /* Counters of the last run. */
 typedef struct dsim_faults_stats {
-    uint64_t fired;                 /* faults that fired */
-    uint64_t frames_seen;           /* frames the filter saw */
+    uint64_t fired;       /* faults that fired */
+    uint64_t frames_seen; /* frames the filter saw */
     uint64_t dropped, delayed, duplicated, corrupted, reordered, held;
     uint64_t retransmitted; /* drops delivered late (retransmit: true) */
 } dsim_faults_stats;

@@ -18,8 +18,8 @@
 #include "harness.h"
 #include "scenario/scenario.h"
 
-static const char *const ex_kind_names[] = {"kill", "pause",   "partition", "drop",
-                                            "delay", "slow", "corrupt"};
+static const char *const ex_kind_names[] = {"kill",  "pause", "partition", "drop",
+                                            "delay", "slow",  "corrupt"};
 #define EX_NKINDS 7
 
 unsigned dsim_explore_kind(const char *name)
@@ -44,9 +44,9 @@ typedef struct ex_fault {
     int kind; /* index into ex_kind_names */
     uint64_t step;
     int scope;
-    int a, b;         /* rank / worker in a; a link is [a, b] */
-    int64_t dur_ms;   /* pause, partition, delay; 0: for good (pause, partition) */
-    int factor;       /* slow */
+    int a, b;       /* rank / worker in a; a link is [a, b] */
+    int64_t dur_ms; /* pause, partition, delay; 0: for good (pause, partition) */
+    int factor;     /* slow */
 } ex_fault;
 
 typedef struct ex_sched {
@@ -65,7 +65,7 @@ typedef struct ex_outcome {
 
 typedef struct ex_ctx {
     const dsim_explore_opts *o;
-    char *base;   /* the file's text without faults, engine and seed */
+    char *base; /* the file's text without faults, engine and seed */
     uint64_t scen_seed;
     int hosts, dph; /* the file's cluster */
     uint64_t steps; /* the fault-free run's steps */
@@ -207,8 +207,8 @@ static bool ex_set_hosts(ex_buf *b, const char *text, int hosts)
             const char *e = v;
             while (*e >= '0' && *e <= '9')
                 e++;
-            ex_put(b, "%.*shosts: %d%.*s\n", (int)(h - line), line, hosts,
-                   (int)(line + len - e), e);
+            ex_put(b, "%.*shosts: %d%.*s\n", (int)(h - line), line, hosts, (int)(line + len - e),
+                   e);
             done = true;
         } else {
             ex_put(b, "%.*s\n", (int)len, line);
@@ -247,8 +247,9 @@ static char *ex_text(const ex_ctx *c, const ex_sched *s, const char *header)
     } else {
         ex_put(&b, "%s", c->base);
     }
-    ex_put(&b, "\n# dsim explore: the run's engine, seed and faults\nengine: sim\nseed: %" PRIu64
-               "\nfaults:%s\n",
+    ex_put(&b,
+           "\n# dsim explore: the run's engine, seed and faults\nengine: sim\nseed: %" PRIu64
+           "\nfaults:%s\n",
            c->scen_seed, s->n ? "" : " []");
     for (int i = 0; i < s->n; i++) {
         ex_put(&b, "  - ");
@@ -348,8 +349,8 @@ static void ex_run(const ex_ctx *c, const char *path, const char *text, ex_outco
         /* the child's stdout/stderr would interleave with the progress */
         FILE *devnull = freopen("/dev/null", "w", stderr);
         (void)devnull;
-        dsim_harness_opts ho = {.size = sizeof ho, .engine_override = "sim",
-                                .no_crash_guard = true};
+        dsim_harness_opts ho = {
+            .size = sizeof ho, .engine_override = "sim", .no_crash_guard = true};
         dsim_harness_result r;
         memset(&r, 0, sizeof r);
         dsim_err e = dsim_harness_run_text(path, text, strlen(text), &ho, &r);
@@ -406,8 +407,8 @@ static void ex_run(const ex_ctx *c, const char *path, const char *text, ex_outco
                  c->o->run_timeout_s);
     } else if (WIFSIGNALED(st)) {
         snprintf(out->signature, sizeof out->signature, "crashed");
-        snprintf(out->message, sizeof out->message, "the run died of signal %d (%s)",
-                 WTERMSIG(st), strsignal(WTERMSIG(st)));
+        snprintf(out->message, sizeof out->message, "the run died of signal %d (%s)", WTERMSIG(st),
+                 strsignal(WTERMSIG(st)));
     } else {
         snprintf(out->signature, sizeof out->signature, "crashed");
         snprintf(out->message, sizeof out->message, "the run ended the process with status %d",
@@ -676,8 +677,8 @@ dsim_err dsim_explore(const dsim_explore_opts *o, dsim_explore_result *out)
                         "to explore",
                         o->path);
     }
-    ex_ctx c = {.o = o, .scen_seed = s->seed, .hosts = s->train.hosts,
-                .dph = s->train.devices_per_host};
+    ex_ctx c = {
+        .o = o, .scen_seed = s->seed, .hosts = s->train.hosts, .dph = s->train.devices_per_host};
     char *name = strdup(s->name ? s->name : "scenario");
     c.base = ex_strip(s->text ? s->text : "");
     dsim_scenario_free(s);
@@ -714,8 +715,9 @@ dsim_err dsim_explore(const dsim_explore_opts *o, dsim_explore_result *out)
         goto done;
     }
     c.steps = base.steps;
-    ex_say(&c, "%s: %d hosts x %d devices, %" PRIu64 " steps without faults; exploring %" PRIu64
-               " runs of up to %d faults (seed %" PRIu64 ")",
+    ex_say(&c,
+           "%s: %d hosts x %d devices, %" PRIu64 " steps without faults; exploring %" PRIu64
+           " runs of up to %d faults (seed %" PRIu64 ")",
            name, c.hosts, c.dph, c.steps, o->runs, o->max_faults, o->seed);
 
     ex_sched found = {0};
@@ -778,8 +780,8 @@ dsim_err dsim_explore(const dsim_explore_opts *o, dsim_explore_result *out)
              "# Written by dsim explore %s --seed %" PRIu64 " (run %" PRIu64
              " failed with %s; shrunk from %d faults to %d).\n"
              "# Reproduce: dsim run %s%s\n",
-             o->path, o->seed, out->failing_run, out->signature, out->faults_found, sh.cur.n,
-             outp, o->run_args ? o->run_args : "");
+             o->path, o->seed, out->failing_run, out->signature, out->faults_found, sh.cur.n, outp,
+             o->run_args ? o->run_args : "");
     text = ex_text(&c, &sh.cur, header);
     FILE *f = text ? fopen(outp, "w") : NULL;
     if (!f || fputs(text, f) == EOF || fclose(f) != 0) {

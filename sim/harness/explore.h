@@ -82,20 +82,20 @@ typedef struct dsim_explore_opts {
 #define DSIM_EXPLORE_MAX_FAULTS 8
 
 typedef struct dsim_explore_result {
-    uint64_t runs_done;     /* exploration runs made (the baseline not counted) */
-    bool baseline_failed;   /* the scenario fails without any fault */
-    bool found;             /* a run failed */
-    uint64_t failing_run;   /* its index, from 1 */
-    char signature[64];     /* how it failed: a check name, hung, crashed, timeout, error */
-    char message[512];      /* what the failing check or the run said */
-    int faults_found;       /* faults of the failing schedule */
-    int faults_final;       /* after shrinking */
-    int shrink_steps;       /* changes kept */
-    int shrink_runs;        /* runs shrinking made */
-    int hosts_final;        /* hosts of the written scenario */
-    char out_path[4096];    /* the written scenario */
-    char schedule[2048];    /* the minimal faults, as YAML flow lines */
-    bool reproduced;        /* the written file failed the same way once more */
+    uint64_t runs_done;   /* exploration runs made (the baseline not counted) */
+    bool baseline_failed; /* the scenario fails without any fault */
+    bool found;           /* a run failed */
+    uint64_t failing_run; /* its index, from 1 */
+    char signature[64];   /* how it failed: a check name, hung, crashed, timeout, error */
+    char message[512];    /* what the failing check or the run said */
+    int faults_found;     /* faults of the failing schedule */
+    int faults_final;     /* after shrinking */
+    int shrink_steps;     /* changes kept */
+    int shrink_runs;      /* runs shrinking made */
+    int hosts_final;      /* hosts of the written scenario */
+    char out_path[4096];  /* the written scenario */
+    char schedule[2048];  /* the minimal faults, as YAML flow lines */
+    bool reproduced;      /* the written file failed the same way once more */
 } dsim_explore_result;
 
 /* DSIM_OK when the search ran (whatever it found: see *out); DSIM_EINVAL /

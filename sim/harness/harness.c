@@ -760,8 +760,7 @@ static bool h_expects(const dsim_scenario *s, const char *check)
 /* What the settings guarantee after a node is lost (dsim/health.h); the
  * health check runs only in jobs of two or more workers without parameter
  * servers. 0 when nothing bounds it. */
-static int64_t h_detection_bound(const dsim_scenario *s, const dsim_train_result *broken,
-                                 int lost)
+static int64_t h_detection_bound(const dsim_scenario *s, const dsim_train_result *broken, int lost)
 {
     const dsim_train_cfg *t = &s->train;
     /* The health check starts once the job is up (TF starts it once the
@@ -812,10 +811,10 @@ static dsim_err h_store_flight(dsim_store *st, dsim_run_id run, const dsim_train
                 .collective_seq_id = fp->seq,
                 .profiling_name = dsim_flight_profiling_name(fp->coll),
                 .input_count = fp->coll == DSIM_COLL_BARRIER ? -1 : (int64_t)fp->count,
-                .input_dtype = fp->coll == DSIM_COLL_BARRIER ? NULL
-                                                             : dsim_flight_dtype_name(fp->dtype),
-                .reduce_op = has_op && fp->op < DSIM_OP_COUNT ? dsim_op_name((dsim_op)fp->op)
-                                                              : NULL,
+                .input_dtype =
+                    fp->coll == DSIM_COLL_BARRIER ? NULL : dsim_flight_dtype_name(fp->dtype),
+                .reduce_op =
+                    has_op && fp->op < DSIM_OP_COUNT ? dsim_op_name((dsim_op)fp->op) : NULL,
                 .root = has_root ? fp->root : -1,
                 .algorithm = dsim_algo_name((dsim_algo)fp->algo),
                 .state = dsim_fr_state_name((dsim_fr_state)e->state),
@@ -954,11 +953,11 @@ static void h_store_phases(dsim_store *st, dsim_harness_result *out, const dsim_
         json_t *ev = j ? json_pack("{s:s, s:o}", "cold_start", "phases", "t_s", j) : NULL;
         if (ev && e->conn_count > 0)
             /* connection set-up per peer, by the end of its first step */
-            json_object_set_new(
-                ev, "connect",
-                json_pack("{s:i, s:f, s:f, s:i, s:b}", "connections", e->conn_count, "slowest_s",
-                          (double)e->conn_max_ns / 1e9, "total_s", (double)e->conn_total_ns / 1e9,
-                          "slowest_peer", e->conn_slowest_peer, "modelled", e->conn_modelled));
+            json_object_set_new(ev, "connect",
+                                json_pack("{s:i, s:f, s:f, s:i, s:b}", "connections", e->conn_count,
+                                          "slowest_s", (double)e->conn_max_ns / 1e9, "total_s",
+                                          (double)e->conn_total_ns / 1e9, "slowest_peer",
+                                          e->conn_slowest_peer, "modelled", e->conn_modelled));
         char *detail = ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         json_decref(ev);
         dsim_err e2 = HG_STORE(dsim_store_event(st, out->run_id, i, e->t_first[DSIM_PHASE_START],
@@ -1074,8 +1073,9 @@ static void h_whatif_summary(const dsim_scenario *s, const dsim_train_cfg *cfg,
                                                                : " (the scenario's)");
     if (n >= cap)
         return;
-    n += (size_t)snprintf(w + n, cap - n, "figures: alpha-beta links and the compute model of "
-                                          "sim/model/costmodel.c (dsim whatif --presets)");
+    n += (size_t)snprintf(w + n, cap - n,
+                          "figures: alpha-beta links and the compute model of "
+                          "sim/model/costmodel.c (dsim whatif --presets)");
     const dsim_link_model *l = s->network_given ? dsim_link_preset(s->network_preset) : NULL;
     if (l && n < cap)
         n += (size_t)snprintf(w + n, cap - n, "; %s: %s", l->name, l->source);
@@ -1232,7 +1232,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
             out->train_err = rr.err;
             res = rr.final; /* moved: rr no longer owns it */
             memset(&rr.final, 0, sizeof rr.final);
-            const dsim_train_result *b = rr.has_broken ? &rr.broken
+            const dsim_train_result *b = rr.has_broken       ? &rr.broken
                                          : rr.err != DSIM_OK ? &res
                                                              : NULL;
             cf = (dsim_check_faults){
@@ -1269,9 +1269,8 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
                  "%llu corrupted, %llu reordered",
                  (unsigned long long)fst->fired, (unsigned long long)fst->frames_seen,
                  (unsigned long long)fst->dropped, (unsigned long long)fst->retransmitted,
-                 (unsigned long long)fst->held,
-                 (unsigned long long)fst->duplicated, (unsigned long long)fst->corrupted,
-                 (unsigned long long)fst->reordered);
+                 (unsigned long long)fst->held, (unsigned long long)fst->duplicated,
+                 (unsigned long long)fst->corrupted, (unsigned long long)fst->reordered);
     }
     for (size_t i = 0; st && i < rr.n_events; i++) {
         const dsim_fault_event *ev = &rr.events[i];
@@ -1295,11 +1294,10 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
         dsim_algo pa = cfg.communication;
         if (pa == DSIM_ALGO_AUTO && res.n_params)
             pa = dsim_allreduce_decide(res.n_params * sizeof(float), R);
-        if (HG_STORE(h_phase_rec_store(phases, st, out->run_id,
-                                       R > 1 && cfg.num_ps == 0 && pa != DSIM_ALGO_AUTO
-                                           ? dsim_algo_name(pa)
-                                           : NULL,
-                                       (uint64_t)res.n_params * sizeof(float))) != DSIM_OK)
+        if (HG_STORE(h_phase_rec_store(
+                phases, st, out->run_id,
+                R > 1 && cfg.num_ps == 0 && pa != DSIM_ALGO_AUTO ? dsim_algo_name(pa) : NULL,
+                (uint64_t)res.n_params * sizeof(float))) != DSIM_OK)
             h_fail(out, "recording the phases");
         h_phase_rec_destroy(phases);
         phases = NULL;
@@ -1411,8 +1409,7 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
                 }
             /* Under sim the run's times are the compute model's: so are the
              * one-device baseline's, or scaling would compare two clocks. */
-            if (cfg.engine && strcmp(cfg.engine, "sim") == 0 && cfg.device_flops > 0 &&
-                ref.step_ns)
+            if (cfg.engine && strcmp(cfg.engine, "sim") == 0 && cfg.device_flops > 0 && ref.step_ns)
                 for (uint64_t k = 0; k < ref.steps; k++)
                     ref.step_ns[k] = (int64_t)(6.0 * (double)ref.n_params *
                                                (double)ref.examples[k] / cfg.device_flops * 1e9);
@@ -1511,8 +1508,8 @@ static void h_run_one(const dsim_scenario *s, const h_opts *o, dsim_store *st, i
      * desync` reads. */
     if (st && out->run_id && (out->train_err != DSIM_OK || out->n_failed)) {
         const dsim_train_result *fr = faulty && rr.has_broken ? &rr.broken : &res;
-        const char *why = fr == &res ? (out->train_err != DSIM_OK ? res.error.msg : NULL)
-                                     : rr.broken.error.msg;
+        const char *why =
+            fr == &res ? (out->train_err != DSIM_OK ? res.error.msg : NULL) : rr.broken.error.msg;
         if (h_store_flight(st, out->run_id, fr) != DSIM_OK)
             h_fail(out, "storing the flight records");
         dsim_flight_path(dsim_store_path(st), (uint64_t)out->run_id, out->flight_path,

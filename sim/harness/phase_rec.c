@@ -159,19 +159,18 @@ dsim_err h_phase_rec_store(const h_phase_rec *pr, dsim_store *st, dsim_run_id ru
                 .status = ok ? DSIM_OK : DSIM_EABORTED,
             };
             err = dsim_store_collective(st, run, &c);
-        } else if (p == DSIM_PHASE_START || p == DSIM_PHASE_RENDEZVOUS ||
-                   p == DSIM_PHASE_RESTORE || p == DSIM_PHASE_CREATE_VARIABLES ||
-                   p == DSIM_PHASE_FINISH || (p == DSIM_PHASE_CHECKPOINT && a->replica == 0)) {
+        } else if (p == DSIM_PHASE_START || p == DSIM_PHASE_RENDEZVOUS || p == DSIM_PHASE_RESTORE ||
+                   p == DSIM_PHASE_CREATE_VARIABLES || p == DSIM_PHASE_FINISH ||
+                   (p == DSIM_PHASE_CHECKPOINT && a->replica == 0)) {
             /* the checkpoint: the chief's (replica 0's) write; the others
              * only pass through the phase */
             char detail[160];
             snprintf(detail, sizeof detail,
                      "{\"phase\":\"%s\",\"global_step\":%" PRIu64 ",\"dur_ns\":%" PRId64 "}",
                      dsim_phase_name((dsim_phase)p), a->gs, b->t - a->t);
-            err = dsim_store_event(st, run, a->replica, a->t,
-                                   p == DSIM_PHASE_CHECKPOINT ? DSIM_EVENT_CHECKPOINT
-                                                              : DSIM_EVENT_PHASE,
-                                   detail);
+            err = dsim_store_event(
+                st, run, a->replica, a->t,
+                p == DSIM_PHASE_CHECKPOINT ? DSIM_EVENT_CHECKPOINT : DSIM_EVENT_PHASE, detail);
         }
     }
     free(e);

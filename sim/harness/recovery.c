@@ -47,7 +47,6 @@ static void rc_events(dsim_recovery_run *r, dsim_faults *fs, int attempt, size_t
     }
 }
 
-
 static void rc_stats_delta(dsim_faults_stats *sum, const dsim_faults_stats *now,
                            dsim_faults_stats *prev)
 {
@@ -70,9 +69,9 @@ static void rc_stats_delta(dsim_faults_stats *sum, const dsim_faults_stats *now,
  * done[] saying which faults already fired (updated here). */
 typedef struct rc_state {
     const dsim_recovery_opts *o;
-    dsim_faults *fs;      /* threads */
-    bool *done;           /* processes: [n_faults] */
-    size_t seen;          /* threads: events taken from fs */
+    dsim_faults *fs; /* threads */
+    bool *done;      /* processes: [n_faults] */
+    size_t seen;     /* threads: events taken from fs */
     dsim_faults_stats prev;
 } rc_state;
 
@@ -96,15 +95,14 @@ static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
             out->lost_rank = dsim_faults_first_loss(st->fs, &out->t_loss);
         return e;
     }
-    dsim_proc_attempt pa = {
-        .faults = o->faults,
-        .n_faults = o->n_faults,
-        .seed = o->seed,
-        .fault_done = st->done,
-        .hosts = o->hosts,
-        .on_phase = o->on_phase,
-        .on_phase_user = o->on_phase_user,
-        .msgs = o->msgs};
+    dsim_proc_attempt pa = {.faults = o->faults,
+                            .n_faults = o->n_faults,
+                            .seed = o->seed,
+                            .fault_done = st->done,
+                            .hosts = o->hosts,
+                            .on_phase = o->on_phase,
+                            .on_phase_user = o->on_phase_user,
+                            .msgs = o->msgs};
     dsim_proc_outcome po;
     dsim_err e = dsim_processes_train(c, &pa, res, &po);
     for (size_t i = 0; i < po.n_events; i++) {
@@ -194,8 +192,7 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
             dsim_error saved;
             dsim_error_copy(&saved);
             dsim_faults_destroy(st.fs);
-            return dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s",
-                                  saved.msg);
+            return dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s", saved.msg);
         }
     }
     if (o->restart && cfg->checkpoint_path && unlink(cfg->checkpoint_path) == 0)
@@ -282,8 +279,9 @@ void dsim_recovery_print_timeline(const dsim_recovery_run *r, FILE *out)
                 fprintf(out, "          ---  replica %d never returned (%s, step %llu)\n", q,
                         dsim_phase_name(e->phase), (unsigned long long)e->global_step);
             else if (e->status != DSIM_OK && r->t_loss >= 0)
-                fprintf(out, "    %9.3f  replica %d failed in %s of step %llu, %.3f s after the "
-                             "loss: %s\n",
+                fprintf(out,
+                        "    %9.3f  replica %d failed in %s of step %llu, %.3f s after the "
+                        "loss: %s\n",
                         t, q, dsim_phase_name(e->phase), (unsigned long long)e->global_step,
                         (double)(e->t_end - r->t_loss) / 1e9, e->msg);
             else if (e->status != DSIM_OK)

@@ -20,12 +20,12 @@ typedef struct dsim_recovery_opts {
     const dsim_fault *faults; /* the fault list (n_faults entries) */
     size_t n_faults;
     uint64_t seed;
-    bool restart;     /* recovery: restart */
-    int max_restarts; /* at most this many restarts */
-    bool want_clean;  /* also run the job without faults (for node_loss) */
-    bool processes;   /* one OS process per task (sim/engine/processes.h) */
+    bool restart;                        /* recovery: restart */
+    int max_restarts;                    /* at most this many restarts */
+    bool want_clean;                     /* also run the job without faults (for node_loss) */
+    bool processes;                      /* one OS process per task (sim/engine/processes.h) */
     const struct dsim_proc_hosts *hosts; /* processes over machines, or NULL */
-    const dsim_net_links *net; /* the network model (threads and sim), or NULL */
+    const dsim_net_links *net;           /* the network model (threads and sim), or NULL */
     /* The frames between ranks, every attempt's (sim/fault/msglog.h; the
      * log's attempt is raised before each restart), or NULL. */
     struct dsim_msg_log *msgs;
@@ -45,11 +45,11 @@ typedef struct dsim_recovery_run {
     dsim_train_result broken;
     bool has_broken;
     dsim_err broken_err;
-    int lost_rank;      /* dsim_faults_first_loss of the broken attempt */
-    int64_t t_loss;     /* on the broken attempt's runtime clock, or -1 */
-    int restarts;       /* restarts made */
-    int crashed;        /* processes engine: the final attempt lost a process to a
-                           signal nobody sent (a strategy that crashed) */
+    int lost_rank;  /* dsim_faults_first_loss of the broken attempt */
+    int64_t t_loss; /* on the broken attempt's runtime clock, or -1 */
+    int restarts;   /* restarts made */
+    int crashed;    /* processes engine: the final attempt lost a process to a
+                       signal nobody sent (a strategy that crashed) */
     /* The checkpoint the failed first attempt left: 0 none written, 1
      * intact (ckpt_step its global step), -1 unreadable (ckpt_msg why). */
     int ckpt_state;

@@ -21,7 +21,7 @@
 #include "dsim/transport.h"
 #include "model/calibrate.h"
 
-#define CAL_COMM 0xca1bu
+#define CAL_COMM       0xca1bu
 #define CAL_TIMEOUT_NS 30000000000LL
 
 static double cal_now(void)
@@ -282,8 +282,9 @@ static dsim_err cal_run_processes(const cal_pp *tmpl)
     int *lfd = calloc((size_t)P, sizeof *lfd), *port = calloc((size_t)P, sizeof *port);
     pid_t *pid = calloc((size_t)P, sizeof *pid);
     char *addrs = malloc((size_t)P * 24 + 1);
-    dsim_err e = lfd && port && pid && addrs ? DSIM_OK
-                                             : DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
+    dsim_err e = lfd && port && pid && addrs
+                     ? DSIM_OK
+                     : DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
     size_t len = 0;
     for (int r = 0; r < P && e == DSIM_OK; r++, made++) {
         lfd[r] = dsim_calib_listen_loopback(&port[r]);
@@ -323,8 +324,8 @@ static dsim_err cal_run_processes(const cal_pp *tmpl)
         while (waitpid(pid[r], &st, 0) < 0 && errno == EINTR)
             ;
         if (e == DSIM_OK && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
-            e = DSIM_ERR(DSIM_EIO, -1,
-                         "calibration: the process of rank %d failed (status %d)", r, st);
+            e = DSIM_ERR(DSIM_EIO, -1, "calibration: the process of rank %d failed (status %d)", r,
+                         st);
     }
     free(lfd);
     free(port);
@@ -357,16 +358,26 @@ static dsim_err cal_run(const char *engine, cal_pp *tmpl)
 dsim_err dsim_calib_pingpong(const char *engine, const size_t *sizes, int n, int iters, int reps,
                              double *secs)
 {
-    cal_pp t = {.nranks = 2, .mode = CAL_PINGPONG, .sizes = sizes, .n = n, .iters = iters,
-                .reps = reps, .secs = secs};
+    cal_pp t = {.nranks = 2,
+                .mode = CAL_PINGPONG,
+                .sizes = sizes,
+                .n = n,
+                .iters = iters,
+                .reps = reps,
+                .secs = secs};
     return cal_run(engine, &t);
 }
 
 dsim_err dsim_calib_exchange(const char *engine, int ranks, int reduce, const size_t *sizes, int n,
                              int iters, int reps, double *secs)
 {
-    cal_pp t = {.nranks = ranks, .mode = reduce ? CAL_EXCHANGE_REDUCE : CAL_EXCHANGE,
-                .sizes = sizes, .n = n, .iters = iters, .reps = reps, .secs = secs};
+    cal_pp t = {.nranks = ranks,
+                .mode = reduce ? CAL_EXCHANGE_REDUCE : CAL_EXCHANGE,
+                .sizes = sizes,
+                .n = n,
+                .iters = iters,
+                .reps = reps,
+                .secs = secs};
     return cal_run(engine, &t);
 }
 
@@ -411,8 +422,12 @@ static double cal_rate_of(int cores, size_t bytes, int reduce)
     double runs[5];
     int ok = c && th, nruns = 0;
     for (int k = 0; ok && k < cores; k++) {
-        c[k] = (cal_rate){.start = &go, .reduce = reduce, .loops = loops, .n = n,
-                          .a = calloc(n, sizeof(float)), .b = calloc(n, sizeof(float))};
+        c[k] = (cal_rate){.start = &go,
+                          .reduce = reduce,
+                          .loops = loops,
+                          .n = n,
+                          .a = calloc(n, sizeof(float)),
+                          .b = calloc(n, sizeof(float))};
         ok = c[k].a && c[k].b;
     }
     for (int rep = 0; ok && rep < 5; rep++) {
@@ -531,10 +546,15 @@ void dsim_calib_topology(const dsim_calib *c, int xranks, size_t msg, double ste
     double rd = (step_reduce_s > alpha ? step_reduce_s - alpha : step_reduce_s * 1e-3) * eff / P;
     dsim_link_model l = {c->transport, "this machine, calibrated", alpha, (double)msg / mv,
                          "dsim calibrate"};
-    dsim_device_model d = {"cpu", "this machine, calibrated", 1, 1, 3.0 * (double)msg / rd,
-                           "dsim calibrate"};
-    *t = (dsim_topology){.hosts = 1, .devices_per_host = c->ranks, .intra = l, .inter = l,
-                         .device = d, .cores = c->cores, .fused_reduce = true};
+    dsim_device_model d = {"cpu", "this machine, calibrated", 1,
+                           1,     3.0 * (double)msg / rd,     "dsim calibrate"};
+    *t = (dsim_topology){.hosts = 1,
+                         .devices_per_host = c->ranks,
+                         .intra = l,
+                         .inter = l,
+                         .device = d,
+                         .cores = c->cores,
+                         .fused_reduce = true};
 }
 
 /* Bytes an algorithm copies locally, sendbuf into recvbuf (or scratch), on
@@ -581,8 +601,8 @@ dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes
     double local = dsim_calib_local_copy(algo, P, (double)bytes, &serial);
     int par = P < c->cores ? P : c->cores;
     if (local > 0 && at->copy_Bps > 0)
-        *seconds += serial ? (double)bytes / at->copy_Bps
-                           : local / (at->copy_Bps * (par > 0 ? par : 1));
+        *seconds +=
+            serial ? (double)bytes / at->copy_Bps : local / (at->copy_Bps * (par > 0 ? par : 1));
     return DSIM_OK;
 }
 

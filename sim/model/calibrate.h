@@ -108,10 +108,10 @@ size_t dsim_calib_rate_bytes(int ranks, int cores, size_t bytes);
 
 /* One all-reduce to predict: algo and bytes in; the rest out. */
 typedef struct dsim_calib_row {
-    dsim_algo algo; /* ring, rhd, tree, reduce_to_one */
-    size_t bytes;   /* float32 elements */
-    size_t msg;     /* dsim_calib_msg_bytes */
-    int xranks;     /* dsim_calib_xranks */
+    dsim_algo algo;                    /* ring, rhd, tree, reduce_to_one */
+    size_t bytes;                      /* float32 elements */
+    size_t msg;                        /* dsim_calib_msg_bytes */
+    int xranks;                        /* dsim_calib_xranks */
     double step_copy_s, step_reduce_s; /* the ring exchange at msg */
     double copy_Bps;                   /* local copy rate at the working set */
     double seconds;                    /* predicted */

@@ -57,7 +57,7 @@ static const dsim_device_model device_presets[] = {
      "NVIDIA H100 datasheet: 67 TFLOP/s FP32, HBM3 3.35 TB/s"},
 };
 
-#define N_LINKS (sizeof link_presets / sizeof link_presets[0])
+#define N_LINKS   (sizeof link_presets / sizeof link_presets[0])
 #define N_DEVICES (sizeof device_presets / sizeof device_presets[0])
 
 const dsim_link_model *dsim_link_preset(const char *name)
@@ -98,7 +98,11 @@ static double cm_now(void)
 }
 
 static dsim_device_model cm_cpu = {
-    "cpu", "this machine's CPU, one thread, measured", 0, 1, 0,
+    "cpu",
+    "this machine's CPU, one thread, measured",
+    0,
+    1,
+    0,
     "measured when asked: a 256x256 dense layer's forward and backward pass through dsim's "
     "model kernels (best of 5), and a 64 MiB memcpy (best of 5)"};
 static int cm_cpu_done;
@@ -370,8 +374,8 @@ dsim_err dsim_cost_allreduce(const dsim_topology *t, dsim_algo algo, size_t byte
                         "bandwidths and a whole number of elements are needed");
     long long pl = (long long)t->hosts * t->devices_per_host;
     if (pl > (1 << 20))
-        return DSIM_ERR(DSIM_EINVAL, -1, "cost model: %lld ranks is more than the %d supported",
-                        pl, 1 << 20);
+        return DSIM_ERR(DSIM_EINVAL, -1, "cost model: %lld ranks is more than the %d supported", pl,
+                        1 << 20);
     int p = (int)pl;
     *seconds = 0;
     if (steps)

@@ -37,9 +37,9 @@ typedef struct dsim_link_model {
 typedef struct dsim_device_model {
     const char *name;
     const char *what;
-    double peak_flops;  /* FP32 (non-tensor-core) peak, FLOP/s */
-    double efficiency;  /* the share of peak a training step reaches */
-    double mem_Bps;     /* memory bandwidth, bytes/s (the reduction's gamma) */
+    double peak_flops; /* FP32 (non-tensor-core) peak, FLOP/s */
+    double efficiency; /* the share of peak a training step reaches */
+    double mem_Bps;    /* memory bandwidth, bytes/s (the reduction's gamma) */
     const char *source;
 } dsim_device_model;
 

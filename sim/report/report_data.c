@@ -73,8 +73,7 @@ static dsim_err rp_query(sqlite3 *h, const char *db_path, int64_t id, const char
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         if (!fn(q, r)) {
             sqlite3_finalize(q);
-            return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory reading %s of run %" PRId64, what,
-                            id);
+            return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory reading %s of run %" PRId64, what, id);
         }
     }
     dsim_err e = rc == SQLITE_DONE ? DSIM_OK : rp_sql_err(h, db_path, id, what);
@@ -84,8 +83,8 @@ static dsim_err rp_query(sqlite3 *h, const char *db_path, int64_t id, const char
 
 #define RP_GROW(arr, n)                                                                            \
     do {                                                                                           \
-        if (((n) & ((n) - 1)) == 0) {                                                              \
-            void *p_ = realloc((arr), ((n) ? (n) * 2 : 16) * sizeof *(arr));                       \
+        if (((n) & ((n)-1)) == 0) {                                                                \
+            void *p_ = realloc((arr), ((n) ? (n)*2 : 16) * sizeof *(arr));                         \
             if (!p_)                                                                               \
                 return false;                                                                      \
             (arr) = p_;                                                                            \
@@ -363,8 +362,7 @@ dsim_err rp_run_load(sqlite3 *h, const char *db_path, int64_t id, rp_run *r)
          "FROM flight_records WHERE run_id = ?1 ORDER BY replica, record_id",
          rp_row_flight},
         {"the reference's losses",
-         "SELECT step, loss FROM reference_steps WHERE run_id = ?1 ORDER BY step",
-         rp_row_refloss},
+         "SELECT step, loss FROM reference_steps WHERE run_id = ?1 ORDER BY step", rp_row_refloss},
         {"the messages",
          "SELECT attempt, src, dst, comm_id, tag, seq, bytes, t_sent_ns, t_recv_ns FROM messages "
          "WHERE run_id = ?1 ORDER BY t_sent_ns, rowid",

@@ -38,16 +38,16 @@
 #include "report_int.h"
 #include "diag/flight.h"
 
-#define RH_W            640
-#define RH_H            260
-#define RH_ML           64 /* margins: left, right, top, bottom */
-#define RH_MR           16
-#define RH_MT           28
-#define RH_MB           40
-#define RH_MAX_POINTS   2000 /* per polyline; more are thinned evenly */
-#define RH_RATE_BUCKETS 48
-#define RH_STRAGGLER    1.5 /* a replica's median step time over this times the others' */
-#define RH_COMM_FLAG    0.20 /* all-reduce share DESIGN §7 flags */
+#define RH_W              640
+#define RH_H              260
+#define RH_ML             64 /* margins: left, right, top, bottom */
+#define RH_MR             16
+#define RH_MT             28
+#define RH_MB             40
+#define RH_MAX_POINTS     2000 /* per polyline; more are thinned evenly */
+#define RH_RATE_BUCKETS   48
+#define RH_STRAGGLER      1.5  /* a replica's median step time over this times the others' */
+#define RH_COMM_FLAG      0.20 /* all-reduce share DESIGN §7 flags */
 #define RH_MAX_EVENT_ROWS 200
 /* a replica whose collective share is under this times the others' */
 #define RH_WAIT_STRAGGLER 0.5
@@ -64,12 +64,23 @@ static void rh_esc(FILE *f, const char *s)
         return;
     for (; *s; s++) {
         switch (*s) {
-        case '&': fputs("&amp;", f); break;
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '"': fputs("&quot;", f); break;
-        case '\'': fputs("&#39;", f); break;
-        default: fputc(*s, f);
+        case '&':
+            fputs("&amp;", f);
+            break;
+        case '<':
+            fputs("&lt;", f);
+            break;
+        case '>':
+            fputs("&gt;", f);
+            break;
+        case '"':
+            fputs("&quot;", f);
+            break;
+        case '\'':
+            fputs("&#39;", f);
+            break;
+        default:
+            fputc(*s, f);
         }
     }
 }
@@ -143,8 +154,8 @@ static void rh_axes(FILE *f, const rh_chart *c, const char *xlabel, const char *
                     bool y_ticks)
 {
     int pw = c->w - RH_ML - RH_MR, ph = c->h - RH_MT - RH_MB;
-    fprintf(f, "<rect class=\"frame\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>", RH_ML,
-            RH_MT, pw, ph);
+    fprintf(f, "<rect class=\"frame\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>", RH_ML, RH_MT,
+            pw, ph);
     double dx = rh_tick(c->x0, c->x1, 6);
     for (double x = ceil(c->x0 / dx) * dx; x <= c->x1 + dx * 1e-9; x += dx) {
         double px = rh_px(c, x);
@@ -166,8 +177,9 @@ static void rh_axes(FILE *f, const rh_chart *c, const char *xlabel, const char *
     fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">", RH_ML + pw / 2,
             c->h - 6);
     rh_esc(f, xlabel);
-    fprintf(f, "</text><text class=\"label\" x=\"12\" y=\"%d\" text-anchor=\"middle\" "
-               "transform=\"rotate(-90 12 %d)\">",
+    fprintf(f,
+            "</text><text class=\"label\" x=\"12\" y=\"%d\" text-anchor=\"middle\" "
+            "transform=\"rotate(-90 12 %d)\">",
             RH_MT + ph / 2, RH_MT + ph / 2);
     rh_esc(f, ylabel);
     fputs("</text>", f);
@@ -237,8 +249,8 @@ static void rh_line_chart(FILE *f, const char *cls, const char *title, const cha
                           const char *ylabel, const rh_series *s, size_t n, double hline,
                           const char *hline_name, bool from_zero)
 {
-    rh_chart c = {.x0 = INFINITY, .x1 = -INFINITY, .y0 = INFINITY, .y1 = -INFINITY,
-                  .w = RH_W, .h = RH_H};
+    rh_chart c = {
+        .x0 = INFINITY, .x1 = -INFINITY, .y0 = INFINITY, .y1 = -INFINITY, .w = RH_W, .h = RH_H};
     size_t pts = 0;
     for (size_t k = 0; k < n; k++) {
         pts += rh_series_points(&s[k]);
@@ -270,12 +282,12 @@ static void rh_line_chart(FILE *f, const char *cls, const char *title, const cha
     for (size_t k = 0; k < n; k++)
         rh_polylines(f, &c, &s[k]);
     if (isfinite(hline))
-        fprintf(f,
-                "<line class=\"ref\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>",
-                RH_ML, rh_py(&c, hline), c.w - RH_MR, rh_py(&c, hline));
+        fprintf(f, "<line class=\"ref\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>", RH_ML,
+                rh_py(&c, hline), c.w - RH_MR, rh_py(&c, hline));
     if (pts == 0)
-        fprintf(f, "<text class=\"empty\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">no data "
-                   "stored</text>",
+        fprintf(f,
+                "<text class=\"empty\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">no data "
+                "stored</text>",
                 c.w / 2, c.h / 2);
     fputs("</svg>", f);
     rh_legend(f, s, n, isfinite(hline) ? hline_name : NULL, "#444");
@@ -410,8 +422,8 @@ static void rh_divergence(FILE *f, const rp_run *r)
         const rp_step *s = &r->steps[i];
         if (s->step != d)
             continue;
-        fprintf(f, "<tr><td>%d</td><td>%d</td><td><code>%016" PRIx64 "</code></td><td>",
-                s->replica, s->attempt, s->has_checksum ? s->checksum : 0);
+        fprintf(f, "<tr><td>%d</td><td>%d</td><td><code>%016" PRIx64 "</code></td><td>", s->replica,
+                s->attempt, s->has_checksum ? s->checksum : 0);
         rh_fmt_num(f, s->has_loss, s->loss);
         fputs("</td></tr>\n", f);
     }
@@ -426,7 +438,7 @@ static void rh_loss(FILE *f, const rp_run *r)
     size_t ns = (size_t)R + (r->n_ref ? 2 : 1);
     size_t cap = r->n_steps * 2 + 1 > r->n_ref + 1 ? r->n_steps * 2 + 1 : r->n_ref + 1;
     rh_series *s = calloc(ns, sizeof *s);
-    char (*names)[48] = calloc(ns, sizeof *names);
+    char(*names)[48] = calloc(ns, sizeof *names);
     bool ok = s && names;
     for (size_t k = 0; ok && k < ns; k++) {
         s[k].x = malloc(cap * sizeof(double));
@@ -520,8 +532,8 @@ static void rh_rate(FILE *f, const rp_run *r)
             }
         }
     }
-    rh_series s = {.name = "examples/s (all replicas)", .color = rh_color(0), .x = x, .y = y,
-                   .n = n};
+    rh_series s = {
+        .name = "examples/s (all replicas)", .color = rh_color(0), .x = x, .y = y, .n = n};
     fputs("<h3>throughput</h3>\n", f);
     rh_line_chart(f, "rate", "examples/s over time", "seconds since the run's first record",
                   "examples/s", &s, 1, NAN, NULL, true);
@@ -560,7 +572,11 @@ static void rh_step_times(FILE *f, const rp_run *r)
         med[k] = rh_quantile(v[k], cnt[k], 0.5);
     }
     int row = 22;
-    rh_chart c = {.x0 = 0, .x1 = hi > 0 ? hi * 1.05 : 1, .y0 = 0, .y1 = R, .w = RH_W,
+    rh_chart c = {.x0 = 0,
+                  .x1 = hi > 0 ? hi * 1.05 : 1,
+                  .y0 = 0,
+                  .y1 = R,
+                  .w = RH_W,
                   .h = RH_MT + RH_MB + row * R};
     size_t pts = 0;
     for (int k = 0; k < R; k++)
@@ -606,8 +622,7 @@ static void rh_step_times(FILE *f, const rp_run *r)
           f);
     for (int k = 0; k < R; k++) {
         fprintf(f, "<tr><td>%d</td><td>%zu</td><td>%.3f</td><td>%.3f</td><td>%.3f</td></tr>\n", k,
-                cnt[k], med[k], rh_quantile(v[k], cnt[k], 0.9),
-                cnt[k] ? v[k][cnt[k] - 1] : NAN);
+                cnt[k], med[k], rh_quantile(v[k], cnt[k], 0.9), cnt[k] ? v[k][cnt[k] - 1] : NAN);
     }
     fputs("</table>\n", f);
     if (n_strag)
@@ -669,8 +684,8 @@ static void rh_comm_share(FILE *f, const rp_run *r)
                 "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%d</text>"
                 "<rect class=\"bar%s\" x=\"%d\" y=\"%.1f\" width=\"%.1f\" height=\"%d\">"
                 "<title>replica %d: %.1f %%</title></rect>",
-                RH_ML - 4, yc + 4, k, share > RH_COMM_FLAG ? " over" : "", RH_ML,
-                yc - row * 0.35, rh_px(&c, share) - RH_ML, (int)(row * 0.7), k, share * 100);
+                RH_ML - 4, yc + 4, k, share > RH_COMM_FLAG ? " over" : "", RH_ML, yc - row * 0.35,
+                rh_px(&c, share) - RH_ML, (int)(row * 0.7), k, share * 100);
     }
     fprintf(f, "<line class=\"ref\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/></svg></figure>\n",
             rh_px(&c, RH_COMM_FLAG), RH_MT, rh_px(&c, RH_COMM_FLAG), c.h - RH_MB);
@@ -732,8 +747,12 @@ static void rh_timeline(FILE *f, const rp_run *r)
         return;
     }
     int row = 20;
-    rh_chart c = {.x0 = 0, .x1 = fmax(rh_sec(r, r->t_last), 1e-6) * 1.02, .y0 = 0, .y1 = R + 1,
-                  .w = RH_W, .h = RH_MT + RH_MB + row * (R + 1)};
+    rh_chart c = {.x0 = 0,
+                  .x1 = fmax(rh_sec(r, r->t_last), 1e-6) * 1.02,
+                  .y0 = 0,
+                  .y1 = R + 1,
+                  .w = RH_W,
+                  .h = RH_MT + RH_MB + row * (R + 1)};
     size_t pts = 0;
     for (size_t i = 0; i < r->n_events; i++)
         pts += strcmp(r->events[i].kind, "phase") != 0;
@@ -758,8 +777,9 @@ static void rh_timeline(FILE *f, const rp_run *r)
             fprintf(f, "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">job</text>",
                     RH_ML - 4, yc + 4);
         else
-            fprintf(f, "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">replica "
-                       "%d</text>",
+            fprintf(f,
+                    "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">replica "
+                    "%d</text>",
                     RH_ML - 4, yc + 4, k);
         if (k < 0)
             continue;
@@ -808,9 +828,8 @@ static void rh_timeline(FILE *f, const rp_run *r)
             continue; /* in the cold-start table */
         int lane = e->replica >= 0 && e->replica < R ? e->replica : -1;
         double yc = RH_MT + row * (lane + 1.5), x = rh_px(&c, rh_sec(r, e->t));
-        fprintf(f,
-                "<path class=\"mark\" d=\"M%.1f %.1fl5 -8h-10z\" fill=\"%s\"><title>", x,
-                yc + 4, rh_event_color(e->kind));
+        fprintf(f, "<path class=\"mark\" d=\"M%.1f %.1fl5 -8h-10z\" fill=\"%s\"><title>", x, yc + 4,
+                rh_event_color(e->kind));
         fprintf(f, "%.3f s ", rh_sec(r, e->t));
         rh_esc(f, e->kind);
         fputs(": ", f);
@@ -851,8 +870,9 @@ static void rh_timeline(FILE *f, const rp_run *r)
               "this run.</p>\n",
               f);
     if (left)
-        fprintf(f, "<p class=\"note\">%zu more events: <code>SELECT * FROM events WHERE run_id "
-                   "= %" PRId64 "</code></p>\n",
+        fprintf(f,
+                "<p class=\"note\">%zu more events: <code>SELECT * FROM events WHERE run_id "
+                "= %" PRId64 "</code></p>\n",
                 left, r->id);
 }
 
@@ -986,19 +1006,29 @@ static void rh_compare(FILE *f, const rp_run *runs, size_t n)
         fprintf(f, "<th><a href=\"#run-%" PRId64 "\">run %" PRId64 "</a></th>", runs[i].id,
                 runs[i].id);
     fputs("</tr>\n", f);
-    static const char *const rows[] = {"scenario", "status", "engine", "strategy", "seed",
-                                       "checks failed", "duration (s)"};
+    static const char *const rows[] = {"scenario", "status",        "engine",      "strategy",
+                                       "seed",     "checks failed", "duration (s)"};
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
         fprintf(f, "<tr><th>%s</th>", rows[k]);
         for (size_t i = 0; i < n; i++) {
             const rp_run *r = &runs[i];
             fputs("<td>", f);
             switch (k) {
-            case 0: rh_esc(f, r->scenario); break;
-            case 1: rh_esc(f, r->status); break;
-            case 2: rh_esc(f, r->engine); break;
-            case 3: rh_esc(f, r->strategy); break;
-            case 4: fprintf(f, "%" PRIu64, r->seed); break;
+            case 0:
+                rh_esc(f, r->scenario);
+                break;
+            case 1:
+                rh_esc(f, r->status);
+                break;
+            case 2:
+                rh_esc(f, r->engine);
+                break;
+            case 3:
+                rh_esc(f, r->strategy);
+                break;
+            case 4:
+                fprintf(f, "%" PRIu64, r->seed);
+                break;
             case 5: {
                 size_t bad = 0;
                 for (size_t c = 0; c < r->n_checks; c++)
@@ -1006,7 +1036,8 @@ static void rh_compare(FILE *f, const rp_run *runs, size_t n)
                 fprintf(f, "%zu of %zu", bad, r->n_checks);
                 break;
             }
-            default: rh_fmt_num(f, r->has_duration, r->duration_s);
+            default:
+                rh_fmt_num(f, r->has_duration, r->duration_s);
             }
             fputs("</td>", f);
         }
@@ -1029,7 +1060,7 @@ static void rh_compare(FILE *f, const rp_run *runs, size_t n)
     fputs("</table>\n", f);
     /* reduced loss of each run over steps (replica 0's rows) */
     rh_series *s = calloc(n, sizeof *s);
-    char (*names)[96] = calloc(n, sizeof *names);
+    char(*names)[96] = calloc(n, sizeof *names);
     bool ok = s && names;
     for (size_t i = 0; ok && i < n; i++) {
         const rp_run *r = &runs[i];
@@ -1056,8 +1087,8 @@ static void rh_compare(FILE *f, const rp_run *runs, size_t n)
         }
     }
     if (ok)
-        rh_line_chart(f, "loss", "reduced loss of each run over steps", "global step", "loss", s,
-                      n, NAN, NULL, false);
+        rh_line_chart(f, "loss", "reduced loss of each run over steps", "global step", "loss", s, n,
+                      NAN, NULL, false);
     for (size_t i = 0; s && i < n; i++) {
         free(s[i].x);
         free(s[i].y);
@@ -1139,8 +1170,7 @@ static dsim_err rh_render(FILE *out, void *arg)
         }
         fputs("</h1>\n<p class=\"note\">from <code>", out);
         rh_esc(out, a->db);
-        fputs("</code>; times are on each run's engine clock, from its first record.</p>\n",
-              out);
+        fputs("</code>; times are on each run's engine clock, from its first record.</p>\n", out);
         if (a->n > 1)
             rh_compare(out, runs, a->n);
         fprintf(out,

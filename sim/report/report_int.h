@@ -42,7 +42,7 @@ typedef struct rp_coll {
 /* A flight record (failed runs): one collective call of a replica, with its
  * fingerprint. */
 typedef struct rp_flight {
-    int replica, waiting_for; /* -1: none */
+    int replica, waiting_for;   /* -1: none */
     int64_t seq, count, t0, t1; /* count -1: none; t1 -1: never completed */
     char *name, *dtype, *op, *state, *error;
 } rp_flight;
@@ -91,7 +91,7 @@ typedef struct rp_run {
     size_t n_replicas_rows;
     rp_msg *msgs; /* by send time */
     size_t n_msgs;
-    int n_replicas; /* 1 + the highest replica seen anywhere */
+    int n_replicas;           /* 1 + the highest replica seen anywhere */
     int64_t t_origin, t_last; /* engine clock: earliest and latest time stored */
     bool has_times;
 } rp_run;

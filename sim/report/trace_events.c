@@ -58,8 +58,8 @@ static bool te_add(json_t *arr, json_t *ev)
 
 static bool te_meta(json_t *arr, const char *what, int tid, json_t *args)
 {
-    return te_add(arr, json_pack("{s:s, s:s, s:i, s:i, s:i, s:o}", "name", what, "ph", "M",
-                                 "ts", 0, "pid", TE_PID, "tid", tid, "args", args));
+    return te_add(arr, json_pack("{s:s, s:s, s:i, s:i, s:i, s:o}", "name", what, "ph", "M", "ts", 0,
+                                 "pid", TE_PID, "tid", tid, "args", args));
 }
 
 static json_t *te_num(bool has, double v)
@@ -89,17 +89,17 @@ static bool te_steps(json_t *arr, const rp_run *r, int k, int stride)
         if (p && p->replica != k)
             continue;
         if (!p || p->attempt != att) {
-            if (att >= 0 && !te_add(arr, json_pack("{s:s, s:s, s:f, s:i, s:i}", "name", name,
-                                                   "ph", "E", "ts", te_us(r, last_end), "pid",
-                                                   TE_PID, "tid", tid)))
+            if (att >= 0 &&
+                !te_add(arr, json_pack("{s:s, s:s, s:f, s:i, s:i}", "name", name, "ph", "E", "ts",
+                                       te_us(r, last_end), "pid", TE_PID, "tid", tid)))
                 return false;
             if (!p)
                 break;
             att = p->attempt;
             snprintf(name, sizeof name, "attempt %d", att);
-            if (!te_add(arr, json_pack("{s:s, s:s, s:s, s:f, s:i, s:i}", "name", name, "cat",
-                                       "attempt", "ph", "B", "ts", te_us(r, p->t0), "pid", TE_PID,
-                                       "tid", tid)))
+            if (!te_add(arr,
+                        json_pack("{s:s, s:s, s:s, s:f, s:i, s:i}", "name", name, "cat", "attempt",
+                                  "ph", "B", "ts", te_us(r, p->t0), "pid", TE_PID, "tid", tid)))
                 return false;
             last_end = p->t0;
         }
@@ -115,12 +115,11 @@ static bool te_steps(json_t *arr, const rp_run *r, int k, int stride)
         json_t *args = json_pack("{s:i, s:I, s:o, s:o, s:s?, s:I}", "epoch", p->epoch, "step",
                                  (json_int_t)p->step, "loss", te_num(p->has_loss, p->loss),
                                  "reduced_loss", te_num(p->has_reduced, p->reduced), "checksum",
-                                 p->has_checksum ? sum : NULL, "examples",
-                                 (json_int_t)p->examples);
-        if (!te_add(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:o}", "name", sname,
-                                   "cat", "step", "ph", "X", "ts", te_us(r, p->t0), "dur",
-                                   (double)(p->t1 - p->t0) / 1e3, "pid", TE_PID, "tid", tid,
-                                   "args", args)))
+                                 p->has_checksum ? sum : NULL, "examples", (json_int_t)p->examples);
+        if (!te_add(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:o}", "name", sname, "cat",
+                                   "step", "ph", "X", "ts", te_us(r, p->t0), "dur",
+                                   (double)(p->t1 - p->t0) / 1e3, "pid", TE_PID, "tid", tid, "args",
+                                   args)))
             return false;
     }
     return true;
@@ -136,8 +135,8 @@ static int64_t te_phase_slice(const rp_run *r, const rp_event *e, const json_t *
     const char *ph = json_string_value(json_object_get(d, "phase"));
     json_t *dur = json_object_get(d, "dur_ns");
     if (!ph || !json_is_integer(dur) || json_integer_value(dur) < 0 ||
-        !(strcmp(ph, "start") == 0 || strcmp(ph, "rendezvous") == 0 ||
-          strcmp(ph, "restore") == 0 || strcmp(ph, "create_variables") == 0))
+        !(strcmp(ph, "start") == 0 || strcmp(ph, "rendezvous") == 0 || strcmp(ph, "restore") == 0 ||
+          strcmp(ph, "create_variables") == 0))
         return -1;
     return json_integer_value(dur);
 }
@@ -188,8 +187,7 @@ static bool te_collectives(json_t *arr, const rp_run *r, bool flows, int *n_flow
                                    "name", name, "cat", "collective", "ph", "X", "ts",
                                    te_us(r, c->t0), "dur", (double)(c->t1 - c->t0) / 1e3, "pid",
                                    TE_PID, "tid", TE_COLL_TID0 + c->replica, "args", "bytes",
-                                   (json_int_t)c->bytes, "status", c->status, "error",
-                                   c->error)))
+                                   (json_int_t)c->bytes, "status", c->status, "error", c->error)))
             return false;
     }
     /* Flows: a call b that was waiting when another replica entered the
@@ -210,12 +208,12 @@ static bool te_collectives(json_t *arr, const rp_run *r, bool flows, int *n_flow
         /* s inside the late replica's call, f inside the waiting one's
          * (binding point: the enclosing slice) */
         if (!te_add(arr, json_pack("{s:s, s:s, s:s, s:i, s:f, s:i, s:i}", "name", "waited for",
-                                   "cat", "wait", "ph", "s", "id", id, "ts", te_us(r, a->t0),
-                                   "pid", TE_PID, "tid", TE_COLL_TID0 + a->replica)) ||
-            !te_add(arr, json_pack("{s:s, s:s, s:s, s:i, s:s, s:f, s:i, s:i}", "name",
-                                   "waited for", "cat", "wait", "ph", "f", "id", id, "bp", "e",
-                                   "ts", te_us(r, b->t1), "pid", TE_PID, "tid",
-                                   TE_COLL_TID0 + b->replica)))
+                                   "cat", "wait", "ph", "s", "id", id, "ts", te_us(r, a->t0), "pid",
+                                   TE_PID, "tid", TE_COLL_TID0 + a->replica)) ||
+            !te_add(arr,
+                    json_pack("{s:s, s:s, s:s, s:i, s:s, s:f, s:i, s:i}", "name", "waited for",
+                              "cat", "wait", "ph", "f", "id", id, "bp", "e", "ts", te_us(r, b->t1),
+                              "pid", TE_PID, "tid", TE_COLL_TID0 + b->replica)))
             return false;
     }
     return true;
@@ -354,8 +352,8 @@ static bool te_messages(json_t *arr, const rp_run *r, int *n_flows, int *drawn, 
         if (ts < 0) {
             ts = m->src + 1;
             ok = te_add(arr, json_pack("{s:s, s:s, s:s, s:f, s:i, s:i, s:i}", "name", "frame sent",
-                                       "cat", "message", "ph", "X", "ts", te_us(r, m->t0), "dur",
-                                       0, "pid", TE_PID, "tid", ts));
+                                       "cat", "message", "ph", "X", "ts", te_us(r, m->t0), "dur", 0,
+                                       "pid", TE_PID, "tid", ts));
         }
         if (ok && tf < 0) {
             tf = m->dst + 1;
@@ -369,13 +367,13 @@ static bool te_messages(json_t *arr, const rp_run *r, int *n_flows, int *drawn, 
         ++*drawn;
         char name[64];
         snprintf(name, sizeof name, "%d -> %d", m->src, m->dst);
-        json_t *args = json_pack("{s:I, s:I, s:I, s:I, s:i}", "bytes", (json_int_t)m->bytes,
-                                 "comm", (json_int_t)m->comm, "tag", (json_int_t)m->tag, "seq",
+        json_t *args = json_pack("{s:I, s:I, s:I, s:I, s:i}", "bytes", (json_int_t)m->bytes, "comm",
+                                 (json_int_t)m->comm, "tag", (json_int_t)m->tag, "seq",
                                  (json_int_t)m->seq, "attempt", m->attempt);
         ok = args &&
-             te_add(arr, json_pack("{s:s, s:s, s:s, s:i, s:f, s:i, s:i, s:O}", "name", name,
-                                   "cat", "message", "ph", "s", "id", id, "ts", te_us(r, m->t0),
-                                   "pid", TE_PID, "tid", ts, "args", args)) &&
+             te_add(arr, json_pack("{s:s, s:s, s:s, s:i, s:f, s:i, s:i, s:O}", "name", name, "cat",
+                                   "message", "ph", "s", "id", id, "ts", te_us(r, m->t0), "pid",
+                                   TE_PID, "tid", ts, "args", args)) &&
              te_add(arr, json_pack("{s:s, s:s, s:s, s:i, s:s, s:f, s:i, s:i, s:O}", "name", name,
                                    "cat", "message", "ph", "f", "id", id, "bp", "e", "ts",
                                    te_us(r, m->t1), "pid", TE_PID, "tid", tf, "args", args));
@@ -454,8 +452,7 @@ static json_t *te_build(const rp_run *r)
              r->scenario ? r->scenario : "", r->status ? r->status : "");
     bool ok = te_meta(arr, "process_name", TE_JOB_TID, json_pack("{s:s}", "name", pname)) &&
               te_meta(arr, "thread_name", TE_JOB_TID, json_pack("{s:s}", "name", "job")) &&
-              te_meta(arr, "thread_sort_index", TE_JOB_TID,
-                      json_pack("{s:i}", "sort_index", -1));
+              te_meta(arr, "thread_sort_index", TE_JOB_TID, json_pack("{s:i}", "sort_index", -1));
     /* the stride that keeps every replica under the cap */
     size_t most = 0;
     size_t *cnt = calloc((size_t)R + 1, sizeof *cnt);
@@ -541,18 +538,16 @@ static json_t *te_build(const rp_run *r)
                  "frames not stored; %d never arrived; %d to or from a parameter server not "
                  "drawn; %d with an end outside the replica's slices (before it started, "
                  "after its last step: a 'frame sent' or 'frame arrived' slice of no length)%s",
-                 m_drawn, r->n_msgs, DSIM_TRACE_MSG_PER_LINK,
-                 nl && nl->has_value ? nl->value : 0.0, m_lost,
-                 m_ps, m_unbound,
+                 m_drawn, r->n_msgs, DSIM_TRACE_MSG_PER_LINK, nl && nl->has_value ? nl->value : 0.0,
+                 m_lost, m_ps, m_unbound,
                  m_drawn >= DSIM_TRACE_MAX_MESSAGES ? "; drawing stopped at the cap" : "");
     json_t *root = ok ? json_pack("{s:o, s:s, s:{s:I, s:s?, s:s?, s:s?, s:s?, s:s, s:s, s:s, "
                                   "s:s}}",
-                                  "traceEvents", arr, "displayTimeUnit", "ms", "otherData",
-                                  "run", (json_int_t)r->id, "scenario", r->scenario, "status",
-                                  r->status, "engine", r->engine, "strategy", r->strategy,
-                                  "clock", "engine clock, from the run's first record",
-                                  "sampling", sampling, "flows", flow_note, "messages",
-                                  msg_note)
+                                  "traceEvents", arr, "displayTimeUnit", "ms", "otherData", "run",
+                                  (json_int_t)r->id, "scenario", r->scenario, "status", r->status,
+                                  "engine", r->engine, "strategy", r->strategy, "clock",
+                                  "engine clock, from the run's first record", "sampling", sampling,
+                                  "flows", flow_note, "messages", msg_note)
                       : NULL;
     if (!ok)
         json_decref(arr);
@@ -579,8 +574,7 @@ static dsim_err te_render(FILE *out, void *arg)
     json_t *root = te_build(&r);
     rp_run_free(&r);
     if (!root)
-        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory building the trace of run %" PRId64,
-                        a->id);
+        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory building the trace of run %" PRId64, a->id);
     int rc = json_dumpf(root, out, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(root);
     if (rc != 0 || fputc('\n', out) == EOF)

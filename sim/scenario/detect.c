@@ -9,7 +9,6 @@
 #include "scenario/scenario.h"
 #include "scenario/units.h"
 
-
 /* "kill rank 3 at step 5", "partition link [0, 2] at 2s for 500ms" */
 static void detect_describe(const dsim_fault *f, char *buf, size_t cap)
 {
@@ -120,7 +119,8 @@ void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_
         char d[32];
         dsim_unit_format_duration(f->duration_ns, d, sizeof d);
         size_t n = strlen(out->text);
-        snprintf(out->text + n, sizeof out->text - n, "; the %s ends after %s, so it may go unnoticed",
-                 dsim_fault_what_name(f->what), d);
+        snprintf(out->text + n, sizeof out->text - n,
+                 "; the %s ends after %s, so it may go unnoticed", dsim_fault_what_name(f->what),
+                 d);
     }
 }

@@ -22,7 +22,6 @@
 /* The most example reads per epoch the plan follows one by one. */
 #define PLAN_MAX_READS ((uint64_t)1 << 26)
 
-
 /* jansson's setters return -1 on allocation failure; one flag collects them. */
 typedef struct plan_b {
     int bad;
@@ -344,8 +343,7 @@ static json_t *plan_faults(plan_b *b, const dsim_scenario *s)
         plan_push(b, arr, o);
         if (!o)
             break;
-        plan_set(b, o, "what",
-                 json_string(dsim_fault_what_name(f->what)));
+        plan_set(b, o, "what", json_string(dsim_fault_what_name(f->what)));
         switch (f->when) {
         case DSIM_WHEN_STEP:
             plan_set(b, o, "at_step", json_integer(f->step));

@@ -470,7 +470,7 @@ static dsim_err scen_duration(const scen_ctx *c, const scen_map *m, int i, int64
 
 static const scen_name scen_engines[] = {{"threads", 0}, {"processes", 1}, {"sim", 2}};
 static const scen_name scen_presets[] = {
-    {"loopback", 0}, {"datacenter", 1}, {"ethernet_10g", 2}, {"1gbe", 3},  {"10gbe", 4},
+    {"loopback", 0}, {"datacenter", 1}, {"ethernet_10g", 2}, {"1gbe", 3},   {"10gbe", 4},
     {"25gbe", 5},    {"ib100", 6},      {"pcie4", 7},        {"nvlink", 8}, {"custom", 9}};
 static const scen_name scen_ps_modes[] = {{"sync", DSIM_PS_SYNC}, {"async", DSIM_PS_ASYNC}};
 static const scen_name scen_model_kinds[] = {
@@ -601,19 +601,18 @@ enum {
     T_N
 };
 static const char *const scen_top_keys[T_N] = {
-    "name",      "description", "seed",       "engine", "cluster",  "strategy", "model",
-    "optimizer", "data",        "checkpoint", "faults", "recovery", "expect",   "matrix",
-    "liveness"};
+    "name", "description", "seed",   "engine",   "cluster", "strategy", "model",   "optimizer",
+    "data", "checkpoint",  "faults", "recovery", "expect",  "matrix",   "liveness"};
 
 enum { C_HOSTS, C_DPH, C_PS, C_TFC, C_NET, C_DEV, C_N };
-static const char *const scen_cluster_keys[C_N] = {"hosts",   "devices_per_host", "ps", "tf_config",
-                                                   "network", "device"};
+static const char *const scen_cluster_keys[C_N] = {"hosts",     "devices_per_host", "ps",
+                                                   "tf_config", "network",          "device"};
 /* cluster.device: the compute model's presets (sim/model/costmodel.c) */
 static const scen_name scen_devices[] = {{"v100", 0}, {"a100", 1}, {"h100", 2}, {"cpu", 3}};
 enum { N_PRESET, N_LATENCY, N_BW, N_INTRA, N_N };
 static const char *const scen_net_keys[N_N] = {"preset", "latency", "bandwidth", "intra"};
-static const scen_name scen_intra[] = {{"none", 0}, {"pcie4", 1}, {"nvlink", 2}, {"nvlink3", 3},
-                                       {"nvlink4", 4}, {"loopback", 5}};
+static const scen_name scen_intra[] = {{"none", 0},    {"pcie4", 1},   {"nvlink", 2},
+                                       {"nvlink3", 3}, {"nvlink4", 4}, {"loopback", 5}};
 
 enum { S_NAME, S_PLUGIN, S_COMM, S_PSMODE, S_TIMEOUT, S_HEALTH, S_N };
 static const char *const scen_strategy_keys[S_N] = {"name",    "plugin",  "communication",
@@ -869,8 +868,8 @@ static dsim_err scen_cluster(const scen_ctx *c, scen_state *st)
     /* the device: its achieved FLOP/s is the compute model's rate */
     if (m->val[C_DEV]) {
         int dv = 0;
-        DSIM_CHECK(scen_enum(c, m, C_DEV, "a device preset", scen_devices, SCEN_N(scen_devices),
-                             &dv));
+        DSIM_CHECK(
+            scen_enum(c, m, C_DEV, "a device preset", scen_devices, SCEN_N(scen_devices), &dv));
         const dsim_device_model *dm = dsim_device_preset(scen_devices[dv].name);
         DSIM_CHECK(scen_set_str(c, &s->device_preset, scen_devices[dv].name));
         if (dm)
@@ -887,8 +886,8 @@ static dsim_err scen_cluster(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_set_str(c, &s->network_preset, scen_presets[preset].name));
     s->network_given = m->val[C_NET] != NULL;
     int intra = 0;
-    DSIM_CHECK(scen_enum(c, n, N_INTRA, "an intra-host link preset", scen_intra,
-                         SCEN_N(scen_intra), &intra));
+    DSIM_CHECK(scen_enum(c, n, N_INTRA, "an intra-host link preset", scen_intra, SCEN_N(scen_intra),
+                         &intra));
     const dsim_link_model *il = intra ? dsim_link_preset(scen_intra[intra].name) : NULL;
     s->intra_latency_ns = il ? (int64_t)llround(il->latency_s * 1e9) : 0;
     s->intra_Bps = il ? il->bandwidth_Bps : 0;
@@ -2329,8 +2328,9 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
                             s->path, (long long)replicas, need / 1073741824.0, each / 1024.0,
                             timing ? ", timing only" : " with the model's copies",
                             have / 1073741824.0, (long long)(have / each),
-                            timing ? "" : ", or cost the job without payloads (model.synthetic: "
-                                          "timing only)");
+                            timing ? ""
+                                   : ", or cost the job without payloads (model.synthetic: "
+                                     "timing only)");
     }
     if (dsim_train_runs_health_check(&s->train)) {
         double need = (double)s->train.hosts * (double)s->train.hosts * SCEN_HEALTH_PAIR_BYTES;

@@ -226,30 +226,28 @@ static const char schema_v4[] =
 
 /* Version 5: the one-device reference replay's loss per step, for the
  * report's loss plot. */
-static const char schema_v5[] =
-    "CREATE TABLE reference_steps (\n"
-    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
-    "  step INTEGER NOT NULL,\n"
-    "  loss REAL,\n"
-    "  PRIMARY KEY (run_id, step)\n"
-    ");\n";
+static const char schema_v5[] = "CREATE TABLE reference_steps (\n"
+                                "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+                                "  step INTEGER NOT NULL,\n"
+                                "  loss REAL,\n"
+                                "  PRIMARY KEY (run_id, step)\n"
+                                ");\n";
 
 /* Version 6: the transport frames between ranks of a small run (sent and
  * arrived), for the trace's arrows from a send to its receive. */
-static const char schema_v6[] =
-    "CREATE TABLE messages (\n"
-    "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
-    "  attempt INTEGER NOT NULL,\n"
-    "  src INTEGER NOT NULL,\n"
-    "  dst INTEGER NOT NULL,\n"
-    "  comm_id INTEGER NOT NULL,\n"
-    "  tag INTEGER NOT NULL,\n"
-    "  seq INTEGER NOT NULL,\n"
-    "  bytes INTEGER NOT NULL,\n"
-    "  t_sent_ns INTEGER,\n"
-    "  t_recv_ns INTEGER\n"
-    ");\n"
-    "CREATE INDEX messages_by_run ON messages(run_id, t_sent_ns);\n";
+static const char schema_v6[] = "CREATE TABLE messages (\n"
+                                "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+                                "  attempt INTEGER NOT NULL,\n"
+                                "  src INTEGER NOT NULL,\n"
+                                "  dst INTEGER NOT NULL,\n"
+                                "  comm_id INTEGER NOT NULL,\n"
+                                "  tag INTEGER NOT NULL,\n"
+                                "  seq INTEGER NOT NULL,\n"
+                                "  bytes INTEGER NOT NULL,\n"
+                                "  t_sent_ns INTEGER,\n"
+                                "  t_recv_ns INTEGER\n"
+                                ");\n"
+                                "CREATE INDEX messages_by_run ON messages(run_id, t_sent_ns);\n";
 
-const char *const store_migrations[DSIM_STORE_SCHEMA_VERSION] = {
-    schema_v1, schema_v2, schema_v3, schema_v4, schema_v5, schema_v6};
+const char *const store_migrations[DSIM_STORE_SCHEMA_VERSION] = {schema_v1, schema_v2, schema_v3,
+                                                                 schema_v4, schema_v5, schema_v6};

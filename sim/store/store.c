@@ -913,8 +913,8 @@ dsim_err dsim_store_reference_loss(dsim_store *st, dsim_run_id run, uint64_t ste
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_reference_loss: store is NULL");
     if (step > (uint64_t)INT64_MAX)
         return DSIM_ERR(DSIM_EINVAL, -1,
-                        "results database %s: reference step %llu does not fit a row",
-                        st->path, (unsigned long long)step);
+                        "results database %s: reference step %llu does not fit a row", st->path,
+                        (unsigned long long)step);
     store_rec r = {.kind = REC_REFLOSS, .run = run};
     r.u.refloss.step = step;
     r.u.refloss.loss = loss;
@@ -1382,8 +1382,7 @@ void dsim_stored_run_free(dsim_stored_run *r)
 }
 
 dsim_err dsim_store_mark_dead_process(const char *path, long pid, int64_t since_ns,
-                                      const char *detail, dsim_run_id *ids, size_t cap,
-                                      size_t *n)
+                                      const char *detail, dsim_run_id *ids, size_t cap, size_t *n)
 {
     *n = 0;
     if (!path)
@@ -1407,15 +1406,14 @@ dsim_err dsim_store_mark_dead_process(const char *path, long pid, int64_t since_
                            "SELECT id FROM runs WHERE host = ? AND pid = ? AND started_ns >= ? AND "
                            "status = 'running' ORDER BY id",
                            -1, &q, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(h,
-                           "UPDATE runs SET status = 'crashed', ended_ns = ? WHERE id = ?", -1,
+        sqlite3_prepare_v2(h, "UPDATE runs SET status = 'crashed', ended_ns = ? WHERE id = ?", -1,
                            &up, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(h,
                            "INSERT INTO events (run_id, replica, t_ns, kind, detail) VALUES "
                            "(?, NULL, ?, 'error', ?)",
                            -1, &ev, NULL) != SQLITE_OK) {
-        e = DSIM_ERR(DSIM_EIO, -1, "%s: cannot mark the runs of process %ld crashed: %s", path,
-                     pid, sqlite3_errmsg(h));
+        e = DSIM_ERR(DSIM_EIO, -1, "%s: cannot mark the runs of process %ld crashed: %s", path, pid,
+                     sqlite3_errmsg(h));
         goto out;
     }
     sqlite3_bind_text(q, 1, host, -1, SQLITE_STATIC);
@@ -1440,8 +1438,8 @@ dsim_err dsim_store_mark_dead_process(const char *path, long pid, int64_t since_
         (*n)++;
     }
     if (rc != SQLITE_DONE || sqlite3_exec(h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
-        e = DSIM_ERR(DSIM_EIO, -1, "%s: cannot mark the runs of process %ld crashed: %s", path,
-                     pid, sqlite3_errmsg(h));
+        e = DSIM_ERR(DSIM_EIO, -1, "%s: cannot mark the runs of process %ld crashed: %s", path, pid,
+                     sqlite3_errmsg(h));
 out:
     sqlite3_finalize(q);
     sqlite3_finalize(up);

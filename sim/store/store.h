@@ -118,8 +118,7 @@ void dsim_stored_run_free(dsim_stored_run *r);
  * (JSON), in one transaction of their own connection. Their ids go to ids
  * (up to cap), their number to *n. DSIM_OK with *n 0 when there are none. */
 dsim_err dsim_store_mark_dead_process(const char *path, long pid, int64_t since_ns,
-                                      const char *detail, dsim_run_id *ids, size_t cap,
-                                      size_t *n);
+                                      const char *detail, dsim_run_id *ids, size_t cap, size_t *n);
 
 /* Sets the run's status, trace hash (hex text, or NULL) and end time (wall
  * clock ns; 0: now), and waits until that and everything queued before it is

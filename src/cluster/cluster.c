@@ -544,11 +544,12 @@ dsim_err dsim_cluster_from_tf_config(const char *json, int devices_per_host, dsi
         /* Not "unset": TF's json.loads raises on it, and a TF_CONFIG that
          * came out blank is usually a template that did not expand. */
         cluster_buf bv;
-        return DSIM_ERR(DSIM_EINVAL, -1,
-                        "TF_CONFIG: the text is %s, only white space, which is not JSON "
-                        "(TensorFlow rejects it too; accepted: a JSON object such as " CLUSTER_EXAMPLE
-                        ", or an unset or empty TF_CONFIG for a local single worker)",
-                        cluster_quote(&bv, json));
+        return DSIM_ERR(
+            DSIM_EINVAL, -1,
+            "TF_CONFIG: the text is %s, only white space, which is not JSON "
+            "(TensorFlow rejects it too; accepted: a JSON object such as " CLUSTER_EXAMPLE
+            ", or an unset or empty TF_CONFIG for a local single worker)",
+            cluster_quote(&bv, json));
     }
     json_error_t jerr;
     /* Without JSON_ALLOW_NUL jansson refuses "\u0000", so every string below

@@ -301,8 +301,8 @@ static int health_send_ping(dsim_health *h, int i, int64_t now)
         health_reap(&p->ping_sq); /* as an answer's send */
     h->mine.pings_sent++;
     if (!p->pong_rq) {
-        e = dsim_irecv(ep, rank, DSIM_HEALTH_COMM_PONG, DSIM_ANY_TAG, p->pong_in,
-                       sizeof p->pong_in, &p->pong_rq);
+        e = dsim_irecv(ep, rank, DSIM_HEALTH_COMM_PONG, DSIM_ANY_TAG, p->pong_in, sizeof p->pong_in,
+                       &p->pong_rq);
         if (e != DSIM_OK) {
             p->pong_rq = NULL;
             return HEALTH_IDLE;
@@ -353,8 +353,8 @@ static int health_ping(dsim_health *h, int i, int64_t now)
             return HEALTH_GO;
         }
         /* An answer to an earlier ping, or a gap: keep listening. */
-        e = dsim_irecv(ep, health_peer_rank(h, i), DSIM_HEALTH_COMM_PONG, DSIM_ANY_TAG,
-                       p->pong_in, sizeof p->pong_in, &p->pong_rq);
+        e = dsim_irecv(ep, health_peer_rank(h, i), DSIM_HEALTH_COMM_PONG, DSIM_ANY_TAG, p->pong_in,
+                       sizeof p->pong_in, &p->pong_rq);
         if (e != DSIM_OK) {
             p->pong_rq = NULL;
             return HEALTH_IDLE;

@@ -307,7 +307,7 @@ static int step_failure_check(dsim_coll *x, int awaited, int *desync, dsim_error
              * call counts if it is here, and is dropped if the peer
              * answered already. */
             size_t len = 0;
-            dsim_err e = dsim_req_done(r)          ? dsim_wait(r, DSIM_NO_DEADLINE, &len)
+            dsim_err e = dsim_req_done(r)        ? dsim_wait(r, DSIM_NO_DEADLINE, &len)
                          : t == 1 || q->fc_flags ? dsim_poll(r, &len)
                                                  : dsim_wait(r, dl, &len);
             if (q->fc_flags || (t == 1 && e == DSIM_ETIMEDOUT))

@@ -44,7 +44,7 @@ struct dsim_input {
     uint64_t kept;          /* examples handed to this worker's replicas per epoch */
     uint64_t *ws;           /* the stream of the epoch ws_epoch; NULL with win */
     uint64_t ws_len;
-    uint64_t *win;   /* the dataset's order unshuffled: this step's slices */
+    uint64_t *win; /* the dataset's order unshuffled: this step's slices */
     uint64_t win_cap;
     uint64_t *scratch; /* the whole dataset's order (HINT on the examples) */
     int64_t ws_epoch;

@@ -159,8 +159,7 @@ dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
         res->trace = calloc(steps * P + 1, sizeof(float));
     if (!ins || !ids || !x || !y || !grad || !res->params || !res->loss || !res->local_loss ||
         !res->checksum || !res->examples || !res->step_ns || !res->comm_ns ||
-        !res->checkpoint_writes ||
-        (cfg->record_params && !res->trace)) {
+        !res->checkpoint_writes || (cfg->record_params && !res->trace)) {
         e = DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
         goto out;
     }

@@ -241,8 +241,8 @@ dsim_err dsim_train_timing(const dsim_train_cfg *cfg, dsim_train_result *res)
         res->local_loss[i] = NAN;
     /* Address space only: no page of it is ever touched. */
     job.grad_map = job.count * sizeof(float);
-    job.grad = mmap(NULL, job.grad_map, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                    -1, 0);
+    job.grad =
+        mmap(NULL, job.grad_map, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (job.grad == MAP_FAILED) {
         job.grad = NULL;
         e = DSIM_ERR(DSIM_ENOMEM, -1,

@@ -200,7 +200,7 @@ typedef struct train_replica {
     float *final;
     dsim_task *task;
     uint64_t ckpt_writes;
-    uint64_t preempted_at; /* global steps done when a preemption stopped it; 0: none */
+    uint64_t preempted_at;   /* global steps done when a preemption stopped it; 0: none */
     _Atomic int phase;       /* dsim_phase: where the replica is now */
     _Atomic uint64_t step;   /* the global step it is on */
     _Atomic int64_t t_phase; /* when it entered the phase */
@@ -673,16 +673,16 @@ static dsim_err train_rerun(train_replica *rp, int lost, uint64_t from, float *x
         if ((e = dsim_model_loss_grad(&su->model, ctx->params, nb ? x : NULL, nb ? y : NULL, nb,
                                       job->loss_scale, grad, &loss_sum)) != DSIM_OK)
             break;
-        if ((e = dsim_ledger_record_rerun(job->res->ledger, rp->index, lost, st.epoch,
-                                          st.step, b->ids, b->n)) != DSIM_OK)
+        if ((e = dsim_ledger_record_rerun(job->res->ledger, rp->index, lost, st.epoch, st.step,
+                                          b->ids, b->n)) != DSIM_OK)
             break;
         TRAIN_ENTER(rp, DSIM_PHASE_ALLREDUCE, gs);
         if ((e = dsim_strategy_apply_gradients(s, ctx, grad)) != DSIM_OK)
             break;
         rp->good_checksum = dsim_params_checksum(ctx->params, P);
         job->res->replicas[rp->index].reruns++;
-        train_observe(rp, &st, b, loss_sum * (double)job->loss_scale, NAN, rp->good_checksum,
-                      t0, t0, dsim_rt_now(job->rt), lost);
+        train_observe(rp, &st, b, loss_sum * (double)job->loss_scale, NAN, rp->good_checksum, t0,
+                      t0, dsim_rt_now(job->rt), lost);
     }
 out:
     dsim_input_destroy(in);
@@ -768,7 +768,8 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
                                       job->loss_scale, grad, &loss_sum)) != DSIM_OK)
             goto out;
         if (cfg->device_flops > 0)
-            dsim_rt_charge(job->rt, (int64_t)(6.0 * (double)P * (double)nb / cfg->device_flops * 1e9));
+            dsim_rt_charge(job->rt,
+                           (int64_t)(6.0 * (double)P * (double)nb / cfg->device_flops * 1e9));
         if ((e = dsim_ledger_record(res->ledger, rp->index, st.epoch, st.step, b->ids, b->n)) !=
             DSIM_OK)
             goto out;
@@ -942,12 +943,11 @@ static void train_handler_main(void *arg)
         const dsim_error *le = dsim_last_error();
         /* A client whose process is gone (its connection closed) is a lost
          * worker too: asynchronous training goes on without it. */
-        bool client_gone = job->shape.ps_mode == DSIM_PS_ASYNC && le->code == DSIM_EPEER &&
-                           le->peer == h->client;
-        if (client_gone ||
-            (hk && hk->killed &&
-             (hk->killed(cfg->hooks_user, job->N + h->server) ||
-              hk->killed(cfg->hooks_user, h->client)))) {
+        bool client_gone =
+            job->shape.ps_mode == DSIM_PS_ASYNC && le->code == DSIM_EPEER && le->peer == h->client;
+        if (client_gone || (hk && hk->killed &&
+                            (hk->killed(cfg->hooks_user, job->N + h->server) ||
+                             hk->killed(cfg->hooks_user, h->client)))) {
             dsim_clear_error();
             train_worker_returned(job, &h->returned);
             return;
@@ -1213,8 +1213,8 @@ static dsim_err train_alloc_result(train_job *job)
     if (job->cfg->record_params)
         res->trace = calloc(steps * P + 1, sizeof(float));
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
-        !res->step_ns || !res->comm_ns ||
-        !res->checkpoint_writes || !res->replicas || (job->cfg->record_params && !res->trace))
+        !res->step_ns || !res->comm_ns || !res->checkpoint_writes || !res->replicas ||
+        (job->cfg->record_params && !res->trace))
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the result of %zu steps", steps);
     for (size_t k = 0; k < steps; k++)
         res->loss[k] = NAN;

@@ -408,8 +408,8 @@ static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void
         /* Its sequence number is used up: it stands in the stream as a
          * frame that fails its receive, so nothing after it looks lost. */
         ep->rejected_corrupt++;
-        dsim_warn("rank %d: a corrupt message from rank %" PRId32 " (comm %" PRIu32
-                  ", tag %" PRIu32 ") was discarded: checksum %08" PRIx32 ", payload hashes to "
+        dsim_warn("rank %d: a corrupt message from rank %" PRId32 " (comm %" PRIu32 ", tag %" PRIu32
+                  ") was discarded: checksum %08" PRIx32 ", payload hashes to "
                   "%08" PRIx32,
                   ep->rank, h->src, h->comm_id, h->tag, h->checksum, sum);
         tp_msg bad = {.kind = TP_MSG_CORRUPT,
@@ -795,9 +795,9 @@ dsim_err dsim_tp_withdrawn(dsim_ep *ep, const dsim_tp_hdr *h)
 {
     if (!ep || !h)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_tp_withdrawn: ep and hdr must be set");
-    dsim_rt_trace(ep->f->rt, DSIM_TRACE_DELIVER,
-                  ((uint64_t)(uint32_t)h->src << 32) | (uint32_t)h->dst,
-                  ((uint64_t)h->comm_id << 32) | h->tag, (h->seq << 20) ^ 0xfffffULL); /* withdrawn */
+    dsim_rt_trace(
+        ep->f->rt, DSIM_TRACE_DELIVER, ((uint64_t)(uint32_t)h->src << 32) | (uint32_t)h->dst,
+        ((uint64_t)h->comm_id << 32) | h->tag, (h->seq << 20) ^ 0xfffffULL); /* withdrawn */
     dsim_waitq_lock(ep->lock);
     dsim_err rc = tp_refuse_locked(ep, h);
     if (rc != DSIM_OK) {

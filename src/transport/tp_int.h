@@ -76,9 +76,9 @@ tp_map_ent *tp_map_get(tp_map *m, int32_t peer, uint32_t comm_id, uint32_t tag);
 
 /* An entry of an endpoint's unexpected queue. */
 enum tp_msg_kind {
-    TP_MSG_EAGER, /* payload copied into data[] after this struct */
-    TP_MSG_RNDV,  /* the sender's request; data is the sender's buffer */
-    TP_MSG_GAP,   /* stands for lost frames: fails one receive with EPROTO */
+    TP_MSG_EAGER,   /* payload copied into data[] after this struct */
+    TP_MSG_RNDV,    /* the sender's request; data is the sender's buffer */
+    TP_MSG_GAP,     /* stands for lost frames: fails one receive with EPROTO */
     TP_MSG_CORRUPT, /* stands for a frame whose checksum failed: likewise */
 };
 

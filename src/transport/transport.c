@@ -221,7 +221,6 @@ void *dsim_tp_fabric_priv(dsim_fabric *f)
     return f->priv;
 }
 
-
 void *dsim_tp_ep_priv(dsim_ep *ep)
 {
     return ep->priv;
@@ -371,8 +370,8 @@ dsim_err dsim_fabric_open(const dsim_fabric_cfg *cfg, dsim_fabric **out)
     f->ops = ops;
     f->rt = cfg->rt;
     f->nranks = cfg->nranks;
-    if (cfg->filter && (cfg->filter->size != sizeof(struct dsim_tp_filter) ||
-                        !cfg->filter->on_deliver)) {
+    if (cfg->filter &&
+        (cfg->filter->size != sizeof(struct dsim_tp_filter) || !cfg->filter->on_deliver)) {
         free(f);
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "dsim_fabric_open: the filter's size is %zu (expected %zu) or it has "
@@ -559,7 +558,8 @@ static void tp_req_free(dsim_req *r)
 {
     free(r->errmsg);
     r->errmsg = NULL;
-    if (tp_cache.n < TP_REQ_CACHE && (!tp_cache.head || tp_cache.head->alloc_size == r->alloc_size)) {
+    if (tp_cache.n < TP_REQ_CACHE &&
+        (!tp_cache.head || tp_cache.head->alloc_size == r->alloc_size)) {
         if (tp_cache.keyed == 0) {
             pthread_once(&tp_cache_once, tp_cache_key_make);
             tp_cache.keyed = tp_cache_key != (pthread_key_t)-1 &&
@@ -1042,7 +1042,8 @@ static dsim_err tp_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, c
     }
     dsim_waitq_unlock(ep->slock);
     dsim_rt_trace(f->rt, DSIM_TRACE_SEND, ((uint64_t)(uint32_t)ep->rank << 32) | (uint32_t)dst,
-                  ((uint64_t)comm_id << 32) | tag, (h.seq << 8) ^ ((uint64_t)len << 1) ^ (uint64_t)e);
+                  ((uint64_t)comm_id << 32) | tag,
+                  (h.seq << 8) ^ ((uint64_t)len << 1) ^ (uint64_t)e);
     dsim_trace("tp: rank %d isend to %d comm %" PRIu32 " tag %" PRIu32 " seq %" PRIu64
                " len %zu: %s",
                ep->rank, dst, comm_id, tag, h.seq, len, dsim_strerror(e));
@@ -1380,7 +1381,6 @@ static uint64_t tp_load64(const uint8_t *p)
            (uint64_t)p[7] << 56;
 }
 
-
 static uint32_t tp_crc_tab[8][256];
 static int tp_crc_hw;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -1412,7 +1412,6 @@ static void tp_crc_init(void)
     }
 #endif
 }
-
 
 static uint32_t tp_crc_sw(uint32_t c, const uint8_t *p, size_t n)
 {
@@ -1486,7 +1485,7 @@ static uint32_t tp_crc_shift(uint32_t zeros[4][256], uint32_t crc)
 }
 
 __attribute__((target("sse4.2"))) static uint32_t tp_crc_sse42(uint32_t c, const uint8_t *p,
-                                                                size_t n)
+                                                               size_t n)
 {
     while (n && ((uintptr_t)p & 7)) {
         c = __builtin_ia32_crc32qi(c, *p++);
@@ -1529,7 +1528,6 @@ uint32_t dsim_tp_crc32c(uint32_t crc, const void *buf, size_t n)
 #endif
     return ~tp_crc_sw(c, buf, n);
 }
-
 
 uint32_t dsim_tp_checksum(const void *p, size_t n)
 {

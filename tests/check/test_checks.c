@@ -113,8 +113,9 @@ static dsim_check_result judge(const char *name, const dsim_check_ctx *ctx, cons
 static void test_registry(void **state)
 {
     (void)state;
-    const char *avail[] = {"gradient_consistency", "shard_coverage", "convergence", "node_loss",
-                           "cold_start", "performance", "checkpoint_roundtrip"};
+    const char *avail[] = {
+        "gradient_consistency", "shard_coverage", "convergence",         "node_loss",
+        "cold_start",           "performance",    "checkpoint_roundtrip"};
     for (size_t i = 0; i < sizeof avail / sizeof avail[0]; i++) {
         const dsim_check_ops *c = dsim_check_find(avail[i]);
         assert_non_null(c);
@@ -1003,11 +1004,11 @@ static void test_cold_start(void **state)
     const int64_t S = 1000000000LL;
     f.res.t_start = 10 * S;
     for (int i = 0; i < 2; i++) {
-        ends[i].t_first[DSIM_PHASE_START] = 10 * S + i * S;               /* 0 s, 1 s late */
-        ends[i].t_first[DSIM_PHASE_RENDEZVOUS] = 12 * S;                  /* waits */
-        ends[i].t_first[DSIM_PHASE_CREATE_VARIABLES] = 13 * S;            /* rendezvous 1 s */
-        ends[i].t_first[DSIM_PHASE_COMPUTE] = 13 * S + S / 2;             /* broadcast 0.5 s */
-        ends[i].t_first_step = 14 * S + i * (S / 4);                      /* 4 s, 4.25 s */
+        ends[i].t_first[DSIM_PHASE_START] = 10 * S + i * S;    /* 0 s, 1 s late */
+        ends[i].t_first[DSIM_PHASE_RENDEZVOUS] = 12 * S;       /* waits */
+        ends[i].t_first[DSIM_PHASE_CREATE_VARIABLES] = 13 * S; /* rendezvous 1 s */
+        ends[i].t_first[DSIM_PHASE_COMPUTE] = 13 * S + S / 2;  /* broadcast 0.5 s */
+        ends[i].t_first_step = 14 * S + i * (S / 4);           /* 4 s, 4.25 s */
     }
     f.res.replicas = ends;
     const dsim_check_ops *cs = dsim_check_find("cold_start");

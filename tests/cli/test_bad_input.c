@@ -134,14 +134,12 @@ static const char bi_small[] = "  hosts: 1\n"
                                "  gradient_consistency: {}\n";
 
 /* A scenario of two replicas under `strategy` from `plugin` (NULL: none). */
-static const char *bi_scenario(int slot, const char *file, const char *strategy,
-                               const char *plugin)
+static const char *bi_scenario(int slot, const char *file, const char *strategy, const char *plugin)
 {
     char text[1024];
     if (plugin)
-        snprintf(text, sizeof text,
-                 "name: %s\nstrategy: {name: %s, plugin: %s}\ncluster:\n%s", strategy, strategy,
-                 plugin, bi_small);
+        snprintf(text, sizeof text, "name: %s\nstrategy: {name: %s, plugin: %s}\ncluster:\n%s",
+                 strategy, strategy, plugin, bi_small);
     else
         snprintf(text, sizeof text, "name: %s\nstrategy: {name: %s}\ncluster:\n%s", strategy,
                  strategy, bi_small);
@@ -213,8 +211,9 @@ static void test_plugin_dir(void **state)
     bi_has(bi_out, "custom_mirrored: passed");
     /* a path with a '/' is relative to the scenario file's folder, also when
      * the scenario is named without one (here: in the working folder) */
-    bi_write(4, "rel.yaml", "name: rel\nstrategy: {name: custom_mirrored, plugin: "
-                            "plugins/libbad_input_example.so}\ncluster: {hosts: 1}\n");
+    bi_write(4, "rel.yaml",
+             "name: rel\nstrategy: {name: custom_mirrored, plugin: "
+             "plugins/libbad_input_example.so}\ncluster: {hosts: 1}\n");
     assert_int_equal(bi_run("validate", "rel.yaml", NULL), 0);
     bi_has(bi_out, "rel.yaml: ok");
     /* a value is required, and an empty one is refused */

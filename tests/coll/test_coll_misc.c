@@ -38,7 +38,8 @@ static void misc_run_fp(int n, int64_t timeout_ns, int no_fingerprint, coll_rank
                         misc_shared *s)
 {
     coll_harness h;
-    coll_harness_cfg cfg = {.nranks = n, .timeout_ns = timeout_ns, .no_fingerprint = no_fingerprint};
+    coll_harness_cfg cfg = {
+        .nranks = n, .timeout_ns = timeout_ns, .no_fingerprint = no_fingerprint};
     if (coll_harness_open(&h, &cfg) != DSIM_OK)
         fail_msg("opening %d ranks: %s", n, dsim_errmsg());
     dsim_err e = coll_harness_run(&h, fn, arg);

@@ -1137,8 +1137,7 @@ static void test_unshuffled_stream_not_copied(void **state)
         assert_int_equal(dsim_dataset_desc_init(&d, 1ULL << 26, nf, DSIM_FILES_CONTIGUOUS),
                          DSIM_OK);
         for (int pol = 0; pol < 2; pol++) {
-            dsim_input_config c =
-                cfg_make(&d, pol ? DSIM_SHARD_OFF : DSIM_SHARD_DATA, 64, 32, 2);
+            dsim_input_config c = cfg_make(&d, pol ? DSIM_SHARD_OFF : DSIM_SHARD_DATA, 64, 32, 2);
             c.worker = 5;
             dsim_input *in;
 #ifdef __GLIBC__
@@ -1148,8 +1147,8 @@ static void test_unshuffled_stream_not_copied(void **state)
 #ifdef __GLIBC__
             struct mallinfo2 m1 = mallinfo2();
             size_t grew = (m1.uordblks + m1.hblkhd) - (m0.uordblks + m0.hblkhd);
-            print_message("%s, %u files: the input holds %zu bytes\n",
-                          pol ? "OFF" : "DATA", nf, grew);
+            print_message("%s, %u files: the input holds %zu bytes\n", pol ? "OFF" : "DATA", nf,
+                          grew);
             assert_true(grew < 64 * 1024);
 #endif
             for (uint64_t step = 0; step < 3; step++) {

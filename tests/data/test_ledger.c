@@ -380,10 +380,8 @@ static void test_concurrent_recording(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_coverage_every_policy),
-        cmocka_unit_test(test_idle_and_imbalance),
-        cmocka_unit_test(test_duplicates_misses_readers),
-        cmocka_unit_test(test_reruns),
+        cmocka_unit_test(test_coverage_every_policy),     cmocka_unit_test(test_idle_and_imbalance),
+        cmocka_unit_test(test_duplicates_misses_readers), cmocka_unit_test(test_reruns),
         cmocka_unit_test(test_concurrent_recording),
     };
     return cmocka_run_group_tests_name("ledger", tests, NULL, NULL);

@@ -142,12 +142,10 @@ static int job_body(int workers, int steps, int features, int classes, int healt
             virt = r.replicas[i].t_end - r.t_start;
     long params = (long)(features + 1) * classes;
     /* what gradient_consistency asks first: bit-identical replicas */
-    int ok = e == DSIM_OK && r.replicas_agree && r.in_sync_every_step &&
-             r.steps == (uint64_t)steps;
+    int ok = e == DSIM_OK && r.replicas_agree && r.in_sync_every_step && r.steps == (uint64_t)steps;
     printf("%7d %6d %8ld %6s %9.2f %8.2f %11.6f %12" PRIu64 " %9" PRIu64 " %9.0f  %s\n", workers,
            steps, params, health ? "on" : "off", t, c, (double)virt / 1e9,
-           s1.switches - s0.switches, s1.clock_jumps - s0.clock_jumps,
-           (double)peak_kib() / 1024.0,
+           s1.switches - s0.switches, s1.clock_jumps - s0.clock_jumps, (double)peak_kib() / 1024.0,
            e != DSIM_OK ? r.error.msg
            : ok         ? "replicas bit-identical after every step"
                         : "REPLICAS DIFFER");
@@ -206,7 +204,7 @@ static int run_job(int workers, int steps, int features, int classes, int health
 typedef struct series {
     const char *what;
     int steps, features, classes, health;
-    int linear;          /* the ratio per x4 is checked */
+    int linear;              /* the ratio per x4 is checked */
     int workers[MAX_POINTS]; /* 0-terminated, each 4 x the one before */
     int repeats;
 } series;
@@ -246,9 +244,9 @@ static int run_series(const series *sr)
             double rw = wall[i] / wall[i - 1], rc = cpu[i] / cpu[i - 1];
             int checked = sr->linear && cpu[i - 1] >= 0.5;
             printf("  x%.2f wall  x%.2f cpu%s", rw, rc,
-                   !checked              ? ""
-                   : rc <= 4.0 * 1.25    ? "  (<= x5.00: linear)"
-                                         : "  FASTER THAN LINEAR (> x5.00)");
+                   !checked           ? ""
+                   : rc <= 4.0 * 1.25 ? "  (<= x5.00: linear)"
+                                      : "  FASTER THAN LINEAR (> x5.00)");
             if (checked && rc > 4.0 * 1.25)
                 bad = 1;
         }
@@ -268,21 +266,32 @@ int main(int argc, char **argv)
     int bad = 0;
     if (argc > 1) {
         for (int i = 1; i + 4 < argc; i += 5)
-            bad |= run_job(atoi(argv[i]), atoi(argv[i + 1]), atoi(argv[i + 2]),
-                           atoi(argv[i + 3]), strcmp(argv[i + 4], "off") != 0, NULL);
+            bad |= run_job(atoi(argv[i]), atoi(argv[i + 1]), atoi(argv[i + 2]), atoi(argv[i + 3]),
+                           strcmp(argv[i + 4], "off") != 0, NULL);
         return bad;
     }
     static const series table[] = {
         /* the job: 64 Ki parameters, 100 steps, TF's health check */
-        {"64 Ki parameters x 100 steps, health check on", 100, 1023, 64, 1, 1,
-         {64, 256, 1024, 0}, REPEATS},
+        {"64 Ki parameters x 100 steps, health check on",
+         100,
+         1023,
+         64,
+         1,
+         1,
+         {64, 256, 1024, 0},
+         REPEATS},
         /* many workers, short: the engine and the per-replica state */
-        {"8 Ki parameters x 10 steps, health check off", 10, 1023, 8, 0, 1,
-         {64, 256, 1024, 4096, 8192, 0}, REPEATS},
+        {"8 Ki parameters x 10 steps, health check off",
+         10,
+         1023,
+         8,
+         0,
+         1,
+         {64, 256, 1024, 4096, 8192, 0},
+         REPEATS},
         /* the same with the check: its first round pings every pair of
          * workers (as TF's does), W^2 messages, so not linear in W */
-        {"8 Ki parameters x 10 steps, health check on", 10, 1023, 8, 1, 0,
-         {64, 256, 1024, 0}, 1},
+        {"8 Ki parameters x 10 steps, health check on", 10, 1023, 8, 1, 0, {64, 256, 1024, 0}, 1},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         bad |= run_series(&table[i]);

@@ -478,14 +478,10 @@ static void test_misuse_aborts(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sleep_jumps),
-        cmocka_unit_test(test_waitq),
-        cmocka_unit_test(test_seeded_order),
-        cmocka_unit_test(test_worker_error_state),
-        cmocka_unit_test(test_many_workers),
-        cmocka_unit_test(test_beyond_map_limit),
-        cmocka_unit_test(test_fp_mode_per_worker),
-        cmocka_unit_test(test_misuse_aborts),
+        cmocka_unit_test(test_sleep_jumps),        cmocka_unit_test(test_waitq),
+        cmocka_unit_test(test_seeded_order),       cmocka_unit_test(test_worker_error_state),
+        cmocka_unit_test(test_many_workers),       cmocka_unit_test(test_beyond_map_limit),
+        cmocka_unit_test(test_fp_mode_per_worker), cmocka_unit_test(test_misuse_aborts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

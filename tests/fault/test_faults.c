@@ -65,8 +65,8 @@ static void fl_go(fl_run *r, const dsim_fault *faults, size_t n, uint64_t seed)
 {
     dsim_train_cfg cfg;
     fl_cfg(&cfg);
-    assert_int_equal(dsim_faults_create(faults, n, seed, cfg.hosts, cfg.devices_per_host, 0, &r->fs),
-                     DSIM_OK);
+    assert_int_equal(
+        dsim_faults_create(faults, n, seed, cfg.hosts, cfg.devices_per_host, 0, &r->fs), DSIM_OK);
     dsim_faults_attach(r->fs, &cfg);
     r->e = dsim_train(&cfg, &r->res);
     dsim_faults_get_stats(r->fs, &r->stats);
@@ -408,9 +408,12 @@ static void test_recovery_ends_equal_to_a_clean_run(void **state)
     f[1].when = DSIM_WHEN_STEP;
     f[1].step = 11; /* the second attempt loses rank 1 for good too */
     f[1].rank = 1;
-    dsim_recovery_opts o = {
-        .faults = f, .n_faults = 2, .seed = 1, .restart = true, .max_restarts = 3,
-        .want_clean = true};
+    dsim_recovery_opts o = {.faults = f,
+                            .n_faults = 2,
+                            .seed = 1,
+                            .restart = true,
+                            .max_restarts = 3,
+                            .want_clean = true};
     dsim_recovery_run r;
     assert_int_equal(dsim_recovery_run_job(&cfg, &o, &r), DSIM_OK);
     assert_true(r.has_clean);
@@ -451,8 +454,8 @@ static void test_recovery_gives_up(void **state)
     dsim_fault f = fl_fault(DSIM_FAULT_CORRUPT);
     f.when = DSIM_WHEN_PROBABILITY;
     f.probability = 1.0; /* every frame: nothing ever gets through */
-    dsim_recovery_opts o = {.faults = &f, .n_faults = 1, .seed = 1, .restart = true,
-                            .max_restarts = 2};
+    dsim_recovery_opts o = {
+        .faults = &f, .n_faults = 1, .seed = 1, .restart = true, .max_restarts = 2};
     dsim_recovery_run r;
     assert_int_equal(dsim_recovery_run_job(&cfg, &o, &r), DSIM_OK);
     assert_int_not_equal(r.err, DSIM_OK);

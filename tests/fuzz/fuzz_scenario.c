@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FZ_REQUIRE(cond)                                                                           \
     do {                                                                                           \
         if (!(cond)) {                                                                             \
-            fprintf(stderr, "fuzz_scenario: %s failed: %s\n", #cond, dsim_errmsg());             \
+            fprintf(stderr, "fuzz_scenario: %s failed: %s\n", #cond, dsim_errmsg());               \
             abort();                                                                               \
         }                                                                                          \
     } while (0)

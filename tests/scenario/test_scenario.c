@@ -798,7 +798,8 @@ static void test_runnable(void **state)
     ps = parse_ok("name: a\nengine: sim\ncluster: {hosts: 8192, devices_per_host: 8}\n"
                   "strategy: {name: multi_worker_mirrored, health_check: {interval: 0}}\n"
                   "model: {synthetic: {parameters: 1M, flops_per_example: 1G}}\n");
-    assert_int_equal(dsim_scenario_runnable(ps), have >= 65536.0 * 48 * 1024 ? DSIM_OK : DSIM_ENOTSUP);
+    assert_int_equal(dsim_scenario_runnable(ps),
+                     have >= 65536.0 * 48 * 1024 ? DSIM_OK : DSIM_ENOTSUP);
     dsim_scenario_free(ps);
     /* every check the registry declares unavailable is refused, with its place */
     size_t refused = 0;
@@ -1136,7 +1137,8 @@ static void test_plan(void **state)
     json_decref(j);
 
     /* a scenario this build cannot run yet still has a plan */
-    j = plan_of("name: s\ncluster: {hosts: 2048}\ndata: {shard_policy: data, global_batch: 4096}\n", DSIM_ENOTSUP);
+    j = plan_of("name: s\ncluster: {hosts: 2048}\ndata: {shard_policy: data, global_batch: 4096}\n",
+                DSIM_ENOTSUP);
     assert_true(json_is_false(json_object_get(j, "runnable")));
     assert_non_null(strstr(json_string_value(json_object_get(j, "not_runnable")), "engine sim"));
     json_decref(j);

@@ -285,15 +285,17 @@ static void test_plan(void **state)
     json_decref(j);
 
     /* not runnable in this build: the same */
-    const char *later = cli_file(3, "later.yaml", "name: later\ncluster: {hosts: 2048}\ndata: {shard_policy: data, global_batch: 4096}\n");
+    const char *later = cli_file(
+        3, "later.yaml",
+        "name: later\ncluster: {hosts: 2048}\ndata: {shard_policy: data, global_batch: 4096}\n");
     r = cli_run((const char *[]){"plan", later, NULL});
     assert_int_equal(r->status, 2);
     j = json_loads(r->out, 0, &je);
     if (!j)
         fail_msg("not JSON: %s", r->out);
     assert_true(json_is_false(json_object_get(j, "runnable")));
-    assert_non_null(strstr(json_string_value(json_object_get(j, "not_runnable")),
-                             "engine sim runs up to"));
+    assert_non_null(
+        strstr(json_string_value(json_object_get(j, "not_runnable")), "engine sim runs up to"));
     assert_true(json_is_null(json_object_get(j, "error")));
     json_decref(j);
 

@@ -429,11 +429,25 @@ static void test_migrate_v5(void **state)
     assert_int_equal(dsim_store_open(path, &st), DSIM_OK);
     dsim_run_id run = begin(st, "msgs");
     assert_int_equal(run, 2);
-    dsim_msg_row m = {.attempt = 0, .src = 0, .dst = 1, .comm_id = 1, .tag = 7, .seq = 1,
-                      .bytes = 144, .t_sent_ns = 100, .t_recv_ns = 150};
+    dsim_msg_row m = {.attempt = 0,
+                      .src = 0,
+                      .dst = 1,
+                      .comm_id = 1,
+                      .tag = 7,
+                      .seq = 1,
+                      .bytes = 144,
+                      .t_sent_ns = 100,
+                      .t_recv_ns = 150};
     assert_int_equal(dsim_store_message(st, run, &m), DSIM_OK);
-    m = (dsim_msg_row){.attempt = 1, .src = 1, .dst = 0, .comm_id = 1, .tag = 7, .seq = 1,
-                       .bytes = 8, .t_sent_ns = 200, .t_recv_ns = -1};
+    m = (dsim_msg_row){.attempt = 1,
+                       .src = 1,
+                       .dst = 0,
+                       .comm_id = 1,
+                       .tag = 7,
+                       .seq = 1,
+                       .bytes = 8,
+                       .t_sent_ns = 200,
+                       .t_recv_ns = -1};
     assert_int_equal(dsim_store_message(st, run, &m), DSIM_OK);
     m.src = -1;
     assert_int_equal(dsim_store_message(st, run, &m), DSIM_EINVAL);
@@ -775,16 +789,11 @@ int main(void)
 #endif
     su_mkdtemp(tmpdir, sizeof tmpdir);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_new_and_default_path),
-        cmocka_unit_test(test_migrate_v1),
-        cmocka_unit_test(test_migrate_v2),
-        cmocka_unit_test(test_migrate_v3),
-        cmocka_unit_test(test_migrate_v4),
-        cmocka_unit_test(test_migrate_v5),
-        cmocka_unit_test(test_newer_refused),
-        cmocka_unit_test(test_not_a_database_refused),
-        cmocka_unit_test(test_killed_midway),
-        cmocka_unit_test(test_live_run_not_marked),
+        cmocka_unit_test(test_new_and_default_path), cmocka_unit_test(test_migrate_v1),
+        cmocka_unit_test(test_migrate_v2),           cmocka_unit_test(test_migrate_v3),
+        cmocka_unit_test(test_migrate_v4),           cmocka_unit_test(test_migrate_v5),
+        cmocka_unit_test(test_newer_refused),        cmocka_unit_test(test_not_a_database_refused),
+        cmocka_unit_test(test_killed_midway),        cmocka_unit_test(test_live_run_not_marked),
         cmocka_unit_test(test_write_failure),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

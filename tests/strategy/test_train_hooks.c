@@ -15,9 +15,9 @@
 #define MAXR 8
 
 typedef struct hook_state {
-    int victim;            /* replica to kill, or -1 */
-    dsim_phase at_phase;   /* where */
-    uint64_t at_step;      /* when (for per-step phases) */
+    int victim;          /* replica to kill, or -1 */
+    dsim_phase at_phase; /* where */
+    uint64_t at_step;    /* when (for per-step phases) */
     atomic_int seen[MAXR][DSIM_PHASE_COUNT];
     atomic_int out_of_order;
     int last[MAXR];

@@ -71,7 +71,10 @@ static void test_fit_clamps_and_refuses(void **state)
 
 static dsim_calib calib(int ranks, int cores, double alpha_x)
 {
-    dsim_calib c = {.engine = "threads", .transport = "inproc", .cores = cores, .ranks = ranks,
+    dsim_calib c = {.engine = "threads",
+                    .transport = "inproc",
+                    .cores = cores,
+                    .ranks = ranks,
                     .alpha_x_s = alpha_x};
     return c;
 }
@@ -119,8 +122,13 @@ static void test_predict_adds_local_copies(void **state)
     (void)state;
     dsim_calib c = calib(4, 2, 9e-6);
     size_t bytes = (size_t)4 << 20;
-    dsim_calib_row at = {.algo = DSIM_ALGO_RING, .bytes = bytes, .msg = bytes / 4, .xranks = 4,
-                         .step_copy_s = 300e-6, .step_reduce_s = 500e-6, .copy_Bps = 20e9};
+    dsim_calib_row at = {.algo = DSIM_ALGO_RING,
+                         .bytes = bytes,
+                         .msg = bytes / 4,
+                         .xranks = 4,
+                         .step_copy_s = 300e-6,
+                         .step_reduce_s = 500e-6,
+                         .copy_Bps = 20e9};
     double s = 0;
     assert_int_equal(dsim_calib_predict_at(&c, DSIM_ALGO_RING, bytes, &at, &s), DSIM_OK);
     /* 3 (tx + tr), plus 3/4 of the buffer copied on each of 4 ranks over 2 cores */

@@ -50,8 +50,8 @@ static void test_formulas(void **state)
                 double want = dsim_cost_allreduce_formula(algos[a], p, (double)bytes, alpha,
                                                           1.0 / bw, 3.0 / mem);
                 char what[96];
-                snprintf(what, sizeof what, "%s, %d ranks, %zu bytes", dsim_algo_name(algos[a]),
-                         p, bytes);
+                snprintf(what, sizeof what, "%s, %d ranks, %zu bytes", dsim_algo_name(algos[a]), p,
+                         bytes);
                 assert_close(got, want, what);
                 assert_true(steps > 0);
             }
@@ -87,9 +87,9 @@ static void test_nic_sharing(void **state)
     double n = 4.0 * 1048576, g = 3.0 / 900e9, got = 0;
     assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_RHD, (size_t)n, 4, &got, NULL), DSIM_OK);
     double want = (20e-6 + (n / 2) * 2 / 1.175e9 + (n / 2) * g) /* halving, distance 2 */
-                  + (3e-6 + (n / 4) / 150e9 + (n / 4) * g)     /* halving, distance 1 */
-                  + (3e-6 + (n / 4) / 150e9)                   /* doubling, distance 1 */
-                  + (20e-6 + (n / 2) * 2 / 1.175e9);           /* doubling, distance 2 */
+                  + (3e-6 + (n / 4) / 150e9 + (n / 4) * g)      /* halving, distance 1 */
+                  + (3e-6 + (n / 4) / 150e9)                    /* doubling, distance 1 */
+                  + (20e-6 + (n / 2) * 2 / 1.175e9);            /* doubling, distance 2 */
     assert_close(got, want, "rhd, 2 hosts x 2 devices");
     /* the ring crosses each NIC once per step: no sharing, the slow link
      * sets every step */

@@ -26,7 +26,7 @@ typedef enum dsim_err {
     DSIM_ESTATE,     /* called in the wrong state */
     DSIM_EPREEMPTED, /* stopped by a preemption notice after saving a checkpoint:
                         restart from it (dsim_train) */
-    DSIM_EHUNG,     /* a worker did not return in time and was left running */
+    DSIM_EHUNG,      /* a worker did not return in time and was left running */
     DSIM_ERR_COUNT
 } dsim_err;
 

@@ -100,7 +100,7 @@ const char *dsim_strategy_summary(const char *name);
  * not fit in the machine's memory, naming the fix, and a job whose
  * replicas would not (about 0.5 MiB each with payloads, 48 KiB timing only:
  * 65,536 timing-only replicas take about 1.8 GB). */
-#define DSIM_TRAIN_MAX_REPLICAS 65536
+#define DSIM_TRAIN_MAX_REPLICAS        65536
 #define DSIM_TRAIN_MAX_THREAD_REPLICAS 1024
 /* Parameter servers in one run. */
 #define DSIM_TRAIN_MAX_PS 64
@@ -162,20 +162,20 @@ typedef struct dsim_train_hooks {
 
 /* Where a replica ended (dsim_train_result.replicas). */
 typedef struct dsim_train_replica_end {
-    dsim_phase phase;     /* the last phase entered */
-    uint64_t global_step; /* the global step it was on */
-    bool killed;          /* stopped by DSIM_HOOK_DIE / hooks->killed */
-    dsim_err status;      /* DSIM_OK, or the error it returned with */
-    int64_t t_end;        /* dsim_rt_now when it returned */
-    int64_t t_phase;      /* dsim_rt_now when it entered that last phase */
-    uint64_t steps_done;  /* steps it completed (observer called) in this run */
-    uint64_t end_checksum; /* dsim_params_checksum of its variables when it returned
-                              (0 if it never had variables) */
+    dsim_phase phase;       /* the last phase entered */
+    uint64_t global_step;   /* the global step it was on */
+    bool killed;            /* stopped by DSIM_HOOK_DIE / hooks->killed */
+    dsim_err status;        /* DSIM_OK, or the error it returned with */
+    int64_t t_end;          /* dsim_rt_now when it returned */
+    int64_t t_phase;        /* dsim_rt_now when it entered that last phase */
+    uint64_t steps_done;    /* steps it completed (observer called) in this run */
+    uint64_t end_checksum;  /* dsim_params_checksum of its variables when it returned
+                               (0 if it never had variables) */
     uint64_t good_checksum; /* ... after its last create_variables or apply_gradients
                                that succeeded (0: none did): a failure must leave
                                the variables so */
-    uint64_t reruns;      /* steps of lost replicas it re-ran (lost_work) */
-    char msg[256];        /* the error's message ("" when none) */
+    uint64_t reruns;        /* steps of lost replicas it re-ran (lost_work) */
+    char msg[256];          /* the error's message ("" when none) */
     /* Cold start: dsim_rt_now when it first entered each phase in this run
      * (0: never), and when its first step was done (0: none). */
     int64_t t_first[DSIM_PHASE_COUNT];
@@ -411,14 +411,14 @@ typedef struct dsim_train_result {
     double initial_loss;     /* mean per-example loss over the dataset, at the start */
     double final_loss;       /* ... and at the end (replica 0's variables) */
 
-    double *loss;       /* [steps]: replica 0's reduced loss (NaN: not reduced) */
-    double *local_loss; /* [steps * num_replicas] */
-    uint64_t *checksum; /* [steps * num_replicas]: after each step */
-    uint64_t *examples; /* [steps * num_replicas] */
-    int64_t *step_ns;   /* [steps * num_replicas]: each step's time, start to end */
-    int64_t *comm_ns;   /* ... of which in apply_gradients and the loss's reduction
-                           (the exchange, waits for slower replicas included) */
-    float *trace;       /* [steps * n_params] if cfg.record_params, else NULL */
+    double *loss;          /* [steps]: replica 0's reduced loss (NaN: not reduced) */
+    double *local_loss;    /* [steps * num_replicas] */
+    uint64_t *checksum;    /* [steps * num_replicas]: after each step */
+    uint64_t *examples;    /* [steps * num_replicas] */
+    int64_t *step_ns;      /* [steps * num_replicas]: each step's time, start to end */
+    int64_t *comm_ns;      /* ... of which in apply_gradients and the loss's reduction
+                              (the exchange, waits for slower replicas included) */
+    float *trace;          /* [steps * n_params] if cfg.record_params, else NULL */
     float *initial_params; /* [n_params] if cfg.record_params: the variables before the
                               first step run (restored ones after a restore) */
 
@@ -498,9 +498,9 @@ typedef struct dsim_train_result {
  * a worker was already inside one and stuck there (res->stuck[i].callback
  * says so: then their user data must be left alive). Two things must
  * always outlive a hung job: a borrowed cfg->dataset and
- * cfg->transport_filter_user (the fabric's filter keeps using it). A worker's thread is detached, not
- * joined (threads engine); dsim_train_abandoned_jobs counts the jobs still
- * waiting for theirs. */
+ * cfg->transport_filter_user (the fabric's filter keeps using it). A worker's thread is detached,
+ * not joined (threads engine); dsim_train_abandoned_jobs counts the jobs still waiting for theirs.
+ */
 dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res);
 
 /* Replays the global batches of cfg on one device from the same initial

@@ -176,11 +176,11 @@ void dsim_ep_get_stats(const dsim_ep *ep, dsim_ep_stats *out);
  * handshake and dsim's hello: two round trips). connections 0: none were
  * set up (inproc ranks share memory and connect nothing). */
 typedef struct dsim_ep_conn_stats {
-    int connections;      /* peers connected so far */
-    int64_t total_ns;     /* their set-up times added up */
-    int64_t max_ns;       /* the slowest one's */
-    int slowest_peer;     /* whom that one reached; -1 when none */
-    int modelled;         /* 1: the times are the filter's model, not measured */
+    int connections;  /* peers connected so far */
+    int64_t total_ns; /* their set-up times added up */
+    int64_t max_ns;   /* the slowest one's */
+    int slowest_peer; /* whom that one reached; -1 when none */
+    int modelled;     /* 1: the times are the filter's model, not measured */
 } dsim_ep_conn_stats;
 void dsim_ep_get_conn_stats(dsim_ep *ep, dsim_ep_conn_stats *out);
 

@@ -361,7 +361,7 @@ static size_t ps_build_adopt(dsim_replica_ctx *ctx, int s, ps_hdr *h, float *pl,
     (void)ctx;
     (void)s;
     (void)pl;
-    h->closure = (uint32_t)*(const int *)arg;
+    h->closure = (uint32_t) * (const int *)arg;
     return 0;
 }
 
@@ -457,8 +457,7 @@ static dsim_err ps_server_init(dsim_server_ctx *srv)
     if (srv->shape.ps_mode == DSIM_PS_SYNC)
         p->agg = calloc((size_t)N * n, sizeof(float));
     if (!p->shard || !p->vread || !p->gstep || !p->done_from || !p->lost || !p->adopted_by ||
-        !p->applied_to ||
-        (srv->shape.ps_mode == DSIM_PS_SYNC && !p->agg))
+        !p->applied_to || (srv->shape.ps_mode == DSIM_PS_SYNC && !p->agg))
         return DSIM_ERR(DSIM_ENOMEM, -1, "parameter server %d: out of memory", srv->server);
     return DSIM_OK;
 }

@@ -138,8 +138,8 @@
 #define TCP_HELLO_AUTH    1u          /* hello status: a proof of the secret follows */
 #define TCP_AUTH_HELLO    (TCP_HELLO_LEN + DSIM_AUTH_MAC + DSIM_AUTH_NONCE)
 #define TCP_AUTH_ACK      (TCP_HELLO_LEN + DSIM_AUTH_MAC)
-#define TCP_CTL_ABORT     1u          /* body: failed rank (i32), reason */
-#define TCP_CTL_WITHDRAWN 2u          /* body: the 48 header bytes of a withdrawn frame */
+#define TCP_CTL_ABORT     1u /* body: failed rank (i32), reason */
+#define TCP_CTL_WITHDRAWN 2u /* body: the 48 header bytes of a withdrawn frame */
 #define TCP_CTL_MAX       4096u
 #define TCP_WHY_MAX       255
 #define TCP_STAGE_IN      ((size_t)64 << 10)
@@ -312,7 +312,7 @@ typedef struct tcp_fabric {
     tcp_loop *loops;
     tcp_local *locals;
     atomic_int aborted;
-    int abort_peer; /* written once, before aborted is set */
+    int abort_peer;     /* written once, before aborted is set */
     dsim_secret secret; /* len 0: connections are not authenticated */
     char abort_why[TCP_WHY_MAX + 1];
 } tcp_fabric;
@@ -1398,8 +1398,9 @@ static int tcp_auth_step(tcp_loop *lp, tcp_conn *c, tcp_after *a)
         memcpy(m + TCP_HELLO_LEN + DSIM_AUTH_MAC, c->nonce, DSIM_AUTH_NONCE);
         ssize_t n = send(c->fd, m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n != (ssize_t)sizeof m) {
-            tcp_kill_locked(c, DSIM_EPEER, a, "rank %d could not send its hello to peer %d at %s: %s",
-                            c->local, c->peer, c->where, n < 0 ? strerror(errno) : "short write");
+            tcp_kill_locked(c, DSIM_EPEER, a,
+                            "rank %d could not send its hello to peer %d at %s: %s", c->local,
+                            c->peer, c->where, n < 0 ? strerror(errno) : "short write");
             return 1;
         }
         c->auth_stage = 2;
@@ -1872,8 +1873,7 @@ static dsim_err tcp_parse_opts(tcp_fabric *tf, const char *options, tcp_opts *o)
             o->n_fds = 0;
             for (const char *p = val; e == DSIM_OK && *p;) {
                 int fd = -1;
-                if (o->n_fds == TCP_MAX_FDS || tcp_parse_rank(p, &p, &fd) != 0 ||
-                    (*p && *p != ';'))
+                if (o->n_fds == TCP_MAX_FDS || tcp_parse_rank(p, &p, &fd) != 0 || (*p && *p != ';'))
                     e = DSIM_ERR(DSIM_EINVAL, -1,
                                  "tcp option listen_fds=%s: expected file descriptors separated "
                                  "by ';', one per local rank",
@@ -2167,8 +2167,8 @@ static dsim_err tcp_listen(tcp_fabric *tf, tcp_local *lc, int given)
         int fl = fcntl(given, F_GETFL);
         if (fl < 0 || fcntl(given, F_SETFL, fl | O_NONBLOCK) != 0 ||
             fcntl(given, F_SETFD, FD_CLOEXEC) != 0)
-            return DSIM_ERR(DSIM_EIO, lc->rank, "tcp: rank %d: descriptor %d: %s", lc->rank,
-                            given, strerror(errno));
+            return DSIM_ERR(DSIM_EIO, lc->rank, "tcp: rank %d: descriptor %d: %s", lc->rank, given,
+                            strerror(errno));
         socklen_t sl = sizeof a->ss;
         if (getsockname(given, (struct sockaddr *)&a->ss, &sl) != 0)
             return DSIM_ERR(DSIM_EIO, lc->rank, "tcp: rank %d: getsockname failed: %s", lc->rank,

@@ -95,8 +95,14 @@ void dsim_rt_worker_state_add_used(void *(*addr)(void), const void *init, size_t
  * another runs. Only a hint: a stale pointer costs a wasted prefetch, never
  * a fault. */
 #define DSIM_RT_HINTS 6
-enum { DSIM_RT_HINT_REQ, DSIM_RT_HINT_EP, DSIM_RT_HINT_EP_LOCK, DSIM_RT_HINT_COMM,
-       DSIM_RT_HINT_PEER, DSIM_RT_HINT_PEER_MAP };
+enum {
+    DSIM_RT_HINT_REQ,
+    DSIM_RT_HINT_EP,
+    DSIM_RT_HINT_EP_LOCK,
+    DSIM_RT_HINT_COMM,
+    DSIM_RT_HINT_PEER,
+    DSIM_RT_HINT_PEER_MAP
+};
 void dsim_rt_hint(int slot, const void *p);
 void dsim_rt_worker_prefetch(const void *buf);
 /* The byte offset and length of the hints in a worker state buffer (for an

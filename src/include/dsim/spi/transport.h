@@ -249,8 +249,7 @@ struct dsim_tp_filter {
 
 /* Hands a frame the filter took to ep's receive path, bypassing the filter
  * (payload is read during the call only). Same results as dsim_tp_deliver. */
-dsim_err dsim_tp_deliver_held(dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload,
-                              size_t len);
+dsim_err dsim_tp_deliver_held(dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload, size_t len);
 
 /* For backends whose links can break (a connection closes, is reset, or
  * carries a corrupt frame: a byte stream cannot be resynchronised): the link
