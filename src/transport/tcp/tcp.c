@@ -1223,10 +1223,13 @@ static void tcp_read(tcp_loop *lp, tcp_conn *c)
                 continue;
             if (tcp_frame_begin(lp, c) != 0)
                 return;
-            if (c->slen - c->spos >= c->rlen && ((uintptr_t)(c->stage + c->spos) & 15) == 0) {
+            if (c->slen - c->spos >= c->rlen &&
+                (c->rlen == 0 || ((uintptr_t)(c->stage + c->spos) & 15) == 0)) {
                 /* The whole body is staged, aligned for the reducing
                  * receives that read it as elements: hand it over from
-                 * there. Otherwise it is copied to the (aligned) body. */
+                 * there. Otherwise it is copied to the (aligned) body. An
+                 * empty body is always handed over from here: the body
+                 * buffer may not exist yet. */
                 const uint8_t *b = c->stage + c->spos;
                 c->rcrc = tcp_crc32c(c->rcrc, b, c->rlen);
                 c->spos += c->rlen;
