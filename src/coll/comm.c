@@ -2,45 +2,13 @@
  * counter and deadline (dsim_coll_begin), the choice of algorithm, and the
  * trivial cases (count 0, one rank) that need no messages. The algorithms
  * are in ring.c, rhd.c, tree.c, reduce_to_one.c and barrier.c; the choice
- * for AUTO in decide.c. */
+ * for AUTO in decide.c; their names in algo_name.c. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "coll_int.h"
-
-static const char *const comm_algo_names[DSIM_ALGO_COUNT] = {
-    [DSIM_ALGO_AUTO] = "auto",
-    [DSIM_ALGO_RING] = "ring",
-    [DSIM_ALGO_RHD] = "rhd",
-    [DSIM_ALGO_TREE] = "tree",
-    [DSIM_ALGO_REDUCE_TO_ONE] = "reduce_to_one",
-};
-
-const char *dsim_algo_name(dsim_algo a)
-{
-    if ((int)a < 0 || a >= DSIM_ALGO_COUNT)
-        return "unknown";
-    return comm_algo_names[a];
-}
-
-dsim_err dsim_algo_parse(const char *s, dsim_algo *out)
-{
-    if (!s || !out)
-        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_algo_parse: %s is NULL", !s ? "the name" : "out");
-    for (int a = 0; a < DSIM_ALGO_COUNT; a++) {
-        if (strcasecmp(s, comm_algo_names[a]) == 0) {
-            *out = (dsim_algo)a;
-            return DSIM_OK;
-        }
-    }
-    return DSIM_ERR(DSIM_EINVAL, -1,
-                    "unknown allreduce algorithm \"%s\"; use one of auto, ring, rhd, tree, "
-                    "reduce_to_one",
-                    s);
-}
 
 dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
 {
