@@ -4,7 +4,7 @@
 
 tf_config/: TF_CONFIG texts, each after one byte that picks devices per host.
 tcp_frames/: inputs of fuzz_tcp_frames.c: a flags byte, then frames as the
-tcp backend writes them (tcp.c's wire format), checksums already right.
+tcp backend writes them (tcp.c describes the wire format), checksums already right.
 The scenario fuzzer's seeds are the catalogue itself (scenarios/,
 scenarios/faults/)."""
 import os

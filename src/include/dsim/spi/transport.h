@@ -1,8 +1,8 @@
 /* For people who write a transport backend: the ops table and the calls a
  * backend makes into the shared transport layer.
  *
- * Division of work. The shared layer (src/transport/transport.c and
- * match.c) owns endpoints, requests, headers, matching, sequence numbers,
+ * Division of work. The shared layer (src/transport/; transport.c lists
+ * its files) owns endpoints, requests, headers, matching, sequence numbers,
  * epochs, deadlines, cancellation and abort. A backend only moves frames:
  *
  *   send side:    dsim_isend builds the header (src, dst, comm_id, epoch,
