@@ -282,188 +282,261 @@ out:
     return e;
 }
 
-static dsim_err train_replica_run(train_replica *rp, int *inited)
+/* What a replica's steps work in: a batch, the gradient, a copy of the
+ * variables for checkpoints (when the job may write one) and its input. */
+typedef struct replica_work {
+    size_t maxb; /* the largest batch a replica can get */
+    dsim_input *in;
+    float *x, *y, *grad;
+    dsim_strategy_vars save;
+} replica_work;
+
+static dsim_err replica_work_alloc(train_replica *rp, replica_work *w)
+{
+    train_job *job = rp->job;
+    const dsim_train_cfg *cfg = job->cfg;
+    const dsim_train_setup *su = &job->su;
+    size_t in_dim = su->model.in_dim, y_dim = su->ds->y_dim, P = su->n_params;
+    /* A replica's batch is a part of one global batch of the dataset. */
+    w->maxb = (size_t)cfg->global_batch;
+    if (w->maxb > su->ds->spec.n_examples)
+        w->maxb = su->ds->spec.n_examples;
+    w->x = malloc(w->maxb * in_dim * sizeof(float));
+    w->y = malloc(w->maxb * y_dim * sizeof(float));
+    w->grad = malloc(P * sizeof(float));
+    if (!w->x || !w->y || !w->grad)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for a batch of %zu examples", w->maxb);
+    if (cfg->checkpoint_every || job->preempt_armed) {
+        dsim_strategy_vars *save = &w->save;
+        save->n_params = P;
+        save->params = malloc(P * sizeof(float));
+        save->optim_state_len = su->optim_state_len;
+        save->optim_state =
+            su->optim_state_len ? malloc(su->optim_state_len * sizeof(float)) : NULL;
+        if (!save->params || (su->optim_state_len && !save->optim_state))
+            return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for a checkpoint buffer");
+    }
+    dsim_err e = dsim_train_input(cfg, su, rp->ctx.worker, &w->in);
+    if (e == DSIM_OK && job->first_step > 0 && job->first_step < job->end_step)
+        e = dsim_input_seek(w->in, job->start_epoch, job->start_step);
+    return e;
+}
+
+static void replica_work_free(replica_work *w)
+{
+    dsim_input_destroy(w->in);
+    free(w->x);
+    free(w->y);
+    free(w->grad);
+    free(w->save.params);
+    free(w->save.optim_state);
+}
+
+/* From the rendezvous to the variables: the strategy's replica_init, then
+ * create_variables with the initial values (given to replica 0). */
+static dsim_err replica_begin(train_replica *rp)
+{
+    train_job *job = rp->job;
+    const dsim_strategy *s = job->strat;
+    dsim_replica_ctx *ctx = &rp->ctx;
+    dsim_err e;
+    if ((e = train_enter(rp, DSIM_PHASE_RENDEZVOUS, job->first_step)) != DSIM_OK ||
+        (e = dsim_strategy_replica_init(s, ctx)) != DSIM_OK)
+        return e;
+    if (job->first_step > 0 &&
+        (e = train_enter(rp, DSIM_PHASE_RESTORE, job->first_step)) != DSIM_OK)
+        return e;
+    if ((e = train_enter(rp, DSIM_PHASE_CREATE_VARIABLES, job->first_step)) != DSIM_OK ||
+        (e = dsim_strategy_create_variables(s, ctx, rp->index == 0 ? &job->init : NULL)) != DSIM_OK)
+        return e;
+    rp->good_checksum = dsim_params_checksum(ctx->params, job->su.n_params);
+    return DSIM_OK;
+}
+
+/* Step gs's outcome into the job's result, in the replica's own slots (and
+ * the loss and the variables' trace for replica 0). */
+static void replica_record(train_replica *rp, uint64_t gs, const dsim_replica_batch *b,
+                           double local, double loss, uint64_t cks, int64_t t0, int64_t tc,
+                           int64_t t1)
+{
+    train_job *job = rp->job;
+    dsim_train_result *res = job->res;
+    size_t P = job->su.n_params, N = (size_t)job->N, i = (size_t)rp->index;
+    size_t k = (size_t)(gs - job->first_step);
+    if (k == 0) {
+        dsim_train_replica_end *re = &res->replicas[rp->index];
+        re->t_first_step = t1;
+        /* Every pair its first step's collectives use is connected by
+         * now: the connection set-up phase of its cold start. */
+        dsim_ep_conn_stats cs;
+        dsim_ep_get_conn_stats(rp->ctx.ep, &cs);
+        re->conn_count = cs.connections;
+        re->conn_slowest_peer = cs.slowest_peer;
+        re->conn_modelled = cs.modelled;
+        re->conn_max_ns = cs.max_ns;
+        re->conn_total_ns = cs.total_ns;
+    }
+    res->checksum[k * N + i] = cks;
+    res->replicas[rp->index].steps_done = k + 1;
+    res->local_loss[k * N + i] = local;
+    res->examples[k * N + i] = b->n;
+    res->step_ns[k * N + i] = t1 - t0;
+    res->comm_ns[k * N + i] = t1 - tc;
+    if (rp->index == 0) {
+        res->loss[k] = loss;
+        if (res->trace)
+            memcpy(res->trace + k * P, rp->ctx.params, P * sizeof(float));
+    }
+}
+
+/* Whether the job stops after its step `done` for a preemption (*stop).
+ * Every replica runs the same steps, so a MAX of "I have a notice" at every
+ * boundary makes them all see the first notice at the same boundary: there
+ * they fix the step to stop at (*stop_at). */
+static dsim_err replica_preempt(train_replica *rp, uint64_t done, uint64_t *stop_at, bool *stop)
+{
+    train_job *job = rp->job;
+    *stop = false;
+    if (!job->preempt_armed)
+        return DSIM_OK;
+    if (*stop_at == UINT64_MAX && done < job->end_step) {
+        int64_t mine = train_preempt_noticed(rp, done) ? 1 : 0, any = 0;
+        dsim_err e = dsim_allreduce(job->ctl[rp->index], &mine, &any, 1, DSIM_I64, DSIM_MAX);
+        if (e != DSIM_OK)
+            return e;
+        if (any) {
+            *stop_at = done + job->cfg->preempt_grace_steps;
+            if (rp->index == job->chief)
+                dsim_info("train: preemption notice at global step %llu; stopping after "
+                          "step %llu with a checkpoint",
+                          (unsigned long long)done, (unsigned long long)*stop_at);
+        }
+    }
+    *stop = done == *stop_at && done < job->end_step;
+    return DSIM_OK;
+}
+
+/* One global step of rp: its batch, the gradient, the strategy's update,
+ * the loss, the result's record, and a checkpoint when one is due. *stop:
+ * a preemption stops the job after this step. */
+static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, uint64_t *stop_at,
+                             bool *stop)
 {
     train_job *job = rp->job;
     const dsim_train_cfg *cfg = job->cfg;
     const dsim_train_setup *su = &job->su;
     dsim_replica_ctx *ctx = &rp->ctx;
-    dsim_train_result *res = job->res;
     const dsim_strategy *s = job->strat;
-    size_t in_dim = su->model.in_dim, y_dim = su->ds->y_dim, P = su->n_params;
-    /* A replica's batch is a part of one global batch of the dataset. */
-    size_t maxb = (size_t)cfg->global_batch;
-    if (maxb > su->ds->spec.n_examples)
-        maxb = su->ds->spec.n_examples;
-    dsim_input *in = NULL;
-    float *x = malloc(maxb * in_dim * sizeof(float));
-    float *y = malloc(maxb * y_dim * sizeof(float));
-    float *grad = malloc(P * sizeof(float));
-    dsim_strategy_vars save = {0};
-    dsim_err e = DSIM_OK;
-    if (!x || !y || !grad) {
-        e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for a batch of %zu examples", maxb);
-        goto out;
+    size_t P = su->n_params;
+    dsim_err e;
+    ctx->global_step = gs;
+    if ((e = train_enter(rp, DSIM_PHASE_COMPUTE, gs)) != DSIM_OK)
+        return e;
+    dsim_input_step st;
+    if ((e = dsim_input_next(w->in, &st)) != DSIM_OK)
+        return e;
+    if (st.done)
+        return DSIM_ERR(DSIM_ESTATE, -1, "the input ended at global step %llu of %llu",
+                        (unsigned long long)gs, (unsigned long long)job->end_step);
+    const dsim_replica_batch *b = &st.batch[ctx->device];
+    int64_t t0 = dsim_rt_now(job->rt);
+    size_t nb = (size_t)b->n;
+    if (nb > w->maxb)
+        return DSIM_ERR(DSIM_ESTATE, -1,
+                        "a batch of %zu examples exceeds the global batch or the dataset (%zu)", nb,
+                        w->maxb);
+    if (nb && (e = dsim_dataset_gather(su->ds, b->ids, nb, w->x, w->y)) != DSIM_OK)
+        return e;
+    memset(w->grad, 0, P * sizeof(float));
+    double loss_sum = 0;
+    if ((e = dsim_model_loss_grad(&su->model, ctx->params, nb ? w->x : NULL, nb ? w->y : NULL, nb,
+                                  job->loss_scale, w->grad, &loss_sum)) != DSIM_OK)
+        return e;
+    if (cfg->device_flops > 0)
+        dsim_rt_charge(job->rt, (int64_t)(6.0 * (double)P * (double)nb / cfg->device_flops * 1e9));
+    if ((e = dsim_ledger_record(job->res->ledger, rp->index, st.epoch, st.step, b->ids, b->n)) !=
+            DSIM_OK ||
+        (e = train_enter(rp, DSIM_PHASE_ALLREDUCE, gs)) != DSIM_OK)
+        return e;
+    int64_t tc = dsim_rt_now(job->rt); /* compute ends, the exchange begins */
+    if ((e = dsim_strategy_apply_gradients(s, ctx, w->grad)) != DSIM_OK)
+        return e;
+    /* what a failure later in the step must leave untouched */
+    rp->good_checksum = dsim_params_checksum(ctx->params, P);
+    if ((e = train_enter(rp, DSIM_PHASE_REDUCE_LOSS, gs)) != DSIM_OK)
+        return e;
+    double local = loss_sum * (double)job->loss_scale, loss = NAN;
+    e = dsim_strategy_reduce(s, ctx, DSIM_SUM, &local, &loss, 1);
+    if (e == DSIM_ENOTSUP) {
+        loss = NAN;
+        e = DSIM_OK;
+    } else if (e != DSIM_OK) {
+        return e;
     }
-    if (cfg->checkpoint_every || job->preempt_armed) {
-        save.n_params = P;
-        save.params = malloc(P * sizeof(float));
-        save.optim_state_len = su->optim_state_len;
-        save.optim_state = su->optim_state_len ? malloc(su->optim_state_len * sizeof(float)) : NULL;
-        if (!save.params || (su->optim_state_len && !save.optim_state)) {
-            e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for a checkpoint buffer");
-            goto out;
-        }
+    int64_t t1 = dsim_rt_now(job->rt);
+    uint64_t cks = dsim_params_checksum(ctx->params, P);
+    replica_record(rp, gs, b, local, loss, cks, t0, tc, t1);
+    train_observe(rp, &st, b, local, loss, cks, t0, tc, t1, -1);
+    uint64_t done = gs + 1;
+    if ((e = replica_preempt(rp, done, stop_at, stop)) != DSIM_OK)
+        return e;
+    if ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || *stop) {
+        if ((e = train_enter(rp, DSIM_PHASE_CHECKPOINT, gs)) != DSIM_OK ||
+            (e = dsim_strategy_save(s, ctx, &w->save)) != DSIM_OK)
+            return e;
+        if (rp->index == job->chief &&
+            (e = train_write_checkpoint(rp, &w->save, &st, done)) != DSIM_OK)
+            return e;
     }
-    if ((e = dsim_train_input(cfg, su, ctx->worker, &in)) != DSIM_OK)
-        goto out;
-    if (job->first_step > 0 && job->first_step < job->end_step &&
-        (e = dsim_input_seek(in, job->start_epoch, job->start_step)) != DSIM_OK)
+    return DSIM_OK;
+}
+
+/* A lost replica's steps, when the strategy re-runs them (asynchronous
+ * parameter servers); a preempted job stops everywhere instead. */
+static dsim_err replica_lost_work(train_replica *rp, replica_work *w)
+{
+    train_job *job = rp->job;
+    dsim_err e;
+    for (int lost = 0; !rp->preempted_at && lost >= 0;) {
+        uint64_t from = 0;
+        if ((e = dsim_strategy_lost_work(job->strat, &rp->ctx, &lost, &from)) != DSIM_OK)
+            return e;
+        if (lost >= 0 &&
+            ((e = train_rerun(rp, lost, from, w->x, w->y, w->grad, w->maxb)) != DSIM_OK ||
+             (e = train_enter(rp, DSIM_PHASE_FINISH, job->end_step)) != DSIM_OK))
+            return e;
+    }
+    return DSIM_OK;
+}
+
+static dsim_err train_replica_run(train_replica *rp, int *inited)
+{
+    train_job *job = rp->job;
+    replica_work w = {0};
+    dsim_err e = replica_work_alloc(rp, &w);
+    if (e != DSIM_OK)
         goto out;
     *inited = 1;
-    TRAIN_ENTER(rp, DSIM_PHASE_RENDEZVOUS, job->first_step);
-    if ((e = dsim_strategy_replica_init(s, ctx)) != DSIM_OK)
+    if ((e = replica_begin(rp)) != DSIM_OK)
         goto out;
-    if (job->first_step > 0)
-        TRAIN_ENTER(rp, DSIM_PHASE_RESTORE, job->first_step);
-    TRAIN_ENTER(rp, DSIM_PHASE_CREATE_VARIABLES, job->first_step);
-    if ((e = dsim_strategy_create_variables(s, ctx, rp->index == 0 ? &job->init : NULL)) != DSIM_OK)
-        goto out;
-    rp->good_checksum = dsim_params_checksum(ctx->params, P);
-    int chief = rp->index == job->chief;
     uint64_t stop_at = UINT64_MAX; /* where a preemption stops the job, once agreed */
-    int N = job->N;
     for (uint64_t gs = job->first_step; gs < job->end_step; gs++) {
-        ctx->global_step = gs;
-        TRAIN_ENTER(rp, DSIM_PHASE_COMPUTE, gs);
-        dsim_input_step st;
-        if ((e = dsim_input_next(in, &st)) != DSIM_OK)
+        bool stop = false;
+        if ((e = replica_step(rp, &w, gs, &stop_at, &stop)) != DSIM_OK)
             goto out;
-        if (st.done) {
-            e = DSIM_ERR(DSIM_ESTATE, -1, "the input ended at global step %llu of %llu",
-                         (unsigned long long)gs, (unsigned long long)job->end_step);
-            goto out;
-        }
-        const dsim_replica_batch *b = &st.batch[ctx->device];
-        int64_t t0 = dsim_rt_now(job->rt);
-        size_t nb = (size_t)b->n;
-        if (nb > maxb) {
-            e = DSIM_ERR(DSIM_ESTATE, -1,
-                         "a batch of %zu examples exceeds the global batch or the dataset (%zu)",
-                         nb, maxb);
-            goto out;
-        }
-        if (nb && (e = dsim_dataset_gather(su->ds, b->ids, nb, x, y)) != DSIM_OK)
-            goto out;
-        memset(grad, 0, P * sizeof(float));
-        double loss_sum = 0;
-        if ((e = dsim_model_loss_grad(&su->model, ctx->params, nb ? x : NULL, nb ? y : NULL, nb,
-                                      job->loss_scale, grad, &loss_sum)) != DSIM_OK)
-            goto out;
-        if (cfg->device_flops > 0)
-            dsim_rt_charge(job->rt,
-                           (int64_t)(6.0 * (double)P * (double)nb / cfg->device_flops * 1e9));
-        if ((e = dsim_ledger_record(res->ledger, rp->index, st.epoch, st.step, b->ids, b->n)) !=
-            DSIM_OK)
-            goto out;
-        TRAIN_ENTER(rp, DSIM_PHASE_ALLREDUCE, gs);
-        int64_t tc = dsim_rt_now(job->rt); /* compute ends, the exchange begins */
-        if ((e = dsim_strategy_apply_gradients(s, ctx, grad)) != DSIM_OK)
-            goto out;
-        /* what a failure later in the step must leave untouched */
-        rp->good_checksum = dsim_params_checksum(ctx->params, P);
-        TRAIN_ENTER(rp, DSIM_PHASE_REDUCE_LOSS, gs);
-        double local = loss_sum * (double)job->loss_scale, loss = NAN;
-        e = dsim_strategy_reduce(s, ctx, DSIM_SUM, &local, &loss, 1);
-        if (e == DSIM_ENOTSUP) {
-            loss = NAN;
-            e = DSIM_OK;
-        } else if (e != DSIM_OK) {
-            goto out;
-        }
-        int64_t t1 = dsim_rt_now(job->rt);
-        uint64_t cks = dsim_params_checksum(ctx->params, P);
-        size_t k = (size_t)(gs - job->first_step);
-        if (k == 0) {
-            dsim_train_replica_end *re = &job->res->replicas[rp->index];
-            re->t_first_step = t1;
-            /* Every pair its first step's collectives use is connected by
-             * now: the connection set-up phase of its cold start. */
-            dsim_ep_conn_stats cs;
-            dsim_ep_get_conn_stats(ctx->ep, &cs);
-            re->conn_count = cs.connections;
-            re->conn_slowest_peer = cs.slowest_peer;
-            re->conn_modelled = cs.modelled;
-            re->conn_max_ns = cs.max_ns;
-            re->conn_total_ns = cs.total_ns;
-        }
-        res->checksum[k * (size_t)N + (size_t)rp->index] = cks;
-        job->res->replicas[rp->index].steps_done = k + 1;
-        res->local_loss[k * (size_t)N + (size_t)rp->index] = local;
-        res->examples[k * (size_t)N + (size_t)rp->index] = b->n;
-        res->step_ns[k * (size_t)N + (size_t)rp->index] = t1 - t0;
-        res->comm_ns[k * (size_t)N + (size_t)rp->index] = t1 - tc;
-        if (rp->index == 0) {
-            res->loss[k] = loss;
-            if (res->trace)
-                memcpy(res->trace + k * P, ctx->params, P * sizeof(float));
-        }
-        train_observe(rp, &st, b, local, loss, cks, t0, tc, t1, -1);
-        uint64_t done = gs + 1;
-        bool stop_here = false;
-        if (job->preempt_armed) {
-            /* Every replica runs the same steps, so a MAX of "I have a
-             * notice" at every boundary makes them all see the first notice
-             * at the same boundary: there they fix the step to stop at. */
-            if (stop_at == UINT64_MAX && done < job->end_step) {
-                int64_t mine = train_preempt_noticed(rp, done) ? 1 : 0, any = 0;
-                if ((e = dsim_allreduce(job->ctl[rp->index], &mine, &any, 1, DSIM_I64, DSIM_MAX)) !=
-                    DSIM_OK)
-                    goto out;
-                if (any) {
-                    stop_at = done + cfg->preempt_grace_steps;
-                    if (rp->index == job->chief)
-                        dsim_info("train: preemption notice at global step %llu; stopping after "
-                                  "step %llu with a checkpoint",
-                                  (unsigned long long)done, (unsigned long long)stop_at);
-                }
-            }
-            stop_here = done == stop_at && done < job->end_step;
-        }
-        if ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || stop_here) {
-            TRAIN_ENTER(rp, DSIM_PHASE_CHECKPOINT, gs);
-            if ((e = dsim_strategy_save(s, ctx, &save)) != DSIM_OK)
-                goto out;
-            if (chief && (e = train_write_checkpoint(rp, &save, &st, done)) != DSIM_OK)
-                goto out;
-        }
-        if (stop_here) {
-            rp->preempted_at = done;
+        if (stop) {
+            rp->preempted_at = gs + 1;
             break;
         }
     }
-    TRAIN_ENTER(rp, DSIM_PHASE_FINISH, rp->preempted_at ? rp->preempted_at : job->end_step);
-    /* A lost replica's steps, when the strategy re-runs them (asynchronous
-     * parameter servers); a preempted job stops everywhere instead. */
-    for (int lost = 0; !rp->preempted_at && lost >= 0;) {
-        uint64_t from = 0;
-        if ((e = dsim_strategy_lost_work(s, ctx, &lost, &from)) != DSIM_OK)
-            goto out;
-        if (lost >= 0 && (e = train_rerun(rp, lost, from, x, y, grad, maxb)) != DSIM_OK)
-            goto out;
-        if (lost >= 0)
-            TRAIN_ENTER(rp, DSIM_PHASE_FINISH, job->end_step);
-    }
-    if ((e = dsim_strategy_finish(s, ctx)) != DSIM_OK)
+    if ((e = train_enter(rp, DSIM_PHASE_FINISH,
+                         rp->preempted_at ? rp->preempted_at : job->end_step)) != DSIM_OK ||
+        (e = replica_lost_work(rp, &w)) != DSIM_OK ||
+        (e = dsim_strategy_finish(job->strat, &rp->ctx)) != DSIM_OK)
         goto out;
-    memcpy(rp->final, ctx->params, P * sizeof(float));
+    memcpy(rp->final, rp->ctx.params, job->su.n_params * sizeof(float));
 out:
-    dsim_input_destroy(in);
-    free(x);
-    free(y);
-    free(grad);
-    free(save.params);
-    free(save.optim_state);
+    replica_work_free(&w);
     return e;
 }
 
