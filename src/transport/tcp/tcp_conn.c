@@ -200,7 +200,10 @@ void tcp_connected_locked(tcp_loop *lp, tcp_conn *c, int64_t now, tcp_after *a)
 void tcp_connect_locked(tcp_loop *lp, tcp_conn *c, int64_t now, tcp_after *a)
 {
     const tcp_addr *ad = &lp->tf->addrs[c->peer];
-    c->attempts++;
+    /* connect_timeout counts from the first try, however late the loop
+     * gets to it after the send that asked for the connection. */
+    if (c->attempts++ == 0)
+        c->t_start = now;
     int fd = socket(ad->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         tcp_retry_locked(lp, c, errno, now, a);

@@ -204,7 +204,7 @@ static int tcp_service(tcp_loop *lp)
         if (atomic_load(&c->broken)) /* dead_msg is set before broken */
             tcp_kill_locked(c, c->dead_code, &a, "%s", c->dead_msg);
         int st = tcp_state(c);
-        if (st == TCP_IDLE && now >= c->t_start + tf->connect_timeout)
+        if (st == TCP_IDLE && c->attempts && now >= c->t_start + tf->connect_timeout)
             tcp_give_up_locked(c, tcp_errstr(c->last_errno), &a);
         else if (st == TCP_IDLE && c->t_next <= now)
             tcp_connect_locked(lp, c, now, &a);
