@@ -17,10 +17,17 @@ import subprocess
 import sys
 
 
+# What compilers add for their instrumentation (AddressSanitizer's ODR
+# indicators of exported variables, coverage counters), not the library's.
+INSTRUMENTATION = ('__odr_asan', '__asan', '__ubsan', '__sanitizer', '__sancov', '__gcov',
+                   '__llvm', '__tsan', '__msan')
+
+
 def exported(lib):
     out = subprocess.run(['nm', '-D', '--defined-only', lib], capture_output=True, text=True,
                          check=True).stdout
-    return {p[2] for p in (l.split() for l in out.splitlines()) if len(p) == 3}
+    return {p[2] for p in (l.split() for l in out.splitlines())
+            if len(p) == 3 and not p[2].startswith(INSTRUMENTATION)}
 
 
 def strip(text):
