@@ -37,7 +37,7 @@
  * the others pass more is caught. The fingerprint rides on the first
  * payload frame to each peer (the transport's sideband, dsim_isend_side):
  * no message of its own, except a rooted collective's answers (see
- * README for what it costs). */
+ * docs/performance.md for what it costs). */
 #ifndef DSIM_COMM_H
 #define DSIM_COMM_H
 
