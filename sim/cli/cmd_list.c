@@ -39,14 +39,6 @@ void cmd_list_help(FILE *out)
             DSIM_STORE_DEFAULT_PATH);
 }
 
-static const char *const list_algo_doc[DSIM_ALGO_COUNT] = {
-    [DSIM_ALGO_AUTO] = "the decision function picks by message size and rank count",
-    [DSIM_ALGO_RING] = "reduce-scatter then all-gather around a ring (bandwidth-optimal)",
-    [DSIM_ALGO_RHD] = "Rabenseifner recursive halving/doubling (any rank count)",
-    [DSIM_ALGO_TREE] = "binomial-tree reduce then binomial broadcast (latency-optimal)",
-    [DSIM_ALGO_REDUCE_TO_ONE] = "TF's ReductionToOneDevice: gather to rank 0, then broadcast",
-};
-
 static int list_print_json(json_t *j)
 {
     if (!j) {
@@ -93,7 +85,7 @@ static int list_algorithms(bool as_json)
     if (!as_json)
         printf("%-16s %s\n", "ALGORITHM", "WHAT IT DOES");
     for (int a = 0; a < DSIM_ALGO_COUNT; a++) {
-        const char *doc = list_algo_doc[a] ? list_algo_doc[a] : "";
+        const char *doc = dsim_algo_summary((dsim_algo)a);
         if (as_json)
             json_array_append_new(
                 arr, json_pack("{s:s, s:s}", "name", dsim_algo_name((dsim_algo)a), "doc", doc));

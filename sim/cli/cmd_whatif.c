@@ -15,6 +15,24 @@
 #include "model/costmodel.h"
 #include "scenario/scenario.h"
 
+/* The help's --algo line: every algorithm after auto, wrapped under the
+ * option's column like the rest of the help. */
+static void whatif_help_algos(FILE *out)
+{
+    const char *head = "  --algo ALGO      auto (default: dsim's decision function),";
+    int col = fprintf(out, "%s", head);
+    for (int a = DSIM_ALGO_AUTO + 1; a < DSIM_ALGO_COUNT; a++) {
+        const char *name = dsim_algo_name((dsim_algo)a);
+        int len = (int)strlen(name) + (a + 1 < DSIM_ALGO_COUNT ? 1 : 0);
+        if (col + 1 + len > 79)
+            col = fprintf(out, "\n%19s", "") - 1;
+        else
+            col += fprintf(out, " ");
+        col += fprintf(out, "%s%s", name, a + 1 < DSIM_ALGO_COUNT ? "," : "");
+    }
+    fprintf(out, "\n");
+}
+
 void cmd_whatif_help(FILE *out)
 {
     fprintf(out,
@@ -43,19 +61,18 @@ void cmd_whatif_help(FILE *out)
             "  --intra NAME     link between the devices of a host (default nvlink)\n"
             "  --params N       parameters, e.g. 25.6M (default: a ResNet-50's 25.6M)\n"
             "  --flops N        forward FLOPs per example, e.g. 4.1G (default 4.1G)\n"
-            "  --batch N        global batch (default 32 per device)\n"
-            "  --algo ALGO      auto (default: dsim's decision function), ring, rhd, tree,\n"
-            "                   reduce_to_one\n"
-            "  --presets        list the link and device presets with their figures and\n"
-            "                   sources, and exit\n"
-            "  --chakra DIR     also write one training step of every rank as an execution\n"
-            "                   trace, DIR/trace.RANK.json, in the JSON form of Chakra's ET\n"
-            "                   schema (global_metadata, nodes: COMP_NODE forward+backward,\n"
-            "                   COMM_COLL_NODE ALL_REDUCE with comm_size, COMP_NODE update;\n"
-            "                   data_deps between them) for a network simulator such as\n"
-            "                   ASTRA-sim; at most 4096 ranks\n"
-            "\n"
-            "Exit status: 0, or 2 on bad input.\n");
+            "  --batch N        global batch (default 32 per device)\n");
+    whatif_help_algos(out);
+    fprintf(out, "  --presets        list the link and device presets with their figures and\n"
+                 "                   sources, and exit\n"
+                 "  --chakra DIR     also write one training step of every rank as an execution\n"
+                 "                   trace, DIR/trace.RANK.json, in the JSON form of Chakra's ET\n"
+                 "                   schema (global_metadata, nodes: COMP_NODE forward+backward,\n"
+                 "                   COMM_COLL_NODE ALL_REDUCE with comm_size, COMP_NODE update;\n"
+                 "                   data_deps between them) for a network simulator such as\n"
+                 "                   ASTRA-sim; at most 4096 ranks\n"
+                 "\n"
+                 "Exit status: 0, or 2 on bad input.\n");
 }
 
 static void whatif_presets(void)
@@ -325,13 +342,12 @@ int cmd_whatif(int argc, char **argv)
             rc = whatif_bad(dsim_errmsg());
             break;
         }
-        const dsim_algo all[] = {DSIM_ALGO_RING, DSIM_ALGO_RHD, DSIM_ALGO_TREE,
-                                 DSIM_ALGO_REDUCE_TO_ONE};
-        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
+        for (int k = DSIM_ALGO_AUTO + 1; k < DSIM_ALGO_COUNT; k++) {
             double x = 0;
-            if (dsim_cost_allreduce(&t, all[k], bytes, 4, &x, NULL) == DSIM_OK && x < best_t) {
+            if (dsim_cost_allreduce(&t, (dsim_algo)k, bytes, 4, &x, NULL) == DSIM_OK &&
+                x < best_t) {
                 best_t = x;
-                best = all[k];
+                best = (dsim_algo)k;
             }
         }
         double step = tc + ar, speed = t1 / step;
