@@ -254,7 +254,7 @@ static const fs_kind kind_duplicate = {
 };
 static const fs_kind kind_corrupt = {
     FS_KIND(DSIM_FAULT_CORRUPT, "corrupt",
-            "a frame's payload no longer matches its checksum: discarded, its receive fails",
+            "a frame arrives not matching its checksum: discarded, its receive fails",
             DSIM_FAULT_LOSES_MESSAGE),
     .on_frame = corrupt_frame,
     .on_phase = link_phase,
@@ -282,7 +282,7 @@ static const fs_kind kind_stagger = {
 };
 static const fs_kind kind_preempt = {
     FS_KIND(DSIM_FAULT_PREEMPT, "preempt",
-            "a preemption notice after at_step: grace_steps more, the chief saves, the job stops",
+            "a preemption notice: grace_steps more, the chief saves, the job stops",
             DSIM_FAULT_LOSES_NOTHING),
     /* carried out by the driver (dsim_faults_attach sets preempt_after) */
 };
