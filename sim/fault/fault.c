@@ -161,6 +161,7 @@ dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, i
             dsim_faults_destroy(fs);
             return DSIM_ERR(DSIM_ENOMEM, -1, "faults: out of memory");
         }
+        fs->st[i].kind = fs_kind_get(faults[i].what);
         dsim_err e = fs_resolve(fs, i);
         if (e != DSIM_OK) {
             dsim_faults_destroy(fs);

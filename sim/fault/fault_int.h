@@ -99,7 +99,9 @@ typedef struct fs_lchunk {
 } fs_lchunk;
 
 /* A fault's life in the current run. */
+typedef struct fs_kind fs_kind;
 typedef struct fs_state {
+    const fs_kind *kind; /* fs_kind_get(its what), looked up once */
     bool fired, done;
     int64_t t_fire;
     bool *victim;   /* [R] ranks it acts on */
@@ -207,7 +209,7 @@ typedef struct fs_enter {
 } fs_enter;
 
 /* A fault kind: what `what:` names, and how it acts. */
-typedef struct fs_kind {
+struct fs_kind {
     dsim_fault_kind info; /* name, summary, what it loses (fault.h) */
     /* A link fault: fault i, in force and matching the frame (drawn, for a
      * probability), acts on it. Returns true when it took the frame (lost
@@ -227,7 +229,7 @@ typedef struct fs_kind {
      * exactly one end is a victim, not either); for good, that loses a
      * node. */
     bool cut;
-} fs_kind;
+};
 
 /* The kind of w, never NULL for a dsim_fault_what (dsim_faults_create
  * refuses any other value). */

@@ -39,7 +39,7 @@ static bool fs_link_matches(const dsim_faults *fs, size_t i, int src, int dst)
     }
     if (!fs_any_victim(fs, i))
         return true; /* no where: every link */
-    if (fs_kind_get(f->what)->cut)
+    if (fs->st[i].kind->cut)
         return v[src] != v[dst]; /* the cut: one end on each side */
     return v[src] || v[dst];
 }
@@ -49,8 +49,8 @@ static bool fs_link_matches(const dsim_faults *fs, size_t i, int src, int dst)
 static bool fs_active_locked(dsim_faults *fs, size_t i, int64_t now)
 {
     const dsim_fault *f = &fs->list[i];
-    const fs_kind *k = fs_kind_get(f->what);
     fs_state *st = &fs->st[i];
+    const fs_kind *k = st->kind;
     if (st->done)
         return false;
     if (f->when == DSIM_WHEN_PROBABILITY)
@@ -179,7 +179,7 @@ static bool fs_link_faults_locked(dsim_faults *fs, fs_frame *fr)
 {
     for (size_t i = 0; i < fs->n; i++) {
         const dsim_fault *f = &fs->list[i];
-        const fs_kind *k = fs_kind_get(f->what);
+        const fs_kind *k = fs->st[i].kind;
         if (!k->on_frame || !fs_link_matches(fs, i, fr->src, fr->dst) ||
             !fs_active_locked(fs, i, fr->now))
             continue;

@@ -181,7 +181,7 @@ static dsim_hook_action fs_phase_own(dsim_faults *fs, int r, dsim_phase p, uint6
         return DSIM_HOOK_DIE;
     }
     for (size_t i = 0; i < fs->n; i++) {
-        const fs_kind *k = fs_kind_get(fs->list[i].what);
+        const fs_kind *k = fs->st[i].kind;
         if (!fs->st[i].done && k->on_phase)
             k->on_phase(fs, i, &e);
     }

@@ -48,7 +48,7 @@ static void link_phase(dsim_faults *fs, size_t i, fs_enter *e)
         !first_there(fs, i, e))
         return;
     fs_fire_locked(fs, i, e->now);
-    if (fs_kind_get(f->what)->cut && f->duration_ns == 0)
+    if (fs->st[i].kind->cut && f->duration_ns == 0)
         fs_lost_locked(fs, f->link_from >= 0 ? f->link_to : fs_first_victim(fs, i), e->now);
     fs_event_locked(fs, (int)i, -1, e->now, "fault %zu (%s) starts at %s of step %" PRIu64, i,
                     dsim_fault_what_name(f->what), dsim_phase_name(e->p), e->gs);
