@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "dsim/comm.h"
+
 static const char *const bench_coll_names[BENCH_COLL_COUNT] = {
     [BENCH_ALLREDUCE] = "allreduce",
     [BENCH_REDUCE_SCATTER] = "reduce_scatter",
@@ -276,10 +278,9 @@ static int bench_apply(const char *prog, const char *shown, const bench_flag *f,
         return 0;
     case BENCH_K_ALGO:
         if (!*val) {
-            fprintf(err,
-                    "%s: %s '' is not an algorithm; accepted: auto, ring, rhd, tree, "
-                    "reduce_to_one\n",
-                    prog, shown);
+            char names[256];
+            fprintf(err, "%s: %s '' is not an algorithm; accepted: %s\n", prog, shown,
+                    dsim_algo_list(names, sizeof names, 1, ", ", ", "));
             return 2;
         }
         o->algo = val;

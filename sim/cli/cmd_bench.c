@@ -496,10 +496,9 @@ int cmd_bench(int argc, char **argv)
     }
     dsim_algo algo;
     if (dsim_algo_parse(o.algo, &algo) != DSIM_OK) {
-        fprintf(stderr,
-                "%s: --algo '%s' is not an algorithm; accepted: auto, ring, rhd, tree, "
-                "reduce_to_one\n",
-                BENCH_PROG, o.algo);
+        char names[256];
+        fprintf(stderr, "%s: --algo '%s' is not an algorithm; accepted: %s\n", BENCH_PROG, o.algo,
+                dsim_algo_list(names, sizeof names, 1, ", ", ", "));
         return 2;
     }
     if (algo != DSIM_ALGO_AUTO && o.coll != BENCH_ALLREDUCE) {

@@ -123,10 +123,11 @@ int cmd_calibrate(int argc, char **argv)
     snprintf(buf, sizeof buf, "%s", algos);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (na == 8 || dsim_algo_parse(t, &algo[na]) != DSIM_OK) {
+            char names[256];
             fprintf(stderr,
                     "%s: --algo '%s': '%s' is not an algorithm (or more than 8); accepted: "
-                    "ring, rhd, tree, reduce_to_one, auto\n",
-                    CAL_PROG, algos, t);
+                    "%s, auto\n",
+                    CAL_PROG, algos, t, dsim_algo_list(names, sizeof names, 0, ", ", ", "));
             return 2;
         }
         na++;

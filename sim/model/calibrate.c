@@ -20,6 +20,7 @@
 #include "dsim/rt.h"
 #include "dsim/transport.h"
 #include "model/calibrate.h"
+#include "model/cost_int.h"
 
 #define CAL_COMM       0xca1bu
 #define CAL_TIMEOUT_NS 30000000000LL
@@ -510,18 +511,10 @@ dsim_err dsim_calib_measure(const char *engine, int ranks, dsim_calib *out)
 
 size_t dsim_calib_msg_bytes(dsim_algo algo, int ranks, size_t bytes)
 {
-    size_t elems = bytes / sizeof(float), m;
-    switch (algo) {
-    case DSIM_ALGO_RING: /* blocks of n / p */
-        m = (elems + (size_t)ranks - 1) / (size_t)ranks;
-        break;
-    case DSIM_ALGO_RHD: /* halves, then quarters, ...: the first halving dominates */
-        m = (elems + 1) / 2;
-        break;
-    default: /* tree and reduce_to_one move the whole buffer every step */
-        m = elems;
-        break;
-    }
+    /* AUTO, not an algorithm of its own: the whole buffer */
+    const dsim_algo_cost *cost = dsim_algo_cost_of(algo);
+    size_t elems = bytes / sizeof(float);
+    size_t m = cost && ranks > 0 ? cost->msg_elems(elems, ranks) : elems;
     return (m ? m : 1) * sizeof(float);
 }
 
@@ -530,7 +523,8 @@ int dsim_calib_xranks(dsim_algo algo, int ranks)
     /* ring's and rhd's steps move a message from every rank at once; tree's
      * and reduce_to_one's move one or a few, each alone on a core: a pair
      * exchanging is what they see, not a crowd of p */
-    return algo == DSIM_ALGO_RING || algo == DSIM_ALGO_RHD || ranks < 2 ? ranks : 2;
+    const dsim_algo_cost *cost = dsim_algo_cost_of(algo);
+    return (cost && cost->every_rank_sends) || ranks < 2 ? ranks : 2;
 }
 
 void dsim_calib_topology(const dsim_calib *c, int xranks, size_t msg, double step_copy_s,
@@ -559,36 +553,14 @@ void dsim_calib_topology(const dsim_calib *c, int xranks, size_t msg, double ste
 
 /* Bytes an algorithm copies locally, sendbuf into recvbuf (or scratch), on
  * all ranks together, out of place: not a transfer, so not in the
- * schedule, yet CPU time all the same. From src/coll: ring copies each block
- * just before combining into it, (p-1)/p of the buffer per rank; rhd copies
- * the half it keeps at the first halving (a power of two of ranks; a folded
- * rank copies the whole); tree copies the whole into its accumulator on
- * every rank that receives in the reduce (ranks of even index); reduce_to_one
- * on rank 0 only. *serial: the copy lies on one rank's path alone (tree's
- * and reduce_to_one's root), not spread over the cores. */
+ * schedule, yet CPU time all the same (each algorithm's in algo_cost.c). */
 double dsim_calib_local_copy(dsim_algo algo, int p, double n, int *serial)
 {
+    const dsim_algo_cost *cost = dsim_algo_cost_of(algo);
     *serial = 0;
-    if (p <= 1)
+    if (p <= 1 || !cost)
         return 0;
-    switch (algo) {
-    case DSIM_ALGO_RING:
-        return (double)(p - 1) * n;
-    case DSIM_ALGO_RHD: {
-        int q = 1;
-        while (q * 2 <= p)
-            q *= 2;
-        return (double)q * n / 2 + (double)(p - q) * n;
-    }
-    case DSIM_ALGO_TREE:
-        *serial = 1;
-        return (double)((p + 1) / 2) * n;
-    case DSIM_ALGO_REDUCE_TO_ONE:
-        *serial = 1;
-        return n;
-    default:
-        return 0;
-    }
+    return cost->local_copy(p, n, serial);
 }
 
 dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes,
@@ -611,11 +583,14 @@ dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n)
     dsim_err e = DSIM_OK;
     for (int i = 0; i < n && e == DSIM_OK; i++) {
         if (rows[i].bytes < sizeof(float) || rows[i].bytes % sizeof(float) ||
-            rows[i].algo == DSIM_ALGO_AUTO)
+            !dsim_algo_cost_of(rows[i].algo)) {
+            char names[256];
             return DSIM_ERR(DSIM_EINVAL, -1,
                             "calibration: row %d: %zu B with algorithm %s; whole float32 "
-                            "elements and ring, rhd, tree or reduce_to_one needed",
-                            i, rows[i].bytes, dsim_algo_name(rows[i].algo));
+                            "elements and %s needed",
+                            i, rows[i].bytes, dsim_algo_name(rows[i].algo),
+                            dsim_algo_list(names, sizeof names, 0, ", ", " or "));
+        }
         rows[i].msg = dsim_calib_msg_bytes(rows[i].algo, c->ranks, rows[i].bytes);
         rows[i].xranks = dsim_calib_xranks(rows[i].algo, c->ranks);
         rows[i].step_copy_s = rows[i].step_reduce_s = -1;
