@@ -27,6 +27,7 @@
 
 #include "dsim/cluster.h"
 #include "dsim_config.h"
+#include "engine/engine.h"
 #include "model/costmodel.h"
 #include "scenario/defaults.h"
 #include "scenario/scenario.h"
@@ -468,7 +469,6 @@ static dsim_err scen_duration(const scen_ctx *c, const scen_map *m, int i, int64
 
 /* ---- enumerations ---- */
 
-static const scen_name scen_engines[] = {{"threads", 0}, {"processes", 1}, {"sim", 2}};
 static const scen_name scen_presets[] = {
     {"loopback", 0}, {"datacenter", 1}, {"ethernet_10g", 2}, {"1gbe", 3},   {"10gbe", 4},
     {"25gbe", 5},    {"ib100", 6},      {"pcie4", 7},        {"nvlink", 8}, {"custom", 9}};
@@ -1900,8 +1900,12 @@ static dsim_err scen_top(const scen_ctx *c, scen_state *st)
     }
     s->train.seed = s->seed;
     int v = 0;
-    DSIM_CHECK(scen_enum(c, m, T_ENGINE, "an engine", scen_engines, SCEN_N(scen_engines), &v));
-    DSIM_CHECK(scen_set_str(c, &s->engine, scen_engines[v].name));
+    scen_name engines[8]; /* the engine table's (engine/engine.h) */
+    size_t ne = 0;
+    for (const dsim_engine_ops *e; ne < SCEN_N(engines) && (e = dsim_engine_at((int)ne)); ne++)
+        engines[ne] = (scen_name){e->name, (int)ne};
+    DSIM_CHECK(scen_enum(c, m, T_ENGINE, "an engine", engines, ne, &v));
+    DSIM_CHECK(scen_set_str(c, &s->engine, engines[v].name));
     s->train.engine = s->engine;
     s->engine_pos = scen_pos(m->val[T_ENGINE]);
     v = 0;
@@ -2292,8 +2296,14 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
     if (!s)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_scenario_runnable: the scenario is NULL");
     const char *eng = dsim_scenario_engine(s);
+    const dsim_engine_ops *ops;
+    if (dsim_engine_find(eng, &ops) != DSIM_OK) {
+        dsim_error er;
+        dsim_error_copy(&er);
+        return DSIM_ERR(DSIM_ENOTSUP, -1, "%s: %s", s->path, er.msg);
+    }
     int64_t replicas = (int64_t)s->train.hosts * s->train.devices_per_host;
-    if (strcmp(eng, "sim") != 0 && replicas > DSIM_TRAIN_MAX_THREAD_REPLICAS)
+    if ((ops->flags & DSIM_ENGINE_THREAD_PER_REPLICA) && replicas > DSIM_TRAIN_MAX_THREAD_REPLICAS)
         return DSIM_ERR(DSIM_ENOTSUP, -1,
                         "%s: cluster: %lld replicas on engine %s, which runs a thread per "
                         "replica: accepted at most %d there; engine sim runs up to %d (a "
@@ -2309,7 +2319,7 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
      * found by the kernel's out-of-memory killer midway. */
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
-    if (strcmp(eng, "sim") == 0 && have > 0) {
+    if (!(ops->flags & DSIM_ENGINE_THREAD_PER_REPLICA) && have > 0) {
         /* A job of many replicas: each costs its share of the engine,
          * transport and store, and its model's copies, unless timing only. */
         bool timing = s->train.synthetic_params > 0;
@@ -2346,13 +2356,13 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
                             SCEN_HEALTH_PAIR_BYTES, have / 1073741824.0, fit);
         }
     }
-    if (s->network_given && strcmp(eng, "processes") == 0)
+    if (s->network_given && (ops->flags & DSIM_ENGINE_REAL_LINKS))
         return DSIM_ERR(DSIM_ENOTSUP, -1,
                         "%s: cluster.network models the links of the threads and sim engines; "
                         "the processes engine's links are real (tcp over loopback): remove "
                         "cluster.network, or use engine sim",
                         s->path);
-    if (s->train.synthetic_params > 0 && strcmp(eng, "sim") != 0)
+    if (s->train.synthetic_params > 0 && !(ops->flags & DSIM_ENGINE_VIRTUAL_TIME))
         return DSIM_ERR(DSIM_ENOTSUP, -1,
                         "%s: model.synthetic runs timing only, under engine sim (its virtual "
                         "clock charges the compute, its network model the messages); engine is "
