@@ -257,8 +257,7 @@ void cmd_bench_help(FILE *out)
     const dsim_engine_ops *e;
     for (int i = 0; (e = dsim_engine_at(i)); i++)
         if (e->ranks)
-            fprintf(out, "  %-22s %s%s\n", e->name, e->summary,
-                    e->flags & DSIM_ENGINE_INPROC ? "" : "; its ranks are joined by tcp");
+            fprintf(out, "  %-22s %s\n", e->name, e->summary);
     fprintf(out, "\n"
                  "Exit status: 0 all results right, 1 a wrong result or a failed collective,\n"
                  "2 bad flags.\n"

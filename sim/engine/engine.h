@@ -140,7 +140,7 @@ typedef struct dsim_engine_ranks {
 
 typedef struct dsim_engine_ops {
     size_t size;         /* sizeof(dsim_engine_ops), checked at registration */
-    const char *name;    /* as a scenario's engine: and --engine name it */
+    const char *name;    /* as a scenario's `engine:` and --engine name it */
     const char *summary; /* one line for help texts */
     unsigned flags;      /* DSIM_ENGINE_* */
     const char *runtime; /* the dsim_rt engine its workers run on within a process */
