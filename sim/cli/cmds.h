@@ -58,15 +58,6 @@ int dsim_cli_output_flags(const char *cmd, int argc, char **argv, int *i, const 
  * the build's and installed plugin directories). 0, or 2 after a message. */
 int dsim_cli_plugin_dir(const char *cmd, const char *dir);
 
-/* For a job that touches gigabytes at random (tens of thousands of workers
- * under sim): executes this program again (main_argv: main's argv) with
- * glibc's tunable glibc.malloc.hugetlb=1, which glibc reads only at start
- * and with which malloc asks for transparent huge pages: every worker's
- * state then costs a fraction of the TLB misses. Returns when that is not
- * to be done: DSIM_HUGEPAGES=0, already done, the kernel's THP mode is not
- * `madvise`, a run under valgrind, or the exec failed. */
-void dsim_cli_reexec_hugepages(char **main_argv);
-
 /* The table `dsim run` prints after a run (cmd_run.c), for dsim worker. */
 struct dsim_scenario;
 struct dsim_harness_result;

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/engine.h"
 #include "scenario/defaults.h"
 #include "scenario/parse_int.h"
 
-static const scen_name scen_engines[] = {{"threads", 0}, {"processes", 1}, {"sim", 2}};
 static const scen_name scen_recoveries[] = {{"none", 0}, {"restart", 1}};
 static const char *const scen_top_keys[T_N] = {
     "name", "description", "seed",   "engine",   "cluster", "strategy", "model",   "optimizer",
@@ -71,8 +71,12 @@ dsim_err scen_top(const scen_ctx *c, scen_state *st)
     }
     s->train.seed = s->seed;
     int v = 0;
-    DSIM_CHECK(scen_enum(c, m, T_ENGINE, "an engine", scen_engines, SCEN_N(scen_engines), &v));
-    DSIM_CHECK(scen_set_str(c, &s->engine, scen_engines[v].name));
+    scen_name engines[8]; /* the engine table's (engine/engine.h) */
+    size_t ne = 0;
+    for (const dsim_engine_ops *e; ne < SCEN_N(engines) && (e = dsim_engine_at((int)ne)); ne++)
+        engines[ne] = (scen_name){e->name, (int)ne};
+    DSIM_CHECK(scen_enum(c, m, T_ENGINE, "an engine", engines, ne, &v));
+    DSIM_CHECK(scen_set_str(c, &s->engine, engines[v].name));
     s->train.engine = s->engine;
     s->engine_pos = scen_pos(m->val[T_ENGINE]);
     v = 0;

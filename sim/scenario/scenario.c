@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "engine/engine.h"
 #include "scenario/defaults.h"
 #include "scenario/parse_int.h"
 
@@ -263,8 +264,14 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
     if (!s)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_scenario_runnable: the scenario is NULL");
     const char *eng = dsim_scenario_engine(s);
+    const dsim_engine_ops *ops;
+    if (dsim_engine_find(eng, &ops) != DSIM_OK) {
+        dsim_error er;
+        dsim_error_copy(&er);
+        return DSIM_ERR(DSIM_ENOTSUP, -1, "%s: %s", s->path, er.msg);
+    }
     int64_t replicas = (int64_t)s->train.hosts * s->train.devices_per_host;
-    if (strcmp(eng, "sim") != 0 && replicas > DSIM_TRAIN_MAX_THREAD_REPLICAS)
+    if ((ops->flags & DSIM_ENGINE_THREAD_PER_REPLICA) && replicas > DSIM_TRAIN_MAX_THREAD_REPLICAS)
         return DSIM_ERR(DSIM_ENOTSUP, -1,
                         "%s: cluster: %lld replicas on engine %s, which runs a thread per "
                         "replica: accepted at most %d there; engine sim runs up to %d (a "
@@ -280,7 +287,7 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
      * found by the kernel's out-of-memory killer midway. */
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     double have = pages > 0 && psz > 0 ? (double)pages * (double)psz : 0;
-    if (strcmp(eng, "sim") == 0 && have > 0) {
+    if (!(ops->flags & DSIM_ENGINE_THREAD_PER_REPLICA) && have > 0) {
         /* A job of many replicas: each costs its share of the engine,
          * transport and store, and its model's copies, unless timing only. */
         bool timing = s->train.synthetic_params > 0;
@@ -317,13 +324,13 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
                             SCEN_HEALTH_PAIR_BYTES, have / 1073741824.0, fit);
         }
     }
-    if (s->network_given && strcmp(eng, "processes") == 0)
+    if (s->network_given && (ops->flags & DSIM_ENGINE_REAL_LINKS))
         return DSIM_ERR(DSIM_ENOTSUP, -1,
                         "%s: cluster.network models the links of the threads and sim engines; "
                         "the processes engine's links are real (tcp over loopback): remove "
                         "cluster.network, or use engine sim",
                         s->path);
-    if (s->train.synthetic_params > 0 && strcmp(eng, "sim") != 0)
+    if (s->train.synthetic_params > 0 && !(ops->flags & DSIM_ENGINE_VIRTUAL_TIME))
         return DSIM_ERR(DSIM_ENOTSUP, -1,
                         "%s: model.synthetic runs timing only, under engine sim (its virtual "
                         "clock charges the compute, its network model the messages); engine is "
