@@ -21,7 +21,8 @@
 void cmd_list_help(FILE *out)
 {
     fprintf(out,
-            "usage: dsim list strategies|algorithms|checks|runs [--json] [--db PATH] [--limit N]\n"
+            "usage: dsim list strategies|algorithms|checks|runs|devices [--json] [--db PATH]\n"
+            "                 [--limit N]\n"
             "\n"
             "  strategies   the registered distribution strategies (built-in; a plugin is\n"
             "               named by a scenario's strategy.plugin)\n"
@@ -30,6 +31,9 @@ void cmd_list_help(FILE *out)
             "               threshold's range and default\n"
             "  runs         the runs in the results store: id, scenario, strategy, status,\n"
             "               start time (UTC), duration, checks passed/failed\n"
+            "  devices      the devices each backend finds here (host CPU, CUDA GPUs): memory,\n"
+            "               compute capability, peak bandwidth, peer access; the last line says\n"
+            "               whether replicas can use GPUs (\"no GPU found: CPU\" when not)\n"
             "\n"
             "  --json       print JSON instead of a table\n"
             "  --db PATH    the results store for 'runs' (default %s)\n"
@@ -290,7 +294,7 @@ int cmd_list(int argc, char **argv)
     }
     if (!what) {
         fprintf(stderr, "dsim list: what to list? (accepted: strategies, algorithms, checks, "
-                        "runs)\n");
+                        "runs, devices)\n");
         return 2;
     }
     if (strcmp(what, "strategies") == 0)
@@ -301,7 +305,11 @@ int cmd_list(int argc, char **argv)
         return list_checks(as_json);
     if (strcmp(what, "runs") == 0)
         return list_runs(db, as_json, limit);
+    if (strcmp(what, "devices") == 0)
+        return cmd_list_devices(as_json);
     fprintf(stderr,
-            "dsim list: cannot list '%s' (accepted: strategies, algorithms, checks, runs)\n", what);
+            "dsim list: cannot list '%s' (accepted: strategies, algorithms, checks, runs, "
+            "devices)\n",
+            what);
     return 2;
 }
