@@ -408,7 +408,7 @@ static dsim_err dev_reduce_via_temp(dsim_stream *use, void *out, const void *con
 static dsim_err dev_reduce(const char *fn, dsim_device *d, void *out, const void *const *ins, int n,
                            size_t count, dsim_dtype t, dsim_op op, dsim_stream *s)
 {
-    size_t bytes;
+    size_t bytes = 0;
     DSIM_CHECK(dev_check_type(fn, t, op, count, &bytes));
     if (count == 0)
         return DSIM_OK;
@@ -457,7 +457,7 @@ dsim_err dsim_device_reduce_finish(dsim_device *d, void *buf, size_t count, dsim
     static const char fn[] = "dsim_device_reduce_finish";
     if (!d)
         return dev_null(fn, "the device");
-    size_t bytes;
+    size_t bytes = 0;
     DSIM_CHECK(dev_check_type(fn, t, op, count, &bytes));
     if (nranks < 1)
         return DSIM_ERR(DSIM_EINVAL, -1, "%s: nranks is %d; it must be the number of ranks (>= 1)",
