@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <pthread.h>
 
 #include "dev_common.h"
 #include "dsim/strategy.h"
@@ -615,6 +616,68 @@ static void test_reduce_errors(void **state)
     dev_close(d);
 }
 
+/* Several threads on one device at once, each with its own stream and
+ * buffers (allocation table, streams list and the own stream shared). */
+typedef struct dev_worker {
+    dsim_device *d;
+    int id, bad;
+} dev_worker;
+
+static void *dev_worker_main(void *arg)
+{
+    dev_worker *w = arg;
+    enum { C = 2048 };
+    float a[C], b[C], got[C];
+    dsim_stream *s = NULL;
+    if (dsim_stream_create(w->d, &s) != DSIM_OK) {
+        w->bad = 1;
+        return NULL;
+    }
+    for (int it = 0; it < 40 && !w->bad; it++) {
+        for (int i = 0; i < C; i++) {
+            a[i] = (float)(w->id * 1000 + it + i);
+            b[i] = (float)i;
+        }
+        void *da = NULL, *db = NULL;
+        w->bad |= dsim_device_alloc(w->d, sizeof a, &da) != DSIM_OK;
+        w->bad |= dsim_device_alloc(w->d, sizeof b, &db) != DSIM_OK;
+        if (w->bad)
+            break;
+        w->bad |= dsim_device_copy_h2d(w->d, da, a, sizeof a, s) != DSIM_OK;
+        w->bad |= dsim_device_copy_h2d(w->d, db, b, sizeof b, it % 2 ? s : NULL) != DSIM_OK;
+        w->bad |= dsim_device_reduce(w->d, da, db, C, DSIM_F32, DSIM_SUM, s) != DSIM_OK;
+        w->bad |= dsim_device_copy_d2h(w->d, got, da, sizeof got, s) != DSIM_OK;
+        w->bad |= dsim_stream_sync(s) != DSIM_OK;
+        for (int i = 0; i < C && !w->bad; i++)
+            w->bad |= got[i] != a[i] + b[i];
+        w->bad |= dsim_device_free(w->d, da) != DSIM_OK;
+        w->bad |= dsim_device_free(w->d, db) != DSIM_OK;
+    }
+    w->bad |= dsim_stream_destroy(s) != DSIM_OK;
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    enum { T = 4 };
+    dsim_device *d = dev_open();
+    pthread_t th[T];
+    dev_worker w[T];
+    for (int t = 0; t < T; t++) {
+        w[t] = (dev_worker){.d = d, .id = t};
+        assert_int_equal(pthread_create(&th[t], NULL, dev_worker_main, &w[t]), 0);
+    }
+    for (int t = 0; t < T; t++) {
+        assert_int_equal(pthread_join(th[t], NULL), 0);
+        assert_int_equal(w[t].bad, 0);
+    }
+    size_t n = 1;
+    dsim_device_mem_live(d, &n, NULL);
+    assert_int_equal(n, 0);
+    dev_close(d);
+}
+
 /* Skips (77) unless backend has a device; says why. */
 static int dev_skip_without_devices(void)
 {
@@ -651,7 +714,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_streams_events),  cmocka_unit_test(test_reduce_matrix),
         cmocka_unit_test(test_reduce_aliasing), cmocka_unit_test(test_reduce_plain_reference),
         cmocka_unit_test(test_half_rounding),   cmocka_unit_test(test_checksum),
-        cmocka_unit_test(test_reduce_errors),
+        cmocka_unit_test(test_reduce_errors),   cmocka_unit_test(test_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
