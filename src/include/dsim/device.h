@@ -183,7 +183,9 @@ dsim_err dsim_device_reduce(dsim_device *d, void *inout, const void *in, size_t 
                             dsim_op op, dsim_stream *s);
 /* out[i] = ((ins[0][i] op ins[1][i]) op ins[2][i]) ... over n >= 1 inputs
  * (n == 1 copies). MEAN combines as SUM. out on d; each input on d or an
- * enabled peer, the same range as out or disjoint from it. */
+ * enabled peer, the same range as out or disjoint from it. (When out is
+ * one of the inputs after the 32nd, the call reduces into a temporary and
+ * returns when it is done, whatever the stream.) */
 dsim_err dsim_device_reduce_n(dsim_device *d, void *out, const void *const *ins, int n,
                               size_t count, dsim_dtype t, dsim_op op, dsim_stream *s);
 /* Finishes a reduction over nranks contributions: MEAN divides by nranks
