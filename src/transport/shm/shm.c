@@ -226,11 +226,12 @@ static dsim_err shm_layout(int nranks, size_t ring, size_t bounce, shm_hdr *h)
     h->off_bounce = h->off_rings + n2 * ring;
     h->total = h->off_bounce + n2 * bounce;
     if (h->total > SHM_MAP_MAX)
-        return DSIM_ERR(DSIM_EINVAL, -1,
-                        "an shm mapping for %d ranks with ring=%zu and bounce=%zu would take %" PRIu64
-                        " GiB of address space, over the %" PRIu64
-                        " GiB allowed; give smaller ring= and bounce= (or use tcp)",
-                        nranks, ring, bounce, h->total >> 30, SHM_MAP_MAX >> 30);
+        return DSIM_ERR(
+            DSIM_EINVAL, -1,
+            "an shm mapping for %d ranks with ring=%zu and bounce=%zu would take %" PRIu64
+            " GiB of address space, over the %" PRIu64
+            " GiB allowed; give smaller ring= and bounce= (or use tcp)",
+            nranks, ring, bounce, h->total >> 30, SHM_MAP_MAX >> 30);
     return DSIM_OK;
 }
 
@@ -408,6 +409,8 @@ static void shm_teardown(shm_fabric *sf)
                     free(it);
                 }
             free(L->out);
+            for (int p = 0; L->in && p < sf->nranks; p++)
+                free(L->in[p].stage);
             free(L->in);
             if (L->sq)
                 dsim_waitq_destroy(L->sq);
@@ -463,6 +466,8 @@ static dsim_err shm_setup(shm_fabric *sf, const shm_opts *o)
     DSIM_CHECK(shm_map(sf, fd));
     size_t ring = sf->hdr->ring_bytes;
     sf->eager_max = o->eager_max;
+    if (!o->have_eager && sf->eager_max > ring / 4 - SHM_REC_HDR)
+        sf->eager_max = ring / 4 - SHM_REC_HDR;
     if (sf->eager_max > ring / 4 - SHM_REC_HDR)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "shm option eager_max=%zu: a ring of %zu bytes takes messages of at most "
@@ -558,6 +563,18 @@ void shm_out_update_locked(shm_local *L, shm_out *o)
     }
 }
 
+static dsim_err shm_take_abort(shm_fabric *sf, int to)
+{
+    char why[SHM_WHY_MAX];
+    memcpy(why, sf->hdr->abort_why, sizeof why);
+    why[sizeof why - 1] = '\0';
+    int peer = sf->hdr->abort_peer;
+    dsim_fabric_abort(sf->f, peer, why);
+    return DSIM_ERR(DSIM_EABORTED, peer,
+                    "transport aborted (failed rank %d: %s); sending to rank %d is refused", peer,
+                    why, to);
+}
+
 static dsim_err shm_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void *payload,
                          size_t len, dsim_req *req)
 {
@@ -566,6 +583,11 @@ static dsim_err shm_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void
     shm_local *L = shm_local_of(sf, from);
     shm_out *o = &L->out[to];
     uint32_t st = atomic_load_explicit(&sf->ranks[to].state, memory_order_acquire);
+    /* Another process's abort notice: taken here and now, so that a send
+     * never fails for a reason the notice explains (its sender may have
+     * closed since). */
+    if (atomic_load_explicit(&sf->hdr->abort_state, memory_order_acquire) == 2)
+        return shm_take_abort(sf, to);
     if (st == SHM_RANK_CLOSED || st == SHM_RANK_GONE)
         return DSIM_ERR(DSIM_EPEER, to,
                         "rank %d has closed its endpoint; rank %d cannot send to it (comm %" PRIu32

@@ -187,6 +187,10 @@ typedef struct shm_in {
     uint32_t gen; /* the producer's generation seen first, 0 before */
     int bouncing; /* a large message is coming through the bounce buffer */
     size_t got;
+    /* where it is put together: its own, since the progress thread goes on
+     * with other rings meanwhile */
+    uint8_t *stage;
+    size_t stage_cap;
     int stuck; /* the ring is corrupt or its producer changed: read no more */
 } shm_in;
 
@@ -225,8 +229,8 @@ typedef struct shm_fabric {
     int watch_evfd;
     /* per rank: 1 once the watcher saw its process end; 2 once handled */
     atomic_int *dead;
-    /* the progress thread's staging buffer for messages read by CMA or
-     * through the bounce buffer */
+    /* the progress thread's staging buffer for messages read by CMA (each
+     * is read and handed over in one go) */
     uint8_t *stage;
     size_t stage_cap;
     int any_remote;
@@ -289,6 +293,12 @@ int shm_ring_put(shm_fabric *sf, int from, int to, shm_out *o, const shm_rec *re
  * is slock, sq, then an endpoint's lock, never the other way. */
 int shm_flush_locked(shm_fabric *sf, int from, int to, shm_out *o);
 void *shm_progress_main(void *arg);
+/* Takes another process's abort notice: 1 if it revoked the fabric now. */
+int shm_check_abort(shm_fabric *sf);
+/* Fails a send with code and msg (naming to), or with the revoke's reason
+ * where the job has been revoked: a waiter then sees why it all stopped,
+ * not a peer that went away because of it. */
+void shm_fail_send(shm_fabric *sf, dsim_req *req, int to, dsim_err code, const char *msg);
 
 /* shm_rndv.c: large messages */
 /* Starts a rendezvous send: 1 if its RTS went into the ring, 0 if it must
@@ -313,9 +323,9 @@ void shm_watch_stop(shm_fabric *sf);
 /* Progress thread: delivers what the dead peers left complete, then fails
  * every receive from and send to them. Returns 1 if it handled one. */
 int shm_handle_deaths(shm_fabric *sf);
-/* Fails o's queued and outstanding sends with DSIM_EPEER naming peer and
- * marks it broken (under the local rank's sq). */
-void shm_break_out_locked(shm_out *o, int peer, const char *msg);
+/* Fails o's queued and outstanding sends to peer (shm_fail_send) and marks
+ * it broken (under the local rank's sq). */
+void shm_break_out_locked(shm_fabric *sf, shm_out *o, int peer, const char *msg);
 
 /* shm_ring.c: the consumer of one ring (the progress thread, and the
  * death handler draining a dead peer's rings). Returns records handled. */

@@ -216,25 +216,22 @@ void shm_watch_stop(shm_fabric *sf)
     sf->watch_evfd = -1;
 }
 
-void shm_break_out_locked(shm_out *o, int peer, const char *msg)
+void shm_break_out_locked(shm_fabric *sf, shm_out *o, int peer, const char *msg)
 {
     o->broken = 1;
     snprintf(o->broken_msg, sizeof o->broken_msg, "%s", msg);
     while (o->qhead) {
         shm_item *it = o->qhead;
         o->qhead = it->next;
-        if (it->req) {
-            DSIM_ERR(DSIM_EPEER, peer, "%s", msg);
-            dsim_tp_complete(it->req, DSIM_EPEER);
-        }
+        if (it->req)
+            shm_fail_send(sf, it->req, peer, DSIM_EPEER, msg);
         free(it);
     }
     o->qtail = NULL;
     for (int i = 0; i < SHM_RNDV_SLOTS; i++)
         if (o->slot[i].req) {
             /* Its reader is gone: nobody touches the buffer again. */
-            DSIM_ERR(DSIM_EPEER, peer, "%s", msg);
-            dsim_tp_complete(o->slot[i].req, DSIM_EPEER);
+            shm_fail_send(sf, o->slot[i].req, peer, DSIM_EPEER, msg);
             o->slot[i].req = NULL;
         }
     o->outstanding = 0;
@@ -256,9 +253,20 @@ static void shm_peer_gone(shm_fabric *sf, int r)
                  r, (int)pid);
     }
     dsim_debug("shm: %s", msg);
+    /* Sends first: a worker that wakes from a failed receive and sends to
+     * the dead peer at once must fail too, not write into its ring. */
     for (int l = sf->lo; l <= sf->hi; l++) {
         shm_local *L = shm_local_of(sf, l);
-        shm_in *in = &L->in[r];
+        dsim_waitq_lock(L->sq);
+        shm_break_out_locked(sf, &L->out[r], r, msg);
+        shm_out_update_locked(L, &L->out[r]);
+        dsim_waitq_unlock(L->sq);
+    }
+    /* After a revoke every receive fails with the revoke's reason; news of
+     * a death that followed it must not reach a waiter first. */
+    int aborted = dsim_fabric_aborted(sf->f);
+    for (int l = sf->lo; l <= sf->hi && !aborted; l++) {
+        shm_in *in = &shm_local_of(sf, l)->in[r];
         /* What it left whole is delivered, as bytes on a wire before a
          * reset would be. */
         while (shm_consume(sf, r, l, in, 1 << 20) > 0)
@@ -268,10 +276,6 @@ static void shm_peer_gone(shm_fabric *sf, int r)
         dsim_ep *ep = dsim_tp_fabric_ep(sf->f, l);
         if (ep)
             dsim_tp_peer_lost(ep, r, DSIM_EPEER, "%s", msg);
-        dsim_waitq_lock(L->sq);
-        shm_break_out_locked(&L->out[r], r, msg);
-        shm_out_update_locked(L, &L->out[r]);
-        dsim_waitq_unlock(L->sq);
     }
 }
 
@@ -285,6 +289,10 @@ int shm_handle_deaths(shm_fabric *sf)
         if (atomic_load_explicit(&sf->dead[r], memory_order_relaxed) != 1 ||
             !atomic_compare_exchange_strong(&sf->dead[r], &exp, 2))
             continue;
+        /* A process that revoked the fabric wrote its notice before it
+         * ended: the notice, which names the peer that failed first, goes
+         * before the news of its end. */
+        shm_check_abort(sf);
         shm_peer_gone(sf, r);
         did = 1;
     }

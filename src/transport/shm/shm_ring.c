@@ -221,7 +221,7 @@ int shm_consume(shm_fabric *sf, int src, int l, shm_in *in, int budget)
 
 /* ---- the progress thread ---- */
 
-static int shm_check_abort(shm_fabric *sf)
+int shm_check_abort(shm_fabric *sf)
 {
     if (atomic_load_explicit(&sf->hdr->abort_state, memory_order_acquire) != 2 ||
         dsim_fabric_aborted(sf->f))
@@ -231,6 +231,25 @@ static int shm_check_abort(shm_fabric *sf)
     why[sizeof why - 1] = '\0';
     dsim_fabric_abort(sf->f, sf->hdr->abort_peer, why);
     return 1;
+}
+
+void shm_fail_send(shm_fabric *sf, dsim_req *req, int to, dsim_err code, const char *msg)
+{
+    shm_check_abort(sf);
+    if (dsim_fabric_aborted(sf->f) &&
+        atomic_load_explicit(&sf->hdr->abort_state, memory_order_acquire) == 2) {
+        char why[SHM_WHY_MAX];
+        memcpy(why, sf->hdr->abort_why, sizeof why);
+        why[sizeof why - 1] = '\0';
+        int peer = sf->hdr->abort_peer;
+        DSIM_ERR(DSIM_EABORTED, peer,
+                 "transport aborted (failed rank %d: %s) while sending a message to rank %d", peer,
+                 why, to);
+        dsim_tp_complete(req, DSIM_EABORTED);
+        return;
+    }
+    DSIM_ERR(code, to, "%s", msg);
+    dsim_tp_complete(req, code);
 }
 
 static int shm_poll_sends(shm_fabric *sf, shm_local *L)

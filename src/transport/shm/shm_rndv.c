@@ -136,14 +136,18 @@ int shm_rndv_progress_locked(shm_fabric *sf, int from, int to, shm_out *o)
         o->outstanding--;
         dsim_err err = st == SHM_RNDV_DONE ? DSIM_OK : (dsim_err)d->err;
         atomic_store_explicit(&d->state, SHM_RNDV_FREE, memory_order_release);
-        if (err != DSIM_OK)
-            DSIM_ERR(err, to,
-                     err == DSIM_EPEER ? "rank %d closed its endpoint before taking the %zu-byte "
-                                         "message"
-                                       : "rank %d could not read the %zu-byte message",
-                     to, sl->len);
-        dsim_tp_complete(req, err);
         did = 1;
+        if (err == DSIM_OK) {
+            dsim_tp_complete(req, DSIM_OK);
+            continue;
+        }
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 err == DSIM_EPEER
+                     ? "rank %d closed its endpoint before taking the %zu-byte message"
+                     : "rank %d could not read the %zu-byte message",
+                 to, sl->len);
+        shm_fail_send(sf, req, to, err, msg);
     }
     return did;
 }
@@ -157,16 +161,24 @@ void shm_stage_free(shm_fabric *sf)
     sf->stage_cap = 0;
 }
 
+/* Makes *buf hold at least len bytes (kept between messages: a fresh
+ * buffer of megabytes costs its page faults every time). */
+static int shm_stage_grow(uint8_t **buf, size_t *cap, size_t len)
+{
+    if (len <= *cap)
+        return 1;
+    free(*buf);
+    *cap = 0;
+    *buf = malloc(len);
+    if (!*buf)
+        return 0;
+    *cap = len;
+    return 1;
+}
+
 static int shm_stage(shm_fabric *sf, size_t len)
 {
-    if (len <= sf->stage_cap)
-        return 1;
-    shm_stage_free(sf);
-    sf->stage = malloc(len);
-    if (!sf->stage)
-        return 0;
-    sf->stage_cap = len;
-    return 1;
+    return shm_stage_grow(&sf->stage, &sf->stage_cap, len);
 }
 
 /* Reads len bytes at the sender's addr: 0, or the errno. In two calls, so
@@ -230,8 +242,7 @@ static void shm_mark_dead(shm_fabric *sf, int src)
 
 /* Reads the claimed message by CMA: 1 handed over (or its sender gone), 0
  * refused (bounce instead). */
-static int shm_pull_cma(shm_fabric *sf, int src, int l, shm_in *in, const shm_rec *rec,
-                        shm_rndv *d)
+static int shm_pull_cma(shm_fabric *sf, int src, int l, shm_in *in, const shm_rec *rec, shm_rndv *d)
 {
     size_t len = (size_t)d->len;
     if (!shm_stage(sf, len)) {
@@ -290,7 +301,7 @@ static void shm_bounce_pull(shm_fabric *sf, int src, shm_in *in, size_t len)
             n = B - pos;
         if (n > len - in->got)
             n = len - in->got;
-        memcpy(sf->stage + in->got, in->bounce + pos, n);
+        memcpy(in->stage + in->got, in->bounce + pos, n);
         in->got += n;
         r += n;
         moved = 1;
@@ -357,10 +368,9 @@ int shm_rndv_recv(shm_fabric *sf, int src, int l, shm_in *in, const shm_rec *rec
             shm_slot_end(sf, src, d, SHM_RNDV_DONE, DSIM_OK);
             return 1;
         }
-        if (!sf->cma_off && !atomic_load(&in->pair->no_cma) &&
-            shm_pull_cma(sf, src, l, in, rec, d))
+        if (!sf->cma_off && !atomic_load(&in->pair->no_cma) && shm_pull_cma(sf, src, l, in, rec, d))
             return 1;
-        if (!shm_stage(sf, len)) {
+        if (!shm_stage_grow(&in->stage, &in->stage_cap, len)) {
             dsim_error_log("shm: rank %d: out of memory for a %zu-byte message from rank %d", l,
                            len, src);
             shm_drop(sf, l, rec);
@@ -375,7 +385,7 @@ int shm_rndv_recv(shm_fabric *sf, int src, int l, shm_in *in, const shm_rec *rec
     if (in->got < len)
         return 0;
     in->bouncing = 0;
-    shm_hand_over(sf, l, rec, sf->stage, len);
+    shm_hand_over(sf, l, rec, in->stage, len);
     shm_count(sf, SHM_ST(bounce_msgs), 1);
     shm_count(sf, SHM_ST(bounce_bytes), len);
     if (!atomic_exchange(&sf->logged_bounce, 1))

@@ -17,8 +17,8 @@
  *   bounce=BYTES   each pair's bounce buffer for large messages where cross
  *                  memory attach is refused (default 1m; 64k..1g); likewise
  *   eager_max=BYTES  messages up to this size go through the ring (default
- *                  32k; at most a quarter of the ring); larger ones by
- *                  rendezvous
+ *                  32k, or less where a quarter of the ring is less; at
+ *                  most a quarter of the ring); larger ones by rendezvous
  *   cma=auto|off   auto (default): the receiver reads a large message from
  *                  the sender's memory with one process_vm_readv, falling
  *                  back to the bounce buffer for a peer whose memory the
