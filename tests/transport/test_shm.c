@@ -685,12 +685,12 @@ static void rk_child(world *w, void *arg, child_res *res, int wfd)
             if (p == w->rank)
                 continue;
             /* Both ends draw the same size for (src, dst, k). */
-            size_t in = rk_sizes[mix(a->seed ^ ((uint64_t)p << 40) ^ ((uint64_t)w->rank << 32) ^
-                                     k) %
-                                 (sizeof rk_sizes / sizeof rk_sizes[0])];
-            size_t out = rk_sizes[mix(a->seed ^ ((uint64_t)w->rank << 40) ^ ((uint64_t)p << 32) ^
-                                      k) %
-                                  (sizeof rk_sizes / sizeof rk_sizes[0])];
+            size_t in =
+                rk_sizes[mix(a->seed ^ ((uint64_t)p << 40) ^ ((uint64_t)w->rank << 32) ^ k) %
+                         (sizeof rk_sizes / sizeof rk_sizes[0])];
+            size_t out =
+                rk_sizes[mix(a->seed ^ ((uint64_t)w->rank << 40) ^ ((uint64_t)p << 32) ^ k) %
+                         (sizeof rk_sizes / sizeof rk_sizes[0])];
             len[p] = in;
             fill(sb[p], out, w->rank, p, k);
             if (dsim_irecv(w->ep, p, 2, (uint32_t)k, rb[p], cap, &q[nq]) != DSIM_OK ||
@@ -755,16 +755,15 @@ static void test_random_kills(void **state)
             if (!collect(&j, r, &res))
                 fail_msg("trial %d (seed %#" PRIx64 "): rank %d gave no result", t, x, r);
             if (res.corrupt)
-                fail_msg("trial %d: rank %d received %" PRIu64 " torn messages", t, r,
-                         res.corrupt);
+                fail_msg("trial %d: rank %d received %" PRIu64 " torn messages", t, r, res.corrupt);
             char says[32];
             snprintf(says, sizeof says, "peer %d died", victim);
             if ((res.err != DSIM_EPEER && res.err != DSIM_EABORTED) || res.peer != victim ||
                 !strstr(res.msg, says))
                 fail_msg("trial %d (seed %#" PRIx64 ", rank %d killed after %lld ms): rank %d "
                          "failed with %s naming %d: %s",
-                         t, x, victim, (long long)(delay / MS), r,
-                         dsim_strerror((dsim_err)res.err), res.peer, res.msg);
+                         t, x, victim, (long long)(delay / MS), r, dsim_strerror((dsim_err)res.err),
+                         res.peer, res.msg);
             rounds += res.rounds;
             if (res.err == DSIM_EPEER)
                 saw++;
@@ -779,10 +778,11 @@ static void test_random_kills(void **state)
         }
         job_end(&j);
     }
-    print_message("20 kills: every survivor failed naming the dead peer (%d saw it die, %d heard of "
-                  "it by the abort), the slowest %.1f ms after the kill; no torn message in %" PRIu64
-                  " rounds\n",
-                  saw, heard, (double)worst / 1e6, rounds);
+    print_message(
+        "20 kills: every survivor failed naming the dead peer (%d saw it die, %d heard of "
+        "it by the abort), the slowest %.1f ms after the kill; no torn message in %" PRIu64
+        " rounds\n",
+        saw, heard, (double)worst / 1e6, rounds);
 }
 
 int main(void)
