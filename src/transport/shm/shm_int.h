@@ -34,10 +34,15 @@
  *
  * Rendezvous slot states (shm_rndv.state), each change by one side:
  *
- *   sender: FREE -> POSTED (RTS written)      receiver: POSTED -> CLAIMED (CAS)
- *   sender: POSTED -> WITHDRAWN (CAS, cancel)  receiver: CLAIMED -> DONE / FAILED
- *   receiver: WITHDRAWN -> FREE                receiver: CLAIMED -> BOUNCE (no CMA)
- *   sender: DONE / FAILED -> FREE               receiver: BOUNCE -> DONE
+ *   sender:   FREE -> POSTED (RTS written)
+ *   receiver: POSTED -> CLAIMED (CAS), then CLAIMED -> DONE / FAILED, or
+ *             CLAIMED -> BOUNCE (no CMA) and, once all has come,
+ *             BOUNCE -> DONE (CAS); DONE as soon as the sender's buffer is
+ *             no longer read, before the message is handed over
+ *   sender:   POSTED or BOUNCE -> WITHDRAWN (CAS, a cancel; in BOUNCE only
+ *             the sender reads its buffer, so it may stop at any point)
+ *   receiver: WITHDRAWN -> FREE (the header alone is handed over)
+ *   sender:   DONE / FAILED -> FREE
  *
  * Wake-ups. Each process has a bell (a futex word in its leader rank's
  * entry) and a sleeping flag. Whoever makes work for a process bumps its

@@ -197,7 +197,7 @@ int shm_consume(shm_fabric *sf, int src, int l, shm_in *in, int budget)
         return 0;
     }
     int n = 0;
-    while (in->head != tail && n < budget) {
+    while (in->head != tail && n < budget && !dsim_fabric_aborted(sf->f)) {
         const shm_rec *r = shm_rec_at(sf, src, l, in, tail);
         if (!r)
             break;
@@ -274,9 +274,13 @@ static int shm_poll(shm_fabric *sf)
 {
     int did = shm_check_abort(sf);
     did |= shm_handle_deaths(sf);
+    /* Revoked, nothing more is delivered (the shared layer would refuse
+     * it), and no large message goes on moving: every one still under way
+     * fails as the revoke says, not a moment later as done. */
+    int aborted = dsim_fabric_aborted(sf->f);
     for (int i = 0; i <= sf->hi - sf->lo; i++) {
         shm_local *L = &sf->locals[i];
-        for (int p = 0; p < sf->nranks; p++)
+        for (int p = 0; p < sf->nranks && !aborted; p++)
             did |= shm_consume(sf, p, L->rank, &L->in[p], SHM_BUDGET) > 0;
         did |= shm_poll_sends(sf, L);
     }

@@ -77,9 +77,14 @@ int shm_rndv_cancel_locked(shm_out *o, dsim_req *req)
     for (int i = 0; i < SHM_RNDV_SLOTS; i++) {
         if (o->slot[i].req != req)
             continue;
+        /* Posted, or coming through the bounce buffer, which only this
+         * process reads from the buffer: it can be taken back. Claimed,
+         * the receiver is reading it and finishes soon. */
         uint32_t exp = SHM_RNDV_POSTED;
-        if (!atomic_compare_exchange_strong(&o->pair->rndv[i].state, &exp, SHM_RNDV_WITHDRAWN))
-            return 0; /* claimed: the receiver is reading it and finishes soon */
+        if (!atomic_compare_exchange_strong(&o->pair->rndv[i].state, &exp, SHM_RNDV_WITHDRAWN) &&
+            (exp != SHM_RNDV_BOUNCE ||
+             !atomic_compare_exchange_strong(&o->pair->rndv[i].state, &exp, SHM_RNDV_WITHDRAWN)))
+            return 0;
         o->slot[i].req = NULL;
         o->outstanding--;
         return 1;
@@ -126,7 +131,8 @@ int shm_rndv_progress_locked(shm_fabric *sf, int from, int to, shm_out *o)
         shm_rndv *d = &o->pair->rndv[i];
         uint32_t st = atomic_load_explicit(&d->state, memory_order_acquire);
         if (st == SHM_RNDV_BOUNCE) {
-            did |= shm_push(sf, to, o, sl);
+            if (!dsim_fabric_aborted(sf->f))
+                did |= shm_push(sf, to, o, sl);
             continue;
         }
         if (st != SHM_RNDV_DONE && st != SHM_RNDV_FAILED)
@@ -255,6 +261,9 @@ static int shm_pull_cma(shm_fabric *sf, int src, int l, shm_in *in, const shm_re
     pid_t pid = (pid_t)atomic_load(&sf->ranks[src].pid);
     int err = shm_cma_read(pid, sf->stage, d->addr, len);
     if (err == 0) {
+        /* All of it is here: the sender's buffer is its own again before
+         * the hand-over, not after. */
+        shm_slot_end(sf, src, d, SHM_RNDV_DONE, DSIM_OK);
         shm_hand_over(sf, l, rec, sf->stage, len);
         shm_count(sf, SHM_ST(cma_msgs), 1);
         shm_count(sf, SHM_ST(cma_bytes), len);
@@ -262,7 +271,6 @@ static int shm_pull_cma(shm_fabric *sf, int src, int l, shm_in *in, const shm_re
             dsim_info("shm: rank %d read a %zu-byte message from rank %d (process %d) by "
                       "cross-memory attach (process_vm_readv)",
                       l, len, src, (int)pid);
-        shm_slot_end(sf, src, d, SHM_RNDV_DONE, DSIM_OK);
         return 1;
     }
     if (err == ESRCH) {
@@ -343,6 +351,58 @@ static int shm_claim_slot(shm_fabric *sf, int src, int l, shm_in *in, const shm_
     return 0;
 }
 
+/* The sender withdrew a message it was sending through the bounce buffer
+ * (its wait ran out, or the job was revoked): what it put there is skipped,
+ * so that the next message starts where the sender starts it, and only
+ * the header is handed over. */
+static int shm_bounce_withdrawn(shm_fabric *sf, int src, int l, shm_in *in, const shm_rec *rec,
+                                shm_rndv *d)
+{
+    uint64_t w = atomic_load_explicit(&in->pair->b_written, memory_order_acquire);
+    atomic_store_explicit(&in->pair->b_read, w, memory_order_release);
+    in->bouncing = 0;
+    shm_drop(sf, l, rec);
+    atomic_store_explicit(&d->state, SHM_RNDV_FREE, memory_order_release);
+    shm_bell_ring(sf, src);
+    return 1;
+}
+
+static int shm_bounce_recv(shm_fabric *sf, int src, int l, shm_in *in, const shm_rec *rec,
+                           shm_rndv *d)
+{
+    size_t len = (size_t)rec->len;
+    if (atomic_load_explicit(&d->state, memory_order_acquire) == SHM_RNDV_WITHDRAWN)
+        return shm_bounce_withdrawn(sf, src, l, in, rec, d);
+    shm_bounce_pull(sf, src, in, len);
+    if (in->got < len || dsim_fabric_aborted(sf->f))
+        return 0; /* revoked meanwhile: it stays the sender's, to withdraw */
+    /* Whole: it is the sender's until this CAS, which a withdrawal may
+     * win; after it the sender's buffer is its own again. */
+    uint32_t exp = SHM_RNDV_BOUNCE;
+    if (!atomic_compare_exchange_strong(&d->state, &exp, SHM_RNDV_DONE))
+        return shm_bounce_withdrawn(sf, src, l, in, rec, d);
+    if (shm_is_local(sf, src)) {
+        /* This thread is the sender's progress too: its send is done now,
+         * not after the hand-over. */
+        shm_local *L = shm_local_of(sf, src);
+        dsim_waitq_lock(L->sq);
+        shm_rndv_progress_locked(sf, src, l, &L->out[l]);
+        shm_out_update_locked(L, &L->out[l]);
+        dsim_waitq_unlock(L->sq);
+    } else {
+        shm_bell_ring(sf, src);
+    }
+    in->bouncing = 0;
+    shm_hand_over(sf, l, rec, in->stage, len);
+    shm_count(sf, SHM_ST(bounce_msgs), 1);
+    shm_count(sf, SHM_ST(bounce_bytes), len);
+    if (!atomic_exchange(&sf->logged_bounce, 1))
+        dsim_info("shm: rank %d received a %zu-byte message from rank %d through the bounce "
+                  "buffer",
+                  l, len, src);
+    return 1;
+}
+
 int shm_rndv_recv(shm_fabric *sf, int src, int l, shm_in *in, const shm_rec *rec)
 {
     if (rec->slot >= SHM_RNDV_SLOTS) {
@@ -381,17 +441,5 @@ int shm_rndv_recv(shm_fabric *sf, int src, int l, shm_in *in, const shm_rec *rec
         in->got = 0;
         shm_slot_end(sf, src, d, SHM_RNDV_BOUNCE, DSIM_OK);
     }
-    shm_bounce_pull(sf, src, in, len);
-    if (in->got < len)
-        return 0;
-    in->bouncing = 0;
-    shm_hand_over(sf, l, rec, in->stage, len);
-    shm_count(sf, SHM_ST(bounce_msgs), 1);
-    shm_count(sf, SHM_ST(bounce_bytes), len);
-    if (!atomic_exchange(&sf->logged_bounce, 1))
-        dsim_info("shm: rank %d received a %zu-byte message from rank %d through the bounce "
-                  "buffer",
-                  l, len, src);
-    shm_slot_end(sf, src, d, SHM_RNDV_DONE, DSIM_OK);
-    return 1;
+    return shm_bounce_recv(sf, src, l, in, rec, d);
 }
