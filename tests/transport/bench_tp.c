@@ -4,7 +4,8 @@
  * Usage: bench_tp [--procs] [BACKEND [SCALE [OPTIONS]]]
  *   BACKEND  inproc (default), tcp or shm
  *   SCALE    multiplies the iteration counts (default 1)
- *   OPTIONS  extra backend options, e.g. cma=off for shm
+ *   OPTIONS  extra backend options, e.g. cma=off for shm (with --procs,
+ *            shm's ring= and bounce= go to dsim_shm_create)
  *   --procs  each rank in a process of its own (rank 1 forked), as the
  *            processes engine runs them: shm through one mapping made
  *            before the fork, tcp over loopback with listeners bound first
@@ -186,12 +187,22 @@ static int bench_procs(const char *backend, const char *extra, int scale)
     char opts[2][512];
     int fds[2] = {-1, -1};
     if (strcmp(backend, "shm") == 0) {
+        /* ring= and bounce= size the mapping; the rest is each fabric's. */
+        char make[256] = "", mine[256] = "";
+        for (const char *p = extra; p && *p;) {
+            const char *end = strchr(p, ',');
+            size_t n = end ? (size_t)(end - p) : strlen(p);
+            char *to = strncmp(p, "ring=", 5) == 0 || strncmp(p, "bounce=", 7) == 0 ? make : mine;
+            size_t used = strlen(to);
+            snprintf(to + used, 256 - used, "%s%.*s", used ? "," : "", (int)n, p);
+            p = end ? end + 1 : p + n;
+        }
         int fd;
-        if (dsim_shm_create(2, NULL, &fd) != DSIM_OK)
+        if (dsim_shm_create(2, make[0] ? make : NULL, &fd) != DSIM_OK)
             return -1;
         for (int r = 0; r < 2; r++)
-            snprintf(opts[r], sizeof opts[r], "fd=%d,local=%d%s%s", fd, r, extra ? "," : "",
-                     extra ? extra : "");
+            snprintf(opts[r], sizeof opts[r], "fd=%d,local=%d%s%s", fd, r, mine[0] ? "," : "",
+                     mine);
     } else if (strcmp(backend, "tcp") == 0) {
         int port[2];
         for (int r = 0; r < 2; r++)

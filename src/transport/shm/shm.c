@@ -32,13 +32,13 @@
 #include "dsim/log.h"
 #include "shm_int.h"
 
-#define SHM_RING_DEF    ((size_t)256 << 10)
+#define SHM_RING_DEF    ((size_t)512 << 10)
 #define SHM_RING_MIN    ((size_t)16 << 10)
 #define SHM_RING_MAX    ((size_t)64 << 20)
 #define SHM_BOUNCE_DEF  ((size_t)1 << 20)
 #define SHM_BOUNCE_MIN  ((size_t)64 << 10)
 #define SHM_BOUNCE_MAX  ((size_t)1 << 30)
-#define SHM_EAGER_DEF   ((size_t)32 << 10)
+#define SHM_EAGER_DEF   ((size_t)64 << 10)
 #define SHM_MAP_MAX     ((uint64_t)256 << 30)
 #define SHM_PAGE        4096
 #define SHM_SPIN_MAX_NS (1000LL * 1000 * 1000)

@@ -12,12 +12,12 @@
  *   fd=N           the descriptor of a mapping made by dsim_shm_create
  *   local=A-B | A  the ranks this process hosts (default: all); needs fd=
  *   ring=BYTES     each ordered pair's ring for small messages (default
- *                  256k; power of two, 16k..64m); only where the mapping
+ *                  512k; power of two, 16k..64m); only where the mapping
  *                  is made (without fd=, or in dsim_shm_create)
  *   bounce=BYTES   each pair's bounce buffer for large messages where cross
  *                  memory attach is refused (default 1m; 64k..1g); likewise
  *   eager_max=BYTES  messages up to this size go through the ring (default
- *                  32k, or less where a quarter of the ring is less; at
+ *                  64k, or less where a quarter of the ring is less; at
  *                  most a quarter of the ring); larger ones by rendezvous
  *   cma=auto|off   auto (default): the receiver reads a large message from
  *                  the sender's memory with one process_vm_readv, falling
