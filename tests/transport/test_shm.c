@@ -30,6 +30,7 @@
 #include "dsim/fiu.h"
 #include "dsim/rt.h"
 #include "dsim/spi/shm.h"
+#include "dsim/spi/transport.h"
 #include "dsim/transport.h"
 #include "dsim_config.h"
 
@@ -402,6 +403,122 @@ static void test_two_processes(void **state)
         assert_int_equal(b[r].st.cma_msgs, 0);
         assert_int_equal(b[r].st.bounce_msgs, 3 * 3);
         assert_int_equal(b[r].st.bounce_bytes, 3 * (65537 + (1 << 20) + (16 << 20)));
+    }
+}
+
+/* ---- what the fault layer relies on, across processes ---- */
+
+static const uint8_t ff_side[DSIM_TP_SIDE_LEN] = "a sideband of thirty-two bytes!";
+
+static int ff_inject(world *w, uint32_t tag, uint64_t seq, size_t len, int good, child_res *res)
+{
+    uint8_t *p = malloc(len);
+    fill(p, len, 0, 1, tag);
+    dsim_tp_hdr h;
+    dsim_req *r;
+    dsim_err e = dsim_tp_hdr_next(w->ep, 1, 1, tag, len, &h);
+    h.seq = seq;
+    h.flags |= DSIM_TP_F_CHECKSUM;
+    h.checksum = dsim_tp_checksum(p, len) ^ (good ? 0u : 1u);
+    if (e == DSIM_OK)
+        e = dsim_tp_inject(w->ep, 1, &h, p, len, &r);
+    if (e == DSIM_OK)
+        e = dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), NULL);
+    free(p);
+    if (e != DSIM_OK)
+        fail_child(res, "inject");
+    return e == DSIM_OK ? 0 : -1;
+}
+
+/* Rank 0: a virtual frame with a sideband, then frames checksummed as the
+ * fault layer marks them, good and bad, small and large. */
+static void ff_sender(world *w, child_res *res)
+{
+    dsim_req *r;
+    uint64_t vlen = (uint64_t)1 << 33;
+    if (dsim_isend_virtual(w->ep, 1, 1, 20, vlen, ff_side, &r) != DSIM_OK ||
+        dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), NULL) != DSIM_OK) {
+        fail_child(res, "virtual");
+        return;
+    }
+    if (ff_inject(w, 21, 2, 300000, 1, res) || ff_inject(w, 22, 3, 1000, 0, res) ||
+        ff_inject(w, 23, 4, 300000, 0, res) || ff_inject(w, 24, 5, 1000, 1, res))
+        return;
+}
+
+static void ff_expect(world *w, uint32_t tag, size_t len, dsim_err want, child_res *res)
+{
+    uint8_t *b = malloc(len);
+    dsim_req *r;
+    dsim_err e = dsim_irecv(w->ep, 0, 1, tag, b, len, &r);
+    if (e == DSIM_OK)
+        e = dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), NULL);
+    if (e != want || (want == DSIM_EPROTO && !strstr(dsim_errmsg(), "corrupt")) ||
+        (want == DSIM_OK && !intact(b, len, 0, 1, tag))) {
+        res->err = DSIM_EPROTO;
+        snprintf(res->msg, sizeof res->msg, "tag %u: %s (%s)", tag, dsim_strerror(e),
+                 dsim_errmsg());
+    } else {
+        res->rounds++;
+    }
+    free(b);
+}
+
+static void ff_child(world *w, void *arg, child_res *res, int wfd)
+{
+    (void)arg;
+    ready(wfd);
+    if (w->rank == 0) {
+        ff_sender(w, res);
+        return;
+    }
+    uint64_t v = 0;
+    uint8_t side[DSIM_TP_SIDE_LEN] = {0};
+    int has = 0;
+    dsim_req *r;
+    if (dsim_irecv(w->ep, 0, 1, 20, &v, sizeof v, &r) != DSIM_OK ||
+        dsim_wait_side(r, dsim_rt_deadline(w->rt, LONG_NS), NULL, side, &has) != DSIM_OK ||
+        v != (uint64_t)1 << 33 || !has || memcmp(side, ff_side, sizeof side) != 0) {
+        res->err = DSIM_EPROTO;
+        snprintf(res->msg, sizeof res->msg, "virtual frame: length %" PRIu64 ", sideband %d", v,
+                 has);
+        return;
+    }
+    res->rounds++;
+    ff_expect(w, 21, 300000, DSIM_OK, res);
+    ff_expect(w, 22, 1000, DSIM_EPROTO, res);
+    ff_expect(w, 23, 300000, DSIM_EPROTO, res);
+    ff_expect(w, 24, 1000, DSIM_OK, res);
+    dsim_ep_stats st;
+    dsim_ep_get_stats(w->ep, &st);
+    res->corrupt = st.rejected_corrupt;
+}
+
+/* Virtual frames, sidebands and payload checksums (DSIM_TP_F_CHECKSUM, as
+ * the fault layer sets it) pass between processes unchanged, by both the
+ * ring and the rendezvous: a good checksum is delivered, a bad one fails
+ * its receive as corrupt, with cross-memory attach and with the bounce
+ * buffer. */
+static void test_fault_frames(void **state)
+{
+    (void)state;
+    static const char *const modes[] = {NULL, "cma=off"};
+    for (int m = 0; m < 2; m++) {
+        job j;
+        job_init(&j, 2, modes[m]);
+        start_child(&j, 0, ff_child, NULL);
+        start_child(&j, 1, ff_child, NULL);
+        wait_ready(&j, 0);
+        wait_ready(&j, 1);
+        child_res res[2];
+        for (int r = 0; r < 2; r++) {
+            assert_true(collect(&j, r, &res[r]));
+            if (res[r].err)
+                fail_msg("%s, rank %d: %s", modes[m] ? modes[m] : "cma=auto", r, res[r].msg);
+        }
+        assert_int_equal(res[1].rounds, 5);
+        assert_int_equal(res[1].corrupt, 2);
+        job_end(&j);
     }
 }
 
@@ -797,6 +914,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_processes),
         cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_fault_frames),
         cmocka_unit_test(test_killed_while_waited_for),
         cmocka_unit_test(test_killed_mid_ring_write),
         cmocka_unit_test(test_sender_killed_mid_cma),
