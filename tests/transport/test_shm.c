@@ -21,7 +21,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <linux/capability.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -65,6 +68,8 @@ typedef struct job {
     int n;
     int fd;
     const char *opts; /* extra options for every process */
+    /* called in each child before its fabric (and its threads) exist */
+    void (*pre)(int rank);
     child c[MAXP];
 } job;
 
@@ -182,6 +187,8 @@ static void start_child(job *j, int rank, child_fn fn, void *arg)
         memset(&res, 0, sizeof res);
         world w;
         memset(&w, 0, sizeof w);
+        if (j->pre)
+            j->pre(rank);
         if (world_open(&w, j, rank, &res) == 0)
             fn(&w, arg, &res, p[1]);
         else
@@ -404,6 +411,53 @@ static void test_two_processes(void **state)
         assert_int_equal(b[r].st.bounce_msgs, 3 * 3);
         assert_int_equal(b[r].st.bounce_bytes, 3 * (65537 + (1 << 20) + (16 << 20)));
     }
+}
+
+/* The kernel refuses rank 1 a read of rank 0's memory, as Yama's
+ * ptrace_scope or a seccomp filter would: rank 0 is not dumpable, and rank 1
+ * holds no CAP_SYS_PTRACE (which root here would have). */
+static void refuse_pre(int rank)
+{
+    if (rank == 0) {
+        prctl(PR_SET_DUMPABLE, 0);
+        return;
+    }
+    /* Capabilities are per thread: dropped before the fabric's threads. */
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d) == 0) {
+        d[0].effective &= ~(1u << CAP_SYS_PTRACE);
+        syscall(SYS_capset, &h, d);
+    }
+}
+
+/* Where the kernel refuses cross-memory attach (EPERM), the receiver says
+ * so once and takes that peer's large messages through the bounce buffer;
+ * the other direction still reads by CMA. */
+static void test_cma_refused(void **state)
+{
+    (void)state;
+    child_res out[2];
+    job j;
+    job_init(&j, 2, NULL);
+    j.pre = refuse_pre;
+    start_child(&j, 0, pingpong_child, NULL);
+    start_child(&j, 1, pingpong_child, NULL);
+    for (int r = 0; r < 2; r++) {
+        wait_ready(&j, r);
+    }
+    for (int r = 0; r < 2; r++) {
+        assert_true(collect(&j, r, &out[r]));
+        if (out[r].err)
+            fail_msg("rank %d: %s", r, out[r].msg);
+        assert_int_equal(out[r].corrupt, 0);
+    }
+    job_end(&j);
+    assert_int_equal(out[1].st.cma_refused, 1);
+    assert_int_equal(out[1].st.bounce_msgs, 3 * 3);
+    assert_int_equal(out[1].st.cma_msgs, 0);
+    assert_int_equal(out[0].st.cma_msgs, 3 * 3);
+    assert_int_equal(out[0].st.cma_refused, 0);
 }
 
 /* ---- what the fault layer relies on, across processes ---- */
@@ -913,6 +967,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_processes),
+        cmocka_unit_test(test_cma_refused),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_fault_frames),
         cmocka_unit_test(test_killed_while_waited_for),
