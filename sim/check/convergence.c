@@ -1,4 +1,4 @@
-/* convergence (DESIGN §7): the run's final loss (mean per-example loss over
+/* convergence (ARCHITECTURE.md §8): the run's final loss (mean per-example loss over
  * the whole dataset with replica 0's final variables) is under a bound,
  * and/or at most a percentage above the one-device reference's final loss.
  * With both thresholds set both must hold, and the expected value shown is

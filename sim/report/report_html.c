@@ -47,7 +47,7 @@
 #define RH_MAX_POINTS     2000 /* per polyline; more are thinned evenly */
 #define RH_RATE_BUCKETS   48
 #define RH_STRAGGLER      1.5  /* a replica's median step time over this times the others' */
-#define RH_COMM_FLAG      0.20 /* all-reduce share DESIGN §7 flags */
+#define RH_COMM_FLAG      0.20 /* all-reduce share ARCHITECTURE.md §8 flags */
 #define RH_MAX_EVENT_ROWS 200
 /* a replica whose collective share is under this times the others' */
 #define RH_WAIT_STRAGGLER 0.5

@@ -1,4 +1,4 @@
-/* Scenario files: one YAML file is one experiment (DESIGN §8).
+/* Scenario files: one YAML file is one experiment (scenarios/FORMAT.md).
  *
  * dsim_scenario_load parses a file with libyaml into a validated plan. Every
  * rejection (unknown key, wrong type, value out of range, a combination that
@@ -60,7 +60,7 @@ typedef struct dsim_scenario {
     int64_t intra_latency_ns; /* cluster.network.intra: between a host's devices */
     double intra_Bps;         /* (0 and 0: none, at once) */
 
-    /* health check (DESIGN §6 defaults: 30 s, 10 s, 3) */
+    /* health check (ARCHITECTURE.md §7 defaults: 30 s, 10 s, 3) */
     int64_t health_interval_ns, health_timeout_ns;
     int health_retries;
 
