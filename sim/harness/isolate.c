@@ -220,6 +220,9 @@ dsim_err dsim_isolated_run(const char *path, const char *text, const dsim_harnes
         snprintf(out->why, sizeof out->why, "the run ended the process with status %d",
                  out->exit_status);
     }
+    out->r.status = late ? DSIM_RUN_HUNG : DSIM_RUN_CRASHED;
+    out->r.train_err = late ? DSIM_ETIMEDOUT : DSIM_EIO;
+    snprintf(out->r.train_msg, sizeof out->r.train_msg, "%s", out->why);
     return DSIM_OK;
 }
 

@@ -9,7 +9,9 @@
  * The parent reads it back into out->r, a dsim_harness_result as the
  * child's run filled it (status, messages, the checks' outcomes, figures,
  * the timeline), or, when the child handed nothing back, says how it ended:
- * killed at the bound (timed_out) or by a signal, or an exit status. The
+ * killed at the bound (timed_out; out->r.status is then 'hung') or by a
+ * signal, or an exit status (out->r.status 'crashed'), in out->why and
+ * out->r.train_msg. The
  * stuck workers of a hung run are not handed back (out->r.n_stuck is 0);
  * its train_msg names them.
  *

@@ -19,9 +19,9 @@
 /* The cluster shapes drawn: 1 replica, primes of replicas on one host and
  * on one device per host, hosts x devices pairs that differ, and a few
  * even ones beside them. */
-static const int sh_shapes[][2] = {{1, 1}, {1, 2}, {1, 3},  {1, 5}, {1, 7}, {2, 1}, {3, 1},
-                                   {5, 1}, {7, 1}, {2, 3},  {3, 2}, {2, 5}, {5, 2}, {3, 4},
-                                   {4, 3}, {2, 2}, {2, 4},  {4, 2}, {3, 3}, {1, 11}, {13, 1}};
+static const int sh_shapes[][2] = {{1, 1}, {1, 2}, {1, 3}, {1, 5}, {1, 7}, {2, 1},  {3, 1},
+                                   {5, 1}, {7, 1}, {2, 3}, {3, 2}, {2, 5}, {5, 2},  {3, 4},
+                                   {4, 3}, {2, 2}, {2, 4}, {4, 2}, {3, 3}, {1, 11}, {13, 1}};
 #define SH_NSHAPES   (sizeof sh_shapes / sizeof sh_shapes[0])
 #define SH_MAX_DRAWS 256
 
@@ -187,8 +187,8 @@ static void sh_fit_data(const sh_ctx *c, sh_point *p)
         p->examples = p->batch;
     p->ckpt_every = c->orig.ckpt_every;
     if (p->ckpt_every > 0) {
-        int64_t per = c->drop_remainder ? p->examples / p->batch
-                                        : (p->examples + p->batch - 1) / p->batch;
+        int64_t per =
+            c->drop_remainder ? p->examples / p->batch : (p->examples + p->batch - 1) / p->batch;
         int64_t half = per * p->epochs / 2;
         if (p->ckpt_every > half)
             p->ckpt_every = half > 1 ? (int)half : 1;
@@ -435,8 +435,7 @@ static dsim_err sh_load(const dsim_explore_opts *o, sh_ctx *c, char **name)
 }
 
 /* The file at its own sizes (without its faults): it must pass. */
-static bool sh_baseline(const sh_ctx *c, const char *name, dsim_explore_result *out,
-                        dsim_err *rc)
+static bool sh_baseline(const sh_ctx *c, const char *name, dsim_explore_result *out, dsim_err *rc)
 {
     char *text = sh_text(c, &c->orig, NULL);
     dsim_scenario *s = NULL;
@@ -521,8 +520,8 @@ static dsim_err sh_shrink_write(const sh_ctx *c, const char *outp, const sh_poin
              "# Written by dsim explore --shapes %s --seed %" PRIu64 " (run %" PRIu64
              " failed with %s at\n# %s;\n# shrunk to %s).\n"
              "# Reproduce: dsim run %s%s\n",
-             o->path, o->seed, out->failing_run, out->signature, out->shape_found,
-             out->shape_final, outp, o->run_args ? o->run_args : "");
+             o->path, o->seed, out->failing_run, out->signature, out->shape_found, out->shape_final,
+             outp, o->run_args ? o->run_args : "");
     char *text = sh_text(c, &sh.cur, header);
     FILE *f = text ? fopen(outp, "w") : NULL;
     if (!f || fputs(text, f) == EOF || fclose(f) != 0) {
