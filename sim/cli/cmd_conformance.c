@@ -116,8 +116,7 @@ static int cf_load(const char *target, char **path, char *name, size_t cap)
         size_t n = strlen(t);
         bool seen = false;
         for (const char *p = strstr(before, t); p && !seen; p = strstr(p + 1, t))
-            seen = (p == before || p[-1] == ' ' || p[-1] == ',') &&
-                   (p[n] == '\0' || p[n] == ',');
+            seen = (p == before || p[-1] == ' ' || p[-1] == ',') && (p[n] == '\0' || p[n] == ',');
         if (!seen)
             snprintf(name, cap, "%s", t);
     }

@@ -134,8 +134,8 @@ static void conf_fit_case(const dsim_conf_opts *o, const dsim_conf_case *c, conf
     if (first[0])
         snprintf(runs, sizeof runs, "%s", first);
     else
-        snprintf(runs, sizeof runs, "%s runs %d host(s) x %d device(s) here", o->strategy,
-                 s->hosts, s->devices_per_host);
+        snprintf(runs, sizeof runs, "%s runs %d host(s) x %d device(s) here", o->strategy, s->hosts,
+                 s->devices_per_host);
     if ((c->needs & DSIM_CONF_PEERS) && s->num_replicas < 2)
         snprintf(f->why, sizeof f->why, "needs 2 or more replicas (a fault on rank 1): %s", runs);
     else if ((c->needs & DSIM_CONF_WORKERS) && s->hosts < 2)
@@ -226,8 +226,8 @@ static void conf_first_line(char *out, size_t cap, const char *s)
 static void conf_run_one(const dsim_conf_opts *o, const char *dir, dsim_conf_run *run)
 {
     double t0 = conf_now();
-    if (dsim_isolated_run("conformance.yaml", run->text, NULL, o->run_timeout_s, dir,
-                          &run->iso) != DSIM_OK) {
+    if (dsim_isolated_run("conformance.yaml", run->text, NULL, o->run_timeout_s, dir, &run->iso) !=
+        DSIM_OK) {
         run->iso.ended = false;
         snprintf(run->iso.why, sizeof run->iso.why, "%s", dsim_errmsg());
         run->iso.r.status = DSIM_RUN_ERROR;
@@ -331,8 +331,8 @@ static void conf_case_run(const dsim_conf_opts *o, const dsim_conf_case *c, cons
         snprintf(run->engine, sizeof run->engine, "%s", e);
         run->text = conf_text(o, c, &fit, e);
         dsim_scenario *s = NULL;
-        if (!run->text || dsim_scenario_parse("conformance.yaml", run->text, strlen(run->text),
-                                              &s) != DSIM_OK) {
+        if (!run->text ||
+            dsim_scenario_parse("conformance.yaml", run->text, strlen(run->text), &s) != DSIM_OK) {
             oc->verdict = DSIM_CONF_ERROR;
             snprintf(oc->message, sizeof oc->message, "%s: the case's scenario is refused: %s", e,
                      run->text ? dsim_errmsg() : "out of memory");

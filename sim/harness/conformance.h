@@ -57,9 +57,9 @@ typedef struct dsim_conf_case {
     const char *name;  /* [a-z0-9_]+, unique */
     const char *about; /* one line: what it exercises */
     int hosts, devices_per_host;
-    const char *engines; /* "all" (every registered engine) or a comma list */
-    unsigned needs;      /* DSIM_CONF_* */
-    bool quick;          /* in the reduced battery (--quick) */
+    const char *engines;        /* "all" (every registered engine) or a comma list */
+    unsigned needs;             /* DSIM_CONF_* */
+    bool quick;                 /* in the reduced battery (--quick) */
     const char *strategy_extra; /* more strategy: keys, e.g. "timeout: 2s"; NULL:
                                    "timeout: 10s" (a hang is stopped in 20 s) */
     const char *model, *optimizer, *data;
