@@ -17,13 +17,13 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define RH_W       1200
-#define RH_H       280
-#define RH_ML      80 /* margins: left, right, top, bottom */
-#define RH_MR      20
-#define RH_MT      24
-#define RH_MB      44
-#define RH_BREAK_W 40 /* a break in the x axis */
+#define RH_W          1200
+#define RH_H          280
+#define RH_ML         80 /* margins: left, right, top, bottom */
+#define RH_MR         20
+#define RH_MT         24
+#define RH_MB         44
+#define RH_BREAK_W    40 /* a break in the x axis */
 #define RH_MAX_BREAKS 3
 #define RH_MAX_POINTS 2000 /* per polyline; more are thinned evenly */
 
