@@ -280,9 +280,9 @@ static void conf_judge(dsim_conf_outcome *oc)
             if (!br->checks[i].passed && strcmp(br->checks[i].name, bad->signature) != 0)
                 snprintf(more + strlen(more), sizeof more - strlen(more), "%s%s",
                          more[0] ? ", " : "", br->checks[i].name);
-        snprintf(oc->message, sizeof oc->message, "%s: %s: %s%s%s%s%s%s%s", bad->engine,
-                 bad->signature, line, more[0] ? " [also failed: " : "", more, more[0] ? "]" : "",
-                 others[0] ? " (also on " : "", others, others[0] ? ")" : "");
+        snprintf(oc->message, sizeof oc->message, "%.40s: %.60s: %.600s%s%.150s%s%s%.127s%s",
+                 bad->engine, bad->signature, line, more[0] ? " [also failed: " : "", more,
+                 more[0] ? "]" : "", others[0] ? " (also on " : "", others, others[0] ? ")" : "");
         return;
     }
     oc->verdict = DSIM_CONF_PASS;
