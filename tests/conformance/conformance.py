@@ -108,8 +108,10 @@ def case_quick(tmp):
               "a testsuite per case and engine: %s" % names)
         ks = [s for s in root.findall("testsuite") if s.get("name") == "kill_recovery.sim"]
         if ks:
-            check([c.get("name") for c in ks[0].findall("testcase")] ==
-                  ["gradient_consistency", "node_loss"], "a testcase per check of the case")
+            # the case's expect list, in its order (checks judged by default may follow)
+            names = [c.get("name") for c in ks[0].findall("testcase")]
+            check(names[:2] == ["gradient_consistency", "node_loss"],
+                  "a testcase per check of the case: %s" % names)
         check(root.get("failures") == "0" and root.get("errors") == "0", "no failure in JUnit")
 
 
