@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cmds.h"
 #include "dsim/err.h"
@@ -197,6 +199,14 @@ static int cf_parse(int argc, char **argv, cf_args *a)
         } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--ps-mode", &missing))) {
             a->o.ps_mode = v;
         } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--keep", &missing))) {
+            struct stat sb;
+            if (!*v || stat(v, &sb) != 0 || !S_ISDIR(sb.st_mode) || access(v, W_OK) != 0) {
+                fprintf(stderr,
+                        CF_CMD ": --keep is '%s', which is not a writable directory (make it "
+                               "first)\n",
+                        v);
+                return 2;
+            }
             a->keep = v;
         } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--plugin-dir", &missing))) {
             if (dsim_cli_plugin_dir("conformance", v))

@@ -24,7 +24,8 @@ usage: conformance.py CASE DSIM BUILD_DIR XSD [STRATEGY...]
               over 4 replicas) and fails the awkward shapes; a strategy that
               crashes is one failed case, not the end of the battery
   bad_input   no strategy, an unknown one, a missing plugin, an unknown case
-              or engine, a bad --ps-mode or --timeout: exit 2 with a message
+              or engine, a bad --ps-mode, --timeout or --keep: exit 2 with a
+              message; --list prints the battery
 """
 import os
 import re
@@ -221,6 +222,7 @@ def case_bad_input(tmp):
     bad(["mirrored", "--timeout", "0"], "--timeout is '0'")
     bad(["mirrored", "--case"], "needs a value")
     bad(["mirrored", "extra"], "unexpected 'extra'")
+    bad(["mirrored", "--keep", os.path.join(tmp, "nowhere")], "not a writable directory")
     p = subprocess.run([DSIM, "conformance", "--list"], capture_output=True, timeout=60)
     out = p.stdout.decode()
     check(p.returncode == 0 and "kill_recovery" in out and "checkpoint_restart" in out,

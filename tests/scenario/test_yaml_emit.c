@@ -59,26 +59,25 @@ static char *te_roundtrip(const char *where, const char *text)
 static void test_awkward_scalars(void **state)
 {
     (void)state;
-    static const char text[] =
-        "name: \"a: b # c\"\n"
-        "description: 'it''s \"quoted\", with [brackets] and {braces}'\n"
-        "empty: \"\"\n"
-        "nothing: ~\n"
-        "null_text: \"null\"\n"
-        "dash: \"- not a list\"\n"
-        "negative: -5\n"
-        "colon_end: \"ends:\"\n"
-        "tab: \"a\\tb\"\n"
-        "newline: \"two\\nlines\"\n"
-        "unicode: \"\xc3\xa9t\xc3\xa9\"\n"
-        "list: [1, \"two, three\", {k: v}]\n"
-        "nested:\n"
-        "  deeper: {a: 1, b: [x, y]}\n"
-        "  items:\n"
-        "    - {what: kill, at_step: 3}\n"
-        "    - [1, 2]\n"
-        "  seq_of_maps_of_maps:\n"
-        "    - {a: {b: c}}\n";
+    static const char text[] = "name: \"a: b # c\"\n"
+                               "description: 'it''s \"quoted\", with [brackets] and {braces}'\n"
+                               "empty: \"\"\n"
+                               "nothing: ~\n"
+                               "null_text: \"null\"\n"
+                               "dash: \"- not a list\"\n"
+                               "negative: -5\n"
+                               "colon_end: \"ends:\"\n"
+                               "tab: \"a\\tb\"\n"
+                               "newline: \"two\\nlines\"\n"
+                               "unicode: \"\xc3\xa9t\xc3\xa9\"\n"
+                               "list: [1, \"two, three\", {k: v}]\n"
+                               "nested:\n"
+                               "  deeper: {a: 1, b: [x, y]}\n"
+                               "  items:\n"
+                               "    - {what: kill, at_step: 3}\n"
+                               "    - [1, 2]\n"
+                               "  seq_of_maps_of_maps:\n"
+                               "    - {a: {b: c}}\n";
     free(te_roundtrip("awkward", text));
 }
 
