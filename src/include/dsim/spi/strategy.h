@@ -297,8 +297,8 @@ typedef struct dsim_strategy_traits {
  * refusal with its message (DSIM_EINVAL, also for parameter servers
  * accepted by a strategy without serve). DSIM_ENOENT naming the registered
  * strategies when there is none of that name (*out is then zeroed). */
-dsim_err dsim_strategy_probe(const char *name, const dsim_strategy_shape *shape,
-                             dsim_strategy_traits *out);
+DSIM_API dsim_err dsim_strategy_probe(const char *name, const dsim_strategy_shape *shape,
+                                      dsim_strategy_traits *out);
 
 /* For parameter servers: records that `replica`'s update read at
  * version_read was applied when the server was at version_applied
