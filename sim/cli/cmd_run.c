@@ -669,7 +669,7 @@ int cmd_run(int argc, char **argv)
         return rc;
     }
     dsim_ci_report *ci = NULL;
-    rc = dsim_ci_open(o.junit, o.tap, &ci);
+    rc = dsim_ci_open("dsim run", o.junit, o.tap, &ci);
     /* A file with a matrix: section is one run per combination. */
     int n_items = 0;
     run_item *items = NULL;

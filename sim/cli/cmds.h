@@ -29,6 +29,8 @@ int cmd_replay(int argc, char **argv);
 void cmd_replay_help(FILE *out);
 int cmd_explore(int argc, char **argv);
 void cmd_explore_help(FILE *out);
+int cmd_conformance(int argc, char **argv);
+void cmd_conformance_help(FILE *out);
 int cmd_plan(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 void cmd_worker_help(FILE *out);
