@@ -482,6 +482,8 @@ static int bench_model(const bench_opts *o, const char *engine, const bench_row 
 
 int cmd_bench(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "model") == 0)
+        return cmd_bench_model(argc - 1, argv + 1);
     bench_opts o;
     bench_opts_default(&o);
     int rc = bench_parse(BENCH_PROG, argc, argv, 1, BENCH_FLAG_DSIM, &o, stderr);
@@ -685,6 +687,8 @@ out:
 void cmd_bench_help(FILE *out)
 {
     fprintf(out, "usage: dsim bench allreduce|reduce_scatter|allgather|broadcast [flags]\n"
+                 "       dsim bench model [flags]   (the models' compute: dsim bench model "
+                 "--help)\n"
                  "\n"
                  "Times one collective over --ranks ranks, each a worker thread of the threads\n"
                  "engine on an inproc fabric (--transport tcp: sockets over 127.0.0.1 instead),\n"
