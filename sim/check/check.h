@@ -60,12 +60,16 @@ typedef struct dsim_check_faults {
 
 /* What a check sees of a finished run. */
 typedef struct dsim_check_ctx {
+    /* The scenario the run came from, for dsim_check_run_all
+     * (scenario/scenario.h), which judges it against its expect list; the
+     * checks read nothing of it but what the members below carry. */
     const struct dsim_scenario *scenario;
     const dsim_train_cfg *cfg;          /* as run */
     const dsim_train_result *run;       /* the distributed run */
     const dsim_train_result *reference; /* the one-device replay, or NULL */
     dsim_err run_err;                   /* DSIM_OK, or how dsim_train failed */
     const dsim_check_faults *faults;    /* runs with faults: what node_loss needs, or NULL */
+    size_t n_faults; /* the faults the scenario injects (dsim_check_run_all sets it) */
 } dsim_check_ctx;
 
 typedef struct dsim_check_result {
@@ -123,7 +127,7 @@ const dsim_check_ops *dsim_check_at(size_t i);
 /* The parameter of ops named key, or -1. */
 int dsim_check_param_index(const dsim_check_ops *ops, const char *key);
 
-/* ---- running a scenario's expect list ---- */
+/* ---- a scenario's expect list: judged by dsim_check_run_all (scenario.h) ---- */
 
 /* A threshold left unset (NaN default, not given by the scenario). */
 #define DSIM_CHECK_UNSET(v) ((v) != (v))
@@ -141,30 +145,6 @@ typedef struct dsim_check_outcome {
     bool not_applicable;
     dsim_check_result result;
 } dsim_check_outcome;
-
-/* Whether running the scenario's expect list needs dsim_train_reference
- * (false when the scenario expects an error). */
-bool dsim_check_needs_reference(const struct dsim_scenario *s);
-
-/* Judges a finished run against ctx->scenario's expect list.
- *
- * out must hold dsim_check_outcome_count(ctx->scenario) rows; *n_out gets how
- * many were written, *n_failed how many did not meet their expectation.
- *
- * - expect.error: one row named "error" that passes iff the run failed with
- *   an error whose message contains the text (run_err != DSIM_OK, message in
- *   ctx->run->error.msg); no check runs.
- * - otherwise one row per expect entry, in file order. A run that failed
- *   (run_err != DSIM_OK) fails every row, expect_fail ones included: a check
- *   expected to fail must fail on its own judgement of a finished run, not
- *   because the run never finished.
- * - a check that is unavailable, or whose run function returns an error,
- *   fails with a message saying so.
- *
- * Returns DSIM_EINVAL only for bad arguments. */
-size_t dsim_check_outcome_count(const struct dsim_scenario *s);
-dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, size_t *n_out,
-                            size_t *n_failed);
 
 #ifdef __cplusplus
 }

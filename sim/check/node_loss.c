@@ -29,7 +29,6 @@
 
 #include "check/check_int.h"
 #include "dsim/spi/strategy.h"
-#include "scenario/scenario.h"
 
 enum { NL_MAX_DETECT, NL_REQUIRE_RECOVERY };
 
@@ -39,6 +38,168 @@ enum { NL_MAX_DETECT, NL_REQUIRE_RECOVERY };
 #define NL_SLACK_S    0.05
 #define NL_SLACK_FRAC 0.02
 
+/* The faults never broke the job: why not, in a sentence. */
+static void nl_rode_out(const dsim_check_ctx *ctx, const dsim_check_faults *fx, char *msg,
+                        size_t cap)
+{
+    if (fx->lost_rank >= 0 && ctx->run && ctx->run->placement == DSIM_PLACE_SHARDED) {
+        const dsim_train_result *r = ctx->run;
+        uint64_t reruns = 0;
+        int by = -1, takers = 0;
+        for (int i = 0; r->replicas && i < r->num_replicas; i++)
+            if (r->replicas[i].reruns) {
+                reruns += r->replicas[i].reruns;
+                takers++;
+                if (by < 0)
+                    by = i;
+            }
+        if (reruns)
+            dsim_check_msg(msg, cap,
+                           "rank %d was lost and the job went on without it, as "
+                           "parameter-server training does: %s %d re-ran the %" PRIu64
+                           " step(s) it had left (closures re-run, at least once)",
+                           fx->lost_rank, takers > 1 ? "replicas from" : "replica", by, reruns);
+        else
+            dsim_check_msg(msg, cap,
+                           "rank %d was lost and the job finished without it, as "
+                           "parameter-server training does; the steps it had left were not "
+                           "run by anyone (the strategy re-runs no lost work)",
+                           fx->lost_rank);
+    } else if (fx->lost_rank >= 0)
+        dsim_check_msg(msg, cap,
+                       "rank %d was lost, but after its last collective: every other replica "
+                       "finished normally",
+                       fx->lost_rank);
+    else
+        dsim_check_msg(msg, cap,
+                       "the job rode out its faults: no node was lost for good and no "
+                       "survivor had to fail");
+}
+
+/* How the survivors of the broken attempt ended (1, 2 and 3): the first
+ * replica of each kind of trouble, -1 for none. */
+typedef struct nl_ends {
+    double worst; /* the slowest survivor's detection time, seconds */
+    int worst_r, hung, ok_too_late, silent, partial;
+} nl_ends;
+
+static void nl_survivors(const dsim_check_faults *fx, const dsim_train_result *b, double bound_s,
+                         nl_ends *o)
+{
+    *o = (nl_ends){0, -1, -1, -1, -1, -1};
+    for (int r = 0; r < b->num_replicas; r++) {
+        const dsim_train_replica_end *e = &b->replicas[r];
+        if (e->killed)
+            continue;
+        if (e->t_end == 0) {
+            if (o->hung < 0)
+                o->hung = r;
+            continue;
+        }
+        if (e->status == DSIM_OK) {
+            /* It finished: fine if it was done before the loss. */
+            if (fx->t_loss >= 0 && e->t_end > fx->t_loss && o->silent < 0)
+                o->silent = r;
+            continue;
+        }
+        if (fx->t_loss >= 0) {
+            /* From when it could first notice: the loss, or its entering the
+             * phase it failed in (a replica computing when the peer died
+             * starts waiting for it only then). */
+            int64_t from = e->t_phase > fx->t_loss ? e->t_phase : fx->t_loss;
+            double d = (double)(e->t_end - from) / 1e9;
+            if (d > o->worst) {
+                o->worst = d;
+                o->worst_r = r;
+            }
+            if (d > bound_s * (1 + NL_SLACK_FRAC) + NL_SLACK_S && o->ok_too_late < 0)
+                o->ok_too_late = r;
+        }
+        /* 3: no partial update */
+        if (b->placement != DSIM_PLACE_SHARDED && e->end_checksum != 0 && e->good_checksum != 0 &&
+            e->end_checksum != e->good_checksum && o->partial < 0)
+            o->partial = r;
+    }
+}
+
+/* 5: the recovered job ends where a clean run does. False with the reason
+ * in msg when it does not; else true with the sentence for the verdict in
+ * note. */
+static bool nl_recovered(const dsim_check_ctx *ctx, const dsim_check_faults *fx, char *msg,
+                         size_t cap, char *note, size_t ncap)
+{
+    const dsim_train_result *fin = ctx->run;
+    if (ctx->run_err != DSIM_OK) {
+        dsim_check_msg(msg, cap, "recovery did not finish the job after %d restart(s): %s",
+                       fx->restarts, fin && fin->error.msg[0] ? fin->error.msg : "no message");
+        return false;
+    }
+    if (!fx->clean) {
+        dsim_check_msg(msg, cap, "no clean run to compare the recovered job with");
+        return false;
+    }
+    if (fin->n_params != fx->clean->n_params ||
+        fin->first_step + fin->steps != fx->clean->first_step + fx->clean->steps) {
+        dsim_check_msg(msg, cap,
+                       "the recovered job ended at global step %llu, the clean run at %llu",
+                       (unsigned long long)(fin->first_step + fin->steps),
+                       (unsigned long long)(fx->clean->first_step + fx->clean->steps));
+        return false;
+    }
+    dsim_params_diff d;
+    dsim_params_compare(fin->params, fx->clean->params, fin->n_params, &d);
+    if (d.n_diff > 0) {
+        dsim_check_msg(msg, cap,
+                       "the recovered job ends %zu of %zu parameters away from a clean run "
+                       "(max abs %.3g at %zu): resuming from the checkpoint did not replay "
+                       "the same steps (data position, optimizer state or step)",
+                       d.n_diff, fin->n_params, d.max_abs, d.worst);
+        return false;
+    }
+    snprintf(note, ncap,
+             "; after %d restart(s) from the checkpoint the job ends bit-identical to a clean "
+             "run",
+             fx->restarts);
+    return true;
+}
+
+/* 1 to 3 said: the first trouble among the survivors, or false when there
+ * was none. */
+static bool nl_trouble(const dsim_check_faults *fx, const dsim_train_result *b, const nl_ends *o,
+                       double bound_s, const double *v, char *msg, size_t cap)
+{
+    if (o->hung >= 0) {
+        const dsim_train_replica_end *e = &b->replicas[o->hung];
+        dsim_check_msg(msg, cap,
+                       "replica %d never returned after rank %d was lost (stuck in %s of step "
+                       "%llu): a survivor must fail, not wait; set strategy.timeout or the "
+                       "health check",
+                       o->hung, fx->lost_rank, dsim_phase_name(e->phase),
+                       (unsigned long long)e->global_step);
+        return true;
+    }
+    if (o->ok_too_late >= 0) {
+        dsim_check_msg(msg, cap,
+                       "replica %d took %.3f s to fail after rank %d was lost; the bound is %.3f "
+                       "s (%s): lower strategy.timeout or the health check's interval",
+                       o->ok_too_late, o->worst, fx->lost_rank, bound_s,
+                       fx->bound_ns > 0 && (double)fx->bound_ns / 1e9 <= v[NL_MAX_DETECT]
+                           ? "from the timeout and health-check settings"
+                           : "node_loss.max_detect_s");
+        return true;
+    }
+    if (o->partial >= 0) {
+        const dsim_train_replica_end *e = &b->replicas[o->partial];
+        dsim_check_msg(msg, cap,
+                       "replica %d applied a partial update: when it failed (in %s of step "
+                       "%llu) its variables were not those its last successful update left; "
+                       "the strategy must update only after the whole reduction succeeded",
+                       o->partial, dsim_phase_name(e->phase), (unsigned long long)e->global_step);
+        return true;
+    }
+    return false;
+}
+
 static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
 {
     const dsim_check_faults *fx = ctx->faults;
@@ -47,7 +208,7 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     out->passed = false;
     out->measured = NAN;
     out->expected = v[NL_MAX_DETECT];
-    if (!fx || !ctx->scenario || ctx->scenario->n_faults == 0) {
+    if (!fx || ctx->n_faults == 0) {
         dsim_check_msg(msg, cap,
                        "node_loss needs a fault that loses a node: add to faults: a kill, "
                        "restart, pause or partition");
@@ -61,112 +222,20 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     if (!b) {
         out->passed = true;
         out->measured = 0;
-        if (fx->lost_rank >= 0 && ctx->run && ctx->run->placement == DSIM_PLACE_SHARDED) {
-            const dsim_train_result *r = ctx->run;
-            uint64_t reruns = 0;
-            int by = -1, takers = 0;
-            for (int i = 0; r->replicas && i < r->num_replicas; i++)
-                if (r->replicas[i].reruns) {
-                    reruns += r->replicas[i].reruns;
-                    takers++;
-                    if (by < 0)
-                        by = i;
-                }
-            if (reruns)
-                dsim_check_msg(msg, cap,
-                               "rank %d was lost and the job went on without it, as "
-                               "parameter-server training does: %s %d re-ran the %" PRIu64
-                               " step(s) it had left (closures re-run, at least once)",
-                               fx->lost_rank, takers > 1 ? "replicas from" : "replica", by, reruns);
-            else
-                dsim_check_msg(msg, cap,
-                               "rank %d was lost and the job finished without it, as "
-                               "parameter-server training does; the steps it had left were not "
-                               "run by anyone (the strategy re-runs no lost work)",
-                               fx->lost_rank);
-        } else if (fx->lost_rank >= 0)
-            dsim_check_msg(msg, cap,
-                           "rank %d was lost, but after its last collective: every other replica "
-                           "finished normally",
-                           fx->lost_rank);
-        else
-            dsim_check_msg(msg, cap,
-                           "the job rode out its faults: no node was lost for good and no "
-                           "survivor had to fail");
+        nl_rode_out(ctx, fx, msg, cap);
         return DSIM_OK;
     }
-    int N = b->num_replicas;
-    if (!b->replicas || N <= 0) {
+    if (!b->replicas || b->num_replicas <= 0) {
         dsim_check_msg(msg, cap, "the broken attempt failed before its replicas started: %s",
                        b->error.msg);
         return DSIM_OK;
     }
-    /* 1 and 2: every survivor failed, in time */
-    double worst = 0;
-    int worst_r = -1, hung = -1, ok_too_late = -1, silent = -1, partial = -1;
-    for (int r = 0; r < N; r++) {
-        const dsim_train_replica_end *e = &b->replicas[r];
-        if (e->killed)
-            continue;
-        if (e->t_end == 0) {
-            if (hung < 0)
-                hung = r;
-            continue;
-        }
-        if (e->status == DSIM_OK) {
-            /* It finished: fine if it was done before the loss. */
-            if (fx->t_loss >= 0 && e->t_end > fx->t_loss && silent < 0)
-                silent = r;
-            continue;
-        }
-        if (fx->t_loss >= 0) {
-            /* From when it could first notice: the loss, or its entering the
-             * phase it failed in (a replica computing when the peer died
-             * starts waiting for it only then). */
-            int64_t from = e->t_phase > fx->t_loss ? e->t_phase : fx->t_loss;
-            double d = (double)(e->t_end - from) / 1e9;
-            if (d > worst) {
-                worst = d;
-                worst_r = r;
-            }
-            if (d > bound_s * (1 + NL_SLACK_FRAC) + NL_SLACK_S && ok_too_late < 0)
-                ok_too_late = r;
-        }
-        /* 3: no partial update */
-        if (b->placement != DSIM_PLACE_SHARDED && e->end_checksum != 0 && e->good_checksum != 0 &&
-            e->end_checksum != e->good_checksum && partial < 0)
-            partial = r;
-    }
-    out->measured = worst;
-    if (hung >= 0) {
-        const dsim_train_replica_end *e = &b->replicas[hung];
-        dsim_check_msg(msg, cap,
-                       "replica %d never returned after rank %d was lost (stuck in %s of step "
-                       "%llu): a survivor must fail, not wait; set strategy.timeout or the "
-                       "health check",
-                       hung, fx->lost_rank, dsim_phase_name(e->phase),
-                       (unsigned long long)e->global_step);
+    /* 1 and 2: every survivor failed, in time; 3: none applied a partial update */
+    nl_ends o;
+    nl_survivors(fx, b, bound_s, &o);
+    out->measured = o.worst;
+    if (nl_trouble(fx, b, &o, bound_s, v, msg, cap))
         return DSIM_OK;
-    }
-    if (ok_too_late >= 0) {
-        dsim_check_msg(msg, cap,
-                       "replica %d took %.3f s to fail after rank %d was lost; the bound is %.3f "
-                       "s (%s): lower strategy.timeout or the health check's interval",
-                       ok_too_late, worst, fx->lost_rank, bound_s,
-                       fx->bound_ns > 0 && (double)fx->bound_ns / 1e9 <= v[NL_MAX_DETECT]
-                           ? "from the timeout and health-check settings"
-                           : "node_loss.max_detect_s");
-        return DSIM_OK;
-    }
-    if (partial >= 0) {
-        const dsim_train_replica_end *e = &b->replicas[partial];
-        dsim_check_msg(msg, cap,
-                       "replica %d applied a partial update: when it failed (in %s of step "
-                       "%llu) its variables were not those its last successful update left; "
-                       "the strategy must update only after the whole reduction succeeded",
-                       partial, dsim_phase_name(e->phase), (unsigned long long)e->global_step);
-        return DSIM_OK;
-    }
     /* 4: the checkpoint the loss left behind */
     char ck_note[160] = "";
     if (fx->checkpoint_path) {
@@ -184,46 +253,15 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     }
     /* 5: recovery */
     char rec_note[200] = "";
-    if (v[NL_REQUIRE_RECOVERY] >= 1 && fx->recovery) {
-        const dsim_train_result *fin = ctx->run;
-        if (ctx->run_err != DSIM_OK) {
-            dsim_check_msg(msg, cap, "recovery did not finish the job after %d restart(s): %s",
-                           fx->restarts, fin && fin->error.msg[0] ? fin->error.msg : "no message");
-            return DSIM_OK;
-        }
-        if (!fx->clean) {
-            dsim_check_msg(msg, cap, "no clean run to compare the recovered job with");
-            return DSIM_OK;
-        }
-        if (fin->n_params != fx->clean->n_params ||
-            fin->first_step + fin->steps != fx->clean->first_step + fx->clean->steps) {
-            dsim_check_msg(msg, cap,
-                           "the recovered job ended at global step %llu, the clean run at %llu",
-                           (unsigned long long)(fin->first_step + fin->steps),
-                           (unsigned long long)(fx->clean->first_step + fx->clean->steps));
-            return DSIM_OK;
-        }
-        dsim_params_diff d;
-        dsim_params_compare(fin->params, fx->clean->params, fin->n_params, &d);
-        if (d.n_diff > 0) {
-            dsim_check_msg(msg, cap,
-                           "the recovered job ends %zu of %zu parameters away from a clean run "
-                           "(max abs %.3g at %zu): resuming from the checkpoint did not replay "
-                           "the same steps (data position, optimizer state or step)",
-                           d.n_diff, fin->n_params, d.max_abs, d.worst);
-            return DSIM_OK;
-        }
-        snprintf(rec_note, sizeof rec_note,
-                 "; after %d restart(s) from the checkpoint the job ends bit-identical to a clean "
-                 "run",
-                 fx->restarts);
-    }
+    if (v[NL_REQUIRE_RECOVERY] >= 1 && fx->recovery &&
+        !nl_recovered(ctx, fx, msg, cap, rec_note, sizeof rec_note))
+        return DSIM_OK;
     out->passed = true;
-    if (fx->t_loss >= 0 && worst_r >= 0)
+    if (fx->t_loss >= 0 && o.worst_r >= 0)
         dsim_check_msg(msg, cap,
                        "rank %d lost: every survivor failed within %.3f s (slowest replica %d; "
                        "bound %.3f s), none applied a partial update%s%s",
-                       fx->lost_rank, worst, worst_r, bound_s, ck_note, rec_note);
+                       fx->lost_rank, o.worst, o.worst_r, bound_s, ck_note, rec_note);
     else
         dsim_check_msg(msg, cap,
                        "the faults broke the job and every survivor failed cleanly: %s%s%s",

@@ -6,42 +6,6 @@
 
 #include "cmds.h"
 
-void dsim_cli_reexec_hugepages(char **main_argv)
-{
-    const char *off = getenv("DSIM_HUGEPAGES");
-    if (off && strcmp(off, "0") == 0)
-        return;
-    const char *tun = getenv("GLIBC_TUNABLES");
-    if (tun && strstr(tun, "glibc.malloc.hugetlb"))
-        return; /* done already, or the user's own choice */
-    const char *pre = getenv("LD_PRELOAD");
-    if (pre && strstr(pre, "vgpreload"))
-        return; /* valgrind would not follow the exec */
-    char mode[128] = "";
-    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-    if (!f)
-        return;
-    size_t n = fread(mode, 1, sizeof mode - 1, f);
-    fclose(f);
-    mode[n] = '\0';
-    if (!strstr(mode, "[madvise]"))
-        return; /* always: huge pages already; never: none to have */
-    char val[1024];
-    int len = snprintf(val, sizeof val, "%s%sglibc.malloc.hugetlb=1", tun ? tun : "",
-                       tun && *tun ? ":" : "");
-    if (len < 0 || (size_t)len >= sizeof val)
-        return;
-    fflush(NULL);
-    if (setenv("GLIBC_TUNABLES", val, 1) != 0)
-        return;
-    execv("/proc/self/exe", main_argv);
-    /* still here: go on without */
-    if (tun)
-        setenv("GLIBC_TUNABLES", tun, 1);
-    else
-        unsetenv("GLIBC_TUNABLES");
-}
-
 const char *dsim_cli_flag(int argc, char **argv, int *i, const char *name, int *missing)
 {
     size_t n = strlen(name);

@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
+#include "bench/bench_common.h"
 #include "cmds.h"
 #include "dsim/comm.h"
+#include "engine/engine.h"
 #include "model/calibrate.h"
 
 #define CAL_PROG "dsim calibrate"
@@ -103,9 +104,11 @@ int cmd_calibrate(int argc, char **argv)
         }
         *slot = v;
     }
-    if (strcmp(engine, "threads") != 0 && strcmp(engine, "processes") != 0) {
-        fprintf(stderr, "%s: --engine '%s' is not calibrated; accepted: threads, processes\n",
-                CAL_PROG, engine);
+    const dsim_engine_ops *eng;
+    if (dsim_engine_find(engine, &eng) != DSIM_OK || !eng->ranks) {
+        char names[160];
+        fprintf(stderr, "%s: --engine '%s' is not calibrated; accepted: %s\n", CAL_PROG, engine,
+                dsim_engine_names(0, true, names, sizeof names));
         return 2;
     }
     char *end = NULL;
@@ -123,10 +126,11 @@ int cmd_calibrate(int argc, char **argv)
     snprintf(buf, sizeof buf, "%s", algos);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (na == 8 || dsim_algo_parse(t, &algo[na]) != DSIM_OK) {
+            char names[256];
             fprintf(stderr,
                     "%s: --algo '%s': '%s' is not an algorithm (or more than 8); accepted: "
-                    "ring, rhd, tree, reduce_to_one, auto\n",
-                    CAL_PROG, algos, t);
+                    "%s, auto\n",
+                    CAL_PROG, algos, t, dsim_algo_list(names, sizeof names, 0, ", ", ", "));
             return 2;
         }
         na++;

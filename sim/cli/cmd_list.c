@@ -1,5 +1,5 @@
 /* dsim list: what this build offers (strategies, all-reduce algorithms,
- * checks) and what the results store holds (runs). */
+ * checks, fault kinds) and what the results store holds (runs). */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -16,12 +16,14 @@
 #include "dsim/comm.h"
 #include "dsim/err.h"
 #include "dsim/strategy.h"
+#include "fault/fault.h"
 #include "store.h"
 
 void cmd_list_help(FILE *out)
 {
     fprintf(out,
-            "usage: dsim list strategies|algorithms|checks|runs [--json] [--db PATH] [--limit N]\n"
+            "usage: dsim list strategies|algorithms|checks|runs|faults|devices [--json]\n"
+            "                 [--db PATH] [--limit N]\n"
             "\n"
             "  strategies   the registered distribution strategies (built-in; a plugin is\n"
             "               named by a scenario's strategy.plugin)\n"
@@ -30,6 +32,10 @@ void cmd_list_help(FILE *out)
             "               threshold's range and default\n"
             "  runs         the runs in the results store: id, scenario, strategy, status,\n"
             "               start time (UTC), duration, checks passed/failed\n"
+            "  faults       the fault kinds a scenario's faults: can name (what:)\n"
+            "  devices      the devices each backend finds here (host CPU, CUDA GPUs): memory,\n"
+            "               compute capability, peak bandwidth, peer access; the last line says\n"
+            "               whether replicas can use GPUs (\"no GPU found: CPU\" when not)\n"
             "\n"
             "  --json       print JSON instead of a table\n"
             "  --db PATH    the results store for 'runs' (default %s)\n"
@@ -38,14 +44,6 @@ void cmd_list_help(FILE *out)
             "Exit status: 0 listed, 2 bad input or a store that cannot be read.\n",
             DSIM_STORE_DEFAULT_PATH);
 }
-
-static const char *const list_algo_doc[DSIM_ALGO_COUNT] = {
-    [DSIM_ALGO_AUTO] = "the decision function picks by message size and rank count",
-    [DSIM_ALGO_RING] = "reduce-scatter then all-gather around a ring (bandwidth-optimal)",
-    [DSIM_ALGO_RHD] = "Rabenseifner recursive halving/doubling (any rank count)",
-    [DSIM_ALGO_TREE] = "binomial-tree reduce then binomial broadcast (latency-optimal)",
-    [DSIM_ALGO_REDUCE_TO_ONE] = "TF's ReductionToOneDevice: gather to rank 0, then broadcast",
-};
 
 static int list_print_json(json_t *j)
 {
@@ -93,7 +91,7 @@ static int list_algorithms(bool as_json)
     if (!as_json)
         printf("%-16s %s\n", "ALGORITHM", "WHAT IT DOES");
     for (int a = 0; a < DSIM_ALGO_COUNT; a++) {
-        const char *doc = list_algo_doc[a] ? list_algo_doc[a] : "";
+        const char *doc = dsim_algo_summary((dsim_algo)a);
         if (as_json)
             json_array_append_new(
                 arr, json_pack("{s:s, s:s}", "name", dsim_algo_name((dsim_algo)a), "doc", doc));
@@ -101,6 +99,31 @@ static int list_algorithms(bool as_json)
             printf("%-16s %s\n", dsim_algo_name((dsim_algo)a), doc);
     }
     return as_json ? list_print_json(arr) : 0;
+}
+
+static int list_faults(bool as_json)
+{
+    static const char *const loses[] = {
+        [DSIM_FAULT_LOSES_NOTHING] = "nothing",
+        [DSIM_FAULT_LOSES_PEER] = "peer",
+        [DSIM_FAULT_LOSES_MESSAGE] = "message",
+    };
+    json_t *arr = as_json ? json_array() : NULL;
+    if (!as_json)
+        printf("%-10s %-8s %s\n", "FAULT", "LOSES", "WHAT IT DOES");
+    for (int w = 0; w < DSIM_FAULT_WHAT_COUNT; w++) {
+        const dsim_fault_kind *k = dsim_fault_kind_of((dsim_fault_what)w);
+        if (as_json)
+            json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "name", k->name, "summary",
+                                                 k->summary, "loses", loses[k->loses]));
+        else
+            printf("%-10s %-8s %s\n", k->name, loses[k->loses], k->summary);
+    }
+    if (as_json)
+        return list_print_json(arr);
+    printf("\nIn a scenario: faults: [{what: KIND, when, where, ...}]; scenarios/FORMAT.md has\n"
+           "each kind's settings.\n");
+    return 0;
 }
 
 static void list_num(char *buf, size_t cap, double v)
@@ -290,7 +313,7 @@ int cmd_list(int argc, char **argv)
     }
     if (!what) {
         fprintf(stderr, "dsim list: what to list? (accepted: strategies, algorithms, checks, "
-                        "runs)\n");
+                        "runs, faults, devices)\n");
         return 2;
     }
     if (strcmp(what, "strategies") == 0)
@@ -301,7 +324,13 @@ int cmd_list(int argc, char **argv)
         return list_checks(as_json);
     if (strcmp(what, "runs") == 0)
         return list_runs(db, as_json, limit);
+    if (strcmp(what, "faults") == 0)
+        return list_faults(as_json);
+    if (strcmp(what, "devices") == 0)
+        return cmd_list_devices(as_json);
     fprintf(stderr,
-            "dsim list: cannot list '%s' (accepted: strategies, algorithms, checks, runs)\n", what);
+            "dsim list: cannot list '%s' (accepted: strategies, algorithms, checks, runs, faults, "
+            "devices)\n",
+            what);
     return 2;
 }

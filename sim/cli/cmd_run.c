@@ -26,9 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,6 +35,7 @@
 #include "cmds.h"
 #include "dsim/err.h"
 #include "dsim/strategy.h"
+#include "engine/engine.h"
 #include "harness/harness.h"
 #include "report.h"
 #include "report_ci.h"
@@ -51,6 +49,7 @@
 
 void cmd_run_help(FILE *out)
 {
+    char engines[160];
     fprintf(out,
             "usage: dsim run [SCENARIO...] [--engine E] [--seed N] [--db PATH] [--plugin-dir DIR]\n"
             "                [--combination K] [--no-plugins] [--json] [--junit FILE] [--tap]\n"
@@ -61,8 +60,7 @@ void cmd_run_help(FILE *out)
             "prints a table of the checks: measured vs expected, PASS/FAIL, and a sentence\n"
             "saying what to look at. 'dsim list checks' shows every check's thresholds.\n"
             "\n"
-            "  --engine E        override the scenario's engine: threads, processes, sim\n"
-            "                    (this build runs threads and processes)\n"
+            "  --engine E        override the scenario's engine: %s\n"
             "  --seed N          override the scenario's seed (0 .. 2^64-1): model init,\n"
             "                    data and shuffling\n"
             "  --db PATH         the results store (default %s in the working directory)\n"
@@ -106,7 +104,8 @@ void cmd_run_help(FILE *out)
             "input (a scenario that does not parse or cannot run in this build, a bad\n"
             "option, a results store that cannot be opened or written). 130 when\n"
             "interrupted; the run is then stored as 'unfinished'.\n",
-            RUN_DEFAULT_SCENARIO, DSIM_STORE_DEFAULT_PATH, RUN_PLAIN_LINES);
+            RUN_DEFAULT_SCENARIO, dsim_engine_names(0, false, engines, sizeof engines),
+            DSIM_STORE_DEFAULT_PATH, RUN_PLAIN_LINES);
 }
 
 /* ---- interrupts ---- */
@@ -167,134 +166,6 @@ static void run_signals_stop(void)
     }
 }
 
-/* ---- the supervisor ----
- *
- * What the crash guard cannot see kills the process with no word: SIGKILL
- * (the kernel's out-of-memory killer, kill -9), or a strategy that calls
- * _exit(). So `dsim run` forks before anything else: the child runs the
- * scenarios, the parent only waits. When the child ends, runs it left
- * 'running' are stored as 'crashed' with how it ended and its peak memory,
- * and the parent ends as it did (same status or signal). Signals sent to
- * the parent (an interrupt, a terminate) are passed on; if the parent is
- * killed, the child is sent SIGTERM and stores its run as 'unfinished'.
- * DSIM_NO_SUPERVISOR=1 runs without it (e.g. under a debugger). */
-static volatile sig_atomic_t run_child_pid;
-
-static void run_forward(int sig)
-{
-    if (run_child_pid > 0)
-        kill((pid_t)run_child_pid, sig);
-}
-
-static const char *run_sig_text(int sig)
-{
-    switch (sig) {
-    case SIGKILL:
-        return "SIGKILL), sent by the kernel's out-of-memory killer (see dmesg) or by a kill -9";
-    case SIGTERM:
-        return "SIGTERM)";
-    case SIGSEGV:
-        return "SIGSEGV)";
-    case SIGABRT:
-        return "SIGABRT)";
-    case SIGBUS:
-        return "SIGBUS)";
-    case SIGINT:
-        return "SIGINT)";
-    case SIGHUP:
-        return "SIGHUP)";
-    default:
-        return "a signal)";
-    }
-}
-
-/* Returns in the child (and where there is no supervisor); the parent
- * never returns. */
-static void run_supervise(const char *db)
-{
-    const char *off = getenv("DSIM_NO_SUPERVISOR");
-    if (off && *off && strcmp(off, "0") != 0)
-        return;
-    struct timespec t0;
-    clock_gettime(CLOCK_REALTIME, &t0);
-    int64_t since = (int64_t)t0.tv_sec * 1000000000 + t0.tv_nsec - 1000000000;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t parent = getpid();
-    pid_t child = fork();
-    if (child < 0)
-        return; /* no supervisor: the crash guard alone */
-    if (child == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            raise(SIGTERM); /* the parent died before the line above */
-        return;
-    }
-    run_child_pid = child;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = run_forward;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    int status = 0;
-    struct rusage ru;
-    memset(&ru, 0, sizeof ru);
-    pid_t w;
-    while ((w = wait4(child, &status, 0, &ru)) < 0 && errno == EINTR)
-        ;
-    if (w < 0)
-        _exit(2);
-    char how[200];
-    if (WIFSIGNALED(status))
-        snprintf(how, sizeof how, "was killed by signal %d (%s", WTERMSIG(status),
-                 run_sig_text(WTERMSIG(status)));
-    else
-        snprintf(how, sizeof how,
-                 "exited with status %d in the middle of the run (a strategy or a library "
-                 "called _exit() or exit_group)",
-                 WEXITSTATUS(status));
-    json_t *ev = json_pack("{s:s, s:s, s:I, s:I}", "error", "crashed", "message", how, "pid",
-                           (json_int_t)child, "peak_rss_kib", (json_int_t)ru.ru_maxrss);
-    if (ev && WIFSIGNALED(status))
-        json_object_set_new(ev, "signal", json_integer(WTERMSIG(status)));
-    else if (ev)
-        json_object_set_new(ev, "exit_status", json_integer(WEXITSTATUS(status)));
-    char *detail = ev ? json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(ev);
-    dsim_run_id ids[8];
-    size_t n = 0;
-    /* A child that exited on its own with a store it could not open (bad
-     * input: status 2) said so already: only a death by signal is worth a
-     * word more about the store. */
-    if (access(db, F_OK) == 0 &&
-        dsim_store_mark_dead_process(db, (long)child, since, detail ? detail : how, ids, 8, &n) !=
-            DSIM_OK &&
-        WIFSIGNALED(status))
-        fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
-    free(detail);
-    for (size_t i = 0; i < n && i < 8; i++)
-        fprintf(stderr,
-                "\ndsim: run %" PRId64 ": the process running it %s; its peak memory was %.1f "
-                "MiB; stored as crashed in %s\n",
-                (int64_t)ids[i], how, (double)ru.ru_maxrss / 1024.0, db);
-    if (WIFSIGNALED(status)) {
-        int sig = WTERMSIG(status);
-        struct rlimit no_core = {0, 0};
-        setrlimit(RLIMIT_CORE, &no_core); /* the child's was the one to keep */
-        signal(sig, SIG_DFL);
-        sigset_t set;
-        sigemptyset(&set);
-        sigaddset(&set, sig);
-        sigprocmask(SIG_UNBLOCK, &set, NULL);
-        raise(sig);
-        _exit(128 + sig);
-    }
-    _exit(n > 0 && WEXITSTATUS(status) == 0 ? 1 : WEXITSTATUS(status));
-}
-
 /* ---- options ---- */
 
 typedef struct run_opts {
@@ -336,9 +207,11 @@ static int run_parse(int argc, char **argv, run_opts *o)
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--junit", &missing))) {
             o->junit = v;
         } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--engine", &missing))) {
-            if (strcmp(v, "threads") != 0 && strcmp(v, "processes") != 0 && strcmp(v, "sim") != 0) {
-                fprintf(stderr, "dsim run: --engine is '%s' (accepted: threads, processes, sim)\n",
-                        v);
+            const dsim_engine_ops *eng;
+            if (dsim_engine_find(v, &eng) != DSIM_OK) {
+                char names[160];
+                fprintf(stderr, "dsim run: --engine is '%s' (accepted: %s)\n", v,
+                        dsim_engine_names(0, false, names, sizeof names));
                 return 2;
             }
             o->engine = v;
@@ -598,13 +471,6 @@ static int run_expand(const run_opts *o, dsim_ci_report *ci, run_item **items, i
     return rc;
 }
 
-static const char *run_engine(const run_item *it)
-{
-    if (it->s->train.engine)
-        return it->s->train.engine;
-    return it->s->engine ? it->s->engine : "threads";
-}
-
 /* Runs one scenario on the open store. */
 static void run_one(const run_opts *o, dsim_store *st, run_item *it, dsim_harness_result *rep)
 {
@@ -620,7 +486,7 @@ static void run_one(const run_opts *o, dsim_store *st, run_item *it, dsim_harnes
                it->file, cfg->strategy, cfg->hosts, cfg->hosts == 1 ? "" : "s",
                cfg->devices_per_host, cfg->devices_per_host == 1 ? "" : "s",
                cfg->num_ps ? (cfg->ps_mode == DSIM_PS_ASYNC ? ", async ps" : ", sync ps") : "",
-               run_engine(it), s->seed);
+               dsim_scenario_engine(it->s), s->seed);
     fflush(stdout);
     dsim_harness_opts ho = {
         .size = sizeof ho,
@@ -752,9 +618,9 @@ static json_t *run_report_json(const run_item *it, const dsim_harness_result *re
         "s:s?}",
         "scenario", it->s->name, "file", it->file, "run_id", (json_int_t)rep->run_id, "status",
         dsim_run_status_name(rep->status), "strategy", it->s->train.strategy, "engine",
-        run_engine(it), "seed", (json_int_t)it->s->seed, "steps", (json_int_t)rep->steps,
-        "examples", (json_int_t)rep->examples, "wall_s", rep->wall_s, "examples_per_s",
-        rep->examples_per_s, "final_loss", run_num_json(rep->final_loss), "error",
+        dsim_scenario_engine(it->s), "seed", (json_int_t)it->s->seed, "steps",
+        (json_int_t)rep->steps, "examples", (json_int_t)rep->examples, "wall_s", rep->wall_s,
+        "examples_per_s", rep->examples_per_s, "final_loss", run_num_json(rep->final_loss), "error",
         rep->train_err != DSIM_OK ? rep->train_msg : NULL, "harness_error",
         rep->harness_error ? rep->harness_msg : NULL, "checks", checks, "stuck", stuck,
         "trace_hash", rep->deterministic ? hash : NULL);
@@ -794,9 +660,6 @@ static char *run_write_report(const char *db, const dsim_harness_result *reps, i
     return path;
 }
 
-/* Jobs from this size on run with huge pages for malloc (cmds.h). */
-#define RUN_HUGEPAGES_REPLICAS 4096
-
 int cmd_run(int argc, char **argv)
 {
     run_opts o;
@@ -813,11 +676,9 @@ int cmd_run(int argc, char **argv)
     if (rc == 0)
         rc = run_expand(&o, ci, &items, &n_items);
     for (int i = 0; rc == 0 && i < n_items; i++) {
-        /* tens of thousands of workers under sim: huge pages (cmds.h) */
-        const dsim_scenario *s = items[i].s;
-        if (strcmp(dsim_scenario_engine(s), "sim") == 0 &&
-            (int64_t)s->train.hosts * s->train.devices_per_host >= RUN_HUGEPAGES_REPLICAS) {
-            dsim_cli_reexec_hugepages(argv - 1);
+        /* tens of thousands of workers under sim: huge pages (harness.h) */
+        if (dsim_harness_wants_hugepages(items[i].s)) {
+            dsim_harness_reexec_hugepages(argv - 1);
             break;
         }
     }
@@ -832,7 +693,7 @@ int cmd_run(int argc, char **argv)
     bool json_out_ok = true;
     int n_ran = 0;
     if (rc == 0) {
-        run_supervise(db);
+        dsim_harness_supervise(db, "dsim run");
         if (!run_signals_start())
             fprintf(stderr, "dsim run: cannot watch for interrupts; an interrupted run stays "
                             "'running' until the store is next opened\n");

@@ -15,6 +15,24 @@
 #include "model/costmodel.h"
 #include "scenario/scenario.h"
 
+/* The help's --algo line: every algorithm after auto, wrapped under the
+ * option's column like the rest of the help. */
+static void whatif_help_algos(FILE *out)
+{
+    const char *head = "  --algo ALGO      auto (default: dsim's decision function),";
+    int col = fprintf(out, "%s", head);
+    for (int a = DSIM_ALGO_AUTO + 1; a < DSIM_ALGO_COUNT; a++) {
+        const char *name = dsim_algo_name((dsim_algo)a);
+        int len = (int)strlen(name) + (a + 1 < DSIM_ALGO_COUNT ? 1 : 0);
+        if (col + 1 + len > 79)
+            col = fprintf(out, "\n%19s", "") - 1;
+        else
+            col += fprintf(out, " ");
+        col += fprintf(out, "%s%s", name, a + 1 < DSIM_ALGO_COUNT ? "," : "");
+    }
+    fprintf(out, "\n");
+}
+
 void cmd_whatif_help(FILE *out)
 {
     fprintf(out,
@@ -43,19 +61,18 @@ void cmd_whatif_help(FILE *out)
             "  --intra NAME     link between the devices of a host (default nvlink)\n"
             "  --params N       parameters, e.g. 25.6M (default: a ResNet-50's 25.6M)\n"
             "  --flops N        forward FLOPs per example, e.g. 4.1G (default 4.1G)\n"
-            "  --batch N        global batch (default 32 per device)\n"
-            "  --algo ALGO      auto (default: dsim's decision function), ring, rhd, tree,\n"
-            "                   reduce_to_one\n"
-            "  --presets        list the link and device presets with their figures and\n"
-            "                   sources, and exit\n"
-            "  --chakra DIR     also write one training step of every rank as an execution\n"
-            "                   trace, DIR/trace.RANK.json, in the JSON form of Chakra's ET\n"
-            "                   schema (global_metadata, nodes: COMP_NODE forward+backward,\n"
-            "                   COMM_COLL_NODE ALL_REDUCE with comm_size, COMP_NODE update;\n"
-            "                   data_deps between them) for a network simulator such as\n"
-            "                   ASTRA-sim; at most 4096 ranks\n"
-            "\n"
-            "Exit status: 0, or 2 on bad input.\n");
+            "  --batch N        global batch (default 32 per device)\n");
+    whatif_help_algos(out);
+    fprintf(out, "  --presets        list the link and device presets with their figures and\n"
+                 "                   sources, and exit\n"
+                 "  --chakra DIR     also write one training step of every rank as an execution\n"
+                 "                   trace, DIR/trace.RANK.json, in the JSON form of Chakra's ET\n"
+                 "                   schema (global_metadata, nodes: COMP_NODE forward+backward,\n"
+                 "                   COMM_COLL_NODE ALL_REDUCE with comm_size, COMP_NODE update;\n"
+                 "                   data_deps between them) for a network simulator such as\n"
+                 "                   ASTRA-sim; at most 4096 ranks\n"
+                 "\n"
+                 "Exit status: 0, or 2 on bad input.\n");
 }
 
 static void whatif_presets(void)
@@ -172,14 +189,19 @@ static int whatif_int(const char *flag, const char *v, long lo, long hi, int *ou
     return 0;
 }
 
-int cmd_whatif(int argc, char **argv)
+/* What the flags (and a scenario) ask for. */
+typedef struct whatif_opts {
+    int hosts, devices, batch;
+    const char *device, *networks, *intra, *params_s, *flops_s, *algo_s, *scenario, *chakra;
+    bool have_hosts, have_devices, have_device, have_network, have_intra;
+    double params, flops;
+    dsim_algo algo;
+} whatif_opts;
+
+/* The flags into o: -1 to go on, else the exit status (--help, --presets,
+ * bad input). */
+static int whatif_args(int argc, char **argv, whatif_opts *o)
 {
-    int hosts = 4, devices = 4, batch = 0;
-    const char *device = "v100", *networks = "1gbe,10gbe,ib100", *intra = "nvlink";
-    const char *params_s = NULL, *flops_s = NULL, *algo_s = "auto", *scenario = NULL;
-    const char *chakra = NULL;
-    bool have_hosts = false, have_devices = false, have_device = false, have_network = false,
-         have_intra = false;
     for (int i = 1; i < argc; i++) {
         int missing = 0;
         const char *v;
@@ -190,120 +212,98 @@ int cmd_whatif(int argc, char **argv)
             whatif_presets();
             return 0;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--hosts", &missing))) {
-            if (whatif_int("--hosts", v, 1, 65536, &hosts))
+            if (whatif_int("--hosts", v, 1, 65536, &o->hosts))
                 return 2;
-            have_hosts = true;
+            o->have_hosts = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--devices", &missing))) {
-            if (whatif_int("--devices", v, 1, 64, &devices))
+            if (whatif_int("--devices", v, 1, 64, &o->devices))
                 return 2;
-            have_devices = true;
+            o->have_devices = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--batch", &missing))) {
-            if (whatif_int("--batch", v, 1, 1 << 30, &batch))
+            if (whatif_int("--batch", v, 1, 1 << 30, &o->batch))
                 return 2;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--device", &missing))) {
-            device = v;
-            have_device = true;
+            o->device = v;
+            o->have_device = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--network", &missing))) {
-            networks = v;
-            have_network = true;
+            o->networks = v;
+            o->have_network = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--intra", &missing))) {
-            intra = v;
-            have_intra = true;
+            o->intra = v;
+            o->have_intra = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--params", &missing))) {
-            params_s = v;
+            o->params_s = v;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--flops", &missing))) {
-            flops_s = v;
+            o->flops_s = v;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--algo", &missing))) {
-            algo_s = v;
+            o->algo_s = v;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--chakra", &missing))) {
-            chakra = v;
+            o->chakra = v;
         } else if (missing) {
             fprintf(stderr, "dsim whatif: %s needs a value\n", argv[i]);
             return 2;
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "dsim whatif: unknown option '%s' (see dsim whatif --help)\n", argv[i]);
             return 2;
-        } else if (!scenario) {
-            scenario = argv[i];
+        } else if (!o->scenario) {
+            o->scenario = argv[i];
         } else {
             return whatif_bad("one scenario at a time");
         }
     }
-    double params = 25.6e6, flops = 4.1e9;
-    dsim_algo algo = DSIM_ALGO_AUTO;
-    if (scenario) {
-        dsim_scenario *s = NULL;
-        if (dsim_scenario_load(scenario, &s) != DSIM_OK) {
-            fprintf(stderr, "dsim whatif: %s\n", dsim_errmsg());
-            return 2;
-        }
-        if (!have_hosts)
-            hosts = s->train.hosts;
-        if (!have_devices)
-            devices = s->train.devices_per_host;
-        if (!batch)
-            batch = s->train.global_batch;
-        if (s->train.synthetic_params > 0) {
-            params = s->train.synthetic_params;
-            flops = s->train.synthetic_flops;
-        } else {
-            size_t np = dsim_model_num_params(&s->train.model);
-            params = (double)np;
-            flops = 2.0 * (double)np; /* a dense model: a multiply and an add per weight */
-        }
-        algo = s->train.communication;
-        /* the scenario's cluster, where it names one; the flags override it */
-        static char dev_s[16], net_s[32], intra_s[32];
-        if (!have_device && s->device_preset) {
-            snprintf(dev_s, sizeof dev_s, "%s", s->device_preset);
-            device = dev_s;
-        }
-        if (!have_network && s->network_given && s->network_preset &&
-            dsim_link_preset(s->network_preset)) {
-            snprintf(net_s, sizeof net_s, "%s", s->network_preset);
-            networks = net_s;
-        }
-        if (!have_intra && s->intra_preset) {
-            snprintf(intra_s, sizeof intra_s, "%s", s->intra_preset);
-            intra = intra_s;
-        }
-        dsim_scenario_free(s);
-    }
-    if (params_s && dsim_cost_parse_count("--params", params_s, &params) != DSIM_OK)
-        return whatif_bad(dsim_errmsg());
-    if (flops_s && dsim_cost_parse_count("--flops", flops_s, &flops) != DSIM_OK)
-        return whatif_bad(dsim_errmsg());
-    if (params < 1 || params > 1e12)
-        return whatif_bad("--params must be between 1 and 1T");
-    if (strcmp(algo_s, "auto") != 0 || !scenario) {
-        if (dsim_algo_parse(algo_s, &algo) != DSIM_OK)
-            return whatif_bad(dsim_errmsg());
-    }
-    const dsim_device_model *dev = dsim_device_preset(device);
-    if (!dev) {
-        fprintf(stderr, "dsim whatif: --device '%s' is not a preset (v100, a100, h100, cpu)\n",
-                device);
+    return -1;
+}
+
+/* The scenario's job and cluster, where no flag gave them: -1 to go on,
+ * else the exit status. */
+static int whatif_scenario(whatif_opts *o)
+{
+    dsim_scenario *s = NULL;
+    if (dsim_scenario_load(o->scenario, &s) != DSIM_OK) {
+        fprintf(stderr, "dsim whatif: %s\n", dsim_errmsg());
         return 2;
     }
-    const dsim_link_model *in = dsim_link_preset(intra);
-    if (!in) {
-        fprintf(stderr, "dsim whatif: --intra '%s' is not a link preset (see --presets)\n", intra);
-        return 2;
+    if (!o->have_hosts)
+        o->hosts = s->train.hosts;
+    if (!o->have_devices)
+        o->devices = s->train.devices_per_host;
+    if (!o->batch)
+        o->batch = s->train.global_batch;
+    if (s->train.synthetic_params > 0) {
+        o->params = s->train.synthetic_params;
+        o->flops = s->train.synthetic_flops;
+    } else {
+        size_t np = dsim_model_num_params(&s->train.model);
+        o->params = (double)np;
+        o->flops = 2.0 * (double)np; /* a dense model: a multiply and an add per weight */
     }
-    int N = hosts * devices;
-    if (!batch)
-        batch = 32 * N;
-    size_t bytes = (size_t)params * 4;
-    double per = (double)batch / N;
-    double t1 = dsim_cost_compute(dev, flops, batch), tc = dsim_cost_compute(dev, flops, per);
-    printf("what if: %d host(s) x %d %s (%s), %.4g parameters (%.1f MB of float32 gradients), "
-           "%.3g FLOPs per example forward, global batch %d (%.4g per replica); intra-host %s\n",
-           hosts, devices, dev->name, dev->what, params, (double)bytes / 1e6, flops, batch, per,
-           in->name);
-    printf("one %s on the whole global batch: %.2f ms a step\n\n", dev->name, t1 * 1e3);
-    printf("%-9s %-14s %12s %11s %10s %7s %8s %10s  %s\n", "network", "algorithm", "allreduce_ms",
-           "compute_ms", "step_ms", "share", "speedup", "efficiency", "best (ms)");
-    char *list = strdup(networks);
+    o->algo = s->train.communication;
+    /* the scenario's cluster, where it names one; the flags override it */
+    static char dev_s[16], net_s[32], intra_s[32];
+    if (!o->have_device && s->device_preset) {
+        snprintf(dev_s, sizeof dev_s, "%s", s->device_preset);
+        o->device = dev_s;
+    }
+    if (!o->have_network && s->network_given && s->network_preset &&
+        dsim_link_preset(s->network_preset)) {
+        snprintf(net_s, sizeof net_s, "%s", s->network_preset);
+        o->networks = net_s;
+    }
+    if (!o->have_intra && s->intra_preset) {
+        snprintf(intra_s, sizeof intra_s, "%s", s->intra_preset);
+        o->intra = intra_s;
+    }
+    dsim_scenario_free(s);
+    return -1;
+}
+
+/* One row per network of o->networks: the all-reduce's time with the
+ * algorithm asked for, the step, and the fastest algorithm. */
+static int whatif_rows(const whatif_opts *o, const dsim_device_model *dev,
+                       const dsim_link_model *in, size_t bytes, double t1, double tc)
+{
+    int N = o->hosts * o->devices;
+    char *list = strdup(o->networks);
     if (!list)
         return whatif_bad("out of memory");
     int rc = 0;
@@ -316,22 +316,24 @@ int cmd_whatif(int argc, char **argv)
             rc = 2;
             break;
         }
-        dsim_topology t = {
-            .hosts = hosts, .devices_per_host = devices, .intra = *in, .inter = *l, .device = *dev};
-        dsim_algo a = algo == DSIM_ALGO_AUTO ? dsim_allreduce_decide(bytes, N) : algo;
+        dsim_topology t = {.hosts = o->hosts,
+                           .devices_per_host = o->devices,
+                           .intra = *in,
+                           .inter = *l,
+                           .device = *dev};
+        dsim_algo a = o->algo == DSIM_ALGO_AUTO ? dsim_allreduce_decide(bytes, N) : o->algo;
         double ar = 0, best_t = INFINITY;
         dsim_algo best = a;
         if (dsim_cost_allreduce(&t, a, bytes, 4, &ar, NULL) != DSIM_OK) {
             rc = whatif_bad(dsim_errmsg());
             break;
         }
-        const dsim_algo all[] = {DSIM_ALGO_RING, DSIM_ALGO_RHD, DSIM_ALGO_TREE,
-                                 DSIM_ALGO_REDUCE_TO_ONE};
-        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
+        for (int k = DSIM_ALGO_AUTO + 1; k < DSIM_ALGO_COUNT; k++) {
             double x = 0;
-            if (dsim_cost_allreduce(&t, all[k], bytes, 4, &x, NULL) == DSIM_OK && x < best_t) {
+            if (dsim_cost_allreduce(&t, (dsim_algo)k, bytes, 4, &x, NULL) == DSIM_OK &&
+                x < best_t) {
                 best_t = x;
-                best = all[k];
+                best = (dsim_algo)k;
             }
         }
         double step = tc + ar, speed = t1 / step;
@@ -340,8 +342,63 @@ int cmd_whatif(int argc, char **argv)
                dsim_algo_name(best), best_t * 1e3);
     }
     free(list);
-    if (rc == 0 && chakra)
-        rc = whatif_chakra(chakra, N, 3 * flops * per, tc, bytes, params, dev);
+    return rc;
+}
+
+int cmd_whatif(int argc, char **argv)
+{
+    whatif_opts o = {.hosts = 4,
+                     .devices = 4,
+                     .device = "v100",
+                     .networks = "1gbe,10gbe,ib100",
+                     .intra = "nvlink",
+                     .algo_s = "auto",
+                     .params = 25.6e6,
+                     .flops = 4.1e9,
+                     .algo = DSIM_ALGO_AUTO};
+    int rc = whatif_args(argc, argv, &o);
+    if (rc < 0 && o.scenario)
+        rc = whatif_scenario(&o);
+    if (rc >= 0)
+        return rc;
+    if (o.params_s && dsim_cost_parse_count("--params", o.params_s, &o.params) != DSIM_OK)
+        return whatif_bad(dsim_errmsg());
+    if (o.flops_s && dsim_cost_parse_count("--flops", o.flops_s, &o.flops) != DSIM_OK)
+        return whatif_bad(dsim_errmsg());
+    if (o.params < 1 || o.params > 1e12)
+        return whatif_bad("--params must be between 1 and 1T");
+    if (strcmp(o.algo_s, "auto") != 0 || !o.scenario) {
+        if (dsim_algo_parse(o.algo_s, &o.algo) != DSIM_OK)
+            return whatif_bad(dsim_errmsg());
+    }
+    const dsim_device_model *dev = dsim_device_preset(o.device);
+    if (!dev) {
+        fprintf(stderr, "dsim whatif: --device '%s' is not a preset (v100, a100, h100, cpu)\n",
+                o.device);
+        return 2;
+    }
+    const dsim_link_model *in = dsim_link_preset(o.intra);
+    if (!in) {
+        fprintf(stderr, "dsim whatif: --intra '%s' is not a link preset (see --presets)\n",
+                o.intra);
+        return 2;
+    }
+    int N = o.hosts * o.devices;
+    if (!o.batch)
+        o.batch = 32 * N;
+    size_t bytes = (size_t)o.params * 4;
+    double per = (double)o.batch / N;
+    double t1 = dsim_cost_compute(dev, o.flops, o.batch), tc = dsim_cost_compute(dev, o.flops, per);
+    printf("what if: %d host(s) x %d %s (%s), %.4g parameters (%.1f MB of float32 gradients), "
+           "%.3g FLOPs per example forward, global batch %d (%.4g per replica); intra-host %s\n",
+           o.hosts, o.devices, dev->name, dev->what, o.params, (double)bytes / 1e6, o.flops,
+           o.batch, per, in->name);
+    printf("one %s on the whole global batch: %.2f ms a step\n\n", dev->name, t1 * 1e3);
+    printf("%-9s %-14s %12s %11s %10s %7s %8s %10s  %s\n", "network", "algorithm", "allreduce_ms",
+           "compute_ms", "step_ms", "share", "speedup", "efficiency", "best (ms)");
+    rc = whatif_rows(&o, dev, in, bytes, t1, tc);
+    if (rc == 0 && o.chakra)
+        rc = whatif_chakra(o.chakra, N, 3 * o.flops * per, tc, bytes, o.params, dev);
     if (rc == 0)
         printf("\nfigures: the presets' datasheet and measured values with their sources "
                "(dsim whatif --presets); no overlap of communication with the backward pass\n");

@@ -310,7 +310,8 @@ int cmd_worker(int argc, char **argv)
         fprintf(stderr, "dsim worker: %s\n", dsim_errmsg());
         return 2;
     }
-    dsim_harness_opts ho = {.size = sizeof ho, .engine_override = "processes"};
+    const dsim_engine_ops *over = dsim_engine_with(DSIM_ENGINE_HOSTS);
+    dsim_harness_opts ho = {.size = sizeof ho, .engine_override = over ? over->name : NULL};
     if (dsim_harness_prepare(s, &ho) != DSIM_OK) {
         fprintf(stderr, "dsim worker: %s\n", dsim_errmsg());
         dsim_scenario_free(s);

@@ -3,6 +3,7 @@
 #ifndef DSIM_CLI_CMDS_H
 #define DSIM_CLI_CMDS_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 typedef struct dsim_cmd {
@@ -21,6 +22,8 @@ int cmd_cluster(int argc, char **argv);
 void cmd_cluster_help(FILE *out);
 int cmd_list(int argc, char **argv);
 void cmd_list_help(FILE *out);
+/* dsim list devices (cmd_list_devices.c); as_json: JSON instead of a table */
+int cmd_list_devices(bool as_json);
 int cmd_run(int argc, char **argv);
 void cmd_run_help(FILE *out);
 int cmd_validate(int argc, char **argv);
@@ -60,15 +63,6 @@ int dsim_cli_output_flags(const char *cmd, int argc, char **argv, int *i, const 
  * strategy plugin named by a bare file name (before $DSIM_PLUGIN_PATH and
  * the build's and installed plugin directories). 0, or 2 after a message. */
 int dsim_cli_plugin_dir(const char *cmd, const char *dir);
-
-/* For a job that touches gigabytes at random (tens of thousands of workers
- * under sim): executes this program again (main_argv: main's argv) with
- * glibc's tunable glibc.malloc.hugetlb=1, which glibc reads only at start
- * and with which malloc asks for transparent huge pages: every worker's
- * state then costs a fraction of the TLB misses. Returns when that is not
- * to be done: DSIM_HUGEPAGES=0, already done, the kernel's THP mode is not
- * `madvise`, a run under valgrind, or the exec failed. */
-void dsim_cli_reexec_hugepages(char **main_argv);
 
 /* The table `dsim run` prints after a run (cmd_run.c), for dsim worker. */
 struct dsim_scenario;

@@ -24,6 +24,11 @@
  * is reported for long (no deadline and no health check, say) is stopped the
  * same way.
  *
+ * The parent is processes.c, the records between them proc_wire.h, what
+ * the parent makes of them proc_merge.c, the child proc_child.c, the agent
+ * of a task under a chief elsewhere proc_agent.c; the engine's table
+ * (engine.h) proc_engine.c.
+ *
  * Thread-safety: one call at a time per process (it forks). */
 #ifndef DSIM_SIM_PROCESSES_H
 #define DSIM_SIM_PROCESSES_H
@@ -33,6 +38,7 @@
 #include <stdint.h>
 
 #include "dsim/strategy.h"
+#include "engine.h"
 #include "fault/fault.h"
 
 #ifdef __cplusplus
@@ -53,38 +59,10 @@ typedef struct dsim_proc_hosts {
     const char *tcp_extra; /* more tcp options (secret_file=...), or NULL */
 } dsim_proc_hosts;
 
-typedef struct dsim_proc_attempt {
-    const dsim_fault *faults; /* the scenario's fault list, or NULL */
-    size_t n_faults;
-    uint64_t seed;
-    const bool *fault_done; /* [n_faults]: fired in an earlier attempt, or NULL */
-    /* How long the others may take to end once one has failed, beyond the
-     * detection bound (<= 0: 5 s). */
-    int64_t grace_ns;
-    const dsim_proc_hosts *hosts; /* NULL: every task forked here */
-    /* Each replica's phases of the driver (the phase hook's entries, timed
-     * in its process on CLOCK_MONOTONIC), in order per replica, as they come
-     * (NULL: not wanted). Called on the caller's thread. */
-    void (*on_phase)(void *user, int replica, int phase, uint64_t gs, int64_t t_ns);
-    void *on_phase_user;
-    /* The frames between ranks: each child logs its ranks' sends and
-     * arrivals (sim/fault/msglog.h) and the halves are added here at its
-     * end, stamped with msgs' attempt (NULL: not logged). A child killed
-     * before it ends sends none. */
-    struct dsim_msg_log *msgs;
-} dsim_proc_attempt;
-
-typedef struct dsim_proc_outcome {
-    dsim_fault_event *events; /* from every child, in the order received */
-    size_t n_events;
-    bool *fault_fired; /* [n_faults] */
-    int lost_rank;     /* first rank lost for good, or -1 */
-    int64_t t_loss;    /* CLOCK_MONOTONIC ns, or -1 */
-    dsim_faults_stats stats;
-    int hung;    /* children killed for not ending in time */
-    int crashed; /* children that died of a signal nobody sent */
-    char note[512];
-} dsim_proc_outcome;
+/* An attempt and what its tasks reported: the engine table's (engine.h);
+ * of the attempt, in_process and fs are not read here. */
+typedef dsim_engine_attempt dsim_proc_attempt;
+typedef dsim_engine_outcome dsim_proc_outcome;
 
 dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt *a,
                               dsim_train_result *res, dsim_proc_outcome *out);

@@ -85,6 +85,30 @@ typedef enum dsim_fault_what {
     DSIM_FAULT_WHAT_COUNT
 } dsim_fault_what;
 
+/* What a fault of a kind loses, which the job's settings must detect
+ * (scenario/detect.c). */
+typedef enum dsim_fault_loses {
+    DSIM_FAULT_LOSES_NOTHING, /* it delays or disturbs; nothing needs detecting */
+    DSIM_FAULT_LOSES_PEER,    /* a rank stops answering: timeout or health check */
+    DSIM_FAULT_LOSES_MESSAGE, /* a frame never comes: only the timeout helps */
+} dsim_fault_loses;
+
+/* A fault kind as the scenario format, `dsim list faults` and the messages
+ * name it. The table is in fault/kinds.c, with each kind's handlers. */
+typedef struct dsim_fault_kind {
+    size_t size; /* sizeof(dsim_fault_kind) */
+    dsim_fault_what what;
+    const char *name;    /* "kill": what a scenario's `what:` says */
+    const char *summary; /* one line */
+    dsim_fault_loses loses;
+} dsim_fault_kind;
+
+/* The kind of w; NULL when w is not a dsim_fault_what. */
+const dsim_fault_kind *dsim_fault_kind_of(dsim_fault_what w);
+/* The kinds' names for a message, in the enum's order ("kill, restart,
+ * ..., preempt"), written into buf[cap] and returned. */
+const char *dsim_fault_kind_list(char *buf, size_t cap);
+
 typedef enum dsim_fault_when {
     DSIM_WHEN_STEP,        /* at global step N */
     DSIM_WHEN_PHASE,       /* at a named phase (optionally of step N) */
@@ -127,7 +151,7 @@ typedef struct dsim_fault {
     int line, column;    /* where it was written, for messages (0: unknown) */
 } dsim_fault;
 
-/* "kill", "restart", ... */
+/* "kill", "restart", ...; "unknown" when w is not a dsim_fault_what. */
 const char *dsim_fault_what_name(dsim_fault_what w);
 
 /* One thing that happened: a fault fired or healed, a frame it touched. */

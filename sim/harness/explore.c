@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "dsim/rng.h"
+#include "engine/engine.h"
 #include "harness.h"
 #include "scenario/scenario.h"
 
@@ -28,6 +29,14 @@ unsigned dsim_explore_kind(const char *name)
         if (strcmp(name, ex_kind_names[k]) == 0)
             return 1u << k;
     return 0;
+}
+
+/* The engine explore runs on: a deterministic one, so that a failure found
+ * replays event for event. */
+static const char *ex_engine(void)
+{
+    const dsim_engine_ops *e = dsim_engine_with(DSIM_ENGINE_DETERMINISTIC);
+    return e ? e->name : "sim";
 }
 
 const char *dsim_explore_kind_names(void)
@@ -248,9 +257,9 @@ static char *ex_text(const ex_ctx *c, const ex_sched *s, const char *header)
         ex_put(&b, "%s", c->base);
     }
     ex_put(&b,
-           "\n# dsim explore: the run's engine, seed and faults\nengine: sim\nseed: %" PRIu64
+           "\n# dsim explore: the run's engine, seed and faults\nengine: %s\nseed: %" PRIu64
            "\nfaults:%s\n",
-           c->scen_seed, s->n ? "" : " []");
+           ex_engine(), c->scen_seed, s->n ? "" : " []");
     for (int i = 0; i < s->n; i++) {
         ex_put(&b, "  - ");
         ex_fault_yaml(&b, &s->f[i]);
@@ -350,7 +359,7 @@ static void ex_run(const ex_ctx *c, const char *path, const char *text, ex_outco
         FILE *devnull = freopen("/dev/null", "w", stderr);
         (void)devnull;
         dsim_harness_opts ho = {
-            .size = sizeof ho, .engine_override = "sim", .no_crash_guard = true};
+            .size = sizeof ho, .engine_override = ex_engine(), .no_crash_guard = true};
         dsim_harness_result r;
         memset(&r, 0, sizeof r);
         dsim_err e = dsim_harness_run_text(path, text, strlen(text), &ho, &r);
@@ -644,9 +653,8 @@ static char *ex_default_out(const char *name)
     return p;
 }
 
-dsim_err dsim_explore(const dsim_explore_opts *o, dsim_explore_result *out)
+static dsim_err ex_opts_check(const dsim_explore_opts *o)
 {
-    memset(out, 0, sizeof *out);
     if (!o || o->size < sizeof *o || !o->path)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_explore: no scenario");
     if (o->runs < 1)
@@ -659,29 +667,163 @@ dsim_err dsim_explore(const dsim_explore_opts *o, dsim_explore_result *out)
                         dsim_explore_kind_names());
     if (!(o->run_timeout_s > 0) || o->max_shrink_runs < 1)
         return DSIM_ERR(DSIM_EINVAL, -1, "a run's timeout and the shrink runs must be > 0");
+    return DSIM_OK;
+}
 
+/* The scenario, loaded and checked for this engine: c's seed, shape and
+ * base text (without faults, engine and seed) and its name. */
+static dsim_err ex_load(const dsim_explore_opts *o, ex_ctx *c, char **name)
+{
     dsim_scenario *s = NULL;
-    dsim_err e = dsim_scenario_load(o->path, &s);
-    if (e != DSIM_OK)
-        return e;
-    dsim_harness_opts ho = {.size = sizeof ho, .engine_override = "sim"};
-    e = dsim_harness_prepare(s, &ho);
-    if (e != DSIM_OK) {
-        dsim_scenario_free(s);
-        return e;
+    DSIM_CHECK(dsim_scenario_load(o->path, &s));
+    dsim_harness_opts ho = {.size = sizeof ho, .engine_override = ex_engine()};
+    dsim_err e = dsim_harness_prepare(s, &ho);
+    if (e == DSIM_OK && s->expect_error)
+        e = DSIM_ERR(DSIM_EINVAL, -1,
+                     "%s expects an error (expect.error): a run that must fail has nothing "
+                     "to explore",
+                     o->path);
+    if (e == DSIM_OK) {
+        *c = (ex_ctx){.o = o,
+                      .scen_seed = s->seed,
+                      .hosts = s->train.hosts,
+                      .dph = s->train.devices_per_host};
+        *name = strdup(s->name ? s->name : "scenario");
+        c->base = ex_strip(s->text ? s->text : "");
     }
-    if (s->expect_error) {
-        dsim_scenario_free(s);
-        return DSIM_ERR(DSIM_EINVAL, -1,
-                        "%s expects an error (expect.error): a run that must fail has nothing "
-                        "to explore",
-                        o->path);
-    }
-    ex_ctx c = {
-        .o = o, .scen_seed = s->seed, .hosts = s->train.hosts, .dph = s->train.devices_per_host};
-    char *name = strdup(s->name ? s->name : "scenario");
-    c.base = ex_strip(s->text ? s->text : "");
     dsim_scenario_free(s);
+    return e;
+}
+
+/* The fault-free run: it must pass, and it says how many steps there are.
+ * False when there is nothing to explore (*rc says whether that is an
+ * error). */
+static bool ex_baseline(ex_ctx *c, const char *name, dsim_explore_result *out, dsim_err *rc)
+{
+    const dsim_explore_opts *o = c->o;
+    ex_sched none = {.hosts = c->hosts};
+    char *text = ex_text(c, &none, NULL);
+    char why[512];
+    if (!text || !ex_valid(o->path, text, why, sizeof why)) {
+        *rc = DSIM_ERR(DSIM_EINVAL, -1, "%s without its faults does not load: %s", o->path,
+                       text ? why : "out of memory");
+        free(text);
+        return false;
+    }
+    ex_outcome base;
+    ex_run(c, o->path, text, &base);
+    free(text);
+    if (base.failed) {
+        out->baseline_failed = true;
+        out->found = true;
+        snprintf(out->signature, sizeof out->signature, "%s", base.signature);
+        snprintf(out->message, sizeof out->message, "%s", base.message);
+        ex_say(c, "the scenario fails without any fault (%s: %s): nothing to explore",
+               base.signature, base.message);
+        return false;
+    }
+    c->steps = base.steps;
+    ex_say(c,
+           "%s: %d hosts x %d devices, %" PRIu64 " steps without faults; exploring %" PRIu64
+           " runs of up to %d faults (seed %" PRIu64 ")",
+           name, c->hosts, c->dph, c->steps, o->runs, o->max_faults, o->seed);
+    return true;
+}
+
+/* Runs drawn schedules until one fails (*found, *fo, out->found) or the
+ * runs are spent. */
+static dsim_err ex_search(ex_ctx *c, dsim_explore_result *out, ex_sched *found, ex_outcome *fo)
+{
+    const dsim_explore_opts *o = c->o;
+    uint64_t next_report = 1;
+    double t0 = ex_now(), last_say = t0;
+    char why[512];
+    for (uint64_t i = 1; i <= o->runs; i++) {
+        ex_sched sc;
+        ex_draw(c, i, &sc);
+        char *text = ex_text(c, &sc, NULL);
+        if (!text || !ex_valid(o->path, text, why, sizeof why)) {
+            dsim_err e =
+                DSIM_ERR(DSIM_EINVAL, -1, "run %" PRIu64 ": the drawn schedule does not load: %s",
+                         i, text ? why : "out of memory");
+            free(text);
+            return e;
+        }
+        ex_outcome r;
+        ex_run(c, o->path, text, &r);
+        free(text);
+        out->runs_done = i;
+        double now = ex_now();
+        if (r.failed) {
+            *found = sc;
+            *fo = r;
+            out->found = true;
+            out->failing_run = i;
+            ex_say(c, "run %" PRIu64 "/%" PRIu64 ": FAILED (%s) with %d faults: %s", i, o->runs,
+                   r.signature, sc.n, r.message);
+            return DSIM_OK;
+        }
+        if (i == next_report || now - last_say >= 1.0 || i == o->runs) {
+            ex_say(c, "run %" PRIu64 "/%" PRIu64 ": passed; 0 failures so far (%.1f s)", i, o->runs,
+                   now - t0);
+            last_say = now;
+            next_report = i < 10 ? i + 1 : i * 2;
+        }
+    }
+    ex_say(c, "%" PRIu64 " runs, no failure", out->runs_done);
+    return DSIM_OK;
+}
+
+/* Shrinks the failing schedule, writes it to outp as a scenario and runs
+ * that file once more, as `dsim run` will. */
+static dsim_err ex_shrink_write(ex_ctx *c, const char *outp, const ex_sched *found,
+                                const ex_outcome *fo, dsim_explore_result *out)
+{
+    const dsim_explore_opts *o = c->o;
+    snprintf(out->signature, sizeof out->signature, "%s", fo->signature);
+    out->faults_found = found->n;
+    ex_shrink sh = {.c = c, .cur = *found, .sig = out->signature, .last = *fo};
+    ex_say(c, "shrinking %d faults (keeping a change only if the run still fails with %s)",
+           found->n, out->signature);
+    ex_shrink_run(&sh);
+    out->shrink_steps = sh.kept;
+    out->shrink_runs = sh.tries;
+    out->faults_final = sh.cur.n;
+    out->hosts_final = sh.cur.hosts;
+    snprintf(out->message, sizeof out->message, "%s", sh.last.message);
+    ex_sched_lines(&sh.cur, out->schedule, sizeof out->schedule);
+    ex_say(c, "shrunk to %d fault%s in %d kept change%s of %d runs", sh.cur.n,
+           sh.cur.n == 1 ? "" : "s", sh.kept, sh.kept == 1 ? "" : "s", sh.tries);
+    char header[1024];
+    snprintf(header, sizeof header,
+             "# Written by dsim explore %s --seed %" PRIu64 " (run %" PRIu64
+             " failed with %s; shrunk from %d faults to %d).\n"
+             "# Reproduce: dsim run %s%s\n",
+             o->path, o->seed, out->failing_run, out->signature, out->faults_found, sh.cur.n, outp,
+             o->run_args ? o->run_args : "");
+    char *text = ex_text(c, &sh.cur, header);
+    FILE *f = text ? fopen(outp, "w") : NULL;
+    if (!f || fputs(text, f) == EOF || fclose(f) != 0) {
+        free(text);
+        return DSIM_ERR(DSIM_EIO, -1, "cannot write %s: %s", outp, strerror(errno));
+    }
+    /* verify: run the written file, as `dsim run` will */
+    ex_outcome v;
+    ex_run(c, outp, text, &v);
+    free(text);
+    out->reproduced = v.failed && strcmp(v.signature, out->signature) == 0;
+    ex_say(c, "verify: %s %s", outp,
+           out->reproduced ? "fails the same way again" : "did NOT fail the same way again");
+    return DSIM_OK;
+}
+
+dsim_err dsim_explore(const dsim_explore_opts *o, dsim_explore_result *out)
+{
+    memset(out, 0, sizeof *out);
+    DSIM_CHECK(ex_opts_check(o));
+    ex_ctx c;
+    char *name = NULL;
+    DSIM_CHECK(ex_load(o, &c, &name));
     char *outp = o->out_path ? strdup(o->out_path) : (name ? ex_default_out(name) : NULL);
     if (!c.base || !name || !outp) {
         free(c.base);
@@ -691,112 +833,11 @@ dsim_err dsim_explore(const dsim_explore_opts *o, dsim_explore_result *out)
     }
     snprintf(out->out_path, sizeof out->out_path, "%s", outp);
     dsim_err rc = DSIM_OK;
-
-    /* the fault-free run: it must pass, and it says how many steps there are */
-    ex_sched none = {.hosts = c.hosts};
-    char *text = ex_text(&c, &none, NULL);
-    char why[512];
-    if (!text || !ex_valid(o->path, text, why, sizeof why)) {
-        rc = DSIM_ERR(DSIM_EINVAL, -1, "%s without its faults does not load: %s", o->path,
-                      text ? why : "out of memory");
-        free(text);
-        goto done;
-    }
-    ex_outcome base;
-    ex_run(&c, o->path, text, &base);
-    free(text);
-    if (base.failed) {
-        out->baseline_failed = true;
-        out->found = true;
-        snprintf(out->signature, sizeof out->signature, "%s", base.signature);
-        snprintf(out->message, sizeof out->message, "%s", base.message);
-        ex_say(&c, "the scenario fails without any fault (%s: %s): nothing to explore",
-               base.signature, base.message);
-        goto done;
-    }
-    c.steps = base.steps;
-    ex_say(&c,
-           "%s: %d hosts x %d devices, %" PRIu64 " steps without faults; exploring %" PRIu64
-           " runs of up to %d faults (seed %" PRIu64 ")",
-           name, c.hosts, c.dph, c.steps, o->runs, o->max_faults, o->seed);
-
     ex_sched found = {0};
     ex_outcome fo = {0};
-    uint64_t next_report = 1;
-    double t0 = ex_now(), last_say = t0;
-    for (uint64_t i = 1; i <= o->runs; i++) {
-        ex_sched sc;
-        ex_draw(&c, i, &sc);
-        text = ex_text(&c, &sc, NULL);
-        if (!text || !ex_valid(o->path, text, why, sizeof why)) {
-            rc = DSIM_ERR(DSIM_EINVAL, -1, "run %" PRIu64 ": the drawn schedule does not load: %s",
-                          i, text ? why : "out of memory");
-            free(text);
-            goto done;
-        }
-        ex_outcome r;
-        ex_run(&c, o->path, text, &r);
-        free(text);
-        out->runs_done = i;
-        double now = ex_now();
-        if (r.failed) {
-            found = sc;
-            fo = r;
-            out->found = true;
-            out->failing_run = i;
-            ex_say(&c, "run %" PRIu64 "/%" PRIu64 ": FAILED (%s) with %d faults: %s", i, o->runs,
-                   r.signature, sc.n, r.message);
-            break;
-        }
-        if (i == next_report || now - last_say >= 1.0 || i == o->runs) {
-            ex_say(&c, "run %" PRIu64 "/%" PRIu64 ": passed; 0 failures so far (%.1f s)", i,
-                   o->runs, now - t0);
-            last_say = now;
-            next_report = i < 10 ? i + 1 : i * 2;
-        }
-    }
-    if (!out->found) {
-        ex_say(&c, "%" PRIu64 " runs, no failure", out->runs_done);
-        goto done;
-    }
-
-    snprintf(out->signature, sizeof out->signature, "%s", fo.signature);
-    out->faults_found = found.n;
-    ex_shrink sh = {.c = &c, .cur = found, .sig = out->signature, .last = fo};
-    ex_say(&c, "shrinking %d faults (keeping a change only if the run still fails with %s)",
-           found.n, out->signature);
-    ex_shrink_run(&sh);
-    out->shrink_steps = sh.kept;
-    out->shrink_runs = sh.tries;
-    out->faults_final = sh.cur.n;
-    out->hosts_final = sh.cur.hosts;
-    snprintf(out->message, sizeof out->message, "%s", sh.last.message);
-    ex_sched_lines(&sh.cur, out->schedule, sizeof out->schedule);
-    ex_say(&c, "shrunk to %d fault%s in %d kept change%s of %d runs", sh.cur.n,
-           sh.cur.n == 1 ? "" : "s", sh.kept, sh.kept == 1 ? "" : "s", sh.tries);
-
-    char header[1024];
-    snprintf(header, sizeof header,
-             "# Written by dsim explore %s --seed %" PRIu64 " (run %" PRIu64
-             " failed with %s; shrunk from %d faults to %d).\n"
-             "# Reproduce: dsim run %s%s\n",
-             o->path, o->seed, out->failing_run, out->signature, out->faults_found, sh.cur.n, outp,
-             o->run_args ? o->run_args : "");
-    text = ex_text(&c, &sh.cur, header);
-    FILE *f = text ? fopen(outp, "w") : NULL;
-    if (!f || fputs(text, f) == EOF || fclose(f) != 0) {
-        rc = DSIM_ERR(DSIM_EIO, -1, "cannot write %s: %s", outp, strerror(errno));
-        free(text);
-        goto done;
-    }
-    /* verify: run the written file, as `dsim run` will */
-    ex_outcome v;
-    ex_run(&c, outp, text, &v);
-    free(text);
-    out->reproduced = v.failed && strcmp(v.signature, out->signature) == 0;
-    ex_say(&c, "verify: %s %s", outp,
-           out->reproduced ? "fails the same way again" : "did NOT fail the same way again");
-done:
+    if (ex_baseline(&c, name, out, &rc) && (rc = ex_search(&c, out, &found, &fo)) == DSIM_OK &&
+        out->found)
+        rc = ex_shrink_write(&c, outp, &found, &fo, out);
     free(c.base);
     free(name);
     free(outp);

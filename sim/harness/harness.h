@@ -12,7 +12,9 @@
  *      and the run's error, and ends the run row with its status;
  * and hands back the checks' outcomes, the run id and the figures. `dsim
  * run` is a thin caller of it (flags, printing, interrupts); so can a
- * user's own C test be.
+ * user's own C test be. The engine is looked up in sim/engine/engine.h's
+ * table by name; what the run does differently on it follows the table's
+ * flags.
  *
  * The store is optional: without one the run is judged the same way and
  * nothing is written (run_id 0).
@@ -231,6 +233,55 @@ typedef struct dsim_harness_replay_info {
  * those are deterministic), with a message. */
 dsim_err dsim_harness_replay(const char *db_path, dsim_run_id id, const dsim_harness_opts *opts,
                              dsim_harness_result *out, dsim_harness_replay_info *info);
+
+/* ---- what a program that runs scenarios starts with ---- */
+
+/* A supervising parent process, for what the crash guard cannot see: a
+ * SIGKILL (the kernel's out-of-memory killer, kill -9), or a strategy that
+ * calls _exit(). Forks; returns in the child, which runs the scenarios (and
+ * where there is no supervisor: DSIM_NO_SUPERVISOR=1, e.g. under a
+ * debugger, or a fork that failed). The parent only waits: when the child
+ * ends, the runs it left 'running' in the store at db_path are stored as
+ * 'crashed' with how it ended and its peak memory (said on stderr, after
+ * `prog: ` for errors), and the parent ends as the child did (same status,
+ * or the same signal; status 1 when a run was left behind after an exit 0).
+ * Signals sent to the parent (an interrupt, a terminate) are passed on; if
+ * the parent is killed, the child is sent SIGTERM. Call it before any
+ * thread is started. */
+void dsim_harness_supervise(const char *db_path, const char *prog);
+
+/* Jobs of this many replicas or more, on an engine that runs every worker
+ * as a coroutine in this process, run best with huge pages for malloc. */
+#define DSIM_HARNESS_HUGEPAGES_REPLICAS 4096
+bool dsim_harness_wants_hugepages(const dsim_scenario *s);
+
+/* For a job that touches gigabytes at random (tens of thousands of workers
+ * under sim): executes this program again (main_argv: main's argv) with
+ * glibc's tunable glibc.malloc.hugetlb=1, which glibc reads only at start
+ * and with which malloc asks for transparent huge pages: every worker's
+ * state then costs a fraction of the TLB misses. Returns when that is not
+ * to be done: DSIM_HUGEPAGES=0, already done, the kernel's THP mode is not
+ * `madvise`, a run under valgrind, or the exec failed. */
+void dsim_harness_reexec_hugepages(char **main_argv);
+
+/* What the formation-progress threads of this process did, summed over
+ * every run (for tests and benchmarks). A thread is started for a run with
+ * a progress callback and more than one replica on an engine that does not
+ * fork; it sleeps until the job has formed or training has ended (either
+ * wakes it at once) or until its next report (about once a second). So a
+ * run never waits for the thread to notice its end: forming_late (threads
+ * that found the end on a wake-up of their own clock, not woken by it) and
+ * forming_idle (wake-ups that neither reported nor ended the thread) stay
+ * 0, but for a job that forms or ends within microseconds of a report. */
+typedef struct dsim_harness_stats {
+    uint64_t forming_threads;
+    uint64_t forming_wakeups;
+    uint64_t forming_reports;
+    uint64_t forming_idle;
+    uint64_t forming_late;
+} dsim_harness_stats;
+
+void dsim_harness_totals(dsim_harness_stats *out);
 
 /* For a thread that ends the process next (an interrupt): waits for the
  * store calls in flight of every run in progress, refuses any later one,

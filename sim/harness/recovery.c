@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "dsim/log.h"
-#include "engine/processes.h"
+#include "engine/engine.h"
 #include "fault/msglog.h"
 #include "recovery.h"
 
@@ -65,47 +65,35 @@ static void rc_stats_delta(dsim_faults_stats *sum, const dsim_faults_stats *now,
     *prev = *now;
 }
 
-/* One attempt of the job: in this process under fs, or as processes with
- * done[] saying which faults already fired (updated here). */
+/* One attempt of the job on the engine: under the job's fault layer fs
+ * (engines in one address space), or with each task's own and done[]
+ * saying which faults already fired (updated here). */
 typedef struct rc_state {
     const dsim_recovery_opts *o;
-    dsim_faults *fs; /* threads */
-    bool *done;      /* processes: [n_faults] */
-    size_t seen;     /* threads: events taken from fs */
+    const dsim_engine_ops *eng;
+    dsim_faults *fs; /* one address space */
+    bool *done;      /* forks: [n_faults] */
+    size_t seen;     /* fs: events taken */
     dsim_faults_stats prev;
 } rc_state;
 
-static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
-                           dsim_recovery_run *out, dsim_train_result *res)
+/* What fs saw during the attempt. */
+static void rc_from_faults(rc_state *st, int attempt, dsim_recovery_run *out)
+{
+    dsim_faults_stats now;
+    dsim_faults_get_stats(st->fs, &now);
+    rc_stats_delta(&out->stats, &now, &st->prev);
+    rc_events(out, st->fs, attempt, &st->seen);
+    if (attempt == 0)
+        out->lost_rank = dsim_faults_first_loss(st->fs, &out->t_loss);
+}
+
+/* What the tasks reported. */
+static void rc_from_tasks(rc_state *st, int attempt, dsim_engine_outcome *po,
+                          const dsim_train_result *res, dsim_recovery_run *out)
 {
     const dsim_recovery_opts *o = st->o;
-    if (attempt > 0 && o->msgs)
-        dsim_msg_log_next_attempt(o->msgs);
-    if (!o->processes) {
-        dsim_train_cfg cc = *c;
-        dsim_faults_attach(st->fs, &cc);
-        dsim_err e = dsim_train(&cc, res);
-        if (res->preempted)
-            dsim_faults_preempted(st->fs, res->preempted_at);
-        dsim_faults_stats now;
-        dsim_faults_get_stats(st->fs, &now);
-        rc_stats_delta(&out->stats, &now, &st->prev);
-        rc_events(out, st->fs, attempt, &st->seen);
-        if (attempt == 0)
-            out->lost_rank = dsim_faults_first_loss(st->fs, &out->t_loss);
-        return e;
-    }
-    dsim_proc_attempt pa = {.faults = o->faults,
-                            .n_faults = o->n_faults,
-                            .seed = o->seed,
-                            .fault_done = st->done,
-                            .hosts = o->hosts,
-                            .on_phase = o->on_phase,
-                            .on_phase_user = o->on_phase_user,
-                            .msgs = o->msgs};
-    dsim_proc_outcome po;
-    dsim_err e = dsim_processes_train(c, &pa, res, &po);
-    for (size_t i = 0; i < po.n_events; i++) {
+    for (size_t i = 0; i < po->n_events; i++) {
         dsim_fault_event *ev = realloc(out->events, (out->n_events + 1) * sizeof *ev);
         int *at = realloc(out->event_attempt, (out->n_events + 1) * sizeof *at);
         if (ev)
@@ -114,33 +102,56 @@ static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
             out->event_attempt = at;
         if (!ev || !at)
             break;
-        out->events[out->n_events] = po.events[i];
+        out->events[out->n_events] = po->events[i];
         /* the children's clocks start apart: times from the job's start */
         if (res->t_start)
-            out->events[out->n_events].t_ns = po.events[i].t_abs - res->t_start;
+            out->events[out->n_events].t_ns = po->events[i].t_abs - res->t_start;
         out->event_attempt[out->n_events++] = attempt;
     }
     /* what fired: from the events (a killed process sends no counters) */
-    po.stats.fired = 0;
-    for (size_t i = 0; st->done && po.fault_fired && i < o->n_faults; i++)
-        if (po.fault_fired[i] && !st->done[i]) {
+    po->stats.fired = 0;
+    for (size_t i = 0; st->done && po->fault_fired && i < o->n_faults; i++)
+        if (po->fault_fired[i] && !st->done[i]) {
             st->done[i] = true;
-            po.stats.fired++;
+            po->stats.fired++;
         }
     if (res->preempted)
         for (size_t i = 0; i < o->n_faults; i++)
             if (o->faults[i].what == DSIM_FAULT_PREEMPT &&
                 (uint64_t)o->faults[i].step <= res->preempted_at)
                 st->done[i] = true;
-    dsim_faults_stats_add(&out->stats, &po.stats);
+    dsim_faults_stats_add(&out->stats, &po->stats);
     if (attempt == 0) {
-        out->lost_rank = po.lost_rank;
-        out->t_loss = po.t_loss;
+        out->lost_rank = po->lost_rank;
+        out->t_loss = po->t_loss;
     }
-    if (po.note[0])
-        dsim_warn("processes: %s", po.note);
-    out->crashed = po.crashed;
-    dsim_proc_outcome_free(&po);
+    if (po->note[0])
+        dsim_warn("%s: %s", st->eng->name, po->note);
+    out->crashed = po->crashed;
+}
+
+static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
+                           dsim_recovery_run *out, dsim_train_result *res)
+{
+    const dsim_recovery_opts *o = st->o;
+    if (attempt > 0 && o->msgs)
+        dsim_msg_log_next_attempt(o->msgs);
+    dsim_engine_attempt pa = {.fs = st->fs,
+                              .faults = o->faults,
+                              .n_faults = o->n_faults,
+                              .seed = o->seed,
+                              .fault_done = st->done,
+                              .hosts = o->hosts,
+                              .on_phase = o->on_phase,
+                              .on_phase_user = o->on_phase_user,
+                              .msgs = o->msgs};
+    dsim_engine_outcome po;
+    dsim_err e = st->eng->train(c, &pa, res, &po);
+    if (st->fs)
+        rc_from_faults(st, attempt, out);
+    else
+        rc_from_tasks(st, attempt, &po, res, out);
+    dsim_engine_outcome_free(&po);
     return e;
 }
 
@@ -161,6 +172,9 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
     out->t_loss = -1;
     if (!cfg || !o)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_recovery_run_job: cfg and options are needed");
+    rc_state st = {.o = o, .eng = o->engine};
+    if (!st.eng)
+        DSIM_CHECK(dsim_engine_find(cfg->engine, &st.eng));
     if (o->want_clean) {
         /* The same job without faults, in this process: the numbers do not
          * depend on the engine. */
@@ -171,16 +185,16 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
         c.observer = NULL;
         c.hooks = NULL;
         c.transport_filter = NULL;
-        /* a process of its own per worker adds nothing to a clean run;
-         * under sim it stays there, deterministic like the rest */
-        if (c.engine && strcmp(c.engine, "processes") == 0)
-            c.engine = NULL;
-        out->clean_err = dsim_train(&c, &out->clean);
+        /* in this process: a process of its own per worker adds nothing to
+         * a clean run; under sim it stays there, deterministic like the rest */
+        dsim_engine_attempt here = {.in_process = true};
+        dsim_engine_outcome ignored;
+        out->clean_err = st.eng->train(&c, &here, &out->clean, &ignored);
+        dsim_engine_outcome_free(&ignored);
         out->trace_hash = rc_fold(out->trace_hash, out->clean.trace_hash);
         out->has_clean = true;
     }
-    rc_state st = {.o = o};
-    if (o->processes) {
+    if (!(st.eng->flags & DSIM_ENGINE_ONE_SPACE)) {
         st.done = calloc(o->n_faults ? o->n_faults : 1, sizeof *st.done);
         if (!st.done)
             return DSIM_ERR(DSIM_ENOMEM, -1, "recovery: out of memory");

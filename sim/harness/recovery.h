@@ -1,6 +1,6 @@
-/* A job under faults, with BackupAndRestore recovery (DESIGN §6), on the
- * threads or the processes engine: the part of a run that the harness
- * repeats when the job fails and may restart. */
+/* A job under faults, with BackupAndRestore recovery (DESIGN §6), on any
+ * engine (sim/engine/engine.h): the part of a run that the harness repeats
+ * when the job fails and may restart. */
 #ifndef DSIM_SIM_RECOVERY_H
 #define DSIM_SIM_RECOVERY_H
 
@@ -11,6 +11,7 @@
 #include "fault/fault.h"
 
 struct dsim_proc_hosts;
+struct dsim_engine_ops;
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,17 +21,20 @@ typedef struct dsim_recovery_opts {
     const dsim_fault *faults; /* the fault list (n_faults entries) */
     size_t n_faults;
     uint64_t seed;
-    bool restart;                        /* recovery: restart */
-    int max_restarts;                    /* at most this many restarts */
-    bool want_clean;                     /* also run the job without faults (for node_loss) */
-    bool processes;                      /* one OS process per task (sim/engine/processes.h) */
-    const struct dsim_proc_hosts *hosts; /* processes over machines, or NULL */
-    const dsim_net_links *net;           /* the network model (threads and sim), or NULL */
+    bool restart;     /* recovery: restart */
+    int max_restarts; /* at most this many restarts */
+    bool want_clean;  /* also run the job without faults (for node_loss) */
+    /* The engine that runs every attempt; NULL: the one cfg->engine names
+     * (sim/engine/engine.h). */
+    const struct dsim_engine_ops *engine;
+    const struct dsim_proc_hosts *hosts; /* an engine over machines, or NULL */
+    /* the network model (engines in one address space), or NULL */
+    const dsim_net_links *net;
     /* The frames between ranks, every attempt's (sim/fault/msglog.h; the
      * log's attempt is raised before each restart), or NULL. */
     struct dsim_msg_log *msgs;
-    /* processes: each replica's phases from its process
-     * (dsim_proc_attempt.on_phase), or NULL */
+    /* an engine that forks: each replica's phases from its process
+     * (dsim_engine_attempt.on_phase), or NULL */
     void (*on_phase)(void *user, int replica, int phase, uint64_t gs, int64_t t_ns);
     void *on_phase_user;
 } dsim_recovery_opts;
@@ -48,8 +52,8 @@ typedef struct dsim_recovery_run {
     int lost_rank;  /* dsim_faults_first_loss of the broken attempt */
     int64_t t_loss; /* on the broken attempt's runtime clock, or -1 */
     int restarts;   /* restarts made */
-    int crashed;    /* processes engine: the final attempt lost a process to a
-                       signal nobody sent (a strategy that crashed) */
+    int crashed;    /* an engine that forks: the final attempt lost a process to
+                       a signal nobody sent (a strategy that crashed) */
     /* The checkpoint the failed first attempt left: 0 none written, 1
      * intact (ckpt_step its global step), -1 unreadable (ckpt_msg why). */
     int ckpt_state;

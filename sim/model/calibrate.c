@@ -19,7 +19,9 @@
 #include "dsim/reduce.h"
 #include "dsim/rt.h"
 #include "dsim/transport.h"
+#include "engine/engine.h"
 #include "model/calibrate.h"
+#include "model/cost_int.h"
 
 #define CAL_COMM       0xca1bu
 #define CAL_TIMEOUT_NS 30000000000LL
@@ -170,170 +172,59 @@ static dsim_err cal_bufs(cal_pp *p, size_t cap)
     return DSIM_OK;
 }
 
-static dsim_err cal_run_threads(const cal_pp *tmpl)
-{
-    int P = tmpl->nranks;
-    dsim_rt *rt = NULL;
-    dsim_fabric *fab = NULL;
-    cal_pp *p = calloc((size_t)P, sizeof *p);
-    dsim_task **task = calloc((size_t)P, sizeof *task);
-    dsim_err e = p && task ? dsim_rt_create("threads", &rt)
-                           : DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
-    if (e == DSIM_OK) {
-        dsim_fabric_cfg cfg = {.backend = "inproc", .nranks = P, .rt = rt};
-        e = dsim_fabric_open(&cfg, &fab);
-    }
-    size_t cap = cal_max_size(tmpl->sizes, tmpl->n);
-    for (int r = 0; r < P && e == DSIM_OK; r++) {
-        p[r] = *tmpl;
-        p[r].rank = r;
-        p[r].buf = p[r].buf2 = NULL;
-        e = cal_bufs(&p[r], cap);
-        if (e == DSIM_OK)
-            e = dsim_ep_open(fab, r, &p[r].ep);
-    }
-    for (int r = 0; r < P && e == DSIM_OK; r++)
-        e = dsim_rt_spawn(rt, r, cal_pp_main, &p[r], &task[r]);
-    if (e != DSIM_OK && fab)
-        dsim_fabric_abort(fab, 0, "the calibration could not start every rank");
-    for (int r = 0; task && r < P; r++)
-        if (task[r])
-            dsim_rt_join(rt, task[r]);
-    for (int r = 0; p && r < P && e == DSIM_OK; r++)
-        e = p[r].err;
-    for (int r = 0; p && r < P; r++) {
-        if (p[r].ep)
-            dsim_ep_close(p[r].ep);
-        free(p[r].buf);
-        free(p[r].buf2);
-    }
-    if (fab)
-        dsim_fabric_close(fab);
-    if (rt)
-        dsim_rt_destroy(rt);
-    free(p);
-    free(task);
-    return e;
-}
+/* What a rank hands back: its error, and rank 0 its times. */
+typedef struct cal_out {
+    dsim_err err;
+    double secs[];
+} cal_out;
 
-int dsim_calib_listen_loopback(int *port)
+/* The engine's rank_main: one rank of the ping-pong or the exchange. */
+static void cal_rank_main(dsim_ep *ep, int rank, int round, void *result, void *user)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 128) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
-/* One process's rank of a tcp fabric of tmpl->nranks ranks. */
-static dsim_err cal_tcp_side(const cal_pp *tmpl, int rank, const char *addrs, int lfd)
-{
-    size_t ocap = strlen(addrs) + 96;
-    char *opts = malloc(ocap);
-    dsim_rt *rt = NULL;
-    dsim_fabric *fab = NULL;
+    (void)round;
+    const cal_pp *tmpl = user;
+    cal_out *out = result;
     cal_pp p = *tmpl;
     p.rank = rank;
+    p.ep = ep;
     p.buf = p.buf2 = NULL;
-    p.ep = NULL;
-    dsim_err e = opts ? dsim_rt_create("threads", &rt)
-                      : DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
-    if (e == DSIM_OK) {
-        snprintf(opts, ocap, "addrs=%s,local=%d,listen_fds=%d", addrs, rank, lfd);
-        dsim_fabric_cfg cfg = {.backend = "tcp", .nranks = p.nranks, .rt = rt, .options = opts};
-        e = dsim_fabric_open(&cfg, &fab);
-    }
-    if (e == DSIM_OK)
-        e = cal_bufs(&p, cal_max_size(p.sizes, p.n));
-    if (e == DSIM_OK)
-        e = dsim_ep_open(fab, rank, &p.ep);
-    if (e == DSIM_OK) {
-        dsim_task *t = NULL;
-        e = dsim_rt_spawn(rt, rank, cal_pp_main, &p, &t);
-        if (e == DSIM_OK) {
-            dsim_rt_join(rt, t);
-            e = p.err;
-        }
-    }
-    if (p.ep)
-        dsim_ep_close(p.ep);
+    p.secs = out->secs;
+    p.err = cal_bufs(&p, cal_max_size(p.sizes, p.n));
+    if (p.err == DSIM_OK)
+        cal_pp_main(&p);
+    else
+        dsim_ep_abort(ep, (rank + 1) % p.nranks, "a calibration rank ran out of memory");
+    out->err = p.err;
     free(p.buf);
     free(p.buf2);
-    if (fab)
-        dsim_fabric_close(fab);
-    if (rt)
-        dsim_rt_destroy(rt);
-    free(opts);
-    return e;
 }
 
-/* Ranks 1.. in forked children, rank 0 here, over tcp on loopback. The
- * caller has started no thread of its own that a child could need. */
-static dsim_err cal_run_processes(const cal_pp *tmpl)
+/* The engine's on_round: the first rank's error, else rank 0's times. */
+static int cal_on_round(int round, const void *results, void *user)
 {
-    int P = tmpl->nranks, made = 0;
-    int *lfd = calloc((size_t)P, sizeof *lfd), *port = calloc((size_t)P, sizeof *port);
-    pid_t *pid = calloc((size_t)P, sizeof *pid);
-    char *addrs = malloc((size_t)P * 24 + 1);
-    dsim_err e = lfd && port && pid && addrs
-                     ? DSIM_OK
-                     : DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
-    size_t len = 0;
-    for (int r = 0; r < P && e == DSIM_OK; r++, made++) {
-        lfd[r] = dsim_calib_listen_loopback(&port[r]);
-        if (lfd[r] < 0)
-            e = DSIM_ERR(DSIM_EIO, errno,
-                         "calibration: cannot listen on 127.0.0.1 for the processes engine: %s",
-                         strerror(errno));
-        else
-            len += (size_t)sprintf(addrs + len, "%s127.0.0.1:%d", r ? ";" : "", port[r]);
-    }
-    fflush(NULL);
-    for (int r = 1; r < P && e == DSIM_OK; r++) {
-        pid[r] = fork();
-        if (pid[r] < 0) {
-            e = DSIM_ERR(DSIM_EIO, errno, "calibration: fork failed: %s", strerror(errno));
-            break;
-        }
-        if (pid[r] == 0) {
-            for (int k = 0; k < P; k++)
-                if (k != r)
-                    close(lfd[k]);
-            _exit(cal_tcp_side(tmpl, r, addrs, lfd[r]) == DSIM_OK ? 0 : 1);
+    (void)round;
+    cal_pp *tmpl = user;
+    size_t rs = sizeof(cal_out) + (size_t)tmpl->n * sizeof(double);
+    tmpl->err = DSIM_OK;
+    for (int r = 0; r < tmpl->nranks && tmpl->err == DSIM_OK; r++) {
+        const cal_out *o = (const cal_out *)(const void *)((const char *)results + (size_t)r * rs);
+        if (o->err != DSIM_OK) {
+            tmpl->err = o->err;
+            tmpl->rank = r;
         }
     }
-    for (int r = 1; r < made; r++)
-        close(lfd[r]);
-    if (e == DSIM_OK)
-        e = cal_tcp_side(tmpl, 0, addrs, lfd[0]);
-    if (made > 0)
-        close(lfd[0]);
-    for (int r = 1; pid && r < P; r++) {
-        if (pid[r] <= 0)
-            continue;
-        int st = 0;
-        if (e != DSIM_OK)
-            kill(pid[r], SIGKILL);
-        while (waitpid(pid[r], &st, 0) < 0 && errno == EINTR)
-            ;
-        if (e == DSIM_OK && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
-            e = DSIM_ERR(DSIM_EIO, -1, "calibration: the process of rank %d failed (status %d)", r,
-                         st);
-    }
-    free(lfd);
-    free(port);
-    free(pid);
-    free(addrs);
-    return e;
+    if (tmpl->err == DSIM_OK)
+        memcpy(tmpl->secs, ((const cal_out *)results)->secs, (size_t)tmpl->n * sizeof(double));
+    return 0;
 }
 
+const char *dsim_calib_transport(const dsim_engine_ops *eng)
+{
+    return eng->flags & DSIM_ENGINE_INPROC ? "inproc" : "tcp";
+}
+
+/* The ranks of tmpl on the engine's rank program (sim/engine/engine.h),
+ * over the transport its calibration measures. */
 static dsim_err cal_run(const char *engine, cal_pp *tmpl)
 {
     if (!engine || !tmpl->sizes || !tmpl->secs || tmpl->n < 1 || tmpl->iters < 1 ||
@@ -346,13 +237,29 @@ static dsim_err cal_run(const char *engine, cal_pp *tmpl)
             return DSIM_ERR(DSIM_EINVAL, -1,
                             "calibration: %zu B is not a whole number of float32 elements",
                             tmpl->sizes[i]);
-    if (strcmp(engine, "threads") == 0)
-        return cal_run_threads(tmpl);
-    if (strcmp(engine, "processes") == 0)
-        return cal_run_processes(tmpl);
-    return DSIM_ERR(DSIM_EINVAL, -1,
-                    "calibration: engine '%s' is not calibrated; accepted: threads, processes",
-                    engine);
+    const dsim_engine_ops *eng;
+    if (dsim_engine_find(engine, &eng) != DSIM_OK || !eng->ranks) {
+        char names[160];
+        return DSIM_ERR(DSIM_EINVAL, -1, "calibration: engine '%s' is not calibrated; accepted: %s",
+                        engine, dsim_engine_names(0, true, names, sizeof names));
+    }
+    dsim_engine_ranks job = {
+        .nranks = tmpl->nranks,
+        .transport = dsim_calib_transport(eng),
+        .rounds = 1,
+        .rank_main = cal_rank_main,
+        .user = tmpl,
+        .result_size = sizeof(cal_out) + (size_t)tmpl->n * sizeof(double),
+        .on_round = cal_on_round,
+    };
+    tmpl->err = DSIM_ENOMEM; /* until a round is reported */
+    dsim_err e = eng->ranks(&job);
+    if (e != DSIM_OK)
+        return DSIM_ERR(e, -1, "calibration on the %s engine: %s", eng->name, dsim_strerror(e));
+    if (tmpl->err != DSIM_OK)
+        return DSIM_ERR(tmpl->err, tmpl->rank, "calibration: rank %d of the %s engine failed (%s)",
+                        tmpl->rank, eng->name, dsim_strerror(tmpl->err));
+    return DSIM_OK;
 }
 
 dsim_err dsim_calib_pingpong(const char *engine, const size_t *sizes, int n, int iters, int reps,
@@ -496,9 +403,10 @@ dsim_err dsim_calib_measure(const char *engine, int ranks, dsim_calib *out)
     double ax = 0;
     DSIM_CHECK(dsim_calib_exchange(engine, ranks, 0, sizes, 1, 50, 5, &ax));
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = strcmp(engine, "threads") == 0;
-    *out = (dsim_calib){.engine = threads ? "threads" : "processes",
-                        .transport = threads ? "inproc" : "tcp",
+    const dsim_engine_ops *eng;
+    DSIM_CHECK(dsim_engine_find(engine, &eng));
+    *out = (dsim_calib){.engine = eng->name,
+                        .transport = dsim_calib_transport(eng),
                         .cores = nc > 0 ? (int)nc : 1,
                         .ranks = ranks,
                         .alpha_s = a,
@@ -510,18 +418,10 @@ dsim_err dsim_calib_measure(const char *engine, int ranks, dsim_calib *out)
 
 size_t dsim_calib_msg_bytes(dsim_algo algo, int ranks, size_t bytes)
 {
-    size_t elems = bytes / sizeof(float), m;
-    switch (algo) {
-    case DSIM_ALGO_RING: /* blocks of n / p */
-        m = (elems + (size_t)ranks - 1) / (size_t)ranks;
-        break;
-    case DSIM_ALGO_RHD: /* halves, then quarters, ...: the first halving dominates */
-        m = (elems + 1) / 2;
-        break;
-    default: /* tree and reduce_to_one move the whole buffer every step */
-        m = elems;
-        break;
-    }
+    /* AUTO, not an algorithm of its own: the whole buffer */
+    const dsim_algo_cost *cost = dsim_algo_cost_of(algo);
+    size_t elems = bytes / sizeof(float);
+    size_t m = cost && ranks > 0 ? cost->msg_elems(elems, ranks) : elems;
     return (m ? m : 1) * sizeof(float);
 }
 
@@ -530,7 +430,8 @@ int dsim_calib_xranks(dsim_algo algo, int ranks)
     /* ring's and rhd's steps move a message from every rank at once; tree's
      * and reduce_to_one's move one or a few, each alone on a core: a pair
      * exchanging is what they see, not a crowd of p */
-    return algo == DSIM_ALGO_RING || algo == DSIM_ALGO_RHD || ranks < 2 ? ranks : 2;
+    const dsim_algo_cost *cost = dsim_algo_cost_of(algo);
+    return (cost && cost->every_rank_sends) || ranks < 2 ? ranks : 2;
 }
 
 void dsim_calib_topology(const dsim_calib *c, int xranks, size_t msg, double step_copy_s,
@@ -559,36 +460,14 @@ void dsim_calib_topology(const dsim_calib *c, int xranks, size_t msg, double ste
 
 /* Bytes an algorithm copies locally, sendbuf into recvbuf (or scratch), on
  * all ranks together, out of place: not a transfer, so not in the
- * schedule, yet CPU time all the same. From src/coll: ring copies each block
- * just before combining into it, (p-1)/p of the buffer per rank; rhd copies
- * the half it keeps at the first halving (a power of two of ranks; a folded
- * rank copies the whole); tree copies the whole into its accumulator on
- * every rank that receives in the reduce (ranks of even index); reduce_to_one
- * on rank 0 only. *serial: the copy lies on one rank's path alone (tree's
- * and reduce_to_one's root), not spread over the cores. */
+ * schedule, yet CPU time all the same (each algorithm's in algo_cost.c). */
 double dsim_calib_local_copy(dsim_algo algo, int p, double n, int *serial)
 {
+    const dsim_algo_cost *cost = dsim_algo_cost_of(algo);
     *serial = 0;
-    if (p <= 1)
+    if (p <= 1 || !cost)
         return 0;
-    switch (algo) {
-    case DSIM_ALGO_RING:
-        return (double)(p - 1) * n;
-    case DSIM_ALGO_RHD: {
-        int q = 1;
-        while (q * 2 <= p)
-            q *= 2;
-        return (double)q * n / 2 + (double)(p - q) * n;
-    }
-    case DSIM_ALGO_TREE:
-        *serial = 1;
-        return (double)((p + 1) / 2) * n;
-    case DSIM_ALGO_REDUCE_TO_ONE:
-        *serial = 1;
-        return n;
-    default:
-        return 0;
-    }
+    return cost->local_copy(p, n, serial);
 }
 
 dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes,
@@ -611,11 +490,14 @@ dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n)
     dsim_err e = DSIM_OK;
     for (int i = 0; i < n && e == DSIM_OK; i++) {
         if (rows[i].bytes < sizeof(float) || rows[i].bytes % sizeof(float) ||
-            rows[i].algo == DSIM_ALGO_AUTO)
+            !dsim_algo_cost_of(rows[i].algo)) {
+            char names[256];
             return DSIM_ERR(DSIM_EINVAL, -1,
                             "calibration: row %d: %zu B with algorithm %s; whole float32 "
-                            "elements and ring, rhd, tree or reduce_to_one needed",
-                            i, rows[i].bytes, dsim_algo_name(rows[i].algo));
+                            "elements and %s needed",
+                            i, rows[i].bytes, dsim_algo_name(rows[i].algo),
+                            dsim_algo_list(names, sizeof names, 0, ", ", " or "));
+        }
         rows[i].msg = dsim_calib_msg_bytes(rows[i].algo, c->ranks, rows[i].bytes);
         rows[i].xranks = dsim_calib_xranks(rows[i].algo, c->ranks);
         rows[i].step_copy_s = rows[i].step_reduce_s = -1;

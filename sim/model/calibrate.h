@@ -32,7 +32,7 @@
 #include "model/costmodel.h"
 
 typedef struct dsim_calib {
-    const char *engine;    /* "threads" or "processes" */
+    const char *engine;    /* the engine's name (sim/engine/engine.h), e.g. "threads" */
     const char *transport; /* "inproc" or "tcp" */
     int cores;             /* online CPUs */
     double alpha_s;        /* per message, one way (fitted intercept) */
@@ -51,8 +51,9 @@ dsim_err dsim_calib_fit_ab(const double *bytes, const double *secs, int n, doubl
 
 /* Half the round trip of a ping-pong of each size in sizes[0..n), median of
  * `reps` batches of `iters` round trips, into secs[]. engine "threads" (two
- * threads, inproc) or "processes" (this process and a forked child, tcp on
- * 127.0.0.1). */
+ * threads, inproc) or "processes" (two forked processes, tcp on
+ * 127.0.0.1). Every engine of sim/engine/engine.h with a rank program is
+ * calibrated the same way, over dsim_calib_transport's transport. */
 dsim_err dsim_calib_pingpong(const char *engine, const size_t *sizes, int n, int iters, int reps,
                              double *secs);
 
@@ -128,9 +129,9 @@ dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes
  * size, the copy rates) now, then predicts every row. */
 dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n);
 
-/* A socket listening on 127.0.0.1 on any free port (its port in *port), for
- * the tcp fabrics of forked ranks (calibration, dsim bench --engine
- * processes); -1 on failure. */
-int dsim_calib_listen_loopback(int *port);
+/* The transport an engine's calibration measures (and so the one its
+ * predictions are for): inproc where the engine runs it, else tcp. */
+struct dsim_engine_ops;
+const char *dsim_calib_transport(const struct dsim_engine_ops *eng);
 
 #endif

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "dsim/model.h"
+#include "model/cost_int.h"
 #include "model/costmodel.h"
 
 /* ---- presets ----
@@ -171,30 +172,12 @@ const dsim_device_model *dsim_device_cpu_measured(void)
 
 /* ---- the schedule evaluator ---- */
 
-typedef struct cm_xfer {
-    int src, dst;
-    double bytes;  /* moved */
-    double reduce; /* bytes dst combines after it arrives (0: a copy) */
-} cm_xfer;
-
-typedef struct cm_eval {
-    const dsim_topology *t;
-    int p;
-    int *out_n, *in_n;       /* [p]: a device's flows in this step */
-    int *nic_out, *nic_in;   /* [hosts]: inter-host flows */
-    double *arrive, *reduce; /* [p]: when the last transfer into a rank lands; its reductions */
-    double total;
-    int steps;
-} cm_eval;
-
 static int cm_host(const cm_eval *ev, int r)
 {
     return r / ev->t->devices_per_host;
 }
 
-/* One step: every transfer starts together; a rank's step ends when its last
- * incoming transfer has arrived and it has combined what it received. */
-static void cm_step(cm_eval *ev, const cm_xfer *x, int n)
+void dsim_cost_step(cm_eval *ev, const cm_xfer *x, int n)
 {
     int p = ev->p, H = ev->t->hosts;
     if (n == 0)
@@ -250,120 +233,6 @@ static void cm_step(cm_eval *ev, const cm_xfer *x, int n)
     ev->steps++;
 }
 
-/* Elements of block k of count cut into m blocks (the first count % m one
- * longer), as src/coll cuts them. */
-static double cm_block(size_t count, int m, int k)
-{
-    size_t b = count / (size_t)m;
-    return (double)(b + ((size_t)k < count % (size_t)m ? 1 : 0));
-}
-
-static void cm_ring(cm_eval *ev, cm_xfer *x, size_t count, double es)
-{
-    /* Every step of a phase moves every block once, each rank to its right
-     * neighbour, over the same links: the steps of a phase all take as long
-     * as its first, so one is evaluated and counted p - 1 times (which lets
-     * a ring of 65536 ranks be costed at once). */
-    int p = ev->p;
-    for (int phase = 0; phase < 2; phase++) {
-        for (int r = 0; r < p; r++) {
-            /* reduce-scatter step 0: rank r sends block r; all-gather step
-             * 0: block r + 1 */
-            int blk = (r + (phase ? 1 : 0)) % p;
-            double b = cm_block(count, p, blk) * es;
-            x[r] = (cm_xfer){r, (r + 1) % p, b, phase ? 0 : b};
-        }
-        double before = ev->total;
-        cm_step(ev, x, p);
-        ev->total = before + (ev->total - before) * (double)(p - 1);
-        ev->steps += p - 2;
-    }
-}
-
-static int cm_pow2_floor(int p)
-{
-    int q = 1;
-    while (q * 2 <= p)
-        q *= 2;
-    return q;
-}
-
-static void cm_rhd(cm_eval *ev, cm_xfer *x, size_t count, double es)
-{
-    int p = ev->p, q = cm_pow2_floor(p), rem = p - q;
-    double all = (double)count * es;
-    int n = 0;
-    /* fold: even ranks of the first 2 rem into their odd neighbours */
-    for (int r = 0; r < 2 * rem; r += 2)
-        x[n++] = (cm_xfer){r, r + 1, all, all};
-    cm_step(ev, x, n);
-    /* the q ranks left: new rank v is old rank (v < rem ? 2v + 1 : v + rem) */
-    int lg = 0;
-    while ((1 << lg) < q)
-        lg++;
-    double seg = (double)count; /* elements each rank still owns, largest share */
-    for (int k = 0; k < lg; k++) {
-        int d = q >> (k + 1);
-        double half = ceil(seg / 2);
-        n = 0;
-        for (int v = 0; v < q; v++) {
-            int peer = v ^ d;
-            int a = v < rem ? 2 * v + 1 : v + rem, b = peer < rem ? 2 * peer + 1 : peer + rem;
-            x[n++] = (cm_xfer){a, b, half * es, half * es};
-        }
-        cm_step(ev, x, n);
-        seg = half;
-    }
-    for (int k = lg - 1; k >= 0; k--) {
-        int d = q >> (k + 1);
-        n = 0;
-        for (int v = 0; v < q; v++) {
-            int peer = v ^ d;
-            int a = v < rem ? 2 * v + 1 : v + rem, b = peer < rem ? 2 * peer + 1 : peer + rem;
-            x[n++] = (cm_xfer){a, b, seg * es, 0};
-        }
-        cm_step(ev, x, n);
-        seg = seg * 2 > (double)count ? (double)count : seg * 2;
-    }
-    n = 0;
-    for (int r = 0; r < 2 * rem; r += 2)
-        x[n++] = (cm_xfer){r + 1, r, all, 0};
-    cm_step(ev, x, n);
-}
-
-static void cm_tree(cm_eval *ev, cm_xfer *x, size_t count, double es)
-{
-    int p = ev->p, L = 0;
-    while ((1 << L) < p)
-        L++;
-    double all = (double)count * es;
-    for (int k = 0; k < L; k++) { /* reduce toward rank 0 */
-        int n = 0, d = 1 << k;
-        for (int v = d; v < p; v += 2 * d)
-            x[n++] = (cm_xfer){v, v - d, all, all};
-        cm_step(ev, x, n);
-    }
-    for (int k = L - 1; k >= 0; k--) { /* broadcast from rank 0 */
-        int n = 0, d = 1 << k;
-        for (int v = d; v < p; v += 2 * d)
-            x[n++] = (cm_xfer){v - d, v, all, 0};
-        cm_step(ev, x, n);
-    }
-}
-
-static void cm_r2o(cm_eval *ev, cm_xfer *x, size_t count, double es)
-{
-    int p = ev->p, n = 0;
-    double all = (double)count * es;
-    for (int r = 1; r < p; r++)
-        x[n++] = (cm_xfer){r, 0, all, all};
-    cm_step(ev, x, n);
-    n = 0;
-    for (int r = 1; r < p; r++)
-        x[n++] = (cm_xfer){0, r, all, 0};
-    cm_step(ev, x, n);
-}
-
 dsim_err dsim_cost_allreduce(const dsim_topology *t, dsim_algo algo, size_t bytes, size_t esize,
                              double *seconds, int *steps)
 {
@@ -382,6 +251,12 @@ dsim_err dsim_cost_allreduce(const dsim_topology *t, dsim_algo algo, size_t byte
         *steps = 0;
     if (p == 1)
         return DSIM_OK;
+    const dsim_algo_cost *cost = dsim_algo_cost_of(algo);
+    if (!cost) {
+        char names[256];
+        return DSIM_ERR(DSIM_EINVAL, -1, "cost model: algorithm %d has no schedule (%s)", (int)algo,
+                        dsim_algo_list(names, sizeof names, 0, ", ", ", "));
+    }
     cm_eval ev = {.t = t, .p = p};
     ev.out_n = calloc((size_t)p, sizeof *ev.out_n);
     ev.in_n = calloc((size_t)p, sizeof *ev.in_n);
@@ -396,25 +271,7 @@ dsim_err dsim_cost_allreduce(const dsim_topology *t, dsim_algo algo, size_t byte
         goto out;
     }
     size_t count = bytes / esize;
-    switch (algo) {
-    case DSIM_ALGO_RING:
-        cm_ring(&ev, x, count, (double)esize);
-        break;
-    case DSIM_ALGO_RHD:
-        cm_rhd(&ev, x, count, (double)esize);
-        break;
-    case DSIM_ALGO_TREE:
-        cm_tree(&ev, x, count, (double)esize);
-        break;
-    case DSIM_ALGO_REDUCE_TO_ONE:
-        cm_r2o(&ev, x, count, (double)esize);
-        break;
-    default:
-        e = DSIM_ERR(DSIM_EINVAL, -1,
-                     "cost model: algorithm %d has no schedule (ring, rhd, tree, reduce_to_one)",
-                     (int)algo);
-        goto out;
-    }
+    cost->schedule(&ev, x, count, (double)esize);
     *seconds = ev.total;
     if (steps)
         *steps = ev.steps;
@@ -431,25 +288,10 @@ out:
 
 double dsim_cost_allreduce_formula(dsim_algo algo, int p, double n, double a, double b, double g)
 {
+    const dsim_algo_cost *cost = dsim_algo_cost_of(algo);
     if (p <= 1)
         return 0;
-    double P = p;
-    switch (algo) {
-    case DSIM_ALGO_RING:
-        return 2 * (P - 1) * a + 2 * (P - 1) / P * n * b + (P - 1) / P * n * g;
-    case DSIM_ALGO_RHD: {
-        int q = cm_pow2_floor(p);
-        double Q = q, lg = log2(Q);
-        double t = 2 * lg * a + 2 * (Q - 1) / Q * n * b + (Q - 1) / Q * n * g;
-        return q == p ? t : t + 2 * a + 2 * n * b + n * g;
-    }
-    case DSIM_ALGO_TREE:
-        return ceil(log2(P)) * (2 * a + 2 * n * b + n * g);
-    case DSIM_ALGO_REDUCE_TO_ONE:
-        return 2 * a + 2 * (P - 1) * n * b + (P - 1) * n * g;
-    default:
-        return NAN;
-    }
+    return cost ? cost->formula(p, n, a, b, g) : NAN;
 }
 
 double dsim_cost_compute(const dsim_device_model *d, double flops_per_example, double examples)

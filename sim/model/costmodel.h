@@ -7,8 +7,9 @@
  * over the intra-host link. A reduction costs gamma per byte (the device's
  * memory bandwidth: two reads and a write per element). An all-reduce is
  * evaluated step by step over the schedule of dsim's own algorithm (ring,
- * rhd, tree, reduce_to_one: the steps src/coll runs), each step as long as
- * its slowest transfer plus the reduction that follows it.
+ * rhd, tree, reduce_to_one: the steps src/coll runs, written out in
+ * algo_cost.c), each step as long as its slowest transfer plus the
+ * reduction that follows it.
  *
  * Compute: a training step of one replica takes 3 x (forward FLOPs per
  * example) x (its examples) / (the device's peak FLOP/s x efficiency): the

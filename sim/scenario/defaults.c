@@ -16,7 +16,7 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
     dsim_optim_spec_default(&mom, DSIM_OPTIM_MOMENTUM);
     dsim_optim_spec_default(&adam, DSIM_OPTIM_ADAM);
     const dsim_network_preset *net = dsim_network_preset_find(DSIM_SCENARIO_DEF_PRESET);
-    char lat[32], bw[32], tmo[32], hint[32], htmo[32], presets[256];
+    char lat[32], bw[32], tmo[32], hint[32], htmo[32], presets[256], algos[256];
     dsim_unit_format_duration(net->latency_ns, lat, sizeof lat);
     dsim_unit_format_bandwidth(net->bandwidth_Bps, bw, sizeof bw);
     dsim_unit_format_duration(t.timeout_ns, tmo, sizeof tmo);
@@ -53,7 +53,7 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
         "strategy:\n"
         "  name: %s\n"
         "  # plugin: path/to/strategy.so   # your own (relative to this file)\n"
-        "  communication: %s            # auto | ring | rhd | tree | reduce_to_one\n"
+        "  communication: %s            # %s\n"
         "  # ps_mode: %s                # parameter_server only: sync | async\n"
         "  timeout: %s                   # every collective; 0: no deadline\n"
         "  health_check:                  # multi-host jobs without parameter servers\n"
@@ -101,14 +101,14 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
         "#   within: 30s                # within this long\n",
         DSIM_SCENARIO_DEF_SEED, DSIM_SCENARIO_DEF_ENGINE, t.hosts, t.devices_per_host, t.num_ps,
         net->name, presets, lat, bw, DSIM_SCENARIO_DEF_STRATEGY, dsim_algo_name(t.communication),
-        dsim_ps_mode_name(t.ps_mode), tmo, hint, htmo, DSIM_SCENARIO_DEF_HEALTH_RETRIES,
-        DSIM_SCENARIO_DEF_HIDDEN, dsim_optim_kind_name(t.optim.kind), t.optim.lr, mom.lr, adam.lr,
-        mom.momentum, adam.beta1, adam.beta2, adam.epsilon, DSIM_SCENARIO_DEF_EXAMPLES,
-        DSIM_SCENARIO_DEF_FEATURES, DSIM_SCENARIO_DEF_CLASSES, DSIM_SCENARIO_DEF_NOISE,
-        DSIM_SCENARIO_DEF_FILES, dsim_shard_policy_name(t.shard), dsim_shard_hint_name(t.hint),
-        (long long)t.global_batch, t.epochs, t.shuffle ? "true" : "false",
-        t.drop_remainder ? "true" : "false", DSIM_SCENARIO_DEF_CKPT_EVERY,
-        DSIM_SCENARIO_DEF_RECOVERY);
+        dsim_algo_list(algos, sizeof algos, 1, " | ", " | "), dsim_ps_mode_name(t.ps_mode), tmo,
+        hint, htmo, DSIM_SCENARIO_DEF_HEALTH_RETRIES, DSIM_SCENARIO_DEF_HIDDEN,
+        dsim_optim_kind_name(t.optim.kind), t.optim.lr, mom.lr, adam.lr, mom.momentum, adam.beta1,
+        adam.beta2, adam.epsilon, DSIM_SCENARIO_DEF_EXAMPLES, DSIM_SCENARIO_DEF_FEATURES,
+        DSIM_SCENARIO_DEF_CLASSES, DSIM_SCENARIO_DEF_NOISE, DSIM_SCENARIO_DEF_FILES,
+        dsim_shard_policy_name(t.shard), dsim_shard_hint_name(t.hint), (long long)t.global_batch,
+        t.epochs, t.shuffle ? "true" : "false", t.drop_remainder ? "true" : "false",
+        DSIM_SCENARIO_DEF_CKPT_EVERY, DSIM_SCENARIO_DEF_RECOVERY);
     if (w < 0)
         return DSIM_ERR(DSIM_EIO, -1, "writing the default scenario failed");
     return DSIM_OK;

@@ -59,16 +59,13 @@ void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_
                         : t->num_ps > 0 ? "the health check does not run with parameter servers"
                                         : "the health check does not run on one host";
 
-    switch (f->what) {
-    case DSIM_FAULT_KILL:
-    case DSIM_FAULT_RESTART:
-    case DSIM_FAULT_PARTITION:
-    case DSIM_FAULT_PAUSE:
+    const dsim_fault_kind *k = dsim_fault_kind_of(f->what);
+    switch (k ? k->loses : DSIM_FAULT_LOSES_NOTHING) {
+    case DSIM_FAULT_LOSES_PEER:
         out->kind = DSIM_DETECT_LOSS;
         out->bound_ns = bt < bh ? bt : bh;
         break;
-    case DSIM_FAULT_DROP:
-    case DSIM_FAULT_CORRUPT:
+    case DSIM_FAULT_LOSES_MESSAGE:
         /* The peer is alive and answers its health checks: only the
          * collective timeout ends a wait for a message that never comes. */
         out->kind = DSIM_DETECT_MESSAGE;
@@ -76,7 +73,7 @@ void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_
         bh = DSIM_NO_DEADLINE;
         no_hc = "the health check sees the peer alive";
         break;
-    default:
+    case DSIM_FAULT_LOSES_NOTHING:
         out->kind = DSIM_DETECT_NONE;
         snprintf(out->text, sizeof out->text,
                  "faults[%zu] (%s): no peer or message is lost, so nothing needs detecting", i,

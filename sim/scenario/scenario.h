@@ -122,6 +122,36 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s);
 const char *dsim_scenario_engine(const dsim_scenario *s);
 void dsim_scenario_free(dsim_scenario *s);
 
+/* ---- judging a run against the scenario's expect list (judge.c) ----
+ *
+ * Above both the checks (sim/check, which know nothing of scenarios) and
+ * the parser; the functions keep the dsim_check_ names they have always
+ * had. */
+
+/* Whether running the scenario's expect list needs dsim_train_reference
+ * (false when the scenario expects an error). */
+bool dsim_check_needs_reference(const dsim_scenario *s);
+
+/* Judges a finished run against ctx->scenario's expect list.
+ *
+ * out must hold dsim_check_outcome_count(ctx->scenario) rows; *n_out gets how
+ * many were written, *n_failed how many did not meet their expectation.
+ *
+ * - expect.error: one row named "error" that passes iff the run failed with
+ *   an error whose message contains the text (run_err != DSIM_OK, message in
+ *   ctx->run->error.msg); no check runs.
+ * - otherwise one row per expect entry, in file order. A run that failed
+ *   (run_err != DSIM_OK) fails every row, expect_fail ones included: a check
+ *   expected to fail must fail on its own judgement of a finished run, not
+ *   because the run never finished.
+ * - a check that is unavailable, or whose run function returns an error,
+ *   fails with a message saying so.
+ *
+ * Returns DSIM_EINVAL only for bad arguments. */
+size_t dsim_check_outcome_count(const dsim_scenario *s);
+dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, size_t *n_out,
+                            size_t *n_failed);
+
 /* What the scenario's timeout and health check promise about one fault. */
 typedef enum dsim_detect_kind {
     DSIM_DETECT_NONE,    /* nothing is lost (delay, duplicate, reorder, slow, stagger) */

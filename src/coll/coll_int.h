@@ -237,6 +237,26 @@ static inline int dsim_coll_ceil_log2(int n)
     return l;
 }
 
+/* One allreduce algorithm: its entry in the table of algos.c, one per
+ * dsim_algo. */
+typedef struct dsim_coll_algo {
+    size_t size;         /* sizeof(dsim_coll_algo) */
+    dsim_algo algo;      /* its index in the table */
+    const char *name;    /* "ring": what dsim_algo_parse accepts and scenarios name */
+    const char *summary; /* one line, for `dsim list algorithms` */
+    /* The steps of one call on size ranks (for messages). NULL only for
+     * auto, which runs what dsim_allreduce_decide picks. */
+    int (*steps)(int size);
+    /* Runs it: size >= 2, count >= 1, sendbuf may equal recvbuf; the
+     * caller has begun x. NULL only for auto. */
+    dsim_err (*allreduce)(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
+} dsim_coll_algo;
+
+/* The entry of algorithm a; NULL when a is not a dsim_algo. */
+const dsim_coll_algo *dsim_coll_algo_get(dsim_algo a);
+/* "DSIM_ALGO_REDUCE_TO_ONE" for DSIM_ALGO_REDUCE_TO_ONE (messages). */
+const char *dsim_coll_algo_enum_name(dsim_algo a, char *buf, size_t cap);
+
 /* Allreduce algorithms. Called with size >= 2 and count >= 1; sendbuf may
  * equal recvbuf. The caller has begun x with the algorithm's step count. */
 int dsim_coll_ring_allreduce_steps(int size);

@@ -1,46 +1,14 @@
 /* Communicators and the collective entry points: argument checks, the call
  * counter and deadline (dsim_coll_begin), the choice of algorithm, and the
  * trivial cases (count 0, one rank) that need no messages. The algorithms
- * are in ring.c, rhd.c, tree.c, reduce_to_one.c and barrier.c; the choice
- * for AUTO in decide.c. */
+ * are in ring.c, rhd.c, tree.c, reduce_to_one.c and barrier.c, the
+ * allreduce ones listed in algos.c; the choice for AUTO in decide.c. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "coll_int.h"
-
-static const char *const comm_algo_names[DSIM_ALGO_COUNT] = {
-    [DSIM_ALGO_AUTO] = "auto",
-    [DSIM_ALGO_RING] = "ring",
-    [DSIM_ALGO_RHD] = "rhd",
-    [DSIM_ALGO_TREE] = "tree",
-    [DSIM_ALGO_REDUCE_TO_ONE] = "reduce_to_one",
-};
-
-const char *dsim_algo_name(dsim_algo a)
-{
-    if ((int)a < 0 || a >= DSIM_ALGO_COUNT)
-        return "unknown";
-    return comm_algo_names[a];
-}
-
-dsim_err dsim_algo_parse(const char *s, dsim_algo *out)
-{
-    if (!s || !out)
-        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_algo_parse: %s is NULL", !s ? "the name" : "out");
-    for (int a = 0; a < DSIM_ALGO_COUNT; a++) {
-        if (strcasecmp(s, comm_algo_names[a]) == 0) {
-            *out = (dsim_algo)a;
-            return DSIM_OK;
-        }
-    }
-    return DSIM_ERR(DSIM_EINVAL, -1,
-                    "unknown allreduce algorithm \"%s\"; use one of auto, ring, rhd, tree, "
-                    "reduce_to_one",
-                    s);
-}
 
 dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
 {
@@ -62,11 +30,13 @@ dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
                         "dsim_comm_create: the endpoint is rank %d, outside a communicator of "
                         "%d ranks (0..%d)",
                         rank, cfg->size, cfg->size - 1);
-    if ((int)cfg->algo < 0 || cfg->algo >= DSIM_ALGO_COUNT)
+    if ((int)cfg->algo < 0 || cfg->algo >= DSIM_ALGO_COUNT) {
+        char last[48];
         return DSIM_ERR(DSIM_EINVAL, -1,
-                        "dsim_comm_create: cfg.algo %d is not a dsim_algo (DSIM_ALGO_AUTO .. "
-                        "DSIM_ALGO_REDUCE_TO_ONE)",
-                        (int)cfg->algo);
+                        "dsim_comm_create: cfg.algo %d is not a dsim_algo (DSIM_ALGO_AUTO .. %s)",
+                        (int)cfg->algo,
+                        dsim_coll_algo_enum_name(DSIM_ALGO_COUNT - 1, last, sizeof last));
+    }
     dsim_rt *rt = dsim_ep_rt(cfg->ep);
     if (!rt)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_comm_create: the endpoint has no runtime");
@@ -214,11 +184,11 @@ static dsim_err comm_allreduce(dsim_comm *c, dsim_coll *xp, const void *sendbuf,
 {
     static const char fn[] = "dsim_allreduce";
     DSIM_CHECK(comm_check(c, fn, count, 1, t, 1, (int)op, sendbuf, "sendbuf", recvbuf, "recvbuf"));
-    if ((int)algo < 0 || algo >= DSIM_ALGO_COUNT)
-        return COMM_BAD(c,
-                        "%s: algorithm %d is not a dsim_algo; use auto, ring, rhd, tree or "
-                        "reduce_to_one",
-                        fn, (int)algo);
+    if ((int)algo < 0 || algo >= DSIM_ALGO_COUNT) {
+        char names[256];
+        return COMM_BAD(c, "%s: algorithm %d is not a dsim_algo; use %s", fn, (int)algo,
+                        dsim_algo_list(names, sizeof names, 1, ", ", " or "));
+    }
     size_t all = count * xp->esize;
     /* In place and SUM, the algorithms touch the buffer only through their
      * transfers, which a virtual communicator does not make. */
@@ -248,21 +218,10 @@ static dsim_err comm_allreduce(dsim_comm *c, dsim_coll *xp, const void *sendbuf,
         dsim_err e = dsim_reduce_finish(recvbuf, count, t, op, 1);
         return e == DSIM_OK ? e : dsim_coll_fail_local(xp, 0, e, "finishing the reduction");
     }
-    switch (algo) {
-    case DSIM_ALGO_RHD:
-        xp->nsteps = dsim_coll_rhd_allreduce_steps(c->size);
-        return dsim_coll_rhd_allreduce(xp, sendbuf, recvbuf, count);
-    case DSIM_ALGO_TREE:
-        xp->nsteps = dsim_coll_tree_allreduce_steps(c->size);
-        return dsim_coll_tree_allreduce(xp, sendbuf, recvbuf, count);
-    case DSIM_ALGO_REDUCE_TO_ONE:
-        xp->nsteps = dsim_coll_r2o_allreduce_steps(c->size);
-        return dsim_coll_r2o_allreduce(xp, sendbuf, recvbuf, count);
-    case DSIM_ALGO_RING:
-    default:
-        xp->nsteps = dsim_coll_ring_allreduce_steps(c->size);
-        return dsim_coll_ring_allreduce(xp, sendbuf, recvbuf, count);
-    }
+    /* algo is a dsim_algo other than AUTO here: its entry has both */
+    const dsim_coll_algo *al = dsim_coll_algo_get(algo);
+    xp->nsteps = al->steps(c->size);
+    return al->allreduce(xp, sendbuf, recvbuf, count);
 }
 
 dsim_err dsim_allreduce_with(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count,

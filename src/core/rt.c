@@ -121,6 +121,20 @@ dsim_err dsim_rt_create_seeded(const char *engine, uint64_t seed, dsim_rt **out)
     return DSIM_OK;
 }
 
+unsigned dsim_rt_engine_flags(const char *engine)
+{
+    unsigned flags = 0;
+    if (!engine)
+        engine = "threads";
+    pthread_mutex_lock(&rt_reg_lock);
+    rt_register_builtins_locked();
+    for (int i = 0; i < rt_nengines; i++)
+        if (strcmp(rt_engines[i]->name, engine) == 0)
+            flags = rt_engines[i]->flags;
+    pthread_mutex_unlock(&rt_reg_lock);
+    return flags;
+}
+
 void dsim_rt_destroy(dsim_rt *rt)
 {
     if (!rt)

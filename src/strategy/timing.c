@@ -33,6 +33,7 @@
 
 #include "dsim/comm.h"
 #include "dsim/log.h"
+#include "dsim/spi/rt.h"
 #include "dsim/spi/strategy.h"
 #include "dsim/strategy.h"
 #include "dsim/transport.h"
@@ -154,7 +155,7 @@ static void tm_replica_main(void *arg)
 
 static dsim_err tm_check(const dsim_train_cfg *cfg, const dsim_strategy **strat)
 {
-    if (!cfg->engine || strcmp(cfg->engine, "sim") != 0)
+    if (!(dsim_rt_engine_flags(cfg->engine) & DSIM_RT_VIRTUAL_TIME))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: a synthetic model runs timing only, which needs engine sim (the "
                         "virtual clock charges its compute and the network model its messages); "

@@ -1,6 +1,6 @@
 /* The MPI side of the comparison: times MPI_Allreduce (or MPI_Reduce_scatter_block,
  * MPI_Allgather, MPI_Bcast) with `dsim bench`'s flags, inputs, check and
- * columns (sim/cli/bench_common.c), one MPI process per rank:
+ * columns (sim/bench/bench_common.c), one MPI process per rank:
  *
  *   mpirun --allow-run-as-root --oversubscribe -np 4 mpi_bench [allreduce] -b 16M -e 64M -f 4
  *

@@ -1,4 +1,4 @@
-/* The benchmark's shared parts (sim/cli/bench_common.c): flag parsing, the
+/* The benchmark's shared parts (sim/bench/bench_common.c): flag parsing, the
  * size sweep, the bandwidth formulas, and that the verifiable inputs give
  * exactly the expected results when reduced with libdsim's own kernels in
  * any rank order, for every dtype and op. */

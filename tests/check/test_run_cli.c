@@ -455,6 +455,14 @@ static void test_run_json(void **state)
     assert_int_equal(cli_run("list", "algorithms", NULL), 0);
     cli_has(cli_out, "ring");
     cli_has(cli_out, "reduce_to_one");
+    assert_int_equal(cli_run("list", "faults", NULL), 0);
+    cli_has(cli_out, "partition");
+    cli_has(cli_out, "preempt");
+    assert_int_equal(cli_run("list", "faults", "--json", NULL), 0);
+    j = json_loads(cli_out, 0, &je);
+    assert_non_null(j);
+    assert_int_equal(json_array_size(j), 12);
+    json_decref(j);
 }
 
 /* SIGINT in the middle of a long run: exit 130, the run row unfinished,

@@ -596,6 +596,43 @@ static void test_bad_arguments(void **state)
     expect_err(dsim_algo_parse("butterfly", &al), DSIM_EINVAL, "reduce_to_one");
 }
 
+/* The table of algorithms (src/coll/algos.c): every dsim_algo has a name
+ * that parses back to it and a summary; the listing for messages names
+ * them all, in order, with the separators asked for. */
+static void test_algorithm_table(void **state)
+{
+    (void)state;
+    char all[256], some[256];
+    dsim_algo_list(all, sizeof all, 1, ", ", " or ");
+    dsim_algo_list(some, sizeof some, 0, " | ", " | ");
+    assert_true(strncmp(all, "auto, ", 6) == 0);
+    size_t off = 0;
+    for (int a = 0; a < DSIM_ALGO_COUNT; a++) {
+        const char *name = dsim_algo_name((dsim_algo)a);
+        assert_string_not_equal(name, "unknown");
+        assert_true(strlen(dsim_algo_summary((dsim_algo)a)) > 10);
+        dsim_algo back;
+        assert_int_equal(dsim_algo_parse(name, &back), DSIM_OK);
+        assert_int_equal(back, a);
+        const char *at = strstr(all + off, name);
+        assert_non_null(at);
+        off = (size_t)(at - all) + strlen(name);
+        if (a > 0)
+            assert_non_null(strstr(some, name));
+    }
+    assert_int_equal(off, strlen(all)); /* the last name ends the list */
+    char tail[64];
+    snprintf(tail, sizeof tail, " or %s", dsim_algo_name((dsim_algo)(DSIM_ALGO_COUNT - 1)));
+    assert_non_null(strstr(all, tail));
+    assert_null(strstr(some, "auto"));
+    assert_null(strstr(some, ","));
+    assert_string_equal(dsim_algo_name(DSIM_ALGO_COUNT), "unknown");
+    assert_string_equal(dsim_algo_summary(DSIM_ALGO_COUNT), "");
+    char tiny[6];
+    dsim_algo_list(tiny, sizeof tiny, 1, ", ", ", ");
+    assert_true(strlen(tiny) < sizeof tiny); /* cut, terminated */
+}
+
 /* ---- choosing the algorithm ------------------------------------------ */
 
 /* Messages each rank of 4 sends in one allreduce, by algorithm, which show
@@ -697,7 +734,7 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),        cmocka_unit_test(test_algorithm_choice),
         cmocka_unit_test(test_determinism),          cmocka_unit_test(test_absent_rank),
         cmocka_unit_test(test_stale_messages),       cmocka_unit_test(test_abort),
-        cmocka_unit_test(test_late_rank_not_absent),
+        cmocka_unit_test(test_late_rank_not_absent), cmocka_unit_test(test_algorithm_table),
     };
     return cmocka_run_group_tests_name("coll_misc", tests, NULL, NULL);
 }

@@ -464,6 +464,45 @@ static void test_recovery_gives_up(void **state)
     dsim_recovery_run_free(&r);
 }
 
+/* The table of fault kinds (sim/fault/kinds.c): every kind has a name, a
+ * summary and what it loses; the list for messages names every kind, in
+ * order; a fault that is no kind is refused, naming the kinds. */
+static void test_kind_table(void **state)
+{
+    (void)state;
+    char all[512];
+    dsim_fault_kind_list(all, sizeof all);
+    size_t off = 0;
+    for (int w = 0; w < DSIM_FAULT_WHAT_COUNT; w++) {
+        const dsim_fault_kind *k = dsim_fault_kind_of((dsim_fault_what)w);
+        assert_non_null(k);
+        assert_int_equal(k->what, w);
+        assert_true(k->size == sizeof *k);
+        assert_string_equal(k->name, dsim_fault_what_name((dsim_fault_what)w));
+        assert_true(strlen(k->summary) > 10);
+        const char *at = strstr(all + off, k->name);
+        assert_non_null(at);
+        off = (size_t)(at - all) + strlen(k->name);
+    }
+    assert_int_equal(off, strlen(all));
+    assert_non_null(strstr(all, "preempt"));
+    assert_null(dsim_fault_kind_of(DSIM_FAULT_WHAT_COUNT));
+    assert_string_equal(dsim_fault_what_name(DSIM_FAULT_WHAT_COUNT), "unknown");
+    assert_int_equal(dsim_fault_kind_of(DSIM_FAULT_KILL)->loses, DSIM_FAULT_LOSES_PEER);
+    assert_int_equal(dsim_fault_kind_of(DSIM_FAULT_CORRUPT)->loses, DSIM_FAULT_LOSES_MESSAGE);
+    assert_int_equal(dsim_fault_kind_of(DSIM_FAULT_DELAY)->loses, DSIM_FAULT_LOSES_NOTHING);
+
+    dsim_fault f[2] = {fl_fault(DSIM_FAULT_KILL), fl_fault(DSIM_FAULT_KILL)};
+    f[1].what = (dsim_fault_what)99;
+    dsim_faults *fs = NULL;
+    assert_int_equal(dsim_faults_create(f, 2, 1, 2, 2, 0, &fs), DSIM_EINVAL);
+    assert_null(fs);
+    assert_non_null(strstr(dsim_errmsg(), "faults[1].what is 99"));
+    assert_non_null(strstr(dsim_errmsg(), "preempt"));
+    assert_int_equal(dsim_faults_create(f, 1, 1, 2, 2, 0, &fs), DSIM_OK);
+    dsim_faults_destroy(fs);
+}
+
 int main(int argc, char **argv)
 {
     fl_transport = argc > 1 ? argv[1] : NULL;
@@ -485,6 +524,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_same_seed_same_events),
         cmocka_unit_test(test_recovery_ends_equal_to_a_clean_run),
         cmocka_unit_test(test_recovery_gives_up),
+        cmocka_unit_test(test_kind_table),
     };
     return cmocka_run_group_tests(tests, fl_setup, fl_teardown);
 }

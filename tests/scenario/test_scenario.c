@@ -532,6 +532,10 @@ static const err_case err_cases[] = {
     /* faults */
     {"name: a\nfaults:\n  - at_step: 1\n", 3, 5, {"faults[0].what: missing", "kill, restart"}},
     {"name: a\nfaults:\n  - what: explode\n    at_step: 1\n", 3, 11, {"'explode' is not a fault"}},
+    /* every kind is named, the preemption notice too (fault/kinds.c's table) */
+    {"name: a\nfaults:\n  - {at_step: 1, rank: 0}\n", 3, 5,
+     {"faults[0].what: missing", "pause, preempt"}},
+    {"name: a\nfaults:\n  - {what: bogus, at_step: 1}\n", 3, 12, {"stagger, pause, preempt"}},
     {"name: a\nfaults:\n  - {what: drop, at_step: 1, probability: 0.5}\n", 3, 30,
      {"faults[0].probability: a fault has one 'when'", "at_step is already given"}},
     {"name: a\nfaults:\n  - {what: drop}\n", 3, 6, {"faults[0]: the drop fault has no 'when'"}},

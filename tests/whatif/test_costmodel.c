@@ -157,12 +157,43 @@ static void test_presets_and_parsing(void **state)
     assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_AUTO, 4096, 4, &s, NULL), DSIM_EINVAL);
 }
 
+/* Every algorithm src/coll runs has its cost (sim/model/algo_cost.c): a
+ * schedule that agrees with its closed form, and what calibration needs;
+ * auto, which is not an algorithm of its own, has none. */
+static void test_every_algorithm_has_a_cost(void **state)
+{
+    (void)state;
+    const double alpha = 10e-6, bw = 1e9, mem = 100e9;
+    size_t bytes = (size_t)720720 * 4;
+    for (int a = DSIM_ALGO_AUTO + 1; a < DSIM_ALGO_COUNT; a++) {
+        for (int p = 2; p <= 9; p++) {
+            dsim_topology t = flat(p, alpha, bw, mem);
+            double got = 0;
+            int steps = 0;
+            assert_int_equal(dsim_cost_allreduce(&t, (dsim_algo)a, bytes, 4, &got, &steps),
+                             DSIM_OK);
+            double want = dsim_cost_allreduce_formula((dsim_algo)a, p, (double)bytes, alpha,
+                                                      1.0 / bw, 3.0 / mem);
+            char what[96];
+            snprintf(what, sizeof what, "%s, %d ranks", dsim_algo_name((dsim_algo)a), p);
+            assert_close(got, want, what);
+            assert_true(steps > 0 && got > 0);
+        }
+    }
+    dsim_topology t = flat(4, alpha, bw, mem);
+    double s = 0;
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_AUTO, 4096, 4, &s, NULL), DSIM_EINVAL);
+    assert_true(isnan(dsim_cost_allreduce_formula(DSIM_ALGO_AUTO, 4, 4096, alpha, 1, 1)));
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_COUNT, 4096, 4, &s, NULL), DSIM_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formulas),
         cmocka_unit_test(test_nic_sharing),
         cmocka_unit_test(test_presets_and_parsing),
+        cmocka_unit_test(test_every_algorithm_has_a_cost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

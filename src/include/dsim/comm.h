@@ -62,9 +62,17 @@ typedef enum dsim_algo {
     DSIM_ALGO_COUNT
 } dsim_algo;
 
-/* "auto", "ring", "rhd", "tree", "reduce_to_one". */
+/* "auto", "ring", "rhd", "tree", "reduce_to_one"; "unknown" when a is not a
+ * dsim_algo. */
 const char *dsim_algo_name(dsim_algo a);
 dsim_err dsim_algo_parse(const char *s, dsim_algo *out);
+/* One line on what algorithm a does ("" when a is not a dsim_algo). */
+const char *dsim_algo_summary(dsim_algo a);
+/* The algorithms' names for a message, in the enum's order, written into
+ * buf[cap] and returned: with_auto puts "auto" first; sep goes between
+ * names and last before the last one (NULL: ", "). E.g. (0, ", ", " or ")
+ * gives "ring, rhd, tree or reduce_to_one". */
+const char *dsim_algo_list(char *buf, size_t cap, int with_auto, const char *sep, const char *last);
 
 /* The decision function: which algorithm AUTO uses for an allreduce of
  * `bytes` bytes over `nranks` ranks. */

@@ -126,6 +126,7 @@
 
 #include "dsim/log.h"
 #include "dsim/spi/auth.h"
+#include "dsim/spi/rt.h"
 #include "dsim/spi/transport.h"
 
 #define TCP_HDR_LEN       48
@@ -2215,8 +2216,7 @@ static dsim_err tcp_fabric_open(dsim_fabric *f, const char *options)
     tf->nranks = dsim_fabric_nranks(f);
     tf->abort_peer = -1;
     atomic_init(&tf->aborted, 0);
-    const char *engine = dsim_rt_name(tf->rt);
-    if (engine && strcmp(engine, "sim") == 0)
+    if (dsim_rt_engine_flags(dsim_rt_name(tf->rt)) & DSIM_RT_VIRTUAL_TIME)
         return DSIM_ERR(DSIM_ENOTSUP, -1,
                         "the tcp transport needs a wall-clock engine (threads or processes); "
                         "the sim engine runs on virtual time: use inproc there");

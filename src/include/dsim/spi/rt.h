@@ -54,6 +54,15 @@ struct dsim_rt_ops {
  * seed (one OS thread, virtual time): the dispatch then keeps the trace hash
  * (dsim_rt_trace); other engines' hashes stay 0. */
 #define DSIM_RT_DETERMINISTIC 1u
+/* Time is the engine's own clock, moved by the charges and the waits of its
+ * workers, not the wall's: what waits on the OS (sockets, epoll, a real
+ * sleep) cannot run under it. */
+#define DSIM_RT_VIRTUAL_TIME 2u
+
+/* The flags of the engine registered as `engine` (NULL: "threads"); 0 when
+ * no engine has that name. For code that must refuse an engine before it
+ * creates one. */
+unsigned dsim_rt_engine_flags(const char *engine);
 
 struct dsim_rt {
     const struct dsim_rt_ops *ops;

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "dsim/comm.h"
+
 static const char *const bench_coll_names[BENCH_COLL_COUNT] = {
     [BENCH_ALLREDUCE] = "allreduce",
     [BENCH_REDUCE_SCATTER] = "reduce_scatter",
@@ -165,9 +167,7 @@ static const bench_flag bench_flags[] = {
      "allreduce time, with its error (allreduce; threads over inproc, or processes; "
      "default 0)"},
     {0, "engine", BENCH_K_ENGINE, BENCH_FLAG_DSIM,
-     "threads (every rank a thread of this process), or processes (every rank a forked "
-     "process, connected by tcp over 127.0.0.1, as the processes engine runs a job) "
-     "(default threads)"},
+     "the engine that runs the ranks (engines: below; default threads)"},
 };
 #define BENCH_NFLAGS (sizeof bench_flags / sizeof bench_flags[0])
 
@@ -276,10 +276,9 @@ static int bench_apply(const char *prog, const char *shown, const bench_flag *f,
         return 0;
     case BENCH_K_ALGO:
         if (!*val) {
-            fprintf(err,
-                    "%s: %s '' is not an algorithm; accepted: auto, ring, rhd, tree, "
-                    "reduce_to_one\n",
-                    prog, shown);
+            char names[256];
+            fprintf(err, "%s: %s '' is not an algorithm; accepted: %s\n", prog, shown,
+                    dsim_algo_list(names, sizeof names, 1, ", ", ", "));
             return 2;
         }
         o->algo = val;
@@ -300,9 +299,9 @@ static int bench_apply(const char *prog, const char *shown, const bench_flag *f,
         o->fingerprint = (int)v;
         return 0;
     case BENCH_K_ENGINE:
-        if (strcmp(val, "threads") != 0 && strcmp(val, "processes") != 0) {
-            fprintf(err, "%s: %s '%s' is not an engine; accepted: threads, processes\n", prog,
-                    shown, val);
+        if (!*val) {
+            fprintf(err, "%s: %s '' is not an engine; name one (see '%s --help')\n", prog, shown,
+                    prog);
             return 2;
         }
         o->engine = val;

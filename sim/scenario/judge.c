@@ -1,10 +1,27 @@
-/* Running a scenario's expect list against a finished run. */
+/* Judging a finished run against its scenario's expect list (scenario.h):
+ * each check it names runs (sim/check), and its verdict is held against
+ * what the scenario expects of it; or the run's error against expect.error.
+ * It sits above both the checks and the parser, so that the checks need
+ * nothing from the scenario but what their context carries. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "check/check_int.h"
 #include "scenario/scenario.h"
+
+/* Writes a message into msg[cap], cut if need be (a long peer message is
+ * cut rather than refused by -Wformat-truncation). */
+static void judge_msg(char *msg, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void judge_msg(char *msg, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+}
 
 bool dsim_check_needs_reference(const dsim_scenario *s)
 {
@@ -44,18 +61,18 @@ static void expect_error_row(const dsim_check_ctx *ctx, dsim_check_outcome *o)
     expect_set(o, "error", false);
     const char *got = ctx->run ? ctx->run->error.msg : "";
     if (ctx->run_err == DSIM_OK) {
-        dsim_check_msg(o->result.message, sizeof o->result.message,
-                       "the run succeeded, but the scenario expects it to fail with an error "
-                       "containing \"%s\"",
-                       want);
+        judge_msg(o->result.message, sizeof o->result.message,
+                  "the run succeeded, but the scenario expects it to fail with an error "
+                  "containing \"%s\"",
+                  want);
     } else if (!strstr(got, want)) {
-        dsim_check_msg(o->result.message, sizeof o->result.message,
-                       "the run failed as expected, but with \"%s\" (%s), which does not contain "
-                       "\"%s\"",
-                       got, dsim_strerror(ctx->run_err), want);
+        judge_msg(o->result.message, sizeof o->result.message,
+                  "the run failed as expected, but with \"%s\" (%s), which does not contain "
+                  "\"%s\"",
+                  got, dsim_strerror(ctx->run_err), want);
     } else {
         o->check_passed = true;
-        dsim_check_msg(o->result.message, sizeof o->result.message, "failed as expected: %s", got);
+        judge_msg(o->result.message, sizeof o->result.message, "failed as expected: %s", got);
     }
     o->result.passed = o->check_passed;
     o->passed = o->check_passed;
@@ -68,6 +85,9 @@ dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, 
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "dsim_check_run_all needs a scenario, a run and room for the outcomes");
     const dsim_scenario *s = ctx->scenario;
+    /* what the checks read of the scenario: its faults (node_loss) */
+    dsim_check_ctx cx = *ctx;
+    cx.n_faults = s->n_faults;
     *n_out = 0;
     *n_failed = 0;
     if (s->expect_error) {
@@ -85,20 +105,20 @@ dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, 
         size_t cap = sizeof o->result.message;
         bool judged = false;
         if (!c) {
-            dsim_check_msg(msg, cap, "no check given");
+            judge_msg(msg, cap, "no check given");
         } else if (ctx->run_err != DSIM_OK && !c->judges_failed_runs) {
-            dsim_check_msg(msg, cap, "the run failed before it could be judged: %s (%s)",
-                           ctx->run->error.msg[0] ? ctx->run->error.msg : "no message",
-                           dsim_strerror(ctx->run_err));
+            judge_msg(msg, cap, "the run failed before it could be judged: %s (%s)",
+                      ctx->run->error.msg[0] ? ctx->run->error.msg : "no message",
+                      dsim_strerror(ctx->run_err));
         } else if (!c->available || !c->run) {
-            dsim_check_msg(msg, cap, "the %s check is not available in this build yet", c->name);
+            judge_msg(msg, cap, "the %s check is not available in this build yet", c->name);
         } else if (s->train.synthetic_params > 0 && !c->judges_timing_only) {
             /* Neither passed nor failed: there is nothing to judge. */
-            dsim_check_msg(msg, cap,
-                           "not applicable: a timing-only run (model.synthetic) moves no "
-                           "numbers -- no parameters, gradients, losses or examples -- so %s "
-                           "has nothing to compare; run a real model for it",
-                           c->name);
+            judge_msg(msg, cap,
+                      "not applicable: a timing-only run (model.synthetic) moves no "
+                      "numbers -- no parameters, gradients, losses or examples -- so %s "
+                      "has nothing to compare; run a real model for it",
+                      c->name);
             o->not_applicable = true;
             o->check_passed = !o->expect_fail;
             o->passed = true;
@@ -109,11 +129,11 @@ dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, 
             memset(&r, 0, sizeof r);
             r.measured = NAN;
             r.expected = NAN;
-            dsim_err err = c->run(ctx, e->values, &r);
+            dsim_err err = c->run(&cx, e->values, &r);
             if (err != DSIM_OK) {
                 r.passed = false;
-                dsim_check_msg(r.message, sizeof r.message, "the check could not run: %s (%s)",
-                               dsim_errmsg(), dsim_strerror(err));
+                judge_msg(r.message, sizeof r.message, "the check could not run: %s (%s)",
+                          dsim_errmsg(), dsim_strerror(err));
             }
             o->result = r;
             o->check_passed = r.passed;
@@ -125,11 +145,11 @@ dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, 
         o->passed = judged && o->check_passed != o->expect_fail;
         if (judged && o->expect_fail && !o->check_passed) {
             char tmp[sizeof o->result.message];
-            dsim_check_msg(tmp, sizeof tmp, "failed as expected: %s", o->result.message);
+            judge_msg(tmp, sizeof tmp, "failed as expected: %s", o->result.message);
             memcpy(o->result.message, tmp, sizeof tmp);
         } else if (judged && o->expect_fail && o->check_passed) {
             char tmp[sizeof o->result.message];
-            dsim_check_msg(tmp, sizeof tmp, "expected to fail, but passed: %s", o->result.message);
+            judge_msg(tmp, sizeof tmp, "expected to fail, but passed: %s", o->result.message);
             memcpy(o->result.message, tmp, sizeof tmp);
         }
         if (!o->passed)
@@ -140,9 +160,9 @@ dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, 
     if (s->n_expect == 0 && ctx->run_err != DSIM_OK) {
         dsim_check_outcome *o = &out[0];
         expect_set(o, "run", false);
-        dsim_check_msg(o->result.message, sizeof o->result.message, "the run failed: %s (%s)",
-                       ctx->run->error.msg[0] ? ctx->run->error.msg : "no message",
-                       dsim_strerror(ctx->run_err));
+        judge_msg(o->result.message, sizeof o->result.message, "the run failed: %s (%s)",
+                  ctx->run->error.msg[0] ? ctx->run->error.msg : "no message",
+                  dsim_strerror(ctx->run_err));
         *n_out = 1;
         *n_failed = 1;
     }

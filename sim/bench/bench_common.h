@@ -5,8 +5,8 @@
  *
  * Uses libdsim's dtype and reduce helpers only; nothing here knows about
  * communicators, transports or MPI. */
-#ifndef DSIM_CLI_BENCH_COMMON_H
-#define DSIM_CLI_BENCH_COMMON_H
+#ifndef DSIM_SIM_BENCH_COMMON_H
+#define DSIM_SIM_BENCH_COMMON_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -52,7 +52,7 @@ typedef struct bench_opts {
     const char *transport; /* --transport as given, default "inproc"; the caller checks it */
     int fingerprint;       /* --fingerprint, default 1: collective fingerprints checked */
     int model;             /* --model 1: the calibrated cost model beside each time */
-    const char *engine;    /* --engine threads (default) or processes */
+    const char *engine;    /* --engine as given, default "threads"; the caller checks it */
 } bench_opts;
 
 void bench_opts_default(bench_opts *o);

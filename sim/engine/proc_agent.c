@@ -1,0 +1,221 @@
+/* The processes engine's agent: a task of a job over machines, under a
+ * chief elsewhere (processes.h, dsim_proc_agent). For each attempt the
+ * chief starts, it forks the task's child, relays the child's records to
+ * the chief whole, applies the signals the chief sends and ends the pauses
+ * its child begins. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dsim/log.h"
+#include "proc_int.h"
+
+/* One attempt's relay. */
+typedef struct pr_relay {
+    pid_t pid;
+    int pfd, chief_fd;
+    pr_reader rd;
+    int64_t cont_at; /* SIGCONT due, or 0 */
+    bool pipe_open, exited;
+    int st; /* the child's wait status once exited */
+    int rc; /* 1 going on, 0 the chief said goodbye, -1 its connection broke */
+} pr_relay;
+
+/* A command from the chief. */
+static void pr_relay_command(pr_relay *r)
+{
+    uint32_t type, len;
+    unsigned char *cb;
+    if (!pr_command(r->chief_fd, &type, &cb, &len)) {
+        kill(r->pid, SIGKILL);
+        r->rc = -1;
+        r->chief_fd = -1;
+    } else if (type == PC_SIGNAL && len >= sizeof(int32_t)) {
+        int32_t sig;
+        memcpy(&sig, cb, sizeof sig);
+        if (!r->exited)
+            kill(r->pid, sig);
+    } else if (type == PC_BYE) {
+        kill(r->pid, SIGKILL);
+        r->rc = 0;
+    }
+    free(cb);
+}
+
+/* Whole records from the child to the chief, so that a PAUSE is seen here
+ * and the chief's reader never meets half of one. */
+static void pr_relay_records(pr_relay *r)
+{
+    int k;
+    while ((k = pr_reader_next(r->pfd, &r->rd)) == 1) {
+        const pr_reader *rd = &r->rd;
+        if (rd->hdr[0] == PR_PAUSE && rd->hdr[1] >= sizeof(pr_pause)) {
+            pr_pause p;
+            memcpy(&p, rd->body, sizeof p);
+            if (p.duration_ns > 0)
+                r->cont_at = pr_now() + p.duration_ns;
+        }
+        if (!pr_sock_send(r->chief_fd, rd->hdr[0], rd->body, rd->hdr[1])) {
+            kill(r->pid, SIGKILL);
+            r->rc = -1;
+            return;
+        }
+    }
+    if (k < 0)
+        r->pipe_open = false;
+}
+
+/* Relays one attempt's child to the chief until it ends. Returns 1 when the
+ * attempt ended, 0 when the chief said goodbye, -1 when its connection
+ * broke. */
+static int pr_agent_attempt(pid_t pid, int pfd, int chief_fd)
+{
+    pr_relay r = {.pid = pid, .pfd = pfd, .chief_fd = chief_fd, .pipe_open = true, .rc = 1};
+    while (r.pipe_open || !r.exited) {
+        struct pollfd pf[2] = {{.fd = r.pipe_open ? pfd : -1, .events = POLLIN},
+                               {.fd = r.chief_fd, .events = POLLIN}};
+        int n = poll(pf, 2, 20);
+        if (n < 0 && errno != EINTR)
+            break;
+        if (r.cont_at && pr_now() >= r.cont_at) {
+            r.cont_at = 0;
+            kill(pid, SIGCONT);
+        }
+        if (pf[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+            pr_relay_command(&r);
+            if (r.rc != 1)
+                break;
+        }
+        if (r.pipe_open && (pf[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+            pr_relay_records(&r);
+            if (r.rc != 1)
+                break;
+        }
+        if (!r.exited && waitpid(pid, &r.st, WNOHANG) == pid)
+            r.exited = true;
+    }
+    pr_reader_free(&r.rd);
+    if (!r.exited)
+        waitpid(pid, &r.st, 0);
+    close(pfd);
+    if (r.rc == 1) {
+        pr_exit x = {.sig = WIFSIGNALED(r.st) ? WTERMSIG(r.st) : 0,
+                     .code = WIFEXITED(r.st) ? WEXITSTATUS(r.st) : -1};
+        if (!pr_sock_send(r.chief_fd, PR_EXIT, &x, sizeof x))
+            r.rc = -1;
+    }
+    return r.rc;
+}
+
+/* The tcp options of this task: every rank's address, its own ranks and
+ * their listeners. */
+static char *pr_agent_options(const dsim_proc_hosts *h, int lo, int hi)
+{
+    size_t cap = strlen(h->addrs) + (h->tcp_extra ? strlen(h->tcp_extra) : 0) + 64 +
+                 (size_t)(hi - lo + 1) * 12;
+    char *opts = malloc(cap);
+    if (!opts)
+        return NULL;
+    size_t o = (size_t)snprintf(opts, cap, "addrs=%s,local=%d-%d,listen_fds=", h->addrs, lo, hi);
+    for (int r = lo; r <= hi; r++)
+        o += (size_t)snprintf(opts + o, cap - o, "%s%d", r > lo ? ";" : "", h->listen_fds[r - lo]);
+    if (h->tcp_extra && *h->tcp_extra)
+        snprintf(opts + o, cap - o, ",%s", h->tcp_extra);
+    return opts;
+}
+
+/* One attempt the chief started (body: restore, then done[] per fault):
+ * forks the task's child and relays it. 1 the attempt ended, 0 the chief
+ * said goodbye, -1 an error (set). */
+static int pr_agent_start(const dsim_train_cfg *cfg, const dsim_proc_attempt *tmpl,
+                          const unsigned char *body, const dsim_proc_hosts *h, int chief_fd,
+                          const char *opts)
+{
+    size_t n_faults = tmpl->n_faults;
+    int lo, hi;
+    dsim_proc_task_ranks(cfg, h->task, &lo, &hi);
+    bool *done = calloc(n_faults ? n_faults : 1, sizeof *done);
+    if (!done) {
+        DSIM_ERR(DSIM_ENOMEM, -1, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n_faults; i++)
+        done[i] = body[1 + i] != 0;
+    dsim_train_cfg cc = *cfg;
+    cc.restore = body[0] != 0;
+    dsim_proc_attempt pa = *tmpl;
+    pa.fault_done = done;
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) != 0) {
+        free(done);
+        DSIM_ERR(DSIM_EIO, -1, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int err = errno;
+        close(pfd[0]);
+        close(pfd[1]);
+        free(done);
+        DSIM_ERR(DSIM_EIO, -1, "fork: %s", strerror(err));
+        return -1;
+    }
+    if (pid == 0) {
+        pr_child_prep(pfd[0]);
+        close(chief_fd);
+        pr_child_main(&cc, &pa, pfd[1], lo, hi, opts);
+        _exit(99);
+    }
+    free(done);
+    close(pfd[1]);
+    fcntl(pfd[0], F_SETFL, fcntl(pfd[0], F_GETFL) | O_NONBLOCK);
+    dsim_debug("dsim worker: task %d (ranks %d..%d) is pid %d", h->task, lo, hi, (int)pid);
+    int rc = pr_agent_attempt(pid, pfd[0], chief_fd);
+    if (rc < 0)
+        DSIM_ERR(DSIM_EPEER, 0, "the connection to the chief broke during the job");
+    return rc;
+}
+
+dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, size_t n_faults,
+                         uint64_t seed, const dsim_proc_hosts *h, int chief_fd)
+{
+    int lo, hi;
+    dsim_proc_task_ranks(cfg, h->task, &lo, &hi);
+    char *opts = pr_agent_options(h, lo, hi);
+    if (!opts)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory");
+    dsim_proc_attempt tmpl = {.faults = faults, .n_faults = n_faults, .seed = seed};
+    dsim_err e = DSIM_OK;
+    for (;;) {
+        uint32_t type, len;
+        unsigned char *body;
+        if (!pr_command(chief_fd, &type, &body, &len)) {
+            e = DSIM_ERR(DSIM_EPEER, 0, "the chief closed its connection before the job ended");
+            break;
+        }
+        if (type == PC_BYE) {
+            free(body);
+            break;
+        }
+        if (type != PC_START || len < 1 + n_faults) {
+            free(body);
+            continue; /* a signal between attempts: nothing runs */
+        }
+        int rc = pr_agent_start(cfg, &tmpl, body, h, chief_fd, opts);
+        free(body);
+        if (rc < 0)
+            e = dsim_last_error()->code;
+        if (rc <= 0)
+            break;
+    }
+    free(opts);
+    return e;
+}

@@ -1,0 +1,212 @@
+/* The processes engine's child: one task's ranks under dsim_train, with
+ * tcp between the tasks, and everything it sees sent to its parent as
+ * records (proc_wire.h): every step of every replica, its fault events, its
+ * phases when the parent records them, and at the end its part of the
+ * result. Kills and pauses of its own faults are real: a SIGKILL or SIGSTOP
+ * of the process itself. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "fault/msglog.h"
+#include "proc_int.h"
+
+typedef struct pr_child {
+    int fd;
+    pthread_mutex_t mu;
+    dsim_faults *fs;
+    int lo, hi; /* its ranks */
+    size_t events_sent;
+} pr_child;
+
+static void pr_send2(pr_child *c, uint32_t type, const void *a, size_t na, const void *b, size_t nb)
+{
+    uint32_t h[2] = {type, (uint32_t)(na + nb)};
+    pthread_mutex_lock(&c->mu);
+    pr_write_all(c->fd, h, sizeof h);
+    if (na)
+        pr_write_all(c->fd, a, na);
+    if (nb)
+        pr_write_all(c->fd, b, nb);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void pr_send(pr_child *c, uint32_t type, const void *p, size_t n)
+{
+    pr_send2(c, type, p, n, NULL, 0);
+}
+
+static void pr_send_events(pr_child *c)
+{
+    if (!c->fs)
+        return;
+    const dsim_fault_event *ev = NULL;
+    size_t n = dsim_faults_events(c->fs, &ev);
+    for (; c->events_sent < n; c->events_sent++)
+        pr_send(c, PR_EVENT, &ev[c->events_sent], sizeof ev[0]);
+}
+
+static void pr_child_observer(const dsim_train_step_info *info, void *user)
+{
+    pr_child *c = user;
+    pr_step s = {.info = *info};
+    s.info.ids = NULL;
+    pr_send2(c, PR_STEP, &s, sizeof s, info->ids,
+             info->ids ? info->examples * sizeof(uint64_t) : 0);
+}
+
+/* The driver's phase hook in a child whose parent records the phases
+ * (a->on_phase): the entry goes to the parent with the child's time. */
+static dsim_hook_action pr_child_phase(void *user, int replica, dsim_phase p, uint64_t gs)
+{
+    pr_child *c = user;
+    pr_phase ph = {.replica = replica, .phase = (int)p, .gs = gs, .t = pr_now()};
+    pr_send(c, PR_PHASE, &ph, sizeof ph);
+    return DSIM_HOOK_GO;
+}
+
+static const dsim_train_hooks pr_child_hooks = {.size = sizeof(dsim_train_hooks),
+                                                .phase = pr_child_phase};
+
+static void pr_on_kill(void *user, int rank, const char *why)
+{
+    pr_child *c = user;
+    (void)why;
+    pr_send_events(c);
+    if (rank >= c->lo && rank <= c->hi) {
+        /* A kill is a kill: the process goes, all its replicas with it. */
+        pr_send(c, PR_KILL, &rank, sizeof rank);
+        raise(SIGKILL);
+    }
+    pr_send(c, PR_KILL, &rank, sizeof rank);
+}
+
+static void pr_on_pause(void *user, int rank, int64_t duration_ns)
+{
+    pr_child *c = user;
+    pr_send_events(c);
+    pr_pause p = {.rank = rank, .duration_ns = duration_ns};
+    pr_send(c, PR_PAUSE, &p, sizeof p);
+    raise(SIGSTOP); /* the parent sends SIGCONT when the pause ends */
+}
+
+void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd, int lo, int hi,
+                   const char *options)
+{
+    pr_child c = {.fd = fd, .lo = lo, .hi = hi};
+    pthread_mutex_init(&c.mu, NULL);
+    dsim_train_cfg cc = *cfg;
+    cc.engine = "threads"; /* within a process, its devices are threads */
+    cc.transport = "tcp";
+    cc.transport_options = options;
+    cc.local_first = lo;
+    cc.local_count = hi - lo + 1;
+    cc.observer = pr_child_observer;
+    cc.observer_user = &c;
+    cc.record_params = cfg->record_params && lo == 0;
+    cc.hooks = NULL;
+    cc.transport_filter = NULL;
+    if (a && a->on_phase) {
+        cc.hooks = &pr_child_hooks; /* the faults' hooks call it after their own */
+        cc.hooks_user = &c;
+    }
+    /* its own log (the parent's copy here is not the parent's): its ranks'
+     * sends and arrivals, shipped at the end */
+    dsim_msg_log *ml = NULL;
+    if (a && a->msgs && dsim_msg_log_create(&ml) != DSIM_OK)
+        ml = NULL;
+    if (a && a->n_faults) {
+        if (dsim_faults_create(a->faults, a->n_faults, a->seed, cfg->hosts, cfg->devices_per_host,
+                               cfg->num_ps, &c.fs) == DSIM_OK) {
+            if (a->fault_done)
+                dsim_faults_mark_done(c.fs, a->fault_done, a->n_faults);
+            dsim_faults_process_hooks ph = {
+                .on_kill = pr_on_kill, .on_pause = pr_on_pause, .user = &c};
+            dsim_faults_set_process_hooks(c.fs, &ph);
+            dsim_faults_set_msg_log(c.fs, ml);
+            dsim_faults_attach(c.fs, &cc);
+        }
+    }
+    if (ml && !cc.transport_filter)
+        dsim_msg_log_attach(ml, &cc);
+    dsim_train_result res;
+    dsim_err e = dsim_train(&cc, &res);
+    int64_t t_return = pr_now();
+    pr_send_events(&c);
+    int N = cfg->hosts * cfg->devices_per_host;
+    pr_result r = {
+        .err = e,
+        .peer = res.error.peer,
+        .placement = res.placement,
+        .num_replicas_in_sync = res.num_replicas_in_sync,
+        .loss_scale = res.loss_scale,
+        .shard_applied = (int)res.shard_applied,
+        .steps_per_epoch = res.steps_per_epoch,
+        .first_step = res.first_step,
+        .steps = res.steps,
+        .initial_loss = res.initial_loss,
+        .final_loss = res.final_loss,
+        .preempted = res.preempted,
+        .preempted_at = res.preempted_at,
+        .initial_checksum = res.initial_checksum,
+        .t_start = res.t_start,
+        .t_return = t_return,
+        .has_replica = lo < N,
+    };
+    snprintf(r.msg, sizeof r.msg, "%s", res.error.msg);
+    pr_send(&c, PR_RESULT, &r, sizeof r);
+    for (int q = lo; q <= hi && q < N && res.replicas; q++) {
+        pr_end en = {.replica = q, .end = res.replicas[q]};
+        if (res.checkpoint_writes)
+            en.ckpt_writes = res.checkpoint_writes[q];
+        pr_send(&c, PR_END, &en, sizeof en);
+    }
+    if (e == DSIM_OK && lo < N && res.params)
+        pr_send(&c, PR_PARAMS, res.params, res.n_params * sizeof(float));
+    if (res.trace && e == DSIM_OK)
+        pr_send(&c, PR_TRACE, res.trace, res.steps * res.n_params * sizeof(float));
+    if (res.initial_params && e == DSIM_OK)
+        pr_send(&c, PR_INITIAL, res.initial_params, res.n_params * sizeof(float));
+    /* Its replicas' flight recorders, for the parent's flight records of a
+     * failed run; a record holds up to the recorder's 2000 calls (~100 KB). */
+    for (int q = lo; q <= hi && q < N && q < res.n_flight; q++) {
+        const dsim_fr_dump *d = &res.flight[q];
+        pr_flight hd = {
+            .rank = q, .size = d->size, .comm_id = d->comm_id, .calls = d->calls, .n = d->n};
+        pr_send2(&c, PR_FLIGHT, &hd, sizeof hd, d->entries, d->n * sizeof *d->entries);
+    }
+    if (res.n_updates)
+        pr_send(&c, PR_UPDATES, res.updates, res.n_updates * sizeof *res.updates);
+    if (c.fs) {
+        dsim_faults_stats st;
+        dsim_faults_get_stats(c.fs, &st);
+        pr_send(&c, PR_STATS, &st, sizeof st);
+    }
+    if (ml) {
+        dsim_msg_rec *h = NULL;
+        uint64_t dropped = 0;
+        size_t nh = dsim_msg_log_halves(ml, &h, &dropped);
+        pr_send2(&c, PR_MSGS, &dropped, sizeof dropped, h, nh * sizeof *h);
+    }
+    pr_send(&c, PR_DONE, NULL, 0);
+    /* No cleanup: the process ends here, and its state is the parent's
+     * copy-on-write image. */
+    _exit(0);
+}
+
+/* A forked child's first steps: it dies with its parent, takes signals as
+ * a fresh process does, and drops the pipe's read end. */
+void pr_child_prep(int read_end)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, NULL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    close(read_end);
+}

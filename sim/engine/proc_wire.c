@@ -1,0 +1,131 @@
+/* The processes engine's wire (proc_wire.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proc_wire.h"
+
+int64_t pr_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void pr_write_all(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return; /* the parent is gone: nothing to tell */
+        b += w;
+        n -= (size_t)w;
+    }
+}
+
+bool pr_sock_send(int fd, uint32_t type, const void *p, size_t n)
+{
+    uint32_t h[2] = {type, (uint32_t)n};
+    const void *part[2] = {h, p};
+    size_t len[2] = {sizeof h, n};
+    for (int i = 0; i < 2; i++) {
+        const char *b = part[i];
+        size_t left = len[i];
+        while (left) {
+            ssize_t w = send(fd, b, left, MSG_NOSIGNAL);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                return false;
+            b += w;
+            left -= (size_t)w;
+        }
+    }
+    return true;
+}
+
+bool pr_read_full(int fd, void *p, size_t n)
+{
+    char *b = p;
+    while (n) {
+        ssize_t r = read(fd, b, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        b += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+bool pr_command(int fd, uint32_t *type, unsigned char **body, uint32_t *len)
+{
+    uint32_t h[2];
+    *body = NULL;
+    if (!pr_read_full(fd, h, sizeof h) || h[1] > (1u << 20))
+        return false;
+    *type = h[0];
+    *len = h[1];
+    *body = malloc(h[1] ? h[1] : 1);
+    if (!*body || !pr_read_full(fd, *body, h[1])) {
+        free(*body);
+        *body = NULL;
+        return false;
+    }
+    return true;
+}
+
+int pr_reader_next(int fd, pr_reader *rd)
+{
+    if (rd->hdr_got == sizeof rd->hdr && rd->body_got == rd->hdr[1]) {
+        /* the last call handed a record out: start the next */
+        rd->hdr_got = 0;
+        rd->body_got = 0;
+    }
+    for (;;) {
+        if (rd->hdr_got < sizeof rd->hdr) {
+            ssize_t r = read(fd, (char *)rd->hdr + rd->hdr_got, sizeof rd->hdr - rd->hdr_got);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0 && errno == EAGAIN)
+                return 0;
+            if (r <= 0)
+                return -1;
+            rd->hdr_got += (size_t)r;
+            if (rd->hdr_got < sizeof rd->hdr)
+                continue;
+            if (rd->hdr[1] > PR_MAX_RECORD)
+                return -1; /* not a record: stop reading */
+            free(rd->body);
+            rd->body = malloc(rd->hdr[1] ? rd->hdr[1] : 1);
+            rd->body_got = 0;
+            if (!rd->body)
+                return -1;
+        }
+        if (rd->body_got < rd->hdr[1]) {
+            ssize_t r = read(fd, rd->body + rd->body_got, rd->hdr[1] - rd->body_got);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r < 0 && errno == EAGAIN)
+                return 0;
+            if (r <= 0)
+                return -1;
+            rd->body_got += (size_t)r;
+            if (rd->body_got < rd->hdr[1])
+                continue;
+        }
+        return 1;
+    }
+}
+
+void pr_reader_free(pr_reader *rd)
+{
+    free(rd->body);
+    rd->body = NULL;
+}

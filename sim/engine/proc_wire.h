@@ -1,0 +1,124 @@
+/* The processes engine's wire: the records a task's child sends its parent
+ * over a pipe (and an agent relays to the chief over its results
+ * connection), and the chief's commands to an agent.
+ *
+ * A record is [u32 type][u32 length][payload]; a child writes each whole
+ * under one mutex, so its threads' records never interleave. Payloads are
+ * the structs below, as the same build lays them out (every task of a job
+ * runs the same build: multihost.h checks it). */
+#ifndef DSIM_SIM_PROC_WIRE_H
+#define DSIM_SIM_PROC_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dsim/strategy.h"
+
+enum {
+    PR_STEP = 1,    /* a pr_step, then the step's example ids */
+    PR_EVENT,       /* a dsim_fault_event */
+    PR_KILL,        /* int rank: a kill fired (the sender dies next if it is its own) */
+    PR_PAUSE,       /* a pr_pause: the sender stops itself next */
+    PR_END,         /* a pr_end per replica */
+    PR_RESULT,      /* a pr_result */
+    PR_PARAMS,      /* the final variables */
+    PR_TRACE,       /* every step's variables (record_params) */
+    PR_UPDATES,     /* dsim_ps_update records */
+    PR_STATS,       /* dsim_faults_stats */
+    PR_DONE,        /* nothing more: the child ends */
+    PR_INITIAL,     /* the variables before the first step (record_params) */
+    PR_FLIGHT,      /* a pr_flight, then its n dsim_fr_entry */
+    PR_PHASE,       /* a pr_phase: a replica entered a phase of the driver */
+    PR_MSGS,        /* u64 frames not logged, then the child's dsim_msg_rec halves */
+    PR_EXIT = 50,   /* agent -> chief: how the task's child ended (pr_exit) */
+    PC_START = 100, /* chief -> agent: begin an attempt (restore, done[]) */
+    PC_SIGNAL,      /* chief -> agent: signal the child (i32) */
+    PC_BYE,         /* chief -> agent: the job is over */
+};
+
+/* Records longer than this are not records: the reader stops. */
+#define PR_MAX_RECORD (1u << 30)
+
+typedef struct pr_exit {
+    int32_t sig;  /* the signal that ended it, or 0 */
+    int32_t code; /* its exit status otherwise */
+} pr_exit;
+
+typedef struct pr_step {
+    dsim_train_step_info info; /* ids not valid: they follow */
+} pr_step;
+
+typedef struct pr_end {
+    int replica;
+    uint64_t ckpt_writes;
+    dsim_train_replica_end end;
+} pr_end;
+
+typedef struct pr_result {
+    dsim_err err;
+    int peer;
+    char msg[512];
+    int placement, num_replicas_in_sync;
+    float loss_scale;
+    int shard_applied;
+    uint64_t steps_per_epoch, first_step, steps;
+    double initial_loss, final_loss;
+    bool preempted;
+    uint64_t preempted_at;
+    uint64_t initial_checksum;
+    int64_t t_start;
+    int64_t t_return; /* when its dsim_train returned (CLOCK_MONOTONIC) */
+    bool has_replica;
+} pr_result;
+
+/* A replica's flight recorder (dsim/comm.h), its entries after it. */
+typedef struct pr_flight {
+    int rank, size;
+    uint32_t comm_id;
+    uint64_t calls, n;
+} pr_flight;
+
+typedef struct pr_phase {
+    int replica, phase;
+    uint64_t gs;
+    int64_t t; /* CLOCK_MONOTONIC, the steps' clock */
+} pr_phase;
+
+typedef struct pr_pause {
+    int rank;
+    int64_t duration_ns;
+} pr_pause;
+
+/* CLOCK_MONOTONIC in ns. */
+int64_t pr_now(void);
+
+/* Writes all of p to a pipe (EINTR retried; a reader gone: given up). */
+void pr_write_all(int fd, const void *p, size_t n);
+
+/* Writes a whole record to a socket (never SIGPIPE); false when it broke. */
+bool pr_sock_send(int fd, uint32_t type, const void *p, size_t n);
+
+/* Reads exactly n bytes; false at EOF or error. */
+bool pr_read_full(int fd, void *p, size_t n);
+
+/* One command from the chief (blocking); false when its connection closed.
+ * *body is malloc'd (free()). */
+bool pr_command(int fd, uint32_t *type, unsigned char **body, uint32_t *len);
+
+/* A record being read from a non-blocking descriptor. */
+typedef struct pr_reader {
+    uint32_t hdr[2]; /* type, length */
+    size_t hdr_got;
+    unsigned char *body;
+    size_t body_got;
+} pr_reader;
+
+/* Reads on from fd: 1 when a whole record is in rd (hdr, body; the next
+ * call starts the next record), 0 when nothing more is there now, -1 at
+ * EOF, an error or a length that is no record's. */
+int pr_reader_next(int fd, pr_reader *rd);
+
+void pr_reader_free(pr_reader *rd);
+
+#endif

@@ -1,0 +1,255 @@
+/* What the cost model knows about each all-reduce algorithm: the schedule
+ * src/coll runs, step by step, for the evaluator (costmodel.c); the
+ * textbook closed form; and what calibration (calibrate.c) needs: the size
+ * of the messages that dominate, whether every rank sends in every step,
+ * and the local copies an out-of-place call makes.
+ *
+ * One entry per algorithm, found through dsim_algo_cost_of, whose switch
+ * has no default: a dsim_algo added to dsim/comm.h without its cost here
+ * does not compile (-Wswitch, -Werror). What runs is src/coll/algos.c's
+ * table; what it costs is here, because the library does not carry the
+ * cost model. */
+#include <math.h>
+
+#include "model/cost_int.h"
+
+/* ---- ring: reduce-scatter then all-gather ---- */
+
+static void ring_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
+{
+    /* Every step of a phase moves every block once, each rank to its right
+     * neighbour, over the same links: the steps of a phase all take as long
+     * as its first, so one is evaluated and counted p - 1 times (which lets
+     * a ring of 65536 ranks be costed at once). */
+    int p = ev->p;
+    for (int phase = 0; phase < 2; phase++) {
+        for (int r = 0; r < p; r++) {
+            /* reduce-scatter step 0: rank r sends block r; all-gather step
+             * 0: block r + 1 */
+            int blk = (r + (phase ? 1 : 0)) % p;
+            double b = cm_block(count, p, blk) * es;
+            x[r] = (cm_xfer){r, (r + 1) % p, b, phase ? 0 : b};
+        }
+        double before = ev->total;
+        dsim_cost_step(ev, x, p);
+        ev->total = before + (ev->total - before) * (double)(p - 1);
+        ev->steps += p - 2;
+    }
+}
+
+static double ring_formula(int p, double n, double a, double b, double g)
+{
+    double P = p;
+    return 2 * (P - 1) * a + 2 * (P - 1) / P * n * b + (P - 1) / P * n * g;
+}
+
+static size_t ring_msg_elems(size_t elems, int ranks)
+{
+    return (elems + (size_t)ranks - 1) / (size_t)ranks; /* blocks of n / p */
+}
+
+static double ring_local_copy(int p, double n, int *serial)
+{
+    /* each block is copied just before it is combined into: (p-1)/p of the
+     * buffer per rank */
+    *serial = 0;
+    return (double)(p - 1) * n;
+}
+
+static const dsim_algo_cost cost_ring = {
+    .size = sizeof(dsim_algo_cost),
+    .algo = DSIM_ALGO_RING,
+    .schedule = ring_schedule,
+    .formula = ring_formula,
+    .msg_elems = ring_msg_elems,
+    .every_rank_sends = true,
+    .local_copy = ring_local_copy,
+};
+
+/* ---- rhd: recursive halving, then doubling; other ranks folded in ---- */
+
+static void rhd_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
+{
+    int p = ev->p, q = cm_pow2_floor(p), rem = p - q;
+    double all = (double)count * es;
+    int n = 0;
+    /* fold: even ranks of the first 2 rem into their odd neighbours */
+    for (int r = 0; r < 2 * rem; r += 2)
+        x[n++] = (cm_xfer){r, r + 1, all, all};
+    dsim_cost_step(ev, x, n);
+    /* the q ranks left: new rank v is old rank (v < rem ? 2v + 1 : v + rem) */
+    int lg = 0;
+    while ((1 << lg) < q)
+        lg++;
+    double seg = (double)count; /* elements each rank still owns, largest share */
+    for (int k = 0; k < lg; k++) {
+        int d = q >> (k + 1);
+        double half = ceil(seg / 2);
+        n = 0;
+        for (int v = 0; v < q; v++) {
+            int peer = v ^ d;
+            int a = v < rem ? 2 * v + 1 : v + rem, b = peer < rem ? 2 * peer + 1 : peer + rem;
+            x[n++] = (cm_xfer){a, b, half * es, half * es};
+        }
+        dsim_cost_step(ev, x, n);
+        seg = half;
+    }
+    for (int k = lg - 1; k >= 0; k--) {
+        int d = q >> (k + 1);
+        n = 0;
+        for (int v = 0; v < q; v++) {
+            int peer = v ^ d;
+            int a = v < rem ? 2 * v + 1 : v + rem, b = peer < rem ? 2 * peer + 1 : peer + rem;
+            x[n++] = (cm_xfer){a, b, seg * es, 0};
+        }
+        dsim_cost_step(ev, x, n);
+        seg = seg * 2 > (double)count ? (double)count : seg * 2;
+    }
+    n = 0;
+    for (int r = 0; r < 2 * rem; r += 2)
+        x[n++] = (cm_xfer){r + 1, r, all, 0};
+    dsim_cost_step(ev, x, n);
+}
+
+static double rhd_formula(int p, double n, double a, double b, double g)
+{
+    int q = cm_pow2_floor(p);
+    double Q = q, lg = log2(Q);
+    double t = 2 * lg * a + 2 * (Q - 1) / Q * n * b + (Q - 1) / Q * n * g;
+    return q == p ? t : t + 2 * a + 2 * n * b + n * g;
+}
+
+static size_t rhd_msg_elems(size_t elems, int ranks)
+{
+    (void)ranks;
+    return (elems + 1) / 2; /* halves, then quarters, ...: the first halving dominates */
+}
+
+static double rhd_local_copy(int p, double n, int *serial)
+{
+    /* the half it keeps at the first halving (a power of two of ranks); a
+     * folded rank copies the whole */
+    *serial = 0;
+    int q = cm_pow2_floor(p);
+    return (double)q * n / 2 + (double)(p - q) * n;
+}
+
+static const dsim_algo_cost cost_rhd = {
+    .size = sizeof(dsim_algo_cost),
+    .algo = DSIM_ALGO_RHD,
+    .schedule = rhd_schedule,
+    .formula = rhd_formula,
+    .msg_elems = rhd_msg_elems,
+    .every_rank_sends = true,
+    .local_copy = rhd_local_copy,
+};
+
+/* ---- tree: binomial reduce to rank 0, binomial broadcast ---- */
+
+static void tree_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
+{
+    int p = ev->p, L = 0;
+    while ((1 << L) < p)
+        L++;
+    double all = (double)count * es;
+    for (int k = 0; k < L; k++) { /* reduce toward rank 0 */
+        int n = 0, d = 1 << k;
+        for (int v = d; v < p; v += 2 * d)
+            x[n++] = (cm_xfer){v, v - d, all, all};
+        dsim_cost_step(ev, x, n);
+    }
+    for (int k = L - 1; k >= 0; k--) { /* broadcast from rank 0 */
+        int n = 0, d = 1 << k;
+        for (int v = d; v < p; v += 2 * d)
+            x[n++] = (cm_xfer){v - d, v, all, 0};
+        dsim_cost_step(ev, x, n);
+    }
+}
+
+static double tree_formula(int p, double n, double a, double b, double g)
+{
+    return ceil(log2((double)p)) * (2 * a + 2 * n * b + n * g);
+}
+
+/* tree and reduce_to_one move the whole buffer every step */
+static size_t whole_msg_elems(size_t elems, int ranks)
+{
+    (void)ranks;
+    return elems;
+}
+
+static double tree_local_copy(int p, double n, int *serial)
+{
+    /* the whole into its accumulator on every rank that receives in the
+     * reduce (ranks of even index), the root's on its path */
+    *serial = 1;
+    return (double)((p + 1) / 2) * n;
+}
+
+static const dsim_algo_cost cost_tree = {
+    .size = sizeof(dsim_algo_cost),
+    .algo = DSIM_ALGO_TREE,
+    .schedule = tree_schedule,
+    .formula = tree_formula,
+    .msg_elems = whole_msg_elems,
+    .every_rank_sends = false,
+    .local_copy = tree_local_copy,
+};
+
+/* ---- reduce_to_one: everything to rank 0, then back ---- */
+
+static void r2o_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
+{
+    int p = ev->p, n = 0;
+    double all = (double)count * es;
+    for (int r = 1; r < p; r++)
+        x[n++] = (cm_xfer){r, 0, all, all};
+    dsim_cost_step(ev, x, n);
+    n = 0;
+    for (int r = 1; r < p; r++)
+        x[n++] = (cm_xfer){0, r, all, 0};
+    dsim_cost_step(ev, x, n);
+}
+
+static double r2o_formula(int p, double n, double a, double b, double g)
+{
+    double P = p;
+    return 2 * a + 2 * (P - 1) * n * b + (P - 1) * n * g;
+}
+
+static double r2o_local_copy(int p, double n, int *serial)
+{
+    (void)p;
+    *serial = 1; /* rank 0 only */
+    return n;
+}
+
+static const dsim_algo_cost cost_r2o = {
+    .size = sizeof(dsim_algo_cost),
+    .algo = DSIM_ALGO_REDUCE_TO_ONE,
+    .schedule = r2o_schedule,
+    .formula = r2o_formula,
+    .msg_elems = whole_msg_elems,
+    .every_rank_sends = false,
+    .local_copy = r2o_local_copy,
+};
+
+const dsim_algo_cost *dsim_algo_cost_of(dsim_algo a)
+{
+    /* No default: every dsim_algo must be named here. */
+    switch (a) {
+    case DSIM_ALGO_AUTO:
+        return NULL; /* the decision function picks one of the others */
+    case DSIM_ALGO_RING:
+        return &cost_ring;
+    case DSIM_ALGO_RHD:
+        return &cost_rhd;
+    case DSIM_ALGO_TREE:
+        return &cost_tree;
+    case DSIM_ALGO_REDUCE_TO_ONE:
+        return &cost_r2o;
+    case DSIM_ALGO_COUNT:
+        break;
+    }
+    return NULL;
+}

@@ -1,0 +1,263 @@
+/* The scenario's strategy: section (parse_int.h): a built-in strategy and
+ * the cluster shapes it accepts, or a plugin (found next to the scenario,
+ * in $DSIM_PLUGIN_PATH or the plugin folders, never loaded here); the
+ * all-reduce algorithm (src/coll/algos.c's table), the parameter-server
+ * mode, the collective timeout and the health check. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dsim_config.h"
+#include "scenario/defaults.h"
+#include "scenario/parse_int.h"
+
+static const scen_name scen_ps_modes[] = {{"sync", DSIM_PS_SYNC}, {"async", DSIM_PS_ASYNC}};
+
+/* The built-in strategies and the cluster shapes they accept (strategy.h). */
+typedef struct scen_builtin {
+    const char *name;
+    bool one_host, one_device, needs_ps, no_ps;
+} scen_builtin;
+
+static const scen_builtin scen_builtins[] = {
+    {"one_device", true, true, false, true},
+    {"mirrored", true, false, false, true},
+    {"central_storage", true, false, false, true},
+    {"multi_worker_mirrored", false, false, false, true},
+    {"parameter_server", false, false, true, false},
+};
+
+static const scen_builtin *scen_builtin_find(const char *name)
+{
+    for (size_t i = 0; i < SCEN_N(scen_builtins); i++)
+        if (strcmp(scen_builtins[i].name, name) == 0)
+            return &scen_builtins[i];
+    return NULL;
+}
+
+enum { S_NAME, S_PLUGIN, S_COMM, S_PSMODE, S_TIMEOUT, S_HEALTH, S_N };
+static const char *const scen_strategy_keys[S_N] = {"name",    "plugin",  "communication",
+                                                    "ps_mode", "timeout", "health_check"};
+enum { H_INTERVAL, H_TIMEOUT, H_RETRIES, H_N };
+static const char *const scen_health_keys[H_N] = {"interval", "timeout", "retries"};
+
+static bool scen_strategy_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 31)
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_'))
+            return false;
+    return true;
+}
+
+/* Finds a strategy plugin. A path with a '/' is taken relative to the
+ * scenario file's directory (or as is, when absolute). A bare file name is
+ * looked for in that directory, then in each directory of $DSIM_PLUGIN_PATH
+ * (colon-separated; `dsim run --plugin-dir` prepends to it), then in this
+ * build's and the installed plugin directories (DSIM_PLUGIN_DIRS), so a
+ * catalogue scenario can name its plugin without knowing where it was built.
+ * Returns the first candidate that is a regular file, else NULL with the
+ * places searched in `searched`. */
+static int scen_is_file(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+static char *scen_join(const char *dir, size_t dlen, const char *file)
+{
+    char *out = NULL;
+    if (dlen == 0) {
+        /* a scenario path without a folder: relative to the working one */
+        dir = ".";
+        dlen = 1;
+    }
+    if (asprintf(&out, "%.*s/%s", (int)dlen, dir, file) < 0)
+        return NULL;
+    return out;
+}
+
+static char *scen_search_dirs(const char *dirs, const char *file, char *searched, size_t cap)
+{
+    for (const char *d = dirs; d && *d;) {
+        const char *end = strchr(d, ':');
+        size_t len = end ? (size_t)(end - d) : strlen(d);
+        if (len) {
+            char *cand = scen_join(d, len, file);
+            if (cand && scen_is_file(cand))
+                return cand;
+            size_t used = strlen(searched);
+            snprintf(searched + used, cap - used, "%s%.*s", used ? ", " : "", (int)len, d);
+            free(cand);
+        }
+        d = end ? end + 1 : NULL;
+    }
+    return NULL;
+}
+
+static char *scen_resolve(const char *scenario_path, const char *p, char *searched, size_t cap)
+{
+    searched[0] = '\0';
+    if (p[0] == '/') {
+        snprintf(searched, cap, "%s", p);
+        return scen_is_file(p) ? strdup(p) : NULL;
+    }
+    const char *slash = strrchr(scenario_path, '/');
+    size_t dlen = slash ? (size_t)(slash - scenario_path) : 0;
+    char *cand = scen_join(scenario_path, dlen, p);
+    if (cand && scen_is_file(cand))
+        return cand;
+    snprintf(searched, cap, "%.*s", (int)(dlen ? dlen : 1), dlen ? scenario_path : ".");
+    free(cand);
+    if (strchr(p, '/'))
+        return NULL;
+    char *found = scen_search_dirs(getenv("DSIM_PLUGIN_PATH"), p, searched, cap);
+    if (!found)
+        found = scen_search_dirs(DSIM_PLUGIN_DIRS, p, searched, cap);
+    return found;
+}
+
+/* The cluster's shape, for the built-ins (a plugin checks its own when it
+ * is loaded). */
+static dsim_err scen_strategy_shape(const scen_ctx *c, const scen_state *st)
+{
+    const dsim_train_cfg *t = &c->s->train;
+    const scen_map *m = &st->strategy;
+    const scen_builtin *b = scen_builtin_find(t->strategy);
+    if (!b || t->plugin_path)
+        return DSIM_OK;
+    const scen_node *at = st->strategy_at ? st->strategy_at : st->cluster.at;
+    char shape[128];
+    snprintf(shape, sizeof shape, "%d host%s x %d device%s, %d parameter server%s", t->hosts,
+             t->hosts == 1 ? "" : "s", t->devices_per_host, t->devices_per_host == 1 ? "" : "s",
+             t->num_ps, t->num_ps == 1 ? "" : "s");
+    if (b->one_device && (t->hosts != 1 || t->devices_per_host != 1 || t->num_ps != 0))
+        return scen_fail(c, at,
+                         "strategy.name: one_device runs on 1 host x 1 device without "
+                         "parameter servers, but the cluster is %s; use mirrored (one host, "
+                         "several devices) or multi_worker_mirrored (several hosts)",
+                         shape);
+    if (b->one_host && (t->hosts != 1 || t->num_ps != 0))
+        return scen_fail(c, at,
+                         "strategy.name: %s runs on one host without parameter servers, but "
+                         "the cluster is %s; use multi_worker_mirrored for several hosts",
+                         t->strategy, shape);
+    if (b->no_ps && t->num_ps != 0)
+        return scen_fail(c, at,
+                         "strategy.name: %s runs without parameter servers, but the cluster "
+                         "is %s; use parameter_server, or set cluster.ps: 0",
+                         t->strategy, shape);
+    if (b->needs_ps && t->num_ps < 1)
+        return scen_fail(c, at,
+                         "strategy.name: parameter_server needs at least one parameter "
+                         "server, but the cluster is %s; set cluster.ps: 1 or more",
+                         shape);
+    if (!b->needs_ps && m->val[S_PSMODE])
+        return scen_fail(c, m->key[S_PSMODE],
+                         "strategy.ps_mode: only parameter_server has a mode; %s does not "
+                         "use it (remove ps_mode)",
+                         t->strategy);
+    return DSIM_OK;
+}
+
+dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
+{
+    dsim_scenario *s = c->s;
+    dsim_train_cfg *t = &s->train;
+    scen_map *m = &st->strategy;
+    DSIM_CHECK(scen_map_read(c, st->top.val[T_STRATEGY], st->top.key[T_STRATEGY], "strategy",
+                             scen_strategy_keys, S_N, m));
+    char *name = NULL, *plugin = NULL;
+    dsim_err e = DSIM_OK;
+    if (m->val[S_NAME])
+        e = scen_str_v(c, m->val[S_NAME], "strategy.name", "a strategy name", &name);
+    else
+        e = scen_set_str(c, &name, DSIM_SCENARIO_DEF_STRATEGY);
+    if (e == DSIM_OK && m->val[S_PLUGIN])
+        e = scen_str_v(c, m->val[S_PLUGIN], "strategy.plugin",
+                       "the path of a strategy plugin (.so)", &plugin);
+    if (e != DSIM_OK) {
+        free(name);
+        free(plugin);
+        return e;
+    }
+    t->strategy = name;
+    st->strategy_at = m->val[S_NAME] ? m->val[S_NAME] : NULL;
+    char show[96], names[512];
+    if (plugin) {
+        const scen_node *pv = m->val[S_PLUGIN];
+        if (!m->val[S_NAME]) {
+            free(plugin);
+            return scen_fail(c, m->key[S_PLUGIN],
+                             "strategy.plugin: a plugin needs strategy.name: the name its "
+                             "strategy registers under ([a-z0-9_], 1-31 characters)");
+        }
+        if (!scen_strategy_name_ok(name)) {
+            free(plugin);
+            return scen_fail(c, m->val[S_NAME],
+                             "strategy.name: %s is not a strategy name; accepted: 1-31 "
+                             "characters of a-z, 0-9 and _",
+                             scen_show(m->val[S_NAME], show, sizeof show));
+        }
+        if (scen_builtin_find(name)) {
+            free(plugin);
+            return scen_fail(c, m->val[S_NAME],
+                             "strategy.name: '%s' is a built-in strategy; a plugin registers "
+                             "under a name of its own (or remove plugin: to run the built-in)",
+                             name);
+        }
+        char searched[1024];
+        char *resolved = scen_resolve(c->path, plugin, searched, sizeof searched);
+        if (!resolved) {
+            dsim_err fe = scen_fail(c, pv,
+                                    "strategy.plugin: '%s' not found (looked in: %s); build the "
+                                    "plugin, fix the path (relative to the scenario file), or "
+                                    "add its directory to DSIM_PLUGIN_PATH / --plugin-dir",
+                                    plugin, searched);
+            free(plugin);
+            return fe;
+        }
+        free(plugin);
+        t->plugin_path = resolved;
+        s->plugin_pos = scen_pos(pv);
+    } else if (!dsim_strategy_exists(name)) {
+        dsim_strategy_list(names, sizeof names);
+        return scen_fail(c, scen_where(m, S_NAME),
+                         "strategy.name: %s is not a registered strategy; accepted: %s (or "
+                         "your own: add plugin: PATH/TO/strategy.so)",
+                         scen_show(m->val[S_NAME], show, sizeof show), names);
+    }
+
+    scen_name algos[DSIM_ALGO_COUNT];
+    for (int a = 0; a < DSIM_ALGO_COUNT; a++) {
+        algos[a].name = dsim_algo_name((dsim_algo)a);
+        algos[a].value = a;
+    }
+    int v = (int)t->communication;
+    DSIM_CHECK(scen_enum(c, m, S_COMM, "an algorithm", algos, DSIM_ALGO_COUNT, &v));
+    t->communication = (dsim_algo)v;
+    v = (int)t->ps_mode;
+    DSIM_CHECK(scen_enum(c, m, S_PSMODE, "a parameter-server mode", scen_ps_modes,
+                         SCEN_N(scen_ps_modes), &v));
+    t->ps_mode = (dsim_ps_mode)v;
+    /* 0: no deadline (TF's timeout_seconds=None): only the health check or
+     * an abort ends a wait. */
+    DSIM_CHECK(scen_duration(c, m, S_TIMEOUT, 0, &t->timeout_ns));
+
+    scen_map *h = &st->health;
+    DSIM_CHECK(scen_map_read(c, m->val[S_HEALTH], m->key[S_HEALTH], "strategy.health_check",
+                             scen_health_keys, H_N, h));
+    DSIM_CHECK(scen_duration(c, h, H_INTERVAL, 0, &s->health_interval_ns));
+    DSIM_CHECK(scen_duration(c, h, H_TIMEOUT, 1, &s->health_timeout_ns));
+    int64_t r = s->health_retries;
+    DSIM_CHECK(scen_int(c, h, H_RETRIES, 0, 1000, &r));
+    s->health_retries = (int)r;
+    t->health_interval_ns = s->health_interval_ns;
+    t->health_timeout_ns = s->health_timeout_ns;
+    t->health_retries = s->health_retries;
+
+    return scen_strategy_shape(c, st);
+}

@@ -1,0 +1,312 @@
+/* What the scenario's job trains on and with (parse_int.h): data: (the
+ * synthetic dataset, its sharding and batches), model: (a kind, its hidden
+ * widths and loss, or a synthetic size for timing only), optimizer: and
+ * checkpoint:. The model is read after the data, and checked against it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsim/dataset.h"
+#include "dsim/model.h"
+#include "dsim/optim.h"
+#include "model/costmodel.h"
+#include "scenario/defaults.h"
+#include "scenario/parse_int.h"
+
+static const scen_name scen_model_kinds[] = {
+    {"linear", DSIM_MODEL_LINEAR}, {"softmax", DSIM_MODEL_SOFTMAX}, {"mlp", DSIM_MODEL_MLP}};
+static const scen_name scen_losses[] = {
+    {"auto", DSIM_LOSS_AUTO}, {"mse", DSIM_LOSS_MSE}, {"xent", DSIM_LOSS_XENT}};
+static const scen_name scen_optims[] = {
+    {"sgd", DSIM_OPTIM_SGD}, {"momentum", DSIM_OPTIM_MOMENTUM}, {"adam", DSIM_OPTIM_ADAM}};
+static const scen_name scen_tasks[] = {{"classification", DSIM_DATA_CLASSIFICATION},
+                                       {"regression", DSIM_DATA_REGRESSION}};
+static const scen_name scen_policies[] = {{"off", DSIM_SHARD_OFF},
+                                          {"auto", DSIM_SHARD_AUTO},
+                                          {"file", DSIM_SHARD_FILE},
+                                          {"data", DSIM_SHARD_DATA},
+                                          {"hint", DSIM_SHARD_HINT}};
+static const scen_name scen_hints[] = {
+    {"none", DSIM_HINT_NONE}, {"files", DSIM_HINT_FILES}, {"elements", DSIM_HINT_ELEMENTS}};
+
+enum { M_KIND, M_HIDDEN, M_LOSS, M_SYNTH, M_N };
+static const char *const scen_model_keys[M_N] = {"kind", "hidden", "loss", "synthetic"};
+enum { MS_PARAMS, MS_FLOPS, MS_N };
+static const char *const scen_synth_keys[MS_N] = {"parameters", "flops_per_example"};
+
+enum { O_KIND, O_LR, O_MOMENTUM, O_NESTEROV, O_BETA1, O_BETA2, O_EPSILON, O_N };
+static const char *const scen_optim_keys[O_N] = {"kind",  "learning_rate", "momentum", "nesterov",
+                                                 "beta1", "beta2",         "epsilon"};
+
+enum {
+    D_TASK,
+    D_EXAMPLES,
+    D_FEATURES,
+    D_CLASSES,
+    D_NOISE,
+    D_FILES,
+    D_POLICY,
+    D_HINT,
+    D_BATCH,
+    D_EPOCHS,
+    D_SHUFFLE,
+    D_DROP,
+    D_N
+};
+static const char *const scen_data_keys[D_N] = {
+    "task",         "examples",   "features",     "classes", "noise",   "files",
+    "shard_policy", "shard_hint", "global_batch", "epochs",  "shuffle", "drop_remainder"};
+
+enum { K_PATH, K_EVERY, K_N };
+static const char *const scen_ckpt_keys[K_N] = {"path", "every"};
+
+dsim_err scen_data(const scen_ctx *c, scen_state *st)
+{
+    dsim_train_cfg *t = &c->s->train;
+    dsim_dataset_spec *d = &t->data;
+    scen_map *m = &st->data;
+    DSIM_CHECK(
+        scen_map_read(c, st->top.val[T_DATA], st->top.key[T_DATA], "data", scen_data_keys, D_N, m));
+    int v = DSIM_DATA_CLASSIFICATION;
+    DSIM_CHECK(scen_enum(c, m, D_TASK, "a task", scen_tasks, SCEN_N(scen_tasks), &v));
+    d->kind = (dsim_data_kind)v;
+    bool cls = d->kind == DSIM_DATA_CLASSIFICATION;
+    int64_t x = DSIM_SCENARIO_DEF_EXAMPLES;
+    DSIM_CHECK(scen_int(c, m, D_EXAMPLES, 1, (int64_t)1 << 32, &x));
+    d->n_examples = (size_t)x;
+    x = DSIM_SCENARIO_DEF_FEATURES;
+    DSIM_CHECK(scen_int(c, m, D_FEATURES, 1, DSIM_MODEL_MAX_DIM, &x));
+    d->in_dim = (size_t)x;
+    x = cls ? DSIM_SCENARIO_DEF_CLASSES : 1;
+    if (m->val[D_CLASSES]) {
+        char kp[96];
+        scen_kp(kp, sizeof kp, m, D_CLASSES);
+        if (cls) {
+            DSIM_CHECK(scen_int_v(c, m->val[D_CLASSES], "data.classes (classification: classes)", 2,
+                                  DSIM_MODEL_MAX_DIM, &x));
+        } else {
+            DSIM_CHECK(scen_int_v(c, m->val[D_CLASSES], "data.classes (regression: outputs)", 1,
+                                  DSIM_MODEL_MAX_DIM, &x));
+        }
+    }
+    d->out_dim = (size_t)x;
+    d->noise = DSIM_SCENARIO_DEF_NOISE;
+    if (cls)
+        DSIM_CHECK(scen_real(c, m, D_NOISE, 0, 1, false, false, &d->noise));
+    else
+        DSIM_CHECK(scen_real(c, m, D_NOISE, 0, 1e6, false, false, &d->noise));
+    x = DSIM_SCENARIO_DEF_FILES;
+    DSIM_CHECK(scen_int(c, m, D_FILES, 0, (int64_t)DSIM_DATASET_MAX_FILES, &x));
+    /* files: 0 is a source without files; the generator still makes one
+     * (dsim_train ignores the split when in_memory is set). */
+    t->in_memory = x == 0;
+    d->n_files = x == 0 ? 1 : (size_t)x;
+    d->seed = c->s->seed;
+    d->teacher_hidden = 0;
+    v = (int)t->shard;
+    DSIM_CHECK(
+        scen_enum(c, m, D_POLICY, "a shard policy", scen_policies, SCEN_N(scen_policies), &v));
+    t->shard = (dsim_shard_policy)v;
+    v = (int)t->hint;
+    DSIM_CHECK(scen_enum(c, m, D_HINT, "a shard hint", scen_hints, SCEN_N(scen_hints), &v));
+    t->hint = (dsim_shard_hint)v;
+    if (m->val[D_HINT] && t->shard != DSIM_SHARD_HINT)
+        return scen_fail(c, m->key[D_HINT],
+                         "data.shard_hint: only used with shard_policy: hint (the policy is %s); "
+                         "remove shard_hint or set shard_policy: hint",
+                         dsim_shard_policy_name(t->shard));
+    x = t->global_batch;
+    DSIM_CHECK(scen_int(c, m, D_BATCH, 1, INT32_MAX, &x));
+    t->global_batch = x;
+    x = t->epochs;
+    DSIM_CHECK(scen_int(c, m, D_EPOCHS, 1, 1000000, &x));
+    t->epochs = (uint32_t)x;
+    DSIM_CHECK(scen_bool(c, m, D_SHUFFLE, &t->shuffle));
+    DSIM_CHECK(scen_bool(c, m, D_DROP, &t->drop_remainder));
+    if (dsim_dataset_validate(d) != DSIM_OK) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", dsim_errmsg());
+        return scen_fail(c, m->at, "data: %s", why);
+    }
+    return DSIM_OK;
+}
+
+/* model.synthetic: {parameters: 25.6M, flops_per_example: 4.1G}: a model
+ * given by its size alone, run timing only (dsim_train_cfg.synthetic_params). */
+static dsim_err scen_synthetic(const scen_ctx *c, scen_state *st)
+{
+    dsim_train_cfg *t = &c->s->train;
+    scen_map *m = &st->model;
+    for (int k = M_KIND; k <= M_LOSS; k++)
+        if (m->val[k])
+            return scen_fail(c, m->key[k],
+                             "model.%s: a synthetic model has no layers or loss, only a size "
+                             "(model.synthetic); remove %s or synthetic",
+                             scen_model_keys[k], scen_model_keys[k]);
+    scen_map sm;
+    DSIM_CHECK(scen_map_read(c, m->val[M_SYNTH], m->key[M_SYNTH], "model.synthetic",
+                             scen_synth_keys, MS_N, &sm));
+    double val[MS_N] = {0, 0};
+    static const double lo[MS_N] = {1, 0}, hi[MS_N] = {1e12, 1e18};
+    for (int k = 0; k < MS_N; k++) {
+        const scen_node *v = sm.val[k];
+        char kp[64], show[96];
+        snprintf(kp, sizeof kp, "model.synthetic.%s", scen_synth_keys[k]);
+        if (!v)
+            return scen_fail(c, sm.at,
+                             "%s is missing: a synthetic model needs parameters and "
+                             "flops_per_example, e.g. {parameters: 25.6M, flops_per_example: "
+                             "4.1G}",
+                             kp);
+        if (!scen_is_scalar(v) || strlen(v->s) != v->len)
+            return scen_fail(c, v, "%s: %s is not a number; accepted: e.g. 25.6M, 4.1G, 1e9", kp,
+                             scen_show(v, show, sizeof show));
+        if (dsim_cost_parse_count(kp, v->s, &val[k]) != DSIM_OK) {
+            char why[300];
+            snprintf(why, sizeof why, "%s", dsim_errmsg());
+            return scen_fail(c, v, "%s", why);
+        }
+        if (val[k] < lo[k] || val[k] > hi[k])
+            return scen_fail(c, v, "%s: %s is out of range; accepted: %g..%g", kp,
+                             scen_show(v, show, sizeof show), lo[k], hi[k]);
+    }
+    t->synthetic_params = val[MS_PARAMS];
+    t->synthetic_flops = val[MS_FLOPS];
+    return DSIM_OK;
+}
+
+dsim_err scen_model(const scen_ctx *c, scen_state *st)
+{
+    dsim_train_cfg *t = &c->s->train;
+    dsim_model_spec *ms = &t->model;
+    scen_map *m = &st->model;
+    DSIM_CHECK(scen_map_read(c, st->top.val[T_MODEL], st->top.key[T_MODEL], "model",
+                             scen_model_keys, M_N, m));
+    bool cls = t->data.kind == DSIM_DATA_CLASSIFICATION;
+    memset(ms, 0, sizeof *ms);
+    int v = cls ? DSIM_MODEL_SOFTMAX : DSIM_MODEL_LINEAR;
+    DSIM_CHECK(
+        scen_enum(c, m, M_KIND, "a model kind", scen_model_kinds, SCEN_N(scen_model_kinds), &v));
+    ms->kind = (dsim_model_kind)v;
+    v = DSIM_LOSS_AUTO;
+    DSIM_CHECK(scen_enum(c, m, M_LOSS, "a loss", scen_losses, SCEN_N(scen_losses), &v));
+    ms->loss = (dsim_loss)v;
+    ms->in_dim = t->data.in_dim;
+    ms->out_dim = t->data.out_dim;
+    if (m->val[M_SYNTH])
+        return scen_synthetic(c, st);
+    const scen_node *hv = m->val[M_HIDDEN];
+    if (ms->kind == DSIM_MODEL_MLP) {
+        ms->n_hidden = 1;
+        ms->hidden[0] = DSIM_SCENARIO_DEF_HIDDEN;
+        if (hv && hv->kind == DSIM_YAML_SEQ) {
+            if (hv->n < 1 || hv->n > DSIM_MODEL_MAX_HIDDEN)
+                return scen_fail(c, hv,
+                                 "model.hidden: a list of %zu widths; accepted: one or two "
+                                 "widths, e.g. [16] or [32, 16]",
+                                 hv->n);
+            for (size_t i = 0; i < hv->n; i++) {
+                int64_t w;
+                char kp[40];
+                snprintf(kp, sizeof kp, "model.hidden[%zu]", i);
+                DSIM_CHECK(scen_int_v(c, hv->kid[i], kp, 1, DSIM_MODEL_MAX_DIM, &w));
+                ms->hidden[i] = (size_t)w;
+            }
+            ms->n_hidden = hv->n;
+        } else if (hv) {
+            int64_t w;
+            DSIM_CHECK(
+                scen_int_v(c, hv, "model.hidden (one or two widths)", 1, DSIM_MODEL_MAX_DIM, &w));
+            ms->hidden[0] = (size_t)w;
+        }
+    } else if (hv) {
+        return scen_fail(c, m->key[M_HIDDEN],
+                         "model.hidden: only an mlp has hidden layers (model.kind is %s); remove "
+                         "hidden or set kind: mlp",
+                         dsim_model_kind_name(ms->kind));
+    }
+    /* the model's loss must fit the data's targets */
+    dsim_loss loss = ms->loss;
+    if (loss == DSIM_LOSS_AUTO)
+        loss = ms->kind == DSIM_MODEL_LINEAR ? DSIM_LOSS_MSE : DSIM_LOSS_XENT;
+    if (cls && loss != DSIM_LOSS_XENT)
+        return scen_fail(c, m->val[M_LOSS] ? m->val[M_LOSS] : scen_where(m, M_KIND),
+                         "model: %s with loss mse cannot learn class labels (data.task is "
+                         "classification); use kind: softmax, or an mlp with loss xent",
+                         dsim_model_kind_name(ms->kind));
+    if (!cls && loss != DSIM_LOSS_MSE)
+        return scen_fail(c, m->val[M_LOSS] ? m->val[M_LOSS] : scen_where(m, M_KIND),
+                         "model: %s with loss xent needs class labels, but data.task is "
+                         "regression; use kind: linear, or an mlp with loss: mse",
+                         dsim_model_kind_name(ms->kind));
+    if (dsim_model_validate(ms) != DSIM_OK) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", dsim_errmsg());
+        return scen_fail(c, m->at, "model: %s", why);
+    }
+    return DSIM_OK;
+}
+
+dsim_err scen_optim(const scen_ctx *c, scen_state *st)
+{
+    dsim_optim_spec *o = &c->s->train.optim;
+    scen_map *m = &st->optim;
+    DSIM_CHECK(scen_map_read(c, st->top.val[T_OPTIM], st->top.key[T_OPTIM], "optimizer",
+                             scen_optim_keys, O_N, m));
+    int v = DSIM_OPTIM_SGD;
+    DSIM_CHECK(scen_enum(c, m, O_KIND, "an optimizer", scen_optims, SCEN_N(scen_optims), &v));
+    dsim_optim_spec_default(o, (dsim_optim_kind)v);
+    static const struct {
+        int key;
+        dsim_optim_kind kind;
+    } own[] = {{O_MOMENTUM, DSIM_OPTIM_MOMENTUM},
+               {O_NESTEROV, DSIM_OPTIM_MOMENTUM},
+               {O_BETA1, DSIM_OPTIM_ADAM},
+               {O_BETA2, DSIM_OPTIM_ADAM},
+               {O_EPSILON, DSIM_OPTIM_ADAM}};
+    for (size_t i = 0; i < SCEN_N(own); i++)
+        if (m->val[own[i].key] && o->kind != own[i].kind)
+            return scen_fail(c, m->key[own[i].key],
+                             "optimizer.%s: only %s uses %s, but optimizer.kind is %s; remove "
+                             "it or set kind: %s",
+                             scen_optim_keys[own[i].key], dsim_optim_kind_name(own[i].kind),
+                             scen_optim_keys[own[i].key], dsim_optim_kind_name(o->kind),
+                             dsim_optim_kind_name(own[i].kind));
+    DSIM_CHECK(scen_real(c, m, O_LR, 0, 1e6, true, false, &o->lr));
+    DSIM_CHECK(scen_real(c, m, O_MOMENTUM, 0, 1, false, true, &o->momentum));
+    bool nest = o->nesterov != 0;
+    DSIM_CHECK(scen_bool(c, m, O_NESTEROV, &nest));
+    o->nesterov = nest;
+    DSIM_CHECK(scen_real(c, m, O_BETA1, 0, 1, false, true, &o->beta1));
+    DSIM_CHECK(scen_real(c, m, O_BETA2, 0, 1, false, true, &o->beta2));
+    DSIM_CHECK(scen_real(c, m, O_EPSILON, 0, 1, true, false, &o->epsilon));
+    if (dsim_optim_validate(o) != DSIM_OK) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", dsim_errmsg());
+        return scen_fail(c, m->at, "optimizer: %s", why);
+    }
+    return DSIM_OK;
+}
+
+dsim_err scen_checkpoint(const scen_ctx *c, scen_state *st)
+{
+    dsim_train_cfg *t = &c->s->train;
+    scen_map *m = &st->ckpt;
+    DSIM_CHECK(scen_map_read(c, st->top.val[T_CKPT], st->top.key[T_CKPT], "checkpoint",
+                             scen_ckpt_keys, K_N, m));
+    if (m->val[K_EVERY] && !m->val[K_PATH])
+        return scen_fail(c, m->key[K_EVERY],
+                         "checkpoint.every: there is no checkpoint.path to write to; add path: "
+                         "(e.g. ckpt/%s.ckpt)",
+                         c->s->name ? c->s->name : "run");
+    if (!m->val[K_PATH])
+        return DSIM_OK;
+    char *p = NULL;
+    DSIM_CHECK(scen_str_v(c, m->val[K_PATH], "checkpoint.path", "a file path", &p));
+    t->checkpoint_path = p;
+    c->s->checkpoint_pos = scen_pos(m->val[K_PATH]);
+    int64_t every = DSIM_SCENARIO_DEF_CKPT_EVERY;
+    DSIM_CHECK(scen_int(c, m, K_EVERY, 0, INT64_MAX / 2, &every));
+    t->checkpoint_every = (uint64_t)every;
+    return DSIM_OK;
+}
