@@ -242,8 +242,7 @@ int cmd_bench(int argc, char **argv)
 void cmd_bench_help(FILE *out)
 {
     fprintf(out, "usage: dsim bench allreduce|reduce_scatter|allgather|broadcast [flags]\n"
-                 "       dsim bench model [flags]   (the models' compute: dsim bench model "
-                 "--help)\n"
+                 "       dsim bench model [flags]   (the models' compute: below)\n"
                  "\n"
                  "Times one collective over --ranks ranks, each a worker thread of the threads\n"
                  "engine on an inproc fabric (--transport tcp: sockets over 127.0.0.1 instead),\n"
@@ -265,5 +264,6 @@ void cmd_bench_help(FILE *out)
                  "Exit status: 0 all results right, 1 a wrong result or a failed collective,\n"
                  "2 bad flags.\n"
                  "Testing: DSIM_BENCH_CORRUPT=<rank> flips a bit of that rank's output before the\n"
-                 "check, to show the check catches it.\n");
+                 "check, to show the check catches it.\n\n");
+    cmd_bench_model_help(out);
 }

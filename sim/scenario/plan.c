@@ -258,7 +258,8 @@ static bool plan_fits(plan_b *b, const dsim_scenario *s, const dsim_dataset_desc
     char note[200] = "";
     if (steps > PLAN_MAX_READS / N)
         snprintf(note, sizeof note,
-                 "%" PRIu64 " steps x %" PRIu64 " replicas of batch sizes are more than the %" PRIu64
+                 "%" PRIu64 " steps x %" PRIu64
+                 " replicas of batch sizes are more than the %" PRIu64
                  " the plan lists; workers and batch sizes are not listed",
                  steps, N, (uint64_t)PLAN_MAX_READS);
     else if (lists > PLAN_MAX_READS)

@@ -26,27 +26,26 @@
 #define KERN_X86 0
 #endif
 
-
 /* ---- generic: 2-double vectors, what every target has --------------------- */
 typedef double kv_d2 __attribute__((vector_size(2 * sizeof(double))));
 typedef int64_t kv_l2 __attribute__((vector_size(2 * sizeof(int64_t))));
 typedef float kv_s4 __attribute__((vector_size(4 * sizeof(float))));
-#define KB(x)          x##_generic
+#define KB(x) x##_generic
 #define KB_ATTR
-#define KB_NAME        "generic"
-#define KV             kv_d2
-#define KVL            kv_l2
-#define KVS            kv_s4
-#define KB_W           2
-#define KB_LDF(p)      ((kv_d2){(double)(p)[0], (double)(p)[1]})
-#define KB_STF(p, v)   ((p)[0] = (float)(v)[0], (p)[1] = (float)(v)[1])
-#define KB_SQRTS(v)    sqrts_generic(v)
-#define KB_FJ          2
-#define KB_FE          2
-#define KB_BE          2
-#define KB_BI          1
-#define KB_WJ          2
-#define KB_WI          1
+#define KB_NAME      "generic"
+#define KV           kv_d2
+#define KVL          kv_l2
+#define KVS          kv_s4
+#define KB_W         2
+#define KB_LDF(p)    ((kv_d2){(double)(p)[0], (double)(p)[1]})
+#define KB_STF(p, v) ((p)[0] = (float)(v)[0], (p)[1] = (float)(v)[1])
+#define KB_SQRTS(v)  sqrts_generic(v)
+#define KB_FJ        2
+#define KB_FE        2
+#define KB_BE        2
+#define KB_BI        1
+#define KB_WJ        2
+#define KB_WI        1
 static inline kv_s4 sqrts_generic(kv_s4 x)
 {
     for (int k = 0; k < 4; k++)
@@ -61,22 +60,22 @@ static inline kv_s4 sqrts_generic(kv_s4 x)
 typedef double kv_d4 __attribute__((vector_size(4 * sizeof(double))));
 typedef int64_t kv_l4 __attribute__((vector_size(4 * sizeof(int64_t))));
 typedef float kv_s8 __attribute__((vector_size(8 * sizeof(float))));
-#define KB(x)          x##_avx2
-#define KB_ATTR        __attribute__((target("avx2")))
-#define KB_NAME        "avx2"
-#define KV             kv_d4
-#define KVL            kv_l4
-#define KVS            kv_s8
-#define KB_W           4
-#define KB_LDF(p)      ((kv_d4)_mm256_cvtps_pd(_mm_loadu_ps(p)))
-#define KB_STF(p, v)   _mm_storeu_ps((p), _mm256_cvtpd_ps((__m256d)(v)))
-#define KB_SQRTS(v)    ((kv_s8)_mm256_sqrt_ps((__m256)(v)))
-#define KB_FJ          2
-#define KB_FE          2
-#define KB_BE          4
-#define KB_BI          1
-#define KB_WJ          4
-#define KB_WI          1
+#define KB(x)        x##_avx2
+#define KB_ATTR      __attribute__((target("avx2")))
+#define KB_NAME      "avx2"
+#define KV           kv_d4
+#define KVL          kv_l4
+#define KVS          kv_s8
+#define KB_W         4
+#define KB_LDF(p)    ((kv_d4)_mm256_cvtps_pd(_mm_loadu_ps(p)))
+#define KB_STF(p, v) _mm_storeu_ps((p), _mm256_cvtpd_ps((__m256d)(v)))
+#define KB_SQRTS(v)  ((kv_s8)_mm256_sqrt_ps((__m256)(v)))
+#define KB_FJ        2
+#define KB_FE        2
+#define KB_BE        4
+#define KB_BI        1
+#define KB_WJ        4
+#define KB_WI        1
 #include "model/kern_body.h"
 #include "model/kern_undef.h"
 
@@ -84,22 +83,22 @@ typedef float kv_s8 __attribute__((vector_size(8 * sizeof(float))));
 typedef double kv_d8 __attribute__((vector_size(8 * sizeof(double))));
 typedef int64_t kv_l8 __attribute__((vector_size(8 * sizeof(int64_t))));
 typedef float kv_s16 __attribute__((vector_size(16 * sizeof(float))));
-#define KB(x)          x##_avx512
-#define KB_ATTR        __attribute__((target("avx512f")))
-#define KB_NAME        "avx512"
-#define KV             kv_d8
-#define KVL            kv_l8
-#define KVS            kv_s16
-#define KB_W           8
-#define KB_LDF(p)      ((kv_d8)_mm512_cvtps_pd(_mm256_loadu_ps(p)))
-#define KB_STF(p, v)   _mm256_storeu_ps((p), _mm512_cvtpd_ps((__m512d)(v)))
-#define KB_SQRTS(v)    ((kv_s16)_mm512_sqrt_ps((__m512)(v)))
-#define KB_FJ          4
-#define KB_FE          4
-#define KB_BE          4
-#define KB_BI          2
-#define KB_WJ          4
-#define KB_WI          2
+#define KB(x)        x##_avx512
+#define KB_ATTR      __attribute__((target("avx512f")))
+#define KB_NAME      "avx512"
+#define KV           kv_d8
+#define KVL          kv_l8
+#define KVS          kv_s16
+#define KB_W         8
+#define KB_LDF(p)    ((kv_d8)_mm512_cvtps_pd(_mm256_loadu_ps(p)))
+#define KB_STF(p, v) _mm256_storeu_ps((p), _mm512_cvtpd_ps((__m512d)(v)))
+#define KB_SQRTS(v)  ((kv_s16)_mm512_sqrt_ps((__m512)(v)))
+#define KB_FJ        4
+#define KB_FE        4
+#define KB_BE        4
+#define KB_BI        2
+#define KB_WJ        4
+#define KB_WI        2
 #include "model/kern_body.h"
 #include "model/kern_undef.h"
 #endif

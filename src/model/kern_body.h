@@ -278,7 +278,7 @@ typedef struct KB(wg_io) {
 } KB(wg_io);
 
 /* The k <= 8 sums at offset off of the layer: their start, and their end. */
-KB_ATTR static inline void KB(wg_start)(const KB(wg_io) *io, size_t off, size_t k, KV *s)
+KB_ATTR static inline void KB(wg_start)(const KB(wg_io) * io, size_t off, size_t k, KV *s)
 {
     if (!io->from) {
 #pragma GCC unroll 8
@@ -289,7 +289,7 @@ KB_ATTR static inline void KB(wg_start)(const KB(wg_io) *io, size_t off, size_t 
     KB(chunk_d)(io->from + off, k, s);
 }
 
-KB_ATTR static inline void KB(wg_end)(const KB(wg_io) *io, size_t off, size_t k, const KV *s)
+KB_ATTR static inline void KB(wg_end)(const KB(wg_io) * io, size_t off, size_t k, const KV *s)
 {
     if (k == KERN_LANES) {
 #pragma GCC unroll 8
@@ -321,15 +321,15 @@ KB_ATTR static inline void KB(wg_end)(const KB(wg_io) *io, size_t off, size_t k,
  * the tile holds k_last inputs (fewer than 8 at the end of a row). */
 __attribute__((always_inline)) KB_ATTR static inline void
 KB(wg_tile)(size_t in, const double *D, size_t ldd, const double *A, size_t lda, size_t n,
-            size_t j0, size_t JJ, size_t c0, size_t II, size_t k_last, const KB(wg_io) *io)
+            size_t j0, size_t JJ, size_t c0, size_t II, size_t k_last, const KB(wg_io) * io)
 {
     KV acc[KB_WJ][KB_WI][KB_NV];
 #pragma GCC unroll 8
     for (size_t jj = 0; jj < JJ; jj++)
 #pragma GCC unroll 8
         for (size_t ii = 0; ii < II; ii++)
-            KB(wg_start)(io, (j0 + jj) * in + (c0 + ii) * KERN_LANES,
-                         ii + 1 == II ? k_last : KERN_LANES, acc[jj][ii]);
+            KB(wg_start)
+    (io, (j0 + jj) * in + (c0 + ii) * KERN_LANES, ii + 1 == II ? k_last : KERN_LANES, acc[jj][ii]);
     for (size_t e = 0; e < n; e++) {
         KV a[KB_WI][KB_NV];
 #pragma GCC unroll 8
@@ -351,12 +351,12 @@ KB(wg_tile)(size_t in, const double *D, size_t ldd, const double *A, size_t lda,
     for (size_t jj = 0; jj < JJ; jj++)
 #pragma GCC unroll 8
         for (size_t ii = 0; ii < II; ii++)
-            KB(wg_end)(io, (j0 + jj) * in + (c0 + ii) * KERN_LANES,
-                       ii + 1 == II ? k_last : KERN_LANES, acc[jj][ii]);
+            KB(wg_end)
+    (io, (j0 + jj) * in + (c0 + ii) * KERN_LANES, ii + 1 == II ? k_last : KERN_LANES, acc[jj][ii]);
 }
 
-KB_ATTR static void KB(wg_rows)(size_t in, const double *D, size_t ldd, const double *A,
-                                size_t lda, size_t n, size_t j0, size_t JJ, const KB(wg_io) *io)
+KB_ATTR static void KB(wg_rows)(size_t in, const double *D, size_t ldd, const double *A, size_t lda,
+                                size_t n, size_t j0, size_t JJ, const KB(wg_io) * io)
 {
     size_t chunks = kern_ld(in) / KERN_LANES, c = 0;
     size_t k_end = in % KERN_LANES ? in % KERN_LANES : KERN_LANES;
@@ -364,8 +364,8 @@ KB_ATTR static void KB(wg_rows)(size_t in, const double *D, size_t ldd, const do
         for (; c + KB_WI < chunks; c += KB_WI)
             KB(wg_tile)(in, D, ldd, A, lda, n, j0, KB_WJ, c, KB_WI, KERN_LANES, io);
         for (; c < chunks; c++)
-            KB(wg_tile)(in, D, ldd, A, lda, n, j0, KB_WJ, c, 1,
-                        c + 1 == chunks ? k_end : KERN_LANES, io);
+            KB(wg_tile)
+        (in, D, ldd, A, lda, n, j0, KB_WJ, c, 1, c + 1 == chunks ? k_end : KERN_LANES, io);
         return;
     }
     for (; c + KB_WI < chunks; c += KB_WI)
@@ -375,8 +375,7 @@ KB_ATTR static void KB(wg_rows)(size_t in, const double *D, size_t ldd, const do
 }
 
 KB_ATTR static void KB(dense_wgrad)(size_t in, size_t out, const double *D, size_t ldd,
-                                    const double *A, size_t lda, size_t n,
-                                    const kern_wgrad_io *kio)
+                                    const double *A, size_t lda, size_t n, const kern_wgrad_io *kio)
 {
     const KB(wg_io) io_ = {kio->from, kio->to, kio->g, kio->scale, kio->final}, *io = &io_;
     size_t j = 0;

@@ -193,8 +193,8 @@ static void check_shape(const shape *sh, uint64_t seed)
         assert_int_equal(dsim_model_loss_grad(s, p, x, y, n, scale, g, &loss), DSIM_OK);
         if (memcmp(&loss, &ref_loss, sizeof loss) != 0)
             fail_msg("%s kernels, %s %zu->%zu, n %zu: loss %.17g, documented %.17g",
-                     kernel_names[k], dsim_model_kind_name(s->kind), s->in_dim, s->out_dim, n,
-                     loss, ref_loss);
+                     kernel_names[k], dsim_model_kind_name(s->kind), s->in_dim, s->out_dim, n, loss,
+                     ref_loss);
         for (size_t q = 0; q < P; q++)
             if (memcmp(&g[q], &want[q], sizeof(float)) != 0)
                 fail_msg("%s kernels, %s %zu->%zu, n %zu: gradient %zu is %a, documented %a",

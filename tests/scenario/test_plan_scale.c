@@ -76,8 +76,8 @@ static void test_linear(void **state)
 {
     (void)state;
     double small = best_plan_s(4096), large = best_plan_s(16384);
-    print_message("plan CPU time: 4096 workers %.4f s, 16384 workers %.4f s, x%.2f\n", small,
-                  large, large / small);
+    print_message("plan CPU time: 4096 workers %.4f s, 16384 workers %.4f s, x%.2f\n", small, large,
+                  large / small);
     if (!(large <= 8 * small))
         fail_msg("the plan of 16384 workers took %.3f s, %.1f x the %.3f s of 4096 workers: it "
                  "grows faster than linearly",
