@@ -238,8 +238,8 @@ static void bm_blas(const bm_case *c, double *ws)
                 acc[Y->b_off + j] += delta[e * Y->out + j];
         if (l == 0)
             break;
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)Y->in, (int)Y->out,
-                    1.0, delta, (int)Y->out, Wd + Y->w_off, (int)Y->in, 0.0, below, (int)Y->in);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)Y->in, (int)Y->out, 1.0,
+                    delta, (int)Y->out, Wd + Y->w_off, (int)Y->in, 0.0, below, (int)Y->in);
         for (size_t k = 0; k < n * Y->in; k++)
             below[k] = z[l - 1][k] > 0.0 ? below[k] : 0.0;
         double *t = delta;
@@ -388,7 +388,6 @@ static int bm_optim(const dsim_bench_compute *b)
     free(g);
     return rc;
 }
-
 
 /* The model column: "mlp 120-256-128-16". */
 static void bm_model_name(const bm_shape *sh, char *buf, size_t cap)
