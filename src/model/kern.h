@@ -39,6 +39,7 @@ typedef struct kern_wgrad_io {
     double *to;         /* !final: the sums are left here (may equal from) */
     int final;          /* 1: round into g instead */
     float *g;           /* final: g[k] = (float)((double)g[k] + scale * sum[k]) */
+    int set;            /* final, g not read: g[k] = (float)(+0.0 + scale * sum[k]) */
     double scale;
 } kern_wgrad_io;
 

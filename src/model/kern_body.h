@@ -274,7 +274,7 @@ typedef struct KB(wg_io) {
     double *to;
     float *g;
     double scale;
-    int final;
+    int final, set;
 } KB(wg_io);
 
 /* The k <= 8 sums at offset off of the layer: their start, and their end. */
@@ -296,7 +296,7 @@ KB_ATTR static inline void KB(wg_end)(const KB(wg_io) * io, size_t off, size_t k
         for (size_t v = 0; v < KB_NV; v++) {
             size_t at = off + v * KB_W;
             if (io->final)
-                KB_STF(io->g + at, KB_LDF(io->g + at) + s[v] * io->scale);
+                KB_STF(io->g + at, (io->set ? (KV){0} : KB_LDF(io->g + at)) + s[v] * io->scale);
             else
                 KB(st)(io->to + at, s[v]);
         }
@@ -305,7 +305,7 @@ KB_ATTR static inline void KB(wg_end)(const KB(wg_io) * io, size_t off, size_t k
     if (io->final) {
         float t[KERN_LANES];
         KV g[KB_NV];
-        KB(chunk_f)(io->g + off, k, g);
+        KB(chunk_f)(io->g + off, io->set ? 0 : k, g);
         for (size_t v = 0; v < KB_NV; v++)
             KB_STF(t + v * KB_W, g[v] + s[v] * io->scale);
         memcpy(io->g + off, t, k * sizeof(float));
@@ -377,7 +377,8 @@ KB_ATTR static void KB(wg_rows)(size_t in, const double *D, size_t ldd, const do
 KB_ATTR static void KB(dense_wgrad)(size_t in, size_t out, const double *D, size_t ldd,
                                     const double *A, size_t lda, size_t n, const kern_wgrad_io *kio)
 {
-    const KB(wg_io) io_ = {kio->from, kio->to, kio->g, kio->scale, kio->final}, *io = &io_;
+    const KB(wg_io) io_ = {kio->from, kio->to, kio->g, kio->scale, kio->final, kio->set},
+                    *io = &io_;
     size_t j = 0;
     for (; j + KB_WJ <= out; j += KB_WJ)
         KB(wg_rows)(in, D, ldd, A, lda, n, j, KB_WJ, io);

@@ -328,7 +328,7 @@ static double model_loss_top(dsim_loss loss, const double *z, size_t out, const 
  * ws->ld[n_layers]). The sums continue those of the blocks before (first:
  * none) and, after the last block, are rounded into grad once. */
 static void model_backward(model_ws *ws, const float *params, size_t nb, int first, int last,
-                           float *grad, double scale)
+                           int set, float *grad, double scale)
 {
     const dsim_model_layout *lay = &ws->lay;
     double *delta = ws->delta[0];
@@ -339,6 +339,7 @@ static void model_backward(model_ws *ws, const float *params, size_t nb, int fir
             .from = first ? NULL : ws->acc + L->w_off,
             .to = ws->acc ? ws->acc + L->w_off : NULL,
             .final = last,
+            .set = set,
             .g = grad + L->w_off,
             .scale = scale,
         };
@@ -375,20 +376,24 @@ static dsim_err model_check_batch(const char *fn, const dsim_model_spec *spec, c
     return DSIM_OK;
 }
 
-dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float *params, const float *x,
-                              const float *y, size_t n, float scale, float *grad_accum,
-                              double *loss_sum)
+/* dsim_model_loss_grad, and with set its form that overwrites the gradient
+ * as if it had been +0 (dsim_model_loss_grad_set). */
+static dsim_err model_loss_grad(const char *fn, const dsim_model_spec *spec, const float *params,
+                                const float *x, const float *y, size_t n, float scale, int set,
+                                float *grad, double *loss_sum)
 {
-    DSIM_CHECK(model_check_batch("dsim_model_loss_grad", spec, params, x, y, n));
+    DSIM_CHECK(model_check_batch(fn, spec, params, x, y, n));
     if (!isfinite(scale))
-        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_loss_grad: scale %g is not finite",
-                        (double)scale);
+        return DSIM_ERR(DSIM_EINVAL, -1, "%s: scale %g is not finite", fn, (double)scale);
     if (loss_sum)
         *loss_sum = 0.0;
-    if (n == 0)
+    if (n == 0) {
+        if (set && grad)
+            memset(grad, 0, dsim_model_num_params(spec) * sizeof(float));
         return DSIM_OK;
+    }
     model_ws ws;
-    DSIM_CHECK(model_ws_init(&ws, spec, n, grad_accum != NULL));
+    DSIM_CHECK(model_ws_init(&ws, spec, n, grad != NULL));
     dsim_loss loss = model_resolve_loss(spec);
     size_t in = spec->in_dim, out = spec->out_dim, yd = loss == DSIM_LOSS_MSE ? out : 1;
     size_t top = ws.lay.n_layers - 1, lt = ws.ld[top + 1];
@@ -398,14 +403,32 @@ dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float *params, 
         model_forward(&ws, params, x + e0 * in, nb);
         for (size_t e = 0; e < nb; e++)
             total += model_loss_top(loss, ws.z[top] + e * lt, out, y + (e0 + e) * yd,
-                                    grad_accum ? ws.delta[0] + e * lt : NULL);
-        if (grad_accum)
-            model_backward(&ws, params, nb, e0 == 0, e0 + nb == n, grad_accum, (double)scale);
+                                    grad ? ws.delta[0] + e * lt : NULL);
+        if (grad)
+            model_backward(&ws, params, nb, e0 == 0, e0 + nb == n, set, grad, (double)scale);
     }
     if (loss_sum)
         *loss_sum = total;
     model_ws_free(&ws);
     return DSIM_OK;
+}
+
+dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float *params, const float *x,
+                              const float *y, size_t n, float scale, float *grad_accum,
+                              double *loss_sum)
+{
+    return model_loss_grad("dsim_model_loss_grad", spec, params, x, y, n, scale, 0, grad_accum,
+                           loss_sum);
+}
+
+dsim_err dsim_model_loss_grad_set(const dsim_model_spec *spec, const float *params, const float *x,
+                                  const float *y, size_t n, float scale, float *grad,
+                                  double *loss_sum)
+{
+    if (!grad)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_loss_grad_set: grad is NULL");
+    return model_loss_grad("dsim_model_loss_grad_set", spec, params, x, y, n, scale, 1, grad,
+                           loss_sum);
 }
 
 dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params, const float *x,

@@ -253,10 +253,9 @@ dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
             goto out;
         if ((e = dsim_ledger_record(res->ledger, 0, epoch, step, ids, n)) != DSIM_OK)
             goto out;
-        memset(grad, 0, P * sizeof(float));
         double loss_sum = 0;
-        if ((e = dsim_model_loss_grad(&su.model, res->params, n ? x : NULL, n ? y : NULL, n, scale,
-                                      grad, &loss_sum)) != DSIM_OK)
+        if ((e = dsim_model_loss_grad_set(&su.model, res->params, n ? x : NULL, n ? y : NULL, n,
+                                          scale, grad, &loss_sum)) != DSIM_OK)
             goto out;
         if ((e = dsim_optim_apply(opt, res->params, grad, P)) != DSIM_OK)
             goto out;

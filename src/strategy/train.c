@@ -668,10 +668,9 @@ static dsim_err train_rerun(train_replica *rp, int lost, uint64_t from, float *x
         int64_t t0 = dsim_rt_now(job->rt);
         if (nb && (e = dsim_dataset_gather(su->ds, b->ids, nb, x, y)) != DSIM_OK)
             break;
-        memset(grad, 0, P * sizeof(float));
         double loss_sum = 0;
-        if ((e = dsim_model_loss_grad(&su->model, ctx->params, nb ? x : NULL, nb ? y : NULL, nb,
-                                      job->loss_scale, grad, &loss_sum)) != DSIM_OK)
+        if ((e = dsim_model_loss_grad_set(&su->model, ctx->params, nb ? x : NULL, nb ? y : NULL, nb,
+                                          job->loss_scale, grad, &loss_sum)) != DSIM_OK)
             break;
         if ((e = dsim_ledger_record_rerun(job->res->ledger, rp->index, lost, st.epoch, st.step,
                                           b->ids, b->n)) != DSIM_OK)
@@ -762,10 +761,9 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         }
         if (nb && (e = dsim_dataset_gather(su->ds, b->ids, nb, x, y)) != DSIM_OK)
             goto out;
-        memset(grad, 0, P * sizeof(float));
         double loss_sum = 0;
-        if ((e = dsim_model_loss_grad(&su->model, ctx->params, nb ? x : NULL, nb ? y : NULL, nb,
-                                      job->loss_scale, grad, &loss_sum)) != DSIM_OK)
+        if ((e = dsim_model_loss_grad_set(&su->model, ctx->params, nb ? x : NULL, nb ? y : NULL, nb,
+                                          job->loss_scale, grad, &loss_sum)) != DSIM_OK)
             goto out;
         if (cfg->device_flops > 0)
             dsim_rt_charge(job->rt,

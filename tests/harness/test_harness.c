@@ -347,9 +347,9 @@ static int ht_teardown(void **state)
 static void test_reference_beside(void **state)
 {
     (void)state;
-    const char *text = "name: beside\nengine: sim\n" HT_SMALL
-                       "expect:\n  gradient_consistency: {}\n"
-                       "  convergence: {within_pct_of_reference: 5}\n";
+    const char *text =
+        "name: beside\nengine: sim\n" HT_SMALL "expect:\n  gradient_consistency: {}\n"
+        "  convergence: {within_pct_of_reference: 5}\n";
     char db[2][512];
     dsim_harness_result r[2];
     for (int k = 0; k < 2; k++) {
@@ -394,10 +394,8 @@ int main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_without_store),
-        cmocka_unit_test(test_with_store),
-        cmocka_unit_test(test_text_and_failures),
-        cmocka_unit_test(test_liveness),
+        cmocka_unit_test(test_without_store),     cmocka_unit_test(test_with_store),
+        cmocka_unit_test(test_text_and_failures), cmocka_unit_test(test_liveness),
         cmocka_unit_test(test_reference_beside),
     };
     return cmocka_run_group_tests(tests, ht_setup, ht_teardown);

@@ -200,6 +200,22 @@ static void check_shape(const shape *sh, uint64_t seed)
                 fail_msg("%s kernels, %s %zu->%zu, n %zu: gradient %zu is %a, documented %a",
                          kernel_names[k], dsim_model_kind_name(s->kind), s->in_dim, s->out_dim, n,
                          q, (double)g[q], (double)want[q]);
+        /* loss_grad_set: the bits of loss_grad into zeros, whatever grad held
+         * (NaN here), a negative scale included (a +0 sum times it is -0). */
+        for (int sign = -1; sign <= 1; sign += 2) {
+            for (size_t q = 0; q < P; q++)
+                g[q] = NAN;
+            double ls = -1, lz = -2;
+            assert_int_equal(dsim_model_loss_grad_set(s, p, x, y, n, (float)sign * scale, g, &ls),
+                             DSIM_OK);
+            float *z = calloc(P, sizeof(float));
+            assert_non_null(z);
+            assert_int_equal(dsim_model_loss_grad(s, p, x, y, n, (float)sign * scale, z, &lz),
+                             DSIM_OK);
+            assert_memory_equal(g, z, P * sizeof(float));
+            assert_memory_equal(&ls, &lz, sizeof ls);
+            free(z);
+        }
         /* predict: the outputs of the documented forward pass, rounded. */
         assert_int_equal(dsim_model_predict(s, p, x, n, out), DSIM_OK);
         static double acts[DSIM_MODEL_MAX_HIDDEN + 1][MAXW], zs[DSIM_MODEL_MAX_HIDDEN + 1][MAXW];
@@ -313,6 +329,24 @@ static void test_optimizers(void **state)
     }
 }
 
+/* loss_grad_set of an empty batch sets the gradient to +0; NULL is refused. */
+static void test_set_empty(void **state)
+{
+    (void)state;
+    dsim_model_spec s = spec_of(DSIM_MODEL_SOFTMAX, DSIM_LOSS_AUTO, 3, 2, 0, 0, 0);
+    float g[8];
+    for (int k = 0; k < 8; k++)
+        g[k] = -1.0f;
+    double l = 5;
+    assert_int_equal(dsim_model_loss_grad_set(&s, g, NULL, NULL, 0, 1.0f, g, &l), DSIM_OK);
+    assert_true(l == 0.0);
+    for (int k = 0; k < 8; k++)
+        assert_true(g[k] == 0.0f && !signbit(g[k]));
+    dsim_clear_error();
+    assert_int_equal(dsim_model_loss_grad_set(&s, g, NULL, NULL, 0, 1.0f, NULL, &l), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "grad"));
+}
+
 static void test_choosing(void **state)
 {
     (void)state;
@@ -337,6 +371,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_documented_bits),
         cmocka_unit_test(test_optimizers),
+        cmocka_unit_test(test_set_empty),
         cmocka_unit_test(test_choosing),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

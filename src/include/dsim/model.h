@@ -128,6 +128,14 @@ dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float *params, 
                               const float *y, size_t n, float scale, float *grad_accum,
                               double *loss_sum);
 
+/* dsim_model_loss_grad into a gradient of zeros, without reading it first:
+ * grad[k] = (float)(+0.0 + scale * sum_e d loss_e / d params[k]), the bits
+ * that setting grad to +0 and calling dsim_model_loss_grad gives, with one
+ * pass less over grad. n = 0 sets grad to +0. grad must not be NULL. */
+dsim_err dsim_model_loss_grad_set(const dsim_model_spec *spec, const float *params, const float *x,
+                                  const float *y, size_t n, float scale, float *grad,
+                                  double *loss_sum);
+
 /* out[e*out_dim + j]: the model's outputs for n examples (predictions for
  * MSE, logits for cross-entropy). */
 dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params, const float *x,
