@@ -47,7 +47,7 @@ KB_ATTR static inline void KB(chunk_f)(const float *p, size_t k, KV *out)
         memcpy(t, p, k * sizeof(float));
         p = t;
     }
-#pragma GCC unroll 8
+    KB_UNROLL
     for (size_t v = 0; v < KB_NV; v++)
         out[v] = KB_LDF(p + v * KB_W);
 }
@@ -59,7 +59,7 @@ KB_ATTR static inline void KB(chunk_d)(const double *p, size_t k, KV *out)
         memcpy(t, p, k * sizeof(double));
         p = t;
     }
-#pragma GCC unroll 8
+    KB_UNROLL
     for (size_t v = 0; v < KB_NV; v++)
         out[v] = KB(ld)(p + v * KB_W);
 }
@@ -68,7 +68,7 @@ KB_ATTR static inline void KB(chunk_d)(const double *p, size_t k, KV *out)
 KB_ATTR static inline double KB(hsum)(const KV *c)
 {
     double l[KERN_LANES];
-#pragma GCC unroll 8
+    KB_UNROLL
     for (size_t v = 0; v < KB_NV; v++)
         KB(st)(l + v * KB_W, c[v]);
     return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
@@ -82,12 +82,12 @@ __attribute__((always_inline)) KB_ATTR static inline void
 KB(fwd_step)(KV acc[KB_FJ][KB_FE][KB_NV], const KV w[KB_FJ][KB_NV], const double *A, size_t lda,
              size_t e0, size_t EE, size_t JJ, size_t i)
 {
-#pragma GCC unroll 8
+    KB_UNROLL
     for (size_t ee = 0; ee < EE; ee++) {
-#pragma GCC unroll 8
+        KB_UNROLL
         for (size_t v = 0; v < KB_NV; v++) {
             KV a = KB(ld)(A + (e0 + ee) * lda + i + v * KB_W);
-#pragma GCC unroll 8
+            KB_UNROLL
             for (size_t jj = 0; jj < JJ; jj++)
                 acc[jj][ee][v] += w[jj][v] * a;
         }
@@ -103,34 +103,34 @@ KB(fwd_tile)(const float *W, const float *b, size_t in, size_t j0, size_t JJ, co
     KV acc[KB_FJ][KB_FE][KB_NV];
     KV w[KB_FJ][KB_NV];
     size_t full = in / KERN_LANES, tail = in % KERN_LANES;
-#pragma GCC unroll 8
+    KB_UNROLL
     for (size_t jj = 0; jj < JJ; jj++)
-#pragma GCC unroll 8
-        for (size_t ee = 0; ee < EE; ee++)
-#pragma GCC unroll 8
-            for (size_t v = 0; v < KB_NV; v++)
-                acc[jj][ee][v] = (KV){0};
+        KB_UNROLL
+    for (size_t ee = 0; ee < EE; ee++)
+        KB_UNROLL
+    for (size_t v = 0; v < KB_NV; v++)
+        acc[jj][ee][v] = (KV){0};
     for (size_t c = 0; c < full; c++) {
         size_t i = c * KERN_LANES;
-#pragma GCC unroll 8
+        KB_UNROLL
         for (size_t jj = 0; jj < JJ; jj++)
-#pragma GCC unroll 8
-            for (size_t v = 0; v < KB_NV; v++)
-                w[jj][v] = KB_LDF(W + (j0 + jj) * in + i + v * KB_W);
+            KB_UNROLL
+        for (size_t v = 0; v < KB_NV; v++)
+            w[jj][v] = KB_LDF(W + (j0 + jj) * in + i + v * KB_W);
         KB(fwd_step)(acc, w, A, lda, e0, EE, JJ, i);
     }
     if (tail) {
         size_t i = full * KERN_LANES;
-#pragma GCC unroll 8
+        KB_UNROLL
         for (size_t jj = 0; jj < JJ; jj++)
             KB(chunk_f)(W + (j0 + jj) * in + i, tail, w[jj]);
         KB(fwd_step)(acc, w, A, lda, e0, EE, JJ, i);
     }
-#pragma GCC unroll 8
+    KB_UNROLL
     for (size_t ee = 0; ee < EE; ee++)
-#pragma GCC unroll 8
-        for (size_t jj = 0; jj < JJ; jj++)
-            Z[(e0 + ee) * ldz + j0 + jj] = (double)b[j0 + jj] + KB(hsum)(acc[jj][ee]);
+        KB_UNROLL
+    for (size_t jj = 0; jj < JJ; jj++)
+        Z[(e0 + ee) * ldz + j0 + jj] = (double)b[j0 + jj] + KB(hsum)(acc[jj][ee]);
 }
 
 KB_ATTR static void KB(fwd_rows)(const float *W, const float *b, size_t in, size_t j0, size_t JJ,
@@ -172,39 +172,39 @@ KB(bwd_tile)(const float *W, size_t in, size_t out, const double *D, size_t ldd,
 {
     KV acc[KB_BE][KB_BI][KB_NV];
     KV w[KB_BI][KB_NV];
-#pragma GCC unroll 8
+    KB_UNROLL
     for (size_t ee = 0; ee < EE; ee++)
-#pragma GCC unroll 8
-        for (size_t ii = 0; ii < II; ii++)
-#pragma GCC unroll 8
-            for (size_t v = 0; v < KB_NV; v++)
-                acc[ee][ii][v] = (KV){0};
+        KB_UNROLL
+    for (size_t ii = 0; ii < II; ii++)
+        KB_UNROLL
+    for (size_t v = 0; v < KB_NV; v++)
+        acc[ee][ii][v] = (KV){0};
     for (size_t j = 0; j < out; j++) {
         const float *row = W + j * in + c0 * KERN_LANES;
-#pragma GCC unroll 8
+        KB_UNROLL
         for (size_t ii = 0; ii < II; ii++)
-#pragma GCC unroll 8
-            for (size_t v = 0; v < KB_NV; v++)
-                w[ii][v] = KB_LDF(row + ii * KERN_LANES + v * KB_W);
-#pragma GCC unroll 8
+            KB_UNROLL
+        for (size_t v = 0; v < KB_NV; v++)
+            w[ii][v] = KB_LDF(row + ii * KERN_LANES + v * KB_W);
+        KB_UNROLL
         for (size_t ee = 0; ee < EE; ee++) {
             double d = D[(e0 + ee) * ldd + j];
-#pragma GCC unroll 8
+            KB_UNROLL
             for (size_t ii = 0; ii < II; ii++)
-#pragma GCC unroll 8
-                for (size_t v = 0; v < KB_NV; v++)
-                    acc[ee][ii][v] += w[ii][v] * d;
+                KB_UNROLL
+            for (size_t v = 0; v < KB_NV; v++)
+                acc[ee][ii][v] += w[ii][v] * d;
         }
     }
-#pragma GCC unroll 8
+    KB_UNROLL
     for (size_t ee = 0; ee < EE; ee++)
-#pragma GCC unroll 8
-        for (size_t ii = 0; ii < II; ii++)
-#pragma GCC unroll 8
-            for (size_t v = 0; v < KB_NV; v++) {
-                size_t at = (e0 + ee) * ldb + (c0 + ii) * KERN_LANES + v * KB_W;
-                KB(st)(B + at, KB(keep_pos)(acc[ee][ii][v], KB(ld)(M + at)));
-            }
+        KB_UNROLL
+    for (size_t ii = 0; ii < II; ii++)
+        KB_UNROLL
+    for (size_t v = 0; v < KB_NV; v++) {
+        size_t at = (e0 + ee) * ldb + (c0 + ii) * KERN_LANES + v * KB_W;
+        KB(st)(B + at, KB(keep_pos)(acc[ee][ii][v], KB(ld)(M + at)));
+    }
 }
 
 KB_ATTR static void KB(bwd_chunks)(const float *W, size_t in, size_t out, const double *D,
@@ -281,7 +281,7 @@ typedef struct KB(wg_io) {
 KB_ATTR static inline void KB(wg_start)(const KB(wg_io) * io, size_t off, size_t k, KV *s)
 {
     if (!io->from) {
-#pragma GCC unroll 8
+        KB_UNROLL
         for (size_t v = 0; v < KB_NV; v++)
             s[v] = (KV){0};
         return;
@@ -292,7 +292,7 @@ KB_ATTR static inline void KB(wg_start)(const KB(wg_io) * io, size_t off, size_t
 KB_ATTR static inline void KB(wg_end)(const KB(wg_io) * io, size_t off, size_t k, const KV *s)
 {
     if (k == KERN_LANES) {
-#pragma GCC unroll 8
+        KB_UNROLL
         for (size_t v = 0; v < KB_NV; v++) {
             size_t at = off + v * KB_W;
             if (io->final)
@@ -324,34 +324,34 @@ KB(wg_tile)(size_t in, const double *D, size_t ldd, const double *A, size_t lda,
             size_t j0, size_t JJ, size_t c0, size_t II, size_t k_last, const KB(wg_io) * io)
 {
     KV acc[KB_WJ][KB_WI][KB_NV];
-#pragma GCC unroll 8
+    KB_UNROLL
     for (size_t jj = 0; jj < JJ; jj++)
-#pragma GCC unroll 8
-        for (size_t ii = 0; ii < II; ii++)
-            KB(wg_start)
+        KB_UNROLL
+    for (size_t ii = 0; ii < II; ii++)
+        KB(wg_start)
     (io, (j0 + jj) * in + (c0 + ii) * KERN_LANES, ii + 1 == II ? k_last : KERN_LANES, acc[jj][ii]);
     for (size_t e = 0; e < n; e++) {
         KV a[KB_WI][KB_NV];
-#pragma GCC unroll 8
+        KB_UNROLL
         for (size_t ii = 0; ii < II; ii++)
-#pragma GCC unroll 8
-            for (size_t v = 0; v < KB_NV; v++)
-                a[ii][v] = KB(ld)(A + e * lda + (c0 + ii) * KERN_LANES + v * KB_W);
-#pragma GCC unroll 8
+            KB_UNROLL
+        for (size_t v = 0; v < KB_NV; v++)
+            a[ii][v] = KB(ld)(A + e * lda + (c0 + ii) * KERN_LANES + v * KB_W);
+        KB_UNROLL
         for (size_t jj = 0; jj < JJ; jj++) {
             double d = D[e * ldd + j0 + jj];
-#pragma GCC unroll 8
+            KB_UNROLL
             for (size_t ii = 0; ii < II; ii++)
-#pragma GCC unroll 8
-                for (size_t v = 0; v < KB_NV; v++)
-                    acc[jj][ii][v] += a[ii][v] * d;
+                KB_UNROLL
+            for (size_t v = 0; v < KB_NV; v++)
+                acc[jj][ii][v] += a[ii][v] * d;
         }
     }
-#pragma GCC unroll 8
+    KB_UNROLL
     for (size_t jj = 0; jj < JJ; jj++)
-#pragma GCC unroll 8
-        for (size_t ii = 0; ii < II; ii++)
-            KB(wg_end)
+        KB_UNROLL
+    for (size_t ii = 0; ii < II; ii++)
+        KB(wg_end)
     (io, (j0 + jj) * in + (c0 + ii) * KERN_LANES, ii + 1 == II ? k_last : KERN_LANES, acc[jj][ii]);
 }
 

@@ -170,8 +170,10 @@ int main(int argc, char **argv)
             if (!after)
                 beside_ran |= jr.beside;
             printf("  %-9s %8.2f %8.2f %13.2f %9.0f%s\n",
-                   after ? "after" : jr.beside ? "beside" : "after(1cpu)", jr.wall, jr.cpu,
-                   jr.train_wall, jr.peak_mib, e ? "  FAILED" : "");
+                   after       ? "after"
+                   : jr.beside ? "beside"
+                               : "after(1cpu)",
+                   jr.wall, jr.cpu, jr.train_wall, jr.peak_mib, e ? "  FAILED" : "");
             fflush(stdout);
             w[after][k] = jr.wall;
             c[after][k] = jr.cpu;
