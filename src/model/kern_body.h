@@ -134,8 +134,14 @@ KB(fwd_tile)(const float *W, const float *b, size_t in, size_t j0, size_t JJ, co
 }
 
 KB_ATTR static void KB(fwd_rows)(const float *W, const float *b, size_t in, size_t j0, size_t JJ,
-                                 const double *A, size_t lda, size_t n, double *Z, size_t ldz)
+                                 const double *A, size_t lda, size_t n, double *Z, size_t ldz,
+                                 size_t out)
 {
+    /* The next rows, while these compute: a replica's parameters are
+     * usually not in the cache (every replica has its own). */
+    size_t ahead = j0 + JJ < out ? (out - j0 - JJ < KB_FJ ? out - j0 - JJ : KB_FJ) : 0;
+    for (size_t o = 0; o < ahead * in; o += 64 / sizeof(float))
+        __builtin_prefetch(W + (j0 + JJ) * in + o);
     size_t e = 0;
     if (JJ == KB_FJ) {
         for (; e + KB_FE <= n; e += KB_FE)
@@ -157,9 +163,9 @@ KB_ATTR static void KB(dense_fwd)(const float *W, const float *b, size_t in, siz
 {
     size_t j = 0;
     for (; j + KB_FJ <= out; j += KB_FJ)
-        KB(fwd_rows)(W, b, in, j, KB_FJ, A, lda, n, Z, ldz);
+        KB(fwd_rows)(W, b, in, j, KB_FJ, A, lda, n, Z, ldz, out);
     for (; j < out; j++)
-        KB(fwd_rows)(W, b, in, j, 1, A, lda, n, Z, ldz);
+        KB(fwd_rows)(W, b, in, j, 1, A, lda, n, Z, ldz, out);
 }
 
 /* ---- dense_bwd ------------------------------------------------------------ */
