@@ -45,6 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dsim/api.h"
 #include "dsim/err.h"
 #include "dsim/rng.h"
 
@@ -93,27 +94,27 @@ typedef struct dsim_model_layout {
 } dsim_model_layout;
 
 /* "linear", "softmax", "mlp"; "mse", "xent" ("auto" for AUTO). */
-const char *dsim_model_kind_name(dsim_model_kind k);
-dsim_err dsim_model_kind_parse(const char *s, dsim_model_kind *out);
-const char *dsim_loss_name(dsim_loss l);
+DSIM_API const char *dsim_model_kind_name(dsim_model_kind k);
+DSIM_API dsim_err dsim_model_kind_parse(const char *s, dsim_model_kind *out);
+DSIM_API const char *dsim_loss_name(dsim_loss l);
 /* Also accepts "cross_entropy" and "crossentropy" for XENT. */
-dsim_err dsim_loss_parse(const char *s, dsim_loss *out);
+DSIM_API dsim_err dsim_loss_parse(const char *s, dsim_loss *out);
 
 /* DSIM_OK, or DSIM_EINVAL naming the field, its value and what is accepted. */
-dsim_err dsim_model_validate(const dsim_model_spec *spec);
+DSIM_API dsim_err dsim_model_validate(const dsim_model_spec *spec);
 /* The loss the spec trains with (AUTO resolved); the spec must be valid. */
-dsim_loss dsim_model_loss(const dsim_model_spec *spec);
+DSIM_API dsim_loss dsim_model_loss(const dsim_model_spec *spec);
 /* Floats per example in a target buffer: out_dim for MSE, 1 for
  * cross-entropy; 0 for an invalid spec. */
-size_t dsim_model_y_dim(const dsim_model_spec *spec);
+DSIM_API size_t dsim_model_y_dim(const dsim_model_spec *spec);
 /* Number of parameters; 0 for an invalid spec. */
-size_t dsim_model_num_params(const dsim_model_spec *spec);
-dsim_err dsim_model_layout_of(const dsim_model_spec *spec, dsim_model_layout *out);
+DSIM_API size_t dsim_model_num_params(const dsim_model_spec *spec);
+DSIM_API dsim_err dsim_model_layout_of(const dsim_model_spec *spec, dsim_model_layout *out);
 
 /* Fills params (dsim_model_num_params floats) as Keras' Dense does by
  * default: weights Glorot-uniform, U(-l, l) with l = sqrt(6/(in+out)),
  * drawn layer by layer in row-major order; biases zero. */
-dsim_err dsim_model_init(const dsim_model_spec *spec, float *params, dsim_rng *rng);
+DSIM_API dsim_err dsim_model_init(const dsim_model_spec *spec, float *params, dsim_rng *rng);
 
 /* For the n examples in (x, y): grad_accum[k] += scale * sum_e d loss_e / d
  * params[k], summed in double in example order, rounded to float once, and
@@ -124,43 +125,43 @@ dsim_err dsim_model_init(const dsim_model_spec *spec, float *params, dsim_rng *r
  * n may be 0 (an empty batch: nothing is added, *loss_sum = 0; x and y may
  * then be NULL). grad_accum NULL computes the loss only; loss_sum may be
  * NULL. On error nothing is written to grad_accum. */
-dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float *params, const float *x,
-                              const float *y, size_t n, float scale, float *grad_accum,
-                              double *loss_sum);
+DSIM_API dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float *params,
+                                       const float *x, const float *y, size_t n, float scale,
+                                       float *grad_accum, double *loss_sum);
 
 /* dsim_model_loss_grad into a gradient of zeros, without reading it first:
  * grad[k] = (float)(+0.0 + scale * sum_e d loss_e / d params[k]), the bits
  * that setting grad to +0 and calling dsim_model_loss_grad gives, with one
  * pass less over grad. n = 0 sets grad to +0. grad must not be NULL. */
-dsim_err dsim_model_loss_grad_set(const dsim_model_spec *spec, const float *params, const float *x,
-                                  const float *y, size_t n, float scale, float *grad,
-                                  double *loss_sum);
+DSIM_API dsim_err dsim_model_loss_grad_set(const dsim_model_spec *spec, const float *params,
+                                           const float *x, const float *y, size_t n, float scale,
+                                           float *grad, double *loss_sum);
 
 /* out[e*out_dim + j]: the model's outputs for n examples (predictions for
  * MSE, logits for cross-entropy). */
-dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params, const float *x,
-                            size_t n, float *out);
+DSIM_API dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params,
+                                     const float *x, size_t n, float *out);
 
 /* Loss sum over n examples (as dsim_model_loss_grad) and, for
  * cross-entropy, how many examples the argmax of the logits gets right
  * (ties go to the lower class); *n_correct is 0 for MSE. Either output
  * may be NULL. */
-dsim_err dsim_model_eval(const dsim_model_spec *spec, const float *params, const float *x,
-                         const float *y, size_t n, double *loss_sum, size_t *n_correct);
+DSIM_API dsim_err dsim_model_eval(const dsim_model_spec *spec, const float *params, const float *x,
+                                  const float *y, size_t n, double *loss_sum, size_t *n_correct);
 
 /* The compute kernels the models run on: "avx512", "avx2" or "generic"
  * (portable C), the fastest this CPU has unless dsim_model_kernels_use
  * chose. All of them give the same bits (see Numerics above); they differ
  * only in speed. */
-const char *dsim_model_kernels(void);
+DSIM_API const char *dsim_model_kernels(void);
 /* The kernels this CPU can run, slowest first: fills up to cap names and
  * returns how many there are. */
-size_t dsim_model_kernels_list(const char **names, size_t cap);
+DSIM_API size_t dsim_model_kernels_list(const char **names, size_t cap);
 /* Chooses the kernels by name for the whole process ("auto" or NULL: the
  * fastest); DSIM_EINVAL naming those available for a name this CPU cannot
  * run. Meant for benchmarks and tests: not to be called while a model
  * computes on another thread. */
-dsim_err dsim_model_kernels_use(const char *name);
+DSIM_API dsim_err dsim_model_kernels_use(const char *name);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,126 @@
+/* Parameter vectors: their checksum (dsim_params_checksum, which every
+ * step's consistency check and the run's trace compare) and the distance
+ * between two of them (dsim_params_compare: differing elements, ulps,
+ * absolute and relative). Used by dsim_train, the reference and the
+ * harness; it calls nothing else in libdsim. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dsim/strategy.h"
+
+/* Eight independent lanes of FNV-style xor-multiply over 8-byte words,
+ * each folded through a strong mix at the end: any change to one
+ * parameter changes the result, and the lanes run in parallel (a
+ * byte-at-a-time hash was half the cost of a step at 1024 replicas). */
+static uint64_t params_mix(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
+/* The lanes over whole 64-byte blocks: 8 words a block, word k to lane k.
+ * A vector of 8 lanes where the CPU multiplies 64-bit lanes (AVX-512DQ),
+ * else 8 scalars the compiler keeps in registers; the same integers. */
+typedef uint64_t params_v8 __attribute__((vector_size(64)));
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f,avx512dq"))) static void params_lanes_v8(const unsigned char *b,
+                                                                        size_t blocks, uint64_t *h)
+{
+    params_v8 v;
+    memcpy(&v, h, sizeof v);
+    for (size_t i = 0; i < blocks; i++) {
+        params_v8 w;
+        memcpy(&w, b + 64 * i, sizeof w);
+        v = (v ^ w) * 0x100000001b3ull;
+    }
+    memcpy(h, &v, sizeof v);
+}
+#endif
+
+static void params_lanes(const unsigned char *b, size_t blocks, uint64_t *h)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512dq")) {
+        params_lanes_v8(b, blocks, h);
+        return;
+    }
+#endif
+    uint64_t h0 = h[0], h1 = h[1], h2 = h[2], h3 = h[3], h4 = h[4], h5 = h[5], h6 = h[6], h7 = h[7];
+    for (size_t i = 0; i < blocks; i++) {
+        uint64_t w[8];
+        memcpy(w, b + 64 * i, sizeof w);
+        h0 = (h0 ^ w[0]) * 0x100000001b3ull;
+        h1 = (h1 ^ w[1]) * 0x100000001b3ull;
+        h2 = (h2 ^ w[2]) * 0x100000001b3ull;
+        h3 = (h3 ^ w[3]) * 0x100000001b3ull;
+        h4 = (h4 ^ w[4]) * 0x100000001b3ull;
+        h5 = (h5 ^ w[5]) * 0x100000001b3ull;
+        h6 = (h6 ^ w[6]) * 0x100000001b3ull;
+        h7 = (h7 ^ w[7]) * 0x100000001b3ull;
+    }
+    h[0] = h0, h[1] = h1, h[2] = h2, h[3] = h3, h[4] = h4, h[5] = h5, h[6] = h6, h[7] = h7;
+}
+
+uint64_t dsim_params_checksum(const float *p, size_t n)
+{
+    if (!p)
+        n = 0;
+    const unsigned char *b = (const unsigned char *)p;
+    size_t len = n * sizeof(float), i = len / 64 * 64;
+    uint64_t h[8];
+    for (int k = 0; k < 8; k++)
+        h[k] = 0xcbf29ce484222325ull + 0x9e3779b97f4a7c15ull * (uint64_t)k;
+    params_lanes(b, len / 64, h);
+    uint64_t r = (uint64_t)len;
+    for (; i < len; i++)
+        r = (r ^ b[i]) * 0x100000001b3ull;
+    for (int k = 0; k < 8; k++)
+        r = params_mix(r ^ params_mix(h[k] + (uint64_t)k));
+    return r;
+}
+
+/* Floats mapped to a monotonic integer line, so that the distance between
+ * two of them is their distance in ulps (+0 and -0 are the same point). */
+static int64_t reference_ordered(float f)
+{
+    int32_t i;
+    memcpy(&i, &f, sizeof i);
+    return i < 0 ? (int64_t)INT32_MIN - (int64_t)i : (int64_t)i;
+}
+
+void dsim_params_compare(const float *a, const float *b, size_t n, dsim_params_diff *out)
+{
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
+            out->n_diff++;
+        if (isnan(a[i]) || isnan(b[i])) {
+            if (isnan(a[i]) != isnan(b[i])) {
+                out->max_ulps = UINT64_MAX;
+                out->max_abs = INFINITY;
+                out->max_rel = INFINITY;
+                out->worst = i;
+            }
+            continue;
+        }
+        double d = fabs((double)a[i] - (double)b[i]);
+        double m = fmax(fabs((double)a[i]), fabs((double)b[i]));
+        double rel = m > 0 ? d / m : 0;
+        int64_t u = reference_ordered(a[i]) - reference_ordered(b[i]);
+        uint64_t ulps = (uint64_t)(u < 0 ? -u : u);
+        if (d > out->max_abs) {
+            out->max_abs = d;
+            out->worst = i;
+        }
+        if (rel > out->max_rel)
+            out->max_rel = rel;
+        if (ulps > out->max_ulps && out->max_ulps != UINT64_MAX)
+            out->max_ulps = ulps;
+    }
+}
