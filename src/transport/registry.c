@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dsim/log.h"
+#include "dsim/spi/shm.h"
 #include "tp_int.h"
 
 #define TP_MAX_BACKENDS 16
@@ -120,7 +121,8 @@ static void tp_builtins_locked(void)
     if (tp_builtins_done)
         return;
     tp_builtins_done = 1;
-    static const struct dsim_tp_ops *const builtins[] = {&dsim_tp_inproc_ops, &dsim_tp_tcp_ops};
+    static const struct dsim_tp_ops *const builtins[] = {&dsim_tp_inproc_ops, &dsim_tp_tcp_ops,
+                                                         &dsim_tp_shm_ops};
     for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
         if (tp_register_locked(builtins[i]) != DSIM_OK)
             dsim_error_log("built-in transport '%s' failed to register: %s", builtins[i]->name,

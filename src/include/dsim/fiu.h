@@ -17,6 +17,14 @@
  *                      (a reset connection; errno from failinfo, default
  *                      ECONNRESET)
  *
+ * The shm transport's points stop the process (SIGSTOP) half-way through a
+ * copy, where a kill would land, so that a test can kill it there:
+ *
+ *   dsim/shm/ring_write  a sender, half of a record's payload in the ring
+ *   dsim/shm/pull        a receiver, half of a large message read
+ *   dsim/shm/push        a sender, half of a large message in the bounce
+ *                        buffer
+ *
  * The results store (sim/store) has dsim/store/open and dsim/store/write.
  *
  * Arming. libfiu's fiu_fail() takes a process-wide lock and looks the name
