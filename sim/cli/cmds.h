@@ -15,6 +15,9 @@ typedef struct dsim_cmd {
 
 int cmd_bench(int argc, char **argv);
 void cmd_bench_help(FILE *out);
+/* dsim bench model: the models' compute against a single-core peak (cmd_bench_model.c) */
+int cmd_bench_model(int argc, char **argv);
+void cmd_bench_model_help(FILE *out);
 int cmd_cluster(int argc, char **argv);
 void cmd_cluster_help(FILE *out);
 int cmd_list(int argc, char **argv);

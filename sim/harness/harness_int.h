@@ -89,6 +89,7 @@ typedef struct h_opts {
     int64_t grace_ns, progress_timeout_ns;
     bool no_crash_guard;
     const struct dsim_proc_hosts *hosts;
+    bool reference_after;
 } h_opts;
 
 /* The engine s runs on (a job over machines: the one that runs those). */
