@@ -722,6 +722,21 @@ static void test_convergence(void **state)
     assert_false(r.passed);
     assert_has(r.message, "2% above");
 
+    /* two-sided: 7 % below the reference is outside a 1 % band too */
+    f.res.final_loss = 0.465;
+    values_of(ops, v, "within_pct_of_reference", 1.0, NULL);
+    r = judge("convergence", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "7% below the one-device reference's 0.5 (OUTSIDE the 1% allowed either "
+                          "side)");
+    assert_has(r.message, "did not compute what they compute");
+    assert_true(fabs(r.expected - 0.495) < 1e-12);
+    values_of(ops, v, "within_pct_of_reference", 8.0, NULL);
+    r = judge("convergence", &ctx, v);
+    assert_true(r.passed);
+    assert_has(r.message, "within the 8% allowed either side");
+    f.res.final_loss = 0.51;
+
     /* both: the tighter bound is shown and both must hold */
     values_of(ops, v, "within_pct_of_reference", 5.0, "max_final_loss", 0.52, NULL);
     r = judge("convergence", &ctx, v);
