@@ -6,7 +6,9 @@
  *     attempt k: every worker restarted, restore the chief's last
  *                checkpoint (fresh start if none), redo from there, with
  *                the faults that have not fired yet
- *   until an attempt finishes or max_restarts is spent.
+ *   until an attempt finishes or max_restarts is spent, or one hangs
+ *   (a worker the watchdog left running still holds the old fabric: the
+ *   job cannot be restarted, and the run is hung).
  *
  * Checkpoints do not change the numbers a job computes, so the clean run
  * writes none (it must not overwrite the faulty job's backup). */
@@ -231,7 +233,11 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
         }
         dsim_clear_error();
     }
-    while (out->err != DSIM_OK && o->restart && out->restarts < o->max_restarts) {
+    /* A hung attempt ends the job: a worker of it is still running (the
+     * watchdog left it), holding the fault layer and its fabric, so no
+     * worker can be restarted from the checkpoint; the run is `hung`. */
+    while (out->err != DSIM_OK && out->err != DSIM_EHUNG && o->restart &&
+           out->restarts < o->max_restarts) {
         if (!out->has_broken) {
             out->broken = out->final;
             out->broken_err = out->err;

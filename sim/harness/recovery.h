@@ -77,7 +77,8 @@ typedef struct dsim_recovery_run {
  * the start and no restore; on failure, with `restart`, restarts the whole
  * job from the chief's last checkpoint (cfg->checkpoint_path; a fresh start
  * when none was written yet), faults that already fired left out, until it
- * finishes or max_restarts is reached. Before attempt 0 an old checkpoint
+ * finishes or max_restarts is reached. An attempt that hung (DSIM_EHUNG: a
+ * worker left running) is not restarted: it ends the job as it is. Before attempt 0 an old checkpoint
  * at cfg->checkpoint_path is removed when restarts are allowed, so that a
  * restart never resumes from another run's backup (BackupAndRestore owns
  * its backup directory). Release *out with dsim_recovery_run_free. */

@@ -106,6 +106,11 @@ dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, 
         bool judged = false;
         if (!c) {
             judge_msg(msg, cap, "no check given");
+        } else if (ctx->run_err == DSIM_EHUNG && !c->judges_failed_runs) {
+            /* the hang is told once, by the run's own message */
+            judge_msg(msg, cap,
+                      "not judged: the run hung, so there is no finished run to judge (the "
+                      "run's hang report says where each worker was)");
         } else if (ctx->run_err != DSIM_OK && !c->judges_failed_runs) {
             judge_msg(msg, cap, "the run failed before it could be judged: %s (%s)",
                       ctx->run->error.msg[0] ? ctx->run->error.msg : "no message",

@@ -838,7 +838,9 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
             stop_here = done == stop_at && done < job->end_step;
         }
         if ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || stop_here) {
-            TRAIN_ENTER(rp, DSIM_PHASE_CHECKPOINT, gs);
+            /* the checkpoint's own global step (the steps it holds), as
+             * its file, the restore and every message name it */
+            TRAIN_ENTER(rp, DSIM_PHASE_CHECKPOINT, done);
             if ((e = dsim_strategy_save(s, ctx, &save)) != DSIM_OK)
                 goto out;
             if (chief && (e = train_write_checkpoint(rp, &save, &st, done)) != DSIM_OK)
