@@ -64,8 +64,8 @@ static dsim_err cv_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         return DSIM_OK;
     }
     bool ok_bound = !has_bound || final <= bound;
-    bool ok_pct =
-        !has_pct || (isfinite(ref_bound) && isfinite(ref_low) && final <= ref_bound && final >= ref_low);
+    bool ok_pct = !has_pct || (isfinite(ref_bound) && isfinite(ref_low) && final <= ref_bound &&
+                               final >= ref_low);
     out->passed = ok_bound && ok_pct;
 
     dsim_check_msg(msg, cap, "final loss %.6g (from %.6g at the start)", final, r->initial_loss);
@@ -106,8 +106,8 @@ const dsim_check_ops dsim_check_convergence = {
             {"max_final_loss", "mean per-example loss at the end must be at most this", 0, 1e30,
              NAN, false},
             {"within_pct_of_reference",
-             "final loss within this % of the reference's, above or below (two-sided)", 0, 1e6,
-             NAN, false},
+             "final loss within this % of the reference's, above or below (two-sided)", 0, 1e6, NAN,
+             false},
         },
     .run = cv_run,
     .wants_reference = cv_wants_reference,

@@ -78,10 +78,10 @@ typedef struct dsim_recovery_run {
  * job from the chief's last checkpoint (cfg->checkpoint_path; a fresh start
  * when none was written yet), faults that already fired left out, until it
  * finishes or max_restarts is reached. An attempt that hung (DSIM_EHUNG: a
- * worker left running) is not restarted: it ends the job as it is. Before attempt 0 an old checkpoint
- * at cfg->checkpoint_path is removed when restarts are allowed, so that a
- * restart never resumes from another run's backup (BackupAndRestore owns
- * its backup directory). Release *out with dsim_recovery_run_free. */
+ * worker left running) is not restarted: it ends the job as it is. Before attempt 0 an old
+ * checkpoint at cfg->checkpoint_path is removed when restarts are allowed, so that a restart never
+ * resumes from another run's backup (BackupAndRestore owns its backup directory). Release *out with
+ * dsim_recovery_run_free. */
 dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_opts *o,
                                dsim_recovery_run *out);
 void dsim_recovery_run_free(dsim_recovery_run *r);
