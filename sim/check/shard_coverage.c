@@ -9,7 +9,14 @@
  * imbalance (so the table shows what failed); when none is broken it is the
  * worst epoch's examples not read exactly as expected against
  * max_duplicates + max_misses. A threshold at DSIM_CHECK_NO_LIMIT or above
- * is no limit. Ids outside the dataset always fail the check. */
+ * is no limit. Ids outside the dataset always fail the check.
+ *
+ * Across a restart (recovery: restart) coverage is Keras BackupAndRestore's:
+ * the steps after the checkpoint a restart resumes from are run again, so
+ * their examples are read again; the steps rolled back do not count. The
+ * harness gives the run's ledger over the committed steps of every attempt
+ * (dsim_ledger_copy_steps), and every example must be read exactly once
+ * there; the re-reads of rolled-back steps are reported as such. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -150,7 +157,8 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     uint32_t epochs = ctx->cfg && ctx->cfg->epochs > 0 ? ctx->cfg->epochs : 1;
 
     dsim_coverage worst_dup = {0}, worst_miss = {0}, worst_idle = {0}, worst_imb = {0};
-    uint64_t worst_bad = 0, oor = 0, n_examples = 0, reruns = 0;
+    uint64_t worst_bad = 0, oor = 0, n_examples = 0, reruns = 0, rolled = 0, rolled_steps = 0;
+    int restarts = ctx->faults ? ctx->faults->restarts : 0;
     uint32_t oor_epoch = 0;
     worst_imb.imbalance = 1;
     for (uint32_t e = 0; e < epochs; e++) {
@@ -163,6 +171,8 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         }
         n_examples = c.n_examples;
         reruns += c.reruns;
+        rolled += c.rolled_back;
+        rolled_steps += c.rolled_back_steps;
         if (c.duplicates > worst_dup.duplicates)
             worst_dup = c;
         if (c.misses > worst_miss.misses)
@@ -198,8 +208,15 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         sc_list_dups(r->ledger, c->epoch, expected, r->devices_per_host, msg, cap);
         if (c->misses)
             dsim_check_msg_append(msg, cap, "; %" PRIu64 " read less", c->misses);
-        dsim_check_msg_append(msg, cap, "; check the shard policy (%s applied)",
-                              dsim_shard_policy_name(r->shard_applied));
+        if (restarts)
+            dsim_check_msg_append(msg, cap,
+                                  "; over the committed steps of the job's %d attempts, so not "
+                                  "the re-run of rolled-back steps: check the shard policy (%s "
+                                  "applied) and where the restart resumed",
+                                  restarts + 1, dsim_shard_policy_name(r->shard_applied));
+        else
+            dsim_check_msg_append(msg, cap, "; check the shard policy (%s applied)",
+                                  dsim_shard_policy_name(r->shard_applied));
         out->measured = (double)c->duplicates;
         out->expected = v[SC_MAX_DUP];
         return DSIM_OK;
@@ -211,9 +228,18 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "(max_misses %.0f)",
                        c->epoch, c->misses, c->n_examples, reads, v[SC_MAX_MISS]);
         sc_list_ids(r->ledger, c->epoch, expected, DSIM_LEDGER_MISSES, msg, cap);
-        dsim_check_msg_append(msg, cap,
-                              "; examples were dropped (drop_remainder, or shards that leave "
-                              "examples to nobody)");
+        if (restarts)
+            dsim_check_msg_append(msg, cap,
+                                  " over the committed steps of the job's %d attempts (each "
+                                  "one's up to the checkpoint the next resumed from); a restart "
+                                  "must run again every step after that checkpoint, or "
+                                  "examples were dropped (drop_remainder, or shards that leave "
+                                  "examples to nobody)",
+                                  restarts + 1);
+        else
+            dsim_check_msg_append(msg, cap,
+                                  "; examples were dropped (drop_remainder, or shards that leave "
+                                  "examples to nobody)");
         out->measured = (double)c->misses;
         out->expected = v[SC_MAX_MISS];
         return DSIM_OK;
@@ -262,6 +288,15 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                    dsim_shard_policy_name(r->shard_applied), r->num_replicas,
                    r->num_replicas == 1 ? "" : "s", worst_idle.idle,
                    worst_idle.idle == 1 ? "" : "s", worst_imb.imbalance);
+    if (restarts)
+        dsim_check_msg_append(msg, cap, "; over the committed steps of %d attempts", restarts + 1);
+    if (rolled)
+        dsim_check_msg_append(msg, cap,
+                              "; %" PRIu64 " example read(s) of %" PRIu64
+                              " step(s) that %d restart(s) rolled back were read again after it "
+                              "(BackupAndRestore runs the steps after the checkpoint again; they "
+                              "count once)",
+                              rolled, rolled_steps, restarts);
     if (reruns)
         dsim_check_msg_append(msg, cap,
                               "; %" PRIu64 " example read(s) repeated because a lost replica's "
@@ -273,7 +308,8 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
 const dsim_check_ops dsim_check_shard_coverage = {
     .size = sizeof(dsim_check_ops),
     .name = "shard_coverage",
-    .summary = "every example read exactly once per epoch (once per worker under OFF)",
+    .summary = "every example read exactly once per epoch (once per worker under OFF); after a "
+               "restart, over the committed steps (BackupAndRestore)",
     .available = true,
     .n_params = 4,
     .params =

@@ -555,8 +555,10 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
     if (rep->n_checks)
         printf(" (%zu of %zu checks met their expectation)", rep->n_checks - rep->n_failed,
                rep->n_checks);
-    printf("; %" PRIu64 " steps, %.2f s, %.0f examples/s", rep->steps, rep->wall_s,
-           rep->examples_per_s);
+    printf("; %" PRIu64 " steps", rep->steps);
+    if (rep->steps_rerun)
+        printf(" (%" PRIu64 " of them run twice: rolled back by a restart)", rep->steps_rerun);
+    printf(", %.2f s, %.0f examples/s", rep->wall_s, rep->examples_per_s);
     if (rep->restarts)
         printf(", %d restart(s)", rep->restarts);
     if (rep->deterministic)

@@ -13,6 +13,7 @@
  * Checkpoints do not change the numbers a job computes, so the clean run
  * writes none (it must not overwrite the faulty job's backup). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,120 @@ static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
     return e;
 }
 
+/* The ranks attempt 0 lost for good, however the engine learnt it: the
+ * fault layer's (engines in one address space), the replicas that ended
+ * killed (a worker's process takes all its replicas), the first loss. */
+static void rc_note_lost(dsim_recovery_run *out, const rc_state *st, const dsim_train_cfg *cfg,
+                         const dsim_train_result *res)
+{
+    int n = cfg->hosts * cfg->devices_per_host + cfg->num_ps;
+    bool *lost = calloc((size_t)(n > 0 ? n : 1), sizeof *lost);
+    if (!lost)
+        return;
+    int any = 0;
+    for (int r = 0; r < n; r++) {
+        lost[r] = (st->fs && dsim_faults_rank_lost(st->fs, r)) || r == out->lost_rank ||
+                  (res->replicas && r < res->num_replicas && res->replicas[r].killed);
+        any += lost[r];
+    }
+    if (!any) {
+        free(lost);
+        return;
+    }
+    out->lost = lost;
+    out->n_ranks = n;
+}
+
+size_t dsim_recovery_attempt_count(const dsim_recovery_run *r)
+{
+    return r->has_broken ? r->n_mid + 2 : 1;
+}
+
+const dsim_train_result *dsim_recovery_attempt(const dsim_recovery_run *r, size_t k)
+{
+    size_t n = dsim_recovery_attempt_count(r);
+    if (k + 1 == n)
+        return &r->final;
+    if (k == 0)
+        return &r->broken;
+    return k - 1 < r->n_mid ? &r->mid[k - 1] : NULL;
+}
+
+/* After restarts, the job as BackupAndRestore defines it: each attempt's
+ * steps up to the checkpoint the next one resumed from are committed (the
+ * next resumed from the state they left), the ones after it are rolled back
+ * (the next runs them again); the final attempt's steps are all committed.
+ * The final result's ledger becomes the job's, and its initial loss the
+ * job's at its very start. */
+static void rc_compose(dsim_recovery_run *out, const dsim_train_cfg *cfg)
+{
+    size_t n = dsim_recovery_attempt_count(out);
+    if (n < 2)
+        return;
+    if (isfinite(out->broken.initial_loss))
+        out->final.initial_loss = out->broken.initial_loss;
+    /* c[k]: where attempt k's committed steps end (the lowest resume point after it) */
+    uint64_t *c = malloc(n * sizeof *c);
+    if (!c)
+        return;
+    c[n - 1] = UINT64_MAX;
+    for (size_t k = n - 1; k-- > 0;) {
+        uint64_t next = dsim_recovery_attempt(out, k + 1)->first_step;
+        c[k] = next < c[k + 1] ? next : c[k + 1];
+    }
+    uint64_t spe = out->final.steps_per_epoch;
+    uint64_t n_ex = cfg->dataset ? cfg->dataset->spec.n_examples : cfg->data.n_examples;
+    dsim_ledger *l = NULL;
+    dsim_err e = out->final.ledger && spe
+                     ? dsim_ledger_create(n_ex, cfg->epochs, cfg->hosts, cfg->devices_per_host, &l)
+                     : DSIM_EINVAL;
+    for (size_t k = 0; e == DSIM_OK && k < n; k++) {
+        const dsim_train_result *a = dsim_recovery_attempt(out, k);
+        if (!a->ledger)
+            continue;
+        uint64_t from = a->first_step, to = c[k] > from ? c[k] : from;
+        e = dsim_ledger_copy_steps(l, a->ledger, spe, from, to, false);
+        if (e == DSIM_OK && k + 1 < n)
+            e = dsim_ledger_copy_steps(l, a->ledger, spe, to, UINT64_MAX, true);
+    }
+    free(c);
+    if (e != DSIM_OK) {
+        if (out->final.ledger)
+            dsim_warn("recovery: the job's coverage over its attempts could not be put "
+                      "together (%s); shard_coverage judges the last attempt alone",
+                      dsim_errmsg());
+        dsim_clear_error();
+        dsim_ledger_destroy(l);
+        return;
+    }
+    dsim_ledger_destroy(out->final.ledger);
+    out->final.ledger = l;
+    /* the steps run again, as the ledger (and the store's step rows) hold
+     * them: a step is run once its batches were read */
+    for (uint32_t ep = 0; ep < cfg->epochs; ep++) {
+        dsim_coverage cv;
+        if (dsim_ledger_coverage(l, ep, -1, 1, &cv) == DSIM_OK)
+            out->steps_rolled_back += cv.rolled_back_steps;
+        dsim_clear_error();
+    }
+}
+
+/* Before restart k: the checkpoint it will resume from, as it is now. */
+static void rc_note_resume(dsim_recovery_run *out, const dsim_train_cfg *cfg, int k)
+{
+    dsim_checkpoint **rs = realloc(out->resumed, (size_t)(k + 1) * sizeof *rs);
+    if (!rs)
+        return;
+    out->resumed = rs;
+    for (int i = out->n_resumed; i <= k; i++)
+        rs[i] = NULL;
+    out->n_resumed = k + 1;
+    if (cfg->checkpoint_path && dsim_checkpoint_read(cfg->checkpoint_path, &rs[k]) != DSIM_OK) {
+        rs[k] = NULL;
+        dsim_clear_error();
+    }
+}
+
 /* Attempts in order: the run's trace is theirs, one after the other. */
 static uint64_t rc_fold(uint64_t h, uint64_t attempt)
 {
@@ -218,6 +333,7 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
     c.restore = false;
     out->err = rc_attempt(&st, &c, 0, out, &out->final);
     out->trace_hash = rc_fold(out->trace_hash, out->final.trace_hash);
+    rc_note_lost(out, &st, cfg, &out->final);
     /* What the broken attempt left: the backup a restart would resume from. */
     out->ckpt_state = 0;
     if (out->err != DSIM_OK && cfg->checkpoint_path) {
@@ -243,10 +359,17 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
             out->broken_err = out->err;
             out->has_broken = true;
         } else {
-            dsim_train_result_free(&out->final);
+            dsim_train_result *m = realloc(out->mid, (out->n_mid + 1) * sizeof *m);
+            if (m) {
+                out->mid = m;
+                out->mid[out->n_mid++] = out->final;
+            } else {
+                dsim_train_result_free(&out->final);
+            }
         }
         memset(&out->final, 0, sizeof out->final);
         out->restarts++;
+        rc_note_resume(out, cfg, out->restarts);
         dsim_info("recovery: restart %d of %d: every worker restarts from %s", out->restarts,
                   o->max_restarts, cfg->checkpoint_path ? cfg->checkpoint_path : "the start");
         if (st.fs)
@@ -256,6 +379,7 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
         out->err = rc_attempt(&st, &c, out->restarts, out, &out->final);
         out->trace_hash = rc_fold(out->trace_hash, out->final.trace_hash);
     }
+    rc_compose(out, cfg);
     dsim_faults_destroy(st.fs);
     free(st.done);
     return DSIM_OK;
@@ -270,6 +394,13 @@ void dsim_recovery_run_free(dsim_recovery_run *r)
         dsim_train_result_free(&r->broken);
     if (r->has_clean)
         dsim_train_result_free(&r->clean);
+    for (size_t i = 0; i < r->n_mid; i++)
+        dsim_train_result_free(&r->mid[i]);
+    free(r->mid);
+    free(r->lost);
+    for (int i = 0; i < r->n_resumed; i++)
+        dsim_checkpoint_free(r->resumed[i]);
+    free(r->resumed);
     free(r->events);
     free(r->event_attempt);
     memset(r, 0, sizeof *r);

@@ -205,6 +205,7 @@ typedef struct train_replica {
     _Atomic uint64_t step;   /* the global step it is on */
     _Atomic int64_t t_phase; /* when it entered the phase */
     uint64_t good_checksum;  /* its variables after the last update that succeeded */
+    uint64_t coll_failed;    /* its world communicator's failed calls, as last seen */
     bool killed;             /* stopped by the hooks, as a killed process */
     _Atomic int dead;        /* killed by a phase hook: its worker's health check stops */
     _Atomic int in_cb;       /* TRAIN_CB_*: inside the caller's code */
@@ -619,6 +620,46 @@ static void train_observe(train_replica *rp, const dsim_input_step *st, const ds
     train_gate_leave(job, rp);
 }
 
+
+/* A strategy call that returned success although a collective of the
+ * replica's world communicator failed inside it: an error the strategy
+ * swallowed. The first is kept with where it was; the rest are counted. */
+static void train_swallowed(train_replica *rp, dsim_phase p, uint64_t gs)
+{
+    uint64_t n = dsim_comm_failed_calls(rp->ctx.world);
+    if (n <= rp->coll_failed)
+        return;
+    rp->coll_failed = n;
+    dsim_train_replica_end *end = &rp->job->res->replicas[rp->index];
+    if (end->swallowed++ == 0) {
+        const dsim_error *ce = dsim_comm_error(rp->ctx.world);
+        end->swallowed_phase = p;
+        end->swallowed_step = gs;
+        end->swallowed_err = ce->code;
+        size_t n_msg = strnlen(ce->msg, sizeof end->swallowed_msg - 1);
+        memcpy(end->swallowed_msg, ce->msg, n_msg);
+        end->swallowed_msg[n_msg] = '\0';
+    }
+}
+
+/* cfg.probe_restore: what the strategy holds right after the restore, by
+ * its own save(), every replica calling it; the chief's is kept. */
+static dsim_err train_probe_restore(train_replica *rp, dsim_strategy_vars *save)
+{
+    train_job *job = rp->job;
+    dsim_err e = dsim_strategy_save(job->strat, &rp->ctx, save);
+    dsim_train_result *res = job->res;
+    if (e != DSIM_OK || rp->index != job->chief || !res->restored_params)
+        return e;
+    memcpy(res->restored_params, save->params, save->n_params * sizeof(float));
+    if (save->optim_state_len && res->restored_optim_state)
+        memcpy(res->restored_optim_state, save->optim_state,
+               save->optim_state_len * sizeof(float));
+    res->restored_optim_state_len = save->optim_state_len;
+    res->restored_optim_step = save->optim_step;
+    res->has_restored = true;
+    return DSIM_OK;
+}
 /* Runs lost replica `lost`'s steps from `from` to the end of the job on rp
  * (dsim_strategy_ops.lost_work): its batches, rp's variables. The coverage
  * ledger records them as re-runs of the lost replica's steps, so a step it
@@ -712,7 +753,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for a batch of %zu examples", maxb);
         goto out;
     }
-    if (cfg->checkpoint_every || job->preempt_armed) {
+    if (cfg->checkpoint_every || job->preempt_armed || cfg->probe_restore) {
         save.n_params = P;
         save.params = malloc(P * sizeof(float));
         save.optim_state_len = su->optim_state_len;
@@ -728,6 +769,8 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         (e = dsim_input_seek(in, job->start_epoch, job->start_step)) != DSIM_OK)
         goto out;
     *inited = 1;
+    /* the step about to be run: after a restore, the checkpoint's */
+    ctx->global_step = job->first_step;
     TRAIN_ENTER(rp, DSIM_PHASE_RENDEZVOUS, job->first_step);
     if ((e = dsim_strategy_replica_init(s, ctx)) != DSIM_OK)
         goto out;
@@ -737,6 +780,10 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
     if ((e = dsim_strategy_create_variables(s, ctx, rp->index == 0 ? &job->init : NULL)) != DSIM_OK)
         goto out;
     rp->good_checksum = dsim_params_checksum(ctx->params, P);
+    job->res->replicas[rp->index].created_checksum = rp->good_checksum;
+    train_swallowed(rp, DSIM_PHASE_CREATE_VARIABLES, job->first_step);
+    if (cfg->probe_restore && job->first_step > 0 && (e = train_probe_restore(rp, &save)) != DSIM_OK)
+        goto out;
     int chief = rp->index == job->chief;
     uint64_t stop_at = UINT64_MAX; /* where a preemption stops the job, once agreed */
     int N = job->N;
@@ -777,6 +824,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         int64_t tc = dsim_rt_now(job->rt); /* compute ends, the exchange begins */
         if ((e = dsim_strategy_apply_gradients(s, ctx, grad)) != DSIM_OK)
             goto out;
+        train_swallowed(rp, DSIM_PHASE_ALLREDUCE, gs);
         /* what a failure later in the step must leave untouched */
         rp->good_checksum = dsim_params_checksum(ctx->params, P);
         TRAIN_ENTER(rp, DSIM_PHASE_REDUCE_LOSS, gs);
@@ -788,6 +836,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         } else if (e != DSIM_OK) {
             goto out;
         }
+        train_swallowed(rp, DSIM_PHASE_REDUCE_LOSS, gs);
         int64_t t1 = dsim_rt_now(job->rt);
         uint64_t cks = dsim_params_checksum(ctx->params, P);
         size_t k = (size_t)(gs - job->first_step);
@@ -1214,6 +1263,12 @@ static dsim_err train_alloc_result(train_job *job)
     res->replicas = calloc(N, sizeof *res->replicas);
     if (job->cfg->record_params)
         res->trace = calloc(steps * P + 1, sizeof(float));
+    if (job->cfg->probe_restore && job->first_step > 0) {
+        res->restored_params = calloc(P ? P : 1, sizeof(float));
+        res->restored_optim_state = calloc(job->su.optim_state_len + 1, sizeof(float));
+        if (!res->restored_params || !res->restored_optim_state)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the restore probe");
+    }
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
         !res->step_ns || !res->comm_ns || !res->checkpoint_writes || !res->replicas ||
         (job->cfg->record_params && !res->trace))
@@ -1901,6 +1956,9 @@ static void train_hand_over(train_job *job, dsim_train_result *res, bool hung)
     res->n_updates = 0;
     res->checkpoint_writes = NULL;
     res->replicas = NULL;
+    res->restored_params = NULL;
+    res->restored_optim_state = NULL;
+    res->has_restored = false;
     /* Made by the driver alone before the workers ran or after the
      * watchdog gave up on them: moved like stuck. */
     job->resv.initial_params = NULL;
@@ -2095,6 +2153,8 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->checkpoint_writes);
     free(res->replicas);
     free(res->optim_state);
+    free(res->restored_params);
+    free(res->restored_optim_state);
     for (int r = 0; res->flight && r < res->n_flight; r++)
         dsim_fr_dump_free(&res->flight[r]);
     free(res->flight);
