@@ -41,7 +41,7 @@ typedef struct dsim_check_faults {
      * none failed; broken_err its error. */
     const dsim_train_result *broken;
     dsim_err broken_err;
-    int lost_rank;    /* the first rank lost (killed, paused for good), or -1 */
+    int lost_rank; /* the first rank lost (killed, paused for good), or -1 */
     /* Every rank the broken attempt lost for good: lost[r] for r < n_ranks
      * (replicas, then parameter servers); NULL when it lost none. Name them
      * with dsim_check_ranks_text. */
@@ -164,6 +164,9 @@ typedef struct dsim_check_outcome {
     /* Not judged: the run has nothing this check measures (a timing-only
      * run moves no numbers); passed is true, result.message says why. */
     bool not_applicable;
+    /* Judged by default: the check applies to the run and the scenario did
+     * not name it (nor turn it off). */
+    bool by_default;
     dsim_check_result result;
 } dsim_check_outcome;
 

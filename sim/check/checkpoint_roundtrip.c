@@ -95,8 +95,8 @@ static dsim_err cr_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     out->expected = v[CR_MAX_REL];
     out->measured = NAN;
 
-    if (!cfg || !cfg->checkpoint_path || (!cfg->checkpoint_every && !cfg->preempt_after &&
-                                          !(fx && fx->n_attempts > 1))) {
+    if (!cfg || !cfg->checkpoint_path ||
+        (!cfg->checkpoint_every && !cfg->preempt_after && !(fx && fx->n_attempts > 1))) {
         dsim_check_msg(msg, cap,
                        "the scenario writes no checkpoints: give it checkpoint: {path: ..., "
                        "every: N} so that there is something to restore");

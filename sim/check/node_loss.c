@@ -357,8 +357,7 @@ static bool nl_trouble(const dsim_check_faults *fx, const dsim_train_result *b, 
                        "%llu): a survivor must fail, not wait; set strategy.timeout or the "
                        "health check",
                        o->hung, lost, strstr(lost, "ranks ") == lost ? "were" : "was",
-                       dsim_phase_name(e->phase),
-                       (unsigned long long)e->global_step);
+                       dsim_phase_name(e->phase), (unsigned long long)e->global_step);
         return true;
     }
     if (o->ok_too_late >= 0) {

@@ -420,13 +420,32 @@ void dsim_recovery_print_timeline(const dsim_recovery_run *r, FILE *out)
     }
     if (b->replicas && b->num_replicas > 0) {
         fprintf(out, "  how each replica of attempt 0 ended:\n");
+        int D = b->devices_per_host > 0 ? b->devices_per_host : 1;
         for (int q = 0; q < b->num_replicas; q++) {
             const dsim_train_replica_end *e = &b->replicas[q];
             double t = e->t_end ? (double)(e->t_end - b->t_start) / 1e9 : -1;
-            if (e->killed)
-                fprintf(out, "    %9.3f  replica %d lost (%s, step %llu)\n", t, q,
-                        dsim_phase_name(e->phase), (unsigned long long)e->global_step);
-            else if (!e->t_end)
+            if (e->killed) {
+                /* the replicas of one worker that went together, once, at the
+                 * kill's own place (the event above): not where each was */
+                int hi = q;
+                while (hi + 1 < b->num_replicas && b->replicas[hi + 1].killed &&
+                       (hi + 1) / D == q / D)
+                    hi++;
+                int fault = -1;
+                for (size_t i = 0; i < r->n_events && fault < 0; i++)
+                    if (r->event_attempt[i] == 0 && r->events[i].rank >= q &&
+                        r->events[i].rank <= hi && strstr(r->events[i].text, " killed"))
+                        fault = r->events[i].fault;
+                char by[32] = "";
+                if (fault >= 0)
+                    snprintf(by, sizeof by, " by fault %d", fault);
+                if (hi > q)
+                    fprintf(out, "    %9.3f  ranks %d-%d (worker %d) lost%s\n", t, q, hi, q / D,
+                            by);
+                else
+                    fprintf(out, "    %9.3f  rank %d (worker %d) lost%s\n", t, q, q / D, by);
+                q = hi;
+            } else if (!e->t_end)
                 fprintf(out, "          ---  replica %d never returned (%s, step %llu)\n", q,
                         dsim_phase_name(e->phase), (unsigned long long)e->global_step);
             else if (e->status != DSIM_OK && r->t_loss >= 0)

@@ -477,8 +477,9 @@ static void h_step_record(h_ctx *c)
     dsim_store *st = c->st;
     for (size_t i = 0; st && i < out->n_checks; i++) {
         const dsim_check_outcome *k = &out->checks[i];
-        if (HG_STORE(dsim_store_check(st, out->run_id, k->name, k->passed, k->result.measured,
-                                      k->result.expected, k->result.message)) != DSIM_OK)
+        if (HG_STORE(dsim_store_check_row(st, out->run_id, k->name, k->passed, k->result.measured,
+                                          k->result.expected, k->result.message, k->by_default)) !=
+            DSIM_OK)
             h_fail(out, "storing the checks");
     }
     /* where the time went (the performance check's figures), every run */

@@ -101,6 +101,7 @@ dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, 
         dsim_check_outcome *o = &out[i];
         const dsim_check_ops *c = e->check;
         expect_set(o, c ? c->name : "?", e->expect_fail);
+        o->by_default = e->by_default;
         char *msg = o->result.message;
         size_t cap = sizeof o->result.message;
         bool judged = false;

@@ -37,8 +37,14 @@ typedef struct dsim_expect {
     const dsim_check_ops *check;
     double values[DSIM_CHECK_MAX_PARAMS]; /* every param, defaults filled in */
     bool expect_fail;                     /* the scenario passes only if this check fails */
+    /* Judged because it applies to the run, not because the scenario names
+     * it (dsim_scenario_default_checks); pos is then 0:0. */
+    bool by_default;
     dsim_src_pos pos;
 } dsim_expect;
+
+/* Checks a scenario can turn off (`shard_coverage: off`): at most this many. */
+#define DSIM_SCENARIO_MAX_OFF 16
 
 typedef struct dsim_scenario {
     char *path; /* the file, as given */
@@ -81,8 +87,11 @@ typedef struct dsim_scenario {
     uint64_t liveness_step;
     int64_t liveness_within_ns;
 
-    dsim_expect *expect;
+    dsim_expect *expect; /* the checks named, then the ones judged by default */
     size_t n_expect;
+    /* checks the scenario turned off (`NAME: off` under expect:) */
+    const dsim_check_ops *off[DSIM_SCENARIO_MAX_OFF];
+    size_t n_off;
     /* expect.error: the run must fail with an error whose message contains
      * this text (e.g. FILE sharding with fewer files than workers); then no
      * check runs. NULL when the run must succeed. */
@@ -121,6 +130,11 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s);
  * "threads". */
 const char *dsim_scenario_engine(const dsim_scenario *s);
 void dsim_scenario_free(dsim_scenario *s);
+
+/* Whether a correctness check applies to the scenario's run, so that it is
+ * judged by default unless the scenario names it or turns it off
+ * (parse_expect.c says which and when). */
+bool dsim_scenario_check_applies(const dsim_scenario *s, const dsim_check_ops *ops);
 
 /* ---- judging a run against the scenario's expect list (judge.c) ----
  *

@@ -90,7 +90,7 @@ typedef struct store_rec {
         } event;
         struct {
             char *name, *message;
-            int passed;
+            int passed, by_default;
             double measured, expected;
         } check;
         struct {
@@ -155,8 +155,8 @@ static const char *const store_insert_sql[REC_NKINDS] = {
     [REC_COLL] = "INSERT INTO collectives (run_id, replica, op, algorithm, bytes, t_start_ns, "
                  "t_end_ns, status, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [REC_EVENT] = "INSERT INTO events (run_id, replica, t_ns, kind, detail) VALUES (?, ?, ?, ?, ?)",
-    [REC_CHECK] = "INSERT INTO checks (run_id, name, passed, measured, expected, message) "
-                  "VALUES (?, ?, ?, ?, ?, ?)",
+    [REC_CHECK] = "INSERT INTO checks (run_id, name, passed, measured, expected, message, "
+                  "by_default) VALUES (?, ?, ?, ?, ?, ?, ?)",
     [REC_METRIC] =
         "INSERT INTO metrics (run_id, name, value, unit, replica) VALUES (?, ?, ?, ?, ?)",
     [REC_FLIGHT] = "INSERT INTO flight_records (run_id, replica, record_id, pg_id, "
@@ -389,6 +389,7 @@ static int store_apply(dsim_store *st, store_rec *r)
         store_bind_real(s, 4, r->u.check.measured);
         store_bind_real(s, 5, r->u.check.expected);
         store_bind_text(s, 6, r->u.check.message);
+        sqlite3_bind_int(s, 7, r->u.check.by_default);
         break;
     case REC_REFLOSS:
         sqlite3_bind_int64(s, 1, r->run);
@@ -879,6 +880,13 @@ dsim_err dsim_store_event(dsim_store *st, dsim_run_id run, int replica, int64_t 
 dsim_err dsim_store_check(dsim_store *st, dsim_run_id run, const char *name, bool passed,
                           double measured, double expected, const char *message)
 {
+    return dsim_store_check_row(st, run, name, passed, measured, expected, message, false);
+}
+
+dsim_err dsim_store_check_row(dsim_store *st, dsim_run_id run, const char *name, bool passed,
+                              double measured, double expected, const char *message,
+                              bool by_default)
+{
     if (!st)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_check: store is NULL");
     DSIM_CHECK(store_need(st, "dsim_store_check", "check name", name));
@@ -887,6 +895,7 @@ dsim_err dsim_store_check(dsim_store *st, dsim_run_id run, const char *name, boo
     r.u.check.name = store_dup(name, &oom);
     r.u.check.message = store_dup(message, &oom);
     r.u.check.passed = passed ? 1 : 0;
+    r.u.check.by_default = by_default ? 1 : 0;
     r.u.check.measured = measured;
     r.u.check.expected = expected;
     return store_push_checked(st, &r, oom);

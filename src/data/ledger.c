@@ -155,14 +155,12 @@ static int ledger_owner(int log, const ledger_rec *rc)
     return rc->rerun_of >= 0 ? rc->rerun_of : log;
 }
 
-dsim_err dsim_ledger_copy_steps(dsim_ledger *dst, const dsim_ledger *src,
-                                uint64_t steps_per_epoch, uint64_t from, uint64_t to,
-                                bool rolled_back)
+dsim_err dsim_ledger_copy_steps(dsim_ledger *dst, const dsim_ledger *src, uint64_t steps_per_epoch,
+                                uint64_t from, uint64_t to, bool rolled_back)
 {
     if (dst == NULL || src == NULL)
         return DSIM_ERR(DSIM_EINVAL, -1, "ledger copy: both ledgers are needed");
-    if (dst->n != src->n || dst->epochs != src->epochs || dst->nw != src->nw ||
-        dst->rp != src->rp)
+    if (dst->n != src->n || dst->epochs != src->epochs || dst->nw != src->nw || dst->rp != src->rp)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "ledger copy: the ledgers differ in shape (%" PRIu64 " examples, %u "
                         "epochs, %d x %d replicas against %" PRIu64 ", %u, %d x %d)",

@@ -620,7 +620,6 @@ static void train_observe(train_replica *rp, const dsim_input_step *st, const ds
     train_gate_leave(job, rp);
 }
 
-
 /* A strategy call that returned success although a collective of the
  * replica's world communicator failed inside it: an error the strategy
  * swallowed. The first is kept with where it was; the rest are counted. */
@@ -653,8 +652,7 @@ static dsim_err train_probe_restore(train_replica *rp, dsim_strategy_vars *save)
         return e;
     memcpy(res->restored_params, save->params, save->n_params * sizeof(float));
     if (save->optim_state_len && res->restored_optim_state)
-        memcpy(res->restored_optim_state, save->optim_state,
-               save->optim_state_len * sizeof(float));
+        memcpy(res->restored_optim_state, save->optim_state, save->optim_state_len * sizeof(float));
     res->restored_optim_state_len = save->optim_state_len;
     res->restored_optim_step = save->optim_step;
     res->has_restored = true;
@@ -782,7 +780,8 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
     rp->good_checksum = dsim_params_checksum(ctx->params, P);
     job->res->replicas[rp->index].created_checksum = rp->good_checksum;
     train_swallowed(rp, DSIM_PHASE_CREATE_VARIABLES, job->first_step);
-    if (cfg->probe_restore && job->first_step > 0 && (e = train_probe_restore(rp, &save)) != DSIM_OK)
+    if (cfg->probe_restore && job->first_step > 0 &&
+        (e = train_probe_restore(rp, &save)) != DSIM_OK)
         goto out;
     int chief = rp->index == job->chief;
     uint64_t stop_at = UINT64_MAX; /* where a preemption stops the job, once agreed */
@@ -820,6 +819,11 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         if ((e = dsim_ledger_record(res->ledger, rp->index, st.epoch, st.step, b->ids, b->n)) !=
             DSIM_OK)
             goto out;
+        const dsim_train_hooks *hk = cfg->hooks;
+        if (hk && hk->size >= sizeof *hk && hk->batch && train_gate_enter(job, rp, TRAIN_CB_HOOK)) {
+            hk->batch(cfg->hooks_user, rp->index, st.epoch, st.step, b->ids, b->n);
+            train_gate_leave(job, rp);
+        }
         TRAIN_ENTER(rp, DSIM_PHASE_ALLREDUCE, gs);
         int64_t tc = dsim_rt_now(job->rt); /* compute ends, the exchange begins */
         if ((e = dsim_strategy_apply_gradients(s, ctx, grad)) != DSIM_OK)

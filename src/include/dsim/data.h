@@ -292,9 +292,8 @@ dsim_err dsim_ledger_record_step(dsim_ledger *l, int worker, const dsim_input_st
  * query sees them. How a job that restarted is judged: each attempt's
  * steps up to the checkpoint the next one resumed from, then the next
  * attempt's. */
-dsim_err dsim_ledger_copy_steps(dsim_ledger *dst, const dsim_ledger *src,
-                                uint64_t steps_per_epoch, uint64_t from, uint64_t to,
-                                bool rolled_back);
+dsim_err dsim_ledger_copy_steps(dsim_ledger *dst, const dsim_ledger *src, uint64_t steps_per_epoch,
+                                uint64_t from, uint64_t to, bool rolled_back);
 
 typedef struct dsim_coverage {
     uint32_t epoch;
@@ -311,7 +310,7 @@ typedef struct dsim_coverage {
     /* example reads of steps a restart rolled back (dsim_ledger_copy_steps),
      * and those steps: read again after the restart, counted nowhere else */
     uint64_t rolled_back, rolled_back_steps;
-    uint64_t steps;        /* highest recorded step + 1 */
+    uint64_t steps; /* highest recorded step + 1 */
     /* (step, replica) pairs where the replica got no example while another
      * replica (of the same filter) got some. */
     uint64_t idle;

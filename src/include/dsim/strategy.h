@@ -158,6 +158,13 @@ typedef struct dsim_train_hooks {
      * worker): once it says 1 the worker stops answering its peers' pings,
      * as a dead process would. */
     int (*killed)(void *user, int replica);
+    /* Replica `replica` read its batch of (epoch, step): ids[0..n), as the
+     * coverage ledger records it, right after its compute and before the
+     * exchange. What an engine whose tasks can die at any moment (a killed
+     * process) reports at once, so that a read the job relied on is never
+     * lost with the process. */
+    void (*batch)(void *user, int replica, uint32_t epoch, uint64_t step, const uint64_t *ids,
+                  uint64_t n);
 } dsim_train_hooks;
 
 /* Where a replica ended (dsim_train_result.replicas). */
