@@ -548,16 +548,17 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
         printf("\n%s\n", rep->whatif);
     if (rep->harness_error)
         printf("\n  harness error: %s\n", rep->harness_msg);
-    if (rep->status == DSIM_RUN_HUNG && !rep->n_stuck) {
-        /* an engine that killed what hung (a task's process) names it here */
-        printf("\n  the run hung: %s\n", rep->train_msg[0] ? rep->train_msg : "no message");
-    } else if (rep->status == DSIM_RUN_HUNG) {
-        printf("\n  the run hung; left running:\n");
+    if (rep->status == DSIM_RUN_HUNG) {
+        /* told once, here: the checks that could not judge it say only that */
+        if (rep->n_stuck)
+            printf("\n  the run hung; left running:\n");
         for (size_t i = 0; i < rep->n_stuck; i++) {
             char where[256];
             dsim_train_stuck_describe(&rep->stuck[i], where, sizeof where);
             printf("    %s\n", where);
         }
+        printf("%s  %s\n", rep->n_stuck ? "" : "\n",
+               rep->train_msg[0] ? rep->train_msg : "the run hung");
     }
     printf("\n%s: %s", it->s->name, dsim_run_status_name(rep->status));
     if (rep->n_checks)

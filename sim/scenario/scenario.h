@@ -154,10 +154,17 @@ bool dsim_check_needs_reference(const dsim_scenario *s);
  * - expect.error: one row named "error" that passes iff the run failed with
  *   an error whose message contains the text (run_err != DSIM_OK, message in
  *   ctx->run->error.msg); no check runs.
- * - otherwise one row per expect entry, in file order. A run that failed
- *   (run_err != DSIM_OK) fails every row, expect_fail ones included: a check
- *   expected to fail must fail on its own judgement of a finished run, not
- *   because the run never finished.
+ * - otherwise one row per expect entry: the checks named, in file order,
+ *   then the ones judged by default (by_default). A run that failed
+ *   (run_err != DSIM_OK) fails every named row, expect_fail ones included:
+ *   a check expected to fail must fail on its own judgement of a finished
+ *   run, not because the run never finished. A run that hung says so in a
+ *   short row ("not judged: the run hung"); its report is the run's. A
+ *   check judged by default that judges finished runs only is left out of
+ *   a failed run, or, when the scenario has faults and node_loss judges
+ *   them, shown as not applicable (passed): the faults were meant to break
+ *   the run. With no row left, one row named "run" fails with the run's
+ *   error.
  * - a check that is unavailable, or whose run function returns an error,
  *   fails with a message saying so.
  *

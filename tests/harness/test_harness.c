@@ -250,10 +250,13 @@ static void test_text_and_failures(void **state)
                        "expect:\n  shard_coverage: {}\n  convergence: {max_final_loss: 1e-6}\n";
     assert_int_equal(dsim_harness_run_text("fail.yaml", fail, strlen(fail), &o, &r), DSIM_OK);
     assert_int_equal(r.status, DSIM_RUN_FAILED);
-    assert_int_equal(r.n_checks, 2);
+    assert_int_equal(r.n_checks, 3); /* and gradient_consistency, by default */
     assert_int_equal(r.n_failed, 1);
     assert_true(r.checks[0].passed);
     assert_false(r.checks[1].passed);
+    assert_string_equal(r.checks[2].name, "gradient_consistency");
+    assert_true(r.checks[2].by_default && r.checks[2].passed);
+    assert_false(r.checks[0].by_default || r.checks[1].by_default);
     assert_non_null(strstr(r.checks[1].result.message, "ABOVE max_final_loss"));
     ht_sql_text(db, "SELECT status FROM runs WHERE id = 1", status, sizeof status);
     assert_string_equal(status, "failed");
