@@ -115,6 +115,11 @@ typedef struct dsim_check_ops {
     /* The check judges timing-only runs (a synthetic model: step times, no
      * numbers, no data); the others are reported not applicable there. */
     bool judges_timing_only;
+    /* When the check is judged without the scenario naming it, in words
+     * for `dsim list checks` ("every run", "a scenario with faults"); NULL:
+     * only when named (its limits are the user's). The rule itself is the
+     * scenario's (dsim_scenario_check_applies). */
+    const char *by_default;
 } dsim_check_ops;
 
 /* What the performance check measures of a run (sim/check/performance.c),

@@ -223,4 +223,6 @@ const dsim_check_ops dsim_check_checkpoint_roundtrip = {
              false},
         },
     .run = cr_run,
+    .by_default = "every run that writes a checkpoint (checkpoint.path with every, or a "
+                  "preemption), synchronous strategies",
 };

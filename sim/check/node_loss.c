@@ -472,5 +472,6 @@ const dsim_check_ops dsim_check_node_loss = {
             {"require_recovery", "1: the resumed run must end equal to a clean run", 0, 1, 1, true},
         },
     .run = nl_run,
+    .by_default = "every run of a scenario with faults",
     .judges_failed_runs = true,
 };

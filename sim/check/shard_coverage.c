@@ -228,7 +228,18 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "(max_misses %.0f)",
                        c->epoch, c->misses, c->n_examples, reads, v[SC_MAX_MISS]);
         sc_list_ids(r->ledger, c->epoch, expected, DSIM_LEDGER_MISSES, msg, cap);
-        if (restarts)
+        const dsim_check_faults *fx = ctx->faults;
+        if (fx && fx->lost && !restarts) {
+            char lost[160];
+            dsim_check_ranks_text(fx->lost, fx->n_ranks, r->num_replicas, r->devices_per_host, lost,
+                                  sizeof lost);
+            dsim_check_msg_append(msg, cap,
+                                  "; %s %s lost and the job finished without reading what was "
+                                  "left to %s: a synchronous job must fail (or restart) when a "
+                                  "replica is lost, not end short of data",
+                                  lost, strstr(lost, "ranks ") == lost ? "were" : "was",
+                                  strstr(lost, "ranks ") == lost ? "them" : "it");
+        } else if (restarts)
             dsim_check_msg_append(msg, cap,
                                   " over the committed steps of the job's %d attempts (each "
                                   "one's up to the checkpoint the next resumed from); a restart "
@@ -323,4 +334,5 @@ const dsim_check_ops dsim_check_shard_coverage = {
              1e15, false},
         },
     .run = sc_run,
+    .by_default = "every run",
 };

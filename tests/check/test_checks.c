@@ -683,6 +683,27 @@ static void test_sc_idle_and_imbalance(void **state)
     dsim_ledger_destroy(l);
 }
 
+/* ---- naming lost ranks ---- */
+
+static void test_ranks_text(void **state)
+{
+    (void)state;
+    char buf[160];
+    bool lost[8] = {false};
+    dsim_check_ranks_text(lost, 8, 6, 2, buf, sizeof buf);
+    assert_string_equal(buf, "no rank");
+    lost[2] = lost[3] = true;
+    dsim_check_ranks_text(lost, 8, 6, 2, buf, sizeof buf);
+    assert_string_equal(buf, "ranks 2-3 (worker 1)");
+    lost[3] = false;
+    dsim_check_ranks_text(lost, 8, 6, 2, buf, sizeof buf);
+    assert_string_equal(buf, "rank 2 (worker 1)");
+    lost[1] = lost[3] = lost[5] = lost[6] = true;
+    dsim_check_ranks_text(lost, 8, 6, 2, buf, sizeof buf);
+    assert_string_equal(buf, "ranks 1 (worker 0), 2-3 (worker 1), 5 (worker 2) and parameter "
+                             "server 0 (rank 6)");
+}
+
 /* ---- convergence ---- */
 
 static void test_convergence(void **state)
@@ -1085,6 +1106,7 @@ int main(void)
         cmocka_unit_test(test_sc_policy_off),
         cmocka_unit_test(test_sc_idle_and_imbalance),
         cmocka_unit_test(test_convergence),
+        cmocka_unit_test(test_ranks_text),
         cmocka_unit_test(test_performance),
         cmocka_unit_test(test_run_all_expect_fail),
         cmocka_unit_test(test_run_all_expect_error),

@@ -79,6 +79,18 @@ static void test_checks_by_default(void **state)
             fail_msg("case %zu: judges \"%s\", expected \"%s\"\n%s", k, got, cases[k].want, text);
         dsim_scenario_free(s);
     }
+    /* what `dsim list checks` says is judged by default is what is: on a
+     * run where everything applies, exactly the checks that say so */
+    dsim_scenario *all = parse_ok("name: all\ncluster: {hosts: 2}\ncheckpoint: {path: x.ckpt, "
+                                  "every: 2}\nfaults: [{what: kill, at_step: 2, rank: 1}]\n");
+    for (size_t i = 0; i < dsim_check_count(); i++) {
+        const dsim_check_ops *ops = dsim_check_at(i);
+        if ((ops->by_default != NULL) != dsim_scenario_check_applies(all, ops))
+            fail_msg("%s: by_default says %s, the scenario's rule %s", ops->name,
+                     ops->by_default ? ops->by_default : "(none)",
+                     dsim_scenario_check_applies(all, ops) ? "applies it" : "does not");
+    }
+    dsim_scenario_free(all);
     /* `off` beside thresholds for the same check, or with expect.error */
     dsim_scenario *s = NULL;
     const char *twice = "name: d\nexpect: {shard_coverage: off, shard_coverage: {}}\n";
