@@ -136,6 +136,69 @@ static void sc_list_dups(const dsim_ledger *l, uint32_t epoch, uint32_t expected
                               "overlap");
 }
 
+/* Why examples were read less than expected: a node lost and the job
+ * finished without it, a restart that did not run again what it rolled
+ * back, or examples left to nobody. */
+static void sc_why_missed(const dsim_check_ctx *ctx, int restarts, char *msg, size_t cap)
+{
+    const dsim_train_result *r = ctx->run;
+    const dsim_check_faults *fx = ctx->faults;
+    if (fx && fx->lost && !restarts) {
+        char lost[160];
+        dsim_check_ranks_text(fx->lost, fx->n_ranks, r->num_replicas, r->devices_per_host, lost,
+                              sizeof lost);
+        bool many = strstr(lost, "ranks ") == lost;
+        dsim_check_msg_append(msg, cap,
+                              "; %s %s lost and the job finished without reading what was left "
+                              "to %s: a synchronous job must fail (or restart) when a replica is "
+                              "lost, not end short of data",
+                              lost, many ? "were" : "was", many ? "them" : "it");
+    } else if (restarts) {
+        dsim_check_msg_append(msg, cap,
+                              " over the committed steps of the job's %d attempts (each one's up "
+                              "to the checkpoint the next resumed from); a restart must run again "
+                              "every step after that checkpoint, or examples were dropped "
+                              "(drop_remainder, or shards that leave examples to nobody)",
+                              restarts + 1);
+    } else {
+        dsim_check_msg_append(msg, cap,
+                              "; examples were dropped (drop_remainder, or shards that leave "
+                              "examples to nobody)");
+    }
+}
+
+/* The verdict when every threshold holds. */
+static void sc_passed(const dsim_check_ctx *ctx, const char *reads, uint32_t epochs,
+                      uint64_t worst_bad, const dsim_coverage *idle, const dsim_coverage *imb,
+                      const uint64_t counts[3], char *msg, size_t cap)
+{
+    const dsim_train_result *r = ctx->run;
+    int restarts = ctx->faults ? ctx->faults->restarts : 0;
+    uint64_t reruns = counts[0], rolled = counts[1], rolled_steps = counts[2];
+    dsim_check_msg(msg, cap,
+                   "%" PRIu32 " epoch%s: every example read %s%s (%s sharding, %d replica%s); "
+                   "in any epoch at most %" PRIu64 " idle (step, replica) pair%s and a load "
+                   "imbalance of %.3g",
+                   epochs, epochs == 1 ? "" : "s", reads, worst_bad ? " within the thresholds" : "",
+                   dsim_shard_policy_name(r->shard_applied), r->num_replicas,
+                   r->num_replicas == 1 ? "" : "s", idle->idle, idle->idle == 1 ? "" : "s",
+                   imb->imbalance);
+    if (restarts)
+        dsim_check_msg_append(msg, cap, "; over the committed steps of %d attempts", restarts + 1);
+    if (rolled)
+        dsim_check_msg_append(msg, cap,
+                              "; %" PRIu64 " example read(s) of %" PRIu64
+                              " step(s) that %d restart(s) rolled back were read again after it "
+                              "(BackupAndRestore runs the steps after the checkpoint again; they "
+                              "count once)",
+                              rolled, rolled_steps, restarts);
+    if (reruns)
+        dsim_check_msg_append(msg, cap,
+                              "; %" PRIu64 " example read(s) repeated because a lost replica's "
+                              "step ran again (at least once, as re-run closures are)",
+                              reruns);
+}
+
 static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
 {
     const dsim_train_result *r = ctx->run;
@@ -228,29 +291,7 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "(max_misses %.0f)",
                        c->epoch, c->misses, c->n_examples, reads, v[SC_MAX_MISS]);
         sc_list_ids(r->ledger, c->epoch, expected, DSIM_LEDGER_MISSES, msg, cap);
-        const dsim_check_faults *fx = ctx->faults;
-        if (fx && fx->lost && !restarts) {
-            char lost[160];
-            dsim_check_ranks_text(fx->lost, fx->n_ranks, r->num_replicas, r->devices_per_host, lost,
-                                  sizeof lost);
-            dsim_check_msg_append(msg, cap,
-                                  "; %s %s lost and the job finished without reading what was "
-                                  "left to %s: a synchronous job must fail (or restart) when a "
-                                  "replica is lost, not end short of data",
-                                  lost, strstr(lost, "ranks ") == lost ? "were" : "was",
-                                  strstr(lost, "ranks ") == lost ? "them" : "it");
-        } else if (restarts)
-            dsim_check_msg_append(msg, cap,
-                                  " over the committed steps of the job's %d attempts (each "
-                                  "one's up to the checkpoint the next resumed from); a restart "
-                                  "must run again every step after that checkpoint, or "
-                                  "examples were dropped (drop_remainder, or shards that leave "
-                                  "examples to nobody)",
-                                  restarts + 1);
-        else
-            dsim_check_msg_append(msg, cap,
-                                  "; examples were dropped (drop_remainder, or shards that leave "
-                                  "examples to nobody)");
+        sc_why_missed(ctx, restarts, msg, cap);
         out->measured = (double)c->misses;
         out->expected = v[SC_MAX_MISS];
         return DSIM_OK;
@@ -291,28 +332,8 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
 
     out->passed = true;
     out->measured = (double)worst_bad;
-    dsim_check_msg(msg, cap,
-                   "%" PRIu32 " epoch%s: every example read %s%s (%s sharding, %d replica%s); "
-                   "in any epoch at most %" PRIu64 " idle (step, replica) pair%s and a load "
-                   "imbalance of %.3g",
-                   epochs, epochs == 1 ? "" : "s", reads, worst_bad ? " within the thresholds" : "",
-                   dsim_shard_policy_name(r->shard_applied), r->num_replicas,
-                   r->num_replicas == 1 ? "" : "s", worst_idle.idle,
-                   worst_idle.idle == 1 ? "" : "s", worst_imb.imbalance);
-    if (restarts)
-        dsim_check_msg_append(msg, cap, "; over the committed steps of %d attempts", restarts + 1);
-    if (rolled)
-        dsim_check_msg_append(msg, cap,
-                              "; %" PRIu64 " example read(s) of %" PRIu64
-                              " step(s) that %d restart(s) rolled back were read again after it "
-                              "(BackupAndRestore runs the steps after the checkpoint again; they "
-                              "count once)",
-                              rolled, rolled_steps, restarts);
-    if (reruns)
-        dsim_check_msg_append(msg, cap,
-                              "; %" PRIu64 " example read(s) repeated because a lost replica's "
-                              "step ran again (at least once, as re-run closures are)",
-                              reruns);
+    const uint64_t counts[3] = {reruns, rolled, rolled_steps};
+    sc_passed(ctx, reads, epochs, worst_bad, &worst_idle, &worst_imb, counts, msg, cap);
     return DSIM_OK;
 }
 

@@ -641,6 +641,18 @@ static void train_swallowed(train_replica *rp, dsim_phase p, uint64_t gs)
     }
 }
 
+/* The hooks' batch member: the replica read b in st, as the ledger has it. */
+static void train_note_batch(train_replica *rp, const dsim_input_step *st,
+                             const dsim_replica_batch *b)
+{
+    train_job *job = rp->job;
+    const dsim_train_hooks *hk = job->cfg->hooks;
+    if (hk && hk->size >= sizeof *hk && hk->batch && train_gate_enter(job, rp, TRAIN_CB_HOOK)) {
+        hk->batch(job->cfg->hooks_user, rp->index, st->epoch, st->step, b->ids, b->n);
+        train_gate_leave(job, rp);
+    }
+}
+
 /* cfg.probe_restore: what the strategy holds right after the restore, by
  * its own save(), every replica calling it; the chief's is kept. */
 static dsim_err train_probe_restore(train_replica *rp, dsim_strategy_vars *save)
@@ -819,11 +831,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
         if ((e = dsim_ledger_record(res->ledger, rp->index, st.epoch, st.step, b->ids, b->n)) !=
             DSIM_OK)
             goto out;
-        const dsim_train_hooks *hk = cfg->hooks;
-        if (hk && hk->size >= sizeof *hk && hk->batch && train_gate_enter(job, rp, TRAIN_CB_HOOK)) {
-            hk->batch(cfg->hooks_user, rp->index, st.epoch, st.step, b->ids, b->n);
-            train_gate_leave(job, rp);
-        }
+        train_note_batch(rp, &st, b);
         TRAIN_ENTER(rp, DSIM_PHASE_ALLREDUCE, gs);
         int64_t tc = dsim_rt_now(job->rt); /* compute ends, the exchange begins */
         if ((e = dsim_strategy_apply_gradients(s, ctx, grad)) != DSIM_OK)
