@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "dsim/log.h"
+#include "check/check.h"
 #include "engine/engine.h"
 #include "fault/msglog.h"
 #include "recovery.h"
@@ -133,6 +134,30 @@ static void rc_from_tasks(rc_state *st, int attempt, dsim_engine_outcome *po,
     out->crashed = po->crashed;
 }
 
+/* An attempt whose every replica was lost did not finish, whatever the
+ * engine says: nobody was left to fail (a killed replica reports nothing),
+ * so the job must restart, not count as done. */
+static dsim_err rc_all_lost(const dsim_train_cfg *c, dsim_train_result *res, dsim_err e)
+{
+    if (e != DSIM_OK || !res->replicas || res->num_replicas <= 0)
+        return e;
+    for (int q = 0; q < res->num_replicas; q++)
+        if (!res->replicas[q].killed)
+            return e;
+    bool *all = calloc((size_t)res->num_replicas, sizeof *all);
+    char who[160] = "every rank";
+    for (int q = 0; all && q < res->num_replicas; q++)
+        all[q] = true;
+    if (all)
+        dsim_check_ranks_text(all, res->num_replicas, res->num_replicas, c->devices_per_host, who,
+                              sizeof who);
+    free(all);
+    res->error = (dsim_error){.code = DSIM_EPEER, .peer = 0, .file = __FILE__, .line = __LINE__};
+    snprintf(res->error.msg, sizeof res->error.msg,
+             "every replica was lost (%s): nobody was left to finish the job", who);
+    return DSIM_EPEER;
+}
+
 static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
                            dsim_recovery_run *out, dsim_train_result *res)
 {
@@ -150,6 +175,7 @@ static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
                               .msgs = o->msgs};
     dsim_engine_outcome po;
     dsim_err e = st->eng->train(c, &pa, res, &po);
+    e = rc_all_lost(c, res, e);
     if (st->fs)
         rc_from_faults(st, attempt, out);
     else
