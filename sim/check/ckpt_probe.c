@@ -13,8 +13,9 @@
  *
  * The restore is probed by a job of no steps that restores the checkpoint
  * (written to a file of its own, so that the job's own backup is never
- * touched), on the threads engine in this process: what a strategy does
- * with a checkpoint does not depend on the engine. */
+ * touched), in this process, on threads (or, for many ranks, under the sim
+ * runtime): what a strategy does with a checkpoint does not depend on the
+ * engine. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
@@ -24,6 +25,9 @@
 #include <unistd.h>
 
 #include "check/check_int.h"
+
+/* Above this many ranks the probe runs under the sim runtime. */
+#define CK_PROBE_MAX_THREADS 64
 
 size_t ck_worst(const float *got, const float *want, size_t n, double max_abs, double max_rel,
                 size_t *n_out, double *rel_out)
@@ -64,7 +68,12 @@ dsim_err ck_probe_restore(const dsim_train_cfg *cfg, const dsim_checkpoint *ck,
     dsim_err e = dsim_checkpoint_write(path, ck);
     if (e == DSIM_OK) {
         dsim_train_cfg c = *cfg;
-        c.engine = NULL; /* threads, in this process */
+        /* in this process, on one thread per replica; a job of more
+         * replicas than threads are cheap for, under the virtual clock */
+        int ranks = cfg->hosts * cfg->devices_per_host + cfg->num_ps;
+        c.engine = ranks > CK_PROBE_MAX_THREADS ? "sim" : NULL;
+        c.transport = NULL;
+        c.transport_options = NULL;
         c.checkpoint_path = path;
         c.checkpoint_every = 0;
         c.restore = true;
