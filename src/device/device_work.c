@@ -21,6 +21,7 @@ dsim_err dev_pick_stream(dsim_device *d, dsim_device *other, dsim_stream *s, con
         *use = s;
         return DSIM_OK;
     }
+    *use = NULL;
     return DSIM_ERR(DSIM_EINVAL, -1,
                     "%s: the stream belongs to %s, not to %s%s%s; use a stream of that device "
                     "(or NULL for a synchronous call)",

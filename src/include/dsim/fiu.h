@@ -17,6 +17,14 @@
  *                      (a reset connection; errno from failinfo, default
  *                      ECONNRESET)
  *
+ * The shm transport's points stop the process (SIGSTOP) half-way through a
+ * copy, where a kill would land, so that a test can kill it there:
+ *
+ *   dsim/shm/ring_write  a sender, half of a record's payload in the ring
+ *   dsim/shm/pull        a receiver, half of a large message read
+ *   dsim/shm/push        a sender, half of a large message in the bounce
+ *                        buffer
+ *
  * The results store (sim/store) has dsim/store/open and dsim/store/write.
  *
  * Arming. libfiu's fiu_fail() takes a process-wide lock and looks the name
@@ -29,6 +37,7 @@
 #ifndef DSIM_FIU_H
 #define DSIM_FIU_H
 
+#include "dsim/api.h"
 #include "dsim/err.h"
 
 #ifdef __cplusplus
@@ -37,10 +46,10 @@ extern "C" {
 
 /* Arms (on != 0) or disarms every dsim/... point. DSIM_ENOTSUP when this
  * libdsim was built without libfiu: it has no points to arm. */
-dsim_err dsim_fiu_arm(int on);
+DSIM_API dsim_err dsim_fiu_arm(int on);
 
 /* 1 while points are armed (never in a build without libfiu). */
-int dsim_fiu_armed(void);
+DSIM_API int dsim_fiu_armed(void);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 
+#include "dsim/api.h"
 #include "dsim/device.h"
 
 #ifdef __cplusplus
@@ -131,18 +132,18 @@ struct dsim_device_ops {
  * what is wrong; a taken name: DSIM_EINVAL) and copied, missing optional
  * members replaced by "not supported" stubs. The built-in backends (host,
  * and cuda in a build with CUDA) register themselves on first use. */
-dsim_err dsim_device_register(const struct dsim_device_ops *ops);
+DSIM_API dsim_err dsim_device_register(const struct dsim_device_ops *ops);
 
 /* The host backend (always built). */
-extern const struct dsim_device_ops dsim_device_host_ops;
+DSIM_API extern const struct dsim_device_ops dsim_device_host_ops;
 
 /* Backend state and context. */
-void *dsim_device_priv(dsim_device *d);
-void *dsim_stream_priv(dsim_stream *s);
-void *dsim_event_priv(dsim_event *e);
-int dsim_device_index(const dsim_device *d);
-dsim_device *dsim_stream_device(dsim_stream *s);
-dsim_device *dsim_event_device(dsim_event *e);
+DSIM_API void *dsim_device_priv(dsim_device *d);
+DSIM_API void *dsim_stream_priv(dsim_stream *s);
+DSIM_API void *dsim_event_priv(dsim_event *e);
+DSIM_API int dsim_device_index(const dsim_device *d);
+DSIM_API dsim_device *dsim_stream_device(dsim_stream *s);
+DSIM_API dsim_device *dsim_event_device(dsim_event *e);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,79 @@
+/* The shm transport: the ranks of a job in processes of one host (or
+ * threads of one process) connected through one shared mapping.
+ *
+ * The mapping. One per job, made by dsim_shm_create before the processes
+ * are forked: the parent creates it, every child inherits the descriptor and
+ * opens its fabric with options "fd=N,local=A-B" (the ranks it hosts). A
+ * fabric opened without fd= makes a mapping of its own and hosts every rank
+ * (threads of one process). A rank is hosted once per mapping: a job that
+ * restarts its processes makes a new mapping.
+ *
+ * Options ("key=value,key=value"):
+ *   fd=N           the descriptor of a mapping made by dsim_shm_create
+ *   local=A-B | A  the ranks this process hosts (default: all); needs fd=
+ *   ring=BYTES     each ordered pair's ring for small messages (default
+ *                  512k; power of two, 16k..64m); only where the mapping
+ *                  is made (without fd=, or in dsim_shm_create)
+ *   bounce=BYTES   each pair's bounce buffer for large messages where cross
+ *                  memory attach is refused (default 1m; 64k..1g); likewise
+ *   eager_max=BYTES  messages up to this size go through the ring (default
+ *                  64k, or less where a quarter of the ring is less; at
+ *                  most a quarter of the ring); larger ones by rendezvous
+ *   cma=auto|off   auto (default): the receiver reads a large message from
+ *                  the sender's memory with one process_vm_readv, falling
+ *                  back to the bounce buffer for a peer whose memory the
+ *                  kernel does not let it read (EPERM: Yama's ptrace_scope,
+ *                  a seccomp filter); off: always the bounce buffer. The
+ *                  environment variable DSIM_SHM_CMA (auto|off) sets the
+ *                  default.
+ *   spin=T         how long the progress thread polls before it sleeps on
+ *                  its futex (default 0: it sleeps at once; T is a number
+ *                  with us, ms or s)
+ *
+ * Failures. A process that hosts ranks watches the processes of its peers
+ * (pidfd): when one ends, whatever of its frames are complete in the rings
+ * are delivered, then every receive from its ranks fails with DSIM_EPEER
+ * ("peer 3 died: ..."), as do the sends to them. A frame is visible only
+ * once it is whole, and a large message is handed over only once all of it
+ * has been read, so a peer killed half-way through never yields torn data. */
+#ifndef DSIM_SPI_SHM_H
+#define DSIM_SPI_SHM_H
+
+#include <stdint.h>
+
+#include "dsim/spi/transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+DSIM_API extern const struct dsim_tp_ops dsim_tp_shm_ops;
+
+/* Makes the shared mapping of an nranks-rank job and returns its
+ * descriptor in *fd (close-on-exec: a process that execs its workers clears
+ * FD_CLOEXEC first). options: NULL, or ring= and bounce= as above. The
+ * caller closes *fd once every process that needs it has it (fabrics map
+ * the descriptor and do not keep or close it). Pages are touched only where
+ * pairs talk, so the mapping's size (about nranks^2 * (ring + bounce)) is
+ * mostly address space. */
+DSIM_API dsim_err dsim_shm_create(int nranks, const char *options, int *fd);
+
+/* What moved how, as seen by the ranks of this process (the receiving side
+ * counts a message). */
+typedef struct dsim_shm_stats {
+    uint64_t eager_msgs, eager_bytes;   /* through the rings */
+    uint64_t cma_msgs, cma_bytes;       /* read from the sender's memory (process_vm_readv) */
+    uint64_t bounce_msgs, bounce_bytes; /* through a bounce buffer */
+    uint64_t local_msgs, local_bytes;   /* large messages between ranks of this process */
+    uint64_t cma_refused;               /* peers whose memory the kernel would not let us read */
+    uint64_t sleeps;                    /* times the progress thread slept on its futex */
+    uint64_t peers_died;                /* peer processes seen to end without closing */
+} dsim_shm_stats;
+
+/* The counters of an shm fabric; DSIM_EINVAL if f is not one. */
+DSIM_API dsim_err dsim_shm_get_stats(dsim_fabric *f, dsim_shm_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

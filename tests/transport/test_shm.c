@@ -1,0 +1,981 @@
+/* The shm backend beyond the conformance suite, with ranks in real
+ * processes: one mapping made before fork, both ways of moving a large
+ * message (cross-memory attach, the bounce buffer) and which one ran, bad
+ * options, and peers killed with SIGKILL while they wait, while they write a
+ * ring record, and half-way through a large message, then 20 seeded random
+ * kills of one rank of four: every survivor fails with DSIM_EPEER naming
+ * the dead peer within the bound, and no payload arrives torn.
+ *
+ * Children report through a pipe: a byte when they are ready, then a
+ * child_res when they are done. Stops half-way are libfiu points
+ * (dsim/shm/ring_write, dsim/shm/pull, dsim/shm/push) that stop the process
+ * with SIGSTOP where a kill would land; those tests skip without libfiu. */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <linux/capability.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "dsim/err.h"
+#include "dsim/fiu.h"
+#include "dsim/rt.h"
+#include "dsim/spi/shm.h"
+#include "dsim/spi/transport.h"
+#include "dsim/transport.h"
+#include "dsim_config.h"
+
+#if DSIM_HAVE_FIU
+#define FIU_ENABLE 1
+#include <fiu-control.h>
+#include <fiu.h>
+#endif
+
+#define MS       1000000LL
+#define MAXP     4
+#define LONG_NS  (30000 * MS)
+#define BOUND_NS (5000 * MS) /* a survivor fails this soon after the kill */
+
+typedef struct child_res {
+    int err; /* the first failure, or DSIM_OK */
+    int peer;
+    int64_t t_fail; /* CLOCK_MONOTONIC, when it failed */
+    uint64_t rounds, msgs, corrupt, bytes;
+    char msg[384];
+    dsim_shm_stats st;
+} child_res;
+
+typedef struct child {
+    pid_t pid;
+    int rfd;
+    int reaped;
+    int status;
+} child;
+
+typedef struct job {
+    int n;
+    int fd;
+    const char *opts; /* extra options for every process */
+    /* called in each child before its fabric (and its threads) exist */
+    void (*pre)(int rank);
+    child c[MAXP];
+} job;
+
+static int64_t mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* The payload of message (src, dst, k): its bytes say who sent it when,
+ * so a torn or misplaced message shows. */
+static void fill(uint8_t *p, size_t n, int src, int dst, uint64_t k)
+{
+    uint64_t s = mix(((uint64_t)src << 48) ^ ((uint64_t)dst << 32) ^ k);
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t v = mix(s + i);
+        memcpy(p + i, &v, n - i < 8 ? n - i : 8);
+    }
+}
+
+static int intact(const uint8_t *p, size_t n, int src, int dst, uint64_t k)
+{
+    uint64_t s = mix(((uint64_t)src << 48) ^ ((uint64_t)dst << 32) ^ k);
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t v = mix(s + i);
+        if (memcmp(p + i, &v, n - i < 8 ? n - i : 8) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- children ---- */
+
+typedef struct world {
+    dsim_rt *rt;
+    dsim_fabric *f;
+    dsim_ep *ep;
+    int rank, n;
+} world;
+
+static void fail_child(child_res *res, const char *what)
+{
+    res->err = dsim_last_error()->code ? dsim_last_error()->code : DSIM_EIO;
+    res->peer = dsim_last_error()->peer;
+    res->t_fail = mono();
+    snprintf(res->msg, sizeof res->msg, "%s: %s", what, dsim_errmsg());
+}
+
+static int world_open(world *w, const job *j, int rank, child_res *res)
+{
+    char opts[256];
+    snprintf(opts, sizeof opts, "fd=%d,local=%d%s%s", j->fd, rank, j->opts ? "," : "",
+             j->opts ? j->opts : "");
+    w->rank = rank;
+    w->n = j->n;
+    if (dsim_rt_create("threads", &w->rt) != DSIM_OK) {
+        fail_child(res, "rt");
+        return -1;
+    }
+    dsim_fabric_cfg cfg = {.backend = "shm", .nranks = j->n, .rt = w->rt, .options = opts};
+    if (dsim_fabric_open(&cfg, &w->f) != DSIM_OK) {
+        fail_child(res, "fabric");
+        return -1;
+    }
+    if (dsim_ep_open(w->f, rank, &w->ep) != DSIM_OK) {
+        fail_child(res, "endpoint");
+        return -1;
+    }
+    return 0;
+}
+
+static void world_close(world *w, child_res *res)
+{
+    if (w->f)
+        dsim_shm_get_stats(w->f, &res->st);
+    if (w->ep)
+        dsim_ep_close(w->ep);
+    if (w->f)
+        dsim_fabric_close(w->f);
+    if (w->rt)
+        dsim_rt_destroy(w->rt);
+}
+
+typedef void (*child_fn)(world *w, void *arg, child_res *res, int wfd);
+
+static void ready(int wfd)
+{
+    char b = 'R';
+    if (write(wfd, &b, 1) != 1)
+        _exit(3);
+}
+
+static void start_child(job *j, int rank, child_fn fn, void *arg)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        for (int r = 0; r < rank; r++)
+            close(j->c[r].rfd);
+        child_res res;
+        memset(&res, 0, sizeof res);
+        world w;
+        memset(&w, 0, sizeof w);
+        if (j->pre)
+            j->pre(rank);
+        if (world_open(&w, j, rank, &res) == 0)
+            fn(&w, arg, &res, p[1]);
+        else
+            ready(p[1]);
+        world_close(&w, &res);
+        ssize_t n = write(p[1], &res, sizeof res);
+        _exit(n == (ssize_t)sizeof res ? 0 : 3);
+    }
+    close(p[1]);
+    j->c[rank] = (child){.pid = pid, .rfd = p[0]};
+}
+
+static void job_init(job *j, int n, const char *opts)
+{
+    memset(j, 0, sizeof *j);
+    j->n = n;
+    j->opts = opts;
+    assert_int_equal(dsim_shm_create(n, NULL, &j->fd), DSIM_OK);
+}
+
+/* Reads exactly n bytes within the deadline: 1, or 0 on EOF or timeout. */
+static int read_full(int fd, void *buf, size_t n, int64_t deadline)
+{
+    size_t got = 0;
+    while (got < n) {
+        int64_t left = (deadline - mono()) / MS;
+        if (left <= 0)
+            return 0;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, (int)left) <= 0)
+            continue;
+        ssize_t k = read(fd, (char *)buf + got, n - got);
+        if (k <= 0)
+            return 0;
+        got += (size_t)k;
+    }
+    return 1;
+}
+
+static void wait_ready(job *j, int rank)
+{
+    char b = 0;
+    assert_true(read_full(j->c[rank].rfd, &b, 1, mono() + LONG_NS));
+    assert_int_equal(b, 'R');
+}
+
+/* The child's result; 0 if it died before giving one. */
+static int collect(job *j, int rank, child_res *res)
+{
+    memset(res, 0, sizeof *res);
+    int ok = read_full(j->c[rank].rfd, res, sizeof *res, mono() + LONG_NS);
+    if (!j->c[rank].reaped) {
+        waitpid(j->c[rank].pid, &j->c[rank].status, 0);
+        j->c[rank].reaped = 1;
+    }
+    return ok;
+}
+
+static void job_end(job *j)
+{
+    for (int r = 0; r < j->n; r++) {
+        if (j->c[r].pid > 0 && !j->c[r].reaped) {
+            kill(j->c[r].pid, SIGKILL);
+            waitpid(j->c[r].pid, &j->c[r].status, 0);
+        }
+        if (j->c[r].rfd > 0)
+            close(j->c[r].rfd);
+    }
+    close(j->fd);
+}
+
+/* Kills a child and notes when. */
+static int64_t kill_now(job *j, int rank)
+{
+    int64_t t = mono();
+    assert_int_equal(kill(j->c[rank].pid, SIGKILL), 0);
+    waitpid(j->c[rank].pid, &j->c[rank].status, 0);
+    j->c[rank].reaped = 1;
+    return t;
+}
+
+/* Waits until the child has stopped itself (a libfiu point's SIGSTOP). */
+static void wait_stopped(job *j, int rank)
+{
+    int st = 0;
+    assert_int_equal(waitpid(j->c[rank].pid, &st, WUNTRACED), j->c[rank].pid);
+    assert_true(WIFSTOPPED(st));
+}
+
+static int fiu_usable(void)
+{
+#if DSIM_HAVE_FIU
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+static void child_fiu(const char *point, int after)
+{
+#if DSIM_HAVE_FIU
+    fiu_init(0);
+    dsim_fiu_arm(1);
+    if (after == 0)
+        fiu_enable(point, 1, NULL, FIU_ONETIME);
+#else
+    (void)point;
+    (void)after;
+#endif
+}
+
+static int send_msg(world *w, int to, uint32_t tag, size_t len, uint64_t k, child_res *res)
+{
+    uint8_t *b = malloc(len ? len : 1);
+    fill(b, len, w->rank, to, k);
+    dsim_req *r;
+    dsim_err e = dsim_isend(w->ep, to, 1, tag, b, len, &r);
+    if (e == DSIM_OK)
+        e = dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), NULL);
+    free(b);
+    if (e != DSIM_OK) {
+        fail_child(res, "send");
+        return -1;
+    }
+    res->msgs++;
+    return 0;
+}
+
+static int recv_msg(world *w, int from, uint32_t tag, size_t len, uint64_t k, child_res *res)
+{
+    uint8_t *b = malloc(len ? len : 1);
+    dsim_req *r;
+    size_t got = 0;
+    dsim_err e = dsim_irecv(w->ep, from, 1, tag, b, len, &r);
+    if (e == DSIM_OK)
+        e = dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), &got);
+    if (e != DSIM_OK) {
+        fail_child(res, "recv");
+        free(b);
+        return -1;
+    }
+    if (got != len || !intact(b, len, from, w->rank, k))
+        res->corrupt++;
+    res->msgs++;
+    res->bytes += got;
+    free(b);
+    return 0;
+}
+
+/* ---- two processes, both paths ---- */
+
+static const size_t xfer_sizes[] = {0, 8, 4096, 65536, 65537, 1 << 20, 16 << 20};
+#define NXFER (sizeof xfer_sizes / sizeof xfer_sizes[0])
+
+static void pingpong_child(world *w, void *arg, child_res *res, int wfd)
+{
+    (void)arg;
+    ready(wfd);
+    int peer = 1 - w->rank;
+    for (size_t i = 0; i < NXFER; i++)
+        for (int rep = 0; rep < 3; rep++) {
+            uint64_t k = i * 10 + (uint64_t)rep;
+            if (w->rank == 0) {
+                if (send_msg(w, peer, (uint32_t)k, xfer_sizes[i], k, res) ||
+                    recv_msg(w, peer, (uint32_t)k, xfer_sizes[i], k, res))
+                    return;
+            } else {
+                if (recv_msg(w, peer, (uint32_t)k, xfer_sizes[i], k, res) ||
+                    send_msg(w, peer, (uint32_t)k, xfer_sizes[i], k, res))
+                    return;
+            }
+        }
+}
+
+static void run_pingpong(const char *opts, child_res out[2])
+{
+    job j;
+    job_init(&j, 2, opts);
+    for (int r = 0; r < 2; r++)
+        start_child(&j, r, pingpong_child, NULL);
+    for (int r = 0; r < 2; r++) {
+        wait_ready(&j, r);
+    }
+    for (int r = 0; r < 2; r++) {
+        assert_true(collect(&j, r, &out[r]));
+        if (out[r].err)
+            fail_msg("rank %d: %s", r, out[r].msg);
+        assert_int_equal(out[r].corrupt, 0);
+        assert_int_equal(out[r].msgs, 2 * 3 * NXFER);
+        assert_true(WIFEXITED(j.c[r].status) && WEXITSTATUS(j.c[r].status) == 0);
+    }
+    job_end(&j);
+}
+
+/* Messages of every size both ways between two processes; the counters
+ * say which path the large ones took: cross-memory attach where the kernel
+ * allows it (else, after one refusal, the bounce buffer), and the bounce
+ * buffer alone with cma=off. */
+static void test_two_processes(void **state)
+{
+    (void)state;
+    child_res a[2], b[2];
+    run_pingpong(NULL, a);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(a[r].st.eager_msgs, 3 * 4);
+        uint64_t large = a[r].st.cma_msgs + a[r].st.bounce_msgs;
+        assert_int_equal(large, 3 * 3);
+        assert_int_equal(a[r].st.local_msgs, 0);
+        if (a[r].st.cma_refused)
+            assert_int_equal(a[r].st.bounce_msgs, 3 * 3);
+        else
+            assert_int_equal(a[r].st.cma_bytes, 3 * (65537 + (1 << 20) + (16 << 20)));
+        print_message("rank %d: %" PRIu64 " large messages by cross-memory attach, %" PRIu64
+                      " through the bounce buffer (%" PRIu64 " refusals)\n",
+                      r, a[r].st.cma_msgs, a[r].st.bounce_msgs, a[r].st.cma_refused);
+    }
+    run_pingpong("cma=off", b);
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(b[r].st.cma_msgs, 0);
+        assert_int_equal(b[r].st.bounce_msgs, 3 * 3);
+        assert_int_equal(b[r].st.bounce_bytes, 3 * (65537 + (1 << 20) + (16 << 20)));
+    }
+}
+
+/* The kernel refuses rank 1 a read of rank 0's memory, as Yama's
+ * ptrace_scope or a seccomp filter would: rank 0 is not dumpable, and rank 1
+ * holds no CAP_SYS_PTRACE (which root here would have). */
+static void refuse_pre(int rank)
+{
+    if (rank == 0) {
+        prctl(PR_SET_DUMPABLE, 0);
+        return;
+    }
+    /* Capabilities are per thread: dropped before the fabric's threads. */
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d) == 0) {
+        d[0].effective &= ~(1u << CAP_SYS_PTRACE);
+        syscall(SYS_capset, &h, d);
+    }
+}
+
+/* Where the kernel refuses cross-memory attach (EPERM), the receiver says
+ * so once and takes that peer's large messages through the bounce buffer;
+ * the other direction still reads by CMA. */
+static void test_cma_refused(void **state)
+{
+    (void)state;
+    child_res out[2];
+    job j;
+    job_init(&j, 2, NULL);
+    j.pre = refuse_pre;
+    start_child(&j, 0, pingpong_child, NULL);
+    start_child(&j, 1, pingpong_child, NULL);
+    for (int r = 0; r < 2; r++) {
+        wait_ready(&j, r);
+    }
+    for (int r = 0; r < 2; r++) {
+        assert_true(collect(&j, r, &out[r]));
+        if (out[r].err)
+            fail_msg("rank %d: %s", r, out[r].msg);
+        assert_int_equal(out[r].corrupt, 0);
+    }
+    job_end(&j);
+    assert_int_equal(out[1].st.cma_refused, 1);
+    assert_int_equal(out[1].st.bounce_msgs, 3 * 3);
+    assert_int_equal(out[1].st.cma_msgs, 0);
+    assert_int_equal(out[0].st.cma_msgs, 3 * 3);
+    assert_int_equal(out[0].st.cma_refused, 0);
+}
+
+/* ---- what the fault layer relies on, across processes ---- */
+
+static const uint8_t ff_side[DSIM_TP_SIDE_LEN] = "a sideband of thirty-two bytes!";
+
+static int ff_inject(world *w, uint32_t tag, uint64_t seq, size_t len, int good, child_res *res)
+{
+    uint8_t *p = malloc(len);
+    fill(p, len, 0, 1, tag);
+    dsim_tp_hdr h;
+    dsim_req *r;
+    dsim_err e = dsim_tp_hdr_next(w->ep, 1, 1, tag, len, &h);
+    h.seq = seq;
+    h.flags |= DSIM_TP_F_CHECKSUM;
+    h.checksum = dsim_tp_checksum(p, len) ^ (good ? 0u : 1u);
+    if (e == DSIM_OK)
+        e = dsim_tp_inject(w->ep, 1, &h, p, len, &r);
+    if (e == DSIM_OK)
+        e = dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), NULL);
+    free(p);
+    if (e != DSIM_OK)
+        fail_child(res, "inject");
+    return e == DSIM_OK ? 0 : -1;
+}
+
+/* Rank 0: a virtual frame with a sideband, then frames checksummed as the
+ * fault layer marks them, good and bad, small and large. */
+static void ff_sender(world *w, child_res *res)
+{
+    dsim_req *r;
+    uint64_t vlen = (uint64_t)1 << 33;
+    if (dsim_isend_virtual(w->ep, 1, 1, 20, vlen, ff_side, &r) != DSIM_OK ||
+        dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), NULL) != DSIM_OK) {
+        fail_child(res, "virtual");
+        return;
+    }
+    if (ff_inject(w, 21, 2, 300000, 1, res) || ff_inject(w, 22, 3, 1000, 0, res) ||
+        ff_inject(w, 23, 4, 300000, 0, res) || ff_inject(w, 24, 5, 1000, 1, res))
+        return;
+}
+
+static void ff_expect(world *w, uint32_t tag, size_t len, dsim_err want, child_res *res)
+{
+    uint8_t *b = malloc(len);
+    dsim_req *r;
+    dsim_err e = dsim_irecv(w->ep, 0, 1, tag, b, len, &r);
+    if (e == DSIM_OK)
+        e = dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), NULL);
+    if (e != want || (want == DSIM_EPROTO && !strstr(dsim_errmsg(), "corrupt")) ||
+        (want == DSIM_OK && !intact(b, len, 0, 1, tag))) {
+        res->err = DSIM_EPROTO;
+        snprintf(res->msg, sizeof res->msg, "tag %u: %s (%s)", tag, dsim_strerror(e),
+                 dsim_errmsg());
+    } else {
+        res->rounds++;
+    }
+    free(b);
+}
+
+static void ff_child(world *w, void *arg, child_res *res, int wfd)
+{
+    (void)arg;
+    ready(wfd);
+    if (w->rank == 0) {
+        ff_sender(w, res);
+        return;
+    }
+    uint64_t v = 0;
+    uint8_t side[DSIM_TP_SIDE_LEN] = {0};
+    int has = 0;
+    dsim_req *r;
+    if (dsim_irecv(w->ep, 0, 1, 20, &v, sizeof v, &r) != DSIM_OK ||
+        dsim_wait_side(r, dsim_rt_deadline(w->rt, LONG_NS), NULL, side, &has) != DSIM_OK ||
+        v != (uint64_t)1 << 33 || !has || memcmp(side, ff_side, sizeof side) != 0) {
+        res->err = DSIM_EPROTO;
+        snprintf(res->msg, sizeof res->msg, "virtual frame: length %" PRIu64 ", sideband %d", v,
+                 has);
+        return;
+    }
+    res->rounds++;
+    ff_expect(w, 21, 300000, DSIM_OK, res);
+    ff_expect(w, 22, 1000, DSIM_EPROTO, res);
+    ff_expect(w, 23, 300000, DSIM_EPROTO, res);
+    ff_expect(w, 24, 1000, DSIM_OK, res);
+    dsim_ep_stats st;
+    dsim_ep_get_stats(w->ep, &st);
+    res->corrupt = st.rejected_corrupt;
+}
+
+/* Virtual frames, sidebands and payload checksums (DSIM_TP_F_CHECKSUM, as
+ * the fault layer sets it) pass between processes unchanged, by both the
+ * ring and the rendezvous: a good checksum is delivered, a bad one fails
+ * its receive as corrupt, with cross-memory attach and with the bounce
+ * buffer. */
+static void test_fault_frames(void **state)
+{
+    (void)state;
+    static const char *const modes[] = {NULL, "cma=off"};
+    for (int m = 0; m < 2; m++) {
+        job j;
+        job_init(&j, 2, modes[m]);
+        start_child(&j, 0, ff_child, NULL);
+        start_child(&j, 1, ff_child, NULL);
+        wait_ready(&j, 0);
+        wait_ready(&j, 1);
+        child_res res[2];
+        for (int r = 0; r < 2; r++) {
+            assert_true(collect(&j, r, &res[r]));
+            if (res[r].err)
+                fail_msg("%s, rank %d: %s", modes[m] ? modes[m] : "cma=auto", r, res[r].msg);
+        }
+        assert_int_equal(res[1].rounds, 5);
+        assert_int_equal(res[1].corrupt, 2);
+        job_end(&j);
+    }
+}
+
+/* ---- bad input ---- */
+
+static void open_fails(int n, const char *opts, dsim_err want, const char *says)
+{
+    dsim_rt *rt;
+    assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
+    dsim_fabric_cfg cfg = {.backend = "shm", .nranks = n, .rt = rt, .options = opts};
+    dsim_fabric *f = NULL;
+    assert_int_equal(dsim_fabric_open(&cfg, &f), want);
+    assert_null(f);
+    if (!strstr(dsim_errmsg(), says))
+        fail_msg("options '%s': '%s' does not say '%s'", opts, dsim_errmsg(), says);
+    dsim_rt_destroy(rt);
+}
+
+static void test_bad_options(void **state)
+{
+    (void)state;
+    int fd;
+    assert_int_equal(dsim_shm_create(3, "ring=64k", &fd), DSIM_OK);
+    char o[128];
+    open_fails(3, "local=1", DSIM_EINVAL, "dsim_shm_create before forking");
+    open_fails(3, "fd=987654", DSIM_EINVAL, "not an open descriptor");
+    snprintf(o, sizeof o, "fd=%d,ring=64k", fd);
+    open_fails(3, o, DSIM_EINVAL, "belong to dsim_shm_create");
+    snprintf(o, sizeof o, "fd=%d", fd);
+    open_fails(4, o, DSIM_EINVAL, "made for 3 ranks");
+    snprintf(o, sizeof o, "fd=%d,eager_max=60k", fd);
+    open_fails(3, o, DSIM_EINVAL, "lower eager_max");
+    open_fails(3, "ring=100000", DSIM_EINVAL, "power of two");
+    open_fails(3, "cma=maybe", DSIM_EINVAL, "auto or off");
+    open_fails(3, "spin=5h", DSIM_EINVAL, "spin=5h");
+    open_fails(3, "local=3", DSIM_EINVAL, "within 0..2");
+    open_fails(3, "colour=blue", DSIM_EINVAL, "colour");
+    int bad = 7;
+    assert_int_equal(dsim_shm_create(3, "fd=4", &bad), DSIM_EINVAL);
+    assert_int_equal(bad, -1);
+    assert_int_equal(dsim_shm_create(0, NULL, &bad), DSIM_EINVAL);
+    assert_int_equal(dsim_shm_create(2, NULL, NULL), DSIM_EINVAL);
+    assert_int_equal(dsim_shm_create(100000, NULL, &bad), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "GiB"));
+
+    /* A rank is hosted once per mapping: a second process (here a second
+     * fabric) that claims it is refused, naming the first. */
+    snprintf(o, sizeof o, "fd=%d,local=0-1", fd);
+    dsim_rt *rt;
+    assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
+    dsim_fabric_cfg cfg = {.backend = "shm", .nranks = 3, .rt = rt, .options = o};
+    dsim_fabric *f, *g = NULL;
+    if (dsim_fabric_open(&cfg, &f) != DSIM_OK)
+        fail_msg("%s", dsim_errmsg());
+    snprintf(o, sizeof o, "fd=%d,local=1-2", fd);
+    assert_int_equal(dsim_fabric_open(&cfg, &g), DSIM_ESTATE);
+    assert_non_null(strstr(dsim_errmsg(), "rank 1 is already hosted"));
+    dsim_ep *ep;
+    assert_int_equal(dsim_ep_open(f, 2, &ep), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "not hosted by this process"));
+    dsim_shm_stats st;
+    assert_int_equal(dsim_shm_get_stats(f, &st), DSIM_OK);
+    dsim_fabric_close(f);
+    cfg.backend = "inproc";
+    cfg.options = NULL;
+    assert_int_equal(dsim_fabric_open(&cfg, &f), DSIM_OK);
+    assert_int_equal(dsim_shm_get_stats(f, &st), DSIM_EINVAL);
+    dsim_fabric_close(f);
+    dsim_rt_destroy(rt);
+    close(fd);
+}
+
+/* ---- peers that die ---- */
+
+/* Rank 1 waits for a message rank 0 never sends; rank 0 is killed. */
+static void waiter_child(world *w, void *arg, child_res *res, int wfd)
+{
+    (void)arg;
+    if (w->rank == 0) {
+        ready(wfd);
+        pause();
+        return;
+    }
+    uint8_t b[64];
+    dsim_req *r;
+    if (dsim_irecv(w->ep, 0, 1, 5, b, sizeof b, &r) != DSIM_OK) {
+        fail_child(res, "irecv");
+        ready(wfd);
+        return;
+    }
+    ready(wfd);
+    if (dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), NULL) != DSIM_OK)
+        fail_child(res, "wait");
+    /* Later receives and sends fail at once, naming it too. */
+    uint32_t v = 1;
+    if (dsim_irecv(w->ep, 0, 1, 6, b, sizeof b, &r) == DSIM_OK &&
+        dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), NULL) == DSIM_EPEER)
+        res->rounds++;
+    if (dsim_isend(w->ep, 0, 1, 6, &v, sizeof v, &r) == DSIM_EPEER ||
+        dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), NULL) == DSIM_EPEER)
+        res->rounds++;
+}
+
+static void expect_peer_died(const child_res *res, int dead, int64_t killed)
+{
+    char says[32];
+    snprintf(says, sizeof says, "peer %d died", dead);
+    if (res->err != DSIM_EPEER || !strstr(res->msg, says))
+        fail_msg("expected DSIM_EPEER saying '%s', got %s: %s", says,
+                 dsim_strerror((dsim_err)res->err), res->msg);
+    assert_int_equal(res->peer, dead);
+    int64_t took = res->t_fail - killed;
+    if (took > BOUND_NS)
+        fail_msg("the survivor failed %lld ms after the kill (bound %lld ms)",
+                 (long long)(took / MS), (long long)(BOUND_NS / MS));
+    print_message("survivor failed %.1f ms after the kill: %s\n", (double)took / 1e6, res->msg);
+}
+
+static void test_killed_while_waited_for(void **state)
+{
+    (void)state;
+    job j;
+    job_init(&j, 2, NULL);
+    start_child(&j, 0, waiter_child, NULL);
+    start_child(&j, 1, waiter_child, NULL);
+    wait_ready(&j, 0);
+    wait_ready(&j, 1);
+    struct timespec ts = {0, 50 * MS};
+    nanosleep(&ts, NULL); /* rank 1 is in its wait */
+    int64_t t = kill_now(&j, 0);
+    child_res res;
+    assert_true(collect(&j, 1, &res));
+    expect_peer_died(&res, 0, t);
+    assert_int_equal(res.rounds, 2);
+    assert_int_equal(res.st.peers_died, 1);
+    job_end(&j);
+}
+
+/* Rank 0 sends three messages, then stops half-way through writing the
+ * fourth into the ring (dsim/shm/ring_write) and is killed there. */
+static void ring_writer_child(world *w, void *arg, child_res *res, int wfd)
+{
+    size_t len = *(const size_t *)arg;
+    ready(wfd);
+    if (w->rank == 0) {
+        for (uint64_t k = 0; k < 3; k++)
+            if (send_msg(w, 1, (uint32_t)k, len, k, res))
+                return;
+        child_fiu("dsim/shm/ring_write", 0);
+        send_msg(w, 1, 3, len, 3, res);
+        return;
+    }
+    for (uint64_t k = 0; k < 4; k++)
+        if (recv_msg(w, 0, (uint32_t)k, len, k, res))
+            return;
+}
+
+static void test_killed_mid_ring_write(void **state)
+{
+    (void)state;
+    if (!fiu_usable())
+        skip();
+    size_t len = 3000;
+    job j;
+    job_init(&j, 2, NULL);
+    start_child(&j, 0, ring_writer_child, &len);
+    start_child(&j, 1, ring_writer_child, &len);
+    wait_ready(&j, 0);
+    wait_ready(&j, 1);
+    wait_stopped(&j, 0);
+    struct timespec ts = {0, 100 * MS};
+    nanosleep(&ts, NULL); /* half a record sits in the ring meanwhile */
+    int64_t t = kill_now(&j, 0);
+    child_res res;
+    assert_true(collect(&j, 1, &res));
+    assert_int_equal(res.msgs, 3); /* the three whole ones */
+    assert_int_equal(res.corrupt, 0);
+    expect_peer_died(&res, 0, t);
+    job_end(&j);
+}
+
+/* A large message: rank 0 sends it, rank 1 receives it; mode says who
+ * stops half-way (a libfiu point) and who is killed. */
+enum { MID_PULL_KILL_SENDER, MID_PULL_KILL_RECEIVER, MID_PUSH_KILL_SENDER };
+
+typedef struct mid {
+    int mode;
+    size_t len;
+} mid;
+
+static void large_child(world *w, void *arg, child_res *res, int wfd)
+{
+    const mid *m = arg;
+    if (w->rank == (m->mode == MID_PUSH_KILL_SENDER ? 0 : 1))
+        child_fiu(m->mode == MID_PUSH_KILL_SENDER ? "dsim/shm/push" : "dsim/shm/pull", 0);
+    ready(wfd);
+    if (w->rank == 0)
+        send_msg(w, 1, 9, m->len, 9, res);
+    else
+        recv_msg(w, 0, 9, m->len, 9, res);
+}
+
+static void run_mid(int mode, const char *opts)
+{
+    if (!fiu_usable())
+        skip();
+    mid m = {.mode = mode, .len = (size_t)8 << 20};
+    job j;
+    job_init(&j, 2, opts);
+    start_child(&j, 0, large_child, &m);
+    start_child(&j, 1, large_child, &m);
+    wait_ready(&j, 0);
+    wait_ready(&j, 1);
+    int stopper = mode == MID_PUSH_KILL_SENDER ? 0 : 1;
+    wait_stopped(&j, stopper);
+    int victim = mode == MID_PULL_KILL_RECEIVER ? 1 : 0, survivor = 1 - victim;
+    int64_t t = kill_now(&j, victim);
+    if (stopper != victim)
+        kill(j.c[stopper].pid, SIGCONT);
+    child_res res;
+    assert_true(collect(&j, survivor, &res));
+    assert_int_equal(res.corrupt, 0);
+    assert_int_equal(res.msgs, 0); /* nothing handed over half-read */
+    expect_peer_died(&res, victim, t);
+    job_end(&j);
+}
+
+/* The receiver has read half of the message by cross-memory attach when
+ * the sender is killed: the rest cannot be read, nothing is delivered. */
+static void test_sender_killed_mid_cma(void **state)
+{
+    (void)state;
+    run_mid(MID_PULL_KILL_SENDER, NULL);
+}
+
+/* The receiver is killed half-way through reading: the sender's send fails
+ * instead of waiting for a completion that never comes. */
+static void test_receiver_killed_mid_cma(void **state)
+{
+    (void)state;
+    run_mid(MID_PULL_KILL_RECEIVER, NULL);
+}
+
+/* Through the bounce buffer: the sender is killed half-way through
+ * pushing; the receiver hands over nothing. */
+static void test_sender_killed_mid_bounce(void **state)
+{
+    (void)state;
+    run_mid(MID_PUSH_KILL_SENDER, "cma=off");
+}
+
+/* ---- random kills ---- */
+
+static const size_t rk_sizes[] = {8, 1000, 40000, 300000, 2u << 20};
+
+typedef struct rk_arg {
+    uint64_t seed;
+} rk_arg;
+
+/* Round after round, every rank sends one message to every other and
+ * receives one from each, sizes drawn from the seed; until a failure. The
+ * first survivor to see the death revokes the fabric (as the collectives'
+ * health check does), so that one waiting for another survivor's message
+ * hears of it too. */
+static void rk_child(world *w, void *arg, child_res *res, int wfd)
+{
+    const rk_arg *a = arg;
+    int n = w->n;
+    size_t cap = rk_sizes[sizeof rk_sizes / sizeof rk_sizes[0] - 1];
+    uint8_t *sb[MAXP], *rb[MAXP];
+    for (int p = 0; p < n; p++) {
+        sb[p] = malloc(cap);
+        rb[p] = malloc(cap);
+    }
+    ready(wfd);
+    for (uint64_t k = 0; k < 1000000 && !res->err; k++) {
+        dsim_req *q[2 * MAXP];
+        size_t len[MAXP];
+        int nq = 0;
+        for (int p = 0; p < n; p++) {
+            if (p == w->rank)
+                continue;
+            /* Both ends draw the same size for (src, dst, k). */
+            size_t in =
+                rk_sizes[mix(a->seed ^ ((uint64_t)p << 40) ^ ((uint64_t)w->rank << 32) ^ k) %
+                         (sizeof rk_sizes / sizeof rk_sizes[0])];
+            size_t out =
+                rk_sizes[mix(a->seed ^ ((uint64_t)w->rank << 40) ^ ((uint64_t)p << 32) ^ k) %
+                         (sizeof rk_sizes / sizeof rk_sizes[0])];
+            len[p] = in;
+            fill(sb[p], out, w->rank, p, k);
+            if (dsim_irecv(w->ep, p, 2, (uint32_t)k, rb[p], cap, &q[nq]) != DSIM_OK ||
+                (nq++, dsim_isend(w->ep, p, 2, (uint32_t)k, sb[p], out, &q[nq])) != DSIM_OK) {
+                fail_child(res, "post");
+                break;
+            }
+            nq++;
+        }
+        if (res->err) {
+            for (int i = 0; i < nq; i++)
+                dsim_req_cancel(q[i]);
+            break;
+        }
+        if (dsim_waitall(q, nq, dsim_rt_deadline(w->rt, LONG_NS), NULL) != DSIM_OK) {
+            fail_child(res, "round");
+            break;
+        }
+        for (int p = 0; p < n; p++)
+            if (p != w->rank) {
+                if (!intact(rb[p], len[p], p, w->rank, k))
+                    res->corrupt++;
+                res->msgs++;
+            }
+        res->rounds++;
+    }
+    if (res->err == DSIM_EPEER)
+        dsim_ep_abort(w->ep, res->peer, res->msg);
+    for (int p = 0; p < n; p++) {
+        free(sb[p]);
+        free(rb[p]);
+    }
+}
+
+static void test_random_kills(void **state)
+{
+    (void)state;
+    const int trials = 20, n = 4;
+    uint64_t seed = 0x5eed2027;
+    int64_t worst = 0;
+    int saw = 0, heard = 0;
+    uint64_t rounds = 0;
+    for (int t = 0; t < trials; t++) {
+        uint64_t x = mix(seed + (uint64_t)t);
+        int victim = (int)(x % (uint64_t)n);
+        int64_t delay = 20 * MS + (int64_t)((x >> 8) % 280) * MS;
+        const char *opts = t % 2 ? "cma=off" : NULL;
+        rk_arg a = {.seed = x};
+        job j;
+        job_init(&j, n, opts);
+        for (int r = 0; r < n; r++)
+            start_child(&j, r, rk_child, &a);
+        for (int r = 0; r < n; r++)
+            wait_ready(&j, r);
+        struct timespec ts = {delay / 1000000000LL, delay % 1000000000LL};
+        nanosleep(&ts, NULL);
+        int64_t killed = kill_now(&j, victim);
+        for (int r = 0; r < n; r++) {
+            if (r == victim)
+                continue;
+            child_res res;
+            if (!collect(&j, r, &res))
+                fail_msg("trial %d (seed %#" PRIx64 "): rank %d gave no result", t, x, r);
+            if (res.corrupt)
+                fail_msg("trial %d: rank %d received %" PRIu64 " torn messages", t, r, res.corrupt);
+            char says[32];
+            snprintf(says, sizeof says, "peer %d died", victim);
+            if ((res.err != DSIM_EPEER && res.err != DSIM_EABORTED) || res.peer != victim ||
+                !strstr(res.msg, says))
+                fail_msg("trial %d (seed %#" PRIx64 ", rank %d killed after %lld ms): rank %d "
+                         "failed with %s naming %d: %s",
+                         t, x, victim, (long long)(delay / MS), r, dsim_strerror((dsim_err)res.err),
+                         res.peer, res.msg);
+            rounds += res.rounds;
+            if (res.err == DSIM_EPEER)
+                saw++;
+            else
+                heard++;
+            int64_t took = res.t_fail - killed;
+            if (took > BOUND_NS)
+                fail_msg("trial %d: rank %d failed %lld ms after the kill", t, r,
+                         (long long)(took / MS));
+            if (took > worst)
+                worst = took;
+        }
+        job_end(&j);
+    }
+    print_message(
+        "20 kills: every survivor failed naming the dead peer (%d saw it die, %d heard of "
+        "it by the abort), the slowest %.1f ms after the kill; no torn message in %" PRIu64
+        " rounds\n",
+        saw, heard, (double)worst / 1e6, rounds);
+}
+
+int main(void)
+{
+    const char *const *n = dsim_transport_names();
+    int known = 0;
+    for (; *n; n++)
+        known |= strcmp(*n, "shm") == 0;
+    if (!known)
+        return 77;
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_two_processes),
+        cmocka_unit_test(test_cma_refused),
+        cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_fault_frames),
+        cmocka_unit_test(test_killed_while_waited_for),
+        cmocka_unit_test(test_killed_mid_ring_write),
+        cmocka_unit_test(test_sender_killed_mid_cma),
+        cmocka_unit_test(test_receiver_killed_mid_cma),
+        cmocka_unit_test(test_sender_killed_mid_bounce),
+        cmocka_unit_test(test_random_kills),
+    };
+    return cmocka_run_group_tests_name("shm", tests, NULL, NULL);
+}
