@@ -1,4 +1,4 @@
-/* Checks: what a scenario's `expect:` can ask of a run (DESIGN §7).
+/* Checks: what a scenario's `expect:` can ask of a run (ARCHITECTURE.md §8).
  *
  * A check is a const table registered by name. It declares the thresholds
  * it accepts (so a scenario file is validated before anything runs, with

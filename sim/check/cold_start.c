@@ -1,4 +1,4 @@
-/* cold_start (DESIGN §6, §7): how long the job takes to form. Per replica,
+/* cold_start (ARCHITECTURE.md §7, §8): how long the job takes to form. Per replica,
  * from the driver's phase times (dsim_train_replica_end.t_first, on the
  * engine's clock: wall under threads and processes, virtual under sim):
  *

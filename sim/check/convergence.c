@@ -1,4 +1,4 @@
-/* convergence (DESIGN §7): the run's final loss (mean per-example loss over
+/* convergence (ARCHITECTURE.md §8): the run's final loss (mean per-example loss over
  * the whole dataset with replica 0's final variables) is under a bound,
  * and/or within a percentage of the one-device reference's final loss, on
  * either side: a run that ends far *below* the same steps on one device did

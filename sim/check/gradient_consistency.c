@@ -1,4 +1,4 @@
-/* gradient_consistency (DESIGN §7): the replicas of a synchronous strategy
+/* gradient_consistency (ARCHITECTURE.md §8): the replicas of a synchronous strategy
  * hold bit-identical parameters after every step, and the run ends where a
  * one-device replay of the same global batches ends, within a tolerance.
  *

@@ -1,4 +1,4 @@
-/* node_loss (DESIGN §6, §7): what a job does when one of its nodes is lost
+/* node_loss (ARCHITECTURE.md §7, §8): what a job does when one of its nodes is lost
  * (killed, paused for good, cut off). Judged from the attempt the faults
  * broke and, with recovery, from the attempt that finished:
  *

@@ -1,4 +1,4 @@
-/* performance (DESIGN §7): where a run's time goes, from each replica's
+/* performance (ARCHITECTURE.md §8): where a run's time goes, from each replica's
  * step times (dsim_train_result.step_ns, comm_ns):
  *
  *   - all-reduce share: the time replicas spent in apply_gradients and the

@@ -1,4 +1,4 @@
-/* shard_coverage (DESIGN §7): from the run's ledger, per epoch, every
+/* shard_coverage (ARCHITECTURE.md §8): from the run's ledger, per epoch, every
  * example is read exactly as often as the shard policy says — once, or once
  * per worker when nothing is sharded (OFF, or HINT without a placeholder) —
  * and no replica sits idle or carries far more than another beyond the

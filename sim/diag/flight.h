@@ -1,4 +1,4 @@
-/* Flight records and desync analysis (DESIGN section 1): what each rank's
+/* Flight records and desync analysis (ARCHITECTURE.md §8): what each rank's
  * collectives came to, written after a failed run, and the question people
  * ask of it: "why did it hang?"
  *

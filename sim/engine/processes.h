@@ -1,4 +1,4 @@
-/* The processes engine (DESIGN §2): one OS process per TF task.
+/* The processes engine (ARCHITECTURE.md §1): one OS process per TF task.
  *
  * dsim_processes_train runs a job as one child process per worker (its
  * devices as threads inside it) and one per parameter server, forked from

@@ -1,5 +1,5 @@
 /* The sim engine: every worker a coroutine on the calling OS thread, time a
- * virtual clock (DESIGN.md §2). Registered under the name "sim" with the
+ * virtual clock (ARCHITECTURE.md §1). Registered under the name "sim" with the
  * runtime (dsim/spi/rt.h); libdsim reaches it only through dsim_rt. */
 #ifndef DSIM_SIM_ENGINE_H
 #define DSIM_SIM_ENGINE_H

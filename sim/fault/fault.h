@@ -1,4 +1,4 @@
-/* Fault injection (DESIGN §3, §6): what a scenario's `faults:` list does to
+/* Fault injection (ARCHITECTURE.md §1, §7): what a scenario's `faults:` list does to
  * a running job.
  *
  * A dsim_faults object is made from the fault list of one run and wired

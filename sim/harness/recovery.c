@@ -1,4 +1,4 @@
-/* A job under faults, with BackupAndRestore recovery (DESIGN §6):
+/* A job under faults, with BackupAndRestore recovery (ARCHITECTURE.md §7):
  *
  *   [clean run, no faults, no checkpoints]      (when node_loss compares)
  *   attempt 0: faults from the start, no restore

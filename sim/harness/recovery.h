@@ -1,4 +1,4 @@
-/* A job under faults, with BackupAndRestore recovery (DESIGN §6), on any
+/* A job under faults, with BackupAndRestore recovery (ARCHITECTURE.md §7), on any
  * engine (sim/engine/engine.h): the part of a run that the harness repeats
  * when the job fails and may restart. */
 #ifndef DSIM_SIM_RECOVERY_H

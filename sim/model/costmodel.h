@@ -1,4 +1,4 @@
-/* Cost models (DESIGN §7, what-if): how long a job's all-reduce and compute
+/* Cost models (ARCHITECTURE.md §8, what-if): how long a job's all-reduce and compute
  * would take on hardware this machine does not have.
  *
  * Network: the alpha-beta model per link. A message of n bytes over a link

@@ -175,7 +175,7 @@ typedef enum dsim_event_kind {
 dsim_err dsim_store_event(dsim_store *st, dsim_run_id run, int replica, int64_t t_ns,
                           dsim_event_kind kind, const char *detail);
 
-/* A check's outcome (DESIGN §7). measured/expected NaN are stored as NULL.
+/* A check's outcome (ARCHITECTURE.md §8). measured/expected NaN are stored as NULL.
  * message is the sentence a person can act on. */
 dsim_err dsim_store_check(dsim_store *st, dsim_run_id run, const char *name, bool passed,
                           double measured, double expected, const char *message);

@@ -32,7 +32,7 @@
  * of the same call that differs names a mismatch. The communicator stays
  * usable: the check aborts nothing (a mismatch does, below).
  *
- * Fingerprints (DESIGN section 1). The first time a rank sends to a peer in
+ * Fingerprints (ARCHITECTURE.md §8). The first time a rank sends to a peer in
  * a call, its fingerprint (32 bytes) rides on that payload frame as the
  * transport's sideband (dsim_isend_side): no message, lock or wake-up of
  * its own. The peer reads it from the receive that took the payload

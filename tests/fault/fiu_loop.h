@@ -1,4 +1,4 @@
-/* SQLite-style fault loops (DESIGN §11): fail the 1st, 2nd, 3rd ... call of
+/* SQLite-style fault loops (ARCHITECTURE.md §6): fail the 1st, 2nd, 3rd ... call of
  * a libfiu point in turn, until a run completes with no failure injected.
  *
  *     for (int k = 1;; k++) {

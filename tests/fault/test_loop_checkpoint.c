@@ -1,4 +1,4 @@
-/* Fault loop over checkpoint writes (DESIGN §11): a job that saves after
+/* Fault loop over checkpoint writes (ARCHITECTURE.md §6): a job that saves after
  * every step has its 1st, 2nd, 3rd ... checkpoint operation (create the
  * temporary file, write, fsync, rename: the points under dsim/ckpt/) fail with
  * ENOSPC, until a run makes no more. Each time: dsim_train returns DSIM_EIO

@@ -1,4 +1,4 @@
-/* Fault loop over transport sends (DESIGN §3, §4, §11): 4 ranks on the
+/* Fault loop over transport sends (ARCHITECTURE.md §1, §6): 4 ranks on the
  * threads engine over inproc run two allreduces (one, where the timeout
  * ends them) and a barrier; the 1st, 2nd,
  * 3rd ... dsim_isend of the job (the point dsim/tp/send) fails in turn, as

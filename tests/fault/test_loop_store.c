@@ -1,4 +1,4 @@
-/* Fault loop over the results store's writes (DESIGN §9, §11): in a run's
+/* Fault loop over the results store's writes (sim/store/SCHEMA.md; ARCHITECTURE.md §6): in a run's
  * lifetime through the store (open the database, begin the run, its
  * replicas, steps flushed one by one, a burst of steps, an event, a check
  * and a metric, end it, close), the 1st, 2nd, 3rd ... SQLite write fails in

@@ -1,4 +1,4 @@
-/* libfiu fault points (DESIGN §3, §11): named places where a test makes an
+/* libfiu fault points (ARCHITECTURE.md §1, §6): named places where a test makes an
  * operation fail as it would fail for real, without a scenario.
  *
  * Built with libfiu (meson option `fiu`, auto), these points are compiled

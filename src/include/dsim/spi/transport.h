@@ -202,9 +202,10 @@ DSIM_API uint32_t dsim_tp_crc32c(uint32_t crc, const void *buf, size_t n);
  *
  * A filter sees every frame as it arrives at a local endpoint, after the
  * backend and before the shared layer's checks, whatever the backend: this
- * is where injected faults live (DESIGN §3, the dispatch layer's fault
- * hooks), so drop, delay, duplicate, corrupt and partitions behave the same
- * on inproc and tcp and in every process of a multi-process job. Deciding at
+ * is where injected faults live (ARCHITECTURE.md §1, the fault layer as a
+ * receive-side filter), so drop, delay, duplicate, corrupt and partitions
+ * behave the same on inproc, tcp and shm and in every process of a
+ * multi-process job. Deciding at
  * the receiving side means a held frame is always re-delivered locally. */
 typedef enum dsim_tp_filter_verdict {
     DSIM_TP_FILTER_PASS = 0, /* deliver as usual (the filter may have changed
