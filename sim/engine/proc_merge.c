@@ -591,10 +591,17 @@ static bool pr_error_all_lost(const pr_job *j, dsim_error *er)
         return false;
     er->code = DSIM_EPEER;
     er->peer = first;
+    /* worded as the harness words it for every engine (sim/harness/recovery.c) */
+    int W = j->cfg->hosts;
+    char who[96];
+    if (j->N == 1)
+        snprintf(who, sizeof who, "rank 0 (worker 0)");
+    else if (W == 1)
+        snprintf(who, sizeof who, "ranks 0-%d (worker 0)", j->N - 1);
+    else
+        snprintf(who, sizeof who, "ranks 0-%d (workers 0-%d)", j->N - 1, W - 1);
     snprintf(er->msg, sizeof er->msg,
-             "every worker was lost to the faults (ranks 0..%d, at step %llu): no replica is "
-             "left to finish the job",
-             j->N - 1, (unsigned long long)j->last_step[first]);
+             "every replica was lost (%s): nobody was left to finish the job", who);
     return true;
 }
 

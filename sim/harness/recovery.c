@@ -20,7 +20,6 @@
 #include <unistd.h>
 
 #include "dsim/log.h"
-#include "check/check.h"
 #include "engine/engine.h"
 #include "fault/msglog.h"
 #include "recovery.h"
@@ -144,14 +143,15 @@ static dsim_err rc_all_lost(const dsim_train_cfg *c, dsim_train_result *res, dsi
     for (int q = 0; q < res->num_replicas; q++)
         if (!res->replicas[q].killed)
             return e;
-    bool *all = calloc((size_t)res->num_replicas, sizeof *all);
-    char who[160] = "every rank";
-    for (int q = 0; all && q < res->num_replicas; q++)
-        all[q] = true;
-    if (all)
-        dsim_check_ranks_text(all, res->num_replicas, res->num_replicas, c->devices_per_host, who,
-                              sizeof who);
-    free(all);
+    /* worded as the processes engine words it (sim/engine/proc_merge.c) */
+    int R = res->num_replicas, W = c->hosts;
+    char who[96];
+    if (R == 1)
+        snprintf(who, sizeof who, "rank 0 (worker 0)");
+    else if (W <= 1)
+        snprintf(who, sizeof who, "ranks 0-%d (worker 0)", R - 1);
+    else
+        snprintf(who, sizeof who, "ranks 0-%d (workers 0-%d)", R - 1, W - 1);
     res->error = (dsim_error){.code = DSIM_EPEER, .peer = 0, .file = __FILE__, .line = __LINE__};
     snprintf(res->error.msg, sizeof res->error.msg,
              "every replica was lost (%s): nobody was left to finish the job", who);

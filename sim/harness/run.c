@@ -65,7 +65,7 @@ typedef struct h_ctx {
     dsim_train_result res, ref;
     bool have_ref;
     const dsim_train_result **attempts; /* every attempt, the last being &res */
-    h_ref_thread *ref_thread; /* the replay running beside the job, or NULL */
+    h_ref_thread *ref_thread;           /* the replay running beside the job, or NULL */
     int64_t t_start, t_end;
     uint64_t live_hash;
     bool hung, in_observer;

@@ -360,7 +360,7 @@ static void test_reference_beside(void **state)
         dsim_harness_opts o = {.size = sizeof o, .db_path = db[k], .reference_after = k == 1};
         assert_int_equal(dsim_harness_run_text("beside.yaml", text, strlen(text), &o, &r[k]),
                          DSIM_OK);
-        ht_all_passed(&r[k], 2);
+        ht_all_passed(&r[k], 3); /* and shard_coverage, by default */
     }
     assert_int_equal(r[0].reference_beside, sysconf(_SC_NPROCESSORS_ONLN) >= 2);
     assert_false(r[1].reference_beside);
@@ -385,7 +385,7 @@ static void test_reference_beside(void **state)
     dsim_harness_opts th = {.size = sizeof th, .engine_override = "threads"};
     dsim_harness_result t;
     assert_int_equal(dsim_harness_run_text("beside.yaml", text, strlen(text), &th, &t), DSIM_OK);
-    ht_all_passed(&t, 2);
+    ht_all_passed(&t, 3);
     assert_false(t.reference_beside);
     dsim_harness_result_free(&t);
 }
