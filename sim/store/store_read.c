@@ -1,0 +1,168 @@
+/* Reading the store from another connection (store.h): a stored run as
+ * dsim replay needs it, and the supervisor's marking of the runs a dead
+ * process left 'running'. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "dsim/err.h"
+#include "store.h"
+#include "store_int.h"
+
+static int64_t store_wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- reading a run back ---- */
+
+static char *store_col_dup(sqlite3_stmt *q, int col, bool *oom)
+{
+    const unsigned char *t = sqlite3_column_text(q, col);
+    if (!t)
+        return NULL;
+    char *d = strdup((const char *)t);
+    if (!d)
+        *oom = true;
+    return d;
+}
+
+void dsim_stored_run_free(dsim_stored_run *r)
+{
+    if (!r)
+        return;
+    free(r->scenario);
+    free(r->scenario_text);
+    free(r->engine);
+    free(r->status);
+    free(r->trace_hash);
+    memset(r, 0, sizeof *r);
+}
+
+dsim_err dsim_store_mark_dead_process(const char *path, long pid, int64_t since_ns,
+                                      const char *detail, dsim_run_id *ids, size_t cap, size_t *n)
+{
+    *n = 0;
+    if (!path)
+        path = DSIM_STORE_DEFAULT_PATH;
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0)
+        snprintf(host, sizeof host, "localhost");
+    sqlite3 *h = NULL;
+    if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        dsim_err e = DSIM_ERR(DSIM_ENOENT, -1, "%s: cannot open the results store: %s", path,
+                              h ? sqlite3_errmsg(h) : "out of memory");
+        sqlite3_close(h);
+        return e;
+    }
+    sqlite3_busy_timeout(h, 10000);
+    sqlite3_stmt *q = NULL, *up = NULL, *ev = NULL;
+    dsim_err e = DSIM_OK;
+    int64_t now = store_wall_ns();
+    if (sqlite3_exec(h, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(h,
+                           "SELECT id FROM runs WHERE host = ? AND pid = ? AND started_ns >= ? AND "
+                           "status = 'running' ORDER BY id",
+                           -1, &q, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(h, "UPDATE runs SET status = 'crashed', ended_ns = ? WHERE id = ?", -1,
+                           &up, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(h,
+                           "INSERT INTO events (run_id, replica, t_ns, kind, detail) VALUES "
+                           "(?, NULL, ?, 'error', ?)",
+                           -1, &ev, NULL) != SQLITE_OK) {
+        e = DSIM_ERR(DSIM_EIO, -1, "%s: cannot mark the runs of process %ld crashed: %s", path, pid,
+                     sqlite3_errmsg(h));
+        goto out;
+    }
+    sqlite3_bind_text(q, 1, host, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 2, pid);
+    sqlite3_bind_int64(q, 3, since_ns);
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        dsim_run_id id = sqlite3_column_int64(q, 0);
+        sqlite3_bind_int64(up, 1, now);
+        sqlite3_bind_int64(up, 2, id);
+        sqlite3_bind_int64(ev, 1, id);
+        sqlite3_bind_int64(ev, 2, now);
+        sqlite3_bind_text(ev, 3, detail, -1, SQLITE_STATIC);
+        if (sqlite3_step(up) != SQLITE_DONE || sqlite3_step(ev) != SQLITE_DONE) {
+            rc = SQLITE_ERROR;
+            break;
+        }
+        sqlite3_reset(up);
+        sqlite3_reset(ev);
+        if (*n < cap)
+            ids[*n] = id;
+        (*n)++;
+    }
+    if (rc != SQLITE_DONE || sqlite3_exec(h, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+        e = DSIM_ERR(DSIM_EIO, -1, "%s: cannot mark the runs of process %ld crashed: %s", path, pid,
+                     sqlite3_errmsg(h));
+out:
+    sqlite3_finalize(q);
+    sqlite3_finalize(up);
+    sqlite3_finalize(ev);
+    if (e != DSIM_OK) {
+        sqlite3_exec(h, "ROLLBACK", NULL, NULL, NULL);
+        *n = 0;
+    }
+    sqlite3_close(h);
+    return e;
+}
+
+dsim_err dsim_store_read_run(const char *path, dsim_run_id id, dsim_stored_run *out)
+{
+    if (!out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_read_run: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!path)
+        path = DSIM_STORE_DEFAULT_PATH;
+    sqlite3 *h = NULL;
+    if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        dsim_err e = DSIM_ERR(DSIM_ENOENT, -1, "%s: cannot open the results store: %s", path,
+                              h ? sqlite3_errmsg(h) : "out of memory");
+        sqlite3_close(h);
+        return e;
+    }
+    sqlite3_busy_timeout(h, 5000);
+    sqlite3_stmt *q = NULL;
+    dsim_err e = DSIM_OK;
+    if (sqlite3_prepare_v2(h,
+                           "SELECT scenario, scenario_text, seed, engine, status, trace_hash "
+                           "FROM runs WHERE id = ?",
+                           -1, &q, NULL) != SQLITE_OK) {
+        e = DSIM_ERR(DSIM_EIO, -1, "%s: not a dsim results store (%s)", path, sqlite3_errmsg(h));
+        sqlite3_close(h);
+        return e;
+    }
+    sqlite3_bind_int64(q, 1, id);
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) {
+        bool oom = false;
+        out->scenario = store_col_dup(q, 0, &oom);
+        out->scenario_text = store_col_dup(q, 1, &oom);
+        out->seed = (uint64_t)sqlite3_column_int64(q, 2);
+        out->engine = store_col_dup(q, 3, &oom);
+        out->status = store_col_dup(q, 4, &oom);
+        out->trace_hash = store_col_dup(q, 5, &oom);
+        if (oom)
+            e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory reading run %lld", (long long)id);
+    } else if (rc == SQLITE_DONE) {
+        e = DSIM_ERR(DSIM_ENOENT, -1, "%s: there is no run %lld (dsim list runs shows them)", path,
+                     (long long)id);
+    } else {
+        e = DSIM_ERR(DSIM_EIO, -1, "%s: reading run %lld: %s", path, (long long)id,
+                     sqlite3_errmsg(h));
+    }
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+    if (e != DSIM_OK)
+        dsim_stored_run_free(out);
+    return e;
+}
