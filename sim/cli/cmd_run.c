@@ -48,9 +48,26 @@
 #define RUN_TTY_REFRESH_NS   (100LL * 1000 * 1000)
 #define RUN_PLAIN_LINES      10 /* progress lines per run when stdout is not a terminal */
 
+/* The engines with (want) or without the flag, "a, b". */
+static const char *run_engines_by(unsigned flag, bool want, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; dsim_engine_at(i) && used < cap; i++) {
+        const dsim_engine_ops *e = dsim_engine_at(i);
+        if (((e->flags & flag) != 0) == want) {
+            int w = snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", e->name);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+    return buf;
+}
+
 void cmd_run_help(FILE *out)
 {
-    char engines[160];
+    char engines[160], threaded[128], coroutines[128];
+    run_engines_by(DSIM_ENGINE_THREAD_PER_REPLICA, true, threaded, sizeof threaded);
+    run_engines_by(DSIM_ENGINE_THREAD_PER_REPLICA, false, coroutines, sizeof coroutines);
     fprintf(out,
             "usage: dsim run [SCENARIO...] [--engine E] [--seed N] [--db PATH] [--plugin-dir DIR]\n"
             "                [--combination K] [--no-plugins] [--json] [--junit FILE] [--tap]\n"
@@ -89,6 +106,10 @@ void cmd_run_help(FILE *out)
             "Progress: on a terminal one line rewritten in place (step, loss, examples/s);\n"
             "otherwise about %d plain lines per run.\n"
             "\n"
+            "Limits: a run has at most %d replicas on %s (as memory allows),\n"
+            "%d on %s (a thread per replica); 'dsim validate --limits'\n"
+            "lists every limit of a scenario file.\n"
+            "\n"
             "Hangs and crashes: a replica that never returns is left running once the job\n"
             "has failed (or made no progress for twice the timeout) and a grace period\n"
             "has passed; the run is stored as 'hung' with where each stuck replica was. A\n"
@@ -110,7 +131,8 @@ void cmd_run_help(FILE *out)
             "Testing: DSIM_RUN_AFTER_STORED_S=S waits S seconds after each run is stored\n"
             "and its table printed (to interrupt dsim run exactly there).\n",
             RUN_DEFAULT_SCENARIO, dsim_engine_names(0, false, engines, sizeof engines),
-            DSIM_STORE_DEFAULT_PATH, RUN_PLAIN_LINES);
+            DSIM_STORE_DEFAULT_PATH, RUN_PLAIN_LINES, DSIM_TRAIN_MAX_REPLICAS, coroutines,
+            DSIM_TRAIN_MAX_THREAD_REPLICAS, threaded);
 }
 
 /* ---- interrupts ---- */

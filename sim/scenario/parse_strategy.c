@@ -253,7 +253,7 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_duration(c, h, H_INTERVAL, 0, &s->health_interval_ns));
     DSIM_CHECK(scen_duration(c, h, H_TIMEOUT, 1, &s->health_timeout_ns));
     int64_t r = s->health_retries;
-    DSIM_CHECK(scen_int(c, h, H_RETRIES, 0, 1000, &r));
+    DSIM_CHECK(scen_int(c, h, H_RETRIES, 0, DSIM_SCEN_MAX_RETRIES, &r));
     s->health_retries = (int)r;
     t->health_interval_ns = s->health_interval_ns;
     t->health_timeout_ns = s->health_timeout_ns;

@@ -48,6 +48,7 @@ typedef struct dsim_scenario {
     uint64_t seed;
     char *engine;                          /* "threads" | "processes" | "sim" */
     dsim_src_pos engine_pos, recovery_pos; /* where they were given (0:0 when defaulted) */
+    bool engine_overridden;                /* engine set by the caller (dsim run --engine) */
 
     /* network: preset name and link parameters (used by the sim engine) */
     char *network_preset; /* or NULL */
@@ -67,6 +68,14 @@ typedef struct dsim_scenario {
     dsim_train_cfg train;        /* strategy, cluster, model, optimizer, data, checkpoint */
     dsim_src_pos checkpoint_pos; /* where checkpoint.path was given (0:0 when not) */
     dsim_src_pos plugin_pos;     /* where strategy.plugin was given (0:0 when not) */
+    /* Where what dsim_scenario_runnable may refuse was given (0:0 when not):
+     * the cluster's size (cluster.hosts, else devices_per_host, tf_config or
+     * the cluster: key), cluster.network, model.synthetic. */
+    dsim_src_pos cluster_pos, network_pos, synthetic_pos;
+    /* Where the data's layout is given (data.shard_policy, else
+     * data.files, else the data: key; 0:0 when none is), for a plan that
+     * cannot shard it. */
+    dsim_src_pos data_pos;
 
     dsim_fault *faults;
     size_t n_faults;

@@ -430,7 +430,23 @@ static const err_case err_cases[] = {
     {"? {a: 1}\n: 2\n", 1, 3, {"a key must be", "not a mapping"}},
     /* YAML itself */
     {"name: a\ncluster: {hosts: [1\n", 3, 1, {"YAML syntax", "flow sequence"}},
-    {"name: a\n  bad: indent\n", 2, 6, {"YAML syntax", "mapping values are not allowed"}},
+    {"name: a\n  bad: indent\n", 2, 3,
+     {"the indentation: 'bad' is 2 spaces in, deeper than the key above it (line 1, 0 in)",
+      "YAML syntax at line 2, column 6: mapping values are not allowed"}},
+    /* a key one space in is reported where it is, not on the line after */
+    {"name: t5\nseed: 1\nengine: threads\nstrategy:\n  name: mirrored\ncluster:\n hosts: 2\n"
+     "  devices_per_host: 2\n",
+     7, 2,
+     {"the indentation: 'hosts' is 1 space in, where the other keys of 'cluster' (line 6) are 2 "
+      "in; indent it like them",
+      "YAML syntax at line 8, column 19: mapping values are not allowed"}},
+    {"name: a\ncluster:\n  devices_per_host: 1\n hosts: 2\n", 4, 2,
+     {"the indentation: 'hosts' is 1 space in, between the levels around it (0 and 2)",
+      "did not find expected key"}},
+    {"name: a\nfaults:\n- what: kill\n  rank: 1\n at_step: 2\n", 5, 2,
+     {"the indentation: 'at_step' is 1 space in"}},
+    {"name: a\ncluster:\n\thosts: 2\n", 3, 1,
+     {"the indentation holds a tab; YAML indents with spaces only"}},
     {"name: \"open\n", 2, 1, {"YAML syntax", "quoted scalar"}},
     {"name: a\nx: \xff\n", 2, 4, {"YAML syntax", "UTF-8", "0xff"}},
     {"", 1, 1, {"the file is empty"}},
@@ -451,6 +467,9 @@ static const err_case err_cases[] = {
     {"name: a\nstrategy: {health_check: {timeout: 0s}}\n", 2, 36,
      {"strategy.health_check.timeout: '0s' is too short"}},
     {"name: a\nstrategy: {timeout: 0.5}\n", 2, 21, {"strategy.timeout: '0.5' has no unit"}},
+    {"name: a\nstrategy: {timeout: 0.0000000001ns}\n", 2, 21,
+     {"strategy.timeout: '0.0000000001ns' is more than 0 but less than 1ns, the smallest "
+      "duration there is, so it would be 0"}},
     {"name: a\nstrategy: {timeout: 9999999999999h}\n", 2, 21, {"too large for a duration"}},
     {"name: a\nstrategy: {health_check: {interval: -5s}}\n", 2, 37,
      {"strategy.health_check.interval", "negative"}},
@@ -746,8 +765,21 @@ static void test_runnable(void **state)
         const char *yaml;
         const char *where, *words;
     } cases[] = {
-        {"name: a\ncluster: {hosts: 2048}\n", "t.yaml: cluster: 2048 replicas on engine threads",
+        {"name: a\ncluster: {hosts: 2048}\n",
+         "t.yaml:2:18: cluster: 2048 host(s) x 1 device(s) is 2048 replicas on engine threads "
+         "(the default), which runs a thread per replica: accepted at most 1024",
          "engine sim runs up to 65536"},
+        /* the engine named, the place where the size is given */
+        {"name: a\nengine: processes\ncluster:\n  devices_per_host: 2\n  hosts: 4097\n",
+         "t.yaml:5:10: cluster: 4097 host(s) x 2 device(s) is 8194 replicas on engine processes "
+         "(line 2)",
+         "accepted at most 1024 there"},
+        {"name: a\nengine: processes\ncluster:\n  hosts: 2\n  network: {preset: 10gbe}\n",
+         "t.yaml:5:3: cluster.network models the links",
+         "on engine processes (line 2) the links are real"},
+        {"name: a\ncluster: {hosts: 1}\nstrategy: {name: mirrored}\n"
+         "model:\n  synthetic: {parameters: 1M, flops_per_example: 1G}\n",
+         "t.yaml:5:3: model.synthetic runs timing only", "this is engine threads (the default)"},
     };
     dsim_scenario *ps = parse_ok("name: a\nengine: processes\n");
     assert_int_equal(dsim_scenario_runnable(ps), DSIM_OK);
@@ -775,9 +807,10 @@ static void test_runnable(void **state)
     ps = parse_ok("name: a\nengine: sim\ncluster: {hosts: 16384}\n");
     if (have < 16384.0 * 16384.0 * 400) {
         assert_int_equal(dsim_scenario_runnable(ps), DSIM_ENOTSUP);
-        if (!strstr(dsim_errmsg(), "t.yaml: cluster: 16384 workers with the health check on: its "
-                                   "first round pings every pair of workers, which takes about "
-                                   "100.0 GiB") ||
+        if (!strstr(dsim_errmsg(),
+                    "t.yaml:3:18: cluster: 16384 workers with the health check on: its "
+                    "first round pings every pair of workers, which takes about "
+                    "100.0 GiB") ||
             !strstr(dsim_errmsg(), "strategy.health_check: {interval: 0}"))
             fail_msg("got: %s", dsim_errmsg());
     } else {
@@ -794,7 +827,8 @@ static void test_runnable(void **state)
                   "strategy: {name: multi_worker_mirrored, health_check: {interval: 0}}\n");
     if (have < 65536.0 * 512 * 1024) {
         assert_int_equal(dsim_scenario_runnable(ps), DSIM_ENOTSUP);
-        if (!strstr(dsim_errmsg(), "t.yaml: cluster: 65536 replicas under engine sim take about") ||
+        if (!strstr(dsim_errmsg(), "t.yaml:3:18: cluster: 65536 replicas under engine sim (line "
+                                   "2) take about") ||
             !strstr(dsim_errmsg(), "model.synthetic"))
             fail_msg("got: %s", dsim_errmsg());
     }
@@ -836,6 +870,17 @@ static void test_runnable(void **state)
     dsim_scenario_free(s);
     s = parse_ok("name: a\ncheckpoint: {path: /tmp/c.ckpt, every: 2}\n");
     assert_int_equal(dsim_scenario_runnable(s), DSIM_OK);
+    dsim_scenario_free(s);
+    /* an engine set by the caller (dsim run --engine): said to be so */
+    s = parse_ok("name: a\ncluster:\n  hosts: 1025\n");
+    free(s->engine);
+    s->engine = strdup("processes");
+    s->train.engine = s->engine;
+    s->engine_overridden = true;
+    assert_int_equal(dsim_scenario_runnable(s), DSIM_ENOTSUP);
+    if (!strstr(dsim_errmsg(), "t.yaml:3:10: cluster: 1025 host(s) x 1 device(s) is 1025 replicas "
+                               "on engine processes (overridden)"))
+        fail_msg("got: %s", dsim_errmsg());
     dsim_scenario_free(s);
     assert_int_equal(dsim_scenario_runnable(NULL), DSIM_EINVAL);
 }
@@ -953,6 +998,10 @@ static void test_units(void **state)
         {"2562048h", "too large"},
         {"99999999999999999999999s", "too large"},
         {"106751d", "unit 'd'"},
+        /* more than 0 written, 0 after rounding: refused, never "no deadline" */
+        {"0.0000000001ns", "more than 0 but less than 1ns"},
+        {"0.4ns", "so it would be 0; write 0 if that is what you mean"},
+        {"0.0000000001s", "at least 1ns"},
     };
     for (size_t i = 0; i < sizeof bad_dur / sizeof bad_dur[0]; i++) {
         int64_t ns = 77;

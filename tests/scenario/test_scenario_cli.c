@@ -104,7 +104,9 @@ static void test_validate(void **state)
     /* well-formed but not runnable here: refused, with the place */
     r = cli_run((const char *[]){"validate", later, NULL});
     assert_int_equal(r->status, 2);
-    snprintf(want, sizeof want, "%s: cluster: 2048 replicas on engine threads", later);
+    snprintf(want, sizeof want,
+             "%s:2:18: cluster: 2048 host(s) x 1 device(s) is 2048 replicas on engine threads",
+             later);
     if (!strstr(r->out, want))
         fail_msg("expected '%s' in: %s", want, r->out);
 
@@ -276,7 +278,11 @@ static void test_plan(void **state)
     const char *err = json_string_value(json_object_get(j, "error"));
     assert_non_null(err);
     assert_non_null(strstr(err, "fewer than the 3 workers"));
-    assert_non_null(strstr(r->err, "fewer than the 3 workers"));
+    /* with the place of the data's layout */
+    char want_at[600];
+    snprintf(want_at, sizeof want_at, "%s:3:32: data: could not apply FILE sharding", few);
+    if (!strstr(err, want_at) || !strstr(r->err, want_at))
+        fail_msg("expected '%s' in: %s and %s", want_at, err, r->err);
     /* "runnable" agrees with the exit status */
     assert_true(json_is_false(json_object_get(j, "runnable")));
     const char *why = json_string_value(json_object_get(j, "not_runnable"));
