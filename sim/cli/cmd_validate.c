@@ -5,7 +5,7 @@
 
 #include "cmds.h"
 #include "scenario/defaults.h"
-#include "scenario/limits.h"
+#include "scenario/scenario_limits.h"
 #include "scenario/scenario.h"
 
 void cmd_validate_help(FILE *out)
@@ -31,7 +31,10 @@ void cmd_validate_help(FILE *out)
                  "                    of scenarios/FORMAT.md), and exit\n"
                  "\n"
                  "A plugin's file is only looked for, never loaded: validate runs no code\n"
-                 "of the scenario's.\n"
+                 "of the scenario's. It prints which file 'dsim run' will load and that\n"
+                 "loading it runs its code (a warning, printed with --quiet too, when the\n"
+                 "scenario names it by an absolute path or one that climbs out of its\n"
+                 "folder); 'dsim run --no-plugins' refuses such a scenario.\n"
                  "\n"
                  "Exit status: 0 every file is valid and runnable, 2 otherwise.\n");
 }
@@ -113,6 +116,12 @@ int cmd_validate(int argc, char **argv)
                 printf("%s:%d:%d: %s%s\n", a, s->faults[f].line, s->faults[f].column,
                        d.warn ? "warning: " : "", d.text);
         }
+        /* A plugin: which file dsim run will load, and that loading it runs
+         * its code (a warning when the file leads out of its folder). */
+        dsim_plugin_notice pn;
+        if (e == DSIM_OK && dsim_scenario_plugin_notice(s, &pn) && (pn.outside || !quiet))
+            printf("%s:%d:%d: %s%s\n", a, s->plugin_pos.line, s->plugin_pos.column,
+                   pn.outside ? "warning: " : "", pn.text);
         if (e == DSIM_OK)
             e = dsim_scenario_runnable(s);
         /* a matrix: every combination must parse and be runnable too */

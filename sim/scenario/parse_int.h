@@ -24,7 +24,7 @@
 #include "scenario/scenario.h"
 #include "scenario/yaml_tree.h"
 
-#include "scenario/limits.h"
+#include "scenario/scenario_limits.h"
 
 #define SCEN_MAX_KEYS  24
 #define SCEN_MAX_STR   DSIM_SCEN_MAX_STR

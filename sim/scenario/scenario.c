@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@
 
 #include "engine/engine.h"
 #include "scenario/defaults.h"
-#include "scenario/limits.h"
+#include "scenario/scenario_limits.h"
 #include "scenario/parse_int.h"
 
 #define SCEN_MAX_FILE             DSIM_SCEN_MAX_FILE_BYTES
@@ -398,4 +399,38 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
         return e;
     }
     return DSIM_OK;
+}
+
+bool dsim_scenario_plugin_notice(const dsim_scenario *s, dsim_plugin_notice *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!s || !s->train.plugin_path)
+        return false;
+    const char *given = s->train.plugin_path;
+    char real[PATH_MAX], dir[PATH_MAX];
+    snprintf(out->file, sizeof out->file, "%s", realpath(given, real) ? real : given);
+    /* the scenario file's folder, as the kernel sees it */
+    char *copy = strdup(s->path ? s->path : ".");
+    bool have_dir = copy && realpath(dirname(copy), dir);
+    free(copy);
+    size_t dl = have_dir ? strlen(dir) : 0;
+    bool inside = have_dir && strncmp(out->file, dir, dl) == 0 &&
+                  (out->file[dl] == '/' || (dl == 1 && dir[0] == '/'));
+    bool by_path =
+        s->plugin_found == DSIM_PLUGIN_BY_PATH || s->plugin_found == DSIM_PLUGIN_ABSOLUTE;
+    out->outside = by_path && !inside;
+    const char *where = "";
+    if (out->outside && s->plugin_found == DSIM_PLUGIN_ABSOLUTE)
+        where = ", outside the scenario file's folder (an absolute path)";
+    else if (out->outside)
+        where = ", outside the scenario file's folder (the path climbs out of it)";
+    else if (s->plugin_found == DSIM_PLUGIN_SEARCHED)
+        where = ", found in the plugin search path (--plugin-dir, $DSIM_PLUGIN_PATH, the plugin "
+                "folders)";
+    snprintf(out->text, sizeof out->text,
+             "strategy.plugin: 'dsim run' will load %s%s; loading a plugin runs its code in the "
+             "dsim process with your rights, as running a program would ('dsim run "
+             "--no-plugins' refuses a scenario that names one)",
+             out->file, where);
+    return true;
 }

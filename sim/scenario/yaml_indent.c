@@ -61,8 +61,8 @@ static size_t yi_lines(const char *text, size_t len, yi_line *out, size_t max)
             /* a plain key: up to ": " or ":" at the end */
             if (q < end && !strchr("{[\"'#&*!|>%@`", text[q])) {
                 size_t c = q;
-                while (c < end && !(text[c] == ':' && (c + 1 == end || text[c + 1] == ' ' ||
-                                                       text[c + 1] == '\r')))
+                while (c < end && !(text[c] == ':' &&
+                                    (c + 1 == end || text[c + 1] == ' ' || text[c + 1] == '\r')))
                     c++;
                 if (c < end) {
                     l.key = true;

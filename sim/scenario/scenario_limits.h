@@ -32,20 +32,20 @@
 /* strategy: */
 #define DSIM_SCEN_MAX_RETRIES 1000 /* health_check.retries */
 /* data: and model: */
-#define DSIM_SCEN_MAX_EXAMPLES ((int64_t)1 << 32)
-#define DSIM_SCEN_MAX_DIM      DSIM_MODEL_MAX_DIM /* features, classes, hidden widths */
-#define DSIM_SCEN_MAX_FILES    DSIM_DATASET_MAX_FILES
-#define DSIM_SCEN_MAX_BATCH    INT32_MAX
-#define DSIM_SCEN_MAX_EPOCHS   1000000
-#define DSIM_SCEN_MAX_HIDDEN   DSIM_MODEL_MAX_HIDDEN /* model.hidden's layers */
-#define DSIM_SCEN_MAX_SYNTH_PARAMS 1e12 /* model.synthetic.parameters */
-#define DSIM_SCEN_MAX_SYNTH_FLOPS  1e18 /* model.synthetic.flops_per_example */
-#define DSIM_SCEN_MAX_LR           1e6  /* optimizer.learning_rate */
+#define DSIM_SCEN_MAX_EXAMPLES     ((int64_t)1 << 32)
+#define DSIM_SCEN_MAX_DIM          DSIM_MODEL_MAX_DIM /* features, classes, hidden widths */
+#define DSIM_SCEN_MAX_FILES        DSIM_DATASET_MAX_FILES
+#define DSIM_SCEN_MAX_BATCH        INT32_MAX
+#define DSIM_SCEN_MAX_EPOCHS       1000000
+#define DSIM_SCEN_MAX_HIDDEN       DSIM_MODEL_MAX_HIDDEN /* model.hidden's layers */
+#define DSIM_SCEN_MAX_SYNTH_PARAMS 1e12                  /* model.synthetic.parameters */
+#define DSIM_SCEN_MAX_SYNTH_FLOPS  1e18                  /* model.synthetic.flops_per_example */
+#define DSIM_SCEN_MAX_LR           1e6                   /* optimizer.learning_rate */
 /* faults:, recovery: */
-#define DSIM_SCEN_MAX_FAULT_RANKS  DSIM_FAULT_MAX_RANKS /* a fault's ranks: list */
-#define DSIM_SCEN_MAX_GRACE_STEPS  1000000             /* preempt's grace_steps */
-#define DSIM_SCEN_MAX_SLOW_FACTOR  1e6                 /* slow's factor */
-#define DSIM_SCEN_MAX_RESTARTS     100                 /* recovery.max_restarts */
+#define DSIM_SCEN_MAX_FAULT_RANKS DSIM_FAULT_MAX_RANKS /* a fault's ranks: list */
+#define DSIM_SCEN_MAX_GRACE_STEPS 1000000              /* preempt's grace_steps */
+#define DSIM_SCEN_MAX_SLOW_FACTOR 1e6                  /* slow's factor */
+#define DSIM_SCEN_MAX_RESTARTS    100                  /* recovery.max_restarts */
 /* a step or a count of messages (at_step, after_messages, reach_step,
  * checkpoint.every) */
 #define DSIM_SCEN_MAX_STEP (INT64_MAX / 2)

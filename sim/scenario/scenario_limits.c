@@ -1,11 +1,11 @@
-/* The table of a scenario file's limits (limits.h), printed from the
+/* The table of a scenario file's limits (scenario_limits.h), printed from the
  * constants the parser checks against and from the engine table. */
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 
 #include "engine/engine.h"
-#include "scenario/limits.h"
+#include "scenario/scenario_limits.h"
 
 /* The engines with (want) or without every flag of `flags`, "a, b". */
 static const char *lim_engines(unsigned flags, bool want, char *buf, size_t cap)
@@ -33,11 +33,13 @@ void dsim_scenario_limits_write(FILE *out)
                  "|---|---|---|\n");
     fprintf(out, "| the file | at most %u bytes | one YAML document, nested at most %d deep |\n",
             DSIM_SCEN_MAX_FILE_BYTES, DSIM_YAML_MAX_DEPTH);
-    fprintf(out, "| a text value | at most %d bytes | `name`, `description`, paths, `tf_config` |\n",
+    fprintf(out,
+            "| a text value | at most %d bytes | `name`, `description`, paths, `tf_config` |\n",
             DSIM_SCEN_MAX_STR);
     fprintf(out, "| `seed` | 0 .. %" PRIu64 " | |\n", UINT64_MAX);
-    fprintf(out, "| `cluster.hosts` | 1 .. %d | workers; `tf_config`'s chief and worker tasks "
-                 "alike |\n",
+    fprintf(out,
+            "| `cluster.hosts` | 1 .. %d | workers; `tf_config`'s chief and worker tasks "
+            "alike |\n",
             DSIM_SCEN_MAX_HOSTS);
     fprintf(out, "| `cluster.devices_per_host` | 1 .. %d | |\n", DSIM_SCEN_MAX_DEVICES);
     fprintf(out, "| `cluster.ps` | 0 .. %d | parameter servers; `tf_config`'s ps tasks alike |\n",
@@ -71,8 +73,7 @@ void dsim_scenario_limits_write(FILE *out)
             DSIM_SCEN_MAX_SYNTH_PARAMS);
     fprintf(out, "| `model.synthetic.flops_per_example` | 0 .. %.0f | |\n",
             DSIM_SCEN_MAX_SYNTH_FLOPS);
-    fprintf(out, "| `optimizer.learning_rate` | more than 0, at most %.0f | |\n",
-            DSIM_SCEN_MAX_LR);
+    fprintf(out, "| `optimizer.learning_rate` | more than 0, at most %.0f | |\n", DSIM_SCEN_MAX_LR);
     fprintf(out,
             "| a step or a count (`at_step`, `after_messages`, `checkpoint.every`, "
             "`liveness.reach_step`) | up to %" PRId64 " | |\n",
