@@ -34,6 +34,7 @@
 
 #include "check/check.h"
 #include "cmds.h"
+#include "dsim_cov.h"
 #include "dsim/err.h"
 #include "dsim/strategy.h"
 #include "engine/engine.h"
@@ -178,6 +179,7 @@ static void *run_sig_main(void *arg)
     } else {
         fprintf(stderr, "\ndsim run: interrupted (%s); no run was in progress\n", name);
     }
+    DSIM_COV_DUMP();
     _exit(128 + sig);
     return NULL;
 }

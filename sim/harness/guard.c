@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "dsim_cov.h"
 #include "harness_int.h"
 
 /* ---- the store guard ---- */
@@ -330,6 +331,9 @@ static void hg_die(int sig, const siginfo_t *si)
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
     sigaction(sig, &dfl, NULL);
+    /* (a coverage build only: not async-signal-safe, but the process is
+     * dying of a crash a test made on purpose) */
+    DSIM_COV_DUMP();
     /* A fault happens again when the handler returns; a signal that was
      * sent (kill, raise, abort) must be sent again. It stays pending while
      * the handler runs, and kills on return. */
@@ -392,6 +396,7 @@ static void hg_on_exit(int status, void *arg)
     hg_put(&msg, "; storing the run as crashed\n");
     hg_write_all(STDERR_FILENO, msg.b, msg.n);
     hg_store_crash(&c);
+    DSIM_COV_DUMP();
     _exit(1);
 }
 

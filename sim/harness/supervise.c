@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "harness_int.h"
+#include "dsim_cov.h"
 
 /* ---- the supervisor ----
  *
@@ -129,6 +130,7 @@ void dsim_harness_supervise(const char *db, const char *prog)
                 "\ndsim: run %" PRId64 ": the process running it %s; its peak memory was %.1f "
                 "MiB; stored as crashed in %s\n",
                 (int64_t)ids[i], how, (double)ru.ru_maxrss / 1024.0, db);
+    DSIM_COV_DUMP(); /* the parent ends with _exit() or the child's signal */
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
         struct rlimit no_core = {0, 0};

@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""Every command's help and its refusals of bad flags and bad input, as a
+user meets them: each case runs `dsim ARGS` and checks the exit status (0,
+1 or 2) and a phrase of what it printed (stdout for help and listings,
+stderr for refusals), so a message that loses its place or its fix fails
+here.
+
+    flags.py DSIM SCENARIO_DIR
+"""
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+
+DSIM = os.path.abspath(sys.argv[1])
+SCEN = os.path.abspath(sys.argv[2])
+QUICK = os.path.join(SCEN, "quickstart.yaml")
+failures = []
+ran = 0
+
+
+def run(args, env=None, cwd=None, timeout=120):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run([DSIM] + args, capture_output=True, text=True, env=e, cwd=cwd,
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def case(args, status, where, *phrases, env=None, cwd=None):
+    """dsim ARGS must exit with `status` and print every phrase on `where`
+    ('out' or 'err')."""
+    global ran
+    ran += 1
+    rc, out, err = run(args, env=env, cwd=cwd)
+    text = out if where == "out" else err
+    bad = []
+    if rc != status:
+        bad.append("exit %d, expected %d" % (rc, status))
+    for ph in phrases:
+        if ph not in text:
+            bad.append("no %r on std%s" % (ph, where))
+    if bad:
+        failures.append("dsim %s: %s\n  stdout: %s\n  stderr: %s" %
+                        (" ".join(args), "; ".join(bad), out[-600:], err[-600:]))
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+tmp = tempfile.mkdtemp(prefix="dsim-flags-")
+try:
+    db = os.path.join(tmp, "runs.db")
+    rc, out, err = run(["run", QUICK, "--db", db], cwd=tmp)
+    if rc != 0:
+        print("FAIL: the quickstart does not run: %s" % err)
+        sys.exit(1)
+    notdb = write(os.path.join(tmp, "notdb.db"), "this is not SQLite\n" * 100)
+    hosts_file = write(os.path.join(tmp, "hosts.txt"), "# a comment\n\n127.0.0.1\n")
+    no_hosts = write(os.path.join(tmp, "nohosts.txt"), "# nothing\n\n")
+    sim_yaml = write(os.path.join(tmp, "sim.yaml"),
+                     "name: simq\nengine: sim\ncluster: {hosts: 2, devices_per_host: 1}\n"
+                     "strategy: {name: multi_worker_mirrored}\n")
+
+    # ---- dsim itself ----
+    case([], 2, "err", "usage: dsim <command>")
+    case(["--help"], 0, "out", "usage: dsim <command>", "'dsim --version' prints the version")
+    case(["-h"], 0, "out", "usage: dsim <command>")
+    case(["--version"], 0, "out", "dsim ")
+    case(["help"], 0, "out", "usage: dsim <command>")
+    case(["help", "frobnicate"], 2, "err", "dsim: unknown command 'frobnicate'")
+    case(["frobnicate"], 2, "err", "dsim: unknown command 'frobnicate'; run 'dsim --help'")
+    # every command's help, both ways
+    for cmd, phrase in [("run", "usage: dsim run"), ("validate", "usage: dsim validate"),
+                        ("plan", "usage: dsim plan"), ("list", "usage: dsim list"),
+                        ("report", "usage: dsim report"), ("trace", "dsim trace"),
+                        ("replay", "usage: dsim replay"), ("explore", "usage: dsim explore"),
+                        ("whatif", "usage: dsim whatif"), ("bench", "usage: dsim bench"),
+                        ("calibrate", "usage: dsim calibrate"), ("cluster", "usage: dsim cluster"),
+                        ("worker", "usage: dsim worker")]:
+        case(["help", cmd], 0, "out", phrase)
+        case([cmd, "--help"], 0, "out", phrase)
+
+    # ---- run ----
+    case(["run", "--engine"], 2, "err", "dsim run: --engine needs a value")
+    case(["run", "--engine", "gpu"], 2, "err", "--engine is 'gpu' (accepted: threads")
+    case(["run", "--seed", "-3"], 2, "err", "--seed is '-3' (accepted: a whole number")
+    case(["run", "--seed", "x"], 2, "err", "--seed is 'x'")
+    case(["run", "--combination", "-1"], 2, "err", "--combination is '-1'")
+    case(["run", "--db", ""], 2, "err", "--db is empty")
+    case(["run", "--plugin-dir", ""], 2, "err", "--plugin-dir is ''")
+    case(["run", "--frob"], 2, "err", "unknown option '--frob'", "see 'dsim run --help'")
+    case(["run", "--json", "--tap"], 2, "err", "--json and --tap both print on standard output")
+    case(["run", QUICK, "--combination", "3", "--db", db], 2, "err",
+         "--combination 3 does not exist; the file makes 1 run (0..0)")
+    case(["run", os.path.join(tmp, "absent.yaml"), "--db", db], 2, "err", "cannot open")
+    case(["run", QUICK, "--db", notdb], 2, "err", "notdb.db")
+    case(["run", QUICK, "--db", os.path.join(tmp, "no", "such", "dir.db")], 2, "err",
+         "cannot open results database")
+    case(["run", QUICK, "--report", "--json", "--db", os.path.join(tmp, "rep.db")], 0, "out",
+         '"report"', "dsim-report-1.html")
+    case(["run", QUICK, "--junit", os.path.join(tmp, "nodir", "j.xml"), "--db", db], 2, "err",
+         "--junit is", "(accepted: a file path in a writable folder)")
+
+    # ---- validate / plan ----
+    case(["validate"], 2, "err", "no scenario file given")
+    case(["validate", "--frob"], 2, "err", "unknown option '--frob'", "--limits")
+    case(["validate", "--plugin-dir"], 2, "err", "--plugin-dir needs a value")
+    case(["validate", "--defaults", QUICK], 2, "err", "--defaults takes no files")
+    case(["validate", "--limits", "--defaults"], 2, "err", "takes no files and no other listing")
+    case(["validate", "--limits"], 0, "out", "| `cluster.hosts` | 1 .. ")
+    case(["validate", "-q", QUICK], 0, "out")
+    case(["validate", "--", QUICK], 0, "out", "quickstart.yaml: ok")
+    case(["plan"], 2, "err", "no scenario given")
+    case(["plan", "--frob"], 2, "err", "unknown option '--frob'")
+    case(["plan", "--plugin-dir"], 2, "err", "--plugin-dir needs a value")
+    case(["plan", QUICK, QUICK], 2, "err", "one scenario at a time")
+    case(["plan", os.path.join(tmp, "absent.yaml")], 2, "err", "absent.yaml")
+
+    # ---- list ----
+    case(["list"], 2, "err", "what to list?", "strategies, algorithms, checks, runs, faults")
+    case(["list", "things"], 2, "err", "cannot list 'things'")
+    case(["list", "runs", "checks"], 2, "err", "one thing at a time")
+    case(["list", "--frob"], 2, "err", "unknown option '--frob'")
+    case(["list", "runs", "--db"], 2, "err", "--db needs a path")
+    case(["list", "runs", "--db="], 2, "err", "--db is empty")
+    case(["list", "runs", "--limit", "0"], 2, "err", "--limit is '0'")
+    case(["list", "runs", "--limit"], 2, "err", "--limit is ''")
+    case(["list", "runs", "--db", os.path.join(tmp, "none.db")], 2, "err",
+         "no results store at", "run 'dsim run' first")
+    case(["list", "runs", "--db", notdb], 2, "err", "notdb.db")
+    case(["list", "runs", "--db=" + db, "--limit=1"], 0, "out", "quickstart", "passed")
+    case(["list", "runs", "--db", db, "--json"], 0, "out", '"scenario": "quickstart"')
+    empty = os.path.join(tmp, "empty.db")
+    case(["list", "runs", "--db", os.path.join(tmp, "rep.db"), "--limit", "1"], 0, "out",
+         "quickstart")
+    for what in ("strategies", "algorithms", "faults"):
+        rc, out, err = run(["list", what, "--json"])
+        ran_ok = rc == 0 and isinstance(json.loads(out), list)
+        if not ran_ok:
+            failures.append("dsim list %s --json: exit %d, %s" % (what, rc, out[:200]))
+
+    # ---- trace / report ----
+    case(["trace"], 2, "err")
+    case(["trace", "desync"], 2, "err", "name a run id")
+    case(["trace", "desync", "1", "--db"], 2, "err", "--db needs a path")
+    case(["trace", "desync", "--frob"], 2, "err", "unknown option '--frob'")
+    case(["trace", "desync", "1", "2"], 2, "err", "one run at a time")
+    case(["trace", "desync", "1", "--db", db], 2, "err", "no flight records at",
+         "a run writes them only when it fails")
+    case(["trace", "desync", os.path.join(tmp, "none.json")], 2, "err", "none.json")
+    case(["trace", "1", "2", "--db", db], 2, "err", "one run at a time")
+    case(["trace", "7", "--db", db], 2, "err", "7")
+    case(["report", "--db", db, "--frob"], 2, "err", "--frob")
+    case(["report", "99", "--db", db], 2, "err", "99")
+
+    # ---- replay ----
+    case(["replay"], 2, "err", "which run?")
+    case(["replay", "--db"], 2, "err", "--db needs a path")
+    case(["replay", "1", "2"], 2, "err", "unexpected '2'")
+    case(["replay", "x1"], 2, "err", "RUN_ID is 'x1'")
+    case(["replay", "1", "--db", notdb], 2, "err", "notdb.db")
+    case(["replay", "99", "--db", db], 2, "err", "99")
+    case(["replay", "1", "--db", db], 2, "err", "threads")  # only sim runs replay
+    simdb = os.path.join(tmp, "sim.db")
+    rc, out, err = run(["run", sim_yaml, "--db", simdb], cwd=tmp)
+    if rc != 0:
+        failures.append("the sim scenario did not run: %s" % err)
+    case(["replay", "1", "--db", simdb], 0, "out", "trace matches")
+
+    # ---- whatif ----
+    case(["whatif", "--frob"], 2, "err", "unknown option '--frob'")
+    case(["whatif", "--hosts"], 2, "err", "--hosts needs a value")
+    case(["whatif", "--hosts", "0"], 2, "err", "--hosts '0' is not a whole number in 1..")
+    case(["whatif", "--batch", "x"], 2, "err", "--batch 'x'")
+    case(["whatif", QUICK, QUICK], 2, "err", "one scenario at a time")
+    case(["whatif", "--params", "0"], 2, "err", "--params")
+    case(["whatif", "--params", "2T"], 2, "err", "--params must be between 1 and 1T")
+    case(["whatif", "--device", "tpu"], 2, "err", "--device 'tpu' is not a preset")
+    case(["whatif", "--network", "carrier_pigeon"], 2, "err", "is not a link preset")
+    case(["whatif", "--intra", "carrier_pigeon"], 2, "err", "--intra 'carrier_pigeon'")
+    case(["whatif", "--chakra", "/proc/no/such"], 2, "err", "--chakra")
+    case(["whatif", "--presets"], 0, "out", "nvlink")
+
+    # ---- bench / calibrate ----
+    case(["bench", "--frob"], 2, "err", "--frob")
+    case(["bench"], 2, "err", "name a collective: allreduce")
+    case(["bench", "allreduce", "--engine", "gpu"], 2, "err", "gpu")
+    case(["bench", "allreduce", "--ranks", "0"], 2, "err", "--ranks")
+    case(["bench", "allreduce", "--ranks", "2", "-b", "4", "-e", "4", "-d", "double", "-n", "2"],
+         0, "out", "# 4 B: too small for whole double elements on 2 ranks; skipped")
+    case(["bench", "allreduce", "--ranks", "2", "-b", "64", "-e", "64"], 2, "err",
+         "DSIM_BENCH_CORRUPT='x' is not a rank", env={"DSIM_BENCH_CORRUPT": "x"})
+    case(["bench", "allgather", "--model", "1"], 2, "err", "--model 1 models allreduce")
+    case(["calibrate", "--frob"], 2, "err", "--frob")
+    case(["calibrate", "--ranks"], 2, "err", "--ranks needs a value")
+    case(["calibrate", "--engine", "sim"], 2, "err", "sim")
+    case(["calibrate", "--algo", ""], 2, "err", "dsim calibrate: --algo needs a value")
+    case(["calibrate", "--algo=,", "--sizes", "4K"], 2, "err",
+         "--algo and --sizes need at least one entry each")
+    case(["calibrate", "--ranks", "2", "--algo", "ring", "--sizes", "4K"], 0, "out",
+         "# dsim calibrate: engine threads", "ring")
+
+    # ---- cluster ----
+    case(["cluster", "--frob"], 2, "err", "--frob")
+    case(["cluster"], 0, "out", '"source": "local"', env={"TF_CONFIG": ""})
+    case(["cluster"], 2, "err", "TF_CONFIG", env={"TF_CONFIG": "{not json"})
+    case(["cluster"], 0, "out", "worker",
+         env={"TF_CONFIG": '{"cluster": {"worker": ["a:1", "b:1"]}, '
+                           '"task": {"type": "worker", "index": 1}}'})
+
+    # ---- worker ----
+    case(["worker"], 2, "err", "give the scenario file")
+    case(["worker", QUICK, QUICK], 2, "err", "one scenario per job")
+    case(["worker", QUICK, "--frob"], 2, "err", "unknown option '--frob'")
+    case(["worker", QUICK, "--port"], 2, "err", "--port needs a value")
+    case(["worker", QUICK, "--port", "0"], 2, "err", "--port is '0' (accepted: 1..65535)")
+    case(["worker", QUICK, "--timeout", "-1"], 2, "err", "--timeout is '-1'")
+    case(["worker", os.path.join(tmp, "absent.yaml")], 2, "err", "absent.yaml")
+    case(["worker", QUICK], 2, "err", "TF_CONFIG is not set and no launcher's rank is",
+         env={"TF_CONFIG": ""})
+    launcher = {"TF_CONFIG": "", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
+    case(["worker", QUICK, "--print-tf-config"], 0, "out", '"worker":["127.0.0.1:2222"',
+         '"task":{"type":"worker","index":0}', env=launcher)
+    case(["worker", QUICK, "--print-tf-config", "--hosts", "@" + hosts_file], 0, "out",
+         "127.0.0.1:2222", env=launcher)
+    case(["worker", QUICK, "--print-tf-config", "--hosts", "@" + no_hosts], 2, "err",
+         "lists no host", env=launcher)
+    case(["worker", QUICK, "--print-tf-config", "--hosts", "@" + os.path.join(tmp, "x")], 2,
+         "err", "cannot open it", env=launcher)
+    case(["worker", QUICK, "--print-tf-config", "--hosts", "a,b,c"], 2, "err",
+         "--hosts names 3 hosts but the job has 4 tasks", env=launcher)
+    case(["worker", QUICK, "--print-tf-config", "--hosts", "a,,c,d"], 2, "err",
+         "has an empty entry", env=launcher)
+    case(["worker", QUICK, "--print-tf-config", "--hosts", "h0,h1,h2,h3"], 0, "out",
+         '"h0:2222"', env=dict(launcher, OMPI_COMM_WORLD_RANK="3"))
+    case(["worker", QUICK, "--print-tf-config", "--port", "65534"], 2, "err",
+         "past port 65535", env=launcher)
+    case(["worker", QUICK, "--print-tf-config"], 2, "err", "are not a rank below a size",
+         env=dict(launcher, OMPI_COMM_WORLD_RANK="4"))
+    case(["worker", QUICK, "--print-tf-config"], 2, "err",
+         "placed the tasks on more than one node", env=dict(launcher, OMPI_COMM_WORLD_LOCAL_SIZE="1"))
+    case(["worker", QUICK, "--print-tf-config"], 2, "err", "cannot be split evenly",
+         env={"TF_CONFIG": "", "SLURM_PROCID": "0", "SLURM_NTASKS": "3", "SLURM_NNODES": "1"})
+    case(["worker", QUICK, "--print-tf-config"], 0, "out", '"index":0',
+         env={"TF_CONFIG": "", "PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALNRANKS": "2"})
+    case(["worker", QUICK, "--print-tf-config"], 2, "err", "TF_CONFIG",
+         env={"TF_CONFIG": "{\"cluster\": 3}"})
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+for f in failures:
+    print("FAIL: " + f)
+print("%d cases, %d failed" % (ran, len(failures)))
+sys.exit(1 if failures else 0)
