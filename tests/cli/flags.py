@@ -108,6 +108,49 @@ try:
     case(["run", QUICK, "--junit", os.path.join(tmp, "nodir", "j.xml"), "--db", db], 2, "err",
          "--junit is", "(accepted: a file path in a writable folder)")
 
+    # ---- run: the CI reports ----
+    junit = os.path.join(tmp, "j.xml")
+    faulty = os.path.join(SCEN, "faults", "worker_dies_between_collectives.yaml")
+    case(["run", faulty, "--junit", junit, "--db", db], 0, "out", "run ")
+    with open(junit) as f:
+        xml = f.read()
+    for want in ("<system-out>", "restart", "worker_dies_between_collectives"):
+        if want not in xml:
+            failures.append("junit of a run with faults lacks %r: %s" % (want, xml[:400]))
+    ran += 1
+    broken = write(os.path.join(tmp, "broken.yaml"),
+                   "name: broken\ncluster: {hosts: 2, devices_per_host: 1}\n"
+                   "data: {examples: 64, files: 1, shard_policy: file}\n"
+                   "expect:\n  shard_coverage: {}\n")
+    case(["run", broken, "--junit", junit, "--db", db], 1, "out", "fewer than the 2 workers")
+    with open(junit) as f:
+        xml = f.read()
+    for want in ('<failure message="the run failed before it could be judged: could not apply '
+                 'FILE sharding', "<system-err>the run ended with an error: could not apply"):
+        if want not in xml:
+            failures.append("junit of a run that failed lacks %r: %s" % (want, xml[:900]))
+    ran += 1
+    # without checks to fail, the run itself is the test case, failed
+    unjudged = write(os.path.join(tmp, "unjudged.yaml"),
+                     "name: unjudged\ncluster: {hosts: 2, devices_per_host: 1}\n"
+                     "data: {examples: 64, files: 1, shard_policy: file}\n")
+    case(["run", unjudged, "--junit", junit, "--db", db], 1, "out", "unjudged")
+    with open(junit) as f:
+        xml = f.read()
+    if ('<testcase name="run"' not in xml or
+            '<failure message="the run failed: could not apply FILE sharding' not in xml):
+        failures.append("junit of an unjudged run that failed lacks its case: %s" % xml[:900])
+    ran += 1
+    os.mkdir(os.path.join(tmp, "adir"))
+    case(["run", QUICK, "--junit", os.path.join(tmp, "adir"), "--db", db], 2, "err",
+         "could not write the JUnit report")
+    ran += 1
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([DSIM, "run", QUICK, "--tap", "--db", db], stdout=full,
+                           stderr=subprocess.PIPE, text=True, cwd=tmp)
+    if p.returncode != 2 or "could not write the TAP stream" not in p.stderr:
+        failures.append("dsim run --tap > /dev/full: exit %d, %s" % (p.returncode, p.stderr[-300:]))
+
     # ---- validate / plan ----
     case(["validate"], 2, "err", "no scenario file given")
     case(["validate", "--frob"], 2, "err", "unknown option '--frob'", "--limits")
