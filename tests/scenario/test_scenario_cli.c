@@ -351,7 +351,7 @@ static void test_plugin_notice(void **state)
     const char *by = cli_file(6, "sc/by.yaml",
                               "name: by\ncluster: {hosts: 2}\nstrategy:\n  name: mine\n"
                               "  plugin: libx.so\n");
-    char want[PATH_MAX + 300];
+    char want[2 * PATH_MAX + 600];
     cli_result *r = cli_run((const char *[]){"validate", "--quiet", up, by, NULL});
     assert_int_equal(r->status, 0);
     snprintf(want, sizeof want,
