@@ -200,6 +200,73 @@ try:
     case(["trace", "desync", os.path.join(tmp, "none.json")], 2, "err", "none.json")
     case(["trace", "1", "2", "--db", db], 2, "err", "one run at a time")
     case(["trace", "7", "--db", db], 2, "err", "7")
+    # dsim trace desync on flight records of each shape it explains
+    def entry(seq, state, coll=1, count=4, waiting=None, error=None):
+        d = {"fingerprint": {"comm_id": 1, "coll": coll, "op": 0, "dtype": 0, "count": count,
+                             "root": -1, "algo": 1}}
+        if waiting is not None:
+            d["waiting_for"] = waiting
+        if error:
+            d["error"] = error
+        return {"collective_seq_id": seq, "state": state, "dsim": d}
+
+    def flight(name, ranks, error="the job failed"):
+        path = os.path.join(tmp, name + ".json")
+        with open(path, "w") as f:
+            json.dump({"run_id": 7, "scenario": name, "error": error, "ranks": ranks}, f)
+        return path
+
+    done2 = [entry(1, "completed"), entry(2, "completed")]
+    case(["trace", "desync", flight("clean", [{"rank": 0, "calls": 2, "entries": done2},
+                                              {"rank": 1, "calls": 2, "entries": done2}])],
+         0, "out", "run 7 (clean): 2 ranks, calls 1..2 recorded", "the run failed: the job failed",
+         "every rank completed every recorded collective: no desynchronisation")
+    case(["trace", "desync", flight("left", [{"rank": 0, "calls": 2, "entries": done2},
+                                             {"rank": 1, "calls": 2, "entries": [],
+                                              "left_running": "in compute at step 3"}])],
+         0, "out", "the watchdog left 1 rank running", "rank 1: in compute at step 3",
+         "verdict: the rank above never returned")
+    case(["trace", "desync", flight("differ", [
+        {"rank": 0, "calls": 2, "entries": [entry(1, "completed"), entry(2, "started", waiting=1)]},
+        {"rank": 1, "calls": 2, "entries": [entry(1, "completed"),
+                                            entry(2, "started", coll=3, count=8, error="aborted")]},
+        {"rank": 2, "calls": 2, "entries": [entry(1, "completed"), entry(2, "started", waiting=1)]},
+        {"rank": 3, "calls": 1, "entries": [entry(1, "completed")]}])],
+         0, "out", "the first collective the ranks disagree about: #2",
+         "rank 1 called broadcast #2 with 8 float32 from root -1 (sum, ring) instead "
+         "(collective and count differ): aborted",
+         "rank 0 started it and was waiting for rank 1, not done",
+         "rank 3 never called it: rank 3's last call was #1",
+         "verdict: the ranks disagree about call #2",
+         "(the ranks that never called it were still in an earlier call")
+    case(["trace", "desync", flight("stalled", [
+        {"rank": 0, "calls": 2, "entries": [entry(1, "completed"), entry(2, "completed")]},
+        {"rank": 1, "calls": 2, "entries": [entry(1, "completed"), entry(2, "started", waiting=2)]},
+        {"rank": 2, "calls": 2, "entries": [entry(1, "completed"),
+                                            entry(2, "scheduled", error="peer 1 is down")]},
+        {"rank": 3, "calls": 2, "entries": [entry(2, "completed")], "left_running": "x"}])],
+         0, "out", "the first collective not every rank completed: #2",
+         "rank 1 started it and was waiting for rank 2, not done",
+         "rank 2 entered it; it ended with: peer 1 is down",
+         "verdict: every rank joined call #2 but it did not complete everywhere")
+    case(["trace", "desync", flight("missing", [
+        {"rank": 0, "calls": 2, "entries": done2},
+        {"rank": 1, "calls": 1, "entries": [], "left_running": "in its own code"},
+        {"rank": 2, "calls": 2, "entries": done2}])],
+         0, "out", "the first collective not every rank completed: #2",
+         "ranks 0 and 2 completed it",
+         "rank 1 never called it: rank 1 was left running by the watchdog after 1 call, its "
+         "recorder not read: in its own code",
+         "rank 1: not read (left running after 1 calls)")
+    case(["trace", "desync", flight("nocall", [
+        {"rank": 0, "calls": 1, "entries": [entry(1, "completed")]},
+        {"rank": 1, "calls": 0, "entries": []}])],
+         0, "out", "rank 1 never called it: rank 1 made no collective call",
+         "verdict: call #1 was never made by the rank named above: it was stuck before it")
+    case(["trace", "desync", write(os.path.join(tmp, "notjson.json"), "{ no")], 2, "err",
+         "not a flight record file")
+    case(["trace", "desync", write(os.path.join(tmp, "noranks.json"), '{"ranks": []}')], 2,
+         "err", 'no "ranks" array')
     case(["report", "--db", db, "--frob"], 2, "err", "--frob")
     case(["report", "99", "--db", db], 2, "err", "99")
 
@@ -216,6 +283,13 @@ try:
     if rc != 0:
         failures.append("the sim scenario did not run: %s" % err)
     case(["replay", "1", "--db", simdb], 0, "out", "trace matches")
+    # the sim engine's knobs, misset: a warning naming the value and the default taken
+    case(["run", sim_yaml, "--db", simdb], 0, "err",
+         "DSIM_SIM_STACK_KIB is '1': not a number of KiB in 16..65536; using 256",
+         "DSIM_SIM_GUARDED_STACKS is 'many': not a count in 0..30000; using 8192",
+         "DSIM_SIM_STALL_S is 'x': not a number of seconds > 0; using 60",
+         env={"DSIM_SIM_STALL_S": "x", "DSIM_SIM_STACK_KIB": "1",
+              "DSIM_SIM_GUARDED_STACKS": "many"})
 
     # ---- whatif ----
     case(["whatif", "--frob"], 2, "err", "unknown option '--frob'")
@@ -296,6 +370,20 @@ try:
          env={"TF_CONFIG": "", "PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALNRANKS": "2"})
     case(["worker", QUICK, "--print-tf-config"], 2, "err", "TF_CONFIG",
          env={"TF_CONFIG": "{\"cluster\": 3}"})
+    # addresses that cannot work, refused with the task and the address
+    port = 30000 + (os.getpid() % 400) * 6
+
+    def tf(hosts, index):
+        return {"TF_CONFIG": json.dumps({"cluster": {"worker": hosts},
+                                         "task": {"type": "worker", "index": index}})}
+    case(["worker", QUICK, "--timeout", "1"], 2, "err",
+         "cannot resolve host 'nohost.invalid'",
+         env=tf(["nohost.invalid:%d" % port, "nohost.invalid:%d" % (port + 3)], 0))
+    case(["worker", QUICK, "--timeout", "1"], 2, "err", "its ranks need ports 65535..65537",
+         "choose a lower port", env=tf(["127.0.0.1:65535", "127.0.0.1:%d" % port], 0))
+    case(["worker", QUICK, "--timeout", "1"], 1, "err",
+         "could not reach the chief at [::1]:%d within 1 s" % (port + 2),
+         env=tf(["[::1]:%d" % port, "[::1]:%d" % (port + 3)], 1))
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 
