@@ -23,9 +23,11 @@ ran = 0
 
 
 def run(args, env=None, cwd=None, timeout=120):
+    """In the scratch folder unless told otherwise: what dsim writes next to
+    it (checkpoints, traces) goes there."""
     e = dict(os.environ)
     e.update(env or {})
-    p = subprocess.run([DSIM] + args, capture_output=True, text=True, env=e, cwd=cwd,
+    p = subprocess.run([DSIM] + args, capture_output=True, text=True, env=e, cwd=cwd or tmp,
                        timeout=timeout)
     return p.returncode, p.stdout, p.stderr
 
@@ -151,6 +153,30 @@ try:
     if p.returncode != 2 or "could not write the TAP stream" not in p.stderr:
         failures.append("dsim run --tap > /dev/full: exit %d, %s" % (p.returncode, p.stderr[-300:]))
 
+    # a file name no XML may hold as it is: markup, a tab, a newline, a
+    # control byte, bytes that are not UTF-8, an overlong and a surrogate;
+    # the JUnit report still parses and says it; TAP keeps one line a test
+    odd = os.path.join(tmp.encode(), b"we>ird\tna\nme\x01\xff\xc0\xaf\xed\xa0\x80#1.yaml")
+    with open(QUICK, "rb") as f, open(odd, "wb") as g:
+        g.write(f.read())
+    p = subprocess.run([DSIM.encode(), b"run", odd, b"--junit", junit.encode(), b"--tap",
+                        b"--db", db.encode()], capture_output=True, cwd=tmp)
+    ran += 1
+    import xml.dom.minidom
+    try:
+        doc = xml.dom.minidom.parse(junit)
+        props = [pr.getAttribute("value") for pr in doc.getElementsByTagName("property")
+                 if pr.getAttribute("name") == "file"]
+        if p.returncode != 0 or not props or "we>ird\tna\nme" not in props[0] \
+                or "\ufffd" not in props[0]:
+            failures.append("junit of an oddly named file: exit %d, file %r" %
+                            (p.returncode, props[:1]))
+    except Exception as ex:
+        failures.append("junit of an oddly named file does not parse: %s" % ex)
+    tap_lines = [l for l in p.stdout.split(b"\n") if l.startswith(b"ok ")]
+    if len(tap_lines) != 3 or any(b"#1" in l.split(b" - ")[1].split(b" # ")[0] for l in tap_lines):
+        failures.append("TAP of an oddly named file: %r" % p.stdout[:600])
+
     # ---- validate / plan ----
     case(["validate"], 2, "err", "no scenario file given")
     case(["validate", "--frob"], 2, "err", "unknown option '--frob'", "--limits")
@@ -199,7 +225,7 @@ try:
          "a run writes them only when it fails")
     case(["trace", "desync", os.path.join(tmp, "none.json")], 2, "err", "none.json")
     case(["trace", "1", "2", "--db", db], 2, "err", "one run at a time")
-    case(["trace", "7", "--db", db], 2, "err", "7")
+    case(["trace", "99", "--db", db], 2, "err", "99")
     # dsim trace desync on flight records of each shape it explains
     def entry(seq, state, coll=1, count=4, waiting=None, error=None):
         d = {"fingerprint": {"comm_id": 1, "coll": coll, "op": 0, "dtype": 0, "count": count,

@@ -47,7 +47,9 @@ static void test_parsers(void **state)
     REFUSED(dsim_model_kind_parse("mlp", NULL), "dsim_model_kind_parse:");
     REFUSED(dsim_loss_parse(NULL, &lo), "dsim_loss_parse:");
     REFUSED(dsim_data_kind_parse(NULL, &dk), "dsim_data_kind_parse:");
-    { REFUSED(dsim_optim_kind_parse("sgd", NULL), "dsim_optim_kind_parse:"); }
+    {
+        REFUSED(dsim_optim_kind_parse("sgd", NULL), "dsim_optim_kind_parse:");
+    }
     REFUSED(dsim_algo_parse(NULL, &al), "dsim_algo_parse: the name is NULL");
     REFUSED(dsim_algo_parse("ring", NULL), "dsim_algo_parse: out is NULL");
     REFUSED(dsim_ps_mode_parse(NULL, &pm), "dsim_ps_mode_parse:");
@@ -140,8 +142,7 @@ static void test_cluster(void **state)
     assert_int_equal(dsim_cluster_local(2, 2, 0, &c), DSIM_OK);
     REFUSED(dsim_cluster_to_tf_config(NULL, DSIM_TASK_WORKER, 0, &json),
             "dsim_cluster_to_tf_config:");
-    REFUSED(dsim_cluster_to_tf_config(&c, DSIM_TASK_WORKER, 0, NULL),
-            "dsim_cluster_to_tf_config:");
+    REFUSED(dsim_cluster_to_tf_config(&c, DSIM_TASK_WORKER, 0, NULL), "dsim_cluster_to_tf_config:");
     REFUSED(dsim_cluster_replica(NULL, 0, 0, &r), "dsim_cluster_replica:");
     REFUSED(dsim_cluster_replica(&c, 0, 0, NULL), "dsim_cluster_replica:");
     REFUSED(dsim_cluster_replica_place(NULL, 0, &w, &d), "dsim_cluster_replica_place:");
