@@ -177,6 +177,28 @@ try:
     if len(tap_lines) != 3 or any(b"#1" in l.split(b" - ")[1].split(b" # ")[0] for l in tap_lines):
         failures.append("TAP of an oddly named file: %r" % p.stdout[:600])
 
+    # on a terminal: one progress line rewritten in place ("\r", erase to
+    # the end of the line), closed before the table
+    import pty
+    mfd, sfd = pty.openpty()
+    p = subprocess.Popen([DSIM, "run", QUICK, "--db", db], stdout=sfd, stderr=sfd, cwd=tmp)
+    os.close(sfd)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(mfd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    p.wait()
+    os.close(mfd)
+    ran += 1
+    if p.returncode != 0 or b"\rstep " not in seen or b"\x1b[K" not in seen \
+            or b"CHECK" not in seen:
+        failures.append("dsim run on a terminal: exit %d, %r" % (p.returncode, seen[-400:]))
+
     # ---- validate / plan ----
     case(["validate"], 2, "err", "no scenario file given")
     case(["validate", "--frob"], 2, "err", "unknown option '--frob'", "--limits")
