@@ -22,8 +22,8 @@
 void cmd_list_help(FILE *out)
 {
     fprintf(out,
-            "usage: dsim list strategies|algorithms|checks|runs|faults [--json] [--db PATH]\n"
-            "                 [--limit N]\n"
+            "usage: dsim list strategies|algorithms|checks|runs|faults|devices [--json]\n"
+            "                 [--db PATH] [--limit N]\n"
             "\n"
             "  strategies   the registered distribution strategies (built-in; a plugin is\n"
             "               named by a scenario's strategy.plugin)\n"
@@ -33,6 +33,9 @@ void cmd_list_help(FILE *out)
             "  runs         the runs in the results store: id, scenario, strategy, status,\n"
             "               start time (UTC), duration, checks passed/failed\n"
             "  faults       the fault kinds a scenario's faults: can name (what:)\n"
+            "  devices      the devices each backend finds here (host CPU, CUDA GPUs): memory,\n"
+            "               compute capability, peak bandwidth, peer access; the last line says\n"
+            "               whether replicas can use GPUs (\"no GPU found: CPU\" when not)\n"
             "\n"
             "  --json       print JSON instead of a table\n"
             "  --db PATH    the results store for 'runs' (default %s)\n"
@@ -310,7 +313,7 @@ int cmd_list(int argc, char **argv)
     }
     if (!what) {
         fprintf(stderr, "dsim list: what to list? (accepted: strategies, algorithms, checks, "
-                        "runs, faults)\n");
+                        "runs, faults, devices)\n");
         return 2;
     }
     if (strcmp(what, "strategies") == 0)
@@ -323,9 +326,11 @@ int cmd_list(int argc, char **argv)
         return list_runs(db, as_json, limit);
     if (strcmp(what, "faults") == 0)
         return list_faults(as_json);
-    fprintf(
-        stderr,
-        "dsim list: cannot list '%s' (accepted: strategies, algorithms, checks, runs, faults)\n",
-        what);
+    if (strcmp(what, "devices") == 0)
+        return cmd_list_devices(as_json);
+    fprintf(stderr,
+            "dsim list: cannot list '%s' (accepted: strategies, algorithms, checks, runs, faults, "
+            "devices)\n",
+            what);
     return 2;
 }

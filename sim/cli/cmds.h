@@ -3,6 +3,7 @@
 #ifndef DSIM_CLI_CMDS_H
 #define DSIM_CLI_CMDS_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 typedef struct dsim_cmd {
@@ -18,6 +19,8 @@ int cmd_cluster(int argc, char **argv);
 void cmd_cluster_help(FILE *out);
 int cmd_list(int argc, char **argv);
 void cmd_list_help(FILE *out);
+/* dsim list devices (cmd_list_devices.c); as_json: JSON instead of a table */
+int cmd_list_devices(bool as_json);
 int cmd_run(int argc, char **argv);
 void cmd_run_help(FILE *out);
 int cmd_validate(int argc, char **argv);

@@ -309,22 +309,17 @@ static void fl_ranks(FILE *out, const int *v, int n)
         fprintf(out, "%s%d", i == 0 ? "" : i + 1 == n ? " and " : ", ", v[i]);
 }
 
-dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
+/* The call numbers the recorders hold (*lo .. *hi; *lo UINT64_MAX: none),
+ * and the report's first lines. */
+static void fl_header(FILE *out, json_t *root, const fl_rank *rk, int n, uint64_t *lo, uint64_t *hi)
 {
-    json_t *root = NULL;
-    fl_rank *rk = NULL;
-    int n = 0;
-    DSIM_CHECK(fl_read(path, &root, &rk, &n));
-    dsim_desync ds;
-    memset(&ds, 0, sizeof ds);
-    ds.ranks = n;
-
-    uint64_t lo = UINT64_MAX, hi = 0;
+    *lo = UINT64_MAX;
+    *hi = 0;
     for (int i = 0; i < n; i++) {
-        if (rk[i].n && rk[i].calls - rk[i].n + 1 < lo)
-            lo = rk[i].calls - rk[i].n + 1;
-        if (rk[i].calls > hi)
-            hi = rk[i].calls;
+        if (rk[i].n && rk[i].calls - rk[i].n + 1 < *lo)
+            *lo = rk[i].calls - rk[i].n + 1;
+        if (rk[i].calls > *hi)
+            *hi = rk[i].calls;
     }
     const char *err = json_string_value(json_object_get(root, "error"));
     json_t *rid = json_object_get(root, "run_id");
@@ -333,14 +328,17 @@ dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
             json_string_value(json_object_get(root, "scenario"))
                 ? json_string_value(json_object_get(root, "scenario"))
                 : "?",
-            n, lo == UINT64_MAX ? 0 : lo, hi);
+            n, *lo == UINT64_MAX ? 0 : *lo, *hi);
     if (err)
         fprintf(out, "the run failed: %s\n", err);
+}
 
-    /* The call to explain: the first one the ranks disagree about, if any
-     * (an abort it caused can leave slower ranks unfinished in earlier
-     * calls: they are its victims, not its cause); else the first one not
-     * every rank completed. */
+/* The call to explain: the first one the ranks disagree about, if any (an
+ * abort it caused can leave slower ranks unfinished in earlier calls: they
+ * are its victims, not its cause); else the first one not every rank
+ * completed; 0 when there is none. */
+static uint64_t fl_pick(const fl_rank *rk, int n, uint64_t lo, uint64_t hi, bool *disagree)
+{
     uint64_t s = 0;
     for (uint64_t q = lo; lo != UINT64_MAX && q <= hi && !s; q++) {
         const fl_call *first = NULL;
@@ -352,154 +350,196 @@ dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
                 first = c;
         }
     }
-    bool disagree = s != 0;
+    *disagree = s != 0;
     for (uint64_t q = lo; lo != UINT64_MAX && q <= hi && !s; q++)
         for (int i = 0; i < n && !s; i++) {
             const fl_call *c = fl_at(&rk[i], q);
             if (q > rk[i].calls || (c && c->state != DSIM_FR_COMPLETED))
                 s = q;
         }
-    ds.seq = s;
-    char a[160], b[160], diff[96];
+    return s;
+}
+
+/* The call most ranks made under number s. */
+static const fl_call *fl_majority(const fl_rank *rk, int n, uint64_t s)
+{
+    const fl_call *ref = NULL;
+    int best = 0;
+    for (int i = 0; i < n; i++) {
+        const fl_call *c = fl_at(&rk[i], s);
+        if (!c)
+            continue;
+        int same = 0;
+        for (int j = 0; j < n; j++) {
+            const fl_call *d = fl_at(&rk[j], s);
+            same += d && dsim_coll_fp_diff(&c->fp, &d->fp, NULL, 0) == 0;
+        }
+        if (same > best) {
+            best = same;
+            ref = c;
+        }
+    }
+    return ref;
+}
+
+/* One line per rank about call s, against the majority's ref; the ranks
+ * that completed it go to done, those that never made it to miss. */
+static void fl_rank_lines(FILE *out, const fl_rank *rk, int n, uint64_t s, const fl_call *ref,
+                          int *done, int *nd, int *miss, int *nm, dsim_desync *ds)
+{
+    char b[160], diff[96];
+    for (int i = 0; i < n; i++) {
+        const fl_call *c = fl_at(&rk[i], s);
+        if (s > rk[i].calls) {
+            miss[(*nm)++] = rk[i].rank;
+        } else if (c && ref && dsim_coll_fp_diff(&c->fp, &ref->fp, NULL, 0) != 0) {
+            ds->n_different++;
+            dsim_coll_fp_diff(&c->fp, &ref->fp, diff, sizeof diff);
+            fprintf(out, "  rank %d called %s instead (%s %s)%s%s\n", rk[i].rank,
+                    dsim_coll_fp_str(&c->fp, b, sizeof b), diff,
+                    strchr(diff, ' ') && strstr(diff, " and ") ? "differ" : "differs",
+                    c->error[0] ? ": " : "", c->error);
+        } else if (c && c->state == DSIM_FR_COMPLETED) {
+            done[(*nd)++] = rk[i].rank;
+        } else if (c) {
+            if (c->error[0])
+                ds->n_failed++;
+            else
+                ds->n_waiting++;
+            fprintf(out, "  rank %d %s it", rk[i].rank,
+                    c->state == DSIM_FR_STARTED ? "started" : "entered");
+            if (c->waiting_for >= 0)
+                fprintf(out, " and was waiting for rank %d", c->waiting_for);
+            fprintf(out, "%s%s\n", c->error[0] ? "; it ended with: " : ", not done", c->error);
+        } else if (rk[i].left[0]) {
+            ds->n_waiting++;
+            fprintf(out,
+                    "  rank %d began it (call %" PRIu64 " of its %" PRIu64
+                    ") and was left running by the watchdog, its recorder not read: %s\n",
+                    rk[i].rank, s, rk[i].calls, rk[i].left);
+        } else {
+            fprintf(out, "  rank %d: call #%" PRIu64 " is older than its recorder holds\n",
+                    rk[i].rank, s);
+        }
+    }
+}
+
+/* The ranks that never made the call, and where each of them was. */
+static void fl_missing(FILE *out, const fl_rank *rk, int n, const int *miss, int nm)
+{
+    char b[160];
+    fprintf(out, "  ");
+    fl_ranks(out, miss, nm);
+    fprintf(out, " never called it:");
+    for (int k = 0; k < nm; k++) {
+        const fl_rank *r = NULL;
+        for (int i = 0; i < n; i++)
+            if (rk[i].rank == miss[k])
+                r = &rk[i];
+        const fl_call *last = r && r->n ? &r->c[r->n - 1] : NULL;
+        if (last) {
+            fprintf(out, "%s rank %d's last call was #%" PRIu64 " (%s, %s", k ? ";" : "", miss[k],
+                    last->fp.seq, dsim_coll_fp_str(&last->fp, b, sizeof b),
+                    dsim_fr_state_name((dsim_fr_state)last->state));
+            if (last->state != DSIM_FR_COMPLETED && last->waiting_for >= 0)
+                fprintf(out, ", waiting for rank %d", last->waiting_for);
+            if (last->error[0])
+                fprintf(out, ", ended with: %s", last->error);
+            fprintf(out, ")");
+        } else if (r && r->left[0])
+            fprintf(out,
+                    "%s rank %d was left running by the watchdog after %" PRIu64
+                    " call%s, its recorder not read: %s",
+                    k ? ";" : "", miss[k], r->calls, r->calls == 1 ? "" : "s", r->left);
+        else
+            fprintf(out, "%s rank %d made no collective call", k ? ";" : "", miss[k]);
+    }
+    fprintf(out, "\n");
+}
+
+static void fl_verdict(FILE *out, uint64_t s, const dsim_desync *ds, int nm)
+{
+    fprintf(out, "\n");
+    if (ds->n_different)
+        fprintf(out,
+                "verdict: the ranks disagree about call #%" PRIu64
+                ": a rank called another collective (or the same one with other "
+                "arguments); look at the strategy's code path on the ranks named above%s\n",
+                s,
+                nm ? " (the ranks that never called it were still in an earlier call when "
+                     "the job was aborted)"
+                   : "");
+    else if (nm)
+        fprintf(out,
+                "verdict: call #%" PRIu64 " was never made by the rank%s named above: %s "
+                "stuck before it (in its own code, or in a call the others did not make); "
+                "the other ranks waited for %s\n",
+                s, nm == 1 ? "" : "s", nm == 1 ? "it was" : "they were", nm == 1 ? "it" : "them");
+    else
+        fprintf(out,
+                "verdict: every rank joined call #%" PRIu64
+                " but it did not complete everywhere: a lost message, a dead or paused "
+                "peer, or a timeout too short (see who waited for whom above)\n",
+                s);
+}
+
+/* What each rank did about call s, and the verdict. */
+static void fl_explain(FILE *out, const fl_rank *rk, int n, uint64_t s, bool disagree,
+                       dsim_desync *ds)
+{
+    char a[160];
+    const fl_call *ref = fl_majority(rk, n, s);
+    fprintf(out, "\nthe first collective %s: #%" PRIu64 ", %s\n",
+            disagree ? "the ranks disagree about" : "not every rank completed", s,
+            ref ? dsim_coll_fp_str(&ref->fp, a, sizeof a) : "?");
+    int *done = calloc((size_t)n, sizeof(int)), nd = 0;
+    int *miss = calloc((size_t)n, sizeof(int)), nm = 0;
+    if (done && miss)
+        fl_rank_lines(out, rk, n, s, ref, done, &nd, miss, &nm, ds);
+    if (nd) {
+        fprintf(out, "  ");
+        fl_ranks(out, done, nd);
+        fprintf(out, " completed it\n");
+    }
+    if (nm) {
+        ds->n_missing = nm;
+        fl_missing(out, rk, n, miss, nm);
+    }
+    fl_verdict(out, s, ds, nm);
+    free(done);
+    free(miss);
+}
+
+/* No recorded call is unfinished: where the ranks the watchdog left
+ * running were, or that the failure lies outside the collectives. */
+static void fl_no_call(FILE *out, const fl_rank *rk, int n)
+{
     int n_left = 0;
     for (int i = 0; i < n; i++)
         n_left += rk[i].left[0] != '\0';
-    if (!s && n_left) {
-        /* Every recorder read is complete, and those that would say more
-         * were not read: say where their ranks were. */
-        fprintf(out,
-                "\nno recorded collective is left unfinished, but the watchdog left %d rank%s "
-                "running, whose recorder%s could not be read:\n",
-                n_left, n_left == 1 ? "" : "s", n_left == 1 ? "" : "s");
-        for (int i = 0; i < n; i++)
-            if (rk[i].left[0])
-                fprintf(out, "  rank %d: %s\n", rk[i].rank, rk[i].left);
-        fprintf(out,
-                "\nverdict: the rank%s above never returned: stuck in %s own code or in "
-                "the collective named, which no abort could end\n",
-                n_left == 1 ? "" : "s", n_left == 1 ? "its" : "their");
-    } else if (!s) {
+    if (!n_left) {
         fprintf(out, "\nevery rank completed every recorded collective: no desynchronisation; "
                      "the failure happened outside the collectives (see the run's error)\n");
-    } else {
-        /* the call most ranks made under that number */
-        const fl_call *ref = NULL;
-        int best = 0;
-        for (int i = 0; i < n; i++) {
-            const fl_call *c = fl_at(&rk[i], s);
-            if (!c)
-                continue;
-            int same = 0;
-            for (int j = 0; j < n; j++) {
-                const fl_call *d = fl_at(&rk[j], s);
-                same += d && dsim_coll_fp_diff(&c->fp, &d->fp, NULL, 0) == 0;
-            }
-            if (same > best) {
-                best = same;
-                ref = c;
-            }
-        }
-        fprintf(out, "\nthe first collective %s: #%" PRIu64 ", %s\n",
-                disagree ? "the ranks disagree about" : "not every rank completed", s,
-                ref ? dsim_coll_fp_str(&ref->fp, a, sizeof a) : "?");
-        int *done = calloc((size_t)n, sizeof(int)), nd = 0;
-        int *miss = calloc((size_t)n, sizeof(int)), nm = 0;
-        for (int i = 0; done && miss && i < n; i++) {
-            const fl_call *c = fl_at(&rk[i], s);
-            if (s > rk[i].calls) {
-                miss[nm++] = rk[i].rank;
-            } else if (c && ref && dsim_coll_fp_diff(&c->fp, &ref->fp, NULL, 0) != 0) {
-                ds.n_different++;
-                dsim_coll_fp_diff(&c->fp, &ref->fp, diff, sizeof diff);
-                fprintf(out, "  rank %d called %s instead (%s %s)%s%s\n", rk[i].rank,
-                        dsim_coll_fp_str(&c->fp, b, sizeof b), diff,
-                        strchr(diff, ' ') && strstr(diff, " and ") ? "differ" : "differs",
-                        c->error[0] ? ": " : "", c->error);
-            } else if (c && c->state == DSIM_FR_COMPLETED) {
-                done[nd++] = rk[i].rank;
-            } else if (c) {
-                if (c->error[0])
-                    ds.n_failed++;
-                else
-                    ds.n_waiting++;
-                fprintf(out, "  rank %d %s it", rk[i].rank,
-                        c->state == DSIM_FR_STARTED ? "started" : "entered");
-                if (c->waiting_for >= 0)
-                    fprintf(out, " and was waiting for rank %d", c->waiting_for);
-                fprintf(out, "%s%s\n", c->error[0] ? "; it ended with: " : ", not done", c->error);
-            } else if (rk[i].left[0]) {
-                ds.n_waiting++;
-                fprintf(out,
-                        "  rank %d began it (call %" PRIu64 " of its %" PRIu64
-                        ") and was left running by the watchdog, its recorder not read: %s\n",
-                        rk[i].rank, s, rk[i].calls, rk[i].left);
-            } else {
-                fprintf(out, "  rank %d: call #%" PRIu64 " is older than its recorder holds\n",
-                        rk[i].rank, s);
-            }
-        }
-        if (nd) {
-            fprintf(out, "  ");
-            fl_ranks(out, done, nd);
-            fprintf(out, " completed it\n");
-        }
-        if (nm) {
-            ds.n_missing = nm;
-            fprintf(out, "  ");
-            fl_ranks(out, miss, nm);
-            fprintf(out, " never called it:");
-            for (int k = 0; k < nm; k++) {
-                const fl_rank *r = NULL;
-                for (int i = 0; i < n; i++)
-                    if (rk[i].rank == miss[k])
-                        r = &rk[i];
-                const fl_call *last = r && r->n ? &r->c[r->n - 1] : NULL;
-                if (last) {
-                    fprintf(out, "%s rank %d's last call was #%" PRIu64 " (%s, %s", k ? ";" : "",
-                            miss[k], last->fp.seq, dsim_coll_fp_str(&last->fp, b, sizeof b),
-                            dsim_fr_state_name((dsim_fr_state)last->state));
-                    if (last->state != DSIM_FR_COMPLETED && last->waiting_for >= 0)
-                        fprintf(out, ", waiting for rank %d", last->waiting_for);
-                    if (last->error[0])
-                        fprintf(out, ", ended with: %s", last->error);
-                    fprintf(out, ")");
-                } else if (r && r->left[0])
-                    fprintf(out,
-                            "%s rank %d was left running by the watchdog after %" PRIu64
-                            " call%s, its recorder not read: %s",
-                            k ? ";" : "", miss[k], r->calls, r->calls == 1 ? "" : "s", r->left);
-                else
-                    fprintf(out, "%s rank %d made no collective call", k ? ";" : "", miss[k]);
-            }
-            fprintf(out, "\n");
-        }
-        /* the verdict */
-        fprintf(out, "\n");
-        if (ds.n_different)
-            fprintf(out,
-                    "verdict: the ranks disagree about call #%" PRIu64
-                    ": a rank called another collective (or the same one with other "
-                    "arguments); look at the strategy's code path on the ranks named above%s\n",
-                    s,
-                    nm ? " (the ranks that never called it were still in an earlier call when "
-                         "the job was aborted)"
-                       : "");
-        else if (nm)
-            fprintf(out,
-                    "verdict: call #%" PRIu64 " was never made by the rank%s named above: %s "
-                    "stuck before it (in its own code, or in a call the others did not make); "
-                    "the other ranks waited for %s\n",
-                    s, nm == 1 ? "" : "s", nm == 1 ? "it was" : "they were",
-                    nm == 1 ? "it" : "them");
-        else
-            fprintf(out,
-                    "verdict: every rank joined call #%" PRIu64
-                    " but it did not complete everywhere: a lost message, a dead or paused "
-                    "peer, or a timeout too short (see who waited for whom above)\n",
-                    s);
-        free(done);
-        free(miss);
+        return;
     }
+    /* Every recorder read is complete, and those that would say more were
+     * not read: say where their ranks were. */
+    fprintf(out,
+            "\nno recorded collective is left unfinished, but the watchdog left %d rank%s "
+            "running, whose recorder%s could not be read:\n",
+            n_left, n_left == 1 ? "" : "s", n_left == 1 ? "" : "s");
+    for (int i = 0; i < n; i++)
+        if (rk[i].left[0])
+            fprintf(out, "  rank %d: %s\n", rk[i].rank, rk[i].left);
+    fprintf(out,
+            "\nverdict: the rank%s above never returned: stuck in %s own code or in "
+            "the collective named, which no abort could end\n",
+            n_left == 1 ? "" : "s", n_left == 1 ? "its" : "their");
+}
+
+static void fl_last_calls(FILE *out, const fl_rank *rk, int n)
+{
+    char a[160];
     fprintf(out, "\nthe last call each rank completed:\n");
     for (int i = 0; i < n; i++) {
         const fl_call *c = fl_last_done(&rk[i]);
@@ -512,6 +552,27 @@ dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
         else
             fprintf(out, "  rank %d: none recorded\n", rk[i].rank);
     }
+}
+
+dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
+{
+    json_t *root = NULL;
+    fl_rank *rk = NULL;
+    int n = 0;
+    DSIM_CHECK(fl_read(path, &root, &rk, &n));
+    dsim_desync ds;
+    memset(&ds, 0, sizeof ds);
+    ds.ranks = n;
+    uint64_t lo, hi;
+    fl_header(out, root, rk, n, &lo, &hi);
+    bool disagree = false;
+    uint64_t s = fl_pick(rk, n, lo, hi, &disagree);
+    ds.seq = s;
+    if (!s)
+        fl_no_call(out, rk, n);
+    else
+        fl_explain(out, rk, n, s, disagree, &ds);
+    fl_last_calls(out, rk, n);
     for (int i = 0; i < n; i++)
         free(rk[i].c);
     free(rk);

@@ -95,7 +95,8 @@ static int64_t health_mul(int64_t a, int64_t k)
     return k > 0 && a > DSIM_NO_DEADLINE / k ? DSIM_NO_DEADLINE : a * k;
 }
 
-/* The bound, derived from the code above and in step.c and train.c.
+/* The bound, derived from the code above, in step.c and in the training
+ * driver (src/strategy/job.c, watchdog.c).
  *
  * Collective timeout. A survivor waiting in the call the lost peer never
  * joins (directly or behind another waiting rank) times out `timeout` after

@@ -873,6 +873,136 @@ static dsim_err step_prepare(dsim_coll *x, const dsim_xfer *xf, int n, dsim_coll
     return DSIM_OK;
 }
 
+/* A step's fingerprint sends, posted before anything else: reqs[0 .. *m).
+ * A rooted collective then checks a peer's fingerprint before it posts the
+ * receive of its payload. This step's sends are not posted yet, but a peer
+ * posts its fingerprint at the start of the step in which it first sends to
+ * us, so no wait here depends on them. On failure nothing stays posted. */
+static dsim_err step_fp_first(dsim_coll *x, const dsim_xfer *xf, dsim_coll_peer **pp, int n,
+                              dsim_req **reqs, int *idx, int *m)
+{
+    dsim_comm *c = x->c;
+    dsim_err e = step_fp_post(x, xf, pp, n, reqs, idx, m);
+    for (int i = 0; i < n && e == DSIM_OK && x->fp_both; i++)
+        if (xf[i].kind != DSIM_XF_SEND && pp[i]->fp_req) {
+            step_fr_wait(c, xf[i].peer);
+            e = step_fp_await(x, &xf[i]);
+        }
+    if (e != DSIM_OK) {
+        for (int j = 0; j < *m; j++)
+            dsim_req_cancel(reqs[j]);
+        *m = 0;
+    }
+    return e;
+}
+
+/* Posts the step's payload transfers after reqs[0 .. *m), receives first:
+ * a receive that is already posted when the matching send starts lets
+ * inproc copy or combine straight from the sender. An empty transfer that
+ * carries a fingerprint goes as an empty frame; both sides plan it alike
+ * (step_fp_plan). On failure nothing stays posted. */
+static dsim_err step_post_all(dsim_coll *x, const dsim_xfer *xf, dsim_coll_peer **pp, int n,
+                              const int *plan, dsim_req **reqs, int *idx, int *m)
+{
+    dsim_comm *c = x->c;
+    uint64_t mark = x->call + 1;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < n; i++) {
+            const dsim_xfer *f = &xf[i];
+            int send = f->kind == DSIM_XF_SEND;
+            if (send != (pass == 1) ||
+                (f->len == 0 && !(plan[i] & (send ? STEP_FP_SEND : STEP_FP_EXPECT))))
+                continue;
+            const dsim_coll_fp *side = NULL;
+            if (send && (plan[i] & STEP_FP_SEND) && pp[i]->fp_sent != mark) {
+                pp[i]->fp_sent = mark;
+                side = &c->fp_out;
+            }
+            dsim_err e = step_post(x, f, i, side, &reqs[*m]);
+            if (e != DSIM_OK) {
+                for (int j = 0; j < *m; j++)
+                    dsim_req_cancel(reqs[j]);
+                *m = 0;
+                return step_fail(x, f, e, 1);
+            }
+            idx[(*m)++] = i;
+        }
+    }
+    return DSIM_OK;
+}
+
+/* Waits for reqs[j] of the m posted (the first mfp are fingerprint sends)
+ * and checks what came. On failure the later ones are cancelled and the
+ * error is recorded in full: a fingerprint mismatch, else the transfer's
+ * failure (after a look at the peer's fingerprint, which may explain it). */
+static dsim_err step_wait_one(dsim_coll *x, const dsim_xfer *xf, dsim_coll_peer **pp,
+                              const int *idx, dsim_req **reqs, int j, int m, int mfp)
+{
+    dsim_comm *c = x->c;
+    uint64_t mark = x->call + 1;
+    const dsim_xfer *f = &xf[idx[j]];
+    dsim_coll_peer *q = pp[idx[j]];
+    dsim_xfer fps;
+    if (j < mfp) {
+        /* A fingerprint send, possibly a rooted collective's answer to a
+         * receive. */
+        fps = *f;
+        fps.kind = DSIM_XF_SEND;
+        f = &fps;
+    }
+    size_t len = 0;
+    int probed = 0, has = 0;
+    dsim_coll_fp side;
+    dsim_err e;
+    step_fr_wait(c, f->peer);
+    dsim_rt_hint(DSIM_RT_HINT_COMM, c); /* what this worker touches when it wakes */
+    dsim_rt_hint(DSIM_RT_HINT_PEER, q);
+    dsim_rt_hint(DSIM_RT_HINT_PEER_MAP, c->peer_map);
+    if (f->kind != DSIM_XF_SEND && !c->fp_off && q->fp_seen != mark)
+        e = step_wait_probing(x, f, idx[j], &reqs[j], &len, &probed, &side, &has);
+    else
+        e = dsim_wait(reqs[j], x->deadline, &len);
+    if (e == DSIM_OK && f->kind != DSIM_XF_SEND)
+        q->heard = mark;
+    if (has && q->fp_seen != mark) {
+        /* The peer's fingerprint came with this payload (whether or not the
+         * payload fitted): checked before anything of it is sent on or
+         * returned. A mismatch is the error, whatever else failed. */
+        dsim_err ce = step_fp_check(x, f, &side, sizeof side);
+        if (ce != DSIM_OK) {
+            for (int k = j + 1; k < m; k++)
+                dsim_req_cancel(reqs[k]);
+            return ce;
+        }
+    }
+    /* A virtual payload's 8 bytes are the length it stands for. */
+    int virt_in = c->virt && j >= mfp && f->kind != DSIM_XF_SEND && f->len > 0;
+    if (e == DSIM_OK && virt_in)
+        len = len == sizeof *c->vin ? (size_t)c->vin[idx[j]] : 0;
+    if (e == DSIM_OK && (f->kind == DSIM_XF_RECV || virt_in) && len != f->len) {
+        DSIM_ERR(DSIM_EPROTO, f->peer,
+                 "message was %zu bytes where %zu were expected: the ranks disagree on the "
+                 "count or dtype of this call",
+                 len, f->len);
+        e = DSIM_EPROTO;
+    }
+    if (e == DSIM_OK)
+        return DSIM_OK;
+    for (int k = j + 1; k < m; k++)
+        dsim_req_cancel(reqs[k]);
+    if (!probed) {
+        int final;
+        dsim_err pe = step_fp_probe(x, f, &final);
+        if (pe == DSIM_OK)
+            e = step_fail(x, f, e, 0);
+        else
+            e = final ? pe : step_fail(x, f, pe, 0);
+    } else if (probed == 1) {
+        e = step_fail(x, f, e, 0);
+    }
+    return e;
+}
+
 dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
 {
     dsim_comm *c = x->c;
@@ -906,120 +1036,18 @@ dsim_err dsim_coll_run(dsim_coll *x, const dsim_xfer *xf, int n)
     int *plan = idx + 2 * n;
     step_fp_plan(x, xf, pp, n, plan);
     if (!c->fp_off) {
-        e = step_fp_post(x, xf, pp, n, reqs, idx, &m);
+        e = step_fp_first(x, xf, pp, n, reqs, idx, &m);
         mfp = m;
-        /* A rooted collective checks a peer's fingerprint before it posts
-         * the receive of its payload. This step's sends are not posted yet,
-         * but a peer posts its fingerprint at the start of the step in which
-         * it first sends to us, so no wait here depends on them. */
-        for (int i = 0; i < n && e == DSIM_OK && x->fp_both; i++)
-            if (xf[i].kind != DSIM_XF_SEND && pp[i]->fp_req) {
-                step_fr_wait(c, xf[i].peer);
-                e = step_fp_await(x, &xf[i]);
-            }
-        if (e != DSIM_OK) {
-            for (int j = 0; j < m; j++)
-                dsim_req_cancel(reqs[j]);
-            m = 0;
-        }
     }
-
-    /* Receives first: a receive that is already posted when the matching
-     * send starts lets inproc copy or combine straight from the sender.
-     * An empty transfer that carries a fingerprint goes as an empty frame;
-     * both sides plan it alike (step_fp_plan). */
-    uint64_t mark = x->call + 1;
-    for (int pass = 0; pass < 2 && e == DSIM_OK; pass++) {
-        for (int i = 0; i < n; i++) {
-            const dsim_xfer *f = &xf[i];
-            int send = f->kind == DSIM_XF_SEND;
-            if (send != (pass == 1) ||
-                (f->len == 0 && !(plan[i] & (send ? STEP_FP_SEND : STEP_FP_EXPECT))))
-                continue;
-            const dsim_coll_fp *side = NULL;
-            if (send && (plan[i] & STEP_FP_SEND) && pp[i]->fp_sent != mark) {
-                pp[i]->fp_sent = mark;
-                side = &c->fp_out;
-            }
-            e = step_post(x, f, i, side, &reqs[m]);
-            if (e != DSIM_OK) {
-                for (int j = 0; j < m; j++)
-                    dsim_req_cancel(reqs[j]);
-                m = 0;
-                e = step_fail(x, f, e, 1);
-                break;
-            }
-            idx[m++] = i;
-        }
-    }
-
-    for (int j = 0; j < m && e == DSIM_OK; j++) {
-        const dsim_xfer *f = &xf[idx[j]];
-        dsim_coll_peer *q = pp[idx[j]];
-        dsim_xfer fps;
-        if (j < mfp) {
-            /* A fingerprint send, possibly a rooted collective's answer to
-             * a receive. */
-            fps = *f;
-            fps.kind = DSIM_XF_SEND;
-            f = &fps;
-        }
-        size_t len = 0;
-        int probed = 0, has = 0;
-        dsim_coll_fp side;
-        step_fr_wait(c, f->peer);
-        dsim_rt_hint(DSIM_RT_HINT_COMM, c); /* what this worker touches when it wakes */
-        dsim_rt_hint(DSIM_RT_HINT_PEER, q);
-        dsim_rt_hint(DSIM_RT_HINT_PEER_MAP, c->peer_map);
-        if (f->kind != DSIM_XF_SEND && !c->fp_off && q->fp_seen != mark) {
-            e = step_wait_probing(x, f, idx[j], &reqs[j], &len, &probed, &side, &has);
-        } else {
-            e = dsim_wait(reqs[j], x->deadline, &len);
-        }
-        if (e == DSIM_OK && f->kind != DSIM_XF_SEND)
-            q->heard = mark;
-        if (has && q->fp_seen != mark) {
-            /* The peer's fingerprint came with this payload (whether or not
-             * the payload fitted): checked before anything of it is sent on
-             * or returned. A mismatch is the error, whatever else failed. */
-            dsim_err ce = step_fp_check(x, f, &side, sizeof side);
-            if (ce != DSIM_OK) {
-                for (int k = j + 1; k < m; k++)
-                    dsim_req_cancel(reqs[k]);
-                e = ce;
-                break;
-            }
-        }
-        /* A virtual payload's 8 bytes are the length it stands for. */
-        int virt_in = c->virt && j >= mfp && f->kind != DSIM_XF_SEND && f->len > 0;
-        if (e == DSIM_OK && virt_in)
-            len = len == sizeof *c->vin ? (size_t)c->vin[idx[j]] : 0;
-        if (e == DSIM_OK && (f->kind == DSIM_XF_RECV || virt_in) && len != f->len) {
-            DSIM_ERR(DSIM_EPROTO, f->peer,
-                     "message was %zu bytes where %zu were expected: the ranks disagree on the "
-                     "count or dtype of this call",
-                     len, f->len);
-            e = DSIM_EPROTO;
-        }
-        if (e != DSIM_OK) {
-            for (int k = j + 1; k < m; k++)
-                dsim_req_cancel(reqs[k]);
-            if (!probed) {
-                int final;
-                dsim_err pe = step_fp_probe(x, f, &final);
-                if (pe == DSIM_OK)
-                    e = step_fail(x, f, e, 0);
-                else
-                    e = final ? pe : step_fail(x, f, pe, 0);
-            } else if (probed == 1) {
-                e = step_fail(x, f, e, 0);
-            }
-        }
-    }
+    if (e == DSIM_OK)
+        e = step_post_all(x, xf, pp, n, plan, reqs, idx, &m);
+    for (int j = 0; j < m && e == DSIM_OK; j++)
+        e = step_wait_one(x, xf, pp, idx, reqs, j, m, mfp);
 
     /* Each peer this step first received from sent its fingerprint with
      * one of its payloads (checked above, as it arrived). One that sent
      * none runs without fingerprints. */
+    uint64_t mark = x->call + 1;
     for (int i = 0; i < n && e == DSIM_OK; i++) {
         const dsim_xfer *f = &xf[i];
         if ((plan[i] & STEP_FP_EXPECT) && pp[i]->fp_seen != mark)

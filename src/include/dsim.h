@@ -5,6 +5,7 @@
 #include "dsim/log.h"
 #include "dsim/dtype.h"
 #include "dsim/reduce.h"
+#include "dsim/device.h"
 #include "dsim/rng.h"
 #include "dsim/rt.h"
 #include "dsim/transport.h"

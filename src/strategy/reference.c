@@ -9,88 +9,12 @@
  * floating-point summation order: per-replica gradient sums rounded to float
  * and combined by the all-reduce, against one sum over the whole batch. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "strategy_int.h"
-
-/* Eight independent lanes of FNV-style xor-multiply over 8-byte words,
- * each folded through a strong mix at the end: any change to one
- * parameter changes the result, and the lanes run in parallel (a
- * byte-at-a-time hash was half the cost of a step at 1024 replicas). */
-static uint64_t params_mix(uint64_t h)
-{
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    return h ^ (h >> 33);
-}
-
-uint64_t dsim_params_checksum(const float *p, size_t n)
-{
-    if (!p)
-        n = 0;
-    const unsigned char *b = (const unsigned char *)p;
-    size_t len = n * sizeof(float), i = 0;
-    uint64_t h[8];
-    for (int k = 0; k < 8; k++)
-        h[k] = 0xcbf29ce484222325ull + 0x9e3779b97f4a7c15ull * (uint64_t)k;
-    for (; i + 64 <= len; i += 64) {
-        for (int k = 0; k < 8; k++) {
-            uint64_t w;
-            memcpy(&w, b + i + 8 * (size_t)k, sizeof w);
-            h[k] = (h[k] ^ w) * 0x100000001b3ull;
-        }
-    }
-    uint64_t r = (uint64_t)len;
-    for (; i < len; i++)
-        r = (r ^ b[i]) * 0x100000001b3ull;
-    for (int k = 0; k < 8; k++)
-        r = params_mix(r ^ params_mix(h[k] + (uint64_t)k));
-    return r;
-}
-
-/* Floats mapped to a monotonic integer line, so that the distance between
- * two of them is their distance in ulps (+0 and -0 are the same point). */
-static int64_t reference_ordered(float f)
-{
-    int32_t i;
-    memcpy(&i, &f, sizeof i);
-    return i < 0 ? (int64_t)INT32_MIN - (int64_t)i : (int64_t)i;
-}
-
-void dsim_params_compare(const float *a, const float *b, size_t n, dsim_params_diff *out)
-{
-    memset(out, 0, sizeof *out);
-    for (size_t i = 0; i < n; i++) {
-        if (memcmp(&a[i], &b[i], sizeof(float)) != 0)
-            out->n_diff++;
-        if (isnan(a[i]) || isnan(b[i])) {
-            if (isnan(a[i]) != isnan(b[i])) {
-                out->max_ulps = UINT64_MAX;
-                out->max_abs = INFINITY;
-                out->max_rel = INFINITY;
-                out->worst = i;
-            }
-            continue;
-        }
-        double d = fabs((double)a[i] - (double)b[i]);
-        double m = fmax(fabs((double)a[i]), fabs((double)b[i]));
-        double rel = m > 0 ? d / m : 0;
-        int64_t u = reference_ordered(a[i]) - reference_ordered(b[i]);
-        uint64_t ulps = (uint64_t)(u < 0 ? -u : u);
-        if (d > out->max_abs) {
-            out->max_abs = d;
-            out->worst = i;
-        }
-        if (rel > out->max_rel)
-            out->max_rel = rel;
-        if (ulps > out->max_ulps && out->max_ulps != UINT64_MAX)
-            out->max_ulps = ulps;
-    }
-}
 
 /* The replay's own step times (the performance check's one-device
  * baseline): it runs on the caller's thread, outside any engine. */
@@ -99,6 +23,184 @@ static int64_t ref_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* What the replay works in. */
+typedef struct ref_job {
+    const dsim_train_cfg *cfg;
+    dsim_train_setup su;
+    int W, R;         /* workers, replicas per worker */
+    size_t P, G, cap; /* parameters, global batch, the most examples a step holds */
+    uint64_t steps;
+    dsim_input **ins; /* [W] */
+    uint64_t *ids;    /* [cap] */
+    float *x, *y, *grad;
+    dsim_optim *opt;
+} ref_job;
+
+/* The result's description of a one-device run, and its arrays. */
+static dsim_err ref_alloc_result(const ref_job *r, dsim_train_result *res)
+{
+    size_t P = r->P;
+    uint64_t steps = r->steps;
+    snprintf(res->strategy, sizeof res->strategy, "reference");
+    res->placement = DSIM_PLACE_ONE_DEVICE;
+    res->num_workers = 1;
+    res->devices_per_host = 1;
+    res->num_replicas = 1;
+    res->num_replicas_in_sync = 1;
+    res->loss_scale = 1.0f / (float)r->G;
+    res->shard_applied = r->su.applied;
+    res->steps_per_epoch = r->su.steps_per_epoch;
+    res->steps = steps;
+    res->n_params = P;
+    res->replicas_agree = true;
+    res->in_sync_every_step = true;
+    res->params = calloc(P, sizeof(float));
+    res->loss = calloc(steps + 1, sizeof(double));
+    res->local_loss = calloc(steps + 1, sizeof(double));
+    res->checksum = calloc(steps + 1, sizeof(uint64_t));
+    res->examples = calloc(steps + 1, sizeof(uint64_t));
+    res->step_ns = calloc(steps + 1, sizeof(int64_t));
+    res->comm_ns = calloc(steps + 1, sizeof(int64_t)); /* one device: no exchange */
+    res->checkpoint_writes = calloc(1, sizeof(uint64_t));
+    if (r->cfg->record_params)
+        res->trace = calloc(steps * P + 1, sizeof(float));
+    if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
+        !res->step_ns || !res->comm_ns || !res->checkpoint_writes ||
+        (r->cfg->record_params && !res->trace))
+        return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
+    return DSIM_OK;
+}
+
+/* The buffers, every worker's input, the ledger, the initial variables and
+ * the optimizer. */
+static dsim_err ref_open(ref_job *r, dsim_train_result *res)
+{
+    const dsim_train_cfg *cfg = r->cfg;
+    const dsim_train_setup *su = &r->su;
+    r->W = cfg->hosts;
+    r->R = cfg->devices_per_host;
+    r->P = su->n_params;
+    r->G = (size_t)cfg->global_batch;
+    r->steps = su->steps_per_epoch * cfg->epochs;
+    if (cfg->stop_after && cfg->stop_after < r->steps)
+        r->steps = cfg->stop_after;
+    r->ins = calloc((size_t)r->W, sizeof *r->ins);
+    /* Under OFF every worker reads the whole stream: a step's union holds up
+     * to W*G examples. */
+    r->cap = (r->G < su->ds->spec.n_examples ? r->G : su->ds->spec.n_examples) * (size_t)r->W;
+    r->ids = malloc(r->cap * sizeof *r->ids);
+    r->x = malloc(r->cap * su->model.in_dim * sizeof(float));
+    r->y = malloc(r->cap * su->ds->y_dim * sizeof(float));
+    r->grad = malloc(r->P * sizeof(float));
+    dsim_err e = ref_alloc_result(r, res);
+    if (e == DSIM_OK && (!r->ins || !r->ids || !r->x || !r->y || !r->grad))
+        e = DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
+    for (int w = 0; w < r->W && e == DSIM_OK; w++)
+        e = dsim_train_input(cfg, su, w, &r->ins[w]);
+    if (e == DSIM_OK)
+        e = dsim_ledger_create(su->ds->spec.n_examples, cfg->epochs, 1, 1, &res->ledger);
+    if (e == DSIM_OK)
+        e = dsim_train_init_params(cfg, su, res->params);
+    if (e == DSIM_OK)
+        e = dsim_optim_create(&su->optim, r->P, &r->opt);
+    if (e != DSIM_OK)
+        return e;
+    res->initial_loss = dsim_train_mean_loss(su, res->params);
+    if (cfg->record_params) {
+        res->initial_params = malloc(r->P * sizeof(float) + 1);
+        if (!res->initial_params)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
+        memcpy(res->initial_params, res->params, r->P * sizeof(float));
+    }
+    return DSIM_OK;
+}
+
+static void ref_close(ref_job *r)
+{
+    for (int w = 0; r->ins && w < r->W; w++)
+        dsim_input_destroy(r->ins[w]);
+    free(r->ins);
+    free(r->ids);
+    free(r->x);
+    free(r->y);
+    free(r->grad);
+    dsim_optim_destroy(r->opt);
+    dsim_train_setup_close(&r->su);
+}
+
+/* Step s's global batch: every worker's step s, its replicas' batches in
+ * replica order, into r->ids (*n of them). */
+static dsim_err ref_batch(ref_job *r, uint64_t s, size_t *n, uint32_t *epoch, uint64_t *step)
+{
+    *n = 0;
+    for (int w = 0; w < r->W; w++) {
+        dsim_input_step st;
+        dsim_err e = dsim_input_next(r->ins[w], &st);
+        if (e != DSIM_OK)
+            return e;
+        if (st.done)
+            return DSIM_ERR(DSIM_ESTATE, -1, "reference: worker %d's input ended at step %llu", w,
+                            (unsigned long long)s);
+        *epoch = st.epoch;
+        *step = st.step;
+        for (int d = 0; d < r->R; d++) {
+            const dsim_replica_batch *b = &st.batch[d];
+            if (*n + b->n > r->cap)
+                return DSIM_ERR(DSIM_ESTATE, -1, "reference: step %llu holds over %zu examples",
+                                (unsigned long long)s, r->cap);
+            memcpy(r->ids + *n, b->ids, (size_t)b->n * sizeof *r->ids);
+            *n += (size_t)b->n;
+        }
+    }
+    return DSIM_OK;
+}
+
+/* Step s: one gradient over the whole global batch, one update. */
+static dsim_err ref_step(ref_job *r, dsim_train_result *res, uint64_t s)
+{
+    size_t n = 0, P = r->P;
+    uint32_t epoch = 0;
+    uint64_t step = 0;
+    float scale = 1.0f / (float)r->G;
+    dsim_err e = ref_batch(r, s, &n, &epoch, &step);
+    if (e != DSIM_OK)
+        return e;
+    int64_t t0 = ref_now();
+    if (n && (e = dsim_dataset_gather(r->su.ds, r->ids, n, r->x, r->y)) != DSIM_OK)
+        return e;
+    if ((e = dsim_ledger_record(res->ledger, 0, epoch, step, r->ids, n)) != DSIM_OK)
+        return e;
+    memset(r->grad, 0, P * sizeof(float));
+    double loss_sum = 0;
+    if ((e = dsim_model_loss_grad(&r->su.model, res->params, n ? r->x : NULL, n ? r->y : NULL, n,
+                                  scale, r->grad, &loss_sum)) != DSIM_OK)
+        return e;
+    if ((e = dsim_optim_apply(r->opt, res->params, r->grad, P)) != DSIM_OK)
+        return e;
+    res->loss[s] = res->local_loss[s] = loss_sum * (double)scale;
+    res->examples[s] = n;
+    res->step_ns[s] = ref_now() - t0;
+    res->checksum[s] = dsim_params_checksum(res->params, P);
+    if (res->trace)
+        memcpy(res->trace + s * P, res->params, P * sizeof(float));
+    return DSIM_OK;
+}
+
+/* The final loss and the optimizer's state. */
+static dsim_err ref_finish(ref_job *r, dsim_train_result *res)
+{
+    res->final_loss = dsim_train_mean_loss(&r->su, res->params);
+    res->optim_state_len = dsim_optim_state_len(r->opt);
+    res->optim_step = dsim_optim_step(r->opt);
+    if (!res->optim_state_len)
+        return DSIM_OK;
+    res->optim_state = malloc(res->optim_state_len * sizeof(float));
+    if (!res->optim_state)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
+    memcpy(res->optim_state, dsim_optim_state(r->opt), res->optim_state_len * sizeof(float));
+    return DSIM_OK;
 }
 
 dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
@@ -112,143 +214,18 @@ dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
         dsim_error_copy(&res->error);
         return e;
     }
-    dsim_train_setup su;
-    dsim_err se = dsim_train_setup_open(cfg, &su);
-    if (se != DSIM_OK) {
+    ref_job r = {.cfg = cfg};
+    dsim_err e = dsim_train_setup_open(cfg, &r.su);
+    if (e != DSIM_OK) {
         dsim_error_copy(&res->error);
-        return se;
+        return e;
     }
-    int W = cfg->hosts, R = cfg->devices_per_host;
-    size_t P = su.n_params, G = (size_t)cfg->global_batch;
-    size_t in_dim = su.model.in_dim, y_dim = su.ds->y_dim;
-    uint64_t steps = su.steps_per_epoch * cfg->epochs;
-    if (cfg->stop_after && cfg->stop_after < steps)
-        steps = cfg->stop_after;
-    dsim_input **ins = calloc((size_t)W, sizeof *ins);
-    /* Under OFF every worker reads the whole stream: a step's union holds up
-     * to W*G examples. */
-    size_t cap = (G < su.ds->spec.n_examples ? G : su.ds->spec.n_examples) * (size_t)W;
-    uint64_t *ids = malloc(cap * sizeof *ids);
-    float *x = malloc(cap * in_dim * sizeof(float));
-    float *y = malloc(cap * y_dim * sizeof(float));
-    float *grad = malloc(P * sizeof(float));
-    dsim_optim *opt = NULL;
-    dsim_err e = DSIM_OK;
-    snprintf(res->strategy, sizeof res->strategy, "reference");
-    res->placement = DSIM_PLACE_ONE_DEVICE;
-    res->num_workers = 1;
-    res->devices_per_host = 1;
-    res->num_replicas = 1;
-    res->num_replicas_in_sync = 1;
-    res->loss_scale = 1.0f / (float)G;
-    res->shard_applied = su.applied;
-    res->steps_per_epoch = su.steps_per_epoch;
-    res->steps = steps;
-    res->n_params = P;
-    res->replicas_agree = true;
-    res->in_sync_every_step = true;
-    res->params = calloc(P, sizeof(float));
-    res->loss = calloc(steps + 1, sizeof(double));
-    res->local_loss = calloc(steps + 1, sizeof(double));
-    res->checksum = calloc(steps + 1, sizeof(uint64_t));
-    res->examples = calloc(steps + 1, sizeof(uint64_t));
-    res->step_ns = calloc(steps + 1, sizeof(int64_t));
-    res->comm_ns = calloc(steps + 1, sizeof(int64_t)); /* one device: no exchange */
-    res->checkpoint_writes = calloc(1, sizeof(uint64_t));
-    if (cfg->record_params)
-        res->trace = calloc(steps * P + 1, sizeof(float));
-    if (!ins || !ids || !x || !y || !grad || !res->params || !res->loss || !res->local_loss ||
-        !res->checksum || !res->examples || !res->step_ns || !res->comm_ns ||
-        !res->checkpoint_writes || (cfg->record_params && !res->trace)) {
-        e = DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
-        goto out;
-    }
-    for (int w = 0; w < W && e == DSIM_OK; w++)
-        e = dsim_train_input(cfg, &su, w, &ins[w]);
+    e = ref_open(&r, res);
+    for (uint64_t s = 0; s < r.steps && e == DSIM_OK; s++)
+        e = ref_step(&r, res, s);
     if (e == DSIM_OK)
-        e = dsim_ledger_create(su.ds->spec.n_examples, cfg->epochs, 1, 1, &res->ledger);
-    if (e == DSIM_OK)
-        e = dsim_train_init_params(cfg, &su, res->params);
-    if (e == DSIM_OK)
-        e = dsim_optim_create(&su.optim, P, &opt);
-    if (e != DSIM_OK)
-        goto out;
-    res->initial_loss = dsim_train_mean_loss(&su, res->params);
-    if (cfg->record_params) {
-        res->initial_params = malloc(P * sizeof(float) + 1);
-        if (!res->initial_params) {
-            e = DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
-            goto out;
-        }
-        memcpy(res->initial_params, res->params, P * sizeof(float));
-    }
-    float scale = 1.0f / (float)G;
-    for (uint64_t s = 0; s < steps; s++) {
-        size_t n = 0;
-        uint32_t epoch = 0;
-        uint64_t step = 0;
-        for (int w = 0; w < W; w++) {
-            dsim_input_step st;
-            if ((e = dsim_input_next(ins[w], &st)) != DSIM_OK)
-                goto out;
-            if (st.done) {
-                e = DSIM_ERR(DSIM_ESTATE, -1, "reference: worker %d's input ended at step %llu", w,
-                             (unsigned long long)s);
-                goto out;
-            }
-            epoch = st.epoch;
-            step = st.step;
-            for (int d = 0; d < R; d++) {
-                const dsim_replica_batch *b = &st.batch[d];
-                if (n + b->n > cap) {
-                    e = DSIM_ERR(DSIM_ESTATE, -1, "reference: step %llu holds over %zu examples",
-                                 (unsigned long long)s, cap);
-                    goto out;
-                }
-                memcpy(ids + n, b->ids, (size_t)b->n * sizeof *ids);
-                n += (size_t)b->n;
-            }
-        }
-        int64_t t0 = ref_now();
-        if (n && (e = dsim_dataset_gather(su.ds, ids, n, x, y)) != DSIM_OK)
-            goto out;
-        if ((e = dsim_ledger_record(res->ledger, 0, epoch, step, ids, n)) != DSIM_OK)
-            goto out;
-        memset(grad, 0, P * sizeof(float));
-        double loss_sum = 0;
-        if ((e = dsim_model_loss_grad(&su.model, res->params, n ? x : NULL, n ? y : NULL, n, scale,
-                                      grad, &loss_sum)) != DSIM_OK)
-            goto out;
-        if ((e = dsim_optim_apply(opt, res->params, grad, P)) != DSIM_OK)
-            goto out;
-        res->loss[s] = res->local_loss[s] = loss_sum * (double)scale;
-        res->examples[s] = n;
-        res->step_ns[s] = ref_now() - t0;
-        res->checksum[s] = dsim_params_checksum(res->params, P);
-        if (res->trace)
-            memcpy(res->trace + s * P, res->params, P * sizeof(float));
-    }
-    res->final_loss = dsim_train_mean_loss(&su, res->params);
-    res->optim_state_len = dsim_optim_state_len(opt);
-    res->optim_step = dsim_optim_step(opt);
-    if (res->optim_state_len) {
-        res->optim_state = malloc(res->optim_state_len * sizeof(float));
-        if (!res->optim_state) {
-            e = DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
-            goto out;
-        }
-        memcpy(res->optim_state, dsim_optim_state(opt), res->optim_state_len * sizeof(float));
-    }
-out:
-    for (int w = 0; ins && w < W; w++)
-        dsim_input_destroy(ins[w]);
-    free(ins);
-    free(ids);
-    free(x);
-    free(y);
-    free(grad);
-    dsim_optim_destroy(opt);
-    dsim_train_setup_close(&su);
+        e = ref_finish(&r, res);
+    ref_close(&r);
     if (e != DSIM_OK)
         dsim_error_copy(&res->error);
     return e;

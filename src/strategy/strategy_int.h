@@ -83,7 +83,7 @@ dsim_err dsim_strategy_optim_to_vars(const dsim_optim *opt, dsim_strategy_vars *
 dsim_err dsim_strategy_optim_from_vars(const dsim_optim_spec *spec, size_t n,
                                        const dsim_strategy_vars *init, dsim_optim **out);
 
-/* ---- what dsim_train and dsim_train_reference share (train.c) ---- */
+/* ---- what dsim_train and dsim_train_reference share (setup.c) ---- */
 typedef struct dsim_train_setup {
     const dsim_dataset *ds;
     dsim_dataset *ds_owned;

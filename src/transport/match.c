@@ -811,3 +811,11 @@ dsim_err dsim_tp_withdrawn(dsim_ep *ep, const dsim_tp_hdr *h)
     dsim_waitq_unlock(ep->lock);
     return DSIM_OK;
 }
+
+void tp_tag_str(uint32_t tag, char *buf, size_t cap)
+{
+    if (tag == DSIM_ANY_TAG)
+        snprintf(buf, cap, "any");
+    else
+        snprintf(buf, cap, "%" PRIu32, tag);
+}

@@ -1,5 +1,5 @@
-/* Shared transport layer internals: the structures transport.c (dispatch,
- * lifecycle, requests) and match.c (receive path) share.
+/* Shared transport layer internals: the structures the layer's files
+ * (transport.c lists them) share.
  *
  * Locks. Each endpoint has two runtime wait queues used as locks:
  *   ep->lock  guards the endpoint's receive side (posted and unexpected
@@ -179,6 +179,12 @@ struct dsim_fabric {
     void *filter_user;
 };
 
+/* Private areas start 16-byte aligned after their structure. */
+static inline size_t tp_align(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
 static inline int tp_aborted(const dsim_fabric *f)
 {
     return atomic_load_explicit(&f->aborted, memory_order_acquire);
@@ -224,8 +230,16 @@ void tp_req_finish_locked(dsim_req *req, dsim_err status, size_t len);
 void tp_req_failf(dsim_req *req, int peer, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* transport.c */
+/* match.c: a tag as text ("any" for DSIM_ANY_TAG). */
 void tp_tag_str(uint32_t tag, char *buf, size_t cap);
+
+/* transport.c: the error of an operation the aborted fabric refuses. */
+dsim_err tp_aborted_now(dsim_fabric *f, const char *what, int peer);
+
+/* request.c: a request of ep's fabric's size (from the thread's cache of
+ * freed ones when it can), and its release. */
+dsim_req *tp_req_new(dsim_ep *ep, int kind, int peer, uint32_t comm_id, uint32_t tag);
+void tp_req_free(dsim_req *r);
 
 /* match.c, lost peers (dsim_tp_peer_lost). With ep->lock held: if req's
  * peer is lost, finishes req with that failure and returns 1. */

@@ -1,7 +1,7 @@
 /* libFuzzer target: the tcp backend's handshake and frame decoder
- * (src/transport/tcp/tcp.c), through a real socket. Each input opens a
- * fabric of two ranks whose rank 1 is local and rank 0 is played here, and
- * speaks to it over loopback:
+ * (src/transport/tcp/tcp_handshake.c, tcp_read.c), through a real
+ * socket. Each input opens a fabric of two ranks whose rank 1 is local and
+ * rank 0 is played here, and speaks to it over loopback:
  *
  *   in  (flag bit 0 clear): connects to rank 1 as rank 0, sends a hello,
  *       then the input's frames, and ends its side of the connection;

@@ -4,7 +4,7 @@
 
 tf_config/: TF_CONFIG texts, each after one byte that picks devices per host.
 tcp_frames/: inputs of fuzz_tcp_frames.c: a flags byte, then frames as the
-tcp backend writes them (tcp.c's wire format), checksums already right.
+tcp backend writes them (tcp.c describes the wire format), checksums already right.
 The scenario fuzzer's seeds are the catalogue itself (scenarios/,
 scenarios/faults/)."""
 import os
@@ -99,6 +99,17 @@ def main():
         "in_hello_wrong_rank": b"\x04" + hello(HELLO, 0, 0, 2) + data(1, b"x"),
         "in_bad_checksum": b"\x02" + header(MAGIC_DATA, 0, 1, 1, 5, 1, 4) + b"abcd",
         "in_truncated": b"\x00" + data(1, b"z" * 64)[:80],
+        # empty bodies, where the frames before them leave the read position
+        # on and off a 16-byte boundary, of every kind of frame
+        "in_empty": b"\x00" + data(1, b"") + data(2, b"abc") + data(3, b"")
+        + frame(MAGIC_CTL, b"", tag=7) + data(4, b"x" * 13) + frame(MAGIC_CTL, b"", tag=1)
+        + data(5, b""),
+        "in_empty_wrapped": b"\x00" + data(1, b"q") + frame(MAGIC_RAW, header(
+            MAGIC_DATA, 0, 1, 1, 9, 2, 0, flags=0)) + frame(MAGIC_RAW, b""),
+        "in_empty_side": b"\x00" + data(1, b"ab") + frame(MAGIC_DATA, b"", tag=6, seq=2,
+                                                             side=b"\x01" * 32) + data(3, b""),
+        "out_empty": b"\x01" + frame(MAGIC_CTL, b"x", dst=0, tag=9)
+        + frame(MAGIC_CTL, b"", dst=0, tag=9) + frame(MAGIC_CTL, b"", dst=0, tag=1),
         # out: rank 1 connects to rank 0, which answers
         "out_abort": b"\x01" + frame(MAGIC_CTL, abort_body, dst=0, tag=1),
         "out_refused": b"\x05" + hello(ACK, 0, 1, 2, status=3),

@@ -45,12 +45,12 @@ expect 1 "could not reach the chief at 127.0.0.1:$((base + 2))" -- env TF_CONFIG
 python3 -c "
 import socket, time, sys
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(('127.0.0.1', $((base + 8)))); s.listen(1)
-open('$tmp/held', 'w').close(); time.sleep(30)" &
+s.bind(('127.0.0.1', $((base + 8)))); s.listen(1); open('$tmp/held', 'w').close(); time.sleep(10)" &
 holder=$!
-# until the port is held (python may take seconds to start on a loaded machine)
-for _ in $(seq 1 200); do [ -e "$tmp/held" ] && break; sleep 0.1; done
-[ -e "$tmp/held" ] || { echo "FAIL: could not hold port $((base + 8)) for the test"; kill $holder; exit 1; }
+# wait until the port is really held (python may take seconds to start on a loaded machine)
+i=0
+while [ ! -e "$tmp/held" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+[ -e "$tmp/held" ] || { echo "FAIL: the port holder did not start"; exit 1; }
 expect 1 "cannot listen on 127.0.0.1:$((base + 8))" -- env TF_CONFIG="${three}0}}" "$dsim" worker "$scenario" --timeout 1
 kill $holder 2>/dev/null
 echo "ok: $n bad inputs refused with their reasons"

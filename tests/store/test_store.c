@@ -44,37 +44,19 @@ static dsim_run_info run_info(const char *scenario)
     return ri;
 }
 
-static void test_every_kind(void **state)
+/* The checksum test_every_kind's steps carry (and variations of it). */
+static const uint64_t every_sum = 0xDEADBEEFCAFEF00Dull;
+
+/* One record of every kind in run `run`: two replicas (one recorded twice),
+ * three steps of each (one loss NaN, one checksum off), three collectives
+ * (one failed), events, checks and metrics. */
+static void every_kind_write(dsim_store *st, dsim_run_id run)
 {
-    (void)state;
-    char path[4200], buf[256];
-    db_path(path, sizeof path, "every.db");
-    dsim_store *st;
-    assert_int_equal(dsim_store_open(path, &st), DSIM_OK);
-    assert_string_equal(dsim_store_path(st), path);
-
-    dsim_run_info ri = run_info("every-kind");
-    ri.seed = 0xFFFFFFFFFFFFFFF0ull;
-    ri.started_ns = 1700000000123456789;
-    ri.dsim_version = "9.9.9-test";
-    dsim_run_id run = -1;
-    assert_int_equal(dsim_store_begin_run(st, &ri, &run), DSIM_OK);
-    assert_true(run > 0);
-
-    /* The run is committed before begin_run returns: another connection
-     * sees it while the store is open. */
-    sqlite3 *db = su_open(path);
-    assert_string_equal(
-        su_text(db, buf, sizeof buf, "SELECT status FROM runs WHERE id=%lld", (long long)run),
-        "running");
-    assert_int_equal(su_int(db, "SELECT pid FROM runs WHERE id=%lld", (long long)run), getpid());
-
     assert_int_equal(dsim_store_replica(st, run, 0, 0, "CPU:0", "host-a"), DSIM_OK);
     assert_int_equal(dsim_store_replica(st, run, 1, 1, "CPU:0", "host-b"), DSIM_OK);
     /* Again after a "restart": replaces the row. */
     assert_int_equal(dsim_store_replica(st, run, 1, 1, "GPU:1", "host-c"), DSIM_OK);
 
-    const uint64_t sum = 0xDEADBEEFCAFEF00Dull;
     for (int step = 0; step < 3; step++) {
         for (int r = 0; r < 2; r++) {
             dsim_step_rec s = {
@@ -83,7 +65,7 @@ static void test_every_kind(void **state)
                 .step = step,
                 .loss = 1.0 / (step + 1) + 0.01 * r,
                 .reduced_loss = 1.0 / (step + 1) + 0.005,
-                .checksum = step == 2 && r == 1 ? sum + 1 : sum + (uint64_t)step,
+                .checksum = step == 2 && r == 1 ? every_sum + 1 : every_sum + (uint64_t)step,
                 .examples = 16,
                 .t_start_ns = 1000 * step,
                 .t_end_ns = 1000 * step + 100 + 50 * r,
@@ -116,22 +98,20 @@ static void test_every_kind(void **state)
     assert_int_equal(dsim_store_check(st, run, "convergence", true, NAN, 0.5, NULL), DSIM_OK);
     assert_int_equal(dsim_store_metric(st, run, "step_time_p50", 125.5, "us", -1), DSIM_OK);
     assert_int_equal(dsim_store_metric(st, run, "examples_per_s", 900, "1/s", 0), DSIM_OK);
-    assert_int_equal(dsim_store_flush(st), DSIM_OK);
+}
 
-    /* Committed, hence visible to another connection, before close. */
-    assert_int_equal(su_int(db, "SELECT count(*) FROM steps WHERE run_id=%lld", (long long)run), 6);
-    assert_int_equal(dsim_store_end_run(st, run, DSIM_RUN_FAILED, "00ff00ff", 1700000005123456789),
-                     DSIM_OK);
-    assert_int_equal(dsim_store_close(st), DSIM_OK);
-
+/* The runs row of test_every_kind's run, and the database's identity. */
+static void every_kind_check_run(sqlite3 *db, const dsim_run_info *ri)
+{
+    char buf[256];
     /* runs */
     assert_int_equal(su_int(db, "PRAGMA user_version"), DSIM_STORE_SCHEMA_VERSION);
     assert_int_equal(su_int(db, "PRAGMA application_id"), DSIM_STORE_APPLICATION_ID);
     assert_string_equal(su_text(db, buf, sizeof buf, "PRAGMA journal_mode"), "wal");
     assert_string_equal(su_text(db, buf, sizeof buf, "SELECT scenario FROM runs"), "every-kind");
     assert_string_equal(su_text(db, buf, sizeof buf, "SELECT scenario_text FROM runs"),
-                        ri.scenario_text);
-    assert_true((uint64_t)su_int(db, "SELECT seed FROM runs") == ri.seed);
+                        ri->scenario_text);
+    assert_true((uint64_t)su_int(db, "SELECT seed FROM runs") == ri->seed);
     assert_string_equal(su_text(db, buf, sizeof buf, "SELECT engine || '/' || strategy FROM runs"),
                         "threads/mirrored");
     assert_string_equal(su_text(db, buf, sizeof buf, "SELECT dsim_version FROM runs"),
@@ -144,7 +124,12 @@ static void test_every_kind(void **state)
     char host[256] = {0};
     gethostname(host, sizeof host - 1);
     assert_string_equal(su_text(db, buf, sizeof buf, "SELECT host FROM runs"), host);
+}
 
+/* Every table's rows as every_kind_write wrote them. */
+static void every_kind_check_rows(sqlite3 *db)
+{
+    char buf[256];
     /* replicas */
     assert_int_equal(su_int(db, "SELECT count(*) FROM replicas"), 2);
     assert_string_equal(
@@ -158,7 +143,7 @@ static void test_every_kind(void **state)
     assert_true(fabs(su_real(db, "SELECT reduced_loss FROM steps WHERE step=2 AND replica=1") -
                      (1.0 / 3 + 0.005)) < 1e-15);
     assert_true((uint64_t)su_int(db, "SELECT checksum FROM steps WHERE step=0 AND replica=0") ==
-                sum);
+                every_sum);
     assert_string_equal(su_text(db, buf, sizeof buf,
                                 "SELECT printf('%%016x', checksum) FROM steps WHERE step=0 AND "
                                 "replica=0"),
@@ -196,7 +181,12 @@ static void test_every_kind(void **state)
                                 "SELECT value || ' ' || unit FROM metrics WHERE replica IS NULL"),
                         "125.5 us");
     assert_int_equal(su_int(db, "SELECT replica FROM metrics WHERE name='examples_per_s'"), 0);
+}
 
+/* The views over test_every_kind's run, and the database's integrity. */
+static void every_kind_check_views(sqlite3 *db)
+{
+    char buf[256];
     /* views */
     assert_int_equal(su_int(db, "SELECT steps FROM run_summary"), 3);
     assert_int_equal(su_int(db, "SELECT examples FROM run_summary"), 96);
@@ -224,6 +214,45 @@ static void test_every_kind(void **state)
     assert_int_equal(su_int(db, "SELECT max_ns FROM collective_stats"), 40);
     assert_int_equal(su_int(db, "PRAGMA foreign_key_check"), -999999);
     assert_string_equal(su_text(db, buf, sizeof buf, "PRAGMA integrity_check"), "ok");
+}
+
+static void test_every_kind(void **state)
+{
+    (void)state;
+    char path[4200], buf[256];
+    db_path(path, sizeof path, "every.db");
+    dsim_store *st;
+    assert_int_equal(dsim_store_open(path, &st), DSIM_OK);
+    assert_string_equal(dsim_store_path(st), path);
+
+    dsim_run_info ri = run_info("every-kind");
+    ri.seed = 0xFFFFFFFFFFFFFFF0ull;
+    ri.started_ns = 1700000000123456789;
+    ri.dsim_version = "9.9.9-test";
+    dsim_run_id run = -1;
+    assert_int_equal(dsim_store_begin_run(st, &ri, &run), DSIM_OK);
+    assert_true(run > 0);
+
+    /* The run is committed before begin_run returns: another connection
+     * sees it while the store is open. */
+    sqlite3 *db = su_open(path);
+    assert_string_equal(
+        su_text(db, buf, sizeof buf, "SELECT status FROM runs WHERE id=%lld", (long long)run),
+        "running");
+    assert_int_equal(su_int(db, "SELECT pid FROM runs WHERE id=%lld", (long long)run), getpid());
+
+    every_kind_write(st, run);
+    assert_int_equal(dsim_store_flush(st), DSIM_OK);
+
+    /* Committed, hence visible to another connection, before close. */
+    assert_int_equal(su_int(db, "SELECT count(*) FROM steps WHERE run_id=%lld", (long long)run), 6);
+    assert_int_equal(dsim_store_end_run(st, run, DSIM_RUN_FAILED, "00ff00ff", 1700000005123456789),
+                     DSIM_OK);
+    assert_int_equal(dsim_store_close(st), DSIM_OK);
+
+    every_kind_check_run(db, &ri);
+    every_kind_check_rows(db);
+    every_kind_check_views(db);
     sqlite3_close(db);
 }
 

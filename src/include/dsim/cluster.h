@@ -58,6 +58,7 @@
 #ifndef DSIM_CLUSTER_H
 #define DSIM_CLUSTER_H
 
+#include "dsim/api.h"
 #include "dsim/err.h"
 
 #ifdef __cplusplus
@@ -73,7 +74,7 @@ typedef enum dsim_task_type {
 } dsim_task_type;
 
 /* "chief", "worker", "ps", "evaluator"; "?" for anything else. Never NULL. */
-const char *dsim_task_type_name(dsim_task_type t);
+DSIM_API const char *dsim_task_type_name(dsim_task_type t);
 
 /* One job: its tasks' addresses in index order. ntasks == 0: no such job. */
 typedef struct dsim_cluster_job {
@@ -108,7 +109,7 @@ typedef struct dsim_cluster {
 
 /* Releases the owned strings and zeroes *c. Safe on a zeroed or already
  * freed value, and on NULL. */
-void dsim_cluster_free(dsim_cluster *c);
+DSIM_API void dsim_cluster_free(dsim_cluster *c);
 
 /* A local cluster of `hosts` hosts: job "worker" only (so worker 0 is the
  * chief, as under MultiWorkerMirroredStrategy without a chief job), host i at
@@ -116,32 +117,35 @@ void dsim_cluster_free(dsim_cluster *c);
  * `worker` (0..hosts-1). from_tf_config is 0 and rpc_layer NULL. The
  * addresses are real enough to listen on for the processes engine; engines
  * inside one address space ignore them. On failure *out is zeroed. */
-dsim_err dsim_cluster_local(int hosts, int devices_per_host, int worker, dsim_cluster *out);
+DSIM_API dsim_err dsim_cluster_local(int hosts, int devices_per_host, int worker,
+                                     dsim_cluster *out);
 
 /* Parses TF_CONFIG text (see the top of this file). json NULL or empty is a
  * local single worker (dsim_cluster_local(1, dph, 0)); only white space is
  * DSIM_EINVAL.
  * On failure *out is zeroed and the error context says why. */
-dsim_err dsim_cluster_from_tf_config(const char *json, int devices_per_host, dsim_cluster *out);
+DSIM_API dsim_err dsim_cluster_from_tf_config(const char *json, int devices_per_host,
+                                              dsim_cluster *out);
 
 /* dsim_cluster_from_tf_config on $TF_CONFIG (unset = local single worker). */
-dsim_err dsim_cluster_from_env(int devices_per_host, dsim_cluster *out);
+DSIM_API dsim_err dsim_cluster_from_env(int devices_per_host, dsim_cluster *out);
 
 /* TF_CONFIG text for task (type, index) of c's cluster, such that parsing it
  * gives back c's jobs and rpc_layer with that task: what a launcher hands
  * each process. *json is malloc'd (free()); compact, keys in a fixed order. */
-dsim_err dsim_cluster_to_tf_config(const dsim_cluster *c, dsim_task_type type, int index,
-                                   char **json);
+DSIM_API dsim_err dsim_cluster_to_tf_config(const dsim_cluster *c, dsim_task_type type, int index,
+                                            char **json);
 
 /* Replica <-> (worker id, device): replica = worker * devices_per_host +
  * device. DSIM_EINVAL when an argument is out of range. */
-dsim_err dsim_cluster_replica(const dsim_cluster *c, int worker, int device, int *replica);
-dsim_err dsim_cluster_replica_place(const dsim_cluster *c, int replica, int *worker, int *device);
+DSIM_API dsim_err dsim_cluster_replica(const dsim_cluster *c, int worker, int device, int *replica);
+DSIM_API dsim_err dsim_cluster_replica_place(const dsim_cluster *c, int replica, int *worker,
+                                             int *device);
 
 /* The address of worker id `worker` (0..num_workers-1): the chief's when
  * there is one and worker is 0, else that of the matching "worker" task.
  * NULL when out of range. Owned by c. */
-const char *dsim_cluster_worker_address(const dsim_cluster *c, int worker);
+DSIM_API const char *dsim_cluster_worker_address(const dsim_cluster *c, int worker);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dsim/api.h"
 #include "dsim/dtype.h"
 #include "dsim/err.h"
 #include "dsim/reduce.h"
@@ -64,19 +65,20 @@ typedef enum dsim_algo {
 
 /* "auto", "ring", "rhd", "tree", "reduce_to_one"; "unknown" when a is not a
  * dsim_algo. */
-const char *dsim_algo_name(dsim_algo a);
-dsim_err dsim_algo_parse(const char *s, dsim_algo *out);
+DSIM_API const char *dsim_algo_name(dsim_algo a);
+DSIM_API dsim_err dsim_algo_parse(const char *s, dsim_algo *out);
 /* One line on what algorithm a does ("" when a is not a dsim_algo). */
-const char *dsim_algo_summary(dsim_algo a);
+DSIM_API const char *dsim_algo_summary(dsim_algo a);
 /* The algorithms' names for a message, in the enum's order, written into
  * buf[cap] and returned: with_auto puts "auto" first; sep goes between
  * names and last before the last one (NULL: ", "). E.g. (0, ", ", " or ")
  * gives "ring, rhd, tree or reduce_to_one". */
-const char *dsim_algo_list(char *buf, size_t cap, int with_auto, const char *sep, const char *last);
+DSIM_API const char *dsim_algo_list(char *buf, size_t cap, int with_auto, const char *sep,
+                                    const char *last);
 
 /* The decision function: which algorithm AUTO uses for an allreduce of
  * `bytes` bytes over `nranks` ranks. */
-dsim_algo dsim_allreduce_decide(size_t bytes, int nranks);
+DSIM_API dsim_algo dsim_allreduce_decide(size_t bytes, int nranks);
 
 typedef struct dsim_comm dsim_comm;
 
@@ -111,39 +113,39 @@ typedef struct dsim_comm_cfg {
     int virtual_payload;
 } dsim_comm_cfg;
 
-dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out);
-void dsim_comm_destroy(dsim_comm *c);
-int dsim_comm_rank(const dsim_comm *c);
-int dsim_comm_size(const dsim_comm *c);
+DSIM_API dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out);
+DSIM_API void dsim_comm_destroy(dsim_comm *c);
+DSIM_API int dsim_comm_rank(const dsim_comm *c);
+DSIM_API int dsim_comm_size(const dsim_comm *c);
 /* As dsim_comm_cfg.timeout_ns: > 0 the bound, 0 none, < 0 the default. */
-void dsim_comm_set_timeout(dsim_comm *c, int64_t timeout_ns);
-void dsim_comm_set_algo(dsim_comm *c, dsim_algo a);
+DSIM_API void dsim_comm_set_timeout(dsim_comm *c, int64_t timeout_ns);
+DSIM_API void dsim_comm_set_algo(dsim_comm *c, dsim_algo a);
 /* The last collective begun on this communicator ("allreduce", a static
  * string; NULL before the first) and how many were begun. Safe from any
  * thread while the communicator is in use: a watchdog's view of a rank. */
-void dsim_comm_last_call(const dsim_comm *c, const char **op, uint64_t *calls);
+DSIM_API void dsim_comm_last_call(const dsim_comm *c, const char **op, uint64_t *calls);
 /* The last error on this communicator (code DSIM_OK if none); peer is the
  * failed rank when one is to blame. */
-const dsim_error *dsim_comm_error(const dsim_comm *c);
+DSIM_API const dsim_error *dsim_comm_error(const dsim_comm *c);
 
 /* sendbuf == recvbuf is allowed (in place) for allreduce. */
-dsim_err dsim_allreduce(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count,
-                        dsim_dtype t, dsim_op op);
+DSIM_API dsim_err dsim_allreduce(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                                 dsim_dtype t, dsim_op op);
 /* The same with a forced algorithm (AUTO = decide). */
-dsim_err dsim_allreduce_with(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count,
-                             dsim_dtype t, dsim_op op, dsim_algo algo);
+DSIM_API dsim_err dsim_allreduce_with(dsim_comm *c, const void *sendbuf, void *recvbuf,
+                                      size_t count, dsim_dtype t, dsim_op op, dsim_algo algo);
 /* recvbuf is only written on root. */
-dsim_err dsim_reduce(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count, dsim_dtype t,
-                     dsim_op op, int root);
-dsim_err dsim_broadcast(dsim_comm *c, void *buf, size_t count, dsim_dtype t, int root);
+DSIM_API dsim_err dsim_reduce(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                              dsim_dtype t, dsim_op op, int root);
+DSIM_API dsim_err dsim_broadcast(dsim_comm *c, void *buf, size_t count, dsim_dtype t, int root);
 /* recvbuf holds size * sendcount elements, rank r's block at r * sendcount. */
-dsim_err dsim_allgather(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
-                        dsim_dtype t);
+DSIM_API dsim_err dsim_allgather(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                                 dsim_dtype t);
 /* sendbuf holds size * recvcount elements; rank r receives the reduction of
  * block r. */
-dsim_err dsim_reduce_scatter(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
-                             dsim_dtype t, dsim_op op);
-dsim_err dsim_barrier(dsim_comm *c);
+DSIM_API dsim_err dsim_reduce_scatter(dsim_comm *c, const void *sendbuf, void *recvbuf,
+                                      size_t recvcount, dsim_dtype t, dsim_op op);
+DSIM_API dsim_err dsim_barrier(dsim_comm *c);
 
 /* ---- fingerprints ---- */
 
@@ -160,7 +162,7 @@ typedef enum dsim_coll_kind {
 
 /* "allreduce", "reduce", "broadcast", "allgather", "reduce_scatter",
  * "barrier" ("none", "unknown"). */
-const char *dsim_coll_kind_name(dsim_coll_kind k);
+DSIM_API const char *dsim_coll_kind_name(dsim_coll_kind k);
 
 #define DSIM_COLL_FP_MAGIC 0x50464344u /* "DCFP" */
 #define DSIM_COLL_FP_NONE  0xFFu       /* op or dtype: not part of this collective */
@@ -183,13 +185,13 @@ typedef struct dsim_coll_fp {
 
 /* Writes "allreduce #17 with 36 float32 (sum, tree)" ("broadcast #3 with 10
  * int64 from root 1", "barrier #5"); returns buf. */
-const char *dsim_coll_fp_str(const dsim_coll_fp *fp, char *buf, size_t cap);
+DSIM_API const char *dsim_coll_fp_str(const dsim_coll_fp *fp, char *buf, size_t cap);
 /* Writes the fields in which a and b differ ("dtype and count", "collective,
  * dtype and count") and returns how many there are (0: they agree). */
-int dsim_coll_fp_diff(const dsim_coll_fp *a, const dsim_coll_fp *b, char *buf, size_t cap);
+DSIM_API int dsim_coll_fp_diff(const dsim_coll_fp *a, const dsim_coll_fp *b, char *buf, size_t cap);
 /* The fingerprint of the call in progress on c, or of its last call (seq 0:
  * none yet). */
-const dsim_coll_fp *dsim_comm_fingerprint(const dsim_comm *c);
+DSIM_API const dsim_coll_fp *dsim_comm_fingerprint(const dsim_comm *c);
 
 /* ---- the flight recorder ----
  *
@@ -209,7 +211,7 @@ typedef enum dsim_fr_state {
 } dsim_fr_state;
 
 /* "scheduled", "started", "completed" (PyTorch's names). */
-const char *dsim_fr_state_name(dsim_fr_state s);
+DSIM_API const char *dsim_fr_state_name(dsim_fr_state s);
 
 typedef struct dsim_fr_entry {
     dsim_coll_fp fp; /* the call */
@@ -234,8 +236,8 @@ typedef struct dsim_fr_dump {
 /* Copies c's recorder into out (allocating). Call it when c's rank is not
  * inside a collective (after its thread returned), or accept that the last
  * entry may be torn. */
-dsim_err dsim_comm_flight_dump(const dsim_comm *c, dsim_fr_dump *out);
-void dsim_fr_dump_free(dsim_fr_dump *d);
+DSIM_API dsim_err dsim_comm_flight_dump(const dsim_comm *c, dsim_fr_dump *out);
+DSIM_API void dsim_fr_dump_free(dsim_fr_dump *d);
 
 #ifdef __cplusplus
 }

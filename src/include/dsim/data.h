@@ -93,6 +93,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dsim/api.h"
 #include "dsim/err.h"
 
 #ifdef __cplusplus
@@ -110,9 +111,9 @@ typedef enum dsim_shard_policy {
 
 /* Parses "off", "auto", "file", "data", "hint" (any case). Anything else is
  * DSIM_EINVAL with a message listing the accepted names. */
-dsim_err dsim_shard_policy_parse(const char *name, dsim_shard_policy *out);
+DSIM_API dsim_err dsim_shard_policy_parse(const char *name, dsim_shard_policy *out);
 /* "off", "auto", "file", "data", "hint"; "unknown" for anything else. */
-const char *dsim_shard_policy_name(dsim_shard_policy p);
+DSIM_API const char *dsim_shard_policy_name(dsim_shard_policy p);
 
 /* Where a SHARD_HINT placeholder sits in the dataset (used by HINT only). */
 typedef enum dsim_shard_hint {
@@ -122,8 +123,8 @@ typedef enum dsim_shard_hint {
 } dsim_shard_hint;
 
 /* Parses "none", "files", "elements" (any case; "file", "data" also). */
-dsim_err dsim_shard_hint_parse(const char *name, dsim_shard_hint *out);
-const char *dsim_shard_hint_name(dsim_shard_hint h);
+DSIM_API dsim_err dsim_shard_hint_parse(const char *name, dsim_shard_hint *out);
+DSIM_API const char *dsim_shard_hint_name(dsim_shard_hint h);
 
 /* TF's batch_sizes_for_worker: with N = W*R, floor = G / N and
  * num_ceil = G - N*floor, worker 0 gets [floor+1]*num_ceil +
@@ -131,8 +132,8 @@ const char *dsim_shard_hint_name(dsim_shard_hint h);
  * Writes N sizes (G >= 0; G = 0 gives zeros). DSIM_EINVAL for G < 0,
  * W < 1, R < 1, worker outside [0, W), or N over DSIM_MAX_REPLICAS. */
 #define DSIM_MAX_REPLICAS (1 << 24)
-dsim_err dsim_batch_sizes_for_worker(int64_t global_batch, int num_workers, int replicas_per_worker,
-                                     int worker, int64_t *sizes);
+DSIM_API dsim_err dsim_batch_sizes_for_worker(int64_t global_batch, int num_workers,
+                                              int replicas_per_worker, int worker, int64_t *sizes);
 
 /* A dataset: examples with global ids 0..n_examples-1, optionally stored in
  * n_files files. File f holds file_ids[file_start[f] .. file_start[f+1]),
@@ -157,13 +158,13 @@ typedef enum dsim_file_layout {
 
 /* Fills d with n examples in n_files files (0: no files) laid out as
  * `layout`, allocating the arrays; release them with dsim_dataset_desc_release. */
-dsim_err dsim_dataset_desc_init(dsim_dataset_desc *d, uint64_t n_examples, uint32_t n_files,
-                                dsim_file_layout layout);
+DSIM_API dsim_err dsim_dataset_desc_init(dsim_dataset_desc *d, uint64_t n_examples,
+                                         uint32_t n_files, dsim_file_layout layout);
 /* Frees arrays allocated by dsim_dataset_desc_init (only those). */
-void dsim_dataset_desc_release(dsim_dataset_desc *d);
+DSIM_API void dsim_dataset_desc_release(dsim_dataset_desc *d);
 /* Checks a description (ids in range, each exactly once, offsets sane);
  * DSIM_EINVAL naming the first problem. */
-dsim_err dsim_dataset_desc_check(const dsim_dataset_desc *d);
+DSIM_API dsim_err dsim_dataset_desc_check(const dsim_dataset_desc *d);
 
 typedef struct dsim_input_config {
     const dsim_dataset_desc *dataset; /* borrowed: must outlive the input */
@@ -212,22 +213,22 @@ typedef struct dsim_input_step {
 
 /* Resolves the policy and checks every value; DSIM_EINVAL names the value,
  * what was expected, and the fix. */
-dsim_err dsim_input_create(const dsim_input_config *cfg, dsim_input **out);
-void dsim_input_destroy(dsim_input *in);
+DSIM_API dsim_err dsim_input_create(const dsim_input_config *cfg, dsim_input **out);
+DSIM_API void dsim_input_destroy(dsim_input *in);
 /* The next step of this worker; step->done after the last epoch. */
-dsim_err dsim_input_next(dsim_input *in, dsim_input_step *step);
+DSIM_API dsim_err dsim_input_next(dsim_input *in, dsim_input_step *step);
 /* Positions the input so the next call returns (epoch, step): to redo an
  * interrupted epoch after a restore. step may equal the steps per epoch
  * (the epoch's end). */
-dsim_err dsim_input_seek(dsim_input *in, uint32_t epoch, uint64_t step);
+DSIM_API dsim_err dsim_input_seek(dsim_input *in, uint32_t epoch, uint64_t step);
 /* Steps in every epoch: the same for every worker. */
-uint64_t dsim_input_steps_per_epoch(const dsim_input *in);
+DSIM_API uint64_t dsim_input_steps_per_epoch(const dsim_input *in);
 /* Examples this worker hands its replicas per epoch. */
-uint64_t dsim_input_worker_examples(const dsim_input *in);
+DSIM_API uint64_t dsim_input_worker_examples(const dsim_input *in);
 /* The policy actually applied (FILE or DATA for AUTO; never AUTO). */
-dsim_shard_policy dsim_input_policy_applied(const dsim_input *in);
+DSIM_API dsim_shard_policy dsim_input_policy_applied(const dsim_input *in);
 /* A sentence saying what was applied and why. */
-const char *dsim_input_policy_reason(const dsim_input *in);
+DSIM_API const char *dsim_input_policy_reason(const dsim_input *in);
 
 /* The first epoch of every worker, for `dsim plan`. Replica index is
  * worker * R + r. */
@@ -253,10 +254,10 @@ typedef struct dsim_input_plan {
 } dsim_input_plan;
 
 /* cfg->worker is ignored. */
-dsim_err dsim_input_plan_make(const dsim_input_config *cfg, dsim_input_plan **out);
-void dsim_input_plan_free(dsim_input_plan *p);
+DSIM_API dsim_err dsim_input_plan_make(const dsim_input_config *cfg, dsim_input_plan **out);
+DSIM_API void dsim_input_plan_free(dsim_input_plan *p);
 /* Writes the plan as a table a person reads. */
-dsim_err dsim_input_plan_print(const dsim_input_plan *p, FILE *f);
+DSIM_API dsim_err dsim_input_plan_print(const dsim_input_plan *p, FILE *f);
 
 /* The coverage ledger: which replica read which example in which epoch.
  *
@@ -267,22 +268,22 @@ dsim_err dsim_input_plan_print(const dsim_input_plan *p, FILE *f);
  * worker * R + r. */
 typedef struct dsim_ledger dsim_ledger;
 
-dsim_err dsim_ledger_create(uint64_t n_examples, uint32_t epochs, int num_workers,
-                            int replicas_per_worker, dsim_ledger **out);
-void dsim_ledger_destroy(dsim_ledger *l);
+DSIM_API dsim_err dsim_ledger_create(uint64_t n_examples, uint32_t epochs, int num_workers,
+                                     int replicas_per_worker, dsim_ledger **out);
+DSIM_API void dsim_ledger_destroy(dsim_ledger *l);
 /* Records that `replica` read ids[0..n) in (epoch, step). Record empty
  * batches too (n = 0): they are how idle replicas are found. Ids outside
  * the dataset are kept and counted as out of range. */
-dsim_err dsim_ledger_record(dsim_ledger *l, int replica, uint32_t epoch, uint64_t step,
-                            const uint64_t *ids, uint64_t n);
+DSIM_API dsim_err dsim_ledger_record(dsim_ledger *l, int replica, uint32_t epoch, uint64_t step,
+                                     const uint64_t *ids, uint64_t n);
 /* Records that `replica` re-ran lost replica `lost`'s (epoch, step), reading
  * ids[0..n) (dsim_strategy_ops.lost_work): the reads count for `lost`, and
  * an example read by both the lost replica's own attempt and the re-run is
  * read at least once (dsim_coverage.reruns), not a duplicate. */
-dsim_err dsim_ledger_record_rerun(dsim_ledger *l, int replica, int lost, uint32_t epoch,
-                                  uint64_t step, const uint64_t *ids, uint64_t n);
+DSIM_API dsim_err dsim_ledger_record_rerun(dsim_ledger *l, int replica, int lost, uint32_t epoch,
+                                           uint64_t step, const uint64_t *ids, uint64_t n);
 /* Records every local replica's batch of one input step of `worker`. */
-dsim_err dsim_ledger_record_step(dsim_ledger *l, int worker, const dsim_input_step *st);
+DSIM_API dsim_err dsim_ledger_record_step(dsim_ledger *l, int worker, const dsim_input_step *st);
 
 typedef struct dsim_coverage {
     uint32_t epoch;
@@ -306,10 +307,11 @@ typedef struct dsim_coverage {
 } dsim_coverage;
 
 /* worker -1: every replica; else only that worker's replicas. */
-dsim_err dsim_ledger_coverage(const dsim_ledger *l, uint32_t epoch, int worker, uint32_t expected,
-                              dsim_coverage *out);
+DSIM_API dsim_err dsim_ledger_coverage(const dsim_ledger *l, uint32_t epoch, int worker,
+                                       uint32_t expected, dsim_coverage *out);
 /* counts[id] = reads of id in epoch (n_examples entries), re-runs included. */
-dsim_err dsim_ledger_counts(const dsim_ledger *l, uint32_t epoch, int worker, uint32_t *counts);
+DSIM_API dsim_err dsim_ledger_counts(const dsim_ledger *l, uint32_t epoch, int worker,
+                                     uint32_t *counts);
 
 typedef enum dsim_ledger_list_kind {
     DSIM_LEDGER_DUPLICATES, /* read more than expected by the replicas' own steps */
@@ -318,8 +320,9 @@ typedef enum dsim_ledger_list_kind {
 
 /* Writes up to cap ids of that kind, lowest first; *total gets how many
  * there are. */
-dsim_err dsim_ledger_list(const dsim_ledger *l, uint32_t epoch, int worker, uint32_t expected,
-                          dsim_ledger_list_kind kind, uint64_t *ids, size_t cap, size_t *total);
+DSIM_API dsim_err dsim_ledger_list(const dsim_ledger *l, uint32_t epoch, int worker,
+                                   uint32_t expected, dsim_ledger_list_kind kind, uint64_t *ids,
+                                   size_t cap, size_t *total);
 
 typedef struct dsim_idle {
     uint64_t step;
@@ -327,11 +330,11 @@ typedef struct dsim_idle {
 } dsim_idle;
 
 /* Writes up to cap idle (step, replica) pairs, by step then replica. */
-dsim_err dsim_ledger_idle(const dsim_ledger *l, uint32_t epoch, int worker, dsim_idle *out,
-                          size_t cap, size_t *total);
+DSIM_API dsim_err dsim_ledger_idle(const dsim_ledger *l, uint32_t epoch, int worker, dsim_idle *out,
+                                   size_t cap, size_t *total);
 /* The replicas that read id in epoch, one entry per read, by replica. */
-dsim_err dsim_ledger_readers(const dsim_ledger *l, uint32_t epoch, uint64_t id, int *replicas,
-                             size_t cap, size_t *total);
+DSIM_API dsim_err dsim_ledger_readers(const dsim_ledger *l, uint32_t epoch, uint64_t id,
+                                      int *replicas, size_t cap, size_t *total);
 
 #ifdef __cplusplus
 }

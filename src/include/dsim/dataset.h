@@ -42,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dsim/api.h"
 #include "dsim/err.h"
 #include "dsim/model.h"
 
@@ -97,42 +98,43 @@ typedef struct dsim_record_file {
 } dsim_record_file;
 
 /* "regression", "classification". */
-const char *dsim_data_kind_name(dsim_data_kind t);
-dsim_err dsim_data_kind_parse(const char *s, dsim_data_kind *out);
+DSIM_API const char *dsim_data_kind_name(dsim_data_kind t);
+DSIM_API dsim_err dsim_data_kind_parse(const char *s, dsim_data_kind *out);
 
-dsim_err dsim_dataset_validate(const dsim_dataset_spec *spec);
-dsim_err dsim_dataset_make(const dsim_dataset_spec *spec, dsim_dataset **out);
-void dsim_dataset_free(dsim_dataset *ds);
+DSIM_API dsim_err dsim_dataset_validate(const dsim_dataset_spec *spec);
+DSIM_API dsim_err dsim_dataset_make(const dsim_dataset_spec *spec, dsim_dataset **out);
+DSIM_API void dsim_dataset_free(dsim_dataset *ds);
 
 /* A model spec fitting the dataset's kind and sizes (linear for regression,
  * softmax for classification); change kind/hidden to train an MLP. */
-void dsim_dataset_model_spec(const dsim_dataset *ds, dsim_model_spec *out);
+DSIM_API void dsim_dataset_model_spec(const dsim_dataset *ds, dsim_model_spec *out);
 /* DSIM_OK if a model with spec can train on ds, else DSIM_EINVAL saying
  * which size or loss does not match. */
-dsim_err dsim_dataset_check_model(const dsim_dataset *ds, const dsim_model_spec *spec);
+DSIM_API dsim_err dsim_dataset_check_model(const dsim_dataset *ds, const dsim_model_spec *spec);
 
 /* The id range of file f: ids [*first, *first + *count). */
-dsim_err dsim_dataset_file_range(const dsim_dataset *ds, size_t f, uint64_t *first,
-                                 uint64_t *count);
+DSIM_API dsim_err dsim_dataset_file_range(const dsim_dataset *ds, size_t f, uint64_t *first,
+                                          uint64_t *count);
 /* The file that holds id. */
-dsim_err dsim_dataset_file_of(const dsim_dataset *ds, uint64_t id, size_t *f);
+DSIM_API dsim_err dsim_dataset_file_of(const dsim_dataset *ds, uint64_t id, size_t *f);
 /* Copies the examples with the given ids, in that order, into x_out
  * (n x in_dim) and y_out (n x y_dim). */
-dsim_err dsim_dataset_gather(const dsim_dataset *ds, const uint64_t *ids, size_t n, float *x_out,
-                             float *y_out);
+DSIM_API dsim_err dsim_dataset_gather(const dsim_dataset *ds, const uint64_t *ids, size_t n,
+                                      float *x_out, float *y_out);
 
 /* DIR/part-FFFFF-of-NNNNN.rec into buf; DSIM_EINVAL if it does not fit. */
-dsim_err dsim_dataset_file_path(const char *dir, size_t f, size_t n_files, char *buf, size_t cap);
+DSIM_API dsim_err dsim_dataset_file_path(const char *dir, size_t f, size_t n_files, char *buf,
+                                         size_t cap);
 /* Writes every file of ds under dir (created if missing, one level). Each
  * file is written to a temporary name and renamed, so a reader never sees
  * half a file. */
-dsim_err dsim_dataset_write_files(const dsim_dataset *ds, const char *dir);
+DSIM_API dsim_err dsim_dataset_write_files(const dsim_dataset *ds, const char *dir);
 /* Reads and validates one record file: DSIM_ENOENT if missing, DSIM_EIO on
  * a read error, DSIM_EPROTO if it is truncated or corrupt (bad magic,
  * version, sizes, checksum, ids or labels); the message names the file and
  * the problem. */
-dsim_err dsim_dataset_read_file(const char *path, dsim_record_file **out);
-void dsim_record_file_free(dsim_record_file *rf);
+DSIM_API dsim_err dsim_dataset_read_file(const char *path, dsim_record_file **out);
+DSIM_API void dsim_record_file_free(dsim_record_file *rf);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dsim/api.h"
 #include "dsim/err.h"
 
 #ifdef __cplusplus
@@ -22,27 +23,27 @@ typedef enum dsim_dtype {
 } dsim_dtype;
 
 /* Bytes per element; 0 for an invalid dtype. */
-size_t dsim_dtype_size(dsim_dtype t);
+DSIM_API size_t dsim_dtype_size(dsim_dtype t);
 /* nccl-tests' names: "float", "double", "half", "bfloat16", "int32", "int64". */
-const char *dsim_dtype_name(dsim_dtype t);
+DSIM_API const char *dsim_dtype_name(dsim_dtype t);
 /* Accepts the names above and the short forms f32 f64 f16 bf16 i32 i64. */
-dsim_err dsim_dtype_parse(const char *s, dsim_dtype *out);
-int dsim_dtype_is_float(dsim_dtype t);
+DSIM_API dsim_err dsim_dtype_parse(const char *s, dsim_dtype *out);
+DSIM_API int dsim_dtype_is_float(dsim_dtype t);
 
 /* Round-to-nearest-even conversions; NaN stays NaN, overflow goes to inf. */
-uint16_t dsim_f32_to_f16(float f);
-float dsim_f16_to_f32(uint16_t h);
-uint16_t dsim_f32_to_bf16(float f);
-float dsim_bf16_to_f32(uint16_t b);
+DSIM_API uint16_t dsim_f32_to_f16(float f);
+DSIM_API float dsim_f16_to_f32(uint16_t h);
+DSIM_API uint16_t dsim_f32_to_bf16(float f);
+DSIM_API float dsim_bf16_to_f32(uint16_t b);
 
 /* Element i of buf as a double, and the reverse (rounded / truncated toward
  * zero for integers, saturating at the type's range). For tests and checks,
  * not for hot loops. */
-double dsim_dtype_get(dsim_dtype t, const void *buf, size_t i);
-void dsim_dtype_set(dsim_dtype t, void *buf, size_t i, double v);
+DSIM_API double dsim_dtype_get(dsim_dtype t, const void *buf, size_t i);
+DSIM_API void dsim_dtype_set(dsim_dtype t, void *buf, size_t i, double v);
 
 /* Converts n elements of type st at src into type dt at dst (no overlap). */
-dsim_err dsim_convert(void *dst, dsim_dtype dt, const void *src, dsim_dtype st, size_t n);
+DSIM_API dsim_err dsim_convert(void *dst, dsim_dtype dt, const void *src, dsim_dtype st, size_t n);
 
 #ifdef __cplusplus
 }

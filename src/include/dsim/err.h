@@ -6,6 +6,8 @@
 #ifndef DSIM_ERR_H
 #define DSIM_ERR_H
 
+#include "dsim/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,7 +33,7 @@ typedef enum dsim_err {
 } dsim_err;
 
 /* A short, static description of a code ("deadline passed"). Never NULL. */
-const char *dsim_strerror(dsim_err e);
+DSIM_API const char *dsim_strerror(dsim_err e);
 
 /* The error context of the calling thread: the last error set on it. */
 typedef struct dsim_error {
@@ -43,26 +45,26 @@ typedef struct dsim_error {
 } dsim_error;
 
 /* The calling thread's last error (code DSIM_OK and empty msg if none). */
-const dsim_error *dsim_last_error(void);
+DSIM_API const dsim_error *dsim_last_error(void);
 /* Shorthand for dsim_last_error()->msg. */
-const char *dsim_errmsg(void);
-void dsim_clear_error(void);
+DSIM_API const char *dsim_errmsg(void);
+DSIM_API void dsim_clear_error(void);
 
 /* Records an error on the calling thread and returns code, so that
  * `return DSIM_ERR(DSIM_EINVAL, -1, "count %zu too large", n);` reads well. */
-dsim_err dsim_set_error(dsim_err code, int peer, const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+DSIM_API dsim_err dsim_set_error(dsim_err code, int peer, const char *file, int line,
+                                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 #define DSIM_ERR(code, peer, ...) dsim_set_error((code), (peer), __FILE__, __LINE__, __VA_ARGS__)
 
 /* Copies the calling thread's error context into dst (for objects that keep
  * their own last error, such as a communicator). */
-void dsim_error_copy(dsim_error *dst);
+DSIM_API void dsim_error_copy(dsim_error *dst);
 /* Makes src the calling thread's error context again (after a call that may
  * have replaced it, when that call's failure is not the one to report). */
-void dsim_error_restore(const dsim_error *src);
+DSIM_API void dsim_error_restore(const dsim_error *src);
 
 /* Propagates a failure; records file:line of the propagation in debug logs. */
-void dsim_error_trace(dsim_err e, const char *file, int line);
+DSIM_API void dsim_error_trace(dsim_err e, const char *file, int line);
 #define DSIM_CHECK(expr)                                                                           \
     do {                                                                                           \
         dsim_err dsim_check_e_ = (expr);                                                           \

@@ -29,6 +29,7 @@
 #ifndef DSIM_FIU_H
 #define DSIM_FIU_H
 
+#include "dsim/api.h"
 #include "dsim/err.h"
 
 #ifdef __cplusplus
@@ -37,10 +38,10 @@ extern "C" {
 
 /* Arms (on != 0) or disarms every dsim/... point. DSIM_ENOTSUP when this
  * libdsim was built without libfiu: it has no points to arm. */
-dsim_err dsim_fiu_arm(int on);
+DSIM_API dsim_err dsim_fiu_arm(int on);
 
 /* 1 while points are armed (never in a build without libfiu). */
-int dsim_fiu_armed(void);
+DSIM_API int dsim_fiu_armed(void);
 
 #ifdef __cplusplus
 }

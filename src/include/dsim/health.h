@@ -27,6 +27,7 @@
 
 #include <stdint.h>
 
+#include "dsim/api.h"
 #include "dsim/err.h"
 #include "dsim/rt.h"
 #include "dsim/transport.h"
@@ -70,13 +71,13 @@ typedef struct dsim_health_cfg {
 
 /* Starts the health check of one worker on its own runtime worker. Stop it
  * with dsim_health_stop (which joins it) before closing the endpoint. */
-dsim_err dsim_health_start(const dsim_health_cfg *cfg, dsim_health **out);
+DSIM_API dsim_err dsim_health_start(const dsim_health_cfg *cfg, dsim_health **out);
 /* Makes the check look at `dead` and `ready` now instead of at its next
  * tick. Any thread. */
-void dsim_health_poke(dsim_health *h);
+DSIM_API void dsim_health_poke(dsim_health *h);
 /* Stops the check, waits for its runtime worker to return and frees it.
  * NULL is fine. */
-void dsim_health_stop(dsim_health *h);
+DSIM_API void dsim_health_stop(dsim_health *h);
 
 /* What one check has done so far. */
 typedef struct dsim_health_stats {
@@ -86,12 +87,12 @@ typedef struct dsim_health_stats {
 } dsim_health_stats;
 /* A snapshot as of the check's last wake-up, from any thread (before
  * dsim_health_stop). */
-void dsim_health_get_stats(dsim_health *h, dsim_health_stats *out);
+DSIM_API void dsim_health_get_stats(dsim_health *h, dsim_health_stats *out);
 
 /* How often a check wakes when nothing is due: it answers pings and looks
  * at `dead` at least this often. min(interval, timeout) / 10, within
  * [1 ms, 1 s]. */
-int64_t dsim_health_tick_ns(int64_t interval_ns, int64_t timeout_ns);
+DSIM_API int64_t dsim_health_tick_ns(int64_t interval_ns, int64_t timeout_ns);
 
 /* The detection bound: the longest time, after a peer dies, until every
  * survivor of a dsim_train job has returned an error (or is failed at once
@@ -100,13 +101,14 @@ int64_t dsim_health_tick_ns(int64_t interval_ns, int64_t timeout_ns);
  * default), the health check's interval (0: off), timeout and retries.
  * DSIM_NO_DEADLINE when the loss is never detected (no timeout and no health
  * check): the survivors wait for ever. The derivation is in health.c. */
-int64_t dsim_detection_bound(int64_t timeout_ns, int64_t interval_ns, int64_t hc_timeout_ns,
-                             int retries);
+DSIM_API int64_t dsim_detection_bound(int64_t timeout_ns, int64_t interval_ns,
+                                      int64_t hc_timeout_ns, int retries);
 /* Its two terms: the collective timeout's (timeout + the failure check's
  * grace; DSIM_NO_DEADLINE with no timeout) and the health check's
  * (DSIM_NO_DEADLINE when it is off). */
-int64_t dsim_detection_bound_timeout(int64_t timeout_ns);
-int64_t dsim_detection_bound_health(int64_t interval_ns, int64_t hc_timeout_ns, int retries);
+DSIM_API int64_t dsim_detection_bound_timeout(int64_t timeout_ns);
+DSIM_API int64_t dsim_detection_bound_health(int64_t interval_ns, int64_t hc_timeout_ns,
+                                             int retries);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,8 @@
 #ifndef DSIM_LOG_H
 #define DSIM_LOG_H
 
+#include "dsim/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -17,12 +19,12 @@ typedef enum dsim_log_level {
 typedef void (*dsim_log_fn)(dsim_log_level level, const char *file, int line, const char *msg,
                             void *user);
 
-void dsim_log_set_level(dsim_log_level level);
-dsim_log_level dsim_log_get_level(void);
+DSIM_API void dsim_log_set_level(dsim_log_level level);
+DSIM_API dsim_log_level dsim_log_get_level(void);
 /* Routes messages to fn (NULL restores the default: stderr). */
-void dsim_log_set_handler(dsim_log_fn fn, void *user);
-int dsim_log_enabled(dsim_log_level level);
-void dsim_log_write(dsim_log_level level, const char *file, int line, const char *fmt, ...)
+DSIM_API void dsim_log_set_handler(dsim_log_fn fn, void *user);
+DSIM_API int dsim_log_enabled(dsim_log_level level);
+DSIM_API void dsim_log_write(dsim_log_level level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 #define DSIM_LOG(level, ...)                                                                       \

@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dsim/api.h"
 #include "dsim/err.h"
 #include "dsim/rng.h"
 
@@ -84,27 +85,27 @@ typedef struct dsim_model_layout {
 } dsim_model_layout;
 
 /* "linear", "softmax", "mlp"; "mse", "xent" ("auto" for AUTO). */
-const char *dsim_model_kind_name(dsim_model_kind k);
-dsim_err dsim_model_kind_parse(const char *s, dsim_model_kind *out);
-const char *dsim_loss_name(dsim_loss l);
+DSIM_API const char *dsim_model_kind_name(dsim_model_kind k);
+DSIM_API dsim_err dsim_model_kind_parse(const char *s, dsim_model_kind *out);
+DSIM_API const char *dsim_loss_name(dsim_loss l);
 /* Also accepts "cross_entropy" and "crossentropy" for XENT. */
-dsim_err dsim_loss_parse(const char *s, dsim_loss *out);
+DSIM_API dsim_err dsim_loss_parse(const char *s, dsim_loss *out);
 
 /* DSIM_OK, or DSIM_EINVAL naming the field, its value and what is accepted. */
-dsim_err dsim_model_validate(const dsim_model_spec *spec);
+DSIM_API dsim_err dsim_model_validate(const dsim_model_spec *spec);
 /* The loss the spec trains with (AUTO resolved); the spec must be valid. */
-dsim_loss dsim_model_loss(const dsim_model_spec *spec);
+DSIM_API dsim_loss dsim_model_loss(const dsim_model_spec *spec);
 /* Floats per example in a target buffer: out_dim for MSE, 1 for
  * cross-entropy; 0 for an invalid spec. */
-size_t dsim_model_y_dim(const dsim_model_spec *spec);
+DSIM_API size_t dsim_model_y_dim(const dsim_model_spec *spec);
 /* Number of parameters; 0 for an invalid spec. */
-size_t dsim_model_num_params(const dsim_model_spec *spec);
-dsim_err dsim_model_layout_of(const dsim_model_spec *spec, dsim_model_layout *out);
+DSIM_API size_t dsim_model_num_params(const dsim_model_spec *spec);
+DSIM_API dsim_err dsim_model_layout_of(const dsim_model_spec *spec, dsim_model_layout *out);
 
 /* Fills params (dsim_model_num_params floats) as Keras' Dense does by
  * default: weights Glorot-uniform, U(-l, l) with l = sqrt(6/(in+out)),
  * drawn layer by layer in row-major order; biases zero. */
-dsim_err dsim_model_init(const dsim_model_spec *spec, float *params, dsim_rng *rng);
+DSIM_API dsim_err dsim_model_init(const dsim_model_spec *spec, float *params, dsim_rng *rng);
 
 /* For the n examples in (x, y): grad_accum[k] += scale * sum_e d loss_e / d
  * params[k], summed in double in example order, rounded to float once, and
@@ -115,21 +116,21 @@ dsim_err dsim_model_init(const dsim_model_spec *spec, float *params, dsim_rng *r
  * n may be 0 (an empty batch: nothing is added, *loss_sum = 0; x and y may
  * then be NULL). grad_accum NULL computes the loss only; loss_sum may be
  * NULL. On error nothing is written to grad_accum. */
-dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float *params, const float *x,
-                              const float *y, size_t n, float scale, float *grad_accum,
-                              double *loss_sum);
+DSIM_API dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float *params,
+                                       const float *x, const float *y, size_t n, float scale,
+                                       float *grad_accum, double *loss_sum);
 
 /* out[e*out_dim + j]: the model's outputs for n examples (predictions for
  * MSE, logits for cross-entropy). */
-dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params, const float *x,
-                            size_t n, float *out);
+DSIM_API dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params,
+                                     const float *x, size_t n, float *out);
 
 /* Loss sum over n examples (as dsim_model_loss_grad) and, for
  * cross-entropy, how many examples the argmax of the logits gets right
  * (ties go to the lower class); *n_correct is 0 for MSE. Either output
  * may be NULL. */
-dsim_err dsim_model_eval(const dsim_model_spec *spec, const float *params, const float *x,
-                         const float *y, size_t n, double *loss_sum, size_t *n_correct);
+DSIM_API dsim_err dsim_model_eval(const dsim_model_spec *spec, const float *params, const float *x,
+                                  const float *y, size_t n, double *loss_sum, size_t *n_correct);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dsim/api.h"
 #include "dsim/err.h"
 
 #ifdef __cplusplus
@@ -50,38 +51,39 @@ typedef struct dsim_optim_spec {
 typedef struct dsim_optim dsim_optim;
 
 /* "sgd", "momentum", "adam". */
-const char *dsim_optim_kind_name(dsim_optim_kind k);
-dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out);
+DSIM_API const char *dsim_optim_kind_name(dsim_optim_kind k);
+DSIM_API dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out);
 
 /* Keras' defaults for kind: sgd lr 0.01; momentum lr 0.01, momentum 0.9,
  * no nesterov; adam lr 0.001, beta1 0.9, beta2 0.999, epsilon 1e-7. */
-void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind);
+DSIM_API void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind);
 /* DSIM_OK, or DSIM_EINVAL naming the field and the accepted range. Fields a
  * kind does not use are not checked. */
-dsim_err dsim_optim_validate(const dsim_optim_spec *spec);
+DSIM_API dsim_err dsim_optim_validate(const dsim_optim_spec *spec);
 
 /* An optimizer for n_params parameters, slots zero, step 0. */
-dsim_err dsim_optim_create(const dsim_optim_spec *spec, size_t n_params, dsim_optim **out);
-void dsim_optim_destroy(dsim_optim *opt);
+DSIM_API dsim_err dsim_optim_create(const dsim_optim_spec *spec, size_t n_params, dsim_optim **out);
+DSIM_API void dsim_optim_destroy(dsim_optim *opt);
 
 /* One update of params[0..n) with grad[0..n); n must be the n_params the
  * optimizer was created with. Advances the step counter by one. */
-dsim_err dsim_optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n);
+DSIM_API dsim_err dsim_optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n);
 
-const dsim_optim_spec *dsim_optim_spec_of(const dsim_optim *opt);
-size_t dsim_optim_num_params(const dsim_optim *opt);
+DSIM_API const dsim_optim_spec *dsim_optim_spec_of(const dsim_optim *opt);
+DSIM_API size_t dsim_optim_num_params(const dsim_optim *opt);
 /* Updates applied so far (TF's `iterations`). */
-uint64_t dsim_optim_step(const dsim_optim *opt);
+DSIM_API uint64_t dsim_optim_step(const dsim_optim *opt);
 
 /* The slot buffer (see the layout above) and its length in floats; NULL and
  * 0 for sgd. For checkpoints: save step + slots; restore with set_state. */
-size_t dsim_optim_state_len(const dsim_optim *opt);
-const float *dsim_optim_state(const dsim_optim *opt);
+DSIM_API size_t dsim_optim_state_len(const dsim_optim *opt);
+DSIM_API const float *dsim_optim_state(const dsim_optim *opt);
 /* Replaces the slots and the step counter; len must be
  * dsim_optim_state_len (state may be NULL when len is 0). */
-dsim_err dsim_optim_set_state(dsim_optim *opt, const float *state, size_t len, uint64_t step);
+DSIM_API dsim_err dsim_optim_set_state(dsim_optim *opt, const float *state, size_t len,
+                                       uint64_t step);
 /* Slots to zero, step to 0. */
-void dsim_optim_reset(dsim_optim *opt);
+DSIM_API void dsim_optim_reset(dsim_optim *opt);
 
 #ifdef __cplusplus
 }

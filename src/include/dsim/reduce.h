@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 
+#include "dsim/api.h"
 #include "dsim/dtype.h"
 
 #ifdef __cplusplus
@@ -20,20 +21,21 @@ typedef enum dsim_op {
 } dsim_op;
 
 /* "sum", "mean"/"avg", "max", "min", "prod". */
-const char *dsim_op_name(dsim_op op);
-dsim_err dsim_op_parse(const char *s, dsim_op *out);
+DSIM_API const char *dsim_op_name(dsim_op op);
+DSIM_API dsim_err dsim_op_parse(const char *s, dsim_op *out);
 
 /* inout[i] = inout[i] (op) in[i], for count elements. MEAN combines as SUM.
  * f16/bf16 combine in float and round once per call. */
-dsim_err dsim_reduce_local(void *inout, const void *in, size_t count, dsim_dtype t, dsim_op op);
+DSIM_API dsim_err dsim_reduce_local(void *inout, const void *in, size_t count, dsim_dtype t,
+                                    dsim_op op);
 
 /* out[i] = a[i] (op) b[i]; out may alias a or b. */
-dsim_err dsim_reduce_local3(void *out, const void *a, const void *b, size_t count, dsim_dtype t,
-                            dsim_op op);
+DSIM_API dsim_err dsim_reduce_local3(void *out, const void *a, const void *b, size_t count,
+                                     dsim_dtype t, dsim_op op);
 
 /* Finishes a reduction over nranks contributions: MEAN divides by nranks
  * (integers truncate toward zero, as TensorFlow does); other ops do nothing. */
-dsim_err dsim_reduce_finish(void *buf, size_t count, dsim_dtype t, dsim_op op, int nranks);
+DSIM_API dsim_err dsim_reduce_finish(void *buf, size_t count, dsim_dtype t, dsim_op op, int nranks);
 
 #ifdef __cplusplus
 }

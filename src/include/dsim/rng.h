@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "dsim/api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -17,16 +19,16 @@ typedef struct dsim_rng {
 } dsim_rng;
 
 /* purpose: a short static name such as "data.shuffle" or "fault.drop". */
-void dsim_rng_init(dsim_rng *r, uint64_t seed, const char *purpose, uint64_t worker);
-uint64_t dsim_rng_next(dsim_rng *r);
+DSIM_API void dsim_rng_init(dsim_rng *r, uint64_t seed, const char *purpose, uint64_t worker);
+DSIM_API uint64_t dsim_rng_next(dsim_rng *r);
 /* Uniform in [0, 1), 53 random bits. */
-double dsim_rng_uniform(dsim_rng *r);
+DSIM_API double dsim_rng_uniform(dsim_rng *r);
 /* Uniform in [0, n), without modulo bias; n == 0 returns 0. */
-uint64_t dsim_rng_below(dsim_rng *r, uint64_t n);
+DSIM_API uint64_t dsim_rng_below(dsim_rng *r, uint64_t n);
 /* Standard normal (mean 0, variance 1). */
-double dsim_rng_normal(dsim_rng *r);
+DSIM_API double dsim_rng_normal(dsim_rng *r);
 /* Fisher-Yates shuffle of n uint64 values. */
-void dsim_rng_shuffle_u64(dsim_rng *r, uint64_t *v, uint64_t n);
+DSIM_API void dsim_rng_shuffle_u64(dsim_rng *r, uint64_t *v, uint64_t n);
 
 #ifdef __cplusplus
 }

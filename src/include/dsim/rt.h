@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "dsim/api.h"
 #include "dsim/err.h"
 
 #ifdef __cplusplus
@@ -23,46 +24,47 @@ typedef struct dsim_waitq dsim_waitq;
 typedef struct dsim_task dsim_task;
 
 /* engine: "threads" (others register through spi/rt.h). */
-dsim_err dsim_rt_create(const char *engine, dsim_rt **out);
+DSIM_API dsim_err dsim_rt_create(const char *engine, dsim_rt **out);
 /* The same with a seed for the engine's own choices (the sim engine's
  * tie-break between workers due at the same virtual time). */
-dsim_err dsim_rt_create_seeded(const char *engine, uint64_t seed, dsim_rt **out);
-void dsim_rt_destroy(dsim_rt *rt);
-const char *dsim_rt_name(const dsim_rt *rt);
+DSIM_API dsim_err dsim_rt_create_seeded(const char *engine, uint64_t seed, dsim_rt **out);
+DSIM_API void dsim_rt_destroy(dsim_rt *rt);
+DSIM_API const char *dsim_rt_name(const dsim_rt *rt);
 
-int64_t dsim_rt_now(dsim_rt *rt);
+DSIM_API int64_t dsim_rt_now(dsim_rt *rt);
 /* now + timeout_ns, saturating; a negative timeout means no deadline. */
-int64_t dsim_rt_deadline(dsim_rt *rt, int64_t timeout_ns);
+DSIM_API int64_t dsim_rt_deadline(dsim_rt *rt, int64_t timeout_ns);
 /* Accounts ns of compute to the calling worker (advances virtual time under
  * the sim engine; only counted under threads). */
-void dsim_rt_charge(dsim_rt *rt, int64_t ns);
+DSIM_API void dsim_rt_charge(dsim_rt *rt, int64_t ns);
 /* Total compute charged by the calling worker. */
-int64_t dsim_rt_charged(dsim_rt *rt);
+DSIM_API int64_t dsim_rt_charged(dsim_rt *rt);
 /* Sleeps until the deadline; DSIM_OK when it passed. */
-dsim_err dsim_rt_sleep_until(dsim_rt *rt, int64_t deadline);
+DSIM_API dsim_err dsim_rt_sleep_until(dsim_rt *rt, int64_t deadline);
 
 /* Starts fn(arg) as worker `id`. join waits for it and frees the task. */
-dsim_err dsim_rt_spawn(dsim_rt *rt, int id, void (*fn)(void *), void *arg, dsim_task **out);
-dsim_err dsim_rt_join(dsim_rt *rt, dsim_task *task);
+DSIM_API dsim_err dsim_rt_spawn(dsim_rt *rt, int id, void (*fn)(void *), void *arg,
+                                dsim_task **out);
+DSIM_API dsim_err dsim_rt_join(dsim_rt *rt, dsim_task *task);
 /* Gives up on a worker: it runs on with nobody waiting for it (its engine
  * state is freed when fn returns, if ever) and the task is freed. For a
  * watchdog that must not wait for a worker stuck in user code; whatever fn
  * uses must then outlive it. DSIM_ENOTSUP when the engine cannot leave a
  * worker behind (the task is then still the caller's, to join). */
-dsim_err dsim_rt_detach(dsim_rt *rt, dsim_task *task);
+DSIM_API dsim_err dsim_rt_detach(dsim_rt *rt, dsim_task *task);
 /* The id given at spawn for the calling worker; -1 outside any worker. */
-int dsim_rt_self(dsim_rt *rt);
+DSIM_API int dsim_rt_self(dsim_rt *rt);
 
-dsim_err dsim_waitq_create(dsim_rt *rt, dsim_waitq **out);
-void dsim_waitq_destroy(dsim_waitq *q);
-void dsim_waitq_lock(dsim_waitq *q);
-void dsim_waitq_unlock(dsim_waitq *q);
+DSIM_API dsim_err dsim_waitq_create(dsim_rt *rt, dsim_waitq **out);
+DSIM_API void dsim_waitq_destroy(dsim_waitq *q);
+DSIM_API void dsim_waitq_lock(dsim_waitq *q);
+DSIM_API void dsim_waitq_unlock(dsim_waitq *q);
 /* Called with the lock held; drops it while blocked and holds it again on
  * return. DSIM_OK on a wake-up (possibly spurious: re-test the condition),
  * DSIM_ETIMEDOUT once the deadline has passed. */
-dsim_err dsim_waitq_wait(dsim_waitq *q, int64_t deadline);
+DSIM_API dsim_err dsim_waitq_wait(dsim_waitq *q, int64_t deadline);
 /* Wakes every waiter. May be called with or without the lock held. */
-void dsim_waitq_wake(dsim_waitq *q);
+DSIM_API void dsim_waitq_wake(dsim_waitq *q);
 
 /* The event trace. Under a deterministic engine (sim) every send, delivery,
  * completed receive, fault, clock jump and worker switch is folded, in
@@ -78,12 +80,13 @@ enum dsim_trace_kind {
     DSIM_TRACE_RESULT,
     DSIM_TRACE_SPAWN,
 };
-void dsim_rt_trace(dsim_rt *rt, enum dsim_trace_kind kind, uint64_t a, uint64_t b, uint64_t c);
+DSIM_API void dsim_rt_trace(dsim_rt *rt, enum dsim_trace_kind kind, uint64_t a, uint64_t b,
+                            uint64_t c);
 /* The hash so far, and the number of events in it (both 0 unless the
  * engine is deterministic). */
-uint64_t dsim_rt_trace_hash(const dsim_rt *rt, uint64_t *count);
+DSIM_API uint64_t dsim_rt_trace_hash(const dsim_rt *rt, uint64_t *count);
 /* Whether the engine orders events deterministically (the sim engine). */
-int dsim_rt_deterministic(const dsim_rt *rt);
+DSIM_API int dsim_rt_deterministic(const dsim_rt *rt);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dsim/api.h"
 #include "dsim/comm.h"
 #include "dsim/data.h"
 #include "dsim/dataset.h"
@@ -53,8 +54,8 @@ typedef enum dsim_ps_mode {
 } dsim_ps_mode;
 
 /* "sync", "async". */
-const char *dsim_ps_mode_name(dsim_ps_mode m);
-dsim_err dsim_ps_mode_parse(const char *s, dsim_ps_mode *out);
+DSIM_API const char *dsim_ps_mode_name(dsim_ps_mode m);
+DSIM_API dsim_err dsim_ps_mode_parse(const char *s, dsim_ps_mode *out);
 
 /* ---- the strategy registry ---- */
 
@@ -73,17 +74,17 @@ dsim_err dsim_ps_mode_parse(const char *s, dsim_ps_mode *out);
  * Loading runs the object's code with the process's rights (its
  * constructors at dlopen, then the plugin function): load only plugins you
  * would run as a program. */
-dsim_err dsim_strategy_load(const char *name, const char *path);
+DSIM_API dsim_err dsim_strategy_load(const char *name, const char *path);
 
 /* 1 if a strategy of that name is registered (built-ins included). */
-int dsim_strategy_exists(const char *name);
+DSIM_API int dsim_strategy_exists(const char *name);
 
 /* Writes the registered names, comma-separated, into buf (always
  * terminated). Returns how many there are. */
-int dsim_strategy_list(char *buf, size_t cap);
+DSIM_API int dsim_strategy_list(char *buf, size_t cap);
 
 /* The summary line of a registered strategy, or NULL. */
-const char *dsim_strategy_summary(const char *name);
+DSIM_API const char *dsim_strategy_summary(const char *name);
 
 /* ---- training ---- */
 
@@ -127,9 +128,9 @@ typedef enum dsim_phase {
 
 /* "start", "rendezvous", "restore", "create_variables", "compute",
  * "allreduce", "reduce_loss", "checkpoint", "finish", "done". */
-const char *dsim_phase_name(dsim_phase p);
+DSIM_API const char *dsim_phase_name(dsim_phase p);
 /* DSIM_EINVAL for a name that is not one of those. */
-dsim_err dsim_phase_parse(const char *s, dsim_phase *out);
+DSIM_API dsim_err dsim_phase_parse(const char *s, dsim_phase *out);
 
 /* What a phase hook tells the replica to do. */
 typedef enum dsim_hook_action {
@@ -212,16 +213,16 @@ typedef struct dsim_train_stuck {
 
 /* A sentence for a stuck worker: "replica 1 in phase allreduce at global
  * step 2 (last collective: allreduce, call 6)". Returns snprintf's count. */
-int dsim_train_stuck_describe(const dsim_train_stuck *s, char *buf, size_t cap);
+DSIM_API int dsim_train_stuck_describe(const dsim_train_stuck *s, char *buf, size_t cap);
 
 /* Whether the calling thread is a worker of a dsim_train in progress, and
  * if so where it is. Async-signal-safe (it reads a thread-local pointer the
  * worker set when it started, and atomics): a crash handler's question. */
-bool dsim_train_where_am_i(dsim_train_where *out);
+DSIM_API bool dsim_train_where_am_i(dsim_train_where *out);
 
 /* Jobs that a hung dsim_train left behind whose workers have not all
  * returned yet (their state is freed when the last one returns). */
-size_t dsim_train_abandoned_jobs(void);
+DSIM_API size_t dsim_train_abandoned_jobs(void);
 
 /* What the observer sees: one replica after one step. */
 typedef struct dsim_train_step_info {
@@ -371,17 +372,17 @@ typedef struct dsim_train_cfg {
  * check every 30 s with a 10 s timeout and 3 retries, threads,
  * sgd with Keras' defaults, shard AUTO, global batch 32, 1 epoch, seed 1,
  * no checkpoints. Strategy, model and data are left for the caller. */
-void dsim_train_cfg_init(dsim_train_cfg *cfg);
+DSIM_API void dsim_train_cfg_init(dsim_train_cfg *cfg);
 
 /* The detection bound of a job (dsim_detection_bound, dsim/health.h): the
  * longest time after a replica is lost until every survivor has returned an
  * error, given cfg's timeout and, when the job runs one (see
  * health_interval_ns), its health check. DSIM_NO_DEADLINE: never (no timeout
  * and no health check: the survivors wait for ever). */
-int64_t dsim_train_detection_bound(const dsim_train_cfg *cfg);
+DSIM_API int64_t dsim_train_detection_bound(const dsim_train_cfg *cfg);
 /* 1 if a job of cfg's shape runs the health check (two or more workers, no
  * parameter servers, an interval, not timing only). */
-int dsim_train_runs_health_check(const dsim_train_cfg *cfg);
+DSIM_API int dsim_train_runs_health_check(const dsim_train_cfg *cfg);
 
 /* One parameter-server update. */
 typedef struct dsim_ps_update {
@@ -501,7 +502,7 @@ typedef struct dsim_train_result {
  * cfg->transport_filter_user (the fabric's filter keeps using it). A worker's thread is detached,
  * not joined (threads engine); dsim_train_abandoned_jobs counts the jobs still waiting for theirs.
  */
-dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res);
+DSIM_API dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res);
 
 /* Replays the global batches of cfg on one device from the same initial
  * variables: at each step the batches of all replicas, concatenated in
@@ -511,14 +512,14 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res);
  * steps, loss, trace (if record_params), initial/final loss, the
  * optimizer's final slots and step, ledger (as replica 0); num_replicas
  * is 1. */
-dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res);
+DSIM_API dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res);
 
-void dsim_train_result_free(dsim_train_result *res);
+DSIM_API void dsim_train_result_free(dsim_train_result *res);
 
 /* ---- comparing parameters ---- */
 
 /* FNV-1a 64 of the bytes of n floats. */
-uint64_t dsim_params_checksum(const float *p, size_t n);
+DSIM_API uint64_t dsim_params_checksum(const float *p, size_t n);
 
 typedef struct dsim_params_diff {
     double max_abs;    /* max |a - b| */
@@ -528,7 +529,7 @@ typedef struct dsim_params_diff {
     size_t n_diff;     /* elements whose bits differ */
 } dsim_params_diff;
 
-void dsim_params_compare(const float *a, const float *b, size_t n, dsim_params_diff *out);
+DSIM_API void dsim_params_compare(const float *a, const float *b, size_t n, dsim_params_diff *out);
 
 /* ---- checkpoints ---- */
 
@@ -576,11 +577,11 @@ typedef struct dsim_checkpoint {
     float *optim_state;
 } dsim_checkpoint;
 
-dsim_err dsim_checkpoint_write(const char *path, const dsim_checkpoint *ck);
+DSIM_API dsim_err dsim_checkpoint_write(const char *path, const dsim_checkpoint *ck);
 /* DSIM_ENOENT if the file is missing, DSIM_EIO on a read error, DSIM_EPROTO
  * if it is truncated or corrupt; the message names the file. */
-dsim_err dsim_checkpoint_read(const char *path, dsim_checkpoint **out);
-void dsim_checkpoint_free(dsim_checkpoint *ck);
+DSIM_API dsim_err dsim_checkpoint_read(const char *path, dsim_checkpoint **out);
+DSIM_API void dsim_checkpoint_free(dsim_checkpoint *ck);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dsim/api.h"
 #include "dsim/dtype.h"
 #include "dsim/err.h"
 #include "dsim/reduce.h"
@@ -54,29 +55,29 @@ typedef struct dsim_fabric_cfg {
     void *filter_user;
 } dsim_fabric_cfg;
 
-dsim_err dsim_fabric_open(const dsim_fabric_cfg *cfg, dsim_fabric **out);
+DSIM_API dsim_err dsim_fabric_open(const dsim_fabric_cfg *cfg, dsim_fabric **out);
 /* Closes the fabric; every endpoint has been closed. */
-void dsim_fabric_close(dsim_fabric *f);
-int dsim_fabric_nranks(const dsim_fabric *f);
-const char *dsim_fabric_backend(const dsim_fabric *f);
+DSIM_API void dsim_fabric_close(dsim_fabric *f);
+DSIM_API int dsim_fabric_nranks(const dsim_fabric *f);
+DSIM_API const char *dsim_fabric_backend(const dsim_fabric *f);
 
 /* Opens rank's endpoint (once per rank). */
-dsim_err dsim_ep_open(dsim_fabric *f, int rank, dsim_ep **out);
+DSIM_API dsim_err dsim_ep_open(dsim_fabric *f, int rank, dsim_ep **out);
 /* Closes the endpoint; pending requests are cancelled. */
-void dsim_ep_close(dsim_ep *ep);
-int dsim_ep_rank(const dsim_ep *ep);
-dsim_rt *dsim_ep_rt(const dsim_ep *ep);
+DSIM_API void dsim_ep_close(dsim_ep *ep);
+DSIM_API int dsim_ep_rank(const dsim_ep *ep);
+DSIM_API dsim_rt *dsim_ep_rt(const dsim_ep *ep);
 
 /* Starts sending len bytes of buf to rank dst. */
-dsim_err dsim_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const void *buf,
-                    size_t len, dsim_req **req);
+DSIM_API dsim_err dsim_isend(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const void *buf,
+                             size_t len, dsim_req **req);
 /* Starts a send that stands for vlen bytes without moving them (timing-only
  * runs): the frame carries vlen as its 8-byte payload and the flag
  * DSIM_TP_F_VIRTUAL, so that a cost model can charge vlen bytes on the
  * wire; the receiver posts an 8-byte receive and reads the length there.
  * side: NULL, or a sideband as dsim_isend_side carries (declared below). */
-dsim_err dsim_isend_virtual(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, uint64_t vlen,
-                            const void *side, dsim_req **req);
+DSIM_API dsim_err dsim_isend_virtual(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag,
+                                     uint64_t vlen, const void *side, dsim_req **req);
 /* A sideband: DSIM_TP_SIDE_LEN bytes that one message carries next to its
  * payload, in its header, at no extra message (collective fingerprints ride
  * on the first payload to each peer this way). */
@@ -84,18 +85,19 @@ dsim_err dsim_isend_virtual(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag
 /* dsim_isend that also carries the DSIM_TP_SIDE_LEN bytes at side (copied
  * before it returns). The receive that takes the message gets them from
  * dsim_wait_side; any other receive ignores them. */
-dsim_err dsim_isend_side(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, const void *buf,
-                         size_t len, const void *side, dsim_req **req);
+DSIM_API dsim_err dsim_isend_side(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag,
+                                  const void *buf, size_t len, const void *side, dsim_req **req);
 /* Starts receiving at most cap bytes from rank src into buf. A longer
  * message fails the request with DSIM_ETRUNC. */
-dsim_err dsim_irecv(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, void *buf, size_t cap,
-                    dsim_req **req);
+DSIM_API dsim_err dsim_irecv(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, void *buf,
+                             size_t cap, dsim_req **req);
 /* Starts a receive that combines instead of copying: when the message
  * arrives, inout[i] = inout[i] (op) msg[i] for count elements of dtype t.
  * The message must be exactly count elements long (else DSIM_ETRUNC /
  * DSIM_EPROTO). Lets inproc reduce straight from the sender's buffer. */
-dsim_err dsim_irecv_reduce(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, void *inout,
-                           size_t count, dsim_dtype t, dsim_op op, dsim_req **req);
+DSIM_API dsim_err dsim_irecv_reduce(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag,
+                                    void *inout, size_t count, dsim_dtype t, dsim_op op,
+                                    dsim_req **req);
 
 /* Looks, without receiving anything, for a message on comm_id from any
  * source that no receive has taken yet: 1 with *src (if not NULL) set to
@@ -106,54 +108,55 @@ dsim_err dsim_irecv_reduce(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag,
  * service that any rank may call (the health check) serve W ranks without
  * keeping W receives posted. Costs the length of the endpoint's queue of
  * unexpected messages. */
-int dsim_probe_any(dsim_ep *ep, uint32_t comm_id, int *src);
+DSIM_API int dsim_probe_any(dsim_ep *ep, uint32_t comm_id, int *src);
 /* Waits for req until deadline, then frees it. On DSIM_OK, *len (if not
  * NULL) is the message length. On DSIM_ETIMEDOUT the request is cancelled
  * and freed too; the error context names the peer. */
-dsim_err dsim_wait(dsim_req *req, int64_t deadline, size_t *len);
+DSIM_API dsim_err dsim_wait(dsim_req *req, int64_t deadline, size_t *len);
 /* dsim_wait with a deadline already past (a poll: req is freed either way,
  * and kept if it finishes while being withdrawn), except that an unfinished
  * request returns DSIM_ETIMEDOUT without touching the error context: for
  * callers that poll often and expect "not yet". */
-dsim_err dsim_poll(dsim_req *req, size_t *len);
+DSIM_API dsim_err dsim_poll(dsim_req *req, size_t *len);
 /* dsim_wait_side with flags: DSIM_WAIT_QUIET makes a deadline that passes
  * return DSIM_ETIMEDOUT without touching the error context (an interim
  * deadline, after which the caller looks elsewhere and waits again). */
 #define DSIM_WAIT_QUIET 1u
-dsim_err dsim_wait_flags(dsim_req *req, int64_t deadline, unsigned flags, size_t *len, void *side,
-                         int *has_side);
+DSIM_API dsim_err dsim_wait_flags(dsim_req *req, int64_t deadline, unsigned flags, size_t *len,
+                                  void *side, int *has_side);
 /* dsim_wait that also hands over a receive's sideband: *has_side (if not
  * NULL) is 1 and side (DSIM_TP_SIDE_LEN bytes, if not NULL) holds it when
  * the message that the receive took carried one, whether or not its payload
  * fitted (DSIM_ETRUNC, DSIM_EPROTO of a reducing receive); else 0. */
-dsim_err dsim_wait_side(dsim_req *req, int64_t deadline, size_t *len, void *side, int *has_side);
+DSIM_API dsim_err dsim_wait_side(dsim_req *req, int64_t deadline, size_t *len, void *side,
+                                 int *has_side);
 /* Looks, without receiving or waiting, for a queued message from rank src
  * on comm_id that carries a sideband and whose tag agrees with tag on the
  * bits of mask: copies the sideband of the oldest into side and returns 1;
  * else 0 (also when ep is closed). Lets a receiver that waits in vain read
  * what a peer sent under a tag it does not expect. */
-int dsim_ep_peek_side(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, uint32_t mask,
-                      void *side);
+DSIM_API int dsim_ep_peek_side(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, uint32_t mask,
+                               void *side);
 /* Waits for all n requests (NULL entries are skipped) and frees them all,
  * whatever happens. Returns the first failure; *failed (if not NULL) is the
  * index of the failed request, else -1. */
-dsim_err dsim_waitall(dsim_req **reqs, int n, int64_t deadline, int *failed);
+DSIM_API dsim_err dsim_waitall(dsim_req **reqs, int n, int64_t deadline, int *failed);
 /* 1 if finished, 0 if not; does not free. */
-int dsim_req_done(const dsim_req *req);
+DSIM_API int dsim_req_done(const dsim_req *req);
 /* The peer rank of a request. */
-int dsim_req_peer(const dsim_req *req);
+DSIM_API int dsim_req_peer(const dsim_req *req);
 /* Cancels (if still pending) and frees req. */
-void dsim_req_cancel(dsim_req *req);
+DSIM_API void dsim_req_cancel(dsim_req *req);
 
 /* Revokes the fabric (ULFM semantics): every pending and future operation on
  * every endpoint fails with DSIM_EABORTED and every waiter wakes. failed_peer
  * (or -1) and why are kept and reported in each resulting error. Permanent
  * until the fabric is closed. */
-void dsim_fabric_abort(dsim_fabric *f, int failed_peer, const char *why);
+DSIM_API void dsim_fabric_abort(dsim_fabric *f, int failed_peer, const char *why);
 /* Aborts from one rank's side: the same as dsim_fabric_abort for backends
  * that share an address space; others tell the peers they can reach. */
-void dsim_ep_abort(dsim_ep *ep, int failed_peer, const char *why);
-int dsim_fabric_aborted(const dsim_fabric *f);
+DSIM_API void dsim_ep_abort(dsim_ep *ep, int failed_peer, const char *why);
+DSIM_API int dsim_fabric_aborted(const dsim_fabric *f);
 
 /* Counters of one endpoint. */
 typedef struct dsim_ep_stats {
@@ -166,7 +169,7 @@ typedef struct dsim_ep_stats {
      * whatever the tags, so it stays bounded however many tags are used. */
     uint64_t seq_streams;
 } dsim_ep_stats;
-void dsim_ep_get_stats(const dsim_ep *ep, dsim_ep_stats *out);
+DSIM_API void dsim_ep_get_stats(const dsim_ep *ep, dsim_ep_stats *out);
 
 /* How long an endpoint's connections took to set up (cold start: the
  * "connection set-up per peer" phase). A backend with connections (tcp)
@@ -182,14 +185,14 @@ typedef struct dsim_ep_conn_stats {
     int slowest_peer; /* whom that one reached; -1 when none */
     int modelled;     /* 1: the times are the filter's model, not measured */
 } dsim_ep_conn_stats;
-void dsim_ep_get_conn_stats(dsim_ep *ep, dsim_ep_conn_stats *out);
+DSIM_API void dsim_ep_get_conn_stats(dsim_ep *ep, dsim_ep_conn_stats *out);
 
 /* Communicator epochs: messages carry the sender's epoch for comm_id; after
  * dsim_ep_set_epoch raises it, messages of older epochs are stale. */
-void dsim_ep_set_epoch(dsim_ep *ep, uint32_t comm_id, uint32_t epoch);
+DSIM_API void dsim_ep_set_epoch(dsim_ep *ep, uint32_t comm_id, uint32_t epoch);
 
 /* Names of registered backends, NULL-terminated (static storage). */
-const char *const *dsim_transport_names(void);
+DSIM_API const char *const *dsim_transport_names(void);
 
 #ifdef __cplusplus
 }

@@ -524,192 +524,265 @@ static dsim_err ps_server_update(ps_server *p, const float *grad)
     return dsim_optim_apply(p->opt, p->shard, grad, p->count);
 }
 
+/* One request being answered, under srv->lock: the reply's header and
+ * payload are filled here. */
+typedef struct ps_call {
+    dsim_server_ctx *srv;
+    ps_server *p;
+    int client;
+    const ps_hdr *h;
+    const float *pl; /* the request's payload */
+    int64_t deadline;
+    ps_hdr r;
+    float *out;
+    size_t out_floats;
+} ps_call;
+
+/* A request that is not one this replica may send is a protocol error. */
+static dsim_err ps_check_request(dsim_server_ctx *srv, int client, const ps_hdr *h, size_t len)
+{
+    ps_server *p = srv->priv;
+    size_t n = p->count;
+    size_t want = h->op == PS_INIT   ? ps_msg_cap(n, p->slots)
+                  : h->op == PS_PUSH ? ps_msg_cap(n, 0)
+                                     : sizeof(ps_hdr);
+    int N = srv->shape.num_replicas;
+    bool closure_ok = h->op == PS_PUSH ? h->closure < (uint32_t)N
+                      : h->op == PS_ADOPT
+                          ? h->closure < (uint32_t)N && h->closure != (uint32_t)client
+                          : true;
+    if (h->op < PS_INIT || h->op >= PS_OP_END || len != want || h->from != (uint32_t)client ||
+        !closure_ok)
+        return DSIM_ERR(DSIM_EPROTO, client,
+                        "parameter server %d: a malformed request from replica %d (op %u, %zu "
+                        "bytes, from %u, closure %u)",
+                        srv->server, client, h->op, len, h->from, h->closure);
+    if (srv->shape.ps_mode != DSIM_PS_ASYNC &&
+        (h->op == PS_LOST || h->op == PS_ADOPT || (h->op == PS_PUSH && h->closure != h->from)))
+        return DSIM_ERR(DSIM_EPROTO, client,
+                        "parameter server %d: replica %d asked to re-run another replica's steps "
+                        "(%s), which only asynchronous training does",
+                        srv->server, client, ps_op_names[h->op]);
+    return DSIM_OK;
+}
+
+/* INIT: the chief's initial values and optimizer state for the shard. */
+static dsim_err ps_op_init(ps_call *k)
+{
+    ps_server *p = k->p;
+    size_t n = p->count;
+    dsim_err e = DSIM_OK;
+    if (k->client != 0)
+        return DSIM_ERR(DSIM_EPROTO, k->client,
+                        "parameter server %d: replica %d sent INIT; only the chief (replica 0) "
+                        "creates the variables",
+                        k->srv->server, k->client);
+    memcpy(p->shard, k->pl, n * sizeof(float));
+    if (n) {
+        dsim_strategy_vars v = {
+            .n_params = n,
+            .optim_state_len = (size_t)p->slots * n,
+            .optim_state = (float *)(k->pl + n),
+            .optim_step = k->h->optim_step,
+        };
+        dsim_optim_destroy(p->opt);
+        p->opt = NULL;
+        e = dsim_strategy_optim_from_vars(k->srv->optim, n, &v, &p->opt);
+    }
+    p->version = 0;
+    p->initialized = 1;
+    dsim_waitq_wake(k->srv->lock);
+    return e;
+}
+
+/* PULL and SAVE: the shard's values (and for SAVE its optimizer state). */
+static dsim_err ps_op_read(ps_call *k)
+{
+    ps_server *p = k->p;
+    size_t n = p->count;
+    /* Replicas may ask before the chief's INIT has arrived. */
+    dsim_err e = ps_wait_change(k->srv, &p->initialized, 0, k->deadline,
+                                "waiting for the chief to create the variables", k->client);
+    if (e != DSIM_OK)
+        return e;
+    memcpy(k->out, p->shard, n * sizeof(float));
+    k->out_floats = n;
+    if (k->h->op == PS_SAVE) {
+        for (int s = 0; s < p->slots && p->opt; s++)
+            memcpy(k->out + (size_t)(s + 1) * n, dsim_optim_state(p->opt) + (size_t)s * n,
+                   n * sizeof(float));
+        k->out_floats = (size_t)(1 + p->slots) * n;
+        k->r.optim_step = p->opt ? dsim_optim_step(p->opt) : 0;
+    }
+    return DSIM_OK;
+}
+
+/* A synchronous PUSH: the last of the N replicas' gradients sums them (in
+ * replica order, whatever the arrival order: the same bits on every run)
+ * and updates the shard; the others wait for that. */
+static dsim_err ps_push_sync(ps_call *k)
+{
+    ps_server *p = k->p;
+    dsim_server_ctx *srv = k->srv;
+    size_t n = p->count;
+    int N = srv->shape.num_replicas, client = k->client;
+    dsim_err e = DSIM_OK;
+    memcpy(p->agg + (size_t)client * n, k->pl, n * sizeof(float));
+    p->vread[client] = k->h->version;
+    p->gstep[client] = k->h->step;
+    uint64_t my_round = p->round;
+    if (++p->arrived < N)
+        return ps_wait_change(srv, &p->round, my_round, k->deadline,
+                              "waiting for the other replicas' gradients of the step", client);
+    for (int c = 1; c < N && e == DSIM_OK; c++)
+        e = dsim_reduce_local(p->agg, p->agg + (size_t)c * n, n, DSIM_F32, DSIM_SUM);
+    for (int c = 0; c < N && e == DSIM_OK; c++)
+        e = dsim_server_record_update(srv, c, p->gstep[c], p->vread[c], p->version);
+    if (e == DSIM_OK)
+        e = ps_server_update(p, p->agg);
+    p->version++;
+    p->arrived = 0;
+    p->round++;
+    dsim_waitq_wake(srv->lock);
+    return e;
+}
+
+/* PUSH: a replica's gradient (asynchronous: applied at once), answered with
+ * the shard's values after it. */
+static dsim_err ps_op_push(ps_call *k)
+{
+    ps_server *p = k->p;
+    const ps_hdr *h = k->h;
+    dsim_err e = DSIM_OK;
+    if (!p->initialized)
+        return DSIM_ERR(DSIM_EPROTO, k->client,
+                        "parameter server %d: replica %d pushed before the variables existed",
+                        k->srv->server, k->client);
+    if (k->srv->shape.ps_mode == DSIM_PS_ASYNC) {
+        e = dsim_server_record_update(k->srv, k->client, h->step, h->version, p->version);
+        if (e == DSIM_OK)
+            e = ps_server_update(p, k->pl);
+        if (e == DSIM_OK) {
+            p->version++;
+            if (h->step + 1 > p->applied_to[h->closure])
+                p->applied_to[h->closure] = h->step + 1;
+        }
+    } else {
+        e = ps_push_sync(k);
+    }
+    if (e != DSIM_OK)
+        return e;
+    memcpy(k->out, p->shard, p->count * sizeof(float));
+    k->out_floats = p->count;
+    return DSIM_OK;
+}
+
+/* LOST: server 0 hands out lost replicas' steps, one taker each. */
+static dsim_err ps_op_lost(ps_call *k)
+{
+    ps_server *p = k->p;
+    int N = k->srv->shape.num_replicas;
+    k->r.step = 0;
+    for (int c = 0; k->srv->server == 0 && c < N; c++) {
+        if (c != k->client && p->lost[c] && p->adopted_by[c] < 0 && !p->done_from[c]) {
+            ps_adopt(p, c, k->client);
+            k->r.step = (uint64_t)c + 1;
+            dsim_waitq_wake(k->srv->lock);
+            break;
+        }
+    }
+    return DSIM_OK;
+}
+
+/* DONE: the replica has no more work; answered when every replica is done,
+ * with the shard's final values, or within half the timeout whatever
+ * happens, so that neither this replica's wait for the answer nor this
+ * worker's wait for its next request times out while others still train.
+ * Without a timeout (-1) nothing times out, so it waits for all of them. */
+static dsim_err ps_op_done(ps_call *k)
+{
+    ps_server *p = k->p;
+    dsim_server_ctx *srv = k->srv;
+    int N = srv->shape.num_replicas;
+    if (!p->done_from[k->client]) {
+        p->done_from[k->client] = 1;
+        dsim_waitq_wake(srv->lock);
+    }
+    int64_t poll =
+        srv->timeout_ns < 0
+            ? DSIM_NO_DEADLINE
+            : dsim_rt_deadline(srv->rt, srv->timeout_ns / 2 > 0 ? srv->timeout_ns / 2 : 1);
+    int done;
+    while ((done = ps_done_count(p, N)) < N) {
+        if (dsim_fabric_aborted(srv->fabric))
+            return DSIM_ERR(DSIM_EABORTED, -1,
+                            "parameter server %d: the job was aborted while replica %d waited "
+                            "for the others to finish",
+                            srv->server, k->client);
+        if (dsim_waitq_wait(srv->lock, poll) == DSIM_ETIMEDOUT)
+            break;
+    }
+    k->r.step = (uint64_t)done;
+    if (done == N) {
+        memcpy(k->out, p->shard, p->count * sizeof(float));
+        k->out_floats = p->count;
+    }
+    return DSIM_OK;
+}
+
 static dsim_err ps_handle(dsim_server_ctx *srv, int client, unsigned char *req, size_t len,
                           unsigned char *rep, size_t *rep_len, int *stop)
 {
     ps_server *p = srv->priv;
     ps_hdr h;
     memcpy(&h, req, sizeof h);
-    const float *pl = ps_payload(req);
-    size_t n = p->count;
-    size_t want = h.op == PS_INIT   ? ps_msg_cap(n, p->slots)
-                  : h.op == PS_PUSH ? ps_msg_cap(n, 0)
-                                    : sizeof(ps_hdr);
-    int N = srv->shape.num_replicas;
-    bool closure_ok = h.op == PS_PUSH    ? h.closure < (uint32_t)N
-                      : h.op == PS_ADOPT ? h.closure < (uint32_t)N && h.closure != (uint32_t)client
-                                         : true;
-    if (h.op < PS_INIT || h.op >= PS_OP_END || len != want || h.from != (uint32_t)client ||
-        !closure_ok)
-        return DSIM_ERR(DSIM_EPROTO, client,
-                        "parameter server %d: a malformed request from replica %d (op %u, %zu "
-                        "bytes, from %u, closure %u)",
-                        srv->server, client, h.op, len, h.from, h.closure);
-    if (srv->shape.ps_mode != DSIM_PS_ASYNC &&
-        (h.op == PS_LOST || h.op == PS_ADOPT || (h.op == PS_PUSH && h.closure != h.from)))
-        return DSIM_ERR(DSIM_EPROTO, client,
-                        "parameter server %d: replica %d asked to re-run another replica's steps "
-                        "(%s), which only asynchronous training does",
-                        srv->server, client, ps_op_names[h.op]);
+    DSIM_CHECK(ps_check_request(srv, client, &h, len));
     if (h.op == PS_STOP) {
         *stop = 1;
         return DSIM_OK;
     }
-    int64_t deadline = dsim_rt_deadline(srv->rt, srv->timeout_ns);
-    ps_hdr r = {.op = h.op, .from = h.from};
-    float *out = ps_payload(rep);
-    size_t out_floats = 0;
+    ps_call k = {
+        .srv = srv,
+        .p = p,
+        .client = client,
+        .h = &h,
+        .pl = ps_payload(req),
+        .deadline = dsim_rt_deadline(srv->rt, srv->timeout_ns),
+        .r = {.op = h.op, .from = h.from},
+        .out = ps_payload(rep),
+    };
     dsim_err e = DSIM_OK;
     dsim_waitq_lock(srv->lock);
     switch (h.op) {
-    case PS_INIT: {
-        if (client != 0) {
-            e = DSIM_ERR(DSIM_EPROTO, client,
-                         "parameter server %d: replica %d sent INIT; only the chief (replica 0) "
-                         "creates the variables",
-                         srv->server, client);
-            break;
-        }
-        memcpy(p->shard, pl, n * sizeof(float));
-        if (n) {
-            dsim_strategy_vars v = {
-                .n_params = n,
-                .optim_state_len = (size_t)p->slots * n,
-                .optim_state = (float *)(pl + n),
-                .optim_step = h.optim_step,
-            };
-            dsim_optim_destroy(p->opt);
-            p->opt = NULL;
-            e = dsim_strategy_optim_from_vars(srv->optim, n, &v, &p->opt);
-        }
-        p->version = 0;
-        p->initialized = 1;
-        dsim_waitq_wake(srv->lock);
+    case PS_INIT:
+        e = ps_op_init(&k);
         break;
-    }
     case PS_PULL:
-    case PS_SAVE: {
-        /* Replicas may ask before the chief's INIT has arrived. */
-        e = ps_wait_change(srv, &p->initialized, 0, deadline,
-                           "waiting for the chief to create the variables", client);
-        if (e != DSIM_OK)
-            break;
-        memcpy(out, p->shard, n * sizeof(float));
-        out_floats = n;
-        if (h.op == PS_SAVE) {
-            for (int k = 0; k < p->slots && p->opt; k++)
-                memcpy(out + (size_t)(k + 1) * n, dsim_optim_state(p->opt) + (size_t)k * n,
-                       n * sizeof(float));
-            out_floats = (size_t)(1 + p->slots) * n;
-            r.optim_step = p->opt ? dsim_optim_step(p->opt) : 0;
-        }
+    case PS_SAVE:
+        e = ps_op_read(&k);
         break;
-    }
-    case PS_PUSH: {
-        if (!p->initialized) {
-            e = DSIM_ERR(DSIM_EPROTO, client,
-                         "parameter server %d: replica %d pushed before the variables existed",
-                         srv->server, client);
-            break;
-        }
-        if (srv->shape.ps_mode == DSIM_PS_ASYNC) {
-            e = dsim_server_record_update(srv, client, h.step, h.version, p->version);
-            if (e == DSIM_OK)
-                e = ps_server_update(p, pl);
-            if (e == DSIM_OK) {
-                p->version++;
-                if (h.step + 1 > p->applied_to[h.closure])
-                    p->applied_to[h.closure] = h.step + 1;
-            }
-        } else {
-            memcpy(p->agg + (size_t)client * n, pl, n * sizeof(float));
-            p->vread[client] = h.version;
-            p->gstep[client] = h.step;
-            uint64_t my_round = p->round;
-            if (++p->arrived == N) {
-                /* Replica order, whatever the arrival order: the same bits on
-                 * every run. */
-                for (int c = 1; c < N && e == DSIM_OK; c++)
-                    e = dsim_reduce_local(p->agg, p->agg + (size_t)c * n, n, DSIM_F32, DSIM_SUM);
-                for (int c = 0; c < N && e == DSIM_OK; c++)
-                    e = dsim_server_record_update(srv, c, p->gstep[c], p->vread[c], p->version);
-                if (e == DSIM_OK)
-                    e = ps_server_update(p, p->agg);
-                p->version++;
-                p->arrived = 0;
-                p->round++;
-                dsim_waitq_wake(srv->lock);
-            } else {
-                e = ps_wait_change(srv, &p->round, my_round, deadline,
-                                   "waiting for the other replicas' gradients of the step", client);
-            }
-        }
-        if (e != DSIM_OK)
-            break;
-        memcpy(out, p->shard, n * sizeof(float));
-        out_floats = n;
+    case PS_PUSH:
+        e = ps_op_push(&k);
         break;
-    }
-    case PS_LOST: {
-        /* Server 0 hands out lost replicas' steps, one taker each. */
-        r.step = 0;
-        for (int c = 0; srv->server == 0 && c < N; c++) {
-            if (c != client && p->lost[c] && p->adopted_by[c] < 0 && !p->done_from[c]) {
-                ps_adopt(p, c, client);
-                r.step = (uint64_t)c + 1;
-                dsim_waitq_wake(srv->lock);
-                break;
-            }
-        }
+    case PS_LOST:
+        e = ps_op_lost(&k);
         break;
-    }
     case PS_ADOPT:
         ps_adopt(p, (int)h.closure, client);
-        r.step = p->applied_to[h.closure];
-        r.closure = h.closure;
+        k.r.step = p->applied_to[h.closure];
+        k.r.closure = h.closure;
         dsim_waitq_wake(srv->lock);
         break;
-    case PS_DONE: {
-        if (!p->done_from[client]) {
-            p->done_from[client] = 1;
-            dsim_waitq_wake(srv->lock);
-        }
-        /* Answered within half the timeout whatever happens, so that
-         * neither this replica's wait for the answer nor this worker's wait
-         * for its next request times out while others still train. Without a
-         * timeout (-1) nothing times out, so it waits for all of them. */
-        int64_t poll =
-            srv->timeout_ns < 0
-                ? DSIM_NO_DEADLINE
-                : dsim_rt_deadline(srv->rt, srv->timeout_ns / 2 > 0 ? srv->timeout_ns / 2 : 1);
-        int done;
-        while ((done = ps_done_count(p, N)) < N) {
-            if (dsim_fabric_aborted(srv->fabric)) {
-                e = DSIM_ERR(DSIM_EABORTED, -1,
-                             "parameter server %d: the job was aborted while replica %d waited "
-                             "for the others to finish",
-                             srv->server, client);
-                break;
-            }
-            if (dsim_waitq_wait(srv->lock, poll) == DSIM_ETIMEDOUT)
-                break;
-        }
-        if (e != DSIM_OK)
-            break;
-        r.step = (uint64_t)done;
-        if (done == N) {
-            memcpy(out, p->shard, n * sizeof(float));
-            out_floats = n;
-        }
+    case PS_DONE:
+        e = ps_op_done(&k);
         break;
     }
-    }
-    r.version = p->version;
+    k.r.version = p->version;
     dsim_waitq_unlock(srv->lock);
     if (e != DSIM_OK)
         return e;
-    memcpy(rep, &r, sizeof r);
-    *rep_len = sizeof r + out_floats * sizeof(float);
+    memcpy(rep, &k.r, sizeof k.r);
+    *rep_len = sizeof k.r + k.out_floats * sizeof(float);
     return DSIM_OK;
 }
 

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dsim/api.h"
 #include "dsim/err.h"
 
 #ifdef __cplusplus
@@ -34,28 +35,29 @@ typedef struct dsim_secret {
 } dsim_secret;
 
 /* SHA-256 of a buffer (FIPS 180-4). */
-void dsim_sha256(const void *data, size_t len, uint8_t out[32]);
+DSIM_API void dsim_sha256(const void *data, size_t len, uint8_t out[32]);
 
 /* HMAC-SHA256 (RFC 2104) of the concatenation of n parts. */
-void dsim_hmac_sha256(const uint8_t *key, size_t klen, const void *const *parts, const size_t *lens,
-                      int n, uint8_t out[DSIM_AUTH_MAC]);
+DSIM_API void dsim_hmac_sha256(const uint8_t *key, size_t klen, const void *const *parts,
+                               const size_t *lens, int n, uint8_t out[DSIM_AUTH_MAC]);
 
 /* The MAC of a handshake message: HMAC(secret, label || nonce || msg). */
-void dsim_auth_mac(const dsim_secret *s, const char *label, const uint8_t nonce[DSIM_AUTH_NONCE],
-                   const void *msg, size_t len, uint8_t out[DSIM_AUTH_MAC]);
+DSIM_API void dsim_auth_mac(const dsim_secret *s, const char *label,
+                            const uint8_t nonce[DSIM_AUTH_NONCE], const void *msg, size_t len,
+                            uint8_t out[DSIM_AUTH_MAC]);
 
 /* 1 when a and b are equal, in time that does not depend on where they
  * differ. */
-int dsim_auth_equal(const uint8_t *a, const uint8_t *b, size_t n);
+DSIM_API int dsim_auth_equal(const uint8_t *a, const uint8_t *b, size_t n);
 
 /* Fills a nonce from the kernel's random source (getrandom). */
-dsim_err dsim_auth_nonce(uint8_t out[DSIM_AUTH_NONCE]);
+DSIM_API dsim_err dsim_auth_nonce(uint8_t out[DSIM_AUTH_NONCE]);
 
 /* Loads the secret: from the file at path (its bytes, a trailing newline
  * dropped) when path is not NULL, else from $DSIM_CLUSTER_SECRET when set and
  * not empty, else none (s->len 0). An empty or unreadable file, or one over
  * DSIM_AUTH_MAX_KEY bytes, is DSIM_EINVAL naming the path. */
-dsim_err dsim_secret_load(const char *path, dsim_secret *s);
+DSIM_API dsim_err dsim_secret_load(const char *path, dsim_secret *s);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "dsim/api.h"
 #include "dsim/rt.h"
 
 #ifdef __cplusplus
@@ -62,7 +63,7 @@ struct dsim_rt_ops {
 /* The flags of the engine registered as `engine` (NULL: "threads"); 0 when
  * no engine has that name. For code that must refuse an engine before it
  * creates one. */
-unsigned dsim_rt_engine_flags(const char *engine);
+DSIM_API unsigned dsim_rt_engine_flags(const char *engine);
 
 struct dsim_rt {
     const struct dsim_rt_ops *ops;
@@ -80,20 +81,20 @@ struct dsim_rt {
  * DSIM_RT_WORKER_STATE_MAX bytes; dsim_rt_worker_state_size says how many
  * are used. */
 #define DSIM_RT_WORKER_STATE_MAX 1024
-size_t dsim_rt_worker_state_size(void);
-void dsim_rt_worker_state_init(void *buf);
-void dsim_rt_worker_state_save(void *buf);
-void dsim_rt_worker_state_restore(const void *buf);
+DSIM_API size_t dsim_rt_worker_state_size(void);
+DSIM_API void dsim_rt_worker_state_init(void *buf);
+DSIM_API void dsim_rt_worker_state_save(void *buf);
+DSIM_API void dsim_rt_worker_state_restore(const void *buf);
 
 /* For libdsim's modules: registers thread-local state (addr() returns the
  * calling thread's copy, init its value in a new worker, may be NULL for
  * zeroes). Called from constructors, before any engine runs. */
-void dsim_rt_worker_state_add(void *(*addr)(void), const void *init, size_t size);
+DSIM_API void dsim_rt_worker_state_add(void *(*addr)(void), const void *init, size_t size);
 /* The same, for state whose meaningful part is often a short prefix:
  * used(p) says how many of its size bytes at p a switch must carry (a
  * message buffer up to its terminator). */
-void dsim_rt_worker_state_add_used(void *(*addr)(void), const void *init, size_t size,
-                                   size_t (*used)(const void *p));
+DSIM_API void dsim_rt_worker_state_add_used(void *(*addr)(void), const void *init, size_t size,
+                                            size_t (*used)(const void *p));
 
 /* Prefetch hints: what a worker touches first when it runs again (the
  * request and endpoint it waits on, its communicator). libdsim's modules
@@ -112,18 +113,18 @@ enum {
     DSIM_RT_HINT_PEER,
     DSIM_RT_HINT_PEER_MAP
 };
-void dsim_rt_hint(int slot, const void *p);
-void dsim_rt_worker_prefetch(const void *buf);
+DSIM_API void dsim_rt_hint(int slot, const void *p);
+DSIM_API void dsim_rt_worker_prefetch(const void *buf);
 /* The byte offset and length of the hints in a worker state buffer (for an
  * engine that prefetches the buffer itself one turn earlier). */
-size_t dsim_rt_worker_hints_offset(void);
+DSIM_API size_t dsim_rt_worker_hints_offset(void);
 
 /* Registers an engine; required members are checked. Built-ins register
  * themselves on first use. */
-dsim_err dsim_rt_register(const struct dsim_rt_ops *ops);
+DSIM_API dsim_err dsim_rt_register(const struct dsim_rt_ops *ops);
 
 /* The built-in engine tables. */
-extern const struct dsim_rt_ops dsim_rt_threads_ops;
+DSIM_API extern const struct dsim_rt_ops dsim_rt_threads_ops;
 
 #ifdef __cplusplus
 }

@@ -52,6 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dsim/api.h"
 #include "dsim/comm.h"
 #include "dsim/err.h"
 #include "dsim/model.h"
@@ -97,7 +98,7 @@ typedef enum dsim_var_placement {
 } dsim_var_placement;
 
 /* "unspecified", "one_device", "mirrored", "central", "sharded". */
-const char *dsim_var_placement_name(dsim_var_placement p);
+DSIM_API const char *dsim_var_placement_name(dsim_var_placement p);
 
 /* The cluster a job asks for. */
 typedef struct dsim_strategy_shape {
@@ -278,19 +279,19 @@ struct dsim_strategy_ops {
  * no-op; another table under a taken name is DSIM_EINVAL. The built-ins
  * (one_device, mirrored, multi_worker_mirrored, central_storage,
  * parameter_server) register themselves on first use. */
-dsim_err dsim_strategy_register(const struct dsim_strategy_ops *ops);
+DSIM_API dsim_err dsim_strategy_register(const struct dsim_strategy_ops *ops);
 
 /* For parameter servers: records that `replica`'s update read at
  * version_read was applied when the server was at version_applied
  * (staleness = version_applied - version_read, in versions). Call it with
  * srv->lock held; the records come back in dsim_train_result.updates. */
-dsim_err dsim_server_record_update(dsim_server_ctx *srv, int replica, uint64_t step,
-                                   uint64_t version_read, uint64_t version_applied);
+DSIM_API dsim_err dsim_server_record_update(dsim_server_ctx *srv, int replica, uint64_t step,
+                                            uint64_t version_read, uint64_t version_applied);
 
 /* The contiguous share of n parameters that shard s of nshards holds, as
  * even as possible (the first n % nshards shards get one more):
  * [*first, *first + *count). */
-void dsim_strategy_shard_range(size_t n, int nshards, int s, size_t *first, size_t *count);
+DSIM_API void dsim_strategy_shard_range(size_t n, int nshards, int s, size_t *first, size_t *count);
 
 #ifdef __cplusplus
 }

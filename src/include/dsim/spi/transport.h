@@ -1,8 +1,8 @@
 /* For people who write a transport backend: the ops table and the calls a
  * backend makes into the shared transport layer.
  *
- * Division of work. The shared layer (src/transport/transport.c and
- * match.c) owns endpoints, requests, headers, matching, sequence numbers,
+ * Division of work. The shared layer (src/transport/; transport.c lists
+ * its files) owns endpoints, requests, headers, matching, sequence numbers,
  * epochs, deadlines, cancellation and abort. A backend only moves frames:
  *
  *   send side:    dsim_isend builds the header (src, dst, comm_id, epoch,
@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dsim/api.h"
 #include "dsim/transport.h"
 
 #ifdef __cplusplus
@@ -136,27 +137,27 @@ struct dsim_tp_ops {
  * members: DSIM_EINVAL with a message naming what is wrong; a taken name:
  * DSIM_EINVAL) and copied, missing optional members replaced by "not
  * supported" stubs. Built-in backends register themselves on first use. */
-dsim_err dsim_transport_register(const struct dsim_tp_ops *ops);
+DSIM_API dsim_err dsim_transport_register(const struct dsim_tp_ops *ops);
 
 /* The built-in backends. */
-extern const struct dsim_tp_ops dsim_tp_inproc_ops;
+DSIM_API extern const struct dsim_tp_ops dsim_tp_inproc_ops;
 /* tcp: sockets, in one process (every rank local, 127.0.0.1) or across
  * processes and machines. Options: addrs=HOST:PORT;HOST:PORT;... or
  * addrs_file=PATH (one address per rank), local=A-B (the ranks this process
  * hosts), connect_timeout=30s, io_threads=1, max_frame=1g; see tcp.c. */
-extern const struct dsim_tp_ops dsim_tp_tcp_ops;
+DSIM_API extern const struct dsim_tp_ops dsim_tp_tcp_ops;
 
 /* Backend state and context. */
-void *dsim_tp_fabric_priv(dsim_fabric *f);
-void *dsim_tp_ep_priv(dsim_ep *ep);
-void *dsim_tp_req_priv(dsim_req *req);
+DSIM_API void *dsim_tp_fabric_priv(dsim_fabric *f);
+DSIM_API void *dsim_tp_ep_priv(dsim_ep *ep);
+DSIM_API void *dsim_tp_req_priv(dsim_req *req);
 
-dsim_rt *dsim_tp_fabric_rt(dsim_fabric *f);
-dsim_fabric *dsim_tp_ep_fabric(dsim_ep *ep);
+DSIM_API dsim_rt *dsim_tp_fabric_rt(dsim_fabric *f);
+DSIM_API dsim_fabric *dsim_tp_ep_fabric(dsim_ep *ep);
 /* The shared-layer endpoint of `rank` in this address space, created on
  * first use (open or not yet); NULL if rank is out of range or memory ran
  * out (with an error recorded). Lives until the fabric closes. */
-dsim_ep *dsim_tp_fabric_ep(dsim_fabric *f, int rank);
+DSIM_API dsim_ep *dsim_tp_fabric_ep(dsim_fabric *f, int rank);
 
 /* Hands an arrived frame to ep's receive path. payload holds len bytes.
  * Frames from one source must be handed over one at a time, in the order
@@ -171,31 +172,31 @@ dsim_ep *dsim_tp_fabric_ep(dsim_fabric *f, int rank);
  * (rejections are counted in ep's dsim_ep_stats, never delivered, and never
  * reported to the sender, as on a real network). DSIM_EABORTED / DSIM_EPEER
  * (ep closed): the frame was not taken and zc_send is untouched. */
-dsim_err dsim_tp_deliver(dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload, size_t len,
-                         dsim_req *zc_send);
+DSIM_API dsim_err dsim_tp_deliver(dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload,
+                                  size_t len, dsim_req *zc_send);
 
 /* Completes a send request the backend owns. status != DSIM_OK: the calling
  * thread's error context (set with DSIM_ERR just before) goes with the
  * request and is what dsim_wait reports. */
-void dsim_tp_complete(dsim_req *req, dsim_err status);
+DSIM_API void dsim_tp_complete(dsim_req *req, dsim_err status);
 
 /* Sends a hand-made frame from ep to rank `to` through the backend, as
  * ops->send would, bypassing header construction and sequence numbering:
  * for conformance tests and the fault decorator (stale, misrouted, corrupt,
  * duplicate frames). Returns a send request like dsim_isend. */
-dsim_err dsim_tp_inject(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void *payload,
-                        size_t len, dsim_req **req);
+DSIM_API dsim_err dsim_tp_inject(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void *payload,
+                                 size_t len, dsim_req **req);
 
 /* The header dsim_isend would put on the next frame from ep to dst
  * (comm_id, tag, len; seq is the next one), without sending anything. */
-dsim_err dsim_tp_hdr_next(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, size_t len,
-                          dsim_tp_hdr *out);
+DSIM_API dsim_err dsim_tp_hdr_next(dsim_ep *ep, int dst, uint32_t comm_id, uint32_t tag, size_t len,
+                                   dsim_tp_hdr *out);
 
 /* CRC-32C (Castagnoli) of n bytes: the payload checksum of every backend. */
-uint32_t dsim_tp_checksum(const void *p, size_t n);
+DSIM_API uint32_t dsim_tp_checksum(const void *p, size_t n);
 /* The same, zlib-style incremental: dsim_tp_crc32c(dsim_tp_crc32c(0, a), b)
  * is the CRC of a then b. */
-uint32_t dsim_tp_crc32c(uint32_t crc, const void *buf, size_t n);
+DSIM_API uint32_t dsim_tp_crc32c(uint32_t crc, const void *buf, size_t n);
 
 /* ---- fault filters ----
  *
@@ -249,7 +250,8 @@ struct dsim_tp_filter {
 
 /* Hands a frame the filter took to ep's receive path, bypassing the filter
  * (payload is read during the call only). Same results as dsim_tp_deliver. */
-dsim_err dsim_tp_deliver_held(dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload, size_t len);
+DSIM_API dsim_err dsim_tp_deliver_held(dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload,
+                                       size_t len);
 
 /* For backends whose links can break (a connection closes, is reset, or
  * carries a corrupt frame: a byte stream cannot be resynchronised): the link
@@ -268,25 +270,26 @@ dsim_err dsim_tp_deliver_held(dsim_ep *ep, const dsim_tp_hdr *hdr, const void *p
  * link for good: the sender fails it and every later send to that peer with
  * DSIM_EPEER, the receiver sees the link go and calls dsim_tp_peer_lost. A
  * sequence gap is therefore never skipped silently on a live link. */
-void dsim_tp_peer_lost(dsim_ep *ep, int peer, dsim_err code, const char *fmt, ...)
+DSIM_API void dsim_tp_peer_lost(dsim_ep *ep, int peer, dsim_err code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Counts one frame for ep that the backend dropped as corrupt before it could
  * hand it over (bad checksum or framing), in dsim_ep_stats.rejected_corrupt. */
-void dsim_tp_count_corrupt(dsim_ep *ep);
+DSIM_API void dsim_tp_count_corrupt(dsim_ep *ep);
 /* The header of a frame whose sender withdrew it after it took its sequence
  * number: the receive path checks it and advances the sequence of its pair
  * as for a delivered frame (a gap before it is still reported), but delivers
  * nothing. Same ordering rule and return values as dsim_tp_deliver. */
-dsim_err dsim_tp_withdrawn(dsim_ep *ep, const dsim_tp_hdr *hdr);
+DSIM_API dsim_err dsim_tp_withdrawn(dsim_ep *ep, const dsim_tp_hdr *hdr);
 
 /* Walks a backend options string "key=value,key=value". Each call stores
  * the next pair (NUL-terminated) and returns 1; 0 at the end; -1 on a
  * malformed item or one too long for the buffers (with an error recorded
  * naming the backend and the item). *cursor starts at the string (or NULL). */
-int dsim_tp_opt_next(const char *backend, const char **cursor, char *key, size_t kcap, char *val,
-                     size_t vcap);
+DSIM_API int dsim_tp_opt_next(const char *backend, const char **cursor, char *key, size_t kcap,
+                              char *val, size_t vcap);
 /* Parses a byte count with an optional k/m/g suffix (powers of 1024). */
-dsim_err dsim_tp_opt_size(const char *backend, const char *key, const char *val, size_t *out);
+DSIM_API dsim_err dsim_tp_opt_size(const char *backend, const char *key, const char *val,
+                                   size_t *out);
 
 #ifdef __cplusplus
 }

@@ -1,24 +1,15 @@
-/* Reading the store from another connection (store.h): a stored run as
- * dsim replay needs it, and the supervisor's marking of the runs a dead
- * process left 'running'. */
+/* Reading a run back from a store file (dsim_store_read_run), and marking
+ * the runs of a process that died as crashed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
 
-#include "dsim/err.h"
+#include "dsim/log.h"
 #include "store.h"
 #include "store_int.h"
-
-static int64_t store_wall_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* ---- reading a run back ---- */
 

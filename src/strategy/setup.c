@@ -1,0 +1,126 @@
+/* What dsim_train (train.c) and dsim_train_reference (reference.c) share:
+ * the checks of the data, model and optimizer, the dataset and its file
+ * list, each worker's input, the initial variables and the mean loss. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsim/rng.h"
+#include "strategy_int.h"
+
+void dsim_train_setup_close(dsim_train_setup *su)
+{
+    dsim_dataset_free(su->ds_owned);
+    free(su->file_start);
+    free(su->file_ids);
+    memset(su, 0, sizeof *su);
+}
+
+dsim_err dsim_train_input(const dsim_train_cfg *cfg, const dsim_train_setup *su, int worker,
+                          dsim_input **out)
+{
+    dsim_input_config ic = {
+        .dataset = &su->desc,
+        .policy = cfg->shard,
+        .global_batch = cfg->global_batch,
+        .num_workers = cfg->hosts,
+        .replicas_per_worker = cfg->devices_per_host,
+        .worker = worker,
+        .seed = cfg->seed,
+        .shuffle = cfg->shuffle,
+        .drop_remainder = cfg->drop_remainder,
+        .epochs = cfg->epochs,
+        /* 0 while the setup makes the first input; then every worker's
+         * input skips what that one already did for the whole job */
+        .steps_per_epoch = su->steps_per_epoch,
+    };
+    return dsim_input_create(&ic, out);
+}
+
+dsim_err dsim_train_setup_open(const dsim_train_cfg *cfg, dsim_train_setup *su)
+{
+    memset(su, 0, sizeof *su);
+    if (cfg->hosts < 1 || cfg->devices_per_host < 1)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: the cluster is %d host(s) x %d device(s); both must be >= 1",
+                        cfg->hosts, cfg->devices_per_host);
+    if (cfg->global_batch < 1)
+        return DSIM_ERR(DSIM_EINVAL, -1, "train: global_batch is %lld; it must be >= 1",
+                        (long long)cfg->global_batch);
+    if (cfg->epochs < 1)
+        return DSIM_ERR(DSIM_EINVAL, -1, "train: epochs is %u; it must be >= 1", cfg->epochs);
+    if (cfg->dataset) {
+        su->ds = cfg->dataset;
+    } else {
+        DSIM_CHECK(dsim_dataset_make(&cfg->data, &su->ds_owned));
+        su->ds = su->ds_owned;
+    }
+    const dsim_dataset *ds = su->ds;
+    dsim_err e = DSIM_OK;
+    if (cfg->model.in_dim == 0)
+        dsim_dataset_model_spec(ds, &su->model);
+    else
+        su->model = cfg->model;
+    if ((e = dsim_model_validate(&su->model)) != DSIM_OK ||
+        (e = dsim_dataset_check_model(ds, &su->model)) != DSIM_OK ||
+        (e = dsim_optim_validate(&cfg->optim)) != DSIM_OK)
+        goto fail;
+    su->optim = cfg->optim;
+    su->n_params = dsim_model_num_params(&su->model);
+    {
+        dsim_optim *probe = NULL;
+        if ((e = dsim_optim_create(&su->optim, su->n_params, &probe)) != DSIM_OK)
+            goto fail;
+        su->optim_state_len = dsim_optim_state_len(probe);
+        dsim_optim_destroy(probe);
+    }
+    /* The dataset's record files become the input's file list. */
+    uint64_t n = ds->spec.n_examples;
+    su->desc.n_examples = n;
+    su->desc.hint = cfg->hint;
+    if (!cfg->in_memory) {
+        size_t nf = ds->spec.n_files;
+        su->file_start = malloc((nf + 1) * sizeof *su->file_start);
+        su->file_ids = malloc((n ? n : 1) * sizeof *su->file_ids);
+        if (!su->file_start || !su->file_ids) {
+            e = DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the file list");
+            goto fail;
+        }
+        for (size_t f = 0; f <= nf; f++)
+            su->file_start[f] = ds->file_start[f];
+        for (uint64_t i = 0; i < n; i++)
+            su->file_ids[i] = i;
+        su->desc.n_files = (uint32_t)nf;
+        su->desc.file_start = su->file_start;
+        su->desc.file_ids = su->file_ids;
+    }
+    {
+        dsim_input *in = NULL;
+        if ((e = dsim_train_input(cfg, su, 0, &in)) != DSIM_OK)
+            goto fail;
+        su->steps_per_epoch = dsim_input_steps_per_epoch(in);
+        su->applied = dsim_input_policy_applied(in);
+        dsim_input_destroy(in);
+    }
+    return DSIM_OK;
+fail:
+    dsim_train_setup_close(su);
+    return e;
+}
+
+dsim_err dsim_train_init_params(const dsim_train_cfg *cfg, const dsim_train_setup *su,
+                                float *params)
+{
+    dsim_rng r;
+    dsim_rng_init(&r, cfg->seed, "model.init", 0);
+    return dsim_model_init(&su->model, params, &r);
+}
+
+double dsim_train_mean_loss(const dsim_train_setup *su, const float *params)
+{
+    double sum = NAN;
+    size_t n = su->ds->spec.n_examples;
+    if (dsim_model_eval(&su->model, params, su->ds->x, su->ds->y, n, &sum, NULL) != DSIM_OK)
+        return NAN;
+    return sum / (double)n;
+}
