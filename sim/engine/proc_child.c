@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fault/msglog.h"
+#include "dsim_cov.h"
 #include "proc_int.h"
 
 typedef struct pr_child {
@@ -205,6 +206,7 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
     pr_send(&c, PR_DONE, NULL, 0);
     /* No cleanup: the process ends here, and its state is the parent's
      * copy-on-write image. */
+    DSIM_COV_DUMP();
     _exit(0);
 }
 

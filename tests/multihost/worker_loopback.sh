@@ -9,15 +9,6 @@
 # Then: every task exits 0, one run is stored, passed, with its checks.
 #   worker_loopback.sh DSIM SCENARIO
 set -u
-# GCC 12's AddressSanitizer allocator takes no lock around fork(): a child
-# forked while another thread of the parent is inside malloc finds that
-# lock held for ever and hangs (seen here about one run in two, with the
-# chief's relay threads busy). The tasks fork their processes from threaded
-# parents, so under the sanitizers these tests skip; the plain builds run them.
-if [ -n "${DSIM_SANITIZED_BUILD:-}" ]; then
-    echo "SKIP: built with sanitizers, whose allocator is not fork-safe in a threaded process"
-    exit 77
-fi
 # Ports below the ephemeral range (32768+), each script a range of its own.
 dsim=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 scenario=$2

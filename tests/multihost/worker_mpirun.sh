@@ -5,15 +5,6 @@
 # must pass and store one run. Skips (77) where mpirun is absent.
 #   worker_mpirun.sh DSIM SCENARIO
 set -u
-# GCC 12's AddressSanitizer allocator takes no lock around fork(): a child
-# forked while another thread of the parent is inside malloc finds that
-# lock held for ever and hangs (seen here about one run in two, with the
-# chief's relay threads busy). The tasks fork their processes from threaded
-# parents, so under the sanitizers these tests skip; the plain builds run them.
-if [ -n "${DSIM_SANITIZED_BUILD:-}" ]; then
-    echo "SKIP: built with sanitizers, whose allocator is not fork-safe in a threaded process"
-    exit 77
-fi
 dsim=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 scenario=$2
 if ! command -v mpirun >/dev/null 2>&1; then
