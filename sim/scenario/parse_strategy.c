@@ -128,7 +128,8 @@ static char *scen_resolve(const char *scenario_path, const char *p, char *search
 dsim_err dsim_scenario_plugin_find(const char *file, char **out)
 {
     char searched[1024];
-    *out = file && *file ? scen_resolve("./plugin", file, searched, sizeof searched) : NULL;
+    int how;
+    *out = file && *file ? scen_resolve("./plugin", file, searched, sizeof searched, &how) : NULL;
     if (*out)
         return DSIM_OK;
     return DSIM_ERR(DSIM_ENOENT, -1,
