@@ -390,8 +390,9 @@ try:
     case(["worker", os.path.join(tmp, "absent.yaml")], 2, "err", "absent.yaml")
     case(["worker", QUICK], 2, "err", "TF_CONFIG is not set and no launcher's rank is",
          env={"TF_CONFIG": ""})
-    launcher = {"TF_CONFIG": "", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "4",
-                "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
+    # the quickstart's 2 hosts: 2 tasks
+    launcher = {"TF_CONFIG": "", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
     case(["worker", QUICK, "--print-tf-config"], 0, "out", '"worker":["127.0.0.1:2222"',
          '"task":{"type":"worker","index":0}', env=launcher)
     case(["worker", QUICK, "--print-tf-config", "--hosts", "@" + hosts_file], 0, "out",
@@ -401,19 +402,23 @@ try:
     case(["worker", QUICK, "--print-tf-config", "--hosts", "@" + os.path.join(tmp, "x")], 2,
          "err", "cannot open it", env=launcher)
     case(["worker", QUICK, "--print-tf-config", "--hosts", "a,b,c"], 2, "err",
-         "--hosts names 3 hosts but the job has 4 tasks", env=launcher)
-    case(["worker", QUICK, "--print-tf-config", "--hosts", "a,,c,d"], 2, "err",
+         "--hosts names 3 hosts but the job has 2 tasks", env=launcher)
+    case(["worker", QUICK, "--print-tf-config", "--hosts", "a,"], 2, "err",
          "has an empty entry", env=launcher)
-    case(["worker", QUICK, "--print-tf-config", "--hosts", "h0,h1,h2,h3"], 0, "out",
-         '"h0:2222"', env=dict(launcher, OMPI_COMM_WORLD_RANK="3"))
+    case(["worker", QUICK, "--print-tf-config", "--hosts", "h0,h1"], 0, "out",
+         '"h0:2222"', env=dict(launcher, OMPI_COMM_WORLD_RANK="1"))
     case(["worker", QUICK, "--print-tf-config", "--port", "65534"], 2, "err",
          "past port 65535", env=launcher)
     case(["worker", QUICK, "--print-tf-config"], 2, "err", "are not a rank below a size",
-         env=dict(launcher, OMPI_COMM_WORLD_RANK="4"))
+         env=dict(launcher, OMPI_COMM_WORLD_RANK="2"))
     case(["worker", QUICK, "--print-tf-config"], 2, "err",
          "placed the tasks on more than one node", env=dict(launcher, OMPI_COMM_WORLD_LOCAL_SIZE="1"))
-    case(["worker", QUICK, "--print-tf-config"], 2, "err", "cannot be split evenly",
+    case(["worker", QUICK, "--print-tf-config"], 2, "err", "so start 2 task(s): mpirun -np 2",
          env={"TF_CONFIG": "", "SLURM_PROCID": "0", "SLURM_NTASKS": "3", "SLURM_NNODES": "1"})
+    case(["worker", QUICK, "--print-tf-config", "--reshape"], 2, "err", "cannot be split evenly",
+         env={"TF_CONFIG": "", "SLURM_PROCID": "0", "SLURM_NTASKS": "3", "SLURM_NNODES": "1"})
+    case(["worker", QUICK, "--print-tf-config", "--reshape"], 0, "err", "ANOTHER JOB",
+         env={"TF_CONFIG": "", "SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_NNODES": "1"})
     case(["worker", QUICK, "--print-tf-config"], 0, "out", '"index":0',
          env={"TF_CONFIG": "", "PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALNRANKS": "2"})
     case(["worker", QUICK, "--print-tf-config"], 2, "err", "TF_CONFIG",

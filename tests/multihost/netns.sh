@@ -91,7 +91,7 @@ start_job() {
     t0=$(now_ms)
     for t in 3 2 1 0; do
         TF_CONFIG=$(tf $t) ip netns exec "$p-h$t" timeout 90 "$dsim" worker "$scenario" \
-            --secret-file "$tmp/secret" --db "$tmp/ns.db" --timeout 30 > "w$t.out.txt" 2> "w$t.txt" &
+            --reshape --secret-file "$tmp/secret" --db "$tmp/ns.db" --timeout 30 > "w$t.out.txt" 2> "w$t.txt" &
         eval "w$t=\$!"
         pids="$pids $!"
     done
