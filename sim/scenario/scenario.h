@@ -158,6 +158,12 @@ dsim_err dsim_scenario_combination(const dsim_scenario *s, size_t k, dsim_scenar
  * file found; DSIM_ENOENT naming the places searched when there is none. */
 dsim_err dsim_scenario_plugin_find(const char *file, char **out);
 
+/* The directories searched after DSIM_PLUGIN_PATH, ':'-separated: this
+ * build tree's plugins for a program that runs from the build tree, then
+ * the installed plugin directory of the prefix the running program is in
+ * (PREFIX/bin/PROGRAM) and of the configured prefix. */
+const char *dsim_scenario_plugin_dirs(void);
+
 /* DSIM_OK if this build can run the scenario; else DSIM_ENOTSUP saying what
  * is not supported yet (faults, engines, checks) and where in the file, or
  * DSIM_ENOENT when the directory of checkpoint.path (relative to the working
