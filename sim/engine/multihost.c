@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -29,6 +30,7 @@
 
 #include "dsim/log.h"
 #include "multihost.h"
+#include "proc_wire.h"
 
 #define MH_CHAL      0x4e575344u /* "DSWN" */
 #define MH_HELLO     0x48575344u /* "DSWH" */
@@ -548,6 +550,67 @@ dsim_err dsim_mh_rendezvous(dsim_mh *mh)
                 mh->hosts.task, mh->n_tasks, (double)(mh->t_formed - mh->t_open) / 1e9);
         fflush(mh->o.progress);
     }
+    return e;
+}
+
+dsim_err dsim_mh_check_shared(dsim_mh *mh, const char *path)
+{
+    if (!mh->is_chief || mh->n_tasks < 2)
+        return DSIM_OK;
+    char token[4200], nonce[40];
+    const char *slash = strrchr(path, '/');
+    int dlen = slash ? (int)(slash - path) : 0;
+    unsigned long long r = ((unsigned long long)getpid() << 32) ^ (unsigned long long)pr_now();
+    snprintf(nonce, sizeof nonce, "dsim %016llx", r);
+    snprintf(token, sizeof token, "%.*s%s.dsim-shared-%016llx", dlen, path, slash ? "/" : "", r);
+    FILE *f = fopen(token, "w");
+    if (!f || fputs(nonce, f) < 0 || fclose(f) != 0) {
+        int err = errno;
+        return DSIM_ERR(DSIM_EIO, -1,
+                        "the checkpoint's folder cannot be written on the chief: %s: %s (the "
+                        "checkpoint path is %s)",
+                        token, strerror(err), path);
+    }
+    dsim_err e = DSIM_OK;
+    for (int k = 0; k < mh->n_tasks && e == DSIM_OK; k++) {
+        if (mh->conn[k] < 0)
+            continue;
+        size_t tl = strlen(token);
+        if (!pr_sock_send(mh->conn[k], PC_PROBE, token, tl + 1)) {
+            e = DSIM_ERR(DSIM_EPEER, -1, "task %d left before the checkpoint check", k);
+            break;
+        }
+        /* the results connection may be non-blocking: whole records */
+        pr_reader rd = {0};
+        int got_rec = 0;
+        int64_t until = pr_now() + 10 * 1000000000LL;
+        while (got_rec == 0 && pr_now() < until) {
+            struct pollfd pf = {.fd = mh->conn[k], .events = POLLIN};
+            if (poll(&pf, 1, 100) < 0 && errno != EINTR)
+                break;
+            got_rec = pr_reader_next(mh->conn[k], &rd);
+            if (got_rec == 1 && rd.hdr[0] != PR_PROBED)
+                got_rec = 0; /* not the answer (nothing else is sent now) */
+        }
+        char got[300] = "";
+        if (got_rec == 1)
+            snprintf(got, sizeof got, "%.*s", (int)rd.hdr[1], (const char *)rd.body);
+        pr_reader_free(&rd);
+        if (got_rec != 1) {
+            e = DSIM_ERR(DSIM_EPEER, -1, "task %d did not answer the checkpoint check in 10 s", k);
+            break;
+        }
+        if (strcmp(got, nonce) != 0)
+            e = DSIM_ERR(DSIM_EINVAL, -1,
+                         "task %d (%s) does not see the chief's checkpoint folder: the chief "
+                         "wrote %s, and task %d %s%s. The checkpoint (%s) must be on storage "
+                         "every task reads at the same path (a shared file system), or a "
+                         "restart cannot resume from it; give checkpoint.path such a place",
+                         k, mh->task_addr ? mh->task_addr[k] : "?", token, k,
+                         got[0] == '!' ? "cannot read it: " : "reads other contents there",
+                         got[0] == '!' ? got + 1 : "", path);
+    }
+    unlink(token);
     return e;
 }
 
