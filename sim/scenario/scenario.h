@@ -64,7 +64,14 @@ typedef struct dsim_scenario {
     int64_t health_interval_ns, health_timeout_ns;
     int health_retries;
 
-    dsim_train_cfg train;        /* strategy, cluster, model, optimizer, data, checkpoint */
+    dsim_train_cfg train; /* strategy, cluster, model, optimizer, data, checkpoint */
+    /* data.source: the dataset read from files when the scenario was
+     * parsed (train.dataset borrows it), and its files as resolved
+     * (absolute when realpath could resolve them); NULL for synthetic data. */
+    dsim_dataset *dataset;
+    char *data_x, *data_y, *data_csv;
+    char **data_labels; /* csv: the label column(s) */
+    size_t n_data_labels;
     dsim_src_pos checkpoint_pos; /* where checkpoint.path was given (0:0 when not) */
     dsim_src_pos plugin_pos;     /* where strategy.plugin was given (0:0 when not) */
 
