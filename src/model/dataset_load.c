@@ -48,6 +48,11 @@ dsim_err dataset_check_labels(dsim_dataset *ds, const dsim_data_source *src, con
     double top = -1;
     for (size_t e = 0; e < n; e++) {
         float v = ds->y[e];
+        if (isnan(v))
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "%s: example %zu has label NaN: classification labels are class "
+                            "indices",
+                            name, e);
         if (!(v == floorf(v)) || !isfinite(v))
             return DSIM_ERR(DSIM_EINVAL, -1,
                             "%s: example %zu has label %g, not a whole number: classification "
@@ -167,6 +172,15 @@ static double load_at(const load_npy *a, uint64_t r, uint64_t c, uint64_t rows, 
     return dsim_npy_get(&a->h, a->data, i);
 }
 
+/* v as a message shows it ("NaN" whatever its sign bit). */
+static const char *load_show(double v, char *buf, size_t cap)
+{
+    if (isnan(v))
+        return "NaN";
+    snprintf(buf, cap, "%g", v);
+    return buf;
+}
+
 /* The array as float32 rows x cols, mapped or converted into *owned. With
  * finite, every value must be a finite float32 (`what` names them). */
 static dsim_err load_floats(const load_npy *a, uint64_t rows, uint64_t cols, int finite,
@@ -174,13 +188,14 @@ static dsim_err load_floats(const load_npy *a, uint64_t rows, uint64_t cols, int
 {
     if (load_in_place(a, cols)) {
         float *p = (float *)(uintptr_t)a->data;
+        char sv[32];
         for (uint64_t k = 0; finite && k < rows * cols; k++)
             if (!isfinite(p[k]))
                 return DSIM_ERR(DSIM_EINVAL, -1,
-                                "%s: example %llu has %s %llu = %g: every value must be finite "
+                                "%s: example %llu has %s %llu = %s: every value must be finite "
                                 "(remove or impute the example)",
                                 a->path, (unsigned long long)(k / cols), what,
-                                (unsigned long long)(k % cols), (double)p[k]);
+                                (unsigned long long)(k % cols), load_show(p[k], sv, sizeof sv));
         *out = p;
         *mapped += rows * cols * sizeof(float);
         return DSIM_OK;
@@ -195,11 +210,13 @@ static dsim_err load_floats(const load_npy *a, uint64_t rows, uint64_t cols, int
         for (uint64_t c = 0; c < cols; c++) {
             double v = load_at(a, r, c, rows, cols);
             float f = (float)v;
+            char sv[32];
             if (finite && !isfinite(f))
                 return DSIM_ERR(DSIM_EINVAL, -1,
-                                "%s: example %llu has %s %llu = %g: %s (remove or impute the "
+                                "%s: example %llu has %s %llu = %s: %s (remove or impute the "
                                 "example)",
-                                a->path, (unsigned long long)r, what, (unsigned long long)c, v,
+                                a->path, (unsigned long long)r, what, (unsigned long long)c,
+                                load_show(v, sv, sizeof sv),
                                 isfinite(v) ? "beyond float32's range"
                                             : "every value must be finite");
             q[r * cols + c] = f;
