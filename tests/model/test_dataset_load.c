@@ -171,8 +171,7 @@ static void test_npy_conversions(void **state)
         t2[2 * e + 1] = -(float)e;
     }
     dl_write_raw("yu8.npy", "{'descr': '|u1', 'fortran_order': False, 'shape': (10,), }", u8, 10);
-    dl_write_raw("yi32.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (10,), }", i32,
-                 40);
+    dl_write_raw("yi32.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (10,), }", i32, 40);
     dl_write_raw("yt2.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (10, 2), }", t2,
                  sizeof t2);
     dl_write_raw("yt1.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (10,), }", t2, 40);
@@ -280,13 +279,11 @@ static void test_npy_refusals(void **state)
     src.classes = 2;
     dl_refused(&src, DSIM_EINVAL, "has label 2, outside the 2 classes", "data.classes");
     lab[4] = -1;
-    dl_write_raw("yneg.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (10,), }", lab,
-                 80);
+    dl_write_raw("yneg.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (10,), }", lab, 80);
     src = dl_npy("x.npy", "yneg.npy");
     dl_refused(&src, DSIM_EINVAL, "example 4 has label -1", "start at 0");
     float fl[N_EX] = {0, 1, 2, 0.5f, 1, 2, 0, 1, 2, 0};
-    dl_write_raw("yfrac.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (10,), }", fl,
-                 40);
+    dl_write_raw("yfrac.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (10,), }", fl, 40);
     src = dl_npy("x.npy", "yfrac.npy");
     src.task = DSIM_DATA_CLASSIFICATION;
     dl_refused(&src, DSIM_EINVAL, "example 3 has label 0.5", "not a whole number");

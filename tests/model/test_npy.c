@@ -79,16 +79,15 @@ static void test_valid_headers(void **state)
     } ok[] = {
         {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }", 48, DSIM_NPY_F32, 0, 0,
          2, 3, 4},
-        {2, "{'descr': '>f8', 'fortran_order': True, 'shape': (2, 5), }", 80, DSIM_NPY_F64, 1, 1,
-         2, 2, 5},
-        {3, "{\"shape\": (7,), \"descr\": \"|u1\", \"fortran_order\": False}", 7, DSIM_NPY_U8, 0,
-         0, 1, 7, 0},
+        {2, "{'descr': '>f8', 'fortran_order': True, 'shape': (2, 5), }", 80, DSIM_NPY_F64, 1, 1, 2,
+         2, 5},
+        {3, "{\"shape\": (7,), \"descr\": \"|u1\", \"fortran_order\": False}", 7, DSIM_NPY_U8, 0, 0,
+         1, 7, 0},
         {1, "{'descr': '<i8', 'fortran_order': False, 'shape': ()}", 8, DSIM_NPY_I64, 0, 0, 0, 0,
          0},
-        {1, "{'descr':'<i4','fortran_order':False,'shape':(0, 3)}", 0, DSIM_NPY_I32, 0, 0, 2, 0,
-         3},
-        {1, "{'descr': '>u2', 'fortran_order': False, 'shape': (2 , 1 ,) , }", 4, DSIM_NPY_U16,
-         1, 0, 2, 2, 1},
+        {1, "{'descr':'<i4','fortran_order':False,'shape':(0, 3)}", 0, DSIM_NPY_I32, 0, 0, 2, 0, 3},
+        {1, "{'descr': '>u2', 'fortran_order': False, 'shape': (2 , 1 ,) , }", 4, DSIM_NPY_U16, 1,
+         0, 2, 2, 1},
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         unsigned char *b;
@@ -120,8 +119,7 @@ static void test_refusals(void **state)
     assert_non_null(strstr(dsim_errmsg(), "not a .npy file (bad magic"));
     assert_int_equal(np_parse((const unsigned char *)"\x93NUM", 4, &h), DSIM_EPROTO);
     assert_non_null(strstr(dsim_errmsg(), "truncated .npy file"));
-    assert_int_equal(np_parse((const unsigned char *)"\x93NUMPY\x01\x00\x76", 9, &h),
-                     DSIM_EPROTO);
+    assert_int_equal(np_parse((const unsigned char *)"\x93NUMPY\x01\x00\x76", 9, &h), DSIM_EPROTO);
     assert_non_null(strstr(dsim_errmsg(), "truncated .npy header"));
     /* a header length past the end of the file */
     unsigned char *b;
@@ -160,8 +158,8 @@ static void test_refusals(void **state)
                "truncated .npy file: shape (3, 2) of float32 needs 24 bytes");
     np_refused("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }", 28,
                "4 bytes after its data");
-    np_refused("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
-               8, "overflows");
+    np_refused("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", 8,
+               "overflows");
     /* a header without its newline */
     n = np_make(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", 4, &b);
     b[n - 5] = ' '; /* the header's last byte: 4 bytes of data follow */
@@ -200,7 +198,7 @@ static void test_fuzz_headers(void **state)
         "{\"descr\": \"|u1\", \"fortran_order\": False, \"shape\": (5, 1)}",
     };
     static const size_t bytes[] = {48, 16, 5};
-    static const unsigned char repl[] = {0,   '\n', ' ', '\'', '"', ',', ':', '(', ')', '{',
+    static const unsigned char repl[] = {0,   '\n', ' ', '\'', '"', ',', ':', '(', ')',  '{',
                                          '}', '0',  '9', '<',  '>', '|', 'f', 'T', 0x80, 0xff};
     size_t tried = 0, accepted = 0;
     dsim_rng r;
