@@ -78,8 +78,9 @@ int cmd_export(int argc, char **argv)
         }
     }
     if (!idtxt || !dir) {
-        fprintf(stderr, "dsim export: %s (usage: dsim export RUN_ID --to DIR [--db PATH] "
-                        "[--per-step]; dsim list runs shows the ids)\n",
+        fprintf(stderr,
+                "dsim export: %s (usage: dsim export RUN_ID --to DIR [--db PATH] "
+                "[--per-step]; dsim list runs shows the ids)\n",
                 idtxt ? "where to? give --to DIR" : "which run?");
         return 2;
     }

@@ -171,11 +171,10 @@ static json_t *ex_layout(const dsim_model_spec *ms)
         return a;
     for (size_t l = 0; l < lay.n_layers; l++) {
         const dsim_model_layer *L = &lay.layer[l];
-        json_array_append_new(
-            a, json_pack("{s:I, s:I, s:I, s:I, s:s}", "in", (json_int_t)L->in, "out",
-                         (json_int_t)L->out, "w_offset", (json_int_t)L->w_off, "b_offset",
-                         (json_int_t)L->b_off, "activation",
-                         l + 1 < lay.n_layers ? "relu" : "none"));
+        json_array_append_new(a, json_pack("{s:I, s:I, s:I, s:I, s:s}", "in", (json_int_t)L->in,
+                                           "out", (json_int_t)L->out, "w_offset",
+                                           (json_int_t)L->w_off, "b_offset", (json_int_t)L->b_off,
+                                           "activation", l + 1 < lay.n_layers ? "relu" : "none"));
     }
     return a;
 }
@@ -215,9 +214,9 @@ static json_t *ex_model_json(const ex_job *j)
 static json_t *ex_optim_json(const dsim_optim_spec *o)
 {
     return json_pack("{s:s, s:f, s:f, s:b, s:f, s:f, s:f, s:s}", "kind",
-                     dsim_optim_kind_name(o->kind), "learning_rate", o->lr, "momentum",
-                     o->momentum, "nesterov", o->nesterov != 0, "beta1", o->beta1, "beta2",
-                     o->beta2, "epsilon", o->epsilon, "rule", ex_optim_rule(o->kind));
+                     dsim_optim_kind_name(o->kind), "learning_rate", o->lr, "momentum", o->momentum,
+                     "nesterov", o->nesterov != 0, "beta1", o->beta1, "beta2", o->beta2, "epsilon",
+                     o->epsilon, "rule", ex_optim_rule(o->kind));
 }
 
 static json_t *ex_checksum_json(const ex_job *j)
@@ -277,12 +276,12 @@ static dsim_err ex_manifest(const char *dir, const ex_job *j)
         "drop_remainder", c->drop_remainder, "max_replica_batch", (json_int_t)j->max_b,
         "loss_scale", (double)res->loss_scale, "shard_policy",
         dsim_shard_policy_name(res->shard_applied), "rule", rule, "dataset", "examples",
-        (json_int_t)j->ds->spec.n_examples, "features", (json_int_t)j->ds->spec.in_dim,
-        "outputs", (json_int_t)j->ds->spec.out_dim, "task",
-        dsim_data_kind_name(j->ds->spec.kind), "optimizer_steps", (json_int_t)res->steps,
-        "checksum", ex_checksum_json(j), "files", files, "verification", "stored_checksums",
-        (json_int_t)in->checked, "differing", (json_int_t)in->differed, "replicas_agree",
-        res->replicas_agree, "reference_max_abs_diff", in->ref_max_abs);
+        (json_int_t)j->ds->spec.n_examples, "features", (json_int_t)j->ds->spec.in_dim, "outputs",
+        (json_int_t)j->ds->spec.out_dim, "task", dsim_data_kind_name(j->ds->spec.kind),
+        "optimizer_steps", (json_int_t)res->steps, "checksum", ex_checksum_json(j), "files", files,
+        "verification", "stored_checksums", (json_int_t)in->checked, "differing",
+        (json_int_t)in->differed, "replicas_agree", res->replicas_agree, "reference_max_abs_diff",
+        in->ref_max_abs);
     if (!m)
         return DSIM_ERR(DSIM_ENOMEM, -1, "export: the manifest could not be built");
     char path[4200], tmp[4210];
@@ -444,8 +443,8 @@ dsim_err dsim_harness_export(const char *db_path, dsim_run_id id, const char *di
                      db, (long long)id, info->scenario);
         goto out;
     }
-    dsim_harness_opts o = {.size = sizeof o, .engine_override = sr.engine, .has_seed = true,
-                           .seed = sr.seed};
+    dsim_harness_opts o = {
+        .size = sizeof o, .engine_override = sr.engine, .has_seed = true, .seed = sr.seed};
     EX_TRY(dsim_harness_prepare(s, &o));
     const dsim_dataset *ds = s->dataset;
     if (!ds) {
