@@ -361,6 +361,10 @@ static void test_data_files(void **state)
              "%sdata: {source: {x: ../data/x.npy, y: ../data/y.npy}, noise: 0.1}\n", head);
     assert_int_equal(bi_run("validate", bi_write(4, "sc/bad.yaml", text), NULL), 2);
     bi_has(bi_out, "data.noise: noise draws synthetic labels");
+    snprintf(text, sizeof text,
+             "%sdata: {source: {x: ../data/x.npy, y: ../data/y.npy}, features: 7}\n", head);
+    assert_int_equal(bi_run("validate", bi_write(4, "sc/bad.yaml", text), NULL), 2);
+    bi_has(bi_out, "x.npy: the file has 4 features per example, but data.features says 7");
 }
 
 static int bi_setup(void **state)
