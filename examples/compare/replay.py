@@ -127,6 +127,11 @@ def main(argv):
         print("replay.py: %s: %s" % (d, e), file=sys.stderr)
         return 2
     model, bat = man["model"], man["batching"]
+    if model["kind"] == "plugin":
+        print("replay.py: %s: the run's model is plugin %s, whose layers only its own code "
+              "knows; this script replays the built-in models" % (d, model["plugin"]),
+              file=sys.stderr)
+        return 2
     scale = np.float32(bat["loss_scale"])
     p = p0.astype(np.float32)
     opt = Optimizer(man["optimizer"], p.size)

@@ -36,6 +36,7 @@
 
 #include "dsim/dataset.h"
 #include "dsim/npy.h"
+#include "dsim/spi/model.h"
 #include "harness_int.h"
 
 #define EX_TRY(x)                                                                                  \
@@ -194,6 +195,17 @@ typedef struct ex_job {
 static json_t *ex_model_json(const ex_job *j)
 {
     const dsim_model_spec *ms = j->ms;
+    if (ms->kind == DSIM_MODEL_PLUGIN) {
+        char lay[600];
+        snprintf(lay, sizeof lay,
+                 "model plugin %s (%s): the parameters are laid out as the plugin's init and "
+                 "loss_grad use them; see its source",
+                 ms->plugin->name, j->s->model_plugin ? j->s->model_plugin : "");
+        return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:s}", "kind", "plugin", "plugin",
+                         ms->plugin->name, "loss", dsim_loss_name(dsim_model_loss(ms)), "in_dim",
+                         (json_int_t)ms->in_dim, "out_dim", (json_int_t)ms->out_dim, "n_params",
+                         (json_int_t)j->res->n_params, "layout", lay);
+    }
     json_t *hidden = json_array();
     for (size_t i = 0; i < ms->n_hidden; i++)
         json_array_append_new(hidden, json_integer((json_int_t)ms->hidden[i]));

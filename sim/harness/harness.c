@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dsim/spi/model.h"
 #include "harness_int.h"
 
 static dsim_err h_opts_get(const dsim_harness_opts *o, h_opts *out)
@@ -55,7 +56,36 @@ dsim_err h_engine_of(const dsim_scenario *s, const h_opts *o, const dsim_engine_
 }
 
 /* The checks every run needs, on a scenario with the overrides applied. */
-static dsim_err h_check(const dsim_scenario *s)
+/* model.plugin: loaded, and checked against the data it will train on. */
+static dsim_err h_model_plugin(dsim_scenario *s)
+{
+    const char *path = s->path ? s->path : "(scenario)";
+    int line = s->model_plugin_pos.line, col = s->model_plugin_pos.column;
+    dsim_model_spec *ms = &s->train.model;
+    const dsim_model_ops *ops = NULL;
+    dsim_error er;
+    if (dsim_model_load(s->model_plugin, &ops) != DSIM_OK) {
+        dsim_error_copy(&er);
+        return DSIM_ERR(er.code, -1, "%s:%d:%d: model.plugin: %s", path, line, col, er.msg);
+    }
+    ms->kind = DSIM_MODEL_PLUGIN;
+    ms->plugin = ops;
+    bool cls = s->train.data.kind == DSIM_DATA_CLASSIFICATION;
+    if (cls != (ops->loss == DSIM_LOSS_XENT))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "%s:%d:%d: model.plugin: %s trains with loss %s, which needs %s, but "
+                        "data.task is %s",
+                        path, line, col, ops->name, dsim_loss_name(ops->loss),
+                        cls ? "regression targets" : "class labels",
+                        dsim_data_kind_name(s->train.data.kind));
+    if (dsim_model_validate(ms) != DSIM_OK) {
+        dsim_error_copy(&er);
+        return DSIM_ERR(er.code, -1, "%s:%d:%d: model.plugin: %s", path, line, col, er.msg);
+    }
+    return DSIM_OK;
+}
+
+static dsim_err h_check(dsim_scenario *s)
 {
     const dsim_engine_ops *eng;
     DSIM_CHECK(h_engine_of(s, NULL, &eng));
@@ -78,6 +108,8 @@ static dsim_err h_check(const dsim_scenario *s)
         return DSIM_ERR(er.code, -1, "%s: strategy.plugin: %s", s->path ? s->path : "(scenario)",
                         er.msg);
     }
+    if (s->model_plugin)
+        return h_model_plugin(s);
     return DSIM_OK;
 }
 

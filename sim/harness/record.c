@@ -13,6 +13,7 @@
 #include "dsim/comm.h"
 #include "dsim/data.h"
 #include "dsim/dataset.h"
+#include "dsim/spi/model.h"
 #include "harness_int.h"
 #include "report/report.h"
 
@@ -29,6 +30,14 @@ static void h_config_source(const dsim_scenario *s, json_t *cfg)
     if (file)
         json_object_set_new(cfg, "scenario_file", json_string(file));
     free(file);
+    json_t *model = json_object_get(cfg, "model");
+    if (model && s->model_plugin) {
+        char *mp = realpath(s->model_plugin, NULL);
+        json_object_set_new(model, "plugin", json_string(mp ? mp : s->model_plugin));
+        if (s->train.model.plugin)
+            json_object_set_new(model, "plugin_name", json_string(s->train.model.plugin->name));
+        free(mp);
+    }
     json_t *data = json_object_get(cfg, "data");
     if (!data || (!s->data_x && !s->data_csv))
         return;

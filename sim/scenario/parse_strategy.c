@@ -98,7 +98,7 @@ static char *scen_search_dirs(const char *dirs, const char *file, char *searched
     return NULL;
 }
 
-static char *scen_resolve(const char *scenario_path, const char *p, char *searched, size_t cap)
+char *scen_plugin_resolve(const char *scenario_path, const char *p, char *searched, size_t cap)
 {
     searched[0] = '\0';
     if (p[0] == '/') {
@@ -123,7 +123,7 @@ static char *scen_resolve(const char *scenario_path, const char *p, char *search
 dsim_err dsim_scenario_plugin_find(const char *file, char **out)
 {
     char searched[1024];
-    *out = file && *file ? scen_resolve("./plugin", file, searched, sizeof searched) : NULL;
+    *out = file && *file ? scen_plugin_resolve("./plugin", file, searched, sizeof searched) : NULL;
     if (*out)
         return DSIM_OK;
     return DSIM_ERR(DSIM_ENOENT, -1,
@@ -222,7 +222,7 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
                              name);
         }
         char searched[1024];
-        char *resolved = scen_resolve(c->path, plugin, searched, sizeof searched);
+        char *resolved = scen_plugin_resolve(c->path, plugin, searched, sizeof searched);
         if (!resolved) {
             dsim_err fe = scen_fail(c, pv,
                                     "strategy.plugin: '%s' not found (looked in: %s); build the "

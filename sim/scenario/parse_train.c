@@ -29,8 +29,8 @@ static const scen_name scen_policies[] = {{"off", DSIM_SHARD_OFF},
 static const scen_name scen_hints[] = {
     {"none", DSIM_HINT_NONE}, {"files", DSIM_HINT_FILES}, {"elements", DSIM_HINT_ELEMENTS}};
 
-enum { M_KIND, M_HIDDEN, M_LOSS, M_SYNTH, M_N };
-static const char *const scen_model_keys[M_N] = {"kind", "hidden", "loss", "synthetic"};
+enum { M_KIND, M_HIDDEN, M_LOSS, M_SYNTH, M_PLUGIN, M_N };
+static const char *const scen_model_keys[M_N] = {"kind", "hidden", "loss", "synthetic", "plugin"};
 enum { MS_PARAMS, MS_FLOPS, MS_N };
 static const char *const scen_synth_keys[MS_N] = {"parameters", "flops_per_example"};
 
@@ -298,6 +298,40 @@ static dsim_err scen_synthetic(const scen_ctx *c, scen_state *st)
     return DSIM_OK;
 }
 
+/* model.plugin: a user's model in a shared object (dsim/spi/model.h),
+ * found here and loaded by dsim_harness_prepare, as a strategy plugin is. */
+static dsim_err scen_model_plugin(const scen_ctx *c, scen_state *st)
+{
+    dsim_scenario *s = c->s;
+    scen_map *m = &st->model;
+    for (int k = M_KIND; k <= M_SYNTH; k++)
+        if (m->val[k] && k != M_LOSS)
+            return scen_fail(c, m->key[k],
+                             "model.%s: a plugin model is what its shared object computes; "
+                             "remove %s or plugin",
+                             scen_model_keys[k], scen_model_keys[k]);
+    char *file = NULL;
+    DSIM_CHECK(
+        scen_str_v(c, m->val[M_PLUGIN], "model.plugin", "the path of a model plugin (.so)", &file));
+    char searched[1024];
+    char *found = scen_plugin_resolve(c->path, file, searched, sizeof searched);
+    if (!found) {
+        dsim_err e = scen_fail(c, m->val[M_PLUGIN],
+                               "model.plugin: '%s' not found (looked in: %s); build the plugin, "
+                               "fix the path (relative to the scenario file), or add its "
+                               "directory to DSIM_PLUGIN_PATH / --plugin-dir",
+                               file, searched);
+        free(file);
+        return e;
+    }
+    free(file);
+    s->model_plugin = found;
+    s->model_plugin_pos = scen_pos(m->val[M_PLUGIN]);
+    s->train.model.kind = DSIM_MODEL_PLUGIN;
+    s->train.model.plugin = NULL;
+    return DSIM_OK;
+}
+
 dsim_err scen_model(const scen_ctx *c, scen_state *st)
 {
     dsim_train_cfg *t = &c->s->train;
@@ -318,6 +352,8 @@ dsim_err scen_model(const scen_ctx *c, scen_state *st)
     ms->out_dim = t->data.out_dim;
     if (m->val[M_SYNTH])
         return scen_synthetic(c, st);
+    if (m->val[M_PLUGIN])
+        return scen_model_plugin(c, st);
     const scen_node *hv = m->val[M_HIDDEN];
     if (ms->kind == DSIM_MODEL_MLP) {
         ms->n_hidden = 1;

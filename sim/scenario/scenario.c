@@ -55,6 +55,7 @@ void dsim_scenario_free(dsim_scenario *s)
     free(s->intra_preset);
     free((void *)s->train.strategy);
     free((void *)s->train.plugin_path);
+    free(s->model_plugin);
     free((void *)s->train.checkpoint_path);
     for (size_t i = 0; i < s->n_faults; i++)
         free(s->faults[i].phase);

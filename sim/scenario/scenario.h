@@ -74,6 +74,10 @@ typedef struct dsim_scenario {
     size_t n_data_labels;
     dsim_src_pos checkpoint_pos; /* where checkpoint.path was given (0:0 when not) */
     dsim_src_pos plugin_pos;     /* where strategy.plugin was given (0:0 when not) */
+    /* model.plugin: the shared object as found (never loaded by the parser;
+     * dsim_harness_prepare loads it), and where it was given; NULL: none. */
+    char *model_plugin;
+    dsim_src_pos model_plugin_pos;
 
     dsim_fault *faults;
     size_t n_faults;
