@@ -202,9 +202,9 @@ static void mp_data(void)
         int cls = e % 3;
         /* class 0: a bump early, 1: late, 2: none; plus noise */
         for (int i = 0; i < MP_F; i++)
-            x[e * MP_F + i] = (float)(0.3 * dsim_rng_normal(&r) +
-                                      (cls == 0 && i >= 2 && i < 5 ? 1.0 : 0.0) +
-                                      (cls == 1 && i >= 7 && i < 10 ? 1.0 : 0.0));
+            x[e * MP_F + i] =
+                (float)(0.3 * dsim_rng_normal(&r) + (cls == 0 && i >= 2 && i < 5 ? 1.0 : 0.0) +
+                        (cls == 1 && i >= 7 && i < 10 ? 1.0 : 0.0));
         y[e] = cls;
         yr[e] = (float)cls * 0.5f;
     }

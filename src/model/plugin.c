@@ -55,12 +55,12 @@ dsim_err dsim_model_load(const char *path, const dsim_model_ops **out)
     void *sym = dlsym(h, DSIM_MODEL_PLUGIN_SYMBOL);
     const char *why = dlerror();
     if (!sym || why) {
-        dsim_err e = DSIM_ERR(DSIM_EINVAL, -1,
-                              "'%s' is not a model plugin: it has no symbol '%s' (%s); a plugin "
-                              "exports `const struct dsim_model_ops *%s(uint32_t *abi_version)`, "
-                              "see examples/model_plugin",
-                              path, DSIM_MODEL_PLUGIN_SYMBOL, why ? why : "NULL",
-                              DSIM_MODEL_PLUGIN_SYMBOL);
+        dsim_err e =
+            DSIM_ERR(DSIM_EINVAL, -1,
+                     "'%s' is not a model plugin: it has no symbol '%s' (%s); a plugin "
+                     "exports `const struct dsim_model_ops *%s(uint32_t *abi_version)`, "
+                     "see examples/model_plugin",
+                     path, DSIM_MODEL_PLUGIN_SYMBOL, why ? why : "NULL", DSIM_MODEL_PLUGIN_SYMBOL);
         dlclose(h);
         return e;
     }

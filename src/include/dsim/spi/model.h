@@ -84,8 +84,8 @@ typedef struct dsim_model_ops {
      * predictions, or logits for cross-entropy), for dsim_model_predict and
      * the accuracy of evaluations. NULL: dsim_model_predict is refused and
      * evaluations count no correct examples. */
-    dsim_err (*forward)(const dsim_model_spec *spec, const float *params, const float *x,
-                        size_t n, float *out);
+    dsim_err (*forward)(const dsim_model_spec *spec, const float *params, const float *x, size_t n,
+                        float *out);
 } dsim_model_ops;
 
 /* Loads the model plugin at `path` (dlopen; never closed once loaded) and
