@@ -32,6 +32,7 @@ void cmd_worker_help(FILE *out)
 {
     fprintf(out, "usage: dsim worker SCENARIO [--db PATH] [--secret-file PATH] [--hosts LIST]\n"
                  "                   [--port N] [--timeout SECONDS] [--print-tf-config]\n"
+                 "                   [--reshape]\n"
                  "\n"
                  "Runs one task of a multi-machine job: start one per host (TF_CONFIG), or all\n"
                  "at once under a launcher (mpirun -np N dsim worker ..., srun dsim worker ...).\n"
@@ -49,6 +50,13 @@ void cmd_worker_help(FILE *out)
                  "                     N + i*(devices_per_host+1) and up\n"
                  "  --timeout SECONDS  how long the group may take to form (default 120)\n"
                  "  --print-tf-config  print the TF_CONFIG this task resolves to, and exit\n"
+                 "  --reshape          run on another number of worker tasks than the\n"
+                 "                     scenario's hosts (dividing its replicas): another job,\n"
+                 "                     whose data distribution and result differ\n"
+                 "\n"
+                 "Each task is one TF worker: one host of the scenario, its devices and its own\n"
+                 "input pipeline; a scenario of H hosts (and P parameter servers) takes H + P\n"
+                 "tasks, and then ends bit-identical to dsim run.\n"
                  "\n"
                  "A task with D devices at HOST:PORT listens on PORT..PORT+D-1 (one port a\n"
                  "rank) and the chief also on PORT+D for the results: space the ports of tasks\n"
@@ -60,6 +68,7 @@ typedef struct wk_opts {
     int port;
     double timeout_s;
     bool print_tf;
+    bool reshape; /* --reshape: run another number of worker tasks as another job */
 } wk_opts;
 
 /* The launcher's rank and size, or -1 when none set them. */
@@ -253,6 +262,8 @@ static int wk_parse(int argc, char **argv, wk_opts *o)
             return 2;
         } else if (strcmp(a, "--print-tf-config") == 0) {
             o->print_tf = true;
+        } else if (strcmp(a, "--reshape") == 0) {
+            o->reshape = true;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "dsim worker: unknown option '%s'; see 'dsim worker --help'\n", a);
             return 2;
@@ -271,16 +282,34 @@ static int wk_parse(int argc, char **argv, wk_opts *o)
     return 0;
 }
 
-/* The same replicas on w worker tasks: a scenario of H hosts x D devices
- * runs on w tasks of H*D/w devices each when w divides H*D, so the
- * quickstart's 2 x 2 can run as four single-device machines. Every task
- * reshapes alike (same scenario, same cluster). */
-static int wk_reshape(dsim_scenario *s, int w, const char *whence)
+/* The worker tasks against the scenario's hosts. A task is a TF worker,
+ * one host of the scenario with its devices: each worker has its own input
+ * pipeline (the dataset's files and examples are dealt out per worker), so
+ * a 2 x 2 scenario run as four single-device tasks would be another job,
+ * reading other examples on each replica, with another answer than
+ * `dsim run`. So w != hosts is refused with the launch line that gives the
+ * scenario's job; --reshape runs the other shape (w tasks of R/w devices,
+ * w dividing the R replicas), saying before the run that it is another
+ * job. Every task decides alike (same scenario, same cluster). */
+static int wk_reshape(dsim_scenario *s, int w, const char *whence, bool reshape, const char *file)
 {
     dsim_train_cfg *cfg = &s->train;
     if (w == cfg->hosts)
         return 0;
     int R = cfg->hosts * cfg->devices_per_host;
+    if (!reshape) {
+        int n = cfg->hosts + cfg->num_ps;
+        fprintf(stderr,
+                "dsim worker: %s has %d worker task(s), the scenario %d host(s) x %d device(s): "
+                "each task is one TF worker (one host, its devices and its own input pipeline), "
+                "so start %d task(s)%s: mpirun -np %d dsim worker %s (srun -n %d ..., or a "
+                "TF_CONFIG of %d worker(s)); --reshape runs %d task(s) as another job, whose "
+                "data is dealt over %d input pipelines and whose result is not dsim run's\n",
+                whence, w, cfg->hosts, cfg->devices_per_host, n,
+                cfg->num_ps ? " (the parameter servers included)" : "", n, file, n, cfg->hosts, w,
+                w);
+        return 2;
+    }
     if (w < 1 || R % w != 0) {
         fprintf(stderr,
                 "dsim worker: %s has %d worker task(s) but the scenario's %d replicas (%d hosts x "
@@ -290,9 +319,11 @@ static int wk_reshape(dsim_scenario *s, int w, const char *whence)
         return 2;
     }
     fprintf(stderr,
-            "dsim worker: %s has %d worker task(s); the scenario's %d hosts x %d devices run as "
-            "%d x %d (the same %d replicas)\n",
-            whence, w, cfg->hosts, cfg->devices_per_host, w, R / w, R);
+            "dsim worker: --reshape: %s has %d worker task(s); the scenario's %d hosts x %d "
+            "devices run as %d x %d: the same %d replicas but ANOTHER JOB (%d input pipelines "
+            "instead of %d, other examples on each replica), whose losses and parameters differ "
+            "from dsim run %s\n",
+            whence, w, cfg->hosts, cfg->devices_per_host, w, R / w, R, w, cfg->hosts, file);
     cfg->hosts = w;
     cfg->devices_per_host = R / w;
     return 0;
@@ -335,7 +366,8 @@ int cmd_worker(int argc, char **argv)
             dsim_scenario_free(s);
             return 2;
         }
-        if (l == 0 && size > cfg->num_ps && wk_reshape(s, size - cfg->num_ps, who) != 0) {
+        if (l == 0 && size > cfg->num_ps &&
+            wk_reshape(s, size - cfg->num_ps, who, o.reshape, o.file) != 0) {
             dsim_scenario_free(s);
             return 2;
         }
@@ -348,7 +380,9 @@ int cmd_worker(int argc, char **argv)
     }
     dsim_cluster c;
     if (tf && dsim_cluster_from_tf_config(tf, cfg->devices_per_host, &c) == DSIM_OK) {
-        rc = c.task_type == DSIM_TASK_EVALUATOR ? 0 : wk_reshape(s, c.num_workers, "TF_CONFIG");
+        rc = c.task_type == DSIM_TASK_EVALUATOR
+                 ? 0
+                 : wk_reshape(s, c.num_workers, "TF_CONFIG", o.reshape, o.file);
         dsim_cluster_free(&c);
         if (rc) {
             free(tf);

@@ -24,12 +24,14 @@
 #include "scenario/scenario.h"
 #include "scenario/yaml_tree.h"
 
+#include "scenario/scenario_limits.h"
+
 #define SCEN_MAX_KEYS  24
-#define SCEN_MAX_STR   4096
-#define SCEN_MAX_HOSTS DSIM_TRAIN_MAX_REPLICAS
+#define SCEN_MAX_STR   DSIM_SCEN_MAX_STR
+#define SCEN_MAX_HOSTS DSIM_SCEN_MAX_HOSTS
 /* dsim_train's limits (dsim/strategy.h), refused here with their position
  * rather than by the run. */
-#define SCEN_MAX_PS DSIM_TRAIN_MAX_PS
+#define SCEN_MAX_PS DSIM_SCEN_MAX_PS
 
 typedef dsim_yaml_node scen_node;
 
@@ -100,8 +102,9 @@ const char *scen_show(const scen_node *n, char *buf, size_t cap);
 
 /* A plugin's file (parse_strategy.c): relative to the scenario's folder, or
  * a bare name searched in $DSIM_PLUGIN_PATH and the plugin folders; NULL
- * with the places searched. */
-char *scen_plugin_resolve(const char *scenario_path, const char *p, char *searched, size_t cap);
+ * with the places searched; *how: DSIM_PLUGIN_*. */
+char *scen_plugin_resolve(const char *scenario_path, const char *p, char *searched, size_t cap,
+                          int *how);
 /* Edit distance, for "did you mean" (short words only). */
 size_t scen_distance(const char *a, const char *b);
 /* Reads mapping node (or nothing) against its accepted keys into *m; path
