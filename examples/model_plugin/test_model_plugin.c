@@ -242,6 +242,10 @@ static void test_every_engine(void **state)
     mp_data();
     const char *scen = mp_scenario("conv", "y.npy");
     assert_int_equal(mp_run("validate", scen, NULL), 0);
+    /* plan runs no plugin code: what the plugin computes is left open */
+    assert_int_equal(mp_run("plan", scen, NULL), 0);
+    mp_has(mp_out, "\"n_params\": null");
+    mp_has(mp_out, "known once dsim run loads it");
     static const char *const engines[] = {"threads", "processes", "sim"};
     for (int i = 0; i < 3; i++) {
         assert_int_equal(mp_run("run", scen, "--engine", engines[i], "--db", "runs.db", NULL), 0);

@@ -272,6 +272,14 @@ static dsim_err ex_manifest(const char *dir, const ex_job *j)
              "step equals one device taking the replicas' batches concatenated in replica order, "
              "the summed gradient over global_batch, then the optimizer",
              (double)res->loss_scale);
+    if (c->num_ps > 0 && c->ps_mode == DSIM_PS_ASYNC)
+        snprintf(rule, sizeof rule,
+                 "asynchronous parameter servers: each replica's gradient (its batch's sum of "
+                 "per-example gradients times loss_scale %.9g) is applied on the servers as it "
+                 "arrives, in an order the run's timing chose; batches.npy gives each replica's "
+                 "examples per step, but the run is not one device's sequence of steps, and "
+                 "another run of it may differ (verification.differing)",
+                 (double)res->loss_scale);
     json_t *m = json_pack(
         "{s:s, s:I, s:s, s:I, s:s, s:s, s:s?, s:{s:i, s:i, s:i, s:i}, s:o, s:o, "
         "s:{s:I, s:I, s:I, s:b, s:b, s:I, s:f, s:s, s:s}, "
