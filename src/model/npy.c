@@ -425,6 +425,8 @@ static int npy_host_le(void)
 
 static int npy_write_data(FILE *fp, const unsigned char *p, uint64_t count, size_t size)
 {
+    if (count == 0)
+        return 1;
     if (npy_host_le())
         return fwrite(p, size, (size_t)count, fp) == (size_t)count;
     unsigned char tmp[8];

@@ -242,7 +242,7 @@ static void test_npy_refusals(void **state)
     memcpy(bad, dl_x, sizeof bad);
     dsim_data_source src = dl_npy("missing.npy", "y.npy");
     dl_refused(&src, DSIM_ENOENT, "missing.npy", "no such file");
-    dl_write_text("magic.npy", "PK\003\004 this is a zip", 20);
+    dl_write_text("magic.npy", "PK\003\004 this is a zip", 18);
     src = dl_npy("magic.npy", "y.npy");
     dl_refused(&src, DSIM_EPROTO, "magic.npy", "bad magic");
     dl_write_text("trunc.npy", "\x93NUMPY\x01\x00\x76\x00{'descr'", 17);
