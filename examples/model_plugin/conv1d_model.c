@@ -157,7 +157,7 @@ static dsim_err conv_loss_grad(const dsim_model_spec *spec, const float *p, cons
     conv_dims d;
     if (!conv_dims_of(spec, &d))
         return DSIM_ERR(DSIM_EINVAL, -1, "conv1d: in_dim %zu < %d", spec->in_dim, CONV_W);
-    conv_ws ws;
+    conv_ws ws = {0};
     DSIM_CHECK(conv_ws_get(&d, &ws));
     if (g)
         memset(g, 0, d.n * sizeof *g);
@@ -188,7 +188,7 @@ static dsim_err conv_forward(const dsim_model_spec *spec, const float *p, const 
     conv_dims d;
     if (!conv_dims_of(spec, &d))
         return DSIM_ERR(DSIM_EINVAL, -1, "conv1d: in_dim %zu < %d", spec->in_dim, CONV_W);
-    conv_ws ws;
+    conv_ws ws = {0};
     DSIM_CHECK(conv_ws_get(&d, &ws));
     for (size_t e = 0; e < n; e++) {
         conv_forward1(&d, p, x + e * d.L, ws.h, ws.a, ws.z);
