@@ -16,12 +16,15 @@
  * The chief writes the store and prints the table; the others print what
  * they wait for and end when the chief says the job is over. */
 #include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cmds.h"
+#include "dsim_cov.h"
 #include "dsim/cluster.h"
 #include "dsim/log.h"
 #include "engine/multihost.h"
@@ -329,6 +332,77 @@ static int wk_reshape(dsim_scenario *s, int w, const char *whence, bool reshape,
     return 0;
 }
 
+/* ---- interrupts ----
+ *
+ * On the chief, SIGINT and SIGTERM are taken by a thread of their own, as
+ * in dsim run: every other task is told the job is over (its agent kills
+ * its child and exits), the run in progress is stored as unfinished, and
+ * the chief exits 130 (SIGINT) or 143 (SIGTERM). Another task that is
+ * interrupted tells the chief (dsim_proc_agent_interrupt), which then ends
+ * the job the same way, and exits 128 + its signal itself. */
+static dsim_mh *wk_mh; /* the chief's group, once formed */
+static pthread_mutex_t wk_mh_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *wk_db;
+
+static void *wk_sig_main(void *arg)
+{
+    sigset_t *set = arg;
+    int sig = 0;
+    if (sigwait(set, &sig) != 0)
+        return NULL;
+    const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+    pthread_mutex_lock(&wk_mh_lock);
+    if (wk_mh)
+        dsim_mh_bye(wk_mh);
+    dsim_run_id ids[8];
+    size_t n = dsim_harness_shutdown(NULL, ids, 8);
+    if (n > 0)
+        fprintf(stderr,
+                "\ndsim worker: interrupted (%s); every task told to stop; run %" PRId64
+                " stored as unfinished in %s\n",
+                name, (int64_t)ids[0], wk_db ? wk_db : "the results store");
+    else
+        fprintf(stderr, "\ndsim worker: interrupted (%s)%s; no run was in progress\n", name,
+                wk_mh ? "; every task told to stop" : "");
+    DSIM_COV_DUMP();
+    _exit(128 + sig);
+    return NULL;
+}
+
+/* The chief: before any thread exists, so that every thread (and the
+ * children, until they ignore them) inherits the mask. */
+static void wk_signals_chief(void)
+{
+    static sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_t t;
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0 ||
+        pthread_create(&t, NULL, wk_sig_main, &set) != 0) {
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+        fprintf(stderr, "dsim worker: cannot watch for interrupts; an interrupted run stays "
+                        "'running' until the store is next opened\n");
+        return;
+    }
+    pthread_detach(t);
+}
+
+static void wk_agent_handler(int sig)
+{
+    dsim_proc_agent_interrupt(sig);
+}
+
+static void wk_signals_agent(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = wk_agent_handler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
 int cmd_worker(int argc, char **argv)
 {
     wk_opts o = {0};
@@ -410,6 +484,12 @@ int cmd_worker(int argc, char **argv)
         .timeout_ns = (int64_t)(o.timeout_s * 1e9),
         .progress = stderr,
     };
+    bool chief = c.is_chief != 0;
+    wk_db = o.db ? o.db : "dsim.db";
+    if (chief)
+        wk_signals_chief();
+    else
+        wk_signals_agent();
     dsim_mh mh;
     dsim_err e = dsim_mh_open(&c, cfg, &mo, &mh);
     if (e == DSIM_OK) {
@@ -418,12 +498,23 @@ int cmd_worker(int argc, char **argv)
                 who ? who : "", o.file);
         e = dsim_mh_rendezvous(&mh);
     }
+    /* a checkpoint to resume from must be the same file for every task */
+    if (e == DSIM_OK && mh.is_chief && cfg->checkpoint_path &&
+        (cfg->checkpoint_every || (s->recovery && strcmp(s->recovery, "restart") == 0))) {
+        e = dsim_mh_check_shared(&mh, cfg->checkpoint_path);
+        if (e != DSIM_OK)
+            dsim_mh_bye(&mh);
+    }
     if (e != DSIM_OK) {
         fprintf(stderr, "dsim worker: %s\n", dsim_errmsg());
         rc = e == DSIM_EINVAL ? 2 : 1;
     } else if (!mh.is_chief) {
         e = dsim_proc_agent(cfg, s->faults, s->n_faults, cfg->seed, &mh.hosts, mh.chief_fd);
-        if (e != DSIM_OK) {
+        if (dsim_proc_agent_signal()) {
+            fprintf(stderr, "dsim worker: task %d: interrupted; the chief ended the job\n",
+                    mh.hosts.task);
+            rc = 128 + dsim_proc_agent_signal();
+        } else if (e != DSIM_OK) {
             fprintf(stderr, "dsim worker: task %d: %s\n", mh.hosts.task, dsim_errmsg());
             rc = 1;
         } else {
@@ -435,10 +526,16 @@ int cmd_worker(int argc, char **argv)
                o.file, cfg->strategy, cfg->hosts, cfg->hosts == 1 ? "" : "s", cfg->devices_per_host,
                cfg->devices_per_host == 1 ? "" : "s", mh.n_tasks, (unsigned long long)s->seed);
         fflush(stdout);
+        pthread_mutex_lock(&wk_mh_lock);
+        wk_mh = &mh;
+        pthread_mutex_unlock(&wk_mh_lock);
         dsim_harness_opts run = {.size = sizeof run, .db_path = db, .hosts = &mh.hosts};
         dsim_harness_result rep;
         (void)dsim_harness_run(s, &run, &rep);
+        pthread_mutex_lock(&wk_mh_lock);
         dsim_mh_bye(&mh);
+        wk_mh = NULL;
+        pthread_mutex_unlock(&wk_mh_lock);
         if (rep.note[0])
             fprintf(stderr, "dsim worker: %s: %s\n", o.file, rep.note);
         dsim_cli_print_run(o.file, s, &rep, db);

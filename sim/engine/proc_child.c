@@ -108,13 +108,13 @@ static void pr_on_pause(void *user, int rank, int64_t duration_ns)
 }
 
 void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd, int lo, int hi,
-                   const char *options)
+                   const char *transport, const char *options)
 {
     pr_child c = {.fd = fd, .lo = lo, .hi = hi};
     pthread_mutex_init(&c.mu, NULL);
     dsim_train_cfg cc = *cfg;
-    cc.engine = "threads"; /* within a process, its devices are threads */
-    cc.transport = "tcp";
+    cc.engine = "threads";    /* within a process, its devices are threads */
+    cc.transport = transport; /* "shm" on one host, "tcp" */
     cc.transport_options = options;
     cc.local_first = lo;
     cc.local_count = hi - lo + 1;
@@ -218,8 +218,12 @@ void pr_child_prep(int read_end)
     sigset_t none;
     sigemptyset(&none);
     pthread_sigmask(SIG_SETMASK, &none, NULL);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    /* An interrupt is the parent's (dsim run's, dsim worker's) to take: it
+     * stores the run as unfinished and exits, and this child dies with it
+     * (PDEATHSIG). A terminal's Ctrl-C reaches the whole process group:
+     * were the child to die of it first, the run would read as crashed. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     signal(SIGPIPE, SIG_DFL);
     close(read_end);
 }
