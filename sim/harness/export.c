@@ -263,6 +263,14 @@ static dsim_err ex_manifest(const char *dir, const ex_job *j)
         "batches.npy", "batch_sizes", "batch_sizes.npy");
     if (j->per_step)
         json_object_set_new(files, "params_per_step", json_string("params_per_step.npy"));
+    json_object_set_new(
+        files, "notes",
+        json_string("final_params: replica 0's after the last step (every replica holds the "
+                    "same bits when replicas_agree); reference_final_params and "
+                    "final_optim_state: the one-device reference's, which takes the same "
+                    "batches (the replicas' optimizers belong to the strategy and are not "
+                    "read out); batches: example ids = rows of x.npy, -1 past a replica's "
+                    "batch_sizes entry"));
     char rule[700];
     snprintf(rule, sizeof rule,
              "each step, every replica computes its batch's gradient: the sum over its examples "
