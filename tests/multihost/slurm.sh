@@ -78,7 +78,8 @@ fail() {
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 # munge: a fresh key, the daemon's socket in the temporary folder. --force:
-# munged distrusts a socket folder under the world-writable /tmp.
+# munged otherwise refuses folders that a TMPDIR may have (a group- or
+# world-writable parent without the sticky bit).
 mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool" "$tmp/log" || exit 99
 chmod 700 "$tmp/munge"
 $mkkey "$tmp/munge/munge.key" >"$tmp/log/mungekey.txt" 2>&1 ||
