@@ -9,8 +9,9 @@
 #     node scontrol gives (or loopback: one node) in rank order; a wrong
 #     task count is refused naming srun -n; a job that spans nodes without
 #     --hosts is refused;
-#   - srun -n 2 dsim worker quickstart.yaml --hosts @FILE: one passed run in
-#     the store, the final loss dsim run gives;
+#   - srun -n 2 dsim worker quickstart.yaml --hosts @FILE, and srun -n 4 of
+#     parameter_server_sync.yaml (2 workers, 2 parameter servers): one
+#     passed run in the store, bit-identical to dsim run of the same file;
 #   - srun -n 4 dsim worker partition.yaml (4 hosts x 1 device, a long job
 #     made to be cut): once the group formed, task 3 is frozen (SIGSTOP: its
 #     peers hear nothing from it, as when its link is cut; the link itself
@@ -20,12 +21,13 @@
 # Everything it starts is stopped and removed on exit. Skips (77) saying why
 # where it is not root, the packages are absent (apt-get install slurm-wlm
 # munge) or a daemon cannot start.
-#   slurm.sh DSIM QUICKSTART PARTITION
+#   slurm.sh DSIM QUICKSTART PARTITION PARAMETER_SERVER_SYNC
 set -u
 abs() { echo "$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; }
 dsim=$(abs "$1")
 quickstart=$(abs "$2")
 partition=$(abs "$3")
+ps_sync=$(abs "$4")
 skip() {
     echo "SKIP: $*"
     exit 77
@@ -191,23 +193,43 @@ grep -q "more than one node.*give --hosts" bad.txt ||
     { cat bad.txt; fail "tasks on two nodes without --hosts are not refused"; }
 echo "ok: SLURM_PROCID/NTASKS/NNODES resolve to scontrol's hosts ($node) in rank order"
 
-# 2. The quickstart, two tasks (a task is one TF worker of 2 devices).
-t0=$(now_ms)
-timeout 90 srun -Q -n 2 "$dsim" worker "$quickstart" --port "$port" --hosts "@$tmp/hosts.txt" \
-    --db "$tmp/q.db" >q.txt 2>&1
-rc=$?
-[ $rc -eq 0 ] || { cat q.txt; fail "srun -n 2 dsim worker exited $rc"; }
-grep -q "quickstart: passed (3 of 3" q.txt || { cat q.txt; fail "no passed run"; }
-grep -q "final loss 0.459667 " q.txt || { cat q.txt; fail "not dsim run's final loss 0.459667"; }
-[ "$(grep -c 'the job is over' q.txt)" = 1 ] || { cat q.txt; fail "task 1 did not see the end"; }
-if command -v sqlite3 >/dev/null 2>&1; then
-    [ "$(sqlite3 q.db 'select count(*) from runs where status = "passed"')" = 1 ] ||
-        fail "the store does not hold one passed run"
-fi
-echo "ok: srun -n 2 dsim worker quickstart: one stored run, passed, in $(($(now_ms) - t0)) ms"
+# 2. Whole jobs: the quickstart as srun -n 2 (a task is one TF worker of 2
+# devices) and parameter_server_sync as srun -n 4 (2 workers, then 2
+# parameter servers in rank order), each against dsim run of the same file:
+# one passed run stored, and (with sqlite3) every step's loss and parameter
+# checksum bit-identical.
+rows="SELECT step, replica, checksum, printf('%.9g', loss) FROM steps ORDER BY step, replica"
+job() { # NAME SCENARIO TASKS
+    rm -f one.db many.db
+    "$dsim" run "$2" --db one.db >one.txt 2>&1 || { cat one.txt; fail "$1: dsim run exited $?"; }
+    t0=$(now_ms)
+    timeout 90 srun -Q -n "$3" "$dsim" worker "$2" --port "$port" --hosts "@$tmp/hosts.txt" \
+        --db many.db >"$1.txt" 2>&1
+    rc=$?
+    ms=$(($(now_ms) - t0))
+    [ $rc -eq 0 ] || { cat "$1.txt"; fail "srun -n $3 dsim worker $1 exited $rc"; }
+    grep -q "^$1: passed" "$1.txt" || { cat "$1.txt"; fail "$1: no passed run"; }
+    [ "$(grep -c 'the job is over' "$1.txt")" = $(($3 - 1)) ] ||
+        { cat "$1.txt"; fail "$1: not every other task saw the end"; }
+    a=$(grep -o "final loss [0-9.e+-]*" one.txt)
+    [ -n "$a" ] && [ "$a" = "$(grep -o "final loss [0-9.e+-]*" "$1.txt")" ] ||
+        { cat "$1.txt"; fail "$1: not dsim run's $a"; }
+    same="$a as dsim run"
+    if command -v sqlite3 >/dev/null 2>&1; then
+        [ "$(sqlite3 many.db 'select count(*) from runs where status = "passed"')" = 1 ] ||
+            fail "$1: the store does not hold one passed run"
+        ra=$(sqlite3 one.db "$rows") && rb=$(sqlite3 many.db "$rows") && [ -n "$ra" ] ||
+            fail "$1: cannot read the stores"
+        [ "$ra" = "$rb" ] || fail "$1: srun -n $3 did not end bit-identical to dsim run"
+        same="$(echo "$ra" | wc -l) step rows bit-identical to dsim run, $a"
+    fi
+    echo "ok: srun -n $3 dsim worker $1: one stored run, passed, $same ($ms ms)"
+    port=$((port + 20))
+}
+job quickstart "$quickstart" 2
+job parameter_server_sync "$ps_sync" 4
 
 # 3. The partition scenario, four tasks; task 3 frozen once the group formed.
-port=$((base + 10))
 t0=$(now_ms)
 timeout 120 srun -Q -n 4 sh -c 'echo $$ > "pid.$SLURM_PROCID"; exec "$0" "$@"' \
     "$dsim" worker "$partition" --port "$port" --db "$tmp/p.db" >p.txt 2>&1 &
