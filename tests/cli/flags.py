@@ -445,8 +445,13 @@ try:
          env=dict(launcher, OMPI_COMM_WORLD_RANK="2"))
     case(["worker", QUICK, "--print-tf-config"], 2, "err",
          "placed the tasks on more than one node", env=dict(launcher, OMPI_COMM_WORLD_LOCAL_SIZE="1"))
-    case(["worker", QUICK, "--print-tf-config"], 2, "err", "so start 2 task(s): mpirun -np 2",
+    # the launch line of the launcher in use first
+    case(["worker", QUICK, "--print-tf-config"], 2, "err", "so start 2 task(s): srun -n 2",
+         "(mpirun -np 2 ...",
          env={"TF_CONFIG": "", "SLURM_PROCID": "0", "SLURM_NTASKS": "3", "SLURM_NNODES": "1"})
+    case(["worker", QUICK, "--print-tf-config"], 2, "err", "so start 2 task(s): mpirun -np 2",
+         "(srun -n 2 ...", env=dict(launcher, OMPI_COMM_WORLD_SIZE="3",
+                                    OMPI_COMM_WORLD_LOCAL_SIZE="3"))
     case(["worker", QUICK, "--print-tf-config", "--reshape"], 2, "err", "cannot be split evenly",
          env={"TF_CONFIG": "", "SLURM_PROCID": "0", "SLURM_NTASKS": "3", "SLURM_NNODES": "1"})
     case(["worker", QUICK, "--print-tf-config", "--reshape"], 0, "err", "ANOTHER JOB",
