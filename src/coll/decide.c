@@ -31,8 +31,32 @@
  *     rhd. The ring is also the only one that talks to neighbours alone,
  *     which is what real networks (tcp between hosts) reward at large S.
  *
+ * Over hosts (the communicator's topology is known, dsim_comm_cfg.local_size,
+ * and its ranks sit L to a host on H >= 2 hosts, L >= 2): hierarchical for
+ * S > 64 KiB. Intra-host links are faster than a host's NIC (NVLink 150-450
+ * GB/s, PCIe 25 GB/s, shared memory against 0.1-12 GB/s NICs: costmodel.c),
+ * and a flat algorithm paces most of its steps by the NIC. From the cost
+ * model's schedules (sim/model/algo_cost.c: NIC shared by a host's flows,
+ * intra-host links per device; N = H L, alpha_e, B_e the NIC's, alpha_a,
+ * B_a the host's):
+ *
+ *   ring           2 (N-1) (alpha_e + S / (N B_e))      (one flow per NIC)
+ *   hierarchical   2 (L-1) (alpha_a + S / (L B_a)) + 2 (H-1) (alpha_e + S / (H B_e))
+ *   ring - hier =  2 (L-1) [ (H alpha_e - alpha_a) + S/L (1 / (H B_e) - 1 / B_a) ]
+ *
+ * The latency part always favours hierarchical (2 (H-1) slow steps instead
+ * of 2 (N-1)); the bandwidth part too unless the host's link is slower
+ * than H NICs together, and even there (16 hosts on 100 Gb/s InfiniBand
+ * with NVLink 2.0) the two stay within 1 % up to ResNet-50's 102 MB.
+ * rhd is worse than both across hosts: its first halving sends S/2 from
+ * every rank through the NIC at once (L flows sharing it). Small buffers
+ * stay with the tree (2 log2 N steps against 2 (L-1) + 2 (H-1)). Figures:
+ * reports/hierarchical.md.
+ *
  * A caller overrides the choice with cfg.algo, dsim_comm_set_algo or
  * dsim_allreduce_with. */
+#include <stdint.h>
+
 #include "coll_int.h"
 
 #define DECIDE_SMALL_BYTES      ((size_t)64 << 10)
@@ -48,4 +72,22 @@ dsim_algo dsim_allreduce_decide(size_t bytes, int nranks)
     if (!pow2 && bytes / (size_t)nranks >= DECIDE_RING_BLOCK_BYTES)
         return DSIM_ALGO_RING;
     return DSIM_ALGO_RHD;
+}
+
+dsim_algo dsim_allreduce_decide_hosts(size_t bytes, int hosts, int local)
+{
+    if (hosts >= 2 && local >= 2 && bytes > DECIDE_SMALL_BYTES)
+        return DSIM_ALGO_HIERARCHICAL;
+    long long n = (long long)hosts * local;
+    return dsim_allreduce_decide(bytes, n > 0 && n <= INT32_MAX ? (int)n : 1);
+}
+
+dsim_algo dsim_coll_decide(dsim_comm *c, size_t bytes)
+{
+    if (c->local_size >= 2 && bytes > DECIDE_SMALL_BYTES) {
+        const dsim_coll_hier *h = dsim_coll_hier_of(c);
+        if (h && h->uniform)
+            return DSIM_ALGO_HIERARCHICAL;
+    }
+    return dsim_allreduce_decide(bytes, c->size);
 }
