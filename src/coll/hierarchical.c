@@ -171,8 +171,8 @@ int dsim_coll_hier_allreduce_steps(dsim_comm *c)
 
 /* Phase 1: the host's ranks reduce-scatter the L blocks of the buffer
  * around their ring; local rank l ends owning block l in rb. */
-static dsim_err hier_reduce_scatter(dsim_coll *x, const dsim_coll_hier *h, const char *sb,
-                                    char *rb, size_t count)
+static dsim_err hier_reduce_scatter(dsim_coll *x, const dsim_coll_hier *h, const char *sb, char *rb,
+                                    size_t count)
 {
     int L = h->L, l = h->me_l, k = h->me_h;
     int left = hier_at(h, k, hier_mod(l - 1, L)), right = hier_at(h, k, hier_mod(l + 1, L));
@@ -197,8 +197,7 @@ static dsim_err hier_reduce_scatter(dsim_coll *x, const dsim_coll_hier *h, const
 /* Phase 2: the ring of the hosts' ranks of local index l all-reduces
  * block l (cnt elements at blk), finished (MEAN) by each sub-block's
  * owner; steps step0 + 1 .. step0 + 2 (H - 1). */
-static dsim_err hier_across(dsim_coll *x, const dsim_coll_hier *h, char *blk, size_t cnt,
-                            int step0)
+static dsim_err hier_across(dsim_coll *x, const dsim_coll_hier *h, char *blk, size_t cnt, int step0)
 {
     int H = h->H, k = h->me_h, l = h->me_l;
     int left = hier_at(h, hier_mod(k - 1, H), l), right = hier_at(h, hier_mod(k + 1, H), l);

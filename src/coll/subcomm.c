@@ -93,6 +93,11 @@ uint32_t dsim_comm_id(const dsim_comm *c)
     return c ? c->comm_id : 0;
 }
 
+int dsim_comm_virtual(const dsim_comm *c)
+{
+    return c && c->virt;
+}
+
 int dsim_comm_world_rank(const dsim_comm *c, int r)
 {
     if (!c || r < 0 || r >= c->size)
@@ -282,9 +287,8 @@ dsim_err dsim_comm_create_group(dsim_comm *parent, int n, const int *ranks, dsim
     for (int i = 0; i < n && e == DSIM_OK; i++) {
         int r = ranks[i];
         if (r < 0 || r >= parent->size)
-            e = DSIM_ERR(DSIM_EINVAL, -1,
-                         "%s: ranks[%d] is %d, not a rank of the parent (0..%d)", fn, i, r,
-                         parent->size - 1);
+            e = DSIM_ERR(DSIM_EINVAL, -1, "%s: ranks[%d] is %d, not a rank of the parent (0..%d)",
+                         fn, i, r, parent->size - 1);
         else if (seen[r])
             e = DSIM_ERR(DSIM_EINVAL, -1, "%s: rank %d is listed twice (ranks[%d])", fn, r, i);
         else {
@@ -472,8 +476,7 @@ void dsim_coll_xlog_note(const dsim_coll *x)
     dsim_coll_xlog *l = c->root->xlog;
     const dsim_coll_fp *fp = &c->fp_out;
     for (int i = 0; i < l->n; i++)
-        if (l->e[i].comm_id == c->comm_id && l->e[i].coll == fp->coll &&
-            l->e[i].algo == fp->algo) {
+        if (l->e[i].comm_id == c->comm_id && l->e[i].coll == fp->coll && l->e[i].algo == fp->algo) {
             l->e[i].calls++;
             return;
         }
@@ -487,8 +490,7 @@ void dsim_coll_xlog_note(const dsim_coll *x)
     l->e[l->n].algo = fp->algo;
     l->e[l->n].calls = 1;
     if (c->origin == DSIM_COMM_ORIGIN_CREATE)
-        snprintf(l->e[l->n].name, sizeof l->e[l->n].name, "communicator %u",
-                 (unsigned)c->comm_id);
+        snprintf(l->e[l->n].name, sizeof l->e[l->n].name, "communicator %u", (unsigned)c->comm_id);
     else
         snprintf(l->e[l->n].name, sizeof l->e[l->n].name, "sub-communicator %u",
                  (unsigned)c->comm_id);

@@ -260,11 +260,19 @@ dsim_err dsim_strategy_load(const char *name, const char *path)
     uint32_t abi = 0;
     const struct dsim_strategy_ops *ops = fn(&abi);
     if (abi != DSIM_STRATEGY_ABI_VERSION) {
-        dsim_err e =
-            DSIM_ERR(DSIM_EINVAL, -1,
-                     "'%s' was built against strategy ABI version %u but this libdsim speaks "
-                     "version %u; rebuild the plugin against this dsim/spi/strategy.h",
-                     path, abi, DSIM_STRATEGY_ABI_VERSION);
+        /* Say which one it has, which one this is, and what to rebuild
+         * with what: the plugin's own source against these headers. */
+        dsim_err e = DSIM_ERR(
+            DSIM_EINVAL, -1,
+            "'%s' was built against strategy ABI version %u (%s) but this libdsim speaks "
+            "version %u: rebuild the plugin from its source against this dsim's "
+            "dsim/spi/strategy.h (cc -shared -fPIC $(pkg-config --cflags --libs dsim) ...; "
+            "pkg-config --variable=strategy_abi dsim prints %u)",
+            path, abi,
+            abi == 0                          ? "it set no version"
+            : abi < DSIM_STRATEGY_ABI_VERSION ? "an older dsim, before this one's interface"
+                                              : "a newer dsim than this one",
+            DSIM_STRATEGY_ABI_VERSION, DSIM_STRATEGY_ABI_VERSION);
         dlclose(h);
         return e;
     }

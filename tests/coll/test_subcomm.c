@@ -24,12 +24,12 @@
 #include "coll_harness.h"
 #include "dsim/err.h"
 
-#define SC_WORLD 16
-#define SC_LOCAL 4
-#define SC_MAXC  1023
+#define SC_WORLD  16
+#define SC_LOCAL  4
+#define SC_MAXC   1023
 #define SC_CANARY 0xA5
-#define SC_S     1000000000LL
-#define SC_MS    1000000LL
+#define SC_S      1000000000LL
+#define SC_MS     1000000LL
 
 static const size_t sc_counts[] = {0, 1, 7, SC_MAXC};
 #define SC_NCOUNTS (sizeof sc_counts / sizeof sc_counts[0])
@@ -44,18 +44,56 @@ typedef struct sc_scheme {
     int (*color2)(int r);
 } sc_scheme;
 
-static int c_pairs(int r) { return r % 8; }
-static int c_quads(int r) { return r % 4; }
-static int c_halves(int r) { return r / 8; }
-static int c_thirds(int r) { return r % 3; }
-static int c_whole(int r) { (void)r; return 0; }
-static int c_evens(int r) { return r == 15 ? DSIM_COMM_UNDEFINED : r % 2; }
-static int c_nested2(int r) { return (r / 2) % 2; }
-static int k_rev(int r) { return -r; }
-static int k_mix(int r) { return (r * 7) % SC_WORLD; }
-static int k_five(int r) { return (r * 5) % SC_WORLD; }
-static int k_same(int r) { (void)r; return 0; }
-static int k_up(int r) { return r; }
+static int c_pairs(int r)
+{
+    return r % 8;
+}
+static int c_quads(int r)
+{
+    return r % 4;
+}
+static int c_halves(int r)
+{
+    return r / 8;
+}
+static int c_thirds(int r)
+{
+    return r % 3;
+}
+static int c_whole(int r)
+{
+    (void)r;
+    return 0;
+}
+static int c_evens(int r)
+{
+    return r == 15 ? DSIM_COMM_UNDEFINED : r % 2;
+}
+static int c_nested2(int r)
+{
+    return (r / 2) % 2;
+}
+static int k_rev(int r)
+{
+    return -r;
+}
+static int k_mix(int r)
+{
+    return (r * 7) % SC_WORLD;
+}
+static int k_five(int r)
+{
+    return (r * 5) % SC_WORLD;
+}
+static int k_same(int r)
+{
+    (void)r;
+    return 0;
+}
+static int k_up(int r)
+{
+    return r;
+}
 
 static const sc_scheme sc_schemes[] = {
     {"pairs (8 x 2, keys reversed)", c_pairs, k_rev, NULL},
@@ -221,8 +259,9 @@ static void test_split_semantics(void **state)
 
 /* ---- the verification matrix on every scheme ---- */
 
-static const dsim_algo sc_algos[] = {DSIM_ALGO_AUTO, DSIM_ALGO_RING,          DSIM_ALGO_RHD,
-                                     DSIM_ALGO_TREE, DSIM_ALGO_REDUCE_TO_ONE, DSIM_ALGO_HIERARCHICAL};
+static const dsim_algo sc_algos[] = {DSIM_ALGO_AUTO,          DSIM_ALGO_RING,
+                                     DSIM_ALGO_RHD,           DSIM_ALGO_TREE,
+                                     DSIM_ALGO_REDUCE_TO_ONE, DSIM_ALGO_HIERARCHICAL};
 #define SC_NALGOS (sizeof sc_algos / sizeof sc_algos[0])
 #define SC_NCASES (SC_NALGOS * DSIM_DTYPE_COUNT * DSIM_OP_COUNT * SC_NCOUNTS)
 
@@ -342,8 +381,8 @@ static void mx_others(mx_shared *s, dsim_comm *c, int wr, unsigned char *sb, uns
             size_t count = sc_counts[k], es = dsim_dtype_size(dt), blen = count * es;
             coll_fill(dt, DSIM_SUM, me, sb, 0, count);
             memset(rb, SC_CANARY, (size_t)n * blen + 8);
-            snprintf(what, sizeof what, "allgather %s, %d ranks, count %zu", dsim_dtype_name(dt),
-                     n, count);
+            snprintf(what, sizeof what, "allgather %s, %d ranks, count %zu", dsim_dtype_name(dt), n,
+                     count);
             if (mx_failed(s, dsim_allgather(c, sb, rb, count, dt), what, wr))
                 return;
             for (int r = 0; r < n; r++)
@@ -459,8 +498,7 @@ static void grp_rank(coll_harness *h, int rank, void *p)
             coll_fail(&s->fl, "rank %d: create_group: %s", rank, dsim_errmsg());
             return;
         }
-        if (dsim_comm_rank(c) != me || dsim_comm_size(c) != 3 ||
-            dsim_comm_world_rank(c, 0) != 6 ||
+        if (dsim_comm_rank(c) != me || dsim_comm_size(c) != 3 || dsim_comm_world_rank(c, 0) != 6 ||
             dsim_comm_origin_of(c, NULL, NULL) != DSIM_COMM_ORIGIN_GROUP)
             coll_fail(&s->fl, "rank %d: group rank %d of %d", rank, dsim_comm_rank(c),
                       dsim_comm_size(c));
@@ -871,10 +909,10 @@ int main(void)
 {
     coll_data_init();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_split_semantics),   cmocka_unit_test(test_create_group),
-        cmocka_unit_test(test_matrix_on_splits),  cmocka_unit_test(test_desync_on_sub),
-        cmocka_unit_test(test_rank_lost_on_sub),  cmocka_unit_test(test_virtual_sub),
-        cmocka_unit_test(test_flight_and_label),  cmocka_unit_test(test_hier_levels),
+        cmocka_unit_test(test_split_semantics),  cmocka_unit_test(test_create_group),
+        cmocka_unit_test(test_matrix_on_splits), cmocka_unit_test(test_desync_on_sub),
+        cmocka_unit_test(test_rank_lost_on_sub), cmocka_unit_test(test_virtual_sub),
+        cmocka_unit_test(test_flight_and_label), cmocka_unit_test(test_hier_levels),
     };
     return cmocka_run_group_tests_name("subcomm", tests, NULL, NULL);
 }

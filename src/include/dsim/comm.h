@@ -222,6 +222,11 @@ DSIM_API dsim_err dsim_comm_create_group(dsim_comm *parent, int n, const int *ra
 DSIM_API void dsim_comm_free(dsim_comm *c);
 /* The communicator's id (0 for NULL). */
 DSIM_API uint32_t dsim_comm_id(const dsim_comm *c);
+/* 1 when c carries virtual payloads (dsim_comm_cfg.virtual_payload: timing
+ * only; its sub-communicators inherit it), else 0. A strategy run timing
+ * only sees it on ctx->world: its buffers' values mean nothing, and it may
+ * skip its own arithmetic as long as it makes the same collective calls. */
+DSIM_API int dsim_comm_virtual(const dsim_comm *c);
 /* The endpoint (world) rank of rank r of c; -1 when r is not a rank of c. */
 DSIM_API int dsim_comm_world_rank(const dsim_comm *c, int r);
 /* The host of rank r of c, by the topology (local_size); -1 when unknown or

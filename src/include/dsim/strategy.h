@@ -440,11 +440,23 @@ typedef struct dsim_train_result {
                               from the checkpoint, with restore */
     uint64_t preempted_at; /* global steps done when it stopped: the checkpoint's */
 
-    /* The flight recorder of every replica's world communicator
-     * (dsim/comm.h) as the job ended: [n_flight], by replica; NULL when the
-     * job never formed. What a harness writes out after a failure. */
+    /* The flight recorders as the job ended (dsim/comm.h): [n_flight], the
+     * first num_replicas those of every replica's world communicator, by
+     * replica, then those of the sub-communicators the strategy made from
+     * it (dsim_comm_flight_dump_subs: each replica's in turn, each naming
+     * its communicator and its ranks' world ranks); NULL when the job never
+     * formed. What a harness writes out after a failure. */
     dsim_fr_dump *flight;
     int n_flight;
+
+    /* The exchange the strategy actually made: what replica 0's
+     * apply_gradients called in the first step it ran, as
+     * dsim_comm_exchange_end writes it ("ring" for one all-reduce on the
+     * world communicator; "reduce on sub-communicator 2913746501 (4 ranks)
+     * + allreduce(ring) on sub-communicator 811942093 (2 ranks) + ..." for a
+     * strategy's own scheme); "" when it called no collective (parameter
+     * servers, point-to-point messages) or failed before. */
+    char exchange[256];
 
     /* dsim_train_reference only: the optimizer's slots (whole-model layout
      * of dsim/optim.h) and step when it ended. NULL / 0 from dsim_train,
