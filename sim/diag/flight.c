@@ -752,13 +752,13 @@ dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
     memset(&ds, 0, sizeof ds);
     ds.ranks = g[0].n;
     fl_header(out, root, &g[0], ng);
-    /* Communicators whose ranks disagree first (the cause; an abort it made
-     * leaves victims elsewhere), then those with a call left unfinished;
-     * the world before the strategy's own. */
+    /* Communicators whose ranks disagree (the cause: the abort it made
+     * leaves victims elsewhere, not explained); else those with a call
+     * left unfinished; the world before the strategy's own. */
     uint64_t *pick = calloc((size_t)ng, sizeof *pick);
     bool *dis = calloc((size_t)ng, sizeof *dis);
     int explained = 0;
-    for (int pass = 0; pick && dis && pass < 2; pass++)
+    for (int pass = 0; pick && dis && pass < 2 && !(pass == 1 && explained); pass++)
         for (int k = 0; k < ng && explained < FL_EXPLAIN_MAX; k++) {
             if (pass == 0)
                 pick[k] = fl_pick(&g[k], &dis[k]);

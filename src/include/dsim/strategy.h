@@ -86,6 +86,23 @@ DSIM_API int dsim_strategy_list(char *buf, size_t cap);
 /* The summary line of a registered strategy, or NULL. */
 DSIM_API const char *dsim_strategy_summary(const char *name);
 
+/* What a strategy plugin's shared object holds, read without registering
+ * it (`dsim list strategies` lists the plugins of its directories so). */
+typedef struct dsim_strategy_plugin_info {
+    char name[32];        /* its table's .name ("" when its table is unusable) */
+    char summary[256];    /* its table's .summary ("" when none) */
+    unsigned abi_version; /* the DSIM_STRATEGY_ABI_VERSION it was built with */
+    int usable;           /* 1: dsim_strategy_load would accept it */
+    char why[512];        /* why not, when not (the message the loader gives) */
+} dsim_strategy_plugin_info;
+
+/* Opens the shared object at path, reads its plugin function's ABI version
+ * and, when that is this library's, its table; then closes it. DSIM_OK when
+ * it is a strategy plugin (usable or not: out says), DSIM_ENOENT when it
+ * cannot be loaded, DSIM_EINVAL when it is no strategy plugin. It runs the
+ * object's code (constructors, the plugin function) as loading does. */
+DSIM_API dsim_err dsim_strategy_probe(const char *path, dsim_strategy_plugin_info *out);
+
 /* ---- training ---- */
 
 /* The largest job dsim_train runs on one host: hosts x devices_per_host
