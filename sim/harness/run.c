@@ -469,6 +469,8 @@ static void h_step_record(h_ctx *c)
     dsim_perf perf;
     if (dsim_perf_measure(&c->res, c->have_ref ? &c->ref : NULL, &perf) != DSIM_OK)
         dsim_perf_measure(NULL, NULL, &perf); /* all NaN */
+    out->step_s = perf.step_s;
+    out->exchange_s = perf.allreduce_share * perf.step_s;
     if (st)
         h_store_metrics(st, &c->cfg, &c->res, c->have_ref ? &c->ref : NULL, &perf, c->R, out);
     if ((c->eng->flags & DSIM_ENGINE_VIRTUAL_TIME) && out->train_err == DSIM_OK &&
