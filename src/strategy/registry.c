@@ -225,6 +225,21 @@ const char *dsim_strategy_summary(const char *name)
     return summary;
 }
 
+dsim_err dsim_strategy_probe(const char *name, const dsim_strategy_shape *shape,
+                             dsim_strategy_traits *out)
+{
+    memset(out, 0, sizeof *out);
+    const dsim_strategy *s;
+    DSIM_CHECK(dsim_strategy_lookup(name, &s));
+    if (!shape)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_strategy_probe: no shape given");
+    out->replicas_in_sync = dsim_strategy_replicas_in_sync(s, shape);
+    out->can_save = s->ops->save != NULL;
+    out->has_servers = s->ops->serve != NULL;
+    out->placement = s->ops->placement;
+    return dsim_strategy_check_shape(s, shape);
+}
+
 /* Opens a plugin: dlopen, its plugin function, its ABI version (in *abi)
  * and, when that is this library's, its table in *ops (checked). On any
  * failure the object is closed again and *h is NULL; *ops is set only when
@@ -296,10 +311,10 @@ static dsim_err registry_open(const char *path, void **h, const struct dsim_stra
     return DSIM_OK;
 }
 
-dsim_err dsim_strategy_probe(const char *path, dsim_strategy_plugin_info *out)
+dsim_err dsim_strategy_plugin_probe(const char *path, dsim_strategy_plugin_info *out)
 {
     if (!out)
-        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_strategy_probe: out is NULL");
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_strategy_plugin_probe: out is NULL");
     memset(out, 0, sizeof *out);
     void *h = NULL;
     const struct dsim_strategy_ops *ops = NULL;

@@ -101,7 +101,7 @@ typedef struct dsim_strategy_plugin_info {
  * it is a strategy plugin (usable or not: out says), DSIM_ENOENT when it
  * cannot be loaded, DSIM_EINVAL when it is no strategy plugin. It runs the
  * object's code (constructors, the plugin function) as loading does. */
-DSIM_API dsim_err dsim_strategy_probe(const char *path, dsim_strategy_plugin_info *out);
+DSIM_API dsim_err dsim_strategy_plugin_probe(const char *path, dsim_strategy_plugin_info *out);
 
 /* ---- training ---- */
 
