@@ -435,7 +435,9 @@ static int whatif_rows(const whatif_opts *o, const dsim_device_model *dev,
                            .intra = *in,
                            .inter = *l,
                            .device = *dev};
-        dsim_algo a = o->algo == DSIM_ALGO_AUTO ? dsim_allreduce_decide(bytes, N) : o->algo;
+        dsim_algo a = o->algo == DSIM_ALGO_AUTO
+                          ? dsim_allreduce_decide_hosts(bytes, o->hosts, o->devices)
+                          : o->algo;
         double ar = 0, best_t = INFINITY;
         dsim_algo best = a;
         if (dsim_cost_allreduce(&t, a, bytes, 4, &ar, NULL) != DSIM_OK) {

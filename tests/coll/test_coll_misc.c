@@ -728,6 +728,14 @@ static void test_algorithm_choice(void **state)
     assert_int_equal(dsim_allreduce_decide_hosts((size_t)16 << 20, 1, 4), DSIM_ALGO_RHD);
     assert_int_equal(dsim_allreduce_decide_hosts((size_t)64 << 20, 7, 1), DSIM_ALGO_RING);
     assert_int_equal(dsim_allreduce_decide_hosts((size_t)16 << 20, 0, 0), DSIM_ALGO_RING);
+    /* Against rhd the two levels' ring across hosts must pay for its 2 (H-1)
+     * slow steps with the NIC bytes it saves: 512 x 8 with 4 MB yes, 8,192
+     * x 8 no; a host count that is no power of two (the flat ring) yes. */
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)4 << 20, 512, 8), DSIM_ALGO_HIERARCHICAL);
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)4 << 20, 8192, 8), DSIM_ALGO_RHD);
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)1 << 20, 512, 8), DSIM_ALGO_RHD);
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)64 << 20, 7, 2), DSIM_ALGO_HIERARCHICAL);
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)102400000, 4, 4), DSIM_ALGO_HIERARCHICAL);
 
     /* The decision never answers AUTO, for any size and rank count. */
     for (int n = 1; n <= 1024; n = n < 16 ? n + 1 : n * 2)
