@@ -16,7 +16,8 @@ if [ -n "${DSIM_SANITIZED_BUILD:-}" ]; then
     exit 77
 fi
 dsim=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-scenario=$2 plugin=$3
+scenario=$2
+plugin=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dsim-mhp.XXXXXX") || exit 99
 pids=""
 cleanup() {
