@@ -4,6 +4,8 @@
 #       the files are there, pkg-config describes them, and the consumer
 #       builds against them with dependency('dsim') / ('dsim-harness') found
 #       by pkg-config only (--wrap-mode=nofallback), and its test passes;
+#       examples/hierarchical_strategy builds by hand against it (cc and
+#       pkg-config) and the installed dsim lists it and runs its scenario;
 #   (b) the consumer builds with dsim as a subproject (subprojects/dsim, a
 #       link to this source tree, found through subprojects/dsim.wrap's
 #       [provide]) and its test passes.
@@ -68,6 +70,31 @@ LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$meson" test -C "$tmp
 # the installed command runs too
 LD_LIBRARY_PATH=$lib "$tmp/dest$prefix/bin/dsim" --version | grep -q '^dsim ' || fail "installed dsim"
 echo "ok (a) installed: consumer built with pkg-config and passed ($(($(date +%s) - start)) s)"
+
+# ---- (a2) the hierarchical example plugin out of tree ----
+# examples/hierarchical_strategy built by hand against the install, as its
+# comment says (cc + pkg-config), under a name of its own; the installed
+# dsim lists it and runs its scenario with it (found next to the scenario).
+start=$(date +%s)
+mkdir "$tmp/hier" || exit 99
+# shellcheck disable=SC2046,SC2086
+$CC -std=c11 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden $(pkg-config --cflags dsim) \
+    "$src/examples/hierarchical_strategy/hierarchical_strategy.c" -o "$tmp/hier/libhier_oot.so" \
+    $(pkg-config --libs dsim) >"$tmp/hier.log" 2>&1 ||
+    { cat "$tmp/hier.log"; fail "(a2) the hierarchical example does not build against the install"; }
+LD_LIBRARY_PATH=$lib "$tmp/dest$prefix/bin/dsim" list strategies --plugin-dir "$tmp/hier" \
+    >"$tmp/hier-list.log" 2>&1 || { cat "$tmp/hier-list.log"; fail "(a2) dsim list strategies"; }
+grep -q "^hierarchical_leaders .*all-reduced among the hosts' leaders" "$tmp/hier-list.log" &&
+    grep -q "(plugin $tmp/hier/libhier_oot.so)" "$tmp/hier-list.log" ||
+    { cat "$tmp/hier-list.log"; fail "(a2) the installed dsim does not list the plugin"; }
+sed -e 's/plugin: libhierarchical_strategy.so/plugin: libhier_oot.so/' \
+    "$src/scenarios/hierarchical_strategy.yaml" >"$tmp/hier/hier.yaml" || exit 99
+grep -q "plugin: libhier_oot.so" "$tmp/hier/hier.yaml" || fail "(a2) the scenario was not rewritten"
+(cd "$tmp/hier" && LD_LIBRARY_PATH=$lib "$tmp/dest$prefix/bin/dsim" run hier.yaml --db "$tmp/hier/h.db") \
+    >"$tmp/hier-run.log" 2>&1 || { cat "$tmp/hier-run.log"; fail "(a2) the installed dsim's run of it"; }
+grep -q "hierarchical_strategy: passed (4 of 4" "$tmp/hier-run.log" ||
+    { cat "$tmp/hier-run.log"; fail "(a2) the run with the out-of-tree plugin did not pass"; }
+echo "ok (a2) the hierarchical example built out of tree, listed and run by the installed dsim ($(($(date +%s) - start)) s)"
 
 # ---- (b) subproject ----
 start=$(date +%s)
