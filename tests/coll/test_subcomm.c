@@ -1,8 +1,8 @@
 /* Sub-communicators (dsim_comm_split, dsim_comm_create_group): MPI's
  * semantics, derived ids, the verification matrix of every collective on
  * splits of 2 to 16 ranks (several colors, keys that reorder, nested
- * splits), a desync and a lost rank on a sub-communicator, timing only on
- * one, its flight records and the exchange log.
+ * splits), a desync, a lost rank and an abort on a sub-communicator, timing
+ * only on one, its flight records and the exchange log.
  *
  * The world is 16 ranks on 4 hosts of 4 (local_size 4), so that splits
  * inherit hosts: "halves" (2 hosts x 4) and "evens" (4 hosts x 2) run the
@@ -546,6 +546,7 @@ static void test_create_group(void **state)
 
 typedef struct ds_shared {
     coll_failures fl;
+    int out; /* ranks out of the world's barrier */
     char msg[SC_WORLD][512];
     dsim_err err[SC_WORLD];
     int peer[SC_WORLD];
@@ -560,14 +561,21 @@ static void ds_rank(coll_harness *h, int rank, void *p)
     dsim_comm *c = NULL;
     if (dsim_comm_split(h->comms[rank], rank / 4, rank, &c) != DSIM_OK) {
         coll_fail(&s->fl, "rank %d: split: %s", rank, dsim_errmsg());
+        __atomic_add_fetch(&s->out, 1, __ATOMIC_SEQ_CST);
         return;
     }
     double d[2] = {1, 2};
     dsim_err e = dsim_allreduce(c, d, d, 1, DSIM_F64, DSIM_SUM); /* #1 agrees */
     /* the first communicator is done before the second one's mismatch
-     * revokes the fabric */
+     * revokes the fabric: every rank out of the world's barrier (a rank
+     * leaves a dissemination barrier before its last peers do) */
     if (e == DSIM_OK)
         e = dsim_barrier(h->comms[rank]);
+    __atomic_add_fetch(&s->out, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&s->out, __ATOMIC_SEQ_CST) < 8) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
     if (e == DSIM_OK && rank / 4 == 1)
         e = rank == 5 ? dsim_allreduce(c, d, d, 2, DSIM_F32, DSIM_SUM)
                       : dsim_allreduce(c, d, d, 1, DSIM_F64, DSIM_SUM);
@@ -688,6 +696,115 @@ static void test_rank_lost_on_sub(void **state)
                 fail_msg("%s: world rank %d took %lld ms", dsim_algo_name(algos[a]), r,
                          (long long)(s.took[r] / SC_MS));
         }
+    }
+}
+
+/* ---- an abort during a sub-communicator's all-reduce ---- */
+
+typedef struct ab_shared {
+    coll_failures fl;
+    coll_harness *h;
+    int64_t abort_at;
+    int started; /* ranks inside their loop */
+    dsim_err err[8], again[8];
+    int peer[8];
+    char msg[8][512], msg2[8][512];
+    int64_t back[8], again_ns[8];
+} ab_shared;
+
+static void *ab_thread(void *p)
+{
+    ab_shared *s = p;
+    while (__atomic_load_n(&s->started, __ATOMIC_SEQ_CST) < 8) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    struct timespec ts = {0, 50000000};
+    nanosleep(&ts, NULL);
+    __atomic_store_n(&s->abort_at, dsim_rt_now(s->h->rt), __ATOMIC_SEQ_CST);
+    /* world rank 6 (rank 2 of the second host's communicator) was lost */
+    dsim_fabric_abort(s->h->fab, 6, "world rank 6 was stopped by the test");
+    return NULL;
+}
+
+/* 8 ranks split by host (local 4), each looping on its sub-communicator's
+ * all-reduce (the algorithm of the round) until the fabric is aborted from
+ * outside: every rank returns DSIM_EABORTED at once, naming the abort's
+ * reason and the sub-communicator, and its next call fails at once too. */
+static void ab_rank(coll_harness *h, int rank, void *p)
+{
+    ab_shared *s = p;
+    dsim_comm *c = NULL;
+    if (dsim_comm_split(h->comms[rank], rank / 4, rank, &c) != DSIM_OK || !c) {
+        coll_fail(&s->fl, "rank %d: split: %s", rank, dsim_errmsg());
+        __atomic_add_fetch(&s->started, 1, __ATOMIC_SEQ_CST);
+        return;
+    }
+    size_t n = (size_t)1 << 18;
+    float *b = malloc(n * sizeof *b);
+    if (!b) {
+        coll_fail(&s->fl, "out of memory");
+        __atomic_add_fetch(&s->started, 1, __ATOMIC_SEQ_CST);
+        dsim_comm_free(c);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        b[i] = 1;
+    __atomic_add_fetch(&s->started, 1, __ATOMIC_SEQ_CST);
+    dsim_err e = DSIM_OK;
+    for (int calls = 0; e == DSIM_OK && calls < 1000000; calls++)
+        e = dsim_allreduce(c, b, b, n, DSIM_F32, DSIM_MAX);
+    s->back[rank] = dsim_rt_now(h->rt);
+    s->err[rank] = e;
+    s->peer[rank] = dsim_comm_error(c)->peer;
+    snprintf(s->msg[rank], sizeof s->msg[rank], "%s", dsim_comm_error(c)->msg);
+    int64_t t0 = dsim_rt_now(h->rt);
+    s->again[rank] = dsim_allreduce(c, b, b, n, DSIM_F32, DSIM_MAX);
+    s->again_ns[rank] = dsim_rt_now(h->rt) - t0;
+    snprintf(s->msg2[rank], sizeof s->msg2[rank], "%s", dsim_comm_error(c)->msg);
+    free(b);
+    dsim_comm_free(c);
+}
+
+static void test_abort_on_sub(void **state)
+{
+    (void)state;
+    ab_shared s;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.fl.mu, NULL);
+    coll_harness h;
+    sc_open(&h, 8, 4, 30 * SC_S);
+    s.h = &h;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, ab_thread, &s), 0);
+    assert_int_equal(coll_harness_run(&h, ab_rank, &s), DSIM_OK);
+    pthread_join(th, NULL);
+    coll_harness_close(&h);
+    pthread_mutex_destroy(&s.fl.mu);
+    if (s.fl.failures)
+        fail_msg("%s", s.fl.first);
+    for (int r = 0; r < 8; r++) {
+        if (r == 0 || r == 4)
+            printf("world rank %d: %s: %s\n  then: %s\n", r, dsim_strerror(s.err[r]), s.msg[r],
+                   s.msg2[r]);
+        if (s.err[r] != DSIM_EABORTED || s.peer[r] != 6 ||
+            !strstr(s.msg[r], "world rank 6 was stopped by the test") ||
+            !strstr(s.msg[r], "aborted"))
+            fail_msg("world rank %d returned %s (peer %d): %s", r, dsim_strerror(s.err[r]),
+                     s.peer[r], s.msg[r]);
+        /* a call in flight names the sub-communicator it was on */
+        if (!strstr(s.msg[r], "on sub-communicator ") ||
+            !strstr(s.msg[r], r < 4 ? "(split of 0, color 0)" : "(split of 0, color 1)"))
+            fail_msg("world rank %d does not name its sub-communicator: %s", r, s.msg[r]);
+        /* within 2 s of the abort, not at the 30 s timeout */
+        if (s.back[r] - s.abort_at > 2 * SC_S)
+            fail_msg("world rank %d returned %lld ms after the abort", r,
+                     (long long)((s.back[r] - s.abort_at) / SC_MS));
+        /* permanent: the next call fails at once */
+        if (s.again[r] != DSIM_EABORTED || s.again_ns[r] > 1 * SC_S ||
+            !strstr(s.msg2[r], "world rank 6 was stopped by the test"))
+            fail_msg("world rank %d's call after the abort returned %s: %s", r,
+                     dsim_strerror(s.again[r]), s.msg2[r]);
     }
 }
 
@@ -911,8 +1028,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split_semantics),  cmocka_unit_test(test_create_group),
         cmocka_unit_test(test_matrix_on_splits), cmocka_unit_test(test_desync_on_sub),
-        cmocka_unit_test(test_rank_lost_on_sub), cmocka_unit_test(test_virtual_sub),
-        cmocka_unit_test(test_flight_and_label), cmocka_unit_test(test_hier_levels),
+        cmocka_unit_test(test_rank_lost_on_sub), cmocka_unit_test(test_abort_on_sub),
+        cmocka_unit_test(test_virtual_sub),      cmocka_unit_test(test_flight_and_label),
+        cmocka_unit_test(test_hier_levels),
     };
     return cmocka_run_group_tests_name("subcomm", tests, NULL, NULL);
 }
