@@ -375,7 +375,14 @@ static int whatif_plugin_rows(const whatif_opts *o, const dsim_device_model *dev
         /* the exchange's median time in a step, without the compute */
         double ar = res.exchange_s, step = tc + ar, speed = t1 / step;
         const char *w = strstr(res.whatif, "exchange ");
-        if (!exchange[0] && w) {
+        const char *a = strstr(res.whatif, "all-reduce algorithm ");
+        if (!exchange[0] && !w && a) {
+            /* one all-reduce on the world: the what-if line names its
+             * algorithm only */
+            a += strlen("all-reduce algorithm ");
+            snprintf(exchange, sizeof exchange, "allreduce(%.*s) on the world communicator",
+                     (int)strcspn(a, " \n"), a);
+        } else if (!exchange[0] && w) {
             snprintf(exchange, sizeof exchange, "%s", w + 9);
             char *end = strstr(exchange, " (the strategy's own)");
             if (!end)

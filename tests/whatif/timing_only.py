@@ -180,6 +180,26 @@ with tempfile.TemporaryDirectory() as tmp:
                   f"{net}: the plugin's exchange {x} ms against the two-level all-reduce's "
                   f"{w['allreduce']} ms")
 
+    # A plugin whose exchange is one all-reduce on the world
+    # (examples/custom_strategy: reduce_to_one): named so, and timed within
+    # 2 % of the analytic reduce_to_one on the same cluster.
+    rc, cout, cerr = run("whatif", f"{scenarios}/custom_strategy.yaml", "--hosts", "2",
+                         "--devices", "2", "--params", "25.6M", "--network", "10gbe")
+    check(rc == 0 and "allreduce(reduce_to_one) on the world communicator" in cout,
+          f"whatif of custom_strategy names its world all-reduce (rc {rc}):\n{cout[-800:]}{cerr}")
+    rc, aout, _ = run("whatif", "--hosts", "2", "--devices", "2", "--params", "25.6M",
+                      "--network", "10gbe", "--algo", "reduce_to_one")
+    row = next((l.split() for l in cout.splitlines() if l.startswith("10gbe ")), None)
+    w = whatif_row(aout, "10gbe")
+    if row and w:
+        x = float(row[3])
+        print(f"custom_strategy on 2x2 10gbe: exchange {x:.3f} ms; reduce_to_one "
+              f"{w['allreduce']:.3f} ms")
+        check(abs(x - w["allreduce"]) <= TOL_REL * w["allreduce"],
+              f"custom_strategy's exchange {x} ms within 2 % of reduce_to_one's {w['allreduce']}")
+    else:
+        check(False, f"custom_strategy: rows to compare ({row}, {w})")
+
     # bad input: the place and the fix
     base = open(f"{scenarios}/whatif/resnet50_4x4_v100_ib100.yaml").read()
     cases = [
