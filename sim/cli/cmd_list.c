@@ -19,6 +19,7 @@
 #include "dsim/err.h"
 #include "dsim/strategy.h"
 #include "fault/fault.h"
+#include "scenario/scenario.h"
 #include "store.h"
 
 void cmd_list_help(FILE *out)
@@ -126,17 +127,25 @@ static int list_strategies(bool as_json)
             printf("%-24s %s\n", name, sum ? sum : "");
     }
     /* The plugins: --plugin-dir (in front of $DSIM_PLUGIN_PATH), the path,
-     * then the installed directory, as a scenario's plugin is looked for. */
+     * then the installed directories, as a scenario's plugin is looked for
+     * (the build tree's, which a program of the build tree also searches,
+     * hold its test fixtures: not listed). */
     static char seen[256][PATH_MAX];
     int nseen = 0, listed = 0;
     const char *env = getenv("DSIM_PLUGIN_PATH");
+    char installed[8192];
+    size_t u = 0, root = strlen(DSIM_BUILD_ROOT);
+    installed[0] = '\0';
+    char *all = strdup(dsim_scenario_plugin_dirs()), *s1 = NULL;
+    for (char *d = all ? strtok_r(all, ":", &s1) : NULL; d; d = strtok_r(NULL, ":", &s1))
+        if (!(strncmp(d, DSIM_BUILD_ROOT, root) == 0 && d[root] == '/') && u < sizeof installed)
+            u += (size_t)snprintf(installed + u, sizeof installed - u, "%s%s", u ? ":" : "", d);
+    free(all);
     char *dirs = NULL;
-    if (asprintf(&dirs, "%s%s%s", env ? env : "", env && *env ? ":" : "", DSIM_PLUGIN_INSTALL_DIR) <
-        0)
+    if (asprintf(&dirs, "%s%s%s", env ? env : "", env && *env ? ":" : "", installed) < 0)
         dirs = NULL;
     if (!as_json)
-        printf("\nplugins in $DSIM_PLUGIN_PATH (and --plugin-dir) and %s:\n",
-               DSIM_PLUGIN_INSTALL_DIR);
+        printf("\nplugins in $DSIM_PLUGIN_PATH (and --plugin-dir) and %s:\n", installed);
     char *s2 = NULL;
     for (char *d = dirs ? strtok_r(dirs, ":", &s2) : NULL; d; d = strtok_r(NULL, ":", &s2))
         listed += list_plugin_dir(d, arr, seen, &nseen);
@@ -216,13 +225,19 @@ static int list_checks(bool as_json)
                                       isnan(p->def) ? json_null() : json_real(p->def), "integer",
                                       p->integer));
             }
-            json_array_append_new(arr, json_pack("{s:s, s:s, s:b, s:o}", "name", c->name, "summary",
-                                                 c->summary, "available", c->available, "params",
-                                                 params));
+            json_array_append_new(
+                arr, json_pack("{s:s, s:s, s:b, s:o, s:o}", "name", c->name, "summary", c->summary,
+                               "available", c->available, "by_default",
+                               c->by_default ? json_string(c->by_default) : json_null(), "params",
+                               params));
             continue;
         }
         printf("%s%s\n  %s\n", c->name, c->available ? "" : "  (not available in this build yet)",
                c->summary);
+        if (c->by_default)
+            printf("  judged by default: %s (turn it off with %s: off)\n", c->by_default, c->name);
+        else
+            printf("  judged only when the scenario names it\n");
         for (int k = 0; k < c->n_params; k++) {
             const dsim_check_param *p = &c->params[k];
             char def[32], lo[32], hi[32];
@@ -237,7 +252,8 @@ static int list_checks(bool as_json)
     if (as_json)
         return list_print_json(arr);
     printf("In a scenario: expect: { CHECK: { KEY: VALUE, ... } }; add 'expect: fail' under a\n"
-           "check when the scenario is meant to make it fail.\n");
+           "check when the scenario is meant to make it fail, or CHECK: off to leave out a check\n"
+           "judged by default.\n");
     return 0;
 }
 

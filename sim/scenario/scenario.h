@@ -37,8 +37,14 @@ typedef struct dsim_expect {
     const dsim_check_ops *check;
     double values[DSIM_CHECK_MAX_PARAMS]; /* every param, defaults filled in */
     bool expect_fail;                     /* the scenario passes only if this check fails */
+    /* Judged because it applies to the run, not because the scenario names
+     * it (dsim_scenario_default_checks); pos is then 0:0. */
+    bool by_default;
     dsim_src_pos pos;
 } dsim_expect;
+
+/* Checks a scenario can turn off (`shard_coverage: off`): at most this many. */
+#define DSIM_SCENARIO_MAX_OFF 16
 
 typedef struct dsim_scenario {
     char *path; /* the file, as given */
@@ -48,6 +54,7 @@ typedef struct dsim_scenario {
     uint64_t seed;
     char *engine;                          /* "threads" | "processes" | "sim" */
     dsim_src_pos engine_pos, recovery_pos; /* where they were given (0:0 when defaulted) */
+    bool engine_overridden;                /* engine set by the caller (dsim run --engine) */
 
     /* network: preset name and link parameters (used by the sim engine) */
     char *network_preset; /* or NULL */
@@ -67,6 +74,15 @@ typedef struct dsim_scenario {
     dsim_train_cfg train;        /* strategy, cluster, model, optimizer, data, checkpoint */
     dsim_src_pos checkpoint_pos; /* where checkpoint.path was given (0:0 when not) */
     dsim_src_pos plugin_pos;     /* where strategy.plugin was given (0:0 when not) */
+    int plugin_found;            /* how train.plugin_path was found: DSIM_PLUGIN_* */
+    /* Where what dsim_scenario_runnable may refuse was given (0:0 when not):
+     * the cluster's size (cluster.hosts, else devices_per_host, tf_config or
+     * the cluster: key), cluster.network, model.synthetic. */
+    dsim_src_pos cluster_pos, network_pos, synthetic_pos;
+    /* Where the data's layout is given (data.shard_policy, else
+     * data.files, else the data: key; 0:0 when none is), for a plan that
+     * cannot shard it. */
+    dsim_src_pos data_pos;
 
     dsim_fault *faults;
     size_t n_faults;
@@ -81,8 +97,11 @@ typedef struct dsim_scenario {
     uint64_t liveness_step;
     int64_t liveness_within_ns;
 
-    dsim_expect *expect;
+    dsim_expect *expect; /* the checks named, then the ones judged by default */
     size_t n_expect;
+    /* checks the scenario turned off (`NAME: off` under expect:) */
+    const dsim_check_ops *off[DSIM_SCENARIO_MAX_OFF];
+    size_t n_off;
     /* expect.error: the run must fail with an error whose message contains
      * this text (e.g. FILE sharding with fewer files than workers); then no
      * check runs. NULL when the run must succeed. */
@@ -97,6 +116,27 @@ typedef struct dsim_scenario {
     long combination;
     char *label;
 } dsim_scenario;
+
+/* How a scenario's strategy plugin was found. */
+enum {
+    DSIM_PLUGIN_NEXT_TO_FILE = 1, /* a bare file name, in the scenario file's folder */
+    DSIM_PLUGIN_BY_PATH,          /* a path with a '/', relative to that folder */
+    DSIM_PLUGIN_ABSOLUTE,         /* an absolute path */
+    DSIM_PLUGIN_SEARCHED,         /* a bare file name, in --plugin-dir, $DSIM_PLUGIN_PATH or
+                                     the build's and the installed plugin folders */
+};
+
+/* What `dsim validate` and `dsim plan` say about a strategy plugin, which
+ * only `dsim run` loads: the file it will load (its real path), whether
+ * that lies outside the scenario file's folder although the file named it
+ * by a path (absolute, or climbing out with ../), and a sentence saying so
+ * and that loading runs its code. False when s names no plugin. */
+typedef struct dsim_plugin_notice {
+    char file[4096];
+    bool outside;
+    char text[4608];
+} dsim_plugin_notice;
+bool dsim_scenario_plugin_notice(const dsim_scenario *s, dsim_plugin_notice *out);
 
 /* Loads and validates a scenario file. On error *out is NULL and the
  * message has FILE:LINE:COLUMN. Only a regular file is read: a named pipe,
@@ -118,6 +158,12 @@ dsim_err dsim_scenario_combination(const dsim_scenario *s, size_t k, dsim_scenar
  * file found; DSIM_ENOENT naming the places searched when there is none. */
 dsim_err dsim_scenario_plugin_find(const char *file, char **out);
 
+/* The directories searched after DSIM_PLUGIN_PATH, ':'-separated: this
+ * build tree's plugins for a program that runs from the build tree, then
+ * the installed plugin directory of the prefix the running program is in
+ * (PREFIX/bin/PROGRAM) and of the configured prefix. */
+const char *dsim_scenario_plugin_dirs(void);
+
 /* DSIM_OK if this build can run the scenario; else DSIM_ENOTSUP saying what
  * is not supported yet (faults, engines, checks) and where in the file, or
  * DSIM_ENOENT when the directory of checkpoint.path (relative to the working
@@ -128,6 +174,11 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s);
  * "threads". */
 const char *dsim_scenario_engine(const dsim_scenario *s);
 void dsim_scenario_free(dsim_scenario *s);
+
+/* Whether a correctness check applies to the scenario's run, so that it is
+ * judged by default unless the scenario names it or turns it off
+ * (parse_expect.c says which and when). */
+bool dsim_scenario_check_applies(const dsim_scenario *s, const dsim_check_ops *ops);
 
 /* ---- judging a run against the scenario's expect list (judge.c) ----
  *
@@ -147,10 +198,17 @@ bool dsim_check_needs_reference(const dsim_scenario *s);
  * - expect.error: one row named "error" that passes iff the run failed with
  *   an error whose message contains the text (run_err != DSIM_OK, message in
  *   ctx->run->error.msg); no check runs.
- * - otherwise one row per expect entry, in file order. A run that failed
- *   (run_err != DSIM_OK) fails every row, expect_fail ones included: a check
- *   expected to fail must fail on its own judgement of a finished run, not
- *   because the run never finished.
+ * - otherwise one row per expect entry: the checks named, in file order,
+ *   then the ones judged by default (by_default). A run that failed
+ *   (run_err != DSIM_OK) fails every named row, expect_fail ones included:
+ *   a check expected to fail must fail on its own judgement of a finished
+ *   run, not because the run never finished. A run that hung says so in a
+ *   short row ("not judged: the run hung"); its report is the run's. A
+ *   check judged by default that judges finished runs only is left out of
+ *   a failed run, or, when the scenario has faults and node_loss judges
+ *   them, shown as not applicable (passed): the faults were meant to break
+ *   the run. With no row left, one row named "run" fails with the run's
+ *   error.
  * - a check that is unavailable, or whose run function returns an error,
  *   fails with a message saying so.
  *

@@ -29,8 +29,8 @@ static const char *const store_insert_sql[REC_NKINDS] = {
     [REC_COLL] = "INSERT INTO collectives (run_id, replica, op, algorithm, bytes, t_start_ns, "
                  "t_end_ns, status, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [REC_EVENT] = "INSERT INTO events (run_id, replica, t_ns, kind, detail) VALUES (?, ?, ?, ?, ?)",
-    [REC_CHECK] = "INSERT INTO checks (run_id, name, passed, measured, expected, message) "
-                  "VALUES (?, ?, ?, ?, ?, ?)",
+    [REC_CHECK] = "INSERT INTO checks (run_id, name, passed, measured, expected, message, "
+                  "by_default) VALUES (?, ?, ?, ?, ?, ?, ?)",
     [REC_METRIC] =
         "INSERT INTO metrics (run_id, name, value, unit, replica) VALUES (?, ?, ?, ?, ?)",
     [REC_FLIGHT] = "INSERT INTO flight_records (run_id, replica, record_id, pg_id, "
@@ -417,6 +417,7 @@ dsim_err dsim_store_open(const char *path, dsim_store **out)
     pthread_cond_init(&st->not_empty, NULL);
     pthread_cond_init(&st->not_full, NULL);
     pthread_cond_init(&st->done, NULL);
+    store_gate_install();
     rc = pthread_create(&st->writer, NULL, store_writer, st);
     if (rc != 0) {
         e = DSIM_ERR(DSIM_EIO, -1, "results database %s: cannot start its writer thread: %s", path,

@@ -256,6 +256,18 @@ dsim_err dsim_store_end_run(dsim_store *st, dsim_run_id run, dsim_run_status sta
     return e;
 }
 
+size_t dsim_store_unsettled(dsim_store *st, dsim_run_id *ids, size_t cap)
+{
+    if (!st)
+        return 0;
+    pthread_mutex_lock(&st->mu);
+    size_t n = st->nunsettled;
+    for (size_t i = 0; i < n && i < cap; i++)
+        ids[i] = st->unsettled[i];
+    pthread_mutex_unlock(&st->mu);
+    return n;
+}
+
 dsim_err dsim_store_replica(dsim_store *st, dsim_run_id run, int replica, int worker,
                             const char *device, const char *host)
 {
@@ -333,6 +345,13 @@ dsim_err dsim_store_event(dsim_store *st, dsim_run_id run, int replica, int64_t 
 dsim_err dsim_store_check(dsim_store *st, dsim_run_id run, const char *name, bool passed,
                           double measured, double expected, const char *message)
 {
+    return dsim_store_check_row(st, run, name, passed, measured, expected, message, false);
+}
+
+dsim_err dsim_store_check_row(dsim_store *st, dsim_run_id run, const char *name, bool passed,
+                              double measured, double expected, const char *message,
+                              bool by_default)
+{
     if (!st)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_check: store is NULL");
     DSIM_CHECK(store_need(st, "dsim_store_check", "check name", name));
@@ -341,6 +360,7 @@ dsim_err dsim_store_check(dsim_store *st, dsim_run_id run, const char *name, boo
     r.u.check.name = store_dup(name, &oom);
     r.u.check.message = store_dup(message, &oom);
     r.u.check.passed = passed ? 1 : 0;
+    r.u.check.by_default = by_default ? 1 : 0;
     r.u.check.measured = measured;
     r.u.check.expected = expected;
     return store_push_checked(st, &r, oom);

@@ -187,6 +187,7 @@ static int store_apply(dsim_store *st, store_rec *r)
         store_bind_real(s, 4, r->u.check.measured);
         store_bind_real(s, 5, r->u.check.expected);
         store_bind_text(s, 6, r->u.check.message);
+        sqlite3_bind_int(s, 7, r->u.check.by_default);
         break;
     case REC_REFLOSS:
         sqlite3_bind_int64(s, 1, r->run);
@@ -352,11 +353,13 @@ void *store_writer(void *arg)
         pthread_cond_broadcast(&st->not_full);
         pthread_mutex_unlock(&st->mu);
 
+        store_gate_enter(); /* no fork() while SQLite or the allocator is ours */
         if (!failed)
             store_commit_batch(st, st->batch, n);
         uint64_t last = st->batch[n - 1].seq;
         for (size_t i = 0; i < n; i++)
             store_rec_free(&st->batch[i]);
+        store_gate_leave();
 
         pthread_mutex_lock(&st->mu);
         if (st->fail_code != DSIM_OK)

@@ -4,17 +4,17 @@
 #       the files are there, pkg-config describes them, and the consumer
 #       builds against them with dependency('dsim') / ('dsim-harness') found
 #       by pkg-config only (--wrap-mode=nofallback), and its test passes;
-#       examples/hierarchical_strategy builds by hand against it (cc and
-#       pkg-config) and the installed dsim lists it and runs its scenario;
 #   (b) the consumer builds with dsim as a subproject (subprojects/dsim, a
 #       link to this source tree, found through subprojects/dsim.wrap's
-#       [provide]) and its test passes.
+#       [provide]) and its test passes;
+#   (c2) examples/hierarchical_strategy builds by hand against the install
+#       (cc and pkg-config) and the installed dsim lists it and runs it.
 #
-#   test_install.sh SRC BUILD MESON PREFIX LIBDIR SANITIZE CC...
+#   test_install.sh SRC BUILD MESON PREFIX LIBDIR SANITIZE COVERAGE CC...
 # Exits 77 (skip) when meson or pkg-config is not there to do it.
 set -u
-src=$1 build=$2 meson=$3 prefix=$4 libdir=$5 sanitize=$6
-shift 6
+src=$1 build=$2 meson=$3 prefix=$4 libdir=$5 sanitize=$6 coverage=$7
+shift 7
 CC="$*"
 export CC
 [ -n "$meson" ] && [ -x "$meson" ] || { echo "meson not found: skipped"; exit 77; }
@@ -29,6 +29,8 @@ fail() {
 # A sanitized libdsim needs a sanitized program to link it.
 opts="-Db_sanitize=$sanitize"
 [ "$sanitize" = none ] || opts="$opts -Db_lundef=false"
+# A libdsim built for coverage refers to gcov's runtime: so must its users.
+[ "$coverage" = true ] && opts="$opts -Db_coverage=true"
 
 # ---- (a) installed ----
 start=$(date +%s)
@@ -67,34 +69,69 @@ grep -q "Run-time dependency dsim found: YES" "$tmp/a.log" || { cat "$tmp/a.log"
     { cat "$tmp/a.log"; fail "(a) the consumer does not build against the install"; }
 LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$meson" test -C "$tmp/a-build" \
     --print-errorlogs >>"$tmp/a.log" 2>&1 || { cat "$tmp/a.log"; fail "(a) the consumer's test"; }
-# the installed command runs too
-LD_LIBRARY_PATH=$lib "$tmp/dest$prefix/bin/dsim" --version | grep -q '^dsim ' || fail "installed dsim"
 echo "ok (a) installed: consumer built with pkg-config and passed ($(($(date +%s) - start)) s)"
 
-# ---- (a2) the hierarchical example plugin out of tree ----
+# ---- (c) the installed dsim, as a user runs it ----
+# no LD_LIBRARY_PATH (its run path finds the libdsim beside it, wherever the
+# prefix is: here under --destdir), a plugin built against the installed
+# dsim.pc and found in the prefix's plugin directory, never in the build tree
+start=$(date +%s)
+dsim=$tmp/dest$prefix/bin/dsim
+mkdir -p "$tmp/user" || exit 99
+cd "$tmp/user" || exit 99
+env -u LD_LIBRARY_PATH "$dsim" --version | grep -q '^dsim ' ||
+    fail "(c) the installed dsim does not start without LD_LIBRARY_PATH: $(env -u LD_LIBRARY_PATH "$dsim" --version 2>&1)"
+env -u LD_LIBRARY_PATH -u DSIM_PLUGIN_PATH "$dsim" run "$src/scenarios/quickstart.yaml" --db q.db \
+    >run.log 2>&1 || { cat run.log; fail "(c) the installed dsim does not run the quickstart"; }
+grep -q "quickstart: passed" run.log || { cat run.log; fail "(c) the quickstart did not pass"; }
+plugdir=$lib/dsim/strategies
+san=""
+[ "$sanitize" = none ] || san="-fsanitize=$sanitize"
+[ "$coverage" = true ] && san="$san --coverage"
+# shellcheck disable=SC2046,SC2086
+$CC -shared -fPIC -fvisibility=hidden $san $(pkg-config --cflags dsim) \
+    "$src/examples/custom_strategy/custom_strategy.c" -o "$plugdir/libcustom_strategy.so" \
+    $(pkg-config --libs dsim) 2>cc.log || { cat cc.log; fail "(c) the example plugin does not build against dsim.pc"; }
+cp "$src/scenarios/custom_strategy.yaml" . || exit 99
+env -u LD_LIBRARY_PATH -u DSIM_PLUGIN_PATH "$dsim" run custom_strategy.yaml --db q.db >plug.log 2>&1 ||
+    { cat plug.log; fail "(c) the installed dsim does not run the plugin from the prefix"; }
+grep -qE "scenarios: ([0-9]+) passed, 0 did not" plug.log || { cat plug.log; fail "(c) the plugin's run did not pass"; }
+# a plugin that is only in the build tree is not found, and the build tree is
+# not among the places searched
+sed 's/libcustom_strategy.so/libbroken_save_strategy.so/' custom_strategy.yaml > only_in_build.yaml
+env -u LD_LIBRARY_PATH -u DSIM_PLUGIN_PATH "$dsim" validate only_in_build.yaml >nf.log 2>&1 &&
+    { cat nf.log; fail "(c) the installed dsim found a plugin of the build tree"; }
+grep -q "not found" nf.log || { cat nf.log; fail "(c) no 'not found' for a plugin only in the build tree"; }
+grep -qF "$build" nf.log && { cat nf.log; fail "(c) the installed dsim searched the build tree"; }
+grep -qF "$plugdir" nf.log || { cat nf.log; fail "(c) the prefix's plugin directory was not searched"; }
+cd "$tmp" || exit 99
+echo "ok (c) the installed dsim runs without LD_LIBRARY_PATH, a plugin built with pkg-config is found in the prefix ($(($(date +%s) - start)) s)"
+
+# ---- (c2) the hierarchical example plugin out of tree ----
 # examples/hierarchical_strategy built by hand against the install, as its
-# comment says (cc + pkg-config), under a name of its own; the installed
-# dsim lists it and runs its scenario with it (found next to the scenario).
+# comment says (cc + pkg-config), under a name of its own in a folder of
+# its own; the installed dsim lists it (--plugin-dir) and runs its scenario
+# with it (found next to the scenario).
 start=$(date +%s)
 mkdir "$tmp/hier" || exit 99
 # shellcheck disable=SC2046,SC2086
-$CC -std=c11 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden $(pkg-config --cflags dsim) \
+$CC -std=c11 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden $san $(pkg-config --cflags dsim) \
     "$src/examples/hierarchical_strategy/hierarchical_strategy.c" -o "$tmp/hier/libhier_oot.so" \
     $(pkg-config --libs dsim) >"$tmp/hier.log" 2>&1 ||
-    { cat "$tmp/hier.log"; fail "(a2) the hierarchical example does not build against the install"; }
-LD_LIBRARY_PATH=$lib "$tmp/dest$prefix/bin/dsim" list strategies --plugin-dir "$tmp/hier" \
-    >"$tmp/hier-list.log" 2>&1 || { cat "$tmp/hier-list.log"; fail "(a2) dsim list strategies"; }
+    { cat "$tmp/hier.log"; fail "(c2) the hierarchical example does not build against the install"; }
+env -u LD_LIBRARY_PATH -u DSIM_PLUGIN_PATH "$dsim" list strategies --plugin-dir "$tmp/hier" \
+    >"$tmp/hier-list.log" 2>&1 || { cat "$tmp/hier-list.log"; fail "(c2) dsim list strategies"; }
 grep -q "^hierarchical_leaders .*all-reduced among the hosts' leaders" "$tmp/hier-list.log" &&
     grep -q "(plugin $tmp/hier/libhier_oot.so)" "$tmp/hier-list.log" ||
-    { cat "$tmp/hier-list.log"; fail "(a2) the installed dsim does not list the plugin"; }
+    { cat "$tmp/hier-list.log"; fail "(c2) the installed dsim does not list the plugin"; }
 sed -e 's/plugin: libhierarchical_strategy.so/plugin: libhier_oot.so/' \
     "$src/scenarios/hierarchical_strategy.yaml" >"$tmp/hier/hier.yaml" || exit 99
-grep -q "plugin: libhier_oot.so" "$tmp/hier/hier.yaml" || fail "(a2) the scenario was not rewritten"
-(cd "$tmp/hier" && LD_LIBRARY_PATH=$lib "$tmp/dest$prefix/bin/dsim" run hier.yaml --db "$tmp/hier/h.db") \
-    >"$tmp/hier-run.log" 2>&1 || { cat "$tmp/hier-run.log"; fail "(a2) the installed dsim's run of it"; }
+grep -q "plugin: libhier_oot.so" "$tmp/hier/hier.yaml" || fail "(c2) the scenario was not rewritten"
+(cd "$tmp/hier" && env -u LD_LIBRARY_PATH -u DSIM_PLUGIN_PATH "$dsim" run hier.yaml --db "$tmp/hier/h.db") \
+    >"$tmp/hier-run.log" 2>&1 || { cat "$tmp/hier-run.log"; fail "(c2) the installed dsim's run of it"; }
 grep -q "hierarchical_strategy: passed (4 of 4" "$tmp/hier-run.log" ||
-    { cat "$tmp/hier-run.log"; fail "(a2) the run with the out-of-tree plugin did not pass"; }
-echo "ok (a2) the hierarchical example built out of tree, listed and run by the installed dsim ($(($(date +%s) - start)) s)"
+    { cat "$tmp/hier-run.log"; fail "(c2) the run with the out-of-tree plugin did not pass"; }
+echo "ok (c2) the hierarchical example built out of tree, listed and run by the installed dsim ($(($(date +%s) - start)) s)"
 
 # ---- (b) subproject ----
 start=$(date +%s)
