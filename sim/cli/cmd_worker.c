@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cmds.h"
 #include "dsim_cov.h"
@@ -34,8 +35,8 @@
 void cmd_worker_help(FILE *out)
 {
     fprintf(out, "usage: dsim worker SCENARIO [--db PATH] [--secret-file PATH] [--hosts LIST]\n"
-                 "                   [--port N] [--timeout SECONDS] [--print-tf-config]\n"
-                 "                   [--reshape]\n"
+                 "                   [--port N] [--timeout SECONDS] [--plugin-dir DIR]\n"
+                 "                   [--print-tf-config] [--reshape]\n"
                  "\n"
                  "Runs one task of a multi-machine job: start one per host (TF_CONFIG), or all\n"
                  "at once under a launcher (mpirun -np N dsim worker ..., srun dsim worker ...).\n"
@@ -52,6 +53,10 @@ void cmd_worker_help(FILE *out)
                  "  --port N           under a launcher: first port (default 2222); task i uses\n"
                  "                     N + i*(devices_per_host+1) and up\n"
                  "  --timeout SECONDS  how long the group may take to form (default 120)\n"
+                 "  --plugin-dir DIR   look for the scenario's strategy plugin (a bare file\n"
+                 "                     name) in DIR first, then $DSIM_PLUGIN_PATH and the\n"
+                 "                     installed plugins, as dsim run does; every task loads\n"
+                 "                     the same plugin\n"
                  "  --print-tf-config  print the TF_CONFIG this task resolves to, and exit\n"
                  "  --reshape          run on another number of worker tasks than the\n"
                  "                     scenario's hosts (dividing its replicas): another job,\n"
@@ -252,6 +257,15 @@ static int wk_parse(int argc, char **argv, wk_opts *o)
                 return 2;
             }
             o->port = (int)p;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--plugin-dir", &missing))) {
+            /* searched before $DSIM_PLUGIN_PATH when the scenario is loaded */
+            struct stat sb;
+            if (stat(v, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+                fprintf(stderr, "dsim worker: --plugin-dir is '%s' (accepted: a directory)\n", v);
+                return 2;
+            }
+            if (dsim_cli_plugin_dir("worker", v))
+                return 2;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--timeout", &missing))) {
             char *end = NULL;
             double t = strtod(v, &end);

@@ -162,6 +162,7 @@ dsim_err dsim_harness_run(const dsim_scenario *s, const dsim_harness_opts *opts,
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_harness_run: out is NULL");
     memset(out, 0, sizeof *out);
     out->final_loss = NAN;
+    out->step_s = out->exchange_s = NAN;
     out->status = DSIM_RUN_ERROR;
     hg_init_once();
     h_opts o;
@@ -229,6 +230,7 @@ dsim_err dsim_harness_run_text(const char *path, const char *text, size_t len,
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_harness_run_text: out is NULL");
     memset(out, 0, sizeof *out);
     out->final_loss = NAN;
+    out->step_s = out->exchange_s = NAN;
     out->status = DSIM_RUN_ERROR;
     dsim_scenario *s = NULL;
     dsim_err e = text ? dsim_scenario_parse(path ? path : "(text)", text, len, &s)
@@ -314,6 +316,7 @@ dsim_err dsim_harness_replay(const char *db_path, dsim_run_id id, const dsim_har
     memset(info, 0, sizeof *info);
     out->status = DSIM_RUN_ERROR;
     out->final_loss = NAN;
+    out->step_s = out->exchange_s = NAN;
     dsim_stored_run sr;
     DSIM_CHECK(dsim_store_read_run(db_path, id, &sr));
     dsim_err e = DSIM_OK;

@@ -205,6 +205,10 @@ typedef struct dsim_harness_result {
      * time, all-reduce share, speed-up over one device, the algorithm) and
      * where the figures come from; "" otherwise. */
     char whatif[1536];
+    /* The run's median step and the time in the exchange of it (the
+     * performance check's figures: step_s, allreduce_share x step_s), in
+     * the engine's seconds; NaN when the run took no step. */
+    double step_s, exchange_s;
 } dsim_harness_result;
 
 /* Applies opts' overrides to s in place and checks that this build can run

@@ -59,7 +59,7 @@ static bool scen_strategy_name_ok(const char *s)
  * scenario file's directory (or as is, when absolute). A bare file name is
  * looked for in that directory, then in each directory of $DSIM_PLUGIN_PATH
  * (colon-separated; `dsim run --plugin-dir` prepends to it), then in this
- * build's and the installed plugin directories (DSIM_PLUGIN_DIRS), so a
+ * build's and the installed plugin directories (dsim_scenario_plugin_dirs), so a
  * catalogue scenario can name its plugin without knowing where it was built.
  * Returns the first candidate that is a regular file, else NULL with the
  * places searched in `searched`. */

@@ -169,10 +169,12 @@ static json_t *plan_strategy(plan_b *b, const dsim_scenario *s, size_t n_params)
     dsim_algo applied = t->communication;
     char why[160];
     if (applied == DSIM_ALGO_AUTO) {
-        applied = dsim_allreduce_decide(bytes, R);
+        /* the world knows its hosts, as the training driver tells it */
+        applied = dsim_allreduce_decide_hosts(bytes, t->hosts, t->devices_per_host);
         snprintf(why, sizeof why,
-                 "auto: the decision function picks %s for %zu gradient bytes over %d replicas",
-                 dsim_algo_name(applied), bytes, R);
+                 "auto: the decision function picks %s for %zu gradient bytes over %d replicas "
+                 "(%d host(s) x %d)",
+                 dsim_algo_name(applied), bytes, R, t->hosts, t->devices_per_host);
     } else {
         snprintf(why, sizeof why, "set by strategy.communication");
     }

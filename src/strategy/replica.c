@@ -517,7 +517,14 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     if ((e = train_enter(rp, DSIM_PHASE_ALLREDUCE, gs)) != DSIM_OK)
         return e;
     int64_t tc = dsim_rt_now(job->rt); /* compute ends, the exchange begins */
-    if ((e = dsim_strategy_apply_gradients(s, ctx, w->grad)) != DSIM_OK)
+    /* Replica 0's first step says what the exchange was, for the report. */
+    int label = rp->index == 0 && !job->res->exchange[0];
+    if (label)
+        dsim_comm_exchange_begin(ctx->world);
+    e = dsim_strategy_apply_gradients(s, ctx, w->grad);
+    if (label)
+        dsim_comm_exchange_end(ctx->world, job->res->exchange, sizeof job->res->exchange);
+    if (e != DSIM_OK)
         return e;
     replica_swallowed(rp, DSIM_PHASE_ALLREDUCE, gs);
     /* what a failure later in the step must leave untouched */

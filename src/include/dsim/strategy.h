@@ -86,6 +86,23 @@ DSIM_API int dsim_strategy_list(char *buf, size_t cap);
 /* The summary line of a registered strategy, or NULL. */
 DSIM_API const char *dsim_strategy_summary(const char *name);
 
+/* What a strategy plugin's shared object holds, read without registering
+ * it (`dsim list strategies` lists the plugins of its directories so). */
+typedef struct dsim_strategy_plugin_info {
+    char name[32];        /* its table's .name ("" when its table is unusable) */
+    char summary[256];    /* its table's .summary ("" when none) */
+    unsigned abi_version; /* the DSIM_STRATEGY_ABI_VERSION it was built with */
+    int usable;           /* 1: dsim_strategy_load would accept it */
+    char why[512];        /* why not, when not (the message the loader gives) */
+} dsim_strategy_plugin_info;
+
+/* Opens the shared object at path, reads its plugin function's ABI version
+ * and, when that is this library's, its table; then closes it. DSIM_OK when
+ * it is a strategy plugin (usable or not: out says), DSIM_ENOENT when it
+ * cannot be loaded, DSIM_EINVAL when it is no strategy plugin. It runs the
+ * object's code (constructors, the plugin function) as loading does. */
+DSIM_API dsim_err dsim_strategy_plugin_probe(const char *path, dsim_strategy_plugin_info *out);
+
 /* ---- training ---- */
 
 /* The largest job dsim_train runs on one host: hosts x devices_per_host
@@ -466,11 +483,23 @@ typedef struct dsim_train_result {
                               from the checkpoint, with restore */
     uint64_t preempted_at; /* global steps done when it stopped: the checkpoint's */
 
-    /* The flight recorder of every replica's world communicator
-     * (dsim/comm.h) as the job ended: [n_flight], by replica; NULL when the
-     * job never formed. What a harness writes out after a failure. */
+    /* The flight recorders as the job ended (dsim/comm.h): [n_flight], the
+     * first num_replicas those of every replica's world communicator, by
+     * replica, then those of the sub-communicators the strategy made from
+     * it (dsim_comm_flight_dump_subs: each replica's in turn, each naming
+     * its communicator and its ranks' world ranks); NULL when the job never
+     * formed. What a harness writes out after a failure. */
     dsim_fr_dump *flight;
     int n_flight;
+
+    /* The exchange the strategy actually made: what replica 0's
+     * apply_gradients called in the first step it ran, as
+     * dsim_comm_exchange_end writes it ("ring" for one all-reduce on the
+     * world communicator; "reduce on sub-communicator 2913746501 (4 ranks)
+     * + allreduce(ring) on sub-communicator 811942093 (2 ranks) + ..." for a
+     * strategy's own scheme); "" when it called no collective (parameter
+     * servers, point-to-point messages) or failed before. */
+    char exchange[256];
 
     /* dsim_train_reference only: the optimizer's slots (whole-model layout
      * of dsim/optim.h) and step when it ended. NULL / 0 from dsim_train,
