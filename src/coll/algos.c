@@ -62,6 +62,16 @@ static const dsim_coll_algo coll_r2o = {
     .allreduce = dsim_coll_r2o_allreduce,
 };
 
+static const dsim_coll_algo coll_torus = {
+    .size = sizeof(dsim_coll_algo),
+    .algo = DSIM_ALGO_TORUS,
+    .name = "torus",
+    .summary = "reduce-scatter then all-gather along each torus dimension, bidirectional "
+               "rings (XLA's TPU all-reduce)",
+    .steps = dsim_coll_torus_allreduce_steps,
+    .allreduce = dsim_coll_torus_allreduce,
+};
+
 const dsim_coll_algo *dsim_coll_algo_get(dsim_algo a)
 {
     /* No default: a dsim_algo without its entry here does not compile
@@ -77,6 +87,8 @@ const dsim_coll_algo *dsim_coll_algo_get(dsim_algo a)
         return &coll_tree;
     case DSIM_ALGO_REDUCE_TO_ONE:
         return &coll_r2o;
+    case DSIM_ALGO_TORUS:
+        return &coll_torus;
     case DSIM_ALGO_COUNT:
         break;
     }
