@@ -249,8 +249,8 @@ static dsim_err tpu_fill(dsim_tpu_gen g, const int *dims, dsim_tpu_topology *t)
                                 "host blocks (%d chips each), and dimension %c (%d) is not a "
                                 "multiple of %d (accepted: a multiple of the block in every "
                                 "dimension, or at most %d chips on one host)",
-                                gi->name, shape, block, gi->chips_per_host, "xyz"[d], t->dims[d],
-                                gi->host_dims[d], gi->chips_per_host);
+                                gi->name, shape, block, gi->chips_per_host, "xyz"[d], t -> dims[d],
+                                gi -> host_dims[d], gi -> chips_per_host);
             }
             t->host_dims[d] = gi->host_dims[d];
         }
@@ -306,8 +306,7 @@ dsim_err dsim_tpu_topology_parse(const char *name, dsim_tpu_topology *out)
                     "TPU \"%s\": no %s slice has %s %s (accepted: %s; or give the chip shape: "
                     "tpu: %s with tpu_topology: %s)",
                     name, gi->name, num, gi->name_counts_cores ? "TensorCores" : "chips",
-                    dsim_tpu_names(g, all, sizeof all), gi->name,
-                    gi->ndims == 3 ? "4x4x2" : "4x4");
+                    dsim_tpu_names(g, all, sizeof all), gi->name, gi->ndims == 3 ? "4x4x2" : "4x4");
 }
 
 dsim_err dsim_tpu_topology_shape(dsim_tpu_gen gen, const char *shape, dsim_tpu_topology *out)
@@ -347,8 +346,8 @@ dsim_err dsim_tpu_topology_shape(dsim_tpu_gen gen, const char *shape, dsim_tpu_t
             return DSIM_ERR(DSIM_EINVAL, -1,
                             "TPU %s topology \"%s\": dimension %c is %d chips, more than the "
                             "pod's %d (a %s pod is %dx%d%s)",
-                            gi->name, shape, "xyz"[d], dims[d], gi->pod_dims[d], gi->name,
-                            gi->pod_dims[0], gi->pod_dims[1], gi->ndims == 3 ? "x16" : "");
+                            gi->name, shape, "xyz"[d], dims[d], gi -> pod_dims[d], gi -> name,
+                            gi -> pod_dims[0], gi -> pod_dims[1], gi -> ndims == 3 ? "x16" : "");
     return tpu_fill(gen, dims, out);
 }
 

@@ -222,8 +222,8 @@ dsim_err dsim_coll_torus_allreduce(dsim_coll *x, const void *sendbuf, void *recv
                 torus_block(&hv[h], i, n, torus_mod(c - sg * (s + 1), n), es, &ro, &rl);
                 torus_block(&hv[h], i, n, torus_mod(c - sg * s, n), es, &so, &sl);
                 int tag = 2 * k + 1 + h;
-                xf[2 * h] = (dsim_xfer){DSIM_XF_RECV_REDUCE, torus_peer(&g, i, -sg), tag,
-                                        rb + ro, rl};
+                xf[2 * h] =
+                    (dsim_xfer){DSIM_XF_RECV_REDUCE, torus_peer(&g, i, -sg), tag, rb + ro, rl};
                 xf[2 * h + 1] = (dsim_xfer){DSIM_XF_SEND, torus_peer(&g, i, sg), tag, rb + so, sl};
             }
             DSIM_CHECK(dsim_coll_run(x, xf, 4));
@@ -239,8 +239,8 @@ dsim_err dsim_coll_torus_allreduce(dsim_coll *x, const void *sendbuf, void *recv
     for (int h = 0; h < 2; h++) {
         if (!hv[h].cur_cnt)
             continue;
-        dsim_err e = dsim_reduce_finish(rb + hv[h].cur_off * es, hv[h].cur_cnt, x->t, x->op,
-                                        x->size);
+        dsim_err e =
+            dsim_reduce_finish(rb + hv[h].cur_off * es, hv[h].cur_cnt, x->t, x->op, x->size);
         if (e != DSIM_OK)
             return dsim_coll_fail_local(x, 2 * k, e, "finishing the reduction");
     }

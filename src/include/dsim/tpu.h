@@ -70,29 +70,37 @@ typedef enum dsim_tpu_gen {
     DSIM_TPU_GEN_COUNT
 } dsim_tpu_gen;
 
+/* The precision policy TensorFlow's TPU jobs default to (Keras'
+ * mixed_bfloat16: bfloat16 compute, float32 variables). dsim has no mixed
+ * precision yet: a TPU job trains in float32, and dsim says so wherever it
+ * plans or runs one. The scenario layer's one place that picks a TPU job's
+ * policy (scen_tpu_policy, sim/scenario/parse_cluster.c) is where this
+ * default goes once a policy exists. */
+#define DSIM_TPU_DEFAULT_POLICY "mixed_bfloat16"
+
 /* The chip dimensions of a slice: x, y and z (z is 1 on a 2-D torus). */
 #define DSIM_TPU_DIMS 3
 
 /* What one generation is, per chip, with where each figure comes from. */
 typedef struct dsim_tpu_gen_info {
     dsim_tpu_gen gen;
-    const char *name;           /* "v2", "v3", "v4", "v5e" */
-    const char *what;           /* one line */
-    int ndims;                  /* 2 or 3: the ICI's dimensions */
-    int cores_per_chip;         /* TensorCores on a chip */
-    int replicas_per_chip;      /* TF devices (replicas) per chip: 2, or 1 (megacore, one core) */
-    int chips_per_host;         /* on a host of a multi-host slice */
-    int host_dims[DSIM_TPU_DIMS];  /* the block of chips one host drives */
-    int pod_dims[DSIM_TPU_DIMS];   /* the whole pod */
-    bool name_counts_cores;     /* vN-K: K TensorCores (v2, v3, v4); else K chips (v5e) */
-    double peak_bf16_flops;     /* per chip, FLOP/s */
-    double hbm_bytes;           /* per chip */
-    double hbm_Bps;             /* per chip, bytes/s */
-    int ici_links;              /* ICI ports per chip */
-    double ici_link_Bps;        /* one link, one direction, bytes/s */
-    double ici_latency_s;       /* one hop */
-    const char *wrap_rule;      /* when a dimension has its wrap-around link */
-    const char *source;         /* where the figures come from */
+    const char *name;             /* "v2", "v3", "v4", "v5e" */
+    const char *what;             /* one line */
+    int ndims;                    /* 2 or 3: the ICI's dimensions */
+    int cores_per_chip;           /* TensorCores on a chip */
+    int replicas_per_chip;        /* TF devices (replicas) per chip: 2, or 1 (megacore, one core) */
+    int chips_per_host;           /* on a host of a multi-host slice */
+    int host_dims[DSIM_TPU_DIMS]; /* the block of chips one host drives */
+    int pod_dims[DSIM_TPU_DIMS];  /* the whole pod */
+    bool name_counts_cores;       /* vN-K: K TensorCores (v2, v3, v4); else K chips (v5e) */
+    double peak_bf16_flops;       /* per chip, FLOP/s */
+    double hbm_bytes;             /* per chip */
+    double hbm_Bps;               /* per chip, bytes/s */
+    int ici_links;                /* ICI ports per chip */
+    double ici_link_Bps;          /* one link, one direction, bytes/s */
+    double ici_latency_s;         /* one hop */
+    const char *wrap_rule;        /* when a dimension has its wrap-around link */
+    const char *source;           /* where the figures come from */
 } dsim_tpu_gen_info;
 
 /* The generation's entry; NULL when g is not a dsim_tpu_gen. */
@@ -104,18 +112,18 @@ DSIM_API dsim_err dsim_tpu_gen_parse(const char *s, dsim_tpu_gen *out);
 /* A resolved slice. A plain value (no pointers): copy it freely. */
 typedef struct dsim_tpu_topology {
     dsim_tpu_gen gen;
-    char name[40];              /* "v3-32", or "v4 4x4x2" for an explicit shape */
-    int ndims;                  /* 2 or 3 */
-    int dims[DSIM_TPU_DIMS];    /* chips along x, y, z (z = 1 when ndims is 2) */
-    bool wrap[DSIM_TPU_DIMS];   /* the dimension has its wrap-around link */
+    char name[40];            /* "v3-32", or "v4 4x4x2" for an explicit shape */
+    int ndims;                /* 2 or 3 */
+    int dims[DSIM_TPU_DIMS];  /* chips along x, y, z (z = 1 when ndims is 2) */
+    bool wrap[DSIM_TPU_DIMS]; /* the dimension has its wrap-around link */
     int chips;
     int hosts;
     int host_dims[DSIM_TPU_DIMS]; /* the chips of one host, as a block */
     int chips_per_host;
-    int replicas_per_chip;      /* 1 or 2 */
-    int cores_per_replica;      /* TensorCores behind one replica: 1, or 2 (v4 megacore) */
-    int replicas_per_host;      /* dsim's devices_per_host */
-    int replicas;               /* hosts x replicas_per_host */
+    int replicas_per_chip; /* 1 or 2 */
+    int cores_per_replica; /* TensorCores behind one replica: 1, or 2 (v4 megacore) */
+    int replicas_per_host; /* dsim's devices_per_host */
+    int replicas;          /* hosts x replicas_per_host */
 } dsim_tpu_topology;
 
 /* The longest accepted list of slice names, for messages. */
