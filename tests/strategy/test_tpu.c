@@ -83,8 +83,7 @@ static void test_padding_masked(void **state)
             real += r.examples[k];
             pad += r.padded[k];
             /* every core computed the static batch: real rows + padding */
-            assert_int_equal(r.examples[k] + r.padded[k],
-                             (uint64_t)((cfg.global_batch + 7) / 8));
+            assert_int_equal(r.examples[k] + r.padded[k], (uint64_t)((cfg.global_batch + 7) / 8));
         }
         assert_int_equal(real, 2 * 256);
         assert_int_equal(pad, cases[i].padded);
@@ -121,8 +120,7 @@ static void expect_refused(const dsim_train_cfg *cfg, const char *text)
     dsim_train_result r;
     dsim_err e = dsim_train(cfg, &r);
     if (e != DSIM_EINVAL || !strstr(r.error.msg, text))
-        fail_msg("expected a refusal with \"%s\", got %s: %s", text, dsim_strerror(e),
-                 r.error.msg);
+        fail_msg("expected a refusal with \"%s\", got %s: %s", text, dsim_strerror(e), r.error.msg);
     assert_int_equal(r.steps, 0);
     dsim_train_result_free(&r);
 }
