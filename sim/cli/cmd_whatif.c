@@ -94,7 +94,7 @@ static void whatif_presets(void)
         const dsim_tpu_gen_info *gi = dsim_tpu_gen_get((dsim_tpu_gen)g);
         printf("  %-9s %d TensorCore(s)/chip, %d replica(s)/chip, %d chips/host, %d-D ICI "
                "(pod %dx%d%s), %d links of %.3g GB/s each way, %.1f us a hop; %.0f TFLOP/s "
-               "bf16, %.0f GiB HBM at %.0f GB/s per chip; %s\n            source: %s\n",
+               "bf16, %.1f GiB HBM at %.0f GB/s per chip; %s\n            source: %s\n",
                gi->name, gi->cores_per_chip, gi->replicas_per_chip, gi->chips_per_host, gi->ndims,
                gi->pod_dims[0], gi->pod_dims[1], gi->ndims == 3 ? "x16" : "", gi->ici_links,
                gi->ici_link_Bps / 1e9, gi->ici_latency_s * 1e6, gi->peak_bf16_flops / 1e12,

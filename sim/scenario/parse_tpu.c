@@ -56,7 +56,7 @@ dsim_err scen_tpu_cluster(const scen_ctx *c, scen_state *st, int k_tpu, int k_to
     dsim_scenario *s = c->s;
     scen_map *m = &st->cluster;
     const scen_node *tv = m->val[k_tpu], *sv = m->val[k_topo];
-    char show[96], kp[64];
+    char kp[64];
     if (!tv)
         return scen_fail(c, m->key[k_topo],
                          "cluster.tpu_topology: a chip shape needs its generation: add tpu: v4 "
@@ -95,7 +95,7 @@ dsim_err scen_tpu_cluster(const scen_ctx *c, scen_state *st, int k_tpu, int k_to
         free(shape);
     } else if ((e = dsim_tpu_topology_parse(name, &t)) != DSIM_OK) {
         snprintf(why, sizeof why, "%s", dsim_errmsg());
-        e = scen_fail(c, tv, "cluster.tpu: %s %s", scen_show(tv, show, sizeof show), why);
+        e = scen_fail(c, tv, "cluster.tpu: %s", why);
     }
     free(name);
     if (e != DSIM_OK)
@@ -152,9 +152,9 @@ dsim_err scen_tpu_finish(const scen_ctx *c, scen_state *st)
              "TPU %s is simulated: no TPU is used. Its %d replicas (%s) run as dsim workers on "
              "this machine, %d host(s) x %d, over dsim's transport; %s chips, %s",
              tp->name, tp->replicas,
-             tp->replicas_per_chip > 1    ? "one per TensorCore"
-             : gi->cores_per_chip > 1 ? "one per chip, its 2 TensorCores as one megacore"
-                                      : "one per chip",
+             tp->replicas_per_chip > 1 ? "one per TensorCore"
+             : gi->cores_per_chip > 1  ? "one per chip, its 2 TensorCores as one megacore"
+                                       : "one per chip",
              tp->hosts, tp->replicas_per_host, shape,
              wraps ? "wrap-around where a dimension has it" : "a mesh (no wrap-around)");
     DSIM_CHECK(scen_note(c, line));
