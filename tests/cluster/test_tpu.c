@@ -91,12 +91,12 @@ static void test_places(void **state)
             assert_int_equal(p.host, r / t.replicas_per_host);
             assert_int_equal(p.device, r % t.replicas_per_host);
             assert_int_equal(dsim_tpu_replica_at(&t, p.coords, p.core), r);
-            assert_int_equal(p.chip, p.coords[0] + t.dims[0] * (p.coords[1] + t.dims[1] * p.coords[2]));
+            assert_int_equal(p.chip,
+                             p.coords[0] + t.dims[0] * (p.coords[1] + t.dims[1] * p.coords[2]));
             /* the host's block */
             for (int d = 0; d < 3; d++) {
                 dsim_tpu_place p0;
-                assert_int_equal(dsim_tpu_place_of(&t, p.host * t.replicas_per_host, &p0),
-                                 DSIM_OK);
+                assert_int_equal(dsim_tpu_place_of(&t, p.host * t.replicas_per_host, &p0), DSIM_OK);
                 assert_true(p.coords[d] - p0.coords[d] >= 0 &&
                             p.coords[d] - p0.coords[d] < t.host_dims[d]);
             }

@@ -30,7 +30,7 @@ static dsim_scenario *parse_ok(const char *text)
 
 #define TPU_DATA                                                                                   \
     "model: {kind: softmax}\n"                                                                     \
-    "data: {task: classification, examples: 256, features: 8, classes: 4, files: 4, "            \
+    "data: {task: classification, examples: 256, features: 8, classes: 4, files: 4, "              \
     "global_batch: 32}\n"
 
 static void test_slice(void **state)
@@ -136,10 +136,10 @@ static void test_errors(void **state)
                 fail_msg("case %zu: expected '%s' in: %s", i, c->words[k], msg);
     }
     /* with drop_remainder the same static-shape job parses */
-    dsim_scenario *s = parse_ok(
-        "name: a\ncluster: {tpu: v3-8}\nstrategy: {name: tpu, dynamic_batch_size: false}\n"
-        "model: {kind: softmax}\ndata: {task: classification, examples: 250, features: 8, "
-        "classes: 4, files: 1, global_batch: 32, drop_remainder: true}\n");
+    dsim_scenario *s =
+        parse_ok("name: a\ncluster: {tpu: v3-8}\nstrategy: {name: tpu, dynamic_batch_size: false}\n"
+                 "model: {kind: softmax}\ndata: {task: classification, examples: 250, features: 8, "
+                 "classes: 4, files: 1, global_batch: 32, drop_remainder: true}\n");
     assert_true(s->train.static_shapes);
     dsim_scenario_free(s);
 }
@@ -162,8 +162,8 @@ static void test_plan(void **state)
     assert_int_equal(json_integer_value(json_array_get(json_object_get(p1, "replicas"), 1)), 15);
     /* 100 over 32 cores: every core computes 4 rows a step; what is not an
      * example is padding (the hosts' streams end at different steps: 11) */
-    json_int_t steps = json_integer_value(json_object_get(json_object_get(j, "data"),
-                                                          "steps_per_epoch"));
+    json_int_t steps =
+        json_integer_value(json_object_get(json_object_get(j, "data"), "steps_per_epoch"));
     assert_int_equal(steps, 11);
     assert_int_equal(json_integer_value(json_object_get(ip, "static_batch")), 4);
     assert_int_equal(json_integer_value(json_object_get(ip, "padding_first_epoch")),
