@@ -182,6 +182,8 @@ static int bench_print_model(const bench_opts *o, const bench_print *p)
 
 int cmd_bench(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "model") == 0)
+        return cmd_bench_model(argc - 1, argv + 1);
     bench_opts o;
     bench_opts_default(&o);
     int rc = bench_parse(BENCH_PROG, argc, argv, 1, BENCH_FLAG_DSIM, &o, stderr);
@@ -240,6 +242,7 @@ int cmd_bench(int argc, char **argv)
 void cmd_bench_help(FILE *out)
 {
     fprintf(out, "usage: dsim bench allreduce|reduce_scatter|allgather|broadcast [flags]\n"
+                 "       dsim bench model [flags]   (the models' compute: below)\n"
                  "\n"
                  "Times one collective over --ranks ranks, each a worker thread of the threads\n"
                  "engine on an inproc fabric (--transport tcp: sockets over 127.0.0.1 instead),\n"
@@ -261,5 +264,6 @@ void cmd_bench_help(FILE *out)
                  "Exit status: 0 all results right, 1 a wrong result or a failed collective,\n"
                  "2 bad flags.\n"
                  "Testing: DSIM_BENCH_CORRUPT=<rank> flips a bit of that rank's output before the\n"
-                 "check, to show the check catches it.\n");
+                 "check, to show the check catches it.\n\n");
+    cmd_bench_model_help(out);
 }

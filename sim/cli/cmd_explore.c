@@ -16,6 +16,8 @@ void cmd_explore_help(FILE *out)
             "usage: dsim explore SCENARIO [--runs N] [--seed S] [--max-faults K]\n"
             "                    [--kinds LIST] [--timeout SECONDS] [--max-shrink-runs M]\n"
             "                    [-o FILE] [--plugin-dir DIR]\n"
+            "       dsim explore --shapes SCENARIO [--runs N] [--seed S] [--timeout SECONDS]\n"
+            "                    [--max-shrink-runs M] [-o FILE] [--plugin-dir DIR]\n"
             "\n"
             "Runs SCENARIO under engine sim again and again, each run with a fault schedule of\n"
             "its own: 1 to K faults, each of a kind from LIST, at a step of the job (drawn\n"
@@ -42,7 +44,21 @@ void cmd_explore_help(FILE *out)
             "the scenario's seed and the faults), run once more from the written file, and\n"
             "the `dsim run` command that reproduces it is printed.\n"
             "\n"
-            "  --runs N            runs to make (default 100)\n"
+            "With --shapes, the runs vary sizes instead of faults (the scenario's faults,\n"
+            "engine, seed, matrix and liveness are left out; engine sim): each run takes a\n"
+            "cluster shape (1 replica, primes of replicas on one host or one device per\n"
+            "host, hosts x devices pairs that differ; one the strategy refuses is drawn\n"
+            "again), a model width (data.features, data.classes) whose parameter count the\n"
+            "replicas mostly do not divide, or fewer parameters than replicas, and a global\n"
+            "batch with a remainder, with examples that end in a short last batch (one\n"
+            "example, one less than the replicas or the batch). The file at its own sizes\n"
+            "must pass first. The first failure is shrunk (fewer hosts, devices, features,\n"
+            "classes, epochs, a smaller batch, fewer examples, each change kept only if the\n"
+            "run still fails the same way) and written (default NAME.shapes.yaml) with the\n"
+            "`dsim run` command that reproduces it.\n"
+            "\n"
+            "  --shapes            search sizes, not faults (--max-faults, --kinds unused)\n"
+            "  --runs N            runs to make (default 100; --shapes: 40)\n"
             "  --seed S            seed of the schedule stream (default 1)\n"
             "  --max-faults K      at most K faults a run, 1 to %d (default 3)\n"
             "  --kinds LIST        comma-separated, from: %s\n"
@@ -114,6 +130,25 @@ static int explore_kinds(const char *list, unsigned *out)
     return rc;
 }
 
+/* What --shapes found: printed, exit 1. */
+static int explore_shapes_found(const dsim_explore_opts *o, const dsim_explore_result *r)
+{
+    if (r->baseline_failed) {
+        printf("FAILED at its own sizes (%s): %s: %s\n(run it with: dsim run %s --engine sim)\n",
+               r->shape_found, r->signature, r->message, o->path);
+        return 1;
+    }
+    printf("FAILED: run %" PRIu64 " of %" PRIu64 " failed with %s at %s;\n"
+           "shrunk to %s (%d kept changes, %d shrink runs):\n%s\n",
+           r->failing_run, o->runs, r->signature, r->shape_found, r->shape_final, r->shrink_steps,
+           r->shrink_runs, r->message);
+    printf("wrote %s (%s)\nreproduce with: dsim run %s%s\n", r->out_path,
+           r->reproduced ? "verified: it fails the same way"
+                         : "NOT verified: it did not fail the same way when run again",
+           r->out_path, o->run_args ? o->run_args : "");
+    return 1;
+}
+
 int cmd_explore(int argc, char **argv)
 {
     dsim_explore_opts o = {.size = sizeof o,
@@ -125,14 +160,18 @@ int cmd_explore(int argc, char **argv)
                            .max_shrink_runs = 200,
                            .say = explore_say};
     static char run_args[4200];
+    bool shapes = false, runs_given = false;
     for (int i = 1; i < argc; i++) {
         int missing = 0;
         const char *v;
         uint64_t n;
-        if ((v = dsim_cli_flag(argc, argv, &i, "--runs", &missing))) {
+        if (strcmp(argv[i], "--shapes") == 0) {
+            shapes = true;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--runs", &missing))) {
             if (explore_num("--runs", v, 1, UINT64_C(1) << 40, &n))
                 return 2;
             o.runs = n;
+            runs_given = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--seed", &missing))) {
             if (explore_num("--seed", v, 0, UINT64_MAX, &n))
                 return 2;
@@ -182,13 +221,17 @@ int cmd_explore(int argc, char **argv)
                         "dsim explore --help)\n");
         return 2;
     }
+    if (shapes && !runs_given)
+        o.runs = 40;
     dsim_explore_result r;
-    if (dsim_explore(&o, &r) != DSIM_OK) {
+    if ((shapes ? dsim_explore_shapes(&o, &r) : dsim_explore(&o, &r)) != DSIM_OK) {
         fprintf(stderr, "dsim explore: %s\n", dsim_errmsg());
         return 2;
     }
     if (!r.found)
         return 0;
+    if (shapes)
+        return explore_shapes_found(&o, &r);
     if (r.baseline_failed) {
         printf("FAILED without faults: %s: %s\n(run it with: dsim run %s --engine sim)\n",
                r.signature, r.message, o.path);

@@ -30,8 +30,10 @@ void cmd_list_help(FILE *out)
             "  algorithms   the all-reduce algorithms strategy.communication can name\n"
             "  checks       the checks a scenario's expect: can ask for, with each\n"
             "               threshold's range and default\n"
-            "  runs         the runs in the results store: id, scenario, strategy, status,\n"
-            "               start time (UTC), duration, checks passed/failed\n"
+            "  runs         the runs in the results store: id, scenario (a matrix's whole\n"
+            "               name: columns are as wide as their longest value), engine,\n"
+            "               strategy, status, start time (UTC), duration, checks\n"
+            "               passed/failed\n"
             "  faults       the fault kinds a scenario's faults: can name (what:)\n"
             "  devices      the devices each backend finds here (host CPU, CUDA GPUs): memory,\n"
             "               compute capability, peak bandwidth, peer access; the last line says\n"
@@ -176,6 +178,65 @@ static int list_checks(bool as_json)
     return 0;
 }
 
+/* One row of `dsim list runs`: text[] is scenario, engine, strategy,
+ * status, started (each may be NULL). */
+typedef struct list_run {
+    long long id;
+    char *text[5];
+    bool has_dur;
+    double dur;
+    long long passed, failed;
+} list_run;
+
+static int list_runs_json(const list_run *rows, size_t n)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < n; i++) {
+        const list_run *r = &rows[i];
+        json_array_append_new(
+            arr,
+            json_pack("{s:I, s:s, s:s?, s:s?, s:s, s:s?, s:o, s:I, s:I}", "id", (json_int_t)r->id,
+                      "scenario", r->text[0] ? r->text[0] : "", "engine", r->text[1], "strategy",
+                      r->text[2], "status", r->text[3] ? r->text[3] : "", "started", r->text[4],
+                      "duration_s", r->has_dur ? json_real(r->dur) : json_null(), "checks_passed",
+                      (json_int_t)r->passed, "checks_failed", (json_int_t)r->failed));
+    }
+    return list_print_json(arr);
+}
+
+/* The table: every column as wide as its longest value, so that a
+ * matrix's long names are shown whole and rows that differ only at the
+ * end can be told apart. */
+static int list_runs_table(const list_run *rows, size_t n, const char *path)
+{
+    static const char *const head[5] = {"SCENARIO", "ENGINE", "STRATEGY", "STATUS",
+                                        "STARTED (UTC)"};
+    int w[5];
+    for (int c = 0; c < 5; c++) {
+        w[c] = (int)strlen(head[c]);
+        for (size_t i = 0; i < n; i++)
+            if (rows[i].text[c] && (int)strlen(rows[i].text[c]) > w[c])
+                w[c] = (int)strlen(rows[i].text[c]);
+    }
+    printf("%5s  %-*s  %-*s  %-*s  %-*s  %-*s  %9s  %s\n", "RUN", w[0], head[0], w[1], head[1],
+           w[2], head[2], w[3], head[3], w[4], head[4], "DURATION", "CHECKS");
+    for (size_t i = 0; i < n; i++) {
+        const list_run *r = &rows[i];
+        char durs[32];
+        if (r->has_dur)
+            snprintf(durs, sizeof durs, "%.2fs", r->dur);
+        else
+            snprintf(durs, sizeof durs, "-");
+        printf("%5lld  %-*s  %-*s  %-*s  %-*s  %-*s  %9s  %lld passed, %lld failed\n", r->id, w[0],
+               r->text[0] ? r->text[0] : "", w[1], r->text[1] ? r->text[1] : "", w[2],
+               r->text[2] ? r->text[2] : "", w[3], r->text[3] ? r->text[3] : "", w[4],
+               r->text[4] ? r->text[4] : "", durs, r->passed, r->failed);
+    }
+    if (n == 0)
+        printf("(no runs in %s yet)\n", path);
+    return 0;
+}
+
 static int list_runs(const char *db, bool as_json, long limit)
 {
     const char *path = db ? db : DSIM_STORE_DEFAULT_PATH;
@@ -207,7 +268,7 @@ static int list_runs(const char *db, bool as_json, long limit)
     }
     sqlite3_busy_timeout(h, 5000);
     const char *sql =
-        "SELECT run_id, scenario, strategy, status, started, duration_s, checks_passed, "
+        "SELECT run_id, scenario, engine, strategy, status, started, duration_s, checks_passed, "
         "checks_failed FROM (SELECT * FROM run_summary ORDER BY run_id DESC LIMIT ?) "
         "ORDER BY run_id";
     sqlite3_stmt *q = NULL;
@@ -218,53 +279,43 @@ static int list_runs(const char *db, bool as_json, long limit)
         return 2;
     }
     sqlite3_bind_int64(q, 1, limit > 0 ? limit : -1);
-    json_t *arr = as_json ? json_array() : NULL;
-    if (!as_json)
-        printf("%5s  %-28s %-22s %-10s %-19s %9s  %s\n", "RUN", "SCENARIO", "STRATEGY", "STATUS",
-               "STARTED (UTC)", "DURATION", "CHECKS");
-    int rc, n = 0;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-        long long id = sqlite3_column_int64(q, 0);
-        const char *scen = (const char *)sqlite3_column_text(q, 1);
-        const char *strat = (const char *)sqlite3_column_text(q, 2);
-        const char *status = (const char *)sqlite3_column_text(q, 3);
-        const char *started = (const char *)sqlite3_column_text(q, 4);
-        bool has_dur = sqlite3_column_type(q, 5) != SQLITE_NULL;
-        double dur = sqlite3_column_double(q, 5);
-        long long passed = sqlite3_column_int64(q, 6), failed = sqlite3_column_int64(q, 7);
-        n++;
-        if (as_json) {
-            json_array_append_new(
-                arr, json_pack("{s:I, s:s, s:s?, s:s, s:s?, s:o, s:I, s:I}", "id", (json_int_t)id,
-                               "scenario", scen ? scen : "", "strategy", strat, "status",
-                               status ? status : "", "started", started, "duration_s",
-                               has_dur ? json_real(dur) : json_null(), "checks_passed",
-                               (json_int_t)passed, "checks_failed", (json_int_t)failed));
-            continue;
+    list_run *rows = NULL;
+    size_t n = 0, cap = 0;
+    int rc;
+    bool oom = false;
+    while (!oom && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            list_run *nr = realloc(rows, cap * sizeof *rows);
+            if (!nr) {
+                oom = true;
+                break;
+            }
+            rows = nr;
         }
-        char durs[32];
-        if (has_dur)
-            snprintf(durs, sizeof durs, "%.2fs", dur);
-        else
-            snprintf(durs, sizeof durs, "-");
-        printf("%5lld  %-28.28s %-22.22s %-10s %-19s %9s  %lld passed, %lld failed\n", id,
-               scen ? scen : "", strat ? strat : "", status ? status : "", started ? started : "",
-               durs, passed, failed);
+        list_run *r = &rows[n++];
+        r->id = sqlite3_column_int64(q, 0);
+        for (int c = 0; c < 5; c++) {
+            const char *t = (const char *)sqlite3_column_text(q, 1 + c);
+            r->text[c] = t ? strdup(t) : NULL;
+        }
+        r->has_dur = sqlite3_column_type(q, 6) != SQLITE_NULL;
+        r->dur = sqlite3_column_double(q, 6);
+        r->passed = sqlite3_column_int64(q, 7);
+        r->failed = sqlite3_column_int64(q, 8);
     }
-    int bad = rc != SQLITE_DONE;
+    int bad = oom || rc != SQLITE_DONE;
     if (bad)
-        fprintf(stderr, "dsim list runs: reading '%s' failed: %s\n", path, sqlite3_errmsg(h));
+        fprintf(stderr, "dsim list runs: reading '%s' failed: %s\n", path,
+                oom ? "out of memory" : sqlite3_errmsg(h));
     sqlite3_finalize(q);
     sqlite3_close(h);
-    if (bad) {
-        json_decref(arr);
-        return 2;
-    }
-    if (as_json)
-        return list_print_json(arr);
-    if (n == 0)
-        printf("(no runs in %s yet)\n", path);
-    return 0;
+    int out = bad ? 2 : as_json ? list_runs_json(rows, n) : list_runs_table(rows, n, path);
+    for (size_t i = 0; i < n; i++)
+        for (int c = 0; c < 5; c++)
+            free(rows[i].text[c]);
+    free(rows);
+    return out;
 }
 
 int cmd_list(int argc, char **argv)

@@ -53,7 +53,7 @@ void cmd_run_help(FILE *out)
     fprintf(out,
             "usage: dsim run [SCENARIO...] [--engine E] [--seed N] [--db PATH] [--plugin-dir DIR]\n"
             "                [--combination K] [--no-plugins] [--json] [--junit FILE] [--tap]\n"
-            "                [--report]\n"
+            "                [--report] [--reference-after]\n"
             "\n"
             "Runs each scenario file (default: %s), judges the run with\n"
             "the checks of the file's expect: section, stores it in the results store and\n"
@@ -84,6 +84,9 @@ void cmd_run_help(FILE *out)
             "                    (dsim-report-FIRST-LAST.html for several); the last line\n"
             "                    printed is its path (with --json: the summary's \"report\";\n"
             "                    with --tap: on stderr)\n"
+            "  --reference-after replay the one-device reference after the job; by default\n"
+            "                    it runs beside the job on the sim engine (a thread of its\n"
+            "                    own, where the machine has a second CPU): the same result\n"
             "\n"
             "Progress: on a terminal one line rewritten in place (step, loss, examples/s);\n"
             "otherwise about %d plain lines per run.\n"
@@ -180,7 +183,8 @@ typedef struct run_opts {
     bool no_plugins;
     const char *junit; /* --junit FILE (report_ci.h) */
     bool tap;
-    bool report; /* --report: the HTML report next to the store */
+    bool report;          /* --report: the HTML report next to the store */
+    bool reference_after; /* --reference-after (dsim_harness_opts.reference_after) */
 } run_opts;
 
 static int run_parse(int argc, char **argv, run_opts *o)
@@ -204,6 +208,8 @@ static int run_parse(int argc, char **argv, run_opts *o)
             o->tap = true;
         } else if (strcmp(a, "--report") == 0) {
             o->report = true;
+        } else if (strcmp(a, "--reference-after") == 0) {
+            o->reference_after = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--junit", &missing))) {
             o->junit = v;
         } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--engine", &missing))) {
@@ -260,8 +266,8 @@ static int run_parse(int argc, char **argv, run_opts *o)
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr,
                     "dsim run: unknown option '%s' (accepted: --engine E, --seed N, --db PATH, "
-                    "--plugin-dir DIR, --no-plugins, --json, --junit FILE, --tap, --report; see "
-                    "'dsim run --help')\n",
+                    "--plugin-dir DIR, --no-plugins, --json, --junit FILE, --tap, --report, "
+                    "--reference-after; see 'dsim run --help')\n",
                     a);
             return 2;
         } else {
@@ -495,6 +501,7 @@ static void run_one(const run_opts *o, dsim_store *st, run_item *it, dsim_harnes
         .store = st,
         .progress = run_progress_cb,
         .progress_user = &prog,
+        .reference_after = o->reference_after,
     };
     (void)dsim_harness_run(s, &ho, rep);
     if (rep->note[0] && !o->json)
@@ -671,7 +678,7 @@ int cmd_run(int argc, char **argv)
         return rc;
     }
     dsim_ci_report *ci = NULL;
-    rc = dsim_ci_open(o.junit, o.tap, &ci);
+    rc = dsim_ci_open("dsim run", o.junit, o.tap, &ci);
     /* A file with a matrix: section is one run per combination. */
     int n_items = 0;
     run_item *items = NULL;

@@ -15,6 +15,9 @@ typedef struct dsim_cmd {
 
 int cmd_bench(int argc, char **argv);
 void cmd_bench_help(FILE *out);
+/* dsim bench model: the models' compute against a single-core peak (cmd_bench_model.c) */
+int cmd_bench_model(int argc, char **argv);
+void cmd_bench_model_help(FILE *out);
 int cmd_cluster(int argc, char **argv);
 void cmd_cluster_help(FILE *out);
 int cmd_list(int argc, char **argv);
@@ -29,6 +32,8 @@ int cmd_replay(int argc, char **argv);
 void cmd_replay_help(FILE *out);
 int cmd_explore(int argc, char **argv);
 void cmd_explore_help(FILE *out);
+int cmd_conformance(int argc, char **argv);
+void cmd_conformance_help(FILE *out);
 int cmd_plan(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 void cmd_worker_help(FILE *out);

@@ -29,8 +29,11 @@ static const dsim_cmd main_cmds[] = {
      cmd_trace_help},
     {"replay", "run a stored sim run again and compare its event trace", cmd_replay,
      cmd_replay_help},
-    {"explore", "search random fault schedules under sim; shrink a failing one", cmd_explore,
-     cmd_explore_help},
+    {"explore",
+     "search random fault schedules (or sizes: --shapes) under sim; shrink a failing one",
+     cmd_explore, cmd_explore_help},
+    {"conformance", "run the standard battery of cases against a strategy (a plugin or a name)",
+     cmd_conformance, cmd_conformance_help},
 };
 #define MAIN_NCMDS (sizeof main_cmds / sizeof main_cmds[0])
 
@@ -38,7 +41,7 @@ static void main_usage(FILE *out)
 {
     fprintf(out, "usage: dsim <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < MAIN_NCMDS; i++)
-        fprintf(out, "  %-10s %s\n", main_cmds[i].name, main_cmds[i].summary);
+        fprintf(out, "  %-12s %s\n", main_cmds[i].name, main_cmds[i].summary);
     fprintf(out, "\n'dsim help <command>' or 'dsim <command> --help' shows a command's options.\n"
                  "'dsim --version' prints the version.\n");
 }

@@ -13,12 +13,13 @@
 #include "report_ci.h"
 
 struct dsim_ci_report {
+    char cmd[32]; /* "dsim run": starts the messages */
     /* JUnit: the <testsuite> elements so far, in memory until the end */
     char *junit_path;
     FILE *suites;
     char *suites_buf;
     size_t suites_len;
-    long tests, failures, errors, n_suites;
+    long tests, failures, errors, skipped, n_suites;
     double time_s;
     char host[256];
     /* TAP: the real standard output */
@@ -156,16 +157,17 @@ static const char *ci_status(dsim_run_status st)
 
 /* ---- open ---- */
 
-int dsim_ci_open(const char *junit_path, bool tap, dsim_ci_report **out)
+int dsim_ci_open(const char *cmd, const char *junit_path, bool tap, dsim_ci_report **out)
 {
     *out = NULL;
     if (!junit_path && !tap)
         return 0;
     dsim_ci_report *r = calloc(1, sizeof *r);
     if (!r) {
-        fprintf(stderr, "dsim run: out of memory\n");
+        fprintf(stderr, "%s: out of memory\n", cmd);
         return 2;
     }
+    snprintf(r->cmd, sizeof r->cmd, "%s", cmd);
     if (gethostname(r->host, sizeof r->host - 1) != 0 || !r->host[0])
         snprintf(r->host, sizeof r->host, "localhost");
     if (junit_path) {
@@ -174,9 +176,9 @@ int dsim_ci_open(const char *junit_path, bool tap, dsim_ci_report **out)
         const char *dir = copy ? dirname(copy) : ".";
         if (!*junit_path || access(dir, W_OK) != 0) {
             fprintf(stderr,
-                    "dsim run: --junit is '%s', but its folder '%s' %s (accepted: a file path "
+                    "%s: --junit is '%s', but its folder '%s' %s (accepted: a file path "
                     "in a writable folder)\n",
-                    junit_path, dir, !*junit_path ? "is not given" : strerror(errno));
+                    cmd, junit_path, dir, !*junit_path ? "is not given" : strerror(errno));
             free(copy);
             free(r);
             return 2;
@@ -185,7 +187,7 @@ int dsim_ci_open(const char *junit_path, bool tap, dsim_ci_report **out)
         r->junit_path = strdup(junit_path);
         r->suites = open_memstream(&r->suites_buf, &r->suites_len);
         if (!r->junit_path || !r->suites) {
-            fprintf(stderr, "dsim run: out of memory\n");
+            fprintf(stderr, "%s: out of memory\n", cmd);
             free(r->junit_path);
             free(r);
             return 2;
@@ -198,7 +200,7 @@ int dsim_ci_open(const char *junit_path, bool tap, dsim_ci_report **out)
         int fd = dup(STDOUT_FILENO);
         r->tap = fd >= 0 ? fdopen(fd, "w") : NULL;
         if (!r->tap || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
-            fprintf(stderr, "dsim run: cannot set standard output aside for --tap: %s\n",
+            fprintf(stderr, "%s: cannot set standard output aside for --tap: %s\n", cmd,
                     strerror(errno));
             if (r->tap)
                 fclose(r->tap);
@@ -257,7 +259,7 @@ static void ci_property(FILE *f, const char *name, const char *value)
 }
 
 static void ci_suite_open(dsim_ci_report *r, const char *name, long tests, long failures,
-                          long errors, double time_s)
+                          long errors, long skipped, double time_s)
 {
     FILE *f = r->suites;
     char ts[32];
@@ -265,15 +267,16 @@ static void ci_suite_open(dsim_ci_report *r, const char *name, long tests, long 
     fputs("  <testsuite name=\"", f);
     ci_xml(f, name);
     fprintf(f,
-            "\" tests=\"%ld\" failures=\"%ld\" errors=\"%ld\" skipped=\"0\" time=\"%.3f\" "
+            "\" tests=\"%ld\" failures=\"%ld\" errors=\"%ld\" skipped=\"%ld\" time=\"%.3f\" "
             "timestamp=\"%s\" hostname=\"",
-            tests, failures, errors, time_s, ts);
+            tests, failures, errors, skipped, time_s, ts);
     ci_xml(f, r->host);
     fprintf(f, "\" id=\"%ld\" package=\"dsim\">\n", r->n_suites);
     r->n_suites++;
     r->tests += tests;
     r->failures += failures;
     r->errors += errors;
+    r->skipped += skipped;
     r->time_s += time_s;
 }
 
@@ -292,6 +295,10 @@ static void ci_case(FILE *f, const char *scenario, const char *name, double time
     }
     fprintf(f, ">\n      <%s message=\"", kind);
     ci_xml(f, message);
+    if (!type) { /* skipped: a message only */
+        fprintf(f, "\"/>\n    </testcase>\n");
+        return;
+    }
     fprintf(f, "\" type=\"%s\">", type);
     ci_xml_text(f, body);
     fprintf(f, "</%s>\n    </testcase>\n", kind);
@@ -318,12 +325,34 @@ void dsim_ci_load_failed(dsim_ci_report *r, const char *file, const char *msg)
         fflush(r->tap);
     if (!r->suites)
         return;
-    ci_suite_open(r, file, 1, 0, 1, 0);
+    ci_suite_open(r, file, 1, 0, 1, 0, 0);
     fputs("    <properties>\n", r->suites);
     ci_property(r->suites, "file", file);
     fputs("    </properties>\n", r->suites);
     ci_case(r->suites, file, "load", 0, "error", "load", why, why);
     ci_suite_close(r->suites, "", why);
+}
+
+void dsim_ci_skipped(dsim_ci_report *r, const char *name, const char *reason)
+{
+    if (!r)
+        return;
+    if (r->tap) {
+        fprintf(r->tap, "ok %ld - ", ++r->tap_n);
+        ci_tap_text(r->tap, name, true);
+        fputs(": run # SKIP ", r->tap);
+        ci_tap_text(r->tap, reason, false);
+        fputc('\n', r->tap);
+        fflush(r->tap);
+    }
+    if (!r->suites)
+        return;
+    ci_suite_open(r, name, 1, 0, 0, 1, 0);
+    fputs("    <properties>\n", r->suites);
+    ci_property(r->suites, "case", name);
+    fputs("    </properties>\n", r->suites);
+    ci_case(r->suites, name, "run", 0, "skipped", NULL, reason, NULL);
+    ci_suite_close(r->suites, "", "");
 }
 
 /* Why a run could not be judged, or NULL when it could: the harness
@@ -375,7 +404,7 @@ void dsim_ci_run(dsim_ci_report *r, const char *file, const dsim_scenario *s,
         failures += !rep->checks[i].passed;
     long tests = (long)rep->n_checks + (run_case ? 1 : 0);
     FILE *f = r->suites;
-    ci_suite_open(r, name, tests, failures, broken ? 1 : 0, rep->wall_s);
+    ci_suite_open(r, name, tests, failures, broken ? 1 : 0, 0, rep->wall_s);
     char num[64];
     fputs("    <properties>\n", f);
     ci_property(f, "file", file);
@@ -450,8 +479,8 @@ static int ci_junit_write(dsim_ci_report *r)
         fprintf(f,
                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                 "<testsuites name=\"dsim\" tests=\"%ld\" failures=\"%ld\" errors=\"%ld\" "
-                "time=\"%.3f\">\n",
-                r->tests, r->failures, r->errors, r->time_s);
+                "skipped=\"%ld\" time=\"%.3f\">\n",
+                r->tests, r->failures, r->errors, r->skipped, r->time_s);
         fwrite(r->suites_buf, 1, r->suites_len, f);
         fputs("</testsuites>\n", f);
         bad = ferror(f) != 0;
@@ -476,14 +505,14 @@ int dsim_ci_close(dsim_ci_report *r)
     if (r->tap) {
         fprintf(r->tap, "1..%ld\n", r->tap_n);
         if (fclose(r->tap) != 0) {
-            fprintf(stderr, "dsim run: could not write the TAP stream: %s\n", strerror(errno));
+            fprintf(stderr, "%s: could not write the TAP stream: %s\n", r->cmd, strerror(errno));
             rc = 2;
         }
     }
     if (r->suites) {
         if (ci_junit_write(r) != 0) {
-            fprintf(stderr, "dsim run: could not write the JUnit report '%s': %s\n", r->junit_path,
-                    strerror(errno));
+            fprintf(stderr, "%s: could not write the JUnit report '%s': %s\n", r->cmd,
+                    r->junit_path, strerror(errno));
             rc = 2;
         }
         fclose(r->suites);

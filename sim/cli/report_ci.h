@@ -14,7 +14,8 @@
  * GitHub actions read (<testsuites>, a <testsuite> per scenario with name,
  * tests, failures, errors, skipped, time, timestamp, hostname, id, package,
  * <properties>, <testcase name classname time> with <failure message type>
- * or <error message type>, <system-out>, <system-err>); tests/cli/junit.xsd
+ * or <error message type> or <skipped message>, <system-out>, <system-err>);
+ * sim/cli/junit.xsd
  * is that schema, and the tests validate the output against it. The file is
  * written when dsim run ends (to FILE.tmp, then renamed), whatever the exit
  * status, unless the run is interrupted.
@@ -37,13 +38,19 @@ typedef struct dsim_ci_report dsim_ci_report;
 
 /* Starts the reports: junit_path (NULL: none), tap (moves standard output
  * aside for TAP and points file descriptor 1 at standard error). *out is
- * NULL when neither is asked for; every other call accepts NULL. Returns 0,
- * or 2 after a message on stderr (the JUnit file's folder is missing or not
- * writable: said before anything runs). */
-int dsim_ci_open(const char *junit_path, bool tap, dsim_ci_report **out);
+ * NULL when neither is asked for; every other call accepts NULL. `cmd`
+ * starts the messages ("dsim run"). Returns 0, or 2 after a message on
+ * stderr (the JUnit file's folder is missing or not writable: said before
+ * anything runs). */
+int dsim_ci_open(const char *cmd, const char *junit_path, bool tap, dsim_ci_report **out);
 
 /* A scenario file that could not be loaded or prepared: msg says why. */
 void dsim_ci_load_failed(dsim_ci_report *r, const char *file, const char *msg);
+
+/* A test that was not run because it does not apply (dsim conformance: a
+ * case the strategy cannot take): a testsuite `name` with one testcase
+ * "run" that is <skipped> with the reason (TAP: ok # SKIP). */
+void dsim_ci_skipped(dsim_ci_report *r, const char *name, const char *reason);
 
 /* A scenario that was run (whatever came of it). */
 void dsim_ci_run(dsim_ci_report *r, const char *file, const dsim_scenario *s,

@@ -532,6 +532,30 @@ static bool pr_error_end(const pr_job *j, dsim_error *er)
     return false;
 }
 
+/* Every replica's process lost to the faults (a kill of the only worker):
+ * nobody is left to fail or to finish, so the job ended unfinished. */
+static bool pr_error_all_lost(const pr_job *j, dsim_error *er)
+{
+    int first = -1;
+    for (int r = 0; r < j->N; r++) {
+        int k = pr_task_of_rank(j, r);
+        const pr_task *t = k >= 0 ? &j->tasks[k] : NULL;
+        if (j->has_end[r] || !t || !(t->fault_killed || t->stopped_for_good))
+            return false;
+        if (first < 0)
+            first = r;
+    }
+    if (first < 0)
+        return false;
+    er->code = DSIM_EPEER;
+    er->peer = first;
+    snprintf(er->msg, sizeof er->msg,
+             "every worker was lost to the faults (ranks 0..%d, at step %llu): no replica is "
+             "left to finish the job",
+             j->N - 1, (unsigned long long)j->last_step[first]);
+    return true;
+}
+
 /* The job's error: a death, else the most direct a task reported. */
 static void pr_merge_error(const pr_job *j)
 {
@@ -546,6 +570,8 @@ static void pr_merge_error(const pr_job *j)
         snprintf(er->msg, sizeof er->msg, "%s", worst->msg);
         return;
     }
+    if (pr_error_all_lost(j, er))
+        return;
     er->code = DSIM_OK;
 }
 

@@ -3,20 +3,16 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "dsim/rng.h"
 #include "engine/engine.h"
 #include "harness.h"
+#include "isolate.h"
 #include "scenario/scenario.h"
 
 static const char *const ex_kind_names[] = {"kill",  "pause", "partition", "drop",
@@ -294,135 +290,24 @@ static void ex_fault_short(const ex_fault *f, char *out, size_t cap)
 
 /* ---- one run, in a child ---------------------------------------------- */
 
-static void ex_judge(const dsim_harness_result *r, dsim_err e, ex_outcome *out)
-{
-    memset(out, 0, sizeof *out);
-    out->steps = r->steps;
-    if (e != DSIM_OK || r->harness_error) {
-        out->failed = true;
-        snprintf(out->signature, sizeof out->signature, "error");
-        snprintf(out->message, sizeof out->message, "%.500s",
-                 r->harness_msg[0] ? r->harness_msg : dsim_errmsg());
-        return;
-    }
-    if (r->status == DSIM_RUN_PASSED && r->n_failed == 0)
-        return;
-    out->failed = true;
-    if (r->status == DSIM_RUN_HUNG || r->status == DSIM_RUN_CRASHED) {
-        snprintf(out->signature, sizeof out->signature, "%s", dsim_run_status_name(r->status));
-        snprintf(out->message, sizeof out->message, "%.500s", r->train_msg);
-        return;
-    }
-    for (size_t i = 0; i < r->n_checks; i++) {
-        if (!r->checks[i].passed) {
-            snprintf(out->signature, sizeof out->signature, "%s", r->checks[i].name);
-            snprintf(out->message, sizeof out->message, "%.500s", r->checks[i].result.message);
-            return;
-        }
-    }
-    snprintf(out->signature, sizeof out->signature, "%s", dsim_run_status_name(r->status));
-    snprintf(out->message, sizeof out->message, "%.500s", r->train_msg);
-}
-
-static double ex_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Runs `text` (named `path` in messages and for a relative plugin) in a
- * child process bounded by the run timeout. */
+ * child process bounded by the run timeout (isolate.h). */
 static void ex_run(const ex_ctx *c, const char *path, const char *text, ex_outcome *out)
 {
     memset(out, 0, sizeof *out);
-    int fd[2];
-    if (pipe(fd) != 0) {
+    dsim_harness_opts ho = {.size = sizeof ho, .engine_override = ex_engine()};
+    dsim_isolated iso;
+    if (dsim_isolated_run(path, text, &ho, c->o->run_timeout_s, NULL, &iso) != DSIM_OK) {
         out->failed = true;
         snprintf(out->signature, sizeof out->signature, "error");
-        snprintf(out->message, sizeof out->message, "pipe: %s", strerror(errno));
+        snprintf(out->message, sizeof out->message, "%.500s", dsim_errmsg());
         return;
     }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fd[0]);
-        close(fd[1]);
-        out->failed = true;
-        snprintf(out->signature, sizeof out->signature, "error");
-        snprintf(out->message, sizeof out->message, "fork: %s", strerror(errno));
-        return;
-    }
-    if (pid == 0) {
-        close(fd[0]);
-        /* the child's stdout/stderr would interleave with the progress */
-        FILE *devnull = freopen("/dev/null", "w", stderr);
-        (void)devnull;
-        dsim_harness_opts ho = {
-            .size = sizeof ho, .engine_override = ex_engine(), .no_crash_guard = true};
-        dsim_harness_result r;
-        memset(&r, 0, sizeof r);
-        dsim_err e = dsim_harness_run_text(path, text, strlen(text), &ho, &r);
-        ex_outcome o;
-        ex_judge(&r, e, &o);
-        dsim_harness_result_free(&r);
-        const char *p = (const char *)&o;
-        size_t left = sizeof o;
-        while (left) {
-            ssize_t w = write(fd[1], p, left);
-            if (w <= 0)
-                break;
-            p += w;
-            left -= (size_t)w;
-        }
-        _exit(0);
-    }
-    close(fd[1]);
-    double deadline = ex_now() + c->o->run_timeout_s;
-    size_t got = 0;
-    bool timed_out = false;
-    while (got < sizeof *out) {
-        double left = deadline - ex_now();
-        if (left <= 0) {
-            timed_out = true;
-            break;
-        }
-        struct pollfd pfd = {.fd = fd[0], .events = POLLIN};
-        int pr = poll(&pfd, 1, (int)(left * 1000) + 1);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr <= 0)
-            continue;
-        ssize_t n = read(fd[0], (char *)out + got, sizeof *out - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    close(fd[0]);
-    if (timed_out)
-        kill(pid, SIGKILL);
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    if (got == sizeof *out)
-        return;
-    memset(out, 0, sizeof *out);
-    out->failed = true;
-    if (timed_out) {
-        snprintf(out->signature, sizeof out->signature, "timeout");
-        snprintf(out->message, sizeof out->message, "the run took longer than %.0f s of wall time",
-                 c->o->run_timeout_s);
-    } else if (WIFSIGNALED(st)) {
-        snprintf(out->signature, sizeof out->signature, "crashed");
-        snprintf(out->message, sizeof out->message, "the run died of signal %d (%s)", WTERMSIG(st),
-                 strsignal(WTERMSIG(st)));
-    } else {
-        snprintf(out->signature, sizeof out->signature, "crashed");
-        snprintf(out->message, sizeof out->message, "the run ended the process with status %d",
-                 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-    }
+    dsim_isolated_signature(&iso, out->signature, sizeof out->signature, out->message,
+                            sizeof out->message);
+    out->failed = out->signature[0] != '\0';
+    out->steps = iso.r.steps;
+    dsim_isolated_free(&iso);
 }
 
 /* Parses a candidate before running it: a schedule this scenario refuses
@@ -651,6 +536,13 @@ static char *ex_default_out(const char *name)
     if (p)
         snprintf(p, n, "%s.explore.yaml", name);
     return p;
+}
+
+static double ex_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static dsim_err ex_opts_check(const dsim_explore_opts *o)

@@ -96,12 +96,45 @@ typedef struct dsim_explore_result {
     char out_path[4096];  /* the written scenario */
     char schedule[2048];  /* the minimal faults, as YAML flow lines */
     bool reproduced;      /* the written file failed the same way once more */
+    /* dsim_explore_shapes: the sizes of the first failing run (or of the
+     * file, when it fails as it is) and of the written scenario, in words
+     * ("1 host x 3 devices, 9 parameters (features 2, classes 3), global
+     * batch 7, 15 examples, 1 epoch"). */
+    char shape_found[256];
+    char shape_final[256];
 } dsim_explore_result;
 
 /* DSIM_OK when the search ran (whatever it found: see *out); DSIM_EINVAL /
  * DSIM_ENOENT / DSIM_ENOTSUP with a message (dsim_errmsg) for bad input: a
  * file that does not load or cannot run, bad options. */
 dsim_err dsim_explore(const dsim_explore_opts *opts, dsim_explore_result *out);
+
+/* dsim explore --shapes: the same search over sizes instead of faults.
+ * Each run takes the scenario (its faults, engine, seed, matrix and
+ * liveness left out; engine sim and the scenario's seed put in) at sizes of
+ * its own, drawn from a seeded stream (run i's depend only on opts.seed and
+ * i):
+ *   - a cluster shape: 1 replica, prime numbers of replicas on one host or
+ *     one device per host (2, 3, 5, 7, 11, 13), hosts x devices pairs that
+ *     differ (2x3, 3x2, 2x5, 5x2, 3x4, 4x3) and a few even ones (2x2, 2x4,
+ *     4x2, 3x3); the scenario's parameter servers are kept, and a shape
+ *     the strategy refuses (its check_shape) is drawn again;
+ *   - a model width (data.features and data.classes, which size the model):
+ *     mostly a parameter count the replica count does not divide, sometimes
+ *     fewer parameters than replicas;
+ *   - a global batch with a remainder over the replicas (sometimes smaller
+ *     than the replica count, now and then none) and examples that end in
+ *     a short last batch: one example, one less than the replicas, one less
+ *     than the batch; files raised to the hosts where the file has fewer.
+ * The file at its own sizes runs first and must pass. The first failing
+ * run is shrunk (to a fixed point, within max_shrink_runs): fewer hosts,
+ * devices, features, classes, epochs, a smaller global batch and fewer
+ * examples (each to its least, half, one less), a change kept only when
+ * the run still fails with the same signature. The smallest is written as
+ * a scenario (out_path, default NAME.shapes.yaml), run once more from the
+ * file to verify it, and described in out->shape_final. max_faults and
+ * kinds are not used. Returns as dsim_explore. */
+dsim_err dsim_explore_shapes(const dsim_explore_opts *opts, dsim_explore_result *out);
 
 #ifdef __cplusplus
 }

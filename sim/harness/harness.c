@@ -28,6 +28,7 @@ static dsim_err h_opts_get(const dsim_harness_opts *o, h_opts *out)
     out->progress_timeout_ns = o->progress_timeout_ns;
     out->no_crash_guard = o->no_crash_guard;
     out->hosts = o->hosts;
+    out->reference_after = o->reference_after;
     return DSIM_OK;
 }
 

@@ -7,7 +7,8 @@
  *   2. trains under the scenario's strategy (dsim_train), queuing one step
  *      row per replica per step and reporting progress to a callback;
  *   3. replays the same global batches on one device when a check of the
- *      expect list needs the reference (dsim_train_reference);
+ *      expect list needs the reference (dsim_train_reference): beside the
+ *      job on an engine with virtual time (see reference_after);
  *   4. judges the expect list (sim/check), stores the checks, the metrics
  *      and the run's error, and ends the run row with its status;
  * and hands back the checks' outcomes, the run id and the figures. `dsim
@@ -134,6 +135,13 @@ typedef struct dsim_harness_opts {
      * and their results connections; the run goes through the processes
      * engine whatever the scenario's engine. NULL: one machine. */
     const struct dsim_proc_hosts *hosts;
+    /* Replay the one-device reference after the job, never beside it. By
+     * default, on an engine with virtual time (every worker on one OS
+     * thread, times from the cost model) and a machine with a second CPU,
+     * the replay runs on a thread of its own while the job trains: the same
+     * result, in less wall time. Elsewhere it always runs after the job,
+     * whose wall-clock times it would disturb. */
+    bool reference_after;
 } dsim_harness_opts;
 
 /* What a run came to. */
@@ -151,6 +159,9 @@ typedef struct dsim_harness_result {
      * one-device reference failed, so checks that need it say so); "" if
      * none. It is stored as an error event. */
     char note[600];
+    /* The one-device reference was replayed beside the job (reference_after
+     * in the options), not after it. */
+    bool reference_beside;
     /* The expect list's outcomes, in file order (sim/check). */
     dsim_check_outcome *checks;
     size_t n_checks, n_failed;

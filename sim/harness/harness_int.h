@@ -11,7 +11,15 @@
  *                records, phases, messages, metrics, the what-if lines)
  *   judge.c      the one-device baselines and the liveness phase
  *   supervise.c  the supervising parent process and the huge-page re-exec
- *                that a program running scenarios starts with */
+ *                that a program running scenarios starts with
+ *
+ * and, above the calls of harness.h, what runs many scenarios:
+ *   isolate.c      one run in a child process of its own (isolate.h)
+ *   explore.c      dsim explore: fault schedules searched and shrunk
+ *   shapes.c       dsim explore --shapes: sizes searched and shrunk
+ *   conformance.c  dsim conformance: the battery fitted to a strategy and
+ *                  run (conformance.h)
+ *   battery.c      the battery's cases, one row each */
 #ifndef DSIM_SIM_HARNESS_INT_H
 #define DSIM_SIM_HARNESS_INT_H
 
@@ -81,6 +89,7 @@ typedef struct h_opts {
     int64_t grace_ns, progress_timeout_ns;
     bool no_crash_guard;
     const struct dsim_proc_hosts *hosts;
+    bool reference_after;
 } h_opts;
 
 /* The engine s runs on (a job over machines: the one that runs those). */

@@ -6,7 +6,9 @@
  *   train      the job on its engine (engine.h), under sim/fault and
  *              recovery when it has faults, and what it left: fault
  *              events, phases, frames, restarts, the timeline, the figures
- *   reference  the one-device replay the checks compare with
+ *   reference  the one-device replay the checks compare with (started
+ *              before the job and run beside it where that costs the job
+ *              nothing: h_ref_start)
  *   judge      the checks and the liveness phase
  *   record     the checks, metrics, what-if lines and flight records
  *              stored, the status, the run row ended
@@ -14,9 +16,11 @@
  * The store (if any) is open and guarded (guard.c) for the whole run. */
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -30,6 +34,14 @@
  * gradient_consistency explains a difference from them (how the updates
  * compare), when they fit in H_TRACE_MAX floats each. */
 #define H_TRACE_MAX ((uint64_t)4 << 20)
+
+/* The one-device replay on a thread of its own (h_ref_start). */
+typedef struct h_ref_thread {
+    pthread_t tid;
+    dsim_train_cfg cfg;
+    dsim_train_result res;
+    dsim_err err;
+} h_ref_thread;
 
 /* One run's state from step to step. */
 typedef struct h_ctx {
@@ -52,6 +64,7 @@ typedef struct h_ctx {
     dsim_check_faults cf;
     dsim_train_result res, ref;
     bool have_ref;
+    h_ref_thread *ref_thread; /* the replay running beside the job, or NULL */
     int64_t t_start, t_end;
     uint64_t live_hash;
     bool hung, in_observer;
@@ -369,6 +382,70 @@ static void h_train_outcome(h_ctx *c)
 
 /* ---- reference ---- */
 
+/* Whether the checks need the one-device replay (a timing-only run's
+ * baseline is the compute model's, not a replay). */
+static bool h_needs_replay(const h_ctx *c)
+{
+    return c->cfg.synthetic_params == 0 && dsim_check_needs_reference(c->s);
+}
+
+/* What the replay runs: the job's configuration without the harness's
+ * observer (it replays; it reports no steps). */
+static void h_ref_cfg(const h_ctx *c, dsim_train_cfg *rc)
+{
+    *rc = c->cfg;
+    rc->observer = NULL;
+    rc->observer_user = NULL;
+}
+
+static void *h_ref_main(void *p)
+{
+    h_ref_thread *t = p;
+    t->err = dsim_train_reference(&t->cfg, &t->res);
+    return NULL;
+}
+
+/* The replay depends only on the configuration (the data, the seed, the
+ * global batches), never on what the job computes, so it can run while the
+ * job trains. It does where that costs the job nothing: on an engine with
+ * virtual time every worker runs on this one OS thread and the run's times
+ * are the compute model's, so a second CPU is idle and the replay cannot
+ * disturb the times the checks judge. Elsewhere (threads, processes) the
+ * workers' wall-clock times would be its victims: it runs after the job.
+ * If the thread cannot start, it runs after the job too. */
+static void h_ref_start(h_ctx *c)
+{
+    if (c->o->reference_after || !(c->eng->flags & DSIM_ENGINE_VIRTUAL_TIME) ||
+        sysconf(_SC_NPROCESSORS_ONLN) < 2 || !h_needs_replay(c))
+        return;
+    h_ref_thread *t = calloc(1, sizeof *t);
+    if (!t)
+        return;
+    h_ref_cfg(c, &t->cfg);
+    if (pthread_create(&t->tid, NULL, h_ref_main, t) != 0) {
+        free(t);
+        return;
+    }
+    c->ref_thread = t;
+}
+
+/* The replay's result: the thread's, once it has finished, or made now. */
+static dsim_err h_ref_finish(h_ctx *c, dsim_train_result *ref)
+{
+    h_ref_thread *t = c->ref_thread;
+    if (!t) {
+        dsim_train_cfg rc;
+        h_ref_cfg(c, &rc);
+        return dsim_train_reference(&rc, ref);
+    }
+    pthread_join(t->tid, NULL);
+    c->ref_thread = NULL;
+    *ref = t->res;
+    dsim_err e = t->err;
+    free(t);
+    return e;
+}
+
 /* The run's error stored; or the one-device reference made (replayed, or
  * the compute model's for a timing-only run) when the checks need it. */
 static void h_step_reference(h_ctx *c)
@@ -376,6 +453,12 @@ static void h_step_reference(h_ctx *c)
     dsim_harness_result *out = c->out;
     dsim_store *st = c->st;
     if (out->train_err != DSIM_OK) {
+        if (c->ref_thread) {
+            /* a replay started beside the job: the checks will not use it */
+            dsim_train_result unused;
+            (void)h_ref_finish(c, &unused);
+            dsim_train_result_free(&unused);
+        }
         snprintf(out->train_msg, sizeof out->train_msg, "%s", c->res.error.msg);
         if (!st)
             return;
@@ -400,13 +483,13 @@ static void h_step_reference(h_ctx *c)
         c->have_ref = h_synthetic_reference(&c->cfg, &c->res, &c->ref) == DSIM_OK;
         return;
     }
-    if (!dsim_check_needs_reference(c->s))
+    if (!h_needs_replay(c))
         return;
-    dsim_train_cfg rc = c->cfg;
-    rc.observer = NULL;
-    rc.observer_user = NULL;
-    if (dsim_train_reference(&rc, &c->ref) != DSIM_OK) {
-        snprintf(out->note, sizeof out->note, "the one-device reference failed: %s", dsim_errmsg());
+    out->reference_beside = c->ref_thread != NULL;
+    if (h_ref_finish(c, &c->ref) != DSIM_OK) {
+        snprintf(out->note, sizeof out->note, "the one-device reference failed: %s",
+                 c->ref.error.msg);
+        dsim_train_result_free(&c->ref);
         if (st)
             (void)HG_STORE(
                 dsim_store_event(st, out->run_id, -1, h_now_ns(), DSIM_EVENT_ERROR, out->note));
@@ -575,6 +658,7 @@ void h_run_one(const dsim_scenario *s, const h_opts *o, const dsim_engine_ops *e
         return;
     }
     h_step_form(&c);
+    h_ref_start(&c);
     h_step_train(&c);
     h_train_records(&c);
     h_train_outcome(&c);

@@ -1,31 +1,35 @@
 /* dsim report: runs of the results store as one self-contained HTML page.
  *
  * Everything is in the file: the style sheet inline, the plots inline SVG
- * drawn here, no script, no font, no network. Every piece of text that
- * comes from the store (scenario names, messages, event details, the
- * scenario file) is escaped. Each plot's <svg> carries data-points="N", the
- * number of data points it draws, so a test (or a person) can tell an empty
+ * drawn here (report_plot.c), no script, no font, no network. Every piece
+ * of text that comes from the store (scenario names, messages, event
+ * details, the scenario file) is escaped. Each plot's <svg> carries
+ * data-points="N", the number of data points it draws, and data-breaks,
+ * the breaks of its time axis, so a test (or a person) can tell an empty
  * plot from a drawn one.
  *
- * A page for one run:
+ * The page is one column as wide as the window (up to 1,600 px); each
+ * plot takes the column's width. A page for one run:
  *
- *   run N: scenario — status, seed, engine, strategy, time, version
- *   checks (name, result, measured, expected, message)
+ *   run N: scenario — status, seed, engine, strategy, time, version, and
+ *     beside it the checks (name, result, measured, expected, message)
  *   first divergent step (replicas' checksums there), when there is one
- *   faults and recovery: a lane per replica with its attempts and events,
- *     and the events as a table
- *   loss per replica over steps (+ the reduced loss, + the reference's
- *     final loss as a line: the store keeps the reference's final loss only)
- *   examples/s over time
+ *   cold-start phases per replica and attempt (when phases were stored)
+ *   faults and recovery: a lane per replica with its attempts and events
+ *     (a long stretch without records is a break of the time axis), and
+ *     the events as a table (folded when many and the run passed)
+ *   the reduced loss over steps with the one-device reference's; each
+ *     replica's local loss on an axis of its own (a replica's loss is its
+ *     share of the global batch's: the reduced loss is their sum)
+ *   examples/s over time, at the end of each step (breaks as above)
  *   step time per replica (every step a dot, box = middle half, tick =
  *     median; a replica whose median is over 1.5x the others' stands out)
  *   all-reduce share of step time per replica (when collectives were
  *     stored); the replica that waits least is a straggler
- *   cold-start phases per replica and attempt (when phases were stored)
  *   the scenario file
  *
- * Several runs: a table comparing them, their reduced losses on one plot,
- * then each run's page side by side. */
+ * Several runs: a table comparing them and their reduced losses on one
+ * plot, then each run's page, one after another. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -36,16 +40,9 @@
 
 #include "report.h"
 #include "report_int.h"
+#include "report_plot.h"
 #include "diag/flight.h"
 
-#define RH_W              640
-#define RH_H              260
-#define RH_ML             64 /* margins: left, right, top, bottom */
-#define RH_MR             16
-#define RH_MT             28
-#define RH_MB             40
-#define RH_MAX_POINTS     2000 /* per polyline; more are thinned evenly */
-#define RH_RATE_BUCKETS   48
 #define RH_STRAGGLER      1.5  /* a replica's median step time over this times the others' */
 #define RH_COMM_FLAG      0.20 /* all-reduce share ARCHITECTURE.md §8 flags */
 #define RH_MAX_EVENT_ROWS 200
@@ -53,246 +50,6 @@
 #define RH_WAIT_STRAGGLER 0.5
 /* step-time differences under this are scheduling noise on a shared host */
 #define RH_NOISE_MS 0.1
-
-static const char *const rh_colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                        "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-#define RH_NCOLORS (sizeof rh_colors / sizeof rh_colors[0])
-
-static void rh_esc(FILE *f, const char *s)
-{
-    if (!s)
-        return;
-    for (; *s; s++) {
-        switch (*s) {
-        case '&':
-            fputs("&amp;", f);
-            break;
-        case '<':
-            fputs("&lt;", f);
-            break;
-        case '>':
-            fputs("&gt;", f);
-            break;
-        case '"':
-            fputs("&quot;", f);
-            break;
-        case '\'':
-            fputs("&#39;", f);
-            break;
-        default:
-            fputc(*s, f);
-        }
-    }
-}
-
-static const char *rh_color(int i)
-{
-    return rh_colors[(size_t)(i < 0 ? 0 : i) % RH_NCOLORS];
-}
-
-/* ---- plots ---- */
-
-typedef struct rh_chart {
-    double x0, x1, y0, y1; /* data range */
-    int w, h;
-} rh_chart;
-
-static double rh_px(const rh_chart *c, double x)
-{
-    return RH_ML + (x - c->x0) / (c->x1 - c->x0) * (c->w - RH_ML - RH_MR);
-}
-
-static double rh_py(const rh_chart *c, double y)
-{
-    return c->h - RH_MB - (y - c->y0) / (c->y1 - c->y0) * (c->h - RH_MT - RH_MB);
-}
-
-/* A tick spacing of 1, 2 or 5 times a power of ten giving about n ticks. */
-static double rh_tick(double lo, double hi, int n)
-{
-    double raw = (hi - lo) / n;
-    if (!(raw > 0) || !isfinite(raw))
-        return 1;
-    double p = pow(10, floor(log10(raw)));
-    double m = raw / p;
-    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
-}
-
-static void rh_range_fix(double *lo, double *hi, bool from_zero)
-{
-    if (!isfinite(*lo) || !isfinite(*hi)) {
-        *lo = 0;
-        *hi = 1;
-    }
-    if (from_zero && *lo > 0)
-        *lo = 0;
-    if (*hi - *lo <= 0) {
-        double d = fabs(*hi) > 0 ? fabs(*hi) * 0.1 : 1;
-        *lo -= d;
-        *hi += d;
-    } else {
-        double pad = (*hi - *lo) * 0.05;
-        if (!(from_zero && *lo == 0))
-            *lo -= pad;
-        *hi += pad;
-    }
-}
-
-static void rh_svg_open(FILE *f, const rh_chart *c, const char *cls, size_t points,
-                        const char *title)
-{
-    fprintf(f,
-            "<svg class=\"plot %s\" data-points=\"%zu\" viewBox=\"0 0 %d %d\" "
-            "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\">",
-            cls, points, c->w, c->h);
-    fputs("<title>", f);
-    rh_esc(f, title);
-    fputs("</title>", f);
-}
-
-static void rh_axes(FILE *f, const rh_chart *c, const char *xlabel, const char *ylabel,
-                    bool y_ticks)
-{
-    int pw = c->w - RH_ML - RH_MR, ph = c->h - RH_MT - RH_MB;
-    fprintf(f, "<rect class=\"frame\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>", RH_ML, RH_MT,
-            pw, ph);
-    double dx = rh_tick(c->x0, c->x1, 6);
-    for (double x = ceil(c->x0 / dx) * dx; x <= c->x1 + dx * 1e-9; x += dx) {
-        double px = rh_px(c, x);
-        fprintf(f,
-                "<line class=\"grid\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\"/>"
-                "<text class=\"tick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.6g</text>",
-                px, RH_MT, px, RH_MT + ph, px, RH_MT + ph + 14, fabs(x) < dx * 1e-9 ? 0 : x);
-    }
-    if (y_ticks) {
-        double dy = rh_tick(c->y0, c->y1, 5);
-        for (double y = ceil(c->y0 / dy) * dy; y <= c->y1 + dy * 1e-9; y += dy) {
-            double py = rh_py(c, y);
-            fprintf(f,
-                    "<line class=\"grid\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>"
-                    "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.6g</text>",
-                    RH_ML, py, RH_ML + pw, py, RH_ML - 4, py + 4, fabs(y) < dy * 1e-9 ? 0 : y);
-        }
-    }
-    fprintf(f, "<text class=\"label\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">", RH_ML + pw / 2,
-            c->h - 6);
-    rh_esc(f, xlabel);
-    fprintf(f,
-            "</text><text class=\"label\" x=\"12\" y=\"%d\" text-anchor=\"middle\" "
-            "transform=\"rotate(-90 12 %d)\">",
-            RH_MT + ph / 2, RH_MT + ph / 2);
-    rh_esc(f, ylabel);
-    fputs("</text>", f);
-}
-
-/* A series: points (x[i], y[i]); a NaN y breaks the line. */
-typedef struct rh_series {
-    const char *name;
-    const char *color;
-    const char *dash; /* stroke-dasharray or NULL */
-    double *x, *y;
-    size_t n;
-} rh_series;
-
-static size_t rh_series_points(const rh_series *s)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < s->n; i++)
-        k += isfinite(s->y[i]) && isfinite(s->x[i]);
-    return k;
-}
-
-static void rh_polylines(FILE *f, const rh_chart *c, const rh_series *s)
-{
-    size_t stride = s->n > RH_MAX_POINTS ? (s->n + RH_MAX_POINTS - 1) / RH_MAX_POINTS : 1;
-    bool open = false;
-    for (size_t i = 0; i < s->n; i += stride) {
-        if (!isfinite(s->y[i]) || !isfinite(s->x[i])) {
-            if (open)
-                fputs("\"/>", f);
-            open = false;
-            continue;
-        }
-        if (!open) {
-            fprintf(f, "<polyline class=\"series\" stroke=\"%s\"%s%s%s points=\"", s->color,
-                    s->dash ? " stroke-dasharray=\"" : "", s->dash ? s->dash : "",
-                    s->dash ? "\"" : "");
-            open = true;
-        } else {
-            fputc(' ', f);
-        }
-        fprintf(f, "%.1f,%.1f", rh_px(c, s->x[i]), rh_py(c, s->y[i]));
-    }
-    if (open)
-        fputs("\"/>", f);
-}
-
-static void rh_legend(FILE *f, const rh_series *s, size_t n, const char *extra_name,
-                      const char *extra_color)
-{
-    fputs("<div class=\"legend\">", f);
-    for (size_t i = 0; i < n; i++) {
-        fprintf(f, "<span><i style=\"background:%s\"></i>", s[i].color);
-        rh_esc(f, s[i].name);
-        fputs("</span>", f);
-    }
-    if (extra_name) {
-        fprintf(f, "<span><i style=\"background:%s\"></i>", extra_color);
-        rh_esc(f, extra_name);
-        fputs("</span>", f);
-    }
-    fputs("</div>", f);
-}
-
-/* A line chart of the series; hline (finite) adds a dotted horizontal line. */
-static void rh_line_chart(FILE *f, const char *cls, const char *title, const char *xlabel,
-                          const char *ylabel, const rh_series *s, size_t n, double hline,
-                          const char *hline_name, bool from_zero)
-{
-    rh_chart c = {
-        .x0 = INFINITY, .x1 = -INFINITY, .y0 = INFINITY, .y1 = -INFINITY, .w = RH_W, .h = RH_H};
-    size_t pts = 0;
-    for (size_t k = 0; k < n; k++) {
-        pts += rh_series_points(&s[k]);
-        for (size_t i = 0; i < s[k].n; i++) {
-            if (!isfinite(s[k].y[i]) || !isfinite(s[k].x[i]))
-                continue;
-            c.x0 = fmin(c.x0, s[k].x[i]);
-            c.x1 = fmax(c.x1, s[k].x[i]);
-            c.y0 = fmin(c.y0, s[k].y[i]);
-            c.y1 = fmax(c.y1, s[k].y[i]);
-        }
-    }
-    if (isfinite(hline)) {
-        c.y0 = fmin(c.y0, hline);
-        c.y1 = fmax(c.y1, hline);
-    }
-    if (c.x0 > c.x1) {
-        c.x0 = 0;
-        c.x1 = 1;
-    } else if (c.x1 == c.x0) {
-        c.x1 = c.x0 + 1;
-    }
-    rh_range_fix(&c.y0, &c.y1, from_zero);
-    fprintf(f, "<figure><figcaption>");
-    rh_esc(f, title);
-    fputs("</figcaption>", f);
-    rh_svg_open(f, &c, cls, pts, title);
-    rh_axes(f, &c, xlabel, ylabel, true);
-    for (size_t k = 0; k < n; k++)
-        rh_polylines(f, &c, &s[k]);
-    if (isfinite(hline))
-        fprintf(f, "<line class=\"ref\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>", RH_ML,
-                rh_py(&c, hline), c.w - RH_MR, rh_py(&c, hline));
-    if (pts == 0)
-        fprintf(f,
-                "<text class=\"empty\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">no data "
-                "stored</text>",
-                c.w / 2, c.h / 2);
-    fputs("</svg>", f);
-    rh_legend(f, s, n, isfinite(hline) ? hline_name : NULL, "#444");
-    fputs("</figure>\n", f);
-}
 
 /* ---- one run ---- */
 
@@ -333,7 +90,7 @@ static void rh_run_header(FILE *f, const rp_run *r)
     rh_esc(f, r->status);
     fputs("\">", f);
     rh_esc(f, r->status);
-    fputs("</span></h2>\n<table class=\"kv\">", f);
+    fputs("</span></h2>\n<div class=\"top\"><table class=\"kv\">", f);
     fprintf(f, "<tr><th>seed</th><td>%" PRIu64 "</td></tr>", r->seed);
     fputs("<tr><th>engine</th><td>", f);
     rh_esc(f, r->engine);
@@ -430,113 +187,164 @@ static void rh_divergence(FILE *f, const rp_run *r)
     fputs("</table>\n", f);
 }
 
-/* Loss per replica (a line per replica and attempt), the reduced loss. */
+/* Loss: the reduced loss (what the strategy reports, one line per
+ * attempt) with the one-device reference's, then each replica's local loss
+ * on an axis of its own: a replica's loss is its share of the global
+ * batch's, so the reduced loss is their sum, some N times the size of
+ * each. */
 static void rh_loss(FILE *f, const rp_run *r)
 {
     int R = r->n_replicas;
-    /* the replicas, the reduced loss, and the one-device reference's */
-    size_t ns = (size_t)R + (r->n_ref ? 2 : 1);
+    size_t ns = (size_t)R + 2; /* the replicas, the reduced loss, the reference */
     size_t cap = r->n_steps * 2 + 1 > r->n_ref + 1 ? r->n_steps * 2 + 1 : r->n_ref + 1;
     rh_series *s = calloc(ns, sizeof *s);
     char(*names)[48] = calloc(ns, sizeof *names);
-    bool ok = s && names;
+    int *last_att = calloc(ns, sizeof *last_att);
+    bool ok = s && names && last_att;
     for (size_t k = 0; ok && k < ns; k++) {
         s[k].x = malloc(cap * sizeof(double));
         s[k].y = malloc(cap * sizeof(double));
         ok = s[k].x && s[k].y;
     }
+    fputs("<h3>loss</h3>\n", f);
     if (!ok) {
         fputs("<p class=\"note\">out of memory drawing the loss</p>\n", f);
-    } else {
-        int *last_att = calloc(ns, sizeof *last_att);
-        int64_t red_last = -1;
-        for (size_t k = 0; k < (size_t)R; k++) {
-            snprintf(names[k], sizeof names[k], "replica %zu (local)", k);
-            s[k].name = names[k];
-            s[k].color = rh_color((int)k);
-        }
-        s[R].name = "reduced (all replicas)";
-        s[R].color = "#000";
-        s[R].dash = "5,3";
-        for (size_t i = 0; last_att && i < r->n_steps; i++) {
-            const rp_step *p = &r->steps[i];
-            if (p->replica < 0 || p->replica >= R)
-                continue;
-            rh_series *q = &s[p->replica];
-            if (p->attempt != last_att[p->replica] && q->n) {
-                q->x[q->n] = NAN; /* a restart: a new line from where it resumed */
-                q->y[q->n++] = NAN;
-            }
-            last_att[p->replica] = p->attempt;
-            q->x[q->n] = (double)p->step;
-            q->y[q->n++] = p->has_loss ? p->loss : NAN;
-            /* the reduced loss is the same on every replica: replica 0's */
-            if (p->replica == 0 && p->has_reduced) {
-                rh_series *t = &s[R];
-                if (t->n && p->step <= red_last) {
-                    t->x[t->n] = NAN;
-                    t->y[t->n++] = NAN;
-                }
-                t->x[t->n] = (double)p->step;
-                t->y[t->n++] = p->reduced;
-                red_last = p->step;
-            }
-        }
-        free(last_att);
-        if (r->n_ref) {
-            rh_series *t = &s[R + 1];
-            t->name = "one-device reference";
-            t->color = "#888";
-            t->dash = "2,2";
-            for (size_t i = 0; i < r->n_ref; i++) {
-                t->x[t->n] = r->ref_step[i];
-                t->y[t->n++] = r->ref_loss[i];
-            }
-        }
-        const rp_metric *ref = rp_metric_find(r, "reference_final_loss");
-        fputs("<h3>loss</h3>\n", f);
-        rh_line_chart(f, "loss", "loss per replica over steps (a restart starts a new line)",
-                      "global step", "loss", s, ns, ref && ref->has_value ? ref->value : NAN,
-                      "one-device reference, final loss", false);
+        goto out;
     }
+    rh_series *red = &s[R], *ref = &s[R + 1];
+    for (size_t k = 0; k < (size_t)R; k++) {
+        snprintf(names[k], sizeof names[k], "replica %zu (local)", k);
+        s[k].name = names[k];
+        s[k].color = rh_color((int)k);
+    }
+    *red = (rh_series){.name = "reduced (all replicas)", .color = "#000", .x = red->x, .y = red->y};
+    *ref = (rh_series){
+        .name = "one-device reference", .color = "#888", .dash = "4,3", .x = ref->x, .y = ref->y};
+    int64_t red_last = -1;
+    for (size_t i = 0; i < r->n_steps; i++) {
+        const rp_step *p = &r->steps[i];
+        if (p->replica < 0 || p->replica >= R)
+            continue;
+        rh_series *q = &s[p->replica];
+        if (p->attempt != last_att[p->replica] && q->n) {
+            q->x[q->n] = NAN; /* a restart: a new line from where it resumed */
+            q->y[q->n++] = NAN;
+        }
+        last_att[p->replica] = p->attempt;
+        q->x[q->n] = (double)p->step;
+        q->y[q->n++] = p->has_loss ? p->loss : NAN;
+        /* the reduced loss is the same on every replica: replica 0's */
+        if (p->replica == 0 && p->has_reduced) {
+            if (red->n && p->step <= red_last) {
+                red->x[red->n] = NAN;
+                red->y[red->n++] = NAN;
+            }
+            red->x[red->n] = (double)p->step;
+            red->y[red->n++] = p->reduced;
+            red_last = p->step;
+        }
+    }
+    for (size_t i = 0; i < r->n_ref; i++) {
+        ref->x[ref->n] = r->ref_step[i];
+        ref->y[ref->n++] = r->ref_loss[i];
+    }
+    const rp_metric *fin = rp_metric_find(r, "reference_final_loss");
+    rh_line_chart(f, "loss",
+                  "the loss the strategy reports (reduced over the replicas; a restart "
+                  "starts a new line) and the one-device reference's",
+                  NULL, "global step", "loss", red, r->n_ref ? 2 : 1,
+                  fin && fin->has_value ? fin->value : NAN, "one-device reference, final loss",
+                  false, false);
+    char note[256];
+    snprintf(note, sizeof note,
+             "On an axis of its own: each replica's loss is its share of the global batch's "
+             "(its examples' loss over the global batch), so the reduced loss above is the sum "
+             "of these %d, about %d times the size of each.",
+             R, R);
+    rh_line_chart(f, "replicaloss", "each replica's local loss over steps", R > 1 ? note : NULL,
+                  "global step", "local loss", s, (size_t)R, NAN, NULL, false, false);
+out:
     for (size_t k = 0; s && k < ns; k++) {
         free(s[k].x);
         free(s[k].y);
     }
     free(s);
     free(names);
+    free(last_att);
 }
 
-/* Examples/s: examples of the steps that ended in each of RH_RATE_BUCKETS
- * equal slices of the run, over the slice's length. */
+typedef struct rh_gstep {
+    int attempt;
+    int64_t step, t0, t1, examples;
+} rh_gstep;
+
+static int rh_cmp_gstep(const void *a, const void *b)
+{
+    const rh_gstep *x = a, *y = b;
+    if (x->attempt != y->attempt)
+        return x->attempt < y->attempt ? -1 : 1;
+    return x->step < y->step ? -1 : x->step > y->step;
+}
+
+/* Examples/s over time: each global step (every replica's rows of it) ends
+ * when its last replica ends it; the rate is the examples of a window of
+ * steps over the time from the end of the step before the window to the
+ * end of its last (a window of about a 48th of the steps, to smooth the
+ * scheduling noise of one step). A restart starts a new line; a long
+ * stretch without steps is a break of the time axis. */
 static void rh_rate(FILE *f, const rp_run *r)
 {
-    double x[RH_RATE_BUCKETS], y[RH_RATE_BUCKETS];
-    size_t n = 0;
-    if (r->n_steps && r->has_times) {
-        int64_t lo = INT64_MAX, hi = INT64_MIN;
-        for (size_t i = 0; i < r->n_steps; i++) {
-            lo = r->steps[i].t0 < lo ? r->steps[i].t0 : lo;
-            hi = r->steps[i].t1 > hi ? r->steps[i].t1 : hi;
-        }
-        double span = (double)(hi - lo);
-        if (span > 0) {
-            double w = span / RH_RATE_BUCKETS, ex[RH_RATE_BUCKETS] = {0};
-            for (size_t i = 0; i < r->n_steps; i++) {
-                size_t b = (size_t)((double)(r->steps[i].t1 - lo) / w);
-                ex[b < RH_RATE_BUCKETS ? b : RH_RATE_BUCKETS - 1] += (double)r->steps[i].examples;
-            }
-            for (size_t b = 0; b < RH_RATE_BUCKETS; b++) {
-                x[n] = ((double)lo + w * ((double)b + 0.5) - (double)r->t_origin) / 1e9;
-                y[n++] = ex[b] / (w / 1e9);
-            }
+    rh_gstep *g = r->n_steps && r->has_times ? malloc(r->n_steps * sizeof *g) : NULL;
+    size_t ng = 0;
+    for (size_t i = 0; g && i < r->n_steps; i++) {
+        const rp_step *p = &r->steps[i];
+        g[ng++] = (rh_gstep){p->attempt, p->step, p->t0, p->t1, p->examples};
+    }
+    if (g)
+        qsort(g, ng, sizeof *g, rh_cmp_gstep);
+    size_t k = 0; /* merge a step's rows */
+    for (size_t i = 0; i < ng; i++) {
+        if (k && g[k - 1].attempt == g[i].attempt && g[k - 1].step == g[i].step) {
+            g[k - 1].t0 = g[i].t0 < g[k - 1].t0 ? g[i].t0 : g[k - 1].t0;
+            g[k - 1].t1 = g[i].t1 > g[k - 1].t1 ? g[i].t1 : g[k - 1].t1;
+            g[k - 1].examples += g[i].examples;
+        } else {
+            g[k++] = g[i];
         }
     }
+    size_t win = k / 48 > 1 ? k / 48 : 1;
+    double *x = malloc((k + 1) * 2 * sizeof *x), *y = x ? x + k + 1 : NULL;
+    size_t n = 0;
+    for (size_t i = 0; x && i < k; i++) {
+        /* the window (i - win, i] of this attempt */
+        size_t first = i + 1 >= win ? i + 1 - win : 0;
+        while (g[first].attempt != g[i].attempt)
+            first++;
+        if (first == i && i && g[i - 1].attempt != g[i].attempt && n) {
+            x[n] = NAN; /* a restart */
+            y[n++] = NAN;
+        }
+        int64_t from =
+            first > 0 && g[first - 1].attempt == g[i].attempt ? g[first - 1].t1 : g[first].t0;
+        int64_t ex = 0;
+        for (size_t j = first; j <= i; j++)
+            ex += g[j].examples;
+        if (g[i].t1 <= from)
+            continue;
+        x[n] = rh_sec(r, g[i].t1);
+        y[n++] = (double)ex / ((double)(g[i].t1 - from) / 1e9);
+    }
     rh_series s = {
-        .name = "examples/s (all replicas)", .color = rh_color(0), .x = x, .y = y, .n = n};
+        .name = "examples/s (all replicas)", .color = rh_color(0), .x = x, .y = y, .n = x ? n : 0};
     fputs("<h3>throughput</h3>\n", f);
-    rh_line_chart(f, "rate", "examples/s over time", "seconds since the run's first record",
-                  "examples/s", &s, 1, NAN, NULL, true);
+    rh_line_chart(f, "rate",
+                  "examples/s over time, at the end of each step (a restart starts a new line; "
+                  "a long stretch without steps is a break of the time axis, marked with its "
+                  "length)",
+                  NULL, "seconds since the run's first record", "examples/s", &s, 1, NAN, NULL,
+                  true, true);
+    free(x);
+    free(g);
 }
 
 /* Step time per replica: a row per replica, a dot per step. */
@@ -602,8 +410,11 @@ static void rh_step_times(FILE *f, const rp_run *r)
                      med[k] - others > RH_NOISE_MS;
         n_strag += strag;
         double yc = RH_MT + row * (k + 0.5);
-        fprintf(f, "<text class=\"tick%s\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s%d</text>",
-                strag ? " straggler" : "", RH_ML - 4, yc + 4, strag ? "straggler " : "", k);
+        fprintf(f, "<text class=\"tick%s\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%d%s%s</text>",
+                strag ? " straggler" : "", RH_ML - 6, yc + 4, k, strag ? " slow" : "",
+                strag ? "<title>a straggler: its median step time is over 1.5x the others'"
+                        "</title>"
+                      : "");
         if (!cnt[k])
             continue;
         double q1 = rh_quantile(v[k], cnt[k], 0.25), q3 = rh_quantile(v[k], cnt[k], 0.75);
@@ -723,6 +534,22 @@ static void rh_comm_share(FILE *f, const rp_run *r)
     free(ss);
 }
 
+static size_t rh_events_count(const rp_run *r)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < r->n_events; i++)
+        n += strcmp(r->events[i].kind, "phase") != 0;
+    return n;
+}
+
+/* The events are shown open when they are few or tell of a failure. */
+static bool rh_events_open(const rp_run *r)
+{
+    if (rh_events_count(r) <= 8)
+        return true;
+    return r->status && strcmp(r->status, "passed") != 0;
+}
+
 static const char *rh_event_color(const char *kind)
 {
     if (strcmp(kind, "fault") == 0)
@@ -734,6 +561,30 @@ static const char *rh_event_color(const char *kind)
     if (strcmp(kind, "checkpoint") == 0)
         return "#1f77b4";
     return "#7f7f7f";
+}
+
+/* The timeline's breaks: stretches without a step's start or end, an
+ * event or a failed collective's start or end. */
+static void rh_timeline_breaks(const rp_run *r, rh_chart *c)
+{
+    size_t cap = 2 * r->n_steps + r->n_events + 2 * r->n_colls, n = 0;
+    double *t = cap ? malloc(cap * sizeof *t) : NULL;
+    if (!t)
+        return;
+    for (size_t i = 0; i < r->n_steps; i++) {
+        t[n++] = rh_sec(r, r->steps[i].t0);
+        t[n++] = rh_sec(r, r->steps[i].t1);
+    }
+    for (size_t i = 0; i < r->n_events; i++)
+        if (strcmp(r->events[i].kind, "phase") != 0)
+            t[n++] = rh_sec(r, r->events[i].t);
+    for (size_t i = 0; i < r->n_colls; i++)
+        if (r->colls[i].status != 0) {
+            t[n++] = rh_sec(r, r->colls[i].t0);
+            t[n++] = rh_sec(r, r->colls[i].t1);
+        }
+    rh_time_breaks(c, t, n);
+    free(t);
 }
 
 /* Faults and recovery: a lane per replica (and one for the job) with each
@@ -756,9 +607,11 @@ static void rh_timeline(FILE *f, const rp_run *r)
     size_t pts = 0;
     for (size_t i = 0; i < r->n_events; i++)
         pts += strcmp(r->events[i].kind, "phase") != 0;
+    rh_timeline_breaks(r, &c);
     fputs("<figure><figcaption>a lane per replica: bars are runs of steps (one per attempt), "
           "thin red bars collectives that failed (from the call to the error), marks are "
-          "events (red fault, orange error, green restart, blue checkpoint)</figcaption>",
+          "events (red fault, orange error, green restart, blue checkpoint); a long stretch "
+          "without records is a break of the time axis, marked with its length</figcaption>",
           f);
     /* spans: per replica and attempt, first start to last end */
     for (int k = 0; k < R; k++) {
@@ -847,9 +700,11 @@ static void rh_timeline(FILE *f, const rp_run *r)
             continue;
         }
         if (shown++ == 0)
-            fputs("<table class=\"events\"><tr><th>time (s)</th><th>replica</th><th>kind</th>"
-                  "<th>detail</th></tr>\n",
-                  f);
+            fprintf(f,
+                    "<details class=\"events\"%s><summary>events (%zu)</summary>"
+                    "<table class=\"events\"><tr><th>time (s)</th><th>replica</th><th>kind</th>"
+                    "<th>detail</th></tr>\n",
+                    rh_events_open(r) ? " open" : "", rh_events_count(r));
         fprintf(f, "<tr class=\"ev-");
         rh_esc(f, e->kind);
         fprintf(f, "\"><td>%.3f</td><td>", rh_sec(r, e->t));
@@ -864,7 +719,7 @@ static void rh_timeline(FILE *f, const rp_run *r)
         fputs("</td></tr>\n", f);
     }
     if (shown)
-        fputs("</table>\n", f);
+        fputs("</table></details>\n", f);
     else
         fputs("<p class=\"note\">No faults, errors, restarts or checkpoints were stored for "
               "this run.</p>\n",
@@ -978,16 +833,19 @@ static void rh_run_section(FILE *f, const rp_run *r)
 {
     fprintf(f, "<section class=\"run\" id=\"run-%" PRId64 "\">\n", r->id);
     rh_run_header(f, r);
+    fputs("<div class=\"checkbox\">", f);
     rh_checks(f, r);
+    fputs("</div></div>\n", f);
     rh_divergence(f, r);
     rh_desync(f, r);
-    /* what happened first: why a run failed is there */
+    /* the tables before the plots: a page's first screens hold every
+     * verdict and figure; then what happened first (why a run failed) */
+    rh_cold_start(f, r);
     rh_timeline(f, r);
     rh_loss(f, r);
     rh_rate(f, r);
     rh_step_times(f, r);
     rh_comm_share(f, r);
-    rh_cold_start(f, r);
     if (r->text) {
         fputs("<details><summary>scenario file</summary><pre>", f);
         rh_esc(f, r->text);
@@ -1087,8 +945,8 @@ static void rh_compare(FILE *f, const rp_run *runs, size_t n)
         }
     }
     if (ok)
-        rh_line_chart(f, "loss", "reduced loss of each run over steps", "global step", "loss", s, n,
-                      NAN, NULL, false);
+        rh_line_chart(f, "loss", "reduced loss of each run over steps", NULL, "global step", "loss",
+                      s, n, NAN, NULL, false, false);
     for (size_t i = 0; s && i < n; i++) {
         free(s[i].x);
         free(s[i].y);
@@ -1098,33 +956,44 @@ static void rh_compare(FILE *f, const rp_run *runs, size_t n)
     fputs("</section>\n", f);
 }
 
+/* One column, as wide as the window (up to 1,600 px): the plots take its
+ * width (their text then about the page's size), runs come one after
+ * another, and long words in tables wrap instead of widening the page. */
 static const char rh_style[] =
-    "body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;margin:16px;color:#222;"
-    "background:#fff}\n"
-    "h1{font-size:20px}h2{font-size:17px;margin-top:24px}h3{font-size:15px;margin:18px 0 6px}\n"
-    ".runs{display:grid;gap:24px}\n"
-    "section.run{min-width:0}\n"
-    "table{border-collapse:collapse;margin:4px 0}td,th{border:1px solid #ddd;padding:2px 6px;"
-    "text-align:left;vertical-align:top}\n"
-    "table.kv th{background:#f5f5f5;font-weight:600}\n"
+    "body{font:15px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;"
+    "padding:16px;max-width:1600px;color:#222;background:#fff}\n"
+    "h1{font-size:22px;margin:4px 0 8px}h2{font-size:19px;margin-top:20px}"
+    "h3{font-size:16px;margin:18px 0 6px}\n"
+    ".runs{display:block}\n"
+    "section.run{min-width:0;border-top:3px solid #ddd;margin-top:28px;padding-top:4px}\n"
+    ".top{display:flex;flex-wrap:wrap;gap:8px 32px;align-items:flex-start}\n"
+    ".top>table.kv{flex:0 0 auto}.top>.checkbox{flex:1 1 560px;min-width:0}\n"
+    "table{border-collapse:collapse;margin:4px 0;max-width:100%}td,th{border:1px solid #ddd;"
+    "padding:3px 8px;text-align:left;vertical-align:top}\n"
+    "td:last-child{overflow-wrap:anywhere}th{white-space:nowrap}\n"
+    "table.kv th{background:#f5f5f5;font-weight:600;white-space:nowrap}\n"
     "tr.pass td:nth-child(2){color:#207020;font-weight:600}\n"
     "tr.fail td:nth-child(2){color:#b00020;font-weight:600}\n"
     "tr.ev-fault td{background:#fdecea}tr.ev-error td{background:#fff4e5}\n"
-    ".status{padding:1px 8px;border-radius:8px;font-size:13px;background:#eee}\n"
+    ".status{padding:1px 8px;border-radius:8px;font-size:14px;background:#eee}\n"
     ".s-passed{background:#d8f0d8}.s-failed,.s-crashed,.s-hung,.s-error{background:#f8d0d0}\n"
     ".note{color:#555}.bad{color:#b00020}\n"
-    "figure{margin:6px 0}figcaption{font-size:13px;color:#444}\n"
-    "svg.plot{width:100%;max-width:760px;height:auto;display:block}\n"
+    "figure{margin:8px 0 16px}figcaption{font-size:14px;color:#444}"
+    "figure>.note{margin:2px 0;font-size:14px}\n"
+    "svg.plot{width:100%;height:auto;display:block}\n"
     "svg .frame{fill:none;stroke:#999}svg .grid{stroke:#eee}\n"
-    "svg .tick{font-size:10px;fill:#555}svg .label{font-size:11px;fill:#333}\n"
+    "svg .tick{font-size:13px;fill:#555}svg .label{font-size:14px;fill:#333}\n"
     "svg .straggler{fill:#b00020;font-weight:600}\n"
-    "svg .series{fill:none;stroke-width:1.5}\n"
+    "svg .series{fill:none;stroke-width:2}\n"
     "svg .ref{stroke:#444;stroke-dasharray:2,3}\n"
     "svg .box{fill:#e8eef8;stroke:#7a8fb5}svg .median{stroke:#000;stroke-width:2}\n"
     "svg .bar{fill:#7aa6d8}svg .bar.over{fill:#d62728}\n"
     "svg .span{opacity:.35}svg .empty{fill:#999}svg .failed{fill:#d62728;opacity:.6}\n"
-    ".legend span{margin-right:12px;font-size:12px;white-space:nowrap}\n"
+    "svg .break rect{fill:#f0f0f0}svg .break path{stroke:#555;stroke-width:1.5;fill:none}"
+    "svg .break text{font-size:12px;fill:#555}\n"
+    ".legend span{margin-right:14px;font-size:13px;white-space:nowrap;display:inline-block}\n"
     ".legend i{display:inline-block;width:10px;height:10px;margin-right:4px}\n"
+    "details.events summary{cursor:pointer;color:#444}\n"
     "pre{background:#f7f7f7;padding:8px;overflow:auto;font-size:12px}\n";
 
 typedef struct rh_args {
@@ -1173,10 +1042,7 @@ static dsim_err rh_render(FILE *out, void *arg)
         fputs("</code>; times are on each run's engine clock, from its first record.</p>\n", out);
         if (a->n > 1)
             rh_compare(out, runs, a->n);
-        fprintf(out,
-                "<div class=\"runs\" style=\"grid-template-columns:repeat(%zu,minmax(520px,1fr))"
-                "\">\n",
-                a->n);
+        fputs("<div class=\"runs\">\n", out);
         for (size_t i = 0; i < a->n; i++)
             rh_run_section(out, &runs[i]);
         fputs("</div>\n</body></html>\n", out);

@@ -121,6 +121,18 @@ static char *scen_resolve(const char *scenario_path, const char *p, char *search
     return found;
 }
 
+dsim_err dsim_scenario_plugin_find(const char *file, char **out)
+{
+    char searched[1024];
+    *out = file && *file ? scen_resolve("./plugin", file, searched, sizeof searched) : NULL;
+    if (*out)
+        return DSIM_OK;
+    return DSIM_ERR(DSIM_ENOENT, -1,
+                    "strategy plugin '%s' not found (looked in: %s); build it, give its path, "
+                    "or add its directory to DSIM_PLUGIN_PATH / --plugin-dir",
+                    file ? file : "", file && *file ? searched : "nowhere: no file given");
+}
+
 /* The cluster's shape, for the built-ins (a plugin checks its own when it
  * is loaded). */
 static dsim_err scen_strategy_shape(const scen_ctx *c, const scen_state *st)

@@ -313,6 +313,58 @@ static void plan_pipelines(plan_b *b, const dsim_scenario *s, json_t *o, const d
                                "masked out of the loss and the gradient and not counted as read"));
 }
 
+/* Whether the per-worker part of the data plan stays within PLAN_MAX_READS
+ * entries: its batch sizes (steps x replicas) and its file lists (every
+ * file for every worker unless the files are sharded). When it does not,
+ * the section says so ("not_listed") and the plan stops there; a policy
+ * the job would refuse sets *e and err. One input (worker 0's) answers
+ * both: O(workers + examples). */
+static bool plan_fits(plan_b *b, const dsim_scenario *s, const dsim_dataset_desc *desc, json_t *o,
+                      char *err, size_t cap, dsim_err *e)
+{
+    const dsim_train_cfg *t = &s->train;
+    dsim_input_config ic = {
+        .dataset = desc,
+        .policy = t->shard,
+        .global_batch = t->global_batch,
+        .num_workers = t->hosts,
+        .replicas_per_worker = t->devices_per_host,
+        .seed = t->seed,
+        .shuffle = t->shuffle,
+        .drop_remainder = t->drop_remainder,
+        .epochs = 1,
+    };
+    dsim_input *in = NULL;
+    *e = dsim_input_create(&ic, &in);
+    if (*e != DSIM_OK) {
+        snprintf(err, cap, "%s", dsim_errmsg());
+        return false;
+    }
+    uint64_t steps = dsim_input_steps_per_epoch(in);
+    bool files_sharded = dsim_input_policy_applied(in) == DSIM_SHARD_FILE && t->hosts > 1;
+    dsim_input_destroy(in);
+    uint64_t N = (uint64_t)t->hosts * (uint64_t)t->devices_per_host;
+    uint64_t lists = (uint64_t)desc->n_files * (files_sharded ? 1 : (uint64_t)t->hosts);
+    char note[200] = "";
+    if (steps > PLAN_MAX_READS / N)
+        snprintf(note, sizeof note,
+                 "%" PRIu64 " steps x %" PRIu64
+                 " replicas of batch sizes are more than the %" PRIu64
+                 " the plan lists; workers and batch sizes are not listed",
+                 steps, N, (uint64_t)PLAN_MAX_READS);
+    else if (lists > PLAN_MAX_READS)
+        snprintf(note, sizeof note,
+                 "%u files for each of %d workers are more than the %" PRIu64
+                 " entries the plan lists; workers and batch sizes are not listed",
+                 desc->n_files, t->hosts, (uint64_t)PLAN_MAX_READS);
+    if (!note[0])
+        return true;
+    plan_set(b, o, "steps_per_epoch", plan_u64(steps));
+    plan_set(b, o, "not_listed", json_string(note));
+    *e = DSIM_OK;
+    return false;
+}
+
 /* The data section; returns the plan's error (message in *err). */
 static dsim_err plan_data(plan_b *b, const dsim_scenario *s, json_t *o, char *err, size_t cap)
 {
@@ -338,9 +390,16 @@ static dsim_err plan_data(plan_b *b, const dsim_scenario *s, json_t *o, char *er
     }
 
     /* The plan follows every example; past a size it would take gigabytes
-     * and minutes, so the per-example part is left out, and says so. */
-    bool all_read =
-        t->shard == DSIM_SHARD_OFF || (t->shard == DSIM_SHARD_HINT && t->hint == DSIM_HINT_NONE);
+     * and minutes, so the per-example part is left out, and says so. Each
+     * worker goes through the whole dataset where it reads all of it (OFF,
+     * HINT without a placeholder), shuffles its own copy (DATA with a
+     * shuffle) or deals the examples out (HINT on the examples); else
+     * every example is followed once. */
+    bool to_data = t->shard == DSIM_SHARD_DATA ||
+                   (t->shard == DSIM_SHARD_AUTO && (t->in_memory || d->n_files == 0));
+    bool all_read = t->shard == DSIM_SHARD_OFF ||
+                    (t->shard == DSIM_SHARD_HINT && t->hint != DSIM_HINT_FILES) ||
+                    (t->shuffle && to_data);
     uint64_t reads = (uint64_t)d->n_examples * (all_read ? (uint64_t)t->hosts : 1);
     if (reads > PLAN_MAX_READS) {
         char note[200];
@@ -359,6 +418,10 @@ static dsim_err plan_data(plan_b *b, const dsim_scenario *s, json_t *o, char *er
         return e;
     }
     desc.hint = t->hint;
+    if (!plan_fits(b, s, &desc, o, err, cap, &e)) {
+        dsim_dataset_desc_release(&desc);
+        return e;
+    }
     dsim_input_config ic = {
         .dataset = &desc,
         .policy = t->shard,

@@ -122,6 +122,13 @@ size_t dsim_scenario_combinations(const dsim_scenario *s);
 /* Combination k (0-based) of s's matrix, parsed and validated as a
  * scenario of its own (s itself without a matrix, for k = 0). */
 dsim_err dsim_scenario_combination(const dsim_scenario *s, size_t k, dsim_scenario **out);
+/* Finds a strategy plugin as a scenario file in the working directory
+ * would name it in strategy.plugin: a path with a '/' as it is, a bare
+ * file name in the working directory, then $DSIM_PLUGIN_PATH, this build's
+ * and the installed plugin directories. *out (the caller frees it) is the
+ * file found; DSIM_ENOENT naming the places searched when there is none. */
+dsim_err dsim_scenario_plugin_find(const char *file, char **out);
+
 /* DSIM_OK if this build can run the scenario; else DSIM_ENOTSUP saying what
  * is not supported yet (faults, engines, checks) and where in the file, or
  * DSIM_ENOENT when the directory of checkpoint.path (relative to the working

@@ -332,3 +332,157 @@ dsim_err dsim_yaml_parse(const char *path, const char *text, size_t len, dsim_ya
     *root = doc;
     return DSIM_OK;
 }
+
+bool dsim_yaml_map_del(dsim_yaml_node *map, const char *key)
+{
+    size_t kl = strlen(key);
+    for (size_t p = 0; p + 1 < map->n; p += 2) {
+        if (map->kid[p]->len == kl && strcmp(map->kid[p]->s, key) == 0) {
+            dsim_yaml_free(map->kid[p]);
+            dsim_yaml_free(map->kid[p + 1]);
+            memmove(&map->kid[p], &map->kid[p + 2], (map->n - p - 2) * sizeof *map->kid);
+            map->n -= 2;
+            return true;
+        }
+    }
+    return false;
+}
+
+dsim_yaml_node *dsim_yaml_scalar(const char *text)
+{
+    dsim_yaml_node *n = calloc(1, sizeof *n);
+    if (!n)
+        return NULL;
+    n->kind = DSIM_YAML_SCALAR;
+    n->plain = true;
+    n->s = strdup(text);
+    if (!n->s) {
+        free(n);
+        return NULL;
+    }
+    n->len = strlen(text);
+    return n;
+}
+
+/* ---- writing a tree back as text ---- */
+
+/* Whether a scalar may be written plain here (in flow: inside [ ] or { }). */
+static bool ytree_plain_ok(const dsim_yaml_node *n, bool flow)
+{
+    if (!n->plain || n->len == 0 || n->len != strlen(n->s))
+        return false;
+    const char *s = n->s;
+    if (strchr(",[]{}#&*!|>'\"%@` \t", s[0]))
+        return false;
+    if (strchr("-?:", s[0]) && (s[1] == '\0' || s[1] == ' '))
+        return false;
+    if (s[n->len - 1] == ' ' || s[n->len - 1] == ':')
+        return false;
+    for (const char *p = s; *p; p++) {
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return false;
+        if ((p[0] == ':' && p[1] == ' ') || (p[0] == ' ' && p[1] == '#'))
+            return false;
+        if (flow && strchr(",[]{}", *p))
+            return false;
+    }
+    return true;
+}
+
+static void ytree_scalar(FILE *f, const dsim_yaml_node *n, bool flow)
+{
+    if (ytree_plain_ok(n, flow)) {
+        fputs(n->s, f);
+        return;
+    }
+    fputc('"', f);
+    for (size_t i = 0; i < n->len; i++) {
+        unsigned char c = (unsigned char)n->s[i];
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c == '\t')
+            fputs("\\t", f);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\x%02x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void ytree_flow(FILE *f, const dsim_yaml_node *n)
+{
+    if (n->kind == DSIM_YAML_SCALAR) {
+        ytree_scalar(f, n, true);
+        return;
+    }
+    bool map = n->kind == DSIM_YAML_MAP;
+    fputc(map ? '{' : '[', f);
+    for (size_t i = 0; i < n->n; i++) {
+        if (i)
+            fputs(map && i % 2 ? ": " : ", ", f);
+        ytree_flow(f, n->kid[i]);
+    }
+    fputc(map ? '}' : ']', f);
+}
+
+/* A collection whose items are all scalars. */
+static bool ytree_leaf(const dsim_yaml_node *n)
+{
+    for (size_t i = 0; i < n->n; i++)
+        if (n->kid[i]->kind != DSIM_YAML_SCALAR)
+            return false;
+    return true;
+}
+
+static void ytree_block(FILE *f, const dsim_yaml_node *n, int indent)
+{
+    if (n->kind == DSIM_YAML_SEQ) {
+        for (size_t i = 0; i < n->n; i++) {
+            fprintf(f, "%*s- ", indent, "");
+            ytree_flow(f, n->kid[i]);
+            fputc('\n', f);
+        }
+        return;
+    }
+    for (size_t p = 0; p + 1 < n->n; p += 2) {
+        const dsim_yaml_node *v = n->kid[p + 1];
+        fprintf(f, "%*s", indent, "");
+        ytree_scalar(f, n->kid[p], false);
+        fputc(':', f);
+        if (v->kind == DSIM_YAML_SCALAR || v->n == 0 ||
+            (v->kind == DSIM_YAML_MAP && ytree_leaf(v)) ||
+            (v->kind == DSIM_YAML_SEQ && ytree_leaf(v))) {
+            fputc(' ', f);
+            ytree_flow(f, v);
+            fputc('\n', f);
+        } else {
+            fputc('\n', f);
+            ytree_block(f, v, indent + 2);
+        }
+    }
+}
+
+char *dsim_yaml_emit(const dsim_yaml_node *root)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return NULL;
+    if (!root)
+        fputs("{}\n", f);
+    else if (root->kind == DSIM_YAML_SEQ || root->kind == DSIM_YAML_MAP)
+        ytree_block(f, root, 0);
+    else {
+        ytree_scalar(f, root, false);
+        fputc('\n', f);
+    }
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}

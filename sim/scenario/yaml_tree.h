@@ -55,4 +55,17 @@ dsim_yaml_node *dsim_yaml_map_get(const dsim_yaml_node *map, const char *key);
  * DSIM_ENOMEM when memory ran out. */
 dsim_err dsim_yaml_map_set(dsim_yaml_node *map, const char *key, dsim_yaml_node *value);
 
+/* Removes key (and its value) from mapping map; false when it was not
+ * there. */
+bool dsim_yaml_map_del(dsim_yaml_node *map, const char *key);
+/* A new plain scalar holding text (NULL when memory ran out). */
+dsim_yaml_node *dsim_yaml_scalar(const char *text);
+/* The tree as YAML text that dsim_yaml_parse reads back to the same tree
+ * (positions aside): block mappings at the top, a collection of scalars
+ * (and a sequence's items) in flow style, scalars plain where the source
+ * had them plain and nothing in them would read otherwise, double-quoted
+ * with escapes elsewhere. Comments are not kept. NULL when memory ran out;
+ * the caller frees the text. */
+char *dsim_yaml_emit(const dsim_yaml_node *root);
+
 #endif

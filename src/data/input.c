@@ -628,6 +628,10 @@ dsim_err dsim_input_plan_make(const dsim_input_config *cfg, dsim_input_plan **ou
     p->n_examples = d->n_examples;
     p->n_files = d->n_files;
     p->steps = in0->steps;
+    /* The other workers' inputs as a job makes them: the dataset checked
+     * and the epoch computed once (in0), so that the plan costs O(workers
+     * + examples), not O(workers x examples). */
+    c.steps_per_epoch = in0->steps;
     bool file_shard = in0->shard == INPUT_SHARD_FILES;
     uint64_t total_kept = 0;
     dsim_err e = DSIM_OK;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dsim/model.h"
+#include "model/kern.h"
 
 static const char *const model_kind_names[DSIM_MODEL_KIND_COUNT] = {"linear", "softmax", "mlp"};
 static const char *const model_loss_names[DSIM_LOSS_COUNT] = {"auto", "mse", "xent"};
@@ -192,47 +193,70 @@ dsim_err dsim_model_init(const dsim_model_spec *spec, float *params, dsim_rng *r
     return DSIM_OK;
 }
 
-/* Scratch for one call: activations of one example at a time, plus the
- * double gradient sum. */
+/* Examples per block: the activations of a block stay in the caches, and
+ * a batch of up to this many needs no double copy of the gradient. */
+#define MODEL_BLOCK 64
+/* The most doubles a block's activations may take (32 MiB): wider layers
+ * get smaller blocks. The block size changes no result (the sums run in
+ * example order across blocks). */
+#define MODEL_BLOCK_DOUBLES ((size_t)1 << 22)
+
+/* Scratch for one call: a block's activations and deltas, and the double
+ * gradient sums when the batch spans blocks. */
 typedef struct model_ws {
     dsim_model_layout lay;
+    const kern_ops *k;
+    size_t cap;                           /* examples per block */
+    size_t ld[DSIM_MODEL_MAX_HIDDEN + 2]; /* row strides: ld[l] for layer l's input */
     double *a[DSIM_MODEL_MAX_HIDDEN + 1]; /* input of layer l (a[0] = x as double) */
     double *z[DSIM_MODEL_MAX_HIDDEN + 1]; /* output of layer l before the ReLU */
-    double *delta[2];                     /* d loss / d z, for the layer and the one below */
-    double *acc;                          /* n_params, or NULL when no gradient is wanted */
+    double *delta[2];                     /* d loss / d z of a layer, and of the one below */
+    double *acc;                          /* n_params, when the gradient spans blocks */
     double *block;
 } model_ws;
 
-static dsim_err model_ws_init(model_ws *ws, const dsim_model_spec *spec, int want_grad)
+static dsim_err model_ws_init(model_ws *ws, const dsim_model_spec *spec, size_t n, int want_grad)
 {
     memset(ws, 0, sizeof *ws);
     DSIM_CHECK(dsim_model_layout_of(spec, &ws->lay));
     const dsim_model_layout *lay = &ws->lay;
-    size_t total = 0, widest = 0;
+    ws->k = kern_get();
+    size_t row = 0, widest = 0;
+    ws->ld[0] = kern_ld(lay->layer[0].in);
     for (size_t l = 0; l < lay->n_layers; l++) {
-        total += lay->layer[l].in + lay->layer[l].out;
-        if (lay->layer[l].out > widest)
-            widest = lay->layer[l].out;
+        ws->ld[l + 1] = kern_ld(lay->layer[l].out);
+        row += ws->ld[l] + ws->ld[l + 1];
+        if (ws->ld[l + 1] > widest)
+            widest = ws->ld[l + 1];
+        if (ws->ld[l] > widest)
+            widest = ws->ld[l];
     }
     if (want_grad)
-        total += 2 * widest + lay->n_params;
+        row += 2 * widest;
+    size_t cap = MODEL_BLOCK_DOUBLES / row;
+    cap = cap < 1 ? 1 : cap > MODEL_BLOCK ? MODEL_BLOCK : cap;
+    ws->cap = cap < n ? cap : n;
+    size_t total = ws->cap * row;
     ws->block = malloc(total * sizeof(double));
-    if (!ws->block)
-        return DSIM_ERR(DSIM_ENOMEM, -1, "model scratch: cannot allocate %zu doubles", total);
+    if (want_grad && n > ws->cap)
+        ws->acc = malloc(lay->n_params * sizeof(double));
+    if (!ws->block || (want_grad && n > ws->cap && !ws->acc)) {
+        free(ws->block);
+        free(ws->acc);
+        return DSIM_ERR(DSIM_ENOMEM, -1, "model scratch: cannot allocate %zu doubles",
+                        total + (n > ws->cap ? lay->n_params : 0));
+    }
     double *p = ws->block;
     for (size_t l = 0; l < lay->n_layers; l++) {
         ws->a[l] = p;
-        p += lay->layer[l].in;
+        p += ws->cap * ws->ld[l];
         ws->z[l] = p;
-        p += lay->layer[l].out;
+        p += ws->cap * ws->ld[l + 1];
     }
     if (want_grad) {
         ws->delta[0] = p;
-        p += widest;
+        p += ws->cap * widest;
         ws->delta[1] = p;
-        p += widest;
-        ws->acc = p;
-        memset(ws->acc, 0, lay->n_params * sizeof(double));
     }
     return DSIM_OK;
 }
@@ -240,33 +264,31 @@ static dsim_err model_ws_init(model_ws *ws, const dsim_model_spec *spec, int wan
 static void model_ws_free(model_ws *ws)
 {
     free(ws->block);
+    free(ws->acc);
     ws->block = NULL;
+    ws->acc = NULL;
 }
 
-/* Leaves the outputs (before any loss) in ws->z[n_layers-1]. */
-static void model_forward(model_ws *ws, const float *params, const float *x)
+/* The forward pass of nb <= cap examples; leaves the outputs (before any
+ * loss) in ws->z[n_layers-1], row e at e * ws->ld[n_layers]. */
+static void model_forward(model_ws *ws, const float *params, const float *x, size_t nb)
 {
     const dsim_model_layout *lay = &ws->lay;
-    for (size_t i = 0; i < lay->layer[0].in; i++)
-        ws->a[0][i] = x[i];
+    size_t in = lay->layer[0].in, l0 = ws->ld[0];
+    /* Rows padded with +0: dense_fwd reads whole lanes. */
+    for (size_t e = 0; e < nb; e++) {
+        for (size_t i = 0; i < in; i++)
+            ws->a[0][e * l0 + i] = x[e * in + i];
+        for (size_t i = in; i < l0; i++)
+            ws->a[0][e * l0 + i] = 0.0;
+    }
     for (size_t l = 0; l < lay->n_layers; l++) {
         const dsim_model_layer *L = &lay->layer[l];
-        const float *W = params + L->w_off;
-        const float *b = params + L->b_off;
-        const double *a = ws->a[l];
-        double *z = ws->z[l];
-        for (size_t j = 0; j < L->out; j++) {
-            const float *w = W + j * L->in;
-            double s = b[j];
-            for (size_t i = 0; i < L->in; i++)
-                s += (double)w[i] * a[i];
-            z[j] = s;
-        }
-        if (l + 1 < lay->n_layers) {
-            double *next = ws->a[l + 1];
-            for (size_t j = 0; j < L->out; j++)
-                next[j] = z[j] > 0.0 ? z[j] : 0.0;
-        }
+        size_t lz = ws->ld[l + 1];
+        ws->k->dense_fwd(params + L->w_off, params + L->b_off, L->in, L->out, ws->a[l], ws->ld[l],
+                         nb, ws->z[l], lz);
+        if (l + 1 < lay->n_layers)
+            ws->k->relu(ws->z[l], ws->a[l + 1], lz, L->out, nb);
     }
 }
 
@@ -301,41 +323,32 @@ static double model_loss_top(dsim_loss loss, const double *z, size_t out, const 
     return lse - z[c];
 }
 
-/* Adds the gradient of one example, whose forward pass is in ws and whose
- * d loss / d outputs is in ws->delta[0], to ws->acc. */
-static void model_backward(model_ws *ws, const float *params)
+/* The gradient of a block of nb examples whose forward pass is in ws and
+ * whose d loss / d outputs are in ws->delta[0] (row stride
+ * ws->ld[n_layers]). The sums continue those of the blocks before (first:
+ * none) and, after the last block, are rounded into grad once. */
+static void model_backward(model_ws *ws, const float *params, size_t nb, int first, int last,
+                           int set, float *grad, double scale)
 {
     const dsim_model_layout *lay = &ws->lay;
     double *delta = ws->delta[0];
     double *below = ws->delta[1];
     for (size_t l = lay->n_layers; l-- > 0;) {
         const dsim_model_layer *L = &lay->layer[l];
-        double *gW = ws->acc + L->w_off;
-        double *gb = ws->acc + L->b_off;
-        const double *a = ws->a[l];
-        for (size_t j = 0; j < L->out; j++) {
-            double dj = delta[j];
-            double *g = gW + j * L->in;
-            gb[j] += dj;
-            for (size_t i = 0; i < L->in; i++)
-                g[i] += dj * a[i];
-        }
+        kern_wgrad_io io = {
+            .from = first ? NULL : ws->acc + L->w_off,
+            .to = ws->acc ? ws->acc + L->w_off : NULL,
+            .final = last,
+            .set = set,
+            .g = grad + L->w_off,
+            .scale = scale,
+        };
+        ws->k->dense_wgrad(L->in, L->out, delta, ws->ld[l + 1], ws->a[l], ws->ld[l], nb, &io);
         if (l == 0)
             break;
-        const float *W = params + L->w_off;
-        for (size_t i = 0; i < L->in; i++)
-            below[i] = 0.0;
-        for (size_t j = 0; j < L->out; j++) {
-            double dj = delta[j];
-            const float *w = W + j * L->in;
-            for (size_t i = 0; i < L->in; i++)
-                below[i] += (double)w[i] * dj;
-        }
-        /* ReLU'(0) = 0, as TensorFlow's ReluGrad. */
-        const double *zb = ws->z[l - 1];
-        for (size_t i = 0; i < L->in; i++)
-            if (!(zb[i] > 0.0))
-                below[i] = 0.0;
+        /* through the ReLU below: zero where its input was not positive */
+        ws->k->dense_bwd(params + L->w_off, L->in, L->out, delta, ws->ld[l + 1], nb, ws->z[l - 1],
+                         below, ws->ld[l]);
         double *t = delta;
         delta = below;
         below = t;
@@ -363,39 +376,59 @@ static dsim_err model_check_batch(const char *fn, const dsim_model_spec *spec, c
     return DSIM_OK;
 }
 
-dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float *params, const float *x,
-                              const float *y, size_t n, float scale, float *grad_accum,
-                              double *loss_sum)
+/* dsim_model_loss_grad, and with set its form that overwrites the gradient
+ * as if it had been +0 (dsim_model_loss_grad_set). */
+static dsim_err model_loss_grad(const char *fn, const dsim_model_spec *spec, const float *params,
+                                const float *x, const float *y, size_t n, float scale, int set,
+                                float *grad, double *loss_sum)
 {
-    DSIM_CHECK(model_check_batch("dsim_model_loss_grad", spec, params, x, y, n));
+    DSIM_CHECK(model_check_batch(fn, spec, params, x, y, n));
     if (!isfinite(scale))
-        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_loss_grad: scale %g is not finite",
-                        (double)scale);
+        return DSIM_ERR(DSIM_EINVAL, -1, "%s: scale %g is not finite", fn, (double)scale);
     if (loss_sum)
         *loss_sum = 0.0;
-    if (n == 0)
+    if (n == 0) {
+        if (set && grad)
+            memset(grad, 0, dsim_model_num_params(spec) * sizeof(float));
         return DSIM_OK;
+    }
     model_ws ws;
-    DSIM_CHECK(model_ws_init(&ws, spec, grad_accum != NULL));
+    DSIM_CHECK(model_ws_init(&ws, spec, n, grad != NULL));
     dsim_loss loss = model_resolve_loss(spec);
     size_t in = spec->in_dim, out = spec->out_dim, yd = loss == DSIM_LOSS_MSE ? out : 1;
-    size_t top = ws.lay.n_layers - 1;
+    size_t top = ws.lay.n_layers - 1, lt = ws.ld[top + 1];
     double total = 0.0;
-    for (size_t e = 0; e < n; e++) {
-        model_forward(&ws, params, x + e * in);
-        total += model_loss_top(loss, ws.z[top], out, y + e * yd, ws.acc ? ws.delta[0] : NULL);
-        if (ws.acc)
-            model_backward(&ws, params);
-    }
-    if (grad_accum) {
-        double s = scale;
-        for (size_t k = 0; k < ws.lay.n_params; k++)
-            grad_accum[k] = (float)((double)grad_accum[k] + s * ws.acc[k]);
+    for (size_t e0 = 0; e0 < n; e0 += ws.cap) {
+        size_t nb = n - e0 < ws.cap ? n - e0 : ws.cap;
+        model_forward(&ws, params, x + e0 * in, nb);
+        for (size_t e = 0; e < nb; e++)
+            total += model_loss_top(loss, ws.z[top] + e * lt, out, y + (e0 + e) * yd,
+                                    grad ? ws.delta[0] + e * lt : NULL);
+        if (grad)
+            model_backward(&ws, params, nb, e0 == 0, e0 + nb == n, set, grad, (double)scale);
     }
     if (loss_sum)
         *loss_sum = total;
     model_ws_free(&ws);
     return DSIM_OK;
+}
+
+dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float *params, const float *x,
+                              const float *y, size_t n, float scale, float *grad_accum,
+                              double *loss_sum)
+{
+    return model_loss_grad("dsim_model_loss_grad", spec, params, x, y, n, scale, 0, grad_accum,
+                           loss_sum);
+}
+
+dsim_err dsim_model_loss_grad_set(const dsim_model_spec *spec, const float *params, const float *x,
+                                  const float *y, size_t n, float scale, float *grad,
+                                  double *loss_sum)
+{
+    if (!grad)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_loss_grad_set: grad is NULL");
+    return model_loss_grad("dsim_model_loss_grad_set", spec, params, x, y, n, scale, 1, grad,
+                           loss_sum);
 }
 
 dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params, const float *x,
@@ -407,12 +440,14 @@ dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params, co
     if (n == 0)
         return DSIM_OK;
     model_ws ws;
-    DSIM_CHECK(model_ws_init(&ws, spec, 0));
-    size_t top = ws.lay.n_layers - 1;
-    for (size_t e = 0; e < n; e++) {
-        model_forward(&ws, params, x + e * spec->in_dim);
-        for (size_t j = 0; j < spec->out_dim; j++)
-            out[e * spec->out_dim + j] = (float)ws.z[top][j];
+    DSIM_CHECK(model_ws_init(&ws, spec, n, 0));
+    size_t top = ws.lay.n_layers - 1, lt = ws.ld[top + 1], od = spec->out_dim;
+    for (size_t e0 = 0; e0 < n; e0 += ws.cap) {
+        size_t nb = n - e0 < ws.cap ? n - e0 : ws.cap;
+        model_forward(&ws, params, x + e0 * spec->in_dim, nb);
+        for (size_t e = 0; e < nb; e++)
+            for (size_t j = 0; j < od; j++)
+                out[(e0 + e) * od + j] = (float)ws.z[top][e * lt + j];
     }
     model_ws_free(&ws);
     return DSIM_OK;
@@ -429,22 +464,25 @@ dsim_err dsim_model_eval(const dsim_model_spec *spec, const float *params, const
     if (n == 0)
         return DSIM_OK;
     model_ws ws;
-    DSIM_CHECK(model_ws_init(&ws, spec, 0));
+    DSIM_CHECK(model_ws_init(&ws, spec, n, 0));
     dsim_loss loss = model_resolve_loss(spec);
     size_t in = spec->in_dim, out = spec->out_dim, yd = loss == DSIM_LOSS_MSE ? out : 1;
-    size_t top = ws.lay.n_layers - 1;
+    size_t top = ws.lay.n_layers - 1, lt = ws.ld[top + 1];
     double total = 0.0;
     size_t correct = 0;
-    for (size_t e = 0; e < n; e++) {
-        model_forward(&ws, params, x + e * in);
-        const double *z = ws.z[top];
-        total += model_loss_top(loss, z, out, y + e * yd, NULL);
-        if (loss == DSIM_LOSS_XENT) {
-            size_t best = 0;
-            for (size_t j = 1; j < out; j++)
-                if (z[j] > z[best])
-                    best = j;
-            correct += best == (size_t)y[e];
+    for (size_t e0 = 0; e0 < n; e0 += ws.cap) {
+        size_t nb = n - e0 < ws.cap ? n - e0 : ws.cap;
+        model_forward(&ws, params, x + e0 * in, nb);
+        for (size_t e = 0; e < nb; e++) {
+            const double *z = ws.z[top] + e * lt;
+            total += model_loss_top(loss, z, out, y + (e0 + e) * yd, NULL);
+            if (loss == DSIM_LOSS_XENT) {
+                size_t best = 0;
+                for (size_t j = 1; j < out; j++)
+                    if (z[j] > z[best])
+                        best = j;
+                correct += best == (size_t)y[e0 + e];
+            }
         }
     }
     if (loss_sum)

@@ -3,12 +3,14 @@
  * The element-wise updates are written in float, in the order of TF's
  * training kernels (ApplyGradientDescent, ApplyMomentum, Keras Adam), so a
  * run here moves the weights as TF's f32 kernels would, up to the rounding
- * of the scalar coefficients. */
+ * of the scalar coefficients. The loops are the model kernels' (kern.h):
+ * vectorised, with each element's operations those of the scalar rule. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dsim/optim.h"
+#include "model/kern.h"
 
 struct dsim_optim {
     dsim_optim_spec spec;
@@ -157,41 +159,20 @@ dsim_err dsim_optim_apply(dsim_optim *opt, float *params, const float *grad, siz
                         opt->n);
     const dsim_optim_spec *s = &opt->spec;
     const float lr = (float)s->lr;
+    const kern_ops *kk = kern_get();
     switch (s->kind) {
     case DSIM_OPTIM_SGD:
-        for (size_t k = 0; k < n; k++)
-            params[k] -= lr * grad[k];
+        kk->sgd(params, grad, n, lr);
         break;
-    case DSIM_OPTIM_MOMENTUM: {
-        const float mom = (float)s->momentum;
-        float *accum = opt->state;
-        if (s->nesterov) {
-            for (size_t k = 0; k < n; k++) {
-                accum[k] = accum[k] * mom + grad[k];
-                params[k] -= grad[k] * lr + accum[k] * mom * lr;
-            }
-        } else {
-            for (size_t k = 0; k < n; k++) {
-                accum[k] = accum[k] * mom + grad[k];
-                params[k] -= lr * accum[k];
-            }
-        }
+    case DSIM_OPTIM_MOMENTUM:
+        kk->momentum(params, opt->state, grad, n, lr, (float)s->momentum, s->nesterov);
         break;
-    }
     case DSIM_OPTIM_ADAM: {
         double t = (double)(opt->step + 1);
         double b1p = pow(s->beta1, t), b2p = pow(s->beta2, t);
         const float alpha = (float)(s->lr * sqrt(1.0 - b2p) / (1.0 - b1p));
-        const float omb1 = (float)(1.0 - s->beta1);
-        const float omb2 = (float)(1.0 - s->beta2);
-        const float eps = (float)s->epsilon;
-        float *m = opt->state, *v = opt->state + n;
-        for (size_t k = 0; k < n; k++) {
-            float g = grad[k];
-            m[k] += (g - m[k]) * omb1;
-            v[k] += (g * g - v[k]) * omb2;
-            params[k] -= m[k] * alpha / (sqrtf(v[k]) + eps);
-        }
+        kk->adam(params, opt->state, opt->state + n, grad, n, alpha, (float)(1.0 - s->beta1),
+                 (float)(1.0 - s->beta2), (float)s->epsilon);
         break;
     }
     default:

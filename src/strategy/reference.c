@@ -172,10 +172,9 @@ static dsim_err ref_step(ref_job *r, dsim_train_result *res, uint64_t s)
         return e;
     if ((e = dsim_ledger_record(res->ledger, 0, epoch, step, r->ids, n)) != DSIM_OK)
         return e;
-    memset(r->grad, 0, P * sizeof(float));
     double loss_sum = 0;
-    if ((e = dsim_model_loss_grad(&r->su.model, res->params, n ? r->x : NULL, n ? r->y : NULL, n,
-                                  scale, r->grad, &loss_sum)) != DSIM_OK)
+    if ((e = dsim_model_loss_grad_set(&r->su.model, res->params, n ? r->x : NULL, n ? r->y : NULL,
+                                      n, scale, r->grad, &loss_sum)) != DSIM_OK)
         return e;
     if ((e = dsim_optim_apply(r->opt, res->params, r->grad, P)) != DSIM_OK)
         return e;

@@ -226,6 +226,21 @@ const char *dsim_strategy_summary(const char *name)
     return summary;
 }
 
+dsim_err dsim_strategy_probe(const char *name, const dsim_strategy_shape *shape,
+                             dsim_strategy_traits *out)
+{
+    memset(out, 0, sizeof *out);
+    const dsim_strategy *s;
+    DSIM_CHECK(dsim_strategy_lookup(name, &s));
+    if (!shape)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_strategy_probe: no shape given");
+    out->replicas_in_sync = dsim_strategy_replicas_in_sync(s, shape);
+    out->can_save = s->ops->save != NULL;
+    out->has_servers = s->ops->serve != NULL;
+    out->placement = s->ops->placement;
+    return dsim_strategy_check_shape(s, shape);
+}
+
 dsim_err dsim_strategy_load(const char *name, const char *path)
 {
     if (!path || !*path)

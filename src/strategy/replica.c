@@ -261,10 +261,9 @@ static dsim_err train_rerun(train_replica *rp, int lost, uint64_t from, float *x
         int64_t t0 = dsim_rt_now(job->rt);
         if (nb && (e = dsim_dataset_gather(su->ds, b->ids, nb, x, y)) != DSIM_OK)
             break;
-        memset(grad, 0, P * sizeof(float));
         double loss_sum = 0;
-        if ((e = dsim_model_loss_grad(&su->model, ctx->params, nb ? x : NULL, nb ? y : NULL, nb,
-                                      job->loss_scale, grad, &loss_sum)) != DSIM_OK)
+        if ((e = dsim_model_loss_grad_set(&su->model, ctx->params, nb ? x : NULL, nb ? y : NULL, nb,
+                                          job->loss_scale, grad, &loss_sum)) != DSIM_OK)
             break;
         if ((e = dsim_ledger_record_rerun(job->res->ledger, rp->index, lost, st.epoch, st.step,
                                           b->ids, b->n)) != DSIM_OK)
@@ -472,10 +471,9 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     size_t nb = (size_t)b->n, rows = (size_t)fd.static_batch;
     if (nb && (e = dsim_dataset_gather(su->ds, b->ids, nb, w->x, w->y)) != DSIM_OK)
         return e;
-    memset(w->grad, 0, P * sizeof(float));
     double loss_sum = 0;
-    if ((e = dsim_model_loss_grad(&su->model, ctx->params, nb ? w->x : NULL, nb ? w->y : NULL, nb,
-                                  job->loss_scale, w->grad, &loss_sum)) != DSIM_OK)
+    if ((e = dsim_model_loss_grad_set(&su->model, ctx->params, nb ? w->x : NULL, nb ? w->y : NULL,
+                                      nb, job->loss_scale, w->grad, &loss_sum)) != DSIM_OK)
         return e;
     if (rows > nb &&
         (e = replica_padding(rp, w, nb, rows, fd.padding_weight, &loss_sum)) != DSIM_OK)

@@ -296,6 +296,48 @@ static void test_bad_flags(void **state)
     cli_free(&r);
 }
 
+/* dsim bench model: a row per shape and batch for every kernel set asked,
+ * the comparisons, the optimizers; bad flags exit 2 naming them. */
+static void test_model(void **state)
+{
+    (void)state;
+    cli_out r = cli_run(NULL, "bench", "model", "--kernels", "all", "--compare", "--min-time",
+                        "0.001", "--peak", "128", NULL);
+    if (r.status != 0)
+        fail_msg("exit %d, stderr: %s", r.status, r.err);
+    assert_non_null(strstr(r.out, "single-core peak"));
+    assert_non_null(strstr(r.out, "mlp 120-256-128-16"));
+    assert_non_null(strstr(r.out, " generic "));
+    assert_non_null(strstr(r.out, " loops "));
+    assert_non_null(strstr(r.out, "optimizer adam"));
+    /* every row of the 1024 x 100 job's model at batch 4 has a positive rate */
+    int rows = 0;
+    for (const char *p = r.out; (p = strstr(p, "mlp 120-256-128-16")); p++) {
+        size_t params = 0, batch = 0;
+        char how[16];
+        double us = 0, g = 0;
+        assert_int_equal(
+            sscanf(p, "mlp 120-256-128-16 %zu %zu %15s %lf %lf", &params, &batch, how, &us, &g), 5);
+        assert_int_equal(params, 65936);
+        assert_true(us > 0 && g > 0);
+        rows += batch == 4;
+    }
+    assert_true(rows >= 2); /* generic and loops at least */
+    cli_free(&r);
+    static const char *bad[][3] = {
+        {"--kernels", "sse9", "sse9"},
+        {"--min-time", "0", "--min-time"},
+        {"--peak", "-3", "--peak"},
+        {"--bogus", NULL, "--bogus"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = cli_run(NULL, "bench", "model", bad[i][0], bad[i][1], NULL);
+        if (r.status != 2 || !strstr(r.err, bad[i][2]))
+            fail_msg("'bench model %s': exit %d, stderr: %s", bad[i][0], r.status, r.err);
+        cli_free(&r);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -304,9 +346,13 @@ int main(int argc, char **argv)
     }
     cli_dsim = argv[1];
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_allreduce_rank_counts), cmocka_unit_test(test_algorithms),
-        cmocka_unit_test(test_other_collectives),     cmocka_unit_test(test_wrong_result_caught),
-        cmocka_unit_test(test_tcp_transport),         cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_allreduce_rank_counts),
+        cmocka_unit_test(test_algorithms),
+        cmocka_unit_test(test_other_collectives),
+        cmocka_unit_test(test_wrong_result_caught),
+        cmocka_unit_test(test_tcp_transport),
+        cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

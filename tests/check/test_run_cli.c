@@ -237,13 +237,45 @@ static void test_run_passes_and_is_stored(void **state)
     cli_has(cli_out, "quickstart");
     cli_has(cli_out, "passed");
     cli_has(cli_out, "3 passed, 0 failed");
+    cli_has(cli_out, "  ENGINE  ");
+    cli_has(cli_out, "  threads  ");
     assert_int_equal(cli_run("list", "runs", "--db", db, "--json", NULL), 0);
     json_t *lj = json_loads(cli_out, 0, &je);
     assert_non_null(lj);
     assert_int_equal(json_array_size(lj), 1);
     assert_int_equal(json_integer_value(json_object_get(json_array_get(lj, 0), "checks_passed")),
                      3);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(lj, 0), "engine")),
+                        "threads");
     json_decref(lj);
+}
+
+/* dsim list runs shows a matrix's long names whole (each row its own) and
+ * the engine of each run. */
+static void test_list_runs_matrix(void **state)
+{
+    (void)state;
+    cli_write("matrix.yaml", "name: hier_matrix_with_a_long_name\n" CLI_SMALL "matrix:\n"
+                             "  cluster:\n"
+                             "    - {hosts: 1, devices_per_host: 3}\n"
+                             "    - {hosts: 2, devices_per_host: 2}\n"
+                             "  strategy.communication: [ring, rhd]\n");
+    char db[512], file[512];
+    cli_path(db, sizeof db, "matrix.db");
+    cli_path(file, sizeof file, "matrix.yaml");
+    assert_int_equal(cli_run("run", file, "--db", db, "--engine", "sim", NULL), 0);
+    assert_int_equal(cli_run("list", "runs", "--db", db, NULL), 0);
+    static const char *const names[] = {
+        "hier_matrix_with_a_long_name[hosts=1,devices_per_host=3,strategy.communication=ring]",
+        "hier_matrix_with_a_long_name[hosts=1,devices_per_host=3,strategy.communication=rhd]",
+        "hier_matrix_with_a_long_name[hosts=2,devices_per_host=2,strategy.communication=ring]",
+        "hier_matrix_with_a_long_name[hosts=2,devices_per_host=2,strategy.communication=rhd]"};
+    for (size_t i = 0; i < 4; i++) {
+        char row[256];
+        /* the whole name, then the engine column */
+        snprintf(row, sizeof row, "%s%s  sim  ", names[i], i % 2 ? " " : "");
+        cli_has(cli_out, row);
+    }
 }
 
 static void test_run_check_fails(void **state)
@@ -586,6 +618,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_run_passes_and_is_stored),
         cmocka_unit_test(test_run_check_fails),
+        cmocka_unit_test(test_list_runs_matrix),
         cmocka_unit_test(test_run_bad_input),
         cmocka_unit_test(test_run_json),
         cmocka_unit_test(test_run_interrupted),

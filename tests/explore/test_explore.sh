@@ -10,6 +10,15 @@
 #   deterministic     the same --seed draws and shrinks the same way twice
 #   run_timeout       a run that never ends (a strategy that sleeps for ever)
 #                     is stopped at --timeout and reported, never a hang
+#   shapes_found      a strategy whose all-reduce drops the n % N tail passes
+#                     at its scenario's sizes; explore --shapes finds a size
+#                     where it fails, shrinks it to one whose parameter count
+#                     the replicas do not divide, and the written file fails
+#                     `dsim run` the same way
+#   shapes_builtin    explore --shapes finds nothing on the built-in
+#                     strategies and the worked-example plugin (a bounded
+#                     number of runs each)
+#   shapes_bad_input  --shapes: no scenario, a timing-only model, --runs 0
 set -u
 case_=$1 dsim=$2 scen=$3 plugins=$4
 tmp=$(mktemp -d) || exit 1
@@ -95,6 +104,71 @@ run_timeout)
     [ $rc -eq 1 ] || fail "dsim explore exited $rc, wanted 1"
     grep -q '^FAILED without faults: timeout: the run took longer than 2 s' out.txt ||
         fail "the hung run was not reported as a timeout"
+    ;;
+shapes_found)
+    "$dsim" run "$scen/tail_drop.yaml" --plugin-dir "$plugins" --db plain.db > plain.txt 2>&1 ||
+        { cat plain.txt; fail "tail_drop fails at its own sizes"; }
+    "$dsim" explore --shapes "$scen/tail_drop.yaml" --runs 20 --seed 1 --plugin-dir "$plugins" \
+        -o found.yaml > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 1 ] || fail "dsim explore --shapes exited $rc, wanted 1 (a failure found)"
+    grep -q '^FAILED: run [0-9]* of 20 failed with gradient_consistency at ' out.txt ||
+        fail "no FAILED line naming gradient_consistency"
+    grep -q '^shrink [0-9]*: .*kept$' out.txt || fail "no shrink step was kept"
+    final=$(sed -n 's/^shrunk to \(.*\) ([0-9]* kept changes, [0-9]* shrink runs):$/\1/p' out.txt)
+    [ -n "$final" ] || fail "no 'shrunk to' line"
+    h=$(echo "$final" | sed -n 's/^\([0-9]*\) hosts\{0,1\} x .*/\1/p')
+    d=$(echo "$final" | sed -n 's/^[0-9]* hosts\{0,1\} x \([0-9]*\) device.*/\1/p')
+    p=$(echo "$final" | sed -n 's/.*devices\{0,1\}, \([0-9]*\) parameters.*/\1/p')
+    [ -n "$h" ] && [ -n "$d" ] && [ -n "$p" ] || fail "cannot read the shrunk shape '$final'"
+    r=$((h * d))
+    [ $((p % r)) -ne 0 ] || fail "shrunk to $p parameters over $r replicas: no tail"
+    [ "$r" -le 3 ] || fail "shrunk to $r replicas: 2 or 3 already fail"
+    [ "$h" -eq 1 ] || fail "shrunk to $h hosts: 1 host already fails"
+    grep -q 'verified: it fails the same way' out.txt || fail "the written file was not verified"
+    grep -q "^reproduce with: dsim run found.yaml --plugin-dir $plugins\$" out.txt ||
+        fail "no reproduce command"
+    grep -q '^# Reproduce: dsim run found.yaml' found.yaml || fail "found.yaml has no header"
+    grep -q "^cluster: {hosts: $h, devices_per_host: $d}\$" found.yaml ||
+        fail "found.yaml has not the shrunk cluster"
+    grep -q '^engine: sim$' found.yaml || fail "found.yaml has no engine: sim"
+    grep -q '^seed: 9$' found.yaml || fail "found.yaml has not the scenario's seed"
+    "$dsim" validate --plugin-dir "$plugins" found.yaml > val.txt 2>&1 ||
+        { cat val.txt; fail "found.yaml does not validate"; }
+    "$dsim" run found.yaml --plugin-dir "$plugins" --db found.db > run.txt 2>&1
+    rc=$?
+    cat run.txt
+    [ $rc -eq 1 ] || fail "dsim run found.yaml exited $rc, wanted 1"
+    grep -q 'gradient_consistency .*FAIL' run.txt || fail "dsim run does not fail gradient_consistency"
+    ;;
+shapes_builtin)
+    cat_dir=$scen/../../../scenarios
+    for f in "$scen/mwm_restart.yaml" "$cat_dir/mirrored.yaml" "$cat_dir/central_storage.yaml" \
+        "$cat_dir/one_device.yaml" "$cat_dir/parameter_server_sync.yaml" \
+        "$cat_dir/parameter_server_async.yaml" "$cat_dir/checkpoint_roundtrip.yaml" \
+        "$cat_dir/custom_strategy.yaml"; do
+        "$dsim" explore --shapes "$f" --runs 12 --seed 4 -o none.yaml \
+            --plugin-dir "$plugins/../../examples/custom_strategy" > out.txt 2>&1
+        rc=$?
+        [ $rc -eq 0 ] || fail "dsim explore --shapes $f exited $rc on a correct strategy"
+        grep -q '^12 runs, no failure$' out.txt || fail "$f: no summary of 12 runs"
+        [ "$(grep -c '^run [0-9]*/12: passed at ' out.txt)" -eq 12 ] || fail "$f: not 12 runs passed"
+        [ ! -f none.yaml ] || fail "$f: a scenario was written though nothing failed"
+    done
+    ;;
+shapes_bad_input)
+    expect2() { # MESSAGE ARGS...: exit 2 and MESSAGE on stderr
+        msg=$1; shift
+        "$dsim" explore --shapes "$@" > out.txt 2> err.txt
+        rc=$?
+        [ $rc -eq 2 ] || { cat err.txt; fail "dsim explore --shapes $* exited $rc, wanted 2"; }
+        grep -q -- "$msg" err.txt || { cat err.txt; fail "dsim explore --shapes $*: no '$msg'"; }
+    }
+    expect2 'which scenario?' --runs 5
+    expect2 "--runs is '0'" "$scen/mwm_restart.yaml" --runs 0
+    expect2 'timing-only model' "$scen/../../../scenarios/whatif/allreduce_4096_timing.yaml"
+    expect2 'no_such.yaml' "$tmp/no_such.yaml"
     ;;
 *)
     fail "unknown case $case_"

@@ -340,6 +340,53 @@ static int ht_teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
+/* The one-device reference replayed beside the job (the default on the sim
+ * engine, where the machine has a second CPU) and after it give the same
+ * reference: the same checks, measured to the bit, the same reference
+ * losses stored; the threads engine never replays beside its job. */
+static void test_reference_beside(void **state)
+{
+    (void)state;
+    const char *text =
+        "name: beside\nengine: sim\n" HT_SMALL "expect:\n  gradient_consistency: {}\n"
+        "  convergence: {within_pct_of_reference: 5}\n";
+    char db[2][512];
+    dsim_harness_result r[2];
+    for (int k = 0; k < 2; k++) {
+        ht_path(db[k], sizeof db[k], k ? "after.db" : "beside.db");
+        dsim_harness_opts o = {.size = sizeof o, .db_path = db[k], .reference_after = k == 1};
+        assert_int_equal(dsim_harness_run_text("beside.yaml", text, strlen(text), &o, &r[k]),
+                         DSIM_OK);
+        ht_all_passed(&r[k], 2);
+    }
+    assert_int_equal(r[0].reference_beside, sysconf(_SC_NPROCESSORS_ONLN) >= 2);
+    assert_false(r[1].reference_beside);
+    for (size_t i = 0; i < r[0].n_checks; i++) {
+        const dsim_check_outcome *a = &r[0].checks[i], *b = &r[1].checks[i];
+        assert_string_equal(a->name, b->name);
+        assert_memory_equal(&a->result.measured, &b->result.measured, sizeof(double));
+        assert_string_equal(a->result.message, b->result.message);
+    }
+    assert_true(r[0].trace_hash == r[1].trace_hash);
+    char la[4096], lb[4096];
+    const char *q = "SELECT group_concat(printf('%.17g', loss), ' ') FROM "
+                    "(SELECT loss FROM reference_steps ORDER BY step)";
+    ht_sql_text(db[0], q, la, sizeof la);
+    ht_sql_text(db[1], q, lb, sizeof lb);
+    assert_true(strlen(la) > 20); /* 8 steps' losses */
+    assert_string_equal(la, lb);
+    dsim_harness_result_free(&r[0]);
+    dsim_harness_result_free(&r[1]);
+
+    /* threads: after the job, always */
+    dsim_harness_opts th = {.size = sizeof th, .engine_override = "threads"};
+    dsim_harness_result t;
+    assert_int_equal(dsim_harness_run_text("beside.yaml", text, strlen(text), &th, &t), DSIM_OK);
+    ht_all_passed(&t, 2);
+    assert_false(t.reference_beside);
+    dsim_harness_result_free(&t);
+}
+
 int main(void)
 {
     if (!getenv("DSIM_SCENARIO_DIR")) {
@@ -347,10 +394,9 @@ int main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_without_store),
-        cmocka_unit_test(test_with_store),
-        cmocka_unit_test(test_text_and_failures),
-        cmocka_unit_test(test_liveness),
+        cmocka_unit_test(test_without_store),     cmocka_unit_test(test_with_store),
+        cmocka_unit_test(test_text_and_failures), cmocka_unit_test(test_liveness),
+        cmocka_unit_test(test_reference_beside),
     };
     return cmocka_run_group_tests(tests, ht_setup, ht_teardown);
 }

@@ -1,8 +1,9 @@
 /* Reference models: linear regression, softmax regression and a small MLP.
  *
  * These are the models that strategies train, so that the numerics of a
- * distributed run can be compared with a single-device run. They are small
- * and exact rather than fast.
+ * distributed run can be compared with a single-device run. They compute
+ * in double with results fixed to the bit (see Numerics), on blocked,
+ * vectorised kernels.
  *
  * Parameters. All parameters of a model live in ONE contiguous float (f32)
  * buffer, so that one all-reduce covers every gradient (TensorFlow's
@@ -28,8 +29,16 @@
  *
  * Numerics: parameters, inputs and gradients are float; everything in
  * between (activations, losses, the gradient sum over a batch) is double,
- * accumulated example by example in example order and rounded to float
- * once per call. The same call on the same inputs gives the same bits. */
+ * and the gradient is rounded to float once per call. A layer's output is
+ * its bias plus a dot product taken as 8 partial sums (input i goes to sum
+ * i mod 8, in input order) combined by the fixed tree
+ * ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)); the gradient sums run
+ * over the examples in example order, and a delta's sum over the outputs in
+ * output order. Nothing is fused into a multiply-add. So the same call on
+ * the same inputs gives the same bits on every machine, with every
+ * compiler and build type, whichever kernels run (dsim_model_kernels) and
+ * wherever the buffers lie, and an example's terms do not depend on the
+ * others in its batch. */
 #ifndef DSIM_MODEL_H
 #define DSIM_MODEL_H
 
@@ -120,6 +129,14 @@ DSIM_API dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float 
                                        const float *x, const float *y, size_t n, float scale,
                                        float *grad_accum, double *loss_sum);
 
+/* dsim_model_loss_grad into a gradient of zeros, without reading it first:
+ * grad[k] = (float)(+0.0 + scale * sum_e d loss_e / d params[k]), the bits
+ * that setting grad to +0 and calling dsim_model_loss_grad gives, with one
+ * pass less over grad. n = 0 sets grad to +0. grad must not be NULL. */
+DSIM_API dsim_err dsim_model_loss_grad_set(const dsim_model_spec *spec, const float *params,
+                                           const float *x, const float *y, size_t n, float scale,
+                                           float *grad, double *loss_sum);
+
 /* out[e*out_dim + j]: the model's outputs for n examples (predictions for
  * MSE, logits for cross-entropy). */
 DSIM_API dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params,
@@ -131,6 +148,20 @@ DSIM_API dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *p
  * may be NULL. */
 DSIM_API dsim_err dsim_model_eval(const dsim_model_spec *spec, const float *params, const float *x,
                                   const float *y, size_t n, double *loss_sum, size_t *n_correct);
+
+/* The compute kernels the models run on: "avx512", "avx2" or "generic"
+ * (portable C), the fastest this CPU has unless dsim_model_kernels_use
+ * chose. All of them give the same bits (see Numerics above); they differ
+ * only in speed. */
+DSIM_API const char *dsim_model_kernels(void);
+/* The kernels this CPU can run, slowest first: fills up to cap names and
+ * returns how many there are. */
+DSIM_API size_t dsim_model_kernels_list(const char **names, size_t cap);
+/* Chooses the kernels by name for the whole process ("auto" or NULL: the
+ * fastest); DSIM_EINVAL naming those available for a name this CPU cannot
+ * run. Meant for benchmarks and tests: not to be called while a model
+ * computes on another thread. */
+DSIM_API dsim_err dsim_model_kernels_use(const char *name);
 
 #ifdef __cplusplus
 }

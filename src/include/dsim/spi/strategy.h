@@ -324,6 +324,25 @@ struct dsim_strategy_ops {
  * parameter_server) register themselves on first use. */
 DSIM_API dsim_err dsim_strategy_register(const struct dsim_strategy_ops *ops);
 
+/* What a registered strategy says of a job's shape, asked as dsim_train
+ * asks it before a job starts; for tools that fit a job to a strategy
+ * (dsim conformance). */
+typedef struct dsim_strategy_traits {
+    int replicas_in_sync; /* its num_replicas_in_sync for the shape: fewer than
+                             shape->num_replicas for an asynchronous strategy */
+    int can_save;         /* 1: it has save (checkpoints), 0: not */
+    int has_servers;      /* 1: it has serve (parameter servers), 0: not */
+    dsim_var_placement placement;
+} dsim_strategy_traits;
+
+/* Fills *out for the strategy registered as `name` (built-ins included)
+ * and returns whether it accepts `shape`: DSIM_OK, or its check_shape's
+ * refusal with its message (DSIM_EINVAL, also for parameter servers
+ * accepted by a strategy without serve). DSIM_ENOENT naming the registered
+ * strategies when there is none of that name (*out is then zeroed). */
+DSIM_API dsim_err dsim_strategy_probe(const char *name, const dsim_strategy_shape *shape,
+                                      dsim_strategy_traits *out);
+
 /* For parameter servers: records that `replica`'s update read at
  * version_read was applied when the server was at version_applied
  * (staleness = version_applied - version_read, in versions). Call it with
