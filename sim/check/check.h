@@ -41,7 +41,12 @@ typedef struct dsim_check_faults {
      * none failed; broken_err its error. */
     const dsim_train_result *broken;
     dsim_err broken_err;
-    int lost_rank;    /* the first rank lost (killed, paused for good), or -1 */
+    int lost_rank; /* the first rank lost (killed, paused for good), or -1 */
+    /* Every rank the broken attempt lost for good: lost[r] for r < n_ranks
+     * (replicas, then parameter servers); NULL when it lost none. Name them
+     * with dsim_check_ranks_text. */
+    const bool *lost;
+    int n_ranks;
     int64_t t_loss;   /* when, on broken's runtime clock; -1 if no rank was lost */
     int64_t bound_ns; /* what the settings guarantee (timeout + health check); <= 0 unknown */
     int restarts;     /* recovery restarts made */
@@ -56,6 +61,15 @@ typedef struct dsim_check_faults {
     int ckpt_state;
     uint64_t ckpt_step;
     const char *ckpt_msg;
+    /* Every attempt of the job in order (the first is `broken` when it
+     * restarted, the last is the check context's run); resumed[k] is the
+     * checkpoint attempt k resumed from (NULL: attempt 0, or a fresh
+     * start). n_attempts 0: only the run. */
+    const dsim_train_result *const *attempts;
+    const dsim_checkpoint *const *resumed;
+    size_t n_attempts;
+    /* steps run more than once: rolled back by a restart and run again */
+    uint64_t steps_rolled_back;
 } dsim_check_faults;
 
 /* What a check sees of a finished run. */
@@ -101,6 +115,11 @@ typedef struct dsim_check_ops {
     /* The check judges timing-only runs (a synthetic model: step times, no
      * numbers, no data); the others are reported not applicable there. */
     bool judges_timing_only;
+    /* When the check is judged without the scenario naming it, in words
+     * for `dsim list checks` ("every run", "a scenario with faults"); NULL:
+     * only when named (its limits are the user's). The rule itself is the
+     * scenario's (dsim_scenario_check_applies). */
+    const char *by_default;
 } dsim_check_ops;
 
 /* What the performance check measures of a run (sim/check/performance.c),
@@ -119,6 +138,13 @@ typedef struct dsim_perf {
 /* ref: the one-device replay, or NULL. */
 dsim_err dsim_perf_measure(const dsim_train_result *run, const dsim_train_result *ref,
                            dsim_perf *out);
+
+/* Names the ranks lost[0..n) that are set, as a range and by worker:
+ * "rank 1 (worker 0)", "ranks 2-3 (worker 1)", "ranks 0-1 (worker 0) and 5
+ * (worker 2)", "parameter server 0 (rank 4)" (ranks from `replicas` on are
+ * the parameter servers). Writes "no rank" when none is set. */
+void dsim_check_ranks_text(const bool *lost, int n, int replicas, int devices_per_host, char *buf,
+                           size_t cap);
 
 /* The registered checks, and lookup by name (NULL if none). */
 const dsim_check_ops *dsim_check_find(const char *name);
@@ -143,6 +169,9 @@ typedef struct dsim_check_outcome {
     /* Not judged: the run has nothing this check measures (a timing-only
      * run moves no numbers); passed is true, result.message says why. */
     bool not_applicable;
+    /* Judged by default: the check applies to the run and the scenario did
+     * not name it (nor turn it off). */
+    bool by_default;
     dsim_check_result result;
 } dsim_check_outcome;
 

@@ -22,4 +22,34 @@ void dsim_check_msg(char *msg, size_t cap, const char *fmt, ...)
 void dsim_check_msg_append(char *msg, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* ---- ckpt_probe.c: save, restore and broadcast, each judged on its own ---- */
+
+/* The worst of got[0..n) beyond tolerance against want: its index, or
+ * SIZE_MAX when every value is within it; *n_out counts those beyond. */
+size_t ck_worst(const float *got, const float *want, size_t n, double max_abs, double max_rel,
+                size_t *n_out, double *rel_out);
+/* A one-device replay of cfg's first g global steps (the optimizer's
+ * slots and step as they were after step g). */
+dsim_err ck_replay_to(const dsim_train_cfg *cfg, uint64_t g, dsim_train_result *ref);
+/* Restores ck in a job of no steps (threads engine, this process) with
+ * cfg.probe_restore: out->restored is what the strategy holds right after
+ * the restore, out->replicas[r].created_checksum every replica's variables
+ * then. Release out with dsim_train_result_free either way. */
+dsim_err ck_probe_restore(const dsim_train_cfg *cfg, const dsim_checkpoint *ck,
+                          dsim_train_result *out);
+/* True, with the sentence in msg, when some replicas but not all left
+ * create_variables with other variables than ck's after restoring it. */
+bool ck_judge_broadcast(const dsim_train_result *r, const dsim_checkpoint *ck, char *msg,
+                        size_t cap);
+/* True, with the sentence in msg and *which "parameters", "optimizer state"
+ * or "step", when what the strategy holds after restoring ck differs. */
+bool ck_judge_restore(const dsim_train_result *probe, const dsim_checkpoint *ck, double max_abs,
+                      double max_rel, char *msg, size_t cap, const char **which);
+/* True, with the sentence in msg and *which "optimizer state" or "step",
+ * when ck's optimizer slots or step differ from ref's (a replay to its
+ * step); *measured: the worst relative difference, INFINITY for a step. */
+bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result *ref,
+                              dsim_optim_kind kind, double max_abs, double max_rel, char *msg,
+                              size_t cap, const char **which, double *measured);
+
 #endif

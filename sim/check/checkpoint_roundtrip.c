@@ -1,8 +1,13 @@
-/* checkpoint_roundtrip: what the chief saved is what a restart needs.
+/* checkpoint_roundtrip: what the chief saved is what a restart needs, and
+ * a restart gets it back. Each of the three ops around a checkpoint is
+ * judged on its own and the one that differs is named (ckpt_probe.c):
  *
- * After the run, the chief's checkpoint (cfg->checkpoint_path, the last one
- * it wrote, at global step G) is read back the way a restore reads it and
- * compared with the state the job had at G:
+ * The chief's last checkpoint (cfg->checkpoint_path, at global step G) is
+ * the last one of the whole run: written by the last attempt that ran step
+ * G (a preemption's, when the attempt after it wrote none). When that
+ * attempt had itself resumed from a checkpoint, its restore and the
+ * broadcast after it are judged first (a wrong restore makes every later
+ * save look wrong). Then the file against the state at save time (save):
  *
  *   - the parameters, bit for bit, with the chief's own variables after
  *     step G (the per-step checksum the driver kept);
@@ -11,7 +16,10 @@
  *     strategy's optimizers are its own, and a synchronous strategy's slots
  *     follow the replay's as its parameters do, within the same tolerance
  *     as gradient_consistency (max_rel_error beyond max_abs_error);
- *   - the step the file says to resume at, against G.
+ *
+ * then the restored state against the file: a job of no steps restores
+ * the file, and what the strategy holds then (its own save()) must be the
+ * file's, on every replica (restore, broadcast).
  *
  * A strategy that saves its parameters but not its optimizer's slots (or
  * step) passes every other check: its runs never restore. A restart from
@@ -30,53 +38,65 @@
 
 enum { CR_MAX_REL, CR_MAX_ABS };
 
-/* The replica that wrote the checkpoints (the chief), or -1. */
+/* The replica that wrote the checkpoints (the chief): the one that counts
+ * writes, else replica 0 (a killed process reports none). */
 static int cr_chief(const dsim_train_result *r)
 {
     for (int k = 0; r->checkpoint_writes && k < r->num_replicas; k++)
         if (r->checkpoint_writes[k])
             return k;
+    return 0;
+}
+
+/* The attempt that wrote the checkpoint of global step g: the last that ran
+ * step g (its chief's variables after it are recorded), or -1. */
+static int cr_writer(const dsim_train_result *const *at, size_t n, uint64_t g)
+{
+    for (size_t k = n; k-- > 0;) {
+        const dsim_train_result *a = at[k];
+        if (!a || !a->checksum || g <= a->first_step || g > a->first_step + a->steps)
+            continue;
+        size_t nr = (size_t)a->num_replicas;
+        if (a->checksum[(g - a->first_step - 1) * nr + (size_t)cr_chief(a)])
+            return (int)k;
+    }
     return -1;
 }
 
-/* The worst slot beyond tolerance: its index, or SIZE_MAX when every slot
- * is within it; *n_out counts them. */
-static size_t cr_worst(const float *got, const float *want, size_t n, double max_abs,
-                       double max_rel, size_t *n_out, double *rel_out)
+/* The restore of ck and the broadcast after it, from a probe job: false,
+ * with the sentence in msg, when one of them is wrong. */
+static bool cr_restores(const dsim_train_cfg *cfg, const dsim_checkpoint *ck, const double *v,
+                        const char *which_ck, char *msg, size_t cap)
 {
-    size_t worst = SIZE_MAX;
-    double wrel = 0;
-    *n_out = 0;
-    for (size_t i = 0; i < n; i++) {
-        double a = got[i], b = want[i];
-        double d = fabs(a - b), mag = fmax(fabs(a), fabs(b));
-        double rel = mag > 0 ? d / mag : 0;
-        if (isnan(a) != isnan(b))
-            d = rel = INFINITY;
-        if (d <= max_abs || rel <= max_rel)
-            continue;
-        (*n_out)++;
-        if (worst == SIZE_MAX || rel > wrel) {
-            worst = i;
-            wrel = rel;
-        }
+    dsim_train_result probe;
+    dsim_err e = ck_probe_restore(cfg, ck, &probe);
+    bool ok = true;
+    const char *which = NULL;
+    if (e != DSIM_OK) {
+        dsim_check_msg(msg, cap, "restoring %s failed: %s", which_ck,
+                       probe.error.msg[0] ? probe.error.msg : dsim_errmsg());
+        ok = false;
+    } else if (ck_judge_broadcast(&probe, ck, msg, cap) ||
+               ck_judge_restore(&probe, ck, v[CR_MAX_ABS], v[CR_MAX_REL], msg, cap, &which)) {
+        ok = false;
     }
-    *rel_out = wrel;
-    return worst;
+    dsim_train_result_free(&probe);
+    return ok;
 }
 
 static dsim_err cr_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
 {
     const dsim_train_result *r = ctx->run;
     const dsim_train_cfg *cfg = ctx->cfg;
-    double max_rel = v[CR_MAX_REL], max_abs = v[CR_MAX_ABS];
+    const dsim_check_faults *fx = ctx->faults;
     char *msg = out->message;
     size_t cap = sizeof out->message;
     out->passed = false;
-    out->expected = max_rel;
+    out->expected = v[CR_MAX_REL];
     out->measured = NAN;
 
-    if (!cfg || !cfg->checkpoint_path || !cfg->checkpoint_every) {
+    if (!cfg || !cfg->checkpoint_path ||
+        (!cfg->checkpoint_every && !cfg->preempt_after && !(fx && fx->n_attempts > 1))) {
         dsim_check_msg(msg, cap,
                        "the scenario writes no checkpoints: give it checkpoint: {path: ..., "
                        "every: N} so that there is something to restore");
@@ -89,22 +109,29 @@ static dsim_err cr_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "strategies");
         return DSIM_OK;
     }
-    int chief = cr_chief(r);
-    if (chief < 0 || !r->checkpoints_written) {
+    /* every attempt of the run: a checkpoint may be an earlier one's */
+    const dsim_train_result *only[1] = {r};
+    const dsim_train_result *const *at = fx && fx->n_attempts ? fx->attempts : only;
+    size_t na = fx && fx->n_attempts ? fx->n_attempts : 1;
+    uint64_t written = 0;
+    for (size_t k = 0; k < na; k++)
+        written += at[k]->checkpoints_written;
+    dsim_checkpoint *ck = NULL;
+    dsim_err e = dsim_checkpoint_read(cfg->checkpoint_path, &ck);
+    if (e == DSIM_ENOENT || (!written && na == 1)) {
+        dsim_clear_error();
         dsim_check_msg(msg, cap,
                        "no checkpoint was written in this run (%" PRIu64 " steps, every %" PRIu64
                        "): nothing to restore",
-                       r->steps, cfg->checkpoint_every);
+                       r->first_step + r->steps, cfg->checkpoint_every);
+        dsim_checkpoint_free(ck);
         return DSIM_OK;
     }
-    dsim_checkpoint *ck = NULL;
-    dsim_err e = dsim_checkpoint_read(cfg->checkpoint_path, &ck);
     if (e != DSIM_OK) {
         dsim_check_msg(msg, cap, "the chief's checkpoint cannot be restored: %s", dsim_errmsg());
         return DSIM_OK;
     }
     uint64_t g = ck->global_step;
-    size_t nr = (size_t)r->num_replicas;
     if (ck->n_params != r->n_params) {
         dsim_check_msg(msg, cap,
                        "the checkpoint holds %zu parameters, the model has %zu: save() filled "
@@ -112,7 +139,8 @@ static dsim_err cr_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        ck->n_params, r->n_params);
         goto done;
     }
-    if (g <= r->first_step || g > r->first_step + r->steps || !r->checksum) {
+    int k = cr_writer(at, na, g);
+    if (k < 0) {
         dsim_check_msg(msg, cap,
                        "the checkpoint at %s is from global step %" PRIu64
                        ", which this run (steps %" PRIu64 "..%" PRIu64
@@ -120,77 +148,58 @@ static dsim_err cr_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        cfg->checkpoint_path, g, r->first_step + 1, r->first_step + r->steps);
         goto done;
     }
+    const dsim_train_result *w = at[k];
+    char where[64] = "";
+    if (na > 1)
+        snprintf(where, sizeof where, " (written by attempt %d of %zu)", k, na);
+    out->measured = INFINITY;
+    /* the restore the writer resumed with, and its broadcast: judged first */
+    const dsim_checkpoint *from = fx && fx->resumed && w->first_step > 0 ? fx->resumed[k] : NULL;
+    if (from && ck_judge_broadcast(w, from, msg, cap))
+        goto done;
+    if (from && !cr_restores(cfg, from, v, "the checkpoint the restart resumed from", msg, cap))
+        goto done;
 
-    /* the parameters: the chief's own, bit for bit */
+    /* save: the parameters, the chief's own, bit for bit */
+    int chief = cr_chief(w);
     uint64_t have = dsim_params_checksum(ck->params, ck->n_params);
-    uint64_t live = r->checksum[(g - r->first_step - 1) * nr + (size_t)chief];
+    uint64_t live = w->checksum[(g - w->first_step - 1) * (size_t)w->num_replicas + (size_t)chief];
     if (have != live) {
         dsim_check_msg(msg, cap,
-                       "the parameters saved at global step %" PRIu64
+                       "save: the parameters saved at global step %" PRIu64
                        " are not those the chief (replica %d) held after that step (checksum "
                        "%016" PRIx64 ", the chief's %016" PRIx64
                        "): save() must copy the variables as of the end of the step",
                        g, chief, have, live);
-        out->measured = INFINITY;
         goto done;
     }
-
-    /* the optimizer: a one-device replay of the same g global batches */
-    dsim_train_cfg rc = *cfg;
-    rc.stop_after = g;
-    rc.observer = NULL;
-    rc.record_params = false;
-    rc.checkpoint_path = NULL;
+    /* save: the optimizer, against a one-device replay of the same g global batches */
     dsim_train_result ref;
-    e = dsim_train_reference(&rc, &ref);
-    if (e != DSIM_OK) {
+    if (ck_replay_to(cfg, g, &ref) != DSIM_OK) {
         dsim_check_msg(msg, cap, "the one-device replay to step %" PRIu64 " failed: %s", g,
                        ref.error.msg);
         dsim_train_result_free(&ref);
         goto done;
     }
-    if (ck->optim_state_len != ref.optim_state_len) {
-        dsim_check_msg(msg, cap,
-                       "the checkpoint holds %zu optimizer slot values, the optimizer has %zu",
-                       ck->optim_state_len, ref.optim_state_len);
-        out->measured = INFINITY;
-        dsim_train_result_free(&ref);
-        goto done;
-    }
-    size_t n_out = 0;
-    double rel = 0;
-    size_t w = ck->optim_state_len ? cr_worst(ck->optim_state, ref.optim_state, ck->optim_state_len,
-                                              max_abs, max_rel, &n_out, &rel)
-                                   : SIZE_MAX;
-    bool step_ok = ck->optim_step == ref.optim_step;
-    out->measured = step_ok ? rel : INFINITY;
-    out->passed = w == SIZE_MAX && step_ok;
-    msg[0] = '\0';
-    if (w != SIZE_MAX)
-        dsim_check_msg(msg, cap,
-                       "%zu of %zu optimizer slot values saved at global step %" PRIu64
-                       " differ from the state the optimizer had then; worst: slot value %zu is "
-                       "%.9g, it was %.9g. save() must copy the optimizer's slots "
-                       "(out->optim_state): restored without them, %s restarts from zero",
-                       n_out, ck->optim_state_len, g, w, (double)ck->optim_state[w],
-                       (double)ref.optim_state[w],
-                       cfg->optim.kind == DSIM_OPTIM_ADAM ? "Adam's moments" : "the momentum");
-    if (!step_ok)
-        dsim_check_msg_append(msg, cap,
-                              "%sthe checkpoint at global step %" PRIu64
-                              " says the optimizer applied %" PRIu64 " updates, but %" PRIu64
-                              " were applied by then: save() must store the optimizer's step "
-                              "(out->optim_step), or a restored Adam restarts its bias "
-                              "correction",
-                              msg[0] ? "; " : "", g, ck->optim_step, ref.optim_step);
-    if (out->passed)
-        dsim_check_msg(msg, cap,
-                       "the chief's checkpoint at global step %" PRIu64
-                       " restores its parameters bit for bit, the optimizer's step (%" PRIu64
-                       ") and its %zu slot values (within tolerance of a one-device replay to "
-                       "that step)",
-                       g, ck->optim_step, ck->optim_state_len);
+    const char *which = NULL;
+    bool bad = ck_judge_saved_optimizer(ck, &ref, cfg->optim.kind, v[CR_MAX_ABS], v[CR_MAX_REL],
+                                        msg, cap, &which, &out->measured);
     dsim_train_result_free(&ref);
+    if (bad)
+        goto done;
+    double rel = out->measured;
+    out->measured = INFINITY;
+    /* restore and broadcast: what restoring the file gives back */
+    if (!cr_restores(cfg, ck, v, "the checkpoint", msg, cap))
+        goto done;
+    out->measured = rel;
+    out->passed = true;
+    dsim_check_msg(msg, cap,
+                   "the chief's checkpoint at global step %" PRIu64
+                   "%s holds its parameters bit for bit, the optimizer's step (%" PRIu64
+                   ") and its %zu slot values (within tolerance of a one-device replay to that "
+                   "step); restoring it gives them back, on every replica",
+                   g, where, ck->optim_step, ck->optim_state_len);
 done:
     dsim_checkpoint_free(ck);
     return DSIM_OK;
@@ -199,7 +208,8 @@ done:
 const dsim_check_ops dsim_check_checkpoint_roundtrip = {
     .size = sizeof(dsim_check_ops),
     .name = "checkpoint_roundtrip",
-    .summary = "the chief's last checkpoint restores the parameters, optimizer slots and step",
+    .summary = "the chief's last checkpoint holds the state at its step (save), and restoring "
+               "it gives that state back (restore) on every replica (broadcast)",
     .available = true,
     .n_params = 2,
     .params =
@@ -213,4 +223,6 @@ const dsim_check_ops dsim_check_checkpoint_roundtrip = {
              false},
         },
     .run = cr_run,
+    .by_default = "every run that writes a checkpoint (checkpoint.path with every, or a "
+                  "preemption), synchronous strategies",
 };

@@ -547,4 +547,5 @@ const dsim_check_ops dsim_check_gradient_consistency = {
              0, 1, 1e-9, false},
         },
     .run = gc_run,
+    .by_default = "every run of a synchronous strategy (all but asynchronous parameter servers)",
 };

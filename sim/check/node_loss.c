@@ -16,7 +16,16 @@
  *   4. the chief's last checkpoint, if one was due, is intact and loadable;
  *   5. with recovery (require_recovery 1 and recovery: restart), the resumed
  *      job ends with the same bits as a clean run of the same job: every
- *      parameter and the step count.
+ *      parameter and the step count. When it does not, the message says
+ *      which of what a resume replays differs: the variables (not broadcast
+ *      after the restore, or not restored), the optimizer state, its step,
+ *      or the data position (ckpt_probe.c judges each on its own).
+ *
+ * And in every attempt, broken or not: no replica returned success from a
+ * strategy call in which a collective failed (a strategy that logs and
+ * swallows the error trains on with whatever the call left, and may even
+ * finish "normally"); the first such call is named with its replica, step
+ * and the collective's error.
  *
  * A fault that never broke the job (a pause or partition that healed in
  * time, a kill after the last collective) passes with a message saying the
@@ -25,6 +34,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check/check_int.h"
@@ -38,10 +48,83 @@ enum { NL_MAX_DETECT, NL_REQUIRE_RECOVERY };
 #define NL_SLACK_S    0.05
 #define NL_SLACK_FRAC 0.02
 
+/* The ranks lost, as "ranks 2-3 (worker 1)"; "rank R" from the first loss
+ * alone when the set is unknown. */
+static void nl_lost(const dsim_check_ctx *ctx, const dsim_check_faults *fx, char *buf, size_t cap)
+{
+    const dsim_train_result *r = fx->broken ? fx->broken : ctx->run;
+    int R = r && r->num_replicas > 0 ? r->num_replicas : fx->n_ranks;
+    int D = r && r->devices_per_host > 0 ? r->devices_per_host : 1;
+    if (fx->lost && fx->n_ranks > 0)
+        dsim_check_ranks_text(fx->lost, fx->n_ranks, R, D, buf, cap);
+    else if (fx->lost_rank >= 0 && fx->lost_rank < R)
+        dsim_check_msg(buf, cap, "rank %d (worker %d)", fx->lost_rank, fx->lost_rank / D);
+    else
+        dsim_check_msg(buf, cap, "rank %d", fx->lost_rank);
+}
+
+static const char *nl_call_of(dsim_phase p)
+{
+    switch (p) {
+    case DSIM_PHASE_CREATE_VARIABLES:
+        return "create_variables";
+    case DSIM_PHASE_REDUCE_LOSS:
+        return "reduce";
+    default:
+        return "apply_gradients";
+    }
+}
+
+/* A replica of some attempt returned success from a call in which a
+ * collective failed: true, with the sentence in msg. */
+static bool nl_swallowed(const dsim_check_ctx *ctx, const dsim_check_faults *fx, char *msg,
+                         size_t cap)
+{
+    const dsim_train_result *only[2] = {fx->broken, ctx->run};
+    const dsim_train_result *const *at = fx->n_attempts ? fx->attempts : only;
+    size_t na = fx->n_attempts ? fx->n_attempts : 2;
+    const dsim_train_replica_end *first = NULL;
+    int first_r = -1;
+    size_t first_k = 0;
+    uint64_t calls = 0;
+    for (size_t k = 0; k < na; k++) {
+        const dsim_train_result *a = at[k];
+        if (!a || !a->replicas || (k + 1 < na && a == at[k + 1]))
+            continue;
+        for (int r = 0; r < a->num_replicas; r++) {
+            const dsim_train_replica_end *e = &a->replicas[r];
+            if (!e->swallowed || e->killed)
+                continue;
+            calls += e->swallowed;
+            if (!first) {
+                first = e;
+                first_r = r;
+                first_k = k;
+            }
+        }
+    }
+    if (!first)
+        return false;
+    dsim_check_msg(msg, cap,
+                   "replica %d returned success from %s at step %" PRIu64
+                   "%s although a collective in it failed: %s (%s); a strategy must return "
+                   "a collective's error, not train on with what the call left",
+                   first_r, nl_call_of(first->swallowed_phase), first->swallowed_step,
+                   na > 1 && fx->n_attempts ? (first_k == 0 ? " of attempt 0" : " of a restart")
+                                            : "",
+                   first->swallowed_msg[0] ? first->swallowed_msg : "no message",
+                   dsim_strerror(first->swallowed_err));
+    if (calls > 1)
+        dsim_check_msg_append(msg, cap, " (%" PRIu64 " such calls in all)", calls);
+    return true;
+}
+
 /* The faults never broke the job: why not, in a sentence. */
 static void nl_rode_out(const dsim_check_ctx *ctx, const dsim_check_faults *fx, char *msg,
                         size_t cap)
 {
+    char lost[200];
+    nl_lost(ctx, fx, lost, sizeof lost);
     if (fx->lost_rank >= 0 && ctx->run && ctx->run->placement == DSIM_PLACE_SHARDED) {
         const dsim_train_result *r = ctx->run;
         uint64_t reruns = 0;
@@ -55,21 +138,21 @@ static void nl_rode_out(const dsim_check_ctx *ctx, const dsim_check_faults *fx, 
             }
         if (reruns)
             dsim_check_msg(msg, cap,
-                           "rank %d was lost and the job went on without it, as "
+                           "%s lost and the job went on without it, as "
                            "parameter-server training does: %s %d re-ran the %" PRIu64
                            " step(s) it had left (closures re-run, at least once)",
-                           fx->lost_rank, takers > 1 ? "replicas from" : "replica", by, reruns);
+                           lost, takers > 1 ? "replicas from" : "replica", by, reruns);
         else
             dsim_check_msg(msg, cap,
-                           "rank %d was lost and the job finished without it, as "
+                           "%s lost and the job finished without it, as "
                            "parameter-server training does; the steps it had left were not "
                            "run by anyone (the strategy re-runs no lost work)",
-                           fx->lost_rank);
+                           lost);
     } else if (fx->lost_rank >= 0)
         dsim_check_msg(msg, cap,
-                       "rank %d was lost, but after its last collective: every other replica "
+                       "%s lost, but after its last collective: every other replica "
                        "finished normally",
-                       fx->lost_rank);
+                       lost);
     else
         dsim_check_msg(msg, cap,
                        "the job rode out its faults: no node was lost for good and no "
@@ -122,6 +205,97 @@ static void nl_survivors(const dsim_check_faults *fx, const dsim_train_result *b
     }
 }
 
+/* The data each worker read, over the committed steps, against a clean
+ * run's: true when some worker read other examples in some epoch. */
+static bool nl_data_differs(const dsim_check_ctx *ctx, const dsim_train_result *fin,
+                            const dsim_train_result *clean, char *msg, size_t cap)
+{
+    if (!fin->ledger || !clean->ledger || !ctx->cfg)
+        return false;
+    uint64_t n = ctx->cfg->dataset ? ctx->cfg->dataset->spec.n_examples : ctx->cfg->data.n_examples;
+    uint32_t *a = calloc(2 * (n ? n : 1), sizeof *a);
+    bool differs = false;
+    for (uint32_t ep = 0; a && !differs && ep < ctx->cfg->epochs; ep++)
+        for (int w = 0; !differs && w < fin->num_workers; w++) {
+            if (dsim_ledger_counts(fin->ledger, ep, w, a) != DSIM_OK ||
+                dsim_ledger_counts(clean->ledger, ep, w, a + n) != DSIM_OK) {
+                dsim_clear_error();
+                continue;
+            }
+            if (memcmp(a, a + n, n * sizeof *a) != 0) {
+                differs = true;
+                dsim_check_msg(msg, cap,
+                               "over the committed steps worker %d read other examples in epoch "
+                               "%u than a clean run: the restart resumed the input elsewhere than "
+                               "the checkpoint's position",
+                               w, ep);
+            }
+        }
+    free(a);
+    return differs;
+}
+
+/* Why the recovered job ends elsewhere than a clean run: which of what a
+ * resume replays differs (the variables, the optimizer state, its step, the
+ * data position), each judged on its own; *which names it. */
+static void nl_why(const dsim_check_ctx *ctx, const dsim_check_faults *fx, char *why, size_t cap,
+                   const char **which)
+{
+    const dsim_train_result *fin = ctx->run, *clean = fx->clean;
+    size_t na = fx->n_attempts;
+    const dsim_checkpoint *ck = fx->resumed && na ? fx->resumed[na - 1] : NULL;
+    *which = NULL;
+    why[0] = '\0';
+    if (!ck || ck->n_params != fin->n_params) {
+        *which = "data position, optimizer state or step";
+        dsim_check_msg(why, cap, "the last restart began afresh, with no checkpoint to compare");
+        return;
+    }
+    uint64_t g = ck->global_step;
+    size_t N = (size_t)clean->num_replicas;
+    if (clean->checksum && g > clean->first_step && g <= clean->first_step + clean->steps &&
+        clean->checksum[(g - clean->first_step - 1) * N] !=
+            dsim_params_checksum(ck->params, ck->n_params)) {
+        *which = "variables";
+        dsim_check_msg(why, cap,
+                       "save: the checkpoint of global step %" PRIu64
+                       " does not hold the variables a clean run has after that step",
+                       g);
+        return;
+    }
+    if (ck_judge_broadcast(fin, ck, why, cap)) {
+        *which = "variables not broadcast after the restore";
+        return;
+    }
+    dsim_train_result probe;
+    if (ck_probe_restore(ctx->cfg, ck, &probe) == DSIM_OK &&
+        ck_judge_restore(&probe, ck, 1e-6, 1e-4, why, cap, which)) {
+        dsim_train_result_free(&probe);
+        return;
+    }
+    dsim_train_result_free(&probe);
+    dsim_clear_error();
+    dsim_train_result ref;
+    double measured = 0;
+    if (ck_replay_to(ctx->cfg, g, &ref) == DSIM_OK &&
+        ck_judge_saved_optimizer(ck, &ref, ctx->cfg->optim.kind, 1e-6, 1e-4, why, cap, which,
+                                 &measured)) {
+        dsim_train_result_free(&ref);
+        return;
+    }
+    dsim_train_result_free(&ref);
+    dsim_clear_error();
+    if (nl_data_differs(ctx, fin, clean, why, cap)) {
+        *which = "data position";
+        return;
+    }
+    *which = "data position, optimizer state or step";
+    dsim_check_msg(why, cap,
+                   "the checkpoint, its restore, the broadcast after it and the data each worker "
+                   "read all match a clean run's; the strategy's own state beyond its save() "
+                   "must differ");
+}
+
 /* 5: the recovered job ends where a clean run does. False with the reason
  * in msg when it does not; else true with the sentence for the verdict in
  * note. */
@@ -149,11 +323,19 @@ static bool nl_recovered(const dsim_check_ctx *ctx, const dsim_check_faults *fx,
     dsim_params_diff d;
     dsim_params_compare(fin->params, fx->clean->params, fin->n_params, &d);
     if (d.n_diff > 0) {
+        char why[400];
+        const char *which = NULL;
+        nl_why(ctx, fx, why, sizeof why, &which);
+        bool bcast = which && strcmp(which, "variables not broadcast after the restore") == 0;
         dsim_check_msg(msg, cap,
                        "the recovered job ends %zu of %zu parameters away from a clean run "
-                       "(max abs %.3g at %zu): resuming from the checkpoint did not replay "
-                       "the same steps (data position, optimizer state or step)",
-                       d.n_diff, fin->n_params, d.max_abs, d.worst);
+                       "(max abs %.3g): resuming from the checkpoint did not replay the same "
+                       "steps: ",
+                       d.n_diff, fin->n_params, d.max_abs);
+        if (bcast)
+            dsim_check_msg_append(msg, cap, "%s", why);
+        else
+            dsim_check_msg_append(msg, cap, "the %s differs. %s", which, why);
         return false;
     }
     snprintf(note, ncap,
@@ -166,23 +348,24 @@ static bool nl_recovered(const dsim_check_ctx *ctx, const dsim_check_faults *fx,
 /* 1 to 3 said: the first trouble among the survivors, or false when there
  * was none. */
 static bool nl_trouble(const dsim_check_faults *fx, const dsim_train_result *b, const nl_ends *o,
-                       double bound_s, const double *v, char *msg, size_t cap)
+                       double bound_s, const double *v, const char *lost, char *msg, size_t cap)
 {
     if (o->hung >= 0) {
         const dsim_train_replica_end *e = &b->replicas[o->hung];
         dsim_check_msg(msg, cap,
-                       "replica %d never returned after rank %d was lost (stuck in %s of step "
+                       "replica %d never returned after %s %s lost (stuck in %s of step "
                        "%llu): a survivor must fail, not wait; set strategy.timeout or the "
                        "health check",
-                       o->hung, fx->lost_rank, dsim_phase_name(e->phase),
-                       (unsigned long long)e->global_step);
+                       o->hung, lost, strstr(lost, "ranks ") == lost ? "were" : "was",
+                       dsim_phase_name(e->phase), (unsigned long long)e->global_step);
         return true;
     }
     if (o->ok_too_late >= 0) {
         dsim_check_msg(msg, cap,
-                       "replica %d took %.3f s to fail after rank %d was lost; the bound is %.3f "
+                       "replica %d took %.3f s to fail after %s %s lost; the bound is %.3f "
                        "s (%s): lower strategy.timeout or the health check's interval",
-                       o->ok_too_late, o->worst, fx->lost_rank, bound_s,
+                       o->ok_too_late, o->worst, lost,
+                       strstr(lost, "ranks ") == lost ? "were" : "was", bound_s,
                        fx->bound_ns > 0 && (double)fx->bound_ns / 1e9 <= v[NL_MAX_DETECT]
                            ? "from the timeout and health-check settings"
                            : "node_loss.max_detect_s");
@@ -219,6 +402,11 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         bound_s = (double)fx->bound_ns / 1e9;
     out->expected = bound_s;
     const dsim_train_result *b = fx->broken;
+    /* no attempt may have trained on past a failed collective */
+    if (nl_swallowed(ctx, fx, msg, cap)) {
+        out->measured = NAN;
+        return DSIM_OK;
+    }
     if (!b) {
         out->passed = true;
         out->measured = 0;
@@ -234,7 +422,9 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     nl_ends o;
     nl_survivors(fx, b, bound_s, &o);
     out->measured = o.worst;
-    if (nl_trouble(fx, b, &o, bound_s, v, msg, cap))
+    char lost[200];
+    nl_lost(ctx, fx, lost, sizeof lost);
+    if (nl_trouble(fx, b, &o, bound_s, v, lost, msg, cap))
         return DSIM_OK;
     /* 4: the checkpoint the loss left behind */
     char ck_note[160] = "";
@@ -259,9 +449,9 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     out->passed = true;
     if (fx->t_loss >= 0 && o.worst_r >= 0)
         dsim_check_msg(msg, cap,
-                       "rank %d lost: every survivor failed within %.3f s (slowest replica %d; "
+                       "%s lost: every survivor failed within %.3f s (slowest replica %d; "
                        "bound %.3f s), none applied a partial update%s%s",
-                       fx->lost_rank, o.worst, o.worst_r, bound_s, ck_note, rec_note);
+                       lost, o.worst, o.worst_r, bound_s, ck_note, rec_note);
     else
         dsim_check_msg(msg, cap,
                        "the faults broke the job and every survivor failed cleanly: %s%s%s",
@@ -282,5 +472,6 @@ const dsim_check_ops dsim_check_node_loss = {
             {"require_recovery", "1: the resumed run must end equal to a clean run", 0, 1, 1, true},
         },
     .run = nl_run,
+    .by_default = "every run of a scenario with faults",
     .judges_failed_runs = true,
 };

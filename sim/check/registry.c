@@ -68,3 +68,48 @@ void dsim_check_msg_append(char *msg, size_t cap, const char *fmt, ...)
     vsnprintf(msg + len, cap - len, fmt, ap);
     va_end(ap);
 }
+
+void dsim_check_ranks_text(const bool *lost, int n, int replicas, int devices_per_host, char *buf,
+                           size_t cap)
+{
+    if (!buf || cap == 0)
+        return;
+    buf[0] = '\0';
+    int D = devices_per_host > 0 ? devices_per_host : 1, total = 0, groups = 0;
+    bool worded = false;
+    for (int r = 0; lost && r < n; r++)
+        total += lost[r];
+    if (!total) {
+        dsim_check_msg(buf, cap, "no rank");
+        return;
+    }
+    /* groups: runs of lost ranks of one worker (or one server each) */
+    int ng = 0;
+    for (int r = 0; r < n; r++)
+        if (lost[r] && (r == 0 || !lost[r - 1] || r >= replicas || r % D == 0))
+            ng++;
+    for (int r = 0; r < n;) {
+        if (!lost[r]) {
+            r++;
+            continue;
+        }
+        const char *sep = groups == 0 ? "" : groups + 1 == ng ? " and " : ", ";
+        groups++;
+        if (r >= replicas) {
+            dsim_check_msg_append(buf, cap, "%sparameter server %d (rank %d)", sep, r - replicas,
+                                  r);
+            r++;
+            continue;
+        }
+        int w = r / D, hi = r;
+        while (hi + 1 < n && hi + 1 < replicas && lost[hi + 1] && (hi + 1) / D == w)
+            hi++;
+        const char *word = worded ? "" : total > 1 ? "ranks " : "rank ";
+        worded = true;
+        if (hi > r)
+            dsim_check_msg_append(buf, cap, "%s%s%d-%d (worker %d)", sep, word, r, hi, w);
+        else
+            dsim_check_msg_append(buf, cap, "%s%s%d (worker %d)", sep, word, r, w);
+        r = hi + 1;
+    }
+}

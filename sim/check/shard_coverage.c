@@ -9,7 +9,14 @@
  * imbalance (so the table shows what failed); when none is broken it is the
  * worst epoch's examples not read exactly as expected against
  * max_duplicates + max_misses. A threshold at DSIM_CHECK_NO_LIMIT or above
- * is no limit. Ids outside the dataset always fail the check. */
+ * is no limit. Ids outside the dataset always fail the check.
+ *
+ * Across a restart (recovery: restart) coverage is Keras BackupAndRestore's:
+ * the steps after the checkpoint a restart resumes from are run again, so
+ * their examples are read again; the steps rolled back do not count. The
+ * harness gives the run's ledger over the committed steps of every attempt
+ * (dsim_ledger_copy_steps), and every example must be read exactly once
+ * there; the re-reads of rolled-back steps are reported as such. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -147,6 +154,69 @@ static int sc_list_dups(const dsim_ledger *l, uint32_t epoch, uint32_t expected,
     return 0;
 }
 
+/* Why examples were read less than expected: a node lost and the job
+ * finished without it, a restart that did not run again what it rolled
+ * back, or examples left to nobody. */
+static void sc_why_missed(const dsim_check_ctx *ctx, int restarts, char *msg, size_t cap)
+{
+    const dsim_train_result *r = ctx->run;
+    const dsim_check_faults *fx = ctx->faults;
+    if (fx && fx->lost && !restarts) {
+        char lost[160];
+        dsim_check_ranks_text(fx->lost, fx->n_ranks, r->num_replicas, r->devices_per_host, lost,
+                              sizeof lost);
+        bool many = strstr(lost, "ranks ") == lost;
+        dsim_check_msg_append(msg, cap,
+                              "; %s %s lost and the job finished without reading what was left "
+                              "to %s: a synchronous job must fail (or restart) when a replica is "
+                              "lost, not end short of data",
+                              lost, many ? "were" : "was", many ? "them" : "it");
+    } else if (restarts) {
+        dsim_check_msg_append(msg, cap,
+                              " over the committed steps of the job's %d attempts (each one's up "
+                              "to the checkpoint the next resumed from); a restart must run again "
+                              "every step after that checkpoint, or examples were dropped "
+                              "(drop_remainder, or shards that leave examples to nobody)",
+                              restarts + 1);
+    } else {
+        dsim_check_msg_append(msg, cap,
+                              "; examples were dropped (drop_remainder, or shards that leave "
+                              "examples to nobody)");
+    }
+}
+
+/* The verdict when every threshold holds. */
+static void sc_passed(const dsim_check_ctx *ctx, const char *reads, uint32_t epochs,
+                      uint64_t worst_bad, const dsim_coverage *idle, const dsim_coverage *imb,
+                      const uint64_t counts[3], char *msg, size_t cap)
+{
+    const dsim_train_result *r = ctx->run;
+    int restarts = ctx->faults ? ctx->faults->restarts : 0;
+    uint64_t reruns = counts[0], rolled = counts[1], rolled_steps = counts[2];
+    dsim_check_msg(msg, cap,
+                   "%" PRIu32 " epoch%s: every example read %s%s (%s sharding, %d replica%s); "
+                   "in any epoch at most %" PRIu64 " idle (step, replica) pair%s and a load "
+                   "imbalance of %.3g",
+                   epochs, epochs == 1 ? "" : "s", reads, worst_bad ? " within the thresholds" : "",
+                   dsim_shard_policy_name(r->shard_applied), r->num_replicas,
+                   r->num_replicas == 1 ? "" : "s", idle->idle, idle->idle == 1 ? "" : "s",
+                   imb->imbalance);
+    if (restarts)
+        dsim_check_msg_append(msg, cap, "; over the committed steps of %d attempts", restarts + 1);
+    if (rolled)
+        dsim_check_msg_append(msg, cap,
+                              "; %" PRIu64 " example read(s) of %" PRIu64
+                              " step(s) that %d restart(s) rolled back were read again after it "
+                              "(BackupAndRestore runs the steps after the checkpoint again; they "
+                              "count once)",
+                              rolled, rolled_steps, restarts);
+    if (reruns)
+        dsim_check_msg_append(msg, cap,
+                              "; %" PRIu64 " example read(s) repeated because a lost replica's "
+                              "step ran again (at least once, as re-run closures are)",
+                              reruns);
+}
+
 static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
 {
     const dsim_train_result *r = ctx->run;
@@ -168,7 +238,8 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     uint32_t epochs = ctx->cfg && ctx->cfg->epochs > 0 ? ctx->cfg->epochs : 1;
 
     dsim_coverage worst_dup = {0}, worst_miss = {0}, worst_idle = {0}, worst_imb = {0};
-    uint64_t worst_bad = 0, oor = 0, n_examples = 0, reruns = 0;
+    uint64_t worst_bad = 0, oor = 0, n_examples = 0, reruns = 0, rolled = 0, rolled_steps = 0;
+    int restarts = ctx->faults ? ctx->faults->restarts : 0;
     uint32_t oor_epoch = 0;
     worst_imb.imbalance = 1;
     for (uint32_t e = 0; e < epochs; e++) {
@@ -181,6 +252,8 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         }
         n_examples = c.n_examples;
         reruns += c.reruns;
+        rolled += c.rolled_back;
+        rolled_steps += c.rolled_back_steps;
         if (c.duplicates > worst_dup.duplicates)
             worst_dup = c;
         if (c.misses > worst_miss.misses)
@@ -230,8 +303,15 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             dsim_check_msg_append(msg, cap, "%s", list);
             if (c->misses)
                 dsim_check_msg_append(msg, cap, "; %" PRIu64 " read less", c->misses);
-            dsim_check_msg_append(msg, cap, "; check the shard policy (%s applied)",
-                                  dsim_shard_policy_name(r->shard_applied));
+            if (restarts)
+                dsim_check_msg_append(msg, cap,
+                                      "; over the committed steps of the job's %d attempts, so "
+                                      "not the re-run of rolled-back steps: check the shard "
+                                      "policy (%s applied) and where the restart resumed",
+                                      restarts + 1, dsim_shard_policy_name(r->shard_applied));
+            else
+                dsim_check_msg_append(msg, cap, "; check the shard policy (%s applied)",
+                                      dsim_shard_policy_name(r->shard_applied));
         }
         out->measured = (double)c->duplicates;
         out->expected = v[SC_MAX_DUP];
@@ -244,9 +324,7 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "(max_misses %.0f)",
                        c->epoch, c->misses, c->n_examples, reads, v[SC_MAX_MISS]);
         sc_list_ids(r->ledger, c->epoch, expected, DSIM_LEDGER_MISSES, msg, cap);
-        dsim_check_msg_append(msg, cap,
-                              "; examples were dropped (drop_remainder, or shards that leave "
-                              "examples to nobody)");
+        sc_why_missed(ctx, restarts, msg, cap);
         out->measured = (double)c->misses;
         out->expected = v[SC_MAX_MISS];
         return DSIM_OK;
@@ -287,19 +365,8 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
 
     out->passed = true;
     out->measured = (double)worst_bad;
-    dsim_check_msg(msg, cap,
-                   "%" PRIu32 " epoch%s: every example read %s%s (%s sharding, %d replica%s); "
-                   "in any epoch at most %" PRIu64 " idle (step, replica) pair%s and a load "
-                   "imbalance of %.3g",
-                   epochs, epochs == 1 ? "" : "s", reads, worst_bad ? " within the thresholds" : "",
-                   dsim_shard_policy_name(r->shard_applied), r->num_replicas,
-                   r->num_replicas == 1 ? "" : "s", worst_idle.idle,
-                   worst_idle.idle == 1 ? "" : "s", worst_imb.imbalance);
-    if (reruns)
-        dsim_check_msg_append(msg, cap,
-                              "; %" PRIu64 " example read(s) repeated because a lost replica's "
-                              "step ran again (at least once, as re-run closures are)",
-                              reruns);
+    const uint64_t counts[3] = {reruns, rolled, rolled_steps};
+    sc_passed(ctx, reads, epochs, worst_bad, &worst_idle, &worst_imb, counts, msg, cap);
     if (r->padded_total)
         dsim_check_msg_append(msg, cap,
                               "; %" PRIu64 " padding rows computed to fill static batches, "
@@ -311,7 +378,8 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
 const dsim_check_ops dsim_check_shard_coverage = {
     .size = sizeof(dsim_check_ops),
     .name = "shard_coverage",
-    .summary = "every example read exactly once per epoch (once per worker under OFF)",
+    .summary = "every example read exactly once per epoch (once per worker under OFF); after a "
+               "restart, over the committed steps (BackupAndRestore)",
     .available = true,
     .n_params = 4,
     .params =
@@ -325,4 +393,5 @@ const dsim_check_ops dsim_check_shard_coverage = {
              1e15, false},
         },
     .run = sc_run,
+    .by_default = "every run",
 };

@@ -153,13 +153,19 @@ static int list_checks(bool as_json)
                                       isnan(p->def) ? json_null() : json_real(p->def), "integer",
                                       p->integer));
             }
-            json_array_append_new(arr, json_pack("{s:s, s:s, s:b, s:o}", "name", c->name, "summary",
-                                                 c->summary, "available", c->available, "params",
-                                                 params));
+            json_array_append_new(
+                arr, json_pack("{s:s, s:s, s:b, s:o, s:o}", "name", c->name, "summary", c->summary,
+                               "available", c->available, "by_default",
+                               c->by_default ? json_string(c->by_default) : json_null(), "params",
+                               params));
             continue;
         }
         printf("%s%s\n  %s\n", c->name, c->available ? "" : "  (not available in this build yet)",
                c->summary);
+        if (c->by_default)
+            printf("  judged by default: %s (turn it off with %s: off)\n", c->by_default, c->name);
+        else
+            printf("  judged only when the scenario names it\n");
         for (int k = 0; k < c->n_params; k++) {
             const dsim_check_param *p = &c->params[k];
             char def[32], lo[32], hi[32];
@@ -174,7 +180,8 @@ static int list_checks(bool as_json)
     if (as_json)
         return list_print_json(arr);
     printf("In a scenario: expect: { CHECK: { KEY: VALUE, ... } }; add 'expect: fail' under a\n"
-           "check when the scenario is meant to make it fail.\n");
+           "check when the scenario is meant to make it fail, or CHECK: off to leave out a check\n"
+           "judged by default.\n");
     return 0;
 }
 

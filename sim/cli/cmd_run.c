@@ -530,18 +530,26 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
     if (rep->n_checks) {
         printf("\n  %-22s %-8s %-12s %-12s %s\n", "CHECK", "EXPECTS", "MEASURED", "EXPECTED",
                "RESULT");
+        bool defaults = false;
         for (size_t i = 0; i < rep->n_checks; i++) {
             const dsim_check_outcome *c = &rep->checks[i];
             char meas[32], exp[32];
             run_fmt_num(meas, sizeof meas, c->result.measured);
             run_fmt_num(exp, sizeof exp, c->result.expected);
+            defaults |= c->by_default;
             printf("  %-22s %-8s %-12s %-12s %s\n      %s\n", c->name,
-                   c->expect_fail ? "fail" : "pass", meas, exp,
+                   c->by_default    ? "pass*"
+                   : c->expect_fail ? "fail"
+                                    : "pass",
+                   meas, exp,
                    c->not_applicable ? "N/A"
                    : c->passed       ? "PASS"
                                      : "FAIL",
                    c->result.message);
         }
+        if (defaults)
+            printf("  * judged by default: it applies to this run and the scenario does not "
+                   "name it (`NAME: off` under expect: turns it off)\n");
     } else if (!rep->harness_error)
         printf("\n  no checks: the scenario has no expect: section, so the run is stored but "
                "nothing was judged\n");
@@ -550,19 +558,25 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
     if (rep->harness_error)
         printf("\n  harness error: %s\n", rep->harness_msg);
     if (rep->status == DSIM_RUN_HUNG) {
-        printf("\n  the run hung; left running:\n");
+        /* told once, here: the checks that could not judge it say only that */
+        if (rep->n_stuck)
+            printf("\n  the run hung; left running:\n");
         for (size_t i = 0; i < rep->n_stuck; i++) {
             char where[256];
             dsim_train_stuck_describe(&rep->stuck[i], where, sizeof where);
             printf("    %s\n", where);
         }
+        printf("%s  %s\n", rep->n_stuck ? "" : "\n",
+               rep->train_msg[0] ? rep->train_msg : "the run hung");
     }
     printf("\n%s: %s", it->s->name, dsim_run_status_name(rep->status));
     if (rep->n_checks)
         printf(" (%zu of %zu checks met their expectation)", rep->n_checks - rep->n_failed,
                rep->n_checks);
-    printf("; %" PRIu64 " steps, %.2f s, %.0f examples/s", rep->steps, rep->wall_s,
-           rep->examples_per_s);
+    printf("; %" PRIu64 " steps", rep->steps);
+    if (rep->steps_rerun)
+        printf(" (%" PRIu64 " of them run twice: rolled back by a restart)", rep->steps_rerun);
+    printf(", %.2f s, %.0f examples/s", rep->wall_s, rep->examples_per_s);
     if (rep->restarts)
         printf(", %d restart(s)", rep->restarts);
     if (rep->deterministic)
@@ -605,10 +619,11 @@ static json_t *run_report_json(const run_item *it, const dsim_harness_result *re
     for (size_t i = 0; i < rep->n_checks; i++) {
         const dsim_check_outcome *c = &rep->checks[i];
         json_array_append_new(
-            checks, json_pack("{s:s, s:b, s:b, s:b, s:o, s:o, s:s}", "name", c->name, "expect_fail",
-                              c->expect_fail, "check_passed", c->check_passed, "passed", c->passed,
-                              "measured", run_num_json(c->result.measured), "expected",
-                              run_num_json(c->result.expected), "message", c->result.message));
+            checks,
+            json_pack("{s:s, s:b, s:b, s:b, s:b, s:o, s:o, s:s}", "name", c->name, "expect_fail",
+                      c->expect_fail, "by_default", c->by_default, "check_passed", c->check_passed,
+                      "passed", c->passed, "measured", run_num_json(c->result.measured), "expected",
+                      run_num_json(c->result.expected), "message", c->result.message));
     }
     json_t *stuck = json_array();
     for (size_t i = 0; i < rep->n_stuck; i++) {

@@ -133,6 +133,15 @@ int cmd_validate(int argc, char **argv)
             else
                 printf("%s: %s\n", a, msg);
         } else if (!quiet) {
+            /* the checks judged though the file does not name them */
+            char byd[256] = "";
+            for (size_t i = 0; i < s->n_expect; i++)
+                if (s->expect[i].by_default && strlen(byd) + 40 < sizeof byd)
+                    snprintf(byd + strlen(byd), sizeof byd - strlen(byd), "%s%s",
+                             byd[0] ? ", " : "", s->expect[i].check->name);
+            if (byd[0])
+                printf("%s: judged by default: %s (NAME: off under expect: leaves one out)\n", a,
+                       byd);
             if (s->n_combinations)
                 printf("%s: ok (a matrix of %zu runs)\n", a, nc);
             else

@@ -385,9 +385,9 @@ void dsim_ci_run(dsim_ci_report *r, const char *file, const dsim_scenario *s,
         char meas[32], exp[32], comment[800];
         ci_num(meas, sizeof meas, c->result.measured);
         ci_num(exp, sizeof exp, c->result.expected);
-        snprintf(comment, sizeof comment, "%sexpects %s, measured %s, expected %s: %s",
-                 c->passed ? "" : "FAILED: ", c->expect_fail ? "fail" : "pass", meas, exp,
-                 c->result.message);
+        snprintf(comment, sizeof comment, "%s%sexpects %s, measured %s, expected %s: %s",
+                 c->passed ? "" : "FAILED: ", c->by_default ? "judged by default, " : "",
+                 c->expect_fail ? "fail" : "pass", meas, exp, c->result.message);
         ci_tap_line(r, c->passed, name, c->name, comment);
     }
     if (run_case)
@@ -419,6 +419,14 @@ void dsim_ci_run(dsim_ci_report *r, const char *file, const dsim_scenario *s,
     ci_property(f, "status", ci_status(rep->status));
     snprintf(num, sizeof num, "%" PRIu64, rep->steps);
     ci_property(f, "steps", num);
+    /* the checks judged by default (the scenario does not name them) */
+    char byd[256] = "";
+    for (size_t i = 0; i < rep->n_checks; i++)
+        if (rep->checks[i].by_default && strlen(byd) + strlen(rep->checks[i].name) + 2 < sizeof byd)
+            snprintf(byd + strlen(byd), sizeof byd - strlen(byd), "%s%s", byd[0] ? "," : "",
+                     rep->checks[i].name);
+    if (byd[0])
+        ci_property(f, "checks_by_default", byd);
     fputs("    </properties>\n", f);
     for (size_t i = 0; i < rep->n_checks; i++) {
         const dsim_check_outcome *c = &rep->checks[i];
@@ -429,10 +437,12 @@ void dsim_ci_run(dsim_ci_report *r, const char *file, const dsim_scenario *s,
         char meas[32], exp[32], body[1600];
         ci_num(meas, sizeof meas, c->result.measured);
         ci_num(exp, sizeof exp, c->result.expected);
-        snprintf(body, sizeof body,
-                 "%s: the scenario expects it to %s; it %s (measured %s, expected %s)\n%s%s%s",
-                 c->name, c->expect_fail ? "fail" : "pass", c->check_passed ? "passed" : "failed",
-                 meas, exp, c->result.message, train[0] ? "\n" : "", train);
+        snprintf(body, sizeof body, "%s: %s to %s; it %s (measured %s, expected %s)\n%s%s%s",
+                 c->name,
+                 c->by_default ? "judged by default (the scenario does not name it), expected"
+                               : "the scenario expects it",
+                 c->expect_fail ? "fail" : "pass", c->check_passed ? "passed" : "failed", meas, exp,
+                 c->result.message, train[0] ? "\n" : "", train);
         ci_case(f, name, c->name, 0, "failure", c->expect_fail ? "expected_failure" : "check",
                 c->result.message, body);
     }

@@ -68,8 +68,21 @@ static dsim_hook_action pr_child_phase(void *user, int replica, dsim_phase p, ui
     return DSIM_HOOK_GO;
 }
 
-static const dsim_train_hooks pr_child_hooks = {.size = sizeof(dsim_train_hooks),
-                                                .phase = pr_child_phase};
+/* A replica read its batch: the parent records it at once, so that a read
+ * the job relied on is not lost when this process is killed before the
+ * step's end (its other replicas may be mid-step when one of them dies). */
+static void pr_child_batch(void *user, int replica, uint32_t epoch, uint64_t step,
+                           const uint64_t *ids, uint64_t n)
+{
+    pr_child *c = user;
+    pr_batch rd = {.replica = replica, .epoch = epoch, .step = step};
+    pr_send2(c, PR_READ, &rd, sizeof rd, ids, ids ? n * sizeof(uint64_t) : 0);
+}
+
+static const dsim_train_hooks pr_child_hooks = {
+    .size = sizeof(dsim_train_hooks), .phase = pr_child_phase, .batch = pr_child_batch};
+static const dsim_train_hooks pr_child_reads = {.size = sizeof(dsim_train_hooks),
+                                                .batch = pr_child_batch};
 
 static void pr_on_kill(void *user, int rank, const char *why)
 {
@@ -107,12 +120,10 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
     cc.observer = pr_child_observer;
     cc.observer_user = &c;
     cc.record_params = cfg->record_params && lo == 0;
-    cc.hooks = NULL;
+    /* the faults' hooks call these after their own */
+    cc.hooks = a && a->on_phase ? &pr_child_hooks : &pr_child_reads;
+    cc.hooks_user = &c;
     cc.transport_filter = NULL;
-    if (a && a->on_phase) {
-        cc.hooks = &pr_child_hooks; /* the faults' hooks call it after their own */
-        cc.hooks_user = &c;
-    }
     /* its own log (the parent's copy here is not the parent's): its ranks'
      * sends and arrivals, shipped at the end */
     dsim_msg_log *ml = NULL;

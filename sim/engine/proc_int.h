@@ -41,6 +41,10 @@ typedef struct pr_job {
     pr_step *steps;
     uint64_t **step_ids;
     size_t n_steps, cap_steps;
+    /* what the replicas read, as they read it (PR_READ): the ledger's */
+    pr_batch *reads;
+    uint64_t **read_ids, *read_n;
+    size_t n_reads, cap_reads;
     pr_end *ends;    /* [N] */
     bool *has_end;   /* [N] */
     int *last_phase; /* [N]: from steps and events, for hung/crashed reports */

@@ -177,6 +177,38 @@ static void pr_rec_exit(pr_job *j, pr_task *t, const unsigned char *b, size_t n)
     pr_ended(j, t, x.sig, x.code);
 }
 
+static void pr_rec_read(pr_job *j, const unsigned char *b, size_t n)
+{
+    if (n < sizeof(pr_batch))
+        return;
+    if (j->n_reads == j->cap_reads) {
+        size_t cap = j->cap_reads ? 2 * j->cap_reads : 256;
+        pr_batch *r = realloc(j->reads, cap * sizeof *r);
+        if (r)
+            j->reads = r;
+        uint64_t **ids = realloc(j->read_ids, cap * sizeof *ids);
+        if (ids)
+            j->read_ids = ids;
+        uint64_t *cnt = realloc(j->read_n, cap * sizeof *cnt);
+        if (cnt)
+            j->read_n = cnt;
+        if (!r || !ids || !cnt)
+            return;
+        j->cap_reads = cap;
+    }
+    size_t k = j->n_reads;
+    memcpy(&j->reads[k], b, sizeof j->reads[k]);
+    size_t nid = (n - sizeof(pr_batch)) / sizeof(uint64_t);
+    uint64_t *ids = NULL;
+    if (nid && (ids = malloc(nid * sizeof *ids)))
+        memcpy(ids, b + sizeof(pr_batch), nid * sizeof *ids);
+    if (nid && !ids)
+        return;
+    j->read_ids[k] = ids;
+    j->read_n[k] = nid;
+    j->n_reads++;
+}
+
 void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char *b, size_t n)
 {
     j->t_last_record = pr_now();
@@ -245,6 +277,9 @@ void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char *b, siz
         break;
     case PR_MSGS:
         pr_rec_msgs(j, b, n);
+        break;
+    case PR_READ:
+        pr_rec_read(j, b, n);
         break;
     case PR_DONE:
         t->done = true;
@@ -351,9 +386,16 @@ static void pr_merge_steps(pr_job *j, uint64_t first, size_t S)
         res->comm_ns[k * NN + r] = in->t_end - in->t_comm;
         if (r == 0)
             res->loss[k] = in->loss;
-        if (res->ledger && in->ids)
+        /* the reads as they were read (PR_READ), if the children sent them */
+        if (res->ledger && in->ids && !j->n_reads)
             dsim_ledger_record(res->ledger, in->replica, in->epoch, in->step, in->ids,
                                in->examples);
+    }
+    for (size_t i = 0; res->ledger && i < j->n_reads; i++) {
+        const pr_batch *rd = &j->reads[i];
+        if (rd->replica >= 0 && rd->replica < j->N)
+            dsim_ledger_record(res->ledger, rd->replica, rd->epoch, rd->step, j->read_ids[i],
+                               j->read_n[i]);
     }
 }
 
@@ -549,10 +591,17 @@ static bool pr_error_all_lost(const pr_job *j, dsim_error *er)
         return false;
     er->code = DSIM_EPEER;
     er->peer = first;
+    /* worded as the harness words it for every engine (sim/harness/recovery.c) */
+    int W = j->cfg->hosts;
+    char who[96];
+    if (j->N == 1)
+        snprintf(who, sizeof who, "rank 0 (worker 0)");
+    else if (W == 1)
+        snprintf(who, sizeof who, "ranks 0-%d (worker 0)", j->N - 1);
+    else
+        snprintf(who, sizeof who, "ranks 0-%d (workers 0-%d)", j->N - 1, W - 1);
     snprintf(er->msg, sizeof er->msg,
-             "every worker was lost to the faults (ranks 0..%d, at step %llu): no replica is "
-             "left to finish the job",
-             j->N - 1, (unsigned long long)j->last_step[first]);
+             "every replica was lost (%s): nobody was left to finish the job", who);
     return true;
 }
 

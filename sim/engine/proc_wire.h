@@ -31,6 +31,7 @@ enum {
     PR_FLIGHT,      /* a pr_flight, then its n dsim_fr_entry */
     PR_PHASE,       /* a pr_phase: a replica entered a phase of the driver */
     PR_MSGS,        /* u64 frames not logged, then the child's dsim_msg_rec halves */
+    PR_READ,        /* a pr_batch, then the example ids a replica read (at its compute) */
     PR_EXIT = 50,   /* agent -> chief: how the task's child ended (pr_exit) */
     PC_START = 100, /* chief -> agent: begin an attempt (restore, done[]) */
     PC_SIGNAL,      /* chief -> agent: signal the child (i32) */
@@ -48,6 +49,12 @@ typedef struct pr_exit {
 typedef struct pr_step {
     dsim_train_step_info info; /* ids not valid: they follow */
 } pr_step;
+
+typedef struct pr_batch {
+    int32_t replica;
+    uint32_t epoch;
+    uint64_t step;
+} pr_batch;
 
 typedef struct pr_end {
     int replica;

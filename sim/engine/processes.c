@@ -421,6 +421,11 @@ static void pr_job_free(pr_job *j, pr_net *net)
         free(j->step_ids[i]);
     free(j->steps);
     free(j->step_ids);
+    for (size_t i = 0; i < j->n_reads; i++)
+        free(j->read_ids[i]);
+    free(j->reads);
+    free(j->read_ids);
+    free(j->read_n);
     free(j->ends);
     free(j->has_end);
     free(j->last_phase);

@@ -168,8 +168,10 @@ dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, i
             return e;
         }
     }
-    fs->hooks = (dsim_train_hooks){
-        .size = sizeof(dsim_train_hooks), .phase = fs_phase, .killed = fs_killed};
+    fs->hooks = (dsim_train_hooks){.size = sizeof(dsim_train_hooks),
+                                   .phase = fs_phase,
+                                   .killed = fs_killed,
+                                   .batch = fs_batch};
     fs->filter = (struct dsim_tp_filter){.size = sizeof(struct dsim_tp_filter),
                                          .attach = fs_attach,
                                          .detach = fs_detach,

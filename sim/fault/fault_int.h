@@ -281,6 +281,7 @@ void fs_flush_kills(dsim_faults *fs);
 
 /* hooks.c: the driver's hooks (dsim_train_hooks). */
 dsim_hook_action fs_phase(void *user, int r, dsim_phase p, uint64_t gs);
+void fs_batch(void *user, int r, uint32_t epoch, uint64_t step, const uint64_t *ids, uint64_t n);
 int fs_killed(void *user, int r);
 /* hooks.c: the first node lost for good, if none was before. */
 void fs_lost_locked(dsim_faults *fs, int rank, int64_t now);

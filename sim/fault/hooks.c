@@ -36,20 +36,44 @@ void fs_kill_locked(dsim_faults *fs, size_t i, int rank, int64_t now, const char
     fs_lost_locked(fs, rank, now);
     if (!st->fired)
         fs_fire_locked(fs, i, now);
-    /* A worker is one process: all its devices go with it. */
+    /* A worker is one process: all its devices go with it (a worker: kill,
+     * or any kill where each worker is a process of its own). */
     int w = rank < fs->N ? rank / fs->D : -1;
-    int lo = w >= 0 && f->worker >= 0 ? w * fs->D : rank;
-    int hi = w >= 0 && f->worker >= 0 ? lo + fs->D : rank + 1;
+    bool whole = w >= 0 && (f->worker >= 0 || fs->proc.on_kill);
+    int lo = whole ? w * fs->D : rank;
+    int hi = whole ? lo + fs->D : rank + 1;
+    /* One event for the kill, at the one place it happened: where the
+     * rank that triggered it was (its peers in the process were elsewhere,
+     * but they went at the same instant). */
+    char who[96], where[96];
+    if (rank >= fs->N)
+        snprintf(who, sizeof who, "parameter server %d (rank %d)", rank - fs->N, rank);
+    else if (hi - lo > 1)
+        snprintf(who, sizeof who, "worker %d (ranks %d-%d)", w, lo, hi - 1);
+    else
+        snprintf(who, sizeof who, "rank %d", rank);
+    if (rank >= fs->N)
+        snprintf(where, sizeof where, "while serving");
+    else
+        snprintf(where, sizeof where, "%s %s of step %" PRIu64,
+                 strcmp(how, "at its trigger") == 0 ? "at" : "in",
+                 dsim_phase_name((dsim_phase)fs->phase[rank]), fs->step[rank]);
+    bool any = false;
+    for (int r = lo; r < hi; r++)
+        any |= !fs->dead[r];
+    char trig[48] = "";
+    if (hi - lo > 1)
+        snprintf(trig, sizeof trig, ", on rank %d", rank);
+    if (any)
+        fs_event_locked(fs, (int)i, rank, now, "fault %zu: %s %s %s (%s%s)", i, who,
+                        f->what == DSIM_FAULT_RESTART ? "killed, to restart," : "killed", where,
+                        how, trig);
     for (int r = lo; r < hi; r++) {
         if (fs->dead[r])
             continue;
         fs->dead[r] = true;
         if (fs->proc.on_kill && fs->n_pending_kill < 8)
             fs->pending_kill[fs->n_pending_kill++] = r;
-        fs_event_locked(fs, (int)i, r, now, "fault %zu: rank %d %s (%s, %s step %" PRIu64 ")", i, r,
-                        f->what == DSIM_FAULT_RESTART ? "killed, to restart" : "killed", how,
-                        r < fs->N ? dsim_phase_name((dsim_phase)fs->phase[r]) : "serving",
-                        r < fs->N ? fs->step[r] : 0);
         if (f->what == DSIM_FAULT_RESTART) {
             fs_timer *t = realloc(fs->timers, (fs->n_timers + 1) * sizeof *t);
             if (t) {
@@ -211,6 +235,16 @@ dsim_hook_action fs_phase(void *user, int r, dsim_phase p, uint64_t gs)
     if (a == DSIM_HOOK_GO && fs->next_hooks && fs->next_hooks->phase)
         a = fs->next_hooks->phase(fs->next_user, r, p, gs);
     return a;
+}
+
+/* Reads go on to the hooks the configuration had before (nothing of the
+ * faults' own acts on them). */
+void fs_batch(void *user, int r, uint32_t epoch, uint64_t step, const uint64_t *ids, uint64_t n)
+{
+    dsim_faults *fs = user;
+    const dsim_train_hooks *nx = fs->next_hooks;
+    if (nx && nx->size >= sizeof *nx && nx->batch)
+        nx->batch(fs->next_user, r, epoch, step, ids, n);
 }
 
 int fs_killed(void *user, int r)

@@ -165,8 +165,10 @@ typedef struct dsim_harness_result {
     /* The expect list's outcomes, in file order (sim/check). */
     dsim_check_outcome *checks;
     size_t n_checks, n_failed;
-    uint64_t steps;    /* steps taken (reported ones when the run failed) */
-    uint64_t examples; /* examples read, every replica */
+    uint64_t steps;       /* the job's global steps: the step it ended at (the store's
+                             distinct steps), or reached when the run failed */
+    uint64_t steps_rerun; /* of those, steps run twice: rolled back by a restart */
+    uint64_t examples;    /* examples read, every replica */
     double wall_s, examples_per_s;
     double final_loss; /* NaN when the run failed */
     /* Runs with faults: restarts made by recovery, and the timeline of

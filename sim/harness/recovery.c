@@ -6,11 +6,14 @@
  *     attempt k: every worker restarted, restore the chief's last
  *                checkpoint (fresh start if none), redo from there, with
  *                the faults that have not fired yet
- *   until an attempt finishes or max_restarts is spent.
+ *   until an attempt finishes or max_restarts is spent, or one hangs
+ *   (a worker the watchdog left running still holds the old fabric: the
+ *   job cannot be restarted, and the run is hung).
  *
  * Checkpoints do not change the numbers a job computes, so the clean run
  * writes none (it must not overwrite the faulty job's backup). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +133,31 @@ static void rc_from_tasks(rc_state *st, int attempt, dsim_engine_outcome *po,
     out->crashed = po->crashed;
 }
 
+/* An attempt whose every replica was lost did not finish, whatever the
+ * engine says: nobody was left to fail (a killed replica reports nothing),
+ * so the job must restart, not count as done. */
+static dsim_err rc_all_lost(const dsim_train_cfg *c, dsim_train_result *res, dsim_err e)
+{
+    if (e != DSIM_OK || !res->replicas || res->num_replicas <= 0)
+        return e;
+    for (int q = 0; q < res->num_replicas; q++)
+        if (!res->replicas[q].killed)
+            return e;
+    /* worded as the processes engine words it (sim/engine/proc_merge.c) */
+    int R = res->num_replicas, W = c->hosts;
+    char who[96];
+    if (R == 1)
+        snprintf(who, sizeof who, "rank 0 (worker 0)");
+    else if (W <= 1)
+        snprintf(who, sizeof who, "ranks 0-%d (worker 0)", R - 1);
+    else
+        snprintf(who, sizeof who, "ranks 0-%d (workers 0-%d)", R - 1, W - 1);
+    res->error = (dsim_error){.code = DSIM_EPEER, .peer = 0, .file = __FILE__, .line = __LINE__};
+    snprintf(res->error.msg, sizeof res->error.msg,
+             "every replica was lost (%s): nobody was left to finish the job", who);
+    return DSIM_EPEER;
+}
+
 static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
                            dsim_recovery_run *out, dsim_train_result *res)
 {
@@ -147,12 +175,127 @@ static dsim_err rc_attempt(rc_state *st, const dsim_train_cfg *c, int attempt,
                               .msgs = o->msgs};
     dsim_engine_outcome po;
     dsim_err e = st->eng->train(c, &pa, res, &po);
+    e = rc_all_lost(c, res, e);
     if (st->fs)
         rc_from_faults(st, attempt, out);
     else
         rc_from_tasks(st, attempt, &po, res, out);
     dsim_engine_outcome_free(&po);
     return e;
+}
+
+/* The ranks attempt 0 lost for good, however the engine learnt it: the
+ * fault layer's (engines in one address space), the replicas that ended
+ * killed (a worker's process takes all its replicas), the first loss. */
+static void rc_note_lost(dsim_recovery_run *out, const rc_state *st, const dsim_train_cfg *cfg,
+                         const dsim_train_result *res)
+{
+    int n = cfg->hosts * cfg->devices_per_host + cfg->num_ps;
+    bool *lost = calloc((size_t)(n > 0 ? n : 1), sizeof *lost);
+    if (!lost)
+        return;
+    int any = 0;
+    for (int r = 0; r < n; r++) {
+        lost[r] = (st->fs && dsim_faults_rank_lost(st->fs, r)) || r == out->lost_rank ||
+                  (res->replicas && r < res->num_replicas && res->replicas[r].killed);
+        any += lost[r];
+    }
+    if (!any) {
+        free(lost);
+        return;
+    }
+    out->lost = lost;
+    out->n_ranks = n;
+}
+
+size_t dsim_recovery_attempt_count(const dsim_recovery_run *r)
+{
+    return r->has_broken ? r->n_mid + 2 : 1;
+}
+
+const dsim_train_result *dsim_recovery_attempt(const dsim_recovery_run *r, size_t k)
+{
+    size_t n = dsim_recovery_attempt_count(r);
+    if (k + 1 == n)
+        return &r->final;
+    if (k == 0)
+        return &r->broken;
+    return k - 1 < r->n_mid ? &r->mid[k - 1] : NULL;
+}
+
+/* After restarts, the job as BackupAndRestore defines it: each attempt's
+ * steps up to the checkpoint the next one resumed from are committed (the
+ * next resumed from the state they left), the ones after it are rolled back
+ * (the next runs them again); the final attempt's steps are all committed.
+ * The final result's ledger becomes the job's, and its initial loss the
+ * job's at its very start. */
+static void rc_compose(dsim_recovery_run *out, const dsim_train_cfg *cfg)
+{
+    size_t n = dsim_recovery_attempt_count(out);
+    if (n < 2)
+        return;
+    if (isfinite(out->broken.initial_loss))
+        out->final.initial_loss = out->broken.initial_loss;
+    /* c[k]: where attempt k's committed steps end (the lowest resume point after it) */
+    uint64_t *c = malloc(n * sizeof *c);
+    if (!c)
+        return;
+    c[n - 1] = UINT64_MAX;
+    for (size_t k = n - 1; k-- > 0;) {
+        uint64_t next = dsim_recovery_attempt(out, k + 1)->first_step;
+        c[k] = next < c[k + 1] ? next : c[k + 1];
+    }
+    uint64_t spe = out->final.steps_per_epoch;
+    uint64_t n_ex = cfg->dataset ? cfg->dataset->spec.n_examples : cfg->data.n_examples;
+    dsim_ledger *l = NULL;
+    dsim_err e = out->final.ledger && spe
+                     ? dsim_ledger_create(n_ex, cfg->epochs, cfg->hosts, cfg->devices_per_host, &l)
+                     : DSIM_EINVAL;
+    for (size_t k = 0; e == DSIM_OK && k < n; k++) {
+        const dsim_train_result *a = dsim_recovery_attempt(out, k);
+        if (!a->ledger)
+            continue;
+        uint64_t from = a->first_step, to = c[k] > from ? c[k] : from;
+        e = dsim_ledger_copy_steps(l, a->ledger, spe, from, to, false);
+        if (e == DSIM_OK && k + 1 < n)
+            e = dsim_ledger_copy_steps(l, a->ledger, spe, to, UINT64_MAX, true);
+    }
+    free(c);
+    if (e != DSIM_OK) {
+        if (out->final.ledger)
+            dsim_warn("recovery: the job's coverage over its attempts could not be put "
+                      "together (%s); shard_coverage judges the last attempt alone",
+                      dsim_errmsg());
+        dsim_clear_error();
+        dsim_ledger_destroy(l);
+        return;
+    }
+    dsim_ledger_destroy(out->final.ledger);
+    out->final.ledger = l;
+    /* the steps run again, as the ledger (and the store's step rows) hold
+     * them: a step is run once its batches were read */
+    for (uint32_t ep = 0; ep < cfg->epochs; ep++) {
+        dsim_coverage cv;
+        if (dsim_ledger_coverage(l, ep, -1, 1, &cv) == DSIM_OK)
+            out->steps_rolled_back += cv.rolled_back_steps;
+        dsim_clear_error();
+    }
+}
+
+/* Before restart k: the checkpoint it will resume from, as it is now. */
+static void rc_note_resume(dsim_recovery_run *out, const dsim_train_cfg *cfg, int k)
+{
+    dsim_checkpoint **rs = realloc(out->resumed, (size_t)(k + 1) * sizeof *rs);
+    if (!rs)
+        return;
+    out->resumed = rs;
+    for (int i = out->n_resumed; i <= k; i++)
+        rs[i] = NULL;
+    out->n_resumed = k + 1;
+    if (cfg->checkpoint_path && dsim_checkpoint_read(cfg->checkpoint_path, &rs[k]) != DSIM_OK) {
+        rs[k] = NULL;
+        dsim_clear_error();
+    }
 }
 
 /* Attempts in order: the run's trace is theirs, one after the other. */
@@ -216,6 +359,7 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
     c.restore = false;
     out->err = rc_attempt(&st, &c, 0, out, &out->final);
     out->trace_hash = rc_fold(out->trace_hash, out->final.trace_hash);
+    rc_note_lost(out, &st, cfg, &out->final);
     /* What the broken attempt left: the backup a restart would resume from. */
     out->ckpt_state = 0;
     if (out->err != DSIM_OK && cfg->checkpoint_path) {
@@ -231,16 +375,27 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
         }
         dsim_clear_error();
     }
-    while (out->err != DSIM_OK && o->restart && out->restarts < o->max_restarts) {
+    /* A hung attempt ends the job: a worker of it is still running (the
+     * watchdog left it), holding the fault layer and its fabric, so no
+     * worker can be restarted from the checkpoint; the run is `hung`. */
+    while (out->err != DSIM_OK && out->err != DSIM_EHUNG && o->restart &&
+           out->restarts < o->max_restarts) {
         if (!out->has_broken) {
             out->broken = out->final;
             out->broken_err = out->err;
             out->has_broken = true;
         } else {
-            dsim_train_result_free(&out->final);
+            dsim_train_result *m = realloc(out->mid, (out->n_mid + 1) * sizeof *m);
+            if (m) {
+                out->mid = m;
+                out->mid[out->n_mid++] = out->final;
+            } else {
+                dsim_train_result_free(&out->final);
+            }
         }
         memset(&out->final, 0, sizeof out->final);
         out->restarts++;
+        rc_note_resume(out, cfg, out->restarts);
         dsim_info("recovery: restart %d of %d: every worker restarts from %s", out->restarts,
                   o->max_restarts, cfg->checkpoint_path ? cfg->checkpoint_path : "the start");
         if (st.fs)
@@ -250,6 +405,7 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
         out->err = rc_attempt(&st, &c, out->restarts, out, &out->final);
         out->trace_hash = rc_fold(out->trace_hash, out->final.trace_hash);
     }
+    rc_compose(out, cfg);
     dsim_faults_destroy(st.fs);
     free(st.done);
     return DSIM_OK;
@@ -264,6 +420,13 @@ void dsim_recovery_run_free(dsim_recovery_run *r)
         dsim_train_result_free(&r->broken);
     if (r->has_clean)
         dsim_train_result_free(&r->clean);
+    for (size_t i = 0; i < r->n_mid; i++)
+        dsim_train_result_free(&r->mid[i]);
+    free(r->mid);
+    free(r->lost);
+    for (int i = 0; i < r->n_resumed; i++)
+        dsim_checkpoint_free(r->resumed[i]);
+    free(r->resumed);
     free(r->events);
     free(r->event_attempt);
     memset(r, 0, sizeof *r);
@@ -283,13 +446,32 @@ void dsim_recovery_print_timeline(const dsim_recovery_run *r, FILE *out)
     }
     if (b->replicas && b->num_replicas > 0) {
         fprintf(out, "  how each replica of attempt 0 ended:\n");
+        int D = b->devices_per_host > 0 ? b->devices_per_host : 1;
         for (int q = 0; q < b->num_replicas; q++) {
             const dsim_train_replica_end *e = &b->replicas[q];
             double t = e->t_end ? (double)(e->t_end - b->t_start) / 1e9 : -1;
-            if (e->killed)
-                fprintf(out, "    %9.3f  replica %d lost (%s, step %llu)\n", t, q,
-                        dsim_phase_name(e->phase), (unsigned long long)e->global_step);
-            else if (!e->t_end)
+            if (e->killed) {
+                /* the replicas of one worker that went together, once, at the
+                 * kill's own place (the event above): not where each was */
+                int hi = q;
+                while (hi + 1 < b->num_replicas && b->replicas[hi + 1].killed &&
+                       (hi + 1) / D == q / D)
+                    hi++;
+                int fault = -1;
+                for (size_t i = 0; i < r->n_events && fault < 0; i++)
+                    if (r->event_attempt[i] == 0 && r->events[i].rank >= q &&
+                        r->events[i].rank <= hi && strstr(r->events[i].text, " killed"))
+                        fault = r->events[i].fault;
+                char by[32] = "";
+                if (fault >= 0)
+                    snprintf(by, sizeof by, " by fault %d", fault);
+                if (hi > q)
+                    fprintf(out, "    %9.3f  ranks %d-%d (worker %d) lost%s\n", t, q, hi, q / D,
+                            by);
+                else
+                    fprintf(out, "    %9.3f  rank %d (worker %d) lost%s\n", t, q, q / D, by);
+                q = hi;
+            } else if (!e->t_end)
                 fprintf(out, "          ---  replica %d never returned (%s, step %llu)\n", q,
                         dsim_phase_name(e->phase), (unsigned long long)e->global_step);
             else if (e->status != DSIM_OK && r->t_loss >= 0)

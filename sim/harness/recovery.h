@@ -41,7 +41,11 @@ typedef struct dsim_recovery_opts {
 
 typedef struct dsim_recovery_run {
     /* The attempt that ended the job: the first one if it did not fail or
-     * nothing restarted, else the last restart. err is its error. */
+     * nothing restarted, else the last restart. err is its error. After a
+     * restart its ledger is the job's over the committed steps of every
+     * attempt (dsim_ledger_copy_steps: each attempt's steps up to the
+     * checkpoint the next resumed from; the steps rolled back are kept as
+     * such) and its initial_loss the job's, at its very start. */
     dsim_train_result final;
     dsim_err err;
     /* The first attempt, when the faults broke it and a restart followed
@@ -59,6 +63,22 @@ typedef struct dsim_recovery_run {
     int ckpt_state;
     uint64_t ckpt_step;
     char ckpt_msg[256];
+    /* The attempts between the broken one and the final one (restarts >= 2),
+     * in order: attempt k is mid[k - 1]. */
+    dsim_train_result *mid;
+    size_t n_mid;
+    /* [n_ranks]: the ranks the broken attempt lost for good (killed, paused
+     * for good, cut off), however the engine learnt it; NULL when it lost
+     * none. */
+    bool *lost;
+    int n_ranks;
+    /* [restarts + 1]: the checkpoint attempt k resumed from (NULL: attempt
+     * 0, or a fresh start), as it was read before that restart. */
+    dsim_checkpoint **resumed;
+    int n_resumed;
+    /* Steps run more than once: an attempt's steps after the checkpoint the
+     * next one resumed from (the next runs them again). */
+    uint64_t steps_rolled_back;
     dsim_train_result clean; /* want_clean: the job without faults */
     bool has_clean;
     dsim_err clean_err;
@@ -77,13 +97,18 @@ typedef struct dsim_recovery_run {
  * the start and no restore; on failure, with `restart`, restarts the whole
  * job from the chief's last checkpoint (cfg->checkpoint_path; a fresh start
  * when none was written yet), faults that already fired left out, until it
- * finishes or max_restarts is reached. Before attempt 0 an old checkpoint
- * at cfg->checkpoint_path is removed when restarts are allowed, so that a
- * restart never resumes from another run's backup (BackupAndRestore owns
- * its backup directory). Release *out with dsim_recovery_run_free. */
+ * finishes or max_restarts is reached. An attempt that hung (DSIM_EHUNG: a
+ * worker left running) is not restarted: it ends the job as it is. Before attempt 0 an old
+ * checkpoint at cfg->checkpoint_path is removed when restarts are allowed, so that a restart never
+ * resumes from another run's backup (BackupAndRestore owns its backup directory). Release *out with
+ * dsim_recovery_run_free. */
 dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_opts *o,
                                dsim_recovery_run *out);
 void dsim_recovery_run_free(dsim_recovery_run *r);
+
+/* The attempts made, and attempt k (0: the first; the last is `final`). */
+size_t dsim_recovery_attempt_count(const dsim_recovery_run *r);
+const dsim_train_result *dsim_recovery_attempt(const dsim_recovery_run *r, size_t k);
 
 /* Prints the timeline of a failed or recovered run: fault events, each
  * replica's end in the broken attempt (phase, step, error, time after the

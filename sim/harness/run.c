@@ -64,7 +64,8 @@ typedef struct h_ctx {
     dsim_check_faults cf;
     dsim_train_result res, ref;
     bool have_ref;
-    h_ref_thread *ref_thread; /* the replay running beside the job, or NULL */
+    const dsim_train_result **attempts; /* every attempt, the last being &res */
+    h_ref_thread *ref_thread;           /* the replay running beside the job, or NULL */
     int64_t t_start, t_end;
     uint64_t live_hash;
     bool hung, in_observer;
@@ -209,6 +210,10 @@ static void h_train_faulty(h_ctx *c)
     c->res = rr->final; /* moved: rr no longer owns it */
     memset(&rr->final, 0, sizeof rr->final);
     const dsim_train_result *b = rr->has_broken ? &rr->broken : rr->err != DSIM_OK ? &c->res : NULL;
+    size_t na = dsim_recovery_attempt_count(rr);
+    c->attempts = calloc(na, sizeof *c->attempts);
+    for (size_t k = 0; c->attempts && k < na; k++)
+        c->attempts[k] = k + 1 == na ? &c->res : dsim_recovery_attempt(rr, k);
     c->cf = (dsim_check_faults){
         .broken = b,
         .broken_err = rr->has_broken ? rr->broken_err : rr->err,
@@ -222,6 +227,12 @@ static void h_train_faulty(h_ctx *c)
         .ckpt_state = rr->ckpt_state,
         .ckpt_step = rr->ckpt_step,
         .ckpt_msg = rr->ckpt_msg,
+        .lost = rr->lost,
+        .n_ranks = rr->n_ranks,
+        .attempts = c->attempts,
+        .resumed = (size_t)rr->n_resumed == na ? (const dsim_checkpoint *const *)rr->resumed : NULL,
+        .n_attempts = c->attempts ? na : 0,
+        .steps_rolled_back = rr->steps_rolled_back,
     };
 }
 
@@ -349,7 +360,9 @@ static void h_train_outcome(h_ctx *c)
     out->examples_per_s = out->wall_s > 0 ? (double)out->examples / out->wall_s : 0;
     /* A failed run's result still holds the steps it was to take: count
      * the steps that were reported instead. */
-    out->steps = out->train_err == DSIM_OK ? c->res.steps : atomic_load(&run->steps_seen);
+    out->steps = out->train_err == DSIM_OK ? c->res.first_step + c->res.steps
+                                           : atomic_load(&run->steps_seen);
+    out->steps_rerun = c->rr.steps_rolled_back;
     out->final_loss = out->train_err == DSIM_OK ? c->res.final_loss : NAN;
     if (c->o->progress) {
         dsim_harness_progress p = {
@@ -564,8 +577,9 @@ static void h_step_record(h_ctx *c)
     dsim_store *st = c->st;
     for (size_t i = 0; st && i < out->n_checks; i++) {
         const dsim_check_outcome *k = &out->checks[i];
-        if (HG_STORE(dsim_store_check(st, out->run_id, k->name, k->passed, k->result.measured,
-                                      k->result.expected, k->result.message)) != DSIM_OK)
+        if (HG_STORE(dsim_store_check_row(st, out->run_id, k->name, k->passed, k->result.measured,
+                                          k->result.expected, k->result.message, k->by_default)) !=
+            DSIM_OK)
             h_fail(out, "storing the checks");
     }
     /* where the time went (the performance check's figures), every run */
@@ -616,6 +630,7 @@ static void h_ctx_free(h_ctx *c)
     if (c->have_ref)
         dsim_train_result_free(&c->ref);
     dsim_recovery_run_free(&c->rr);
+    free(c->attempts);
     /* A worker stuck inside the observer may still read it. */
     if (!c->in_observer) {
         h_forming_destroy(c->run);

@@ -78,6 +78,15 @@ static void expect_error_row(const dsim_check_ctx *ctx, dsim_check_outcome *o)
     o->passed = o->check_passed;
 }
 
+/* The scenario has faults and node_loss is judged (named or by default). */
+static bool judge_faults_judged(const dsim_scenario *s)
+{
+    for (size_t i = 0; s->n_faults && i < s->n_expect; i++)
+        if (s->expect[i].check && s->expect[i].check->judges_failed_runs)
+            return true;
+    return false;
+}
+
 dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, size_t *n_out,
                             size_t *n_failed)
 {
@@ -101,11 +110,36 @@ dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, 
         dsim_check_outcome *o = &out[i];
         const dsim_check_ops *c = e->check;
         expect_set(o, c ? c->name : "?", e->expect_fail);
+        o->by_default = e->by_default;
         char *msg = o->result.message;
         size_t cap = sizeof o->result.message;
         bool judged = false;
         if (!c) {
             judge_msg(msg, cap, "no check given");
+        } else if (ctx->run_err != DSIM_OK && !c->judges_failed_runs && e->by_default &&
+                   (ctx->run_err == DSIM_EHUNG || !judge_faults_judged(s))) {
+            /* A check the scenario does not name says nothing about a run
+             * that did not finish: the run's own row (or its hang report)
+             * says it failed. */
+            continue;
+        } else if (ctx->run_err == DSIM_EHUNG && !c->judges_failed_runs) {
+            /* the hang is told once, by the run's own report */
+            judge_msg(msg, cap,
+                      "not judged: the run hung, so there is no finished run to judge (the "
+                      "run's hang report says where each worker was)");
+        } else if (ctx->run_err != DSIM_OK && !c->judges_failed_runs && e->by_default) {
+            /* Neither passed nor failed: the faults were meant to break the
+             * run, and node_loss judges what they did. A check the scenario
+             * names still fails on a run that did not finish. */
+            judge_msg(msg, cap,
+                      "not judged: the faults broke the run before it finished (%s), and "
+                      "node_loss judges what they did; %s judges a finished run",
+                      dsim_strerror(ctx->run_err), c->name);
+            o->not_applicable = true;
+            o->check_passed = true;
+            o->passed = true;
+            (*n_out)++;
+            continue;
         } else if (ctx->run_err != DSIM_OK && !c->judges_failed_runs) {
             judge_msg(msg, cap, "the run failed before it could be judged: %s (%s)",
                       ctx->run->error.msg[0] ? ctx->run->error.msg : "no message",
@@ -156,8 +190,9 @@ dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, 
             (*n_failed)++;
         (*n_out)++;
     }
-    /* A scenario without expectations asks at least that the run complete. */
-    if (s->n_expect == 0 && ctx->run_err != DSIM_OK) {
+    /* A scenario without expectations (or only checks judged by default,
+     * which judge a finished run) asks at least that the run complete. */
+    if (*n_out == 0 && ctx->run_err != DSIM_OK) {
         dsim_check_outcome *o = &out[0];
         expect_set(o, "run", false);
         judge_msg(o->result.message, sizeof o->result.message, "the run failed: %s (%s)",

@@ -1,7 +1,20 @@
 /* The scenario's expect: section (parse_int.h): each check it names (the
  * registry of sim/check) with its thresholds, range-checked, and whether
  * it is expected to pass or fail; or error: the text a refused run's error
- * must contain. */
+ * must contain. Then the correctness checks that apply to the run and that
+ * the scenario neither names nor turns off (`NAME: off`), judged by
+ * default with their default thresholds:
+ *
+ *   gradient_consistency   a synchronous strategy (all but asynchronous
+ *                          parameter servers; a plugin counts as one)
+ *   shard_coverage         every run
+ *   checkpoint_roundtrip   a checkpoint is written (checkpoint.path with
+ *                          every, or a preemption), synchronous strategies
+ *   node_loss              the scenario has faults
+ *
+ * None for a run that must be refused (expect.error) or a timing-only run
+ * (model.synthetic: nothing they measure exists). Checks whose limits are
+ * the user's (performance, cold_start, convergence) stay opt-in. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,7 +95,90 @@ static dsim_err scen_expect_check(const scen_ctx *c, const scen_node *key, const
     return DSIM_OK;
 }
 
+static dsim_err scen_expect_named(const scen_ctx *c, scen_state *st);
+
+/* `NAME: off` (or false): the check is not judged, named or by default. */
+static bool scen_expect_off(const scen_node *v)
+{
+    bool b;
+    if (!v || v->kind == DSIM_YAML_MAP)
+        return false;
+    if (v->kind == DSIM_YAML_SCALAR && v->len == 3 && strcmp(v->s, "off") == 0)
+        return true;
+    return scen_parse_bool(v, &b) && !b;
+}
+
+static bool scen_is_off(const dsim_scenario *s, const dsim_check_ops *ops)
+{
+    for (size_t i = 0; i < s->n_off; i++)
+        if (s->off[i] == ops)
+            return true;
+    return false;
+}
+
+/* Whether the scenario writes a checkpoint: a path and a period, or a
+ * preemption (which saves at its stop). */
+static bool scen_writes_checkpoint(const dsim_scenario *s)
+{
+    if (!s->train.checkpoint_path)
+        return false;
+    if (s->train.checkpoint_every)
+        return true;
+    for (size_t i = 0; i < s->n_faults; i++)
+        if (s->faults[i].what == DSIM_FAULT_PREEMPT)
+            return true;
+    return false;
+}
+
+bool dsim_scenario_check_applies(const dsim_scenario *s, const dsim_check_ops *ops)
+{
+    if (!s || !ops || s->expect_error || s->train.synthetic_params > 0)
+        return false;
+    bool sync = !(s->train.num_ps > 0 && s->train.ps_mode == DSIM_PS_ASYNC);
+    if (strcmp(ops->name, "gradient_consistency") == 0)
+        return sync;
+    if (strcmp(ops->name, "shard_coverage") == 0)
+        return true;
+    if (strcmp(ops->name, "checkpoint_roundtrip") == 0)
+        return sync && scen_writes_checkpoint(s);
+    if (strcmp(ops->name, "node_loss") == 0)
+        return s->n_faults > 0;
+    return false;
+}
+
+/* The checks that apply and are neither named nor off, appended. */
+static dsim_err scen_default_checks(const scen_ctx *c)
+{
+    dsim_scenario *s = c->s;
+    size_t n = dsim_check_count();
+    dsim_expect *x = realloc(s->expect, (s->n_expect + n + 1) * sizeof *x);
+    if (!x)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", c->path);
+    s->expect = x;
+    for (size_t i = 0; i < n; i++) {
+        const dsim_check_ops *ops = dsim_check_at(i);
+        bool named = false;
+        for (size_t k = 0; k < s->n_expect; k++)
+            named |= s->expect[k].check == ops;
+        if (named || scen_is_off(s, ops) || !dsim_scenario_check_applies(s, ops))
+            continue;
+        dsim_expect *e = &s->expect[s->n_expect++];
+        memset(e, 0, sizeof *e);
+        e->check = ops;
+        e->by_default = true;
+        for (int p = 0; p < DSIM_CHECK_MAX_PARAMS; p++)
+            e->values[p] = p < ops->n_params ? ops->params[p].def : NAN;
+    }
+    return DSIM_OK;
+}
+
 dsim_err scen_expect(const scen_ctx *c, scen_state *st)
+{
+    DSIM_CHECK(scen_expect_named(c, st));
+    return scen_default_checks(c);
+}
+
+static dsim_err scen_expect_named(const scen_ctx *c, scen_state *st)
 {
     dsim_scenario *s = c->s;
     const scen_node *ev = st->top.val[T_EXPECT];
@@ -139,9 +235,21 @@ dsim_err scen_expect(const scen_ctx *c, scen_state *st)
                                  "expect.%s: the key appears twice (first at line %d, column "
                                  "%d); keep one",
                                  ops->name, s->expect[i].pos.line, s->expect[i].pos.column);
+        if (scen_is_off(s, ops))
+            return scen_fail(c, k, "expect.%s: the key appears twice; keep one", ops->name);
+        if (scen_expect_off(v)) {
+            if (s->n_off < DSIM_SCENARIO_MAX_OFF)
+                s->off[s->n_off++] = ops;
+            continue;
+        }
         DSIM_CHECK(scen_expect_check(c, k, v, ops, &s->expect[s->n_expect]));
         s->n_expect++;
     }
+    if (error_key && s->n_off > 0)
+        return scen_fail(c, error_key,
+                         "expect.error: a run that must fail runs no checks, so turning %s off "
+                         "means nothing; keep either error or the checks",
+                         s->off[0]->name);
     if (error_key && s->n_expect > 0)
         return scen_fail(c, error_key,
                          "expect.error: a run that must fail runs no checks, but %s is also "

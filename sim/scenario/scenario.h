@@ -37,8 +37,14 @@ typedef struct dsim_expect {
     const dsim_check_ops *check;
     double values[DSIM_CHECK_MAX_PARAMS]; /* every param, defaults filled in */
     bool expect_fail;                     /* the scenario passes only if this check fails */
+    /* Judged because it applies to the run, not because the scenario names
+     * it (dsim_scenario_default_checks); pos is then 0:0. */
+    bool by_default;
     dsim_src_pos pos;
 } dsim_expect;
+
+/* Checks a scenario can turn off (`shard_coverage: off`): at most this many. */
+#define DSIM_SCENARIO_MAX_OFF 16
 
 typedef struct dsim_scenario {
     char *path; /* the file, as given */
@@ -92,8 +98,11 @@ typedef struct dsim_scenario {
     uint64_t liveness_step;
     int64_t liveness_within_ns;
 
-    dsim_expect *expect;
+    dsim_expect *expect; /* the checks named, then the ones judged by default */
     size_t n_expect;
+    /* checks the scenario turned off (`NAME: off` under expect:) */
+    const dsim_check_ops *off[DSIM_SCENARIO_MAX_OFF];
+    size_t n_off;
     /* expect.error: the run must fail with an error whose message contains
      * this text (e.g. FILE sharding with fewer files than workers); then no
      * check runs. NULL when the run must succeed. */
@@ -140,6 +149,11 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s);
 const char *dsim_scenario_engine(const dsim_scenario *s);
 void dsim_scenario_free(dsim_scenario *s);
 
+/* Whether a correctness check applies to the scenario's run, so that it is
+ * judged by default unless the scenario names it or turns it off
+ * (parse_expect.c says which and when). */
+bool dsim_scenario_check_applies(const dsim_scenario *s, const dsim_check_ops *ops);
+
 /* ---- judging a run against the scenario's expect list (judge.c) ----
  *
  * Above both the checks (sim/check, which know nothing of scenarios) and
@@ -158,10 +172,17 @@ bool dsim_check_needs_reference(const dsim_scenario *s);
  * - expect.error: one row named "error" that passes iff the run failed with
  *   an error whose message contains the text (run_err != DSIM_OK, message in
  *   ctx->run->error.msg); no check runs.
- * - otherwise one row per expect entry, in file order. A run that failed
- *   (run_err != DSIM_OK) fails every row, expect_fail ones included: a check
- *   expected to fail must fail on its own judgement of a finished run, not
- *   because the run never finished.
+ * - otherwise one row per expect entry: the checks named, in file order,
+ *   then the ones judged by default (by_default). A run that failed
+ *   (run_err != DSIM_OK) fails every named row, expect_fail ones included:
+ *   a check expected to fail must fail on its own judgement of a finished
+ *   run, not because the run never finished. A run that hung says so in a
+ *   short row ("not judged: the run hung"); its report is the run's. A
+ *   check judged by default that judges finished runs only is left out of
+ *   a failed run, or, when the scenario has faults and node_loss judges
+ *   them, shown as not applicable (passed): the faults were meant to break
+ *   the run. With no row left, one row named "run" fails with the run's
+ *   error.
  * - a check that is unavailable, or whose run function returns an error,
  *   fails with a message saying so.
  *

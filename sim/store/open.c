@@ -29,8 +29,8 @@ static const char *const store_insert_sql[REC_NKINDS] = {
     [REC_COLL] = "INSERT INTO collectives (run_id, replica, op, algorithm, bytes, t_start_ns, "
                  "t_end_ns, status, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [REC_EVENT] = "INSERT INTO events (run_id, replica, t_ns, kind, detail) VALUES (?, ?, ?, ?, ?)",
-    [REC_CHECK] = "INSERT INTO checks (run_id, name, passed, measured, expected, message) "
-                  "VALUES (?, ?, ?, ?, ?, ?)",
+    [REC_CHECK] = "INSERT INTO checks (run_id, name, passed, measured, expected, message, "
+                  "by_default) VALUES (?, ?, ?, ?, ?, ?, ?)",
     [REC_METRIC] =
         "INSERT INTO metrics (run_id, name, value, unit, replica) VALUES (?, ?, ?, ?, ?)",
     [REC_FLIGHT] = "INSERT INTO flight_records (run_id, replica, record_id, pg_id, "

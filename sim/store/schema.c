@@ -249,5 +249,11 @@ static const char schema_v6[] = "CREATE TABLE messages (\n"
                                 ");\n"
                                 "CREATE INDEX messages_by_run ON messages(run_id, t_sent_ns);\n";
 
-const char *const store_migrations[DSIM_STORE_SCHEMA_VERSION] = {schema_v1, schema_v2, schema_v3,
-                                                                 schema_v4, schema_v5, schema_v6};
+/* Version 7: whether a check was judged by default (it applies to the run
+ * and the scenario did not name it) rather than asked for by name. */
+static const char schema_v7[] =
+    "ALTER TABLE checks ADD COLUMN by_default INTEGER NOT NULL DEFAULT 0\n"
+    "  CHECK (by_default IN (0, 1));\n";
+
+const char *const store_migrations[DSIM_STORE_SCHEMA_VERSION] = {
+    schema_v1, schema_v2, schema_v3, schema_v4, schema_v5, schema_v6, schema_v7};

@@ -333,6 +333,13 @@ dsim_err dsim_store_event(dsim_store *st, dsim_run_id run, int replica, int64_t 
 dsim_err dsim_store_check(dsim_store *st, dsim_run_id run, const char *name, bool passed,
                           double measured, double expected, const char *message)
 {
+    return dsim_store_check_row(st, run, name, passed, measured, expected, message, false);
+}
+
+dsim_err dsim_store_check_row(dsim_store *st, dsim_run_id run, const char *name, bool passed,
+                              double measured, double expected, const char *message,
+                              bool by_default)
+{
     if (!st)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_check: store is NULL");
     DSIM_CHECK(store_need(st, "dsim_store_check", "check name", name));
@@ -341,6 +348,7 @@ dsim_err dsim_store_check(dsim_store *st, dsim_run_id run, const char *name, boo
     r.u.check.name = store_dup(name, &oom);
     r.u.check.message = store_dup(message, &oom);
     r.u.check.passed = passed ? 1 : 0;
+    r.u.check.by_default = by_default ? 1 : 0;
     r.u.check.measured = measured;
     r.u.check.expected = expected;
     return store_push_checked(st, &r, oom);

@@ -39,7 +39,7 @@ extern "C" {
 
 /* The schema version this build writes (PRAGMA user_version). Older
  * databases are migrated forward at open; newer ones are refused. */
-#define DSIM_STORE_SCHEMA_VERSION 6
+#define DSIM_STORE_SCHEMA_VERSION 7
 /* PRAGMA application_id of a dsim database: "dsim" in ASCII. */
 #define DSIM_STORE_APPLICATION_ID 0x6473696d
 #define DSIM_STORE_DEFAULT_PATH   "dsim.db"
@@ -179,6 +179,11 @@ dsim_err dsim_store_event(dsim_store *st, dsim_run_id run, int replica, int64_t 
  * message is the sentence a person can act on. */
 dsim_err dsim_store_check(dsim_store *st, dsim_run_id run, const char *name, bool passed,
                           double measured, double expected, const char *message);
+/* The same, saying whether the check was judged by default (it applies to
+ * the run and the scenario did not name it; checks.by_default). */
+dsim_err dsim_store_check_row(dsim_store *st, dsim_run_id run, const char *name, bool passed,
+                              double measured, double expected, const char *message,
+                              bool by_default);
 
 /* The one-device reference replay's loss at a global step (NaN: NULL);
  * a second row for the same step replaces the first. */

@@ -75,7 +75,7 @@ typedef struct store_rec {
         } event;
         struct {
             char *name, *message;
-            int passed;
+            int passed, by_default;
             double measured, expected;
         } check;
         struct {

@@ -187,6 +187,7 @@ static int store_apply(dsim_store *st, store_rec *r)
         store_bind_real(s, 4, r->u.check.measured);
         store_bind_real(s, 5, r->u.check.expected);
         store_bind_text(s, 6, r->u.check.message);
+        sqlite3_bind_int(s, 7, r->u.check.by_default);
         break;
     case REC_REFLOSS:
         sqlite3_bind_int64(s, 1, r->run);

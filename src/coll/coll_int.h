@@ -77,6 +77,7 @@ struct dsim_comm {
      * time that wraps, the communicator's epoch goes up (step.c), which
      * drops what is left of the calls before. 64 bits: never wraps itself. */
     uint64_t calls;
+    uint64_t failed_calls; /* calls that returned an error (dsim_comm_failed_calls) */
     /* The same count and the last collective's name, for a watchdog on
      * another thread (dsim_comm_last_call). */
     _Atomic uint64_t calls_seen;

@@ -125,6 +125,11 @@ const dsim_error *dsim_comm_error(const dsim_comm *c)
     return c ? &c->err : &comm_no_comm;
 }
 
+uint64_t dsim_comm_failed_calls(const dsim_comm *c)
+{
+    return c ? c->failed_calls : 0;
+}
+
 /* Records a bad-argument error on the thread and the communicator. */
 #define COMM_BAD(c, ...)                                                                           \
     (DSIM_ERR(DSIM_EINVAL, -1, __VA_ARGS__), dsim_error_copy(&(c)->err), DSIM_EINVAL)

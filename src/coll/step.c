@@ -837,6 +837,12 @@ dsim_err dsim_coll_end(dsim_coll *x, dsim_err e)
         }
         c->fr_cur = NULL;
     }
+    if (e != DSIM_OK) {
+        /* the call's own error (the thread's), kept for whoever asks later */
+        c->failed_calls++;
+        if (dsim_last_error()->code == e)
+            dsim_error_copy(&c->err);
+    }
     return e;
 }
 

@@ -16,8 +16,11 @@ typedef struct ledger_rec {
     uint64_t begin; /* index into the log's ids */
     uint64_t n;
     uint32_t epoch;
-    int32_t rerun_of; /* -1: the log's replica's own step; else the lost replica's */
+    int32_t rerun_of; /* -1: the log's replica's own step; LEDGER_ROLLED_BACK: a step a
+                         restart rolled back; else the lost replica's */
 } ledger_rec;
+
+#define LEDGER_ROLLED_BACK (-2)
 
 typedef struct ledger_log {
     _Alignas(64) ledger_rec *recs;
@@ -104,7 +107,8 @@ static dsim_err ledger_append(dsim_ledger *l, int replica, int rerun_of, uint32_
     if (replica < 0 || replica >= l->n_rep)
         return DSIM_ERR(DSIM_EINVAL, -1, "ledger record: replica %d is outside [0, %d)", replica,
                         l->n_rep);
-    if (rerun_of < -1 || rerun_of >= l->n_rep || rerun_of == replica)
+    if ((rerun_of < -1 && rerun_of != LEDGER_ROLLED_BACK) || rerun_of >= l->n_rep ||
+        rerun_of == replica)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "ledger record: replica %d re-ran replica %d's step, which is not "
                         "another of [0, %d)",
@@ -142,10 +146,38 @@ dsim_err dsim_ledger_record_rerun(dsim_ledger *l, int replica, int lost, uint32_
     return ledger_append(l, replica, lost, epoch, step, ids, n);
 }
 
-/* Whose step a record is: a re-run counts for the lost replica. */
+/* Whose step a record is: a re-run counts for the lost replica; a step a
+ * restart rolled back counts for nobody (-1). */
 static int ledger_owner(int log, const ledger_rec *rc)
 {
+    if (rc->rerun_of == LEDGER_ROLLED_BACK)
+        return -1;
     return rc->rerun_of >= 0 ? rc->rerun_of : log;
+}
+
+dsim_err dsim_ledger_copy_steps(dsim_ledger *dst, const dsim_ledger *src, uint64_t steps_per_epoch,
+                                uint64_t from, uint64_t to, bool rolled_back)
+{
+    if (dst == NULL || src == NULL)
+        return DSIM_ERR(DSIM_EINVAL, -1, "ledger copy: both ledgers are needed");
+    if (dst->n != src->n || dst->epochs != src->epochs || dst->nw != src->nw || dst->rp != src->rp)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "ledger copy: the ledgers differ in shape (%" PRIu64 " examples, %u "
+                        "epochs, %d x %d replicas against %" PRIu64 ", %u, %d x %d)",
+                        dst->n, dst->epochs, dst->nw, dst->rp, src->n, src->epochs, src->nw,
+                        src->rp);
+    for (int i = 0; i < src->n_rep; i++) {
+        const ledger_log *g = &src->logs[i];
+        for (size_t k = 0; k < g->nrecs; k++) {
+            const ledger_rec *rc = &g->recs[k];
+            uint64_t gs = (uint64_t)rc->epoch * steps_per_epoch + rc->step;
+            if (gs < from || gs >= to || rc->rerun_of == LEDGER_ROLLED_BACK)
+                continue;
+            int tag = rolled_back ? LEDGER_ROLLED_BACK : rc->rerun_of;
+            DSIM_CHECK(ledger_append(dst, i, tag, rc->epoch, rc->step, g->ids + rc->begin, rc->n));
+        }
+    }
+    return DSIM_OK;
 }
 
 dsim_err dsim_ledger_record_step(dsim_ledger *l, int worker, const dsim_input_step *st)
@@ -195,7 +227,7 @@ static void ledger_count(const dsim_ledger *l, uint32_t epoch, int lo, int hi, u
         for (size_t k = 0; k < g->nrecs; k++) {
             const ledger_rec *rc = &g->recs[k];
             int who = ledger_owner(i, rc);
-            if (rc->epoch != epoch || who < lo || who >= hi)
+            if (rc->epoch != epoch || who < 0 || who < lo || who >= hi)
                 continue;
             uint32_t *counts = rerun && rc->rerun_of >= 0 ? rerun : own;
             for (uint64_t j = 0; j < rc->n; j++) {
@@ -248,7 +280,7 @@ static dsim_err ledger_cells(const dsim_ledger *l, uint32_t epoch, int lo, int h
         const ledger_log *g = &l->logs[i];
         for (size_t j = 0; j < g->nrecs; j++) {
             int who = ledger_owner(i, &g->recs[j]);
-            if (g->recs[j].epoch == epoch && who >= lo && who < hi)
+            if (g->recs[j].epoch == epoch && who >= 0 && who >= lo && who < hi)
                 c[k++] = (ledger_cell){.step = g->recs[j].step, .n = g->recs[j].n, .replica = who};
         }
     }
@@ -297,6 +329,38 @@ static uint64_t ledger_walk_idle(const ledger_cell *c, size_t count, int lo, int
     return idle;
 }
 
+static int ledger_u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The distinct steps of an epoch a restart rolled back. */
+static dsim_err ledger_rolled_back_steps(const dsim_ledger *l, uint32_t epoch, uint64_t *out)
+{
+    size_t total = 0, k = 0;
+    for (int i = 0; i < l->n_rep; i++)
+        for (size_t j = 0; j < l->logs[i].nrecs; j++)
+            total += l->logs[i].recs[j].rerun_of == LEDGER_ROLLED_BACK;
+    *out = 0;
+    if (!total)
+        return DSIM_OK;
+    uint64_t *st = malloc(total * sizeof *st);
+    if (st == NULL)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "ledger: no memory for %zu records", total);
+    for (int i = 0; i < l->n_rep; i++)
+        for (size_t j = 0; j < l->logs[i].nrecs; j++) {
+            const ledger_rec *rc = &l->logs[i].recs[j];
+            if (rc->rerun_of == LEDGER_ROLLED_BACK && rc->epoch == epoch)
+                st[k++] = rc->step;
+        }
+    qsort(st, k, sizeof *st, ledger_u64_cmp);
+    for (size_t j = 0; j < k; j++)
+        *out += j == 0 || st[j] != st[j - 1];
+    free(st);
+    return DSIM_OK;
+}
+
 dsim_err dsim_ledger_coverage(const dsim_ledger *l, uint32_t epoch, int worker, uint32_t expected,
                               dsim_coverage *out)
 {
@@ -336,6 +400,10 @@ dsim_err dsim_ledger_coverage(const dsim_ledger *l, uint32_t epoch, int worker, 
         for (size_t k = 0; k < g->nrecs; k++) {
             const ledger_rec *rc = &g->recs[k];
             int who = ledger_owner(li, rc);
+            if (rc->epoch == epoch && who < 0) {
+                out->rolled_back += rc->n;
+                continue;
+            }
             if (rc->epoch != epoch || who < lo || who >= hi)
                 continue;
             per[who - lo] += rc->n;
@@ -363,6 +431,8 @@ dsim_err dsim_ledger_coverage(const dsim_ledger *l, uint32_t epoch, int worker, 
     else
         out->imbalance = (double)out->max_examples / (double)out->min_examples;
 
+    if (out->rolled_back)
+        DSIM_CHECK(ledger_rolled_back_steps(l, epoch, &out->rolled_back_steps));
     ledger_cell *c;
     size_t count;
     DSIM_CHECK(ledger_cells(l, epoch, lo, hi, &c, &count));
@@ -431,7 +501,7 @@ dsim_err dsim_ledger_readers(const dsim_ledger *l, uint32_t epoch, uint64_t id, 
         const ledger_log *g = &l->logs[i];
         for (size_t j = 0; j < g->nrecs; j++) {
             const ledger_rec *rc = &g->recs[j];
-            if (rc->epoch != epoch)
+            if (rc->epoch != epoch || rc->rerun_of == LEDGER_ROLLED_BACK)
                 continue;
             for (uint64_t x = 0; x < rc->n; x++) {
                 if (g->ids[rc->begin + x] != id)

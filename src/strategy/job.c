@@ -185,6 +185,8 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->checkpoint_writes);
     free(res->replicas);
     free(res->optim_state);
+    free(res->restored_params);
+    free(res->restored_optim_state);
     for (int r = 0; res->flight && r < res->n_flight; r++)
         dsim_fr_dump_free(&res->flight[r]);
     free(res->flight);

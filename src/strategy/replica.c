@@ -305,7 +305,7 @@ static dsim_err replica_work_alloc(train_replica *rp, replica_work *w)
     w->grad = malloc(P * sizeof(float));
     if (!w->x || !w->y || !w->grad)
         return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for a batch of %zu examples", w->maxb);
-    if (cfg->checkpoint_every || job->preempt_armed) {
+    if (cfg->checkpoint_every || job->preempt_armed || cfg->probe_restore) {
         dsim_strategy_vars *save = &w->save;
         save->n_params = P;
         save->params = malloc(P * sizeof(float));
@@ -331,14 +331,68 @@ static void replica_work_free(replica_work *w)
     free(w->save.optim_state);
 }
 
+/* A strategy call that returned success although a collective of the
+ * replica's world communicator failed inside it: an error the strategy
+ * swallowed. The first is kept with where it was; the rest are counted. */
+static void replica_swallowed(train_replica *rp, dsim_phase p, uint64_t gs)
+{
+    uint64_t n = dsim_comm_failed_calls(rp->ctx.world);
+    if (n <= rp->coll_failed)
+        return;
+    rp->coll_failed = n;
+    dsim_train_replica_end *end = &rp->job->res->replicas[rp->index];
+    if (end->swallowed++ == 0) {
+        const dsim_error *ce = dsim_comm_error(rp->ctx.world);
+        end->swallowed_phase = p;
+        end->swallowed_step = gs;
+        end->swallowed_err = ce->code;
+        size_t n_msg = strnlen(ce->msg, sizeof end->swallowed_msg - 1);
+        memcpy(end->swallowed_msg, ce->msg, n_msg);
+        end->swallowed_msg[n_msg] = '\0';
+    }
+}
+
+/* cfg.probe_restore: what the strategy holds right after the restore, by
+ * its own save(), every replica calling it; the chief's is kept. */
+static dsim_err replica_probe_restore(train_replica *rp, dsim_strategy_vars *save)
+{
+    train_job *job = rp->job;
+    dsim_err e = dsim_strategy_save(job->strat, &rp->ctx, save);
+    dsim_train_result *res = job->res;
+    if (e != DSIM_OK || rp->index != job->chief || !res->restored_params)
+        return e;
+    memcpy(res->restored_params, save->params, save->n_params * sizeof(float));
+    if (save->optim_state_len && res->restored_optim_state)
+        memcpy(res->restored_optim_state, save->optim_state, save->optim_state_len * sizeof(float));
+    res->restored_optim_state_len = save->optim_state_len;
+    res->restored_optim_step = save->optim_step;
+    res->has_restored = true;
+    return DSIM_OK;
+}
+
+/* The hooks' batch member: the replica read b in st, as the ledger has it. */
+static void replica_note_batch(train_replica *rp, const dsim_input_step *st,
+                               const dsim_replica_batch *b)
+{
+    train_job *job = rp->job;
+    const dsim_train_hooks *hk = job->cfg->hooks;
+    if (hk && hk->size >= sizeof *hk && hk->batch && train_gate_enter(job, rp, TRAIN_CB_HOOK)) {
+        hk->batch(job->cfg->hooks_user, rp->index, st->epoch, st->step, b->ids, b->n);
+        train_gate_leave(job, rp);
+    }
+}
+
 /* From the rendezvous to the variables: the strategy's replica_init, then
- * create_variables with the initial values (given to replica 0). */
-static dsim_err replica_begin(train_replica *rp)
+ * create_variables with the initial values (given to replica 0); with
+ * cfg.probe_restore after a restore, what the strategy then holds. */
+static dsim_err replica_begin(train_replica *rp, dsim_strategy_vars *save)
 {
     train_job *job = rp->job;
     const dsim_strategy *s = job->strat;
     dsim_replica_ctx *ctx = &rp->ctx;
     dsim_err e;
+    /* the step about to be run: after a restore, the checkpoint's */
+    ctx->global_step = job->first_step;
     if ((e = train_enter(rp, DSIM_PHASE_RENDEZVOUS, job->first_step)) != DSIM_OK ||
         (e = dsim_strategy_replica_init(s, ctx)) != DSIM_OK)
         return e;
@@ -349,6 +403,10 @@ static dsim_err replica_begin(train_replica *rp)
         (e = dsim_strategy_create_variables(s, ctx, rp->index == 0 ? &job->init : NULL)) != DSIM_OK)
         return e;
     rp->good_checksum = dsim_params_checksum(ctx->params, job->su.n_params);
+    job->res->replicas[rp->index].created_checksum = rp->good_checksum;
+    replica_swallowed(rp, DSIM_PHASE_CREATE_VARIABLES, job->first_step);
+    if (job->cfg->probe_restore && job->first_step > 0)
+        return replica_probe_restore(rp, save);
     return DSIM_OK;
 }
 
@@ -482,12 +540,15 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
         dsim_rt_charge(job->rt,
                        (int64_t)(6.0 * (double)P * (double)rows / cfg->device_flops * 1e9));
     if ((e = dsim_ledger_record(job->res->ledger, rp->index, st.epoch, st.step, b->ids, b->n)) !=
-            DSIM_OK ||
-        (e = train_enter(rp, DSIM_PHASE_ALLREDUCE, gs)) != DSIM_OK)
+        DSIM_OK)
+        return e;
+    replica_note_batch(rp, &st, b);
+    if ((e = train_enter(rp, DSIM_PHASE_ALLREDUCE, gs)) != DSIM_OK)
         return e;
     int64_t tc = dsim_rt_now(job->rt); /* compute ends, the exchange begins */
     if ((e = dsim_strategy_apply_gradients(s, ctx, w->grad)) != DSIM_OK)
         return e;
+    replica_swallowed(rp, DSIM_PHASE_ALLREDUCE, gs);
     /* what a failure later in the step must leave untouched */
     rp->good_checksum = dsim_params_checksum(ctx->params, P);
     if ((e = train_enter(rp, DSIM_PHASE_REDUCE_LOSS, gs)) != DSIM_OK)
@@ -500,6 +561,7 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     } else if (e != DSIM_OK) {
         return e;
     }
+    replica_swallowed(rp, DSIM_PHASE_REDUCE_LOSS, gs);
     int64_t t1 = dsim_rt_now(job->rt);
     uint64_t cks = dsim_params_checksum(ctx->params, P);
     replica_record(rp, gs, b, rows - nb, local, loss, cks, t0, tc, t1);
@@ -508,7 +570,9 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     if ((e = replica_preempt(rp, done, stop_at, stop)) != DSIM_OK)
         return e;
     if ((cfg->checkpoint_every && done % cfg->checkpoint_every == 0) || *stop) {
-        if ((e = train_enter(rp, DSIM_PHASE_CHECKPOINT, gs)) != DSIM_OK ||
+        /* the checkpoint's own global step (the steps it holds), as its
+         * file, the restore and every message name it */
+        if ((e = train_enter(rp, DSIM_PHASE_CHECKPOINT, done)) != DSIM_OK ||
             (e = dsim_strategy_save(s, ctx, &w->save)) != DSIM_OK)
             return e;
         if (rp->index == job->chief &&
@@ -544,7 +608,7 @@ static dsim_err train_replica_run(train_replica *rp, int *inited)
     if (e != DSIM_OK)
         goto out;
     *inited = 1;
-    if ((e = replica_begin(rp)) != DSIM_OK)
+    if ((e = replica_begin(rp, &w.save)) != DSIM_OK)
         goto out;
     uint64_t stop_at = UINT64_MAX; /* where a preemption stops the job, once agreed */
     for (uint64_t gs = job->first_step; gs < job->end_step; gs++) {

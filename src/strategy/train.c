@@ -278,6 +278,12 @@ static dsim_err train_alloc_result(train_job *job)
     res->replicas = calloc(N, sizeof *res->replicas);
     if (job->cfg->record_params)
         res->trace = calloc(steps * P + 1, sizeof(float));
+    if (job->cfg->probe_restore && job->first_step > 0) {
+        res->restored_params = calloc(P ? P : 1, sizeof(float));
+        res->restored_optim_state = calloc(job->su.optim_state_len + 1, sizeof(float));
+        if (!res->restored_params || !res->restored_optim_state)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the restore probe");
+    }
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
         !res->padded || !res->step_ns || !res->comm_ns || !res->checkpoint_writes ||
         !res->replicas || (job->cfg->record_params && !res->trace))
@@ -414,6 +420,9 @@ static void train_hand_over(train_job *job, dsim_train_result *res, bool hung)
     res->n_updates = 0;
     res->checkpoint_writes = NULL;
     res->replicas = NULL;
+    res->restored_params = NULL;
+    res->restored_optim_state = NULL;
+    res->has_restored = false;
     /* Made by the driver alone before the workers ran or after the
      * watchdog gave up on them: moved like stuck. */
     job->resv.initial_params = NULL;

@@ -33,6 +33,7 @@ typedef struct train_replica {
     _Atomic uint64_t step;   /* the global step it is on */
     _Atomic int64_t t_phase; /* when it entered the phase */
     uint64_t good_checksum;  /* its variables after the last update that succeeded */
+    uint64_t coll_failed;    /* its world communicator's failed calls, as last seen */
     bool killed;             /* stopped by the hooks, as a killed process */
     _Atomic int dead;        /* killed by a phase hook: its worker's health check stops */
     _Atomic int in_cb;       /* TRAIN_CB_*: inside the caller's code */

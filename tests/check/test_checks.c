@@ -683,6 +683,27 @@ static void test_sc_idle_and_imbalance(void **state)
     dsim_ledger_destroy(l);
 }
 
+/* ---- naming lost ranks ---- */
+
+static void test_ranks_text(void **state)
+{
+    (void)state;
+    char buf[160];
+    bool lost[8] = {false};
+    dsim_check_ranks_text(lost, 8, 6, 2, buf, sizeof buf);
+    assert_string_equal(buf, "no rank");
+    lost[2] = lost[3] = true;
+    dsim_check_ranks_text(lost, 8, 6, 2, buf, sizeof buf);
+    assert_string_equal(buf, "ranks 2-3 (worker 1)");
+    lost[3] = false;
+    dsim_check_ranks_text(lost, 8, 6, 2, buf, sizeof buf);
+    assert_string_equal(buf, "rank 2 (worker 1)");
+    lost[1] = lost[3] = lost[5] = lost[6] = true;
+    dsim_check_ranks_text(lost, 8, 6, 2, buf, sizeof buf);
+    assert_string_equal(buf, "ranks 1 (worker 0), 2-3 (worker 1), 5 (worker 2) and parameter "
+                             "server 0 (rank 6)");
+}
+
 /* ---- convergence ---- */
 
 static void test_convergence(void **state)
@@ -721,6 +742,21 @@ static void test_convergence(void **state)
     r = judge("convergence", &ctx, v);
     assert_false(r.passed);
     assert_has(r.message, "2% above");
+
+    /* two-sided: 7 % below the reference is outside a 1 % band too */
+    f.res.final_loss = 0.465;
+    values_of(ops, v, "within_pct_of_reference", 1.0, NULL);
+    r = judge("convergence", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "7% below the one-device reference's 0.5 (OUTSIDE the 1% allowed either "
+                          "side)");
+    assert_has(r.message, "did not compute what they compute");
+    assert_true(fabs(r.expected - 0.495) < 1e-12);
+    values_of(ops, v, "within_pct_of_reference", 8.0, NULL);
+    r = judge("convergence", &ctx, v);
+    assert_true(r.passed);
+    assert_has(r.message, "within the 8% allowed either side");
+    f.res.final_loss = 0.51;
 
     /* both: the tighter bound is shown and both must hold */
     values_of(ops, v, "within_pct_of_reference", 5.0, "max_final_loss", 0.52, NULL);
@@ -1070,6 +1106,7 @@ int main(void)
         cmocka_unit_test(test_sc_policy_off),
         cmocka_unit_test(test_sc_idle_and_imbalance),
         cmocka_unit_test(test_convergence),
+        cmocka_unit_test(test_ranks_text),
         cmocka_unit_test(test_performance),
         cmocka_unit_test(test_run_all_expect_fail),
         cmocka_unit_test(test_run_all_expect_error),

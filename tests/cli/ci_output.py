@@ -104,11 +104,18 @@ def main():
         with open(odd, "w") as f:
             f.write("name: no_checks\n"
                     "cluster: {hosts: 1}\n"
+                    "data: {examples: 32, features: 4, classes: 2, global_batch: 8, epochs: 1}\n"
+                    "expect: {gradient_consistency: off, shard_coverage: off}\n")
+        # a scenario that names no check: the ones that apply, by default
+        dflt = os.path.join(tmp, "dflt.yaml")
+        with open(dflt, "w") as f:
+            f.write("name: by_default\n"
+                    "cluster: {hosts: 1}\n"
                     "data: {examples: 32, features: 4, classes: 2, global_batch: 8, epochs: 1}\n")
 
         j1 = os.path.join(tmp, "run.xml")
-        rc, out, err = run([quick, bad, odd, "--db", os.path.join(tmp, "a.db"), "--junit", j1],
-                           tmp)
+        rc, out, err = run([quick, bad, odd, dflt, "--db", os.path.join(tmp, "a.db"), "--junit",
+                            j1], tmp)
         check(rc == 1, "a failed check exits 1 with --junit (got %d): %s" % (rc, err))
         check("CHECK" in out, "the table still goes to stdout without --tap")
         root = junit_checks(j1, "run.xml")
@@ -138,6 +145,18 @@ def main():
             oc = o.findall("testcase")
             check(len(oc) == 1 and oc[0].get("name") == "run" and len(list(oc[0])) == 0,
                   "a scenario without checks is one passed testcase 'run'")
+            check("checks_by_default" not in
+                  {p.get("name") for p in q.find("properties")},
+                  "a scenario that names its checks has none by default")
+            d = suites[3]
+            check([c.get("name") for c in d.findall("testcase")] ==
+                  ["gradient_consistency", "shard_coverage"],
+                  "a scenario that names no check is judged by the ones that apply")
+            dprops = {p.get("name"): p.get("value") for p in d.find("properties")}
+            check(dprops.get("checks_by_default") == "gradient_consistency,shard_coverage",
+                  "the suite says which checks ran by default: %r" % dprops)
+            check("pass*" in out and "judged by default" in out,
+                  "the table marks the checks judged by default")
             props = {p.get("name"): p.get("value") for p in q.find("properties")}
             check(props.get("strategy") == "multi_worker_mirrored" and props.get("run_id") == "1",
                   "properties name the strategy and the run: %r" % props)

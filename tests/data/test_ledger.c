@@ -340,6 +340,69 @@ static void *replica_thread(void *p)
     return NULL;
 }
 
+/* A job restarted from a checkpoint (Keras BackupAndRestore): the first
+ * attempt's steps before the checkpoint and the second attempt's count;
+ * the first attempt's steps after the checkpoint were rolled back and run
+ * again, so their reads are kept apart, not counted twice. */
+static void test_restart_committed_steps(void **state)
+{
+    (void)state;
+    /* 16 examples, 2 replicas, batches of 2 each: 4 steps per epoch */
+    enum { N = 16, SPE = 4 };
+    dsim_ledger *a0, *a1, *job;
+    assert_int_equal(dsim_ledger_create(N, 1, 1, 2, &a0), DSIM_OK);
+    assert_int_equal(dsim_ledger_create(N, 1, 1, 2, &a1), DSIM_OK);
+    assert_int_equal(dsim_ledger_create(N, 1, 1, 2, &job), DSIM_OK);
+    for (uint64_t s = 0; s < SPE; s++)
+        for (int r = 0; r < 2; r++) {
+            uint64_t ids[2] = {s * 4 + (uint64_t)r * 2, s * 4 + (uint64_t)r * 2 + 1};
+            /* attempt 0 ran steps 0..2, step 2 only on replica 0 (then died) */
+            if (s < 2 || (s == 2 && r == 0))
+                assert_int_equal(dsim_ledger_record(a0, r, 0, s, ids, 2), DSIM_OK);
+            /* attempt 1 resumed from the checkpoint of global step 1 */
+            if (s >= 1)
+                assert_int_equal(dsim_ledger_record(a1, r, 0, s, ids, 2), DSIM_OK);
+        }
+    /* attempt 0 alone would read steps 1 and 2 twice with attempt 1 */
+    assert_int_equal(dsim_ledger_copy_steps(job, a0, SPE, 0, 1, false), DSIM_OK);
+    assert_int_equal(dsim_ledger_copy_steps(job, a0, SPE, 1, UINT64_MAX, true), DSIM_OK);
+    assert_int_equal(dsim_ledger_copy_steps(job, a1, SPE, 1, UINT64_MAX, false), DSIM_OK);
+    dsim_coverage c;
+    assert_int_equal(dsim_ledger_coverage(job, 0, -1, 1, &c), DSIM_OK);
+    assert_int_equal(c.exact, N);
+    assert_int_equal(c.duplicates, 0);
+    assert_int_equal(c.misses, 0);
+    assert_int_equal(c.rolled_back, 6); /* step 1 on both replicas, step 2 on one */
+    assert_int_equal(c.rolled_back_steps, 2);
+    assert_int_equal(c.idle, 0);
+    assert_true(c.imbalance == 1);
+    /* who read example 4 (step 1, replica 0): once, not with the rolled-back read */
+    int who[4];
+    size_t nw = 0;
+    assert_int_equal(dsim_ledger_readers(job, 0, 4, who, 4, &nw), DSIM_OK);
+    assert_int_equal(nw, 1);
+    /* the same reads, counted as the first attempt's own: duplicates */
+    dsim_ledger *naive;
+    assert_int_equal(dsim_ledger_create(N, 1, 1, 2, &naive), DSIM_OK);
+    assert_int_equal(dsim_ledger_copy_steps(naive, a0, SPE, 0, UINT64_MAX, false), DSIM_OK);
+    assert_int_equal(dsim_ledger_copy_steps(naive, a1, SPE, 0, UINT64_MAX, false), DSIM_OK);
+    assert_int_equal(dsim_ledger_coverage(naive, 0, -1, 1, &c), DSIM_OK);
+    assert_int_equal(c.duplicates, 6);
+    /* and the last attempt alone misses what the first committed */
+    assert_int_equal(dsim_ledger_coverage(a1, 0, -1, 1, &c), DSIM_OK);
+    assert_int_equal(c.misses, 4);
+    /* ledgers of another shape are refused, naming both */
+    dsim_ledger *other;
+    assert_int_equal(dsim_ledger_create(N + 1, 1, 1, 2, &other), DSIM_OK);
+    assert_int_equal(dsim_ledger_copy_steps(other, a0, SPE, 0, 1, false), DSIM_EINVAL);
+    assert_msg_has("differ in shape");
+    dsim_ledger_destroy(other);
+    dsim_ledger_destroy(naive);
+    dsim_ledger_destroy(job);
+    dsim_ledger_destroy(a1);
+    dsim_ledger_destroy(a0);
+}
+
 static void test_concurrent_recording(void **state)
 {
     (void)state;
@@ -380,9 +443,12 @@ static void test_concurrent_recording(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_coverage_every_policy),     cmocka_unit_test(test_idle_and_imbalance),
-        cmocka_unit_test(test_duplicates_misses_readers), cmocka_unit_test(test_reruns),
+        cmocka_unit_test(test_coverage_every_policy),
+        cmocka_unit_test(test_idle_and_imbalance),
+        cmocka_unit_test(test_duplicates_misses_readers),
+        cmocka_unit_test(test_reruns),
         cmocka_unit_test(test_concurrent_recording),
+        cmocka_unit_test(test_restart_committed_steps),
     };
     return cmocka_run_group_tests_name("ledger", tests, NULL, NULL);
 }

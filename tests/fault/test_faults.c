@@ -435,8 +435,15 @@ static void test_recovery_ends_equal_to_a_clean_run(void **state)
     FILE *mf = open_memstream(&buf, &len);
     dsim_recovery_print_timeline(&r, mf);
     fclose(mf);
-    assert_non_null(strstr(buf, "rank 3 killed"));
-    assert_non_null(strstr(buf, "replica 3 lost (compute, step 5)"));
+    /* one kill, named once, at the place it happened */
+    assert_non_null(strstr(buf, "rank 3 killed at compute of step 5 (at its trigger)"));
+    assert_non_null(strstr(buf, "rank 3 (worker 1) lost by fault 0"));
+    /* the attempt in the middle is kept: the job's coverage spans all three */
+    assert_int_equal(dsim_recovery_attempt_count(&r), 3);
+    assert_int_equal(r.n_mid, 1);
+    assert_true(r.lost && r.n_ranks == 4 && r.lost[3] && !r.lost[0] && !r.lost[1] && !r.lost[2]);
+    assert_true(r.resumed && r.n_resumed == 3 && r.resumed[2] &&
+                r.resumed[2]->global_step == r.final.first_step);
     assert_non_null(strstr(buf, "after the loss"));
     assert_non_null(strstr(buf, "2 restart(s); the last attempt finished"));
     free(buf);

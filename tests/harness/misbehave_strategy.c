@@ -12,6 +12,12 @@
  *                dsim run's supervisor process can say what happened
  *   crash_kill   ... is killed by SIGKILL there (as by the kernel's
  *                out-of-memory killer): likewise
+ *   hang_on_abort a replica whose all-reduce fails (a peer died) waits for
+ *                that peer for ever, as a barrier with no deadline does:
+ *                it sleeps on the runtime's clock (so that the sim engine
+ *                sees a waiting worker, not a stalled one) and never
+ *                returns the error; without faults it is a plain mirrored
+ *                strategy
  *   ignore_abort every replica ignores a failed all-reduce (a peer lost, a
  *                message dropped or corrupt, the job aborted) and keeps
  *                stepping with whatever the call left, as code that logs
@@ -50,6 +56,8 @@
 #define MB_NAME "crash_kill"
 #elif defined(MISBEHAVE_IGNORE_ABORT)
 #define MB_NAME "ignore_abort"
+#elif defined(MISBEHAVE_HANG_ON_ABORT)
+#define MB_NAME "hang_on_abort"
 #else
 #error "define one MISBEHAVE_*"
 #endif
@@ -127,6 +135,11 @@ static dsim_err mb_apply(dsim_replica_ctx *ctx, float *grad)
     dsim_err e = dsim_allreduce(ctx->world, grad, grad, ctx->n_params, DSIM_F32, DSIM_SUM);
 #ifdef MISBEHAVE_IGNORE_ABORT
     e = DSIM_OK; /* the bug */
+#endif
+#ifdef MISBEHAVE_HANG_ON_ABORT
+    /* the bug: wait for the dead peer for ever instead of failing */
+    while (e != DSIM_OK && !atomic_load(&mb_released))
+        (void)dsim_rt_sleep_until(ctx->rt, dsim_rt_now(ctx->rt) + 10 * 1000 * 1000);
 #endif
     if (e != DSIM_OK)
         return e;

@@ -250,10 +250,13 @@ static void test_text_and_failures(void **state)
                        "expect:\n  shard_coverage: {}\n  convergence: {max_final_loss: 1e-6}\n";
     assert_int_equal(dsim_harness_run_text("fail.yaml", fail, strlen(fail), &o, &r), DSIM_OK);
     assert_int_equal(r.status, DSIM_RUN_FAILED);
-    assert_int_equal(r.n_checks, 2);
+    assert_int_equal(r.n_checks, 3); /* and gradient_consistency, by default */
     assert_int_equal(r.n_failed, 1);
     assert_true(r.checks[0].passed);
     assert_false(r.checks[1].passed);
+    assert_string_equal(r.checks[2].name, "gradient_consistency");
+    assert_true(r.checks[2].by_default && r.checks[2].passed);
+    assert_false(r.checks[0].by_default || r.checks[1].by_default);
     assert_non_null(strstr(r.checks[1].result.message, "ABOVE max_final_loss"));
     ht_sql_text(db, "SELECT status FROM runs WHERE id = 1", status, sizeof status);
     assert_string_equal(status, "failed");
@@ -357,7 +360,7 @@ static void test_reference_beside(void **state)
         dsim_harness_opts o = {.size = sizeof o, .db_path = db[k], .reference_after = k == 1};
         assert_int_equal(dsim_harness_run_text("beside.yaml", text, strlen(text), &o, &r[k]),
                          DSIM_OK);
-        ht_all_passed(&r[k], 2);
+        ht_all_passed(&r[k], 3); /* and shard_coverage, by default */
     }
     assert_int_equal(r[0].reference_beside, sysconf(_SC_NPROCESSORS_ONLN) >= 2);
     assert_false(r[1].reference_beside);
@@ -382,7 +385,7 @@ static void test_reference_beside(void **state)
     dsim_harness_opts th = {.size = sizeof th, .engine_override = "threads"};
     dsim_harness_result t;
     assert_int_equal(dsim_harness_run_text("beside.yaml", text, strlen(text), &th, &t), DSIM_OK);
-    ht_all_passed(&t, 2);
+    ht_all_passed(&t, 3);
     assert_false(t.reference_beside);
     dsim_harness_result_free(&t);
 }

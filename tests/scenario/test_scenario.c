@@ -29,6 +29,78 @@ static dsim_scenario *parse_ok(const char *text)
     return s;
 }
 
+/* The names of the checks a scenario judges, in order, '*' after one judged
+ * by default: "gradient_consistency* shard_coverage*". */
+static void expect_names(const dsim_scenario *s, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    for (size_t i = 0; i < s->n_expect; i++)
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s%s", i ? " " : "",
+                 s->expect[i].check->name, s->expect[i].by_default ? "*" : "");
+}
+
+static void test_checks_by_default(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body, *want;
+    } cases[] = {
+        /* no expect: section at all: what applies */
+        {"", "gradient_consistency* shard_coverage*"},
+        /* named ones first, with their thresholds; the rest after */
+        {"expect: {shard_coverage: {max_idle: 3}, convergence: {max_final_loss: 1}}\n",
+         "shard_coverage convergence gradient_consistency*"},
+        /* turned off */
+        {"expect: {shard_coverage: off, gradient_consistency: false}\n", ""},
+        /* a checkpoint written: checkpoint_roundtrip */
+        {"checkpoint: {path: x.ckpt, every: 2}\n",
+         "gradient_consistency* shard_coverage* checkpoint_roundtrip*"},
+        /* faults: node_loss; a preemption writes a checkpoint too */
+        {"checkpoint: {path: x.ckpt}\nfaults: [{what: preempt, at_step: 2}]\nrecovery: "
+         "restart\n",
+         "gradient_consistency* shard_coverage* node_loss* checkpoint_roundtrip*"},
+        {"faults: [{what: kill, at_step: 2, rank: 1}]\nexpect: {node_loss: off}\n",
+         "gradient_consistency* shard_coverage*"},
+        /* asynchronous parameter servers: no step-wise state to compare */
+        {"cluster: {hosts: 2, ps: 1}\nstrategy: {name: parameter_server, ps_mode: async}\n"
+         "checkpoint: {path: x.ckpt, every: 2}\n",
+         "shard_coverage*"},
+        /* a run that must be refused judges nothing else */
+        {"expect: {error: \"fewer input files\"}\n", ""},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char text[1024], got[256];
+        snprintf(text, sizeof text, "name: d\ncluster: {hosts: 2}\n%s", cases[k].body);
+        if (strstr(cases[k].body, "cluster:"))
+            snprintf(text, sizeof text, "name: d\n%s", cases[k].body);
+        dsim_scenario *s = parse_ok(text);
+        expect_names(s, got, sizeof got);
+        if (strcmp(got, cases[k].want) != 0)
+            fail_msg("case %zu: judges \"%s\", expected \"%s\"\n%s", k, got, cases[k].want, text);
+        dsim_scenario_free(s);
+    }
+    /* what `dsim list checks` says is judged by default is what is: on a
+     * run where everything applies, exactly the checks that say so */
+    dsim_scenario *all = parse_ok("name: all\ncluster: {hosts: 2}\ncheckpoint: {path: x.ckpt, "
+                                  "every: 2}\nfaults: [{what: kill, at_step: 2, rank: 1}]\n");
+    for (size_t i = 0; i < dsim_check_count(); i++) {
+        const dsim_check_ops *ops = dsim_check_at(i);
+        if ((ops->by_default != NULL) != dsim_scenario_check_applies(all, ops))
+            fail_msg("%s: by_default says %s, the scenario's rule %s", ops->name,
+                     ops->by_default ? ops->by_default : "(none)",
+                     dsim_scenario_check_applies(all, ops) ? "applies it" : "does not");
+    }
+    dsim_scenario_free(all);
+    /* `off` beside thresholds for the same check, or with expect.error */
+    dsim_scenario *s = NULL;
+    const char *twice = "name: d\nexpect: {shard_coverage: off, shard_coverage: {}}\n";
+    assert_int_equal(dsim_scenario_parse("t.yaml", twice, strlen(twice), &s), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "expect.shard_coverage"));
+    const char *err = "name: d\nexpect: {error: x, node_loss: off}\n";
+    assert_int_equal(dsim_scenario_parse("t.yaml", err, strlen(err), &s), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "turning node_loss off means nothing"));
+}
+
 static const char full_yaml[] = "name: full-1.x\n"                                      /*  1 */
                                 "description: \"every key\"\n"                          /*  2 */
                                 "seed: 18446744073709551615\n"                          /*  3 */
@@ -190,7 +262,16 @@ static void test_full(void **state)
     assert_string_equal(s->recovery, "restart");
     assert_int_equal(s->recovery_pos.line, 59);
     assert_null(s->expect_error);
-    assert_int_equal(s->n_expect, 2);
+    /* the two it names, then what applies by default: shard_coverage and,
+     * with faults, node_loss (asynchronous servers: no gradient_consistency
+     * by default, no checkpoint_roundtrip) */
+    assert_int_equal(s->n_expect, 4);
+    assert_false(s->expect[0].by_default || s->expect[1].by_default);
+    assert_string_equal(s->expect[2].check->name, "shard_coverage");
+    assert_true(s->expect[2].by_default);
+    assert_string_equal(s->expect[3].check->name, "node_loss");
+    assert_true(s->expect[3].by_default);
+    assert_int_equal(s->expect[3].pos.line, 0);
     const dsim_expect *x = &s->expect[0];
     assert_string_equal(x->check->name, "gradient_consistency");
     assert_false(x->expect_fail);
@@ -268,7 +349,9 @@ static void test_defaults(void **state)
     assert_null(t->checkpoint_path);
     assert_int_equal(t->checkpoint_every, 0);
     assert_int_equal(s->n_faults, 0);
-    assert_int_equal(s->n_expect, 0);
+    /* by default: gradient_consistency and shard_coverage */
+    assert_int_equal(s->n_expect, 2);
+    assert_true(s->expect[0].by_default && s->expect[1].by_default);
     assert_string_equal(s->recovery, "none");
     assert_null(s->expect_error);
     assert_int_equal(dsim_scenario_runnable(s), DSIM_OK);
@@ -311,7 +394,9 @@ static void test_defaults(void **state)
 
     /* empty sections and an empty expect entry are allowed */
     s = parse_ok("name: e\ncluster:\nstrategy: {}\nfaults: []\nexpect:\n  shard_coverage:\n");
-    assert_int_equal(s->n_expect, 1);
+    assert_int_equal(s->n_expect, 2); /* and gradient_consistency by default */
+    assert_false(s->expect[0].by_default);
+    assert_true(s->expect[1].by_default);
     assert_int_equal(s->n_faults, 0);
     dsim_scenario_free(s);
 }
@@ -342,7 +427,7 @@ static void test_defaults_text(void **state)
     assert_int_equal(a->health_retries, b->health_retries);
     assert_string_equal(a->recovery, b->recovery);
     assert_int_equal(a->n_faults, 0);
-    assert_int_equal(a->n_expect, 0);
+    assert_int_equal(a->n_expect, b->n_expect);
     assert_string_equal(x->strategy, y->strategy);
     assert_int_equal(x->hosts, y->hosts);
     assert_int_equal(x->devices_per_host, y->devices_per_host);
@@ -1151,17 +1236,12 @@ static void test_plan(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_full),
-        cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_defaults_text),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_matrix),
-        cmocka_unit_test(test_plugin_path),
-        cmocka_unit_test(test_tf_config),
-        cmocka_unit_test(test_runnable),
-        cmocka_unit_test(test_units),
-        cmocka_unit_test(test_plan),
-        cmocka_unit_test(test_fault_detection),
+        cmocka_unit_test(test_full),          cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_defaults_text), cmocka_unit_test(test_checks_by_default),
+        cmocka_unit_test(test_errors),        cmocka_unit_test(test_matrix),
+        cmocka_unit_test(test_plugin_path),   cmocka_unit_test(test_tf_config),
+        cmocka_unit_test(test_runnable),      cmocka_unit_test(test_units),
+        cmocka_unit_test(test_plan),          cmocka_unit_test(test_fault_detection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

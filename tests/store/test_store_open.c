@@ -480,6 +480,54 @@ static void test_migrate_v5(void **state)
     sqlite3_close(db);
 }
 
+/* Version 6 to 7 says which checks were judged by default: an old row is
+ * one the scenario named (0), a new row says what it was told. */
+static void test_migrate_v6(void **state)
+{
+    (void)state;
+    char path[4200], fresh[4200], buf[256];
+    db_path(path, sizeof path, "v6.db");
+    db_path(fresh, sizeof fresh, "fresh7.db");
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    su_exec(db, "PRAGMA foreign_keys = OFF");
+    for (int k = 0; k < 6; k++)
+        su_exec(db, store_migrations[k]);
+    su_exec(db, "PRAGMA application_id = 1685285229; PRAGMA user_version = 6;");
+    su_exec(db, "INSERT INTO runs (id, scenario, seed, engine, dsim_version, status, started_ns,"
+                "  ended_ns, host, pid, pid_start) VALUES"
+                "  (1, 'a', 1, 'threads', '0.1.0', 'passed', 1, 2, 'h', 1, 1);"
+                "INSERT INTO checks (run_id, name, passed, measured, expected, message) VALUES"
+                "  (1, 'shard_coverage', 1, 0, 0, 'ok');");
+    sqlite3_close(db);
+
+    dsim_store *st;
+    assert_int_equal(dsim_store_open(path, &st), DSIM_OK);
+    dsim_run_id run = begin(st, "defaults");
+    assert_int_equal(run, 2);
+    assert_int_equal(dsim_store_check_row(st, run, "node_loss", false, 1, 0.5, "slow", true),
+                     DSIM_OK);
+    assert_int_equal(dsim_store_check(st, run, "convergence", true, 0.1, 0.5, "ok"), DSIM_OK);
+    assert_int_equal(dsim_store_end_run(st, run, DSIM_RUN_FAILED, NULL, 0), DSIM_OK);
+    assert_int_equal(dsim_store_close(st), DSIM_OK);
+
+    db = su_open(path);
+    assert_int_equal(su_int(db, "PRAGMA user_version"), DSIM_STORE_SCHEMA_VERSION);
+    assert_string_equal(su_text(db, buf, sizeof buf,
+                                "SELECT group_concat(run_id || ':' || name || ':' || by_default, "
+                                "' ') FROM (SELECT * FROM checks ORDER BY rowid)"),
+                        "1:shard_coverage:0 2:node_loss:1 2:convergence:0");
+    assert_int_equal(dsim_store_open(fresh, &st), DSIM_OK);
+    assert_int_equal(dsim_store_close(st), DSIM_OK);
+    sqlite3 *dbf = su_open(fresh);
+    char *a = schema_shape(db), *b = schema_shape(dbf);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    sqlite3_close(dbf);
+    sqlite3_close(db);
+}
+
 /* Version 3 to 4 adds flight_records: the runs stay, a flight record of a
  * new run is stored, and it goes with its run. */
 static void test_migrate_v3(void **state)
@@ -789,11 +837,17 @@ int main(void)
 #endif
     su_mkdtemp(tmpdir, sizeof tmpdir);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_new_and_default_path), cmocka_unit_test(test_migrate_v1),
-        cmocka_unit_test(test_migrate_v2),           cmocka_unit_test(test_migrate_v3),
-        cmocka_unit_test(test_migrate_v4),           cmocka_unit_test(test_migrate_v5),
-        cmocka_unit_test(test_newer_refused),        cmocka_unit_test(test_not_a_database_refused),
-        cmocka_unit_test(test_killed_midway),        cmocka_unit_test(test_live_run_not_marked),
+        cmocka_unit_test(test_new_and_default_path),
+        cmocka_unit_test(test_migrate_v1),
+        cmocka_unit_test(test_migrate_v2),
+        cmocka_unit_test(test_migrate_v3),
+        cmocka_unit_test(test_migrate_v4),
+        cmocka_unit_test(test_migrate_v5),
+        cmocka_unit_test(test_migrate_v6),
+        cmocka_unit_test(test_newer_refused),
+        cmocka_unit_test(test_not_a_database_refused),
+        cmocka_unit_test(test_killed_midway),
+        cmocka_unit_test(test_live_run_not_marked),
         cmocka_unit_test(test_write_failure),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

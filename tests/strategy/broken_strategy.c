@@ -21,6 +21,19 @@
  *   -DBROKEN_TAIL       reduces its gradient in two buckets and averages the
  *                       last one: gradient_consistency names the parameter
  *                       range that is updated otherwise.
+ *   -DBROKEN_RESTORE    create_variables() restores the parameters but starts
+ *                       the optimizer afresh: init's slots and step are left
+ *                       out. save() is right, the restore is not
+ *                       (checkpoint_roundtrip: "restore: ...", node_loss:
+ *                       "the optimizer state differs").
+ *   -DBROKEN_RESTORE_STEP  the optimizer's step is restored one too high (a
+ *                       step resumed off by one): Adam's bias correction
+ *                       goes wrong after a restart.
+ *   -DBROKEN_BCAST      the variables are broadcast on a fresh start only
+ *                       (ctx->global_step 0): after a restore the chief holds
+ *                       the checkpoint's variables and every other replica
+ *                       keeps its own ("variables not broadcast after the
+ *                       restore").
  *   -DBROKEN_HANG       at global step 3, replica 3 waits in its own code for
  *                       a message nobody sends, until its timeout: the others
  *                       wait for it in the all-reduce (a planted hang for
@@ -51,6 +64,15 @@
 #elif defined(BROKEN_HANG)
 #define BROKEN_NAME    "broken_hang"
 #define BROKEN_SUMMARY "replica 3 stops in its own code at step 3 (a test fixture)"
+#elif defined(BROKEN_RESTORE)
+#define BROKEN_NAME    "broken_restore"
+#define BROKEN_SUMMARY "restores without the optimizer's slots and step (a test fixture)"
+#elif defined(BROKEN_RESTORE_STEP)
+#define BROKEN_NAME    "broken_restore_step"
+#define BROKEN_SUMMARY "restores the optimizer's step off by one (a test fixture)"
+#elif defined(BROKEN_BCAST)
+#define BROKEN_NAME    "broken_bcast"
+#define BROKEN_SUMMARY "does not broadcast the variables after a restore (a test fixture)"
 #else
 #error                                                                                             \
     "build with one of -DBROKEN_MISMATCH, -DBROKEN_REDUCE_OP, -DBROKEN_SAVE, -DBROKEN_CTX, -DBROKEN_STALE, -DBROKEN_TAIL"
@@ -80,14 +102,29 @@ static dsim_err broken_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *i
         return e;
     if (init)
         memcpy(ctx->params, init->params, ctx->n_params * sizeof(float));
+#if defined(BROKEN_BCAST)
+    /* THE BUG: "the variables were sent when the job started". */
+    e = ctx->global_step == 0 ? dsim_broadcast(ctx->world, ctx->params, ctx->n_params, DSIM_F32, 0)
+                              : DSIM_OK;
+#else
     e = dsim_broadcast(ctx->world, ctx->params, ctx->n_params, DSIM_F32, 0);
+#endif
     size_t len = dsim_optim_state_len(me->opt);
     float *slots = calloc(len ? len : 1, sizeof(float));
     if (!slots)
         return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", BROKEN_NAME);
+#if defined(BROKEN_RESTORE)
+    /* THE BUG: the optimizer starts afresh whatever init holds. */
+    int64_t step = 0;
+#else
     if (init && len)
         memcpy(slots, init->optim_state, len * sizeof(float));
     int64_t step = init ? (int64_t)init->optim_step : 0;
+#endif
+#if defined(BROKEN_RESTORE_STEP)
+    if (init && init->optim_step > 0)
+        step++; /* THE BUG: resumed one step ahead */
+#endif
     if (e == DSIM_OK && len)
         e = dsim_broadcast(ctx->world, slots, len, DSIM_F32, 0);
     if (e == DSIM_OK)

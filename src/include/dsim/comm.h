@@ -147,6 +147,11 @@ DSIM_API void dsim_comm_last_call(const dsim_comm *c, const char **op, uint64_t 
 /* The last error on this communicator (code DSIM_OK if none); peer is the
  * failed rank when one is to blame. */
 DSIM_API const dsim_error *dsim_comm_error(const dsim_comm *c);
+/* Collective calls on c that returned an error so far (0 for NULL); the
+ * last one's error is dsim_comm_error(c). A caller that sees the count
+ * grow across a call that returned success knows that the call swallowed a
+ * collective's error. */
+DSIM_API uint64_t dsim_comm_failed_calls(const dsim_comm *c);
 
 /* sendbuf == recvbuf is allowed (in place) for allreduce. */
 DSIM_API dsim_err dsim_allreduce(dsim_comm *c, const void *sendbuf, void *recvbuf, size_t count,

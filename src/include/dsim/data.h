@@ -284,6 +284,18 @@ DSIM_API dsim_err dsim_ledger_record_rerun(dsim_ledger *l, int replica, int lost
                                            uint64_t step, const uint64_t *ids, uint64_t n);
 /* Records every local replica's batch of one input step of `worker`. */
 DSIM_API dsim_err dsim_ledger_record_step(dsim_ledger *l, int worker, const dsim_input_step *st);
+/* Copies into dst (of the same shape) src's records of the global steps
+ * [from, to), where a record's global step is epoch * steps_per_epoch +
+ * step: as they are, or with rolled_back as reads of steps a restart rolled
+ * back (Keras BackupAndRestore: the steps after the checkpoint it resumes
+ * from are run again, and only that second run counts). Rolled-back reads
+ * are kept apart: dsim_coverage.rolled_back counts them, and no other
+ * query sees them. How a job that restarted is judged: each attempt's
+ * steps up to the checkpoint the next one resumed from, then the next
+ * attempt's. */
+DSIM_API dsim_err dsim_ledger_copy_steps(dsim_ledger *dst, const dsim_ledger *src,
+                                         uint64_t steps_per_epoch, uint64_t from, uint64_t to,
+                                         bool rolled_back);
 
 typedef struct dsim_coverage {
     uint32_t epoch;
@@ -297,7 +309,10 @@ typedef struct dsim_coverage {
     uint64_t reruns;       /* examples read more than expected only because a lost
                               replica's step they were in ran again (at least once) */
     uint64_t out_of_range; /* recorded ids >= n_examples */
-    uint64_t steps;        /* highest recorded step + 1 */
+    /* example reads of steps a restart rolled back (dsim_ledger_copy_steps),
+     * and those steps: read again after the restart, counted nowhere else */
+    uint64_t rolled_back, rolled_back_steps;
+    uint64_t steps; /* highest recorded step + 1 */
     /* (step, replica) pairs where the replica got no example while another
      * replica (of the same filter) got some. */
     uint64_t idle;

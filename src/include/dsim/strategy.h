@@ -162,6 +162,13 @@ typedef struct dsim_train_hooks {
      * worker): once it says 1 the worker stops answering its peers' pings,
      * as a dead process would. */
     int (*killed)(void *user, int replica);
+    /* Replica `replica` read its batch of (epoch, step): ids[0..n), as the
+     * coverage ledger records it, right after its compute and before the
+     * exchange. What an engine whose tasks can die at any moment (a killed
+     * process) reports at once, so that a read the job relied on is never
+     * lost with the process. */
+    void (*batch)(void *user, int replica, uint32_t epoch, uint64_t step, const uint64_t *ids,
+                  uint64_t n);
 } dsim_train_hooks;
 
 /* Where a replica ended (dsim_train_result.replicas). */
@@ -189,6 +196,20 @@ typedef struct dsim_train_replica_end {
      * inproc), measured by the transport or modelled by the network model. */
     int conn_count, conn_slowest_peer, conn_modelled;
     int64_t conn_max_ns, conn_total_ns;
+    /* dsim_params_checksum of its variables when create_variables returned
+     * (after a restore: the restored variables, broadcast or not); 0 if it
+     * never returned. */
+    uint64_t created_checksum;
+    /* Strategy calls that returned success although a collective on the
+     * replica's world communicator failed inside them: an error the
+     * strategy swallowed (dsim_comm_failed_calls). The first one's phase
+     * (create_variables, allreduce: apply_gradients, reduce_loss: reduce),
+     * global step, and the collective's error and message. */
+    uint64_t swallowed;
+    dsim_phase swallowed_phase;
+    uint64_t swallowed_step;
+    dsim_err swallowed_err;
+    char swallowed_msg[256];
 } dsim_train_replica_end;
 
 /* Where a worker of a running job is: a replica, or a parameter server's
@@ -357,6 +378,11 @@ typedef struct dsim_train_cfg {
     uint64_t preempt_grace_steps; /* steps run after the agreed boundary, before the save */
 
     bool record_params; /* keep replica 0's variables after every step (result.trace) */
+    /* After a restore, every replica calls save() once more, right after
+     * create_variables and before its first step, and the chief's is kept
+     * in result.restored: what the strategy holds once it restored (and
+     * broadcast) the checkpoint, to compare with the file. */
+    bool probe_restore;
     dsim_train_observer observer;
     void *observer_user;
 
@@ -480,6 +506,14 @@ typedef struct dsim_train_result {
     float *optim_state;
     size_t optim_state_len;
     uint64_t optim_step;
+
+    /* cfg.probe_restore on a restored job: the chief's save() right after
+     * the restore (has_restored), in the driver's layout. */
+    bool has_restored;
+    float *restored_params;      /* [n_params] */
+    float *restored_optim_state; /* [restored_optim_state_len] */
+    size_t restored_optim_state_len;
+    uint64_t restored_optim_step;
 
     dsim_error error; /* the failure, when dsim_train did not return DSIM_OK */
 

@@ -151,7 +151,8 @@ typedef struct dsim_replica_ctx {
     size_t n_params;
     float *params;        /* n_params floats: the variables this replica's next step reads */
     uint64_t global_step; /* the step being run, counting from 0 over the whole job
-                             (restored steps included) */
+                             (restored steps included); in create_variables the
+                             first step to run: > 0 after a restore */
     void *priv;           /* replica_priv_size bytes, zeroed, 16-byte aligned */
 } dsim_replica_ctx;
 

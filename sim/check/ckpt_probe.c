@@ -1,0 +1,243 @@
+/* What checkpoint_roundtrip and node_loss share about a checkpoint: which
+ * of the three ops around it changed the state, each judged on its own.
+ *
+ *   save       the file against the state the job had when it was written
+ *              (the chief's variables after that step, the optimizer's
+ *              slots and step of a one-device replay to it);
+ *   restore    what the strategy holds right after it restored the file
+ *              (its own save() then, dsim_train_cfg.probe_restore) against
+ *              the file: the parameters, the slots, the step;
+ *   broadcast  every replica's variables when create_variables returned
+ *              against the file's: the chief restores, the others must be
+ *              sent what it restored.
+ *
+ * The restore is probed by a job of no steps that restores the checkpoint
+ * (written to a file of its own, so that the job's own backup is never
+ * touched), in this process, on threads (or, for many ranks, under the sim
+ * runtime): what a strategy does with a checkpoint does not depend on the
+ * engine. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check/check_int.h"
+
+/* Above this many ranks the probe runs under the sim runtime. */
+#define CK_PROBE_MAX_THREADS 64
+
+size_t ck_worst(const float *got, const float *want, size_t n, double max_abs, double max_rel,
+                size_t *n_out, double *rel_out)
+{
+    size_t worst = SIZE_MAX;
+    double wrel = 0;
+    *n_out = 0;
+    for (size_t i = 0; i < n; i++) {
+        double a = got[i], b = want[i];
+        double d = fabs(a - b), mag = fmax(fabs(a), fabs(b));
+        double rel = mag > 0 ? d / mag : 0;
+        if (isnan(a) != isnan(b))
+            d = rel = INFINITY;
+        if (d <= max_abs || rel <= max_rel)
+            continue;
+        (*n_out)++;
+        if (worst == SIZE_MAX || rel > wrel) {
+            worst = i;
+            wrel = rel;
+        }
+    }
+    *rel_out = wrel;
+    return worst;
+}
+
+dsim_err ck_probe_restore(const dsim_train_cfg *cfg, const dsim_checkpoint *ck,
+                          dsim_train_result *out)
+{
+    memset(out, 0, sizeof *out);
+    const char *dir = getenv("TMPDIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/dsim-restore-probe.XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return DSIM_ERR(DSIM_EIO, -1, "the restore probe could not make a file in %s",
+                        dir && *dir ? dir : "/tmp");
+    close(fd);
+    dsim_err e = dsim_checkpoint_write(path, ck);
+    if (e == DSIM_OK) {
+        dsim_train_cfg c = *cfg;
+        /* in this process, on one thread per replica; a job of more
+         * replicas than threads are cheap for, under the virtual clock */
+        int ranks = cfg->hosts * cfg->devices_per_host + cfg->num_ps;
+        c.engine = ranks > CK_PROBE_MAX_THREADS ? "sim" : NULL;
+        c.transport = NULL;
+        c.transport_options = NULL;
+        c.checkpoint_path = path;
+        c.checkpoint_every = 0;
+        c.restore = true;
+        c.stop_after = ck->global_step;
+        c.probe_restore = true;
+        c.preempt_after = 0;
+        c.preempt_notice = NULL;
+        c.record_params = false;
+        c.observer = NULL;
+        c.observer_user = NULL;
+        c.hooks = NULL;
+        c.hooks_user = NULL;
+        c.transport_filter = NULL;
+        c.transport_filter_user = NULL;
+        c.local_first = 0;
+        c.local_count = 0;
+        e = dsim_train(&c, out);
+        if (e == DSIM_OK && !out->has_restored)
+            e = DSIM_ERR(DSIM_ESTATE, -1, "the restore probe did not restore %s", path);
+    }
+    unlink(path);
+    return e;
+}
+
+/* The replicas whose variables after create_variables are not want. */
+static int ck_not_sent(const dsim_train_result *r, uint64_t want, bool *who)
+{
+    int n = 0;
+    for (int q = 0; r->replicas && q < r->num_replicas; q++) {
+        who[q] = r->replicas[q].created_checksum != want;
+        n += who[q];
+    }
+    return n;
+}
+
+bool ck_judge_broadcast(const dsim_train_result *r, const dsim_checkpoint *ck, char *msg,
+                        size_t cap)
+{
+    if (!r->replicas || r->num_replicas < 2 || ck->n_params != r->n_params)
+        return false;
+    uint64_t want = dsim_params_checksum(ck->params, ck->n_params);
+    bool *who = calloc((size_t)r->num_replicas, sizeof *who);
+    if (!who)
+        return false;
+    int n = ck_not_sent(r, want, who);
+    char ranks[160];
+    dsim_check_ranks_text(who, r->num_replicas, r->num_replicas, r->devices_per_host, ranks,
+                          sizeof ranks);
+    free(who);
+    if (n == 0 || n == r->num_replicas)
+        return false; /* all agree with it, or none restored it (the restore's fault) */
+    dsim_check_msg(msg, cap,
+                   "variables not broadcast after the restore: after create_variables restored "
+                   "the checkpoint of global step %" PRIu64
+                   ", %s held other variables than the checkpoint's, which the chief holds: the "
+                   "strategy must send the restored variables to every replica (as it does on a "
+                   "fresh start)",
+                   ck->global_step, ranks);
+    return true;
+}
+
+bool ck_judge_restore(const dsim_train_result *probe, const dsim_checkpoint *ck, double max_abs,
+                      double max_rel, char *msg, size_t cap, const char **which)
+{
+    *which = NULL;
+    if (!probe->has_restored || !probe->restored_params)
+        return false;
+    uint64_t g = ck->global_step;
+    if (dsim_params_checksum(probe->restored_params, ck->n_params) !=
+        dsim_params_checksum(ck->params, ck->n_params)) {
+        dsim_params_diff d;
+        dsim_params_compare(probe->restored_params, ck->params, ck->n_params, &d);
+        *which = "parameters";
+        dsim_check_msg(msg, cap,
+                       "restore: right after restoring the checkpoint of global step %" PRIu64
+                       " the chief's variables are not the file's (%zu of %zu differ, max abs "
+                       "%.3g): create_variables must take init->params",
+                       g, d.n_diff, ck->n_params, d.max_abs);
+        return true;
+    }
+    if (probe->restored_optim_state_len == ck->optim_state_len && ck->optim_state_len) {
+        size_t n_out = 0;
+        double rel = 0;
+        size_t w = ck_worst(probe->restored_optim_state, ck->optim_state, ck->optim_state_len,
+                            max_abs, max_rel, &n_out, &rel);
+        if (w != SIZE_MAX) {
+            *which = "optimizer state";
+            dsim_check_msg(msg, cap,
+                           "restore: right after restoring the checkpoint of global step %" PRIu64
+                           " the optimizer's slots are not the file's (%zu of %zu differ; slot "
+                           "value %zu is %.9g, the file's %.9g): create_variables must take "
+                           "init->optim_state (the file is right: save() wrote it)",
+                           g, n_out, ck->optim_state_len, w, (double)probe->restored_optim_state[w],
+                           (double)ck->optim_state[w]);
+            return true;
+        }
+    }
+    if (probe->restored_optim_step != ck->optim_step) {
+        *which = "step";
+        dsim_check_msg(msg, cap,
+                       "restore: right after restoring the checkpoint of global step %" PRIu64
+                       " the optimizer says it applied %" PRIu64 " updates, the file %" PRIu64
+                       ": create_variables must take init->optim_step (the file is right: save() "
+                       "wrote it)",
+                       g, probe->restored_optim_step, ck->optim_step);
+        return true;
+    }
+    return false;
+}
+
+bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result *ref,
+                              dsim_optim_kind kind, double max_abs, double max_rel, char *msg,
+                              size_t cap, const char **which, double *measured)
+{
+    *which = NULL;
+    uint64_t g = ck->global_step;
+    if (ck->optim_state_len != ref->optim_state_len) {
+        *which = "optimizer state";
+        *measured = INFINITY;
+        dsim_check_msg(msg, cap,
+                       "save: the checkpoint holds %zu optimizer slot values, the optimizer has "
+                       "%zu",
+                       ck->optim_state_len, ref->optim_state_len);
+        return true;
+    }
+    size_t n_out = 0;
+    double rel = 0;
+    size_t w = ck->optim_state_len ? ck_worst(ck->optim_state, ref->optim_state,
+                                              ck->optim_state_len, max_abs, max_rel, &n_out, &rel)
+                                   : SIZE_MAX;
+    bool step_ok = ck->optim_step == ref->optim_step;
+    *measured = step_ok ? rel : INFINITY;
+    msg[0] = '\0';
+    if (w != SIZE_MAX) {
+        *which = "optimizer state";
+        dsim_check_msg(msg, cap,
+                       "save: %zu of %zu optimizer slot values saved at global step %" PRIu64
+                       " differ from the state the optimizer had then; worst: slot value %zu is "
+                       "%.9g, it was %.9g. save() must copy the optimizer's slots "
+                       "(out->optim_state): restored without them, %s restarts from zero",
+                       n_out, ck->optim_state_len, g, w, (double)ck->optim_state[w],
+                       (double)ref->optim_state[w],
+                       kind == DSIM_OPTIM_ADAM ? "Adam's moments" : "the momentum");
+    }
+    if (!step_ok) {
+        if (!*which)
+            *which = "step";
+        dsim_check_msg_append(msg, cap,
+                              "%ssave: the checkpoint at global step %" PRIu64
+                              " says the optimizer applied %" PRIu64 " updates, but %" PRIu64
+                              " were applied by then: save() must store the optimizer's step "
+                              "(out->optim_step), or a restored Adam restarts its bias "
+                              "correction",
+                              msg[0] ? "; " : "", g, ck->optim_step, ref->optim_step);
+    }
+    return *which != NULL;
+}
+
+dsim_err ck_replay_to(const dsim_train_cfg *cfg, uint64_t g, dsim_train_result *ref)
+{
+    dsim_train_cfg rc = *cfg;
+    rc.stop_after = g;
+    rc.observer = NULL;
+    rc.record_params = false;
+    rc.checkpoint_path = NULL;
+    return dsim_train_reference(&rc, ref);
+}
