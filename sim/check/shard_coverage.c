@@ -154,6 +154,43 @@ static int sc_list_dups(const dsim_ledger *l, uint32_t epoch, uint32_t expected,
     return 0;
 }
 
+/* After "N of M examples read more than once": which examples, by whom,
+ * and why: every device of a host fed its host's whole pipeline (each
+ * example read once per device), or the shard policy (and, after a
+ * restart, where it resumed). */
+static void sc_why_dup(const dsim_check_ctx *ctx, const dsim_coverage *c, uint32_t expected,
+                       int restarts, char *msg, size_t cap)
+{
+    const dsim_train_result *r = ctx->run;
+    char list[sizeof((dsim_check_result *)0)->message];
+    list[0] = '\0';
+    int per_device =
+        sc_list_dups(r->ledger, c->epoch, expected, r->devices_per_host, list, sizeof list);
+    if (per_device && c->reads == c->n_examples * (uint64_t)r->devices_per_host) {
+        /* the reason first: the listing would not leave room for it */
+        dsim_check_msg_append(
+            msg, cap,
+            ": each was read once per device (core) of its host, by all %d of them: every "
+            "device is fed its host's whole input pipeline instead of its share (with one "
+            "pipeline per host, TPUStrategy's num_input_pipelines = hosts, a host's batch "
+            "is split over its devices)%s",
+            r->devices_per_host, list);
+        return;
+    }
+    dsim_check_msg_append(msg, cap, "%s", list);
+    if (c->misses)
+        dsim_check_msg_append(msg, cap, "; %" PRIu64 " read less", c->misses);
+    if (restarts)
+        dsim_check_msg_append(msg, cap,
+                              "; over the committed steps of the job's %d attempts, so not the "
+                              "re-run of rolled-back steps: check the shard policy (%s applied) "
+                              "and where the restart resumed",
+                              restarts + 1, dsim_shard_policy_name(r->shard_applied));
+    else
+        dsim_check_msg_append(msg, cap, "; check the shard policy (%s applied)",
+                              dsim_shard_policy_name(r->shard_applied));
+}
+
 /* Why examples were read less than expected: a node lost and the job
  * finished without it, a restart that did not run again what it rolled
  * back, or examples left to nobody. */
@@ -215,6 +252,11 @@ static void sc_passed(const dsim_check_ctx *ctx, const char *reads, uint32_t epo
                               "; %" PRIu64 " example read(s) repeated because a lost replica's "
                               "step ran again (at least once, as re-run closures are)",
                               reruns);
+    if (r->padded_total)
+        dsim_check_msg_append(msg, cap,
+                              "; %" PRIu64 " padding rows computed to fill static batches, "
+                              "masked and not counted as read",
+                              r->padded_total);
 }
 
 static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
@@ -286,33 +328,7 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "epoch %" PRIu32 ": %" PRIu64 " of %" PRIu64 " examples read more than %s "
                        "(max_duplicates %.0f)",
                        c->epoch, c->duplicates, c->n_examples, reads, v[SC_MAX_DUP]);
-        char list[sizeof out->message];
-        list[0] = '\0';
-        int per_device =
-            sc_list_dups(r->ledger, c->epoch, expected, r->devices_per_host, list, sizeof list);
-        if (per_device && c->reads == c->n_examples * (uint64_t)r->devices_per_host) {
-            /* the reason first: the listing would not leave room for it */
-            dsim_check_msg_append(
-                msg, cap,
-                ": each was read once per device (core) of its host, by all %d of them: every "
-                "device is fed its host's whole input pipeline instead of its share (with one "
-                "pipeline per host, TPUStrategy's num_input_pipelines = hosts, a host's batch "
-                "is split over its devices)%s",
-                r->devices_per_host, list);
-        } else {
-            dsim_check_msg_append(msg, cap, "%s", list);
-            if (c->misses)
-                dsim_check_msg_append(msg, cap, "; %" PRIu64 " read less", c->misses);
-            if (restarts)
-                dsim_check_msg_append(msg, cap,
-                                      "; over the committed steps of the job's %d attempts, so "
-                                      "not the re-run of rolled-back steps: check the shard "
-                                      "policy (%s applied) and where the restart resumed",
-                                      restarts + 1, dsim_shard_policy_name(r->shard_applied));
-            else
-                dsim_check_msg_append(msg, cap, "; check the shard policy (%s applied)",
-                                      dsim_shard_policy_name(r->shard_applied));
-        }
+        sc_why_dup(ctx, c, expected, restarts, msg, cap);
         out->measured = (double)c->duplicates;
         out->expected = v[SC_MAX_DUP];
         return DSIM_OK;
@@ -367,11 +383,6 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     out->measured = (double)worst_bad;
     const uint64_t counts[3] = {reruns, rolled, rolled_steps};
     sc_passed(ctx, reads, epochs, worst_bad, &worst_idle, &worst_imb, counts, msg, cap);
-    if (r->padded_total)
-        dsim_check_msg_append(msg, cap,
-                              "; %" PRIu64 " padding rows computed to fill static batches, "
-                              "masked and not counted as read",
-                              r->padded_total);
     return DSIM_OK;
 }
 
