@@ -183,8 +183,8 @@ static int train_preempt_noticed(const train_replica *rp, uint64_t done)
 /* Tells the caller's observer about one step of rp (of lost replica
  * rerun_of when >= 0: a re-run). */
 static void train_observe(train_replica *rp, const dsim_input_step *st, const dsim_replica_batch *b,
-                          double local, double loss, uint64_t cks, int64_t t0, int64_t tc,
-                          int64_t t1, int rerun_of)
+                          uint64_t padded, double local, double loss, uint64_t cks, int64_t t0,
+                          int64_t tc, int64_t t1, int rerun_of)
 {
     train_job *job = rp->job;
     const dsim_train_cfg *cfg = job->cfg;
@@ -207,6 +207,7 @@ static void train_observe(train_replica *rp, const dsim_input_step *st, const ds
         .ids = b->ids,
         .rerun = rerun_of >= 0,
         .rerun_of = rerun_of,
+        .padded = padded,
     };
     cfg->observer(&info, cfg->observer_user);
     train_gate_leave(job, rp);
@@ -273,7 +274,7 @@ static dsim_err train_rerun(train_replica *rp, int lost, uint64_t from, float *x
             break;
         rp->good_checksum = dsim_params_checksum(ctx->params, P);
         job->res->replicas[rp->index].reruns++;
-        train_observe(rp, &st, b, loss_sum * (double)job->loss_scale, NAN, rp->good_checksum, t0,
+        train_observe(rp, &st, b, 0, loss_sum * (double)job->loss_scale, NAN, rp->good_checksum, t0,
                       t0, dsim_rt_now(job->rt), lost);
     }
 out:
@@ -565,7 +566,7 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     int64_t t1 = dsim_rt_now(job->rt);
     uint64_t cks = dsim_params_checksum(ctx->params, P);
     replica_record(rp, gs, b, rows - nb, local, loss, cks, t0, tc, t1);
-    train_observe(rp, &st, b, local, loss, cks, t0, tc, t1, -1);
+    train_observe(rp, &st, b, rows - nb, local, loss, cks, t0, tc, t1, -1);
     uint64_t done = gs + 1;
     if ((e = replica_preempt(rp, done, stop_at, stop)) != DSIM_OK)
         return e;

@@ -192,6 +192,7 @@ static void tm_replica_main(void *arg)
                 .t_end = t2,
                 .t_comm = t1,
                 .rerun_of = -1,
+                .padded = rows - ex,
             };
             cfg->observer(&info, cfg->observer_user);
         }

@@ -269,6 +269,8 @@ typedef struct dsim_train_step_info {
                                replica's, and the per-step results keep only the
                                replicas' own steps */
     int rerun_of;           /* that lost replica; -1 for a replica's own step */
+    uint64_t padded;        /* rows of padding computed beside the examples to fill
+                               the strategy's static batch (masked, not read) */
 } dsim_train_step_info;
 
 /* Called on the replica's own worker thread, concurrently for different
