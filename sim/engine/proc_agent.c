@@ -71,13 +71,47 @@ static void pr_relay_records(pr_relay *r)
         r->pipe_open = false;
 }
 
+/* The interrupt (dsim_proc_agent_interrupt): the signal, and whether an
+ * attempt is being relayed (the chief is then told; otherwise the handler
+ * exits). */
+static volatile sig_atomic_t pr_agent_sig;
+static volatile sig_atomic_t pr_agent_relaying;
+
+void dsim_proc_agent_interrupt(int sig)
+{
+    if (!pr_agent_relaying) {
+        static const char msg[] = "\ndsim worker: interrupted; this task was not in a job\n";
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + sig);
+    }
+    pr_agent_sig = sig;
+}
+
+int dsim_proc_agent_signal(void)
+{
+    return pr_agent_sig;
+}
+
 /* Relays one attempt's child to the chief until it ends. Returns 1 when the
  * attempt ended, 0 when the chief said goodbye, -1 when its connection
  * broke. */
 static int pr_agent_attempt(pid_t pid, int pfd, int chief_fd)
 {
     pr_relay r = {.pid = pid, .pfd = pfd, .chief_fd = chief_fd, .pipe_open = true, .rc = 1};
+    bool told = false;
     while (r.pipe_open || !r.exited) {
+        if (pr_agent_sig && !told) {
+            int32_t sig = pr_agent_sig;
+            told = true;
+            dsim_warn("dsim worker: interrupted (%s); telling the chief",
+                      sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            if (!pr_sock_send(r.chief_fd, PR_INTERRUPT, &sig, sizeof sig)) {
+                kill(pid, SIGKILL);
+                r.rc = -1;
+                break;
+            }
+        }
         struct pollfd pf[2] = {{.fd = r.pipe_open ? pfd : -1, .events = POLLIN},
                                {.fd = r.chief_fd, .events = POLLIN}};
         int n = poll(pf, 2, 20);
@@ -159,9 +193,11 @@ static int pr_agent_start(const dsim_train_cfg *cfg, const dsim_proc_attempt *tm
     }
     fflush(stdout);
     fflush(stderr);
+    pr_agent_relaying = 1;
     pid_t pid = fork();
     if (pid < 0) {
         int err = errno;
+        pr_agent_relaying = 0;
         close(pfd[0]);
         close(pfd[1]);
         free(done);
@@ -179,9 +215,40 @@ static int pr_agent_start(const dsim_train_cfg *cfg, const dsim_proc_attempt *tm
     fcntl(pfd[0], F_SETFL, fcntl(pfd[0], F_GETFL) | O_NONBLOCK);
     dsim_debug("dsim worker: task %d (ranks %d..%d) is pid %d", h->task, lo, hi, (int)pid);
     int rc = pr_agent_attempt(pid, pfd[0], chief_fd);
+    if (!pr_agent_sig)
+        pr_agent_relaying = 0;
     if (rc < 0)
         DSIM_ERR(DSIM_EPEER, 0, "the connection to the chief broke during the job");
     return rc;
+}
+
+/* The chief's probe of shared storage (dsim_mh_check_shared): reads the
+ * file it names and sends back what it holds, or why it cannot be read. */
+static void pr_agent_probe(int chief_fd, const unsigned char *body, uint32_t len)
+{
+    char path[4096], got[256] = "";
+    size_t n = strnlen((const char *)body, len);
+    if (n >= sizeof path || n == len) {
+        pr_sock_send(chief_fd, PR_PROBED, "!malformed probe", 16);
+        return;
+    }
+    memcpy(path, body, n + 1);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        char cwd[160];
+        snprintf(got, sizeof got, "!%.60s (working directory %.160s)", strerror(errno),
+                 getcwd(cwd, sizeof cwd) ? cwd : "(longer than 160 bytes)");
+    } else {
+        size_t r = fread(got, 1, sizeof got - 1, f);
+        got[r] = '\0';
+        fclose(f);
+    }
+    if (got[0] == '!')
+        fprintf(stderr,
+                "dsim worker: the chief's checkpoint folder is not here: cannot read %s: %s; the "
+                "checkpoint must be on storage every task reads at the same path\n",
+                path, got + 1);
+    pr_sock_send(chief_fd, PR_PROBED, got, strlen(got));
 }
 
 dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, size_t n_faults,
@@ -204,6 +271,11 @@ dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, si
         if (type == PC_BYE) {
             free(body);
             break;
+        }
+        if (type == PC_PROBE) {
+            pr_agent_probe(chief_fd, body, len);
+            free(body);
+            continue;
         }
         if (type != PC_START || len < 1 + n_faults) {
             free(body);

@@ -3,9 +3,11 @@
  * in $DSIM_PLUGIN_PATH or the plugin folders, never loaded here); the
  * all-reduce algorithm (src/coll/algos.c's table), the parameter-server
  * mode, the collective timeout and the health check. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "dsim_config.h"
@@ -99,9 +101,48 @@ static char *scen_search_dirs(const char *dirs, const char *file, char *searched
     return NULL;
 }
 
-static char *scen_resolve(const char *scenario_path, const char *p, char *searched, size_t cap)
+static char scen_plugin_dirs[8192];
+static pthread_once_t scen_plugin_dirs_once = PTHREAD_ONCE_INIT;
+
+static void scen_plugin_dirs_init(void)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    size_t root = strlen(DSIM_BUILD_ROOT), u = 0;
+    size_t cap = sizeof scen_plugin_dirs;
+    /* the build tree's plugins: only for a program of this build tree */
+    if (n > 0 && strncmp(exe, DSIM_BUILD_ROOT, root) == 0 && exe[root] == '/')
+        u += (size_t)snprintf(scen_plugin_dirs + u, cap - u, "%s:", DSIM_BUILD_PLUGIN_DIRS);
+    /* the prefix the running program is installed in (PREFIX/bin/dsim) */
+    char *bin = n > 0 ? strrchr(exe, '/') : NULL;
+    if (bin && DSIM_PLUGIN_DIR_IN_PREFIX[0]) {
+        *bin = '\0';
+        char *up = strrchr(exe, '/');
+        if (up && strcmp(up, "/bin") == 0) {
+            *up = '\0';
+            if (u < cap)
+                u += (size_t)snprintf(scen_plugin_dirs + u, cap - u, "%s/%s:", exe[0] ? exe : "",
+                                      DSIM_PLUGIN_DIR_IN_PREFIX);
+        }
+    }
+    if (u < cap)
+        snprintf(scen_plugin_dirs + u, cap - u, "%s", DSIM_INSTALLED_PLUGIN_DIR);
+}
+
+const char *dsim_scenario_plugin_dirs(void)
+{
+    pthread_once(&scen_plugin_dirs_once, scen_plugin_dirs_init);
+    return scen_plugin_dirs;
+}
+
+static char *scen_resolve(const char *scenario_path, const char *p, char *searched, size_t cap,
+                          int *how)
 {
     searched[0] = '\0';
+    *how = p[0] == '/'      ? DSIM_PLUGIN_ABSOLUTE
+           : strchr(p, '/') ? DSIM_PLUGIN_BY_PATH
+                            : DSIM_PLUGIN_NEXT_TO_FILE;
     if (p[0] == '/') {
         snprintf(searched, cap, "%s", p);
         return scen_is_file(p) ? strdup(p) : NULL;
@@ -115,16 +156,18 @@ static char *scen_resolve(const char *scenario_path, const char *p, char *search
     free(cand);
     if (strchr(p, '/'))
         return NULL;
+    *how = DSIM_PLUGIN_SEARCHED;
     char *found = scen_search_dirs(getenv("DSIM_PLUGIN_PATH"), p, searched, cap);
     if (!found)
-        found = scen_search_dirs(DSIM_PLUGIN_DIRS, p, searched, cap);
+        found = scen_search_dirs(dsim_scenario_plugin_dirs(), p, searched, cap);
     return found;
 }
 
 dsim_err dsim_scenario_plugin_find(const char *file, char **out)
 {
     char searched[1024];
-    *out = file && *file ? scen_resolve("./plugin", file, searched, sizeof searched) : NULL;
+    int how;
+    *out = file && *file ? scen_resolve("./plugin", file, searched, sizeof searched, &how) : NULL;
     if (*out)
         return DSIM_OK;
     return DSIM_ERR(DSIM_ENOENT, -1,
@@ -235,7 +278,8 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
                              name);
         }
         char searched[1024];
-        char *resolved = scen_resolve(c->path, plugin, searched, sizeof searched);
+        int how = 0;
+        char *resolved = scen_resolve(c->path, plugin, searched, sizeof searched, &how);
         if (!resolved) {
             dsim_err fe = scen_fail(c, pv,
                                     "strategy.plugin: '%s' not found (looked in: %s); build the "
@@ -248,6 +292,7 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
         free(plugin);
         t->plugin_path = resolved;
         s->plugin_pos = scen_pos(pv);
+        s->plugin_found = how;
     } else if (!dsim_strategy_exists(name)) {
         dsim_strategy_list(names, sizeof names);
         return scen_fail(c, scen_where(m, S_NAME),
@@ -278,7 +323,7 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_duration(c, h, H_INTERVAL, 0, &s->health_interval_ns));
     DSIM_CHECK(scen_duration(c, h, H_TIMEOUT, 1, &s->health_timeout_ns));
     int64_t r = s->health_retries;
-    DSIM_CHECK(scen_int(c, h, H_RETRIES, 0, 1000, &r));
+    DSIM_CHECK(scen_int(c, h, H_RETRIES, 0, DSIM_SCEN_MAX_RETRIES, &r));
     s->health_retries = (int)r;
     t->health_interval_ns = s->health_interval_ns;
     t->health_timeout_ns = s->health_timeout_ns;

@@ -8,11 +8,11 @@
 #       link to this source tree, found through subprojects/dsim.wrap's
 #       [provide]) and its test passes.
 #
-#   test_install.sh SRC BUILD MESON PREFIX LIBDIR SANITIZE CC...
+#   test_install.sh SRC BUILD MESON PREFIX LIBDIR SANITIZE COVERAGE CC...
 # Exits 77 (skip) when meson or pkg-config is not there to do it.
 set -u
-src=$1 build=$2 meson=$3 prefix=$4 libdir=$5 sanitize=$6
-shift 6
+src=$1 build=$2 meson=$3 prefix=$4 libdir=$5 sanitize=$6 coverage=$7
+shift 7
 CC="$*"
 export CC
 [ -n "$meson" ] && [ -x "$meson" ] || { echo "meson not found: skipped"; exit 77; }
@@ -27,6 +27,8 @@ fail() {
 # A sanitized libdsim needs a sanitized program to link it.
 opts="-Db_sanitize=$sanitize"
 [ "$sanitize" = none ] || opts="$opts -Db_lundef=false"
+# A libdsim built for coverage refers to gcov's runtime: so must its users.
+[ "$coverage" = true ] && opts="$opts -Db_coverage=true"
 
 # ---- (a) installed ----
 start=$(date +%s)
@@ -65,9 +67,43 @@ grep -q "Run-time dependency dsim found: YES" "$tmp/a.log" || { cat "$tmp/a.log"
     { cat "$tmp/a.log"; fail "(a) the consumer does not build against the install"; }
 LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$meson" test -C "$tmp/a-build" \
     --print-errorlogs >>"$tmp/a.log" 2>&1 || { cat "$tmp/a.log"; fail "(a) the consumer's test"; }
-# the installed command runs too
-LD_LIBRARY_PATH=$lib "$tmp/dest$prefix/bin/dsim" --version | grep -q '^dsim ' || fail "installed dsim"
 echo "ok (a) installed: consumer built with pkg-config and passed ($(($(date +%s) - start)) s)"
+
+# ---- (c) the installed dsim, as a user runs it ----
+# no LD_LIBRARY_PATH (its run path finds the libdsim beside it, wherever the
+# prefix is: here under --destdir), a plugin built against the installed
+# dsim.pc and found in the prefix's plugin directory, never in the build tree
+start=$(date +%s)
+dsim=$tmp/dest$prefix/bin/dsim
+mkdir -p "$tmp/user" || exit 99
+cd "$tmp/user" || exit 99
+env -u LD_LIBRARY_PATH "$dsim" --version | grep -q '^dsim ' ||
+    fail "(c) the installed dsim does not start without LD_LIBRARY_PATH: $(env -u LD_LIBRARY_PATH "$dsim" --version 2>&1)"
+env -u LD_LIBRARY_PATH -u DSIM_PLUGIN_PATH "$dsim" run "$src/scenarios/quickstart.yaml" --db q.db \
+    >run.log 2>&1 || { cat run.log; fail "(c) the installed dsim does not run the quickstart"; }
+grep -q "quickstart: passed" run.log || { cat run.log; fail "(c) the quickstart did not pass"; }
+plugdir=$lib/dsim/strategies
+san=""
+[ "$sanitize" = none ] || san="-fsanitize=$sanitize"
+[ "$coverage" = true ] && san="$san --coverage"
+# shellcheck disable=SC2046,SC2086
+$CC -shared -fPIC -fvisibility=hidden $san $(pkg-config --cflags dsim) \
+    "$src/examples/custom_strategy/custom_strategy.c" -o "$plugdir/libcustom_strategy.so" \
+    $(pkg-config --libs dsim) 2>cc.log || { cat cc.log; fail "(c) the example plugin does not build against dsim.pc"; }
+cp "$src/scenarios/custom_strategy.yaml" . || exit 99
+env -u LD_LIBRARY_PATH -u DSIM_PLUGIN_PATH "$dsim" run custom_strategy.yaml --db q.db >plug.log 2>&1 ||
+    { cat plug.log; fail "(c) the installed dsim does not run the plugin from the prefix"; }
+grep -qE "scenarios: ([0-9]+) passed, 0 did not" plug.log || { cat plug.log; fail "(c) the plugin's run did not pass"; }
+# a plugin that is only in the build tree is not found, and the build tree is
+# not among the places searched
+sed 's/libcustom_strategy.so/libbroken_save_strategy.so/' custom_strategy.yaml > only_in_build.yaml
+env -u LD_LIBRARY_PATH -u DSIM_PLUGIN_PATH "$dsim" validate only_in_build.yaml >nf.log 2>&1 &&
+    { cat nf.log; fail "(c) the installed dsim found a plugin of the build tree"; }
+grep -q "not found" nf.log || { cat nf.log; fail "(c) no 'not found' for a plugin only in the build tree"; }
+grep -qF "$build" nf.log && { cat nf.log; fail "(c) the installed dsim searched the build tree"; }
+grep -qF "$plugdir" nf.log || { cat nf.log; fail "(c) the prefix's plugin directory was not searched"; }
+cd "$tmp" || exit 99
+echo "ok (c) the installed dsim runs without LD_LIBRARY_PATH, a plugin built with pkg-config is found in the prefix ($(($(date +%s) - start)) s)"
 
 # ---- (b) subproject ----
 start=$(date +%s)
