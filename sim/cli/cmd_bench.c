@@ -66,8 +66,9 @@ static int bench_check(bench_opts *o, dsim_algo *algo, const dsim_engine_ops **e
                 o->ranks, o->ranks - 1);
         return 2;
     }
-    if (strcmp(o->transport, "inproc") != 0 && strcmp(o->transport, "tcp") != 0) {
-        fprintf(stderr, "%s: --transport '%s' is not a transport; accepted: inproc, tcp\n",
+    if (strcmp(o->transport, "inproc") != 0 && strcmp(o->transport, "tcp") != 0 &&
+        strcmp(o->transport, "shm") != 0) {
+        fprintf(stderr, "%s: --transport '%s' is not a transport; accepted: inproc, shm, tcp\n",
                 BENCH_PROG, o->transport);
         return 2;
     }

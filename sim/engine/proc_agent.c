@@ -207,7 +207,7 @@ static int pr_agent_start(const dsim_train_cfg *cfg, const dsim_proc_attempt *tm
     if (pid == 0) {
         pr_child_prep(pfd[0]);
         close(chief_fd);
-        pr_child_main(&cc, &pa, pfd[1], lo, hi, opts);
+        pr_child_main(&cc, &pa, pfd[1], lo, hi, "tcp", opts);
         _exit(99);
     }
     free(done);

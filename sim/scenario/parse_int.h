@@ -77,6 +77,7 @@ enum {
     T_EXPECT,
     T_MATRIX,
     T_LIVENESS,
+    T_TRANSPORT,
     T_N
 };
 

@@ -52,7 +52,9 @@ typedef struct dsim_scenario {
     char *name;
     char *description; /* or NULL */
     uint64_t seed;
-    char *engine;                          /* "threads" | "processes" | "sim" */
+    char *engine;    /* "threads" | "processes" | "sim" */
+    char *transport; /* the processes engine's: "shm" | "tcp", or NULL (its default) */
+    dsim_src_pos transport_pos;
     dsim_src_pos engine_pos, recovery_pos; /* where they were given (0:0 when defaulted) */
     bool engine_overridden;                /* engine set by the caller (dsim run --engine) */
 
