@@ -173,10 +173,13 @@ static char *wk_tf_from_launcher(const wk_opts *o, const dsim_train_cfg *cfg, in
 {
     int T = cfg->hosts + cfg->num_ps;
     if (size != T) {
+        const char *how = strstr(who, "srun")  ? "srun -n"
+                          : strstr(who, "PMI") ? "mpiexec -n"
+                                               : "mpirun -np";
         fprintf(stderr,
                 "dsim worker: %s started %d task(s) but the scenario needs %d (cluster.hosts %d "
-                "+ %d parameter server(s)); start it with -np %d\n",
-                who, size, T, cfg->hosts, cfg->num_ps, T);
+                "+ %d parameter server(s)); start it with %s %d\n",
+                who, size, T, cfg->hosts, cfg->num_ps, how, T);
         return NULL;
     }
     if (!o->hosts && !one_node) {
@@ -302,15 +305,18 @@ static int wk_reshape(dsim_scenario *s, int w, const char *whence, bool reshape,
     int R = cfg->hosts * cfg->devices_per_host;
     if (!reshape) {
         int n = cfg->hosts + cfg->num_ps;
+        /* the launch line of the launcher in use first */
+        bool srun = strstr(whence, "srun") != NULL;
         fprintf(stderr,
                 "dsim worker: %s has %d worker task(s), the scenario %d host(s) x %d device(s): "
                 "each task is one TF worker (one host, its devices and its own input pipeline), "
-                "so start %d task(s)%s: mpirun -np %d dsim worker %s (srun -n %d ..., or a "
+                "so start %d task(s)%s: %s %d dsim worker %s (%s %d ..., or a "
                 "TF_CONFIG of %d worker(s)); --reshape runs %d task(s) as another job, whose "
                 "data is dealt over %d input pipelines and whose result is not dsim run's\n",
                 whence, w, cfg->hosts, cfg->devices_per_host, n,
-                cfg->num_ps ? " (the parameter servers included)" : "", n, file, n, cfg->hosts, w,
-                w);
+                cfg->num_ps ? " (the parameter servers included)" : "",
+                srun ? "srun -n" : "mpirun -np", n, file, srun ? "mpirun -np" : "srun -n", n,
+                cfg->hosts, w, w);
         return 2;
     }
     if (w < 1 || R % w != 0) {

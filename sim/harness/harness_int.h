@@ -96,6 +96,10 @@ typedef struct h_opts {
 /* The engine s runs on (a job over machines: the one that runs those). */
 dsim_err h_engine_of(const dsim_scenario *s, const h_opts *o, const dsim_engine_ops **out);
 
+/* The scenario of stored run `id` (harness.c). */
+dsim_err h_stored_scenario(const char *db, dsim_run_id id, const dsim_stored_run *sr,
+                           dsim_scenario **out);
+
 /* out->harness_msg := "what: the calling thread's error", once. */
 void h_fail(dsim_harness_result *out, const char *what);
 

@@ -13,10 +13,41 @@
 #include "dsim/comm.h"
 #include "dsim/data.h"
 #include "dsim/dataset.h"
+#include "dsim/spi/model.h"
 #include "harness_int.h"
 #include "report/report.h"
 
 /* ---- what is stored with a run ---- */
+
+/* data.source (the files as resolved, absolute where realpath could) and
+ * the scenario file's own absolute path, so that `dsim export` and `dsim
+ * replay` resolve the relative paths of the stored text as the run did. */
+static void h_config_source(const dsim_scenario *s, json_t *cfg)
+{
+    if (!cfg)
+        return;
+    char *file = s->path ? realpath(s->path, NULL) : NULL;
+    if (file)
+        json_object_set_new(cfg, "scenario_file", json_string(file));
+    free(file);
+    json_t *model = json_object_get(cfg, "model");
+    if (model && s->model_plugin) {
+        char *mp = realpath(s->model_plugin, NULL);
+        json_object_set_new(model, "plugin", json_string(mp ? mp : s->model_plugin));
+        if (s->train.model.plugin)
+            json_object_set_new(model, "plugin_name", json_string(s->train.model.plugin->name));
+        free(mp);
+    }
+    json_t *data = json_object_get(cfg, "data");
+    if (!data || (!s->data_x && !s->data_csv))
+        return;
+    json_t *labels = json_array();
+    for (size_t i = 0; i < s->n_data_labels; i++)
+        json_array_append_new(labels, json_string(s->data_labels[i]));
+    json_object_set_new(data, "source",
+                        json_pack("{s:s?, s:s?, s:s?, s:o}", "x", s->data_x, "y", s->data_y, "csv",
+                                  s->data_csv, "label_columns", labels));
+}
 
 /* The resolved configuration, as stored with the run. */
 json_t *h_config_json(const dsim_scenario *s)
@@ -39,7 +70,7 @@ json_t *h_config_json(const dsim_scenario *s)
         json_array_append_new(expect, json_pack("{s:s, s:o, s:b}", "check", e->check->name,
                                                 "values", vals, "expect_fail", e->expect_fail));
     }
-    return json_pack(
+    json_t *cfg = json_pack(
         "{s:s, s:s?, s:s?, s:I, s:{s:i, s:i, s:i}, "
         "s:{s:s?, s:s?, s:s, s:s, s:I}, "
         "s:{s:s, s:s, s:I, s:I, s:o}, "
@@ -64,6 +95,8 @@ json_t *h_config_json(const dsim_scenario *s)
         (json_int_t)c->epochs, "shuffle", c->shuffle, "drop_remainder", c->drop_remainder,
         "checkpoint", "path", c->checkpoint_path, "every", (json_int_t)c->checkpoint_every,
         "expect", expect, "expect_error", s->expect_error);
+    h_config_source(s, cfg);
+    return cfg;
 }
 
 /* Steps the run will take, from worker 0's input (every worker takes the

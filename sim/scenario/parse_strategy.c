@@ -136,7 +136,7 @@ const char *dsim_scenario_plugin_dirs(void)
     return scen_plugin_dirs;
 }
 
-static char *scen_resolve(const char *scenario_path, const char *p, char *searched, size_t cap,
+char *scen_plugin_resolve(const char *scenario_path, const char *p, char *searched, size_t cap,
                           int *how)
 {
     searched[0] = '\0';
@@ -167,7 +167,8 @@ dsim_err dsim_scenario_plugin_find(const char *file, char **out)
 {
     char searched[1024];
     int how;
-    *out = file && *file ? scen_resolve("./plugin", file, searched, sizeof searched, &how) : NULL;
+    *out = file && *file ? scen_plugin_resolve("./plugin", file, searched, sizeof searched, &how)
+                         : NULL;
     if (*out)
         return DSIM_OK;
     return DSIM_ERR(DSIM_ENOENT, -1,
@@ -279,7 +280,7 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
         }
         char searched[1024];
         int how = 0;
-        char *resolved = scen_resolve(c->path, plugin, searched, sizeof searched, &how);
+        char *resolved = scen_plugin_resolve(c->path, plugin, searched, sizeof searched, &how);
         if (!resolved) {
             dsim_err fe = scen_fail(c, pv,
                                     "strategy.plugin: '%s' not found (looked in: %s); build the "

@@ -582,7 +582,16 @@ DSIM_API void dsim_train_result_free(dsim_train_result *res);
 
 /* ---- comparing parameters ---- */
 
-/* FNV-1a 64 of the bytes of n floats. */
+/* A 64-bit checksum of the n floats' bytes (little-endian, len = 4n): eight
+ * lanes of FNV-1a's xor-multiply over 64-bit words, then a final mix, so not
+ * FNV-1a 64 itself. Lane k starts at 0xcbf29ce484222325 + 0x9e3779b97f4a7c15
+ * * k; each whole 64-byte block's word k (little-endian u64) goes into lane k
+ * as h = (h ^ w) * 0x100000001b3. Then r = len; the bytes past the last
+ * whole block: r = (r ^ byte) * 0x100000001b3; then for k = 0..7: r =
+ * mix(r ^ mix(h[k] + k)), mix(h) = h ^= h >> 33, h *= 0xff51afd7ed558ccd,
+ * h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53, h ^ (h >> 33); all mod 2^64.
+ * `dsim export` writes the same text in its manifest, and
+ * examples/compare/replay.py computes it in Python. */
 DSIM_API uint64_t dsim_params_checksum(const float *p, size_t n);
 
 typedef struct dsim_params_diff {
