@@ -76,7 +76,9 @@ for victim in chief other; do
     echo "ok: $sig to the $victim task mid-job: chief exit $want, the run unfinished, every task gone"
 done
 
-# 3. a task still forming the group
+# 3. a task still forming the group (its log afresh: the last case's says
+# "waiting" too)
+rm -f w1.txt w1.out.txt
 TF_CONFIG=$(tf 1) "$dsim" worker "$scenario" --timeout 30 > w1.out.txt 2> w1.txt &
 w1=$!
 pids="$w1"
