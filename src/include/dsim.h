@@ -14,6 +14,7 @@
 #include "dsim/cluster.h"
 #include "dsim/model.h"
 #include "dsim/optim.h"
+#include "dsim/precision.h"
 #include "dsim/dataset.h"
 #include "dsim/data.h"
 #include "dsim/strategy.h"
