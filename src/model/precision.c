@@ -46,6 +46,25 @@ dsim_dtype dsim_precision_compute_dtype(dsim_precision_policy p)
     return DSIM_F32;
 }
 
+const char *dsim_precision_dtype_name(dsim_dtype t)
+{
+    switch (t) {
+    case DSIM_F32:
+        return "float32";
+    case DSIM_F16:
+        return "float16";
+    case DSIM_BF16:
+        return "bfloat16";
+    case DSIM_F64:
+        return "float64";
+    case DSIM_I32:
+    case DSIM_I64:
+    case DSIM_DTYPE_COUNT:
+        break;
+    }
+    return dsim_dtype_name(t);
+}
+
 int dsim_precision_scales_loss(dsim_precision_policy p)
 {
     return p == DSIM_POLICY_MIXED_FLOAT16;

@@ -110,4 +110,17 @@ dsim_err dsim_train_init_params(const dsim_train_cfg *cfg, const dsim_train_setu
 /* Mean per-example loss over the whole dataset. */
 double dsim_train_mean_loss(const dsim_train_setup *su, const float *params);
 
+/* ---- mixed precision (mixed.c) ---- */
+/* cfg's precision and gradient_dtype are ones dsim runs (DSIM_EINVAL). */
+dsim_err train_check_precision(const dsim_train_cfg *cfg);
+/* A replica's gradient under cfg's policy: dsim_model_loss_grad_set, or its
+ * mixed form with the loss scaled by ls->scale (NULL: 1) and the gradient
+ * unscaled, as Keras's LossScaleOptimizer has it. */
+dsim_err train_mixed_grad(const dsim_train_cfg *cfg, const dsim_train_setup *su,
+                          dsim_loss_scale *ls, const float *params, const float *x, const float *y,
+                          size_t n, float scale, float *grad, double *loss_sum);
+/* After apply_gradients: DSIM_ESTATE when the strategy ignored the dynamic
+ * loss scale or the gradients' dtype. */
+dsim_err train_mixed_after(const char *strategy, dsim_replica_ctx *ctx, uint64_t gs);
+
 #endif

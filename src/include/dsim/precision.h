@@ -44,8 +44,7 @@ extern "C" {
 #endif
 
 typedef enum dsim_precision_policy {
-    DSIM_POLICY_DEFAULT = 0, /* the strategy's own default (its table's default_policy;
-                                float32 when it names none) */
+    DSIM_POLICY_DEFAULT = 0, /* not set: float32 */
     DSIM_POLICY_FLOAT32,
     DSIM_POLICY_MIXED_FLOAT16,
     DSIM_POLICY_MIXED_BFLOAT16,
@@ -58,6 +57,9 @@ DSIM_API const char *dsim_precision_policy_name(dsim_precision_policy p);
 DSIM_API dsim_err dsim_precision_policy_parse(const char *s, dsim_precision_policy *out);
 /* The compute dtype: DSIM_F16, DSIM_BF16, else DSIM_F32. */
 DSIM_API dsim_dtype dsim_precision_compute_dtype(dsim_precision_policy p);
+/* A float dtype as the scenario names it: "float32", "float16",
+ * "bfloat16", "float64" (dsim_dtype_name otherwise). */
+DSIM_API const char *dsim_precision_dtype_name(dsim_dtype t);
 /* 1 for mixed_float16, the policy Keras scales the loss for. */
 DSIM_API int dsim_precision_scales_loss(dsim_precision_policy p);
 

@@ -49,6 +49,7 @@
 #ifndef DSIM_SPI_STRATEGY_H
 #define DSIM_SPI_STRATEGY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,6 +58,7 @@
 #include "dsim/err.h"
 #include "dsim/model.h"
 #include "dsim/optim.h"
+#include "dsim/precision.h"
 #include "dsim/reduce.h"
 #include "dsim/rt.h"
 #include "dsim/strategy.h"
@@ -146,6 +148,21 @@ typedef struct dsim_replica_ctx {
                              (restored steps included); in create_variables the
                              first step to run: > 0 after a restore */
     void *priv;           /* replica_priv_size bytes, zeroed, 16-byte aligned */
+
+    /* Mixed precision (dsim/precision.h); appended, so a table built before
+     * them still reads the fields above where they were. */
+    dsim_precision_policy precision; /* the job's policy (never DEFAULT) */
+    dsim_dtype gradient_dtype;       /* the dtype the gradients are all-reduced in
+                                        (strategy.gradient_dtype): F32, F16 or BF16 */
+    /* This replica's loss scale. The driver computed this step's gradient
+     * with loss_scale.scale and unscaled it; apply_gradients must test the
+     * AGGREGATED gradient and call dsim_loss_scale_record once (or
+     * dsim_strategy_apply_scaled, which does both), on every replica. Under
+     * mixed_float16 a step whose apply_gradients never recorded it fails. */
+    dsim_loss_scale loss_scale;
+    /* Set by dsim_strategy_allreduce_grad; under a gradient_dtype other than
+     * F32 a step that did not set it fails (the strategy ignored it). */
+    bool gradient_dtype_applied;
 } dsim_replica_ctx;
 
 /* One parameter server. serve() runs once per client replica, each on its own
@@ -307,6 +324,24 @@ DSIM_API dsim_err dsim_strategy_probe(const char *name, const dsim_strategy_shap
  * srv->lock held; the records come back in dsim_train_result.updates. */
 DSIM_API dsim_err dsim_server_record_update(dsim_server_ctx *srv, int replica, uint64_t step,
                                             uint64_t version_read, uint64_t version_applied);
+
+/* For apply_gradients: SUM-all-reduces n gradients over comm in
+ * ctx->gradient_dtype, in place: float32 as they are; float16 or bfloat16
+ * (Horovod's Compression.fp16) cast to that dtype, all-reduced in it (every
+ * partial sum rounds to it) and widened back. Sets
+ * ctx->gradient_dtype_applied. Collective over comm. */
+DSIM_API dsim_err dsim_strategy_allreduce_grad(dsim_replica_ctx *ctx, dsim_comm *comm, float *grad,
+                                               size_t n);
+
+/* For apply_gradients, after the gradients are aggregated: Keras's
+ * LossScaleOptimizer. Tests the n aggregated gradients for inf and NaN,
+ * records the outcome in ctx->loss_scale (dsim_loss_scale_record) and, when
+ * they are finite or the scale is fixed, applies them with opt to params;
+ * otherwise skips the update (dsim_optim_skip). *applied (optional) says
+ * which. Every replica that holds the same aggregated gradient decides
+ * alike. */
+DSIM_API dsim_err dsim_strategy_apply_scaled(dsim_replica_ctx *ctx, dsim_optim *opt, float *params,
+                                             const float *grad, size_t n, bool *applied);
 
 /* The contiguous share of n parameters that shard s of nshards holds, as
  * even as possible (the first n % nshards shards get one more):
