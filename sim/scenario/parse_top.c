@@ -13,8 +13,9 @@
 
 static const scen_name scen_recoveries[] = {{"none", 0}, {"restart", 1}};
 static const char *const scen_top_keys[T_N] = {
-    "name", "description", "seed",   "engine",   "cluster", "strategy", "model",   "optimizer",
-    "data", "checkpoint",  "faults", "recovery", "expect",  "matrix",   "liveness"};
+    "name",   "description", "seed",     "engine",         "cluster", "strategy",
+    "model",  "optimizer",   "data",     "checkpoint",     "faults",  "recovery",
+    "expect", "matrix",      "liveness", "mixed_precision"};
 
 static bool scen_name_ok(const char *s)
 {

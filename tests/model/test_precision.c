@@ -17,6 +17,7 @@
 #include "dsim/optim.h"
 #include "dsim/precision.h"
 #include "dsim/rng.h"
+#include "dsim/strategy.h"
 
 static void test_policy_names(void **state)
 {
@@ -267,14 +268,128 @@ static void test_optim_skip(void **state)
     dsim_optim_destroy(opt);
 }
 
+/* A job whose first steps overflow float16 at 2^15: a regression with
+ * large targets (as scenarios/mixed_precision.yaml). */
+static void job(dsim_train_cfg *cfg, const char *strategy, int hosts, int dev)
+{
+    dsim_train_cfg_init(cfg);
+    cfg->strategy = strategy;
+    cfg->hosts = hosts;
+    cfg->devices_per_host = dev;
+    cfg->data.kind = DSIM_DATA_REGRESSION;
+    cfg->data.n_examples = 256;
+    cfg->data.in_dim = 8;
+    cfg->data.out_dim = 1;
+    cfg->data.noise = 20;
+    cfg->data.n_files = 4;
+    cfg->data.seed = 7;
+    cfg->model.kind = DSIM_MODEL_LINEAR;
+    cfg->optim.lr = 0.01;
+    cfg->global_batch = 32;
+    cfg->epochs = 2;
+    cfg->seed = 7;
+    cfg->precision = DSIM_POLICY_MIXED_FLOAT16;
+}
+
+/* Every replica holds the same scale and skips alike, the scale comes
+ * down from 2^15 only by the skips, and the reference replays the same
+ * steps. */
+static void check_skips(const char *strategy, int hosts, int dev)
+{
+    dsim_train_cfg cfg;
+    job(&cfg, strategy, hosts, dev);
+    dsim_train_result res, ref;
+    if (dsim_train(&cfg, &res) != DSIM_OK)
+        fail_msg("%s: %s", strategy, res.error.msg);
+    assert_int_equal(dsim_train_reference(&cfg, &ref), DSIM_OK);
+    size_t N = (size_t)res.num_replicas;
+    assert_int_equal(res.precision, DSIM_POLICY_MIXED_FLOAT16);
+    assert_true(res.skipped_steps > 0);
+    assert_int_equal(res.skipped_steps, ref.skipped_steps);
+    assert_true(res.final_loss_scale == 32768.0f / (float)(1u << res.skipped_steps));
+    for (uint64_t k = 0; k < res.steps; k++) {
+        for (size_t r = 1; r < N; r++) {
+            assert_int_equal(res.mp_skipped[k * N + r], res.mp_skipped[k * N]);
+            assert_true(res.mp_scale[k * N + r] == res.mp_scale[k * N]);
+        }
+        assert_int_equal(res.mp_skipped[k * N], ref.mp_skipped[k]);
+        assert_true(res.mp_scale[k * N] == ref.mp_scale[k]);
+    }
+    assert_true(res.mp_skipped[0]); /* 2^15 overflows */
+    assert_true(res.mp_scale[0] == 32768.0f);
+    dsim_train_result_free(&res);
+    dsim_train_result_free(&ref);
+}
+
+static void test_train_skips_alike(void **state)
+{
+    (void)state;
+    check_skips("mirrored", 1, 4);
+    check_skips("central_storage", 1, 3);
+    check_skips("one_device", 1, 1);
+}
+
+/* bfloat16 has float32's range: no scaling, no skip. */
+static void test_train_bfloat16(void **state)
+{
+    (void)state;
+    dsim_train_cfg cfg;
+    job(&cfg, "mirrored", 1, 2);
+    cfg.precision = DSIM_POLICY_MIXED_BFLOAT16;
+    cfg.gradient_dtype = DSIM_BF16;
+    dsim_train_result res;
+    assert_int_equal(dsim_train(&cfg, &res), DSIM_OK);
+    assert_int_equal(res.skipped_steps, 0);
+    assert_true(res.final_loss_scale == 1.0f);
+    assert_true(res.mp_scale[0] == 1.0f);
+    dsim_train_result_free(&res);
+}
+
+/* What the driver refuses, each with a message naming the fix. */
+static void test_train_refusals(void **state)
+{
+    (void)state;
+    dsim_train_cfg cfg;
+    dsim_train_result res;
+    /* parameter servers apply the gradient on the servers: no loss scaling */
+    job(&cfg, "parameter_server", 2, 1);
+    cfg.num_ps = 1;
+    assert_int_equal(dsim_train(&cfg, &res), DSIM_ESTATE);
+    assert_non_null(strstr(res.error.msg, "without dynamic loss scaling"));
+    assert_non_null(strstr(res.error.msg, "dsim_strategy_apply_scaled"));
+    dsim_train_result_free(&res);
+    job(&cfg, "central_storage", 1, 2);
+    cfg.gradient_dtype = DSIM_F16;
+    assert_int_equal(dsim_train(&cfg, &res), DSIM_EINVAL);
+    assert_non_null(strstr(res.error.msg, "gradient_dtype float16 does not apply"));
+    dsim_train_result_free(&res);
+    job(&cfg, "mirrored", 1, 2);
+    cfg.gradient_dtype = DSIM_I32;
+    assert_int_equal(dsim_train(&cfg, &res), DSIM_EINVAL);
+    assert_non_null(strstr(res.error.msg, "float32, float16 or bfloat16"));
+    dsim_train_result_free(&res);
+    job(&cfg, "mirrored", 1, 2);
+    cfg.precision = (dsim_precision_policy)9;
+    assert_int_equal(dsim_train(&cfg, &res), DSIM_EINVAL);
+    assert_non_null(strstr(res.error.msg, "mixed_bfloat16"));
+    dsim_train_result_free(&res);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_policy_names),        cmocka_unit_test(test_dynamic_loss_scale),
-        cmocka_unit_test(test_all_finite),          cmocka_unit_test(test_round),
-        cmocka_unit_test(test_mixed_float32_is_plain), cmocka_unit_test(test_mixed_float16),
-        cmocka_unit_test(test_mixed_bfloat16),      cmocka_unit_test(test_mixed_overflow),
+        cmocka_unit_test(test_policy_names),
+        cmocka_unit_test(test_dynamic_loss_scale),
+        cmocka_unit_test(test_all_finite),
+        cmocka_unit_test(test_round),
+        cmocka_unit_test(test_mixed_float32_is_plain),
+        cmocka_unit_test(test_mixed_float16),
+        cmocka_unit_test(test_mixed_bfloat16),
+        cmocka_unit_test(test_mixed_overflow),
         cmocka_unit_test(test_optim_skip),
+        cmocka_unit_test(test_train_skips_alike),
+        cmocka_unit_test(test_train_bfloat16),
+        cmocka_unit_test(test_train_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
