@@ -60,8 +60,8 @@ dsim_err train_mixed_grad(const dsim_train_cfg *cfg, const dsim_train_setup *su,
     /* Keras: scaled_loss = loss * S; grads = tape.gradient(scaled_loss) / S.
      * S is a power of two, so the unscaling is exact in float. */
     float S = ls ? ls->scale : 1.0f;
-    DSIM_CHECK(dsim_model_loss_grad_mixed(&su->model, cd, params, x, y, n, scale * S, grad,
-                                          loss_sum));
+    DSIM_CHECK(
+        dsim_model_loss_grad_mixed(&su->model, cd, params, x, y, n, scale * S, grad, loss_sum));
     if (S != 1.0f) {
         float inv = 1.0f / S;
         for (size_t k = 0; k < su->n_params; k++)
