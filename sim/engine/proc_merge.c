@@ -321,6 +321,7 @@ static void pr_merge_head(pr_job *j, const pr_result *sum, uint64_t first, uint6
         res->num_replicas_in_sync = sum->num_replicas_in_sync;
         res->loss_scale = sum->loss_scale;
         res->shard_applied = (dsim_shard_policy)sum->shard_applied;
+        res->input_from_strategy = sum->input_from_strategy != 0;
         res->steps_per_epoch = sum->steps_per_epoch;
         res->initial_loss = sum->initial_loss;
         res->initial_checksum = sum->initial_checksum;

@@ -13,6 +13,7 @@
 #include "dsim/dataset.h"
 #include "dsim/model.h"
 #include "dsim/optim.h"
+#include "dsim/spi/strategy.h"
 #include "scenario/defaults.h"
 #include "scenario/plan.h"
 #include "scenario/units.h"
@@ -223,6 +224,31 @@ static json_t *plan_optim(plan_b *b, const dsim_scenario *s)
     return o;
 }
 
+/* A strategy that distributes its own input (its input_fn): the plan
+ * shows what that function lists, as the job will read it. */
+static void plan_input_fn(const dsim_scenario *s, dsim_input_config *ic)
+{
+    const dsim_train_cfg *t = &s->train;
+    if (!t->strategy || t->synthetic_params > 0)
+        return;
+    if (t->plugin_path && dsim_strategy_load(t->strategy, t->plugin_path) != DSIM_OK) {
+        dsim_clear_error(); /* the run says why; the plan shows dsim's own pipeline */
+        return;
+    }
+    ic->input_fn = dsim_strategy_input_fn(t->strategy, &ic->input_fn_user);
+    dsim_strategy_shape shape = {
+        .hosts = t->hosts,
+        .devices_per_host = t->devices_per_host,
+        .num_replicas = t->hosts * t->devices_per_host,
+        .num_ps = t->num_ps,
+        .ps_mode = t->ps_mode,
+    };
+    dsim_strategy_traits tr;
+    if (ic->input_fn && dsim_strategy_probe(t->strategy, &shape, &tr) == DSIM_OK)
+        ic->num_replicas_in_sync = tr.replicas_in_sync;
+    dsim_clear_error();
+}
+
 /* Whether the per-worker part of the data plan stays within PLAN_MAX_READS
  * entries: its batch sizes (steps x replicas) and its file lists (every
  * file for every worker unless the files are sharded). When it does not,
@@ -244,6 +270,7 @@ static bool plan_fits(plan_b *b, const dsim_scenario *s, const dsim_dataset_desc
         .drop_remainder = t->drop_remainder,
         .epochs = 1,
     };
+    plan_input_fn(s, &ic);
     dsim_input *in = NULL;
     *e = dsim_input_create(&ic, &in);
     if (*e != DSIM_OK) {
@@ -344,6 +371,7 @@ static dsim_err plan_data(plan_b *b, const dsim_scenario *s, json_t *o, char *er
         .drop_remainder = t->drop_remainder,
         .epochs = t->epochs,
     };
+    plan_input_fn(s, &ic);
     dsim_input_plan *p = NULL;
     e = dsim_input_plan_make(&ic, &p);
     if (e != DSIM_OK) {

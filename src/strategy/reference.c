@@ -60,6 +60,7 @@ static dsim_err ref_alloc_result(const ref_job *r, dsim_train_result *res)
     res->num_replicas_in_sync = 1;
     res->loss_scale = 1.0f / (float)r->G;
     res->shard_applied = r->su.applied;
+    res->input_from_strategy = r->su.input_ops != NULL;
     res->steps_per_epoch = r->su.steps_per_epoch;
     res->steps = steps;
     res->n_params = P;

@@ -95,6 +95,9 @@ typedef struct dsim_train_setup {
     size_t optim_state_len;
     uint64_t steps_per_epoch;
     dsim_shard_policy applied;
+    /* the strategy's input_fn (distribute_datasets_from_function), if any */
+    const struct dsim_strategy_ops *input_ops;
+    int input_nris; /* its InputContext's num_replicas_in_sync */
 } dsim_train_setup;
 
 /* Checks the data, model and optimizer parts of cfg, makes the dataset and

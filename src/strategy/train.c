@@ -548,6 +548,7 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
     res->precision = cfg->precision == DSIM_POLICY_DEFAULT ? DSIM_POLICY_FLOAT32 : cfg->precision;
     res->gradient_dtype = cfg->gradient_dtype;
     res->shard_applied = job->su.applied;
+    res->input_from_strategy = job->su.input_ops != NULL;
     res->steps_per_epoch = job->su.steps_per_epoch;
     job->total_steps = job->su.steps_per_epoch * cfg->epochs;
     if ((e = train_initial_values(job)) != DSIM_OK)

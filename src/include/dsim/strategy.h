@@ -519,6 +519,10 @@ typedef struct dsim_train_result {
     uint8_t *mp_skipped; /* [steps * num_replicas]: 1 skipped, 0 applied */
     uint64_t skipped_steps;
     float final_loss_scale;
+
+    /* The strategy's input_fn made every replica's batches
+     * (distribute_datasets_from_function); no shard policy was applied. */
+    bool input_from_strategy;
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that

@@ -55,6 +55,7 @@
 
 #include "dsim/api.h"
 #include "dsim/comm.h"
+#include "dsim/data.h"
 #include "dsim/err.h"
 #include "dsim/model.h"
 #include "dsim/optim.h"
@@ -290,6 +291,23 @@ struct dsim_strategy_ops {
 
     /* Optional. Releases srv->priv; after every serve() returned. */
     void (*server_fini)(dsim_server_ctx *srv);
+
+    /* Optional (NULL: dsim's own pipeline, TF's
+     * experimental_distribute_dataset: the job's shard policy, then the
+     * global batch split over the replicas). TF's
+     * distribute_datasets_from_function(input_fn): the strategy decides
+     * which examples each replica reads. Called for each input pipeline
+     * (one per worker) and epoch with TF's InputContext (dsim/data.h:
+     * num_input_pipelines, input_pipeline_id, num_replicas_in_sync;
+     * dsim_input_context_per_replica_batch gives the per-replica batch) and
+     * the dataset's description; appends that pipeline's elements, each one
+     * replica's batch of example ids, in order (dsim_input_batches_add):
+     * element k goes to the worker's local replica k % devices at step
+     * k / devices. Called on every replica, by the one-device reference
+     * and by `dsim plan`, so it keeps no state and gives the same answer
+     * each time. What the replicas read is recorded as read, so
+     * shard_coverage judges this choice. */
+    dsim_err (*input_fn)(const dsim_input_context *ic, uint32_t epoch, dsim_input_batches *out);
 };
 
 /* Registers a strategy under ops->name; required members are checked
@@ -317,6 +335,12 @@ typedef struct dsim_strategy_traits {
  * strategies when there is none of that name (*out is then zeroed). */
 DSIM_API dsim_err dsim_strategy_probe(const char *name, const dsim_strategy_shape *shape,
                                       dsim_strategy_traits *out);
+
+/* The input_fn of the strategy registered as `name`, as the input layer
+ * takes it (dsim_input_config.input_fn, with *user as input_fn_user), or
+ * NULL when it has none or there is no such strategy: for tools that show
+ * what a job will read (dsim plan). */
+DSIM_API dsim_input_fn dsim_strategy_input_fn(const char *name, void **user);
 
 /* For parameter servers: records that `replica`'s update read at
  * version_read was applied when the server was at version_applied
