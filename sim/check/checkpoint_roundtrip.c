@@ -84,6 +84,41 @@ static bool cr_restores(const dsim_train_cfg *cfg, const dsim_checkpoint *ck, co
     return ok;
 }
 
+/* save: the file ck against the state the job had at its global step G,
+ * from the attempt at[k] that wrote it: the chief's parameters bit for bit,
+ * then the optimizer against a one-device replay of the same G global
+ * batches. True, with the sentence in msg, when save() is wrong. */
+static bool cr_save_wrong(const dsim_train_cfg *cfg, const dsim_train_result *w,
+                          const dsim_checkpoint *ck, const double *v, char *msg, size_t cap,
+                          double *measured)
+{
+    uint64_t g = ck->global_step;
+    int chief = cr_chief(w);
+    uint64_t have = dsim_params_checksum(ck->params, ck->n_params);
+    uint64_t live = w->checksum[(g - w->first_step - 1) * (size_t)w->num_replicas + (size_t)chief];
+    if (have != live) {
+        dsim_check_msg(msg, cap,
+                       "save: the parameters saved at global step %" PRIu64
+                       " are not those the chief (replica %d) held after that step (checksum "
+                       "%016" PRIx64 ", the chief's %016" PRIx64
+                       "): save() must copy the variables as of the end of the step",
+                       g, chief, have, live);
+        return true;
+    }
+    dsim_train_result ref;
+    if (ck_replay_to(cfg, g, &ref) != DSIM_OK) {
+        dsim_check_msg(msg, cap, "the one-device replay to step %" PRIu64 " failed: %s", g,
+                       ref.error.msg);
+        dsim_train_result_free(&ref);
+        return true;
+    }
+    const char *which = NULL;
+    bool bad = ck_judge_saved_optimizer(ck, &ref, cfg->optim.kind, v[CR_MAX_ABS], v[CR_MAX_REL],
+                                        msg, cap, &which, measured);
+    dsim_train_result_free(&ref);
+    return bad;
+}
+
 static dsim_err cr_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
 {
     const dsim_train_result *r = ctx->run;
@@ -155,37 +190,21 @@ static dsim_err cr_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     out->measured = INFINITY;
     /* the restore the writer resumed with, and its broadcast: judged first */
     const dsim_checkpoint *from = fx && fx->resumed && w->first_step > 0 ? fx->resumed[k] : NULL;
+    if (from) {
+        /* the file it resumed from first: a save() that left a part out
+         * makes the restore of it look wrong */
+        int kf = cr_writer(at, na, from->global_step);
+        double ignored = 0;
+        if (kf >= 0 && from->n_params == r->n_params &&
+            cr_save_wrong(cfg, at[kf], from, v, msg, cap, &ignored))
+            goto done;
+    }
     if (from && ck_judge_broadcast(w, from, msg, cap))
         goto done;
     if (from && !cr_restores(cfg, from, v, "the checkpoint the restart resumed from", msg, cap))
         goto done;
 
-    /* save: the parameters, the chief's own, bit for bit */
-    int chief = cr_chief(w);
-    uint64_t have = dsim_params_checksum(ck->params, ck->n_params);
-    uint64_t live = w->checksum[(g - w->first_step - 1) * (size_t)w->num_replicas + (size_t)chief];
-    if (have != live) {
-        dsim_check_msg(msg, cap,
-                       "save: the parameters saved at global step %" PRIu64
-                       " are not those the chief (replica %d) held after that step (checksum "
-                       "%016" PRIx64 ", the chief's %016" PRIx64
-                       "): save() must copy the variables as of the end of the step",
-                       g, chief, have, live);
-        goto done;
-    }
-    /* save: the optimizer, against a one-device replay of the same g global batches */
-    dsim_train_result ref;
-    if (ck_replay_to(cfg, g, &ref) != DSIM_OK) {
-        dsim_check_msg(msg, cap, "the one-device replay to step %" PRIu64 " failed: %s", g,
-                       ref.error.msg);
-        dsim_train_result_free(&ref);
-        goto done;
-    }
-    const char *which = NULL;
-    bool bad = ck_judge_saved_optimizer(ck, &ref, cfg->optim.kind, v[CR_MAX_ABS], v[CR_MAX_REL],
-                                        msg, cap, &which, &out->measured);
-    dsim_train_result_free(&ref);
-    if (bad)
+    if (cr_save_wrong(cfg, w, ck, v, msg, cap, &out->measured))
         goto done;
     double rel = out->measured;
     out->measured = INFINITY;

@@ -77,7 +77,7 @@ int cmd_calibrate(int argc, char **argv)
                *sizes = "4K,16K,64K,256K,1M,4M,16M", *ranks_s = "4";
     int json = 0;
     for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
+        const char *v = NULL, *flag = argv[i];
         const char **slot = NULL;
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
@@ -99,7 +99,8 @@ int cmd_calibrate(int argc, char **argv)
             return 2;
         }
         if (!v || !*v) {
-            fprintf(stderr, "%s: %s needs a value\n", CAL_PROG, argv[i]);
+            /* the flag as given ("--algo" or "--algo="), not its value */
+            fprintf(stderr, "%s: %.*s needs a value\n", CAL_PROG, (int)strcspn(flag, "="), flag);
             return 2;
         }
         *slot = v;

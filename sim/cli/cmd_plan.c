@@ -15,7 +15,9 @@ void cmd_plan_help(FILE *out)
                  "\n"
                  "  --plugin-dir DIR  look for a strategy plugin named by a bare file name in\n"
                  "                    DIR first, as 'dsim run' does (it is not loaded: plan\n"
-                 "                    runs no code of the scenario's)\n"
+                 "                    runs no code of the scenario's; \"plugin\" in the JSON\n"
+                 "                    and a line on stderr say which file 'dsim run' will\n"
+                 "                    load, and that loading it runs its code)\n"
                  "\n"
                  "Prints what the scenario will do, as JSON (the only format; --json is\n"
                  "accepted for symmetry with other commands): the resolved cluster (hosts,\n"
@@ -133,6 +135,16 @@ int cmd_plan(int argc, char **argv)
     char why[512] = "";
     if (e != DSIM_OK)
         snprintf(why, sizeof why, "%s", dsim_errmsg());
+    /* A plugin: which file dsim run will load, and that it runs its code. */
+    dsim_plugin_notice pn;
+    if (j && dsim_scenario_plugin_notice(s, &pn)) {
+        json_object_set_new(j, "plugin",
+                            json_pack("{s:s, s:b, s:b, s:s}", "file", pn.file,
+                                      "loading_runs_its_code", 1, "outside_scenario_folder",
+                                      pn.outside, "notice", pn.text));
+        fprintf(stderr, "dsim plan: %s:%d:%d: %s%s\n", file, s->plugin_pos.line,
+                s->plugin_pos.column, pn.outside ? "warning: " : "", pn.text);
+    }
     dsim_scenario_free(s);
     if (!j) {
         fprintf(stderr, "dsim plan: %s\n", why);

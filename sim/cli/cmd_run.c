@@ -14,8 +14,9 @@
  *
  * Interrupts: SIGINT and SIGTERM are taken by a thread of their own; it
  * lets the harness wait for the store calls in flight and close the store
- * (which marks the run 'unfinished' and keeps every row committed so far)
- * and exits with 130 (SIGINT) or 143 (SIGTERM). */
+ * (which marks the run in progress 'unfinished' and keeps every row
+ * committed so far; a run already stored keeps its status, and the message
+ * says which happened) and exits with 130 (SIGINT) or 143 (SIGTERM). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -33,6 +34,7 @@
 
 #include "check/check.h"
 #include "cmds.h"
+#include "dsim_cov.h"
 #include "dsim/err.h"
 #include "dsim/strategy.h"
 #include "engine/engine.h"
@@ -47,9 +49,26 @@
 #define RUN_TTY_REFRESH_NS   (100LL * 1000 * 1000)
 #define RUN_PLAIN_LINES      10 /* progress lines per run when stdout is not a terminal */
 
+/* The engines with (want) or without the flag, "a, b". */
+static const char *run_engines_by(unsigned flag, bool want, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; dsim_engine_at(i) && used < cap; i++) {
+        const dsim_engine_ops *e = dsim_engine_at(i);
+        if (((e->flags & flag) != 0) == want) {
+            int w = snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", e->name);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+    return buf;
+}
+
 void cmd_run_help(FILE *out)
 {
-    char engines[160];
+    char engines[160], threaded[128], coroutines[128];
+    run_engines_by(DSIM_ENGINE_THREAD_PER_REPLICA, true, threaded, sizeof threaded);
+    run_engines_by(DSIM_ENGINE_THREAD_PER_REPLICA, false, coroutines, sizeof coroutines);
     fprintf(out,
             "usage: dsim run [SCENARIO...] [--engine E] [--seed N] [--db PATH] [--plugin-dir DIR]\n"
             "                [--combination K] [--no-plugins] [--json] [--junit FILE] [--tap]\n"
@@ -91,6 +110,10 @@ void cmd_run_help(FILE *out)
             "Progress: on a terminal one line rewritten in place (step, loss, examples/s);\n"
             "otherwise about %d plain lines per run.\n"
             "\n"
+            "Limits: a run has at most %d replicas on %s (as memory allows),\n"
+            "%d on %s (a thread per replica); 'dsim validate --limits'\n"
+            "lists every limit of a scenario file.\n"
+            "\n"
             "Hangs and crashes: a replica that never returns is left running once the job\n"
             "has failed (or made no progress for twice the timeout) and a grace period\n"
             "has passed; the run is stored as 'hung' with where each stuck replica was. A\n"
@@ -106,23 +129,35 @@ void cmd_run_help(FILE *out)
             "scenario expects to fail must fail), 1 a check did not or a run hung, 2 bad\n"
             "input (a scenario that does not parse or cannot run in this build, a bad\n"
             "option, a results store that cannot be opened or written). 130 when\n"
-            "interrupted; the run is then stored as 'unfinished'.\n",
+            "interrupted (SIGINT), 143 when terminated (SIGTERM): a run in progress is then\n"
+            "stored as 'unfinished'; a run already stored keeps its status.\n"
+            "\n"
+            "Testing: DSIM_RUN_AFTER_STORED_S=S waits S seconds after each run is stored\n"
+            "and its table printed (to interrupt dsim run exactly there).\n",
             RUN_DEFAULT_SCENARIO, dsim_engine_names(0, false, engines, sizeof engines),
-            DSIM_STORE_DEFAULT_PATH, RUN_PLAIN_LINES);
+            DSIM_STORE_DEFAULT_PATH, RUN_PLAIN_LINES, DSIM_TRAIN_MAX_REPLICAS, coroutines,
+            DSIM_TRAIN_MAX_THREAD_REPLICAS, threaded);
 }
 
 /* ---- interrupts ---- */
 
 /* run_store is the open store; run_store_lock guards the pointer between
- * the main thread (which opens and closes it) and the interrupt thread. The
- * harness guards its own store calls (dsim_harness_shutdown). */
+ * the main thread (which opens and closes it) and the interrupt thread, and
+ * the last run stored (run_last_id, 0 before the first). The harness guards
+ * its own store calls (dsim_harness_shutdown). */
 static pthread_mutex_t run_store_lock = PTHREAD_MUTEX_INITIALIZER;
 static dsim_store *run_store;
+static const char *run_db;
+static dsim_run_id run_last_id;
+static dsim_run_status run_last_status;
 static atomic_bool run_interrupted;
 
 static pthread_t run_sig_thread;
 static bool run_sig_started;
 
+/* The interrupt: the runs in progress are stored as unfinished; a run
+ * whose end is stored already keeps its status, and the message says so
+ * rather than claim a change. */
 static void *run_sig_main(void *arg)
 {
     sigset_t *set = arg;
@@ -130,11 +165,41 @@ static void *run_sig_main(void *arg)
     if (sigwait(set, &sig) != 0)
         return NULL;
     atomic_store(&run_interrupted, true);
-    fprintf(stderr, "\ndsim run: interrupted; storing the run as unfinished\n");
     pthread_mutex_lock(&run_store_lock);
-    dsim_harness_shutdown(run_store);
+    dsim_run_id ids[8];
+    size_t n = dsim_harness_shutdown(run_store, ids, 8);
+    const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+    if (n > 0) {
+        fprintf(stderr, "\ndsim run: interrupted (%s); run", name);
+        for (size_t i = 0; i < n && i < 8; i++)
+            fprintf(stderr, "%s %" PRId64, i ? "," : "", (int64_t)ids[i]);
+        fprintf(stderr, " stored as unfinished in %s\n", run_db ? run_db : "the results store");
+    } else if (run_last_id > 0) {
+        fprintf(stderr,
+                "\ndsim run: interrupted (%s) after run %" PRId64 " was stored; it stays %s, "
+                "and no run was in progress\n",
+                name, (int64_t)run_last_id, dsim_run_status_name(run_last_status));
+    } else {
+        fprintf(stderr, "\ndsim run: interrupted (%s); no run was in progress\n", name);
+    }
+    DSIM_COV_DUMP();
     _exit(128 + sig);
     return NULL;
+}
+
+/* Testing: DSIM_RUN_AFTER_STORED_S=S waits S seconds after each run is
+ * stored and its table printed, so that a test can interrupt dsim run
+ * exactly there. */
+static void run_hold_after_stored(void)
+{
+    const char *v = getenv("DSIM_RUN_AFTER_STORED_S");
+    char *end = NULL;
+    double s = v && *v ? strtod(v, &end) : 0;
+    if (!v || !*v || *end || !(s > 0) || s > 3600)
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
 }
 
 static bool run_signals_start(void)
@@ -732,6 +797,7 @@ int cmd_run(int argc, char **argv)
         } else {
             pthread_mutex_lock(&run_store_lock);
             run_store = st;
+            run_db = db;
             pthread_mutex_unlock(&run_store_lock);
             for (int i = 0; i < o.n_files && !atomic_load(&run_interrupted); i++) {
                 run_one(&o, st, &items[i], &reps[i]);
@@ -745,6 +811,13 @@ int cmd_run(int argc, char **argv)
                 } else if ((reps[i].n_failed || reps[i].status != DSIM_RUN_PASSED) && rc == 0) {
                     rc = 1;
                 }
+                pthread_mutex_lock(&run_store_lock);
+                if (reps[i].run_id > 0) {
+                    run_last_id = reps[i].run_id;
+                    run_last_status = reps[i].status;
+                }
+                pthread_mutex_unlock(&run_store_lock);
+                run_hold_after_stored();
                 if (!o.json && i + 1 < o.n_files)
                     printf("\n");
             }

@@ -5,12 +5,13 @@
 
 #include "cmds.h"
 #include "scenario/defaults.h"
+#include "scenario/scenario_limits.h"
 #include "scenario/scenario.h"
 
 void cmd_validate_help(FILE *out)
 {
     fprintf(out, "usage: dsim validate [--quiet] [--plugin-dir DIR] FILE...\n"
-                 "       dsim validate --defaults\n"
+                 "       dsim validate --defaults | --limits\n"
                  "\n"
                  "Checks each scenario file without running it: the YAML, every key, type and\n"
                  "range, the combinations (cluster shape and strategy, model and data, faults\n"
@@ -26,16 +27,21 @@ void cmd_validate_help(FILE *out)
                  "                    DIR first (then $DSIM_PLUGIN_PATH, then this build's\n"
                  "                    and the installed plugins), as 'dsim run' does\n"
                  "  --defaults        print a scenario that states every default, and exit\n"
+                 "  --limits          print every limit of a scenario file (Markdown: the table\n"
+                 "                    of scenarios/FORMAT.md), and exit\n"
                  "\n"
                  "A plugin's file is only looked for, never loaded: validate runs no code\n"
-                 "of the scenario's.\n"
+                 "of the scenario's. It prints which file 'dsim run' will load and that\n"
+                 "loading it runs its code (a warning, printed with --quiet too, when the\n"
+                 "scenario names it by an absolute path or one that climbs out of its\n"
+                 "folder); 'dsim run --no-plugins' refuses such a scenario.\n"
                  "\n"
                  "Exit status: 0 every file is valid and runnable, 2 otherwise.\n");
 }
 
 int cmd_validate(int argc, char **argv)
 {
-    bool quiet = false, defaults = false, files = false, opts_done = false;
+    bool quiet = false, defaults = false, limits = false, files = false, opts_done = false;
     /* argv[i] is a file to check */
     bool *is_file = calloc((size_t)argc + 1, sizeof *is_file);
     if (!is_file) {
@@ -55,6 +61,8 @@ int cmd_validate(int argc, char **argv)
             quiet = true;
         } else if (strcmp(a, "--defaults") == 0) {
             defaults = true;
+        } else if (strcmp(a, "--limits") == 0) {
+            limits = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--plugin-dir", &missing))) {
             if (dsim_cli_plugin_dir("validate", v) != 0) {
                 free(is_file);
@@ -67,19 +75,22 @@ int cmd_validate(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "dsim validate: unknown option '%s' (accepted: --quiet, --plugin-dir DIR, "
-                    "--defaults); see 'dsim validate --help'\n",
+                    "--defaults, --limits); see 'dsim validate --help'\n",
                     a);
             free(is_file);
             return 2;
         }
     }
-    if (defaults) {
+    if (defaults || limits) {
         free(is_file);
-        if (files) {
-            fprintf(stderr, "dsim validate: --defaults takes no files\n");
+        if (files || (defaults && limits)) {
+            fprintf(stderr, "dsim validate: %s takes no files and no other listing\n",
+                    defaults ? "--defaults" : "--limits");
             return 2;
         }
-        if (dsim_scenario_write_defaults(stdout) != DSIM_OK || fflush(stdout) != 0) {
+        if (limits)
+            dsim_scenario_limits_write(stdout);
+        if ((defaults && dsim_scenario_write_defaults(stdout) != DSIM_OK) || fflush(stdout) != 0) {
             fprintf(stderr, "dsim validate: could not write to standard output\n");
             return 2;
         }
@@ -105,6 +116,12 @@ int cmd_validate(int argc, char **argv)
                 printf("%s:%d:%d: %s%s\n", a, s->faults[f].line, s->faults[f].column,
                        d.warn ? "warning: " : "", d.text);
         }
+        /* A plugin: which file dsim run will load, and that loading it runs
+         * its code (a warning when the file leads out of its folder). */
+        dsim_plugin_notice pn;
+        if (e == DSIM_OK && dsim_scenario_plugin_notice(s, &pn) && (pn.outside || !quiet))
+            printf("%s:%d:%d: %s%s\n", a, s->plugin_pos.line, s->plugin_pos.column,
+                   pn.outside ? "warning: " : "", pn.text);
         if (e == DSIM_OK)
             e = dsim_scenario_runnable(s);
         /* a matrix: every combination must parse and be runnable too */

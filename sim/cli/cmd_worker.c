@@ -16,12 +16,15 @@
  * The chief writes the store and prints the table; the others print what
  * they wait for and end when the chief says the job is over. */
 #include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cmds.h"
+#include "dsim_cov.h"
 #include "dsim/cluster.h"
 #include "dsim/log.h"
 #include "engine/multihost.h"
@@ -32,6 +35,7 @@ void cmd_worker_help(FILE *out)
 {
     fprintf(out, "usage: dsim worker SCENARIO [--db PATH] [--secret-file PATH] [--hosts LIST]\n"
                  "                   [--port N] [--timeout SECONDS] [--print-tf-config]\n"
+                 "                   [--reshape]\n"
                  "\n"
                  "Runs one task of a multi-machine job: start one per host (TF_CONFIG), or all\n"
                  "at once under a launcher (mpirun -np N dsim worker ..., srun dsim worker ...).\n"
@@ -49,6 +53,13 @@ void cmd_worker_help(FILE *out)
                  "                     N + i*(devices_per_host+1) and up\n"
                  "  --timeout SECONDS  how long the group may take to form (default 120)\n"
                  "  --print-tf-config  print the TF_CONFIG this task resolves to, and exit\n"
+                 "  --reshape          run on another number of worker tasks than the\n"
+                 "                     scenario's hosts (dividing its replicas): another job,\n"
+                 "                     whose data distribution and result differ\n"
+                 "\n"
+                 "Each task is one TF worker: one host of the scenario, its devices and its own\n"
+                 "input pipeline; a scenario of H hosts (and P parameter servers) takes H + P\n"
+                 "tasks, and then ends bit-identical to dsim run.\n"
                  "\n"
                  "A task with D devices at HOST:PORT listens on PORT..PORT+D-1 (one port a\n"
                  "rank) and the chief also on PORT+D for the results: space the ports of tasks\n"
@@ -60,6 +71,7 @@ typedef struct wk_opts {
     int port;
     double timeout_s;
     bool print_tf;
+    bool reshape; /* --reshape: run another number of worker tasks as another job */
 } wk_opts;
 
 /* The launcher's rank and size, or -1 when none set them. */
@@ -253,6 +265,8 @@ static int wk_parse(int argc, char **argv, wk_opts *o)
             return 2;
         } else if (strcmp(a, "--print-tf-config") == 0) {
             o->print_tf = true;
+        } else if (strcmp(a, "--reshape") == 0) {
+            o->reshape = true;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "dsim worker: unknown option '%s'; see 'dsim worker --help'\n", a);
             return 2;
@@ -271,16 +285,34 @@ static int wk_parse(int argc, char **argv, wk_opts *o)
     return 0;
 }
 
-/* The same replicas on w worker tasks: a scenario of H hosts x D devices
- * runs on w tasks of H*D/w devices each when w divides H*D, so the
- * quickstart's 2 x 2 can run as four single-device machines. Every task
- * reshapes alike (same scenario, same cluster). */
-static int wk_reshape(dsim_scenario *s, int w, const char *whence)
+/* The worker tasks against the scenario's hosts. A task is a TF worker,
+ * one host of the scenario with its devices: each worker has its own input
+ * pipeline (the dataset's files and examples are dealt out per worker), so
+ * a 2 x 2 scenario run as four single-device tasks would be another job,
+ * reading other examples on each replica, with another answer than
+ * `dsim run`. So w != hosts is refused with the launch line that gives the
+ * scenario's job; --reshape runs the other shape (w tasks of R/w devices,
+ * w dividing the R replicas), saying before the run that it is another
+ * job. Every task decides alike (same scenario, same cluster). */
+static int wk_reshape(dsim_scenario *s, int w, const char *whence, bool reshape, const char *file)
 {
     dsim_train_cfg *cfg = &s->train;
     if (w == cfg->hosts)
         return 0;
     int R = cfg->hosts * cfg->devices_per_host;
+    if (!reshape) {
+        int n = cfg->hosts + cfg->num_ps;
+        fprintf(stderr,
+                "dsim worker: %s has %d worker task(s), the scenario %d host(s) x %d device(s): "
+                "each task is one TF worker (one host, its devices and its own input pipeline), "
+                "so start %d task(s)%s: mpirun -np %d dsim worker %s (srun -n %d ..., or a "
+                "TF_CONFIG of %d worker(s)); --reshape runs %d task(s) as another job, whose "
+                "data is dealt over %d input pipelines and whose result is not dsim run's\n",
+                whence, w, cfg->hosts, cfg->devices_per_host, n,
+                cfg->num_ps ? " (the parameter servers included)" : "", n, file, n, cfg->hosts, w,
+                w);
+        return 2;
+    }
     if (w < 1 || R % w != 0) {
         fprintf(stderr,
                 "dsim worker: %s has %d worker task(s) but the scenario's %d replicas (%d hosts x "
@@ -290,12 +322,85 @@ static int wk_reshape(dsim_scenario *s, int w, const char *whence)
         return 2;
     }
     fprintf(stderr,
-            "dsim worker: %s has %d worker task(s); the scenario's %d hosts x %d devices run as "
-            "%d x %d (the same %d replicas)\n",
-            whence, w, cfg->hosts, cfg->devices_per_host, w, R / w, R);
+            "dsim worker: --reshape: %s has %d worker task(s); the scenario's %d hosts x %d "
+            "devices run as %d x %d: the same %d replicas but ANOTHER JOB (%d input pipelines "
+            "instead of %d, other examples on each replica), whose losses and parameters differ "
+            "from dsim run %s\n",
+            whence, w, cfg->hosts, cfg->devices_per_host, w, R / w, R, w, cfg->hosts, file);
     cfg->hosts = w;
     cfg->devices_per_host = R / w;
     return 0;
+}
+
+/* ---- interrupts ----
+ *
+ * On the chief, SIGINT and SIGTERM are taken by a thread of their own, as
+ * in dsim run: every other task is told the job is over (its agent kills
+ * its child and exits), the run in progress is stored as unfinished, and
+ * the chief exits 130 (SIGINT) or 143 (SIGTERM). Another task that is
+ * interrupted tells the chief (dsim_proc_agent_interrupt), which then ends
+ * the job the same way, and exits 128 + its signal itself. */
+static dsim_mh *wk_mh; /* the chief's group, once formed */
+static pthread_mutex_t wk_mh_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *wk_db;
+
+static void *wk_sig_main(void *arg)
+{
+    sigset_t *set = arg;
+    int sig = 0;
+    if (sigwait(set, &sig) != 0)
+        return NULL;
+    const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+    pthread_mutex_lock(&wk_mh_lock);
+    if (wk_mh)
+        dsim_mh_bye(wk_mh);
+    dsim_run_id ids[8];
+    size_t n = dsim_harness_shutdown(NULL, ids, 8);
+    if (n > 0)
+        fprintf(stderr,
+                "\ndsim worker: interrupted (%s); every task told to stop; run %" PRId64
+                " stored as unfinished in %s\n",
+                name, (int64_t)ids[0], wk_db ? wk_db : "the results store");
+    else
+        fprintf(stderr, "\ndsim worker: interrupted (%s)%s; no run was in progress\n", name,
+                wk_mh ? "; every task told to stop" : "");
+    DSIM_COV_DUMP();
+    _exit(128 + sig);
+    return NULL;
+}
+
+/* The chief: before any thread exists, so that every thread (and the
+ * children, until they ignore them) inherits the mask. */
+static void wk_signals_chief(void)
+{
+    static sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_t t;
+    if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0 ||
+        pthread_create(&t, NULL, wk_sig_main, &set) != 0) {
+        pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+        fprintf(stderr, "dsim worker: cannot watch for interrupts; an interrupted run stays "
+                        "'running' until the store is next opened\n");
+        return;
+    }
+    pthread_detach(t);
+}
+
+static void wk_agent_handler(int sig)
+{
+    dsim_proc_agent_interrupt(sig);
+}
+
+static void wk_signals_agent(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = wk_agent_handler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 int cmd_worker(int argc, char **argv)
@@ -335,7 +440,8 @@ int cmd_worker(int argc, char **argv)
             dsim_scenario_free(s);
             return 2;
         }
-        if (l == 0 && size > cfg->num_ps && wk_reshape(s, size - cfg->num_ps, who) != 0) {
+        if (l == 0 && size > cfg->num_ps &&
+            wk_reshape(s, size - cfg->num_ps, who, o.reshape, o.file) != 0) {
             dsim_scenario_free(s);
             return 2;
         }
@@ -348,7 +454,9 @@ int cmd_worker(int argc, char **argv)
     }
     dsim_cluster c;
     if (tf && dsim_cluster_from_tf_config(tf, cfg->devices_per_host, &c) == DSIM_OK) {
-        rc = c.task_type == DSIM_TASK_EVALUATOR ? 0 : wk_reshape(s, c.num_workers, "TF_CONFIG");
+        rc = c.task_type == DSIM_TASK_EVALUATOR
+                 ? 0
+                 : wk_reshape(s, c.num_workers, "TF_CONFIG", o.reshape, o.file);
         dsim_cluster_free(&c);
         if (rc) {
             free(tf);
@@ -376,6 +484,12 @@ int cmd_worker(int argc, char **argv)
         .timeout_ns = (int64_t)(o.timeout_s * 1e9),
         .progress = stderr,
     };
+    bool chief = c.is_chief != 0;
+    wk_db = o.db ? o.db : "dsim.db";
+    if (chief)
+        wk_signals_chief();
+    else
+        wk_signals_agent();
     dsim_mh mh;
     dsim_err e = dsim_mh_open(&c, cfg, &mo, &mh);
     if (e == DSIM_OK) {
@@ -389,7 +503,11 @@ int cmd_worker(int argc, char **argv)
         rc = e == DSIM_EINVAL ? 2 : 1;
     } else if (!mh.is_chief) {
         e = dsim_proc_agent(cfg, s->faults, s->n_faults, cfg->seed, &mh.hosts, mh.chief_fd);
-        if (e != DSIM_OK) {
+        if (dsim_proc_agent_signal()) {
+            fprintf(stderr, "dsim worker: task %d: interrupted; the chief ended the job\n",
+                    mh.hosts.task);
+            rc = 128 + dsim_proc_agent_signal();
+        } else if (e != DSIM_OK) {
             fprintf(stderr, "dsim worker: task %d: %s\n", mh.hosts.task, dsim_errmsg());
             rc = 1;
         } else {
@@ -401,10 +519,16 @@ int cmd_worker(int argc, char **argv)
                o.file, cfg->strategy, cfg->hosts, cfg->hosts == 1 ? "" : "s", cfg->devices_per_host,
                cfg->devices_per_host == 1 ? "" : "s", mh.n_tasks, (unsigned long long)s->seed);
         fflush(stdout);
+        pthread_mutex_lock(&wk_mh_lock);
+        wk_mh = &mh;
+        pthread_mutex_unlock(&wk_mh_lock);
         dsim_harness_opts run = {.size = sizeof run, .db_path = db, .hosts = &mh.hosts};
         dsim_harness_result rep;
         (void)dsim_harness_run(s, &run, &rep);
+        pthread_mutex_lock(&wk_mh_lock);
         dsim_mh_bye(&mh);
+        wk_mh = NULL;
+        pthread_mutex_unlock(&wk_mh_lock);
         if (rep.note[0])
             fprintf(stderr, "dsim worker: %s: %s\n", o.file, rep.note);
         dsim_cli_print_run(o.file, s, &rep, db);

@@ -71,13 +71,47 @@ static void pr_relay_records(pr_relay *r)
         r->pipe_open = false;
 }
 
+/* The interrupt (dsim_proc_agent_interrupt): the signal, and whether an
+ * attempt is being relayed (the chief is then told; otherwise the handler
+ * exits). */
+static volatile sig_atomic_t pr_agent_sig;
+static volatile sig_atomic_t pr_agent_relaying;
+
+void dsim_proc_agent_interrupt(int sig)
+{
+    if (!pr_agent_relaying) {
+        static const char msg[] = "\ndsim worker: interrupted; this task was not in a job\n";
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        (void)w;
+        _exit(128 + sig);
+    }
+    pr_agent_sig = sig;
+}
+
+int dsim_proc_agent_signal(void)
+{
+    return pr_agent_sig;
+}
+
 /* Relays one attempt's child to the chief until it ends. Returns 1 when the
  * attempt ended, 0 when the chief said goodbye, -1 when its connection
  * broke. */
 static int pr_agent_attempt(pid_t pid, int pfd, int chief_fd)
 {
     pr_relay r = {.pid = pid, .pfd = pfd, .chief_fd = chief_fd, .pipe_open = true, .rc = 1};
+    bool told = false;
     while (r.pipe_open || !r.exited) {
+        if (pr_agent_sig && !told) {
+            int32_t sig = pr_agent_sig;
+            told = true;
+            dsim_warn("dsim worker: interrupted (%s); telling the chief",
+                      sig == SIGTERM ? "SIGTERM" : "SIGINT");
+            if (!pr_sock_send(r.chief_fd, PR_INTERRUPT, &sig, sizeof sig)) {
+                kill(pid, SIGKILL);
+                r.rc = -1;
+                break;
+            }
+        }
         struct pollfd pf[2] = {{.fd = r.pipe_open ? pfd : -1, .events = POLLIN},
                                {.fd = r.chief_fd, .events = POLLIN}};
         int n = poll(pf, 2, 20);
@@ -159,9 +193,11 @@ static int pr_agent_start(const dsim_train_cfg *cfg, const dsim_proc_attempt *tm
     }
     fflush(stdout);
     fflush(stderr);
+    pr_agent_relaying = 1;
     pid_t pid = fork();
     if (pid < 0) {
         int err = errno;
+        pr_agent_relaying = 0;
         close(pfd[0]);
         close(pfd[1]);
         free(done);
@@ -179,6 +215,8 @@ static int pr_agent_start(const dsim_train_cfg *cfg, const dsim_proc_attempt *tm
     fcntl(pfd[0], F_SETFL, fcntl(pfd[0], F_GETFL) | O_NONBLOCK);
     dsim_debug("dsim worker: task %d (ranks %d..%d) is pid %d", h->task, lo, hi, (int)pid);
     int rc = pr_agent_attempt(pid, pfd[0], chief_fd);
+    if (!pr_agent_sig)
+        pr_agent_relaying = 0;
     if (rc < 0)
         DSIM_ERR(DSIM_EPEER, 0, "the connection to the chief broke during the job");
     return rc;

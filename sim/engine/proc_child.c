@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "fault/msglog.h"
+#include "dsim_cov.h"
 #include "proc_int.h"
 
 typedef struct pr_child {
@@ -206,6 +207,7 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
     pr_send(&c, PR_DONE, NULL, 0);
     /* No cleanup: the process ends here, and its state is the parent's
      * copy-on-write image. */
+    DSIM_COV_DUMP();
     _exit(0);
 }
 
@@ -217,8 +219,12 @@ void pr_child_prep(int read_end)
     sigset_t none;
     sigemptyset(&none);
     pthread_sigmask(SIG_SETMASK, &none, NULL);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    /* An interrupt is the parent's (dsim run's, dsim worker's) to take: it
+     * stores the run as unfinished and exits, and this child dies with it
+     * (PDEATHSIG). A terminal's Ctrl-C reaches the whole process group:
+     * were the child to die of it first, the run would read as crashed. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     signal(SIGPIPE, SIG_DFL);
     close(read_end);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "dsim/rt.h"
+#include "dsim_cov.h"
 #include "engine_int.h"
 #include "proc_wire.h"
 #include "processes.h"
@@ -97,6 +98,7 @@ static void pe_child(const dsim_engine_ranks *job, int r, const char *addrs, int
         dsim_fabric_close(fab);
     if (rt)
         dsim_rt_destroy(rt);
+    DSIM_COV_DUMP();
     _exit(0);
 }
 

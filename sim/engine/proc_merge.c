@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dsim/spi/strategy.h"
 #include "fault/msglog.h"
@@ -287,6 +288,16 @@ void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char *b, siz
     case PR_EXIT:
         pr_rec_exit(j, t, b, n);
         break;
+    case PR_INTERRUPT: {
+        /* another task was interrupted: the job ends as if this one were
+         * (`dsim worker` takes the signal on the chief: the run stored as
+         * unfinished, every task told, exit 128 + signal) */
+        int32_t sig = 0;
+        if (n >= sizeof sig)
+            memcpy(&sig, b, sizeof sig);
+        kill(getpid(), sig == SIGTERM ? SIGTERM : SIGINT);
+        break;
+    }
     default:
         break;
     }

@@ -33,6 +33,7 @@ enum {
     PR_MSGS,        /* u64 frames not logged, then the child's dsim_msg_rec halves */
     PR_READ,        /* a pr_batch, then the example ids a replica read (at its compute) */
     PR_EXIT = 50,   /* agent -> chief: how the task's child ended (pr_exit) */
+    PR_INTERRUPT,   /* agent -> chief: the task was interrupted (i32 signal) */
     PC_START = 100, /* chief -> agent: begin an attempt (restore, done[]) */
     PC_SIGNAL,      /* chief -> agent: signal the child (i32) */
     PC_BYE,         /* chief -> agent: the job is over */

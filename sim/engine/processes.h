@@ -81,6 +81,13 @@ void dsim_proc_task_ranks(const dsim_train_cfg *cfg, int task, int *lo, int *hi)
  * chief sends (a kill, the watchdog's); ends the pauses its child begins.
  * Returns DSIM_OK when the chief says the job is over, an error when the
  * chief's connection is lost. */
+/* For dsim worker's SIGINT/SIGTERM handler on an agent (async-signal-safe):
+ * while an attempt runs, the agent tells the chief (which then ends the job
+ * as an interrupt: every task told, the run stored as unfinished) and
+ * returns when it says goodbye; otherwise it exits at once with 128 + sig.
+ * dsim_proc_agent_signal() is the signal taken, or 0. */
+void dsim_proc_agent_interrupt(int sig);
+int dsim_proc_agent_signal(void);
 dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, size_t n_faults,
                          uint64_t seed, const dsim_proc_hosts *h, int chief_fd);
 

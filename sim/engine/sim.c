@@ -63,6 +63,7 @@
 
 #include "dsim/log.h"
 #include "dsim/spi/rt.h"
+#include "dsim_cov.h"
 #include "engine/sim.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -288,6 +289,7 @@ __attribute__((format(printf, 2, 3))) static _Noreturn void sim_die(sim_eng *e, 
             fprintf(stderr, "dsim: sim engine:   worker %d: %s\n", f->id,
                     f->state == SIM_DONE ? "returned" : sim_waiting_name(f->waiting));
     }
+    DSIM_COV_DUMP();
     abort();
 }
 

@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "dsim_cov.h"
 #include "harness_int.h"
 
 /* ---- the store guard ---- */
@@ -91,13 +92,16 @@ void hg_run_remove(int slot)
     pthread_mutex_unlock(&hg_runs_mu);
 }
 
-/* Closes each distinct store of the runs in progress, and extra. Called
- * with hg_lock held for writing; sets hg_down. */
-static void hg_close_all(dsim_store *extra)
+/* Closes each distinct store of the runs in progress, and extra; the runs
+ * each left unsettled (begun, end not committed: stored 'unfinished' by the
+ * close) go to ids[cap]. Called with hg_lock held for writing; sets
+ * hg_down. Returns how many runs were unsettled. */
+static size_t hg_close_all(dsim_store *extra, dsim_run_id *ids, size_t cap)
 {
     hg_down = true;
     dsim_store *closed[HG_MAX_RUNS + 1];
     int n = 0;
+    size_t nu = 0;
     pthread_mutex_lock(&hg_runs_mu);
     for (int i = 0; i <= HG_MAX_RUNS; i++) {
         dsim_store *st = i < HG_MAX_RUNS ? (hg_runs[i].used ? hg_runs[i].st : NULL) : extra;
@@ -109,18 +113,22 @@ static void hg_close_all(dsim_store *extra)
         if (seen)
             continue;
         closed[n++] = st;
+        nu += dsim_store_unsettled(st, nu < cap ? ids + nu : NULL, nu < cap ? cap - nu : 0);
         (void)dsim_store_close(st);
     }
     pthread_mutex_unlock(&hg_runs_mu);
+    return nu;
 }
 
-void dsim_harness_shutdown(dsim_store *extra)
+size_t dsim_harness_shutdown(dsim_store *extra, dsim_run_id *unfinished, size_t cap)
 {
     hg_init_once();
     pthread_rwlock_wrlock(&hg_lock);
+    size_t n = 0;
     if (!hg_down)
-        hg_close_all(extra);
+        n = hg_close_all(extra, unfinished, cap);
     /* The lock stays held: nothing may touch the closed stores. */
+    return n;
 }
 
 /* ---- crashes: signals and exit() inside a run ---- */
@@ -296,7 +304,7 @@ static void hg_store_crash(const hg_crash *c)
     }
     pthread_mutex_unlock(&hg_runs_mu);
     free(detail);
-    hg_close_all(NULL);
+    hg_close_all(NULL, NULL, 0);
     /* The lock stays held: the process is about to die. */
 }
 
@@ -323,6 +331,9 @@ static void hg_die(int sig, const siginfo_t *si)
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
     sigaction(sig, &dfl, NULL);
+    /* (a coverage build only: not async-signal-safe, but the process is
+     * dying of a crash a test made on purpose) */
+    DSIM_COV_DUMP();
     /* A fault happens again when the handler returns; a signal that was
      * sent (kill, raise, abort) must be sent again. It stays pending while
      * the handler runs, and kills on return. */
@@ -385,6 +396,7 @@ static void hg_on_exit(int status, void *arg)
     hg_put(&msg, "; storing the run as crashed\n");
     hg_write_all(STDERR_FILENO, msg.b, msg.n);
     hg_store_crash(&c);
+    DSIM_COV_DUMP();
     _exit(1);
 }
 

@@ -45,10 +45,12 @@ dsim_err h_engine_of(const dsim_scenario *s, const h_opts *o, const dsim_engine_
     }
     const char *name = dsim_scenario_engine(s);
     if (dsim_engine_find(name, out) != DSIM_OK) {
-        char names[160];
+        char names[160], at[32] = "";
+        if (!s->engine_overridden && s->engine_pos.line > 0)
+            snprintf(at, sizeof at, ":%d:%d", s->engine_pos.line, s->engine_pos.column);
         return DSIM_ERR(DSIM_ENOTSUP, -1,
-                        "%s: engine %s is not supported by this build (accepted: %s)",
-                        s->path ? s->path : "(scenario)", name,
+                        "%s%s: engine %s is not supported by this build (accepted: %s)",
+                        s->path ? s->path : "(scenario)", at, name,
                         dsim_engine_names(0, false, names, sizeof names));
     }
     return DSIM_OK;
@@ -75,8 +77,11 @@ static dsim_err h_check(const dsim_scenario *s)
         dsim_strategy_load(s->train.strategy, s->train.plugin_path) != DSIM_OK) {
         dsim_error er;
         dsim_error_copy(&er);
-        return DSIM_ERR(er.code, -1, "%s: strategy.plugin: %s", s->path ? s->path : "(scenario)",
-                        er.msg);
+        char at[32] = "";
+        if (s->plugin_pos.line > 0)
+            snprintf(at, sizeof at, ":%d:%d", s->plugin_pos.line, s->plugin_pos.column);
+        return DSIM_ERR(er.code, -1, "%s%s: strategy.plugin: %s", s->path ? s->path : "(scenario)",
+                        at, er.msg);
     }
     return DSIM_OK;
 }
@@ -95,6 +100,7 @@ dsim_err dsim_harness_prepare(dsim_scenario *s, const dsim_harness_opts *opts)
         free(s->engine);
         s->engine = eng;
         s->train.engine = eng;
+        s->engine_overridden = true;
     }
     if (o.has_seed) {
         s->seed = o.seed;
@@ -132,6 +138,7 @@ dsim_err dsim_harness_run(const dsim_scenario *s, const dsim_harness_opts *opts,
         if (o.engine) {
             sc.engine = (char *)o.engine;
             sc.train.engine = o.engine;
+            sc.engine_overridden = true;
         }
         if (o.has_seed) {
             sc.seed = o.seed;

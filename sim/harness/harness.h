@@ -300,9 +300,12 @@ void dsim_harness_totals(dsim_harness_stats *out);
  * store calls in flight of every run in progress, refuses any later one,
  * and closes the stores of the runs in progress and `extra` (the caller's
  * own store, or NULL), each once. A run begun and not ended is thereby
- * stored as 'unfinished'; everything committed before stays. Returns with
- * the harness's store lock held for good: call _exit next. */
-void dsim_harness_shutdown(dsim_store *extra);
+ * stored as 'unfinished'; everything committed before stays, and a run
+ * whose end was committed keeps its status. Returns how many runs it
+ * stored as unfinished (their ids in unfinished[cap]; NULL with cap 0 for
+ * none): 0 when the signal came between runs or after the last was stored.
+ * Returns with the harness's store lock held for good: call _exit next. */
+size_t dsim_harness_shutdown(dsim_store *extra, dsim_run_id *unfinished, size_t cap);
 
 #ifdef __cplusplus
 }

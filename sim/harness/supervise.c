@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "harness_int.h"
+#include "dsim_cov.h"
 
 /* ---- the supervisor ----
  *
@@ -129,6 +130,8 @@ void dsim_harness_supervise(const char *db, const char *prog)
                 "\ndsim: run %" PRId64 ": the process running it %s; its peak memory was %.1f "
                 "MiB; stored as crashed in %s\n",
                 (int64_t)ids[i], how, (double)ru.ru_maxrss / 1024.0, db);
+    /* the parent ends with _exit() or the child's signal: its coverage
+     * counters are written just before (dsim_cov.h) */
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
         struct rlimit no_core = {0, 0};
@@ -138,9 +141,11 @@ void dsim_harness_supervise(const char *db, const char *prog)
         sigemptyset(&set);
         sigaddset(&set, sig);
         sigprocmask(SIG_UNBLOCK, &set, NULL);
+        DSIM_COV_DUMP();
         raise(sig);
         _exit(128 + sig);
     }
+    DSIM_COV_DUMP();
     _exit(n > 0 && WEXITSTATUS(status) == 0 ? 1 : WEXITSTATUS(status));
 }
 

@@ -262,7 +262,7 @@ dsim_err scen_cluster(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_int(c, m, C_HOSTS, 1, SCEN_MAX_HOSTS, &v));
     t->hosts = (int)v;
     v = t->devices_per_host;
-    DSIM_CHECK(scen_int(c, m, C_DPH, 1, DSIM_CLUSTER_MAX_DEVICES, &v));
+    DSIM_CHECK(scen_int(c, m, C_DPH, 1, DSIM_SCEN_MAX_DEVICES, &v));
     t->devices_per_host = (int)v;
     v = t->num_ps;
     DSIM_CHECK(scen_int(c, m, C_PS, 0, SCEN_MAX_PS, &v));
@@ -270,6 +270,11 @@ dsim_err scen_cluster(const scen_ctx *c, scen_state *st)
 
     if (m->val[C_TFC])
         DSIM_CHECK(scen_tf_config(c, m, t));
+    s->cluster_pos = scen_pos(m->val[C_HOSTS] ? m->val[C_HOSTS]
+                              : m->val[C_TFC] ? m->val[C_TFC]
+                              : m->val[C_DPH] ? m->val[C_DPH]
+                                              : st->top.key[T_CLUSTER]);
+    s->network_pos = scen_pos(m->key[C_NET]);
     if ((int64_t)t->hosts * t->devices_per_host > DSIM_TRAIN_MAX_REPLICAS) {
         const scen_node *at = m->val[C_TFC]     ? m->val[C_TFC]
                               : m->val[C_DPH]   ? m->val[C_DPH]

@@ -133,10 +133,10 @@ static dsim_err scen_fault_when(const scen_ctx *c, scen_fe *e, dsim_fault *f)
         if (!f->phase)
             return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", c->path);
         if (m->val[F_STEP])
-            DSIM_CHECK(scen_int(c, m, F_STEP, 0, INT64_MAX / 2, &f->step));
+            DSIM_CHECK(scen_int(c, m, F_STEP, 0, DSIM_SCEN_MAX_STEP, &f->step));
     } else if (m->val[F_STEP]) {
         f->when = DSIM_WHEN_STEP;
-        DSIM_CHECK(scen_int(c, m, F_STEP, 0, INT64_MAX / 2, &f->step));
+        DSIM_CHECK(scen_int(c, m, F_STEP, 0, DSIM_SCEN_MAX_STEP, &f->step));
     } else if (m->val[F_TIME]) {
         f->when = DSIM_WHEN_TIME;
         DSIM_CHECK(scen_duration(c, m, F_TIME, 0, &f->time_ns));
@@ -249,11 +249,11 @@ static dsim_err scen_fault_where(const scen_ctx *c, scen_fe *e, dsim_fault *f)
     if (m->val[F_RANKS]) {
         const scen_node *lv = m->val[F_RANKS];
         snprintf(kp, sizeof kp, "%s.ranks", path);
-        if (lv->kind != DSIM_YAML_SEQ || lv->n == 0 || lv->n > DSIM_FAULT_MAX_RANKS)
+        if (lv->kind != DSIM_YAML_SEQ || lv->n == 0 || lv->n > DSIM_SCEN_MAX_FAULT_RANKS)
             return scen_fail(c, lv,
                              "%s: %s is not a list of ranks; accepted: [R, R, ...], 1 to %d "
                              "ranks in 0..%" PRId64,
-                             kp, scen_show(lv, show, sizeof show), DSIM_FAULT_MAX_RANKS,
+                             kp, scen_show(lv, show, sizeof show), DSIM_SCEN_MAX_FAULT_RANKS,
                              replicas - 1);
         for (size_t k = 0; k < lv->n; k++) {
             snprintf(kp, sizeof kp, "%s.ranks[%zu]", path, k);
@@ -317,7 +317,7 @@ static dsim_err scen_fault_kind_rules(const scen_ctx *c, const scen_fe *e, dsim_
     }
     if (m->val[F_GRACE] && f->what != DSIM_FAULT_PREEMPT)
         return scen_fail(c, m->key[F_GRACE], "%s.grace_steps: only a preemption has a grace", path);
-    DSIM_CHECK(scen_int(c, m, F_GRACE, 0, 1000000, &f->grace_steps));
+    DSIM_CHECK(scen_int(c, m, F_GRACE, 0, DSIM_SCEN_MAX_GRACE_STEPS, &f->grace_steps));
     return DSIM_OK;
 }
 
@@ -356,7 +356,7 @@ static dsim_err scen_fault_lengths(const scen_ctx *c, const scen_fe *e, dsim_fau
         return scen_fail(c, m->key[F_WHAT],
                          "%s: a slow fault needs factor: how many times slower (more than 1)",
                          path);
-    DSIM_CHECK(scen_real(c, m, F_FACTOR, 1, 1e6, true, false, &f->factor));
+    DSIM_CHECK(scen_real(c, m, F_FACTOR, 1, DSIM_SCEN_MAX_SLOW_FACTOR, true, false, &f->factor));
     return DSIM_OK;
 }
 
@@ -390,7 +390,7 @@ static dsim_err scen_fault_options(const scen_ctx *c, const scen_fe *e, dsim_fau
                          "%s.after_messages: only a kill, restart or pause at_phase: fires after "
                          "the frames it sent in that phase",
                          path);
-    DSIM_CHECK(scen_int(c, m, F_AFTER, 1, INT64_MAX / 2, &f->after_messages));
+    DSIM_CHECK(scen_int(c, m, F_AFTER, 1, DSIM_SCEN_MAX_STEP, &f->after_messages));
     if ((m->val[F_RETRANSMIT] || m->val[F_RTO]) && f->what != DSIM_FAULT_DROP)
         return scen_fail(c, m->val[F_RTO] ? m->key[F_RTO] : m->key[F_RETRANSMIT],
                          "%s: only a drop is retransmitted", path);

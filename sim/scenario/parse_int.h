@@ -24,12 +24,14 @@
 #include "scenario/scenario.h"
 #include "scenario/yaml_tree.h"
 
+#include "scenario/scenario_limits.h"
+
 #define SCEN_MAX_KEYS  24
-#define SCEN_MAX_STR   4096
-#define SCEN_MAX_HOSTS DSIM_TRAIN_MAX_REPLICAS
+#define SCEN_MAX_STR   DSIM_SCEN_MAX_STR
+#define SCEN_MAX_HOSTS DSIM_SCEN_MAX_HOSTS
 /* dsim_train's limits (dsim/strategy.h), refused here with their position
  * rather than by the run. */
-#define SCEN_MAX_PS DSIM_TRAIN_MAX_PS
+#define SCEN_MAX_PS DSIM_SCEN_MAX_PS
 
 typedef dsim_yaml_node scen_node;
 

@@ -19,7 +19,7 @@
  * put on a section is merged into it key by key. The combination is then
  * parsed as if the file said it, so a bad value is reported where the
  * matrix gives it. */
-#define SCEN_MAX_COMBINATIONS 256
+#define SCEN_MAX_COMBINATIONS DSIM_SCEN_MAX_COMBINATIONS
 
 static const char *const scen_matrix_sections[] = {"seed",  "engine",    "cluster", "strategy",
                                                    "model", "optimizer", "data",    "checkpoint"};

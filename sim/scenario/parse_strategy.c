@@ -100,9 +100,13 @@ static char *scen_search_dirs(const char *dirs, const char *file, char *searched
     return NULL;
 }
 
-static char *scen_resolve(const char *scenario_path, const char *p, char *searched, size_t cap)
+static char *scen_resolve(const char *scenario_path, const char *p, char *searched, size_t cap,
+                          int *how)
 {
     searched[0] = '\0';
+    *how = p[0] == '/'      ? DSIM_PLUGIN_ABSOLUTE
+           : strchr(p, '/') ? DSIM_PLUGIN_BY_PATH
+                            : DSIM_PLUGIN_NEXT_TO_FILE;
     if (p[0] == '/') {
         snprintf(searched, cap, "%s", p);
         return scen_is_file(p) ? strdup(p) : NULL;
@@ -116,6 +120,7 @@ static char *scen_resolve(const char *scenario_path, const char *p, char *search
     free(cand);
     if (strchr(p, '/'))
         return NULL;
+    *how = DSIM_PLUGIN_SEARCHED;
     char *found = scen_search_dirs(getenv("DSIM_PLUGIN_PATH"), p, searched, cap);
     if (!found)
         found = scen_search_dirs(DSIM_PLUGIN_DIRS, p, searched, cap);
@@ -125,7 +130,8 @@ static char *scen_resolve(const char *scenario_path, const char *p, char *search
 dsim_err dsim_scenario_plugin_find(const char *file, char **out)
 {
     char searched[1024];
-    *out = file && *file ? scen_resolve("./plugin", file, searched, sizeof searched) : NULL;
+    int how;
+    *out = file && *file ? scen_resolve("./plugin", file, searched, sizeof searched, &how) : NULL;
     if (*out)
         return DSIM_OK;
     return DSIM_ERR(DSIM_ENOENT, -1,
@@ -224,7 +230,8 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
                              name);
         }
         char searched[1024];
-        char *resolved = scen_resolve(c->path, plugin, searched, sizeof searched);
+        int how = 0;
+        char *resolved = scen_resolve(c->path, plugin, searched, sizeof searched, &how);
         if (!resolved) {
             dsim_err fe = scen_fail(c, pv,
                                     "strategy.plugin: '%s' not found (looked in: %s); build the "
@@ -237,6 +244,7 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
         free(plugin);
         t->plugin_path = resolved;
         s->plugin_pos = scen_pos(pv);
+        s->plugin_found = how;
     } else if (!dsim_strategy_exists(name)) {
         dsim_strategy_list(names, sizeof names);
         return scen_fail(c, scen_where(m, S_NAME),
@@ -272,7 +280,7 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_duration(c, h, H_INTERVAL, 0, &s->health_interval_ns));
     DSIM_CHECK(scen_duration(c, h, H_TIMEOUT, 1, &s->health_timeout_ns));
     int64_t r = s->health_retries;
-    DSIM_CHECK(scen_int(c, h, H_RETRIES, 0, 1000, &r));
+    DSIM_CHECK(scen_int(c, h, H_RETRIES, 0, DSIM_SCEN_MAX_RETRIES, &r));
     s->health_retries = (int)r;
     t->health_interval_ns = s->health_interval_ns;
     t->health_timeout_ns = s->health_timeout_ns;

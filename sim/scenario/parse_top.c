@@ -92,7 +92,7 @@ dsim_err scen_top(const scen_ctx *c, scen_state *st)
         DSIM_CHECK(scen_enum(c, &rm, R_POLICY, "a recovery", scen_recoveries,
                              SCEN_N(scen_recoveries), &v));
         int64_t mx = DSIM_SCENARIO_DEF_MAX_RESTARTS;
-        DSIM_CHECK(scen_int(c, &rm, R_MAX, 0, 100, &mx));
+        DSIM_CHECK(scen_int(c, &rm, R_MAX, 0, DSIM_SCEN_MAX_RESTARTS, &mx));
         if (rm.val[R_MAX] && v == 0)
             return scen_fail(c, rm.key[R_MAX],
                              "recovery.max_restarts: policy is none, so nothing restarts; set "
@@ -116,7 +116,7 @@ dsim_err scen_top(const scen_ctx *c, scen_state *st)
                              "liveness: needs both reach_step (the global step the healed job "
                              "must reach) and within (how long it may take)");
         int64_t step = 0, within = 0;
-        DSIM_CHECK(scen_int(c, &lm, L_STEP, 1, INT64_MAX / 2, &step));
+        DSIM_CHECK(scen_int(c, &lm, L_STEP, 1, DSIM_SCEN_MAX_STEP, &step));
         DSIM_CHECK(scen_duration(c, &lm, L_WITHIN, 1, &within));
         s->has_liveness = true;
         s->liveness_step = (uint64_t)step;

@@ -68,15 +68,18 @@ dsim_err scen_data(const scen_ctx *c, scen_state *st)
     scen_map *m = &st->data;
     DSIM_CHECK(
         scen_map_read(c, st->top.val[T_DATA], st->top.key[T_DATA], "data", scen_data_keys, D_N, m));
+    c->s->data_pos = scen_pos(m->val[D_POLICY]  ? m->val[D_POLICY]
+                              : m->val[D_FILES] ? m->val[D_FILES]
+                                                : st->top.key[T_DATA]);
     int v = DSIM_DATA_CLASSIFICATION;
     DSIM_CHECK(scen_enum(c, m, D_TASK, "a task", scen_tasks, SCEN_N(scen_tasks), &v));
     d->kind = (dsim_data_kind)v;
     bool cls = d->kind == DSIM_DATA_CLASSIFICATION;
     int64_t x = DSIM_SCENARIO_DEF_EXAMPLES;
-    DSIM_CHECK(scen_int(c, m, D_EXAMPLES, 1, (int64_t)1 << 32, &x));
+    DSIM_CHECK(scen_int(c, m, D_EXAMPLES, 1, DSIM_SCEN_MAX_EXAMPLES, &x));
     d->n_examples = (size_t)x;
     x = DSIM_SCENARIO_DEF_FEATURES;
-    DSIM_CHECK(scen_int(c, m, D_FEATURES, 1, DSIM_MODEL_MAX_DIM, &x));
+    DSIM_CHECK(scen_int(c, m, D_FEATURES, 1, DSIM_SCEN_MAX_DIM, &x));
     d->in_dim = (size_t)x;
     x = cls ? DSIM_SCENARIO_DEF_CLASSES : 1;
     if (m->val[D_CLASSES]) {
@@ -84,10 +87,10 @@ dsim_err scen_data(const scen_ctx *c, scen_state *st)
         scen_kp(kp, sizeof kp, m, D_CLASSES);
         if (cls) {
             DSIM_CHECK(scen_int_v(c, m->val[D_CLASSES], "data.classes (classification: classes)", 2,
-                                  DSIM_MODEL_MAX_DIM, &x));
+                                  DSIM_SCEN_MAX_DIM, &x));
         } else {
             DSIM_CHECK(scen_int_v(c, m->val[D_CLASSES], "data.classes (regression: outputs)", 1,
-                                  DSIM_MODEL_MAX_DIM, &x));
+                                  DSIM_SCEN_MAX_DIM, &x));
         }
     }
     d->out_dim = (size_t)x;
@@ -97,7 +100,7 @@ dsim_err scen_data(const scen_ctx *c, scen_state *st)
     else
         DSIM_CHECK(scen_real(c, m, D_NOISE, 0, 1e6, false, false, &d->noise));
     x = DSIM_SCENARIO_DEF_FILES;
-    DSIM_CHECK(scen_int(c, m, D_FILES, 0, (int64_t)DSIM_DATASET_MAX_FILES, &x));
+    DSIM_CHECK(scen_int(c, m, D_FILES, 0, (int64_t)DSIM_SCEN_MAX_FILES, &x));
     /* files: 0 is a source without files; the generator still makes one
      * (dsim_train ignores the split when in_memory is set). */
     t->in_memory = x == 0;
@@ -117,10 +120,10 @@ dsim_err scen_data(const scen_ctx *c, scen_state *st)
                          "remove shard_hint or set shard_policy: hint",
                          dsim_shard_policy_name(t->shard));
     x = t->global_batch;
-    DSIM_CHECK(scen_int(c, m, D_BATCH, 1, INT32_MAX, &x));
+    DSIM_CHECK(scen_int(c, m, D_BATCH, 1, DSIM_SCEN_MAX_BATCH, &x));
     t->global_batch = x;
     x = t->epochs;
-    DSIM_CHECK(scen_int(c, m, D_EPOCHS, 1, 1000000, &x));
+    DSIM_CHECK(scen_int(c, m, D_EPOCHS, 1, DSIM_SCEN_MAX_EPOCHS, &x));
     t->epochs = (uint32_t)x;
     DSIM_CHECK(scen_bool(c, m, D_SHUFFLE, &t->shuffle));
     DSIM_CHECK(scen_bool(c, m, D_DROP, &t->drop_remainder));
@@ -145,10 +148,12 @@ static dsim_err scen_synthetic(const scen_ctx *c, scen_state *st)
                              "(model.synthetic); remove %s or synthetic",
                              scen_model_keys[k], scen_model_keys[k]);
     scen_map sm;
+    c->s->synthetic_pos = scen_pos(m->key[M_SYNTH]);
     DSIM_CHECK(scen_map_read(c, m->val[M_SYNTH], m->key[M_SYNTH], "model.synthetic",
                              scen_synth_keys, MS_N, &sm));
     double val[MS_N] = {0, 0};
-    static const double lo[MS_N] = {1, 0}, hi[MS_N] = {1e12, 1e18};
+    static const double lo[MS_N] = {1, 0},
+                        hi[MS_N] = {DSIM_SCEN_MAX_SYNTH_PARAMS, DSIM_SCEN_MAX_SYNTH_FLOPS};
     for (int k = 0; k < MS_N; k++) {
         const scen_node *v = sm.val[k];
         char kp[64], show[96];
@@ -201,7 +206,7 @@ dsim_err scen_model(const scen_ctx *c, scen_state *st)
         ms->n_hidden = 1;
         ms->hidden[0] = DSIM_SCENARIO_DEF_HIDDEN;
         if (hv && hv->kind == DSIM_YAML_SEQ) {
-            if (hv->n < 1 || hv->n > DSIM_MODEL_MAX_HIDDEN)
+            if (hv->n < 1 || hv->n > DSIM_SCEN_MAX_HIDDEN)
                 return scen_fail(c, hv,
                                  "model.hidden: a list of %zu widths; accepted: one or two "
                                  "widths, e.g. [16] or [32, 16]",
@@ -210,14 +215,14 @@ dsim_err scen_model(const scen_ctx *c, scen_state *st)
                 int64_t w;
                 char kp[40];
                 snprintf(kp, sizeof kp, "model.hidden[%zu]", i);
-                DSIM_CHECK(scen_int_v(c, hv->kid[i], kp, 1, DSIM_MODEL_MAX_DIM, &w));
+                DSIM_CHECK(scen_int_v(c, hv->kid[i], kp, 1, DSIM_SCEN_MAX_DIM, &w));
                 ms->hidden[i] = (size_t)w;
             }
             ms->n_hidden = hv->n;
         } else if (hv) {
             int64_t w;
             DSIM_CHECK(
-                scen_int_v(c, hv, "model.hidden (one or two widths)", 1, DSIM_MODEL_MAX_DIM, &w));
+                scen_int_v(c, hv, "model.hidden (one or two widths)", 1, DSIM_SCEN_MAX_DIM, &w));
             ms->hidden[0] = (size_t)w;
         }
     } else if (hv) {
@@ -273,7 +278,7 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
                              scen_optim_keys[own[i].key], dsim_optim_kind_name(own[i].kind),
                              scen_optim_keys[own[i].key], dsim_optim_kind_name(o->kind),
                              dsim_optim_kind_name(own[i].kind));
-    DSIM_CHECK(scen_real(c, m, O_LR, 0, 1e6, true, false, &o->lr));
+    DSIM_CHECK(scen_real(c, m, O_LR, 0, DSIM_SCEN_MAX_LR, true, false, &o->lr));
     DSIM_CHECK(scen_real(c, m, O_MOMENTUM, 0, 1, false, true, &o->momentum));
     bool nest = o->nesterov != 0;
     DSIM_CHECK(scen_bool(c, m, O_NESTEROV, &nest));
@@ -307,7 +312,7 @@ dsim_err scen_checkpoint(const scen_ctx *c, scen_state *st)
     t->checkpoint_path = p;
     c->s->checkpoint_pos = scen_pos(m->val[K_PATH]);
     int64_t every = DSIM_SCENARIO_DEF_CKPT_EVERY;
-    DSIM_CHECK(scen_int(c, m, K_EVERY, 0, INT64_MAX / 2, &every));
+    DSIM_CHECK(scen_int(c, m, K_EVERY, 0, DSIM_SCEN_MAX_STEP, &every));
     t->checkpoint_every = (uint64_t)every;
     return DSIM_OK;
 }

@@ -249,6 +249,17 @@ static void plan_input_fn(const dsim_scenario *s, dsim_input_config *ic)
     dsim_clear_error();
 }
 
+/* The calling thread's error as "FILE:LINE:COLUMN: data: ..." (where the
+ * data's layout is given) into err. */
+static void plan_err_at(const dsim_scenario *s, char *err, size_t cap)
+{
+    if (s->data_pos.line > 0)
+        snprintf(err, cap, "%s:%d:%d: data: %s", s->path, s->data_pos.line, s->data_pos.column,
+                 dsim_errmsg());
+    else
+        snprintf(err, cap, "%s: data: %s", s->path, dsim_errmsg());
+}
+
 /* Whether the per-worker part of the data plan stays within PLAN_MAX_READS
  * entries: its batch sizes (steps x replicas) and its file lists (every
  * file for every worker unless the files are sharded). When it does not,
@@ -274,7 +285,7 @@ static bool plan_fits(plan_b *b, const dsim_scenario *s, const dsim_dataset_desc
     dsim_input *in = NULL;
     *e = dsim_input_create(&ic, &in);
     if (*e != DSIM_OK) {
-        snprintf(err, cap, "%s", dsim_errmsg());
+        plan_err_at(s, err, cap);
         return false;
     }
     uint64_t steps = dsim_input_steps_per_epoch(in);
@@ -351,7 +362,7 @@ static dsim_err plan_data(plan_b *b, const dsim_scenario *s, json_t *o, char *er
     dsim_err e = dsim_dataset_desc_init(
         &desc, d->n_examples, t->in_memory ? 0 : (uint32_t)d->n_files, DSIM_FILES_CONTIGUOUS);
     if (e != DSIM_OK) {
-        snprintf(err, cap, "%s", dsim_errmsg());
+        plan_err_at(s, err, cap);
         return e;
     }
     desc.hint = t->hint;
@@ -375,7 +386,7 @@ static dsim_err plan_data(plan_b *b, const dsim_scenario *s, json_t *o, char *er
     dsim_input_plan *p = NULL;
     e = dsim_input_plan_make(&ic, &p);
     if (e != DSIM_OK) {
-        snprintf(err, cap, "%s", dsim_errmsg());
+        plan_err_at(s, err, cap);
         dsim_dataset_desc_release(&desc);
         return e;
     }

@@ -15,7 +15,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,19 +26,14 @@
 
 #include "engine/engine.h"
 #include "scenario/defaults.h"
+#include "scenario/scenario_limits.h"
 #include "scenario/parse_int.h"
 
-#define SCEN_MAX_FILE (1u << 20)
-/* What the health check's first round costs per pair of workers, rounded
- * up from reports/bench-sim-scale.txt (dsim_scenario_runnable). */
-#define SCEN_HEALTH_PAIR_BYTES 400
-/* What a replica costs under sim (the same report: 0.31-0.45 MiB with a
- * small model, its store records included; 28 KiB timing only), rounded up,
- * before its model's parameters, gradient, optimizer state and copies (about
- * 20 bytes per float32 parameter). */
-#define SCEN_REPLICA_BYTES        (512.0 * 1024)
-#define SCEN_TIMING_REPLICA_BYTES (48.0 * 1024)
-#define SCEN_PARAM_BYTES          20.0
+#define SCEN_MAX_FILE             DSIM_SCEN_MAX_FILE_BYTES
+#define SCEN_HEALTH_PAIR_BYTES    DSIM_SCEN_HEALTH_PAIR_BYTES
+#define SCEN_REPLICA_BYTES        DSIM_SCEN_REPLICA_BYTES
+#define SCEN_TIMING_REPLICA_BYTES DSIM_SCEN_TIMING_REPLICA_BYTES
+#define SCEN_PARAM_BYTES          DSIM_SCEN_PARAM_BYTES
 
 /* ---- public ---- */
 
@@ -261,25 +258,58 @@ const char *dsim_scenario_engine(const dsim_scenario *s)
     return s->train.engine ? s->train.engine : s->engine ? s->engine : "threads";
 }
 
+/* DSIM_ENOTSUP with "FILE:LINE:COLUMN: " (at's position; "FILE: " when
+ * the thing was not given in the file). */
+static dsim_err scen_refuse(const dsim_scenario *s, dsim_src_pos at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static dsim_err scen_refuse(const dsim_scenario *s, dsim_src_pos at, const char *fmt, ...)
+{
+    char msg[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (at.line > 0)
+        return DSIM_ERR(DSIM_ENOTSUP, -1, "%s:%d:%d: %s", s->path, at.line, at.column, msg);
+    return DSIM_ERR(DSIM_ENOTSUP, -1, "%s: %s", s->path, msg);
+}
+
+/* "engine threads (line 3)", "engine threads (overridden)", "engine
+ * threads (the default)": where the engine a refusal is about was chosen. */
+static const char *scen_engine_said(const dsim_scenario *s, char *buf, size_t cap)
+{
+    const char *eng = dsim_scenario_engine(s);
+    if (s->engine_overridden)
+        snprintf(buf, cap, "engine %s (overridden)", eng);
+    else if (s->engine_pos.line > 0)
+        snprintf(buf, cap, "engine %s (line %d)", eng, s->engine_pos.line);
+    else
+        snprintf(buf, cap, "engine %s (the default)", eng);
+    return buf;
+}
+
 dsim_err dsim_scenario_runnable(const dsim_scenario *s)
 {
     if (!s)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_scenario_runnable: the scenario is NULL");
     const char *eng = dsim_scenario_engine(s);
     const dsim_engine_ops *ops;
+    char said[96];
     if (dsim_engine_find(eng, &ops) != DSIM_OK) {
         dsim_error er;
         dsim_error_copy(&er);
-        return DSIM_ERR(DSIM_ENOTSUP, -1, "%s: %s", s->path, er.msg);
+        return scen_refuse(s, s->engine_overridden ? (dsim_src_pos){0, 0} : s->engine_pos, "%s",
+                           er.msg);
     }
     int64_t replicas = (int64_t)s->train.hosts * s->train.devices_per_host;
     if ((ops->flags & DSIM_ENGINE_THREAD_PER_REPLICA) && replicas > DSIM_TRAIN_MAX_THREAD_REPLICAS)
-        return DSIM_ERR(DSIM_ENOTSUP, -1,
-                        "%s: cluster: %lld replicas on engine %s, which runs a thread per "
-                        "replica: accepted at most %d there; engine sim runs up to %d (a "
-                        "coroutine each)",
-                        s->path, (long long)replicas, eng, DSIM_TRAIN_MAX_THREAD_REPLICAS,
-                        DSIM_TRAIN_MAX_REPLICAS);
+        return scen_refuse(s, s->cluster_pos,
+                           "cluster: %d host(s) x %d device(s) is %lld replicas on %s, which "
+                           "runs a thread per replica: accepted at most %d there; engine sim "
+                           "runs up to %d (a coroutine each)",
+                           s->train.hosts, s->train.devices_per_host, (long long)replicas,
+                           scen_engine_said(s, said, sizeof said), DSIM_TRAIN_MAX_THREAD_REPLICAS,
+                           DSIM_TRAIN_MAX_REPLICAS);
     /* Under sim nothing but memory bounds a job below the parse limit, and
      * with the health check on its first round does: it pings every pair
      * of workers at once, as TF's check does (measured on this engine,
@@ -301,43 +331,44 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
                              : SCEN_REPLICA_BYTES + (params > 0 ? params : 0) * SCEN_PARAM_BYTES;
         double need = (double)replicas * each;
         if (need > have)
-            return DSIM_ERR(DSIM_ENOTSUP, -1,
-                            "%s: cluster: %lld replicas under engine sim take about %.1f GiB "
-                            "(some %.0f KiB each%s), more than this machine's %.1f GiB; run at "
-                            "most %lld replicas here%s",
-                            s->path, (long long)replicas, need / 1073741824.0, each / 1024.0,
-                            timing ? ", timing only" : " with the model's copies",
-                            have / 1073741824.0, (long long)(have / each),
-                            timing ? ""
-                                   : ", or cost the job without payloads (model.synthetic: "
-                                     "timing only)");
+            return scen_refuse(s, s->cluster_pos,
+                               "cluster: %lld replicas under %s take about %.1f GiB (some %.0f "
+                               "KiB each%s), more than this machine's %.1f GiB; run at most %lld "
+                               "replicas here%s",
+                               (long long)replicas, scen_engine_said(s, said, sizeof said),
+                               need / 1073741824.0, each / 1024.0,
+                               timing ? ", timing only" : " with the model's copies",
+                               have / 1073741824.0, (long long)(have / each),
+                               timing ? ""
+                                      : ", or cost the job without payloads (model.synthetic: "
+                                        "timing only)");
     }
     if (dsim_train_runs_health_check(&s->train)) {
         double need = (double)s->train.hosts * (double)s->train.hosts * SCEN_HEALTH_PAIR_BYTES;
         if (have > 0 && need > have) {
             int fit = (int)sqrt(have / SCEN_HEALTH_PAIR_BYTES);
-            return DSIM_ERR(DSIM_ENOTSUP, -1,
-                            "%s: cluster: %d workers with the health check on: its first "
-                            "round pings every pair of workers, which takes about %.1f GiB "
-                            "(%d^2 pairs x %d bytes), more than this machine's %.1f GiB; turn "
-                            "the check off (strategy.health_check: {interval: 0}) or run at "
-                            "most %d workers here",
-                            s->path, s->train.hosts, need / 1073741824.0, s->train.hosts,
-                            SCEN_HEALTH_PAIR_BYTES, have / 1073741824.0, fit);
+            return scen_refuse(s, s->cluster_pos,
+                               "cluster: %d workers with the health check on: its first round "
+                               "pings every pair of workers, which takes about %.1f GiB (%d^2 "
+                               "pairs x %d bytes), more than this machine's %.1f GiB; turn the "
+                               "check off (strategy.health_check: {interval: 0}) or run at most "
+                               "%d workers here",
+                               s->train.hosts, need / 1073741824.0, s->train.hosts,
+                               SCEN_HEALTH_PAIR_BYTES, have / 1073741824.0, fit);
         }
     }
     if (s->network_given && (ops->flags & DSIM_ENGINE_REAL_LINKS))
-        return DSIM_ERR(DSIM_ENOTSUP, -1,
-                        "%s: cluster.network models the links of the threads and sim engines; "
-                        "the processes engine's links are real (tcp over loopback): remove "
-                        "cluster.network, or use engine sim",
-                        s->path);
+        return scen_refuse(s, s->network_pos,
+                           "cluster.network models the links of the threads and sim engines; "
+                           "on %s the links are real (tcp over loopback): remove "
+                           "cluster.network, or use engine sim",
+                           scen_engine_said(s, said, sizeof said));
     if (s->train.synthetic_params > 0 && !(ops->flags & DSIM_ENGINE_VIRTUAL_TIME))
-        return DSIM_ERR(DSIM_ENOTSUP, -1,
-                        "%s: model.synthetic runs timing only, under engine sim (its virtual "
-                        "clock charges the compute, its network model the messages); engine is "
-                        "%s: use engine sim",
-                        s->path, eng);
+        return scen_refuse(s, s->synthetic_pos,
+                           "model.synthetic runs timing only, under engine sim (its virtual "
+                           "clock charges the compute, its network model the messages); this "
+                           "is %s: use engine sim",
+                           scen_engine_said(s, said, sizeof said));
     for (size_t i = 0; i < s->n_expect; i++) {
         const dsim_expect *x = &s->expect[i];
         if (!x->check->available)
@@ -370,4 +401,38 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
         return e;
     }
     return DSIM_OK;
+}
+
+bool dsim_scenario_plugin_notice(const dsim_scenario *s, dsim_plugin_notice *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!s || !s->train.plugin_path)
+        return false;
+    const char *given = s->train.plugin_path;
+    char real[PATH_MAX], dir[PATH_MAX];
+    snprintf(out->file, sizeof out->file, "%s", realpath(given, real) ? real : given);
+    /* the scenario file's folder, as the kernel sees it */
+    char *copy = strdup(s->path ? s->path : ".");
+    bool have_dir = copy && realpath(dirname(copy), dir);
+    free(copy);
+    size_t dl = have_dir ? strlen(dir) : 0;
+    bool inside = have_dir && strncmp(out->file, dir, dl) == 0 &&
+                  (out->file[dl] == '/' || (dl == 1 && dir[0] == '/'));
+    bool by_path =
+        s->plugin_found == DSIM_PLUGIN_BY_PATH || s->plugin_found == DSIM_PLUGIN_ABSOLUTE;
+    out->outside = by_path && !inside;
+    const char *where = "";
+    if (out->outside && s->plugin_found == DSIM_PLUGIN_ABSOLUTE)
+        where = ", outside the scenario file's folder (an absolute path)";
+    else if (out->outside)
+        where = ", outside the scenario file's folder (the path climbs out of it)";
+    else if (s->plugin_found == DSIM_PLUGIN_SEARCHED)
+        where = ", found in the plugin search path (--plugin-dir, $DSIM_PLUGIN_PATH, the plugin "
+                "folders)";
+    snprintf(out->text, sizeof out->text,
+             "strategy.plugin: 'dsim run' will load %s%s; loading a plugin runs its code in the "
+             "dsim process with your rights, as running a program would ('dsim run "
+             "--no-plugins' refuses a scenario that names one)",
+             out->file, where);
+    return true;
 }

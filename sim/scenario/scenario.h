@@ -54,6 +54,7 @@ typedef struct dsim_scenario {
     uint64_t seed;
     char *engine;                          /* "threads" | "processes" | "sim" */
     dsim_src_pos engine_pos, recovery_pos; /* where they were given (0:0 when defaulted) */
+    bool engine_overridden;                /* engine set by the caller (dsim run --engine) */
 
     /* network: preset name and link parameters (used by the sim engine) */
     char *network_preset; /* or NULL */
@@ -73,6 +74,15 @@ typedef struct dsim_scenario {
     dsim_train_cfg train;        /* strategy, cluster, model, optimizer, data, checkpoint */
     dsim_src_pos checkpoint_pos; /* where checkpoint.path was given (0:0 when not) */
     dsim_src_pos plugin_pos;     /* where strategy.plugin was given (0:0 when not) */
+    int plugin_found;            /* how train.plugin_path was found: DSIM_PLUGIN_* */
+    /* Where what dsim_scenario_runnable may refuse was given (0:0 when not):
+     * the cluster's size (cluster.hosts, else devices_per_host, tf_config or
+     * the cluster: key), cluster.network, model.synthetic. */
+    dsim_src_pos cluster_pos, network_pos, synthetic_pos;
+    /* Where the data's layout is given (data.shard_policy, else
+     * data.files, else the data: key; 0:0 when none is), for a plan that
+     * cannot shard it. */
+    dsim_src_pos data_pos;
 
     dsim_fault *faults;
     size_t n_faults;
@@ -106,6 +116,27 @@ typedef struct dsim_scenario {
     long combination;
     char *label;
 } dsim_scenario;
+
+/* How a scenario's strategy plugin was found. */
+enum {
+    DSIM_PLUGIN_NEXT_TO_FILE = 1, /* a bare file name, in the scenario file's folder */
+    DSIM_PLUGIN_BY_PATH,          /* a path with a '/', relative to that folder */
+    DSIM_PLUGIN_ABSOLUTE,         /* an absolute path */
+    DSIM_PLUGIN_SEARCHED,         /* a bare file name, in --plugin-dir, $DSIM_PLUGIN_PATH or
+                                     the build's and the installed plugin folders */
+};
+
+/* What `dsim validate` and `dsim plan` say about a strategy plugin, which
+ * only `dsim run` loads: the file it will load (its real path), whether
+ * that lies outside the scenario file's folder although the file named it
+ * by a path (absolute, or climbing out with ../), and a sentence saying so
+ * and that loading runs its code. False when s names no plugin. */
+typedef struct dsim_plugin_notice {
+    char file[4096];
+    bool outside;
+    char text[4608];
+} dsim_plugin_notice;
+bool dsim_scenario_plugin_notice(const dsim_scenario *s, dsim_plugin_notice *out);
 
 /* Loads and validates a scenario file. On error *out is NULL and the
  * message has FILE:LINE:COLUMN. Only a regular file is read: a named pipe,

@@ -122,6 +122,15 @@ static bool units_parse(const char *s, const units_unit *u, size_t nu, uint64_t 
     /* whole < 10^20 and scale < 2^42, so the product fits in 128 bits. */
     units_u128 f = ((units_u128)frac * unit->scale + frac_den / 2) / frac_den;
     v += f;
+    /* A value written as more than zero must not become 0, which means
+     * "none" or "off" where it is allowed (timeout: 0 is no deadline). */
+    if (v == 0 && (whole > 0 || frac > 0)) {
+        snprintf(why, cap,
+                 "is more than 0 but less than 1%s, the smallest %s there is, so it would be 0; "
+                 "write 0 if that is what you mean, else at least 1%s",
+                 u[0].name, what, u[0].name);
+        return false;
+    }
     if (v > max) {
         snprintf(why, cap, "is too large for a %s (at most %" PRIu64 " %s)", what,
                  (uint64_t)(max / unit->scale), unit->name);

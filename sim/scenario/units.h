@@ -11,7 +11,9 @@
  * milliseconds and a size could mean bytes or MiB: the message says to add a
  * unit. A value that does not fit (durations: int64 nanoseconds, about 292
  * years; sizes: uint64 bytes) is refused, never wrapped. Fractions are
- * rounded to the nearest nanosecond or byte.
+ * rounded to the nearest nanosecond or byte; a value written as more than
+ * zero that would round to 0 ("0.1ns") is refused, since 0 means "none" or
+ * "off" where it is allowed.
  *
  * Each parser returns true on success; on failure it writes a phrase that
  * completes "'VALUE' ..." into why (e.g. "has no unit; write it with one,

@@ -68,6 +68,18 @@ static dsim_err ytree_syntax(const char *path, const char *text, size_t len, con
                      ytree_mark_line(p->context_mark), ytree_mark_col(p->context_mark));
         else
             snprintf(what, sizeof what, "%s", problem);
+        /* A key indented wrongly is often reported on the line after it:
+         * point at the line that is off, and keep libyaml's words. */
+        int hl, hc;
+        char hint[300];
+        if (p->error == YAML_SCANNER_ERROR || p->error == YAML_PARSER_ERROR) {
+            if (dsim_yaml_indent_hint(text, len, line, &hl, &hc, hint, sizeof hint)) {
+                char both[700];
+                snprintf(both, sizeof both, "%s (YAML syntax at line %d, column %d: %s)", hint,
+                         line, col, what);
+                return DSIM_ERR(DSIM_EINVAL, -1, "%s:%d:%d: %s", path, hl, hc, both);
+            }
+        }
         return ytree_fail(path, line, col, "YAML syntax: %s%s", what, NULL);
     }
 }

@@ -43,6 +43,14 @@ typedef struct dsim_yaml_node {
 dsim_err dsim_yaml_parse(const char *path, const char *text, size_t len, dsim_yaml_node **root);
 void dsim_yaml_free(dsim_yaml_node *n);
 
+/* After a syntax error at err_line: the first line up to it whose
+ * indentation is off (a key indented unlike its siblings, between two
+ * levels, or deeper than a key whose value is given; a tab), with where
+ * (*line, *col) and a sentence saying so and what to do; false when the
+ * indentation looks right (yaml_indent.c). */
+bool dsim_yaml_indent_hint(const char *text, size_t len, int err_line, int *line, int *col,
+                           char *msg, size_t cap);
+
 /* A plain scalar YAML reads as null: empty, ~, null, Null, NULL. */
 bool dsim_yaml_is_null(const dsim_yaml_node *n);
 

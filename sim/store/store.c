@@ -256,6 +256,18 @@ dsim_err dsim_store_end_run(dsim_store *st, dsim_run_id run, dsim_run_status sta
     return e;
 }
 
+size_t dsim_store_unsettled(dsim_store *st, dsim_run_id *ids, size_t cap)
+{
+    if (!st)
+        return 0;
+    pthread_mutex_lock(&st->mu);
+    size_t n = st->nunsettled;
+    for (size_t i = 0; i < n && i < cap; i++)
+        ids[i] = st->unsettled[i];
+    pthread_mutex_unlock(&st->mu);
+    return n;
+}
+
 dsim_err dsim_store_replica(dsim_store *st, dsim_run_id run, int replica, int worker,
                             const char *device, const char *host)
 {

@@ -10,7 +10,9 @@
  *
  * Every call is thread-safe except close, which must be the last call on the
  * store. A process that forked after opening a store must not use it in the
- * child.
+ * child. A fork() anywhere in the process waits until no writer is inside
+ * SQLite or the allocator (pthread_atfork; at most one batch), so that a
+ * child that goes on without exec never starts with a lock a writer held.
  *
  * A write failure in the writer thread (disk full, permissions, a lock held
  * too long by another program) is remembered: that call and every later call
@@ -62,6 +64,11 @@ dsim_err dsim_store_open(const char *path, dsim_store **out);
  * closes. Returns the first write failure, if any; the store is freed
  * either way. NULL is a no-op. */
 dsim_err dsim_store_close(dsim_store *st);
+
+/* The runs begun on this store whose end has not been committed: those that
+ * dsim_store_close marks 'unfinished'. Up to cap ids into ids (may be NULL
+ * with cap 0); returns how many there are. */
+size_t dsim_store_unsettled(dsim_store *st, dsim_run_id *ids, size_t cap);
 
 /* Waits until every record queued before the call is committed. */
 dsim_err dsim_store_flush(dsim_store *st);

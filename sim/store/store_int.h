@@ -1,10 +1,11 @@
 /* Internal to sim/store: the record queue, the store object, and what the
  * store's files share:
- *   store.c   the callers' side: records queued for the writer, flush
- *   writer.c  the writer thread: each record's SQL, batches, failures
- *   open.c    opening (checks, migrations, crashed runs) and closing
- *   read.c    reading a run back, marking a dead process's runs
- *   schema.c  the schema's migrations */
+ *   store.c      the callers' side: records queued for the writer, flush
+ *   writer.c     the writer thread: each record's SQL, batches, failures
+ *   open.c       opening (checks, migrations, crashed runs) and closing
+ *   read.c       reading a run back, marking a dead process's runs
+ *   schema.c     the schema's migrations
+ *   fork_gate.c  the writers' fork gate: no fork() while a writer works */
 #ifndef DSIM_STORE_INT_H
 #define DSIM_STORE_INT_H
 
@@ -131,6 +132,14 @@ struct dsim_store {
 /* store.c */
 int64_t store_wall_ns(void);
 dsim_err store_report_locked(dsim_store *st);
+
+/* fork_gate.c: a writer's work happens inside the gate, which a fork()
+ * anywhere in the process closes (and waits for) first, so that no child
+ * starts with a lock a writer held. store_gate_install registers the
+ * pthread_atfork handlers, once per process. */
+void store_gate_install(void);
+void store_gate_enter(void);
+void store_gate_leave(void);
 
 /* writer.c */
 int store_exec(sqlite3 *db, const char *sql);

@@ -353,11 +353,13 @@ void *store_writer(void *arg)
         pthread_cond_broadcast(&st->not_full);
         pthread_mutex_unlock(&st->mu);
 
+        store_gate_enter(); /* no fork() while SQLite or the allocator is ours */
         if (!failed)
             store_commit_batch(st, st->batch, n);
         uint64_t last = st->batch[n - 1].seq;
         for (size_t i = 0; i < n; i++)
             store_rec_free(&st->batch[i]);
+        store_gate_leave();
 
         pthread_mutex_lock(&st->mu);
         if (st->fail_code != DSIM_OK)

@@ -173,6 +173,14 @@ dsim_err dsim_strategy_save(const dsim_strategy *s, dsim_replica_ctx *ctx, dsim_
 {
     DSIM_CHECK(dsim_strategy_check_save(s));
     dsim_replica_ctx was = *ctx;
+    /* what save() leaves out is zero in the file, never the buffer's last
+     * contents (or uninitialised memory): the same bits every run, and a
+     * save that forgets a part reads as exactly that */
+    if (out->params)
+        memset(out->params, 0, out->n_params * sizeof(float));
+    if (out->optim_state)
+        memset(out->optim_state, 0, out->optim_state_len * sizeof(float));
+    out->optim_step = 0;
     dsim_err e = s->ops->save(ctx, out);
     if (e != DSIM_OK)
         e = strategy_failed(s, "save", e);

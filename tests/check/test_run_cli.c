@@ -497,6 +497,36 @@ static void test_run_json(void **state)
     json_decref(j);
 }
 
+/* Waits (at most 20 s, then SIGKILL, so that a hang fails rather than
+ * blocks) for pid to exit; its exit status, its output read. */
+static int cli_exit_within(pid_t pid)
+{
+    int st = 0;
+    pid_t got = 0;
+    for (int i = 0; i < 400 && got == 0; i++) {
+        got = waitpid(pid, &st, WNOHANG);
+        if (got == 0) {
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        fail_msg("dsim run did not exit within 20 s of the signal");
+    }
+    char out[512], err[512];
+    cli_path(out, sizeof out, "stdout.txt");
+    cli_path(err, sizeof err, "stderr.txt");
+    free(cli_out);
+    free(cli_err);
+    cli_out = cli_slurp(out);
+    cli_err = cli_slurp(err);
+    if (!WIFEXITED(st))
+        fail_msg("dsim died of signal %d; stderr: %s", WTERMSIG(st), cli_err);
+    return WEXITSTATUS(st);
+}
+
 /* SIGINT in the middle of a long run: exit 130, the run row unfinished,
  * the steps committed before it kept. */
 static void test_run_interrupted(void **state)
@@ -537,27 +567,55 @@ static void test_run_interrupted(void **state)
         fail_msg("the long run stored no step within 30 s");
     }
     assert_int_equal(kill(pid, SIGINT), 0);
-    /* it must exit promptly; SIGKILL after 20 s so a hang fails, not blocks */
-    int st = 0;
-    pid_t got = 0;
-    for (int i = 0; i < 400 && got == 0; i++) {
-        got = waitpid(pid, &st, WNOHANG);
-        if (got == 0) {
-            struct timespec ts = {0, 50 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-    }
-    if (got == 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &st, 0);
-        fail_msg("dsim run did not exit within 20 s of SIGINT");
-    }
-    assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 130);
+    assert_int_equal(cli_exit_within(pid), 130);
+    cli_has(cli_err, "dsim run: interrupted (SIGINT); run 1 stored as unfinished in");
     char *status = cli_sql_text(db, "SELECT status FROM runs WHERE id = 1");
     assert_string_equal(status, "unfinished");
     free(status);
     assert_true(cli_sql_int(db, "SELECT count(*) FROM steps WHERE run_id = 1") > 0);
+}
+
+/* A signal after "run N stored" (DSIM_RUN_AFTER_STORED_S holds dsim run
+ * right there): exit 130 / 143, the run keeps the status it was stored
+ * with, and the message does not claim to store it as unfinished. */
+static void test_run_interrupted_after_stored(void **state)
+{
+    (void)state;
+    static const int sigs[] = {SIGINT, SIGTERM};
+    for (int k = 0; k < 2; k++) {
+        char db[512], quick[512], out[512];
+        snprintf(db, sizeof db, "%s/late-%d.db", cli_tmp, k);
+        snprintf(quick, sizeof quick, "%s/quickstart.yaml", getenv("DSIM_SCENARIO_DIR"));
+        cli_path(out, sizeof out, "stdout.txt");
+        char *args[] = {(char *)cli_dsim, "run", quick, "--db", db, NULL};
+        setenv("DSIM_RUN_AFTER_STORED_S", "60", 1);
+        pid_t pid = cli_spawn(args);
+        unsetenv("DSIM_RUN_AFTER_STORED_S");
+        bool stored = false;
+        for (int i = 0; i < 1200 && !stored; i++) {
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            char *o = cli_slurp(out);
+            stored = strstr(o, "run 1 stored in") != NULL;
+            free(o);
+        }
+        if (!stored) {
+            kill(pid, SIGKILL);
+            cli_collect(pid);
+            fail_msg("no 'run 1 stored' line within 60 s: %s", cli_err);
+        }
+        assert_int_equal(kill(pid, sigs[k]), 0);
+        assert_int_equal(cli_exit_within(pid), 128 + sigs[k]);
+        cli_has(cli_err, k == 0 ? "dsim run: interrupted (SIGINT) after run 1 was stored; it "
+                                  "stays passed, and no run was in progress"
+                                : "dsim run: interrupted (SIGTERM) after run 1 was stored; it "
+                                  "stays passed");
+        if (strstr(cli_err, "unfinished"))
+            fail_msg("the message claims a change: %s", cli_err);
+        char *status = cli_sql_text(db, "SELECT status FROM runs WHERE id = 1");
+        assert_string_equal(status, "passed");
+        free(status);
+    }
 }
 
 /* Every scenario file in the catalogue is run by the scenarios suite. */
@@ -622,6 +680,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_run_bad_input),
         cmocka_unit_test(test_run_json),
         cmocka_unit_test(test_run_interrupted),
+        cmocka_unit_test(test_run_interrupted_after_stored),
         cmocka_unit_test(test_catalogue_complete),
     };
     return cmocka_run_group_tests(tests, cli_setup, cli_teardown);

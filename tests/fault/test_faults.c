@@ -471,6 +471,116 @@ static void test_recovery_gives_up(void **state)
     dsim_recovery_run_free(&r);
 }
 
+/* Where a fault acts when the file does not name a rank: scope one (a rank
+ * drawn with the seed: the same for the same seed), majority (N/2 + 1 of
+ * the N replicas), and a list of ranks; when: at a time, or with a
+ * probability at each step. */
+static void test_scopes_lists_and_triggers(void **state)
+{
+    (void)state;
+    int killed[2] = {0, 0}, victim[2] = {-1, -1};
+    for (int k = 0; k < 2; k++) {
+        dsim_fault f = fl_fault(DSIM_FAULT_KILL);
+        f.when = DSIM_WHEN_STEP;
+        f.step = 3;
+        f.scope = DSIM_SCOPE_ONE;
+        fl_run r;
+        fl_go(&r, &f, 1, 7);
+        assert_int_not_equal(r.e, DSIM_OK);
+        for (int q = 0; q < 4; q++)
+            if (dsim_faults_rank_lost(r.fs, q)) {
+                killed[k]++;
+                victim[k] = q;
+            }
+        fl_done(&r);
+    }
+    assert_int_equal(killed[0], 1);
+    assert_int_equal(killed[1], 1);
+    assert_int_equal(victim[0], victim[1]); /* the seed decides */
+
+    /* a pause acts on every rank it names: majority pauses N/2 + 1 of the
+     * N replicas, a list the ranks listed; healed, the run ends as a clean
+     * one */
+    dsim_fault m = fl_fault(DSIM_FAULT_PAUSE);
+    m.when = DSIM_WHEN_STEP;
+    m.step = 3;
+    m.duration_ns = 50 * MS;
+    m.scope = DSIM_SCOPE_MAJORITY;
+    dsim_fault l = m;
+    l.scope = DSIM_SCOPE_GIVEN;
+    l.step = 5;
+    l.ranks[0] = 0;
+    l.ranks[1] = 3;
+    l.n_ranks = 2;
+    dsim_fault both[2] = {m, l};
+    fl_run r;
+    fl_go(&r, both, 2, 7);
+    fl_assert_clean(&r);
+    const dsim_fault_event *ev;
+    size_t nev = dsim_faults_events(r.fs, &ev);
+    int paused[2] = {0, 0};
+    bool listed[4] = {false, false, false, false};
+    for (size_t k = 0; k < nev; k++) {
+        if (!strstr(ev[k].text, " paused at ") || ev[k].fault < 0 || ev[k].fault > 1)
+            continue;
+        paused[ev[k].fault]++;
+        if (ev[k].fault == 1 && ev[k].rank >= 0 && ev[k].rank < 4)
+            listed[ev[k].rank] = true;
+    }
+    assert_int_equal(paused[0], 3); /* 4/2 + 1 */
+    assert_int_equal(paused[1], 2);
+    assert_true(listed[0] && listed[3] && !listed[1] && !listed[2]);
+    fl_done(&r);
+
+    /* at a time: it fires once the job has run that long */
+    dsim_fault t = fl_fault(DSIM_FAULT_KILL);
+    t.when = DSIM_WHEN_TIME;
+    t.time_ns = 1;
+    t.rank = 2;
+    fl_go(&r, &t, 1, 1);
+    fl_assert_detected(&r, 2, "rank 2", 1500 * MS + 2500 * MS);
+    fl_done(&r);
+
+    /* with probability 1 at each step: at the first computing step */
+    dsim_fault p = fl_fault(DSIM_FAULT_KILL);
+    p.when = DSIM_WHEN_PROBABILITY;
+    p.probability = 1.0;
+    p.rank = 1;
+    fl_go(&r, &p, 1, 1);
+    fl_assert_detected(&r, 1, "rank 1", 1500 * MS + 2500 * MS);
+    assert_int_equal(r.res.replicas[1].phase, DSIM_PHASE_COMPUTE);
+    fl_done(&r);
+}
+
+/* What fired in an earlier attempt is marked done and does not fire again;
+ * dsim_faults_fired reports it. A cluster that cannot be is refused. */
+static void test_done_and_fired(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_KILL);
+    f.when = DSIM_WHEN_STEP;
+    f.step = 3;
+    f.rank = 1;
+    dsim_train_cfg cfg;
+    fl_cfg(&cfg);
+    dsim_faults *fs = NULL;
+    assert_int_equal(dsim_faults_create(&f, 1, 1, cfg.hosts, cfg.devices_per_host, 0, &fs),
+                     DSIM_OK);
+    bool done = true, fired = false;
+    dsim_faults_mark_done(fs, &done, 1);
+    dsim_faults_fired(fs, &fired, 1);
+    assert_true(fired);
+    dsim_faults_attach(fs, &cfg);
+    dsim_train_result res;
+    assert_int_equal(dsim_train(&cfg, &res), DSIM_OK); /* the kill does not fire again */
+    assert_int_equal(dsim_faults_rank_lost(fs, 1), 0);
+    assert_memory_equal(res.params, clean.params, clean.n_params * sizeof(float));
+    dsim_train_result_free(&res);
+    dsim_faults_destroy(fs);
+    assert_int_equal(dsim_faults_create(&f, 1, 1, 0, 2, 0, &fs), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "dsim_faults_create: bad cluster 0 x 2 + 0"));
+}
+
 /* The table of fault kinds (sim/fault/kinds.c): every kind has a name, a
  * summary and what it loses; the list for messages names every kind, in
  * order; a fault that is no kind is refused, naming the kinds. */
@@ -532,6 +642,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_recovery_ends_equal_to_a_clean_run),
         cmocka_unit_test(test_recovery_gives_up),
         cmocka_unit_test(test_kind_table),
+        cmocka_unit_test(test_scopes_lists_and_triggers),
+        cmocka_unit_test(test_done_and_fired),
     };
     return cmocka_run_group_tests(tests, fl_setup, fl_teardown);
 }

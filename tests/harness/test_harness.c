@@ -327,6 +327,62 @@ static void test_text_and_failures(void **state)
     dsim_scenario_free(s);
 }
 
+/* The harness's and the scenario's calls misused: DSIM_EINVAL naming the
+ * call (in the result's harness_msg where there is a result), never a
+ * crash; a results store that cannot be opened is a harness error. */
+static void test_misuse(void **state)
+{
+    (void)state;
+    dsim_harness_result r;
+    const char *good = "name: good\n" HT_SMALL "expect:\n  shard_coverage: {}\n";
+    dsim_scenario *s = NULL;
+    assert_int_equal(dsim_scenario_parse("good.yaml", good, strlen(good), &s), DSIM_OK);
+    assert_int_equal(dsim_harness_run(NULL, NULL, &r), DSIM_EINVAL);
+    assert_true(r.harness_error);
+    assert_non_null(strstr(r.harness_msg, "dsim_harness_run: the scenario is NULL"));
+    dsim_harness_result_free(&r);
+    assert_int_equal(dsim_harness_run(s, NULL, NULL), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "dsim_harness_run: out is NULL"));
+    assert_int_equal(dsim_harness_run_text("x.yaml", NULL, 0, NULL, &r), DSIM_EINVAL);
+    assert_non_null(strstr(r.harness_msg, "dsim_harness_run_text: text is NULL"));
+    dsim_harness_result_free(&r);
+    assert_int_equal(dsim_harness_run_text("x.yaml", good, strlen(good), NULL, NULL), DSIM_EINVAL);
+    assert_int_equal(dsim_harness_prepare(NULL, NULL), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "dsim_harness_prepare: the scenario is NULL"));
+    dsim_harness_replay_info info;
+    assert_int_equal(dsim_harness_replay("x.db", 1, NULL, NULL, &info), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "dsim_harness_replay: out and info are needed"));
+    /* a store in a folder that is not there: the run is not made */
+    char db[600];
+    ht_path(db, sizeof db, "no/such/folder/x.db");
+    dsim_harness_opts o = {.size = sizeof o, .db_path = db};
+    assert_int_not_equal(dsim_harness_run(s, &o, &r), DSIM_OK);
+    assert_true(r.harness_error);
+    assert_non_null(strstr(r.harness_msg, "no/such/folder/x.db"));
+    assert_int_equal(r.run_id, 0);
+    dsim_harness_result_free(&r);
+    /* no such run to replay */
+    ht_path(db, sizeof db, "replay.db");
+    dsim_harness_opts ro = {.size = sizeof ro, .db_path = db};
+    assert_int_equal(dsim_harness_run(s, &ro, &r), DSIM_OK);
+    dsim_harness_result_free(&r);
+    assert_int_equal(dsim_harness_replay(db, 42, NULL, &r, &info), DSIM_ENOENT);
+    assert_non_null(strstr(dsim_errmsg(), "42"));
+    dsim_harness_result_free(&r);
+    /* the scenario's own calls */
+    dsim_scenario *one = NULL;
+    assert_int_equal(dsim_scenario_combination(NULL, 0, &one), DSIM_EINVAL);
+    assert_int_equal(dsim_scenario_combination(s, 1, &one), DSIM_EINVAL);
+    assert_int_equal(dsim_scenario_parse("x.yaml", good, strlen(good), NULL), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "dsim_scenario_parse: out is NULL"));
+    assert_int_equal(dsim_scenario_parse("x.yaml", NULL, 3, &one), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "the text is NULL"));
+    assert_int_equal(dsim_scenario_load(NULL, &one), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "dsim_scenario_load: no file given"));
+    assert_int_equal(dsim_scenario_load("x.yaml", NULL), DSIM_EINVAL);
+    dsim_scenario_free(s);
+}
+
 static int ht_setup(void **state)
 {
     (void)state;
@@ -399,7 +455,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_without_store),     cmocka_unit_test(test_with_store),
         cmocka_unit_test(test_text_and_failures), cmocka_unit_test(test_liveness),
-        cmocka_unit_test(test_reference_beside),
+        cmocka_unit_test(test_reference_beside),  cmocka_unit_test(test_misuse),
     };
     return cmocka_run_group_tests(tests, ht_setup, ht_teardown);
 }

@@ -21,13 +21,17 @@ import sys
 # indicators of exported variables, coverage counters), not the library's.
 INSTRUMENTATION = ('__odr_asan', '__asan', '__ubsan', '__sanitizer', '__sancov', '__gcov',
                    '__llvm', '__tsan', '__msan')
+# GCC's libgcov, linked into a -Db_coverage=true build of the library, also
+# exports a helper of its own without a prefix.
+INSTRUMENTATION_NAMES = {'mangle_path'}
 
 
 def exported(lib):
     out = subprocess.run(['nm', '-D', '--defined-only', lib], capture_output=True, text=True,
                          check=True).stdout
     return {p[2] for p in (l.split() for l in out.splitlines())
-            if len(p) == 3 and not p[2].startswith(INSTRUMENTATION)}
+            if len(p) == 3 and not p[2].startswith(INSTRUMENTATION)
+            and p[2] not in INSTRUMENTATION_NAMES}
 
 
 def strip(text):

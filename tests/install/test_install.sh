@@ -8,11 +8,11 @@
 #       link to this source tree, found through subprojects/dsim.wrap's
 #       [provide]) and its test passes.
 #
-#   test_install.sh SRC BUILD MESON PREFIX LIBDIR SANITIZE CC...
+#   test_install.sh SRC BUILD MESON PREFIX LIBDIR SANITIZE COVERAGE CC...
 # Exits 77 (skip) when meson or pkg-config is not there to do it.
 set -u
-src=$1 build=$2 meson=$3 prefix=$4 libdir=$5 sanitize=$6
-shift 6
+src=$1 build=$2 meson=$3 prefix=$4 libdir=$5 sanitize=$6 coverage=$7
+shift 7
 CC="$*"
 export CC
 [ -n "$meson" ] && [ -x "$meson" ] || { echo "meson not found: skipped"; exit 77; }
@@ -27,6 +27,8 @@ fail() {
 # A sanitized libdsim needs a sanitized program to link it.
 opts="-Db_sanitize=$sanitize"
 [ "$sanitize" = none ] || opts="$opts -Db_lundef=false"
+# A libdsim built for coverage refers to gcov's runtime: so must its users.
+[ "$coverage" = true ] && opts="$opts -Db_coverage=true"
 
 # ---- (a) installed ----
 start=$(date +%s)

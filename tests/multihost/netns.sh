@@ -15,15 +15,6 @@
 # failure or interruption. netem is not used: where the kernel lacks it (as
 # here) delay and loss come from dsim's own fault transport instead.
 set -u
-# GCC 12's AddressSanitizer allocator takes no lock around fork(): a child
-# forked while another thread of the parent is inside malloc finds that
-# lock held for ever and hangs (seen here about one run in two, with the
-# chief's relay threads busy). The tasks fork their processes from threaded
-# parents, so under the sanitizers these tests skip; the plain builds run them.
-if [ -n "${DSIM_SANITIZED_BUILD:-}" ]; then
-    echo "SKIP: built with sanitizers, whose allocator is not fork-safe in a threaded process"
-    exit 77
-fi
 dsim=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 scenario=$2
 mode=${3:-quickstart}
@@ -100,7 +91,7 @@ start_job() {
     t0=$(now_ms)
     for t in 3 2 1 0; do
         TF_CONFIG=$(tf $t) ip netns exec "$p-h$t" timeout 90 "$dsim" worker "$scenario" \
-            --secret-file "$tmp/secret" --db "$tmp/ns.db" --timeout 30 > "w$t.out.txt" 2> "w$t.txt" &
+            --reshape --secret-file "$tmp/secret" --db "$tmp/ns.db" --timeout 30 > "w$t.out.txt" 2> "w$t.txt" &
         eval "w$t=\$!"
         pids="$pids $!"
     done

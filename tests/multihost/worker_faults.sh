@@ -7,15 +7,6 @@
 # checkpoint and ends bit-identical to a clean run.
 #   worker_faults.sh DSIM SCENARIO   (a 2-host scenario)
 set -u
-# GCC 12's AddressSanitizer allocator takes no lock around fork(): a child
-# forked while another thread of the parent is inside malloc finds that
-# lock held for ever and hangs (seen here about one run in two, with the
-# chief's relay threads busy). The tasks fork their processes from threaded
-# parents, so under the sanitizers these tests skip; the plain builds run them.
-if [ -n "${DSIM_SANITIZED_BUILD:-}" ]; then
-    echo "SKIP: built with sanitizers, whose allocator is not fork-safe in a threaded process"
-    exit 77
-fi
 dsim=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 scenario=$2
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dsim-mhf.XXXXXX") || exit 99

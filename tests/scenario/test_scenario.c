@@ -515,7 +515,23 @@ static const err_case err_cases[] = {
     {"? {a: 1}\n: 2\n", 1, 3, {"a key must be", "not a mapping"}},
     /* YAML itself */
     {"name: a\ncluster: {hosts: [1\n", 3, 1, {"YAML syntax", "flow sequence"}},
-    {"name: a\n  bad: indent\n", 2, 6, {"YAML syntax", "mapping values are not allowed"}},
+    {"name: a\n  bad: indent\n", 2, 3,
+     {"the indentation: 'bad' is 2 spaces in, deeper than the key above it (line 1, 0 in)",
+      "YAML syntax at line 2, column 6: mapping values are not allowed"}},
+    /* a key one space in is reported where it is, not on the line after */
+    {"name: t5\nseed: 1\nengine: threads\nstrategy:\n  name: mirrored\ncluster:\n hosts: 2\n"
+     "  devices_per_host: 2\n",
+     7, 2,
+     {"the indentation: 'hosts' is 1 space in, where the other keys of 'cluster' (line 6) are 2 "
+      "in; indent it like them",
+      "YAML syntax at line 8, column 19: mapping values are not allowed"}},
+    {"name: a\ncluster:\n  devices_per_host: 1\n hosts: 2\n", 4, 2,
+     {"the indentation: 'hosts' is 1 space in, between the levels around it (0 and 2)",
+      "did not find expected key"}},
+    {"name: a\nfaults:\n- what: kill\n  rank: 1\n at_step: 2\n", 5, 2,
+     {"the indentation: 'at_step' is 1 space in"}},
+    {"name: a\ncluster:\n\thosts: 2\n", 3, 1,
+     {"the indentation holds a tab; YAML indents with spaces only"}},
     {"name: \"open\n", 2, 1, {"YAML syntax", "quoted scalar"}},
     {"name: a\nx: \xff\n", 2, 4, {"YAML syntax", "UTF-8", "0xff"}},
     {"", 1, 1, {"the file is empty"}},
@@ -536,6 +552,9 @@ static const err_case err_cases[] = {
     {"name: a\nstrategy: {health_check: {timeout: 0s}}\n", 2, 36,
      {"strategy.health_check.timeout: '0s' is too short"}},
     {"name: a\nstrategy: {timeout: 0.5}\n", 2, 21, {"strategy.timeout: '0.5' has no unit"}},
+    {"name: a\nstrategy: {timeout: 0.0000000001ns}\n", 2, 21,
+     {"strategy.timeout: '0.0000000001ns' is more than 0 but less than 1ns, the smallest "
+      "duration there is, so it would be 0"}},
     {"name: a\nstrategy: {timeout: 9999999999999h}\n", 2, 21, {"too large for a duration"}},
     {"name: a\nstrategy: {health_check: {interval: -5s}}\n", 2, 37,
      {"strategy.health_check.interval", "negative"}},
@@ -831,8 +850,21 @@ static void test_runnable(void **state)
         const char *yaml;
         const char *where, *words;
     } cases[] = {
-        {"name: a\ncluster: {hosts: 2048}\n", "t.yaml: cluster: 2048 replicas on engine threads",
+        {"name: a\ncluster: {hosts: 2048}\n",
+         "t.yaml:2:18: cluster: 2048 host(s) x 1 device(s) is 2048 replicas on engine threads "
+         "(the default), which runs a thread per replica: accepted at most 1024",
          "engine sim runs up to 65536"},
+        /* the engine named, the place where the size is given */
+        {"name: a\nengine: processes\ncluster:\n  devices_per_host: 2\n  hosts: 4097\n",
+         "t.yaml:5:10: cluster: 4097 host(s) x 2 device(s) is 8194 replicas on engine processes "
+         "(line 2)",
+         "accepted at most 1024 there"},
+        {"name: a\nengine: processes\ncluster:\n  hosts: 2\n  network: {preset: 10gbe}\n",
+         "t.yaml:5:3: cluster.network models the links",
+         "on engine processes (line 2) the links are real"},
+        {"name: a\ncluster: {hosts: 1}\nstrategy: {name: mirrored}\n"
+         "model:\n  synthetic: {parameters: 1M, flops_per_example: 1G}\n",
+         "t.yaml:5:3: model.synthetic runs timing only", "this is engine threads (the default)"},
     };
     dsim_scenario *ps = parse_ok("name: a\nengine: processes\n");
     assert_int_equal(dsim_scenario_runnable(ps), DSIM_OK);
@@ -860,9 +892,10 @@ static void test_runnable(void **state)
     ps = parse_ok("name: a\nengine: sim\ncluster: {hosts: 16384}\n");
     if (have < 16384.0 * 16384.0 * 400) {
         assert_int_equal(dsim_scenario_runnable(ps), DSIM_ENOTSUP);
-        if (!strstr(dsim_errmsg(), "t.yaml: cluster: 16384 workers with the health check on: its "
-                                   "first round pings every pair of workers, which takes about "
-                                   "100.0 GiB") ||
+        if (!strstr(dsim_errmsg(),
+                    "t.yaml:3:18: cluster: 16384 workers with the health check on: its "
+                    "first round pings every pair of workers, which takes about "
+                    "100.0 GiB") ||
             !strstr(dsim_errmsg(), "strategy.health_check: {interval: 0}"))
             fail_msg("got: %s", dsim_errmsg());
     } else {
@@ -879,7 +912,8 @@ static void test_runnable(void **state)
                   "strategy: {name: multi_worker_mirrored, health_check: {interval: 0}}\n");
     if (have < 65536.0 * 512 * 1024) {
         assert_int_equal(dsim_scenario_runnable(ps), DSIM_ENOTSUP);
-        if (!strstr(dsim_errmsg(), "t.yaml: cluster: 65536 replicas under engine sim take about") ||
+        if (!strstr(dsim_errmsg(), "t.yaml:3:18: cluster: 65536 replicas under engine sim (line "
+                                   "2) take about") ||
             !strstr(dsim_errmsg(), "model.synthetic"))
             fail_msg("got: %s", dsim_errmsg());
     }
@@ -922,10 +956,131 @@ static void test_runnable(void **state)
     s = parse_ok("name: a\ncheckpoint: {path: /tmp/c.ckpt, every: 2}\n");
     assert_int_equal(dsim_scenario_runnable(s), DSIM_OK);
     dsim_scenario_free(s);
+    /* an engine set by the caller (dsim run --engine): said to be so */
+    s = parse_ok("name: a\ncluster:\n  hosts: 1025\n");
+    free(s->engine);
+    s->engine = strdup("processes");
+    s->train.engine = s->engine;
+    s->engine_overridden = true;
+    assert_int_equal(dsim_scenario_runnable(s), DSIM_ENOTSUP);
+    if (!strstr(dsim_errmsg(), "t.yaml:3:10: cluster: 1025 host(s) x 1 device(s) is 1025 replicas "
+                               "on engine processes (overridden)"))
+        fail_msg("got: %s", dsim_errmsg());
+    dsim_scenario_free(s);
     assert_int_equal(dsim_scenario_runnable(NULL), DSIM_EINVAL);
 }
 
 /* ---- units ---- */
+
+/* Each rule of a fault entry refused with its place and what to do; the
+ * entries around those rules accepted as written. */
+static void test_fault_refusals(void **state)
+{
+    (void)state;
+    static const char pre[] = "name: a\ncluster: {hosts: 2, devices_per_host: 2}\nfaults:\n  ";
+    static const struct {
+        const char *entry;
+        int line, col;
+        const char *says;
+    } bad[] = {
+        {"- {what: delay, loss: 5, latency: 1ms, rank: 1}", 4, 19,
+         "faults[0].loss: loss is the drop fault's rate; use probability: for a delay fault"},
+        {"- {what: drop, at_step: 1, correlation: 5, rank: 1}", 4, 30,
+         "faults[0].correlation: only a fault drawn per frame (probability: or loss:) has a "
+         "correlation; "},
+        {"- {what: kill, at_step: 1, ps: 0}", 4, 30,
+         "faults[0].ps: this job has no parameter servers (cluster.ps is 0); name a rank or worker "
+         "instea"},
+        {"- {what: pause, at_step: 1, ranks: [], duration: 1s}", 4, 38,
+         "faults[0].ranks: a list is not a list of ranks; accepted: [R, R, ...], 1 to 64 ranks in "
+         "0..3"},
+        {"- {what: pause, at_step: 1, ranks: [0, 9], duration: 1s}", 4, 42,
+         "faults[0].ranks[1]: '9' is out of range; accepted: 0..3"},
+        {"- {what: kill, at_step: 1, link: [0, 1]}", 4, 30,
+         "faults[0]: a kill fault acts on a process, not a link; use rank:, worker:, ps:, ranks: "
+         "or scope"},
+        {"- {what: kill, at_step: 1}", 4, 6,
+         "faults[0]: a kill fault needs a rank:, worker:, ps:, ranks: or scope: to act on"},
+        {"- {what: slow, at_step: 1, factor: 2}", 4, 6,
+         "faults[0]: a slow fault needs a rank: (a straggler) or a link: (a slow link)"},
+        {"- {what: partition, at_step: 1}", 4, 6,
+         "faults[0]: a partition needs a link: [FROM, TO], a rank:, worker:, ranks: or scope: to "
+         "cut off"},
+        {"- {what: preempt, at_time: 1s}", 4, 6,
+         "faults[0]: a preemption notice comes at_step: N (after N steps); other triggers are not "
+         "support"},
+        {"- {what: preempt, at_step: 1, rank: 1}", 4, 33,
+         "faults[0].rank: a preemption notice goes to the whole job; remove it"},
+        {"- {what: preempt, at_step: 1}", 4, 6,
+         "faults[0]: a preempted job saves a checkpoint to resume from; add checkpoint: {path: "
+         "...}"},
+        {"- {what: kill, at_step: 1, rank: 1, grace_steps: 2}", 4, 39,
+         "faults[0].grace_steps: only a preemption has a grace"},
+        {"- {what: delay, at_step: 1, rank: 1, latency: 1ms, duration: 1s}", 4, 40,
+         "faults[0].latency: latency and duration say the same for a delay; keep one"},
+        {"- {what: pause, at_step: 1, rank: 1, latency: 1ms}", 4, 40,
+         "faults[0].latency: only a delay has a latency"},
+        {"- {what: delay, at_step: 1, rank: 1}", 4, 6,
+         "faults[0]: a delay fault needs latency: (e.g. 50ms)"},
+        {"- {what: kill, at_step: 1, rank: 1, duration: 1s}", 4, 39,
+         "faults[0].duration: a kill is for good; use restart with a duration for a process that "
+         "comes ba"},
+        {"- {what: stagger}", 4, 6, "faults[0]: a stagger fault needs duration: (e.g. 2s)"},
+        {"- {what: pause, at_step: 1, rank: 1, jitter: 1ms}", 4, 40,
+         "faults[0].jitter: only a delay has jitter"},
+        {"- {what: pause, at_step: 1, rank: 1, factor: 2}", 4, 40,
+         "faults[0].factor: only a slow fault has a factor; remove it"},
+        {"- {what: slow, at_step: 1, rank: 1}", 4, 6,
+         "faults[0]: a slow fault needs factor: how many times slower (more than 1)"},
+        {"- {what: partition, at_step: 1, rank: 1, direction: to}", 4, 44,
+         "faults[0]: a direction is one of a link's two; add link: [FROM, TO] (to: FROM -> TO "
+         "only, from:"},
+        {"- {what: partition, at_step: 1, link: [0, 1], direction: to, one_way: true}", 4, 49,
+         "faults[0].direction: one_way and direction say the same; keep direction"},
+        {"- {what: kill, at_step: 1, rank: 1, after_messages: 3}", 4, 39,
+         "faults[0].after_messages: only a kill, restart or pause at_phase: fires after the frames "
+         "it sen"},
+        {"- {what: delay, at_step: 1, rank: 1, latency: 1ms, retransmit: true}", 4, 54,
+         "faults[0]: only a drop is retransmitted"},
+        {"- {what: drop, loss: 5, link: [0, 1], rto: 1ms}", 4, 41,
+         "faults[0].rto: set retransmit: true for a retransmission timeout to apply"},
+        /* with a parameter server: what a server may suffer */
+    };
+    char yaml[512];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(yaml, sizeof yaml, "%s%s\n", pre, bad[i].entry);
+        dsim_scenario *s = NULL;
+        assert_int_equal(dsim_scenario_parse("t.yaml", yaml, strlen(yaml), &s), DSIM_EINVAL);
+        assert_null(s);
+        char want[300];
+        snprintf(want, sizeof want, "t.yaml:%d:%d: %s", bad[i].line, bad[i].col, bad[i].says);
+        if (!strstr(dsim_errmsg(), want))
+            fail_msg("%s: expected '%s' in: %s", bad[i].entry, want, dsim_errmsg());
+    }
+    const char *srv = "name: a\ncluster: {hosts: 2, ps: 1}\nstrategy: {name: parameter_server}\n"
+                      "faults:\n  - {what: slow, at_step: 1, ps: 0, factor: 2}\n";
+    dsim_scenario *s = NULL;
+    assert_int_equal(dsim_scenario_parse("t.yaml", srv, strlen(srv), &s), DSIM_EINVAL);
+    if (!strstr(dsim_errmsg(), "t.yaml:5:30: faults[0].ps: a parameter server can be killed, cut "
+                               "off, delayed or lose frames; a slow fault acts on replicas"))
+        fail_msg("got: %s", dsim_errmsg());
+    /* accepted: a correlated loss, a list of ranks, a direction that turns
+     * the link around */
+    snprintf(yaml, sizeof yaml, "%s%s\n  %s\n  %s\n", pre,
+             "- {what: drop, loss: 5, correlation: 25, link: [0, 1]}",
+             "- {what: pause, at_step: 1, ranks: [0, 3], duration: 1s}",
+             "- {what: partition, at_step: 1, link: [0, 1], direction: from}");
+    s = parse_ok(yaml);
+    assert_int_equal(s->n_faults, 3);
+    assert_true(fabs(s->faults[0].probability - 0.05) < 1e-12);
+    assert_true(fabs(s->faults[0].correlation - 0.25) < 1e-12);
+    assert_int_equal(s->faults[1].n_ranks, 2);
+    assert_int_equal(s->faults[1].ranks[1], 3);
+    assert_int_equal(s->faults[2].link_from, 1);
+    assert_int_equal(s->faults[2].link_to, 0);
+    assert_true(s->faults[2].one_way);
+    dsim_scenario_free(s);
+}
 
 /* What validate says about each fault: the bound of the job's settings, and
  * a warning when a loss is never detected. */
@@ -1038,6 +1193,10 @@ static void test_units(void **state)
         {"2562048h", "too large"},
         {"99999999999999999999999s", "too large"},
         {"106751d", "unit 'd'"},
+        /* more than 0 written, 0 after rounding: refused, never "no deadline" */
+        {"0.0000000001ns", "more than 0 but less than 1ns"},
+        {"0.4ns", "so it would be 0; write 0 if that is what you mean"},
+        {"0.0000000001s", "at least 1ns"},
     };
     for (size_t i = 0; i < sizeof bad_dur / sizeof bad_dur[0]; i++) {
         int64_t ns = 77;
@@ -1236,12 +1395,19 @@ static void test_plan(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_full),          cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_defaults_text), cmocka_unit_test(test_checks_by_default),
-        cmocka_unit_test(test_errors),        cmocka_unit_test(test_matrix),
-        cmocka_unit_test(test_plugin_path),   cmocka_unit_test(test_tf_config),
-        cmocka_unit_test(test_runnable),      cmocka_unit_test(test_units),
-        cmocka_unit_test(test_plan),          cmocka_unit_test(test_fault_detection),
+        cmocka_unit_test(test_full),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_defaults_text),
+        cmocka_unit_test(test_checks_by_default),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_matrix),
+        cmocka_unit_test(test_plugin_path),
+        cmocka_unit_test(test_tf_config),
+        cmocka_unit_test(test_runnable),
+        cmocka_unit_test(test_units),
+        cmocka_unit_test(test_fault_refusals),
+        cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_fault_detection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include <jansson.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,7 +110,9 @@ static void test_validate(void **state)
     /* well-formed but not runnable here: refused, with the place */
     r = cli_run((const char *[]){"validate", later, NULL});
     assert_int_equal(r->status, 2);
-    snprintf(want, sizeof want, "%s: cluster: 2048 replicas on engine threads", later);
+    snprintf(want, sizeof want,
+             "%s:2:18: cluster: 2048 host(s) x 1 device(s) is 2048 replicas on engine threads",
+             later);
     if (!strstr(r->out, want))
         fail_msg("expected '%s' in: %s", want, r->out);
 
@@ -280,7 +284,11 @@ static void test_plan(void **state)
     const char *err = json_string_value(json_object_get(j, "error"));
     assert_non_null(err);
     assert_non_null(strstr(err, "fewer than the 3 workers"));
-    assert_non_null(strstr(r->err, "fewer than the 3 workers"));
+    /* with the place of the data's layout */
+    char want_at[600];
+    snprintf(want_at, sizeof want_at, "%s:3:32: data: could not apply FILE sharding", few);
+    if (!strstr(err, want_at) || !strstr(r->err, want_at))
+        fail_msg("expected '%s' in: %s and %s", want_at, err, r->err);
     /* "runnable" agrees with the exit status */
     assert_true(json_is_false(json_object_get(j, "runnable")));
     const char *why = json_string_value(json_object_get(j, "not_runnable"));
@@ -319,6 +327,70 @@ static void test_plan(void **state)
     assert_non_null(strstr(r->err, "one scenario at a time"));
 }
 
+/* A plugin named by a path out of the scenario's folder, or next to it:
+ * validate and plan say which file dsim run will load and that loading it
+ * runs its code (neither loads it: the "plugin" here is not even an ELF
+ * file). */
+static void test_plugin_notice(void **state)
+{
+    (void)state;
+    char sc[300], lib[300], so[340], near[340], real[PATH_MAX], real_near[PATH_MAX];
+    snprintf(sc, sizeof sc, "%s/sc", cli_dir);
+    snprintf(lib, sizeof lib, "%s/lib", cli_dir);
+    assert_int_equal(mkdir(sc, 0700), 0);
+    assert_int_equal(mkdir(lib, 0700), 0);
+    snprintf(so, sizeof so, "%s/libx.so", lib);
+    snprintf(near, sizeof near, "%s/libx.so", sc);
+    FILE *f = fopen(so, "w");
+    assert_non_null(f);
+    fclose(f);
+    f = fopen(near, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_non_null(realpath(so, real));
+    assert_non_null(realpath(near, real_near));
+    const char *up = cli_file(5, "sc/up.yaml",
+                              "name: up\ncluster: {hosts: 2}\nstrategy:\n  name: mine\n"
+                              "  plugin: ../lib/libx.so\n");
+    const char *by = cli_file(6, "sc/by.yaml",
+                              "name: by\ncluster: {hosts: 2}\nstrategy:\n  name: mine\n"
+                              "  plugin: libx.so\n");
+    char want[2 * PATH_MAX + 600];
+    cli_result *r = cli_run((const char *[]){"validate", "--quiet", up, by, NULL});
+    assert_int_equal(r->status, 0);
+    snprintf(want, sizeof want,
+             "%s:5:11: warning: strategy.plugin: 'dsim run' will load %s, outside the scenario "
+             "file's folder (the path climbs out of it); loading a plugin runs its code",
+             up, real);
+    if (!strstr(r->out, want))
+        fail_msg("expected '%s' in: %s", want, r->out);
+    /* next to the file: a note, left out by --quiet */
+    assert_null(strstr(r->out, real_near));
+    r = cli_run((const char *[]){"validate", by, NULL});
+    assert_int_equal(r->status, 0);
+    snprintf(want, sizeof want,
+             "%s:5:11: strategy.plugin: 'dsim run' will load %s; loading a plugin runs its code "
+             "in the dsim process",
+             by, real_near);
+    if (!strstr(r->out, want))
+        fail_msg("expected '%s' in: %s", want, r->out);
+    r = cli_run((const char *[]){"plan", up, NULL});
+    assert_int_equal(r->status, 0);
+    json_error_t je;
+    json_t *j = json_loads(r->out, 0, &je);
+    assert_non_null(j);
+    json_t *pl = json_object_get(j, "plugin");
+    assert_non_null(pl);
+    assert_string_equal(json_string_value(json_object_get(pl, "file")), real);
+    assert_true(json_is_true(json_object_get(pl, "outside_scenario_folder")));
+    assert_true(json_is_true(json_object_get(pl, "loading_runs_its_code")));
+    json_decref(j);
+    snprintf(want, sizeof want,
+             "dsim plan: %s:5:11: warning: strategy.plugin: 'dsim run' will load %s", up, real);
+    if (!strstr(r->err, want))
+        fail_msg("expected '%s' in: %s", want, r->err);
+}
+
 static int cli_setup(void **state)
 {
     (void)state;
@@ -328,15 +400,9 @@ static int cli_setup(void **state)
 static int cli_teardown(void **state)
 {
     (void)state;
-    static const char *const names[] = {"good.yaml", "bad.yaml", "later.yaml", "defaults.yaml",
-                                        "few.yaml"};
-    char p[300];
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        snprintf(p, sizeof p, "%s/%s", cli_dir, names[i]);
-        unlink(p);
-    }
-    rmdir(cli_dir);
-    return 0;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cli_dir);
+    return system(cmd) == 0 ? 0 : -1;
 }
 
 int main(void)
@@ -349,6 +415,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_validate),
         cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_plugin_notice),
     };
     return cmocka_run_group_tests(tests, cli_setup, cli_teardown);
 }
