@@ -19,11 +19,11 @@
 typedef struct fn_user {
     int calls;
     dsim_input_context last;
-    uint64_t bad_id;   /* nonzero: list this id */
-    uint64_t big;      /* nonzero: a batch of this many */
-    int grow_epoch;    /* > 0: from this epoch on, list twice as many */
-    int empty;         /* list nothing */
-    dsim_err fail;     /* return this without a message */
+    uint64_t bad_id; /* nonzero: list this id */
+    uint64_t big;    /* nonzero: a batch of this many */
+    int grow_epoch;  /* > 0: from this epoch on, list twice as many */
+    int empty;       /* list nothing */
+    dsim_err fail;   /* return this without a message */
 } fn_user;
 
 static dsim_err fn(void *user, const dsim_input_context *ic, uint32_t epoch,
