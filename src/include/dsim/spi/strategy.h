@@ -123,8 +123,9 @@ typedef struct dsim_strategy_vars {
 } dsim_strategy_vars;
 
 /* One replica's view of the job. The driver fills every field before
- * replica_init and owns them; the strategy reads them, writes ctx->params
- * and its own ctx->priv, and nothing else. */
+ * replica_init and owns them; the strategy reads them, writes ctx->params,
+ * its own ctx->priv and the mixed-precision state at the end
+ * (loss_scale, gradient_dtype_applied), and nothing else. */
 typedef struct dsim_replica_ctx {
     dsim_strategy_shape shape;
     int replica; /* worker * devices_per_host + device; also this replica's rank */
