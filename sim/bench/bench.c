@@ -213,8 +213,11 @@ double dsim_bench_mem_needed(const bench_opts *o)
 
 const char *dsim_bench_transport(const dsim_engine_ops *eng, const char *asked)
 {
-    /* ranks that share no memory are joined by tcp */
-    return eng->flags & DSIM_ENGINE_INPROC ? asked : "tcp";
+    /* ranks in processes of their own: shm (the default) or tcp; inproc,
+     * the flag's default, cannot join them */
+    if (eng->flags & DSIM_ENGINE_INPROC)
+        return asked;
+    return strcmp(asked, "tcp") == 0 ? "tcp" : "shm";
 }
 
 dsim_err dsim_bench_model(const bench_opts *o, const char *engine, const bench_row *rows,

@@ -304,8 +304,27 @@ static bool nl_recovered(const dsim_check_ctx *ctx, const dsim_check_faults *fx,
 {
     const dsim_train_result *fin = ctx->run;
     if (ctx->run_err != DSIM_OK) {
-        dsim_check_msg(msg, cap, "recovery did not finish the job after %d restart(s): %s",
-                       fx->restarts, fin && fin->error.msg[0] ? fin->error.msg : "no message");
+        /* every attempt's error, not the last one's alone: the first is
+         * usually the cause, the later ones what it left behind */
+        char all[1200] = "";
+        size_t u = 0;
+        bool ckpt = false;
+        for (size_t k = 0; fx->attempts && k < fx->n_attempts && u < sizeof all - 64; k++) {
+            const dsim_train_result *a = fx->attempts[k];
+            if (!a || !a->error.msg[0])
+                continue;
+            ckpt = ckpt || strstr(a->error.msg, "checkpoint") != NULL;
+            u += (size_t)snprintf(all + u, sizeof all - u, "%sattempt %zu: %s", u ? "; " : "", k,
+                                  a->error.msg);
+        }
+        if (!u)
+            snprintf(all, sizeof all, "%s",
+                     fin && fin->error.msg[0] ? fin->error.msg : "no message");
+        const char *path = ctx->cfg ? ctx->cfg->checkpoint_path : NULL;
+        dsim_check_msg(
+            msg, cap, "recovery did not finish the job after %d restart(s)%s%s%s: %s", fx->restarts,
+            ckpt && path ? " (the checkpoint " : "", ckpt && path ? path : "",
+            ckpt && path ? " is involved: every task must read it at that path)" : "", all);
         return false;
     }
     if (!fx->clean) {

@@ -66,8 +66,9 @@ static int bench_check(bench_opts *o, dsim_algo *algo, const dsim_engine_ops **e
                 o->ranks, o->ranks - 1);
         return 2;
     }
-    if (strcmp(o->transport, "inproc") != 0 && strcmp(o->transport, "tcp") != 0) {
-        fprintf(stderr, "%s: --transport '%s' is not a transport; accepted: inproc, tcp\n",
+    if (strcmp(o->transport, "inproc") != 0 && strcmp(o->transport, "tcp") != 0 &&
+        strcmp(o->transport, "shm") != 0) {
+        fprintf(stderr, "%s: --transport '%s' is not a transport; accepted: inproc, shm, tcp\n",
                 BENCH_PROG, o->transport);
         return 2;
     }
@@ -110,6 +111,36 @@ typedef struct bench_print {
     char decided[1024];
     size_t dlen;
 } bench_print;
+
+/* The 8-byte all-reduce beside the table: its time a call. */
+static int bench_on_latency(const bench_row *row, dsim_algo used, size_t step_bytes, void *user)
+{
+    (void)used;
+    (void)step_bytes;
+    if (row)
+        *(double *)user = row->seconds;
+    return 0;
+}
+
+/* An 8-byte all-reduce (two floats) on the same engine, transport and
+ * algorithm: the latency floor that every step's loss reduction pays. */
+static void bench_print_latency(const bench_opts *o, const dsim_bench_sweep *sw)
+{
+    bench_opts lo = *o;
+    lo.minbytes = lo.maxbytes = 8;
+    lo.dtype = DSIM_F32;
+    lo.iters = o->iters > 100 ? o->iters : 100;
+    double secs = -1;
+    dsim_bench_sweep ls = *sw;
+    ls.o = &lo;
+    ls.on_row = bench_on_latency;
+    ls.user = &secs;
+    ls.corrupt_rank = -1;
+    if (dsim_bench_run(&ls) == 0 && secs >= 0)
+        printf("# 8-byte all-reduce   : %.2f us a call (%d iterations; the latency floor a "
+               "step's loss reduction pays)\n",
+               secs * 1e6, lo.iters);
+}
 
 static int bench_on_row(const bench_row *row, dsim_algo used, size_t step_bytes, void *user)
 {
@@ -225,6 +256,8 @@ int cmd_bench(int argc, char **argv)
     rc = dsim_bench_run(&sw);
     if (rc == 0) {
         bench_print_footer(stdout, p->wrong, o.check, p->rows ? p->busbw_sum / p->rows : 0.0);
+        if (o.coll == BENCH_ALLREDUCE && !p->wrong)
+            bench_print_latency(&o, &sw);
         if (p->dlen)
             printf("# algo auto chose (bytes:algo):%s\n", p->decided);
         if (p->wrong) {

@@ -70,8 +70,9 @@ void cmd_run_help(FILE *out)
     run_engines_by(DSIM_ENGINE_THREAD_PER_REPLICA, true, threaded, sizeof threaded);
     run_engines_by(DSIM_ENGINE_THREAD_PER_REPLICA, false, coroutines, sizeof coroutines);
     fprintf(out,
-            "usage: dsim run [SCENARIO...] [--engine E] [--seed N] [--db PATH] [--plugin-dir DIR]\n"
-            "                [--combination K] [--no-plugins] [--json] [--junit FILE] [--tap]\n"
+            "usage: dsim run [SCENARIO...] [--engine E] [--transport T] [--seed N] [--db PATH]\n"
+            "                [--plugin-dir DIR] [--combination K] [--no-plugins] [--json]\n"
+            "                [--junit FILE] [--tap]\n"
             "                [--report] [--reference-after]\n"
             "\n"
             "Runs each scenario file (default: %s), judges the run with\n"
@@ -80,6 +81,9 @@ void cmd_run_help(FILE *out)
             "saying what to look at. 'dsim list checks' shows every check's thresholds.\n"
             "\n"
             "  --engine E        override the scenario's engine: %s\n"
+            "  --transport T     override the scenario's transport: inproc, shm or tcp (by\n"
+            "                    default inproc in one address space, shm between the\n"
+            "                    processes engine's processes, tcp across machines)\n"
             "  --seed N          override the scenario's seed (0 .. 2^64-1): model init,\n"
             "                    data and shuffling\n"
             "  --db PATH         the results store (default %s in the working directory)\n"
@@ -240,6 +244,7 @@ typedef struct run_opts {
     const char **files;
     int n_files;
     const char *engine;
+    const char *transport;
     bool has_seed;
     uint64_t seed;
     const char *db;
@@ -286,6 +291,12 @@ static int run_parse(int argc, char **argv, run_opts *o)
                 return 2;
             }
             o->engine = v;
+        } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--transport", &missing))) {
+            if (strcmp(v, "inproc") != 0 && strcmp(v, "shm") != 0 && strcmp(v, "tcp") != 0) {
+                fprintf(stderr, "dsim run: --transport is '%s' (accepted: inproc, shm, tcp)\n", v);
+                return 2;
+            }
+            o->transport = v;
         } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--seed", &missing))) {
             char *end = NULL;
             errno = 0;
@@ -330,7 +341,8 @@ static int run_parse(int argc, char **argv, run_opts *o)
             return 2;
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr,
-                    "dsim run: unknown option '%s' (accepted: --engine E, --seed N, --db PATH, "
+                    "dsim run: unknown option '%s' (accepted: --engine E, --transport T, --seed N, "
+                    "--db PATH, "
                     "--plugin-dir DIR, --no-plugins, --json, --junit FILE, --tap, --report, "
                     "--reference-after; see 'dsim run --help')\n",
                     a);
@@ -460,6 +472,7 @@ static int run_load(const run_opts *o, run_item *it)
     dsim_harness_opts ho = {
         .size = sizeof ho,
         .engine_override = o->engine,
+        .transport_override = o->transport,
         .has_seed = o->has_seed,
         .seed = o->seed,
     };
@@ -526,6 +539,7 @@ static int run_expand(const run_opts *o, dsim_ci_report *ci, run_item **items, i
             }
             dsim_harness_opts ho = {.size = sizeof ho,
                                     .engine_override = o->engine,
+                                    .transport_override = o->transport,
                                     .has_seed = o->has_seed,
                                     .seed = o->seed};
             if (dsim_harness_prepare(it.s, &ho) != DSIM_OK) {
@@ -558,12 +572,20 @@ static void run_one(const run_opts *o, dsim_store *st, run_item *it, dsim_harnes
                  dsim_precision_policy_name(
                      cfg->precision == DSIM_POLICY_DEFAULT ? DSIM_POLICY_FLOAT32 : cfg->precision),
                  dsim_precision_dtype_name(cfg->gradient_dtype));
+    /* the transport, where it is not the one address space's inproc */
+    const dsim_engine_ops *eng = NULL;
+    const char *tp = cfg->transport;
+    if (!tp && dsim_engine_find(dsim_scenario_engine(s), &eng) == DSIM_OK &&
+        (eng->flags & DSIM_ENGINE_FORKS))
+        tp = "shm";
+    if (tp && strcmp(tp, "inproc") == 0)
+        tp = NULL;
     if (!o->json)
-        printf("%s (%s): %s, %d host%s x %d device%s%s, engine %s, seed %" PRIu64 "%s\n", s->name,
-               it->file, cfg->strategy, cfg->hosts, cfg->hosts == 1 ? "" : "s",
+        printf("%s (%s): %s, %d host%s x %d device%s%s, engine %s%s%s, seed %" PRIu64 "%s\n",
+               s->name, it->file, cfg->strategy, cfg->hosts, cfg->hosts == 1 ? "" : "s",
                cfg->devices_per_host, cfg->devices_per_host == 1 ? "" : "s",
                cfg->num_ps ? (cfg->ps_mode == DSIM_PS_ASYNC ? ", async ps" : ", sync ps") : "",
-               dsim_scenario_engine(it->s), s->seed, mp);
+               dsim_scenario_engine(it->s), tp ? " over " : "", tp ? tp : "", s->seed, mp);
     fflush(stdout);
     dsim_harness_opts ho = {
         .size = sizeof ho,

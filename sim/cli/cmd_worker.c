@@ -498,6 +498,13 @@ int cmd_worker(int argc, char **argv)
                 who ? who : "", o.file);
         e = dsim_mh_rendezvous(&mh);
     }
+    /* a checkpoint to resume from must be the same file for every task */
+    if (e == DSIM_OK && mh.is_chief && cfg->checkpoint_path &&
+        (cfg->checkpoint_every || (s->recovery && strcmp(s->recovery, "restart") == 0))) {
+        e = dsim_mh_check_shared(&mh, cfg->checkpoint_path);
+        if (e != DSIM_OK)
+            dsim_mh_bye(&mh);
+    }
     if (e != DSIM_OK) {
         fprintf(stderr, "dsim worker: %s\n", dsim_errmsg());
         rc = e == DSIM_EINVAL ? 2 : 1;

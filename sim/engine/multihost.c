@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -29,6 +30,7 @@
 
 #include "dsim/log.h"
 #include "multihost.h"
+#include "proc_wire.h"
 
 #define MH_CHAL      0x4e575344u /* "DSWN" */
 #define MH_HELLO     0x48575344u /* "DSWH" */
@@ -310,28 +312,43 @@ static void mh_hello(const dsim_mh *mh, uint8_t *h)
     memcpy(h + 24, mh->scenario_hash, 32);
 }
 
-/* The chief's side of one connection: returns the task it is, or -1 (the
- * refusal logged). */
-static int mh_admit(dsim_mh *mh, int fd, const char *where)
+/* A connection the chief accepted and has not admitted yet: its challenge,
+ * the hello and proof read so far, and its own deadline. Many are pending
+ * at once, so an idle, slow or hostile connection never delays a real
+ * task. */
+#define MH_HELLO_FULL   (MH_HELLO_LEN + DSIM_AUTH_MAC + DSIM_AUTH_NONCE)
+#define MH_MAX_PENDING  256
+#define MH_ADMIT_WAIT_S 5
+typedef struct mh_pending {
+    int fd;
+    char where[96];
+    uint8_t ch[24];
+    uint8_t m[MH_HELLO_FULL];
+    size_t got;
+    int64_t deadline;
+} mh_pending;
+
+/* The chief's challenge on a new connection; -1 when it cannot be sent. */
+static int mh_challenge(mh_pending *p)
 {
-    uint8_t ch[24] = {0}, m[MH_HELLO_LEN + DSIM_AUTH_MAC + DSIM_AUTH_NONCE];
-    mh_put32(ch, MH_CHAL);
-    mh_put32(ch + 4, MH_VERSION);
-    if (dsim_auth_nonce(ch + 8) != DSIM_OK || mh_send(fd, ch, sizeof ch) != 0)
+    memset(p->ch, 0, sizeof p->ch);
+    mh_put32(p->ch, MH_CHAL);
+    mh_put32(p->ch + 4, MH_VERSION);
+    if (dsim_auth_nonce(p->ch + 8) != DSIM_OK || mh_send(p->fd, p->ch, sizeof p->ch) != 0)
         return -1;
-    if (mh_recv(fd, m, sizeof m, mh_now() + 5000 * MH_MS) != 0) {
-        dsim_warn("dsim worker: the chief refused a connection from %s: it sent no dsim worker "
-                  "hello within 5 s",
-                  where);
-        return -1;
-    }
+    p->got = 0;
+    p->deadline = mh_now() + MH_ADMIT_WAIT_S * 1000 * MH_MS;
+    return 0;
+}
+
+/* The chief's judgement of a whole hello: returns the task it is, or -1
+ * (the refusal logged, and sent). */
+static int mh_admit(dsim_mh *mh, const mh_pending *p)
+{
+    const uint8_t *ch = p->ch, *m = p->m;
+    int fd = p->fd;
+    const char *where = p->where;
     int st = MH_OK, task = (int)mh_get32(m + 8);
-    if (mh_get32(m) != MH_HELLO) {
-        dsim_warn("dsim worker: the chief refused a connection from %s: its first bytes are not "
-                  "a dsim worker hello",
-                  where);
-        return -1;
-    }
     uint8_t mac[DSIM_AUTH_MAC];
     if (mh->secret.len)
         dsim_auth_mac(&mh->secret, "dsim-worker-hello", ch + 8, m, MH_HELLO_LEN, mac);
@@ -364,6 +381,34 @@ static int mh_admit(dsim_mh *mh, int fd, const char *where)
     return task;
 }
 
+/* Reads what a pending connection sent: 1 its hello is whole, 0 not yet,
+ * -1 it is refused (logged) or gone. */
+static int mh_pending_read(mh_pending *p)
+{
+    for (;;) {
+        ssize_t r = recv(p->fd, p->m + p->got, sizeof p->m - p->got, MSG_DONTWAIT);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (r <= 0) {
+            dsim_warn("dsim worker: the chief refused a connection from %s: it closed before "
+                      "sending a dsim worker hello",
+                      p->where);
+            return -1;
+        }
+        p->got += (size_t)r;
+        if (p->got >= 4 && mh_get32(p->m) != MH_HELLO) {
+            dsim_warn("dsim worker: the chief refused a connection from %s: its first bytes "
+                      "are not a dsim worker hello",
+                      p->where);
+            return -1;
+        }
+        if (p->got == sizeof p->m)
+            return 1;
+    }
+}
+
 /* A results connection whose peer vanishes (its machine dies, the network
  * is cut) must not leave either side waiting for ever: keepalive probes
  * after 2 s of silence, and unacknowledged data, end it within ~10 s. */
@@ -389,10 +434,84 @@ static void mh_peer_txt(const struct sockaddr_storage *ss, socklen_t sl, char *o
         snprintf(out, cap, "%s:%s", host, port);
 }
 
+/* One round of the chief's gathering: waits up to 200 ms for a new
+ * connection or bytes on a pending one; admits whole hellos, refuses what
+ * is not one, ends connections past their own deadline. 0, or -1 when out
+ * of memory (set). */
+static int mh_gather_some(dsim_mh *mh, mh_pending *pend, int *npend, int *joined)
+{
+    struct pollfd pf[1 + MH_MAX_PENDING];
+    pf[0] = (struct pollfd){.fd = mh->collector, .events = POLLIN};
+    for (int i = 0; i < *npend; i++)
+        pf[1 + i] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+    int n = *npend;
+    int rc = poll(pf, (nfds_t)(1 + n), 200);
+    if (rc < 0 && errno != EINTR)
+        return 0;
+    int64_t now = mh_now();
+    /* the pending ones, from the last so that removing one moves none unseen */
+    for (int i = n - 1; i >= 0; i--) {
+        int r = 0;
+        if (rc > 0 && (pf[1 + i].revents & (POLLIN | POLLHUP | POLLERR)))
+            r = mh_pending_read(&pend[i]);
+        if (r == 0 && now >= pend[i].deadline) {
+            dsim_warn("dsim worker: the chief refused a connection from %s: it sent no dsim "
+                      "worker hello within %d s",
+                      pend[i].where, MH_ADMIT_WAIT_S);
+            r = -1;
+        }
+        if (r == 0)
+            continue;
+        int task = r == 1 ? mh_admit(mh, &pend[i]) : -1;
+        if (task < 0) {
+            close(pend[i].fd);
+        } else {
+            int fd = pend[i].fd;
+            mh_keepalive(fd);
+            fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+            mh->conn[task] = fd;
+            (*joined)++;
+            if (mh->o.progress) {
+                fprintf(mh->o.progress, "dsim worker: task %d joined from %s (%d of %d)\n", task,
+                        pend[i].where, *joined, mh->n_tasks);
+                fflush(mh->o.progress);
+            }
+        }
+        pend[i] = pend[--(*npend)];
+    }
+    if (rc <= 0 || !(pf[0].revents & POLLIN))
+        return 0;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(mh->collector, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+        return 0;
+    if (*npend == MH_MAX_PENDING) {
+        /* the oldest pending one goes: a flood cannot keep a task out */
+        dsim_warn("dsim worker: the chief dropped a connection from %s: %d connections were "
+                  "waiting to say hello",
+                  pend[0].where, MH_MAX_PENDING);
+        close(pend[0].fd);
+        pend[0] = pend[--(*npend)];
+    }
+    mh_pending *p = &pend[*npend];
+    p->fd = fd;
+    mh_peer_txt(&ss, sl, p->where, sizeof p->where);
+    if (mh_challenge(p) != 0) {
+        close(fd);
+        return 0;
+    }
+    (*npend)++;
+    return 0;
+}
+
 static dsim_err mh_gather(dsim_mh *mh)
 {
     int64_t deadline = mh->t_open + mh->o.timeout_ns, next_say = mh_now();
-    int joined = 1;
+    int joined = 1, npend = 0;
+    mh_pending *pend = malloc(MH_MAX_PENDING * sizeof *pend);
+    if (!pend)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory");
     while (joined < mh->n_tasks) {
         int64_t now = mh_now();
         if (mh->o.progress && now >= next_say) {
@@ -415,39 +534,24 @@ static dsim_err mh_gather(dsim_mh *mh)
                 if (mh->conn[k] < 0)
                     u += (size_t)snprintf(missing + u, sizeof missing - u, "%s%d (%s)",
                                           u ? ", " : "", k, mh->task_addr[k]);
-            return DSIM_ERR(DSIM_ETIMEDOUT, -1,
-                            "the group did not form within %.0f s: task(s) %s never "
-                            "joined the chief at %s (started? same TF_CONFIG, scenario and "
-                            "secret? --timeout to wait longer)",
-                            (double)mh->o.timeout_ns / 1e9, missing, mh->chief_addr);
+            DSIM_ERR(DSIM_ETIMEDOUT, -1,
+                     "the group did not form within %.0f s: task(s) %s never "
+                     "joined the chief at %s (started? same TF_CONFIG, scenario and "
+                     "secret? --timeout to wait longer)",
+                     (double)mh->o.timeout_ns / 1e9, missing, mh->chief_addr);
+            break;
         }
-        struct pollfd pf = {.fd = mh->collector, .events = POLLIN};
-        int rc = poll(&pf, 1, 200);
-        if (rc <= 0)
-            continue;
-        struct sockaddr_storage ss;
-        socklen_t sl = sizeof ss;
-        int fd = accept4(mh->collector, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
-        if (fd < 0)
-            continue;
-        char where[96];
-        mh_peer_txt(&ss, sl, where, sizeof where);
-        int task = mh_admit(mh, fd, where);
-        if (task < 0) {
-            close(fd);
-            continue;
-        }
-        mh_keepalive(fd);
-        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-        mh->conn[task] = fd;
-        joined++;
-        if (mh->o.progress) {
-            fprintf(mh->o.progress, "dsim worker: task %d joined from %s (%d of %d)\n", task, where,
-                    joined, mh->n_tasks);
-            fflush(mh->o.progress);
-        }
+        if (mh_gather_some(mh, pend, &npend, &joined) != 0)
+            break;
     }
-    return DSIM_OK;
+    if (npend > 0)
+        dsim_warn("dsim worker: the chief closed %d connection(s) that had not said a dsim worker "
+                  "hello when the group %s (the first from %s)",
+                  npend, joined < mh->n_tasks ? "failed to form" : "formed", pend[0].where);
+    for (int i = 0; i < npend; i++)
+        close(pend[i].fd);
+    free(pend);
+    return joined < mh->n_tasks ? dsim_last_error()->code : DSIM_OK;
 }
 
 static dsim_err mh_join(dsim_mh *mh)
@@ -548,6 +652,67 @@ dsim_err dsim_mh_rendezvous(dsim_mh *mh)
                 mh->hosts.task, mh->n_tasks, (double)(mh->t_formed - mh->t_open) / 1e9);
         fflush(mh->o.progress);
     }
+    return e;
+}
+
+dsim_err dsim_mh_check_shared(dsim_mh *mh, const char *path)
+{
+    if (!mh->is_chief || mh->n_tasks < 2)
+        return DSIM_OK;
+    char token[4200], nonce[40];
+    const char *slash = strrchr(path, '/');
+    int dlen = slash ? (int)(slash - path) : 0;
+    unsigned long long r = ((unsigned long long)getpid() << 32) ^ (unsigned long long)pr_now();
+    snprintf(nonce, sizeof nonce, "dsim %016llx", r);
+    snprintf(token, sizeof token, "%.*s%s.dsim-shared-%016llx", dlen, path, slash ? "/" : "", r);
+    FILE *f = fopen(token, "w");
+    if (!f || fputs(nonce, f) < 0 || fclose(f) != 0) {
+        int err = errno;
+        return DSIM_ERR(DSIM_EIO, -1,
+                        "the checkpoint's folder cannot be written on the chief: %s: %s (the "
+                        "checkpoint path is %s)",
+                        token, strerror(err), path);
+    }
+    dsim_err e = DSIM_OK;
+    for (int k = 0; k < mh->n_tasks && e == DSIM_OK; k++) {
+        if (mh->conn[k] < 0)
+            continue;
+        size_t tl = strlen(token);
+        if (!pr_sock_send(mh->conn[k], PC_PROBE, token, tl + 1)) {
+            e = DSIM_ERR(DSIM_EPEER, -1, "task %d left before the checkpoint check", k);
+            break;
+        }
+        /* the results connection may be non-blocking: whole records */
+        pr_reader rd = {0};
+        int got_rec = 0;
+        int64_t until = pr_now() + 10 * 1000000000LL;
+        while (got_rec == 0 && pr_now() < until) {
+            struct pollfd pf = {.fd = mh->conn[k], .events = POLLIN};
+            if (poll(&pf, 1, 100) < 0 && errno != EINTR)
+                break;
+            got_rec = pr_reader_next(mh->conn[k], &rd);
+            if (got_rec == 1 && rd.hdr[0] != PR_PROBED)
+                got_rec = 0; /* not the answer (nothing else is sent now) */
+        }
+        char got[300] = "";
+        if (got_rec == 1)
+            snprintf(got, sizeof got, "%.*s", (int)rd.hdr[1], (const char *)rd.body);
+        pr_reader_free(&rd);
+        if (got_rec != 1) {
+            e = DSIM_ERR(DSIM_EPEER, -1, "task %d did not answer the checkpoint check in 10 s", k);
+            break;
+        }
+        if (strcmp(got, nonce) != 0)
+            e = DSIM_ERR(DSIM_EINVAL, -1,
+                         "task %d (%s) does not see the chief's checkpoint folder: the chief "
+                         "wrote %s, and task %d %s%s. The checkpoint (%s) must be on storage "
+                         "every task reads at the same path (a shared file system), or a "
+                         "restart cannot resume from it; give checkpoint.path such a place",
+                         k, mh->task_addr ? mh->task_addr[k] : "?", token, k,
+                         got[0] == '!' ? "cannot read it: " : "reads other contents there",
+                         got[0] == '!' ? got + 1 : "", path);
+    }
+    unlink(token);
     return e;
 }
 

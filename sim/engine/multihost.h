@@ -70,6 +70,12 @@ typedef struct dsim_mh {
 dsim_err dsim_mh_open(const dsim_cluster *c, const dsim_train_cfg *cfg, const dsim_mh_opts *o,
                       dsim_mh *mh);
 dsim_err dsim_mh_rendezvous(dsim_mh *mh);
+/* The chief, after the rendezvous: that every task sees the file at
+ * `path` (the checkpoint's, relative to each task's working directory) on
+ * the same storage. Writes a token beside it, has every other task read it
+ * back, and removes it; an error names the task, the path and what that
+ * task saw. */
+dsim_err dsim_mh_check_shared(dsim_mh *mh, const char *path);
 /* The chief: tells every agent that the job is over. */
 void dsim_mh_bye(dsim_mh *mh);
 void dsim_mh_close(dsim_mh *mh);

@@ -207,7 +207,7 @@ static int pr_agent_start(const dsim_train_cfg *cfg, const dsim_proc_attempt *tm
     if (pid == 0) {
         pr_child_prep(pfd[0]);
         close(chief_fd);
-        pr_child_main(&cc, &pa, pfd[1], lo, hi, opts);
+        pr_child_main(&cc, &pa, pfd[1], lo, hi, "tcp", opts);
         _exit(99);
     }
     free(done);
@@ -220,6 +220,35 @@ static int pr_agent_start(const dsim_train_cfg *cfg, const dsim_proc_attempt *tm
     if (rc < 0)
         DSIM_ERR(DSIM_EPEER, 0, "the connection to the chief broke during the job");
     return rc;
+}
+
+/* The chief's probe of shared storage (dsim_mh_check_shared): reads the
+ * file it names and sends back what it holds, or why it cannot be read. */
+static void pr_agent_probe(int chief_fd, const unsigned char *body, uint32_t len)
+{
+    char path[4096], got[256] = "";
+    size_t n = strnlen((const char *)body, len);
+    if (n >= sizeof path || n == len) {
+        pr_sock_send(chief_fd, PR_PROBED, "!malformed probe", 16);
+        return;
+    }
+    memcpy(path, body, n + 1);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        char cwd[160];
+        snprintf(got, sizeof got, "!%.60s (working directory %.160s)", strerror(errno),
+                 getcwd(cwd, sizeof cwd) ? cwd : "(longer than 160 bytes)");
+    } else {
+        size_t r = fread(got, 1, sizeof got - 1, f);
+        got[r] = '\0';
+        fclose(f);
+    }
+    if (got[0] == '!')
+        fprintf(stderr,
+                "dsim worker: the chief's checkpoint folder is not here: cannot read %s: %s; the "
+                "checkpoint must be on storage every task reads at the same path\n",
+                path, got + 1);
+    pr_sock_send(chief_fd, PR_PROBED, got, strlen(got));
 }
 
 dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, size_t n_faults,
@@ -242,6 +271,11 @@ dsim_err dsim_proc_agent(const dsim_train_cfg *cfg, const dsim_fault *faults, si
         if (type == PC_BYE) {
             free(body);
             break;
+        }
+        if (type == PC_PROBE) {
+            pr_agent_probe(chief_fd, body, len);
+            free(body);
+            continue;
         }
         if (type != PC_START || len < 1 + n_faults) {
             free(body);

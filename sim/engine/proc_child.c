@@ -108,13 +108,13 @@ static void pr_on_pause(void *user, int rank, int64_t duration_ns)
 }
 
 void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd, int lo, int hi,
-                   const char *options)
+                   const char *transport, const char *options)
 {
     pr_child c = {.fd = fd, .lo = lo, .hi = hi};
     pthread_mutex_init(&c.mu, NULL);
     dsim_train_cfg cc = *cfg;
-    cc.engine = "threads"; /* within a process, its devices are threads */
-    cc.transport = "tcp";
+    cc.engine = "threads";    /* within a process, its devices are threads */
+    cc.transport = transport; /* "shm" on one host, "tcp" */
     cc.transport_options = options;
     cc.local_first = lo;
     cc.local_count = hi - lo + 1;

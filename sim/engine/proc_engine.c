@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "dsim/rt.h"
+#include "dsim/spi/shm.h"
 #include "dsim_cov.h"
 #include "engine_int.h"
 #include "proc_wire.h"
@@ -26,8 +27,12 @@ static dsim_err pe_train(const dsim_train_cfg *cfg, const dsim_engine_attempt *a
                          dsim_train_result *res, dsim_engine_outcome *out)
 {
     /* within a process, its devices are threads */
-    if (a && a->in_process)
-        return dsim_engine_train_here("threads", cfg, a, res, out);
+    if (a && a->in_process) {
+        /* one address space: the transport of processes does not apply */
+        dsim_train_cfg here = *cfg;
+        here.transport = NULL;
+        return dsim_engine_train_here("threads", &here, a, res, out);
+    }
     return dsim_processes_train(cfg, a, res, out);
 }
 
@@ -54,7 +59,8 @@ static void pe_worker(void *p)
 
 /* Rank r's process: its endpoint of the tcp fabric, every round down the
  * pipe. Never returns. */
-static void pe_child(const dsim_engine_ranks *job, int r, const char *addrs, int lfd, int wfd)
+static void pe_child(const dsim_engine_ranks *job, int r, const char *addrs, int lfd, int shm_fd,
+                     int wfd)
 {
     size_t cap = strlen(addrs) + 128;
     char *opts = malloc(cap);
@@ -65,16 +71,22 @@ static void pe_child(const dsim_engine_ranks *job, int r, const char *addrs, int
     dsim_err e = opts && result ? dsim_rt_create("threads", &rt)
                                 : DSIM_ERR(DSIM_ENOMEM, -1, "out of memory");
     if (e == DSIM_OK) {
-        snprintf(opts, cap, "addrs=%s,local=%d,listen_fds=%d", addrs, r, lfd);
-        dsim_fabric_cfg fcfg = {.backend = "tcp", .nranks = job->nranks, .rt = rt, .options = opts};
+        if (shm_fd >= 0)
+            snprintf(opts, cap, "fd=%d,local=%d", shm_fd, r);
+        else
+            snprintf(opts, cap, "addrs=%s,local=%d,listen_fds=%d", addrs, r, lfd);
+        dsim_fabric_cfg fcfg = {.backend = shm_fd >= 0 ? "shm" : "tcp",
+                                .nranks = job->nranks,
+                                .rt = rt,
+                                .options = opts};
         e = dsim_fabric_open(&fcfg, &fab);
     }
     if (e == DSIM_OK)
         e = dsim_ep_open(fab, r, &ep);
     pe_head head = {.err = e};
     if (e != DSIM_OK)
-        snprintf(head.msg, sizeof head.msg, "rank %d could not join the tcp fabric: %s", r,
-                 dsim_errmsg());
+        snprintf(head.msg, sizeof head.msg, "rank %d could not join the %s fabric: %s", r,
+                 shm_fd >= 0 ? "shm" : "tcp", dsim_errmsg());
     for (int round = 0; round < job->rounds; round++) {
         memset(result, 0, job->result_size);
         if (e == DSIM_OK) {
@@ -108,13 +120,17 @@ typedef struct pe_set {
     int *lfd, *rfd;
     pid_t *pid;
     char *addrs;
+    int shm_fd; /* the job's shm mapping, or -1 (tcp) */
 } pe_set;
 
 static dsim_err pe_fork(const dsim_engine_ranks *job, pe_set *s)
 {
     int n = s->n;
     size_t len = 0;
-    for (int r = 0; r < n; r++) {
+    s->addrs[0] = '\0';
+    if (job->transport && strcmp(job->transport, "shm") == 0)
+        DSIM_CHECK(dsim_shm_create(n, NULL, &s->shm_fd));
+    for (int r = 0; r < n && s->shm_fd < 0; r++) {
         int port = 0;
         s->lfd[r] = dsim_engine_listen_loopback(&port);
         if (s->lfd[r] < 0)
@@ -134,9 +150,9 @@ static dsim_err pe_fork(const dsim_engine_ranks *job, pe_set *s)
                 _exit(1);
             close(pfd[0]);
             for (int k = 0; k < n; k++)
-                if (k != r)
+                if (k != r && s->lfd[k] >= 0)
                     close(s->lfd[k]);
-            pe_child(job, r, s->addrs, s->lfd[r], pfd[1]);
+            pe_child(job, r, s->addrs, s->lfd[r], s->shm_fd, pfd[1]);
         }
         close(pfd[1]);
         s->rfd[r] = pfd[0];
@@ -173,7 +189,7 @@ static dsim_err pe_ranks(const dsim_engine_ranks *job)
     int n = job->nranks;
     if (n < 1 || !job->rank_main || !job->on_round || job->rounds < 0)
         return DSIM_ERR(DSIM_EINVAL, -1, "a rank program needs >= 1 rank, rank_main and on_round");
-    pe_set s = {.n = n};
+    pe_set s = {.n = n, .shm_fd = -1};
     s.lfd = calloc((size_t)n, sizeof *s.lfd);
     s.rfd = calloc((size_t)n, sizeof *s.rfd);
     s.pid = calloc((size_t)n, sizeof *s.pid);
@@ -207,14 +223,16 @@ static dsim_err pe_ranks(const dsim_engine_ranks *job)
     free(s.rfd);
     free(s.pid);
     free(s.addrs);
+    if (s.shm_fd >= 0)
+        close(s.shm_fd);
     return e;
 }
 
 const dsim_engine_ops dsim_engine_processes = {
     .size = sizeof(dsim_engine_ops),
     .name = "processes",
-    .summary = "every worker and parameter server a forked process, joined by tcp over "
-               "loopback (over machines: dsim worker)",
+    .summary = "every worker and parameter server a forked process, joined by shm on one host "
+               "(transport: tcp for loopback sockets; tcp over machines: dsim worker)",
     .flags = DSIM_ENGINE_FORKS | DSIM_ENGINE_TCP | DSIM_ENGINE_REAL_LINKS |
              DSIM_ENGINE_THREAD_PER_REPLICA | DSIM_ENGINE_HOSTS,
     .runtime = "threads",

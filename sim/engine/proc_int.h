@@ -78,6 +78,6 @@ void pr_merge(pr_job *j);
  * record down fd. Never returns. */
 void pr_child_prep(int read_end);
 void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd, int lo, int hi,
-                   const char *options);
+                   const char *transport, const char *options);
 
 #endif

@@ -34,9 +34,11 @@ enum {
     PR_READ,        /* a pr_batch, then the example ids a replica read (at its compute) */
     PR_EXIT = 50,   /* agent -> chief: how the task's child ended (pr_exit) */
     PR_INTERRUPT,   /* agent -> chief: the task was interrupted (i32 signal) */
+    PR_PROBED,      /* agent -> chief: what it read of the probe's file (text) */
     PC_START = 100, /* chief -> agent: begin an attempt (restore, done[]) */
     PC_SIGNAL,      /* chief -> agent: signal the child (i32) */
     PC_BYE,         /* chief -> agent: the job is over */
+    PC_PROBE,       /* chief -> agent: read this file (path NUL token) */
 };
 
 /* Records longer than this are not records: the reader stops. */

@@ -41,6 +41,7 @@
 #include "dsim/log.h"
 #include "dsim/model.h"
 #include "engine.h"
+#include "dsim/spi/shm.h"
 #include "proc_int.h"
 
 /* ---- the job's state ---- */
@@ -130,6 +131,10 @@ typedef struct pr_net {
     int *lfd; /* [R], -1 once closed */
     char *addrs;
     size_t cap;
+    /* shm: the job's mapping (dsim_shm_create), inherited by every child;
+     * -1 with tcp */
+    const char *transport;
+    int shm_fd;
 } pr_net;
 
 /* The model's size, for the merge: what dsim_train would compute. */
@@ -185,6 +190,16 @@ static dsim_err pr_listen(pr_job *j, pr_net *net)
         snprintf(net->addrs, net->cap, "%s", hosts->addrs);
         return DSIM_OK;
     }
+    if (strcmp(net->transport, "shm") == 0) {
+        /* one mapping for the job, made before any child: each inherits it */
+        dsim_err e = dsim_shm_create(j->R, NULL, &net->shm_fd);
+        if (e != DSIM_OK)
+            return DSIM_ERR(e, -1,
+                            "processes: the shm transport's mapping for %d ranks: %s "
+                            "(transport: tcp joins the processes over loopback instead)",
+                            j->R, dsim_errmsg());
+        return DSIM_OK;
+    }
     size_t used = 0;
     for (int r = 0; r < j->R; r++) {
         int port = 0;
@@ -231,6 +246,10 @@ static char *pr_task_options(const pr_job *j, const pr_net *net, const pr_task *
     char *opts = malloc(cap);
     if (!opts)
         return NULL;
+    if (net->shm_fd >= 0) {
+        snprintf(opts, cap, "fd=%d,local=%d-%d", net->shm_fd, t->lo, t->hi);
+        return opts;
+    }
     size_t o =
         (size_t)snprintf(opts, cap, "addrs=%s,local=%d-%d,listen_fds=", net->addrs, t->lo, t->hi);
     for (int r = t->lo; r <= t->hi; r++)
@@ -271,7 +290,7 @@ static dsim_err pr_fork_task(pr_job *j, const pr_net *net, int k)
         for (int r = 0; r < j->R; r++)
             if ((r < t->lo || r > t->hi) && net->lfd[r] >= 0)
                 close(net->lfd[r]);
-        pr_child_main(j->cfg, j->a, pfd[1], t->lo, t->hi, opts);
+        pr_child_main(j->cfg, j->a, pfd[1], t->lo, t->hi, net->transport, opts);
         _exit(99);
     }
     free(opts);
@@ -440,6 +459,8 @@ static void pr_job_free(pr_job *j, pr_net *net)
     free(j->tasks);
     free(net->lfd);
     free(net->addrs);
+    if (net->shm_fd >= 0)
+        close(net->shm_fd);
 }
 
 dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt *a,
@@ -461,7 +482,11 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
             return DSIM_ERR(DSIM_ENOMEM, -1, "processes: out of memory");
     }
     DSIM_CHECK(pr_model_size(cfg, &res->n_params));
-    pr_net net = {0};
+    /* one host: shm unless the scenario says tcp; over machines: tcp */
+    pr_net net = {.shm_fd = -1,
+                  .transport = a && a->hosts                                      ? "tcp"
+                               : cfg->transport && !strcmp(cfg->transport, "tcp") ? "tcp"
+                                                                                  : "shm"};
     dsim_err e = pr_job_alloc(&j, &net);
     if (e == DSIM_OK)
         e = pr_listen(&j, &net);

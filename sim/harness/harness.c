@@ -29,6 +29,12 @@ static dsim_err h_opts_get(const dsim_harness_opts *o, h_opts *out)
     out->no_crash_guard = o->no_crash_guard;
     out->hosts = o->hosts;
     out->reference_after = o->reference_after;
+    out->transport = o->transport_override;
+    if (out->transport && strcmp(out->transport, "shm") != 0 &&
+        strcmp(out->transport, "tcp") != 0 && strcmp(out->transport, "inproc") != 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "the transport override is '%s'; accepted: inproc, shm, tcp",
+                        out->transport);
     return DSIM_OK;
 }
 
@@ -61,16 +67,6 @@ static dsim_err h_check(const dsim_scenario *s)
 {
     const dsim_engine_ops *eng;
     DSIM_CHECK(h_engine_of(s, NULL, &eng));
-    if (s->train.transport && strcmp(s->train.transport, "inproc") != 0 &&
-        !(eng->flags & DSIM_ENGINE_TCP)) {
-        char names[160];
-        return DSIM_ERR(DSIM_ENOTSUP, -1,
-                        "%s: transport %s needs real threads and sockets; engine %s runs its "
-                        "workers with the inproc transport only (use engine %s for %s)",
-                        s->path ? s->path : "(scenario)", s->train.transport, eng->name,
-                        dsim_engine_names(DSIM_ENGINE_TCP, false, names, sizeof names),
-                        s->train.transport);
-    }
     DSIM_CHECK(eng->prepare());
     DSIM_CHECK(dsim_scenario_runnable(s));
     if (s->train.plugin_path &&
@@ -101,6 +97,15 @@ dsim_err dsim_harness_prepare(dsim_scenario *s, const dsim_harness_opts *opts)
         s->engine = eng;
         s->train.engine = eng;
         s->engine_overridden = true;
+    }
+    if (o.transport) {
+        char *tp = strdup(o.transport);
+        if (!tp)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory");
+        free(s->transport);
+        s->transport = tp;
+        s->train.transport = tp;
+        s->transport_pos = (dsim_src_pos){0, 0};
     }
     if (o.has_seed) {
         s->seed = o.seed;
@@ -139,6 +144,11 @@ dsim_err dsim_harness_run(const dsim_scenario *s, const dsim_harness_opts *opts,
             sc.engine = (char *)o.engine;
             sc.train.engine = o.engine;
             sc.engine_overridden = true;
+        }
+        if (o.transport) {
+            sc.transport = (char *)o.transport;
+            sc.train.transport = o.transport;
+            sc.transport_pos = (dsim_src_pos){0, 0};
         }
         if (o.has_seed) {
             sc.seed = o.seed;

@@ -142,6 +142,10 @@ typedef struct dsim_harness_opts {
      * result, in less wall time. Elsewhere it always runs after the job,
      * whose wall-clock times it would disturb. */
     bool reference_after;
+    /* Override of the scenario's transport: ("inproc", "shm" or "tcp");
+     * NULL: the scenario's own, else the engine's default (inproc in one
+     * address space, shm between processes of one host, tcp across). */
+    const char *transport_override;
 } dsim_harness_opts;
 
 /* What a run came to. */

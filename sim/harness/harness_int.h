@@ -90,6 +90,7 @@ typedef struct h_opts {
     bool no_crash_guard;
     const struct dsim_proc_hosts *hosts;
     bool reference_after;
+    const char *transport;
 } h_opts;
 
 /* The engine s runs on (a job over machines: the one that runs those). */

@@ -220,7 +220,9 @@ static int cal_on_round(int round, const void *results, void *user)
 
 const char *dsim_calib_transport(const dsim_engine_ops *eng)
 {
-    return eng->flags & DSIM_ENGINE_INPROC ? "inproc" : "tcp";
+    /* each engine's default: inproc in one address space, shm between the
+     * processes of one host */
+    return eng->flags & DSIM_ENGINE_INPROC ? "inproc" : "shm";
 }
 
 /* The ranks of tmpl on the engine's rank program (sim/engine/engine.h),

@@ -76,6 +76,7 @@ enum {
     T_EXPECT,
     T_MATRIX,
     T_LIVENESS,
+    T_TRANSPORT,
     T_MIXED,
     T_N
 };

@@ -21,8 +21,9 @@
  * matrix gives it. */
 #define SCEN_MAX_COMBINATIONS DSIM_SCEN_MAX_COMBINATIONS
 
-static const char *const scen_matrix_sections[] = {"seed",  "engine",    "cluster", "strategy",
-                                                   "model", "optimizer", "data",    "checkpoint"};
+static const char *const scen_matrix_sections[] = {"seed",      "engine",   "transport",
+                                                   "cluster",   "strategy", "model",
+                                                   "optimizer", "data",     "checkpoint"};
 
 /* Checks the matrix, counts its combinations, and for k >= 0 writes
  * combination k into the tree and its label into label[cap]. */

@@ -3,9 +3,11 @@
  * in $DSIM_PLUGIN_PATH or the plugin folders, never loaded here); the
  * all-reduce algorithm (src/coll/algos.c's table), the parameter-server
  * mode, the collective timeout and the health check. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "dsim_config.h"
@@ -100,6 +102,41 @@ static char *scen_search_dirs(const char *dirs, const char *file, char *searched
     return NULL;
 }
 
+static char scen_plugin_dirs[8192];
+static pthread_once_t scen_plugin_dirs_once = PTHREAD_ONCE_INIT;
+
+static void scen_plugin_dirs_init(void)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    size_t root = strlen(DSIM_BUILD_ROOT), u = 0;
+    size_t cap = sizeof scen_plugin_dirs;
+    /* the build tree's plugins: only for a program of this build tree */
+    if (n > 0 && strncmp(exe, DSIM_BUILD_ROOT, root) == 0 && exe[root] == '/')
+        u += (size_t)snprintf(scen_plugin_dirs + u, cap - u, "%s:", DSIM_BUILD_PLUGIN_DIRS);
+    /* the prefix the running program is installed in (PREFIX/bin/dsim) */
+    char *bin = n > 0 ? strrchr(exe, '/') : NULL;
+    if (bin && DSIM_PLUGIN_DIR_IN_PREFIX[0]) {
+        *bin = '\0';
+        char *up = strrchr(exe, '/');
+        if (up && strcmp(up, "/bin") == 0) {
+            *up = '\0';
+            if (u < cap)
+                u += (size_t)snprintf(scen_plugin_dirs + u, cap - u, "%s/%s:", exe[0] ? exe : "",
+                                      DSIM_PLUGIN_DIR_IN_PREFIX);
+        }
+    }
+    if (u < cap)
+        snprintf(scen_plugin_dirs + u, cap - u, "%s", DSIM_INSTALLED_PLUGIN_DIR);
+}
+
+const char *dsim_scenario_plugin_dirs(void)
+{
+    pthread_once(&scen_plugin_dirs_once, scen_plugin_dirs_init);
+    return scen_plugin_dirs;
+}
+
 static char *scen_resolve(const char *scenario_path, const char *p, char *searched, size_t cap,
                           int *how)
 {
@@ -123,7 +160,7 @@ static char *scen_resolve(const char *scenario_path, const char *p, char *search
     *how = DSIM_PLUGIN_SEARCHED;
     char *found = scen_search_dirs(getenv("DSIM_PLUGIN_PATH"), p, searched, cap);
     if (!found)
-        found = scen_search_dirs(DSIM_PLUGIN_DIRS, p, searched, cap);
+        found = scen_search_dirs(dsim_scenario_plugin_dirs(), p, searched, cap);
     return found;
 }
 

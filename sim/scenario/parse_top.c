@@ -1,6 +1,7 @@
 /* The scenario's top level (parse_int.h): its accepted keys, and the
- * settings that stand there: name, description, seed, engine, recovery
- * (none | restart, or {policy, max_restarts}) and liveness. */
+ * settings that stand there: name, description, seed, engine, transport
+ * (inproc | shm | tcp: how the ranks talk), recovery (none | restart, or
+ * {policy, max_restarts}) and liveness. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -13,9 +14,10 @@
 
 static const scen_name scen_recoveries[] = {{"none", 0}, {"restart", 1}};
 static const char *const scen_top_keys[T_N] = {
-    "name",   "description", "seed",     "engine",         "cluster", "strategy",
-    "model",  "optimizer",   "data",     "checkpoint",     "faults",  "recovery",
-    "expect", "matrix",      "liveness", "mixed_precision"};
+    "name",   "description", "seed",     "engine",     "cluster",        "strategy",
+    "model",  "optimizer",   "data",     "checkpoint", "faults",         "recovery",
+    "expect", "matrix",      "liveness", "transport",  "mixed_precision"};
+static const scen_name scen_transports[] = {{"inproc", 0}, {"shm", 1}, {"tcp", 2}};
 
 static bool scen_name_ok(const char *s)
 {
@@ -80,6 +82,16 @@ dsim_err scen_top(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_set_str(c, &s->engine, engines[v].name));
     s->train.engine = s->engine;
     s->engine_pos = scen_pos(m->val[T_ENGINE]);
+    if (m->val[T_TRANSPORT]) {
+        /* how the ranks talk; whether the engine takes it is judged with
+         * the engine (dsim_scenario_runnable) */
+        int tv = 0;
+        DSIM_CHECK(scen_enum(c, m, T_TRANSPORT, "a transport", scen_transports,
+                             SCEN_N(scen_transports), &tv));
+        DSIM_CHECK(scen_set_str(c, &s->transport, scen_transports[tv].name));
+        s->train.transport = s->transport;
+        s->transport_pos = scen_pos(m->val[T_TRANSPORT]);
+    }
     v = 0;
     s->max_restarts = DSIM_SCENARIO_DEF_MAX_RESTARTS;
     const scen_node *rv = m->val[T_RECOVERY];

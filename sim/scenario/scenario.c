@@ -46,6 +46,7 @@ void dsim_scenario_free(dsim_scenario *s)
     free(s->name);
     free(s->description);
     free(s->engine);
+    free(s->transport);
     free(s->network_preset);
     free(s->device_preset);
     free(s->intra_preset);
@@ -362,6 +363,19 @@ dsim_err dsim_scenario_runnable(const dsim_scenario *s)
                            "cluster.network models the links of the threads and sim engines; "
                            "on %s the links are real (tcp over loopback): remove "
                            "cluster.network, or use engine sim",
+                           scen_engine_said(s, said, sizeof said));
+    const char *tp = s->train.transport;
+    if (tp && strcmp(tp, "inproc") != 0 && !(ops->flags & DSIM_ENGINE_TCP))
+        return scen_refuse(s, s->transport_pos,
+                           "transport %s needs real threads and wall-clock time; %s runs its "
+                           "workers on the inproc transport only: leave the transport out, or "
+                           "use engine threads or processes",
+                           tp, scen_engine_said(s, said, sizeof said));
+    if (tp && strcmp(tp, "inproc") == 0 && !(ops->flags & DSIM_ENGINE_INPROC))
+        return scen_refuse(s, s->transport_pos,
+                           "transport inproc joins ranks of one address space; %s runs every "
+                           "worker in a process of its own: use shm (its default on one host) "
+                           "or tcp",
                            scen_engine_said(s, said, sizeof said));
     if (s->train.synthetic_params > 0 && !(ops->flags & DSIM_ENGINE_VIRTUAL_TIME))
         return scen_refuse(s, s->synthetic_pos,

@@ -52,7 +52,9 @@ typedef struct dsim_scenario {
     char *name;
     char *description; /* or NULL */
     uint64_t seed;
-    char *engine;                          /* "threads" | "processes" | "sim" */
+    char *engine;    /* "threads" | "processes" | "sim" */
+    char *transport; /* the processes engine's: "shm" | "tcp", or NULL (its default) */
+    dsim_src_pos transport_pos;
     dsim_src_pos engine_pos, recovery_pos; /* where they were given (0:0 when defaulted) */
     bool engine_overridden;                /* engine set by the caller (dsim run --engine) */
 
@@ -157,6 +159,12 @@ dsim_err dsim_scenario_combination(const dsim_scenario *s, size_t k, dsim_scenar
  * and the installed plugin directories. *out (the caller frees it) is the
  * file found; DSIM_ENOENT naming the places searched when there is none. */
 dsim_err dsim_scenario_plugin_find(const char *file, char **out);
+
+/* The directories searched after DSIM_PLUGIN_PATH, ':'-separated: this
+ * build tree's plugins for a program that runs from the build tree, then
+ * the installed plugin directory of the prefix the running program is in
+ * (PREFIX/bin/PROGRAM) and of the configured prefix. */
+const char *dsim_scenario_plugin_dirs(void);
 
 /* DSIM_OK if this build can run the scenario; else DSIM_ENOTSUP saying what
  * is not supported yet (faults, engines, checks) and where in the file, or

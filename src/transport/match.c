@@ -246,15 +246,16 @@ static int tp_check_locked(dsim_ep *ep, const dsim_tp_hdr *h, size_t len, tp_msg
     if (h->magic != DSIM_TP_MAGIC || h->version != DSIM_TP_VERSION || h->len != (uint64_t)len ||
         h->len > DSIM_TP_MAX_LEN || h->src < 0 || h->src >= f->nranks || h->tag == DSIM_ANY_TAG) {
         ep->rejected_corrupt++;
-        dsim_debug("rank %d dropped a corrupt frame (magic %#" PRIx32 ", version %u, src %" PRId32
-                   ", len %" PRIu64 " with %zu payload bytes)",
-                   ep->rank, h->magic, (unsigned)h->version, h->src, h->len, len);
+        dsim_warn("rank %d refused a malformed frame (magic %#" PRIx32 ", version %u, src %" PRId32
+                  ", comm %" PRIu32 ", tag %" PRIu32 ", len %" PRIu64 " with %zu payload bytes)",
+                  ep->rank, h->magic, (unsigned)h->version, h->src, h->comm_id, h->tag, h->len,
+                  len);
         return TP_REJECT;
     }
     if (h->dst != ep->rank) {
         ep->rejected_misrouted++;
-        dsim_debug("rank %d dropped a frame from rank %" PRId32 " addressed to rank %" PRId32,
-                   ep->rank, h->src, h->dst);
+        dsim_warn("rank %d refused a frame from rank %" PRId32 " addressed to rank %" PRId32,
+                  ep->rank, h->src, h->dst);
         return TP_REJECT;
     }
     uint32_t cur = tp_recv_epoch_locked(ep, h->comm_id);

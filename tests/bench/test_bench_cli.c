@@ -162,6 +162,31 @@ static void test_allreduce_rank_counts(void **state)
         snprintf(want, sizeof want, "allreduce: %s ranks", ranks[i]);
         assert_non_null(strstr(r.out, want));
         assert_non_null(strstr(r.out, "Out of bounds values : 0 OK"));
+        /* the latency floor beside the table: a positive time a call */
+        const char *lat = strstr(r.out, "# 8-byte all-reduce   : ");
+        if (!lat || !(atof(lat + strlen("# 8-byte all-reduce   : ")) > 0))
+            fail_msg("--ranks %s: no 8-byte all-reduce latency in:\n%s", ranks[i], r.out);
+        cli_free(&r);
+    }
+}
+
+/* The processes engine over each transport it takes: shm by default. */
+static void test_processes_transports(void **state)
+{
+    (void)state;
+    static const char *asked[] = {NULL, "shm", "tcp"};
+    static const char *want[] = {"transport shm", "transport shm", "transport tcp"};
+    for (size_t i = 0; i < 3; i++) {
+        cli_out r =
+            asked[i] ? cli_run(NULL, "bench", "allreduce", "-b", "4K", "-e", "64K", "-f", "16",
+                               "-n", "2", "-w", "1", "--ranks", "3", "--engine", "processes",
+                               "--transport", asked[i], NULL)
+                     : cli_run(NULL, "bench", "allreduce", "-b", "4K", "-e", "64K", "-f", "16",
+                               "-n", "2", "-w", "1", "--ranks", "3", "--engine", "processes", NULL);
+        if (r.status != 0 || !strstr(r.out, want[i]) ||
+            !strstr(r.out, "Out of bounds values : 0 OK"))
+            fail_msg("processes over %s: exit %d\n%s%s", asked[i] ? asked[i] : "(default)",
+                     r.status, r.out, r.err);
         cli_free(&r);
     }
 }
@@ -351,6 +376,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_other_collectives),
         cmocka_unit_test(test_wrong_result_caught),
         cmocka_unit_test(test_tcp_transport),
+        cmocka_unit_test(test_processes_transports),
         cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_model),
     };

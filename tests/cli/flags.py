@@ -92,6 +92,26 @@ try:
     # ---- run ----
     case(["run", "--engine"], 2, "err", "dsim run: --engine needs a value")
     case(["run", "--engine", "gpu"], 2, "err", "--engine is 'gpu' (accepted: threads")
+    # the transport: the flag, the scenario key, each refused where the engine cannot take it
+    case(["run", QUICK, "--transport", "udp"], 2, "err",
+         "--transport is 'udp' (accepted: inproc, shm, tcp)")
+    case(["run", QUICK, "--engine", "sim", "--transport", "shm"], 2, "err",
+         "transport shm needs real threads and wall-clock time; engine sim (overridden)")
+    quick_text = open(QUICK).read()
+    tp_inproc = write(os.path.join(tmp, "tp_inproc.yaml"),
+                      quick_text.replace("engine: threads", "engine: processes\ntransport: inproc"))
+    case(["run", tp_inproc, "--db", os.path.join(tmp, "tp.db")], 2, "err",
+         "tp_inproc.yaml:10:12: transport inproc joins ranks of one address space; engine "
+         "processes (line 9)")
+    tp_bad = write(os.path.join(tmp, "tp_bad.yaml"),
+                   quick_text.replace("engine: threads", "engine: processes\ntransport: rdma"))
+    case(["validate", tp_bad], 2, "out", "tp_bad.yaml:10:12: transport: 'rdma' is not a transport")
+    case(["run", QUICK, "--engine", "processes", "--db", os.path.join(tmp, "tp.db")], 0, "out",
+         "engine processes over shm")
+    case(["run", QUICK, "--engine", "processes", "--transport", "tcp", "--db",
+          os.path.join(tmp, "tp.db")], 0, "out", "engine processes over tcp")
+    case(["run", QUICK, "--transport", "shm", "--db", os.path.join(tmp, "tp.db")], 0, "out",
+         "engine threads over shm")
     case(["run", "--seed", "-3"], 2, "err", "--seed is '-3' (accepted: a whole number")
     case(["run", "--seed", "x"], 2, "err", "--seed is 'x'")
     case(["run", "--combination", "-1"], 2, "err", "--combination is '-1'")

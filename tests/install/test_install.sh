@@ -67,9 +67,43 @@ grep -q "Run-time dependency dsim found: YES" "$tmp/a.log" || { cat "$tmp/a.log"
     { cat "$tmp/a.log"; fail "(a) the consumer does not build against the install"; }
 LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$meson" test -C "$tmp/a-build" \
     --print-errorlogs >>"$tmp/a.log" 2>&1 || { cat "$tmp/a.log"; fail "(a) the consumer's test"; }
-# the installed command runs too
-LD_LIBRARY_PATH=$lib "$tmp/dest$prefix/bin/dsim" --version | grep -q '^dsim ' || fail "installed dsim"
 echo "ok (a) installed: consumer built with pkg-config and passed ($(($(date +%s) - start)) s)"
+
+# ---- (c) the installed dsim, as a user runs it ----
+# no LD_LIBRARY_PATH (its run path finds the libdsim beside it, wherever the
+# prefix is: here under --destdir), a plugin built against the installed
+# dsim.pc and found in the prefix's plugin directory, never in the build tree
+start=$(date +%s)
+dsim=$tmp/dest$prefix/bin/dsim
+mkdir -p "$tmp/user" || exit 99
+cd "$tmp/user" || exit 99
+env -u LD_LIBRARY_PATH "$dsim" --version | grep -q '^dsim ' ||
+    fail "(c) the installed dsim does not start without LD_LIBRARY_PATH: $(env -u LD_LIBRARY_PATH "$dsim" --version 2>&1)"
+env -u LD_LIBRARY_PATH -u DSIM_PLUGIN_PATH "$dsim" run "$src/scenarios/quickstart.yaml" --db q.db \
+    >run.log 2>&1 || { cat run.log; fail "(c) the installed dsim does not run the quickstart"; }
+grep -q "quickstart: passed" run.log || { cat run.log; fail "(c) the quickstart did not pass"; }
+plugdir=$lib/dsim/strategies
+san=""
+[ "$sanitize" = none ] || san="-fsanitize=$sanitize"
+[ "$coverage" = true ] && san="$san --coverage"
+# shellcheck disable=SC2046,SC2086
+$CC -shared -fPIC -fvisibility=hidden $san $(pkg-config --cflags dsim) \
+    "$src/examples/custom_strategy/custom_strategy.c" -o "$plugdir/libcustom_strategy.so" \
+    $(pkg-config --libs dsim) 2>cc.log || { cat cc.log; fail "(c) the example plugin does not build against dsim.pc"; }
+cp "$src/scenarios/custom_strategy.yaml" . || exit 99
+env -u LD_LIBRARY_PATH -u DSIM_PLUGIN_PATH "$dsim" run custom_strategy.yaml --db q.db >plug.log 2>&1 ||
+    { cat plug.log; fail "(c) the installed dsim does not run the plugin from the prefix"; }
+grep -qE "scenarios: ([0-9]+) passed, 0 did not" plug.log || { cat plug.log; fail "(c) the plugin's run did not pass"; }
+# a plugin that is only in the build tree is not found, and the build tree is
+# not among the places searched
+sed 's/libcustom_strategy.so/libbroken_save_strategy.so/' custom_strategy.yaml > only_in_build.yaml
+env -u LD_LIBRARY_PATH -u DSIM_PLUGIN_PATH "$dsim" validate only_in_build.yaml >nf.log 2>&1 &&
+    { cat nf.log; fail "(c) the installed dsim found a plugin of the build tree"; }
+grep -q "not found" nf.log || { cat nf.log; fail "(c) no 'not found' for a plugin only in the build tree"; }
+grep -qF "$build" nf.log && { cat nf.log; fail "(c) the installed dsim searched the build tree"; }
+grep -qF "$plugdir" nf.log || { cat nf.log; fail "(c) the prefix's plugin directory was not searched"; }
+cd "$tmp" || exit 99
+echo "ok (c) the installed dsim runs without LD_LIBRARY_PATH, a plugin built with pkg-config is found in the prefix ($(($(date +%s) - start)) s)"
 
 # ---- (b) subproject ----
 start=$(date +%s)

@@ -83,7 +83,7 @@ with tempfile.TemporaryDirectory() as d:
 
     # On threads the ranks share memory: a bound on connections is not met
     # in silence.
-    p = run(tcp, f"{d}/th.db", "--engine", "threads")
+    p = run(tcp, f"{d}/th.db", "--engine", "threads", "--transport", "inproc")
     check(p.returncode != 0, "threads: max_connect_s with no connection fails")
     check("no connection was set up" in p.stdout, f"threads: says why ({p.stdout[-400:]})")
 

@@ -575,7 +575,7 @@ static void test_garbage_refused(void **state)
 {
     (void)state;
     dsim_log_set_handler(log_capture, NULL);
-    for (int kase = 0; kase < 9; kase++) {
+    for (int kase = 0; kase < 10; kase++) {
         int ports[3];
         pick_ports(3, ports);
         tjob j;
@@ -654,6 +654,19 @@ static void test_garbage_refused(void **state)
             want = DSIM_EPEER;
             says = "closed the connection in the middle of a frame";
             break;
+        case 8: /* a frame on rank 2's connection claiming to come from rank 1: refused
+                 * and logged, not delivered as rank 1's; the link stays up */
+            fd = raw_join(ports[0], 2, 0, 3, &st);
+            assert_int_equal(st, 0);
+            {
+                uint32_t one = 1;
+                xwrite(fd, buf, wire_frame(buf, 1, 0, 1, 1, 1, &one, sizeof one));
+                for (int i = 0; i < 200 && !log_has("claiming to come from rank 1"); i++)
+                    usleep(10000);
+                assert_true(log_has("refused a frame on peer 2's connection"));
+                assert_true(log_has("claiming to come from rank 1"));
+            }
+            break;
         default: /* a second connection claiming a rank already connected */
             fd = raw_join(ports[0], 2, 0, 3, &st);
             assert_int_equal(st, 0);
@@ -673,7 +686,8 @@ static void test_garbage_refused(void **state)
             fail_msg("case %d: '%s' does not say '%s'", kase, dsim_errmsg(), says);
         dsim_ep_stats s;
         dsim_ep_get_stats(j.ep[0], &s);
-        assert_int_equal(s.rejected_corrupt, want == DSIM_EPROTO ? 1 : 0);
+        /* the spoofed frame (case 8) is counted too */
+        assert_int_equal(s.rejected_corrupt, want == DSIM_EPROTO || kase == 8 ? 1 : 0);
         if (fd >= 0)
             close(fd);
         /* Still a working fabric. */

@@ -138,6 +138,15 @@ static int tcp_hand_over(tcp_loop *lp, tcp_conn *c, const dsim_tp_hdr *h, const 
     dsim_tp_hdr hv = *h;
     if (c->rkind != TCP_K_RAW)
         hv.flags |= DSIM_TP_F_VERIFIED;
+    if (c->rkind == TCP_K_DATA && h->src != c->peer) {
+        /* A connection carries one peer's frames: one that claims another
+         * source is spoofed. Not delivered as that rank's: the receive path
+         * refuses it as malformed (and counts it); the link stays up. */
+        dsim_warn("tcp: rank %d refused a frame on peer %d's connection (%s) claiming to come "
+                  "from rank %" PRId32 " (comm %" PRIu32 ", tag %" PRIu32 ")",
+                  c->local, c->peer, c->where, h->src, h->comm_id, h->tag);
+        hv.src = -1;
+    }
     dsim_err e = dsim_tp_deliver(c->ep, &hv, body, len, NULL);
     if (e == DSIM_OK || e == DSIM_EABORTED || e == DSIM_EPEER)
         return 0; /* taken, or nobody takes anything any more */
