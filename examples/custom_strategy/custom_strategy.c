@@ -91,6 +91,12 @@ static dsim_err custom_apply(dsim_replica_ctx *ctx, float *grad)
                                      DSIM_ALGO_REDUCE_TO_ONE);
     if (e != DSIM_OK)
         return e;
+    /* Timing only (`dsim whatif` of a scenario naming this plugin, or a
+     * synthetic model under the sim engine): the collectives above ran
+     * with virtual payloads and were timed; the buffers mean nothing, so
+     * skip the arithmetic. */
+    if (dsim_comm_virtual(ctx->world))
+        return DSIM_OK;
     /* Every replica now holds the same summed gradient; the same update on
      * the same bits keeps the copies identical. */
     return dsim_optim_apply(me->opt, ctx->params, grad, ctx->n_params);

@@ -1,5 +1,6 @@
 /* dsim list: what this build offers (strategies, all-reduce algorithms,
  * checks, fault kinds) and what the results store holds (runs). */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -13,20 +14,24 @@
 
 #include "check/check.h"
 #include "cmds.h"
+#include "dsim_config.h"
 #include "dsim/comm.h"
 #include "dsim/err.h"
 #include "dsim/strategy.h"
 #include "fault/fault.h"
+#include "scenario/scenario.h"
 #include "store.h"
 
 void cmd_list_help(FILE *out)
 {
     fprintf(out,
             "usage: dsim list strategies|algorithms|checks|runs|faults|devices [--json]\n"
-            "                 [--db PATH] [--limit N]\n"
+            "                 [--db PATH] [--limit N] [--plugin-dir DIR]\n"
             "\n"
-            "  strategies   the registered distribution strategies (built-in; a plugin is\n"
-            "               named by a scenario's strategy.plugin)\n"
+            "  strategies   the built-in distribution strategies, then the strategy plugins\n"
+            "               (*.so) found in --plugin-dir, $DSIM_PLUGIN_PATH and the installed\n"
+            "               plugin directory, with their summaries and files (a plugin built\n"
+            "               for another strategy ABI is listed as refused, saying why)\n"
             "  algorithms   the all-reduce algorithms strategy.communication can name\n"
             "  checks       the checks a scenario's expect: can ask for, with each\n"
             "               threshold's range and default\n"
@@ -42,6 +47,7 @@ void cmd_list_help(FILE *out)
             "  --json       print JSON instead of a table\n"
             "  --db PATH    the results store for 'runs' (default %s)\n"
             "  --limit N    'runs': only the N most recent (default all)\n"
+            "  --plugin-dir DIR  'strategies': look for plugins in DIR first\n"
             "\n"
             "Exit status: 0 listed, 2 bad input or a store that cannot be read.\n",
             DSIM_STORE_DEFAULT_PATH);
@@ -64,6 +70,46 @@ static int list_print_json(json_t *j)
     return 0;
 }
 
+/* One directory's plugins (*.so, in name order), probed without being
+ * registered: usable ones with their table's name and summary, refused ones
+ * with the loader's reason; objects that are no strategy plugin are
+ * skipped. Returns how many were listed. */
+static int list_plugin_dir(const char *dir, json_t *arr, char (*seen)[PATH_MAX], int *nseen)
+{
+    struct dirent **ents = NULL;
+    int n = scandir(dir, &ents, NULL, alphasort), listed = 0;
+    for (int i = 0; i < n; i++) {
+        const char *f = ents[i]->d_name;
+        size_t l = strlen(f);
+        char path[PATH_MAX], real[PATH_MAX];
+        int skip = l < 4 || strcmp(f + l - 3, ".so") != 0 ||
+                   snprintf(path, sizeof path, "%s/%s", dir, f) >= (int)sizeof path ||
+                   !realpath(path, real);
+        for (int k = 0; !skip && k < *nseen; k++)
+            skip = strcmp(seen[k], real) == 0;
+        free(ents[i]);
+        if (skip)
+            continue;
+        if (*nseen < 256)
+            snprintf(seen[(*nseen)++], PATH_MAX, "%s", real);
+        dsim_strategy_plugin_info pi;
+        if (dsim_strategy_plugin_probe(path, &pi) != DSIM_OK)
+            continue; /* not a strategy plugin */
+        listed++;
+        if (arr)
+            json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:i, s:b, s:s?}", "name", pi.name,
+                                                 "summary", pi.summary, "plugin", path,
+                                                 "abi_version", (int)pi.abi_version, "usable",
+                                                 pi.usable, "refused", pi.usable ? NULL : pi.why));
+        else if (pi.usable)
+            printf("%-24s %s\n%-24s   (plugin %s)\n", pi.name, pi.summary, "", path);
+        else
+            printf("%-24s %s\n", "(refused)", pi.why);
+    }
+    free(ents);
+    return listed;
+}
+
 static int list_strategies(bool as_json)
 {
     char buf[1024];
@@ -80,10 +126,36 @@ static int list_strategies(bool as_json)
         else
             printf("%-24s %s\n", name, sum ? sum : "");
     }
+    /* The plugins: --plugin-dir (in front of $DSIM_PLUGIN_PATH), the path,
+     * then the installed directories, as a scenario's plugin is looked for
+     * (the build tree's, which a program of the build tree also searches,
+     * hold its test fixtures: not listed). */
+    static char seen[256][PATH_MAX];
+    int nseen = 0, listed = 0;
+    const char *env = getenv("DSIM_PLUGIN_PATH");
+    char installed[8192];
+    size_t u = 0, root = strlen(DSIM_BUILD_ROOT);
+    installed[0] = '\0';
+    char *all = strdup(dsim_scenario_plugin_dirs()), *s1 = NULL;
+    for (char *d = all ? strtok_r(all, ":", &s1) : NULL; d; d = strtok_r(NULL, ":", &s1))
+        if (!(strncmp(d, DSIM_BUILD_ROOT, root) == 0 && d[root] == '/') && u < sizeof installed)
+            u += (size_t)snprintf(installed + u, sizeof installed - u, "%s%s", u ? ":" : "", d);
+    free(all);
+    char *dirs = NULL;
+    if (asprintf(&dirs, "%s%s%s", env ? env : "", env && *env ? ":" : "", installed) < 0)
+        dirs = NULL;
+    if (!as_json)
+        printf("\nplugins in $DSIM_PLUGIN_PATH (and --plugin-dir) and %s:\n", installed);
+    char *s2 = NULL;
+    for (char *d = dirs ? strtok_r(dirs, ":", &s2) : NULL; d; d = strtok_r(NULL, ":", &s2))
+        listed += list_plugin_dir(d, arr, seen, &nseen);
+    free(dirs);
     if (as_json)
         return list_print_json(arr);
-    printf("\nA scenario may also load its own strategy from a shared object "
-           "(strategy.plugin).\n");
+    if (!listed)
+        printf("(none)\n");
+    printf("\nA scenario names a plugin with strategy.plugin: a path, or a file name looked "
+           "for next to it and in these directories.\n");
     return 0;
 }
 
@@ -358,9 +430,21 @@ int cmd_list(int argc, char **argv)
                 return 2;
             }
             limit = x;
+        } else if (strcmp(a, "--plugin-dir") == 0 || strncmp(a, "--plugin-dir=", 13) == 0) {
+            const char *v = a[12] == '=' ? a + 13 : (i + 1 < argc ? argv[++i] : NULL);
+            struct stat sb;
+            if (!v || stat(v, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+                fprintf(stderr, "dsim list: --plugin-dir is '%s' (accepted: a directory)\n",
+                        v ? v : "");
+                return 2;
+            }
+            if (dsim_cli_plugin_dir("list", v))
+                return 2;
         } else if (a[0] == '-') {
             fprintf(stderr,
-                    "dsim list: unknown option '%s' (accepted: --json, --db PATH, --limit N)\n", a);
+                    "dsim list: unknown option '%s' (accepted: --json, --db PATH, --limit N, "
+                    "--plugin-dir DIR)\n",
+                    a);
             return 2;
         } else if (!what) {
             what = a;

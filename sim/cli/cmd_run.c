@@ -460,6 +460,15 @@ static int run_load(const run_opts *o, run_item *it)
         fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
         return 2;
     }
+    if (o->no_plugins && it->s->model_plugin) {
+        DSIM_ERR(DSIM_EINVAL, -1,
+                 "%s:%d:%d: model.plugin: the scenario names a model plugin (%s) and "
+                 "--no-plugins forbids loading one (its code would run in this process)",
+                 it->file, it->s->model_plugin_pos.line, it->s->model_plugin_pos.column,
+                 it->s->model_plugin);
+        fprintf(stderr, "dsim run: %s\n", dsim_errmsg());
+        return 2;
+    }
     if (o->no_plugins && it->s->train.plugin_path) {
         DSIM_ERR(DSIM_EINVAL, -1,
                  "%s:%d:%d: strategy.plugin: the scenario names a plugin (%s) and --no-plugins "

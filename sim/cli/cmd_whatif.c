@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "cmds.h"
+#include "harness.h"
 #include "model/costmodel.h"
 #include "scenario/scenario.h"
 
@@ -50,6 +51,11 @@ void cmd_whatif_help(FILE *out)
             "  share       allreduce / step;  speedup: one device on the whole global\n"
             "              batch / the step;  efficiency: speedup / replicas\n"
             "  best        the algorithm the model finds fastest, and its time\n"
+            "A scenario whose strategy is a plugin (strategy.plugin) makes its own\n"
+            "exchange: it is timed by running the plugin's real schedule -- its\n"
+            "collectives on the world and on its own sub-communicators -- under the sim\n"
+            "engine with virtual payloads (a synthetic model of the same size), once per\n"
+            "network; the rows then say 'exchange' and name what the plugin called.\n"
             "\n"
             "  SCENARIO         take hosts, devices, global batch, the model's parameter\n"
             "                   count (and forward FLOPs: 2 per weight; a synthetic model's\n"
@@ -196,6 +202,7 @@ typedef struct whatif_opts {
     bool have_hosts, have_devices, have_device, have_network, have_intra;
     double params, flops;
     dsim_algo algo;
+    dsim_scenario *plugin; /* the scenario, kept when its strategy is a plugin */
 } whatif_opts;
 
 /* The flags into o: -1 to go on, else the exit status (--help, --presets,
@@ -278,6 +285,7 @@ static int whatif_scenario(whatif_opts *o)
         o->flops = 2.0 * (double)np; /* a dense model: a multiply and an add per weight */
     }
     o->algo = s->train.communication;
+    bool plugin = s->train.plugin_path != NULL;
     /* the scenario's cluster, where it names one; the flags override it */
     static char dev_s[16], net_s[32], intra_s[32];
     if (!o->have_device && s->device_preset) {
@@ -293,8 +301,121 @@ static int whatif_scenario(whatif_opts *o)
         snprintf(intra_s, sizeof intra_s, "%s", s->intra_preset);
         o->intra = intra_s;
     }
-    dsim_scenario_free(s);
+    if (plugin)
+        o->plugin = s; /* its own exchange: timed by running it */
+    else
+        dsim_scenario_free(s);
     return -1;
+}
+
+/* A plugin's exchange over one network: the scenario run timing only under
+ * the sim engine (a synthetic model of o's size, three steps of o's batch),
+ * the network and device models of o, no checks, no faults. *x gets the
+ * exchange the plugin made. */
+static dsim_err whatif_plugin_run(const whatif_opts *o, const dsim_link_model *l,
+                                  const dsim_link_model *in, const dsim_device_model *dev,
+                                  dsim_harness_result *res)
+{
+    dsim_scenario *s = o->plugin;
+    free(s->network_preset);
+    s->network_preset = strdup(l->name);
+    s->network_given = true;
+    s->link_latency_ns = (int64_t)(l->latency_s * 1e9);
+    s->link_bandwidth_Bps = l->bandwidth_Bps;
+    s->intra_latency_ns = (int64_t)(in->latency_s * 1e9);
+    s->intra_Bps = in->bandwidth_Bps;
+    s->train.hosts = o->hosts;
+    s->train.devices_per_host = o->devices;
+    s->train.synthetic_params = o->params;
+    s->train.synthetic_flops = o->flops;
+    s->train.device_flops = dev->peak_flops * dev->efficiency;
+    s->train.global_batch = o->batch;
+    s->train.data.n_examples = 3 * (uint64_t)o->batch;
+    s->train.epochs = 1;
+    s->train.checkpoint_path = NULL;
+    s->train.restore = false;
+    s->n_faults = 0;
+    s->n_expect = 0;
+    s->expect_error = NULL;
+    s->has_liveness = false;
+    free(s->recovery);
+    s->recovery = NULL;
+    dsim_harness_opts ho = {.size = sizeof ho, .engine_override = "sim", .no_crash_guard = true};
+    return dsim_harness_run(s, &ho, res);
+}
+
+/* One row per network for a plugin's own exchange, timed by running it. */
+static int whatif_plugin_rows(const whatif_opts *o, const dsim_device_model *dev,
+                              const dsim_link_model *in, size_t bytes, double t1, double tc)
+{
+    int N = o->hosts * o->devices;
+    char *list = strdup(o->networks);
+    if (!list)
+        return whatif_bad("out of memory");
+    int rc = 0;
+    char exchange[256] = "";
+    for (char *save = NULL, *net = strtok_r(list, ",", &save); net && !rc;
+         net = strtok_r(NULL, ",", &save)) {
+        const dsim_link_model *l = dsim_link_preset(net);
+        if (!l) {
+            fprintf(stderr, "dsim whatif: --network '%s' is not a link preset (see --presets)\n",
+                    net);
+            rc = 2;
+            break;
+        }
+        dsim_harness_result res;
+        dsim_err e = whatif_plugin_run(o, l, in, dev, &res);
+        if (e != DSIM_OK || res.train_err != DSIM_OK || !(res.step_s > 0)) {
+            fprintf(stderr, "dsim whatif: running the plugin's exchange over %s: %s\n", net,
+                    e != DSIM_OK ? dsim_errmsg() : res.train_msg);
+            dsim_harness_result_free(&res);
+            rc = 2;
+            break;
+        }
+        /* the exchange's median time in a step, without the compute */
+        double ar = res.exchange_s, step = tc + ar, speed = t1 / step;
+        const char *w = strstr(res.whatif, "exchange ");
+        const char *a = strstr(res.whatif, "all-reduce algorithm ");
+        if (!exchange[0] && !w && a) {
+            /* one all-reduce on the world: the what-if line names its
+             * algorithm only */
+            a += strlen("all-reduce algorithm ");
+            snprintf(exchange, sizeof exchange, "allreduce(%.*s) on the world communicator",
+                     (int)strcspn(a, " \n"), a);
+        } else if (!exchange[0] && w) {
+            snprintf(exchange, sizeof exchange, "%s", w + 9);
+            char *end = strstr(exchange, " (the strategy's own)");
+            if (!end)
+                end = strchr(exchange, '\n');
+            if (end)
+                *end = '\0';
+        }
+        dsim_topology t = {.hosts = o->hosts,
+                           .devices_per_host = o->devices,
+                           .intra = *in,
+                           .inter = *l,
+                           .device = *dev};
+        double best_t = INFINITY;
+        dsim_algo best = DSIM_ALGO_RING;
+        for (int k = DSIM_ALGO_AUTO + 1; k < DSIM_ALGO_COUNT; k++) {
+            double x = 0;
+            if (dsim_cost_allreduce(&t, (dsim_algo)k, bytes, 4, &x, NULL) == DSIM_OK &&
+                x < best_t) {
+                best_t = x;
+                best = (dsim_algo)k;
+            }
+        }
+        printf("%-9s %-14s %12.3f %11.2f %10.2f %6.0f%% %8.2f %10.2f  %s (%.3f)\n", l->name,
+               "(its own)", ar * 1e3, tc * 1e3, step * 1e3, 100 * ar / step, speed, speed / N,
+               dsim_algo_name(best), best_t * 1e3);
+        dsim_harness_result_free(&res);
+    }
+    free(list);
+    if (!rc)
+        printf("\nexchange (the plugin's own, timed under the sim engine with virtual payloads): "
+               "%s\n",
+               exchange[0] ? exchange : "no collective");
+    return rc;
 }
 
 /* One row per network of o->networks: the all-reduce's time with the
@@ -321,7 +442,9 @@ static int whatif_rows(const whatif_opts *o, const dsim_device_model *dev,
                            .intra = *in,
                            .inter = *l,
                            .device = *dev};
-        dsim_algo a = o->algo == DSIM_ALGO_AUTO ? dsim_allreduce_decide(bytes, N) : o->algo;
+        dsim_algo a = o->algo == DSIM_ALGO_AUTO
+                          ? dsim_allreduce_decide_hosts(bytes, o->hosts, o->devices)
+                          : o->algo;
         double ar = 0, best_t = INFINITY;
         dsim_algo best = a;
         if (dsim_cost_allreduce(&t, a, bytes, 4, &ar, NULL) != DSIM_OK) {
@@ -345,22 +468,12 @@ static int whatif_rows(const whatif_opts *o, const dsim_device_model *dev,
     return rc;
 }
 
-int cmd_whatif(int argc, char **argv)
+/* Everything after the flags and the scenario: the checks of the figures,
+ * the header and the rows. */
+static int whatif_run(whatif_opts *op)
 {
-    whatif_opts o = {.hosts = 4,
-                     .devices = 4,
-                     .device = "v100",
-                     .networks = "1gbe,10gbe,ib100",
-                     .intra = "nvlink",
-                     .algo_s = "auto",
-                     .params = 25.6e6,
-                     .flops = 4.1e9,
-                     .algo = DSIM_ALGO_AUTO};
-    int rc = whatif_args(argc, argv, &o);
-    if (rc < 0 && o.scenario)
-        rc = whatif_scenario(&o);
-    if (rc >= 0)
-        return rc;
+    whatif_opts o = *op;
+    int rc;
     if (o.params_s && dsim_cost_parse_count("--params", o.params_s, &o.params) != DSIM_OK)
         return whatif_bad(dsim_errmsg());
     if (o.flops_s && dsim_cost_parse_count("--flops", o.flops_s, &o.flops) != DSIM_OK)
@@ -394,13 +507,36 @@ int cmd_whatif(int argc, char **argv)
            o.hosts, o.devices, dev->name, dev->what, o.params, (double)bytes / 1e6, o.flops,
            o.batch, per, in->name);
     printf("one %s on the whole global batch: %.2f ms a step\n\n", dev->name, t1 * 1e3);
-    printf("%-9s %-14s %12s %11s %10s %7s %8s %10s  %s\n", "network", "algorithm", "allreduce_ms",
-           "compute_ms", "step_ms", "share", "speedup", "efficiency", "best (ms)");
-    rc = whatif_rows(&o, dev, in, bytes, t1, tc);
+    printf("%-9s %-14s %12s %11s %10s %7s %8s %10s  %s\n", "network",
+           o.plugin ? "exchange" : "algorithm", o.plugin ? "exchange_ms" : "allreduce_ms",
+           "compute_ms", "step_ms", "share", "speedup", "efficiency",
+           o.plugin ? "best built-in all-reduce (ms)" : "best (ms)");
+    rc = o.plugin ? whatif_plugin_rows(&o, dev, in, bytes, t1, tc)
+                  : whatif_rows(&o, dev, in, bytes, t1, tc);
     if (rc == 0 && o.chakra)
         rc = whatif_chakra(o.chakra, N, 3 * o.flops * per, tc, bytes, o.params, dev);
     if (rc == 0)
         printf("\nfigures: the presets' datasheet and measured values with their sources "
                "(dsim whatif --presets); no overlap of communication with the backward pass\n");
+    return rc;
+}
+
+int cmd_whatif(int argc, char **argv)
+{
+    whatif_opts o = {.hosts = 4,
+                     .devices = 4,
+                     .device = "v100",
+                     .networks = "1gbe,10gbe,ib100",
+                     .intra = "nvlink",
+                     .algo_s = "auto",
+                     .params = 25.6e6,
+                     .flops = 4.1e9,
+                     .algo = DSIM_ALGO_AUTO};
+    int rc = whatif_args(argc, argv, &o);
+    if (rc < 0 && o.scenario)
+        rc = whatif_scenario(&o);
+    if (rc < 0)
+        rc = whatif_run(&o);
+    dsim_scenario_free(o.plugin);
     return rc;
 }

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cmds.h"
 #include "dsim_cov.h"
@@ -34,8 +35,8 @@
 void cmd_worker_help(FILE *out)
 {
     fprintf(out, "usage: dsim worker SCENARIO [--db PATH] [--secret-file PATH] [--hosts LIST]\n"
-                 "                   [--port N] [--timeout SECONDS] [--print-tf-config]\n"
-                 "                   [--reshape]\n"
+                 "                   [--port N] [--timeout SECONDS] [--plugin-dir DIR]\n"
+                 "                   [--print-tf-config] [--reshape]\n"
                  "\n"
                  "Runs one task of a multi-machine job: start one per host (TF_CONFIG), or all\n"
                  "at once under a launcher (mpirun -np N dsim worker ..., srun dsim worker ...).\n"
@@ -52,6 +53,10 @@ void cmd_worker_help(FILE *out)
                  "  --port N           under a launcher: first port (default 2222); task i uses\n"
                  "                     N + i*(devices_per_host+1) and up\n"
                  "  --timeout SECONDS  how long the group may take to form (default 120)\n"
+                 "  --plugin-dir DIR   look for the scenario's strategy plugin (a bare file\n"
+                 "                     name) in DIR first, then $DSIM_PLUGIN_PATH and the\n"
+                 "                     installed plugins, as dsim run does; every task loads\n"
+                 "                     the same plugin\n"
                  "  --print-tf-config  print the TF_CONFIG this task resolves to, and exit\n"
                  "  --reshape          run on another number of worker tasks than the\n"
                  "                     scenario's hosts (dividing its replicas): another job,\n"
@@ -173,10 +178,13 @@ static char *wk_tf_from_launcher(const wk_opts *o, const dsim_train_cfg *cfg, in
 {
     int T = cfg->hosts + cfg->num_ps;
     if (size != T) {
+        const char *how = strstr(who, "srun")  ? "srun -n"
+                          : strstr(who, "PMI") ? "mpiexec -n"
+                                               : "mpirun -np";
         fprintf(stderr,
                 "dsim worker: %s started %d task(s) but the scenario needs %d (cluster.hosts %d "
-                "+ %d parameter server(s)); start it with -np %d\n",
-                who, size, T, cfg->hosts, cfg->num_ps, T);
+                "+ %d parameter server(s)); start it with %s %d\n",
+                who, size, T, cfg->hosts, cfg->num_ps, how, T);
         return NULL;
     }
     if (!o->hosts && !one_node) {
@@ -249,6 +257,15 @@ static int wk_parse(int argc, char **argv, wk_opts *o)
                 return 2;
             }
             o->port = (int)p;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--plugin-dir", &missing))) {
+            /* searched before $DSIM_PLUGIN_PATH when the scenario is loaded */
+            struct stat sb;
+            if (stat(v, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+                fprintf(stderr, "dsim worker: --plugin-dir is '%s' (accepted: a directory)\n", v);
+                return 2;
+            }
+            if (dsim_cli_plugin_dir("worker", v))
+                return 2;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--timeout", &missing))) {
             char *end = NULL;
             double t = strtod(v, &end);
@@ -302,15 +319,18 @@ static int wk_reshape(dsim_scenario *s, int w, const char *whence, bool reshape,
     int R = cfg->hosts * cfg->devices_per_host;
     if (!reshape) {
         int n = cfg->hosts + cfg->num_ps;
+        /* the launch line of the launcher in use first */
+        bool srun = strstr(whence, "srun") != NULL;
         fprintf(stderr,
                 "dsim worker: %s has %d worker task(s), the scenario %d host(s) x %d device(s): "
                 "each task is one TF worker (one host, its devices and its own input pipeline), "
-                "so start %d task(s)%s: mpirun -np %d dsim worker %s (srun -n %d ..., or a "
+                "so start %d task(s)%s: %s %d dsim worker %s (%s %d ..., or a "
                 "TF_CONFIG of %d worker(s)); --reshape runs %d task(s) as another job, whose "
                 "data is dealt over %d input pipelines and whose result is not dsim run's\n",
                 whence, w, cfg->hosts, cfg->devices_per_host, n,
-                cfg->num_ps ? " (the parameter servers included)" : "", n, file, n, cfg->hosts, w,
-                w);
+                cfg->num_ps ? " (the parameter servers included)" : "",
+                srun ? "srun -n" : "mpirun -np", n, file, srun ? "mpirun -np" : "srun -n", n,
+                cfg->hosts, w, w);
         return 2;
     }
     if (w < 1 || R % w != 0) {

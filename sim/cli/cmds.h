@@ -28,6 +28,8 @@ int cmd_run(int argc, char **argv);
 void cmd_run_help(FILE *out);
 int cmd_validate(int argc, char **argv);
 void cmd_validate_help(FILE *out);
+int cmd_export(int argc, char **argv);
+void cmd_export_help(FILE *out);
 int cmd_replay(int argc, char **argv);
 void cmd_replay_help(FILE *out);
 int cmd_explore(int argc, char **argv);

@@ -29,6 +29,8 @@ static const dsim_cmd main_cmds[] = {
      cmd_trace_help},
     {"replay", "run a stored sim run again and compare its event trace", cmd_replay,
      cmd_replay_help},
+    {"export", "write a stored run's data, parameters and batches for another framework",
+     cmd_export, cmd_export_help},
     {"explore",
      "search random fault schedules (or sizes: --shapes) under sim; shrink a failing one",
      cmd_explore, cmd_explore_help},

@@ -28,6 +28,8 @@ const char *dsim_flight_profiling_name(unsigned coll)
         return "dsim:reduce_scatter";
     case DSIM_COLL_BARRIER:
         return "dsim:barrier";
+    case DSIM_COLL_SPLIT:
+        return "dsim:comm_split";
     default:
         return "dsim:unknown";
     }
@@ -77,6 +79,26 @@ static json_t *fl_dtypes(const dsim_coll_fp *fp)
     return a;
 }
 
+/* A communicator's name in the records: "world" for the replicas' world
+ * communicator, "split of 1, color 0" or "group of 1" for a sub-communicator
+ * of the strategy's. */
+static const char *fl_pg_name(const dsim_fr_dump *d, char *buf, size_t cap)
+{
+    if (d->origin == DSIM_COMM_ORIGIN_SPLIT)
+        snprintf(buf, cap, "split of %u, color %d", (unsigned)d->parent_id, d->color);
+    else if (d->origin == DSIM_COMM_ORIGIN_GROUP)
+        snprintf(buf, cap, "group of %u", (unsigned)d->parent_id);
+    else
+        snprintf(buf, cap, "world");
+    return buf;
+}
+
+/* The world rank of d's rank. */
+static int fl_world_rank(const dsim_fr_dump *d)
+{
+    return d->origin != DSIM_COMM_ORIGIN_CREATE ? d->world_rank : d->rank;
+}
+
 static json_t *fl_entry(const dsim_fr_dump *d, const dsim_fr_entry *e, size_t record,
                         int64_t timeout_ns)
 {
@@ -94,10 +116,9 @@ static json_t *fl_entry(const dsim_fr_dump *d, const dsim_fr_entry *e, size_t re
                   (int)fp->root, "algorithm", dsim_algo_name((dsim_algo)fp->algo), "waiting_for",
                   (int)e->waiting_for, "error", e->error ? dsim_strerror((dsim_err)e->error) : NULL,
                   "call", what, "fingerprint", fpj);
-    json_t *pg = json_pack("[s, s]", "1", "world");
-    char pgid[16];
+    char pgid[16], pgn[64];
     snprintf(pgid, sizeof pgid, "%" PRIu32, d->comm_id);
-    json_array_set_new(pg, 0, json_string(pgid));
+    json_t *pg = json_pack("[s, s]", pgid, fl_pg_name(d, pgn, sizeof pgn));
     json_t *j = json_pack(
         "{s:I, s:I, s:o, s:I, s:I, s:I, s:s, s:I, s:I, s:I, s:f, s:o, s:o, s:o, s:o, s:s, s:b, "
         "s:b, s:f, s:[], s:o}",
@@ -133,6 +154,38 @@ static int fl_mkdirs(const char *path)
     return mkdir(dir, 0777) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* pg_config: one entry per communicator, its members' world ranks in its
+ * ranks' order ("[5, 6, 7, 4]"). */
+static json_t *fl_pg_config(const dsim_train_result *res)
+{
+    json_t *cfg = json_object();
+    for (int r = 0; cfg && r < res->n_flight; r++) {
+        const dsim_fr_dump *d = &res->flight[r];
+        char pgid[16], name[64], desc[128], members[512] = "[";
+        snprintf(pgid, sizeof pgid, "%" PRIu32, d->comm_id);
+        if (json_object_get(cfg, pgid))
+            continue;
+        for (int k = 0; k < d->size; k++) {
+            size_t ml = strlen(members);
+            int wr = d->world_ranks ? d->world_ranks[k] : k;
+            if (ml + 16 < sizeof members)
+                snprintf(members + ml, sizeof members - ml, "%s%d", k ? ", " : "", wr);
+            else if (ml + 5 < sizeof members && !strstr(members, "..."))
+                snprintf(members + ml, sizeof members - ml, ", ...");
+        }
+        snprintf(members + strlen(members), sizeof members - strlen(members), "]");
+        fl_pg_name(d, name, sizeof name);
+        if (d->origin == DSIM_COMM_ORIGIN_CREATE)
+            snprintf(desc, sizeof desc, "every replica of the job");
+        else
+            snprintf(desc, sizeof desc, "the strategy's sub-communicator %" PRIu32 " (%s)",
+                     d->comm_id, name);
+        json_object_set_new(
+            cfg, pgid, json_pack("{s:s, s:s, s:s}", "name", name, "desc", desc, "ranks", members));
+    }
+    return cfg;
+}
+
 dsim_err dsim_flight_write(const char *path, uint64_t run_id, const char *scenario,
                            const dsim_train_result *res, const char *error, int64_t timeout_ns)
 {
@@ -141,7 +194,6 @@ dsim_err dsim_flight_write(const char *path, uint64_t run_id, const char *scenar
     if (!res->flight || res->n_flight <= 0)
         return DSIM_ERR(DSIM_ENOENT, -1, "the run kept no flight records (it never formed)");
     json_t *ranks = json_array();
-    char members[64] = "[";
     for (int r = 0; r < res->n_flight; r++) {
         const dsim_fr_dump *d = &res->flight[r];
         json_t *entries = json_array();
@@ -151,7 +203,8 @@ dsim_err dsim_flight_write(const char *path, uint64_t run_id, const char *scenar
         /* A replica the watchdog left running: its recorder was not read
          * (its thread may still write it); where it was stands instead. */
         char left[256] = "";
-        for (size_t k = 0; k < res->n_stuck && res->stuck; k++)
+        for (size_t k = 0; k < res->n_stuck && res->stuck && d->origin == DSIM_COMM_ORIGIN_CREATE;
+             k++)
             if (res->stuck[k].where.server < 0 && res->stuck[k].where.replica == d->rank)
                 dsim_train_stuck_describe(&res->stuck[k], left, sizeof left);
         /* Calls made and none kept: the recorder was not read, which the
@@ -161,25 +214,19 @@ dsim_err dsim_flight_write(const char *path, uint64_t run_id, const char *scenar
             snprintf(left, sizeof left,
                      "replica %d, in or after its call %" PRIu64
                      " (its worker process did not say where)",
-                     d->rank, d->calls);
+                     fl_world_rank(d), d->calls);
         json_array_append_new(ranks,
-                              json_pack("{s:i, s:I, s:I, s:o, s:s?}", "rank", d->rank, "pg_id",
-                                        (json_int_t)d->comm_id, "calls", (json_int_t)d->calls,
-                                        "entries", entries, "left_running", left[0] ? left : NULL));
-        size_t ml = strlen(members);
-        if (ml + 16 < sizeof members)
-            snprintf(members + ml, sizeof members - ml, "%s%d", r ? ", " : "", r);
-        else if (ml + 5 < sizeof members && !strstr(members, "..."))
-            snprintf(members + ml, sizeof members - ml, ", ...");
+                              json_pack("{s:i, s:I, s:i, s:I, s:o, s:s?}", "rank", d->rank, "pg_id",
+                                        (json_int_t)d->comm_id, "world_rank", fl_world_rank(d),
+                                        "calls", (json_int_t)d->calls, "entries", entries,
+                                        "left_running", left[0] ? left : NULL));
     }
-    snprintf(members + strlen(members), sizeof members - strlen(members), "]");
-    char pgid[16];
-    snprintf(pgid, sizeof pgid, "%u", (unsigned)(res->n_flight ? res->flight[0].comm_id : 1u));
-    json_t *root = json_pack(
-        "{s:s, s:I, s:s?, s:s?, s:s, s:{s:{s:s, s:s, s:s}}, s:o}", "version", "2.4", "run_id",
-        (json_int_t)run_id, "scenario", scenario, "error", error && *error ? error : NULL, "clock",
-        "ns on the run's runtime clock (CLOCK_MONOTONIC for the threads engine)", "pg_config", pgid,
-        "name", "world", "desc", "every replica of the job", "ranks", members, "ranks", ranks);
+    json_t *root = json_pack("{s:s, s:I, s:s?, s:s?, s:s, s:o, s:o}", "version", "2.4", "run_id",
+                             (json_int_t)run_id, "scenario", scenario, "error",
+                             error && *error ? error : NULL, "clock",
+                             "ns on the run's runtime clock (CLOCK_MONOTONIC for the threads "
+                             "engine)",
+                             "pg_config", fl_pg_config(res), "ranks", ranks);
     if (!root)
         return DSIM_ERR(DSIM_ENOMEM, -1,
                         "out of memory building the flight records of run %" PRIu64, run_id);
@@ -205,12 +252,25 @@ typedef struct fl_call {
 } fl_call;
 
 typedef struct fl_rank {
-    int rank;
+    int rank;  /* in its communicator */
+    int world; /* its world rank (the replica) */
+    uint32_t pg;
     uint64_t calls;
     size_t n;
     fl_call *c;     /* by seq, the last n calls: seq calls - n + 1 .. calls */
     char left[256]; /* where the watchdog left it running ("": it returned) */
 } fl_rank;
+
+/* One communicator's records: the world's, or a sub-communicator's. */
+typedef struct fl_group {
+    uint32_t pg;
+    int sub;       /* a sub-communicator of the strategy's */
+    char name[96]; /* "sub-communicator 2913746501 (split of 1, color 0)" */
+    fl_rank *rk;   /* its ranks' records, by rank (not owned) */
+    int n;
+    int *world; /* [nworld]: world rank of each rank, -1 unknown */
+    int nworld;
+} fl_group;
 
 static int fl_state_of(const char *s)
 {
@@ -218,6 +278,33 @@ static int fl_state_of(const char *s)
         if (s && strcmp(s, dsim_fr_state_name((dsim_fr_state)k)) == 0)
             return k;
     return DSIM_FR_SCHEDULED;
+}
+
+static void fl_read_entries(fl_rank *r, json_t *es)
+{
+    size_t ne = json_is_array(es) ? json_array_size(es) : 0;
+    r->c = calloc(ne ? ne : 1, sizeof *r->c);
+    if (!r->c)
+        return;
+    for (size_t k = 0; k < ne; k++) {
+        json_t *e = json_array_get(es, k), *ds = json_object_get(e, "dsim");
+        json_t *fj = json_object_get(ds, "fingerprint");
+        fl_call *c = &r->c[r->n++];
+        c->fp.magic = DSIM_COLL_FP_MAGIC;
+        c->fp.comm_id = (uint32_t)json_integer_value(json_object_get(fj, "comm_id"));
+        c->fp.seq = (uint64_t)json_integer_value(json_object_get(e, "collective_seq_id"));
+        c->fp.coll = (uint8_t)json_integer_value(json_object_get(fj, "coll"));
+        c->fp.op = (uint8_t)json_integer_value(json_object_get(fj, "op"));
+        c->fp.dtype = (uint8_t)json_integer_value(json_object_get(fj, "dtype"));
+        c->fp.count = (uint64_t)json_integer_value(json_object_get(fj, "count"));
+        c->fp.root = (int32_t)json_integer_value(json_object_get(fj, "root"));
+        c->fp.algo = (uint8_t)json_integer_value(json_object_get(fj, "algo"));
+        c->state = fl_state_of(json_string_value(json_object_get(e, "state")));
+        json_t *w = json_object_get(ds, "waiting_for");
+        c->waiting_for = json_is_integer(w) ? (int)json_integer_value(w) : -1;
+        const char *er = json_string_value(json_object_get(ds, "error"));
+        snprintf(c->error, sizeof c->error, "%s", er ? er : "");
+    }
 }
 
 static dsim_err fl_read(const char *path, json_t **rootp, fl_rank **out, int *nout)
@@ -249,39 +336,95 @@ static dsim_err fl_read(const char *path, json_t **rootp, fl_rank **out, int *no
     }
     for (int i = 0; i < n; i++) {
         json_t *r = json_array_get(ranks, (size_t)i);
-        json_t *es = json_object_get(r, "entries");
         rk[i].rank = (int)json_integer_value(json_object_get(r, "rank"));
+        json_t *w = json_object_get(r, "world_rank"), *pg = json_object_get(r, "pg_id");
+        rk[i].world = json_is_integer(w) ? (int)json_integer_value(w) : rk[i].rank;
+        rk[i].pg = json_is_integer(pg) ? (uint32_t)json_integer_value(pg) : 1u;
         rk[i].calls = (uint64_t)json_integer_value(json_object_get(r, "calls"));
         const char *lr = json_string_value(json_object_get(r, "left_running"));
         snprintf(rk[i].left, sizeof rk[i].left, "%s", lr ? lr : "");
-        size_t ne = json_is_array(es) ? json_array_size(es) : 0;
-        rk[i].c = calloc(ne ? ne : 1, sizeof *rk[i].c);
+        fl_read_entries(&rk[i], json_object_get(r, "entries"));
         if (!rk[i].c)
             break;
-        for (size_t k = 0; k < ne; k++) {
-            json_t *e = json_array_get(es, k), *ds = json_object_get(e, "dsim");
-            json_t *fj = json_object_get(ds, "fingerprint");
-            fl_call *c = &rk[i].c[rk[i].n++];
-            c->fp.magic = DSIM_COLL_FP_MAGIC;
-            c->fp.comm_id = (uint32_t)json_integer_value(json_object_get(fj, "comm_id"));
-            c->fp.seq = (uint64_t)json_integer_value(json_object_get(e, "collective_seq_id"));
-            c->fp.coll = (uint8_t)json_integer_value(json_object_get(fj, "coll"));
-            c->fp.op = (uint8_t)json_integer_value(json_object_get(fj, "op"));
-            c->fp.dtype = (uint8_t)json_integer_value(json_object_get(fj, "dtype"));
-            c->fp.count = (uint64_t)json_integer_value(json_object_get(fj, "count"));
-            c->fp.root = (int32_t)json_integer_value(json_object_get(fj, "root"));
-            c->fp.algo = (uint8_t)json_integer_value(json_object_get(fj, "algo"));
-            c->state = fl_state_of(json_string_value(json_object_get(e, "state")));
-            json_t *w = json_object_get(ds, "waiting_for");
-            c->waiting_for = json_is_integer(w) ? (int)json_integer_value(w) : -1;
-            const char *er = json_string_value(json_object_get(ds, "error"));
-            snprintf(c->error, sizeof c->error, "%s", er ? er : "");
-        }
     }
     *rootp = root;
     *out = rk;
     *nout = n;
     return DSIM_OK;
+}
+
+static int fl_rank_cmp(const void *a, const void *b)
+{
+    const fl_rank *x = a, *y = b;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* The records grouped by communicator, in the order the file first names
+ * each (the world's first); groups[k].rk are copies of the records. */
+static int fl_groups(json_t *root, const fl_rank *rk, int n, fl_group **out)
+{
+    fl_group *g = calloc((size_t)n, sizeof *g);
+    int ng = 0;
+    if (!g)
+        return 0;
+    json_t *cfg = json_object_get(root, "pg_config");
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (k < ng && g[k].pg != rk[i].pg)
+            k++;
+        if (k == ng) {
+            g[ng].pg = rk[i].pg;
+            g[ng].rk = calloc((size_t)n, sizeof *g[ng].rk);
+            if (!g[ng].rk)
+                break;
+            char pgid[16];
+            snprintf(pgid, sizeof pgid, "%" PRIu32, rk[i].pg);
+            const char *name =
+                json_string_value(json_object_get(json_object_get(cfg, pgid), "name"));
+            g[ng].sub = name && strcmp(name, "world") != 0;
+            if (g[ng].sub)
+                snprintf(g[ng].name, sizeof g[ng].name, "sub-communicator %" PRIu32 " (%s)",
+                         rk[i].pg, name);
+            else
+                snprintf(g[ng].name, sizeof g[ng].name, "communicator %" PRIu32, rk[i].pg);
+            ng++;
+        }
+        g[k].rk[g[k].n++] = rk[i];
+    }
+    for (int k = 0; k < ng; k++) {
+        qsort(g[k].rk, (size_t)g[k].n, sizeof *g[k].rk, fl_rank_cmp);
+        int mx = 0;
+        for (int i = 0; i < g[k].n; i++)
+            if (g[k].rk[i].rank + 1 > mx)
+                mx = g[k].rk[i].rank + 1;
+        g[k].world = malloc((size_t)(mx ? mx : 1) * sizeof *g[k].world);
+        g[k].nworld = g[k].world ? mx : 0;
+        for (int i = 0; i < g[k].nworld; i++)
+            g[k].world[i] = -1;
+        for (int i = 0; i < g[k].n && g[k].world; i++)
+            g[k].world[g[k].rk[i].rank] = g[k].rk[i].world;
+    }
+    *out = g;
+    return ng;
+}
+
+static void fl_groups_free(fl_group *g, int ng)
+{
+    for (int k = 0; k < ng; k++) {
+        free(g[k].rk);
+        free(g[k].world);
+    }
+    free(g);
+}
+
+/* "rank 5" on the world, "rank 1 (world rank 5)" on a sub-communicator. */
+static const char *fl_rn(const fl_group *g, int r, char *buf, size_t cap)
+{
+    if (g->sub && r >= 0 && r < g->nworld && g->world[r] >= 0)
+        snprintf(buf, cap, "rank %d (world rank %d)", r, g->world[r]);
+    else
+        snprintf(buf, cap, "rank %d", r);
+    return buf;
 }
 
 /* Rank r's call of number seq, or NULL when its recorder does not hold it
@@ -301,34 +444,48 @@ static const fl_call *fl_last_done(const fl_rank *r)
     return NULL;
 }
 
-/* "ranks 0, 1 and 2" / "rank 3" from a list. */
-static void fl_ranks(FILE *out, const int *v, int n)
+/* "ranks 0, 1 and 2" / "rank 3" / "ranks 1 (world rank 5) and 2 (world
+ * rank 6)" from a list. */
+static void fl_ranks(FILE *out, const fl_group *g, const int *v, int n)
 {
+    char b[48];
     fprintf(out, "%s ", n == 1 ? "rank" : "ranks");
     for (int i = 0; i < n; i++)
-        fprintf(out, "%s%d", i == 0 ? "" : i + 1 == n ? " and " : ", ", v[i]);
+        fprintf(out, "%s%s",
+                i == 0       ? ""
+                : i + 1 == n ? " and "
+                             : ", ",
+                fl_rn(g, v[i], b, sizeof b) + 5);
 }
 
-/* The call numbers the recorders hold (*lo .. *hi; *lo UINT64_MAX: none),
- * and the report's first lines. */
-static void fl_header(FILE *out, json_t *root, const fl_rank *rk, int n, uint64_t *lo, uint64_t *hi)
+/* The call numbers a group's recorders hold (*lo .. *hi; *lo UINT64_MAX:
+ * none). */
+static void fl_window(const fl_group *g, uint64_t *lo, uint64_t *hi)
 {
     *lo = UINT64_MAX;
     *hi = 0;
-    for (int i = 0; i < n; i++) {
-        if (rk[i].n && rk[i].calls - rk[i].n + 1 < *lo)
-            *lo = rk[i].calls - rk[i].n + 1;
-        if (rk[i].calls > *hi)
-            *hi = rk[i].calls;
+    for (int i = 0; i < g->n; i++) {
+        const fl_rank *r = &g->rk[i];
+        if (r->n && r->calls - r->n + 1 < *lo)
+            *lo = r->calls - r->n + 1;
+        if (r->calls > *hi)
+            *hi = r->calls;
     }
+}
+
+/* The report's first lines. */
+static void fl_header(FILE *out, json_t *root, const fl_group *w, int ng)
+{
+    uint64_t lo, hi;
+    fl_window(w, &lo, &hi);
     const char *err = json_string_value(json_object_get(root, "error"));
     json_t *rid = json_object_get(root, "run_id");
-    fprintf(out, "run %" PRId64 " (%s): %d ranks, calls %" PRIu64 "..%" PRIu64 " recorded\n",
-            (int64_t)json_integer_value(rid),
-            json_string_value(json_object_get(root, "scenario"))
-                ? json_string_value(json_object_get(root, "scenario"))
-                : "?",
-            n, *lo == UINT64_MAX ? 0 : *lo, *hi);
+    const char *sc = json_string_value(json_object_get(root, "scenario"));
+    fprintf(out, "run %" PRId64 " (%s): %d ranks, calls %" PRIu64 "..%" PRIu64 " recorded",
+            (int64_t)json_integer_value(rid), sc ? sc : "?", w->n, lo == UINT64_MAX ? 0 : lo, hi);
+    if (ng > 1)
+        fprintf(out, "; and %d sub-communicator%s of the strategy's", ng - 1, ng == 2 ? "" : "s");
+    fprintf(out, "\n");
     if (err)
         fprintf(out, "the run failed: %s\n", err);
 }
@@ -337,9 +494,12 @@ static void fl_header(FILE *out, json_t *root, const fl_rank *rk, int n, uint64_
  * abort it caused can leave slower ranks unfinished in earlier calls: they
  * are its victims, not its cause); else the first one not every rank
  * completed; 0 when there is none. */
-static uint64_t fl_pick(const fl_rank *rk, int n, uint64_t lo, uint64_t hi, bool *disagree)
+static uint64_t fl_pick(const fl_group *g, bool *disagree)
 {
-    uint64_t s = 0;
+    const fl_rank *rk = g->rk;
+    int n = g->n;
+    uint64_t lo, hi, s = 0;
+    fl_window(g, &lo, &hi);
     for (uint64_t q = lo; lo != UINT64_MAX && q <= hi && !s; q++) {
         const fl_call *first = NULL;
         for (int i = 0; i < n && !s; i++) {
@@ -361,17 +521,17 @@ static uint64_t fl_pick(const fl_rank *rk, int n, uint64_t lo, uint64_t hi, bool
 }
 
 /* The call most ranks made under number s. */
-static const fl_call *fl_majority(const fl_rank *rk, int n, uint64_t s)
+static const fl_call *fl_majority(const fl_group *g, uint64_t s)
 {
     const fl_call *ref = NULL;
     int best = 0;
-    for (int i = 0; i < n; i++) {
-        const fl_call *c = fl_at(&rk[i], s);
+    for (int i = 0; i < g->n; i++) {
+        const fl_call *c = fl_at(&g->rk[i], s);
         if (!c)
             continue;
         int same = 0;
-        for (int j = 0; j < n; j++) {
-            const fl_call *d = fl_at(&rk[j], s);
+        for (int j = 0; j < g->n; j++) {
+            const fl_call *d = fl_at(&g->rk[j], s);
             same += d && dsim_coll_fp_diff(&c->fp, &d->fp, NULL, 0) == 0;
         }
         if (same > best) {
@@ -384,142 +544,155 @@ static const fl_call *fl_majority(const fl_rank *rk, int n, uint64_t s)
 
 /* One line per rank about call s, against the majority's ref; the ranks
  * that completed it go to done, those that never made it to miss. */
-static void fl_rank_lines(FILE *out, const fl_rank *rk, int n, uint64_t s, const fl_call *ref,
-                          int *done, int *nd, int *miss, int *nm, dsim_desync *ds)
+static void fl_rank_lines(FILE *out, const fl_group *g, uint64_t s, const fl_call *ref, int *done,
+                          int *nd, int *miss, int *nm, dsim_desync *ds)
 {
-    char b[160], diff[96];
-    for (int i = 0; i < n; i++) {
-        const fl_call *c = fl_at(&rk[i], s);
-        if (s > rk[i].calls) {
-            miss[(*nm)++] = rk[i].rank;
+    char b[160], diff[96], rn[48], wn[48];
+    for (int i = 0; i < g->n; i++) {
+        const fl_rank *r = &g->rk[i];
+        const fl_call *c = fl_at(r, s);
+        fl_rn(g, r->rank, rn, sizeof rn);
+        if (s > r->calls) {
+            miss[(*nm)++] = r->rank;
         } else if (c && ref && dsim_coll_fp_diff(&c->fp, &ref->fp, NULL, 0) != 0) {
             ds->n_different++;
             dsim_coll_fp_diff(&c->fp, &ref->fp, diff, sizeof diff);
-            fprintf(out, "  rank %d called %s instead (%s %s)%s%s\n", rk[i].rank,
+            fprintf(out, "  %s called %s instead (%s %s)%s%s\n", rn,
                     dsim_coll_fp_str(&c->fp, b, sizeof b), diff,
                     strchr(diff, ' ') && strstr(diff, " and ") ? "differ" : "differs",
                     c->error[0] ? ": " : "", c->error);
         } else if (c && c->state == DSIM_FR_COMPLETED) {
-            done[(*nd)++] = rk[i].rank;
+            done[(*nd)++] = r->rank;
         } else if (c) {
             if (c->error[0])
                 ds->n_failed++;
             else
                 ds->n_waiting++;
-            fprintf(out, "  rank %d %s it", rk[i].rank,
-                    c->state == DSIM_FR_STARTED ? "started" : "entered");
+            fprintf(out, "  %s %s it", rn, c->state == DSIM_FR_STARTED ? "started" : "entered");
             if (c->waiting_for >= 0)
-                fprintf(out, " and was waiting for rank %d", c->waiting_for);
+                fprintf(out, " and was waiting for %s", fl_rn(g, c->waiting_for, wn, sizeof wn));
             fprintf(out, "%s%s\n", c->error[0] ? "; it ended with: " : ", not done", c->error);
-        } else if (rk[i].left[0]) {
+        } else if (r->left[0]) {
             ds->n_waiting++;
             fprintf(out,
-                    "  rank %d began it (call %" PRIu64 " of its %" PRIu64
+                    "  %s began it (call %" PRIu64 " of its %" PRIu64
                     ") and was left running by the watchdog, its recorder not read: %s\n",
-                    rk[i].rank, s, rk[i].calls, rk[i].left);
+                    rn, s, r->calls, r->left);
         } else {
-            fprintf(out, "  rank %d: call #%" PRIu64 " is older than its recorder holds\n",
-                    rk[i].rank, s);
+            fprintf(out, "  %s: call #%" PRIu64 " is older than its recorder holds\n", rn, s);
         }
     }
 }
 
 /* The ranks that never made the call, and where each of them was. */
-static void fl_missing(FILE *out, const fl_rank *rk, int n, const int *miss, int nm)
+static void fl_missing(FILE *out, const fl_group *g, const int *miss, int nm)
 {
-    char b[160];
+    char b[160], rn[48], wn[48];
     fprintf(out, "  ");
-    fl_ranks(out, miss, nm);
+    fl_ranks(out, g, miss, nm);
     fprintf(out, " never called it:");
     for (int k = 0; k < nm; k++) {
         const fl_rank *r = NULL;
-        for (int i = 0; i < n; i++)
-            if (rk[i].rank == miss[k])
-                r = &rk[i];
+        for (int i = 0; i < g->n; i++)
+            if (g->rk[i].rank == miss[k])
+                r = &g->rk[i];
         const fl_call *last = r && r->n ? &r->c[r->n - 1] : NULL;
+        fl_rn(g, miss[k], rn, sizeof rn);
         if (last) {
-            fprintf(out, "%s rank %d's last call was #%" PRIu64 " (%s, %s", k ? ";" : "", miss[k],
+            fprintf(out, "%s %s's last call was #%" PRIu64 " (%s, %s", k ? ";" : "", rn,
                     last->fp.seq, dsim_coll_fp_str(&last->fp, b, sizeof b),
                     dsim_fr_state_name((dsim_fr_state)last->state));
             if (last->state != DSIM_FR_COMPLETED && last->waiting_for >= 0)
-                fprintf(out, ", waiting for rank %d", last->waiting_for);
+                fprintf(out, ", waiting for %s", fl_rn(g, last->waiting_for, wn, sizeof wn));
             if (last->error[0])
                 fprintf(out, ", ended with: %s", last->error);
             fprintf(out, ")");
         } else if (r && r->left[0])
             fprintf(out,
-                    "%s rank %d was left running by the watchdog after %" PRIu64
+                    "%s %s was left running by the watchdog after %" PRIu64
                     " call%s, its recorder not read: %s",
-                    k ? ";" : "", miss[k], r->calls, r->calls == 1 ? "" : "s", r->left);
+                    k ? ";" : "", rn, r->calls, r->calls == 1 ? "" : "s", r->left);
         else
-            fprintf(out, "%s rank %d made no collective call", k ? ";" : "", miss[k]);
+            fprintf(out, "%s %s made no collective call", k ? ";" : "", rn);
     }
     fprintf(out, "\n");
 }
 
-static void fl_verdict(FILE *out, uint64_t s, const dsim_desync *ds, int nm)
+static void fl_verdict(FILE *out, const fl_group *g, uint64_t s, const dsim_desync *ds, int nm)
 {
+    char on[140] = "";
+    if (g->sub)
+        snprintf(on, sizeof on, " on %s", g->name);
     fprintf(out, "\n");
     if (ds->n_different)
         fprintf(out,
                 "verdict: the ranks disagree about call #%" PRIu64
-                ": a rank called another collective (or the same one with other "
+                "%s: a rank called another collective (or the same one with other "
                 "arguments); look at the strategy's code path on the ranks named above%s\n",
-                s,
+                s, on,
                 nm ? " (the ranks that never called it were still in an earlier call when "
                      "the job was aborted)"
                    : "");
     else if (nm)
         fprintf(out,
-                "verdict: call #%" PRIu64 " was never made by the rank%s named above: %s "
+                "verdict: call #%" PRIu64 "%s was never made by the rank%s named above: %s "
                 "stuck before it (in its own code, or in a call the others did not make); "
                 "the other ranks waited for %s\n",
-                s, nm == 1 ? "" : "s", nm == 1 ? "it was" : "they were", nm == 1 ? "it" : "them");
+                s, on, nm == 1 ? "" : "s", nm == 1 ? "it was" : "they were",
+                nm == 1 ? "it" : "them");
     else
         fprintf(out,
                 "verdict: every rank joined call #%" PRIu64
-                " but it did not complete everywhere: a lost message, a dead or paused "
+                "%s but it did not complete everywhere: a lost message, a dead or paused "
                 "peer, or a timeout too short (see who waited for whom above)\n",
-                s);
+                s, on);
 }
 
 /* What each rank did about call s, and the verdict. */
-static void fl_explain(FILE *out, const fl_rank *rk, int n, uint64_t s, bool disagree,
-                       dsim_desync *ds)
+static void fl_explain(FILE *out, const fl_group *g, uint64_t s, bool disagree, dsim_desync *ds)
 {
     char a[160];
-    const fl_call *ref = fl_majority(rk, n, s);
-    fprintf(out, "\nthe first collective %s: #%" PRIu64 ", %s\n",
-            disagree ? "the ranks disagree about" : "not every rank completed", s,
+    const fl_call *ref = fl_majority(g, s);
+    fprintf(out, "\nthe first collective %s%s%s: #%" PRIu64 ", %s\n",
+            disagree ? "the ranks disagree about" : "not every rank completed",
+            g->sub ? " on " : "", g->sub ? g->name : "", s,
             ref ? dsim_coll_fp_str(&ref->fp, a, sizeof a) : "?");
-    int *done = calloc((size_t)n, sizeof(int)), nd = 0;
-    int *miss = calloc((size_t)n, sizeof(int)), nm = 0;
+    if (g->sub) {
+        fprintf(out, "  (its ranks are world ranks");
+        for (int i = 0; i < g->nworld; i++)
+            fprintf(out, "%s%d", i ? ", " : " ", g->world[i]);
+        fprintf(out, ", in its order)\n");
+    }
+    int *done = calloc((size_t)g->n, sizeof(int)), nd = 0;
+    int *miss = calloc((size_t)g->n, sizeof(int)), nm = 0;
     if (done && miss)
-        fl_rank_lines(out, rk, n, s, ref, done, &nd, miss, &nm, ds);
+        fl_rank_lines(out, g, s, ref, done, &nd, miss, &nm, ds);
     if (nd) {
         fprintf(out, "  ");
-        fl_ranks(out, done, nd);
+        fl_ranks(out, g, done, nd);
         fprintf(out, " completed it\n");
     }
     if (nm) {
         ds->n_missing = nm;
-        fl_missing(out, rk, n, miss, nm);
+        fl_missing(out, g, miss, nm);
     }
-    fl_verdict(out, s, ds, nm);
+    fl_verdict(out, g, s, ds, nm);
     free(done);
     free(miss);
 }
 
 /* No recorded call is unfinished: where the ranks the watchdog left
  * running were, or that the failure lies outside the collectives. */
-static void fl_no_call(FILE *out, const fl_rank *rk, int n)
+static void fl_no_call(FILE *out, const fl_group *g, int ng)
 {
     int n_left = 0;
-    for (int i = 0; i < n; i++)
-        n_left += rk[i].left[0] != '\0';
+    for (int i = 0; i < g->n; i++)
+        n_left += g->rk[i].left[0] != '\0';
     if (!n_left) {
-        fprintf(out, "\nevery rank completed every recorded collective: no desynchronisation; "
-                     "the failure happened outside the collectives (see the run's error)\n");
+        fprintf(out,
+                "\nevery rank completed every recorded collective%s: no desynchronisation; "
+                "the failure happened outside the collectives (see the run's error)\n",
+                ng > 1 ? ", on the world and on the strategy's sub-communicators" : "");
         return;
     }
     /* Every recorder read is complete, and those that would say more were
@@ -528,31 +701,37 @@ static void fl_no_call(FILE *out, const fl_rank *rk, int n)
             "\nno recorded collective is left unfinished, but the watchdog left %d rank%s "
             "running, whose recorder%s could not be read:\n",
             n_left, n_left == 1 ? "" : "s", n_left == 1 ? "" : "s");
-    for (int i = 0; i < n; i++)
-        if (rk[i].left[0])
-            fprintf(out, "  rank %d: %s\n", rk[i].rank, rk[i].left);
+    for (int i = 0; i < g->n; i++)
+        if (g->rk[i].left[0])
+            fprintf(out, "  rank %d: %s\n", g->rk[i].rank, g->rk[i].left);
     fprintf(out,
             "\nverdict: the rank%s above never returned: stuck in %s own code or in "
             "the collective named, which no abort could end\n",
             n_left == 1 ? "" : "s", n_left == 1 ? "its" : "their");
 }
 
-static void fl_last_calls(FILE *out, const fl_rank *rk, int n)
+static void fl_last_calls(FILE *out, const fl_group *g)
 {
-    char a[160];
-    fprintf(out, "\nthe last call each rank completed:\n");
-    for (int i = 0; i < n; i++) {
-        const fl_call *c = fl_last_done(&rk[i]);
+    char a[160], rn[48];
+    fprintf(out, "\nthe last call each rank completed%s%s:\n", g->sub ? " on " : "",
+            g->sub ? g->name : "");
+    for (int i = 0; i < g->n; i++) {
+        const fl_rank *r = &g->rk[i];
+        const fl_call *c = fl_last_done(r);
+        fl_rn(g, r->rank, rn, sizeof rn);
         if (c)
-            fprintf(out, "  rank %d: #%" PRIu64 " %s\n", rk[i].rank, c->fp.seq,
+            fprintf(out, "  %s: #%" PRIu64 " %s\n", rn, c->fp.seq,
                     dsim_coll_fp_str(&c->fp, a, sizeof a));
-        else if (rk[i].left[0])
-            fprintf(out, "  rank %d: not read (left running after %" PRIu64 " calls)\n", rk[i].rank,
-                    rk[i].calls);
+        else if (r->left[0])
+            fprintf(out, "  %s: not read (left running after %" PRIu64 " calls)\n", rn, r->calls);
         else
-            fprintf(out, "  rank %d: none recorded\n", rk[i].rank);
+            fprintf(out, "  %s: none recorded\n", rn);
     }
 }
+
+/* At most this many communicators are explained (a job with many
+ * sub-communicators in trouble: the first ones say enough). */
+#define FL_EXPLAIN_MAX 4
 
 dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
 {
@@ -560,19 +739,51 @@ dsim_err dsim_flight_desync(const char *path, FILE *out, dsim_desync *sum)
     fl_rank *rk = NULL;
     int n = 0;
     DSIM_CHECK(fl_read(path, &root, &rk, &n));
+    fl_group *g = NULL;
+    int ng = fl_groups(root, rk, n, &g);
+    if (ng == 0) {
+        for (int i = 0; i < n; i++)
+            free(rk[i].c);
+        free(rk);
+        json_decref(root);
+        return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory reading %s", path);
+    }
     dsim_desync ds;
     memset(&ds, 0, sizeof ds);
-    ds.ranks = n;
-    uint64_t lo, hi;
-    fl_header(out, root, rk, n, &lo, &hi);
-    bool disagree = false;
-    uint64_t s = fl_pick(rk, n, lo, hi, &disagree);
-    ds.seq = s;
-    if (!s)
-        fl_no_call(out, rk, n);
-    else
-        fl_explain(out, rk, n, s, disagree, &ds);
-    fl_last_calls(out, rk, n);
+    ds.ranks = g[0].n;
+    fl_header(out, root, &g[0], ng);
+    /* Communicators whose ranks disagree (the cause: the abort it made
+     * leaves victims elsewhere, not explained); else those with a call
+     * left unfinished; the world before the strategy's own. */
+    uint64_t *pick = calloc((size_t)ng, sizeof *pick);
+    bool *dis = calloc((size_t)ng, sizeof *dis);
+    int explained = 0;
+    for (int pass = 0; pick && dis && pass < 2 && !(pass == 1 && explained); pass++)
+        for (int k = 0; k < ng && explained < FL_EXPLAIN_MAX; k++) {
+            if (pass == 0)
+                pick[k] = fl_pick(&g[k], &dis[k]);
+            if (!pick[k] || dis[k] != (pass == 0))
+                continue;
+            dsim_desync one;
+            memset(&one, 0, sizeof one);
+            fl_explain(out, &g[k], pick[k], dis[k], &one);
+            if (!explained) {
+                ds.seq = pick[k];
+                ds.n_missing = one.n_missing;
+                ds.n_waiting = one.n_waiting;
+                ds.n_different = one.n_different;
+                ds.n_failed = one.n_failed;
+            }
+            if (g[k].sub)
+                fl_last_calls(out, &g[k]);
+            explained++;
+        }
+    if (!explained)
+        fl_no_call(out, &g[0], ng);
+    fl_last_calls(out, &g[0]);
+    free(pick);
+    free(dis);
+    fl_groups_free(g, ng);
     for (int i = 0; i < n; i++)
         free(rk[i].c);
     free(rk);

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -170,6 +171,7 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
         .has_replica = lo < N,
     };
     snprintf(r.msg, sizeof r.msg, "%s", res.error.msg);
+    snprintf(r.exchange, sizeof r.exchange, "%s", res.exchange);
     pr_send(&c, PR_RESULT, &r, sizeof r);
     for (int q = lo; q <= hi && q < N && res.replicas; q++) {
         pr_end en = {.replica = q, .end = res.replicas[q]};
@@ -190,6 +192,30 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
         pr_flight hd = {
             .rank = q, .size = d->size, .comm_id = d->comm_id, .calls = d->calls, .n = d->n};
         pr_send2(&c, PR_FLIGHT, &hd, sizeof hd, d->entries, d->n * sizeof *d->entries);
+    }
+    /* and its replicas' sub-communicators' (all of them are local here) */
+    for (int q = N; q < res.n_flight; q++) {
+        const dsim_fr_dump *d = &res.flight[q];
+        size_t wl = d->world_ranks ? (size_t)d->size * sizeof(int) : 0;
+        size_t el = d->n * sizeof *d->entries;
+        unsigned char *body = wl ? malloc(wl + el) : NULL;
+        if (!body)
+            continue;
+        memcpy(body, d->world_ranks, wl);
+        if (el)
+            memcpy(body + wl, d->entries, el);
+        pr_flight hd = {.rank = d->rank,
+                        .size = d->size,
+                        .comm_id = d->comm_id,
+                        .calls = d->calls,
+                        .n = d->n,
+                        .sub = 1,
+                        .world_rank = d->world_rank,
+                        .origin = d->origin,
+                        .color = d->color,
+                        .parent_id = d->parent_id};
+        pr_send2(&c, PR_FLIGHT, &hd, sizeof hd, body, wl + el);
+        free(body);
     }
     if (res.n_updates)
         pr_send(&c, PR_UPDATES, res.updates, res.n_updates * sizeof *res.updates);

@@ -53,7 +53,9 @@ typedef struct pr_job {
     float *trace;
     size_t trace_len;
     float *initial;       /* [n_params], the first replica's process's */
-    dsim_fr_dump *flight; /* [N], each replica's from its process */
+    dsim_fr_dump *flight; /* [n_flight]: each replica's from its process, then the
+                             sub-communicators' */
+    int n_flight;
     dsim_ps_update *updates;
     size_t n_updates;
     int64_t t_first_failure; /* when the job started failing, or 0 */

@@ -110,20 +110,66 @@ static void pr_rec_vars(float **dst, const pr_job *j, const unsigned char *b, si
     }
 }
 
+/* A sub-communicator's record: appended after the N replicas'. */
+static void pr_rec_flight_sub(pr_job *j, const pr_flight *hd, const unsigned char *b, size_t n)
+{
+    size_t wl = (size_t)hd->size * sizeof(int);
+    if (hd->size < 1 || hd->size > j->N || hd->rank < 0 || hd->rank >= hd->size ||
+        hd->world_rank < 0 || hd->world_rank >= j->N || n < wl ||
+        hd->n != (n - wl) / sizeof(dsim_fr_entry) || (n - wl) % sizeof(dsim_fr_entry))
+        return;
+    dsim_fr_dump *all = realloc(j->flight, ((size_t)j->n_flight + 1) * sizeof *all);
+    if (!all)
+        return;
+    j->flight = all;
+    dsim_fr_dump *d = &all[j->n_flight];
+    *d = (dsim_fr_dump){.rank = hd->rank,
+                        .size = hd->size,
+                        .comm_id = hd->comm_id,
+                        .calls = hd->calls,
+                        .world_rank = hd->world_rank,
+                        .origin = hd->origin,
+                        .parent_id = hd->parent_id,
+                        .color = hd->color};
+    d->world_ranks = malloc(wl);
+    d->entries = hd->n ? malloc((size_t)hd->n * sizeof *d->entries) : NULL;
+    if (!d->world_ranks || (hd->n && !d->entries)) {
+        dsim_fr_dump_free(d);
+        return;
+    }
+    memcpy(d->world_ranks, b, wl);
+    if (hd->n)
+        memcpy(d->entries, b + wl, (size_t)hd->n * sizeof *d->entries);
+    d->n = (size_t)hd->n;
+    j->n_flight++;
+}
+
 static void pr_rec_flight(pr_job *j, const unsigned char *b, size_t n)
 {
     pr_flight hd;
     if (n < sizeof hd)
         return;
     memcpy(&hd, b, sizeof hd);
-    if (hd.rank < 0 || hd.rank >= j->N || hd.n > (n - sizeof hd) / sizeof(dsim_fr_entry))
+    if (!j->flight) {
+        if (!(j->flight = calloc((size_t)j->N, sizeof *j->flight)))
+            return;
+        j->n_flight = j->N;
+    }
+    if (hd.sub) {
+        pr_rec_flight_sub(j, &hd, b + sizeof hd, n - sizeof hd);
         return;
-    if (!j->flight && !(j->flight = calloc((size_t)j->N, sizeof *j->flight)))
+    }
+    if (hd.rank < 0 || hd.rank >= j->N || hd.n > (n - sizeof hd) / sizeof(dsim_fr_entry))
         return;
     dsim_fr_dump *d = &j->flight[hd.rank];
     if (d->entries)
         return;
-    *d = (dsim_fr_dump){.rank = hd.rank, .size = hd.size, .comm_id = hd.comm_id, .calls = hd.calls};
+    *d = (dsim_fr_dump){.rank = hd.rank,
+                        .size = hd.size,
+                        .comm_id = hd.comm_id,
+                        .calls = hd.calls,
+                        .world_rank = hd.rank,
+                        .color = -1};
     if (hd.n && (d->entries = malloc((size_t)hd.n * sizeof *d->entries))) {
         memcpy(d->entries, b + sizeof hd, (size_t)hd.n * sizeof *d->entries);
         d->n = (size_t)hd.n;
@@ -439,11 +485,15 @@ static void pr_merge_vars(pr_job *j, size_t S)
     if (j->flight) {
         for (int r = 0; r < N; r++)
             if (!j->flight[r].entries && !j->flight[r].calls)
-                j->flight[r] =
-                    (dsim_fr_dump){.rank = r, .size = N, .comm_id = DSIM_STRATEGY_COMM_WORLD};
+                j->flight[r] = (dsim_fr_dump){.rank = r,
+                                              .size = N,
+                                              .comm_id = DSIM_STRATEGY_COMM_WORLD,
+                                              .world_rank = r,
+                                              .color = -1};
         res->flight = j->flight;
-        res->n_flight = N;
+        res->n_flight = j->n_flight;
         j->flight = NULL;
+        j->n_flight = 0;
     }
     if (j->n_updates) {
         res->updates = j->updates;
@@ -665,5 +715,9 @@ void pr_merge(pr_job *j)
     pr_merge_ends(j);
     pr_merge_agree(j, S);
     j->res->final_loss = sum && sum->err == DSIM_OK ? sum->final_loss : NAN;
+    /* the exchange replica 0 made: its task's */
+    for (int k = 0; k < j->T && !j->res->exchange[0]; k++)
+        if (j->tasks[k].has_result)
+            snprintf(j->res->exchange, sizeof j->res->exchange, "%s", j->tasks[k].result.exchange);
     pr_merge_error(j);
 }

@@ -69,6 +69,7 @@ typedef struct pr_result {
     dsim_err err;
     int peer;
     char msg[512];
+    char exchange[256]; /* dsim_train_result.exchange (its replica 0's) */
     int placement, num_replicas_in_sync;
     float loss_scale;
     int shard_applied;
@@ -83,11 +84,15 @@ typedef struct pr_result {
     bool has_replica;
 } pr_result;
 
-/* A replica's flight recorder (dsim/comm.h), its entries after it. */
+/* A replica's flight recorder (dsim/comm.h), its entries after it. sub: one
+ * of a sub-communicator (rank is then its rank there, world_rank the
+ * replica), whose size world ranks come first. */
 typedef struct pr_flight {
     int rank, size;
     uint32_t comm_id;
     uint64_t calls, n;
+    int sub, world_rank, origin, color;
+    uint32_t parent_id;
 } pr_flight;
 
 typedef struct pr_phase {

@@ -452,7 +452,7 @@ static void pr_job_free(pr_job *j, pr_net *net)
     free(j->params);
     free(j->trace);
     free(j->initial);
-    for (int r = 0; j->flight && r < j->N; r++)
+    for (int r = 0; j->flight && r < j->n_flight; r++)
         dsim_fr_dump_free(&j->flight[r]);
     free(j->flight);
     free(j->updates);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dsim/spi/model.h"
 #include "harness_int.h"
 
 static dsim_err h_opts_get(const dsim_harness_opts *o, h_opts *out)
@@ -63,7 +64,36 @@ dsim_err h_engine_of(const dsim_scenario *s, const h_opts *o, const dsim_engine_
 }
 
 /* The checks every run needs, on a scenario with the overrides applied. */
-static dsim_err h_check(const dsim_scenario *s)
+/* model.plugin: loaded, and checked against the data it will train on. */
+static dsim_err h_model_plugin(dsim_scenario *s)
+{
+    const char *path = s->path ? s->path : "(scenario)";
+    int line = s->model_plugin_pos.line, col = s->model_plugin_pos.column;
+    dsim_model_spec *ms = &s->train.model;
+    const dsim_model_ops *ops = NULL;
+    dsim_error er;
+    if (dsim_model_load(s->model_plugin, &ops) != DSIM_OK) {
+        dsim_error_copy(&er);
+        return DSIM_ERR(er.code, -1, "%s:%d:%d: model.plugin: %s", path, line, col, er.msg);
+    }
+    ms->kind = DSIM_MODEL_PLUGIN;
+    ms->plugin = ops;
+    bool cls = s->train.data.kind == DSIM_DATA_CLASSIFICATION;
+    if (cls != (ops->loss == DSIM_LOSS_XENT))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "%s:%d:%d: model.plugin: %s trains with loss %s, which needs %s, but "
+                        "data.task is %s",
+                        path, line, col, ops->name, dsim_loss_name(ops->loss),
+                        cls ? "regression targets" : "class labels",
+                        dsim_data_kind_name(s->train.data.kind));
+    if (dsim_model_validate(ms) != DSIM_OK) {
+        dsim_error_copy(&er);
+        return DSIM_ERR(er.code, -1, "%s:%d:%d: model.plugin: %s", path, line, col, er.msg);
+    }
+    return DSIM_OK;
+}
+
+static dsim_err h_check(dsim_scenario *s)
 {
     const dsim_engine_ops *eng;
     DSIM_CHECK(h_engine_of(s, NULL, &eng));
@@ -79,6 +109,8 @@ static dsim_err h_check(const dsim_scenario *s)
         return DSIM_ERR(er.code, -1, "%s%s: strategy.plugin: %s", s->path ? s->path : "(scenario)",
                         at, er.msg);
     }
+    if (s->model_plugin)
+        return h_model_plugin(s);
     return DSIM_OK;
 }
 
@@ -130,6 +162,7 @@ dsim_err dsim_harness_run(const dsim_scenario *s, const dsim_harness_opts *opts,
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_harness_run: out is NULL");
     memset(out, 0, sizeof *out);
     out->final_loss = NAN;
+    out->step_s = out->exchange_s = NAN;
     out->status = DSIM_RUN_ERROR;
     hg_init_once();
     h_opts o;
@@ -197,6 +230,7 @@ dsim_err dsim_harness_run_text(const char *path, const char *text, size_t len,
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_harness_run_text: out is NULL");
     memset(out, 0, sizeof *out);
     out->final_loss = NAN;
+    out->step_s = out->exchange_s = NAN;
     out->status = DSIM_RUN_ERROR;
     dsim_scenario *s = NULL;
     dsim_err e = text ? dsim_scenario_parse(path ? path : "(text)", text, len, &s)
@@ -226,6 +260,53 @@ void dsim_harness_result_free(dsim_harness_result *r)
 
 /* ---- replay ---- */
 
+/* The scenario of stored run `id` (sr read from db), parsed from its text
+ * under the scenario file's own path when the run stored it (so data.source
+ * paths resolve as they did), else under "NAME (run ID)"; a file with a
+ * matrix: section gives the combination the run was named after. */
+dsim_err h_stored_scenario(const char *db, dsim_run_id id, const dsim_stored_run *sr,
+                           dsim_scenario **out)
+{
+    *out = NULL;
+    const char *name = sr->scenario ? sr->scenario : "";
+    char path[4200];
+    snprintf(path, sizeof path, "%s (run %lld)", name, (long long)id);
+    json_t *cfg = sr->config ? json_loads(sr->config, 0, NULL) : NULL;
+    const char *file = cfg ? json_string_value(json_object_get(cfg, "scenario_file")) : NULL;
+    if (file && strlen(file) < sizeof path)
+        snprintf(path, sizeof path, "%s", file);
+    json_decref(cfg);
+    dsim_scenario *s = NULL;
+    dsim_err e = dsim_scenario_parse(path, sr->scenario_text, strlen(sr->scenario_text), &s);
+    /* A file with a matrix: section stored one run per combination, under
+     * the combination's name: that one. */
+    size_t nc = e == DSIM_OK && s->n_combinations ? dsim_scenario_combinations(s) : 0;
+    dsim_scenario *pick = NULL;
+    for (size_t k = 0; k < nc && !pick && e == DSIM_OK; k++) {
+        dsim_scenario *c = NULL;
+        e = dsim_scenario_combination(s, k, &c);
+        if (e == DSIM_OK && strcmp(c->name, name) == 0)
+            pick = c;
+        else
+            dsim_scenario_free(c);
+    }
+    if (e == DSIM_OK && nc && !pick)
+        e = DSIM_ERR(DSIM_ENOENT, -1,
+                     "%s: run %lld (%s): its scenario file makes %zu runs and none of them is "
+                     "named so",
+                     db, (long long)id, name, nc);
+    if (pick) {
+        dsim_scenario_free(s);
+        s = pick;
+    }
+    if (e != DSIM_OK) {
+        dsim_scenario_free(s);
+        return e;
+    }
+    *out = s;
+    return DSIM_OK;
+}
+
 dsim_err dsim_harness_replay(const char *db_path, dsim_run_id id, const dsim_harness_opts *opts,
                              dsim_harness_result *out, dsim_harness_replay_info *info)
 {
@@ -235,6 +316,7 @@ dsim_err dsim_harness_replay(const char *db_path, dsim_run_id id, const dsim_har
     memset(info, 0, sizeof *info);
     out->status = DSIM_RUN_ERROR;
     out->final_loss = NAN;
+    out->step_s = out->exchange_s = NAN;
     dsim_stored_run sr;
     DSIM_CHECK(dsim_store_read_run(db_path, id, &sr));
     dsim_err e = DSIM_OK;
@@ -270,31 +352,8 @@ dsim_err dsim_harness_replay(const char *db_path, dsim_run_id id, const dsim_har
     o.engine_override = ran->name;
     o.has_seed = true;
     o.seed = sr.seed;
-    char path[192];
-    snprintf(path, sizeof path, "%s (run %lld)", info->scenario, (long long)id);
     dsim_scenario *s = NULL;
-    e = dsim_scenario_parse(path, sr.scenario_text, strlen(sr.scenario_text), &s);
-    /* A file with a matrix: section stored one run per combination, under
-     * the combination's name: run that one again. */
-    size_t nc = e == DSIM_OK && s->n_combinations ? dsim_scenario_combinations(s) : 0;
-    dsim_scenario *pick = NULL;
-    for (size_t k = 0; k < nc && !pick && e == DSIM_OK; k++) {
-        dsim_scenario *c = NULL;
-        e = dsim_scenario_combination(s, k, &c);
-        if (e == DSIM_OK && strcmp(c->name, info->scenario) == 0)
-            pick = c;
-        else
-            dsim_scenario_free(c);
-    }
-    if (e == DSIM_OK && nc && !pick)
-        e = DSIM_ERR(DSIM_ENOENT, -1,
-                     "%s: run %lld (%s): its scenario file makes %zu runs and none of them is "
-                     "named so",
-                     db, (long long)id, info->scenario, nc);
-    if (pick) {
-        dsim_scenario_free(s);
-        s = pick;
-    }
+    e = h_stored_scenario(db, id, &sr, &s);
     if (e == DSIM_OK) {
         e = dsim_harness_run(s, &o, out);
     } else {

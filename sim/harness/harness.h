@@ -205,6 +205,10 @@ typedef struct dsim_harness_result {
      * time, all-reduce share, speed-up over one device, the algorithm) and
      * where the figures come from; "" otherwise. */
     char whatif[1536];
+    /* The run's median step and the time in the exchange of it (the
+     * performance check's figures: step_s, allreduce_share x step_s), in
+     * the engine's seconds; NaN when the run took no step. */
+    double step_s, exchange_s;
 } dsim_harness_result;
 
 /* Applies opts' overrides to s in place and checks that this build can run
@@ -250,6 +254,35 @@ typedef struct dsim_harness_replay_info {
  * those are deterministic), with a message. */
 dsim_err dsim_harness_replay(const char *db_path, dsim_run_id id, const dsim_harness_opts *opts,
                              dsim_harness_result *out, dsim_harness_replay_info *info);
+
+/* ---- exporting a run for another framework ---- */
+
+/* What dsim_harness_export wrote and checked. */
+typedef struct dsim_harness_export_info {
+    char scenario[128]; /* the stored run's scenario name */
+    uint64_t seed;
+    uint64_t steps; /* global steps exported */
+    int replicas;
+    size_t n_params, n_examples;
+    /* The stored run's parameter checksums (steps x replicas) compared with
+     * the run trained again here, and how many differed (0: the files are
+     * the stored run's, bit for bit). */
+    uint64_t checked, differed;
+    uint64_t initial_checksum, final_checksum; /* dsim_params_checksum */
+    double ref_max_abs; /* largest |final - the one-device reference's final| */
+} dsim_harness_export_info;
+
+/* Writes what another framework needs to replay stored run `id` of the
+ * database at db_path into folder dir (created if missing, one level): the
+ * dataset, the initial and final parameters, the reference's optimizer
+ * state, every replica's example ids per step (.npy) and manifest.json
+ * (export.c's head lists them). The run is trained again in this process
+ * from its stored scenario text and seed, on its engine, and checked
+ * against the stored checksums (info). per_step: also replica 0's
+ * parameters after every step. DSIM_ENOENT for no such run, DSIM_ENOTSUP
+ * for a run with faults, with a message. */
+dsim_err dsim_harness_export(const char *db_path, dsim_run_id id, const char *dir, bool per_step,
+                             dsim_harness_export_info *info);
 
 /* ---- what a program that runs scenarios starts with ---- */
 

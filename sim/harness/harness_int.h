@@ -96,6 +96,10 @@ typedef struct h_opts {
 /* The engine s runs on (a job over machines: the one that runs those). */
 dsim_err h_engine_of(const dsim_scenario *s, const h_opts *o, const dsim_engine_ops **out);
 
+/* The scenario of stored run `id` (harness.c). */
+dsim_err h_stored_scenario(const char *db, dsim_run_id id, const dsim_stored_run *sr,
+                           dsim_scenario **out);
+
 /* out->harness_msg := "what: the calling thread's error", once. */
 void h_fail(dsim_harness_result *out, const char *what);
 
@@ -153,9 +157,18 @@ dsim_err h_store_messages(dsim_msg_log *log, dsim_store *st, dsim_run_id run);
 void h_keep_log(dsim_msg_log *log);
 /* The bytes of gradients a replica all-reduces each step. */
 size_t h_grad_bytes(const dsim_train_cfg *cfg, const dsim_train_result *res);
-/* out->whatif: what the modelled cluster would take, and the sources. */
+/* The exchange a run made, as the store, the report, the trace and the
+ * what-if name it: the strategy's own (dsim_train_result.exchange: "ring",
+ * or "reduce on sub-communicator ... + ..."), else what the scenario's
+ * communication resolves to over its hosts (a run that failed before its
+ * first exchange); NULL when there is none (one replica, parameter
+ * servers). */
+const char *h_exchange(const dsim_train_cfg *cfg, const dsim_train_result *res, int R, char *buf,
+                       size_t cap);
+/* out->whatif: what the modelled cluster would take, and the sources;
+ * exchange as h_exchange says it. */
 void h_whatif_summary(const dsim_scenario *s, const dsim_train_cfg *cfg, const dsim_perf *perf,
-                      dsim_algo algo, dsim_harness_result *out);
+                      const char *exchange, dsim_harness_result *out);
 /* The run's metrics (wall time, rates, losses, the performance figures). */
 void h_store_metrics(dsim_store *st, const dsim_train_cfg *cfg, const dsim_train_result *res,
                      const dsim_train_result *ref, const dsim_perf *perf, int R,

@@ -13,10 +13,41 @@
 #include "dsim/comm.h"
 #include "dsim/data.h"
 #include "dsim/dataset.h"
+#include "dsim/spi/model.h"
 #include "harness_int.h"
 #include "report/report.h"
 
 /* ---- what is stored with a run ---- */
+
+/* data.source (the files as resolved, absolute where realpath could) and
+ * the scenario file's own absolute path, so that `dsim export` and `dsim
+ * replay` resolve the relative paths of the stored text as the run did. */
+static void h_config_source(const dsim_scenario *s, json_t *cfg)
+{
+    if (!cfg)
+        return;
+    char *file = s->path ? realpath(s->path, NULL) : NULL;
+    if (file)
+        json_object_set_new(cfg, "scenario_file", json_string(file));
+    free(file);
+    json_t *model = json_object_get(cfg, "model");
+    if (model && s->model_plugin) {
+        char *mp = realpath(s->model_plugin, NULL);
+        json_object_set_new(model, "plugin", json_string(mp ? mp : s->model_plugin));
+        if (s->train.model.plugin)
+            json_object_set_new(model, "plugin_name", json_string(s->train.model.plugin->name));
+        free(mp);
+    }
+    json_t *data = json_object_get(cfg, "data");
+    if (!data || (!s->data_x && !s->data_csv))
+        return;
+    json_t *labels = json_array();
+    for (size_t i = 0; i < s->n_data_labels; i++)
+        json_array_append_new(labels, json_string(s->data_labels[i]));
+    json_object_set_new(data, "source",
+                        json_pack("{s:s?, s:s?, s:s?, s:o}", "x", s->data_x, "y", s->data_y, "csv",
+                                  s->data_csv, "label_columns", labels));
+}
 
 /* The resolved configuration, as stored with the run. */
 json_t *h_config_json(const dsim_scenario *s)
@@ -39,7 +70,7 @@ json_t *h_config_json(const dsim_scenario *s)
         json_array_append_new(expect, json_pack("{s:s, s:o, s:b}", "check", e->check->name,
                                                 "values", vals, "expect_fail", e->expect_fail));
     }
-    json_t *o = json_pack(
+    json_t *cfg = json_pack(
         "{s:s, s:s?, s:s?, s:I, s:{s:i, s:i, s:i}, "
         "s:{s:s?, s:s?, s:s, s:s, s:I}, "
         "s:{s:s, s:s, s:I, s:I, s:o}, "
@@ -64,12 +95,13 @@ json_t *h_config_json(const dsim_scenario *s)
         (json_int_t)c->epochs, "shuffle", c->shuffle, "drop_remainder", c->drop_remainder,
         "checkpoint", "path", c->checkpoint_path, "every", (json_int_t)c->checkpoint_every,
         "expect", expect, "expect_error", s->expect_error);
-    if (o && (c->precision > DSIM_POLICY_FLOAT32 || c->gradient_dtype != DSIM_F32))
-        json_object_set_new(o, "mixed_precision",
+    if (cfg && (c->precision > DSIM_POLICY_FLOAT32 || c->gradient_dtype != DSIM_F32))
+        json_object_set_new(cfg, "mixed_precision",
                             json_pack("{s:s, s:s}", "policy",
                                       dsim_precision_policy_name(c->precision), "gradient_dtype",
                                       dsim_precision_dtype_name(c->gradient_dtype)));
-    return o;
+    h_config_source(s, cfg);
+    return cfg;
 }
 
 /* Steps the run will take, from worker 0's input (every worker takes the
@@ -127,7 +159,8 @@ dsim_err h_store_flight(dsim_store *st, dsim_run_id run, const dsim_train_result
             bool has_op = fp->coll == DSIM_COLL_ALLREDUCE || fp->coll == DSIM_COLL_REDUCE ||
                           fp->coll == DSIM_COLL_REDUCE_SCATTER;
             dsim_flight_rec fr = {
-                .replica = d->rank,
+                /* the replica: a sub-communicator's rank is its world rank */
+                .replica = d->origin != DSIM_COMM_ORIGIN_CREATE ? d->world_rank : d->rank,
                 .record_id = d->calls - d->n + i,
                 .pg_id = d->comm_id,
                 .collective_seq_id = fp->seq,
@@ -264,9 +297,28 @@ size_t h_grad_bytes(const dsim_train_cfg *cfg, const dsim_train_result *res)
     return res->n_params * sizeof(float);
 }
 
+const char *h_exchange(const dsim_train_cfg *cfg, const dsim_train_result *res, int R, char *buf,
+                       size_t cap)
+{
+    if (res->exchange[0]) {
+        snprintf(buf, cap, "%s", res->exchange);
+        return buf;
+    }
+    if (R < 2 || cfg->num_ps > 0)
+        return NULL;
+    dsim_algo a = cfg->communication;
+    size_t bytes = h_grad_bytes(cfg, res);
+    if (a == DSIM_ALGO_AUTO && bytes)
+        a = dsim_allreduce_decide_hosts(bytes, cfg->hosts, cfg->devices_per_host);
+    if (a == DSIM_ALGO_AUTO)
+        return NULL;
+    snprintf(buf, cap, "%s", dsim_algo_name(a));
+    return buf;
+}
+
 /* out->whatif: what the modelled cluster would take, and the sources. */
 void h_whatif_summary(const dsim_scenario *s, const dsim_train_cfg *cfg, const dsim_perf *perf,
-                      dsim_algo algo, dsim_harness_result *out)
+                      const char *exchange, dsim_harness_result *out)
 {
     char *w = out->whatif;
     size_t cap = sizeof out->whatif, n = 0;
@@ -274,14 +326,22 @@ void h_whatif_summary(const dsim_scenario *s, const dsim_train_cfg *cfg, const d
                        ? perf->reference_step_s / perf->step_s
                        : NAN;
     const char *dev = s->device_preset ? s->device_preset : "device";
+    /* a bare algorithm's name: the world all-reduce the scenario asked for
+     * (or auto picked); anything else: the strategy's own exchange */
+    dsim_algo a;
+    dsim_error saved;
+    dsim_error_copy(&saved);
+    bool bare = exchange && dsim_algo_parse(exchange, &a) == DSIM_OK;
+    dsim_error_restore(&saved);
     n += (size_t)snprintf(w + n, cap - n,
                           "what-if: step %.2f ms (compute %.2f ms), all-reduce %.0f %% of the "
-                          "step; speed-up %.2fx over one %s (scaling efficiency %.2f); "
-                          "all-reduce algorithm %s%s\n",
+                          "step; speed-up %.2fx over one %s (scaling efficiency %.2f); %s %s%s\n",
                           perf->step_s * 1e3, perf->compute_s * 1e3, 100 * perf->allreduce_share,
-                          speed, dev, perf->scaling_efficiency, dsim_algo_name(algo),
-                          cfg->communication == DSIM_ALGO_AUTO ? " (dsim's decision function)"
-                                                               : " (the scenario's)");
+                          speed, dev, perf->scaling_efficiency,
+                          bare ? "all-reduce algorithm" : "exchange", exchange ? exchange : "none",
+                          !bare                                  ? " (the strategy's own)"
+                          : cfg->communication == DSIM_ALGO_AUTO ? " (dsim's decision function)"
+                                                                 : " (the scenario's)");
     if (n >= cap)
         return;
     n += (size_t)snprintf(w + n, cap - n,
@@ -353,13 +413,24 @@ void h_store_metrics(dsim_store *st, const dsim_train_cfg *cfg, const dsim_train
         HG_STORE(dsim_store_metric(st, out->run_id, "max_staleness", (double)res->max_staleness,
                                    "updates", -1)) != DSIM_OK)
         h_fail(out, "storing the metrics");
-    if (R > 1 && cfg->num_ps == 0 && out->train_err == DSIM_OK) {
-        /* the algorithm's name goes in the unit column: a metric is a number */
-        dsim_algo a = cfg->communication;
-        if (a == DSIM_ALGO_AUTO)
-            a = dsim_allreduce_decide(h_grad_bytes(cfg, res), R);
-        if (HG_STORE(dsim_store_metric(st, out->run_id, "allreduce_algorithm", (double)a,
-                                       dsim_algo_name(a), -1)) != DSIM_OK)
+    char xb[256];
+    const char *x = out->train_err == DSIM_OK ? h_exchange(cfg, res, R, xb, sizeof xb) : NULL;
+    if (x) {
+        /* the names go in the unit column: a metric is a number. One
+         * all-reduce on the world: its algorithm; the strategy's own
+         * exchange: the collectives it called, with how many kinds */
+        dsim_algo a;
+        dsim_error saved;
+        dsim_error_copy(&saved);
+        bool bare = dsim_algo_parse(x, &a) == DSIM_OK;
+        dsim_error_restore(&saved);
+        double parts = 1;
+        for (const char *p = strstr(x, " + "); p; p = strstr(p + 3, " + "))
+            parts++;
+        if (HG_STORE(bare
+                         ? dsim_store_metric(st, out->run_id, "allreduce_algorithm", (double)a,
+                                             dsim_algo_name(a), -1)
+                         : dsim_store_metric(st, out->run_id, "exchange", parts, x, -1)) != DSIM_OK)
             h_fail(out, "storing the metrics");
     }
 }

@@ -282,13 +282,10 @@ static void h_train_records(h_ctx *c)
         in_hook |=
             c->res.stuck[i].callback && strcmp(c->res.stuck[i].callback, "the phase hook") == 0;
     if (c->phases && !in_hook) {
-        dsim_algo pa = c->cfg.communication;
-        if (pa == DSIM_ALGO_AUTO && c->res.n_params)
-            pa = dsim_allreduce_decide(c->res.n_params * sizeof(float), c->R);
-        if (HG_STORE(h_phase_rec_store(
-                c->phases, c->st, out->run_id,
-                c->R > 1 && c->cfg.num_ps == 0 && pa != DSIM_ALGO_AUTO ? dsim_algo_name(pa) : NULL,
-                (uint64_t)c->res.n_params * sizeof(float))) != DSIM_OK)
+        char xb[256];
+        if (HG_STORE(h_phase_rec_store(c->phases, c->st, out->run_id,
+                                       h_exchange(&c->cfg, &c->res, c->R, xb, sizeof xb),
+                                       (uint64_t)c->res.n_params * sizeof(float))) != DSIM_OK)
             h_fail(out, "recording the phases");
         h_phase_rec_destroy(c->phases);
     }
@@ -569,14 +566,14 @@ static void h_step_record(h_ctx *c)
     dsim_perf perf;
     if (dsim_perf_measure(&c->res, c->have_ref ? &c->ref : NULL, &perf) != DSIM_OK)
         dsim_perf_measure(NULL, NULL, &perf); /* all NaN */
+    out->step_s = perf.step_s;
+    out->exchange_s = perf.allreduce_share * perf.step_s;
     if (st)
         h_store_metrics(st, &c->cfg, &c->res, c->have_ref ? &c->ref : NULL, &perf, c->R, out);
     if ((c->eng->flags & DSIM_ENGINE_VIRTUAL_TIME) && out->train_err == DSIM_OK &&
         (s->network_given || c->cfg.synthetic_params > 0) && c->R > 1 && c->cfg.num_ps == 0) {
-        dsim_algo a = c->cfg.communication;
-        if (a == DSIM_ALGO_AUTO)
-            a = dsim_allreduce_decide(h_grad_bytes(&c->cfg, &c->res), c->R);
-        h_whatif_summary(s, &c->cfg, &perf, a, out);
+        char xb[256];
+        h_whatif_summary(s, &c->cfg, &perf, h_exchange(&c->cfg, &c->res, c->R, xb, sizeof xb), out);
     }
     if (st && out->run_id && (out->train_err != DSIM_OK || out->n_failed))
         h_record_flight(c);

@@ -234,6 +234,74 @@ static const dsim_algo_cost cost_r2o = {
     .local_copy = r2o_local_copy,
 };
 
+/* ---- hierarchical: reduce-scatter in each host, all-reduce of each shard
+ * across the hosts, all-gather in each host (src/coll/hierarchical.c) ---- */
+
+/* Elements of block k of count cut into m blocks, as a whole number. */
+static size_t hier_blk(size_t count, int m, int k)
+{
+    return count / (size_t)m + ((size_t)k < count % (size_t)m ? 1 : 0);
+}
+
+/* One step of every host's ring of its L devices (phase 1 when reduce is
+ * set, phase 3 otherwise), evaluated once and counted L - 1 times: every
+ * step of a phase moves blocks of the same sizes over the same links. */
+static void hier_intra(cm_eval *ev, cm_xfer *x, size_t count, double es, int reduce)
+{
+    int L = ev->t->devices_per_host, p = ev->p;
+    for (int r = 0; r < p; r++) {
+        int h = r / L, l = r % L;
+        /* phase 1 sends block l - 1 first, phase 3 block l */
+        int blk = reduce ? (l + L - 1) % L : l;
+        double b = (double)hier_blk(count, L, blk) * es;
+        x[r] = (cm_xfer){r, h * L + (l + 1) % L, b, reduce ? b : 0};
+    }
+    double before = ev->total;
+    dsim_cost_step(ev, x, p);
+    ev->total = before + (ev->total - before) * (double)(L - 1);
+    ev->steps += L - 2;
+}
+
+static void hier_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
+{
+    int H = ev->t->hosts, L = ev->t->devices_per_host, p = ev->p;
+    if (H < 2 || L < 2) {
+        /* one host, or a device per host: the levels collapse into a ring */
+        ring_schedule(ev, x, count, es);
+        return;
+    }
+    hier_intra(ev, x, count, es, 1);
+    /* the L rings of H, one per local index, all at once; local index l
+     * all-reduces block l, cut in H (the L flows of a host share its NIC) */
+    for (int phase = 0; phase < 2; phase++) {
+        for (int r = 0; r < p; r++) {
+            int h = r / L, l = r % L;
+            size_t blk = hier_blk(count, L, l);
+            int sub = (h + (phase ? 1 : 0)) % H;
+            double b = (double)hier_blk(blk, H, sub) * es;
+            x[r] = (cm_xfer){r, ((h + 1) % H) * L + l, b, phase ? 0 : b};
+        }
+        double before = ev->total;
+        dsim_cost_step(ev, x, p);
+        ev->total = before + (ev->total - before) * (double)(H - 1);
+        ev->steps += H - 2;
+    }
+    hier_intra(ev, x, count, es, 0);
+}
+
+static const dsim_algo_cost cost_hier = {
+    .size = sizeof(dsim_algo_cost),
+    .algo = DSIM_ALGO_HIERARCHICAL,
+    .schedule = hier_schedule,
+    /* The closed form assumes identical links and a rank per host, where
+     * the levels collapse into the ring: the ring's. */
+    .formula = ring_formula,
+    /* Calibrated on one machine (one host): the ring's messages. */
+    .msg_elems = ring_msg_elems,
+    .every_rank_sends = true,
+    .local_copy = ring_local_copy,
+};
+
 const dsim_algo_cost *dsim_algo_cost_of(dsim_algo a)
 {
     /* No default: every dsim_algo must be named here. */
@@ -248,6 +316,8 @@ const dsim_algo_cost *dsim_algo_cost_of(dsim_algo a)
         return &cost_tree;
     case DSIM_ALGO_REDUCE_TO_ONE:
         return &cost_r2o;
+    case DSIM_ALGO_HIERARCHICAL:
+        return &cost_hier;
     case DSIM_ALGO_COUNT:
         break;
     }

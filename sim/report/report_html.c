@@ -96,8 +96,15 @@ static void rh_run_header(FILE *f, const rp_run *r)
     rh_esc(f, r->engine);
     fputs("</td></tr><tr><th>strategy</th><td>", f);
     rh_esc(f, r->strategy ? r->strategy : "");
+    /* the exchange the run made: one all-reduce on the world (its
+     * algorithm), or the strategy's own collectives */
     const rp_metric *alg = rp_metric_find(r, "allreduce_algorithm");
-    if (alg && alg->unit) {
+    const rp_metric *xch = rp_metric_find(r, "exchange");
+    if (xch && xch->unit) {
+        fputs(" (exchange: ", f);
+        rh_esc(f, xch->unit);
+        fputs(")", f);
+    } else if (alg && alg->unit) {
         fputs(" (all-reduce: ", f);
         rh_esc(f, alg->unit);
         fputs(")", f);

@@ -180,7 +180,7 @@ static bool te_collectives(json_t *arr, const rp_run *r, bool flows, int *n_flow
 {
     for (size_t i = 0; i < r->n_colls; i++) {
         const rp_coll *c = &r->colls[i];
-        char name[96];
+        char name[320]; /* a strategy's own exchange is named whole (up to 255) */
         snprintf(name, sizeof name, "%s%s%s%s", c->op, c->algorithm ? " (" : "",
                  c->algorithm ? c->algorithm : "", c->algorithm ? ")" : "");
         if (!te_add(arr, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:{s:I, s:i, s:s?}}",

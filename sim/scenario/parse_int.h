@@ -101,6 +101,12 @@ dsim_err scen_fail(const scen_ctx *c, const scen_node *at, const char *fmt, ...)
 /* How a value reads in a message: 'text' (shortened, control bytes
  * escaped), "an empty value", "a mapping", "a list". */
 const char *scen_show(const scen_node *n, char *buf, size_t cap);
+
+/* A plugin's file (parse_strategy.c): relative to the scenario's folder, or
+ * a bare name searched in $DSIM_PLUGIN_PATH and the plugin folders; NULL
+ * with the places searched; *how: DSIM_PLUGIN_*. */
+char *scen_plugin_resolve(const char *scenario_path, const char *p, char *searched, size_t cap,
+                          int *how);
 /* Edit distance, for "did you mean" (short words only). */
 size_t scen_distance(const char *a, const char *b);
 /* Reads mapping node (or nothing) against its accepted keys into *m; path

@@ -61,7 +61,7 @@ static bool scen_strategy_name_ok(const char *s)
  * scenario file's directory (or as is, when absolute). A bare file name is
  * looked for in that directory, then in each directory of $DSIM_PLUGIN_PATH
  * (colon-separated; `dsim run --plugin-dir` prepends to it), then in this
- * build's and the installed plugin directories (DSIM_PLUGIN_DIRS), so a
+ * build's and the installed plugin directories (dsim_scenario_plugin_dirs), so a
  * catalogue scenario can name its plugin without knowing where it was built.
  * Returns the first candidate that is a regular file, else NULL with the
  * places searched in `searched`. */
@@ -137,7 +137,7 @@ const char *dsim_scenario_plugin_dirs(void)
     return scen_plugin_dirs;
 }
 
-static char *scen_resolve(const char *scenario_path, const char *p, char *searched, size_t cap,
+char *scen_plugin_resolve(const char *scenario_path, const char *p, char *searched, size_t cap,
                           int *how)
 {
     searched[0] = '\0';
@@ -168,7 +168,8 @@ dsim_err dsim_scenario_plugin_find(const char *file, char **out)
 {
     char searched[1024];
     int how;
-    *out = file && *file ? scen_resolve("./plugin", file, searched, sizeof searched, &how) : NULL;
+    *out = file && *file ? scen_plugin_resolve("./plugin", file, searched, sizeof searched, &how)
+                         : NULL;
     if (*out)
         return DSIM_OK;
     return DSIM_ERR(DSIM_ENOENT, -1,
@@ -268,7 +269,7 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
         }
         char searched[1024];
         int how = 0;
-        char *resolved = scen_resolve(c->path, plugin, searched, sizeof searched, &how);
+        char *resolved = scen_plugin_resolve(c->path, plugin, searched, sizeof searched, &how);
         if (!resolved) {
             dsim_err fe = scen_fail(c, pv,
                                     "strategy.plugin: '%s' not found (looked in: %s); build the "

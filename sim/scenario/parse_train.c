@@ -30,8 +30,8 @@ static const scen_name scen_policies[] = {{"off", DSIM_SHARD_OFF},
 static const scen_name scen_hints[] = {
     {"none", DSIM_HINT_NONE}, {"files", DSIM_HINT_FILES}, {"elements", DSIM_HINT_ELEMENTS}};
 
-enum { M_KIND, M_HIDDEN, M_LOSS, M_SYNTH, M_N };
-static const char *const scen_model_keys[M_N] = {"kind", "hidden", "loss", "synthetic"};
+enum { M_KIND, M_HIDDEN, M_LOSS, M_SYNTH, M_PLUGIN, M_N };
+static const char *const scen_model_keys[M_N] = {"kind", "hidden", "loss", "synthetic", "plugin"};
 enum { MS_PARAMS, MS_FLOPS, MS_N };
 static const char *const scen_synth_keys[MS_N] = {"parameters", "flops_per_example"};
 
@@ -52,14 +52,135 @@ enum {
     D_EPOCHS,
     D_SHUFFLE,
     D_DROP,
+    D_SOURCE,
     D_N
 };
 static const char *const scen_data_keys[D_N] = {
-    "task",         "examples",   "features",     "classes", "noise",   "files",
-    "shard_policy", "shard_hint", "global_batch", "epochs",  "shuffle", "drop_remainder"};
+    "task",       "examples",     "features", "classes", "noise",          "files", "shard_policy",
+    "shard_hint", "global_batch", "epochs",   "shuffle", "drop_remainder", "source"};
+enum { DS_X, DS_Y, DS_CSV, DS_LABEL, DS_N };
+static const char *const scen_source_keys[DS_N] = {"x", "y", "csv", "label_column"};
 
 enum { K_PATH, K_EVERY, K_N };
 static const char *const scen_ckpt_keys[K_N] = {"path", "every"};
+
+/* A file named by data.source, relative to the scenario file's folder
+ * (or as is, when absolute): *load is the path to open, *keep the same
+ * made absolute for the store (realpath; the path to open when that
+ * fails). */
+static dsim_err scen_source_path(const scen_ctx *c, const scen_node *v, const char *kp, char **load,
+                                 char **keep)
+{
+    char *p = NULL;
+    DSIM_CHECK(scen_str_v(c, v, kp, "a file path", &p));
+    const char *slash = strrchr(c->path, '/');
+    int n = 0;
+    if (p[0] == '/' || !slash)
+        *load = p;
+    else if ((n = asprintf(load, "%.*s/%s", (int)(slash - c->path), c->path, p)) < 0)
+        *load = NULL;
+    if (*load != p)
+        free(p);
+    if (!*load)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", c->path);
+    *keep = realpath(*load, NULL);
+    if (!*keep && !(*keep = strdup(*load)))
+        return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", c->path);
+    return DSIM_OK;
+}
+
+/* label_column: a name, or a list of names (regression targets). */
+static dsim_err scen_source_labels(const scen_ctx *c, const scen_node *v)
+{
+    dsim_scenario *s = c->s;
+    size_t n = v->kind == DSIM_YAML_SEQ ? v->n : 1;
+    if (v->kind == DSIM_YAML_SEQ && n == 0)
+        return scen_fail(c, v, "data.source.label_column: an empty list; name one column or more");
+    s->data_labels = calloc(n, sizeof *s->data_labels);
+    if (!s->data_labels)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", c->path);
+    for (size_t i = 0; i < n; i++) {
+        const scen_node *item = v->kind == DSIM_YAML_SEQ ? v->kid[i] : v;
+        DSIM_CHECK(
+            scen_str_v(c, item, "data.source.label_column", "a column name", &s->data_labels[i]));
+        s->n_data_labels = i + 1;
+    }
+    return DSIM_OK;
+}
+
+/* data.source: {x: X.npy, y: Y.npy} or {csv: FILE, label_column: NAME}:
+ * the files read now (a malformed one is refused here, naming it), the
+ * data's sizes taken from them and checked against what the section says. */
+static dsim_err scen_data_source(const scen_ctx *c, scen_state *st)
+{
+    dsim_scenario *s = c->s;
+    dsim_train_cfg *t = &s->train;
+    scen_map *m = &st->data, sm;
+    DSIM_CHECK(scen_map_read(c, m->val[D_SOURCE], m->key[D_SOURCE], "data.source", scen_source_keys,
+                             DS_N, &sm));
+    if (m->val[D_NOISE])
+        return scen_fail(c, m->key[D_NOISE],
+                         "data.noise: noise draws synthetic labels; data read from files has its "
+                         "own (remove noise or source)");
+    bool npy = sm.val[DS_X] || sm.val[DS_Y], csv = sm.val[DS_CSV] != NULL;
+    if (npy == csv)
+        return scen_fail(c, sm.at,
+                         "data.source: give either x and y (.npy files: {x: features.npy, y: "
+                         "labels.npy}) or csv with label_column ({csv: train.csv, label_column: "
+                         "label})");
+    if (npy && (!sm.val[DS_X] || !sm.val[DS_Y]))
+        return scen_fail(c, sm.at,
+                         "data.source: %s is missing: .npy data needs both x "
+                         "(features) and y (labels)",
+                         sm.val[DS_X] ? "y" : "x");
+    if (npy && sm.val[DS_LABEL])
+        return scen_fail(c, sm.key[DS_LABEL],
+                         "data.source.label_column: only a csv source has columns; y names the "
+                         "labels of .npy data (remove label_column)");
+    if (csv && !sm.val[DS_LABEL])
+        return scen_fail(c, sm.at,
+                         "data.source.label_column is missing: name the CSV column that holds "
+                         "the labels (e.g. label_column: label)");
+    char *lx = NULL, *ly = NULL, *lc = NULL;
+    dsim_err e = DSIM_OK;
+    if (npy && (e = scen_source_path(c, sm.val[DS_X], "data.source.x", &lx, &s->data_x)) == DSIM_OK)
+        e = scen_source_path(c, sm.val[DS_Y], "data.source.y", &ly, &s->data_y);
+    if (csv &&
+        (e = scen_source_path(c, sm.val[DS_CSV], "data.source.csv", &lc, &s->data_csv)) == DSIM_OK)
+        e = scen_source_labels(c, sm.val[DS_LABEL]);
+    dsim_data_source src = {
+        .x = lx,
+        .y = ly,
+        .csv = lc,
+        .label_columns = (const char *const *)s->data_labels,
+        .n_label_columns = s->n_data_labels,
+        .task = m->val[D_TASK] ? (int)t->data.kind : -1,
+        .classes = m->val[D_CLASSES] ? t->data.out_dim : 0,
+        .features = m->val[D_FEATURES] ? t->data.in_dim : 0,
+        .n_files = t->data.n_files,
+    };
+    if (e == DSIM_OK && dsim_dataset_load(&src, &s->dataset) != DSIM_OK) {
+        char why[480];
+        snprintf(why, sizeof why, "%s", dsim_errmsg());
+        e = scen_fail(c, m->val[D_SOURCE], "data.source: %s", why);
+    }
+    free(lx);
+    free(ly);
+    free(lc);
+    if (e != DSIM_OK)
+        return e;
+    dsim_dataset_spec *d = &t->data;
+    if (m->val[D_EXAMPLES] && d->n_examples != s->dataset->spec.n_examples)
+        return scen_fail(c, m->val[D_EXAMPLES],
+                         "data.examples: %zu, but the files hold %zu examples; remove examples "
+                         "(it is read from the files) or fix it",
+                         d->n_examples, s->dataset->spec.n_examples);
+    uint64_t seed = d->seed;
+    *d = s->dataset->spec;
+    d->seed = seed;
+    t->dataset = s->dataset;
+    return DSIM_OK;
+}
 
 dsim_err scen_data(const scen_ctx *c, scen_state *st)
 {
@@ -127,6 +248,8 @@ dsim_err scen_data(const scen_ctx *c, scen_state *st)
     t->epochs = (uint32_t)x;
     DSIM_CHECK(scen_bool(c, m, D_SHUFFLE, &t->shuffle));
     DSIM_CHECK(scen_bool(c, m, D_DROP, &t->drop_remainder));
+    if (m->val[D_SOURCE])
+        return scen_data_source(c, st);
     if (dsim_dataset_validate(d) != DSIM_OK) {
         char why[400];
         snprintf(why, sizeof why, "%s", dsim_errmsg());
@@ -181,6 +304,41 @@ static dsim_err scen_synthetic(const scen_ctx *c, scen_state *st)
     return DSIM_OK;
 }
 
+/* model.plugin: a user's model in a shared object (dsim/spi/model.h),
+ * found here and loaded by dsim_harness_prepare, as a strategy plugin is. */
+static dsim_err scen_model_plugin(const scen_ctx *c, scen_state *st)
+{
+    dsim_scenario *s = c->s;
+    scen_map *m = &st->model;
+    for (int k = M_KIND; k <= M_SYNTH; k++)
+        if (m->val[k] && k != M_LOSS)
+            return scen_fail(c, m->key[k],
+                             "model.%s: a plugin model is what its shared object computes; "
+                             "remove %s or plugin",
+                             scen_model_keys[k], scen_model_keys[k]);
+    char *file = NULL;
+    DSIM_CHECK(
+        scen_str_v(c, m->val[M_PLUGIN], "model.plugin", "the path of a model plugin (.so)", &file));
+    char searched[1024];
+    int how = 0;
+    char *found = scen_plugin_resolve(c->path, file, searched, sizeof searched, &how);
+    if (!found) {
+        dsim_err e = scen_fail(c, m->val[M_PLUGIN],
+                               "model.plugin: '%s' not found (looked in: %s); build the plugin, "
+                               "fix the path (relative to the scenario file), or add its "
+                               "directory to DSIM_PLUGIN_PATH / --plugin-dir",
+                               file, searched);
+        free(file);
+        return e;
+    }
+    free(file);
+    s->model_plugin = found;
+    s->model_plugin_pos = scen_pos(m->val[M_PLUGIN]);
+    s->train.model.kind = DSIM_MODEL_PLUGIN;
+    s->train.model.plugin = NULL;
+    return DSIM_OK;
+}
+
 dsim_err scen_model(const scen_ctx *c, scen_state *st)
 {
     dsim_train_cfg *t = &c->s->train;
@@ -201,6 +359,8 @@ dsim_err scen_model(const scen_ctx *c, scen_state *st)
     ms->out_dim = t->data.out_dim;
     if (m->val[M_SYNTH])
         return scen_synthetic(c, st);
+    if (m->val[M_PLUGIN])
+        return scen_model_plugin(c, st);
     const scen_node *hv = m->val[M_HIDDEN];
     if (ms->kind == DSIM_MODEL_MLP) {
         ms->n_hidden = 1;

@@ -170,10 +170,12 @@ static json_t *plan_strategy(plan_b *b, const dsim_scenario *s, size_t n_params)
     dsim_algo applied = t->communication;
     char why[160];
     if (applied == DSIM_ALGO_AUTO) {
-        applied = dsim_allreduce_decide(bytes, R);
+        /* the world knows its hosts, as the training driver tells it */
+        applied = dsim_allreduce_decide_hosts(bytes, t->hosts, t->devices_per_host);
         snprintf(why, sizeof why,
-                 "auto: the decision function picks %s for %zu gradient bytes over %d replicas",
-                 dsim_algo_name(applied), bytes, R);
+                 "auto: the decision function picks %s for %zu gradient bytes over %d replicas "
+                 "(%d host(s) x %d)",
+                 dsim_algo_name(applied), bytes, R, t->hosts, t->devices_per_host);
     } else {
         snprintf(why, sizeof why, "set by strategy.communication");
     }
@@ -195,6 +197,17 @@ static json_t *plan_model(plan_b *b, const dsim_scenario *s, size_t n_params)
     if (!o)
         return NULL;
     plan_set(b, o, "kind", json_string(dsim_model_kind_name(m->kind)));
+    if (m->kind == DSIM_MODEL_PLUGIN && !m->plugin) {
+        /* plan never loads a plugin: what it computes is known once run does */
+        plan_set(b, o, "plugin", json_string(s->model_plugin ? s->model_plugin : ""));
+        plan_set(b, o, "in_dim", plan_u64(m->in_dim));
+        plan_set(b, o, "out_dim", plan_u64(m->out_dim));
+        plan_set(b, o, "n_params", json_null());
+        plan_set(b, o, "note",
+                 json_string("a model plugin: its loss and parameter count are known once "
+                             "dsim run loads it (dsim plan runs no plugin code)"));
+        return o;
+    }
     plan_set(b, o, "loss", json_string(dsim_loss_name(dsim_model_loss(m))));
     plan_set(b, o, "in_dim", plan_u64(m->in_dim));
     plan_set(b, o, "out_dim", plan_u64(m->out_dim));

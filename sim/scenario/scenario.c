@@ -6,8 +6,9 @@
  * every value is typed and range-checked where it stands, and the
  * combinations are checked last (cluster shape against the strategy, model
  * against the data, faults against the cluster), pointing at the value that
- * decides. Nothing is run and nothing is loaded: a plugin's file is only
- * checked to exist.
+ * decides. Nothing is run and no plugin is loaded (a plugin's file is only
+ * checked to exist); a data.source's files are read, so that a malformed
+ * one is refused where the scenario names it.
  *
  * This file holds the public entry points (load, parse, a matrix's
  * combinations, runnable, free) and the order the sections are read in;
@@ -52,6 +53,7 @@ void dsim_scenario_free(dsim_scenario *s)
     free(s->intra_preset);
     free((void *)s->train.strategy);
     free((void *)s->train.plugin_path);
+    free(s->model_plugin);
     free((void *)s->train.checkpoint_path);
     for (size_t i = 0; i < s->n_faults; i++)
         free(s->faults[i].phase);
@@ -60,6 +62,13 @@ void dsim_scenario_free(dsim_scenario *s)
     free(s->expect);
     free(s->expect_error);
     free(s->label);
+    dsim_dataset_free(s->dataset);
+    free(s->data_x);
+    free(s->data_y);
+    free(s->data_csv);
+    for (size_t i = 0; i < s->n_data_labels; i++)
+        free(s->data_labels[i]);
+    free(s->data_labels);
     free(s);
 }
 

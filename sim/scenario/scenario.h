@@ -73,7 +73,14 @@ typedef struct dsim_scenario {
     int64_t health_interval_ns, health_timeout_ns;
     int health_retries;
 
-    dsim_train_cfg train;        /* strategy, cluster, model, optimizer, data, checkpoint */
+    dsim_train_cfg train; /* strategy, cluster, model, optimizer, data, checkpoint */
+    /* data.source: the dataset read from files when the scenario was
+     * parsed (train.dataset borrows it), and its files as resolved
+     * (absolute when realpath could resolve them); NULL for synthetic data. */
+    dsim_dataset *dataset;
+    char *data_x, *data_y, *data_csv;
+    char **data_labels; /* csv: the label column(s) */
+    size_t n_data_labels;
     dsim_src_pos checkpoint_pos; /* where checkpoint.path was given (0:0 when not) */
     dsim_src_pos plugin_pos;     /* where strategy.plugin was given (0:0 when not) */
     int plugin_found;            /* how train.plugin_path was found: DSIM_PLUGIN_* */
@@ -85,6 +92,10 @@ typedef struct dsim_scenario {
      * data.files, else the data: key; 0:0 when none is), for a plan that
      * cannot shard it. */
     dsim_src_pos data_pos;
+    /* model.plugin: the shared object as found (never loaded by the parser;
+     * dsim_harness_prepare loads it), and where it was given; NULL: none. */
+    char *model_plugin;
+    dsim_src_pos model_plugin_pos;
 
     dsim_fault *faults;
     size_t n_faults;

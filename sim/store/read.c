@@ -33,6 +33,7 @@ void dsim_stored_run_free(dsim_stored_run *r)
     free(r->engine);
     free(r->status);
     free(r->trace_hash);
+    free(r->config);
     memset(r, 0, sizeof *r);
 }
 
@@ -124,10 +125,11 @@ dsim_err dsim_store_read_run(const char *path, dsim_run_id id, dsim_stored_run *
     sqlite3_busy_timeout(h, 5000);
     sqlite3_stmt *q = NULL;
     dsim_err e = DSIM_OK;
-    if (sqlite3_prepare_v2(h,
-                           "SELECT scenario, scenario_text, seed, engine, status, trace_hash "
-                           "FROM runs WHERE id = ?",
-                           -1, &q, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(
+            h,
+            "SELECT scenario, scenario_text, seed, engine, status, trace_hash, config "
+            "FROM runs WHERE id = ?",
+            -1, &q, NULL) != SQLITE_OK) {
         e = DSIM_ERR(DSIM_EIO, -1, "%s: not a dsim results store (%s)", path, sqlite3_errmsg(h));
         sqlite3_close(h);
         return e;
@@ -142,6 +144,7 @@ dsim_err dsim_store_read_run(const char *path, dsim_run_id id, dsim_stored_run *
         out->engine = store_col_dup(q, 3, &oom);
         out->status = store_col_dup(q, 4, &oom);
         out->trace_hash = store_col_dup(q, 5, &oom);
+        out->config = store_col_dup(q, 6, &oom);
         if (oom)
             e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory reading run %lld", (long long)id);
     } else if (rc == SQLITE_DONE) {
@@ -155,5 +158,67 @@ dsim_err dsim_store_read_run(const char *path, dsim_run_id id, dsim_stored_run *
     sqlite3_close(h);
     if (e != DSIM_OK)
         dsim_stored_run_free(out);
+    return e;
+}
+
+dsim_err dsim_store_read_checksums(const char *path, dsim_run_id id, uint64_t **out,
+                                   uint64_t *steps, int *replicas)
+{
+    *out = NULL;
+    *steps = 0;
+    *replicas = 0;
+    if (!path)
+        path = DSIM_STORE_DEFAULT_PATH;
+    sqlite3 *h = NULL;
+    if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        dsim_err e = DSIM_ERR(DSIM_ENOENT, -1, "%s: cannot open the results store: %s", path,
+                              h ? sqlite3_errmsg(h) : "out of memory");
+        sqlite3_close(h);
+        return e;
+    }
+    sqlite3_busy_timeout(h, 5000);
+    sqlite3_stmt *q = NULL;
+    dsim_err e = DSIM_OK;
+    int64_t max_step = -1, max_rep = -1;
+    if (sqlite3_prepare_v2(h, "SELECT max(step), max(replica) FROM steps WHERE run_id = ?", -1, &q,
+                           NULL) != SQLITE_OK) {
+        e = DSIM_ERR(DSIM_EIO, -1, "%s: not a dsim results store (%s)", path, sqlite3_errmsg(h));
+        goto done;
+    }
+    sqlite3_bind_int64(q, 1, id);
+    if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL) {
+        max_step = sqlite3_column_int64(q, 0);
+        max_rep = sqlite3_column_int64(q, 1);
+    }
+    sqlite3_finalize(q);
+    q = NULL;
+    if (max_step < 0 || max_rep < 0 || max_rep >= (1 << 24) || max_step >= ((int64_t)1 << 40))
+        goto done;
+    size_t n = (size_t)(max_step + 1) * (size_t)(max_rep + 1);
+    uint64_t *cs = calloc(n, sizeof *cs);
+    if (!cs) {
+        e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory reading run %lld's checksums", (long long)id);
+        goto done;
+    }
+    if (sqlite3_prepare_v2(h, "SELECT step, replica, checksum FROM steps WHERE run_id = ?", -1, &q,
+                           NULL) != SQLITE_OK) {
+        free(cs);
+        e = DSIM_ERR(DSIM_EIO, -1, "%s: reading run %lld: %s", path, (long long)id,
+                     sqlite3_errmsg(h));
+        goto done;
+    }
+    sqlite3_bind_int64(q, 1, id);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        int64_t st = sqlite3_column_int64(q, 0), rp = sqlite3_column_int64(q, 1);
+        if (st >= 0 && st <= max_step && rp >= 0 && rp <= max_rep)
+            cs[(size_t)st * (size_t)(max_rep + 1) + (size_t)rp] =
+                (uint64_t)sqlite3_column_int64(q, 2);
+    }
+    sqlite3_finalize(q);
+    *out = cs;
+    *steps = (uint64_t)max_step + 1;
+    *replicas = (int)max_rep + 1;
+done:
+    sqlite3_close(h);
     return e;
 }

@@ -109,6 +109,7 @@ const char *dsim_run_status_name(dsim_run_status s);
 typedef struct dsim_stored_run {
     char *scenario, *scenario_text, *engine, *status;
     char *trace_hash; /* NULL when none was stored */
+    char *config;     /* the resolved configuration (JSON), NULL when none */
     uint64_t seed;
 } dsim_stored_run;
 
@@ -117,6 +118,13 @@ typedef struct dsim_stored_run {
  * when there is no such run or no such file, with a message naming both. */
 dsim_err dsim_store_read_run(const char *path, dsim_run_id id, dsim_stored_run *out);
 void dsim_stored_run_free(dsim_stored_run *r);
+
+/* The parameter checksums the steps table holds for run `id`: *out gets
+ * steps x replicas values (global step-major; 0 where no row was stored),
+ * *steps one more than the last global step stored, *replicas one more
+ * than the highest replica. Free *out. DSIM_ENOENT as dsim_store_read_run. */
+dsim_err dsim_store_read_checksums(const char *path, dsim_run_id id, uint64_t **out,
+                                   uint64_t *steps, int *replicas);
 
 /* For a process that watched another one run (dsim run's supervisor): the
  * runs that process `pid` of this host began at or after since_ns (wall

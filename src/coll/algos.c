@@ -62,6 +62,15 @@ static const dsim_coll_algo coll_r2o = {
     .allreduce = dsim_coll_r2o_allreduce,
 };
 
+static const dsim_coll_algo coll_hier = {
+    .size = sizeof(dsim_coll_algo),
+    .algo = DSIM_ALGO_HIERARCHICAL,
+    .name = "hierarchical",
+    .summary = "reduce-scatter in each host, all-reduce across hosts, all-gather (two levels)",
+    .steps = dsim_coll_hier_allreduce_steps,
+    .allreduce = dsim_coll_hier_allreduce,
+};
+
 const dsim_coll_algo *dsim_coll_algo_get(dsim_algo a)
 {
     /* No default: a dsim_algo without its entry here does not compile
@@ -77,6 +86,8 @@ const dsim_coll_algo *dsim_coll_algo_get(dsim_algo a)
         return &coll_tree;
     case DSIM_ALGO_REDUCE_TO_ONE:
         return &coll_r2o;
+    case DSIM_ALGO_HIERARCHICAL:
+        return &coll_hier;
     case DSIM_ALGO_COUNT:
         break;
     }

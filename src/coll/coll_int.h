@@ -14,7 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <string.h>
+
 #include "dsim/comm.h"
+#include "dsim/reduce.h"
 #include "dsim/rt.h"
 
 /* A rank's answer in the failure check after a timeout (step.c): the rank it
@@ -63,11 +66,64 @@ typedef struct dsim_coll_peer_chunk {
     dsim_coll_peer p[];
 } dsim_coll_peer_chunk;
 
+/* What the hierarchical all-reduce knows of a communicator's hosts
+ * (hierarchical.c), worked out at its first call: uniform is 1 when every
+ * host the communicator spans holds the same number of its ranks (L of
+ * them on each of H hosts, H >= 2 and L >= 2); then this rank is local
+ * index me_l on host me_h, and rank_at[h * L + l] is the rank at (h, l)
+ * (NULL when that is h * L + l: a communicator whose ranks are its
+ * endpoints', host by host). */
+typedef struct dsim_coll_hier {
+    int uniform;
+    int H, L, me_h, me_l;
+    int *rank_at;
+} dsim_coll_hier;
+
+/* How a communicator was made (dsim_comm_origin, dsim/comm.h), what a
+ * sub-communicator keeps of it for messages and flight records, and the
+ * create_group calls its members made from it (to number the next one). */
+typedef struct dsim_coll_group_count {
+    uint64_t hash; /* of the ranks' endpoint numbers, in the group's order */
+    uint32_t made;
+} dsim_coll_group_count;
+
 struct dsim_comm {
     dsim_ep *ep;
     dsim_rt *rt;
     int rank, size;
     uint32_t comm_id;
+    /* The endpoints behind the ranks. A communicator made by
+     * dsim_comm_create has the endpoints' own ranks (ep_of NULL: rank r is
+     * endpoint r); a sub-communicator's rank r is endpoint ep_of[r], and
+     * every transfer is addressed through it (dsim_coll_ep). ep_rank: this
+     * rank's endpoint. */
+    int ep_rank;
+    int *ep_of;
+    /* Ranks per host in the endpoints' numbering (endpoint e is on host
+     * e / local_size); 0: not known. Sub-communicators inherit it. */
+    int local_size;
+    dsim_coll_hier *hier;
+    /* Origin (dsim_comm_origin), the parent's id and the split's color (-1
+     * for a group), for messages and flight records. */
+    int origin;
+    uint32_t parent_id;
+    int color;
+    /* The communicator made by dsim_comm_create that this one descends
+     * from (itself for that one; NULL once it is destroyed before this one
+     * is freed). It lists its live sub-communicators (subs, linked through
+     * sub_next/sub_prev), keeps the flight records of the last freed ones
+     * (retired, the last 16), numbers them (made_seq), and holds
+     * the exchange log (comm.c, dsim_comm_exchange_begin). A rank's
+     * communicators are used by that rank's thread, so none of it is
+     * locked. */
+    struct dsim_comm *root;
+    struct dsim_comm *subs, *sub_next, *sub_prev;
+    uint64_t made_seq, nmade;
+    dsim_fr_dump *retired;
+    int nretired;
+    dsim_coll_group_count *groups;
+    int ngroups;
+    struct dsim_coll_xlog *xlog;
     int64_t timeout_ns; /* > 0 the bound of each call; 0 none */
     dsim_algo algo;
     /* Collective calls started on this communicator. Every rank calls the
@@ -140,7 +196,55 @@ typedef struct dsim_coll {
      * each pair: set for count-0 calls, which wait for no payload that
      * would otherwise hold them until a mismatch is found. */
     int fp_every;
+    /* 1: the payloads move for real even on a virtual communicator (a
+     * split's colors and keys, which decide what is made). */
+    int real;
 } dsim_coll;
+
+/* The endpoint rank behind rank r of c (0 <= r < size). */
+static inline int dsim_coll_ep(const dsim_comm *c, int r)
+{
+    return c->ep_of ? c->ep_of[r] : r;
+}
+
+/* "communicator 1", "sub-communicator 2913746501 (split of 1, color 0)",
+ * "sub-communicator 2913746501 (group of 1)": the communicator as messages
+ * name it; returns buf. */
+const char *dsim_coll_comm_name(const dsim_comm *c, char *buf, size_t cap);
+/* "rank 5" on a communicator of the endpoints' own ranks, "rank 1 (world
+ * rank 5)" on a sub-communicator: rank r of c in both numberings. */
+const char *dsim_coll_rank_name(const dsim_comm *c, int r, char *buf, size_t cap);
+
+/* Local copies and the reduction's finish, which a virtual communicator
+ * (timing only: its buffers are never read or written) skips. */
+static inline void dsim_coll_copy(const dsim_coll *x, void *dst, const void *src, size_t len)
+{
+    if (len && dst != src && (!x->c->virt || x->real))
+        memmove(dst, src, len);
+}
+static inline dsim_err dsim_coll_finish(const dsim_coll *x, void *buf, size_t count, int n)
+{
+    return x->c->virt && !x->real ? DSIM_OK : dsim_reduce_finish(buf, count, x->t, x->op, n);
+}
+
+/* The exchange log of a root communicator (dsim_comm_exchange_begin): the
+ * distinct (communicator, collective, algorithm) of the calls made while it
+ * is on, in the order first made. */
+#define DSIM_COLL_XLOG_MAX 8
+typedef struct dsim_coll_xlog {
+    int on;
+    int n, more; /* entries; calls of other kinds beyond the table */
+    struct {
+        uint32_t comm_id;
+        int size;
+        uint8_t coll, algo;
+        uint32_t calls;
+        char name[96]; /* the communicator as dsim_coll_comm_name says it */
+    } e[DSIM_COLL_XLOG_MAX];
+} dsim_coll_xlog;
+/* Notes call x in its root's exchange log when that is on (step.c, at the
+ * end of every call). */
+void dsim_coll_xlog_note(const dsim_coll *x);
 
 typedef enum dsim_xfer_kind {
     DSIM_XF_SEND,
@@ -159,6 +263,15 @@ typedef struct dsim_xfer {
     void *buf;
     size_t len;
 } dsim_xfer;
+
+/* Frees what a communicator holds and the communicator (comm.c), after its
+ * sub-communicator links are undone (subcomm.c). */
+void dsim_coll_comm_release(dsim_comm *c);
+/* A root communicator's destruction: its live sub-communicators forget it,
+ * its retired flight records go (subcomm.c). */
+void dsim_coll_subs_detach(dsim_comm *c);
+/* What AUTO runs for an allreduce of bytes on c (decide.c). */
+dsim_algo dsim_coll_decide(dsim_comm *c, size_t bytes);
 
 /* Starts a call: takes the next call number, sets the deadline to now +
  * the communicator's timeout (none when it is 0) and starts the call's
@@ -245,9 +358,9 @@ typedef struct dsim_coll_algo {
     dsim_algo algo;      /* its index in the table */
     const char *name;    /* "ring": what dsim_algo_parse accepts and scenarios name */
     const char *summary; /* one line, for `dsim list algorithms` */
-    /* The steps of one call on size ranks (for messages). NULL only for
-     * auto, which runs what dsim_allreduce_decide picks. */
-    int (*steps)(int size);
+    /* The steps of one call on c (for messages). NULL only for auto,
+     * which runs what dsim_allreduce_decide picks. */
+    int (*steps)(dsim_comm *c);
     /* Runs it: size >= 2, count >= 1, sendbuf may equal recvbuf; the
      * caller has begun x. NULL only for auto. */
     dsim_err (*allreduce)(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
@@ -260,14 +373,21 @@ const char *dsim_coll_algo_enum_name(dsim_algo a, char *buf, size_t cap);
 
 /* Allreduce algorithms. Called with size >= 2 and count >= 1; sendbuf may
  * equal recvbuf. The caller has begun x with the algorithm's step count. */
-int dsim_coll_ring_allreduce_steps(int size);
+int dsim_coll_ring_allreduce_steps(dsim_comm *c);
 dsim_err dsim_coll_ring_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
-int dsim_coll_rhd_allreduce_steps(int size);
+int dsim_coll_rhd_allreduce_steps(dsim_comm *c);
 dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
-int dsim_coll_tree_allreduce_steps(int size);
+int dsim_coll_tree_allreduce_steps(dsim_comm *c);
 dsim_err dsim_coll_tree_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
-int dsim_coll_r2o_allreduce_steps(int size);
+int dsim_coll_r2o_allreduce_steps(dsim_comm *c);
 dsim_err dsim_coll_r2o_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
+/* hierarchical.c: two levels over the communicator's hosts. */
+int dsim_coll_hier_allreduce_steps(dsim_comm *c);
+dsim_err dsim_coll_hier_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
+/* The communicator's hosts as the hierarchical all-reduce sees them
+ * (c->hier, worked out at the first call); NULL when out of memory. */
+const dsim_coll_hier *dsim_coll_hier_of(dsim_comm *c);
+void dsim_coll_hier_free(dsim_comm *c);
 
 /* The other collectives (size >= 2, count >= 1). */
 int dsim_coll_tree_reduce_steps(int size);

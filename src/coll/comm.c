@@ -37,6 +37,17 @@ dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
                         (int)cfg->algo,
                         dsim_coll_algo_enum_name(DSIM_ALGO_COUNT - 1, last, sizeof last));
     }
+    if (cfg->local_size < 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_comm_create: cfg.local_size is %d; give the ranks per host (>= 1) "
+                        "or 0 when the hosts are not known",
+                        cfg->local_size);
+    if (cfg->comm_id & 0x80000000u)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_comm_create: cfg.comm_id %u has the top bit set, which marks the "
+                        "ids derived for sub-communicators (dsim_comm_split); choose an id below "
+                        "2^31",
+                        (unsigned)cfg->comm_id);
     dsim_rt *rt = dsim_ep_rt(cfg->ep);
     if (!rt)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_comm_create: the endpoint has no runtime");
@@ -49,8 +60,13 @@ dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
     c->ep = cfg->ep;
     c->rt = rt;
     c->rank = rank;
+    c->ep_rank = rank;
     c->size = cfg->size;
     c->comm_id = cfg->comm_id;
+    c->local_size = cfg->local_size;
+    c->origin = DSIM_COMM_ORIGIN_CREATE;
+    c->color = -1;
+    c->root = c;
     c->timeout_ns = cfg->timeout_ns >= 0 ? cfg->timeout_ns : DSIM_COMM_DEFAULT_TIMEOUT_NS;
     c->algo = cfg->algo;
     c->fp_off = cfg->no_fingerprint != 0;
@@ -72,10 +88,24 @@ void dsim_comm_destroy(dsim_comm *c)
 {
     if (!c)
         return;
+    if (c->origin != DSIM_COMM_ORIGIN_CREATE) {
+        dsim_comm_free(c);
+        return;
+    }
+    dsim_coll_subs_detach(c);
+    dsim_coll_comm_release(c);
+}
+
+void dsim_coll_comm_release(dsim_comm *c)
+{
     dsim_coll_peers_free(c);
+    dsim_coll_hier_free(c);
     free(c->fp_pend);
     free(c->vin);
     free(c->fr);
+    free(c->ep_of);
+    free(c->groups);
+    free(c->xlog);
     free(c);
 }
 
@@ -163,12 +193,6 @@ static dsim_err comm_check(dsim_comm *c, const char *fn, size_t count, size_t nb
     if (count > SIZE_MAX / es / nblocks)
         return COMM_BAD(c, "%s: count %zu of %s is too large for memory", fn, count,
                         dsim_dtype_name(t));
-    if (c->virt && count && strcmp(fn, "dsim_allreduce") != 0)
-        return COMM_BAD(c,
-                        "%s: the communicator's payloads are virtual (timing only), which only "
-                        "an in-place SUM allreduce supports; use a communicator without "
-                        "virtual_payload",
-                        fn);
     if (count && aname && !a)
         return COMM_BAD(c, "%s: %s is NULL but count is %zu", fn, aname, count);
     if (count && bname && !b)
@@ -195,20 +219,13 @@ static dsim_err comm_allreduce(dsim_comm *c, dsim_coll *xp, const void *sendbuf,
                         dsim_algo_list(names, sizeof names, 1, ", ", " or "));
     }
     size_t all = count * xp->esize;
-    /* In place and SUM, the algorithms touch the buffer only through their
-     * transfers, which a virtual communicator does not make. */
-    if (c->virt && count && (sendbuf != recvbuf || op != DSIM_SUM))
-        return COMM_BAD(c,
-                        "%s: the communicator's payloads are virtual (timing only): pass the "
-                        "same buffer twice (in place) and DSIM_SUM; the bytes are never read",
-                        fn);
     if (comm_overlap(sendbuf, recvbuf, all))
         return COMM_BAD(c,
                         "%s: sendbuf and recvbuf overlap without being the same buffer; pass "
                         "the same pointer twice for an in-place allreduce",
                         fn);
     if (algo == DSIM_ALGO_AUTO)
-        algo = dsim_allreduce_decide(all, c->size);
+        algo = dsim_coll_decide(c, all);
     snprintf(xp->what, sizeof xp->what, "allreduce(%s)", dsim_algo_name(algo));
     dsim_coll_fp_set(xp, DSIM_COLL_ALLREDUCE, (unsigned)op, (unsigned)t, count, -1, algo);
     if (count == 0) {
@@ -218,14 +235,13 @@ static dsim_err comm_allreduce(dsim_comm *c, dsim_coll *xp, const void *sendbuf,
         sendbuf = recvbuf = comm_nothing;
     }
     if (c->size == 1) {
-        if (sendbuf != recvbuf)
-            memcpy(recvbuf, sendbuf, all);
-        dsim_err e = dsim_reduce_finish(recvbuf, count, t, op, 1);
+        dsim_coll_copy(xp, recvbuf, sendbuf, all);
+        dsim_err e = dsim_coll_finish(xp, recvbuf, count, 1);
         return e == DSIM_OK ? e : dsim_coll_fail_local(xp, 0, e, "finishing the reduction");
     }
     /* algo is a dsim_algo other than AUTO here: its entry has both */
     const dsim_coll_algo *al = dsim_coll_algo_get(algo);
-    xp->nsteps = al->steps(c->size);
+    xp->nsteps = al->steps(c);
     return al->allreduce(xp, sendbuf, recvbuf, count);
 }
 
@@ -270,9 +286,8 @@ static dsim_err comm_reduce(dsim_comm *c, dsim_coll *xp, const void *sendbuf, vo
         sendbuf = recvbuf = comm_nothing;
     }
     if (c->size == 1) {
-        if (sendbuf != recvbuf)
-            memcpy(recvbuf, sendbuf, count * xp->esize);
-        dsim_err e = dsim_reduce_finish(recvbuf, count, t, op, 1);
+        dsim_coll_copy(xp, recvbuf, sendbuf, count * xp->esize);
+        dsim_err e = dsim_coll_finish(xp, recvbuf, count, 1);
         return e == DSIM_OK ? e : dsim_coll_fail_local(xp, 0, e, "finishing the reduction");
     }
     return dsim_coll_tree_reduce(xp, sendbuf, recvbuf, count, root);
@@ -336,7 +351,7 @@ static dsim_err comm_allgather(dsim_comm *c, dsim_coll *xp, const void *sendbuf,
     /* Any overlap is fine: this rank's block is moved into place before
      * anything is received, and sendbuf is not read again. */
     if (c->size == 1) {
-        memmove(recvbuf, sendbuf, sendcount * xp->esize);
+        dsim_coll_copy(xp, recvbuf, sendbuf, sendcount * xp->esize);
         return DSIM_OK;
     }
     return dsim_coll_ring_allgather(xp, sendbuf, recvbuf, sendcount);
@@ -377,8 +392,8 @@ static dsim_err comm_reduce_scatter(dsim_comm *c, dsim_coll *xp, const void *sen
         recvbuf = comm_nothing + 8;
     }
     if (c->size == 1) {
-        memcpy(recvbuf, sendbuf, blen);
-        dsim_err e = dsim_reduce_finish(recvbuf, recvcount, t, op, 1);
+        dsim_coll_copy(xp, recvbuf, sendbuf, blen);
+        dsim_err e = dsim_coll_finish(xp, recvbuf, recvcount, 1);
         return e == DSIM_OK ? e : dsim_coll_fail_local(xp, 0, e, "finishing the reduction");
     }
     return dsim_coll_ring_reduce_scatter(xp, sendbuf, recvbuf, recvcount);

@@ -31,12 +31,53 @@
  *     rhd. The ring is also the only one that talks to neighbours alone,
  *     which is what real networks (tcp between hosts) reward at large S.
  *
+ * Over hosts (the communicator's topology is known, dsim_comm_cfg.local_size,
+ * and its ranks sit L to a host on H >= 2 hosts, L >= 2): hierarchical for
+ * S > 64 KiB. Intra-host links are faster than a host's NIC (NVLink 150-450
+ * GB/s, PCIe 25 GB/s, shared memory against 0.1-12 GB/s NICs: costmodel.c),
+ * and a flat algorithm paces most of its steps by the NIC. From the cost
+ * model's schedules (sim/model/algo_cost.c: NIC shared by a host's flows,
+ * intra-host links per device; N = H L, alpha_e, B_e the NIC's, alpha_a,
+ * B_a the host's):
+ *
+ *   ring           2 (N-1) (alpha_e + S / (N B_e))      (one flow per NIC)
+ *   hierarchical   2 (L-1) (alpha_a + S / (L B_a)) + 2 (H-1) (alpha_e + S / (H B_e))
+ *   ring - hier =  2 (L-1) [ (H alpha_e - alpha_a) + S/L (1 / (H B_e) - 1 / B_a) ]
+ *
+ * Against the ring the latency part always favours hierarchical (2 (H-1)
+ * slow steps instead of 2 (N-1)); the bandwidth part too unless the host's
+ * link is slower than H NICs together, and even there (16 hosts on 100 Gb/s
+ * InfiniBand with NVLink 2.0) the two stay within 1 % up to ResNet-50's
+ * 102 MB. So where the flat decision says ring, hierarchical.
+ *
+ * Against rhd it is a trade. rhd's halvings cross hosts first: log2 H slow
+ * steps, but every one of a host's L ranks sends through the one NIC at
+ * once, 2 L S (H-1)/H bytes per NIC against the two levels' 2 S (H-1)/H:
+ *
+ *   rhd - hier ~ 2 (L-1) S (H-1) / (H B_e) - 2 (H-1-log2 H) alpha_e
+ *
+ * (the in-host parts are alike and small). The library does not know
+ * alpha_e B_e, the slow link's bandwidth-delay product; the presets' largest
+ * (1gbe 5.9 KB, ib100 12.1 KB, 10gbe 23.5 KB, 25gbe 29.4 KB: costmodel.c) is
+ * under DECIDE_LINK_BDP_BYTES, so hierarchical is chosen when
+ * (L-1) S (H-1)/H >= (H-1-log2 H) x 32 KiB and rhd otherwise: the two
+ * levels' ring across hosts grows with H while rhd's steps grow with log2 H.
+ * 4 x 4 and 16 x 8 with 102 MB: hierarchical by a wide margin (3.7x and
+ * 7.9x faster than rhd on 10GbE); 512 x 8 with 4 MB: hierarchical (29 MB
+ * against 16 MB; simulated on 10GbE 23 ms against rhd's 55 ms); 8,192 x 8
+ * with 4 MB: rhd (the two levels' 16,382 slow steps would cost 0.33 s of
+ * latency alone). Small buffers stay with the tree (2 log2 N steps against
+ * 2 (L-1) + 2 (H-1)). Figures: reports/hierarchical.md.
+ *
  * A caller overrides the choice with cfg.algo, dsim_comm_set_algo or
  * dsim_allreduce_with. */
+#include <stdint.h>
+
 #include "coll_int.h"
 
 #define DECIDE_SMALL_BYTES      ((size_t)64 << 10)
 #define DECIDE_RING_BLOCK_BYTES ((size_t)1 << 20)
+#define DECIDE_LINK_BDP_BYTES   32768.0
 
 dsim_algo dsim_allreduce_decide(size_t bytes, int nranks)
 {
@@ -48,4 +89,38 @@ dsim_algo dsim_allreduce_decide(size_t bytes, int nranks)
     if (!pow2 && bytes / (size_t)nranks >= DECIDE_RING_BLOCK_BYTES)
         return DSIM_ALGO_RING;
     return DSIM_ALGO_RHD;
+}
+
+/* Hierarchical or what the flat decision says, for H hosts of L ranks
+ * (H, L >= 2) and S > 64 KiB: the trade above. */
+static dsim_algo decide_levels(size_t bytes, int H, int L)
+{
+    long long n = (long long)H * L;
+    dsim_algo flat = dsim_allreduce_decide(bytes, n <= INT32_MAX ? (int)n : INT32_MAX);
+    if (flat != DSIM_ALGO_RHD)
+        return DSIM_ALGO_HIERARCHICAL; /* against the ring (or the tree's sizes: not here) */
+    int lg = 0;
+    while ((2LL << lg) <= H)
+        lg++;
+    double saved = (double)(L - 1) * (double)bytes * (double)(H - 1) / (double)H;
+    double lost = (double)(H - 1 - lg) * DECIDE_LINK_BDP_BYTES;
+    return saved >= lost ? DSIM_ALGO_HIERARCHICAL : DSIM_ALGO_RHD;
+}
+
+dsim_algo dsim_allreduce_decide_hosts(size_t bytes, int hosts, int local)
+{
+    if (hosts >= 2 && local >= 2 && bytes > DECIDE_SMALL_BYTES)
+        return decide_levels(bytes, hosts, local);
+    long long n = (long long)hosts * local;
+    return dsim_allreduce_decide(bytes, n > 0 && n <= INT32_MAX ? (int)n : 1);
+}
+
+dsim_algo dsim_coll_decide(dsim_comm *c, size_t bytes)
+{
+    if (c->local_size >= 2 && bytes > DECIDE_SMALL_BYTES) {
+        const dsim_coll_hier *h = dsim_coll_hier_of(c);
+        if (h && h->uniform && h->H >= 2 && h->L >= 2)
+            return decide_levels(bytes, h->H, h->L);
+    }
+    return dsim_allreduce_decide(bytes, c->size);
 }

@@ -11,7 +11,7 @@ static const char *const fp_kind_names[DSIM_COLL_KIND_COUNT] = {
     [DSIM_COLL_NONE] = "none",           [DSIM_COLL_ALLREDUCE] = "allreduce",
     [DSIM_COLL_REDUCE] = "reduce",       [DSIM_COLL_BROADCAST] = "broadcast",
     [DSIM_COLL_ALLGATHER] = "allgather", [DSIM_COLL_REDUCE_SCATTER] = "reduce_scatter",
-    [DSIM_COLL_BARRIER] = "barrier",
+    [DSIM_COLL_BARRIER] = "barrier",     [DSIM_COLL_SPLIT] = "comm_split",
 };
 
 const char *dsim_coll_kind_name(dsim_coll_kind k)
@@ -48,6 +48,7 @@ const char *dsim_coll_fp_str(const dsim_coll_fp *fp, char *buf, size_t cap)
                  fp->op < DSIM_OP_COUNT ? dsim_op_name((dsim_op)fp->op) : "unknown op");
     switch ((dsim_coll_kind)fp->coll) {
     case DSIM_COLL_BARRIER:
+    case DSIM_COLL_SPLIT:
     case DSIM_COLL_NONE:
         snprintf(buf, cap, "%s #%" PRIu64, kind, fp->seq);
         break;
@@ -132,6 +133,13 @@ dsim_err dsim_comm_flight_dump(const dsim_comm *c, dsim_fr_dump *out)
     out->size = c->size;
     out->comm_id = c->comm_id;
     out->calls = c->calls;
+    out->color = -1;
+    out->world_rank = c->ep_rank;
+    if (c->origin != DSIM_COMM_ORIGIN_CREATE) {
+        out->origin = c->origin;
+        out->parent_id = c->parent_id;
+        out->color = c->color;
+    }
     size_t n = c->calls < c->fr_cap ? (size_t)c->calls : c->fr_cap;
     if (!n || !c->fr_max)
         return DSIM_OK;
@@ -149,5 +157,6 @@ void dsim_fr_dump_free(dsim_fr_dump *d)
     if (!d)
         return;
     free(d->entries);
+    free(d->world_ranks);
     memset(d, 0, sizeof *d);
 }

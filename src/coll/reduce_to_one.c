@@ -18,9 +18,9 @@
 
 #include "coll_int.h"
 
-int dsim_coll_r2o_allreduce_steps(int size)
+int dsim_coll_r2o_allreduce_steps(dsim_comm *c)
 {
-    return size;
+    return c->size;
 }
 
 dsim_err dsim_coll_r2o_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count)
@@ -35,13 +35,12 @@ dsim_err dsim_coll_r2o_allreduce(dsim_coll *x, const void *sendbuf, void *recvbu
         return dsim_coll_run(x, &in, 1);
     }
 
-    if (sendbuf != recvbuf)
-        memcpy(recvbuf, sendbuf, all);
+    dsim_coll_copy(x, recvbuf, sendbuf, all);
     for (int k = 1; k < n; k++) {
         dsim_xfer in = {DSIM_XF_RECV_REDUCE, k, k, recvbuf, all};
         DSIM_CHECK(dsim_coll_run(x, &in, 1));
     }
-    dsim_err e = dsim_reduce_finish(recvbuf, count, x->t, x->op, n);
+    dsim_err e = dsim_coll_finish(x, recvbuf, count, n);
     if (e != DSIM_OK)
         return dsim_coll_fail_local(x, n - 1, e, "finishing the reduction");
 

@@ -55,11 +55,11 @@ static int rhd_real(int q, int rem)
     return q < rem ? 2 * q + 1 : q + rem;
 }
 
-int dsim_coll_rhd_allreduce_steps(int size)
+int dsim_coll_rhd_allreduce_steps(dsim_comm *c)
 {
     int p, levels;
-    rhd_pow2(size, &p, &levels);
-    return 2 * levels + (size > p ? 2 : 0);
+    rhd_pow2(c->size, &p, &levels);
+    return 2 * levels + (c->size > p ? 2 : 0);
 }
 
 dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count)
@@ -82,8 +82,7 @@ dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbu
             dsim_xfer in = {DSIM_XF_RECV, r + 1, last, rb, all};
             return dsim_coll_run(x, &in, 1);
         }
-        if (rb != sb)
-            memcpy(rb, sb, all);
+        dsim_coll_copy(x, rb, sb, all);
         dsim_xfer in = {DSIM_XF_RECV_REDUCE, r - 1, 1, rb, all};
         DSIM_CHECK(dsim_coll_run(x, &in, 1));
         cur = rb;
@@ -102,8 +101,8 @@ dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbu
         size_t kl = dsim_coll_block_off(count, p, khi) * es - ko;
         size_t so = dsim_coll_block_off(count, p, slo) * es;
         size_t sl = dsim_coll_block_off(count, p, shi) * es - so;
-        if (cur != rb && kl)
-            memcpy(rb + ko, cur + ko, kl);
+        if (cur != rb)
+            dsim_coll_copy(x, rb + ko, cur + ko, kl);
         dsim_xfer xf[2] = {
             {DSIM_XF_RECV_REDUCE, peer, pre + 1 + k, rb + ko, kl},
             {DSIM_XF_SEND, peer, pre + 1 + k, (void *)(cur + so), sl},
@@ -116,8 +115,7 @@ dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbu
 
     size_t ocnt = dsim_coll_block_cnt(count, p, nr);
     if (ocnt) {
-        dsim_err e =
-            dsim_reduce_finish(rb + dsim_coll_block_off(count, p, nr) * es, ocnt, x->t, x->op, n);
+        dsim_err e = dsim_coll_finish(x, rb + dsim_coll_block_off(count, p, nr) * es, ocnt, n);
         if (e != DSIM_OK)
             return dsim_coll_fail_local(x, pre + levels, e, "finishing the reduction");
     }

@@ -55,9 +55,9 @@ static int ring_mod(int a, int n)
     return ((a % n) + n) % n;
 }
 
-int dsim_coll_ring_allreduce_steps(int size)
+int dsim_coll_ring_allreduce_steps(dsim_comm *c)
 {
-    return 2 * (size - 1);
+    return 2 * (c->size - 1);
 }
 
 dsim_err dsim_coll_ring_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count)
@@ -74,8 +74,8 @@ dsim_err dsim_coll_ring_allreduce(dsim_coll *x, const void *sendbuf, void *recvb
         size_t rlen = dsim_coll_block_cnt(count, n, rcv) * es;
         size_t soff = dsim_coll_block_off(count, n, snd) * es;
         size_t slen = dsim_coll_block_cnt(count, n, snd) * es;
-        if (!inplace && rlen)
-            memcpy(rb + roff, sb + roff, rlen);
+        if (!inplace)
+            dsim_coll_copy(x, rb + roff, sb + roff, rlen);
         dsim_xfer xf[2] = {
             {DSIM_XF_RECV_REDUCE, ring_left(x), s + 1, rb + roff, rlen},
             {DSIM_XF_SEND, ring_right(x), s + 1, (void *)((s == 0 ? sb : rb) + soff), slen},
@@ -86,8 +86,7 @@ dsim_err dsim_coll_ring_allreduce(dsim_coll *x, const void *sendbuf, void *recvb
     int own = ring_mod(r + 1, n);
     size_t ocnt = dsim_coll_block_cnt(count, n, own);
     if (ocnt) {
-        dsim_err e =
-            dsim_reduce_finish(rb + dsim_coll_block_off(count, n, own) * es, ocnt, x->t, x->op, n);
+        dsim_err e = dsim_coll_finish(x, rb + dsim_coll_block_off(count, n, own) * es, ocnt, n);
         if (e != DSIM_OK)
             return dsim_coll_fail_local(x, n - 1, e, "finishing the reduction");
     }
@@ -116,8 +115,7 @@ dsim_err dsim_coll_ring_allgather(dsim_coll *x, const void *sendbuf, void *recvb
     int n = x->size, r = x->rank;
     size_t blen = sendcount * x->esize;
     char *rb = recvbuf;
-    if (sendbuf != rb + (size_t)r * blen)
-        memmove(rb + (size_t)r * blen, sendbuf, blen);
+    dsim_coll_copy(x, rb + (size_t)r * blen, sendbuf, blen);
     for (int s = 0; s < n - 1; s++) {
         int snd = ring_mod(r - s, n), rcv = ring_mod(r - s - 1, n);
         dsim_xfer xf[2] = {
@@ -142,7 +140,8 @@ dsim_err dsim_coll_ring_reduce_scatter(dsim_coll *x, const void *sendbuf, void *
     const char *sb = sendbuf;
     char *scratch = NULL;
     if (n > 2) {
-        scratch = malloc(blen ? 2 * blen : 1); /* count 0: fingerprints only */
+        /* count 0: fingerprints only; virtual: nothing is written there */
+        scratch = malloc(blen && !x->c->virt ? 2 * blen : 1);
         if (!scratch) {
             DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for 2 x %zu bytes of scratch", blen);
             return dsim_coll_fail_local(x, 1, DSIM_ENOMEM, "allocating");
@@ -152,8 +151,10 @@ dsim_err dsim_coll_ring_reduce_scatter(dsim_coll *x, const void *sendbuf, void *
     dsim_err e = DSIM_OK;
     for (int s = 0; s < n - 1 && e == DSIM_OK; s++) {
         int rcv = ring_mod(r - s - 2, n);
-        char *into = s == n - 2 ? (char *)recvbuf : scratch + (size_t)(s % 2) * blen;
-        memmove(into, sb + (size_t)rcv * blen, blen);
+        char *into = s == n - 2   ? (char *)recvbuf
+                     : x->c->virt ? scratch
+                                  : scratch + (size_t)(s % 2) * blen;
+        dsim_coll_copy(x, into, sb + (size_t)rcv * blen, blen);
         const char *out = s == 0 ? sb + (size_t)ring_mod(r - 1, n) * blen : partial;
         dsim_xfer xf[2] = {
             {DSIM_XF_RECV_REDUCE, ring_left(x), s + 1, into, blen},
@@ -165,7 +166,7 @@ dsim_err dsim_coll_ring_reduce_scatter(dsim_coll *x, const void *sendbuf, void *
     free(scratch);
     if (e != DSIM_OK)
         return e;
-    e = dsim_reduce_finish(recvbuf, recvcount, x->t, x->op, n);
+    e = dsim_coll_finish(x, recvbuf, recvcount, n);
     if (e != DSIM_OK)
         return dsim_coll_fail_local(x, n - 1, e, "finishing the reduction");
     return DSIM_OK;

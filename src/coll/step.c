@@ -156,6 +156,7 @@ void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *a
     x->nsteps = nsteps;
     x->fp_both = 0;
     x->fp_every = 0;
+    x->real = 0;
     dsim_coll_fp *fp = &c->fp_out;
     memset(fp, 0, sizeof *fp);
     fp->magic = DSIM_COLL_FP_MAGIC;
@@ -215,12 +216,12 @@ static dsim_err step_fp_mismatch(dsim_coll *x, int peer, const dsim_coll_fp *the
                                  const char *before)
 {
     dsim_comm *c = x->c;
-    char a[128], b[128], diff[96];
+    char a[128], b[128], diff[96], cn[96], rp[48], rm[48];
     int ndiff = dsim_coll_fp_diff(theirs, &c->fp_out, diff, sizeof diff);
-    DSIM_ERR(DSIM_EPROTO, peer,
-             "%scollective mismatch on communicator %u: rank %d called %s; rank %d called %s: "
-             "%s %s",
-             before, (unsigned)c->comm_id, peer, dsim_coll_fp_str(theirs, a, sizeof a), c->rank,
+    DSIM_ERR(DSIM_EPROTO, dsim_coll_ep(c, peer),
+             "%scollective mismatch on %s: %s called %s; %s called %s: %s %s", before,
+             dsim_coll_comm_name(c, cn, sizeof cn), dsim_coll_rank_name(c, peer, rp, sizeof rp),
+             dsim_coll_fp_str(theirs, a, sizeof a), dsim_coll_rank_name(c, c->rank, rm, sizeof rm),
              dsim_coll_fp_str(&c->fp_out, b, sizeof b), diff, ndiff > 1 ? "differ" : "differs");
     dsim_error_copy(&c->err);
     return DSIM_EPROTO;
@@ -234,7 +235,7 @@ static void step_fp_abort(dsim_coll *x, int peer, size_t skip)
     dsim_error err = c->err;
     /* The abort's reason is short (the transport keeps 256 bytes): the
      * mismatch itself, without what led to it. */
-    dsim_ep_abort(c->ep, peer, err.msg + (skip < strlen(err.msg) ? skip : 0));
+    dsim_ep_abort(c->ep, dsim_coll_ep(c, peer), err.msg + (skip < strlen(err.msg) ? skip : 0));
     /* The abort may record errors of its own; the mismatch is this call's. */
     DSIM_ERR(err.code, err.peer, "%s", err.msg);
     c->err = err;
@@ -288,13 +289,14 @@ static int step_failure_check(dsim_coll *x, int awaited, int *desync, dsim_error
     c->fc_mine.fp = c->fp_out;
     for (int t = 0; t < ntags; t++)
         for (int p = 0; p < n; p++)
-            if (p != me && dsim_irecv(c->ep, p, c->comm_id, tags[t], &pp[p]->fc_in[t],
-                                      sizeof pp[p]->fc_in[t], &reqs[t * n + p]) != DSIM_OK)
+            if (p != me &&
+                dsim_irecv(c->ep, dsim_coll_ep(c, p), c->comm_id, tags[t], &pp[p]->fc_in[t],
+                           sizeof pp[p]->fc_in[t], &reqs[t * n + p]) != DSIM_OK)
                 reqs[t * n + p] = NULL;
     for (int t = 0; t < ntags; t++)
         for (int p = 0; p < n; p++)
-            if (p != me && dsim_isend(c->ep, p, c->comm_id, tags[t], &c->fc_mine, sizeof c->fc_mine,
-                                      &reqs[(2 + t) * n + p]) != DSIM_OK)
+            if (p != me && dsim_isend(c->ep, dsim_coll_ep(c, p), c->comm_id, tags[t], &c->fc_mine,
+                                      sizeof c->fc_mine, &reqs[(2 + t) * n + p]) != DSIM_OK)
                 reqs[(2 + t) * n + p] = NULL;
     for (int p = 0; p < n; p++) {
         dsim_coll_peer *q = pp[p];
@@ -380,6 +382,101 @@ static dsim_coll_peer *step_peer(dsim_comm *c, int p)
     return dsim_coll_peer_get(c, p);
 }
 
+/* x->what, naming the communicator when it is a sub-communicator
+ * ("allreduce(ring) on sub-communicator 2913746501 (split of 1, color 0)"). */
+static const char *step_what(const dsim_coll *x, char *buf, size_t cap)
+{
+    if (x->c->origin == DSIM_COMM_ORIGIN_CREATE)
+        return x->what;
+    char cn[96];
+    snprintf(buf, cap, "%s on %s", x->what, dsim_coll_comm_name(x->c, cn, sizeof cn));
+    return buf;
+}
+
+/* After a timeout waiting for f->peer: the failure check, and the error
+ * that names whom to blame. */
+static dsim_err step_fail_timeout(dsim_coll *x, const dsim_xfer *f, dsim_err e, const char *w)
+{
+    dsim_comm *c = x->c;
+    int desync;
+    dsim_error abort;
+    int blame = step_failure_check(x, f->peer, &desync, &abort);
+    long long ms = step_ms(c->timeout_ns);
+    const dsim_coll_peer *awaited = step_peer_read(c, f->peer);
+    int lost = awaited->fc_flags == STEP_FC_LOST;
+    int pe = dsim_coll_ep(c, f->peer), be = blame >= 0 ? dsim_coll_ep(c, blame) : -1;
+    char rp[48], rb[48], rm[48], ra[48];
+    dsim_coll_rank_name(c, f->peer, rp, sizeof rp);
+    if (desync < 0 && !lost && abort.code != DSIM_OK) {
+        e = DSIM_ERR(DSIM_EABORTED, abort.peer >= 0 ? abort.peer : pe, "%s step %d/%d: aborted: %s",
+                     w, f->step, x->nsteps, abort.msg);
+        dsim_error_copy(&c->err);
+        return e;
+    }
+    if (desync >= 0) {
+        char before[400];
+        snprintf(before, sizeof before, "%s step %d/%d: timed out after %lld ms waiting for %s; ",
+                 w, f->step, x->nsteps, ms, rp);
+        e = step_fp_mismatch(x, desync, &step_peer_read(c, desync)->fc_in[0].fp, before);
+        step_fp_abort(x, desync, strlen(before));
+        return e;
+    }
+    /* Where the awaited rank answered from an earlier call: it has not
+     * finished that one yet. */
+    char note[200] = "";
+    if ((awaited->fc_flags & 1) && awaited->fc_in[0].fp.magic == DSIM_COLL_FP_MAGIC &&
+        awaited->fc_in[0].fp.seq < c->fp_out.seq) {
+        char a[128];
+        int aw = (int)awaited->fc_in[0].awaited;
+        snprintf(note, sizeof note, " (%s is still in %s, waiting for %s)", rp,
+                 dsim_coll_fp_str(&awaited->fc_in[0].fp, a, sizeof a),
+                 aw >= 0 && aw < c->size ? dsim_coll_rank_name(c, aw, ra, sizeof ra) : "nobody");
+    }
+    /* A member whose list differs makes a group of another id: it never
+     * joins this one's calls. */
+    const char *grp = c->origin == DSIM_COMM_ORIGIN_GROUP
+                          ? " (or, on a communicator made by dsim_comm_create_group, it passed "
+                            "another list of ranks)"
+                          : "";
+    if (blame >= 0)
+        dsim_coll_rank_name(c, blame, rb, sizeof rb);
+    if (lost) {
+        e = DSIM_EPROTO;
+        DSIM_ERR(e, pe,
+                 "%s step %d/%d: timed out after %lld ms waiting for %s, whose later message "
+                 "revealed a gap in the sequence numbers: a message from %s to %s was lost; the "
+                 "link from %s drops messages",
+                 w, f->step, x->nsteps, ms, rp, rp, dsim_coll_rank_name(c, c->rank, rm, sizeof rm),
+                 rp);
+    } else if (blame < 0)
+        DSIM_ERR(e, pe,
+                 "%s step %d/%d: timed out after %lld ms waiting for %s (every rank answered the "
+                 "failure check, so a message was lost or a rank is too slow; look for dropped "
+                 "messages or raise the timeout)",
+                 w, f->step, x->nsteps, ms, rp);
+    else if (step_peer_read(c, blame)->heard == x->call + 1)
+        /* It sent us something in this call, so it joined: it is late
+         * (entered the call after our grace ended) or stuck behind the
+         * rank that really failed, further down its own chain. */
+        DSIM_ERR(e, be,
+                 "%s step %d/%d: timed out after %lld ms waiting for %s; %s joined this call but "
+                 "did not answer the failure check in time: it is late or waiting for another "
+                 "rank (see its own error for the rank that failed)",
+                 w, f->step, x->nsteps, ms, rp, rb);
+    else if (blame == f->peer)
+        DSIM_ERR(e, be,
+                 "%s step %d/%d: timed out after %lld ms waiting for %s, which did not answer the "
+                 "failure check: it never joined this call or is down%s",
+                 w, f->step, x->nsteps, ms, rp, grp);
+    else
+        DSIM_ERR(e, be,
+                 "%s step %d/%d: timed out after %lld ms waiting for %s%s; %s did not answer the "
+                 "failure check: it never joined this call or is down%s",
+                 w, f->step, x->nsteps, ms, rp, note, rb, grp);
+    dsim_error_copy(&c->err);
+    return e;
+}
+
 static dsim_err step_fail(dsim_coll *x, const dsim_xfer *f, dsim_err e, int posting)
 {
     dsim_comm *c = x->c;
@@ -389,79 +486,18 @@ static dsim_err step_fail(dsim_coll *x, const dsim_xfer *f, dsim_err e, int post
     snprintf(detail, sizeof detail, "%s",
              le->code != DSIM_OK && le->msg[0] ? le->msg : dsim_strerror(e));
     const char *verb = f->kind == DSIM_XF_SEND ? "send to" : "receive from";
+    char wb[200], rp[48];
+    const char *w = step_what(x, wb, sizeof wb);
+    int pe = dsim_coll_ep(c, f->peer);
 
-    if (e == DSIM_ETIMEDOUT && !posting) {
-        int desync;
-        dsim_error abort;
-        int blame = step_failure_check(x, f->peer, &desync, &abort);
-        long long ms = step_ms(c->timeout_ns);
-        const dsim_coll_peer *awaited = step_peer_read(c, f->peer);
-        int lost = awaited->fc_flags == STEP_FC_LOST;
-        if (desync < 0 && !lost && abort.code != DSIM_OK) {
-            e = DSIM_ERR(DSIM_EABORTED, abort.peer >= 0 ? abort.peer : f->peer,
-                         "%s step %d/%d: aborted: %s", x->what, f->step, x->nsteps, abort.msg);
-            dsim_error_copy(&c->err);
-            return e;
-        }
-        if (desync >= 0) {
-            char before[160];
-            snprintf(before, sizeof before,
-                     "%s step %d/%d: timed out after %lld ms waiting for "
-                     "rank %d; ",
-                     x->what, f->step, x->nsteps, ms, f->peer);
-            e = step_fp_mismatch(x, desync, &step_peer_read(c, desync)->fc_in[0].fp, before);
-            step_fp_abort(x, desync, strlen(before));
-            return e;
-        }
-        /* Where the awaited rank answered from an earlier call: it has not
-         * finished that one yet. */
-        char note[200] = "";
-        if ((awaited->fc_flags & 1) && awaited->fc_in[0].fp.magic == DSIM_COLL_FP_MAGIC &&
-            awaited->fc_in[0].fp.seq < c->fp_out.seq) {
-            char a[128];
-            snprintf(note, sizeof note, " (rank %d is still in %s, waiting for rank %d)", f->peer,
-                     dsim_coll_fp_str(&awaited->fc_in[0].fp, a, sizeof a),
-                     (int)awaited->fc_in[0].awaited);
-        }
-        if (lost) {
-            e = DSIM_EPROTO;
-            DSIM_ERR(e, f->peer,
-                     "%s step %d/%d: timed out after %lld ms waiting for rank %d, whose later "
-                     "message revealed a gap in the sequence numbers: a message from rank %d to "
-                     "rank %d was lost; the link from rank %d drops messages",
-                     x->what, f->step, x->nsteps, ms, f->peer, f->peer, c->rank, f->peer);
-        } else if (blame < 0)
-            DSIM_ERR(e, f->peer,
-                     "%s step %d/%d: timed out after %lld ms waiting for rank %d (every rank "
-                     "answered the failure check, so a message was lost or a rank is too slow; "
-                     "look for dropped messages or raise the timeout)",
-                     x->what, f->step, x->nsteps, ms, f->peer);
-        else if (step_peer_read(c, blame)->heard == x->call + 1)
-            /* It sent us something in this call, so it joined: it is late
-             * (entered the call after our grace ended) or stuck behind the
-             * rank that really failed, further down its own chain. */
-            DSIM_ERR(e, blame,
-                     "%s step %d/%d: timed out after %lld ms waiting for rank %d; rank %d joined "
-                     "this call but did not answer the failure check in time: it is late or "
-                     "waiting for another rank (see its own error for the rank that failed)",
-                     x->what, f->step, x->nsteps, ms, f->peer, blame);
-        else if (blame == f->peer)
-            DSIM_ERR(e, blame,
-                     "%s step %d/%d: timed out after %lld ms waiting for rank %d, which did not "
-                     "answer the failure check: it never joined this call or is down",
-                     x->what, f->step, x->nsteps, ms, f->peer);
-        else
-            DSIM_ERR(
-                e, blame,
-                "%s step %d/%d: timed out after %lld ms waiting for rank %d%s; rank %d did not "
-                "answer the failure check: it never joined this call or is down",
-                x->what, f->step, x->nsteps, ms, f->peer, note, blame);
-    } else if (e == DSIM_EABORTED) {
-        DSIM_ERR(e, lpeer >= 0 ? lpeer : f->peer, "%s step %d/%d: aborted: %s", x->what, f->step,
-                 x->nsteps, detail);
+    if (e == DSIM_ETIMEDOUT && !posting)
+        return step_fail_timeout(x, f, e, w);
+    if (e == DSIM_EABORTED) {
+        DSIM_ERR(e, lpeer >= 0 ? lpeer : pe, "%s step %d/%d: aborted: %s", w, f->step, x->nsteps,
+                 detail);
     } else {
-        DSIM_ERR(e, lpeer >= 0 ? lpeer : f->peer, "%s step %d/%d: %s rank %d failed: %s", x->what,
-                 f->step, x->nsteps, verb, f->peer, detail);
+        DSIM_ERR(e, lpeer >= 0 ? lpeer : pe, "%s step %d/%d: %s %s failed: %s", w, f->step,
+                 x->nsteps, verb, dsim_coll_rank_name(c, f->peer, rp, sizeof rp), detail);
     }
     dsim_error_copy(&c->err);
     return e;
@@ -473,7 +509,9 @@ dsim_err dsim_coll_fail_local(dsim_coll *x, int step, dsim_err e, const char *wh
     char detail[sizeof le->msg];
     snprintf(detail, sizeof detail, "%s",
              le->code != DSIM_OK && le->msg[0] ? le->msg : dsim_strerror(e));
-    DSIM_ERR(e, -1, "%s step %d/%d: %s failed: %s", x->what, step, x->nsteps, what, detail);
+    char wb[200];
+    DSIM_ERR(e, -1, "%s step %d/%d: %s failed: %s", step_what(x, wb, sizeof wb), step, x->nsteps,
+             what, detail);
     dsim_error_copy(&x->c->err);
     return e;
 }
@@ -499,7 +537,8 @@ static void step_fp_drop(dsim_comm *c)
 static int step_fp_peek(dsim_coll *x, int p, dsim_coll_fp *theirs)
 {
     dsim_comm *c = x->c;
-    return dsim_ep_peek_side(c->ep, p, c->comm_id, step_tag(x->call, 0), STEP_CALL_MASK, theirs) &&
+    return dsim_ep_peek_side(c->ep, dsim_coll_ep(c, p), c->comm_id, step_tag(x->call, 0),
+                             STEP_CALL_MASK, theirs) &&
            theirs->magic == DSIM_COLL_FP_MAGIC;
 }
 
@@ -524,11 +563,13 @@ static dsim_err step_fp_check(dsim_coll *x, const dsim_xfer *f, const dsim_coll_
         else
             snprintf(got, sizeof got,
                      "sent its data without the collective fingerprint due with it");
-        DSIM_ERR(DSIM_EPROTO, p,
-                 "%s step %d/%d: rank %d %s: it runs without fingerprints "
-                 "(dsim_comm_cfg.no_fingerprint must be the same on every rank); rank %d "
-                 "called %s",
-                 x->what, f->step, x->nsteps, p, got, c->rank,
+        char wb[200], rp[48], rm[48];
+        DSIM_ERR(DSIM_EPROTO, dsim_coll_ep(c, p),
+                 "%s step %d/%d: %s %s: it runs without fingerprints "
+                 "(dsim_comm_cfg.no_fingerprint must be the same on every rank); %s called %s",
+                 step_what(x, wb, sizeof wb), f->step, x->nsteps,
+                 dsim_coll_rank_name(c, p, rp, sizeof rp), got,
+                 dsim_coll_rank_name(c, c->rank, rm, sizeof rm),
                  dsim_coll_fp_str(&c->fp_out, a, sizeof a));
         dsim_error_copy(&c->err);
         /* As for a mismatch: the other ranks learn it now, not at their
@@ -573,8 +614,8 @@ static dsim_err step_fp_await(dsim_coll *x, const dsim_xfer *f)
         dsim_coll_fp theirs;
         if (step_fp_peek(x, p, &theirs) && dsim_coll_fp_diff(&theirs, &c->fp_out, NULL, 0) != 0)
             return step_fp_check(x, f, &theirs, sizeof theirs);
-        e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &q->fp_in,
-                       sizeof q->fp_in, &r);
+        e = dsim_irecv(c->ep, dsim_coll_ep(c, p), c->comm_id, step_tag(x->call, STEP_FP_STEP),
+                       &q->fp_in, sizeof q->fp_in, &r);
         if (e != DSIM_OK)
             break;
         soon = dsim_rt_deadline(c->rt, STEP_PROBE_NS);
@@ -635,13 +676,15 @@ static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, dsim_coll_peer *
         dsim_err e = DSIM_OK;
         if (q->fp_sent != mark && x->fp_both) {
             q->fp_sent = mark;
-            e = dsim_isend(c->ep, p, c->comm_id, tag, &c->fp_out, sizeof c->fp_out, &reqs[*m]);
+            e = dsim_isend(c->ep, dsim_coll_ep(c, p), c->comm_id, tag, &c->fp_out, sizeof c->fp_out,
+                           &reqs[*m]);
             if (e == DSIM_OK)
                 idx[(*m)++] = i;
         }
         if (e == DSIM_OK && x->fp_both && q->fp_seen != mark) {
             q->fp_seen = mark;
-            e = dsim_irecv(c->ep, p, c->comm_id, tag, &q->fp_in, sizeof q->fp_in, &q->fp_req);
+            e = dsim_irecv(c->ep, dsim_coll_ep(c, p), c->comm_id, tag, &q->fp_in, sizeof q->fp_in,
+                           &q->fp_req);
             if (e == DSIM_OK)
                 c->fp_pend[c->fp_npend++] = p;
         }
@@ -662,8 +705,9 @@ static dsim_err step_fp_post(dsim_coll *x, const dsim_xfer *xf, dsim_coll_peer *
 static dsim_err step_fp_aborted(dsim_coll *x, const dsim_xfer *f)
 {
     step_fp_drop(x->c);
+    char wb[200];
     dsim_err e = DSIM_ERR(DSIM_EABORTED, dsim_last_error()->peer, "%s step %d/%d: aborted: %s",
-                          x->what, f->step, x->nsteps, dsim_errmsg());
+                          step_what(x, wb, sizeof wb), f->step, x->nsteps, dsim_errmsg());
     dsim_error_copy(&x->c->err);
     return e;
 }
@@ -703,8 +747,8 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
         return e;
     }
     if (!r) {
-        dsim_err e = dsim_irecv(c->ep, p, c->comm_id, step_tag(x->call, STEP_FP_STEP), &q->fp_in,
-                                sizeof q->fp_in, &r);
+        dsim_err e = dsim_irecv(c->ep, dsim_coll_ep(c, p), c->comm_id,
+                                step_tag(x->call, STEP_FP_STEP), &q->fp_in, sizeof q->fp_in, &r);
         if (e != DSIM_OK)
             r = NULL;
         if (e == DSIM_EABORTED)
@@ -756,21 +800,21 @@ static dsim_err step_post(dsim_coll *x, const dsim_xfer *f, int slot, const dsim
 {
     dsim_comm *c = x->c;
     uint32_t tag = step_tag(x->call, (uint32_t)f->step);
-    if (c->virt && f->len > 0) /* timing only: the length goes, not the bytes (comm.h) */
+    int ep = dsim_coll_ep(c, f->peer);
+    if (c->virt && !x->real && f->len > 0) /* timing only: the length goes, not the bytes */
         return f->kind == DSIM_XF_SEND
-                   ? dsim_isend_virtual(c->ep, f->peer, c->comm_id, tag, f->len, side, req)
-                   : dsim_irecv(c->ep, f->peer, c->comm_id, tag, &c->vin[slot], sizeof *c->vin,
-                                req);
+                   ? dsim_isend_virtual(c->ep, ep, c->comm_id, tag, f->len, side, req)
+                   : dsim_irecv(c->ep, ep, c->comm_id, tag, &c->vin[slot], sizeof *c->vin, req);
     switch (f->kind) {
     case DSIM_XF_SEND:
         if (side)
-            return dsim_isend_side(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, side, req);
-        return dsim_isend(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, req);
+            return dsim_isend_side(c->ep, ep, c->comm_id, tag, f->buf, f->len, side, req);
+        return dsim_isend(c->ep, ep, c->comm_id, tag, f->buf, f->len, req);
     case DSIM_XF_RECV:
-        return dsim_irecv(c->ep, f->peer, c->comm_id, tag, f->buf, f->len, req);
+        return dsim_irecv(c->ep, ep, c->comm_id, tag, f->buf, f->len, req);
     case DSIM_XF_RECV_REDUCE:
-        return dsim_irecv_reduce(c->ep, f->peer, c->comm_id, tag, f->buf, f->len / x->esize, x->t,
-                                 x->op, req);
+        return dsim_irecv_reduce(c->ep, ep, c->comm_id, tag, f->buf, f->len / x->esize, x->t, x->op,
+                                 req);
     }
     return DSIM_ERR(DSIM_EINVAL, f->peer, "transfer kind %d", (int)f->kind);
 }
@@ -843,6 +887,8 @@ dsim_err dsim_coll_end(dsim_coll *x, dsim_err e)
         if (dsim_last_error()->code == e)
             dsim_error_copy(&c->err);
     }
+    if (c->root && c->root->xlog && c->root->xlog->on)
+        dsim_coll_xlog_note(x);
     return e;
 }
 
@@ -856,8 +902,8 @@ static dsim_err step_prepare(dsim_coll *x, const dsim_xfer *xf, int n, dsim_coll
     dsim_comm *c = x->c;
     for (int i = 0; i < n; i++)
         if (!(pp[i] = dsim_coll_peer_make(c, xf[i].peer)))
-            return DSIM_ERR(DSIM_ENOMEM, xf[i].peer, "out of memory for the state of peer %d",
-                            xf[i].peer);
+            return DSIM_ERR(DSIM_ENOMEM, dsim_coll_ep(c, xf[i].peer),
+                            "out of memory for the state of peer %d", xf[i].peer);
     /* Each transfer lists at most one new fingerprint receive. */
     if (x->fp_both && !c->fp_off && c->fp_npend + n > c->fp_pend_cap) {
         int cap = c->fp_pend_cap ? 2 * c->fp_pend_cap : 8;
@@ -869,7 +915,7 @@ static dsim_err step_prepare(dsim_coll *x, const dsim_xfer *xf, int n, dsim_coll
         c->fp_pend = l;
         c->fp_pend_cap = cap;
     }
-    if (c->virt && n > c->vin_cap) {
+    if (c->virt && !x->real && n > c->vin_cap) {
         uint64_t *v = realloc(c->vin, (size_t)n * sizeof *v);
         if (!v)
             return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for %d virtual receives", n);
@@ -982,11 +1028,11 @@ static dsim_err step_wait_one(dsim_coll *x, const dsim_xfer *xf, dsim_coll_peer 
         }
     }
     /* A virtual payload's 8 bytes are the length it stands for. */
-    int virt_in = c->virt && j >= mfp && f->kind != DSIM_XF_SEND && f->len > 0;
+    int virt_in = c->virt && !x->real && j >= mfp && f->kind != DSIM_XF_SEND && f->len > 0;
     if (e == DSIM_OK && virt_in)
         len = len == sizeof *c->vin ? (size_t)c->vin[idx[j]] : 0;
     if (e == DSIM_OK && (f->kind == DSIM_XF_RECV || virt_in) && len != f->len) {
-        DSIM_ERR(DSIM_EPROTO, f->peer,
+        DSIM_ERR(DSIM_EPROTO, dsim_coll_ep(c, f->peer),
                  "message was %zu bytes where %zu were expected: the ranks disagree on the "
                  "count or dtype of this call",
                  len, f->len);

@@ -55,14 +55,14 @@ static dsim_err tree_reduce(dsim_coll *x, const void *sendbuf, void *acc, size_t
             continue;
         if (cur == sendbuf) {
             if (!acc) {
-                acc = scratch = malloc(all ? all : 1); /* count 0: fingerprints only */
+                /* count 0: fingerprints only; virtual: nothing is written */
+                acc = scratch = malloc(all && !x->c->virt ? all : 1);
                 if (!scratch) {
                     DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for %zu bytes of scratch", all);
                     return dsim_coll_fail_local(x, step0 + k + 1, DSIM_ENOMEM, "allocating");
                 }
             }
-            if (acc != sendbuf)
-                memcpy(acc, sendbuf, all);
+            dsim_coll_copy(x, acc, sendbuf, all);
             cur = acc;
         }
         dsim_xfer in = {DSIM_XF_RECV_REDUCE, (v + mask + root) % n, step0 + k + 1, acc, all};
@@ -70,9 +70,8 @@ static dsim_err tree_reduce(dsim_coll *x, const void *sendbuf, void *acc, size_t
     }
     free(scratch);
     if (e == DSIM_OK && v == 0 && finish) {
-        if (cur != acc)
-            memcpy(acc, cur, all);
-        e = dsim_reduce_finish(acc, count, x->t, x->op, n);
+        dsim_coll_copy(x, acc, cur, all);
+        e = dsim_coll_finish(x, acc, count, n);
         if (e != DSIM_OK)
             return dsim_coll_fail_local(x, step0 + levels, e, "finishing the reduction");
     }
@@ -102,9 +101,9 @@ static dsim_err tree_bcast(dsim_coll *x, void *buf, size_t count, int root, int 
     return m ? dsim_coll_run(x, out, m) : DSIM_OK;
 }
 
-int dsim_coll_tree_allreduce_steps(int size)
+int dsim_coll_tree_allreduce_steps(dsim_comm *c)
 {
-    return 2 * dsim_coll_ceil_log2(size);
+    return 2 * dsim_coll_ceil_log2(c->size);
 }
 
 dsim_err dsim_coll_tree_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count)

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dataset_int.h"
 #include "dsim/dataset.h"
 #include "dsim/rng.h"
 
@@ -113,8 +114,12 @@ void dsim_dataset_free(dsim_dataset *ds)
 {
     if (!ds)
         return;
-    free(ds->x);
-    free(ds->y);
+    if (ds->files) {
+        dataset_files_release(ds); /* mapped or converted arrays */
+    } else {
+        free(ds->x);
+        free(ds->y);
+    }
     free(ds->file_start);
     free(ds->teacher_params);
     free(ds);

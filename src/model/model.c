@@ -12,9 +12,11 @@
 
 #include "dsim/dtype.h"
 #include "dsim/model.h"
+#include "dsim/spi/model.h"
 #include "model/kern.h"
 
-static const char *const model_kind_names[DSIM_MODEL_KIND_COUNT] = {"linear", "softmax", "mlp"};
+static const char *const model_kind_names[DSIM_MODEL_KIND_COUNT] = {"linear", "softmax", "mlp",
+                                                                    "plugin"};
 static const char *const model_loss_names[DSIM_LOSS_COUNT] = {"auto", "mse", "xent"};
 
 const char *dsim_model_kind_name(dsim_model_kind k)
@@ -28,12 +30,16 @@ dsim_err dsim_model_kind_parse(const char *s, dsim_model_kind *out)
 {
     if (!s || !out)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_kind_parse: NULL argument");
-    for (int k = 0; k < DSIM_MODEL_KIND_COUNT; k++) {
+    for (int k = 0; k < DSIM_MODEL_PLUGIN; k++) {
         if (strcmp(s, model_kind_names[k]) == 0) {
             *out = (dsim_model_kind)k;
             return DSIM_OK;
         }
     }
+    if (strcmp(s, "plugin") == 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "model kind plugin is given by its file: model: {plugin: libmine.so} "
+                        "(model.plugin), or dsim_model_load in C");
     return DSIM_ERR(DSIM_EINVAL, -1, "unknown model kind '%s': use linear, softmax or mlp", s);
 }
 
@@ -65,6 +71,8 @@ static dsim_loss model_resolve_loss(const dsim_model_spec *spec)
 {
     if (spec->loss != DSIM_LOSS_AUTO)
         return spec->loss;
+    if (spec->kind == DSIM_MODEL_PLUGIN)
+        return spec->plugin ? spec->plugin->loss : DSIM_LOSS_MSE;
     return spec->kind == DSIM_MODEL_LINEAR ? DSIM_LOSS_MSE : DSIM_LOSS_XENT;
 }
 
@@ -101,6 +109,42 @@ static dsim_err model_layout(const dsim_model_spec *spec, dsim_model_layout *lay
     return DSIM_OK;
 }
 
+/* A plugin model's spec: its table, sizes, loss and parameter count. */
+static dsim_err model_plugin_validate(const dsim_model_spec *spec)
+{
+    const dsim_model_ops *ops = spec->plugin;
+    if (!ops)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "model kind plugin has no ops table (spec.plugin is NULL): load one "
+                        "with dsim_model_load");
+    DSIM_CHECK(dsim_model_check_ops(ops, ops->name ? ops->name : "model plugin"));
+    if (spec->in_dim < 1 || spec->in_dim > DSIM_MODEL_MAX_DIM || spec->out_dim < 1 ||
+        spec->out_dim > DSIM_MODEL_MAX_DIM)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "model plugin %s: in_dim %zu and out_dim %zu must be in 1..%u", ops->name,
+                        spec->in_dim, spec->out_dim, DSIM_MODEL_MAX_DIM);
+    if (spec->loss != DSIM_LOSS_AUTO && spec->loss != ops->loss)
+        return DSIM_ERR(DSIM_EINVAL, -1, "model plugin %s trains with loss %s, not %s", ops->name,
+                        model_loss_names[ops->loss], model_loss_names[spec->loss]);
+    if (ops->loss == DSIM_LOSS_XENT && spec->out_dim < 2)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "model plugin %s: cross-entropy needs at least 2 classes, not %zu",
+                        ops->name, spec->out_dim);
+    if (spec->n_hidden != 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "model plugin %s: hidden layers belong to kind mlp; the plugin "
+                        "chooses its own",
+                        ops->name);
+    char why[256] = "";
+    size_t n = ops->num_params(spec, why, sizeof why);
+    if (n == 0 || n > DSIM_MODEL_MAX_PARAMS)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "model plugin %s cannot take %zu features and %zu outputs%s%s", ops->name,
+                        spec->in_dim, spec->out_dim, why[0] ? ": " : "",
+                        why[0] ? why : (n ? "(too many parameters)" : ""));
+    return DSIM_OK;
+}
+
 dsim_err dsim_model_validate(const dsim_model_spec *spec)
 {
     if (!spec)
@@ -112,6 +156,8 @@ dsim_err dsim_model_validate(const dsim_model_spec *spec)
         return DSIM_ERR(DSIM_EINVAL, -1, "model loss %d is not one of auto, mse, xent",
                         (int)spec->loss);
     const char *kind = model_kind_names[spec->kind];
+    if (spec->kind == DSIM_MODEL_PLUGIN)
+        return model_plugin_validate(spec);
     if (spec->in_dim < 1 || spec->in_dim > DSIM_MODEL_MAX_DIM)
         return DSIM_ERR(DSIM_EINVAL, -1, "model in_dim %zu (features per example) must be in 1..%u",
                         spec->in_dim, DSIM_MODEL_MAX_DIM);
@@ -164,6 +210,10 @@ size_t dsim_model_y_dim(const dsim_model_spec *spec)
 
 size_t dsim_model_num_params(const dsim_model_spec *spec)
 {
+    if (spec && spec->kind == DSIM_MODEL_PLUGIN) {
+        char why[8];
+        return dsim_model_validate(spec) == DSIM_OK ? spec->plugin->num_params(spec, why, 8) : 0;
+    }
     dsim_model_layout lay;
     if (dsim_model_layout_of(spec, &lay) != DSIM_OK)
         return 0;
@@ -175,11 +225,22 @@ dsim_err dsim_model_layout_of(const dsim_model_spec *spec, dsim_model_layout *ou
     DSIM_CHECK(dsim_model_validate(spec));
     if (!out)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_layout_of: out is NULL");
+    if (spec->kind == DSIM_MODEL_PLUGIN)
+        return DSIM_ERR(DSIM_ENOTSUP, -1,
+                        "model plugin %s lays its parameters out itself: it has no layers "
+                        "dsim knows",
+                        spec->plugin->name);
     return model_layout(spec, out);
 }
 
 dsim_err dsim_model_init(const dsim_model_spec *spec, float *params, dsim_rng *rng)
 {
+    if (spec && spec->kind == DSIM_MODEL_PLUGIN) {
+        DSIM_CHECK(dsim_model_validate(spec));
+        if (!params || !rng)
+            return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_init: params and rng must not be NULL");
+        return spec->plugin->init(spec, params, dsim_rng_next(rng));
+    }
     dsim_model_layout lay;
     DSIM_CHECK(dsim_model_layout_of(spec, &lay));
     if (!params || !rng)
@@ -417,6 +478,27 @@ static dsim_err model_check_batch(const char *fn, const dsim_model_spec *spec, c
     return DSIM_OK;
 }
 
+/* A plugin's loss and gradient sums, scaled and rounded once here. */
+static dsim_err model_plugin_loss_grad(const dsim_model_spec *spec, const float *params,
+                                       const float *x, const float *y, size_t n, float scale,
+                                       int set, float *grad, double *loss_sum)
+{
+    size_t np = dsim_model_num_params(spec);
+    double *g = grad ? calloc(np ? np : 1, sizeof *g) : NULL;
+    if (grad && !g)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "model plugin %s: out of memory for %zu gradients",
+                        spec->plugin->name, np);
+    double total = 0.0;
+    dsim_err e = spec->plugin->loss_grad(spec, params, x, y, n, &total, g);
+    if (e == DSIM_OK && grad)
+        for (size_t k = 0; k < np; k++)
+            grad[k] = (float)((set ? 0.0 : (double)grad[k]) + (double)scale * g[k]);
+    if (e == DSIM_OK && loss_sum)
+        *loss_sum = total;
+    free(g);
+    return e;
+}
+
 /* dsim_model_loss_grad, and with set its form that overwrites the gradient
  * as if it had been +0 (dsim_model_loss_grad_set); with a compute dtype
  * other than float32, dsim_model_loss_grad_mixed (set only). */
@@ -434,6 +516,8 @@ static dsim_err model_loss_grad(const char *fn, const dsim_model_spec *spec, con
             memset(grad, 0, dsim_model_num_params(spec) * sizeof(float));
         return DSIM_OK;
     }
+    if (spec->kind == DSIM_MODEL_PLUGIN)
+        return model_plugin_loss_grad(spec, params, x, y, n, scale, set, grad, loss_sum);
     model_ws ws;
     DSIM_CHECK(model_ws_init(&ws, spec, n, grad != NULL, cd));
     size_t P = ws.lay.n_params;
@@ -513,6 +597,14 @@ dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params, co
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_predict: params, x and out must not be NULL");
     if (n == 0)
         return DSIM_OK;
+    if (spec->kind == DSIM_MODEL_PLUGIN) {
+        if (!spec->plugin->forward)
+            return DSIM_ERR(DSIM_ENOTSUP, -1,
+                            "model plugin %s has no forward: it computes losses and gradients "
+                            "only",
+                            spec->plugin->name);
+        return spec->plugin->forward(spec, params, x, n, out);
+    }
     model_ws ws;
     DSIM_CHECK(model_ws_init(&ws, spec, n, 0, DSIM_F32));
     size_t top = ws.lay.n_layers - 1, lt = ws.ld[top + 1], od = spec->out_dim;
@@ -527,6 +619,35 @@ dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params, co
     return DSIM_OK;
 }
 
+/* A plugin's evaluation: the loss from loss_grad, the accuracy from
+ * forward when it has one. */
+static dsim_err model_plugin_eval(const dsim_model_spec *spec, const float *params, const float *x,
+                                  const float *y, size_t n, double *loss_sum, size_t *n_correct)
+{
+    double total = 0.0;
+    DSIM_CHECK(spec->plugin->loss_grad(spec, params, x, y, n, &total, NULL));
+    if (loss_sum)
+        *loss_sum = total;
+    if (!n_correct || spec->plugin->loss != DSIM_LOSS_XENT || !spec->plugin->forward)
+        return DSIM_OK;
+    size_t out = spec->out_dim, correct = 0;
+    float *z = malloc(n * out * sizeof *z);
+    if (!z)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "model plugin %s: out of memory evaluating %zu examples",
+                        spec->plugin->name, n);
+    dsim_err e = spec->plugin->forward(spec, params, x, n, z);
+    for (size_t i = 0; e == DSIM_OK && i < n; i++) {
+        size_t best = 0;
+        for (size_t j = 1; j < out; j++)
+            if (z[i * out + j] > z[i * out + best])
+                best = j;
+        correct += best == (size_t)y[i];
+    }
+    free(z);
+    *n_correct = correct;
+    return e;
+}
+
 dsim_err dsim_model_eval(const dsim_model_spec *spec, const float *params, const float *x,
                          const float *y, size_t n, double *loss_sum, size_t *n_correct)
 {
@@ -537,6 +658,8 @@ dsim_err dsim_model_eval(const dsim_model_spec *spec, const float *params, const
         *n_correct = 0;
     if (n == 0)
         return DSIM_OK;
+    if (spec->kind == DSIM_MODEL_PLUGIN)
+        return model_plugin_eval(spec, params, x, y, n, loss_sum, n_correct);
     model_ws ws;
     DSIM_CHECK(model_ws_init(&ws, spec, n, 0, DSIM_F32));
     dsim_loss loss = model_resolve_loss(spec);

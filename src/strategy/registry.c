@@ -240,24 +240,32 @@ dsim_err dsim_strategy_probe(const char *name, const dsim_strategy_shape *shape,
     return dsim_strategy_check_shape(s, shape);
 }
 
-dsim_err dsim_strategy_load(const char *name, const char *path)
+/* Opens a plugin: dlopen, its plugin function, its ABI version (in *abi)
+ * and, when that is this library's, its table in *ops (checked). On any
+ * failure the object is closed again and *h is NULL; *ops is set only when
+ * the version matched; *found is 1 once the plugin function was found (the
+ * object is a strategy plugin, refused or not). */
+static dsim_err registry_open(const char *path, void **h, const struct dsim_strategy_ops **ops,
+                              uint32_t *abi, int *found)
 {
+    *h = NULL;
+    *ops = NULL;
+    *abi = 0;
+    *found = 0;
     if (!path || !*path)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "dsim_strategy_load: no path given; pass the shared object's path "
                         "(e.g. ./libmy_strategy.so)");
-    /* A loaded object is never closed: its table stays registered for the
-     * life of the process. One that is refused is closed again. RTLD_LOCAL
-     * keeps two plugins' symbols apart. */
+    /* RTLD_LOCAL keeps two plugins' symbols apart. */
     dlerror();
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
+    void *o = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!o) {
         const char *why = dlerror();
         return DSIM_ERR(DSIM_ENOENT, -1, "cannot load strategy plugin '%s': %s", path,
                         why ? why : "dlopen failed");
     }
     dlerror();
-    void *sym = dlsym(h, DSIM_STRATEGY_PLUGIN_SYMBOL);
+    void *sym = dlsym(o, DSIM_STRATEGY_PLUGIN_SYMBOL);
     const char *why = dlerror();
     if (!sym || why) {
         dsim_err e = DSIM_ERR(
@@ -266,29 +274,84 @@ dsim_err dsim_strategy_load(const char *name, const char *path)
             "exports `const struct dsim_strategy_ops *%s(uint32_t *abi_version)`, "
             "see examples/custom_strategy",
             path, DSIM_STRATEGY_PLUGIN_SYMBOL, why ? why : "NULL", DSIM_STRATEGY_PLUGIN_SYMBOL);
-        dlclose(h);
+        dlclose(o);
         return e;
     }
     /* dlsym hands back data pointers; POSIX guarantees the conversion. */
     dsim_strategy_plugin_fn *fn;
     memcpy(&fn, &sym, sizeof fn);
-    uint32_t abi = 0;
-    const struct dsim_strategy_ops *ops = fn(&abi);
-    if (abi != DSIM_STRATEGY_ABI_VERSION) {
-        dsim_err e =
-            DSIM_ERR(DSIM_EINVAL, -1,
-                     "'%s' was built against strategy ABI version %u but this libdsim speaks "
-                     "version %u; rebuild the plugin against this dsim/spi/strategy.h",
-                     path, abi, DSIM_STRATEGY_ABI_VERSION);
-        dlclose(h);
+    *found = 1;
+    const struct dsim_strategy_ops *t = fn(abi);
+    if (*abi != DSIM_STRATEGY_ABI_VERSION) {
+        /* Say which one it has, which one this is, and what to rebuild
+         * with what: the plugin's own source against these headers. The
+         * table is not read: its layout is another version's. */
+        unsigned a = *abi;
+        dsim_err e = DSIM_ERR(
+            DSIM_EINVAL, -1,
+            "'%s' was built against strategy ABI version %u (%s) but this libdsim speaks "
+            "version %u: rebuild the plugin from its source against this dsim's "
+            "dsim/spi/strategy.h (cc -shared -fPIC $(pkg-config --cflags --libs dsim) ...; "
+            "pkg-config --variable=strategy_abi dsim prints %u)",
+            path, a,
+            a == 0                          ? "it set no version"
+            : a < DSIM_STRATEGY_ABI_VERSION ? "an older dsim, before this one's interface"
+                                            : "a newer dsim than this one",
+            DSIM_STRATEGY_ABI_VERSION, DSIM_STRATEGY_ABI_VERSION);
+        dlclose(o);
         return e;
     }
+    dsim_err e = dsim_strategy_check_ops(t, path);
+    if (e != DSIM_OK) {
+        dlclose(o); /* the table is gone with it */
+        return e;
+    }
+    *ops = t;
+    *h = o;
+    return DSIM_OK;
+}
+
+dsim_err dsim_strategy_plugin_probe(const char *path, dsim_strategy_plugin_info *out)
+{
+    if (!out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_strategy_plugin_probe: out is NULL");
+    memset(out, 0, sizeof *out);
+    void *h = NULL;
+    const struct dsim_strategy_ops *ops = NULL;
+    uint32_t abi = 0;
+    int found = 0;
+    dsim_err e = registry_open(path, &h, &ops, &abi, &found);
+    out->abi_version = abi;
+    if (e == DSIM_OK) {
+        out->usable = 1;
+        snprintf(out->name, sizeof out->name, "%s", ops->name);
+        snprintf(out->summary, sizeof out->summary, "%s", ops->summary ? ops->summary : "");
+        dlclose(h);
+        return DSIM_OK;
+    }
+    if (!found)
+        return e;
+    /* a plugin, refused: another version, or an incomplete table (whose
+     * name its message holds: the object is closed) */
+    snprintf(out->why, sizeof out->why, "%s", dsim_errmsg());
+    return DSIM_OK;
+}
+
+dsim_err dsim_strategy_load(const char *name, const char *path)
+{
+    /* A loaded object is never closed: its table stays registered for the
+     * life of the process. One that is refused is closed again. */
+    void *h = NULL;
+    const struct dsim_strategy_ops *ops = NULL;
+    uint32_t abi = 0;
+    int found = 0;
+    DSIM_CHECK(registry_open(path, &h, &ops, &abi, &found));
     /* One name per strategy: the one in its table, which its own messages
      * and checkpoints use. Registering it under another (a scenario's
      * strategy.name that says something else) would make the store and the
      * strategy disagree about what ran, so a mismatch is refused. */
-    dsim_err e = dsim_strategy_check_ops(ops, path);
-    if (e == DSIM_OK && name && strcmp(name, ops->name) != 0)
+    dsim_err e = DSIM_OK;
+    if (name && strcmp(name, ops->name) != 0)
         e = DSIM_ERR(DSIM_EINVAL, -1,
                      "'%s' names its strategy '%s' in its ops table, not '%s' as asked: use "
                      "'%s' (a scenario's strategy.name), or change .name in the plugin's table",
@@ -300,9 +363,9 @@ dsim_err dsim_strategy_load(const char *name, const char *path)
         pthread_mutex_unlock(&registry_lock);
     }
     if (e != DSIM_OK) {
-        /* Refused (an incomplete table, a name taken): the registry holds
-         * nothing of it. If an earlier load of the same object succeeded,
-         * dlopen counted this one and dlclose only drops that count. */
+        /* Refused (a name taken): the registry holds nothing of it. If an
+         * earlier load of the same object succeeded, dlopen counted this
+         * one and dlclose only drops that count. */
         dlclose(h);
     } else {
         dsim_info("loaded strategy '%s' from %s", name ? name : ops->name, path);

@@ -528,8 +528,14 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     int64_t tc = dsim_rt_now(job->rt); /* compute ends, the exchange begins */
     ctx->loss_scale.skipped = ctx->loss_scale.recorded = false;
     ctx->gradient_dtype_applied = false;
-    if ((e = dsim_strategy_apply_gradients(s, ctx, w->grad)) != DSIM_OK ||
-        (e = train_mixed_after(s->name, ctx, gs)) != DSIM_OK)
+    /* Replica 0's first step says what the exchange was, for the report. */
+    int label = rp->index == 0 && !job->res->exchange[0];
+    if (label)
+        dsim_comm_exchange_begin(ctx->world);
+    e = dsim_strategy_apply_gradients(s, ctx, w->grad);
+    if (label)
+        dsim_comm_exchange_end(ctx->world, job->res->exchange, sizeof job->res->exchange);
+    if (e != DSIM_OK || (e = train_mixed_after(s->name, ctx, gs)) != DSIM_OK)
         return e;
     size_t k = (size_t)(gs - job->first_step), at = k * (size_t)job->N + (size_t)rp->index;
     job->res->mp_scale[at] = mp_scale;

@@ -25,7 +25,20 @@
  * Only under the sim engine: on threads the charges are only counted and
  * the run would say nothing. The gradient buffer every replica passes is
  * one address range mapped PROT_NONE: a byte read or written by mistake
- * ends the process instead of going unnoticed. */
+ * ends the process instead of going unnoticed.
+ *
+ * A strategy plugin runs its own schedule instead: its replica_init,
+ * create_variables, then every step its apply_gradients and reduce, then
+ * finish and replica_fini, with ctx->world virtual (dsim_comm_virtual says
+ * so), so that every collective it calls -- on the world or on the
+ * sub-communicators it splits from it, which inherit the virtual payloads
+ * -- is timed as it would run. Its own arithmetic runs on real buffers
+ * (it may copy, add, update), but on three scratch ranges shared by every
+ * replica (the variables, the initial values and the gradient), mapped
+ * without reserve so that only what it touches is ever allocated; their
+ * values mean nothing. The optimizer is plain SGD (no slots per replica).
+ * What the exchange was is recorded as for a real run
+ * (dsim_train_result.exchange). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +58,7 @@ typedef struct tm_rep {
     tm_job *job;
     int r;
     dsim_task *task;
+    dsim_replica_ctx ctx; /* a plugin's */
 } tm_rep;
 
 struct tm_job {
@@ -59,6 +73,14 @@ struct tm_job {
     size_t count; /* gradient elements */
     void *grad;   /* the virtual gradient buffer (PROT_NONE) */
     size_t grad_map;
+    /* A plugin's schedule: the strategy, the scratch the replicas share
+     * (variables, initial values, gradient: grad_map bytes each), the
+     * shape, the model and optimizer it is told of. */
+    const dsim_strategy *strat;
+    float *scratch[3];
+    dsim_strategy_shape shape;
+    dsim_model_spec model;
+    dsim_optim_spec optim;
     int64_t timeout_ns;
     dsim_waitq *lock;
     bool failed;
@@ -88,6 +110,72 @@ static void tm_fail(tm_job *job)
     dsim_waitq_unlock(job->lock);
 }
 
+/* One step's exchange: the mirrored schedule (the gradient's all-reduce,
+ * then the loss's), or a plugin's own (apply_gradients, then reduce).
+ * Replica 0's first step says what the exchange was. */
+static dsim_err tm_exchange(tm_rep *rp, dsim_comm *comm, uint64_t k)
+{
+    tm_job *job = rp->job;
+    int label = rp->r == 0 && k == 0;
+    double loss = 0, out = 0;
+    if (label)
+        dsim_comm_exchange_begin(comm);
+    dsim_err e;
+    if (job->strat) {
+        rp->ctx.global_step = k;
+        e = dsim_strategy_apply_gradients(job->strat, &rp->ctx, job->scratch[2]);
+    } else {
+        e = dsim_allreduce(comm, job->grad, job->grad, job->count, DSIM_F32, DSIM_SUM);
+    }
+    if (label)
+        dsim_comm_exchange_end(comm, job->res->exchange, sizeof job->res->exchange);
+    if (e != DSIM_OK)
+        return e;
+    if (!job->strat)
+        return dsim_allreduce(comm, &loss, &loss, 1, DSIM_F64, DSIM_SUM);
+    e = dsim_strategy_reduce(job->strat, &rp->ctx, DSIM_SUM, &loss, &out, 1);
+    return e == DSIM_ENOTSUP ? DSIM_OK : e;
+}
+
+/* A plugin's context and set-up: replica_init, then create_variables (the
+ * chief with initial values). */
+static dsim_err tm_plugin_start(tm_rep *rp, dsim_comm *comm, void *priv)
+{
+    tm_job *job = rp->job;
+    const dsim_train_cfg *cfg = job->cfg;
+    int r = rp->r;
+    rp->ctx = (dsim_replica_ctx){
+        .shape = job->shape,
+        .replica = r,
+        .worker = r / cfg->devices_per_host,
+        .device = r % cfg->devices_per_host,
+        .rt = job->rt,
+        .fabric = job->fab,
+        .ep = job->eps[r],
+        .world = comm,
+        .algo = cfg->communication,
+        .server_rank0 = job->N,
+        .timeout_ns = job->timeout_ns > 0 ? job->timeout_ns : -1,
+        .model = &job->model,
+        .optim = &job->optim,
+        .n_params = job->count,
+        .params = job->scratch[0],
+        .priv = priv,
+    };
+    DSIM_CHECK(dsim_strategy_replica_init(job->strat, &rp->ctx));
+    dsim_strategy_vars init = {.n_params = job->count, .params = job->scratch[1]};
+    return dsim_strategy_create_variables(job->strat, &rp->ctx, r == 0 ? &init : NULL);
+}
+
+static void *tm_aligned_zalloc(size_t n)
+{
+    void *p = NULL;
+    if (n == 0 || posix_memalign(&p, 16, (n + 15) & ~(size_t)15) != 0)
+        return NULL;
+    memset(p, 0, n);
+    return p;
+}
+
 static void tm_replica_main(void *arg)
 {
     tm_rep *rp = arg;
@@ -102,24 +190,29 @@ static void tm_replica_main(void *arg)
         .timeout_ns = job->timeout_ns,
         .algo = cfg->communication,
         .virtual_payload = 1,
+        .local_size = cfg->devices_per_host,
     };
     if (dsim_comm_create(&cc, &comm) != DSIM_OK) {
         tm_fail(job);
         return;
     }
     dsim_train_result *res = job->res;
-    double loss = 0;
-    for (uint64_t k = 0; k < job->steps; k++) {
+    void *priv = job->strat ? tm_aligned_zalloc(job->strat->ops->replica_priv_size) : NULL;
+    dsim_err e = DSIM_OK;
+    if (job->strat && job->strat->ops->replica_priv_size && !priv)
+        e = DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for replica %d", r);
+    else if (job->strat)
+        e = tm_plugin_start(rp, comm, priv);
+    if (e != DSIM_OK)
+        tm_fail(job);
+    for (uint64_t k = 0; e == DSIM_OK && k < job->steps; k++) {
         uint64_t ex = tm_examples(job, k, r);
         int64_t t0 = dsim_rt_now(job->rt);
         if (cfg->device_flops > 0)
             dsim_rt_charge(job->rt, (int64_t)llround(3.0 * cfg->synthetic_flops * (double)ex /
                                                      cfg->device_flops * 1e9));
         int64_t t1 = dsim_rt_now(job->rt);
-        dsim_err e = dsim_allreduce(comm, job->grad, job->grad, job->count, DSIM_F32, DSIM_SUM);
-        if (e == DSIM_OK)
-            e = dsim_allreduce(comm, &loss, &loss, 1, DSIM_F64, DSIM_SUM);
-        if (e != DSIM_OK) {
+        if ((e = tm_exchange(rp, comm, k)) != DSIM_OK) {
             tm_fail(job);
             break;
         }
@@ -148,6 +241,12 @@ static void tm_replica_main(void *arg)
             cfg->observer(&info, cfg->observer_user);
         }
     }
+    if (job->strat) {
+        if (e == DSIM_OK && (e = dsim_strategy_finish(job->strat, &rp->ctx)) != DSIM_OK)
+            tm_fail(job);
+        dsim_strategy_replica_fini(job->strat, &rp->ctx);
+    }
+    free(priv);
     res->replicas[r].phase = DSIM_PHASE_DONE;
     res->replicas[r].t_end = dsim_rt_now(job->rt);
     dsim_comm_destroy(comm);
@@ -173,12 +272,11 @@ static dsim_err tm_check(const dsim_train_cfg *cfg, const dsim_strategy **strat)
                         "train: hosts, devices_per_host, global_batch, examples and epochs must "
                         "all be >= 1");
     if (cfg->plugin_path)
-        return DSIM_ERR(DSIM_EINVAL, -1,
-                        "train: a synthetic model runs the built-in mirrored schedule; a "
-                        "strategy plugin (%s) has no timing-only mode: give a real model",
-                        cfg->plugin_path);
+        DSIM_CHECK(dsim_strategy_load(cfg->strategy, cfg->plugin_path));
     DSIM_CHECK(dsim_strategy_lookup(cfg->strategy, strat));
-    if ((*strat)->ops->placement != DSIM_PLACE_MIRRORED &&
+    /* A plugin runs its own schedule; the built-ins that keep variables
+     * elsewhere have no timing-only form. */
+    if (!(*strat)->path[0] && (*strat)->ops->placement != DSIM_PLACE_MIRRORED &&
         (*strat)->ops->placement != DSIM_PLACE_ONE_DEVICE)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: strategy '%s' keeps its variables %s; a synthetic model (timing "
@@ -192,6 +290,34 @@ static dsim_err tm_check(const dsim_train_cfg *cfg, const dsim_strategy **strat)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: a synthetic model (timing only) runs without parameter servers, "
                         "checkpoints or ranks in other processes");
+    if ((*strat)->path[0]) {
+        dsim_strategy_shape shape = {.hosts = cfg->hosts,
+                                     .devices_per_host = cfg->devices_per_host,
+                                     .num_replicas = cfg->hosts * cfg->devices_per_host};
+        DSIM_CHECK(dsim_strategy_check_shape(*strat, &shape));
+    }
+    return DSIM_OK;
+}
+
+/* A plugin's scratch: three ranges of the model's size that every replica
+ * shares, allocated only where written. */
+static dsim_err tm_plugin_scratch(tm_job *job)
+{
+    for (int i = 0; i < 3; i++) {
+        void *m = mmap(NULL, job->grad_map, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED)
+            return DSIM_ERR(DSIM_ENOMEM, -1,
+                            "train: cannot reserve %zu bytes of address space for a plugin's "
+                            "timing-only scratch",
+                            job->grad_map);
+        job->scratch[i] = m;
+    }
+    job->shape = (dsim_strategy_shape){.hosts = job->cfg->hosts,
+                                       .devices_per_host = job->cfg->devices_per_host,
+                                       .num_replicas = job->N};
+    /* plain SGD: no slots per replica; the rate is immaterial */
+    job->optim = (dsim_optim_spec){.kind = DSIM_OPTIM_SGD, .lr = 0.01};
     return DSIM_OK;
 }
 
@@ -251,6 +377,11 @@ dsim_err dsim_train_timing(const dsim_train_cfg *cfg, dsim_train_result *res)
                      job.grad_map);
         goto out;
     }
+    if (strat->path[0]) {
+        job.strat = strat;
+        if ((e = tm_plugin_scratch(&job)) != DSIM_OK)
+            goto out;
+    }
     if ((e = dsim_rt_create_seeded(cfg->engine, cfg->seed, &job.rt)) != DSIM_OK ||
         (e = dsim_waitq_create(job.rt, &job.lock)) != DSIM_OK)
         goto out;
@@ -300,6 +431,9 @@ out:
         dsim_rt_destroy(job.rt);
     if (job.grad)
         munmap(job.grad, job.grad_map);
+    for (int i = 0; i < 3; i++)
+        if (job.scratch[i])
+            munmap(job.scratch[i], job.grad_map);
     free(job.eps);
     free(job.reps);
     return e;

@@ -387,9 +387,10 @@ static void train_collect_flight(train_job *job)
     res->n_flight = job->N;
     for (int r = 0; r < job->N; r++) {
         dsim_fr_dump *d = &res->flight[r];
-        d->rank = r;
+        d->rank = d->world_rank = r;
         d->size = job->N;
         d->comm_id = DSIM_STRATEGY_COMM_WORLD;
+        d->color = -1;
         if (!job->world[r])
             continue;
         if (job->reps && job->reps[r].abandoned) {
@@ -397,6 +398,25 @@ static void train_collect_flight(train_job *job)
             continue;
         }
         (void)dsim_comm_flight_dump(job->world[r], d);
+    }
+    /* then the strategy's sub-communicators, replica by replica */
+    for (int r = 0; r < job->N; r++) {
+        dsim_fr_dump *subs = NULL;
+        size_t ns = 0;
+        if (!job->world[r] || (job->reps && job->reps[r].abandoned) ||
+            dsim_comm_flight_dump_subs(job->world[r], &subs, &ns) != DSIM_OK || !ns)
+            continue;
+        dsim_fr_dump *all = realloc(res->flight, ((size_t)res->n_flight + ns) * sizeof *all);
+        if (!all) {
+            for (size_t i = 0; i < ns; i++)
+                dsim_fr_dump_free(&subs[i]);
+            free(subs);
+            continue;
+        }
+        res->flight = all;
+        memcpy(all + res->n_flight, subs, ns * sizeof *subs);
+        res->n_flight += (int)ns;
+        free(subs);
     }
 }
 

@@ -146,6 +146,7 @@ dsim_err train_open_world(train_job *job)
             .comm_id = DSIM_STRATEGY_COMM_WORLD,
             .timeout_ns = job->timeout_ns,
             .algo = cfg->communication,
+            .local_size = cfg->devices_per_host,
         };
         DSIM_CHECK(dsim_comm_create(&cc, &job->world[r]));
         if (job->preempt_armed) {

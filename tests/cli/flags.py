@@ -85,7 +85,7 @@ try:
                         ("replay", "usage: dsim replay"), ("explore", "usage: dsim explore"),
                         ("whatif", "usage: dsim whatif"), ("bench", "usage: dsim bench"),
                         ("calibrate", "usage: dsim calibrate"), ("cluster", "usage: dsim cluster"),
-                        ("worker", "usage: dsim worker")]:
+                        ("worker", "usage: dsim worker"), ("export", "usage: dsim export")]:
         case(["help", cmd], 0, "out", phrase)
         case([cmd, "--help"], 0, "out", phrase)
 
@@ -351,6 +351,18 @@ try:
     if rc != 0:
         failures.append("the sim scenario did not run: %s" % err)
     case(["replay", "1", "--db", simdb], 0, "out", "trace matches")
+    # ---- export ----
+    case(["export"], 2, "err", "which run?")
+    case(["export", "1"], 2, "err", "give --to DIR")
+    case(["export", "1", "--to"], 2, "err", "--to needs a path")
+    case(["export", "1", "--db"], 2, "err", "--db needs a path")
+    case(["export", "1", "2", "--to", tmp], 2, "err", "unexpected '2'")
+    case(["export", "x1", "--to", tmp], 2, "err", "RUN_ID is 'x1'")
+    case(["export", "1", "--to", tmp, "--frob"], 2, "err", "unexpected '--frob'")
+    case(["export", "1", "--db", notdb, "--to", tmp], 2, "err", "notdb.db")
+    case(["export", "99", "--db", simdb, "--to", tmp], 2, "err", "there is no run 99")
+    case(["export", "1", "--db", simdb, "--to", os.path.join(tmp, "exported")], 0, "out",
+         "stored checksums match")
     # the sim engine's knobs, misset: a warning naming the value and the default taken
     case(["run", sim_yaml, "--db", simdb], 0, "err",
          "DSIM_SIM_STACK_KIB is '1': not a number of KiB in 16..65536; using 256",
@@ -433,8 +445,13 @@ try:
          env=dict(launcher, OMPI_COMM_WORLD_RANK="2"))
     case(["worker", QUICK, "--print-tf-config"], 2, "err",
          "placed the tasks on more than one node", env=dict(launcher, OMPI_COMM_WORLD_LOCAL_SIZE="1"))
-    case(["worker", QUICK, "--print-tf-config"], 2, "err", "so start 2 task(s): mpirun -np 2",
+    # the launch line of the launcher in use first
+    case(["worker", QUICK, "--print-tf-config"], 2, "err", "so start 2 task(s): srun -n 2",
+         "(mpirun -np 2 ...",
          env={"TF_CONFIG": "", "SLURM_PROCID": "0", "SLURM_NTASKS": "3", "SLURM_NNODES": "1"})
+    case(["worker", QUICK, "--print-tf-config"], 2, "err", "so start 2 task(s): mpirun -np 2",
+         "(srun -n 2 ...", env=dict(launcher, OMPI_COMM_WORLD_SIZE="3",
+                                    OMPI_COMM_WORLD_LOCAL_SIZE="3"))
     case(["worker", QUICK, "--print-tf-config", "--reshape"], 2, "err", "cannot be split evenly",
          env={"TF_CONFIG": "", "SLURM_PROCID": "0", "SLURM_NTASKS": "3", "SLURM_NNODES": "1"})
     case(["worker", QUICK, "--print-tf-config", "--reshape"], 0, "err", "ANOTHER JOB",

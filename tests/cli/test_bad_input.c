@@ -6,7 +6,10 @@
  *   - a plugin whose ops table names another strategy than the scenario's
  *     strategy.name is refused naming both;
  *   - `dsim run --no-plugins` refuses a scenario that names a plugin before
- *     anything is loaded or stored, and runs one that names none.
+ *     anything is loaded or stored, and runs one that names none;
+ *   - data.source files (.npy, CSV) that are malformed are refused by
+ *     validate and run alike, naming the scenario's line, the file and what
+ *     is wrong; paths are relative to the scenario file.
  *
  * $DSIM_EXE is the dsim executable, $DSIM_CUSTOM_PLUGIN the example plugin
  * (its table names the strategy custom_mirrored). */
@@ -262,6 +265,108 @@ static void test_no_plugins(void **state)
     bi_has(bi_out, "runs its code");
 }
 
+/* ---- data from files ---- */
+
+/* A .npy file: the dict, then `bytes` of data (NULL: a pattern). */
+static void bi_npy(const char *name, const char *dict, const void *data, size_t bytes)
+{
+    size_t dl = strlen(dict), total = (10 + dl + 1 + 63) / 64 * 64, hlen = total - 10;
+    unsigned char *b = calloc(total + bytes + 1, 1);
+    assert_non_null(b);
+    memcpy(b, "\x93NUMPY\x01\x00", 8);
+    b[8] = (unsigned char)hlen;
+    b[9] = (unsigned char)(hlen >> 8);
+    memcpy(b + 10, dict, dl);
+    memset(b + 10 + dl, ' ', hlen - dl - 1);
+    b[total - 1] = '\n';
+    memcpy(b + total, data, bytes);
+    FILE *f = fopen(bi_path(7, name), "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, total + bytes, f), total + bytes);
+    assert_int_equal(fclose(f), 0);
+    free(b);
+}
+
+static void test_data_files(void **state)
+{
+    (void)state;
+    mkdir(bi_path(0, "data"), 0755);
+    mkdir(bi_path(0, "sc"), 0755);
+    float x[64 * 4];
+    int64_t y[64];
+    for (int e = 0; e < 64; e++) {
+        for (int i = 0; i < 4; i++)
+            x[e * 4 + i] = (float)((e * 7 + i * 3) % 11) / 5.0f - 1.0f;
+        y[e] = (x[e * 4] + x[e * 4 + 1] > 0) ? 1 : 0;
+    }
+    bi_npy("data/x.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (64, 4), }", x,
+           sizeof x);
+    bi_npy("data/y.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (64,), }", y, sizeof y);
+    bi_npy("data/short.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (64, 4), }", x,
+           sizeof x - 8);
+    bi_npy("data/y63.npy", "{'descr': '<i8', 'fortran_order': False, 'shape': (63,), }", y,
+           sizeof y - 8);
+    bi_write(1, "data/bad.csv", "a,b,label\n1,2,0\n3,oops,1\n");
+    static const char head[] = "name: files\nstrategy: {name: mirrored}\ncluster: {hosts: 1, "
+                               "devices_per_host: 2}\nexpect: {gradient_consistency: {}, "
+                               "shard_coverage: {}}\n";
+    char text[1024];
+    snprintf(text, sizeof text,
+             "%sdata: {source: {x: ../data/x.npy, y: ../data/y.npy}, files: 2, "
+             "global_batch: 16}\n",
+             head);
+    const char *good = bi_write(2, "sc/good.yaml", text);
+    /* relative to the scenario's folder, not the working one */
+    assert_int_equal(bi_run("validate", good, NULL), 0);
+    bi_has(bi_out, "good.yaml: ok");
+    const char *db = bi_path(3, "files.db");
+    assert_int_equal(bi_run("run", good, "--db", db, NULL), 0);
+    bi_has(bi_out, "files: passed");
+
+    static const struct {
+        const char *source, *needle;
+    } bad[] = {
+        {"{x: ../data/short.npy, y: ../data/y.npy}",
+         "short.npy: truncated .npy file: shape (64, 4) of float32 needs 1024 bytes"},
+        {"{x: ../data/x.npy, y: ../data/y63.npy}", "y63.npy: 63 labels, but"},
+        {"{x: ../data/x.npy, y: ../data/nothere.npy}", "nothere.npy: no such file"},
+        {"{x: ../data/y.npy, y: ../data/y.npy}", "features must be a 2-D array"},
+        {"{csv: ../data/bad.csv, label_column: label}",
+         "bad.csv:3: column 'b' (column 2) holds 'oops', not a number"},
+        {"{csv: ../data/bad.csv}", "data.source.label_column is missing"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "%sdata: {source: %s, global_batch: 16}\n", head,
+                 bad[i].source);
+        const char *scen = bi_write(4, "sc/bad.yaml", text);
+        char where[600];
+        snprintf(where, sizeof where, "%s:5:", scen);
+        assert_int_equal(bi_run("validate", scen, NULL), 2);
+        bi_has(bi_out, where);
+        bi_has(bi_out, bad[i].needle);
+        const char *bdb = bi_path(5, "bad.db");
+        assert_int_equal(bi_run("run", scen, "--db", bdb, NULL), 2);
+        bi_has(bi_err, where);
+        bi_has(bi_err, bad[i].needle);
+        assert_int_not_equal(access(bdb, F_OK), 0);
+    }
+    /* what the section says is checked against the files */
+    snprintf(text, sizeof text,
+             "%sdata: {source: {x: ../data/x.npy, y: ../data/y.npy}, examples: 100, "
+             "global_batch: 16}\n",
+             head);
+    assert_int_equal(bi_run("validate", bi_write(4, "sc/bad.yaml", text), NULL), 2);
+    bi_has(bi_out, "data.examples: 100, but the files hold 64 examples");
+    snprintf(text, sizeof text,
+             "%sdata: {source: {x: ../data/x.npy, y: ../data/y.npy}, noise: 0.1}\n", head);
+    assert_int_equal(bi_run("validate", bi_write(4, "sc/bad.yaml", text), NULL), 2);
+    bi_has(bi_out, "data.noise: noise draws synthetic labels");
+    snprintf(text, sizeof text,
+             "%sdata: {source: {x: ../data/x.npy, y: ../data/y.npy}, features: 7}\n", head);
+    assert_int_equal(bi_run("validate", bi_write(4, "sc/bad.yaml", text), NULL), 2);
+    bi_has(bi_out, "x.npy: the file has 4 features per example, but data.features says 7");
+}
+
 static int bi_setup(void **state)
 {
     (void)state;
@@ -285,10 +390,9 @@ int main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_not_a_regular_file),
-        cmocka_unit_test(test_plugin_dir),
-        cmocka_unit_test(test_plugin_name_mismatch),
-        cmocka_unit_test(test_no_plugins),
+        cmocka_unit_test(test_not_a_regular_file),   cmocka_unit_test(test_plugin_dir),
+        cmocka_unit_test(test_plugin_name_mismatch), cmocka_unit_test(test_no_plugins),
+        cmocka_unit_test(test_data_files),
     };
     return cmocka_run_group_tests(tests, bi_setup, bi_teardown);
 }

@@ -72,6 +72,7 @@ dsim_err coll_harness_open(coll_harness *h, const coll_harness_cfg *cfg)
             .algo = cfg->algo,
             .no_fingerprint = cfg->no_fingerprint || cfg->plain_rank == r + 1,
             .flight_recorder = cfg->flight_recorder,
+            .local_size = cfg->local_size,
         };
         e = dsim_comm_create(&cc, &h->comms[r]);
     }

@@ -33,6 +33,7 @@ typedef struct coll_harness_cfg {
     int no_fingerprint;  /* cfg.no_fingerprint of every communicator */
     int plain_rank;      /* > 0: rank plain_rank - 1 alone runs without fingerprints */
     int flight_recorder; /* cfg.flight_recorder of every communicator */
+    int local_size;      /* cfg.local_size (ranks per host) of every communicator */
 } coll_harness_cfg;
 
 typedef struct coll_harness {

@@ -3,7 +3,9 @@
  *     test_allreduce ALGO small|large
  *
  * every dtype x op x rank count {1,2,3,4,5,7,8,16} x element count (small:
- * 0, 1, 7, 1023; large: 2^20 + 13, which no rank count divides). Inputs come
+ * 0, 1, 7, 1023; large: 2^20 + 13, which no rank count divides). The
+ * communicators know their hosts (4 ranks: 2 x 2; 8: 2 x 4; 16: 4 x 4), so
+ * hierarchical runs its two levels there. Inputs come
  * from coll_data (exact results known); each result is checked exactly (MEAN
  * on floats within 1 ulp), every rank's result is compared bit for bit with
  * rank 0's, and out of place the send buffer must come back untouched. Half
@@ -120,7 +122,12 @@ static void test_dtype(void **state)
         ar_shared s = {.t = t, .n = ar_ranks[i]};
         pthread_mutex_init(&s.fl.mu, NULL);
         coll_harness h;
-        coll_harness_cfg cfg = {.nranks = s.n, .timeout_ns = 60LL * 1000000000LL};
+        /* Hosts for the hierarchical algorithm (and auto, which picks it
+         * over hosts): 2 x 2, 2 x 4, 4 x 4; the other counts have no
+         * uniform hosts, where it is the ring. */
+        int local = s.n == 4 ? 2 : s.n % 4 == 0 ? 4 : 0;
+        coll_harness_cfg cfg = {
+            .nranks = s.n, .timeout_ns = 60LL * 1000000000LL, .local_size = local};
         if (coll_harness_open(&h, &cfg) != DSIM_OK)
             fail_msg("opening %d ranks: %s", s.n, dsim_errmsg());
         dsim_err e = coll_harness_run(&h, ar_rank, &s);
@@ -137,7 +144,7 @@ int main(int argc, char **argv)
 {
     if (argc != 3 || dsim_algo_parse(argv[1], &ar_algo) != DSIM_OK ||
         (strcmp(argv[2], "small") && strcmp(argv[2], "large"))) {
-        fprintf(stderr, "usage: %s ring|rhd|tree|reduce_to_one|auto small|large\n", argv[0]);
+        fprintf(stderr, "usage: %s ALGO small|large (ALGO: auto or an algorithm)\n", argv[0]);
         return 2;
     }
     if (strcmp(argv[2], "small") == 0) {

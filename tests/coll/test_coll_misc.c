@@ -645,6 +645,8 @@ static const uint64_t sel_msgs[DSIM_ALGO_COUNT][4] = {
     [DSIM_ALGO_RHD] = {4, 4, 4, 4},
     [DSIM_ALGO_TREE] = {2, 1, 2, 1},
     [DSIM_ALGO_REDUCE_TO_ONE] = {3, 1, 1, 1},
+    /* no topology here (local_size 0): the levels collapse into the ring */
+    [DSIM_ALGO_HIERARCHICAL] = {6, 6, 6, 6},
 };
 
 typedef struct sel_arg {
@@ -717,6 +719,23 @@ static void test_algorithm_choice(void **state)
     assert_int_equal(dsim_allreduce_decide((size_t)64 << 20, 8), DSIM_ALGO_RHD);
     assert_int_equal(dsim_allreduce_decide((size_t)4 << 20, 7), DSIM_ALGO_RHD);
     assert_int_equal(dsim_allreduce_decide((size_t)64 << 20, 7), DSIM_ALGO_RING);
+
+    /* Over hosts: hierarchical above 64 KiB on >= 2 hosts of >= 2 ranks;
+     * otherwise what the flat decision says. */
+    assert_int_equal(dsim_allreduce_decide_hosts((64 << 10) + 4, 2, 2), DSIM_ALGO_HIERARCHICAL);
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)100 << 20, 16, 8), DSIM_ALGO_HIERARCHICAL);
+    assert_int_equal(dsim_allreduce_decide_hosts(64 << 10, 4, 4), DSIM_ALGO_TREE);
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)16 << 20, 1, 4), DSIM_ALGO_RHD);
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)64 << 20, 7, 1), DSIM_ALGO_RING);
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)16 << 20, 0, 0), DSIM_ALGO_RING);
+    /* Against rhd the two levels' ring across hosts must pay for its 2 (H-1)
+     * slow steps with the NIC bytes it saves: 512 x 8 with 4 MB yes, 8,192
+     * x 8 no; a host count that is no power of two (the flat ring) yes. */
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)4 << 20, 512, 8), DSIM_ALGO_HIERARCHICAL);
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)4 << 20, 8192, 8), DSIM_ALGO_RHD);
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)1 << 20, 512, 8), DSIM_ALGO_RHD);
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)64 << 20, 7, 2), DSIM_ALGO_HIERARCHICAL);
+    assert_int_equal(dsim_allreduce_decide_hosts((size_t)102400000, 4, 4), DSIM_ALGO_HIERARCHICAL);
 
     /* The decision never answers AUTO, for any size and rank count. */
     for (int n = 1; n <= 1024; n = n < 16 ? n + 1 : n * 2)

@@ -6,7 +6,9 @@
 #       by pkg-config only (--wrap-mode=nofallback), and its test passes;
 #   (b) the consumer builds with dsim as a subproject (subprojects/dsim, a
 #       link to this source tree, found through subprojects/dsim.wrap's
-#       [provide]) and its test passes.
+#       [provide]) and its test passes;
+#   (c2) examples/hierarchical_strategy builds by hand against the install
+#       (cc and pkg-config) and the installed dsim lists it and runs it.
 #
 #   test_install.sh SRC BUILD MESON PREFIX LIBDIR SANITIZE COVERAGE CC...
 # Exits 77 (skip) when meson or pkg-config is not there to do it.
@@ -104,6 +106,32 @@ grep -qF "$build" nf.log && { cat nf.log; fail "(c) the installed dsim searched 
 grep -qF "$plugdir" nf.log || { cat nf.log; fail "(c) the prefix's plugin directory was not searched"; }
 cd "$tmp" || exit 99
 echo "ok (c) the installed dsim runs without LD_LIBRARY_PATH, a plugin built with pkg-config is found in the prefix ($(($(date +%s) - start)) s)"
+
+# ---- (c2) the hierarchical example plugin out of tree ----
+# examples/hierarchical_strategy built by hand against the install, as its
+# comment says (cc + pkg-config), under a name of its own in a folder of
+# its own; the installed dsim lists it (--plugin-dir) and runs its scenario
+# with it (found next to the scenario).
+start=$(date +%s)
+mkdir "$tmp/hier" || exit 99
+# shellcheck disable=SC2046,SC2086
+$CC -std=c11 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden $san $(pkg-config --cflags dsim) \
+    "$src/examples/hierarchical_strategy/hierarchical_strategy.c" -o "$tmp/hier/libhier_oot.so" \
+    $(pkg-config --libs dsim) >"$tmp/hier.log" 2>&1 ||
+    { cat "$tmp/hier.log"; fail "(c2) the hierarchical example does not build against the install"; }
+env -u LD_LIBRARY_PATH -u DSIM_PLUGIN_PATH "$dsim" list strategies --plugin-dir "$tmp/hier" \
+    >"$tmp/hier-list.log" 2>&1 || { cat "$tmp/hier-list.log"; fail "(c2) dsim list strategies"; }
+grep -q "^hierarchical_leaders .*all-reduced among the hosts' leaders" "$tmp/hier-list.log" &&
+    grep -q "(plugin $tmp/hier/libhier_oot.so)" "$tmp/hier-list.log" ||
+    { cat "$tmp/hier-list.log"; fail "(c2) the installed dsim does not list the plugin"; }
+sed -e 's/plugin: libhierarchical_strategy.so/plugin: libhier_oot.so/' \
+    "$src/scenarios/hierarchical_strategy.yaml" >"$tmp/hier/hier.yaml" || exit 99
+grep -q "plugin: libhier_oot.so" "$tmp/hier/hier.yaml" || fail "(c2) the scenario was not rewritten"
+(cd "$tmp/hier" && env -u LD_LIBRARY_PATH -u DSIM_PLUGIN_PATH "$dsim" run hier.yaml --db "$tmp/hier/h.db") \
+    >"$tmp/hier-run.log" 2>&1 || { cat "$tmp/hier-run.log"; fail "(c2) the installed dsim's run of it"; }
+grep -q "hierarchical_strategy: passed (4 of 4" "$tmp/hier-run.log" ||
+    { cat "$tmp/hier-run.log"; fail "(c2) the run with the out-of-tree plugin did not pass"; }
+echo "ok (c2) the hierarchical example built out of tree, listed and run by the installed dsim ($(($(date +%s) - start)) s)"
 
 # ---- (b) subproject ----
 start=$(date +%s)

@@ -97,12 +97,17 @@ static void test_validate_rejects_bad_specs(void **state)
 static void test_names_parse(void **state)
 {
     (void)state;
-    for (int k = 0; k < DSIM_MODEL_KIND_COUNT; k++) {
+    for (int k = 0; k < DSIM_MODEL_PLUGIN; k++) {
         dsim_model_kind out;
         assert_int_equal(dsim_model_kind_parse(dsim_model_kind_name((dsim_model_kind)k), &out),
                          DSIM_OK);
         assert_int_equal(out, k);
     }
+    /* a plugin is named by its file, not by a kind */
+    dsim_model_kind pk;
+    assert_string_equal(dsim_model_kind_name(DSIM_MODEL_PLUGIN), "plugin");
+    assert_int_equal(dsim_model_kind_parse("plugin", &pk), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "model.plugin"));
     dsim_loss l;
     assert_int_equal(dsim_loss_parse("cross_entropy", &l), DSIM_OK);
     assert_int_equal(l, DSIM_LOSS_XENT);

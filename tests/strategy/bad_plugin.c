@@ -1,6 +1,8 @@
 /* Broken plugins for the loader's error paths, one per build flag:
  *   BAD_NOSYM    exports no dsim_strategy_plugin symbol at all
  *   BAD_ABI      says it was built against another ABI version
+ *   BAD_ABI_V1   says it was built against version 1 (before sub-communicators),
+ *                as a plugin built against an older dsim does
  *   BAD_MISSING  returns a table without apply_gradients
  *   BAD_FAIL     a working all-reduce strategy whose replica 1 fails at global
  *                step 2, while the others wait for it in the all-reduce */
@@ -69,6 +71,8 @@ dsim_strategy_plugin(uint32_t *abi_version)
 {
 #if defined(BAD_ABI)
     *abi_version = DSIM_STRATEGY_ABI_VERSION + 100;
+#elif defined(BAD_ABI_V1)
+    *abi_version = 1;
 #else
     *abi_version = DSIM_STRATEGY_ABI_VERSION;
 #endif

@@ -42,7 +42,14 @@
  *   -DBROKEN_HANG       at global step 3, replica 3 waits in its own code for
  *                       a message nobody sends, until its timeout: the others
  *                       wait for it in the all-reduce (a planted hang for
- *                       `dsim trace desync`). */
+ *                       `dsim trace desync`).
+ *   -DBROKEN_SUB_MISMATCH  sums in two levels on communicators of its own
+ *                       (dsim_comm_split: the host's replicas, then each
+ *                       device's across the hosts), and replica 3 packs its
+ *                       gradient as doubles in the host's all-reduce: the
+ *                       fingerprint names the sub-communicator and the ranks
+ *                       in both numberings, and `dsim trace desync` finds it
+ *                       there. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +76,10 @@
 #elif defined(BROKEN_HANG)
 #define BROKEN_NAME    "broken_hang"
 #define BROKEN_SUMMARY "replica 3 stops in its own code at step 3 (a test fixture)"
+#elif defined(BROKEN_SUB_MISMATCH)
+#define BROKEN_NAME "broken_sub_mismatch"
+#define BROKEN_SUMMARY                                                                             \
+    "replica 3 all-reduces as doubles on its host's sub-communicator (a test fixture)"
 #elif defined(BROKEN_RESTORE)
 #define BROKEN_NAME    "broken_restore"
 #define BROKEN_SUMMARY "restores without the optimizer's slots and step (a test fixture)"
@@ -92,6 +103,8 @@
 typedef struct broken_replica {
     dsim_optim *opt;
     float *prev; /* -DBROKEN_STALE: the previous step's reduced gradient */
+    /* -DBROKEN_SUB_MISMATCH: the host's replicas; each device's across hosts */
+    dsim_comm *host, *across;
 } broken_replica;
 
 static dsim_err broken_check_shape(const dsim_strategy_shape *s)
@@ -106,6 +119,12 @@ static dsim_err broken_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *i
 {
     broken_replica *me = ctx->priv;
     dsim_err e = dsim_optim_create(ctx->optim, ctx->n_params, &me->opt);
+#if defined(BROKEN_SUB_MISMATCH)
+    if (e == DSIM_OK)
+        e = dsim_comm_split(ctx->world, ctx->worker, ctx->device, &me->host);
+    if (e == DSIM_OK)
+        e = dsim_comm_split(ctx->world, ctx->device, ctx->worker, &me->across);
+#endif
     if (e != DSIM_OK)
         return e;
     if (init)
@@ -166,6 +185,15 @@ static dsim_err broken_apply(dsim_replica_ctx *ctx, float *grad)
         /* THE BUG: the same bytes, another dtype and count. */
         e = dsim_allreduce(ctx->world, grad, grad, ctx->n_params / 2, DSIM_F64, DSIM_SUM);
     else
+#elif defined(BROKEN_SUB_MISMATCH)
+    if (ctx->replica == 3 && ctx->n_params % 2 == 0)
+        /* THE BUG: the same bytes, another dtype and count, in the host. */
+        e = dsim_allreduce(me->host, grad, grad, ctx->n_params / 2, DSIM_F64, DSIM_SUM);
+    else
+        e = dsim_allreduce(me->host, grad, grad, ctx->n_params, DSIM_F32, DSIM_SUM);
+    if (e == DSIM_OK)
+        e = dsim_allreduce(me->across, grad, grad, ctx->n_params, DSIM_F32, DSIM_SUM);
+    if (0) /* not the world's all-reduce below */
 #elif defined(BROKEN_TAIL)
     size_t head = ctx->n_params > BROKEN_TAIL_LEN ? ctx->n_params - BROKEN_TAIL_LEN : 0;
     e = dsim_allreduce(ctx->world, grad + head, grad + head, ctx->n_params - head, DSIM_F32,
@@ -238,6 +266,8 @@ static void broken_fini(dsim_replica_ctx *ctx)
     broken_replica *me = ctx->priv;
     dsim_optim_destroy(me->opt);
     free(me->prev);
+    dsim_comm_free(me->host);
+    dsim_comm_free(me->across);
 }
 
 static const struct dsim_strategy_ops broken_ops = {

@@ -155,6 +155,20 @@ static void test_plugin_errors(void **state)
     printf("# %s\n", dsim_errmsg());
     assert_non_null(strstr(dsim_errmsg(), abi));
     assert_non_null(strstr(dsim_errmsg(), "ABI version"));
+    assert_non_null(strstr(dsim_errmsg(), "a newer dsim"));
+
+    /* A plugin built against version 1 (before sub-communicators): which
+     * version it has, which this is, and what to rebuild against what. */
+    const char *v1 = sc_plugin("DSIM_BAD_PLUGIN_ABI_V1");
+    if (v1) {
+        assert_int_equal(dsim_strategy_load("bad_plugin", v1), DSIM_EINVAL);
+        printf("# %s\n", dsim_errmsg());
+        assert_non_null(strstr(dsim_errmsg(), v1));
+        assert_non_null(strstr(dsim_errmsg(), "built against strategy ABI version 1 (an older"));
+        assert_non_null(strstr(dsim_errmsg(), "this libdsim speaks version 2"));
+        assert_non_null(strstr(dsim_errmsg(), "rebuild the plugin from its source"));
+        assert_false(dsim_strategy_exists("bad_plugin"));
+    }
 
     assert_int_equal(dsim_strategy_load("incomplete", incomplete), DSIM_EINVAL);
     printf("# %s\n", dsim_errmsg());

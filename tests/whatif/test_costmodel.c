@@ -104,6 +104,54 @@ static void test_nic_sharing(void **state)
     assert_close(got, want, "reduce_to_one, 2 hosts x 2 devices");
 }
 
+/* The hierarchical all-reduce on H hosts x L devices: (L-1) reduce-scatter
+ * steps on the intra-host link with blocks of n/L, (H-1) reduce-scatter and
+ * (H-1) all-gather steps across hosts with blocks of n/(LH), all L devices
+ * of a host through its NIC at once, then (L-1) all-gather steps in the
+ * host. That is the closed form decide.c weighs:
+ *   2 (L-1) alpha_a + 2 (L-1)/L n / B_a + 2 (H-1) alpha_e + 2 (H-1)/H n / B_e
+ * plus the reductions; and less than the ring and rhd on these links. */
+static void test_hierarchical(void **state)
+{
+    (void)state;
+    dsim_link_model nvl = {"i", "intra", 3e-6, 150e9, "test"};
+    dsim_link_model eth = {"e", "inter", 20e-6, 1.175e9, "test"};
+    dsim_device_model d = {"d", "dev", 15.7e12, 0.3, 900e9, "test"};
+    static const int shapes[][2] = {{4, 4}, {3, 2}, {16, 8}, {2, 5}};
+    double n = 4.0 * 240 * 4096, g = 3.0 / 900e9;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int H = shapes[k][0], L = shapes[k][1];
+        dsim_topology t = {
+            .hosts = H, .devices_per_host = L, .intra = nvl, .inter = eth, .device = d};
+        double got = 0, ring = 0, rhd = 0;
+        int steps = 0;
+        assert_int_equal(
+            dsim_cost_allreduce(&t, DSIM_ALGO_HIERARCHICAL, (size_t)n, 4, &got, &steps), DSIM_OK);
+        double bi = n / L, be = n / (L * H);
+        double want = (L - 1) * (3e-6 + bi / 150e9 + bi * g)          /* reduce-scatter in host */
+                      + (H - 1) * (20e-6 + L * be / 1.175e9 + be * g) /* across hosts */
+                      + (H - 1) * (20e-6 + L * be / 1.175e9)          /* all-gather across */
+                      + (L - 1) * (3e-6 + bi / 150e9);                /* all-gather in host */
+        char what[64];
+        snprintf(what, sizeof what, "hierarchical, %d hosts x %d devices", H, L);
+        assert_close(got, want, what);
+        assert_int_equal(steps, 2 * (L - 1) + 2 * (H - 1));
+        assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_RING, (size_t)n, 4, &ring, NULL),
+                         DSIM_OK);
+        assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_RHD, (size_t)n, 4, &rhd, NULL), DSIM_OK);
+        if (!(got < ring && got < rhd))
+            fail_msg("%s: %.6g s, ring %.6g s, rhd %.6g s", what, got, ring, rhd);
+    }
+    /* a device per host, or one host: the ring's schedule */
+    dsim_topology one = {
+        .hosts = 1, .devices_per_host = 6, .intra = nvl, .inter = eth, .device = d};
+    double a = 0, b = 0;
+    assert_int_equal(dsim_cost_allreduce(&one, DSIM_ALGO_HIERARCHICAL, (size_t)n, 4, &a, NULL),
+                     DSIM_OK);
+    assert_int_equal(dsim_cost_allreduce(&one, DSIM_ALGO_RING, (size_t)n, 4, &b, NULL), DSIM_OK);
+    assert_close(a, b, "hierarchical on one host");
+}
+
 static void test_presets_and_parsing(void **state)
 {
     (void)state;
@@ -192,6 +240,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_formulas),
         cmocka_unit_test(test_nic_sharing),
+        cmocka_unit_test(test_hierarchical),
         cmocka_unit_test(test_presets_and_parsing),
         cmocka_unit_test(test_every_algorithm_has_a_cost),
     };

@@ -60,11 +60,12 @@ typedef enum dsim_algo {
     DSIM_ALGO_RHD,           /* Rabenseifner recursive halving/doubling */
     DSIM_ALGO_TREE,          /* binomial reduce + binomial broadcast */
     DSIM_ALGO_REDUCE_TO_ONE, /* TF's ReductionToOneDevice: gather to rank 0, broadcast */
+    DSIM_ALGO_HIERARCHICAL,  /* reduce-scatter in a host, all-reduce across hosts, all-gather */
     DSIM_ALGO_COUNT
 } dsim_algo;
 
-/* "auto", "ring", "rhd", "tree", "reduce_to_one"; "unknown" when a is not a
- * dsim_algo. */
+/* "auto", "ring", "rhd", "tree", "reduce_to_one", "hierarchical"; "unknown"
+ * when a is not a dsim_algo. */
 DSIM_API const char *dsim_algo_name(dsim_algo a);
 DSIM_API dsim_err dsim_algo_parse(const char *s, dsim_algo *out);
 /* One line on what algorithm a does ("" when a is not a dsim_algo). */
@@ -77,8 +78,13 @@ DSIM_API const char *dsim_algo_list(char *buf, size_t cap, int with_auto, const 
                                     const char *last);
 
 /* The decision function: which algorithm AUTO uses for an allreduce of
- * `bytes` bytes over `nranks` ranks. */
+ * `bytes` bytes over `nranks` ranks whose hosts are not known. */
 DSIM_API dsim_algo dsim_allreduce_decide(size_t bytes, int nranks);
+/* The same over `hosts` hosts of `local` ranks each (nranks = hosts *
+ * local); hosts or local 0: not known (as dsim_allreduce_decide). What AUTO
+ * runs on a communicator whose topology is known (dsim_comm_cfg.local_size):
+ * see src/coll/decide.c for when that is the hierarchical algorithm. */
+DSIM_API dsim_algo dsim_allreduce_decide_hosts(size_t bytes, int hosts, int local);
 
 typedef struct dsim_comm dsim_comm;
 
@@ -111,9 +117,18 @@ typedef struct dsim_comm_cfg {
      * range that is never read or written (it may be mapped PROT_NONE).
      * Every rank must agree. 0: real payloads. */
     int virtual_payload;
+    /* Ranks per host: rank r is on host r / local_size (the driver's hosts
+     * x devices_per_host: local_size = devices_per_host). 0: not known.
+     * The hierarchical algorithm and the decision function read it;
+     * sub-communicators inherit it (by their ranks' endpoints). */
+    int local_size;
 } dsim_comm_cfg;
 
 DSIM_API dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out);
+/* Destroys a communicator made by dsim_comm_create (a sub-communicator:
+ * the same as dsim_comm_free). Free its sub-communicators first, or after:
+ * either order is safe, and the flight records of the ones freed before go
+ * with it. */
 DSIM_API void dsim_comm_destroy(dsim_comm *c);
 DSIM_API int dsim_comm_rank(const dsim_comm *c);
 DSIM_API int dsim_comm_size(const dsim_comm *c);
@@ -152,6 +167,97 @@ DSIM_API dsim_err dsim_reduce_scatter(dsim_comm *c, const void *sendbuf, void *r
                                       size_t recvcount, dsim_dtype t, dsim_op op);
 DSIM_API dsim_err dsim_barrier(dsim_comm *c);
 
+/* ---- sub-communicators (MPI_Comm_split, MPI_Comm_create_group) ----
+ *
+ * A sub-communicator is a subset of a communicator's ranks, renumbered
+ * 0 .. n-1, over the same endpoints with a communicator id of its own: its
+ * traffic goes through the same transport, fault layer, health check and
+ * network model as the parent's, and every collective, algorithm, timeout,
+ * abort, fingerprint and flight record works on it exactly as on the
+ * parent. Its rank r is endpoint (world) rank dsim_comm_world_rank(c, r);
+ * messages name a sub-communicator's ranks in both numberings ("rank 1
+ * (world rank 5)"), and dsim_comm_error(c)->peer is the failed rank's world
+ * rank. A collective's deadline, algorithm, fingerprints (on or off),
+ * flight recorder size, virtual payloads (timing only) and topology
+ * (local_size) are the parent's; dsim_comm_set_timeout and
+ * dsim_comm_set_algo change them on the sub-communicator alone.
+ *
+ * Ids are derived, never chosen, so that every member computes the same one
+ * without a message and a replay under the sim engine makes the same ones:
+ * a split's from (the parent's id, the split's call number on the parent,
+ * the color), a group's from (the parent's id, its members' world ranks in
+ * order, how many times this rank made that group from that parent
+ * before). Derived ids have the top bit set; ids a program chooses for
+ * dsim_comm_create or its own messages stay below 2^31, so the two never
+ * meet. A rank's communicators belong to its thread (nothing here is
+ * locked). */
+#define DSIM_COMM_UNDEFINED (-1)
+
+typedef enum dsim_comm_origin {
+    DSIM_COMM_ORIGIN_CREATE = 0, /* dsim_comm_create */
+    DSIM_COMM_ORIGIN_SPLIT,      /* dsim_comm_split */
+    DSIM_COMM_ORIGIN_GROUP,      /* dsim_comm_create_group */
+} dsim_comm_origin;
+
+/* MPI_Comm_split. Collective over parent: every rank of parent calls it,
+ * in the same order relative to parent's other collectives (it is one of
+ * them: it exchanges every rank's color and key, fingerprinted as
+ * "comm_split"). The ranks that pass the same color >= 0 form one new
+ * communicator, ordered by key, then by rank in parent; a rank that passes
+ * a negative color (DSIM_COMM_UNDEFINED) takes part and gets *out = NULL.
+ * On failure (a timeout, a lost peer, a desync) *out is NULL on every rank
+ * that failed. Costs one allgather of 8 bytes per rank. */
+DSIM_API dsim_err dsim_comm_split(dsim_comm *parent, int color, int key, dsim_comm **out);
+/* MPI_Comm_create_group: a communicator of parent's ranks ranks[0 .. n-1]
+ * (in that order: ranks[i] becomes rank i). Collective over the members
+ * only, as MPI_Comm_create_group (not over the whole parent, as
+ * MPI_Comm_create): only ranks in the list call it, and the other ranks of
+ * parent go on undisturbed. It sends nothing: every member must pass the
+ * same list in the same order, and members that make several groups from
+ * one parent make them in the same order (a member whose list differs gets
+ * a communicator of another id, and the others' first collective on theirs
+ * times out naming it). DSIM_EINVAL for a rank out of range, a rank listed
+ * twice, or a caller not in the list. */
+DSIM_API dsim_err dsim_comm_create_group(dsim_comm *parent, int n, const int *ranks,
+                                         dsim_comm **out);
+/* Frees a sub-communicator (a communicator made by dsim_comm_create: as
+ * dsim_comm_destroy). Local: no message. Its flight records stay with the
+ * communicator it descends from (the last 16 freed ones), for
+ * dsim_comm_flight_dump_subs. NULL is ignored. */
+DSIM_API void dsim_comm_free(dsim_comm *c);
+/* The communicator's id (0 for NULL). */
+DSIM_API uint32_t dsim_comm_id(const dsim_comm *c);
+/* 1 when c carries virtual payloads (dsim_comm_cfg.virtual_payload: timing
+ * only; its sub-communicators inherit it), else 0. A strategy run timing
+ * only sees it on ctx->world: its buffers' values mean nothing, and it may
+ * skip its own arithmetic as long as it makes the same collective calls. */
+DSIM_API int dsim_comm_virtual(const dsim_comm *c);
+/* The endpoint (world) rank of rank r of c; -1 when r is not a rank of c. */
+DSIM_API int dsim_comm_world_rank(const dsim_comm *c, int r);
+/* The host of rank r of c, by the topology (local_size); -1 when unknown or
+ * r is not a rank of c. */
+DSIM_API int dsim_comm_host(const dsim_comm *c, int r);
+/* How c was made (a dsim_comm_origin), its parent's id (0 for
+ * DSIM_COMM_ORIGIN_CREATE) and its split's color (-1 otherwise); any
+ * pointer may be NULL. */
+DSIM_API dsim_comm_origin dsim_comm_origin_of(const dsim_comm *c, uint32_t *parent_id, int *color);
+/* "communicator 1 (4 ranks)", "sub-communicator 2913746501 (split of 1,
+ * color 0; 4 ranks)", "sub-communicator 3174620194 (group of 1; 2 ranks)";
+ * returns buf. */
+DSIM_API const char *dsim_comm_describe(const dsim_comm *c, char *buf, size_t cap);
+
+/* The exchange a rank made, as a label for reports: begin on a
+ * communicator made by dsim_comm_create, run the code to describe (a
+ * strategy's apply_gradients), end. Every collective on c and on every
+ * sub-communicator descended from it, on this rank, in between, is noted,
+ * and end writes what was called, merged in the order first made: "ring"
+ * when that was one allreduce on c itself (the algorithm's name), else
+ * e.g. "reduce on sub-communicator 2913746501 (4 ranks) + allreduce(ring)
+ * on sub-communicator 811942093 (2 ranks) + broadcast on sub-communicator
+ * 2913746501 (4 ranks)"; "" when nothing was called. Returns buf. */
+DSIM_API void dsim_comm_exchange_begin(dsim_comm *c);
+DSIM_API const char *dsim_comm_exchange_end(dsim_comm *c, char *buf, size_t cap);
+
 /* ---- fingerprints ---- */
 
 typedef enum dsim_coll_kind {
@@ -162,11 +268,12 @@ typedef enum dsim_coll_kind {
     DSIM_COLL_ALLGATHER,
     DSIM_COLL_REDUCE_SCATTER,
     DSIM_COLL_BARRIER,
+    DSIM_COLL_SPLIT, /* dsim_comm_split's exchange of colors and keys */
     DSIM_COLL_KIND_COUNT
 } dsim_coll_kind;
 
 /* "allreduce", "reduce", "broadcast", "allgather", "reduce_scatter",
- * "barrier" ("none", "unknown"). */
+ * "barrier", "comm_split" ("none", "unknown"). */
 DSIM_API const char *dsim_coll_kind_name(dsim_coll_kind k);
 
 #define DSIM_COLL_FP_MAGIC 0x50464344u /* "DCFP" */
@@ -236,12 +343,28 @@ typedef struct dsim_fr_dump {
     uint64_t calls;         /* calls made on the communicator */
     size_t n;               /* entries kept, oldest first: the last n calls */
     dsim_fr_entry *entries; /* owned: dsim_fr_dump_free */
+    /* Which communicator: this rank's world (endpoint) rank, how it was
+     * made (dsim_comm_origin), the parent's id (0 for one made by
+     * dsim_comm_create), the split's color (-1 otherwise), and every rank's
+     * world rank (size entries, owned; NULL: rank r is world rank r). */
+    int world_rank;
+    int origin;
+    uint32_t parent_id;
+    int color;
+    int *world_ranks;
 } dsim_fr_dump;
 
 /* Copies c's recorder into out (allocating). Call it when c's rank is not
  * inside a collective (after its thread returned), or accept that the last
  * entry may be torn. */
 DSIM_API dsim_err dsim_comm_flight_dump(const dsim_comm *c, dsim_fr_dump *out);
+/* The recorders of the sub-communicators descended from c (a communicator
+ * made by dsim_comm_create) on this rank that made at least one call: the
+ * last 16 freed, in the order freed, then the live ones, in the order
+ * made.
+ * *out (*n entries) is allocated (NULL when *n is 0); free each with
+ * dsim_fr_dump_free, then free(*out). */
+DSIM_API dsim_err dsim_comm_flight_dump_subs(const dsim_comm *c, dsim_fr_dump **out, size_t *n);
 DSIM_API void dsim_fr_dump_free(dsim_fr_dump *d);
 
 #ifdef __cplusplus

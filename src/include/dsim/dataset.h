@@ -83,6 +83,10 @@ typedef struct dsim_dataset {
     uint64_t *file_start;
     dsim_model_spec teacher;
     float *teacher_params; /* the model that made the targets (before noise) */
+    /* A dataset read from files (dsim_dataset_load): how its arrays are
+     * held (mapped or converted); NULL for a synthetic one (teacher and
+     * teacher_params are then zero and NULL instead). */
+    struct dsim_dataset_files *files;
 } dsim_dataset;
 
 /* A record file read back from disk. */
@@ -96,6 +100,58 @@ typedef struct dsim_record_file {
     float *x;      /* count x in_dim */
     float *y;      /* count x y_dim */
 } dsim_record_file;
+
+/* A dataset read from files instead of drawn (dsim_dataset_load): NumPy
+ * .npy arrays (dsim/npy.h) or a CSV file.
+ *
+ * .npy: x is 2-D, examples x features, float32 or float64; y has one entry
+ * per example: 1-D (class indices, or one regression target), or 2-D
+ * (examples x outputs, regression). The task is the one asked for, else
+ * classification for integer labels and regression for float ones.
+ * Classification labels are whole numbers in [0, classes): classes is the
+ * one asked for (every label must be below it), else the largest label +
+ * 1 (at least 2). float32 little-endian C-order arrays are mapped read-only
+ * (mmap) and used in place, however many replicas read them; float64,
+ * big-endian, Fortran-order or integer arrays are converted once into
+ * float32 (float64 rounded to nearest; a value beyond float32's range is
+ * refused), as are classification labels that are not float32 already.
+ * Every feature and regression target must be finite (a NaN or Inf is
+ * refused naming the example and the feature).
+ *
+ * CSV: a header row of column names, then one row per example of numbers
+ * (surrounding spaces and double quotes are stripped, blank lines and a
+ * '\r' before the newline are ignored). label_columns name the label
+ * column(s); every other column is a feature, in file order. The task is
+ * the one asked for, else classification when there is one label column
+ * and every label is a whole number >= 0, else regression. A cell that is
+ * empty or not a number is refused with its line and column.
+ *
+ * Examples keep the files' order: example e is row e. The record files
+ * (n_files) split them as dsim_dataset_make does. Every error names the
+ * file and what is wrong (DSIM_ENOENT: missing; DSIM_EIO: unreadable;
+ * DSIM_EPROTO: malformed; DSIM_EINVAL: it does not fit the source's
+ * task, classes or features). */
+typedef struct dsim_data_source {
+    const char *x;   /* .npy features, with y */
+    const char *y;   /* .npy labels */
+    const char *csv; /* or a CSV file, with label_columns */
+    const char *const *label_columns;
+    size_t n_label_columns;
+    int task;        /* a dsim_data_kind, or -1: from the labels */
+    size_t classes;  /* classification: classes (0: from the labels); regression: outputs
+                        (0: from the labels) */
+    size_t features; /* 0: from the file; else the file must have this many */
+    size_t n_files;  /* record files, 1..DSIM_DATASET_MAX_FILES */
+} dsim_data_source;
+
+DSIM_API dsim_err dsim_dataset_load(const dsim_data_source *src, dsim_dataset **out);
+/* Bytes of the dataset's arrays used in place from read-only mappings of
+ * its files (0 for a synthetic dataset, or when everything was converted). */
+DSIM_API size_t dsim_dataset_mapped_bytes(const dsim_dataset *ds);
+/* One line saying where the data came from: "x.npy (1000 x 8 float32,
+ * mapped), y.npy (1000 int64 labels, 10 classes, converted)"; "synthetic"
+ * for a drawn one. */
+DSIM_API const char *dsim_dataset_origin(const dsim_dataset *ds);
 
 /* "regression", "classification". */
 DSIM_API const char *dsim_data_kind_name(dsim_data_kind t);

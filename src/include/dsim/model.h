@@ -58,6 +58,7 @@ typedef enum dsim_model_kind {
     DSIM_MODEL_LINEAR = 0, /* y = W x + b, MSE */
     DSIM_MODEL_SOFTMAX,    /* logits = W x + b, cross-entropy */
     DSIM_MODEL_MLP,        /* 1 or 2 ReLU hidden layers, then a linear output layer */
+    DSIM_MODEL_PLUGIN,     /* a user's own model: spec.plugin (dsim/spi/model.h) */
     DSIM_MODEL_KIND_COUNT
 } dsim_model_kind;
 
@@ -81,6 +82,10 @@ typedef struct dsim_model_spec {
     size_t out_dim;                       /* outputs (MSE, >= 1) or classes (cross-entropy, >= 2) */
     size_t n_hidden;                      /* mlp: 1 or 2; linear and softmax: 0 */
     size_t hidden[DSIM_MODEL_MAX_HIDDEN]; /* widths of the hidden layers, >= 1 */
+    /* kind DSIM_MODEL_PLUGIN: the model's ops table (dsim_model_load,
+     * dsim/spi/model.h); loss must then be AUTO or the table's loss, and
+     * n_hidden 0. NULL for the built-in kinds. */
+    const struct dsim_model_ops *plugin;
 } dsim_model_spec;
 
 typedef struct dsim_model_layer {
@@ -94,7 +99,8 @@ typedef struct dsim_model_layout {
     dsim_model_layer layer[DSIM_MODEL_MAX_HIDDEN + 1];
 } dsim_model_layout;
 
-/* "linear", "softmax", "mlp"; "mse", "xent" ("auto" for AUTO). */
+/* "linear", "softmax", "mlp", "plugin"; "mse", "xent" ("auto" for AUTO).
+ * dsim_model_kind_parse accepts the three built-in kinds. */
 DSIM_API const char *dsim_model_kind_name(dsim_model_kind k);
 DSIM_API dsim_err dsim_model_kind_parse(const char *s, dsim_model_kind *out);
 DSIM_API const char *dsim_loss_name(dsim_loss l);

@@ -87,6 +87,23 @@ DSIM_API int dsim_strategy_list(char *buf, size_t cap);
 /* The summary line of a registered strategy, or NULL. */
 DSIM_API const char *dsim_strategy_summary(const char *name);
 
+/* What a strategy plugin's shared object holds, read without registering
+ * it (`dsim list strategies` lists the plugins of its directories so). */
+typedef struct dsim_strategy_plugin_info {
+    char name[32];        /* its table's .name ("" when its table is unusable) */
+    char summary[256];    /* its table's .summary ("" when none) */
+    unsigned abi_version; /* the DSIM_STRATEGY_ABI_VERSION it was built with */
+    int usable;           /* 1: dsim_strategy_load would accept it */
+    char why[512];        /* why not, when not (the message the loader gives) */
+} dsim_strategy_plugin_info;
+
+/* Opens the shared object at path, reads its plugin function's ABI version
+ * and, when that is this library's, its table; then closes it. DSIM_OK when
+ * it is a strategy plugin (usable or not: out says), DSIM_ENOENT when it
+ * cannot be loaded, DSIM_EINVAL when it is no strategy plugin. It runs the
+ * object's code (constructors, the plugin function) as loading does. */
+DSIM_API dsim_err dsim_strategy_plugin_probe(const char *path, dsim_strategy_plugin_info *out);
+
 /* ---- training ---- */
 
 /* The largest job dsim_train runs on one host: hosts x devices_per_host
@@ -476,11 +493,23 @@ typedef struct dsim_train_result {
                               from the checkpoint, with restore */
     uint64_t preempted_at; /* global steps done when it stopped: the checkpoint's */
 
-    /* The flight recorder of every replica's world communicator
-     * (dsim/comm.h) as the job ended: [n_flight], by replica; NULL when the
-     * job never formed. What a harness writes out after a failure. */
+    /* The flight recorders as the job ended (dsim/comm.h): [n_flight], the
+     * first num_replicas those of every replica's world communicator, by
+     * replica, then those of the sub-communicators the strategy made from
+     * it (dsim_comm_flight_dump_subs: each replica's in turn, each naming
+     * its communicator and its ranks' world ranks); NULL when the job never
+     * formed. What a harness writes out after a failure. */
     dsim_fr_dump *flight;
     int n_flight;
+
+    /* The exchange the strategy actually made: what replica 0's
+     * apply_gradients called in the first step it ran, as
+     * dsim_comm_exchange_end writes it ("ring" for one all-reduce on the
+     * world communicator; "reduce on sub-communicator 2913746501 (4 ranks)
+     * + allreduce(ring) on sub-communicator 811942093 (2 ranks) + ..." for a
+     * strategy's own scheme); "" when it called no collective (parameter
+     * servers, point-to-point messages) or failed before. */
+    char exchange[256];
 
     /* dsim_train_reference only: the optimizer's slots (whole-model layout
      * of dsim/optim.h) and step when it ended. NULL / 0 from dsim_train,
@@ -577,7 +606,16 @@ DSIM_API void dsim_train_result_free(dsim_train_result *res);
 
 /* ---- comparing parameters ---- */
 
-/* FNV-1a 64 of the bytes of n floats. */
+/* A 64-bit checksum of the n floats' bytes (little-endian, len = 4n): eight
+ * lanes of FNV-1a's xor-multiply over 64-bit words, then a final mix, so not
+ * FNV-1a 64 itself. Lane k starts at 0xcbf29ce484222325 + 0x9e3779b97f4a7c15
+ * * k; each whole 64-byte block's word k (little-endian u64) goes into lane k
+ * as h = (h ^ w) * 0x100000001b3. Then r = len; the bytes past the last
+ * whole block: r = (r ^ byte) * 0x100000001b3; then for k = 0..7: r =
+ * mix(r ^ mix(h[k] + k)), mix(h) = h ^= h >> 33, h *= 0xff51afd7ed558ccd,
+ * h ^= h >> 33, h *= 0xc4ceb9fe1a85ec53, h ^ (h >> 33); all mod 2^64.
+ * `dsim export` writes the same text in its manifest, and
+ * examples/compare/replay.py computes it in Python. */
 DSIM_API uint64_t dsim_params_checksum(const float *p, size_t n);
 
 typedef struct dsim_params_diff {

@@ -70,8 +70,43 @@ extern "C" {
 #endif
 
 /* Bumped whenever struct dsim_strategy_ops or the context structs below
- * change incompatibly; a plugin built against another version is refused. */
-#define DSIM_STRATEGY_ABI_VERSION 1u
+ * change incompatibly, or what the driver promises a strategy changes; a
+ * plugin built against another version is refused (dsim_strategy_load says
+ * which version it has and that it must be rebuilt against this header). */
+#define DSIM_STRATEGY_ABI_VERSION 2u
+
+/* ---- ABI version 2: sub-communicators, hierarchical all-reduce, plugins in
+ * every command ----
+ *
+ * What version 2 promises a strategy (and version 1 did not):
+ *
+ *   - ctx->world knows its hosts (dsim_comm_cfg.local_size =
+ *     shape.devices_per_host; dsim_comm_host), and a strategy may build its
+ *     own communicators from it: dsim_comm_split (collective over the
+ *     world: every replica calls it at the same point, e.g. in
+ *     replica_init or create_variables) and dsim_comm_create_group, freed
+ *     with dsim_comm_free in replica_fini (dsim/comm.h). Their traffic goes
+ *     through the job's endpoints, fault layer, health check and network
+ *     model; their collectives have the job's timeout and fingerprints; the
+ *     driver keeps their flight records with the world's
+ *     (dsim_train_result.flight) for `dsim trace desync`, and reports what
+ *     apply_gradients called on them (dsim_train_result.exchange: "reduce
+ *     on sub-communicator ... + allreduce(ring) on ...") wherever a run's
+ *     exchange is named (the report, the trace, the what-if summary).
+ *   - ctx->algo may be DSIM_ALGO_HIERARCHICAL.
+ *   - A synthetic model (timing only, under the sim engine) runs a plugin's
+ *     own schedule: replica_init, create_variables, then per step
+ *     apply_gradients and reduce, then finish and replica_fini, on a
+ *     virtual ctx->world (dsim_comm_virtual) whose sub-communicators are
+ *     virtual too; ctx->params, the initial values and the gradient are
+ *     scratch that every replica shares, their values meaningless; the
+ *     optimizer is SGD. `dsim whatif` of a scenario that names a plugin
+ *     times the plugin's exchange this way.
+ *   - Communicator ids: below 2^31 a program's own (DSIM_STRATEGY_COMM_USER
+ *     up to 0x7FFFFFFF for a strategy's messages); from 2^31 up, the ids
+ *     derived for sub-communicators (never pass those to dsim_comm_create).
+ *
+ * ---- end of ABI version 2's sub-communicator additions ---- */
 
 /* The function every strategy plugin exports. It stores the ABI version the
  * plugin was compiled with (DSIM_STRATEGY_ABI_VERSION) in *abi_version and
@@ -84,7 +119,8 @@ typedef const struct dsim_strategy_ops *dsim_strategy_plugin_fn(uint32_t *abi_ve
  * for the driver (2 and 3 carry the health check's pings and answers,
  * dsim/health.h; DSIM_STRATEGY_COMM_CONTROL the replicas' agreement on where
  * to stop after a preemption notice), and a strategy sends its own messages
- * (dsim_isend) with ids from DSIM_STRATEGY_COMM_USER up. */
+ * (dsim_isend) with ids from DSIM_STRATEGY_COMM_USER up to 0x7FFFFFFF (the
+ * ids above are its sub-communicators', see above). */
 #define DSIM_STRATEGY_COMM_WORLD   1u
 #define DSIM_STRATEGY_COMM_CONTROL 4u
 #define DSIM_STRATEGY_COMM_USER    16u

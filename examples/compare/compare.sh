@@ -1,0 +1,80 @@
+#!/bin/sh
+# Closes the loop between dsim and another framework, with NumPy standing in
+# for it: makes a dataset as .npy (and CSV) files, trains on it with dsim
+# (data.source), exports the run (dsim export) and replays the same optimizer
+# steps from the exported files alone (replay.py), which must land within
+# 1e-6 of dsim's final parameters and reproduce its parameter checksums.
+#
+#   compare.sh DSIM REPLAY_PY [ENGINE]
+#
+# Exit 77 (skipped) when no python3 with NumPy is found ($PYTHON, python3,
+# /usr/bin/python3: Debian's python3-numpy).
+set -eu
+dsim=$1
+replay=$2
+engine=${3:-threads}
+
+py=
+for c in "${PYTHON:-}" python3 /usr/bin/python3; do
+    if [ -n "$c" ] && "$c" -c 'import numpy' 2>/dev/null; then
+        py=$c
+        break
+    fi
+done
+if [ -z "$py" ]; then
+    echo "compare.sh: no python3 with NumPy (apt-get install python3-numpy): skipped"
+    exit 77
+fi
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/dsim-compare-XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+mkdir "$dir/data" "$dir/scenarios"
+
+# a classification set (float64 features, int64 labels: converted on load),
+# a regression set as CSV
+"$py" - "$dir/data" <<'PY'
+import sys
+import numpy as np
+d = sys.argv[1]
+r = np.random.default_rng(7)
+x = r.standard_normal((300, 6))
+w = r.standard_normal((6, 4))
+np.save(d + "/x.npy", x)
+np.save(d + "/y.npy", np.argmax(x @ w, axis=1).astype(np.int64))
+xr = r.standard_normal((200, 3)).astype(np.float32)
+yr = xr @ np.array([0.5, -1.0, 2.0], np.float32) + 0.25
+with open(d + "/reg.csv", "w") as f:
+    f.write("a,b,c,target\n")
+    for row, t in zip(xr, yr):
+        f.write("%r,%r,%r,%r\n" % (float(row[0]), float(row[1]), float(row[2]), float(t)))
+PY
+
+n=0
+one() { # NAME MODEL OPTIMIZER DATA
+    n=$((n + 1))
+    cat >"$dir/scenarios/$1.yaml" <<YAML
+name: $1
+seed: 11
+cluster: {hosts: 2, devices_per_host: 2}
+strategy: {name: multi_worker_mirrored}
+model: $2
+optimizer: $3
+data: $4
+expect: {gradient_consistency: {}, shard_coverage: {}}
+YAML
+    "$dsim" run "$dir/scenarios/$1.yaml" --engine "$engine" --db "$dir/runs.db" >"$dir/out" 2>&1 ||
+        { cat "$dir/out"; echo "compare.sh: dsim run $1 failed"; exit 1; }
+    "$dsim" export "$n" --db "$dir/runs.db" --to "$dir/export-$1" ||
+        { echo "compare.sh: dsim export $n ($1) failed"; exit 1; }
+    "$py" "$replay" "$dir/export-$1" --tol 1e-6 ||
+        { echo "compare.sh: $1: the NumPy replay does not match dsim's run"; exit 1; }
+}
+
+npy='{source: {x: ../data/x.npy, y: ../data/y.npy}, files: 4, global_batch: 40, epochs: 2}'
+one softmax_sgd '{kind: softmax}' '{kind: sgd, learning_rate: 0.5}' "$npy"
+one mlp_momentum '{kind: mlp, hidden: [8]}' '{kind: momentum, learning_rate: 0.1, momentum: 0.9}' "$npy"
+one mlp2_adam '{kind: mlp, hidden: [7, 5]}' '{kind: adam, learning_rate: 0.01}' \
+    '{source: {x: ../data/x.npy, y: ../data/y.npy}, global_batch: 32, shuffle: true}'
+one linear_csv '{kind: linear}' '{kind: sgd, learning_rate: 0.05}' \
+    '{source: {csv: ../data/reg.csv, label_column: target}, files: 2, global_batch: 20}'
+echo "compare.sh: $n runs exported and replayed by NumPy within 1e-6"

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Replays a run that `dsim export RUN --to DIR` wrote, with NumPy only.
+
+From DIR's files alone (manifest.json, x.npy, y.npy, initial_params.npy,
+batches.npy, batch_sizes.npy) it takes the same optimizer steps dsim took:
+each step one device takes the replicas' batches concatenated in replica
+order, sums the per-example loss gradients (in float64), multiplies by the
+loss scale (1 / global_batch) and rounds to float32, then applies the
+optimizer's update as the manifest states it, in float32. It then reports
+the largest difference from dsim's final parameters (final_params.npy) and
+checks the parameter checksums the manifest gives, computed here from the
+algorithm it documents.
+
+    python3 replay.py DIR [--tol 1e-6]
+
+Exit status: 0 the replay is within --tol of dsim's final parameters and
+every checksum matches, 1 it is not, 2 the folder cannot be read.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+M64 = (1 << 64) - 1
+PRIME = 0x100000001B3
+
+
+def mix(h):
+    h ^= h >> 33
+    h = (h * 0xFF51AFD7ED558CCD) & M64
+    h ^= h >> 33
+    h = (h * 0xC4CEB9FE1A85EC53) & M64
+    return h ^ (h >> 33)
+
+
+def checksum(params):
+    """dsim_params_checksum, as the manifest's checksum.algorithm states it."""
+    b = np.ascontiguousarray(params, dtype="<f4").tobytes()
+    blocks = len(b) // 64
+    words = np.frombuffer(b[: blocks * 64], dtype="<u8").reshape(blocks, 8)
+    lanes = [(0xCBF29CE484222325 + 0x9E3779B97F4A7C15 * k) & M64 for k in range(8)]
+    for k in range(8):
+        h = lanes[k]
+        for w in words[:, k].tolist():
+            h = ((h ^ w) * PRIME) & M64
+        lanes[k] = h
+    r = len(b)
+    for byte in b[blocks * 64 :]:
+        r = ((r ^ byte) * PRIME) & M64
+    for k in range(8):
+        r = mix(r ^ mix((lanes[k] + k) & M64))
+    return "%016x" % r
+
+
+def loss_grad(model, p, x, y):
+    """Sum over the examples of the per-example loss's gradient (float64)."""
+    layers = model["layers"]
+    acts, h = [], x.astype(np.float64)
+    for i, L in enumerate(layers):
+        W = p[L["w_offset"] : L["w_offset"] + L["out"] * L["in"]].reshape(L["out"], L["in"])
+        b = p[L["b_offset"] : L["b_offset"] + L["out"]]
+        acts.append(h)
+        h = h @ W.T + b
+        if i + 1 < len(layers):
+            h = np.maximum(h, 0.0)
+    if model["loss"] == "xent":
+        z = h - h.max(axis=1, keepdims=True)
+        sm = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+        sm[np.arange(len(y)), y.astype(np.int64)] -= 1.0
+        delta = sm
+    else:
+        delta = 2.0 * (h - y.reshape(h.shape)) / h.shape[1]
+    g = np.zeros_like(p)
+    for i in reversed(range(len(layers))):
+        L = layers[i]
+        W = p[L["w_offset"] : L["w_offset"] + L["out"] * L["in"]].reshape(L["out"], L["in"])
+        g[L["w_offset"] : L["w_offset"] + L["out"] * L["in"]] = (delta.T @ acts[i]).ravel()
+        g[L["b_offset"] : L["b_offset"] + L["out"]] = delta.sum(axis=0)
+        if i > 0:
+            delta = (delta @ W) * (acts[i] > 0)
+    return g
+
+
+class Optimizer:
+    """The update rules of the manifest's optimizer.rule, in float32."""
+
+    def __init__(self, spec, n):
+        self.s, self.t = spec, 0
+        self.accum = np.zeros(n, np.float32)
+        self.m = np.zeros(n, np.float32)
+        self.v = np.zeros(n, np.float32)
+
+    def apply(self, w, g):
+        s, f = self.s, np.float32
+        lr = f(s["learning_rate"])
+        self.t += 1
+        if s["kind"] == "sgd":
+            return (w - lr * g).astype(np.float32)
+        if s["kind"] == "momentum":
+            mo = f(s["momentum"])
+            self.accum = mo * self.accum + g
+            if s["nesterov"]:
+                return (w - (lr * g + lr * mo * self.accum)).astype(np.float32)
+            return (w - lr * self.accum).astype(np.float32)
+        b1, b2, t = s["beta1"], s["beta2"], self.t
+        alpha = f(s["learning_rate"] * np.sqrt(1 - b2**t) / (1 - b1**t))
+        self.m = self.m + (g - self.m) * f(1.0 - b1)
+        self.v = self.v + (g * g - self.v) * f(1.0 - b2)
+        return (w - self.m * alpha / (np.sqrt(self.v) + f(s["epsilon"]))).astype(np.float32)
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if len(argv) >= 2 else 2
+    d, tol = argv[1], 1e-6
+    if "--tol" in argv:
+        tol = float(argv[argv.index("--tol") + 1])
+    try:
+        man = json.load(open(os.path.join(d, "manifest.json")))
+        ld = lambda name: np.load(os.path.join(d, name), allow_pickle=False)
+        x, y = ld("x.npy"), ld("y.npy")
+        p0, want = ld("initial_params.npy"), ld("final_params.npy")
+        batches, sizes = ld("batches.npy"), ld("batch_sizes.npy")
+    except (OSError, ValueError) as e:
+        print("replay.py: %s: %s" % (d, e), file=sys.stderr)
+        return 2
+    model, bat = man["model"], man["batching"]
+    if model["kind"] == "plugin":
+        print("replay.py: %s: the run's model is plugin %s, whose layers only its own code "
+              "knows; this script replays the built-in models" % (d, model["plugin"]),
+              file=sys.stderr)
+        return 2
+    scale = np.float32(bat["loss_scale"])
+    p = p0.astype(np.float32)
+    opt = Optimizer(man["optimizer"], p.size)
+    for s in range(batches.shape[0]):
+        ids = np.concatenate([batches[s, r, : sizes[s, r]] for r in range(batches.shape[1])])
+        g = (loss_grad(model, p.astype(np.float64), x[ids], y[ids]) * float(scale)).astype(
+            np.float32
+        )
+        p = opt.apply(p, g)
+    diff = float(np.max(np.abs(p.astype(np.float64) - want))) if p.size else 0.0
+    cs = man["checksum"]
+    ok_cs = checksum(p0) == cs["initial"] and checksum(want) == cs["final"]
+    print(
+        "replayed %d steps of run %d (%s, %s, %s, %d replicas) from %s"
+        % (
+            batches.shape[0],
+            man["run"],
+            man["scenario"],
+            model["kind"],
+            man["optimizer"]["kind"],
+            man["cluster"]["replicas"],
+            d,
+        )
+    )
+    print("largest difference from dsim's final parameters: %.3g (allowed %.3g)" % (diff, tol))
+    print(
+        "checksums (initial %s, final %s) computed here from the documented algorithm: %s"
+        % (cs["initial"], cs["final"], "match" if ok_cs else "DIFFER")
+    )
+    return 0 if diff <= tol and ok_cs else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
