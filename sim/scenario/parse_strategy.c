@@ -272,9 +272,9 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
         char *resolved = scen_plugin_resolve(c->path, plugin, searched, sizeof searched, &how);
         if (!resolved) {
             dsim_err fe = scen_fail(c, pv,
-                                    "strategy.plugin: '%s' not found (looked in: %s); build the "
-                                    "plugin, fix the path (relative to the scenario file), or "
-                                    "add its directory to DSIM_PLUGIN_PATH / --plugin-dir",
+                                    "strategy.plugin: '%s' not found; build the plugin, fix the "
+                                    "path (relative to the scenario file), or add its directory "
+                                    "to DSIM_PLUGIN_PATH / --plugin-dir (looked in: %s)",
                                     plugin, searched);
             free(plugin);
             return fe;

@@ -324,9 +324,9 @@ static dsim_err scen_model_plugin(const scen_ctx *c, scen_state *st)
     char *found = scen_plugin_resolve(c->path, file, searched, sizeof searched, &how);
     if (!found) {
         dsim_err e = scen_fail(c, m->val[M_PLUGIN],
-                               "model.plugin: '%s' not found (looked in: %s); build the plugin, "
-                               "fix the path (relative to the scenario file), or add its "
-                               "directory to DSIM_PLUGIN_PATH / --plugin-dir",
+                               "model.plugin: '%s' not found; build the plugin, fix the path "
+                               "(relative to the scenario file), or add its directory to "
+                               "DSIM_PLUGIN_PATH / --plugin-dir (looked in: %s)",
                                file, searched);
         free(file);
         return e;
