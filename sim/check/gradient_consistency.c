@@ -473,6 +473,19 @@ static void gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref
                            g, kf, n, why ? ": " : "", why ? why : "");
             return;
         }
+        uint64_t pad = 0;
+        for (int i = 0; r->padded && i < r->num_replicas; i++)
+            pad += r->padded[k * (uint64_t)r->num_replicas + (uint64_t)i];
+        if (pad) {
+            dsim_check_msg(d, cap,
+                           "at global step %" PRIu64 " the run padded %" PRIu64 " rows to "
+                           "static batches and its update differs from the reference's on "
+                           "the real examples: the padding is not masked out of the loss and "
+                           "the gradient (its weight must be 0, as TF's padded examples' "
+                           "sample weights are)",
+                           g, pad);
+            return;
+        }
         if (gc_ranges(&run, rp, k, kr, n, d, cap))
             return;
         if (n > 1 && fabs(kf - (double)(n - 1) / n) < 0.15 / n)

@@ -98,21 +98,35 @@ static void sc_readers(const int *who, size_t nw, int devices, char *msg, size_t
     }
 }
 
+/* 1 when who[0..nw) (sorted) is every replica of one worker, once each:
+ * the read pattern of a host whose cores are all fed its whole pipeline. */
+static int sc_once_per_device(const int *who, size_t nw, int devices)
+{
+    if (devices < 2 || nw != (size_t)devices || who[0] % devices != 0)
+        return 0;
+    for (size_t k = 1; k < nw; k++)
+        if (who[k] != who[0] + (int)k)
+            return 0;
+    return 1;
+}
+
 /* The duplicated examples of an epoch with the replicas that read them:
  * "example 3 by replicas 0 and 2; example 7 by replica 1 (worker 0) 2 times;
- * ... and 59 more", then the replicas the first ones have in common. */
-static void sc_list_dups(const dsim_ledger *l, uint32_t epoch, uint32_t expected, int devices,
-                         char *msg, size_t cap)
+ * ... and 59 more", then the replicas the first ones have in common.
+ * Returns 1 when every example listed was read once by each replica of its
+ * worker (*per_device: the message then says why). */
+static int sc_list_dups(const dsim_ledger *l, uint32_t epoch, uint32_t expected, int devices,
+                        char *msg, size_t cap)
 {
     uint64_t ids[SC_LIST];
     size_t total = 0;
     if (dsim_ledger_list(l, epoch, -1, expected, DSIM_LEDGER_DUPLICATES, ids, SC_LIST, &total) !=
         DSIM_OK)
-        return;
+        return 0;
     size_t n = total < SC_LIST ? total : SC_LIST;
     if (devices < 1)
         devices = 1;
-    int first[SC_READERS], nfirst = -1, same_set = 1;
+    int first[SC_READERS], nfirst = -1, same_set = 1, per_device = n > 0;
     for (size_t i = 0; i < n; i++) {
         int who[SC_READERS];
         size_t nw = 0;
@@ -124,6 +138,7 @@ static void sc_list_dups(const dsim_ledger *l, uint32_t epoch, uint32_t expected
         }
         if (nw > SC_READERS)
             nw = SC_READERS;
+        per_device &= expected == 1 && sc_once_per_device(who, nw, devices);
         sc_readers(who, nw, devices, msg, cap);
         if (nfirst < 0) {
             memcpy(first, who, nw * sizeof *who);
@@ -134,10 +149,50 @@ static void sc_list_dups(const dsim_ledger *l, uint32_t epoch, uint32_t expected
     }
     if (total > n)
         dsim_check_msg_append(msg, cap, "; and %zu more", total - n);
+    if (per_device)
+        return 1;
     if (n > 1 && same_set && nfirst > 1)
         dsim_check_msg_append(msg, cap,
                               ". The same replicas read each of these: their shards "
                               "overlap");
+    return 0;
+}
+
+/* After "N of M examples read more than once": which examples, by whom,
+ * and why: every device of a host fed its host's whole pipeline (each
+ * example read once per device), or the shard policy (and, after a
+ * restart, where it resumed). */
+static void sc_why_dup(const dsim_check_ctx *ctx, const dsim_coverage *c, uint32_t expected,
+                       int restarts, char *msg, size_t cap)
+{
+    const dsim_train_result *r = ctx->run;
+    char list[sizeof((dsim_check_result *)0)->message];
+    list[0] = '\0';
+    int per_device =
+        sc_list_dups(r->ledger, c->epoch, expected, r->devices_per_host, list, sizeof list);
+    if (per_device && c->reads == c->n_examples * (uint64_t)r->devices_per_host) {
+        /* the reason first: the listing would not leave room for it */
+        dsim_check_msg_append(
+            msg, cap,
+            ": each was read once per device (core) of its host, by all %d of them: every "
+            "device is fed its host's whole input pipeline instead of its share (with one "
+            "pipeline per host, TPUStrategy's num_input_pipelines = hosts, a host's batch "
+            "is split over its devices)%s",
+            r->devices_per_host, list);
+        return;
+    }
+    dsim_check_msg_append(msg, cap, "%s", list);
+    if (c->misses)
+        dsim_check_msg_append(msg, cap, "; %" PRIu64 " read less", c->misses);
+    if (restarts)
+        dsim_check_msg_append(msg, cap,
+                              "; over the committed steps of the job's %d attempts, so not the "
+                              "re-run of rolled-back steps: check the shard policy (%s applied) "
+                              "and where the restart resumed",
+                              restarts + 1, dsim_shard_policy_name(r->shard_applied));
+    else
+        dsim_check_msg_append(msg, cap, "; check the shard policy (%s applied)",
+                              dsim_shard_policy_name(r->shard_applied));
 }
 
 /* Why examples were read less than expected: a node lost and the job
@@ -256,6 +311,11 @@ static void sc_passed(const dsim_check_ctx *ctx, const char *reads, uint32_t epo
                               "; %" PRIu64 " example read(s) repeated because a lost replica's "
                               "step ran again (at least once, as re-run closures are)",
                               reruns);
+    if (r->padded_total)
+        dsim_check_msg_append(msg, cap,
+                              "; %" PRIu64 " padding rows computed to fill static batches, "
+                              "masked and not counted as read",
+                              r->padded_total);
 }
 
 static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
@@ -329,22 +389,11 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "epoch %" PRIu32 ": %" PRIu64 " of %" PRIu64 " examples read more than %s "
                        "(max_duplicates %.0f)",
                        c->epoch, c->duplicates, c->n_examples, reads, v[SC_MAX_DUP]);
-        if (r->input_from_strategy) /* the cause first: the list can be long */
+        if (r->input_from_strategy) { /* the cause first: the list can be long */
             sc_input_fn_why(r, c, msg, cap);
-        sc_list_dups(r->ledger, c->epoch, expected, r->devices_per_host, msg, cap);
-        if (c->misses)
-            dsim_check_msg_append(msg, cap, "; %" PRIu64 " read less", c->misses);
-        if (r->input_from_strategy) {
-            /* its cause is said above */
-        } else if (restarts) {
-            dsim_check_msg_append(msg, cap,
-                                  "; over the committed steps of the job's %d attempts, so not "
-                                  "the re-run of rolled-back steps: check the shard policy (%s "
-                                  "applied) and where the restart resumed",
-                                  restarts + 1, dsim_shard_policy_name(r->shard_applied));
+            sc_list_dups(r->ledger, c->epoch, expected, r->devices_per_host, msg, cap);
         } else {
-            dsim_check_msg_append(msg, cap, "; check the shard policy (%s applied)",
-                                  dsim_shard_policy_name(r->shard_applied));
+            sc_why_dup(ctx, c, expected, restarts, msg, cap);
         }
         out->measured = (double)c->duplicates;
         out->expected = v[SC_MAX_DUP];

@@ -595,6 +595,8 @@ static void run_one(const run_opts *o, dsim_store *st, run_item *it, dsim_harnes
                cfg->devices_per_host, cfg->devices_per_host == 1 ? "" : "s",
                cfg->num_ps ? (cfg->ps_mode == DSIM_PS_ASYNC ? ", async ps" : ", sync ps") : "",
                dsim_scenario_engine(it->s), tp ? " over " : "", tp ? tp : "", s->seed, mp);
+    if (!o->json && s->tpu_notes)
+        printf("%s", s->tpu_notes); /* simulated, no TPU used; precision; warnings */
     fflush(stdout);
     dsim_harness_opts ho = {
         .size = sizeof ho,

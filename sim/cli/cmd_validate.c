@@ -116,6 +116,14 @@ int cmd_validate(int argc, char **argv)
                 printf("%s:%d:%d: %s%s\n", a, s->faults[f].line, s->faults[f].column,
                        d.warn ? "warning: " : "", d.text);
         }
+        /* a TPU job: what dsim says about it (warnings even with --quiet) */
+        for (const char *l = e == DSIM_OK ? s->tpu_notes : NULL; l && *l;) {
+            const char *end = strchr(l, '\n');
+            int len = end ? (int)(end - l) : (int)strlen(l);
+            if (!quiet || strncmp(l, "warning:", 8) == 0)
+                printf("%s: %.*s\n", a, len, l);
+            l = end ? end + 1 : NULL;
+        }
         /* A plugin: which file dsim run will load, and that loading it runs
          * its code (a warning when the file leads out of its folder). */
         dsim_plugin_notice pn;

@@ -40,6 +40,7 @@ void cmd_whatif_help(FILE *out)
             "usage: dsim whatif [SCENARIO] [--hosts H] [--devices D] [--device NAME]\n"
             "                   [--network NAME[,NAME...]] [--intra NAME] [--params N]\n"
             "                   [--flops N] [--batch N] [--algo ALGO] [--presets]\n"
+            "                   [--tpu SLICE [--tpu-topology SHAPE]]\n"
             "\n"
             "Predicts, from the alpha-beta network model and the compute model, one\n"
             "synchronous training step of a data-parallel job: every replica computes\n"
@@ -67,7 +68,12 @@ void cmd_whatif_help(FILE *out)
             "  --intra NAME     link between the devices of a host (default nvlink)\n"
             "  --params N       parameters, e.g. 25.6M (default: a ResNet-50's 25.6M)\n"
             "  --flops N        forward FLOPs per example, e.g. 4.1G (default 4.1G)\n"
-            "  --batch N        global batch (default 32 per device)\n");
+            "  --batch N        global batch (default 32 per device)\n"
+            "  --tpu SLICE      a TPU slice instead of hosts x devices: v3-32, v4-128,\n"
+            "                   v5e-16, ... (or a generation with --tpu-topology 4x4x2). No\n"
+            "                   TPU is used: the slice's replicas, its ICI (hop by hop,\n"
+            "                   each link direction its own) and its chip are modelled\n"
+            "                   from published figures (see --presets); one row, ici-GEN\n");
     whatif_help_algos(out);
     fprintf(out, "  --presets        list the link and device presets with their figures and\n"
                  "                   sources, and exit\n"
@@ -89,7 +95,19 @@ static void whatif_presets(void)
         printf("  %-9s %8.1f us %9.3f GB/s  %s\n            source: %s\n", l->name,
                l->latency_s * 1e6, l->bandwidth_Bps / 1e9, l->what, l->source);
     }
-    printf("devices (FP32 peak; efficiency: the share of peak a training step reaches):\n");
+    printf("TPU generations (dsim/tpu.h; simulated: no TPU is used):\n");
+    for (int g = 0; g < DSIM_TPU_GEN_COUNT; g++) {
+        const dsim_tpu_gen_info *gi = dsim_tpu_gen_get((dsim_tpu_gen)g);
+        printf("  %-9s %d TensorCore(s)/chip, %d replica(s)/chip, %d chips/host, %d-D ICI "
+               "(pod %dx%d%s), %d links of %.3g GB/s each way, %.1f us a hop; %.0f TFLOP/s "
+               "bf16, %.1f GiB HBM at %.0f GB/s per chip; %s\n            source: %s\n",
+               gi->name, gi->cores_per_chip, gi->replicas_per_chip, gi->chips_per_host, gi->ndims,
+               gi->pod_dims[0], gi->pod_dims[1], gi->ndims == 3 ? "x16" : "", gi->ici_links,
+               gi->ici_link_Bps / 1e9, gi->ici_latency_s * 1e6, gi->peak_bf16_flops / 1e12,
+               gi->hbm_bytes / (1 << 30), gi->hbm_Bps / 1e9, gi->wrap_rule, gi->source);
+    }
+    printf("devices (FP32 peak for GPUs, bf16 for TPUs; efficiency: the share of peak a "
+           "training step reaches):\n");
     for (size_t i = 0; dsim_device_preset_at(i); i++) {
         const dsim_device_model *d = dsim_device_preset_at(i);
         printf("  %-9s %8.2f TFLOP/s x %.2f, memory %7.1f GB/s  %s\n            source: %s\n",
@@ -199,7 +217,9 @@ static int whatif_int(const char *flag, const char *v, long lo, long hi, int *ou
 typedef struct whatif_opts {
     int hosts, devices, batch;
     const char *device, *networks, *intra, *params_s, *flops_s, *algo_s, *scenario, *chakra;
+    const char *tpu_s, *tpu_topo_s;
     bool have_hosts, have_devices, have_device, have_network, have_intra;
+    dsim_tpu_topology tpu; /* tpu.replicas > 0: a slice */
     double params, flops;
     dsim_algo algo;
     dsim_scenario *plugin; /* the scenario, kept when its strategy is a plugin */
@@ -246,6 +266,10 @@ static int whatif_args(int argc, char **argv, whatif_opts *o)
             o->algo_s = v;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--chakra", &missing))) {
             o->chakra = v;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--tpu-topology", &missing))) {
+            o->tpu_topo_s = v;
+        } else if ((v = dsim_cli_flag(argc, argv, &i, "--tpu", &missing))) {
+            o->tpu_s = v;
         } else if (missing) {
             fprintf(stderr, "dsim whatif: %s needs a value\n", argv[i]);
             return 2;
@@ -286,6 +310,8 @@ static int whatif_scenario(whatif_opts *o)
     }
     o->algo = s->train.communication;
     bool plugin = s->train.plugin_path != NULL;
+    if (!o->tpu_s && s->train.tpu.replicas > 0)
+        o->tpu = s->train.tpu;
     /* the scenario's cluster, where it names one; the flags override it */
     static char dev_s[16], net_s[32], intra_s[32];
     if (!o->have_device && s->device_preset) {
@@ -418,17 +444,52 @@ static int whatif_plugin_rows(const whatif_opts *o, const dsim_device_model *dev
     return rc;
 }
 
-/* One row per network of o->networks: the all-reduce's time with the
- * algorithm asked for, the step, and the fastest algorithm. */
+/* One row: the all-reduce's time on topology t with the algorithm asked
+ * for, the step, and the fastest algorithm. */
+static int whatif_row(const whatif_opts *o, const dsim_topology *t, const char *net, size_t bytes,
+                      double t1, double tc)
+{
+    int N = o->hosts * o->devices;
+    dsim_algo a = o->algo == DSIM_ALGO_AUTO
+                      ? dsim_allreduce_decide_hosts(bytes, o->hosts, o->devices)
+                      : o->algo;
+    double ar = 0, best_t = INFINITY;
+    dsim_algo best = a;
+    if (dsim_cost_allreduce(t, a, bytes, 4, &ar, NULL) != DSIM_OK)
+        return whatif_bad(dsim_errmsg());
+    for (int k = DSIM_ALGO_AUTO + 1; k < DSIM_ALGO_COUNT; k++) {
+        double x = 0;
+        if (dsim_cost_allreduce(t, (dsim_algo)k, bytes, 4, &x, NULL) == DSIM_OK && x < best_t) {
+            best_t = x;
+            best = (dsim_algo)k;
+        }
+    }
+    double step = tc + ar, speed = t1 / step;
+    printf("%-9s %-14s %12.3f %11.2f %10.2f %6.0f%% %8.2f %10.2f  %s (%.3f)\n", net,
+           dsim_algo_name(a), ar * 1e3, tc * 1e3, step * 1e3, 100 * ar / step, speed, speed / N,
+           dsim_algo_name(best), best_t * 1e3);
+    return 0;
+}
+
+/* One row per network of o->networks (or the slice's ICI). */
 static int whatif_rows(const whatif_opts *o, const dsim_device_model *dev,
                        const dsim_link_model *in, size_t bytes, double t1, double tc)
 {
-    int N = o->hosts * o->devices;
+    if (o->tpu.replicas > 0) {
+        dsim_topology t = {.hosts = o->hosts,
+                           .devices_per_host = o->devices,
+                           .intra = *in,
+                           .inter = *in,
+                           .device = *dev,
+                           .tpu = &o->tpu};
+        dsim_tpu_link_models(o->tpu.gen, &t.ici, &t.on_chip);
+        return whatif_row(o, &t, t.ici.name, bytes, t1, tc);
+    }
     char *list = strdup(o->networks);
     if (!list)
         return whatif_bad("out of memory");
     int rc = 0;
-    for (char *save = NULL, *net = strtok_r(list, ",", &save); net;
+    for (char *save = NULL, *net = strtok_r(list, ",", &save); net && rc == 0;
          net = strtok_r(NULL, ",", &save)) {
         const dsim_link_model *l = dsim_link_preset(net);
         if (!l) {
@@ -442,30 +503,47 @@ static int whatif_rows(const whatif_opts *o, const dsim_device_model *dev,
                            .intra = *in,
                            .inter = *l,
                            .device = *dev};
-        dsim_algo a = o->algo == DSIM_ALGO_AUTO
-                          ? dsim_allreduce_decide_hosts(bytes, o->hosts, o->devices)
-                          : o->algo;
-        double ar = 0, best_t = INFINITY;
-        dsim_algo best = a;
-        if (dsim_cost_allreduce(&t, a, bytes, 4, &ar, NULL) != DSIM_OK) {
-            rc = whatif_bad(dsim_errmsg());
-            break;
-        }
-        for (int k = DSIM_ALGO_AUTO + 1; k < DSIM_ALGO_COUNT; k++) {
-            double x = 0;
-            if (dsim_cost_allreduce(&t, (dsim_algo)k, bytes, 4, &x, NULL) == DSIM_OK &&
-                x < best_t) {
-                best_t = x;
-                best = (dsim_algo)k;
-            }
-        }
-        double step = tc + ar, speed = t1 / step;
-        printf("%-9s %-14s %12.3f %11.2f %10.2f %6.0f%% %8.2f %10.2f  %s (%.3f)\n", l->name,
-               dsim_algo_name(a), ar * 1e3, tc * 1e3, step * 1e3, 100 * ar / step, speed, speed / N,
-               dsim_algo_name(best), best_t * 1e3);
+        rc = whatif_row(o, &t, l->name, bytes, t1, tc);
     }
     free(list);
     return rc;
+}
+
+/* --tpu (and --tpu-topology): the slice, its hosts and replicas, its chip as
+ * the device and its on-chip link as the intra-host one. -1 to go on, else
+ * the exit status. */
+static int whatif_tpu(whatif_opts *o)
+{
+    if (o->tpu_topo_s && !o->tpu_s)
+        return whatif_bad("--tpu-topology needs --tpu GEN (v2, v3, v4, v5e)");
+    if (o->tpu_s) {
+        if (o->have_hosts || o->have_devices || o->have_network || o->have_intra || o->have_device)
+            return whatif_bad("--tpu gives the hosts, devices, device and network: drop "
+                              "--hosts, --devices, --device, --network and --intra");
+        dsim_err e;
+        if (o->tpu_topo_s) {
+            dsim_tpu_gen g;
+            e = dsim_tpu_gen_parse(o->tpu_s, &g);
+            if (e == DSIM_OK)
+                e = dsim_tpu_topology_shape(g, o->tpu_topo_s, &o->tpu);
+        } else {
+            e = dsim_tpu_topology_parse(o->tpu_s, &o->tpu);
+        }
+        if (e != DSIM_OK)
+            return whatif_bad(dsim_errmsg());
+    }
+    if (o->tpu.replicas == 0)
+        return -1;
+    static char dev_s[24], intra_s[24];
+    dsim_link_model ici, chip;
+    dsim_tpu_link_models(o->tpu.gen, &ici, &chip);
+    snprintf(dev_s, sizeof dev_s, "%s", dsim_tpu_device_model(o->tpu.gen)->name);
+    snprintf(intra_s, sizeof intra_s, "%s", chip.name);
+    o->device = dev_s;
+    o->intra = intra_s;
+    o->hosts = o->tpu.hosts;
+    o->devices = o->tpu.replicas_per_host;
+    return -1;
 }
 
 /* Everything after the flags and the scenario: the checks of the figures,
@@ -486,7 +564,9 @@ static int whatif_run(whatif_opts *op)
     }
     const dsim_device_model *dev = dsim_device_preset(o.device);
     if (!dev) {
-        fprintf(stderr, "dsim whatif: --device '%s' is not a preset (v100, a100, h100, cpu)\n",
+        fprintf(stderr,
+                "dsim whatif: --device '%s' is not a preset (v100, a100, h100, tpu-v2, tpu-v3, "
+                "tpu-v4, tpu-v5e, cpu)\n",
                 o.device);
         return 2;
     }
@@ -506,6 +586,10 @@ static int whatif_run(whatif_opts *op)
            "%.3g FLOPs per example forward, global batch %d (%.4g per replica); intra-host %s\n",
            o.hosts, o.devices, dev->name, dev->what, o.params, (double)bytes / 1e6, o.flops,
            o.batch, per, in->name);
+    if (o.tpu.replicas > 0)
+        printf("TPU %s, simulated: no TPU is used; its %d replicas on %dx%dx%d chips, ICI "
+               "modelled hop by hop from published figures\n",
+               o.tpu.name, o.tpu.replicas, o.tpu.dims[0], o.tpu.dims[1], o.tpu.dims[2]);
     printf("one %s on the whole global batch: %.2f ms a step\n\n", dev->name, t1 * 1e3);
     printf("%-9s %-14s %12s %11s %10s %7s %8s %10s  %s\n", "network",
            o.plugin ? "exchange" : "algorithm", o.plugin ? "exchange_ms" : "allreduce_ms",
@@ -535,6 +619,8 @@ int cmd_whatif(int argc, char **argv)
     int rc = whatif_args(argc, argv, &o);
     if (rc < 0 && o.scenario)
         rc = whatif_scenario(&o);
+    if (rc < 0)
+        rc = whatif_tpu(&o);
     if (rc < 0)
         rc = whatif_run(&o);
     dsim_scenario_free(o.plugin);

@@ -407,6 +407,7 @@ static bool pr_merge_alloc(pr_job *j, size_t S)
     res->local_loss = calloc(S * NN + 1, sizeof(double));
     res->checksum = calloc(S * NN + 1, sizeof(uint64_t));
     res->examples = calloc(S * NN + 1, sizeof(uint64_t));
+    res->padded = calloc(S * NN + 1, sizeof(uint64_t));
     res->step_ns = calloc(S * NN + 1, sizeof(int64_t));
     res->comm_ns = calloc(S * NN + 1, sizeof(int64_t));
     res->checkpoint_writes = calloc(NN, sizeof(uint64_t));
@@ -418,7 +419,7 @@ static bool pr_merge_alloc(pr_job *j, size_t S)
     uint64_t n_ex = cfg->dataset ? cfg->dataset->spec.n_examples : cfg->data.n_examples;
     dsim_ledger_create(n_ex, cfg->epochs, cfg->hosts, cfg->devices_per_host, &res->ledger);
     return res->params && res->loss && res->local_loss && res->checksum && res->examples &&
-           res->step_ns && res->comm_ns && res->checkpoint_writes && res->replicas &&
+           res->padded && res->step_ns && res->comm_ns && res->checkpoint_writes && res->replicas &&
            res->mp_scale && res->mp_skipped;
 }
 
@@ -445,6 +446,8 @@ static void pr_merge_steps(pr_job *j, uint64_t first, size_t S)
         res->checksum[k * NN + r] = in->checksum;
         res->local_loss[k * NN + r] = in->local_loss;
         res->examples[k * NN + r] = in->examples;
+        res->padded[k * NN + r] = in->padded;
+        res->padded_total += in->padded;
         res->step_ns[k * NN + r] = in->t_end - in->t_start;
         res->comm_ns[k * NN + r] = in->t_end - in->t_comm;
         res->mp_scale[k * NN + r] = in->mp_scale;

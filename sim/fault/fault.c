@@ -209,6 +209,9 @@ void dsim_faults_destroy(dsim_faults *fs)
     free(fs->t_compute);
     free(fs->nic_out_free);
     free(fs->nic_in_free);
+    free(fs->ici_free);
+    free(fs->tpu_chip);
+    free(fs->tpu_coords);
     free(fs->conn_n);
     free(fs->conn_slowest);
     free(fs->conn_total);

@@ -64,6 +64,7 @@
 
 #include "dsim/err.h"
 #include "dsim/strategy.h"
+#include "dsim/tpu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -186,6 +187,19 @@ typedef struct dsim_net_links {
     double inter_Bps; /* 0: no time on the wire */
     int64_t intra_latency_ns;
     double intra_Bps;
+    /* A TPU slice (dsim/tpu.h; NULL: none; it must outlive the run). Then
+     * the hosts' NICs and links above are not used: a frame between the
+     * replicas of two chips crosses the ICI hop by hop, dimension by
+     * dimension (x, y, z), the short way round where a dimension wraps; it
+     * waits until every directed link of its path is free, holds them for
+     * its bytes over ici_Bps and arrives a hop latency per link later. A
+     * frame between the replicas of one chip takes the chip's own link
+     * (chip_*). ICI links need no connection set-up. */
+    const dsim_tpu_topology *tpu;
+    int64_t ici_latency_ns;
+    double ici_Bps;
+    int64_t chip_latency_ns;
+    double chip_Bps;
 } dsim_net_links;
 dsim_err dsim_faults_set_network(dsim_faults *fs, const dsim_net_links *net);
 

@@ -167,6 +167,10 @@ struct dsim_faults {
     /* the network model (dsim_faults_set_network); NULL arrays: none */
     dsim_net_links net;
     int64_t *nic_out_free, *nic_in_free; /* [hosts + P]: when each NIC is free */
+    /* a TPU slice's ICI (net.tpu): when each directed link (chip x dimension
+     * x direction) is free, and every replica's chip and coordinates */
+    int64_t *ici_free;
+    int *tpu_chip, *tpu_coords;
     /* [R]: the modelled connections each rank set up in this run */
     int *conn_n, *conn_slowest;
     int64_t *conn_total, *conn_max;

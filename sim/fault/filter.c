@@ -137,6 +137,37 @@ static int fs_net_host(const dsim_faults *fs, int r)
     return r < fs->N ? r / fs->D : fs->hosts + (r - fs->N);
 }
 
+/* A TPU slice's ICI: every replica's chip and coordinates, and a free time
+ * for every directed link. */
+static dsim_err fs_net_tpu_init(dsim_faults *fs)
+{
+    free(fs->ici_free);
+    free(fs->tpu_chip);
+    free(fs->tpu_coords);
+    fs->ici_free = NULL;
+    fs->tpu_chip = fs->tpu_coords = NULL;
+    const dsim_tpu_topology *t = fs->net.tpu;
+    if (!t)
+        return DSIM_OK;
+    if (t->replicas != fs->N || fs->P != 0 || fs->net.ici_Bps <= 0 || fs->net.chip_Bps <= 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "faults: TPU %s has %d replicas, the job %d and %d servers, or a link "
+                        "has no bandwidth",
+                        t->name, t->replicas, fs->N, fs->P);
+    fs->ici_free = calloc((size_t)t->chips * DSIM_TPU_DIMS * 2, sizeof *fs->ici_free);
+    fs->tpu_chip = calloc((size_t)fs->N, sizeof *fs->tpu_chip);
+    fs->tpu_coords = calloc((size_t)fs->N * DSIM_TPU_DIMS, sizeof *fs->tpu_coords);
+    if (!fs->ici_free || !fs->tpu_chip || !fs->tpu_coords)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "faults: out of memory for the ICI of %s", t->name);
+    for (int r = 0; r < fs->N; r++) {
+        dsim_tpu_place pl;
+        DSIM_CHECK(dsim_tpu_place_of(t, r, &pl));
+        fs->tpu_chip[r] = pl.chip;
+        memcpy(&fs->tpu_coords[r * DSIM_TPU_DIMS], pl.coords, sizeof pl.coords);
+    }
+    return DSIM_OK;
+}
+
 dsim_err dsim_faults_set_network(dsim_faults *fs, const dsim_net_links *net)
 {
     if (!fs || !net || net->inter_Bps < 0 || net->intra_Bps < 0 || net->inter_latency_ns < 0 ||
@@ -170,7 +201,7 @@ dsim_err dsim_faults_set_network(dsim_faults *fs, const dsim_net_links *net)
         return DSIM_ERR(DSIM_ENOMEM, -1, "faults: out of memory for the network model");
     }
     fs->net = *net;
-    return DSIM_OK;
+    return fs_net_tpu_init(fs);
 }
 
 /* The link faults in force act on the frame, in the list's order; true when
@@ -224,11 +255,76 @@ static bool fs_overtake_locked(dsim_faults *fs, fs_frame *fr)
     return true;
 }
 
+/* The bytes a frame stands for: a virtual frame (timing only) carries its
+ * length, not its bytes. */
+static uint64_t fs_net_bytes(const fs_frame *fr)
+{
+    uint64_t bytes = fr->len;
+    if ((fr->hdr->flags & DSIM_TP_F_VIRTUAL) && fr->len == sizeof bytes && fr->payload)
+        memcpy(&bytes, fr->payload, sizeof bytes);
+    return bytes;
+}
+
+/* The most hops of a path over a slice (every dimension end to end). */
+#define FS_MAX_HOPS (3 * 1024)
+
+/* A TPU slice: the frame crosses the ICI link by link (dimension-ordered,
+ * the short way round a wrapped dimension), waiting for every link of its
+ * path, or the chip's own link between its replicas. */
+static void fs_net_tpu_locked(dsim_faults *fs, fs_frame *fr)
+{
+    const dsim_tpu_topology *t = fs->net.tpu;
+    int src = fr->src, dst = fr->dst;
+    fs_link *l = fr->l;
+    int64_t now = fr->now, start = now > l->net_free ? now : l->net_free;
+    uint64_t bytes = fs_net_bytes(fr) + sizeof *fr->hdr;
+    if (fs->tpu_chip[src] == fs->tpu_chip[dst]) {
+        int64_t end = start + (int64_t)llround((double)bytes / fs->net.chip_Bps * 1e9);
+        l->net_free = end;
+        if (end + fs->net.chip_latency_ns > fr->hold_until)
+            fr->hold_until = end + fs->net.chip_latency_ns;
+        return;
+    }
+    int path[FS_MAX_HOPS], n = 0;
+    int c[DSIM_TPU_DIMS];
+    memcpy(c, &fs->tpu_coords[src * DSIM_TPU_DIMS], sizeof c);
+    const int *b = &fs->tpu_coords[dst * DSIM_TPU_DIMS];
+    for (int d = 0; d < DSIM_TPU_DIMS; d++) {
+        int D = t->dims[d], fwd = ((b[d] - c[d]) % D + D) % D, dir, steps;
+        if (t->wrap[d]) {
+            dir = fwd <= D - fwd ? 1 : -1;
+            steps = fwd <= D - fwd ? fwd : D - fwd;
+        } else {
+            dir = b[d] >= c[d] ? 1 : -1;
+            steps = (b[d] - c[d]) * dir;
+        }
+        for (int k = 0; k < steps && n < FS_MAX_HOPS; k++) {
+            int chip = c[0] + t->dims[0] * (c[1] + t->dims[1] * c[2]);
+            path[n++] = (chip * DSIM_TPU_DIMS + d) * 2 + (dir < 0);
+            c[d] = ((c[d] + dir) % D + D) % D;
+        }
+    }
+    for (int k = 0; k < n; k++)
+        if (fs->ici_free[path[k]] > start)
+            start = fs->ici_free[path[k]];
+    int64_t end = start + (int64_t)llround((double)bytes / fs->net.ici_Bps * 1e9);
+    l->net_free = end;
+    for (int k = 0; k < n; k++)
+        fs->ici_free[path[k]] = end;
+    int64_t arrive = end + (int64_t)n * fs->net.ici_latency_ns;
+    if (arrive > fr->hold_until)
+        fr->hold_until = arrive;
+}
+
 /* The network: latency plus the frame's time on the wire, behind the
  * link's earlier frames and, between hosts, behind the other flows through
  * the two hosts' NICs. */
 static void fs_net_locked(dsim_faults *fs, fs_frame *fr)
 {
+    if (fs->ici_free) {
+        fs_net_tpu_locked(fs, fr);
+        return;
+    }
     int src = fr->src, dst = fr->dst;
     fs_link *l = fr->l;
     int64_t now = fr->now;
@@ -259,9 +355,7 @@ static void fs_net_locked(dsim_faults *fs, fs_frame *fr)
             start = fs->nic_in_free[hd];
     }
     /* a virtual frame (timing only) stands for the length it carries */
-    uint64_t bytes = fr->len;
-    if ((fr->hdr->flags & DSIM_TP_F_VIRTUAL) && fr->len == sizeof bytes && fr->payload)
-        memcpy(&bytes, fr->payload, sizeof bytes);
+    uint64_t bytes = fs_net_bytes(fr);
     int64_t wire = bw > 0 ? (int64_t)llround((double)(bytes + sizeof *fr->hdr) / bw * 1e9) : 0;
     int64_t end = start + wire;
     l->net_free = end;
@@ -396,6 +490,8 @@ void fs_detach(void *user, dsim_fabric *f)
     fs_held_clear(fs);
     for (int h = 0; fs->nic_out_free && h < fs->hosts + fs->P; h++)
         fs->nic_out_free[h] = fs->nic_in_free[h] = 0;
+    for (int k = 0; fs->ici_free && fs->net.tpu && k < fs->net.tpu->chips * DSIM_TPU_DIMS * 2; k++)
+        fs->ici_free[k] = 0;
     for (int r = 0; fs->conn_n && r < fs->R; r++) {
         fs->conn_n[r] = 0;
         fs->conn_total[r] = fs->conn_max[r] = 0;

@@ -347,7 +347,8 @@ void h_whatif_summary(const dsim_scenario *s, const dsim_train_cfg *cfg, const d
     n += (size_t)snprintf(w + n, cap - n,
                           "figures: alpha-beta links and the compute model of "
                           "sim/model/costmodel.c (dsim whatif --presets)");
-    const dsim_link_model *l = s->network_given ? dsim_link_preset(s->network_preset) : NULL;
+    const dsim_link_model *l =
+        s->network_given || s->train.tpu.replicas > 0 ? dsim_link_preset(s->network_preset) : NULL;
     if (l && n < cap)
         n += (size_t)snprintf(w + n, cap - n, "; %s: %s", l->name, l->source);
     const dsim_link_model *il = s->intra_preset ? dsim_link_preset(s->intra_preset) : NULL;
@@ -356,6 +357,11 @@ void h_whatif_summary(const dsim_scenario *s, const dsim_train_cfg *cfg, const d
     const dsim_device_model *d = s->device_preset ? dsim_device_preset(s->device_preset) : NULL;
     if (d && n < cap)
         n += (size_t)snprintf(w + n, cap - n, "; %s: %s", d->name, d->source);
+    if (n < cap && cfg->tpu.replicas > 0)
+        n += (size_t)snprintf(w + n, cap - n,
+                              "; TPU %s simulated, no TPU used: the ICI and the chip are modelled "
+                              "from published figures",
+                              cfg->tpu.name);
     if (n < cap && cfg->synthetic_params > 0)
         snprintf(w + n, cap - n,
                  "; timing only: %.4g parameters, %.3g FLOPs per example forward, "

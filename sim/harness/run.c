@@ -168,13 +168,23 @@ static void h_step_form(h_ctx *c)
 
 /* ---- train ---- */
 
+/* A job on a TPU slice under virtual time: its ICI is modelled. */
+static bool h_tpu_modelled(const dsim_scenario *s, const dsim_engine_ops *eng)
+{
+    return s->train.tpu.replicas > 0 && (eng->flags & DSIM_ENGINE_VIRTUAL_TIME);
+}
+
 /* The job under sim/fault, restarts included. */
 static void h_train_faulty(h_ctx *c)
 {
     const dsim_scenario *s = c->s;
     dsim_harness_result *out = c->out;
     bool restart = s->recovery && strcmp(s->recovery, "restart") == 0;
-    bool modelled = s->network_given && !(c->eng->flags & DSIM_ENGINE_REAL_LINKS);
+    /* A TPU slice's ICI is modelled under virtual time only: on threads it
+     * would only slow real frames down by microseconds, and the processes
+     * engine's links are real. */
+    bool modelled = (s->network_given && !(c->eng->flags & DSIM_ENGINE_REAL_LINKS)) ||
+                    h_tpu_modelled(s, c->eng);
     dsim_recovery_opts ro = {
         .faults = s->faults,
         .n_faults = s->n_faults,
@@ -236,6 +246,13 @@ static void h_step_train(h_ctx *c)
         .intra_latency_ns = s->intra_latency_ns,
         .intra_Bps = s->intra_Bps,
     };
+    if (s->train.tpu.replicas > 0) {
+        c->net.tpu = &c->cfg.tpu;
+        c->net.ici_latency_ns = s->tpu_ici_latency_ns;
+        c->net.ici_Bps = s->tpu_ici_Bps;
+        c->net.chip_latency_ns = s->tpu_chip_latency_ns;
+        c->net.chip_Bps = s->tpu_chip_Bps;
+    }
     c->t_start = h_now_ns();
     if (c->faulty) {
         h_train_faulty(c);
@@ -571,7 +588,8 @@ static void h_step_record(h_ctx *c)
     if (st)
         h_store_metrics(st, &c->cfg, &c->res, c->have_ref ? &c->ref : NULL, &perf, c->R, out);
     if ((c->eng->flags & DSIM_ENGINE_VIRTUAL_TIME) && out->train_err == DSIM_OK &&
-        (s->network_given || c->cfg.synthetic_params > 0) && c->R > 1 && c->cfg.num_ps == 0) {
+        (s->network_given || c->cfg.synthetic_params > 0 || h_tpu_modelled(s, c->eng)) &&
+        c->R > 1 && c->cfg.num_ps == 0) {
         char xb[256];
         h_whatif_summary(s, &c->cfg, &perf, h_exchange(&c->cfg, &c->res, c->R, xb, sizeof xb), out);
     }
@@ -638,7 +656,7 @@ void h_run_one(const dsim_scenario *s, const h_opts *o, const dsim_engine_ops *e
         (eng->flags & DSIM_ENGINE_ONE_SPACE) && !(eng->flags & DSIM_ENGINE_VIRTUAL_TIME);
     /* Faults or recovery, or tasks in processes (whose crashes and hangs
      * the recovery driver reads): the job runs under sim/fault. */
-    c.faulty = c.forks || s->n_faults > 0 || s->network_given ||
+    c.faulty = c.forks || s->n_faults > 0 || s->network_given || h_tpu_modelled(s, eng) ||
                (s->recovery && strcmp(s->recovery, "restart") == 0);
     c.run = calloc(1, sizeof *c.run);
     if (!c.run) {

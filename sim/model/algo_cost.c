@@ -10,6 +10,7 @@
  * table; what it costs is here, because the library does not carry the
  * cost model. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "model/cost_int.h"
 
@@ -302,6 +303,120 @@ static const dsim_algo_cost cost_hier = {
     .local_copy = ring_local_copy,
 };
 
+/* ---- torus: reduce-scatter then all-gather along each dimension, both
+ * directions of every ring at once (src/coll/torus.c) ---- */
+
+/* Where the ranks sit: the slice's torus (topology.tpu), else one ring. */
+typedef struct torus_cm {
+    int nd, dims[DSIM_TPU_TORUS_DIMS], stride[DSIM_TPU_TORUS_DIMS];
+    int *rank_at, *place_of; /* [p] each */
+} torus_cm;
+
+static int torus_cm_mod(int a, int n)
+{
+    return ((a % n) + n) % n;
+}
+
+/* Coordinate of place pl along dimension i. */
+static int torus_cm_coord(const torus_cm *g, int pl, int i)
+{
+    return (pl / g->stride[i]) % g->dims[i];
+}
+
+/* Elements of half h (sign sg) that rank r's segment holds when it reaches
+ * dimension i of the reduce-scatter. */
+static size_t torus_cm_seg(const torus_cm *g, int pl, size_t half, int sg, int i)
+{
+    size_t cnt = half;
+    for (int j = 0; j < i; j++) {
+        int n = g->dims[j];
+        int own = torus_cm_mod(torus_cm_coord(g, pl, j) + sg, n);
+        cnt = (size_t)cm_block(cnt, n, own);
+    }
+    return cnt;
+}
+
+/* The first step of dimension i's phase, every rank's two halves; the
+ * phase's other steps move the same over the same links. */
+static void torus_cm_phase(cm_eval *ev, cm_xfer *x, const torus_cm *g, int i, size_t count,
+                           double es, int gather)
+{
+    int p = ev->p, n = g->dims[i], m = 0;
+    size_t halves[2] = {(count + 1) / 2, count - (count + 1) / 2};
+    for (int r = 0; r < p; r++) {
+        int pl = g->place_of[r], c = torus_cm_coord(g, pl, i);
+        for (int h = 0; h < 2; h++) {
+            int sg = h == 0 ? 1 : -1;
+            size_t seg = torus_cm_seg(g, pl, halves[h], sg, i);
+            int blk = gather ? torus_cm_mod(c + sg, n) : c;
+            double b = cm_block(seg, n, blk) * es;
+            int to = g->rank_at[pl + (torus_cm_mod(c + sg, n) - c) * g->stride[i]];
+            x[m++] = (cm_xfer){r, to, b, gather ? 0 : b};
+        }
+    }
+    double before = ev->total;
+    dsim_cost_step(ev, x, m);
+    ev->total = before + (ev->total - before) * (double)(n - 1);
+    ev->steps += n - 2;
+}
+
+static void torus_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
+{
+    int p = ev->p;
+    torus_cm g = {0};
+    g.rank_at = malloc((size_t)p * sizeof *g.rank_at);
+    g.place_of = malloc((size_t)p * sizeof *g.place_of);
+    if (!g.rank_at || !g.place_of) {
+        free(g.rank_at);
+        free(g.place_of);
+        ev->total = NAN;
+        return;
+    }
+    if (ev->t->tpu) {
+        dsim_tpu_torus(ev->t->tpu, g.dims, &g.nd, g.rank_at);
+    } else {
+        g.nd = 1;
+        g.dims[0] = p;
+        for (int r = 0; r < p; r++)
+            g.rank_at[r] = r;
+    }
+    for (int i = 0, st = 1; i < g.nd; i++) {
+        g.stride[i] = st;
+        st *= g.dims[i];
+    }
+    for (int pl = 0; pl < p; pl++)
+        g.place_of[g.rank_at[pl]] = pl;
+    for (int i = 0; i < g.nd; i++)
+        torus_cm_phase(ev, x, &g, i, count, es, 0);
+    for (int i = g.nd - 1; i >= 0; i--)
+        torus_cm_phase(ev, x, &g, i, count, es, 1);
+    free(g.rank_at);
+    free(g.place_of);
+}
+
+static size_t torus_msg_elems(size_t elems, int ranks)
+{
+    /* half the buffer, cut into blocks of the ring */
+    return ((elems + 1) / 2 + (size_t)ranks - 1) / (size_t)ranks;
+}
+
+static double torus_local_copy(int p, double n, int *serial)
+{
+    /* out of place, the whole buffer into recvbuf on every rank */
+    *serial = 0;
+    return (double)p * n;
+}
+
+static const dsim_algo_cost cost_torus = {
+    .size = sizeof(dsim_algo_cost),
+    .algo = DSIM_ALGO_TORUS,
+    .schedule = torus_schedule,
+    .formula = ring_formula,
+    .msg_elems = torus_msg_elems,
+    .every_rank_sends = true,
+    .local_copy = torus_local_copy,
+};
+
 const dsim_algo_cost *dsim_algo_cost_of(dsim_algo a)
 {
     /* No default: every dsim_algo must be named here. */
@@ -318,6 +433,8 @@ const dsim_algo_cost *dsim_algo_cost_of(dsim_algo a)
         return &cost_r2o;
     case DSIM_ALGO_HIERARCHICAL:
         return &cost_hier;
+    case DSIM_ALGO_TORUS:
+        return &cost_torus;
     case DSIM_ALGO_COUNT:
         break;
     }

@@ -21,8 +21,15 @@ typedef struct cm_xfer {
 typedef struct cm_eval {
     const dsim_topology *t;
     int p;
-    int *out_n, *in_n;       /* [p]: a device's flows in this step */
-    int *nic_out, *nic_in;   /* [hosts]: inter-host flows */
+    int *out_n, *in_n;     /* [p]: a device's flows in this step */
+    int *nic_out, *nic_in; /* [hosts]: inter-host flows */
+    /* A TPU slice (t->tpu): every rank's chip, its coordinates, and the
+     * flows of this step on every directed ICI link (chip x dimension x
+     * direction); out_n then counts a rank's flows to its chip's other
+     * replicas. */
+    int *chip;               /* [p] */
+    int *coords;             /* [p * DSIM_TPU_DIMS] */
+    int *link_n;             /* [chips * DSIM_TPU_DIMS * 2] */
     double *arrive, *reduce; /* [p]: when the last transfer into a rank lands; its reductions */
     double total;
     int steps;
@@ -56,7 +63,7 @@ typedef struct dsim_algo_cost {
     size_t size; /* sizeof(dsim_algo_cost) */
     dsim_algo algo;
     /* The steps src/coll runs, as transfers handed to dsim_cost_step, for
-     * ev->p >= 2 ranks and count elements of es bytes; x has room for p. */
+     * ev->p >= 2 ranks and count elements of es bytes; x has room for 2p. */
     void (*schedule)(cm_eval *ev, cm_xfer *x, size_t count, double es);
     /* The textbook closed form (dsim_cost_allreduce_formula, costmodel.h)
      * for p >= 2 ranks, n bytes. */

@@ -3,6 +3,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -61,34 +63,115 @@ static const dsim_device_model device_presets[] = {
 #define N_LINKS   (sizeof link_presets / sizeof link_presets[0])
 #define N_DEVICES (sizeof device_presets / sizeof device_presets[0])
 
+/* TPU presets, one per generation, made from libdsim's table of TPU
+ * figures (src/cluster/tpu.c, whose sources they carry): "ici-v3" is one
+ * ICI link in one direction, "tpu-v3" one replica. No TPU was measured:
+ * every figure is a published one, and the efficiency is the GPU presets'
+ * (a convolutional network's training step reaching 0.3 of peak), not a
+ * measurement on a TPU. */
+static dsim_link_model tpu_ici[DSIM_TPU_GEN_COUNT], tpu_chip[DSIM_TPU_GEN_COUNT];
+static dsim_device_model tpu_dev[DSIM_TPU_GEN_COUNT];
+static char tpu_names[DSIM_TPU_GEN_COUNT][3][24];
+static char tpu_whats[DSIM_TPU_GEN_COUNT][3][96];
+static char tpu_sources[DSIM_TPU_GEN_COUNT][3][512];
+static pthread_once_t tpu_once = PTHREAD_ONCE_INIT;
+
+static void tpu_presets_fill(void)
+{
+    for (int g = 0; g < DSIM_TPU_GEN_COUNT; g++) {
+        const dsim_tpu_gen_info *gi = dsim_tpu_gen_get((dsim_tpu_gen)g);
+        char(*nm)[24] = tpu_names[g];
+        char(*wh)[96] = tpu_whats[g];
+        char(*so)[512] = tpu_sources[g];
+        snprintf(nm[0], sizeof nm[0], "ici-%s", gi->name);
+        snprintf(wh[0], sizeof wh[0], "TPU %s ICI: one of a chip's %d links, one direction",
+                 gi->name, gi->ici_links);
+        snprintf(so[0], sizeof so[0], "%s", gi->source);
+        tpu_ici[g] = (dsim_link_model){nm[0], wh[0], gi->ici_latency_s, gi->ici_link_Bps, so[0]};
+        snprintf(nm[1], sizeof nm[1], "chip-%s", gi->name);
+        snprintf(wh[1], sizeof wh[1], "TPU %s: between the %d replicas of one chip", gi->name,
+                 gi->replicas_per_chip);
+        snprintf(so[1], sizeof so[1],
+                 "no public figure: one TensorCore's share of the chip's HBM bandwidth (%.0f "
+                 "GB/s of %.0f) and the ICI's hop latency, dsim's assumption",
+                 gi->hbm_Bps / gi->cores_per_chip / 1e9, gi->hbm_Bps / 1e9);
+        tpu_chip[g] = (dsim_link_model){nm[1], wh[1], gi->ici_latency_s,
+                                        gi->hbm_Bps / gi->cores_per_chip, so[1]};
+        snprintf(nm[2], sizeof nm[2], "tpu-%s", gi->name);
+        snprintf(wh[2], sizeof wh[2], "TPU %s, one replica (%s)", gi->name,
+                 gi->replicas_per_chip > 1 ? "a TensorCore"
+                 : gi->cores_per_chip > 1  ? "a chip, megacore"
+                                           : "a chip");
+        snprintf(so[2], sizeof so[2],
+                 "bf16 peak per chip over its replicas; efficiency 0.3 is the GPU presets' "
+                 "share of peak, not a TPU measurement; %s",
+                 gi->source);
+        tpu_dev[g] = (dsim_device_model){nm[2],
+                                         wh[2],
+                                         gi->peak_bf16_flops / gi->replicas_per_chip,
+                                         0.3,
+                                         gi->hbm_Bps / gi->replicas_per_chip,
+                                         so[2]};
+    }
+}
+
+void dsim_tpu_link_models(dsim_tpu_gen gen, dsim_link_model *ici, dsim_link_model *on_chip)
+{
+    pthread_once(&tpu_once, tpu_presets_fill);
+    if ((int)gen < 0 || gen >= DSIM_TPU_GEN_COUNT)
+        return;
+    if (ici)
+        *ici = tpu_ici[gen];
+    if (on_chip)
+        *on_chip = tpu_chip[gen];
+}
+
+const dsim_device_model *dsim_tpu_device_model(dsim_tpu_gen gen)
+{
+    pthread_once(&tpu_once, tpu_presets_fill);
+    if ((int)gen < 0 || gen >= DSIM_TPU_GEN_COUNT)
+        return NULL;
+    return &tpu_dev[gen];
+}
+
 const dsim_link_model *dsim_link_preset(const char *name)
 {
-    for (size_t i = 0; name && i < N_LINKS; i++)
-        if (strcmp(link_presets[i].name, name) == 0)
-            return &link_presets[i];
+    for (size_t i = 0; name && dsim_link_preset_at(i); i++)
+        if (strcmp(dsim_link_preset_at(i)->name, name) == 0)
+            return dsim_link_preset_at(i);
     return NULL;
 }
 
 const dsim_link_model *dsim_link_preset_at(size_t i)
 {
-    return i < N_LINKS ? &link_presets[i] : NULL;
+    pthread_once(&tpu_once, tpu_presets_fill);
+    if (i < N_LINKS)
+        return &link_presets[i];
+    i -= N_LINKS;
+    if (i < DSIM_TPU_GEN_COUNT)
+        return &tpu_ici[i];
+    i -= DSIM_TPU_GEN_COUNT;
+    return i < DSIM_TPU_GEN_COUNT ? &tpu_chip[i] : NULL;
 }
 
 const dsim_device_model *dsim_device_preset(const char *name)
 {
     if (name && strcmp(name, "cpu") == 0)
         return dsim_device_cpu_measured();
-    for (size_t i = 0; name && i < N_DEVICES; i++)
-        if (strcmp(device_presets[i].name, name) == 0)
-            return &device_presets[i];
+    for (size_t i = 0; name && i < N_DEVICES + DSIM_TPU_GEN_COUNT; i++)
+        if (strcmp(dsim_device_preset_at(i)->name, name) == 0)
+            return dsim_device_preset_at(i);
     return NULL;
 }
 
 const dsim_device_model *dsim_device_preset_at(size_t i)
 {
+    pthread_once(&tpu_once, tpu_presets_fill);
     if (i < N_DEVICES)
         return &device_presets[i];
-    return i == N_DEVICES ? dsim_device_cpu_measured() : NULL;
+    if (i < N_DEVICES + DSIM_TPU_GEN_COUNT)
+        return &tpu_dev[i - N_DEVICES];
+    return i == N_DEVICES + DSIM_TPU_GEN_COUNT ? dsim_device_cpu_measured() : NULL;
 }
 
 static double cm_now(void)
@@ -177,11 +260,97 @@ static int cm_host(const cm_eval *ev, int r)
     return r / ev->t->devices_per_host;
 }
 
+static int cm_mod(int a, int n)
+{
+    return ((a % n) + n) % n;
+}
+
+/* The most hops of a path over a slice: every dimension crossed end to end. */
+#define CM_MAX_HOPS (3 * 1024)
+
+/* The directed ICI links (chip x dimension x direction) a transfer from
+ * rank src's chip to rank dst's crosses, dimension by dimension, the short
+ * way round where the dimension wraps (ties go the + way); returns how many. */
+static int cm_tpu_path(const cm_eval *ev, int src, int dst, int *path)
+{
+    const dsim_tpu_topology *tp = ev->t->tpu;
+    int c[DSIM_TPU_DIMS];
+    memcpy(c, &ev->coords[src * DSIM_TPU_DIMS], sizeof c);
+    const int *b = &ev->coords[dst * DSIM_TPU_DIMS];
+    int n = 0;
+    for (int d = 0; d < DSIM_TPU_DIMS; d++) {
+        int D = tp->dims[d], dir = 1, steps;
+        if (tp->wrap[d]) {
+            int fwd = cm_mod(b[d] - c[d], D);
+            steps = fwd <= D - fwd ? fwd : D - fwd;
+            dir = fwd <= D - fwd ? 1 : -1;
+        } else {
+            dir = b[d] >= c[d] ? 1 : -1;
+            steps = (b[d] - c[d]) * dir;
+        }
+        for (int k = 0; k < steps && n < CM_MAX_HOPS; k++) {
+            int chip = c[0] + tp->dims[0] * (c[1] + tp->dims[1] * c[2]);
+            path[n++] = (chip * DSIM_TPU_DIMS + d) * 2 + (dir < 0);
+            c[d] = cm_mod(c[d] + dir, D);
+        }
+    }
+    return n;
+}
+
+/* One step on a TPU slice: ICI links carry each direction on its own, and
+ * a transfer's bandwidth is its share of the busiest link on its path. */
+static void cm_tpu_step(cm_eval *ev, const cm_xfer *x, int n)
+{
+    const dsim_topology *t = ev->t;
+    int p = ev->p, chips = t->tpu->chips;
+    int path[CM_MAX_HOPS];
+    memset(ev->link_n, 0, (size_t)chips * DSIM_TPU_DIMS * 2 * sizeof *ev->link_n);
+    memset(ev->out_n, 0, (size_t)p * sizeof *ev->out_n);
+    for (int r = 0; r < p; r++)
+        ev->arrive[r] = ev->reduce[r] = 0;
+    for (int i = 0; i < n; i++) {
+        if (ev->chip[x[i].src] == ev->chip[x[i].dst]) {
+            ev->out_n[x[i].src]++;
+            continue;
+        }
+        int h = cm_tpu_path(ev, x[i].src, x[i].dst, path);
+        for (int k = 0; k < h; k++)
+            ev->link_n[path[k]]++;
+    }
+    double gamma = t->device.mem_Bps > 0 ? 3.0 / t->device.mem_Bps : 0;
+    for (int i = 0; i < n; i++) {
+        double tt;
+        if (ev->chip[x[i].src] == ev->chip[x[i].dst]) {
+            tt = t->on_chip.latency_s +
+                 x[i].bytes * (double)ev->out_n[x[i].src] / t->on_chip.bandwidth_Bps;
+        } else {
+            int h = cm_tpu_path(ev, x[i].src, x[i].dst, path), share = 1;
+            for (int k = 0; k < h; k++)
+                if (ev->link_n[path[k]] > share)
+                    share = ev->link_n[path[k]];
+            tt = h * t->ici.latency_s + x[i].bytes * (double)share / t->ici.bandwidth_Bps;
+        }
+        if (tt > ev->arrive[x[i].dst])
+            ev->arrive[x[i].dst] = tt;
+        ev->reduce[x[i].dst] += x[i].reduce * gamma;
+    }
+    double worst = 0;
+    for (int r = 0; r < p; r++)
+        if (ev->arrive[r] + ev->reduce[r] > worst)
+            worst = ev->arrive[r] + ev->reduce[r];
+    ev->total += worst;
+    ev->steps++;
+}
+
 void dsim_cost_step(cm_eval *ev, const cm_xfer *x, int n)
 {
     int p = ev->p, H = ev->t->hosts;
     if (n == 0)
         return;
+    if (ev->t->tpu) {
+        cm_tpu_step(ev, x, n);
+        return;
+    }
     memset(ev->out_n, 0, (size_t)p * sizeof *ev->out_n);
     memset(ev->in_n, 0, (size_t)p * sizeof *ev->in_n);
     memset(ev->nic_out, 0, (size_t)H * sizeof *ev->nic_out);
@@ -257,16 +426,39 @@ dsim_err dsim_cost_allreduce(const dsim_topology *t, dsim_algo algo, size_t byte
         return DSIM_ERR(DSIM_EINVAL, -1, "cost model: algorithm %d has no schedule (%s)", (int)algo,
                         dsim_algo_list(names, sizeof names, 0, ", ", ", "));
     }
+    if (t->tpu &&
+        (t->tpu->replicas != p || t->ici.bandwidth_Bps <= 0 || t->on_chip.bandwidth_Bps <= 0))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "cost model: TPU %s has %d replicas but the topology %d host(s) x %d "
+                        "device(s), or its ICI or on-chip link has no bandwidth",
+                        t->tpu->name, t->tpu->replicas, t->hosts, t->devices_per_host);
     cm_eval ev = {.t = t, .p = p};
+    dsim_err e = DSIM_OK;
+    cm_xfer *x = NULL;
+    if (t->tpu) {
+        size_t chips = (size_t)t->tpu->chips;
+        ev.chip = calloc((size_t)p, sizeof *ev.chip);
+        ev.coords = calloc((size_t)p * DSIM_TPU_DIMS, sizeof *ev.coords);
+        ev.link_n = calloc(chips * DSIM_TPU_DIMS * 2, sizeof *ev.link_n);
+        for (int r = 0; ev.chip && ev.coords && r < p; r++) {
+            dsim_tpu_place pl;
+            if (dsim_tpu_place_of(t->tpu, r, &pl) != DSIM_OK) {
+                e = DSIM_ERR(DSIM_EINVAL, -1, "cost model: %s", dsim_errmsg());
+                goto out;
+            }
+            ev.chip[r] = pl.chip;
+            memcpy(&ev.coords[r * DSIM_TPU_DIMS], pl.coords, sizeof pl.coords);
+        }
+    }
     ev.out_n = calloc((size_t)p, sizeof *ev.out_n);
     ev.in_n = calloc((size_t)p, sizeof *ev.in_n);
     ev.nic_out = calloc((size_t)t->hosts, sizeof *ev.nic_out);
     ev.nic_in = calloc((size_t)t->hosts, sizeof *ev.nic_in);
     ev.arrive = calloc((size_t)p, sizeof *ev.arrive);
     ev.reduce = calloc((size_t)p, sizeof *ev.reduce);
-    cm_xfer *x = calloc((size_t)p, sizeof *x);
-    dsim_err e = DSIM_OK;
-    if (!ev.out_n || !ev.in_n || !ev.nic_out || !ev.nic_in || !ev.arrive || !ev.reduce || !x) {
+    x = calloc(2 * (size_t)p, sizeof *x);
+    if (!ev.out_n || !ev.in_n || !ev.nic_out || !ev.nic_in || !ev.arrive || !ev.reduce || !x ||
+        (t->tpu && (!ev.chip || !ev.coords || !ev.link_n))) {
         e = DSIM_ERR(DSIM_ENOMEM, -1, "cost model: out of memory for %d ranks", p);
         goto out;
     }
@@ -276,6 +468,9 @@ dsim_err dsim_cost_allreduce(const dsim_topology *t, dsim_algo algo, size_t byte
     if (steps)
         *steps = ev.steps;
 out:
+    free(ev.chip);
+    free(ev.coords);
+    free(ev.link_n);
     free(ev.out_n);
     free(ev.in_n);
     free(ev.nic_out);

@@ -26,6 +26,7 @@
 
 #include "dsim/err.h"
 #include "dsim/comm.h"
+#include "dsim/tpu.h"
 
 typedef struct dsim_link_model {
     const char *name;     /* preset name, e.g. "10gbe" */
@@ -68,7 +69,30 @@ typedef struct dsim_topology {
      * inproc transport combines straight from the sender's buffer). */
     int cores;
     bool fused_reduce;
+    /* A TPU slice (dsim/tpu.h; NULL: none). Then the ranks are its replicas
+     * (hosts and devices_per_host must be its hosts and replicas per host)
+     * and a transfer between two chips crosses the ICI hop by hop, the
+     * dimensions in turn (x, then y, then z), the short way round where a
+     * dimension wraps: it takes hops x ici.latency_s plus its bytes over
+     * ici.bandwidth_Bps shared with the step's other flows on the busiest
+     * directed link of its path (each link carries each direction on its
+     * own: a bidirectional ring uses both). A transfer between the replicas
+     * of one chip (v2, v3) takes on_chip. No NIC is involved: intra and
+     * inter are unused. dsim_tpu_link_models fills ici and on_chip. */
+    const dsim_tpu_topology *tpu;
+    dsim_link_model ici;
+    dsim_link_model on_chip;
 } dsim_topology;
+
+/* A TPU generation's links and one replica's device as cost-model presets,
+ * from dsim/tpu.h's figures (the sources go with them): ici is one link in
+ * one direction; on_chip the transfer between the two TensorCores of a v2 or
+ * v3 chip, which no public figure gives: dsim takes one core's share of the
+ * chip's HBM bandwidth and the ICI's hop latency; the device is a replica
+ * (a TensorCore on v2/v3, a chip on v4 and v5e) at the chip's bf16 peak
+ * over its replicas. */
+void dsim_tpu_link_models(dsim_tpu_gen gen, dsim_link_model *ici, dsim_link_model *on_chip);
+const dsim_device_model *dsim_tpu_device_model(dsim_tpu_gen gen);
 
 /* One all-reduce of `bytes` (elements of esize bytes) over every device of
  * the topology (rank = host * devices_per_host + device) with algorithm algo
@@ -87,6 +111,10 @@ dsim_err dsim_cost_allreduce(const dsim_topology *t, dsim_algo algo, size_t byte
  *   reduce_to_one: 2 alpha + 2 (p-1) n beta + (p-1) n gamma (every rank
  *          sends to rank 0 at once, sharing its link; rank 0 combines them
  *          one after the other, then sends p - 1 copies at once)
+ *   torus: as a ring of p ranks: over hosts whose one NIC carries both
+ *          directions' flows, the bidirectional rings move what one ring
+ *          does; on a TPU slice (topology.tpu) each link direction is its
+ *          own, which is where the torus gains (evaluated, not closed form)
  * For the tests: the schedule evaluation equals these when n divides into
  * the blocks evenly and every rank is on its own host. */
 double dsim_cost_allreduce_formula(dsim_algo algo, int p, double n, double alpha, double beta,

@@ -1,7 +1,8 @@
 /* The scenario's cluster: section (parse_int.h): hosts, devices_per_host,
  * ps, or a TF_CONFIG (tf_config) that gives them; the network (a preset or
  * custom latency and bandwidth, and the intra-host link) and the device
- * the compute model runs at; the network presets themselves. */
+ * the compute model runs at; the network presets themselves. A TPU slice
+ * (tpu, tpu_topology) gives all of these: parse_tpu.c. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -66,9 +67,9 @@ const dsim_network_preset *dsim_network_preset_at(int i)
     return i >= 0 && (size_t)i < SCEN_N(scen_net_presets) ? &scen_net_presets[i] : NULL;
 }
 
-enum { C_HOSTS, C_DPH, C_PS, C_TFC, C_NET, C_DEV, C_N };
-static const char *const scen_cluster_keys[C_N] = {"hosts",     "devices_per_host", "ps",
-                                                   "tf_config", "network",          "device"};
+enum { C_HOSTS, C_DPH, C_PS, C_TFC, C_NET, C_DEV, C_TPU, C_TPUTOPO, C_N };
+static const char *const scen_cluster_keys[C_N] = {
+    "hosts", "devices_per_host", "ps", "tf_config", "network", "device", "tpu", "tpu_topology"};
 /* cluster.device: the compute model's presets (sim/model/costmodel.c) */
 static const scen_name scen_devices[] = {{"v100", 0}, {"a100", 1}, {"h100", 2}, {"cpu", 3}};
 enum { N_PRESET, N_LATENCY, N_BW, N_INTRA, N_N };
@@ -257,6 +258,10 @@ dsim_err scen_cluster(const scen_ctx *c, scen_state *st)
     scen_map *m = &st->cluster;
     DSIM_CHECK(scen_map_read(c, st->top.val[T_CLUSTER], st->top.key[T_CLUSTER], "cluster",
                              scen_cluster_keys, C_N, m));
+    if (m->val[C_TPU] || m->val[C_TPUTOPO]) { /* a TPU slice gives the rest (parse_tpu.c) */
+        static const int others[] = {C_HOSTS, C_DPH, C_PS, C_TFC, C_NET, C_DEV};
+        return scen_tpu_cluster(c, st, C_TPU, C_TPUTOPO, others, SCEN_N(others));
+    }
     int64_t v;
     v = t->hosts;
     DSIM_CHECK(scen_int(c, m, C_HOSTS, 1, SCEN_MAX_HOSTS, &v));

@@ -5,6 +5,7 @@
  *
  *   parse_top.c       name, description, seed, engine, recovery, liveness
  *   parse_cluster.c   cluster: hosts, devices, ps, tf_config, network, device
+ *   parse_tpu.c       cluster: tpu, tpu_topology (a TPU slice), TPU notes
  *   parse_strategy.c  strategy: name, plugin, communication, timeout, health
  *   parse_train.c     data:, model:, optimizer:, checkpoint:
  *   parse_faults.c    faults:
@@ -85,6 +86,8 @@ enum {
 typedef struct scen_state {
     scen_map top, cluster, net, strategy, health, model, optim, data, ckpt;
     const scen_node *strategy_at; /* where the strategy's name decides */
+    const scen_node *tpu_at;      /* cluster.tpu's value, when the job is on a TPU slice */
+    const scen_node *dyn_at;      /* strategy.dynamic_batch_size's value, when given */
 } scen_state;
 
 /* ---- messages and typed readers (parse_values.c) ----
@@ -156,6 +159,14 @@ dsim_err scen_mixed_precision(const scen_ctx *c, scen_state *st);
 dsim_err scen_checkpoint(const scen_ctx *c, scen_state *st);
 dsim_err scen_faults(const scen_ctx *c, scen_state *st);
 dsim_err scen_expect(const scen_ctx *c, scen_state *st);
+/* cluster.tpu (key k_tpu) and cluster.tpu_topology (k_topo): the slice, its
+ * hosts, replicas, ICI and chip; refuses the keys others[0..n) (hosts, ps,
+ * network, ...), which the slice gives. */
+dsim_err scen_tpu_cluster(const scen_ctx *c, scen_state *st, int k_tpu, int k_topo,
+                          const int *others, size_t n_others);
+/* After every section: static shapes refused with the fix (at
+ * strategy.dynamic_batch_size), and the TPU job's notes. */
+dsim_err scen_tpu_finish(const scen_ctx *c, scen_state *st);
 /* The matrix: checks it, counts its combinations into *count and, for k
  * >= 0, writes combination k into the tree and its label into label[cap]. */
 dsim_err scen_matrix(const scen_ctx *c, scen_node *root, const scen_node *mx, long k, size_t *count,

@@ -19,15 +19,16 @@ static const scen_name scen_ps_modes[] = {{"sync", DSIM_PS_SYNC}, {"async", DSIM
 /* The built-in strategies and the cluster shapes they accept (strategy.h). */
 typedef struct scen_builtin {
     const char *name;
-    bool one_host, one_device, needs_ps, no_ps;
+    bool one_host, one_device, needs_ps, no_ps, needs_tpu;
 } scen_builtin;
 
 static const scen_builtin scen_builtins[] = {
-    {"one_device", true, true, false, true},
-    {"mirrored", true, false, false, true},
-    {"central_storage", true, false, false, true},
-    {"multi_worker_mirrored", false, false, false, true},
-    {"parameter_server", false, false, true, false},
+    {"one_device", true, true, false, true, false},
+    {"mirrored", true, false, false, true, false},
+    {"central_storage", true, false, false, true, false},
+    {"multi_worker_mirrored", false, false, false, true, false},
+    {"parameter_server", false, false, true, false, false},
+    {"tpu", false, false, false, true, true},
 };
 
 static const scen_builtin *scen_builtin_find(const char *name)
@@ -38,9 +39,10 @@ static const scen_builtin *scen_builtin_find(const char *name)
     return NULL;
 }
 
-enum { S_NAME, S_PLUGIN, S_COMM, S_PSMODE, S_TIMEOUT, S_HEALTH, S_GDTYPE, S_N };
+enum { S_NAME, S_PLUGIN, S_COMM, S_PSMODE, S_TIMEOUT, S_HEALTH, S_DYN, S_GDTYPE, S_N };
 static const char *const scen_strategy_keys[S_N] = {
-    "name", "plugin", "communication", "ps_mode", "timeout", "health_check", "gradient_dtype"};
+    "name",    "plugin",       "communication",      "ps_mode",
+    "timeout", "health_check", "dynamic_batch_size", "gradient_dtype"};
 static const scen_name scen_grad_dtypes[] = {
     {"float32", DSIM_F32}, {"float16", DSIM_F16}, {"bfloat16", DSIM_BF16}};
 enum { H_INTERVAL, H_TIMEOUT, H_RETRIES, H_N };
@@ -192,6 +194,18 @@ static dsim_err scen_strategy_shape(const scen_ctx *c, const scen_state *st)
     snprintf(shape, sizeof shape, "%d host%s x %d device%s, %d parameter server%s", t->hosts,
              t->hosts == 1 ? "" : "s", t->devices_per_host, t->devices_per_host == 1 ? "" : "s",
              t->num_ps, t->num_ps == 1 ? "" : "s");
+    if (b->needs_tpu && t->tpu.replicas == 0)
+        return scen_fail(c, at,
+                         "strategy.name: tpu (TPUStrategy) runs on a TPU slice, but the cluster "
+                         "is %s; give one, e.g. cluster: {tpu: v3-8} (simulated: no TPU is "
+                         "used), or use mirrored / multi_worker_mirrored",
+                         shape);
+    if (m->val[S_DYN] && !b->needs_tpu)
+        return scen_fail(c, m->key[S_DYN],
+                         "strategy.dynamic_batch_size: only tpu (TPUStrategy's "
+                         "experimental_enable_dynamic_batch_size) has it; %s runs batches of "
+                         "any size (remove dynamic_batch_size)",
+                         t->strategy);
     if (b->one_device && (t->hosts != 1 || t->devices_per_host != 1 || t->num_ps != 0))
         return scen_fail(c, at,
                          "strategy.name: one_device runs on 1 host x 1 device without "
@@ -323,6 +337,13 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
     t->health_interval_ns = s->health_interval_ns;
     t->health_timeout_ns = s->health_timeout_ns;
     t->health_retries = s->health_retries;
+
+    /* TF's RunOptions.experimental_enable_dynamic_batch_size (default on);
+     * off, only static shapes run (checked once the data is read) */
+    bool dyn = true;
+    DSIM_CHECK(scen_bool(c, m, S_DYN, &dyn));
+    t->static_shapes = !dyn;
+    st->dyn_at = m->val[S_DYN];
 
     return scen_strategy_shape(c, st);
 }

@@ -4,6 +4,7 @@
  * say something the run will not do. */
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "dsim/model.h"
 #include "dsim/optim.h"
 #include "dsim/spi/strategy.h"
+#include "dsim/tpu.h"
 #include "scenario/defaults.h"
 #include "scenario/plan.h"
 #include "scenario/units.h"
@@ -113,6 +115,40 @@ static json_t *plan_ranges(plan_b *b, const uint64_t *ids, uint64_t n)
     return o;
 }
 
+/* A TPU slice: its shape, where each replica is, and what dsim says about
+ * the job (simulated; precision; warnings). */
+static void plan_tpu(plan_b *b, json_t *c, const dsim_scenario *s)
+{
+    const dsim_tpu_topology *t = &s->train.tpu;
+    json_t *o = plan_set(b, c, "tpu", json_object());
+    if (!o)
+        return;
+    plan_set(b, o, "name", json_string(t->name));
+    plan_set(b, o, "generation", json_string(dsim_tpu_gen_get(t->gen)->name));
+    plan_set(b, o, "simulated", json_string("no TPU is used"));
+    plan_set(b, o, "chips", json_pack("[i, i, i]", t->dims[0], t->dims[1], t->dims[2]));
+    plan_set(b, o, "wrap", json_pack("[b, b, b]", t->wrap[0], t->wrap[1], t->wrap[2]));
+    plan_set(b, o, "replicas_per_chip", json_integer(t->replicas_per_chip));
+    plan_set(b, o, "tensorcores_per_replica", json_integer(t->cores_per_replica));
+    json_t *notes = plan_set(b, o, "notes", json_array());
+    for (const char *l = s->tpu_notes; notes && l && *l;) {
+        const char *end = strchr(l, '\n');
+        size_t len = end ? (size_t)(end - l) : strlen(l);
+        plan_push(b, notes, json_stringn(l, len));
+        l = end ? end + 1 : NULL;
+    }
+    json_t *reps = json_object_get(c, "replicas");
+    for (int r = 0; reps && r < t->replicas && (size_t)r < json_array_size(reps); r++) {
+        dsim_tpu_place pl;
+        json_t *e = json_array_get(reps, (size_t)r);
+        if (dsim_tpu_place_of(t, r, &pl) != DSIM_OK)
+            continue;
+        plan_set(b, e, "chip", json_integer(pl.chip));
+        plan_set(b, e, "core", json_integer(pl.core));
+        plan_set(b, e, "coords", json_pack("[i, i, i]", pl.coords[0], pl.coords[1], pl.coords[2]));
+    }
+}
+
 static json_t *plan_cluster(plan_b *b, const dsim_scenario *s)
 {
     const dsim_train_cfg *t = &s->train;
@@ -142,7 +178,19 @@ static json_t *plan_cluster(plan_b *b, const dsim_scenario *s)
         plan_set(b, net, "latency", plan_dur(b, s->link_latency_ns));
         plan_set(b, net, "bandwidth",
                  json_pack("{s:s, s:f}", "text", bw, "bytes_per_s", s->link_bandwidth_Bps));
+        if (t->tpu.replicas > 0) {
+            dsim_unit_format_bandwidth(s->tpu_ici_Bps, bw, sizeof bw);
+            plan_set(b, net, "preset", plan_str(s->network_preset));
+            plan_set(b, net, "latency", plan_dur(b, s->tpu_ici_latency_ns));
+            plan_set(b, net, "bandwidth",
+                     json_pack("{s:s, s:f}", "text", bw, "bytes_per_s", s->tpu_ici_Bps));
+            plan_set(b, net, "modelled",
+                     json_string("under engine sim: hop by hop over the slice's ICI, each link "
+                                 "direction its own"));
+        }
     }
+    if (t->tpu.replicas > 0)
+        plan_tpu(b, c, s);
     return c;
 }
 
@@ -260,6 +308,48 @@ static void plan_input_fn(const dsim_scenario *s, dsim_input_config *ic)
     if (ic->input_fn && dsim_strategy_probe(t->strategy, &shape, &tr) == DSIM_OK)
         ic->num_replicas_in_sync = tr.replicas_in_sync;
     dsim_clear_error();
+}
+
+/* The input pipelines: one per worker (a TPU host), each feeding its own
+ * replicas, as TF's InputContext.num_input_pipelines; and for the tpu
+ * strategy the static batch every replica pads to, and the padding rows of
+ * the first epoch (masked, never counted as read). */
+static void plan_pipelines(plan_b *b, const dsim_scenario *s, json_t *o, const dsim_input_plan *p)
+{
+    const dsim_train_cfg *t = &s->train;
+    int W = p->num_workers, R = p->replicas_per_worker, N = W * R;
+    json_t *ip = plan_set(b, o, "input_pipelines", json_object());
+    if (!ip)
+        return;
+    plan_set(b, ip, "count", json_integer(W));
+    plan_set(b, ip, "why",
+             json_string(t->tpu.replicas > 0
+                             ? "one per TPU host, each splitting its batch over the host's cores "
+                               "(TF's InputContext.num_input_pipelines = hosts)"
+                             : "one per worker, each splitting its batch over the worker's "
+                               "replicas"));
+    json_t *arr = plan_set(b, ip, "pipelines", json_array());
+    for (int w = 0; arr && w < W && w < DSIM_PLAN_MAX_ITEMS; w++)
+        plan_push(b, arr,
+                  json_pack("{s:i, s:[i, i], s:I}", t->tpu.replicas > 0 ? "host" : "worker", w,
+                            "replicas", w * R, w * R + R - 1, "reads", (json_int_t)p->reads[w]));
+    bool pads = t->strategy && strcmp(t->strategy, "tpu") == 0 && !t->plugin_path;
+    if (!pads)
+        return;
+    uint64_t stat = (uint64_t)((t->global_batch + N - 1) / N), pad = 0;
+    for (uint64_t st = 0; st < p->steps; st++)
+        for (int i = 0; i < N; i++) {
+            uint64_t n = p->batch[st * (uint64_t)N + (uint64_t)i];
+            pad += n < stat ? stat - n : 0;
+        }
+    plan_set(b, ip, "static_batch", plan_u64(stat));
+    plan_set(b, ip, "padding_first_epoch", plan_u64(pad));
+    plan_set(b, ip, "dynamic_batch_size", json_boolean(!t->static_shapes));
+    plan_set(b, ip, "padding",
+             json_string(t->static_shapes
+                             ? "static shapes: every batch is full (refused otherwise)"
+                             : "short batches padded to static_batch rows; the padding is "
+                               "masked out of the loss and the gradient and not counted as read"));
 }
 
 /* The calling thread's error as "FILE:LINE:COLUMN: data: ..." (where the
@@ -427,6 +517,7 @@ static dsim_err plan_data(plan_b *b, const dsim_scenario *s, json_t *o, char *er
             plan_ranges(b, p->kept + p->kept_start[w], p->kept_start[w + 1] - p->kept_start[w]));
     }
     plan_set(b, o, "workers_truncated", json_boolean(W > DSIM_PLAN_MAX_ITEMS));
+    plan_pipelines(b, s, o, p);
     uint64_t shown = p->steps;
     if (shown > DSIM_PLAN_MAX_ITEMS)
         shown = DSIM_PLAN_MAX_ITEMS;

@@ -51,6 +51,7 @@ void dsim_scenario_free(dsim_scenario *s)
     free(s->network_preset);
     free(s->device_preset);
     free(s->intra_preset);
+    free(s->tpu_notes);
     free((void *)s->train.strategy);
     free((void *)s->train.plugin_path);
     free(s->model_plugin);
@@ -166,6 +167,8 @@ static dsim_err scen_parse(const char *path, const char *text, size_t len, long 
             e = scen_faults(&c, st);
         if (e == DSIM_OK)
             e = scen_expect(&c, st);
+        if (e == DSIM_OK)
+            e = scen_tpu_finish(&c, st);
         free(st);
     }
     if (e == DSIM_OK && label[0]) {

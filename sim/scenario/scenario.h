@@ -69,6 +69,17 @@ typedef struct dsim_scenario {
     int64_t intra_latency_ns; /* cluster.network.intra: between a host's devices */
     double intra_Bps;         /* (0 and 0: none, at once) */
 
+    /* cluster.tpu: a simulated TPU slice (train.tpu holds it; no TPU is
+     * used). Its ICI and on-chip links for the sim engine's network model
+     * (network_preset, intra_preset and device_preset name its presets),
+     * and what dsim says about the job, a line each ("TPU v3-32 is
+     * simulated: ...", the precision, "warning: ..."); NULL otherwise. */
+    int64_t tpu_ici_latency_ns;
+    double tpu_ici_Bps;
+    int64_t tpu_chip_latency_ns;
+    double tpu_chip_Bps;
+    char *tpu_notes;
+
     /* health check (ARCHITECTURE.md §7 defaults: 30 s, 10 s, 3) */
     int64_t health_interval_ns, health_timeout_ns;
     int health_retries;

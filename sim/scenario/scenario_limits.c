@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "dsim/tpu.h"
 #include "engine/engine.h"
 #include "scenario/scenario_limits.h"
 
@@ -24,9 +25,27 @@ static const char *lim_engines(unsigned flags, bool want, char *buf, size_t cap)
     return buf;
 }
 
+/* The TPU pods, "v2 16x16, v3 32x32, ...". */
+static const char *lim_pods(char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int g = 0; dsim_tpu_gen_get((dsim_tpu_gen)g); g++) {
+        const dsim_tpu_gen_info *t = dsim_tpu_gen_get((dsim_tpu_gen)g);
+        int w = t->ndims == 3 ? snprintf(buf + used, cap - used, "%s%s %dx%dx%d", used ? ", " : "",
+                                         t->name, t->pod_dims[0], t->pod_dims[1], t->pod_dims[2])
+                              : snprintf(buf + used, cap - used, "%s%s %dx%d", used ? ", " : "",
+                                         t->name, t->pod_dims[0], t->pod_dims[1]);
+        if (w < 0 || (size_t)w >= cap - used)
+            break;
+        used += (size_t)w;
+    }
+    return buf;
+}
+
 void dsim_scenario_limits_write(FILE *out)
 {
-    char threaded[128], coroutines[128];
+    char threaded[128], coroutines[128], pods[160];
     lim_engines(DSIM_ENGINE_THREAD_PER_REPLICA, true, threaded, sizeof threaded);
     lim_engines(DSIM_ENGINE_THREAD_PER_REPLICA, false, coroutines, sizeof coroutines);
     fprintf(out, "| what | accepted | note |\n"
@@ -42,6 +61,12 @@ void dsim_scenario_limits_write(FILE *out)
             "alike |\n",
             DSIM_SCEN_MAX_HOSTS);
     fprintf(out, "| `cluster.devices_per_host` | 1 .. %d | |\n", DSIM_SCEN_MAX_DEVICES);
+    fprintf(out,
+            "| `cluster.tpu`, `cluster.tpu_topology` | a slice of one pod, in chips: %s | "
+            "every dimension a multiple of a host's block of chips, or at most one host's "
+            "chips; `dsim cluster --tpu` names the accepted slices; the replicas' limits below "
+            "apply |\n",
+            lim_pods(pods, sizeof pods));
     fprintf(out, "| `cluster.ps` | 0 .. %d | parameter servers; `tf_config`'s ps tasks alike |\n",
             DSIM_SCEN_MAX_PS);
     fprintf(out,

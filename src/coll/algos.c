@@ -71,6 +71,22 @@ static const dsim_coll_algo coll_hier = {
     .allreduce = dsim_coll_hier_allreduce,
 };
 
+/* The torus's steps depend on its ring sizes only through the rank count. */
+static int coll_torus_steps(dsim_comm *c)
+{
+    return dsim_coll_torus_allreduce_steps(c->size);
+}
+
+static const dsim_coll_algo coll_torus = {
+    .size = sizeof(dsim_coll_algo),
+    .algo = DSIM_ALGO_TORUS,
+    .name = "torus",
+    .summary = "reduce-scatter then all-gather along each torus dimension, bidirectional "
+               "rings (XLA's TPU all-reduce)",
+    .steps = coll_torus_steps,
+    .allreduce = dsim_coll_torus_allreduce,
+};
+
 const dsim_coll_algo *dsim_coll_algo_get(dsim_algo a)
 {
     /* No default: a dsim_algo without its entry here does not compile
@@ -88,6 +104,8 @@ const dsim_coll_algo *dsim_coll_algo_get(dsim_algo a)
         return &coll_r2o;
     case DSIM_ALGO_HIERARCHICAL:
         return &coll_hier;
+    case DSIM_ALGO_TORUS:
+        return &coll_torus;
     case DSIM_ALGO_COUNT:
         break;
     }

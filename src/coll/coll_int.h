@@ -174,6 +174,14 @@ struct dsim_comm {
     int virt;
     uint64_t *vin;
     int vin_cap;
+    /* dsim_comm_cfg.torus_*: the torus algorithm's dimensions (dims of one
+     * place dropped), this rank's coordinates and place, and the borrowed
+     * place -> rank table (NULL: rank = place). torus_ndims 0: no torus. */
+    int torus_ndims;
+    int torus_dims[DSIM_TORUS_MAX_DIMS];
+    int torus_coord[DSIM_TORUS_MAX_DIMS];
+    int torus_place;
+    const int *torus_rank;
 };
 
 /* One collective call in progress. */
@@ -388,6 +396,10 @@ dsim_err dsim_coll_hier_allreduce(dsim_coll *x, const void *sendbuf, void *recvb
  * (c->hier, worked out at the first call); NULL when out of memory. */
 const dsim_coll_hier *dsim_coll_hier_of(dsim_comm *c);
 void dsim_coll_hier_free(dsim_comm *c);
+int dsim_coll_torus_allreduce_steps(int size);
+dsim_err dsim_coll_torus_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
+/* The torus of c (comm.c): checks cfg's torus_* and keeps it in c. */
+dsim_err dsim_coll_torus_init(dsim_comm *c, const dsim_comm_cfg *cfg);
 
 /* The other collectives (size >= 2, count >= 1). */
 int dsim_coll_tree_reduce_steps(int size);

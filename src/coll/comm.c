@@ -80,6 +80,11 @@ dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out)
     c->fp_out.op = c->fp_out.dtype = DSIM_COLL_FP_NONE;
     c->err.code = DSIM_OK;
     c->err.peer = -1;
+    dsim_err e = dsim_coll_torus_init(c, cfg);
+    if (e != DSIM_OK) {
+        free(c);
+        return e;
+    }
     *out = c;
     return DSIM_OK;
 }

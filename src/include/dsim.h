@@ -12,6 +12,7 @@
 #include "dsim/comm.h"
 #include "dsim/health.h"
 #include "dsim/cluster.h"
+#include "dsim/tpu.h"
 #include "dsim/model.h"
 #include "dsim/optim.h"
 #include "dsim/precision.h"

@@ -176,6 +176,7 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->local_loss);
     free(res->checksum);
     free(res->examples);
+    free(res->padded);
     free(res->step_ns);
     free(res->comm_ns);
     free(res->trace);

@@ -129,6 +129,7 @@ static void registry_builtins_locked(void)
         &dsim_strategy_multi_worker_mirrored_ops,
         &dsim_strategy_central_storage_ops,
         &dsim_strategy_parameter_server_ops,
+        &dsim_strategy_tpu_ops,
     };
     for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
         if (registry_add_locked(NULL, builtins[i], NULL) != DSIM_OK)

@@ -183,8 +183,8 @@ static int train_preempt_noticed(const train_replica *rp, uint64_t done)
 /* Tells the caller's observer about one step of rp (of lost replica
  * rerun_of when >= 0: a re-run). */
 static void train_observe(train_replica *rp, const dsim_input_step *st, const dsim_replica_batch *b,
-                          double local, double loss, uint64_t cks, int64_t t0, int64_t tc,
-                          int64_t t1, int rerun_of)
+                          uint64_t padded, double local, double loss, uint64_t cks, int64_t t0,
+                          int64_t tc, int64_t t1, int rerun_of)
 {
     train_job *job = rp->job;
     const dsim_train_cfg *cfg = job->cfg;
@@ -208,6 +208,7 @@ static void train_observe(train_replica *rp, const dsim_input_step *st, const ds
         .rerun = rerun_of >= 0,
         .rerun_of = rerun_of,
         .mp_scale = 1.0f,
+        .padded = padded,
     };
     if (rerun_of < 0 && rp->ctx.global_step >= job->first_step) {
         size_t at =
@@ -280,7 +281,7 @@ static dsim_err train_rerun(train_replica *rp, int lost, uint64_t from, float *x
             break;
         rp->good_checksum = dsim_params_checksum(ctx->params, P);
         job->res->replicas[rp->index].reruns++;
-        train_observe(rp, &st, b, loss_sum * (double)job->loss_scale, NAN, rp->good_checksum, t0,
+        train_observe(rp, &st, b, 0, loss_sum * (double)job->loss_scale, NAN, rp->good_checksum, t0,
                       t0, dsim_rt_now(job->rt), lost);
     }
 out:
@@ -420,8 +421,8 @@ static dsim_err replica_begin(train_replica *rp, dsim_strategy_vars *save)
 /* Step gs's outcome into the job's result, in the replica's own slots (and
  * the loss and the variables' trace for replica 0). */
 static void replica_record(train_replica *rp, uint64_t gs, const dsim_replica_batch *b,
-                           double local, double loss, uint64_t cks, int64_t t0, int64_t tc,
-                           int64_t t1)
+                           uint64_t padded, double local, double loss, uint64_t cks, int64_t t0,
+                           int64_t tc, int64_t t1)
 {
     train_job *job = rp->job;
     dsim_train_result *res = job->res;
@@ -444,6 +445,7 @@ static void replica_record(train_replica *rp, uint64_t gs, const dsim_replica_ba
     res->replicas[rp->index].steps_done = k + 1;
     res->local_loss[k * N + i] = local;
     res->examples[k * N + i] = b->n;
+    res->padded[k * N + i] = padded;
     res->step_ns[k * N + i] = t1 - t0;
     res->comm_ns[k * N + i] = t1 - tc;
     if (rp->index == 0) {
@@ -480,6 +482,27 @@ static dsim_err replica_preempt(train_replica *rp, uint64_t done, uint64_t *stop
     return DSIM_OK;
 }
 
+/* The padding rows of a static batch (dsim_strategy_ops.feed): rows nb ..
+ * rows-1 of the step's buffers, zero features and targets, run forward and
+ * backward as the device runs them and weighted by the feed's padding
+ * weight: 0 masks them out of the loss and the gradient, as TensorFlow's
+ * padded examples carry a sample weight of 0. */
+static dsim_err replica_padding(train_replica *rp, replica_work *w, size_t nb, size_t rows,
+                                float weight, double *loss_sum)
+{
+    train_job *job = rp->job;
+    const dsim_train_setup *su = &job->su;
+    size_t in_dim = su->model.in_dim, y_dim = su->ds->y_dim, np = rows - nb;
+    memset(w->x + nb * in_dim, 0, np * in_dim * sizeof(float));
+    memset(w->y + nb * y_dim, 0, np * y_dim * sizeof(float));
+    double pad = 0;
+    DSIM_CHECK(dsim_model_loss_grad(&su->model, rp->ctx.params, w->x + nb * in_dim,
+                                    w->y + nb * y_dim, np, job->loss_scale * weight, w->grad,
+                                    &pad));
+    *loss_sum += (double)weight * pad;
+    return DSIM_OK;
+}
+
 /* One global step of rp: its batch, the gradient, the strategy's update,
  * the loss, the result's record, and a checkpoint when one is due. *stop:
  * a preemption stops the job after this step. */
@@ -502,13 +525,16 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     if (st.done)
         return DSIM_ERR(DSIM_ESTATE, -1, "the input ended at global step %llu of %llu",
                         (unsigned long long)gs, (unsigned long long)job->end_step);
-    const dsim_replica_batch *b = &st.batch[ctx->device];
+    /* what this replica computes on: its slot of its worker's step, or
+     * what the strategy's feed makes of the step */
+    dsim_replica_feed fd;
+    if ((e = dsim_strategy_feed(s, ctx, &st, w->maxb, &fd)) != DSIM_OK)
+        return e;
+    dsim_replica_batch view = {
+        .ids = fd.ids, .n = fd.n, .has_value = fd.n > 0 || st.batch[ctx->device].has_value};
+    const dsim_replica_batch *b = &view;
     int64_t t0 = dsim_rt_now(job->rt);
-    size_t nb = (size_t)b->n;
-    if (nb > w->maxb)
-        return DSIM_ERR(DSIM_ESTATE, -1,
-                        "a batch of %zu examples exceeds the global batch or the dataset (%zu)", nb,
-                        w->maxb);
+    size_t nb = (size_t)b->n, rows = (size_t)fd.static_batch;
     if (nb && (e = dsim_dataset_gather(su->ds, b->ids, nb, w->x, w->y)) != DSIM_OK)
         return e;
     double loss_sum = 0;
@@ -517,8 +543,12 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
                               nb ? w->y : NULL, nb, job->loss_scale, w->grad, &loss_sum)) !=
         DSIM_OK)
         return e;
+    if (rows > nb &&
+        (e = replica_padding(rp, w, nb, rows, fd.padding_weight, &loss_sum)) != DSIM_OK)
+        return e;
     if (cfg->device_flops > 0)
-        dsim_rt_charge(job->rt, (int64_t)(6.0 * (double)P * (double)nb / cfg->device_flops * 1e9));
+        dsim_rt_charge(job->rt,
+                       (int64_t)(6.0 * (double)P * (double)rows / cfg->device_flops * 1e9));
     if ((e = dsim_ledger_record(job->res->ledger, rp->index, st.epoch, st.step, b->ids, b->n)) !=
         DSIM_OK)
         return e;
@@ -556,8 +586,8 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     replica_swallowed(rp, DSIM_PHASE_REDUCE_LOSS, gs);
     int64_t t1 = dsim_rt_now(job->rt);
     uint64_t cks = dsim_params_checksum(ctx->params, P);
-    replica_record(rp, gs, b, local, loss, cks, t0, tc, t1);
-    train_observe(rp, &st, b, local, loss, cks, t0, tc, t1, -1);
+    replica_record(rp, gs, b, rows - nb, local, loss, cks, t0, tc, t1);
+    train_observe(rp, &st, b, rows - nb, local, loss, cks, t0, tc, t1, -1);
     uint64_t done = gs + 1;
     if ((e = replica_preempt(rp, done, stop_at, stop)) != DSIM_OK)
         return e;

@@ -179,3 +179,105 @@ double dsim_train_mean_loss(const dsim_train_setup *su, const float *params)
         return NAN;
     return sum / (double)n;
 }
+
+dsim_err dsim_train_check_tpu(const dsim_train_cfg *cfg)
+{
+    const dsim_tpu_topology *t = &cfg->tpu;
+    if (t->replicas == 0)
+        return DSIM_OK;
+    if (t->hosts != cfg->hosts || t->replicas_per_host != cfg->devices_per_host ||
+        t->replicas != t->hosts * t->replicas_per_host)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: TPU %s is %d host(s) x %d replica(s) but the job is %d host(s) "
+                        "x %d device(s); give the slice's shape (or no slice)",
+                        t->name, t->hosts, t->replicas_per_host, cfg->hosts, cfg->devices_per_host);
+    return DSIM_OK;
+}
+
+dsim_err dsim_train_torus(const dsim_train_cfg *cfg, dsim_comm_cfg *cc, int **rank_at)
+{
+    *rank_at = NULL;
+    if (cfg->tpu.replicas == 0)
+        return DSIM_OK;
+    DSIM_CHECK(dsim_train_check_tpu(cfg));
+    int *at = malloc((size_t)cfg->tpu.replicas * sizeof *at);
+    if (!at)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the torus of %s", cfg->tpu.name);
+    int dims[DSIM_TPU_TORUS_DIMS], nd = 0;
+    dsim_tpu_torus(&cfg->tpu, dims, &nd, at);
+    cc->torus_ndims = nd;
+    for (int i = 0; i < nd && i < DSIM_TORUS_MAX_DIMS; i++)
+        cc->torus_dims[i] = dims[i];
+    cc->torus_rank = at;
+    *rank_at = at;
+    return DSIM_OK;
+}
+
+/* The first step and replica whose batch is not b (static shapes), from the
+ * plan of the first epoch (batch sizes are the same every epoch). */
+static dsim_err train_static_plan(const dsim_train_cfg *cfg, int64_t b)
+{
+    int N = cfg->hosts * cfg->devices_per_host;
+    uint64_t n = cfg->dataset ? cfg->dataset->spec.n_examples : cfg->data.n_examples;
+    size_t nf = cfg->dataset ? cfg->dataset->spec.n_files : cfg->data.n_files;
+    dsim_dataset_desc desc;
+    DSIM_CHECK(
+        dsim_dataset_desc_init(&desc, n, cfg->in_memory ? 0 : (uint32_t)nf, DSIM_FILES_CONTIGUOUS));
+    desc.hint = cfg->hint;
+    dsim_input_config ic = {
+        .dataset = &desc,
+        .policy = cfg->shard,
+        .global_batch = cfg->global_batch,
+        .num_workers = cfg->hosts,
+        .replicas_per_worker = cfg->devices_per_host,
+        .seed = cfg->seed,
+        .shuffle = cfg->shuffle,
+        .drop_remainder = cfg->drop_remainder,
+        .epochs = cfg->epochs,
+    };
+    dsim_input_plan *p = NULL;
+    dsim_err e = dsim_input_plan_make(&ic, &p);
+    for (uint64_t s = 0; e == DSIM_OK && s < p->steps; s++) {
+        for (int i = 0; i < N; i++) {
+            uint64_t got = p->batch[s * (uint64_t)N + (uint64_t)i];
+            if (got == (uint64_t)b)
+                continue;
+            e = DSIM_ERR(DSIM_EINVAL, -1,
+                         "static shapes (dynamic batch size off): step %llu of every epoch "
+                         "gives replica %d (host %d) %llu example%s, not %lld: the last "
+                         "global batch of %lld is partial (%llu examples an epoch, %s "
+                         "sharding); set drop_remainder: true to drop it, use a number of "
+                         "examples the global batch divides, or turn dynamic batch sizes on "
+                         "(TPUStrategy then pads the short batch and masks the padding)",
+                         (unsigned long long)s, i, i / cfg->devices_per_host,
+                         (unsigned long long)got, got == 1 ? "" : "s", (long long)b,
+                         (long long)cfg->global_batch, (unsigned long long)n,
+                         dsim_shard_policy_name(p->applied));
+            break;
+        }
+    }
+    dsim_input_plan_free(p);
+    dsim_dataset_desc_release(&desc);
+    return e;
+}
+
+dsim_err dsim_train_check_static_shapes(const dsim_train_cfg *cfg)
+{
+    if (!cfg)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_train_check_static_shapes: cfg is NULL");
+    if (!cfg->static_shapes)
+        return DSIM_OK;
+    long long N = (long long)cfg->hosts * cfg->devices_per_host;
+    long long G = cfg->global_batch;
+    if (N < 1 || G < 1)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "train: %lld replicas and a global batch of %lld; both must be >= 1", N, G);
+    if (G % N != 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "static shapes (dynamic batch size off): the global batch %lld does not "
+                        "split evenly over the %lld replicas (%lld each, %lld left over); make "
+                        "it a multiple of %lld (e.g. %lld), or turn dynamic batch sizes on "
+                        "(TPUStrategy then pads the short batches and masks the padding)",
+                        G, N, G / N, G % N, N, (G / N + 1) * N);
+    return train_static_plan(cfg, G / N);
+}

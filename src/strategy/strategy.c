@@ -84,6 +84,7 @@ static dsim_err strategy_failed(const dsim_strategy *s, const char *member, dsim
     X(shape.num_replicas)                                                                          \
     X(shape.num_ps)                                                                                \
     X(shape.ps_mode)                                                                               \
+    X(shape.global_batch)                                                                          \
     X(replica)                                                                                     \
     X(worker)                                                                                      \
     X(device)                                                                                      \
@@ -94,7 +95,8 @@ static dsim_err strategy_failed(const dsim_strategy *s, const char *member, dsim
     X(global_step)                                                                                 \
     X(precision)                                                                                   \
     X(gradient_dtype)
-#define STRATEGY_OWNED_PTR(X) X(rt) X(fabric) X(ep) X(world) X(model) X(optim) X(params) X(priv)
+#define STRATEGY_OWNED_PTR(X)                                                                      \
+    X(shape.tpu) X(rt) X(fabric) X(ep) X(world) X(model) X(optim) X(params) X(priv)
 
 static dsim_err strategy_owned_check(const dsim_strategy *s, const char *member,
                                      dsim_replica_ctx *ctx, const dsim_replica_ctx *was, dsim_err e)
@@ -161,6 +163,43 @@ dsim_err dsim_strategy_reduce(const dsim_strategy *s, dsim_replica_ctx *ctx, dsi
     if (e != DSIM_OK && e != DSIM_ENOTSUP)
         e = strategy_failed(s, "reduce", e);
     return strategy_owned_check(s, "reduce", ctx, &was, e);
+}
+
+dsim_err dsim_strategy_feed(const dsim_strategy *s, dsim_replica_ctx *ctx,
+                            const dsim_input_step *st, uint64_t max_rows, dsim_replica_feed *out)
+{
+    memset(out, 0, sizeof *out);
+    if (ctx->device < 0 || ctx->device >= st->replicas)
+        return DSIM_ERR(DSIM_ESTATE, -1, "replica %d: its worker's step has %d replicas' batches",
+                        ctx->replica, st->replicas);
+    const dsim_replica_batch *b = &st->batch[ctx->device];
+    if (!s->ops->feed) {
+        out->ids = b->ids;
+        out->n = b->n;
+        out->static_batch = b->n;
+        return DSIM_OK;
+    }
+    dsim_replica_ctx was = *ctx;
+    dsim_err e = s->ops->feed(ctx, st, out);
+    if (e != DSIM_OK)
+        e = strategy_failed(s, "feed", e);
+    e = strategy_owned_check(s, "feed", ctx, &was, e);
+    if (e != DSIM_OK)
+        return e;
+    if (out->static_batch == 0)
+        out->static_batch = out->n;
+    if ((out->n && !out->ids) || out->static_batch < out->n || out->static_batch > max_rows ||
+        !(out->padding_weight == out->padding_weight))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "strategy '%s': feed on replica %d gave %llu examples%s padded to %llu "
+                        "rows (padding weight %g); accepted: ids for every example, a static "
+                        "batch of at least the examples and at most %llu rows (the global "
+                        "batch, or the dataset), a finite weight",
+                        s->name, ctx->replica, (unsigned long long)out->n,
+                        out->n && !out->ids ? " without ids" : "",
+                        (unsigned long long)out->static_batch, (double)out->padding_weight,
+                        (unsigned long long)max_rows);
+    return DSIM_OK;
 }
 
 dsim_err dsim_strategy_check_save(const dsim_strategy *s)

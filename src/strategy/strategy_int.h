@@ -37,6 +37,11 @@ dsim_err dsim_strategy_create_variables(const dsim_strategy *s, dsim_replica_ctx
 dsim_err dsim_strategy_apply_gradients(const dsim_strategy *s, dsim_replica_ctx *ctx, float *grad);
 dsim_err dsim_strategy_reduce(const dsim_strategy *s, dsim_replica_ctx *ctx, dsim_op op,
                               const double *in, double *out, size_t n);
+/* What replica ctx computes on in step st (the feed member, or its own
+ * sub-batch as it is), checked: ids for every example, static_batch (0
+ * read as n) from n to max_rows, a finite padding weight. */
+dsim_err dsim_strategy_feed(const dsim_strategy *s, dsim_replica_ctx *ctx,
+                            const dsim_input_step *st, uint64_t max_rows, dsim_replica_feed *out);
 /* DSIM_OK if the strategy can save checkpoints, else the "not supported"
  * error (checked before a job that asks for checkpoints starts). */
 dsim_err dsim_strategy_check_save(const dsim_strategy *s);
@@ -55,6 +60,7 @@ extern const struct dsim_strategy_ops dsim_strategy_mirrored_ops;
 extern const struct dsim_strategy_ops dsim_strategy_multi_worker_mirrored_ops;
 extern const struct dsim_strategy_ops dsim_strategy_central_storage_ops;
 extern const struct dsim_strategy_ops dsim_strategy_parameter_server_ops;
+extern const struct dsim_strategy_ops dsim_strategy_tpu_ops;
 
 /* ---- replicated variables (replicated.c): one_device, mirrored,
  * multi_worker_mirrored keep a copy and an optimizer on every replica ---- */
@@ -112,6 +118,14 @@ dsim_err dsim_train_init_params(const dsim_train_cfg *cfg, const dsim_train_setu
                                 float *params);
 /* Mean per-example loss over the whole dataset. */
 double dsim_train_mean_loss(const dsim_train_setup *su, const float *params);
+/* The torus of cfg's TPU slice for a communicator of its replicas: fills
+ * cc's torus_* with *rank_at, allocated here (free it after the
+ * communicators that borrow it). Nothing (and *rank_at NULL) without a
+ * slice. */
+dsim_err dsim_train_torus(const dsim_train_cfg *cfg, dsim_comm_cfg *cc, int **rank_at);
+/* A job on a TPU slice must have the slice's shape (DSIM_EINVAL naming both
+ * otherwise); DSIM_OK without a slice. */
+dsim_err dsim_train_check_tpu(const dsim_train_cfg *cfg);
 
 /* ---- mixed precision (mixed.c) ---- */
 /* cfg's precision and gradient_dtype are ones dsim runs (DSIM_EINVAL). */

@@ -20,7 +20,13 @@
  *
  * Compute: forward + backward = 3 x the forward FLOPs (the backward pass
  * costs about twice the forward one) per example, at cfg.device_flops (the
- * device's achieved rate). The optimizer's update is not charged.
+ * device's achieved rate). The optimizer's update is not charged. A
+ * strategy that pads short batches to a static shape (tpu) computes its
+ * padding rows too: they are charged, as a TPU core runs them.
+ *
+ * On a TPU slice (cfg.tpu) the communicator carries the slice's torus, so
+ * the torus algorithm runs its rings over the replicas' real places and a
+ * network model that knows the slice (sim/fault) times them on its ICI.
  *
  * Only under the sim engine: on threads the charges are only counted and
  * the run would say nothing. The gradient buffer every replica passes is
@@ -85,6 +91,12 @@ struct tm_job {
     dsim_waitq *lock;
     bool failed;
     dsim_error err;
+    /* The strategy whatever it is: its feed decides the rows a replica
+     * computes on (a plugin's schedule runs only through strat above). */
+    const dsim_strategy *feeder;
+    dsim_comm_cfg torus; /* the slice's torus (cfg.tpu), else none */
+    int *torus_rank;
+    uint64_t *zero_ids; /* a step's worth of ids for the strategy's feed (all 0) */
 };
 
 /* Examples of replica r in step k: the global batch of that step split as
@@ -98,6 +110,40 @@ static uint64_t tm_examples(const tm_job *job, uint64_t k, int r)
     uint64_t b = n - kk * G < G ? n - kk * G : G;
     uint64_t N = (uint64_t)job->N, fl = b / N, rem = b - fl * N;
     return fl + ((uint64_t)r < rem ? 1 : 0);
+}
+
+/* The rows replica r computes on for ex examples: the strategy's static
+ * batch when it pads (its feed, asked with a step of ex placeholder ids:
+ * no example is read), else ex. */
+static dsim_err tm_rows(const tm_job *job, int r, uint64_t ex, uint64_t *rows)
+{
+    const dsim_train_cfg *cfg = job->cfg;
+    *rows = ex;
+    if (!job->feeder->ops->feed)
+        return DSIM_OK;
+    int D = cfg->devices_per_host;
+    dsim_replica_batch *all = malloc((size_t)D * sizeof *all);
+    if (!all)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for a step of %d devices", D);
+    for (int d = 0; d < D; d++)
+        all[d] = (dsim_replica_batch){.ids = job->zero_ids, .n = ex, .has_value = ex > 0};
+    dsim_input_step st = {.replicas = D, .batch = all, .examples = ex * (uint64_t)D};
+    dsim_replica_ctx ctx = {
+        .shape = {.hosts = cfg->hosts,
+                  .devices_per_host = D,
+                  .num_replicas = job->N,
+                  .global_batch = cfg->global_batch,
+                  .tpu = cfg->tpu.replicas > 0 ? &cfg->tpu : NULL},
+        .replica = r,
+        .worker = r / D,
+        .device = r % D,
+    };
+    dsim_replica_feed fd;
+    dsim_err e = dsim_strategy_feed(job->feeder, &ctx, &st, (uint64_t)cfg->global_batch, &fd);
+    free(all);
+    if (e == DSIM_OK)
+        *rows = fd.static_batch;
+    return e;
 }
 
 static void tm_fail(tm_job *job)
@@ -183,15 +229,14 @@ static void tm_replica_main(void *arg)
     const dsim_train_cfg *cfg = job->cfg;
     int N = job->N, r = rp->r;
     dsim_comm *comm = NULL;
-    dsim_comm_cfg cc = {
-        .ep = job->eps[r],
-        .size = N,
-        .comm_id = DSIM_STRATEGY_COMM_WORLD,
-        .timeout_ns = job->timeout_ns,
-        .algo = cfg->communication,
-        .virtual_payload = 1,
-        .local_size = cfg->devices_per_host,
-    };
+    dsim_comm_cfg cc = job->torus;
+    cc.ep = job->eps[r];
+    cc.size = N;
+    cc.comm_id = DSIM_STRATEGY_COMM_WORLD;
+    cc.timeout_ns = job->timeout_ns;
+    cc.algo = cfg->communication;
+    cc.virtual_payload = 1;
+    cc.local_size = cfg->devices_per_host;
     if (dsim_comm_create(&cc, &comm) != DSIM_OK) {
         tm_fail(job);
         return;
@@ -206,10 +251,14 @@ static void tm_replica_main(void *arg)
     if (e != DSIM_OK)
         tm_fail(job);
     for (uint64_t k = 0; e == DSIM_OK && k < job->steps; k++) {
-        uint64_t ex = tm_examples(job, k, r);
+        uint64_t ex = tm_examples(job, k, r), rows = ex;
+        if ((e = tm_rows(job, r, ex, &rows)) != DSIM_OK) {
+            tm_fail(job);
+            break;
+        }
         int64_t t0 = dsim_rt_now(job->rt);
         if (cfg->device_flops > 0)
-            dsim_rt_charge(job->rt, (int64_t)llround(3.0 * cfg->synthetic_flops * (double)ex /
+            dsim_rt_charge(job->rt, (int64_t)llround(3.0 * cfg->synthetic_flops * (double)rows /
                                                      cfg->device_flops * 1e9));
         int64_t t1 = dsim_rt_now(job->rt);
         if ((e = tm_exchange(rp, comm, k)) != DSIM_OK) {
@@ -221,6 +270,7 @@ static void tm_replica_main(void *arg)
         res->step_ns[i] = t2 - t0;
         res->comm_ns[i] = t2 - t1;
         res->examples[i] = ex;
+        res->padded[i] = rows - ex;
         res->replicas[r].global_step = k + 1;
         if (cfg->observer) {
             dsim_train_step_info info = {
@@ -237,6 +287,7 @@ static void tm_replica_main(void *arg)
                 .t_end = t2,
                 .t_comm = t1,
                 .rerun_of = -1,
+                .padded = rows - ex,
             };
             cfg->observer(&info, cfg->observer_user);
         }
@@ -274,14 +325,16 @@ static dsim_err tm_check(const dsim_train_cfg *cfg, const dsim_strategy **strat)
     if (cfg->plugin_path)
         DSIM_CHECK(dsim_strategy_load(cfg->strategy, cfg->plugin_path));
     DSIM_CHECK(dsim_strategy_lookup(cfg->strategy, strat));
+    DSIM_CHECK(dsim_train_check_tpu(cfg));
+    DSIM_CHECK(dsim_train_check_static_shapes(cfg));
     /* A plugin runs its own schedule; the built-ins that keep variables
      * elsewhere have no timing-only form. */
     if (!(*strat)->path[0] && (*strat)->ops->placement != DSIM_PLACE_MIRRORED &&
         (*strat)->ops->placement != DSIM_PLACE_ONE_DEVICE)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: strategy '%s' keeps its variables %s; a synthetic model (timing "
-                        "only) runs the all-reduce schedule of mirrored, multi_worker_mirrored "
-                        "and one_device",
+                        "only) runs the all-reduce schedule of mirrored, multi_worker_mirrored, "
+                        "tpu and one_device",
                         cfg->strategy, dsim_var_placement_name((*strat)->ops->placement));
     /* cfg->hooks (a fault layer's phase hooks) are accepted and not called:
      * the transport's faults (delay, drop, partition, slow links) still
@@ -327,7 +380,7 @@ dsim_err dsim_train_timing(const dsim_train_cfg *cfg, dsim_train_result *res)
     dsim_err e = tm_check(cfg, &strat);
     if (e != DSIM_OK)
         return e;
-    tm_job job = {.cfg = cfg, .res = res};
+    tm_job job = {.cfg = cfg, .res = res, .feeder = strat};
     job.N = cfg->hosts * cfg->devices_per_host;
     uint64_t G = (uint64_t)cfg->global_batch, n = cfg->data.n_examples;
     uint64_t per_epoch = cfg->drop_remainder ? n / G : (n + G - 1) / G;
@@ -336,6 +389,13 @@ dsim_err dsim_train_timing(const dsim_train_cfg *cfg, dsim_train_result *res)
                         "train: %llu examples make no global batch of %llu with drop_remainder",
                         (unsigned long long)n, (unsigned long long)G);
     job.steps = per_epoch * cfg->epochs;
+    if ((e = dsim_train_torus(cfg, &job.torus, &job.torus_rank)) != DSIM_OK)
+        return e;
+    job.zero_ids = calloc((size_t)cfg->global_batch, sizeof *job.zero_ids);
+    if (!job.zero_ids) {
+        free(job.torus_rank);
+        return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for a step's ids");
+    }
     job.count = (size_t)llround(cfg->synthetic_params);
     job.timeout_ns = cfg->timeout_ns >= 0 ? cfg->timeout_ns : DSIM_COMM_DEFAULT_TIMEOUT_NS;
     size_t N = (size_t)job.N, S = (size_t)job.steps;
@@ -352,13 +412,14 @@ dsim_err dsim_train_timing(const dsim_train_cfg *cfg, dsim_train_result *res)
     res->local_loss = malloc(S * N * sizeof *res->local_loss);
     res->checksum = calloc(S * N, sizeof *res->checksum);
     res->examples = calloc(S * N, sizeof *res->examples);
+    res->padded = calloc(S * N, sizeof *res->padded);
     res->step_ns = calloc(S * N, sizeof *res->step_ns);
     res->comm_ns = calloc(S * N, sizeof *res->comm_ns);
     res->replicas = calloc(N, sizeof *res->replicas);
     job.eps = calloc(N, sizeof *job.eps);
     job.reps = calloc(N, sizeof *job.reps);
-    if (!res->loss || !res->local_loss || !res->checksum || !res->examples || !res->step_ns ||
-        !res->comm_ns || !res->replicas || !job.eps || !job.reps) {
+    if (!res->loss || !res->local_loss || !res->checksum || !res->examples || !res->padded ||
+        !res->step_ns || !res->comm_ns || !res->replicas || !job.eps || !job.reps) {
         e = DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for %zu replicas x %zu steps", N, S);
         goto out;
     }
@@ -416,6 +477,8 @@ dsim_err dsim_train_timing(const dsim_train_cfg *cfg, dsim_train_result *res)
         e = dsim_set_error(er->code, er->peer, er->file, er->line, "%s", er->msg);
     } else {
         res->steps = job.steps;
+        for (size_t i = 0; i < S * N; i++)
+            res->padded_total += res->padded[i];
     }
     dsim_rt_trace(job.rt, DSIM_TRACE_RESULT, (uint64_t)e, 0, res->steps);
     res->trace_hash = dsim_rt_trace_hash(job.rt, &res->trace_events);
@@ -436,5 +499,7 @@ out:
             munmap(job.scratch[i], job.grad_map);
     free(job.eps);
     free(job.reps);
+    free(job.torus_rank);
+    free(job.zero_ids);
     return e;
 }

@@ -148,7 +148,8 @@ static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: hooks.size is %zu; set it to sizeof(dsim_train_hooks) (%zu)",
                         cfg->hooks->size, sizeof(dsim_train_hooks));
-    return DSIM_OK;
+    DSIM_CHECK(dsim_train_check_tpu(cfg));
+    return dsim_train_check_static_shapes(cfg);
 }
 
 /* Exactly one replica writes checkpoints. Asked of every replica before
@@ -271,6 +272,7 @@ static dsim_err train_alloc_result(train_job *job)
     res->local_loss = calloc(steps * N + 1, sizeof(double));
     res->checksum = calloc(steps * N + 1, sizeof(uint64_t));
     res->examples = calloc(steps * N + 1, sizeof(uint64_t));
+    res->padded = calloc(steps * N + 1, sizeof(uint64_t));
     res->step_ns = calloc(steps * N + 1, sizeof(int64_t));
     res->comm_ns = calloc(steps * N + 1, sizeof(int64_t));
     res->checkpoint_writes = calloc(N, sizeof(uint64_t));
@@ -286,8 +288,9 @@ static dsim_err train_alloc_result(train_job *job)
             return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the restore probe");
     }
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
-        !res->step_ns || !res->comm_ns || !res->checkpoint_writes || !res->replicas ||
-        !res->mp_scale || !res->mp_skipped || (job->cfg->record_params && !res->trace))
+        !res->padded || !res->step_ns || !res->comm_ns || !res->checkpoint_writes ||
+        !res->replicas || !res->mp_scale || !res->mp_skipped ||
+        (job->cfg->record_params && !res->trace))
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the result of %zu steps", steps);
     for (size_t k = 0; k < steps; k++)
         res->loss[k] = NAN;
@@ -349,6 +352,8 @@ static void train_collect(train_job *job)
             if (train_local(job, r) && !job->reps[r].killed &&
                 res->checksum[k * (size_t)N + (size_t)r] != res->checksum[k * (size_t)N + first])
                 res->in_sync_every_step = false;
+    for (size_t i = 0; i < res->steps * (size_t)N; i++)
+        res->padded_total += res->padded[i];
     res->final_loss = any ? dsim_train_mean_loss(&job->su, res->params) : NAN;
     if (any) {
         res->skipped_steps = job->reps[first].ctx.loss_scale.skips;
@@ -434,6 +439,7 @@ static void train_hand_over(train_job *job, dsim_train_result *res, bool hung)
     res->local_loss = NULL;
     res->checksum = NULL;
     res->examples = NULL;
+    res->padded = NULL;
     res->step_ns = NULL;
     res->comm_ns = NULL;
     res->trace = NULL;
@@ -536,6 +542,8 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
         .num_replicas = job->N,
         .num_ps = cfg->num_ps,
         .ps_mode = cfg->ps_mode,
+        .global_batch = cfg->global_batch,
+        .tpu = cfg->tpu.replicas > 0 ? &cfg->tpu : NULL,
     };
     if ((e = dsim_strategy_check_shape(job->strat, &job->shape)) != DSIM_OK ||
         (e = train_check_chief(job)) != DSIM_OK)

@@ -86,6 +86,8 @@ struct train_job {
     dsim_ep **eps;     /* N + P */
     dsim_comm **world; /* N */
     dsim_comm **ctl;   /* N, comm id DSIM_STRATEGY_COMM_CONTROL: preemption's agreement */
+    int *torus_rank;   /* [N] on a TPU slice: the replica at each place of its torus (the
+                          world communicators borrow it), else NULL */
     bool preempt_armed;
     train_replica *reps;
     train_server *srvs;

@@ -137,17 +137,19 @@ dsim_err train_open_world(train_job *job)
         if (train_local(job, r))
             DSIM_CHECK(dsim_ep_open(job->fab, r, &job->eps[r]));
     const struct dsim_strategy_ops *ops = job->strat->ops;
+    /* On a TPU slice the world communicator knows the replicas' torus. */
+    dsim_comm_cfg torus = {0};
+    DSIM_CHECK(dsim_train_torus(cfg, &torus, &job->torus_rank));
     for (int r = 0; r < N; r++) {
         if (!train_local(job, r))
             continue;
-        dsim_comm_cfg cc = {
-            .ep = job->eps[r],
-            .size = N,
-            .comm_id = DSIM_STRATEGY_COMM_WORLD,
-            .timeout_ns = job->timeout_ns,
-            .algo = cfg->communication,
-            .local_size = cfg->devices_per_host,
-        };
+        dsim_comm_cfg cc = torus;
+        cc.ep = job->eps[r];
+        cc.size = N;
+        cc.comm_id = DSIM_STRATEGY_COMM_WORLD;
+        cc.timeout_ns = job->timeout_ns;
+        cc.algo = cfg->communication;
+        cc.local_size = cfg->devices_per_host;
         DSIM_CHECK(dsim_comm_create(&cc, &job->world[r]));
         if (job->preempt_armed) {
             cc.comm_id = DSIM_STRATEGY_COMM_CONTROL;
@@ -234,6 +236,8 @@ void train_close_world(train_job *job)
         dsim_comm_destroy(job->world[r]);
     for (int r = 0; job->ctl && r < job->N; r++)
         dsim_comm_destroy(job->ctl[r]);
+    free(job->torus_rank);
+    job->torus_rank = NULL;
     for (int r = 0; job->eps && r < job->N + job->P; r++)
         if (job->eps[r])
             dsim_ep_close(job->eps[r]);

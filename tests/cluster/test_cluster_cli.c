@@ -239,6 +239,42 @@ static void test_hosts(void **state)
     free(r);
 }
 
+/* dsim cluster --tpu: the slice's hosts as workers, and each replica's host,
+ * chip, core and coordinates (no TPU is used). */
+static void test_tpu(void **state)
+{
+    (void)state;
+    cli_result *r = malloc(sizeof *r);
+    assert_non_null(r);
+    const char *args[] = {"--tpu", "v3-32", NULL};
+    cli_run(r, NULL, args);
+    assert_int_equal(r->status, 0);
+    json_t *j = cli_json(r);
+    assert_int_equal(cli_int(j, "num_workers"), 4);
+    assert_int_equal(cli_int(j, "devices_per_host"), 8);
+    assert_int_equal(cli_int(j, "num_replicas"), 32);
+    const json_t *tpu = json_object_get(j, "tpu");
+    assert_string_equal(json_string_value(json_object_get(tpu, "name")), "v3-32");
+    assert_int_equal(cli_int(tpu, "input_pipelines"), 4);
+    assert_non_null(strstr(json_string_value(json_object_get(tpu, "simulated")), "no TPU"));
+    const json_t *rep = json_array_get(json_object_get(j, "replicas"), 11);
+    assert_int_equal(cli_int(rep, "host"), 1);
+    assert_int_equal(cli_int(rep, "chip"), 3); /* host 1: the block at x 2..3 */
+    assert_int_equal(cli_int(rep, "core"), 1);
+    const json_t *co = json_object_get(rep, "coords");
+    assert_int_equal(json_integer_value(json_array_get(co, 0)), 3);
+    assert_int_equal(json_integer_value(json_array_get(co, 1)), 0);
+    json_decref(j);
+    const char *args2[] = {"--tpu", "v4", "--tpu-topology", "2x2x4", NULL};
+    cli_run(r, NULL, args2);
+    assert_int_equal(r->status, 0);
+    j = cli_json(r);
+    assert_int_equal(cli_int(j, "num_replicas"), 16);
+    assert_int_equal(cli_int(j, "devices_per_host"), 4);
+    json_decref(j);
+    free(r);
+}
+
 typedef struct bad_case {
     const char *tf_config; /* $TF_CONFIG, NULL: unset */
     const char *args[6];
@@ -267,6 +303,10 @@ static const bad_case bad_cases[] = {
     {NULL, {"--devices-per-host=-3", NULL}, "--devices-per-host is '-3'"},
     {NULL, {"--hosts", "2", "--tf-config", "{}", NULL}, "both describe the cluster"},
     {NULL, {"--hosts", "100000", NULL}, "hosts is 100000"},
+    {NULL, {"--tpu", "v3-16", NULL}, "no v3 slice has 16 TensorCores (accepted: v3-8, v3-32"},
+    {NULL, {"--tpu", "v3-8", "--hosts", "2", NULL}, "--tpu gives the hosts and devices"},
+    {NULL, {"--tpu-topology", "4x4", NULL}, "--tpu-topology needs --tpu GEN"},
+    {NULL, {"--tpu", "v4", "--tpu-topology", "4x4", NULL}, "is not 3 chip dimensions"},
 };
 
 static void test_bad_input_exits_2(void **state)
@@ -300,6 +340,7 @@ int main(void)
         cmocka_unit_test(test_ps_task_has_no_worker_id),
         cmocka_unit_test(test_blank_tf_config),
         cmocka_unit_test(test_hosts),
+        cmocka_unit_test(test_tpu),
         cmocka_unit_test(test_bad_input_exits_2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -73,7 +73,11 @@ dsim_err coll_harness_open(coll_harness *h, const coll_harness_cfg *cfg)
             .no_fingerprint = cfg->no_fingerprint || cfg->plain_rank == r + 1,
             .flight_recorder = cfg->flight_recorder,
             .local_size = cfg->local_size,
+            .torus_ndims = cfg->torus_ndims,
+            .torus_rank = cfg->torus_rank,
         };
+        for (int i = 0; i < cfg->torus_ndims && i < DSIM_TORUS_MAX_DIMS; i++)
+            cc.torus_dims[i] = cfg->torus_dims[i];
         e = dsim_comm_create(&cc, &h->comms[r]);
     }
     if (e != DSIM_OK)

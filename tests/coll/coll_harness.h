@@ -34,6 +34,10 @@ typedef struct coll_harness_cfg {
     int plain_rank;      /* > 0: rank plain_rank - 1 alone runs without fingerprints */
     int flight_recorder; /* cfg.flight_recorder of every communicator */
     int local_size;      /* cfg.local_size (ranks per host) of every communicator */
+    /* cfg.torus_* of every communicator (the torus algorithm's shape) */
+    int torus_ndims;
+    int torus_dims[DSIM_TORUS_MAX_DIMS];
+    const int *torus_rank;
 } coll_harness_cfg;
 
 typedef struct coll_harness {

@@ -5,7 +5,12 @@
  * every dtype x op x rank count {1,2,3,4,5,7,8,16} x element count (small:
  * 0, 1, 7, 1023; large: 2^20 + 13, which no rank count divides). The
  * communicators know their hosts (4 ranks: 2 x 2; 8: 2 x 4; 16: 4 x 4), so
- * hierarchical runs its two levels there. Inputs come
+ * hierarchical runs its two levels there.
+ *
+ * torus runs on a torus of each rank count (ar_torus below): 2, 3, 5 and 7
+ * as one dimension, 4 as 2x2, 8 as 2x2x2, 16 as 2x4x2 and 12 as 3x2x2 with
+ * the ranks placed out of order (as a TPU slice's replicas are), and 6
+ * without a torus (one ring of every rank, the fallback). Inputs come
  * from coll_data (exact results known); each result is checked exactly (MEAN
  * on floats within 1 ulp), every rank's result is compared bit for bit with
  * rank 0's, and out of place the send buffer must come back untouched. Half
@@ -34,6 +39,18 @@
 static const int ar_ranks[] = {1, 2, 3, 4, 5, 7, 8, 16};
 static const size_t ar_small[] = {0, 1, 7, 1023};
 static const size_t ar_large[] = {((size_t)1 << 20) + 13};
+
+/* The torus algorithm's shape for each rank count: dims (0-terminated) and
+ * whether the ranks sit at their places in a shuffled order. */
+typedef struct ar_torus_shape {
+    int n, dims[DSIM_TORUS_MAX_DIMS], shuffled;
+} ar_torus_shape;
+
+static const int ar_torus_ranks[] = {1, 2, 3, 4, 5, 6, 7, 8, 12, 16};
+static const ar_torus_shape ar_torus[] = {
+    {2, {2}, 0}, {3, {3}, 0},       {4, {2, 2}, 1},     {5, {5}, 0},        {6, {0}, 0},
+    {7, {7}, 0}, {8, {2, 2, 2}, 1}, {12, {3, 2, 2}, 1}, {16, {2, 4, 2}, 1},
+};
 
 static dsim_algo ar_algo;
 static const size_t *ar_counts;
@@ -115,11 +132,33 @@ out:
     free(rb);
 }
 
+/* cfg's torus for n ranks (the torus algorithm only); rank_at has room for
+ * AR_MAX_RANKS. */
+static void ar_torus_cfg(int n, coll_harness_cfg *cfg, int *rank_at)
+{
+    if (ar_algo != DSIM_ALGO_TORUS)
+        return;
+    for (size_t k = 0; k < sizeof ar_torus / sizeof ar_torus[0]; k++) {
+        const ar_torus_shape *sh = &ar_torus[k];
+        if (sh->n != n)
+            continue;
+        for (int i = 0; i < DSIM_TORUS_MAX_DIMS && sh->dims[i]; i++)
+            cfg->torus_dims[cfg->torus_ndims++] = sh->dims[i];
+        /* 5 is coprime to every count here: place p holds rank 5p + 3 */
+        for (int p = 0; p < n; p++)
+            rank_at[p] = sh->shuffled ? (5 * p + 3) % n : p;
+        cfg->torus_rank = sh->shuffled ? rank_at : NULL;
+    }
+}
+
 static void test_dtype(void **state)
 {
     dsim_dtype t = (dsim_dtype)(intptr_t)*state;
-    for (size_t i = 0; i < sizeof ar_ranks / sizeof ar_ranks[0]; i++) {
-        ar_shared s = {.t = t, .n = ar_ranks[i]};
+    int torus = ar_algo == DSIM_ALGO_TORUS;
+    size_t nr = torus ? sizeof ar_torus_ranks / sizeof ar_torus_ranks[0]
+                      : sizeof ar_ranks / sizeof ar_ranks[0];
+    for (size_t i = 0; i < nr; i++) {
+        ar_shared s = {.t = t, .n = torus ? ar_torus_ranks[i] : ar_ranks[i]};
         pthread_mutex_init(&s.fl.mu, NULL);
         coll_harness h;
         /* Hosts for the hierarchical algorithm (and auto, which picks it
@@ -128,6 +167,8 @@ static void test_dtype(void **state)
         int local = s.n == 4 ? 2 : s.n % 4 == 0 ? 4 : 0;
         coll_harness_cfg cfg = {
             .nranks = s.n, .timeout_ns = 60LL * 1000000000LL, .local_size = local};
+        int rank_at[AR_MAX_RANKS];
+        ar_torus_cfg(s.n, &cfg, rank_at);
         if (coll_harness_open(&h, &cfg) != DSIM_OK)
             fail_msg("opening %d ranks: %s", s.n, dsim_errmsg());
         dsim_err e = coll_harness_run(&h, ar_rank, &s);

@@ -639,7 +639,8 @@ static void test_algorithm_table(void **state)
  * which one ran: its payload messages alone, since the collective
  * fingerprints ride on them (a separate fingerprint message would show
  * here: ring 6 + 1, rhd 4 + 2, tree 2 + 0, 1 + 1, 2 + 1, 1 + 1,
- * reduce_to_one 3 + 0, 1 + 1). */
+ * reduce_to_one 3 + 0, 1 + 1; torus, without a torus one ring of 4 run
+ * both ways, 12 + 0). */
 static const uint64_t sel_msgs[DSIM_ALGO_COUNT][4] = {
     [DSIM_ALGO_RING] = {6, 6, 6, 6},
     [DSIM_ALGO_RHD] = {4, 4, 4, 4},
@@ -647,6 +648,7 @@ static const uint64_t sel_msgs[DSIM_ALGO_COUNT][4] = {
     [DSIM_ALGO_REDUCE_TO_ONE] = {3, 1, 1, 1},
     /* no topology here (local_size 0): the levels collapse into the ring */
     [DSIM_ALGO_HIERARCHICAL] = {6, 6, 6, 6},
+    [DSIM_ALGO_TORUS] = {12, 12, 12, 12},
 };
 
 typedef struct sel_arg {
@@ -746,6 +748,73 @@ static void test_algorithm_choice(void **state)
         }
 }
 
+/* ---- the torus algorithm's shape ---------------------------------------- */
+
+typedef struct torus_arg {
+    misc_shared s;
+    uint64_t sent[4];
+} torus_arg;
+
+static void torus_rank_fn(coll_harness *h, int rank, void *p)
+{
+    torus_arg *a = p;
+    float buf[64];
+    for (int i = 0; i < 64; i++)
+        buf[i] = (float)(rank + i);
+    dsim_ep_stats st0, st1;
+    dsim_ep_get_stats(h->eps[rank], &st0);
+    if (dsim_allreduce_with(h->comms[rank], buf, buf, 64, DSIM_F32, DSIM_SUM, DSIM_ALGO_TORUS) !=
+        DSIM_OK)
+        coll_fail(&a->s, "rank %d: %s", rank, dsim_errmsg());
+    dsim_ep_get_stats(h->eps[rank], &st1);
+    a->sent[rank] = st1.msgs_sent - st0.msgs_sent;
+    for (int i = 0; i < 64; i++)
+        if (buf[i] != (float)(6 + 4 * i))
+            coll_fail(&a->s, "rank %d: element %d is %g, not %d", rank, i, (double)buf[i],
+                      6 + 4 * i);
+}
+
+/* A communicator's torus: refused when it does not hold the ranks exactly,
+ * and followed when it does (a 2x2 torus: 2 steps a dimension, both
+ * directions: 8 messages a rank, where one ring of 4 sends 12). */
+static void test_torus_shape(void **state)
+{
+    (void)state;
+    coll_harness h;
+    coll_harness_cfg cfg = {.nranks = 8};
+    assert_int_equal(coll_harness_open(&h, &cfg), DSIM_OK);
+    dsim_comm *bad = NULL;
+    dsim_comm_cfg cc = {.ep = h.eps[3], .size = 8, .torus_ndims = 2, .torus_dims = {2, 3}};
+    expect_err(dsim_comm_create(&cc, &bad), DSIM_EINVAL,
+               "the torus 2x3 has 6 places but the communicator has 8 ranks");
+    cc.torus_dims[1] = 0;
+    expect_err(dsim_comm_create(&cc, &bad), DSIM_EINVAL, "cfg.torus_dims[1] is 0");
+    cc.torus_ndims = DSIM_TORUS_MAX_DIMS + 1;
+    expect_err(dsim_comm_create(&cc, &bad), DSIM_EINVAL, "cfg.torus_ndims is 5");
+    int twice[8] = {0, 1, 2, 3, 4, 5, 6, 6};
+    cc.torus_ndims = 2;
+    cc.torus_dims[1] = 4;
+    cc.torus_rank = twice;
+    expect_err(dsim_comm_create(&cc, &bad), DSIM_EINVAL,
+               "cfg.torus_rank[7] is 6, a rank given twice");
+    assert_null(bad);
+    coll_harness_close(&h);
+
+    for (int shaped = 0; shaped < 2; shaped++) {
+        torus_arg a = {0};
+        pthread_mutex_init(&a.s.mu, NULL);
+        coll_harness_cfg c4 = {.nranks = 4, .torus_ndims = shaped ? 2 : 0, .torus_dims = {2, 2}};
+        assert_int_equal(coll_harness_open(&h, &c4), DSIM_OK);
+        assert_int_equal(coll_harness_run(&h, torus_rank_fn, &a), DSIM_OK);
+        coll_harness_close(&h);
+        pthread_mutex_destroy(&a.s.mu);
+        if (a.s.failures)
+            fail_msg("%s", a.s.first);
+        for (int r = 0; r < 4; r++)
+            assert_int_equal(a.sent[r], shaped ? 8 : 12);
+    }
+}
+
 int main(void)
 {
     coll_data_init();
@@ -754,6 +823,7 @@ int main(void)
         cmocka_unit_test(test_determinism),          cmocka_unit_test(test_absent_rank),
         cmocka_unit_test(test_stale_messages),       cmocka_unit_test(test_abort),
         cmocka_unit_test(test_late_rank_not_absent), cmocka_unit_test(test_algorithm_table),
+        cmocka_unit_test(test_torus_shape),
     };
     return cmocka_run_group_tests_name("coll_misc", tests, NULL, NULL);
 }

@@ -176,7 +176,7 @@ static void test_presets_and_parsing(void **state)
     size_t n = 0;
     while (dsim_device_preset_at(n))
         n++;
-    assert_int_equal(n, 4); /* v100, a100, h100, cpu */
+    assert_int_equal(n, 4 + DSIM_TPU_GEN_COUNT); /* v100, a100, h100, tpu-*, cpu */
 
     /* ResNet-50 on a V100: 4.1 GFLOP forward, 64 images: 3 x 4.1e9 x 64 /
      * (15.7e12 x 0.3) = 0.167 s */
@@ -235,6 +235,65 @@ static void test_every_algorithm_has_a_cost(void **state)
     assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_COUNT, 4096, 4, &s, NULL), DSIM_EINVAL);
 }
 
+/* The torus all-reduce: without a torus it is a ring run both ways, which
+ * over one NIC per rank costs what the ring costs; on a TPU slice each
+ * link direction is its own, and a 4x4x4 torus (v4-128) costs exactly
+ * 3 dimensions x (RS + AG) x 3 steps of one hop each, the bytes of each
+ * dimension a quarter of the last's. */
+static void test_torus(void **state)
+{
+    (void)state;
+    const int ps[] = {2, 3, 4, 5, 8, 12, 16, 64};
+    const double alpha = 25e-6, bw = 1.25e9, mem = 900e9;
+    const size_t count = 720720 * 128; /* halves, then blocks of every p, whole */
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+        dsim_topology t = flat(ps[i], alpha, bw, mem);
+        double got = 0, want = dsim_cost_allreduce_formula(
+                            DSIM_ALGO_TORUS, ps[i], (double)count * 4, alpha, 1.0 / bw, 3.0 / mem);
+        assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_TORUS, count * 4, 4, &got, NULL),
+                         DSIM_OK);
+        assert_close(got, want, "torus without a torus");
+    }
+
+    dsim_tpu_topology v4;
+    assert_int_equal(dsim_tpu_topology_parse("v4-128", &v4), DSIM_OK);
+    dsim_topology t = {.hosts = v4.hosts, .devices_per_host = v4.replicas_per_host, .tpu = &v4};
+    dsim_tpu_link_models(DSIM_TPU_V4, &t.ici, &t.on_chip);
+    t.device = *dsim_tpu_device_model(DSIM_TPU_V4);
+    t.intra = t.inter = t.ici;
+    double S = 4.0 * 720720 * 64, a = t.ici.latency_s, b = 1.0 / t.ici.bandwidth_Bps;
+    double g = 3.0 / t.device.mem_Bps;
+    /* per dimension: 3 steps; each moves a quarter of each half of the
+     * segment one hop (share 1), and the receiver combines both halves */
+    double seg = S, want = 0;
+    for (int d = 0; d < 3; d++) {
+        double blk = seg / 2 / 4;
+        want += 3 * (a + blk * b + 2 * blk * g); /* reduce-scatter */
+        want += 3 * (a + blk * b);               /* all-gather */
+        seg /= 4;
+    }
+    double got = 0, ring = 0;
+    int steps = 0;
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_TORUS, (size_t)S, 4, &got, &steps), DSIM_OK);
+    assert_close(got, want, "torus on v4-128");
+    assert_int_equal(steps, 18);
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_RING, (size_t)S, 4, &ring, NULL), DSIM_OK);
+    printf("# v4-128, %.0f MB: torus %.3f ms, ring %.3f ms\n", S / 1e6, got * 1e3, ring * 1e3);
+    assert_true(got < ring);
+    /* a slice with the wrong shape is refused */
+    t.hosts = 3;
+    assert_int_equal(dsim_cost_allreduce(&t, DSIM_ALGO_TORUS, (size_t)S, 4, &got, NULL),
+                     DSIM_EINVAL);
+    /* the presets carry their sources */
+    const dsim_link_model *ici = dsim_link_preset("ici-v3");
+    assert_non_null(ici);
+    assert_true(ici->bandwidth_Bps == 1.0e11);
+    assert_non_null(strstr(ici->source, "cloud.google.com/tpu/docs/v3"));
+    assert_non_null(dsim_device_preset("tpu-v5e"));
+    assert_true(dsim_device_preset("tpu-v4")->peak_flops == 275e12);
+    assert_true(dsim_device_preset("tpu-v3")->peak_flops == 123e12 / 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -243,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_hierarchical),
         cmocka_unit_test(test_presets_and_parsing),
         cmocka_unit_test(test_every_algorithm_has_a_cost),
+        cmocka_unit_test(test_torus),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

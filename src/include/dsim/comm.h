@@ -61,11 +61,13 @@ typedef enum dsim_algo {
     DSIM_ALGO_TREE,          /* binomial reduce + binomial broadcast */
     DSIM_ALGO_REDUCE_TO_ONE, /* TF's ReductionToOneDevice: gather to rank 0, broadcast */
     DSIM_ALGO_HIERARCHICAL,  /* reduce-scatter in a host, all-reduce across hosts, all-gather */
+    DSIM_ALGO_TORUS,         /* reduce-scatter, then all-gather, along each dimension of a
+                                torus in turn, over bidirectional rings (a TPU's ICI) */
     DSIM_ALGO_COUNT
 } dsim_algo;
 
-/* "auto", "ring", "rhd", "tree", "reduce_to_one", "hierarchical"; "unknown"
- * when a is not a dsim_algo. */
+/* "auto", "ring", "rhd", "tree", "reduce_to_one", "hierarchical", "torus";
+ * "unknown" when a is not a dsim_algo. */
 DSIM_API const char *dsim_algo_name(dsim_algo a);
 DSIM_API dsim_err dsim_algo_parse(const char *s, dsim_algo *out);
 /* One line on what algorithm a does ("" when a is not a dsim_algo). */
@@ -92,6 +94,10 @@ typedef struct dsim_comm dsim_comm;
  * (any negative value does). */
 #define DSIM_TIMEOUT_DEFAULT         (-1)
 #define DSIM_COMM_DEFAULT_TIMEOUT_NS (30LL * 1000 * 1000 * 1000)
+
+/* The most dimensions of a communicator's torus (dsim_comm_cfg.torus_*): a
+ * TPU slice's cores of a chip, x, y and z. */
+#define DSIM_TORUS_MAX_DIMS 4
 
 typedef struct dsim_comm_cfg {
     dsim_ep *ep;        /* this rank's endpoint; its rank is the comm rank */
@@ -122,6 +128,20 @@ typedef struct dsim_comm_cfg {
      * The hierarchical algorithm and the decision function read it;
      * sub-communicators inherit it (by their ranks' endpoints). */
     int local_size;
+    /* Where the ranks sit on a torus, for the torus algorithm (a TPU slice's
+     * ICI: dsim_tpu_torus in dsim/tpu.h gives all three for a slice).
+     * torus_ndims (0 .. DSIM_TORUS_MAX_DIMS) dimensions of torus_dims[i] >= 1
+     * places each; a place's index is c0 + d0 (c1 + d1 (c2 + ...)), and
+     * torus_rank[place] is the rank there (NULL: rank = place). The product
+     * of the dimensions must be size and torus_rank a permutation of the
+     * ranks: dsim_comm_create refuses anything else, naming both (it reads
+     * the whole table once: O(size)). torus_rank is borrowed: it must
+     * outlive the communicator. 0 dimensions (the zeroed default): no torus,
+     * and the torus algorithm runs as one bidirectional ring of every rank
+     * in rank order. Every rank must give the same torus. */
+    int torus_ndims;
+    int torus_dims[DSIM_TORUS_MAX_DIMS];
+    const int *torus_rank;
 } dsim_comm_cfg;
 
 DSIM_API dsim_err dsim_comm_create(const dsim_comm_cfg *cfg, dsim_comm **out);

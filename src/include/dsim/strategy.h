@@ -14,8 +14,8 @@
  * that a run can be compared with it (dsim_params_compare).
  *
  * Built-in strategies (TF names): one_device, mirrored,
- * multi_worker_mirrored, central_storage, parameter_server. A user's own
- * strategy is a shared object loaded with dsim_strategy_load.
+ * multi_worker_mirrored, central_storage, parameter_server, tpu. A user's
+ * own strategy is a shared object loaded with dsim_strategy_load.
  *
  * Cluster shapes accepted:
  *   one_device             1 host x 1 device, no ps
@@ -23,6 +23,8 @@
  *   central_storage        1 host x D devices, no ps
  *   multi_worker_mirrored  H hosts x D devices, no ps
  *   parameter_server       H hosts x D devices, num_ps >= 1, sync or async
+ *   tpu                    a TPU slice (cfg.tpu): its hosts x replicas per host,
+ *                          no ps. Simulated: no TPU is used (dsim/tpu.h)
  *
  * Determinism: with a synchronous strategy the same configuration gives the
  * same bits on every run (every collective is deterministic for a given
@@ -43,6 +45,7 @@
 #include "dsim/model.h"
 #include "dsim/optim.h"
 #include "dsim/precision.h"
+#include "dsim/tpu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -287,6 +290,8 @@ typedef struct dsim_train_step_info {
     float mp_scale;         /* mixed precision: the loss scale this step's gradient was
                                computed with (1 unless mixed_float16) */
     bool mp_skipped;        /* ... and the strategy skipped its update (non-finite) */
+    uint64_t padded;        /* rows of padding computed beside the examples to fill
+                               the strategy's static batch (masked, not read) */
 } dsim_train_step_info;
 
 /* Called on the replica's own worker thread, concurrently for different
@@ -419,7 +424,27 @@ typedef struct dsim_train_cfg {
      * Horovod's fp16 compression). */
     dsim_precision_policy precision;
     dsim_dtype gradient_dtype;
+    /* A TPU slice (dsim/tpu.h; all zero: none). No TPU is used: the slice
+     * gives the job its shape -- hosts and devices_per_host must be its
+     * hosts and replicas per host -- and the replicas' places on its torus:
+     * the world communicator carries them (the torus algorithm runs over
+     * them), the strategy sees the slice in its shape, and a network model
+     * on the transport may route over its ICI. */
+    dsim_tpu_topology tpu;
+    /* Static shapes only: TPUStrategy with TF's RunOptions.
+     * experimental_enable_dynamic_batch_size false. dsim_train refuses,
+     * before anything runs, a job in which some replica's batch in some step
+     * is not global_batch / replicas (see dsim_train_check_static_shapes). */
+    bool static_shapes;
 } dsim_train_cfg;
+
+/* With cfg->static_shapes, DSIM_OK when every replica's batch in every step
+ * of an epoch is exactly global_batch / replicas, as static shapes need;
+ * else DSIM_EINVAL saying which (a global batch the replicas do not divide,
+ * or the first step and replica whose batch is short: a partial last batch)
+ * and the fix. DSIM_OK without static_shapes. Reads the data's layout
+ * (cfg->dataset, or cfg->data's examples and files), O(examples). */
+DSIM_API dsim_err dsim_train_check_static_shapes(const dsim_train_cfg *cfg);
 
 /* Defaults: 1 host x 1 device, no ps (sync), AUTO, 30 s timeout, a health
  * check every 30 s with a 10 s timeout and 3 retries, threads,
@@ -469,6 +494,10 @@ typedef struct dsim_train_result {
     double *local_loss;    /* [steps * num_replicas] */
     uint64_t *checksum;    /* [steps * num_replicas]: after each step */
     uint64_t *examples;    /* [steps * num_replicas] */
+    uint64_t *padded;      /* [steps * num_replicas]: padding rows each replica's step
+                              computed on and masked (a strategy that pads to a static
+                              batch, dsim_strategy_ops.feed; 0 for the others) */
+    uint64_t padded_total; /* their sum */
     int64_t *step_ns;      /* [steps * num_replicas]: each step's time, start to end */
     int64_t *comm_ns;      /* ... of which in apply_gradients and the loss's reduction
                               (the exchange, waits for slower replicas included) */

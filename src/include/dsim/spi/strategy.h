@@ -15,8 +15,9 @@
  *     create_variables(ctx, init)            place the variables; ctx->params holds
  *                                            them on every replica on return
  *     for every step:
- *       input -> this replica's batch
+ *       input -> its worker's step; feed(ctx, step) -> this replica's batch
  *       grad = 0; loss_grad(ctx->params, batch, scale = 1/global_batch)
+ *         [+ padding rows to the static batch, masked out]
  *       apply_gradients(ctx, grad)           ctx->params: next step's variables
  *       reduce(ctx, SUM, local loss)         the step's loss
  *       [save(ctx, vars) when a checkpoint is due; the chief's is written]
@@ -61,8 +62,10 @@
 #include "dsim/optim.h"
 #include "dsim/precision.h"
 #include "dsim/reduce.h"
+#include "dsim/data.h"
 #include "dsim/rt.h"
 #include "dsim/strategy.h"
+#include "dsim/tpu.h"
 #include "dsim/transport.h"
 
 #ifdef __cplusplus
@@ -106,7 +109,12 @@ extern "C" {
  *     up to 0x7FFFFFFF for a strategy's messages); from 2^31 up, the ids
  *     derived for sub-communicators (never pass those to dsim_comm_create).
  *
- * ---- end of ABI version 2's sub-communicator additions ---- */
+ * Version 2 also brings (for TPUStrategy and any strategy that feeds its
+ * replicas itself): the feed member (which examples of its worker's step a
+ * replica computes on, padded to a static batch and masked), and the job's
+ * global batch and TPU slice in the shape.
+ *
+ * ---- end of ABI version 2's additions ---- */
 
 /* The function every strategy plugin exports. It stores the ABI version the
  * plugin was compiled with (DSIM_STRATEGY_ABI_VERSION) in *abi_version and
@@ -146,6 +154,11 @@ typedef struct dsim_strategy_shape {
     int num_replicas;     /* hosts * devices_per_host */
     int num_ps;           /* parameter servers, >= 0 */
     dsim_ps_mode ps_mode; /* what the job asked of the parameter servers */
+    int64_t global_batch; /* the job's global batch (dsim_train_cfg.global_batch) */
+    /* The TPU slice the job runs on (dsim_train_cfg.tpu), or NULL: its hosts
+     * and replicas per host are hosts and devices_per_host. Owned by the
+     * driver; valid while the job lasts. */
+    const dsim_tpu_topology *tpu;
 } dsim_strategy_shape;
 
 /* Everything a checkpoint holds about the variables: the parameters and the
@@ -223,6 +236,23 @@ typedef struct dsim_server_ctx {
     void *priv;   /* server_priv_size bytes, zeroed, 16-byte aligned */
     void *driver; /* the driver's; do not touch */
 } dsim_server_ctx;
+
+/* What one replica computes on in one step (the feed member below). */
+typedef struct dsim_replica_feed {
+    const uint64_t *ids; /* the examples, ids of the dataset (n of them) */
+    uint64_t n;
+    /* Rows the step computes on: n (dynamic shapes), or more when the
+     * strategy pads a short batch to a static shape, as TPUStrategy does
+     * with experimental_enable_dynamic_batch_size: rows n .. static_batch-1
+     * are padding (zero features and targets). 0 reads as n. */
+    uint64_t static_batch;
+    /* What a padding row weighs in the loss and the gradient: 0 masks the
+     * padding out, which is what TensorFlow does (the padded examples'
+     * sample weights are 0). Anything else lets made-up examples into the
+     * gradient: a bug, which the comparison with the one-device reference
+     * (gradient_consistency) catches. */
+    float padding_weight;
+} dsim_replica_feed;
 
 struct dsim_strategy_ops {
     size_t size;         /* sizeof(struct dsim_strategy_ops) */
@@ -328,6 +358,24 @@ struct dsim_strategy_ops {
 
     /* Optional. Releases srv->priv; after every serve() returned. */
     void (*server_fini)(dsim_server_ctx *srv);
+
+    /* Optional (NULL: the replica computes on its own sub-batch of its
+     * worker's step, st->batch[ctx->device], as it is). TF's
+     * experimental_distribute_dataset as the strategy does it: which
+     * examples of its worker's input step this replica's step computes on,
+     * and the static batch it pads them to. The input pipeline is one per
+     * worker (TF's input worker; for TPUStrategy, one per TPU host:
+     * InputContext.num_input_pipelines is the number of hosts), and it has
+     * already split the worker's share of the global batch over the
+     * worker's replicas: st->batch[d] is device d's. out->ids must stay
+     * valid until the step ends (point into st, or into ctx->priv). Called
+     * once per step on every replica (ctx->global_step set), before its
+     * gradient. The driver records out's examples in the coverage ledger
+     * (padding is not recorded: nobody read it), computes the loss and the
+     * gradient on them plus static_batch - n padding rows weighted by
+     * padding_weight, and charges the modelled compute for all
+     * static_batch rows. */
+    dsim_err (*feed)(dsim_replica_ctx *ctx, const dsim_input_step *st, dsim_replica_feed *out);
 
     /* Optional (NULL: dsim's own pipeline, TF's
      * experimental_distribute_dataset: the job's shard policy, then the
