@@ -16,6 +16,16 @@
  * strategy whose reduce() ignores the op it is given trains correctly and
  * reports every loss off by the replica count; nothing else would notice.
  *
+ * Mixed precision: when the scenario leaves max_rel_error and max_abs_error
+ * unset, a run under mixed_float16 or mixed_bfloat16, or with gradients
+ * all-reduced in float16 or bfloat16, is judged with max_rel_error = 16 u
+ * and max_abs_error = u, u the unit roundoff of the narrowest of its
+ * compute and gradient dtypes (float16 2^-11, bfloat16 2^-8); float32 runs
+ * keep 1e-4 and 1e-6. docs/checks.md says why. Before anything else every
+ * replica must have made the same skip decision and held the same loss
+ * scale at every step (Keras's LossScaleOptimizer tests the aggregated
+ * gradient so that they do).
+ *
  * Asynchronous parameter servers: each replica computes with whatever
  * version of the variables it pulled, so neither per-step bit-identity nor
  * equality with a synchronous replay is expected of them. The check then
@@ -31,6 +41,8 @@
 #include <string.h>
 
 #include "check/check_int.h"
+#include "dsim/dtype.h"
+#include "dsim/precision.h"
 
 enum { GC_MAX_REL, GC_MAX_ABS, GC_BIT_IDENTICAL, GC_MAX_LOSS_REL };
 
@@ -66,6 +78,118 @@ static bool gc_first_divergence(const dsim_train_result *r, uint64_t *step, int 
             *n_differ = n;
             return true;
         }
+    }
+    return false;
+}
+
+/* The tolerances: the scenario's, else the float32 defaults or, for a run
+ * that rounds to a narrow dtype, 16 u and u of the narrowest. */
+static void gc_tolerances(const dsim_train_result *r, const double *v, double *max_rel,
+                          double *max_abs)
+{
+    double u = 0;
+    dsim_dtype cd = dsim_precision_compute_dtype(r->precision);
+    if (cd != DSIM_F32)
+        u = dsim_dtype_unit_roundoff(cd);
+    if (r->gradient_dtype == DSIM_F16 || r->gradient_dtype == DSIM_BF16)
+        u = fmax(u, dsim_dtype_unit_roundoff(r->gradient_dtype));
+    *max_rel = !DSIM_CHECK_UNSET(v[GC_MAX_REL]) ? v[GC_MAX_REL] : u > 0 ? 16 * u : 1e-4;
+    *max_abs = !DSIM_CHECK_UNSET(v[GC_MAX_ABS]) ? v[GC_MAX_ABS] : u > 0 ? u : 1e-6;
+}
+
+/* Appends to buf the replicas (up to 8) of row whose value is (==) or is
+ * not (!=) that of `of`. */
+static void gc_list(char *buf, size_t cap, const dsim_train_result *r, uint64_t s, bool same,
+                    int of)
+{
+    size_t nr = (size_t)r->num_replicas, shown = 0, more = 0;
+    buf[0] = '\0';
+    for (size_t k = 0; k < nr; k++) {
+        size_t a = s * nr + k, b = s * nr + (size_t)of;
+        bool eq = r->mp_skipped[a] == r->mp_skipped[b] &&
+                  memcmp(&r->mp_scale[a], &r->mp_scale[b], sizeof(float)) == 0;
+        if (eq != same)
+            continue;
+        if (shown < 8)
+            dsim_check_msg_append(buf, cap, "%s%zu", shown ? ", " : "", k);
+        else
+            more++;
+        shown++;
+    }
+    if (more)
+        dsim_check_msg_append(buf, cap, " and %zu more", more);
+}
+
+/* Every replica made the same skip decision and held the same loss scale at
+ * every step (replicas that did not run the step are not judged). */
+static bool gc_skips_agree(const dsim_train_result *r, char *msg, size_t cap)
+{
+    if (!r->mp_scale || !r->mp_skipped || r->num_replicas < 2)
+        return true;
+    size_t nr = (size_t)r->num_replicas;
+    for (uint64_t s = 0; s < r->steps; s++) {
+        int diff = -1;
+        for (size_t k = 1; k < nr && diff < 0; k++) {
+            if (r->replicas && (r->replicas[k].steps_done <= s || r->replicas[0].steps_done <= s))
+                continue;
+            size_t a = s * nr + k, b = s * nr;
+            if (r->mp_skipped[a] != r->mp_skipped[b] ||
+                memcmp(&r->mp_scale[a], &r->mp_scale[b], sizeof(float)) != 0)
+                diff = (int)k;
+        }
+        if (diff < 0)
+            continue;
+        char same[96], other[96];
+        gc_list(same, sizeof same, r, s, true, 0);
+        gc_list(other, sizeof other, r, s, false, 0);
+        size_t a = s * nr + (size_t)diff;
+        uint64_t g = r->first_step + s;
+        if (r->mp_skipped[a] != r->mp_skipped[s * nr])
+            dsim_check_msg(
+                msg, cap,
+                "replicas disagree on skipping the update at global step %" PRIu64
+                ": replica(s) %s %s it and replica(s) %s %s it (loss scale %g): the strategy "
+                "decides from a gradient that differs between replicas, e.g. each replica's "
+                "local gradient before the all-reduce; test the aggregated gradient for inf "
+                "and NaN, as Keras's LossScaleOptimizer does, so that every replica skips "
+                "together",
+                g, same, r->mp_skipped[s * nr] ? "skipped" : "applied", other,
+                r->mp_skipped[a] ? "skipped" : "applied", (double)r->mp_scale[s * nr]);
+        else
+            dsim_check_msg(msg, cap,
+                           "replicas hold different loss scales at global step %" PRIu64
+                           ": replica(s) %s computed with %g, replica(s) %s with %g: their "
+                           "dynamic loss scales moved apart (a skip or a growth one replica "
+                           "made alone); every replica must update its scale from the same "
+                           "aggregated gradient",
+                           g, same, (double)r->mp_scale[s * nr], other, (double)r->mp_scale[a]);
+        return false;
+    }
+    return true;
+}
+
+/* The first step the run and the reference skipped differently, prefixed
+ * to d; false when they agree. */
+static bool gc_skips_vs_reference(const dsim_train_result *r, const dsim_train_result *ref, char *d,
+                                  size_t cap)
+{
+    if (!r->mp_skipped || !ref->mp_skipped || r->num_replicas < 1)
+        return false;
+    size_t nr = (size_t)r->num_replicas;
+    for (uint64_t s = 0; s < r->steps; s++) {
+        uint64_t g = r->first_step + s;
+        if (g < ref->first_step || g - ref->first_step >= ref->steps)
+            continue;
+        bool a = r->mp_skipped[s * nr] != 0, b = ref->mp_skipped[g - ref->first_step] != 0;
+        if (a == b)
+            continue;
+        dsim_check_msg(d, cap,
+                       "At global step %" PRIu64 " the run %s the update and the reference, "
+                       "replaying the same policy and loss scale (%g), %s it: the aggregated "
+                       "gradient was %s in the run but not in the replay. ",
+                       g, a ? "skipped" : "applied", (double)r->mp_scale[s * nr],
+                       b ? "skipped" : "applied", a ? "not finite" : "finite");
+        return true;
     }
     return false;
 }
@@ -384,11 +508,39 @@ static void gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref
                    T);
 }
 
+/* Asynchronous parameter servers: what applies to them (see the top). */
+static void gc_judge_async(const dsim_train_result *r, const dsim_train_result *ref, double max_rel,
+                           double max_abs, dsim_check_result *out)
+{
+    char *msg = out->message;
+    size_t cap = sizeof out->message;
+    out->expected = NAN;
+    bool finite = true;
+    for (size_t i = 0; i < r->n_params && finite; i++)
+        finite = isfinite(r->params[i]);
+    double info = NAN;
+    if (ref && ref->params && ref->n_params == r->n_params) {
+        size_t n_out, worst;
+        info = gc_rel_beyond_floor(r->params, ref->params, r->n_params, max_abs, max_rel, &n_out,
+                                   &worst);
+    }
+    out->measured = info;
+    out->passed = r->replicas_agree && finite;
+    dsim_check_msg(msg, cap,
+                   "asynchronous parameter servers: replicas compute with the variable versions "
+                   "they pulled (max staleness %" PRIu64 "), so per-step bit-identity and equality "
+                   "with the one-device reference do not apply; judged: every replica ended with "
+                   "the servers' variables (%s) and they are finite (%s); relative distance from "
+                   "the reference, for information: %.3g; judge the result with convergence",
+                   r->max_staleness, r->replicas_agree ? "yes" : "NO", finite ? "yes" : "NO", info);
+}
+
 static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
 {
     const dsim_train_result *r = ctx->run;
     const dsim_train_result *ref = ctx->reference;
-    double max_rel = v[GC_MAX_REL], max_abs = v[GC_MAX_ABS];
+    double max_rel, max_abs;
+    gc_tolerances(r, v, &max_rel, &max_abs);
     bool want_bits = v[GC_BIT_IDENTICAL] >= 0.5;
     char *msg = out->message;
     size_t cap = sizeof out->message;
@@ -403,26 +555,14 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     }
 
     if (gc_is_async_ps(ctx)) {
-        out->expected = NAN;
-        bool finite = true;
-        for (size_t i = 0; i < r->n_params && finite; i++)
-            finite = isfinite(r->params[i]);
-        double info = NAN;
-        if (ref && ref->params && ref->n_params == r->n_params) {
-            size_t n_out, worst;
-            info = gc_rel_beyond_floor(r->params, ref->params, r->n_params, max_abs, max_rel,
-                                       &n_out, &worst);
-        }
-        out->measured = info;
-        out->passed = r->replicas_agree && finite;
-        dsim_check_msg(
-            msg, cap,
-            "asynchronous parameter servers: replicas compute with the variable versions "
-            "they pulled (max staleness %" PRIu64 "), so per-step bit-identity and equality "
-            "with the one-device reference do not apply; judged: every replica ended with "
-            "the servers' variables (%s) and they are finite (%s); relative distance from "
-            "the reference, for information: %.3g; judge the result with convergence",
-            r->max_staleness, r->replicas_agree ? "yes" : "NO", finite ? "yes" : "NO", info);
+        gc_judge_async(r, ref, max_rel, max_abs, out);
+        return DSIM_OK;
+    }
+
+    /* one skip decision and one loss scale per step: a disagreement is
+     * what makes the replicas diverge, so it is named first */
+    if (!gc_skips_agree(r, msg, cap)) {
+        out->measured = INFINITY;
         return DSIM_OK;
     }
 
@@ -504,15 +644,27 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     out->passed = n_out == 0;
     const char *bits =
         want_bits ? "replicas bit-identical after every step; " : "bit-identity not required; ";
+    char mp[160] = "";
+    if (r->precision > DSIM_POLICY_FLOAT32 || r->gradient_dtype != DSIM_F32)
+        dsim_check_msg(mp, sizeof mp,
+                       "; %s, gradients all-reduced in %s: tolerance %.3g relative beyond %.3g "
+                       "absolute; %" PRIu64 " step(s) skipped alike on every replica",
+                       dsim_precision_policy_name(r->precision),
+                       dsim_precision_dtype_name(r->gradient_dtype), max_rel, max_abs,
+                       r->skipped_steps);
     if (out->passed) {
         dsim_check_msg(
             msg, cap,
             "%sequal to the one-device reference within tolerance (%zu of %zu parameters "
-            "differ in bits; max abs %.3g, max %" PRIu64 " ulps)",
-            bits, diff.n_diff, r->n_params, diff.max_abs, diff.max_ulps);
+            "differ in bits; max abs %.3g, max %" PRIu64 " ulps)%s",
+            bits, diff.n_diff, r->n_params, diff.max_abs, diff.max_ulps, mp);
     } else {
-        char why[400];
-        gc_diagnose(r, ref, why, sizeof why);
+        char why[700];
+        size_t at = 0;
+        why[0] = '\0';
+        if (gc_skips_vs_reference(r, ref, why, sizeof why))
+            at = strlen(why);
+        gc_diagnose(r, ref, why + at, sizeof why - at);
         why[0] = (char)toupper((unsigned char)why[0]);
         dsim_check_msg(msg, cap,
                        "%zu of %zu parameters differ from the one-device reference beyond "
@@ -534,11 +686,13 @@ const dsim_check_ops dsim_check_gradient_consistency = {
     .params =
         {
             {"max_rel_error",
-             "largest accepted relative difference from the reference (beyond max_abs_error)", 0, 1,
-             1e-4, false},
+             "largest accepted relative difference from the reference (beyond max_abs_error); "
+             "unset: 1e-4, or 16 u of the narrowest dtype under mixed precision",
+             0, 1, NAN, false},
             {"max_abs_error",
-             "differences from the reference up to this are accepted whatever their relative size",
-             0, 1e30, 1e-6, false},
+             "differences from the reference up to this are accepted whatever their relative "
+             "size; unset: 1e-6, or u of the narrowest dtype under mixed precision",
+             0, 1e30, NAN, false},
             {"bit_identical", "1: every replica must hold the same bits after every step", 0, 1, 1,
              true},
             {"max_loss_rel_error",

@@ -2,7 +2,11 @@
  * example is read exactly as often as the shard policy says — once, or once
  * per worker when nothing is sharded (OFF, or HINT without a placeholder) —
  * and no replica sits idle or carries far more than another beyond the
- * scenario's thresholds.
+ * scenario's thresholds. A strategy that distributes its own input (its
+ * input_fn, distribute_datasets_from_function) must read every example once
+ * per epoch, and a failure says which of the common input_fn bugs the reads
+ * look like (every pipeline reads everything; pipelines numbered per
+ * replica; the remainder of an uneven split dropped).
  *
  * Each threshold is judged on the worst epoch. The measured/expected pair is
  * that of the first threshold broken, in the order duplicates, misses, idle,
@@ -222,6 +226,59 @@ static void sc_why_missed(const dsim_check_ctx *ctx, int restarts, char *msg, si
     }
 }
 
+/* What a strategy's own input_fn (distribute_datasets_from_function) did
+ * wrong, from epoch c's counts: the three ways such a function commonly
+ * goes wrong are told apart by the shape of the reads. */
+static void sc_input_fn_why(const dsim_train_result *r, const dsim_coverage *c, char *msg,
+                            size_t cap)
+{
+    uint64_t n = c->n_examples;
+    int W = r->num_workers > 0 ? r->num_workers : 1;
+    int N = r->num_replicas > 0 ? r->num_replicas : 1;
+    dsim_coverage all;
+    if (W > 1 && dsim_ledger_coverage(r->ledger, c->epoch, -1, (uint32_t)W, &all) == DSIM_OK &&
+        all.exact == n) {
+        dsim_check_msg_append(msg, cap,
+                              "; every example was read %d times, once by each of the %d input "
+                              "pipelines: the strategy's input_fn does not shard by "
+                              "input_context.input_pipeline_id (every worker reads the whole "
+                              "dataset); shard it num_input_pipelines ways",
+                              W, W);
+        return;
+    }
+    double want = (double)n * W / N;
+    if (c->misses && !c->duplicates && N > W && fabs((double)c->reads - want) <= N) {
+        dsim_check_msg_append(
+            msg, cap,
+            "; only %" PRIu64 " of %" PRIu64 " examples were read, each once: %d/%d of the "
+            "dataset, as if it were split into num_replicas_in_sync (%d) shards of which "
+            "only the first %d are read: the strategy's input_fn numbers its pipelines per "
+            "replica, but there is one pipeline per worker (num_input_pipelines %d); shard "
+            "by num_input_pipelines and input_pipeline_id",
+            c->reads, n, W, N, N, W, W);
+        return;
+    }
+    uint64_t ids[64];
+    size_t total = 0;
+    if (c->misses && !c->duplicates && c->misses < (uint64_t)W &&
+        dsim_ledger_list(r->ledger, c->epoch, -1, 1, DSIM_LEDGER_MISSES, ids, 64, &total) ==
+            DSIM_OK &&
+        total == c->misses && ids[0] == n - total && ids[total - 1] == n - 1) {
+        dsim_check_msg_append(msg, cap,
+                              "; the dataset's last %zu example(s) (ids %" PRIu64 "..%" PRIu64
+                              ") were read by nobody: the strategy's input_fn gives each of "
+                              "the %d pipelines %" PRIu64 " / %d examples rounded down and "
+                              "drops the remainder of the uneven split; give the first n %% %d "
+                              "pipelines one example more (dsim_strategy_shard_range)",
+                              total, n - total, n - 1, W, n, W, W);
+        return;
+    }
+    dsim_check_msg_append(msg, cap,
+                          "; the batches are the strategy's own (its input_fn, "
+                          "distribute_datasets_from_function): look at which ids it lists for "
+                          "each input pipeline and epoch");
+}
+
 /* The verdict when every threshold holds. */
 static void sc_passed(const dsim_check_ctx *ctx, const char *reads, uint32_t epochs,
                       uint64_t worst_bad, const dsim_coverage *idle, const dsim_coverage *imb,
@@ -230,14 +287,16 @@ static void sc_passed(const dsim_check_ctx *ctx, const char *reads, uint32_t epo
     const dsim_train_result *r = ctx->run;
     int restarts = ctx->faults ? ctx->faults->restarts : 0;
     uint64_t reruns = counts[0], rolled = counts[1], rolled_steps = counts[2];
+    char sharding[48];
+    snprintf(sharding, sizeof sharding, "%s sharding", dsim_shard_policy_name(r->shard_applied));
     dsim_check_msg(msg, cap,
-                   "%" PRIu32 " epoch%s: every example read %s%s (%s sharding, %d replica%s); "
+                   "%" PRIu32 " epoch%s: every example read %s%s (%s, %d replica%s); "
                    "in any epoch at most %" PRIu64 " idle (step, replica) pair%s and a load "
                    "imbalance of %.3g",
                    epochs, epochs == 1 ? "" : "s", reads, worst_bad ? " within the thresholds" : "",
-                   dsim_shard_policy_name(r->shard_applied), r->num_replicas,
-                   r->num_replicas == 1 ? "" : "s", idle->idle, idle->idle == 1 ? "" : "s",
-                   imb->imbalance);
+                   r->input_from_strategy ? "the strategy's own input_fn" : sharding,
+                   r->num_replicas, r->num_replicas == 1 ? "" : "s", idle->idle,
+                   idle->idle == 1 ? "" : "s", imb->imbalance);
     if (restarts)
         dsim_check_msg_append(msg, cap, "; over the committed steps of %d attempts", restarts + 1);
     if (rolled)
@@ -273,9 +332,11 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         dsim_check_msg(msg, cap, "the run kept no coverage ledger, so coverage cannot be judged");
         return DSIM_OK;
     }
+    /* A strategy's own input_fn shards as it likes: every example once. */
     bool unsharded =
-        r->shard_applied == DSIM_SHARD_OFF ||
-        (r->shard_applied == DSIM_SHARD_HINT && ctx->cfg && ctx->cfg->hint == DSIM_HINT_NONE);
+        !r->input_from_strategy &&
+        (r->shard_applied == DSIM_SHARD_OFF ||
+         (r->shard_applied == DSIM_SHARD_HINT && ctx->cfg && ctx->cfg->hint == DSIM_HINT_NONE));
     uint32_t expected = unsharded ? (uint32_t)(r->num_workers > 0 ? r->num_workers : 1) : 1;
     uint32_t epochs = ctx->cfg && ctx->cfg->epochs > 0 ? ctx->cfg->epochs : 1;
 
@@ -328,7 +389,12 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "epoch %" PRIu32 ": %" PRIu64 " of %" PRIu64 " examples read more than %s "
                        "(max_duplicates %.0f)",
                        c->epoch, c->duplicates, c->n_examples, reads, v[SC_MAX_DUP]);
-        sc_why_dup(ctx, c, expected, restarts, msg, cap);
+        if (r->input_from_strategy) { /* the cause first: the list can be long */
+            sc_input_fn_why(r, c, msg, cap);
+            sc_list_dups(r->ledger, c->epoch, expected, r->devices_per_host, msg, cap);
+        } else {
+            sc_why_dup(ctx, c, expected, restarts, msg, cap);
+        }
         out->measured = (double)c->duplicates;
         out->expected = v[SC_MAX_DUP];
         return DSIM_OK;
@@ -340,7 +406,10 @@ static dsim_err sc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "(max_misses %.0f)",
                        c->epoch, c->misses, c->n_examples, reads, v[SC_MAX_MISS]);
         sc_list_ids(r->ledger, c->epoch, expected, DSIM_LEDGER_MISSES, msg, cap);
-        sc_why_missed(ctx, restarts, msg, cap);
+        if (r->input_from_strategy && !restarts && !(ctx->faults && ctx->faults->lost))
+            sc_input_fn_why(r, c, msg, cap);
+        else
+            sc_why_missed(ctx, restarts, msg, cap);
         out->measured = (double)c->misses;
         out->expected = v[SC_MAX_MISS];
         return DSIM_OK;

@@ -575,6 +575,12 @@ static void run_one(const run_opts *o, dsim_store *st, run_item *it, dsim_harnes
     pthread_mutex_init(&prog.mu, NULL);
     prog.out = o->json ? (isatty(STDERR_FILENO) ? stderr : NULL) : stdout;
     prog.tty = prog.out && isatty(fileno(prog.out));
+    char mp[96] = "";
+    if (cfg->precision > DSIM_POLICY_FLOAT32 || cfg->gradient_dtype != DSIM_F32)
+        snprintf(mp, sizeof mp, ", %s, gradients all-reduced in %s",
+                 dsim_precision_policy_name(
+                     cfg->precision == DSIM_POLICY_DEFAULT ? DSIM_POLICY_FLOAT32 : cfg->precision),
+                 dsim_precision_dtype_name(cfg->gradient_dtype));
     /* the transport, where it is not the one address space's inproc */
     const dsim_engine_ops *eng = NULL;
     const char *tp = cfg->transport;
@@ -584,11 +590,11 @@ static void run_one(const run_opts *o, dsim_store *st, run_item *it, dsim_harnes
     if (tp && strcmp(tp, "inproc") == 0)
         tp = NULL;
     if (!o->json)
-        printf("%s (%s): %s, %d host%s x %d device%s%s, engine %s%s%s, seed %" PRIu64 "\n", s->name,
-               it->file, cfg->strategy, cfg->hosts, cfg->hosts == 1 ? "" : "s",
+        printf("%s (%s): %s, %d host%s x %d device%s%s, engine %s%s%s, seed %" PRIu64 "%s\n",
+               s->name, it->file, cfg->strategy, cfg->hosts, cfg->hosts == 1 ? "" : "s",
                cfg->devices_per_host, cfg->devices_per_host == 1 ? "" : "s",
                cfg->num_ps ? (cfg->ps_mode == DSIM_PS_ASYNC ? ", async ps" : ", sync ps") : "",
-               dsim_scenario_engine(it->s), tp ? " over " : "", tp ? tp : "", s->seed);
+               dsim_scenario_engine(it->s), tp ? " over " : "", tp ? tp : "", s->seed, mp);
     if (!o->json && s->tpu_notes)
         printf("%s", s->tpu_notes); /* simulated, no TPU used; precision; warnings */
     fflush(stdout);

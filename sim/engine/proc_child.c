@@ -157,6 +157,7 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
         .num_replicas_in_sync = res.num_replicas_in_sync,
         .loss_scale = res.loss_scale,
         .shard_applied = (int)res.shard_applied,
+        .input_from_strategy = res.input_from_strategy,
         .steps_per_epoch = res.steps_per_epoch,
         .first_step = res.first_step,
         .steps = res.steps,

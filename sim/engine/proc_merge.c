@@ -378,6 +378,7 @@ static void pr_merge_head(pr_job *j, const pr_result *sum, uint64_t first, uint6
         res->num_replicas_in_sync = sum->num_replicas_in_sync;
         res->loss_scale = sum->loss_scale;
         res->shard_applied = (dsim_shard_policy)sum->shard_applied;
+        res->input_from_strategy = sum->input_from_strategy != 0;
         res->steps_per_epoch = sum->steps_per_epoch;
         res->initial_loss = sum->initial_loss;
         res->initial_checksum = sum->initial_checksum;
@@ -411,10 +412,15 @@ static bool pr_merge_alloc(pr_job *j, size_t S)
     res->comm_ns = calloc(S * NN + 1, sizeof(int64_t));
     res->checkpoint_writes = calloc(NN, sizeof(uint64_t));
     res->replicas = calloc(NN, sizeof *res->replicas);
+    res->mp_scale = calloc(S * NN + 1, sizeof(float));
+    res->mp_skipped = calloc(S * NN + 1, 1);
+    res->precision = cfg->precision == DSIM_POLICY_DEFAULT ? DSIM_POLICY_FLOAT32 : cfg->precision;
+    res->gradient_dtype = cfg->gradient_dtype;
     uint64_t n_ex = cfg->dataset ? cfg->dataset->spec.n_examples : cfg->data.n_examples;
     dsim_ledger_create(n_ex, cfg->epochs, cfg->hosts, cfg->devices_per_host, &res->ledger);
     return res->params && res->loss && res->local_loss && res->checksum && res->examples &&
-           res->padded && res->step_ns && res->comm_ns && res->checkpoint_writes && res->replicas;
+           res->padded && res->step_ns && res->comm_ns && res->checkpoint_writes && res->replicas &&
+           res->mp_scale && res->mp_skipped;
 }
 
 /* Every step row into the per-step arrays and the ledger. */
@@ -444,8 +450,12 @@ static void pr_merge_steps(pr_job *j, uint64_t first, size_t S)
         res->padded_total += in->padded;
         res->step_ns[k * NN + r] = in->t_end - in->t_start;
         res->comm_ns[k * NN + r] = in->t_end - in->t_comm;
-        if (r == 0)
+        res->mp_scale[k * NN + r] = in->mp_scale;
+        res->mp_skipped[k * NN + r] = in->mp_skipped;
+        if (r == 0) {
             res->loss[k] = in->loss;
+            res->skipped_steps += in->mp_skipped;
+        }
         /* the reads as they were read (PR_READ), if the children sent them */
         if (res->ledger && in->ids && !j->n_reads)
             dsim_ledger_record(res->ledger, in->replica, in->epoch, in->step, in->ids,

@@ -73,6 +73,7 @@ typedef struct pr_result {
     int placement, num_replicas_in_sync;
     float loss_scale;
     int shard_applied;
+    int input_from_strategy; /* dsim_train_result.input_from_strategy */
     uint64_t steps_per_epoch, first_step, steps;
     double initial_loss, final_loss;
     bool preempted;

@@ -95,6 +95,11 @@ json_t *h_config_json(const dsim_scenario *s)
         (json_int_t)c->epochs, "shuffle", c->shuffle, "drop_remainder", c->drop_remainder,
         "checkpoint", "path", c->checkpoint_path, "every", (json_int_t)c->checkpoint_every,
         "expect", expect, "expect_error", s->expect_error);
+    if (cfg && (c->precision > DSIM_POLICY_FLOAT32 || c->gradient_dtype != DSIM_F32))
+        json_object_set_new(cfg, "mixed_precision",
+                            json_pack("{s:s, s:s}", "policy",
+                                      dsim_precision_policy_name(c->precision), "gradient_dtype",
+                                      dsim_precision_dtype_name(c->gradient_dtype)));
     h_config_source(s, cfg);
     return cfg;
 }
@@ -392,6 +397,22 @@ void h_store_metrics(dsim_store *st, const dsim_train_cfg *cfg, const dsim_train
             continue;
         if (HG_STORE(dsim_store_metric(st, out->run_id, m[i].name, m[i].value, m[i].unit, -1)) !=
             DSIM_OK)
+            h_fail(out, "storing the metrics");
+    }
+    if ((cfg->precision > DSIM_POLICY_FLOAT32 || cfg->gradient_dtype != DSIM_F32) && res &&
+        res->mp_scale) {
+        /* the policy's and the dtype's names go in the unit column */
+        double ls = res->final_loss_scale > 0 ? res->final_loss_scale : NAN;
+        if (HG_STORE(dsim_store_metric(st, out->run_id, "mixed_precision", (double)cfg->precision,
+                                       dsim_precision_policy_name(cfg->precision), -1)) !=
+                DSIM_OK ||
+            HG_STORE(
+                dsim_store_metric(st, out->run_id, "gradient_dtype", (double)cfg->gradient_dtype,
+                                  dsim_precision_dtype_name(cfg->gradient_dtype), -1)) != DSIM_OK ||
+            HG_STORE(dsim_store_metric(st, out->run_id, "skipped_steps", (double)res->skipped_steps,
+                                       "steps", -1)) != DSIM_OK ||
+            (!isnan(ls) && HG_STORE(dsim_store_metric(st, out->run_id, "final_loss_scale", ls,
+                                                      "scale", -1)) != DSIM_OK))
             h_fail(out, "storing the metrics");
     }
     if (cfg->num_ps > 0 && out->train_err == DSIM_OK &&

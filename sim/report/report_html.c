@@ -109,6 +109,19 @@ static void rh_run_header(FILE *f, const rp_run *r)
         rh_esc(f, alg->unit);
         fputs(")", f);
     }
+    const rp_metric *mp = rp_metric_find(r, "mixed_precision");
+    if (mp && mp->unit) {
+        const rp_metric *gd = rp_metric_find(r, "gradient_dtype");
+        const rp_metric *sk = rp_metric_find(r, "skipped_steps");
+        fputs("</td></tr><tr><th>precision</th><td>", f);
+        rh_esc(f, mp->unit);
+        if (gd && gd->unit) {
+            fputs(", gradients all-reduced in ", f);
+            rh_esc(f, gd->unit);
+        }
+        if (sk && sk->has_value)
+            fprintf(f, ", %.0f step(s) skipped (non-finite gradient)", sk->value);
+    }
     fputs("</td></tr><tr><th>replicas</th>", f);
     fprintf(f, "<td>%d</td></tr><tr><th>started (UTC)</th><td>", r->n_replicas);
     rh_esc(f, r->started);
@@ -124,6 +137,7 @@ static void rh_run_header(FILE *f, const rp_run *r)
         {"initial_loss", "initial loss"},
         {"final_loss", "final loss"},
         {"reference_final_loss", "reference final loss"},
+        {"final_loss_scale", "loss scale at the end"},
     };
     for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++) {
         const rp_metric *m = rp_metric_find(r, shown[i][0]);

@@ -78,6 +78,7 @@ enum {
     T_MATRIX,
     T_LIVENESS,
     T_TRANSPORT,
+    T_MIXED,
     T_N
 };
 
@@ -154,6 +155,7 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st);
 dsim_err scen_data(const scen_ctx *c, scen_state *st);
 dsim_err scen_model(const scen_ctx *c, scen_state *st);
 dsim_err scen_optim(const scen_ctx *c, scen_state *st);
+dsim_err scen_mixed_precision(const scen_ctx *c, scen_state *st);
 dsim_err scen_checkpoint(const scen_ctx *c, scen_state *st);
 dsim_err scen_faults(const scen_ctx *c, scen_state *st);
 dsim_err scen_expect(const scen_ctx *c, scen_state *st);

@@ -39,9 +39,12 @@ static const scen_builtin *scen_builtin_find(const char *name)
     return NULL;
 }
 
-enum { S_NAME, S_PLUGIN, S_COMM, S_PSMODE, S_TIMEOUT, S_HEALTH, S_DYN, S_N };
+enum { S_NAME, S_PLUGIN, S_COMM, S_PSMODE, S_TIMEOUT, S_HEALTH, S_DYN, S_GDTYPE, S_N };
 static const char *const scen_strategy_keys[S_N] = {
-    "name", "plugin", "communication", "ps_mode", "timeout", "health_check", "dynamic_batch_size"};
+    "name",    "plugin",       "communication",      "ps_mode",
+    "timeout", "health_check", "dynamic_batch_size", "gradient_dtype"};
+static const scen_name scen_grad_dtypes[] = {
+    {"float32", DSIM_F32}, {"float16", DSIM_F16}, {"bfloat16", DSIM_BF16}};
 enum { H_INTERVAL, H_TIMEOUT, H_RETRIES, H_N };
 static const char *const scen_health_keys[H_N] = {"interval", "timeout", "retries"};
 
@@ -283,9 +286,9 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
         char *resolved = scen_plugin_resolve(c->path, plugin, searched, sizeof searched, &how);
         if (!resolved) {
             dsim_err fe = scen_fail(c, pv,
-                                    "strategy.plugin: '%s' not found (looked in: %s); build the "
-                                    "plugin, fix the path (relative to the scenario file), or "
-                                    "add its directory to DSIM_PLUGIN_PATH / --plugin-dir",
+                                    "strategy.plugin: '%s' not found; build the plugin, fix the "
+                                    "path (relative to the scenario file), or add its directory "
+                                    "to DSIM_PLUGIN_PATH / --plugin-dir (looked in: %s)",
                                     plugin, searched);
             free(plugin);
             return fe;
@@ -314,6 +317,11 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_enum(c, m, S_PSMODE, "a parameter-server mode", scen_ps_modes,
                          SCEN_N(scen_ps_modes), &v));
     t->ps_mode = (dsim_ps_mode)v;
+    /* Horovod's Compression.fp16: gradients all-reduced in a narrow type. */
+    v = (int)t->gradient_dtype;
+    DSIM_CHECK(scen_enum(c, m, S_GDTYPE, "a gradient dtype", scen_grad_dtypes,
+                         SCEN_N(scen_grad_dtypes), &v));
+    t->gradient_dtype = (dsim_dtype)v;
     /* 0: no deadline (TF's timeout_seconds=None): only the health check or
      * an abort ends a wait. */
     DSIM_CHECK(scen_duration(c, m, S_TIMEOUT, 0, &t->timeout_ns));

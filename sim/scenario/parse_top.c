@@ -14,8 +14,9 @@
 
 static const scen_name scen_recoveries[] = {{"none", 0}, {"restart", 1}};
 static const char *const scen_top_keys[T_N] = {
-    "name", "description", "seed",   "engine",   "cluster", "strategy", "model",    "optimizer",
-    "data", "checkpoint",  "faults", "recovery", "expect",  "matrix",   "liveness", "transport"};
+    "name",   "description", "seed",     "engine",     "cluster",        "strategy",
+    "model",  "optimizer",   "data",     "checkpoint", "faults",         "recovery",
+    "expect", "matrix",      "liveness", "transport",  "mixed_precision"};
 static const scen_name scen_transports[] = {{"inproc", 0}, {"shm", 1}, {"tcp", 2}};
 
 static bool scen_name_ok(const char *s)

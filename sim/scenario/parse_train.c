@@ -9,6 +9,7 @@
 #include "dsim/dataset.h"
 #include "dsim/model.h"
 #include "dsim/optim.h"
+#include "dsim/precision.h"
 #include "model/costmodel.h"
 #include "scenario/defaults.h"
 #include "scenario/parse_int.h"
@@ -323,9 +324,9 @@ static dsim_err scen_model_plugin(const scen_ctx *c, scen_state *st)
     char *found = scen_plugin_resolve(c->path, file, searched, sizeof searched, &how);
     if (!found) {
         dsim_err e = scen_fail(c, m->val[M_PLUGIN],
-                               "model.plugin: '%s' not found (looked in: %s); build the plugin, "
-                               "fix the path (relative to the scenario file), or add its "
-                               "directory to DSIM_PLUGIN_PATH / --plugin-dir",
+                               "model.plugin: '%s' not found; build the plugin, fix the path "
+                               "(relative to the scenario file), or add its directory to "
+                               "DSIM_PLUGIN_PATH / --plugin-dir (looked in: %s)",
                                file, searched);
         free(file);
         return e;
@@ -473,5 +474,37 @@ dsim_err scen_checkpoint(const scen_ctx *c, scen_state *st)
     int64_t every = DSIM_SCENARIO_DEF_CKPT_EVERY;
     DSIM_CHECK(scen_int(c, m, K_EVERY, 0, DSIM_SCEN_MAX_STEP, &every));
     t->checkpoint_every = (uint64_t)every;
+    return DSIM_OK;
+}
+
+/* mixed_precision: {policy: mixed_float16} (Keras's
+ * tf.keras.mixed_precision.set_global_policy), after the model: a
+ * synthetic model computes no numbers to round. */
+dsim_err scen_mixed_precision(const scen_ctx *c, scen_state *st)
+{
+    dsim_train_cfg *t = &c->s->train;
+    enum { P_POLICY, P_N };
+    static const char *const keys[P_N] = {"policy"};
+    static const scen_name policies[] = {{"float32", DSIM_POLICY_FLOAT32},
+                                         {"mixed_float16", DSIM_POLICY_MIXED_FLOAT16},
+                                         {"mixed_bfloat16", DSIM_POLICY_MIXED_BFLOAT16}};
+    const scen_node *v = st->top.val[T_MIXED];
+    if (!v)
+        return DSIM_OK;
+    scen_map m;
+    DSIM_CHECK(scen_map_read(c, v, st->top.key[T_MIXED], "mixed_precision", keys, P_N, &m));
+    if (!m.val[P_POLICY])
+        return scen_fail(c, st->top.key[T_MIXED],
+                         "mixed_precision: needs policy: float32, mixed_float16 or "
+                         "mixed_bfloat16 (Keras's dtype policies)");
+    int p = DSIM_POLICY_FLOAT32;
+    DSIM_CHECK(
+        scen_enum(c, &m, P_POLICY, "a mixed-precision policy", policies, SCEN_N(policies), &p));
+    t->precision = (dsim_precision_policy)p;
+    if (t->synthetic_params > 0 && t->precision != DSIM_POLICY_FLOAT32)
+        return scen_fail(c, m.val[P_POLICY],
+                         "mixed_precision.policy: %s needs a model that computes; a synthetic "
+                         "model (model.synthetic) is timing only: remove one of them",
+                         dsim_precision_policy_name(t->precision));
     return DSIM_OK;
 }

@@ -14,6 +14,7 @@
 #include "dsim/dataset.h"
 #include "dsim/model.h"
 #include "dsim/optim.h"
+#include "dsim/spi/strategy.h"
 #include "dsim/tpu.h"
 #include "scenario/defaults.h"
 #include "scenario/plan.h"
@@ -284,6 +285,31 @@ static json_t *plan_optim(plan_b *b, const dsim_scenario *s)
     return o;
 }
 
+/* A strategy that distributes its own input (its input_fn): the plan
+ * shows what that function lists, as the job will read it. */
+static void plan_input_fn(const dsim_scenario *s, dsim_input_config *ic)
+{
+    const dsim_train_cfg *t = &s->train;
+    if (!t->strategy || t->synthetic_params > 0)
+        return;
+    if (t->plugin_path && dsim_strategy_load(t->strategy, t->plugin_path) != DSIM_OK) {
+        dsim_clear_error(); /* the run says why; the plan shows dsim's own pipeline */
+        return;
+    }
+    ic->input_fn = dsim_strategy_input_fn(t->strategy, &ic->input_fn_user);
+    dsim_strategy_shape shape = {
+        .hosts = t->hosts,
+        .devices_per_host = t->devices_per_host,
+        .num_replicas = t->hosts * t->devices_per_host,
+        .num_ps = t->num_ps,
+        .ps_mode = t->ps_mode,
+    };
+    dsim_strategy_traits tr;
+    if (ic->input_fn && dsim_strategy_probe(t->strategy, &shape, &tr) == DSIM_OK)
+        ic->num_replicas_in_sync = tr.replicas_in_sync;
+    dsim_clear_error();
+}
+
 /* The input pipelines: one per worker (a TPU host), each feeding its own
  * replicas, as TF's InputContext.num_input_pipelines; and for the tpu
  * strategy the static batch every replica pads to, and the padding rows of
@@ -358,6 +384,7 @@ static bool plan_fits(plan_b *b, const dsim_scenario *s, const dsim_dataset_desc
         .drop_remainder = t->drop_remainder,
         .epochs = 1,
     };
+    plan_input_fn(s, &ic);
     dsim_input *in = NULL;
     *e = dsim_input_create(&ic, &in);
     if (*e != DSIM_OK) {
@@ -458,6 +485,7 @@ static dsim_err plan_data(plan_b *b, const dsim_scenario *s, json_t *o, char *er
         .drop_remainder = t->drop_remainder,
         .epochs = t->epochs,
     };
+    plan_input_fn(s, &ic);
     dsim_input_plan *p = NULL;
     e = dsim_input_plan_make(&ic, &p);
     if (e != DSIM_OK) {

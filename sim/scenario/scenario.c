@@ -160,6 +160,8 @@ static dsim_err scen_parse(const char *path, const char *text, size_t len, long 
         if (e == DSIM_OK)
             e = scen_optim(&c, st);
         if (e == DSIM_OK)
+            e = scen_mixed_precision(&c, st);
+        if (e == DSIM_OK)
             e = scen_checkpoint(&c, st);
         if (e == DSIM_OK)
             e = scen_faults(&c, st);

@@ -75,6 +75,66 @@ float dsim_bf16_to_f32(uint16_t b)
     return dtype_bf16_to_f32(b);
 }
 
+double dsim_dtype_round(dsim_dtype t, double v)
+{
+    switch (t) {
+    case DSIM_F16:
+        return dtype_f16_to_f32(dtype_f32_to_f16(dtype_f64_to_f32_odd(v)));
+    case DSIM_BF16:
+        return dtype_bf16_to_f32(dtype_f32_to_bf16(dtype_f64_to_f32_odd(v)));
+    case DSIM_F32:
+        return (double)(float)v;
+    case DSIM_F64:
+    case DSIM_I32:
+    case DSIM_I64:
+    case DSIM_DTYPE_COUNT:
+        break;
+    }
+    return v;
+}
+
+void dsim_dtype_round_n(dsim_dtype t, double *v, size_t n)
+{
+    switch (t) {
+    case DSIM_F16:
+        for (size_t i = 0; i < n; i++)
+            v[i] = dtype_f16_to_f32(dtype_f32_to_f16(dtype_f64_to_f32_odd(v[i])));
+        return;
+    case DSIM_BF16:
+        for (size_t i = 0; i < n; i++)
+            v[i] = dtype_bf16_to_f32(dtype_f32_to_bf16(dtype_f64_to_f32_odd(v[i])));
+        return;
+    case DSIM_F32:
+        for (size_t i = 0; i < n; i++)
+            v[i] = (double)(float)v[i];
+        return;
+    case DSIM_F64:
+    case DSIM_I32:
+    case DSIM_I64:
+    case DSIM_DTYPE_COUNT:
+        break;
+    }
+}
+
+double dsim_dtype_unit_roundoff(dsim_dtype t)
+{
+    switch (t) {
+    case DSIM_F16:
+        return 0x1p-11;
+    case DSIM_BF16:
+        return 0x1p-8;
+    case DSIM_F32:
+        return 0x1p-24;
+    case DSIM_F64:
+        return 0x1p-53;
+    case DSIM_I32:
+    case DSIM_I64:
+    case DSIM_DTYPE_COUNT:
+        break;
+    }
+    return 0.0;
+}
+
 static const struct {
     const char *name;
     const char *short_name;

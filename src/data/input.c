@@ -17,6 +17,7 @@
 #include "dsim/data.h"
 #include "dsim/log.h"
 #include "dsim/rng.h"
+#include "input_fn.h"
 
 /* What a worker keeps before batching. */
 enum input_shard {
@@ -51,6 +52,9 @@ struct dsim_input {
     uint32_t epoch; /* position of the next step */
     uint64_t step;
     dsim_replica_batch *batch;
+    /* cfg.input_fn: this pipeline's elements of epoch fb_epoch */
+    dsim_input_batches fb;
+    int64_t fb_epoch;
 };
 
 /* ---- rebatch arithmetic -------------------------------------------------- */
@@ -313,6 +317,106 @@ static dsim_err input_check_config(const dsim_input_config *c)
     return dsim_dataset_desc_check(c->dataset);
 }
 
+/* ---- a pipeline of the caller's own (cfg.input_fn) ----------------------- */
+
+/* Loads this pipeline's elements of `epoch` and checks they fit in the
+ * job's steps. */
+static dsim_err input_fn_load(dsim_input *in, uint32_t epoch)
+{
+    if (in->fb_epoch == (int64_t)epoch)
+        return DSIM_OK;
+    in->fb_epoch = -1;
+    DSIM_CHECK(input_fn_list(&in->cfg, in->cfg.worker, epoch, &in->fb));
+    uint64_t rp = (uint64_t)in->cfg.replicas_per_worker;
+    if (in->fb.n > in->steps * rp)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "input_fn: pipeline %d lists %" PRIu64 " batches in epoch %" PRIu32
+                        ", more than its %" PRIu64 " replica(s) take in the job's %" PRIu64
+                        " steps per epoch (set by epoch 0); every epoch must fit in epoch 0's "
+                        "steps",
+                        in->cfg.worker, in->fb.n, epoch, rp, in->steps);
+    in->fb_epoch = epoch;
+    return DSIM_OK;
+}
+
+/* Steps per epoch: the most any pipeline needs in epoch 0. */
+static dsim_err input_fn_steps(dsim_input *in)
+{
+    uint64_t rp = (uint64_t)in->cfg.replicas_per_worker, steps = 0, ids = 0;
+    for (int w = 0; w < in->cfg.num_workers; w++) {
+        DSIM_CHECK(input_fn_list(&in->cfg, w, 0, &in->fb));
+        uint64_t s = (in->fb.n + rp - 1) / rp;
+        if (s > steps)
+            steps = s;
+        ids += in->fb.n_ids;
+    }
+    if (ids == 0)
+        return DSIM_ERR(
+            DSIM_EINVAL, -1,
+            "input_fn: no pipeline lists any example in epoch 0 (%d pipeline(s), %" PRIu64
+            " examples), so an epoch would read nothing",
+            in->cfg.num_workers, in->ds->n_examples);
+    in->steps = steps;
+    return DSIM_OK;
+}
+
+static dsim_err input_fn_create(dsim_input *in, dsim_input **out)
+{
+    const dsim_input_config *cfg = &in->cfg;
+    in->fb_epoch = -1;
+    in->applied = DSIM_SHARD_OFF;
+    snprintf(in->reason, sizeof in->reason,
+             "input_fn (distribute_datasets_from_function): %d pipeline(s) list each "
+             "replica's examples themselves; no shard policy is applied",
+             cfg->num_workers);
+    in->g = (uint64_t)cfg->global_batch;
+    in->n_rep = (uint64_t)cfg->num_workers * (uint64_t)cfg->replicas_per_worker;
+    in->batch = calloc((size_t)cfg->replicas_per_worker, sizeof *in->batch);
+    dsim_err e = in->batch ? DSIM_OK : DSIM_ERR(DSIM_ENOMEM, -1, "input: no memory");
+    if (e == DSIM_OK && cfg->steps_per_epoch)
+        in->steps = cfg->steps_per_epoch;
+    else if (e == DSIM_OK)
+        e = input_fn_steps(in);
+    if (e == DSIM_OK)
+        e = input_fn_load(in, 0);
+    if (e != DSIM_OK) {
+        dsim_input_destroy(in);
+        return e;
+    }
+    in->outputs = in->fb.n;
+    in->kept = in->fb.n_ids;
+    in->m = in->mm = in->kept;
+    if (cfg->worker == 0)
+        dsim_info("input: %s", in->reason);
+    *out = in;
+    return DSIM_OK;
+}
+
+static dsim_err input_fn_next(dsim_input *in, dsim_input_step *st)
+{
+    DSIM_CHECK(input_fn_load(in, in->epoch));
+    int rp = in->cfg.replicas_per_worker;
+    st->epoch = in->epoch;
+    st->step = in->step;
+    st->end_of_epoch = in->step + 1 == in->steps;
+    st->worker_has_value = in->step * (uint64_t)rp < in->fb.n;
+    st->replicas = rp;
+    st->batch = in->batch;
+    for (int r = 0; r < rp; r++) {
+        uint64_t j = in->step * (uint64_t)rp + (uint64_t)r;
+        dsim_replica_batch *b = &in->batch[r];
+        b->has_value = j < in->fb.n;
+        b->ids = in->fb.ids ? in->fb.ids + (b->has_value ? in->fb.start[j] : 0) : NULL;
+        b->n = b->has_value ? in->fb.start[j + 1] - in->fb.start[j] : 0;
+        st->examples += b->n;
+    }
+    if (++in->step == in->steps) {
+        in->step = 0;
+        in->epoch++;
+    }
+    return DSIM_OK;
+}
+
 dsim_err dsim_input_create(const dsim_input_config *cfg, dsim_input **out)
 {
     if (out == NULL)
@@ -325,6 +429,8 @@ dsim_err dsim_input_create(const dsim_input_config *cfg, dsim_input **out)
     in->cfg = *cfg;
     in->ds = cfg->dataset;
     in->ws_epoch = -1;
+    if (cfg->input_fn)
+        return input_fn_create(in, out);
     dsim_err e = input_resolve(in);
     if (e != DSIM_OK) {
         free(in);
@@ -422,6 +528,7 @@ void dsim_input_destroy(dsim_input *in)
     free(in->win);
     free(in->scratch);
     free(in->batch);
+    input_batches_free(&in->fb);
     free(in);
 }
 
@@ -507,6 +614,8 @@ dsim_err dsim_input_next(dsim_input *in, dsim_input_step *st)
         st->done = true;
         return DSIM_OK;
     }
+    if (in->cfg.input_fn)
+        return input_fn_next(in, st);
     input_build_stream(in, in->epoch);
     int rp = in->cfg.replicas_per_worker;
     st->epoch = in->epoch;
@@ -582,6 +691,11 @@ const char *dsim_input_policy_reason(const dsim_input *in)
     return in ? in->reason : "";
 }
 
+bool dsim_input_from_fn(const dsim_input *in)
+{
+    return in && in->cfg.input_fn;
+}
+
 /* ---- plan ---------------------------------------------------------------- */
 
 void dsim_input_plan_free(dsim_input_plan *p)
@@ -628,6 +742,7 @@ dsim_err dsim_input_plan_make(const dsim_input_config *cfg, dsim_input_plan **ou
     p->n_examples = d->n_examples;
     p->n_files = d->n_files;
     p->steps = in0->steps;
+    p->from_fn = c.input_fn != NULL;
     /* The other workers' inputs as a job makes them: the dataset checked
      * and the epoch computed once (in0), so that the plan costs O(workers
      * + examples), not O(workers x examples). */
@@ -655,11 +770,12 @@ dsim_err dsim_input_plan_make(const dsim_input_config *cfg, dsim_input_plan **ou
         p->kept_start[w + 1] = p->kept_start[w] + in->kept;
         total_kept += in->kept;
         p->files_start[w + 1] = p->files_start[w];
-        for (uint32_t f = 0; f < d->n_files; f++) {
+        for (uint32_t f = 0; f < d->n_files && !c.input_fn; f++) {
             if (!file_shard || f % (uint32_t)nw == (uint32_t)w)
                 p->files[p->files_start[w + 1]++] = f;
         }
-        p->reads[w] = file_shard ? in->m : d->n_examples;
+        /* input_fn: the pipeline reads what it lists */
+        p->reads[w] = file_shard || c.input_fn ? in->m : d->n_examples;
         dsim_input_destroy(in);
     }
     p->kept = malloc(((size_t)total_kept + 1) * sizeof *p->kept);
@@ -704,10 +820,14 @@ dsim_err dsim_input_plan_print(const dsim_input_plan *p, FILE *f)
         return DSIM_ERR(DSIM_EINVAL, -1, "input plan print: plan and stream must not be NULL");
     int nw = p->num_workers, rp = p->replicas_per_worker;
     uint64_t n_rep = (uint64_t)nw * (uint64_t)rp;
-    fprintf(f, "shard policy %s", dsim_shard_policy_name(p->applied));
-    if (p->requested != p->applied)
-        fprintf(f, " (requested %s)", dsim_shard_policy_name(p->requested));
-    fprintf(f, ": %s\n", p->reason);
+    if (p->from_fn) {
+        fprintf(f, "%s\n", p->reason);
+    } else {
+        fprintf(f, "shard policy %s", dsim_shard_policy_name(p->applied));
+        if (p->requested != p->applied)
+            fprintf(f, " (requested %s)", dsim_shard_policy_name(p->requested));
+        fprintf(f, ": %s\n", p->reason);
+    }
     fprintf(f,
             "%" PRIu64 " examples in %u files, global batch %lld, %d workers x %d replicas, "
             "drop_remainder %s, shuffle %s\n",

@@ -15,6 +15,7 @@
 #include "dsim/tpu.h"
 #include "dsim/model.h"
 #include "dsim/optim.h"
+#include "dsim/precision.h"
 #include "dsim/dataset.h"
 #include "dsim/data.h"
 #include "dsim/strategy.h"

@@ -6,9 +6,11 @@
  * gradient is the exact one rounded once, and so that a finite-difference
  * check can be made against the loss this file computes. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dsim/dtype.h"
 #include "dsim/model.h"
 #include "dsim/spi/model.h"
 #include "model/kern.h"
@@ -274,11 +276,17 @@ typedef struct model_ws {
     double *delta[2];                     /* d loss / d z of a layer, and of the one below */
     double *acc;                          /* n_params, when the gradient spans blocks */
     double *block;
+    /* Mixed precision (dsim_model_loss_grad_mixed): the compute dtype, DSIM_F32
+     * for none, and the variables cast to it (wc, n_params floats). */
+    dsim_dtype cd;
+    float *wc;
 } model_ws;
 
-static dsim_err model_ws_init(model_ws *ws, const dsim_model_spec *spec, size_t n, int want_grad)
+static dsim_err model_ws_init(model_ws *ws, const dsim_model_spec *spec, size_t n, int want_grad,
+                              dsim_dtype cd)
 {
     memset(ws, 0, sizeof *ws);
+    ws->cd = cd;
     DSIM_CHECK(dsim_model_layout_of(spec, &ws->lay));
     const dsim_model_layout *lay = &ws->lay;
     ws->k = kern_get();
@@ -299,13 +307,19 @@ static dsim_err model_ws_init(model_ws *ws, const dsim_model_spec *spec, size_t 
     ws->cap = cap < n ? cap : n;
     size_t total = ws->cap * row;
     ws->block = malloc(total * sizeof(double));
-    if (want_grad && n > ws->cap)
+    /* Mixed precision rounds the gradient sums once, from double: they are
+     * always kept whole. */
+    bool acc = want_grad && (n > ws->cap || cd != DSIM_F32);
+    if (acc)
         ws->acc = malloc(lay->n_params * sizeof(double));
-    if (!ws->block || (want_grad && n > ws->cap && !ws->acc)) {
+    if (cd != DSIM_F32)
+        ws->wc = malloc(lay->n_params * sizeof(float));
+    if (!ws->block || (acc && !ws->acc) || (cd != DSIM_F32 && !ws->wc)) {
         free(ws->block);
         free(ws->acc);
+        free(ws->wc);
         return DSIM_ERR(DSIM_ENOMEM, -1, "model scratch: cannot allocate %zu doubles",
-                        total + (n > ws->cap ? lay->n_params : 0));
+                        total + (acc ? lay->n_params : 0));
     }
     double *p = ws->block;
     for (size_t l = 0; l < lay->n_layers; l++) {
@@ -326,8 +340,20 @@ static void model_ws_free(model_ws *ws)
 {
     free(ws->block);
     free(ws->acc);
+    free(ws->wc);
     ws->block = NULL;
     ws->acc = NULL;
+    ws->wc = NULL;
+}
+
+/* Rounds the first `width` values of n rows (stride ld) to the compute
+ * dtype; nothing under float32. */
+static void model_round_rows(const model_ws *ws, double *v, size_t ld, size_t width, size_t n)
+{
+    if (ws->cd == DSIM_F32)
+        return;
+    for (size_t e = 0; e < n; e++)
+        dsim_dtype_round_n(ws->cd, v + e * ld, width);
 }
 
 /* The forward pass of nb <= cap examples; leaves the outputs (before any
@@ -343,11 +369,19 @@ static void model_forward(model_ws *ws, const float *params, const float *x, siz
         for (size_t i = in; i < l0; i++)
             ws->a[0][e * l0 + i] = 0.0;
     }
+    /* Mixed precision: the layer's input cast to the compute dtype, the
+     * variables cast as they are read (ws->wc), each layer's output rounded
+     * once from its wide sum (as a tensor core accumulates), the ReLU after
+     * it exact. */
+    model_round_rows(ws, ws->a[0], l0, in, nb);
+    if (ws->wc)
+        params = ws->wc;
     for (size_t l = 0; l < lay->n_layers; l++) {
         const dsim_model_layer *L = &lay->layer[l];
         size_t lz = ws->ld[l + 1];
         ws->k->dense_fwd(params + L->w_off, params + L->b_off, L->in, L->out, ws->a[l], ws->ld[l],
                          nb, ws->z[l], lz);
+        model_round_rows(ws, ws->z[l], lz, L->out, nb);
         if (l + 1 < lay->n_layers)
             ws->k->relu(ws->z[l], ws->a[l + 1], lz, L->out, nb);
     }
@@ -394,12 +428,18 @@ static void model_backward(model_ws *ws, const float *params, size_t nb, int fir
     const dsim_model_layout *lay = &ws->lay;
     double *delta = ws->delta[0];
     double *below = ws->delta[1];
+    /* Mixed precision keeps the sums in double (ws->acc) to the end, where
+     * dsim_model_loss_grad_mixed rounds them once; the deltas it rounds
+     * here, through the variables as cast (ws->wc). */
+    bool mixed = ws->cd != DSIM_F32;
+    if (ws->wc)
+        params = ws->wc;
     for (size_t l = lay->n_layers; l-- > 0;) {
         const dsim_model_layer *L = &lay->layer[l];
         kern_wgrad_io io = {
             .from = first ? NULL : ws->acc + L->w_off,
             .to = ws->acc ? ws->acc + L->w_off : NULL,
-            .final = last,
+            .final = last && !mixed,
             .set = set,
             .g = grad + L->w_off,
             .scale = scale,
@@ -410,6 +450,7 @@ static void model_backward(model_ws *ws, const float *params, size_t nb, int fir
         /* through the ReLU below: zero where its input was not positive */
         ws->k->dense_bwd(params + L->w_off, L->in, L->out, delta, ws->ld[l + 1], nb, ws->z[l - 1],
                          below, ws->ld[l]);
+        model_round_rows(ws, below, ws->ld[l], L->in, nb);
         double *t = delta;
         delta = below;
         below = t;
@@ -459,10 +500,11 @@ static dsim_err model_plugin_loss_grad(const dsim_model_spec *spec, const float 
 }
 
 /* dsim_model_loss_grad, and with set its form that overwrites the gradient
- * as if it had been +0 (dsim_model_loss_grad_set). */
+ * as if it had been +0 (dsim_model_loss_grad_set); with a compute dtype
+ * other than float32, dsim_model_loss_grad_mixed (set only). */
 static dsim_err model_loss_grad(const char *fn, const dsim_model_spec *spec, const float *params,
                                 const float *x, const float *y, size_t n, float scale, int set,
-                                float *grad, double *loss_sum)
+                                dsim_dtype cd, float *grad, double *loss_sum)
 {
     DSIM_CHECK(model_check_batch(fn, spec, params, x, y, n));
     if (!isfinite(scale))
@@ -477,7 +519,10 @@ static dsim_err model_loss_grad(const char *fn, const dsim_model_spec *spec, con
     if (spec->kind == DSIM_MODEL_PLUGIN)
         return model_plugin_loss_grad(spec, params, x, y, n, scale, set, grad, loss_sum);
     model_ws ws;
-    DSIM_CHECK(model_ws_init(&ws, spec, n, grad != NULL));
+    DSIM_CHECK(model_ws_init(&ws, spec, n, grad != NULL, cd));
+    size_t P = ws.lay.n_params;
+    for (size_t k = 0; ws.wc && k < P; k++)
+        ws.wc[k] = (float)dsim_dtype_round(cd, params[k]);
     dsim_loss loss = model_resolve_loss(spec);
     size_t in = spec->in_dim, out = spec->out_dim, yd = loss == DSIM_LOSS_MSE ? out : 1;
     size_t top = ws.lay.n_layers - 1, lt = ws.ld[top + 1];
@@ -488,9 +533,23 @@ static dsim_err model_loss_grad(const char *fn, const dsim_model_spec *spec, con
         for (size_t e = 0; e < nb; e++)
             total += model_loss_top(loss, ws.z[top] + e * lt, out, y + (e0 + e) * yd,
                                     grad ? ws.delta[0] + e * lt : NULL);
+        if (grad && cd != DSIM_F32) {
+            /* The loss's gradient, times the (loss) scale, enters the
+             * compute dtype once: Keras's cast of the outputs to float32
+             * for the loss, differentiated. */
+            for (size_t e = 0; e < nb; e++)
+                for (size_t j = 0; j < out; j++)
+                    ws.delta[0][e * lt + j] *= (double)scale;
+            model_round_rows(&ws, ws.delta[0], lt, out, nb);
+        }
         if (grad)
             model_backward(&ws, params, nb, e0 == 0, e0 + nb == n, set, grad, (double)scale);
     }
+    /* Each layer's weight and bias gradients are its matmul's and its sum's
+     * outputs in the compute dtype: rounded once from the sums over the
+     * batch, then widened to float (exact) as the variables' gradient. */
+    for (size_t k = 0; grad && cd != DSIM_F32 && k < P; k++)
+        grad[k] = (float)dsim_dtype_round(cd, ws.acc[k]);
     if (loss_sum)
         *loss_sum = total;
     model_ws_free(&ws);
@@ -501,8 +560,8 @@ dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float *params, 
                               const float *y, size_t n, float scale, float *grad_accum,
                               double *loss_sum)
 {
-    return model_loss_grad("dsim_model_loss_grad", spec, params, x, y, n, scale, 0, grad_accum,
-                           loss_sum);
+    return model_loss_grad("dsim_model_loss_grad", spec, params, x, y, n, scale, 0, DSIM_F32,
+                           grad_accum, loss_sum);
 }
 
 dsim_err dsim_model_loss_grad_set(const dsim_model_spec *spec, const float *params, const float *x,
@@ -511,8 +570,23 @@ dsim_err dsim_model_loss_grad_set(const dsim_model_spec *spec, const float *para
 {
     if (!grad)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_loss_grad_set: grad is NULL");
-    return model_loss_grad("dsim_model_loss_grad_set", spec, params, x, y, n, scale, 1, grad,
-                           loss_sum);
+    return model_loss_grad("dsim_model_loss_grad_set", spec, params, x, y, n, scale, 1, DSIM_F32,
+                           grad, loss_sum);
+}
+
+dsim_err dsim_model_loss_grad_mixed(const dsim_model_spec *spec, dsim_dtype compute,
+                                    const float *params, const float *x, const float *y, size_t n,
+                                    float scale, float *grad, double *loss_sum)
+{
+    if (!grad)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_model_loss_grad_mixed: grad is NULL");
+    if (compute != DSIM_F32 && compute != DSIM_F16 && compute != DSIM_BF16)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_model_loss_grad_mixed: compute dtype %s is not float, half or "
+                        "bfloat16",
+                        dsim_dtype_name(compute));
+    return model_loss_grad("dsim_model_loss_grad_mixed", spec, params, x, y, n, scale, 1, compute,
+                           grad, loss_sum);
 }
 
 dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params, const float *x,
@@ -532,7 +606,7 @@ dsim_err dsim_model_predict(const dsim_model_spec *spec, const float *params, co
         return spec->plugin->forward(spec, params, x, n, out);
     }
     model_ws ws;
-    DSIM_CHECK(model_ws_init(&ws, spec, n, 0));
+    DSIM_CHECK(model_ws_init(&ws, spec, n, 0, DSIM_F32));
     size_t top = ws.lay.n_layers - 1, lt = ws.ld[top + 1], od = spec->out_dim;
     for (size_t e0 = 0; e0 < n; e0 += ws.cap) {
         size_t nb = n - e0 < ws.cap ? n - e0 : ws.cap;
@@ -587,7 +661,7 @@ dsim_err dsim_model_eval(const dsim_model_spec *spec, const float *params, const
     if (spec->kind == DSIM_MODEL_PLUGIN)
         return model_plugin_eval(spec, params, x, y, n, loss_sum, n_correct);
     model_ws ws;
-    DSIM_CHECK(model_ws_init(&ws, spec, n, 0));
+    DSIM_CHECK(model_ws_init(&ws, spec, n, 0, DSIM_F32));
     dsim_loss loss = model_resolve_loss(spec);
     size_t in = spec->in_dim, out = spec->out_dim, yd = loss == DSIM_LOSS_MSE ? out : 1;
     size_t top = ws.lay.n_layers - 1, lt = ws.ld[top + 1];

@@ -192,6 +192,12 @@ size_t dsim_optim_num_params(const dsim_optim *opt)
     return opt ? opt->n : 0;
 }
 
+void dsim_optim_skip(dsim_optim *opt)
+{
+    if (opt)
+        opt->step++;
+}
+
 uint64_t dsim_optim_step(const dsim_optim *opt)
 {
     return opt ? opt->step : 0;

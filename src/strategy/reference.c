@@ -7,7 +7,12 @@
  * dsim_model_loss_grad call over them with scale 1/global_batch, then one
  * optimizer update. A correct synchronous strategy differs from it only by
  * floating-point summation order: per-replica gradient sums rounded to float
- * and combined by the all-reduce, against one sum over the whole batch. */
+ * and combined by the all-reduce, against one sum over the whole batch.
+ *
+ * Mixed precision replays the same policy: the gradient in the compute
+ * dtype with the reference's own dynamic loss scale (which moves as every
+ * replica's does when the strategy is right), rounded once to the
+ * gradients' all-reduce dtype, the update skipped on a non-finite one. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +39,12 @@ typedef struct ref_job {
     uint64_t steps;
     dsim_input **ins; /* [W] */
     uint64_t *ids;    /* [cap] */
+    size_t *seg;      /* [W * R + 1]: replica i's examples are ids[seg[i] .. seg[i+1]) */
+    float *part;      /* [P]: one replica's gradient (mixed precision) */
     float *x, *y, *grad;
     dsim_optim *opt;
+    dsim_loss_scale ls; /* the policy's loss scale, as one replica holds it */
+    const float *params_now;
 } ref_job;
 
 /* The result's description of a one-device run, and its arrays. */
@@ -51,6 +60,7 @@ static dsim_err ref_alloc_result(const ref_job *r, dsim_train_result *res)
     res->num_replicas_in_sync = 1;
     res->loss_scale = 1.0f / (float)r->G;
     res->shard_applied = r->su.applied;
+    res->input_from_strategy = r->su.input_ops != NULL;
     res->steps_per_epoch = r->su.steps_per_epoch;
     res->steps = steps;
     res->n_params = P;
@@ -66,6 +76,13 @@ static dsim_err ref_alloc_result(const ref_job *r, dsim_train_result *res)
     res->checkpoint_writes = calloc(1, sizeof(uint64_t));
     if (r->cfg->record_params)
         res->trace = calloc(steps * P + 1, sizeof(float));
+    res->precision =
+        r->cfg->precision == DSIM_POLICY_DEFAULT ? DSIM_POLICY_FLOAT32 : r->cfg->precision;
+    res->gradient_dtype = r->cfg->gradient_dtype;
+    res->mp_scale = calloc(steps + 1, sizeof(float));
+    res->mp_skipped = calloc(steps + 1, 1);
+    if (!res->mp_scale || !res->mp_skipped)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
         !res->step_ns || !res->comm_ns || !res->checkpoint_writes ||
         (r->cfg->record_params && !res->trace))
@@ -94,8 +111,10 @@ static dsim_err ref_open(ref_job *r, dsim_train_result *res)
     r->x = malloc(r->cap * su->model.in_dim * sizeof(float));
     r->y = malloc(r->cap * su->ds->y_dim * sizeof(float));
     r->grad = malloc(r->P * sizeof(float));
+    r->part = malloc(r->P * sizeof(float));
+    r->seg = malloc(((size_t)r->W * (size_t)r->R + 1) * sizeof *r->seg);
     dsim_err e = ref_alloc_result(r, res);
-    if (e == DSIM_OK && (!r->ins || !r->ids || !r->x || !r->y || !r->grad))
+    if (e == DSIM_OK && (!r->ins || !r->ids || !r->x || !r->y || !r->grad || !r->part || !r->seg))
         e = DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
     for (int w = 0; w < r->W && e == DSIM_OK; w++)
         e = dsim_train_input(cfg, su, w, &r->ins[w]);
@@ -126,6 +145,8 @@ static void ref_close(ref_job *r)
     free(r->x);
     free(r->y);
     free(r->grad);
+    free(r->part);
+    free(r->seg);
     dsim_optim_destroy(r->opt);
     dsim_train_setup_close(&r->su);
 }
@@ -135,6 +156,7 @@ static void ref_close(ref_job *r)
 static dsim_err ref_batch(ref_job *r, uint64_t s, size_t *n, uint32_t *epoch, uint64_t *step)
 {
     *n = 0;
+    r->seg[0] = 0;
     for (int w = 0; w < r->W; w++) {
         dsim_input_step st;
         dsim_err e = dsim_input_next(r->ins[w], &st);
@@ -152,6 +174,34 @@ static dsim_err ref_batch(ref_job *r, uint64_t s, size_t *n, uint32_t *epoch, ui
                                 (unsigned long long)s, r->cap);
             memcpy(r->ids + *n, b->ids, (size_t)b->n * sizeof *r->ids);
             *n += (size_t)b->n;
+            r->seg[w * r->R + d + 1] = *n;
+        }
+    }
+    return DSIM_OK;
+}
+
+/* Under a mixed policy: each replica's gradient apart, as the replicas
+ * compute them (their rounding to the compute dtype, and so where they
+ * overflow, depends on the batch each holds), summed in replica order in
+ * the all-reduce's dtype. A whole-batch gradient would round the sum over
+ * the batch once and overflow elsewhere: the run would skip other steps
+ * than its reference, right strategy or not. */
+static dsim_err ref_grad_mixed(ref_job *r, float scale, double *loss_sum)
+{
+    size_t P = r->P, in = r->su.model.in_dim, yd = r->su.ds->y_dim;
+    dsim_dtype gd = r->cfg->gradient_dtype;
+    memset(r->grad, 0, P * sizeof(float));
+    *loss_sum = 0;
+    for (size_t i = 0; i < (size_t)r->W * (size_t)r->R; i++) {
+        size_t a = r->seg[i], nb = r->seg[i + 1] - a;
+        double ls = 0;
+        DSIM_CHECK(train_mixed_grad(r->cfg, &r->su, &r->ls, r->params_now,
+                                    nb ? r->x + a * in : NULL, nb ? r->y + a * yd : NULL, nb, scale,
+                                    r->part, &ls));
+        *loss_sum += ls;
+        for (size_t k = 0; k < P; k++) {
+            float v = i == 0 ? r->part[k] : r->grad[k] + r->part[k];
+            r->grad[k] = gd == DSIM_F32 ? v : (float)dsim_dtype_round(gd, v);
         }
     }
     return DSIM_OK;
@@ -173,10 +223,20 @@ static dsim_err ref_step(ref_job *r, dsim_train_result *res, uint64_t s)
     if ((e = dsim_ledger_record(res->ledger, 0, epoch, step, r->ids, n)) != DSIM_OK)
         return e;
     double loss_sum = 0;
-    if ((e = dsim_model_loss_grad_set(&r->su.model, res->params, n ? r->x : NULL, n ? r->y : NULL,
-                                      n, scale, r->grad, &loss_sum)) != DSIM_OK)
+    res->mp_scale[s] = r->ls.scale;
+    r->params_now = res->params;
+    if (r->cfg->precision > DSIM_POLICY_FLOAT32 || r->cfg->gradient_dtype != DSIM_F32)
+        e = ref_grad_mixed(r, scale, &loss_sum);
+    else
+        e = dsim_model_loss_grad_set(&r->su.model, res->params, n ? r->x : NULL, n ? r->y : NULL, n,
+                                     scale, r->grad, &loss_sum);
+    if (e != DSIM_OK)
         return e;
-    if ((e = dsim_optim_apply(r->opt, res->params, r->grad, P)) != DSIM_OK)
+    bool applied = dsim_loss_scale_record(&r->ls, !r->ls.dynamic || dsim_all_finite(r->grad, P));
+    res->mp_skipped[s] = !applied;
+    if (!applied)
+        dsim_optim_skip(r->opt);
+    else if ((e = dsim_optim_apply(r->opt, res->params, r->grad, P)) != DSIM_OK)
         return e;
     res->loss[s] = res->local_loss[s] = loss_sum * (double)scale;
     res->examples[s] = n;
@@ -191,6 +251,8 @@ static dsim_err ref_step(ref_job *r, dsim_train_result *res, uint64_t s)
 static dsim_err ref_finish(ref_job *r, dsim_train_result *res)
 {
     res->final_loss = dsim_train_mean_loss(&r->su, res->params);
+    res->skipped_steps = r->ls.skips;
+    res->final_loss_scale = r->ls.scale;
     res->optim_state_len = dsim_optim_state_len(r->opt);
     res->optim_step = dsim_optim_step(r->opt);
     if (!res->optim_state_len)
@@ -214,7 +276,13 @@ dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
         return e;
     }
     ref_job r = {.cfg = cfg};
-    dsim_err e = dsim_train_setup_open(cfg, &r.su);
+    dsim_err e = train_check_precision(cfg);
+    if (e != DSIM_OK) {
+        dsim_error_copy(&res->error);
+        return e;
+    }
+    dsim_loss_scale_init(&r.ls, cfg->precision);
+    e = dsim_train_setup_open(cfg, &r.su);
     if (e != DSIM_OK) {
         dsim_error_copy(&res->error);
         return e;

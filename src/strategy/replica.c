@@ -207,8 +207,15 @@ static void train_observe(train_replica *rp, const dsim_input_step *st, const ds
         .ids = b->ids,
         .rerun = rerun_of >= 0,
         .rerun_of = rerun_of,
+        .mp_scale = 1.0f,
         .padded = padded,
     };
+    if (rerun_of < 0 && rp->ctx.global_step >= job->first_step) {
+        size_t at =
+            (size_t)(rp->ctx.global_step - job->first_step) * (size_t)job->N + (size_t)rp->index;
+        info.mp_scale = job->res->mp_scale[at];
+        info.mp_skipped = job->res->mp_skipped[at] != 0;
+    }
     cfg->observer(&info, cfg->observer_user);
     train_gate_leave(job, rp);
 }
@@ -263,8 +270,8 @@ static dsim_err train_rerun(train_replica *rp, int lost, uint64_t from, float *x
         if (nb && (e = dsim_dataset_gather(su->ds, b->ids, nb, x, y)) != DSIM_OK)
             break;
         double loss_sum = 0;
-        if ((e = dsim_model_loss_grad_set(&su->model, ctx->params, nb ? x : NULL, nb ? y : NULL, nb,
-                                          job->loss_scale, grad, &loss_sum)) != DSIM_OK)
+        if ((e = train_mixed_grad(cfg, su, &ctx->loss_scale, ctx->params, nb ? x : NULL,
+                                  nb ? y : NULL, nb, job->loss_scale, grad, &loss_sum)) != DSIM_OK)
             break;
         if ((e = dsim_ledger_record_rerun(job->res->ledger, rp->index, lost, st.epoch, st.step,
                                           b->ids, b->n)) != DSIM_OK)
@@ -531,8 +538,10 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     if (nb && (e = dsim_dataset_gather(su->ds, b->ids, nb, w->x, w->y)) != DSIM_OK)
         return e;
     double loss_sum = 0;
-    if ((e = dsim_model_loss_grad_set(&su->model, ctx->params, nb ? w->x : NULL, nb ? w->y : NULL,
-                                      nb, job->loss_scale, w->grad, &loss_sum)) != DSIM_OK)
+    float mp_scale = ctx->loss_scale.scale; /* this step's gradient's */
+    if ((e = train_mixed_grad(cfg, su, &ctx->loss_scale, ctx->params, nb ? w->x : NULL,
+                              nb ? w->y : NULL, nb, job->loss_scale, w->grad, &loss_sum)) !=
+        DSIM_OK)
         return e;
     if (rows > nb &&
         (e = replica_padding(rp, w, nb, rows, fd.padding_weight, &loss_sum)) != DSIM_OK)
@@ -547,6 +556,8 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     if ((e = train_enter(rp, DSIM_PHASE_ALLREDUCE, gs)) != DSIM_OK)
         return e;
     int64_t tc = dsim_rt_now(job->rt); /* compute ends, the exchange begins */
+    ctx->loss_scale.skipped = ctx->loss_scale.recorded = false;
+    ctx->gradient_dtype_applied = false;
     /* Replica 0's first step says what the exchange was, for the report. */
     int label = rp->index == 0 && !job->res->exchange[0];
     if (label)
@@ -554,8 +565,11 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     e = dsim_strategy_apply_gradients(s, ctx, w->grad);
     if (label)
         dsim_comm_exchange_end(ctx->world, job->res->exchange, sizeof job->res->exchange);
-    if (e != DSIM_OK)
+    if (e != DSIM_OK || (e = train_mixed_after(s->name, ctx, gs)) != DSIM_OK)
         return e;
+    size_t k = (size_t)(gs - job->first_step), at = k * (size_t)job->N + (size_t)rp->index;
+    job->res->mp_scale[at] = mp_scale;
+    job->res->mp_skipped[at] = ctx->loss_scale.skipped;
     replica_swallowed(rp, DSIM_PHASE_ALLREDUCE, gs);
     /* what a failure later in the step must leave untouched */
     rp->good_checksum = dsim_params_checksum(ctx->params, P);

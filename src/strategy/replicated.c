@@ -94,8 +94,10 @@ dsim_err dsim_replicated_apply(dsim_replica_ctx *ctx, float *grad)
 {
     dsim_replicated *rp = ctx->priv;
     /* The gradients are already scaled by 1/global_batch: SUM, not MEAN. */
-    DSIM_CHECK(dsim_allreduce(ctx->world, grad, grad, ctx->n_params, DSIM_F32, DSIM_SUM));
-    return dsim_optim_apply(rp->opt, ctx->params, grad, ctx->n_params);
+    DSIM_CHECK(dsim_strategy_allreduce_grad(ctx, ctx->world, grad, ctx->n_params));
+    /* Keras's LossScaleOptimizer tests the aggregated gradient: every
+     * replica holds the same bits and decides alike. */
+    return dsim_strategy_apply_scaled(ctx, rp->opt, ctx->params, grad, ctx->n_params, NULL);
 }
 
 dsim_err dsim_replicated_save(dsim_replica_ctx *ctx, dsim_strategy_vars *out)

@@ -16,6 +16,56 @@ void dsim_train_setup_close(dsim_train_setup *su)
     memset(su, 0, sizeof *su);
 }
 
+/* The strategy's op as the input layer's dsim_input_fn. */
+static dsim_err setup_input_fn(void *user, const dsim_input_context *ic, uint32_t epoch,
+                               dsim_input_batches *out)
+{
+    const struct dsim_strategy_ops *ops = user;
+    return ops->input_fn(ic, epoch, out);
+}
+
+dsim_input_fn dsim_strategy_input_fn(const char *name, void **user)
+{
+    const dsim_strategy *s = NULL;
+    if (!name || dsim_strategy_lookup(name, &s) != DSIM_OK) {
+        dsim_clear_error();
+        return NULL;
+    }
+    if (!s->ops->input_fn)
+        return NULL;
+    if (user)
+        *user = (void *)s->ops;
+    return setup_input_fn;
+}
+
+/* The job's strategy's input_fn, when it has one. The reference and `dsim
+ * plan` find it as the job does: a plugin is loaded first. A strategy
+ * that is not there (yet) is the driver's to report: none here. */
+static dsim_err setup_find_input_fn(const dsim_train_cfg *cfg, dsim_train_setup *su)
+{
+    if (!cfg->strategy || cfg->synthetic_params > 0)
+        return DSIM_OK;
+    if (cfg->plugin_path)
+        DSIM_CHECK(dsim_strategy_load(cfg->strategy, cfg->plugin_path));
+    const dsim_strategy *s = NULL;
+    if (dsim_strategy_lookup(cfg->strategy, &s) != DSIM_OK) {
+        dsim_clear_error();
+        return DSIM_OK;
+    }
+    if (!s->ops->input_fn)
+        return DSIM_OK;
+    su->input_ops = s->ops;
+    dsim_strategy_shape shape = {
+        .hosts = cfg->hosts,
+        .devices_per_host = cfg->devices_per_host,
+        .num_replicas = cfg->hosts * cfg->devices_per_host,
+        .num_ps = cfg->num_ps,
+        .ps_mode = cfg->ps_mode,
+    };
+    su->input_nris = dsim_strategy_replicas_in_sync(s, &shape);
+    return DSIM_OK;
+}
+
 dsim_err dsim_train_input(const dsim_train_cfg *cfg, const dsim_train_setup *su, int worker,
                           dsim_input **out)
 {
@@ -33,6 +83,9 @@ dsim_err dsim_train_input(const dsim_train_cfg *cfg, const dsim_train_setup *su,
         /* 0 while the setup makes the first input; then every worker's
          * input skips what that one already did for the whole job */
         .steps_per_epoch = su->steps_per_epoch,
+        .input_fn = su->input_ops ? setup_input_fn : NULL,
+        .input_fn_user = (void *)su->input_ops,
+        .num_replicas_in_sync = su->input_nris,
     };
     return dsim_input_create(&ic, out);
 }
@@ -94,6 +147,8 @@ dsim_err dsim_train_setup_open(const dsim_train_cfg *cfg, dsim_train_setup *su)
         su->desc.file_start = su->file_start;
         su->desc.file_ids = su->file_ids;
     }
+    if ((e = setup_find_input_fn(cfg, su)) != DSIM_OK)
+        goto fail;
     {
         dsim_input *in = NULL;
         if ((e = dsim_train_input(cfg, su, 0, &in)) != DSIM_OK)

@@ -70,7 +70,9 @@ static dsim_err strategy_failed(const dsim_strategy *s, const char *member, dsim
 
 /* The replica context's contract: the driver fills and owns every field;
  * a strategy writes the values behind ctx->params and its own ctx->priv,
- * nothing else. A strategy that "fixes up" a field (ctx->device to a local
+ * and under mixed precision ctx->loss_scale and ctx->gradient_dtype_applied
+ * (dsim_strategy_apply_scaled and dsim_strategy_allreduce_grad do), nothing
+ * else. A strategy that "fixes up" a field (ctx->device to a local
  * index, ctx->world to a communicator of its own) breaks the driver's view
  * of the job in ways that show up much later, if at all, so every call
  * that hands a strategy the context is bracketed by a snapshot of it and a
@@ -90,7 +92,9 @@ static dsim_err strategy_failed(const dsim_strategy *s, const char *member, dsim
     X(server_rank0)                                                                                \
     X(timeout_ns)                                                                                  \
     X(n_params)                                                                                    \
-    X(global_step)
+    X(global_step)                                                                                 \
+    X(precision)                                                                                   \
+    X(gradient_dtype)
 #define STRATEGY_OWNED_PTR(X)                                                                      \
     X(shape.tpu) X(rt) X(fabric) X(ep) X(world) X(model) X(optim) X(params) X(priv)
 

@@ -101,6 +101,9 @@ typedef struct dsim_train_setup {
     size_t optim_state_len;
     uint64_t steps_per_epoch;
     dsim_shard_policy applied;
+    /* the strategy's input_fn (distribute_datasets_from_function), if any */
+    const struct dsim_strategy_ops *input_ops;
+    int input_nris; /* its InputContext's num_replicas_in_sync */
 } dsim_train_setup;
 
 /* Checks the data, model and optimizer parts of cfg, makes the dataset and
@@ -123,5 +126,18 @@ dsim_err dsim_train_torus(const dsim_train_cfg *cfg, dsim_comm_cfg *cc, int **ra
 /* A job on a TPU slice must have the slice's shape (DSIM_EINVAL naming both
  * otherwise); DSIM_OK without a slice. */
 dsim_err dsim_train_check_tpu(const dsim_train_cfg *cfg);
+
+/* ---- mixed precision (mixed.c) ---- */
+/* cfg's precision and gradient_dtype are ones dsim runs (DSIM_EINVAL). */
+dsim_err train_check_precision(const dsim_train_cfg *cfg);
+/* A replica's gradient under cfg's policy: dsim_model_loss_grad_set, or its
+ * mixed form with the loss scaled by ls->scale (NULL: 1) and the gradient
+ * unscaled, as Keras's LossScaleOptimizer has it. */
+dsim_err train_mixed_grad(const dsim_train_cfg *cfg, const dsim_train_setup *su,
+                          dsim_loss_scale *ls, const float *params, const float *x, const float *y,
+                          size_t n, float scale, float *grad, double *loss_sum);
+/* After apply_gradients: DSIM_ESTATE when the strategy ignored the dynamic
+ * loss scale or the gradients' dtype. */
+dsim_err train_mixed_after(const char *strategy, dsim_replica_ctx *ctx, uint64_t gs);
 
 #endif

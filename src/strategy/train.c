@@ -143,6 +143,7 @@ static dsim_err train_check_cfg(const dsim_train_cfg *cfg)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: the local ranks [%d, %d) are not within the job's %lld ranks",
                         cfg->local_first, cfg->local_first + cfg->local_count, ranks);
+    DSIM_CHECK(train_check_precision(cfg));
     if (cfg->hooks && cfg->hooks->size != sizeof(dsim_train_hooks))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: hooks.size is %zu; set it to sizeof(dsim_train_hooks) (%zu)",
@@ -278,6 +279,8 @@ static dsim_err train_alloc_result(train_job *job)
     res->replicas = calloc(N, sizeof *res->replicas);
     if (job->cfg->record_params)
         res->trace = calloc(steps * P + 1, sizeof(float));
+    res->mp_scale = calloc(steps * N + 1, sizeof(float));
+    res->mp_skipped = calloc(steps * N + 1, 1);
     if (job->cfg->probe_restore && job->first_step > 0) {
         res->restored_params = calloc(P ? P : 1, sizeof(float));
         res->restored_optim_state = calloc(job->su.optim_state_len + 1, sizeof(float));
@@ -286,7 +289,8 @@ static dsim_err train_alloc_result(train_job *job)
     }
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
         !res->padded || !res->step_ns || !res->comm_ns || !res->checkpoint_writes ||
-        !res->replicas || (job->cfg->record_params && !res->trace))
+        !res->replicas || !res->mp_scale || !res->mp_skipped ||
+        (job->cfg->record_params && !res->trace))
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the result of %zu steps", steps);
     for (size_t k = 0; k < steps; k++)
         res->loss[k] = NAN;
@@ -351,6 +355,10 @@ static void train_collect(train_job *job)
     for (size_t i = 0; i < res->steps * (size_t)N; i++)
         res->padded_total += res->padded[i];
     res->final_loss = any ? dsim_train_mean_loss(&job->su, res->params) : NAN;
+    if (any) {
+        res->skipped_steps = job->reps[first].ctx.loss_scale.skips;
+        res->final_loss_scale = job->reps[first].ctx.loss_scale.scale;
+    }
     size_t total = 0;
     for (int s = 0; s < job->P; s++)
         total += job->srvs[s].n_updates;
@@ -435,6 +443,8 @@ static void train_hand_over(train_job *job, dsim_train_result *res, bool hung)
     res->step_ns = NULL;
     res->comm_ns = NULL;
     res->trace = NULL;
+    res->mp_scale = NULL;
+    res->mp_skipped = NULL;
     res->ledger = NULL;
     res->updates = NULL;
     res->n_updates = 0;
@@ -563,7 +573,10 @@ dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res)
     res->num_ps = job->P;
     res->num_replicas_in_sync = nris;
     res->loss_scale = job->loss_scale;
+    res->precision = cfg->precision == DSIM_POLICY_DEFAULT ? DSIM_POLICY_FLOAT32 : cfg->precision;
+    res->gradient_dtype = cfg->gradient_dtype;
     res->shard_applied = job->su.applied;
+    res->input_from_strategy = job->su.input_ops != NULL;
     res->steps_per_epoch = job->su.steps_per_epoch;
     job->total_steps = job->su.steps_per_epoch * cfg->epochs;
     if ((e = train_initial_values(job)) != DSIM_OK)

@@ -184,7 +184,11 @@ dsim_err train_open_world(train_job *job)
             .params = params,
             .global_step = job->first_step,
             .priv = rp->priv,
+            .precision =
+                cfg->precision == DSIM_POLICY_DEFAULT ? DSIM_POLICY_FLOAT32 : cfg->precision,
+            .gradient_dtype = cfg->gradient_dtype,
         };
+        dsim_loss_scale_init(&rp->ctx.loss_scale, rp->ctx.precision);
     }
     for (int s = 0; s < P; s++) {
         train_server *ts = &job->srvs[s];

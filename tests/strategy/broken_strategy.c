@@ -34,6 +34,11 @@
  *                       the checkpoint's variables and every other replica
  *                       keeps its own ("variables not broadcast after the
  *                       restore").
+ *   -DBROKEN_LOCAL_SKIP under mixed_float16, decides whether to skip a step
+ *                       from its own gradient before the all-reduce, so a
+ *                       replica whose part overflowed skips and the others
+ *                       apply the non-finite sum (gradient_consistency
+ *                       names the disagreement)
  *   -DBROKEN_HANG       at global step 3, replica 3 waits in its own code for
  *                       a message nobody sends, until its timeout: the others
  *                       wait for it in the all-reduce (a planted hang for
@@ -84,6 +89,9 @@
 #elif defined(BROKEN_BCAST)
 #define BROKEN_NAME    "broken_bcast"
 #define BROKEN_SUMMARY "does not broadcast the variables after a restore (a test fixture)"
+#elif defined(BROKEN_LOCAL_SKIP)
+#define BROKEN_NAME    "broken_local_skip"
+#define BROKEN_SUMMARY "decides loss-scale skips from its local gradient (a test fixture)"
 #else
 #error                                                                                             \
     "build with one of -DBROKEN_MISMATCH, -DBROKEN_REDUCE_OP, -DBROKEN_SAVE, -DBROKEN_CTX, -DBROKEN_STALE, -DBROKEN_TAIL"
@@ -194,9 +202,20 @@ static dsim_err broken_apply(dsim_replica_ctx *ctx, float *grad)
         e = dsim_allreduce(ctx->world, grad, grad, head, DSIM_F32, DSIM_SUM);
     else
 #endif
-        e = dsim_allreduce(ctx->world, grad, grad, ctx->n_params, DSIM_F32, DSIM_SUM);
+#if defined(BROKEN_LOCAL_SKIP)
+        /* THE BUG: finiteness judged on this replica's own gradient, before
+         * the all-reduce; Keras tests the aggregated one. */
+        bool local_finite = dsim_all_finite(grad, ctx->n_params);
+#endif
+    e = dsim_allreduce(ctx->world, grad, grad, ctx->n_params, DSIM_F32, DSIM_SUM);
     if (e != DSIM_OK)
         return e;
+#if defined(BROKEN_LOCAL_SKIP)
+    if (!dsim_loss_scale_record(&ctx->loss_scale, local_finite)) {
+        dsim_optim_skip(me->opt);
+        return DSIM_OK;
+    }
+#endif
 #if defined(BROKEN_STALE)
     /* THE BUG: last step's gradient applied, this one kept for the next. */
     if (!me->prev && !(me->prev = calloc(ctx->n_params, sizeof(float))))

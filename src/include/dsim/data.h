@@ -166,6 +166,57 @@ DSIM_API void dsim_dataset_desc_release(dsim_dataset_desc *d);
  * DSIM_EINVAL naming the first problem. */
 DSIM_API dsim_err dsim_dataset_desc_check(const dsim_dataset_desc *d);
 
+/* ---- a pipeline of the caller's own: TF's distribute_datasets_from_function
+ *
+ * tf.distribute.Strategy.distribute_datasets_from_function(input_fn) calls
+ * input_fn(input_context) once per input pipeline (one per worker) and
+ * hands the elements of the dataset it returns, each a per-replica batch,
+ * to the worker's replicas in turn: element k to local replica k % R at
+ * step k / R. Nothing is sharded or rebatched for it: input_fn does that
+ * with what the context says. dsim's form is a function that, for a
+ * pipeline and an epoch, lists that dataset's elements as example ids
+ * (dsim_input_batches_add), from the dataset's description (ids, files,
+ * the job's seed and shuffle): it never touches the examples themselves.
+ * The job's steps per epoch are those of the pipeline with most elements
+ * in epoch 0 (TF ends the epoch when no worker has data); replicas past
+ * their pipeline's last element get an empty batch (has_value false). A
+ * later epoch with more elements than fit in those steps is an error. */
+
+/* TF's tf.distribute.InputContext, and what dsim adds so that the function
+ * can describe its dataset. */
+typedef struct dsim_input_context {
+    int num_input_pipelines;   /* TF's: the workers, one pipeline each */
+    int input_pipeline_id;     /* TF's: this pipeline, 0 .. num_input_pipelines - 1 */
+    int num_replicas_in_sync;  /* TF's: the replicas whose batches make one global batch */
+    int replicas_per_pipeline; /* the local replicas that share this pipeline's elements */
+    int64_t global_batch;      /* the job's global batch */
+    const dsim_dataset_desc *dataset;
+    uint64_t seed;       /* the job's data settings, for the function to honour */
+    bool shuffle;        /* (shuffle keyed by seed and epoch, e.g. dsim_rng "data.shuffle") */
+    bool drop_remainder; /* per-replica batches of fewer examples dropped */
+    uint32_t epochs;
+} dsim_input_context;
+
+/* TF's InputContext.get_per_replica_batch_size: global_batch /
+ * num_replicas_in_sync, or DSIM_EINVAL when it does not divide (TF's
+ * ValueError), naming both. */
+DSIM_API dsim_err dsim_input_context_per_replica_batch(const dsim_input_context *ic,
+                                                       int64_t global_batch, int64_t *out);
+
+/* The elements the function lists (opaque; the input owns it). */
+typedef struct dsim_input_batches dsim_input_batches;
+/* Appends one element: a per-replica batch of n example ids (n may be 0:
+ * an empty batch). DSIM_EINVAL for an id outside the dataset or a batch
+ * larger than the global batch, naming the pipeline, epoch and element. */
+DSIM_API dsim_err dsim_input_batches_add(dsim_input_batches *b, const uint64_t *ids, uint64_t n);
+
+/* The function: pipeline ic->input_pipeline_id's elements of `epoch`, in
+ * order, appended to out. Called once per pipeline and epoch on every
+ * replica's input, and for every pipeline when the job's steps per epoch
+ * are computed, so it must give the same answer each time. */
+typedef dsim_err (*dsim_input_fn)(void *user, const dsim_input_context *ic, uint32_t epoch,
+                                  dsim_input_batches *out);
+
 typedef struct dsim_input_config {
     const dsim_dataset_desc *dataset; /* borrowed: must outlive the input */
     dsim_shard_policy policy;
@@ -183,6 +234,14 @@ typedef struct dsim_input_config {
      * again (O(examples)) nor computes the epoch from every worker's stream
      * (O(workers)), so a job's W inputs cost O(W) to make, not O(W^2). */
     uint64_t steps_per_epoch;
+    /* Optional: the pipeline is input_fn's (distribute_datasets_from_function,
+     * above) instead of the shard policy's; policy is then not applied
+     * (dsim_input_policy_applied says OFF: TF does not auto-shard such a
+     * dataset) and dsim_input_from_fn says so. num_replicas_in_sync for its
+     * context: 0 takes num_workers * replicas_per_worker. */
+    dsim_input_fn input_fn;
+    void *input_fn_user;
+    int num_replicas_in_sync;
 } dsim_input_config;
 
 /* One worker's input. It holds no shared state: each worker (thread) makes
@@ -229,6 +288,8 @@ DSIM_API uint64_t dsim_input_worker_examples(const dsim_input *in);
 DSIM_API dsim_shard_policy dsim_input_policy_applied(const dsim_input *in);
 /* A sentence saying what was applied and why. */
 DSIM_API const char *dsim_input_policy_reason(const dsim_input *in);
+/* true when the input's batches come from a dsim_input_fn. */
+DSIM_API bool dsim_input_from_fn(const dsim_input *in);
 
 /* The first epoch of every worker, for `dsim plan`. Replica index is
  * worker * R + r. */
@@ -251,6 +312,7 @@ typedef struct dsim_input_plan {
     uint64_t *kept;
     /* batch[s * N + i]: examples replica i gets in step s of epoch 0. */
     uint64_t *batch;
+    bool from_fn; /* the batches are an input_fn's (no shard policy applied) */
 } dsim_input_plan;
 
 /* cfg->worker is ignored. */

@@ -45,6 +45,20 @@ DSIM_API void dsim_dtype_set(dsim_dtype t, void *buf, size_t i, double v);
 /* Converts n elements of type st at src into type dt at dst (no overlap). */
 DSIM_API dsim_err dsim_convert(void *dst, dsim_dtype dt, const void *src, dsim_dtype st, size_t n);
 
+/* Mixed precision's rounding hooks (dsim/precision.h): v rounded once, to
+ * nearest even, to a value of type t, and given back as a double. F16 and
+ * BF16 round as the conversions above (overflow to inf, NaN stays NaN), F32
+ * as a cast to float; F64 and the integer types return v unchanged. A value
+ * held in a double is rounded to odd at float's 24 bits first, so that the
+ * two steps round as one would (see dtype.c). */
+DSIM_API double dsim_dtype_round(dsim_dtype t, double v);
+/* The same on n doubles in place. */
+DSIM_API void dsim_dtype_round_n(dsim_dtype t, double *v, size_t n);
+/* The unit roundoff u of a float type, the largest relative error of one
+ * rounding to nearest: 2^-11 (F16: 11 significant bits), 2^-8 (BF16: 8),
+ * 2^-24 (F32), 2^-53 (F64); 0 for the integer types. */
+DSIM_API double dsim_dtype_unit_roundoff(dsim_dtype t);
+
 #ifdef __cplusplus
 }
 #endif

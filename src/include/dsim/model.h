@@ -46,6 +46,7 @@
 #include <stdint.h>
 
 #include "dsim/api.h"
+#include "dsim/dtype.h"
 #include "dsim/err.h"
 #include "dsim/rng.h"
 
@@ -142,6 +143,32 @@ DSIM_API dsim_err dsim_model_loss_grad(const dsim_model_spec *spec, const float 
 DSIM_API dsim_err dsim_model_loss_grad_set(const dsim_model_spec *spec, const float *params,
                                            const float *x, const float *y, size_t n, float scale,
                                            float *grad, double *loss_sum);
+
+/* Mixed precision (Keras's mixed_float16 / mixed_bfloat16 policies,
+ * dsim/precision.h): dsim_model_loss_grad_set with the forward and backward
+ * passes rounded to `compute` (DSIM_F16 or DSIM_BF16; DSIM_F32 is exactly
+ * dsim_model_loss_grad_set). The variables stay float; as a Keras layer
+ * under a mixed policy does, the model rounds to the compute dtype
+ *   - each layer's input x (autocast), once per call;
+ *   - the variables as they are read: every weight and bias cast once per
+ *     call, the forward and the backward pass both use the cast values;
+ *   - each layer's output, once from its sum in double (a tensor core
+ *     accumulates wide and writes the compute dtype); the ReLU after it is
+ *     exact;
+ *   - the gradient entering the backward pass: d loss_e / d outputs (the
+ *     loss itself is computed wide from the rounded outputs, as Keras's
+ *     float32 output layer and loss do) times `scale`, rounded;
+ *   - each layer's gradient with respect to its input (the delta passed
+ *     down), once from its sum;
+ *   - each weight's and bias's gradient, once from its sum over the batch;
+ *     then widened to float, exactly (the cast's gradient).
+ * So grad[k] is a value of the compute dtype: scale carries the loss scale
+ * (loss_scale / global_batch) into the backward pass, and the caller
+ * unscales. Overflow gives inf and NaN, never an error: dynamic loss
+ * scaling (dsim/precision.h) finds it in the gradient. */
+DSIM_API dsim_err dsim_model_loss_grad_mixed(const dsim_model_spec *spec, dsim_dtype compute,
+                                             const float *params, const float *x, const float *y,
+                                             size_t n, float scale, float *grad, double *loss_sum);
 
 /* out[e*out_dim + j]: the model's outputs for n examples (predictions for
  * MSE, logits for cross-entropy). */

@@ -69,6 +69,12 @@ DSIM_API void dsim_optim_destroy(dsim_optim *opt);
  * optimizer was created with. Advances the step counter by one. */
 DSIM_API dsim_err dsim_optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n);
 
+/* A step without an update: the step counter advances, slots and
+ * parameters stay. What Keras's LossScaleOptimizer does when it skips a
+ * step whose gradient is not finite (its iterations still count it, so
+ * Adam's bias correction moves on). */
+DSIM_API void dsim_optim_skip(dsim_optim *opt);
+
 DSIM_API const dsim_optim_spec *dsim_optim_spec_of(const dsim_optim *opt);
 DSIM_API size_t dsim_optim_num_params(const dsim_optim *opt);
 /* Updates applied so far (TF's `iterations`). */

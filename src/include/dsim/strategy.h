@@ -44,6 +44,7 @@
 #include "dsim/err.h"
 #include "dsim/model.h"
 #include "dsim/optim.h"
+#include "dsim/precision.h"
 #include "dsim/tpu.h"
 
 #ifdef __cplusplus
@@ -286,6 +287,9 @@ typedef struct dsim_train_step_info {
                                replica's, and the per-step results keep only the
                                replicas' own steps */
     int rerun_of;           /* that lost replica; -1 for a replica's own step */
+    float mp_scale;         /* mixed precision: the loss scale this step's gradient was
+                               computed with (1 unless mixed_float16) */
+    bool mp_skipped;        /* ... and the strategy skipped its update (non-finite) */
     uint64_t padded;        /* rows of padding computed beside the examples to fill
                                the strategy's static batch (masked, not read) */
 } dsim_train_step_info;
@@ -415,6 +419,11 @@ typedef struct dsim_train_cfg {
     int64_t watchdog_grace_ns;
     int64_t progress_timeout_ns;
 
+    /* Mixed precision (dsim/precision.h): Keras's policy (DEFAULT: float32)
+     * and the dtype the strategy all-reduces gradients in (F32, F16 or BF16;
+     * Horovod's fp16 compression). */
+    dsim_precision_policy precision;
+    dsim_dtype gradient_dtype;
     /* A TPU slice (dsim/tpu.h; all zero: none). No TPU is used: the slice
      * gives the job its shape -- hosts and devices_per_host must be its
      * hosts and replicas per host -- and the replicas' places on its torus:
@@ -557,6 +566,21 @@ typedef struct dsim_train_result {
      * (sim). Equal scenario and seed give equal hashes. */
     uint64_t trace_hash;
     uint64_t trace_events;
+
+    /* Mixed precision: the policy run (never DEFAULT) and the gradients'
+     * all-reduce dtype; every replica's loss scale at each step (the one its
+     * gradient was computed with) and whether it skipped that step's update;
+     * replica 0's skipped updates and its loss scale at the end. */
+    dsim_precision_policy precision;
+    dsim_dtype gradient_dtype;
+    float *mp_scale;     /* [steps * num_replicas] */
+    uint8_t *mp_skipped; /* [steps * num_replicas]: 1 skipped, 0 applied */
+    uint64_t skipped_steps;
+    float final_loss_scale;
+
+    /* The strategy's input_fn made every replica's batches
+     * (distribute_datasets_from_function); no shard policy was applied. */
+    bool input_from_strategy;
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that

@@ -49,9 +49,26 @@ static dsim_err central_apply(dsim_replica_ctx *ctx, float *grad)
     central_priv *p = ctx->priv;
     /* In place on the root: dsim_reduce writes recvbuf on root only, and the
      * host's own gradient is its first contribution. */
+    if (ctx->gradient_dtype != DSIM_F32)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "central_storage reduces the gradients to the host in float32; "
+                        "gradient_dtype %s does not apply to it (remove it)",
+                        dsim_precision_dtype_name(ctx->gradient_dtype));
     DSIM_CHECK(dsim_reduce(ctx->world, grad, grad, ctx->n_params, DSIM_F32, DSIM_SUM, 0));
-    if (ctx->replica == 0)
-        DSIM_CHECK(dsim_optim_apply(p->opt, ctx->params, grad, ctx->n_params));
+    int64_t applied = 1;
+    if (ctx->replica == 0) {
+        bool a = true;
+        DSIM_CHECK(dsim_strategy_apply_scaled(ctx, p->opt, ctx->params, grad, ctx->n_params, &a));
+        applied = a;
+    }
+    /* Under dynamic loss scaling only the host saw the sum: it tells the
+     * others whether the step was applied, so every replica's scale moves
+     * alike. */
+    if (ctx->loss_scale.dynamic) {
+        DSIM_CHECK(dsim_broadcast(ctx->world, &applied, 1, DSIM_I64, 0));
+        if (ctx->replica != 0)
+            (void)dsim_loss_scale_record(&ctx->loss_scale, applied != 0);
+    }
     return dsim_broadcast(ctx->world, ctx->params, ctx->n_params, DSIM_F32, 0);
 }
 

@@ -19,7 +19,11 @@ static dsim_err one_device_check_shape(const dsim_strategy_shape *s)
 static dsim_err one_device_apply(dsim_replica_ctx *ctx, float *grad)
 {
     dsim_replicated *rp = ctx->priv;
-    return dsim_optim_apply(rp->opt, ctx->params, grad, ctx->n_params);
+    /* One replica: nothing to sum, but a narrow gradient dtype still rounds
+     * (what an all-reduce of one rank in that dtype gives). */
+    if (ctx->gradient_dtype != DSIM_F32)
+        DSIM_CHECK(dsim_strategy_allreduce_grad(ctx, ctx->world, grad, ctx->n_params));
+    return dsim_strategy_apply_scaled(ctx, rp->opt, ctx->params, grad, ctx->n_params, NULL);
 }
 
 static dsim_err one_device_reduce(dsim_replica_ctx *ctx, dsim_op op, const double *in, double *out,

@@ -50,14 +50,17 @@
 #ifndef DSIM_SPI_STRATEGY_H
 #define DSIM_SPI_STRATEGY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "dsim/api.h"
 #include "dsim/comm.h"
+#include "dsim/data.h"
 #include "dsim/err.h"
 #include "dsim/model.h"
 #include "dsim/optim.h"
+#include "dsim/precision.h"
 #include "dsim/reduce.h"
 #include "dsim/data.h"
 #include "dsim/rt.h"
@@ -169,8 +172,9 @@ typedef struct dsim_strategy_vars {
 } dsim_strategy_vars;
 
 /* One replica's view of the job. The driver fills every field before
- * replica_init and owns them; the strategy reads them, writes ctx->params
- * and its own ctx->priv, and nothing else. */
+ * replica_init and owns them; the strategy reads them, writes ctx->params,
+ * its own ctx->priv and the mixed-precision state at the end
+ * (loss_scale, gradient_dtype_applied), and nothing else. */
 typedef struct dsim_replica_ctx {
     dsim_strategy_shape shape;
     int replica; /* worker * devices_per_host + device; also this replica's rank */
@@ -195,6 +199,21 @@ typedef struct dsim_replica_ctx {
                              (restored steps included); in create_variables the
                              first step to run: > 0 after a restore */
     void *priv;           /* replica_priv_size bytes, zeroed, 16-byte aligned */
+
+    /* Mixed precision (dsim/precision.h); appended, so a table built before
+     * them still reads the fields above where they were. */
+    dsim_precision_policy precision; /* the job's policy (never DEFAULT) */
+    dsim_dtype gradient_dtype;       /* the dtype the gradients are all-reduced in
+                                        (strategy.gradient_dtype): F32, F16 or BF16 */
+    /* This replica's loss scale. The driver computed this step's gradient
+     * with loss_scale.scale and unscaled it; apply_gradients must test the
+     * AGGREGATED gradient and call dsim_loss_scale_record once (or
+     * dsim_strategy_apply_scaled, which does both), on every replica. Under
+     * mixed_float16 a step whose apply_gradients never recorded it fails. */
+    dsim_loss_scale loss_scale;
+    /* Set by dsim_strategy_allreduce_grad; under a gradient_dtype other than
+     * F32 a step that did not set it fails (the strategy ignored it). */
+    bool gradient_dtype_applied;
 } dsim_replica_ctx;
 
 /* One parameter server. serve() runs once per client replica, each on its own
@@ -357,6 +376,23 @@ struct dsim_strategy_ops {
      * padding_weight, and charges the modelled compute for all
      * static_batch rows. */
     dsim_err (*feed)(dsim_replica_ctx *ctx, const dsim_input_step *st, dsim_replica_feed *out);
+
+    /* Optional (NULL: dsim's own pipeline, TF's
+     * experimental_distribute_dataset: the job's shard policy, then the
+     * global batch split over the replicas). TF's
+     * distribute_datasets_from_function(input_fn): the strategy decides
+     * which examples each replica reads. Called for each input pipeline
+     * (one per worker) and epoch with TF's InputContext (dsim/data.h:
+     * num_input_pipelines, input_pipeline_id, num_replicas_in_sync;
+     * dsim_input_context_per_replica_batch gives the per-replica batch) and
+     * the dataset's description; appends that pipeline's elements, each one
+     * replica's batch of example ids, in order (dsim_input_batches_add):
+     * element k goes to the worker's local replica k % devices at step
+     * k / devices. Called on every replica, by the one-device reference
+     * and by `dsim plan`, so it keeps no state and gives the same answer
+     * each time. What the replicas read is recorded as read, so
+     * shard_coverage judges this choice. */
+    dsim_err (*input_fn)(const dsim_input_context *ic, uint32_t epoch, dsim_input_batches *out);
 };
 
 /* Registers a strategy under ops->name; required members are checked
@@ -385,12 +421,36 @@ typedef struct dsim_strategy_traits {
 DSIM_API dsim_err dsim_strategy_probe(const char *name, const dsim_strategy_shape *shape,
                                       dsim_strategy_traits *out);
 
+/* The input_fn of the strategy registered as `name`, as the input layer
+ * takes it (dsim_input_config.input_fn, with *user as input_fn_user), or
+ * NULL when it has none or there is no such strategy: for tools that show
+ * what a job will read (dsim plan). */
+DSIM_API dsim_input_fn dsim_strategy_input_fn(const char *name, void **user);
+
 /* For parameter servers: records that `replica`'s update read at
  * version_read was applied when the server was at version_applied
  * (staleness = version_applied - version_read, in versions). Call it with
  * srv->lock held; the records come back in dsim_train_result.updates. */
 DSIM_API dsim_err dsim_server_record_update(dsim_server_ctx *srv, int replica, uint64_t step,
                                             uint64_t version_read, uint64_t version_applied);
+
+/* For apply_gradients: SUM-all-reduces n gradients over comm in
+ * ctx->gradient_dtype, in place: float32 as they are; float16 or bfloat16
+ * (Horovod's Compression.fp16) cast to that dtype, all-reduced in it (every
+ * partial sum rounds to it) and widened back. Sets
+ * ctx->gradient_dtype_applied. Collective over comm. */
+DSIM_API dsim_err dsim_strategy_allreduce_grad(dsim_replica_ctx *ctx, dsim_comm *comm, float *grad,
+                                               size_t n);
+
+/* For apply_gradients, after the gradients are aggregated: Keras's
+ * LossScaleOptimizer. Tests the n aggregated gradients for inf and NaN,
+ * records the outcome in ctx->loss_scale (dsim_loss_scale_record) and, when
+ * they are finite or the scale is fixed, applies them with opt to params;
+ * otherwise skips the update (dsim_optim_skip). *applied (optional) says
+ * which. Every replica that holds the same aggregated gradient decides
+ * alike. */
+DSIM_API dsim_err dsim_strategy_apply_scaled(dsim_replica_ctx *ctx, dsim_optim *opt, float *params,
+                                             const float *grad, size_t n, bool *applied);
 
 /* The contiguous share of n parameters that shard s of nshards holds, as
  * even as possible (the first n % nshards shards get one more):
