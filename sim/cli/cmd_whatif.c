@@ -358,10 +358,14 @@ static dsim_err whatif_plugin_run(const whatif_opts *o, const dsim_link_model *l
     s->train.global_batch = o->batch;
     s->train.data.n_examples = 3 * (uint64_t)o->batch;
     s->train.epochs = 1;
+    free((void *)s->train.checkpoint_path); /* the scenario's own: no checkpoint here */
     s->train.checkpoint_path = NULL;
     s->train.restore = false;
+    for (size_t i = 0; i < s->n_faults; i++)
+        free(s->faults[i].phase);
     s->n_faults = 0;
     s->n_expect = 0;
+    free(s->expect_error);
     s->expect_error = NULL;
     s->has_liveness = false;
     free(s->recovery);

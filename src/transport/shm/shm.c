@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "dsim/log.h"
+#include "dsim/spi/rt.h"
 #include "shm_int.h"
 
 #define SHM_RING_DEF    ((size_t)512 << 10)
@@ -490,8 +491,7 @@ static dsim_err shm_fabric_open(dsim_fabric *f, const char *options)
     sf->own_fd = -1;
     sf->watch_evfd = -1;
     atomic_init(&sf->stop, 0);
-    const char *engine = dsim_rt_name(sf->rt);
-    if (engine && strcmp(engine, "sim") == 0)
+    if (dsim_rt_engine_flags(dsim_rt_name(sf->rt)) & DSIM_RT_VIRTUAL_TIME)
         return DSIM_ERR(DSIM_ENOTSUP, -1,
                         "the shm transport needs a wall-clock engine (threads or processes); the "
                         "sim engine runs on virtual time: use inproc there");
