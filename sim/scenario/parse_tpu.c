@@ -16,19 +16,28 @@
 #include "model/costmodel.h"
 #include "scenario/parse_int.h"
 
-/* The precision a TPU job trains in. TensorFlow's TPU jobs use Keras'
- * mixed_bfloat16 (DSIM_TPU_DEFAULT_POLICY); dsim has no mixed precision yet,
- * so a TPU job trains in float32 and *note says so. This is the one place
- * that picks a TPU job's policy: once dsim_train_cfg has one, set it to
- * DSIM_TPU_DEFAULT_POLICY here (unless the scenario names another) and
- * change the note. */
-static void scen_tpu_policy(dsim_scenario *s, char *note, size_t cap)
+/* The precision a TPU job trains in: Keras' mixed_bfloat16
+ * (DSIM_TPU_DEFAULT_POLICY), as TensorFlow's TPU jobs do, unless the
+ * scenario names a policy (mixed_precision:); a timing-only job (a synthetic
+ * model) computes nothing and keeps float32. *note says which and why. */
+static void scen_tpu_policy(const scen_state *st, dsim_scenario *s, char *note, size_t cap)
 {
-    (void)s;
-    snprintf(note, cap,
-             "precision: TPU jobs default to Keras' %s policy, which dsim does not have yet; "
-             "this job trains in float32",
-             DSIM_TPU_DEFAULT_POLICY);
+    dsim_train_cfg *t = &s->train;
+    if (st->top.val[T_MIXED]) {
+        snprintf(note, cap, "precision: %s, as mixed_precision: says",
+                 dsim_precision_policy_name(t->precision));
+    } else if (t->synthetic_params > 0) {
+        snprintf(note, cap,
+                 "precision: float32 (a timing-only job computes nothing; on a TPU it would "
+                 "train in %s)",
+                 DSIM_TPU_DEFAULT_POLICY);
+    } else {
+        t->precision = DSIM_POLICY_MIXED_BFLOAT16;
+        snprintf(note, cap,
+                 "precision: %s, TPU jobs' default (Keras' policy: bfloat16 compute, float32 "
+                 "variables); mixed_precision: {policy: float32} trains in float32",
+                 DSIM_TPU_DEFAULT_POLICY);
+    }
 }
 
 /* The slice's network and device (the cost model's TPU presets). */
@@ -158,7 +167,7 @@ dsim_err scen_tpu_finish(const scen_ctx *c, scen_state *st)
              tp->hosts, tp->replicas_per_host, shape,
              wraps ? "wrap-around where a dimension has it" : "a mesh (no wrap-around)");
     DSIM_CHECK(scen_note(c, line));
-    scen_tpu_policy(s, line, sizeof line);
+    scen_tpu_policy(st, s, line, sizeof line);
     DSIM_CHECK(scen_note(c, line));
     long long cores = (long long)tp->replicas * tp->cores_per_replica;
     if (t->global_batch % cores != 0) {

@@ -1,6 +1,6 @@
 /* Scenario files on a TPU slice (cluster.tpu): the slice resolved into the
  * job (hosts, replicas, torus, ICI and chip presets), what dsim says about
- * it (simulated: no TPU is used; float32 until mixed precision exists; a
+ * it (simulated: no TPU is used; mixed_bfloat16 by default; a
  * global batch that leaves cores part-empty), every refusal with its
  * FILE:LINE:COL and fix (bad slice names with the accepted list, keys the
  * slice gives, the tpu strategy without a slice, dynamic_batch_size where
@@ -53,7 +53,9 @@ static void test_slice(void **state)
     assert_non_null(s->tpu_notes);
     assert_non_null(strstr(s->tpu_notes, "TPU v3-32 is simulated: no TPU is used"));
     assert_non_null(strstr(s->tpu_notes, "mixed_bfloat16"));
-    assert_non_null(strstr(s->tpu_notes, "this job trains in float32"));
+    /* Keras' TPU default, since the scenario names no policy */
+    assert_non_null(strstr(s->tpu_notes, "TPU jobs' default"));
+    assert_int_equal(t->precision, DSIM_POLICY_MIXED_BFLOAT16);
     assert_null(strstr(s->tpu_notes, "warning")); /* 32 fills the 32 cores */
     assert_int_equal(dsim_scenario_runnable(s), DSIM_OK);
     dsim_scenario_free(s);

@@ -71,11 +71,9 @@ typedef enum dsim_tpu_gen {
 } dsim_tpu_gen;
 
 /* The precision policy TensorFlow's TPU jobs default to (Keras'
- * mixed_bfloat16: bfloat16 compute, float32 variables). dsim has no mixed
- * precision yet: a TPU job trains in float32, and dsim says so wherever it
- * plans or runs one. The scenario layer's one place that picks a TPU job's
- * policy (scen_tpu_policy, sim/scenario/parse_cluster.c) is where this
- * default goes once a policy exists. */
+ * mixed_bfloat16: bfloat16 compute, float32 variables), and dsim's TPU
+ * scenarios with them unless they name another (scen_tpu_policy,
+ * sim/scenario/parse_tpu.c). */
 #define DSIM_TPU_DEFAULT_POLICY "mixed_bfloat16"
 
 /* The chip dimensions of a slice: x, y and z (z is 1 on a 2-D torus). */

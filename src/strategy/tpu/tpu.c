@@ -28,10 +28,9 @@
  *   host 1 pipeline ── batch of G/H ─┬─ core 0          every core (torus)
  *                                    └─ ...
  *
- * Precision: TPU jobs default to Keras' mixed_bfloat16 policy
- * (DSIM_TPU_DEFAULT_POLICY). dsim has no mixed precision yet, so this
- * strategy trains in float32, and the scenario layer says so wherever a
- * TPU job is planned or run. */
+ * Precision: TPU scenarios default to Keras' mixed_bfloat16 policy
+ * (DSIM_TPU_DEFAULT_POLICY): the driver rounds each replica's passes to
+ * bfloat16; variables and the all-reduce stay float32. */
 #include "../strategy_int.h"
 
 static dsim_err tpu_check_shape(const dsim_strategy_shape *s)
