@@ -115,5 +115,9 @@ int cmd_export(int argc, char **argv)
     printf("  the %" PRIu64 " stored checksums match: the files are the stored run's, bit for "
            "bit\n",
            info.checked);
+    if (info.kept_steps)
+        printf("  params_per_step.npy: the %" PRIu64
+               " steps' variables the run kept (dsim run --keep-params), from the store\n",
+               info.kept_steps);
     return 0;
 }

@@ -73,7 +73,7 @@ void cmd_run_help(FILE *out)
             "usage: dsim run [SCENARIO...] [--engine E] [--transport T] [--seed N] [--db PATH]\n"
             "                [--plugin-dir DIR] [--combination K] [--no-plugins] [--json]\n"
             "                [--junit FILE] [--tap]\n"
-            "                [--report] [--reference-after]\n"
+            "                [--report] [--reference-after] [--keep-params]\n"
             "\n"
             "Runs each scenario file (default: %s), judges the run with\n"
             "the checks of the file's expect: section, stores it in the results store and\n"
@@ -110,6 +110,9 @@ void cmd_run_help(FILE *out)
             "  --reference-after replay the one-device reference after the job; by default\n"
             "                    it runs beside the job on the sim engine (a thread of its\n"
             "                    own, where the machine has a second CPU): the same result\n"
+            "  --keep-params     keep the variables after every step in the results store\n"
+            "                    (its params table; dsim export then writes them as\n"
+            "                    params_per_step.npy without training the run again)\n"
             "\n"
             "Progress: on a terminal one line rewritten in place (step, loss, examples/s);\n"
             "otherwise about %d plain lines per run.\n"
@@ -255,6 +258,7 @@ typedef struct run_opts {
     bool tap;
     bool report;          /* --report: the HTML report next to the store */
     bool reference_after; /* --reference-after (dsim_harness_opts.reference_after) */
+    bool keep_params;     /* --keep-params (dsim_harness_opts.keep_params) */
 } run_opts;
 
 static int run_parse(int argc, char **argv, run_opts *o)
@@ -280,6 +284,8 @@ static int run_parse(int argc, char **argv, run_opts *o)
             o->report = true;
         } else if (strcmp(a, "--reference-after") == 0) {
             o->reference_after = true;
+        } else if (strcmp(a, "--keep-params") == 0) {
+            o->keep_params = true;
         } else if ((v = dsim_cli_flag(argc, argv, &i, "--junit", &missing))) {
             o->junit = v;
         } else if (!missing && (v = dsim_cli_flag(argc, argv, &i, "--engine", &missing))) {
@@ -344,7 +350,7 @@ static int run_parse(int argc, char **argv, run_opts *o)
                     "dsim run: unknown option '%s' (accepted: --engine E, --transport T, --seed N, "
                     "--db PATH, "
                     "--plugin-dir DIR, --no-plugins, --json, --junit FILE, --tap, --report, "
-                    "--reference-after; see 'dsim run --help')\n",
+                    "--reference-after, --keep-params; see 'dsim run --help')\n",
                     a);
             return 2;
         } else {
@@ -604,6 +610,7 @@ static void run_one(const run_opts *o, dsim_store *st, run_item *it, dsim_harnes
         .progress = run_progress_cb,
         .progress_user = &prog,
         .reference_after = o->reference_after,
+        .keep_params = o->keep_params,
     };
     (void)dsim_harness_run(s, &ho, rep);
     if (rep->note[0] && !o->json)

@@ -421,7 +421,26 @@ static dsim_err ex_write(const char *db, dsim_run_id id, const dsim_stored_run *
     EX_TRY(ex_npy(dir, "reference_final_params.npy", DSIM_NPY_F32, &np, 1, ref.params));
     EX_TRY(ex_npy(dir, "final_optim_state.npy", DSIM_NPY_F32, &sl, 1, ref.optim_state));
     EX_TRY(ex_batches(dir, &rec, res.steps, &max_b));
-    if (per_step && res.trace) {
+    /* the variables the run kept, if it did: written from the store, and
+     * held against the run trained again (initial and final rows) */
+    float *kept = NULL;
+    uint64_t nk = 0;
+    EX_TRY(dsim_store_read_params(db, id, res.n_params, &kept, &nk));
+    if (nk) {
+        info->kept_steps = nk - 1;
+        size_t bytes = res.n_params * sizeof(float);
+        if (memcmp(kept, init, bytes) != 0)
+            info->kept_differed++;
+        if (nk == res.steps + 1 && memcmp(kept + (nk - 1) * res.n_params, res.params, bytes) != 0)
+            info->kept_differed++;
+        info->differed += info->kept_differed;
+        uint64_t ps[2] = {nk - 1, np};
+        e = ex_npy(dir, "params_per_step.npy", DSIM_NPY_F32, ps, 2, kept + res.n_params);
+        free(kept);
+        if (e != DSIM_OK)
+            goto out;
+        per_step = true;
+    } else if (per_step && res.trace) {
         uint64_t ps[2] = {res.steps, np};
         EX_TRY(ex_npy(dir, "params_per_step.npy", DSIM_NPY_F32, ps, 2, res.trace));
     }
@@ -434,7 +453,7 @@ static dsim_err ex_write(const char *db, dsim_run_id id, const dsim_stored_run *
                 .ref = &ref,
                 .info = info,
                 .max_b = max_b,
-                .per_step = per_step && res.trace};
+                .per_step = per_step && (res.trace || info->kept_steps)};
     e = ex_manifest(dir, &j);
 out:
     free(init);

@@ -31,6 +31,7 @@ static dsim_err h_opts_get(const dsim_harness_opts *o, h_opts *out)
     out->hosts = o->hosts;
     out->reference_after = o->reference_after;
     out->transport = o->transport_override;
+    out->keep_params = o->keep_params;
     if (out->transport && strcmp(out->transport, "shm") != 0 &&
         strcmp(out->transport, "tcp") != 0 && strcmp(out->transport, "inproc") != 0)
         return DSIM_ERR(DSIM_EINVAL, -1,

@@ -146,6 +146,10 @@ typedef struct dsim_harness_opts {
      * NULL: the scenario's own, else the engine's default (inproc in one
      * address space, shm between processes of one host, tcp across). */
     const char *transport_override;
+    /* Keep the variables after every step in the store's params table
+     * (dsim run --keep-params; `dsim export` then writes them without
+     * training the run again). Replica 0's, as the driver records them. */
+    bool keep_params;
 } dsim_harness_opts;
 
 /* What a run came to. */
@@ -270,6 +274,11 @@ typedef struct dsim_harness_export_info {
     uint64_t checked, differed;
     uint64_t initial_checksum, final_checksum; /* dsim_params_checksum */
     double ref_max_abs; /* largest |final - the one-device reference's final| */
+    /* Steps whose variables the run kept (dsim run --keep-params; 0: none),
+     * written as params_per_step.npy from the store, and how many of the
+     * kept rows differed from the run trained again (counted in differed
+     * too). */
+    uint64_t kept_steps, kept_differed;
 } dsim_harness_export_info;
 
 /* Writes what another framework needs to replay stored run `id` of the

@@ -91,6 +91,7 @@ typedef struct h_opts {
     const struct dsim_proc_hosts *hosts;
     bool reference_after;
     const char *transport;
+    bool keep_params;
 } h_opts;
 
 /* The engine s runs on (a job over machines: the one that runs those). */

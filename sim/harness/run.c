@@ -25,6 +25,7 @@
 #include <jansson.h>
 
 #include "diag/flight.h"
+#include "dsim/log.h"
 #include "harness_int.h"
 
 /* A CPU core's rate for the model's kernels: 10 GFLOP/s. */
@@ -123,6 +124,23 @@ static bool h_step_store(h_ctx *c)
     return true;
 }
 
+/* ---- the variables of every step (dsim run --keep-params) ---- */
+
+/* Rows of the params table: step 0 the initial variables, step k those
+ * after global step k (a restored run's first step counted from the
+ * checkpoint). A row that cannot be queued is said once. */
+static void h_keep_params(dsim_store *st, dsim_run_id id, const dsim_train_result *res)
+{
+    size_t n = res->n_params;
+    dsim_err e = DSIM_OK;
+    if (res->initial_params && n)
+        e = dsim_store_params(st, id, res->first_step, res->initial_params, n);
+    for (uint64_t k = 0; e == DSIM_OK && res->trace && n && k < res->steps; k++)
+        e = dsim_store_params(st, id, res->first_step + k + 1, res->trace + k * n, n);
+    if (e != DSIM_OK)
+        dsim_warn("keep-params: the variables were not all stored: %s", dsim_errmsg());
+}
+
 /* ---- form ---- */
 
 static void h_step_form(h_ctx *c)
@@ -130,6 +148,8 @@ static void h_step_form(h_ctx *c)
     const h_opts *o = c->o;
     h_run *run = c->run;
     dsim_train_cfg *cfg = &c->cfg;
+    if (o->keep_params && c->st)
+        cfg->record_params = true; /* the variables after every step: kept below */
     run->store = c->st;
     run->id = c->out->run_id;
     run->progress = o->progress;
@@ -587,6 +607,8 @@ static void h_step_record(h_ctx *c)
     out->exchange_s = perf.allreduce_share * perf.step_s;
     if (st)
         h_store_metrics(st, &c->cfg, &c->res, c->have_ref ? &c->ref : NULL, &perf, c->R, out);
+    if (st && out->run_id && c->o->keep_params)
+        h_keep_params(st, out->run_id, &c->res);
     if ((c->eng->flags & DSIM_ENGINE_VIRTUAL_TIME) && out->train_err == DSIM_OK &&
         (s->network_given || c->cfg.synthetic_params > 0 || h_tpu_modelled(s, c->eng)) &&
         c->R > 1 && c->cfg.num_ps == 0) {

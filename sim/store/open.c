@@ -41,6 +41,7 @@ static const char *const store_insert_sql[REC_NKINDS] = {
     [REC_REFLOSS] = "INSERT OR REPLACE INTO reference_steps (run_id, step, loss) VALUES (?, ?, ?)",
     [REC_MSG] = "INSERT INTO messages (run_id, attempt, src, dst, comm_id, tag, seq, bytes, "
                 "t_sent_ns, t_recv_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [REC_PARAMS] = "INSERT OR REPLACE INTO params (run_id, step, data) VALUES (?, ?, ?)",
 };
 
 /* ---- who owns a running run ------------------------------------------- */

@@ -161,6 +161,70 @@ dsim_err dsim_store_read_run(const char *path, dsim_run_id id, dsim_stored_run *
     return e;
 }
 
+dsim_err dsim_store_read_params(const char *path, dsim_run_id id, size_t n, float **out,
+                                uint64_t *steps)
+{
+    *out = NULL;
+    *steps = 0;
+    if (!path)
+        path = DSIM_STORE_DEFAULT_PATH;
+    sqlite3 *h = NULL;
+    if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        dsim_err e = DSIM_ERR(DSIM_ENOENT, -1, "%s: cannot open the results store: %s", path,
+                              h ? sqlite3_errmsg(h) : "out of memory");
+        sqlite3_close(h);
+        return e;
+    }
+    sqlite3_busy_timeout(h, 5000);
+    sqlite3_stmt *q = NULL;
+    dsim_err e = DSIM_OK;
+    float *rows = NULL;
+    uint64_t got = 0, cap = 0;
+    /* a store from before version 8 has no params table: nothing kept */
+    if (sqlite3_prepare_v2(h, "SELECT step, data FROM params WHERE run_id = ? ORDER BY step", -1,
+                           &q, NULL) != SQLITE_OK)
+        goto done;
+    sqlite3_bind_int64(q, 1, id);
+    while (e == DSIM_OK && sqlite3_step(q) == SQLITE_ROW) {
+        int64_t step = sqlite3_column_int64(q, 0);
+        const void *b = sqlite3_column_blob(q, 1);
+        size_t len = (size_t)sqlite3_column_bytes(q, 1);
+        if (step != (int64_t)got || len != n * sizeof(float) || (!b && n)) {
+            e = DSIM_ERR(DSIM_EPROTO, -1,
+                         "%s: run %lld's kept variables: step %lld %s (expected step %llu of "
+                         "%zu bytes)",
+                         path, (long long)id, (long long)step,
+                         step != (int64_t)got ? "is out of order or one is missing"
+                                              : "has another size",
+                         (unsigned long long)got, n * sizeof(float));
+            break;
+        }
+        if (got == cap) {
+            cap = cap ? 2 * cap : 64;
+            float *more = realloc(rows, (size_t)cap * (n ? n : 1) * sizeof *rows);
+            if (!more) {
+                e = DSIM_ERR(DSIM_ENOMEM, -1, "out of memory reading run %lld's variables",
+                             (long long)id);
+                break;
+            }
+            rows = more;
+        }
+        if (n)
+            memcpy(rows + (size_t)got * n, b, n * sizeof(float));
+        got++;
+    }
+done:
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+    if (e != DSIM_OK || !got) {
+        free(rows);
+        return e;
+    }
+    *out = rows;
+    *steps = got;
+    return DSIM_OK;
+}
+
 dsim_err dsim_store_read_checksums(const char *path, dsim_run_id id, uint64_t **out,
                                    uint64_t *steps, int *replicas)
 {

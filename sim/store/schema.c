@@ -255,5 +255,14 @@ static const char schema_v7[] =
     "ALTER TABLE checks ADD COLUMN by_default INTEGER NOT NULL DEFAULT 0\n"
     "  CHECK (by_default IN (0, 1));\n";
 
+/* Version 8: the variables after each step, for runs that keep them
+ * (dsim run --keep-params): float32 in the machine's byte order. */
+static const char schema_v8[] = "CREATE TABLE params (\n"
+                                "  run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,\n"
+                                "  step INTEGER NOT NULL,\n"
+                                "  data BLOB NOT NULL,\n"
+                                "  PRIMARY KEY (run_id, step)\n"
+                                ");\n";
+
 const char *const store_migrations[DSIM_STORE_SCHEMA_VERSION] = {
-    schema_v1, schema_v2, schema_v3, schema_v4, schema_v5, schema_v6, schema_v7};
+    schema_v1, schema_v2, schema_v3, schema_v4, schema_v5, schema_v6, schema_v7, schema_v8};

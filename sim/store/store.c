@@ -395,6 +395,23 @@ dsim_err dsim_store_reference_loss(dsim_store *st, dsim_run_id run, uint64_t ste
     return store_push_checked(st, &r, false);
 }
 
+dsim_err dsim_store_params(dsim_store *st, dsim_run_id run, uint64_t step, const float *p, size_t n)
+{
+    if (!st || (!p && n))
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_params: store and parameters are required");
+    if (step > (uint64_t)INT64_MAX || n > ((size_t)1 << 28))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "results database %s: %zu parameters at step %llu do not fit a row",
+                        st->path, n, (unsigned long long)step);
+    store_rec r = {.kind = REC_PARAMS, .run = run};
+    r.u.params.step = step;
+    r.u.params.n = n;
+    r.u.params.data = malloc(n ? n * sizeof(float) : 1);
+    if (r.u.params.data && n)
+        memcpy(r.u.params.data, p, n * sizeof(float));
+    return store_push_checked(st, &r, r.u.params.data == NULL);
+}
+
 dsim_err dsim_store_message(dsim_store *st, dsim_run_id run, const dsim_msg_row *m)
 {
     if (!st || !m)

@@ -41,7 +41,7 @@ extern "C" {
 
 /* The schema version this build writes (PRAGMA user_version). Older
  * databases are migrated forward at open; newer ones are refused. */
-#define DSIM_STORE_SCHEMA_VERSION 7
+#define DSIM_STORE_SCHEMA_VERSION 8
 /* PRAGMA application_id of a dsim database: "dsim" in ASCII. */
 #define DSIM_STORE_APPLICATION_ID 0x6473696d
 #define DSIM_STORE_DEFAULT_PATH   "dsim.db"
@@ -118,6 +118,13 @@ typedef struct dsim_stored_run {
  * when there is no such run or no such file, with a message naming both. */
 dsim_err dsim_store_read_run(const char *path, dsim_run_id id, dsim_stored_run *out);
 void dsim_stored_run_free(dsim_stored_run *r);
+
+/* The variables a run kept (dsim run --keep-params): rows of n floats for
+ * steps 0..*steps-1 (step 0: the initial variables) into *out (malloc'd,
+ * the caller frees it; NULL with *steps 0 when the run kept none). A row
+ * missing or of another size is DSIM_EPROTO naming the step. */
+dsim_err dsim_store_read_params(const char *path, dsim_run_id id, size_t n, float **out,
+                                uint64_t *steps);
 
 /* The parameter checksums the steps table holds for run `id`: *out gets
  * steps x replicas values (global step-major; 0 where no row was stored),
@@ -203,6 +210,12 @@ dsim_err dsim_store_check_row(dsim_store *st, dsim_run_id run, const char *name,
 /* The one-device reference replay's loss at a global step (NaN: NULL);
  * a second row for the same step replaces the first. */
 dsim_err dsim_store_reference_loss(dsim_store *st, dsim_run_id run, uint64_t step, double loss);
+
+/* The variables (n float32) after global step `step` (0: the initial ones),
+ * kept when `dsim run --keep-params` asks; a second row for the same step
+ * replaces the first. */
+dsim_err dsim_store_params(dsim_store *st, dsim_run_id run, uint64_t step, const float *p,
+                           size_t n);
 
 /* A named measurement (replica -1: of the whole run). */
 dsim_err dsim_store_metric(dsim_store *st, dsim_run_id run, const char *name, double value,

@@ -38,6 +38,7 @@ enum store_kind {
     REC_FLIGHT,
     REC_REFLOSS,
     REC_MSG,
+    REC_PARAMS,
     REC_NKINDS
 };
 
@@ -92,6 +93,11 @@ typedef struct store_rec {
             double loss;
         } refloss;
         dsim_msg_row msg;
+        struct {
+            uint64_t step;
+            float *data; /* n floats, owned by the record */
+            size_t n;
+        } params;
     } u;
 } store_rec;
 

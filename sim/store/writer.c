@@ -194,6 +194,12 @@ static int store_apply(dsim_store *st, store_rec *r)
         sqlite3_bind_int64(s, 2, (int64_t)r->u.refloss.step);
         store_bind_real(s, 3, r->u.refloss.loss);
         break;
+    case REC_PARAMS:
+        sqlite3_bind_int64(s, 1, r->run);
+        sqlite3_bind_int64(s, 2, (int64_t)r->u.params.step);
+        sqlite3_bind_blob64(s, 3, r->u.params.data, (sqlite3_uint64)(r->u.params.n * sizeof(float)),
+                            SQLITE_STATIC);
+        break;
     case REC_MSG: {
         const dsim_msg_row *m = &r->u.msg;
         sqlite3_bind_int64(s, 1, r->run);
@@ -264,6 +270,9 @@ void store_rec_free(store_rec *r)
         break;
     case REC_END:
         free(r->u.end.trace_hash);
+        break;
+    case REC_PARAMS:
+        free(r->u.params.data);
         break;
     case REC_REPLICA:
         free(r->u.replica.device);

@@ -30,6 +30,7 @@
 
 #include "dsim/model.h"
 #include "dsim/npy.h"
+#include "store.h"
 #include "dsim/optim.h"
 #include "dsim/strategy.h"
 
@@ -295,6 +296,50 @@ static void test_export_replays(void **state)
     json_decref(man);
 }
 
+/* dsim run --keep-params: the store holds the variables of every step
+ * (the params table), and dsim export writes them without --per-step, the
+ * same bits as the run trained again gives. */
+static void test_keep_params(void **state)
+{
+    (void)state;
+    ex_write("sc/kept.yaml", ex_scen);
+    assert_int_equal(ex_run("run", "sc/kept.yaml", "--db", "kept.db", "--keep-params", NULL), 0);
+    dsim_model_spec ms = {.kind = DSIM_MODEL_MLP, .in_dim = N_F, .out_dim = N_C, .n_hidden = 1};
+    ms.hidden[0] = 6;
+    size_t np = dsim_model_num_params(&ms);
+    char db[700];
+    snprintf(db, sizeof db, "%s/kept.db", ex_dir);
+    float *rows = NULL;
+    uint64_t n = 0;
+    assert_int_equal(dsim_store_read_params(db, 1, np, &rows, &n), DSIM_OK);
+    assert_non_null(rows);
+    assert_true(n > 2); /* the initial variables and every step's */
+    /* a run without the flag keeps none */
+    assert_int_equal(ex_run("run", "sc/kept.yaml", "--db", "kept.db", NULL), 0);
+    float *none = NULL;
+    uint64_t n2 = 7;
+    assert_int_equal(dsim_store_read_params(db, 2, np, &none, &n2), DSIM_OK);
+    assert_null(none);
+    assert_int_equal(n2, 0);
+    /* the size must be the model's */
+    float *bad = NULL;
+    uint64_t n3 = 0;
+    assert_int_equal(dsim_store_read_params(db, 1, np + 1, &bad, &n3), DSIM_EPROTO);
+
+    assert_int_equal(ex_run("export", "1", "--db", "kept.db", "--to", "kept", NULL), 0);
+    ex_has(ex_out, "steps' variables the run kept");
+    dsim_npy_header hp, hf, hi;
+    float *per = ex_npy("kept", "params_per_step.npy", &hp);
+    float *fin = ex_npy("kept", "final_params.npy", &hf);
+    float *init = ex_npy("kept", "initial_params.npy", &hi);
+    assert_int_equal(hp.shape[0], n - 1);
+    assert_int_equal(hp.shape[1], np);
+    assert_memory_equal(rows, init, np * sizeof(float));
+    assert_memory_equal(per, rows + np, (n - 1) * np * sizeof(float));
+    assert_memory_equal(per + (n - 2) * np, fin, np * sizeof(float));
+    free(rows), free(per), free(fin), free(init);
+}
+
 static void test_export_refusals(void **state)
 {
     (void)state;
@@ -329,6 +374,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_export_replays),
+        cmocka_unit_test(test_keep_params),
         cmocka_unit_test(test_export_refusals),
     };
     return cmocka_run_group_tests(tests, ex_setup, ex_teardown);
