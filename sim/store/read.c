@@ -108,13 +108,10 @@ out:
     return e;
 }
 
-dsim_err dsim_store_read_run(const char *path, dsim_run_id id, dsim_stored_run *out)
+/* The store at path opened read-only for one reader (DSIM_ENOENT naming
+ * the file when it cannot be). */
+static dsim_err rd_open(const char *path, sqlite3 **out)
 {
-    if (!out)
-        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_read_run: out is NULL");
-    memset(out, 0, sizeof *out);
-    if (!path)
-        path = DSIM_STORE_DEFAULT_PATH;
     sqlite3 *h = NULL;
     if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
         dsim_err e = DSIM_ERR(DSIM_ENOENT, -1, "%s: cannot open the results store: %s", path,
@@ -123,6 +120,19 @@ dsim_err dsim_store_read_run(const char *path, dsim_run_id id, dsim_stored_run *
         return e;
     }
     sqlite3_busy_timeout(h, 5000);
+    *out = h;
+    return DSIM_OK;
+}
+
+dsim_err dsim_store_read_run(const char *path, dsim_run_id id, dsim_stored_run *out)
+{
+    if (!out)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_store_read_run: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!path)
+        path = DSIM_STORE_DEFAULT_PATH;
+    sqlite3 *h = NULL;
+    DSIM_CHECK(rd_open(path, &h));
     sqlite3_stmt *q = NULL;
     dsim_err e = DSIM_OK;
     if (sqlite3_prepare_v2(
@@ -169,13 +179,7 @@ dsim_err dsim_store_read_params(const char *path, dsim_run_id id, size_t n, floa
     if (!path)
         path = DSIM_STORE_DEFAULT_PATH;
     sqlite3 *h = NULL;
-    if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-        dsim_err e = DSIM_ERR(DSIM_ENOENT, -1, "%s: cannot open the results store: %s", path,
-                              h ? sqlite3_errmsg(h) : "out of memory");
-        sqlite3_close(h);
-        return e;
-    }
-    sqlite3_busy_timeout(h, 5000);
+    DSIM_CHECK(rd_open(path, &h));
     sqlite3_stmt *q = NULL;
     dsim_err e = DSIM_OK;
     float *rows = NULL;
@@ -234,13 +238,7 @@ dsim_err dsim_store_read_checksums(const char *path, dsim_run_id id, uint64_t **
     if (!path)
         path = DSIM_STORE_DEFAULT_PATH;
     sqlite3 *h = NULL;
-    if (sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-        dsim_err e = DSIM_ERR(DSIM_ENOENT, -1, "%s: cannot open the results store: %s", path,
-                              h ? sqlite3_errmsg(h) : "out of memory");
-        sqlite3_close(h);
-        return e;
-    }
-    sqlite3_busy_timeout(h, 5000);
+    DSIM_CHECK(rd_open(path, &h));
     sqlite3_stmt *q = NULL;
     dsim_err e = DSIM_OK;
     int64_t max_step = -1, max_rep = -1;
