@@ -680,6 +680,7 @@ void tp_finish_dropped(tp_list *sends)
 typedef struct tp_lost {
     struct tp_lost *next;
     int peer;
+    int blame; /* the rank the failures name */
     dsim_err code;
     char msg[];
 } tp_lost;
@@ -697,7 +698,7 @@ int tp_lost_fail_locked(dsim_req *req)
     tp_lost *l = tp_lost_find_locked(req->ep, req->peer);
     if (!l)
         return 0;
-    tp_req_failf(req, l->peer, "%s", l->msg);
+    tp_req_failf(req, l->blame, "%s", l->msg);
     tp_req_finish_locked(req, l->code, 0);
     return 1;
 }
@@ -711,15 +712,8 @@ void tp_lost_free(dsim_ep *ep)
     }
 }
 
-void dsim_tp_peer_lost(dsim_ep *ep, int peer, dsim_err code, const char *fmt, ...)
+static void tp_peer_lost(dsim_ep *ep, int peer, int blame, dsim_err code, const char *msg)
 {
-    if (!ep || peer < 0 || peer >= ep->f->nranks || code == DSIM_OK)
-        return;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     size_t n = strlen(msg) + 1;
     tp_lost *l = malloc(sizeof *l + n);
     dsim_waitq_lock(ep->lock);
@@ -730,6 +724,7 @@ void dsim_tp_peer_lost(dsim_ep *ep, int peer, dsim_err code, const char *fmt, ..
     }
     if (l) {
         l->peer = peer;
+        l->blame = blame;
         l->code = code;
         memcpy(l->msg, msg, n);
         l->next = NULL;
@@ -751,13 +746,40 @@ void dsim_tp_peer_lost(dsim_ep *ep, int peer, dsim_err code, const char *fmt, ..
         if (r->peer == peer) {
             tp_list_del(it);
             r->queued = 0;
-            tp_req_failf(r, peer, "%s", msg);
+            tp_req_failf(r, blame, "%s", msg);
             tp_req_finish_locked(r, code, 0);
         }
         it = next;
     }
     dsim_waitq_unlock(ep->lock);
     dsim_debug("rank %d: link from rank %d lost: %s", ep->rank, peer, msg);
+}
+
+void dsim_tp_peer_lost(dsim_ep *ep, int peer, dsim_err code, const char *fmt, ...)
+{
+    if (!ep || peer < 0 || peer >= ep->f->nranks || code == DSIM_OK)
+        return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tp_peer_lost(ep, peer, peer, code, msg);
+}
+
+void dsim_tp_peer_lost_blaming(dsim_ep *ep, int peer, int blame, dsim_err code, const char *fmt,
+                               ...)
+{
+    if (!ep || peer < 0 || peer >= ep->f->nranks || code == DSIM_OK)
+        return;
+    if (blame < 0 || blame >= ep->f->nranks)
+        blame = peer;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tp_peer_lost(ep, peer, blame, code, msg);
 }
 
 void dsim_tp_count_corrupt(dsim_ep *ep)

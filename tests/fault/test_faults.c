@@ -2,6 +2,7 @@
  * within the timeout leaves the run bit-identical to a clean one; what does
  * not fails every survivor with an error that names the lost rank or link;
  * the same seed gives the same fault events. */
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -70,6 +71,14 @@ static void fl_go(fl_run *r, const dsim_fault *faults, size_t n, uint64_t seed)
     dsim_faults_attach(r->fs, &cfg);
     r->e = dsim_train(&cfg, &r->res);
     dsim_faults_get_stats(r->fs, &r->stats);
+}
+
+/* What each replica ended with, for a failure to explain itself. */
+static void fl_explain(const fl_run *r)
+{
+    for (int q = 0; r->res.replicas && q < r->res.num_replicas; q++)
+        print_message("replica %d: %s: %s\n", q, dsim_strerror(r->res.replicas[q].status),
+                      r->res.replicas[q].msg[0] ? r->res.replicas[q].msg : "");
 }
 
 static void fl_done(fl_run *r)
@@ -276,9 +285,11 @@ static void test_corrupt_is_detected_not_used(void **state)
     f.one_way = true;
     fl_run r;
     fl_go(&r, &f, 1, 1);
-    assert_int_not_equal(r.e, DSIM_OK);
-    assert_non_null(strstr(r.res.error.msg, "corrupt"));
-    assert_int_equal(r.stats.corrupted, 1);
+    if (r.e == DSIM_OK || !strstr(r.res.error.msg, "corrupt") || r.stats.corrupted != 1) {
+        fl_explain(&r);
+        fail_msg("%" PRIu64 " frame(s) corrupted; the run %s: %s", r.stats.corrupted,
+                 r.e == DSIM_OK ? "passed" : "failed", r.res.error.msg);
+    }
     fl_done(&r);
 }
 

@@ -711,6 +711,56 @@ static void test_killed_while_waited_for(void **state)
     job_end(&j);
 }
 
+/* Rank 2 is killed; rank 1, waiting on it, fails, closes its endpoint and
+ * ends; rank 0, waiting on rank 1, must be told of the death that caused
+ * the departure, not only of the departure: its receive from rank 1 and a
+ * send to rank 1 after it both fail naming rank 2 ("peer 2 died"). */
+static void departure_child(world *w, void *arg, child_res *res, int wfd)
+{
+    (void)arg;
+    ready(wfd);
+    if (w->rank == 2) {
+        for (;;)
+            pause();
+    }
+    if (recv_msg(w, w->rank == 0 ? 1 : 2, 7, 64, 0, res) == 0 || w->rank != 0)
+        return;
+    /* the send's outcome: rounds = 1 + the peer it named, bytes = 1 if
+     * its message named the death */
+    uint8_t b[64] = {0};
+    dsim_req *r;
+    dsim_err e = dsim_isend(w->ep, 1, 1, 8, b, sizeof b, &r);
+    if (e == DSIM_OK)
+        e = dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), NULL);
+    if (e != DSIM_OK) {
+        res->rounds = (uint64_t)(dsim_last_error()->peer + 1);
+        res->bytes = strstr(dsim_errmsg(), "peer 2 died") != NULL;
+    }
+}
+
+static void test_departure_names_the_death(void **state)
+{
+    (void)state;
+    job j;
+    job_init(&j, 3, NULL);
+    for (int r = 0; r < 3; r++)
+        start_child(&j, r, departure_child, NULL);
+    for (int r = 0; r < 3; r++)
+        wait_ready(&j, r);
+    int64_t t = kill_now(&j, 2);
+    child_res res;
+    assert_true(collect(&j, 1, &res));
+    expect_peer_died(&res, 2, t);
+    assert_true(collect(&j, 0, &res));
+    if (res.err != DSIM_EPEER || res.peer != 2 || !strstr(res.msg, "peer 2 died") ||
+        !strstr(res.msg, "peer 1 has gone"))
+        fail_msg("rank 0's receive from the departed rank 1 failed with %s naming %d: %s",
+                 dsim_strerror((dsim_err)res.err), res.peer, res.msg);
+    assert_int_equal(res.rounds, 3); /* the send named rank 2 */
+    assert_int_equal(res.bytes, 1);
+    job_end(&j);
+}
+
 /* Rank 0 sends three messages, then stops half-way through writing the
  * fourth into the ring (dsim/shm/ring_write) and is killed there. */
 static void ring_writer_child(world *w, void *arg, child_res *res, int wfd)
@@ -971,6 +1021,7 @@ int main(void)
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_fault_frames),
         cmocka_unit_test(test_killed_while_waited_for),
+        cmocka_unit_test(test_departure_names_the_death),
         cmocka_unit_test(test_killed_mid_ring_write),
         cmocka_unit_test(test_sender_killed_mid_cma),
         cmocka_unit_test(test_receiver_killed_mid_cma),

@@ -588,6 +588,12 @@ static dsim_err shm_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void
      * closed since). */
     if (atomic_load_explicit(&sf->hdr->abort_state, memory_order_acquire) == 2)
         return shm_take_abort(sf, to);
+    int died = atomic_load_explicit(&sf->died_first, memory_order_acquire);
+    if ((st == SHM_RANK_CLOSED || st == SHM_RANK_GONE) && died)
+        return DSIM_ERR(DSIM_EPEER, died - 1,
+                        "rank %d has closed its endpoint, after %s; rank %d cannot send to it "
+                        "(comm %" PRIu32 ", tag %" PRIu32 ")",
+                        to, sf->died_msg, from, hdr->comm_id, hdr->tag);
     if (st == SHM_RANK_CLOSED || st == SHM_RANK_GONE)
         return DSIM_ERR(DSIM_EPEER, to,
                         "rank %d has closed its endpoint; rank %d cannot send to it (comm %" PRIu32
@@ -597,7 +603,7 @@ static dsim_err shm_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void
     int sent = 0;
     dsim_waitq_lock(L->sq);
     if (o->broken) {
-        dsim_err e = DSIM_ERR(DSIM_EPEER, to, "%s", o->broken_msg);
+        dsim_err e = DSIM_ERR(DSIM_EPEER, o->broken_blame, "%s", o->broken_msg);
         dsim_waitq_unlock(L->sq);
         return e;
     }

@@ -178,9 +178,10 @@ typedef struct shm_out {
     shm_item *qhead, *qtail;
     shm_slot slot[SHM_RNDV_SLOTS];
     int outstanding;
-    int active; /* counted in its shm_local's busy */
-    int broken; /* the peer is gone: sends fail with broken_msg */
-    char broken_msg[256];
+    int active;       /* counted in its shm_local's busy */
+    int broken;       /* the peer is gone: sends fail with broken_msg */
+    int broken_blame; /* the rank those failures name */
+    char broken_msg[400];
 } shm_out;
 
 /* Peer -> local rank: the consumer's side. Progress thread only. */
@@ -239,6 +240,11 @@ typedef struct shm_fabric {
     uint8_t *stage;
     size_t stage_cap;
     int any_remote;
+    /* 1 + the first peer seen to die (end without closing), 0 if none; and
+     * its message, written once by the progress thread before died_first
+     * is set (release): senders read both after an acquire. */
+    atomic_int died_first;
+    char died_msg[160];
     atomic_int logged_cma, logged_bounce;
     /* counters (dsim_shm_stats) */
     atomic_ullong st[sizeof(dsim_shm_stats) / sizeof(uint64_t)];
@@ -303,7 +309,8 @@ int shm_check_abort(shm_fabric *sf);
 /* Fails a send with code and msg (naming to), or with the revoke's reason
  * where the job has been revoked: a waiter then sees why it all stopped,
  * not a peer that went away because of it. */
-void shm_fail_send(shm_fabric *sf, dsim_req *req, int to, dsim_err code, const char *msg);
+void shm_fail_send(shm_fabric *sf, dsim_req *req, int to, int blame, dsim_err code,
+                   const char *msg);
 
 /* shm_rndv.c: large messages */
 /* Starts a rendezvous send: 1 if its RTS went into the ring, 0 if it must
@@ -330,7 +337,7 @@ void shm_watch_stop(shm_fabric *sf);
 int shm_handle_deaths(shm_fabric *sf);
 /* Fails o's queued and outstanding sends to peer (shm_fail_send) and marks
  * it broken (under the local rank's sq). */
-void shm_break_out_locked(shm_fabric *sf, shm_out *o, int peer, const char *msg);
+void shm_break_out_locked(shm_fabric *sf, shm_out *o, int peer, int blame, const char *msg);
 
 /* shm_ring.c: the consumer of one ring (the progress thread, and the
  * death handler draining a dead peer's rings). Returns records handled. */

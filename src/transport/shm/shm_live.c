@@ -216,22 +216,23 @@ void shm_watch_stop(shm_fabric *sf)
     sf->watch_evfd = -1;
 }
 
-void shm_break_out_locked(shm_fabric *sf, shm_out *o, int peer, const char *msg)
+void shm_break_out_locked(shm_fabric *sf, shm_out *o, int peer, int blame, const char *msg)
 {
     o->broken = 1;
+    o->broken_blame = blame;
     snprintf(o->broken_msg, sizeof o->broken_msg, "%s", msg);
     while (o->qhead) {
         shm_item *it = o->qhead;
         o->qhead = it->next;
         if (it->req)
-            shm_fail_send(sf, it->req, peer, DSIM_EPEER, msg);
+            shm_fail_send(sf, it->req, peer, blame, DSIM_EPEER, msg);
         free(it);
     }
     o->qtail = NULL;
     for (int i = 0; i < SHM_RNDV_SLOTS; i++)
         if (o->slot[i].req) {
             /* Its reader is gone: nobody touches the buffer again. */
-            shm_fail_send(sf, o->slot[i].req, peer, DSIM_EPEER, msg);
+            shm_fail_send(sf, o->slot[i].req, peer, blame, DSIM_EPEER, msg);
             o->slot[i].req = NULL;
         }
     o->outstanding = 0;
@@ -241,13 +242,25 @@ static void shm_peer_gone(shm_fabric *sf, int r)
 {
     pid_t pid = (pid_t)atomic_load(&sf->ranks[r].pid);
     uint32_t st = atomic_load(&sf->ranks[r].state);
-    char msg[256];
+    char msg[400];
+    int blame = r;
     if (st == SHM_RANK_OPEN) {
         shm_count(sf, SHM_ST(peers_died), 1);
         snprintf(msg, sizeof msg,
                  "peer %d died: its process %d ended without closing its endpoint (killed or "
                  "crashed)",
                  r, (int)pid);
+        if (!atomic_load_explicit(&sf->died_first, memory_order_relaxed)) {
+            snprintf(sf->died_msg, sizeof sf->died_msg, "%.159s", msg);
+            atomic_store_explicit(&sf->died_first, r + 1, memory_order_release);
+        }
+    } else if (atomic_load_explicit(&sf->died_first, memory_order_relaxed)) {
+        /* It most likely ended because it saw that death: the failures
+         * name the peer that died, the cause. */
+        blame = atomic_load_explicit(&sf->died_first, memory_order_relaxed) - 1;
+        snprintf(msg, sizeof msg,
+                 "peer %d has gone: its process %d closed its endpoint and ended, after %s", r,
+                 (int)pid, sf->died_msg);
     } else {
         snprintf(msg, sizeof msg, "peer %d has gone: its process %d closed its endpoint and ended",
                  r, (int)pid);
@@ -258,7 +271,7 @@ static void shm_peer_gone(shm_fabric *sf, int r)
     for (int l = sf->lo; l <= sf->hi; l++) {
         shm_local *L = shm_local_of(sf, l);
         dsim_waitq_lock(L->sq);
-        shm_break_out_locked(sf, &L->out[r], r, msg);
+        shm_break_out_locked(sf, &L->out[r], r, blame, msg);
         shm_out_update_locked(L, &L->out[r]);
         dsim_waitq_unlock(L->sq);
     }
@@ -275,26 +288,63 @@ static void shm_peer_gone(shm_fabric *sf, int r)
         in->bouncing = 0;
         dsim_ep *ep = dsim_tp_fabric_ep(sf->f, l);
         if (ep)
-            dsim_tp_peer_lost(ep, r, DSIM_EPEER, "%s", msg);
+            dsim_tp_peer_lost_blaming(ep, r, blame, DSIM_EPEER, "%s", msg);
     }
+}
+
+/* Whether the process of remote rank r has ended (a zombie counts), though
+ * its watcher may not have said so yet. */
+static int shm_ended(shm_fabric *sf, int r)
+{
+    pid_t pid = (pid_t)atomic_load(&sf->ranks[r].pid);
+    if (!pid || atomic_load(&sf->ranks[r].state) != SHM_RANK_OPEN)
+        return 0;
+    if (shm_gone(sf, r, pid))
+        return 1;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
 int shm_handle_deaths(shm_fabric *sf)
 {
     if (!sf->any_remote)
         return 0;
+    /* A peer that closed its endpoint and ended usually did so because
+     * another died: if one such is flagged, every peer whose process has
+     * ended unannounced is flagged now, and the deaths are handled before
+     * the departures, so that the survivors' failures name the cause. */
+    int clean = 0;
+    for (int r = 0; r < sf->nranks && !clean; r++)
+        clean = atomic_load_explicit(&sf->dead[r], memory_order_relaxed) == 1 &&
+                atomic_load(&sf->ranks[r].state) != SHM_RANK_OPEN;
+    if (clean)
+        for (int r = 0; r < sf->nranks; r++)
+            if (!shm_is_local(sf, r) && !atomic_load(&sf->dead[r]) && shm_ended(sf, r))
+                shm_mark(sf, r);
     int did = 0;
-    for (int r = 0; r < sf->nranks; r++) {
-        int exp = 1;
-        if (atomic_load_explicit(&sf->dead[r], memory_order_relaxed) != 1 ||
-            !atomic_compare_exchange_strong(&sf->dead[r], &exp, 2))
-            continue;
-        /* A process that revoked the fabric wrote its notice before it
-         * ended: the notice, which names the peer that failed first, goes
-         * before the news of its end. */
-        shm_check_abort(sf);
-        shm_peer_gone(sf, r);
-        did = 1;
-    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int r = 0; r < sf->nranks; r++) {
+            int exp = 1;
+            if (atomic_load_explicit(&sf->dead[r], memory_order_relaxed) != 1 ||
+                (pass == 0) != (atomic_load(&sf->ranks[r].state) == SHM_RANK_OPEN) ||
+                !atomic_compare_exchange_strong(&sf->dead[r], &exp, 2))
+                continue;
+            /* A process that revoked the fabric wrote its notice before it
+             * ended: the notice, which names the peer that failed first, goes
+             * before the news of its end. */
+            shm_check_abort(sf);
+            shm_peer_gone(sf, r);
+            did = 1;
+        }
     return did;
 }

@@ -233,7 +233,7 @@ int shm_check_abort(shm_fabric *sf)
     return 1;
 }
 
-void shm_fail_send(shm_fabric *sf, dsim_req *req, int to, dsim_err code, const char *msg)
+void shm_fail_send(shm_fabric *sf, dsim_req *req, int to, int blame, dsim_err code, const char *msg)
 {
     shm_check_abort(sf);
     if (dsim_fabric_aborted(sf->f) &&
@@ -248,7 +248,7 @@ void shm_fail_send(shm_fabric *sf, dsim_req *req, int to, dsim_err code, const c
         dsim_tp_complete(req, DSIM_EABORTED);
         return;
     }
-    DSIM_ERR(code, to, "%s", msg);
+    DSIM_ERR(code, blame, "%s", msg);
     dsim_tp_complete(req, code);
 }
 

@@ -153,7 +153,7 @@ int shm_rndv_progress_locked(shm_fabric *sf, int from, int to, shm_out *o)
                      ? "rank %d closed its endpoint before taking the %zu-byte message"
                      : "rank %d could not read the %zu-byte message",
                  to, sl->len);
-        shm_fail_send(sf, req, to, err, msg);
+        shm_fail_send(sf, req, to, to, err, msg);
     }
     return did;
 }

@@ -273,6 +273,12 @@ DSIM_API dsim_err dsim_tp_deliver_held(dsim_ep *ep, const dsim_tp_hdr *hdr, cons
  * sequence gap is therefore never skipped silently on a live link. */
 DSIM_API void dsim_tp_peer_lost(dsim_ep *ep, int peer, dsim_err code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* As dsim_tp_peer_lost, for a link that went as a consequence of another
+ * rank's failure (a peer that closed after it saw `blame` die): the failed
+ * receives name `blame` as the failed peer, so that the error points at the
+ * cause. */
+DSIM_API void dsim_tp_peer_lost_blaming(dsim_ep *ep, int peer, int blame, dsim_err code,
+                                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Counts one frame for ep that the backend dropped as corrupt before it could
  * hand it over (bad checksum or framing), in dsim_ep_stats.rejected_corrupt. */
 DSIM_API void dsim_tp_count_corrupt(dsim_ep *ep);
