@@ -20,7 +20,7 @@
  * option's column like the rest of the help. */
 static void whatif_help_algos(FILE *out)
 {
-    const char *head = "  --algo ALGO      auto (default: dsim's decision function),";
+    const char *head = "  --algo ALGO      auto (default: the model's fastest, as a job runs),";
     int col = fprintf(out, "%s", head);
     for (int a = DSIM_ALGO_AUTO + 1; a < DSIM_ALGO_COUNT; a++) {
         const char *name = dsim_algo_name((dsim_algo)a);
@@ -454,9 +454,8 @@ static int whatif_row(const whatif_opts *o, const dsim_topology *t, const char *
                       double t1, double tc)
 {
     int N = o->hosts * o->devices;
-    dsim_algo a = o->algo == DSIM_ALGO_AUTO
-                      ? dsim_allreduce_decide_hosts(bytes, o->hosts, o->devices)
-                      : o->algo;
+    /* auto: what a job on this network runs, the model's pick */
+    dsim_algo a = o->algo == DSIM_ALGO_AUTO ? dsim_cost_decide(t, bytes, 4, NULL) : o->algo;
     double ar = 0, best_t = INFINITY;
     dsim_algo best = a;
     if (dsim_cost_allreduce(t, a, bytes, 4, &ar, NULL) != DSIM_OK)

@@ -308,6 +308,8 @@ const char *h_exchange(const dsim_train_cfg *cfg, const dsim_train_result *res, 
         return NULL;
     dsim_algo a = cfg->communication;
     size_t bytes = h_grad_bytes(cfg, res);
+    if (a == DSIM_ALGO_AUTO && bytes && cfg->decide) /* as the world decided */
+        a = cfg->decide(cfg->decide_user, bytes, R, cfg->hosts, cfg->devices_per_host);
     if (a == DSIM_ALGO_AUTO && bytes)
         a = dsim_allreduce_decide_hosts(bytes, cfg->hosts, cfg->devices_per_host);
     if (a == DSIM_ALGO_AUTO)
@@ -339,7 +341,9 @@ void h_whatif_summary(const dsim_scenario *s, const dsim_train_cfg *cfg, const d
                           perf->step_s * 1e3, perf->compute_s * 1e3, 100 * perf->allreduce_share,
                           speed, dev, perf->scaling_efficiency,
                           bare ? "all-reduce algorithm" : "exchange", exchange ? exchange : "none",
-                          !bare                                  ? " (the strategy's own)"
+                          !bare ? " (the strategy's own)"
+                          : cfg->communication == DSIM_ALGO_AUTO && cfg->decide
+                              ? " (auto: the cost model's pick for these links)"
                           : cfg->communication == DSIM_ALGO_AUTO ? " (dsim's decision function)"
                                                                  : " (the scenario's)");
     if (n >= cap)

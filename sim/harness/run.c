@@ -61,6 +61,7 @@ typedef struct h_ctx {
     dsim_msg_log *msgs;
     bool faulty; /* under sim/fault and recovery */
     dsim_net_links net;
+    dsim_cost_decider *decider; /* communication: auto on modelled links, or NULL */
     dsim_recovery_run rr;
     dsim_check_faults cf;
     dsim_train_result res, ref;
@@ -272,6 +273,13 @@ static void h_step_train(h_ctx *c)
         c->net.ici_Bps = s->tpu_ici_Bps;
         c->net.chip_latency_ns = s->tpu_chip_latency_ns;
         c->net.chip_Bps = s->tpu_chip_Bps;
+    }
+    /* auto on links the model times: the model's pick (sim/model/decide.c) */
+    dsim_topology topo;
+    if (c->cfg.communication == DSIM_ALGO_AUTO && dsim_scenario_topology(s, c->eng->name, &topo) &&
+        dsim_cost_decider_create(&topo, &c->decider) == DSIM_OK) {
+        c->cfg.decide = dsim_cost_decider_fn;
+        c->cfg.decide_user = c->decider;
     }
     c->t_start = h_now_ns();
     if (c->faulty) {
@@ -650,7 +658,10 @@ static void h_ctx_free(h_ctx *c)
         dsim_train_result_free(&c->ref);
     dsim_recovery_run_free(&c->rr);
     free(c->attempts);
-    /* A worker stuck inside the observer may still read it. */
+    /* A worker stuck inside the observer, or left running, may still read
+     * them. */
+    if (!c->in_observer && !c->hung)
+        dsim_cost_decider_destroy(c->decider);
     if (!c->in_observer) {
         h_forming_destroy(c->run);
         free(c->run->formed);

@@ -100,6 +100,23 @@ const dsim_device_model *dsim_tpu_device_model(dsim_tpu_gen gen);
 dsim_err dsim_cost_allreduce(const dsim_topology *t, dsim_algo algo, size_t bytes, size_t esize,
                              double *seconds, int *steps);
 
+/* What AUTO should run for an all-reduce of `bytes` (float32 elements of
+ * esize bytes) on topology t: the algorithm dsim can run there whose
+ * schedule the model finds fastest; the library's own decision
+ * (dsim_allreduce_decide_hosts) where it is as fast. *seconds (if not
+ * NULL) gets its time. decide.c. */
+dsim_algo dsim_cost_decide(const dsim_topology *t, size_t bytes, size_t esize, double *seconds);
+
+/* The same for a running job, as a dsim_decide_fn (dsim_train_cfg.decide,
+ * dsim_comm_set_decide): the job's links and device from t, the shape of
+ * the communicator that asks; answers kept per shape and size. A shape that
+ * is not hosts x local of nranks, or part of a TPU slice, gets no opinion
+ * (DSIM_ALGO_AUTO). */
+typedef struct dsim_cost_decider dsim_cost_decider;
+dsim_err dsim_cost_decider_create(const dsim_topology *t, dsim_cost_decider **out);
+void dsim_cost_decider_destroy(dsim_cost_decider *d);
+dsim_algo dsim_cost_decider_fn(void *user, size_t bytes, int nranks, int hosts, int local);
+
 /* The textbook closed forms (Thakur, Rabenseifner & Gropp 2005) for p ranks
  * on identical links (alpha, beta = 1 / bandwidth) and reduction cost gamma
  * per byte, n bytes:

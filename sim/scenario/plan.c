@@ -16,6 +16,7 @@
 #include "dsim/optim.h"
 #include "dsim/spi/strategy.h"
 #include "dsim/tpu.h"
+#include "model/costmodel.h"
 #include "scenario/defaults.h"
 #include "scenario/plan.h"
 #include "scenario/units.h"
@@ -214,10 +215,21 @@ static json_t *plan_strategy(plan_b *b, const dsim_scenario *s, size_t n_params)
         plan_set(b, h, "retries", json_integer(s->health_retries));
     }
     int R = t->hosts * t->devices_per_host;
-    size_t bytes = n_params * sizeof(float);
+    /* a synthetic model's gradients are its parameter count, as the run's */
+    size_t bytes = t->synthetic_params > 0 ? (size_t)llround(t->synthetic_params) * sizeof(float)
+                                           : n_params * sizeof(float);
     dsim_algo applied = t->communication;
-    char why[160];
-    if (applied == DSIM_ALGO_AUTO) {
+    char why[256];
+    dsim_topology topo;
+    double model_s = 0;
+    if (applied == DSIM_ALGO_AUTO && dsim_scenario_topology(s, NULL, &topo)) {
+        /* modelled links: the model's pick, as the harness's runs make it */
+        applied = dsim_cost_decide(&topo, bytes, 4, &model_s);
+        snprintf(why, sizeof why,
+                 "auto: the cost model of the scenario's links picks %s (%.3f ms) for %zu "
+                 "gradient bytes over %d replicas (%d host(s) x %d)",
+                 dsim_algo_name(applied), model_s * 1e3, bytes, R, t->hosts, t->devices_per_host);
+    } else if (applied == DSIM_ALGO_AUTO) {
         /* the world knows its hosts, as the training driver tells it */
         applied = dsim_allreduce_decide_hosts(bytes, t->hosts, t->devices_per_host);
         snprintf(why, sizeof why,

@@ -260,6 +260,15 @@ typedef struct dsim_fault_detection {
  * job (dsim/health.h derives it), and the sentence `dsim validate` prints. */
 void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_detection *out);
 
+/* The cost model's topology of the scenario's job on `engine` (NULL: the
+ * scenario's own): its links (cluster.network and its intra link, a TPU
+ * slice's ICI), its device (cluster.device) and shape; t->tpu points into
+ * s. False where that engine does not model the links (no cluster.network,
+ * or the processes engine's real ones): then `communication: auto` is the
+ * library's decision, else the model's (dsim_cost_decide). topology.c. */
+struct dsim_topology; /* model/costmodel.h */
+bool dsim_scenario_topology(const dsim_scenario *s, const char *engine, struct dsim_topology *t);
+
 #ifdef __cplusplus
 }
 #endif

@@ -126,6 +126,9 @@ struct dsim_comm {
     struct dsim_coll_xlog *xlog;
     int64_t timeout_ns; /* > 0 the bound of each call; 0 none */
     dsim_algo algo;
+    /* dsim_comm_set_decide's: what AUTO runs (NULL: decide.c alone) */
+    dsim_decide_fn decide;
+    void *decide_user;
     /* Collective calls started on this communicator. Every rank calls the
      * collectives in the same order, so the counter agrees across ranks and
      * is folded into every tag: a late message from a failed call cannot

@@ -138,6 +138,14 @@ void dsim_comm_set_algo(dsim_comm *c, dsim_algo a)
         c->algo = a;
 }
 
+void dsim_comm_set_decide(dsim_comm *c, dsim_decide_fn fn, void *user)
+{
+    if (c) {
+        c->decide = fn;
+        c->decide_user = fn ? user : NULL;
+    }
+}
+
 void dsim_comm_last_call(const dsim_comm *c, const char **op, uint64_t *calls)
 {
     const char *o = c ? atomic_load_explicit(&c->last_op, memory_order_relaxed) : NULL;

@@ -70,7 +70,9 @@
  * 2 (L-1) + 2 (H-1)). Figures: reports/hierarchical.md.
  *
  * A caller overrides the choice with cfg.algo, dsim_comm_set_algo or
- * dsim_allreduce_with. */
+ * dsim_allreduce_with. A cost model that knows the job's network decides
+ * instead of the thresholds above through dsim_comm_set_decide (the
+ * harness's: sim/model/costmodel.c, dsim_cost_decide). */
 #include <stdint.h>
 
 #include "coll_int.h"
@@ -115,12 +117,37 @@ dsim_algo dsim_allreduce_decide_hosts(size_t bytes, int hosts, int local)
     return dsim_allreduce_decide(bytes, n > 0 && n <= INT32_MAX ? (int)n : 1);
 }
 
+/* The hosts x local the communicator's ranks sit on, 0 x 0 if uneven or
+ * not known. */
+static void decide_shape(dsim_comm *c, int *hosts, int *local)
+{
+    *hosts = *local = 0;
+    if (c->local_size >= 2) {
+        const dsim_coll_hier *h = dsim_coll_hier_of(c);
+        if (h && h->uniform && h->H >= 2 && h->L >= 2) {
+            *hosts = h->H;
+            *local = h->L;
+        } else if (!c->ep_of && c->size == c->local_size) {
+            *hosts = 1; /* the world of one host */
+            *local = c->size;
+        }
+    } else if (c->local_size == 1) {
+        *hosts = c->size; /* a rank per host */
+        *local = 1;
+    }
+}
+
 dsim_algo dsim_coll_decide(dsim_comm *c, size_t bytes)
 {
-    if (c->local_size >= 2 && bytes > DECIDE_SMALL_BYTES) {
-        const dsim_coll_hier *h = dsim_coll_hier_of(c);
-        if (h && h->uniform && h->H >= 2 && h->L >= 2)
-            return decide_levels(bytes, h->H, h->L);
+    int H, L;
+    decide_shape(c, &H, &L);
+    if (c->decide) {
+        dsim_algo a = c->decide(c->decide_user, bytes, c->size, H, L);
+        if (a > DSIM_ALGO_AUTO && a < DSIM_ALGO_COUNT &&
+            (a != DSIM_ALGO_HIERARCHICAL || (H >= 2 && L >= 2)))
+            return a;
     }
+    if (H >= 2 && L >= 2 && bytes > DECIDE_SMALL_BYTES)
+        return decide_levels(bytes, H, L);
     return dsim_allreduce_decide(bytes, c->size);
 }

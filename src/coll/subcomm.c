@@ -159,6 +159,8 @@ static dsim_err sub_make(dsim_comm *parent, int size, int rank, int *ep_of, uint
     c->local_size = parent->local_size;
     c->timeout_ns = parent->timeout_ns;
     c->algo = parent->algo;
+    c->decide = parent->decide;
+    c->decide_user = parent->decide_user;
     c->fp_off = parent->fp_off;
     c->virt = parent->virt;
     c->fr_max = parent->fr_max;

@@ -241,6 +241,7 @@ static void tm_replica_main(void *arg)
         tm_fail(job);
         return;
     }
+    dsim_comm_set_decide(comm, cfg->decide, cfg->decide_user);
     dsim_train_result *res = job->res;
     void *priv = job->strat ? tm_aligned_zalloc(job->strat->ops->replica_priv_size) : NULL;
     dsim_err e = DSIM_OK;

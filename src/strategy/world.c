@@ -151,6 +151,7 @@ dsim_err train_open_world(train_job *job)
         cc.algo = cfg->communication;
         cc.local_size = cfg->devices_per_host;
         DSIM_CHECK(dsim_comm_create(&cc, &job->world[r]));
+        dsim_comm_set_decide(job->world[r], cfg->decide, cfg->decide_user);
         if (job->preempt_armed) {
             cc.comm_id = DSIM_STRATEGY_COMM_CONTROL;
             cc.algo = DSIM_ALGO_AUTO;

@@ -3,6 +3,7 @@
  * whose stale messages must not feed the next call), argument errors, and
  * how the allreduce algorithm is chosen. */
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -690,6 +691,102 @@ static void sel_rank(coll_harness *h, int rank, void *p)
     free(buf);
 }
 
+/* dsim_comm_set_decide: the caller's decision for AUTO, asked with the
+ * communicator's shape; no opinion (AUTO), a value out of range or an
+ * algorithm the communicator cannot run leave the built-in one; a
+ * sub-communicator inherits it and asks with its own shape. */
+typedef struct dec_arg {
+    misc_shared s;
+    atomic_int calls;
+    atomic_int bad_shape;
+    dsim_algo answer; /* for buffers of 4 KiB and more */
+    int want_ranks, want_hosts, want_local;
+} dec_arg;
+
+static dsim_algo dec_fn(void *user, size_t bytes, int nranks, int hosts, int local)
+{
+    dec_arg *a = user;
+    atomic_fetch_add(&a->calls, 1);
+    if (nranks != a->want_ranks || hosts != a->want_hosts || local != a->want_local)
+        atomic_fetch_add(&a->bad_shape, 1);
+    return bytes >= 4096 ? a->answer : DSIM_ALGO_AUTO;
+}
+
+static void dec_rank(coll_harness *h, int rank, void *p)
+{
+    dec_arg *a = p;
+    dsim_comm *c = h->comms[rank];
+    float buf[1024] = {0};
+    dsim_comm_set_decide(c, dec_fn, a);
+    /* 64 floats: no opinion, the tree; 1024: the answer (or the built-in
+     * pick where the answer cannot run) */
+    static const size_t counts[] = {64, 1024};
+    for (int k = 0; k < 2; k++) {
+        dsim_ep_stats st0, st1;
+        dsim_ep_get_stats(h->eps[rank], &st0);
+        dsim_err e = dsim_allreduce(c, buf, buf, counts[k], DSIM_F32, DSIM_SUM);
+        dsim_ep_get_stats(h->eps[rank], &st1);
+        dsim_algo want = k == 0 ? DSIM_ALGO_TREE
+                         : a->answer == DSIM_ALGO_HIERARCHICAL || (int)a->answer >= DSIM_ALGO_COUNT
+                             ? dsim_allreduce_decide(counts[k] * sizeof(float), 4)
+                             : a->answer;
+        if (e != DSIM_OK)
+            coll_fail(&a->s, "rank %d: %s", rank, dsim_errmsg());
+        else if (st1.msgs_sent - st0.msgs_sent != sel_msgs[want][rank])
+            coll_fail(&a->s, "answer %d, %zu floats: rank %d sent %llu messages, %s sends %llu",
+                      (int)a->answer, counts[k], rank,
+                      (unsigned long long)(st1.msgs_sent - st0.msgs_sent), dsim_algo_name(want),
+                      (unsigned long long)sel_msgs[want][rank]);
+    }
+    /* a sub-communicator of two asks with its own shape */
+    dsim_comm *sub = NULL;
+    if (dsim_comm_split(c, rank % 2, rank, &sub) != DSIM_OK) {
+        coll_fail(&a->s, "rank %d: split: %s", rank, dsim_errmsg());
+        return;
+    }
+    coll_harness_sync(h);
+    if (rank == 0) {
+        a->want_ranks = 2;
+        a->want_hosts = 2;
+        a->want_local = 1;
+    }
+    coll_harness_sync(h);
+    int before = atomic_load(&a->calls);
+    coll_harness_sync(h);
+    if (dsim_allreduce(sub, buf, buf, 1024, DSIM_F32, DSIM_SUM) != DSIM_OK)
+        coll_fail(&a->s, "rank %d: sub allreduce: %s", rank, dsim_errmsg());
+    coll_harness_sync(h);
+    if (rank == 0 && atomic_load(&a->calls) - before != 4)
+        coll_fail(&a->s, "the sub-communicators asked %d times, not once per rank",
+                  atomic_load(&a->calls) - before);
+    dsim_comm_free(sub);
+}
+
+static void test_caller_decides(void **state)
+{
+    (void)state;
+    static const dsim_algo answers[] = {DSIM_ALGO_RING, DSIM_ALGO_RHD, DSIM_ALGO_HIERARCHICAL,
+                                        (dsim_algo)99};
+    for (size_t i = 0; i < sizeof answers / sizeof answers[0]; i++) {
+        dec_arg a = {.answer = answers[i], .want_ranks = 4, .want_hosts = 4, .want_local = 1};
+        atomic_init(&a.calls, 0);
+        atomic_init(&a.bad_shape, 0);
+        pthread_mutex_init(&a.s.mu, NULL);
+        coll_harness h;
+        /* a rank per host: hierarchical cannot run here */
+        coll_harness_cfg cfg = {.nranks = 4, .local_size = 1};
+        assert_int_equal(coll_harness_open(&h, &cfg), DSIM_OK);
+        dsim_err e = coll_harness_run(&h, dec_rank, &a);
+        coll_harness_close(&h);
+        pthread_mutex_destroy(&a.s.mu);
+        assert_int_equal(e, DSIM_OK);
+        if (a.s.failures)
+            fail_msg("%s", a.s.first);
+        assert_int_equal(atomic_load(&a.calls), 4 * 3);
+        assert_int_equal(atomic_load(&a.bad_shape), 0);
+    }
+}
+
 static void test_algorithm_choice(void **state)
 {
     (void)state;
@@ -819,11 +916,11 @@ int main(void)
 {
     coll_data_init();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_arguments),        cmocka_unit_test(test_algorithm_choice),
-        cmocka_unit_test(test_determinism),          cmocka_unit_test(test_absent_rank),
-        cmocka_unit_test(test_stale_messages),       cmocka_unit_test(test_abort),
-        cmocka_unit_test(test_late_rank_not_absent), cmocka_unit_test(test_algorithm_table),
-        cmocka_unit_test(test_torus_shape),
+        cmocka_unit_test(test_bad_arguments),   cmocka_unit_test(test_algorithm_choice),
+        cmocka_unit_test(test_caller_decides),  cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_absent_rank),     cmocka_unit_test(test_stale_messages),
+        cmocka_unit_test(test_abort),           cmocka_unit_test(test_late_rank_not_absent),
+        cmocka_unit_test(test_algorithm_table), cmocka_unit_test(test_torus_shape),
     };
     return cmocka_run_group_tests_name("coll_misc", tests, NULL, NULL);
 }

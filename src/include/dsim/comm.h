@@ -155,6 +155,19 @@ DSIM_API int dsim_comm_size(const dsim_comm *c);
 /* As dsim_comm_cfg.timeout_ns: > 0 the bound, 0 none, < 0 the default. */
 DSIM_API void dsim_comm_set_timeout(dsim_comm *c, int64_t timeout_ns);
 DSIM_API void dsim_comm_set_algo(dsim_comm *c, dsim_algo a);
+/* What DSIM_ALGO_AUTO runs, decided outside the library: a cost model of the
+ * job's own network (dsim's harness sets one when a scenario names its
+ * network) picks the algorithm for an allreduce of `bytes` over `nranks`
+ * ranks that sit `local` to a host on `hosts` hosts (both 0 when the
+ * communicator's ranks are not spread evenly over hosts, or it does not
+ * know). DSIM_ALGO_AUTO: no opinion, the built-in decision
+ * (dsim_allreduce_decide_hosts) stands, as it does for an algorithm the
+ * communicator cannot run (hierarchical without hosts >= 2 of local >= 2).
+ * It must be a function of its arguments alone, so that every rank picks
+ * the same, and may be called from every rank's thread at once.
+ * Sub-communicators made afterwards inherit it; NULL removes it. */
+typedef dsim_algo (*dsim_decide_fn)(void *user, size_t bytes, int nranks, int hosts, int local);
+DSIM_API void dsim_comm_set_decide(dsim_comm *c, dsim_decide_fn fn, void *user);
 /* The last collective begun on this communicator ("allreduce", a static
  * string; NULL before the first) and how many were begun. Safe from any
  * thread while the communicator is in use: a watchdog's view of a rank. */

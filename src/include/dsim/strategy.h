@@ -436,6 +436,12 @@ typedef struct dsim_train_cfg {
      * before anything runs, a job in which some replica's batch in some step
      * is not global_batch / replicas (see dsim_train_check_static_shapes). */
     bool static_shapes;
+    /* What communication AUTO runs on the world communicator and the
+     * strategy's sub-communicators (dsim_comm_set_decide; NULL: the built-in
+     * decision): dsim's harness passes a cost model of the scenario's
+     * network. */
+    dsim_decide_fn decide;
+    void *decide_user;
 } dsim_train_cfg;
 
 /* With cfg->static_shapes, DSIM_OK when every replica's batch in every step
