@@ -102,8 +102,9 @@ dsim_err dsim_cost_allreduce(const dsim_topology *t, dsim_algo algo, size_t byte
 
 /* What AUTO should run for an all-reduce of `bytes` (float32 elements of
  * esize bytes) on topology t: the algorithm dsim can run there whose
- * schedule the model finds fastest; the library's own decision
- * (dsim_allreduce_decide_hosts) where it is as fast. *seconds (if not
+ * schedule the model finds fastest (reduce_to_one only on request); the
+ * library's own decision (dsim_allreduce_decide_hosts) where it is within
+ * 1 % of that. *seconds (if not
  * NULL) gets its time. decide.c. */
 dsim_algo dsim_cost_decide(const dsim_topology *t, size_t bytes, size_t esize, double *seconds);
 

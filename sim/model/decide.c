@@ -2,8 +2,9 @@
  * (costmodel.h): the algorithm whose schedule the model finds fastest on
  * the job's own links and topology, instead of src/coll/decide.c's fixed
  * thresholds, which know bytes and ranks but not how slow a link is. The
- * library's own pick stands where it is as fast (to the model's rounding),
- * so the two differ only where the model says the thresholds lose time.
+ * library's own pick stands where it is within 1 % of the fastest (less
+ * than the model can tell apart), so the two differ only where the model
+ * says the thresholds lose time.
  *
  * The harness hands dsim_cost_decider_fn to the training driver
  * (dsim_train_cfg.decide). The world's and the sub-communicators' calls ask
@@ -16,11 +17,16 @@
 
 #include "model/costmodel.h"
 
-/* Algorithms that run on hosts x local: hierarchical needs two levels, the
- * torus is modelled as itself only on a TPU slice (elsewhere it runs as a
- * bidirectional ring, which the model does not tell from the ring). */
+/* Algorithms auto may run on hosts x local: hierarchical needs two levels,
+ * the torus is modelled as itself only on a TPU slice (elsewhere it runs as
+ * a bidirectional ring, which the model does not tell from the ring), and
+ * reduce_to_one never: it is TF's baseline, run on request (the model,
+ * which charges no per-message cost at a receiver, would pick it for tiny
+ * buffers, where rank 0 takes every other rank's message at once). */
 static bool cd_runs(const dsim_topology *t, dsim_algo a)
 {
+    if (a == DSIM_ALGO_REDUCE_TO_ONE)
+        return false;
     if (a == DSIM_ALGO_HIERARCHICAL)
         return t->hosts >= 2 && t->devices_per_host >= 2;
     if (a == DSIM_ALGO_TORUS)
@@ -52,7 +58,7 @@ dsim_algo dsim_cost_decide(const dsim_topology *t, size_t bytes, size_t esize, d
     }
     dsim_error_restore(&saved);
     /* the library's pick where the model cannot tell them apart */
-    if (own_s <= best_s * (1 + 1e-9)) {
+    if (own_s <= best_s * 1.01) {
         best = own;
         best_s = own_s;
     }
@@ -99,8 +105,10 @@ void dsim_cost_decider_destroy(dsim_cost_decider *d)
 dsim_algo dsim_cost_decider_fn(void *user, size_t bytes, int nranks, int hosts, int local)
 {
     dsim_cost_decider *d = user;
-    if (!d || hosts < 1 || local < 1 || (long long)hosts * local != nranks || bytes % 4 != 0)
+    if (!d || hosts < 1 || local < 1 || (long long)hosts * local != nranks)
         return DSIM_ALGO_AUTO; /* a shape the model does not know: no opinion */
+    /* the element size only rounds the blocks: float32, or half precision */
+    size_t esize = bytes % 4 == 0 ? 4 : bytes % 2 == 0 ? 2 : 1;
     dsim_topology t = d->t;
     if (t.tpu && (hosts != t.hosts || local != t.devices_per_host))
         return DSIM_ALGO_AUTO; /* a part of the slice: its ICI routes are not the slice's */
@@ -116,7 +124,7 @@ dsim_algo dsim_cost_decider_fn(void *user, size_t bytes, int nranks, int hosts, 
         }
     /* Evaluated under the lock: the other ranks of the call want the same
      * answer and wait for it rather than compute it again. */
-    dsim_algo a = dsim_cost_decide(&t, bytes, 4, NULL);
+    dsim_algo a = dsim_cost_decide(&t, bytes, esize, NULL);
     if (d->n == d->cap) {
         size_t cap = d->cap ? 2 * d->cap : 16;
         cd_entry *e = realloc(d->e, cap * sizeof *e);

@@ -152,6 +152,51 @@ static void test_hierarchical(void **state)
     assert_close(a, b, "hierarchical on one host");
 }
 
+/* auto by the model (decide.c): the fastest schedule that can run there, the
+ * library's own pick on a tie; the decider asks with the communicator's
+ * shape, takes half-precision sizes, and has no opinion on a shape it does
+ * not know. */
+static void test_decide(void **state)
+{
+    (void)state;
+    dsim_topology t = {.hosts = 16,
+                       .devices_per_host = 1,
+                       .intra = *dsim_link_preset("nvlink"),
+                       .inter = *dsim_link_preset("1gbe")};
+    size_t bytes = 37408; /* under 64 KiB: the library's thresholds say tree */
+    assert_int_equal(dsim_allreduce_decide_hosts(bytes, 16, 1), DSIM_ALGO_TREE);
+    double best = 0, x = 0;
+    dsim_algo a = dsim_cost_decide(&t, bytes, 4, &best);
+    assert_int_not_equal(a, DSIM_ALGO_TREE);
+    assert_int_not_equal(a, DSIM_ALGO_HIERARCHICAL); /* one device a host: cannot run */
+    for (int k = DSIM_ALGO_AUTO + 1; k < DSIM_ALGO_COUNT; k++)
+        if (k != DSIM_ALGO_HIERARCHICAL && k != DSIM_ALGO_TORUS &&
+            dsim_cost_allreduce(&t, (dsim_algo)k, bytes, 4, &x, NULL) == DSIM_OK && x < best)
+            fail_msg("%s takes %.6g s, auto's %s %.6g s", dsim_algo_name((dsim_algo)k), x,
+                     dsim_algo_name(a), best);
+    /* fast links: the thresholds' tree is as fast as anything, and stays */
+    dsim_topology fast = t;
+    fast.inter = *dsim_link_preset("nvlink");
+    assert_int_equal(dsim_cost_decide(&fast, 64, 4, NULL), DSIM_ALGO_TREE);
+
+    dsim_cost_decider *d = NULL;
+    assert_int_equal(dsim_cost_decider_create(&t, &d), DSIM_OK);
+    assert_int_equal(dsim_cost_decider_fn(d, bytes, 16, 16, 1), a);
+    assert_int_equal(dsim_cost_decider_fn(d, bytes, 16, 16, 1), a); /* kept */
+    /* 18,703 float16 values: not whole float32 elements, still decided */
+    assert_int_equal(dsim_cost_decider_fn(d, 37406, 16, 16, 1),
+                     dsim_cost_decide(&t, 37406, 2, NULL));
+    /* a sub-communicator of 4 of the hosts asks with its own shape */
+    dsim_topology four = t;
+    four.hosts = 4;
+    assert_int_equal(dsim_cost_decider_fn(d, bytes, 4, 4, 1),
+                     dsim_cost_decide(&four, bytes, 4, NULL));
+    /* shapes it does not know: no opinion */
+    assert_int_equal(dsim_cost_decider_fn(d, bytes, 6, 0, 0), DSIM_ALGO_AUTO);
+    assert_int_equal(dsim_cost_decider_fn(d, bytes, 6, 4, 2), DSIM_ALGO_AUTO);
+    dsim_cost_decider_destroy(d);
+}
+
 static void test_presets_and_parsing(void **state)
 {
     (void)state;
@@ -303,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_presets_and_parsing),
         cmocka_unit_test(test_every_algorithm_has_a_cost),
         cmocka_unit_test(test_torus),
+        cmocka_unit_test(test_decide),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
