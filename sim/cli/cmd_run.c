@@ -219,7 +219,7 @@ static bool run_signals_start(void)
      * workers) inherits the mask and only run_sig_main takes the signal. */
     if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0)
         return false;
-    if (pthread_create(&run_sig_thread, NULL, run_sig_main, &set) != 0) {
+    if (dsim_thread_start(&run_sig_thread, NULL, run_sig_main, &set) != 0) {
         pthread_sigmask(SIG_UNBLOCK, &set, NULL);
         return false;
     }

@@ -399,7 +399,7 @@ static void wk_signals_chief(void)
     sigaddset(&set, SIGTERM);
     pthread_t t;
     if (pthread_sigmask(SIG_BLOCK, &set, NULL) != 0 ||
-        pthread_create(&t, NULL, wk_sig_main, &set) != 0) {
+        dsim_thread_start(&t, NULL, wk_sig_main, &set) != 0) {
         pthread_sigmask(SIG_UNBLOCK, &set, NULL);
         fprintf(stderr, "dsim worker: cannot watch for interrupts; an interrupted run stays "
                         "'running' until the store is next opened\n");

@@ -416,7 +416,7 @@ static void hg_guard_install(void)
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     pthread_t t;
-    int rc = pthread_create(&t, &at, hg_watcher, NULL);
+    int rc = dsim_thread_start(&t, &at, hg_watcher, NULL);
     pthread_attr_destroy(&at);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0)

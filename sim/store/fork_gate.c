@@ -20,9 +20,12 @@
  * interrupt thread (in sigwait until a signal). What either does once woken
  * ends in the death of the process, which takes every child with it (each
  * child is set to die with its parent). */
+#include <errno.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdbool.h>
 
+#include "store.h"
 #include "store_int.h"
 
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -84,4 +87,33 @@ void store_gate_leave(void)
     if (--gate_inside == 0 && gate_closed)
         pthread_cond_broadcast(&gate_cv);
     pthread_mutex_unlock(&gate_mu);
+}
+
+/* dsim_thread_start: the new thread says it runs, then runs fn. */
+typedef struct ts_arg {
+    void *(*fn)(void *);
+    void *arg;
+    sem_t running;
+} ts_arg;
+
+static void *ts_main(void *p)
+{
+    ts_arg *a = p;
+    void *(*fn)(void *) = a->fn;
+    void *arg = a->arg;
+    sem_post(&a->running); /* a is the creator's: not touched after this */
+    return fn(arg);
+}
+
+int dsim_thread_start(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+    ts_arg a = {.fn = fn, .arg = arg};
+    if (sem_init(&a.running, 0, 0) != 0)
+        return errno;
+    int rc = pthread_create(t, attr, ts_main, &a);
+    if (rc == 0)
+        while (sem_wait(&a.running) != 0 && errno == EINTR)
+            ;
+    sem_destroy(&a.running);
+    return rc;
 }

@@ -419,7 +419,7 @@ dsim_err dsim_store_open(const char *path, dsim_store **out)
     pthread_cond_init(&st->not_full, NULL);
     pthread_cond_init(&st->done, NULL);
     store_gate_install();
-    rc = pthread_create(&st->writer, NULL, store_writer, st);
+    rc = dsim_thread_start(&st->writer, NULL, store_writer, st);
     if (rc != 0) {
         e = DSIM_ERR(DSIM_EIO, -1, "results database %s: cannot start its writer thread: %s", path,
                      strerror(rc));

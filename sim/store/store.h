@@ -29,6 +29,7 @@
 #ifndef DSIM_STORE_H
 #define DSIM_STORE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -256,6 +257,15 @@ typedef struct dsim_msg_row {
     int64_t t_sent_ns, t_recv_ns;
 } dsim_msg_row;
 dsim_err dsim_store_message(dsim_store *st, dsim_run_id run, const dsim_msg_row *m);
+
+/* pthread_create for a thread that lives while this process forks (the
+ * store's writer, the crash guard's watcher, the interrupt threads): it
+ * returns once the new thread runs its function. A thread still starting
+ * is inside the allocator (AddressSanitizer sets up its stack and caches
+ * before the function runs, and GCC 12's takes no lock around fork()), so
+ * a fork right after pthread_create could leave the child an allocator
+ * lock held for ever: every thread the child starts then hangs. fork_gate.c. */
+int dsim_thread_start(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg);
 
 #ifdef __cplusplus
 }
