@@ -1,6 +1,8 @@
 /* The world of a dsim_train job: the runtime, the fabric, every local
  * rank's endpoint and communicators, the replicas' and servers' contexts,
  * and one health check per worker (dsim/health.h). */
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -216,9 +218,53 @@ dsim_err train_open_world(train_job *job)
     return train_start_health(job);
 }
 
+/* A job that ended well leaves nothing unreceived but the health check's
+ * last pings and answers. Anything else a rank was sent and never received
+ * (a strategy that sends more than its peers receive, or a frame no rank
+ * asked for: a communicator or tag nothing here uses, from a peer or from
+ * outside the job) is logged as it is dropped. A job that failed leaves
+ * frames behind as a matter of course: nothing is said then. */
+#define TRAIN_UNRECV_SHOW 4
+
+static void train_report_unreceived(train_job *job)
+{
+    if (!job->fab || job->failed || dsim_fabric_aborted(job->fab))
+        return;
+    dsim_unreceived u[TRAIN_UNRECV_SHOW];
+    static const uint32_t health[] = {DSIM_HEALTH_COMM_PING, DSIM_HEALTH_COMM_PONG};
+    for (int r = 0; job->eps && r < job->N + job->P; r++) {
+        if (!job->eps[r])
+            continue;
+        uint64_t total = dsim_ep_unreceived(job->eps[r], health, 2, u, TRAIN_UNRECV_SHOW);
+        if (total == 0)
+            continue;
+        char what[640] = "";
+        size_t at = 0;
+        uint64_t told = 0;
+        for (size_t i = 0; i < TRAIN_UNRECV_SHOW && u[i].count; i++) {
+            told += u[i].count;
+            if (at < sizeof what)
+                at += (size_t)snprintf(what + at, sizeof what - at,
+                                       "%s%" PRIu64 " from rank %d on communicator %" PRIu32
+                                       " (first tag %" PRIu32 ", %" PRIu64 " bytes)",
+                                       i ? "; " : "", u[i].count, u[i].src, u[i].comm_id, u[i].tag,
+                                       u[i].bytes);
+        }
+        char more[48] = "";
+        if (total > told)
+            snprintf(more, sizeof more, "; %" PRIu64 " more", total - told);
+        dsim_warn("rank %d ended with %" PRIu64 " message(s) that nothing received, dropped: %s%s; "
+                  "a peer sent what no receive asked for (a strategy that sends more than its "
+                  "peers receive, or frames on a communicator or tag that nothing in this job "
+                  "uses)",
+                  r, total, what, more);
+    }
+}
+
 void train_close_world(train_job *job)
 {
     train_stop_health(job);
+    train_report_unreceived(job);
     for (int s = 0; job->srvs && s < job->P; s++) {
         train_server *ts = &job->srvs[s];
         if (ts->inited)

@@ -600,6 +600,41 @@ int dsim_probe_any(dsim_ep *ep, uint32_t comm_id, int *src)
     return found;
 }
 
+uint64_t dsim_ep_unreceived(dsim_ep *ep, const uint32_t *skip, size_t n_skip, dsim_unreceived *out,
+                            size_t cap)
+{
+    if (out && cap)
+        memset(out, 0, cap * sizeof *out);
+    if (!ep)
+        return 0;
+    uint64_t total = 0;
+    size_t n = 0;
+    dsim_waitq_lock(ep->lock);
+    for (tp_link *it = ep->arrivals.head.next; it != &ep->arrivals.head; it = it->next) {
+        const tp_msg *m = TP_CONTAINER(it, tp_msg, arrival);
+        if (m->kind != TP_MSG_EAGER && m->kind != TP_MSG_RNDV)
+            continue;
+        size_t k = 0;
+        while (k < n_skip && skip[k] != m->comm_id)
+            k++;
+        if (k < n_skip)
+            continue;
+        total++;
+        size_t i = 0;
+        while (i < n && (out[i].src != m->src || out[i].comm_id != m->comm_id))
+            i++;
+        if (i == n) {
+            if (n == cap)
+                continue;
+            out[n++] = (dsim_unreceived){.src = m->src, .comm_id = m->comm_id, .tag = m->tag};
+        }
+        out[i].count++;
+        out[i].bytes += m->len;
+    }
+    dsim_waitq_unlock(ep->lock);
+    return total;
+}
+
 static void tp_drop_msg(tp_msg *m, dsim_err st, int closer)
 {
     if (m->kind != TP_MSG_RNDV) {

@@ -20,7 +20,9 @@
 
 #include <dirent.h>
 
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -173,6 +175,22 @@ static uint64_t gb_sum(const std::shared_ptr<gloo::Context> &ctx, uint64_t mine)
     return (uint64_t)v;
 }
 
+/* Shutting down. Gloo's tcp device throws from its event loop's thread when
+ * a peer closes its connection, which terminates the process, and one rank
+ * always closes first. So every rank passes a last barrier, keeps its
+ * context (never destroyed: no destructor joins the loop's thread) and
+ * leaves with _exit; a close seen after that barrier only parks the loop's
+ * thread. Before it, a close is a failure as usual. */
+static std::atomic<bool> gb_done{false};
+
+static void gb_on_terminate()
+{
+    if (gb_done.load())
+        for (;;)
+            pause();
+    abort();
+}
+
 static void gb_barrier(const std::shared_ptr<gloo::Context> &ctx)
 {
     gloo::BarrierAllToOne b(ctx);
@@ -262,6 +280,9 @@ static int gb_rank(const gb_opts *g, int rank, const std::string &dir)
     }
     if (rank == 0)
         bench_print_footer(stdout, wrong_total, o->check, rows ? busbw_sum / rows : 0.0);
+    gb_barrier(ctx);
+    gb_done.store(true);
+    new std::shared_ptr<gloo::rendezvous::Context>(ctx); /* kept to the _exit (above) */
     return wrong_total ? 1 : 0;
 }
 
@@ -285,6 +306,7 @@ int main(int argc, char **argv)
             return 0;
         }
     gb_opts g;
+    std::set_terminate(gb_on_terminate);
     int rc = gb_parse(argc, argv, &g);
     if (rc != 0)
         return rc;
@@ -327,5 +349,7 @@ int main(int argc, char **argv)
             rc = krc;
     }
     gb_rmdir(dir);
-    return rc;
+    fflush(stdout);
+    fflush(stderr);
+    _exit(rc);
 }

@@ -2,6 +2,7 @@
  * strategy refuses, unknown names, broken plugins, incomplete tables, bad
  * configuration values, and a replica that fails mid-step (every other
  * replica and server must return promptly, not wait for its timeout). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "dsim/log.h"
 #include "dsim/spi/strategy.h"
 #include "dsim/strategy.h"
 #include "strat_common.h"
@@ -271,6 +273,79 @@ static void test_register_checks(void **state)
     assert_int_equal(total, 10);
 }
 
+/* Frames nobody receives. Replica 1 of "stray_sender" sends replica 0 one
+ * message on a communicator nothing in the job uses (a huge id, as a peer
+ * with a bug or a forged frame would): the job still ends well, and the
+ * message is logged, with its source, communicator and tag, as it is
+ * dropped. A job that sends nothing stray logs nothing of the kind. */
+#define STRAY_COMM 0x7FFFFFF0u
+static atomic_int stray_on;
+static pthread_mutex_t stray_mu = PTHREAD_MUTEX_INITIALIZER;
+static char stray_log[8192];
+
+static void stray_capture(dsim_log_level level, const char *file, int line, const char *msg,
+                          void *user)
+{
+    (void)file;
+    (void)line;
+    (void)user;
+    if (level > DSIM_LOG_WARN)
+        return;
+    pthread_mutex_lock(&stray_mu);
+    size_t at = strlen(stray_log);
+    snprintf(stray_log + at, sizeof stray_log - at, "%s\n", msg);
+    pthread_mutex_unlock(&stray_mu);
+}
+
+static dsim_err stray_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init)
+{
+    (void)init;
+    if (ctx->replica != 1 || !atomic_load(&stray_on))
+        return DSIM_OK;
+    uint32_t v = 7;
+    dsim_req *q;
+    DSIM_CHECK(dsim_isend(ctx->ep, 0, STRAY_COMM, 77, &v, sizeof v, &q));
+    return dsim_wait(q, dsim_rt_deadline(ctx->rt, 5 * 1000000000LL), NULL);
+}
+
+static void test_unreceived_reported(void **state)
+{
+    (void)state;
+    static struct dsim_strategy_ops t;
+    t = (struct dsim_strategy_ops){
+        .size = sizeof(struct dsim_strategy_ops),
+        .name = "stray_sender",
+        .check_shape = reg_check_shape,
+        .create_variables = stray_create,
+        .apply_gradients = reg_apply,
+        .reduce = reg_reduce,
+    };
+    assert_int_equal(dsim_strategy_register(&t), DSIM_OK);
+    dsim_log_set_handler(stray_capture, NULL);
+    for (int on = 0; on <= 1; on++) {
+        atomic_store(&stray_on, on);
+        stray_log[0] = '\0';
+        dsim_train_cfg cfg;
+        sc_cfg(&cfg, "stray_sender", 1, 2);
+        dsim_train_result res;
+        dsim_err e = dsim_train(&cfg, &res);
+        if (e != DSIM_OK)
+            fail_msg("the job failed: %s", dsim_errmsg());
+        dsim_train_result_free(&res);
+        printf("# stray %d: %s\n", on, stray_log[0] ? stray_log : "(no warning)\n");
+        const char *w = strstr(stray_log, "that nothing received");
+        if (!on) {
+            assert_null(w);
+            continue;
+        }
+        assert_non_null(w);
+        assert_non_null(strstr(stray_log, "rank 0 ended with 1 message(s)"));
+        assert_non_null(strstr(stray_log, "1 from rank 1 on communicator 2147483632"));
+        assert_non_null(strstr(stray_log, "first tag 77, 4 bytes"));
+    }
+    dsim_log_set_handler(NULL, NULL);
+}
+
 /* A strategy that accepts servers without serving them is caught before
  * anything starts. */
 static void test_shape_needs_serve(void **state)
@@ -427,6 +502,7 @@ int main(void)
         cmocka_unit_test(test_plugin_errors),
         cmocka_unit_test(test_register_checks),
         cmocka_unit_test(test_shape_needs_serve),
+        cmocka_unit_test(test_unreceived_reported),
         cmocka_unit_test(test_replica_failure_aborts),
         cmocka_unit_test(test_checkpoint_write_failure_aborts),
         cmocka_unit_test(test_abort_wakes_server_waiter),

@@ -156,6 +156,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_gap_fails_receive),
         cmocka_unit_test(test_gap_other_tag),
         cmocka_unit_test(test_probe_any),
+        cmocka_unit_test(test_unreceived),
         cmocka_unit_test(test_irecv_reduce),
         cmocka_unit_test(test_cancel_pending),
         cmocka_unit_test(test_waitall),

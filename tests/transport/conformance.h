@@ -71,6 +71,7 @@ void test_gap_other_tag(void **state);
 
 /* conformance_calls.c */
 void test_probe_any(void **state);
+void test_unreceived(void **state);
 void test_irecv_reduce(void **state);
 void test_cancel_pending(void **state);
 void test_waitall(void **state);

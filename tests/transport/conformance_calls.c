@@ -124,6 +124,78 @@ void test_probe_any(void **state)
     job_close(&j);
 }
 
+/* Polls dsim_ep_unreceived until rank holds `want` messages (skipping
+ * comm 2); fails after 5 s. */
+static void unreceived_wait(job *j, int rank, uint64_t want)
+{
+    static const uint32_t skip[] = {2};
+    dsim_unreceived u[4];
+    int64_t end = dl(j, 5000 * MS);
+    uint64_t n;
+    while ((n = dsim_ep_unreceived(j->ep[rank], skip, 1, u, 4)) != want) {
+        if (dsim_rt_now(j->rt) > end)
+            fail_msg("rank %d holds %llu unreceived message(s), expected %llu", rank,
+                     (unsigned long long)n, (unsigned long long)want);
+        dsim_rt_sleep_until(j->rt, dl(j, 1 * MS));
+    }
+}
+
+/* dsim_ep_unreceived lists what an endpoint holds unreceived, one entry per
+ * source and communicator in the order of their oldest message, with the
+ * count, the bytes and the oldest tag; leaves out the communicators it is
+ * told to; counts what does not fit; forgets what is received. */
+void test_unreceived(void **state)
+{
+    (void)state;
+    job j;
+    job_open(&j, 4);
+    dsim_unreceived u[3];
+    static const uint32_t skip[] = {2};
+    memset(u, 0x5a, sizeof u);
+    assert_int_equal(dsim_ep_unreceived(NULL, NULL, 0, u, 3), 0);
+    assert_int_equal(u[0].count, 0);
+    assert_int_equal(dsim_ep_unreceived(j.ep[0], NULL, 0, u, 3), 0);
+    send_u32(&j, 1, 0, 9, 5, 50);
+    send_u32(&j, 1, 0, 9, 6, 60);
+    unreceived_wait(&j, 0, 2);
+    send_u32(&j, 2, 0, 2, 1, 20); /* skipped below */
+    size_t big = 300000;
+    uint8_t *s = calloc(big, 1), *d = malloc(big);
+    dsim_req *bs, *br;
+    assert_int_equal(dsim_isend(j.ep[3], 0, 0x7FFFFFF0u, 77, s, big, &bs), DSIM_OK);
+    unreceived_wait(&j, 0, 3);
+    assert_int_equal(dsim_ep_unreceived(j.ep[0], NULL, 0, u, 3), 4);
+    assert_int_equal(dsim_ep_unreceived(j.ep[0], skip, 1, u, 3), 3);
+    assert_int_equal(u[0].src, 1);
+    assert_int_equal(u[0].comm_id, 9);
+    assert_int_equal(u[0].tag, 5);
+    assert_int_equal(u[0].count, 2);
+    assert_int_equal(u[0].bytes, 8);
+    assert_int_equal(u[1].src, 3);
+    assert_int_equal(u[1].comm_id, 0x7FFFFFF0u);
+    assert_int_equal(u[1].tag, 77);
+    assert_int_equal(u[1].count, 1);
+    assert_int_equal(u[1].bytes, big);
+    assert_int_equal(u[2].count, 0);
+    /* One entry of room: the total still counts every message. */
+    assert_int_equal(dsim_ep_unreceived(j.ep[0], skip, 1, u, 1), 3);
+    assert_int_equal(u[0].src, 1);
+    /* Received: forgotten. */
+    assert_int_equal(recv_u32(&j, 0, 1, 9, DSIM_OK), 50);
+    assert_int_equal(dsim_ep_unreceived(j.ep[0], skip, 1, u, 3), 2);
+    assert_int_equal(u[0].tag, 6);
+    assert_int_equal(u[0].count, 1);
+    assert_int_equal(recv_u32(&j, 0, 1, 9, DSIM_OK), 60);
+    assert_int_equal(recv_u32(&j, 0, 2, 2, DSIM_OK), 20);
+    assert_int_equal(dsim_irecv(j.ep[0], 3, 0x7FFFFFF0u, 77, d, big, &br), DSIM_OK);
+    assert_int_equal(dsim_wait(br, dl(&j, LONG_NS), NULL), DSIM_OK);
+    assert_int_equal(dsim_wait(bs, dl(&j, LONG_NS), NULL), DSIM_OK);
+    assert_int_equal(dsim_ep_unreceived(j.ep[0], NULL, 0, u, 3), 0);
+    free(s);
+    free(d);
+    job_close(&j);
+}
+
 /* ---- reducing receives ---- */
 
 static void reduce_case(job *j, size_t count, int recv_first)

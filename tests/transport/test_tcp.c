@@ -575,7 +575,7 @@ static void test_garbage_refused(void **state)
 {
     (void)state;
     dsim_log_set_handler(log_capture, NULL);
-    for (int kase = 0; kase < 10; kase++) {
+    for (int kase = 0; kase < 11; kase++) {
         int ports[3];
         pick_ports(3, ports);
         tjob j;
@@ -665,6 +665,23 @@ static void test_garbage_refused(void **state)
                     usleep(10000);
                 assert_true(log_has("refused a frame on peer 2's connection"));
                 assert_true(log_has("claiming to come from rank 1"));
+            }
+            break;
+        case 9: /* a frame on a communicator and tag nothing uses (the largest ids):
+                 * held, not delivered to anything else, and listed as unreceived,
+                 * which the training driver logs when its job ends */
+            fd = raw_join(ports[0], 2, 0, 3, &st);
+            assert_int_equal(st, 0);
+            {
+                uint32_t one = 1;
+                dsim_unreceived u[2];
+                xwrite(fd, buf, wire_frame(buf, 2, 0, UINT32_MAX, UINT32_MAX - 1, 1, &one, 4));
+                for (int i = 0; i < 200 && !dsim_ep_unreceived(j.ep[0], NULL, 0, u, 2); i++)
+                    usleep(10000);
+                assert_int_equal(dsim_ep_unreceived(j.ep[0], NULL, 0, u, 2), 1);
+                assert_int_equal(u[0].src, 2);
+                assert_int_equal(u[0].comm_id, UINT32_MAX);
+                assert_int_equal(u[0].tag, UINT32_MAX - 1);
             }
             break;
         default: /* a second connection claiming a rank already connected */

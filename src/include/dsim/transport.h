@@ -109,6 +109,26 @@ DSIM_API dsim_err dsim_irecv_reduce(dsim_ep *ep, int src, uint32_t comm_id, uint
  * keeping W receives posted. Costs the length of the endpoint's queue of
  * unexpected messages. */
 DSIM_API int dsim_probe_any(dsim_ep *ep, uint32_t comm_id, int *src);
+/* What an endpoint was sent and has not received (its unexpected queue),
+ * one entry per source and communicator, in the order of their oldest
+ * message. */
+typedef struct dsim_unreceived {
+    int src;
+    uint32_t comm_id;
+    uint32_t tag;   /* the oldest message's */
+    uint64_t count; /* messages */
+    uint64_t bytes; /* their payloads */
+} dsim_unreceived;
+/* Lists into out up to cap entries (one per source and communicator) of
+ * the messages ep holds unreceived, leaving out those on the n_skip
+ * communicators in skip (may be NULL), and returns how many such messages
+ * it holds in all (those of entries beyond cap included; frames lost or
+ * corrupt in transit are not messages and not counted). Entries not filled
+ * have count 0. dsim_ep_close drops these messages: a driver that knows its
+ * ranks are done calls this first to report what nothing received (a
+ * peer's bug, or frames no rank asked for). */
+DSIM_API uint64_t dsim_ep_unreceived(dsim_ep *ep, const uint32_t *skip, size_t n_skip,
+                                     dsim_unreceived *out, size_t cap);
 /* Waits for req until deadline, then frees it. On DSIM_OK, *len (if not
  * NULL) is the message length. On DSIM_ETIMEDOUT the request is cancelled
  * and freed too; the error context names the peer. */
