@@ -1,6 +1,7 @@
 /* The threads engine: workers are pthreads, time is CLOCK_MONOTONIC. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 typedef struct thr_waitq {
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    atomic_uint wakes; /* dsim_waitq_wake calls so far */
 } thr_waitq;
 
 /* A worker's state; state says who frees it: join, or, once detached, the
@@ -149,6 +151,7 @@ static dsim_err thr_waitq_init(dsim_rt *rt, void *p)
     if (rc != 0)
         return DSIM_ERR(DSIM_ENOMEM, -1, "could not create a condition variable: %s", strerror(rc));
     pthread_mutex_init(&q->mu, NULL);
+    atomic_init(&q->wakes, 0);
     return DSIM_OK;
 }
 
@@ -172,9 +175,57 @@ static void thr_waitq_unlock(dsim_rt *rt, void *p)
     pthread_mutex_unlock(&((thr_waitq *)p)->mu);
 }
 
+/* How long a waiter yields and looks again before it sleeps on the
+ * condition: 20 us, or DSIM_SPIN_US (0 sleeps at once; at most 1 s). */
+#define THR_SPIN_DEF_NS (20LL * 1000)
+#define THR_SPIN_MAX_US (1000LL * 1000)
+static int64_t thr_spin_ns = -1;
+
+static int64_t thr_spin_budget(void)
+{
+    int64_t v = __atomic_load_n(&thr_spin_ns, __ATOMIC_RELAXED);
+    if (v >= 0)
+        return v;
+    const char *e = getenv("DSIM_SPIN_US");
+    v = THR_SPIN_DEF_NS;
+    if (e && *e) {
+        char *end = NULL;
+        long long us = strtoll(e, &end, 10);
+        if (end != e && *end == '\0' && us >= 0)
+            v = (us > THR_SPIN_MAX_US ? THR_SPIN_MAX_US : us) * 1000;
+    }
+    __atomic_store_n(&thr_spin_ns, v, __ATOMIC_RELAXED);
+    return v;
+}
+
 static dsim_err thr_waitq_wait(dsim_rt *rt, void *p, int64_t deadline)
 {
     thr_waitq *q = p;
+    int64_t budget = thr_spin_budget();
+    if (budget > 0) {
+        /* Most waits of a collective end within microseconds: yield the
+         * CPU (to the peer that will wake us, where workers outnumber the
+         * cores) and look again, before sleeping on the condition, whose
+         * wake-up costs a futex call on each side and a reschedule. */
+        unsigned seen = atomic_load_explicit(&q->wakes, memory_order_acquire);
+        int64_t until = thr_now(rt) + budget;
+        if (deadline != DSIM_NO_DEADLINE && deadline < until)
+            until = deadline;
+        pthread_mutex_unlock(&q->mu);
+        int woke = 0;
+        for (int i = 1;; i++) {
+            sched_yield();
+            if (atomic_load_explicit(&q->wakes, memory_order_acquire) != seen) {
+                woke = 1;
+                break;
+            }
+            if ((i & 7) == 0 && thr_now(rt) >= until)
+                break;
+        }
+        pthread_mutex_lock(&q->mu);
+        if (woke || atomic_load_explicit(&q->wakes, memory_order_acquire) != seen)
+            return DSIM_OK;
+    }
     if (deadline == DSIM_NO_DEADLINE) {
         pthread_cond_wait(&q->cv, &q->mu);
         return DSIM_OK;
@@ -191,6 +242,7 @@ static dsim_err thr_waitq_wait(dsim_rt *rt, void *p, int64_t deadline)
 static void thr_waitq_wake(dsim_rt *rt, void *p)
 {
     (void)rt;
+    atomic_fetch_add_explicit(&((thr_waitq *)p)->wakes, 1, memory_order_release);
     pthread_cond_broadcast(&((thr_waitq *)p)->cv);
 }
 

@@ -160,17 +160,32 @@ static int tp_withdraw_locked(dsim_req *req)
 enum { TP_WAIT_DONE, TP_WAIT_TIMEDOUT, TP_WAIT_ABORTED };
 
 /* Waits for req until deadline or abort; ep->lock held. */
+/* Lets the backend move frames from this thread for a while before it
+ * sleeps (ep->lock held on entry and on return): 1 if req finished. */
+static int tp_assist_locked(dsim_ep *ep, dsim_req *req, int64_t deadline)
+{
+    dsim_waitq_unlock(ep->lock);
+    ep->f->ops->wait_assist(ep, req, deadline);
+    dsim_waitq_lock(ep->lock);
+    return atomic_load_explicit(&req->done, memory_order_acquire);
+}
+
 static int tp_wait_locked(dsim_req *req, int64_t deadline, int64_t *started)
 {
     dsim_ep *ep = req->ep;
     dsim_rt_hint(DSIM_RT_HINT_REQ, req); /* what this worker touches when it wakes */
     dsim_rt_hint(DSIM_RT_HINT_EP, ep);
     dsim_rt_hint(DSIM_RT_HINT_EP_LOCK, ep->lock);
+    int assisted = 0;
     while (!atomic_load_explicit(&req->done, memory_order_acquire)) {
         if (tp_aborted(ep->f))
             return TP_WAIT_ABORTED;
         if (*started < 0)
             *started = dsim_rt_now(ep->f->rt);
+        if (!assisted && ep->f->ops->wait_assist) {
+            assisted = !tp_assist_locked(ep, req, deadline);
+            continue;
+        }
         if (dsim_waitq_wait(ep->lock, deadline) == DSIM_ETIMEDOUT &&
             !atomic_load_explicit(&req->done, memory_order_acquire))
             return TP_WAIT_TIMEDOUT;
@@ -328,21 +343,28 @@ dsim_err dsim_waitall(dsim_req **reqs, int n, int64_t deadline, int *failed)
     if (same) {
         /* Watch all at once so the failure reported is the first to happen,
          * not the first in index order. */
+        int assisted = !ep->f->ops->wait_assist;
         dsim_waitq_lock(ep->lock);
         for (;;) {
-            int pending = 0;
+            int pending = -1;
             for (int i = 0; i < n && bad < 0; i++) {
                 if (!reqs[i])
                     continue;
                 if (tp_req_failed(reqs[i]))
                     bad = i;
-                else if (!atomic_load_explicit(&reqs[i]->done, memory_order_acquire))
-                    pending = 1;
+                else if (pending < 0 && !atomic_load_explicit(&reqs[i]->done, memory_order_acquire))
+                    pending = i;
             }
-            if (bad >= 0 || !pending || tp_aborted(ep->f))
+            if (bad >= 0 || pending < 0 || tp_aborted(ep->f))
                 break;
             if (started < 0)
                 started = dsim_rt_now(ep->f->rt);
+            if (!assisted) {
+                /* while each pending request finishes within the backend's
+                 * budget, the next is waited for the same way */
+                assisted = !tp_assist_locked(ep, reqs[pending], deadline);
+                continue;
+            }
             if (dsim_waitq_wait(ep->lock, deadline) == DSIM_ETIMEDOUT)
                 break;
         }

@@ -43,6 +43,8 @@
 #define SHM_MAP_MAX     ((uint64_t)256 << 30)
 #define SHM_PAGE        4096
 #define SHM_SPIN_MAX_NS (1000LL * 1000 * 1000)
+/* how long a waiting worker reads the rings itself before it sleeps */
+#define SHM_ASSIST_DEF_NS (50LL * 1000)
 
 typedef struct shm_opts {
     int fd;
@@ -50,7 +52,7 @@ typedef struct shm_opts {
     size_t ring, bounce, eager_max;
     int have_ring, have_bounce, have_eager;
     int cma_off;
-    int64_t spin_ns;
+    int64_t spin_ns, assist_ns;
 } shm_opts;
 
 /* ---- options ---- */
@@ -92,7 +94,7 @@ bad:
                     val, nranks - 1);
 }
 
-static dsim_err shm_opt_spin(const char *val, int64_t *out)
+static dsim_err shm_opt_spin(const char *key, const char *val, int64_t *out)
 {
     char *end = NULL;
     if (*val < '0' || *val > '9')
@@ -116,9 +118,9 @@ static dsim_err shm_opt_spin(const char *val, int64_t *out)
     return DSIM_OK;
 bad:
     return DSIM_ERR(DSIM_EINVAL, -1,
-                    "shm option spin=%s: expected a duration from 0 to 1 s such as 0, 50us or "
+                    "shm option %s=%s: expected a duration from 0 to 1 s such as 0, 50us or "
                     "2ms (a bare number is microseconds)",
-                    val);
+                    key, val);
 }
 
 static int shm_pow2(size_t v)
@@ -150,6 +152,11 @@ static void shm_opts_default(shm_opts *o)
     o->eager_max = SHM_EAGER_DEF;
     const char *env = getenv("DSIM_SHM_CMA");
     o->cma_off = env && strcmp(env, "off") == 0;
+    o->assist_ns = SHM_ASSIST_DEF_NS;
+    const char *assist = getenv("DSIM_SHM_ASSIST");
+    if (assist && *assist && shm_opt_spin("assist", assist, &o->assist_ns) != DSIM_OK)
+        dsim_warn("DSIM_SHM_ASSIST=%s is not a duration such as 0, 20us or 1ms; using %lld us",
+                  assist, (long long)(o->assist_ns = SHM_ASSIST_DEF_NS) / 1000);
 }
 
 static dsim_err shm_opt_one(int nranks, const char *key, const char *val, shm_opts *o)
@@ -186,10 +193,12 @@ static dsim_err shm_opt_one(int nranks, const char *key, const char *val, shm_op
         return DSIM_OK;
     }
     if (strcmp(key, "spin") == 0)
-        return shm_opt_spin(val, &o->spin_ns);
+        return shm_opt_spin(key, val, &o->spin_ns);
+    if (strcmp(key, "assist") == 0)
+        return shm_opt_spin(key, val, &o->assist_ns);
     return DSIM_ERR(DSIM_EINVAL, -1,
                     "unknown shm option '%s'; the known options are fd=, local=, ring=, bounce=, "
-                    "eager_max=, cma= and spin=",
+                    "eager_max=, cma=, spin= and assist=",
                     key);
 }
 
@@ -428,6 +437,9 @@ static void shm_teardown(shm_fabric *sf)
     if (sf->own_fd >= 0)
         close(sf->own_fd);
     sf->own_fd = -1;
+    /* nothing polls any more: the progress thread is joined, and every
+     * worker has finished its waits */
+    pthread_mutex_destroy(&sf->poll_mu);
 }
 
 static uint32_t shm_new_gen(pid_t pid, uint64_t start)
@@ -449,6 +461,7 @@ static dsim_err shm_setup(shm_fabric *sf, const shm_opts *o)
     sf->any_remote = sf->lo > 0 || sf->hi < sf->nranks - 1;
     sf->cma_off = o->cma_off;
     sf->spin_ns = o->spin_ns;
+    sf->assist_ns = o->assist_ns;
     if (o->fd < 0 && sf->any_remote)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "shm option local=%d-%d leaves ranks of the %d-rank fabric in other "
@@ -491,6 +504,7 @@ static dsim_err shm_fabric_open(dsim_fabric *f, const char *options)
     sf->own_fd = -1;
     sf->watch_evfd = -1;
     atomic_init(&sf->stop, 0);
+    pthread_mutex_init(&sf->poll_mu, NULL);
     if (dsim_rt_engine_flags(dsim_rt_name(sf->rt)) & DSIM_RT_VIRTUAL_TIME)
         return DSIM_ERR(DSIM_ENOTSUP, -1,
                         "the shm transport needs a wall-clock engine (threads or processes); the "
@@ -711,4 +725,5 @@ const struct dsim_tp_ops dsim_tp_shm_ops = {
     .cancel_send = shm_cancel_send,
     .abort = shm_abort,
     .conn_stats = NULL, /* a shared mapping: nothing to connect */
+    .wait_assist = shm_wait_assist,
 };

@@ -48,7 +48,11 @@
  * entry) and a sleeping flag. Whoever makes work for a process bumps its
  * bell and, only if the flag is set, calls FUTEX_WAKE; the progress thread
  * reads the bell, polls, sets the flag, and sleeps only if the bell has not
- * moved (both sides fence, so one of them sees the other). */
+ * moved (both sides fence, so one of them sees the other). While a worker
+ * of the process reads the rings itself (shm_wait_assist: its assisting
+ * count is nonzero), FUTEX_WAKE is left out too; the worker, once done,
+ * wakes the progress thread itself if the bell moved after its last look
+ * began, or its last look left records unread. */
 #ifndef DSIM_SHM_INT_H
 #define DSIM_SHM_INT_H
 
@@ -90,7 +94,8 @@ typedef struct shm_rank {
     /* Only in a leader's entry: its process's bell. */
     _Atomic uint32_t bell;
     _Atomic uint32_t sleeping;
-    char pad1[SHM_LINE - 8];
+    _Atomic uint32_t assisting; /* workers in shm_wait_assist */
+    char pad1[SHM_LINE - 12];
 } shm_rank;
 
 enum {
@@ -223,12 +228,15 @@ typedef struct shm_fabric {
     shm_pair *pairs;
     size_t eager_max;
     int cma_off;
-    int64_t spin_ns;
+    int64_t spin_ns;   /* the progress thread's, before it sleeps */
+    int64_t assist_ns; /* a waiting worker's (shm_wait_assist) */
     pid_t pid;
     uint64_t start;
     uint32_t gen;
     shm_local *locals; /* [hi - lo + 1] */
-    /* threads */
+    /* threads; poll_mu: whoever reads the rings (the progress thread, or a
+     * waiting worker in shm_wait_assist) */
+    pthread_mutex_t poll_mu;
     pthread_t prog, watch;
     int prog_started, watch_started;
     atomic_int stop;
@@ -304,6 +312,10 @@ int shm_ring_put(shm_fabric *sf, int from, int to, shm_out *o, const shm_rec *re
  * is slock, sq, then an endpoint's lock, never the other way. */
 int shm_flush_locked(shm_fabric *sf, int from, int to, shm_out *o);
 void *shm_progress_main(void *arg);
+/* The ops table's wait_assist: reads the rings from the waiting thread (when
+ * the progress thread is not reading them) until req finishes, for up to
+ * sf->assist_ns, yielding the CPU between looks that found nothing. */
+void shm_wait_assist(dsim_ep *ep, dsim_req *req, int64_t deadline);
 /* Takes another process's abort notice: 1 if it revoked the fabric now. */
 int shm_check_abort(shm_fabric *sf);
 /* Fails a send with code and msg (naming to), or with the revoke's reason

@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,8 @@ void shm_bell_ring(shm_fabric *sf, int rank)
         return; /* nobody hosts it yet: its progress thread reads every ring when it starts */
     shm_rank *b = &sf->ranks[leader];
     atomic_fetch_add_explicit(&b->bell, 1, memory_order_seq_cst);
-    if (atomic_load_explicit(&b->sleeping, memory_order_seq_cst))
+    if (atomic_load_explicit(&b->sleeping, memory_order_seq_cst) &&
+        !atomic_load_explicit(&b->assisting, memory_order_seq_cst))
         shm_futex(&b->bell, FUTEX_WAKE, INT_MAX);
 }
 
@@ -296,9 +298,50 @@ static int64_t shm_now(void)
 
 static void shm_relax(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+    sched_yield();
+}
+
+void shm_wait_assist(dsim_ep *ep, dsim_req *req, int64_t deadline)
+{
+    shm_fabric *sf = dsim_tp_fabric_priv(dsim_tp_ep_fabric(ep));
+    if (sf->assist_ns <= 0)
+        return;
+    shm_rank *me = &sf->ranks[sf->lo];
+    /* The threads engine's clock is CLOCK_MONOTONIC, as shm_now. */
+    int64_t until = shm_now() + sf->assist_ns;
+    if (deadline != DSIM_NO_DEADLINE && deadline < until)
+        until = deadline;
+    atomic_fetch_add_explicit(&me->assisting, 1, memory_order_seq_cst);
+    for (int i = 1; !dsim_req_done(req); i++) {
+        int did = 0;
+        if (pthread_mutex_trylock(&sf->poll_mu) == 0) {
+            did = shm_poll(sf);
+            pthread_mutex_unlock(&sf->poll_mu);
+        }
+        if (dsim_req_done(req)) {
+            shm_count(sf, SHM_ST(assisted), 1);
+            break;
+        }
+        if (!did)
+            sched_yield();
+        if ((i & 7) == 0 && shm_now() >= until)
+            break;
+    }
+    atomic_fetch_sub_explicit(&me->assisting, 1, memory_order_seq_cst);
+    /* A sender that saw this worker assisting published its record before
+     * it looked, and did not wake the progress thread: one more look reads
+     * it. If the progress thread holds the rings, it is awake, and its bell
+     * moved after it read it or its look reads the record. */
+    if (pthread_mutex_trylock(&sf->poll_mu) == 0) {
+        int did = shm_poll(sf);
+        pthread_mutex_unlock(&sf->poll_mu);
+        if (did) {
+            /* it may have stopped at its budget with records left */
+            atomic_fetch_add_explicit(&me->bell, 1, memory_order_seq_cst);
+            if (atomic_load_explicit(&me->sleeping, memory_order_seq_cst))
+                shm_futex(&me->bell, FUTEX_WAKE, INT_MAX);
+        }
+    }
 }
 
 void *shm_progress_main(void *arg)
@@ -308,7 +351,10 @@ void *shm_progress_main(void *arg)
     int64_t idle_since = -1;
     while (!atomic_load_explicit(&sf->stop, memory_order_acquire)) {
         uint32_t seen = atomic_load_explicit(&me->bell, memory_order_seq_cst);
-        if (shm_poll(sf)) {
+        pthread_mutex_lock(&sf->poll_mu);
+        int did = shm_poll(sf);
+        pthread_mutex_unlock(&sf->poll_mu);
+        if (did) {
             idle_since = -1;
             continue;
         }

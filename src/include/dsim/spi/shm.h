@@ -29,6 +29,13 @@
  *   spin=T         how long the progress thread polls before it sleeps on
  *                  its futex (default 0: it sleeps at once; T is a number
  *                  with us, ms or s)
+ *   assist=T       how long a worker about to sleep until its request
+ *                  finishes reads the rings itself, yielding the CPU
+ *                  between looks that find nothing (default 50us; 0: it
+ *                  sleeps at once and the progress thread moves every
+ *                  frame). Saves the progress thread's wake-up and the
+ *                  worker's on each small message. The environment variable
+ *                  DSIM_SHM_ASSIST sets the default.
  *
  * Failures. A process that hosts ranks watches the processes of its peers
  * (pidfd): when one ends, whatever of its frames are complete in the rings
@@ -68,6 +75,7 @@ typedef struct dsim_shm_stats {
     uint64_t cma_refused;               /* peers whose memory the kernel would not let us read */
     uint64_t sleeps;                    /* times the progress thread slept on its futex */
     uint64_t peers_died;                /* peer processes seen to end without closing */
+    uint64_t assisted;                  /* waits that ended while the waiter read the rings */
 } dsim_shm_stats;
 
 /* The counters of an shm fabric; DSIM_EINVAL if f is not one. */

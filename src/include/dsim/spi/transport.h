@@ -131,6 +131,13 @@ struct dsim_tp_ops {
      * (dsim_ep_get_conn_stats; out comes zeroed, slowest_peer -1). Not
      * supported = none (ranks that share memory connect nothing). */
     void (*conn_stats)(dsim_ep *ep, struct dsim_ep_conn_stats *out);
+    /* Optional. Called by a thread about to sleep until req finishes (no
+     * lock held; req is ep's): a backend whose frames are moved by a
+     * progress thread may move them from the waiting thread for a short
+     * while instead, returning as soon as dsim_req_done(req), or when
+     * it gives up (its own budget, or deadline: the engine's clock). The
+     * waiter then sleeps as usual. Not supported = the waiter sleeps at once. */
+    void (*wait_assist)(dsim_ep *ep, dsim_req *req, int64_t deadline);
 };
 
 /* Registers a backend by name. The table is checked (size, name, required
