@@ -26,24 +26,32 @@
 
 #define SHM_LOOK_MS 100
 
-uint64_t shm_start_time(pid_t pid)
+/* Reads /proc/PID/stat into buf and returns what follows the process's
+ * name (" S ppid ...": the name in parentheses may hold anything, so from
+ * the last ')'), or NULL. */
+static const char *shm_proc_stat(pid_t pid, char *buf, size_t cap)
 {
-    char path[64], buf[1024];
+    char path[64];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
+        return NULL;
+    ssize_t n = read(fd, buf, cap - 1);
     close(fd);
     if (n <= 0)
-        return 0;
+        return NULL;
     buf[n] = '\0';
-    /* The name in parentheses may hold anything: count from the last ')'.
-     * starttime is field 22; the state, field 3, follows the ')'. */
-    char *p = strrchr(buf, ')');
+    const char *p = strrchr(buf, ')');
+    return p ? p + 1 : NULL;
+}
+
+uint64_t shm_start_time(pid_t pid)
+{
+    char buf[1024];
+    const char *p = shm_proc_stat(pid, buf, sizeof buf);
     if (!p)
         return 0;
-    p++;
+    /* starttime is field 22; the state, field 3, follows the ')'. */
     for (int field = 3; field < 22; field++) {
         p = strchr(p + 1, ' ');
         if (!p)
@@ -301,18 +309,9 @@ static int shm_ended(shm_fabric *sf, int r)
         return 0;
     if (shm_gone(sf, r, pid))
         return 1;
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')');
-    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+    char buf[512];
+    const char *p = shm_proc_stat(pid, buf, sizeof buf);
+    return p && p[0] == ' ' && (p[1] == 'Z' || p[1] == 'X');
 }
 
 int shm_handle_deaths(shm_fabric *sf)
