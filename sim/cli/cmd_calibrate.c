@@ -19,11 +19,11 @@
 void cmd_calibrate_help(FILE *out)
 {
     fprintf(out, "usage: dsim calibrate [--engine threads|processes] [--ranks P] [--algo LIST]\n"
-                 "                      [--sizes LIST] [--json]\n"
+                 "                      [--sizes LIST] [--waits hot|cold] [--json]\n"
                  "\n"
                  "Calibrates the alpha-beta cost model to this machine, now, for one engine\n"
                  "(threads: ranks as threads over inproc; processes: ranks as forked processes\n"
-                 "over tcp on 127.0.0.1), then predicts an all-reduce of each size with each\n"
+                 "over shm), then predicts an all-reduce of each size with each\n"
                  "algorithm over P ranks:\n"
                  "  ping-pong     two ranks, 64 B to 4 MiB, fitted by least squares on relative\n"
                  "                error to alpha (per message) and beta (per byte)\n"
@@ -44,6 +44,11 @@ void cmd_calibrate_help(FILE *out)
                  "                 (default ring,rhd,tree,reduce_to_one)\n"
                  "  --sizes LIST   comma-separated bytes, K M G suffixes powers of 1024\n"
                  "                 (default 4K,16K,64K,256K,1M,4M,16M)\n"
+                 "  --waits W      hot (default): a rank that waits yields and looks again for a\n"
+                 "                 while before it sleeps, as back-to-back collectives find\n"
+                 "                 their peers; cold: it sleeps at once (DSIM_SPIN_US=0,\n"
+                 "                 DSIM_SHM_ASSIST=0), as the collectives of a training step,\n"
+                 "                 which wait for peers that compute, pay a wake-up\n"
                  "  --json         one JSON object instead of the text\n"
                  "\n"
                  "`dsim bench allreduce --model 1 [--engine processes]` calibrates the same way\n"
@@ -74,7 +79,7 @@ static int cal_flag(int argc, char **argv, int *i, const char *name, const char 
 int cmd_calibrate(int argc, char **argv)
 {
     const char *engine = "threads", *algos = "ring,rhd,tree,reduce_to_one",
-               *sizes = "4K,16K,64K,256K,1M,4M,16M", *ranks_s = "4";
+               *sizes = "4K,16K,64K,256K,1M,4M,16M", *ranks_s = "4", *waits = "hot";
     int json = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL, *flag = argv[i];
@@ -91,10 +96,12 @@ int cmd_calibrate(int argc, char **argv)
             slot = &algos;
         else if (cal_flag(argc, argv, &i, "--sizes", &v))
             slot = &sizes;
+        else if (cal_flag(argc, argv, &i, "--waits", &v))
+            slot = &waits;
         else {
             fprintf(stderr,
                     "%s: '%s' is not an option; accepted: --engine, --ranks, --algo, --sizes, "
-                    "--json (see dsim calibrate --help)\n",
+                    "--waits, --json (see dsim calibrate --help)\n",
                     CAL_PROG, argv[i]);
             return 2;
         }
@@ -104,6 +111,14 @@ int cmd_calibrate(int argc, char **argv)
             return 2;
         }
         *slot = v;
+    }
+    if (strcmp(waits, "cold") == 0) {
+        /* read once, at the first wait of this process and of its children */
+        setenv("DSIM_SPIN_US", "0", 1);
+        setenv("DSIM_SHM_ASSIST", "0", 1);
+    } else if (strcmp(waits, "hot") != 0) {
+        fprintf(stderr, "%s: --waits '%s': expected hot or cold\n", CAL_PROG, waits);
+        return 2;
     }
     const dsim_engine_ops *eng;
     if (dsim_engine_find(engine, &eng) != DSIM_OK || !eng->ranks) {
@@ -172,10 +187,11 @@ int cmd_calibrate(int argc, char **argv)
         return 1;
     }
     if (json) {
-        printf("{\"engine\": \"%s\", \"transport\": \"%s\", \"cores\": %d, \"ranks\": %ld, "
+        printf("{\"engine\": \"%s\", \"transport\": \"%s\", \"waits\": \"%s\", \"cores\": %d, "
+               "\"ranks\": %ld, "
                "\"alpha_s\": %.9g, \"link_Bps\": %.6g, \"pingpong_64B_s\": %.9g, "
                "\"exchange_64B_s\": %.9g, \"predictions\": [",
-               cal.engine, cal.transport, cal.cores, ranks, cal.alpha_s, cal.link_Bps,
+               cal.engine, cal.transport, waits, cal.cores, ranks, cal.alpha_s, cal.link_Bps,
                cal.pp_small_s, cal.alpha_x_s);
         for (int i = 0; i < nr; i++)
             printf("%s\n  {\"bytes\": %zu, \"algo\": \"%s\", \"seconds\": %.9g, \"msg\": %zu, "
@@ -185,8 +201,8 @@ int cmd_calibrate(int argc, char **argv)
         printf("\n]}\n");
         return 0;
     }
-    printf("# dsim calibrate: engine %s (transport %s), %d cores, %ld ranks\n", cal.engine,
-           cal.transport, cal.cores, ranks);
+    printf("# dsim calibrate: engine %s (transport %s, %s waits), %d cores, %ld ranks\n",
+           cal.engine, cal.transport, waits, cal.cores, ranks);
     printf("# ping-pong: alpha %.2f us per message, link %.2f GB/s (least-squares fit, 64 B to 4 "
            "MiB; %.2f us measured at 64 B)\n",
            cal.alpha_s * 1e6, cal.link_Bps / 1e9, cal.pp_small_s * 1e6);

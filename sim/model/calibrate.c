@@ -144,8 +144,12 @@ static void cal_pp_main(void *arg)
         if (p->rank == 0 && p->err == DSIM_OK)
             p->secs[s] = cal_median(batch, p->reps);
     }
-    if (p->err != DSIM_OK)
-        dsim_ep_abort(p->ep, (p->rank + 1) % p->nranks, "the calibration exchange failed");
+    if (p->err != DSIM_OK) {
+        char why[200];
+        snprintf(why, sizeof why, "rank %d's calibration exchange failed: %s", p->rank,
+                 dsim_errmsg());
+        dsim_ep_abort(p->ep, (p->rank + 1) % p->nranks, why);
+    }
     free(batch);
 }
 

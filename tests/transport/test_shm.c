@@ -481,6 +481,61 @@ static void test_waiter_assists(void **state)
                   (double)(mono() - t0) / 1e9, c[0].st.assisted, c[1].st.assisted);
 }
 
+/* A peer that reads a large message whole and at once closes and ends:
+ * the sender, whose looks at the rings are held up (dsim/shm/poll_late) so
+ * that the read and the departure are news at the same look, sees its send
+ * succeed, not fail as sent to a peer that has gone. Over cross-memory
+ * attach and over the bounce buffer. */
+static void late_pre(int rank)
+{
+#if DSIM_HAVE_FIU
+    if (rank == 0) {
+        fiu_init(0);
+        dsim_fiu_arm(1);
+        fiu_enable("dsim/shm/poll_late", 1, NULL, 0);
+    }
+#else
+    (void)rank;
+#endif
+}
+
+static void last_read_child(world *w, void *arg, child_res *res, int wfd)
+{
+    (void)arg;
+    ready(wfd);
+    size_t len = 1 << 20;
+    if (w->rank == 0)
+        send_msg(w, 1, 5, len, 5, res);
+    else
+        recv_msg(w, 0, 5, len, 5, res);
+}
+
+static void test_last_read_then_gone(void **state)
+{
+    (void)state;
+    if (!fiu_usable())
+        skip();
+    const char *opts[] = {"assist=0", "assist=0,cma=off", NULL};
+    for (int k = 0; opts[k]; k++) {
+        job j;
+        job_init(&j, 2, opts[k]);
+        j.pre = late_pre;
+        for (int r = 0; r < 2; r++)
+            start_child(&j, r, last_read_child, NULL);
+        for (int r = 0; r < 2; r++)
+            wait_ready(&j, r);
+        child_res out[2];
+        for (int r = 0; r < 2; r++) {
+            assert_true(collect(&j, r, &out[r]));
+            if (out[r].err)
+                fail_msg("%s: rank %d: %s", opts[k], r, out[r].msg);
+            assert_int_equal(out[r].msgs, 1);
+            assert_int_equal(out[r].corrupt, 0);
+        }
+        job_end(&j);
+    }
+}
+
 /* The kernel refuses rank 1 a read of rank 0's memory, as Yama's
  * ptrace_scope or a seccomp filter would: rank 0 is not dumpable, and rank 1
  * holds no CAP_SYS_PTRACE (which root here would have). */
@@ -1087,6 +1142,7 @@ int main(void)
         cmocka_unit_test(test_two_processes),
         cmocka_unit_test(test_cma_refused),
         cmocka_unit_test(test_waiter_assists),
+        cmocka_unit_test(test_last_read_then_gone),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_fault_frames),
         cmocka_unit_test(test_killed_while_waited_for),

@@ -154,9 +154,19 @@ check(p.returncode == 0 and cal.get("engine") == "threads" and cal.get("ranks") 
       f"calibrate --json ({p.returncode}: {p.stdout[-600:]} {p.stderr})")
 check([x["msg"] for x in preds if x["algo"] == "ring"] == [1368, 21848],
       f"ring's message is a third of the buffer (whole floats): {preds}")
+check(cal.get("waits") == "hot", f"calibrate's waits are hot by default: {cal.get('waits')}")
+# --waits cold: the ranks sleep at once when they wait, as a step's collectives do
+p = subprocess.run([dsim, "calibrate", "--ranks", "2", "--algo", "ring", "--sizes", "4K",
+                    "--waits", "cold", "--json"], capture_output=True, text=True, timeout=120)
+try:
+    cold = json.loads(p.stdout)
+except ValueError:
+    cold = {}
+check(p.returncode == 0 and cold.get("waits") == "cold" and cold.get("exchange_64B_s", 0) > 0,
+      f"calibrate --waits cold ({p.returncode}: {p.stdout[-300:]} {p.stderr})")
 for bad, why in ((["--engine", "sim"], "threads, processes"), (["--sizes", "6"], "float32"),
                  (["--algo", "bogus"], "reduce_to_one"), (["--ranks", "1"], "2 to"),
-                 (["--what"], "not an option")):
+                 (["--waits", "warm"], "hot or cold"), (["--what"], "not an option")):
     p = subprocess.run([dsim, "calibrate"] + bad, capture_output=True, text=True, timeout=60)
     check(p.returncode == 2 and why in p.stderr, f"calibrate {bad} is refused naming {why!r}: "
           f"{p.returncode} {p.stderr}")

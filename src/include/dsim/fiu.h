@@ -25,6 +25,11 @@
  *   dsim/shm/push        a sender, half of a large message in the bounce
  *                        buffer
  *
+ * and one holds a look at the rings up (20 ms), so that what a peer did
+ * last and its departure arrive as news at the same look:
+ *
+ *   dsim/shm/poll_late   every look at the rings of the process
+ *
  * The results store (sim/store) has dsim/store/open and dsim/store/write.
  *
  * Arming. libfiu's fiu_fail() takes a process-wide lock and looks the name

@@ -239,8 +239,17 @@ void shm_break_out_locked(shm_fabric *sf, shm_out *o, int peer, int blame, const
     o->qtail = NULL;
     for (int i = 0; i < SHM_RNDV_SLOTS; i++)
         if (o->slot[i].req) {
-            /* Its reader is gone: nobody touches the buffer again. */
-            shm_fail_send(sf, o->slot[i].req, peer, blame, DSIM_EPEER, msg);
+            /* Its reader is gone: nobody touches the buffer again. A message
+             * it read whole before it went (DONE, the sender not yet told)
+             * was delivered: a peer that takes its last message and closes
+             * at once must not fail the send of it. */
+            shm_rndv *d = &o->pair->rndv[i];
+            if (atomic_load_explicit(&d->state, memory_order_acquire) == SHM_RNDV_DONE) {
+                atomic_store_explicit(&d->state, SHM_RNDV_FREE, memory_order_release);
+                dsim_tp_complete(o->slot[i].req, DSIM_OK);
+            } else {
+                shm_fail_send(sf, o->slot[i].req, peer, blame, DSIM_EPEER, msg);
+            }
             o->slot[i].req = NULL;
         }
     o->outstanding = 0;

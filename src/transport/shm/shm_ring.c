@@ -274,6 +274,12 @@ static int shm_poll_sends(shm_fabric *sf, shm_local *L)
 
 static int shm_poll(shm_fabric *sf)
 {
+    /* A poller held up (a test point): a peer's last read and its departure
+     * can then both be news at the same look. */
+    if (DSIM_FIU("dsim/shm/poll_late")) {
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     int did = shm_check_abort(sf);
     did |= shm_handle_deaths(sf);
     /* Revoked, nothing more is delivered (the shared layer would refuse
