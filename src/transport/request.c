@@ -159,7 +159,6 @@ static int tp_withdraw_locked(dsim_req *req)
 
 enum { TP_WAIT_DONE, TP_WAIT_TIMEDOUT, TP_WAIT_ABORTED };
 
-/* Waits for req until deadline or abort; ep->lock held. */
 /* Lets the backend move frames from this thread for a while before it
  * sleeps (ep->lock held on entry and on return): 1 if req finished. */
 static int tp_assist_locked(dsim_ep *ep, dsim_req *req, int64_t deadline)
@@ -170,6 +169,7 @@ static int tp_assist_locked(dsim_ep *ep, dsim_req *req, int64_t deadline)
     return atomic_load_explicit(&req->done, memory_order_acquire);
 }
 
+/* Waits for req until deadline or abort; ep->lock held. */
 static int tp_wait_locked(dsim_req *req, int64_t deadline, int64_t *started)
 {
     dsim_ep *ep = req->ep;
