@@ -157,8 +157,8 @@ static const bench_flag bench_flags[] = {
     {0, "algo", BENCH_K_ALGO, BENCH_FLAG_DSIM,
      "allreduce algorithm: auto, ring, rhd, tree, reduce_to_one (default auto)"},
     {0, "transport", BENCH_K_TRANSPORT, BENCH_FLAG_DSIM,
-     "inproc, or tcp (sockets over 127.0.0.1, every rank still in this process) "
-     "(default inproc)"},
+     "inproc (threads only), shm (one shared mapping) or tcp (sockets over 127.0.0.1) "
+     "(default: inproc for threads, shm for processes)"},
     {0, "fingerprint", BENCH_K_FINGERPRINT, BENCH_FLAG_DSIM,
      "0: run without collective fingerprints, to measure what checking them costs "
      "(default 1)"},
@@ -285,7 +285,7 @@ static int bench_apply(const char *prog, const char *shown, const bench_flag *f,
         return 0;
     case BENCH_K_TRANSPORT:
         if (!*val) {
-            fprintf(err, "%s: %s '' is not a transport; accepted: inproc, tcp\n", prog, shown);
+            fprintf(err, "%s: %s '' is not a transport; accepted: inproc, shm, tcp\n", prog, shown);
             return 2;
         }
         o->transport = val;
