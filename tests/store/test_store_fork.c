@@ -89,6 +89,19 @@ static void *release_later(void *arg)
     return NULL;
 }
 
+/* Waits for a forked child: counts it hung (its SIGALRM watchdog fired) or
+ * failed (any other end than exit status 0). */
+static void reap_child(pid_t pid, int *hung, int *failed)
+{
+    assert_true(pid > 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+        (*hung)++;
+    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        (*failed)++;
+}
+
 static void test_fork_waits_for_the_batch(void **state)
 {
     (void)state;
@@ -162,13 +175,7 @@ static void test_children_while_flooded(void **state)
         pid_t pid = fork();
         if (pid == 0)
             child_work();
-        assert_true(pid > 0);
-        int status = 0;
-        assert_int_equal(waitpid(pid, &status, 0), pid);
-        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-            hung++;
-        else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            failed++;
+        reap_child(pid, &hung, &failed);
     }
     atomic_store(&f.stop, true);
     pthread_join(t, NULL);
@@ -223,13 +230,7 @@ static void test_thread_started_before_fork(void **state)
             pthread_join(c, NULL);
             _exit(0);
         }
-        assert_true(pid > 0);
-        int status = 0;
-        assert_int_equal(waitpid(pid, &status, 0), pid);
-        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-            hung++;
-        else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-            failed++;
+        reap_child(pid, &hung, &failed);
         close(pfd[1]);
         for (int k = 0; k < nt; k++)
             pthread_join(t[k], NULL);
