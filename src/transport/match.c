@@ -141,8 +141,8 @@ void tp_req_finish(dsim_req *req, dsim_err status, size_t len)
     dsim_waitq_unlock(q);
 }
 
-/* Copies or reduces a message into a receive; the caller owns both. */
-static dsim_err tp_consume(dsim_req *r, int src, uint32_t tag, const void *data, size_t len)
+/* Whether a message of len bytes fits receive r (else r is failed). */
+static dsim_err tp_consume_check(dsim_req *r, int src, uint32_t tag, size_t len)
 {
     if (r->kind == TP_REQ_RECV) {
         if (len > r->cap) {
@@ -153,8 +153,6 @@ static dsim_err tp_consume(dsim_req *r, int src, uint32_t tag, const void *data,
                          src, r->comm_id, tag, len, r->cap, len);
             return DSIM_ETRUNC;
         }
-        if (len)
-            memcpy(r->buf, data, len);
         return DSIM_OK;
     }
     if (len != r->cap) {
@@ -165,12 +163,31 @@ static dsim_err tp_consume(dsim_req *r, int src, uint32_t tag, const void *data,
                      src, r->comm_id, tag, len, r->count, dsim_dtype_name(r->dt), r->cap);
         return len > r->cap ? DSIM_ETRUNC : DSIM_EPROTO;
     }
-    if (!r->count)
-        return DSIM_OK;
-    dsim_err e = dsim_reduce_local(r->buf, data, r->count, r->dt, r->op);
+    return DSIM_OK;
+}
+
+/* Reduces count elements of data into r's buffer from element at. */
+static dsim_err tp_reduce_part(dsim_req *r, int src, size_t at, const void *data, size_t count)
+{
+    size_t esize = r->cap / r->count;
+    dsim_err e = dsim_reduce_local((uint8_t *)r->buf + at * esize, data, count, r->dt, r->op);
     if (e != DSIM_OK)
         tp_req_failf(r, src, "reducing the message from rank %d failed: %s", src, dsim_errmsg());
     return e;
+}
+
+/* Copies or reduces a message into a receive; the caller owns both. */
+static dsim_err tp_consume(dsim_req *r, int src, uint32_t tag, const void *data, size_t len)
+{
+    dsim_err e = tp_consume_check(r, src, tag, len);
+    if (e != DSIM_OK)
+        return e;
+    if (r->kind == TP_REQ_RECV) {
+        if (len)
+            memcpy(r->buf, data, len);
+        return DSIM_OK;
+    }
+    return r->count ? tp_reduce_part(r, src, 0, data, r->count) : DSIM_OK;
 }
 
 /* Sequence numbers run per (src, comm_id), so the tags of the lost frames
@@ -345,6 +362,8 @@ static void tp_mark_locked(dsim_ep *ep, const tp_msg *mark)
 
 static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void *payload,
                                    size_t len, dsim_req *zc);
+static tp_msg *tp_unexpected_new(dsim_ep *ep, const dsim_tp_hdr *h, size_t len);
+static dsim_err tp_unexpected_take(dsim_ep *ep, const dsim_tp_hdr *h, tp_msg *m);
 
 dsim_err dsim_tp_deliver(dsim_ep *ep, const dsim_tp_hdr *h, const void *payload, size_t len,
                          dsim_req *zc)
@@ -458,10 +477,24 @@ static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void
      * Frames from one source are delivered one at a time (the sender's
      * slock), so nothing from this source can overtake this one. */
     dsim_waitq_unlock(ep->lock);
-    tp_msg *m = malloc(sizeof *m + len);
+    tp_msg *m = tp_unexpected_new(ep, h, len);
     if (!m)
-        return DSIM_ERR(DSIM_ENOMEM, ep->rank,
-                        "out of memory buffering a %zu-byte message for rank %d", len, ep->rank);
+        return DSIM_ENOMEM;
+    if (len)
+        memcpy(m + 1, payload, len);
+    return tp_unexpected_take(ep, h, m);
+}
+
+/* A buffered message of len bytes with h's fields (the payload goes at
+ * m + 1), or NULL with the error set. */
+static tp_msg *tp_unexpected_new(dsim_ep *ep, const dsim_tp_hdr *h, size_t len)
+{
+    tp_msg *m = malloc(sizeof *m + len);
+    if (!m) {
+        DSIM_ERR(DSIM_ENOMEM, ep->rank, "out of memory buffering a %zu-byte message for rank %d",
+                 len, ep->rank);
+        return NULL;
+    }
     m->kind = TP_MSG_EAGER;
     m->src = h->src;
     m->comm_id = h->comm_id;
@@ -472,8 +505,14 @@ static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void
     m->has_side = (h->flags & DSIM_TP_F_SIDE) != 0;
     if (m->has_side)
         memcpy(m->side, h->side, DSIM_TP_SIDE_LEN);
-    if (len)
-        memcpy(m + 1, payload, len);
+    return m;
+}
+
+/* Hands the buffered message m (checked and counted under the lock before)
+ * to a receive posted meanwhile, or queues it. */
+static dsim_err tp_unexpected_take(dsim_ep *ep, const dsim_tp_hdr *h, tp_msg *m)
+{
+    size_t len = (size_t)m->len;
     dsim_waitq_lock(ep->lock);
     if (tp_aborted(ep->f) || ep->state == TP_EP_CLOSED ||
         h->epoch < tp_recv_epoch_locked(ep, h->comm_id)) {
@@ -485,16 +524,112 @@ static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void
         free(m);
         return DSIM_OK;
     }
-    r = tp_match_posted_locked(ep, h->src, h->comm_id, h->tag);
+    dsim_req *r = tp_match_posted_locked(ep, h->src, h->comm_id, h->tag);
     if (r) {
         dsim_waitq_unlock(ep->lock);
-        tp_fill(r, h, payload, len);
+        tp_fill(r, h, m + 1, len);
         free(m);
         return DSIM_OK;
     }
     tp_unexp_push(ep, m);
     dsim_waitq_unlock(ep->lock);
     return DSIM_OK;
+}
+
+/* Reads a pulled frame's payload into receive r: DSIM_EIO if a read failed
+ * (p->err set; r's buffer may hold part of it), else r's status. */
+static dsim_err tp_pull_into(dsim_req *r, int src, size_t len, dsim_tp_pull *p)
+{
+    if (r->kind == TP_REQ_RECV) {
+        p->err = len ? p->read(p->ctx, r->buf, 0, len) : 0;
+        return p->err ? DSIM_EIO : DSIM_OK;
+    }
+    if (!r->count)
+        return DSIM_OK;
+    size_t esize = r->cap / r->count, per = p->scratch_len / esize;
+    for (size_t at = 0; at < r->count; at += per) {
+        size_t n = r->count - at < per ? r->count - at : per;
+        p->err = p->read(p->ctx, p->scratch, at * esize, n * esize);
+        if (p->err)
+            return DSIM_EIO;
+        dsim_err e = tp_reduce_part(r, src, at, p->scratch, n);
+        if (e != DSIM_OK)
+            return e;
+    }
+    return DSIM_OK;
+}
+
+/* A receive whose message could not be read goes back where it was, first
+ * of its source's, for the news of the sender's loss to fail. */
+static void tp_repost(dsim_ep *ep, dsim_req *r)
+{
+    dsim_waitq_lock(ep->lock);
+    if (!atomic_load_explicit(&r->done, memory_order_acquire) && !tp_lost_fail_locked(r)) {
+        tp_list_push_front(&tp_bucket_of(ep, r->peer)->posted, &r->qlink);
+        r->queued = 1;
+    }
+    dsim_waitq_unlock(ep->lock);
+}
+
+dsim_err dsim_tp_deliver_pull(dsim_ep *ep, const dsim_tp_hdr *h, size_t len, dsim_tp_pull *p)
+{
+    if (!ep || !h || !p || !p->read || !p->scratch || p->scratch_len < 64)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_tp_deliver_pull: ep, hdr, a read function and a scratch buffer of "
+                        "at least 64 bytes must be set");
+    p->err = 0;
+    if (ep->f->filter || ((h->flags & DSIM_TP_F_CHECKSUM) && !(h->flags & DSIM_TP_F_VERIFIED)))
+        return DSIM_ENOTSUP;
+    dsim_rt_trace(ep->f->rt, DSIM_TRACE_DELIVER,
+                  ((uint64_t)(uint32_t)h->src << 32) | (uint32_t)h->dst,
+                  ((uint64_t)h->comm_id << 32) | h->tag, (h->seq << 20) ^ (uint64_t)len);
+    dsim_waitq_lock(ep->lock);
+    dsim_err rc = tp_refuse_locked(ep, h);
+    if (rc != DSIM_OK) {
+        dsim_waitq_unlock(ep->lock);
+        return rc;
+    }
+    tp_msg gap = {.seq_expected = 0, .seq_got = 0};
+    if (tp_check_locked(ep, h, len, &gap) == TP_REJECT) {
+        dsim_waitq_unlock(ep->lock);
+        return DSIM_OK;
+    }
+    if (gap.seq_got) {
+        gap.kind = TP_MSG_GAP;
+        gap.src = h->src;
+        gap.comm_id = h->comm_id;
+        gap.tag = h->tag;
+        gap.epoch = h->epoch;
+        tp_mark_locked(ep, &gap);
+    }
+    ep->msgs_recv++;
+    ep->bytes_recv += len;
+    dsim_req *r = tp_match_posted_locked(ep, h->src, h->comm_id, h->tag);
+    dsim_waitq_unlock(ep->lock);
+    if (r) {
+        if (h->flags & DSIM_TP_F_SIDE) {
+            r->has_side = 1;
+            memcpy(r->side, h->side, DSIM_TP_SIDE_LEN);
+        }
+        dsim_err st = tp_consume_check(r, h->src, h->tag, len);
+        if (st == DSIM_OK)
+            st = tp_pull_into(r, h->src, len, p);
+        if (p->err) {
+            tp_repost(ep, r);
+            return DSIM_EIO;
+        }
+        tp_req_finish(r, st, len);
+        return DSIM_OK;
+    }
+    tp_msg *m = tp_unexpected_new(ep, h, len);
+    if (!m)
+        return DSIM_ENOMEM;
+    p->err = len ? p->read(p->ctx, m + 1, 0, len) : 0;
+    if (p->err) {
+        free(m);
+        return DSIM_EIO;
+    }
+    return tp_unexpected_take(ep, h, m);
 }
 
 dsim_err tp_recv_start(dsim_req *req)

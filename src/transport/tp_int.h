@@ -47,6 +47,13 @@ static inline void tp_list_push(tp_list *l, tp_link *n)
     l->head.prev->next = n;
     l->head.prev = n;
 }
+static inline void tp_list_push_front(tp_list *l, tp_link *n)
+{
+    n->next = l->head.next;
+    n->prev = &l->head;
+    l->head.next->prev = n;
+    l->head.next = n;
+}
 static inline void tp_list_del(tp_link *n)
 {
     n->prev->next = n->next;

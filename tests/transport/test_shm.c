@@ -401,16 +401,107 @@ static void test_two_processes(void **state)
             assert_int_equal(a[r].st.bounce_msgs, 3 * 3);
         else
             assert_int_equal(a[r].st.cma_bytes, 3 * (65537 + (1 << 20) + (16 << 20)));
-        print_message("rank %d: %" PRIu64 " large messages by cross-memory attach, %" PRIu64
+        /* The first from a peer goes through the staging buffer; once a
+         * read worked, the rest go straight into their receives. */
+        if (!a[r].st.cma_refused)
+            assert_int_equal(a[r].st.cma_direct, 3 * 3 - 1);
+        print_message("rank %d: %" PRIu64 " large messages by cross-memory attach (%" PRIu64
+                      " straight into the receive), %" PRIu64
                       " through the bounce buffer (%" PRIu64 " refusals)\n",
-                      r, a[r].st.cma_msgs, a[r].st.bounce_msgs, a[r].st.cma_refused);
+                      r, a[r].st.cma_msgs, a[r].st.cma_direct, a[r].st.bounce_msgs,
+                      a[r].st.cma_refused);
     }
     run_pingpong("cma=off", b);
     for (int r = 0; r < 2; r++) {
         assert_int_equal(b[r].st.cma_msgs, 0);
         assert_int_equal(b[r].st.bounce_msgs, 3 * 3);
         assert_int_equal(b[r].st.bounce_bytes, 3 * (65537 + (1 << 20) + (16 << 20)));
+        assert_int_equal(b[r].st.cma_direct, 0);
     }
+}
+
+/* Rank 0 sends rank 1 four float messages of RD_COUNT elements (not a
+ * whole number of the reader's pieces); rank 1 takes the first into a
+ * plain receive (it goes through the staging buffer), reduces the second
+ * and third into a buffer it holds (one posted before the message comes,
+ * one after: straight from the sender, piece by piece), and the fourth
+ * into a plain receive posted late. */
+#define RD_COUNT ((size_t)300007)
+
+static float rd_val(uint64_t k, size_t i)
+{
+    return (float)((k * 131 + i * 7) % 1000) * 0.25f;
+}
+
+static void reduce_child(world *w, void *arg, child_res *res, int wfd)
+{
+    (void)arg;
+    ready(wfd);
+    size_t n = RD_COUNT, len = n * sizeof(float);
+    float *b = malloc(len), *acc = malloc(len);
+    dsim_req *r;
+    dsim_err e = DSIM_OK;
+    if (w->rank == 0) {
+        for (uint64_t k = 0; k < 4 && e == DSIM_OK; k++) {
+            for (size_t i = 0; i < n; i++)
+                b[i] = rd_val(k, i);
+            e = dsim_isend(w->ep, 1, 1, (uint32_t)k, b, len, &r);
+            if (e == DSIM_OK)
+                e = dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), NULL);
+            res->msgs += e == DSIM_OK;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++)
+            acc[i] = (float)i;
+        struct timespec pause = {0, 50 * MS};
+        for (uint64_t k = 0; k < 4 && e == DSIM_OK; k++) {
+            if (k >= 2)
+                nanosleep(&pause, NULL); /* it arrives before the receive */
+            if (k == 1 || k == 2)
+                e = dsim_irecv_reduce(w->ep, 0, 1, (uint32_t)k, acc, n, DSIM_F32, DSIM_SUM, &r);
+            else
+                e = dsim_irecv(w->ep, 0, 1, (uint32_t)k, b, len, &r);
+            if (e == DSIM_OK)
+                e = dsim_wait(r, dsim_rt_deadline(w->rt, LONG_NS), NULL);
+            if (e != DSIM_OK)
+                break;
+            res->msgs++;
+            for (size_t i = 0; i < n && (k == 0 || k == 3); i++)
+                res->corrupt += b[i] != rd_val(k, i);
+        }
+        for (size_t i = 0; i < n && e == DSIM_OK; i++)
+            res->corrupt += acc[i] != ((float)i + rd_val(1, i)) + rd_val(2, i);
+    }
+    if (e != DSIM_OK)
+        fail_child(res, "reduce");
+    free(b);
+    free(acc);
+}
+
+static void test_direct_read_reduces(void **state)
+{
+    (void)state;
+    job j;
+    job_init(&j, 2, NULL);
+    for (int r = 0; r < 2; r++)
+        start_child(&j, r, reduce_child, NULL);
+    for (int r = 0; r < 2; r++)
+        wait_ready(&j, r);
+    child_res out[2];
+    for (int r = 0; r < 2; r++) {
+        assert_true(collect(&j, r, &out[r]));
+        if (out[r].err)
+            fail_msg("rank %d: %s", r, out[r].msg);
+        assert_int_equal(out[r].msgs, 4);
+        assert_int_equal(out[r].corrupt, 0);
+    }
+    if (out[1].st.cma_refused) {
+        print_message("cross-memory attach refused here: the bounce buffer carried them\n");
+    } else {
+        assert_int_equal(out[1].st.cma_msgs, 4);
+        assert_int_equal(out[1].st.cma_direct, 3);
+    }
+    job_end(&j);
 }
 
 /* A worker about to sleep reads the rings itself for a while (assist=):
@@ -934,11 +1025,15 @@ enum { MID_PULL_KILL_SENDER, MID_PULL_KILL_RECEIVER, MID_PUSH_KILL_SENDER };
 typedef struct mid {
     int mode;
     size_t len;
+    int warm; /* one whole large message first: the read goes straight into the receive */
 } mid;
 
 static void large_child(world *w, void *arg, child_res *res, int wfd)
 {
     const mid *m = arg;
+    if (m->warm && (w->rank == 0 ? send_msg(w, 1, 8, m->len, 8, res)
+                                 : recv_msg(w, 0, 8, m->len, 8, res)))
+        return;
     if (w->rank == (m->mode == MID_PUSH_KILL_SENDER ? 0 : 1))
         child_fiu(m->mode == MID_PUSH_KILL_SENDER ? "dsim/shm/push" : "dsim/shm/pull", 0);
     ready(wfd);
@@ -948,11 +1043,11 @@ static void large_child(world *w, void *arg, child_res *res, int wfd)
         recv_msg(w, 0, 9, m->len, 9, res);
 }
 
-static void run_mid(int mode, const char *opts)
+static void run_mid(int mode, const char *opts, int warm)
 {
     if (!fiu_usable())
         skip();
-    mid m = {.mode = mode, .len = (size_t)8 << 20};
+    mid m = {.mode = mode, .len = (size_t)8 << 20, .warm = warm};
     job j;
     job_init(&j, 2, opts);
     start_child(&j, 0, large_child, &m);
@@ -968,7 +1063,9 @@ static void run_mid(int mode, const char *opts)
     child_res res;
     assert_true(collect(&j, survivor, &res));
     assert_int_equal(res.corrupt, 0);
-    assert_int_equal(res.msgs, 0); /* nothing handed over half-read */
+    assert_int_equal(res.msgs, warm); /* nothing handed over half-read */
+    if (warm && mode == MID_PULL_KILL_SENDER && !res.st.cma_refused)
+        assert_int_equal(res.st.cma_direct, 0); /* the interrupted one is not counted */
     expect_peer_died(&res, victim, t);
     job_end(&j);
 }
@@ -978,7 +1075,16 @@ static void run_mid(int mode, const char *opts)
 static void test_sender_killed_mid_cma(void **state)
 {
     (void)state;
-    run_mid(MID_PULL_KILL_SENDER, NULL);
+    run_mid(MID_PULL_KILL_SENDER, NULL, 0);
+}
+
+/* The same once a read of the sender's memory has worked, so that the
+ * message is read straight into the receive: the receive half-filled is
+ * posted again and fails as the sender's death says. */
+static void test_sender_killed_mid_direct_read(void **state)
+{
+    (void)state;
+    run_mid(MID_PULL_KILL_SENDER, NULL, 1);
 }
 
 /* The receiver is killed half-way through reading: the sender's send fails
@@ -986,7 +1092,7 @@ static void test_sender_killed_mid_cma(void **state)
 static void test_receiver_killed_mid_cma(void **state)
 {
     (void)state;
-    run_mid(MID_PULL_KILL_RECEIVER, NULL);
+    run_mid(MID_PULL_KILL_RECEIVER, NULL, 0);
 }
 
 /* Through the bounce buffer: the sender is killed half-way through
@@ -994,7 +1100,7 @@ static void test_receiver_killed_mid_cma(void **state)
 static void test_sender_killed_mid_bounce(void **state)
 {
     (void)state;
-    run_mid(MID_PUSH_KILL_SENDER, "cma=off");
+    run_mid(MID_PUSH_KILL_SENDER, "cma=off", 0);
 }
 
 /* ---- random kills ---- */
@@ -1140,6 +1246,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_processes),
+        cmocka_unit_test(test_direct_read_reduces),
         cmocka_unit_test(test_cma_refused),
         cmocka_unit_test(test_waiter_assists),
         cmocka_unit_test(test_last_read_then_gone),
@@ -1149,6 +1256,7 @@ int main(void)
         cmocka_unit_test(test_departure_names_the_death),
         cmocka_unit_test(test_killed_mid_ring_write),
         cmocka_unit_test(test_sender_killed_mid_cma),
+        cmocka_unit_test(test_sender_killed_mid_direct_read),
         cmocka_unit_test(test_receiver_killed_mid_cma),
         cmocka_unit_test(test_sender_killed_mid_bounce),
         cmocka_unit_test(test_random_kills),

@@ -203,6 +203,7 @@ typedef struct shm_in {
     uint8_t *stage;
     size_t stage_cap;
     int stuck; /* the ring is corrupt or its producer changed: read no more */
+    int cma_ok; /* a read of the producer's memory worked once */
 } shm_in;
 
 typedef struct shm_local {
@@ -247,6 +248,9 @@ typedef struct shm_fabric {
      * is read and handed over in one go) */
     uint8_t *stage;
     size_t stage_cap;
+    /* and its buffer for a reducing receive read straight from the sender
+     * (dsim_tp_deliver_pull), SHM_PIECE bytes: small enough to stay in cache */
+    uint8_t *piece;
     int any_remote;
     /* 1 + the first peer seen to die (end without closing), 0 if none; and
      * its message, written once by the progress thread before died_first

@@ -16,11 +16,17 @@
  *     as room frees
  *   DONE: the send completes; FREE   <───── bell
  *
- * The shared layer hands a frame over whole (dsim_tp_deliver), so a
- * message read from another process lands in a staging buffer first and is
- * copied (or reduced) from there into the receive. The receiver hands it
- * over only once every byte has arrived: a sender killed half-way leaves a
- * claimed slot and nothing delivered. */
+ * One copy: once a read of a peer's memory has worked (the first large
+ * message from it goes through a staging buffer, so that a refusal is
+ * found before any message depends on it) and no fault filter or checksum
+ * needs the payload whole first, the message is read straight into the
+ * receive that takes it (dsim_tp_deliver_pull): a plain receive in one
+ * read, a reducing one in SHM_PIECE pieces reduced while in cache, one that
+ * is not posted yet into the buffer it waits in. Otherwise it lands in the
+ * staging buffer and is copied (or reduced) from there. A read cut short
+ * by the sender's death delivers nothing: the staging path hands nothing
+ * over, the direct path posts the receive again, stops reading that ring,
+ * and lets the news of the death fail it. */
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -36,6 +42,9 @@
 /* The sender publishes bounce bytes in chunks of this share of the buffer,
  * so that the receiver copies one out while the next goes in. */
 #define SHM_BOUNCE_CHUNKS 4
+/* A reducing receive read straight from the sender goes in pieces of this
+ * size (sf->piece): each is reduced while it is still in cache. */
+#define SHM_PIECE ((size_t)128 << 10)
 
 static void shm_fault_stop(const char *point)
 {
@@ -165,6 +174,8 @@ void shm_stage_free(shm_fabric *sf)
     free(sf->stage);
     sf->stage = NULL;
     sf->stage_cap = 0;
+    free(sf->piece);
+    sf->piece = NULL;
 }
 
 /* Makes *buf hold at least len bytes (kept between messages: a fresh
@@ -187,28 +198,42 @@ static int shm_stage(shm_fabric *sf, size_t len)
     return shm_stage_grow(&sf->stage, &sf->stage_cap, len);
 }
 
-/* Reads len bytes at the sender's addr: 0, or the errno. In two calls, so
- * that a test can stop the reader half-way (dsim/shm/pull). */
-static int shm_cma_read(pid_t pid, uint8_t *dst, uint64_t addr, size_t len)
+/* Reads n bytes at offset off of the sender's len-byte message at addr:
+ * 0, or the errno. The read stops at the message's middle, so that a test
+ * can stop the reader there (dsim/shm/pull). */
+static int shm_cma_read(pid_t pid, uint8_t *dst, uint64_t addr, size_t off, size_t n, size_t len)
 {
-    size_t done = 0;
-    size_t part = len / 2 ? len / 2 : len;
-    while (done < len) {
-        size_t want = done < part ? part - done : len - done;
+    size_t half = len / 2, done = 0;
+    while (done < n) {
+        size_t at = off + done, want = n - done;
+        if (at < half && at + want > half)
+            want = half - at;
         struct iovec l = {.iov_base = dst + done, .iov_len = want};
-        struct iovec r = {.iov_base = (void *)(uintptr_t)(addr + done), .iov_len = want};
-        ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
-        if (n < 0 && errno == EINTR)
+        struct iovec r = {.iov_base = (void *)(uintptr_t)(addr + at), .iov_len = want};
+        ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (got < 0 && errno == EINTR)
             continue;
-        if (n < 0)
+        if (got < 0)
             return errno;
-        if (n == 0)
+        if (got == 0)
             return ESRCH;
-        done += (size_t)n;
-        if (done == part && done < len)
+        done += (size_t)got;
+        if (off + done == half && half > 0)
             shm_fault_stop("dsim/shm/pull");
     }
     return 0;
+}
+
+typedef struct shm_pull_ctx {
+    pid_t pid;
+    uint64_t addr;
+    size_t len;
+} shm_pull_ctx;
+
+static int shm_pull_read(void *ctx, void *dst, size_t off, size_t n)
+{
+    const shm_pull_ctx *c = ctx;
+    return shm_cma_read(c->pid, dst, c->addr, off, n, c->len);
 }
 
 /* Finishes the slot and tells the sender. */
@@ -246,11 +271,68 @@ static void shm_mark_dead(shm_fabric *sf, int src)
     atomic_compare_exchange_strong(&sf->dead[src], &exp, 1);
 }
 
+static void shm_cma_counted(shm_fabric *sf, int src, int l, size_t len, pid_t pid)
+{
+    shm_count(sf, SHM_ST(cma_msgs), 1);
+    shm_count(sf, SHM_ST(cma_bytes), len);
+    if (!atomic_exchange(&sf->logged_cma, 1))
+        dsim_info("shm: rank %d read a %zu-byte message from rank %d (process %d) by "
+                  "cross-memory attach (process_vm_readv)",
+                  l, len, src, (int)pid);
+}
+
+/* Reads the claimed message by CMA straight into the receive that takes it
+ * (dsim_tp_deliver_pull): 1 done with, 0 not possible here (no fault
+ * filter may look at it first, no checksum is to be verified, and a read
+ * of the sender's memory has worked before, so that a refusal never comes
+ * after the message took its sequence number). */
+static int shm_pull_direct(shm_fabric *sf, int src, int l, shm_in *in, const shm_rec *rec,
+                           shm_rndv *d, pid_t pid)
+{
+    if (!in->cma_ok || (!sf->piece && !(sf->piece = malloc(SHM_PIECE))))
+        return 0;
+    dsim_ep *ep = dsim_tp_fabric_ep(sf->f, l);
+    if (!ep)
+        return 0;
+    size_t len = (size_t)d->len;
+    shm_pull_ctx c = {.pid = pid, .addr = d->addr, .len = len};
+    dsim_tp_pull p = {.read = shm_pull_read, .ctx = &c, .scratch = sf->piece, .scratch_len = SHM_PIECE};
+    dsim_tp_hdr h;
+    memcpy(&h, &rec->hdr, sizeof h);
+    dsim_err e = dsim_tp_deliver_pull(ep, &h, len, &p);
+    if (e == DSIM_ENOTSUP)
+        return 0;
+    if (e != DSIM_EIO) {
+        shm_slot_end(sf, src, d, SHM_RNDV_DONE, DSIM_OK);
+        if (e == DSIM_OK) {
+            shm_cma_counted(sf, src, l, len, pid);
+            shm_count(sf, SHM_ST(cma_direct), 1);
+        }
+        return 1;
+    }
+    /* Its sequence number is used up and its receive posted again: nothing
+     * more is read from this ring, and the loss of the sender fails it. */
+    in->stuck = 1;
+    if (p.err == ESRCH) {
+        shm_mark_dead(sf, src);
+        return 1;
+    }
+    shm_slot_end(sf, src, d, SHM_RNDV_FAILED, DSIM_EIO);
+    dsim_tp_peer_lost(ep, src, DSIM_EIO,
+                      "shm: rank %d cannot read a %zu-byte message from rank %d (process_vm_readv: "
+                      "%s); nothing more is read from it",
+                      l, len, src, strerror(p.err));
+    return 1;
+}
+
 /* Reads the claimed message by CMA: 1 handed over (or its sender gone), 0
  * refused (bounce instead). */
 static int shm_pull_cma(shm_fabric *sf, int src, int l, shm_in *in, const shm_rec *rec, shm_rndv *d)
 {
     size_t len = (size_t)d->len;
+    pid_t pid = (pid_t)atomic_load(&sf->ranks[src].pid);
+    if (shm_pull_direct(sf, src, l, in, rec, d, pid))
+        return 1;
     if (!shm_stage(sf, len)) {
         dsim_error_log("shm: rank %d: out of memory for a %zu-byte message from rank %d", l, len,
                        src);
@@ -258,19 +340,14 @@ static int shm_pull_cma(shm_fabric *sf, int src, int l, shm_in *in, const shm_re
         shm_slot_end(sf, src, d, SHM_RNDV_FAILED, DSIM_ENOMEM);
         return 1;
     }
-    pid_t pid = (pid_t)atomic_load(&sf->ranks[src].pid);
-    int err = shm_cma_read(pid, sf->stage, d->addr, len);
+    int err = shm_cma_read(pid, sf->stage, d->addr, 0, len, len);
     if (err == 0) {
         /* All of it is here: the sender's buffer is its own again before
          * the hand-over, not after. */
+        in->cma_ok = 1;
         shm_slot_end(sf, src, d, SHM_RNDV_DONE, DSIM_OK);
         shm_hand_over(sf, l, rec, sf->stage, len);
-        shm_count(sf, SHM_ST(cma_msgs), 1);
-        shm_count(sf, SHM_ST(cma_bytes), len);
-        if (!atomic_exchange(&sf->logged_cma, 1))
-            dsim_info("shm: rank %d read a %zu-byte message from rank %d (process %d) by "
-                      "cross-memory attach (process_vm_readv)",
-                      l, len, src, (int)pid);
+        shm_cma_counted(sf, src, l, len, pid);
         return 1;
     }
     if (err == ESRCH) {

@@ -76,6 +76,8 @@ typedef struct dsim_shm_stats {
     uint64_t sleeps;                    /* times the progress thread slept on its futex */
     uint64_t peers_died;                /* peer processes seen to end without closing */
     uint64_t assisted;                  /* waits that ended while the waiter read the rings */
+    uint64_t cma_direct;                /* of cma_msgs, read straight into the receive that took
+                                           them (one copy); the rest went through a staging buffer */
 } dsim_shm_stats;
 
 /* The counters of an shm fabric; DSIM_EINVAL if f is not one. */

@@ -182,6 +182,40 @@ DSIM_API dsim_ep *dsim_tp_fabric_ep(dsim_fabric *f, int rank);
 DSIM_API dsim_err dsim_tp_deliver(dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload,
                                   size_t len, dsim_req *zc_send);
 
+/* A frame whose payload the backend reads on demand, straight into the
+ * memory it ends in (the shm backend's cross-memory attach): one copy where
+ * dsim_tp_deliver needs the payload whole in a buffer first.
+ *
+ * read(ctx, dst, off, n) puts payload bytes [off, off + n) at dst: 0, or an
+ * errno (ESRCH: the sender's process is gone). It is called in order of
+ * off, on the delivering thread, with no lock held. scratch (scratch_len
+ * bytes, at least 64) is the backend's buffer for a reducing receive, which
+ * reads the payload through it in pieces and reduces each piece while it is
+ * still in cache. */
+typedef struct dsim_tp_pull {
+    int (*read)(void *ctx, void *dst, size_t off, size_t n);
+    void *ctx;
+    void *scratch;
+    size_t scratch_len;
+    int err; /* out: the errno of the read that failed */
+} dsim_tp_pull;
+
+/* Delivers a frame of len payload bytes that p reads (the header's checks,
+ * counts and matching as dsim_tp_deliver). Returns:
+ *   DSIM_OK       taken (delivered, queued, or rejected as dsim_tp_deliver
+ *                 rejects frames); the payload is no longer read.
+ *   DSIM_ENOTSUP  not taken, nothing read: a fault filter is installed or the
+ *                 checksum is to be verified, both of which need the payload
+ *                 whole first; hand it over with dsim_tp_deliver.
+ *   DSIM_EIO      a read failed (p->err): the frame's sequence number is used
+ *                 up and a receive it had matched is posted again, so that
+ *                 the news of the sender's loss (dsim_tp_peer_lost), which the
+ *                 backend must give, fails it; the backend must deliver
+ *                 nothing more from that source.
+ *   DSIM_EABORTED / DSIM_EPEER as dsim_tp_deliver: not taken, nothing read. */
+DSIM_API dsim_err dsim_tp_deliver_pull(dsim_ep *ep, const dsim_tp_hdr *hdr, size_t len,
+                                       dsim_tp_pull *p);
+
 /* Completes a send request the backend owns. status != DSIM_OK: the calling
  * thread's error context (set with DSIM_ERR just before) goes with the
  * request and is what dsim_wait reports. */
