@@ -14,6 +14,7 @@
  * posted first, the receiver's thread when the message was there first. A
  * large message from the same address space is queued by reference
  * (rendezvous), so either way its bytes are copied exactly once. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -364,6 +365,9 @@ static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void
                                    size_t len, dsim_req *zc);
 static tp_msg *tp_unexpected_new(dsim_ep *ep, const dsim_tp_hdr *h, size_t len);
 static dsim_err tp_unexpected_take(dsim_ep *ep, const dsim_tp_hdr *h, tp_msg *m);
+static void tp_repost(dsim_ep *ep, dsim_req *r);
+static int tp_pull_parked(dsim_req *r, const tp_msg *m, dsim_err *st);
+static void tp_pull_failed(dsim_ep *ep, dsim_req *r, const tp_msg *m, int how);
 
 dsim_err dsim_tp_deliver(dsim_ep *ep, const dsim_tp_hdr *h, const void *payload, size_t len,
                          dsim_req *zc)
@@ -518,13 +522,34 @@ static dsim_err tp_unexpected_take(dsim_ep *ep, const dsim_tp_hdr *h, tp_msg *m)
         h->epoch < tp_recv_epoch_locked(ep, h->comm_id)) {
         /* Revoked, closed or made stale while unlocked: dropped like any
          * frame that arrives too late. */
-        if (!tp_aborted(ep->f) && ep->state != TP_EP_CLOSED)
+        int stale = !tp_aborted(ep->f) && ep->state != TP_EP_CLOSED;
+        if (stale)
             ep->rejected_stale++;
         dsim_waitq_unlock(ep->lock);
+        if (m->kind == TP_MSG_PULL)
+            m->prelease(m->pctx, stale ? DSIM_TP_PULL_DROPPED : DSIM_TP_PULL_REFUSED);
         free(m);
         return DSIM_OK;
     }
     dsim_req *r = tp_match_posted_locked(ep, h->src, h->comm_id, h->tag);
+    if (r && m->kind == TP_MSG_PULL) {
+        /* posted while it was being parked: read it here after all */
+        dsim_waitq_unlock(ep->lock);
+        if (h->flags & DSIM_TP_F_SIDE) {
+            r->has_side = 1;
+            memcpy(r->side, h->side, DSIM_TP_SIDE_LEN);
+        }
+        dsim_err st;
+        int how = tp_pull_parked(r, m, &st);
+        if (how == ECANCELED)
+            tp_repost(ep, r);
+        else if (how)
+            tp_pull_failed(ep, r, m, how);
+        else
+            tp_req_finish(r, st, len);
+        free(m);
+        return DSIM_OK;
+    }
     if (r) {
         dsim_waitq_unlock(ep->lock);
         tp_fill(r, h, m + 1, len);
@@ -569,6 +594,60 @@ static void tp_repost(dsim_ep *ep, dsim_req *r)
         r->queued = 1;
     }
     dsim_waitq_unlock(ep->lock);
+}
+
+/* Reads parked message m into receive r (the caller owns both) and
+ * releases it: 0 (r's status in *st), ECANCELED (withdrawn by its sender:
+ * r untouched) or the errno of a read that failed (r's buffer may hold part
+ * of it). */
+static int tp_pull_parked(dsim_req *r, const tp_msg *m, dsim_err *st)
+{
+    int how = 0, started = 0;
+    *st = tp_consume_check(r, m->src, m->tag, m->len);
+    if (*st == DSIM_OK && r->kind == TP_REQ_RECV && m->len) {
+        started = 1;
+        how = m->pread(m->pctx, r->buf, 0, m->len);
+    } else if (*st == DSIM_OK && r->kind != TP_REQ_RECV && r->count) {
+        /* pieces small enough to be reduced while in cache */
+        uint8_t small[4096];
+        size_t cap = (size_t)64 << 10;
+        uint8_t *buf = malloc(cap);
+        if (!buf) {
+            buf = small;
+            cap = sizeof small;
+        }
+        size_t esize = r->cap / r->count, per = cap / esize;
+        started = 1;
+        for (size_t at = 0; at < r->count && !how && *st == DSIM_OK; at += per) {
+            size_t n = r->count - at < per ? r->count - at : per;
+            how = m->pread(m->pctx, buf, at * esize, n * esize);
+            if (!how)
+                *st = tp_reduce_part(r, m->src, at, buf, n);
+        }
+        if (buf != small)
+            free(buf);
+    }
+    m->prelease(m->pctx, how ? how : started ? 0 : DSIM_TP_PULL_DROPPED);
+    return how;
+}
+
+/* The parked message's read failed (how, an errno): r goes back to the
+ * posted receives and fails with the sender's loss, as must every receive
+ * from it after (nothing more from it can be trusted to be whole). */
+static void tp_pull_failed(dsim_ep *ep, dsim_req *r, const tp_msg *m, int how)
+{
+    dsim_waitq_lock(ep->lock);
+    if (!atomic_load_explicit(&r->done, memory_order_acquire) && !tp_lost_fail_locked(r)) {
+        tp_list_push_front(&tp_bucket_of(ep, r->peer)->posted, &r->qlink);
+        r->queued = 1;
+    }
+    dsim_waitq_unlock(ep->lock);
+    dsim_tp_peer_lost(ep, m->src, how == ESRCH ? DSIM_EPEER : DSIM_EIO,
+                      how == ESRCH ? "peer %d died: its process ended while rank %d read its "
+                                     "%zu-byte message (comm %" PRIu32 ", tag %" PRIu32 ")"
+                                   : "peer %d: rank %d could not read its %zu-byte message "
+                                     "(comm %" PRIu32 ", tag %" PRIu32 "): %s",
+                      m->src, ep->rank, m->len, m->comm_id, m->tag, strerror(how));
 }
 
 dsim_err dsim_tp_deliver_pull(dsim_ep *ep, const dsim_tp_hdr *h, size_t len, dsim_tp_pull *p)
@@ -621,9 +700,23 @@ dsim_err dsim_tp_deliver_pull(dsim_ep *ep, const dsim_tp_hdr *h, size_t len, dsi
         tp_req_finish(r, st, len);
         return DSIM_OK;
     }
-    tp_msg *m = tp_unexpected_new(ep, h, len);
-    if (!m)
+    void *pctx = p->park && p->release ? p->park(p->ctx) : NULL;
+    tp_msg *m = tp_unexpected_new(ep, h, pctx ? 0 : len);
+    if (!m) {
+        if (pctx)
+            p->release(pctx, DSIM_TP_PULL_DROPPED);
         return DSIM_ENOMEM;
+    }
+    if (pctx) {
+        m->kind = TP_MSG_PULL;
+        m->len = len;
+        m->data = NULL;
+        m->pread = p->read;
+        m->prelease = p->release;
+        m->pctx = pctx;
+        p->parked = 1;
+        return tp_unexpected_take(ep, h, m);
+    }
     p->err = len ? p->read(p->ctx, m + 1, 0, len) : 0;
     if (p->err) {
         free(m);
@@ -648,7 +741,9 @@ dsim_err tp_recv_start(dsim_req *req)
         return DSIM_ERR(DSIM_ESTATE, -1, "rank %d's endpoint is closed; cannot receive", ep->rank);
     }
     tp_list_push(&ep->live, &req->live);
-    tp_msg *m = tp_match_unexpected_locked(ep, req->peer, req->comm_id, req->tag);
+    tp_msg *m;
+again:
+    m = tp_match_unexpected_locked(ep, req->peer, req->comm_id, req->tag);
     if (!m && tp_lost_fail_locked(req)) {
         dsim_waitq_unlock(ep->lock);
         return DSIM_OK;
@@ -660,12 +755,26 @@ dsim_err tp_recv_start(dsim_req *req)
         return DSIM_OK;
     }
     dsim_waitq_unlock(ep->lock);
-    if ((m->kind == TP_MSG_EAGER || m->kind == TP_MSG_RNDV) && m->has_side) {
+    dsim_err st;
+    if (m->kind == TP_MSG_PULL) {
+        int how = tp_pull_parked(req, m, &st);
+        if (how) {
+            if (how != ECANCELED)
+                tp_pull_failed(ep, req, m, how);
+            free(m);
+            if (how != ECANCELED)
+                return DSIM_OK;
+            /* withdrawn: as if it had never come */
+            dsim_waitq_lock(ep->lock);
+            goto again;
+        }
+    }
+    if ((m->kind == TP_MSG_EAGER || m->kind == TP_MSG_RNDV || m->kind == TP_MSG_PULL) &&
+        m->has_side) {
         req->has_side = 1;
         memcpy(req->side, m->side, DSIM_TP_SIDE_LEN);
     }
     /* Nobody else knows req yet: it can be finished without the lock. */
-    dsim_err st;
     switch (m->kind) {
     case TP_MSG_GAP:
     case TP_MSG_CORRUPT:
@@ -675,6 +784,11 @@ dsim_err tp_recv_start(dsim_req *req)
         break;
     case TP_MSG_EAGER:
         st = tp_consume(req, m->src, m->tag, m->data, m->len);
+        req->status = st;
+        req->len = m->len;
+        free(m);
+        break;
+    case TP_MSG_PULL: /* read above */
         req->status = st;
         req->len = m->len;
         free(m);
@@ -704,7 +818,8 @@ int dsim_ep_peek_side(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, uint
         for (tp_link *n = l->head.next; n != &l->head && !found; n = n->next) {
             const tp_msg *m = TP_CONTAINER(n, tp_msg, link);
             if (m->src == src && m->comm_id == comm_id && (m->tag & mask) == (tag & mask) &&
-                (m->kind == TP_MSG_EAGER || m->kind == TP_MSG_RNDV) && m->has_side) {
+                (m->kind == TP_MSG_EAGER || m->kind == TP_MSG_RNDV || m->kind == TP_MSG_PULL) &&
+                m->has_side) {
                 memcpy(side, m->side, DSIM_TP_SIDE_LEN);
                 found = 1;
             }
@@ -747,7 +862,7 @@ uint64_t dsim_ep_unreceived(dsim_ep *ep, const uint32_t *skip, size_t n_skip, ds
     dsim_waitq_lock(ep->lock);
     for (tp_link *it = ep->arrivals.head.next; it != &ep->arrivals.head; it = it->next) {
         const tp_msg *m = TP_CONTAINER(it, tp_msg, arrival);
-        if (m->kind != TP_MSG_EAGER && m->kind != TP_MSG_RNDV)
+        if (m->kind != TP_MSG_EAGER && m->kind != TP_MSG_RNDV && m->kind != TP_MSG_PULL)
             continue;
         size_t k = 0;
         while (k < n_skip && skip[k] != m->comm_id)
@@ -772,6 +887,8 @@ uint64_t dsim_ep_unreceived(dsim_ep *ep, const uint32_t *skip, size_t n_skip, ds
 
 static void tp_drop_msg(tp_msg *m, dsim_err st, int closer)
 {
+    if (m->kind == TP_MSG_PULL)
+        m->prelease(m->pctx, st == DSIM_OK ? DSIM_TP_PULL_DROPPED : DSIM_TP_PULL_REFUSED);
     if (m->kind != TP_MSG_RNDV) {
         free(m);
         return;
@@ -820,8 +937,9 @@ uint64_t tp_purge_epoch_locked(dsim_ep *ep, uint32_t comm_id, uint32_t epoch, tp
             if (m->comm_id == comm_id && m->epoch < epoch) {
                 tp_unexp_del(m);
                 n++;
-                if (m->kind == TP_MSG_RNDV) {
-                    TP_CONTAINER(m, dsim_req, m)->queued = 0;
+                if (m->kind == TP_MSG_RNDV || m->kind == TP_MSG_PULL) {
+                    if (m->kind == TP_MSG_RNDV)
+                        TP_CONTAINER(m, dsim_req, m)->queued = 0;
                     tp_list_push(done_sends, it);
                 } else {
                     free(m);

@@ -87,6 +87,7 @@ enum tp_msg_kind {
     TP_MSG_RNDV,    /* the sender's request; data is the sender's buffer */
     TP_MSG_GAP,     /* stands for lost frames: fails one receive with EPROTO */
     TP_MSG_CORRUPT, /* stands for a frame whose checksum failed: likewise */
+    TP_MSG_PULL,    /* parked by dsim_tp_deliver_pull: read by the receive that takes it */
 };
 
 typedef struct tp_msg {
@@ -98,8 +99,12 @@ typedef struct tp_msg {
     size_t len;
     const void *data;
     uint64_t seq_expected, seq_got; /* GAP */
-    int has_side;                   /* EAGER, RNDV: the frame's sideband (DSIM_TP_F_SIDE) */
+    int has_side;                   /* EAGER, RNDV, PULL: the frame's sideband (DSIM_TP_F_SIDE) */
     uint8_t side[DSIM_TP_SIDE_LEN];
+    /* PULL: the backend's reader and its parked context */
+    int (*pread)(void *ctx, void *dst, size_t off, size_t n);
+    void (*prelease)(void *ctx, int how);
+    void *pctx;
 } tp_msg;
 
 enum tp_req_kind { TP_REQ_SEND, TP_REQ_RECV, TP_REQ_RECV_REDUCE };

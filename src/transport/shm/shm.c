@@ -52,6 +52,8 @@ typedef struct shm_opts {
     size_t ring, bounce, eager_max;
     int have_ring, have_bounce, have_eager;
     int cma_off;
+    int cma_staged; /* cma=staged: never straight into the receive */
+    int park_off;   /* park=off: a large message no receive waits for is read at once */
     int64_t spin_ns, assist_ns;
 } shm_opts;
 
@@ -152,6 +154,9 @@ static void shm_opts_default(shm_opts *o)
     o->eager_max = SHM_EAGER_DEF;
     const char *env = getenv("DSIM_SHM_CMA");
     o->cma_off = env && strcmp(env, "off") == 0;
+    o->cma_staged = env && strcmp(env, "staged") == 0;
+    env = getenv("DSIM_SHM_PARK");
+    o->park_off = env && strcmp(env, "off") == 0;
     o->assist_ns = SHM_ASSIST_DEF_NS;
     const char *assist = getenv("DSIM_SHM_ASSIST");
     if (assist && *assist && shm_opt_spin("assist", assist, &o->assist_ns) != DSIM_OK)
@@ -187,9 +192,17 @@ static dsim_err shm_opt_one(int nranks, const char *key, const char *val, shm_op
         return dsim_tp_opt_size("shm", key, val, &o->eager_max);
     }
     if (strcmp(key, "cma") == 0) {
-        if (strcmp(val, "auto") != 0 && strcmp(val, "off") != 0)
-            return DSIM_ERR(DSIM_EINVAL, -1, "shm option cma=%s: expected auto or off", val);
+        if (strcmp(val, "auto") != 0 && strcmp(val, "off") != 0 && strcmp(val, "staged") != 0)
+            return DSIM_ERR(DSIM_EINVAL, -1, "shm option cma=%s: expected auto, staged or off",
+                            val);
         o->cma_off = strcmp(val, "off") == 0;
+        o->cma_staged = strcmp(val, "staged") == 0;
+        return DSIM_OK;
+    }
+    if (strcmp(key, "park") == 0) {
+        if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0)
+            return DSIM_ERR(DSIM_EINVAL, -1, "shm option park=%s: expected on or off", val);
+        o->park_off = strcmp(val, "off") == 0;
         return DSIM_OK;
     }
     if (strcmp(key, "spin") == 0)
@@ -198,7 +211,7 @@ static dsim_err shm_opt_one(int nranks, const char *key, const char *val, shm_op
         return shm_opt_spin(key, val, &o->assist_ns);
     return DSIM_ERR(DSIM_EINVAL, -1,
                     "unknown shm option '%s'; the known options are fd=, local=, ring=, bounce=, "
-                    "eager_max=, cma=, spin= and assist=",
+                    "eager_max=, cma=, park=, spin= and assist=",
                     key);
 }
 
@@ -460,6 +473,8 @@ static dsim_err shm_setup(shm_fabric *sf, const shm_opts *o)
     sf->hi = o->have_local ? o->hi : sf->nranks - 1;
     sf->any_remote = sf->lo > 0 || sf->hi < sf->nranks - 1;
     sf->cma_off = o->cma_off;
+    sf->cma_staged = o->cma_staged;
+    sf->park_off = o->park_off;
     sf->spin_ns = o->spin_ns;
     sf->assist_ns = o->assist_ns;
     if (o->fd < 0 && sf->any_remote)

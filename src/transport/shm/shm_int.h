@@ -41,7 +41,13 @@
  *             no longer read, before the message is handed over
  *   sender:   POSTED or BOUNCE -> WITHDRAWN (CAS, a cancel; in BOUNCE only
  *             the sender reads its buffer, so it may stop at any point)
- *   receiver: WITHDRAWN -> FREE (the header alone is handed over)
+ *   receiver: CLAIMED -> PARKED (no receive posted: the message waits in
+ *             the receiver's queue unread, dsim_tp_deliver_pull), later
+ *             PARKED -> CLAIMED (CAS) by the receive that takes it, or
+ *             PARKED -> DONE / FAILED (CAS) if it is dropped unread
+ *   sender:   PARKED -> WITHDRAWN (CAS, a cancel)
+ *   receiver: WITHDRAWN -> FREE (the header alone is handed over, or the
+ *             parked message is dropped)
  *   sender:   DONE / FAILED -> FREE
  *
  * Wake-ups. Each process has a bell (a futex word in its leader rank's
@@ -69,6 +75,7 @@
 #define SHM_LINE       64
 #define SHM_REC_HDR    128
 #define SHM_RNDV_SLOTS 16
+#define SHM_PARK_MAX   (SHM_RNDV_SLOTS / 2)
 #define SHM_WHY_MAX    256
 
 typedef struct shm_hdr {
@@ -106,6 +113,7 @@ enum {
     SHM_RNDV_DONE,
     SHM_RNDV_FAILED,
     SHM_RNDV_WITHDRAWN,
+    SHM_RNDV_PARKED, /* taken from the ring, not read yet: no receive was posted */
 };
 
 typedef struct shm_rndv {
@@ -190,6 +198,19 @@ typedef struct shm_out {
 } shm_out;
 
 /* Peer -> local rank: the consumer's side. Progress thread only. */
+/* A large message parked unread (dsim_tp_pull's context): what a read
+ * needs, and where to say it is over. */
+typedef struct shm_pull_ctx {
+    struct shm_fabric *sf;
+    struct shm_in *in;
+    int src, l;
+    pid_t pid;
+    uint64_t addr;
+    size_t len;
+    uint32_t slot;
+    int parked;
+} shm_pull_ctx;
+
 typedef struct shm_in {
     shm_pair *pair;
     uint8_t *ring;
@@ -204,6 +225,10 @@ typedef struct shm_in {
     size_t stage_cap;
     int stuck; /* the ring is corrupt or its producer changed: read no more */
     int cma_ok; /* a read of the producer's memory worked once */
+    /* messages parked unread, at most SHM_PARK_MAX (the rest are read at
+     * once, so that a sender always gets slots back) */
+    atomic_int parked;
+    shm_pull_ctx park[SHM_RNDV_SLOTS];
 } shm_in;
 
 typedef struct shm_local {
@@ -229,6 +254,8 @@ typedef struct shm_fabric {
     shm_pair *pairs;
     size_t eager_max;
     int cma_off;
+    int cma_staged; /* never read straight into the receive */
+    int park_off;   /* read a message no receive waits for at once */
     int64_t spin_ns;   /* the progress thread's, before it sleeps */
     int64_t assist_ns; /* a waiting worker's (shm_wait_assist) */
     pid_t pid;

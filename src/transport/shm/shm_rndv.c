@@ -86,12 +86,12 @@ int shm_rndv_cancel_locked(shm_out *o, dsim_req *req)
     for (int i = 0; i < SHM_RNDV_SLOTS; i++) {
         if (o->slot[i].req != req)
             continue;
-        /* Posted, or coming through the bounce buffer, which only this
-         * process reads from the buffer: it can be taken back. Claimed,
-         * the receiver is reading it and finishes soon. */
+        /* Posted, parked unread, or coming through the bounce buffer,
+         * which only this process reads from the buffer: it can be taken
+         * back. Claimed, the receiver is reading it and finishes soon. */
         uint32_t exp = SHM_RNDV_POSTED;
         if (!atomic_compare_exchange_strong(&o->pair->rndv[i].state, &exp, SHM_RNDV_WITHDRAWN) &&
-            (exp != SHM_RNDV_BOUNCE ||
+            ((exp != SHM_RNDV_BOUNCE && exp != SHM_RNDV_PARKED) ||
              !atomic_compare_exchange_strong(&o->pair->rndv[i].state, &exp, SHM_RNDV_WITHDRAWN)))
             return 0;
         o->slot[i].req = NULL;
@@ -224,15 +224,17 @@ static int shm_cma_read(pid_t pid, uint8_t *dst, uint64_t addr, size_t off, size
     return 0;
 }
 
-typedef struct shm_pull_ctx {
-    pid_t pid;
-    uint64_t addr;
-    size_t len;
-} shm_pull_ctx;
-
+/* A parked message's first read takes the slot back from PARKED, unless
+ * its sender withdrew it meanwhile (ECANCELED). */
 static int shm_pull_read(void *ctx, void *dst, size_t off, size_t n)
 {
     const shm_pull_ctx *c = ctx;
+    if (c->parked && off == 0) {
+        uint32_t exp = SHM_RNDV_PARKED;
+        if (!atomic_compare_exchange_strong(&c->in->pair->rndv[c->slot].state, &exp,
+                                            SHM_RNDV_CLAIMED))
+            return ECANCELED;
+    }
     return shm_cma_read(c->pid, dst, c->addr, off, n, c->len);
 }
 
@@ -281,6 +283,62 @@ static void shm_cma_counted(shm_fabric *sf, int src, int l, size_t len, pid_t pi
                   l, len, src, (int)pid);
 }
 
+/* Parks the message (dsim_tp_pull.park): its slot waits PARKED until a
+ * receive reads it or it is dropped. */
+static void *shm_park_msg(void *ctx)
+{
+    const shm_pull_ctx *c = ctx;
+    shm_in *in = c->in;
+    if (atomic_load_explicit(&in->parked, memory_order_relaxed) >= SHM_PARK_MAX)
+        return NULL;
+    shm_pull_ctx *pk = &in->park[c->slot];
+    *pk = *c;
+    pk->parked = 1;
+    atomic_fetch_add_explicit(&in->parked, 1, memory_order_relaxed);
+    atomic_store_explicit(&in->pair->rndv[c->slot].state, SHM_RNDV_PARKED, memory_order_release);
+    return pk;
+}
+
+/* The parked message is over (dsim_tp_pull.release): tells the sender. Its
+ * entry may be reused as soon as the slot is free again, so everything is
+ * read out of it first. */
+static void shm_parked_release(void *ctx, int how)
+{
+    shm_pull_ctx c = *(const shm_pull_ctx *)ctx;
+    shm_fabric *sf = c.sf;
+    shm_rndv *d = &c.in->pair->rndv[c.slot];
+    atomic_fetch_sub_explicit(&c.in->parked, 1, memory_order_relaxed);
+    if (how == 0) {
+        shm_slot_end(sf, c.src, d, SHM_RNDV_DONE, DSIM_OK);
+        shm_cma_counted(sf, c.src, c.l, c.len, c.pid);
+        shm_count(sf, SHM_ST(cma_direct), 1);
+        return;
+    }
+    if (how == DSIM_TP_PULL_DROPPED || how == DSIM_TP_PULL_REFUSED) {
+        /* unread: the sender may be withdrawing it just now */
+        uint32_t exp = SHM_RNDV_PARKED;
+        d->err = how == DSIM_TP_PULL_REFUSED ? (uint32_t)DSIM_EPEER : 0;
+        if (atomic_compare_exchange_strong(&d->state, &exp,
+                                           how == DSIM_TP_PULL_REFUSED ? SHM_RNDV_FAILED
+                                                                       : SHM_RNDV_DONE)) {
+            shm_bell_ring(sf, c.src);
+            return;
+        }
+        how = ECANCELED; /* it was withdrawn */
+    }
+    if (how == ECANCELED) {
+        atomic_store_explicit(&d->state, SHM_RNDV_FREE, memory_order_release);
+        shm_bell_ring(sf, c.src); /* a send may be waiting for a slot */
+        return;
+    }
+    if (how == ESRCH) {
+        int exp = 0;
+        atomic_compare_exchange_strong(&sf->dead[c.src], &exp, 1);
+        return;
+    }
+    shm_slot_end(sf, c.src, d, SHM_RNDV_FAILED, DSIM_EIO);
+}
+
 /* Reads the claimed message by CMA straight into the receive that takes it
  * (dsim_tp_deliver_pull): 1 done with, 0 not possible here (no fault
  * filter may look at it first, no checksum is to be verified, and a read
@@ -289,19 +347,33 @@ static void shm_cma_counted(shm_fabric *sf, int src, int l, size_t len, pid_t pi
 static int shm_pull_direct(shm_fabric *sf, int src, int l, shm_in *in, const shm_rec *rec,
                            shm_rndv *d, pid_t pid)
 {
-    if (!in->cma_ok || (!sf->piece && !(sf->piece = malloc(SHM_PIECE))))
+    if (!in->cma_ok || sf->cma_staged || (!sf->piece && !(sf->piece = malloc(SHM_PIECE))))
         return 0;
     dsim_ep *ep = dsim_tp_fabric_ep(sf->f, l);
     if (!ep)
         return 0;
     size_t len = (size_t)d->len;
-    shm_pull_ctx c = {.pid = pid, .addr = d->addr, .len = len};
-    dsim_tp_pull p = {.read = shm_pull_read, .ctx = &c, .scratch = sf->piece, .scratch_len = SHM_PIECE};
+    shm_pull_ctx c = {.sf = sf,
+                      .in = in,
+                      .src = src,
+                      .l = l,
+                      .pid = pid,
+                      .addr = d->addr,
+                      .len = len,
+                      .slot = rec->slot};
+    dsim_tp_pull p = {.read = shm_pull_read,
+                      .ctx = &c,
+                      .scratch = sf->piece,
+                      .scratch_len = SHM_PIECE,
+                      .park = sf->park_off ? NULL : shm_park_msg,
+                      .release = shm_parked_release};
     dsim_tp_hdr h;
     memcpy(&h, &rec->hdr, sizeof h);
     dsim_err e = dsim_tp_deliver_pull(ep, &h, len, &p);
     if (e == DSIM_ENOTSUP)
         return 0;
+    if (p.parked)
+        return 1; /* its release tells the sender */
     if (e != DSIM_EIO) {
         shm_slot_end(sf, src, d, SHM_RNDV_DONE, DSIM_OK);
         if (e == DSIM_OK) {

@@ -19,13 +19,24 @@
  *   eager_max=BYTES  messages up to this size go through the ring (default
  *                  64k, or less where a quarter of the ring is less; at
  *                  most a quarter of the ring); larger ones by rendezvous
- *   cma=auto|off   auto (default): the receiver reads a large message from
- *                  the sender's memory with one process_vm_readv, falling
- *                  back to the bounce buffer for a peer whose memory the
- *                  kernel does not let it read (EPERM: Yama's ptrace_scope,
- *                  a seccomp filter); off: always the bounce buffer. The
- *                  environment variable DSIM_SHM_CMA (auto|off) sets the
- *                  default.
+ *   cma=auto|staged|off  auto (default): the receiver reads a large
+ *                  message from the sender's memory (process_vm_readv)
+ *                  straight into the receive that takes it, one copy (a
+ *                  reducing receive in 128k pieces reduced while in cache;
+ *                  the first message from a peer, and every one where a
+ *                  fault filter or a checksum needs the payload whole
+ *                  first, goes through a staging buffer, two copies);
+ *                  falling back to the bounce buffer for a peer whose
+ *                  memory the kernel does not let it read (EPERM: Yama's
+ *                  ptrace_scope, a seccomp filter); staged: always through
+ *                  the staging buffer; off: always the bounce buffer. The
+ *                  environment variable DSIM_SHM_CMA sets the default.
+ *   park=on|off    on (default): a large message that comes before its
+ *                  receive is posted waits unread (its send is not done)
+ *                  and the receive reads it when posted, as inproc does
+ *                  with large messages; at most 8 per pair wait so, the
+ *                  rest are read at once into a buffer. off: every one is
+ *                  read at once. DSIM_SHM_PARK sets the default.
  *   spin=T         how long the progress thread polls before it sleeps on
  *                  its futex (default 0: it sleeps at once; T is a number
  *                  with us, ms or s)
@@ -42,7 +53,9 @@
  * are delivered, then every receive from its ranks fails with DSIM_EPEER
  * ("peer 3 died: ..."), as do the sends to them. A frame is visible only
  * once it is whole, and a large message is handed over only once all of it
- * has been read, so a peer killed half-way through never yields torn data. */
+ * has been read, so a peer killed half-way through never yields torn data
+ * (a receive it was being read into fails with the death, whatever it
+ * holds). */
 #ifndef DSIM_SPI_SHM_H
 #define DSIM_SPI_SHM_H
 

@@ -191,19 +191,38 @@ DSIM_API dsim_err dsim_tp_deliver(dsim_ep *ep, const dsim_tp_hdr *hdr, const voi
  * off, on the delivering thread, with no lock held. scratch (scratch_len
  * bytes, at least 64) is the backend's buffer for a reducing receive, which
  * reads the payload through it in pieces and reduces each piece while it is
- * still in cache. */
+ * still in cache.
+ *
+ * Parking (optional): a frame that no posted receive matches yet is read
+ * into a buffer of its own at once, unless park is set and park(ctx)
+ * returns a context that lasts (NULL: not now). Then the frame is queued
+ * unread, and the receive that takes it reads it with read(that context,
+ * ...) on the thread that posts it: the first read may return ECANCELED
+ * (the sender withdrew the frame: the receive goes on as if it had never
+ * come). release(that context, how) follows exactly once, when the payload
+ * is no longer read: how 0 read whole, an errno (the read failed, or
+ * ECANCELED), DSIM_TP_PULL_DROPPED (dropped unread as stale, which to the
+ * sender is delivery) or DSIM_TP_PULL_REFUSED (dropped unread: the
+ * endpoint closed first). release may be called under the endpoint's lock
+ * and must not call back into the transport. */
+#define DSIM_TP_PULL_DROPPED (-1)
+#define DSIM_TP_PULL_REFUSED (-2)
 typedef struct dsim_tp_pull {
     int (*read)(void *ctx, void *dst, size_t off, size_t n);
     void *ctx;
     void *scratch;
     size_t scratch_len;
     int err; /* out: the errno of the read that failed */
+    void *(*park)(void *ctx);
+    void (*release)(void *ctx, int how);
+    int parked; /* out: 1 if the frame was queued unread (release follows) */
 } dsim_tp_pull;
 
 /* Delivers a frame of len payload bytes that p reads (the header's checks,
  * counts and matching as dsim_tp_deliver). Returns:
  *   DSIM_OK       taken (delivered, queued, or rejected as dsim_tp_deliver
- *                 rejects frames); the payload is no longer read.
+ *                 rejects frames); the payload is no longer read by this
+ *                 call (p->parked: it is read later, then released).
  *   DSIM_ENOTSUP  not taken, nothing read: a fault filter is installed or the
  *                 checksum is to be verified, both of which need the payload
  *                 whole first; hand it over with dsim_tp_deliver.
