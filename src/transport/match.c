@@ -491,9 +491,45 @@ static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void
 
 /* A buffered message of len bytes with h's fields (the payload goes at
  * m + 1), or NULL with the error set. */
+tp_msg *tp_msg_alloc(dsim_fabric *f, size_t len)
+{
+    for (int i = 0; i < TP_SPARES && len >= TP_SPARE_MIN; i++) {
+        tp_msg *m = atomic_load_explicit(&f->spare[i], memory_order_relaxed);
+        if (!m || m->cap < len)
+            continue;
+        m = atomic_exchange(&f->spare[i], NULL);
+        if (m && m->cap >= len)
+            return m;
+        tp_msg_free(f, m); /* another thread's, swapped in meanwhile */
+    }
+    tp_msg *m = malloc(sizeof *m + len);
+    if (m)
+        m->cap = len;
+    return m;
+}
+
+void tp_msg_free(dsim_fabric *f, tp_msg *m)
+{
+    if (!m)
+        return;
+    if (m->kind == TP_MSG_EAGER && m->cap >= TP_SPARE_MIN)
+        for (int i = 0; i < TP_SPARES; i++) {
+            tp_msg *none = NULL;
+            if (atomic_compare_exchange_strong(&f->spare[i], &none, m))
+                return;
+        }
+    free(m);
+}
+
+void tp_msg_spares_free(dsim_fabric *f)
+{
+    for (int i = 0; i < TP_SPARES; i++)
+        free(atomic_exchange(&f->spare[i], NULL));
+}
+
 static tp_msg *tp_unexpected_new(dsim_ep *ep, const dsim_tp_hdr *h, size_t len)
 {
-    tp_msg *m = malloc(sizeof *m + len);
+    tp_msg *m = tp_msg_alloc(ep->f, len);
     if (!m) {
         DSIM_ERR(DSIM_ENOMEM, ep->rank, "out of memory buffering a %zu-byte message for rank %d",
                  len, ep->rank);
@@ -528,7 +564,7 @@ static dsim_err tp_unexpected_take(dsim_ep *ep, const dsim_tp_hdr *h, tp_msg *m)
         dsim_waitq_unlock(ep->lock);
         if (m->kind == TP_MSG_PULL)
             m->prelease(m->pctx, stale ? DSIM_TP_PULL_DROPPED : DSIM_TP_PULL_REFUSED);
-        free(m);
+        tp_msg_free(ep->f, m);
         return DSIM_OK;
     }
     dsim_req *r = tp_match_posted_locked(ep, h->src, h->comm_id, h->tag);
@@ -553,7 +589,7 @@ static dsim_err tp_unexpected_take(dsim_ep *ep, const dsim_tp_hdr *h, tp_msg *m)
     if (r) {
         dsim_waitq_unlock(ep->lock);
         tp_fill(r, h, m + 1, len);
-        free(m);
+        tp_msg_free(ep->f, m);
         return DSIM_OK;
     }
     tp_unexp_push(ep, m);
@@ -719,7 +755,7 @@ dsim_err dsim_tp_deliver_pull(dsim_ep *ep, const dsim_tp_hdr *h, size_t len, dsi
     }
     p->err = len ? p->read(p->ctx, m + 1, 0, len) : 0;
     if (p->err) {
-        free(m);
+        tp_msg_free(ep->f, m);
         return DSIM_EIO;
     }
     return tp_unexpected_take(ep, h, m);
@@ -786,7 +822,7 @@ again:
         st = tp_consume(req, m->src, m->tag, m->data, m->len);
         req->status = st;
         req->len = m->len;
-        free(m);
+        tp_msg_free(ep->f, m);
         break;
     case TP_MSG_PULL: /* read above */
         req->status = st;
@@ -885,12 +921,12 @@ uint64_t dsim_ep_unreceived(dsim_ep *ep, const uint32_t *skip, size_t n_skip, ds
     return total;
 }
 
-static void tp_drop_msg(tp_msg *m, dsim_err st, int closer)
+static void tp_drop_msg(dsim_fabric *f, tp_msg *m, dsim_err st, int closer)
 {
     if (m->kind == TP_MSG_PULL)
         m->prelease(m->pctx, st == DSIM_OK ? DSIM_TP_PULL_DROPPED : DSIM_TP_PULL_REFUSED);
     if (m->kind != TP_MSG_RNDV) {
-        free(m);
+        tp_msg_free(f, m);
         return;
     }
     dsim_req *sreq = TP_CONTAINER(m, dsim_req, m);
@@ -922,7 +958,7 @@ void tp_drain_unexpected(dsim_ep *ep)
     while (!tp_list_empty(&all)) {
         tp_link *n = all.head.next;
         tp_list_del(n);
-        tp_drop_msg(TP_CONTAINER(n, tp_msg, link), DSIM_EPEER, ep->rank);
+        tp_drop_msg(ep->f, TP_CONTAINER(n, tp_msg, link), DSIM_EPEER, ep->rank);
     }
 }
 
@@ -942,7 +978,7 @@ uint64_t tp_purge_epoch_locked(dsim_ep *ep, uint32_t comm_id, uint32_t epoch, tp
                         TP_CONTAINER(m, dsim_req, m)->queued = 0;
                     tp_list_push(done_sends, it);
                 } else {
-                    free(m);
+                    tp_msg_free(ep->f, m);
                 }
             }
             it = next;
@@ -952,14 +988,15 @@ uint64_t tp_purge_epoch_locked(dsim_ep *ep, uint32_t comm_id, uint32_t epoch, tp
     return n;
 }
 
-/* Finishes rendezvous sends collected by tp_purge_epoch_locked: the
- * receiver dropped them, which to the sender looks like delivery. */
-void tp_finish_dropped(tp_list *sends)
+/* Finishes rendezvous sends (and releases parked messages) collected by
+ * tp_purge_epoch_locked: the receiver dropped them, which to the sender
+ * looks like delivery. */
+void tp_finish_dropped(dsim_fabric *f, tp_list *sends)
 {
     while (!tp_list_empty(sends)) {
         tp_link *n = sends->head.next;
         tp_list_del(n);
-        tp_drop_msg(TP_CONTAINER(n, tp_msg, link), DSIM_OK, -1);
+        tp_drop_msg(f, TP_CONTAINER(n, tp_msg, link), DSIM_OK, -1);
     }
 }
 

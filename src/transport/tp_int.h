@@ -101,11 +101,23 @@ typedef struct tp_msg {
     uint64_t seq_expected, seq_got; /* GAP */
     int has_side;                   /* EAGER, RNDV, PULL: the frame's sideband (DSIM_TP_F_SIDE) */
     uint8_t side[DSIM_TP_SIDE_LEN];
+    size_t cap; /* EAGER: the bytes allocated for data[] */
     /* PULL: the backend's reader and its parked context */
     int (*pread)(void *ctx, void *dst, size_t off, size_t n);
     void (*prelease)(void *ctx, int how);
     void *pctx;
 } tp_msg;
+
+/* At most TP_SPARES buffers of at least TP_SPARE_MIN bytes are kept per
+ * fabric; smaller ones come from malloc's own free lists. */
+#define TP_SPARES    2
+#define TP_SPARE_MIN ((size_t)128 << 10)
+
+/* An unexpected message with room for len payload bytes after it (a kept
+ * buffer where one fits), or NULL; and its release. */
+tp_msg *tp_msg_alloc(dsim_fabric *f, size_t len);
+void tp_msg_free(dsim_fabric *f, tp_msg *m);
+void tp_msg_spares_free(dsim_fabric *f);
 
 enum tp_req_kind { TP_REQ_SEND, TP_REQ_RECV, TP_REQ_RECV_REDUCE };
 
@@ -189,6 +201,10 @@ struct dsim_fabric {
     void *priv;
     const struct dsim_tp_filter *filter; /* or NULL */
     void *filter_user;
+    /* Buffers of large unexpected messages, kept for the next ones (a fresh
+     * one of megabytes costs its page faults each time): tp_msg_alloc,
+     * tp_msg_free. */
+    _Atomic(tp_msg *) spare[TP_SPARES];
 };
 
 /* Private areas start 16-byte aligned after their structure. */
@@ -233,7 +249,7 @@ void tp_drain_unexpected(dsim_ep *ep);
  * returns how many. */
 uint64_t tp_purge_epoch_locked(dsim_ep *ep, uint32_t comm_id, uint32_t epoch, tp_list *done_sends);
 /* Finishes rendezvous sends collected by tp_purge_epoch_locked. */
-void tp_finish_dropped(tp_list *sends);
+void tp_finish_dropped(dsim_fabric *f, tp_list *sends);
 /* Completes a request (takes its owner's lock). */
 void tp_req_finish(dsim_req *req, dsim_err status, size_t len);
 /* The same with ep->lock already held. */

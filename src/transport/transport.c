@@ -173,6 +173,7 @@ void dsim_fabric_close(dsim_fabric *f)
         f->filter->detach(f->filter_user, f);
     for (int r = 0; r < f->nranks; r++)
         tp_ep_free(atomic_load_explicit(&f->eps[r], memory_order_acquire));
+    tp_msg_spares_free(f);
     free(f->eps);
     free(f);
 }
@@ -282,7 +283,7 @@ void dsim_ep_set_epoch(dsim_ep *ep, uint32_t comm_id, uint32_t epoch)
         tp_purge_epoch_locked(ep, comm_id, epoch, &dropped);
     }
     dsim_waitq_unlock(ep->lock);
-    tp_finish_dropped(&dropped);
+    tp_finish_dropped(ep->f, &dropped);
     if (!r)
         DSIM_ERR(DSIM_ENOMEM, -1, "out of memory setting comm %" PRIu32 "'s epoch", comm_id);
 }
