@@ -263,6 +263,8 @@ void tcp_read(tcp_loop *lp, tcp_conn *c)
             int direct = c->rstate == TCP_RD_BODY && c->rlen - c->rgot >= c->scap;
             uint8_t *dst = direct ? c->rbody + c->rgot : c->stage;
             size_t want = direct ? c->rlen - c->rgot : c->scap;
+            if (direct && want > TCP_RECV_PIECE)
+                want = TCP_RECV_PIECE; /* hashed while still in cache */
             ssize_t n = recv(c->fd, dst, want, 0);
             if (n < 0) {
                 if (errno == EINTR)
