@@ -23,6 +23,12 @@
  *     ranks: 4 MiB rhd 0.66 ms vs ring 0.75 ms; 16-64 MiB all algorithms
  *     are within noise of each other (2-4 GB/s busbw; memory bound on 2
  *     cores) and above Open MPI's MPI_Allreduce here (about 1 GB/s).
+ *   n a power of two, blocks S/n of 16 MiB and more: ring. In one address
+ *     space and over shared memory the two are even there (64 MiB on 4
+ *     ranks: threads rhd 34.9 ms, ring 34.5; processes over shm 66.9 and
+ *     67.8), but over sockets rhd's first halving moves half the buffer to
+ *     one peer in one frame while the ring streams blocks to its neighbour
+ *     (processes over tcp: rhd 208 ms, ring 187; medians of 4).
  *   n not a power of two: the fold sends whole buffers to and from the
  *     2 (n-p) folded ranks, up to twice the ring's traffic, while the
  *     ring's extra cost is 2 (n-1) steps. Once each rank's block S/n
@@ -79,6 +85,7 @@
 
 #define DECIDE_SMALL_BYTES      ((size_t)64 << 10)
 #define DECIDE_RING_BLOCK_BYTES ((size_t)1 << 20)
+#define DECIDE_RING_POW2_BYTES  ((size_t)16 << 20)
 #define DECIDE_LINK_BDP_BYTES   32768.0
 
 dsim_algo dsim_allreduce_decide(size_t bytes, int nranks)
@@ -89,6 +96,8 @@ dsim_algo dsim_allreduce_decide(size_t bytes, int nranks)
         return DSIM_ALGO_TREE;
     int pow2 = (nranks & (nranks - 1)) == 0;
     if (!pow2 && bytes / (size_t)nranks >= DECIDE_RING_BLOCK_BYTES)
+        return DSIM_ALGO_RING;
+    if (pow2 && bytes / (size_t)nranks >= DECIDE_RING_POW2_BYTES)
         return DSIM_ALGO_RING;
     return DSIM_ALGO_RHD;
 }

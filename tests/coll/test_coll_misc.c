@@ -816,6 +816,9 @@ static void test_algorithm_choice(void **state)
     assert_int_equal(dsim_allreduce_decide((64 << 10) + 4, 4), DSIM_ALGO_RHD);
     assert_int_equal(dsim_allreduce_decide((size_t)16 << 20, 4), DSIM_ALGO_RHD);
     assert_int_equal(dsim_allreduce_decide((size_t)64 << 20, 8), DSIM_ALGO_RHD);
+    /* blocks of 16 MiB: the ring, which streams them (over sockets) */
+    assert_int_equal(dsim_allreduce_decide((size_t)64 << 20, 4), DSIM_ALGO_RING);
+    assert_int_equal(dsim_allreduce_decide(((size_t)64 << 20) - 4, 4), DSIM_ALGO_RHD);
     assert_int_equal(dsim_allreduce_decide((size_t)4 << 20, 7), DSIM_ALGO_RHD);
     assert_int_equal(dsim_allreduce_decide((size_t)64 << 20, 7), DSIM_ALGO_RING);
 
