@@ -406,8 +406,8 @@ static void test_two_processes(void **state)
         if (!a[r].st.cma_refused)
             assert_int_equal(a[r].st.cma_direct, 3 * 3 - 1);
         print_message("rank %d: %" PRIu64 " large messages by cross-memory attach (%" PRIu64
-                      " straight into the receive), %" PRIu64
-                      " through the bounce buffer (%" PRIu64 " refusals)\n",
+                      " straight into the receive), %" PRIu64 " through the bounce buffer (%" PRIu64
+                      " refusals)\n",
                       r, a[r].st.cma_msgs, a[r].st.cma_direct, a[r].st.bounce_msgs,
                       a[r].st.cma_refused);
     }
@@ -1032,8 +1032,8 @@ typedef struct mid {
 static void large_child(world *w, void *arg, child_res *res, int wfd)
 {
     const mid *m = arg;
-    if (m->warm && (w->rank == 0 ? send_msg(w, 1, 8, m->len, 8, res)
-                                 : recv_msg(w, 0, 8, m->len, 8, res)))
+    if (m->warm &&
+        (w->rank == 0 ? send_msg(w, 1, 8, m->len, 8, res) : recv_msg(w, 0, 8, m->len, 8, res)))
         return;
     if (w->rank == (m->mode == MID_PUSH_KILL_SENDER ? 0 : 1))
         child_fiu(m->mode == MID_PUSH_KILL_SENDER ? "dsim/shm/push" : "dsim/shm/pull", 0);
@@ -1140,8 +1140,7 @@ static void park_child(world *w, void *arg, child_res *res, int wfd)
                 }
             }
             for (int k = 0; k < PK_COUNT; k++) {
-                if (dsim_wait(r[k], dsim_rt_deadline(w->rt, LONG_NS), NULL) != DSIM_OK &&
-                    !res->err)
+                if (dsim_wait(r[k], dsim_rt_deadline(w->rt, LONG_NS), NULL) != DSIM_OK && !res->err)
                     fail_child(res, "send");
                 free(b[k]);
             }

@@ -223,7 +223,7 @@ typedef struct shm_in {
      * with other rings meanwhile */
     uint8_t *stage;
     size_t stage_cap;
-    int stuck; /* the ring is corrupt or its producer changed: read no more */
+    int stuck;  /* the ring is corrupt or its producer changed: read no more */
     int cma_ok; /* a read of the producer's memory worked once */
     /* messages parked unread, at most SHM_PARK_MAX (the rest are read at
      * once, so that a sender always gets slots back) */
@@ -254,8 +254,8 @@ typedef struct shm_fabric {
     shm_pair *pairs;
     size_t eager_max;
     int cma_off;
-    int cma_staged; /* never read straight into the receive */
-    int park_off;   /* read a message no receive waits for at once */
+    int cma_staged;    /* never read straight into the receive */
+    int park_off;      /* read a message no receive waits for at once */
     int64_t spin_ns;   /* the progress thread's, before it sleeps */
     int64_t assist_ns; /* a waiting worker's (shm_wait_assist) */
     pid_t pid;

@@ -318,9 +318,8 @@ static void shm_parked_release(void *ctx, int how)
         /* unread: the sender may be withdrawing it just now */
         uint32_t exp = SHM_RNDV_PARKED;
         d->err = how == DSIM_TP_PULL_REFUSED ? (uint32_t)DSIM_EPEER : 0;
-        if (atomic_compare_exchange_strong(&d->state, &exp,
-                                           how == DSIM_TP_PULL_REFUSED ? SHM_RNDV_FAILED
-                                                                       : SHM_RNDV_DONE)) {
+        if (atomic_compare_exchange_strong(
+                &d->state, &exp, how == DSIM_TP_PULL_REFUSED ? SHM_RNDV_FAILED : SHM_RNDV_DONE)) {
             shm_bell_ring(sf, c.src);
             return;
         }

@@ -25,9 +25,9 @@
 #include "dsim/spi/transport.h"
 #include "tcp_wire.h"
 
-#define TCP_STAGE_IN      ((size_t)64 << 10)
-#define TCP_STAGE_OUT     ((size_t)512)
-#define TCP_READ_BUDGET   ((size_t)4 << 20)
+#define TCP_STAGE_IN    ((size_t)64 << 10)
+#define TCP_STAGE_OUT   ((size_t)512)
+#define TCP_READ_BUDGET ((size_t)4 << 20)
 /* A large body is read in pieces of at most this size, each hashed right
  * after it arrives, while it is in cache. */
 #define TCP_RECV_PIECE    ((size_t)256 << 10)
