@@ -369,6 +369,37 @@ static void tp_repost(dsim_ep *ep, dsim_req *r);
 static int tp_pull_parked(dsim_req *r, const tp_msg *m, dsim_err *st);
 static void tp_pull_failed(dsim_ep *ep, dsim_req *r, const tp_msg *m, int how);
 
+/* The checks every delivered frame passes first, traced: -1 refused
+ * (closed or revoked: *rc says why), 1 rejected (a duplicate, stale or
+ * misrouted frame: counted, dropped), both unlocked; 0 admitted, ep->lock
+ * held, with any gap before it marked. */
+static int tp_admit(dsim_ep *ep, const dsim_tp_hdr *h, size_t len, dsim_err *rc)
+{
+    dsim_rt_trace(ep->f->rt, DSIM_TRACE_DELIVER,
+                  ((uint64_t)(uint32_t)h->src << 32) | (uint32_t)h->dst,
+                  ((uint64_t)h->comm_id << 32) | h->tag, (h->seq << 20) ^ (uint64_t)len);
+    dsim_waitq_lock(ep->lock);
+    *rc = tp_refuse_locked(ep, h);
+    if (*rc != DSIM_OK) {
+        dsim_waitq_unlock(ep->lock);
+        return -1;
+    }
+    tp_msg gap = {.seq_expected = 0, .seq_got = 0};
+    if (tp_check_locked(ep, h, len, &gap) == TP_REJECT) {
+        dsim_waitq_unlock(ep->lock);
+        return 1;
+    }
+    if (gap.seq_got) {
+        gap.kind = TP_MSG_GAP;
+        gap.src = h->src;
+        gap.comm_id = h->comm_id;
+        gap.tag = h->tag;
+        gap.epoch = h->epoch;
+        tp_mark_locked(ep, &gap);
+    }
+    return 0;
+}
+
 dsim_err dsim_tp_deliver(dsim_ep *ep, const dsim_tp_hdr *h, const void *payload, size_t len,
                          dsim_req *zc)
 {
@@ -404,29 +435,14 @@ static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void
                  h->len == (uint64_t)len;
     if (check)
         sum = dsim_tp_checksum(payload, len);
-    dsim_rt_trace(ep->f->rt, DSIM_TRACE_DELIVER,
-                  ((uint64_t)(uint32_t)h->src << 32) | (uint32_t)h->dst,
-                  ((uint64_t)h->comm_id << 32) | h->tag, (h->seq << 20) ^ (uint64_t)len);
-    dsim_waitq_lock(ep->lock);
-    dsim_err rc = tp_refuse_locked(ep, h);
-    if (rc != DSIM_OK) {
-        dsim_waitq_unlock(ep->lock);
+    dsim_err rc;
+    int admit = tp_admit(ep, h, len, &rc);
+    if (admit < 0)
         return rc;
-    }
-    tp_msg gap = {.seq_expected = 0, .seq_got = 0};
-    if (tp_check_locked(ep, h, len, &gap) == TP_REJECT) {
-        dsim_waitq_unlock(ep->lock);
+    if (admit > 0) {
         if (zc)
             tp_req_finish(zc, DSIM_OK, len);
         return DSIM_OK;
-    }
-    if (gap.seq_got) {
-        gap.kind = TP_MSG_GAP;
-        gap.src = h->src;
-        gap.comm_id = h->comm_id;
-        gap.tag = h->tag;
-        gap.epoch = h->epoch;
-        tp_mark_locked(ep, &gap);
     }
     if (check && sum != h->checksum) {
         /* Its sequence number is used up: it stands in the stream as a
@@ -695,28 +711,10 @@ dsim_err dsim_tp_deliver_pull(dsim_ep *ep, const dsim_tp_hdr *h, size_t len, dsi
     p->err = 0;
     if (ep->f->filter || ((h->flags & DSIM_TP_F_CHECKSUM) && !(h->flags & DSIM_TP_F_VERIFIED)))
         return DSIM_ENOTSUP;
-    dsim_rt_trace(ep->f->rt, DSIM_TRACE_DELIVER,
-                  ((uint64_t)(uint32_t)h->src << 32) | (uint32_t)h->dst,
-                  ((uint64_t)h->comm_id << 32) | h->tag, (h->seq << 20) ^ (uint64_t)len);
-    dsim_waitq_lock(ep->lock);
-    dsim_err rc = tp_refuse_locked(ep, h);
-    if (rc != DSIM_OK) {
-        dsim_waitq_unlock(ep->lock);
-        return rc;
-    }
-    tp_msg gap = {.seq_expected = 0, .seq_got = 0};
-    if (tp_check_locked(ep, h, len, &gap) == TP_REJECT) {
-        dsim_waitq_unlock(ep->lock);
-        return DSIM_OK;
-    }
-    if (gap.seq_got) {
-        gap.kind = TP_MSG_GAP;
-        gap.src = h->src;
-        gap.comm_id = h->comm_id;
-        gap.tag = h->tag;
-        gap.epoch = h->epoch;
-        tp_mark_locked(ep, &gap);
-    }
+    dsim_err rc;
+    int admit = tp_admit(ep, h, len, &rc);
+    if (admit != 0)
+        return admit < 0 ? rc : DSIM_OK;
     ep->msgs_recv++;
     ep->bytes_recv += len;
     dsim_req *r = tp_match_posted_locked(ep, h->src, h->comm_id, h->tag);

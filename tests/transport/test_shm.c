@@ -236,6 +236,16 @@ static void wait_ready(job *j, int rank)
 }
 
 /* The child's result; 0 if it died before giving one. */
+/* A job of n processes, each running fn(arg), all ready. */
+static void job_start(job *j, int n, const char *opts, child_fn fn, void *arg)
+{
+    job_init(j, n, opts);
+    for (int r = 0; r < n; r++)
+        start_child(j, r, fn, arg);
+    for (int r = 0; r < n; r++)
+        wait_ready(j, r);
+}
+
 static int collect(job *j, int rank, child_res *res)
 {
     memset(res, 0, sizeof *res);
@@ -482,11 +492,7 @@ static void test_direct_read_reduces(void **state)
 {
     (void)state;
     job j;
-    job_init(&j, 2, NULL);
-    for (int r = 0; r < 2; r++)
-        start_child(&j, r, reduce_child, NULL);
-    for (int r = 0; r < 2; r++)
-        wait_ready(&j, r);
+    job_start(&j, 2, NULL, reduce_child, NULL);
     child_res out[2];
     for (int r = 0; r < 2; r++) {
         assert_true(collect(&j, r, &out[r]));
@@ -1199,14 +1205,9 @@ static void park_child(world *w, void *arg, child_res *res, int wfd)
 
 static void run_park(int mode, child_res out[2], job *j)
 {
-    job_init(j, 2, NULL);
+    job_start(j, 2, NULL, park_child, &mode);
     for (int r = 0; r < 2; r++)
-        start_child(j, r, park_child, &mode);
-    for (int r = 0; r < 2; r++)
-        wait_ready(j, r);
-    for (int r = 0; r < 2; r++)
-        if (mode != PK_SENDER_KILLED || r == 1)
-            assert_true(collect(j, r, &out[r]));
+        assert_true(collect(j, r, &out[r]));
 }
 
 static int pk_cma(const child_res *res)
@@ -1266,12 +1267,8 @@ static void test_parked_sender_killed(void **state)
     (void)state;
     job j;
     child_res out[2];
-    job_init(&j, 2, NULL);
     int mode = PK_SENDER_KILLED;
-    for (int r = 0; r < 2; r++)
-        start_child(&j, r, park_child, &mode);
-    for (int r = 0; r < 2; r++)
-        wait_ready(&j, r);
+    job_start(&j, 2, NULL, park_child, &mode);
     wait_stopped(&j, 0);
     int64_t t = kill_now(&j, 0);
     assert_true(collect(&j, 1, &out[1]));
