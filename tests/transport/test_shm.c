@@ -1043,7 +1043,15 @@ static void large_child(world *w, void *arg, child_res *res, int wfd)
         return;
     if (w->rank == (m->mode == MID_PUSH_KILL_SENDER ? 0 : 1))
         child_fiu(m->mode == MID_PUSH_KILL_SENDER ? "dsim/shm/push" : "dsim/shm/pull", 0);
+#if DSIM_HAVE_FIU
+    /* The reader, not the watcher, learns of the death first. */
+    if (m->warm && w->rank == 1)
+        fiu_enable("dsim/shm/watch_late", 1, NULL, 0);
+#endif
     ready(wfd);
+    struct timespec posted = {0, 100 * MS};
+    if (m->warm && w->rank == 0)
+        nanosleep(&posted, NULL); /* the receive is posted first: read by the progress side */
     if (w->rank == 0)
         send_msg(w, 1, 9, m->len, 9, res);
     else
@@ -1087,7 +1095,9 @@ static void test_sender_killed_mid_cma(void **state)
 
 /* The same once a read of the sender's memory has worked, so that the
  * message is read straight into the receive: the receive half-filled is
- * posted again and fails as the sender's death says. */
+ * posted again and fails as the sender's death says. The watcher is held
+ * up (dsim/shm/watch_late), so the reader learns of the death first: the
+ * progress thread must still handle it, not sleep on. */
 static void test_sender_killed_mid_direct_read(void **state)
 {
     (void)state;

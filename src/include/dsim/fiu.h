@@ -25,10 +25,14 @@
  *   dsim/shm/push        a sender, half of a large message in the bounce
  *                        buffer
  *
- * and one holds a look at the rings up (20 ms), so that what a peer did
- * last and its departure arrive as news at the same look:
+ * and two hold something up, so that events meet in a given order:
  *
- *   dsim/shm/poll_late   every look at the rings of the process
+ *   dsim/shm/poll_late   every look at the rings of the process (20 ms):
+ *                        what a peer did last and its departure arrive as
+ *                        news at the same look
+ *   dsim/shm/watch_late  the watcher, 300 ms after it sees a peer process
+ *                        end: a reader of that peer's memory learns of the
+ *                        death first
  *
  * The results store (sim/store) has dsim/store/open and dsim/store/write.
  *

@@ -334,6 +334,11 @@ void shm_out_update_locked(shm_local *L, shm_out *o);
 
 /* shm_ring.c: rings, bells and the progress thread */
 void shm_bell_ring(shm_fabric *sf, int rank);
+/* Flags remote rank r's process as ended (whoever sees it first: the
+ * watcher, or a reader of its memory told ESRCH) and rings this process's
+ * bell, so that a progress thread about to sleep polls once more and
+ * handles the death (shm_handle_deaths). */
+void shm_mark_dead(shm_fabric *sf, int r);
 /* Writes one record into o's ring: 1 if written, 0 if there is no room yet
  * (the consumer is then asked to ring when it frees some). */
 int shm_ring_put(shm_fabric *sf, int from, int to, shm_out *o, const shm_rec *rec,

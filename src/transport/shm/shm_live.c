@@ -19,9 +19,11 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dsim/log.h"
+#include "core/fiu_int.h"
 #include "shm_int.h"
 
 #define SHM_LOOK_MS 100
@@ -78,7 +80,7 @@ typedef struct shm_peer {
     int primary; /* the first rank of its process: the one whose fd is polled */
 } shm_peer;
 
-static void shm_mark(shm_fabric *sf, int r)
+void shm_mark_dead(shm_fabric *sf, int r)
 {
     int exp = 0;
     if (atomic_compare_exchange_strong(&sf->dead[r], &exp, 1))
@@ -111,7 +113,7 @@ static int shm_learn(shm_fabric *sf, shm_peer *pe, int r)
         }
     int fd = shm_pidfd_open(pid);
     if (fd < 0 && errno == ESRCH) {
-        shm_mark(sf, r);
+        shm_mark_dead(sf, r);
         pe[r].fd = -2;
         return 1;
     }
@@ -119,7 +121,7 @@ static int shm_learn(shm_fabric *sf, shm_peer *pe, int r)
     /* The pidfd holds this very process: if it is the peer now, it was the
      * peer when the fd was opened. */
     if (shm_gone(sf, r, pid))
-        shm_mark(sf, r);
+        shm_mark_dead(sf, r);
     return 1;
 }
 
@@ -173,15 +175,21 @@ static void *shm_watch_main(void *arg)
             if (read(sf->watch_evfd, &v, sizeof v) < 0 && errno != EAGAIN)
                 break;
         }
-        for (int i = 1; i < np; i++)
-            if (pf[i].revents)
-                for (int r = 0; r < n; r++)
-                    if (pe[r].pid == pe[who[i]].pid)
-                        shm_mark(sf, r);
+        for (int i = 1; i < np; i++) {
+            if (!pf[i].revents)
+                continue;
+            if (DSIM_FIU("dsim/shm/watch_late")) {
+                struct timespec ts = {0, 300 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
+            for (int r = 0; r < n; r++)
+                if (pe[r].pid == pe[who[i]].pid)
+                    shm_mark_dead(sf, r);
+        }
         for (int r = 0; r < n; r++)
             if (pe[r].pid && pe[r].fd == -2 && !atomic_load(&sf->dead[r]) &&
                 shm_gone(sf, r, pe[r].pid))
-                shm_mark(sf, r);
+                shm_mark_dead(sf, r);
     }
     for (int r = 0; r < n; r++)
         if (pe[r].fd >= 0)
@@ -338,7 +346,7 @@ int shm_handle_deaths(shm_fabric *sf)
     if (clean)
         for (int r = 0; r < sf->nranks; r++)
             if (!shm_is_local(sf, r) && !atomic_load(&sf->dead[r]) && shm_ended(sf, r))
-                shm_mark(sf, r);
+                shm_mark_dead(sf, r);
     int did = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int r = 0; r < sf->nranks; r++) {

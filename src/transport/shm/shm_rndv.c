@@ -267,12 +267,6 @@ static void shm_drop(shm_fabric *sf, int l, const shm_rec *rec)
     dsim_tp_withdrawn(ep, &h);
 }
 
-static void shm_mark_dead(shm_fabric *sf, int src)
-{
-    int exp = 0;
-    atomic_compare_exchange_strong(&sf->dead[src], &exp, 1);
-}
-
 static void shm_cma_counted(shm_fabric *sf, int src, int l, size_t len, pid_t pid)
 {
     shm_count(sf, SHM_ST(cma_msgs), 1);
@@ -331,8 +325,7 @@ static void shm_parked_release(void *ctx, int how)
         return;
     }
     if (how == ESRCH) {
-        int exp = 0;
-        atomic_compare_exchange_strong(&sf->dead[c.src], &exp, 1);
+        shm_mark_dead(sf, c.src);
         return;
     }
     shm_slot_end(sf, c.src, d, SHM_RNDV_FAILED, DSIM_EIO);
