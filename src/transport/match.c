@@ -613,23 +613,28 @@ static dsim_err tp_unexpected_take(dsim_ep *ep, const dsim_tp_hdr *h, tp_msg *m)
     return DSIM_OK;
 }
 
-/* Reads a pulled frame's payload into receive r: DSIM_EIO if a read failed
- * (p->err set; r's buffer may hold part of it), else r's status. */
-static dsim_err tp_pull_into(dsim_req *r, int src, size_t len, dsim_tp_pull *p)
+/* Reads len payload bytes with read(ctx, ...) into receive r (whose size
+ * was checked): a plain receive in one read, a reducing one in pieces of
+ * scratch's size, each reduced while it is in cache. *err: the errno of a
+ * read that failed (r's buffer may hold part of it), else 0. Returns r's
+ * status. */
+static dsim_err tp_read_into(dsim_req *r, int src, size_t len,
+                             int (*read)(void *, void *, size_t, size_t), void *ctx, void *scratch,
+                             size_t scratch_len, int *err)
 {
+    *err = 0;
     if (r->kind == TP_REQ_RECV) {
-        p->err = len ? p->read(p->ctx, r->buf, 0, len) : 0;
-        return p->err ? DSIM_EIO : DSIM_OK;
+        *err = len ? read(ctx, r->buf, 0, len) : 0;
+        return DSIM_OK;
     }
     if (!r->count)
         return DSIM_OK;
-    size_t esize = r->cap / r->count, per = p->scratch_len / esize;
+    size_t esize = r->cap / r->count, per = scratch_len / esize;
     for (size_t at = 0; at < r->count; at += per) {
         size_t n = r->count - at < per ? r->count - at : per;
-        p->err = p->read(p->ctx, p->scratch, at * esize, n * esize);
-        if (p->err)
-            return DSIM_EIO;
-        dsim_err e = tp_reduce_part(r, src, at, p->scratch, n);
+        if ((*err = read(ctx, scratch, at * esize, n * esize)) != 0)
+            return DSIM_OK;
+        dsim_err e = tp_reduce_part(r, src, at, scratch, n);
         if (e != DSIM_OK)
             return e;
     }
@@ -654,32 +659,24 @@ static void tp_repost(dsim_ep *ep, dsim_req *r)
  * of it). */
 static int tp_pull_parked(dsim_req *r, const tp_msg *m, dsim_err *st)
 {
-    int how = 0, started = 0;
     *st = tp_consume_check(r, m->src, m->tag, m->len);
-    if (*st == DSIM_OK && r->kind == TP_REQ_RECV && m->len) {
-        started = 1;
-        how = m->pread(m->pctx, r->buf, 0, m->len);
-    } else if (*st == DSIM_OK && r->kind != TP_REQ_RECV && r->count) {
-        /* pieces small enough to be reduced while in cache */
-        uint8_t small[4096];
-        size_t cap = (size_t)64 << 10;
-        uint8_t *buf = malloc(cap);
-        if (!buf) {
-            buf = small;
-            cap = sizeof small;
-        }
-        size_t esize = r->cap / r->count, per = cap / esize;
-        started = 1;
-        for (size_t at = 0; at < r->count && !how && *st == DSIM_OK; at += per) {
-            size_t n = r->count - at < per ? r->count - at : per;
-            how = m->pread(m->pctx, buf, at * esize, n * esize);
-            if (!how)
-                *st = tp_reduce_part(r, m->src, at, buf, n);
-        }
-        if (buf != small)
-            free(buf);
+    if (*st != DSIM_OK) {
+        m->prelease(m->pctx, DSIM_TP_PULL_DROPPED); /* never read */
+        return 0;
     }
-    m->prelease(m->pctx, how ? how : started ? 0 : DSIM_TP_PULL_DROPPED);
+    /* a reducing receive's pieces: small enough to stay in cache */
+    uint8_t small[4096];
+    size_t cap = r->kind == TP_REQ_RECV ? 0 : (size_t)64 << 10;
+    uint8_t *buf = cap ? malloc(cap) : NULL;
+    if (!buf) {
+        buf = small;
+        cap = sizeof small;
+    }
+    int how;
+    *st = tp_read_into(r, m->src, m->len, m->pread, m->pctx, buf, cap, &how);
+    if (buf != small)
+        free(buf);
+    m->prelease(m->pctx, how);
     return how;
 }
 
@@ -688,12 +685,7 @@ static int tp_pull_parked(dsim_req *r, const tp_msg *m, dsim_err *st)
  * from it after (nothing more from it can be trusted to be whole). */
 static void tp_pull_failed(dsim_ep *ep, dsim_req *r, const tp_msg *m, int how)
 {
-    dsim_waitq_lock(ep->lock);
-    if (!atomic_load_explicit(&r->done, memory_order_acquire) && !tp_lost_fail_locked(r)) {
-        tp_list_push_front(&tp_bucket_of(ep, r->peer)->posted, &r->qlink);
-        r->queued = 1;
-    }
-    dsim_waitq_unlock(ep->lock);
+    tp_repost(ep, r);
     dsim_tp_peer_lost(ep, m->src, how == ESRCH ? DSIM_EPEER : DSIM_EIO,
                       how == ESRCH ? "peer %d died: its process ended while rank %d read its "
                                      "%zu-byte message (comm %" PRIu32 ", tag %" PRIu32 ")"
@@ -726,7 +718,7 @@ dsim_err dsim_tp_deliver_pull(dsim_ep *ep, const dsim_tp_hdr *h, size_t len, dsi
         }
         dsim_err st = tp_consume_check(r, h->src, h->tag, len);
         if (st == DSIM_OK)
-            st = tp_pull_into(r, h->src, len, p);
+            st = tp_read_into(r, h->src, len, p->read, p->ctx, p->scratch, p->scratch_len, &p->err);
         if (p->err) {
             tp_repost(ep, r);
             return DSIM_EIO;
