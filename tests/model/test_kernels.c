@@ -19,6 +19,7 @@
 #include "dsim/model.h"
 #include "dsim/optim.h"
 #include "dsim/rng.h"
+#include "dsim/strategy.h"
 
 #define MAXW 300 /* widest layer of the shapes below */
 
@@ -366,13 +367,75 @@ static void test_choosing(void **state)
     print_message("kernels here: %zu, auto picks %s\n", n, dsim_model_kernels());
 }
 
+/* dsim_params_checksum as dsim export's manifest documents it, a byte and
+ * a word at a time, against the library's (whichever lanes this CPU runs):
+ * lengths around whole 64-byte blocks, and a large vector with every bit
+ * of one parameter flipped in turn changing the result. */
+static uint64_t cks_mix(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 33);
+}
+
+static uint64_t cks_documented(const float *p, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    size_t len = 4 * n, whole = len / 64 * 64;
+    uint64_t h[8];
+    for (int k = 0; k < 8; k++)
+        h[k] = 0xcbf29ce484222325ull + 0x9e3779b97f4a7c15ull * (uint64_t)k;
+    for (size_t i = 0; i < whole; i += 8) {
+        uint64_t w = 0;
+        for (int j = 7; j >= 0; j--)
+            w = w << 8 | b[i + (size_t)j];
+        h[i / 8 % 8] = (h[i / 8 % 8] ^ w) * 0x100000001b3ull;
+    }
+    uint64_t r = (uint64_t)len;
+    for (size_t i = whole; i < len; i++)
+        r = (r ^ b[i]) * 0x100000001b3ull;
+    for (int k = 0; k < 8; k++)
+        r = cks_mix(r ^ cks_mix(h[k] + (uint64_t)k));
+    return r;
+}
+
+static void test_params_checksum(void **state)
+{
+    (void)state;
+    size_t big = 65936;
+    float *p = malloc(big * sizeof *p);
+    assert_non_null(p);
+    dsim_rng rng;
+    dsim_rng_init(&rng, 7, "test.checksum", 0);
+    for (size_t i = 0; i < big; i++)
+        p[i] = (float)dsim_rng_normal(&rng);
+    size_t lens[] = {0, 1, 15, 16, 17, 31, 32, 33, 160, 1000, big};
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
+        assert_true(dsim_params_checksum(p, lens[i]) == cks_documented(p, lens[i]));
+    uint64_t base = dsim_params_checksum(p, big);
+    uint32_t u;
+    for (int bit = 0; bit < 32; bit++) {
+        memcpy(&u, &p[big / 2], 4);
+        u ^= 1u << bit;
+        memcpy(&p[big / 2], &u, 4);
+        uint64_t c = dsim_params_checksum(p, big);
+        assert_true(c != base);
+        assert_true(c == cks_documented(p, big));
+        u ^= 1u << bit;
+        memcpy(&p[big / 2], &u, 4);
+    }
+    assert_true(dsim_params_checksum(p, big) == base);
+    free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_documented_bits),
-        cmocka_unit_test(test_optimizers),
-        cmocka_unit_test(test_set_empty),
-        cmocka_unit_test(test_choosing),
+        cmocka_unit_test(test_documented_bits), cmocka_unit_test(test_optimizers),
+        cmocka_unit_test(test_set_empty),       cmocka_unit_test(test_choosing),
+        cmocka_unit_test(test_params_checksum),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
