@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -415,7 +416,11 @@ dsim_err dsim_store_open(const char *path, dsim_store **out)
         goto fail;
     }
     pthread_mutex_init(&st->mu, NULL);
-    pthread_cond_init(&st->not_empty, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&st->not_empty, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&st->not_full, NULL);
     pthread_cond_init(&st->done, NULL);
     store_gate_install();

@@ -65,8 +65,11 @@ static dsim_err store_push(dsim_store *st, store_rec *rec, bool check_run, uint6
     }
     rec->seq = ++st->enq_seq;
     st->ring[(st->head + st->count) % DSIM_STORE_QUEUE_CAP] = *rec;
-    /* The writer sleeps only on an empty queue. */
-    if (st->count++ == 0)
+    /* The first record wakes a writer asleep on the empty queue; it then
+     * gathers for up to STORE_IDLE_MS unless a batch's worth comes first. */
+    st->count++;
+    if ((st->count == 1 && st->writer_state == STORE_W_ASLEEP) ||
+        (st->count == STORE_WAKE_AT && st->writer_state == STORE_W_GATHERING))
         pthread_cond_signal(&st->not_empty);
     if (seq)
         *seq = rec->seq;
@@ -81,6 +84,12 @@ static dsim_err store_wait(dsim_store *st, uint64_t seq)
 {
     dsim_err e = DSIM_OK;
     pthread_mutex_lock(&st->mu);
+    if (st->done_seq < seq) {
+        if (seq > st->flush_to)
+            st->flush_to = seq;
+        if (st->writer_state != STORE_W_BUSY)
+            pthread_cond_signal(&st->not_empty);
+    }
     while (st->done_seq < seq)
         pthread_cond_wait(&st->done, &st->mu);
     if (st->fail_code != DSIM_OK)
@@ -448,4 +457,14 @@ dsim_err dsim_store_flight(dsim_store *st, dsim_run_id run, const dsim_flight_re
     f->state = store_dup(rec->state, &oom);
     f->error = store_dup(rec->error, &oom);
     return store_push_checked(st, &r, oom);
+}
+
+uint64_t dsim_store_batches(dsim_store *st)
+{
+    if (!st)
+        return 0;
+    pthread_mutex_lock(&st->mu);
+    uint64_t n = st->batches;
+    pthread_mutex_unlock(&st->mu);
+    return n;
 }

@@ -74,6 +74,12 @@ size_t dsim_store_unsettled(dsim_store *st, dsim_run_id *ids, size_t cap);
 /* Waits until every record queued before the call is committed. */
 dsim_err dsim_store_flush(dsim_store *st);
 
+/* Batches the writer has taken from the queue so far, each one commit: the
+ * writer waits for a batch's worth of records, a flush, or STORE_IDLE_MS
+ * (20 ms) after the first, so a burst of step records costs a commit, not
+ * one each. For tests and benchmarks. */
+uint64_t dsim_store_batches(dsim_store *st);
+
 /* The path the store was opened with. */
 const char *dsim_store_path(const dsim_store *st);
 

@@ -23,6 +23,12 @@ extern const char *const store_migrations[DSIM_STORE_SCHEMA_VERSION];
 /* Most records one transaction holds; bounds the writer's scratch buffer and
  * how long a flush can wait behind one commit. */
 #define STORE_BATCH_MAX 4096
+/* An idle writer is woken once this many records wait, or a caller waits
+ * for one (a flush, a run's begin or end); else it looks every
+ * STORE_IDLE_MS. */
+#define STORE_WAKE_AT 256
+#define STORE_IDLE_MS 20
+enum { STORE_W_BUSY, STORE_W_ASLEEP, STORE_W_GATHERING };
 /* How long a write waits for another program's lock before failing. */
 #define STORE_BUSY_TIMEOUT_MS 10000
 
@@ -118,6 +124,13 @@ struct dsim_store {
     uint64_t enq_seq, done_seq;
     uint64_t ok_seq; /* the last record of the last batch committed */
     bool stop;
+    /* The writer's state: STORE_W_BUSY, or waiting on not_empty, asleep
+     * on an empty queue (the first record wakes it) or gathering more for
+     * up to STORE_IDLE_MS (a batch's worth of records or one that is waited
+     * on, flush_to, wakes it): a step's records cost no system call each. */
+    int writer_state;
+    uint64_t flush_to; /* the highest sequence number a store_wait wants */
+    uint64_t batches;  /* batches the writer has taken (dsim_store_batches) */
     /* The first write failure; sticky. */
     dsim_err fail_code;
     char fail_msg[400];

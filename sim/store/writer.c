@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <sqlite3.h>
 
@@ -348,8 +349,25 @@ void *store_writer(void *arg)
     dsim_store *st = arg;
     pthread_mutex_lock(&st->mu);
     for (;;) {
+        st->writer_state = STORE_W_ASLEEP;
         while (st->count == 0 && !st->stop)
             pthread_cond_wait(&st->not_empty, &st->mu);
+        /* Records are taken when a batch's worth waits, when one is waited
+         * for, at the stop, or STORE_IDLE_MS after the first came. */
+        if (st->count < STORE_WAKE_AT && st->flush_to <= st->done_seq && !st->stop) {
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_nsec += STORE_IDLE_MS * 1000000L;
+            if (until.tv_nsec >= 1000000000L) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000L;
+            }
+            st->writer_state = STORE_W_GATHERING;
+            while (st->count < STORE_WAKE_AT && st->flush_to <= st->done_seq && !st->stop &&
+                   pthread_cond_timedwait(&st->not_empty, &st->mu, &until) == 0)
+                ;
+        }
+        st->writer_state = STORE_W_BUSY;
         if (st->count == 0)
             break;
         size_t n = st->count < STORE_BATCH_MAX ? st->count : STORE_BATCH_MAX;
@@ -358,6 +376,7 @@ void *store_writer(void *arg)
         memcpy(st->batch + first, st->ring, (n - first) * sizeof *st->batch);
         st->head = (st->head + n) % DSIM_STORE_QUEUE_CAP;
         st->count -= n;
+        st->batches++;
         bool failed = st->fail_code != DSIM_OK;
         pthread_cond_broadcast(&st->not_full);
         pthread_mutex_unlock(&st->mu);

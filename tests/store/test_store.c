@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dsim/err.h"
@@ -400,6 +401,60 @@ static void test_concurrent(void **state)
     sqlite3_close(db);
 }
 
+/* Step records that trickle in (one every 100 us, as a job's replicas
+ * report) are written in batches, a few per STORE_IDLE_MS, not one commit
+ * each; they reach the database without a flush; a flush is not held up by
+ * the wait for more. */
+static double ts_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void test_batched_wakeups(void **state)
+{
+    (void)state;
+    char path[4200];
+    db_path(path, sizeof path, "batched.db");
+    dsim_store *st;
+    assert_int_equal(dsim_store_open(path, &st), DSIM_OK);
+    dsim_run_info ri = run_info("batched");
+    dsim_run_id run;
+    assert_int_equal(dsim_store_begin_run(st, &ri, &run), DSIM_OK);
+    uint64_t b0 = dsim_store_batches(st);
+    double t0 = ts_ms();
+    enum { N = 200 };
+    for (int i = 0; i < N; i++) {
+        dsim_step_rec s = {.replica = 0, .step = i, .examples = 1};
+        assert_int_equal(dsim_store_step(st, run, &s), DSIM_OK);
+        usleep(100);
+    }
+    double spent = ts_ms() - t0;
+    /* at most one batch per 20 ms of pushing, and the last one's */
+    uint64_t most = (uint64_t)(spent / 20.0) + 2;
+    /* no flush: the rows arrive by themselves (a hang guard of 10 s) */
+    sqlite3 *db = su_open(path);
+    int64_t rows = 0;
+    for (int i = 0; i < 1000 && rows < N; i++) {
+        usleep(10000);
+        rows = su_int(db, "SELECT count(*) FROM steps");
+    }
+    assert_int_equal(rows, N);
+    uint64_t took = dsim_store_batches(st) - b0;
+    if (took > most)
+        fail_msg("%d step records over %.1f ms took %llu batches (at most %llu)", N, spent,
+                 (unsigned long long)took, (unsigned long long)most);
+    /* a flush right after a record: taken at once, not after the wait */
+    dsim_step_rec s = {.replica = 0, .step = N, .examples = 1};
+    assert_int_equal(dsim_store_step(st, run, &s), DSIM_OK);
+    assert_int_equal(dsim_store_flush(st), DSIM_OK);
+    assert_int_equal(su_int(db, "SELECT count(*) FROM steps"), N + 1);
+    sqlite3_close(db);
+    assert_int_equal(dsim_store_end_run(st, run, DSIM_RUN_PASSED, NULL, 0), DSIM_OK);
+    assert_int_equal(dsim_store_close(st), DSIM_OK);
+}
+
 /* Eight threads each begin, fill and end their own run at once. */
 static void *runs_worker(void *p)
 {
@@ -637,9 +692,9 @@ int main(int argc, char **argv)
     schema_doc = argv[1];
     su_mkdtemp(tmpdir, sizeof tmpdir);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_kind),   cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_concurrent),   cmocka_unit_test(test_concurrent_runs),
-        cmocka_unit_test(test_doc_examples),
+        cmocka_unit_test(test_every_kind),      cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_concurrent),      cmocka_unit_test(test_concurrent_runs),
+        cmocka_unit_test(test_batched_wakeups), cmocka_unit_test(test_doc_examples),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     su_rmdir(tmpdir);
