@@ -134,6 +134,8 @@ static void registry_builtins_locked(void)
     for (size_t i = 0; i < sizeof builtins / sizeof builtins[0]; i++)
         if (registry_add_locked(NULL, builtins[i], NULL) != DSIM_OK)
             dsim_error_log("built-in strategy %zu failed to register: %s", i, dsim_errmsg());
+        else
+            registry_entries[registry_count - 1].builtin = true;
 }
 
 dsim_err dsim_strategy_register(const struct dsim_strategy_ops *ops)

@@ -5,6 +5,8 @@
 #ifndef DSIM_STRATEGY_INT_H
 #define DSIM_STRATEGY_INT_H
 
+#include <stdbool.h>
+
 #include "dsim/spi/strategy.h"
 #include "dsim/strategy.h"
 
@@ -14,6 +16,8 @@ typedef struct dsim_strategy {
     char name[STRATEGY_NAME_MAX];
     const struct dsim_strategy_ops *ops;
     char path[256]; /* the shared object it came from, or "" for a built-in */
+    bool builtin;   /* one of libdsim's own tables (not a plugin's, nor one
+                       registered through dsim_strategy_register) */
 } dsim_strategy;
 
 /* Finds a registered strategy (registering the built-ins first). ENOENT
