@@ -73,9 +73,13 @@ DSIM_API extern const struct dsim_tp_ops dsim_tp_shm_ops;
  * descriptor in *fd (close-on-exec: a process that execs its workers clears
  * FD_CLOEXEC first). options: NULL, or ring= and bounce= as above. The
  * caller closes *fd once every process that needs it has it (fabrics map
- * the descriptor and do not keep or close it). Pages are touched only where
- * pairs talk, so the mapping's size (about nranks^2 * (ring + bounce)) is
- * mostly address space. */
+ * the descriptor and do not keep or close it). The mapping's size is about
+ * nranks^2 * (ring + bounce). Where its rings come to at most 64 MiB in all
+ * (up to 11 ranks at the default ring), each process's fabric maps in the
+ * rings its ranks send into and read from when it opens, so that the first
+ * messages through a ring take no page faults; beyond that, and for the
+ * bounce buffers, pages are touched only where pairs talk, and most of the
+ * mapping is address space. */
 DSIM_API dsim_err dsim_shm_create(int nranks, const char *options, int *fd);
 
 /* What moved how, as seen by the ranks of this process (the receiving side
