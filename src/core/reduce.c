@@ -24,7 +24,9 @@
  *
  * Integer SUM/PROD wrap modulo 2^bits (as TensorFlow's do), computed in
  * unsigned arithmetic: signed overflow would be undefined behaviour. */
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -38,14 +40,49 @@
 #endif
 
 /* Each entry point in a version per vector width, the widest the CPU has
- * picked at load time: an element-wise op gives the same bits at any width,
- * and the all-reduce's sums stream through memory twice as many bytes a
- * cycle with AVX-512 as with the baseline's SSE2. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) &&                  \
-    !defined(__SANITIZE_THREAD__)
-#define REDUCE_WIDTHS __attribute__((target_clones("avx512f", "avx2", "default")))
+ * chosen at the first call: an element-wise op gives the same bits at any
+ * width, and the all-reduce's sums stream through memory faster with
+ * AVX-512 than with the baseline's SSE2. Chosen by a test at run time, not
+ * by an ifunc: a resolver runs while the program is being relocated, before
+ * a sanitizer's runtime is up, and crashed the sanitized fuzzers. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define REDUCE_X86  1
+#define REDUCE_W512 __attribute__((target("avx512f")))
+#define REDUCE_W256 __attribute__((target("avx2")))
+
+static int reduce_width(void)
+{
+    static _Atomic int width = -1;
+    int w = atomic_load_explicit(&width, memory_order_relaxed);
+    if (w < 0) {
+        __builtin_cpu_init();
+        w = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+        /* DSIM_REDUCE_WIDTH=0|1|2 (baseline, AVX2, AVX-512) narrows it, so
+         * that the tests hold every version to the same bits */
+        const char *env = getenv("DSIM_REDUCE_WIDTH");
+        if (env && env[0] >= '0' && env[0] <= '2' && !env[1] && env[0] - '0' < w)
+            w = env[0] - '0';
+        atomic_store_explicit(&width, w, memory_order_relaxed);
+    }
+    return w;
+}
+
+/* Calls FN's version for the widest width the CPU has and returns; on the
+ * baseline it falls through to the loop after it. */
+#define REDUCE_WIDE(FN, ARGS)                                                                      \
+    do {                                                                                           \
+        int w_ = reduce_width();                                                                   \
+        if (w_ == 2) {                                                                             \
+            FN##_w512 ARGS;                                                                        \
+            return;                                                                                \
+        }                                                                                          \
+        if (w_ == 1) {                                                                             \
+            FN##_w256 ARGS;                                                                        \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
 #else
-#define REDUCE_WIDTHS
+#define REDUCE_WIDE(FN, ARGS) ((void)0)
 #endif
 
 typedef void (*reduce_k3_fn)(void *out, const void *a, const void *b, size_t n);
@@ -81,18 +118,44 @@ typedef void (*reduce_k2_fn)(void *io, const void *in, size_t n);
         for (size_t i = 0; i < n; i++)                                                             \
             io[i] = OP(T, U, in[i], io[i]);                                                        \
     }                                                                                              \
-    REDUCE_WIDTHS static void reduce_k3_##NAME(void *out, const void *a, const void *b, size_t n)  \
+    REDUCE_WIDE_FORMS(NAME)                                                                        \
+    static void reduce_k3_##NAME(void *out, const void *a, const void *b, size_t n)                \
+    {                                                                                              \
+        REDUCE_WIDE(reduce_k3_##NAME, (out, a, b, n));                                             \
+        reduce_t3_##NAME(out, a, b, n);                                                            \
+    }                                                                                              \
+    static void reduce_k2_##NAME(void *io, const void *in, size_t n)                               \
+    {                                                                                              \
+        REDUCE_WIDE(reduce_k2_##NAME, (io, in, n));                                                \
+        reduce_t2_##NAME(io, in, n);                                                               \
+    }                                                                                              \
+    static void reduce_k2r_##NAME(void *io, const void *in, size_t n)                              \
+    {                                                                                              \
+        REDUCE_WIDE(reduce_k2r_##NAME, (io, in, n));                                               \
+        reduce_t2r_##NAME(io, in, n);                                                              \
+    }
+
+/* The three forms of NAME at each width: the typed loops inlined into a
+ * function compiled for that width. */
+#ifdef REDUCE_X86
+#define REDUCE_WIDE_FORM(NAME, W, ATTR)                                                            \
+    ATTR static void reduce_k3_##NAME##_##W(void *out, const void *a, const void *b, size_t n)     \
     {                                                                                              \
         reduce_t3_##NAME(out, a, b, n);                                                            \
     }                                                                                              \
-    REDUCE_WIDTHS static void reduce_k2_##NAME(void *io, const void *in, size_t n)                 \
+    ATTR static void reduce_k2_##NAME##_##W(void *io, const void *in, size_t n)                    \
     {                                                                                              \
         reduce_t2_##NAME(io, in, n);                                                               \
     }                                                                                              \
-    REDUCE_WIDTHS static void reduce_k2r_##NAME(void *io, const void *in, size_t n)                \
+    ATTR static void reduce_k2r_##NAME##_##W(void *io, const void *in, size_t n)                   \
     {                                                                                              \
         reduce_t2r_##NAME(io, in, n);                                                              \
     }
+#define REDUCE_WIDE_FORMS(NAME)                                                                    \
+    REDUCE_WIDE_FORM(NAME, w512, REDUCE_W512) REDUCE_WIDE_FORM(NAME, w256, REDUCE_W256)
+#else
+#define REDUCE_WIDE_FORMS(NAME)
+#endif
 
 #define REDUCE_FLOAT_KERNELS(TN, T)                                                                \
     REDUCE_KERNELS(TN##_sum, T, T, REDUCE_FSUM)                                                    \
