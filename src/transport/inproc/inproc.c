@@ -1,8 +1,7 @@
 /* inproc: every rank lives in this address space (threads and sim engines).
  *
  * A frame is handed straight to the receiving endpoint's receive path.
- * Small messages (<= eager_max: 64 KiB by default, 4 KiB under an engine
- * that runs one worker at a time) are eager: the payload is
+ * Small messages (<= eager_max, default 64 KiB) are eager: the payload is
  * copied (into a posted receive if there is one, else into a buffer) and the
  * send finishes at once. Larger ones are rendezvous: the receive path keeps
  * a reference to the sender's buffer and the receiver copies or reduces
@@ -13,11 +12,9 @@
  * Options: eager_max=BYTES (k/m/g suffixes). */
 #include <string.h>
 
-#include "dsim/spi/rt.h"
 #include "dsim/spi/transport.h"
 
-#define INPROC_EAGER_MAX_DEFAULT       ((size_t)64 << 10)
-#define INPROC_EAGER_MAX_ONE_AT_A_TIME ((size_t)4 << 10)
+#define INPROC_EAGER_MAX_DEFAULT ((size_t)64 << 10)
 
 typedef struct inproc_fabric {
     size_t eager_max;
@@ -26,13 +23,7 @@ typedef struct inproc_fabric {
 static dsim_err inproc_fabric_open(dsim_fabric *f, const char *options)
 {
     inproc_fabric *p = dsim_tp_fabric_priv(f);
-    /* One worker at a time (the sim engine): a sender that waits for its
-     * receiver costs nothing, while an eager message that comes before its
-     * receive is copied twice (into a buffer, then out of it). */
-    dsim_rt *rt = dsim_tp_fabric_rt(f);
-    p->eager_max = rt && (dsim_rt_engine_flags(dsim_rt_name(rt)) & DSIM_RT_DETERMINISTIC)
-                       ? INPROC_EAGER_MAX_ONE_AT_A_TIME
-                       : INPROC_EAGER_MAX_DEFAULT;
+    p->eager_max = INPROC_EAGER_MAX_DEFAULT;
     const char *cur = options;
     char key[32], val[64];
     int rc;
