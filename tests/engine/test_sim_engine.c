@@ -24,6 +24,7 @@
 #include <pthread.h>
 
 #include "dsim/rt.h"
+#include "dsim/transport.h"
 #include "engine/sim.h"
 
 #define SEC 1000000000LL
@@ -475,13 +476,87 @@ static void test_misuse_aborts(void **state)
 #endif
 }
 
+/* ---- the transport's eager limit is the same as on threads ---- */
+
+typedef struct h2h {
+    dsim_ep *ep;
+    int rank;
+    size_t len;
+    dsim_err err;
+    int got_ok;
+} h2h;
+
+/* Each of two ranks sends to the other, waits for its send, and only then
+ * receives (unsafe by MPI's rules, but what a strategy's exchange may do):
+ * a message up to inproc's eager limit (64 KiB) is done without its
+ * receive, on the sim engine as on threads, or the engines would disagree
+ * on a strategy's exchange. */
+static void h2h_main(void *p)
+{
+    h2h *w = p;
+    unsigned char *out = malloc(w->len), *in = malloc(w->len);
+    memset(out, 0x40 + w->rank, w->len);
+    memset(in, 0, w->len);
+    dsim_req *q = NULL;
+    int64_t dl = dsim_rt_deadline(dsim_ep_rt(w->ep), 10 * SEC);
+    w->err = dsim_isend(w->ep, 1 - w->rank, 3, 0, out, w->len, &q);
+    if (w->err == DSIM_OK)
+        w->err = dsim_wait(q, dl, NULL);
+    if (w->err == DSIM_OK)
+        w->err = dsim_irecv(w->ep, 1 - w->rank, 3, 0, in, w->len, &q);
+    if (w->err == DSIM_OK)
+        w->err = dsim_wait(q, dl, NULL);
+    w->got_ok = in[0] == 0x40 + (1 - w->rank) && in[w->len - 1] == 0x40 + (1 - w->rank);
+    free(out);
+    free(in);
+}
+
+static void h2h_on(dsim_rt *rt, size_t len)
+{
+    dsim_fabric_cfg cfg = {.backend = "inproc", .nranks = 2, .rt = rt};
+    dsim_fabric *f;
+    assert_int_equal(dsim_fabric_open(&cfg, &f), DSIM_OK);
+    h2h w[2];
+    dsim_task *t[2];
+    for (int i = 0; i < 2; i++) {
+        w[i] = (h2h){.rank = i, .len = len};
+        assert_int_equal(dsim_ep_open(f, i, &w[i].ep), DSIM_OK);
+    }
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(dsim_rt_spawn(rt, i, h2h_main, &w[i], &t[i]), DSIM_OK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(dsim_rt_join(rt, t[i]), DSIM_OK);
+    for (int i = 0; i < 2; i++) {
+        if (w[i].err != DSIM_OK || !w[i].got_ok)
+            fail_msg("%s, %zu bytes: rank %d's exchange ended with %d (%s)", dsim_rt_name(rt), len,
+                     i, (int)w[i].err, w[i].got_ok ? "its data came" : "no data");
+        dsim_ep_close(w[i].ep);
+    }
+    dsim_fabric_close(f);
+}
+
+static void test_eager_as_on_threads(void **state)
+{
+    (void)state;
+    size_t lens[] = {8, 4096, 4097, 32 << 10, 64 << 10};
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+        dsim_rt *rt = new_sim(3);
+        h2h_on(rt, lens[k]);
+        dsim_rt_destroy(rt);
+        assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
+        h2h_on(rt, lens[k]);
+        dsim_rt_destroy(rt);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sleep_jumps),        cmocka_unit_test(test_waitq),
-        cmocka_unit_test(test_seeded_order),       cmocka_unit_test(test_worker_error_state),
-        cmocka_unit_test(test_many_workers),       cmocka_unit_test(test_beyond_map_limit),
-        cmocka_unit_test(test_fp_mode_per_worker), cmocka_unit_test(test_misuse_aborts),
+        cmocka_unit_test(test_sleep_jumps),         cmocka_unit_test(test_waitq),
+        cmocka_unit_test(test_seeded_order),        cmocka_unit_test(test_worker_error_state),
+        cmocka_unit_test(test_many_workers),        cmocka_unit_test(test_beyond_map_limit),
+        cmocka_unit_test(test_fp_mode_per_worker),  cmocka_unit_test(test_misuse_aborts),
+        cmocka_unit_test(test_eager_as_on_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
