@@ -21,8 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -798,56 +796,6 @@ static void test_fault_frames(void **state)
     }
 }
 
-/* ---- the rings mapped in at open ---- */
-
-/* Pages of fd's mapping that are in memory (mincore). */
-static size_t resident_pages(int fd)
-{
-    struct stat st;
-    assert_int_equal(fstat(fd, &st), 0);
-    size_t len = (size_t)st.st_size, pg = (size_t)sysconf(_SC_PAGESIZE), n = (len + pg - 1) / pg;
-    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
-    assert_true(p != MAP_FAILED);
-    unsigned char *v = malloc(n);
-    assert_non_null(v);
-    assert_int_equal(mincore(p, len, v), 0);
-    size_t in = 0;
-    for (size_t i = 0; i < n; i++)
-        in += v[i] & 1;
-    free(v);
-    munmap(p, len);
-    return in;
-}
-
-/* A process's fabric maps in the rings its ranks send into and read from
- * when it opens (a first pass of small messages through a ring took a page
- * fault a page on both sides), and leaves the bounce buffers alone. Ranks
- * 0 and 1 of 3 in this process: 8 of the 9 rings (2 to 2 is the only one
- * neither sends into nor reads from). */
-static void test_rings_mapped_in(void **state)
-{
-    (void)state;
-    int fd;
-    assert_int_equal(dsim_shm_create(3, "ring=64k,bounce=1m", &fd), DSIM_OK);
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE), ring_pages = (64 << 10) / pg;
-    size_t before = resident_pages(fd);
-    assert_true(before < ring_pages);
-    dsim_rt *rt;
-    assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
-    char o[64];
-    snprintf(o, sizeof o, "fd=%d,local=0-1", fd);
-    dsim_fabric_cfg cfg = {.backend = "shm", .nranks = 3, .rt = rt, .options = o};
-    dsim_fabric *f = NULL;
-    assert_int_equal(dsim_fabric_open(&cfg, &f), DSIM_OK);
-    size_t after = resident_pages(fd);
-    if (after < before + 8 * ring_pages || after > before + 8 * ring_pages + 64)
-        fail_msg("%zu pages resident after the open, %zu before: the 8 rings are %zu", after,
-                 before, 8 * ring_pages);
-    dsim_fabric_close(f);
-    dsim_rt_destroy(rt);
-    close(fd);
-}
-
 /* ---- bad input ---- */
 
 static void open_fails(int n, const char *opts, dsim_err want, const char *says)
@@ -1491,7 +1439,6 @@ int main(void)
         cmocka_unit_test(test_waiter_assists),
         cmocka_unit_test(test_last_read_then_gone),
         cmocka_unit_test(test_bad_options),
-        cmocka_unit_test(test_rings_mapped_in),
         cmocka_unit_test(test_fault_frames),
         cmocka_unit_test(test_killed_while_waited_for),
         cmocka_unit_test(test_departure_names_the_death),
