@@ -17,7 +17,6 @@
 #include "dsim/spi/shm.h"
 #include "dsim/transport.h"
 
-
 /* Pages of fd's mapping that are in memory (mincore). */
 static size_t resident_pages(int fd)
 {
