@@ -24,8 +24,8 @@ dsim_err dsim_coll_dissemination_barrier(dsim_coll *x)
     for (int k = 0; (1 << k) < n; k++) {
         int d = 1 << k;
         dsim_xfer xf[2] = {
-            {DSIM_XF_RECV, (r - d + n) % n, k + 1, &in, 1},
-            {DSIM_XF_SEND, (r + d) % n, k + 1, (void *)&barrier_token, 1},
+            {DSIM_XF_RECV, (r - d + n) % n, k + 1, &in, 1, NULL},
+            {DSIM_XF_SEND, (r + d) % n, k + 1, (void *)&barrier_token, 1, NULL},
         };
         DSIM_CHECK(dsim_coll_run(x, xf, 2));
     }

@@ -266,13 +266,16 @@ typedef enum dsim_xfer_kind {
 /* One transfer of a step. len is in bytes; a transfer of 0 bytes is skipped
  * (both sides compute the same lengths, so both skip it). step (1-based) is
  * the step the transfer belongs to: it goes into the tag and into the error
- * message. */
+ * message. from: a RECV_REDUCE's own operand when it is not buf (buf =
+ * from (op) message, dsim_irecv_reduce_from: out of place without a copy
+ * first); NULL, buf. */
 typedef struct dsim_xfer {
     dsim_xfer_kind kind;
     int peer;
     int step;
     void *buf;
     size_t len;
+    const void *from;
 } dsim_xfer;
 
 /* Frees what a communicator holds and the communicator (comm.c), after its

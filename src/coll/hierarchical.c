@@ -183,11 +183,10 @@ static dsim_err hier_reduce_scatter(dsim_coll *x, const dsim_coll_hier *h, const
         size_t rlen = dsim_coll_block_cnt(count, L, rcv) * es;
         size_t soff = dsim_coll_block_off(count, L, snd) * es;
         size_t slen = dsim_coll_block_cnt(count, L, snd) * es;
-        if (sb != rb)
-            dsim_coll_copy(x, rb + roff, sb + roff, rlen);
+        /* out of place: combined from sendbuf as it arrives */
         dsim_xfer xf[2] = {
-            {DSIM_XF_RECV_REDUCE, left, s + 1, rb + roff, rlen},
-            {DSIM_XF_SEND, right, s + 1, (void *)((s == 0 ? sb : rb) + soff), slen},
+            {DSIM_XF_RECV_REDUCE, left, s + 1, rb + roff, rlen, sb != rb ? sb + roff : NULL},
+            {DSIM_XF_SEND, right, s + 1, (void *)((s == 0 ? sb : rb) + soff), slen, NULL},
         };
         DSIM_CHECK(dsim_coll_run(x, xf, 2));
     }
@@ -206,9 +205,9 @@ static dsim_err hier_across(dsim_coll *x, const dsim_coll_hier *h, char *blk, si
         int snd = hier_mod(k - s, H), rcv = hier_mod(k - s - 1, H);
         dsim_xfer xf[2] = {
             {DSIM_XF_RECV_REDUCE, left, step0 + s + 1, blk + dsim_coll_block_off(cnt, H, rcv) * es,
-             dsim_coll_block_cnt(cnt, H, rcv) * es},
+             dsim_coll_block_cnt(cnt, H, rcv) * es, NULL},
             {DSIM_XF_SEND, right, step0 + s + 1, blk + dsim_coll_block_off(cnt, H, snd) * es,
-             dsim_coll_block_cnt(cnt, H, snd) * es},
+             dsim_coll_block_cnt(cnt, H, snd) * es, NULL},
         };
         DSIM_CHECK(dsim_coll_run(x, xf, 2));
     }
@@ -225,9 +224,9 @@ static dsim_err hier_across(dsim_coll *x, const dsim_coll_hier *h, char *blk, si
         int step = step0 + H + s;
         dsim_xfer xf[2] = {
             {DSIM_XF_RECV, left, step, blk + dsim_coll_block_off(cnt, H, rcv) * es,
-             dsim_coll_block_cnt(cnt, H, rcv) * es},
+             dsim_coll_block_cnt(cnt, H, rcv) * es, NULL},
             {DSIM_XF_SEND, right, step, blk + dsim_coll_block_off(cnt, H, snd) * es,
-             dsim_coll_block_cnt(cnt, H, snd) * es},
+             dsim_coll_block_cnt(cnt, H, snd) * es, NULL},
         };
         DSIM_CHECK(dsim_coll_run(x, xf, 2));
     }
@@ -245,9 +244,9 @@ static dsim_err hier_gather(dsim_coll *x, const dsim_coll_hier *h, char *rb, siz
         int snd = hier_mod(l - s, L), rcv = hier_mod(l - s - 1, L);
         dsim_xfer xf[2] = {
             {DSIM_XF_RECV, left, step0 + s + 1, rb + dsim_coll_block_off(count, L, rcv) * es,
-             dsim_coll_block_cnt(count, L, rcv) * es},
+             dsim_coll_block_cnt(count, L, rcv) * es, NULL},
             {DSIM_XF_SEND, right, step0 + s + 1, rb + dsim_coll_block_off(count, L, snd) * es,
-             dsim_coll_block_cnt(count, L, snd) * es},
+             dsim_coll_block_cnt(count, L, snd) * es, NULL},
         };
         DSIM_CHECK(dsim_coll_run(x, xf, 2));
     }

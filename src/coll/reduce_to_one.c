@@ -29,15 +29,15 @@ dsim_err dsim_coll_r2o_allreduce(dsim_coll *x, const void *sendbuf, void *recvbu
     size_t all = count * x->esize;
 
     if (r != 0) {
-        dsim_xfer out = {DSIM_XF_SEND, 0, r, (void *)sendbuf, all};
+        dsim_xfer out = {DSIM_XF_SEND, 0, r, (void *)sendbuf, all, NULL};
         DSIM_CHECK(dsim_coll_run(x, &out, 1));
-        dsim_xfer in = {DSIM_XF_RECV, 0, n, recvbuf, all};
+        dsim_xfer in = {DSIM_XF_RECV, 0, n, recvbuf, all, NULL};
         return dsim_coll_run(x, &in, 1);
     }
 
     dsim_coll_copy(x, recvbuf, sendbuf, all);
     for (int k = 1; k < n; k++) {
-        dsim_xfer in = {DSIM_XF_RECV_REDUCE, k, k, recvbuf, all};
+        dsim_xfer in = {DSIM_XF_RECV_REDUCE, k, k, recvbuf, all, NULL};
         DSIM_CHECK(dsim_coll_run(x, &in, 1));
     }
     dsim_err e = dsim_coll_finish(x, recvbuf, count, n);
@@ -50,7 +50,7 @@ dsim_err dsim_coll_r2o_allreduce(dsim_coll *x, const void *sendbuf, void *recvbu
         return dsim_coll_fail_local(x, n, DSIM_ENOMEM, "allocating");
     }
     for (int k = 1; k < n; k++)
-        out[k - 1] = (dsim_xfer){DSIM_XF_SEND, k, n, recvbuf, all};
+        out[k - 1] = (dsim_xfer){DSIM_XF_SEND, k, n, recvbuf, all, NULL};
     e = dsim_coll_run(x, out, n - 1);
     free(out);
     return e;

@@ -31,8 +31,9 @@
  * Each element's final value is computed once, by the rank that owns its
  * block after the halving, along a fixed tree; everyone else gets a copy, so
  * all ranks agree bit for bit. Out of place, step 1 of the halving sends
- * straight from sendbuf and only the half that is kept is copied into
- * recvbuf. log2(p) exchanges each way with halving sizes: fewer steps than
+ * straight from sendbuf and the half that is kept is combined from
+ * sendbuf into recvbuf as the peer's half arrives (dsim_irecv_reduce_from:
+ * no copy first). log2(p) exchanges each way with halving sizes: fewer steps than
  * the ring (latency) at the same 2 (p-1)/p of the buffer on the wire per rank
  * (for p = n). */
 #include <string.h>
@@ -77,13 +78,12 @@ dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbu
 
     if (r < 2 * rem) {
         if (r % 2 == 0) {
-            dsim_xfer out = {DSIM_XF_SEND, r + 1, 1, (void *)sb, all};
+            dsim_xfer out = {DSIM_XF_SEND, r + 1, 1, (void *)sb, all, NULL};
             DSIM_CHECK(dsim_coll_run(x, &out, 1));
-            dsim_xfer in = {DSIM_XF_RECV, r + 1, last, rb, all};
+            dsim_xfer in = {DSIM_XF_RECV, r + 1, last, rb, all, NULL};
             return dsim_coll_run(x, &in, 1);
         }
-        dsim_coll_copy(x, rb, sb, all);
-        dsim_xfer in = {DSIM_XF_RECV_REDUCE, r - 1, 1, rb, all};
+        dsim_xfer in = {DSIM_XF_RECV_REDUCE, r - 1, 1, rb, all, sb};
         DSIM_CHECK(dsim_coll_run(x, &in, 1));
         cur = rb;
         nr = r / 2;
@@ -101,11 +101,10 @@ dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbu
         size_t kl = dsim_coll_block_off(count, p, khi) * es - ko;
         size_t so = dsim_coll_block_off(count, p, slo) * es;
         size_t sl = dsim_coll_block_off(count, p, shi) * es - so;
-        if (cur != rb)
-            dsim_coll_copy(x, rb + ko, cur + ko, kl);
+        /* the kept half is combined from cur as it arrives: no copy */
         dsim_xfer xf[2] = {
-            {DSIM_XF_RECV_REDUCE, peer, pre + 1 + k, rb + ko, kl},
-            {DSIM_XF_SEND, peer, pre + 1 + k, (void *)(cur + so), sl},
+            {DSIM_XF_RECV_REDUCE, peer, pre + 1 + k, rb + ko, kl, cur + ko},
+            {DSIM_XF_SEND, peer, pre + 1 + k, (void *)(cur + so), sl, NULL},
         };
         DSIM_CHECK(dsim_coll_run(x, xf, 2));
         cur = rb;
@@ -131,8 +130,8 @@ dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbu
         size_t mo = dsim_coll_block_off(count, p, lo) * es;
         size_t ml = dsim_coll_block_off(count, p, hi) * es - mo;
         dsim_xfer xf[2] = {
-            {DSIM_XF_RECV, peer, pre + levels + 1 + k, rb + po, pl},
-            {DSIM_XF_SEND, peer, pre + levels + 1 + k, rb + mo, ml},
+            {DSIM_XF_RECV, peer, pre + levels + 1 + k, rb + po, pl, NULL},
+            {DSIM_XF_SEND, peer, pre + levels + 1 + k, rb + mo, ml, NULL},
         };
         DSIM_CHECK(dsim_coll_run(x, xf, 2));
         if (plo < lo)
@@ -142,7 +141,7 @@ dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbu
     }
 
     if (r < 2 * rem) {
-        dsim_xfer out = {DSIM_XF_SEND, r - 1, last, rb, all};
+        dsim_xfer out = {DSIM_XF_SEND, r - 1, last, rb, all, NULL};
         DSIM_CHECK(dsim_coll_run(x, &out, 1));
     }
     return DSIM_OK;

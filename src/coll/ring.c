@@ -23,9 +23,10 @@
  * Block k starts at rank k and is combined in the fixed order k, k+1, ...
  * around the ring, then finished (MEAN) once, by rank k-1, its owner;
  * everyone else receives a copy of those bits, so all ranks agree bit for
- * bit and no order depends on timing. Out of place, a block is copied from
- * sendbuf into recvbuf just before it is combined into, and step 1 sends
- * straight from sendbuf: no temporary buffer and no full copy.
+ * bit and no order depends on timing. Out of place, a block is combined
+ * from sendbuf into recvbuf as it arrives (dsim_irecv_reduce_from: the
+ * same bits as a copy and then a combination in place), and step 1 sends
+ * straight from sendbuf: no temporary buffer and no copy at all.
  *
  * Each rank sends and receives 2 (size-1)/size of the buffer, the bandwidth
  * optimum; the 2 (size-1) steps make it latency-bound for small buffers.
@@ -74,11 +75,11 @@ dsim_err dsim_coll_ring_allreduce(dsim_coll *x, const void *sendbuf, void *recvb
         size_t rlen = dsim_coll_block_cnt(count, n, rcv) * es;
         size_t soff = dsim_coll_block_off(count, n, snd) * es;
         size_t slen = dsim_coll_block_cnt(count, n, snd) * es;
-        if (!inplace)
-            dsim_coll_copy(x, rb + roff, sb + roff, rlen);
+        /* out of place: the block is combined from sendbuf into recvbuf
+         * as it arrives (no copy first) */
         dsim_xfer xf[2] = {
-            {DSIM_XF_RECV_REDUCE, ring_left(x), s + 1, rb + roff, rlen},
-            {DSIM_XF_SEND, ring_right(x), s + 1, (void *)((s == 0 ? sb : rb) + soff), slen},
+            {DSIM_XF_RECV_REDUCE, ring_left(x), s + 1, rb + roff, rlen, inplace ? NULL : sb + roff},
+            {DSIM_XF_SEND, ring_right(x), s + 1, (void *)((s == 0 ? sb : rb) + soff), slen, NULL},
         };
         DSIM_CHECK(dsim_coll_run(x, xf, 2));
     }
@@ -95,9 +96,9 @@ dsim_err dsim_coll_ring_allreduce(dsim_coll *x, const void *sendbuf, void *recvb
         int snd = ring_mod(r + 1 - s, n), rcv = ring_mod(r - s, n);
         dsim_xfer xf[2] = {
             {DSIM_XF_RECV, ring_left(x), n + s, rb + dsim_coll_block_off(count, n, rcv) * es,
-             dsim_coll_block_cnt(count, n, rcv) * es},
+             dsim_coll_block_cnt(count, n, rcv) * es, NULL},
             {DSIM_XF_SEND, ring_right(x), n + s, rb + dsim_coll_block_off(count, n, snd) * es,
-             dsim_coll_block_cnt(count, n, snd) * es},
+             dsim_coll_block_cnt(count, n, snd) * es, NULL},
         };
         DSIM_CHECK(dsim_coll_run(x, xf, 2));
     }
@@ -119,8 +120,8 @@ dsim_err dsim_coll_ring_allgather(dsim_coll *x, const void *sendbuf, void *recvb
     for (int s = 0; s < n - 1; s++) {
         int snd = ring_mod(r - s, n), rcv = ring_mod(r - s - 1, n);
         dsim_xfer xf[2] = {
-            {DSIM_XF_RECV, ring_left(x), s + 1, rb + (size_t)rcv * blen, blen},
-            {DSIM_XF_SEND, ring_right(x), s + 1, rb + (size_t)snd * blen, blen},
+            {DSIM_XF_RECV, ring_left(x), s + 1, rb + (size_t)rcv * blen, blen, NULL},
+            {DSIM_XF_SEND, ring_right(x), s + 1, rb + (size_t)snd * blen, blen, NULL},
         };
         DSIM_CHECK(dsim_coll_run(x, xf, 2));
     }
@@ -157,8 +158,8 @@ dsim_err dsim_coll_ring_reduce_scatter(dsim_coll *x, const void *sendbuf, void *
         dsim_coll_copy(x, into, sb + (size_t)rcv * blen, blen);
         const char *out = s == 0 ? sb + (size_t)ring_mod(r - 1, n) * blen : partial;
         dsim_xfer xf[2] = {
-            {DSIM_XF_RECV_REDUCE, ring_left(x), s + 1, into, blen},
-            {DSIM_XF_SEND, ring_right(x), s + 1, (void *)out, blen},
+            {DSIM_XF_RECV_REDUCE, ring_left(x), s + 1, into, blen, NULL},
+            {DSIM_XF_SEND, ring_right(x), s + 1, (void *)out, blen, NULL},
         };
         e = dsim_coll_run(x, xf, 2);
         partial = into;

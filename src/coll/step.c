@@ -813,6 +813,9 @@ static dsim_err step_post(dsim_coll *x, const dsim_xfer *f, int slot, const dsim
     case DSIM_XF_RECV:
         return dsim_irecv(c->ep, ep, c->comm_id, tag, f->buf, f->len, req);
     case DSIM_XF_RECV_REDUCE:
+        if (f->from && f->from != f->buf)
+            return dsim_irecv_reduce_from(c->ep, ep, c->comm_id, tag, f->from, f->buf,
+                                          f->len / x->esize, x->t, x->op, req);
         return dsim_irecv_reduce(c->ep, ep, c->comm_id, tag, f->buf, f->len / x->esize, x->t, x->op,
                                  req);
     }
@@ -864,7 +867,7 @@ dsim_err dsim_coll_end(dsim_coll *x, dsim_err e)
     if (e != DSIM_OK)
         step_fp_drop(c);
     while (e == DSIM_OK && c->fp_npend > 0) {
-        dsim_xfer f = {DSIM_XF_RECV, c->fp_pend[0], x->nsteps, NULL, 0};
+        dsim_xfer f = {DSIM_XF_RECV, c->fp_pend[0], x->nsteps, NULL, 0, NULL};
         step_fr_wait(c, f.peer);
         e = step_fp_await(x, &f);
     }

@@ -221,9 +221,10 @@ dsim_err dsim_coll_torus_allreduce(dsim_coll *x, const void *sendbuf, void *recv
                 torus_block(&hv[h], i, n, torus_mod(c - sg * (s + 1), n), es, &ro, &rl);
                 torus_block(&hv[h], i, n, torus_mod(c - sg * s, n), es, &so, &sl);
                 int tag = 2 * k + 1 + h;
-                xf[2 * h] =
-                    (dsim_xfer){DSIM_XF_RECV_REDUCE, torus_peer(&g, i, -sg), tag, rb + ro, rl};
-                xf[2 * h + 1] = (dsim_xfer){DSIM_XF_SEND, torus_peer(&g, i, sg), tag, rb + so, sl};
+                xf[2 * h] = (dsim_xfer){
+                    DSIM_XF_RECV_REDUCE, torus_peer(&g, i, -sg), tag, rb + ro, rl, NULL};
+                xf[2 * h + 1] =
+                    (dsim_xfer){DSIM_XF_SEND, torus_peer(&g, i, sg), tag, rb + so, sl, NULL};
             }
             DSIM_CHECK(dsim_coll_run(x, xf, 4));
         }
@@ -253,8 +254,10 @@ dsim_err dsim_coll_torus_allreduce(dsim_coll *x, const void *sendbuf, void *recv
                 torus_block(&hv[h], i, n, torus_mod(c - sg * s, n), es, &ro, &rl);
                 torus_block(&hv[h], i, n, torus_mod(c + sg * (1 - s), n), es, &so, &sl);
                 int tag = 2 * k + 1 + h;
-                xf[2 * h] = (dsim_xfer){DSIM_XF_RECV, torus_peer(&g, i, -sg), tag, rb + ro, rl};
-                xf[2 * h + 1] = (dsim_xfer){DSIM_XF_SEND, torus_peer(&g, i, sg), tag, rb + so, sl};
+                xf[2 * h] =
+                    (dsim_xfer){DSIM_XF_RECV, torus_peer(&g, i, -sg), tag, rb + ro, rl, NULL};
+                xf[2 * h + 1] =
+                    (dsim_xfer){DSIM_XF_SEND, torus_peer(&g, i, sg), tag, rb + so, sl, NULL};
             }
             DSIM_CHECK(dsim_coll_run(x, xf, 4));
         }

@@ -47,7 +47,8 @@ static dsim_err tree_reduce(dsim_coll *x, const void *sendbuf, void *acc, size_t
     for (int k = 0; k < levels && e == DSIM_OK; k++) {
         int mask = 1 << k;
         if (v & mask) {
-            dsim_xfer out = {DSIM_XF_SEND, (v - mask + root) % n, step0 + k + 1, (void *)cur, all};
+            dsim_xfer out = {DSIM_XF_SEND, (v - mask + root) % n, step0 + k + 1, (void *)cur, all,
+                             NULL};
             e = dsim_coll_run(x, &out, 1);
             break;
         }
@@ -65,7 +66,7 @@ static dsim_err tree_reduce(dsim_coll *x, const void *sendbuf, void *acc, size_t
             dsim_coll_copy(x, acc, sendbuf, all);
             cur = acc;
         }
-        dsim_xfer in = {DSIM_XF_RECV_REDUCE, (v + mask + root) % n, step0 + k + 1, acc, all};
+        dsim_xfer in = {DSIM_XF_RECV_REDUCE, (v + mask + root) % n, step0 + k + 1, acc, all, NULL};
         e = dsim_coll_run(x, &in, 1);
     }
     free(scratch);
@@ -87,8 +88,9 @@ static dsim_err tree_bcast(dsim_coll *x, void *buf, size_t count, int root, int 
     int low = 1 << levels;
     if (v != 0) {
         low = v & -v;
-        dsim_xfer in = {DSIM_XF_RECV, (v - low + root) % n, step0 + levels - tree_log2_exact(low),
-                        buf, all};
+        dsim_xfer in = {
+            DSIM_XF_RECV, (v - low + root) % n, step0 + levels - tree_log2_exact(low), buf, all,
+            NULL};
         DSIM_CHECK(dsim_coll_run(x, &in, 1));
     }
     /* At most 31 children; the largest subtree first. */
@@ -96,8 +98,12 @@ static dsim_err tree_bcast(dsim_coll *x, void *buf, size_t count, int root, int 
     int m = 0;
     for (int mask = low >> 1; mask >= 1; mask >>= 1)
         if (v + mask < n)
-            out[m++] = (dsim_xfer){DSIM_XF_SEND, (v + mask + root) % n,
-                                   step0 + levels - tree_log2_exact(mask), buf, all};
+            out[m++] = (dsim_xfer){DSIM_XF_SEND,
+                                   (v + mask + root) % n,
+                                   step0 + levels - tree_log2_exact(mask),
+                                   buf,
+                                   all,
+                                   NULL};
     return m ? dsim_coll_run(x, out, m) : DSIM_OK;
 }
 

@@ -171,7 +171,10 @@ static dsim_err tp_consume_check(dsim_req *r, int src, uint32_t tag, size_t len)
 static dsim_err tp_reduce_part(dsim_req *r, int src, size_t at, const void *data, size_t count)
 {
     size_t esize = r->cap / r->count;
-    dsim_err e = dsim_reduce_local((uint8_t *)r->buf + at * esize, data, count, r->dt, r->op);
+    uint8_t *out = (uint8_t *)r->buf + at * esize;
+    dsim_err e = r->rin ? dsim_reduce_local3(out, (const uint8_t *)r->rin + at * esize, data, count,
+                                             r->dt, r->op)
+                        : dsim_reduce_local(out, data, count, r->dt, r->op);
     if (e != DSIM_OK)
         tp_req_failf(r, src, "reducing the message from rank %d failed: %s", src, dsim_errmsg());
     return e;

@@ -284,30 +284,52 @@ dsim_err dsim_irecv(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, void *
     return tp_recv_post(req, out);
 }
 
-dsim_err dsim_irecv_reduce(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, void *inout,
-                           size_t count, dsim_dtype t, dsim_op op, dsim_req **out)
+static dsim_err tp_recv_reduce(const char *fn, dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag,
+                               const void *in, void *inout, size_t count, dsim_dtype t, dsim_op op,
+                               dsim_req **out)
 {
-    DSIM_CHECK(tp_recv_args("dsim_irecv_reduce", ep, src, out));
+    DSIM_CHECK(tp_recv_args(fn, ep, src, out));
     size_t esz = dsim_dtype_size(t);
     if (!esz)
-        return DSIM_ERR(DSIM_EINVAL, src, "dsim_irecv_reduce: dtype %d is not a valid dsim_dtype",
-                        (int)t);
+        return DSIM_ERR(DSIM_EINVAL, src, "%s: dtype %d is not a valid dsim_dtype", fn, (int)t);
     if ((int)op < 0 || op >= DSIM_OP_COUNT)
-        return DSIM_ERR(DSIM_EINVAL, src, "dsim_irecv_reduce: op %d is not a valid dsim_op",
-                        (int)op);
+        return DSIM_ERR(DSIM_EINVAL, src, "%s: op %d is not a valid dsim_op", fn, (int)op);
     if (count > (size_t)DSIM_TP_MAX_LEN / esz)
-        return DSIM_ERR(DSIM_EINVAL, src,
-                        "dsim_irecv_reduce: %zu elements is over the message size limit", count);
-    if (!inout && count)
-        return DSIM_ERR(DSIM_EINVAL, src, "dsim_irecv_reduce: inout is NULL but count is %zu",
+        return DSIM_ERR(DSIM_EINVAL, src, "%s: %zu elements is over the message size limit", fn,
                         count);
+    if ((!inout || !in) && count)
+        return DSIM_ERR(DSIM_EINVAL, src, "%s: %s is NULL but count is %zu", fn, !in ? "in" : "out",
+                        count);
+    if (in != inout && count) {
+        uintptr_t a = (uintptr_t)in, b = (uintptr_t)inout, len = count * esz;
+        if (a < b + len && b < a + len)
+            return DSIM_ERR(DSIM_EINVAL, src,
+                            "%s: in and out overlap in part; pass the same buffer or disjoint ones",
+                            fn);
+    }
     dsim_req *req = tp_req_new(ep, TP_REQ_RECV_REDUCE, src, comm_id, tag);
     if (!req)
         return DSIM_ENOMEM;
     req->buf = inout;
+    req->rin = in != inout ? in : NULL;
     req->count = count;
     req->cap = count * esz;
     req->dt = t;
     req->op = op;
     return tp_recv_post(req, out);
+}
+
+dsim_err dsim_irecv_reduce(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, void *inout,
+                           size_t count, dsim_dtype t, dsim_op op, dsim_req **out)
+{
+    return tp_recv_reduce("dsim_irecv_reduce", ep, src, comm_id, tag, inout, inout, count, t, op,
+                          out);
+}
+
+dsim_err dsim_irecv_reduce_from(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag,
+                                const void *in, void *out, size_t count, dsim_dtype t, dsim_op op,
+                                dsim_req **req)
+{
+    return tp_recv_reduce("dsim_irecv_reduce_from", ep, src, comm_id, tag, in, out, count, t, op,
+                          req);
 }

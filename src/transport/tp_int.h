@@ -130,7 +130,8 @@ struct dsim_req {
     uint32_t comm_id, tag;
     /* Receives. */
     void *buf;
-    size_t cap; /* bytes; for reductions count * element size */
+    const void *rin; /* reductions: the local operand when not buf (NULL: buf) */
+    size_t cap;      /* bytes; for reductions count * element size */
     size_t count;
     dsim_dtype dt;
     dsim_op op;

@@ -62,12 +62,13 @@ static dsim_err star_call(star *st, int k, uint64_t count)
     int n = 0;
     if (k == 0) {
         for (int s = 1; s <= SPOKES; s++) {
-            xf[n++] = (dsim_xfer){DSIM_XF_RECV, st->ranks[s], 1, st->in[0][s - 1], sizeof out[0]};
-            xf[n++] = (dsim_xfer){DSIM_XF_SEND, st->ranks[s], 1, out[0], sizeof out[0]};
+            xf[n++] =
+                (dsim_xfer){DSIM_XF_RECV, st->ranks[s], 1, st->in[0][s - 1], sizeof out[0], NULL};
+            xf[n++] = (dsim_xfer){DSIM_XF_SEND, st->ranks[s], 1, out[0], sizeof out[0], NULL};
         }
     } else {
-        xf[n++] = (dsim_xfer){DSIM_XF_RECV, 0, 1, st->in[k][0], sizeof out[0]};
-        xf[n++] = (dsim_xfer){DSIM_XF_SEND, 0, 1, out[k], sizeof out[0]};
+        xf[n++] = (dsim_xfer){DSIM_XF_RECV, 0, 1, st->in[k][0], sizeof out[0], NULL};
+        xf[n++] = (dsim_xfer){DSIM_XF_SEND, 0, 1, out[k], sizeof out[0], NULL};
     }
     dsim_err e = dsim_coll_end(&x, dsim_coll_run(&x, xf, n));
     st->got[k] = e;

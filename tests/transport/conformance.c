@@ -27,6 +27,9 @@ const char *tp_backend = "inproc";
 /* `conformance BACKEND filter`: every fabric runs under the fault filter
  * with no faults (pass-through), which must change nothing. */
 int tp_filtered;
+/* `conformance BACKEND opts=OPTIONS`: the backend's options for every
+ * fabric the suite opens without options of its own. */
+static const char *tp_options;
 
 static void job_filter(job *j, dsim_fabric_cfg *cfg);
 
@@ -47,7 +50,7 @@ static void job_open_opts(job *j, int n, const char *options)
 
 void job_open(job *j, int n)
 {
-    job_open_opts(j, n, NULL);
+    job_open_opts(j, n, tp_options);
 }
 
 void job_close(job *j)
@@ -124,8 +127,12 @@ int main(int argc, char **argv)
 {
     if (argc > 1)
         tp_backend = argv[1];
-    if (argc > 2 && strcmp(argv[2], "filter") == 0)
-        tp_filtered = 1;
+    for (int a = 2; a < argc; a++) {
+        if (strcmp(argv[a], "filter") == 0)
+            tp_filtered = 1;
+        else if (strncmp(argv[a], "opts=", 5) == 0)
+            tp_options = argv[a] + 5;
+    }
     int known = 0;
     for (const char *const *n = dsim_transport_names(); *n; n++)
         known |= strcmp(*n, tp_backend) == 0;
@@ -158,6 +165,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_probe_any),
         cmocka_unit_test(test_unreceived),
         cmocka_unit_test(test_irecv_reduce),
+        cmocka_unit_test(test_irecv_reduce_from),
         cmocka_unit_test(test_cancel_pending),
         cmocka_unit_test(test_waitall),
         cmocka_unit_test(test_close_with_pending),

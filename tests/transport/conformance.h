@@ -73,6 +73,7 @@ void test_gap_other_tag(void **state);
 void test_probe_any(void **state);
 void test_unreceived(void **state);
 void test_irecv_reduce(void **state);
+void test_irecv_reduce_from(void **state);
 void test_cancel_pending(void **state);
 void test_waitall(void **state);
 void test_close_with_pending(void **state);

@@ -268,6 +268,93 @@ void test_irecv_reduce(void **state)
     job_close(&j);
 }
 
+/* Out of place: out = in + msg, in and the sender's buffer untouched, out
+ * not written before the message comes; the same bits as a copy of in into
+ * out and a reducing receive there. */
+static void reduce_from_case(job *j, size_t count, int recv_first)
+{
+    size_t n = count ? count : 1;
+    float *in = calloc(n, sizeof *in), *out = calloc(n, sizeof *out);
+    float *msg = calloc(n, sizeof *msg), *want = calloc(n, sizeof *want);
+    for (size_t i = 0; i < count; i++) {
+        in[i] = (float)(i % 1000) * 0.1f; /* differs at every offset of a piece */
+        msg[i] = 0.3f * (float)(i % 7);
+        out[i] = -1.0f;
+        want[i] = in[i];
+    }
+    assert_int_equal(dsim_reduce_local(want, msg, count, DSIM_F32, DSIM_SUM), DSIM_OK);
+    dsim_req *s, *r;
+    if (recv_first) {
+        assert_int_equal(
+            dsim_irecv_reduce_from(j->ep[1], 0, 2, 4, in, out, count, DSIM_F32, DSIM_SUM, &r),
+            DSIM_OK);
+        assert_false(dsim_req_done(r));
+        for (size_t i = 0; i < count; i++)
+            if (out[i] != -1.0f)
+                fail_msg("element %zu of out written before the message came", i);
+    }
+    assert_int_equal(dsim_isend(j->ep[0], 1, 2, 4, msg, count * sizeof *msg, &s), DSIM_OK);
+    if (!recv_first)
+        assert_int_equal(
+            dsim_irecv_reduce_from(j->ep[1], 0, 2, 4, in, out, count, DSIM_F32, DSIM_SUM, &r),
+            DSIM_OK);
+    size_t got = 0;
+    assert_int_equal(dsim_wait(r, dl(j, LONG_NS), &got), DSIM_OK);
+    assert_int_equal(dsim_wait(s, dl(j, LONG_NS), NULL), DSIM_OK);
+    assert_int_equal(got, count * sizeof *msg);
+    if (count)
+        assert_memory_equal(out, want, count * sizeof *out);
+    for (size_t i = 0; i < count; i++) {
+        if (in[i] != (float)(i % 1000) * 0.1f || msg[i] != 0.3f * (float)(i % 7))
+            fail_msg("element %zu of in or of the sender's buffer changed", i);
+    }
+    free(in);
+    free(out);
+    free(msg);
+    free(want);
+}
+
+void test_irecv_reduce_from(void **state)
+{
+    (void)state;
+    job j;
+    job_open(&j, 2);
+    reduce_from_case(&j, 0, 0);
+    reduce_from_case(&j, 5, 0);
+    reduce_from_case(&j, 5, 1);
+    reduce_from_case(&j, (1u << 20) + 3, 0);
+    reduce_from_case(&j, (1u << 20) + 3, 1);
+    /* in == out: dsim_irecv_reduce. */
+    int32_t x[4] = {1, -5, 7, 0}, y[4] = {3, -9, 2, 0}, o[4] = {9, 9, 9, 9};
+    dsim_req *s, *r;
+    assert_int_equal(dsim_irecv_reduce_from(j.ep[0], 1, 2, 3, x, x, 4, DSIM_I32, DSIM_MAX, &r),
+                     DSIM_OK);
+    assert_int_equal(dsim_isend(j.ep[1], 0, 2, 3, y, sizeof y, &s), DSIM_OK);
+    assert_int_equal(dsim_wait(r, dl(&j, LONG_NS), NULL), DSIM_OK);
+    assert_int_equal(dsim_wait(s, dl(&j, LONG_NS), NULL), DSIM_OK);
+    assert_int_equal(x[0], 3);
+    assert_int_equal(x[1], -5);
+    /* A message of another size: refused, out left alone. */
+    assert_int_equal(dsim_irecv_reduce_from(j.ep[0], 1, 2, 3, y, o, 3, DSIM_I32, DSIM_SUM, &r),
+                     DSIM_OK);
+    assert_int_equal(dsim_isend(j.ep[1], 0, 2, 3, x, sizeof x, &s), DSIM_OK);
+    assert_int_equal(dsim_wait(r, dl(&j, LONG_NS), NULL), DSIM_ETRUNC);
+    assert_int_equal(dsim_wait(s, dl(&j, LONG_NS), NULL), DSIM_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(o[i], 9);
+    /* Buffers that overlap in part, or a NULL one, are refused up front. */
+    int32_t w[8] = {0};
+    assert_int_equal(dsim_irecv_reduce_from(j.ep[0], 1, 2, 3, w, w + 2, 4, DSIM_I32, DSIM_SUM, &r),
+                     DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "overlap"));
+    assert_int_equal(dsim_irecv_reduce_from(j.ep[0], 1, 2, 3, NULL, w, 4, DSIM_I32, DSIM_SUM, &r),
+                     DSIM_EINVAL);
+    assert_int_equal(
+        dsim_irecv_reduce_from(j.ep[0], 1, 2, 3, w, w + 4, 4, DSIM_F64, DSIM_OP_COUNT, &r),
+        DSIM_EINVAL);
+    job_close(&j);
+}
+
 /* ---- cancel, waitall, close ---- */
 
 void test_cancel_pending(void **state)

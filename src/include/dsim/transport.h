@@ -98,6 +98,13 @@ DSIM_API dsim_err dsim_irecv(dsim_ep *ep, int src, uint32_t comm_id, uint32_t ta
 DSIM_API dsim_err dsim_irecv_reduce(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag,
                                     void *inout, size_t count, dsim_dtype t, dsim_op op,
                                     dsim_req **req);
+/* dsim_irecv_reduce out of place: out[i] = in[i] (op) msg[i], the same bits
+ * as copying in to out first, without that pass over memory. in and out are
+ * the same buffer or disjoint; out is not written before the message comes
+ * (in full on success; on failure it may hold part of the result). */
+DSIM_API dsim_err dsim_irecv_reduce_from(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag,
+                                         const void *in, void *out, size_t count, dsim_dtype t,
+                                         dsim_op op, dsim_req **req);
 
 /* Looks, without receiving anything, for a message on comm_id from any
  * source that no receive has taken yet: 1 with *src (if not NULL) set to
