@@ -74,7 +74,8 @@ static void pe_child(const dsim_engine_ranks *job, int r, const char *addrs, int
         if (shm_fd >= 0)
             snprintf(opts, cap, "fd=%d,local=%d", shm_fd, r);
         else
-            snprintf(opts, cap, "addrs=%s,local=%d,listen_fds=%d", addrs, r, lfd);
+            snprintf(opts, cap, "addrs=%s,local=%d,listen_fds=%d,payload_checksum=0", addrs, r,
+                     lfd);
         dsim_fabric_cfg fcfg = {.backend = shm_fd >= 0 ? "shm" : "tcp",
                                 .nranks = job->nranks,
                                 .rt = rt,

@@ -238,7 +238,8 @@ static dsim_err pr_start_remote(pr_job *j, int k)
 }
 
 /* The tcp options of task t: every rank's address, its own ranks and their
- * listeners. */
+ * listeners; on one host, frames whose checksums leave out the payload
+ * (the tcp option payload_checksum=0). */
 static char *pr_task_options(const pr_job *j, const pr_net *net, const pr_task *t)
 {
     const dsim_proc_hosts *hosts = j->a ? j->a->hosts : NULL;
@@ -257,6 +258,8 @@ static char *pr_task_options(const pr_job *j, const pr_net *net, const pr_task *
                               hosts ? hosts->listen_fds[r - t->lo] : net->lfd[r]);
     if (hosts && hosts->tcp_extra && *hosts->tcp_extra)
         snprintf(opts + o, cap - o, ",%s", hosts->tcp_extra);
+    else if (!hosts) /* one host: memory to memory, as over shm */
+        snprintf(opts + o, cap - o, ",payload_checksum=0");
     return opts;
 }
 

@@ -569,6 +569,89 @@ static void test_sideband_frame(void **state)
     dsim_log_set_handler(NULL, NULL);
 }
 
+/* A frame whose checksum covers its header and sideband only (flag 0x10,
+ * as payload_checksum=0 writes it). Returns its size. */
+static size_t wire_head_only(uint8_t *out, int src, int dst, uint32_t tag, uint64_t seq,
+                             const uint8_t *side, const void *payload, size_t len)
+{
+    size_t n = side ? wire_side_frame(out, src, dst, 5, tag, seq, side, payload, len)
+                    : wire_frame(out, src, dst, 5, tag, seq, payload, len);
+    out[6] |= 0x10;
+    put32(out + 28, 0);
+    put32(out + 28, crc32c(crc32c(0, out, 48), out + 48, side ? DSIM_TP_SIDE_LEN : 0));
+    return n;
+}
+
+/* payload_checksum: a fabric that wants its payloads checked refuses a
+ * frame whose checksum leaves the payload out; one with payload_checksum=0
+ * takes it, still refuses a damaged header or sideband, and still checks a
+ * frame whose checksum covers its payload. */
+static void test_head_only_frames(void **state)
+{
+    (void)state;
+    expect_bad("payload_checksum=yes", 2, "payload_checksum=yes", "expected 1");
+    int ports[3];
+    uint8_t frame[48 + DSIM_TP_SIDE_LEN + 64], payload[64], got[64], side[DSIM_TP_SIDE_LEN],
+        got_side[DSIM_TP_SIDE_LEN];
+    fill(payload, sizeof payload, 5);
+    fill(side, sizeof side, 6);
+    dsim_req *r;
+    size_t len = 0;
+    int st, has = 0;
+    for (int checked = 1; checked >= 0; checked--) {
+        pick_ports(3, ports);
+        tjob j;
+        tjob_open(&j, 3, 0, 1, ports, checked ? NULL : "payload_checksum=0");
+        int fd = raw_join(ports[1], 2, 1, 3, &st);
+        assert_int_equal(st, 0);
+        assert_int_equal(dsim_irecv(j.ep[1], 2, 5, 7, got, sizeof got, &r), DSIM_OK);
+        xwrite(fd, frame, wire_head_only(frame, 2, 1, 7, 1, NULL, payload, sizeof payload));
+        if (checked) {
+            assert_int_equal(dsim_wait(r, dl(&j, LONG_NS), NULL), DSIM_EPROTO);
+            assert_non_null(strstr(dsim_errmsg(), "leaves out the payload"));
+            assert_non_null(strstr(dsim_errmsg(), "payload_checksum=1"));
+            assert_true(raw_closed(fd, 2000));
+            close(fd);
+            tjob_close(&j);
+            continue;
+        }
+        assert_int_equal(dsim_wait(r, dl(&j, LONG_NS), &len), DSIM_OK);
+        assert_int_equal(len, sizeof payload);
+        assert_memory_equal(got, payload, sizeof payload);
+        /* with a sideband, which the checksum covers */
+        assert_int_equal(dsim_irecv(j.ep[1], 2, 5, 7, got, sizeof got, &r), DSIM_OK);
+        xwrite(fd, frame, wire_head_only(frame, 2, 1, 7, 2, side, payload, sizeof payload));
+        assert_int_equal(dsim_wait_side(r, dl(&j, LONG_NS), &len, got_side, &has), DSIM_OK);
+        assert_int_equal(has, 1);
+        assert_memory_equal(got_side, side, sizeof side);
+        assert_memory_equal(got, payload, sizeof payload);
+        /* a full checksum is still checked: one flipped payload bit */
+        assert_int_equal(dsim_irecv(j.ep[1], 2, 5, 7, got, sizeof got, &r), DSIM_OK);
+        size_t n = wire_frame(frame, 2, 1, 5, 7, 3, payload, sizeof payload);
+        frame[48 + 3] ^= 0x01;
+        xwrite(fd, frame, n);
+        assert_int_equal(dsim_wait(r, dl(&j, LONG_NS), NULL), DSIM_EPROTO);
+        assert_non_null(strstr(dsim_errmsg(), "checksum mismatch"));
+        close(fd);
+        /* a damaged sideband, then a damaged header (the tag) */
+        for (int k = 0; k < 2; k++) {
+            tjob_close(&j);
+            pick_ports(3, ports);
+            tjob_open(&j, 3, 0, 1, ports, "payload_checksum=0");
+            fd = raw_join(ports[1], 2, 1, 3, &st);
+            assert_int_equal(st, 0);
+            assert_int_equal(dsim_irecv(j.ep[1], 2, 5, DSIM_ANY_TAG, got, sizeof got, &r), DSIM_OK);
+            n = wire_head_only(frame, 2, 1, 7, 1, side, payload, sizeof payload);
+            frame[k ? 24 : 48 + 5] ^= 0x02;
+            xwrite(fd, frame, n);
+            assert_int_equal(dsim_wait(r, dl(&j, LONG_NS), NULL), DSIM_EPROTO);
+            assert_non_null(strstr(dsim_errmsg(), "checksum mismatch"));
+            close(fd);
+        }
+        tjob_close(&j);
+    }
+}
+
 /* One bad connection per case, each on a fresh fabric; the fabric stays
  * usable and closes without leaks. */
 static void test_garbage_refused(void **state)
@@ -1279,6 +1362,7 @@ int main(void)
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_corrupt_frame),
         cmocka_unit_test(test_sideband_frame),
+        cmocka_unit_test(test_head_only_frames),
         cmocka_unit_test(test_garbage_refused),
         cmocka_unit_test(test_peer_closes),
         cmocka_unit_test(test_peer_resets),

@@ -27,6 +27,15 @@
  *                      parent that forks the processes of a job binds every
  *                      rank's port first, so no port is ever raced for);
  *                      their addresses in addrs= are the bound ones.
+ *   payload_checksum=1|0  1 (the default): every data frame's checksum
+ *                      covers its payload. 0: a data frame's checksum covers
+ *                      its header and sideband only, flagged TCP_F_HEAD_ONLY
+ *                      (the payload costs no checksum pass on either side);
+ *                      for ranks on one host, where the bytes go from memory
+ *                      to memory through the kernel, as over shm (the
+ *                      processes engine sets it there). A receiver with 1
+ *                      refuses such a frame as corrupt. The fault layer's
+ *                      own checksums (corrupt faults) travel either way.
  *   secret_file=PATH   the cluster secret (dsim/spi/auth.h); without it the
  *                      environment variable DSIM_CLUSTER_SECRET, when set.
  *                      With a secret every connection starts with an
@@ -56,7 +65,9 @@
  * reflected 0x82F63B78, as iSCSI and ext4 use; SSE4.2 where the CPU has it)
  * of the 48 header bytes with the checksum field zero followed by the
  * sideband (if any) and the payload, so a damaged header is caught as well
- * as a damaged payload. A data frame with another flag than those two is
+ * as a damaged payload (with payload_checksum=0: of the header and the
+ * sideband, and the frame carries TCP_F_HEAD_ONLY). A data frame with
+ * another flag than those (and the sideband's and virtual flags) is
  * refused as corrupt ("unknown flags"), as is a sideband on any other frame:
  * peers of protocol version 1, which had no sideband, are refused at the
  * hello.
@@ -244,6 +255,7 @@ static dsim_err tcp_fabric_open(dsim_fabric *f, const char *options)
     tf->all_local = tf->lo == 0 && tf->hi == tf->nranks - 1;
     tf->connect_timeout = o.connect_timeout;
     tf->max_frame = o.max_frame;
+    tf->payload_crc = o.payload_crc;
     e = dsim_secret_load(o.secret_file, &tf->secret);
     if (e != DSIM_OK)
         goto out;
@@ -422,8 +434,8 @@ static void tcp_ep_close(dsim_ep *ep)
 /* Encodes the frame into it: a data frame, or a wrapped one when the header
  * does not describe this payload (a hand-made frame, or one that carries a
  * payload checksum of its own for the receive path to judge). */
-static void tcp_item_frame(tcp_item *it, int me, int to, const dsim_tp_hdr *hdr,
-                           const void *payload, size_t len)
+static void tcp_item_frame(const tcp_fabric *tf, tcp_item *it, int me, int to,
+                           const dsim_tp_hdr *hdr, const void *payload, size_t len)
 {
     memset(it, 0, sizeof *it);
     it->faithful = hdr->magic == DSIM_TP_MAGIC && hdr->version == DSIM_TP_VERSION &&
@@ -431,13 +443,13 @@ static void tcp_item_frame(tcp_item *it, int me, int to, const dsim_tp_hdr *hdr,
     size_t side = hdr->flags & DSIM_TP_F_SIDE ? TCP_SIDE_LEN : 0;
     if (it->faithful) {
         dsim_tp_hdr h = *hdr;
-        h.flags |= DSIM_TP_F_CHECKSUM;
+        h.flags |= DSIM_TP_F_CHECKSUM | (tf->payload_crc ? 0 : TCP_F_HEAD_ONLY);
         h.checksum = 0;
         tcp_hdr_put(it->head, &h);
         memcpy(it->head + TCP_HDR_LEN, hdr->side, side);
         it->head_len = TCP_HDR_LEN + side;
         uint32_t crc = tcp_crc32c(tcp_hdr_crc(it->head), it->head + TCP_HDR_LEN, side);
-        tcp_put32(it->head + 28, tcp_crc32c(crc, payload, len));
+        tcp_put32(it->head + 28, tf->payload_crc ? tcp_crc32c(crc, payload, len) : crc);
     } else {
         dsim_tp_hdr env = {.magic = TCP_MAGIC_RAW,
                            .version = DSIM_TP_VERSION,
@@ -497,7 +509,7 @@ static dsim_err tcp_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void
         return DSIM_ERR(DSIM_EPEER, to,
                         "rank %d has closed its endpoint; rank %d cannot send to it", to, me);
     tcp_item *it = dsim_tp_req_priv(req);
-    tcp_item_frame(it, me, to, hdr, payload, len);
+    tcp_item_frame(tf, it, me, to, hdr, payload, len);
     it->req = req;
     tcp_local *lc = tcp_local_of(tf, me);
     tcp_loop *lp = lc->lp;

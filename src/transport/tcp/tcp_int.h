@@ -115,6 +115,7 @@ typedef struct tcp_conn {
     dsim_tp_hdr rh;
     size_t rlen, rgot;
     uint32_t rcrc;
+    size_t rcrc_len; /* the body's first bytes the checksum covers (all, or the sideband) */
     uint8_t *rbody;
     size_t rbody_cap;
     uint8_t *stage;
@@ -160,6 +161,7 @@ typedef struct tcp_fabric {
     tcp_addr *addrs;
     int64_t connect_timeout;
     size_t max_frame;
+    int payload_crc; /* 0: data frames' checksums cover header and sideband only */
     int nloops;
     tcp_loop *loops;
     tcp_local *locals;
@@ -185,6 +187,7 @@ typedef struct tcp_opts {
     int64_t connect_timeout;
     long io_threads;
     size_t max_frame;
+    int payload_crc;
 } tcp_opts;
 
 /* ---- small helpers ---- */

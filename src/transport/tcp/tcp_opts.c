@@ -14,7 +14,7 @@
 
 #define TCP_KNOWN                                                                                  \
     "addrs=HOST:PORT;..., addrs_file=PATH, local=A-B, connect_timeout=30s, io_threads=N, "         \
-    "max_frame=BYTES, listen_fds=FD;FD;..., secret_file=PATH"
+    "max_frame=BYTES, listen_fds=FD;FD;..., secret_file=PATH, payload_checksum=1|0"
 
 static dsim_err tcp_opt_duration(const char *key, const char *val, int64_t *out)
 {
@@ -88,6 +88,7 @@ dsim_err tcp_parse_opts(tcp_fabric *tf, const char *options, tcp_opts *o)
     o->connect_timeout = TCP_TIMEOUT_DEF;
     o->io_threads = 1;
     o->max_frame = TCP_MAX_FRAME_DEF;
+    o->payload_crc = 1;
     if (!options)
         return DSIM_OK;
     size_t cap = strlen(options) + 1;
@@ -136,6 +137,14 @@ dsim_err tcp_parse_opts(tcp_fabric *tf, const char *options, tcp_opts *o)
                 e = DSIM_ERR(DSIM_EINVAL, -1,
                              "tcp option io_threads=%s: expected a number from 1 to %d", val,
                              TCP_MAX_LOOPS);
+        } else if (strcmp(key, "payload_checksum") == 0) {
+            if (strcmp(val, "0") != 0 && strcmp(val, "1") != 0)
+                e = DSIM_ERR(DSIM_EINVAL, -1,
+                             "tcp option payload_checksum=%s: expected 1 (every frame's checksum "
+                             "covers its payload, the default) or 0 (header and sideband only, "
+                             "for ranks on one host)",
+                             val);
+            o->payload_crc = val[0] == '1';
         } else if (strcmp(key, "max_frame") == 0) {
             e = dsim_tp_opt_size("tcp", key, val, &o->max_frame);
             if (e == DSIM_OK && (o->max_frame == 0 || o->max_frame > DSIM_TP_MAX_LEN))

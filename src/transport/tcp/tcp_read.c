@@ -107,6 +107,10 @@ static int tcp_frame_begin(tcp_loop *lp, tcp_conn *c)
     else if (c->rkind != TCP_K_DATA && (h->flags & DSIM_TP_F_SIDE))
         snprintf(what, sizeof what, "a sideband on a %s frame",
                  c->rkind == TCP_K_RAW ? "wrapped" : "control");
+    else if (c->rkind == TCP_K_DATA && (h->flags & TCP_F_HEAD_ONLY) && tf->payload_crc)
+        snprintf(what, sizeof what,
+                 "a checksum that leaves out the payload, where this fabric's must cover it "
+                 "(payload_checksum=1)");
     if (what[0]) {
         tcp_corrupt(lp, c, what);
         return -1;
@@ -123,10 +127,20 @@ static int tcp_frame_begin(tcp_loop *lp, tcp_conn *c)
     }
     c->rcrc = tcp_hdr_crc(c->rhdr);
     /* The sideband is read as the first bytes of the body. */
-    c->rlen =
-        (size_t)h->len + (c->rkind == TCP_K_DATA && (h->flags & DSIM_TP_F_SIDE) ? TCP_SIDE_LEN : 0);
+    size_t side = c->rkind == TCP_K_DATA && (h->flags & DSIM_TP_F_SIDE) ? TCP_SIDE_LEN : 0;
+    c->rlen = (size_t)h->len + side;
+    c->rcrc_len = c->rkind == TCP_K_DATA && (h->flags & TCP_F_HEAD_ONLY) ? side : c->rlen;
     c->rgot = 0;
     return 0;
+}
+
+/* Adds the body's bytes p[0 .. n), which start at body offset at, to the
+ * running checksum, as far as it covers the body. */
+static void tcp_body_crc(tcp_conn *c, size_t at, const uint8_t *p, size_t n)
+{
+    if (at >= c->rcrc_len)
+        return;
+    c->rcrc = tcp_crc32c(c->rcrc, p, n < c->rcrc_len - at ? n : c->rcrc_len - at);
 }
 
 static int tcp_hand_over(tcp_loop *lp, tcp_conn *c, const dsim_tp_hdr *h, const uint8_t *body,
@@ -136,7 +150,10 @@ static int tcp_hand_over(tcp_loop *lp, tcp_conn *c, const dsim_tp_hdr *h, const 
      * arrival; a wrapped frame's header is hand-made and is judged by the
      * receive path as it stands. */
     dsim_tp_hdr hv = *h;
-    if (c->rkind != TCP_K_RAW)
+    if (c->rkind == TCP_K_DATA && (h->flags & TCP_F_HEAD_ONLY))
+        /* its payload was not checked, and needs no check (payload_checksum=0) */
+        hv.flags &= (uint16_t) ~(TCP_F_HEAD_ONLY | DSIM_TP_F_CHECKSUM);
+    else if (c->rkind != TCP_K_RAW)
         hv.flags |= DSIM_TP_F_VERIFIED;
     if (c->rkind == TCP_K_DATA && h->src != c->peer) {
         /* A connection carries one peer's frames: one that claims another
@@ -279,7 +296,7 @@ void tcp_read(tcp_loop *lp, tcp_conn *c)
             }
             budget = budget > (size_t)n ? budget - (size_t)n : 0;
             if (direct) {
-                c->rcrc = tcp_crc32c(c->rcrc, dst, (size_t)n);
+                tcp_body_crc(c, c->rgot, dst, (size_t)n);
                 c->rgot += (size_t)n;
                 if (c->rgot == c->rlen && tcp_frame_end(lp, c, c->rbody) != 0)
                     return;
@@ -308,7 +325,7 @@ void tcp_read(tcp_loop *lp, tcp_conn *c)
                  * empty body is always handed over from here: the body
                  * buffer may not exist yet. */
                 const uint8_t *b = c->stage + c->spos;
-                c->rcrc = tcp_crc32c(c->rcrc, b, c->rlen);
+                tcp_body_crc(c, 0, b, c->rlen);
                 c->spos += c->rlen;
                 if (tcp_frame_end(lp, c, b) != 0)
                     return;
@@ -322,7 +339,7 @@ void tcp_read(tcp_loop *lp, tcp_conn *c)
         size_t take = c->rlen - c->rgot;
         take = take < avail ? take : avail;
         memcpy(c->rbody + c->rgot, p, take);
-        c->rcrc = tcp_crc32c(c->rcrc, p, take);
+        tcp_body_crc(c, c->rgot, p, take);
         c->rgot += take;
         c->spos += take;
         if (c->rgot == c->rlen && tcp_frame_end(lp, c, c->rbody) != 0)

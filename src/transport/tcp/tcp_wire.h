@@ -26,8 +26,11 @@
 #define TCP_CTL_MAX       4096u
 #define TCP_WHY_MAX       255
 #define TCP_SIDE_LEN      DSIM_TP_SIDE_LEN
+/* On the wire only: the data frame's checksum covers its header and
+ * sideband, not its payload (payload_checksum=0); never handed over. */
+#define TCP_F_HEAD_ONLY 0x10u
 /* The flags a data frame may carry on the wire. */
-#define TCP_DATA_FLAGS (DSIM_TP_F_CHECKSUM | DSIM_TP_F_SIDE | DSIM_TP_F_VIRTUAL)
+#define TCP_DATA_FLAGS (DSIM_TP_F_CHECKSUM | DSIM_TP_F_SIDE | DSIM_TP_F_VIRTUAL | TCP_F_HEAD_ONLY)
 
 _Static_assert(offsetof(dsim_tp_hdr, side) == TCP_HDR_LEN,
                "dsim_tp_hdr is 48 bytes on the wire, then the sideband");
