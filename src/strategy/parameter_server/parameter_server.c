@@ -211,9 +211,12 @@ static dsim_err ps_exchange(dsim_replica_ctx *ctx, uint32_t op, ps_build_fn buil
     for (int i = 0; i < 2 * P; i++)
         c->reqs[i] = NULL;
     dsim_err e = DSIM_OK;
-    for (int s = 0; s < P && e == DSIM_OK && expect_reply; s++)
+    int at = -1; /* the server whose receive (P + s) or send (s) could not start */
+    for (int s = 0; s < P && e == DSIM_OK && expect_reply; s++) {
         e = dsim_irecv(ctx->ep, ctx->server_rank0 + s, PS_COMM, PS_TAG_REP, c->rbuf + s * c->cap,
                        c->cap, &c->reqs[P + s]);
+        at = P + s;
+    }
     for (int s = 0; s < P && e == DSIM_OK; s++) {
         unsigned char *m = c->sbuf + s * c->cap;
         ps_hdr h = {.op = op, .from = (uint32_t)ctx->replica};
@@ -221,14 +224,20 @@ static dsim_err ps_exchange(dsim_replica_ctx *ctx, uint32_t op, ps_build_fn buil
         memcpy(m, &h, sizeof h);
         e = dsim_isend(ctx->ep, ctx->server_rank0 + s, PS_COMM, PS_TAG_REQ, m,
                        sizeof h + nf * sizeof(float), &c->reqs[s]);
+        at = s;
     }
     if (e != DSIM_OK) {
+        /* A send to a server whose link already broke fails here at once
+         * (tcp): named as the failure of that server, as in the wait below. */
         dsim_error saved;
         dsim_error_copy(&saved);
         for (int i = 0; i < 2 * P; i++)
             if (c->reqs[i])
                 dsim_req_cancel(c->reqs[i]);
-        return dsim_set_error(saved.code, saved.peer, saved.file, saved.line, "%s", saved.msg);
+        return dsim_set_error(saved.code, ctx->server_rank0 + at % P, saved.file, saved.line,
+                              "parameter_server: replica %d: %s %s parameter server %d failed: %s",
+                              ctx->replica, ps_op_names[op], at >= P ? "reply from" : "request to",
+                              at % P, saved.msg);
     }
     int failed = -1;
     int64_t deadline = dsim_rt_deadline(ctx->rt, ctx->timeout_ns);
