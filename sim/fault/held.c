@@ -285,6 +285,11 @@ void fs_worker_main(void *arg)
         for (size_t t = 0; t < fs->n_timers; t++)
             if (fs->timers[t].pending && fs->timers[t].due < next)
                 next = fs->timers[t].due;
+        /* The stop may have come while the lock was let go for a restart's
+         * abort: its wake found nobody waiting, so look before sleeping
+         * (else fs_detach waits for ever on a worker asleep for good). */
+        if (fs->stopping)
+            break;
         dsim_waitq_wait(fs->q, next);
     }
     dsim_waitq_unlock(fs->q);

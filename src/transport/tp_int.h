@@ -197,6 +197,11 @@ struct dsim_fabric {
     _Atomic(dsim_ep *) *eps;
     atomic_int aborted;
     atomic_flag abort_claimed;
+    /* dsim_fabric_abort calls in progress, and whether the fabric is
+     * closing: a close waits for those in progress (they call into the
+     * backend), and an abort that comes later does nothing. */
+    atomic_int abort_busy;
+    atomic_int closing;
     int abort_peer;
     char abort_why[256];
     void *priv;

@@ -144,6 +144,12 @@ void dsim_fabric_close(dsim_fabric *f)
 {
     if (!f)
         return;
+    /* An abort from another thread (the fault layer's restart timer, a
+     * backend's) may be under way: it calls into the backend, which must
+     * still be open. Later ones see closing and do nothing. */
+    atomic_store(&f->closing, 1);
+    while (atomic_load(&f->abort_busy) > 0)
+        (void)dsim_rt_sleep_until(f->rt, dsim_rt_deadline(f->rt, 100000));
     for (int r = 0; r < f->nranks; r++) {
         dsim_ep *ep = atomic_load_explicit(&f->eps[r], memory_order_acquire);
         if (!ep)
@@ -217,10 +223,20 @@ dsim_err dsim_ep_open(dsim_fabric *f, int rank, dsim_ep **out)
 
 /* ---- abort, epochs, counters ---- */
 
+static void tp_fabric_abort(dsim_fabric *f, int failed_peer, const char *why);
+
 void dsim_fabric_abort(dsim_fabric *f, int failed_peer, const char *why)
 {
     if (!f)
         return;
+    atomic_fetch_add(&f->abort_busy, 1);
+    if (!atomic_load(&f->closing))
+        tp_fabric_abort(f, failed_peer, why);
+    atomic_fetch_sub(&f->abort_busy, 1);
+}
+
+static void tp_fabric_abort(dsim_fabric *f, int failed_peer, const char *why)
+{
     if (atomic_flag_test_and_set(&f->abort_claimed)) {
         /* The first abort's peer and reason stand. Do not return before it
          * has revoked the fabric: from here on every operation of this

@@ -3,7 +3,9 @@
  * not fails every survivor with an error that names the lost rank or link;
  * the same seed gives the same fault events. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "dsim/log.h"
 #include "dsim/strategy.h"
 #include "fault/fault.h"
 #include "harness/recovery.h"
@@ -364,6 +367,59 @@ static void test_restart_revokes_the_group(void **state)
     fl_done(&r);
 }
 
+/* The restart's abort is logged by the fault layer's worker with the
+ * fault layer unlocked: held up there, it lets the job fail and close its
+ * fabric, whose stop request must not be lost on a worker that goes to
+ * sleep afterwards (it was: 2 hangs in about 8,000 runs of
+ * worker_restarts_quickly). */
+static void fl_slow_abort_log(dsim_log_level level, const char *file, int line, const char *msg,
+                              void *user)
+{
+    (void)level;
+    (void)file;
+    (void)line;
+    (void)user;
+    if (strstr(msg, "a new incarnation joined"))
+        usleep(500 * 1000);
+}
+
+typedef struct {
+    const dsim_fault *f;
+    fl_run r;
+    atomic_int done;
+} fl_bg;
+
+static void *fl_bg_main(void *p)
+{
+    fl_bg *b = p;
+    fl_go(&b->r, b->f, 1, 1);
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+static void test_restart_stop_while_aborting(void **state)
+{
+    (void)state;
+    dsim_fault f = fl_fault(DSIM_FAULT_RESTART);
+    f.when = DSIM_WHEN_STEP;
+    f.step = 2;
+    f.rank = 3;
+    f.duration_ns = 50 * MS;
+    dsim_log_set_handler(fl_slow_abort_log, NULL);
+    fl_bg b = {.f = &f};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, fl_bg_main, &b), 0);
+    for (int i = 0; i < 200 && !atomic_load(&b.done); i++)
+        usleep(50 * 1000);
+    if (!atomic_load(&b.done))
+        fail_msg("the job did not return within 10 s: closing its fabric waits on the fault "
+                 "layer's worker");
+    pthread_join(t, NULL);
+    dsim_log_set_handler(NULL, NULL);
+    fl_assert_detected(&b.r, 3, "restarted", 500 * MS);
+    fl_done(&b.r);
+}
+
 static void test_same_seed_same_events(void **state)
 {
     (void)state;
@@ -649,6 +705,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_reorder_is_detected),
         cmocka_unit_test(test_straggler_and_stagger_change_nothing),
         cmocka_unit_test(test_restart_revokes_the_group),
+        cmocka_unit_test(test_restart_stop_while_aborting),
         cmocka_unit_test(test_same_seed_same_events),
         cmocka_unit_test(test_recovery_ends_equal_to_a_clean_run),
         cmocka_unit_test(test_recovery_gives_up),
