@@ -30,6 +30,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/overlap_int.h"
 #include "dsim/err.h"
 #include "dsim/reduce.h"
 
@@ -271,14 +272,6 @@ static int reduce_is_half(dsim_dtype t)
     return t == DSIM_F16 || t == DSIM_BF16;
 }
 
-/* Non-zero when [p, p+len) and [q, q+len) overlap without being the same
- * range. */
-static int reduce_partial_overlap(const void *p, const void *q, size_t len)
-{
-    uintptr_t x = (uintptr_t)p, y = (uintptr_t)q;
-    return x != y && (x < y ? y - x : x - y) < len;
-}
-
 static dsim_err reduce_check_type(const char *fn, dsim_dtype t, dsim_op op)
 {
     if ((unsigned)t >= DSIM_DTYPE_COUNT)
@@ -322,7 +315,7 @@ dsim_err dsim_reduce_local(void *inout, const void *in, size_t count, dsim_dtype
                         inout ? "in" : "inout", count);
     DSIM_CHECK(reduce_check_count(fn, t, count));
     size_t len = count * dsim_dtype_size(t);
-    if (reduce_partial_overlap(inout, in, len))
+    if (dsim_overlap_part(inout, in, len))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "%s: inout and in overlap in part; pass the same buffer or disjoint ones",
                         fn);
@@ -348,11 +341,11 @@ dsim_err dsim_reduce_local3(void *out, const void *a, const void *b, size_t coun
                         count);
     DSIM_CHECK(reduce_check_count(fn, t, count));
     size_t len = count * dsim_dtype_size(t);
-    if (reduce_partial_overlap(out, a, len) || reduce_partial_overlap(out, b, len))
+    if (dsim_overlap_part(out, a, len) || dsim_overlap_part(out, b, len))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "%s: out overlaps %s in part; out must equal a or b exactly, or be "
                         "disjoint from both",
-                        fn, reduce_partial_overlap(out, a, len) ? "a" : "b");
+                        fn, dsim_overlap_part(out, a, len) ? "a" : "b");
     if (reduce_is_half(t) || (out != a && out != b))
         reduce_k3[t][op](out, a, b, count);
     else if (out == a && out != b)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/fiu_int.h"
+#include "core/overlap_int.h"
 #include "dsim/log.h"
 #include "dsim/spi/rt.h"
 #include "tp_int.h"
@@ -300,13 +301,10 @@ static dsim_err tp_recv_reduce(const char *fn, dsim_ep *ep, int src, uint32_t co
     if ((!inout || !in) && count)
         return DSIM_ERR(DSIM_EINVAL, src, "%s: %s is NULL but count is %zu", fn, !in ? "in" : "out",
                         count);
-    if (in != inout && count) {
-        uintptr_t a = (uintptr_t)in, b = (uintptr_t)inout, len = count * esz;
-        if (a < b + len && b < a + len)
-            return DSIM_ERR(DSIM_EINVAL, src,
-                            "%s: in and out overlap in part; pass the same buffer or disjoint ones",
-                            fn);
-    }
+    if (dsim_overlap_part(in, inout, count * esz))
+        return DSIM_ERR(DSIM_EINVAL, src,
+                        "%s: in and out overlap in part; pass the same buffer or disjoint ones",
+                        fn);
     dsim_req *req = tp_req_new(ep, TP_REQ_RECV_REDUCE, src, comm_id, tag);
     if (!req)
         return DSIM_ENOMEM;

@@ -203,6 +203,18 @@ static void ps_replica_fini(dsim_replica_ctx *ctx)
 typedef size_t (*ps_build_fn)(dsim_replica_ctx *ctx, int s, ps_hdr *h, float *payload,
                               const void *arg);
 
+/* The exchange's request slot (s: the send to server s; P + s: the receive
+ * of its reply) failed with code and why: named as that server's failure. */
+static dsim_err ps_slot_failed(const dsim_replica_ctx *ctx, int P, uint32_t op, int slot,
+                               dsim_err code, const char *why)
+{
+    int server = slot >= 0 ? slot % P : -1;
+    return DSIM_ERR(code, server >= 0 ? ctx->server_rank0 + server : -1,
+                    "parameter_server: replica %d: %s %s parameter server %d failed: %s",
+                    ctx->replica, ps_op_names[op], slot >= P ? "reply from" : "request to", server,
+                    why);
+}
+
 static dsim_err ps_exchange(dsim_replica_ctx *ctx, uint32_t op, ps_build_fn build, const void *arg,
                             int expect_reply)
 {
@@ -234,21 +246,13 @@ static dsim_err ps_exchange(dsim_replica_ctx *ctx, uint32_t op, ps_build_fn buil
         for (int i = 0; i < 2 * P; i++)
             if (c->reqs[i])
                 dsim_req_cancel(c->reqs[i]);
-        return dsim_set_error(saved.code, ctx->server_rank0 + at % P, saved.file, saved.line,
-                              "parameter_server: replica %d: %s %s parameter server %d failed: %s",
-                              ctx->replica, ps_op_names[op], at >= P ? "reply from" : "request to",
-                              at % P, saved.msg);
+        return ps_slot_failed(ctx, P, op, at, saved.code, saved.msg);
     }
     int failed = -1;
     int64_t deadline = dsim_rt_deadline(ctx->rt, ctx->timeout_ns);
     e = dsim_waitall(c->reqs, 2 * P, deadline, &failed);
-    if (e != DSIM_OK) {
-        int server = failed >= 0 ? failed % P : -1;
-        return DSIM_ERR(e, server >= 0 ? ctx->server_rank0 + server : -1,
-                        "parameter_server: replica %d: %s %s parameter server %d failed: %s",
-                        ctx->replica, ps_op_names[op], failed >= P ? "reply from" : "request to",
-                        server, dsim_errmsg());
-    }
+    if (e != DSIM_OK)
+        return ps_slot_failed(ctx, P, op, failed, e, dsim_errmsg());
     if (!expect_reply)
         return DSIM_OK;
     /* Every reply is checked before any is used. */
