@@ -177,6 +177,7 @@ dsim_err dsim_faults_create(const dsim_fault *faults, size_t n, uint64_t seed, i
                                          .detach = fs_detach,
                                          .on_deliver = fs_on_deliver,
                                          .on_sent = fs_on_sent,
+                                         .on_peer_lost = fs_on_peer_lost,
                                          .conn_stats = fs_conn_stats};
     *out = fs;
     return DSIM_OK;

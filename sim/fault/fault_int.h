@@ -54,10 +54,21 @@ typedef struct fs_held {
         fs_link *link;
         struct fs_held *next_free; /* on the free list of small frames */
     };
-    int why; /* the fault index that held it, or -1 (queued behind others) */
+    int why; /* the fault index that held it, -1 (queued behind others), -2
+                (a dead or paused end) or FS_HELD_BREAK */
     size_t len;
     unsigned char data[];
 } fs_held;
+
+/* A held entry that is no frame: the link broke (the peer closed or died)
+ * after the frames held before it, and its receiver hears of it after them
+ * (hdr.src is the peer; data holds an fs_break). */
+#define FS_HELD_BREAK (-3)
+typedef struct fs_break {
+    int blame;
+    dsim_err code;
+    char msg[];
+} fs_break;
 
 /* Frames of up to FS_SMALL bytes (a timing-only frame carries 8) are held
  * in blocks of one size that are kept on a free list for the next one,
@@ -256,6 +267,12 @@ double fs_draw(dsim_faults *fs, fs_link *l, int src, int dst, double corr);
  * dropped) when out of memory. */
 bool fs_hold_locked(dsim_faults *fs, dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload,
                     size_t len, int64_t due, int why, fs_link *l);
+/* held.c: holds the break of link l (from peer to ep) behind its held
+ * frames, a reordered frame there going now (no next frame will pass it);
+ * false when a frame there is held for good (a partition that never heals)
+ * or out of memory: the break then goes at once. */
+bool fs_hold_break_locked(dsim_faults *fs, dsim_ep *ep, int peer, int blame, dsim_err code,
+                          const char *msg, fs_link *l, int64_t now);
 /* held.c: holds h again (its due set), after every frame due no later. */
 void fs_hold_insert_locked(dsim_faults *fs, fs_held *h);
 /* held.c: takes held frame i out of the heap. */
@@ -272,6 +289,8 @@ void fs_held_clear(dsim_faults *fs);
 dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr *hdr, const void *payload,
                                      size_t len);
 void fs_on_sent(void *user, dsim_ep *ep, const dsim_tp_hdr *hdr);
+dsim_tp_filter_verdict fs_on_peer_lost(void *user, dsim_ep *ep, int peer, int blame, dsim_err code,
+                                       const char *msg);
 void fs_conn_stats(void *user, dsim_ep *ep, dsim_ep_conn_stats *out);
 dsim_err fs_attach(void *user, dsim_fabric *f);
 void fs_detach(void *user, dsim_fabric *f);

@@ -441,6 +441,26 @@ dsim_tp_filter_verdict fs_on_deliver(void *user, dsim_ep *ep, dsim_tp_hdr *hdr, 
     return v;
 }
 
+dsim_tp_filter_verdict fs_on_peer_lost(void *user, dsim_ep *ep, int peer, int blame, dsim_err code,
+                                       const char *msg)
+{
+    dsim_faults *fs = user;
+    int dst = dsim_ep_rank(ep);
+    if (!fs->q || peer < 0 || peer >= fs->R || dst < 0 || dst >= fs->R)
+        return DSIM_TP_FILTER_PASS;
+    dsim_tp_filter_verdict v = DSIM_TP_FILTER_PASS;
+    dsim_waitq_lock(fs->q);
+    fs_link *l = fs_link_get(fs, peer, dst);
+    /* What this link's frames wait for (a delay, a retransmission, the
+     * network model, a pause, a partition) the break waits for too: the
+     * frames left the peer before it closed. */
+    if (l && l->held > 0 &&
+        fs_hold_break_locked(fs, ep, peer, blame, code, msg, l, dsim_rt_now(fs->rt)))
+        v = DSIM_TP_FILTER_TAKEN;
+    dsim_waitq_unlock(fs->q);
+    return v;
+}
+
 void fs_conn_stats(void *user, dsim_ep *ep, dsim_ep_conn_stats *out)
 {
     dsim_faults *fs = user;

@@ -184,6 +184,53 @@ bool fs_hold_locked(dsim_faults *fs, dsim_ep *ep, const dsim_tp_hdr *hdr, const 
     return true;
 }
 
+bool fs_hold_break_locked(dsim_faults *fs, dsim_ep *ep, int peer, int blame, dsim_err code,
+                          const char *msg, fs_link *l, int64_t now)
+{
+    /* A reordered frame waits for the link's next frame to pass it: none
+     * will come now, so it goes as it is. */
+    for (size_t i = 0; fs->any_reorder && i < fs->nheld; i++) {
+        fs_held *h = fs->held[i].h;
+        if (fs->held[i].due == FS_FOREVER && h->link == l && h->why >= 0 &&
+            fs->list[h->why].what == DSIM_FAULT_REORDER) {
+            (void)fs_heap_take(fs, i);
+            h->due = now;
+            h->why = -1;
+            fs_hold_insert_locked(fs, h);
+            i = (size_t)-1; /* the heap moved: look again */
+        }
+    }
+    int64_t last = now;
+    for (size_t i = 0; i < fs->nheld; i++)
+        if (fs->held[i].h->link == l && fs->held[i].due > last)
+            last = fs->held[i].due;
+    /* Behind a link cut for good the break would wait for ever: it goes
+     * now, as before the cut's frames (the receiver learns that its peer
+     * closed, as the health check would tell it, and fails at once). */
+    if (last == FS_FOREVER)
+        return false;
+    size_t n = strlen(msg) + 1, len = sizeof(fs_break) + n;
+    fs_held *h = fs_heap_room(fs) ? fs_held_alloc(fs, len) : NULL;
+    if (!h)
+        return false;
+    h->ep = ep;
+    memset(&h->hdr, 0, sizeof h->hdr);
+    h->hdr.src = peer;
+    h->hdr.dst = dsim_ep_rank(ep);
+    h->len = len;
+    fs_break *b = (fs_break *)(void *)h->data;
+    b->blame = blame;
+    b->code = code;
+    memcpy(b->msg, msg, n);
+    h->due = last;
+    h->link = l;
+    h->why = FS_HELD_BREAK;
+    l->last_due = last;
+    l->held++;
+    fs_hold_insert_locked(fs, h);
+    return true;
+}
+
 /* Moves held frames that `pred` selects to `due` (a heal or a pause's end). */
 static int fs_held_cmp(const void *a, const void *b)
 {
@@ -273,9 +320,14 @@ void fs_worker_main(void *arg)
             fs_heap_take(fs, 0);
             fs_prefetch_next(fs);
             dsim_waitq_unlock(fs->q);
-            /* a held frame arrives when it is handed over */
-            dsim_msg_log_arrived(fs->msgs, dsim_ep_rank(h->ep), &h->hdr, now);
-            dsim_tp_deliver_held(h->ep, &h->hdr, h->data, h->len);
+            if (h->why == FS_HELD_BREAK) {
+                const fs_break *b = (const fs_break *)(const void *)h->data;
+                dsim_tp_peer_lost_held(h->ep, h->hdr.src, b->blame, b->code, b->msg);
+            } else {
+                /* a held frame arrives when it is handed over */
+                dsim_msg_log_arrived(fs->msgs, dsim_ep_rank(h->ep), &h->hdr, now);
+                dsim_tp_deliver_held(h->ep, &h->hdr, h->data, h->len);
+            }
             dsim_waitq_lock(fs->q);
             h->link->held--;
             fs_held_free(fs, h);
@@ -298,7 +350,8 @@ void fs_worker_main(void *arg)
 void fs_held_clear(dsim_faults *fs)
 {
     for (size_t i = 0; i < fs->nheld; i++) {
-        fs->stats.dropped++;
+        if (fs->held[i].h->why != FS_HELD_BREAK)
+            fs->stats.dropped++;
         fs_held_free(fs, fs->held[i].h);
     }
     fs->nheld = 0;

@@ -40,6 +40,7 @@
 /* Pinging one peer (made for every peer once the check is ready). The
  * peer's worker and rank follow from its index (health_peer_worker). */
 typedef struct health_peer {
+    int gone;     /* its link broke (its process ended or closed): not pinged */
     int waiting;  /* a ping is out */
     int attempts; /* pings in a row that went unanswered */
     uint32_t seq;
@@ -281,6 +282,24 @@ static int health_answer_all(dsim_health *h, uint64_t *answered)
     return HEALTH_GO;
 }
 
+/* The link to or from peer i broke for good (its process ended, closed its
+ * connections, or they failed): nothing more can be asked of it, and a
+ * collective that needs it fails on the same break, so it is not pinged
+ * again (nor reported down: a worker that finished closes its links while
+ * the others end their last step). The others are checked on. */
+static int health_gone(dsim_health *h, int i, dsim_err e)
+{
+    health_peer *p = &h->peers[i];
+    p->gone = 1;
+    p->waiting = 0;
+    health_reap(&p->ping_sq);
+    health_reap(&p->pong_rq);
+    dsim_debug("health check of worker %d: the link with peer %d (worker %d) is gone (%s); it is "
+               "not pinged again",
+               h->cfg.worker, health_peer_rank(h, i), health_peer_worker(h, i), dsim_strerror(e));
+    return HEALTH_GO;
+}
+
 static int health_send_ping(dsim_health *h, int i, int64_t now)
 {
     dsim_ep *ep = h->cfg.ep;
@@ -296,7 +315,9 @@ static int health_send_ping(dsim_health *h, int i, int64_t now)
                             sizeof p->ping_out, &p->ping_sq);
     if (e != DSIM_OK) {
         p->ping_sq = NULL;
-        return HEALTH_IDLE;
+        if (e == DSIM_EABORTED)
+            return HEALTH_IDLE;
+        return health_gone(h, i, e);
     }
     if (dsim_req_done(p->ping_sq))
         health_reap(&p->ping_sq); /* as an answer's send */
@@ -334,17 +355,25 @@ static int health_ping(dsim_health *h, int i, int64_t now)
 {
     dsim_ep *ep = h->cfg.ep;
     health_peer *p = &h->peers[i];
+    if (p->gone)
+        return HEALTH_GO;
     if (!p->waiting) {
         if (now >= p->next_ping)
             return health_send_ping(h, i, now);
         return HEALTH_GO;
     }
-    while (p->pong_rq && dsim_req_done(p->pong_rq)) {
+    /* A receive from a peer whose link broke fails as soon as it is posted:
+     * that ends here rather than looping for ever (and never seeing the
+     * stop). Anything else that fails at once is a damaged or stale answer,
+     * a few of which are drained per wake. */
+    for (int drained = 0; p->pong_rq && dsim_req_done(p->pong_rq); drained++) {
         size_t len = 0;
         dsim_err e = dsim_wait(p->pong_rq, DSIM_NO_DEADLINE, &len);
         p->pong_rq = NULL;
         if (e == DSIM_EABORTED)
             return HEALTH_IDLE;
+        if (e == DSIM_EPEER || e == DSIM_EIO || (e != DSIM_OK && drained >= 64))
+            return health_gone(h, i, e);
         if (e == DSIM_OK && len == sizeof p->pong_in && p->pong_in[0] == p->seq) {
             p->waiting = 0;
             p->attempts = 0;
@@ -413,6 +442,8 @@ static void health_main(void *arg)
                 wake = health_add(now, h->tick);
                 for (int i = 0; ready && i < h->npeers; i++) {
                     const health_peer *p = &h->peers[i];
+                    if (p->gone)
+                        continue;
                     int64_t due = p->waiting ? p->deadline : p->next_ping;
                     if (due < wake)
                         wake = due;

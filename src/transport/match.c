@@ -371,6 +371,7 @@ static dsim_err tp_unexpected_take(dsim_ep *ep, const dsim_tp_hdr *h, tp_msg *m)
 static void tp_repost(dsim_ep *ep, dsim_req *r);
 static int tp_pull_parked(dsim_req *r, const tp_msg *m, dsim_err *st);
 static void tp_pull_failed(dsim_ep *ep, dsim_req *r, const tp_msg *m, int how);
+static void tp_peer_lost_now(dsim_ep *ep, int peer, int blame, dsim_err code, const char *msg);
 
 /* The checks every delivered frame passes first, traced: -1 refused
  * (closed or revoked: *rc says why), 1 rejected (a duplicate, stale or
@@ -689,12 +690,16 @@ static int tp_pull_parked(dsim_req *r, const tp_msg *m, dsim_err *st)
 static void tp_pull_failed(dsim_ep *ep, dsim_req *r, const tp_msg *m, int how)
 {
     tp_repost(ep, r);
-    dsim_tp_peer_lost(ep, m->src, how == ESRCH ? DSIM_EPEER : DSIM_EIO,
-                      how == ESRCH ? "peer %d died: its process ended while rank %d read its "
-                                     "%zu-byte message (comm %" PRIu32 ", tag %" PRIu32 ")"
-                                   : "peer %d: rank %d could not read its %zu-byte message "
-                                     "(comm %" PRIu32 ", tag %" PRIu32 "): %s",
-                      m->src, ep->rank, m->len, m->comm_id, m->tag, strerror(how));
+    /* Not through the filter: this message passed it already, so the break
+     * comes now, before anything the filter holds from the sender. */
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             how == ESRCH ? "peer %d died: its process ended while rank %d read its "
+                            "%zu-byte message (comm %" PRIu32 ", tag %" PRIu32 ")"
+                          : "peer %d: rank %d could not read its %zu-byte message "
+                            "(comm %" PRIu32 ", tag %" PRIu32 "): %s",
+             m->src, ep->rank, m->len, m->comm_id, m->tag, strerror(how));
+    tp_peer_lost_now(ep, m->src, m->src, how == ESRCH ? DSIM_EPEER : DSIM_EIO, msg);
 }
 
 dsim_err dsim_tp_deliver_pull(dsim_ep *ep, const dsim_tp_hdr *h, size_t len, dsim_tp_pull *p)
@@ -1032,6 +1037,17 @@ void tp_lost_free(dsim_ep *ep)
 
 static void tp_peer_lost(dsim_ep *ep, int peer, int blame, dsim_err code, const char *msg)
 {
+    /* Frames the fault filter holds from peer arrived before the break: it
+     * may take the break to hand it over after them. */
+    const struct dsim_tp_filter *fl = ep->f->filter;
+    if (fl && fl->on_peer_lost &&
+        fl->on_peer_lost(ep->f->filter_user, ep, peer, blame, code, msg) == DSIM_TP_FILTER_TAKEN)
+        return;
+    tp_peer_lost_now(ep, peer, blame, code, msg);
+}
+
+static void tp_peer_lost_now(dsim_ep *ep, int peer, int blame, dsim_err code, const char *msg)
+{
     size_t n = strlen(msg) + 1;
     tp_lost *l = malloc(sizeof *l + n);
     dsim_waitq_lock(ep->lock);
@@ -1098,6 +1114,15 @@ void dsim_tp_peer_lost_blaming(dsim_ep *ep, int peer, int blame, dsim_err code, 
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     tp_peer_lost(ep, peer, blame, code, msg);
+}
+
+void dsim_tp_peer_lost_held(dsim_ep *ep, int peer, int blame, dsim_err code, const char *msg)
+{
+    if (!ep || peer < 0 || peer >= ep->f->nranks || code == DSIM_OK || !msg)
+        return;
+    if (blame < 0 || blame >= ep->f->nranks)
+        blame = peer;
+    tp_peer_lost_now(ep, peer, blame, code, msg);
 }
 
 void dsim_tp_count_corrupt(dsim_ep *ep)

@@ -2,7 +2,8 @@
  * within the detection bound and fails the collectives that wait for it
  * without any timeout, naming it; later calls fail at once with the same
  * cause; a worker that is slow but alive is never reported; and the bound's
- * values follow its formula. */
+ * values follow its formula; a peer whose process ends is let go, not
+ * pinged for ever. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -10,10 +11,14 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 #include <cmocka.h>
+
+#include "loopback.h"
 
 #include "coll_harness.h"
 #include "dsim/health.h"
@@ -325,6 +330,96 @@ static void test_answers_whoever_pings(void **state)
     dsim_rt_destroy(rt);
 }
 
+/* ---- a peer whose process ends: two tcp fabrics stand for two ---- */
+
+typedef struct hc_proc {
+    dsim_rt *rt;
+    dsim_fabric *f;
+    dsim_ep *ep;
+    dsim_health *hc;
+} hc_proc;
+
+static void hc_proc_open(hc_proc *p, int w, const int *ports, int lfd)
+{
+    char opts[256];
+    snprintf(opts, sizeof opts, "addrs=127.0.0.1:%d;127.0.0.1:%d,local=%d,listen_fds=%d", ports[0],
+             ports[1], w, lfd);
+    assert_int_equal(dsim_rt_create("threads", &p->rt), DSIM_OK);
+    dsim_fabric_cfg cfg = {.backend = "tcp", .nranks = 2, .rt = p->rt, .options = opts};
+    if (dsim_fabric_open(&cfg, &p->f) != DSIM_OK)
+        fail_msg("tcp fabric of worker %d: %s", w, dsim_errmsg());
+    assert_int_equal(dsim_ep_open(p->f, w, &p->ep), DSIM_OK);
+    dsim_health_cfg hc = {.ep = p->ep,
+                          .worker = w,
+                          .num_workers = 2,
+                          .ranks_per_worker = 1,
+                          .interval_ns = 20 * MS,
+                          .timeout_ns = 200 * MS,
+                          .retries = 2,
+                          .task_id = 100 + w};
+    assert_int_equal(dsim_health_start(&hc, &p->hc), DSIM_OK);
+}
+
+static void hc_proc_close(hc_proc *p)
+{
+    dsim_health_stop(p->hc);
+    dsim_ep_close(p->ep);
+    dsim_fabric_close(p->f);
+    dsim_rt_destroy(p->rt);
+    memset(p, 0, sizeof *p);
+}
+
+static int64_t hc_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Worker 0 finishes: its check stops and then its process closes its
+ * connections while worker 1's check has a ping out to it. Worker 1's check
+ * stops pinging it (its receive for the answer fails at once, for good: it
+ * used to post it again and again, never looking at the stop, so that the
+ * job's end waited on it for ever), does not call a peer that closed down,
+ * and stops when asked. */
+static void test_peer_that_closes(void **state)
+{
+    (void)state;
+    int ports[2], lfd[2];
+    for (int w = 0; w < 2; w++)
+        if ((lfd[w] = test_listen_loopback(&ports[w])) < 0)
+            fail_msg("cannot listen on 127.0.0.1");
+    hc_proc p[2];
+    memset(p, 0, sizeof p);
+    hc_proc_open(&p[1], 1, ports, lfd[1]);
+    hc_proc_open(&p[0], 0, ports, lfd[0]);
+    dsim_rt_sleep_until(p[1].rt, dsim_rt_deadline(p[1].rt, 150 * MS));
+    dsim_health_stats st;
+    dsim_health_get_stats(p[1].hc, &st);
+    assert_true(st.answers_received > 0);
+    /* its check stops first: worker 1's next ping goes unanswered, and
+     * its process ends while that ping waits (well within the timeout) */
+    dsim_health_stop(p[0].hc);
+    p[0].hc = NULL;
+    dsim_rt_sleep_until(p[1].rt, dsim_rt_deadline(p[1].rt, 30 * MS));
+    hc_proc_close(&p[0]);
+    alarm(30); /* a check that never stops ends the test here, not at meson's timeout */
+    int64_t c0 = hc_cpu_ns(), t0 = dsim_rt_now(p[1].rt);
+    dsim_rt_sleep_until(p[1].rt, dsim_rt_deadline(p[1].rt, 500 * MS));
+    int64_t cpu = hc_cpu_ns() - c0, wall = dsim_rt_now(p[1].rt) - t0;
+    dsim_health_get_stats(p[1].hc, &st);
+    printf("# worker 1 after worker 0 closed: %llu pings, %llu answers, down %d, %.0f ms of CPU "
+           "in %.0f ms\n",
+           (unsigned long long)st.pings_sent, (unsigned long long)st.answers_received,
+           st.down_worker, (double)cpu / 1e6, (double)wall / 1e6);
+    assert_int_equal(st.down_worker, -1);
+    if (cpu > wall / 2)
+        fail_msg("worker 1's check spun: %.0f ms of CPU in %.0f ms after its peer closed",
+                 (double)cpu / 1e6, (double)wall / 1e6);
+    hc_proc_close(&p[1]);
+    alarm(0);
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -343,6 +438,7 @@ int main(void)
         cmocka_unit_test(test_detects_dead_worker),
         cmocka_unit_test(test_slow_worker_is_not_down),
         cmocka_unit_test(test_answers_whoever_pings),
+        cmocka_unit_test(test_peer_that_closes),
         cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -307,12 +307,26 @@ struct dsim_tp_filter {
      * network model stands for the links the backend does not have). Must
      * not call into the transport. */
     void (*conn_stats)(void *user, dsim_ep *ep, struct dsim_ep_conn_stats *out);
+    /* Optional. The backend says the link that brought frames from `peer`
+     * to the local endpoint ep broke (dsim_tp_peer_lost: the peer closed
+     * its connection or its process ended). Frames of that pair the filter
+     * holds arrived before the break, and a receiver must get them before
+     * it hears of it: return DSIM_TP_FILTER_TAKEN to take the break (copy
+     * msg) and hand it over after them with dsim_tp_peer_lost_held, or
+     * DSIM_TP_FILTER_PASS to let it go now. Same threading rules as
+     * on_deliver. */
+    dsim_tp_filter_verdict (*on_peer_lost)(void *user, dsim_ep *ep, int peer, int blame,
+                                           dsim_err code, const char *msg);
 };
 
 /* Hands a frame the filter took to ep's receive path, bypassing the filter
  * (payload is read during the call only). Same results as dsim_tp_deliver. */
 DSIM_API dsim_err dsim_tp_deliver_held(dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload,
                                        size_t len);
+/* Hands a link break the filter took (on_peer_lost) to ep, bypassing the
+ * filter: as dsim_tp_peer_lost_blaming with the message as given. */
+DSIM_API void dsim_tp_peer_lost_held(dsim_ep *ep, int peer, int blame, dsim_err code,
+                                     const char *msg);
 
 /* For backends whose links can break (a connection closes, is reset, or
  * carries a corrupt frame: a byte stream cannot be resynchronised): the link
