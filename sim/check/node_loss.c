@@ -402,6 +402,21 @@ static bool nl_trouble(const dsim_check_faults *fx, const dsim_train_result *b, 
     return false;
 }
 
+/* The broken attempt failed before any replica started (a setup error, no
+ * hang and no loss): its replicas' ends are as they were made, not stuck. */
+static bool nl_none_started(const dsim_check_faults *fx, const dsim_train_result *b)
+{
+    if (fx->broken_err == DSIM_EHUNG || fx->t_loss >= 0)
+        return false;
+    for (int r = 0; r < b->num_replicas; r++) {
+        const dsim_train_replica_end *e = &b->replicas[r];
+        if (e->t_end != 0 || e->t_phase != 0 || e->phase != DSIM_PHASE_START ||
+            e->status != DSIM_OK || e->killed)
+            return false;
+    }
+    return true;
+}
+
 static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
 {
     const dsim_check_faults *fx = ctx->faults;
@@ -432,9 +447,9 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         nl_rode_out(ctx, fx, msg, cap);
         return DSIM_OK;
     }
-    if (!b->replicas || b->num_replicas <= 0) {
+    if (!b->replicas || b->num_replicas <= 0 || nl_none_started(fx, b)) {
         dsim_check_msg(msg, cap, "the broken attempt failed before its replicas started: %s",
-                       b->error.msg);
+                       b->error.msg[0] ? b->error.msg : dsim_strerror(fx->broken_err));
         return DSIM_OK;
     }
     /* 1 and 2: every survivor failed, in time; 3: none applied a partial update */

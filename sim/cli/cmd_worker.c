@@ -341,14 +341,23 @@ static int wk_reshape(dsim_scenario *s, int w, const char *whence, bool reshape,
                 whence, w, R, cfg->hosts, cfg->devices_per_host, R);
         return 2;
     }
+    int hosts = cfg->hosts, dph = cfg->devices_per_host;
+    cfg->hosts = w;
+    cfg->devices_per_host = R / w;
+    /* the other shape must suit the strategy too (mirrored: one host) */
+    if (dsim_scenario_check_shape(s) != DSIM_OK) {
+        fprintf(stderr,
+                "dsim worker: --reshape: %s has %d worker task(s), and the scenario's %d hosts x "
+                "%d devices run as %d x %d cannot run: %s; start %d task(s) instead\n",
+                whence, w, hosts, dph, w, R / w, dsim_errmsg(), hosts + cfg->num_ps);
+        return 2;
+    }
     fprintf(stderr,
             "dsim worker: --reshape: %s has %d worker task(s); the scenario's %d hosts x %d "
             "devices run as %d x %d: the same %d replicas but ANOTHER JOB (%d input pipelines "
             "instead of %d, other examples on each replica), whose losses and parameters differ "
             "from dsim run %s\n",
-            whence, w, cfg->hosts, cfg->devices_per_host, w, R / w, R, w, cfg->hosts, file);
-    cfg->hosts = w;
-    cfg->devices_per_host = R / w;
+            whence, w, hosts, dph, w, R / w, R, w, hosts, file);
     return 0;
 }
 

@@ -180,6 +180,57 @@ dsim_err dsim_scenario_plugin_find(const char *file, char **out)
                     file ? file : "", file && *file ? searched : "nowhere: no file given");
 }
 
+/* What is wrong with the cluster's shape for built-in strategy b, written
+ * to buf; false when nothing is. */
+static bool scen_shape_problem(const dsim_train_cfg *t, const scen_builtin *b, char *buf,
+                               size_t cap)
+{
+    char shape[128];
+    snprintf(shape, sizeof shape, "%d host%s x %d device%s, %d parameter server%s", t->hosts,
+             t->hosts == 1 ? "" : "s", t->devices_per_host, t->devices_per_host == 1 ? "" : "s",
+             t->num_ps, t->num_ps == 1 ? "" : "s");
+    if (b->needs_tpu && t->tpu.replicas == 0)
+        snprintf(buf, cap,
+                 "strategy.name: tpu (TPUStrategy) runs on a TPU slice, but the cluster is %s; "
+                 "give one, e.g. cluster: {tpu: v3-8} (simulated: no TPU is used), or use "
+                 "mirrored / multi_worker_mirrored",
+                 shape);
+    else if (b->one_device && (t->hosts != 1 || t->devices_per_host != 1 || t->num_ps != 0))
+        snprintf(buf, cap,
+                 "strategy.name: one_device runs on 1 host x 1 device without parameter "
+                 "servers, but the cluster is %s; use mirrored (one host, several devices) or "
+                 "multi_worker_mirrored (several hosts)",
+                 shape);
+    else if (b->one_host && (t->hosts != 1 || t->num_ps != 0))
+        snprintf(buf, cap,
+                 "strategy.name: %s runs on one host without parameter servers, but the cluster "
+                 "is %s; use multi_worker_mirrored for several hosts",
+                 t->strategy, shape);
+    else if (b->no_ps && t->num_ps != 0)
+        snprintf(buf, cap,
+                 "strategy.name: %s runs without parameter servers, but the cluster is %s; use "
+                 "parameter_server, or set cluster.ps: 0",
+                 t->strategy, shape);
+    else if (b->needs_ps && t->num_ps < 1)
+        snprintf(buf, cap,
+                 "strategy.name: parameter_server needs at least one parameter server, but the "
+                 "cluster is %s; set cluster.ps: 1 or more",
+                 shape);
+    else
+        return false;
+    return true;
+}
+
+dsim_err dsim_scenario_check_shape(const dsim_scenario *s)
+{
+    const dsim_train_cfg *t = &s->train;
+    const scen_builtin *b = t->strategy ? scen_builtin_find(t->strategy) : NULL;
+    char why[512];
+    if (!b || t->plugin_path || !scen_shape_problem(t, b, why, sizeof why))
+        return DSIM_OK;
+    return DSIM_ERR(DSIM_EINVAL, -1, "%s", why);
+}
+
 /* The cluster's shape, for the built-ins (a plugin checks its own when it
  * is loaded). */
 static dsim_err scen_strategy_shape(const scen_ctx *c, const scen_state *st)
@@ -190,43 +241,17 @@ static dsim_err scen_strategy_shape(const scen_ctx *c, const scen_state *st)
     if (!b || t->plugin_path)
         return DSIM_OK;
     const scen_node *at = st->strategy_at ? st->strategy_at : st->cluster.at;
-    char shape[128];
-    snprintf(shape, sizeof shape, "%d host%s x %d device%s, %d parameter server%s", t->hosts,
-             t->hosts == 1 ? "" : "s", t->devices_per_host, t->devices_per_host == 1 ? "" : "s",
-             t->num_ps, t->num_ps == 1 ? "" : "s");
-    if (b->needs_tpu && t->tpu.replicas == 0)
-        return scen_fail(c, at,
-                         "strategy.name: tpu (TPUStrategy) runs on a TPU slice, but the cluster "
-                         "is %s; give one, e.g. cluster: {tpu: v3-8} (simulated: no TPU is "
-                         "used), or use mirrored / multi_worker_mirrored",
-                         shape);
+    char why[512];
+    if (b->needs_tpu && t->tpu.replicas == 0 && scen_shape_problem(t, b, why, sizeof why))
+        return scen_fail(c, at, "%s", why);
     if (m->val[S_DYN] && !b->needs_tpu)
         return scen_fail(c, m->key[S_DYN],
                          "strategy.dynamic_batch_size: only tpu (TPUStrategy's "
                          "experimental_enable_dynamic_batch_size) has it; %s runs batches of "
                          "any size (remove dynamic_batch_size)",
                          t->strategy);
-    if (b->one_device && (t->hosts != 1 || t->devices_per_host != 1 || t->num_ps != 0))
-        return scen_fail(c, at,
-                         "strategy.name: one_device runs on 1 host x 1 device without "
-                         "parameter servers, but the cluster is %s; use mirrored (one host, "
-                         "several devices) or multi_worker_mirrored (several hosts)",
-                         shape);
-    if (b->one_host && (t->hosts != 1 || t->num_ps != 0))
-        return scen_fail(c, at,
-                         "strategy.name: %s runs on one host without parameter servers, but "
-                         "the cluster is %s; use multi_worker_mirrored for several hosts",
-                         t->strategy, shape);
-    if (b->no_ps && t->num_ps != 0)
-        return scen_fail(c, at,
-                         "strategy.name: %s runs without parameter servers, but the cluster "
-                         "is %s; use parameter_server, or set cluster.ps: 0",
-                         t->strategy, shape);
-    if (b->needs_ps && t->num_ps < 1)
-        return scen_fail(c, at,
-                         "strategy.name: parameter_server needs at least one parameter "
-                         "server, but the cluster is %s; set cluster.ps: 1 or more",
-                         shape);
+    if (scen_shape_problem(t, b, why, sizeof why))
+        return scen_fail(c, at, "%s", why);
     if (!b->needs_ps && m->val[S_PSMODE])
         return scen_fail(c, m->key[S_PSMODE],
                          "strategy.ps_mode: only parameter_server has a mode; %s does not "

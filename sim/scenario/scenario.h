@@ -193,6 +193,10 @@ const char *dsim_scenario_plugin_dirs(void);
  * DSIM_ENOENT when the directory of checkpoint.path (relative to the working
  * directory) does not exist, with where the path is given. */
 dsim_err dsim_scenario_runnable(const dsim_scenario *s);
+/* Whether a built-in strategy runs on the scenario's cluster shape as it is
+ * now (dsim worker --reshape changes it after the load checked it): the
+ * load's message when not (DSIM_EINVAL). */
+dsim_err dsim_scenario_check_shape(const dsim_scenario *s);
 
 /* The engine s runs on: strategy.engine, else the top-level engine, else
  * "threads". */

@@ -955,6 +955,47 @@ static void test_run_all_unavailable_and_reference(void **state)
 
 /* ---- performance ---- */
 
+/* node_loss on a job whose broken attempt failed before any replica started
+ * (a setup error, no node lost): it says so, rather than calling the
+ * replicas stuck; a replica that is stuck stays reported as one. */
+static void test_node_loss_setup_failure(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 4, 0);
+    dsim_train_replica_end ends[4];
+    memset(ends, 0, sizeof ends);
+    dsim_train_result broken = f.res;
+    broken.replicas = ends;
+    snprintf(broken.error.msg, sizeof broken.error.msg,
+             "mirrored runs on one worker without parameter servers");
+    dsim_check_faults fx = {.broken = &broken,
+                            .broken_err = DSIM_EINVAL,
+                            .lost_rank = -1,
+                            .t_loss = -1,
+                            .bound_ns = 1000000000};
+    dsim_check_ctx ctx = fake_ctx(&f);
+    ctx.run = &broken;
+    ctx.run_err = DSIM_EINVAL;
+    ctx.faults = &fx;
+    ctx.n_faults = 1;
+    const dsim_check_ops *ops = dsim_check_find("node_loss");
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(ops, v, NULL);
+    dsim_check_result r = judge("node_loss", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "failed before its replicas started: mirrored runs on one worker");
+    if (strstr(r.message, "never returned") || strstr(r.message, "rank -1"))
+        fail_msg("a setup failure read as a hang: %s", r.message);
+    /* the same ends with a replica the watchdog found stuck: a hang */
+    fx.broken_err = DSIM_EHUNG;
+    ctx.run_err = DSIM_EHUNG;
+    ends[2].status = DSIM_EHUNG;
+    r = judge("node_loss", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "replica 0 never returned");
+}
+
 static void test_performance(void **state)
 {
     (void)state;
@@ -1107,6 +1148,7 @@ int main(void)
         cmocka_unit_test(test_sc_idle_and_imbalance),
         cmocka_unit_test(test_convergence),
         cmocka_unit_test(test_ranks_text),
+        cmocka_unit_test(test_node_loss_setup_failure),
         cmocka_unit_test(test_performance),
         cmocka_unit_test(test_run_all_expect_fail),
         cmocka_unit_test(test_run_all_expect_error),

@@ -32,6 +32,11 @@ expect 2 "--port is 'x'" -- "$dsim" worker "$scenario" --port x
 w3="{\"cluster\":{\"worker\":[\"127.0.0.1:$base\",\"127.0.0.1:$((base + 3))\",\"127.0.0.1:$((base + 6))\"]},\"task\":{\"type\":\"worker\",\"index\":0}}"
 expect 2 "so start 2 task(s): mpirun -np 2" -- env TF_CONFIG="$w3" "$dsim" worker "$scenario"
 expect 2 "cannot be split evenly" -- env TF_CONFIG="$w3" "$dsim" worker "$scenario" --reshape
+# a reshape the strategy cannot run (mirrored is one host): refused before
+# any task starts, with the shape and the way out
+mirrored=$(cd "$(dirname "$scenario")/.." && pwd)/scenarios/faults/only_worker_dies.yaml
+w4="{\"cluster\":{\"worker\":[\"127.0.0.1:$base\",\"127.0.0.1:$((base + 3))\",\"127.0.0.1:$((base + 6))\",\"127.0.0.1:$((base + 9))\"]},\"task\":{\"type\":\"worker\",\"index\":1}}"
+expect 2 "run as 4 x 1 cannot run: strategy.name: mirrored runs on one host" -- env TF_CONFIG="$w4" "$dsim" worker "$mirrored" --reshape
 expect 2 '"task.index" is 5' -- env TF_CONFIG="{\"cluster\":{\"worker\":[\"127.0.0.1:$base\"]},\"task\":{\"type\":\"worker\",\"index\":5}}" "$dsim" worker "$scenario"
 expect 2 "cluster secret file" -- env TF_CONFIG="{\"cluster\":{\"worker\":[\"127.0.0.1:$base\",\"127.0.0.1:$((base + 3))\"]},\"task\":{\"type\":\"worker\",\"index\":1}}" "$dsim" worker "$scenario" --secret-file "$tmp/none"
 expect 2 "mpirun (Open MPI) has 3 worker task(s)" -- env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=3 OMPI_COMM_WORLD_LOCAL_SIZE=3 "$dsim" worker "$scenario"
