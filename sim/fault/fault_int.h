@@ -263,10 +263,14 @@ int fs_first_victim(const dsim_faults *fs, size_t i);
 fs_link *fs_link_get(dsim_faults *fs, int src, int dst);
 double fs_draw(dsim_faults *fs, fs_link *l, int src, int dst, double corr);
 /* held.c: holds a copy of the frame until due for fault why (-1 none, -2 a
- * dead or paused end), behind the link's earlier frames; false (counted as
- * dropped) when out of memory. */
+ * dead or paused end, FS_HELD_BREAK a link's break, not counted as a
+ * frame), behind the link's earlier frames; false (counted as dropped)
+ * when out of memory. */
 bool fs_hold_locked(dsim_faults *fs, dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload,
                     size_t len, int64_t due, int why, fs_link *l);
+/* held.c: the index of the reordered frame waiting on link l for the next
+ * one to pass it, or fs->nheld when none waits. */
+size_t fs_reordered_at(const dsim_faults *fs, const fs_link *l);
 /* held.c: holds the break of link l (from peer to ep) behind its held
  * frames, a reordered frame there going now (no next frame will pass it);
  * false when a frame there is held for good (a partition that never heals)

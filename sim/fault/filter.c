@@ -232,17 +232,10 @@ static bool fs_overtake_locked(dsim_faults *fs, fs_frame *fr)
     fs_link *l = fr->l;
     if (!fs->any_reorder || l->held != 1 || fr->hold_until != 0)
         return false;
-    fs_held *r = NULL;
-    for (size_t i = 0; i < fs->nheld; i++) {
-        const fs_held *h = fs->held[i].h;
-        if (fs->held[i].due == FS_FOREVER && h->link == l && h->why >= 0 &&
-            fs->list[h->why].what == DSIM_FAULT_REORDER) {
-            r = fs_heap_take(fs, i);
-            break;
-        }
-    }
-    if (!r)
+    size_t i = fs_reordered_at(fs, l);
+    if (i == fs->nheld)
         return false;
+    fs_held *r = fs_heap_take(fs, i);
     l->held--;
     l->last_due = fr->now;
     fs_hold_locked(fs, fr->ep, fr->hdr, fr->payload, fr->len, fr->now, -1, l);

@@ -162,9 +162,10 @@ static void fs_held_free(dsim_faults *fs, fs_held *h)
 bool fs_hold_locked(dsim_faults *fs, dsim_ep *ep, const dsim_tp_hdr *hdr, const void *payload,
                     size_t len, int64_t due, int why, fs_link *l)
 {
+    bool frame = why != FS_HELD_BREAK; /* a break is no frame: not counted */
     fs_held *h = fs_heap_room(fs) ? fs_held_alloc(fs, len) : NULL;
     if (!h) {
-        fs->stats.dropped++;
+        fs->stats.dropped += frame;
         return false;
     }
     h->ep = ep;
@@ -179,9 +180,20 @@ bool fs_hold_locked(dsim_faults *fs, dsim_ep *ep, const dsim_tp_hdr *hdr, const 
     h->why = why;
     l->last_due = due;
     l->held++;
-    fs->stats.held++;
+    fs->stats.held += frame;
     fs_hold_insert_locked(fs, h);
     return true;
+}
+
+size_t fs_reordered_at(const dsim_faults *fs, const fs_link *l)
+{
+    for (size_t i = 0; fs->any_reorder && i < fs->nheld; i++) {
+        const fs_held *h = fs->held[i].h;
+        if (fs->held[i].due == FS_FOREVER && h->link == l && h->why >= 0 &&
+            fs->list[h->why].what == DSIM_FAULT_REORDER)
+            return i;
+    }
+    return fs->nheld;
 }
 
 bool fs_hold_break_locked(dsim_faults *fs, dsim_ep *ep, int peer, int blame, dsim_err code,
@@ -189,16 +201,11 @@ bool fs_hold_break_locked(dsim_faults *fs, dsim_ep *ep, int peer, int blame, dsi
 {
     /* A reordered frame waits for the link's next frame to pass it: none
      * will come now, so it goes as it is. */
-    for (size_t i = 0; fs->any_reorder && i < fs->nheld; i++) {
-        fs_held *h = fs->held[i].h;
-        if (fs->held[i].due == FS_FOREVER && h->link == l && h->why >= 0 &&
-            fs->list[h->why].what == DSIM_FAULT_REORDER) {
-            (void)fs_heap_take(fs, i);
-            h->due = now;
-            h->why = -1;
-            fs_hold_insert_locked(fs, h);
-            i = (size_t)-1; /* the heap moved: look again */
-        }
+    for (size_t i; (i = fs_reordered_at(fs, l)) < fs->nheld;) {
+        fs_held *h = fs_heap_take(fs, i);
+        h->due = now;
+        h->why = -1;
+        fs_hold_insert_locked(fs, h);
     }
     int64_t last = now;
     for (size_t i = 0; i < fs->nheld; i++)
@@ -209,26 +216,16 @@ bool fs_hold_break_locked(dsim_faults *fs, dsim_ep *ep, int peer, int blame, dsi
      * closed, as the health check would tell it, and fails at once). */
     if (last == FS_FOREVER)
         return false;
-    size_t n = strlen(msg) + 1, len = sizeof(fs_break) + n;
-    fs_held *h = fs_heap_room(fs) ? fs_held_alloc(fs, len) : NULL;
-    if (!h)
-        return false;
-    h->ep = ep;
-    memset(&h->hdr, 0, sizeof h->hdr);
-    h->hdr.src = peer;
-    h->hdr.dst = dsim_ep_rank(ep);
-    h->len = len;
-    fs_break *b = (fs_break *)(void *)h->data;
+    _Alignas(fs_break) unsigned char buf[sizeof(fs_break) + 512];
+    fs_break *b = (fs_break *)(void *)buf;
+    size_t n = strnlen(msg, 511);
     b->blame = blame;
     b->code = code;
     memcpy(b->msg, msg, n);
-    h->due = last;
-    h->link = l;
-    h->why = FS_HELD_BREAK;
+    b->msg[n] = '\0';
+    dsim_tp_hdr hdr = {.src = peer, .dst = dsim_ep_rank(ep)};
     l->last_due = last;
-    l->held++;
-    fs_hold_insert_locked(fs, h);
-    return true;
+    return fs_hold_locked(fs, ep, &hdr, buf, sizeof *b + n + 1, last, FS_HELD_BREAK, l);
 }
 
 /* Moves held frames that `pred` selects to `due` (a heal or a pause's end). */

@@ -70,7 +70,7 @@ static dsim_fault link_fault(dsim_fault_what what)
     return f;
 }
 
-/* Rank 0 sends tags 1..n (8 bytes each: the tag, repeated) and closes; then
+/* Rank 0 sends tags 1..nsend (8 bytes each: the tag, repeated) and closes; then
  * rank 1 posts its receives. Returns what the receive of `tag` returned and
  * the ms it took, its payload checked when it succeeded. */
 typedef struct outcome {
@@ -79,7 +79,7 @@ typedef struct outcome {
     char msg[4][256];
 } outcome;
 
-static void run(const dsim_fault *f, outcome *o)
+static void run(const dsim_fault *f, int nsend, outcome *o)
 {
     int ports[2], lfd[2];
     for (int r = 0; r < 2; r++)
@@ -91,7 +91,7 @@ static void run(const dsim_fault *f, outcome *o)
     side_open(&b, 1, ports, lfd[1], fs);
     side_open(&a, 0, ports, lfd[0], NULL);
     uint64_t out[3];
-    for (int t = 1; t <= 3; t++) {
+    for (int t = 1; t <= nsend; t++) {
         out[t - 1] = 0x0101010101010101ull * (uint64_t)t;
         dsim_req *rq = NULL;
         assert_int_equal(dsim_isend(a.ep, 1, 7, (uint32_t)t, &out[t - 1], 8, &rq), DSIM_OK);
@@ -125,7 +125,7 @@ static void test_delayed_frames_before_the_close(void **state)
     f.probability = 1;
     f.duration_ns = 150 * MS;
     outcome o;
-    run(&f, &o);
+    run(&f, 3, &o);
     for (int t = 0; t < 3; t++)
         if (o.e[t] != DSIM_OK)
             fail_msg("the receive of tag %d failed although its frame arrived before the close: "
@@ -146,7 +146,7 @@ static void test_retransmitted_frame_before_the_close(void **state)
     f.retransmit = true;
     f.rto_ns = 100 * MS;
     outcome o;
-    run(&f, &o);
+    run(&f, 3, &o);
     for (int t = 0; t < 3; t++)
         if (o.e[t] != DSIM_OK)
             fail_msg("the receive of tag %d failed although its frame was retransmitted: %s", t + 1,
@@ -161,9 +161,25 @@ static void test_cut_for_good_lets_the_close_through(void **state)
     f.when = DSIM_WHEN_TIME;
     f.time_ns = 0;
     outcome o;
-    run(&f, &o);
+    run(&f, 3, &o);
     assert_int_equal(o.e[0], DSIM_EPEER);
     assert_true(o.ms[0] < 2000);
+}
+
+/* A reordered frame waits for the next one on its link to pass it: when
+ * the sender closes after it, none will, and it goes before the close. */
+static void test_reordered_last_frame_before_the_close(void **state)
+{
+    (void)state;
+    dsim_fault f = link_fault(DSIM_FAULT_REORDER);
+    f.when = DSIM_WHEN_PROBABILITY;
+    f.probability = 1;
+    outcome o;
+    run(&f, 1, &o);
+    if (o.e[0] != DSIM_OK)
+        fail_msg("the receive of the reordered last frame failed: %s", o.msg[0]);
+    assert_int_equal(o.e[1], DSIM_EPEER);
+    assert_true(o.ms[1] < 2000);
 }
 
 int main(void)
@@ -172,6 +188,7 @@ int main(void)
         cmocka_unit_test(test_delayed_frames_before_the_close),
         cmocka_unit_test(test_retransmitted_frame_before_the_close),
         cmocka_unit_test(test_cut_for_good_lets_the_close_through),
+        cmocka_unit_test(test_reordered_last_frame_before_the_close),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
