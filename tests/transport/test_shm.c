@@ -285,7 +285,23 @@ static void wait_stopped(job *j, int rank)
 {
     int st = 0;
     assert_int_equal(waitpid(j->c[rank].pid, &st, WUNTRACED), j->c[rank].pid);
-    assert_true(WIFSTOPPED(st));
+    if (WIFSTOPPED(st))
+        return;
+    /* It ended instead: say how, and what it had to say. */
+    j->c[rank].reaped = 1;
+    j->c[rank].status = st;
+    child_res res;
+    memset(&res, 0, sizeof res);
+    int said = read_full(j->c[rank].rfd, &res, sizeof res, mono() + 1000 * MS);
+    fail_msg("rank %d did not stop at its libfiu point: it %s %d; %s (%" PRIu64 " messages, "
+             "%" PRIu64 " large by cross-memory attach, %" PRIu64 " through the bounce buffer, "
+             "%" PRIu64 " refusals)",
+             rank, WIFEXITED(st) ? "exited with" : "was killed by signal",
+             WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st),
+             !said     ? "no result"
+             : res.err ? res.msg
+                       : "no failure",
+             res.msgs, res.st.cma_msgs, res.st.bounce_msgs, res.st.cma_refused);
 }
 
 static int fiu_usable(void)
@@ -676,8 +692,14 @@ static void test_cma_refused(void **state)
     assert_int_equal(out[1].st.cma_refused, 1);
     assert_int_equal(out[1].st.bounce_msgs, 3 * 3);
     assert_int_equal(out[1].st.cma_msgs, 0);
+    if (out[0].st.cma_refused) {
+        /* This machine refuses it both ways (Yama, a seccomp filter). */
+        assert_int_equal(out[0].st.bounce_msgs, 3 * 3);
+        print_message("cross-memory attach refused here both ways: the other direction not "
+                      "checked\n");
+        skip();
+    }
     assert_int_equal(out[0].st.cma_msgs, 3 * 3);
-    assert_int_equal(out[0].st.cma_refused, 0);
 }
 
 /* ---- what the fault layer relies on, across processes ---- */
@@ -1282,9 +1304,17 @@ static void test_parked_sender_killed(void **state)
     wait_stopped(&j, 0);
     int64_t t = kill_now(&j, 0);
     assert_true(collect(&j, 1, &out[1]));
-    assert_int_equal(out[1].msgs, 1);
     assert_int_equal(out[1].corrupt, 0);
-    expect_peer_died(&out[1], 0, t);
+    if (pk_cma(&out[1])) {
+        assert_int_equal(out[1].msgs, 1);
+        expect_peer_died(&out[1], 0, t);
+    } else {
+        /* Without CMA the message went whole into the bounce buffer before
+         * its sender stopped: it is delivered, and rightly. */
+        if (out[1].err)
+            fail_msg("rank 1: %s", out[1].msg);
+        assert_int_equal(out[1].msgs, 2);
+    }
     job_end(&j);
 }
 

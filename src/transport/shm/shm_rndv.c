@@ -224,6 +224,16 @@ static int shm_cma_read(pid_t pid, uint8_t *dst, uint64_t addr, size_t off, size
     return 0;
 }
 
+static void shm_cma_counted(shm_fabric *sf, int src, int l, size_t len, pid_t pid)
+{
+    shm_count(sf, SHM_ST(cma_msgs), 1);
+    shm_count(sf, SHM_ST(cma_bytes), len);
+    if (!atomic_exchange(&sf->logged_cma, 1))
+        dsim_info("shm: rank %d read a %zu-byte message from rank %d (process %d) by "
+                  "cross-memory attach (process_vm_readv)",
+                  l, len, src, (int)pid);
+}
+
 /* A parked message's first read takes the slot back from PARKED, unless
  * its sender withdrew it meanwhile (ECANCELED). */
 static int shm_pull_read(void *ctx, void *dst, size_t off, size_t n)
@@ -235,7 +245,14 @@ static int shm_pull_read(void *ctx, void *dst, size_t off, size_t n)
                                             SHM_RNDV_CLAIMED))
             return ECANCELED;
     }
-    return shm_cma_read(c->pid, dst, c->addr, off, n, c->len);
+    int err = shm_cma_read(c->pid, dst, c->addr, off, n, c->len);
+    if (err == 0 && off + n == c->len) {
+        /* Counted before the receive completes, so that whoever it wakes
+         * finds it counted. */
+        shm_cma_counted(c->sf, c->src, c->l, c->len, c->pid);
+        shm_count(c->sf, SHM_ST(cma_direct), 1);
+    }
+    return err;
 }
 
 /* Finishes the slot and tells the sender. */
@@ -267,16 +284,6 @@ static void shm_drop(shm_fabric *sf, int l, const shm_rec *rec)
     dsim_tp_withdrawn(ep, &h);
 }
 
-static void shm_cma_counted(shm_fabric *sf, int src, int l, size_t len, pid_t pid)
-{
-    shm_count(sf, SHM_ST(cma_msgs), 1);
-    shm_count(sf, SHM_ST(cma_bytes), len);
-    if (!atomic_exchange(&sf->logged_cma, 1))
-        dsim_info("shm: rank %d read a %zu-byte message from rank %d (process %d) by "
-                  "cross-memory attach (process_vm_readv)",
-                  l, len, src, (int)pid);
-}
-
 /* Parks the message (dsim_tp_pull.park): its slot waits PARKED until a
  * receive reads it or it is dropped. */
 static void *shm_park_msg(void *ctx)
@@ -303,9 +310,7 @@ static void shm_parked_release(void *ctx, int how)
     shm_rndv *d = &c.in->pair->rndv[c.slot];
     atomic_fetch_sub_explicit(&c.in->parked, 1, memory_order_relaxed);
     if (how == 0) {
-        shm_slot_end(sf, c.src, d, SHM_RNDV_DONE, DSIM_OK);
-        shm_cma_counted(sf, c.src, c.l, c.len, c.pid);
-        shm_count(sf, SHM_ST(cma_direct), 1);
+        shm_slot_end(sf, c.src, d, SHM_RNDV_DONE, DSIM_OK); /* counted as it was read */
         return;
     }
     if (how == DSIM_TP_PULL_DROPPED || how == DSIM_TP_PULL_REFUSED) {
@@ -367,11 +372,7 @@ static int shm_pull_direct(shm_fabric *sf, int src, int l, shm_in *in, const shm
     if (p.parked)
         return 1; /* its release tells the sender */
     if (e != DSIM_EIO) {
-        shm_slot_end(sf, src, d, SHM_RNDV_DONE, DSIM_OK);
-        if (e == DSIM_OK) {
-            shm_cma_counted(sf, src, l, len, pid);
-            shm_count(sf, SHM_ST(cma_direct), 1);
-        }
+        shm_slot_end(sf, src, d, SHM_RNDV_DONE, DSIM_OK); /* counted as it was read */
         return 1;
     }
     /* Its sequence number is used up and its receive posted again: nothing
@@ -410,8 +411,8 @@ static int shm_pull_cma(shm_fabric *sf, int src, int l, shm_in *in, const shm_re
          * the hand-over, not after. */
         in->cma_ok = 1;
         shm_slot_end(sf, src, d, SHM_RNDV_DONE, DSIM_OK);
-        shm_hand_over(sf, l, rec, sf->stage, len);
         shm_cma_counted(sf, src, l, len, pid);
+        shm_hand_over(sf, l, rec, sf->stage, len);
         return 1;
     }
     if (err == ESRCH) {
@@ -534,9 +535,9 @@ static int shm_bounce_recv(shm_fabric *sf, int src, int l, shm_in *in, const shm
         shm_bell_ring(sf, src);
     }
     in->bouncing = 0;
-    shm_hand_over(sf, l, rec, in->stage, len);
     shm_count(sf, SHM_ST(bounce_msgs), 1);
     shm_count(sf, SHM_ST(bounce_bytes), len);
+    shm_hand_over(sf, l, rec, in->stage, len);
     if (!atomic_exchange(&sf->logged_bounce, 1))
         dsim_info("shm: rank %d received a %zu-byte message from rank %d through the bounce "
                   "buffer",
@@ -563,9 +564,9 @@ int shm_rndv_recv(shm_fabric *sf, int src, int l, shm_in *in, const shm_rec *rec
         if (shm_is_local(sf, src) && !sf->cma_off) {
             /* One address space: straight from the sender's buffer (cma=off
              * sends these through the bounce buffer too, which tests it). */
-            shm_hand_over(sf, l, rec, (const void *)(uintptr_t)d->addr, len);
             shm_count(sf, SHM_ST(local_msgs), 1);
             shm_count(sf, SHM_ST(local_bytes), len);
+            shm_hand_over(sf, l, rec, (const void *)(uintptr_t)d->addr, len);
             shm_slot_end(sf, src, d, SHM_RNDV_DONE, DSIM_OK);
             return 1;
         }

@@ -28,7 +28,9 @@
  *                  first, goes through a staging buffer, two copies);
  *                  falling back to the bounce buffer for a peer whose
  *                  memory the kernel does not let it read (EPERM: Yama's
- *                  ptrace_scope, a seccomp filter); staged: always through
+ *                  ptrace_scope 2 or 3, a seccomp filter; under scope 1
+ *                  each process lets the others read it, PR_SET_PTRACER_ANY,
+ *                  as Open MPI does); staged: always through
  *                  the staging buffer; off: always the bounce buffer. The
  *                  environment variable DSIM_SHM_CMA sets the default.
  *   park=on|off    on (default): a large message that comes before its
