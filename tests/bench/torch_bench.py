@@ -63,19 +63,16 @@ def sizes(o):
 
 
 def input_values(torch, n, rank, count):
-    """bench_common.c's sum input: ((i + 3 rank) mod 7) - 3, exact in float32."""
-    m = 3 if 16777216 // n > 3 else max(1, 16777216 // n)
+    """bench_common.c's sum input: ((i + 3 rank) mod 2m+1) - m, m = 3 (at most
+    2^24 / n), exact in float32."""
+    m = max(1, min(3, 16777216 // n))
     i = torch.arange(count, dtype=torch.int64)
     return (((i + 3 * rank) % (2 * m + 1)) - m).to(torch.float32)
 
 
 def expected_values(torch, n, count):
-    m = 3 if 16777216 // n > 3 else max(1, 16777216 // n)
-    i = torch.arange(count, dtype=torch.int64)
-    tot = torch.zeros(count, dtype=torch.int64)
-    for r in range(n):
-        tot += ((i + 3 * r) % (2 * m + 1)) - m
-    return tot.to(torch.float32)
+    """The exact sum of every rank's input (small integers: no rounding)."""
+    return sum(input_values(torch, n, r, count) for r in range(n))
 
 
 def rank_main(rank, o, store, q):
