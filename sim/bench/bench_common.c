@@ -155,7 +155,8 @@ static const bench_flag bench_flags[] = {
     {'r', "root", BENCH_K_ROOT, 0, "root rank of broadcast (default 0)"},
     {0, "ranks", BENCH_K_RANKS, BENCH_FLAG_DSIM, "ranks, each a worker thread (1-128, default 4)"},
     {0, "algo", BENCH_K_ALGO, BENCH_FLAG_DSIM,
-     "allreduce algorithm: auto, ring, rhd, tree, reduce_to_one (default auto)"},
+     "allreduce algorithm: auto, ring, rhd, tree, reduce_to_one, recursive_doubling, ... "
+     "(dsim list algorithms; default auto)"},
     {0, "transport", BENCH_K_TRANSPORT, BENCH_FLAG_DSIM,
      "inproc (threads only), shm (one shared mapping) or tcp (sockets over 127.0.0.1) "
      "(default: inproc for threads, shm for processes)"},

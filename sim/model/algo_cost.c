@@ -69,15 +69,29 @@ static const dsim_algo_cost cost_ring = {
 
 /* ---- rhd: recursive halving, then doubling; other ranks folded in ---- */
 
+/* The old rank of new rank v once the first 2 rem ranks folded in pairs
+ * (rhd and recursive doubling: the odd rank of a pair stays). */
+static int fold_real(int v, int rem)
+{
+    return v < rem ? 2 * v + 1 : v + rem;
+}
+
+/* The fold (each even rank of the first 2 rem sends its whole buffer to its
+ * odd neighbour, which combines) or, back, the unfold (the result returns). */
+static void fold_step(cm_eval *ev, cm_xfer *x, int rem, double all, int back)
+{
+    int n = 0;
+    for (int r = 0; r < 2 * rem; r += 2)
+        x[n++] = back ? (cm_xfer){r + 1, r, all, 0} : (cm_xfer){r, r + 1, all, all};
+    dsim_cost_step(ev, x, n);
+}
+
 static void rhd_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
 {
     int p = ev->p, q = cm_pow2_floor(p), rem = p - q;
     double all = (double)count * es;
     int n = 0;
-    /* fold: even ranks of the first 2 rem into their odd neighbours */
-    for (int r = 0; r < 2 * rem; r += 2)
-        x[n++] = (cm_xfer){r, r + 1, all, all};
-    dsim_cost_step(ev, x, n);
+    fold_step(ev, x, rem, all, 0);
     /* the q ranks left: new rank v is old rank (v < rem ? 2v + 1 : v + rem) */
     int lg = 0;
     while ((1 << lg) < q)
@@ -89,7 +103,7 @@ static void rhd_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
         n = 0;
         for (int v = 0; v < q; v++) {
             int peer = v ^ d;
-            int a = v < rem ? 2 * v + 1 : v + rem, b = peer < rem ? 2 * peer + 1 : peer + rem;
+            int a = fold_real(v, rem), b = fold_real(peer, rem);
             x[n++] = (cm_xfer){a, b, half * es, half * es};
         }
         dsim_cost_step(ev, x, n);
@@ -100,16 +114,13 @@ static void rhd_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
         n = 0;
         for (int v = 0; v < q; v++) {
             int peer = v ^ d;
-            int a = v < rem ? 2 * v + 1 : v + rem, b = peer < rem ? 2 * peer + 1 : peer + rem;
+            int a = fold_real(v, rem), b = fold_real(peer, rem);
             x[n++] = (cm_xfer){a, b, seg * es, 0};
         }
         dsim_cost_step(ev, x, n);
         seg = seg * 2 > (double)count ? (double)count : seg * 2;
     }
-    n = 0;
-    for (int r = 0; r < 2 * rem; r += 2)
-        x[n++] = (cm_xfer){r + 1, r, all, 0};
-    dsim_cost_step(ev, x, n);
+    fold_step(ev, x, rem, all, 1);
 }
 
 static double rhd_formula(int p, double n, double a, double b, double g)
@@ -417,6 +428,53 @@ static const dsim_algo_cost cost_torus = {
     .local_copy = torus_local_copy,
 };
 
+/* ---- recursive doubling: whole buffers at distance 1, 2, 4, ... ---- */
+
+static void rd_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
+{
+    int p = ev->p, q = cm_pow2_floor(p), rem = p - q;
+    double all = (double)count * es;
+    fold_step(ev, x, rem, all, 0); /* as rhd */
+    for (int d = 1; d < q; d *= 2) {
+        int n = 0;
+        for (int v = 0; v < q; v++) {
+            int peer = v ^ d;
+            int a = fold_real(v, rem), b = fold_real(peer, rem);
+            x[n++] = (cm_xfer){a, b, all, all};
+        }
+        dsim_cost_step(ev, x, n);
+    }
+    fold_step(ev, x, rem, all, 1);
+}
+
+static double rd_formula(int p, double n, double a, double b, double g)
+{
+    int q = cm_pow2_floor(p);
+    double lg = log2((double)q);
+    double t = lg * (a + n * b + n * g);
+    return q == p ? t : t + 2 * a + 2 * n * b + n * g;
+}
+
+static double rd_local_copy(int p, double n, int *serial)
+{
+    /* what arrives lands in scratch and is combined from there: no copy
+     * before the first combine, on any rank */
+    (void)p;
+    (void)n;
+    *serial = 0;
+    return 0;
+}
+
+static const dsim_algo_cost cost_rd = {
+    .size = sizeof(dsim_algo_cost),
+    .algo = DSIM_ALGO_RECURSIVE_DOUBLING,
+    .schedule = rd_schedule,
+    .formula = rd_formula,
+    .msg_elems = whole_msg_elems,
+    .every_rank_sends = true,
+    .local_copy = rd_local_copy,
+};
+
 const dsim_algo_cost *dsim_algo_cost_of(dsim_algo a)
 {
     /* No default: every dsim_algo must be named here. */
@@ -435,6 +493,8 @@ const dsim_algo_cost *dsim_algo_cost_of(dsim_algo a)
         return &cost_hier;
     case DSIM_ALGO_TORUS:
         return &cost_torus;
+    case DSIM_ALGO_RECURSIVE_DOUBLING:
+        return &cost_rd;
     case DSIM_ALGO_COUNT:
         break;
     }

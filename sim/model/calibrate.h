@@ -109,7 +109,7 @@ size_t dsim_calib_rate_bytes(int ranks, int cores, size_t bytes);
 
 /* One all-reduce to predict: algo and bytes in; the rest out. */
 typedef struct dsim_calib_row {
-    dsim_algo algo;                    /* ring, rhd, tree, reduce_to_one */
+    dsim_algo algo;                    /* ring, rhd, tree, reduce_to_one, recursive_doubling */
     size_t bytes;                      /* float32 elements */
     size_t msg;                        /* dsim_calib_msg_bytes */
     int xranks;                        /* dsim_calib_xranks */

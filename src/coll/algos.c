@@ -87,6 +87,15 @@ static const dsim_coll_algo coll_torus = {
     .allreduce = dsim_coll_torus_allreduce,
 };
 
+static const dsim_coll_algo coll_rd = {
+    .size = sizeof(dsim_coll_algo),
+    .algo = DSIM_ALGO_RECURSIVE_DOUBLING,
+    .name = "recursive_doubling",
+    .summary = "whole buffers exchanged at distance 1, 2, 4, ... (fewest steps: small messages)",
+    .steps = dsim_coll_rd_allreduce_steps,
+    .allreduce = dsim_coll_rd_allreduce,
+};
+
 const dsim_coll_algo *dsim_coll_algo_get(dsim_algo a)
 {
     /* No default: a dsim_algo without its entry here does not compile
@@ -106,6 +115,8 @@ const dsim_coll_algo *dsim_coll_algo_get(dsim_algo a)
         return &coll_hier;
     case DSIM_ALGO_TORUS:
         return &coll_torus;
+    case DSIM_ALGO_RECURSIVE_DOUBLING:
+        return &coll_rd;
     case DSIM_ALGO_COUNT:
         break;
     }

@@ -191,7 +191,9 @@ struct dsim_comm {
 typedef struct dsim_coll {
     dsim_comm *c;
     int rank, size;
-    char what[48]; /* "allreduce(ring)", used as the message prefix */
+    /* "allreduce" and "ring": the message prefix "allreduce(ring)", put
+     * together only when a message is written (step.c, step_what) */
+    const char *what, *what_algo;
     int nsteps;    /* this algorithm's step count, for messages */
     uint64_t call; /* the call counter value of this call */
     int64_t t0;    /* dsim_rt_now when it began */
@@ -389,6 +391,8 @@ const char *dsim_coll_algo_enum_name(dsim_algo a, char *buf, size_t cap);
  * equal recvbuf. The caller has begun x with the algorithm's step count. */
 int dsim_coll_ring_allreduce_steps(dsim_comm *c);
 dsim_err dsim_coll_ring_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
+int dsim_coll_rd_allreduce_steps(dsim_comm *c);
+dsim_err dsim_coll_rd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
 int dsim_coll_rhd_allreduce_steps(dsim_comm *c);
 dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count);
 int dsim_coll_tree_allreduce_steps(dsim_comm *c);

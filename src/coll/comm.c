@@ -239,7 +239,8 @@ static dsim_err comm_allreduce(dsim_comm *c, dsim_coll *xp, const void *sendbuf,
                         fn);
     if (algo == DSIM_ALGO_AUTO)
         algo = dsim_coll_decide(c, all);
-    snprintf(xp->what, sizeof xp->what, "allreduce(%s)", dsim_algo_name(algo));
+    xp->what = "allreduce";
+    xp->what_algo = dsim_algo_name(algo);
     dsim_coll_fp_set(xp, DSIM_COLL_ALLREDUCE, (unsigned)op, (unsigned)t, count, -1, algo);
     if (count == 0) {
         if (comm_skip_empty(c))

@@ -5,6 +5,7 @@
  * <= n, L = ceil(log2 n)):
  *
  *   tree           2L alpha + 2L S beta          few steps, whole buffers
+ *   recursive_doubling  log2(p) (alpha + S beta) + (n != p: 2 alpha + 2 S beta)
  *   rhd            2 log2(p) alpha + 2 (p-1)/p S beta
  *                  + (n != p: 2 alpha + 2 S beta for the folded ranks)
  *   ring           2 (n-1) alpha + 2 (n-1)/n S beta
@@ -14,7 +15,17 @@
  * Thresholds, from that model and from measurements on inproc (threads
  * engine, f32 sum, 2 cores, 4 to 16 ranks; tests/coll/bench_allreduce):
  *
- *   S <= 64 KiB: tree. The step count dominates. Measured: 16 KiB on 4 ranks
+ *   n a power of two, S <= 8 KiB: recursive doubling. log2(n) steps, every
+ *     rank exchanging its whole partial result, against the tree's 2 log2(n)
+ *     with half the ranks idle; the extra bytes (log2(n) S a rank) cost
+ *     nothing at these sizes. Measured (threads, 2 cores, medians of 3):
+ *     4 ranks 8 B 13.1 us against the tree's 19.2, 2 KiB 9.9 against 14.7,
+ *     8 KiB 14.6 against 17.8, 32 KiB 21.0 against 18.2 (the tree ahead);
+ *     8 ranks 8 B-8 KiB 0.75-1.05x the tree's time, 32 KiB 1.5x; processes
+ *     over tcp, 4 ranks: 0.68-0.95x up to 8 KiB. On other rank counts the
+ *     fold's two extra steps leave it even with the tree (3 ranks: 0.97-1.05x
+ *     up to 2 KiB), so the tree stays there.
+ *   S <= 64 KiB otherwise: tree. The step count dominates. Measured: 16 KiB on 4 ranks
  *     tree 73 us, rhd 86 us, ring 136 us; 16 KiB on 16 ranks tree 163 us,
  *     rhd 290 us, ring 591 us; at 64 KiB tree is still first or within
  *     10 %. Blocks of S/n bytes are too small for splitting to pay.
@@ -72,8 +83,9 @@
  * 7.9x faster than rhd on 10GbE); 512 x 8 with 4 MB: hierarchical (29 MB
  * against 16 MB; simulated on 10GbE 23 ms against rhd's 55 ms); 8,192 x 8
  * with 4 MB: rhd (the two levels' 16,382 slow steps would cost 0.33 s of
- * latency alone). Small buffers stay with the tree (2 log2 N steps against
- * 2 (L-1) + 2 (H-1)). Figures: reports/hierarchical.md.
+ * latency alone). Small buffers stay with the flat choice (recursive
+ * doubling's log2 N steps or the tree's 2 log2 N, against 2 (L-1) + 2 (H-1)).
+ * Figures: reports/hierarchical.md.
  *
  * A caller overrides the choice with cfg.algo, dsim_comm_set_algo or
  * dsim_allreduce_with. A cost model that knows the job's network decides
@@ -83,6 +95,7 @@
 
 #include "coll_int.h"
 
+#define DECIDE_TINY_BYTES       ((size_t)8 << 10)
 #define DECIDE_SMALL_BYTES      ((size_t)64 << 10)
 #define DECIDE_RING_BLOCK_BYTES ((size_t)1 << 20)
 #define DECIDE_RING_POW2_BYTES  ((size_t)16 << 20)
@@ -92,9 +105,11 @@ dsim_algo dsim_allreduce_decide(size_t bytes, int nranks)
 {
     if (nranks <= 1)
         return DSIM_ALGO_RING; /* nothing moves; any answer is right */
+    int pow2 = (nranks & (nranks - 1)) == 0;
+    if (pow2 && bytes <= DECIDE_TINY_BYTES)
+        return DSIM_ALGO_RECURSIVE_DOUBLING;
     if (bytes <= DECIDE_SMALL_BYTES)
         return DSIM_ALGO_TREE;
-    int pow2 = (nranks & (nranks - 1)) == 0;
     if (!pow2 && bytes / (size_t)nranks >= DECIDE_RING_BLOCK_BYTES)
         return DSIM_ALGO_RING;
     if (pow2 && bytes / (size_t)nranks >= DECIDE_RING_POW2_BYTES)

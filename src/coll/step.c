@@ -146,10 +146,8 @@ void dsim_coll_begin(dsim_comm *c, dsim_coll *x, const char *what, const char *a
     x->deadline = c->timeout_ns > 0 && c->timeout_ns <= DSIM_NO_DEADLINE - x->t0
                       ? x->t0 + c->timeout_ns
                       : DSIM_NO_DEADLINE;
-    if (algo)
-        snprintf(x->what, sizeof x->what, "%s(%s)", what, algo);
-    else
-        snprintf(x->what, sizeof x->what, "%s", what);
+    x->what = what;
+    x->what_algo = algo;
     x->t = t;
     x->op = op;
     x->esize = dsim_dtype_size(t);
@@ -382,14 +380,17 @@ static dsim_coll_peer *step_peer(dsim_comm *c, int p)
     return dsim_coll_peer_get(c, p);
 }
 
-/* x->what, naming the communicator when it is a sub-communicator
- * ("allreduce(ring) on sub-communicator 2913746501 (split of 1, color 0)"). */
+/* The call's name, "allreduce(ring)", naming the communicator when it is a
+ * sub-communicator ("allreduce(ring) on sub-communicator 2913746501 (split
+ * of 1, color 0)"). Put together here, for a message, not at every call. */
 static const char *step_what(const dsim_coll *x, char *buf, size_t cap)
 {
-    if (x->c->origin == DSIM_COMM_ORIGIN_CREATE)
-        return x->what;
+    int w = x->what_algo ? snprintf(buf, cap, "%s(%s)", x->what, x->what_algo)
+                         : snprintf(buf, cap, "%s", x->what);
+    if (x->c->origin == DSIM_COMM_ORIGIN_CREATE || w < 0 || (size_t)w >= cap)
+        return buf;
     char cn[96];
-    snprintf(buf, cap, "%s on %s", x->what, dsim_coll_comm_name(x->c, cn, sizeof cn));
+    snprintf(buf + w, cap - (size_t)w, " on %s", dsim_coll_comm_name(x->c, cn, sizeof cn));
     return buf;
 }
 

@@ -1,10 +1,12 @@
 /* The runtime dispatch file: every engine call in libdsim passes through
  * here, so accounting and checks live in one place. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dsim/log.h"
 #include "dsim/spi/rt.h"
@@ -299,4 +301,38 @@ uint64_t dsim_rt_trace_hash(const dsim_rt *rt, uint64_t *count)
 int dsim_rt_deterministic(const dsim_rt *rt)
 {
     return rt && (rt->ops->flags & DSIM_RT_DETERMINISTIC) ? 1 : 0;
+}
+
+int dsim_rt_cpus(void)
+{
+    static int cpus; /* 0: not read yet; a race reads it twice, alike */
+    int n = __atomic_load_n(&cpus, __ATOMIC_RELAXED);
+    if (n > 0)
+        return n;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        n = CPU_COUNT(&set);
+    if (n <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 && c < 1 << 20 ? (int)c : 1;
+    }
+    __atomic_store_n(&cpus, n, __ATOMIC_RELAXED);
+    return n;
+}
+
+static inline void rt_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+void dsim_rt_spin_look(int i, int workers)
+{
+    if (workers <= dsim_rt_cpus() && (i & 63) != 0)
+        rt_cpu_relax();
+    else
+        sched_yield();
 }

@@ -28,6 +28,9 @@ typedef struct thr_start {
 } thr_start;
 
 static _Thread_local int thr_self_id = -1;
+/* Workers of the threads engine running now, in this process (every
+ * runtime's): whether a waiter pauses or yields (dsim_rt_spin_look). */
+static atomic_int thr_live;
 static _Thread_local int64_t thr_charged_ns;
 
 static int64_t thr_now(dsim_rt *rt)
@@ -84,6 +87,7 @@ static void *thr_trampoline(void *p)
     thr_self_id = s->id;
     thr_charged_ns = 0;
     s->fn(s->arg);
+    atomic_fetch_sub_explicit(&thr_live, 1, memory_order_relaxed);
     if (atomic_exchange(&s->state, THR_RETURNED) == THR_DETACHED)
         free(s);
     return NULL;
@@ -99,8 +103,10 @@ static dsim_err thr_spawn(dsim_rt *rt, int id, void (*fn)(void *), void *arg, vo
     s->fn = fn;
     s->arg = arg;
     atomic_init(&s->state, THR_RUNNING);
+    atomic_fetch_add_explicit(&thr_live, 1, memory_order_relaxed);
     int rc = pthread_create(&s->tid, NULL, thr_trampoline, s);
     if (rc != 0) {
+        atomic_fetch_sub_explicit(&thr_live, 1, memory_order_relaxed);
         free(s);
         return DSIM_ERR(DSIM_ENOMEM, -1, "could not start a thread for worker %d: %s", id,
                         strerror(rc));
@@ -150,7 +156,15 @@ static dsim_err thr_waitq_init(dsim_rt *rt, void *p)
     pthread_condattr_destroy(&ca);
     if (rc != 0)
         return DSIM_ERR(DSIM_ENOMEM, -1, "could not create a condition variable: %s", strerror(rc));
-    pthread_mutex_init(&q->mu, NULL);
+    /* Adaptive: a worker that finds the lock taken (its peer delivering a
+     * message, or reading its own) spins a while before it sleeps in the
+     * kernel; the holder keeps it for a few hundred nanoseconds, and a
+     * sleep and its wake-up cost microseconds. */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&q->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
     atomic_init(&q->wakes, 0);
     return DSIM_OK;
 }
@@ -203,18 +217,20 @@ static dsim_err thr_waitq_wait(dsim_rt *rt, void *p, int64_t deadline)
     thr_waitq *q = p;
     int64_t budget = thr_spin_budget();
     if (budget > 0) {
-        /* Most waits of a collective end within microseconds: yield the
-         * CPU (to the peer that will wake us, where workers outnumber the
-         * cores) and look again, before sleeping on the condition, whose
-         * wake-up costs a futex call on each side and a reschedule. */
+        /* Most waits of a collective end within microseconds: look again
+         * and again, pausing between looks where every worker has a CPU and
+         * yielding the CPU (to the peer that will wake us) where workers
+         * outnumber them, before sleeping on the condition, whose wake-up
+         * costs a futex call on each side and a reschedule. */
         unsigned seen = atomic_load_explicit(&q->wakes, memory_order_acquire);
         int64_t until = thr_now(rt) + budget;
         if (deadline != DSIM_NO_DEADLINE && deadline < until)
             until = deadline;
         pthread_mutex_unlock(&q->mu);
         int woke = 0;
+        int workers = atomic_load_explicit(&thr_live, memory_order_relaxed);
         for (int i = 1;; i++) {
-            sched_yield();
+            dsim_rt_spin_look(i, workers);
             if (atomic_load_explicit(&q->wakes, memory_order_acquire) != seen) {
                 woke = 1;
                 break;

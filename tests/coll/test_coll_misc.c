@@ -22,8 +22,8 @@
 #define MS ((int64_t)1000000)
 
 static const dsim_algo misc_algos[] = {DSIM_ALGO_RING, DSIM_ALGO_RHD, DSIM_ALGO_TREE,
-                                       DSIM_ALGO_REDUCE_TO_ONE};
-#define MISC_NALGOS 4
+                                       DSIM_ALGO_REDUCE_TO_ONE, DSIM_ALGO_RECURSIVE_DOUBLING};
+#define MISC_NALGOS 5
 
 typedef coll_failures misc_shared;
 
@@ -108,6 +108,15 @@ static float det_rhd_t(dsim_dtype t, const float *u, int p, int q, int k)
     return det_add(t, det_rhd_t(t, u, p, q, k - 1), det_rhd_t(t, u, p, q ^ d, k - 1));
 }
 
+/* Recursive doubling: the ranks q .. q+size-1 (new numbering), the lower
+ * half's partial result on the left. */
+static float det_rd(dsim_dtype t, const float *u, int q, int size)
+{
+    if (size == 1)
+        return u[q];
+    return det_add(t, det_rd(t, u, q, size / 2), det_rd(t, u, q + size / 2, size / 2));
+}
+
 static float det_reference(dsim_algo algo, dsim_dtype t, const float *v, int n, size_t i,
                            size_t count)
 {
@@ -144,6 +153,16 @@ static float det_reference(dsim_algo algo, dsim_dtype t, const float *v, int n, 
     }
     case DSIM_ALGO_TREE:
         return det_tree_acc(t, v, n, 0);
+    case DSIM_ALGO_RECURSIVE_DOUBLING: {
+        int p = 1;
+        while (p * 2 <= n)
+            p *= 2;
+        int rem = n - p;
+        float u[16];
+        for (int q = 0; q < p; q++)
+            u[q] = q < rem ? det_add(t, v[2 * q], v[2 * q + 1]) : v[q + rem];
+        return det_rd(t, u, 0, p);
+    }
     default:
         acc = v[0];
         for (int r = 1; r < n; r++)
@@ -259,6 +278,83 @@ static void test_determinism(void **state)
                             free(a.res[run][r]);
                     pthread_mutex_destroy(&a.s.mu);
                 }
+}
+
+/* ---- recursive doubling: one order on both ranks of a pair ----------- */
+
+/* Every rank computes every element, so a pair must combine in one order:
+ * x86 keeps the first operand's payload of two NaNs, and max(+0, -0) or
+ * min gives either zero by order. Rank r's element 0 is a NaN with payload
+ * r + 1, element 1 a zero of sign r % 2, element 2 -0 on every rank but
+ * the last, element 3 a number; every rank's result must be rank 0's bits. */
+#define RDO_COUNT 4
+
+typedef struct rdo_arg {
+    misc_shared s;
+    dsim_dtype t;
+    dsim_op op;
+    unsigned char res[16][RDO_COUNT * 8];
+} rdo_arg;
+
+static void rdo_rank(coll_harness *h, int rank, void *p)
+{
+    rdo_arg *a = p;
+    unsigned char in[RDO_COUNT * 8];
+    size_t es = dsim_dtype_size(a->t);
+    for (int k = 0; k < RDO_COUNT; k++) {
+        double v = k == 1   ? (rank % 2 ? -0.0 : 0.0)
+                   : k == 2 ? (rank == h->n - 1 ? 0.0 : -0.0)
+                            : 1.0 + rank * 0.25;
+        if (a->t == DSIM_F32) {
+            float f = (float)v;
+            if (k == 0) {
+                uint32_t bits = 0x7fc00000u | (uint32_t)(rank + 1);
+                memcpy(&f, &bits, sizeof f);
+            }
+            memcpy(in + k * es, &f, es);
+        } else {
+            if (k == 0) {
+                uint64_t bits = 0x7ff8000000000000ull | (uint64_t)(rank + 1);
+                memcpy(&v, &bits, sizeof v);
+            }
+            memcpy(in + k * es, &v, es);
+        }
+    }
+    dsim_err e = dsim_allreduce_with(h->comms[rank], in, a->res[rank], RDO_COUNT, a->t, a->op,
+                                     DSIM_ALGO_RECURSIVE_DOUBLING);
+    if (e != DSIM_OK)
+        coll_fail(&a->s, "rank %d: %s", rank, dsim_errmsg());
+    coll_harness_sync(h);
+    if (!a->s.failures && memcmp(a->res[rank], a->res[0], RDO_COUNT * es) != 0) {
+        char got[200];
+        int o = 0;
+        for (size_t b = 0; b < RDO_COUNT * es && o < 180; b += es) {
+            uint64_t u0 = 0, u1 = 0;
+            memcpy(&u0, a->res[rank] + b, es);
+            memcpy(&u1, a->res[0] + b, es);
+            o += snprintf(got + o, sizeof got - (size_t)o, " %llx/%llx", (unsigned long long)u0,
+                          (unsigned long long)u1);
+        }
+        coll_fail(&a->s, "%s %s, %d ranks: rank %d's bits differ from rank 0's:%s",
+                  dsim_dtype_name(a->t), dsim_op_name(a->op), h->n, rank, got);
+    }
+    coll_harness_sync(h);
+}
+
+static void test_recursive_doubling_order(void **state)
+{
+    (void)state;
+    static const int ranks[] = {2, 3, 4, 6, 8};
+    static const dsim_op ops[] = {DSIM_SUM, DSIM_MAX, DSIM_MIN, DSIM_PROD, DSIM_MEAN};
+    static const dsim_dtype types[] = {DSIM_F32, DSIM_F64};
+    for (size_t ri = 0; ri < sizeof ranks / sizeof ranks[0]; ri++)
+        for (size_t oi = 0; oi < sizeof ops / sizeof ops[0]; oi++)
+            for (int ti = 0; ti < 2; ti++) {
+                rdo_arg a = {.t = types[ti], .op = ops[oi]};
+                pthread_mutex_init(&a.s.mu, NULL);
+                misc_run(ranks[ri], 20000 * MS, rdo_rank, &a, &a.s);
+                pthread_mutex_destroy(&a.s.mu);
+            }
 }
 
 /* ---- a rank that never joins ----------------------------------------- */
@@ -422,7 +518,18 @@ static void stale_rank(coll_harness *h, int rank, void *p)
         misc_sleep_us(400 * 1000);
     dsim_comm_set_timeout(c, (rank == 0 ? 100 : 150) * MS);
     dsim_err e = dsim_allreduce_with(c, junk, out, N, DSIM_F32, DSIM_SUM, a->algo);
-    if (e != DSIM_ETIMEDOUT)
+    /* Recursive doubling on two ranks is one exchange: rank 0 sent its whole
+     * buffer before it gave up, so the late rank 1 has everything it needs
+     * and may finish (with the right sum of the two calls' buffers). */
+    int may_finish = rank == 1 && a->algo == DSIM_ALGO_RECURSIVE_DOUBLING;
+    if (may_finish && e == DSIM_OK) {
+        for (int i = 0; i < N; i++)
+            if (out[i] != 2000.0f) {
+                coll_fail(&a->s, "%s: rank 1 finished the abandoned call with %g at %d, want 2000",
+                          dsim_algo_name(a->algo), (double)out[i], i);
+                break;
+            }
+    } else if (e != DSIM_ETIMEDOUT)
         coll_fail(&a->s, "%s: rank %d's abandoned call returned %s, want a timeout",
                   dsim_algo_name(a->algo), rank, dsim_strerror(e));
     dsim_comm_set_timeout(c, 10000 * MS);
@@ -650,6 +757,7 @@ static const uint64_t sel_msgs[DSIM_ALGO_COUNT][4] = {
     /* no topology here (local_size 0): the levels collapse into the ring */
     [DSIM_ALGO_HIERARCHICAL] = {6, 6, 6, 6},
     [DSIM_ALGO_TORUS] = {12, 12, 12, 12},
+    [DSIM_ALGO_RECURSIVE_DOUBLING] = {2, 2, 2, 2},
 };
 
 typedef struct sel_arg {
@@ -718,15 +826,15 @@ static void dec_rank(coll_harness *h, int rank, void *p)
     dsim_comm *c = h->comms[rank];
     float buf[1024] = {0};
     dsim_comm_set_decide(c, dec_fn, a);
-    /* 64 floats: no opinion, the tree; 1024: the answer (or the built-in
-     * pick where the answer cannot run) */
+    /* 64 floats: no opinion, recursive doubling; 1024: the answer (or the
+     * built-in pick where the answer cannot run) */
     static const size_t counts[] = {64, 1024};
     for (int k = 0; k < 2; k++) {
         dsim_ep_stats st0, st1;
         dsim_ep_get_stats(h->eps[rank], &st0);
         dsim_err e = dsim_allreduce(c, buf, buf, counts[k], DSIM_F32, DSIM_SUM);
         dsim_ep_get_stats(h->eps[rank], &st1);
-        dsim_algo want = k == 0 ? DSIM_ALGO_TREE
+        dsim_algo want = k == 0 ? DSIM_ALGO_RECURSIVE_DOUBLING
                          : a->answer == DSIM_ALGO_HIERARCHICAL || (int)a->answer >= DSIM_ALGO_COUNT
                              ? dsim_allreduce_decide(counts[k] * sizeof(float), 4)
                              : a->answer;
@@ -811,7 +919,12 @@ static void test_algorithm_choice(void **state)
             }
 
     /* The documented thresholds (src/coll/decide.c). */
-    assert_int_equal(dsim_allreduce_decide(4096, 4), DSIM_ALGO_TREE);
+    /* a power of two of ranks and up to 8 KiB: recursive doubling */
+    assert_int_equal(dsim_allreduce_decide(4096, 4), DSIM_ALGO_RECURSIVE_DOUBLING);
+    assert_int_equal(dsim_allreduce_decide(8192, 16), DSIM_ALGO_RECURSIVE_DOUBLING);
+    assert_int_equal(dsim_allreduce_decide(8, 2), DSIM_ALGO_RECURSIVE_DOUBLING);
+    assert_int_equal(dsim_allreduce_decide(8196, 4), DSIM_ALGO_TREE);
+    assert_int_equal(dsim_allreduce_decide(4096, 6), DSIM_ALGO_TREE);
     assert_int_equal(dsim_allreduce_decide(64 << 10, 16), DSIM_ALGO_TREE);
     assert_int_equal(dsim_allreduce_decide((64 << 10) + 4, 4), DSIM_ALGO_RHD);
     assert_int_equal(dsim_allreduce_decide((size_t)16 << 20, 4), DSIM_ALGO_RHD);
@@ -919,11 +1032,17 @@ int main(void)
 {
     coll_data_init();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_arguments),   cmocka_unit_test(test_algorithm_choice),
-        cmocka_unit_test(test_caller_decides),  cmocka_unit_test(test_determinism),
-        cmocka_unit_test(test_absent_rank),     cmocka_unit_test(test_stale_messages),
-        cmocka_unit_test(test_abort),           cmocka_unit_test(test_late_rank_not_absent),
-        cmocka_unit_test(test_algorithm_table), cmocka_unit_test(test_torus_shape),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_algorithm_choice),
+        cmocka_unit_test(test_caller_decides),
+        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_absent_rank),
+        cmocka_unit_test(test_stale_messages),
+        cmocka_unit_test(test_abort),
+        cmocka_unit_test(test_late_rank_not_absent),
+        cmocka_unit_test(test_algorithm_table),
+        cmocka_unit_test(test_torus_shape),
+        cmocka_unit_test(test_recursive_doubling_order),
     };
     return cmocka_run_group_tests_name("coll_misc", tests, NULL, NULL);
 }

@@ -53,7 +53,8 @@ with tempfile.TemporaryDirectory() as tmp:
     check(m is None or (m.group(1) == m.group(3) and m.group(1) != m.group(2)),
           f"the host's sub-communicator twice, the leaders' another: {label}")
     check((1, "allreduce_algorithm") not in rows, "no world algorithm stored for the plugin's run")
-    check(rows.get((2, "allreduce_algorithm")) in ("ring", "rhd", "tree", "hierarchical"),
+    check(rows.get((2, "allreduce_algorithm")) in ("ring", "rhd", "tree", "hierarchical",
+                                                          "recursive_doubling"),
           f"quickstart's algorithm stored: {rows.get((2, 'allreduce_algorithm'))}")
 
     html = os.path.join(tmp, "r.html")

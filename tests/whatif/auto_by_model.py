@@ -46,7 +46,8 @@ for hosts, devices in [(2, 1), (8, 1), (16, 1), (64, 1), (4, 4), (16, 8), (64, 2
                     continue
                 rows_seen += 1
                 auto_ms, best_ms = float(f[2]), float(f[9].strip("()"))
-                check(auto_ms <= best_ms * 1.01 + 1e-6,
+                # both printed to 0.001 ms: half a digit of rounding each
+                check(auto_ms <= best_ms * 1.01 + 1e-3 + 1e-6,
                       f"whatif {hosts}x{devices} {params} {intra} {f[0]}: auto ran {f[1]} in "
                       f"{auto_ms} ms, {f[8]} takes {best_ms} ms")
 check(rows_seen == 7 * 4 * 2 * len(PRESETS), f"{rows_seen} whatif rows read")

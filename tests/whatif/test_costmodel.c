@@ -174,10 +174,12 @@ static void test_decide(void **state)
             dsim_cost_allreduce(&t, (dsim_algo)k, bytes, 4, &x, NULL) == DSIM_OK && x < best)
             fail_msg("%s takes %.6g s, auto's %s %.6g s", dsim_algo_name((dsim_algo)k), x,
                      dsim_algo_name(a), best);
-    /* fast links: the thresholds' tree is as fast as anything, and stays */
+    /* fast links: the thresholds' pick (recursive doubling, 16 ranks and 64
+     * bytes) is as fast as anything, and stays */
     dsim_topology fast = t;
     fast.inter = *dsim_link_preset("nvlink");
-    assert_int_equal(dsim_cost_decide(&fast, 64, 4, NULL), DSIM_ALGO_TREE);
+    assert_int_equal(dsim_allreduce_decide_hosts(64, 16, 1), DSIM_ALGO_RECURSIVE_DOUBLING);
+    assert_int_equal(dsim_cost_decide(&fast, 64, 4, NULL), DSIM_ALGO_RECURSIVE_DOUBLING);
 
     dsim_cost_decider *d = NULL;
     assert_int_equal(dsim_cost_decider_create(&t, &d), DSIM_OK);

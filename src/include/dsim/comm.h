@@ -63,10 +63,13 @@ typedef enum dsim_algo {
     DSIM_ALGO_HIERARCHICAL,  /* reduce-scatter in a host, all-reduce across hosts, all-gather */
     DSIM_ALGO_TORUS,         /* reduce-scatter, then all-gather, along each dimension of a
                                 torus in turn, over bidirectional rings (a TPU's ICI) */
+    DSIM_ALGO_RECURSIVE_DOUBLING, /* whole buffers exchanged at distance 1, 2, 4, ...:
+                                     log2(n) steps (small messages) */
     DSIM_ALGO_COUNT
 } dsim_algo;
 
-/* "auto", "ring", "rhd", "tree", "reduce_to_one", "hierarchical", "torus";
+/* "auto", "ring", "rhd", "tree", "reduce_to_one", "hierarchical", "torus",
+ * "recursive_doubling";
  * "unknown" when a is not a dsim_algo. */
 DSIM_API const char *dsim_algo_name(dsim_algo a);
 DSIM_API dsim_err dsim_algo_parse(const char *s, dsim_algo *out);

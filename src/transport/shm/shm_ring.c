@@ -15,6 +15,7 @@
 
 #include "core/fiu_int.h"
 #include "dsim/log.h"
+#include "dsim/spi/rt.h"
 #include "shm_int.h"
 
 /* Records handed over per ring before the progress thread looks at the
@@ -328,8 +329,8 @@ void shm_wait_assist(dsim_ep *ep, dsim_req *req, int64_t deadline)
             shm_count(sf, SHM_ST(assisted), 1);
             break;
         }
-        if (!did)
-            sched_yield();
+        if (!did) /* pause while every rank has a CPU, else yield */
+            dsim_rt_spin_look(i, sf->nranks);
         if ((i & 7) == 0 && shm_now() >= until)
             break;
     }

@@ -119,6 +119,21 @@ DSIM_API void dsim_rt_worker_prefetch(const void *buf);
  * engine that prefetches the buffer itself one turn earlier). */
 DSIM_API size_t dsim_rt_worker_hints_offset(void);
 
+/* Waiting without sleeping. A waiter that looks again and again for a
+ * peer's word either gives its CPU away between looks (sched_yield: right
+ * when runnable workers outnumber the CPUs, since the peer it waits for may
+ * need that CPU) or stays on it and pauses (the CPU's pause: right when every
+ * worker has a CPU of its own, where a yield is a system call and a trip
+ * through the scheduler for nothing, about 1 us here, against a peer's
+ * message that lands in tens of nanoseconds). dsim_rt_cpus is the number of
+ * CPUs this process may run on (its affinity mask, read once).
+ * dsim_rt_spin_look is the wait between looks number i (from 1) for a
+ * waiter among `workers` runnable workers of this host: pauses while each
+ * has a CPU, with a yield every 64 looks (another program's thread may want
+ * the CPU), and a yield every time otherwise. */
+DSIM_API int dsim_rt_cpus(void);
+DSIM_API void dsim_rt_spin_look(int i, int workers);
+
 /* Registers an engine; required members are checked. Built-ins register
  * themselves on first use. */
 DSIM_API dsim_err dsim_rt_register(const struct dsim_rt_ops *ops);
