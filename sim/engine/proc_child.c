@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fault/msglog.h"
+#include "dsim/spi/rt.h"
 #include "dsim_cov.h"
 #include "proc_int.h"
 
@@ -113,6 +114,9 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
 {
     pr_child c = {.fd = fd, .lo = lo, .hi = hi};
     pthread_mutex_init(&c.mu, NULL);
+    /* every replica of the job runs on this host, in this process or a
+     * sibling: waits yield where they outnumber the CPUs */
+    dsim_rt_set_host_workers(cfg->hosts * cfg->devices_per_host);
     dsim_train_cfg cc = *cfg;
     cc.engine = "threads";    /* within a process, its devices are threads */
     cc.transport = transport; /* "shm" on one host, "tcp" */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "dsim/rt.h"
+#include "dsim/spi/rt.h"
 #include "dsim/spi/shm.h"
 #include "dsim_cov.h"
 #include "engine_int.h"
@@ -68,6 +69,7 @@ static void pe_child(const dsim_engine_ranks *job, int r, const char *addrs, int
     dsim_rt *rt = NULL;
     dsim_fabric *fab = NULL;
     dsim_ep *ep = NULL;
+    dsim_rt_set_host_workers(job->nranks); /* one rank a process, all on this host */
     dsim_err e = opts && result ? dsim_rt_create("threads", &rt)
                                 : DSIM_ERR(DSIM_ENOMEM, -1, "out of memory");
     if (e == DSIM_OK) {

@@ -329,8 +329,18 @@ static inline void rt_cpu_relax(void)
 #endif
 }
 
+static int rt_host_workers;
+
+void dsim_rt_set_host_workers(int n)
+{
+    __atomic_store_n(&rt_host_workers, n > 0 ? n : 0, __ATOMIC_RELAXED);
+}
+
 void dsim_rt_spin_look(int i, int workers)
 {
+    int host = __atomic_load_n(&rt_host_workers, __ATOMIC_RELAXED);
+    if (host > workers)
+        workers = host;
     if (workers <= dsim_rt_cpus() && (i & 63) != 0)
         rt_cpu_relax();
     else

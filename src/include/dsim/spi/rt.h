@@ -133,6 +133,11 @@ DSIM_API size_t dsim_rt_worker_hints_offset(void);
  * the CPU), and a yield every time otherwise. */
 DSIM_API int dsim_rt_cpus(void);
 DSIM_API void dsim_rt_spin_look(int i, int workers);
+/* The job's workers on this host in all its processes, where a process
+ * holds only some of them (a processes-engine child says so before its
+ * ranks start; 0 forgets it): dsim_rt_spin_look counts at least this many,
+ * so that four one-worker processes on two CPUs yield, not pause. */
+DSIM_API void dsim_rt_set_host_workers(int n);
 
 /* Registers an engine; required members are checked. Built-ins register
  * themselves on first use. */
