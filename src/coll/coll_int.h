@@ -366,6 +366,24 @@ static inline int dsim_coll_ceil_log2(int n)
         l++;
     return l;
 }
+/* The largest power of two p <= n (n >= 1), and log2(p) in *levels. */
+static inline int dsim_coll_pow2_floor(int n, int *levels)
+{
+    int p = 1, l = 0;
+    while (p <= n / 2) {
+        p *= 2;
+        l++;
+    }
+    *levels = l;
+    return p;
+}
+/* The fold of rhd and recursive doubling (n ranks, p = the power of two
+ * below, rem = n - p): the even rank of each of the first rem pairs hands
+ * its buffer to the odd one; the real rank of new rank q (0 .. p-1). */
+static inline int dsim_coll_fold_real(int q, int rem)
+{
+    return q < rem ? 2 * q + 1 : q + rem;
+}
 
 /* One allreduce algorithm: its entry in the table of algos.c, one per
  * dsim_algo. */

@@ -29,25 +29,15 @@
  * buffer to its odd neighbour (step 1), which combines (even | odd) and
  * joins the p ranks under new rank r / 2 (the others under r - rem); at the
  * end each odd rank sends the result back (the last step). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coll_int.h"
 
-static int rd_pow2(int n, int *levels)
-{
-    int p = 1;
-    *levels = 0;
-    while (p * 2 <= n) {
-        p *= 2;
-        (*levels)++;
-    }
-    return p;
-}
-
 int dsim_coll_rd_allreduce_steps(dsim_comm *c)
 {
-    int levels, p = rd_pow2(c->size, &levels);
+    int levels, p = dsim_coll_pow2_floor(c->size, &levels);
     return levels + (c->size > p ? 2 : 0);
 }
 
@@ -55,8 +45,6 @@ int dsim_coll_rd_allreduce_steps(dsim_comm *c)
 static dsim_err rd_combine(dsim_coll *x, void *out, const void *lo, const void *hi, size_t count,
                            int step)
 {
-    if (!count)
-        return DSIM_OK;
     dsim_err e = dsim_reduce_local3(out, lo, hi, count, x->t, x->op);
     return e == DSIM_OK ? e : dsim_coll_fail_local(x, step, e, "combining");
 }
@@ -64,7 +52,7 @@ static dsim_err rd_combine(dsim_coll *x, void *out, const void *lo, const void *
 dsim_err dsim_coll_rd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf, size_t count)
 {
     int n = x->size, r = x->rank, levels;
-    int p = rd_pow2(n, &levels);
+    int p = dsim_coll_pow2_floor(n, &levels);
     int rem = n - p, pre = rem > 0 ? 1 : 0, last = x->nsteps;
     size_t all = count * x->esize;
     dsim_err e = DSIM_OK;
@@ -85,9 +73,9 @@ dsim_err dsim_coll_rd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf
     size_t al = (all + 63) / 64 * 64;
     char *mem = NULL, *A = recvbuf, *R = recvbuf, *B = recvbuf;
     if (real) {
-        mem = aligned_alloc(64, 3 * al);
+        mem = al >= all && al <= SIZE_MAX / 3 ? aligned_alloc(64, 3 * al) : NULL;
         if (!mem) {
-            DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for %zu bytes of scratch", 3 * al);
+            DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for 3 x %zu bytes of scratch", all);
             return dsim_coll_fail_local(x, 1, DSIM_ENOMEM, "allocating");
         }
         A = mem;
@@ -107,8 +95,7 @@ dsim_err dsim_coll_rd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbuf
         nr = r / 2;
     }
     for (int k = 0; k < levels && e == DSIM_OK; k++) {
-        int d = 1 << k, nq = nr ^ d;
-        int peer = nq < rem ? 2 * nq + 1 : nq + rem;
+        int d = 1 << k, peer = dsim_coll_fold_real(nr ^ d, rem);
         dsim_xfer xf[2] = {
             {DSIM_XF_RECV, peer, pre + 1 + k, R, all, NULL},
             {DSIM_XF_SEND, peer, pre + 1 + k, A, all, NULL},

@@ -40,26 +40,9 @@
 
 #include "coll_int.h"
 
-static void rhd_pow2(int n, int *p, int *levels)
-{
-    *p = 1;
-    *levels = 0;
-    while (*p * 2 <= n) {
-        *p *= 2;
-        (*levels)++;
-    }
-}
-
-/* The real rank of new rank q. */
-static int rhd_real(int q, int rem)
-{
-    return q < rem ? 2 * q + 1 : q + rem;
-}
-
 int dsim_coll_rhd_allreduce_steps(dsim_comm *c)
 {
-    int p, levels;
-    rhd_pow2(c->size, &p, &levels);
+    int levels, p = dsim_coll_pow2_floor(c->size, &levels);
     return 2 * levels + (c->size > p ? 2 : 0);
 }
 
@@ -69,8 +52,7 @@ dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbu
     size_t es = x->esize, all = count * es;
     char *rb = recvbuf;
     const char *sb = sendbuf;
-    int p, levels;
-    rhd_pow2(n, &p, &levels);
+    int levels, p = dsim_coll_pow2_floor(n, &levels);
     int rem = n - p, pre = rem > 0 ? 1 : 0;
     int last = x->nsteps;
     const char *cur = sb; /* where this rank's partial result lives now */
@@ -94,7 +76,7 @@ dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbu
     int lo = 0, hi = p;
     for (int k = 0; k < levels; k++) {
         int d = p >> (k + 1), mid = lo + (hi - lo) / 2;
-        int peer = rhd_real(nr ^ d, rem);
+        int peer = dsim_coll_fold_real(nr ^ d, rem);
         int klo = (nr & d) ? mid : lo, khi = (nr & d) ? hi : mid;
         int slo = (nr & d) ? lo : mid, shi = (nr & d) ? mid : hi;
         size_t ko = dsim_coll_block_off(count, p, klo) * es;
@@ -123,7 +105,7 @@ dsim_err dsim_coll_rhd_allreduce(dsim_coll *x, const void *sendbuf, void *recvbu
     hi = nr + 1;
     for (int k = 0; k < levels; k++) {
         int d = 1 << k;
-        int peer = rhd_real(nr ^ d, rem);
+        int peer = dsim_coll_fold_real(nr ^ d, rem);
         int plo = (nr & d) ? lo - d : hi, phi = (nr & d) ? lo : hi + d;
         size_t po = dsim_coll_block_off(count, p, plo) * es;
         size_t pl = dsim_coll_block_off(count, p, phi) * es - po;
