@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "dsim/rt.h"
+#include "dsim/spi/rt.h"
 #include "engine_int.h"
 #include "sim.h"
 
@@ -212,6 +213,8 @@ dsim_err dsim_engine_ranks_here(const char *runtime, const dsim_engine_ranks *jo
     for (int r = 0; r < n && e == DSIM_OK; r++)
         if ((e = dsim_ep_open(fab, r, &eps[r])) != DSIM_OK)
             e = dsim_engine_error(e, r, "could not open the endpoint of a rank");
+    int host_prev = dsim_rt_host_workers();
+    dsim_rt_set_host_workers(n); /* the ranks bind to a CPU each where they fit */
     for (int round = 0; round < job->rounds && e == DSIM_OK; round++) {
         memset(results, 0, (size_t)n * job->result_size);
         int spawned = 0;
@@ -236,6 +239,7 @@ dsim_err dsim_engine_ranks_here(const char *runtime, const dsim_engine_ranks *jo
     for (int r = 0; eps && r < n; r++)
         if (eps[r])
             dsim_ep_close(eps[r]);
+    dsim_rt_set_host_workers(host_prev);
     if (fab)
         dsim_fabric_close(fab);
     if (rt)

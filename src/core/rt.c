@@ -303,21 +303,31 @@ int dsim_rt_deterministic(const dsim_rt *rt)
     return rt && (rt->ops->flags & DSIM_RT_DETERMINISTIC) ? 1 : 0;
 }
 
+/* The CPUs this process may run on, read when libdsim loads, before any
+ * worker binds itself (a bound thread's own mask is its one CPU). */
+static cpu_set_t rt_mask;
+static int rt_mask_n; /* CPUs in rt_mask; 0: unknown (more CPUs than a cpu_set_t holds) */
+static pthread_once_t rt_mask_once = PTHREAD_ONCE_INIT;
+
+static void rt_mask_read(void)
+{
+    CPU_ZERO(&rt_mask);
+    if (sched_getaffinity(0, sizeof rt_mask, &rt_mask) == 0)
+        rt_mask_n = CPU_COUNT(&rt_mask);
+}
+
+__attribute__((constructor)) static void rt_mask_init(void)
+{
+    pthread_once(&rt_mask_once, rt_mask_read);
+}
+
 int dsim_rt_cpus(void)
 {
-    static int cpus; /* 0: not read yet; a race reads it twice, alike */
-    int n = __atomic_load_n(&cpus, __ATOMIC_RELAXED);
-    if (n > 0)
-        return n;
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        n = CPU_COUNT(&set);
-    if (n <= 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        n = c > 0 && c < 1 << 20 ? (int)c : 1;
-    }
-    __atomic_store_n(&cpus, n, __ATOMIC_RELAXED);
-    return n;
+    pthread_once(&rt_mask_once, rt_mask_read);
+    if (rt_mask_n > 0)
+        return rt_mask_n;
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c > 0 && c < 1 << 20 ? (int)c : 1;
 }
 
 static inline void rt_cpu_relax(void)
@@ -334,6 +344,52 @@ static int rt_host_workers;
 void dsim_rt_set_host_workers(int n)
 {
     __atomic_store_n(&rt_host_workers, n > 0 ? n : 0, __ATOMIC_RELAXED);
+}
+
+int dsim_rt_host_workers(void)
+{
+    return __atomic_load_n(&rt_host_workers, __ATOMIC_RELAXED);
+}
+
+/* DSIM_BIND=0 turns binding off; read once. */
+static int rt_bind_on(void)
+{
+    static int on = -1;
+    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("DSIM_BIND");
+        v = !(e && strcmp(e, "0") == 0);
+        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+int dsim_rt_bind_worker(int id)
+{
+    int n = dsim_rt_host_workers();
+    if (n < 2 || id < 0 || id >= n || n > dsim_rt_cpus() || rt_mask_n <= 0 || !rt_bind_on())
+        return 0;
+    int cpu = -1;
+    for (int c = 0, k = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &rt_mask) && k++ == id) {
+            cpu = c;
+            break;
+        }
+    if (cpu < 0)
+        return 0;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+}
+
+void dsim_rt_unbind_self(void)
+{
+    pthread_once(&rt_mask_once, rt_mask_read);
+    cpu_set_t cur;
+    if (rt_mask_n > 0 && pthread_getaffinity_np(pthread_self(), sizeof cur, &cur) == 0 &&
+        !CPU_EQUAL(&cur, &rt_mask))
+        (void)pthread_setaffinity_np(pthread_self(), sizeof rt_mask, &rt_mask);
 }
 
 void dsim_rt_spin_look(int i, int workers)

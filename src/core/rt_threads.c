@@ -86,6 +86,8 @@ static void *thr_trampoline(void *p)
     thr_start *s = p;
     thr_self_id = s->id;
     thr_charged_ns = 0;
+    if (!dsim_rt_bind_worker(s->id))
+        dsim_rt_unbind_self();
     s->fn(s->arg);
     atomic_fetch_sub_explicit(&thr_live, 1, memory_order_relaxed);
     if (atomic_exchange(&s->state, THR_RETURNED) == THR_DETACHED)

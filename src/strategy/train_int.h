@@ -74,6 +74,8 @@ struct train_job {
     dsim_strategy_shape shape;
     dsim_train_setup su;
     int N, P;
+    int host_workers_prev; /* dsim_rt_host_workers before this job set its own */
+    int host_workers_set;
     int chief;          /* the replica that writes checkpoints */
     int64_t timeout_ns; /* collectives': > 0 the bound, 0 none */
     float loss_scale;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dsim/log.h"
+#include "dsim/spi/rt.h"
 #include "train_int.h"
 
 static void *train_aligned_zalloc(size_t n)
@@ -116,6 +117,11 @@ dsim_err train_open_world(train_job *job)
 {
     const dsim_train_cfg *cfg = job->cfg;
     int N = job->N, P = job->P;
+    /* the replicas and the servers' handlers are the job's workers (ids 0 ..
+     * N + P * N - 1): each binds to a CPU of its own where they fit */
+    job->host_workers_prev = dsim_rt_host_workers();
+    job->host_workers_set = 1;
+    dsim_rt_set_host_workers(N + P * N);
     DSIM_CHECK(dsim_rt_create_seeded(cfg->engine ? cfg->engine : "threads", cfg->seed, &job->rt));
     DSIM_CHECK(dsim_waitq_create(job->rt, &job->lock));
     dsim_fabric_cfg fc = {
@@ -263,6 +269,9 @@ static void train_report_unreceived(train_job *job)
 
 void train_close_world(train_job *job)
 {
+    if (job->host_workers_set)
+        dsim_rt_set_host_workers(job->host_workers_prev);
+    job->host_workers_set = 0;
     train_stop_health(job);
     train_report_unreceived(job);
     for (int s = 0; job->srvs && s < job->P; s++) {

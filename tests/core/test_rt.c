@@ -1,9 +1,12 @@
 /* The runtime API on the threads engine, errors and logging. */
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -278,6 +281,97 @@ static void test_spawn_ids_and_charge_per_worker(void **state)
     dsim_rt_destroy(w.rt);
 }
 
+/* Binding: each of the job's workers to a CPU of its own where they fit
+ * (dsim_rt_bind_worker); a task outside the job, or a job larger than the
+ * CPUs, keeps the process's mask; DSIM_BIND=0 (this test runs once with it)
+ * binds nothing. */
+typedef struct bind_seen {
+    int ncpu; /* CPUs in the worker's mask */
+    int cpu;  /* its lowest CPU */
+} bind_seen;
+
+static void bind_fn(void *arg)
+{
+    bind_seen *b = arg;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    assert_int_equal(pthread_getaffinity_np(pthread_self(), sizeof set, &set), 0);
+    b->ncpu = CPU_COUNT(&set);
+    b->cpu = -1;
+    for (int c = 0; c < CPU_SETSIZE && b->cpu < 0; c++)
+        if (CPU_ISSET(c, &set))
+            b->cpu = c;
+}
+
+static void bind_run(dsim_rt *rt, int workers, int spawn, bind_seen *seen)
+{
+    dsim_rt_set_host_workers(workers);
+    dsim_task *t[8];
+    for (int i = 0; i < spawn; i++)
+        assert_int_equal(dsim_rt_spawn(rt, i, bind_fn, &seen[i], &t[i]), DSIM_OK);
+    for (int i = 0; i < spawn; i++)
+        assert_int_equal(dsim_rt_join(rt, t[i]), DSIM_OK);
+    dsim_rt_set_host_workers(0);
+}
+
+static void test_workers_bind_to_a_cpu_each(void **state)
+{
+    (void)state;
+    int cpus = dsim_rt_cpus();
+    if (cpus < 2)
+        skip(); /* one CPU: nothing to spread over */
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    assert_int_equal(sched_getaffinity(0, sizeof mask, &mask), 0);
+    assert_int_equal(CPU_COUNT(&mask), cpus);
+    int second = -1;
+    for (int c = 0, k = 0; c < CPU_SETSIZE && second < 0; c++)
+        if (CPU_ISSET(c, &mask) && k++ == 1)
+            second = c;
+    const char *env = getenv("DSIM_BIND");
+    int on = !(env && strcmp(env, "0") == 0);
+    dsim_rt *rt = NULL;
+    assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
+
+    /* two workers, a third task (id 2) beyond the job's two */
+    bind_seen seen[3];
+    bind_run(rt, 2, 3, seen);
+    assert_int_equal(seen[0].ncpu, on ? 1 : cpus);
+    assert_int_equal(seen[1].ncpu, on ? 1 : cpus);
+    if (on)
+        assert_int_equal(seen[1].cpu, second);
+    assert_int_equal(seen[2].ncpu, cpus);
+
+    /* more workers than CPUs: the scheduler places them */
+    int n = cpus + 1 < 8 ? cpus + 1 : 8;
+    bind_seen many[8];
+    if (cpus + 1 <= 8) {
+        bind_run(rt, n, n, many);
+        for (int i = 0; i < n; i++)
+            assert_int_equal(many[i].ncpu, cpus);
+    }
+    /* a thread started by a bound one gets the whole mask back */
+    if (on) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(second, &one);
+        assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+        bind_run(rt, 0, 1, seen);
+        assert_int_equal(seen[0].ncpu, cpus);
+        dsim_rt_unbind_self();
+        bind_fn(&seen[0]);
+        assert_int_equal(seen[0].ncpu, cpus);
+    }
+    /* out of range */
+    dsim_rt_set_host_workers(2);
+    assert_int_equal(dsim_rt_bind_worker(-1), 0);
+    assert_int_equal(dsim_rt_bind_worker(2), 0);
+    dsim_rt_set_host_workers(1);
+    assert_int_equal(dsim_rt_bind_worker(0), 0);
+    dsim_rt_set_host_workers(0);
+    dsim_rt_destroy(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -292,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_wait_times_out_at_deadline),
         cmocka_unit_test(test_wake_ends_a_wait),
         cmocka_unit_test(test_spawn_ids_and_charge_per_worker),
+        cmocka_unit_test(test_workers_bind_to_a_cpu_each),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "dsim/log.h"
+#include "dsim/spi/rt.h"
 #include "core/fiu_int.h"
 #include "shm_int.h"
 
@@ -129,6 +130,7 @@ static void *shm_watch_main(void *arg)
 {
     shm_fabric *sf = arg;
     int n = sf->nranks;
+    dsim_rt_unbind_self(); /* not a worker: the scheduler places it */
     shm_peer *pe = calloc((size_t)n, sizeof *pe);
     struct pollfd *pf = calloc((size_t)n + 1, sizeof *pf);
     int *who = calloc((size_t)n + 1, sizeof *who);

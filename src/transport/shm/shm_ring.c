@@ -356,6 +356,7 @@ void *shm_progress_main(void *arg)
     shm_fabric *sf = arg;
     shm_rank *me = &sf->ranks[sf->lo];
     int64_t idle_since = -1;
+    dsim_rt_unbind_self(); /* not a worker: the scheduler places it */
     while (!atomic_load_explicit(&sf->stop, memory_order_acquire)) {
         uint32_t seen = atomic_load_explicit(&me->bell, memory_order_seq_cst);
         pthread_mutex_lock(&sf->poll_mu);

@@ -9,6 +9,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
+#include "dsim/spi/rt.h"
 #include "tcp_int.h"
 
 /* ---- the I/O loop ---- */
@@ -277,6 +278,7 @@ void *tcp_loop_main(void *arg)
 {
     tcp_loop *lp = arg;
     struct epoll_event evs[TCP_EVENTS];
+    dsim_rt_unbind_self(); /* not a worker: the scheduler places it */
     for (;;) {
         int n = epoll_wait(lp->epfd, evs, TCP_EVENTS, tcp_wait_ms(lp));
         if (n < 0) {
