@@ -214,7 +214,7 @@ dsim_err dsim_engine_ranks_here(const char *runtime, const dsim_engine_ranks *jo
         if ((e = dsim_ep_open(fab, r, &eps[r])) != DSIM_OK)
             e = dsim_engine_error(e, r, "could not open the endpoint of a rank");
     int host_prev = dsim_rt_host_workers();
-    dsim_rt_set_host_workers(n); /* the ranks bind to a CPU each where they fit */
+    dsim_rt_set_host_workers(n); /* ranks that fill the CPUs bind to one each */
     for (int round = 0; round < job->rounds && e == DSIM_OK; round++) {
         memset(results, 0, (size_t)n * job->result_size);
         int spawned = 0;

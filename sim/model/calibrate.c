@@ -407,7 +407,7 @@ dsim_err dsim_calib_measure(const char *engine, int ranks, dsim_calib *out)
     double a = 0, b = 0;
     DSIM_CHECK(dsim_calib_fit_ab(x, secs, N, &a, &b));
     double ax = 0;
-    DSIM_CHECK(dsim_calib_exchange(engine, ranks, 0, sizes, 1, 50, 5, &ax));
+    DSIM_CHECK(dsim_calib_exchange(engine, ranks, 0, sizes, 1, 200, 5, &ax));
     long nc = sysconf(_SC_NPROCESSORS_ONLN);
     const dsim_engine_ops *eng;
     DSIM_CHECK(dsim_engine_find(engine, &eng));
@@ -530,9 +530,14 @@ dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n)
         }
         if (ns == 0)
             continue;
-        /* fewer exchanges for large messages: the time is long enough to read */
+        /* fewer exchanges for large messages: the time is long enough to
+         * read; many for small ones, so that a batch lasts long enough for
+         * the ranks' turns on the cores to even out within it */
         size_t big = cal_max_size(sz, ns);
-        int iters = big >= ((size_t)1 << 22) ? 5 : big >= ((size_t)1 << 18) ? 10 : 30;
+        int iters = big >= ((size_t)1 << 22)   ? 5
+                    : big >= ((size_t)1 << 18) ? 10
+                    : big >= ((size_t)1 << 16) ? 50
+                                               : 200;
         e = dsim_calib_exchange(c->engine, counts[k], 0, sz, ns, iters, 5, tx);
         if (e == DSIM_OK)
             e = dsim_calib_exchange(c->engine, counts[k], 1, sz, ns, iters, 5, tr);

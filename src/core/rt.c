@@ -367,11 +367,11 @@ static int rt_bind_on(void)
 int dsim_rt_bind_worker(int id)
 {
     int n = dsim_rt_host_workers();
-    if (n < 2 || id < 0 || id >= n || n > dsim_rt_cpus() || rt_mask_n <= 0 || !rt_bind_on())
+    if (n < 2 || id < 0 || id >= n || rt_mask_n <= 0 || n < rt_mask_n || !rt_bind_on())
         return 0;
-    int cpu = -1;
+    int cpu = -1, want = id % rt_mask_n;
     for (int c = 0, k = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &rt_mask) && k++ == id) {
+        if (CPU_ISSET(c, &rt_mask) && k++ == want) {
             cpu = c;
             break;
         }

@@ -118,7 +118,7 @@ dsim_err train_open_world(train_job *job)
     const dsim_train_cfg *cfg = job->cfg;
     int N = job->N, P = job->P;
     /* the replicas and the servers' handlers are the job's workers (ids 0 ..
-     * N + P * N - 1): each binds to a CPU of its own where they fit */
+     * N + P * N - 1): where they fill the CPUs, each binds to one (dsim_rt_bind_worker) */
     job->host_workers_prev = dsim_rt_host_workers();
     job->host_workers_set = 1;
     dsim_rt_set_host_workers(N + P * N);

@@ -15,7 +15,8 @@
 #include "dsim/rt.h"
 #include "dsim/spi/rt.h"
 
-#define MS 1000000LL
+#define MS       1000000LL
+#define BIND_MAX 64
 
 static void test_strerror_covers_every_code(void **state)
 {
@@ -281,10 +282,10 @@ static void test_spawn_ids_and_charge_per_worker(void **state)
     dsim_rt_destroy(w.rt);
 }
 
-/* Binding: each of the job's workers to a CPU of its own where they fit
- * (dsim_rt_bind_worker); a task outside the job, or a job larger than the
- * CPUs, keeps the process's mask; DSIM_BIND=0 (this test runs once with it)
- * binds nothing. */
+/* Binding: where the job's workers fill the CPUs (as many or more), each
+ * binds to one, round robin over the process's mask (dsim_rt_bind_worker);
+ * fewer workers than CPUs, or a task outside the job, keep the process's
+ * mask; DSIM_BIND=0 (this test runs once with it) binds nothing. */
 typedef struct bind_seen {
     int ncpu; /* CPUs in the worker's mask */
     int cpu;  /* its lowest CPU */
@@ -306,7 +307,7 @@ static void bind_fn(void *arg)
 static void bind_run(dsim_rt *rt, int workers, int spawn, bind_seen *seen)
 {
     dsim_rt_set_host_workers(workers);
-    dsim_task *t[8];
+    dsim_task *t[BIND_MAX];
     for (int i = 0; i < spawn; i++)
         assert_int_equal(dsim_rt_spawn(rt, i, bind_fn, &seen[i], &t[i]), DSIM_OK);
     for (int i = 0; i < spawn; i++)
@@ -318,43 +319,45 @@ static void test_workers_bind_to_a_cpu_each(void **state)
 {
     (void)state;
     int cpus = dsim_rt_cpus();
-    if (cpus < 2)
-        skip(); /* one CPU: nothing to spread over */
+    if (cpus < 2 || cpus + 2 > BIND_MAX)
+        skip(); /* one CPU: nothing to spread over; many: the arrays below */
     cpu_set_t mask;
     CPU_ZERO(&mask);
     assert_int_equal(sched_getaffinity(0, sizeof mask, &mask), 0);
     assert_int_equal(CPU_COUNT(&mask), cpus);
-    int second = -1;
-    for (int c = 0, k = 0; c < CPU_SETSIZE && second < 0; c++)
-        if (CPU_ISSET(c, &mask) && k++ == 1)
-            second = c;
+    int nth[BIND_MAX]; /* the k-th CPU of the mask */
+    for (int c = 0, k = 0; c < CPU_SETSIZE && k < cpus; c++)
+        if (CPU_ISSET(c, &mask))
+            nth[k++] = c;
     const char *env = getenv("DSIM_BIND");
     int on = !(env && strcmp(env, "0") == 0);
     dsim_rt *rt = NULL;
     assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
 
-    /* two workers, a third task (id 2) beyond the job's two */
-    bind_seen seen[3];
-    bind_run(rt, 2, 3, seen);
-    assert_int_equal(seen[0].ncpu, on ? 1 : cpus);
-    assert_int_equal(seen[1].ncpu, on ? 1 : cpus);
-    if (on)
-        assert_int_equal(seen[1].cpu, second);
-    assert_int_equal(seen[2].ncpu, cpus);
-
-    /* more workers than CPUs: the scheduler places them */
-    int n = cpus + 1 < 8 ? cpus + 1 : 8;
-    bind_seen many[8];
-    if (cpus + 1 <= 8) {
-        bind_run(rt, n, n, many);
-        for (int i = 0; i < n; i++)
-            assert_int_equal(many[i].ncpu, cpus);
+    /* as many workers as CPUs, and one more: round robin; a task beyond the
+     * job's workers is left alone */
+    bind_seen seen[BIND_MAX];
+    for (int n = cpus; n <= cpus + 1; n++) {
+        bind_run(rt, n, n + 1, seen);
+        for (int i = 0; i < n; i++) {
+            assert_int_equal(seen[i].ncpu, on ? 1 : cpus);
+            if (on)
+                assert_int_equal(seen[i].cpu, nth[i % cpus]);
+        }
+        assert_int_equal(seen[n].ncpu, cpus);
+    }
+    /* fewer workers than CPUs (where there are more than 2): the scheduler
+     * places them */
+    if (cpus > 2) {
+        bind_run(rt, 2, 2, seen);
+        assert_int_equal(seen[0].ncpu, cpus);
+        assert_int_equal(seen[1].ncpu, cpus);
     }
     /* a thread started by a bound one gets the whole mask back */
     if (on) {
         cpu_set_t one;
         CPU_ZERO(&one);
-        CPU_SET(second, &one);
+        CPU_SET(nth[1], &one);
         assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
         bind_run(rt, 0, 1, seen);
         assert_int_equal(seen[0].ncpu, cpus);
@@ -362,10 +365,10 @@ static void test_workers_bind_to_a_cpu_each(void **state)
         bind_fn(&seen[0]);
         assert_int_equal(seen[0].ncpu, cpus);
     }
-    /* out of range */
-    dsim_rt_set_host_workers(2);
+    /* out of range, or a job of one */
+    dsim_rt_set_host_workers(cpus);
     assert_int_equal(dsim_rt_bind_worker(-1), 0);
-    assert_int_equal(dsim_rt_bind_worker(2), 0);
+    assert_int_equal(dsim_rt_bind_worker(cpus), 0);
     dsim_rt_set_host_workers(1);
     assert_int_equal(dsim_rt_bind_worker(0), 0);
     dsim_rt_set_host_workers(0);

@@ -141,14 +141,17 @@ DSIM_API void dsim_rt_set_host_workers(int n);
 DSIM_API int dsim_rt_host_workers(void);
 
 /* Binding workers to CPUs, as Open MPI binds its ranks to cores. Where the
- * job's workers on this host (dsim_rt_set_host_workers, n >= 2) fit the
- * process's CPUs, worker `id` (0 <= id < n, unique on the host) binds the
- * calling thread to the id-th CPU of the process's affinity mask and
- * returns 1; otherwise (or with DSIM_BIND=0 in the environment) it leaves
- * the thread alone and returns 0. Left to the scheduler, two workers that
- * exchange messages were often both placed on one CPU, each wait then
- * costing a context switch: a 2-rank 4 KiB all-reduce took 2-3 us or 9-15 us
- * from run to run. dsim_rt_unbind_self gives the calling thread the
+ * job's workers on this host (dsim_rt_set_host_workers, n >= 2) fill the
+ * process's CPUs (n >= CPUs: the job has the machine to itself, or shares
+ * it evenly), worker `id` (0 <= id < n, unique on the host) binds the
+ * calling thread to CPU id % CPUs of the process's affinity mask and
+ * returns 1; otherwise (fewer workers than CPUs: several small jobs side by
+ * side, which the scheduler spreads better than a fixed choice; or
+ * DSIM_BIND=0 in the environment) it leaves the thread alone and returns 0.
+ * Left to the scheduler, two workers on 2 CPUs were often both placed on
+ * one, each wait then costing a context switch (a 2-rank 4 KiB all-reduce
+ * took 2-3 us or 9-15 us from run to run), and 4 on 2 CPUs ran 3 to 1.
+ * dsim_rt_unbind_self gives the calling thread the
  * process's whole mask again (a thread started by a bound one inherits its
  * CPU): the threads engine's other tasks and the transports' own threads
  * call it first. */
