@@ -700,9 +700,10 @@ static dsim_err shm_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void
         o->qtail = it;
     }
     shm_out_update_locked(L, o);
+    uint64_t tail = o->tail;
     dsim_waitq_unlock(L->sq);
     if (sent) {
-        shm_bell_ring(sf, to);
+        shm_bell_ring_send(sf, to, o->pair, tail);
         if (!large)
             dsim_tp_complete(req, DSIM_OK);
     }

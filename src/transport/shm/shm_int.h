@@ -58,7 +58,12 @@
  * of the process reads the rings itself (shm_wait_assist: its assisting
  * count is nonzero), FUTEX_WAKE is left out too; the worker, once done,
  * wakes the progress thread itself if the bell moved after its last look
- * began, or its last look left records unread. */
+ * began, or its last look left records unread. A worker's own send
+ * (shm_bell_ring_send) that finds the receiver's process asleep looks
+ * again for up to SHM_WAKE_GRACE_NS, counted as assisting and reading its
+ * own rings meanwhile, and leaves the wake out if a worker there began to
+ * assist or the record was read: the two sides of an exchange then wake
+ * nobody. */
 #ifndef DSIM_SHM_INT_H
 #define DSIM_SHM_INT_H
 
@@ -334,6 +339,11 @@ void shm_out_update_locked(shm_local *L, shm_out *o);
 
 /* shm_ring.c: rings, bells and the progress thread */
 void shm_bell_ring(shm_fabric *sf, int rank);
+/* A worker's own send: as shm_bell_ring, but gives the receiver up to
+ * SHM_WAKE_GRACE_NS to start reading the rings itself before waking its
+ * progress thread; tail: the ring's tail after the send's record. */
+#define SHM_WAKE_GRACE_NS 2000
+void shm_bell_ring_send(shm_fabric *sf, int rank, shm_pair *pair, uint64_t tail);
 /* Flags remote rank r's process as ended (whoever sees it first: the
  * watcher, or a reader of its memory told ESRCH) and rings this process's
  * bell, so that a progress thread about to sleep polls once more and

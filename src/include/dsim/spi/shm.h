@@ -48,7 +48,12 @@
  *                  sleeps at once and the progress thread moves every
  *                  frame). Saves the progress thread's wake-up and the
  *                  worker's on each small message. The environment variable
- *                  DSIM_SHM_ASSIST sets the default.
+ *                  DSIM_SHM_ASSIST sets the default. A worker's own send
+ *                  to a process none of whose workers assists gives them
+ *                  2 us to begin (reading its own rings meanwhile, as an
+ *                  assisting worker) before it wakes that process's
+ *                  progress thread: both sides of an exchange send and
+ *                  then wait, and then neither wakes the other.
  *
  * Failures. A process that hosts ranks watches the processes of its peers
  * (pidfd): when one ends, whatever of its frames are complete in the rings
@@ -97,6 +102,7 @@ typedef struct dsim_shm_stats {
     uint64_t assisted;                  /* waits that ended while the waiter read the rings */
     uint64_t cma_direct;                /* of cma_msgs, read straight into the receive that took
                                            them (one copy); the rest went through a staging buffer */
+    uint64_t wakes;                     /* progress threads this process woke (FUTEX_WAKE) */
 } dsim_shm_stats;
 
 /* The counters of an shm fabric; DSIM_EINVAL if f is not one. */
