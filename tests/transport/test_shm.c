@@ -342,6 +342,44 @@ static void test_exchange_wakes_little(void **state)
     assert_true(a[0].st.wakes + a[1].st.wakes > 0);
 }
 
+/* Rank 0 streams small messages to rank 1, which is busy elsewhere (asleep,
+ * not in the library) until they have all gone: none of those sends finds
+ * a worker about to read the rings, and after a few graces that ended in a
+ * wake the sender stops waiting on that peer but for one send in
+ * SHM_GRACE_PROBE (before, every one of them waited its 2 us). */
+static void stream_child(world *w, void *arg, child_res *res, int wfd)
+{
+    int n = *(const int *)arg;
+    ready(wfd);
+    if (w->rank == 1) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+        for (int k = 0; k < n; k++)
+            if (recv_msg(w, 0, (uint32_t)k, 8, (uint64_t)k, res))
+                return;
+        return;
+    }
+    /* paced, so that the peer's progress thread has gone back to sleep */
+    for (int k = 0; k < n; k++) {
+        struct timespec gap = {0, 50000};
+        nanosleep(&gap, NULL);
+        if (send_msg(w, 1, (uint32_t)k, 8, (uint64_t)k, res))
+            return;
+    }
+}
+
+static void test_stream_to_busy_peer(void **state)
+{
+    (void)state;
+    const int n = 1000;
+    child_res a[2];
+    run_pair(stream_child, "", n, (uint64_t)n, a);
+    print_message("%d sends to a busy peer: %" PRIu64 " waited for it first, %" PRIu64 " wakes\n",
+                  n, a[0].st.graces, a[0].st.wakes);
+    assert_true(a[0].st.wakes >= (uint64_t)n / 2); /* the peer's progress thread slept */
+    assert_true(a[0].st.graces <= (uint64_t)n / 4);
+}
+
 /* A peer that reads a large message whole and at once closes and ends:
  * the sender, whose looks at the rings are held up (dsim/shm/poll_late) so
  * that the read and the departure are news at the same look, sees its send
@@ -1222,6 +1260,7 @@ int main(void)
         cmocka_unit_test(test_cma_refused),
         cmocka_unit_test(test_waiter_assists),
         cmocka_unit_test(test_exchange_wakes_little),
+        cmocka_unit_test(test_stream_to_busy_peer),
         cmocka_unit_test(test_last_read_then_gone),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_fault_frames),

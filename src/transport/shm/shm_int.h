@@ -200,6 +200,11 @@ typedef struct shm_out {
     int broken;       /* the peer is gone: sends fail with broken_msg */
     int broken_blame; /* the rank those failures name */
     char broken_msg[400];
+    /* shm_bell_ring_send's graces to this peer that ended in a wake, in a
+     * row (relaxed: two senders racing only blur the count), and the sends
+     * since it gave up waiting on this peer (under the sender's sq). */
+    _Atomic uint32_t grace_misses;
+    uint32_t grace_skipped;
 } shm_out;
 
 /* Peer -> local rank: the consumer's side. Progress thread only. */
@@ -341,9 +346,16 @@ void shm_out_update_locked(shm_local *L, shm_out *o);
 void shm_bell_ring(shm_fabric *sf, int rank);
 /* A worker's own send: as shm_bell_ring, but gives the receiver up to
  * SHM_WAKE_GRACE_NS to start reading the rings itself before waking its
- * progress thread; tail: the ring's tail after the send's record. */
+ * progress thread; tail: the ring's tail after the send's record. After
+ * SHM_GRACE_MISSES graces in a row to a peer ended in a wake (a receiver
+ * busy elsewhere, not about to wait), only every SHM_GRACE_PROBE-th send
+ * to it waits, so a stream of sends to such a peer costs what it did
+ * before. misses: the peer's shm_out.grace_misses, NULL for no grace. */
 #define SHM_WAKE_GRACE_NS 2000
-void shm_bell_ring_send(shm_fabric *sf, int rank, shm_pair *pair, uint64_t tail);
+#define SHM_GRACE_MISSES  4
+#define SHM_GRACE_PROBE   16
+void shm_bell_ring_send(shm_fabric *sf, int rank, shm_pair *pair, uint64_t tail,
+                        _Atomic uint32_t *misses);
 /* Flags remote rank r's process as ended (whoever sees it first: the
  * watcher, or a reader of its memory told ESRCH) and rings this process's
  * bell, so that a progress thread about to sleep polls once more and

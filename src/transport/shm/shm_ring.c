@@ -377,11 +377,17 @@ void shm_wait_assist(dsim_ep *ep, dsim_req *req, int64_t deadline)
     shm_assist_end(sf, me);
 }
 
-void shm_bell_ring_send(shm_fabric *sf, int rank, shm_pair *pair, uint64_t tail)
+void shm_bell_ring_send(shm_fabric *sf, int rank, shm_pair *pair, uint64_t tail,
+                        _Atomic uint32_t *misses)
 {
     shm_rank *b = shm_bell_move(sf, rank);
     if (!b || !shm_needs_wake(b))
         return;
+    if (!misses) {
+        shm_wake(sf, b);
+        return;
+    }
+    shm_count(sf, SHM_ST(graces), 1);
     /* In an exchange both workers send and then wait: the peer is about to
      * read the rings itself (shm_wait_assist), or already has and took the
      * record. For up to SHM_WAKE_GRACE_NS this worker reads its own rings
@@ -410,8 +416,14 @@ void shm_bell_ring_send(shm_fabric *sf, int rank, shm_pair *pair, uint64_t tail)
         if (!did)
             dsim_rt_spin_look(i, sf->nranks);
     }
-    if (wake)
+    if (wake) {
         shm_wake(sf, b);
+        uint32_t m = atomic_load_explicit(misses, memory_order_relaxed);
+        if (m < SHM_GRACE_MISSES)
+            atomic_store_explicit(misses, m + 1, memory_order_relaxed);
+    } else {
+        atomic_store_explicit(misses, 0, memory_order_relaxed);
+    }
     shm_assist_end(sf, me);
 }
 

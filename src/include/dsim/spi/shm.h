@@ -103,6 +103,7 @@ typedef struct dsim_shm_stats {
     uint64_t cma_direct;                /* of cma_msgs, read straight into the receive that took
                                            them (one copy); the rest went through a staging buffer */
     uint64_t wakes;                     /* progress threads this process woke (FUTEX_WAKE) */
+    uint64_t graces;                    /* sends that gave a sleeping receiver 2 us first */
 } dsim_shm_stats;
 
 /* The counters of an shm fabric; DSIM_EINVAL if f is not one. */
