@@ -701,11 +701,9 @@ static dsim_err shm_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void
     }
     shm_out_update_locked(L, o);
     uint64_t tail = o->tail;
-    int grace = atomic_load_explicit(&o->grace_misses, memory_order_relaxed) < SHM_GRACE_MISSES ||
-                ++o->grace_skipped % SHM_GRACE_PROBE == 0;
     dsim_waitq_unlock(L->sq);
     if (sent) {
-        shm_bell_ring_send(sf, to, o->pair, tail, grace ? &o->grace_misses : NULL);
+        shm_bell_ring_send(sf, to, o, tail);
         if (!large)
             dsim_tp_complete(req, DSIM_OK);
     }

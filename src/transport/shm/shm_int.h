@@ -201,10 +201,10 @@ typedef struct shm_out {
     int broken_blame; /* the rank those failures name */
     char broken_msg[400];
     /* shm_bell_ring_send's graces to this peer that ended in a wake, in a
-     * row (relaxed: two senders racing only blur the count), and the sends
-     * since it gave up waiting on this peer (under the sender's sq). */
+     * row, and the sends since it gave up waiting on this peer (both read
+     * and written outside sq) */
     _Atomic uint32_t grace_misses;
-    uint32_t grace_skipped;
+    _Atomic uint32_t grace_skipped;
 } shm_out;
 
 /* Peer -> local rank: the consumer's side. Progress thread only. */
@@ -350,12 +350,12 @@ void shm_bell_ring(shm_fabric *sf, int rank);
  * SHM_GRACE_MISSES graces in a row to a peer ended in a wake (a receiver
  * busy elsewhere, not about to wait), only every SHM_GRACE_PROBE-th send
  * to it waits, so a stream of sends to such a peer costs what it did
- * before. misses: the peer's shm_out.grace_misses, NULL for no grace. */
+ * before. o: the sender's side of the pair (its counts), tail: the ring's
+ * tail after the send's record (read under sq). */
 #define SHM_WAKE_GRACE_NS 2000
 #define SHM_GRACE_MISSES  4
 #define SHM_GRACE_PROBE   16
-void shm_bell_ring_send(shm_fabric *sf, int rank, shm_pair *pair, uint64_t tail,
-                        _Atomic uint32_t *misses);
+void shm_bell_ring_send(shm_fabric *sf, int rank, shm_out *o, uint64_t tail);
 /* Flags remote rank r's process as ended (whoever sees it first: the
  * watcher, or a reader of its memory told ESRCH) and rings this process's
  * bell, so that a progress thread about to sleep polls once more and

@@ -328,6 +328,17 @@ static void shm_relax(void)
     sched_yield();
 }
 
+/* A worker's look at its process's rings, if no other thread holds them:
+ * whether it moved anything. */
+static int shm_try_poll(shm_fabric *sf)
+{
+    if (pthread_mutex_trylock(&sf->poll_mu) != 0)
+        return 0;
+    int did = shm_poll(sf);
+    pthread_mutex_unlock(&sf->poll_mu);
+    return did;
+}
+
 /* A worker stops reading the rings for its process (me: the leader's
  * entry). A sender that saw it assisting published its record before it
  * looked, and did not wake the progress thread: one more look reads it. If
@@ -336,15 +347,11 @@ static void shm_relax(void)
 static void shm_assist_end(shm_fabric *sf, shm_rank *me)
 {
     atomic_fetch_sub_explicit(&me->assisting, 1, memory_order_seq_cst);
-    if (pthread_mutex_trylock(&sf->poll_mu) == 0) {
-        int did = shm_poll(sf);
-        pthread_mutex_unlock(&sf->poll_mu);
-        if (did) {
-            /* it may have stopped at its budget with records left */
-            atomic_fetch_add_explicit(&me->bell, 1, memory_order_seq_cst);
-            if (atomic_load_explicit(&me->sleeping, memory_order_seq_cst))
-                shm_wake(sf, me);
-        }
+    if (shm_try_poll(sf)) {
+        /* it may have stopped at its budget with records left */
+        atomic_fetch_add_explicit(&me->bell, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(&me->sleeping, memory_order_seq_cst))
+            shm_wake(sf, me);
     }
 }
 
@@ -360,11 +367,7 @@ void shm_wait_assist(dsim_ep *ep, dsim_req *req, int64_t deadline)
         until = deadline;
     atomic_fetch_add_explicit(&me->assisting, 1, memory_order_seq_cst);
     for (int i = 1; !dsim_req_done(req); i++) {
-        int did = 0;
-        if (pthread_mutex_trylock(&sf->poll_mu) == 0) {
-            did = shm_poll(sf);
-            pthread_mutex_unlock(&sf->poll_mu);
-        }
+        int did = shm_try_poll(sf);
         if (dsim_req_done(req)) {
             shm_count(sf, SHM_ST(assisted), 1);
             break;
@@ -377,13 +380,15 @@ void shm_wait_assist(dsim_ep *ep, dsim_req *req, int64_t deadline)
     shm_assist_end(sf, me);
 }
 
-void shm_bell_ring_send(shm_fabric *sf, int rank, shm_pair *pair, uint64_t tail,
-                        _Atomic uint32_t *misses)
+void shm_bell_ring_send(shm_fabric *sf, int rank, shm_out *o, uint64_t tail)
 {
     shm_rank *b = shm_bell_move(sf, rank);
     if (!b || !shm_needs_wake(b))
         return;
-    if (!misses) {
+    /* a peer busy elsewhere: one send in SHM_GRACE_PROBE looks again */
+    if (atomic_load_explicit(&o->grace_misses, memory_order_relaxed) >= SHM_GRACE_MISSES &&
+        atomic_fetch_add_explicit(&o->grace_skipped, 1, memory_order_relaxed) % SHM_GRACE_PROBE !=
+            SHM_GRACE_PROBE - 1) {
         shm_wake(sf, b);
         return;
     }
@@ -402,28 +407,25 @@ void shm_bell_ring_send(shm_fabric *sf, int rank, shm_pair *pair, uint64_t tail,
     int64_t until = shm_now() + SHM_WAKE_GRACE_NS;
     int wake = 1;
     for (int i = 1;; i++) {
-        if (!shm_needs_wake(b) || atomic_load_explicit(&pair->head, memory_order_seq_cst) >= tail) {
+        if (!shm_needs_wake(b) ||
+            atomic_load_explicit(&o->pair->head, memory_order_seq_cst) >= tail) {
             wake = 0;
             break;
         }
         if (i > 1 && shm_now() >= until)
             break;
-        int did = 0;
-        if (pthread_mutex_trylock(&sf->poll_mu) == 0) {
-            did = shm_poll(sf);
-            pthread_mutex_unlock(&sf->poll_mu);
-        }
-        if (!did)
+        if (!shm_try_poll(sf))
             dsim_rt_spin_look(i, sf->nranks);
     }
-    if (wake) {
+    uint32_t m = atomic_load_explicit(&o->grace_misses, memory_order_relaxed);
+    if (wake)
         shm_wake(sf, b);
-        uint32_t m = atomic_load_explicit(misses, memory_order_relaxed);
-        if (m < SHM_GRACE_MISSES)
-            atomic_store_explicit(misses, m + 1, memory_order_relaxed);
-    } else {
-        atomic_store_explicit(misses, 0, memory_order_relaxed);
-    }
+    /* relaxed: two senders racing only blur the count */
+    atomic_store_explicit(&o->grace_misses,
+                          !wake                  ? 0
+                          : m < SHM_GRACE_MISSES ? m + 1
+                                                 : m,
+                          memory_order_relaxed);
     shm_assist_end(sf, me);
 }
 
