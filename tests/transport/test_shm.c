@@ -397,6 +397,46 @@ static void test_stream_to_busy_peer(void **state)
     assert_true(a[0].st.graces <= (uint64_t)n / 4);
 }
 
+/* A large send's wait goes on reading the rings past assist= while the
+ * receiver copies it (its slot CLAIMED): the copy of 4 MiB takes far longer
+ * than assist=10us, and before, the sender gave up and slept at every one,
+ * to be woken when the copy ended (0 of 20 waits ended assisting on an idle
+ * 2-CPU machine). The receive is posted well before each send, so that the
+ * receiver reads it at once rather than parking it. */
+static void big_send_child(world *w, void *arg, child_res *res, int wfd)
+{
+    int rounds = *(const int *)arg;
+    ready(wfd);
+    const size_t len = (size_t)4 << 20;
+    for (int k = 0; k < rounds; k++) {
+        if (w->rank == 1) {
+            if (recv_msg(w, 0, (uint32_t)k, len, (uint64_t)k, res))
+                return;
+            continue;
+        }
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        if (send_msg(w, 1, (uint32_t)k, len, (uint64_t)k, res))
+            return;
+    }
+}
+
+static void test_waits_while_sends_are_read(void **state)
+{
+    (void)state;
+    const int rounds = 20;
+    child_res a[2];
+    run_pair(big_send_child, "assist=10us", rounds, (uint64_t)rounds, a);
+    print_message("%d sends of 4 MiB with assist=10us: %" PRIu64 " waits ended while assisting, "
+                  "the sender's progress thread slept %" PRIu64 " times\n",
+                  rounds, a[0].st.assisted, a[0].st.sleeps);
+    if (!SHM_TEST_TSAN)
+        assert_true(a[0].st.assisted >= (uint64_t)rounds / 2);
+    /* assist=0 still means: sleep at once */
+    run_pair(big_send_child, "assist=0", 4, 4, a);
+    assert_int_equal(a[0].st.assisted, 0);
+}
+
 /* A peer that reads a large message whole and at once closes and ends:
  * the sender, whose looks at the rings are held up (dsim/shm/poll_late) so
  * that the read and the departure are news at the same look, sees its send
@@ -1278,6 +1318,7 @@ int main(void)
         cmocka_unit_test(test_waiter_assists),
         cmocka_unit_test(test_exchange_wakes_little),
         cmocka_unit_test(test_stream_to_busy_peer),
+        cmocka_unit_test(test_waits_while_sends_are_read),
         cmocka_unit_test(test_last_read_then_gone),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_fault_frames),

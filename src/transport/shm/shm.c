@@ -418,6 +418,17 @@ static void shm_teardown(shm_fabric *sf)
         shm_bell_ring(sf, sf->lo);
         pthread_join(sf->prog, NULL);
         sf->prog_started = 0;
+        dsim_debug("shm: ranks %d-%d: %llu eager, %llu cma (%llu direct), %llu bounce; "
+                   "progress thread slept %llu times, woken %llu; %llu waits ended assisting, "
+                   "%llu send graces",
+                   sf->lo, sf->hi, (unsigned long long)sf->st[SHM_ST(eager_msgs)],
+                   (unsigned long long)sf->st[SHM_ST(cma_msgs)],
+                   (unsigned long long)sf->st[SHM_ST(cma_direct)],
+                   (unsigned long long)sf->st[SHM_ST(bounce_msgs)],
+                   (unsigned long long)sf->st[SHM_ST(sleeps)],
+                   (unsigned long long)sf->st[SHM_ST(wakes)],
+                   (unsigned long long)sf->st[SHM_ST(assisted)],
+                   (unsigned long long)sf->st[SHM_ST(graces)]);
     }
     shm_watch_stop(sf);
     if (sf->ranks)

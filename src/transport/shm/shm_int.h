@@ -372,7 +372,10 @@ int shm_flush_locked(shm_fabric *sf, int from, int to, shm_out *o);
 void *shm_progress_main(void *arg);
 /* The ops table's wait_assist: reads the rings from the waiting thread (when
  * the progress thread is not reading them) until req finishes, for up to
- * sf->assist_ns, yielding the CPU between looks that found nothing. */
+ * sf->assist_ns, yielding the CPU between looks that found nothing; past
+ * that, on while a large send of this process is being read by its
+ * receiver (up to SHM_ASSIST_MOVING_NS from the start). */
+#define SHM_ASSIST_MOVING_NS (5LL * 1000 * 1000)
 void shm_wait_assist(dsim_ep *ep, dsim_req *req, int64_t deadline);
 /* Takes another process's abort notice: 1 if it revoked the fabric now. */
 int shm_check_abort(shm_fabric *sf);

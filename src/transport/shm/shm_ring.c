@@ -355,6 +355,32 @@ static void shm_assist_end(shm_fabric *sf, shm_rank *me)
     }
 }
 
+/* Whether a large send of this process's ranks is being read by its
+ * receiver now (a slot CLAIMED, or BOUNCE: the copy has begun), is about to
+ * be (POSTED: the receiving process has been rung for it, and its next look
+ * claims it, or parks it if no receive waits for it), or has just been
+ * (DONE or FAILED: the next look here completes the send; a wait that
+ * yielded while the copy ran finds it so), so that the send ends within
+ * the time of a copy. */
+static int shm_sends_moving(shm_fabric *sf)
+{
+    for (int i = 0; i <= sf->hi - sf->lo; i++) {
+        shm_local *L = &sf->locals[i];
+        if (!atomic_load_explicit(&L->busy, memory_order_acquire))
+            continue;
+        for (int p = 0; p < sf->nranks; p++) {
+            shm_pair *pr = shm_pair_of(sf, L->rank, p);
+            for (int s = 0; s < SHM_RNDV_SLOTS; s++) {
+                uint32_t st = atomic_load_explicit(&pr->rndv[s].state, memory_order_relaxed);
+                if (st == SHM_RNDV_POSTED || st == SHM_RNDV_CLAIMED || st == SHM_RNDV_BOUNCE ||
+                    st == SHM_RNDV_DONE || st == SHM_RNDV_FAILED)
+                    return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 void shm_wait_assist(dsim_ep *ep, dsim_req *req, int64_t deadline)
 {
     shm_fabric *sf = dsim_tp_fabric_priv(dsim_tp_ep_fabric(ep));
@@ -362,9 +388,13 @@ void shm_wait_assist(dsim_ep *ep, dsim_req *req, int64_t deadline)
         return;
     shm_rank *me = &sf->ranks[sf->lo];
     /* The threads engine's clock is CLOCK_MONOTONIC, as shm_now. */
-    int64_t until = shm_now() + sf->assist_ns;
+    int64_t start = shm_now(), until = start + sf->assist_ns;
+    int64_t longest =
+        start + (sf->assist_ns > SHM_ASSIST_MOVING_NS ? sf->assist_ns : SHM_ASSIST_MOVING_NS);
     if (deadline != DSIM_NO_DEADLINE && deadline < until)
         until = deadline;
+    if (deadline != DSIM_NO_DEADLINE && deadline < longest)
+        longest = deadline;
     atomic_fetch_add_explicit(&me->assisting, 1, memory_order_seq_cst);
     for (int i = 1; !dsim_req_done(req); i++) {
         int did = shm_try_poll(sf);
@@ -374,7 +404,13 @@ void shm_wait_assist(dsim_ep *ep, dsim_req *req, int64_t deadline)
         }
         if (!did) /* pause while every rank has a CPU, else yield */
             dsim_rt_spin_look(i, sf->nranks);
-        if ((i & 7) == 0 && shm_now() >= until)
+        if ((i & 7) != 0)
+            continue;
+        int64_t now = shm_now();
+        /* past assist=, go on only while a receiver reads a send of ours:
+         * its end is a copy away, and sleeping now would cost a wake-up on
+         * each side when it comes */
+        if (now >= until && (now >= longest || !shm_sends_moving(sf)))
             break;
     }
     shm_assist_end(sf, me);

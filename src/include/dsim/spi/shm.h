@@ -47,7 +47,11 @@
  *                  between looks that find nothing (default 50us; 0: it
  *                  sleeps at once and the progress thread moves every
  *                  frame). Saves the progress thread's wake-up and the
- *                  worker's on each small message. The environment variable
+ *                  worker's on each small message. Past T, a worker goes on
+ *                  while a large send of its process is being read (or about
+ *                  to be, or just was) by its receiver, up to 5 ms from the
+ *                  start of its wait: that send ends a copy later, and a
+ *                  sleep would cost a wake-up on each side. The variable
  *                  DSIM_SHM_ASSIST sets the default. A worker's own send
  *                  to a process none of whose workers assists gives them
  *                  2 us to begin (reading its own rings meanwhile, as an
