@@ -20,6 +20,7 @@
 #ifndef DSIM_FAULT_INT_H
 #define DSIM_FAULT_INT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -186,7 +187,8 @@ struct dsim_faults {
     int *conn_n, *conn_slowest;
     int64_t *conn_total, *conn_max;
     int pending_kill[8]; /* kills to report to proc.on_kill once unlocked */
-    int n_pending_kill;
+    /* written under q; read without it too, to skip fs_flush_kills */
+    atomic_int n_pending_kill;
     dsim_msg_log *msgs; /* frames for the trace's arrows (msglog.h), or NULL */
 };
 
