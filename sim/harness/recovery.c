@@ -406,7 +406,11 @@ dsim_err dsim_recovery_run_job(const dsim_train_cfg *cfg, const dsim_recovery_op
         out->trace_hash = rc_fold(out->trace_hash, out->final.trace_hash);
     }
     rc_compose(out, cfg);
-    dsim_faults_destroy(st.fs);
+    /* A hung job's workers still run, and its fabric and health thread
+     * still call into the fault layer (dsim_train: the transport filter's
+     * user data must outlive a hung job): left alive, as the job is. */
+    if (out->err != DSIM_EHUNG)
+        dsim_faults_destroy(st.fs);
     free(st.done);
     return DSIM_OK;
 }
