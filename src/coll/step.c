@@ -52,7 +52,11 @@
  * than STEP_PROBE_NS looks whether that peer's fingerprint arrived anyway,
  * on a frame of this call under another step's tag (dsim_ep_peek_side), and
  * differs (step_wait_probing); a payload of the wrong size is judged by the
- * fingerprint it carried, at once. Ranks that disagree on a root would all
+ * fingerprint it carried, at once. A look that fails because the peer has
+ * gone (or a frame of it was lost) is no verdict on the payload: a peer
+ * that sent its part and ended at once is seen to end at the same look at
+ * the rings as its part arrives, so the payload is looked for again
+ * (step_payload_came). Ranks that disagree on a root would all
  * finish without ever meeting, so rooted collectives (x->fp_both) send
  * their fingerprint as a message of its own (step 0xFFE of the call's tag)
  * to every new peer, and wait for the answers; while waiting they look for
@@ -69,8 +73,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coll_int.h"
+#include "core/fiu_int.h"
 #include "dsim/spi/rt.h"
 
 /* A fingerprint is exactly what a frame's sideband carries. */
@@ -748,6 +754,11 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
         return e;
     }
     if (!r) {
+        if (DSIM_FIU("dsim/coll/probe_late")) {
+            /* a test point: what the peer does next happens here */
+            struct timespec ts = {0, 300 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
         dsim_err e = dsim_irecv(c->ep, dsim_coll_ep(c, p), c->comm_id,
                                 step_tag(x->call, STEP_FP_STEP), &q->fp_in, sizeof q->fp_in, &r);
         if (e != DSIM_OK)
@@ -777,9 +788,10 @@ static dsim_err step_fp_probe(dsim_coll *x, const dsim_xfer *f, int *final)
             return step_fp_aborted(x, f);
         } else if (e != DSIM_OK && e != DSIM_ETIMEDOUT) {
             /* A gap or a corrupt frame from p failed this receive, the
-             * oldest one posted from p: that is what became of the payload,
-             * and the caller reports it as such. */
-            step_fp_drop(c);
+             * oldest one posted from p, or p has gone: that is what became
+             * of the payload, unless it came meanwhile (the caller looks),
+             * and the caller reports it as such (the call's end drops the
+             * fingerprint receives still pending). */
             *final = 0;
             return e;
         }
@@ -823,6 +835,27 @@ static dsim_err step_post(dsim_coll *x, const dsim_xfer *f, int slot, const dsim
     return DSIM_ERR(DSIM_EINVAL, f->peer, "transfer kind %d", (int)f->kind);
 }
 
+/* After the look at a peer's fingerprint failed as a receive from that
+ * peer fails (it has gone, or a frame of it was lost): whether f's payload
+ * came all the same, while the look went on. A peer that sends its part
+ * and ends at once is seen to end at the same look at the rings as its
+ * part arrives, which is often the fingerprint receive's own look (its
+ * wait reads the rings): the part then waits unreceived, and is the
+ * call's, not a loss. 1 with it taken (*len, *side, *has); 0 with the
+ * look's error kept. */
+static int step_payload_came(dsim_coll *x, const dsim_xfer *f, int slot, size_t *len,
+                             dsim_coll_fp *side, int *has)
+{
+    dsim_error lost;
+    dsim_error_copy(&lost);
+    dsim_req *r = NULL;
+    if (step_post(x, f, slot, NULL, &r) == DSIM_OK &&
+        dsim_wait_flags(r, 0, DSIM_WAIT_QUIET, len, side, has) == DSIM_OK)
+        return 1;
+    dsim_error_restore(&lost);
+    return 0;
+}
+
 /* Waits for the payload receive *req of f (posted), which comes from a peer
  * whose fingerprint is not checked yet. If it takes longer than a short
  * while, looks whether that peer's fingerprint arrived and differs: then the
@@ -845,7 +878,13 @@ static dsim_err step_wait_probing(dsim_coll *x, const dsim_xfer *f, int slot, ds
         if (e != DSIM_ETIMEDOUT || !interim)
             return e;
         int final;
+        dsim_error before;
+        dsim_error_copy(&before);
         e = step_fp_probe(x, f, &final);
+        if (e != DSIM_OK && !final && step_payload_came(x, f, slot, len, side, has)) {
+            dsim_error_restore(&before);
+            return DSIM_OK;
+        }
         if (e != DSIM_OK) {
             *probed = final ? 2 : 1;
             return e;

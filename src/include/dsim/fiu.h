@@ -33,6 +33,10 @@
  *   dsim/shm/watch_late  the watcher, 300 ms after it sees a peer process
  *                        end: a reader of that peer's memory learns of the
  *                        death first
+ *   dsim/coll/probe_late a collective's look at a late peer's fingerprint
+ *                        (src/coll/step.c), 300 ms before it posts its
+ *                        receive: the peer's part and its departure then
+ *                        arrive while the look goes on
  *
  * The results store (sim/store) has dsim/store/open and dsim/store/write.
  *
