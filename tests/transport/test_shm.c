@@ -814,6 +814,74 @@ static void test_bad_options(void **state)
     close(fd);
 }
 
+/* A job of many ranks without ring= or bounce=: the sizes shrink until the
+ * mapping fits (1024 ranks at the defaults, 1.5 MiB a pair, would take 1.5
+ * TiB), and two of its ranks still talk, small messages through the ring
+ * and large ones by rendezvous. Sizes given stay as given; beyond the least
+ * sizes the error says tcp. */
+static void test_many_ranks_fit(void **state)
+{
+    (void)state;
+    int fd = -1;
+    if (dsim_shm_create(1024, NULL, &fd) != DSIM_OK)
+        fail_msg("1024 ranks with the default sizes: %s", dsim_errmsg());
+    /* the header's ring_bytes and bounce_bytes (shm_int.h's shm_hdr) */
+    uint64_t sz[2];
+    assert_int_equal(pread(fd, sz, sizeof sz, 16), (ssize_t)sizeof sz);
+    print_message("1024 ranks: ring=%" PRIu64 "k bounce=%" PRIu64 "k\n", sz[0] >> 10, sz[1] >> 10);
+    assert_true(sz[0] >= 16 << 10 && sz[0] < 512 << 10);
+    assert_true(sz[1] >= 64 << 10 && sz[1] < 1 << 20);
+    assert_true(1024ull * 1024 * (sz[0] + sz[1]) <= 256ull << 30);
+
+    dsim_rt *rt;
+    assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
+    char o[64];
+    snprintf(o, sizeof o, "fd=%d,local=1022-1023", fd);
+    dsim_fabric_cfg cfg = {.backend = "shm", .nranks = 1024, .rt = rt, .options = o};
+    dsim_fabric *f = NULL;
+    if (dsim_fabric_open(&cfg, &f) != DSIM_OK)
+        fail_msg("%s", dsim_errmsg());
+    dsim_ep *a, *b;
+    assert_int_equal(dsim_ep_open(f, 1022, &a), DSIM_OK);
+    assert_int_equal(dsim_ep_open(f, 1023, &b), DSIM_OK);
+    static const size_t lens[] = {64, 256 << 10};
+    for (size_t k = 0; k < 2; k++) {
+        size_t len = lens[k];
+        uint8_t *out = malloc(len), *in = calloc(1, len);
+        assert_non_null(out);
+        assert_non_null(in);
+        for (size_t i = 0; i < len; i++)
+            out[i] = (uint8_t)(i * 7 + k);
+        dsim_req *rr, *sr;
+        assert_int_equal(dsim_irecv(b, 1022, 1, 9, in, len, &rr), DSIM_OK);
+        assert_int_equal(dsim_isend(a, 1023, 1, 9, out, len, &sr), DSIM_OK);
+        size_t got = 0;
+        assert_int_equal(dsim_wait(rr, dsim_rt_deadline(rt, LONG_NS), &got), DSIM_OK);
+        assert_int_equal(dsim_wait(sr, dsim_rt_deadline(rt, LONG_NS), NULL), DSIM_OK);
+        assert_int_equal(got, len);
+        assert_memory_equal(in, out, len);
+        free(out);
+        free(in);
+    }
+    dsim_shm_stats st;
+    assert_int_equal(dsim_shm_get_stats(f, &st), DSIM_OK);
+    assert_int_equal(st.eager_msgs, 1);
+    dsim_ep_close(a);
+    dsim_ep_close(b);
+    dsim_fabric_close(f);
+    dsim_rt_destroy(rt);
+    close(fd);
+
+    /* a ring given stays: only the bounce buffers shrink, not enough */
+    assert_int_equal(dsim_shm_create(1024, "ring=512k", &fd), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "ring=524288 and bounce=65536"));
+    assert_non_null(strstr(dsim_errmsg(), "give smaller ring= and bounce="));
+    /* past what the least sizes allow */
+    assert_int_equal(dsim_shm_create(2000, NULL, &fd), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "too many ranks for one mapping"));
+    assert_int_equal(fd, -1);
+}
+
 /* ---- peers that die ---- */
 
 /* Rank 1 waits for a message rank 0 never sends; rank 0 is killed. */
@@ -1413,6 +1481,7 @@ int main(void)
         cmocka_unit_test(test_receiver_killed_mid_cma),
         cmocka_unit_test(test_sender_killed_mid_bounce),
         cmocka_unit_test(test_random_kills),
+        cmocka_unit_test(test_many_ranks_fit),
         cmocka_unit_test(test_late_peer_leaves_at_once),
     };
     return cmocka_run_group_tests_name("shm", tests, NULL, NULL);

@@ -217,19 +217,6 @@ static dsim_err shm_opt_one(int nranks, const char *key, const char *val, shm_op
                     key);
 }
 
-static dsim_err shm_parse_opts(int nranks, const char *options, shm_opts *o)
-{
-    shm_opts_default(o);
-    const char *cur = options;
-    char key[32], val[256];
-    int rc;
-    while ((rc = dsim_tp_opt_next("shm", &cur, key, sizeof key, val, sizeof val)) > 0)
-        DSIM_CHECK(shm_opt_one(nranks, key, val, o));
-    if (rc < 0)
-        return DSIM_EINVAL;
-    return shm_opt_sizes(o);
-}
-
 /* ---- the mapping ---- */
 
 static size_t shm_page_up(size_t n)
@@ -237,7 +224,8 @@ static size_t shm_page_up(size_t n)
     return (n + SHM_PAGE - 1) & ~(size_t)(SHM_PAGE - 1);
 }
 
-static dsim_err shm_layout(int nranks, size_t ring, size_t bounce, shm_hdr *h)
+/* The mapping's layout; its size in h->total, whatever it comes to. */
+static void shm_layout_of(int nranks, size_t ring, size_t bounce, shm_hdr *h)
 {
     memset(h, 0, sizeof *h);
     uint64_t n2 = (uint64_t)nranks * (uint64_t)nranks;
@@ -250,13 +238,59 @@ static dsim_err shm_layout(int nranks, size_t ring, size_t bounce, shm_hdr *h)
     h->off_rings = shm_page_up(h->off_pairs + n2 * sizeof(shm_pair));
     h->off_bounce = h->off_rings + n2 * ring;
     h->total = h->off_bounce + n2 * bounce;
+}
+
+/* A job of many ranks: the sizes not given as options are halved, the
+ * larger share first (ring and bounce down to their least, 16k and 64k),
+ * until the mapping fits in SHM_MAP_MAX; 1.5 MiB a pair at the defaults
+ * would stop a job at 418 ranks, the least sizes at 1,832. Sizes given as
+ * options stay as given (too large a mapping is then the error below). */
+static void shm_fit_sizes(int nranks, shm_opts *o)
+{
+    shm_hdr h;
+    for (;;) {
+        shm_layout_of(nranks, o->ring, o->bounce, &h);
+        if (h.total <= SHM_MAP_MAX)
+            return;
+        int can_ring = !o->have_ring && o->ring > SHM_RING_MIN;
+        int can_bounce = !o->have_bounce && o->bounce > SHM_BOUNCE_MIN;
+        if (can_bounce && (!can_ring || o->bounce >= o->ring))
+            o->bounce /= 2;
+        else if (can_ring)
+            o->ring /= 2;
+        else
+            return;
+    }
+}
+
+static dsim_err shm_parse_opts(int nranks, const char *options, shm_opts *o)
+{
+    shm_opts_default(o);
+    const char *cur = options;
+    char key[32], val[256];
+    int rc;
+    while ((rc = dsim_tp_opt_next("shm", &cur, key, sizeof key, val, sizeof val)) > 0)
+        DSIM_CHECK(shm_opt_one(nranks, key, val, o));
+    if (rc < 0)
+        return DSIM_EINVAL;
+    DSIM_CHECK(shm_opt_sizes(o));
+    shm_fit_sizes(nranks, o);
+    return DSIM_OK;
+}
+
+static dsim_err shm_layout(int nranks, size_t ring, size_t bounce, shm_hdr *h)
+{
+    shm_layout_of(nranks, ring, bounce, h);
     if (h->total > SHM_MAP_MAX)
         return DSIM_ERR(
             DSIM_EINVAL, -1,
             "an shm mapping for %d ranks with ring=%zu and bounce=%zu would take %" PRIu64
-            " GiB of address space, over the %" PRIu64
-            " GiB allowed; give smaller ring= and bounce= (or use tcp)",
-            nranks, ring, bounce, h->total >> 30, SHM_MAP_MAX >> 30);
+            " GiB of address space, over the %" PRIu64 " GiB allowed; %s",
+            nranks, ring, bounce, h->total >> 30, SHM_MAP_MAX >> 30,
+            ring > SHM_RING_MIN || bounce > SHM_BOUNCE_MIN
+                ? "give smaller ring= and bounce= (or use tcp)"
+                : "that is too many ranks for one mapping even at the least sizes (ring=16k, "
+                  "bounce=64k): use tcp");
     return DSIM_OK;
 }
 

@@ -15,7 +15,11 @@
  *                  512k; power of two, 16k..64m); only where the mapping
  *                  is made (without fd=, or in dsim_shm_create)
  *   bounce=BYTES   each pair's bounce buffer for large messages where cross
- *                  memory attach is refused (default 1m; 64k..1g); likewise
+ *                  memory attach is refused (default 1m; 64k..1g); likewise.
+ *                  The mapping may take at most 256 GiB of address space:
+ *                  for a job of more than 418 ranks the sizes not given are
+ *                  halved (down to 16k and 64k) until it fits (1024 ranks:
+ *                  ring=128k, bounce=64k); beyond 1,832 ranks nothing fits
  *   eager_max=BYTES  messages up to this size go through the ring (default
  *                  64k, or less where a quarter of the ring is less; at
  *                  most a quarter of the ring); larger ones by rendezvous
