@@ -84,6 +84,9 @@ typedef struct dsim_check_ctx {
     dsim_err run_err;                   /* DSIM_OK, or how dsim_train failed */
     const dsim_check_faults *faults;    /* runs with faults: what node_loss needs, or NULL */
     size_t n_faults; /* the faults the scenario injects (dsim_check_run_all sets it) */
+    /* The CPUs the run's workers shared on this host; 0: this process's
+     * (dsim_rt_cpus). Tests set it. */
+    int host_cpus;
 } dsim_check_ctx;
 
 typedef struct dsim_check_result {

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "check/check_int.h"
+#include "dsim/spi/rt.h"
 
 enum { PF_MAX_SHARE, PF_MIN_EFF, PF_MAX_STRAGGLER };
 
@@ -148,6 +149,29 @@ dsim_err dsim_perf_measure(const dsim_train_result *r, const dsim_train_result *
     return DSIM_OK;
 }
 
+/* A run on wall-clock time (threads, processes) whose replicas outnumber
+ * the CPUs they ran on: they took turns, and each one's exchange waited
+ * for the others' compute as well as for the others' data, so its share
+ * of the step measures this host, not the strategy. Said after a share
+ * that fails, so that the verdict is not read as "communication
+ * dominates". */
+static void pf_turns_note(const dsim_check_ctx *ctx, char *msg, size_t cap)
+{
+    const char *eng = ctx->cfg && ctx->cfg->engine ? ctx->cfg->engine : "threads";
+    if (strcmp(eng, "threads") != 0 && strcmp(eng, "processes") != 0)
+        return;
+    int cpus = ctx->host_cpus > 0 ? ctx->host_cpus : dsim_rt_cpus();
+    int n = ctx->run->num_replicas;
+    if (n <= cpus)
+        return;
+    dsim_check_msg_append(msg, cap,
+                          ". But its %d replicas took turns on this host's %d CPUs (engine %s), "
+                          "so each one's wait for the others' compute counted as all-reduce: "
+                          "engine sim times the job as on devices of their own (and its links as "
+                          "cluster.network says)",
+                          n, cpus, eng);
+}
+
 static dsim_err pf_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
 {
     char *msg = out->message;
@@ -173,6 +197,7 @@ static dsim_err pf_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "faster link or another algorithm reduces it",
                        100 * p.allreduce_share, 100 * v[PF_MAX_SHARE], 1e3 * p.step_s,
                        1e3 * p.compute_s);
+        pf_turns_note(ctx, msg, cap);
         out->measured = p.allreduce_share;
         return DSIM_OK;
     }

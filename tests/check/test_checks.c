@@ -1018,10 +1018,26 @@ static void test_performance(void **state)
     dsim_check_ctx ctx = fake_ctx(&f);
 
     values_of(ops, v, NULL); /* max share 0.2 */
+    ctx.host_cpus = 4;
     dsim_check_result r = judge("performance", &ctx, v);
     assert_false(r.passed);
     assert_true(fabs(r.measured - 0.3) < 1e-12);
     assert_has(r.message, "all-reduce takes 30 %");
+    assert_null(strstr(r.message, "took turns"));
+    /* more replicas than CPUs on a wall-clock engine: the same verdict,
+     * and the message says what the share then measures */
+    ctx.host_cpus = 2;
+    r = judge("performance", &ctx, v);
+    assert_false(r.passed);
+    assert_true(fabs(r.measured - 0.3) < 1e-12);
+    assert_has(r.message, "its 4 replicas took turns on this host's 2 CPUs (engine threads)");
+    assert_has(r.message, "engine sim times the job");
+    f.cfg.engine = "processes";
+    assert_has(judge("performance", &ctx, v).message, "(engine processes)");
+    f.cfg.engine = "sim"; /* virtual time: no turns to speak of */
+    assert_null(strstr(judge("performance", &ctx, v).message, "took turns"));
+    f.cfg.engine = NULL;
+    ctx.host_cpus = 4;
 
     values_of(ops, v, "max_allreduce_share", 0.5, NULL);
     r = judge("performance", &ctx, v);
