@@ -155,7 +155,7 @@ dsim_err dsim_perf_measure(const dsim_train_result *r, const dsim_train_result *
  * of the step measures this host, not the strategy. Said after a share
  * that fails, so that the verdict is not read as "communication
  * dominates". */
-static void pf_turns_note(const dsim_check_ctx *ctx, char *msg, size_t cap)
+static void pf_turns_note(const dsim_check_ctx *ctx, bool straggler, char *msg, size_t cap)
 {
     const char *eng = ctx->cfg && ctx->cfg->engine ? ctx->cfg->engine : "threads";
     if (strcmp(eng, "threads") != 0 && strcmp(eng, "processes") != 0)
@@ -164,12 +164,15 @@ static void pf_turns_note(const dsim_check_ctx *ctx, char *msg, size_t cap)
     int n = ctx->run->num_replicas;
     if (n <= cpus)
         return;
+    dsim_check_msg_append(
+        msg, cap, ". But its %d replicas took turns on this host's %d CPUs (engine %s), so ", n,
+        cpus, eng);
     dsim_check_msg_append(msg, cap,
-                          ". But its %d replicas took turns on this host's %d CPUs (engine %s), "
-                          "so each one's wait for the others' compute counted as all-reduce: "
-                          "engine sim times the job as on devices of their own (and its links as "
-                          "cluster.network says)",
-                          n, cpus, eng);
+                          straggler
+                              ? "one that waited for a CPU mid-compute looks slow"
+                              : "each one's wait for the others' compute counted as all-reduce");
+    dsim_check_msg_append(msg, cap, ": engine sim times the job as on devices of their own%s",
+                          straggler ? "" : " (and its links as cluster.network says)");
 }
 
 static dsim_err pf_run(const dsim_check_ctx *ctx, const double *v, dsim_check_result *out)
@@ -197,7 +200,7 @@ static dsim_err pf_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "faster link or another algorithm reduces it",
                        100 * p.allreduce_share, 100 * v[PF_MAX_SHARE], 1e3 * p.step_s,
                        1e3 * p.compute_s);
-        pf_turns_note(ctx, msg, cap);
+        pf_turns_note(ctx, false, msg, cap);
         out->measured = p.allreduce_share;
         return DSIM_OK;
     }
@@ -210,6 +213,7 @@ static dsim_err pf_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        1e3 * p.straggler_s / p.straggler_factor,
                        ctx->run->num_replicas_in_sync > 1 ? "; every synchronous step waits for it"
                                                           : "");
+        pf_turns_note(ctx, true, msg, cap);
         out->measured = p.straggler_factor;
         out->expected = v[PF_MAX_STRAGGLER];
         return DSIM_OK;

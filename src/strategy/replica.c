@@ -533,6 +533,13 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     dsim_replica_batch view = {
         .ids = fd.ids, .n = fd.n, .has_value = fd.n > 0 || st.batch[ctx->device].has_value};
     const dsim_replica_batch *b = &view;
+    /* The batch is this replica's now: recorded (and told to the hooks:
+     * the processes engine writes it to its parent) before its compute is
+     * timed, which is the model's alone. */
+    if ((e = dsim_ledger_record(job->res->ledger, rp->index, st.epoch, st.step, b->ids, b->n)) !=
+        DSIM_OK)
+        return e;
+    replica_note_batch(rp, &st, b);
     int64_t t0 = dsim_rt_now(job->rt);
     size_t nb = (size_t)b->n, rows = (size_t)fd.static_batch;
     if (nb && (e = dsim_dataset_gather(su->ds, b->ids, nb, w->x, w->y)) != DSIM_OK)
@@ -549,10 +556,6 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     if (cfg->device_flops > 0)
         dsim_rt_charge(job->rt,
                        (int64_t)(6.0 * (double)P * (double)rows / cfg->device_flops * 1e9));
-    if ((e = dsim_ledger_record(job->res->ledger, rp->index, st.epoch, st.step, b->ids, b->n)) !=
-        DSIM_OK)
-        return e;
-    replica_note_batch(rp, &st, b);
     if ((e = train_enter(rp, DSIM_PHASE_ALLREDUCE, gs)) != DSIM_OK)
         return e;
     int64_t tc = dsim_rt_now(job->rt); /* compute ends, the exchange begins */

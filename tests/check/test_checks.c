@@ -1053,6 +1053,13 @@ static void test_performance(void **state)
     assert_true(fabs(r.measured - 4.0) < 1e-12);
     assert_has(r.message, "replica 2 is a straggler");
     assert_has(r.message, "4.00x");
+    assert_null(strstr(r.message, "took turns"));
+    ctx.host_cpus = 2;
+    r = judge("performance", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "took turns on this host's 2 CPUs (engine threads), so one that waited "
+                          "for a CPU mid-compute looks slow");
+    ctx.host_cpus = 4;
     values_of(ops, v, "max_allreduce_share", 0.5, "max_straggler_factor", 5.0, NULL);
     assert_true(judge("performance", &ctx, v).passed);
 
