@@ -678,15 +678,8 @@ static void test_fault_frames(void **state)
  * first look. */
 static void probe_late_pre(int rank)
 {
-#if DSIM_HAVE_FIU
-    if (rank == 0) {
-        fiu_init(0);
-        dsim_fiu_arm(1);
-        fiu_enable("dsim/coll/probe_late", 1, NULL, FIU_ONETIME);
-    }
-#else
-    (void)rank;
-#endif
+    if (rank == 0)
+        child_fiu("dsim/coll/probe_late", 0);
 }
 
 static void late_leaver_child(world *w, void *arg, child_res *res, int wfd)

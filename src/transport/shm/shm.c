@@ -273,9 +273,7 @@ static dsim_err shm_parse_opts(int nranks, const char *options, shm_opts *o)
         DSIM_CHECK(shm_opt_one(nranks, key, val, o));
     if (rc < 0)
         return DSIM_EINVAL;
-    DSIM_CHECK(shm_opt_sizes(o));
-    shm_fit_sizes(nranks, o);
-    return DSIM_OK;
+    return shm_opt_sizes(o);
 }
 
 static dsim_err shm_layout(int nranks, size_t ring, size_t bounce, shm_hdr *h)
@@ -294,11 +292,13 @@ static dsim_err shm_layout(int nranks, size_t ring, size_t bounce, shm_hdr *h)
     return DSIM_OK;
 }
 
-/* Makes and initialises the mapping; returns its descriptor. */
-static dsim_err shm_make(int nranks, size_t ring, size_t bounce, int *fd_out)
+/* Makes and initialises the mapping, its sizes as o gives them or fitted
+ * (shm_fit_sizes); returns its descriptor. */
+static dsim_err shm_make(int nranks, shm_opts *o, int *fd_out)
 {
+    shm_fit_sizes(nranks, o);
     shm_hdr h;
-    DSIM_CHECK(shm_layout(nranks, ring, bounce, &h));
+    DSIM_CHECK(shm_layout(nranks, o->ring, o->bounce, &h));
     int fd = memfd_create("dsim-shm", MFD_CLOEXEC);
     if (fd < 0)
         return DSIM_ERR(DSIM_EIO, -1, "shm: memfd_create failed: %s", strerror(errno));
@@ -342,7 +342,7 @@ dsim_err dsim_shm_create(int nranks, const char *options, int *fd)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "dsim_shm_create takes only ring= and bounce=; give fd=, local= and "
                         "eager_max= to each process's fabric");
-    return shm_make(nranks, o.ring, o.bounce, fd);
+    return shm_make(nranks, &o, fd);
 }
 
 static dsim_err shm_map(shm_fabric *sf, int fd)
@@ -539,7 +539,7 @@ static void shm_prefault(shm_fabric *sf)
 #endif
 }
 
-static dsim_err shm_setup(shm_fabric *sf, const shm_opts *o)
+static dsim_err shm_setup(shm_fabric *sf, shm_opts *o)
 {
     sf->lo = o->have_local ? o->lo : 0;
     sf->hi = o->have_local ? o->hi : sf->nranks - 1;
@@ -561,7 +561,7 @@ static dsim_err shm_setup(shm_fabric *sf, const shm_opts *o)
                         "the mapping; a fabric opened with fd= uses its sizes");
     int fd = o->fd;
     if (fd < 0) {
-        DSIM_CHECK(shm_make(sf->nranks, o->ring, o->bounce, &sf->own_fd));
+        DSIM_CHECK(shm_make(sf->nranks, o, &sf->own_fd));
         fd = sf->own_fd;
     }
     DSIM_CHECK(shm_map(sf, fd));
