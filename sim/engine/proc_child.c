@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "fault/msglog.h"
@@ -23,17 +24,39 @@ typedef struct pr_child {
     dsim_faults *fs;
     int lo, hi; /* its ranks */
     size_t events_sent;
+    /* step phases not sent yet (under mu): they go with the next record a
+     * replica sends outside its timed compute and exchange */
+    pr_phase held[PR_PHASES_HELD];
+    size_t n_held;
 } pr_child;
+
+/* A record (type, then a[na] and b[nb]) after the held phases' record,
+ * when there are any, in one write (under c->mu; type 0: the phases only). */
+static void pr_send_locked(pr_child *c, uint32_t type, const void *a, size_t na, const void *b,
+                           size_t nb)
+{
+    uint32_t hp[2] = {PR_PHASE, (uint32_t)(c->n_held * sizeof c->held[0])};
+    uint32_t h[2] = {type, (uint32_t)(na + nb)};
+    struct iovec iov[5];
+    int n = 0;
+    if (c->n_held) {
+        iov[n++] = (struct iovec){hp, sizeof hp};
+        iov[n++] = (struct iovec){c->held, c->n_held * sizeof c->held[0]};
+        c->n_held = 0;
+    }
+    if (type) {
+        iov[n++] = (struct iovec){h, sizeof h};
+        iov[n++] = (struct iovec){(void *)a, na};
+        iov[n++] = (struct iovec){(void *)b, nb};
+    }
+    if (n)
+        pr_writev_all(c->fd, iov, n);
+}
 
 static void pr_send2(pr_child *c, uint32_t type, const void *a, size_t na, const void *b, size_t nb)
 {
-    uint32_t h[2] = {type, (uint32_t)(na + nb)};
     pthread_mutex_lock(&c->mu);
-    pr_write_all(c->fd, h, sizeof h);
-    if (na)
-        pr_write_all(c->fd, a, na);
-    if (nb)
-        pr_write_all(c->fd, b, nb);
+    pr_send_locked(c, type, a, na, b, nb);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -62,12 +85,28 @@ static void pr_child_observer(const dsim_train_step_info *info, void *user)
 }
 
 /* The driver's phase hook in a child whose parent records the phases
- * (a->on_phase): the entry goes to the parent with the child's time. */
+ * (a->on_phase): the entry goes to the parent with the child's time. A
+ * step's phases (compute, all-reduce, the loss's reduction) are held and go
+ * with the replica's next record (its step's, its next batch's, a kill's):
+ * a pipe write wakes the parent, which then takes a CPU from the replicas
+ * mid-step, and the phase that ends a replica's compute was timed as its
+ * compute: with replicas outnumbering the CPUs, one of them measured 4x
+ * the others' compute in most runs, a straggler of dsim's own making.
+ * Held entries of a process killed mid-step are lost with it; the spans
+ * the recorder stores need the entry after them, which such a step lacks
+ * anyway (but for a loss reduction's start). */
 static dsim_hook_action pr_child_phase(void *user, int replica, dsim_phase p, uint64_t gs)
 {
     pr_child *c = user;
     pr_phase ph = {.replica = replica, .phase = (int)p, .gs = gs, .t = pr_now()};
-    pr_send(c, PR_PHASE, &ph, sizeof ph);
+    bool step = p == DSIM_PHASE_COMPUTE || p == DSIM_PHASE_ALLREDUCE || p == DSIM_PHASE_REDUCE_LOSS;
+    pthread_mutex_lock(&c->mu);
+    if (c->n_held == PR_PHASES_HELD)
+        pr_send_locked(c, 0, NULL, 0, NULL, 0);
+    c->held[c->n_held++] = ph;
+    if (!step)
+        pr_send_locked(c, 0, NULL, 0, NULL, 0);
+    pthread_mutex_unlock(&c->mu);
     return DSIM_HOOK_GO;
 }
 

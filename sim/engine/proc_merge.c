@@ -4,6 +4,7 @@
  * (pr_merge). */
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,14 +188,33 @@ static void pr_rec_updates(pr_job *j, const unsigned char *b, size_t n)
     j->n_updates += k;
 }
 
+static struct {
+    atomic_uint_fast64_t records, phase_records, phase_entries, step_phase_entries;
+} pr_totals;
+
+void dsim_proc_totals(dsim_proc_stats *out)
+{
+    out->records = atomic_load(&pr_totals.records);
+    out->phase_records = atomic_load(&pr_totals.phase_records);
+    out->phase_entries = atomic_load(&pr_totals.phase_entries);
+    out->step_phase_entries = atomic_load(&pr_totals.step_phase_entries);
+}
+
 static void pr_rec_phase(pr_job *j, const unsigned char *b, size_t n)
 {
     pr_phase ph;
-    if (n < sizeof ph || !j->a || !j->a->on_phase)
+    atomic_fetch_add(&pr_totals.phase_records, 1);
+    if (!j->a || !j->a->on_phase)
         return;
-    memcpy(&ph, b, sizeof ph);
-    if (ph.replica >= 0 && ph.replica < j->R)
-        j->a->on_phase(j->a->on_phase_user, ph.replica, ph.phase, ph.gs, ph.t);
+    for (size_t at = 0; at + sizeof ph <= n; at += sizeof ph) {
+        memcpy(&ph, b + at, sizeof ph);
+        atomic_fetch_add(&pr_totals.phase_entries, 1);
+        if (ph.phase == DSIM_PHASE_COMPUTE || ph.phase == DSIM_PHASE_ALLREDUCE ||
+            ph.phase == DSIM_PHASE_REDUCE_LOSS)
+            atomic_fetch_add(&pr_totals.step_phase_entries, 1);
+        if (ph.replica >= 0 && ph.replica < j->R)
+            j->a->on_phase(j->a->on_phase_user, ph.replica, ph.phase, ph.gs, ph.t);
+    }
 }
 
 static void pr_rec_msgs(pr_job *j, const unsigned char *b, size_t n)
@@ -259,6 +279,7 @@ static void pr_rec_read(pr_job *j, const unsigned char *b, size_t n)
 void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char *b, size_t n)
 {
     j->t_last_record = pr_now();
+    atomic_fetch_add(&pr_totals.records, 1);
     switch (type) {
     case PR_STEP:
         pr_rec_step(j, b, n);

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,6 +26,27 @@ void pr_write_all(int fd, const void *p, size_t n)
             return; /* the parent is gone: nothing to tell */
         b += w;
         n -= (size_t)w;
+    }
+}
+
+void pr_writev_all(int fd, struct iovec *iov, int cnt)
+{
+    while (cnt > 0) {
+        ssize_t w = writev(fd, iov, cnt);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return; /* the parent is gone: nothing to tell */
+        size_t left = (size_t)w;
+        while (cnt > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
     }
 }
 

@@ -29,7 +29,7 @@ enum {
     PR_DONE,        /* nothing more: the child ends */
     PR_INITIAL,     /* the variables before the first step (record_params) */
     PR_FLIGHT,      /* a pr_flight, then its n dsim_fr_entry */
-    PR_PHASE,       /* a pr_phase: a replica entered a phase of the driver */
+    PR_PHASE,       /* pr_phase[]: replicas entered phases of the driver */
     PR_MSGS,        /* u64 frames not logged, then the child's dsim_msg_rec halves */
     PR_READ,        /* a pr_batch, then the example ids a replica read (at its compute) */
     PR_EXIT = 50,   /* agent -> chief: how the task's child ended (pr_exit) */
@@ -95,6 +95,9 @@ typedef struct pr_flight {
     uint32_t parent_id;
 } pr_flight;
 
+/* A child holds up to this many step phases before it sends them. */
+#define PR_PHASES_HELD 64
+
 typedef struct pr_phase {
     int replica, phase;
     uint64_t gs;
@@ -111,6 +114,10 @@ int64_t pr_now(void);
 
 /* Writes all of p to a pipe (EINTR retried; a reader gone: given up). */
 void pr_write_all(int fd, const void *p, size_t n);
+/* The same for iov[cnt], in as few writes as the pipe takes (iov is used
+ * up); empty parts may be among them. */
+struct iovec;
+void pr_writev_all(int fd, struct iovec *iov, int cnt);
 
 /* Writes a whole record to a socket (never SIGPIPE); false when it broke. */
 bool pr_sock_send(int fd, uint32_t type, const void *p, size_t n);

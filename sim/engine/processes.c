@@ -14,7 +14,9 @@
  *                                              its own pause (then SIGSTOP)
  *     on_phase(replica, phase, t)  <──── PHASE  the driver's phase hook (with
  *                                              a->on_phase: each replica's
- *                                              phases, timed in the child)
+ *                                              phases, timed in the child; a
+ *                                              step's are held and go with
+ *                                              its next READ or STEP)
  *                                      <──── END per replica, RESULT, PARAMS,
  *                                              TRACE, INITIAL, FLIGHT per replica,
  *                                              UPDATES, STATS, MSGS (with a->msgs:

@@ -68,6 +68,20 @@ dsim_err dsim_processes_train(const dsim_train_cfg *cfg, const dsim_proc_attempt
                               dsim_train_result *res, dsim_proc_outcome *out);
 void dsim_proc_outcome_free(dsim_proc_outcome *o);
 
+/* What parents read from their children over this process's life, for
+ * tests: records of every kind, the phase records among them, and the
+ * phase entries those held (of a step's phases: compute, all-reduce, the
+ * loss's reduction). A child sends a step's phases with its replicas'
+ * other records, not on their own (proc_child.c). */
+typedef struct dsim_proc_stats {
+    uint64_t records;
+    uint64_t phase_records;
+    uint64_t phase_entries;
+    uint64_t step_phase_entries;
+} dsim_proc_stats;
+
+void dsim_proc_totals(dsim_proc_stats *out);
+
 /* Tells an agent (over its results connection) that the job is over. */
 void dsim_proc_bye(int fd);
 
