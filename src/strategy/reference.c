@@ -264,7 +264,9 @@ static dsim_err ref_finish(ref_job *r, dsim_train_result *res)
     return DSIM_OK;
 }
 
-dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
+/* The replay; with follow, each step s >= 1 starts from follow's row s - 1. */
+static dsim_err ref_replay(const dsim_train_cfg *cfg, const float *follow, uint64_t follow_rows,
+                           dsim_train_result *res)
 {
     if (!res)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_train_reference: res is NULL");
@@ -288,12 +290,32 @@ dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
         return e;
     }
     e = ref_open(&r, res);
-    for (uint64_t s = 0; s < r.steps && e == DSIM_OK; s++)
+    if (e == DSIM_OK && follow && follow_rows + 1 < r.steps)
+        r.steps = follow_rows + 1; /* no row to start the rest from */
+    for (uint64_t s = 0; s < r.steps && e == DSIM_OK; s++) {
+        if (follow && s > 0)
+            memcpy(res->params, follow + (s - 1) * r.P, r.P * sizeof(float));
         e = ref_step(&r, res, s);
-    if (e == DSIM_OK)
+    }
+    if (e == DSIM_OK) {
+        res->steps = r.steps;
         e = ref_finish(&r, res);
+    }
     ref_close(&r);
     if (e != DSIM_OK)
         dsim_error_copy(&res->error);
     return e;
+}
+
+dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
+{
+    return ref_replay(cfg, NULL, 0, res);
+}
+
+dsim_err dsim_train_reference_follow(const dsim_train_cfg *cfg, const float *rows, uint64_t n_rows,
+                                     dsim_train_result *res)
+{
+    if (!rows)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_train_reference_follow: rows is NULL");
+    return ref_replay(cfg, rows, n_rows, res);
 }

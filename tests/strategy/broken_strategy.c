@@ -49,10 +49,20 @@
  *                       gradient as doubles in the host's all-reduce: the
  *                       fingerprint names the sub-communicator and the ranks
  *                       in both numberings, and `dsim trace desync` finds it
- *                       there. */
+ *                       there.
+ *   -DBROKEN_F16        all-reduces its gradient in float16 to halve the
+ *                       bytes, though the job trains in float32 (and without
+ *                       a loss scale): each update is off by float16's
+ *                       rounding, a few 1e-4 of it, too little for any one
+ *                       step to show against the one-device replay; over a
+ *                       long run it builds up, and gradient_consistency's
+ *                       step-by-step replay from the run's own variables
+ *                       names the step (so that rounding built up over a
+ *                       correct run is told from it). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "dsim/dtype.h"
 #include "dsim/spi/strategy.h"
 
 #if defined(BROKEN_MISMATCH)
@@ -92,6 +102,9 @@
 #elif defined(BROKEN_LOCAL_SKIP)
 #define BROKEN_NAME    "broken_local_skip"
 #define BROKEN_SUMMARY "decides loss-scale skips from its local gradient (a test fixture)"
+#elif defined(BROKEN_F16)
+#define BROKEN_NAME    "broken_f16"
+#define BROKEN_SUMMARY "all-reduces its float32 gradient in float16 (a test fixture)"
 #else
 #error                                                                                             \
     "build with one of -DBROKEN_MISMATCH, -DBROKEN_REDUCE_OP, -DBROKEN_SAVE, -DBROKEN_CTX, -DBROKEN_STALE, -DBROKEN_TAIL"
@@ -201,6 +214,21 @@ static dsim_err broken_apply(dsim_replica_ctx *ctx, float *grad)
     if (e == DSIM_OK && head)
         e = dsim_allreduce(ctx->world, grad, grad, head, DSIM_F32, DSIM_SUM);
     else
+#elif defined(BROKEN_F16)
+    /* THE BUG: half the bytes on the wire, float16's rounding in every
+     * update. */
+    uint16_t *half = malloc(ctx->n_params * sizeof *half + 1);
+    if (!half)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", BROKEN_NAME);
+    e = dsim_convert(half, DSIM_F16, grad, DSIM_F32, ctx->n_params);
+    if (e == DSIM_OK)
+        e = dsim_allreduce(ctx->world, half, half, ctx->n_params, DSIM_F16, DSIM_SUM);
+    if (e == DSIM_OK)
+        e = dsim_convert(grad, DSIM_F32, half, DSIM_F16, ctx->n_params);
+    free(half);
+    if (e != DSIM_OK)
+        return e;
+    if (0) /* not the world's float32 all-reduce below */
 #endif
 #if defined(BROKEN_LOCAL_SKIP)
         /* THE BUG: finiteness judged on this replica's own gradient, before

@@ -637,6 +637,16 @@ DSIM_API dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res);
  * is 1. */
 DSIM_API dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res);
 
+/* The same replay, step by step from a run's variables: before its step s
+ * (s >= 1) it takes rows[(s - 1) * n_params ..] as its variables (its
+ * optimizer state and loss scale stay its own), so each of its steps
+ * starts where the run's step did and res->trace (with record_params) is
+ * where one device takes the run from there. It runs min(n_rows + 1, the
+ * job's) steps. gradient_consistency uses it to tell float rounding built
+ * up over many steps from a step computed wrong. */
+DSIM_API dsim_err dsim_train_reference_follow(const dsim_train_cfg *cfg, const float *rows,
+                                              uint64_t n_rows, dsim_train_result *res);
+
 DSIM_API void dsim_train_result_free(dsim_train_result *res);
 
 /* ---- comparing parameters ---- */
