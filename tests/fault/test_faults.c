@@ -353,6 +353,28 @@ static void test_straggler_and_stagger_change_nothing(void **state)
     fl_done(&r);
 }
 
+/* A slowed rank's pause lasts as long as the pause: the slow fault
+ * stretches the compute that follows it, not the wait (a pause of 600 ms
+ * on a rank slowed 5x lasted 3 s, past the 1.5 s timeout). */
+static void test_slowed_and_paused(void **state)
+{
+    (void)state;
+    dsim_fault f[2] = {fl_fault(DSIM_FAULT_SLOW), fl_fault(DSIM_FAULT_PAUSE)};
+    for (int i = 0; i < 2; i++) {
+        f[i].when = DSIM_WHEN_STEP;
+        f[i].step = 3;
+        f[i].rank = 2;
+    }
+    f[0].factor = 5;
+    f[1].duration_ns = 600 * MS;
+    fl_run r;
+    fl_go(&r, f, 2, 4);
+    if (r.e != DSIM_OK)
+        fl_explain(&r);
+    fl_assert_clean(&r);
+    fl_done(&r);
+}
+
 static void test_restart_revokes_the_group(void **state)
 {
     (void)state;
@@ -704,6 +726,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_duplicate_and_delay_change_nothing),
         cmocka_unit_test(test_reorder_is_detected),
         cmocka_unit_test(test_straggler_and_stagger_change_nothing),
+        cmocka_unit_test(test_slowed_and_paused),
         cmocka_unit_test(test_restart_revokes_the_group),
         cmocka_unit_test(test_restart_stop_while_aborting),
         cmocka_unit_test(test_same_seed_same_events),
