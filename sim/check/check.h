@@ -70,6 +70,9 @@ typedef struct dsim_check_faults {
     size_t n_attempts;
     /* steps run more than once: rolled back by a restart and run again */
     uint64_t steps_rolled_back;
+    /* The broken attempt failed before any of its faults fired (no fault
+     * event: a fault's start, a frame one dropped, ...). */
+    bool none_fired;
 } dsim_check_faults;
 
 /* What a check sees of a finished run. */

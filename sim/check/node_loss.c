@@ -205,6 +205,93 @@ static void nl_survivors(const dsim_check_faults *fx, const dsim_train_result *b
     }
 }
 
+/* The checksum of replica r's variables after global step g in a run
+ * that completed it: the clean run's, a later attempt's, or else a probe's
+ * (the job without faults up to that step, in this process, as
+ * ckpt_probe.c runs its own: every engine gives the same bits). False when
+ * none could be had. */
+static bool nl_completed(const dsim_check_ctx *ctx, const dsim_check_faults *fx, int r, uint64_t g,
+                         uint64_t *out)
+{
+    const dsim_train_result *have[16];
+    size_t n = 0;
+    if (fx->clean)
+        have[n++] = fx->clean;
+    for (size_t k = 0; k < fx->n_attempts && n < 16; k++)
+        if (fx->attempts[k] && fx->attempts[k] != fx->broken)
+            have[n++] = fx->attempts[k];
+    for (size_t k = 0; k < n; k++) {
+        const dsim_train_result *a = have[k];
+        if (a->checksum && r < a->num_replicas && g >= a->first_step &&
+            g < a->first_step + a->steps) {
+            *out = a->checksum[(g - a->first_step) * (uint64_t)a->num_replicas + (uint64_t)r];
+            if (*out)
+                return true;
+        }
+    }
+    if (!ctx->cfg)
+        return false;
+    dsim_train_cfg c = *ctx->cfg;
+    int ranks = c.hosts * c.devices_per_host + c.num_ps;
+    c.engine = ranks > 64 ? "sim" : NULL;
+    c.transport = NULL;
+    c.transport_options = NULL;
+    c.checkpoint_path = NULL;
+    c.checkpoint_every = 0;
+    c.restore = false;
+    c.stop_after = g + 1;
+    c.probe_restore = false;
+    c.preempt_after = 0;
+    c.preempt_notice = NULL;
+    c.record_params = false;
+    c.observer = NULL;
+    c.observer_user = NULL;
+    c.hooks = NULL;
+    c.hooks_user = NULL;
+    c.transport_filter = NULL;
+    c.transport_filter_user = NULL;
+    c.local_first = 0;
+    c.local_count = 0;
+    dsim_train_result p;
+    bool ok = dsim_train(&c, &p) == DSIM_OK && p.checksum && r < p.num_replicas &&
+              g >= p.first_step && g < p.first_step + p.steps;
+    if (ok)
+        *out = p.checksum[(g - p.first_step) * (uint64_t)p.num_replicas + (uint64_t)r];
+    else
+        dsim_clear_error();
+    dsim_train_result_free(&p);
+    return ok && *out;
+}
+
+/* 3, for a survivor whose variables changed in the step it failed in: a
+ * partial update, or the step's complete update whose distribution failed
+ * (a chief that applies the reduced gradient and then broadcasts the
+ * variables, as central_storage does: TensorFlow's central variables are
+ * updated once the reduction is done, whatever the replicas' next reads
+ * do). The latter holds the bits a run that completed the step holds after
+ * it. Leaves o->partial at the first survivor whose variables are neither;
+ * *complete counts those that held a complete update. */
+static void nl_partial(const dsim_check_ctx *ctx, const dsim_check_faults *fx,
+                       const dsim_train_result *b, nl_ends *o, int *complete)
+{
+    *complete = 0;
+    int first = o->partial;
+    o->partial = -1;
+    for (int r = first; r >= 0 && r < b->num_replicas; r++) {
+        const dsim_train_replica_end *e = &b->replicas[r];
+        if (e->killed || e->t_end == 0 || e->status == DSIM_OK || e->end_checksum == 0 ||
+            e->good_checksum == 0 || e->end_checksum == e->good_checksum)
+            continue;
+        uint64_t want = 0;
+        if (nl_completed(ctx, fx, r, e->global_step, &want) && want == e->end_checksum) {
+            (*complete)++;
+            continue;
+        }
+        o->partial = r;
+        return;
+    }
+}
+
 /* The data each worker read, over the committed steps, against a clean
  * run's: true when some worker read other examples in some epoch. */
 static bool nl_data_differs(const dsim_check_ctx *ctx, const dsim_train_result *fin,
@@ -447,6 +534,13 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         nl_rode_out(ctx, fx, msg, cap);
         return DSIM_OK;
     }
+    if (fx->none_fired) {
+        dsim_check_msg(msg, cap,
+                       "the job failed before any of its faults fired, so not because of them: "
+                       "%s",
+                       b->error.msg[0] ? b->error.msg : dsim_strerror(fx->broken_err));
+        return DSIM_OK;
+    }
     if (!b->replicas || b->num_replicas <= 0 || nl_none_started(fx, b)) {
         dsim_check_msg(msg, cap, "the broken attempt failed before its replicas started: %s",
                        b->error.msg[0] ? b->error.msg : dsim_strerror(fx->broken_err));
@@ -455,6 +549,9 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     /* 1 and 2: every survivor failed, in time; 3: none applied a partial update */
     nl_ends o;
     nl_survivors(fx, b, bound_s, &o);
+    int complete = 0;
+    if (o.partial >= 0)
+        nl_partial(ctx, fx, b, &o, &complete);
     out->measured = o.worst;
     char lost[200];
     nl_lost(ctx, fx, lost, sizeof lost);
@@ -484,12 +581,22 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     if (fx->t_loss >= 0 && o.worst_r >= 0)
         dsim_check_msg(msg, cap,
                        "%s lost: every survivor failed within %.3f s (slowest replica %d; "
-                       "bound %.3f s), none applied a partial update%s%s",
-                       lost, o.worst, o.worst_r, bound_s, ck_note, rec_note);
+                       "bound %.3f s), none applied a partial update%s%s%s",
+                       lost, o.worst, o.worst_r, bound_s,
+                       complete ? " (one held the complete update of the step it failed in, "
+                                  "as a run that completed that step holds it: its "
+                                  "distribution failed)"
+                                : "",
+                       ck_note, rec_note);
     else
         dsim_check_msg(msg, cap,
-                       "the faults broke the job and every survivor failed cleanly: %s%s%s",
-                       b->error.msg, ck_note, rec_note);
+                       "the faults broke the job and every survivor failed cleanly: %s%s%s%s",
+                       b->error.msg,
+                       complete ? "; a survivor held the complete update of the step it failed "
+                                  "in, as a run that completed that step holds it (its "
+                                  "distribution failed), not a partial one"
+                                : "",
+                       ck_note, rec_note);
     return DSIM_OK;
 }
 

@@ -58,7 +58,13 @@
  *                       long run it builds up, and gradient_consistency's
  *                       step-by-step replay from the run's own variables
  *                       names the step (so that rounding built up over a
- *                       correct run is told from it). */
+ *                       correct run is told from it).
+ *   -DBROKEN_EARLY_APPLY  reduces its gradient in two buckets and applies
+ *                       each as soon as its all-reduce is done, to overlap
+ *                       the update with the next reduction: when the second
+ *                       bucket's all-reduce fails, the first half of the
+ *                       variables is updated and the rest is not (node_loss:
+ *                       "applied a partial update"). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +108,9 @@
 #elif defined(BROKEN_LOCAL_SKIP)
 #define BROKEN_NAME    "broken_local_skip"
 #define BROKEN_SUMMARY "decides loss-scale skips from its local gradient (a test fixture)"
+#elif defined(BROKEN_EARLY_APPLY)
+#define BROKEN_NAME    "broken_early_apply"
+#define BROKEN_SUMMARY "applies each bucket once it is reduced (a test fixture)"
 #elif defined(BROKEN_F16)
 #define BROKEN_NAME    "broken_f16"
 #define BROKEN_SUMMARY "all-reduces its float32 gradient in float16 (a test fixture)"
@@ -118,6 +127,7 @@ typedef struct broken_replica {
     float *prev; /* -DBROKEN_STALE: the previous step's reduced gradient */
     /* -DBROKEN_SUB_MISMATCH: the host's replicas; each device's across hosts */
     dsim_comm *host, *across;
+    dsim_optim *opt2; /* -DBROKEN_EARLY_APPLY: the second bucket's (opt: the first's) */
 } broken_replica;
 
 static dsim_err broken_check_shape(const dsim_strategy_shape *s)
@@ -131,7 +141,13 @@ static dsim_err broken_check_shape(const dsim_strategy_shape *s)
 static dsim_err broken_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init)
 {
     broken_replica *me = ctx->priv;
+#if defined(BROKEN_EARLY_APPLY)
+    dsim_err e = dsim_optim_create(ctx->optim, ctx->n_params / 2, &me->opt);
+    if (e == DSIM_OK)
+        e = dsim_optim_create(ctx->optim, ctx->n_params - ctx->n_params / 2, &me->opt2);
+#else
     dsim_err e = dsim_optim_create(ctx->optim, ctx->n_params, &me->opt);
+#endif
 #if defined(BROKEN_SUB_MISMATCH)
     if (e == DSIM_OK)
         e = dsim_comm_split(ctx->world, ctx->worker, ctx->device, &me->host);
@@ -214,6 +230,19 @@ static dsim_err broken_apply(dsim_replica_ctx *ctx, float *grad)
     if (e == DSIM_OK && head)
         e = dsim_allreduce(ctx->world, grad, grad, head, DSIM_F32, DSIM_SUM);
     else
+#elif defined(BROKEN_EARLY_APPLY)
+    /* THE BUG: the first bucket applied before the second is reduced. */
+    size_t half = ctx->n_params / 2;
+    e = dsim_allreduce(ctx->world, grad, grad, half, DSIM_F32, DSIM_SUM);
+    if (e == DSIM_OK)
+        e = dsim_optim_apply(me->opt, ctx->params, grad, half);
+    if (e == DSIM_OK)
+        e = dsim_allreduce(ctx->world, grad + half, grad + half, ctx->n_params - half, DSIM_F32,
+                           DSIM_SUM);
+    if (e == DSIM_OK)
+        e = dsim_optim_apply(me->opt2, ctx->params + half, grad + half, ctx->n_params - half);
+    return e;
+    if (0)
 #elif defined(BROKEN_F16)
     /* THE BUG: half the bytes on the wire, float16's rounding in every
      * update. */
@@ -293,6 +322,7 @@ static void broken_fini(dsim_replica_ctx *ctx)
 {
     broken_replica *me = ctx->priv;
     dsim_optim_destroy(me->opt);
+    dsim_optim_destroy(me->opt2);
     free(me->prev);
     dsim_comm_free(me->host);
     dsim_comm_free(me->across);
