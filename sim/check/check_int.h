@@ -35,6 +35,10 @@ dsim_err ck_replay_to(const dsim_train_cfg *cfg, uint64_t g, dsim_train_result *
  * cfg.probe_restore: out->restored is what the strategy holds right after
  * the restore, out->replicas[r].created_checksum every replica's variables
  * then. Release out with dsim_train_result_free either way. */
+/* A probe's job: cfg's, in this process (threads, or sim for many ranks),
+ * without faults, hooks, observers, checkpoints or preemption, stopped
+ * after `steps` global steps (0: run to the end). */
+void ck_probe_cfg(const dsim_train_cfg *cfg, uint64_t steps, dsim_train_cfg *c);
 dsim_err ck_probe_restore(const dsim_train_cfg *cfg, const dsim_checkpoint *ck,
                           dsim_train_result *out);
 /* True, with the sentence in msg, when some replicas but not all left

@@ -53,6 +53,33 @@ size_t ck_worst(const float *got, const float *want, size_t n, double max_abs, d
     return worst;
 }
 
+void ck_probe_cfg(const dsim_train_cfg *cfg, uint64_t steps, dsim_train_cfg *c)
+{
+    *c = *cfg;
+    /* in this process, on one thread per replica; a job of more replicas
+     * than threads are cheap for, under the virtual clock */
+    int ranks = cfg->hosts * cfg->devices_per_host + cfg->num_ps;
+    c->engine = ranks > CK_PROBE_MAX_THREADS ? "sim" : NULL;
+    c->transport = NULL;
+    c->transport_options = NULL;
+    c->checkpoint_path = NULL;
+    c->checkpoint_every = 0;
+    c->restore = false;
+    c->stop_after = steps;
+    c->probe_restore = false;
+    c->preempt_after = 0;
+    c->preempt_notice = NULL;
+    c->record_params = false;
+    c->observer = NULL;
+    c->observer_user = NULL;
+    c->hooks = NULL;
+    c->hooks_user = NULL;
+    c->transport_filter = NULL;
+    c->transport_filter_user = NULL;
+    c->local_first = 0;
+    c->local_count = 0;
+}
+
 dsim_err ck_probe_restore(const dsim_train_cfg *cfg, const dsim_checkpoint *ck,
                           dsim_train_result *out)
 {
@@ -67,29 +94,11 @@ dsim_err ck_probe_restore(const dsim_train_cfg *cfg, const dsim_checkpoint *ck,
     close(fd);
     dsim_err e = dsim_checkpoint_write(path, ck);
     if (e == DSIM_OK) {
-        dsim_train_cfg c = *cfg;
-        /* in this process, on one thread per replica; a job of more
-         * replicas than threads are cheap for, under the virtual clock */
-        int ranks = cfg->hosts * cfg->devices_per_host + cfg->num_ps;
-        c.engine = ranks > CK_PROBE_MAX_THREADS ? "sim" : NULL;
-        c.transport = NULL;
-        c.transport_options = NULL;
+        dsim_train_cfg c;
+        ck_probe_cfg(cfg, ck->global_step, &c);
         c.checkpoint_path = path;
-        c.checkpoint_every = 0;
         c.restore = true;
-        c.stop_after = ck->global_step;
         c.probe_restore = true;
-        c.preempt_after = 0;
-        c.preempt_notice = NULL;
-        c.record_params = false;
-        c.observer = NULL;
-        c.observer_user = NULL;
-        c.hooks = NULL;
-        c.hooks_user = NULL;
-        c.transport_filter = NULL;
-        c.transport_filter_user = NULL;
-        c.local_first = 0;
-        c.local_count = 0;
         e = dsim_train(&c, out);
         if (e == DSIM_OK && !out->has_restored)
             e = DSIM_ERR(DSIM_ESTATE, -1, "the restore probe did not restore %s", path);

@@ -231,27 +231,8 @@ static bool nl_completed(const dsim_check_ctx *ctx, const dsim_check_faults *fx,
     }
     if (!ctx->cfg)
         return false;
-    dsim_train_cfg c = *ctx->cfg;
-    int ranks = c.hosts * c.devices_per_host + c.num_ps;
-    c.engine = ranks > 64 ? "sim" : NULL;
-    c.transport = NULL;
-    c.transport_options = NULL;
-    c.checkpoint_path = NULL;
-    c.checkpoint_every = 0;
-    c.restore = false;
-    c.stop_after = g + 1;
-    c.probe_restore = false;
-    c.preempt_after = 0;
-    c.preempt_notice = NULL;
-    c.record_params = false;
-    c.observer = NULL;
-    c.observer_user = NULL;
-    c.hooks = NULL;
-    c.hooks_user = NULL;
-    c.transport_filter = NULL;
-    c.transport_filter_user = NULL;
-    c.local_first = 0;
-    c.local_count = 0;
+    dsim_train_cfg c;
+    ck_probe_cfg(ctx->cfg, g + 1, &c);
     dsim_train_result p;
     bool ok = dsim_train(&c, &p) == DSIM_OK && p.checksum && r < p.num_replicas &&
               g >= p.first_step && g < p.first_step + p.steps;
