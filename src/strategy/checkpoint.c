@@ -140,8 +140,12 @@ dsim_err dsim_checkpoint_write(const char *path, const dsim_checkpoint *ck)
     ckpt_put64(buf + 96, ck->seed);
     ckpt_put64(buf + 104, ck->steps_per_epoch);
     ckpt_put32(buf + 112, ck->epochs);
-    ckpt_put32(buf + 116, 0);
-    ckpt_put64(buf + 120, 0);
+    uint32_t lsb = 0;
+    if (ck->has_loss_scale)
+        memcpy(&lsb, &ck->loss_scale, 4);
+    ckpt_put32(buf + 116, lsb);
+    ckpt_put32(buf + 120, ck->has_loss_scale ? ck->loss_scale_counter : 0);
+    ckpt_put32(buf + 124, ck->has_loss_scale ? 1 : 0);
     ckpt_put_floats(buf + CKPT_HEADER, ck->params, ck->n_params);
     if (ck->optim_state_len)
         ckpt_put_floats(buf + CKPT_HEADER + 4 * ck->n_params, ck->optim_state, ck->optim_state_len);
@@ -299,6 +303,21 @@ dsim_err dsim_checkpoint_read(const char *path, dsim_checkpoint **out)
         ck->seed = ckpt_get64(buf + 96);
         ck->steps_per_epoch = ckpt_get64(buf + 104);
         ck->epochs = ckpt_get32(buf + 112);
+        ck->has_loss_scale = ckpt_get32(buf + 124) == 1;
+        if (ck->has_loss_scale) {
+            uint32_t lsb = ckpt_get32(buf + 116);
+            memcpy(&ck->loss_scale, &lsb, 4);
+            ck->loss_scale_counter = ckpt_get32(buf + 120);
+            if (!(ck->loss_scale > 0) || ck->loss_scale > 3.4e38f) {
+                e = DSIM_ERR(DSIM_EPROTO, -1,
+                             "checkpoint %s is corrupt: its loss scale is %g (a positive finite "
+                             "float is kept); delete it or restore from an older copy",
+                             path, (double)ck->loss_scale);
+                dsim_checkpoint_free(ck);
+                ck = NULL;
+                goto out;
+            }
+        }
     }
     ck->epoch = ckpt_get32(buf + 16);
     ck->step = ckpt_get64(buf + 24);

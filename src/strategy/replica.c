@@ -162,6 +162,10 @@ static dsim_err train_write_checkpoint(train_replica *rp, const dsim_strategy_va
         .params = v->params,
         .optim_state_len = v->optim_state_len,
         .optim_state = v->optim_state,
+        /* the chief's, as its next step will use it */
+        .has_loss_scale = rp->ctx.loss_scale.dynamic,
+        .loss_scale = rp->ctx.loss_scale.scale,
+        .loss_scale_counter = rp->ctx.loss_scale.counter,
     };
     train_checkpoint_job(job, &ck);
     DSIM_CHECK(dsim_checkpoint_write(job->cfg->checkpoint_path, &ck));

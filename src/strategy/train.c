@@ -250,6 +250,9 @@ static dsim_err train_initial_values(train_job *job)
             if (su->optim_state_len)
                 memcpy(v->optim_state, ck->optim_state, su->optim_state_len * sizeof(float));
             v->optim_step = ck->optim_step;
+            job->has_ls = ck->has_loss_scale;
+            job->ls_scale = ck->loss_scale;
+            job->ls_counter = ck->loss_scale_counter;
             job->start_epoch = ck->epoch;
             job->start_step = ck->step;
             job->first_step = ck->global_step;

@@ -83,6 +83,11 @@ struct train_job {
     uint32_t start_epoch;
     uint64_t start_step;
     dsim_strategy_vars init;
+    /* the checkpoint's dynamic loss scale, for every replica's to resume
+     * from (has_ls false: the policy's initial one) */
+    bool has_ls;
+    float ls_scale;
+    uint32_t ls_counter;
     dsim_rt *rt;
     dsim_fabric *fab;
     dsim_ep **eps;     /* N + P */

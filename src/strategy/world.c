@@ -198,6 +198,11 @@ dsim_err train_open_world(train_job *job)
             .gradient_dtype = cfg->gradient_dtype,
         };
         dsim_loss_scale_init(&rp->ctx.loss_scale, rp->ctx.precision);
+        if (job->has_ls && rp->ctx.loss_scale.dynamic) {
+            /* resumed: where the checkpoint's job had it */
+            rp->ctx.loss_scale.scale = job->ls_scale;
+            rp->ctx.loss_scale.counter = job->ls_counter;
+        }
     }
     for (int s = 0; s < P; s++) {
         train_server *ts = &job->srvs[s];

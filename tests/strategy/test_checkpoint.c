@@ -65,6 +65,9 @@ static void test_file_roundtrip_and_damage(void **state)
         .seed = 0x123456789abcdefull,
         .steps_per_epoch = 21,
         .epochs = 4,
+        .has_loss_scale = true,
+        .loss_scale = 4096.0f,
+        .loss_scale_counter = 17,
     };
     char path[128], tmp[140];
     ck_path(path, sizeof path, "unit.ckpt");
@@ -92,6 +95,9 @@ static void test_file_roundtrip_and_damage(void **state)
     assert_int_equal(back->seed, 0x123456789abcdefull);
     assert_int_equal(back->steps_per_epoch, 21);
     assert_int_equal(back->epochs, 4);
+    assert_true(back->has_loss_scale);
+    assert_true(back->loss_scale == 4096.0f);
+    assert_int_equal(back->loss_scale_counter, 17);
     assert_memory_equal(back->params, params, sizeof params);
     assert_memory_equal(back->optim_state, slots, sizeof slots);
     dsim_checkpoint_free(back);

@@ -685,7 +685,8 @@ DSIM_API void dsim_params_compare(const float *a, const float *b, size_t n, dsim
  *   64 u64 global_batch   72 u32 hosts         76 u32 devices_per_host
  *   80 u32 shard policy applied (dsim_shard_policy)   84 u32 files (0: no files)
  *   88 u64 examples       96 u64 seed         104 u64 steps_per_epoch
- *   112 u32 epochs        116 u32 0           120 u64 0
+ *   112 u32 epochs        116 f32 loss scale  120 u32 its counter
+ *   124 u32 1 when 116 and 120 hold the dynamic loss scale, else 0
  *   128 f32 params[n_params]  f32 optim_state[optim_state_len]
  *   u64 FNV-1a 64 of every byte before it.
  * Version 1 has the same first 64 bytes (20: 0), then the floats: it does
@@ -717,6 +718,15 @@ typedef struct dsim_checkpoint {
     float *params;
     size_t optim_state_len;
     float *optim_state;
+    /* Mixed precision's dynamic loss scale after global_step, and its count
+     * of finite steps since it last changed (Keras's LossScaleOptimizer
+     * keeps both as variables, saved with the rest): a resumed job skips
+     * and scales as the interrupted one would have. has_loss_scale false:
+     * the job had none (float32, mixed_bfloat16), or a file written before
+     * it was kept (the job then starts from the policy's initial scale). */
+    bool has_loss_scale;
+    float loss_scale;
+    uint32_t loss_scale_counter;
 } dsim_checkpoint;
 
 DSIM_API dsim_err dsim_checkpoint_write(const char *path, const dsim_checkpoint *ck);
