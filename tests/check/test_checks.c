@@ -756,6 +756,21 @@ static void test_convergence(void **state)
     r = judge("convergence", &ctx, v);
     assert_true(r.passed);
     assert_has(r.message, "within the 8% allowed either side");
+    /* asynchronous parameter servers: every replica's gradient an update
+     * of its own, so no wrong reduction is suspected */
+    f.cfg.num_ps = 1;
+    f.cfg.ps_mode = DSIM_PS_ASYNC;
+    f.cfg.optim.kind = DSIM_OPTIM_ADAM;
+    values_of(ops, v, "within_pct_of_reference", 1.0, NULL);
+    r = judge("convergence", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "asynchronous parameter servers apply each replica's gradient as an "
+                          "update of its own (2 a global step");
+    assert_has(r.message, "an adaptive or momentum optimizer");
+    assert_null(strstr(r.message, "did not compute what they compute"));
+    f.cfg.num_ps = 0;
+    f.cfg.ps_mode = DSIM_PS_SYNC;
+    f.cfg.optim.kind = DSIM_OPTIM_SGD;
     f.res.final_loss = 0.51;
 
     /* both: the tighter bound is shown and both must hold */
