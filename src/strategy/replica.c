@@ -167,6 +167,13 @@ static dsim_err train_write_checkpoint(train_replica *rp, const dsim_strategy_va
         .loss_scale = rp->ctx.loss_scale.scale,
         .loss_scale_counter = rp->ctx.loss_scale.counter,
     };
+    uint64_t spe = job->su.steps_per_epoch;
+    if (v->resume_before && v->resume_step < done && spe) {
+        /* some replica's earlier steps are not applied yet: resume there */
+        ck.global_step = v->resume_step;
+        ck.epoch = (uint32_t)(v->resume_step / spe);
+        ck.step = v->resume_step % spe;
+    }
     train_checkpoint_job(job, &ck);
     DSIM_CHECK(dsim_checkpoint_write(job->cfg->checkpoint_path, &ck));
     rp->ckpt_writes++;

@@ -224,6 +224,8 @@ dsim_err dsim_strategy_save(const dsim_strategy *s, dsim_replica_ctx *ctx, dsim_
     if (out->optim_state)
         memset(out->optim_state, 0, out->optim_state_len * sizeof(float));
     out->optim_step = 0;
+    out->resume_before = false;
+    out->resume_step = 0;
     dsim_err e = s->ops->save(ctx, out);
     if (e != DSIM_OK)
         e = strategy_failed(s, "save", e);

@@ -30,7 +30,11 @@
  *                                         said DONE (then: the final shard) or half
  *                                         the timeout passed (then: not yet)
  *           STOP                      ->  serve() returns
- *   save (chief): SAVE                ->  (shard, slots, step)
+ *   save (chief): SAVE                ->  (shard, slots, step; async: the first
+ *                                         step some replica's closures have not
+ *                                         pushed yet, where the checkpoint then
+ *                                         resumes: a lost worker's steps are never
+ *                                         skipped by a restart)
  *
  * Each update's staleness (versions applied since the replica read the
  * values it computed with) is recorded with dsim_server_record_update: 0 for
@@ -365,6 +369,13 @@ static dsim_err ps_save(dsim_replica_ctx *ctx, dsim_strategy_vars *out)
          * mode; in async mode server 0's is the one kept. */
         if (s == 0)
             out->optim_step = h.optim_step;
+        /* async: resume where every replica's steps before are applied on
+         * every server */
+        if (ctx->shape.ps_mode == DSIM_PS_ASYNC && h.step <= ctx->global_step &&
+            (!out->resume_before || h.step < out->resume_step)) {
+            out->resume_before = true;
+            out->resume_step = h.step;
+        }
     }
     return DSIM_OK;
 }
@@ -771,8 +782,16 @@ static dsim_err ps_handle(dsim_server_ctx *srv, int client, unsigned char *req, 
         e = ps_op_init(&k);
         break;
     case PS_PULL:
+        e = ps_op_read(&k);
+        break;
     case PS_SAVE:
         e = ps_op_read(&k);
+        /* async: the first step some replica's closures have not pushed
+         * here yet (a lost replica's remaining steps, not re-run yet) */
+        k.r.step = UINT64_MAX;
+        for (int c = 0; srv->shape.ps_mode == DSIM_PS_ASYNC && c < srv->shape.num_replicas; c++)
+            if (p->applied_to[c] < k.r.step)
+                k.r.step = p->applied_to[c];
         break;
     case PS_PUSH:
         e = ps_op_push(&k);

@@ -169,6 +169,14 @@ typedef struct dsim_strategy_vars {
     size_t optim_state_len; /* dsim_optim_state_len for n_params parameters */
     float *optim_state;     /* optim_state_len floats (NULL when 0) */
     uint64_t optim_step;    /* updates applied (TF's optimizer.iterations) */
+    /* save() only, where the replicas are not in step (asynchronous
+     * parameter servers): resume_before set says that some replica's steps
+     * before the chief's are not all applied yet (a lost worker's, say):
+     * the checkpoint then resumes at global step resume_step, so that no
+     * step is skipped (the steps after it run again: at least once, as
+     * TF's coordinator runs a closure). The driver clears it before save(). */
+    bool resume_before;
+    uint64_t resume_step;
 } dsim_strategy_vars;
 
 /* One replica's view of the job. The driver fills every field before
