@@ -97,6 +97,9 @@ typedef struct dsim_check_result {
     double measured; /* NaN when there is nothing to measure */
     double expected; /* the threshold, NaN when none */
     char message[512];
+    /* The run cannot show what the check judges (the message says why):
+     * neither passed nor failed, shown as N/A. */
+    bool not_judged;
 } dsim_check_result;
 
 typedef struct dsim_check_ops {

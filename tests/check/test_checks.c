@@ -1039,19 +1039,45 @@ static void test_performance(void **state)
     assert_true(fabs(r.measured - 0.3) < 1e-12);
     assert_has(r.message, "all-reduce takes 30 %");
     assert_null(strstr(r.message, "took turns"));
-    /* more replicas than CPUs on a wall-clock engine: the same verdict,
-     * and the message says what the share then measures */
+    /* more replicas than CPUs on a wall-clock engine: the share measures
+     * the host's time-sharing, so it is not judged (N/A), and said why */
     ctx.host_cpus = 2;
     r = judge("performance", &ctx, v);
-    assert_false(r.passed);
-    assert_true(fabs(r.measured - 0.3) < 1e-12);
-    assert_has(r.message, "its 4 replicas took turns on this host's 2 CPUs (engine threads)");
+    assert_true(r.not_judged);
+    assert_has(r.message, "not judged: its 4 replicas took turns on this host's 2 CPUs (engine "
+                          "threads), so each one's wait for the others' compute counted as "
+                          "all-reduce (30 % of step time)");
     assert_has(r.message, "engine sim times the job");
     f.cfg.engine = "processes";
     assert_has(judge("performance", &ctx, v).message, "(engine processes)");
-    f.cfg.engine = "sim"; /* virtual time: no turns to speak of */
-    assert_null(strstr(judge("performance", &ctx, v).message, "took turns"));
+    f.cfg.engine = "sim"; /* virtual time: no turns to speak of, judged */
+    r = judge("performance", &ctx, v);
+    assert_false(r.not_judged);
+    assert_false(r.passed);
+    assert_null(strstr(r.message, "took turns"));
     f.cfg.engine = NULL;
+    ctx.host_cpus = 4;
+    assert_false(judge("performance", &ctx, v).not_judged);
+    /* and through the expect list: N/A, neither passed nor failed, an
+     * expectation to fail included */
+    ctx.host_cpus = 2;
+    for (int want_fail = 0; want_fail < 2; want_fail++) {
+        dsim_expect ex = expect_of("performance", want_fail, NULL);
+        dsim_scenario sc;
+        memset(&sc, 0, sizeof sc);
+        sc.expect = &ex;
+        sc.n_expect = 1;
+        dsim_check_ctx c2 = ctx;
+        c2.scenario = &sc;
+        dsim_check_outcome out;
+        size_t n = 0, failed = 0;
+        assert_int_equal(dsim_check_run_all(&c2, &out, &n, &failed), DSIM_OK);
+        assert_int_equal(n, 1);
+        assert_int_equal(failed, 0);
+        assert_true(out.not_applicable);
+        assert_true(out.passed);
+        assert_has(out.result.message, "not judged: its 4 replicas took turns");
+    }
     ctx.host_cpus = 4;
 
     values_of(ops, v, "max_allreduce_share", 0.5, NULL);
@@ -1072,11 +1098,21 @@ static void test_performance(void **state)
     ctx.host_cpus = 2;
     r = judge("performance", &ctx, v);
     assert_false(r.passed);
+    assert_false(r.not_judged);
     assert_has(r.message, "took turns on this host's 2 CPUs (engine threads), so one that waited "
                           "for a CPU mid-compute looks slow");
     ctx.host_cpus = 4;
     values_of(ops, v, "max_allreduce_share", 0.5, "max_straggler_factor", 5.0, NULL);
     assert_true(judge("performance", &ctx, v).passed);
+    /* taking turns, the straggler alone is judged: no straggler passes */
+    ctx.host_cpus = 2;
+    r = judge("performance", &ctx, v);
+    assert_true(r.passed);
+    assert_false(r.not_judged);
+    assert_true(fabs(r.measured - 4.0) < 1e-12 && r.expected == 5.0);
+    assert_has(r.message, "no straggler: the slowest replica, 2, computes 4.00x");
+    assert_has(r.message, "the all-reduce share and scaling efficiency not judged");
+    ctx.host_cpus = 4;
 
     /* scaling: one device takes 62 ms a step; 4 replicas take 31 (the
      * slowest): 62 / (4 x 31) = 0.5 */
