@@ -158,7 +158,9 @@ static bool ex_line(const char **p, const char **line, size_t *len, char *key, s
     return true;
 }
 
-/* text without the top-level blocks faults, engine and seed. */
+/* text without the top-level blocks faults, engine, seed and matrix (the
+ * file's own shape is explored: a written scenario with the matrix would
+ * run every combination, a drawn link fault out of range in some). */
 static char *ex_strip(const char *text)
 {
     ex_buf b = {0};
@@ -169,7 +171,7 @@ static char *ex_strip(const char *text)
     while (ex_line(&p, &line, &len, key, sizeof key)) {
         if (key[0])
             skip = strcmp(key, "faults") == 0 || strcmp(key, "engine") == 0 ||
-                   strcmp(key, "seed") == 0;
+                   strcmp(key, "seed") == 0 || strcmp(key, "matrix") == 0;
         bool blank = true;
         for (size_t i = 0; i < len; i++)
             if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r')

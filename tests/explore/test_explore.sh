@@ -4,6 +4,10 @@
 #                     faults; explore finds a failing schedule, shrinks it to at
 #                     most two faults, and `dsim run` of the written file fails
 #                     the same check
+#   matrix_left_out   a scenario with a matrix: explore explores its own shape,
+#                     and the written file holds no matrix (with it, `dsim run`
+#                     ran every combination, and a drawn link fault out of
+#                     range in one was refused)
 #   correct_strategy  multi_worker_mirrored under recovery: restart survives
 #                     every drawn schedule
 #   bad_input         no scenario, --runs 0, an unknown kind: exit 2, a message
@@ -27,6 +31,22 @@ cd "$tmp" || exit 1
 fail() { echo "FAIL: $*"; [ -f out.txt ] && cat out.txt; exit 1; }
 
 case $case_ in
+matrix_left_out)
+    { cat "$scen/ignore_abort.yaml"; printf '\nmatrix:\n  cluster.devices_per_host: [1, 2]\n'; } \
+        > withmatrix.yaml
+    "$dsim" explore withmatrix.yaml --runs 30 --seed 1 --plugin-dir "$plugins" \
+        -o found.yaml > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 1 ] || fail "dsim explore exited $rc, wanted 1 (a failure found)"
+    grep -q '^ignore_abort: 3 hosts x 2 devices' out.txt || fail "not the file's own shape"
+    ! grep -q '^matrix:' found.yaml || fail "found.yaml keeps the matrix"
+    "$dsim" run found.yaml --plugin-dir "$plugins" --db found.db > run.txt 2>&1
+    rc=$?
+    cat run.txt
+    [ $rc -eq 1 ] || fail "dsim run found.yaml exited $rc, wanted 1"
+    grep -q 'gradient_consistency' run.txt || fail "dsim run does not name gradient_consistency"
+    ;;
 planted_bug)
     # the bug does not show without a fault
     "$dsim" run "$scen/ignore_abort.yaml" --engine sim --plugin-dir "$plugins" --db plain.db \
