@@ -529,6 +529,13 @@ static double gc_ulp_norm(const float *a, const float *b, size_t n)
     return sqrt(s);
 }
 
+typedef struct gc_followed {
+    double worst;   /* the largest relative excess of a step */
+    uint64_t at;    /* its step (of the run's) */
+    uint64_t n_bad; /* steps beyond max_rel */
+    uint64_t first; /* the first of them */
+} gc_followed;
+
 /* The run's variables end beyond tolerance of the reference's though no
  * step's update is more than 0.1 % off (gc_diagnose): float rounding
  * builds up over many steps as well as a small error does. One device
@@ -539,24 +546,15 @@ static double gc_ulp_norm(const float *a, const float *b, size_t n)
  * Judged for every step: |run - replay| <= max_rel * |replay's update| +
  * 2 ulps of the variables (Euclidean norms over the parameters). Fills
  * *fo; false when the replay could not run (why says so). */
-typedef struct gc_followed {
-    double worst;   /* the largest relative excess of a step */
-    uint64_t at;    /* its step (of the run's) */
-    uint64_t n_bad; /* steps beyond max_rel */
-    uint64_t first; /* the first of them */
-} gc_followed;
-
 static bool gc_follow(const dsim_check_ctx *ctx, double max_rel, gc_followed *fo, char *why,
                       size_t cap)
 {
     const dsim_train_result *r = ctx->run;
     size_t P = r->n_params;
     uint64_t T = r->steps;
-    dsim_train_cfg rc = *ctx->cfg;
-    rc.observer = NULL;
+    dsim_train_cfg rc;
+    ck_probe_cfg(ctx->cfg, 0, &rc);
     rc.record_params = true;
-    rc.checkpoint_path = NULL;
-    rc.stop_after = 0;
     dsim_train_result f;
     dsim_err e = dsim_train_reference_follow(&rc, r->trace, T, &f);
     if (e != DSIM_OK || !f.trace || f.steps != T || f.n_params != P) {

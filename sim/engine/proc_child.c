@@ -99,12 +99,11 @@ static dsim_hook_action pr_child_phase(void *user, int replica, dsim_phase p, ui
 {
     pr_child *c = user;
     pr_phase ph = {.replica = replica, .phase = (int)p, .gs = gs, .t = pr_now()};
-    bool step = p == DSIM_PHASE_COMPUTE || p == DSIM_PHASE_ALLREDUCE || p == DSIM_PHASE_REDUCE_LOSS;
     pthread_mutex_lock(&c->mu);
     if (c->n_held == PR_PHASES_HELD)
         pr_send_locked(c, 0, NULL, 0, NULL, 0);
     c->held[c->n_held++] = ph;
-    if (!step)
+    if (!pr_step_phase((int)p))
         pr_send_locked(c, 0, NULL, 0, NULL, 0);
     pthread_mutex_unlock(&c->mu);
     return DSIM_HOOK_GO;

@@ -209,8 +209,7 @@ static void pr_rec_phase(pr_job *j, const unsigned char *b, size_t n)
     for (size_t at = 0; at + sizeof ph <= n; at += sizeof ph) {
         memcpy(&ph, b + at, sizeof ph);
         atomic_fetch_add(&pr_totals.phase_entries, 1);
-        if (ph.phase == DSIM_PHASE_COMPUTE || ph.phase == DSIM_PHASE_ALLREDUCE ||
-            ph.phase == DSIM_PHASE_REDUCE_LOSS)
+        if (pr_step_phase(ph.phase))
             atomic_fetch_add(&pr_totals.step_phase_entries, 1);
         if (ph.replica >= 0 && ph.replica < j->R)
             j->a->on_phase(j->a->on_phase_user, ph.replica, ph.phase, ph.gs, ph.t);

@@ -98,6 +98,12 @@ typedef struct pr_flight {
 /* A child holds up to this many step phases before it sends them. */
 #define PR_PHASES_HELD 64
 
+/* One of a step's phases, which a child holds (proc_child.c). */
+static inline bool pr_step_phase(int p)
+{
+    return p == DSIM_PHASE_COMPUTE || p == DSIM_PHASE_ALLREDUCE || p == DSIM_PHASE_REDUCE_LOSS;
+}
+
 typedef struct pr_phase {
     int replica, phase;
     uint64_t gs;

@@ -351,3 +351,9 @@ void dsim_faults_stats_add(dsim_faults_stats *sum, const dsim_faults_stats *add)
     sum->held += add->held;
     sum->retransmitted += add->retransmitted;
 }
+
+bool dsim_faults_stats_touched(const dsim_faults_stats *s)
+{
+    return s->fired || s->dropped || s->delayed || s->duplicated || s->corrupted || s->reordered ||
+           s->held || s->retransmitted;
+}

@@ -262,6 +262,8 @@ typedef struct dsim_faults_stats {
 void dsim_faults_get_stats(dsim_faults *fs, dsim_faults_stats *out);
 /* sum += add, counter by counter. */
 void dsim_faults_stats_add(dsim_faults_stats *sum, const dsim_faults_stats *add);
+/* Did a fault fire or touch a frame (dropped, delayed, ...)? */
+bool dsim_faults_stats_touched(const dsim_faults_stats *s);
 
 #ifdef __cplusplus
 }

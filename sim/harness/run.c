@@ -264,15 +264,12 @@ static void h_train_faulty(h_ctx *c)
      * every replica returned, none killed (a process killed after a hang
      * takes its events with it) and the job was not preempted (the notice
      * is the fault) */
-    const dsim_faults_stats *fst = &rr->stats;
     dsim_err be = c->cf.broken_err;
     bool all_returned = b && b->replicas && b->num_replicas > 0;
     for (int q = 0; all_returned && q < b->num_replicas; q++)
         all_returned = b->replicas[q].t_end != 0 && !b->replicas[q].killed;
     c->cf.none_fired = all_returned && be != DSIM_EPREEMPTED && be != DSIM_EHUNG && fired == 0 &&
-                       fst->fired == 0 && fst->dropped == 0 && fst->delayed == 0 &&
-                       fst->duplicated == 0 && fst->corrupted == 0 && fst->reordered == 0 &&
-                       fst->held == 0 && fst->retransmitted == 0;
+                       !dsim_faults_stats_touched(&rr->stats);
 }
 
 static void h_step_train(h_ctx *c)
