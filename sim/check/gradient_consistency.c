@@ -311,11 +311,37 @@ static const char *gc_ratio_meaning(double k, int n)
     return NULL;
 }
 
-/* Step k's update of a trace: after[k] - before[k]. */
+/* Row k's update of a trace: after[k] - before[k] (a trace kept every k
+ * steps: the update of those k steps). */
 typedef struct gc_trace {
     const float *initial, *rows;
     size_t n;
 } gc_trace;
+
+/* How often a result's trace was kept, and its rows (a result that does
+ * not say: every step). */
+static uint32_t gc_every(const dsim_train_result *r)
+{
+    return r->trace_every > 1 ? r->trace_every : 1;
+}
+static uint64_t gc_rows(const dsim_train_result *r)
+{
+    if (!r->trace)
+        return 0;
+    return r->trace_rows ? r->trace_rows : r->steps / gc_every(r);
+}
+
+/* "global step g" or, for a trace kept every `every` steps, "global steps
+ * a..b": the steps of the run's row k (a run resumed at off). */
+static const char *gc_steps(char *b, size_t cap, uint64_t off, uint64_t k, uint32_t every)
+{
+    if (every <= 1)
+        snprintf(b, cap, "global step %" PRIu64, off + k);
+    else
+        snprintf(b, cap, "global steps %" PRIu64 "..%" PRIu64, off + k * every,
+                 off + (k + 1) * every - 1);
+    return b;
+}
 
 static const float *gc_after(const gc_trace *t, uint64_t k)
 {
@@ -347,7 +373,7 @@ static void gc_dots(const gc_trace *a, uint64_t ku, const gc_trace *b, uint64_t 
  * what ratio. Returns false when every parameter differs alike (no ranges to
  * tell apart). */
 static bool gc_ranges(const gc_trace *run, const gc_trace *ref, uint64_t k, uint64_t kr, int n,
-                      char *d, size_t cap)
+                      const char *where, char *d, size_t cap)
 {
     const float *a1 = gc_after(run, k), *a0 = gc_before(run, k);
     const float *b1 = gc_after(ref, kr), *b0 = gc_before(ref, kr);
@@ -385,9 +411,9 @@ static bool gc_ranges(const gc_trace *run, const gc_trace *ref, uint64_t k, uint
     if (n_diff == 0 || n_diff == P)
         return false;
     dsim_check_msg_append(d, cap,
-                          "at global step %" PRIu64 ", %zu of %zu parameters are updated "
+                          "at %s, %zu of %zu parameters are updated "
                           "differently from the reference (the others alike): parameters ",
-                          kr, n_diff, P);
+                          where, n_diff, P);
     for (size_t j = 0; j < nr && j < 4; j++)
         dsim_check_msg_append(d, cap, "%s%zu..%zu", j ? ", " : "", lo[j], hi[j]);
     if (nr > 4)
@@ -403,19 +429,23 @@ static bool gc_ranges(const gc_trace *run, const gc_trace *ref, uint64_t k, uint
 }
 
 /* Says how the run's updates differ from the reference's, from the first
- * step where they do. True when none does by more than 0.1 %: the
- * difference may be rounding built up over the steps (gc_follow judges). */
+ * step where they do (for traces kept every k steps, the first k steps
+ * where they do). True when none does by more than 0.1 %: the difference
+ * may be rounding built up over the steps (gc_follow judges). */
 static bool gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref, char *d,
                         size_t cap)
 {
     d[0] = '\0';
     size_t P = r->n_params;
     uint64_t off = r->first_step, T = r->steps;
+    uint32_t every = gc_every(r);
+    uint64_t rows = gc_rows(r), r0 = off / every;
     if (!r->trace || !r->initial_params || !ref->trace || !ref->initial_params ||
-        off + T > ref->steps || T == 0) {
+        off + T > ref->steps || T == 0 || rows == 0 || gc_every(ref) != every || off % every != 0 ||
+        r0 + rows > gc_rows(ref)) {
         dsim_check_msg(d, cap,
-                       "(every step's variables were not kept, so how the updates "
-                       "differ is not measured)");
+                       "(the variables were not kept step by step alike in the run and the "
+                       "reference, so how the updates differ is not measured)");
         return false;
     }
     gc_trace run = {r->initial_params, r->trace, P};
@@ -433,13 +463,14 @@ static bool gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref
         }
     }
     int n = r->num_replicas_in_sync > 0 ? r->num_replicas_in_sync : r->num_replicas;
-    for (uint64_t k = 0; k < T; k++) {
-        /* reference row of the same global step; before a restored run's
+    char at[64];
+    for (uint64_t k = 0; k < rows; k++) {
+        /* reference row of the same global steps; before a restored run's
          * first step its variables are the restored ones */
-        uint64_t kr = off + k;
+        uint64_t kr = r0 + k;
         gc_trace rr = rt;
         if (k == 0 && off > 0) {
-            rr.initial = rt.rows + (off - 1) * P;
+            rr.initial = rt.rows + (r0 - 1) * P;
         }
         double uu, uv, vv, dd;
         const gc_trace *rp = k == 0 && off > 0 ? &rr : &rt;
@@ -448,10 +479,11 @@ static bool gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref
             continue;
         if (dd <= 1e-6 * vv)
             continue; /* within 0.1 % of the reference's update */
-        uint64_t g = off + k;
+        uint64_t g = off + k * every;
+        gc_steps(at, sizeof at, off, k, every);
         if (uu <= 1e-12 * vv) {
             double uu2, uv2, vv2, dd2;
-            if (k + 1 < T) {
+            if (k + 1 < rows && every == 1) {
                 gc_dots(&run, k + 1, rp, kr, &uu2, &uv2, &vv2, &dd2);
                 if (dd2 <= 1e-6 * vv) {
                     dsim_check_msg(d, cap,
@@ -464,10 +496,9 @@ static bool gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref
                 }
             }
             dsim_check_msg(d, cap,
-                           "the run applied no update at global step %" PRIu64
-                           " (the reference moved by %.3g): the strategy's apply_gradients "
-                           "left the variables as they were",
-                           g, sqrt(vv));
+                           "the run applied no update at %s (the reference moved by %.3g): "
+                           "the strategy's apply_gradients left the variables as they were",
+                           at, sqrt(vv));
             return false;
         }
         double kf = uv / vv;
@@ -475,44 +506,53 @@ static bool gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref
         if (resid < 1e-3) {
             const char *why = gc_ratio_meaning(kf, n);
             dsim_check_msg(d, cap,
-                           "from global step %" PRIu64 " the run's updates are %.4g times the "
+                           "from %s the run's updates are %.4g times the "
                            "reference's (%d replicas in sync)%s%s",
-                           g, kf, n, why ? ": " : "", why ? why : "");
+                           at, kf, n, why ? ": " : "", why ? why : "");
             return false;
         }
         uint64_t pad = 0;
-        for (int i = 0; r->padded && i < r->num_replicas; i++)
-            pad += r->padded[k * (uint64_t)r->num_replicas + (uint64_t)i];
+        for (uint64_t st = k * every; r->padded && st < (k + 1) * every && st < T; st++)
+            for (int i = 0; i < r->num_replicas; i++)
+                pad += r->padded[st * (uint64_t)r->num_replicas + (uint64_t)i];
         if (pad) {
             dsim_check_msg(d, cap,
-                           "at global step %" PRIu64 " the run padded %" PRIu64 " rows to "
+                           "at %s the run padded %" PRIu64 " rows to "
                            "static batches and its update differs from the reference's on "
                            "the real examples: the padding is not masked out of the loss and "
                            "the gradient (its weight must be 0, as TF's padded examples' "
                            "sample weights are)",
-                           g, pad);
+                           at, pad);
             return false;
         }
-        if (gc_ranges(&run, rp, k, kr, n, d, cap))
+        if (gc_ranges(&run, rp, k, kr, n, at, d, cap))
             return false;
         if (n > 1 && fabs(kf - (double)(n - 1) / n) < 0.15 / n)
             dsim_check_msg(d, cap,
-                           "at global step %" PRIu64 " the run's update is about %.3g times the "
+                           "at %s the run's update is about %.3g times the "
                            "reference's but not in its direction (%.0f%% off): one of the %d "
                            "replicas' gradients is probably missing from the sum",
-                           g, kf, 100 * resid, n);
+                           at, kf, 100 * resid, n);
         else
             dsim_check_msg(d, cap,
-                           "at global step %" PRIu64 " the run's update is not a multiple of the "
+                           "at %s the run's update is not a multiple of the "
                            "reference's (best fit %.3g times, %.0f%% off): the reduction "
                            "combines other values than the replicas' gradients",
-                           g, kf, 100 * resid);
+                           at, kf, 100 * resid);
         return false;
     }
-    dsim_check_msg(d, cap,
-                   "every step's update is within 0.1%% of the reference's; the difference "
-                   "builds up over %" PRIu64 " steps (raise max_rel_error if that is expected)",
-                   T);
+    if (every == 1)
+        dsim_check_msg(d, cap,
+                       "every step's update is within 0.1%% of the reference's; the difference "
+                       "builds up over %" PRIu64 " steps (raise max_rel_error if that is "
+                       "expected)",
+                       T);
+    else
+        dsim_check_msg(d, cap,
+                       "every %" PRIu32 " steps' update is within 0.1%% of the reference's (the "
+                       "variables kept every %" PRIu32 " steps); the difference builds up over "
+                       "%" PRIu64 " steps (raise max_rel_error if that is expected)",
+                       every, every, T);
     return true;
 }
 
@@ -531,9 +571,11 @@ static double gc_ulp_norm(const float *a, const float *b, size_t n)
 
 typedef struct gc_followed {
     double worst;   /* the largest relative excess of a step */
-    uint64_t at;    /* its step (of the run's) */
-    uint64_t n_bad; /* steps beyond max_rel */
+    uint64_t at;    /* its row (of the run's trace) */
+    uint64_t n_bad; /* rows beyond max_rel */
     uint64_t first; /* the first of them */
+    uint64_t rows;  /* rows replayed */
+    uint32_t every; /* steps a row */
 } gc_followed;
 
 /* The run's variables end beyond tolerance of the reference's though no
@@ -544,45 +586,58 @@ typedef struct gc_followed {
  * variables after step s - 1, so their updates differ by the rounding of
  * that one step, summation order, unless the step is computed wrong.
  * Judged for every step: |run - replay| <= max_rel * |replay's update| +
- * 2 ulps of the variables (Euclidean norms over the parameters). Fills
- * *fo; false when the replay could not run (why says so). */
+ * 2 ulps of the variables (Euclidean norms over the parameters). A trace
+ * kept every k steps is judged k steps at a time: both start from the
+ * run's variables k steps back, and the bound is max_rel times the sum of
+ * the replay's k updates' norms (what k steps' rounding, each within
+ * max_rel of its update, adds up to). Fills *fo; false when the replay
+ * could not run (why says so). */
 static bool gc_follow(const dsim_check_ctx *ctx, double max_rel, gc_followed *fo, char *why,
                       size_t cap)
 {
     const dsim_train_result *r = ctx->run;
     size_t P = r->n_params;
-    uint64_t T = r->steps;
+    uint64_t T = r->steps, rows = gc_rows(r);
+    uint32_t every = gc_every(r);
     dsim_train_cfg rc;
     ck_probe_cfg(ctx->cfg, 0, &rc);
     rc.record_params = true;
+    rc.trace_every = every;
     dsim_train_result f;
-    dsim_err e = dsim_train_reference_follow(&rc, r->trace, T, &f);
-    if (e != DSIM_OK || !f.trace || f.steps != T || f.n_params != P) {
+    dsim_err e = dsim_train_reference_follow(&rc, r->trace, rows, &f);
+    if (e != DSIM_OK || !f.trace || !f.update_norm || f.steps != T || f.n_params != P ||
+        gc_rows(&f) != rows) {
         dsim_check_msg(why, cap, "replaying it step by step on one device failed: %s",
                        e != DSIM_OK ? f.error.msg : "the replay took other steps");
         dsim_train_result_free(&f);
         return false;
     }
     memset(fo, 0, sizeof *fo);
-    for (uint64_t s = 0; s < T; s++) {
-        const float *from = s ? r->trace + (s - 1) * P : r->initial_params;
-        const float *run = r->trace + s * P, *one = f.trace + s * P;
-        double dd = 0, uu = 0;
-        for (size_t j = 0; j < P; j++) {
-            double d = (double)run[j] - (double)one[j], u = (double)one[j] - (double)from[j];
+    fo->rows = rows;
+    fo->every = every;
+    for (uint64_t j = 0; j < rows; j++) {
+        const float *from = j ? r->trace + (j - 1) * P : r->initial_params;
+        const float *run = r->trace + j * P, *one = f.trace + j * P;
+        double dd = 0, uu = 0, path = 0;
+        for (size_t i = 0; i < P; i++) {
+            double d = (double)run[i] - (double)one[i], u = (double)one[i] - (double)from[i];
             dd += d * d;
             uu += u * u;
         }
+        for (uint64_t s = j * every; s < (j + 1) * every; s++)
+            path += f.update_norm[s];
+        if (every == 1)
+            path = sqrt(uu);
         double excess = sqrt(dd) - 2 * gc_ulp_norm(run, one, P);
         if (excess <= 0)
             continue;
-        double rel = uu > 0 ? excess / sqrt(uu) : INFINITY;
+        double rel = path > 0 ? excess / path : INFINITY;
         if (rel > fo->worst) {
             fo->worst = rel;
-            fo->at = s;
+            fo->at = j;
         }
         if (rel > max_rel && fo->n_bad++ == 0)
-            fo->first = s;
+            fo->first = j;
     }
     dsim_train_result_free(&f);
     return true;
@@ -753,26 +808,45 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             /* rounding built up: every step is right */
             out->passed = true;
             out->measured = fo.worst;
+            char at[64], kept[96] = "";
+            if (fo.every > 1)
+                snprintf(kept, sizeof kept,
+                         "; the variables kept every %" PRIu32 " steps, judged %" PRIu32
+                         " steps at a time",
+                         fo.every, fo.every);
             dsim_check_msg(
                 msg, cap,
                 "%severy step's update equal to one device's from the run's own variables "
                 "within tolerance (worst %.3g relative, beyond 2 ulps of the variables, at "
-                "global step %" PRIu64 "; %" PRIu64 " steps replayed). The variables end "
+                "%s; %" PRIu64 " steps replayed%s). The variables end "
                 "%.3g (relative) from the one-device reference's, parameter %zu, beyond "
                 "max_rel_error: float rounding built up over %" PRIu64 " steps, not an error "
                 "of the strategy%s",
-                bits, fo.worst, fo.at, r->steps, m, worst, r->steps, mp);
+                bits, fo.worst, gc_steps(at, sizeof at, 0, fo.at, fo.every), r->steps, kept, m,
+                worst, r->steps, mp);
             return DSIM_OK;
         }
         if (followed) {
-            dsim_check_msg(why, sizeof why,
-                           "replayed on one device from the run's own variables before each "
-                           "step, %" PRIu64 " of %" PRIu64 " steps' updates differ from the "
-                           "run's beyond max_rel_error %.3g (and 2 ulps of the variables), from "
-                           "global step %" PRIu64 " (worst %.3g of the update, at step %" PRIu64
-                           "): the strategy computes its updates wrong, by less than 0.1 %% a "
-                           "step",
-                           fo.n_bad, r->steps, max_rel, fo.first, fo.worst, fo.at);
+            char first[64], at[64];
+            gc_steps(first, sizeof first, 0, fo.first, fo.every);
+            gc_steps(at, sizeof at, 0, fo.at, fo.every);
+            if (fo.every == 1)
+                dsim_check_msg(why, sizeof why,
+                               "replayed on one device from the run's own variables before each "
+                               "step, %" PRIu64 " of %" PRIu64 " steps' updates differ from the "
+                               "run's beyond max_rel_error %.3g (and 2 ulps of the variables), "
+                               "from %s (worst %.3g of the update, at %s): the strategy computes "
+                               "its updates wrong, by less than 0.1 %% a step",
+                               fo.n_bad, fo.rows, max_rel, first, fo.worst, at);
+            else
+                dsim_check_msg(why, sizeof why,
+                               "replayed on one device from the run's own variables (kept every "
+                               "%" PRIu32 " steps), %" PRIu64 " of %" PRIu64 " spans of %" PRIu32
+                               " steps differ from the run's beyond max_rel_error %.3g of their "
+                               "updates (and 2 ulps of the variables), from %s (worst %.3g, at "
+                               "%s): the strategy computes its updates wrong, by less than 0.1 "
+                               "%% a step",
+                               fo.every, fo.n_bad, fo.rows, fo.every, max_rel, first, fo.worst, at);
             out->measured = fmax(m, fo.worst);
         } else if (fwhy[0]) {
             dsim_check_msg_append(why, sizeof why, "; %s", fwhy);

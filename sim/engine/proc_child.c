@@ -224,7 +224,7 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
     if (e == DSIM_OK && lo < N && res.params)
         pr_send(&c, PR_PARAMS, res.params, res.n_params * sizeof(float));
     if (res.trace && e == DSIM_OK)
-        pr_send(&c, PR_TRACE, res.trace, res.steps * res.n_params * sizeof(float));
+        pr_send(&c, PR_TRACE, res.trace, res.trace_rows * res.n_params * sizeof(float));
     if (res.initial_params && e == DSIM_OK)
         pr_send(&c, PR_INITIAL, res.initial_params, res.n_params * sizeof(float));
     /* Its replicas' flight recorders, for the parent's flight records of a

@@ -497,8 +497,11 @@ static void pr_merge_vars(pr_job *j, size_t S)
     int N = j->N;
     if (j->params)
         memcpy(res->params, j->params, P * sizeof(float));
-    if (j->trace && j->trace_len == S * P) {
+    uint32_t every = j->cfg->trace_every > 1 ? j->cfg->trace_every : 1;
+    res->trace_every = every;
+    if (j->trace && j->trace_len == S / every * P) {
         res->trace = j->trace;
+        res->trace_rows = S / every;
         j->trace = NULL;
     }
     res->initial_params = j->initial;

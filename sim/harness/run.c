@@ -31,9 +31,10 @@
 /* A CPU core's rate for the model's kernels: 10 GFLOP/s. */
 #define H_DEVICE_FLOPS 1e10
 
-/* Whether to keep every step's variables of the run and of the reference:
- * gradient_consistency explains a difference from them (how the updates
- * compare), when they fit in H_TRACE_MAX floats each. */
+/* Whether to keep the variables of the run and of the reference step by
+ * step: gradient_consistency explains a difference from them (how the
+ * updates compare). Every step's when they fit in H_TRACE_MAX floats each,
+ * else every k-th step's, the least k for which they fit. */
 #define H_TRACE_MAX ((uint64_t)4 << 20)
 
 /* The one-device replay on a thread of its own (h_ref_start). */
@@ -73,17 +74,21 @@ typedef struct h_ctx {
     bool hung, in_observer;
 } h_ctx;
 
-static bool h_wants_trace(const dsim_scenario *s, const dsim_train_cfg *cfg)
+/* 0: no trace; else keep it every that many steps. */
+static uint32_t h_trace_every(const dsim_scenario *s, const dsim_train_cfg *cfg)
 {
     if (!h_expects(s, "gradient_consistency"))
-        return false;
+        return 0;
     dsim_model_spec m = cfg->model;
     if (m.in_dim == 0) {
         m.in_dim = cfg->data.in_dim;
         m.out_dim = cfg->data.out_dim;
     }
     uint64_t steps = h_total_steps(cfg), n = dsim_model_num_params(&m);
-    return steps && n && steps <= H_TRACE_MAX / n;
+    if (!steps || !n || n > H_TRACE_MAX)
+        return 0;
+    uint64_t every = (steps + H_TRACE_MAX / n - 1) / (H_TRACE_MAX / n);
+    return every > UINT32_MAX ? 0 : (uint32_t)every;
 }
 
 /* ---- store ---- */
@@ -136,7 +141,8 @@ static void h_keep_params(dsim_store *st, dsim_run_id id, const dsim_train_resul
     dsim_err e = DSIM_OK;
     if (res->initial_params && n)
         e = dsim_store_params(st, id, res->first_step, res->initial_params, n);
-    for (uint64_t k = 0; e == DSIM_OK && res->trace && n && k < res->steps; k++)
+    for (uint64_t k = 0; e == DSIM_OK && res->trace && res->trace_every <= 1 && n && k < res->steps;
+         k++)
         e = dsim_store_params(st, id, res->first_step + k + 1, res->trace + k * n, n);
     if (e != DSIM_OK)
         dsim_warn("keep-params: the variables were not all stored: %s", dsim_errmsg());
@@ -149,8 +155,10 @@ static void h_step_form(h_ctx *c)
     const h_opts *o = c->o;
     h_run *run = c->run;
     dsim_train_cfg *cfg = &c->cfg;
-    if (o->keep_params && c->st)
+    if (o->keep_params && c->st) {
         cfg->record_params = true; /* the variables after every step: kept below */
+        cfg->trace_every = 1;
+    }
     run->store = c->st;
     run->id = c->out->run_id;
     run->progress = o->progress;
@@ -692,7 +700,11 @@ void h_run_one(const dsim_scenario *s, const h_opts *o, const dsim_engine_ops *e
         c.cfg.watchdog_grace_ns = o->grace_ns;
     if (o->progress_timeout_ns)
         c.cfg.progress_timeout_ns = o->progress_timeout_ns;
-    c.cfg.record_params = c.cfg.record_params || h_wants_trace(s, &c.cfg);
+    uint32_t every = h_trace_every(s, &c.cfg);
+    if (every && !c.cfg.record_params) {
+        c.cfg.record_params = true;
+        c.cfg.trace_every = every;
+    }
     /* The cost model: a replica's step computes at this rate. It moves the
      * virtual clock under sim (elsewhere it is only counted), so that steps
      * take time and a timeout counts from work done, not from time 0. */

@@ -180,6 +180,7 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->step_ns);
     free(res->comm_ns);
     free(res->trace);
+    free(res->update_norm);
     free(res->mp_scale);
     free(res->mp_skipped);
     free(res->initial_params);

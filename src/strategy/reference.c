@@ -45,10 +45,11 @@ typedef struct ref_job {
     dsim_optim *opt;
     dsim_loss_scale ls; /* the policy's loss scale, as one replica holds it */
     const float *params_now;
+    float *before; /* [P]: the variables before the step (update_norm), or NULL */
 } ref_job;
 
 /* The result's description of a one-device run, and its arrays. */
-static dsim_err ref_alloc_result(const ref_job *r, dsim_train_result *res)
+static dsim_err ref_alloc_result(ref_job *r, dsim_train_result *res)
 {
     size_t P = r->P;
     uint64_t steps = r->steps;
@@ -74,8 +75,14 @@ static dsim_err ref_alloc_result(const ref_job *r, dsim_train_result *res)
     res->step_ns = calloc(steps + 1, sizeof(int64_t));
     res->comm_ns = calloc(steps + 1, sizeof(int64_t)); /* one device: no exchange */
     res->checkpoint_writes = calloc(1, sizeof(uint64_t));
-    if (r->cfg->record_params)
-        res->trace = calloc(steps * P + 1, sizeof(float));
+    res->trace_every = r->cfg->trace_every > 1 ? r->cfg->trace_every : 1;
+    if (r->cfg->record_params) {
+        res->trace = calloc(steps / res->trace_every * P + 1, sizeof(float));
+        res->update_norm = calloc(steps + 1, sizeof(double));
+        r->before = malloc(P * sizeof(float) + 1);
+        if (!res->trace || !res->update_norm || !r->before)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory for the trace");
+    }
     res->precision =
         r->cfg->precision == DSIM_POLICY_DEFAULT ? DSIM_POLICY_FLOAT32 : r->cfg->precision;
     res->gradient_dtype = r->cfg->gradient_dtype;
@@ -147,6 +154,7 @@ static void ref_close(ref_job *r)
     free(r->grad);
     free(r->part);
     free(r->seg);
+    free(r->before);
     dsim_optim_destroy(r->opt);
     dsim_train_setup_close(&r->su);
 }
@@ -234,16 +242,27 @@ static dsim_err ref_step(ref_job *r, dsim_train_result *res, uint64_t s)
         return e;
     bool applied = dsim_loss_scale_record(&r->ls, !r->ls.dynamic || dsim_all_finite(r->grad, P));
     res->mp_skipped[s] = !applied;
+    if (r->before)
+        memcpy(r->before, res->params, P * sizeof(float));
     if (!applied)
         dsim_optim_skip(r->opt);
     else if ((e = dsim_optim_apply(r->opt, res->params, r->grad, P)) != DSIM_OK)
         return e;
+    if (r->before && res->update_norm) {
+        double uu = 0;
+        for (size_t k = 0; k < P; k++) {
+            double u = (double)res->params[k] - (double)r->before[k];
+            uu += u * u;
+        }
+        res->update_norm[s] = sqrt(uu);
+    }
     res->loss[s] = res->local_loss[s] = loss_sum * (double)scale;
     res->examples[s] = n;
     res->step_ns[s] = ref_now() - t0;
     res->checksum[s] = dsim_params_checksum(res->params, P);
-    if (res->trace)
-        memcpy(res->trace + s * P, res->params, P * sizeof(float));
+    uint64_t every = res->trace_every;
+    if (res->trace && (s + 1) % every == 0)
+        memcpy(res->trace + ((s + 1) / every - 1) * P, res->params, P * sizeof(float));
     return DSIM_OK;
 }
 
@@ -264,7 +283,8 @@ static dsim_err ref_finish(ref_job *r, dsim_train_result *res)
     return DSIM_OK;
 }
 
-/* The replay; with follow, each step s >= 1 starts from follow's row s - 1. */
+/* The replay; with follow, each step s = (j + 1) * every starts from
+ * follow's row j (every = cfg->trace_every, at least 1). */
 static dsim_err ref_replay(const dsim_train_cfg *cfg, const float *follow, uint64_t follow_rows,
                            dsim_train_result *res)
 {
@@ -290,15 +310,17 @@ static dsim_err ref_replay(const dsim_train_cfg *cfg, const float *follow, uint6
         return e;
     }
     e = ref_open(&r, res);
-    if (e == DSIM_OK && follow && follow_rows + 1 < r.steps)
-        r.steps = follow_rows + 1; /* no row to start the rest from */
+    uint64_t every = cfg->trace_every > 1 ? cfg->trace_every : 1;
+    if (e == DSIM_OK && follow && (follow_rows + 1) * every < r.steps)
+        r.steps = (follow_rows + 1) * every; /* no row to start the rest from */
     for (uint64_t s = 0; s < r.steps && e == DSIM_OK; s++) {
-        if (follow && s > 0)
-            memcpy(res->params, follow + (s - 1) * r.P, r.P * sizeof(float));
+        if (follow && s > 0 && s % every == 0)
+            memcpy(res->params, follow + (s / every - 1) * r.P, r.P * sizeof(float));
         e = ref_step(&r, res, s);
     }
     if (e == DSIM_OK) {
         res->steps = r.steps;
+        res->trace_rows = res->trace ? r.steps / every : 0;
         e = ref_finish(&r, res);
     }
     ref_close(&r);

@@ -461,8 +461,9 @@ static void replica_record(train_replica *rp, uint64_t gs, const dsim_replica_ba
     res->comm_ns[k * N + i] = t1 - tc;
     if (rp->index == 0) {
         res->loss[k] = loss;
-        if (res->trace)
-            memcpy(res->trace + k * P, rp->ctx.params, P * sizeof(float));
+        uint64_t every = res->trace_every;
+        if (res->trace && (k + 1) % every == 0)
+            memcpy(res->trace + ((k + 1) / every - 1) * P, rp->ctx.params, P * sizeof(float));
     }
 }
 

@@ -280,8 +280,9 @@ static dsim_err train_alloc_result(train_job *job)
     res->comm_ns = calloc(steps * N + 1, sizeof(int64_t));
     res->checkpoint_writes = calloc(N, sizeof(uint64_t));
     res->replicas = calloc(N, sizeof *res->replicas);
+    res->trace_every = job->cfg->trace_every > 1 ? job->cfg->trace_every : 1;
     if (job->cfg->record_params)
-        res->trace = calloc(steps * P + 1, sizeof(float));
+        res->trace = calloc(steps / res->trace_every * P + 1, sizeof(float));
     res->mp_scale = calloc(steps * N + 1, sizeof(float));
     res->mp_skipped = calloc(steps * N + 1, 1);
     if (job->cfg->probe_restore && job->first_step > 0) {
@@ -446,6 +447,7 @@ static void train_hand_over(train_job *job, dsim_train_result *res, bool hung)
     res->step_ns = NULL;
     res->comm_ns = NULL;
     res->trace = NULL;
+    res->trace_rows = 0;
     res->mp_scale = NULL;
     res->mp_skipped = NULL;
     res->ledger = NULL;
@@ -629,6 +631,8 @@ out:
                       res->steps);
         res->trace_hash = dsim_rt_trace_hash(job->rt, &res->trace_events);
     }
+    if (res->trace)
+        res->trace_rows = res->steps / res->trace_every;
     train_hand_over(job, out, hung);
     if (hung)
         train_abandon(job);

@@ -394,6 +394,19 @@ static void test_gc_diagnosis(void **state)
     assert_has(r.message, "started from other variables than the reference (parameter 2");
     assert_has(r.message, "create_variables");
 
+    /* traces kept every 3 steps: the updates of each 3 steps compared */
+    diag_fill(&f, &t, 4, diag_quarter);
+    f.res.trace = t.run + 2 * NP;
+    f.ref.trace = t.ref + 2 * NP;
+    f.res.trace_every = f.ref.trace_every = 3;
+    f.res.trace_rows = f.ref.trace_rows = 1;
+    r = diag_judge(&f);
+    assert_has(r.message, "From global steps 0..2 the run's updates are 0.25 times");
+    /* ... and kept alike in the run and the reference, or not compared */
+    f.ref.trace_every = 1;
+    r = diag_judge(&f);
+    assert_has(r.message, "variables were not kept");
+
     /* without traces, nothing is guessed */
     diag_fill(&f, &t, 4, diag_quarter);
     f.res.trace = NULL;

@@ -401,6 +401,10 @@ typedef struct dsim_train_cfg {
     uint64_t preempt_grace_steps; /* steps run after the agreed boundary, before the save */
 
     bool record_params; /* keep replica 0's variables after every step (result.trace) */
+    /* With record_params: keep them after every trace_every-th step only
+     * (global steps trace_every, 2 * trace_every, ... of the run), so that
+     * a long run's trace fits; 0 or 1: after every step. */
+    uint32_t trace_every;
     /* After a restore, every replica calls save() once more, right after
      * create_variables and before its first step, and the chief's is kept
      * in result.restored: what the strategy holds once it restored (and
@@ -507,7 +511,10 @@ typedef struct dsim_train_result {
     int64_t *step_ns;      /* [steps * num_replicas]: each step's time, start to end */
     int64_t *comm_ns;      /* ... of which in apply_gradients and the loss's reduction
                               (the exchange, waits for slower replicas included) */
-    float *trace;          /* [steps * n_params] if cfg.record_params, else NULL */
+    float *trace;          /* [trace_rows * n_params] if cfg.record_params, else NULL: row j
+                              the variables after the run's step (j + 1) * trace_every */
+    uint64_t trace_rows;   /* steps / trace_every */
+    uint32_t trace_every;  /* cfg.trace_every, at least 1 */
     float *initial_params; /* [n_params] if cfg.record_params: the variables before the
                               first step run (restored ones after a restore) */
 
@@ -587,6 +594,11 @@ typedef struct dsim_train_result {
     /* The strategy's input_fn made every replica's batches
      * (distribute_datasets_from_function); no shard policy was applied. */
     bool input_from_strategy;
+
+    /* dsim_train_reference / _follow with record_params: [steps], the
+     * Euclidean norm of each step's update (after - before, over the
+     * parameters). */
+    double *update_norm;
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that
@@ -632,7 +644,7 @@ DSIM_API dsim_err dsim_train(const dsim_train_cfg *cfg, dsim_train_result *res);
  * replica order, in one dsim_model_loss_grad call with scale 1/global_batch,
  * then the same optimizer. Ignores the strategy, servers and checkpoints;
  * stops after cfg->stop_after global steps when that is set. Fills params,
- * steps, loss, trace (if record_params), initial/final loss, the
+ * steps, loss, trace and update_norm (if record_params), initial/final loss, the
  * optimizer's final slots and step, ledger (as replica 0); num_replicas
  * is 1. */
 DSIM_API dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res);
@@ -642,8 +654,12 @@ DSIM_API dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_res
  * optimizer state and loss scale stay its own), so each of its steps
  * starts where the run's step did and res->trace (with record_params) is
  * where one device takes the run from there. It runs min(n_rows + 1, the
- * job's) steps. gradient_consistency uses it to tell float rounding built
- * up over many steps from a step computed wrong. */
+ * job's) steps. With cfg->trace_every = k > 1 the rows are a trace kept
+ * every k steps (dsim_train_result.trace): it takes row j before its step
+ * (j + 1) * k, runs min((n_rows + 1) * k, the job's) steps and keeps its
+ * own trace every k steps, so each of its rows is where one device takes
+ * the run's variables k steps on. gradient_consistency uses it to tell
+ * float rounding built up over many steps from a step computed wrong. */
 DSIM_API dsim_err dsim_train_reference_follow(const dsim_train_cfg *cfg, const float *rows,
                                               uint64_t n_rows, dsim_train_result *res);
 
