@@ -7,12 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "dsim/rng.h"
 #include "dsim/spi/strategy.h"
 #include "engine/engine.h"
 #include "explore.h"
 #include "harness.h"
 #include "isolate.h"
+#include "scenario/plan.h"
 #include "scenario/scenario.h"
 #include "scenario/yaml_tree.h"
 
@@ -34,8 +37,18 @@ typedef struct sh_point {
     int ckpt_every; /* checkpoint.every, 0 without checkpoints */
 } sh_point;
 
+/* Sizes the strategy's own input_fn refuses (dsim plan fails on them: a
+ * global batch get_per_replica_batch_size cannot split, say): not drawn,
+ * counted, the first refusal kept to say. */
+typedef struct sh_refusals {
+    uint64_t n;
+    char first[384];
+} sh_refusals;
+
 typedef struct sh_ctx {
     const dsim_explore_opts *o;
+    bool input_fn;        /* the strategy distributes its own input */
+    sh_refusals *ref;     /* mutable: sizes its input_fn refused */
     dsim_yaml_node *base; /* the file's tree without faults, engine, seed, matrix, liveness */
     char *strategy;
     int num_ps;
@@ -165,7 +178,23 @@ static bool sh_usable(const sh_ctx *c, const sh_point *p, char **text)
         free(t);
         return false;
     }
+    /* A strategy's input_fn may refuse a size, as TF's
+     * get_per_replica_batch_size refuses a global batch the replicas do
+     * not divide: the job would fail before it starts, by design, not for
+     * a bug. The plan runs the input_fn without training. */
+    json_t *plan = NULL;
+    bool refused = c->input_fn && dsim_scenario_plan(s, &plan) != DSIM_OK;
+    json_decref(plan);
+    if (refused && c->ref->n++ == 0) {
+        const char *m = dsim_errmsg(), *d = strstr(m, "data: ");
+        snprintf(c->ref->first, sizeof c->ref->first, "%s", d ? d + 6 : m);
+    }
+    dsim_clear_error();
     dsim_scenario_free(s);
+    if (refused) {
+        free(t);
+        return false;
+    }
     *text = t;
     return true;
 }
@@ -498,6 +527,16 @@ static dsim_err sh_search(const sh_ctx *c, dsim_explore_result *out, sh_point *f
     return DSIM_OK;
 }
 
+/* Says how many drawn sizes the strategy's input_fn refused. */
+static void sh_say_refusals(const sh_ctx *c)
+{
+    if (c->ref->n)
+        sh_say(c,
+               "%" PRIu64 " drawn size%s not run: the strategy's input_fn refuses %s (dsim plan "
+               "says so before a run starts; the first: %s)",
+               c->ref->n, c->ref->n == 1 ? "" : "s", c->ref->n == 1 ? "it" : "them", c->ref->first);
+}
+
 /* Shrinks the failing point, writes it to outp and runs that file once
  * more, as `dsim run` will. */
 static dsim_err sh_shrink_write(const sh_ctx *c, const char *outp, const sh_point *found,
@@ -547,9 +586,13 @@ dsim_err dsim_explore_shapes(const dsim_explore_opts *o, dsim_explore_result *ou
     if (!(o->run_timeout_s > 0) || o->max_shrink_runs < 1)
         return DSIM_ERR(DSIM_EINVAL, -1, "a run's timeout and the shrink runs must be > 0");
     sh_ctx c;
+    sh_refusals refusals = {0};
     char *name = NULL;
     memset(&c, 0, sizeof c);
     dsim_err rc = sh_load(o, &c, &name);
+    c.ref = &refusals;
+    void *fn_user = NULL;
+    c.input_fn = rc == DSIM_OK && dsim_strategy_input_fn(c.strategy, &fn_user) != NULL;
     char *outp = NULL;
     if (rc == DSIM_OK) {
         if (o->out_path)
@@ -566,6 +609,7 @@ dsim_err dsim_explore_shapes(const dsim_explore_opts *o, dsim_explore_result *ou
         if (sh_baseline(&c, name, out, &rc) && (rc = sh_search(&c, out, &found, &fo)) == DSIM_OK &&
             out->found)
             rc = sh_shrink_write(&c, outp, &found, &fo, out);
+        sh_say_refusals(&c);
     }
     dsim_yaml_free(c.base);
     free(c.strategy);

@@ -22,6 +22,8 @@
 #   shapes_builtin    explore --shapes finds nothing on the built-in
 #                     strategies and the worked-example plugin (a bounded
 #                     number of runs each)
+#   shapes_input_fn   --shapes on a strategy with its own input_fn: the sizes
+#                     it refuses are skipped and said, its planted bug found
 #   shapes_bad_input  --shapes: no scenario, a timing-only model, --runs 0
 set -u
 case_=$1 dsim=$2 scen=$3 plugins=$4
@@ -176,6 +178,34 @@ shapes_builtin)
         [ "$(grep -c '^run [0-9]*/12: passed at ' out.txt)" -eq 12 ] || fail "$f: not 12 runs passed"
         [ ! -f none.yaml ] || fail "$f: a scenario was written though nothing failed"
     done
+    ;;
+shapes_input_fn)
+    # a strategy whose input_fn refuses sizes (a global batch the replicas
+    # do not divide) is not reported as failing at them; its planted bug
+    # (the uneven split's remainder dropped) is still found
+    cat_dir=$scen/../../../scenarios
+    ifn=$plugins/../../examples/input_fn_strategy
+    "$dsim" explore --shapes "$cat_dir/input_fn.yaml" --runs 20 --seed 1 -o none.yaml \
+        --plugin-dir "$ifn" > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 0 ] || fail "dsim explore --shapes input_fn.yaml exited $rc on a correct strategy"
+    grep -q '^20 runs, no failure$' out.txt || fail "no summary of 20 runs"
+    grep -q "drawn sizes not run: the strategy's input_fn refuses them" out.txt ||
+        fail "the refused sizes are not said"
+    grep -q 'first: get_per_replica_batch_size: the global batch size' out.txt ||
+        fail "the first refusal is not named"
+    [ ! -f none.yaml ] || fail "a scenario was written though nothing failed"
+    sed -e 's/libinput_fn_strategy.so/libinput_fn_drop_last_strategy.so/' \
+        -e 's/name: sharded_input$/name: sharded_input_drop_last/' \
+        -e 's/examples: 256/examples: 255/' "$cat_dir/input_fn.yaml" > drop.yaml
+    "$dsim" explore --shapes drop.yaml --runs 20 --seed 1 -o found.yaml \
+        --plugin-dir "$ifn" > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 1 ] || fail "dsim explore --shapes on the planted bug exited $rc, wanted 1"
+    grep -q 'failed with shard_coverage' out.txt || fail "the planted bug is not found"
+    grep -q 'verified: it fails the same way' out.txt || fail "not verified"
     ;;
 shapes_bad_input)
     expect2() { # MESSAGE ARGS...: exit 2 and MESSAGE on stderr
