@@ -22,6 +22,16 @@ void dsim_check_msg(char *msg, size_t cap, const char *fmt, ...)
 void dsim_check_msg_append(char *msg, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* ---- gradient_consistency.c ---- */
+
+/* True, with a sentence in msg, when one device replaying the run step by
+ * step from the run's own variables (dsim_train_reference_follow) finds
+ * every step's update within gradient_consistency's default tolerance of
+ * the run's: the run computed every step right, and where it ends far from
+ * the reference it is float rounding that parted them. False when it does
+ * not, or cannot tell (no trace kept, a restored or asynchronous run). */
+bool gc_steps_right(const dsim_check_ctx *ctx, char *msg, size_t cap);
+
 /* ---- ckpt_probe.c: save, restore and broadcast, each judged on its own ---- */
 
 /* The worst of got[0..n) beyond tolerance against want: its index, or

@@ -81,6 +81,19 @@ static dsim_err cv_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                               ok_pct ? "within" : "OUTSIDE", pct);
     }
     bool async_ps = ctx->cfg && ctx->cfg->num_ps > 0 && ctx->cfg->ps_mode == DSIM_PS_ASYNC;
+    char steps[256];
+    if (!out->passed && has_pct && !ok_pct && ok_bound && !async_ps &&
+        gc_steps_right(ctx, steps, sizeof steps)) {
+        /* A model with kinks (ReLU) or a large learning rate amplifies
+         * float rounding until the run's and the reference's trajectories
+         * part: their final losses then differ though no step is wrong. */
+        out->passed = true;
+        dsim_check_msg_append(msg, cap,
+                              "; but %s: float rounding, amplified, parted the two "
+                              "trajectories; not an error of the strategy",
+                              steps);
+        return DSIM_OK;
+    }
     if (!out->passed && has_pct && !ok_pct && async_ps)
         /* Not a wrong reduction: every replica's gradient is an update of
          * its own, where the replay applies one per global step. */
