@@ -41,6 +41,14 @@ size_t ck_worst(const float *got, const float *want, size_t n, double max_abs, d
 /* A one-device replay of cfg's first g global steps (the optimizer's
  * slots and step as they were after step g). */
 dsim_err ck_replay_to(const dsim_train_cfg *cfg, uint64_t g, dsim_train_result *ref);
+/* The same replay, following the variables attempt w kept (its trace:
+ * dsim_train_reference_follow), so that each step's gradient is taken at
+ * the run's own variables and the optimizer's slots after step g are where
+ * the run's are, though float rounding parted the run from the plain
+ * replay's trajectory. False when w kept none (or resumed from a
+ * checkpoint) or the replay failed; free *ref either way. */
+bool ck_follow_to(const dsim_train_cfg *cfg, const dsim_train_result *w, uint64_t g,
+                  dsim_train_result *ref);
 /* Restores ck in a job of no steps (threads engine, this process) with
  * cfg.probe_restore: out->restored is what the strategy holds right after
  * the restore, out->replicas[r].created_checksum every replica's variables

@@ -241,12 +241,37 @@ bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result
     return *which != NULL;
 }
 
+/* A one-device replay's configuration: cfg's first g global steps. */
+static void ck_replay_cfg(const dsim_train_cfg *cfg, uint64_t g, dsim_train_cfg *rc)
+{
+    *rc = *cfg;
+    rc->stop_after = g;
+    rc->observer = NULL;
+    rc->record_params = false;
+    rc->checkpoint_path = NULL;
+}
+
 dsim_err ck_replay_to(const dsim_train_cfg *cfg, uint64_t g, dsim_train_result *ref)
 {
-    dsim_train_cfg rc = *cfg;
-    rc.stop_after = g;
-    rc.observer = NULL;
-    rc.record_params = false;
-    rc.checkpoint_path = NULL;
+    dsim_train_cfg rc;
+    ck_replay_cfg(cfg, g, &rc);
     return dsim_train_reference(&rc, ref);
+}
+
+bool ck_follow_to(const dsim_train_cfg *cfg, const dsim_train_result *w, uint64_t g,
+                  dsim_train_result *ref)
+{
+    memset(ref, 0, sizeof *ref);
+    uint32_t every = w->trace_every > 1 ? w->trace_every : 1;
+    uint64_t rows = w->trace_rows ? w->trace_rows : w->steps / every;
+    if (!w->trace || rows == 0 || w->first_step != 0)
+        return false;
+    dsim_train_cfg rc;
+    ck_replay_cfg(cfg, g, &rc);
+    rc.trace_every = every;
+    if (dsim_train_reference_follow(&rc, w->trace, rows, ref) != DSIM_OK) {
+        dsim_clear_error();
+        return false;
+    }
+    return ref->steps == g;
 }

@@ -570,12 +570,14 @@ static double gc_ulp_norm(const float *a, const float *b, size_t n)
 }
 
 typedef struct gc_followed {
-    double worst;   /* the largest relative excess of a step */
-    uint64_t at;    /* its row (of the run's trace) */
-    uint64_t n_bad; /* rows beyond max_rel */
-    uint64_t first; /* the first of them */
-    uint64_t rows;  /* rows replayed */
-    uint32_t every; /* steps a row */
+    double worst;          /* the largest relative excess of a step */
+    uint64_t at;           /* its row (of the run's trace) */
+    uint64_t n_bad;        /* rows beyond max_rel */
+    uint64_t first;        /* the first of them */
+    uint64_t rows;         /* rows replayed */
+    uint32_t every;        /* steps a row */
+    uint64_t skips_differ; /* steps the replay skipped (mixed precision) and the run not, or
+                              the other way round */
 } gc_followed;
 
 /* The run's variables end beyond tolerance of the reference's though no
@@ -592,10 +594,9 @@ typedef struct gc_followed {
  * the replay's k updates' norms (what k steps' rounding, each within
  * max_rel of its update, adds up to). Fills *fo; false when the replay
  * could not run (why says so). */
-static bool gc_follow(const dsim_check_ctx *ctx, double max_rel, gc_followed *fo, char *why,
-                      size_t cap)
+static bool gc_follow(const dsim_check_ctx *ctx, const dsim_train_result *r, double max_rel,
+                      gc_followed *fo, char *why, size_t cap)
 {
-    const dsim_train_result *r = ctx->run;
     size_t P = r->n_params;
     uint64_t T = r->steps, rows = gc_rows(r);
     uint32_t every = gc_every(r);
@@ -639,16 +640,41 @@ static bool gc_follow(const dsim_check_ctx *ctx, double max_rel, gc_followed *fo
         if (rel > max_rel && fo->n_bad++ == 0)
             fo->first = j;
     }
+    /* a dynamic loss scale's decisions, taken at the run's variables */
+    size_t nr = r->num_replicas > 0 ? (size_t)r->num_replicas : 1;
+    for (uint64_t st = 0; r->mp_skipped && f.mp_skipped && st < T; st++)
+        fo->skips_differ += (r->mp_skipped[st * nr] != 0) != (f.mp_skipped[st] != 0);
     dsim_train_result_free(&f);
     return true;
+}
+
+/* The run whose steps gc_follow replays for the check's run: the run
+ * itself when it kept its variables from its first step; for a run that
+ * resumed from a checkpoint (a restart under faults), the run of the same
+ * job without faults that the harness made (dsim_check_faults.clean) when
+ * the two end bit-identical (the same numbers all along: the job is
+ * deterministic and a restore gives back what was saved). NULL when there
+ * is none. */
+static const dsim_train_result *gc_followable(const dsim_check_ctx *ctx)
+{
+    const dsim_train_result *r = ctx->run, *c = ctx->faults ? ctx->faults->clean : NULL;
+    if (r->first_step > 0 && c && c->params && r->params && c->n_params == r->n_params &&
+        c->first_step + c->steps == r->first_step + r->steps &&
+        memcmp(c->params, r->params, r->n_params * sizeof(float)) == 0)
+        r = c;
+    if (r->first_step != 0 || !r->trace || gc_rows(r) == 0 || !r->initial_params || !ctx->cfg)
+        return NULL;
+    return r;
 }
 
 bool gc_steps_right(const dsim_check_ctx *ctx, char *msg, size_t cap)
 {
     const dsim_train_result *r = ctx->run;
     msg[0] = '\0';
-    if (!r || gc_is_async_ps(ctx) || !r->trace || gc_rows(r) == 0 || r->first_step != 0 ||
-        !r->initial_params || !ctx->cfg || !r->replicas_agree || !r->in_sync_every_step)
+    if (!r || gc_is_async_ps(ctx) || !r->replicas_agree || !r->in_sync_every_step)
+        return false;
+    const dsim_train_result *fr = gc_followable(ctx);
+    if (!fr)
         return false;
     double v[DSIM_CHECK_MAX_PARAMS];
     for (size_t i = 0; i < DSIM_CHECK_MAX_PARAMS; i++)
@@ -659,12 +685,15 @@ bool gc_steps_right(const dsim_check_ctx *ctx, char *msg, size_t cap)
     gc_tolerances(r, v, &max_rel, &max_abs);
     gc_followed fo;
     char why[300];
-    if (!gc_follow(ctx, max_rel, &fo, why, sizeof why) || fo.n_bad != 0)
+    if (!gc_follow(ctx, fr, max_rel, &fo, why, sizeof why) || fo.n_bad != 0 || fo.skips_differ)
         return false;
     dsim_check_msg(msg, cap,
                    "every step's update equals one device's from the run's own variables "
                    "(%" PRIu64 " steps replayed, within %.3g)",
-                   r->steps, max_rel);
+                   fr->steps, max_rel);
+    if (fr != r)
+        dsim_check_msg_append(msg, cap,
+                              " in a run without faults that ends bit-identical to this one");
     return true;
 }
 
@@ -833,19 +862,30 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
          * run's to compare with, though every step is right. */
         gc_followed fo;
         char fwhy[300] = "";
-        bool followed = at == 0 && r->first_step == 0 && r->initial_params && r->trace &&
-                        gc_rows(r) > 0 && ctx->cfg &&
-                        gc_follow(ctx, max_rel, &fo, fwhy, sizeof fwhy);
-        if (followed && fo.n_bad == 0) {
+        /* also where the reference skipped other steps than the run (a
+         * dynamic loss scale): once the trajectories part, overflow comes
+         * at other steps; the replay's decisions, taken at the run's own
+         * variables, must be the run's */
+        const dsim_train_result *fr = gc_followable(ctx);
+        bool followed = fr && gc_follow(ctx, fr, max_rel, &fo, fwhy, sizeof fwhy);
+        if (followed && fo.n_bad == 0 && fo.skips_differ == 0) {
             /* rounding built up: every step is right */
             out->passed = true;
             out->measured = fo.worst;
-            char where[64], kept[96] = "";
+            char where[64], kept[200] = "";
             if (fo.every > 1)
-                snprintf(kept, sizeof kept,
-                         "; the variables kept every %" PRIu32 " steps, judged %" PRIu32
-                         " steps at a time",
-                         fo.every, fo.every);
+                dsim_check_msg(kept, sizeof kept,
+                               "; the variables kept every %" PRIu32 " steps, judged %" PRIu32
+                               " steps at a time",
+                               fo.every, fo.every);
+            if (fr != r)
+                dsim_check_msg_append(kept, sizeof kept,
+                                      "; of the run without faults, which ends bit-identical "
+                                      "to this restarted one");
+            if (at)
+                dsim_check_msg_append(kept, sizeof kept,
+                                      "; its loss scale's skips the run's, where the reference's "
+                                      "are not");
             dsim_check_msg(
                 msg, cap,
                 "%severy step's update equal to one device's from the run's own variables "
@@ -854,8 +894,8 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                 "%.3g (relative) from the one-device reference's, parameter %zu, beyond "
                 "max_rel_error: float rounding built up over %" PRIu64 " steps%s, not an error "
                 "of the strategy%s",
-                bits, fo.worst, gc_steps(where, sizeof where, 0, fo.at, fo.every), r->steps, kept,
-                m, worst, r->steps,
+                bits, fo.worst, gc_steps(where, sizeof where, 0, fo.at, fo.every), fr->steps, kept,
+                m, worst, r->first_step + r->steps,
                 drift ? ""
                       : " and amplified until the run's and the reference's trajectories parted "
                         "(their updates differ by more than 0.1 % from some step on, as a "
