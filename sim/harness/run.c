@@ -220,7 +220,10 @@ static void h_train_faulty(h_ctx *c)
         .seed = c->cfg.seed,
         .restart = restart,
         .max_restarts = s->max_restarts,
-        .want_clean = restart && h_expects(s, "node_loss"),
+        /* node_loss compares the recovered job with it; gradient_consistency
+         * replays its steps when a restarted run parted from the reference */
+        .want_clean = restart && (h_expects(s, "node_loss") ||
+                                  (c->cfg.record_params && h_expects(s, "gradient_consistency"))),
         .engine = c->eng,
         .hosts = c->o->hosts,
         .net = modelled ? &c->net : NULL,
