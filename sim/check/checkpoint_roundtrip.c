@@ -124,14 +124,18 @@ static bool cr_save_wrong(const dsim_train_cfg *cfg, const dsim_train_result *w,
      * replay that follows them (dsim_train_reference_follow: each step's
      * gradient at the run's own variables) decides. */
     /* A writer that resumed from a checkpoint kept its variables from
-     * there only: the run of the same job without faults stands in for it
-     * when it held the same variables after step g. */
-    const dsim_train_result *src = w;
-    if (w->first_step != 0 && clean && clean->first_step == 0 && clean->checksum && g >= 1 &&
-        g <= clean->steps &&
-        clean->checksum[(g - 1) * (size_t)clean->num_replicas + (size_t)cr_chief(clean)] == have)
-        src = clean;
-    if (bad && ck_follow_to(cfg, src, g, &ref)) {
+     * there only, and one that stopped early (preempted, in a process of
+     * its own) may have kept none: the run of the same job without faults
+     * stands in for it when it held the same variables after step g. */
+    bool clean_same =
+        clean && clean->first_step == 0 && clean->checksum && g >= 1 && g <= clean->steps &&
+        clean->checksum[(g - 1) * (size_t)clean->num_replicas + (size_t)cr_chief(clean)] == have;
+    bool can = bad && ck_follow_to(cfg, w, g, &ref);
+    if (bad && !can && clean_same) {
+        dsim_train_result_free(&ref);
+        can = ck_follow_to(cfg, clean, g, &ref);
+    }
+    if (can) {
         char m2[512];
         double meas2 = 0;
         if (!ck_judge_saved_optimizer(ck, &ref, cfg->optim.kind, v[CR_MAX_ABS], v[CR_MAX_REL], m2,
