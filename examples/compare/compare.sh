@@ -88,4 +88,12 @@ one mlp_long_adam '{kind: mlp, hidden: [32, 32]}' '{kind: adam, learning_rate: 0
     --keep-params --per-step
 grep -q 'largest difference of one step' "$dir/replay" ||
     { echo "compare.sh: mlp_long_adam: replay.py did not replay step by step"; exit 1; }
+# run and exported without every step's variables, dsim export says how to
+# get them
+"$dsim" run "$dir/scenarios/mlp_long_adam.yaml" --engine "$engine" --db "$dir/runs.db" \
+    >"$dir/out" 2>&1 || { cat "$dir/out"; echo "compare.sh: dsim run (plain) failed"; exit 1; }
+"$dsim" export "$((n + 1))" --db "$dir/runs.db" --to "$dir/export-plain" >"$dir/out" ||
+    { cat "$dir/out"; echo "compare.sh: dsim export $((n + 1)) (plain) failed"; exit 1; }
+grep -q 'export with --per-step' "$dir/out" ||
+    { cat "$dir/out"; echo "compare.sh: dsim export does not say how to replay a parted run"; exit 1; }
 echo "compare.sh: $n runs exported and replayed by NumPy within 1e-6"

@@ -105,6 +105,11 @@ int cmd_export(int argc, char **argv)
            info.initial_checksum, info.final_checksum);
     printf("  final parameters vs the one-device reference: largest difference %.3g\n",
            info.ref_max_abs);
+    if (info.ref_max_abs > 1e-3 && !per_step && !info.kept_steps)
+        printf("  (float rounding, amplified over many steps, can part a correct run from any "
+               "replay, this one's and another framework's: export with --per-step, and a "
+               "replay can take each step from the run's own variables, as "
+               "examples/compare/replay.py does)\n");
     if (info.differed) {
         printf("STORED RUN DIFFERS: %" PRIu64 " of the %" PRIu64
                " stored checksums are not the new run's: the files are of the run trained "
