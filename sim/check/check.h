@@ -161,6 +161,8 @@ size_t dsim_check_count(void);
 const dsim_check_ops *dsim_check_at(size_t i);
 /* The parameter of ops named key, or -1. */
 int dsim_check_param_index(const dsim_check_ops *ops, const char *key);
+/* v[0..DSIM_CHECK_MAX_PARAMS): ops's defaults, NaN past its parameters. */
+void dsim_check_defaults(const dsim_check_ops *ops, double *v);
 
 /* ---- a scenario's expect list: judged by dsim_check_run_all (scenario.h) ---- */
 

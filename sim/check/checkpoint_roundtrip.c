@@ -122,11 +122,11 @@ static bool cr_save_wrong(const dsim_train_cfg *cfg, const dsim_train_result *w,
      * learning rate), parts it from the run's, and then its slots are not
      * the run's to compare with. Where the writer kept its variables, the
      * replay that follows them (dsim_train_reference_follow: each step's
-     * gradient at the run's own variables) decides. */
-    /* A writer that resumed from a checkpoint kept its variables from
-     * there only, and one that stopped early (preempted, in a process of
-     * its own) may have kept none: the run of the same job without faults
-     * stands in for it when it held the same variables after step g. */
+     * gradient at the run's own variables) decides. A writer that resumed
+     * from a checkpoint kept its variables from there only, and one that
+     * stopped early (preempted, in a process of its own) may have kept
+     * none: the run of the same job without faults stands in for it when
+     * it held the same variables after step g. */
     bool clean_same =
         clean && clean->first_step == 0 && clean->checksum && g >= 1 && g <= clean->steps &&
         clean->checksum[(g - 1) * (size_t)clean->num_replicas + (size_t)cr_chief(clean)] == have;

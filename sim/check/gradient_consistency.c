@@ -617,18 +617,16 @@ static bool gc_follow(const dsim_check_ctx *ctx, const dsim_train_result *r, dou
     fo->rows = rows;
     fo->every = every;
     for (uint64_t j = 0; j < rows; j++) {
-        const float *from = j ? r->trace + (j - 1) * P : r->initial_params;
         const float *run = r->trace + j * P, *one = f.trace + j * P;
-        double dd = 0, uu = 0, path = 0;
+        /* the replay's path: the sum of its steps' update norms (for one
+         * step, the norm of its update from the run's variables) */
+        double dd = 0, path = 0;
         for (size_t i = 0; i < P; i++) {
-            double d = (double)run[i] - (double)one[i], u = (double)one[i] - (double)from[i];
+            double d = (double)run[i] - (double)one[i];
             dd += d * d;
-            uu += u * u;
         }
         for (uint64_t s = j * every; s < (j + 1) * every; s++)
             path += f.update_norm[s];
-        if (every == 1)
-            path = sqrt(uu);
         double excess = sqrt(dd) - 2 * gc_ulp_norm(run, one, P);
         if (excess <= 0)
             continue;
@@ -677,10 +675,7 @@ bool gc_steps_right(const dsim_check_ctx *ctx, char *msg, size_t cap)
     if (!fr)
         return false;
     double v[DSIM_CHECK_MAX_PARAMS];
-    for (size_t i = 0; i < DSIM_CHECK_MAX_PARAMS; i++)
-        v[i] = i < (size_t)dsim_check_gradient_consistency.n_params
-                   ? dsim_check_gradient_consistency.params[i].def
-                   : NAN;
+    dsim_check_defaults(&dsim_check_gradient_consistency, v);
     double max_rel, max_abs;
     gc_tolerances(r, v, &max_rel, &max_abs);
     gc_followed fo;

@@ -36,6 +36,12 @@ const dsim_check_ops *dsim_check_find(const char *name)
     return NULL;
 }
 
+void dsim_check_defaults(const dsim_check_ops *ops, double *v)
+{
+    for (int i = 0; i < DSIM_CHECK_MAX_PARAMS; i++)
+        v[i] = i < ops->n_params ? ops->params[i].def : NAN;
+}
+
 int dsim_check_param_index(const dsim_check_ops *ops, const char *key)
 {
     if (!ops || !key)

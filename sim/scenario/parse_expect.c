@@ -28,10 +28,7 @@ static dsim_err scen_expect_check(const scen_ctx *c, const scen_node *key, const
     char kp[96], show[96], keys[400];
     x->check = ops;
     x->pos = scen_pos(key);
-    for (int i = 0; i < ops->n_params && i < DSIM_CHECK_MAX_PARAMS; i++)
-        x->values[i] = ops->params[i].def;
-    for (int i = ops->n_params; i < DSIM_CHECK_MAX_PARAMS; i++)
-        x->values[i] = NAN;
+    dsim_check_defaults(ops, x->values);
     if (!val || dsim_yaml_is_null(val))
         return DSIM_OK;
     /* every threshold, then `expect` */
@@ -166,8 +163,7 @@ static dsim_err scen_default_checks(const scen_ctx *c)
         memset(e, 0, sizeof *e);
         e->check = ops;
         e->by_default = true;
-        for (int p = 0; p < DSIM_CHECK_MAX_PARAMS; p++)
-            e->values[p] = p < ops->n_params ? ops->params[p].def : NAN;
+        dsim_check_defaults(ops, e->values);
     }
     return DSIM_OK;
 }
