@@ -387,6 +387,7 @@ typedef struct ex_shrink {
     const char *sig;
     ex_outcome last;
     int tries, kept;
+    bool no_fewer_hosts; /* a smaller cluster failed without faults */
 } ex_shrink;
 
 /* Runs candidate `cand`; keeps it when it fails with the same signature. */
@@ -414,6 +415,30 @@ static bool ex_try(ex_shrink *sh, const ex_sched *cand, const char *what)
         sh->kept++;
     }
     return keep;
+}
+
+/* Whether the scenario passes without faults on `hosts` hosts (a shrink
+ * run of its own). */
+static bool ex_shape_passes(ex_shrink *sh, int hosts, const char *what)
+{
+    if (sh->tries >= sh->c->o->max_shrink_runs)
+        return false;
+    ex_sched none = {.hosts = hosts};
+    char *text = ex_text(sh->c, &none, NULL);
+    char why[512];
+    if (!text || !ex_valid(sh->c->o->path, text, why, sizeof why)) {
+        free(text);
+        ex_say(sh->c, "shrink: %s: that cluster does not load, not tried", what);
+        return false;
+    }
+    sh->tries++;
+    ex_outcome o;
+    ex_run(sh->c, sh->c->o->path, text, &o);
+    free(text);
+    if (o.failed)
+        ex_say(sh->c, "shrink %d: %s: fails without any fault (%s: %.200s), not tried", sh->tries,
+               what, o.signature, o.message);
+    return !o.failed;
 }
 
 static bool ex_fits(const ex_sched *s, int hosts, int dph)
@@ -518,13 +543,20 @@ static void ex_shrink_run(ex_shrink *sh)
                     changed = true;
             }
         }
-        /* one host fewer */
-        if (sh->cur.hosts > 2 && ex_fits(&sh->cur, sh->cur.hosts - 1, sh->c->dph)) {
+        /* one host fewer, where that cluster passes without faults: a
+         * smaller cluster can fail on its own (a global batch the replicas
+         * no longer divide), and that failure is not the faults' */
+        if (sh->cur.hosts > 2 && !sh->no_fewer_hosts &&
+            ex_fits(&sh->cur, sh->cur.hosts - 1, sh->c->dph)) {
             ex_sched cand = sh->cur;
             cand.hosts--;
             snprintf(what, sizeof what, "%d hosts instead of %d", cand.hosts, sh->cur.hosts);
-            if (ex_try(sh, &cand, what))
-                changed = true;
+            if (ex_shape_passes(sh, cand.hosts, what)) {
+                if (ex_try(sh, &cand, what))
+                    changed = true;
+            } else {
+                sh->no_fewer_hosts = true;
+            }
         }
     }
 }

@@ -25,6 +25,10 @@
 #   shapes_input_fn   --shapes on a strategy with its own input_fn: the sizes
 #                     it refuses are skipped and said, its planted bug found
 #   shapes_bad_input  --shapes: no scenario, a timing-only model, --runs 0
+#   shrink_keeps_shape  shrinking takes no host away when the smaller
+#                     cluster fails without any fault (input_fn.yaml's global
+#                     batch of 30 on 4 replicas): the found scenario fails by
+#                     its faults, not by its shape
 set -u
 case_=$1 dsim=$2 scen=$3 plugins=$4
 tmp=$(mktemp -d) || exit 1
@@ -206,6 +210,24 @@ shapes_input_fn)
     [ $rc -eq 1 ] || fail "dsim explore --shapes on the planted bug exited $rc, wanted 1"
     grep -q 'failed with shard_coverage' out.txt || fail "the planted bug is not found"
     grep -q 'verified: it fails the same way' out.txt || fail "not verified"
+    ;;
+shrink_keeps_shape)
+    cat_dir=$scen/../../../scenarios
+    ifn=$plugins/../../examples/input_fn_strategy
+    "$dsim" explore "$cat_dir/input_fn.yaml" --runs 3 --seed 5 --max-faults 3 -o found.yaml \
+        --plugin-dir "$ifn" > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 1 ] || fail "dsim explore input_fn.yaml exited $rc, wanted 1 (run 2's faults fail it)"
+    grep -q '2 hosts instead of 3: fails without any fault' out.txt ||
+        fail "the smaller cluster's own failure is not said"
+    grep -q 'still fails the same way, kept' out.txt || fail "nothing was shrunk"
+    grep -q '^  hosts: 3$' found.yaml || fail "found.yaml lost a host"
+    "$dsim" run found.yaml --plugin-dir "$ifn" --db found.db > run.txt 2>&1
+    rc=$?
+    cat run.txt
+    [ $rc -eq 1 ] || fail "dsim run found.yaml exited $rc, wanted 1"
+    ! grep -q 'not divisible' run.txt || fail "found.yaml fails by its shape, not its faults"
     ;;
 shapes_bad_input)
     expect2() { # MESSAGE ARGS...: exit 2 and MESSAGE on stderr
