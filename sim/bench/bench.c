@@ -94,8 +94,8 @@ static void bench_rank(const bench_step *st, dsim_ep *ep, int rank, bench_result
     double *scratch = malloc(BENCH_CHUNK * sizeof *scratch);
     /* Broadcast is in place: its one buffer is recv, filled like an input. */
     if (o->coll != BENCH_BROADCAST)
-        send = malloc(in_bytes);
-    recv = malloc(out_bytes);
+        send = bench_buf_alloc(in_bytes);
+    recv = bench_buf_alloc(out_bytes);
     if (!scratch || !recv || (o->coll != BENCH_BROADCAST && !send)) {
         bench_fail(res, DSIM_ENOMEM, "allocating the buffers", "lower -e or --ranks");
         dsim_ep_abort(ep, rank, "a rank ran out of memory for its buffers");

@@ -783,3 +783,8 @@ void bench_print_footer(FILE *out, uint64_t wrong, int checked, double avg_busbw
     fprintf(out, "#\n");
     fflush(out);
 }
+
+void *bench_buf_alloc(size_t bytes)
+{
+    return dsim_buf_alloc(bytes);
+}

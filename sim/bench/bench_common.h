@@ -111,6 +111,12 @@ double bench_traffic_bytes(bench_coll c, int nranks, size_t bytes);
  * 0), best of `runs`, in the calling thread. 0 on allocation failure. */
 double bench_copy_bandwidth(size_t bytes, int runs);
 
+/* A contestant's send and receive buffers: every program (dsim bench,
+ * mpi_bench, gloo_bench) allocates them as dsim allocates its own
+ * (dsim_buf_alloc: from 2 MiB up on transparent huge pages), so that the
+ * tables compare the transports, not the allocators. Release with free(). */
+void *bench_buf_alloc(size_t bytes);
+
 /* Time an ideal implementation would take: traffic at the copy rate, i.e.
  * traffic / (2 * copy_bw), in seconds. */
 double bench_bound_seconds(bench_coll c, int nranks, size_t bytes, double copy_bw);

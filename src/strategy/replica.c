@@ -321,7 +321,7 @@ static dsim_err replica_work_alloc(train_replica *rp, replica_work *w)
         w->maxb = su->ds->spec.n_examples;
     w->x = malloc(w->maxb * in_dim * sizeof(float));
     w->y = malloc(w->maxb * y_dim * sizeof(float));
-    w->grad = malloc(P * sizeof(float));
+    w->grad = dsim_buf_alloc(P * sizeof(float)); /* the all-reduce's buffer */
     if (!w->x || !w->y || !w->grad)
         return DSIM_ERR(DSIM_ENOMEM, -1, "out of memory for a batch of %zu examples", w->maxb);
     if (cfg->checkpoint_every || job->preempt_armed || cfg->probe_restore) {

@@ -239,25 +239,35 @@ static int gb_rank(const gb_opts *g, int rank, const std::string &dir)
         bench_size sz = bench_size_for(o->coll, bench_step_bytes(o, s), n, o->dtype);
         if (sz.bytes == 0)
             continue;
-        std::vector<float> input(sz.count), buf(sz.count);
-        bench_fill(o->coll, o->op, o->dtype, n, o->root, rank, &sz, input.data(), scratch.data());
+        /* Allocated as dsim's own buffers are (bench_buf_alloc). */
+        std::unique_ptr<float, decltype(&free)> input_(
+            static_cast<float *>(bench_buf_alloc(sz.count * sizeof(float))), &free),
+            buf_(static_cast<float *>(bench_buf_alloc(sz.count * sizeof(float))), &free);
+        if (!input_ || !buf_) {
+            fprintf(stderr, "%s: rank %d: out of memory for %zu B; lower -e\n", GB_PROG, rank,
+                    sz.bytes);
+            return 1;
+        }
+        float *input = input_.get(), *buf = buf_.get();
+        size_t nbytes = sz.count * sizeof(float);
+        bench_fill(o->coll, o->op, o->dtype, n, o->root, rank, &sz, input, scratch.data());
         /* Gloo reduces in place, so the timed iterations reduce what the
          * one before left (the values grow; the time does not care), and
          * one more from the input, untimed, is what gets checked. */
-        buf = input;
+        memcpy(buf, input, nbytes);
         for (int i = 0; i < o->warmup; i++)
-            gb_run_once(g, ctx, buf.data(), (int)sz.count);
+            gb_run_once(g, ctx, buf, (int)sz.count);
         gb_barrier(ctx);
         auto t0 = std::chrono::steady_clock::now();
         for (int i = 0; i < o->iters; i++)
-            gb_run_once(g, ctx, buf.data(), (int)sz.count);
+            gb_run_once(g, ctx, buf, (int)sz.count);
         double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         double slowest = gb_max(ctx, spent);
-        buf = input;
-        gb_run_once(g, ctx, buf.data(), (int)sz.count);
+        memcpy(buf, input, nbytes);
+        gb_run_once(g, ctx, buf, (int)sz.count);
         size_t w = 0;
-        if (o->check && bench_check_output(o->coll, o->op, o->dtype, n, o->root, rank, &sz,
-                                           buf.data(), &w) != 0) {
+        if (o->check &&
+            bench_check_output(o->coll, o->op, o->dtype, n, o->root, rank, &sz, buf, &w) != 0) {
             fprintf(stderr, "%s: rank %d: out of memory checking the output\n", GB_PROG, rank);
             return 1;
         }

@@ -223,8 +223,8 @@ int main(int argc, char **argv)
         }
         size_t in_bytes = bench_in_count(o.coll, &ctx.sz) * es;
         size_t out_bytes = bench_out_count(o.coll, &ctx.sz) * es;
-        void *send = o.coll == BENCH_BROADCAST ? NULL : malloc(in_bytes);
-        void *recv = malloc(out_bytes);
+        void *send = o.coll == BENCH_BROADCAST ? NULL : bench_buf_alloc(in_bytes);
+        void *recv = bench_buf_alloc(out_bytes);
         if (!recv || (o.coll != BENCH_BROADCAST && !send)) {
             fprintf(stderr, "%s: rank %d: out of memory for %zu B; lower -e\n", MPIB_PROG, rank,
                     ctx.sz.bytes);

@@ -16,6 +16,8 @@ does. Exit status: 0, 1 if an output was wrong or a rank failed, 2 for bad
 flags, 77 where PyTorch or its gloo backend is missing (Debian:
 python3-torch).
 """
+import ctypes
+import mmap
 import os
 import re
 import sys
@@ -70,6 +72,27 @@ def input_values(torch, n, rank, count):
     return (((i + 3 * rank) % (2 * m + 1)) - m).to(torch.float32)
 
 
+def buf_like(torch, t):
+    """A copy of t in memory allocated as dsim allocates its buffers (from 2
+    MiB up: 2 MiB aligned, advised as transparent huge pages), so that every
+    contestant's buffers are alike; PyTorch's own CPU allocator has no such
+    option in this version."""
+    huge = 2 << 20
+    nbytes = t.numel() * t.element_size()
+    if nbytes < huge or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return t.clone()
+    m = mmap.mmap(-1, nbytes + huge)
+    off = (-ctypes.addressof(ctypes.c_char.from_buffer(m))) % huge
+    m.madvise(mmap.MADV_HUGEPAGE, off, nbytes // huge * huge)
+    buf = torch.frombuffer(m, dtype=t.dtype, count=t.numel(), offset=off)
+    buf.copy_(t)
+    _keep.append(m)
+    return buf
+
+
+_keep = []  # the mappings under buf_like's tensors, kept to the end
+
+
 def expected_values(torch, n, count):
     """The exact sum of every rank's input (small integers: no rounding)."""
     return sum(input_values(torch, n, r, count) for r in range(n))
@@ -101,7 +124,7 @@ def rank_main(rank, o, store, q):
             if count == 0:
                 continue
             inp = input_values(torch, n, rank, count)
-            buf = inp.clone()
+            buf = buf_like(torch, inp)
             for _ in range(o["w"]):
                 dist.all_reduce(buf)
             dist.barrier()
