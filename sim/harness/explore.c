@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "isolate.h"
 #include "scenario/scenario.h"
+#include "scenario/yaml_tree.h"
 
 static const char *const ex_kind_names[] = {"kill",  "pause", "partition", "drop",
                                             "delay", "slow",  "corrupt"};
@@ -325,6 +326,32 @@ static bool ex_valid(const char *path, const char *text, char *why, size_t cap)
     return true;
 }
 
+/* text without expect.node_loss: that check judges a fault that loses a
+ * node, and a run without faults has none to judge (it would fail it).
+ * text itself when there is no such check (or the text does not parse:
+ * ex_valid says why); NULL when out of memory. Frees text when it returns
+ * another. */
+static char *ex_without_node_loss(const char *path, char *text, bool *dropped)
+{
+    *dropped = false;
+    dsim_yaml_node *t = NULL;
+    if (dsim_yaml_parse(path, text, strlen(text), &t) != DSIM_OK) {
+        dsim_clear_error();
+        return text;
+    }
+    dsim_yaml_node *ex = dsim_yaml_map_get(t, "expect");
+    if (!ex || ex->kind != DSIM_YAML_MAP || !dsim_yaml_map_get(ex, "node_loss")) {
+        dsim_yaml_free(t);
+        return text;
+    }
+    dsim_yaml_map_del(ex, "node_loss");
+    char *out = dsim_yaml_emit(t);
+    dsim_yaml_free(t);
+    free(text);
+    *dropped = out != NULL;
+    return out;
+}
+
 /* ---- drawing a schedule ------------------------------------------------ */
 
 static void ex_draw(const ex_ctx *c, uint64_t run, ex_sched *s)
@@ -425,6 +452,9 @@ static bool ex_shape_passes(ex_shrink *sh, int hosts, const char *what)
         return false;
     ex_sched none = {.hosts = hosts};
     char *text = ex_text(sh->c, &none, NULL);
+    bool no_nl;
+    if (text)
+        text = ex_without_node_loss(sh->c->o->path, text, &no_nl);
     char why[512];
     if (!text || !ex_valid(sh->c->o->path, text, why, sizeof why)) {
         free(text);
@@ -629,6 +659,9 @@ static bool ex_baseline(ex_ctx *c, const char *name, dsim_explore_result *out, d
     const dsim_explore_opts *o = c->o;
     ex_sched none = {.hosts = c->hosts};
     char *text = ex_text(c, &none, NULL);
+    bool no_nl = false;
+    if (text)
+        text = ex_without_node_loss(o->path, text, &no_nl);
     char why[512];
     if (!text || !ex_valid(o->path, text, why, sizeof why)) {
         *rc = DSIM_ERR(DSIM_EINVAL, -1, "%s without its faults does not load: %s", o->path,
@@ -649,6 +682,9 @@ static bool ex_baseline(ex_ctx *c, const char *name, dsim_explore_result *out, d
         return false;
     }
     c->steps = base.steps;
+    if (no_nl)
+        ex_say(c, "the run without faults is not judged by node_loss (it judges a fault that "
+                  "loses a node; every drawn schedule is)");
     ex_say(c,
            "%s: %d hosts x %d devices, %" PRIu64 " steps without faults; exploring %" PRIu64
            " runs of up to %d faults (seed %" PRIu64 ")",

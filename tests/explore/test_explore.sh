@@ -25,6 +25,10 @@
 #   shapes_input_fn   --shapes on a strategy with its own input_fn: the sizes
 #                     it refuses are skipped and said, its planted bug found
 #   shapes_bad_input  --shapes: no scenario, a timing-only model, --runs 0
+#   node_loss_expected  a scenario that expects node_loss (the catalogue's
+#                     fault files) is explored: its run without faults is
+#                     not judged by node_loss, which has no fault to judge
+#                     there; a planted bug is still found with it expected
 #   shrink_keeps_shape  shrinking takes no host away when the smaller
 #                     cluster fails without any fault (input_fn.yaml's global
 #                     batch of 30 on 4 replicas): the found scenario fails by
@@ -210,6 +214,27 @@ shapes_input_fn)
     [ $rc -eq 1 ] || fail "dsim explore --shapes on the planted bug exited $rc, wanted 1"
     grep -q 'failed with shard_coverage' out.txt || fail "the planted bug is not found"
     grep -q 'verified: it fails the same way' out.txt || fail "not verified"
+    ;;
+node_loss_expected)
+    cat_dir=$scen/../../../scenarios
+    "$dsim" explore "$cat_dir/faults/worker_dies_mid_allreduce.yaml" --runs 8 --seed 7 \
+        -o none.yaml > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 0 ] || fail "dsim explore worker_dies_mid_allreduce.yaml exited $rc, wanted 0"
+    grep -q 'not judged by node_loss' out.txt || fail "leaving node_loss out is not said"
+    grep -q '^8 runs, no failure$' out.txt || fail "no summary of 8 runs"
+    sed 's/^  gradient_consistency: {}$/  gradient_consistency: {}\n  node_loss: {max_detect_s: 5}/' \
+        "$scen/ignore_abort.yaml" > nl.yaml
+    grep -q 'node_loss' nl.yaml || fail "the test did not add node_loss"
+    "$dsim" explore nl.yaml --runs 30 --seed 1 --plugin-dir "$plugins" -o found.yaml \
+        > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 1 ] || fail "dsim explore on the planted bug with node_loss exited $rc, wanted 1"
+    ! grep -q 'without any fault' out.txt || fail "the run without faults failed"
+    grep -q 'verified: it fails the same way' out.txt || fail "not verified"
+    grep -q 'node_loss' found.yaml || fail "found.yaml lost node_loss"
     ;;
 shrink_keeps_shape)
     cat_dir=$scen/../../../scenarios
