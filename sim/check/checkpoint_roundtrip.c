@@ -182,6 +182,23 @@ static dsim_err cr_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     uint64_t written = 0;
     for (size_t k = 0; k < na; k++)
         written += at[k]->checkpoints_written;
+    /* No checkpoint was due: every attempt ended before the first one
+     * (checkpoint.every past the run's steps) and no preemption asked for
+     * one. Nothing to judge, which is no failure of the strategy's. */
+    uint64_t reached = 0;
+    for (size_t k = 0; k < na; k++)
+        if (at[k]->first_step + at[k]->steps > reached)
+            reached = at[k]->first_step + at[k]->steps;
+    if (!written && cfg->checkpoint_every && reached < cfg->checkpoint_every &&
+        !cfg->preempt_after && !cfg->preempt_notice) {
+        out->not_judged = true;
+        dsim_check_msg(msg, cap,
+                       "not judged: no checkpoint was due in this run (%" PRIu64
+                       " steps, every %" PRIu64 "); a run of %" PRIu64
+                       " steps or more writes one to restore",
+                       reached, cfg->checkpoint_every, cfg->checkpoint_every);
+        return DSIM_OK;
+    }
     dsim_checkpoint *ck = NULL;
     dsim_err e = dsim_checkpoint_read(cfg->checkpoint_path, &ck);
     if (e == DSIM_ENOENT || (!written && na == 1)) {
