@@ -34,7 +34,8 @@ void cmd_explore_help(FILE *out)
             "detected and recovered from under `recovery: restart`, judged by node_loss and\n"
             "gradient_consistency) is no failure: state in `expect:` what must hold under\n"
             "any fault. The fault-free run must pass first (node_loss, which judges a\n"
-            "fault that loses a node, is left out of it).\n"
+            "fault that loses a node, is left out of it); when it fails, it is written to\n"
+            "-o's file as it ran, for `dsim run`.\n"
             "\n"
             "At the first failure the search stops and shrinks the schedule (delta\n"
             "debugging, to a fixed point): drop a fault, move one earlier, narrow a worker to\n"
@@ -236,8 +237,14 @@ int cmd_explore(int argc, char **argv)
     if (shapes)
         return explore_shapes_found(&o, &r);
     if (r.baseline_failed) {
-        printf("FAILED without faults: %s: %s\n(run it with: dsim run %s --engine sim)\n",
-               r.signature, r.message, o.path);
+        if (r.baseline_written)
+            printf("FAILED without faults: %s: %s\nwrote %s (the scenario without its faults)\n"
+                   "reproduce with: dsim run %s%s\n",
+                   r.signature, r.message, r.out_path, r.out_path, o.run_args ? o.run_args : "");
+        else
+            printf("FAILED without faults: %s: %s\n(run it with: dsim run %s --engine sim, "
+                   "its faults: section left out)\n",
+                   r.signature, r.message, o.path);
         return 1;
     }
     printf("FAILED: run %" PRIu64 " of %" PRIu64 " failed with %s; shrunk from %d faults to %d "

@@ -671,6 +671,19 @@ static bool ex_baseline(ex_ctx *c, const char *name, dsim_explore_result *out, d
     }
     ex_outcome base;
     ex_run(c, o->path, text, &base);
+    if (base.failed && out->out_path[0]) {
+        /* what failed, for `dsim run`: the file's own faults are not in it */
+        FILE *f = fopen(out->out_path, "w");
+        bool ok = f && fprintf(f,
+                               "# Written by dsim explore %s: the scenario without its faults, "
+                               "which fails (%s); explore needs it to pass.\n"
+                               "# Reproduce: dsim run %s%s\n%s",
+                               o->path, base.signature, out->out_path,
+                               o->run_args ? o->run_args : "", text) > 0;
+        if (f && fclose(f) != 0)
+            ok = false;
+        out->baseline_written = ok;
+    }
     free(text);
     if (base.failed) {
         out->baseline_failed = true;

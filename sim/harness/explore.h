@@ -96,6 +96,9 @@ typedef struct dsim_explore_result {
     char out_path[4096];  /* the written scenario */
     char schedule[2048];  /* the minimal faults, as YAML flow lines */
     bool reproduced;      /* the written file failed the same way once more */
+    /* baseline_failed: the run without faults was written to out_path, as
+     * it ran (the file without its faults), so that `dsim run` shows it */
+    bool baseline_written;
     /* dsim_explore_shapes: the sizes of the first failing run (or of the
      * file, when it fails as it is) and of the written scenario, in words
      * ("1 host x 3 devices, 9 parameters (features 2, classes 3), global

@@ -134,6 +134,16 @@ run_timeout)
     [ $rc -eq 1 ] || fail "dsim explore exited $rc, wanted 1"
     grep -q '^FAILED without faults: timeout: the run took longer than 2 s' out.txt ||
         fail "the hung run was not reported as a timeout"
+    # what failed is written, as it ran, for dsim run
+    grep -q '^wrote hang_sleep.explore.yaml (the scenario without its faults)$' out.txt ||
+        fail "the run without faults was not written"
+    grep -q '^reproduce with: dsim run hang_sleep.explore.yaml --plugin-dir ' out.txt ||
+        fail "no command to reproduce it"
+    grep -q '^# Written by dsim explore .*without its faults' hang_sleep.explore.yaml ||
+        fail "the written file does not say what it is"
+    ! grep -q '{what:' hang_sleep.explore.yaml || fail "the written file has faults"
+    "$dsim" validate hang_sleep.explore.yaml --plugin-dir "$plugins/../harness" > v.txt 2>&1 ||
+        { cat v.txt; fail "the written file does not validate"; }
     ;;
 shapes_found)
     "$dsim" run "$scen/tail_drop.yaml" --plugin-dir "$plugins" --db plain.db > plain.txt 2>&1 ||
