@@ -138,8 +138,13 @@ static int explore_kinds(const char *list, unsigned *out)
 static int explore_shapes_found(const dsim_explore_opts *o, const dsim_explore_result *r)
 {
     if (r->baseline_failed) {
-        printf("FAILED at its own sizes (%s): %s: %s\n(run it with: dsim run %s --engine sim)\n",
-               r->shape_found, r->signature, r->message, o->path);
+        printf("FAILED at its own sizes (%s): %s: %s\n", r->shape_found, r->signature, r->message);
+        if (r->baseline_written)
+            printf("wrote %s (the scenario as it ran)\nreproduce with: dsim run %s%s\n",
+                   r->out_path, r->out_path, o->run_args ? o->run_args : "");
+        else
+            printf("(run it with: dsim run %s --engine sim, its faults: section left out)\n",
+                   o->path);
         return 1;
     }
     printf("FAILED: run %" PRIu64 " of %" PRIu64 " failed with %s at %s;\n"

@@ -352,6 +352,23 @@ static char *ex_without_node_loss(const char *path, char *text, bool *dropped)
     return out;
 }
 
+void dsim_explore_write_base(const dsim_explore_opts *o, dsim_explore_result *out, const char *what,
+                             const char *signature, const char *text)
+{
+    if (!out->out_path[0])
+        return;
+    FILE *f = fopen(out->out_path, "w");
+    bool ok = f && fprintf(f,
+                           "# Written by dsim explore %s: the scenario %s, which fails (%s); "
+                           "explore needs it to pass.\n"
+                           "# Reproduce: dsim run %s%s\n%s",
+                           o->path, what, signature, out->out_path, o->run_args ? o->run_args : "",
+                           text) > 0;
+    if (f && fclose(f) != 0)
+        ok = false;
+    out->baseline_written = ok;
+}
+
 /* ---- drawing a schedule ------------------------------------------------ */
 
 static void ex_draw(const ex_ctx *c, uint64_t run, ex_sched *s)
@@ -671,19 +688,8 @@ static bool ex_baseline(ex_ctx *c, const char *name, dsim_explore_result *out, d
     }
     ex_outcome base;
     ex_run(c, o->path, text, &base);
-    if (base.failed && out->out_path[0]) {
-        /* what failed, for `dsim run`: the file's own faults are not in it */
-        FILE *f = fopen(out->out_path, "w");
-        bool ok = f && fprintf(f,
-                               "# Written by dsim explore %s: the scenario without its faults, "
-                               "which fails (%s); explore needs it to pass.\n"
-                               "# Reproduce: dsim run %s%s\n%s",
-                               o->path, base.signature, out->out_path,
-                               o->run_args ? o->run_args : "", text) > 0;
-        if (f && fclose(f) != 0)
-            ok = false;
-        out->baseline_written = ok;
-    }
+    if (base.failed)
+        dsim_explore_write_base(o, out, "without its faults", base.signature, text);
     free(text);
     if (base.failed) {
         out->baseline_failed = true;

@@ -139,6 +139,13 @@ dsim_err dsim_explore(const dsim_explore_opts *opts, dsim_explore_result *out);
  * kinds are not used. Returns as dsim_explore. */
 dsim_err dsim_explore_shapes(const dsim_explore_opts *opts, dsim_explore_result *out);
 
+/* The run that must pass first and failed, written to out->out_path as it
+ * ran (text: the scenario "what", e.g. "without its faults"), with the
+ * `dsim run` command in its header; sets out->baseline_written. For
+ * dsim_explore and dsim_explore_shapes. */
+void dsim_explore_write_base(const dsim_explore_opts *o, dsim_explore_result *out, const char *what,
+                             const char *signature, const char *text);
+
 #ifdef __cplusplus
 }
 #endif

@@ -477,6 +477,9 @@ static bool sh_baseline(const sh_ctx *c, const char *name, dsim_explore_result *
     dsim_scenario_free(s);
     sh_outcome base;
     sh_run(c, c->o->path, text, &base);
+    if (base.failed)
+        dsim_explore_write_base(c->o, out, "at its own sizes (without its faults)", base.signature,
+                                text);
     free(text);
     char d[256];
     sh_describe(c, &c->orig, d, sizeof d);

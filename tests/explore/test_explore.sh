@@ -181,6 +181,21 @@ shapes_found)
     cat run.txt
     [ $rc -eq 1 ] || fail "dsim run found.yaml exited $rc, wanted 1"
     grep -q 'gradient_consistency .*FAIL' run.txt || fail "dsim run does not fail gradient_consistency"
+    # failing at its own sizes (27 parameters over 4 replicas): that run is
+    # written as it ran, for dsim run
+    sed 's/^  classes: 4$/  classes: 3/' "$scen/tail_drop.yaml" > own.yaml
+    "$dsim" explore --shapes own.yaml --runs 5 --seed 1 --plugin-dir "$plugins" -o own_found.yaml \
+        > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 1 ] || fail "dsim explore --shapes own.yaml exited $rc, wanted 1"
+    grep -q '^FAILED at its own sizes' out.txt || fail "no FAILED at its own sizes"
+    grep -q '^wrote own_found.yaml (the scenario as it ran)$' out.txt || fail "not written"
+    "$dsim" run own_found.yaml --plugin-dir "$plugins" --db own.db > run.txt 2>&1
+    rc=$?
+    cat run.txt
+    [ $rc -eq 1 ] || fail "dsim run own_found.yaml exited $rc, wanted 1"
+    grep -q 'gradient_consistency .*FAIL' run.txt || fail "own_found.yaml does not fail the same"
     ;;
 shapes_builtin)
     cat_dir=$scen/../../../scenarios
