@@ -73,6 +73,10 @@ typedef struct dsim_check_faults {
     /* The broken attempt failed before any of its faults fired (no fault
      * event: a fault's start, a frame one dropped, ...). */
     bool none_fired;
+    /* The job ran through (no broken attempt) and none of its faults fired
+     * or touched a frame: the run shows nothing of the faults (a kill at a
+     * step the run never reaches, a probability that never drew). */
+    bool none_touched;
 } dsim_check_faults;
 
 /* What a check sees of a finished run. */

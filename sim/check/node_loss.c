@@ -531,6 +531,15 @@ static dsim_err nl_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         out->measured = NAN;
         return DSIM_OK;
     }
+    if (!b && fx->none_touched) {
+        out->not_judged = true;
+        dsim_check_msg(msg, cap,
+                       "not judged: none of the %zu fault(s) fired (the run of %" PRIu64
+                       " steps ended before a fault's step or time, or its probability never "
+                       "drew), so it shows nothing of node loss: move the faults into the run",
+                       ctx->n_faults, ctx->run ? ctx->run->first_step + ctx->run->steps : 0);
+        return DSIM_OK;
+    }
     if (!b) {
         out->passed = true;
         out->measured = 0;

@@ -679,9 +679,16 @@ static void run_print_table(const run_item *it, const dsim_harness_result *rep, 
                rep->train_msg[0] ? rep->train_msg : "the run hung");
     }
     printf("\n%s: %s", it->s->name, dsim_run_status_name(rep->status));
-    if (rep->n_checks)
-        printf(" (%zu of %zu checks met their expectation)", rep->n_checks - rep->n_failed,
+    if (rep->n_checks) {
+        size_t nj = 0; /* could not judge the run (N/A): met, but say so */
+        for (size_t i = 0; rep->checks && i < rep->n_checks; i++)
+            nj += rep->checks[i].not_applicable || rep->checks[i].result.not_judged;
+        printf(" (%zu of %zu checks met their expectation", rep->n_checks - rep->n_failed,
                rep->n_checks);
+        if (nj)
+            printf(", %zu of them not judged", nj);
+        printf(")");
+    }
     printf("; %" PRIu64 " steps", rep->steps);
     if (rep->steps_rerun)
         printf(" (%" PRIu64 " of them run twice: rolled back by a restart)", rep->steps_rerun);

@@ -281,6 +281,12 @@ static void h_train_faulty(h_ctx *c)
         all_returned = b->replicas[q].t_end != 0 && !b->replicas[q].killed;
     c->cf.none_fired = all_returned && be != DSIM_EPREEMPTED && be != DSIM_EHUNG && fired == 0 &&
                        !dsim_faults_stats_touched(&rr->stats);
+    /* the job ran through: did any fault fire, in any attempt? */
+    size_t any = 0;
+    for (size_t i = 0; !b && i < rr->n_events; i++)
+        any += rr->events[i].fault >= 0;
+    c->cf.none_touched = !b && any == 0 && rr->lost_rank < 0 && rr->restarts == 0 &&
+                         !dsim_faults_stats_touched(&rr->stats);
 }
 
 static void h_step_train(h_ctx *c)
