@@ -222,8 +222,8 @@ int dsim_ci_open(const char *cmd, const char *junit_path, bool tap, dsim_ci_repo
 
 /* ---- TAP ---- */
 
-static void ci_tap_line(dsim_ci_report *r, bool ok, const char *scenario, const char *test,
-                        const char *comment)
+static void ci_tap_line_skip(dsim_ci_report *r, bool ok, const char *scenario, const char *test,
+                             const char *comment, bool skip)
 {
     if (!r->tap)
         return;
@@ -231,12 +231,27 @@ static void ci_tap_line(dsim_ci_report *r, bool ok, const char *scenario, const 
     ci_tap_text(r->tap, scenario, true);
     fputs(": ", r->tap);
     ci_tap_text(r->tap, test, true);
+    if (skip) /* TAP's directive: the harness counts it as skipped */
+        fputs(" # SKIP not judged", r->tap);
     fputc('\n', r->tap);
     if (comment && *comment) {
         fputs("# ", r->tap);
         ci_tap_text(r->tap, comment, false);
         fputc('\n', r->tap);
     }
+}
+
+static void ci_tap_line(dsim_ci_report *r, bool ok, const char *scenario, const char *test,
+                        const char *comment)
+{
+    ci_tap_line_skip(r, ok, scenario, test, comment, false);
+}
+
+/* A check met its expectation without judging the run (N/A: the run has
+ * nothing it measures): CI shows it skipped. */
+static bool ci_check_skipped(const dsim_check_outcome *c)
+{
+    return c->passed && (c->not_applicable || c->result.not_judged);
 }
 
 /* ---- JUnit ---- */
@@ -388,7 +403,7 @@ void dsim_ci_run(dsim_ci_report *r, const char *file, const dsim_scenario *s,
         snprintf(comment, sizeof comment, "%s%sexpects %s, measured %s, expected %s: %s",
                  c->passed ? "" : "FAILED: ", c->by_default ? "judged by default, " : "",
                  c->expect_fail ? "fail" : "pass", meas, exp, c->result.message);
-        ci_tap_line(r, c->passed, name, c->name, comment);
+        ci_tap_line_skip(r, c->passed, name, c->name, comment, ci_check_skipped(c));
     }
     if (run_case)
         ci_tap_line(r, !broken, name, "run",
@@ -399,12 +414,14 @@ void dsim_ci_run(dsim_ci_report *r, const char *file, const dsim_scenario *s,
     if (!r->suites)
         return;
 
-    long failures = 0;
-    for (size_t i = 0; i < rep->n_checks; i++)
+    long failures = 0, skipped = 0;
+    for (size_t i = 0; i < rep->n_checks; i++) {
         failures += !rep->checks[i].passed;
+        skipped += ci_check_skipped(&rep->checks[i]);
+    }
     long tests = (long)rep->n_checks + (run_case ? 1 : 0);
     FILE *f = r->suites;
-    ci_suite_open(r, name, tests, failures, broken ? 1 : 0, 0, rep->wall_s);
+    ci_suite_open(r, name, tests, failures, broken ? 1 : 0, skipped, rep->wall_s);
     char num[64];
     fputs("    <properties>\n", f);
     ci_property(f, "file", file);
@@ -430,6 +447,10 @@ void dsim_ci_run(dsim_ci_report *r, const char *file, const dsim_scenario *s,
     fputs("    </properties>\n", f);
     for (size_t i = 0; i < rep->n_checks; i++) {
         const dsim_check_outcome *c = &rep->checks[i];
+        if (ci_check_skipped(c)) {
+            ci_case(f, name, c->name, 0, "skipped", NULL, c->result.message, NULL);
+            continue;
+        }
         if (c->passed) {
             ci_case(f, name, c->name, 0, NULL, NULL, NULL, NULL);
             continue;

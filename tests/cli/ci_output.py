@@ -56,6 +56,8 @@ def junit_checks(path, label):
         cases = ts.findall("testcase")
         fails = [c for c in cases if c.find("failure") is not None]
         errs = [c for c in cases if c.find("error") is not None]
+        skips = [c for c in cases if c.find("skipped") is not None]
+        check(int(ts.get("skipped")) == len(skips), "%s: %r skipped= agrees" % (label, n))
         check(int(ts.get("tests")) == len(cases), "%s: %r tests= counts its testcases" % (label, n))
         check(int(ts.get("failures")) == len(fails), "%s: %r failures= agrees" % (label, n))
         check(int(ts.get("errors")) == len(errs), "%s: %r errors= agrees" % (label, n))
@@ -113,9 +115,20 @@ def main():
                     "cluster: {hosts: 1}\n"
                     "data: {examples: 32, features: 4, classes: 2, global_batch: 8, epochs: 1}\n")
 
+        # a check that cannot judge the run (no fault fires): skipped
+        never = os.path.join(tmp, "never.yaml")
+        with open(never, "w") as f:
+            f.write("name: never_fires\n"
+                    "cluster: {hosts: 2, devices_per_host: 2}\n"
+                    "strategy: {name: multi_worker_mirrored, timeout: 2s}\n"
+                    "data: {examples: 64, features: 4, classes: 2, files: 4, global_batch: 16,"
+                    " epochs: 1}\n"
+                    "faults: [{what: kill, at_step: 500, rank: 1}]\n"
+                    "expect: {node_loss: {}, gradient_consistency: {}}\n")
+
         j1 = os.path.join(tmp, "run.xml")
-        rc, out, err = run([quick, bad, odd, dflt, "--db", os.path.join(tmp, "a.db"), "--junit",
-                            j1], tmp)
+        rc, out, err = run([quick, bad, odd, dflt, never, "--db", os.path.join(tmp, "a.db"),
+                            "--junit", j1], tmp)
         check(rc == 1, "a failed check exits 1 with --junit (got %d): %s" % (rc, err))
         check("CHECK" in out, "the table still goes to stdout without --tap")
         root = junit_checks(j1, "run.xml")
@@ -157,6 +170,14 @@ def main():
                   "the suite says which checks ran by default: %r" % dprops)
             check("pass*" in out and "judged by default" in out,
                   "the table marks the checks judged by default")
+            nv = {c.get("name"): c for c in suites[4].findall("testcase")}
+            sk = nv["node_loss"].find("skipped") if "node_loss" in nv else None
+            check(sk is not None and "none of the 1 fault(s) fired" in sk.get("message", ""),
+                  "a check that could not judge the run is <skipped> with its reason")
+            check(suites[4].get("skipped") == "1" and root.get("skipped") == "1" and
+                  nv.get("gradient_consistency") is not None and
+                  len(list(nv["gradient_consistency"])) == 0,
+                  "counted as skipped; the judged check passed")
             props = {p.get("name"): p.get("value") for p in q.find("properties")}
             check(props.get("strategy") == "multi_worker_mirrored" and props.get("run_id") == "1",
                   "properties name the strategy and the run: %r" % props)
@@ -202,7 +223,7 @@ def main():
         check(not os.path.exists(os.path.join(tmp, "c.db")), "refused before running")
 
         # TAP: stdout is TAP only
-        rc, out, err = run([quick, bad, "--db", os.path.join(tmp, "d.db"), "--tap"], tmp)
+        rc, out, err = run([quick, bad, never, "--db", os.path.join(tmp, "d.db"), "--tap"], tmp)
         check(rc == 1, "--tap: a failed check exits 1 (got %d)" % rc)
         lines = out.splitlines()
         check(lines and lines[0] == "TAP version 13", "TAP version 13 first: %r" % lines[:1])
@@ -210,11 +231,13 @@ def main():
         others = [l for l in lines[1:] if l not in results and not l.startswith("# ")]
         check(others == ["1..%d" % len(results)], "only results, comments and the plan: %r"
               % others)
-        check(lines and lines[-1] == "1..5", "the plan last, 3 + 2 tests: %r" % lines[-1:])
+        check(lines and lines[-1] == "1..8", "the plan last, 3 + 2 + 3 tests: %r" % lines[-1:])
         nums = [int(re.match(r"^(?:not )?ok (\d+)", l).group(1)) for l in results]
         check(nums == list(range(1, len(results) + 1)), "numbered 1..N")
         check("ok 1 - quickstart: gradient_consistency" in lines, "ok NAME: CHECK")
         check("not ok 4 - wrong_for_junit: gradient_consistency" in lines, "not ok for a failure")
+        check("ok 6 - never_fires: node_loss # SKIP not judged" in lines,
+              "a check that could not judge the run: ok with TAP's SKIP directive")
         check("CHECK" in err and "CHECK" not in out, "the table goes to stderr")
 
         rc, out, err = run([quick, "--tap", "--json"], tmp)
