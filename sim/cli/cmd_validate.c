@@ -115,6 +115,9 @@ int cmd_validate(int argc, char **argv)
             if (d.warn || !quiet)
                 printf("%s:%d:%d: %s%s\n", a, s->faults[f].line, s->faults[f].column,
                        d.warn ? "warning: " : "", d.text);
+            char never[512];
+            if (dsim_scenario_fault_unreachable(s, f, never, sizeof never))
+                printf("%s:%d:%d: warning: %s\n", a, s->faults[f].line, s->faults[f].column, never);
         }
         /* a TPU job: what dsim says about it (warnings even with --quiet) */
         for (const char *l = e == DSIM_OK ? s->tpu_notes : NULL; l && *l;) {

@@ -356,7 +356,8 @@ static dsim_err ex_write(const char *db, dsim_run_id id, const dsim_stored_run *
     dsim_model_spec ms = cfg.model;
     if (ms.in_dim == 0)
         dsim_dataset_model_spec(ds, &ms);
-    ex_rec rec = {.steps = h_total_steps(&cfg) + 1, .replicas = cfg.hosts * cfg.devices_per_host};
+    ex_rec rec = {.steps = dsim_train_cfg_steps(&cfg) + 1,
+                  .replicas = cfg.hosts * cfg.devices_per_host};
     rec.ids = calloc((size_t)rec.steps * (size_t)rec.replicas, sizeof *rec.ids);
     rec.n = calloc((size_t)rec.steps * (size_t)rec.replicas, sizeof *rec.n);
     if (!rec.ids || !rec.n) {

@@ -145,8 +145,6 @@ void h_forming_destroy(h_run *r);
 
 /* The resolved configuration, as stored with the run. */
 json_t *h_config_json(const dsim_scenario *s);
-/* Steps the run will take, from worker 0's input; 0 when unknown. */
-uint64_t h_total_steps(const dsim_train_cfg *cfg);
 /* Whether the expect list has the check named so. */
 bool h_expects(const dsim_scenario *s, const char *check);
 dsim_err h_store_flight(dsim_store *st, dsim_run_id run, const dsim_train_result *res);

@@ -104,39 +104,6 @@ json_t *h_config_json(const dsim_scenario *s)
     return cfg;
 }
 
-/* Steps the run will take, from worker 0's input (every worker takes the
- * same number); 0 when the input cannot be made (the run will say why). */
-uint64_t h_total_steps(const dsim_train_cfg *cfg)
-{
-    dsim_dataset_desc d;
-    memset(&d, 0, sizeof d);
-    uint32_t nf = cfg->in_memory ? 0 : (uint32_t)cfg->data.n_files;
-    if (dsim_dataset_desc_init(&d, cfg->data.n_examples, nf, DSIM_FILES_CONTIGUOUS) != DSIM_OK)
-        return 0;
-    d.hint = cfg->hint;
-    dsim_input_config ic = {
-        .dataset = &d,
-        .policy = cfg->shard,
-        .global_batch = cfg->global_batch,
-        .num_workers = cfg->hosts,
-        .replicas_per_worker = cfg->devices_per_host,
-        .worker = 0,
-        .seed = cfg->seed,
-        .shuffle = cfg->shuffle,
-        .drop_remainder = cfg->drop_remainder,
-        .epochs = cfg->epochs,
-    };
-    dsim_input *in = NULL;
-    uint64_t total = 0;
-    if (dsim_input_create(&ic, &in) == DSIM_OK) {
-        total = dsim_input_steps_per_epoch(in) * cfg->epochs;
-        dsim_input_destroy(in);
-    }
-    dsim_dataset_desc_release(&d);
-    dsim_clear_error();
-    return total;
-}
-
 /* The run proper: the store (if any) is open and guarded. */
 bool h_expects(const dsim_scenario *s, const char *check)
 {

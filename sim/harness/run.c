@@ -84,7 +84,7 @@ static uint32_t h_trace_every(const dsim_scenario *s, const dsim_train_cfg *cfg)
         m.in_dim = cfg->data.in_dim;
         m.out_dim = cfg->data.out_dim;
     }
-    uint64_t steps = h_total_steps(cfg), n = dsim_model_num_params(&m);
+    uint64_t steps = dsim_train_cfg_steps(cfg), n = dsim_model_num_params(&m);
     if (!steps || !n || n > H_TRACE_MAX)
         return 0;
     uint64_t every = (steps + H_TRACE_MAX / n - 1) / (H_TRACE_MAX / n);
@@ -163,7 +163,7 @@ static void h_step_form(h_ctx *c)
     run->id = c->out->run_id;
     run->progress = o->progress;
     run->progress_user = o->progress_user;
-    run->total = o->progress ? h_total_steps(cfg) : 0;
+    run->total = o->progress ? dsim_train_cfg_steps(cfg) : 0;
     run->t0_ns = h_now_ns();
     run->replicas = c->R;
     run->devices_per_host = cfg->devices_per_host;
@@ -185,7 +185,7 @@ static void h_step_form(h_ctx *c)
      * them and sends them here (an engine that forks, every task here). */
     bool forked_here = c->forks && !o->hosts; /* every child's records come here */
     if (c->st && (c->phases_here || forked_here) && !cfg->hooks)
-        c->phases = h_phase_rec_create(c->R, run->total ? run->total : h_total_steps(cfg));
+        c->phases = h_phase_rec_create(c->R, run->total ? run->total : dsim_train_cfg_steps(cfg));
     if (c->phases && c->phases_here)
         h_phase_rec_attach(c->phases, cfg);
     /* The frames between ranks, for the trace's arrows: small jobs only

@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dsim/data.h"
+#include "dsim/dataset.h"
 #include "dsim/health.h"
+#include "dsim/spi/strategy.h"
 #include "scenario/scenario.h"
 #include "scenario/units.h"
 
@@ -24,7 +27,11 @@ static void detect_describe(const dsim_fault *f, char *buf, size_t cap)
         snprintf(when, sizeof when, " at step %" PRId64, f->step);
         break;
     case DSIM_WHEN_PHASE:
-        snprintf(when, sizeof when, " at phase %s", f->phase ? f->phase : "?");
+        if (f->step >= 0)
+            snprintf(when, sizeof when, " at phase %s of step %" PRId64, f->phase ? f->phase : "?",
+                     f->step);
+        else
+            snprintf(when, sizeof when, " at phase %s", f->phase ? f->phase : "?");
         break;
     case DSIM_WHEN_TIME:
         dsim_unit_format_duration(f->time_ns, d, sizeof d);
@@ -120,4 +127,62 @@ void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_
                  "; the %s ends after %s, so it may go unnoticed", dsim_fault_what_name(f->what),
                  d);
     }
+}
+
+uint64_t dsim_train_cfg_steps(const dsim_train_cfg *cfg)
+{
+    dsim_dataset_desc d;
+    memset(&d, 0, sizeof d);
+    uint32_t nf = cfg->in_memory ? 0 : (uint32_t)cfg->data.n_files;
+    if (dsim_dataset_desc_init(&d, cfg->data.n_examples, nf, DSIM_FILES_CONTIGUOUS) != DSIM_OK) {
+        dsim_clear_error();
+        return 0;
+    }
+    d.hint = cfg->hint;
+    dsim_input_config ic = {
+        .dataset = &d,
+        .policy = cfg->shard,
+        .global_batch = cfg->global_batch,
+        .num_workers = cfg->hosts,
+        .replicas_per_worker = cfg->devices_per_host,
+        .worker = 0,
+        .seed = cfg->seed,
+        .shuffle = cfg->shuffle,
+        .drop_remainder = cfg->drop_remainder,
+        .epochs = cfg->epochs,
+    };
+    dsim_input *in = NULL;
+    uint64_t total = 0;
+    if (dsim_input_create(&ic, &in) == DSIM_OK) {
+        total = dsim_input_steps_per_epoch(in) * cfg->epochs;
+        dsim_input_destroy(in);
+    }
+    dsim_dataset_desc_release(&d);
+    dsim_clear_error();
+    return total;
+}
+
+bool dsim_scenario_fault_unreachable(const dsim_scenario *s, size_t i, char *text, size_t cap)
+{
+    if (!s || i >= s->n_faults)
+        return false;
+    const dsim_fault *f = &s->faults[i];
+    const dsim_train_cfg *t = &s->train;
+    bool stepped = f->when == DSIM_WHEN_STEP || (f->when == DSIM_WHEN_PHASE && f->step >= 0);
+    /* a plugin's code is not loaded here; a strategy's input_fn makes its
+     * own batches */
+    if (!stepped || t->plugin_path || (t->strategy && dsim_strategy_input_fn(t->strategy, NULL)))
+        return false;
+    uint64_t steps = dsim_train_cfg_steps(t);
+    if (steps == 0 || (uint64_t)f->step < steps)
+        return false;
+    char what[128];
+    detect_describe(f, what, sizeof what);
+    snprintf(
+        text, cap,
+        "faults[%zu] (%s) never fires: the job has %" PRIu64 " steps (0 to %" PRIu64
+        "), so the run shows nothing of it (node_loss is not judged); set at_step below %" PRIu64
+        " or make the run longer (data.epochs)",
+        i, what, steps, steps - 1, steps);
+    return true;
 }

@@ -264,6 +264,17 @@ typedef struct dsim_fault_detection {
  * job (dsim/health.h derives it), and the sentence `dsim validate` prints. */
 void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_detection *out);
 
+/* Steps a job of cfg takes, from worker 0's input under dsim's own
+ * pipeline (every worker takes the same number); 0 when the input cannot
+ * be made (the run will say why). detect.c. */
+uint64_t dsim_train_cfg_steps(const dsim_train_cfg *cfg);
+
+/* faults[i] can never fire: it names a step (at_step, or at_phase with
+ * at_step) the job never reaches. Known only where dsim's own pipeline
+ * makes the batches (not a plugin's, nor a strategy's input_fn); text says
+ * so and how to fix it. */
+bool dsim_scenario_fault_unreachable(const dsim_scenario *s, size_t i, char *text, size_t cap);
+
 /* The cost model's topology of the scenario's job on `engine` (NULL: the
  * scenario's own): its links (cluster.network and its intra link, a TPU
  * slice's ICI), its device (cluster.device) and shape; t->tpu points into

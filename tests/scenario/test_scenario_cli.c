@@ -159,6 +159,34 @@ static void test_validate(void **state)
     r = cli_run((const char *[]){"validate", "--quiet", faults, never, NULL});
     assert_null(strstr(r->out, "detected within"));
     assert_non_null(strstr(r->out, want));
+    assert_null(strstr(r->out, "never fires")); /* step 5 is in the run */
+
+    /* a fault at a step the job never reaches (4 steps: 0 to 3), by
+     * at_step or at_phase with at_step: a warning with its place, which
+     * --quiet prints; the last step in the run is none */
+    const char *late = cli_file(7, "late.yaml",
+                                "name: late\ncluster: {hosts: 2}\n"
+                                "strategy: {timeout: 2s}\n"
+                                "data: {examples: 64, files: 2, global_batch: 16, epochs: 1}\n"
+                                "faults:\n"
+                                "  - {what: kill, at_step: 3, worker: 1}\n"
+                                "  - {what: kill, at_step: 4, worker: 1}\n"
+                                "  - {what: kill, at_phase: allreduce, at_step: 40, worker: 0}\n");
+    r = cli_run((const char *[]){"validate", "--quiet", late, NULL});
+    assert_int_equal(r->status, 0);
+    snprintf(want, sizeof want,
+             "%s:7:5: warning: faults[1] (kill worker 1 at step 4) never fires: the job has 4 "
+             "steps (0 to 3)",
+             late);
+    if (!strstr(r->out, want))
+        fail_msg("expected '%s' in: %s", want, r->out);
+    snprintf(want, sizeof want,
+             "%s:8:5: warning: faults[2] (kill worker 0 at phase allreduce of step 40) never "
+             "fires",
+             late);
+    if (!strstr(r->out, want))
+        fail_msg("expected '%s' in: %s", want, r->out);
+    assert_null(strstr(r->out, "faults[0] (kill worker 1 at step 3) never"));
 
     /* a checkpoint directory that does not exist: refused with its place */
     const char *nodir =
