@@ -315,10 +315,15 @@ static dsim_err replica_work_alloc(train_replica *rp, replica_work *w)
     const dsim_train_cfg *cfg = job->cfg;
     const dsim_train_setup *su = &job->su;
     size_t in_dim = su->model.in_dim, y_dim = su->ds->y_dim, P = su->n_params;
-    /* A replica's batch is a part of one global batch of the dataset. */
-    w->maxb = (size_t)cfg->global_batch;
-    if (w->maxb > su->ds->spec.n_examples)
-        w->maxb = su->ds->spec.n_examples;
+    /* A replica's batch is a part of one global batch of the dataset, and
+     * a strategy's feed may pad it to a static batch of up to its share of
+     * the global batch (TPUStrategy's ceil(global / replicas)) even where
+     * the dataset holds fewer examples than that. */
+    size_t gb = (size_t)cfg->global_batch, N = job->N > 0 ? (size_t)job->N : 1;
+    size_t share = (gb + N - 1) / N;
+    w->maxb = su->ds->spec.n_examples > share ? su->ds->spec.n_examples : share;
+    if (w->maxb > gb)
+        w->maxb = gb;
     w->x = malloc(w->maxb * in_dim * sizeof(float));
     w->y = malloc(w->maxb * y_dim * sizeof(float));
     w->grad = dsim_buf_alloc(P * sizeof(float)); /* the all-reduce's buffer */

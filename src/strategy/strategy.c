@@ -194,7 +194,8 @@ dsim_err dsim_strategy_feed(const dsim_strategy *s, dsim_replica_ctx *ctx,
                         "strategy '%s': feed on replica %d gave %llu examples%s padded to %llu "
                         "rows (padding weight %g); accepted: ids for every example, a static "
                         "batch of at least the examples and at most %llu rows (the global "
-                        "batch, or the dataset), a finite weight",
+                        "batch, or the larger of the dataset and a replica's share of the "
+                        "global batch), a finite weight",
                         s->name, ctx->replica, (unsigned long long)out->n,
                         out->n && !out->ids ? " without ids" : "",
                         (unsigned long long)out->static_batch, (double)out->padding_weight,

@@ -252,7 +252,9 @@ typedef struct dsim_replica_feed {
     /* Rows the step computes on: n (dynamic shapes), or more when the
      * strategy pads a short batch to a static shape, as TPUStrategy does
      * with experimental_enable_dynamic_batch_size: rows n .. static_batch-1
-     * are padding (zero features and targets). 0 reads as n. */
+     * are padding (zero features and targets). 0 reads as n. At most the
+     * global batch, and at most the larger of the dataset's examples and a
+     * replica's share of the global batch (ceil(global / replicas)). */
     uint64_t static_batch;
     /* What a padding row weighs in the loss and the gradient: 0 masks the
      * padding out, which is what TensorFlow does (the padded examples'
