@@ -27,10 +27,15 @@ static const int sh_shapes[][2] = {{1, 1}, {1, 2}, {1, 3}, {1, 5}, {1, 7}, {2, 1
                                    {4, 3}, {2, 2}, {2, 4}, {4, 2}, {3, 3}, {1, 11}, {13, 1}};
 #define SH_NSHAPES   (sizeof sh_shapes / sizeof sh_shapes[0])
 #define SH_MAX_DRAWS 256
+/* A TPU job's shapes are its generation's slices (cluster.tpu), up to
+ * this many replicas or the file's own, whichever is more. */
+#define SH_TPU_MAX_SLICES   24
+#define SH_TPU_MAX_REPLICAS 32
 
 /* One candidate: everything the search varies. */
 typedef struct sh_point {
     int hosts, dph;
+    int slice;             /* a TPU job: its slice, an index of sh_ctx.slices; -1 none */
     int features, classes; /* classes: outputs for a regression */
     int64_t batch, examples;
     int files, epochs;
@@ -57,6 +62,13 @@ typedef struct sh_ctx {
     bool regression, drop_remainder;
     uint64_t seed;
     sh_point orig; /* the file's own sizes */
+    /* A TPU job (cluster.tpu): its generation's slices, fewest replicas
+     * first; the file's own is among them unless it gives a chip shape
+     * (tpu_topology), which is then kept as it is (orig.slice -1). */
+    bool tpu;
+    dsim_tpu_topology own; /* the file's slice */
+    int n_slices;
+    dsim_tpu_topology slices[SH_TPU_MAX_SLICES];
 } sh_ctx;
 
 static void sh_say(const sh_ctx *c, const char *fmt, ...)
@@ -83,12 +95,17 @@ static size_t sh_params(const sh_ctx *c, const sh_point *p)
  * 7, 15 examples, 1 epoch" */
 static void sh_describe(const sh_ctx *c, const sh_point *p, char *out, size_t cap)
 {
+    char slice[64] = "";
+    if (c->tpu)
+        snprintf(slice, sizeof slice,
+                 "%s: ", p->slice >= 0 ? c->slices[p->slice].name : "the file's TPU slice");
     snprintf(out, cap,
-             "%d host%s x %d device%s, %zu parameters (features %d, %s %d), global batch %" PRId64
+             "%s%d host%s x %d device%s, %zu parameters (features %d, %s %d), global batch %" PRId64
              ", %" PRId64 " example%s, %d epoch%s",
-             p->hosts, p->hosts == 1 ? "" : "s", p->dph, p->dph == 1 ? "" : "s", sh_params(c, p),
-             p->features, c->regression ? "outputs" : "classes", p->classes, p->batch, p->examples,
-             p->examples == 1 ? "" : "s", p->epochs, p->epochs == 1 ? "" : "s");
+             slice, p->hosts, p->hosts == 1 ? "" : "s", p->dph, p->dph == 1 ? "" : "s",
+             sh_params(c, p), p->features, c->regression ? "outputs" : "classes", p->classes,
+             p->batch, p->examples, p->examples == 1 ? "" : "s", p->epochs,
+             p->epochs == 1 ? "" : "s");
 }
 
 /* ---- the scenario text of a point ---------------------------------------- */
@@ -123,8 +140,14 @@ static char *sh_text(const sh_ctx *c, const sh_point *p, const char *header)
     bool ok = cl && d;
     if (ok) {
         dsim_yaml_map_del(cl, "tf_config");
-        ok = sh_set(cl, "hosts", p->hosts) && sh_set(cl, "devices_per_host", p->dph) &&
-             sh_set(d, "features", p->features) && sh_set(d, "classes", p->classes) &&
+        if (c->tpu && p->slice >= 0) { /* the slice gives the cluster */
+            dsim_yaml_map_del(cl, "tpu_topology");
+            dsim_yaml_node *v = dsim_yaml_scalar(c->slices[p->slice].name);
+            ok = v && dsim_yaml_map_set(cl, "tpu", v) == DSIM_OK;
+        } else if (!c->tpu) {
+            ok = sh_set(cl, "hosts", p->hosts) && sh_set(cl, "devices_per_host", p->dph);
+        }
+        ok = ok && sh_set(d, "features", p->features) && sh_set(d, "classes", p->classes) &&
              sh_set(d, "global_batch", p->batch) && sh_set(d, "examples", p->examples) &&
              sh_set(d, "files", p->files) && sh_set(d, "epochs", p->epochs);
     }
@@ -168,10 +191,16 @@ static bool sh_usable(const sh_ctx *c, const sh_point *p, char **text)
                                  .devices_per_host = p->dph,
                                  .num_replicas = p->hosts * p->dph,
                                  .num_ps = c->num_ps,
-                                 .ps_mode = c->ps_mode};
+                                 .ps_mode = c->ps_mode,
+                                 .global_batch = p->batch,
+                                 .tpu = !c->tpu         ? NULL
+                                        : p->slice >= 0 ? &c->slices[p->slice]
+                                                        : &c->own};
     dsim_strategy_traits tr;
-    if (dsim_strategy_probe(c->strategy, &shape, &tr) != DSIM_OK)
+    if (dsim_strategy_probe(c->strategy, &shape, &tr) != DSIM_OK) {
+        dsim_clear_error();
         return false;
+    }
     char *t = sh_text(c, p, NULL);
     dsim_scenario *s = NULL;
     if (!t || dsim_scenario_parse(c->o->path, t, strlen(t), &s) != DSIM_OK) {
@@ -273,14 +302,28 @@ static void sh_draw_data(const sh_ctx *c, dsim_rng *r, int R, sh_point *p)
     sh_fit_data(c, p);
 }
 
+/* Point p on TPU slice k: its hosts and replicas per host. */
+static void sh_slice(const sh_ctx *c, sh_point *p, int k)
+{
+    p->slice = k;
+    p->hosts = c->slices[k].hosts;
+    p->dph = c->slices[k].replicas_per_host;
+}
+
 /* Run `run`'s point; false when none of the draws is usable. */
 static bool sh_draw(const sh_ctx *c, uint64_t run, sh_point *p, char **text)
 {
     dsim_rng r;
     dsim_rng_init(&r, c->o->seed, "shapes", run);
     for (int d = 0; d < SH_MAX_DRAWS; d++) {
-        const int *sh = sh_shapes[dsim_rng_below(&r, SH_NSHAPES)];
-        *p = (sh_point){.hosts = sh[0], .dph = sh[1]};
+        if (c->tpu) {
+            *p = c->orig;
+            if (c->n_slices > 0)
+                sh_slice(c, p, (int)dsim_rng_below(&r, (uint64_t)c->n_slices));
+        } else {
+            const int *sh = sh_shapes[dsim_rng_below(&r, SH_NSHAPES)];
+            *p = (sh_point){.hosts = sh[0], .dph = sh[1], .slice = -1};
+        }
         int R = p->hosts * p->dph;
         sh_draw_model(c, &r, R, p);
         sh_draw_data(c, &r, R, p);
@@ -392,6 +435,25 @@ static bool sh_smaller_i64(sh_shrink *sh, int64_t *field_in_cur, int64_t lo, con
     return false;
 }
 
+/* A smaller TPU slice: the smallest, half the way down, the next one. */
+static bool sh_smaller_slice(sh_shrink *sh)
+{
+    int v = sh->cur.slice;
+    int to[3] = {0, v / 2, v - 1};
+    char what[128];
+    for (int k = 0; k < 3; k++) {
+        if (v <= 0 || to[k] < 0 || to[k] >= v || (k && to[k] == to[k - 1]))
+            continue;
+        sh_point cand = sh->cur;
+        sh_slice(sh->c, &cand, to[k]);
+        snprintf(what, sizeof what, "slice %s instead of %s", sh->c->slices[to[k]].name,
+                 sh->c->slices[v].name);
+        if (sh_try(sh, cand, what))
+            return true;
+    }
+    return false;
+}
+
 /* To a fixed point, the largest things first: replicas, then the model,
  * then the data. */
 static void sh_shrink_run(sh_shrink *sh)
@@ -400,8 +462,12 @@ static void sh_shrink_run(sh_shrink *sh)
     bool changed = true;
     while (changed && sh->tries < sh->c->o->max_shrink_runs) {
         changed = false;
-        changed |= sh_smaller_int(sh, &sh->cur.hosts, 1, "hosts");
-        changed |= sh_smaller_int(sh, &sh->cur.dph, 1, "devices per host");
+        if (sh->c->tpu) {
+            changed |= sh_smaller_slice(sh);
+        } else {
+            changed |= sh_smaller_int(sh, &sh->cur.hosts, 1, "hosts");
+            changed |= sh_smaller_int(sh, &sh->cur.dph, 1, "devices per host");
+        }
         changed |= sh_smaller_int(sh, &sh->cur.features, 1, "features");
         changed |= sh_smaller_int(sh, &sh->cur.classes, cmin, "classes");
         changed |= sh_smaller_int(sh, &sh->cur.epochs, 1, "epochs");
@@ -411,6 +477,36 @@ static void sh_shrink_run(sh_shrink *sh)
 }
 
 /* ---- the search ------------------------------------------------------------ */
+
+/* A TPU job's slices: its generation's, fewest replicas first, up to
+ * SH_TPU_MAX_REPLICAS or the file's own; orig.slice is the file's. */
+static void sh_tpu_slices(sh_ctx *c, const dsim_tpu_topology *own)
+{
+    c->tpu = true;
+    c->own = *own;
+    char names[DSIM_TPU_NAMES_MAX];
+    dsim_tpu_names(own->gen, names, sizeof names);
+    int most = own->replicas > SH_TPU_MAX_REPLICAS ? own->replicas : SH_TPU_MAX_REPLICAS;
+    for (char *save = NULL, *n = strtok_r(names, ", ", &save); n && c->n_slices < SH_TPU_MAX_SLICES;
+         n = strtok_r(NULL, ", ", &save)) {
+        dsim_tpu_topology t;
+        if (dsim_tpu_topology_parse(n, &t) != DSIM_OK) {
+            dsim_clear_error();
+            continue;
+        }
+        if (t.replicas > most || t.replicas > DSIM_TRAIN_MAX_REPLICAS)
+            continue;
+        int k = c->n_slices++;
+        while (k > 0 && c->slices[k - 1].replicas > t.replicas) {
+            c->slices[k] = c->slices[k - 1];
+            k--;
+        }
+        c->slices[k] = t;
+    }
+    for (int k = 0; k < c->n_slices; k++)
+        if (strcmp(c->slices[k].name, own->name) == 0)
+            sh_slice(c, &c->orig, k);
+}
 
 static dsim_err sh_load(const dsim_explore_opts *o, sh_ctx *c, char **name)
 {
@@ -448,6 +544,7 @@ static dsim_err sh_load(const dsim_explore_opts *o, sh_ctx *c, char **name)
                       .seed = s->seed};
         c->orig = (sh_point){.hosts = t->hosts,
                              .dph = t->devices_per_host,
+                             .slice = -1,
                              .features = (int)t->data.in_dim,
                              .classes = (int)t->data.out_dim,
                              .batch = t->global_batch,
@@ -455,6 +552,8 @@ static dsim_err sh_load(const dsim_explore_opts *o, sh_ctx *c, char **name)
                              .files = t->in_memory ? 0 : (int)t->data.n_files,
                              .epochs = (int)t->epochs,
                              .ckpt_every = (int)t->checkpoint_every};
+        if (t->tpu.replicas > 0)
+            sh_tpu_slices(c, &t->tpu);
         *name = strdup(s->name ? s->name : "scenario");
         if (!c->strategy || !*name)
             err = DSIM_ERR(DSIM_ENOMEM, -1, "dsim explore: out of memory");

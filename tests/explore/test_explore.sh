@@ -29,6 +29,12 @@
 #                     fault files) is explored: its run without faults is
 #                     not judged by node_loss, which has no fault to judge
 #                     there; a planted bug is still found with it expected
+#   shapes_tpu        --shapes on a TPU job: the shapes are its generation's
+#                     slices (cluster.tpu; the file could not load with
+#                     cluster.hosts written in); the correct TPUStrategy
+#                     passes on every slice drawn, and a planted bug (padding
+#                     rows left unmasked) is found, shrunk to a smaller
+#                     slice, and written as a file that names its slice
 #   shrink_keeps_shape  shrinking takes no host away when the smaller
 #                     cluster fails without any fault (input_fn.yaml's global
 #                     batch of 30 on 4 replicas): the found scenario fails by
@@ -211,6 +217,40 @@ shapes_builtin)
         [ "$(grep -c '^run [0-9]*/12: passed at ' out.txt)" -eq 12 ] || fail "$f: not 12 runs passed"
         [ ! -f none.yaml ] || fail "$f: a scenario was written though nothing failed"
     done
+    ;;
+shapes_tpu)
+    cat_dir=$scen/../../../scenarios
+    "$dsim" explore --shapes "$cat_dir/tpu/v3.yaml" --runs 8 --seed 4 -o none.yaml > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 0 ] || fail "dsim explore --shapes tpu/v3.yaml exited $rc on the TPUStrategy"
+    grep -q '^tpu_v3: v3-32: 4 hosts x 8 devices, .* passes; exploring 8 other sizes' out.txt ||
+        fail "the file's own slice is not run first"
+    grep -q '^8 runs, no failure$' out.txt || fail "no summary of 8 runs"
+    grep -q '^run [0-9]*/8: passed at v3-8: 1 host x 8 devices' out.txt ||
+        fail "no run on another slice of the generation (v3-8)"
+    ! grep -q 'passed at v[^3]' out.txt || fail "a slice of another generation was drawn"
+    [ ! -f none.yaml ] || fail "a scenario was written though nothing failed"
+    # the planted bug at a global batch the cores divide (no padding) and
+    # expected to pass, as a user who does not know of it would write it
+    tpu_plugins=$plugins/../strategy
+    sed -e 's/global_batch: 20/global_batch: 32/' \
+        -e 's/gradient_consistency: {expect: fail}/gradient_consistency: {}/' \
+        "$cat_dir/tpu/unmasked_padding_bug.yaml" > unmasked.yaml
+    "$dsim" run unmasked.yaml --plugin-dir "$tpu_plugins" --db plain.db > plain.txt 2>&1 ||
+        { cat plain.txt; fail "the planted bug shows at a global batch of 32 on 8 cores"; }
+    "$dsim" explore --shapes unmasked.yaml --runs 12 --seed 4 --plugin-dir "$tpu_plugins" \
+        -o found.yaml > out.txt 2>&1
+    rc=$?
+    cat out.txt
+    [ $rc -eq 1 ] || fail "the planted TPU bug was not found (exit $rc)"
+    grep -q 'the padding is not masked out of the loss' out.txt || fail "not the padding bug"
+    grep -q '^shrunk to v3-8: 1 host x 8 devices' out.txt || fail "not shrunk to a v3-8"
+    grep -q '^cluster: {tpu: v3-8}$' found.yaml || fail "found.yaml does not name its slice"
+    "$dsim" run found.yaml --plugin-dir "$tpu_plugins" --db found.db > run.txt 2>&1
+    rc=$?
+    cat run.txt
+    [ $rc -eq 1 ] || fail "dsim run found.yaml exited $rc, wanted 1 (the bug)"
     ;;
 shapes_input_fn)
     # a strategy whose input_fn refuses sizes (a global batch the replicas
