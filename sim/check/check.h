@@ -187,6 +187,9 @@ typedef struct dsim_check_outcome {
     /* Judged by default: the check applies to the run and the scenario did
      * not name it (nor turn it off). */
     bool by_default;
+    /* The run failed before the check could judge it (result.message says
+     * how); the check counts as failed. */
+    bool run_failed;
     dsim_check_result result;
 } dsim_check_outcome;
 

@@ -276,10 +276,16 @@ static void conf_judge(dsim_conf_outcome *oc)
         /* the run's other checks that did not meet their expectation */
         char more[160] = "";
         const dsim_harness_result *br = &bad->iso.r;
-        for (size_t i = 0; i < br->n_checks; i++)
-            if (!br->checks[i].passed && strcmp(br->checks[i].name, bad->signature) != 0)
+        bool first = true; /* the first is the signature's (dsim_isolated_signature) */
+        for (size_t i = 0; i < br->n_checks; i++) {
+            if (br->checks[i].passed)
+                continue;
+            if (!first ||
+                strncmp(br->checks[i].name, bad->signature, strlen(br->checks[i].name)) != 0)
                 snprintf(more + strlen(more), sizeof more - strlen(more), "%s%s",
                          more[0] ? ", " : "", br->checks[i].name);
+            first = false;
+        }
         snprintf(oc->message, sizeof oc->message, "%.40s: %.60s: %.600s%s%.150s%s%s%.127s%s",
                  bad->engine, bad->signature, line, more[0] ? " [also failed: " : "", more,
                  more[0] ? "]" : "", others[0] ? " (also on " : "", others, others[0] ? ")" : "");

@@ -254,10 +254,16 @@ void dsim_isolated_signature(const dsim_isolated *o, char *sig, size_t sig_cap, 
         snprintf(msg, msg_cap, "%s", r->train_msg);
         return;
     }
+    /* "the same way": the check, and whether it judged the run and failed
+     * it, passed where it was expected to fail, or had no run to judge */
     for (size_t i = 0; i < r->n_checks; i++) {
-        if (!r->checks[i].passed) {
-            snprintf(sig, sig_cap, "%s", r->checks[i].name);
-            snprintf(msg, msg_cap, "%s", r->checks[i].result.message);
+        const dsim_check_outcome *c = &r->checks[i];
+        if (!c->passed) {
+            snprintf(sig, sig_cap, "%s%s", c->name,
+                     c->run_failed                       ? " (not judged: the run failed)"
+                     : c->expect_fail && c->check_passed ? " (passed, expected to fail)"
+                                                         : "");
+            snprintf(msg, msg_cap, "%s", c->result.message);
             return;
         }
     }

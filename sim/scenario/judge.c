@@ -141,6 +141,7 @@ dsim_err dsim_check_run_all(const dsim_check_ctx *ctx, dsim_check_outcome *out, 
             (*n_out)++;
             continue;
         } else if (ctx->run_err != DSIM_OK && !c->judges_failed_runs) {
+            o->run_failed = true;
             judge_msg(msg, cap, "the run failed before it could be judged: %s (%s)",
                       ctx->run->error.msg[0] ? ctx->run->error.msg : "no message",
                       dsim_strerror(ctx->run_err));
