@@ -71,6 +71,9 @@ struct dsim_health {
     int npeers;
     int retries;
     int64_t tick;
+    /* the peers retried in this wake-up, told in one warning after it */
+    int n_retried, retried_one;
+    char retried[160];
 };
 
 enum { HEALTH_GO, HEALTH_IDLE };
@@ -398,9 +401,15 @@ static int health_ping(dsim_health *h, int i, int64_t now)
         return HEALTH_IDLE;
     }
     h->mine.retries++;
-    dsim_warn("health check of worker %d: peer %d (worker %d) seems down, retrying %d/%d",
-              h->cfg.worker, health_peer_rank(h, i), health_peer_worker(h, i), p->attempts,
-              h->retries);
+    /* told once a wake-up: with hundreds of workers on a few CPUs many
+     * peers answer late at once */
+    size_t at = strlen(h->retried);
+    if (h->n_retried++ < 4 && at < sizeof h->retried)
+        snprintf(h->retried + at, sizeof h->retried - at, "%speer %d (worker %d) %d/%d",
+                 at ? ", " : "", health_peer_rank(h, i), health_peer_worker(h, i), p->attempts,
+                 h->retries);
+    if (h->n_retried == 1)
+        h->retried_one = i;
     return health_send_ping(h, i, now);
 }
 
@@ -434,8 +443,20 @@ static void health_main(void *arg)
             }
             if (!idle)
                 idle = health_answer_all(h, &h->mine.pings_answered) == HEALTH_IDLE;
+            h->n_retried = 0;
+            h->retried[0] = '\0';
             for (int i = 0; ready && i < h->npeers && !idle; i++)
                 idle = health_ping(h, i, now) == HEALTH_IDLE;
+            if (h->n_retried == 1) {
+                const health_peer *q = &h->peers[h->retried_one];
+                dsim_warn("health check of worker %d: peer %d (worker %d) seems down, retrying "
+                          "%d/%d",
+                          h->cfg.worker, health_peer_rank(h, h->retried_one),
+                          health_peer_worker(h, h->retried_one), q->attempts, h->retries);
+            } else if (h->n_retried > 1) {
+                dsim_warn("health check of worker %d: %d peers seem down, retrying: %s%s",
+                          h->cfg.worker, h->n_retried, h->retried, h->n_retried > 4 ? ", ..." : "");
+            }
             if (idle) {
                 health_cancel_all(h);
             } else {
