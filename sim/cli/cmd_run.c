@@ -603,6 +603,9 @@ static void run_one(const run_opts *o, dsim_store *st, run_item *it, dsim_harnes
                dsim_scenario_engine(it->s), tp ? " over " : "", tp ? tp : "", s->seed, mp);
     if (!o->json && s->tpu_notes)
         printf("%s", s->tpu_notes); /* simulated, no TPU used; precision; warnings */
+    char cpu_note[640];
+    if (!o->json && dsim_scenario_cpu_warning(it->s, cpu_note, sizeof cpu_note))
+        printf("%s", cpu_note);
     fflush(stdout);
     dsim_harness_opts ho = {
         .size = sizeof ho,

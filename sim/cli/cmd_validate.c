@@ -119,6 +119,9 @@ int cmd_validate(int argc, char **argv)
             if (dsim_scenario_fault_unreachable(s, f, never, sizeof never))
                 printf("%s:%d:%d: warning: %s\n", a, s->faults[f].line, s->faults[f].column, never);
         }
+        char cpu_note[640];
+        if (e == DSIM_OK && dsim_scenario_cpu_warning(s, cpu_note, sizeof cpu_note))
+            printf("%s: %s", a, cpu_note);
         /* a TPU job: what dsim says about it (warnings even with --quiet) */
         for (const char *l = e == DSIM_OK ? s->tpu_notes : NULL; l && *l;) {
             const char *end = strchr(l, '\n');

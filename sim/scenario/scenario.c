@@ -25,8 +25,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dsim/spi/rt.h"
 #include "engine/engine.h"
 #include "scenario/defaults.h"
+#include "scenario/units.h"
 #include "scenario/scenario_limits.h"
 #include "scenario/parse_int.h"
 
@@ -299,6 +301,33 @@ static const char *scen_engine_said(const dsim_scenario *s, char *buf, size_t ca
     else
         snprintf(buf, cap, "engine %s (the default)", eng);
     return buf;
+}
+
+bool dsim_scenario_cpu_warning(const dsim_scenario *s, char *text, size_t cap)
+{
+    const dsim_engine_ops *ops;
+    if (!s || dsim_engine_find(dsim_scenario_engine(s), &ops) != DSIM_OK) {
+        dsim_clear_error();
+        return false;
+    }
+    int cpus = dsim_rt_cpus(), w = s->train.hosts;
+    if (!(ops->flags & DSIM_ENGINE_FORKS) || !dsim_train_runs_health_check(&s->train) || cpus < 1 ||
+        w <= DSIM_SCEN_HEALTH_WORKERS_PER_CPU * cpus)
+        return false;
+    const dsim_train_cfg *t = &s->train;
+    char iv[32], tm[32];
+    dsim_unit_format_duration(t->health_interval_ns, iv, sizeof iv);
+    dsim_unit_format_duration(t->health_timeout_ns, tm, sizeof tm);
+    snprintf(text, cap,
+             "warning: %d worker processes with the health check on share %d CPU%s: every %s "
+             "its rounds ping every pair of workers (%lld pings), and a worker starved of CPU "
+             "can miss %d ping(s) of %s in a row and be reported down though alive, as "
+             "TensorFlow's check would on such a machine (at most %d workers a CPU answer in "
+             "time here); for this many workers use engine sim or threads, or raise "
+             "strategy.health_check.timeout\n",
+             w, cpus, cpus == 1 ? "" : "s", iv, (long long)w * (long long)(w - 1),
+             t->health_retries < 1 ? 1 : t->health_retries, tm, DSIM_SCEN_HEALTH_WORKERS_PER_CPU);
+    return true;
 }
 
 dsim_err dsim_scenario_runnable(const dsim_scenario *s)

@@ -264,6 +264,14 @@ typedef struct dsim_fault_detection {
  * job (dsim/health.h derives it), and the sentence `dsim validate` prints. */
 void dsim_scenario_fault_detection(const dsim_scenario *s, size_t i, dsim_fault_detection *out);
 
+/* The workers' health check on engine processes with more worker
+ * processes than it can answer for on this machine's CPUs (more than
+ * DSIM_SCEN_HEALTH_WORKERS_PER_CPU a CPU): a warning (text, "warning: ...")
+ * that a worker starved of CPU can be reported down though alive; false
+ * when there is none to give. scenario.c. */
+#define DSIM_SCEN_HEALTH_WORKERS_PER_CPU 128
+bool dsim_scenario_cpu_warning(const dsim_scenario *s, char *text, size_t cap);
+
 /* Steps a job of cfg takes, from worker 0's input under dsim's own
  * pipeline (every worker takes the same number); 0 when the input cannot
  * be made (the run will say why). detect.c. */

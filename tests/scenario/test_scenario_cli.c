@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dsim/spi/rt.h"
 #include "scenario/scenario.h"
 
 static const char *cli_exe;
@@ -187,6 +188,37 @@ static void test_validate(void **state)
     if (!strstr(r->out, want))
         fail_msg("expected '%s' in: %s", want, r->out);
     assert_null(strstr(r->out, "faults[0] (kill worker 1 at step 3) never"));
+
+    /* engine processes with more workers than the health check can answer
+     * for on this machine's CPUs: a warning (with --quiet too); the same
+     * job at the limit, or with the check off, none */
+    int over = DSIM_SCEN_HEALTH_WORKERS_PER_CPU * dsim_rt_cpus() + 1;
+    char text[512];
+    snprintf(text, sizeof text,
+             "name: crowded\nengine: processes\ncluster: {hosts: %d}\n"
+             "data: {examples: %d, global_batch: %d, epochs: 1}\n",
+             over, over, over);
+    const char *crowded = cli_file(7, "crowded.yaml", text);
+    r = cli_run((const char *[]){"validate", "--quiet", crowded, NULL});
+    snprintf(want, sizeof want, "%s: warning: %d worker processes with the health check on share",
+             crowded, over);
+    if (over <= 4096 && !strstr(r->out, want))
+        fail_msg("expected '%s' in: %s", want, r->out);
+    snprintf(text, sizeof text,
+             "name: crowded\nengine: processes\ncluster: {hosts: %d}\n"
+             "strategy: {health_check: {interval: 0}}\n"
+             "data: {examples: %d, global_batch: %d, epochs: 1}\n",
+             over, over, over);
+    crowded = cli_file(7, "crowded.yaml", text);
+    r = cli_run((const char *[]){"validate", "--quiet", crowded, NULL});
+    assert_null(strstr(r->out, "worker processes with the health check on"));
+    snprintf(text, sizeof text,
+             "name: crowded\nengine: processes\ncluster: {hosts: %d}\n"
+             "data: {examples: %d, global_batch: %d, epochs: 1}\n",
+             over - 1, over, over - 1);
+    crowded = cli_file(7, "crowded.yaml", text);
+    r = cli_run((const char *[]){"validate", "--quiet", crowded, NULL});
+    assert_null(strstr(r->out, "worker processes with the health check on"));
 
     /* a checkpoint directory that does not exist: refused with its place */
     const char *nodir =
