@@ -80,11 +80,13 @@ static void cf_list(void)
 static void cf_row(const dsim_conf_outcome *oc, void *user)
 {
     (void)user;
-    char shape[32] = "-";
+    char shape[48] = "-";
     if (oc->hosts)
         snprintf(shape, sizeof shape, "%dx%d", oc->hosts, oc->devices_per_host);
     if (oc->hosts && oc->ps)
         snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "+%dps", oc->ps);
+    if (oc->tpu[0]) /* a TPU strategy: the slice it ran on */
+        snprintf(shape, sizeof shape, "%s", oc->tpu);
     printf("  %-20s %-9s %-24s %-7s %s\n", oc->c->name, shape, oc->engines[0] ? oc->engines : "-",
            dsim_conf_verdict_name(oc->verdict), oc->message);
     fflush(stdout);

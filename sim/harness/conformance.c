@@ -88,6 +88,8 @@ static bool conf_engine_known(const char *name)
 
 typedef struct conf_fit {
     dsim_strategy_shape shape;
+    dsim_tpu_topology tpu; /* a strategy that runs on TPU slices only: the slice */
+    bool on_tpu;
     dsim_strategy_traits traits;
     bool ok;
     char why[700]; /* not applicable: the reason */
@@ -123,6 +125,23 @@ static void conf_fit_case(const dsim_conf_opts *o, const dsim_conf_case *c, conf
         if (!first[0])
             snprintf(first, sizeof first, "%s", dsim_errmsg());
     }
+    /* A TPUStrategy of one's own runs on a slice only: the smallest slice
+     * of the case's kind (one replica, one host, several hosts). */
+    const char *slice = R == 1 ? "v5e-1" : c->hosts == 1 ? "v3-8" : "v4-16";
+    if (!f->ok && dsim_tpu_topology_parse(slice, &f->tpu) == DSIM_OK) {
+        dsim_strategy_shape sh = {.hosts = f->tpu.hosts,
+                                  .devices_per_host = f->tpu.replicas_per_host,
+                                  .num_replicas = f->tpu.replicas,
+                                  .ps_mode = mode,
+                                  .tpu = &f->tpu};
+        if (dsim_strategy_probe(o->strategy, &sh, &f->traits) == DSIM_OK) {
+            sh.tpu = NULL; /* f may move: conf_text names the slice */
+            f->shape = sh;
+            f->ok = f->on_tpu = true;
+            first[0] = '\0';
+        }
+    }
+    dsim_clear_error();
     if (!f->ok) {
         snprintf(f->why, sizeof f->why, "%s accepts none of the shapes tried for %d x %d: %s",
                  o->strategy, c->hosts, c->devices_per_host, first);
@@ -180,8 +199,11 @@ static char *conf_text(const dsim_conf_opts *o, const dsim_conf_case *c, const c
     fprintf(f, "# dsim conformance: case %s for strategy %s (%s)\n", c->name, o->strategy,
             c->about);
     fprintf(f, "name: %s.%s\nseed: 1\nengine: %s\n", c->name, engine, engine);
-    fprintf(f, "cluster: {hosts: %d, devices_per_host: %d, ps: %d}\n", fit->shape.hosts,
-            fit->shape.devices_per_host, fit->shape.num_ps);
+    if (fit->on_tpu)
+        fprintf(f, "cluster: {tpu: %s}\n", fit->tpu.name);
+    else
+        fprintf(f, "cluster: {hosts: %d, devices_per_host: %d, ps: %d}\n", fit->shape.hosts,
+                fit->shape.devices_per_host, fit->shape.num_ps);
     fprintf(f, "strategy: {name: %s", o->strategy);
     if (o->plugin) {
         fputs(", plugin: ", f);
@@ -312,6 +334,8 @@ static void conf_case_run(const dsim_conf_opts *o, const dsim_conf_case *c, cons
     oc->hosts = fit.shape.hosts;
     oc->devices_per_host = fit.shape.devices_per_host;
     oc->ps = fit.shape.num_ps;
+    if (fit.on_tpu)
+        snprintf(oc->tpu, sizeof oc->tpu, "%s", fit.tpu.name);
     conf_engines(o, c, oc->engines, sizeof oc->engines);
     if (!fit.ok || !oc->engines[0]) {
         oc->verdict = DSIM_CONF_NA;

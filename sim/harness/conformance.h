@@ -100,6 +100,7 @@ typedef struct dsim_conf_outcome {
     const dsim_conf_case *c;
     dsim_conf_verdict verdict;
     int hosts, devices_per_host, ps; /* the shape run (0 x 0 when none) */
+    char tpu[40];                    /* the TPU slice run ("v3-8"), or "" */
     char engines[128];               /* the engines it ran on, comma-separated */
     char message[1024];              /* one line: why it failed, why n/a, or what passed */
     dsim_conf_run *runs;

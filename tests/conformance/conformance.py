@@ -241,11 +241,35 @@ def case_bad_input(tmp):
           "--list prints the battery")
 
 
+def case_tpu(tmp):
+    """A strategy that runs on TPU slices only is run on slices (it was n/a
+    on every case): the built-in TPUStrategy passes, the planted TPU bugs
+    fail."""
+    cases = "one_replica,one_host_3,uneven_2x3,kill_recovery"
+    rc, out, err, rows = conformance(["tpu", "--case", cases, "--engine", "sim,threads"], tmp)
+    check(rc == 0, "the TPUStrategy passes the battery on slices (got %d)" % rc)
+    want = {"one_replica": "v5e-1", "one_host_3": "v3-8", "uneven_2x3": "v4-16",
+            "kill_recovery": "v4-16"}
+    for c, slice_ in want.items():
+        r = rows.get(c, {})
+        check(r.get("verdict") == "pass" and r.get("shape") == slice_,
+              "tpu runs %s on a %s and passes: %s" % (c, slice_, r))
+    check("node_loss" in rows.get("kill_recovery", {}).get("message", ""),
+          "kill_recovery judges node_loss on the slice")
+    for bug in ("tpu_unmasked", "tpu_one_pipeline"):
+        so = plugin("tests", "strategy", "lib%s_strategy.so" % bug)
+        rc, out, err, rows = conformance([so, "--case", "uneven_2x3", "--engine", "sim"], tmp)
+        r = rows.get("uneven_2x3", {})
+        check(rc == 1 and r.get("verdict") == "FAIL" and r.get("shape") == "v4-16"
+              and "gradient_consistency" in r.get("message", ""),
+              "the planted %s fails on a slice: %s" % (bug, r))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="dsim-conformance-test-")
     try:
         {"quick": case_quick, "full": case_full, "not_applicable": case_not_applicable,
-         "planted": case_planted, "bad_input": case_bad_input}[CASE](tmp)
+         "planted": case_planted, "bad_input": case_bad_input, "tpu": case_tpu}[CASE](tmp)
         print("%d failure(s)" % len(failures))
         return 1 if failures else 0
     finally:
