@@ -115,7 +115,8 @@ static void hc_rank(coll_harness *h, int rank, void *arg)
     }
     if (rank == s->victim || (s->victim2 > 0 && rank == s->victim2)) {
         dsim_rt_sleep_until(h->rt, dsim_rt_deadline(h->rt, s->sleep_ns));
-        s->died_at = dsim_rt_now(h->rt);
+        if (rank == s->victim) /* the second victim's time is not kept */
+            s->died_at = dsim_rt_now(h->rt);
         atomic_store(&s->dead[rank], 1);
         dsim_health_poke(s->hc[rank]);
         return; /* as a killed process: silent from here on */
