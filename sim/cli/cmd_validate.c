@@ -109,6 +109,7 @@ int cmd_validate(int argc, char **argv)
             continue;
         dsim_scenario *s = NULL;
         dsim_err e = dsim_scenario_load(a, &s);
+        uint64_t steps = e == DSIM_OK && s->n_faults ? dsim_scenario_own_steps(s) : 0;
         for (size_t f = 0; e == DSIM_OK && f < s->n_faults; f++) {
             dsim_fault_detection d;
             dsim_scenario_fault_detection(s, f, &d);
@@ -116,7 +117,7 @@ int cmd_validate(int argc, char **argv)
                 printf("%s:%d:%d: %s%s\n", a, s->faults[f].line, s->faults[f].column,
                        d.warn ? "warning: " : "", d.text);
             char never[512];
-            if (dsim_scenario_fault_unreachable(s, f, never, sizeof never))
+            if (dsim_scenario_fault_unreachable(s, f, steps, never, sizeof never))
                 printf("%s:%d:%d: warning: %s\n", a, s->faults[f].line, s->faults[f].column, never);
         }
         char cpu_note[640];

@@ -222,8 +222,9 @@ int dsim_ci_open(const char *cmd, const char *junit_path, bool tap, dsim_ci_repo
 
 /* ---- TAP ---- */
 
-static void ci_tap_line_skip(dsim_ci_report *r, bool ok, const char *scenario, const char *test,
-                             const char *comment, bool skip)
+/* skip: TAP's SKIP directive (a check with nothing in the run to judge) */
+static void ci_tap_line(dsim_ci_report *r, bool ok, const char *scenario, const char *test,
+                        const char *comment, bool skip)
 {
     if (!r->tap)
         return;
@@ -239,12 +240,6 @@ static void ci_tap_line_skip(dsim_ci_report *r, bool ok, const char *scenario, c
         ci_tap_text(r->tap, comment, false);
         fputc('\n', r->tap);
     }
-}
-
-static void ci_tap_line(dsim_ci_report *r, bool ok, const char *scenario, const char *test,
-                        const char *comment)
-{
-    ci_tap_line_skip(r, ok, scenario, test, comment, false);
 }
 
 /* A check met its expectation without judging the run (N/A: the run has
@@ -335,7 +330,7 @@ void dsim_ci_load_failed(dsim_ci_report *r, const char *file, const char *msg)
     if (!r)
         return;
     const char *why = msg && *msg ? msg : "refused (the reason is on standard error)";
-    ci_tap_line(r, false, file, "load", why);
+    ci_tap_line(r, false, file, "load", why, false);
     if (r->tap)
         fflush(r->tap);
     if (!r->suites)
@@ -403,12 +398,13 @@ void dsim_ci_run(dsim_ci_report *r, const char *file, const dsim_scenario *s,
         snprintf(comment, sizeof comment, "%s%sexpects %s, measured %s, expected %s: %s",
                  c->passed ? "" : "FAILED: ", c->by_default ? "judged by default, " : "",
                  c->expect_fail ? "fail" : "pass", meas, exp, c->result.message);
-        ci_tap_line_skip(r, c->passed, name, c->name, comment, ci_check_skipped(c));
+        ci_tap_line(r, c->passed, name, c->name, comment, ci_check_skipped(c));
     }
     if (run_case)
         ci_tap_line(r, !broken, name, "run",
                     broken ? broken
-                           : "no checks: the scenario has no expect: section, nothing was judged");
+                           : "no checks: the scenario has no expect: section, nothing was judged",
+                    false);
     if (r->tap)
         fflush(r->tap);
     if (!r->suites)

@@ -162,19 +162,24 @@ uint64_t dsim_train_cfg_steps(const dsim_train_cfg *cfg)
     return total;
 }
 
-bool dsim_scenario_fault_unreachable(const dsim_scenario *s, size_t i, char *text, size_t cap)
+uint64_t dsim_scenario_own_steps(const dsim_scenario *s)
 {
-    if (!s || i >= s->n_faults)
-        return false;
-    const dsim_fault *f = &s->faults[i];
-    const dsim_train_cfg *t = &s->train;
-    bool stepped = f->when == DSIM_WHEN_STEP || (f->when == DSIM_WHEN_PHASE && f->step >= 0);
+    const dsim_train_cfg *t = s ? &s->train : NULL;
     /* a plugin's code is not loaded here; a strategy's input_fn makes its
      * own batches */
-    if (!stepped || t->plugin_path || (t->strategy && dsim_strategy_input_fn(t->strategy, NULL)))
+    if (!t || t->plugin_path || (t->strategy && dsim_strategy_input_fn(t->strategy, NULL)))
+        return 0;
+    return dsim_train_cfg_steps(t);
+}
+
+bool dsim_scenario_fault_unreachable(const dsim_scenario *s, size_t i, uint64_t steps, char *text,
+                                     size_t cap)
+{
+    if (!s || i >= s->n_faults || steps == 0)
         return false;
-    uint64_t steps = dsim_train_cfg_steps(t);
-    if (steps == 0 || (uint64_t)f->step < steps)
+    const dsim_fault *f = &s->faults[i];
+    bool stepped = f->when == DSIM_WHEN_STEP || (f->when == DSIM_WHEN_PHASE && f->step >= 0);
+    if (!stepped || (uint64_t)f->step < steps)
         return false;
     char what[128];
     detect_describe(f, what, sizeof what);

@@ -277,11 +277,16 @@ bool dsim_scenario_cpu_warning(const dsim_scenario *s, char *text, size_t cap);
  * be made (the run will say why). detect.c. */
 uint64_t dsim_train_cfg_steps(const dsim_train_cfg *cfg);
 
+/* The steps of the scenario's job where dsim's own pipeline makes the
+ * batches (dsim_train_cfg_steps); 0 where they are not known here: a
+ * plugin's strategy (its code is not loaded), a strategy's input_fn. */
+uint64_t dsim_scenario_own_steps(const dsim_scenario *s);
+
 /* faults[i] can never fire: it names a step (at_step, or at_phase with
- * at_step) the job never reaches. Known only where dsim's own pipeline
- * makes the batches (not a plugin's, nor a strategy's input_fn); text says
- * so and how to fix it. */
-bool dsim_scenario_fault_unreachable(const dsim_scenario *s, size_t i, char *text, size_t cap);
+ * at_step) at or past `steps` (dsim_scenario_own_steps; 0: unknown, never
+ * said); text says so and how to fix it. */
+bool dsim_scenario_fault_unreachable(const dsim_scenario *s, size_t i, uint64_t steps, char *text,
+                                     size_t cap);
 
 /* The cost model's topology of the scenario's job on `engine` (NULL: the
  * scenario's own): its links (cluster.network and its intra link, a TPU
