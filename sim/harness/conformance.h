@@ -91,7 +91,7 @@ typedef struct dsim_conf_run {
     char engine[32];
     char *text; /* the scenario run */
     dsim_isolated iso;
-    char signature[64]; /* "" when it passed (dsim_isolated_signature) */
+    char signature[128]; /* "" when it passed (dsim_isolated_signature) */
     char message[512];
     double wall_s;
 } dsim_conf_run;

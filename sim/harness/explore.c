@@ -64,7 +64,7 @@ typedef struct ex_sched {
 /* What one run came to, handed from the child through a pipe. */
 typedef struct ex_outcome {
     bool failed;
-    char signature[64];
+    char signature[128];
     char message[512];
     uint64_t steps;
 } ex_outcome;
@@ -450,9 +450,11 @@ static bool ex_try(ex_shrink *sh, const ex_sched *cand, const char *what)
     ex_run(sh->c, sh->c->o->path, text, &o);
     free(text);
     bool keep = o.failed && strcmp(o.signature, sh->sig) == 0;
-    ex_say(sh->c, "shrink %d: %s: %s", sh->tries, what,
-           keep ? "still fails the same way, kept"
-                : (o.failed ? "fails otherwise, undone" : "passes, undone"));
+    if (keep || !o.failed)
+        ex_say(sh->c, "shrink %d: %s: %s", sh->tries, what,
+               keep ? "still fails the same way, kept" : "passes, undone");
+    else
+        ex_say(sh->c, "shrink %d: %s: fails otherwise (%s), undone", sh->tries, what, o.signature);
     if (keep) {
         sh->cur = *cand;
         sh->last = o;
@@ -522,7 +524,9 @@ static void ex_shrink_run(ex_shrink *sh)
             uint64_t step = sh->cur.f[i].step;
             uint64_t to[3] = {0, step / 2, step ? step - 1 : 0};
             for (int k = 0; k < 3; k++) {
-                if (to[k] >= sh->cur.f[i].step)
+                /* (step 1: all three are 0; tried once) */
+                if (to[k] >= sh->cur.f[i].step || (k > 0 && to[k] == to[k - 1]) ||
+                    (k > 1 && to[k] == to[0]))
                     continue;
                 ex_sched cand = sh->cur;
                 cand.f[i].step = to[k];

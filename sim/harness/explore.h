@@ -86,8 +86,10 @@ typedef struct dsim_explore_result {
     bool baseline_failed; /* the scenario fails without any fault */
     bool found;           /* a run failed */
     uint64_t failing_run; /* its index, from 1 */
-    char signature[64];   /* how it failed: a check name (with "(not judged: the run failed)" or
-                             "(passed, expected to fail)"), hung, crashed, timeout, error */
+    char signature[128];  /* how it failed: a check name (with "(not judged: the run failed)",
+                             "(not judged: the run failed: <the error's kind>)" for another
+                             error than a timeout, abort or lost peer, or "(passed, expected
+                             to fail)"), hung, crashed, timeout, error */
     char message[512];    /* what the failing check or the run said */
     int faults_found;     /* faults of the failing schedule */
     int faults_final;     /* after shrinking */

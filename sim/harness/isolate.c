@@ -232,6 +232,15 @@ void dsim_isolated_free(dsim_isolated *o)
         dsim_harness_result_free(&o->r);
 }
 
+/* A job that stopped on a timeout, an abort or a lost peer: which of these
+ * a run ends with depends on which replica noticed first, so they are one
+ * way to fail; a refused shape or corrupt data is another. */
+static bool iso_lost_job(dsim_err e)
+{
+    return e == DSIM_ETIMEDOUT || e == DSIM_EABORTED || e == DSIM_EPEER || e == DSIM_EHUNG ||
+           e == DSIM_EPREEMPTED;
+}
+
 void dsim_isolated_signature(const dsim_isolated *o, char *sig, size_t sig_cap, char *msg,
                              size_t msg_cap)
 {
@@ -255,14 +264,19 @@ void dsim_isolated_signature(const dsim_isolated *o, char *sig, size_t sig_cap, 
         return;
     }
     /* "the same way": the check, and whether it judged the run and failed
-     * it, passed where it was expected to fail, or had no run to judge */
+     * it, passed where it was expected to fail, or had no run to judge (and
+     * then, but for a lost job, why: a refused batch is not a timeout) */
     for (size_t i = 0; i < r->n_checks; i++) {
         const dsim_check_outcome *c = &r->checks[i];
         if (!c->passed) {
-            snprintf(sig, sig_cap, "%s%s", c->name,
-                     c->run_failed                       ? " (not judged: the run failed)"
-                     : c->expect_fail && c->check_passed ? " (passed, expected to fail)"
-                                                         : "");
+            if (c->run_failed && iso_lost_job(r->train_err))
+                snprintf(sig, sig_cap, "%s (not judged: the run failed)", c->name);
+            else if (c->run_failed)
+                snprintf(sig, sig_cap, "%s (not judged: the run failed: %s)", c->name,
+                         dsim_strerror(r->train_err));
+            else
+                snprintf(sig, sig_cap, "%s%s", c->name,
+                         c->expect_fail && c->check_passed ? " (passed, expected to fail)" : "");
             snprintf(msg, msg_cap, "%s", c->result.message);
             return;
         }

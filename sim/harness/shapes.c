@@ -337,7 +337,7 @@ static bool sh_draw(const sh_ctx *c, uint64_t run, sh_point *p, char **text)
 
 typedef struct sh_outcome {
     bool failed;
-    char signature[64];
+    char signature[128];
     char message[512];
 } sh_outcome;
 

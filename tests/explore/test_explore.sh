@@ -38,7 +38,10 @@
 #   shrink_keeps_shape  shrinking takes no host away when the smaller
 #                     cluster fails without any fault (input_fn.yaml's global
 #                     batch of 30 on 4 replicas): the found scenario fails by
-#                     its faults, not by its shape
+#                     its faults, not by its shape; a shrink run refused by
+#                     its shape reads otherwise than the faults' timeout (the
+#                     run's error is in the way it fails), and no change is
+#                     tried twice in a row
 set -u
 case_=$1 dsim=$2 scen=$3 plugins=$4
 tmp=$(mktemp -d) || exit 1
@@ -312,6 +315,13 @@ shrink_keeps_shape)
     grep -q '2 hosts instead of 3: fails without any fault' out.txt ||
         fail "the smaller cluster's own failure is not said"
     grep -q 'still fails the same way, kept' out.txt || fail "nothing was shrunk"
+    # a refused shape reads otherwise than the faults' timeout
+    grep -q 'failed with gradient_consistency (not judged: the run failed);' out.txt ||
+        fail "not the faults' failure"
+    grep -q 'fails without any fault (gradient_consistency (not judged: the run failed: invalid arg' \
+        out.txt || fail "the smaller cluster's refusal does not read otherwise"
+    twice=$(sed -n 's/^shrink [0-9]*: //p' out.txt | uniq -d)
+    [ -z "$twice" ] || fail "tried twice in a row: $twice"
     grep -q '^  hosts: 3$' found.yaml || fail "found.yaml lost a host"
     "$dsim" run found.yaml --plugin-dir "$ifn" --db found.db > run.txt 2>&1
     rc=$?
