@@ -2,6 +2,7 @@
 #include "conformance.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "dsim/spi/strategy.h"
 #include "engine/engine.h"
+#include "scenario/plan.h"
 #include "scenario/scenario.h"
 
 static const char *const conf_verdicts[] = {"pass", "FAIL", "n/a", "ERROR"};
@@ -92,7 +94,9 @@ typedef struct conf_fit {
     bool on_tpu;
     dsim_strategy_traits traits;
     bool ok;
-    char why[700]; /* not applicable: the reason */
+    char why[700];     /* not applicable: the reason */
+    long global_batch; /* > 0: run with this global batch instead of the case's */
+    char note[200];    /* what was fitted beyond the shape, for the case's message */
 } conf_fit;
 
 static void conf_fit_case(const dsim_conf_opts *o, const dsim_conf_case *c, conf_fit *f)
@@ -219,8 +223,15 @@ static char *conf_text(const dsim_conf_opts *o, const dsim_conf_case *c, const c
         fprintf(f, "model: %s\n", c->model);
     if (c->optimizer)
         fprintf(f, "optimizer: %s\n", c->optimizer);
-    if (c->data)
+    const char *gb = c->data ? strstr(c->data, "global_batch: ") : NULL;
+    if (gb && fit->global_batch > 0) {
+        const char *rest = gb + strlen("global_batch: ");
+        rest += strspn(rest, "0123456789");
+        fprintf(f, "data: %.*sglobal_batch: %ld%s\n", (int)(gb - c->data), c->data,
+                fit->global_batch, rest);
+    } else if (c->data) {
         fprintf(f, "data: %s\n", c->data);
+    }
     if (c->checkpoint && fit->traits.can_save)
         fprintf(f, "checkpoint: {path: %s.ckpt, %s}\n", c->name, c->checkpoint);
     if (c->faults)
@@ -234,6 +245,61 @@ static char *conf_text(const dsim_conf_opts *o, const dsim_conf_case *c, const c
         return NULL;
     }
     return buf;
+}
+
+/* ---- fitting the data to a strategy's own input_fn ---------------------- */
+
+/* Whether the case's scenario plans: the strategy's input_fn accepts its
+ * data (the plan runs it without training); why not, into why. */
+static bool conf_plans(const dsim_conf_opts *o, const dsim_conf_case *c, const conf_fit *fit,
+                       char *why, size_t cap)
+{
+    char *text = conf_text(o, c, fit, "sim");
+    dsim_scenario *s = NULL;
+    json_t *plan = NULL;
+    bool ok = text && dsim_scenario_parse("conformance.yaml", text, strlen(text), &s) == DSIM_OK &&
+              dsim_scenario_plan(s, &plan) == DSIM_OK;
+    if (!ok) {
+        const char *m = text ? dsim_errmsg() : "out of memory", *d = strstr(m, "data: ");
+        snprintf(why, cap, "%s", d ? d + 6 : m);
+    }
+    json_decref(plan);
+    dsim_scenario_free(s);
+    free(text);
+    dsim_clear_error();
+    return ok;
+}
+
+/* A strategy that distributes its own input may refuse the case's global
+ * batch, as TF's get_per_replica_batch_size refuses one the replicas do not
+ * divide: by design, not a bug. The case then runs with the next multiple
+ * of the replicas, said in its message; n/a when that is refused too. */
+static void conf_fit_batch(const dsim_conf_opts *o, const dsim_conf_case *c, conf_fit *fit)
+{
+    void *user = NULL;
+    if (!fit->ok || !c->data || !dsim_strategy_input_fn(o->strategy, &user))
+        return;
+    char why[400];
+    if (conf_plans(o, c, fit, why, sizeof why))
+        return;
+    const char *g = strstr(c->data, "global_batch: ");
+    long gb = g ? strtol(g + strlen("global_batch: "), NULL, 10) : 0;
+    long R = fit->shape.num_replicas > 0 ? fit->shape.num_replicas : 1;
+    long to = (gb + R - 1) / R * R;
+    if (gb > 0 && to != gb) {
+        fit->global_batch = to;
+        char why2[400];
+        if (conf_plans(o, c, fit, why2, sizeof why2)) {
+            snprintf(fit->note, sizeof fit->note,
+                     "global batch %ld, not the case's %ld: the strategy's input_fn refuses a "
+                     "batch its %ld replicas do not divide",
+                     to, gb, R);
+            return;
+        }
+        fit->global_batch = 0;
+    }
+    fit->ok = false;
+    snprintf(fit->why, sizeof fit->why, "the strategy's input_fn refuses the case's data: %s", why);
 }
 
 /* ---- running a case ---------------------------------------------------- */
@@ -308,7 +374,7 @@ static void conf_judge(dsim_conf_outcome *oc)
                          more[0] ? ", " : "", br->checks[i].name);
             first = false;
         }
-        snprintf(oc->message, sizeof oc->message, "%.40s: %.60s: %.600s%s%.150s%s%s%.127s%s",
+        snprintf(oc->message, sizeof oc->message, "%.40s: %.127s: %.540s%s%.150s%s%s%.127s%s",
                  bad->engine, bad->signature, line, more[0] ? " [also failed: " : "", more,
                  more[0] ? "]" : "", others[0] ? " (also on " : "", others, others[0] ? ")" : "");
         return;
@@ -331,6 +397,7 @@ static void conf_case_run(const dsim_conf_opts *o, const dsim_conf_case *c, cons
     oc->c = c;
     conf_fit fit;
     conf_fit_case(o, c, &fit);
+    conf_fit_batch(o, c, &fit);
     oc->hosts = fit.shape.hosts;
     oc->devices_per_host = fit.shape.devices_per_host;
     oc->ps = fit.shape.num_ps;
@@ -373,6 +440,9 @@ static void conf_case_run(const dsim_conf_opts *o, const dsim_conf_case *c, cons
         conf_run_one(o, dir, run);
     }
     conf_judge(oc);
+    if (fit.note[0])
+        snprintf(oc->message + strlen(oc->message), sizeof oc->message - strlen(oc->message),
+                 "; %s", fit.note);
     oc->wall_s = conf_now() - t0;
 }
 

@@ -23,6 +23,12 @@ usage: conformance.py CASE DSIM BUILD_DIR XSD [STRATEGY...]
               that drops the n % N tail passes catalogue_2x2 (36 parameters
               over 4 replicas) and fails the awkward shapes; a strategy that
               crashes is one failed case, not the end of the battery
+  input_fn    a strategy that distributes its own input and refuses a global
+              batch its replicas do not divide (TF's
+              get_per_replica_batch_size) passes every case, run with the
+              next multiple of the replicas and saying so (it failed 8 of
+              15 by its refusal before); its planted bug (an uneven split's
+              remainder dropped) still fails shard_coverage
   bad_input   no strategy, an unknown one, a missing plugin, an unknown case
               or engine, a bad --ps-mode, --timeout or --keep: exit 2 with a
               message; --list prints the battery
@@ -265,11 +271,34 @@ def case_tpu(tmp):
               "the planted %s fails on a slice: %s" % (bug, r))
 
 
+def case_input_fn(tmp):
+    ok = plugin("examples", "input_fn_strategy", "libinput_fn_strategy.so")
+    rc, out, err, rows = conformance([ok], tmp)
+    check(rc == 0, "the input_fn strategy passes the battery (got %d)" % rc)
+    check(len(rows) >= 15, "every case has a row (%d)" % len(rows))
+    bad = [k for k, r in rows.items() if r["verdict"] != "pass"]
+    check(not bad, "no case fails or is n/a: %s" % bad)
+    r = rows.get("one_host_3", {})
+    check("global batch 33, not the case's 31: the strategy's input_fn refuses a batch its 3 "
+          "replicas do not divide" in r.get("message", ""),
+          "the fitted batch is said: %s" % r)
+    check("not the case's" not in rows.get("catalogue_2x2", {}).get("message", "x"),
+          "a batch the replicas divide is left as it is")
+    drop = plugin("examples", "input_fn_strategy", "libinput_fn_drop_last_strategy.so")
+    rc, out, err, rows = conformance([drop, "--case", "catalogue_2x2,uneven_2x3", "--engine",
+                                      "sim"], tmp)
+    check(rc == 1, "the dropped remainder fails the battery (got %d)" % rc)
+    r = rows.get("uneven_2x3", {})
+    check(r.get("verdict") == "FAIL" and "shard_coverage" in r.get("message", ""),
+          "the dropped remainder fails uneven_2x3 by shard_coverage: %s" % r)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="dsim-conformance-test-")
     try:
         {"quick": case_quick, "full": case_full, "not_applicable": case_not_applicable,
-         "planted": case_planted, "bad_input": case_bad_input, "tpu": case_tpu}[CASE](tmp)
+         "planted": case_planted, "bad_input": case_bad_input, "tpu": case_tpu,
+         "input_fn": case_input_fn}[CASE](tmp)
         print("%d failure(s)" % len(failures))
         return 1 if failures else 0
     finally:
