@@ -164,7 +164,8 @@ static bool pf_took_turns(const dsim_check_ctx *ctx, int *cpus, const char **eng
     return ctx->run->num_replicas > *cpus;
 }
 
-/* Said after a straggler that fails where the replicas took turns. */
+/* Said after a straggler that fails where the replicas took turns (slower
+ * than taking turns explains). */
 static void pf_turns_note(const dsim_check_ctx *ctx, char *msg, size_t cap)
 {
     int cpus = 0;
@@ -172,15 +173,18 @@ static void pf_turns_note(const dsim_check_ctx *ctx, char *msg, size_t cap)
     if (!pf_took_turns(ctx, &cpus, &eng))
         return;
     dsim_check_msg_append(msg, cap,
-                          ". But its %d replicas took turns on this host's %d CPUs (engine %s), "
-                          "so one that waited for a CPU mid-compute looks slow: engine sim times "
-                          "the job as on devices of their own",
-                          ctx->run->num_replicas, cpus, eng);
+                          ". Its %d replicas took turns on this host's %d CPUs (engine %s), "
+                          "so one that waited for a CPU mid-compute looks slow, but by at most "
+                          "the %.2g replicas a CPU ran: this one is slower than that; engine sim "
+                          "times the job as on devices of their own",
+                          ctx->run->num_replicas, cpus, eng, (double)ctx->run->num_replicas / cpus);
 }
 
 /* Where the replicas took turns: the straggler alone is judged (a
- * replica's own compute, as the median over steps, stays its own: 1.1-1.3x
- * for 8 replicas on 2 CPUs), the share and the efficiency are not. */
+ * replica's own compute, as the median over steps, stays mostly its own:
+ * 1.05-1.43x for 8 correct replicas on 2 CPUs, the host busy; a straggler
+ * within the replicas a CPU ran is not judged: pf_run), the share and the
+ * efficiency are not. */
 static void pf_judge_turns(const dsim_check_ctx *ctx, const double *v, const dsim_perf *p,
                            dsim_check_result *out)
 {
@@ -245,6 +249,27 @@ static dsim_err pf_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        100 * p.allreduce_share, 100 * v[PF_MAX_SHARE], 1e3 * p.step_s,
                        1e3 * p.compute_s);
         out->measured = p.allreduce_share;
+        return DSIM_OK;
+    }
+    /* Taking turns, a replica that waited for a CPU mid-compute more often
+     * than the others looks slower by up to the replicas a CPU ran (8
+     * correct replicas on 2 CPUs, the host busy: up to 1.43x measured):
+     * within that, the host cannot be told from the strategy. */
+    double allow = turns ? (double)N / cpus : 1;
+    if (!DSIM_CHECK_UNSET(v[PF_MAX_STRAGGLER]) && p.straggler >= 0 &&
+        p.straggler_factor > v[PF_MAX_STRAGGLER] &&
+        p.straggler_factor <= v[PF_MAX_STRAGGLER] * allow) {
+        out->not_judged = true;
+        out->measured = p.straggler_factor;
+        out->expected = v[PF_MAX_STRAGGLER];
+        dsim_check_msg(msg, cap,
+                       "not judged: replica %d computes %.2fx the other replicas' median "
+                       "(max_straggler_factor %.2g), but its %d replicas took turns on this "
+                       "host's %d CPUs (engine %s), so one that waited for a CPU mid-compute "
+                       "looks slow, up to %.2gx here (%.2g x %.2g replicas a CPU): engine sim "
+                       "times the job as on devices of their own",
+                       p.straggler, p.straggler_factor, v[PF_MAX_STRAGGLER], N, cpus, eng,
+                       v[PF_MAX_STRAGGLER] * allow, v[PF_MAX_STRAGGLER], allow);
         return DSIM_OK;
     }
     if (!DSIM_CHECK_UNSET(v[PF_MAX_STRAGGLER]) && p.straggler >= 0 &&

@@ -1108,12 +1108,26 @@ static void test_performance(void **state)
     assert_has(r.message, "replica 2 is a straggler");
     assert_has(r.message, "4.00x");
     assert_null(strstr(r.message, "took turns"));
+    /* taking turns (4 replicas on 2 CPUs), 4x is within the 2 x 2 that
+     * waiting for a CPU explains: not judged, and said why */
     ctx.host_cpus = 2;
     r = judge("performance", &ctx, v);
     assert_false(r.passed);
+    assert_true(r.not_judged);
+    assert_true(fabs(r.measured - 4.0) < 1e-12 && r.expected == 2.0);
+    assert_has(r.message, "not judged: replica 2 computes 4.00x the other replicas' median "
+                          "(max_straggler_factor 2), but its 4 replicas took turns on this "
+                          "host's 2 CPUs (engine threads), so one that waited for a CPU "
+                          "mid-compute looks slow, up to 4x here (2 x 2 replicas a CPU)");
+    /* beyond it, the replica is slow of its own: it fails */
+    values_of(ops, v, "max_allreduce_share", 0.5, "max_straggler_factor", 1.5, NULL);
+    r = judge("performance", &ctx, v);
+    assert_false(r.passed);
     assert_false(r.not_judged);
+    assert_has(r.message, "replica 2 is a straggler");
     assert_has(r.message, "took turns on this host's 2 CPUs (engine threads), so one that waited "
-                          "for a CPU mid-compute looks slow");
+                          "for a CPU mid-compute looks slow, but by at most the 2 replicas a "
+                          "CPU ran: this one is slower than that");
     ctx.host_cpus = 4;
     values_of(ops, v, "max_allreduce_share", 0.5, "max_straggler_factor", 5.0, NULL);
     assert_true(judge("performance", &ctx, v).passed);
