@@ -2,7 +2,6 @@
 #include "conformance.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +11,6 @@
 
 #include "dsim/spi/strategy.h"
 #include "engine/engine.h"
-#include "scenario/plan.h"
 #include "scenario/scenario.h"
 
 static const char *const conf_verdicts[] = {"pass", "FAIL", "n/a", "ERROR"};
@@ -247,61 +245,6 @@ static char *conf_text(const dsim_conf_opts *o, const dsim_conf_case *c, const c
     return buf;
 }
 
-/* ---- fitting the data to a strategy's own input_fn ---------------------- */
-
-/* Whether the case's scenario plans: the strategy's input_fn accepts its
- * data (the plan runs it without training); why not, into why. */
-static bool conf_plans(const dsim_conf_opts *o, const dsim_conf_case *c, const conf_fit *fit,
-                       char *why, size_t cap)
-{
-    char *text = conf_text(o, c, fit, "sim");
-    dsim_scenario *s = NULL;
-    json_t *plan = NULL;
-    bool ok = text && dsim_scenario_parse("conformance.yaml", text, strlen(text), &s) == DSIM_OK &&
-              dsim_scenario_plan(s, &plan) == DSIM_OK;
-    if (!ok) {
-        const char *m = text ? dsim_errmsg() : "out of memory", *d = strstr(m, "data: ");
-        snprintf(why, cap, "%s", d ? d + 6 : m);
-    }
-    json_decref(plan);
-    dsim_scenario_free(s);
-    free(text);
-    dsim_clear_error();
-    return ok;
-}
-
-/* A strategy that distributes its own input may refuse the case's global
- * batch, as TF's get_per_replica_batch_size refuses one the replicas do not
- * divide: by design, not a bug. The case then runs with the next multiple
- * of the replicas, said in its message; n/a when that is refused too. */
-static void conf_fit_batch(const dsim_conf_opts *o, const dsim_conf_case *c, conf_fit *fit)
-{
-    void *user = NULL;
-    if (!fit->ok || !c->data || !dsim_strategy_input_fn(o->strategy, &user))
-        return;
-    char why[400];
-    if (conf_plans(o, c, fit, why, sizeof why))
-        return;
-    const char *g = strstr(c->data, "global_batch: ");
-    long gb = g ? strtol(g + strlen("global_batch: "), NULL, 10) : 0;
-    long R = fit->shape.num_replicas > 0 ? fit->shape.num_replicas : 1;
-    long to = (gb + R - 1) / R * R;
-    if (gb > 0 && to != gb) {
-        fit->global_batch = to;
-        char why2[400];
-        if (conf_plans(o, c, fit, why2, sizeof why2)) {
-            snprintf(fit->note, sizeof fit->note,
-                     "global batch %ld, not the case's %ld: the strategy's input_fn refuses a "
-                     "batch its %ld replicas do not divide",
-                     to, gb, R);
-            return;
-        }
-        fit->global_batch = 0;
-    }
-    fit->ok = false;
-    snprintf(fit->why, sizeof fit->why, "the strategy's input_fn refuses the case's data: %s", why);
-}
-
 /* ---- running a case ---------------------------------------------------- */
 
 /* The first line of s, at most cap - 1 bytes. */
@@ -389,6 +332,100 @@ static void conf_judge(dsim_conf_outcome *oc)
              oc->n_runs, oc->n_runs == 1 ? "" : "s");
 }
 
+/* Forgets the case's runs (their array stays). */
+static void conf_runs_drop(dsim_conf_outcome *oc)
+{
+    for (size_t k = 0; k < oc->n_runs; k++) {
+        free(oc->runs[k].text);
+        dsim_isolated_free(&oc->runs[k].iso);
+        memset(&oc->runs[k], 0, sizeof oc->runs[k]);
+    }
+    oc->n_runs = 0;
+}
+
+/* The runs of the case as fitted, one an engine (those already there are
+ * dropped first); false when its scenario was refused (oc says so). */
+static bool conf_run_engines(const dsim_conf_opts *o, const dsim_conf_case *c, const conf_fit *fit,
+                             const char *dir, dsim_conf_outcome *oc)
+{
+    conf_runs_drop(oc);
+    char engines[128];
+    snprintf(engines, sizeof engines, "%s", oc->engines);
+    char *save = NULL;
+    for (char *e = strtok_r(engines, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+        dsim_conf_run *run = &oc->runs[oc->n_runs++];
+        snprintf(run->engine, sizeof run->engine, "%s", e);
+        run->text = conf_text(o, c, fit, e);
+        dsim_scenario *s = NULL;
+        if (!run->text ||
+            dsim_scenario_parse("conformance.yaml", run->text, strlen(run->text), &s) != DSIM_OK) {
+            oc->verdict = DSIM_CONF_ERROR;
+            snprintf(oc->message, sizeof oc->message, "%s: the case's scenario is refused: %s", e,
+                     run->text ? dsim_errmsg() : "out of memory");
+            return false;
+        }
+        dsim_scenario_free(s);
+        conf_run_one(o, dir, run);
+    }
+    return true;
+}
+
+/* A strategy that distributes its own input may refuse the case's global
+ * batch, as TF's get_per_replica_batch_size refuses one the replicas do not
+ * divide: by design, not a bug. Such a run ends before it is judged, with
+ * an invalid-argument error (in its child process, as every run: an
+ * input_fn that crashes is a failed case); its message into why. */
+static bool conf_refused(const dsim_conf_opts *o, const dsim_conf_outcome *oc, char *why,
+                         size_t cap)
+{
+    void *user = NULL;
+    if (!dsim_strategy_input_fn(o->strategy, &user))
+        return false;
+    for (size_t k = 0; k < oc->n_runs; k++) {
+        const dsim_isolated *iso = &oc->runs[k].iso;
+        if (iso->ended && iso->err == DSIM_OK && !iso->r.harness_error &&
+            iso->r.status != DSIM_RUN_PASSED && iso->r.train_err == DSIM_EINVAL) {
+            snprintf(why, cap, "%s", iso->r.train_msg);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A refused global batch: the case again with the next multiple of the
+ * replicas (said in its message), n/a when that is refused too or there is
+ * none. False when a scenario was refused (oc says so). */
+static bool conf_refit_batch(const dsim_conf_opts *o, const dsim_conf_case *c, conf_fit *fit,
+                             const char *dir, dsim_conf_outcome *oc)
+{
+    char why[520], again[520];
+    if (!conf_refused(o, oc, why, sizeof why))
+        return true;
+    const char *g = c->data ? strstr(c->data, "global_batch: ") : NULL;
+    long gb = g ? strtol(g + strlen("global_batch: "), NULL, 10) : 0;
+    long R = fit->shape.num_replicas > 0 ? fit->shape.num_replicas : 1;
+    long to = (gb + R - 1) / R * R;
+    if (gb > 0 && to != gb) {
+        fit->global_batch = to;
+        if (!conf_run_engines(o, c, fit, dir, oc))
+            return false;
+        if (!conf_refused(o, oc, again, sizeof again)) {
+            snprintf(fit->note, sizeof fit->note,
+                     "global batch %ld, not the case's %ld: the strategy's input_fn refuses a "
+                     "batch its %ld replicas do not divide",
+                     to, gb, R);
+            return true;
+        }
+    }
+    conf_runs_drop(oc);
+    free(oc->runs);
+    oc->runs = NULL;
+    oc->verdict = DSIM_CONF_NA;
+    snprintf(oc->message, sizeof oc->message, "the strategy's input_fn refuses the case's data: %s",
+             why);
+    return false;
+}
+
 static void conf_case_run(const dsim_conf_opts *o, const dsim_conf_case *c, const char *dir,
                           dsim_conf_outcome *oc)
 {
@@ -397,7 +434,6 @@ static void conf_case_run(const dsim_conf_opts *o, const dsim_conf_case *c, cons
     oc->c = c;
     conf_fit fit;
     conf_fit_case(o, c, &fit);
-    conf_fit_batch(o, c, &fit);
     oc->hosts = fit.shape.hosts;
     oc->devices_per_host = fit.shape.devices_per_host;
     oc->ps = fit.shape.num_ps;
@@ -420,29 +456,12 @@ static void conf_case_run(const dsim_conf_opts *o, const dsim_conf_case *c, cons
         snprintf(oc->message, sizeof oc->message, "out of memory");
         return;
     }
-    char engines[128];
-    snprintf(engines, sizeof engines, "%s", oc->engines);
-    char *save = NULL;
-    for (char *e = strtok_r(engines, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
-        dsim_conf_run *run = &oc->runs[oc->n_runs++];
-        snprintf(run->engine, sizeof run->engine, "%s", e);
-        run->text = conf_text(o, c, &fit, e);
-        dsim_scenario *s = NULL;
-        if (!run->text ||
-            dsim_scenario_parse("conformance.yaml", run->text, strlen(run->text), &s) != DSIM_OK) {
-            oc->verdict = DSIM_CONF_ERROR;
-            snprintf(oc->message, sizeof oc->message, "%s: the case's scenario is refused: %s", e,
-                     run->text ? dsim_errmsg() : "out of memory");
-            oc->wall_s = conf_now() - t0;
-            return;
-        }
-        dsim_scenario_free(s);
-        conf_run_one(o, dir, run);
+    if (conf_run_engines(o, c, &fit, dir, oc) && conf_refit_batch(o, c, &fit, dir, oc)) {
+        conf_judge(oc);
+        if (fit.note[0])
+            snprintf(oc->message + strlen(oc->message), sizeof oc->message - strlen(oc->message),
+                     "; %s", fit.note);
     }
-    conf_judge(oc);
-    if (fit.note[0])
-        snprintf(oc->message + strlen(oc->message), sizeof oc->message - strlen(oc->message),
-                 "; %s", fit.note);
     oc->wall_s = conf_now() - t0;
 }
 
