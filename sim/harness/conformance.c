@@ -190,6 +190,17 @@ static void conf_yaml_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* Where the number of the case's global batch starts in its data (NULL:
+ * it has none), and the number, into *gb (0: none). */
+static const char *conf_batch_at(const dsim_conf_case *c, long *gb)
+{
+    const char *at = c->data ? strstr(c->data, "global_batch: ") : NULL;
+    if (at)
+        at += strlen("global_batch: ");
+    *gb = at ? strtol(at, NULL, 10) : 0;
+    return at;
+}
+
 static char *conf_text(const dsim_conf_opts *o, const dsim_conf_case *c, const conf_fit *fit,
                        const char *engine)
 {
@@ -221,12 +232,11 @@ static char *conf_text(const dsim_conf_opts *o, const dsim_conf_case *c, const c
         fprintf(f, "model: %s\n", c->model);
     if (c->optimizer)
         fprintf(f, "optimizer: %s\n", c->optimizer);
-    const char *gb = c->data ? strstr(c->data, "global_batch: ") : NULL;
-    if (gb && fit->global_batch > 0) {
-        const char *rest = gb + strlen("global_batch: ");
-        rest += strspn(rest, "0123456789");
-        fprintf(f, "data: %.*sglobal_batch: %ld%s\n", (int)(gb - c->data), c->data,
-                fit->global_batch, rest);
+    long gb;
+    const char *at = conf_batch_at(c, &gb);
+    if (at && fit->global_batch > 0) {
+        fprintf(f, "data: %.*s%ld%s\n", (int)(at - c->data), c->data, fit->global_batch,
+                at + strspn(at, "0123456789"));
     } else if (c->data) {
         fprintf(f, "data: %s\n", c->data);
     }
@@ -401,8 +411,8 @@ static bool conf_refit_batch(const dsim_conf_opts *o, const dsim_conf_case *c, c
     char why[520], again[520];
     if (!conf_refused(o, oc, why, sizeof why))
         return true;
-    const char *g = c->data ? strstr(c->data, "global_batch: ") : NULL;
-    long gb = g ? strtol(g + strlen("global_batch: "), NULL, 10) : 0;
+    long gb;
+    conf_batch_at(c, &gb);
     long R = fit->shape.num_replicas > 0 ? fit->shape.num_replicas : 1;
     long to = (gb + R - 1) / R * R;
     if (gb > 0 && to != gb) {
