@@ -668,9 +668,10 @@ static int tp_pull_parked(dsim_req *r, const tp_msg *m, dsim_err *st)
         m->prelease(m->pctx, DSIM_TP_PULL_DROPPED); /* never read */
         return 0;
     }
-    /* a reducing receive's pieces: small enough to stay in cache */
+    /* a reducing receive's pieces: small enough to stay in cache, the size
+     * the backend reads them in when it reads them at once */
     uint8_t small[4096];
-    size_t cap = r->kind == TP_REQ_RECV ? 0 : (size_t)64 << 10;
+    size_t cap = r->kind == TP_REQ_RECV ? 0 : m->ppiece;
     uint8_t *buf = cap ? malloc(cap) : NULL;
     if (!buf) {
         buf = small;
@@ -748,6 +749,7 @@ dsim_err dsim_tp_deliver_pull(dsim_ep *ep, const dsim_tp_hdr *h, size_t len, dsi
         m->pread = p->read;
         m->prelease = p->release;
         m->pctx = pctx;
+        m->ppiece = p->scratch_len;
         p->parked = 1;
         return tp_unexpected_take(ep, h, m);
     }

@@ -106,6 +106,7 @@ typedef struct tp_msg {
     int (*pread)(void *ctx, void *dst, size_t off, size_t n);
     void (*prelease)(void *ctx, int how);
     void *pctx;
+    size_t ppiece; /* the pieces a reducing receive reads it in (the pull's scratch_len) */
 } tp_msg;
 
 /* At most TP_SPARES buffers of at least TP_SPARE_MIN bytes are kept per

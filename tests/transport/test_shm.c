@@ -186,11 +186,10 @@ static void reduce_child(world *w, void *arg, child_res *res, int wfd)
     free(acc);
 }
 
-static void test_direct_read_reduces(void **state)
+static void direct_read_reduces(const char *opts, size_t piece)
 {
-    (void)state;
     job j;
-    job_start(&j, 2, NULL, reduce_child, NULL);
+    job_start(&j, 2, opts, reduce_child, NULL);
     child_res out[2];
     for (int r = 0; r < 2; r++) {
         assert_true(collect(&j, r, &out[r]));
@@ -204,8 +203,24 @@ static void test_direct_read_reduces(void **state)
     } else {
         assert_int_equal(out[1].st.cma_msgs, 4);
         assert_int_equal(out[1].st.cma_direct, 3);
+        /* the two reducing receives read piece by piece, the late plain one
+         * in one read */
+        if (piece) {
+            size_t len = RD_COUNT * sizeof(float), each = (len + piece - 1) / piece;
+            assert_int_equal(out[1].st.cma_reads, 2 * each + 1);
+        }
+        print_message("piece %s: %" PRIu64 " reads\n", opts ? opts : "(default)",
+                      out[1].st.cma_reads);
     }
     job_end(&j);
+}
+
+static void test_direct_read_reduces(void **state)
+{
+    (void)state;
+    direct_read_reduces(NULL, 0);
+    direct_read_reduces("piece=16k", (size_t)16 << 10);
+    direct_read_reduces("piece=4m", (size_t)4 << 20);
 }
 
 /* A worker about to sleep reads the rings itself for a while (assist=):
@@ -769,6 +784,8 @@ static void test_bad_options(void **state)
     open_fails(3, "ring=100000", DSIM_EINVAL, "power of two");
     open_fails(3, "cma=maybe", DSIM_EINVAL, "auto, staged or off");
     open_fails(3, "park=maybe", DSIM_EINVAL, "on or off");
+    open_fails(3, "piece=12k", DSIM_EINVAL, "from 16k to 4m");
+    open_fails(3, "piece=20000", DSIM_EINVAL, "multiple of 4k");
     open_fails(3, "spin=5h", DSIM_EINVAL, "spin=5h");
     open_fails(3, "local=3", DSIM_EINVAL, "within 0..2");
     open_fails(3, "colour=blue", DSIM_EINVAL, "colour");

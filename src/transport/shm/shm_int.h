@@ -286,8 +286,9 @@ typedef struct shm_fabric {
     uint8_t *stage;
     size_t stage_cap;
     /* and its buffer for a reducing receive read straight from the sender
-     * (dsim_tp_deliver_pull), SHM_PIECE bytes: small enough to stay in cache */
+     * (dsim_tp_deliver_pull), piece_len bytes: small enough to stay in cache */
     uint8_t *piece;
+    size_t piece_len;
     int any_remote;
     /* 1 + the first peer seen to die (end without closing), 0 if none; and
      * its message, written once by the progress thread before died_first

@@ -21,7 +21,7 @@
  * found before any message depends on it) and no fault filter or checksum
  * needs the payload whole first, the message is read straight into the
  * receive that takes it (dsim_tp_deliver_pull): a plain receive in one
- * read, a reducing one in SHM_PIECE pieces reduced while in cache, one that
+ * read, a reducing one in pieces (piece=) reduced while in cache, one that
  * is not posted yet into the buffer it waits in. Otherwise it lands in the
  * staging buffer and is copied (or reduced) from there. A read cut short
  * by the sender's death delivers nothing: the staging path hands nothing
@@ -42,9 +42,6 @@
 /* The sender publishes bounce bytes in chunks of this share of the buffer,
  * so that the receiver copies one out while the next goes in. */
 #define SHM_BOUNCE_CHUNKS 4
-/* A reducing receive read straight from the sender goes in pieces of this
- * size (sf->piece): each is reduced while it is still in cache. */
-#define SHM_PIECE ((size_t)128 << 10)
 
 static void shm_fault_stop(const char *point)
 {
@@ -246,6 +243,7 @@ static int shm_pull_read(void *ctx, void *dst, size_t off, size_t n)
             return ECANCELED;
     }
     int err = shm_cma_read(c->pid, dst, c->addr, off, n, c->len);
+    shm_count(c->sf, SHM_ST(cma_reads), 1);
     if (err == 0 && off + n == c->len) {
         /* Counted before the receive completes, so that whoever it wakes
          * finds it counted. */
@@ -344,7 +342,7 @@ static void shm_parked_release(void *ctx, int how)
 static int shm_pull_direct(shm_fabric *sf, int src, int l, shm_in *in, const shm_rec *rec,
                            shm_rndv *d, pid_t pid)
 {
-    if (!in->cma_ok || sf->cma_staged || (!sf->piece && !(sf->piece = malloc(SHM_PIECE))))
+    if (!in->cma_ok || sf->cma_staged || (!sf->piece && !(sf->piece = malloc(sf->piece_len))))
         return 0;
     dsim_ep *ep = dsim_tp_fabric_ep(sf->f, l);
     if (!ep)
@@ -361,7 +359,7 @@ static int shm_pull_direct(shm_fabric *sf, int src, int l, shm_in *in, const shm
     dsim_tp_pull p = {.read = shm_pull_read,
                       .ctx = &c,
                       .scratch = sf->piece,
-                      .scratch_len = SHM_PIECE,
+                      .scratch_len = sf->piece_len,
                       .park = sf->park_off ? NULL : shm_park_msg,
                       .release = shm_parked_release};
     dsim_tp_hdr h;

@@ -26,7 +26,7 @@
  *   cma=auto|staged|off  auto (default): the receiver reads a large
  *                  message from the sender's memory (process_vm_readv)
  *                  straight into the receive that takes it, one copy (a
- *                  reducing receive in 128k pieces reduced while in cache;
+ *                  reducing receive in pieces, piece=, reduced while in cache;
  *                  the first message from a peer, and every one where a
  *                  fault filter or a checksum needs the payload whole
  *                  first, goes through a staging buffer, two copies);
@@ -37,6 +37,11 @@
  *                  as Open MPI does); staged: always through
  *                  the staging buffer; off: always the bounce buffer. The
  *                  environment variable DSIM_SHM_CMA sets the default.
+ *   piece=BYTES    the pieces a reducing receive reads the sender's memory
+ *                  in, each reduced while in cache (default: an eighth of
+ *                  the L2 cache, 32k..256k, or 128k where the C library
+ *                  does not say; 16k..4m in 4k steps). DSIM_SHM_PIECE sets
+ *                  the default
  *   park=on|off    on (default): a large message that comes before its
  *                  receive is posted waits unread (its send is not done)
  *                  and the receive reads it when posted, as inproc does
@@ -112,6 +117,9 @@ typedef struct dsim_shm_stats {
                                            them (one copy); the rest went through a staging buffer */
     uint64_t wakes;                     /* progress threads this process woke (FUTEX_WAKE) */
     uint64_t graces;                    /* sends that gave a sleeping receiver 2 us first */
+    uint64_t cma_reads;                 /* process_vm_readv calls of the cma_direct messages: one
+                                           for a plain receive, one a piece (shm option piece=)
+                                           for a reducing one */
 } dsim_shm_stats;
 
 /* The counters of an shm fabric; DSIM_EINVAL if f is not one. */
