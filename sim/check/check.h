@@ -100,7 +100,7 @@ typedef struct dsim_check_result {
     bool passed;
     double measured; /* NaN when there is nothing to measure */
     double expected; /* the threshold, NaN when none */
-    char message[512];
+    char message[1024];
     /* The run cannot show what the check judges (the message says why):
      * neither passed nor failed, shown as N/A. */
     bool not_judged;

@@ -193,6 +193,85 @@ bool ck_judge_restore(const dsim_train_result *probe, const dsim_checkpoint *ck,
     return false;
 }
 
+/* Parameter p's nslots slot values in ck against ref: all within
+ * tolerance (*ok), all saved as zero (*zero). */
+static void ck_slots_of(const dsim_checkpoint *ck, const dsim_train_result *ref, size_t nslots,
+                        size_t p, double max_abs, double max_rel, bool *ok, bool *zero)
+{
+    size_t n = ck->n_params;
+    *ok = *zero = true;
+    for (size_t s = 0; s < nslots; s++) {
+        size_t n_out = 0, i = s * n + p;
+        double rel = 0;
+        *ok = *ok && ck_worst(ck->optim_state + i, ref->optim_state + i, 1, max_abs, max_rel,
+                              &n_out, &rel) == SIZE_MAX;
+        *zero = *zero && ck->optim_state[i] == 0.0f;
+    }
+}
+
+/* What the wrong slots of a saved checkpoint look like, appended to msg:
+ * all zero (never copied), right for one range of parameters only and zero
+ * elsewhere (one replica's shard of a sharded optimizer state), or other
+ * values. The slots are nslots arrays of n_params (dsim/optim.h). */
+static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_result *ref,
+                               dsim_optim_kind kind, double max_abs, double max_rel, char *msg,
+                               size_t cap)
+{
+    size_t n = ck->n_params, len = ck->optim_state_len;
+    size_t nslots = n ? len / n : 0;
+    bool zero = true;
+    for (size_t i = 0; i < len; i++)
+        zero = zero && ck->optim_state[i] == 0.0f;
+    /* per parameter: its slots right, and all saved as zero; the right
+     * ones with a value span [lo, hi] */
+    bool layout = nslots && nslots * n == len;
+    size_t lo = SIZE_MAX, hi = 0;
+    for (size_t p = 0; layout && p < n; p++) {
+        bool ok, z;
+        ck_slots_of(ck, ref, nslots, p, max_abs, max_rel, &ok, &z);
+        if (ok && !z) {
+            lo = lo == SIZE_MAX ? p : lo;
+            hi = p;
+        }
+    }
+    /* one shard: right within [lo, hi], zero outside with some of them
+     * wrong */
+    bool shard = layout && lo != SIZE_MAX && !zero;
+    size_t missing = 0;
+    for (size_t p = 0; shard && p < n; p++) {
+        bool ok, z;
+        ck_slots_of(ck, ref, nslots, p, max_abs, max_rel, &ok, &z);
+        if (p >= lo && p <= hi)
+            shard = ok;
+        else {
+            shard = z;
+            missing += !ok;
+        }
+    }
+    shard = shard && missing > 0;
+    bool adam = kind == DSIM_OPTIM_ADAM;
+    const char *what = adam ? "Adam's moments" : "the momentum", *verb_s = adam ? "" : "s";
+    if (zero) {
+        dsim_check_msg_append(msg, cap,
+                              "save() must copy the optimizer's slots (out->optim_state): "
+                              "restored without them, %s restart%s from zero",
+                              what, verb_s);
+    } else if (shard) {
+        dsim_check_msg_append(msg, cap,
+                              "Only the slots of parameters %zu..%zu (%zu of %zu) were saved, "
+                              "the rest are zero: a sharded optimizer state (ZeRO) whose chief "
+                              "wrote its own shard. save() runs on every replica: gather every "
+                              "shard into the chief's out->optim_state",
+                              lo, hi, hi - lo + 1, n);
+    } else {
+        dsim_check_msg_append(msg, cap,
+                              "save() must copy the optimizer's slots as they stand after the "
+                              "step (out->optim_state, in the layout of dsim/optim.h): restored "
+                              "from these, %s resume%s from other values",
+                              what, verb_s);
+    }
+}
+
 bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result *ref,
                               dsim_optim_kind kind, double max_abs, double max_rel, char *msg,
                               size_t cap, const char **which, double *measured)
@@ -221,11 +300,10 @@ bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result
         dsim_check_msg(msg, cap,
                        "save: %zu of %zu optimizer slot values saved at global step %" PRIu64
                        " differ from the state the optimizer had then; worst: slot value %zu is "
-                       "%.9g, it was %.9g. save() must copy the optimizer's slots "
-                       "(out->optim_state): restored without them, %s restarts from zero",
+                       "%.9g, it was %.9g. ",
                        n_out, ck->optim_state_len, g, w, (double)ck->optim_state[w],
-                       (double)ref->optim_state[w],
-                       kind == DSIM_OPTIM_ADAM ? "Adam's moments" : "the momentum");
+                       (double)ref->optim_state[w]);
+        ck_saved_slots_why(ck, ref, kind, max_abs, max_rel, msg, cap);
     }
     if (!step_ok) {
         if (!*which)

@@ -433,9 +433,10 @@ static bool gc_ranges(const gc_trace *run, const gc_trace *ref, uint64_t k, uint
  * where they do). True when none does by more than 0.1 %: the difference
  * may be rounding built up over the steps (gc_follow judges). */
 static bool gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref, char *d,
-                        size_t cap)
+                        size_t cap, bool *at_restore)
 {
     d[0] = '\0';
+    *at_restore = false;
     size_t P = r->n_params;
     uint64_t off = r->first_step, T = r->steps;
     uint32_t every = gc_every(r);
@@ -479,6 +480,7 @@ static bool gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref
             continue;
         if (dd <= 1e-6 * vv)
             continue; /* within 0.1 % of the reference's update */
+        *at_restore = k == 0 && off > 0;
         uint64_t g = off + k * every;
         gc_steps(at, sizeof at, off, k, every);
         if (uu <= 1e-12 * vv) {
@@ -848,7 +850,15 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         why[0] = '\0';
         if (gc_skips_vs_reference(r, ref, why, sizeof why))
             at = strlen(why);
-        bool drift = gc_diagnose(r, ref, why + at, sizeof why - at) && at == 0;
+        bool at_restore;
+        bool drift = gc_diagnose(r, ref, why + at, sizeof why - at, &at_restore) && at == 0;
+        if (at_restore)
+            dsim_check_msg_append(why, sizeof why,
+                                  " (the first step the run took after restoring the checkpoint "
+                                  "of global step %" PRIu64
+                                  ": if the steps before the restart were right, the restore "
+                                  "is wrong; checkpoint_roundtrip judges it)",
+                                  r->first_step);
         /* One device replays the run step by step from the run's own
          * variables whether or not its updates drifted from the
          * reference's alike: over many steps a model with kinks (ReLU) or

@@ -392,7 +392,7 @@ void dsim_ci_run(dsim_ci_report *r, const char *file, const dsim_scenario *s,
     /* TAP, as each test is judged */
     for (size_t i = 0; i < rep->n_checks; i++) {
         const dsim_check_outcome *c = &rep->checks[i];
-        char meas[32], exp[32], comment[800];
+        char meas[32], exp[32], comment[1200];
         ci_num(meas, sizeof meas, c->result.measured);
         ci_num(exp, sizeof exp, c->result.expected);
         snprintf(comment, sizeof comment, "%s%sexpects %s, measured %s, expected %s: %s",

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "check/check.h"
+#include "check/check_int.h"
 #include "dsim/data.h"
 #include "dsim/strategy.h"
 #include "scenario/scenario.h"
@@ -1024,6 +1025,55 @@ static void test_node_loss_setup_failure(void **state)
     assert_has(r.message, "replica 0 never returned");
 }
 
+/* What a saved checkpoint's wrong optimizer slots look like: none copied,
+ * one replica's shard of a sharded state (ZeRO) with the rest zero, or
+ * other values. Adam: 2 slot arrays of 6 parameters. */
+static void test_saved_slots(void **state)
+{
+    (void)state;
+    float want[12], got[12];
+    for (int i = 0; i < 12; i++)
+        want[i] = 0.5f + (float)i;
+    want[4] = want[10] = 0.0f; /* a parameter whose moments are legitimately 0 */
+    dsim_train_result ref = {.optim_state = want, .optim_state_len = 12, .optim_step = 7};
+    dsim_checkpoint ck = {.n_params = 6,
+                          .optim_state = got,
+                          .optim_state_len = 12,
+                          .optim_step = 7,
+                          .global_step = 7};
+    char msg[1024];
+    const char *which;
+    double m;
+
+    memset(got, 0, sizeof got);
+    assert_true(ck_judge_saved_optimizer(&ck, &ref, DSIM_OPTIM_ADAM, 1e-6, 1e-4, msg, sizeof msg,
+                                         &which, &m));
+    assert_string_equal(which, "optimizer state");
+    assert_has(msg, "restored without them, Adam's moments restart from zero");
+
+    /* parameters 3..5 (shard 1 of 2, with the zero one inside it) */
+    memset(got, 0, sizeof got);
+    for (int s = 0; s < 2; s++)
+        for (int p = 3; p < 6; p++)
+            got[s * 6 + p] = want[s * 6 + p];
+    assert_true(ck_judge_saved_optimizer(&ck, &ref, DSIM_OPTIM_ADAM, 1e-6, 1e-4, msg, sizeof msg,
+                                         &which, &m));
+    assert_has(msg, "Only the slots of parameters 3..5 (3 of 6) were saved, the rest are zero");
+    assert_null(strstr(msg, "restart from zero"));
+
+    /* the same shard, but one value outside it is not zero: not a shard */
+    got[1] = 9.0f;
+    assert_true(ck_judge_saved_optimizer(&ck, &ref, DSIM_OPTIM_MOMENTUM, 1e-6, 1e-4, msg,
+                                         sizeof msg, &which, &m));
+    assert_null(strstr(msg, "Only the slots"));
+    assert_has(msg, "restored from these, the momentum resumes from other values");
+
+    /* all right: nothing to say */
+    memcpy(got, want, sizeof got);
+    assert_false(ck_judge_saved_optimizer(&ck, &ref, DSIM_OPTIM_ADAM, 1e-6, 1e-4, msg, sizeof msg,
+                                          &which, &m));
+}
+
 static void test_performance(void **state)
 {
     (void)state;
@@ -1251,6 +1301,7 @@ int main(void)
         cmocka_unit_test(test_ranks_text),
         cmocka_unit_test(test_node_loss_setup_failure),
         cmocka_unit_test(test_performance),
+        cmocka_unit_test(test_saved_slots),
         cmocka_unit_test(test_run_all_expect_fail),
         cmocka_unit_test(test_run_all_expect_error),
         cmocka_unit_test(test_run_all_no_expectations),
