@@ -18,6 +18,10 @@
  * equal length (what dsim_reduce_scatter and dsim_allgather take), and the
  * padding is never written to the variables.
  *
+ * Under mixed_float16 the replicas skip a step together when the summed
+ * gradient is not finite anywhere (Keras's LossScaleOptimizer: they agree
+ * on it first, each holding a shard of it).
+ *
  * A checkpoint holds the whole model's slots (dsim/optim.h's layout): save()
  * gathers every replica's shard of each slot; create_variables() gives
  * each replica its shard of the slots the chief holds (a restart resumes
@@ -32,6 +36,9 @@
  *         dsim run scenarios/sharded_optimizer.yaml --plugin-dir DIR */
 #include "dsim/spi/strategy.h"
 
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +71,11 @@ static dsim_err zero_init(dsim_replica_ctx *ctx)
 {
     zero_replica *me = ctx->priv;
     size_t n = ctx->n_params, N = (size_t)ctx->shape.num_replicas;
+    if (ctx->gradient_dtype != DSIM_F32)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "zero_sharded reduce-scatters the gradients in float32; leave "
+                        "strategy.gradient_dtype at float32 (mixed_precision's policies are "
+                        "fine)");
     me->n = n;
     me->shard = (n + N - 1) / N;
     me->lo = (size_t)ctx->replica * me->shard;
@@ -109,8 +121,7 @@ static dsim_err zero_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *ini
         }
         for (size_t s = 0; s < me->slots && me->len; s++)
             memcpy(mine + s * per, slots + s * me->n + me->lo, me->len * sizeof(float));
-        e = dsim_optim_set_state(me->opt, me->slots ? mine : NULL, me->slots * per,
-                                 (uint64_t)step);
+        e = dsim_optim_set_state(me->opt, me->slots ? mine : NULL, me->slots * per, (uint64_t)step);
         free(mine);
     }
     free(slots);
@@ -130,15 +141,29 @@ static dsim_err zero_apply(dsim_replica_ctx *ctx, float *grad)
         return e;
     if (dsim_comm_virtual(ctx->world))
         return dsim_allgather(ctx->world, me->mine, me->padded, me->shard, DSIM_F32);
+    /* Under mixed_float16's dynamic loss scale, Keras's LossScaleOptimizer:
+     * every replica skips the update alike when any value of the AGGREGATED
+     * gradient is not finite. Each replica holds a shard of it, so the
+     * replicas agree on the answer first. */
+    bool apply = true;
+    if (ctx->loss_scale.dynamic) {
+        int32_t bad = 0;
+        for (size_t i = 0; i < me->len && !bad; i++)
+            bad = !isfinite(me->mine[i]);
+        e = dsim_allreduce(ctx->world, &bad, &bad, 1, DSIM_I32, DSIM_MAX);
+        if (e != DSIM_OK)
+            return e;
+        apply = dsim_loss_scale_record(&ctx->loss_scale, bad == 0);
+    }
     /* This replica's shard of the parameters, updated; its padding stays 0. */
     float *out = me->padded + (size_t)ctx->replica * me->shard;
     memset(out, 0, me->shard * sizeof(float));
-    if (me->len) {
+    if (me->len)
         memcpy(out, ctx->params + me->lo, me->len * sizeof(float));
+    if (me->len && apply)
         e = dsim_optim_apply(me->opt, out, me->mine, me->len);
-    } else {
+    else
         dsim_optim_skip(me->opt); /* its step counter keeps up */
-    }
     if (e != DSIM_OK)
         return e;
     /* In place: each replica's block already sits at its own offset. */

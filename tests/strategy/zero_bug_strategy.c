@@ -24,14 +24,13 @@ static dsim_err bug_save(dsim_replica_ctx *ctx, dsim_strategy_vars *out)
     const float *st = dsim_optim_state(me->opt);
     for (size_t s = 0; s < me->slots && out->optim_state; s++) {
         memset(out->optim_state + s * me->n, 0, me->n * sizeof(float));
-        memcpy(out->optim_state + s * me->n + me->lo, st + s * me->len,
-               me->len * sizeof(float));
+        memcpy(out->optim_state + s * me->n + me->lo, st + s * me->len, me->len * sizeof(float));
     }
     out->optim_step = dsim_optim_step(me->opt);
     return DSIM_OK;
 }
-#define BUG_NAME "zero_bug_save"
-#define BUG_SAVE bug_save
+#define BUG_NAME   "zero_bug_save"
+#define BUG_SAVE   bug_save
 #define BUG_CREATE zero_create
 #elif defined(ZERO_BUG_RESTORE)
 static dsim_err bug_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init)
@@ -43,8 +42,8 @@ static dsim_err bug_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init
     me->lo = lo; /* ... and goes on updating its own shard with them */
     return e;
 }
-#define BUG_NAME "zero_bug_restore"
-#define BUG_SAVE zero_save
+#define BUG_NAME   "zero_bug_restore"
+#define BUG_SAVE   zero_save
 #define BUG_CREATE bug_create
 #else
 #error "define ZERO_BUG_SAVE or ZERO_BUG_RESTORE"
