@@ -451,7 +451,7 @@ void dsim_ci_run(dsim_ci_report *r, const char *file, const dsim_scenario *s,
             ci_case(f, name, c->name, 0, NULL, NULL, NULL, NULL);
             continue;
         }
-        char meas[32], exp[32], body[1600];
+        char meas[32], exp[32], body[2048];
         ci_num(meas, sizeof meas, c->result.measured);
         ci_num(exp, sizeof exp, c->result.expected);
         snprintf(body, sizeof body, "%s: %s to %s; it %s (measured %s, expected %s)\n%s%s%s",
