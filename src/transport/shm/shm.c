@@ -164,7 +164,7 @@ static dsim_err shm_opt_sizes(const shm_opts *o)
 /* An eighth of the L2 cache, a multiple of 4 KiB within [32 KiB, 256 KiB];
  * 128 KiB where the C library does not say. Measured on Zen 3 (512 KiB of
  * L2), 4 ranks on 2 CPUs: 64 KiB pieces against 128 KiB made the 4-64 MiB
- * all-reduce 21-35 % faster and left 256 KiB-1 MiB even
+ * all-reduce 21-37 % faster and left 256 KiB-1 MiB even
  * (docs/performance.md). */
 static size_t shm_piece_default(void)
 {
