@@ -142,6 +142,12 @@ static int shm_pow2(size_t v)
     return v && !(v & (v - 1));
 }
 
+/* A piece size shm takes: a multiple of 4 KiB within its bounds. */
+static int shm_piece_ok(size_t v)
+{
+    return v % SHM_PAGE == 0 && v >= SHM_PIECE_MIN && v <= SHM_PIECE_MAX;
+}
+
 static dsim_err shm_opt_sizes(const shm_opts *o)
 {
     if (o->have_ring && (!shm_pow2(o->ring) || o->ring < SHM_RING_MIN || o->ring > SHM_RING_MAX))
@@ -154,7 +160,7 @@ static dsim_err shm_opt_sizes(const shm_opts *o)
                         "shm option bounce=%zu: a bounce buffer is a multiple of 4k from 64k to "
                         "1g bytes",
                         o->bounce);
-    if (o->piece % SHM_PAGE || o->piece < SHM_PIECE_MIN || o->piece > SHM_PIECE_MAX)
+    if (!shm_piece_ok(o->piece))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "shm option piece=%zu: a piece is a multiple of 4k from 16k to 4m bytes",
                         o->piece);
@@ -191,8 +197,7 @@ static void shm_opts_default(shm_opts *o)
     const char *piece = getenv("DSIM_SHM_PIECE");
     if (piece && *piece) {
         size_t v = 0;
-        if (dsim_tp_opt_size("shm", "piece", piece, &v) == DSIM_OK && v % SHM_PAGE == 0 &&
-            v >= SHM_PIECE_MIN && v <= SHM_PIECE_MAX)
+        if (dsim_tp_opt_size("shm", "piece", piece, &v) == DSIM_OK && shm_piece_ok(v))
             o->piece = v;
         else if (!atomic_exchange(&shm_piece_warned, 1))
             dsim_warn("DSIM_SHM_PIECE=%s is not a size from 16k to 4m in 4k steps; using %zu "
