@@ -17,7 +17,8 @@ struct dsim_optim {
     size_t n;
     uint64_t step;
     size_t state_len;
-    float *state; /* momentum: accum; adam: m then v */
+    float *state;   /* momentum: accum; adam: m then v */
+    float *clipped; /* n floats: the clipped gradient (allocated at the first clip) */
 };
 
 static const char *const optim_kind_names[DSIM_OPTIM_KIND_COUNT] = {"sgd", "momentum", "adam"};
@@ -75,6 +76,22 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "optimizer %s: lr %g must be a positive number representable in float",
                         kind, spec->lr);
+    /* Keras refuses more than one of its clipping arguments. */
+    if (!(spec->clipvalue >= 0.0) || !isfinite((float)spec->clipvalue) ||
+        (spec->clipvalue > 0.0 && (float)spec->clipvalue == 0.0f))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "optimizer %s: clipvalue %g must be 0 (off) or a positive number "
+                        "representable in float",
+                        kind, spec->clipvalue);
+    if (!(spec->global_clipnorm >= 0.0) || !isfinite(spec->global_clipnorm))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "optimizer %s: global_clipnorm %g must be 0 (off) or a positive number",
+                        kind, spec->global_clipnorm);
+    if (spec->clipvalue > 0.0 && spec->global_clipnorm > 0.0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "optimizer %s: only one of clipvalue (%g) and global_clipnorm (%g) can "
+                        "be set, as in Keras; remove one",
+                        kind, spec->clipvalue, spec->global_clipnorm);
     switch (spec->kind) {
     case DSIM_OPTIM_SGD:
         break;
@@ -146,10 +163,74 @@ void dsim_optim_destroy(dsim_optim *opt)
     if (!opt)
         return;
     free(opt->state);
+    free(opt->clipped);
     free(opt);
 }
 
+double dsim_optim_grad_sqsum(const float *grad, size_t n)
+{
+    double l[8] = {0};
+    size_t k = 0;
+    if (!grad)
+        return 0.0;
+    for (; k + 8 <= n; k += 8)
+        for (int i = 0; i < 8; i++)
+            l[i] += (double)grad[k + i] * (double)grad[k + i];
+    for (; k < n; k++)
+        l[k % 8] += (double)grad[k] * (double)grad[k];
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
+int dsim_optim_needs_global_norm(const dsim_optim_spec *spec)
+{
+    return spec && spec->global_clipnorm > 0.0;
+}
+
+/* The gradient the update takes: grad itself, or its clipped copy. */
+static dsim_err optim_clip(dsim_optim *opt, const float *grad, size_t n, double global_norm,
+                           const float **out)
+{
+    const dsim_optim_spec *s = &opt->spec;
+    *out = grad;
+    if (!(s->clipvalue > 0.0) && !(s->global_clipnorm > 0.0))
+        return DSIM_OK;
+    float scale = 1.0f;
+    if (s->global_clipnorm > 0.0) {
+        /* Keras: clip_norm * min(1 / norm, 1 / clip_norm); NaN when the norm
+         * is not finite */
+        if (!isfinite(global_norm))
+            scale = NAN;
+        else if (global_norm > s->global_clipnorm)
+            scale = (float)(s->global_clipnorm / global_norm);
+        else
+            return DSIM_OK;
+    }
+    if (!opt->clipped && !(opt->clipped = malloc(opt->n * sizeof(float))))
+        return DSIM_ERR(DSIM_ENOMEM, -1, "optimizer: cannot allocate the clipped gradient (%zu)",
+                        opt->n);
+    float *c = opt->clipped;
+    if (s->global_clipnorm > 0.0) {
+        for (size_t k = 0; k < n; k++)
+            c[k] = grad[k] * scale;
+    } else {
+        const float hi = (float)s->clipvalue, lo = -hi;
+        for (size_t k = 0; k < n; k++) /* NaN stays NaN, as tf.clip_by_value */
+            c[k] = grad[k] > hi ? hi : grad[k] < lo ? lo : grad[k];
+    }
+    *out = c;
+    return DSIM_OK;
+}
+
 dsim_err dsim_optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n)
+{
+    double norm = 0.0;
+    if (opt && grad && opt->spec.global_clipnorm > 0.0)
+        norm = sqrt(dsim_optim_grad_sqsum(grad, n));
+    return dsim_optim_apply_norm(opt, params, grad, n, norm);
+}
+
+dsim_err dsim_optim_apply_norm(dsim_optim *opt, float *params, const float *grad, size_t n,
+                               double global_norm)
 {
     if (!opt || !params || !grad)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_optim_apply: NULL argument");
@@ -158,6 +239,7 @@ dsim_err dsim_optim_apply(dsim_optim *opt, float *params, const float *grad, siz
                         "dsim_optim_apply: %zu parameters given to an optimizer created for %zu", n,
                         opt->n);
     const dsim_optim_spec *s = &opt->spec;
+    DSIM_CHECK(optim_clip(opt, grad, n, global_norm, &grad));
     const float lr = (float)s->lr;
     const kern_ops *kk = kern_get();
     switch (s->kind) {

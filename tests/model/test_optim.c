@@ -287,6 +287,99 @@ static void test_bad_specs(void **state)
     assert_non_null(strstr(dsim_errmsg(), "sgd, momentum or adam"));
 }
 
+/* One SGD step with lr 1 and the spec's clip: the update is the clipped
+ * gradient. */
+static void sgd_clip_step(dsim_optim_spec *s, const float *g, size_t n, float *update)
+{
+    dsim_optim *o = NULL;
+    float *w = calloc(n, sizeof(float));
+    assert_non_null(w);
+    assert_int_equal(dsim_optim_create(s, n, &o), DSIM_OK);
+    assert_int_equal(dsim_optim_apply(o, w, g, n), DSIM_OK);
+    for (size_t i = 0; i < n; i++)
+        update[i] = -w[i];
+    dsim_optim_destroy(o);
+    free(w);
+}
+
+/* Keras's global_clipnorm and clipvalue (dsim/optim.h). */
+static void test_clip(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+    s.lr = 1.0;
+    /* 3-4-12-84: norm 85 */
+    const float g[4] = {3.0f, -4.0f, 12.0f, 84.0f};
+    assert_true(dsim_optim_grad_sqsum(g, 4) == 85.0 * 85.0);
+    float u[5];
+    s.global_clipnorm = 8.5; /* scale 0.1 */
+    sgd_clip_step(&s, g, 4, u);
+    for (int i = 0; i < 4; i++)
+        assert_true(u[i] == g[i] * (float)(8.5 / 85.0));
+    s.global_clipnorm = 85.0; /* at the norm: untouched */
+    sgd_clip_step(&s, g, 4, u);
+    assert_memory_equal(u, g, 4 * sizeof(float));
+    s.global_clipnorm = 1000.0;
+    sgd_clip_step(&s, g, 4, u);
+    assert_memory_equal(u, g, 4 * sizeof(float));
+    /* a norm that is not finite: NaN everywhere, as Keras */
+    const float ginf[2] = {INFINITY, 1.0f};
+    s.global_clipnorm = 1.0;
+    sgd_clip_step(&s, ginf, 2, u);
+    assert_true(isnan(u[0]) && isnan(u[1]));
+    /* by value: clamped element by element, NaN kept */
+    s.global_clipnorm = 0.0;
+    s.clipvalue = 5.0;
+    const float gv[5] = {3.0f, -4.0f, 12.0f, -84.0f, NAN};
+    sgd_clip_step(&s, gv, 5, u);
+    assert_true(u[0] == 3.0f && u[1] == -4.0f && u[2] == 5.0f && u[3] == -5.0f && isnan(u[4]));
+
+    /* a part of the model clipped by the whole gradient's norm */
+    dsim_optim *o = NULL;
+    s.clipvalue = 0.0;
+    s.global_clipnorm = 8.5;
+    assert_int_equal(dsim_optim_create(&s, 2, &o), DSIM_OK);
+    float w[2] = {0, 0};
+    double whole = sqrt(dsim_optim_grad_sqsum(g, 2) + dsim_optim_grad_sqsum(g + 2, 2));
+    assert_true(whole == 85.0);
+    assert_int_equal(dsim_optim_apply_norm(o, w, g, 2, whole), DSIM_OK);
+    assert_true(-w[0] == g[0] * (float)0.1 && -w[1] == g[1] * (float)0.1);
+    /* by its own norm (5), the part would be scaled by 1.7 -- not at all */
+    w[0] = w[1] = 0;
+    assert_int_equal(dsim_optim_apply(o, w, g, 2), DSIM_OK);
+    assert_true(-w[0] == g[0] && -w[1] == g[1]);
+    dsim_optim_destroy(o);
+    assert_true(dsim_optim_needs_global_norm(&s));
+    s.global_clipnorm = 0;
+    assert_false(dsim_optim_needs_global_norm(&s));
+
+    /* the sum's order: 8 lanes (i mod 8), the fixed tree */
+    float big[11];
+    double l[8] = {0};
+    for (int i = 0; i < 11; i++) {
+        big[i] = (float)(i % 3 ? 1e8 : 1e-3) * (float)(i + 1);
+        l[i % 8] += (double)big[i] * big[i];
+    }
+    double want = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+    assert_memory_equal(&(double){dsim_optim_grad_sqsum(big, 11)}, &want, sizeof want);
+
+    /* bad: negative, not finite, both at once */
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
+    s.clipvalue = -1;
+    expect_bad(&s, "clipvalue");
+    s.clipvalue = NAN;
+    expect_bad(&s, "clipvalue");
+    s.clipvalue = 1e-60; /* 0 in float: would zero every gradient */
+    expect_bad(&s, "clipvalue");
+    s.clipvalue = 0;
+    s.global_clipnorm = INFINITY;
+    expect_bad(&s, "global_clipnorm");
+    s.global_clipnorm = 1;
+    s.clipvalue = 1;
+    expect_bad(&s, "only one of clipvalue");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -296,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_adam),
         cmocka_unit_test(test_checkpoint_restore),
         cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_clip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,26 @@
  *              w -= m * alpha / (sqrt(v) + epsilon)
  * alpha is computed in double and rounded to float once per step.
  *
+ * Gradient clipping (Keras's optimizer arguments clipvalue and
+ * global_clipnorm; at most one set, 0 = off) changes the gradient before
+ * the update, as Keras 3 (and tf.keras from 2.11) do in apply_gradients:
+ * under a distribution strategy after the gradients are aggregated, so a
+ * synchronous job clips the all-reduced gradient, what one device computes
+ * on the global batch:
+ *   clipvalue c:        g = min(max(g, -c), c), element by element (float)
+ *   global_clipnorm c:  n = sqrt(sum of g^2 over EVERY parameter of the
+ *                       model); where n > c, g = g * scale with scale = c / n
+ *                       (Keras's c * min(1/n, 1/c)) computed in double and
+ *                       rounded to float once; n <= c leaves g as it is; a
+ *                       norm that is not finite makes g NaN, as in Keras.
+ *                       The sum is in double, as 8 interleaved partial sums
+ *                       (index i to sum i mod 8) combined by the model
+ *                       kernels' fixed tree (dsim_optim_grad_sqsum).
+ * A strategy that applies the optimizer to a part of the parameters (a
+ * sharded optimizer, a parameter server's shard) must clip by the norm of
+ * the whole gradient: dsim_optim_apply_norm, with the norm summed over the
+ * parts; dsim_optim_apply clips by the norm of what it is given.
+ *
  * Slot layout: sgd none; momentum [accum: n]; adam [m: n][v: n]. */
 #ifndef DSIM_OPTIM_H
 #define DSIM_OPTIM_H
@@ -46,6 +66,9 @@ typedef struct dsim_optim_spec {
     double beta1;    /* adam: in [0, 1) */
     double beta2;    /* adam: in [0, 1) */
     double epsilon;  /* adam: > 0 */
+    /* Clipping (above): at most one of the two > 0; 0 = off. */
+    double clipvalue;       /* > 0: every gradient element into [-clipvalue, clipvalue] */
+    double global_clipnorm; /* > 0: the whole gradient scaled to this norm at most */
 } dsim_optim_spec;
 
 typedef struct dsim_optim dsim_optim;
@@ -68,6 +91,24 @@ DSIM_API void dsim_optim_destroy(dsim_optim *opt);
 /* One update of params[0..n) with grad[0..n); n must be the n_params the
  * optimizer was created with. Advances the step counter by one. */
 DSIM_API dsim_err dsim_optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n);
+
+/* dsim_optim_apply for an optimizer of a part of the model's parameters:
+ * global_clipnorm clips by global_norm, the norm of the whole model's
+ * gradient (sqrt of the sum of every part's dsim_optim_grad_sqsum), not by
+ * the norm of grad[0..n). Without global_clipnorm, global_norm is not used
+ * and this is dsim_optim_apply. */
+DSIM_API dsim_err dsim_optim_apply_norm(dsim_optim *opt, float *params, const float *grad, size_t n,
+                                        double global_norm);
+
+/* The sum of grad[k]^2 over k < n in double, in a fixed order
+ * (8 interleaved partial sums, the fixed tree): what global_clipnorm takes
+ * the square root of. */
+DSIM_API double dsim_optim_grad_sqsum(const float *grad, size_t n);
+
+/* Whether the spec clips by the global norm (global_clipnorm > 0): a
+ * strategy that applies the optimizer shard by shard must then compute the
+ * global norm (dsim_optim_apply_norm). */
+DSIM_API int dsim_optim_needs_global_norm(const dsim_optim_spec *spec);
 
 /* A step without an update: the step counter advances, slots and
  * parameters stay. What Keras's LossScaleOptimizer does when it skips a
