@@ -78,6 +78,12 @@ one mlp2_adam '{kind: mlp, hidden: [7, 5]}' '{kind: adam, learning_rate: 0.01}' 
     '{source: {x: ../data/x.npy, y: ../data/y.npy}, global_batch: 32, shuffle: true}'
 one linear_csv '{kind: linear}' '{kind: sgd, learning_rate: 0.05}' \
     '{source: {csv: ../data/reg.csv, label_column: target}, files: 2, global_batch: 20}'
+# Keras's gradient clipping: the all-reduced gradient clipped by its global
+# norm (small enough here to clip every step), and element by element
+one mlp_adam_clipnorm '{kind: mlp, hidden: [8]}' \
+    '{kind: adam, learning_rate: 0.05, global_clipnorm: 0.05}' "$npy"
+one softmax_momentum_clipvalue '{kind: softmax}' \
+    '{kind: momentum, learning_rate: 0.2, momentum: 0.9, clipvalue: 0.01}' "$npy"
 # 2,400 steps of a ReLU MLP with Adam: float rounding (float32 sums in
 # dsim's order against NumPy's float64) is amplified until the two
 # trajectories part, and the ends differ by far more than 1e-6; with every

@@ -101,8 +101,23 @@ class Optimizer:
         self.m = np.zeros(n, np.float32)
         self.v = np.zeros(n, np.float32)
 
+    def clip(self, g):
+        """The manifest's optimizer.clip: Keras's global_clipnorm or clipvalue."""
+        s, f = self.s, np.float32
+        if s.get("global_clipnorm", 0) > 0:
+            norm = np.sqrt(np.sum(g.astype(np.float64) ** 2))
+            if not np.isfinite(norm):
+                return np.full_like(g, np.nan)
+            if norm > s["global_clipnorm"]:
+                return (g * f(s["global_clipnorm"] / norm)).astype(np.float32)
+        elif s.get("clipvalue", 0) > 0:
+            c = f(s["clipvalue"])
+            return np.clip(g, -c, c).astype(np.float32)
+        return g
+
     def apply(self, w, g):
         s, f = self.s, np.float32
+        g = self.clip(g)
         lr = f(s["learning_rate"])
         self.t += 1
         if s["kind"] == "sgd":

@@ -155,13 +155,25 @@ static dsim_err zero_apply(dsim_replica_ctx *ctx, float *grad)
             return e;
         apply = dsim_loss_scale_record(&ctx->loss_scale, bad == 0);
     }
+    /* Keras's global_clipnorm clips the aggregated gradient by the norm of
+     * ALL of it: each replica holds a shard, so the shards' sums of squares
+     * are summed first. (dsim_optim_apply would clip each shard by its own
+     * norm: every shard scaled differently.) */
+    double norm = 0.0;
+    if (dsim_optim_needs_global_norm(ctx->optim)) {
+        double sq = dsim_optim_grad_sqsum(me->mine, me->len);
+        e = dsim_allreduce(ctx->world, &sq, &sq, 1, DSIM_F64, DSIM_SUM);
+        if (e != DSIM_OK)
+            return e;
+        norm = sqrt(sq);
+    }
     /* This replica's shard of the parameters, updated; its padding stays 0. */
     float *out = me->padded + (size_t)ctx->replica * me->shard;
     memset(out, 0, me->shard * sizeof(float));
     if (me->len)
         memcpy(out, ctx->params + me->lo, me->len * sizeof(float));
     if (me->len && apply)
-        e = dsim_optim_apply(me->opt, out, me->mine, me->len);
+        e = dsim_optim_apply_norm(me->opt, out, me->mine, me->len, norm);
     else
         dsim_optim_skip(me->opt); /* its step counter keeps up */
     if (e != DSIM_OK)

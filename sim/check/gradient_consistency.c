@@ -852,6 +852,15 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             at = strlen(why);
         bool at_restore;
         bool drift = gc_diagnose(r, ref, why + at, sizeof why - at, &at_restore) && at == 0;
+        const dsim_optim_spec *os = &ctx->cfg->optim;
+        if (!drift && (os->global_clipnorm > 0.0 || os->clipvalue > 0.0))
+            dsim_check_msg_append(why, sizeof why,
+                                  " (the optimizer clips, %s %g: Keras clips the aggregated "
+                                  "gradient in apply_gradients; a clip of each replica's own "
+                                  "gradient before the all-reduce, or of a part of it by that "
+                                  "part's norm, gives other updates)",
+                                  os->global_clipnorm > 0.0 ? "global_clipnorm" : "clipvalue",
+                                  os->global_clipnorm > 0.0 ? os->global_clipnorm : os->clipvalue);
         if (at_restore)
             dsim_check_msg_append(why, sizeof why,
                                   " (the first step the run took after restoring the checkpoint "

@@ -136,6 +136,16 @@ static const dsim_conf_case conf_battery[] = {
      .data = "{task: classification, examples: 150, features: 4, classes: 3, files: 3, "
              "global_batch: 16, epochs: 2}",
      .expect = CONF_CHECKS},
+    {.name = "global_clipnorm",
+     .about = "momentum with Keras's global_clipnorm on 2 x 3, acting on every step",
+     .hosts = 2,
+     .devices_per_host = 3,
+     .engines = "threads",
+     .model = "{kind: mlp, hidden: [5]}",
+     .optimizer = "{kind: momentum, learning_rate: 0.2, momentum: 0.9, global_clipnorm: 0.02}",
+     .data = "{task: classification, examples: 200, features: 6, classes: 3, files: 4, "
+             "global_batch: 24, epochs: 2}",
+     .expect = CONF_CHECKS},
     /* ---- faults ---- */
     {.name = "checkpoint_restart",
      .about = "Adam, a checkpoint every 3 steps, preempted after step 7: save, restart, resume",

@@ -223,12 +223,27 @@ static json_t *ex_model_json(const ex_job *j)
              : "mean squared error: mean over the outputs of (prediction - target)^2");
 }
 
+/* What the update does to the gradient first (dsim/optim.h). */
+static const char *ex_clip_rule(const dsim_optim_spec *o)
+{
+    if (o->global_clipnorm > 0.0)
+        return "before the update, the all-reduced gradient g is clipped by its global norm: "
+               "n = sqrt(sum of g^2 over every parameter, in float64); where n > "
+               "global_clipnorm, g = g * float32(global_clipnorm / n) (float32 product); else g "
+               "is left as it is (Keras's global_clipnorm)";
+    if (o->clipvalue > 0.0)
+        return "before the update, every element of the all-reduced gradient is clipped into "
+               "[-clipvalue, clipvalue] (float32; Keras's clipvalue)";
+    return "none";
+}
+
 static json_t *ex_optim_json(const dsim_optim_spec *o)
 {
-    return json_pack("{s:s, s:f, s:f, s:b, s:f, s:f, s:f, s:s}", "kind",
+    return json_pack("{s:s, s:f, s:f, s:b, s:f, s:f, s:f, s:f, s:f, s:s, s:s}", "kind",
                      dsim_optim_kind_name(o->kind), "learning_rate", o->lr, "momentum", o->momentum,
                      "nesterov", o->nesterov != 0, "beta1", o->beta1, "beta2", o->beta2, "epsilon",
-                     o->epsilon, "rule", ex_optim_rule(o->kind));
+                     o->epsilon, "clipvalue", o->clipvalue, "global_clipnorm", o->global_clipnorm,
+                     "clip", ex_clip_rule(o), "rule", ex_optim_rule(o->kind));
 }
 
 static json_t *ex_checksum_json(const ex_job *j)

@@ -74,6 +74,8 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
         "  # beta1: %g                 # adam only\n"
         "  # beta2: %g               # adam only\n"
         "  # epsilon: %g             # adam only\n"
+        "  # global_clipnorm: 1.0       # clip the all-reduced gradient to this norm\n"
+        "  # clipvalue: 0.5             # or each element into [-0.5, 0.5] (one of the two)\n"
         "\n"
         "data:\n"
         "  task: classification         # classification | regression\n"

@@ -35,9 +35,21 @@ static const char *const scen_model_keys[M_N] = {"kind", "hidden", "loss", "synt
 enum { MS_PARAMS, MS_FLOPS, MS_N };
 static const char *const scen_synth_keys[MS_N] = {"parameters", "flops_per_example"};
 
-enum { O_KIND, O_LR, O_MOMENTUM, O_NESTEROV, O_BETA1, O_BETA2, O_EPSILON, O_N };
-static const char *const scen_optim_keys[O_N] = {"kind",  "learning_rate", "momentum", "nesterov",
-                                                 "beta1", "beta2",         "epsilon"};
+enum {
+    O_KIND,
+    O_LR,
+    O_MOMENTUM,
+    O_NESTEROV,
+    O_BETA1,
+    O_BETA2,
+    O_EPSILON,
+    O_CLIPVALUE,
+    O_GCLIPNORM,
+    O_N
+};
+static const char *const scen_optim_keys[O_N] = {"kind",     "learning_rate", "momentum",
+                                                 "nesterov", "beta1",         "beta2",
+                                                 "epsilon",  "clipvalue",     "global_clipnorm"};
 
 enum {
     D_TASK,
@@ -446,6 +458,22 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_real(c, m, O_BETA1, 0, 1, false, true, &o->beta1));
     DSIM_CHECK(scen_real(c, m, O_BETA2, 0, 1, false, true, &o->beta2));
     DSIM_CHECK(scen_real(c, m, O_EPSILON, 0, 1, true, false, &o->epsilon));
+    /* Keras's clipping arguments (dsim/optim.h): one at most */
+    DSIM_CHECK(scen_real(c, m, O_CLIPVALUE, 0, DSIM_SCEN_MAX_CLIP, true, false, &o->clipvalue));
+    DSIM_CHECK(
+        scen_real(c, m, O_GCLIPNORM, 0, DSIM_SCEN_MAX_CLIP, true, false, &o->global_clipnorm));
+    if (m->val[O_CLIPVALUE] && m->val[O_GCLIPNORM])
+        return scen_fail(c, m->key[O_GCLIPNORM],
+                         "optimizer.global_clipnorm: only one of clipvalue and global_clipnorm "
+                         "can be set (as in Keras); remove one");
+    const dsim_train_cfg *t = &c->s->train;
+    if (m->val[O_GCLIPNORM] && !t->plugin_path && t->strategy &&
+        strcmp(t->strategy, "parameter_server") == 0)
+        return scen_fail(c, m->key[O_GCLIPNORM],
+                         "optimizer.global_clipnorm: parameter_server does not clip by the "
+                         "global norm: each server applies its own shard of the gradients and "
+                         "none sees the whole gradient's norm; use clipvalue, or a mirrored "
+                         "strategy");
     if (dsim_optim_validate(o) != DSIM_OK) {
         char why[400];
         snprintf(why, sizeof why, "%s", dsim_errmsg());
@@ -501,6 +529,13 @@ dsim_err scen_mixed_precision(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(
         scen_enum(c, &m, P_POLICY, "a mixed-precision policy", policies, SCEN_N(policies), &p));
     t->precision = (dsim_precision_policy)p;
+    if (t->precision == DSIM_POLICY_MIXED_FLOAT16 && !t->plugin_path && t->strategy &&
+        strcmp(t->strategy, "parameter_server") == 0)
+        return scen_fail(c, m.val[P_POLICY],
+                         "mixed_precision.policy: parameter_server does not run mixed_float16: "
+                         "its servers apply the gradients shard by shard, and dynamic loss "
+                         "scaling needs every replica to see whether the whole gradient is "
+                         "finite; use mixed_bfloat16 (no loss scale) or float32");
     if (t->synthetic_params > 0 && t->precision != DSIM_POLICY_FLOAT32)
         return scen_fail(c, m.val[P_POLICY],
                          "mixed_precision.policy: %s needs a model that computes; a synthetic "

@@ -294,6 +294,10 @@ static json_t *plan_optim(plan_b *b, const dsim_scenario *s)
         plan_set(b, o, "beta2", json_real(p->beta2));
         plan_set(b, o, "epsilon", json_real(p->epsilon));
     }
+    if (p->clipvalue > 0.0)
+        plan_set(b, o, "clipvalue", json_real(p->clipvalue));
+    if (p->global_clipnorm > 0.0)
+        plan_set(b, o, "global_clipnorm", json_real(p->global_clipnorm));
     return o;
 }
 

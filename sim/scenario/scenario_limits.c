@@ -100,6 +100,10 @@ void dsim_scenario_limits_write(FILE *out)
             DSIM_SCEN_MAX_SYNTH_FLOPS);
     fprintf(out, "| `optimizer.learning_rate` | more than 0, at most %.0f | |\n", DSIM_SCEN_MAX_LR);
     fprintf(out,
+            "| `optimizer.clipvalue`, `optimizer.global_clipnorm` | more than 0, at most %g | "
+            "one of the two |\n",
+            DSIM_SCEN_MAX_CLIP);
+    fprintf(out,
             "| a step or a count (`at_step`, `after_messages`, `checkpoint.every`, "
             "`liveness.reach_step`) | up to %" PRId64 " | |\n",
             (int64_t)DSIM_SCEN_MAX_STEP);

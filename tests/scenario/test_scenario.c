@@ -375,6 +375,14 @@ static void test_defaults(void **state)
     assert_int_equal(s->train.optim.kind, DSIM_OPTIM_MOMENTUM);
     assert_true(s->train.optim.momentum == 0.9);
     assert_int_equal(s->train.optim.nesterov, 1);
+    assert_true(s->train.optim.clipvalue == 0 && s->train.optim.global_clipnorm == 0);
+    dsim_scenario_free(s);
+    s = parse_ok("name: m\noptimizer: {kind: adam, global_clipnorm: 1.5}\n");
+    assert_true(s->train.optim.global_clipnorm == 1.5 && s->train.optim.clipvalue == 0);
+    dsim_scenario_free(s);
+    s = parse_ok("name: m\ncluster: {hosts: 2, ps: 1}\nstrategy: {name: parameter_server}\n"
+                 "optimizer: {clipvalue: 0.5}\n");
+    assert_true(s->train.optim.clipvalue == 0.5);
     dsim_scenario_free(s);
 
     /* timeout 0 is no deadline and interval 0 turns the health check off;
@@ -617,6 +625,18 @@ static const err_case err_cases[] = {
     {"name: a\noptimizer: {learning_rate: 0}\n", 2, 28, {"learning_rate", "out of range", "(0, "}},
     {"name: a\noptimizer: {learning_rate: fast}\n", 2, 28, {"'fast' is not a number"}},
     {"name: a\noptimizer: {kind: rmsprop}\n", 2, 19, {"sgd, momentum, adam"}},
+    {"name: a\noptimizer: {clipvalue: 1, global_clipnorm: 1}\n", 2, 27,
+     {"only one of clipvalue and global_clipnorm", "remove one"}},
+    {"name: a\noptimizer: {clipvalue: -1}\n", 2, 24,
+     {"optimizer.clipvalue: '-1' is out of range"}},
+    {"name: a\ncluster: {hosts: 2, ps: 1}\nstrategy: {name: parameter_server}\n"
+     "optimizer: {global_clipnorm: 1}\n",
+     4, 13, {"parameter_server does not clip by the global norm", "use clipvalue"}},
+    {"name: a\ncluster: {hosts: 2, ps: 1}\nstrategy: {name: parameter_server}\n"
+     "mixed_precision: {policy: mixed_float16}\n",
+     4, 27, {"parameter_server does not run mixed_float16", "mixed_bfloat16"}},
+    {"name: a\nstrategy: {name: central_storage, gradient_dtype: float16}\n", 2, 51,
+     {"strategy.gradient_dtype: central_storage sends the gradients to the host", "remove it"}},
     {"name: a\ndata: {examples: 0}\n", 2, 18,
      {"data.examples: '0' is out of range", "1..4294967296"}},
     {"name: a\ndata: {examples: 4294967297}\n", 2, 18, {"out of range"}},

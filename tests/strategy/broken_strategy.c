@@ -64,7 +64,15 @@
  *                       the update with the next reduction: when the second
  *                       bucket's all-reduce fails, the first half of the
  *                       variables is updated and the rest is not (node_loss:
- *                       "applied a partial update"). */
+ *                       "applied a partial update").
+ *   -DBROKEN_LOCAL_CLIP clips by the global norm (optimizer.global_clipnorm)
+ *                       inside the replica, on its own gradient before the
+ *                       all-reduce (tf.clip_by_global_norm in the function
+ *                       strategy.run runs), and applies the sum unclipped:
+ *                       Keras clips the aggregated gradient, so the updates
+ *                       differ from the one-device replay's wherever the
+ *                       clip acts (gradient_consistency). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,6 +119,9 @@
 #elif defined(BROKEN_EARLY_APPLY)
 #define BROKEN_NAME    "broken_early_apply"
 #define BROKEN_SUMMARY "applies each bucket once it is reduced (a test fixture)"
+#elif defined(BROKEN_LOCAL_CLIP)
+#define BROKEN_NAME    "broken_local_clip"
+#define BROKEN_SUMMARY "clips each replica's gradient by its own norm (a test fixture)"
 #elif defined(BROKEN_F16)
 #define BROKEN_NAME    "broken_f16"
 #define BROKEN_SUMMARY "all-reduces its float32 gradient in float16 (a test fixture)"
@@ -145,6 +156,11 @@ static dsim_err broken_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *i
     dsim_err e = dsim_optim_create(ctx->optim, ctx->n_params / 2, &me->opt);
     if (e == DSIM_OK)
         e = dsim_optim_create(ctx->optim, ctx->n_params - ctx->n_params / 2, &me->opt2);
+#elif defined(BROKEN_LOCAL_CLIP)
+    /* the optimizer without the clip: the replica clips by itself */
+    dsim_optim_spec unclipped = *ctx->optim;
+    unclipped.global_clipnorm = 0.0;
+    dsim_err e = dsim_optim_create(&unclipped, ctx->n_params, &me->opt);
 #else
     dsim_err e = dsim_optim_create(ctx->optim, ctx->n_params, &me->opt);
 #endif
@@ -259,10 +275,20 @@ static dsim_err broken_apply(dsim_replica_ctx *ctx, float *grad)
         return e;
     if (0) /* not the world's float32 all-reduce below */
 #endif
+#if defined(BROKEN_LOCAL_CLIP)
+        /* THE BUG: the replica's own gradient clipped by its own norm, before
+         * the all-reduce. */
+        double norm = sqrt(dsim_optim_grad_sqsum(grad, ctx->n_params));
+    if (ctx->optim->global_clipnorm > 0.0 && norm > ctx->optim->global_clipnorm) {
+        float scale = (float)(ctx->optim->global_clipnorm / norm);
+        for (size_t i = 0; i < ctx->n_params; i++)
+            grad[i] *= scale;
+    }
+#endif
 #if defined(BROKEN_LOCAL_SKIP)
-        /* THE BUG: finiteness judged on this replica's own gradient, before
-         * the all-reduce; Keras tests the aggregated one. */
-        bool local_finite = dsim_all_finite(grad, ctx->n_params);
+    /* THE BUG: finiteness judged on this replica's own gradient, before
+     * the all-reduce; Keras tests the aggregated one. */
+    bool local_finite = dsim_all_finite(grad, ctx->n_params);
 #endif
     e = dsim_allreduce(ctx->world, grad, grad, ctx->n_params, DSIM_F32, DSIM_SUM);
     if (e != DSIM_OK)

@@ -112,6 +112,20 @@ static void test_bad_config(void **state)
     sc_cfg(&cfg, "mirrored", 1, 2);
     cfg.optim.lr = -1;
     expect_fail(&cfg, DSIM_EINVAL, NEEDLES("lr"));
+    /* What the built-in parameter servers and central storage cannot do is
+     * refused before the job, not left to fail at the first step as a
+     * strategy's bug would. */
+    sc_cfg(&cfg, "parameter_server", 2, 1);
+    cfg.num_ps = 1;
+    cfg.optim.global_clipnorm = 1.0;
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("parameter_server does not clip by the global norm"));
+    sc_cfg(&cfg, "parameter_server", 2, 1);
+    cfg.num_ps = 1;
+    cfg.precision = DSIM_POLICY_MIXED_FLOAT16;
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("parameter_server does not run mixed_float16"));
+    sc_cfg(&cfg, "central_storage", 1, 2);
+    cfg.gradient_dtype = DSIM_F16;
+    expect_fail(&cfg, DSIM_EINVAL, NEEDLES("central_storage sends the gradients to the host"));
     /* FILE sharding with fewer files than workers is the input's error,
      * naming both counts. */
     dsim_dataset_spec ds;

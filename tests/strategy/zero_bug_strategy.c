@@ -8,10 +8,19 @@
  *                     other shards' slots are left zero in the file
  *   ZERO_BUG_RESTORE  create_variables() gives every replica the slots of
  *                     shard 0 of the restored checkpoint, not its own
+ *   ZERO_BUG_CLIP     each replica's shard of the gradient applied with
+ *                     dsim_optim_apply, which clips it (global_clipnorm) by
+ *                     the shard's own norm, not the whole gradient's
  *
- * Each trains correctly until a checkpoint is read back; dsim's
- * checkpoint_roundtrip names the op that is wrong. Built from the example's
- * own source, with its entry point renamed. */
+ * The first two train correctly until a checkpoint is read back; dsim's
+ * checkpoint_roundtrip names the op that is wrong. The third trains wrong
+ * wherever the clip acts; gradient_consistency fails. Built from the
+ * example's own source, with its entry point renamed. */
+#include "dsim/optim.h"
+#if defined(ZERO_BUG_CLIP)
+/* the example's call, as one who does not know the shard is a part makes it */
+#define dsim_optim_apply_norm(opt, p, g, n, norm) ((void)(norm), dsim_optim_apply(opt, p, g, n))
+#endif
 #define dsim_strategy_plugin zero_example_plugin
 #include "../../examples/sharded_optimizer/sharded_optimizer.c"
 #undef dsim_strategy_plugin
@@ -45,14 +54,18 @@ static dsim_err bug_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init
 #define BUG_NAME   "zero_bug_restore"
 #define BUG_SAVE   zero_save
 #define BUG_CREATE bug_create
+#elif defined(ZERO_BUG_CLIP)
+#define BUG_NAME   "zero_bug_clip"
+#define BUG_SAVE   zero_save
+#define BUG_CREATE zero_create
 #else
-#error "define ZERO_BUG_SAVE or ZERO_BUG_RESTORE"
+#error "define ZERO_BUG_SAVE, ZERO_BUG_RESTORE or ZERO_BUG_CLIP"
 #endif
 
 static const struct dsim_strategy_ops bug_ops = {
     .size = sizeof(struct dsim_strategy_ops),
     .name = BUG_NAME,
-    .summary = "zero_sharded with a planted checkpoint bug",
+    .summary = "zero_sharded with a planted bug",
     .placement = DSIM_PLACE_MIRRORED,
     .replica_priv_size = sizeof(zero_replica),
     .check_shape = zero_check_shape,
