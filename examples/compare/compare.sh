@@ -84,6 +84,9 @@ one mlp_adam_clipnorm '{kind: mlp, hidden: [8]}' \
     '{kind: adam, learning_rate: 0.05, global_clipnorm: 0.05}' "$npy"
 one softmax_momentum_clipvalue '{kind: softmax}' \
     '{kind: momentum, learning_rate: 0.2, momentum: 0.9, clipvalue: 0.01}' "$npy"
+# AdamW: Keras's decoupled weight decay, with the clip LLM training uses
+one mlp_adamw '{kind: mlp, hidden: [8]}' \
+    '{kind: adam, learning_rate: 0.05, weight_decay: 0.1, global_clipnorm: 1.0}' "$npy"
 # 2,400 steps of a ReLU MLP with Adam: float rounding (float32 sums in
 # dsim's order against NumPy's float64) is amplified until the two
 # trajectories part, and the ends differ by far more than 1e-6; with every

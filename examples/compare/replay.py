@@ -119,6 +119,8 @@ class Optimizer:
         s, f = self.s, np.float32
         g = self.clip(g)
         lr = f(s["learning_rate"])
+        if s.get("weight_decay", 0) > 0:  # the manifest's optimizer.decay
+            w = (w - w * f(s["weight_decay"]) * lr).astype(np.float32)
         self.t += 1
         if s["kind"] == "sgd":
             return (w - lr * g).astype(np.float32)

@@ -239,11 +239,17 @@ static const char *ex_clip_rule(const dsim_optim_spec *o)
 
 static json_t *ex_optim_json(const dsim_optim_spec *o)
 {
-    return json_pack("{s:s, s:f, s:f, s:b, s:f, s:f, s:f, s:f, s:f, s:s, s:s}", "kind",
+    return json_pack("{s:s, s:f, s:f, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:s, s:s}", "kind",
                      dsim_optim_kind_name(o->kind), "learning_rate", o->lr, "momentum", o->momentum,
                      "nesterov", o->nesterov != 0, "beta1", o->beta1, "beta2", o->beta2, "epsilon",
                      o->epsilon, "clipvalue", o->clipvalue, "global_clipnorm", o->global_clipnorm,
-                     "clip", ex_clip_rule(o), "rule", ex_optim_rule(o->kind));
+                     "weight_decay", o->weight_decay, "clip", ex_clip_rule(o), "decay",
+                     o->weight_decay > 0.0
+                         ? "after the clip and before the update, every parameter w = w - (w "
+                           "* float32(weight_decay)) * float32(learning_rate) in float32 "
+                           "(Keras's weight_decay, decoupled as AdamW's)"
+                         : "none",
+                     "rule", ex_optim_rule(o->kind));
 }
 
 static json_t *ex_checksum_json(const ex_job *j)

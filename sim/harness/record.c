@@ -74,7 +74,7 @@ json_t *h_config_json(const dsim_scenario *s)
         "{s:s, s:s?, s:s?, s:I, s:{s:i, s:i, s:i}, "
         "s:{s:s?, s:s?, s:s, s:s, s:I}, "
         "s:{s:s, s:s, s:I, s:I, s:o}, "
-        "s:{s:s, s:f, s:f, s:b, s:f, s:f, s:f, s:f, s:f}, "
+        "s:{s:s, s:f, s:f, s:b, s:f, s:f, s:f, s:f, s:f, s:f}, "
         "s:{s:s, s:I, s:I, s:I, s:f, s:I, s:b, s:s, s:s, s:I, s:I, s:b, s:b}, "
         "s:{s:s?, s:I}, s:o, s:s?}",
         "name", s->name, "description", s->description, "engine", s->engine, "seed",
@@ -87,11 +87,11 @@ json_t *h_config_json(const dsim_scenario *s)
         dsim_optim_kind_name(c->optim.kind), "learning_rate", c->optim.lr, "momentum",
         c->optim.momentum, "nesterov", c->optim.nesterov != 0, "beta1", c->optim.beta1, "beta2",
         c->optim.beta2, "epsilon", c->optim.epsilon, "clipvalue", c->optim.clipvalue,
-        "global_clipnorm", c->optim.global_clipnorm, "data", "task",
-        dsim_data_kind_name(c->data.kind), "examples", (json_int_t)c->data.n_examples, "features",
-        (json_int_t)c->data.in_dim, "outputs", (json_int_t)c->data.out_dim, "noise", c->data.noise,
-        "files", (json_int_t)(c->in_memory ? 0 : c->data.n_files), "in_memory", c->in_memory,
-        "shard_policy", dsim_shard_policy_name(c->shard), "shard_hint",
+        "global_clipnorm", c->optim.global_clipnorm, "weight_decay", c->optim.weight_decay, "data",
+        "task", dsim_data_kind_name(c->data.kind), "examples", (json_int_t)c->data.n_examples,
+        "features", (json_int_t)c->data.in_dim, "outputs", (json_int_t)c->data.out_dim, "noise",
+        c->data.noise, "files", (json_int_t)(c->in_memory ? 0 : c->data.n_files), "in_memory",
+        c->in_memory, "shard_policy", dsim_shard_policy_name(c->shard), "shard_hint",
         dsim_shard_hint_name(c->hint), "global_batch", (json_int_t)c->global_batch, "epochs",
         (json_int_t)c->epochs, "shuffle", c->shuffle, "drop_remainder", c->drop_remainder,
         "checkpoint", "path", c->checkpoint_path, "every", (json_int_t)c->checkpoint_every,

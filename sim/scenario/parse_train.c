@@ -45,11 +45,13 @@ enum {
     O_EPSILON,
     O_CLIPVALUE,
     O_GCLIPNORM,
+    O_WDECAY,
+    O_CLIPNORM,
     O_N
 };
-static const char *const scen_optim_keys[O_N] = {"kind",     "learning_rate", "momentum",
-                                                 "nesterov", "beta1",         "beta2",
-                                                 "epsilon",  "clipvalue",     "global_clipnorm"};
+static const char *const scen_optim_keys[O_N] = {
+    "kind",    "learning_rate", "momentum",        "nesterov",     "beta1",   "beta2",
+    "epsilon", "clipvalue",     "global_clipnorm", "weight_decay", "clipnorm"};
 
 enum {
     D_TASK,
@@ -462,6 +464,13 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_real(c, m, O_CLIPVALUE, 0, DSIM_SCEN_MAX_CLIP, true, false, &o->clipvalue));
     DSIM_CHECK(
         scen_real(c, m, O_GCLIPNORM, 0, DSIM_SCEN_MAX_CLIP, true, false, &o->global_clipnorm));
+    if (m->val[O_CLIPNORM])
+        return scen_fail(c, m->key[O_CLIPNORM],
+                         "optimizer.clipnorm: Keras's clip of each variable's gradient by its own "
+                         "norm is not modelled (dsim's optimizers see the model as one buffer); "
+                         "use global_clipnorm (the whole gradient's norm) or clipvalue");
+    /* Keras's weight_decay (AdamW's, decoupled): 0 is off */
+    DSIM_CHECK(scen_real(c, m, O_WDECAY, 0, DSIM_SCEN_MAX_WD, false, false, &o->weight_decay));
     if (m->val[O_CLIPVALUE] && m->val[O_GCLIPNORM])
         return scen_fail(c, m->key[O_GCLIPNORM],
                          "optimizer.global_clipnorm: only one of clipvalue and global_clipnorm "

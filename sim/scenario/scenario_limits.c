@@ -103,6 +103,7 @@ void dsim_scenario_limits_write(FILE *out)
             "| `optimizer.clipvalue`, `optimizer.global_clipnorm` | more than 0, at most %g | "
             "one of the two |\n",
             DSIM_SCEN_MAX_CLIP);
+    fprintf(out, "| `optimizer.weight_decay` | 0 .. %.0f | 0: off |\n", DSIM_SCEN_MAX_WD);
     fprintf(out,
             "| a step or a count (`at_step`, `after_messages`, `checkpoint.every`, "
             "`liveness.reach_step`) | up to %" PRId64 " | |\n",

@@ -87,6 +87,11 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "optimizer %s: global_clipnorm %g must be 0 (off) or a positive number",
                         kind, spec->global_clipnorm);
+    if (!(spec->weight_decay >= 0.0) || !isfinite((float)spec->weight_decay))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "optimizer %s: weight_decay %g must be 0 (off) or a positive number "
+                        "representable in float (Keras's AdamW uses 0.004)",
+                        kind, spec->weight_decay);
     if (spec->clipvalue > 0.0 && spec->global_clipnorm > 0.0)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "optimizer %s: only one of clipvalue (%g) and global_clipnorm (%g) can "
@@ -241,6 +246,12 @@ dsim_err dsim_optim_apply_norm(dsim_optim *opt, float *params, const float *grad
     const dsim_optim_spec *s = &opt->spec;
     DSIM_CHECK(optim_clip(opt, grad, n, global_norm, &grad));
     const float lr = (float)s->lr;
+    if (s->weight_decay > 0.0) {
+        /* Keras's _apply_weight_decay: variable - variable * wd * lr */
+        const float wd = (float)s->weight_decay;
+        for (size_t k = 0; k < n; k++)
+            params[k] = params[k] - params[k] * wd * lr;
+    }
     const kern_ops *kk = kern_get();
     switch (s->kind) {
     case DSIM_OPTIM_SGD:

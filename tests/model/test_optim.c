@@ -364,6 +364,28 @@ static void test_clip(void **state)
     double want = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
     assert_memory_equal(&(double){dsim_optim_grad_sqsum(big, 11)}, &want, sizeof want);
 
+    /* weight decay (Keras's, decoupled): w - (w * wd) * lr, then the update */
+    dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+    s.lr = 0.5;
+    s.weight_decay = 0.125;
+    o = NULL;
+    assert_int_equal(dsim_optim_create(&s, 2, &o), DSIM_OK);
+    float wd[2] = {3.0f, -1.0f};
+    const float gd[2] = {0.25f, 1.0f};
+    assert_int_equal(dsim_optim_apply(o, wd, gd, 2), DSIM_OK);
+    for (int i = 0; i < 2; i++) {
+        float w = i ? -1.0f : 3.0f;
+        w = w - w * 0.125f * 0.5f;
+        w -= 0.5f * gd[i];
+        assert_true(wd[i] == w);
+    }
+    assert_true(wd[0] == 3.0f - 0.1875f - 0.125f);
+    dsim_optim_destroy(o);
+    s.weight_decay = -0.1;
+    expect_bad(&s, "weight_decay");
+    s.weight_decay = NAN;
+    expect_bad(&s, "weight_decay");
+
     /* bad: negative, not finite, both at once */
     dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
     s.clipvalue = -1;

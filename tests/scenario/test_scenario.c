@@ -377,8 +377,9 @@ static void test_defaults(void **state)
     assert_int_equal(s->train.optim.nesterov, 1);
     assert_true(s->train.optim.clipvalue == 0 && s->train.optim.global_clipnorm == 0);
     dsim_scenario_free(s);
-    s = parse_ok("name: m\noptimizer: {kind: adam, global_clipnorm: 1.5}\n");
+    s = parse_ok("name: m\noptimizer: {kind: adam, global_clipnorm: 1.5, weight_decay: 0.004}\n");
     assert_true(s->train.optim.global_clipnorm == 1.5 && s->train.optim.clipvalue == 0);
+    assert_true(s->train.optim.weight_decay == 0.004);
     dsim_scenario_free(s);
     s = parse_ok("name: m\ncluster: {hosts: 2, ps: 1}\nstrategy: {name: parameter_server}\n"
                  "optimizer: {clipvalue: 0.5}\n");
@@ -629,6 +630,10 @@ static const err_case err_cases[] = {
      {"only one of clipvalue and global_clipnorm", "remove one"}},
     {"name: a\noptimizer: {clipvalue: -1}\n", 2, 24,
      {"optimizer.clipvalue: '-1' is out of range"}},
+    {"name: a\noptimizer: {clipnorm: 1}\n", 2, 13,
+     {"optimizer.clipnorm: Keras's clip of each variable's gradient", "use global_clipnorm"}},
+    {"name: a\noptimizer: {weight_decay: -1}\n", 2, 27,
+     {"optimizer.weight_decay: '-1' is out of range"}},
     {"name: a\ncluster: {hosts: 2, ps: 1}\nstrategy: {name: parameter_server}\n"
      "optimizer: {global_clipnorm: 1}\n",
      4, 13, {"parameter_server does not clip by the global norm", "use clipvalue"}},

@@ -32,6 +32,12 @@
  *                       The sum is in double, as 8 interleaved partial sums
  *                       (index i to sum i mod 8) combined by the model
  *                       kernels' fixed tree (dsim_optim_grad_sqsum).
+ * Weight decay (Keras's weight_decay, decoupled as in AdamW; 0 = off), after
+ * the clip and before the update, on every parameter (biases included, as
+ * Keras without exclude_from_weight_decay): w = w - (w * weight_decay) * lr,
+ * in float. Element-wise, so a part of the parameters takes it alike; a
+ * step skipped under a dynamic loss scale skips it too.
+ *
  * A strategy that applies the optimizer to a part of the parameters (a
  * sharded optimizer, a parameter server's shard) must clip by the norm of
  * the whole gradient: dsim_optim_apply_norm, with the norm summed over the
@@ -69,6 +75,7 @@ typedef struct dsim_optim_spec {
     /* Clipping (above): at most one of the two > 0; 0 = off. */
     double clipvalue;       /* > 0: every gradient element into [-clipvalue, clipvalue] */
     double global_clipnorm; /* > 0: the whole gradient scaled to this norm at most */
+    double weight_decay;    /* >= 0: w -= (w * weight_decay) * lr before the update */
 } dsim_optim_spec;
 
 typedef struct dsim_optim dsim_optim;
