@@ -433,10 +433,11 @@ static bool gc_ranges(const gc_trace *run, const gc_trace *ref, uint64_t k, uint
  * where they do). True when none does by more than 0.1 %: the difference
  * may be rounding built up over the steps (gc_follow judges). */
 static bool gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref, char *d,
-                        size_t cap, bool *at_restore)
+                        size_t cap, bool *at_restore, bool *other_cause)
 {
     d[0] = '\0';
     *at_restore = false;
+    *other_cause = true; /* cleared where the updates differ in size or direction */
     size_t P = r->n_params;
     uint64_t off = r->first_step, T = r->steps;
     uint32_t every = gc_every(r);
@@ -447,6 +448,7 @@ static bool gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref
         dsim_check_msg(d, cap,
                        "(the variables were not kept step by step alike in the run and the "
                        "reference, so how the updates differ is not measured)");
+        *other_cause = false; /* none named */
         return false;
     }
     gc_trace run = {r->initial_params, r->trace, P};
@@ -505,6 +507,7 @@ static bool gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref
         }
         double kf = uv / vv;
         double resid = sqrt(fmax(uu - 2 * kf * uv + kf * kf * vv, 0)) / sqrt(uu);
+        *other_cause = false; /* from here on: the update's size or direction, but padding */
         if (resid < 1e-3) {
             const char *why = gc_ratio_meaning(kf, n);
             dsim_check_msg(d, cap,
@@ -525,6 +528,7 @@ static bool gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref
                            "the gradient (its weight must be 0, as TF's padded examples' "
                            "sample weights are)",
                            at, pad);
+            *other_cause = true;
             return false;
         }
         if (gc_ranges(&run, rp, k, kr, n, at, d, cap))
@@ -850,14 +854,12 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         why[0] = '\0';
         if (gc_skips_vs_reference(r, ref, why, sizeof why))
             at = strlen(why);
-        bool at_restore;
-        bool drift = gc_diagnose(r, ref, why + at, sizeof why - at, &at_restore) && at == 0;
+        bool at_restore, other;
+        bool drift = gc_diagnose(r, ref, why + at, sizeof why - at, &at_restore, &other) && at == 0;
         /* where the updates differ in size or direction, not where the
-         * diagnosis already names another cause (a late, missing or padded
-         * update, another start) */
+         * diagnosis names another cause (a late or missing update, padding,
+         * another start) */
         const dsim_optim_spec *os = &ctx->cfg->optim;
-        bool other = strstr(why, "stale by one step") || strstr(why, "applied no update") ||
-                     strstr(why, "started from other variables") || strstr(why, "padded");
         if (!drift && !other && (os->global_clipnorm > 0.0 || os->clipvalue > 0.0))
             dsim_check_msg_append(why, sizeof why,
                                   " (the optimizer clips, %s %g: Keras clips the aggregated "

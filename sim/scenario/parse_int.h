@@ -156,6 +156,11 @@ dsim_err scen_data(const scen_ctx *c, scen_state *st);
 dsim_err scen_model(const scen_ctx *c, scen_state *st);
 dsim_err scen_optim(const scen_ctx *c, scen_state *st);
 dsim_err scen_mixed_precision(const scen_ctx *c, scen_state *st);
+/* dsim_train_check_builtin on what is parsed so far, refused at `at` as
+ * "KEY: why": called as each key it judges is read (gradient_dtype, then
+ * global_clipnorm, then the mixed-precision policy), so a refusal names the
+ * key just read. */
+dsim_err scen_builtin_fits(const scen_ctx *c, const scen_node *at, const char *key);
 dsim_err scen_checkpoint(const scen_ctx *c, scen_state *st);
 dsim_err scen_faults(const scen_ctx *c, scen_state *st);
 dsim_err scen_expect(const scen_ctx *c, scen_state *st);

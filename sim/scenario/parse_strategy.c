@@ -347,14 +347,7 @@ dsim_err scen_strategy(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_enum(c, m, S_GDTYPE, "a gradient dtype", scen_grad_dtypes,
                          SCEN_N(scen_grad_dtypes), &v));
     t->gradient_dtype = (dsim_dtype)v;
-    if (t->gradient_dtype != DSIM_F32 && !t->plugin_path &&
-        (strcmp(t->strategy, "parameter_server") == 0 ||
-         strcmp(t->strategy, "central_storage") == 0))
-        return scen_fail(c, m->val[S_GDTYPE],
-                         "strategy.gradient_dtype: %s sends the gradients to %s in float32, it "
-                         "does not all-reduce them, so gradient_dtype does not apply to it; "
-                         "remove it (the mirrored strategies and one_device take it)",
-                         t->strategy, t->strategy[0] == 'p' ? "the parameter servers" : "the host");
+    DSIM_CHECK(scen_builtin_fits(c, m->val[S_GDTYPE], "strategy.gradient_dtype"));
     /* 0: no deadline (TF's timeout_seconds=None): only the health check or
      * an abort ends a wait. */
     DSIM_CHECK(scen_duration(c, m, S_TIMEOUT, 0, &t->timeout_ns));

@@ -475,20 +475,22 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
         return scen_fail(c, m->key[O_GCLIPNORM],
                          "optimizer.global_clipnorm: only one of clipvalue and global_clipnorm "
                          "can be set (as in Keras); remove one");
-    const dsim_train_cfg *t = &c->s->train;
-    if (m->val[O_GCLIPNORM] && !t->plugin_path && t->strategy &&
-        strcmp(t->strategy, "parameter_server") == 0)
-        return scen_fail(c, m->key[O_GCLIPNORM],
-                         "optimizer.global_clipnorm: parameter_server does not clip by the "
-                         "global norm: each server applies its own shard of the gradients and "
-                         "none sees the whole gradient's norm; use clipvalue, or a mirrored "
-                         "strategy");
+    DSIM_CHECK(scen_builtin_fits(c, m->key[O_GCLIPNORM], "optimizer.global_clipnorm"));
     if (dsim_optim_validate(o) != DSIM_OK) {
         char why[400];
         snprintf(why, sizeof why, "%s", dsim_errmsg());
         return scen_fail(c, m->at, "optimizer: %s", why);
     }
     return DSIM_OK;
+}
+
+dsim_err scen_builtin_fits(const scen_ctx *c, const scen_node *at, const char *key)
+{
+    if (!at || dsim_train_check_builtin(&c->s->train) == DSIM_OK)
+        return DSIM_OK;
+    char why[400];
+    snprintf(why, sizeof why, "%s", dsim_errmsg());
+    return scen_fail(c, at, "%s: %s", key, why);
 }
 
 dsim_err scen_checkpoint(const scen_ctx *c, scen_state *st)
@@ -538,13 +540,7 @@ dsim_err scen_mixed_precision(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(
         scen_enum(c, &m, P_POLICY, "a mixed-precision policy", policies, SCEN_N(policies), &p));
     t->precision = (dsim_precision_policy)p;
-    if (t->precision == DSIM_POLICY_MIXED_FLOAT16 && !t->plugin_path && t->strategy &&
-        strcmp(t->strategy, "parameter_server") == 0)
-        return scen_fail(c, m.val[P_POLICY],
-                         "mixed_precision.policy: parameter_server does not run mixed_float16: "
-                         "its servers apply the gradients shard by shard, and dynamic loss "
-                         "scaling needs every replica to see whether the whole gradient is "
-                         "finite; use mixed_bfloat16 (no loss scale) or float32");
+    DSIM_CHECK(scen_builtin_fits(c, m.val[P_POLICY], "mixed_precision.policy"));
     if (t->synthetic_params > 0 && t->precision != DSIM_POLICY_FLOAT32)
         return scen_fail(c, m.val[P_POLICY],
                          "mixed_precision.policy: %s needs a model that computes; a synthetic "

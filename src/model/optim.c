@@ -229,7 +229,9 @@ static dsim_err optim_clip(dsim_optim *opt, const float *grad, size_t n, double 
 dsim_err dsim_optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n)
 {
     double norm = 0.0;
-    if (opt && grad && opt->spec.global_clipnorm > 0.0)
+    /* only once the arguments are right: n is checked against the optimizer
+     * before grad[0..n) is read */
+    if (opt && params && grad && n == opt->n && opt->spec.global_clipnorm > 0.0)
         norm = sqrt(dsim_optim_grad_sqsum(grad, n));
     return dsim_optim_apply_norm(opt, params, grad, n, norm);
 }

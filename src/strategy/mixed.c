@@ -87,32 +87,39 @@ dsim_err train_check_precision(const dsim_train_cfg *cfg)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "train: a synthetic model (timing only) computes no numbers, so "
                         "mixed_precision and gradient_dtype do not apply to it; remove them");
+    return dsim_train_check_builtin(cfg);
+}
+
+dsim_err dsim_train_check_builtin(const dsim_train_cfg *cfg)
+{
+    if (!cfg)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_train_check_builtin: cfg is NULL");
     /* The built-in parameter servers apply each its own shard of the
      * gradients (and central_storage reduces to its host in float32): what
      * needs the whole gradient on a replica, or a narrow all-reduce, does not
-     * apply to them. Refused here, not left to fail at the first step as a
-     * strategy bug would. */
+     * apply to them. Refused before the job, not left to fail at the first
+     * step as a strategy bug would. */
     const char *st = cfg->strategy ? cfg->strategy : "";
     bool ps = strcmp(st, "parameter_server") == 0 && !cfg->plugin_path;
     bool cs = strcmp(st, "central_storage") == 0 && !cfg->plugin_path;
-    if (ps && cfg->precision == DSIM_POLICY_MIXED_FLOAT16)
+    if ((ps || cs) && cfg->gradient_dtype != DSIM_F32)
         return DSIM_ERR(DSIM_EINVAL, -1,
-                        "train: parameter_server does not run mixed_float16: its servers apply "
-                        "the gradients shard by shard, and dynamic loss scaling needs every "
-                        "replica to see whether the whole gradient is finite; use "
-                        "mixed_bfloat16 (no loss scale) or float32");
-    if ((ps || cs) && g != DSIM_F32)
-        return DSIM_ERR(DSIM_EINVAL, -1,
-                        "train: %s sends the gradients to %s in float32, it does not all-reduce "
-                        "them: gradient_dtype %s does not apply to it (remove it)",
+                        "%s sends the gradients to %s in float32, it does not all-reduce them: "
+                        "gradient_dtype %s does not apply to it (remove it; the mirrored "
+                        "strategies, one_device and tpu take it)",
                         st, ps ? "the parameter servers" : "the host",
-                        dsim_precision_dtype_name(g));
+                        dsim_precision_dtype_name(cfg->gradient_dtype));
     if (ps && dsim_optim_needs_global_norm(&cfg->optim))
         return DSIM_ERR(DSIM_EINVAL, -1,
-                        "train: parameter_server does not clip by the global norm "
-                        "(global_clipnorm): each server applies its own shard of the gradients "
-                        "and none sees the whole gradient's norm; use clipvalue, or a mirrored "
-                        "strategy");
+                        "parameter_server does not clip by the global norm (global_clipnorm): "
+                        "each server applies its own shard of the gradients and none sees the "
+                        "whole gradient's norm; use clipvalue, or a mirrored strategy");
+    if (ps && cfg->precision == DSIM_POLICY_MIXED_FLOAT16)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "parameter_server does not run mixed_float16: its servers apply the "
+                        "gradients shard by shard, and dynamic loss scaling needs every replica "
+                        "to see whether the whole gradient is finite; use mixed_bfloat16 (no "
+                        "loss scale) or float32");
     return DSIM_OK;
 }
 

@@ -456,6 +456,15 @@ typedef struct dsim_train_cfg {
  * (cfg->dataset, or cfg->data's examples and files), O(examples). */
 DSIM_API dsim_err dsim_train_check_static_shapes(const dsim_train_cfg *cfg);
 
+/* DSIM_OK when the built-in strategy cfg->strategy (not a plugin) runs the
+ * options cfg sets; else DSIM_EINVAL naming what it cannot run and the fix:
+ * parameter_server refuses strategy.gradient_dtype, global_clipnorm and
+ * mixed_float16 (its servers apply the gradients shard by shard),
+ * central_storage gradient_dtype (it sends the gradients to the host in
+ * float32). dsim_train asks it before the job; a scenario asks it at each
+ * of those keys, so a refusal names the key. */
+DSIM_API dsim_err dsim_train_check_builtin(const dsim_train_cfg *cfg);
+
 /* Defaults: 1 host x 1 device, no ps (sync), AUTO, 30 s timeout, a health
  * check every 30 s with a 10 s timeout and 3 retries, threads,
  * sgd with Keras' defaults, shard AUTO, global batch 32, 1 epoch, seed 1,
