@@ -131,8 +131,9 @@ void cmd_bench_model_help(FILE *out)
     fprintf(out,
             "usage: dsim bench model [--kernels NAME|all] [--compare] [--min-time S] [--peak N]\n"
             "\n"
-            "Times the reference models' loss and gradient (dsim_model_loss_grad) on the\n"
-            "shapes the scenario catalogue trains, at one replica's batch and at the global\n"
+            "Times the reference models' loss and gradient (dsim_model_loss_grad_set, the\n"
+            "call a replica's step and the one-device reference make) on the shapes the\n"
+            "scenario catalogue trains, at one replica's batch and at the global\n"
             "batch, and the optimizers' updates; prints GFLOP/s and the share of a\n"
             "single-core peak measured first: an OpenBLAS sgemm of N x N (--peak, 2048; 0\n"
             "skips it) on one thread. Times are the thread's CPU time.\n"

@@ -105,9 +105,30 @@ typedef float kv_s16 __attribute__((vector_size(16 * sizeof(float))));
 #define KB_FJ        4
 #define KB_FE        4
 #define KB_BE        4
-#define KB_BI        2
+#define KB_BI        4
 #define KB_WJ        4
-#define KB_WI        2
+#define KB_WI        4
+#define KB_HSUM8     hsum8_avx512
+/* The sums of 8 chunks a[0..7], each by kern.h's tree, in one vector:
+ * lane k is ((a[k]0 + a[k]4) + (a[k]2 + a[k]6)) + ((a[k]1 + a[k]5) + (a[k]3 +
+ * a[k]7)), the bits of hsum's scalar adds (each add of the tree is the
+ * same two operands, a pair of chunks at a time in the lanes). */
+__attribute__((target("avx512f"))) static inline kv_d8 hsum8_avx512(const kv_d8 a[8])
+{
+    __m512d s[4], t[2];
+    for (int k = 0; k < 4; k++) {
+        __m512d p = (__m512d)a[2 * k], q = (__m512d)a[2 * k + 1];
+        /* lanes 0-3 of p and q beside their lanes 4-7: l + l+4 */
+        s[k] = _mm512_add_pd(_mm512_shuffle_f64x2(p, q, 0x44), _mm512_shuffle_f64x2(p, q, 0xEE));
+    }
+    for (int k = 0; k < 2; k++) /* (l0+l4) + (l2+l6), (l1+l5) + (l3+l7) */
+        t[k] = _mm512_add_pd(_mm512_shuffle_f64x2(s[2 * k], s[2 * k + 1], 0x88),
+                             _mm512_shuffle_f64x2(s[2 * k], s[2 * k + 1], 0xDD));
+    const __m512i ev = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i od = _mm512_set_epi64(15, 13, 11, 9, 7, 5, 3, 1);
+    return (kv_d8)_mm512_add_pd(_mm512_permutex2var_pd(t[0], ev, t[1]),
+                                _mm512_permutex2var_pd(t[0], od, t[1]));
+}
 #include "model/kern_body.h"
 #include "model/kern_undef.h"
 #endif

@@ -126,6 +126,27 @@ KB(fwd_tile)(const float *W, const float *b, size_t in, size_t j0, size_t JJ, co
             KB(chunk_f)(W + (j0 + jj) * in + i, tail, w[jj]);
         KB(fwd_step)(acc, w, A, lda, e0, EE, JJ, i);
     }
+#ifdef KB_HSUM8
+    /* 4 rows by 2 examples at a time: the 8 sums in one vector, the lower
+     * half example ee's, the upper ee+1's (the same bits as hsum's). */
+    if (JJ == 4 && EE % 2 == 0) {
+        KV bias = (KV){0};
+        KB_UNROLL
+        for (size_t k = 0; k < 8; k++)
+            bias[k] = (double)b[j0 + k % 4];
+        KB_UNROLL
+        for (size_t ee = 0; ee < EE; ee += 2) {
+            KV c[8];
+            KB_UNROLL
+            for (size_t k = 0; k < 8; k++)
+                c[k] = acc[k % 4][ee + k / 4][0];
+            KV z = bias + KB_HSUM8(c);
+            memcpy(Z + (e0 + ee) * ldz + j0, &z, 4 * sizeof(double));
+            memcpy(Z + (e0 + ee + 1) * ldz + j0, (double *)&z + 4, 4 * sizeof(double));
+        }
+        return;
+    }
+#endif
     KB_UNROLL
     for (size_t ee = 0; ee < EE; ee++)
         KB_UNROLL
@@ -227,6 +248,13 @@ KB_ATTR static void KB(bwd_chunks)(const float *W, size_t in, size_t out, const 
             KB(bwd_tile)(W, in, out, D, ldd, e, 1, c0, KB_BI, M, B, ldb);
         return;
     }
+    if (KB_BI > 2 && II == 2) {
+        for (; e + KB_BE <= n; e += KB_BE)
+            KB(bwd_tile)(W, in, out, D, ldd, e, KB_BE, c0, 2, M, B, ldb);
+        for (; e < n; e++)
+            KB(bwd_tile)(W, in, out, D, ldd, e, 1, c0, 2, M, B, ldb);
+        return;
+    }
     for (; e + KB_BE <= n; e += KB_BE)
         KB(bwd_tile)(W, in, out, D, ldd, e, KB_BE, c0, 1, M, B, ldb);
     for (; e < n; e++)
@@ -239,6 +267,8 @@ KB_ATTR static void KB(dense_bwd)(const float *W, size_t in, size_t out, const d
     size_t full = in / KERN_LANES, c = 0;
     for (; c + KB_BI <= full; c += KB_BI)
         KB(bwd_chunks)(W, in, out, D, ldd, n, c, KB_BI, M, B, ldb);
+    for (; KB_BI > 2 && c + 2 <= full; c += 2)
+        KB(bwd_chunks)(W, in, out, D, ldd, n, c, 2, M, B, ldb);
     for (; c < full; c++)
         KB(bwd_chunks)(W, in, out, D, ldd, n, c, 1, M, B, ldb);
     /* The last inputs, fewer than 8: one sum at a time, in the same order. */
@@ -369,6 +399,8 @@ KB_ATTR static void KB(wg_rows)(size_t in, const double *D, size_t ldd, const do
     if (JJ == KB_WJ) {
         for (; c + KB_WI < chunks; c += KB_WI)
             KB(wg_tile)(in, D, ldd, A, lda, n, j0, KB_WJ, c, KB_WI, KERN_LANES, io);
+        for (; KB_WI > 2 && c + 2 < chunks; c += 2)
+            KB(wg_tile)(in, D, ldd, A, lda, n, j0, KB_WJ, c, 2, KERN_LANES, io);
         for (; c < chunks; c++)
             KB(wg_tile)
         (in, D, ldd, A, lda, n, j0, KB_WJ, c, 1, c + 1 == chunks ? k_end : KERN_LANES, io);

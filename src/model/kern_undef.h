@@ -16,3 +16,4 @@
 #undef KB_BI
 #undef KB_WJ
 #undef KB_WI
+#undef KB_HSUM8
