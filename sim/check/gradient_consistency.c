@@ -311,6 +311,75 @@ static const char *gc_ratio_meaning(double k, int n)
     return NULL;
 }
 
+/* A wrong aggregation the clip hid. Where the one-device reference's
+ * gradient was longer than global_clipnorm, the clip scales its update to
+ * global_clipnorm whatever the norm was; a strategy that applies a
+ * gradient of another norm above it (a fourth of it: MEAN where SUM is
+ * right) then moves the variables as the reference does, and goes wrong
+ * only once the gradient's norm falls under the clip. So at such steps the
+ * norm each replica's update clipped by (dsim_optim_apply's, or the one
+ * given dsim_optim_apply_norm) must be the reference's, within max_rel and
+ * no tighter than 1e-3 (at a clipped step the norm is at least
+ * global_clipnorm: the all-reduce's float rounding moves it by far less).
+ * Replicas that applied no clipping update at a step are not judged there.
+ * True, with the message, where one differs. */
+static bool gc_clip_masked(const dsim_check_ctx *ctx, const dsim_train_result *r,
+                           const dsim_train_result *ref, double max_rel, char *msg, size_t cap,
+                           double *measured)
+{
+    double C = ctx->cfg ? ctx->cfg->optim.global_clipnorm : 0.0;
+    if (!(C > 0.0) || !r->clip_norm || !ref->clip_norm || r->num_replicas < 1)
+        return false;
+    double tol = fmax(max_rel, 1e-3), worst = 0.0, got0 = 0.0, want0 = 0.0;
+    size_t nr = (size_t)r->num_replicas;
+    uint64_t clipped = 0, bad = 0, g0 = 0;
+    int rep0 = -1;
+    for (uint64_t k = 0; k < r->steps; k++) {
+        uint64_t g = r->first_step + k;
+        if (g < ref->first_step || g - ref->first_step >= ref->steps)
+            continue;
+        double want = ref->clip_norm[g - ref->first_step];
+        if (!(isfinite(want) && want > C))
+            continue;
+        clipped++;
+        bool step_bad = false;
+        for (size_t rep = 0; rep < nr; rep++) {
+            double got = r->clip_norm[k * nr + rep];
+            if (isnan(got))
+                continue;
+            double rel = isfinite(got) ? fabs(got - want) / want : INFINITY;
+            if (rel <= tol)
+                continue;
+            step_bad = true;
+            worst = fmax(worst, rel);
+            if (rep0 < 0) {
+                rep0 = (int)rep;
+                g0 = g;
+                got0 = got;
+                want0 = want;
+            }
+        }
+        bad += step_bad;
+    }
+    if (!bad)
+        return false;
+    *measured = worst;
+    double k = got0 / want0;
+    const char *meaning = gc_ratio_meaning(k, r->num_replicas);
+    dsim_check_msg(msg, cap,
+                   "the variables agree with the one-device reference, but only because the "
+                   "optimizer clips (global_clipnorm %g): at global step %" PRIu64
+                   " replica %d's update was clipped by a gradient norm of %.6g where the "
+                   "reference's was %.6g (%.3g times it%s%s), both above the clip, which scales "
+                   "either to %g; %" PRIu64 " of the %" PRIu64
+                   " steps the reference clipped differ so. The gradient the strategy applies "
+                   "is not the global batch's: the error shows in the variables once the "
+                   "gradient's norm falls under the clip",
+                   C, g0, rep0, got0, want0, k, meaning ? ": " : "", meaning ? meaning : "", C, bad,
+                   clipped);
+    return true;
+}
+
 /* Row k's update of a trace: after[k] - before[k] (a trace kept every k
  * steps: the update of those k steps). */
 typedef struct gc_trace {
@@ -842,6 +911,10 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        dsim_precision_policy_name(r->precision),
                        dsim_precision_dtype_name(r->gradient_dtype), max_rel, max_abs,
                        r->skipped_steps);
+    if (out->passed && gc_clip_masked(ctx, r, ref, max_rel, msg, cap, &out->measured)) {
+        out->passed = false;
+        return DSIM_OK;
+    }
     if (out->passed) {
         dsim_check_msg(
             msg, cap,

@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "dsim/optim.h"
+#include "dsim/spi/rt.h"
 #include "model/kern.h"
+#include "model/optim_int.h"
 
 struct dsim_optim {
     dsim_optim_spec spec;
@@ -20,6 +22,28 @@ struct dsim_optim {
     float *state;   /* momentum: accum; adam: m then v */
     float *clipped; /* n floats: the clipped gradient (allocated at the first clip) */
 };
+
+/* The global norm the last clip by global_clipnorm of this worker took
+ * (optim_int.h); NaN: none since the last take. */
+static _Thread_local double optim_seen_norm = NAN;
+static const double optim_seen_init = NAN;
+
+static void *optim_seen_addr(void)
+{
+    return &optim_seen_norm;
+}
+
+__attribute__((constructor)) static void optim_register_state(void)
+{
+    dsim_rt_worker_state_add(optim_seen_addr, &optim_seen_init, sizeof optim_seen_norm);
+}
+
+double optim_seen_norm_take(void)
+{
+    double v = optim_seen_norm;
+    optim_seen_norm = NAN;
+    return v;
+}
 
 static const char *const optim_kind_names[DSIM_OPTIM_KIND_COUNT] = {"sgd", "momentum", "adam"};
 
@@ -246,6 +270,8 @@ dsim_err dsim_optim_apply_norm(dsim_optim *opt, float *params, const float *grad
                         "dsim_optim_apply: %zu parameters given to an optimizer created for %zu", n,
                         opt->n);
     const dsim_optim_spec *s = &opt->spec;
+    if (s->global_clipnorm > 0.0)
+        optim_seen_norm = global_norm;
     DSIM_CHECK(optim_clip(opt, grad, n, global_norm, &grad));
     const float lr = (float)s->lr;
     if (s->weight_decay > 0.0) {

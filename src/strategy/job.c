@@ -4,6 +4,7 @@
  * phases' names, and freeing a result. */
 #include <pthread.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -183,6 +184,7 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->update_norm);
     free(res->mp_scale);
     free(res->mp_skipped);
+    free(res->clip_norm);
     free(res->initial_params);
     free(res->updates);
     free(res->checkpoint_writes);
@@ -196,4 +198,16 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->stuck);
     dsim_ledger_destroy(res->ledger);
     memset(res, 0, sizeof *res);
+}
+
+bool train_clip_norms_alloc(const dsim_train_cfg *cfg, size_t n, double **out)
+{
+    *out = NULL;
+    if (!(cfg->optim.global_clipnorm > 0.0))
+        return true;
+    if (!(*out = malloc((n ? n : 1) * sizeof(double))))
+        return false;
+    for (size_t k = 0; k < n; k++)
+        (*out)[k] = NAN;
+    return true;
 }

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "model/optim_int.h"
 #include "strategy_int.h"
 
 /* The replay's own step times (the performance check's one-device
@@ -88,7 +89,8 @@ static dsim_err ref_alloc_result(ref_job *r, dsim_train_result *res)
     res->gradient_dtype = r->cfg->gradient_dtype;
     res->mp_scale = calloc(steps + 1, sizeof(float));
     res->mp_skipped = calloc(steps + 1, 1);
-    if (!res->mp_scale || !res->mp_skipped)
+    if (!res->mp_scale || !res->mp_skipped ||
+        !train_clip_norms_alloc(r->cfg, steps, &res->clip_norm))
         return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
         !res->step_ns || !res->comm_ns || !res->checkpoint_writes ||
@@ -244,10 +246,13 @@ static dsim_err ref_step(ref_job *r, dsim_train_result *res, uint64_t s)
     res->mp_skipped[s] = !applied;
     if (r->before)
         memcpy(r->before, res->params, P * sizeof(float));
+    (void)optim_seen_norm_take();
     if (!applied)
         dsim_optim_skip(r->opt);
     else if ((e = dsim_optim_apply(r->opt, res->params, r->grad, P)) != DSIM_OK)
         return e;
+    if (res->clip_norm)
+        res->clip_norm[s] = optim_seen_norm_take();
     if (r->before && res->update_norm) {
         double uu = 0;
         for (size_t k = 0; k < P; k++) {

@@ -30,6 +30,9 @@ dsim_err dsim_strategy_check_ops(const struct dsim_strategy_ops *ops, const char
 /* dsim_train of a synthetic model: timing only (timing.c). Fills res as
  * dsim_train does, without numbers; res is zeroed by the caller. */
 dsim_err dsim_train_timing(const dsim_train_cfg *cfg, dsim_train_result *res);
+/* dsim_train_result.clip_norm of n entries, NaN each, where the optimizer
+ * clips by global_clipnorm (*out NULL otherwise); false when out of memory. */
+bool train_clip_norms_alloc(const dsim_train_cfg *cfg, size_t n, double **out);
 
 /* ---- dispatch (strategy.c) ---- */
 dsim_err dsim_strategy_check_shape(const dsim_strategy *s, const dsim_strategy_shape *shape);

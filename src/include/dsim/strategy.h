@@ -292,6 +292,11 @@ typedef struct dsim_train_step_info {
     bool mp_skipped;        /* ... and the strategy skipped its update (non-finite) */
     uint64_t padded;        /* rows of padding computed beside the examples to fill
                                the strategy's static batch (masked, not read) */
+    double clip_norm;       /* optimizer.global_clipnorm: the global norm of the
+                               gradient this step's update clipped by (what
+                               dsim_optim_apply computed, or the norm given to
+                               dsim_optim_apply_norm); NaN when the replica applied
+                               no such update */
 } dsim_train_step_info;
 
 /* Called on the replica's own worker thread, concurrently for different
@@ -597,6 +602,10 @@ typedef struct dsim_train_result {
     dsim_dtype gradient_dtype;
     float *mp_scale;     /* [steps * num_replicas] */
     uint8_t *mp_skipped; /* [steps * num_replicas]: 1 skipped, 0 applied */
+    /* optimizer.global_clipnorm: [steps * num_replicas] (the reference:
+     * [steps]), the global norm each step's update clipped by
+     * (dsim_train_step_info.clip_norm); NaN where none. NULL without it. */
+    double *clip_norm;
     uint64_t skipped_steps;
     float final_loss_scale;
 
