@@ -328,7 +328,7 @@ static bool gc_clip_masked(const dsim_check_ctx *ctx, const dsim_train_result *r
                            double *measured)
 {
     double C = ctx->cfg ? ctx->cfg->optim.global_clipnorm : 0.0;
-    if (!(C > 0.0) || !r->clip_norm || !ref->clip_norm || r->num_replicas < 1)
+    if (!(C > 0.0) || !r->grad_norm || !ref->grad_norm || r->num_replicas < 1)
         return false;
     double tol = fmax(max_rel, 1e-3), worst = 0.0, got0 = 0.0, want0 = 0.0;
     size_t nr = (size_t)r->num_replicas;
@@ -338,13 +338,13 @@ static bool gc_clip_masked(const dsim_check_ctx *ctx, const dsim_train_result *r
         uint64_t g = r->first_step + k;
         if (g < ref->first_step || g - ref->first_step >= ref->steps)
             continue;
-        double want = ref->clip_norm[g - ref->first_step];
+        double want = ref->grad_norm[g - ref->first_step];
         if (!(isfinite(want) && want > C))
             continue;
         clipped++;
         bool step_bad = false;
         for (size_t rep = 0; rep < nr; rep++) {
-            double got = r->clip_norm[k * nr + rep];
+            double got = r->grad_norm[k * nr + rep];
             if (isnan(got))
                 continue;
             double rel = isfinite(got) ? fabs(got - want) / want : INFINITY;
@@ -378,6 +378,40 @@ static bool gc_clip_masked(const dsim_check_ctx *ctx, const dsim_train_result *r
                    C, g0, rep0, got0, want0, k, meaning ? ": " : "", meaning ? meaning : "", C, bad,
                    clipped);
     return true;
+}
+
+/* The gradient replica 0's updates applied against the reference's, by
+ * their norms: k where every step compared has the ratio k (within 1 % of
+ * one another) and k is off 1 by more than max(1 %, 2 max_rel), which float
+ * rounding, a gradient all-reduced in 16 bits included, does not do. A
+ * constant factor is what an optimizer that normalises the gradient (Adam,
+ * whose update hardly depends on its scale) or a clip hides from the
+ * variables. *n: the steps compared. */
+static bool gc_grad_scale(const dsim_train_result *r, const dsim_train_result *ref, double max_rel,
+                          double *k_out, uint64_t *n)
+{
+    *n = 0;
+    if (!r->grad_norm || !ref->grad_norm || r->num_replicas < 1)
+        return false;
+    size_t nr = (size_t)r->num_replicas;
+    double lo = INFINITY, hi = -INFINITY;
+    for (uint64_t k = 0; k < r->steps; k++) {
+        uint64_t g = r->first_step + k;
+        if (g < ref->first_step || g - ref->first_step >= ref->steps)
+            continue;
+        double want = ref->grad_norm[g - ref->first_step], got = r->grad_norm[k * nr];
+        if (!(isfinite(want) && isfinite(got) && want > 0.0 && got > 0.0))
+            continue;
+        double q = got / want;
+        lo = fmin(lo, q);
+        hi = fmax(hi, q);
+        (*n)++;
+    }
+    if (*n < 2 || hi > lo * 1.01)
+        return false;
+    double k = 0.5 * (lo + hi);
+    *k_out = k;
+    return fabs(k - 1.0) > fmax(0.01, 2.0 * max_rel);
 }
 
 /* Row k's update of a trace: after[k] - before[k] (a trace kept every k
@@ -915,6 +949,51 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         out->passed = false;
         return DSIM_OK;
     }
+    /* a gradient off by a constant factor that the optimizer hid (Adam),
+     * or, where the variables differ a little, the cause of that */
+    double scale_k = 1.0;
+    uint64_t scale_n = 0;
+    const dsim_optim_spec *os = &ctx->cfg->optim;
+    bool scaled = (out->passed || os->kind == DSIM_OPTIM_ADAM) &&
+                  gc_grad_scale(r, ref, max_rel, &scale_k, &scale_n);
+    if (scaled) {
+        const char *meaning = gc_ratio_meaning(scale_k, r->num_replicas);
+        char hid[200];
+        dsim_check_msg(hid, sizeof hid,
+                       os->kind == DSIM_OPTIM_ADAM
+                           ? "Adam's update hardly depends on the gradient's scale, so the "
+                             "variables show it only where its epsilon counts"
+                           : "the optimizer's update hid it from the variables");
+        char s[600];
+        dsim_check_msg(s, sizeof s,
+                       "the gradient the strategy applies is %.3g times the one-device "
+                       "reference's at every one of the %" PRIu64
+                       " steps compared (the norms of replica 0's updates' gradients and the "
+                       "reference's)%s%s: %s",
+                       scale_k, scale_n, meaning ? ": " : "", meaning ? meaning : "", hid);
+        if (out->passed) {
+            out->passed = false;
+            out->measured = fabs(scale_k - 1.0);
+            dsim_check_msg(msg, cap,
+                           "the variables agree with the one-device reference within tolerance, "
+                           "but %s",
+                           s);
+            return DSIM_OK;
+        }
+        size_t n_out, worst;
+        double m = gc_rel_beyond_floor(r->params, ref->params, r->n_params, max_abs, max_rel,
+                                       &n_out, &worst);
+        char tmp[600];
+        snprintf(tmp, sizeof tmp, "%s", s);
+        tmp[0] = (char)toupper((unsigned char)tmp[0]);
+        dsim_check_msg(msg, cap,
+                       "%zu of %zu parameters differ from the one-device reference beyond "
+                       "tolerance; worst: parameter %zu is %.6g, the reference %.6g (relative "
+                       "error %.3g). %s",
+                       n_out, r->n_params, worst, (double)r->params[worst],
+                       (double)ref->params[worst], m, tmp);
+        return DSIM_OK;
+    }
     if (out->passed) {
         dsim_check_msg(
             msg, cap,
@@ -932,7 +1011,6 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         /* where the updates differ in size or direction, not where the
          * diagnosis names another cause (a late or missing update, padding,
          * another start) */
-        const dsim_optim_spec *os = &ctx->cfg->optim;
         if (!drift && !other && (os->global_clipnorm > 0.0 || os->clipvalue > 0.0))
             dsim_check_msg_append(why, sizeof why,
                                   " (the optimizer clips, %s %g: Keras clips the aggregated "

@@ -434,20 +434,16 @@ static bool pr_merge_alloc(pr_job *j, size_t S)
     res->replicas = calloc(NN, sizeof *res->replicas);
     res->mp_scale = calloc(S * NN + 1, sizeof(float));
     res->mp_skipped = calloc(S * NN + 1, 1);
-    bool clip_ok = true; /* NaN: the replica applied no clipping update */
-    if (cfg->optim.global_clipnorm > 0.0) {
-        res->clip_norm = malloc((S * NN + 1) * sizeof(double));
-        clip_ok = res->clip_norm != NULL;
-        for (size_t k = 0; clip_ok && k < S * NN; k++)
-            res->clip_norm[k] = NAN;
-    }
+    res->grad_norm = malloc((S * NN + 1) * sizeof(double));
+    for (size_t k = 0; res->grad_norm && k < S * NN; k++)
+        res->grad_norm[k] = NAN; /* the replica's step did not say */
     res->precision = cfg->precision == DSIM_POLICY_DEFAULT ? DSIM_POLICY_FLOAT32 : cfg->precision;
     res->gradient_dtype = cfg->gradient_dtype;
     uint64_t n_ex = cfg->dataset ? cfg->dataset->spec.n_examples : cfg->data.n_examples;
     dsim_ledger_create(n_ex, cfg->epochs, cfg->hosts, cfg->devices_per_host, &res->ledger);
     return res->params && res->loss && res->local_loss && res->checksum && res->examples &&
            res->padded && res->step_ns && res->comm_ns && res->checkpoint_writes && res->replicas &&
-           res->mp_scale && res->mp_skipped && clip_ok;
+           res->mp_scale && res->mp_skipped && res->grad_norm;
 }
 
 /* Every step row into the per-step arrays and the ledger. */
@@ -479,8 +475,7 @@ static void pr_merge_steps(pr_job *j, uint64_t first, size_t S)
         res->comm_ns[k * NN + r] = in->t_end - in->t_comm;
         res->mp_scale[k * NN + r] = in->mp_scale;
         res->mp_skipped[k * NN + r] = in->mp_skipped;
-        if (res->clip_norm)
-            res->clip_norm[k * NN + r] = in->clip_norm;
+        res->grad_norm[k * NN + r] = in->grad_norm;
         if (r == 0) {
             res->loss[k] = in->loss;
             res->skipped_steps += in->mp_skipped;

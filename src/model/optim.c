@@ -23,25 +23,35 @@ struct dsim_optim {
     float *clipped; /* n floats: the clipped gradient (allocated at the first clip) */
 };
 
-/* The global norm the last clip by global_clipnorm of this worker took
- * (optim_int.h); NaN: none since the last take. */
-static _Thread_local double optim_seen_norm = NAN;
-static const double optim_seen_init = NAN;
+/* What this worker's updates saw (optim_int.h). */
+typedef struct optim_seen {
+    double norm; /* NaN: nothing noted */
+    size_t n;
+    int want;
+} optim_seen;
+static _Thread_local optim_seen optim_seen_now = {.norm = NAN};
+static const optim_seen optim_seen_init = {.norm = NAN};
 
 static void *optim_seen_addr(void)
 {
-    return &optim_seen_norm;
+    return &optim_seen_now;
 }
 
 __attribute__((constructor)) static void optim_register_state(void)
 {
-    dsim_rt_worker_state_add(optim_seen_addr, &optim_seen_init, sizeof optim_seen_norm);
+    dsim_rt_worker_state_add(optim_seen_addr, &optim_seen_init, sizeof optim_seen_now);
 }
 
-double optim_seen_norm_take(void)
+void optim_seen_begin(int want)
 {
-    double v = optim_seen_norm;
-    optim_seen_norm = NAN;
+    optim_seen_now = (optim_seen){.norm = NAN, .want = want};
+}
+
+double optim_seen_take(size_t *n)
+{
+    double v = optim_seen_now.norm;
+    *n = optim_seen_now.n;
+    optim_seen_now = optim_seen_init;
     return v;
 }
 
@@ -271,7 +281,10 @@ dsim_err dsim_optim_apply_norm(dsim_optim *opt, float *params, const float *grad
                         opt->n);
     const dsim_optim_spec *s = &opt->spec;
     if (s->global_clipnorm > 0.0)
-        optim_seen_norm = global_norm;
+        optim_seen_now = (optim_seen){.norm = global_norm, .n = OPTIM_SEEN_GLOBAL, .want = 1};
+    else if (optim_seen_now.want)
+        optim_seen_now =
+            (optim_seen){.norm = sqrt(dsim_optim_grad_sqsum(grad, n)), .n = n, .want = 1};
     DSIM_CHECK(optim_clip(opt, grad, n, global_norm, &grad));
     const float lr = (float)s->lr;
     if (s->weight_decay > 0.0) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dsim/log.h"
+#include "model/optim_int.h"
 #include "train_int.h"
 
 /* Wakes every server's waiters after an abort. The abort flag is not set
@@ -184,7 +185,7 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->update_norm);
     free(res->mp_scale);
     free(res->mp_skipped);
-    free(res->clip_norm);
+    free(res->grad_norm);
     free(res->initial_params);
     free(res->updates);
     free(res->checkpoint_writes);
@@ -200,14 +201,17 @@ void dsim_train_result_free(dsim_train_result *res)
     memset(res, 0, sizeof *res);
 }
 
-bool train_clip_norms_alloc(const dsim_train_cfg *cfg, size_t n, double **out)
+double *train_grad_norms_alloc(size_t n)
 {
-    *out = NULL;
-    if (!(cfg->optim.global_clipnorm > 0.0))
-        return true;
-    if (!(*out = malloc((n ? n : 1) * sizeof(double))))
-        return false;
-    for (size_t k = 0; k < n; k++)
-        (*out)[k] = NAN;
-    return true;
+    double *v = malloc((n ? n : 1) * sizeof(double));
+    for (size_t k = 0; v && k < n; k++)
+        v[k] = NAN;
+    return v;
+}
+
+double train_grad_norm_take(size_t P)
+{
+    size_t n = 0;
+    double v = optim_seen_take(&n);
+    return n == OPTIM_SEEN_GLOBAL || n == P ? v : NAN;
 }

@@ -89,8 +89,7 @@ static dsim_err ref_alloc_result(ref_job *r, dsim_train_result *res)
     res->gradient_dtype = r->cfg->gradient_dtype;
     res->mp_scale = calloc(steps + 1, sizeof(float));
     res->mp_skipped = calloc(steps + 1, 1);
-    if (!res->mp_scale || !res->mp_skipped ||
-        !train_clip_norms_alloc(r->cfg, steps, &res->clip_norm))
+    if (!res->mp_scale || !res->mp_skipped || !(res->grad_norm = train_grad_norms_alloc(steps)))
         return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
         !res->step_ns || !res->comm_ns || !res->checkpoint_writes ||
@@ -246,13 +245,12 @@ static dsim_err ref_step(ref_job *r, dsim_train_result *res, uint64_t s)
     res->mp_skipped[s] = !applied;
     if (r->before)
         memcpy(r->before, res->params, P * sizeof(float));
-    (void)optim_seen_norm_take();
+    optim_seen_begin(1);
     if (!applied)
         dsim_optim_skip(r->opt);
     else if ((e = dsim_optim_apply(r->opt, res->params, r->grad, P)) != DSIM_OK)
         return e;
-    if (res->clip_norm)
-        res->clip_norm[s] = optim_seen_norm_take();
+    res->grad_norm[s] = train_grad_norm_take(P);
     if (r->before && res->update_norm) {
         double uu = 0;
         for (size_t k = 0; k < P; k++) {

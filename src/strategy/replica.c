@@ -221,15 +221,14 @@ static void train_observe(train_replica *rp, const dsim_input_step *st, const ds
         .rerun_of = rerun_of,
         .mp_scale = 1.0f,
         .padded = padded,
-        .clip_norm = NAN,
+        .grad_norm = NAN,
     };
     if (rerun_of < 0 && rp->ctx.global_step >= job->first_step) {
         size_t at =
             (size_t)(rp->ctx.global_step - job->first_step) * (size_t)job->N + (size_t)rp->index;
         info.mp_scale = job->res->mp_scale[at];
         info.mp_skipped = job->res->mp_skipped[at] != 0;
-        if (job->res->clip_norm)
-            info.clip_norm = job->res->clip_norm[at];
+        info.grad_norm = job->res->grad_norm[at];
     }
     cfg->observer(&info, cfg->observer_user);
     train_gate_leave(job, rp);
@@ -586,9 +585,11 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     int label = rp->index == 0 && !job->res->exchange[0];
     if (label)
         dsim_comm_exchange_begin(ctx->world);
-    (void)optim_seen_norm_take();
+    /* the norm of what the update applies: replica 0's, and every
+     * replica's clip (which computes it anyway) */
+    optim_seen_begin(rp->index == 0);
     e = dsim_strategy_apply_gradients(s, ctx, w->grad);
-    double clip_norm = optim_seen_norm_take();
+    double grad_norm = train_grad_norm_take(P);
     if (label)
         dsim_comm_exchange_end(ctx->world, job->res->exchange, sizeof job->res->exchange);
     if (e != DSIM_OK || (e = train_mixed_after(s->name, ctx, gs)) != DSIM_OK)
@@ -596,8 +597,7 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     size_t k = (size_t)(gs - job->first_step), at = k * (size_t)job->N + (size_t)rp->index;
     job->res->mp_scale[at] = mp_scale;
     job->res->mp_skipped[at] = ctx->loss_scale.skipped;
-    if (job->res->clip_norm)
-        job->res->clip_norm[at] = clip_norm;
+    job->res->grad_norm[at] = grad_norm;
     replica_swallowed(rp, DSIM_PHASE_ALLREDUCE, gs);
     /* what a failure later in the step must leave untouched */
     rp->good_checksum = dsim_params_checksum(ctx->params, P);

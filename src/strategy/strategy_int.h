@@ -30,9 +30,12 @@ dsim_err dsim_strategy_check_ops(const struct dsim_strategy_ops *ops, const char
 /* dsim_train of a synthetic model: timing only (timing.c). Fills res as
  * dsim_train does, without numbers; res is zeroed by the caller. */
 dsim_err dsim_train_timing(const dsim_train_cfg *cfg, dsim_train_result *res);
-/* dsim_train_result.clip_norm of n entries, NaN each, where the optimizer
- * clips by global_clipnorm (*out NULL otherwise); false when out of memory. */
-bool train_clip_norms_alloc(const dsim_train_cfg *cfg, size_t n, double **out);
+/* dsim_train_result.grad_norm: n entries, NaN each; NULL when out of
+ * memory. */
+double *train_grad_norms_alloc(size_t n);
+/* The norm of the gradient the update applied (optim_int.h's take), or NaN
+ * where it is not of the whole gradient of P parameters. */
+double train_grad_norm_take(size_t P);
 
 /* ---- dispatch (strategy.c) ---- */
 dsim_err dsim_strategy_check_shape(const dsim_strategy *s, const dsim_strategy_shape *shape);

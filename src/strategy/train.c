@@ -285,7 +285,7 @@ static dsim_err train_alloc_result(train_job *job)
         res->trace = calloc(steps / res->trace_every * P + 1, sizeof(float));
     res->mp_scale = calloc(steps * N + 1, sizeof(float));
     res->mp_skipped = calloc(steps * N + 1, 1);
-    if (!train_clip_norms_alloc(job->cfg, steps * N, &res->clip_norm))
+    if (!(res->grad_norm = train_grad_norms_alloc(steps * N)))
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the result of %zu steps", steps);
     if (job->cfg->probe_restore && job->first_step > 0) {
         res->restored_params = calloc(P ? P : 1, sizeof(float));
@@ -452,7 +452,7 @@ static void train_hand_over(train_job *job, dsim_train_result *res, bool hung)
     res->trace_rows = 0;
     res->mp_scale = NULL;
     res->mp_skipped = NULL;
-    res->clip_norm = NULL;
+    res->grad_norm = NULL;
     res->ledger = NULL;
     res->updates = NULL;
     res->n_updates = 0;

@@ -292,11 +292,12 @@ typedef struct dsim_train_step_info {
     bool mp_skipped;        /* ... and the strategy skipped its update (non-finite) */
     uint64_t padded;        /* rows of padding computed beside the examples to fill
                                the strategy's static batch (masked, not read) */
-    double clip_norm;       /* optimizer.global_clipnorm: the global norm of the
-                               gradient this step's update clipped by (what
-                               dsim_optim_apply computed, or the norm given to
-                               dsim_optim_apply_norm); NaN when the replica applied
-                               no such update */
+    double grad_norm;       /* the global norm of the gradient this step's update
+                               applied through dsim_optim_apply: with
+                               optimizer.global_clipnorm, the norm it clipped by (or
+                               the one given dsim_optim_apply_norm) on every replica;
+                               without, replica 0's only. NaN where not known (no
+                               such update, or one of a part of the parameters) */
 } dsim_train_step_info;
 
 /* Called on the replica's own worker thread, concurrently for different
@@ -602,10 +603,10 @@ typedef struct dsim_train_result {
     dsim_dtype gradient_dtype;
     float *mp_scale;     /* [steps * num_replicas] */
     uint8_t *mp_skipped; /* [steps * num_replicas]: 1 skipped, 0 applied */
-    /* optimizer.global_clipnorm: [steps * num_replicas] (the reference:
-     * [steps]), the global norm each step's update clipped by
-     * (dsim_train_step_info.clip_norm); NaN where none. NULL without it. */
-    double *clip_norm;
+    /* [steps * num_replicas] (the reference: [steps]): the global norm of
+     * the gradient each step's update applied (dsim_train_step_info.grad_norm);
+     * NaN where not known. */
+    double *grad_norm;
     uint64_t skipped_steps;
     float final_loss_scale;
 
