@@ -34,8 +34,10 @@
 /* Whether to keep the variables of the run and of the reference step by
  * step: gradient_consistency explains a difference from them (how the
  * updates compare). Every step's when they fit in H_TRACE_MAX floats each,
- * else every k-th step's, the least k for which they fit. */
-#define H_TRACE_MAX ((uint64_t)4 << 20)
+ * else every k-th step's, the least k for which they fit. 8 Mi floats
+ * (32 MiB): the 1024 x 100 MLP of scenarios/scale is kept every step,
+ * which its replay under Adam needs (docs/checks.md). */
+#define H_TRACE_MAX ((uint64_t)8 << 20)
 
 /* The one-device replay on a thread of its own (h_ref_start). */
 typedef struct h_ref_thread {
