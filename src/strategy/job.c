@@ -1,10 +1,11 @@
 /* The job of dsim_train: failing it (the first direct cause wins, the
  * fabric is aborted), its references (the driver and each worker) and the
  * jobs a hung run left behind, the parameter servers' update records, the
- * phases' names, and freeing a result. */
+ * phases' names, freeing a result, and the gradient norms of its steps (what
+ * each update applied, from the optimizer's note: model/optim_int.h). */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
