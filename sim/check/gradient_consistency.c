@@ -311,6 +311,16 @@ static const char *gc_ratio_meaning(double k, int n)
     return NULL;
 }
 
+/* The reference's grad_norm at the global step of the run's step k; NaN
+ * where the reference did not take that step. */
+static double gc_ref_grad_norm(const dsim_train_result *r, const dsim_train_result *ref, uint64_t k)
+{
+    uint64_t g = r->first_step + k;
+    return g >= ref->first_step && g - ref->first_step < ref->steps
+               ? ref->grad_norm[g - ref->first_step]
+               : NAN;
+}
+
 /* A wrong aggregation the clip hid. Where the one-device reference's
  * gradient was longer than global_clipnorm, the clip scales its update to
  * global_clipnorm whatever the norm was; a strategy that applies a
@@ -335,10 +345,7 @@ static bool gc_clip_masked(const dsim_check_ctx *ctx, const dsim_train_result *r
     uint64_t clipped = 0, bad = 0, g0 = 0;
     int rep0 = -1;
     for (uint64_t k = 0; k < r->steps; k++) {
-        uint64_t g = r->first_step + k;
-        if (g < ref->first_step || g - ref->first_step >= ref->steps)
-            continue;
-        double want = ref->grad_norm[g - ref->first_step];
+        double want = gc_ref_grad_norm(r, ref, k);
         if (!(isfinite(want) && want > C))
             continue;
         clipped++;
@@ -354,7 +361,7 @@ static bool gc_clip_masked(const dsim_check_ctx *ctx, const dsim_train_result *r
             worst = fmax(worst, rel);
             if (rep0 < 0) {
                 rep0 = (int)rep;
-                g0 = g;
+                g0 = r->first_step + k;
                 got0 = got;
                 want0 = want;
             }
@@ -396,10 +403,7 @@ static bool gc_grad_scale(const dsim_train_result *r, const dsim_train_result *r
     size_t nr = (size_t)r->num_replicas;
     double lo = INFINITY, hi = -INFINITY;
     for (uint64_t k = 0; k < r->steps; k++) {
-        uint64_t g = r->first_step + k;
-        if (g < ref->first_step || g - ref->first_step >= ref->steps)
-            continue;
-        double want = ref->grad_norm[g - ref->first_step], got = r->grad_norm[k * nr];
+        double want = gc_ref_grad_norm(r, ref, k), got = r->grad_norm[k * nr];
         if (!(isfinite(want) && isfinite(got) && want > 0.0 && got > 0.0))
             continue;
         double q = got / want;
@@ -412,6 +416,21 @@ static bool gc_grad_scale(const dsim_train_result *r, const dsim_train_result *r
     double k = 0.5 * (lo + hi);
     *k_out = k;
     return fabs(k - 1.0) > fmax(0.01, 2.0 * max_rel);
+}
+
+/* The message of a run whose variables differ from the reference's: how
+ * many, the worst, and why (its first letter raised). */
+static void gc_msg_differ(char *msg, size_t cap, const dsim_train_result *r,
+                          const dsim_train_result *ref, size_t n_out, size_t worst, double m,
+                          char *why)
+{
+    why[0] = (char)toupper((unsigned char)why[0]);
+    dsim_check_msg(msg, cap,
+                   "%zu of %zu parameters differ from the one-device reference beyond "
+                   "tolerance; worst: parameter %zu is %.6g, the reference %.6g (relative "
+                   "error %.3g). %s",
+                   n_out, r->n_params, worst, (double)r->params[worst], (double)ref->params[worst],
+                   m, why);
 }
 
 /* Row k's update of a trace: after[k] - before[k] (a trace kept every k
@@ -958,12 +977,10 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                   gc_grad_scale(r, ref, max_rel, &scale_k, &scale_n);
     if (scaled) {
         const char *meaning = gc_ratio_meaning(scale_k, r->num_replicas);
-        char hid[200];
-        dsim_check_msg(hid, sizeof hid,
-                       os->kind == DSIM_OPTIM_ADAM
-                           ? "Adam's update hardly depends on the gradient's scale, so the "
-                             "variables show it only where its epsilon counts"
-                           : "the optimizer's update hid it from the variables");
+        const char *hid = os->kind == DSIM_OPTIM_ADAM
+                              ? "Adam's update hardly depends on the gradient's scale, so the "
+                                "variables show it only where its epsilon counts"
+                              : "the optimizer's update hid it from the variables";
         char s[600];
         dsim_check_msg(s, sizeof s,
                        "the gradient the strategy applies is %.3g times the one-device "
@@ -980,18 +997,7 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                            s);
             return DSIM_OK;
         }
-        size_t n_out, worst;
-        double m = gc_rel_beyond_floor(r->params, ref->params, r->n_params, max_abs, max_rel,
-                                       &n_out, &worst);
-        char tmp[600];
-        snprintf(tmp, sizeof tmp, "%s", s);
-        tmp[0] = (char)toupper((unsigned char)tmp[0]);
-        dsim_check_msg(msg, cap,
-                       "%zu of %zu parameters differ from the one-device reference beyond "
-                       "tolerance; worst: parameter %zu is %.6g, the reference %.6g (relative "
-                       "error %.3g). %s",
-                       n_out, r->n_params, worst, (double)r->params[worst],
-                       (double)ref->params[worst], m, tmp);
+        gc_msg_differ(msg, cap, r, ref, n_out, worst, m, s);
         return DSIM_OK;
     }
     if (out->passed) {
@@ -1101,13 +1107,7 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         } else if (!followed && fwhy[0]) {
             dsim_check_msg_append(why, sizeof why, "; %s", fwhy);
         }
-        why[0] = (char)toupper((unsigned char)why[0]);
-        dsim_check_msg(msg, cap,
-                       "%zu of %zu parameters differ from the one-device reference beyond "
-                       "tolerance; worst: parameter %zu is %.6g, the reference %.6g (relative "
-                       "error %.3g). %s",
-                       n_out, r->n_params, worst, (double)r->params[worst],
-                       (double)ref->params[worst], m, why);
+        gc_msg_differ(msg, cap, r, ref, n_out, worst, m, why);
     }
     return DSIM_OK;
 }
