@@ -684,19 +684,6 @@ static bool gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref
     return true;
 }
 
-/* sqrt(sum over j of ulp(max(|a_j|, |b_j|))^2): the size of a difference
- * of a float rounding of each variable. */
-static double gc_ulp_norm(const float *a, const float *b, size_t n)
-{
-    double s = 0;
-    for (size_t j = 0; j < n; j++) {
-        float m = fmaxf(fabsf(a[j]), fabsf(b[j]));
-        double u = (double)nextafterf(m, INFINITY) - (double)m;
-        s += u * u;
-    }
-    return sqrt(s);
-}
-
 typedef struct gc_followed {
     double worst;          /* the largest relative excess of a step */
     uint64_t at;           /* its row (of the run's trace) */
@@ -706,7 +693,37 @@ typedef struct gc_followed {
     uint32_t every;        /* steps a row */
     uint64_t skips_differ; /* steps the replay skipped (mixed precision) and the run not, or
                               the other way round */
+    bool grads;            /* judged by the gradients at the spans' first steps: the rows
+                              are those (trace_grad), `rows` of them compared */
+    /* with grads: the spans (of `every` steps) whose update is off by more
+     * than span_bound of their path, of `spans` */
+    uint64_t span_bad, span_first, span_at, spans;
+    double span_worst, span_bound;
 } gc_followed;
+
+/* Judges rows of a follow replay: |run - replay| - 2 ulps against max_rel
+ * of their size, per row (dist, ulps, size); a NaN dist is not judged. */
+static void gc_follow_rows(gc_followed *fo, const double *dist, const double *ulps,
+                           const double *size, uint64_t rows, double max_rel)
+{
+    fo->worst = 0;
+    fo->at = fo->n_bad = fo->first = fo->rows = 0;
+    for (uint64_t j = 0; j < rows; j++) {
+        if (isnan(dist[j]))
+            continue;
+        fo->rows++;
+        double excess = dist[j] - 2 * ulps[j];
+        if (excess <= 0)
+            continue;
+        double rel = size[j] > 0 ? excess / size[j] : INFINITY;
+        if (rel > fo->worst) {
+            fo->worst = rel;
+            fo->at = j;
+        }
+        if (rel > max_rel && fo->n_bad++ == 0)
+            fo->first = j;
+    }
+}
 
 /* The run's variables end beyond tolerance of the reference's though no
  * step's update is more than 0.1 % off (gc_diagnose): float rounding
@@ -730,41 +747,42 @@ static bool gc_follow(const dsim_check_ctx *ctx, const dsim_train_result *r, dou
     uint32_t every = gc_every(r);
     dsim_train_cfg rc;
     ck_probe_cfg(ctx->cfg, 0, &rc);
-    rc.record_params = true;
+    rc.record_params = false;
     rc.trace_every = every;
     dsim_train_result f;
-    dsim_err e = dsim_train_reference_follow(&rc, r->trace, rows, &f);
-    if (e != DSIM_OK || !f.trace || !f.update_norm || f.steps != T || f.n_params != P ||
-        gc_rows(&f) != rows) {
+    dsim_err e = dsim_train_reference_follow_run(&rc, r, &f);
+    if (e != DSIM_OK || !f.follow_dist || !f.follow_ulps || !f.follow_path || f.steps != T ||
+        f.n_params != P || f.steps / every != rows) {
         dsim_check_msg(why, cap, "replaying it step by step on one device failed: %s",
                        e != DSIM_OK ? f.error.msg : "the replay took other steps");
         dsim_train_result_free(&f);
         return false;
     }
     memset(fo, 0, sizeof *fo);
-    fo->rows = rows;
     fo->every = every;
-    for (uint64_t j = 0; j < rows; j++) {
-        const float *run = r->trace + j * P, *one = f.trace + j * P;
-        /* the replay's path: the sum of its steps' update norms (for one
-         * step, the norm of its update from the run's variables) */
-        double dd = 0, path = 0;
-        for (size_t i = 0; i < P; i++) {
-            double d = (double)run[i] - (double)one[i];
-            dd += d * d;
-        }
-        for (uint64_t s = j * every; s < (j + 1) * every; s++)
-            path += f.update_norm[s];
-        double excess = sqrt(dd) - 2 * gc_ulp_norm(run, one, P);
-        if (excess <= 0)
-            continue;
-        double rel = path > 0 ? excess / path : INFINITY;
-        if (rel > fo->worst) {
-            fo->worst = rel;
-            fo->at = j;
-        }
-        if (rel > max_rel && fo->n_bad++ == 0)
-            fo->first = j;
+    /* the first steps of the spans, where the replay stands where the run
+     * stood, by their gradients (a run under adam keeps them) */
+    if (r->trace_grad && f.follow_grad_dist) {
+        gc_follow_rows(fo, f.follow_grad_dist, f.follow_grad_ulps, f.follow_grad_norm,
+                       r->trace_grad_rows, max_rel);
+        fo->grads = fo->rows > 0;
+    }
+    if (!fo->grads)
+        gc_follow_rows(fo, f.follow_dist, f.follow_ulps, f.follow_path, rows, max_rel);
+    /* and the updates: step by step within max_rel (the replay's slots
+     * are the run's to rounding when every step starts from the run's
+     * variables); spans of k > 1 steps by a bound that rounding amplified
+     * by adam stays under and a step applied twice or not at all is over,
+     * half a step's share of the span's path */
+    if (fo->grads) {
+        gc_followed sp;
+        fo->span_bound = every > 1 ? 0.5 / every : max_rel;
+        gc_follow_rows(&sp, f.follow_dist, f.follow_ulps, f.follow_path, rows, fo->span_bound);
+        fo->span_bad = sp.n_bad;
+        fo->span_first = sp.first;
+        fo->span_worst = sp.worst;
+        fo->span_at = sp.at;
+        fo->spans = sp.rows;
     }
     /* a dynamic loss scale's decisions, taken at the run's variables */
     size_t nr = r->num_replicas > 0 ? (size_t)r->num_replicas : 1;
@@ -808,12 +826,26 @@ bool gc_steps_right(const dsim_check_ctx *ctx, char *msg, size_t cap)
     gc_tolerances(r, v, &max_rel, &max_abs);
     gc_followed fo;
     char why[300];
-    if (!gc_follow(ctx, fr, max_rel, &fo, why, sizeof why) || fo.n_bad != 0 || fo.skips_differ)
+    if (!gc_follow(ctx, fr, max_rel, &fo, why, sizeof why) || fo.n_bad != 0 || fo.span_bad ||
+        fo.skips_differ)
         return false;
-    dsim_check_msg(msg, cap,
-                   "every step's update equals one device's from the run's own variables "
-                   "(%" PRIu64 " steps replayed, within %.3g)",
-                   fr->steps, max_rel);
+    if (fo.grads && fo.every > 1)
+        dsim_check_msg(msg, cap,
+                       "the gradient the first step of every span of %" PRIu32
+                       " applied equals one device's at the run's own variables (%" PRIu64
+                       " steps compared, within %.3g), and each span's update is within half a "
+                       "step of one device's",
+                       fo.every, fo.rows, max_rel);
+    else if (fo.grads)
+        dsim_check_msg(msg, cap,
+                       "the gradient every step applied and its update equal one device's at "
+                       "the run's own variables (%" PRIu64 " steps compared, within %.3g)",
+                       fo.rows, max_rel);
+    else
+        dsim_check_msg(msg, cap,
+                       "every step's update equals one device's from the run's own variables "
+                       "(%" PRIu64 " steps replayed, within %.3g)",
+                       fr->steps, max_rel);
     if (fr != r)
         dsim_check_msg_append(msg, cap,
                               " in a run without faults that ends bit-identical to this one");
@@ -1046,12 +1078,37 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
          * variables, must be the run's */
         const dsim_train_result *fr = gc_followable(ctx);
         bool followed = fr && gc_follow(ctx, fr, max_rel, &fo, fwhy, sizeof fwhy);
-        if (followed && fo.n_bad == 0 && fo.skips_differ == 0) {
+        if (followed && fo.n_bad == 0 && fo.span_bad == 0 && fo.skips_differ == 0) {
             /* rounding built up: every step is right */
             out->passed = true;
             out->measured = fo.worst;
-            char where[64], kept[200] = "";
-            if (fo.every > 1)
+            char where[64], kept[200] = "", judged[700];
+            if (fo.grads && fo.every > 1)
+                dsim_check_msg(judged, sizeof judged,
+                               "the gradient replica 0 applied equal to one device's at the "
+                               "run's own variables at each of the %" PRIu64
+                               " steps compared, the first of every span of %" PRIu32
+                               " (worst %.3g relative beyond 2 ulps, at global step %" PRIu64
+                               "), and each span's update within half a step of one device's "
+                               "(worst %.3g of its path; under adam two right replays part "
+                               "within a span, as adam turns the rounding of near-zero "
+                               "gradients into whole steps",
+                               fo.rows, fo.every, fo.worst, fo.at * fo.every, fo.span_worst);
+            else if (fo.grads)
+                dsim_check_msg(judged, sizeof judged,
+                               "the gradient replica 0 applied and its update equal to one "
+                               "device's at the run's own variables within tolerance at each "
+                               "of the %" PRIu64 " steps compared (worst %.3g and %.3g "
+                               "relative beyond 2 ulps, at global step %" PRIu64,
+                               fo.rows, fo.worst, fo.span_worst, fo.at);
+            else
+                dsim_check_msg(judged, sizeof judged,
+                               "every step's update equal to one device's from the run's own "
+                               "variables within tolerance (worst %.3g relative, beyond 2 ulps "
+                               "of the variables, at %s; %" PRIu64 " steps replayed",
+                               fo.worst, gc_steps(where, sizeof where, 0, fo.at, fo.every),
+                               fr->steps);
+            if (fo.every > 1 && !fo.grads)
                 dsim_check_msg(kept, sizeof kept,
                                "; the variables kept every %" PRIu32 " steps, judged %" PRIu32
                                " steps at a time",
@@ -1066,14 +1123,11 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                                       "are not");
             dsim_check_msg(
                 msg, cap,
-                "%severy step's update equal to one device's from the run's own variables "
-                "within tolerance (worst %.3g relative, beyond 2 ulps of the variables, at "
-                "%s; %" PRIu64 " steps replayed%s). The variables end "
+                "%s%s%s). The variables end "
                 "%.3g (relative) from the one-device reference's, parameter %zu, beyond "
                 "max_rel_error: float rounding built up over %" PRIu64 " steps%s, not an error "
                 "of the strategy%s",
-                bits, fo.worst, gc_steps(where, sizeof where, 0, fo.at, fo.every), fr->steps, kept,
-                m, worst, r->first_step + r->steps,
+                bits, judged, kept, m, worst, r->first_step + r->steps,
                 drift ? ""
                       : " and amplified until the run's and the reference's trajectories parted "
                         "(their updates differ by more than 0.1 % from some step on, as a "
@@ -1081,7 +1135,50 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                 mp);
             return DSIM_OK;
         }
-        if (followed && drift) {
+        if (followed && fo.grads && fo.n_bad == 0 && fo.span_bad > 0) {
+            char first[64], sat[64];
+            gc_steps(first, sizeof first, 0, fo.span_first, fo.every);
+            gc_steps(sat, sizeof sat, 0, fo.span_at, fo.every);
+            int n = snprintf(why + at, sizeof why - at,
+                             "at the run's own variables one device's gradient is the one "
+                             "replica 0 applied at each of the %" PRIu64 " steps compared, but "
+                             "replayed from the run's own variables, ",
+                             fo.rows);
+            size_t had = at + (n > 0 ? (size_t)n : 0);
+            if (had >= sizeof why)
+                had = sizeof why - 1;
+            if (fo.every == 1)
+                dsim_check_msg(why + had, sizeof why - had,
+                               "%" PRIu64 " of %" PRIu64 " steps' updates differ from the run's "
+                               "beyond max_rel_error %.3g (and 2 ulps of the variables), from "
+                               "%s (worst %.3g of the update, at %s): an update that does not "
+                               "follow from its gradient (applied twice, or not at all, or "
+                               "changed after it)",
+                               fo.span_bad, fo.spans, max_rel, first, fo.span_worst, sat);
+            else
+                dsim_check_msg(why + had, sizeof why - had,
+                               "%" PRIu64 " of %" PRIu64 " spans of %" PRIu32
+                               " steps differ from the run's by more than half a step (%.3g of "
+                               "their path), from %s (worst %.3g, at %s): a step applied twice "
+                               "or not at all, or an update that does not follow from its "
+                               "gradient",
+                               fo.span_bad, fo.spans, fo.every, fo.span_bound, first, fo.span_worst,
+                               sat);
+            out->measured = fmax(m, fo.span_worst);
+        } else if (followed && fo.grads && fo.n_bad > 0) {
+            /* judged directly by the gradients: under adam the updates'
+             * diagnosis (from the reference's trajectory) is not to be
+             * trusted, only what the skips said */
+            dsim_check_msg(
+                why + at, sizeof why - at,
+                "at the run's own variables, one device's gradient differs from the "
+                "one replica 0 applied beyond max_rel_error %.3g (and 2 ulps) at %" PRIu64
+                " of the %" PRIu64 " steps compared, from global step %" PRIu64
+                " (worst %.3g of the gradient, at global step %" PRIu64
+                "): the strategy computes its gradients wrong",
+                max_rel, fo.n_bad, fo.rows, fo.first * fo.every, fo.worst, fo.at * fo.every);
+            out->measured = fmax(m, fo.worst);
+        } else if (followed && drift) {
             /* (otherwise the diagnosis names what is wrong) */
             char first[64], at[64];
             gc_steps(first, sizeof first, 0, fo.first, fo.every);

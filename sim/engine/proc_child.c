@@ -164,6 +164,7 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
     cc.observer = pr_child_observer;
     cc.observer_user = &c;
     cc.record_params = cfg->record_params && lo == 0;
+    cc.record_grads = cc.record_params && cfg->record_grads;
     /* the faults' hooks call these after their own */
     cc.hooks = a && a->on_phase ? &pr_child_hooks : &pr_child_reads;
     cc.hooks_user = &c;
@@ -225,6 +226,8 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
         pr_send(&c, PR_PARAMS, res.params, res.n_params * sizeof(float));
     if (res.trace && e == DSIM_OK)
         pr_send(&c, PR_TRACE, res.trace, res.trace_rows * res.n_params * sizeof(float));
+    if (res.trace_grad && e == DSIM_OK)
+        pr_send(&c, PR_GRADS, res.trace_grad, res.trace_grad_rows * res.n_params * sizeof(float));
     if (res.initial_params && e == DSIM_OK)
         pr_send(&c, PR_INITIAL, res.initial_params, res.n_params * sizeof(float));
     /* Its replicas' flight recorders, for the parent's flight records of a

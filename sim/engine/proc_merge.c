@@ -111,6 +111,18 @@ static void pr_rec_vars(float **dst, const pr_job *j, const unsigned char *b, si
     }
 }
 
+/* A whole array of floats (the trace, its gradients): the last one sent. */
+static void pr_rec_floats(float **dst, size_t *len, const unsigned char *b, size_t n)
+{
+    free(*dst);
+    *dst = malloc(n ? n : 1);
+    *len = 0;
+    if (*dst) {
+        memcpy(*dst, b, n);
+        *len = n / sizeof(float);
+    }
+}
+
 /* A sub-communicator's record: appended after the N replicas'. */
 static void pr_rec_flight_sub(pr_job *j, const pr_flight *hd, const unsigned char *b, size_t n)
 {
@@ -315,12 +327,10 @@ void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char *b, siz
         pr_rec_vars(&j->params, j, b, n);
         break;
     case PR_TRACE:
-        free(j->trace);
-        j->trace = malloc(n ? n : 1);
-        if (j->trace) {
-            memcpy(j->trace, b, n);
-            j->trace_len = n / sizeof(float);
-        }
+        pr_rec_floats(&j->trace, &j->trace_len, b, n);
+        break;
+    case PR_GRADS:
+        pr_rec_floats(&j->grads, &j->grads_len, b, n);
         break;
     case PR_INITIAL:
         pr_rec_vars(&j->initial, j, b, n);
@@ -507,6 +517,11 @@ static void pr_merge_vars(pr_job *j, size_t S)
         res->trace = j->trace;
         res->trace_rows = S / every;
         j->trace = NULL;
+    }
+    if (j->grads && j->grads_len == (S + every - 1) / every * P) {
+        res->trace_grad = j->grads;
+        res->trace_grad_rows = (S + every - 1) / every;
+        j->grads = NULL;
     }
     res->initial_params = j->initial;
     j->initial = NULL;

@@ -32,6 +32,7 @@ enum {
     PR_PHASE,       /* pr_phase[]: replicas entered phases of the driver */
     PR_MSGS,        /* u64 frames not logged, then the child's dsim_msg_rec halves */
     PR_READ,        /* a pr_batch, then the example ids a replica read (at its compute) */
+    PR_GRADS,       /* replica 0's gradient at each span's first step (record_grads) */
     PR_EXIT = 50,   /* agent -> chief: how the task's child ended (pr_exit) */
     PR_INTERRUPT,   /* agent -> chief: the task was interrupted (i32 signal) */
     PR_PROBED,      /* agent -> chief: what it read of the probe's file (text) */

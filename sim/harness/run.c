@@ -34,9 +34,9 @@
 /* Whether to keep the variables of the run and of the reference step by
  * step: gradient_consistency explains a difference from them (how the
  * updates compare). Every step's when they fit in H_TRACE_MAX floats each,
- * else every k-th step's, the least k for which they fit. 8 Mi floats
- * (32 MiB): the 1024 x 100 MLP of scenarios/scale is kept every step,
- * which its replay under Adam needs (docs/checks.md). */
+ * else every k-th step's, the least k for which they fit (under adam a
+ * row of gradients too: h_trace_grads). 8 Mi floats (32 MiB): the 1024 x
+ * 100 MLP of scenarios/scale is kept every step. */
 #define H_TRACE_MAX ((uint64_t)8 << 20)
 
 /* The one-device replay on a thread of its own (h_ref_start). */
@@ -76,6 +76,14 @@ typedef struct h_ctx {
     bool hung, in_observer;
 } h_ctx;
 
+/* Whether the trace also keeps replica 0's gradient at each span's first
+ * step (cfg.record_grads): under adam, whose updates gradient_consistency
+ * judges by their gradients (docs/checks.md). */
+static bool h_trace_grads(const dsim_train_cfg *cfg)
+{
+    return cfg->optim.kind == DSIM_OPTIM_ADAM;
+}
+
 /* 0: no trace; else keep it every that many steps. */
 static uint32_t h_trace_every(const dsim_scenario *s, const dsim_train_cfg *cfg)
 {
@@ -87,6 +95,8 @@ static uint32_t h_trace_every(const dsim_scenario *s, const dsim_train_cfg *cfg)
         m.out_dim = cfg->data.out_dim;
     }
     uint64_t steps = dsim_train_cfg_steps(cfg), n = dsim_model_num_params(&m);
+    if (h_trace_grads(cfg))
+        n *= 2; /* a row of variables and one of gradients */
     if (!steps || !n || n > H_TRACE_MAX)
         return 0;
     uint64_t every = (steps + H_TRACE_MAX / n - 1) / (H_TRACE_MAX / n);
@@ -716,6 +726,7 @@ void h_run_one(const dsim_scenario *s, const h_opts *o, const dsim_engine_ops *e
         c.cfg.record_params = true;
         c.cfg.trace_every = every;
     }
+    c.cfg.record_grads = every && h_trace_grads(&c.cfg);
     /* The cost model: a replica's step computes at this rate. It moves the
      * virtual clock under sim (elsewhere it is only counted), so that steps
      * take time and a timeout counts from work done, not from time 0. */

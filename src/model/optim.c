@@ -28,6 +28,9 @@ typedef struct optim_seen {
     double norm; /* NaN: nothing noted */
     size_t n;
     int want;
+    float *copy; /* optim_seen_copy's destination, copy_n floats, or NULL */
+    size_t copy_n;
+    int copied;
 } optim_seen;
 static _Thread_local optim_seen optim_seen_now = {.norm = NAN};
 static const optim_seen optim_seen_init = {.norm = NAN};
@@ -45,6 +48,18 @@ __attribute__((constructor)) static void optim_register_state(void)
 void optim_seen_begin(int want)
 {
     optim_seen_now = (optim_seen){.norm = NAN, .want = want};
+}
+
+void optim_seen_copy(float *dst, size_t n)
+{
+    optim_seen_now.copy = dst;
+    optim_seen_now.copy_n = n;
+    optim_seen_now.copied = 0;
+}
+
+int optim_seen_copied(void)
+{
+    return optim_seen_now.copied;
 }
 
 double optim_seen_take(size_t *n)
@@ -280,11 +295,19 @@ dsim_err dsim_optim_apply_norm(dsim_optim *opt, float *params, const float *grad
                         "dsim_optim_apply: %zu parameters given to an optimizer created for %zu", n,
                         opt->n);
     const dsim_optim_spec *s = &opt->spec;
-    if (s->global_clipnorm > 0.0)
-        optim_seen_now = (optim_seen){.norm = global_norm, .n = OPTIM_SEEN_GLOBAL, .want = 1};
-    else if (optim_seen_now.want)
-        optim_seen_now =
-            (optim_seen){.norm = sqrt(dsim_optim_grad_sqsum(grad, n)), .n = n, .want = 1};
+    optim_seen *seen = &optim_seen_now;
+    if (s->global_clipnorm > 0.0) {
+        seen->norm = global_norm;
+        seen->n = OPTIM_SEEN_GLOBAL;
+        seen->want = 1;
+    } else if (seen->want) {
+        seen->norm = sqrt(dsim_optim_grad_sqsum(grad, n));
+        seen->n = n;
+    }
+    if (seen->copy && seen->copy_n == n && !seen->copied) {
+        memcpy(seen->copy, grad, n * sizeof(float));
+        seen->copied = 1;
+    }
     DSIM_CHECK(optim_clip(opt, grad, n, global_norm, &grad));
     const float lr = (float)s->lr;
     if (s->weight_decay > 0.0) {

@@ -19,6 +19,14 @@
  * not clip (a pass over its gradient). */
 void optim_seen_begin(int want);
 
+/* After optim_seen_begin: the gradient of the next update (as given, before
+ * any clip) is also copied into dst[n] if it is n long (a whole model's,
+ * not a sharded optimizer's part); optim_seen_copied says whether it was.
+ * The follow replay of gradient_consistency compares it with one device's
+ * (dsim_train_result.trace_grad). */
+void optim_seen_copy(float *dst, size_t n);
+int optim_seen_copied(void);
+
 /* The norm noted since optim_seen_begin (NaN: none) and *n the length of
  * the gradient it is the norm of (OPTIM_SEEN_GLOBAL: a clip's global norm,
  * the whole gradient's whatever part the update applied); ends the

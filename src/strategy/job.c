@@ -183,7 +183,14 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->step_ns);
     free(res->comm_ns);
     free(res->trace);
+    free(res->trace_grad);
     free(res->update_norm);
+    free(res->follow_dist);
+    free(res->follow_ulps);
+    free(res->follow_path);
+    free(res->follow_grad_dist);
+    free(res->follow_grad_ulps);
+    free(res->follow_grad_norm);
     free(res->mp_scale);
     free(res->mp_skipped);
     free(res->grad_norm);
@@ -205,6 +212,14 @@ void dsim_train_result_free(dsim_train_result *res)
 double *train_grad_norms_alloc(size_t n)
 {
     double *v = malloc((n ? n : 1) * sizeof(double));
+    for (size_t k = 0; v && k < n; k++)
+        v[k] = NAN;
+    return v;
+}
+
+float *train_nan_floats(size_t n)
+{
+    float *v = malloc((n ? n : 1) * sizeof(float));
     for (size_t k = 0; v && k < n; k++)
         v[k] = NAN;
     return v;

@@ -47,6 +47,13 @@ typedef struct ref_job {
     dsim_loss_scale ls; /* the policy's loss scale, as one replica holds it */
     const float *params_now;
     float *before; /* [P]: the variables before the step (update_norm), or NULL */
+    /* following a run (dsim_train_reference_follow): its rows, its
+     * gradients at the spans' first steps, and the path of the span so
+     * far */
+    const float *follow;
+    const float *grads; /* the run's trace_grad, grad_rows of them, or NULL */
+    uint64_t grad_rows;
+    double span_path;
 } ref_job;
 
 /* The result's description of a one-device run, and its arrays. */
@@ -91,6 +98,25 @@ static dsim_err ref_alloc_result(ref_job *r, dsim_train_result *res)
     res->mp_skipped = calloc(steps + 1, 1);
     if (!res->mp_scale || !res->mp_skipped || !(res->grad_norm = train_grad_norms_alloc(steps)))
         return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
+    if (r->follow) {
+        uint64_t rows = steps / res->trace_every + 1;
+        res->follow_dist = calloc(rows, sizeof(double));
+        res->follow_ulps = calloc(rows, sizeof(double));
+        res->follow_path = calloc(rows, sizeof(double));
+        if (!r->before)
+            r->before = malloc(P * sizeof(float) + 1);
+        if (!res->follow_dist || !res->follow_ulps || !res->follow_path || !r->before)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory to follow the run");
+    }
+    if (r->grads) {
+        res->follow_grad_dist = calloc(r->grad_rows + 1, sizeof(double));
+        res->follow_grad_ulps = calloc(r->grad_rows + 1, sizeof(double));
+        res->follow_grad_norm = calloc(r->grad_rows + 1, sizeof(double));
+        if (!res->follow_grad_dist || !res->follow_grad_ulps || !res->follow_grad_norm)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory to follow the run");
+        for (uint64_t j = 0; j <= r->grad_rows; j++)
+            res->follow_grad_dist[j] = NAN;
+    }
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
         !res->step_ns || !res->comm_ns || !res->checkpoint_writes ||
         (r->cfg->record_params && !res->trace))
@@ -216,6 +242,48 @@ static dsim_err ref_grad_mixed(ref_job *r, float scale, double *loss_sum)
     return DSIM_OK;
 }
 
+/* The Euclidean distance of a[n] from b[n] (*dist) and the norm of the
+ * ulps of max(|a_k|, |b_k|) (*ulps): the size of a float rounding of
+ * each. */
+static void ref_distance(const float *a, const float *b, size_t n, double *dist, double *ulps)
+{
+    double dd = 0, uu = 0;
+    for (size_t k = 0; k < n; k++) {
+        double d = (double)a[k] - (double)b[k];
+        float m = fmaxf(fabsf(a[k]), fabsf(b[k]));
+        double u = (double)nextafterf(m, INFINITY) - (double)m;
+        dd += d * d;
+        uu += u * u;
+    }
+    *dist = sqrt(dd);
+    *ulps = sqrt(uu);
+}
+
+/* Following a run with its gradients: at step j * every the replay stands
+ * where the run stood (its variables); how far the run's gradient there
+ * is from one device's (NaN where the run's row is: no whole-model update
+ * to compare). */
+static void ref_follow_grad(ref_job *r, dsim_train_result *res, uint64_t j)
+{
+    size_t P = r->P;
+    const float *run = r->grads + j * P;
+    res->follow_grad_norm[j] = sqrt(dsim_optim_grad_sqsum(r->grad, P));
+    if (isnan(run[0]))
+        return;
+    ref_distance(run, r->grad, P, &res->follow_grad_dist[j], &res->follow_grad_ulps[j]);
+}
+
+/* Following a run: how far row j of the replay (its variables after step
+ * s) is from the run's row j, and the path of the span that led there. */
+static void ref_follow_row(ref_job *r, dsim_train_result *res, uint64_t j)
+{
+    size_t P = r->P;
+    const float *run = r->follow + j * P, *one = res->params;
+    ref_distance(run, one, P, &res->follow_dist[j], &res->follow_ulps[j]);
+    res->follow_path[j] = r->span_path;
+    r->span_path = 0;
+}
+
 /* Step s: one gradient over the whole global batch, one update. */
 static dsim_err ref_step(ref_job *r, dsim_train_result *res, uint64_t s)
 {
@@ -241,6 +309,9 @@ static dsim_err ref_step(ref_job *r, dsim_train_result *res, uint64_t s)
                                      scale, r->grad, &loss_sum);
     if (e != DSIM_OK)
         return e;
+    uint64_t every = res->trace_every;
+    if (r->grads && s % every == 0 && s / every < r->grad_rows)
+        ref_follow_grad(r, res, s / every);
     bool applied = dsim_loss_scale_record(&r->ls, !r->ls.dynamic || dsim_all_finite(r->grad, P));
     res->mp_skipped[s] = !applied;
     if (r->before)
@@ -251,19 +322,21 @@ static dsim_err ref_step(ref_job *r, dsim_train_result *res, uint64_t s)
     else if ((e = dsim_optim_apply(r->opt, res->params, r->grad, P)) != DSIM_OK)
         return e;
     res->grad_norm[s] = train_grad_norm_take(P);
-    if (r->before && res->update_norm) {
+    if (r->before && (res->update_norm || r->follow)) {
         double uu = 0;
         for (size_t k = 0; k < P; k++) {
             double u = (double)res->params[k] - (double)r->before[k];
             uu += u * u;
         }
-        res->update_norm[s] = sqrt(uu);
+        if (res->update_norm)
+            res->update_norm[s] = sqrt(uu);
+        if (r->follow)
+            r->span_path += sqrt(uu);
     }
     res->loss[s] = res->local_loss[s] = loss_sum * (double)scale;
     res->examples[s] = n;
     res->step_ns[s] = ref_now() - t0;
     res->checksum[s] = dsim_params_checksum(res->params, P);
-    uint64_t every = res->trace_every;
     if (res->trace && (s + 1) % every == 0)
         memcpy(res->trace + ((s + 1) / every - 1) * P, res->params, P * sizeof(float));
     return DSIM_OK;
@@ -289,7 +362,7 @@ static dsim_err ref_finish(ref_job *r, dsim_train_result *res)
 /* The replay; with follow, each step s = (j + 1) * every starts from
  * follow's row j (every = cfg->trace_every, at least 1). */
 static dsim_err ref_replay(const dsim_train_cfg *cfg, const float *follow, uint64_t follow_rows,
-                           dsim_train_result *res)
+                           const float *grads, uint64_t grad_rows, dsim_train_result *res)
 {
     if (!res)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_train_reference: res is NULL");
@@ -300,7 +373,7 @@ static dsim_err ref_replay(const dsim_train_cfg *cfg, const float *follow, uint6
         dsim_error_copy(&res->error);
         return e;
     }
-    ref_job r = {.cfg = cfg};
+    ref_job r = {.cfg = cfg, .follow = follow, .grads = grads, .grad_rows = grad_rows};
     dsim_err e = train_check_precision(cfg);
     if (e != DSIM_OK) {
         dsim_error_copy(&res->error);
@@ -320,6 +393,8 @@ static dsim_err ref_replay(const dsim_train_cfg *cfg, const float *follow, uint6
         if (follow && s > 0 && s % every == 0)
             memcpy(res->params, follow + (s / every - 1) * r.P, r.P * sizeof(float));
         e = ref_step(&r, res, s);
+        if (e == DSIM_OK && follow && (s + 1) % every == 0 && (s + 1) / every <= follow_rows)
+            ref_follow_row(&r, res, (s + 1) / every - 1);
     }
     if (e == DSIM_OK) {
         res->steps = r.steps;
@@ -334,7 +409,7 @@ static dsim_err ref_replay(const dsim_train_cfg *cfg, const float *follow, uint6
 
 dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
 {
-    return ref_replay(cfg, NULL, 0, res);
+    return ref_replay(cfg, NULL, 0, NULL, 0, res);
 }
 
 dsim_err dsim_train_reference_follow(const dsim_train_cfg *cfg, const float *rows, uint64_t n_rows,
@@ -342,5 +417,25 @@ dsim_err dsim_train_reference_follow(const dsim_train_cfg *cfg, const float *row
 {
     if (!rows)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_train_reference_follow: rows is NULL");
-    return ref_replay(cfg, rows, n_rows, res);
+    return ref_replay(cfg, rows, n_rows, NULL, 0, res);
+}
+
+dsim_err dsim_train_reference_follow_run(const dsim_train_cfg *cfg, const dsim_train_result *run,
+                                         dsim_train_result *res)
+{
+    const char *bad = !run || !run->trace ? "the run kept no trace (record_params)"
+                      : cfg && run->trace_every != (cfg->trace_every > 1 ? cfg->trace_every : 1)
+                          ? "cfg's trace_every is not the run's"
+                          : NULL;
+    if (bad && res) {
+        memset(res, 0, sizeof *res);
+        res->error.peer = -1;
+    }
+    if (bad) {
+        dsim_err e = DSIM_ERR(DSIM_EINVAL, -1, "dsim_train_reference_follow_run: %s", bad);
+        if (res)
+            dsim_error_copy(&res->error);
+        return e;
+    }
+    return ref_replay(cfg, run->trace, run->trace_rows, run->trace_grad, run->trace_grad_rows, res);
 }

@@ -475,6 +475,18 @@ static void replica_record(train_replica *rp, uint64_t gs, const dsim_replica_ba
     }
 }
 
+/* Replica 0's row of the result's trace_grad for step gs, where step gs
+ * begins a span of the trace (cfg.record_grads); else NULL. */
+static float *replica_grad_row(const train_replica *rp, uint64_t gs)
+{
+    const train_job *job = rp->job;
+    dsim_train_result *res = job->res;
+    uint64_t k = gs - job->first_step, every = res->trace_every;
+    if (rp->index != 0 || !res->trace_grad || k % every != 0 || k / every >= res->trace_grad_rows)
+        return NULL;
+    return res->trace_grad + k / every * job->su.n_params;
+}
+
 /* Whether the job stops after its step `done` for a preemption (*stop).
  * Every replica runs the same steps, so a MAX of "I have a notice" at every
  * boundary makes them all see the first notice at the same boundary: there
@@ -588,7 +600,13 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     /* the norm of what the update applies: replica 0's, and every
      * replica's clip (which computes it anyway) */
     optim_seen_begin(rp->index == 0);
+    float *grow = replica_grad_row(rp, gs);
+    if (grow)
+        optim_seen_copy(grow, P);
     e = dsim_strategy_apply_gradients(s, ctx, w->grad);
+    if (grow && !optim_seen_copied())
+        for (size_t q = 0; q < P; q++)
+            grow[q] = NAN;
     double grad_norm = train_grad_norm_take(P);
     if (label)
         dsim_comm_exchange_end(ctx->world, job->res->exchange, sizeof job->res->exchange);

@@ -283,6 +283,10 @@ static dsim_err train_alloc_result(train_job *job)
     res->trace_every = job->cfg->trace_every > 1 ? job->cfg->trace_every : 1;
     if (job->cfg->record_params)
         res->trace = calloc(steps / res->trace_every * P + 1, sizeof(float));
+    if (job->cfg->record_params && job->cfg->record_grads) {
+        res->trace_grad_rows = (steps + res->trace_every - 1) / res->trace_every;
+        res->trace_grad = train_nan_floats(res->trace_grad_rows * P);
+    }
     res->mp_scale = calloc(steps * N + 1, sizeof(float));
     res->mp_skipped = calloc(steps * N + 1, 1);
     if (!(res->grad_norm = train_grad_norms_alloc(steps * N)))
@@ -296,7 +300,7 @@ static dsim_err train_alloc_result(train_job *job)
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
         !res->padded || !res->step_ns || !res->comm_ns || !res->checkpoint_writes ||
         !res->replicas || !res->mp_scale || !res->mp_skipped ||
-        (job->cfg->record_params && !res->trace))
+        (job->cfg->record_params && !res->trace) || (res->trace_grad_rows && !res->trace_grad))
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the result of %zu steps", steps);
     for (size_t k = 0; k < steps; k++)
         res->loss[k] = NAN;
@@ -450,6 +454,8 @@ static void train_hand_over(train_job *job, dsim_train_result *res, bool hung)
     res->comm_ns = NULL;
     res->trace = NULL;
     res->trace_rows = 0;
+    res->trace_grad = NULL;
+    res->trace_grad_rows = 0;
     res->mp_scale = NULL;
     res->mp_skipped = NULL;
     res->grad_norm = NULL;
@@ -636,6 +642,8 @@ out:
     }
     if (res->trace)
         res->trace_rows = res->steps / res->trace_every;
+    if (res->trace_grad)
+        res->trace_grad_rows = (res->steps + res->trace_every - 1) / res->trace_every;
     train_hand_over(job, out, hung);
     if (hung)
         train_abandon(job);

@@ -65,6 +65,13 @@
  *                       bucket's all-reduce fails, the first half of the
  *                       variables is updated and the rest is not (node_loss:
  *                       "applied a partial update").
+ *   -DBROKEN_RETRY      wraps its update in a retry that re-applies it when
+ *                       the all-reduce was slow; the retry fires at every
+ *                       8th global step, after the update had gone through:
+ *                       those steps are applied twice (under Adam the
+ *                       second apply moves by about a step again, with the
+ *                       same gradient: gradient_consistency's replay names
+ *                       the spans that hold such a step).
  *   -DBROKEN_LOCAL_CLIP clips by the global norm (optimizer.global_clipnorm)
  *                       inside the replica, on its own gradient before the
  *                       all-reduce (tf.clip_by_global_norm in the function
@@ -122,6 +129,9 @@
 #elif defined(BROKEN_LOCAL_CLIP)
 #define BROKEN_NAME    "broken_local_clip"
 #define BROKEN_SUMMARY "clips each replica's gradient by its own norm (a test fixture)"
+#elif defined(BROKEN_RETRY)
+#define BROKEN_NAME    "broken_retry"
+#define BROKEN_SUMMARY "applies every 8th step's update twice (a test fixture)"
 #elif defined(BROKEN_F16)
 #define BROKEN_NAME    "broken_f16"
 #define BROKEN_SUMMARY "all-reduces its float32 gradient in float16 (a test fixture)"
@@ -312,6 +322,12 @@ static dsim_err broken_apply(dsim_replica_ctx *ctx, float *grad)
 #if defined(BROKEN_CTX)
     /* THE BUG: the driver's field, "corrected" to a local device index. */
     ctx->device = 0;
+#endif
+#if defined(BROKEN_RETRY)
+    /* THE BUG: the "retry" of an update that had gone through. */
+    if (ctx->global_step % 8 == 7 &&
+        (e = dsim_optim_apply(me->opt, ctx->params, grad, ctx->n_params)) != DSIM_OK)
+        return e;
 #endif
     return dsim_optim_apply(me->opt, ctx->params, grad, ctx->n_params);
 }

@@ -384,6 +384,76 @@ static void test_wrong_plugin_caught(void **state)
     }
 }
 
+/* Under adam the run keeps replica 0's gradient at each span's first step
+ * (record_grads), and the replay that follows it compares one device's
+ * gradient there: a right run within rounding, a row changed by 1e-3 of
+ * it named by its row alone; bad calls refused with res zeroed. */
+static void test_follow_run_grads(void **state)
+{
+    (void)state;
+    for (uint32_t every = 1; every <= 3; every += 2) {
+        dsim_train_cfg cfg;
+        sc_cfg(&cfg, "multi_worker_mirrored", 2, 2);
+        dsim_optim_spec_default(&cfg.optim, DSIM_OPTIM_ADAM);
+        cfg.optim.lr = 0.01;
+        cfg.trace_every = every;
+        cfg.record_grads = true;
+        dsim_train_result run, f;
+        if (dsim_train(&cfg, &run) != DSIM_OK)
+            fail_msg("adam run: %s", dsim_errmsg());
+        size_t P = run.n_params;
+        assert_non_null(run.trace_grad);
+        assert_int_equal(run.trace_grad_rows, (run.steps + every - 1) / every);
+        assert_int_equal(run.trace_rows, run.steps / every);
+        for (size_t k = 0; k < run.trace_grad_rows * P; k++)
+            assert_true(isfinite(run.trace_grad[k]));
+        dsim_train_cfg fc = cfg;
+        fc.record_params = false; /* the check's replay keeps no trace of its own */
+        assert_int_equal(dsim_train_reference_follow_run(&fc, &run, &f), DSIM_OK);
+        assert_non_null(f.follow_grad_dist);
+        assert_non_null(f.follow_dist);
+        assert_null(f.trace);
+        double worst = 0;
+        for (uint64_t j = 0; j < run.trace_grad_rows; j++) {
+            assert_true(f.follow_grad_norm[j] > 0);
+            worst = fmax(worst, (f.follow_grad_dist[j] - 2 * f.follow_grad_ulps[j]) /
+                                    f.follow_grad_norm[j]);
+        }
+        printf("# adam follow, trace every %u: %llu gradients compared, worst %.3g\n", every,
+               (unsigned long long)run.trace_grad_rows, worst);
+        assert_true(worst <= 1e-6);
+        dsim_train_result_free(&f);
+        /* one row off by 1e-3 of itself: that row alone */
+        for (size_t k = 0; k < P; k++)
+            run.trace_grad[P + k] *= 1.001f;
+        assert_int_equal(dsim_train_reference_follow_run(&cfg, &run, &f), DSIM_OK);
+        for (uint64_t j = 0; j < run.trace_grad_rows; j++) {
+            double rel =
+                (f.follow_grad_dist[j] - 2 * f.follow_grad_ulps[j]) / f.follow_grad_norm[j];
+            if (j == 1)
+                assert_true(rel > 5e-4 && rel < 2e-3);
+            else
+                assert_true(rel <= 1e-6);
+        }
+        dsim_train_result_free(&f);
+        /* a row the run could not keep (NaN) is not compared */
+        run.trace_grad[0] = NAN;
+        assert_int_equal(dsim_train_reference_follow_run(&cfg, &run, &f), DSIM_OK);
+        assert_true(isnan(f.follow_grad_dist[0]));
+        dsim_train_result_free(&f);
+        /* another trace_every than the run's, and no run: refused */
+        cfg.trace_every = every + 1;
+        assert_int_equal(dsim_train_reference_follow_run(&cfg, &run, &f), DSIM_EINVAL);
+        assert_null(f.follow_dist);
+        assert_non_null(strstr(f.error.msg, "trace_every"));
+        dsim_train_result_free(&f);
+        assert_int_equal(dsim_train_reference_follow_run(&cfg, NULL, &f), DSIM_EINVAL);
+        assert_null(f.follow_dist);
+        dsim_train_result_free(&f);
+        dsim_train_result_free(&run);
+    }
+}
+
 int main(void)
 {
     if (!sc_dataset()) {
@@ -403,6 +473,7 @@ int main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_example_plugin),
         cmocka_unit_test(test_wrong_plugin_caught),
+        cmocka_unit_test(test_follow_run_grads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -411,6 +411,11 @@ typedef struct dsim_train_cfg {
      * (global steps trace_every, 2 * trace_every, ... of the run), so that
      * a long run's trace fits; 0 or 1: after every step. */
     uint32_t trace_every;
+    /* With record_params: also keep the gradient replica 0's update
+     * applied at the first step of each span of trace_every steps (the
+     * run's steps 0, trace_every, 2 * trace_every, ...: result.trace_grad),
+     * where a replay that follows the run starts from its variables. */
+    bool record_grads;
     /* After a restore, every replica calls save() once more, right after
      * create_variables and before its first step, and the chief's is kept
      * in result.restored: what the strategy holds once it restored (and
@@ -515,23 +520,29 @@ typedef struct dsim_train_result {
     double initial_loss;     /* mean per-example loss over the dataset, at the start */
     double final_loss;       /* ... and at the end (replica 0's variables) */
 
-    double *loss;          /* [steps]: replica 0's reduced loss (NaN: not reduced) */
-    double *local_loss;    /* [steps * num_replicas] */
-    uint64_t *checksum;    /* [steps * num_replicas]: after each step */
-    uint64_t *examples;    /* [steps * num_replicas] */
-    uint64_t *padded;      /* [steps * num_replicas]: padding rows each replica's step
-                              computed on and masked (a strategy that pads to a static
-                              batch, dsim_strategy_ops.feed; 0 for the others) */
-    uint64_t padded_total; /* their sum */
-    int64_t *step_ns;      /* [steps * num_replicas]: each step's time, start to end */
-    int64_t *comm_ns;      /* ... of which in apply_gradients and the loss's reduction
-                              (the exchange, waits for slower replicas included) */
-    float *trace;          /* [trace_rows * n_params] if cfg.record_params, else NULL: row j
-                              the variables after the run's step (j + 1) * trace_every */
-    uint64_t trace_rows;   /* steps / trace_every */
-    uint32_t trace_every;  /* cfg.trace_every, at least 1 */
-    float *initial_params; /* [n_params] if cfg.record_params: the variables before the
-                              first step run (restored ones after a restore) */
+    double *loss;             /* [steps]: replica 0's reduced loss (NaN: not reduced) */
+    double *local_loss;       /* [steps * num_replicas] */
+    uint64_t *checksum;       /* [steps * num_replicas]: after each step */
+    uint64_t *examples;       /* [steps * num_replicas] */
+    uint64_t *padded;         /* [steps * num_replicas]: padding rows each replica's step
+                                 computed on and masked (a strategy that pads to a static
+                                 batch, dsim_strategy_ops.feed; 0 for the others) */
+    uint64_t padded_total;    /* their sum */
+    int64_t *step_ns;         /* [steps * num_replicas]: each step's time, start to end */
+    int64_t *comm_ns;         /* ... of which in apply_gradients and the loss's reduction
+                                 (the exchange, waits for slower replicas included) */
+    float *trace;             /* [trace_rows * n_params] if cfg.record_params, else NULL: row j
+                                 the variables after the run's step (j + 1) * trace_every */
+    uint64_t trace_rows;      /* steps / trace_every */
+    uint32_t trace_every;     /* cfg.trace_every, at least 1 */
+    float *initial_params;    /* [n_params] if cfg.record_params: the variables before the
+                                 first step run (restored ones after a restore) */
+    float *trace_grad;        /* [trace_grad_rows * n_params] if cfg.record_grads, else NULL:
+                                 row j the gradient replica 0's update applied at the run's
+                                 step j * trace_every, as the strategy gave it to the
+                                 optimizer (before any clip); NaN where that step applied
+                                 none, or only a part of the model (a sharded optimizer) */
+    uint64_t trace_grad_rows; /* ceil(steps / trace_every) */
 
     dsim_ledger *ledger; /* who read what (replica = worker * D + device) */
 
@@ -618,6 +629,19 @@ typedef struct dsim_train_result {
      * Euclidean norm of each step's update (after - before, over the
      * parameters). */
     double *update_norm;
+
+    /* dsim_train_reference_follow(_run) only, else NULL. [trace_rows]: for
+     * the span of the run's row j (the trace_every steps that end there),
+     * the Euclidean distance of the replay's variables at its end from the
+     * run's row j, the size of a float rounding of each variable there
+     * (the norm of their ulps), and the path of the span (the sum of its
+     * steps' update_norm). [trace_grad_rows] (following a run with
+     * trace_grad): at the first step of each span, where the replay starts
+     * from the run's variables, the distance of its gradient from the
+     * run's row of trace_grad (NaN where that row is), the norm of their
+     * ulps, and the norm of its gradient. */
+    double *follow_dist, *follow_ulps, *follow_path;
+    double *follow_grad_dist, *follow_grad_ulps, *follow_grad_norm;
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that
@@ -677,10 +701,18 @@ DSIM_API dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_res
  * every k steps (dsim_train_result.trace): it takes row j before its step
  * (j + 1) * k, runs min((n_rows + 1) * k, the job's) steps and keeps its
  * own trace every k steps, so each of its rows is where one device takes
- * the run's variables k steps on. gradient_consistency uses it to tell
- * float rounding built up over many steps from a step computed wrong. */
+ * the run's variables k steps on. Fills res->follow_dist, follow_ulps and
+ * follow_path. gradient_consistency uses it to tell float rounding built
+ * up over many steps from a step computed wrong. */
 DSIM_API dsim_err dsim_train_reference_follow(const dsim_train_cfg *cfg, const float *rows,
                                               uint64_t n_rows, dsim_train_result *res);
+
+/* The same replay following a run's result: its trace (rows, trace_rows)
+ * and, where it has one, its trace_grad, which each first step of a span
+ * is compared with (res->follow_grad_dist ...). */
+DSIM_API dsim_err dsim_train_reference_follow_run(const dsim_train_cfg *cfg,
+                                                  const dsim_train_result *run,
+                                                  dsim_train_result *res);
 
 DSIM_API void dsim_train_result_free(dsim_train_result *res);
 
