@@ -699,6 +699,9 @@ typedef struct gc_followed {
      * than span_bound of their path, of `spans` */
     uint64_t span_bad, span_first, span_at, spans;
     double span_worst, span_bound;
+    /* with grads, at the first row beyond max_rel: the elements off by
+     * more than 1 % (how many, the first and the last) */
+    uint64_t off, off_lo, off_hi;
 } gc_followed;
 
 /* Judges rows of a follow replay: |run - replay| - 2 ulps against max_rel
@@ -766,6 +769,11 @@ static bool gc_follow(const dsim_check_ctx *ctx, const dsim_train_result *r, dou
         gc_follow_rows(fo, f.follow_grad_dist, f.follow_grad_ulps, f.follow_grad_norm,
                        r->trace_grad_rows, max_rel);
         fo->grads = fo->rows > 0;
+        if (fo->n_bad && f.follow_grad_off) {
+            fo->off = f.follow_grad_off[fo->first];
+            fo->off_lo = f.follow_grad_lo[fo->first];
+            fo->off_hi = f.follow_grad_hi[fo->first];
+        }
     }
     if (!fo->grads)
         gc_follow_rows(fo, f.follow_dist, f.follow_ulps, f.follow_path, rows, max_rel);
@@ -1177,6 +1185,39 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                 " (worst %.3g of the gradient, at global step %" PRIu64
                 "): the strategy computes its gradients wrong",
                 max_rel, fo.n_bad, fo.rows, fo.first * fo.every, fo.worst, fo.at * fo.every);
+            size_t P = r->n_params;
+            if (fo.off == 0)
+                dsim_check_msg_append(why, sizeof why,
+                                      ". At global step %" PRIu64 " every element is within 1 %% "
+                                      "of one device's: a small error in each (a gradient "
+                                      "reduced in a narrower dtype than it is declared in, or "
+                                      "a count or scale off by a little)",
+                                      fo.first * fo.every);
+            else if (fo.off == 1)
+                dsim_check_msg_append(why, sizeof why,
+                                      ". At global step %" PRIu64 " parameter %" PRIu64
+                                      " alone is off by more than 1 %%",
+                                      fo.first * fo.every, fo.off_lo);
+            else if (fo.off <= P / 2 && fo.off_hi - fo.off_lo + 1 <= 2 * fo.off)
+                /* most of one range: a bucket */
+                dsim_check_msg_append(why, sizeof why,
+                                      ". At global step %" PRIu64 " %" PRIu64 " of %zu "
+                                      "parameters are off by more than 1 %% (from parameter "
+                                      "%" PRIu64 " to %" PRIu64 "), the others within it: only "
+                                      "part of the buffer is reduced like the rest, a count, "
+                                      "offset or bucket that treats those parameters apart",
+                                      fo.first * fo.every, fo.off, P, fo.off_lo, fo.off_hi);
+            else if (fo.off <= P / 2)
+                dsim_check_msg_append(why, sizeof why,
+                                      ". At global step %" PRIu64 " %" PRIu64 " of %zu "
+                                      "parameters are off by more than 1 %%, scattered from "
+                                      "parameter %" PRIu64 " to %" PRIu64 ", the others within it",
+                                      fo.first * fo.every, fo.off, P, fo.off_lo, fo.off_hi);
+            else
+                dsim_check_msg_append(why, sizeof why,
+                                      ". At global step %" PRIu64 " %" PRIu64 " of %zu "
+                                      "parameters are off by more than 1 %%",
+                                      fo.first * fo.every, fo.off, P);
             out->measured = fmax(m, fo.worst);
         } else if (followed && drift) {
             /* (otherwise the diagnosis names what is wrong) */

@@ -191,6 +191,9 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->follow_grad_dist);
     free(res->follow_grad_ulps);
     free(res->follow_grad_norm);
+    free(res->follow_grad_off);
+    free(res->follow_grad_lo);
+    free(res->follow_grad_hi);
     free(res->mp_scale);
     free(res->mp_skipped);
     free(res->grad_norm);

@@ -112,7 +112,11 @@ static dsim_err ref_alloc_result(ref_job *r, dsim_train_result *res)
         res->follow_grad_dist = calloc(r->grad_rows + 1, sizeof(double));
         res->follow_grad_ulps = calloc(r->grad_rows + 1, sizeof(double));
         res->follow_grad_norm = calloc(r->grad_rows + 1, sizeof(double));
-        if (!res->follow_grad_dist || !res->follow_grad_ulps || !res->follow_grad_norm)
+        res->follow_grad_off = calloc(r->grad_rows + 1, sizeof(uint64_t));
+        res->follow_grad_lo = calloc(r->grad_rows + 1, sizeof(uint64_t));
+        res->follow_grad_hi = calloc(r->grad_rows + 1, sizeof(uint64_t));
+        if (!res->follow_grad_dist || !res->follow_grad_ulps || !res->follow_grad_norm ||
+            !res->follow_grad_off || !res->follow_grad_lo || !res->follow_grad_hi)
             return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory to follow the run");
         for (uint64_t j = 0; j <= r->grad_rows; j++)
             res->follow_grad_dist[j] = NAN;
@@ -267,10 +271,26 @@ static void ref_follow_grad(ref_job *r, dsim_train_result *res, uint64_t j)
 {
     size_t P = r->P;
     const float *run = r->grads + j * P;
-    res->follow_grad_norm[j] = sqrt(dsim_optim_grad_sqsum(r->grad, P));
+    double norm = sqrt(dsim_optim_grad_sqsum(r->grad, P));
+    res->follow_grad_norm[j] = norm;
     if (isnan(run[0]))
         return;
     ref_distance(run, r->grad, P, &res->follow_grad_dist[j], &res->follow_grad_ulps[j]);
+    /* the elements off by more than 1 % (a part of the buffer treated
+     * apart), above a floor far over any rounding of a near-zero sum */
+    double floor = 1e-4 * norm / sqrt((double)P);
+    uint64_t off = 0, lo = 0, hi = 0;
+    for (size_t k = 0; k < P; k++) {
+        double a = run[k], b = r->grad[k];
+        if (!(fabs(a - b) <= 0.01 * fmax(fabs(a), fabs(b)) + floor)) {
+            if (off++ == 0)
+                lo = k;
+            hi = k;
+        }
+    }
+    res->follow_grad_off[j] = off;
+    res->follow_grad_lo[j] = lo;
+    res->follow_grad_hi[j] = hi;
 }
 
 /* Following a run: how far row j of the replay (its variables after step

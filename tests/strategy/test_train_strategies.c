@@ -426,15 +426,21 @@ static void test_follow_run_grads(void **state)
         /* one row off by 1e-3 of itself: that row alone */
         for (size_t k = 0; k < P; k++)
             run.trace_grad[P + k] *= 1.001f;
+        /* and three elements of the next doubled: those three, by 1 % */
+        for (size_t k = 3; k <= 5; k++)
+            run.trace_grad[2 * P + k] = 2.0f * run.trace_grad[2 * P + k] + 1.0f;
         assert_int_equal(dsim_train_reference_follow_run(&cfg, &run, &f), DSIM_OK);
         for (uint64_t j = 0; j < run.trace_grad_rows; j++) {
             double rel =
                 (f.follow_grad_dist[j] - 2 * f.follow_grad_ulps[j]) / f.follow_grad_norm[j];
             if (j == 1)
                 assert_true(rel > 5e-4 && rel < 2e-3);
-            else
+            else if (j != 2)
                 assert_true(rel <= 1e-6);
+            assert_int_equal(f.follow_grad_off[j], j == 2 ? 3 : 0);
         }
+        assert_int_equal(f.follow_grad_lo[2], 3);
+        assert_int_equal(f.follow_grad_hi[2], 5);
         dsim_train_result_free(&f);
         /* a row the run could not keep (NaN) is not compared */
         run.trace_grad[0] = NAN;

@@ -639,9 +639,12 @@ typedef struct dsim_train_result {
      * trace_grad): at the first step of each span, where the replay starts
      * from the run's variables, the distance of its gradient from the
      * run's row of trace_grad (NaN where that row is), the norm of their
-     * ulps, and the norm of its gradient. */
+     * ulps, and the norm of its gradient; and which elements are off by
+     * more than 1 % of their size (beyond 1e-4 of the gradient's root mean
+     * square): how many, the first and the last. */
     double *follow_dist, *follow_ulps, *follow_path;
     double *follow_grad_dist, *follow_grad_ulps, *follow_grad_norm;
+    uint64_t *follow_grad_off, *follow_grad_lo, *follow_grad_hi;
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that
