@@ -702,6 +702,10 @@ typedef struct gc_followed {
     /* with grads, at the first row beyond max_rel: the elements off by
      * more than 1 % (how many, the first and the last) */
     uint64_t off, off_lo, off_hi;
+    /* with grads, every step kept: of the steps after the first beyond
+     * max_rel (stale_of), those whose gradient is one device's of the step
+     * before within max_rel (stale) */
+    uint64_t stale, stale_of;
 } gc_followed;
 
 /* Judges rows of a follow replay: |run - replay| - 2 ulps against max_rel
@@ -769,6 +773,16 @@ static bool gc_follow(const dsim_check_ctx *ctx, const dsim_train_result *r, dou
         gc_follow_rows(fo, f.follow_grad_dist, f.follow_grad_ulps, f.follow_grad_norm,
                        r->trace_grad_rows, max_rel);
         fo->grads = fo->rows > 0;
+        for (uint64_t j = 1;
+             fo->n_bad && every == 1 && f.follow_grad_prev && j < r->trace_grad_rows; j++) {
+            double n = f.follow_grad_norm[j], n0 = f.follow_grad_norm[j - 1];
+            if (isnan(f.follow_grad_dist[j]) || !(n > 0) ||
+                f.follow_grad_dist[j] - 2 * f.follow_grad_ulps[j] <= max_rel * n)
+                continue;
+            fo->stale_of++;
+            if (f.follow_grad_prev[j] - 2 * f.follow_grad_ulps[j] <= max_rel * n0)
+                fo->stale++;
+        }
         if (fo->n_bad && f.follow_grad_off) {
             fo->off = f.follow_grad_off[fo->first];
             fo->off_lo = f.follow_grad_lo[fo->first];
@@ -1218,6 +1232,13 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                                       ". At global step %" PRIu64 " %" PRIu64 " of %zu "
                                       "parameters are off by more than 1 %%",
                                       fo.first * fo.every, fo.off, P);
+            if (fo.stale_of >= 2 && fo.stale * 10 >= fo.stale_of * 9)
+                dsim_check_msg_append(why, sizeof why,
+                                      ". At %" PRIu64 " of the %" PRIu64 " later steps beyond "
+                                      "tolerance the gradient applied is one device's of the "
+                                      "step before (at the run's variables then): each update "
+                                      "is applied a step late, stale by one step",
+                                      fo.stale, fo.stale_of);
             out->measured = fmax(m, fo.worst);
         } else if (followed && drift) {
             /* (otherwise the diagnosis names what is wrong) */

@@ -194,6 +194,7 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->follow_grad_off);
     free(res->follow_grad_lo);
     free(res->follow_grad_hi);
+    free(res->follow_grad_prev);
     free(res->mp_scale);
     free(res->mp_skipped);
     free(res->grad_norm);

@@ -53,6 +53,7 @@ typedef struct ref_job {
     const float *follow;
     const float *grads; /* the run's trace_grad, grad_rows of them, or NULL */
     uint64_t grad_rows;
+    float *prev_grad; /* [P], every step kept: one device's gradient of the step before */
     double span_path;
 } ref_job;
 
@@ -115,11 +116,15 @@ static dsim_err ref_alloc_result(ref_job *r, dsim_train_result *res)
         res->follow_grad_off = calloc(r->grad_rows + 1, sizeof(uint64_t));
         res->follow_grad_lo = calloc(r->grad_rows + 1, sizeof(uint64_t));
         res->follow_grad_hi = calloc(r->grad_rows + 1, sizeof(uint64_t));
+        res->follow_grad_prev = calloc(r->grad_rows + 1, sizeof(double));
+        if (res->trace_every == 1)
+            r->prev_grad = malloc(P * sizeof(float) + 1);
         if (!res->follow_grad_dist || !res->follow_grad_ulps || !res->follow_grad_norm ||
-            !res->follow_grad_off || !res->follow_grad_lo || !res->follow_grad_hi)
+            !res->follow_grad_off || !res->follow_grad_lo || !res->follow_grad_hi ||
+            !res->follow_grad_prev || (res->trace_every == 1 && !r->prev_grad))
             return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory to follow the run");
         for (uint64_t j = 0; j <= r->grad_rows; j++)
-            res->follow_grad_dist[j] = NAN;
+            res->follow_grad_dist[j] = res->follow_grad_prev[j] = NAN;
     }
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
         !res->step_ns || !res->comm_ns || !res->checkpoint_writes ||
@@ -186,6 +191,7 @@ static void ref_close(ref_job *r)
     free(r->part);
     free(r->seg);
     free(r->before);
+    free(r->prev_grad);
     dsim_optim_destroy(r->opt);
     dsim_train_setup_close(&r->su);
 }
@@ -271,9 +277,14 @@ static void ref_follow_grad(ref_job *r, dsim_train_result *res, uint64_t j)
 {
     size_t P = r->P;
     const float *run = r->grads + j * P;
-    double norm = sqrt(dsim_optim_grad_sqsum(r->grad, P));
+    double norm = sqrt(dsim_optim_grad_sqsum(r->grad, P)), ulps;
     res->follow_grad_norm[j] = norm;
-    if (isnan(run[0]))
+    bool have = !isnan(run[0]);
+    if (have && r->prev_grad && j > 0)
+        ref_distance(run, r->prev_grad, P, &res->follow_grad_prev[j], &ulps);
+    if (r->prev_grad)
+        memcpy(r->prev_grad, r->grad, P * sizeof(float));
+    if (!have)
         return;
     ref_distance(run, r->grad, P, &res->follow_grad_dist[j], &res->follow_grad_ulps[j]);
     /* the elements off by more than 1 % (a part of the buffer treated

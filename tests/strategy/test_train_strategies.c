@@ -416,6 +416,12 @@ static void test_follow_run_grads(void **state)
         double worst = 0;
         for (uint64_t j = 0; j < run.trace_grad_rows; j++) {
             assert_true(f.follow_grad_norm[j] > 0);
+            /* the step before's gradient: only with every step kept, from
+             * row 1, and a right run's is not it */
+            if (every == 1 && j > 0)
+                assert_true(f.follow_grad_prev[j] > 1e-3 * f.follow_grad_norm[j]);
+            else
+                assert_true(isnan(f.follow_grad_prev[j]));
             worst = fmax(worst, (f.follow_grad_dist[j] - 2 * f.follow_grad_ulps[j]) /
                                     f.follow_grad_norm[j]);
         }

@@ -645,6 +645,11 @@ typedef struct dsim_train_result {
     double *follow_dist, *follow_ulps, *follow_path;
     double *follow_grad_dist, *follow_grad_ulps, *follow_grad_norm;
     uint64_t *follow_grad_off, *follow_grad_lo, *follow_grad_hi;
+    /* ... and with trace_every 1, the distance of the run's row j from one
+     * device's gradient of the step before (at the run's variables of that
+     * step; NaN at row 0): a strategy that applies each gradient a step
+     * late is that close to it. */
+    double *follow_grad_prev;
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that
