@@ -89,6 +89,11 @@ static dsim_err zero_init(dsim_replica_ctx *ctx)
     dsim_err e = dsim_optim_create(ctx->optim, me->len ? me->len : 1, &me->opt);
     if (e != DSIM_OK)
         return e;
+    /* Which parameters of the model it updates: dsim then puts the shards'
+     * gradients together and compares them with one device's (under Adam,
+     * whose updates would hide an error in them). */
+    if (me->len && (e = dsim_optim_set_part(me->opt, me->lo, n)) != DSIM_OK)
+        return e;
     size_t per = me->len ? me->len : 1;
     me->slots = dsim_optim_state_len(me->opt) / per;
     return DSIM_OK;

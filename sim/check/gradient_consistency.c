@@ -706,7 +706,51 @@ typedef struct gc_followed {
      * max_rel (stale_of), those whose gradient is one device's of the step
      * before within max_rel (stale) */
     uint64_t stale, stale_of;
+    /* with grads: the parameters the first compared row holds (all of
+     * them, but where the optimizers of parts cover only some) */
+    uint64_t grad_params;
+    /* with grads, at the first row beyond max_rel: the factor the run's
+     * gradient is of one device's, where it is one (NaN otherwise) */
+    double grad_factor;
+    /* without grads, under adam, kept every k > 1 steps: the spans judged
+     * by the bound of span_bound alone (an optimizer of a part that did
+     * not say which part: dsim_optim_set_part) */
+    bool spans_only;
 } gc_followed;
+
+/* The factor c of a run's gradient row (NaN where nothing was applied)
+ * of one device's, when the row is c times it (off its direction by less
+ * than 1e-3, and more than 1 % from it); NaN otherwise. From the norms
+ * alone: one device's norm |g| over the same elements and the distance d,
+ * the angle's cosine (|r|^2 + |g|^2 - d^2) / (2 |r| |g|). */
+static double gc_grad_factor(const float *row, size_t P, double one, double d)
+{
+    double rr = 0;
+    for (size_t q = 0; q < P; q++)
+        if (!isnan(row[q]))
+            rr += (double)row[q] * (double)row[q];
+    double run = sqrt(rr);
+    if (!(one > 0) || !(run > 0) || !(d > 0.01 * one))
+        return NAN;
+    double c = (rr + one * one - d * d) / (2 * run * one);
+    if (!(fabs(c) <= 1.0 + 1e-9) || sqrt(fmax(1.0 - c * c, 0.0)) >= 1e-3)
+        return NAN;
+    return c > 0 ? run / one : -run / one;
+}
+
+/* What applied the gradients compared (gc_followed.grads): "the run", and
+ * the parameters the rows held where they hold only some. */
+static const char *gc_grad_who(const gc_followed *fo, size_t P, char *b, size_t cap)
+{
+    if (fo->grad_params >= P)
+        snprintf(b, cap, "the run");
+    else
+        snprintf(b, cap,
+                 "the run (to %" PRIu64 " of %zu parameters: the parts its optimizers said "
+                 "they update, dsim_optim_set_part)",
+                 fo->grad_params, P);
+    return b;
+}
 
 /* Judges rows of a follow replay: |run - replay| - 2 ulps against max_rel
  * of their size, per row (dist, ulps, size); a NaN dist is not judged. */
@@ -788,15 +832,27 @@ static bool gc_follow(const dsim_check_ctx *ctx, const dsim_train_result *r, dou
             fo->off_lo = f.follow_grad_lo[fo->first];
             fo->off_hi = f.follow_grad_hi[fo->first];
         }
+        for (uint64_t j = 0; fo->grads && j < r->trace_grad_rows && !fo->grad_params; j++)
+            for (size_t q = 0; q < P; q++)
+                fo->grad_params += !isnan(r->trace_grad[j * P + q]);
+        fo->grad_factor =
+            fo->n_bad ? gc_grad_factor(r->trace_grad + fo->first * P, P,
+                                       f.follow_grad_norm[fo->first], f.follow_grad_dist[fo->first])
+                      : NAN;
     }
-    if (!fo->grads)
+    /* Under adam without gradients, kept every k > 1 steps: two right
+     * replays part inside a span (adam turns the rounding of a near-zero
+     * gradient into a whole step), so the spans' updates are judged by the
+     * bound below alone, not within max_rel */
+    fo->spans_only = !fo->grads && every > 1 && ctx->cfg->optim.kind == DSIM_OPTIM_ADAM;
+    if (!fo->grads && !fo->spans_only)
         gc_follow_rows(fo, f.follow_dist, f.follow_ulps, f.follow_path, rows, max_rel);
     /* and the updates: step by step within max_rel (the replay's slots
      * are the run's to rounding when every step starts from the run's
      * variables); spans of k > 1 steps by a bound that rounding amplified
      * by adam stays under and a step applied twice or not at all is over,
      * half a step's share of the span's path */
-    if (fo->grads) {
+    if (fo->grads || fo->spans_only) {
         gc_followed sp;
         fo->span_bound = every > 1 ? 0.5 / every : max_rel;
         gc_follow_rows(&sp, f.follow_dist, f.follow_ulps, f.follow_path, rows, fo->span_bound);
@@ -858,6 +914,12 @@ bool gc_steps_right(const dsim_check_ctx *ctx, char *msg, size_t cap)
                        " steps compared, within %.3g), and each span's update is within half a "
                        "step of one device's",
                        fo.every, fo.rows, max_rel);
+    else if (fo.spans_only)
+        dsim_check_msg(msg, cap,
+                       "each span of %" PRIu32 " steps' update is within half a step of one "
+                       "device's from the run's own variables (%" PRIu64
+                       " spans; under adam, its gradients not kept: dsim_optim_set_part)",
+                       fo.every, fo.spans);
     else if (fo.grads)
         dsim_check_msg(msg, cap,
                        "the gradient every step applied and its update equal one device's at "
@@ -1104,10 +1166,11 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             /* rounding built up: every step is right */
             out->passed = true;
             out->measured = fo.worst;
-            char where[64], kept[200] = "", judged[700];
+            char where[64], kept[200] = "", judged[900], who[160];
+            gc_grad_who(&fo, r->n_params, who, sizeof who);
             if (fo.grads && fo.every > 1)
                 dsim_check_msg(judged, sizeof judged,
-                               "the gradient replica 0 applied equal to one device's at the "
+                               "the gradient %s applied equal to one device's at the "
                                "run's own variables at each of the %" PRIu64
                                " steps compared, the first of every span of %" PRIu32
                                " (worst %.3g relative beyond 2 ulps, at global step %" PRIu64
@@ -1115,14 +1178,25 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                                "(worst %.3g of its path; under adam two right replays part "
                                "within a span, as adam turns the rounding of near-zero "
                                "gradients into whole steps",
-                               fo.rows, fo.every, fo.worst, fo.at * fo.every, fo.span_worst);
+                               who, fo.rows, fo.every, fo.worst, fo.at * fo.every, fo.span_worst);
+            else if (fo.spans_only)
+                dsim_check_msg(judged, sizeof judged,
+                               "each span's update within half a step of one device's from the "
+                               "run's own variables (worst %.3g of its path, %" PRIu64
+                               " spans of %" PRIu32 " steps replayed; under adam two right "
+                               "replays part within a span, as adam turns the rounding of "
+                               "near-zero gradients into whole steps, and the run's gradients "
+                               "were not kept: its optimizer updates a part of the model without "
+                               "saying which, dsim_optim_set_part, so an error of less than half "
+                               "a step inside a span is not judged",
+                               fo.span_worst, fo.spans, fo.every);
             else if (fo.grads)
                 dsim_check_msg(judged, sizeof judged,
-                               "the gradient replica 0 applied and its update equal to one "
+                               "the gradient %s applied and its update equal to one "
                                "device's at the run's own variables within tolerance at each "
                                "of the %" PRIu64 " steps compared (worst %.3g and %.3g "
                                "relative beyond 2 ulps, at global step %" PRIu64,
-                               fo.rows, fo.worst, fo.span_worst, fo.at);
+                               who, fo.rows, fo.worst, fo.span_worst, fo.at);
             else
                 dsim_check_msg(judged, sizeof judged,
                                "every step's update equal to one device's from the run's own "
@@ -1130,7 +1204,7 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                                "of the variables, at %s; %" PRIu64 " steps replayed",
                                fo.worst, gc_steps(where, sizeof where, 0, fo.at, fo.every),
                                fr->steps);
-            if (fo.every > 1 && !fo.grads)
+            if (fo.every > 1 && !fo.grads && !fo.spans_only)
                 dsim_check_msg(kept, sizeof kept,
                                "; the variables kept every %" PRIu32 " steps, judged %" PRIu32
                                " steps at a time",
@@ -1157,15 +1231,20 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                 mp);
             return DSIM_OK;
         }
-        if (followed && fo.grads && fo.n_bad == 0 && fo.span_bad > 0) {
-            char first[64], sat[64];
+        if (followed && (fo.grads || fo.spans_only) && fo.n_bad == 0 && fo.span_bad > 0) {
+            char first[64], sat[64], who[160];
             gc_steps(first, sizeof first, 0, fo.span_first, fo.every);
             gc_steps(sat, sizeof sat, 0, fo.span_at, fo.every);
-            int n = snprintf(why + at, sizeof why - at,
-                             "at the run's own variables one device's gradient is the one "
-                             "replica 0 applied at each of the %" PRIu64 " steps compared, but "
-                             "replayed from the run's own variables, ",
-                             fo.rows);
+            int n = fo.grads ? snprintf(why + at, sizeof why - at,
+                                        "at the run's own variables one device's gradient is the "
+                                        "one %s applied at each of the %" PRIu64
+                                        " steps compared, but replayed from the run's own "
+                                        "variables, ",
+                                        gc_grad_who(&fo, r->n_params, who, sizeof who), fo.rows)
+                             : snprintf(why + at, sizeof why - at,
+                                        "replayed from the run's own variables (its gradients "
+                                        "not kept: its optimizer updates a part of the model "
+                                        "without saying which, dsim_optim_set_part), ");
             size_t had = at + (n > 0 ? (size_t)n : 0);
             if (had >= sizeof why)
                 had = sizeof why - 1;
@@ -1188,19 +1267,27 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                                sat);
             out->measured = fmax(m, fo.span_worst);
         } else if (followed && fo.grads && fo.n_bad > 0) {
+            char who[160];
             /* judged directly by the gradients: under adam the updates'
              * diagnosis (from the reference's trajectory) is not to be
              * trusted, only what the skips said */
-            dsim_check_msg(
-                why + at, sizeof why - at,
-                "at the run's own variables, one device's gradient differs from the "
-                "one replica 0 applied beyond max_rel_error %.3g (and 2 ulps) at %" PRIu64
-                " of the %" PRIu64 " steps compared, from global step %" PRIu64
-                " (worst %.3g of the gradient, at global step %" PRIu64
-                "): the strategy computes its gradients wrong",
-                max_rel, fo.n_bad, fo.rows, fo.first * fo.every, fo.worst, fo.at * fo.every);
+            dsim_check_msg(why + at, sizeof why - at,
+                           "at the run's own variables, one device's gradient differs from the "
+                           "one %s applied beyond max_rel_error %.3g (and 2 ulps) at %" PRIu64
+                           " of the %" PRIu64 " steps compared, from global step %" PRIu64
+                           " (worst %.3g of the gradient, at global step %" PRIu64
+                           "): the strategy computes its gradients wrong",
+                           gc_grad_who(&fo, r->n_params, who, sizeof who), max_rel, fo.n_bad,
+                           fo.rows, fo.first * fo.every, fo.worst, fo.at * fo.every);
             size_t P = r->n_params;
-            if (fo.off == 0)
+            const char *why_k = gc_ratio_meaning(fo.grad_factor, r->num_replicas);
+            if (!isnan(fo.grad_factor))
+                dsim_check_msg_append(why, sizeof why,
+                                      ". At global step %" PRIu64 " it is %.4g times one "
+                                      "device's%s%s",
+                                      fo.first * fo.every, fo.grad_factor, why_k ? ": " : "",
+                                      why_k ? why_k : "");
+            else if (fo.off == 0)
                 dsim_check_msg_append(why, sizeof why,
                                       ". At global step %" PRIu64 " every element is within 1 %% "
                                       "of one device's: a small error in each (a gradient "

@@ -4,6 +4,7 @@
  * phases when the parent records them, and at the end its part of the
  * result. Kills and pauses of its own faults are real: a SIGKILL or SIGSTOP
  * of the process itself. */
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -63,6 +64,25 @@ static void pr_send2(pr_child *c, uint32_t type, const void *a, size_t na, const
 static void pr_send(pr_child *c, uint32_t type, const void *p, size_t n)
 {
     pr_send2(c, type, p, n, NULL, 0);
+}
+
+/* The rows of trace_grad where this process's replicas applied a
+ * gradient, each from its first to its last element that is not NaN. */
+static void pr_send_grads(pr_child *c, const dsim_train_result *res)
+{
+    size_t P = res->n_params;
+    for (uint64_t j = 0; j < res->trace_grad_rows; j++) {
+        const float *row = res->trace_grad + j * P;
+        size_t lo = 0, hi = P;
+        while (lo < P && isnan(row[lo]))
+            lo++;
+        while (hi > lo && isnan(row[hi - 1]))
+            hi--;
+        if (lo == hi)
+            continue;
+        pr_grads g = {.rows = res->trace_grad_rows, .row = j, .lo = lo, .n = hi - lo};
+        pr_send2(c, PR_GRADS, &g, sizeof g, row + lo, (hi - lo) * sizeof(float));
+    }
 }
 
 static void pr_send_events(pr_child *c)
@@ -164,7 +184,8 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
     cc.observer = pr_child_observer;
     cc.observer_user = &c;
     cc.record_params = cfg->record_params && lo == 0;
-    cc.record_grads = cc.record_params && cfg->record_grads;
+    /* every process: its replicas' parts (a sharded optimizer's) */
+    cc.record_grads = cfg->record_grads;
     /* the faults' hooks call these after their own */
     cc.hooks = a && a->on_phase ? &pr_child_hooks : &pr_child_reads;
     cc.hooks_user = &c;
@@ -227,7 +248,7 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
     if (res.trace && e == DSIM_OK)
         pr_send(&c, PR_TRACE, res.trace, res.trace_rows * res.n_params * sizeof(float));
     if (res.trace_grad && e == DSIM_OK)
-        pr_send(&c, PR_GRADS, res.trace_grad, res.trace_grad_rows * res.n_params * sizeof(float));
+        pr_send_grads(&c, &res);
     if (res.initial_params && e == DSIM_OK)
         pr_send(&c, PR_INITIAL, res.initial_params, res.n_params * sizeof(float));
     /* Its replicas' flight recorders, for the parent's flight records of a

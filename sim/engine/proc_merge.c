@@ -111,7 +111,7 @@ static void pr_rec_vars(float **dst, const pr_job *j, const unsigned char *b, si
     }
 }
 
-/* A whole array of floats (the trace, its gradients): the last one sent. */
+/* A whole array of floats (the trace): the last one sent. */
 static void pr_rec_floats(float **dst, size_t *len, const unsigned char *b, size_t n)
 {
     free(*dst);
@@ -120,6 +120,38 @@ static void pr_rec_floats(float **dst, size_t *len, const unsigned char *b, size
     if (*dst) {
         memcpy(*dst, b, n);
         *len = n / sizeof(float);
+    }
+}
+
+/* A row of trace_grad, or the part of it a process's replicas applied
+ * (pr_grads): written into the job's rows where not NaN, so that the
+ * parts of a sharded optimizer's replicas, in processes of their own, make
+ * one row. A record that does not fit the job's rows is dropped. */
+static void pr_rec_grads(pr_job *j, const unsigned char *b, size_t n)
+{
+    pr_grads g;
+    size_t P = j->res->n_params;
+    if (n < sizeof g || !P)
+        return;
+    memcpy(&g, b, sizeof g);
+    if (g.rows == 0 || g.rows > ((size_t)1 << 28) / P || g.row >= g.rows || g.lo > P ||
+        g.n > P - g.lo || n - sizeof g != g.n * sizeof(float) ||
+        (j->grads && j->grads_len != g.rows * P))
+        return;
+    if (!j->grads) {
+        if (!(j->grads = malloc(g.rows * P * sizeof(float))))
+            return;
+        j->grads_len = g.rows * P;
+        for (size_t k = 0; k < j->grads_len; k++)
+            j->grads[k] = NAN;
+    }
+    float *row = j->grads + g.row * P + g.lo;
+    const unsigned char *v = b + sizeof g;
+    for (size_t k = 0; k < g.n; k++) {
+        float x;
+        memcpy(&x, v + k * sizeof x, sizeof x);
+        if (!isnan(x))
+            row[k] = x;
     }
 }
 
@@ -330,7 +362,7 @@ void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char *b, siz
         pr_rec_floats(&j->trace, &j->trace_len, b, n);
         break;
     case PR_GRADS:
-        pr_rec_floats(&j->grads, &j->grads_len, b, n);
+        pr_rec_grads(j, b, n);
         break;
     case PR_INITIAL:
         pr_rec_vars(&j->initial, j, b, n);

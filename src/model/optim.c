@@ -6,6 +6,7 @@
  * of the scalar coefficients. The loops are the model kernels' (kern.h):
  * vectorised, with each element's operations those of the scalar rule. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,8 +20,10 @@ struct dsim_optim {
     size_t n;
     uint64_t step;
     size_t state_len;
-    float *state;   /* momentum: accum; adam: m then v */
-    float *clipped; /* n floats: the clipped gradient (allocated at the first clip) */
+    float *state;             /* momentum: accum; adam: m then v */
+    float *clipped;           /* n floats: the clipped gradient (allocated at the first clip) */
+    size_t part_off, part_of; /* dsim_optim_set_part: parameters [part_off, part_off + n) of a
+                                 model of part_of; part_of 0: the whole model's */
 };
 
 /* What this worker's updates saw (optim_int.h). */
@@ -28,7 +31,9 @@ typedef struct optim_seen {
     double norm; /* NaN: nothing noted */
     size_t n;
     int want;
-    float *copy; /* optim_seen_copy's destination, copy_n floats, or NULL */
+    float *copy;           /* optim_seen_copy's destination, copy_n floats, or NULL */
+    int copy_whole;        /* a whole model's gradient is copied too, not only a part's */
+    unsigned char *filled; /* whether copy was set to NaN (under optim_seen_lock) */
     size_t copy_n;
     int copied;
 } optim_seen;
@@ -50,16 +55,42 @@ void optim_seen_begin(int want)
     optim_seen_now = (optim_seen){.norm = NAN, .want = want};
 }
 
-void optim_seen_copy(float *dst, size_t n)
+void optim_seen_copy(float *dst, size_t n, int whole, unsigned char *filled)
 {
     optim_seen_now.copy = dst;
     optim_seen_now.copy_n = n;
+    optim_seen_now.copy_whole = whole;
+    optim_seen_now.filled = filled;
     optim_seen_now.copied = 0;
 }
 
-int optim_seen_copied(void)
+/* The replicas of a job write their parts of one row (on threads of their
+ * own under the threads engine); a part's bounds are the plugin's to say,
+ * so two may overlap. Taken only where a copy is asked for: at the kept
+ * steps of a run under adam. */
+static pthread_mutex_t optim_seen_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Where the worker asked: grad[0..n) into its row, whole or at its part. */
+static void optim_seen_note(optim_seen *seen, const dsim_optim *opt, const float *grad, size_t n)
 {
-    return optim_seen_now.copied;
+    size_t at;
+    if (!seen->copy || seen->copied)
+        return;
+    if (opt->part_of == 0 && seen->copy_whole && n == seen->copy_n)
+        at = 0;
+    else if (opt->part_of != 0 && opt->part_of == seen->copy_n)
+        at = opt->part_off; /* set_part checked that the part lies inside */
+    else
+        return;
+    pthread_mutex_lock(&optim_seen_lock);
+    if (!*seen->filled) {
+        for (size_t k = 0; n < seen->copy_n && k < seen->copy_n; k++)
+            seen->copy[k] = NAN; /* a part: NaN where no part comes */
+        *seen->filled = 1;
+    }
+    memcpy(seen->copy + at, grad, n * sizeof(float));
+    pthread_mutex_unlock(&optim_seen_lock);
+    seen->copied = 1;
 }
 
 double optim_seen_take(size_t *n)
@@ -304,10 +335,7 @@ dsim_err dsim_optim_apply_norm(dsim_optim *opt, float *params, const float *grad
         seen->norm = sqrt(dsim_optim_grad_sqsum(grad, n));
         seen->n = n;
     }
-    if (seen->copy && seen->copy_n == n && !seen->copied) {
-        memcpy(seen->copy, grad, n * sizeof(float));
-        seen->copied = 1;
-    }
+    optim_seen_note(seen, opt, grad, n);
     DSIM_CHECK(optim_clip(opt, grad, n, global_norm, &grad));
     const float lr = (float)s->lr;
     if (s->weight_decay > 0.0) {
@@ -383,6 +411,21 @@ dsim_err dsim_optim_set_state(dsim_optim *opt, const float *state, size_t len, u
     if (len)
         memcpy(opt->state, state, len * sizeof(float));
     opt->step = step;
+    return DSIM_OK;
+}
+
+dsim_err dsim_optim_set_part(dsim_optim *opt, size_t offset, size_t model_params)
+{
+    if (!opt)
+        return DSIM_ERR(DSIM_EINVAL, -1, "dsim_optim_set_part: NULL optimizer");
+    if (model_params == 0 || offset > model_params || opt->n > model_params - offset)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "dsim_optim_set_part: parameters [%zu, %zu) are not a part of a model "
+                        "of %zu (the optimizer updates %zu; give its first parameter's index "
+                        "in the model and the model's dsim_replica_ctx.n_params)",
+                        offset, offset + opt->n, model_params, opt->n);
+    opt->part_off = offset;
+    opt->part_of = model_params;
     return DSIM_OK;
 }
 

@@ -20,12 +20,15 @@
 void optim_seen_begin(int want);
 
 /* After optim_seen_begin: the gradient of the next update (as given, before
- * any clip) is also copied into dst[n] if it is n long (a whole model's,
- * not a sharded optimizer's part); optim_seen_copied says whether it was.
- * The follow replay of gradient_consistency compares it with one device's
- * (dsim_train_result.trace_grad). */
-void optim_seen_copy(float *dst, size_t n);
-int optim_seen_copied(void);
+ * any clip) is also copied into the row dst[n]: where whole, the gradient
+ * of an optimizer of n parameters (a whole model's) to dst[0..n); the
+ * gradient of an optimizer of a part of a model of n (dsim_optim_set_part)
+ * to its part of dst, whatever whole. The replicas of a job copy their
+ * parts into one row, under a lock (parts may overlap); the first copy
+ * sets the row to NaN first where *filled is 0, and sets it. The follow
+ * replay of gradient_consistency compares the row with one device's
+ * gradient (dsim_train_result.trace_grad). */
+void optim_seen_copy(float *dst, size_t n, int whole, unsigned char *filled);
 
 /* The norm noted since optim_seen_begin (NaN: none) and *n the length of
  * the gradient it is the norm of (OPTIM_SEEN_GLOBAL: a clip's global norm,

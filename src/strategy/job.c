@@ -161,6 +161,7 @@ static void train_job_free(train_job *job)
     dsim_train_setup_close(&job->su);
     dsim_train_result_free(&job->resv);
     free(job->stuck);
+    free(job->grad_filled);
     free(job->checkpoint_path);
     free(job);
 }
@@ -221,12 +222,22 @@ double *train_grad_norms_alloc(size_t n)
     return v;
 }
 
-float *train_nan_floats(size_t n)
+void train_grads_close(train_job *job)
 {
-    float *v = malloc((n ? n : 1) * sizeof(float));
-    for (size_t k = 0; v && k < n; k++)
-        v[k] = NAN;
-    return v;
+    dsim_train_result *res = job->res;
+    size_t P = job->su.n_params;
+    bool any = false;
+    for (uint64_t j = 0; res->trace_grad && j < res->trace_grad_rows; j++)
+        any |= job->grad_filled[j] != 0;
+    if (!any) {
+        free(res->trace_grad);
+        res->trace_grad = NULL;
+        res->trace_grad_rows = 0;
+        return;
+    }
+    for (uint64_t j = 0; j < res->trace_grad_rows; j++)
+        for (size_t q = 0; !job->grad_filled[j] && q < P; q++)
+            res->trace_grad[j * P + q] = NAN;
 }
 
 double train_grad_norm_take(size_t P)

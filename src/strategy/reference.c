@@ -254,45 +254,65 @@ static dsim_err ref_grad_mixed(ref_job *r, float scale, double *loss_sum)
 
 /* The Euclidean distance of a[n] from b[n] (*dist) and the norm of the
  * ulps of max(|a_k|, |b_k|) (*ulps): the size of a float rounding of
- * each. */
-static void ref_distance(const float *a, const float *b, size_t n, double *dist, double *ulps)
+ * each. With skip_nan, over the elements where a is not NaN only (a run's
+ * row of gradients holds the parts its optimizers applied), else over all
+ * (a NaN there makes *dist NaN); *norm, when not NULL, the norm of b over
+ * the same elements. Returns how many were taken. */
+static size_t ref_distance_of(const float *a, const float *b, size_t n, bool skip_nan, double *dist,
+                              double *ulps, double *norm)
 {
-    double dd = 0, uu = 0;
+    double dd = 0, uu = 0, bb = 0;
+    size_t m = 0;
     for (size_t k = 0; k < n; k++) {
+        if (skip_nan && isnan(a[k]))
+            continue;
         double d = (double)a[k] - (double)b[k];
-        float m = fmaxf(fabsf(a[k]), fabsf(b[k]));
-        double u = (double)nextafterf(m, INFINITY) - (double)m;
+        float x = fmaxf(fabsf(a[k]), fabsf(b[k]));
+        double u = (double)nextafterf(x, INFINITY) - (double)x;
         dd += d * d;
         uu += u * u;
+        bb += (double)b[k] * (double)b[k];
+        m++;
     }
     *dist = sqrt(dd);
     *ulps = sqrt(uu);
+    if (norm)
+        *norm = sqrt(bb);
+    return m;
 }
 
 /* Following a run with its gradients: at step j * every the replay stands
  * where the run stood (its variables); how far the run's gradient there
- * is from one device's (NaN where the run's row is: no whole-model update
- * to compare). */
+ * is from one device's, over the elements the run's row holds (all of them
+ * where replica 0 applied the whole model's; the parts where the replicas'
+ * optimizers applied parts), and the norm of one device's there (of all of
+ * it where the row holds none: NaN distances, nothing to compare). */
 static void ref_follow_grad(ref_job *r, dsim_train_result *res, uint64_t j)
 {
     size_t P = r->P;
     const float *run = r->grads + j * P;
-    double norm = sqrt(dsim_optim_grad_sqsum(r->grad, P)), ulps;
+    double norm, dist, ulps, prev_ulps;
+    size_t m = ref_distance_of(run, r->grad, P, true, &dist, &ulps, &norm);
+    if (m == 0)
+        norm = sqrt(dsim_optim_grad_sqsum(r->grad, P));
     res->follow_grad_norm[j] = norm;
-    bool have = !isnan(run[0]);
-    if (have && r->prev_grad && j > 0)
-        ref_distance(run, r->prev_grad, P, &res->follow_grad_prev[j], &ulps);
+    if (m && r->prev_grad && j > 0)
+        (void)ref_distance_of(run, r->prev_grad, P, true, &res->follow_grad_prev[j], &prev_ulps,
+                              NULL);
     if (r->prev_grad)
         memcpy(r->prev_grad, r->grad, P * sizeof(float));
-    if (!have)
+    if (m == 0)
         return;
-    ref_distance(run, r->grad, P, &res->follow_grad_dist[j], &res->follow_grad_ulps[j]);
+    res->follow_grad_dist[j] = dist;
+    res->follow_grad_ulps[j] = ulps;
     /* the elements off by more than 1 % (a part of the buffer treated
      * apart), above a floor far over any rounding of a near-zero sum */
-    double floor = 1e-4 * norm / sqrt((double)P);
+    double floor = 1e-4 * norm / sqrt((double)m);
     uint64_t off = 0, lo = 0, hi = 0;
     for (size_t k = 0; k < P; k++) {
         double a = run[k], b = r->grad[k];
+        if (isnan(a))
+            continue;
         if (!(fabs(a - b) <= 0.01 * fmax(fabs(a), fabs(b)) + floor)) {
             if (off++ == 0)
                 lo = k;
@@ -310,7 +330,7 @@ static void ref_follow_row(ref_job *r, dsim_train_result *res, uint64_t j)
 {
     size_t P = r->P;
     const float *run = r->follow + j * P, *one = res->params;
-    ref_distance(run, one, P, &res->follow_dist[j], &res->follow_ulps[j]);
+    (void)ref_distance_of(run, one, P, false, &res->follow_dist[j], &res->follow_ulps[j], NULL);
     res->follow_path[j] = r->span_path;
     r->span_path = 0;
 }

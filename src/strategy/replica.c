@@ -475,15 +475,18 @@ static void replica_record(train_replica *rp, uint64_t gs, const dsim_replica_ba
     }
 }
 
-/* Replica 0's row of the result's trace_grad for step gs, where step gs
- * begins a span of the trace (cfg.record_grads); else NULL. */
-static float *replica_grad_row(const train_replica *rp, uint64_t gs)
+/* The row of the result's trace_grad for step gs, where step gs begins a
+ * span of the trace (cfg.record_grads); else NULL. Replica 0 copies a
+ * whole model's gradient into it; every replica its part where its
+ * optimizer updates one (dsim_optim_set_part: a sharded optimizer). */
+static float *replica_grad_row(const train_replica *rp, uint64_t gs, unsigned char **filled)
 {
     const train_job *job = rp->job;
     dsim_train_result *res = job->res;
     uint64_t k = gs - job->first_step, every = res->trace_every;
-    if (rp->index != 0 || !res->trace_grad || k % every != 0 || k / every >= res->trace_grad_rows)
+    if (!res->trace_grad || k % every != 0 || k / every >= res->trace_grad_rows)
         return NULL;
+    *filled = &job->grad_filled[k / every];
     return res->trace_grad + k / every * job->su.n_params;
 }
 
@@ -600,13 +603,13 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     /* the norm of what the update applies: replica 0's, and every
      * replica's clip (which computes it anyway) */
     optim_seen_begin(rp->index == 0);
-    float *grow = replica_grad_row(rp, gs);
+    /* the row is NaN where no update was given a gradient (set so at
+     * the first copy into it, or at the run's end) */
+    unsigned char *filled = NULL;
+    float *grow = replica_grad_row(rp, gs, &filled);
     if (grow)
-        optim_seen_copy(grow, P);
+        optim_seen_copy(grow, P, rp->index == 0, filled);
     e = dsim_strategy_apply_gradients(s, ctx, w->grad);
-    if (grow && !optim_seen_copied())
-        for (size_t q = 0; q < P; q++)
-            grow[q] = NAN;
     double grad_norm = train_grad_norm_take(P);
     if (label)
         dsim_comm_exchange_end(ctx->world, job->res->exchange, sizeof job->res->exchange);

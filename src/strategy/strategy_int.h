@@ -33,9 +33,6 @@ dsim_err dsim_train_timing(const dsim_train_cfg *cfg, dsim_train_result *res);
 /* dsim_train_result.grad_norm: n entries, NaN each; NULL when out of
  * memory. */
 double *train_grad_norms_alloc(size_t n);
-/* n floats, NaN each (dsim_train_result.trace_grad); NULL when out of
- * memory. */
-float *train_nan_floats(size_t n);
 /* The norm of the gradient the update applied (optim_int.h's take), or NaN
  * where it is not of the whole gradient of P parameters. */
 double train_grad_norm_take(size_t P);

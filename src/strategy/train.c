@@ -283,9 +283,10 @@ static dsim_err train_alloc_result(train_job *job)
     res->trace_every = job->cfg->trace_every > 1 ? job->cfg->trace_every : 1;
     if (job->cfg->record_params)
         res->trace = calloc(steps / res->trace_every * P + 1, sizeof(float));
-    if (job->cfg->record_params && job->cfg->record_grads) {
+    if (job->cfg->record_grads) {
         res->trace_grad_rows = (steps + res->trace_every - 1) / res->trace_every;
-        res->trace_grad = train_nan_floats(res->trace_grad_rows * P);
+        res->trace_grad = calloc(res->trace_grad_rows * P + 1, sizeof(float));
+        job->grad_filled = calloc(res->trace_grad_rows + 1, 1);
     }
     res->mp_scale = calloc(steps * N + 1, sizeof(float));
     res->mp_skipped = calloc(steps * N + 1, 1);
@@ -300,7 +301,8 @@ static dsim_err train_alloc_result(train_job *job)
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
         !res->padded || !res->step_ns || !res->comm_ns || !res->checkpoint_writes ||
         !res->replicas || !res->mp_scale || !res->mp_skipped ||
-        (job->cfg->record_params && !res->trace) || (res->trace_grad_rows && !res->trace_grad))
+        (job->cfg->record_params && !res->trace) ||
+        (res->trace_grad_rows && (!res->trace_grad || !job->grad_filled)))
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the result of %zu steps", steps);
     for (size_t k = 0; k < steps; k++)
         res->loss[k] = NAN;
@@ -642,8 +644,10 @@ out:
     }
     if (res->trace)
         res->trace_rows = res->steps / res->trace_every;
-    if (res->trace_grad)
+    if (res->trace_grad) {
         res->trace_grad_rows = (res->steps + res->trace_every - 1) / res->trace_every;
+        train_grads_close(job);
+    }
     train_hand_over(job, out, hung);
     if (hung)
         train_abandon(job);

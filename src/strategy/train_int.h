@@ -104,6 +104,10 @@ struct train_job {
     int failed;
     dsim_error err;
     dsim_train_result *res; /* &resv */
+    /* [res->trace_grad_rows]: whether row j of res->trace_grad was set to
+     * NaN and written to (optim_seen_copy, under its lock); the rows are
+     * zero, not yet committed memory, until then */
+    unsigned char *grad_filled;
 
     /* What the workers may use after a hung dsim_train has returned: the
      * caller's configuration copied, and the result they write. */
@@ -141,6 +145,11 @@ void train_wake_servers(train_job *job);
 void train_fail(train_job *job, const char *who, int index, int rank);
 void train_abandon(train_job *job);
 void train_job_unref(train_job *job);
+/* At the run's end: the rows of res->trace_grad no update wrote to, NaN;
+ * no trace_grad at all (NULL, 0 rows) when none did (no whole-model
+ * update on replica 0 here, no optimizer of a part: a process of the
+ * processes engine whose replicas kept nothing). */
+void train_grads_close(train_job *job);
 
 /* replica.c */
 const char *train_checkpoint_mismatch(const train_job *job, const dsim_checkpoint *ck, char *buf,

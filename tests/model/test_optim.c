@@ -287,6 +287,40 @@ static void test_bad_specs(void **state)
     assert_non_null(strstr(dsim_errmsg(), "sgd, momentum or adam"));
 }
 
+/* An optimizer of a part of a model says which part: inside the model, or
+ * refused with the bounds named; its updates are those of any optimizer of
+ * that many parameters. */
+static void test_set_part(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
+    s.lr = 0.1;
+    dsim_optim *a = NULL, *b = NULL;
+    assert_int_equal(dsim_optim_create(&s, 4, &a), DSIM_OK);
+    assert_int_equal(dsim_optim_create(&s, 4, &b), DSIM_OK);
+    assert_int_equal(dsim_optim_set_part(b, 6, 10), DSIM_OK);
+    assert_int_equal(dsim_optim_set_part(b, 0, 4), DSIM_OK);
+    dsim_clear_error();
+    assert_int_equal(dsim_optim_set_part(b, 7, 10), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "[7, 11) are not a part of a model of 10"));
+    assert_int_equal(dsim_optim_set_part(b, 0, 3), DSIM_EINVAL);
+    assert_int_equal(dsim_optim_set_part(b, SIZE_MAX, 10), DSIM_EINVAL);
+    assert_int_equal(dsim_optim_set_part(b, 0, 0), DSIM_EINVAL);
+    assert_int_equal(dsim_optim_set_part(NULL, 0, 4), DSIM_EINVAL);
+    assert_int_equal(dsim_optim_set_part(b, 2, 6), DSIM_OK);
+    float wa[4] = {1, -2, 3, 0.5f}, wb[4] = {1, -2, 3, 0.5f};
+    const float g[3][4] = {{0.1f, -0.2f, 0.3f, 0}, {1e-3f, 2, -1, 0.25f}, {-5, 0, 7, 1}};
+    for (int t = 0; t < 3; t++) {
+        assert_int_equal(dsim_optim_apply(a, wa, g[t], 4), DSIM_OK);
+        assert_int_equal(dsim_optim_apply(b, wb, g[t], 4), DSIM_OK);
+    }
+    assert_memory_equal(wa, wb, sizeof wa);
+    assert_memory_equal(dsim_optim_state(a), dsim_optim_state(b), 8 * sizeof(float));
+    dsim_optim_destroy(a);
+    dsim_optim_destroy(b);
+}
+
 /* One SGD step with lr 1 and the spec's clip: the update is the clipped
  * gradient. */
 static void sgd_clip_step(dsim_optim_spec *s, const float *g, size_t n, float *update)
@@ -411,6 +445,7 @@ int main(void)
         cmocka_unit_test(test_adam),
         cmocka_unit_test(test_checkpoint_restore),
         cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_set_part),
         cmocka_unit_test(test_clip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -447,11 +447,25 @@ static void test_follow_run_grads(void **state)
         }
         assert_int_equal(f.follow_grad_lo[2], 3);
         assert_int_equal(f.follow_grad_hi[2], 5);
+        double whole1 = f.follow_grad_norm[1];
         dsim_train_result_free(&f);
-        /* a row the run could not keep (NaN) is not compared */
-        run.trace_grad[0] = NAN;
+        /* a row the run did not fill (NaN: no update given a gradient) is
+         * not compared; one that holds parts (the replicas' optimizers of
+         * parts, dsim_optim_set_part) is compared over those, against one
+         * device's norm there: row 1 keeps its error in its second half,
+         * row 2's doubled elements fall in its first */
+        for (size_t k = 0; k < P; k++)
+            run.trace_grad[k] = NAN;
+        for (size_t k = 0; k < P / 2; k++)
+            run.trace_grad[P + k] = run.trace_grad[2 * P + k] = NAN;
         assert_int_equal(dsim_train_reference_follow_run(&cfg, &run, &f), DSIM_OK);
         assert_true(isnan(f.follow_grad_dist[0]));
+        assert_true(f.follow_grad_norm[1] > 0 && f.follow_grad_norm[1] < whole1);
+        double rel1 = (f.follow_grad_dist[1] - 2 * f.follow_grad_ulps[1]) / f.follow_grad_norm[1];
+        assert_true(rel1 > 5e-4 && rel1 < 2e-3);
+        assert_int_equal(f.follow_grad_off[2], 0);
+        assert_true(f.follow_grad_dist[2] - 2 * f.follow_grad_ulps[2] <=
+                    1e-6 * f.follow_grad_norm[2]);
         dsim_train_result_free(&f);
         /* another trace_every than the run's, and no run: refused */
         cfg.trace_every = every + 1;

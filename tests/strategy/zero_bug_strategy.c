@@ -11,15 +11,28 @@
  *   ZERO_BUG_CLIP     each replica's shard of the gradient applied with
  *                     dsim_optim_apply, which clips it (global_clipnorm) by
  *                     the shard's own norm, not the whole gradient's
+ *   ZERO_BUG_MEAN     the gradients reduce-scattered with MEAN, though each
+ *                     replica's is already scaled by 1 / global batch (the
+ *                     update is 1/N of the right one: under Adam, whose
+ *                     update hardly depends on the gradient's scale, it
+ *                     shows only in the gradient applied)
  *
  * The first two train correctly until a checkpoint is read back; dsim's
  * checkpoint_roundtrip names the op that is wrong. The third trains wrong
- * wherever the clip acts; gradient_consistency fails. Built from the
- * example's own source, with its entry point renamed. */
+ * wherever the clip acts, the fourth everywhere; gradient_consistency
+ * fails. And ZERO_UNSAID, no bug: the example as one writes it who does not
+ * tell dsim which part of the model each optimizer updates
+ * (dsim_optim_set_part), whose gradients dsim cannot put together. Built
+ * from the example's own source, with its entry point renamed. */
+#include "dsim/comm.h"
 #include "dsim/optim.h"
 #if defined(ZERO_BUG_CLIP)
 /* the example's call, as one who does not know the shard is a part makes it */
 #define dsim_optim_apply_norm(opt, p, g, n, norm) ((void)(norm), dsim_optim_apply(opt, p, g, n))
+#elif defined(ZERO_BUG_MEAN)
+#define dsim_reduce_scatter(comm, s, r, n, t, op) dsim_reduce_scatter(comm, s, r, n, t, DSIM_MEAN)
+#elif defined(ZERO_UNSAID)
+#define dsim_optim_set_part(opt, offset, n) ((void)(opt), (void)(offset), (void)(n), DSIM_OK)
 #endif
 #define dsim_strategy_plugin zero_example_plugin
 #include "../../examples/sharded_optimizer/sharded_optimizer.c"
@@ -58,8 +71,16 @@ static dsim_err bug_create(dsim_replica_ctx *ctx, const dsim_strategy_vars *init
 #define BUG_NAME   "zero_bug_clip"
 #define BUG_SAVE   zero_save
 #define BUG_CREATE zero_create
+#elif defined(ZERO_BUG_MEAN)
+#define BUG_NAME   "zero_bug_mean"
+#define BUG_SAVE   zero_save
+#define BUG_CREATE zero_create
+#elif defined(ZERO_UNSAID)
+#define BUG_NAME   "zero_unsaid"
+#define BUG_SAVE   zero_save
+#define BUG_CREATE zero_create
 #else
-#error "define ZERO_BUG_SAVE, ZERO_BUG_RESTORE or ZERO_BUG_CLIP"
+#error "define ZERO_BUG_SAVE, ZERO_BUG_RESTORE, ZERO_BUG_CLIP, ZERO_BUG_MEAN or ZERO_UNSAID"
 #endif
 
 static const struct dsim_strategy_ops bug_ops = {

@@ -112,6 +112,17 @@ DSIM_API dsim_err dsim_optim_apply_norm(dsim_optim *opt, float *params, const fl
  * the square root of. */
 DSIM_API double dsim_optim_grad_sqsum(const float *grad, size_t n);
 
+/* Says that opt (created for n parameters) updates parameters
+ * [offset, offset + n) of a model of model_params: a strategy that shards
+ * the optimizer's work (each replica updating its shard, as ZeRO does)
+ * calls it once per optimizer. The updates are unchanged; what it gives is
+ * the place of each dsim_optim_apply's gradient in the model's, so that
+ * gradient_consistency can put the parts the replicas applied together and
+ * compare them with one device's gradient (under adam, whose updates hide
+ * a gradient's errors: docs/checks.md). DSIM_EINVAL when the part does
+ * not lie inside the model. */
+DSIM_API dsim_err dsim_optim_set_part(dsim_optim *opt, size_t offset, size_t model_params);
+
 /* Whether the spec clips by the global norm (global_clipnorm > 0): a
  * strategy that applies the optimizer shard by shard must then compute the
  * global norm (dsim_optim_apply_norm). */

@@ -411,10 +411,12 @@ typedef struct dsim_train_cfg {
      * (global steps trace_every, 2 * trace_every, ... of the run), so that
      * a long run's trace fits; 0 or 1: after every step. */
     uint32_t trace_every;
-    /* With record_params: also keep the gradient replica 0's update
-     * applied at the first step of each span of trace_every steps (the
-     * run's steps 0, trace_every, 2 * trace_every, ...: result.trace_grad),
-     * where a replay that follows the run starts from its variables. */
+    /* Keep the gradient the update applied at the first step of each span
+     * of trace_every steps (the run's steps 0, trace_every,
+     * 2 * trace_every, ...: result.trace_grad), where a replay that follows
+     * the run starts from its variables: replica 0's where its optimizer
+     * updates the whole model, each replica's part where the optimizers
+     * update parts (dsim_optim_set_part). */
     bool record_grads;
     /* After a restore, every replica calls save() once more, right after
      * create_variables and before its first step, and the chief's is kept
@@ -537,11 +539,14 @@ typedef struct dsim_train_result {
     uint32_t trace_every;     /* cfg.trace_every, at least 1 */
     float *initial_params;    /* [n_params] if cfg.record_params: the variables before the
                                  first step run (restored ones after a restore) */
-    float *trace_grad;        /* [trace_grad_rows * n_params] if cfg.record_grads, else NULL:
-                                 row j the gradient replica 0's update applied at the run's
-                                 step j * trace_every, as the strategy gave it to the
-                                 optimizer (before any clip); NaN where that step applied
-                                 none, or only a part of the model (a sharded optimizer) */
+    float *trace_grad;        /* [trace_grad_rows * n_params] if cfg.record_grads and any
+                                 update was given a gradient to keep, else NULL: row j the
+                                 gradient the update applied at the run's step
+                                 j * trace_every, as the strategy gave it to the optimizer
+                                 (before any clip): replica 0's, or the parts the replicas'
+                                 optimizers of parts applied (dsim_optim_set_part); NaN
+                                 where that step applied none, or where no part covers
+                                 (an optimizer of a part that did not say which) */
     uint64_t trace_grad_rows; /* ceil(steps / trace_every) */
 
     dsim_ledger *ledger; /* who read what (replica = worker * D + device) */
