@@ -433,6 +433,60 @@ static void gc_msg_differ(char *msg, size_t cap, const dsim_train_result *r,
                    m, why);
 }
 
+/* A run that ends beyond tolerance of the reference, of a model too large
+ * for the harness to keep one step's variables (and under adam gradients:
+ * DSIM_CHECK_TRACE_MAX), so that no step can be replayed from the run's
+ * own variables: a difference this large may be rounding amplified over
+ * the steps as well as an error. What can still be judged is global step
+ * 0, where the run and the reference stand at the same variables: the
+ * norm of the gradient replica 0 applied must be one device's within
+ * max_rel (fails, the factor named, where it is not); the rest is not
+ * judged (N/A, the message says why and what would have it judged). */
+static void gc_untraced(const dsim_train_result *r, const dsim_train_result *ref, double max_rel,
+                        double m, size_t worst, bool adam, dsim_check_result *out)
+{
+    char *msg = out->message;
+    size_t cap = sizeof out->message, P = r->n_params;
+    double g = r->grad_norm ? r->grad_norm[0] : NAN, g1 = ref->grad_norm ? ref->grad_norm[0] : NAN;
+    char step0[400] = "";
+    if (isfinite(g) && isfinite(g1) && g1 > 0) {
+        double k = g / g1;
+        if (fabs(k - 1.0) > max_rel) {
+            const char *why = gc_ratio_meaning(k, r->num_replicas);
+            out->passed = false;
+            out->measured = fmax(m, fabs(k - 1.0));
+            dsim_check_msg(msg, cap,
+                           "at global step 0, where the run and the one-device reference stand "
+                           "at the same variables, the gradient replica 0 applied has norm "
+                           "%.6g and one device's %.6g (%.4g times it, beyond max_rel_error "
+                           "%.3g)%s%s: the strategy computes its gradients wrong. The run ends "
+                           "%.3g (relative) from the reference, parameter %zu; this model's "
+                           "%zu parameters are too many to keep its later steps (%" PRIu64
+                           " floats a step), so those are not compared",
+                           g, g1, k, max_rel, why ? ": " : "", why ? why : "", m, worst, P,
+                           DSIM_CHECK_TRACE_MAX);
+            return;
+        }
+        dsim_check_msg(step0, sizeof step0,
+                       " The gradient replica 0 applied at global step 0, where both stand at "
+                       "the same variables, has one device's norm (%.3g relative apart).",
+                       fabs(k - 1.0));
+    }
+    out->passed = false;
+    out->not_judged = true;
+    dsim_check_msg(msg, cap,
+                   "not judged: the run ends %.3g (relative) from the one-device reference, "
+                   "parameter %zu, beyond max_rel_error, and this model's %zu parameters%s are "
+                   "more than the %" PRIu64
+                   " floats dsim keeps of a step, so no step can be replayed from the run's own "
+                   "variables: a difference this large can be float rounding amplified over the "
+                   "steps (a model with kinks, adam, a large learning rate) as well as an error "
+                   "of the strategy.%s The same job on a model of at most %" PRIu64
+                   " parameters (%" PRIu64 " under adam) has its steps judged",
+                   m, worst, P, adam ? " and as many gradients (adam)" : "", DSIM_CHECK_TRACE_MAX,
+                   step0, DSIM_CHECK_TRACE_MAX, DSIM_CHECK_TRACE_MAX / 2);
+}
+
 /* Row k's update of a trace: after[k] - before[k] (a trace kept every k
  * steps: the update of those k steps). */
 typedef struct gc_trace {
@@ -1148,6 +1202,14 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                                   ": if the steps before the restart were right, the restore "
                                   "is wrong; checkpoint_roundtrip judges it)",
                                   r->first_step);
+        /* a model whose one step's variables (and gradients) the harness
+         * could not keep */
+        bool adam = os->kind == DSIM_OPTIM_ADAM;
+        if (!r->trace && r->first_step == 0 && at == 0 && !drift &&
+            r->n_params > DSIM_CHECK_TRACE_MAX / (adam ? 2 : 1)) {
+            gc_untraced(r, ref, max_rel, m, worst, adam, out);
+            return DSIM_OK;
+        }
         /* One device replays the run step by step from the run's own
          * variables whether or not its updates drifted from the
          * reference's alike: over many steps a model with kinks (ReLU) or

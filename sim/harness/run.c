@@ -37,7 +37,7 @@
  * else every k-th step's, the least k for which they fit (under adam a
  * row of gradients too: h_trace_grads). 8 Mi floats (32 MiB): the 1024 x
  * 100 MLP of scenarios/scale is kept every step. */
-#define H_TRACE_MAX ((uint64_t)8 << 20)
+#define H_TRACE_MAX DSIM_CHECK_TRACE_MAX
 
 /* The one-device replay on a thread of its own (h_ref_start). */
 typedef struct h_ref_thread {

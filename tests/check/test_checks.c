@@ -415,6 +415,69 @@ static void test_gc_diagnosis(void **state)
     assert_has(r.message, "variables were not kept");
 }
 
+/* A model too large for the harness to keep a step of (no trace) that ends
+ * beyond tolerance: step 0's gradient, where run and reference stand at
+ * the same variables, is judged by its norm; the rest is not judged. */
+static void test_gc_untraced(void **state)
+{
+    (void)state;
+    fake_run f;
+    fake_init(&f, 2, 2);
+    size_t P = DSIM_CHECK_TRACE_MAX / 2 + 1;
+    f.cfg.optim.kind = DSIM_OPTIM_ADAM;
+    float *a = calloc(P, sizeof(float)), *b = calloc(P, sizeof(float));
+    assert_non_null(a);
+    assert_non_null(b);
+    for (size_t i = 0; i < P; i++)
+        a[i] = b[i] = 1.0f;
+    a[P - 3] = 1.5f;
+    double gn[4] = {2.0, 2.0, 1.0, 1.0}, gref[2] = {2.0, 1.1};
+    f.res.params = a;
+    f.ref.params = b;
+    f.res.n_params = f.ref.n_params = P;
+    f.res.grad_norm = gn;
+    f.ref.grad_norm = gref;
+    dsim_check_ctx ctx = fake_ctx(&f);
+    double v[DSIM_CHECK_MAX_PARAMS];
+    values_of(dsim_check_find("gradient_consistency"), v, NULL);
+    dsim_check_result r = judge("gradient_consistency", &ctx, v);
+    assert_true(r.not_judged);
+    assert_false(r.passed);
+    assert_has(r.message, "not judged: the run ends 0.333 (relative) from the one-device "
+                          "reference, parameter 4194302");
+    assert_has(r.message, "this model's 4194305 parameters and as many gradients (adam) are "
+                          "more than the 8388608 floats");
+    assert_has(r.message, "at global step 0, where both stand at the same variables, has one "
+                          "device's norm (0 relative apart)");
+    /* step 0's gradient half one device's: averaged again over 2 replicas */
+    gn[0] = 1.0;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.not_judged);
+    assert_false(r.passed);
+    assert_has(r.message, "the gradient replica 0 applied has norm 1 and one device's 2 (0.5 "
+                          "times it");
+    assert_has(r.message, "averaged again over the replicas");
+    /* no norm to compare (a sharded optimizer's replica 0 applies a part) */
+    gn[0] = NAN;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_true(r.not_judged);
+    assert_null(strstr(r.message, "global step 0"));
+    /* under sgd a model of that size is kept: a run without its trace
+     * (not asked for) is judged as before */
+    f.cfg.optim.kind = DSIM_OPTIM_SGD;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.not_judged);
+    assert_has(r.message, "the variables were not kept step by step");
+    /* within tolerance: judged as any run */
+    f.cfg.optim.kind = DSIM_OPTIM_ADAM;
+    a[P - 3] = 1.0f;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_true(r.passed);
+    assert_false(r.not_judged);
+    free(a);
+    free(b);
+}
+
 static void test_gc_abs_floor_near_zero(void **state)
 {
     (void)state;
@@ -1290,6 +1353,7 @@ int main(void)
         cmocka_unit_test(test_gc_divergence_names_step_and_replica),
         cmocka_unit_test(test_gc_reference_mismatch),
         cmocka_unit_test(test_gc_abs_floor_near_zero),
+        cmocka_unit_test(test_gc_untraced),
         cmocka_unit_test(test_gc_bad_runs),
         cmocka_unit_test(test_gc_async_ps),
         cmocka_unit_test(test_sc_exact),
