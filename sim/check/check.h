@@ -24,8 +24,9 @@ extern "C" {
 
 #define DSIM_CHECK_MAX_PARAMS 8
 
-/* The most floats of a run's variables (and, under adam, gradients) the
- * harness keeps step by step for gradient_consistency (8 Mi: 32 MiB): every
+/* The most floats of a run's variables (and, under adam, its gradients and
+ * the optimizer's two slots) the harness keeps step by step for
+ * gradient_consistency (8 Mi: 32 MiB): every
  * step's where they fit, else every k-th step's, the least k for which they
  * do; none for a model whose one step's are more (sim/harness/run.c). */
 #define DSIM_CHECK_TRACE_MAX ((uint64_t)8 << 20)

@@ -483,8 +483,8 @@ static void gc_untraced(const dsim_train_result *r, const dsim_train_result *ref
                    "steps (a model with kinks, adam, a large learning rate) as well as an error "
                    "of the strategy.%s The same job on a model of at most %" PRIu64
                    " parameters (%" PRIu64 " under adam) has its steps judged",
-                   m, worst, P, adam ? " and as many gradients (adam)" : "", DSIM_CHECK_TRACE_MAX,
-                   step0, DSIM_CHECK_TRACE_MAX, DSIM_CHECK_TRACE_MAX / 2);
+                   m, worst, P, adam ? " (and under adam its gradient and two slots)" : "",
+                   DSIM_CHECK_TRACE_MAX, step0, DSIM_CHECK_TRACE_MAX, DSIM_CHECK_TRACE_MAX / 4);
 }
 
 /* Row k's update of a trace: after[k] - before[k] (a trace kept every k
@@ -753,6 +753,10 @@ typedef struct gc_followed {
      * than span_bound of their path, of `spans` */
     uint64_t span_bad, span_first, span_at, spans;
     double span_worst, span_bound;
+    /* where half a step was not enough: the widest parting of two right
+     * replays within a span, of its path (the bound is twice it); NaN when
+     * not measured */
+    double span_part;
     /* with grads, at the first row beyond max_rel: the elements off by
      * more than 1 % (how many, the first and the last) */
     uint64_t off, off_lo, off_hi;
@@ -828,6 +832,34 @@ static void gc_follow_rows(gc_followed *fo, const double *dist, const double *ul
         if (rel > max_rel && fo->n_bad++ == 0)
             fo->first = j;
     }
+}
+
+/* What a span's update was held to (gc_followed.span_bound): half a step,
+ * or, where right replays part by more within a span, twice that parting. */
+static const char *gc_span_bound_words(const gc_followed *fo, char *b, size_t cap)
+{
+    if (isnan(fo->span_part) || !(fo->span_bound > 0.5 / fo->every))
+        snprintf(b, cap, "half a step");
+    else
+        snprintf(b, cap,
+                 "twice the parting of two right replays (%.3g of the path, measured by one "
+                 "summing the replicas' gradients: over half a step, so a step applied twice or "
+                 "skipped in a span of %" PRIu32 " is not told from rounding)",
+                 fo->span_part, fo->every);
+    return b;
+}
+
+/* The spans of a follow replay f judged against fo->span_bound of their
+ * path (fo's span_* and spans). */
+static void gc_follow_spans(gc_followed *fo, const dsim_train_result *f, uint64_t rows)
+{
+    gc_followed sp;
+    gc_follow_rows(&sp, f->follow_dist, f->follow_ulps, f->follow_path, rows, fo->span_bound);
+    fo->span_bad = sp.n_bad;
+    fo->span_first = sp.first;
+    fo->span_worst = sp.worst;
+    fo->span_at = sp.at;
+    fo->spans = sp.rows;
 }
 
 /* The run's variables end beyond tolerance of the reference's though no
@@ -906,15 +938,33 @@ static bool gc_follow(const dsim_check_ctx *ctx, const dsim_train_result *r, dou
      * variables); spans of k > 1 steps by a bound that rounding amplified
      * by adam stays under and a step applied twice or not at all is over,
      * half a step's share of the span's path */
+    fo->span_part = NAN;
     if (fo->grads || fo->spans_only) {
-        gc_followed sp;
         fo->span_bound = every > 1 ? 0.5 / every : max_rel;
-        gc_follow_rows(&sp, f.follow_dist, f.follow_ulps, f.follow_path, rows, fo->span_bound);
-        fo->span_bad = sp.n_bad;
-        fo->span_first = sp.first;
-        fo->span_worst = sp.worst;
-        fo->span_at = sp.at;
-        fo->spans = sp.rows;
+        gc_follow_spans(fo, &f, rows);
+        /* Long spans: two right replays may part by more than half a step
+         * within one (adam's whole steps from rounding add up over a span).
+         * Where the run's spans are beyond it, a second replay, summing the
+         * replicas' batches' gradients as an all-reduce does, measures how
+         * far right replays part here; the bound is twice the widest */
+        if (fo->span_bad && every > 1 && ctx->cfg->optim.kind == DSIM_OPTIM_ADAM) {
+            dsim_train_cfg rc2 = rc;
+            rc2.follow_parting = true;
+            dsim_train_result f2;
+            if (dsim_train_reference_follow_run(&rc2, r, &f2) == DSIM_OK && f2.follow_part &&
+                f2.follow_path && f2.steps / every == rows) {
+                double part = 0;
+                for (uint64_t j = 0; j < rows; j++)
+                    if (f2.follow_path[j] > 0 && isfinite(f2.follow_part[j]))
+                        part = fmax(part, f2.follow_part[j] / f2.follow_path[j]);
+                fo->span_part = part;
+                if (2 * part > fo->span_bound) {
+                    fo->span_bound = 2 * part;
+                    gc_follow_spans(fo, &f, rows);
+                }
+            }
+            dsim_train_result_free(&f2);
+        }
     }
     /* a dynamic loss scale's decisions, taken at the run's variables */
     size_t nr = r->num_replicas > 0 ? (size_t)r->num_replicas : 1;
@@ -961,19 +1011,21 @@ bool gc_steps_right(const dsim_check_ctx *ctx, char *msg, size_t cap)
     if (!gc_follow(ctx, fr, max_rel, &fo, why, sizeof why) || fo.n_bad != 0 || fo.span_bad ||
         fo.skips_differ)
         return false;
+    char bound[300];
+    gc_span_bound_words(&fo, bound, sizeof bound);
     if (fo.grads && fo.every > 1)
         dsim_check_msg(msg, cap,
                        "the gradient the first step of every span of %" PRIu32
                        " applied equals one device's at the run's own variables (%" PRIu64
-                       " steps compared, within %.3g), and each span's update is within half a "
-                       "step of one device's",
-                       fo.every, fo.rows, max_rel);
+                       " steps compared, within %.3g), and each span's update is within %s of "
+                       "one device's",
+                       fo.every, fo.rows, max_rel, bound);
     else if (fo.spans_only)
         dsim_check_msg(msg, cap,
-                       "each span of %" PRIu32 " steps' update is within half a step of one "
+                       "each span of %" PRIu32 " steps' update is within %s of one "
                        "device's from the run's own variables (%" PRIu64
                        " spans; under adam, its gradients not kept: dsim_optim_set_part)",
-                       fo.every, fo.spans);
+                       fo.every, bound, fo.spans);
     else if (fo.grads)
         dsim_check_msg(msg, cap,
                        "the gradient every step applied and its update equal one device's at "
@@ -1206,7 +1258,7 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
          * could not keep */
         bool adam = os->kind == DSIM_OPTIM_ADAM;
         if (!r->trace && r->first_step == 0 && at == 0 && !drift &&
-            r->n_params > DSIM_CHECK_TRACE_MAX / (adam ? 2 : 1)) {
+            r->n_params > DSIM_CHECK_TRACE_MAX / (adam ? 4 : 1)) {
             gc_untraced(r, ref, max_rel, m, worst, adam, out);
             return DSIM_OK;
         }
@@ -1228,22 +1280,24 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             /* rounding built up: every step is right */
             out->passed = true;
             out->measured = fo.worst;
-            char where[64], kept[200] = "", judged[900], who[160];
+            char where[64], kept[200] = "", judged[1000], who[160], bound[300];
             gc_grad_who(&fo, r->n_params, who, sizeof who);
+            gc_span_bound_words(&fo, bound, sizeof bound);
             if (fo.grads && fo.every > 1)
                 dsim_check_msg(judged, sizeof judged,
                                "the gradient %s applied equal to one device's at the "
                                "run's own variables at each of the %" PRIu64
                                " steps compared, the first of every span of %" PRIu32
                                " (worst %.3g relative beyond 2 ulps, at global step %" PRIu64
-                               "), and each span's update within half a step of one device's "
+                               "), and each span's update within %s of one device's "
                                "(worst %.3g of its path; under adam two right replays part "
                                "within a span, as adam turns the rounding of near-zero "
                                "gradients into whole steps",
-                               who, fo.rows, fo.every, fo.worst, fo.at * fo.every, fo.span_worst);
+                               who, fo.rows, fo.every, fo.worst, fo.at * fo.every, bound,
+                               fo.span_worst);
             else if (fo.spans_only)
                 dsim_check_msg(judged, sizeof judged,
-                               "each span's update within half a step of one device's from the "
+                               "each span's update within %s of one device's from the "
                                "run's own variables (worst %.3g of its path, %" PRIu64
                                " spans of %" PRIu32 " steps replayed; under adam two right "
                                "replays part within a span, as adam turns the rounding of "
@@ -1251,7 +1305,7 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                                "were not kept: its optimizer updates a part of the model without "
                                "saying which, dsim_optim_set_part, so an error of less than half "
                                "a step inside a span is not judged",
-                               fo.span_worst, fo.spans, fo.every);
+                               bound, fo.span_worst, fo.spans, fo.every);
             else if (fo.grads)
                 dsim_check_msg(judged, sizeof judged,
                                "the gradient %s applied and its update equal to one "
@@ -1321,12 +1375,15 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             else
                 dsim_check_msg(why + had, sizeof why - had,
                                "%" PRIu64 " of %" PRIu64 " spans of %" PRIu32
-                               " steps differ from the run's by more than half a step (%.3g of "
+                               " steps differ from the run's by more than %s (%.3g of "
                                "their path), from %s (worst %.3g, at %s): a step applied twice "
                                "or not at all, or an update that does not follow from its "
                                "gradient",
-                               fo.span_bad, fo.spans, fo.every, fo.span_bound, first, fo.span_worst,
-                               sat);
+                               fo.span_bad, fo.spans, fo.every,
+                               isnan(fo.span_part) || !(fo.span_bound > 0.5 / fo.every)
+                                   ? "half a step"
+                                   : "twice how far two right replays part within a span",
+                               fo.span_bound, first, fo.span_worst, sat);
             out->measured = fmax(m, fo.span_worst);
         } else if (followed && fo.grads && fo.n_bad > 0) {
             char who[160];

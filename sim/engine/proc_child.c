@@ -66,22 +66,25 @@ static void pr_send(pr_child *c, uint32_t type, const void *p, size_t n)
     pr_send2(c, type, p, n, NULL, 0);
 }
 
-/* The rows of trace_grad where this process's replicas applied a
- * gradient, each from its first to its last element that is not NaN. */
-static void pr_send_grads(pr_child *c, const dsim_train_result *res)
+/* The rows of a (trace_grad or trace_slots: rows of `width` floats,
+ * n_params a part) where this process's replicas applied a gradient: of
+ * each part, from its first to its last element that is not NaN. */
+static void pr_send_rows(pr_child *c, uint32_t type, const float *a, uint64_t rows, size_t width,
+                         size_t P)
 {
-    size_t P = res->n_params;
-    for (uint64_t j = 0; j < res->trace_grad_rows; j++) {
-        const float *row = res->trace_grad + j * P;
-        size_t lo = 0, hi = P;
-        while (lo < P && isnan(row[lo]))
-            lo++;
-        while (hi > lo && isnan(row[hi - 1]))
-            hi--;
-        if (lo == hi)
-            continue;
-        pr_grads g = {.rows = res->trace_grad_rows, .row = j, .lo = lo, .n = hi - lo};
-        pr_send2(c, PR_GRADS, &g, sizeof g, row + lo, (hi - lo) * sizeof(float));
+    for (uint64_t j = 0; a && P && j < rows; j++) {
+        for (size_t at = 0; at < width; at += P) {
+            const float *part = a + j * width + at;
+            size_t lo = 0, hi = P;
+            while (lo < P && isnan(part[lo]))
+                lo++;
+            while (hi > lo && isnan(part[hi - 1]))
+                hi--;
+            if (lo == hi)
+                continue;
+            pr_grads g = {.rows = rows, .width = width, .row = j, .lo = at + lo, .n = hi - lo};
+            pr_send2(c, type, &g, sizeof g, part + lo, (hi - lo) * sizeof(float));
+        }
     }
 }
 
@@ -247,8 +250,11 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
         pr_send(&c, PR_PARAMS, res.params, res.n_params * sizeof(float));
     if (res.trace && e == DSIM_OK)
         pr_send(&c, PR_TRACE, res.trace, res.trace_rows * res.n_params * sizeof(float));
-    if (res.trace_grad && e == DSIM_OK)
-        pr_send_grads(&c, &res);
+    if (res.trace_grad && e == DSIM_OK) {
+        size_t P = res.n_params;
+        pr_send_rows(&c, PR_GRADS, res.trace_grad, res.trace_grad_rows, P, P);
+        pr_send_rows(&c, PR_SLOTS, res.trace_slots, res.trace_grad_rows, 2 * P, P);
+    }
     if (res.initial_params && e == DSIM_OK)
         pr_send(&c, PR_INITIAL, res.initial_params, res.n_params * sizeof(float));
     /* Its replicas' flight recorders, for the parent's flight records of a

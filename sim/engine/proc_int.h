@@ -54,6 +54,8 @@ typedef struct pr_job {
     size_t trace_len;
     float *grads; /* trace_grad */
     size_t grads_len;
+    float *slots; /* trace_slots */
+    size_t slots_len;
     float *initial;       /* [n_params], the first replica's process's */
     dsim_fr_dump *flight; /* [n_flight]: each replica's from its process, then the
                              sub-communicators' */

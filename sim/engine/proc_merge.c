@@ -123,29 +123,29 @@ static void pr_rec_floats(float **dst, size_t *len, const unsigned char *b, size
     }
 }
 
-/* A row of trace_grad, or the part of it a process's replicas applied
- * (pr_grads): written into the job's rows where not NaN, so that the
- * parts of a sharded optimizer's replicas, in processes of their own, make
- * one row. A record that does not fit the job's rows is dropped. */
-static void pr_rec_grads(pr_job *j, const unsigned char *b, size_t n)
+/* A part of a row of trace_grad or trace_slots (pr_grads; rows of W
+ * floats) that a process's replicas applied: written into the job's rows
+ * (*dst, *len floats) where not NaN, so that the parts of a sharded
+ * optimizer's replicas, in processes of their own, make one row. A record
+ * that does not fit the job's rows is dropped. */
+static void pr_rec_rows(float **dst, size_t *len, size_t W, const unsigned char *b, size_t n)
 {
     pr_grads g;
-    size_t P = j->res->n_params;
-    if (n < sizeof g || !P)
+    if (n < sizeof g || !W)
         return;
     memcpy(&g, b, sizeof g);
-    if (g.rows == 0 || g.rows > ((size_t)1 << 28) / P || g.row >= g.rows || g.lo > P ||
-        g.n > P - g.lo || n - sizeof g != g.n * sizeof(float) ||
-        (j->grads && j->grads_len != g.rows * P))
+    if (g.width != W || g.rows == 0 || g.rows > ((size_t)1 << 28) / W || g.row >= g.rows ||
+        g.lo > W || g.n > W - g.lo || n - sizeof g != g.n * sizeof(float) ||
+        (*dst && *len != g.rows * W))
         return;
-    if (!j->grads) {
-        if (!(j->grads = malloc(g.rows * P * sizeof(float))))
+    if (!*dst) {
+        if (!(*dst = malloc(g.rows * W * sizeof(float))))
             return;
-        j->grads_len = g.rows * P;
-        for (size_t k = 0; k < j->grads_len; k++)
-            j->grads[k] = NAN;
+        *len = g.rows * W;
+        for (size_t k = 0; k < *len; k++)
+            (*dst)[k] = NAN;
     }
-    float *row = j->grads + g.row * P + g.lo;
+    float *row = *dst + g.row * W + g.lo;
     const unsigned char *v = b + sizeof g;
     for (size_t k = 0; k < g.n; k++) {
         float x;
@@ -362,7 +362,10 @@ void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char *b, siz
         pr_rec_floats(&j->trace, &j->trace_len, b, n);
         break;
     case PR_GRADS:
-        pr_rec_grads(j, b, n);
+        pr_rec_rows(&j->grads, &j->grads_len, j->res->n_params, b, n);
+        break;
+    case PR_SLOTS:
+        pr_rec_rows(&j->slots, &j->slots_len, 2 * j->res->n_params, b, n);
         break;
     case PR_INITIAL:
         pr_rec_vars(&j->initial, j, b, n);
@@ -554,6 +557,10 @@ static void pr_merge_vars(pr_job *j, size_t S)
         res->trace_grad = j->grads;
         res->trace_grad_rows = (S + every - 1) / every;
         j->grads = NULL;
+        if (j->slots && j->slots_len == res->trace_grad_rows * 2 * P) {
+            res->trace_slots = j->slots;
+            j->slots = NULL;
+        }
     }
     res->initial_params = j->initial;
     j->initial = NULL;

@@ -33,7 +33,8 @@ enum {
     PR_MSGS,        /* u64 frames not logged, then the child's dsim_msg_rec halves */
     PR_READ,        /* a pr_batch, then the example ids a replica read (at its compute) */
     PR_GRADS,       /* a pr_grads, then the gradient its replicas applied at a span's first
-                       step (record_grads): one record per row where they applied one */
+                       step (record_grads): records for each row where they applied one */
+    PR_SLOTS,       /* the same of adam's slots before those updates (trace_slots) */
     PR_EXIT = 50,   /* agent -> chief: how the task's child ended (pr_exit) */
     PR_INTERRUPT,   /* agent -> chief: the task was interrupted (i32 signal) */
     PR_PROBED,      /* agent -> chief: what it read of the probe's file (text) */
@@ -86,11 +87,12 @@ typedef struct pr_result {
     bool has_replica;
 } pr_result;
 
-/* A row of dsim_train_result.trace_grad, or the part [lo, lo + n) of it
- * where a process's replicas applied a gradient (NaN where they did not,
- * in between). */
+/* The part [lo, lo + n) of row `row` of dsim_train_result.trace_grad
+ * (PR_GRADS) or trace_slots (PR_SLOTS), rows of `width` floats, where a
+ * process's replicas applied a gradient (NaN where they did not, in
+ * between). */
 typedef struct pr_grads {
-    uint64_t rows, row, lo, n;
+    uint64_t rows, width, row, lo, n;
 } pr_grads;
 
 /* A replica's flight recorder (dsim/comm.h), its entries after it. sub: one

@@ -457,6 +457,7 @@ static void pr_job_free(pr_job *j, pr_net *net)
     free(j->params);
     free(j->trace);
     free(j->grads);
+    free(j->slots);
     free(j->initial);
     for (int r = 0; j->flight && r < j->n_flight; r++)
         dsim_fr_dump_free(&j->flight[r]);

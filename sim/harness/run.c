@@ -35,8 +35,10 @@
  * step: gradient_consistency explains a difference from them (how the
  * updates compare). Every step's when they fit in H_TRACE_MAX floats each,
  * else every k-th step's, the least k for which they fit (under adam a
- * row of gradients too: h_trace_grads). 8 Mi floats (32 MiB): the 1024 x
- * 100 MLP of scenarios/scale is kept every step. */
+ * row of gradients too, and where k > 1 two of the optimizer's slots:
+ * h_trace_grads).
+ * 8 Mi floats (32 MiB): the 1024 x 100 MLP of scenarios/scale is kept
+ * every step. */
 #define H_TRACE_MAX DSIM_CHECK_TRACE_MAX
 
 /* The one-device replay on a thread of its own (h_ref_start). */
@@ -95,8 +97,11 @@ static uint32_t h_trace_every(const dsim_scenario *s, const dsim_train_cfg *cfg)
         m.out_dim = cfg->data.out_dim;
     }
     uint64_t steps = dsim_train_cfg_steps(cfg), n = dsim_model_num_params(&m);
-    if (h_trace_grads(cfg))
-        n *= 2; /* a row of variables and one of gradients */
+    /* under adam a row of variables and one of gradients; where they are
+     * not kept every step, two of adam's slots too, so that the replay
+     * starts each span from the run's optimizer state */
+    if (h_trace_grads(cfg) && (n *= 2) * steps > H_TRACE_MAX)
+        n *= 2;
     if (!steps || !n || n > H_TRACE_MAX)
         return 0;
     uint64_t every = (steps + H_TRACE_MAX / n - 1) / (H_TRACE_MAX / n);

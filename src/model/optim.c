@@ -32,6 +32,7 @@ typedef struct optim_seen {
     size_t n;
     int want;
     float *copy;           /* optim_seen_copy's destination, copy_n floats, or NULL */
+    float *slots;          /* its slots' row: copy_n floats a slot, or NULL */
     int copy_whole;        /* a whole model's gradient is copied too, not only a part's */
     unsigned char *filled; /* whether copy was set to NaN (under optim_seen_lock) */
     size_t copy_n;
@@ -55,9 +56,10 @@ void optim_seen_begin(int want)
     optim_seen_now = (optim_seen){.norm = NAN, .want = want};
 }
 
-void optim_seen_copy(float *dst, size_t n, int whole, unsigned char *filled)
+void optim_seen_copy(float *dst, float *slots, size_t n, int whole, unsigned char *filled)
 {
     optim_seen_now.copy = dst;
+    optim_seen_now.slots = slots;
     optim_seen_now.copy_n = n;
     optim_seen_now.copy_whole = whole;
     optim_seen_now.filled = filled;
@@ -82,13 +84,20 @@ static void optim_seen_note(optim_seen *seen, const dsim_optim *opt, const float
         at = opt->part_off; /* set_part checked that the part lies inside */
     else
         return;
+    /* the slots' row holds adam's two */
+    size_t P = seen->copy_n, S = opt->spec.kind == DSIM_OPTIM_ADAM ? 2 : 0;
     pthread_mutex_lock(&optim_seen_lock);
     if (!*seen->filled) {
-        for (size_t k = 0; n < seen->copy_n && k < seen->copy_n; k++)
+        for (size_t k = 0; n < P && k < P; k++)
             seen->copy[k] = NAN; /* a part: NaN where no part comes */
+        for (size_t k = 0; n < P && seen->slots && k < S * P; k++)
+            seen->slots[k] = NAN;
         *seen->filled = 1;
     }
     memcpy(seen->copy + at, grad, n * sizeof(float));
+    /* the slots before the update: slot i of the part at row i's place */
+    for (size_t i = 0; seen->slots && i < S && opt->state_len == S * n; i++)
+        memcpy(seen->slots + i * P + at, opt->state + i * n, n * sizeof(float));
     pthread_mutex_unlock(&optim_seen_lock);
     seen->copied = 1;
 }

@@ -25,10 +25,12 @@ void optim_seen_begin(int want);
  * gradient of an optimizer of a part of a model of n (dsim_optim_set_part)
  * to its part of dst, whatever whole. The replicas of a job copy their
  * parts into one row, under a lock (parts may overlap); the first copy
- * sets the row to NaN first where *filled is 0, and sets it. The follow
+ * sets the row to NaN first where *filled is 0, and sets it. With slots
+ * (a row of n floats a slot of the optimizer: adam's m, then v), the
+ * optimizer's slots before the update too, each at its place. The follow
  * replay of gradient_consistency compares the row with one device's
  * gradient (dsim_train_result.trace_grad). */
-void optim_seen_copy(float *dst, size_t n, int whole, unsigned char *filled);
+void optim_seen_copy(float *dst, float *slots, size_t n, int whole, unsigned char *filled);
 
 /* The norm noted since optim_seen_begin (NaN: none) and *n the length of
  * the gradient it is the norm of (OPTIM_SEEN_GLOBAL: a clip's global norm,

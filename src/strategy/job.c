@@ -185,6 +185,7 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->comm_ns);
     free(res->trace);
     free(res->trace_grad);
+    free(res->trace_slots);
     free(res->update_norm);
     free(res->follow_dist);
     free(res->follow_ulps);
@@ -196,6 +197,7 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->follow_grad_lo);
     free(res->follow_grad_hi);
     free(res->follow_grad_prev);
+    free(res->follow_part);
     free(res->mp_scale);
     free(res->mp_skipped);
     free(res->grad_norm);
@@ -231,13 +233,17 @@ void train_grads_close(train_job *job)
         any |= job->grad_filled[j] != 0;
     if (!any) {
         free(res->trace_grad);
-        res->trace_grad = NULL;
+        free(res->trace_slots);
+        res->trace_grad = res->trace_slots = NULL;
         res->trace_grad_rows = 0;
         return;
     }
-    for (uint64_t j = 0; j < res->trace_grad_rows; j++)
+    for (uint64_t j = 0; j < res->trace_grad_rows; j++) {
         for (size_t q = 0; !job->grad_filled[j] && q < P; q++)
             res->trace_grad[j * P + q] = NAN;
+        for (size_t q = 0; res->trace_slots && !job->grad_filled[j] && q < 2 * P; q++)
+            res->trace_slots[j * 2 * P + q] = NAN;
+    }
 }
 
 double train_grad_norm_take(size_t P)

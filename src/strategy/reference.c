@@ -52,9 +52,15 @@ typedef struct ref_job {
      * far */
     const float *follow;
     const float *grads; /* the run's trace_grad, grad_rows of them, or NULL */
+    const float *slots; /* the run's trace_slots (as many rows), or NULL */
     uint64_t grad_rows;
     float *prev_grad; /* [P], every step kept: one device's gradient of the step before */
     double span_path;
+    /* cfg.follow_parting: a second replay in lockstep, from the same rows
+     * (and slots), with its own optimizer, whose gradient sums the
+     * replicas' batches' gradients in float (ref_step_b) */
+    float *b_params, *b_grad;
+    dsim_optim *b_opt;
 } ref_job;
 
 /* The result's description of a one-device run, and its arrays. */
@@ -108,6 +114,12 @@ static dsim_err ref_alloc_result(ref_job *r, dsim_train_result *res)
             r->before = malloc(P * sizeof(float) + 1);
         if (!res->follow_dist || !res->follow_ulps || !res->follow_path || !r->before)
             return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory to follow the run");
+        if (r->cfg->follow_parting) {
+            if (!(res->follow_part = calloc(rows, sizeof(double))))
+                return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory to follow the run");
+            for (uint64_t j = 0; j < rows; j++)
+                res->follow_part[j] = NAN;
+        }
     }
     if (r->grads) {
         res->follow_grad_dist = calloc(r->grad_rows + 1, sizeof(double));
@@ -169,6 +181,18 @@ static dsim_err ref_open(ref_job *r, dsim_train_result *res)
         e = dsim_optim_create(&su->optim, r->P, &r->opt);
     if (e != DSIM_OK)
         return e;
+    /* the second replay: float32 only (a mixed policy's skips would part
+     * the two otherwise) */
+    if (r->follow && cfg->follow_parting && cfg->precision <= DSIM_POLICY_FLOAT32 &&
+        cfg->gradient_dtype == DSIM_F32) {
+        r->b_params = malloc(r->P * sizeof(float) + 1);
+        r->b_grad = malloc(r->P * sizeof(float) + 1);
+        if (!r->b_params || !r->b_grad)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory for the second replay");
+        if ((e = dsim_optim_create(&su->optim, r->P, &r->b_opt)) != DSIM_OK)
+            return e;
+        memcpy(r->b_params, res->params, r->P * sizeof(float));
+    }
     res->initial_loss = dsim_train_mean_loss(su, res->params);
     if (cfg->record_params) {
         res->initial_params = malloc(r->P * sizeof(float) + 1);
@@ -192,6 +216,9 @@ static void ref_close(ref_job *r)
     free(r->seg);
     free(r->before);
     free(r->prev_grad);
+    free(r->b_params);
+    free(r->b_grad);
+    dsim_optim_destroy(r->b_opt);
     dsim_optim_destroy(r->opt);
     dsim_train_setup_close(&r->su);
 }
@@ -333,6 +360,29 @@ static void ref_follow_row(ref_job *r, dsim_train_result *res, uint64_t j)
     (void)ref_distance_of(run, one, P, false, &res->follow_dist[j], &res->follow_ulps[j], NULL);
     res->follow_path[j] = r->span_path;
     r->span_path = 0;
+    double ulps;
+    if (r->b_params)
+        (void)ref_distance_of(r->b_params, one, P, false, &res->follow_part[j], &ulps, NULL);
+}
+
+/* The second replay's step over the same examples (in r->x, r->y): each
+ * replica's batch's gradient apart, summed in replica order in float, as
+ * a strategy's replicas and their all-reduce do: other float rounding
+ * than one gradient over the whole batch, of the size the run's has. */
+static dsim_err ref_step_b(ref_job *r, float scale)
+{
+    size_t P = r->P, in = r->su.model.in_dim, yd = r->su.ds->y_dim;
+    for (size_t i = 0; i < (size_t)r->W * (size_t)r->R; i++) {
+        size_t a = r->seg[i], nb = r->seg[i + 1] - a;
+        double loss = 0;
+        dsim_err e = dsim_model_loss_grad_set(&r->su.model, r->b_params, nb ? r->x + a * in : NULL,
+                                              nb ? r->y + a * yd : NULL, nb, scale, r->part, &loss);
+        if (e != DSIM_OK)
+            return e;
+        for (size_t k = 0; k < P; k++)
+            r->b_grad[k] = i == 0 ? r->part[k] : r->b_grad[k] + r->part[k];
+    }
+    return dsim_optim_apply(r->b_opt, r->b_params, r->b_grad, P);
 }
 
 /* Step s: one gradient over the whole global batch, one update. */
@@ -373,6 +423,8 @@ static dsim_err ref_step(ref_job *r, dsim_train_result *res, uint64_t s)
     else if ((e = dsim_optim_apply(r->opt, res->params, r->grad, P)) != DSIM_OK)
         return e;
     res->grad_norm[s] = train_grad_norm_take(P);
+    if (r->b_params && (e = ref_step_b(r, scale)) != DSIM_OK)
+        return e;
     if (r->before && (res->update_norm || r->follow)) {
         double uu = 0;
         for (size_t k = 0; k < P; k++) {
@@ -410,10 +462,32 @@ static dsim_err ref_finish(ref_job *r, dsim_train_result *res)
     return DSIM_OK;
 }
 
+/* Following a run that kept its optimizer's slots: at step s = j * every
+ * the replay's optimizer (and the second replay's) takes the run's slots
+ * of row j, where the row holds them all (a whole model's optimizer, or
+ * parts that cover it), so that its update starts from where the run's
+ * did; else it keeps its own. */
+static dsim_err ref_follow_slots(ref_job *r, uint64_t s)
+{
+    uint64_t every = r->cfg->trace_every > 1 ? r->cfg->trace_every : 1, j = s / every;
+    size_t n = 2 * r->P;
+    if (!r->slots || s % every != 0 || j >= r->grad_rows || dsim_optim_state_len(r->opt) != n)
+        return DSIM_OK;
+    const float *row = r->slots + j * n;
+    for (size_t k = 0; k < n; k++)
+        if (isnan(row[k]))
+            return DSIM_OK;
+    dsim_err e = dsim_optim_set_state(r->opt, row, n, s);
+    if (e == DSIM_OK && r->b_opt)
+        e = dsim_optim_set_state(r->b_opt, row, n, s);
+    return e;
+}
+
 /* The replay; with follow, each step s = (j + 1) * every starts from
  * follow's row j (every = cfg->trace_every, at least 1). */
 static dsim_err ref_replay(const dsim_train_cfg *cfg, const float *follow, uint64_t follow_rows,
-                           const float *grads, uint64_t grad_rows, dsim_train_result *res)
+                           const float *grads, const float *slots, uint64_t grad_rows,
+                           dsim_train_result *res)
 {
     if (!res)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_train_reference: res is NULL");
@@ -424,7 +498,8 @@ static dsim_err ref_replay(const dsim_train_cfg *cfg, const float *follow, uint6
         dsim_error_copy(&res->error);
         return e;
     }
-    ref_job r = {.cfg = cfg, .follow = follow, .grads = grads, .grad_rows = grad_rows};
+    ref_job r = {
+        .cfg = cfg, .follow = follow, .grads = grads, .slots = slots, .grad_rows = grad_rows};
     dsim_err e = train_check_precision(cfg);
     if (e != DSIM_OK) {
         dsim_error_copy(&res->error);
@@ -441,8 +516,13 @@ static dsim_err ref_replay(const dsim_train_cfg *cfg, const float *follow, uint6
     if (e == DSIM_OK && follow && (follow_rows + 1) * every < r.steps)
         r.steps = (follow_rows + 1) * every; /* no row to start the rest from */
     for (uint64_t s = 0; s < r.steps && e == DSIM_OK; s++) {
-        if (follow && s > 0 && s % every == 0)
+        if (follow && s > 0 && s % every == 0) {
             memcpy(res->params, follow + (s / every - 1) * r.P, r.P * sizeof(float));
+            if (r.b_params)
+                memcpy(r.b_params, res->params, r.P * sizeof(float));
+        }
+        if (follow && (e = ref_follow_slots(&r, s)) != DSIM_OK)
+            break;
         e = ref_step(&r, res, s);
         if (e == DSIM_OK && follow && (s + 1) % every == 0 && (s + 1) / every <= follow_rows)
             ref_follow_row(&r, res, (s + 1) / every - 1);
@@ -460,7 +540,7 @@ static dsim_err ref_replay(const dsim_train_cfg *cfg, const float *follow, uint6
 
 dsim_err dsim_train_reference(const dsim_train_cfg *cfg, dsim_train_result *res)
 {
-    return ref_replay(cfg, NULL, 0, NULL, 0, res);
+    return ref_replay(cfg, NULL, 0, NULL, NULL, 0, res);
 }
 
 dsim_err dsim_train_reference_follow(const dsim_train_cfg *cfg, const float *rows, uint64_t n_rows,
@@ -468,7 +548,7 @@ dsim_err dsim_train_reference_follow(const dsim_train_cfg *cfg, const float *row
 {
     if (!rows)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_train_reference_follow: rows is NULL");
-    return ref_replay(cfg, rows, n_rows, NULL, 0, res);
+    return ref_replay(cfg, rows, n_rows, NULL, NULL, 0, res);
 }
 
 dsim_err dsim_train_reference_follow_run(const dsim_train_cfg *cfg, const dsim_train_result *run,
@@ -488,5 +568,6 @@ dsim_err dsim_train_reference_follow_run(const dsim_train_cfg *cfg, const dsim_t
             dsim_error_copy(&res->error);
         return e;
     }
-    return ref_replay(cfg, run->trace, run->trace_rows, run->trace_grad, run->trace_grad_rows, res);
+    return ref_replay(cfg, run->trace, run->trace_rows, run->trace_grad,
+                      run->trace_grad ? run->trace_slots : NULL, run->trace_grad_rows, res);
 }

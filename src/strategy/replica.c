@@ -479,7 +479,8 @@ static void replica_record(train_replica *rp, uint64_t gs, const dsim_replica_ba
  * span of the trace (cfg.record_grads); else NULL. Replica 0 copies a
  * whole model's gradient into it; every replica its part where its
  * optimizer updates one (dsim_optim_set_part: a sharded optimizer). */
-static float *replica_grad_row(const train_replica *rp, uint64_t gs, unsigned char **filled)
+static float *replica_grad_row(const train_replica *rp, uint64_t gs, unsigned char **filled,
+                               float **slots)
 {
     const train_job *job = rp->job;
     dsim_train_result *res = job->res;
@@ -487,6 +488,7 @@ static float *replica_grad_row(const train_replica *rp, uint64_t gs, unsigned ch
     if (!res->trace_grad || k % every != 0 || k / every >= res->trace_grad_rows)
         return NULL;
     *filled = &job->grad_filled[k / every];
+    *slots = res->trace_slots ? res->trace_slots + k / every * 2 * job->su.n_params : NULL;
     return res->trace_grad + k / every * job->su.n_params;
 }
 
@@ -606,9 +608,9 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     /* the row is NaN where no update was given a gradient (set so at
      * the first copy into it, or at the run's end) */
     unsigned char *filled = NULL;
-    float *grow = replica_grad_row(rp, gs, &filled);
+    float *srow = NULL, *grow = replica_grad_row(rp, gs, &filled, &srow);
     if (grow)
-        optim_seen_copy(grow, P, rp->index == 0, filled);
+        optim_seen_copy(grow, srow, P, rp->index == 0, filled);
     e = dsim_strategy_apply_gradients(s, ctx, w->grad);
     double grad_norm = train_grad_norm_take(P);
     if (label)

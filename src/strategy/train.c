@@ -287,6 +287,8 @@ static dsim_err train_alloc_result(train_job *job)
         res->trace_grad_rows = (steps + res->trace_every - 1) / res->trace_every;
         res->trace_grad = calloc(res->trace_grad_rows * P + 1, sizeof(float));
         job->grad_filled = calloc(res->trace_grad_rows + 1, 1);
+        if (job->cfg->optim.kind == DSIM_OPTIM_ADAM && res->trace_every > 1)
+            res->trace_slots = calloc(res->trace_grad_rows * 2 * P + 1, sizeof(float));
     }
     res->mp_scale = calloc(steps * N + 1, sizeof(float));
     res->mp_skipped = calloc(steps * N + 1, 1);
@@ -302,7 +304,9 @@ static dsim_err train_alloc_result(train_job *job)
         !res->padded || !res->step_ns || !res->comm_ns || !res->checkpoint_writes ||
         !res->replicas || !res->mp_scale || !res->mp_skipped ||
         (job->cfg->record_params && !res->trace) ||
-        (res->trace_grad_rows && (!res->trace_grad || !job->grad_filled)))
+        (res->trace_grad_rows && (!res->trace_grad || !job->grad_filled)) ||
+        (res->trace_grad_rows && job->cfg->optim.kind == DSIM_OPTIM_ADAM && res->trace_every > 1 &&
+         !res->trace_slots))
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the result of %zu steps", steps);
     for (size_t k = 0; k < steps; k++)
         res->loss[k] = NAN;

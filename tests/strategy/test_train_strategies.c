@@ -407,6 +407,20 @@ static void test_follow_run_grads(void **state)
         assert_int_equal(run.trace_rows, run.steps / every);
         for (size_t k = 0; k < run.trace_grad_rows * P; k++)
             assert_true(isfinite(run.trace_grad[k]));
+        /* kept in spans: adam's slots before each span's first update too,
+         * zero before the first, the running moments after (v >= 0) */
+        if (every == 1) {
+            assert_null(run.trace_slots);
+        } else {
+            assert_non_null(run.trace_slots);
+            double m1 = 0;
+            for (size_t k = 0; k < 2 * P; k++) {
+                assert_true(run.trace_slots[k] == 0.0f);
+                assert_true(run.trace_slots[2 * P + P + k / 2] >= 0.0f);
+                m1 += fabs((double)run.trace_slots[2 * P + k / 2]);
+            }
+            assert_true(m1 > 0);
+        }
         dsim_train_cfg fc = cfg;
         fc.record_params = false; /* the check's replay keeps no trace of its own */
         assert_int_equal(dsim_train_reference_follow_run(&fc, &run, &f), DSIM_OK);
@@ -428,6 +442,19 @@ static void test_follow_run_grads(void **state)
         printf("# adam follow, trace every %u: %llu gradients compared, worst %.3g\n", every,
                (unsigned long long)run.trace_grad_rows, worst);
         assert_true(worst <= 1e-6);
+        /* each span replayed from the run's variables and slots: its end
+         * the run's, to rounding */
+        for (uint64_t j = 0; every > 1 && j < run.trace_rows; j++)
+            assert_true(f.follow_dist[j] - 2 * f.follow_ulps[j] <= 1e-6 * f.follow_path[j]);
+        assert_null(f.follow_part);
+        dsim_train_result_free(&f);
+        /* the second replay (follow_parting): its span ends within
+         * rounding of the first's, measured for every span */
+        fc.follow_parting = true;
+        assert_int_equal(dsim_train_reference_follow_run(&fc, &run, &f), DSIM_OK);
+        assert_non_null(f.follow_part);
+        for (uint64_t j = 0; j < run.trace_rows; j++)
+            assert_true(isfinite(f.follow_part[j]) && f.follow_part[j] <= 1e-3 * f.follow_path[j]);
         dsim_train_result_free(&f);
         /* one row off by 1e-3 of itself: that row alone */
         for (size_t k = 0; k < P; k++)

@@ -416,8 +416,16 @@ typedef struct dsim_train_cfg {
      * 2 * trace_every, ...: result.trace_grad), where a replay that follows
      * the run starts from its variables: replica 0's where its optimizer
      * updates the whole model, each replica's part where the optimizers
-     * update parts (dsim_optim_set_part). */
+     * update parts (dsim_optim_set_part); under adam with trace_every > 1,
+     * the optimizer's slots before that update too (result.trace_slots),
+     * which the replay then starts the span with. */
     bool record_grads;
+    /* dsim_train_reference_follow(_run): a second replay beside the first,
+     * from the same rows (and the run's trace_slots), whose gradient sums
+     * the gradients of the replicas' batches in float, as an all-reduce
+     * does (result.follow_part): how far two right replays part within a
+     * span. float32 only; twice the replay's work. */
+    bool follow_parting;
     /* After a restore, every replica calls save() once more, right after
      * create_variables and before its first step, and the chief's is kept
      * in result.restored: what the strategy holds once it restored (and
@@ -548,6 +556,10 @@ typedef struct dsim_train_result {
                                  where that step applied none, or where no part covers
                                  (an optimizer of a part that did not say which) */
     uint64_t trace_grad_rows; /* ceil(steps / trace_every) */
+    float *trace_slots;       /* [trace_grad_rows * 2 * n_params] under adam with trace_grad
+                                 and trace_every > 1, else NULL: row j the optimizer's slots before that
+                                 update,       m then v (n_params each; where the optimizers of parts
+                                 applied       it, each part's at its place), NaN as trace_grad */
 
     dsim_ledger *ledger; /* who read what (replica = worker * D + device) */
 
@@ -655,6 +667,10 @@ typedef struct dsim_train_result {
      * step; NaN at row 0): a strategy that applies each gradient a step
      * late is that close to it. */
     double *follow_grad_prev;
+    /* ... and with cfg.follow_parting, [trace_rows]: the distance of the
+     * second replay's variables at the end of span j from the first's (NaN
+     * where it did not run: a mixed policy). */
+    double *follow_part;
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that
