@@ -511,9 +511,17 @@ static dsim_err tp_deliver_checked(dsim_ep *ep, const dsim_tp_hdr *h, const void
 
 /* A buffered message of len bytes with h's fields (the payload goes at
  * m + 1), or NULL with the error set. */
+static void tp_spare_class(size_t len, int *lo, int *hi)
+{
+    *lo = len >= TP_SPARE_BIG ? 0 : TP_SPARES_BIG;
+    *hi = len >= TP_SPARE_BIG ? TP_SPARES_BIG : len >= TP_SPARE_MIN ? TP_SPARES : TP_SPARES_BIG;
+}
+
 tp_msg *tp_msg_alloc(dsim_fabric *f, size_t len)
 {
-    for (int i = 0; i < TP_SPARES && len >= TP_SPARE_MIN; i++) {
+    int lo, hi;
+    tp_spare_class(len, &lo, &hi);
+    for (int i = lo; i < hi; i++) {
         tp_msg *m = atomic_load_explicit(&f->spare[i], memory_order_relaxed);
         if (!m || m->cap < len)
             continue;
@@ -532,8 +540,10 @@ void tp_msg_free(dsim_fabric *f, tp_msg *m)
 {
     if (!m)
         return;
-    if (m->kind == TP_MSG_EAGER && m->cap >= TP_SPARE_MIN)
-        for (int i = 0; i < TP_SPARES; i++) {
+    int lo, hi;
+    tp_spare_class(m->cap, &lo, &hi);
+    if (m->kind == TP_MSG_EAGER)
+        for (int i = lo; i < hi; i++) {
             tp_msg *none = NULL;
             if (atomic_compare_exchange_strong(&f->spare[i], &none, m))
                 return;
