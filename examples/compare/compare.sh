@@ -87,6 +87,19 @@ one softmax_momentum_clipvalue '{kind: softmax}' \
 # AdamW: Keras's decoupled weight decay, with the clip LLM training uses
 one mlp_adamw '{kind: mlp, hidden: [8]}' \
     '{kind: adam, learning_rate: 0.05, weight_decay: 0.1, global_clipnorm: 1.0}' "$npy"
+# Keras's learning-rate schedules: the rate of each step from the
+# optimizer's step counter, in float32
+one softmax_sgd_piecewise '{kind: softmax}' \
+    '{kind: sgd, schedule: {kind: piecewise_constant, boundaries: [3, 9], values: [0.5, 0.2, 0.05]}}' "$npy"
+one mlp_momentum_exponential '{kind: mlp, hidden: [8]}' \
+    '{kind: momentum, learning_rate: 0.1, schedule: {kind: exponential_decay, decay_steps: 4, decay_rate: 0.8, staircase: true}}' "$npy"
+one mlp_adamw_cosine_warmup '{kind: mlp, hidden: [8]}' \
+    '{kind: adam, learning_rate: 0.001, weight_decay: 0.1, schedule: {kind: cosine_decay, decay_steps: 10, alpha: 0.1, warmup_target: 0.05, warmup_steps: 4}}' "$npy"
+one linear_csv_polynomial '{kind: linear}' \
+    '{kind: sgd, learning_rate: 0.05, schedule: {kind: polynomial_decay, decay_steps: 7, end_learning_rate: 0.01, power: 2, cycle: true}}' \
+    '{source: {csv: ../data/reg.csv, label_column: target}, files: 2, global_batch: 20}'
+one softmax_adam_inverse_time '{kind: softmax}' \
+    '{kind: adam, learning_rate: 0.05, schedule: {kind: inverse_time_decay, decay_steps: 2, decay_rate: 0.5}}' "$npy"
 # 2,400 steps of a ReLU MLP with Adam: float rounding (float32 sums in
 # dsim's order against NumPy's float64) is amplified until the two
 # trajectories part, and the ends differ by far more than 1e-6; with every

@@ -115,10 +115,49 @@ class Optimizer:
             return np.clip(g, -c, c).astype(np.float32)
         return g
 
+    def rate(self):
+        """The manifest's optimizer.schedule at this step (Keras's schedules,
+        float32), or learning_rate."""
+        s, f = self.s, np.float32
+        lr0, sc = f(s["learning_rate"]), s.get("schedule")
+        if not sc:
+            return lr0
+        k, st = sc["kind"], f(self.t)
+        if k == "piecewise_constant":
+            i = sum(1 for b in sc["boundaries"] if self.t > b)
+            return f(sc["values"][i])
+        ds = f(sc["decay_steps"])
+        if k in ("exponential_decay", "inverse_time_decay"):
+            p = st / ds
+            if sc["staircase"]:
+                p = np.floor(p)
+            if k == "exponential_decay":
+                return f(lr0 * np.power(f(sc["decay_rate"]), p))
+            return f(lr0 / (f(1) + f(sc["decay_rate"]) * p))
+        if k == "polynomial_decay":
+            end = f(sc["end_learning_rate"])
+            if sc["cycle"]:
+                ds = ds * (f(1) if self.t == 0 else np.ceil(st / ds))
+            else:
+                st = np.minimum(st, ds)
+            return f((lr0 - end) * np.power(f(1) - st / ds, f(sc["power"])) + end)
+
+        def decay(x, frm):  # cosine_decay
+            c = f(0.5) * (f(1) + np.cos(f(np.pi) * (x / ds)))
+            return f(frm * (f(1.0 - sc["alpha"]) * c + f(sc["alpha"])))
+
+        if "warmup_target" not in sc:
+            return decay(np.minimum(st, ds), lr0)
+        tg, ws = f(sc["warmup_target"]), f(sc["warmup_steps"])
+        x = np.minimum(st, ds + ws)
+        if x < ws:
+            return f((tg - lr0) * (x / ws) + lr0)
+        return decay(x - ws, tg)
+
     def apply(self, w, g):
         s, f = self.s, np.float32
         g = self.clip(g)
-        lr = f(s["learning_rate"])
+        lr = self.rate()
         if s.get("weight_decay", 0) > 0:  # the manifest's optimizer.decay
             w = (w - w * f(s["weight_decay"]) * lr).astype(np.float32)
         self.t += 1
@@ -131,7 +170,8 @@ class Optimizer:
                 return (w - (lr * g + lr * mo * self.accum)).astype(np.float32)
             return (w - lr * self.accum).astype(np.float32)
         b1, b2, t = s["beta1"], s["beta2"], self.t
-        alpha = f(s["learning_rate"] * np.sqrt(1 - b2**t) / (1 - b1**t))
+        lr64 = float(lr) if s.get("schedule") else s["learning_rate"]
+        alpha = f(lr64 * np.sqrt(1 - b2**t) / (1 - b1**t))
         self.m = self.m + (g - self.m) * f(1.0 - b1)
         self.v = self.v + (g * g - self.v) * f(1.0 - b2)
         return (w - self.m * alpha / (np.sqrt(self.v) + f(s["epsilon"]))).astype(np.float32)

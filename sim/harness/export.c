@@ -38,6 +38,7 @@
 #include "dsim/npy.h"
 #include "dsim/spi/model.h"
 #include "harness_int.h"
+#include "scenario/plan.h"
 
 #define EX_TRY(x)                                                                                  \
     do {                                                                                           \
@@ -237,19 +238,58 @@ static const char *ex_clip_rule(const dsim_optim_spec *o)
     return "none";
 }
 
+static const char *ex_schedule_rule(dsim_lr_kind k)
+{
+    switch (k) {
+    case DSIM_LR_EXPONENTIAL:
+        return "p = s / decay_steps (floor(p) with staircase); lr = learning_rate * "
+               "decay_rate^p";
+    case DSIM_LR_PIECEWISE:
+        return "values[0] while step <= boundaries[0], values[i] while boundaries[i-1] < step "
+               "<= boundaries[i], the last value after the last boundary";
+    case DSIM_LR_POLYNOMIAL:
+        return "without cycle s = min(s, decay_steps), D = decay_steps; with cycle D = "
+               "decay_steps * ceil(s / decay_steps) (1 at step 0); lr = (learning_rate - "
+               "end_learning_rate) * (1 - s / D)^power + end_learning_rate";
+    case DSIM_LR_INVERSE_TIME:
+        return "p = s / decay_steps (floor(p) with staircase); lr = learning_rate / (1 + "
+               "decay_rate * p)";
+    default:
+        return "decay(x, from) = from * ((1 - alpha) * 0.5 * (1 + cos(pi * x / decay_steps)) + "
+               "alpha); without warmup_target: decay(min(s, decay_steps), learning_rate); with "
+               "it: x = min(s, decay_steps + warmup_steps), while x < warmup_steps lr = "
+               "(warmup_target - learning_rate) * (x / warmup_steps) + learning_rate, then "
+               "decay(x - warmup_steps, warmup_target)";
+    }
+}
+
 static json_t *ex_optim_json(const dsim_optim_spec *o)
 {
-    return json_pack("{s:s, s:f, s:f, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:s, s:s}", "kind",
-                     dsim_optim_kind_name(o->kind), "learning_rate", o->lr, "momentum", o->momentum,
-                     "nesterov", o->nesterov != 0, "beta1", o->beta1, "beta2", o->beta2, "epsilon",
-                     o->epsilon, "clipvalue", o->clipvalue, "global_clipnorm", o->global_clipnorm,
-                     "weight_decay", o->weight_decay, "clip", ex_clip_rule(o), "decay",
-                     o->weight_decay > 0.0
-                         ? "after the clip and before the update, every parameter w = w - (w "
-                           "* float32(weight_decay)) * float32(learning_rate) in float32 "
-                           "(Keras's weight_decay, decoupled as AdamW's)"
-                         : "none",
-                     "rule", ex_optim_rule(o->kind));
+    json_t *sched = dsim_schedule_json(o);
+    if (sched)
+        json_object_update_new(
+            sched, json_pack("{s:s, s:s}", "step",
+                             "the optimizer's step counter before the update, counting from 0 "
+                             "(Keras's iterations: skipped steps count); s = float32(step), every "
+                             "operation in float32 (Keras's schedules); the rate replaces "
+                             "learning_rate in the update and the weight decay",
+                             "rule", ex_schedule_rule(o->schedule.kind)));
+    json_t *j = json_pack(
+        "{s:s, s:f, s:f, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:s, s:s}", "kind",
+        dsim_optim_kind_name(o->kind), "learning_rate", o->lr, "momentum", o->momentum, "nesterov",
+        o->nesterov != 0, "beta1", o->beta1, "beta2", o->beta2, "epsilon", o->epsilon, "clipvalue",
+        o->clipvalue, "global_clipnorm", o->global_clipnorm, "weight_decay", o->weight_decay,
+        "clip", ex_clip_rule(o), "decay",
+        o->weight_decay > 0.0 ? "after the clip and before the update, every parameter w = w - (w "
+                                "* float32(weight_decay)) * float32(learning_rate) in float32 "
+                                "(Keras's weight_decay, decoupled as AdamW's)"
+                              : "none",
+        "rule", ex_optim_rule(o->kind));
+    if (j && sched)
+        json_object_set_new(j, "schedule", sched);
+    else
+        json_decref(sched);
+    return j;
 }
 
 static json_t *ex_checksum_json(const ex_job *j)

@@ -16,6 +16,7 @@
 #include "dsim/spi/model.h"
 #include "harness_int.h"
 #include "report/report.h"
+#include "scenario/plan.h"
 
 /* ---- what is stored with a run ---- */
 
@@ -101,6 +102,9 @@ json_t *h_config_json(const dsim_scenario *s)
                             json_pack("{s:s, s:s}", "policy",
                                       dsim_precision_policy_name(c->precision), "gradient_dtype",
                                       dsim_precision_dtype_name(c->gradient_dtype)));
+    json_t *sched = cfg ? dsim_schedule_json(&c->optim) : NULL;
+    if (sched)
+        json_object_set_new(json_object_get(cfg, "optimizer"), "schedule", sched);
     h_config_source(s, cfg);
     return cfg;
 }

@@ -77,6 +77,8 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
         "  # global_clipnorm: 1.0       # clip the all-reduced gradient to this norm\n"
         "  # clipvalue: 0.5             # or each element into [-0.5, 0.5] (one of the two)\n"
         "  # weight_decay: 0.004        # decoupled, as Keras's AdamW: w -= w * 0.004 * lr\n"
+        "  # schedule: {kind: cosine_decay, decay_steps: 1000}   # Keras's schedules: "
+        "scenarios/FORMAT.md\n"
         "\n"
         "data:\n"
         "  task: classification         # classification | regression\n"

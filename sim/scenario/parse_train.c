@@ -2,6 +2,7 @@
  * synthetic dataset, its sharding and batches), model: (a kind, its hidden
  * widths and loss, or a synthetic size for timing only), optimizer: and
  * checkpoint:. The model is read after the data, and checked against it. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,11 +48,54 @@ enum {
     O_GCLIPNORM,
     O_WDECAY,
     O_CLIPNORM,
+    O_SCHED,
     O_N
 };
 static const char *const scen_optim_keys[O_N] = {
-    "kind",    "learning_rate", "momentum",        "nesterov",     "beta1",   "beta2",
-    "epsilon", "clipvalue",     "global_clipnorm", "weight_decay", "clipnorm"};
+    "kind",    "learning_rate", "momentum",        "nesterov",     "beta1",    "beta2",
+    "epsilon", "clipvalue",     "global_clipnorm", "weight_decay", "clipnorm", "schedule"};
+
+/* optimizer.schedule: Keras's learning-rate schedules (dsim/optim.h) */
+enum {
+    LS_KIND,
+    LS_DSTEPS,
+    LS_RATE,
+    LS_STAIR,
+    LS_END,
+    LS_POWER,
+    LS_CYCLE,
+    LS_ALPHA,
+    LS_WTARGET,
+    LS_WSTEPS,
+    LS_BOUNDS,
+    LS_VALUES,
+    LS_N
+};
+static const char *const scen_sched_keys[LS_N] = {
+    "kind",  "decay_steps", "decay_rate",    "staircase",    "end_learning_rate", "power",
+    "cycle", "alpha",       "warmup_target", "warmup_steps", "boundaries",        "values"};
+static const scen_name scen_sched_kinds[] = {{"constant", DSIM_LR_CONSTANT},
+                                             {"exponential_decay", DSIM_LR_EXPONENTIAL},
+                                             {"piecewise_constant", DSIM_LR_PIECEWISE},
+                                             {"polynomial_decay", DSIM_LR_POLYNOMIAL},
+                                             {"inverse_time_decay", DSIM_LR_INVERSE_TIME},
+                                             {"cosine_decay", DSIM_LR_COSINE}};
+/* the kinds each key belongs to (a bit per dsim_lr_kind) */
+#define LSK(k) (1u << (k))
+static const unsigned scen_sched_owner[LS_N] = {
+    [LS_DSTEPS] = LSK(DSIM_LR_EXPONENTIAL) | LSK(DSIM_LR_POLYNOMIAL) | LSK(DSIM_LR_INVERSE_TIME) |
+                  LSK(DSIM_LR_COSINE),
+    [LS_RATE] = LSK(DSIM_LR_EXPONENTIAL) | LSK(DSIM_LR_INVERSE_TIME),
+    [LS_STAIR] = LSK(DSIM_LR_EXPONENTIAL) | LSK(DSIM_LR_INVERSE_TIME),
+    [LS_END] = LSK(DSIM_LR_POLYNOMIAL),
+    [LS_POWER] = LSK(DSIM_LR_POLYNOMIAL),
+    [LS_CYCLE] = LSK(DSIM_LR_POLYNOMIAL),
+    [LS_ALPHA] = LSK(DSIM_LR_COSINE),
+    [LS_WTARGET] = LSK(DSIM_LR_COSINE),
+    [LS_WSTEPS] = LSK(DSIM_LR_COSINE),
+    [LS_BOUNDS] = LSK(DSIM_LR_PIECEWISE),
+    [LS_VALUES] = LSK(DSIM_LR_PIECEWISE),
+};
 
 enum {
     D_TASK,
@@ -427,6 +471,125 @@ dsim_err scen_model(const scen_ctx *c, scen_state *st)
     return DSIM_OK;
 }
 
+/* A list of piecewise_constant's boundaries or values into out[0..*n). */
+static dsim_err scen_sched_list(const scen_ctx *c, const scen_map *m, int i, int max,
+                                uint64_t *steps, double *rates, int *n)
+{
+    const scen_node *v = m->val[i];
+    char kp[64];
+    scen_kp(kp, sizeof kp, m, i);
+    if (!v || v->kind != DSIM_YAML_SEQ || v->n < 1 || v->n > (size_t)max)
+        return scen_fail(c, v ? v : m->at,
+                         "%s: a list of 1 to %d %s is needed, e.g. boundaries: [100, 200] and "
+                         "values: [0.1, 0.01, 0.001] (one value more than boundaries)",
+                         kp, max, steps ? "steps" : "learning rates");
+    for (size_t k = 0; k < v->n; k++) {
+        char ik[96];
+        snprintf(ik, sizeof ik, "%.64s[%u]", kp, (unsigned)k);
+        if (steps) {
+            int64_t b;
+            DSIM_CHECK(scen_int_v(c, v->kid[k], ik, 0, DSIM_SCEN_MAX_STEP, &b));
+            steps[k] = (uint64_t)b;
+        } else if (!scen_parse_real(v->kid[k], &rates[k]) || !(rates[k] > 0.0) ||
+                   !(rates[k] <= DSIM_SCEN_MAX_LR)) {
+            return scen_fail(c, v->kid[k], "%s: a learning rate more than 0, at most %.0f", ik,
+                             DSIM_SCEN_MAX_LR);
+        }
+    }
+    *n = (int)v->n;
+    return DSIM_OK;
+}
+
+static dsim_err scen_schedule(const scen_ctx *c, const scen_map *om, dsim_optim_spec *o)
+{
+    scen_map mm, *m = &mm;
+    DSIM_CHECK(scen_map_read(c, om->val[O_SCHED], om->key[O_SCHED], "optimizer.schedule",
+                             scen_sched_keys, LS_N, m));
+    if (!m->node)
+        return DSIM_OK;
+    dsim_lr_schedule *ls = &o->schedule;
+    int v = DSIM_LR_CONSTANT;
+    if (!m->val[LS_KIND])
+        return scen_fail(c, m->at,
+                         "optimizer.schedule: kind is needed: constant, exponential_decay, "
+                         "piecewise_constant, polynomial_decay, inverse_time_decay or "
+                         "cosine_decay");
+    DSIM_CHECK(scen_enum(c, m, LS_KIND, "a learning-rate schedule", scen_sched_kinds,
+                         SCEN_N(scen_sched_kinds), &v));
+    ls->kind = (dsim_lr_kind)v;
+    for (int i = LS_KIND + 1; i < LS_N; i++)
+        if (m->val[i] && !(scen_sched_owner[i] & LSK(v)))
+            return scen_fail(c, m->key[i],
+                             "optimizer.schedule.%s: schedule kind %s does not use %s; remove it "
+                             "or use a kind that does",
+                             scen_sched_keys[i], dsim_lr_kind_name(ls->kind), scen_sched_keys[i]);
+    if (ls->kind == DSIM_LR_PIECEWISE) {
+        int nb = 0, nv = 0;
+        DSIM_CHECK(
+            scen_sched_list(c, m, LS_BOUNDS, DSIM_LR_MAX_VALUES - 1, ls->boundaries, NULL, &nb));
+        for (int i = 1; i < nb; i++)
+            if (ls->boundaries[i] <= ls->boundaries[i - 1])
+                return scen_fail(c, m->val[LS_BOUNDS]->kid[i],
+                                 "optimizer.schedule.boundaries[%d]: %" PRIu64
+                                 " is not above the one before (%" PRIu64
+                                 "); boundaries are steps in increasing order",
+                                 i, ls->boundaries[i], ls->boundaries[i - 1]);
+        DSIM_CHECK(scen_sched_list(c, m, LS_VALUES, DSIM_LR_MAX_VALUES, NULL, ls->values, &nv));
+        if (nv != nb + 1)
+            return scen_fail(c, m->val[LS_VALUES],
+                             "optimizer.schedule.values: %d values for %d boundaries; give one "
+                             "value more than boundaries (values[0] up to boundaries[0], the "
+                             "last after the last boundary)",
+                             nv, nb);
+        ls->n_values = nv;
+        if (om->val[O_LR] && o->lr != ls->values[0])
+            return scen_fail(c, om->val[O_LR],
+                             "optimizer.learning_rate: %g, but a piecewise_constant schedule "
+                             "starts at its values[0] (%g); remove learning_rate",
+                             o->lr, ls->values[0]);
+        o->lr = ls->values[0];
+    } else if (ls->kind != DSIM_LR_CONSTANT) {
+        int64_t ds = 0;
+        if (!m->val[LS_DSTEPS])
+            return scen_fail(c, m->at, "optimizer.schedule: %s needs decay_steps (a step count)",
+                             dsim_lr_kind_name(ls->kind));
+        DSIM_CHECK(scen_int(c, m, LS_DSTEPS, 1, DSIM_SCEN_MAX_STEP, &ds));
+        ls->decay_steps = (uint64_t)ds;
+    }
+    if (ls->kind == DSIM_LR_EXPONENTIAL && !m->val[LS_RATE])
+        return scen_fail(c, m->at,
+                         "optimizer.schedule: exponential_decay needs decay_rate "
+                         "(e.g. 0.96)");
+    if (ls->kind == DSIM_LR_INVERSE_TIME && !m->val[LS_RATE])
+        return scen_fail(c, m->at,
+                         "optimizer.schedule: inverse_time_decay needs decay_rate "
+                         "(e.g. 0.5)");
+    DSIM_CHECK(scen_real(c, m, LS_RATE, 0, DSIM_SCEN_MAX_LR, ls->kind == DSIM_LR_EXPONENTIAL, false,
+                         &ls->decay_rate));
+    bool b = false;
+    DSIM_CHECK(scen_bool(c, m, LS_STAIR, &b));
+    ls->staircase = b;
+    /* Keras's defaults: end_learning_rate 0.0001, power 1 */
+    ls->end_lr = ls->kind == DSIM_LR_POLYNOMIAL ? 0.0001 : 0.0;
+    ls->power = ls->kind == DSIM_LR_POLYNOMIAL ? 1.0 : 0.0;
+    DSIM_CHECK(scen_real(c, m, LS_END, 0, DSIM_SCEN_MAX_LR, false, false, &ls->end_lr));
+    DSIM_CHECK(scen_real(c, m, LS_POWER, 0, 1e6, true, false, &ls->power));
+    b = false;
+    DSIM_CHECK(scen_bool(c, m, LS_CYCLE, &b));
+    ls->cycle = b;
+    DSIM_CHECK(scen_real(c, m, LS_ALPHA, 0, 1, false, false, &ls->alpha));
+    if (m->val[LS_WSTEPS] && !m->val[LS_WTARGET])
+        return scen_fail(c, m->key[LS_WSTEPS],
+                         "optimizer.schedule.warmup_steps: a warmup needs warmup_target, the "
+                         "rate it climbs to from learning_rate");
+    ls->warmup = m->val[LS_WTARGET] != NULL;
+    DSIM_CHECK(scen_real(c, m, LS_WTARGET, 0, DSIM_SCEN_MAX_LR, true, false, &ls->warmup_target));
+    int64_t ws = 0;
+    DSIM_CHECK(scen_int(c, m, LS_WSTEPS, 0, DSIM_SCEN_MAX_STEP, &ws));
+    ls->warmup_steps = (uint64_t)ws;
+    return DSIM_OK;
+}
+
 dsim_err scen_optim(const scen_ctx *c, scen_state *st)
 {
     dsim_optim_spec *o = &c->s->train.optim;
@@ -452,7 +615,8 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
                              scen_optim_keys[own[i].key], dsim_optim_kind_name(own[i].kind),
                              scen_optim_keys[own[i].key], dsim_optim_kind_name(o->kind),
                              dsim_optim_kind_name(own[i].kind));
-    DSIM_CHECK(scen_real(c, m, O_LR, 0, DSIM_SCEN_MAX_LR, true, false, &o->lr));
+    /* 0 only where a cosine_decay warmup starts (checked with the schedule) */
+    DSIM_CHECK(scen_real(c, m, O_LR, 0, DSIM_SCEN_MAX_LR, false, false, &o->lr));
     DSIM_CHECK(scen_real(c, m, O_MOMENTUM, 0, 1, false, true, &o->momentum));
     bool nest = o->nesterov != 0;
     DSIM_CHECK(scen_bool(c, m, O_NESTEROV, &nest));
@@ -476,6 +640,12 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
                          "optimizer.global_clipnorm: only one of clipvalue and global_clipnorm "
                          "can be set (as in Keras); remove one");
     DSIM_CHECK(scen_builtin_fits(c, m->key[O_GCLIPNORM], "optimizer.global_clipnorm"));
+    DSIM_CHECK(scen_schedule(c, m, o));
+    if (o->lr == 0.0 && !(o->schedule.kind == DSIM_LR_COSINE && o->schedule.warmup))
+        return scen_fail(c, m->val[O_LR],
+                         "optimizer.learning_rate: '0' is out of range; accepted: a number in "
+                         "(0, %g] (0 only where a cosine_decay schedule's warmup starts)",
+                         DSIM_SCEN_MAX_LR);
     if (dsim_optim_validate(o) != DSIM_OK) {
         char why[400];
         snprintf(why, sizeof why, "%s", dsim_errmsg());

@@ -278,6 +278,55 @@ static json_t *plan_model(plan_b *b, const dsim_scenario *s, size_t n_params)
     return o;
 }
 
+json_t *dsim_schedule_json(const dsim_optim_spec *o)
+{
+    const dsim_lr_schedule *ls = &o->schedule;
+    if (ls->kind == DSIM_LR_CONSTANT || (unsigned)ls->kind >= DSIM_LR_KIND_COUNT)
+        return NULL;
+    json_t *j = json_pack("{s:s}", "kind", dsim_lr_kind_name(ls->kind));
+    int bad = !j;
+    switch (ls->kind) {
+    case DSIM_LR_PIECEWISE: {
+        json_t *bs = json_array(), *vs = json_array();
+        for (int i = 0; bs && vs && i < ls->n_values; i++) {
+            if (i + 1 < ls->n_values)
+                bad |= json_array_append_new(bs, json_integer((json_int_t)ls->boundaries[i]));
+            bad |= json_array_append_new(vs, json_real(ls->values[i]));
+        }
+        bad |= !j || json_object_set_new(j, "boundaries", bs) != 0;
+        bad |= !j || json_object_set_new(j, "values", vs) != 0;
+        break;
+    }
+    case DSIM_LR_EXPONENTIAL:
+    case DSIM_LR_INVERSE_TIME:
+        bad |= !j || json_object_update_new(j, json_pack("{s:I, s:f, s:b}", "decay_steps",
+                                                         (json_int_t)ls->decay_steps, "decay_rate",
+                                                         ls->decay_rate, "staircase",
+                                                         ls->staircase != 0)) != 0;
+        break;
+    case DSIM_LR_POLYNOMIAL:
+        bad |= !j || json_object_update_new(j, json_pack("{s:I, s:f, s:f, s:b}", "decay_steps",
+                                                         (json_int_t)ls->decay_steps,
+                                                         "end_learning_rate", ls->end_lr, "power",
+                                                         ls->power, "cycle", ls->cycle != 0)) != 0;
+        break;
+    default: /* cosine */
+        bad |= !j || json_object_update_new(j, json_pack("{s:I, s:f}", "decay_steps",
+                                                         (json_int_t)ls->decay_steps, "alpha",
+                                                         ls->alpha)) != 0;
+        if (ls->warmup)
+            bad |= !j || json_object_update_new(j, json_pack("{s:f, s:I}", "warmup_target",
+                                                             ls->warmup_target, "warmup_steps",
+                                                             (json_int_t)ls->warmup_steps)) != 0;
+        break;
+    }
+    if (bad) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
 static json_t *plan_optim(plan_b *b, const dsim_scenario *s)
 {
     const dsim_optim_spec *p = &s->train.optim;
@@ -300,6 +349,8 @@ static json_t *plan_optim(plan_b *b, const dsim_scenario *s)
         plan_set(b, o, "global_clipnorm", json_real(p->global_clipnorm));
     if (p->weight_decay > 0.0)
         plan_set(b, o, "weight_decay", json_real(p->weight_decay));
+    if (p->schedule.kind != DSIM_LR_CONSTANT)
+        plan_set(b, o, "schedule", dsim_schedule_json(p));
     return o;
 }
 

@@ -33,6 +33,12 @@ extern "C" {
 
 #define DSIM_PLAN_MAX_ITEMS 1000
 
+/* The optimizer's learning-rate schedule as JSON (its kind and the keys that
+ * kind uses, as the scenario names them), or NULL when it has none (a
+ * constant rate) or out of memory: what the plan, the stored config and the
+ * export manifest hold. */
+json_t *dsim_schedule_json(const dsim_optim_spec *o);
+
 /* *out is set (a new reference) whenever the return is not DSIM_ENOMEM. */
 dsim_err dsim_scenario_plan(const dsim_scenario *s, json_t **out);
 

@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "dsim/optim.h"
 #include "dsim/tpu.h"
 #include "engine/engine.h"
 #include "scenario/scenario_limits.h"
@@ -104,6 +105,15 @@ void dsim_scenario_limits_write(FILE *out)
             "one of the two |\n",
             DSIM_SCEN_MAX_CLIP);
     fprintf(out, "| `optimizer.weight_decay` | 0 .. %.0f | 0: off |\n", DSIM_SCEN_MAX_WD);
+    fprintf(out,
+            "| `optimizer.schedule`'s `decay_steps`, `warmup_steps`, `boundaries` | 1 .. %" PRId64
+            " (`warmup_steps` from 0) | `boundaries` increasing, at most %d, one fewer than "
+            "`values` |\n",
+            (int64_t)DSIM_SCEN_MAX_STEP, DSIM_LR_MAX_VALUES - 1);
+    fprintf(out,
+            "| `optimizer.schedule`'s `values`, `warmup_target`, `end_learning_rate` | more than "
+            "0, at most %.0f (`end_learning_rate` from 0) | `alpha` 0 .. 1 |\n",
+            DSIM_SCEN_MAX_LR);
     fprintf(out,
             "| a step or a count (`at_step`, `after_messages`, `checkpoint.every`, "
             "`liveness.reach_step`) | up to %" PRId64 " | |\n",

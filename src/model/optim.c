@@ -7,6 +7,7 @@
  * vectorised, with each element's operations those of the scalar rule. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -161,10 +162,13 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
     const char *kind = optim_kind_names[spec->kind];
     /* lr is rounded to float for the update; one that rounds to 0 or inf
      * would silently not train or blow up. */
-    if (!(spec->lr > 0.0) || !isfinite((float)spec->lr) || (float)spec->lr == 0.0f)
+    /* a cosine warmup may start from 0, as Keras's examples do */
+    const int from0 = spec->schedule.kind == DSIM_LR_COSINE && spec->schedule.warmup;
+    if (!(from0 && spec->lr == 0.0) &&
+        (!(spec->lr > 0.0) || !isfinite((float)spec->lr) || (float)spec->lr == 0.0f))
         return DSIM_ERR(DSIM_EINVAL, -1,
-                        "optimizer %s: lr %g must be a positive number representable in float",
-                        kind, spec->lr);
+                        "optimizer %s: lr %g must be a positive number representable in float%s",
+                        kind, spec->lr, from0 ? " (or 0, where a warmup starts)" : "");
     /* Keras refuses more than one of its clipping arguments. */
     if (!(spec->clipvalue >= 0.0) || !isfinite((float)spec->clipvalue) ||
         (spec->clipvalue > 0.0 && (float)spec->clipvalue == 0.0f))
@@ -213,6 +217,11 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
         break;
     default:
         break;
+    }
+    if (optim_schedule_validate(spec) != DSIM_OK) {
+        char why[300];
+        snprintf(why, sizeof why, "%s", dsim_errmsg());
+        return DSIM_ERR(DSIM_EINVAL, -1, "optimizer %s: %s", kind, why);
     }
     return DSIM_OK;
 }
@@ -346,7 +355,10 @@ dsim_err dsim_optim_apply_norm(dsim_optim *opt, float *params, const float *grad
     }
     optim_seen_note(seen, opt, grad, n);
     DSIM_CHECK(optim_clip(opt, grad, n, global_norm, &grad));
-    const float lr = (float)s->lr;
+    /* a schedule's rate at this step (Keras: the schedule of iterations
+     * before this update), or the spec's */
+    const int sched = s->schedule.kind != DSIM_LR_CONSTANT;
+    const float lr = sched ? dsim_optim_lr_at(s, opt->step) : (float)s->lr;
     if (s->weight_decay > 0.0) {
         /* Keras's _apply_weight_decay: variable - variable * wd * lr */
         const float wd = (float)s->weight_decay;
@@ -364,7 +376,7 @@ dsim_err dsim_optim_apply_norm(dsim_optim *opt, float *params, const float *grad
     case DSIM_OPTIM_ADAM: {
         double t = (double)(opt->step + 1);
         double b1p = pow(s->beta1, t), b2p = pow(s->beta2, t);
-        const float alpha = (float)(s->lr * sqrt(1.0 - b2p) / (1.0 - b1p));
+        const float alpha = (float)((sched ? (double)lr : s->lr) * sqrt(1.0 - b2p) / (1.0 - b1p));
         kk->adam(params, opt->state, opt->state + n, grad, n, alpha, (float)(1.0 - s->beta1),
                  (float)(1.0 - s->beta2), (float)s->epsilon);
         break;

@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 
+#include "dsim/optim.h"
+
 /* What optim_seen_take returns in *n for a clip's global norm. */
 #define OPTIM_SEEN_GLOBAL ((size_t)-1)
 
@@ -37,5 +39,9 @@ void optim_seen_copy(float *dst, float *slots, size_t n, int whole, unsigned cha
  * the whole gradient's whatever part the update applied); ends the
  * noting. */
 double optim_seen_take(size_t *n);
+
+/* DSIM_OK or DSIM_EINVAL naming what in spec->schedule is wrong
+ * (lr_schedule.c; dsim_optim_validate calls it). */
+dsim_err optim_schedule_validate(const dsim_optim_spec *spec);
 
 #endif

@@ -235,6 +235,156 @@ static void expect_bad(const dsim_optim_spec *s, const char *word)
         fail_msg("message '%s' does not mention '%s'", dsim_errmsg(), word);
 }
 
+/* Keras's schedules worked out in double: float32 rounding is within 1e-6
+ * relative of them; a wrong step (off by one), boundary (< against <=) or
+ * formula is off by far more. */
+static void check_rate(const dsim_optim_spec *s, uint64_t step, double want)
+{
+    double got = (double)dsim_optim_lr_at(s, step);
+    if (!(fabs(got - want) <= 1e-6 * fabs(want) + 1e-12))
+        fail_msg("schedule %s at step %llu: rate %.9g, expected %.9g",
+                 dsim_lr_kind_name(s->schedule.kind), (unsigned long long)step, got, want);
+}
+
+static void test_schedules(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+    s.lr = 0.1;
+    check_rate(&s, 0, 0.1);
+    check_rate(&s, 1000, 0.1);
+
+    s.schedule =
+        (dsim_lr_schedule){.kind = DSIM_LR_EXPONENTIAL, .decay_steps = 4, .decay_rate = 0.5};
+    assert_int_equal(dsim_optim_validate(&s), DSIM_OK);
+    check_rate(&s, 0, 0.1);
+    check_rate(&s, 2, 0.1 * pow(0.5, 0.5));
+    check_rate(&s, 10, 0.1 * pow(0.5, 2.5));
+    s.schedule.staircase = 1;
+    check_rate(&s, 3, 0.1);
+    check_rate(&s, 4, 0.05);
+    check_rate(&s, 11, 0.025);
+
+    s.schedule = (dsim_lr_schedule){
+        .kind = DSIM_LR_PIECEWISE, .n_values = 3, .boundaries = {2, 5}, .values = {1.0, 0.5, 0.1}};
+    assert_int_equal(dsim_optim_validate(&s), DSIM_OK);
+    const double pw[] = {1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.1, 0.1};
+    for (uint64_t k = 0; k < 8; k++)
+        check_rate(&s, k, pw[k]);
+
+    s.schedule = (dsim_lr_schedule){
+        .kind = DSIM_LR_POLYNOMIAL, .decay_steps = 10, .end_lr = 0.01, .power = 1.0};
+    check_rate(&s, 0, 0.1);
+    check_rate(&s, 5, 0.055);
+    check_rate(&s, 10, 0.01);
+    check_rate(&s, 25, 0.01);
+    s.schedule.power = 2.0;
+    check_rate(&s, 5, 0.09 * 0.25 + 0.01);
+    s.schedule.power = 1.0;
+    s.schedule.cycle = 1; /* step 15 decays over 20 steps, step 0 over 10 */
+    check_rate(&s, 0, 0.1);
+    check_rate(&s, 15, 0.09 * 0.25 + 0.01);
+    check_rate(&s, 20, 0.01);
+
+    s.lr = 1.0;
+    s.schedule =
+        (dsim_lr_schedule){.kind = DSIM_LR_INVERSE_TIME, .decay_steps = 2, .decay_rate = 0.5};
+    check_rate(&s, 3, 1.0 / 1.75);
+    check_rate(&s, 4, 0.5);
+    s.schedule.staircase = 1;
+    check_rate(&s, 3, 1.0 / 1.5);
+
+    const double pi = 3.14159265358979323846;
+    s.schedule = (dsim_lr_schedule){.kind = DSIM_LR_COSINE, .decay_steps = 10, .alpha = 0.2};
+    check_rate(&s, 0, 1.0);
+    check_rate(&s, 3, 0.8 * 0.5 * (1 + cos(pi * 0.3)) + 0.2);
+    check_rate(&s, 10, 0.2);
+    check_rate(&s, 99, 0.2);
+    /* warmup from 0 (allowed there alone) to 2 over 4 steps, then decay */
+    s.lr = 0.0;
+    s.schedule = (dsim_lr_schedule){.kind = DSIM_LR_COSINE,
+                                    .decay_steps = 8,
+                                    .warmup = 1,
+                                    .warmup_target = 2.0,
+                                    .warmup_steps = 4};
+    assert_int_equal(dsim_optim_validate(&s), DSIM_OK);
+    check_rate(&s, 0, 1e-30);
+    check_rate(&s, 1, 0.5);
+    check_rate(&s, 4, 2.0);
+    check_rate(&s, 8, 1.0);
+    check_rate(&s, 50, 1e-30);
+
+    /* the update takes the rate of the optimizer's step; a skipped step
+     * (a loss scale's) moves the schedule on */
+    dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+    s.lr = 0.5;
+    s.schedule = (dsim_lr_schedule){.kind = DSIM_LR_PIECEWISE,
+                                    .n_values = 3,
+                                    .boundaries = {0, 2},
+                                    .values = {0.5, 0.25, 0.125}};
+    dsim_optim *o = make(&s);
+    float w[N];
+    double want[N];
+    memcpy(w, w0, sizeof w);
+    for (size_t k = 0; k < N; k++)
+        want[k] = w0[k];
+    const double rate[STEPS] = {0.5, 0.25, 0.125, 0.125}; /* steps 0, 1, 3, 4 */
+    for (int t = 0; t < STEPS; t++) {
+        if (t == 2)
+            dsim_optim_skip(o); /* step 2 */
+        assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+        for (size_t k = 0; k < N; k++)
+            want[k] -= rate[t] * gs[t][k];
+        check_close("sgd with a piecewise schedule", t, w, want, N);
+    }
+    dsim_optim_destroy(o);
+
+    /* names round-trip; an unknown one names the known */
+    for (int k = 0; k < DSIM_LR_KIND_COUNT; k++) {
+        dsim_lr_kind back = DSIM_LR_KIND_COUNT;
+        assert_int_equal(dsim_lr_kind_parse(dsim_lr_kind_name((dsim_lr_kind)k), &back), DSIM_OK);
+        assert_int_equal(back, k);
+    }
+    dsim_lr_kind back;
+    assert_int_equal(dsim_lr_kind_parse("step_decay", &back), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "cosine_decay"));
+}
+
+static void test_bad_schedules(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
+    s.schedule = (dsim_lr_schedule){.kind = DSIM_LR_EXPONENTIAL, .decay_rate = 0.5};
+    expect_bad(&s, "decay_steps must be > 0");
+    s.schedule.decay_steps = 3;
+    s.schedule.decay_rate = 0;
+    expect_bad(&s, "decay_rate");
+    s.schedule = (dsim_lr_schedule){.kind = DSIM_LR_PIECEWISE, .n_values = 1, .values = {0.1}};
+    expect_bad(&s, "1 values");
+    s.schedule = (dsim_lr_schedule){
+        .kind = DSIM_LR_PIECEWISE, .n_values = 3, .boundaries = {5, 5}, .values = {1, 0.5, 0.1}};
+    expect_bad(&s, "strictly increasing");
+    s.schedule.boundaries[1] = 6;
+    s.schedule.values[2] = 0;
+    expect_bad(&s, "values[2]");
+    s.schedule = (dsim_lr_schedule){.kind = DSIM_LR_POLYNOMIAL, .decay_steps = 3, .power = 0};
+    expect_bad(&s, "power");
+    s.schedule = (dsim_lr_schedule){.kind = DSIM_LR_COSINE, .decay_steps = 3, .alpha = 1.5};
+    expect_bad(&s, "alpha");
+    s.schedule.alpha = 0;
+    s.schedule.warmup = 1;
+    expect_bad(&s, "warmup_target");
+    s.schedule = (dsim_lr_schedule){.kind = (dsim_lr_kind)9};
+    expect_bad(&s, "schedule kind 9");
+    /* a rate of 0 is refused without a warmup to start */
+    dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+    s.lr = 0;
+    s.schedule = (dsim_lr_schedule){.kind = DSIM_LR_COSINE, .decay_steps = 3};
+    expect_bad(&s, "lr 0");
+}
+
 static void test_bad_specs(void **state)
 {
     (void)state;
@@ -445,6 +595,8 @@ int main(void)
         cmocka_unit_test(test_adam),
         cmocka_unit_test(test_checkpoint_restore),
         cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_bad_schedules),
         cmocka_unit_test(test_set_part),
         cmocka_unit_test(test_clip),
     };

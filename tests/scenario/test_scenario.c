@@ -381,6 +381,32 @@ static void test_defaults(void **state)
     assert_true(s->train.optim.global_clipnorm == 1.5 && s->train.optim.clipvalue == 0);
     assert_true(s->train.optim.weight_decay == 0.004);
     dsim_scenario_free(s);
+    /* Keras's learning-rate schedules, with Keras's defaults where unsaid */
+    s = parse_ok("name: m\noptimizer: {kind: adam, learning_rate: 0.01, schedule: {kind: "
+                 "polynomial_decay, decay_steps: 100}}\n");
+    const dsim_lr_schedule *ls = &s->train.optim.schedule;
+    assert_int_equal(ls->kind, DSIM_LR_POLYNOMIAL);
+    assert_true(ls->decay_steps == 100 && ls->end_lr == 0.0001 && ls->power == 1.0);
+    assert_int_equal(ls->cycle, 0);
+    dsim_scenario_free(s);
+    s = parse_ok("name: m\noptimizer: {schedule: {kind: piecewise_constant, boundaries: [10, 20], "
+                 "values: [0.4, 0.2, 0.1]}}\n");
+    ls = &s->train.optim.schedule;
+    assert_int_equal(ls->n_values, 3);
+    assert_true(ls->boundaries[1] == 20 && ls->values[2] == 0.1);
+    assert_true(s->train.optim.lr == 0.4); /* the first value is the rate it starts with */
+    dsim_scenario_free(s);
+    s = parse_ok("name: m\noptimizer: {learning_rate: 0, schedule: {kind: cosine_decay, "
+                 "decay_steps: 50, warmup_target: 0.1, warmup_steps: 5}}\n");
+    ls = &s->train.optim.schedule;
+    assert_true(ls->warmup == 1 && ls->warmup_target == 0.1 && ls->warmup_steps == 5);
+    assert_true(s->train.optim.lr == 0.0 && ls->alpha == 0.0);
+    dsim_scenario_free(s);
+    s = parse_ok("name: m\noptimizer: {schedule: {kind: exponential_decay, decay_steps: 3, "
+                 "decay_rate: 0.5, staircase: true}}\n");
+    assert_true(s->train.optim.schedule.staircase == 1 &&
+                s->train.optim.schedule.decay_rate == 0.5);
+    dsim_scenario_free(s);
     s = parse_ok("name: m\ncluster: {hosts: 2, ps: 1}\nstrategy: {name: parameter_server}\n"
                  "optimizer: {clipvalue: 0.5}\n");
     assert_true(s->train.optim.clipvalue == 0.5);
@@ -634,6 +660,25 @@ static const err_case err_cases[] = {
      {"optimizer.clipnorm: Keras's clip of each variable's gradient", "use global_clipnorm"}},
     {"name: a\noptimizer: {weight_decay: -1}\n", 2, 27,
      {"optimizer.weight_decay: '-1' is out of range"}},
+    {"name: a\noptimizer: {schedule: {kind: exponential_decay, decay_rate: 0.9}}\n", 2, 13,
+     {"optimizer.schedule: exponential_decay needs decay_steps"}},
+    {"name: a\noptimizer: {schedule: {kind: step}}\n", 2, 30,
+     {"'step' is not a learning-rate schedule", "cosine_decay"}},
+    {"name: a\noptimizer: {schedule: {kind: cosine_decay, decay_steps: 5, staircase: true}}\n", 2,
+     60, {"schedule.staircase: schedule kind cosine_decay does not use staircase"}},
+    {"name: a\noptimizer: {schedule: {kind: piecewise_constant, boundaries: [10], values: "
+     "[0.1]}}\n",
+     2, 76, {"1 values for 1 boundaries", "one value more than boundaries"}},
+    {"name: a\noptimizer: {schedule: {kind: piecewise_constant, boundaries: [10, 5], values: "
+     "[0.1, 0.01, 0.001]}}\n",
+     2, 67, {"boundaries[1]: 5 is not above the one before (10)"}},
+    {"name: a\noptimizer: {schedule: {kind: cosine_decay, decay_steps: 5, warmup_steps: 3}}\n", 2,
+     60, {"warmup_steps: a warmup needs warmup_target"}},
+    {"name: a\noptimizer: {learning_rate: 0.2, schedule: {kind: piecewise_constant, boundaries: "
+     "[10], values: [0.1, 0.01]}}\n",
+     2, 28, {"starts at its values[0] (0.1); remove learning_rate"}},
+    {"name: a\noptimizer: {learning_rate: 0, schedule: {kind: cosine_decay, decay_steps: 5}}\n", 2,
+     28, {"'0' is out of range", "warmup starts"}},
     {"name: a\ncluster: {hosts: 2, ps: 1}\nstrategy: {name: parameter_server}\n"
      "optimizer: {global_clipnorm: 1}\n",
      4, 13, {"parameter_server does not clip by the global norm", "use clipvalue"}},

@@ -64,18 +64,71 @@ typedef enum dsim_optim_kind {
     DSIM_OPTIM_KIND_COUNT
 } dsim_optim_kind;
 
+/* Learning-rate schedules: Keras's keras.optimizers.schedules, the rate an
+ * update uses as a function of the optimizer's step counter (the updates
+ * and skipped steps before it, counting from 0: Keras's iterations), in
+ * float32 as Keras computes them (s = step as float, lr0 = the spec's lr):
+ *   constant:           lr0
+ *   exponential_decay:  p = s / decay_steps (floor with staircase);
+ *                       lr0 * decay_rate^p
+ *   piecewise_constant: values[0] while step <= boundaries[0], values[i]
+ *                       while boundaries[i-1] < step <= boundaries[i],
+ *                       values[last] after the last boundary (lr0 unused)
+ *   polynomial_decay:   s = min(s, decay_steps), or with cycle D =
+ *                       decay_steps * ceil(s / decay_steps) (1 at step 0);
+ *                       (lr0 - end_lr) * (1 - s / D)^power + end_lr
+ *   inverse_time_decay: p = s / decay_steps (floor with staircase);
+ *                       lr0 / (1 + decay_rate * p)
+ *   cosine_decay:       without warmup: s = min(s, decay_steps),
+ *                       lr0 * ((1 - alpha) * 0.5 * (1 + cos(pi * s /
+ *                       decay_steps)) + alpha); with warmup (warmup = 1):
+ *                       s = min(s, decay_steps + warmup_steps), while s <
+ *                       warmup_steps (warmup_target - lr0) * (s /
+ *                       warmup_steps) + lr0, then the decay of s -
+ *                       warmup_steps from warmup_target instead of lr0.
+ * The rate scales weight decay as it scales the update (Keras). */
+typedef enum dsim_lr_kind {
+    DSIM_LR_CONSTANT = 0,
+    DSIM_LR_EXPONENTIAL,
+    DSIM_LR_PIECEWISE,
+    DSIM_LR_POLYNOMIAL,
+    DSIM_LR_INVERSE_TIME,
+    DSIM_LR_COSINE,
+    DSIM_LR_KIND_COUNT
+} dsim_lr_kind;
+
+#define DSIM_LR_MAX_VALUES 16 /* piecewise_constant: values, boundaries one fewer */
+
+typedef struct dsim_lr_schedule {
+    dsim_lr_kind kind;    /* DSIM_LR_CONSTANT (all zero): the spec's lr at every step */
+    uint64_t decay_steps; /* > 0: exponential, polynomial, inverse_time, cosine */
+    double decay_rate;    /* exponential (> 0), inverse_time (>= 0) */
+    int staircase;        /* exponential, inverse_time: 0 or 1 */
+    double end_lr;        /* polynomial (Keras's default 0.0001), >= 0 */
+    double power;         /* polynomial (Keras's default 1), > 0 */
+    int cycle;            /* polynomial: 0 or 1 */
+    double alpha;         /* cosine: the floor as a fraction, in [0, 1] */
+    int warmup;           /* cosine: 1 warms up to warmup_target over warmup_steps */
+    double warmup_target; /* cosine with warmup: > 0 */
+    uint64_t warmup_steps;
+    int n_values;                                /* piecewise: 2 .. DSIM_LR_MAX_VALUES */
+    uint64_t boundaries[DSIM_LR_MAX_VALUES - 1]; /* strictly increasing */
+    double values[DSIM_LR_MAX_VALUES];           /* each > 0 */
+} dsim_lr_schedule;
+
 typedef struct dsim_optim_spec {
     dsim_optim_kind kind;
-    double lr;       /* > 0 */
+    double lr;       /* > 0; a schedule's initial rate (unused by piecewise_constant) */
     double momentum; /* momentum: in [0, 1) */
     int nesterov;    /* momentum: 0 or 1 */
     double beta1;    /* adam: in [0, 1) */
     double beta2;    /* adam: in [0, 1) */
     double epsilon;  /* adam: > 0 */
     /* Clipping (above): at most one of the two > 0; 0 = off. */
-    double clipvalue;       /* > 0: every gradient element into [-clipvalue, clipvalue] */
-    double global_clipnorm; /* > 0: the whole gradient scaled to this norm at most */
-    double weight_decay;    /* >= 0: w -= (w * weight_decay) * lr before the update */
+    double clipvalue;          /* > 0: every gradient element into [-clipvalue, clipvalue] */
+    double global_clipnorm;    /* > 0: the whole gradient scaled to this norm at most */
+    double weight_decay;       /* >= 0: w -= (w * weight_decay) * lr before the update */
+    dsim_lr_schedule schedule; /* above; all zero: lr at every step */
 } dsim_optim_spec;
 
 typedef struct dsim_optim dsim_optim;
@@ -83,6 +136,16 @@ typedef struct dsim_optim dsim_optim;
 /* "sgd", "momentum", "adam". */
 DSIM_API const char *dsim_optim_kind_name(dsim_optim_kind k);
 DSIM_API dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out);
+
+/* "constant", "exponential_decay", "piecewise_constant", "polynomial_decay",
+ * "inverse_time_decay", "cosine_decay" (Keras's class names in snake case). */
+DSIM_API const char *dsim_lr_kind_name(dsim_lr_kind k);
+DSIM_API dsim_err dsim_lr_kind_parse(const char *s, dsim_lr_kind *out);
+
+/* The learning rate an update at optimizer step `step` (counting from 0)
+ * uses under spec: its schedule's value, rounded to float as the update
+ * takes it; spec->lr without a schedule. The spec must be valid. */
+DSIM_API float dsim_optim_lr_at(const dsim_optim_spec *spec, uint64_t step);
 
 /* Keras' defaults for kind: sgd lr 0.01; momentum lr 0.01, momentum 0.9,
  * no nesterov; adam lr 0.001, beta1 0.9, beta2 0.999, epsilon 1e-7. */
