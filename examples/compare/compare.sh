@@ -100,6 +100,10 @@ one linear_csv_polynomial '{kind: linear}' \
     '{source: {csv: ../data/reg.csv, label_column: target}, files: 2, global_batch: 20}'
 one softmax_adam_inverse_time '{kind: softmax}' \
     '{kind: adam, learning_rate: 0.05, schedule: {kind: inverse_time_decay, decay_steps: 2, decay_rate: 0.5}}' "$npy"
+# Keras 3's gradient_accumulation_steps: the variables move every 3rd
+# step by the average of 3 steps' gradients, clipped by its global norm
+one mlp_adamw_accumulated '{kind: mlp, hidden: [8]}' \
+    '{kind: adam, learning_rate: 0.05, weight_decay: 0.1, global_clipnorm: 0.5, gradient_accumulation_steps: 3}' "$npy"
 # 2,400 steps of a ReLU MLP with Adam: float rounding (float32 sums in
 # dsim's order against NumPy's float64) is amplified until the two
 # trajectories part, and the ends differ by far more than 1e-6; with every

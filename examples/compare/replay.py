@@ -100,6 +100,7 @@ class Optimizer:
         self.accum = np.zeros(n, np.float32)
         self.m = np.zeros(n, np.float32)
         self.v = np.zeros(n, np.float32)
+        self.acc = np.zeros(n, np.float32)  # gradient_accumulation_steps
 
     def clip(self, g):
         """The manifest's optimizer.clip: Keras's global_clipnorm or clipvalue."""
@@ -156,6 +157,14 @@ class Optimizer:
 
     def apply(self, w, g):
         s, f = self.s, np.float32
+        k = s.get("gradient_accumulation_steps", 0)
+        if k > 1:  # the manifest's optimizer.accumulation
+            if (self.t + 1) % k != 0:
+                self.acc = (g + self.acc).astype(np.float32)
+                self.t += 1
+                return w
+            g = ((g + self.acc) / f(k)).astype(np.float32)
+            self.acc = np.zeros_like(self.acc)
         g = self.clip(g)
         lr = self.rate()
         if s.get("weight_decay", 0) > 0:  # the manifest's optimizer.decay

@@ -289,6 +289,16 @@ static json_t *ex_optim_json(const dsim_optim_spec *o)
         json_object_set_new(j, "schedule", sched);
     else
         json_decref(sched);
+    if (j && o->gradient_accumulation_steps > 1)
+        json_object_update_new(
+            j, json_pack("{s:i, s:s}", "gradient_accumulation_steps",
+                         o->gradient_accumulation_steps, "accumulation",
+                         "Keras 3's: every step counts (the schedule's step and Adam's t "
+                         "count them all); where (step + 1) % k != 0, acc = g + acc (float32) "
+                         "and the variables stay; else g = (g + acc) / float32(k), then the "
+                         "clip (its global norm this g's), the decay and the rule, and acc "
+                         "= 0. The optimizer's state ends with one more slot: [acc: "
+                         "n_params]"));
     return j;
 }
 

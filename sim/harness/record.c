@@ -105,6 +105,9 @@ json_t *h_config_json(const dsim_scenario *s)
     json_t *sched = cfg ? dsim_schedule_json(&c->optim) : NULL;
     if (sched)
         json_object_set_new(json_object_get(cfg, "optimizer"), "schedule", sched);
+    if (cfg && c->optim.gradient_accumulation_steps > 1)
+        json_object_set_new(json_object_get(cfg, "optimizer"), "gradient_accumulation_steps",
+                            json_integer(c->optim.gradient_accumulation_steps));
     h_config_source(s, cfg);
     return cfg;
 }

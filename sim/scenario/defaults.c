@@ -79,6 +79,7 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
         "  # weight_decay: 0.004        # decoupled, as Keras's AdamW: w -= w * 0.004 * lr\n"
         "  # schedule: {kind: cosine_decay, decay_steps: 1000}   # Keras's schedules: "
         "scenarios/FORMAT.md\n"
+        "  # gradient_accumulation_steps: 4   # update every 4th step with the average\n"
         "\n"
         "data:\n"
         "  task: classification         # classification | regression\n"

@@ -49,11 +49,22 @@ enum {
     O_WDECAY,
     O_CLIPNORM,
     O_SCHED,
+    O_ACCUM,
     O_N
 };
-static const char *const scen_optim_keys[O_N] = {
-    "kind",    "learning_rate", "momentum",        "nesterov",     "beta1",    "beta2",
-    "epsilon", "clipvalue",     "global_clipnorm", "weight_decay", "clipnorm", "schedule"};
+static const char *const scen_optim_keys[O_N] = {"kind",
+                                                 "learning_rate",
+                                                 "momentum",
+                                                 "nesterov",
+                                                 "beta1",
+                                                 "beta2",
+                                                 "epsilon",
+                                                 "clipvalue",
+                                                 "global_clipnorm",
+                                                 "weight_decay",
+                                                 "clipnorm",
+                                                 "schedule",
+                                                 "gradient_accumulation_steps"};
 
 /* optimizer.schedule: Keras's learning-rate schedules (dsim/optim.h) */
 enum {
@@ -641,6 +652,10 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
                          "can be set (as in Keras); remove one");
     DSIM_CHECK(scen_builtin_fits(c, m->key[O_GCLIPNORM], "optimizer.global_clipnorm"));
     DSIM_CHECK(scen_schedule(c, m, o));
+    /* Keras 3's gradient_accumulation_steps: 0 or 1 off */
+    int64_t acc = 0;
+    DSIM_CHECK(scen_int(c, m, O_ACCUM, 0, DSIM_OPTIM_MAX_ACCUMULATION, &acc));
+    o->gradient_accumulation_steps = (int)acc;
     if (o->lr == 0.0 && !(o->schedule.kind == DSIM_LR_COSINE && o->schedule.warmup))
         return scen_fail(c, m->val[O_LR],
                          "optimizer.learning_rate: '0' is out of range; accepted: a number in "
@@ -716,5 +731,13 @@ dsim_err scen_mixed_precision(const scen_ctx *c, scen_state *st)
                          "mixed_precision.policy: %s needs a model that computes; a synthetic "
                          "model (model.synthetic) is timing only: remove one of them",
                          dsim_precision_policy_name(t->precision));
+    /* dsim's loss scale counts a skipped step as tf.keras's does; Keras 3,
+     * the only Keras that accumulates, does not count it */
+    if (t->precision == DSIM_POLICY_MIXED_FLOAT16 && t->optim.gradient_accumulation_steps > 1)
+        return scen_fail(c, m.val[P_POLICY],
+                         "mixed_precision.policy: mixed_float16's loss scale skips steps as "
+                         "tf.keras does (a skipped step counts), which Keras 3's "
+                         "gradient_accumulation_steps does not; use mixed_bfloat16 (no loss "
+                         "scale) or remove optimizer.gradient_accumulation_steps");
     return DSIM_OK;
 }

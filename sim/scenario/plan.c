@@ -351,6 +351,8 @@ static json_t *plan_optim(plan_b *b, const dsim_scenario *s)
         plan_set(b, o, "weight_decay", json_real(p->weight_decay));
     if (p->schedule.kind != DSIM_LR_CONSTANT)
         plan_set(b, o, "schedule", dsim_schedule_json(p));
+    if (p->gradient_accumulation_steps > 1)
+        plan_set(b, o, "gradient_accumulation_steps", json_integer(p->gradient_accumulation_steps));
     return o;
 }
 

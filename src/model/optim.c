@@ -23,6 +23,7 @@ struct dsim_optim {
     size_t state_len;
     float *state;             /* momentum: accum; adam: m then v */
     float *clipped;           /* n floats: the clipped gradient (allocated at the first clip) */
+    float *averaged;          /* n floats: (g + acc) / k on an accumulation's update step */
     size_t part_off, part_of; /* dsim_optim_set_part: parameters [part_off, part_off + n) of a
                                  model of part_of; part_of 0: the whole model's */
 };
@@ -96,8 +97,9 @@ static void optim_seen_note(optim_seen *seen, const dsim_optim *opt, const float
         *seen->filled = 1;
     }
     memcpy(seen->copy + at, grad, n * sizeof(float));
-    /* the slots before the update: slot i of the part at row i's place */
-    for (size_t i = 0; seen->slots && i < S && opt->state_len == S * n; i++)
+    /* the slots before the update: slot i of the part at row i's place
+     * (adam's m and v; an accumulator after them is not kept) */
+    for (size_t i = 0; seen->slots && i < S && opt->state_len >= S * n; i++)
         memcpy(seen->slots + i * P + at, opt->state + i * n, n * sizeof(float));
     pthread_mutex_unlock(&optim_seen_lock);
     seen->copied = 1;
@@ -218,6 +220,12 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
     default:
         break;
     }
+    if (spec->gradient_accumulation_steps < 0 ||
+        spec->gradient_accumulation_steps > DSIM_OPTIM_MAX_ACCUMULATION)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "optimizer %s: gradient_accumulation_steps %d must be 0 or 1 (off) or up "
+                        "to %d",
+                        kind, spec->gradient_accumulation_steps, DSIM_OPTIM_MAX_ACCUMULATION);
     if (optim_schedule_validate(spec) != DSIM_OK) {
         char why[300];
         snprintf(why, sizeof why, "%s", dsim_errmsg());
@@ -229,6 +237,19 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
 static size_t optim_slots(dsim_optim_kind k)
 {
     return k == DSIM_OPTIM_ADAM ? 2 : k == DSIM_OPTIM_MOMENTUM ? 1 : 0;
+}
+
+/* k > 1 when the spec accumulates gradients over k steps, else 0 */
+static int optim_accum(const dsim_optim_spec *s)
+{
+    return s->gradient_accumulation_steps > 1 ? s->gradient_accumulation_steps : 0;
+}
+
+size_t dsim_optim_slots_per_param(const dsim_optim_spec *spec)
+{
+    if (!spec || (unsigned)spec->kind >= DSIM_OPTIM_KIND_COUNT)
+        return 0;
+    return optim_slots(spec->kind) + (optim_accum(spec) ? 1 : 0);
 }
 
 dsim_err dsim_optim_create(const dsim_optim_spec *spec, size_t n_params, dsim_optim **out)
@@ -247,7 +268,7 @@ dsim_err dsim_optim_create(const dsim_optim_spec *spec, size_t n_params, dsim_op
         return DSIM_ERR(DSIM_ENOMEM, -1, "dsim_optim_create: out of memory");
     opt->spec = *spec;
     opt->n = n_params;
-    opt->state_len = optim_slots(spec->kind) * n_params;
+    opt->state_len = dsim_optim_slots_per_param(spec) * n_params;
     if (opt->state_len) {
         opt->state = calloc(opt->state_len, sizeof(float));
         if (!opt->state) {
@@ -267,6 +288,7 @@ void dsim_optim_destroy(dsim_optim *opt)
         return;
     free(opt->state);
     free(opt->clipped);
+    free(opt->averaged);
     free(opt);
 }
 
@@ -324,6 +346,9 @@ static dsim_err optim_clip(dsim_optim *opt, const float *grad, size_t n, double 
     return DSIM_OK;
 }
 
+static dsim_err optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n,
+                            double global_norm, int whole);
+
 dsim_err dsim_optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n)
 {
     double norm = 0.0;
@@ -331,11 +356,55 @@ dsim_err dsim_optim_apply(dsim_optim *opt, float *params, const float *grad, siz
      * before grad[0..n) is read */
     if (opt && params && grad && n == opt->n && opt->spec.global_clipnorm > 0.0)
         norm = sqrt(dsim_optim_grad_sqsum(grad, n));
-    return dsim_optim_apply_norm(opt, params, grad, n, norm);
+    return optim_apply(opt, params, grad, n, norm, 1);
 }
 
 dsim_err dsim_optim_apply_norm(dsim_optim *opt, float *params, const float *grad, size_t n,
                                double global_norm)
+{
+    return optim_apply(opt, params, grad, n, global_norm, 0);
+}
+
+/* Keras 3's gradient accumulation: on a step that does not update, the
+ * gradient is added to the accumulator (*grad set to NULL); on one that
+ * does, *grad becomes (g + acc) / k and the accumulator is zeroed, and a
+ * global clip's norm is that gradient's (*norm, where the call holds the
+ * whole model's). */
+static dsim_err optim_accumulate(dsim_optim *opt, const float **grad, size_t n, double *norm,
+                                 int whole)
+{
+    const dsim_optim_spec *s = &opt->spec;
+    const int k = optim_accum(s);
+    float *acc = opt->state + optim_slots(s->kind) * n;
+    const float *g = *grad;
+    if ((opt->step + 1) % (uint64_t)k != 0) {
+        for (size_t i = 0; i < n; i++)
+            acc[i] = g[i] + acc[i];
+        *grad = NULL;
+        return DSIM_OK;
+    }
+    if (s->global_clipnorm > 0.0 && !whole)
+        return DSIM_ERR(DSIM_ENOTSUP, -1,
+                        "dsim_optim_apply_norm: with gradient_accumulation_steps %d the "
+                        "global_clipnorm clip takes the norm of the accumulated gradient, which "
+                        "an optimizer of a part does not see; clip with clipvalue, or apply the "
+                        "whole model's gradient with dsim_optim_apply",
+                        k);
+    if (!opt->averaged && !(opt->averaged = malloc(opt->n * sizeof(float))))
+        return DSIM_ERR(DSIM_ENOMEM, -1,
+                        "optimizer: cannot allocate the accumulated gradient (%zu)", opt->n);
+    const float steps = (float)k;
+    for (size_t i = 0; i < n; i++)
+        opt->averaged[i] = (g[i] + acc[i]) / steps;
+    memset(acc, 0, n * sizeof(float));
+    *grad = opt->averaged;
+    if (s->global_clipnorm > 0.0)
+        *norm = sqrt(dsim_optim_grad_sqsum(opt->averaged, n));
+    return DSIM_OK;
+}
+
+static dsim_err optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n,
+                            double global_norm, int whole)
 {
     if (!opt || !params || !grad)
         return DSIM_ERR(DSIM_EINVAL, -1, "dsim_optim_apply: NULL argument");
@@ -354,6 +423,15 @@ dsim_err dsim_optim_apply_norm(dsim_optim *opt, float *params, const float *grad
         seen->n = n;
     }
     optim_seen_note(seen, opt, grad, n);
+    if (optim_accum(s)) {
+        DSIM_CHECK(optim_accumulate(opt, &grad, n, &global_norm, whole));
+        if (!grad) {
+            opt->step++; /* accumulated: the parameters stay */
+            return DSIM_OK;
+        }
+        if (s->global_clipnorm > 0.0)
+            seen->norm = global_norm; /* the clip's: the accumulated gradient's */
+    }
     DSIM_CHECK(optim_clip(opt, grad, n, global_norm, &grad));
     /* a schedule's rate at this step (Keras: the schedule of iterations
      * before this update), or the spec's */

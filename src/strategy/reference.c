@@ -467,19 +467,37 @@ static dsim_err ref_finish(ref_job *r, dsim_train_result *res)
  * of row j, where the row holds them all (a whole model's optimizer, or
  * parts that cover it), so that its update starts from where the run's
  * did; else it keeps its own. */
+static dsim_err ref_set_slots(dsim_optim *opt, const float *row, size_t n, uint64_t s)
+{
+    size_t len = dsim_optim_state_len(opt);
+    if (len == n)
+        return dsim_optim_set_state(opt, row, n, s);
+    /* adam with gradient accumulation: m and v from the row, the
+     * accumulator (the last slot) the replay's own */
+    float *st = malloc(len * sizeof(float));
+    if (!st)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "reference: out of memory");
+    memcpy(st, row, n * sizeof(float));
+    memcpy(st + n, dsim_optim_state(opt) + n, (len - n) * sizeof(float));
+    dsim_err e = dsim_optim_set_state(opt, st, len, s);
+    free(st);
+    return e;
+}
+
 static dsim_err ref_follow_slots(ref_job *r, uint64_t s)
 {
     uint64_t every = r->cfg->trace_every > 1 ? r->cfg->trace_every : 1, j = s / every;
-    size_t n = 2 * r->P;
-    if (!r->slots || s % every != 0 || j >= r->grad_rows || dsim_optim_state_len(r->opt) != n)
+    size_t n = 2 * r->P, len = dsim_optim_state_len(r->opt);
+    if (!r->slots || s % every != 0 || j >= r->grad_rows || (len != n && len != n + r->P) ||
+        dsim_optim_spec_of(r->opt)->kind != DSIM_OPTIM_ADAM)
         return DSIM_OK;
     const float *row = r->slots + j * n;
     for (size_t k = 0; k < n; k++)
         if (isnan(row[k]))
             return DSIM_OK;
-    dsim_err e = dsim_optim_set_state(r->opt, row, n, s);
+    dsim_err e = ref_set_slots(r->opt, row, n, s);
     if (e == DSIM_OK && r->b_opt)
-        e = dsim_optim_set_state(r->b_opt, row, n, s);
+        e = ref_set_slots(r->b_opt, row, n, s);
     return e;
 }
 

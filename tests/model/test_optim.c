@@ -385,6 +385,93 @@ static void test_bad_schedules(void **state)
     expect_bad(&s, "lr 0");
 }
 
+/* Keras 3's gradient_accumulation_steps: the parameters move every k-th
+ * step by (g + acc) / k; the accumulator is the optimizer's last slot (so a
+ * checkpoint between updates resumes it); Adam's t and the schedule count
+ * every step. */
+static void test_accumulation(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+    s.lr = 0.5;
+    s.gradient_accumulation_steps = 3;
+    assert_int_equal(dsim_optim_slots_per_param(&s), 1);
+    dsim_optim *o = make(&s);
+    assert_int_equal(dsim_optim_state_len(o), N);
+    float w[N];
+    memcpy(w, w0, sizeof w);
+    for (int t = 0; t < 2; t++) {
+        assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+        assert_memory_equal(w, w0, sizeof w); /* accumulated: no update */
+    }
+    assert_int_equal(dsim_optim_step(o), 2);
+    const float *acc = dsim_optim_state(o);
+    for (size_t k = 0; k < N; k++)
+        assert_true(acc[k] == gs[1][k] + gs[0][k]);
+    /* a checkpoint taken here resumes the accumulation */
+    float saved[N];
+    memcpy(saved, acc, sizeof saved);
+    dsim_optim *r = make(&s);
+    assert_int_equal(dsim_optim_set_state(r, saved, N, 2), DSIM_OK);
+    float wr[N];
+    memcpy(wr, w0, sizeof wr);
+    assert_int_equal(dsim_optim_apply(o, w, gs[2], N), DSIM_OK);
+    assert_int_equal(dsim_optim_apply(r, wr, gs[2], N), DSIM_OK);
+    double want[N];
+    for (size_t k = 0; k < N; k++) {
+        want[k] = (double)w0[k] - 0.5 * (((double)gs[0][k] + gs[1][k] + gs[2][k]) / 3.0);
+        assert_true(dsim_optim_state(o)[k] == 0.0f); /* zeroed after the update */
+    }
+    check_close("sgd, 3 steps accumulated", 2, w, want, N);
+    assert_memory_equal(w, wr, sizeof w);
+    dsim_optim_destroy(r);
+    dsim_optim_destroy(o);
+
+    /* Adam: bias correction at t = 2 (both steps counted), slots then acc */
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
+    s.lr = 0.1;
+    s.gradient_accumulation_steps = 2;
+    o = make(&s);
+    assert_int_equal(dsim_optim_state_len(o), 3 * N);
+    memcpy(w, w0, sizeof w);
+    assert_int_equal(dsim_optim_apply(o, w, gs[0], N), DSIM_OK);
+    assert_int_equal(dsim_optim_apply(o, w, gs[1], N), DSIM_OK);
+    for (size_t k = 0; k < N; k++) {
+        double g = ((double)gs[0][k] + gs[1][k]) / 2.0, m = 0.1 * g, v = 0.001 * g * g;
+        double alpha = 0.1 * sqrt(1.0 - 0.999 * 0.999) / (1.0 - 0.9 * 0.9);
+        want[k] = (double)w0[k] - m * alpha / (sqrt(v) + 1e-7);
+    }
+    check_close("adam, 2 steps accumulated", 1, w, want, N);
+    dsim_optim_destroy(o);
+
+    /* a global clip takes the accumulated gradient's norm: dsim_optim_apply
+     * computes it; a part's dsim_optim_apply_norm cannot, and says so */
+    dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+    s.lr = 1.0;
+    s.global_clipnorm = 1.3; /* the average's norm is 1.55, the second gradient's 1.12 */
+    s.gradient_accumulation_steps = 2;
+    o = make(&s);
+    memcpy(w, w0, sizeof w);
+    assert_int_equal(dsim_optim_apply(o, w, gs[0], N), DSIM_OK);
+    assert_int_equal(dsim_optim_apply(o, w, gs[1], N), DSIM_OK);
+    double d2 = 0;
+    for (size_t k = 0; k < N; k++)
+        d2 += ((double)w[k] - w0[k]) * ((double)w[k] - w0[k]);
+    assert_true(fabs(sqrt(d2) - 1.3) < 1e-5); /* moved by the clip norm: clipped */
+    assert_int_equal(dsim_optim_apply_norm(o, w, gs[2], N, 1.0), DSIM_OK);
+    dsim_clear_error();
+    assert_int_equal(dsim_optim_apply_norm(o, w, gs[3], N, 1.0), DSIM_ENOTSUP);
+    assert_non_null(strstr(dsim_errmsg(), "clipvalue"));
+    dsim_optim_destroy(o);
+
+    dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+    s.gradient_accumulation_steps = -1;
+    expect_bad(&s, "gradient_accumulation_steps");
+    s.gradient_accumulation_steps = DSIM_OPTIM_MAX_ACCUMULATION + 1;
+    expect_bad(&s, "gradient_accumulation_steps");
+}
+
 static void test_bad_specs(void **state)
 {
     (void)state;
@@ -597,6 +684,7 @@ int main(void)
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_schedules),
         cmocka_unit_test(test_bad_schedules),
+        cmocka_unit_test(test_accumulation),
         cmocka_unit_test(test_set_part),
         cmocka_unit_test(test_clip),
     };

@@ -402,6 +402,9 @@ static void test_defaults(void **state)
     assert_true(ls->warmup == 1 && ls->warmup_target == 0.1 && ls->warmup_steps == 5);
     assert_true(s->train.optim.lr == 0.0 && ls->alpha == 0.0);
     dsim_scenario_free(s);
+    s = parse_ok("name: m\noptimizer: {kind: adam, gradient_accumulation_steps: 8}\n");
+    assert_int_equal(s->train.optim.gradient_accumulation_steps, 8);
+    dsim_scenario_free(s);
     s = parse_ok("name: m\noptimizer: {schedule: {kind: exponential_decay, decay_steps: 3, "
                  "decay_rate: 0.5, staircase: true}}\n");
     assert_true(s->train.optim.schedule.staircase == 1 &&
@@ -662,6 +665,11 @@ static const err_case err_cases[] = {
      {"optimizer.weight_decay: '-1' is out of range"}},
     {"name: a\noptimizer: {schedule: {kind: exponential_decay, decay_rate: 0.9}}\n", 2, 13,
      {"optimizer.schedule: exponential_decay needs decay_steps"}},
+    {"name: a\noptimizer: {gradient_accumulation_steps: 2}\nmixed_precision: {policy: "
+     "mixed_float16}\n",
+     3, 27, {"mixed_float16's loss scale skips steps as tf.keras does", "mixed_bfloat16"}},
+    {"name: a\noptimizer: {gradient_accumulation_steps: -2}\n", 2, 42,
+     {"optimizer.gradient_accumulation_steps: '-2' is out of range", "0..1000000"}},
     {"name: a\noptimizer: {schedule: {kind: step}}\n", 2, 30,
      {"'step' is not a learning-rate schedule", "cosine_decay"}},
     {"name: a\noptimizer: {schedule: {kind: cosine_decay, decay_steps: 5, staircase: true}}\n", 2,

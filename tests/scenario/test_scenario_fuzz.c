@@ -33,7 +33,7 @@ static const char fuzz_base[] =
     "  kind: mlp\n"
     "  hidden: [16, 8]\n"
     "optimizer: {kind: momentum, learning_rate: 0.1, momentum: 0.9, nesterov: true,\n"
-    "            global_clipnorm: 1.0, weight_decay: 0.01,\n"
+    "            global_clipnorm: 1.0, weight_decay: 0.01, gradient_accumulation_steps: 2,\n"
     "            schedule: {kind: piecewise_constant, boundaries: [4, 9], values: [0.1, 0.05, "
     "0.01]}}\n"
     "data:\n"

@@ -43,7 +43,8 @@
  * the whole gradient: dsim_optim_apply_norm, with the norm summed over the
  * parts; dsim_optim_apply clips by the norm of what it is given.
  *
- * Slot layout: sgd none; momentum [accum: n]; adam [m: n][v: n]. */
+ * Slot layout: sgd none; momentum [accum: n]; adam [m: n][v: n]; with
+ * gradient_accumulation_steps > 1, one more slot at the end: [acc: n]. */
 #ifndef DSIM_OPTIM_H
 #define DSIM_OPTIM_H
 
@@ -129,7 +130,17 @@ typedef struct dsim_optim_spec {
     double global_clipnorm;    /* > 0: the whole gradient scaled to this norm at most */
     double weight_decay;       /* >= 0: w -= (w * weight_decay) * lr before the update */
     dsim_lr_schedule schedule; /* above; all zero: lr at every step */
+    /* Keras 3's gradient_accumulation_steps (0 or 1: off; k > 1 up to
+     * DSIM_OPTIM_MAX_ACCUMULATION): every apply counts a step; on steps
+     * whose count (from 1) is not a multiple of k the gradient is added to
+     * an accumulator (acc = g + acc, float) and the parameters stay; on the
+     * k-th the update (clip, decay, rule) takes (g + acc) / k and the
+     * accumulator is zeroed. The schedule and Adam's t count every step,
+     * as Keras's iterations do. */
+    int gradient_accumulation_steps;
 } dsim_optim_spec;
+
+#define DSIM_OPTIM_MAX_ACCUMULATION 1000000
 
 typedef struct dsim_optim dsim_optim;
 
@@ -166,7 +177,9 @@ DSIM_API dsim_err dsim_optim_apply(dsim_optim *opt, float *params, const float *
  * global_clipnorm clips by global_norm, the norm of the whole model's
  * gradient (sqrt of the sum of every part's dsim_optim_grad_sqsum), not by
  * the norm of grad[0..n). Without global_clipnorm, global_norm is not used
- * and this is dsim_optim_apply. */
+ * and this is dsim_optim_apply. With gradient_accumulation_steps > 1 the
+ * clip's norm is the accumulated gradient's, which a part does not see:
+ * the update step then fails (DSIM_ENOTSUP, naming the fix). */
 DSIM_API dsim_err dsim_optim_apply_norm(dsim_optim *opt, float *params, const float *grad, size_t n,
                                         double global_norm);
 
@@ -201,6 +214,11 @@ DSIM_API const dsim_optim_spec *dsim_optim_spec_of(const dsim_optim *opt);
 DSIM_API size_t dsim_optim_num_params(const dsim_optim *opt);
 /* Updates applied so far (TF's `iterations`). */
 DSIM_API uint64_t dsim_optim_step(const dsim_optim *opt);
+
+/* Slot floats per parameter under spec (the layout above): 0, 1 or 2, one
+ * more with gradient accumulation. dsim_optim_state_len is this times the
+ * optimizer's parameters. */
+DSIM_API size_t dsim_optim_slots_per_param(const dsim_optim_spec *spec);
 
 /* The slot buffer (see the layout above) and its length in floats; NULL and
  * 0 for sgd. For checkpoints: save step + slots; restore with set_state. */

@@ -125,9 +125,9 @@ typedef struct ps_server {
     uint64_t *applied_to; /* [N]: the step after the last of its steps pushed here */
 } ps_server;
 
-static int ps_slots(dsim_optim_kind k)
+static int ps_slots(const dsim_optim_spec *o)
 {
-    return k == DSIM_OPTIM_ADAM ? 2 : k == DSIM_OPTIM_MOMENTUM ? 1 : 0;
+    return (int)dsim_optim_slots_per_param(o);
 }
 
 static size_t ps_msg_cap(size_t count, int slots)
@@ -167,7 +167,7 @@ static dsim_err ps_replica_init(dsim_replica_ctx *ctx)
     ps_client *c = ctx->priv;
     int P = ctx->shape.num_ps;
     c->nps = P;
-    c->slots = ps_slots(ctx->optim->kind);
+    c->slots = ps_slots(ctx->optim);
     c->first = calloc((size_t)P, sizeof *c->first);
     c->count = calloc((size_t)P, sizeof *c->count);
     c->version = calloc((size_t)P, sizeof *c->version);
@@ -466,7 +466,7 @@ static dsim_err ps_server_init(dsim_server_ctx *srv)
 {
     ps_server *p = srv->priv;
     int N = srv->shape.num_replicas;
-    p->slots = ps_slots(srv->optim->kind);
+    p->slots = ps_slots(srv->optim);
     dsim_strategy_shard_range(srv->n_params, srv->shape.num_ps, srv->server, &p->first, &p->count);
     size_t n = p->count ? p->count : 1;
     p->shard = calloc(n, sizeof(float));
