@@ -522,13 +522,14 @@ tp_msg *tp_msg_alloc(dsim_fabric *f, size_t len)
     int lo, hi;
     tp_spare_class(len, &lo, &hi);
     for (int i = lo; i < hi; i++) {
-        tp_msg *m = atomic_load_explicit(&f->spare[i], memory_order_relaxed);
-        if (!m || m->cap < len)
+        /* a kept buffer is read only once taken: another thread may take
+         * and free the one a look saw */
+        if (!atomic_load_explicit(&f->spare[i], memory_order_relaxed))
             continue;
-        m = atomic_exchange(&f->spare[i], NULL);
+        tp_msg *m = atomic_exchange(&f->spare[i], NULL);
         if (m && m->cap >= len)
             return m;
-        tp_msg_free(f, m); /* another thread's, swapped in meanwhile */
+        tp_msg_free(f, m); /* too small: kept again (or freed) */
     }
     tp_msg *m = malloc(sizeof *m + len);
     if (m)
