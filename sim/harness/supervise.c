@@ -34,8 +34,10 @@ static volatile sig_atomic_t hs_child_pid;
 
 static void hs_forward(int sig)
 {
+    int saved = errno; /* the handler may interrupt wait4, which reads it */
     if (hs_child_pid > 0)
         kill((pid_t)hs_child_pid, sig);
+    errno = saved;
 }
 
 static const char *hs_sig_text(int sig)
