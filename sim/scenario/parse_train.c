@@ -567,14 +567,10 @@ static dsim_err scen_schedule(const scen_ctx *c, const scen_map *om, dsim_optim_
         DSIM_CHECK(scen_int(c, m, LS_DSTEPS, 1, DSIM_SCEN_MAX_STEP, &ds));
         ls->decay_steps = (uint64_t)ds;
     }
-    if (ls->kind == DSIM_LR_EXPONENTIAL && !m->val[LS_RATE])
-        return scen_fail(c, m->at,
-                         "optimizer.schedule: exponential_decay needs decay_rate "
-                         "(e.g. 0.96)");
-    if (ls->kind == DSIM_LR_INVERSE_TIME && !m->val[LS_RATE])
-        return scen_fail(c, m->at,
-                         "optimizer.schedule: inverse_time_decay needs decay_rate "
-                         "(e.g. 0.5)");
+    if ((scen_sched_owner[LS_RATE] & LSK(v)) && !m->val[LS_RATE])
+        return scen_fail(c, m->at, "optimizer.schedule: %s needs decay_rate (e.g. %s)",
+                         dsim_lr_kind_name(ls->kind),
+                         ls->kind == DSIM_LR_EXPONENTIAL ? "0.96" : "0.5");
     DSIM_CHECK(scen_real(c, m, LS_RATE, 0, DSIM_SCEN_MAX_LR, ls->kind == DSIM_LR_EXPONENTIAL, false,
                          &ls->decay_rate));
     bool b = false;

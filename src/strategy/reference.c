@@ -462,11 +462,7 @@ static dsim_err ref_finish(ref_job *r, dsim_train_result *res)
     return DSIM_OK;
 }
 
-/* Following a run that kept its optimizer's slots: at step s = j * every
- * the replay's optimizer (and the second replay's) takes the run's slots
- * of row j, where the row holds them all (a whole model's optimizer, or
- * parts that cover it), so that its update starts from where the run's
- * did; else it keeps its own. */
+/* opt's state from a row of adam's m and v (n floats) at step s */
 static dsim_err ref_set_slots(dsim_optim *opt, const float *row, size_t n, uint64_t s)
 {
     size_t len = dsim_optim_state_len(opt);
@@ -484,6 +480,11 @@ static dsim_err ref_set_slots(dsim_optim *opt, const float *row, size_t n, uint6
     return e;
 }
 
+/* Following a run that kept its optimizer's slots: at step s = j * every
+ * the replay's optimizer (and the second replay's) takes the run's slots
+ * of row j, where the row holds them all (a whole model's optimizer, or
+ * parts that cover it), so that its update starts from where the run's
+ * did; else it keeps its own. */
 static dsim_err ref_follow_slots(ref_job *r, uint64_t s)
 {
     uint64_t every = r->cfg->trace_every > 1 ? r->cfg->trace_every : 1, j = s / every;
