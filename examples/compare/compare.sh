@@ -104,6 +104,12 @@ one softmax_adam_inverse_time '{kind: softmax}' \
 # step by the average of 3 steps' gradients, clipped by its global norm
 one mlp_adamw_accumulated '{kind: mlp, hidden: [8]}' \
     '{kind: adam, learning_rate: 0.05, weight_decay: 0.1, global_clipnorm: 0.5, gradient_accumulation_steps: 3}' "$npy"
+# Keras 3's RMSprop (epsilon inside the root; centered, with momentum:
+# three slots) and Adagrad (its accumulator starting at 0.1)
+one mlp_rmsprop '{kind: mlp, hidden: [8]}' '{kind: rmsprop, learning_rate: 0.01, epsilon: 0.001}' "$npy"
+one mlp_rmsprop_centered '{kind: mlp, hidden: [8]}' \
+    '{kind: rmsprop, learning_rate: 0.01, momentum: 0.5, centered: true, weight_decay: 0.1}' "$npy"
+one softmax_adagrad '{kind: softmax}' '{kind: adagrad, learning_rate: 0.2}' "$npy"
 # 2,400 steps of a ReLU MLP with Adam: float rounding (float32 sums in
 # dsim's order against NumPy's float64) is amplified until the two
 # trajectories part, and the ends differ by far more than 1e-6; with every

@@ -101,6 +101,10 @@ class Optimizer:
         self.m = np.zeros(n, np.float32)
         self.v = np.zeros(n, np.float32)
         self.acc = np.zeros(n, np.float32)  # gradient_accumulation_steps
+        self.mom = np.zeros(n, np.float32)  # rmsprop's momentum
+        self.avg = np.zeros(n, np.float32)  # rmsprop's average gradient (centered)
+        # adagrad's accumulator starts at initial_accumulator_value
+        self.ada = np.full(n, spec.get("initial_accumulator_value", 0.0), np.float32)
 
     def clip(self, g):
         """The manifest's optimizer.clip: Keras's global_clipnorm or clipvalue."""
@@ -178,6 +182,22 @@ class Optimizer:
             if s["nesterov"]:
                 return (w - (lr * g + lr * mo * self.accum)).astype(np.float32)
             return (w - lr * self.accum).astype(np.float32)
+        if s["kind"] == "rmsprop":  # Keras 3: epsilon inside the square root
+            rho, eps = f(s["rho"]), f(s["epsilon"])
+            self.v = rho * self.v + f(1.0 - s["rho"]) * (g * g)
+            if s["centered"]:
+                self.avg = rho * self.avg + f(1.0 - s["rho"]) * g
+                d = (self.v - self.avg * self.avg) + eps
+            else:
+                d = self.v + eps
+            inc = (lr * g) / np.sqrt(d)
+            if s["momentum"] > 0:
+                self.mom = f(s["momentum"]) * self.mom + inc
+                return (w - self.mom).astype(np.float32)
+            return (w - inc).astype(np.float32)
+        if s["kind"] == "adagrad":
+            self.ada = self.ada + g * g
+            return (w - (lr * g) / np.sqrt(self.ada + f(s["epsilon"]))).astype(np.float32)
         b1, b2, t = s["beta1"], s["beta2"], self.t
         lr64 = float(lr) if s.get("schedule") else s["learning_rate"]
         alpha = f(lr64 * np.sqrt(1 - b2**t) / (1 - b1**t))

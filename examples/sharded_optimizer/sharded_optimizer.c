@@ -47,7 +47,7 @@ typedef struct zero_replica {
     size_t n;        /* parameters of the model */
     size_t shard;    /* parameters of a shard: ceil(n / replicas) */
     size_t lo, len;  /* this replica's shard: [lo, lo + len) of the model, len <= shard */
-    size_t slots;    /* slot arrays of the optimizer: 0 (sgd), 1 (momentum), 2 (adam) */
+    size_t slots;    /* slot arrays of the optimizer: 0 (sgd) to 4 (dsim/optim.h) */
     float *padded;   /* replicas x shard floats: the gradient, then the parameters */
     float *mine;     /* shard floats: this replica's summed gradient */
 } zero_replica;

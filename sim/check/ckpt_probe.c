@@ -249,8 +249,11 @@ static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_resul
         }
     }
     shard = shard && missing > 0;
-    bool adam = kind == DSIM_OPTIM_ADAM;
-    const char *what = adam ? "Adam's moments" : "the momentum", *verb_s = adam ? "" : "s";
+    const char *what = kind == DSIM_OPTIM_ADAM      ? "Adam's moments"
+                       : kind == DSIM_OPTIM_RMSPROP ? "RMSprop's averages"
+                       : kind == DSIM_OPTIM_ADAGRAD ? "Adagrad's accumulators"
+                                                    : "the momentum";
+    const char *verb_s = kind == DSIM_OPTIM_MOMENTUM ? "s" : "";
     if (zero) {
         dsim_check_msg_append(msg, cap,
                               "save() must copy the optimizer's slots (out->optim_state): "

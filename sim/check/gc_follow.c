@@ -2,7 +2,8 @@
  * beyond tolerance of the one-device reference, one device replays it from
  * the run's own variables, step by step or span by span, and each step or
  * span is judged on its own, so that float rounding amplified over many
- * steps is told from an error. Under adam the gradients the run applied
+ * steps is told from an error. Under an adaptive optimizer (adam,
+ * rmsprop, adagrad: dsim_optim_is_adaptive) the gradients the run applied
  * (and, in spans, the optimizer's slots) are judged too. The check's other
  * judgements are in gradient_consistency.c. */
 #include <inttypes.h>
@@ -136,7 +137,8 @@ bool gc_follow(const dsim_check_ctx *ctx, const dsim_train_result *r, double max
     memset(fo, 0, sizeof *fo);
     fo->every = every;
     /* the first steps of the spans, where the replay stands where the run
-     * stood, by their gradients (a run under adam keeps them) */
+     * stood, by their gradients (a run under an adaptive optimizer keeps
+     * them) */
     if (r->trace_grad && f.follow_grad_dist) {
         gc_follow_rows(fo, f.follow_grad_dist, f.follow_grad_ulps, f.follow_grad_norm,
                        r->trace_grad_rows, max_rel);
@@ -164,11 +166,11 @@ bool gc_follow(const dsim_check_ctx *ctx, const dsim_train_result *r, double max
                                        f.follow_grad_norm[fo->first], f.follow_grad_dist[fo->first])
                       : NAN;
     }
-    /* Under adam without gradients, kept every k > 1 steps: two right
-     * replays part inside a span (adam turns the rounding of a near-zero
+    /* Under an adaptive optimizer without gradients, kept every k > 1
+     * steps: two right replays part inside a span (adam turns the rounding of a near-zero
      * gradient into a whole step), so the spans' updates are judged by the
      * bound below alone, not within max_rel */
-    fo->spans_only = !fo->grads && every > 1 && ctx->cfg->optim.kind == DSIM_OPTIM_ADAM;
+    fo->spans_only = !fo->grads && every > 1 && dsim_optim_is_adaptive(&ctx->cfg->optim);
     if (!fo->grads && !fo->spans_only)
         gc_follow_rows(fo, f.follow_dist, f.follow_ulps, f.follow_path, rows, max_rel);
     /* and the updates: step by step within max_rel (the replay's slots
@@ -185,7 +187,7 @@ bool gc_follow(const dsim_check_ctx *ctx, const dsim_train_result *r, double max
          * Where the run's spans are beyond it, a second replay, summing the
          * replicas' batches' gradients as an all-reduce does, measures how
          * far right replays part here; the bound is twice the widest */
-        if (fo->span_bad && every > 1 && ctx->cfg->optim.kind == DSIM_OPTIM_ADAM) {
+        if (fo->span_bad && every > 1 && dsim_optim_is_adaptive(&ctx->cfg->optim)) {
             dsim_train_cfg rc2 = rc;
             rc2.follow_parting = true;
             dsim_train_result f2;
@@ -262,8 +264,8 @@ bool gc_steps_right(const dsim_check_ctx *ctx, char *msg, size_t cap)
         dsim_check_msg(msg, cap,
                        "each span of %" PRIu32 " steps' update is within %s of one "
                        "device's from the run's own variables (%" PRIu64
-                       " spans; under adam, its gradients not kept: dsim_optim_set_part)",
-                       fo.every, bound, fo.spans);
+                       " spans; under %s, its gradients not kept: dsim_optim_set_part)",
+                       fo.every, bound, fo.spans, dsim_optim_kind_name(ctx->cfg->optim.kind));
     else if (fo.grads)
         dsim_check_msg(msg, cap,
                        "the gradient every step applied and its update equal one device's at "

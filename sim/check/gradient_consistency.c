@@ -295,6 +295,14 @@ static bool gc_near(double x, double y)
 
 /* What a ratio k of the run's update to the reference's means, with n
  * replicas in sync; NULL when it means nothing in particular. */
+/* Keras's class name of the optimizer (Adam, RMSprop, Adagrad, ...) */
+static const char *gc_optim_title(const dsim_optim_spec *os)
+{
+    static const char *const t[DSIM_OPTIM_KIND_COUNT] = {"SGD", "SGD with momentum", "Adam",
+                                                         "RMSprop", "Adagrad"};
+    return (unsigned)os->kind < DSIM_OPTIM_KIND_COUNT ? t[os->kind] : "the optimizer";
+}
+
 const char *gc_ratio_meaning(double k, int n)
 {
     if (n > 1 && gc_near(k, 1.0 / n))
@@ -443,8 +451,15 @@ static void gc_msg_differ(char *msg, size_t cap, const dsim_train_result *r,
  * max_rel (fails, the factor named, where it is not); the rest is not
  * judged (N/A, the message says why and what would have it judged). */
 static void gc_untraced(const dsim_train_result *r, const dsim_train_result *ref, double max_rel,
-                        double m, size_t worst, bool adam, dsim_check_result *out)
+                        double m, size_t worst, const dsim_optim_spec *os, dsim_check_result *out)
 {
+    const bool adaptive = dsim_optim_is_adaptive(os);
+    const size_t slots = dsim_optim_rule_slots(os);
+    char also[120] = "";
+    static const char *const count[] = {"no", "one", "two", "three", "four"};
+    if (adaptive && slots < sizeof count / sizeof count[0])
+        snprintf(also, sizeof also, " (and under %s its gradient and %s slot%s)",
+                 dsim_optim_kind_name(os->kind), count[slots], slots == 1 ? "" : "s");
     char *msg = out->message;
     size_t cap = sizeof out->message, P = r->n_params;
     double g = r->grad_norm ? r->grad_norm[0] : NAN, g1 = ref->grad_norm ? ref->grad_norm[0] : NAN;
@@ -480,11 +495,11 @@ static void gc_untraced(const dsim_train_result *r, const dsim_train_result *ref
                    "more than the %" PRIu64
                    " floats dsim keeps of a step, so no step can be replayed from the run's own "
                    "variables: a difference this large can be float rounding amplified over the "
-                   "steps (a model with kinks, adam, a large learning rate) as well as an error "
-                   "of the strategy.%s The same job on a model of at most %" PRIu64
-                   " parameters (%" PRIu64 " under adam) has its steps judged",
-                   m, worst, P, adam ? " (and under adam its gradient and two slots)" : "",
-                   DSIM_CHECK_TRACE_MAX, step0, DSIM_CHECK_TRACE_MAX, DSIM_CHECK_TRACE_MAX / 4);
+                   "steps (a model with kinks, an adaptive optimizer, a large learning rate) as "
+                   "well as an error of the strategy.%s The same job on a model of at most "
+                   "%" PRIu64 " parameters has its steps judged",
+                   m, worst, P, also, DSIM_CHECK_TRACE_MAX, step0,
+                   DSIM_CHECK_TRACE_MAX / (adaptive ? 2 + slots : 1));
 }
 
 /* Row k's update of a trace: after[k] - before[k] (a trace kept every k
@@ -886,19 +901,24 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         out->passed = false;
         return DSIM_OK;
     }
-    /* a gradient off by a constant factor that the optimizer hid (Adam),
-     * or, where the variables differ a little, the cause of that */
+    /* a gradient off by a constant factor that the optimizer hid (an
+     * adaptive one), or, where the variables differ a little, the cause of
+     * that */
     double scale_k = 1.0;
     uint64_t scale_n = 0;
     const dsim_optim_spec *os = &ctx->cfg->optim;
-    bool scaled = (out->passed || os->kind == DSIM_OPTIM_ADAM) &&
+    bool scaled = (out->passed || dsim_optim_is_adaptive(os)) &&
                   gc_grad_scale(r, ref, max_rel, &scale_k, &scale_n);
     if (scaled) {
         const char *meaning = gc_ratio_meaning(scale_k, r->num_replicas);
-        const char *hid = os->kind == DSIM_OPTIM_ADAM
-                              ? "Adam's update hardly depends on the gradient's scale, so the "
-                                "variables show it only where its epsilon counts"
-                              : "the optimizer's update hid it from the variables";
+        char hid[200];
+        if (dsim_optim_is_adaptive(os))
+            snprintf(hid, sizeof hid,
+                     "%s's update hardly depends on the gradient's scale, so the variables "
+                     "show it only where its epsilon counts",
+                     gc_optim_title(os));
+        else
+            snprintf(hid, sizeof hid, "the optimizer's update hid it from the variables");
         char s[600];
         dsim_check_msg(s, sizeof s,
                        "the gradient the strategy applies is %.3g times the one-device "
@@ -952,10 +972,10 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                                   r->first_step);
         /* a model whose one step's variables (and gradients) the harness
          * could not keep */
-        bool adam = os->kind == DSIM_OPTIM_ADAM;
+        size_t rows = dsim_optim_is_adaptive(os) ? 2 + dsim_optim_rule_slots(os) : 1;
         if (!r->trace && r->first_step == 0 && at == 0 && !drift &&
-            r->n_params > DSIM_CHECK_TRACE_MAX / (adam ? 4 : 1)) {
-            gc_untraced(r, ref, max_rel, m, worst, adam, out);
+            r->n_params > DSIM_CHECK_TRACE_MAX / rows) {
+            gc_untraced(r, ref, max_rel, m, worst, os, out);
             return DSIM_OK;
         }
         /* One device replays the run step by step from the run's own
@@ -977,6 +997,7 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             out->passed = true;
             out->measured = fo.worst;
             char where[64], kept[200] = "", judged[1000], who[160], bound[300];
+            const char *okind = dsim_optim_kind_name(os->kind);
             gc_grad_who(&fo, r->n_params, who, sizeof who);
             gc_span_bound_words(&fo, bound, sizeof bound);
             if (fo.grads && fo.every > 1)
@@ -986,22 +1007,22 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                                " steps compared, the first of every span of %" PRIu32
                                " (worst %.3g relative beyond 2 ulps, at global step %" PRIu64
                                "), and each span's update within %s of one device's "
-                               "(worst %.3g of its path; under adam two right replays part "
-                               "within a span, as adam turns the rounding of near-zero "
+                               "(worst %.3g of its path; under %s two right replays part "
+                               "within a span, as %s turns the rounding of near-zero "
                                "gradients into whole steps",
                                who, fo.rows, fo.every, fo.worst, fo.at * fo.every, bound,
-                               fo.span_worst);
+                               fo.span_worst, okind, okind);
             else if (fo.spans_only)
                 dsim_check_msg(judged, sizeof judged,
                                "each span's update within %s of one device's from the "
                                "run's own variables (worst %.3g of its path, %" PRIu64
-                               " spans of %" PRIu32 " steps replayed; under adam two right "
-                               "replays part within a span, as adam turns the rounding of "
+                               " spans of %" PRIu32 " steps replayed; under %s two right "
+                               "replays part within a span, as %s turns the rounding of "
                                "near-zero gradients into whole steps, and the run's gradients "
                                "were not kept: its optimizer updates a part of the model without "
                                "saying which, dsim_optim_set_part, so an error of less than half "
                                "a step inside a span is not judged",
-                               bound, fo.span_worst, fo.spans, fo.every);
+                               bound, fo.span_worst, fo.spans, fo.every, okind, okind);
             else if (fo.grads)
                 dsim_check_msg(judged, sizeof judged,
                                "the gradient %s applied and its update equal to one "
@@ -1060,14 +1081,27 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             size_t had = at + (n > 0 ? (size_t)n : 0);
             if (had >= sizeof why)
                 had = sizeof why - 1;
+            /* every step off from the first: the optimizer's state, not its
+             * gradient, may be what differs from the start (Adagrad's
+             * accumulators, which start at initial_accumulator_value) */
+            char slots[300] = "";
+            if (fo.span_first == 0 && fo.span_bad == fo.spans && dsim_optim_rule_slots(os) > 0)
+                snprintf(slots, sizeof slots,
+                         "; or, every step being off from the run's first, the optimizer's "
+                         "slots not where the run started them: create_variables must start "
+                         "the optimizer from init->optim_state%s",
+                         os->kind == DSIM_OPTIM_ADAGRAD
+                             ? " (Adagrad's accumulators start at initial_accumulator_value, "
+                               "not at 0)"
+                             : "");
             if (fo.every == 1)
                 dsim_check_msg(why + had, sizeof why - had,
                                "%" PRIu64 " of %" PRIu64 " steps' updates differ from the run's "
                                "beyond max_rel_error %.3g (and 2 ulps of the variables), from "
                                "%s (worst %.3g of the update, at %s): an update that does not "
                                "follow from its gradient (applied twice, or not at all, or "
-                               "changed after it)",
-                               fo.span_bad, fo.spans, max_rel, first, fo.span_worst, sat);
+                               "changed after it)%s",
+                               fo.span_bad, fo.spans, max_rel, first, fo.span_worst, sat, slots);
             else
                 dsim_check_msg(why + had, sizeof why - had,
                                "%" PRIu64 " of %" PRIu64 " spans of %" PRIu32
@@ -1083,7 +1117,7 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             out->measured = fmax(m, fo.span_worst);
         } else if (followed && fo.grads && fo.n_bad > 0) {
             char who[160];
-            /* judged directly by the gradients: under adam the updates'
+            /* judged directly by the gradients: under an adaptive optimizer the updates'
              * diagnosis (from the reference's trajectory) is not to be
              * trusted, only what the skips said */
             dsim_check_msg(why + at, sizeof why - at,

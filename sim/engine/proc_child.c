@@ -253,7 +253,9 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
     if (res.trace_grad && e == DSIM_OK) {
         size_t P = res.n_params;
         pr_send_rows(&c, PR_GRADS, res.trace_grad, res.trace_grad_rows, P, P);
-        pr_send_rows(&c, PR_SLOTS, res.trace_slots, res.trace_grad_rows, 2 * P, P);
+        /* a row of the optimizer's rule slots (adam's m and v) */
+        pr_send_rows(&c, PR_SLOTS, res.trace_slots, res.trace_grad_rows,
+                     dsim_optim_rule_slots(&cfg->optim) * P, P);
     }
     if (res.initial_params && e == DSIM_OK)
         pr_send(&c, PR_INITIAL, res.initial_params, res.n_params * sizeof(float));

@@ -365,7 +365,8 @@ void pr_record(pr_job *j, pr_task *t, uint32_t type, const unsigned char *b, siz
         pr_rec_rows(&j->grads, &j->grads_len, j->res->n_params, b, n);
         break;
     case PR_SLOTS:
-        pr_rec_rows(&j->slots, &j->slots_len, 2 * j->res->n_params, b, n);
+        pr_rec_rows(&j->slots, &j->slots_len,
+                    dsim_optim_rule_slots(&j->cfg->optim) * j->res->n_params, b, n);
         break;
     case PR_INITIAL:
         pr_rec_vars(&j->initial, j, b, n);
@@ -557,7 +558,8 @@ static void pr_merge_vars(pr_job *j, size_t S)
         res->trace_grad = j->grads;
         res->trace_grad_rows = (S + every - 1) / every;
         j->grads = NULL;
-        if (j->slots && j->slots_len == res->trace_grad_rows * 2 * P) {
+        if (j->slots &&
+            j->slots_len == res->trace_grad_rows * dsim_optim_rule_slots(&j->cfg->optim) * P) {
             res->trace_slots = j->slots;
             j->slots = NULL;
         }

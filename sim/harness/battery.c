@@ -136,6 +136,32 @@ static const dsim_conf_case conf_battery[] = {
      .data = "{task: classification, examples: 150, features: 4, classes: 3, files: 3, "
              "global_batch: 16, epochs: 2}",
      .expect = CONF_CHECKS},
+    {.name = "rmsprop",
+     .about = "RMSprop, centered and with momentum (three slots) on 2 x 2, an mlp of 63 "
+              "parameters",
+     .hosts = 2,
+     .devices_per_host = 2,
+     .engines = "threads",
+     .model = "{kind: mlp, hidden: [6]}",
+     .optimizer = "{kind: rmsprop, learning_rate: 0.01, momentum: 0.5, centered: true}",
+     .data = "{task: classification, examples: 150, features: 6, classes: 3, files: 3, "
+             "global_batch: 18, epochs: 2}",
+     .expect = CONF_CHECKS},
+    {.name = "adagrad_restart",
+     .about = "Adagrad (accumulators start at 0.1, not 0), a checkpoint every 3 steps, "
+              "preempted after step 7: a restore must take the saved accumulators",
+     .hosts = 2,
+     .devices_per_host = 2,
+     .engines = "threads",
+     .needs = DSIM_CONF_SYNC | DSIM_CONF_SAVE,
+     .model = "{kind: softmax}",
+     .optimizer = "{kind: adagrad, learning_rate: 0.1}",
+     .data = "{task: classification, examples: 200, features: 5, classes: 3, files: 4, "
+             "global_batch: 16, epochs: 2}",
+     .checkpoint = "every: 3",
+     .faults = "[{what: preempt, at_step: 7, grace_steps: 1}]",
+     .recovery = "restart",
+     .expect = "{checkpoint_roundtrip: {}, gradient_consistency: {}, node_loss: {}}"},
     {.name = "global_clipnorm",
      .about = "momentum with Keras's global_clipnorm on 2 x 3, acting on every step",
      .hosts = 2,

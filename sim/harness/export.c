@@ -154,6 +154,17 @@ static const char *ex_optim_rule(dsim_optim_kind k)
     case DSIM_OPTIM_MOMENTUM:
         return "accum = momentum * accum + g; w -= lr * accum; nesterov: w -= lr * g + lr * "
                "momentum * accum (TensorFlow's ApplyMomentum; float32). Slots: [accum: n_params]";
+    case DSIM_OPTIM_RMSPROP:
+        return "v = float32(rho) * v + float32(1 - rho) * (g*g); centered: a = float32(rho) * a + "
+               "float32(1 - rho) * g, d = (v - a*a) + epsilon, else d = v + epsilon; inc = (lr * "
+               "g) / sqrt(d); momentum > 0: mom = float32(momentum) * mom + inc, w -= mom, else w "
+               "-= inc: Keras 3's RMSprop, epsilon INSIDE the square root (float32). Slots: "
+               "[velocity: n_params], then [momentum: n_params] when momentum > 0, then "
+               "[average_gradient: n_params] when centered";
+    case DSIM_OPTIM_ADAGRAD:
+        return "acc = acc + g*g; w -= (lr * g) / sqrt(acc + epsilon): Keras 3's Adagrad "
+               "(float32), acc starting at float32(initial_accumulator_value). Slots: "
+               "[accumulator: n_params]";
     default:
         return "t counts steps from 1; alpha = lr * sqrt(1 - beta2^t) / (1 - beta1^t) in double, "
                "rounded to float32 once a step; m += (g - m) * (1 - beta1); v += (g*g - v) * (1 - "
@@ -289,6 +300,12 @@ static json_t *ex_optim_json(const dsim_optim_spec *o)
         json_object_set_new(j, "schedule", sched);
     else
         json_decref(sched);
+    if (j && o->kind == DSIM_OPTIM_RMSPROP)
+        json_object_update_new(
+            j, json_pack("{s:f, s:b}", "rho", o->rho, "centered", o->centered != 0));
+    if (j && o->kind == DSIM_OPTIM_ADAGRAD)
+        json_object_set_new(j, "initial_accumulator_value",
+                            json_real(o->initial_accumulator_value));
     if (j && o->gradient_accumulation_steps > 1)
         json_object_update_new(
             j, json_pack("{s:i, s:s}", "gradient_accumulation_steps",

@@ -108,6 +108,13 @@ json_t *h_config_json(const dsim_scenario *s)
     if (cfg && c->optim.gradient_accumulation_steps > 1)
         json_object_set_new(json_object_get(cfg, "optimizer"), "gradient_accumulation_steps",
                             json_integer(c->optim.gradient_accumulation_steps));
+    if (cfg && c->optim.kind == DSIM_OPTIM_RMSPROP)
+        json_object_update_new(
+            json_object_get(cfg, "optimizer"),
+            json_pack("{s:f, s:b}", "rho", c->optim.rho, "centered", c->optim.centered != 0));
+    if (cfg && c->optim.kind == DSIM_OPTIM_ADAGRAD)
+        json_object_set_new(json_object_get(cfg, "optimizer"), "initial_accumulator_value",
+                            json_real(c->optim.initial_accumulator_value));
     h_config_source(s, cfg);
     return cfg;
 }

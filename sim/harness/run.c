@@ -34,9 +34,9 @@
 /* Whether to keep the variables of the run and of the reference step by
  * step: gradient_consistency explains a difference from them (how the
  * updates compare). Every step's when they fit in H_TRACE_MAX floats each,
- * else every k-th step's, the least k for which they fit (under adam a
- * row of gradients too, and where k > 1 two of the optimizer's slots:
- * h_trace_grads).
+ * else every k-th step's, the least k for which they fit (under an
+ * adaptive optimizer a row of gradients too, and where k > 1 the rule's
+ * slots: h_trace_grads).
  * 8 Mi floats (32 MiB): the 1024 x 100 MLP of scenarios/scale is kept
  * every step. */
 #define H_TRACE_MAX DSIM_CHECK_TRACE_MAX
@@ -79,11 +79,12 @@ typedef struct h_ctx {
 } h_ctx;
 
 /* Whether the trace also keeps replica 0's gradient at each span's first
- * step (cfg.record_grads): under adam, whose updates gradient_consistency
- * judges by their gradients (docs/checks.md). */
+ * step (cfg.record_grads): under an adaptive optimizer (adam, rmsprop,
+ * adagrad), whose updates gradient_consistency judges by their gradients
+ * (docs/checks.md). */
 static bool h_trace_grads(const dsim_train_cfg *cfg)
 {
-    return cfg->optim.kind == DSIM_OPTIM_ADAM;
+    return dsim_optim_is_adaptive(&cfg->optim) != 0;
 }
 
 /* 0: no trace; else keep it every that many steps. */
@@ -96,12 +97,13 @@ static uint32_t h_trace_every(const dsim_scenario *s, const dsim_train_cfg *cfg)
         m.in_dim = cfg->data.in_dim;
         m.out_dim = cfg->data.out_dim;
     }
-    uint64_t steps = dsim_train_cfg_steps(cfg), n = dsim_model_num_params(&m);
-    /* under adam a row of variables and one of gradients; where they are
-     * not kept every step, two of adam's slots too, so that the replay
-     * starts each span from the run's optimizer state */
-    if (h_trace_grads(cfg) && (n *= 2) * steps > H_TRACE_MAX)
-        n *= 2;
+    uint64_t steps = dsim_train_cfg_steps(cfg), n1 = dsim_model_num_params(&m), n = n1;
+    /* under an adaptive optimizer a row of variables and one of gradients;
+     * where they are not kept every step, the rule's slots too (adam's
+     * two), so that the replay starts each span from the run's optimizer
+     * state */
+    if (h_trace_grads(cfg) && (n = 2 * n1) * steps > H_TRACE_MAX)
+        n = (2 + dsim_optim_rule_slots(&cfg->optim)) * n1;
     if (!steps || !n || n > H_TRACE_MAX)
         return 0;
     uint64_t every = (steps + H_TRACE_MAX / n - 1) / (H_TRACE_MAX / n);

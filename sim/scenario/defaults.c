@@ -12,9 +12,11 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
 {
     dsim_train_cfg t;
     dsim_train_cfg_init(&t);
-    dsim_optim_spec mom, adam;
+    dsim_optim_spec mom, adam, rms, ada;
     dsim_optim_spec_default(&mom, DSIM_OPTIM_MOMENTUM);
     dsim_optim_spec_default(&adam, DSIM_OPTIM_ADAM);
+    dsim_optim_spec_default(&rms, DSIM_OPTIM_RMSPROP);
+    dsim_optim_spec_default(&ada, DSIM_OPTIM_ADAGRAD);
     const dsim_network_preset *net = dsim_network_preset_find(DSIM_SCENARIO_DEF_PRESET);
     char lat[32], bw[32], tmo[32], hint[32], htmo[32], presets[256], algos[256];
     dsim_unit_format_duration(net->latency_ns, lat, sizeof lat);
@@ -67,13 +69,16 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
         "  loss: auto                   # auto | mse | xent\n"
         "\n"
         "optimizer:\n"
-        "  kind: %s\n"
-        "  learning_rate: %g          # momentum: %g, adam: %g\n"
-        "  # momentum: %g              # momentum only\n"
+        "  kind: %s                    # sgd | momentum | adam | rmsprop | adagrad\n"
+        "  learning_rate: %g          # momentum: %g, adam, rmsprop, adagrad: %g\n"
+        "  # momentum: %g              # momentum (rmsprop: %g)\n"
         "  # nesterov: false            # momentum only\n"
         "  # beta1: %g                 # adam only\n"
         "  # beta2: %g               # adam only\n"
-        "  # epsilon: %g             # adam only\n"
+        "  # epsilon: %g             # adam, rmsprop, adagrad\n"
+        "  # rho: %g                   # rmsprop only\n"
+        "  # centered: false            # rmsprop only\n"
+        "  # initial_accumulator_value: %g   # adagrad only\n"
         "  # global_clipnorm: 1.0       # clip the all-reduced gradient to this norm\n"
         "  # clipvalue: 0.5             # or each element into [-0.5, 0.5] (one of the two)\n"
         "  # weight_decay: 0.004        # decoupled, as Keras's AdamW: w -= w * 0.004 * lr\n"
@@ -109,11 +114,12 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
         net->name, presets, lat, bw, DSIM_SCENARIO_DEF_STRATEGY, dsim_algo_name(t.communication),
         dsim_algo_list(algos, sizeof algos, 1, " | ", " | "), dsim_ps_mode_name(t.ps_mode), tmo,
         hint, htmo, DSIM_SCENARIO_DEF_HEALTH_RETRIES, DSIM_SCENARIO_DEF_HIDDEN,
-        dsim_optim_kind_name(t.optim.kind), t.optim.lr, mom.lr, adam.lr, mom.momentum, adam.beta1,
-        adam.beta2, adam.epsilon, DSIM_SCENARIO_DEF_EXAMPLES, DSIM_SCENARIO_DEF_FEATURES,
-        DSIM_SCENARIO_DEF_CLASSES, DSIM_SCENARIO_DEF_NOISE, DSIM_SCENARIO_DEF_FILES,
-        dsim_shard_policy_name(t.shard), dsim_shard_hint_name(t.hint), (long long)t.global_batch,
-        t.epochs, t.shuffle ? "true" : "false", t.drop_remainder ? "true" : "false",
+        dsim_optim_kind_name(t.optim.kind), t.optim.lr, mom.lr, adam.lr, mom.momentum, rms.momentum,
+        adam.beta1, adam.beta2, adam.epsilon, rms.rho, ada.initial_accumulator_value,
+        DSIM_SCENARIO_DEF_EXAMPLES, DSIM_SCENARIO_DEF_FEATURES, DSIM_SCENARIO_DEF_CLASSES,
+        DSIM_SCENARIO_DEF_NOISE, DSIM_SCENARIO_DEF_FILES, dsim_shard_policy_name(t.shard),
+        dsim_shard_hint_name(t.hint), (long long)t.global_batch, t.epochs,
+        t.shuffle ? "true" : "false", t.drop_remainder ? "true" : "false",
         DSIM_SCENARIO_DEF_CKPT_EVERY, DSIM_SCENARIO_DEF_RECOVERY);
     if (w < 0)
         return DSIM_ERR(DSIM_EIO, -1, "writing the default scenario failed");

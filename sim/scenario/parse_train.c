@@ -19,8 +19,11 @@ static const scen_name scen_model_kinds[] = {
     {"linear", DSIM_MODEL_LINEAR}, {"softmax", DSIM_MODEL_SOFTMAX}, {"mlp", DSIM_MODEL_MLP}};
 static const scen_name scen_losses[] = {
     {"auto", DSIM_LOSS_AUTO}, {"mse", DSIM_LOSS_MSE}, {"xent", DSIM_LOSS_XENT}};
-static const scen_name scen_optims[] = {
-    {"sgd", DSIM_OPTIM_SGD}, {"momentum", DSIM_OPTIM_MOMENTUM}, {"adam", DSIM_OPTIM_ADAM}};
+static const scen_name scen_optims[] = {{"sgd", DSIM_OPTIM_SGD},
+                                        {"momentum", DSIM_OPTIM_MOMENTUM},
+                                        {"adam", DSIM_OPTIM_ADAM},
+                                        {"rmsprop", DSIM_OPTIM_RMSPROP},
+                                        {"adagrad", DSIM_OPTIM_ADAGRAD}};
 static const scen_name scen_tasks[] = {{"classification", DSIM_DATA_CLASSIFICATION},
                                        {"regression", DSIM_DATA_REGRESSION}};
 static const scen_name scen_policies[] = {{"off", DSIM_SHARD_OFF},
@@ -50,6 +53,9 @@ enum {
     O_CLIPNORM,
     O_SCHED,
     O_ACCUM,
+    O_RHO,
+    O_CENTERED,
+    O_IAV,
     O_N
 };
 static const char *const scen_optim_keys[O_N] = {"kind",
@@ -64,7 +70,10 @@ static const char *const scen_optim_keys[O_N] = {"kind",
                                                  "weight_decay",
                                                  "clipnorm",
                                                  "schedule",
-                                                 "gradient_accumulation_steps"};
+                                                 "gradient_accumulation_steps",
+                                                 "rho",
+                                                 "centered",
+                                                 "initial_accumulator_value"};
 
 /* optimizer.schedule: Keras's learning-rate schedules (dsim/optim.h) */
 enum {
@@ -606,22 +615,30 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
     int v = DSIM_OPTIM_SGD;
     DSIM_CHECK(scen_enum(c, m, O_KIND, "an optimizer", scen_optims, SCEN_N(scen_optims), &v));
     dsim_optim_spec_default(o, (dsim_optim_kind)v);
+    /* the keys of some kinds only: the kinds that use each */
+#define OK_(k) (1u << (k))
     static const struct {
         int key;
-        dsim_optim_kind kind;
-    } own[] = {{O_MOMENTUM, DSIM_OPTIM_MOMENTUM},
-               {O_NESTEROV, DSIM_OPTIM_MOMENTUM},
-               {O_BETA1, DSIM_OPTIM_ADAM},
-               {O_BETA2, DSIM_OPTIM_ADAM},
-               {O_EPSILON, DSIM_OPTIM_ADAM}};
+        unsigned kinds;
+        const char *who;
+    } own[] = {
+        {O_MOMENTUM, OK_(DSIM_OPTIM_MOMENTUM) | OK_(DSIM_OPTIM_RMSPROP), "momentum and rmsprop"},
+        {O_NESTEROV, OK_(DSIM_OPTIM_MOMENTUM), "momentum"},
+        {O_BETA1, OK_(DSIM_OPTIM_ADAM), "adam"},
+        {O_BETA2, OK_(DSIM_OPTIM_ADAM), "adam"},
+        {O_EPSILON, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_RMSPROP) | OK_(DSIM_OPTIM_ADAGRAD),
+         "adam, rmsprop and adagrad"},
+        {O_RHO, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
+        {O_CENTERED, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
+        {O_IAV, OK_(DSIM_OPTIM_ADAGRAD), "adagrad"}};
+#undef OK_
     for (size_t i = 0; i < SCEN_N(own); i++)
-        if (m->val[own[i].key] && o->kind != own[i].kind)
+        if (m->val[own[i].key] && !(own[i].kinds & (1u << o->kind)))
             return scen_fail(c, m->key[own[i].key],
-                             "optimizer.%s: only %s uses %s, but optimizer.kind is %s; remove "
-                             "it or set kind: %s",
-                             scen_optim_keys[own[i].key], dsim_optim_kind_name(own[i].kind),
-                             scen_optim_keys[own[i].key], dsim_optim_kind_name(o->kind),
-                             dsim_optim_kind_name(own[i].kind));
+                             "optimizer.%s: only %s use%s it, but optimizer.kind is %s; remove "
+                             "it or change kind",
+                             scen_optim_keys[own[i].key], own[i].who,
+                             strchr(own[i].who, ' ') ? "" : "s", dsim_optim_kind_name(o->kind));
     /* 0 only where a cosine_decay warmup starts (checked with the schedule) */
     DSIM_CHECK(scen_real(c, m, O_LR, 0, DSIM_SCEN_MAX_LR, false, false, &o->lr));
     DSIM_CHECK(scen_real(c, m, O_MOMENTUM, 0, 1, false, true, &o->momentum));
@@ -631,6 +648,12 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_real(c, m, O_BETA1, 0, 1, false, true, &o->beta1));
     DSIM_CHECK(scen_real(c, m, O_BETA2, 0, 1, false, true, &o->beta2));
     DSIM_CHECK(scen_real(c, m, O_EPSILON, 0, 1, true, false, &o->epsilon));
+    DSIM_CHECK(scen_real(c, m, O_RHO, 0, 1, false, true, &o->rho));
+    bool centered = o->centered != 0;
+    DSIM_CHECK(scen_bool(c, m, O_CENTERED, &centered));
+    o->centered = centered;
+    DSIM_CHECK(
+        scen_real(c, m, O_IAV, 0, DSIM_SCEN_MAX_IAV, false, false, &o->initial_accumulator_value));
     /* Keras's clipping arguments (dsim/optim.h): one at most */
     DSIM_CHECK(scen_real(c, m, O_CLIPVALUE, 0, DSIM_SCEN_MAX_CLIP, true, false, &o->clipvalue));
     DSIM_CHECK(

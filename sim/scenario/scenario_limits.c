@@ -105,6 +105,8 @@ void dsim_scenario_limits_write(FILE *out)
             "one of the two |\n",
             DSIM_SCEN_MAX_CLIP);
     fprintf(out, "| `optimizer.weight_decay` | 0 .. %.0f | 0: off |\n", DSIM_SCEN_MAX_WD);
+    fprintf(out, "| `optimizer.initial_accumulator_value` | 0 .. %.0f | adagrad |\n",
+            DSIM_SCEN_MAX_IAV);
     fprintf(out, "| `optimizer.gradient_accumulation_steps` | 0 .. %d | 0 or 1: off |\n",
             DSIM_OPTIM_MAX_ACCUMULATION);
     fprintf(out,

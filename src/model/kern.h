@@ -73,6 +73,10 @@ typedef struct kern_ops {
                      int nesterov);
     void (*adam)(float *p, float *m, float *v, const float *g, size_t n, float alpha, float omb1,
                  float omb2, float eps);
+    /* mom NULL: no momentum; avg NULL: not centered */
+    void (*rmsprop)(float *p, float *v, float *mom, float *avg, const float *g, size_t n, float lr,
+                    float rho, float omr, float momentum, float eps);
+    void (*adagrad)(float *p, float *acc, const float *g, size_t n, float lr, float eps);
 } kern_ops;
 
 /* The table in use: the fastest the CPU runs, or the one chosen with

@@ -508,6 +508,69 @@ KB_ATTR static void KB(adam)(float *p, float *m, float *v, const float *g, size_
     }
 }
 
+/* Keras 3's RMSprop, operand for operand: v = rho v + omr g^2; centered
+ * a = rho a + omr g, d = (v - a^2) + eps, else d = v + eps; inc = (lr g) /
+ * sqrt(d); with momentum m = momentum m + inc, p -= m; else p -= inc. */
+KB_ATTR static void KB(rmsprop)(float *p, float *v, float *mom, float *avg, const float *g,
+                                size_t n, float lr, float rho, float omr, float momentum, float eps)
+{
+    size_t k = 0;
+    for (; k + KB_WS <= n; k += KB_WS) {
+        KVS gk = KB(lds)(g + k);
+        KVS vk = rho * KB(lds)(v + k) + omr * (gk * gk), dk;
+        KB(sts)(v + k, vk);
+        if (avg) {
+            KVS ak = rho * KB(lds)(avg + k) + omr * gk;
+            KB(sts)(avg + k, ak);
+            dk = (vk - ak * ak) + eps;
+        } else {
+            dk = vk + eps;
+        }
+        KVS inc = (lr * gk) / KB_SQRTS(dk);
+        if (mom) {
+            KVS mk = momentum * KB(lds)(mom + k) + inc;
+            KB(sts)(mom + k, mk);
+            KB(sts)(p + k, KB(lds)(p + k) - mk);
+        } else {
+            KB(sts)(p + k, KB(lds)(p + k) - inc);
+        }
+    }
+    for (; k < n; k++) {
+        float gk = g[k], dk;
+        v[k] = rho * v[k] + omr * (gk * gk);
+        if (avg) {
+            avg[k] = rho * avg[k] + omr * gk;
+            dk = (v[k] - avg[k] * avg[k]) + eps;
+        } else {
+            dk = v[k] + eps;
+        }
+        float inc = (lr * gk) / sqrtf(dk);
+        if (mom) {
+            mom[k] = momentum * mom[k] + inc;
+            p[k] -= mom[k];
+        } else {
+            p[k] -= inc;
+        }
+    }
+}
+
+/* Keras 3's Adagrad: acc += g^2; p -= (lr g) / sqrt(acc + eps). */
+KB_ATTR static void KB(adagrad)(float *p, float *acc, const float *g, size_t n, float lr, float eps)
+{
+    size_t k = 0;
+    for (; k + KB_WS <= n; k += KB_WS) {
+        KVS gk = KB(lds)(g + k);
+        KVS ak = KB(lds)(acc + k) + gk * gk;
+        KB(sts)(acc + k, ak);
+        KB(sts)(p + k, KB(lds)(p + k) - (lr * gk) / KB_SQRTS(ak + eps));
+    }
+    for (; k < n; k++) {
+        float gk = g[k];
+        acc[k] = acc[k] + gk * gk;
+        p[k] -= (lr * gk) / sqrtf(acc[k] + eps);
+    }
+}
+
 #undef KB_NV
 #undef KB_WS
 
@@ -521,4 +584,6 @@ static const kern_ops KB(ops) = {
     .sgd = KB(sgd),
     .momentum = KB(momentum),
     .adam = KB(adam),
+    .rmsprop = KB(rmsprop),
+    .adagrad = KB(adagrad),
 };

@@ -86,8 +86,9 @@ static void optim_seen_note(optim_seen *seen, const dsim_optim *opt, const float
         at = opt->part_off; /* set_part checked that the part lies inside */
     else
         return;
-    /* the slots' row holds adam's two */
-    size_t P = seen->copy_n, S = opt->spec.kind == DSIM_OPTIM_ADAM ? 2 : 0;
+    /* the slots' row holds the rule's slots of an adaptive optimizer */
+    size_t P = seen->copy_n,
+           S = dsim_optim_is_adaptive(&opt->spec) ? dsim_optim_rule_slots(&opt->spec) : 0;
     pthread_mutex_lock(&optim_seen_lock);
     if (!*seen->filled) {
         for (size_t k = 0; n < P && k < P; k++)
@@ -98,7 +99,8 @@ static void optim_seen_note(optim_seen *seen, const dsim_optim *opt, const float
     }
     memcpy(seen->copy + at, grad, n * sizeof(float));
     /* the slots before the update: slot i of the part at row i's place
-     * (adam's m and v; an accumulator after them is not kept) */
+     * (adam's m and v, rmsprop's or adagrad's; an accumulator of gradient
+     * accumulation after them is not kept) */
     for (size_t i = 0; seen->slots && i < S && opt->state_len >= S * n; i++)
         memcpy(seen->slots + i * P + at, opt->state + i * n, n * sizeof(float));
     pthread_mutex_unlock(&optim_seen_lock);
@@ -113,7 +115,8 @@ double optim_seen_take(size_t *n)
     return v;
 }
 
-static const char *const optim_kind_names[DSIM_OPTIM_KIND_COUNT] = {"sgd", "momentum", "adam"};
+static const char *const optim_kind_names[DSIM_OPTIM_KIND_COUNT] = {"sgd", "momentum", "adam",
+                                                                    "rmsprop", "adagrad"};
 
 const char *dsim_optim_kind_name(dsim_optim_kind k)
 {
@@ -132,7 +135,8 @@ dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out)
             return DSIM_OK;
         }
     }
-    return DSIM_ERR(DSIM_EINVAL, -1, "unknown optimizer '%s': use sgd, momentum or adam", s);
+    return DSIM_ERR(DSIM_EINVAL, -1,
+                    "unknown optimizer '%s': use sgd, momentum, adam, rmsprop or adagrad", s);
 }
 
 void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind)
@@ -141,12 +145,15 @@ void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind)
         return;
     memset(spec, 0, sizeof *spec);
     spec->kind = kind;
-    spec->lr = kind == DSIM_OPTIM_ADAM ? 0.001 : 0.01;
+    spec->lr = kind == DSIM_OPTIM_SGD || kind == DSIM_OPTIM_MOMENTUM ? 0.01 : 0.001;
     spec->momentum = kind == DSIM_OPTIM_MOMENTUM ? 0.9 : 0.0;
     spec->nesterov = 0;
     spec->beta1 = 0.9;
     spec->beta2 = 0.999;
     spec->epsilon = 1e-7;
+    spec->rho = 0.9;
+    spec->centered = 0;
+    spec->initial_accumulator_value = 0.1;
 }
 
 static int optim_unit(double v)
@@ -159,7 +166,9 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
     if (!spec)
         return DSIM_ERR(DSIM_EINVAL, -1, "optimizer spec is NULL");
     if ((unsigned)spec->kind >= DSIM_OPTIM_KIND_COUNT)
-        return DSIM_ERR(DSIM_EINVAL, -1, "optimizer kind %d is not one of sgd, momentum, adam",
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "optimizer kind %d is not one of sgd, momentum, adam, rmsprop, "
+                        "adagrad",
                         (int)spec->kind);
     const char *kind = optim_kind_names[spec->kind];
     /* lr is rounded to float for the update; one that rounds to 0 or inf
@@ -210,16 +219,38 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
         if (!optim_unit(spec->beta2))
             return DSIM_ERR(DSIM_EINVAL, -1, "optimizer adam: beta2 %g must be in [0, 1)",
                             spec->beta2);
-        if (!(spec->epsilon > 0.0) || !isfinite((float)spec->epsilon) ||
-            (float)spec->epsilon == 0.0f)
+        break;
+    case DSIM_OPTIM_RMSPROP:
+        if (!optim_unit(spec->rho))
             return DSIM_ERR(DSIM_EINVAL, -1,
-                            "optimizer adam: epsilon %g must be positive and representable in "
-                            "float (Keras uses 1e-7)",
-                            spec->epsilon);
+                            "optimizer rmsprop: rho %g must be in [0, 1) (Keras uses 0.9)",
+                            spec->rho);
+        if (!optim_unit(spec->momentum))
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "optimizer rmsprop: momentum %g must be in [0, 1) (0: none)",
+                            spec->momentum);
+        if (spec->centered != 0 && spec->centered != 1)
+            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer rmsprop: centered %d must be 0 or 1",
+                            spec->centered);
+        break;
+    case DSIM_OPTIM_ADAGRAD:
+        if (!(spec->initial_accumulator_value >= 0.0) ||
+            !isfinite((float)spec->initial_accumulator_value))
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "optimizer adagrad: initial_accumulator_value %g must be 0 or a "
+                            "positive number representable in float (Keras uses 0.1)",
+                            spec->initial_accumulator_value);
         break;
     default:
         break;
     }
+    /* the adaptive rules divide by a root with epsilon under it or beside it */
+    if (spec->kind >= DSIM_OPTIM_ADAM &&
+        (!(spec->epsilon > 0.0) || !isfinite((float)spec->epsilon) || (float)spec->epsilon == 0.0f))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "optimizer %s: epsilon %g must be positive and representable in "
+                        "float (Keras uses 1e-7)",
+                        kind, spec->epsilon);
     if (spec->gradient_accumulation_steps < 0 ||
         spec->gradient_accumulation_steps > DSIM_OPTIM_MAX_ACCUMULATION)
         return DSIM_ERR(DSIM_EINVAL, -1,
@@ -234,9 +265,19 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
     return DSIM_OK;
 }
 
-static size_t optim_slots(dsim_optim_kind k)
+static size_t optim_slots(const dsim_optim_spec *s)
 {
-    return k == DSIM_OPTIM_ADAM ? 2 : k == DSIM_OPTIM_MOMENTUM ? 1 : 0;
+    switch (s->kind) {
+    case DSIM_OPTIM_MOMENTUM:
+    case DSIM_OPTIM_ADAGRAD:
+        return 1;
+    case DSIM_OPTIM_ADAM:
+        return 2;
+    case DSIM_OPTIM_RMSPROP:
+        return 1 + (s->momentum > 0.0) + (s->centered != 0);
+    default:
+        return 0;
+    }
 }
 
 /* k > 1 when the spec accumulates gradients over k steps, else 0 */
@@ -249,7 +290,33 @@ size_t dsim_optim_slots_per_param(const dsim_optim_spec *spec)
 {
     if (!spec || (unsigned)spec->kind >= DSIM_OPTIM_KIND_COUNT)
         return 0;
-    return optim_slots(spec->kind) + (optim_accum(spec) ? 1 : 0);
+    return optim_slots(spec) + (optim_accum(spec) ? 1 : 0);
+}
+
+size_t dsim_optim_rule_slots(const dsim_optim_spec *spec)
+{
+    if (!spec || (unsigned)spec->kind >= DSIM_OPTIM_KIND_COUNT)
+        return 0;
+    return optim_slots(spec);
+}
+
+int dsim_optim_is_adaptive(const dsim_optim_spec *spec)
+{
+    return spec && (spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_RMSPROP ||
+                    spec->kind == DSIM_OPTIM_ADAGRAD);
+}
+
+void dsim_optim_init_state(const dsim_optim_spec *spec, size_t n_params, float *state)
+{
+    size_t len = dsim_optim_slots_per_param(spec) * n_params;
+    if (!state || !len)
+        return;
+    memset(state, 0, len * sizeof(float));
+    if (spec->kind == DSIM_OPTIM_ADAGRAD) {
+        const float a = (float)spec->initial_accumulator_value;
+        for (size_t k = 0; k < n_params; k++)
+            state[k] = a;
+    }
 }
 
 dsim_err dsim_optim_create(const dsim_optim_spec *spec, size_t n_params, dsim_optim **out)
@@ -277,6 +344,7 @@ dsim_err dsim_optim_create(const dsim_optim_spec *spec, size_t n_params, dsim_op
                             "optimizer %s: cannot allocate slots for %zu parameters",
                             optim_kind_names[spec->kind], n_params);
         }
+        dsim_optim_init_state(spec, n_params, opt->state);
     }
     *out = opt;
     return DSIM_OK;
@@ -375,7 +443,7 @@ static dsim_err optim_accumulate(dsim_optim *opt, const float **grad, size_t n, 
 {
     const dsim_optim_spec *s = &opt->spec;
     const int k = optim_accum(s);
-    float *acc = opt->state + optim_slots(s->kind) * n;
+    float *acc = opt->state + optim_slots(s) * n;
     const float *g = *grad;
     if ((opt->step + 1) % (uint64_t)k != 0) {
         for (size_t i = 0; i < n; i++)
@@ -459,6 +527,17 @@ static dsim_err optim_apply(dsim_optim *opt, float *params, const float *grad, s
                  (float)(1.0 - s->beta2), (float)s->epsilon);
         break;
     }
+    case DSIM_OPTIM_RMSPROP: {
+        /* Keras: rho and 1 - rho Python floats, cast to float32 */
+        float *mom = s->momentum > 0.0 ? opt->state + n : NULL;
+        float *avg = s->centered ? opt->state + (mom ? 2 : 1) * n : NULL;
+        kk->rmsprop(params, opt->state, mom, avg, grad, n, lr, (float)s->rho, (float)(1.0 - s->rho),
+                    (float)s->momentum, (float)s->epsilon);
+        break;
+    }
+    case DSIM_OPTIM_ADAGRAD:
+        kk->adagrad(params, opt->state, grad, n, lr, (float)s->epsilon);
+        break;
     default:
         return DSIM_ERR(DSIM_EINVAL, -1, "optimizer kind %d is not valid", (int)s->kind);
     }
@@ -532,7 +611,6 @@ void dsim_optim_reset(dsim_optim *opt)
 {
     if (!opt)
         return;
-    if (opt->state_len)
-        memset(opt->state, 0, opt->state_len * sizeof(float));
+    dsim_optim_init_state(&opt->spec, opt->n, opt->state);
     opt->step = 0;
 }

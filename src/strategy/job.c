@@ -238,11 +238,12 @@ void train_grads_close(train_job *job)
         res->trace_grad_rows = 0;
         return;
     }
+    size_t S = dsim_optim_rule_slots(&job->cfg->optim) * P; /* a row of trace_slots */
     for (uint64_t j = 0; j < res->trace_grad_rows; j++) {
         for (size_t q = 0; !job->grad_filled[j] && q < P; q++)
             res->trace_grad[j * P + q] = NAN;
-        for (size_t q = 0; res->trace_slots && !job->grad_filled[j] && q < 2 * P; q++)
-            res->trace_slots[j * 2 * P + q] = NAN;
+        for (size_t q = 0; res->trace_slots && !job->grad_filled[j] && q < S; q++)
+            res->trace_slots[j * S + q] = NAN;
     }
 }
 

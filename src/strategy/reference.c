@@ -462,13 +462,14 @@ static dsim_err ref_finish(ref_job *r, dsim_train_result *res)
     return DSIM_OK;
 }
 
-/* opt's state from a row of adam's m and v (n floats) at step s */
+/* opt's state from a row of the rule's slots (n floats: adam's m and v,
+ * rmsprop's, adagrad's) at step s */
 static dsim_err ref_set_slots(dsim_optim *opt, const float *row, size_t n, uint64_t s)
 {
     size_t len = dsim_optim_state_len(opt);
     if (len == n)
         return dsim_optim_set_state(opt, row, n, s);
-    /* adam with gradient accumulation: m and v from the row, the
+    /* with gradient accumulation: the rule's slots from the row, the
      * accumulator (the last slot) the replay's own */
     float *st = malloc(len * sizeof(float));
     if (!st)
@@ -488,9 +489,10 @@ static dsim_err ref_set_slots(dsim_optim *opt, const float *row, size_t n, uint6
 static dsim_err ref_follow_slots(ref_job *r, uint64_t s)
 {
     uint64_t every = r->cfg->trace_every > 1 ? r->cfg->trace_every : 1, j = s / every;
-    size_t n = 2 * r->P, len = dsim_optim_state_len(r->opt);
-    if (!r->slots || s % every != 0 || j >= r->grad_rows || (len != n && len != n + r->P) ||
-        dsim_optim_spec_of(r->opt)->kind != DSIM_OPTIM_ADAM)
+    const dsim_optim_spec *os = dsim_optim_spec_of(r->opt);
+    size_t n = dsim_optim_rule_slots(os) * r->P, len = dsim_optim_state_len(r->opt);
+    if (!r->slots || s % every != 0 || j >= r->grad_rows || n == 0 ||
+        (len != n && len != n + r->P) || !dsim_optim_is_adaptive(os))
         return DSIM_OK;
     const float *row = r->slots + j * n;
     for (size_t k = 0; k < n; k++)

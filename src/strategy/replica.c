@@ -488,7 +488,10 @@ static float *replica_grad_row(const train_replica *rp, uint64_t gs, unsigned ch
     if (!res->trace_grad || k % every != 0 || k / every >= res->trace_grad_rows)
         return NULL;
     *filled = &job->grad_filled[k / every];
-    *slots = res->trace_slots ? res->trace_slots + k / every * 2 * job->su.n_params : NULL;
+    *slots = res->trace_slots
+                 ? res->trace_slots +
+                       k / every * dsim_optim_rule_slots(&job->cfg->optim) * job->su.n_params
+                 : NULL;
     return res->trace_grad + k / every * job->su.n_params;
 }
 

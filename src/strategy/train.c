@@ -197,6 +197,9 @@ static dsim_err train_initial_values(train_job *job)
     v->optim_state = su->optim_state_len ? calloc(su->optim_state_len, sizeof(float)) : NULL;
     if (!v->params || (su->optim_state_len && !v->optim_state))
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the initial values");
+    /* a fresh job's slots (Adagrad's accumulator starts above 0); a
+     * restore replaces them */
+    dsim_optim_init_state(&cfg->optim, su->n_params, v->optim_state);
     if (cfg->restore) {
         dsim_checkpoint *ck = NULL;
         dsim_err e = dsim_checkpoint_read(cfg->checkpoint_path, &ck);
@@ -287,8 +290,10 @@ static dsim_err train_alloc_result(train_job *job)
         res->trace_grad_rows = (steps + res->trace_every - 1) / res->trace_every;
         res->trace_grad = calloc(res->trace_grad_rows * P + 1, sizeof(float));
         job->grad_filled = calloc(res->trace_grad_rows + 1, 1);
-        if (job->cfg->optim.kind == DSIM_OPTIM_ADAM && res->trace_every > 1)
-            res->trace_slots = calloc(res->trace_grad_rows * 2 * P + 1, sizeof(float));
+        if (dsim_optim_is_adaptive(&job->cfg->optim) && res->trace_every > 1)
+            res->trace_slots =
+                calloc(res->trace_grad_rows * dsim_optim_rule_slots(&job->cfg->optim) * P + 1,
+                       sizeof(float));
     }
     res->mp_scale = calloc(steps * N + 1, sizeof(float));
     res->mp_skipped = calloc(steps * N + 1, 1);
@@ -305,7 +310,7 @@ static dsim_err train_alloc_result(train_job *job)
         !res->replicas || !res->mp_scale || !res->mp_skipped ||
         (job->cfg->record_params && !res->trace) ||
         (res->trace_grad_rows && (!res->trace_grad || !job->grad_filled)) ||
-        (res->trace_grad_rows && job->cfg->optim.kind == DSIM_OPTIM_ADAM && res->trace_every > 1 &&
+        (res->trace_grad_rows && dsim_optim_is_adaptive(&job->cfg->optim) && res->trace_every > 1 &&
          !res->trace_slots))
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the result of %zu steps", steps);
     for (size_t k = 0; k < steps; k++)

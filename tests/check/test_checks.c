@@ -449,6 +449,17 @@ static void test_gc_untraced(void **state)
                           "slots) are more than the 8388608 floats");
     assert_has(r.message, "at global step 0, where both stand at the same variables, has one "
                           "device's norm (0 relative apart)");
+    assert_has(r.message, "a model of at most 2097152 parameters has its steps judged");
+    /* RMSprop centered and with momentum: three slots a step besides the
+     * variables and the gradient */
+    f.cfg.optim.kind = DSIM_OPTIM_RMSPROP;
+    f.cfg.optim.momentum = 0.5;
+    f.cfg.optim.centered = 1;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_true(r.not_judged);
+    assert_has(r.message, "(and under rmsprop its gradient and three slots)");
+    assert_has(r.message, "a model of at most 1677721 parameters has its steps judged");
+    f.cfg.optim.kind = DSIM_OPTIM_ADAM;
     /* step 0's gradient half one device's: averaged again over 2 replicas */
     gn[0] = 1.0;
     r = judge("gradient_consistency", &ctx, v);

@@ -174,6 +174,146 @@ static void test_adam(void **state)
     dsim_optim_destroy(o);
 }
 
+/* Keras 3's RMSprop worked out in double: epsilon inside the square root,
+ * momentum on the increment, the centered variance; the slots in Keras's
+ * order (velocity, momentum, average gradient). */
+static void run_rmsprop(double lr, double rho, double mom, int centered, double eps)
+{
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_RMSPROP);
+    s.lr = lr;
+    s.rho = rho;
+    s.momentum = mom;
+    s.centered = centered;
+    s.epsilon = eps;
+    dsim_optim *o = make(&s);
+    const size_t slots = 1 + (mom > 0) + (centered != 0);
+    assert_int_equal(dsim_optim_rule_slots(&s), slots);
+    assert_int_equal(dsim_optim_state_len(o), slots * N);
+    float w[N];
+    double ref[N], v[N] = {0}, m[N] = {0}, a[N] = {0};
+    for (int k = 0; k < N; k++)
+        ref[k] = w[k] = w0[k];
+    for (int t = 0; t < STEPS; t++) {
+        assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+        for (int k = 0; k < N; k++) {
+            double g = gs[t][k], d;
+            v[k] = rho * v[k] + (1 - rho) * g * g;
+            if (centered) {
+                a[k] = rho * a[k] + (1 - rho) * g;
+                d = v[k] - a[k] * a[k] + eps;
+            } else {
+                d = v[k] + eps;
+            }
+            double inc = lr * g / sqrt(d);
+            if (mom > 0) {
+                m[k] = mom * m[k] + inc;
+                ref[k] -= m[k];
+            } else {
+                ref[k] -= inc;
+            }
+        }
+        const float *st = dsim_optim_state(o);
+        check_close("rmsprop w", t, w, ref, N);
+        check_close("rmsprop velocity", t, st, v, N);
+        if (mom > 0)
+            check_close("rmsprop momentum", t, st + N, m, N);
+        if (centered)
+            check_close("rmsprop average gradient", t, st + (mom > 0 ? 2 : 1) * N, a, N);
+    }
+    dsim_optim_destroy(o);
+}
+
+static void test_rmsprop(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_RMSPROP);
+    assert_true(s.lr == 0.001 && s.rho == 0.9 && s.momentum == 0.0 && s.epsilon == 1e-7 &&
+                !s.centered);
+    assert_true(dsim_optim_is_adaptive(&s));
+    run_rmsprop(0.001, 0.9, 0.0, 0, 1e-7);
+    run_rmsprop(0.01, 0.8, 0.9, 0, 1e-7);
+    run_rmsprop(0.01, 0.9, 0.5, 1, 1e-7);
+    run_rmsprop(0.01, 0.95, 0.0, 1, 1e-7);
+    /* A large epsilon makes where it is added visible. */
+    run_rmsprop(0.05, 0.9, 0.0, 0, 0.1);
+
+    /* The first step by hand, defaults, w 0, g 2e-5: v = 0.1 g^2 = 4e-11,
+     * step = 0.001 * 2e-5 / sqrt(4e-11 + 1e-7) = 6.32329e-5 (epsilon added
+     * outside the root, 0.001 * 2e-5 / (6.3246e-6 + 1e-7) = 3.1130e-3). */
+    dsim_optim *o = NULL;
+    assert_int_equal(dsim_optim_create(&s, 1, &o), DSIM_OK);
+    float w = 0.0f, g = 2e-5f;
+    assert_int_equal(dsim_optim_apply(o, &w, &g, 1), DSIM_OK);
+    double want = -0.001 * 2e-5 / sqrt(4e-11 + 1e-7);
+    assert_true(fabs((double)w - want) < 1e-6 * fabs(want));
+    dsim_optim_destroy(o);
+}
+
+static void run_adagrad(double lr, double init, double eps)
+{
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAGRAD);
+    s.lr = lr;
+    s.initial_accumulator_value = init;
+    s.epsilon = eps;
+    dsim_optim *o = make(&s);
+    assert_int_equal(dsim_optim_state_len(o), N);
+    float w[N];
+    double ref[N], acc[N];
+    for (int k = 0; k < N; k++) {
+        ref[k] = w[k] = w0[k];
+        acc[k] = (float)init;
+    }
+    check_close("adagrad initial accumulator", -1, dsim_optim_state(o), acc, N);
+    for (int t = 0; t < STEPS; t++) {
+        assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+        for (int k = 0; k < N; k++) {
+            double g = gs[t][k];
+            acc[k] += g * g;
+            ref[k] -= lr * g / sqrt(acc[k] + eps);
+        }
+        check_close("adagrad w", t, w, ref, N);
+        check_close("adagrad accumulator", t, dsim_optim_state(o), acc, N);
+    }
+    /* reset: the accumulators start over at their initial value */
+    dsim_optim_reset(o);
+    for (int k = 0; k < N; k++)
+        assert_true(dsim_optim_state(o)[k] == (float)init);
+    dsim_optim_destroy(o);
+}
+
+static void test_adagrad(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAGRAD);
+    assert_true(s.lr == 0.001 && s.initial_accumulator_value == 0.1 && s.epsilon == 1e-7);
+    assert_true(dsim_optim_is_adaptive(&s));
+    assert_int_equal(dsim_optim_rule_slots(&s), 1);
+    run_adagrad(0.001, 0.1, 1e-7);
+    run_adagrad(0.1, 0.0, 1e-7);
+    run_adagrad(0.05, 2.5, 0.1);
+    /* what a fresh job's variables start with: the accumulators at their
+     * initial value, gradient accumulation's slot at 0 */
+    s.initial_accumulator_value = 0.25;
+    s.gradient_accumulation_steps = 2;
+    float st[2 * N];
+    memset(st, 0xff, sizeof st);
+    assert_int_equal(dsim_optim_slots_per_param(&s), 2);
+    dsim_optim_init_state(&s, N, st);
+    for (int k = 0; k < N; k++) {
+        assert_true(st[k] == 0.25f);
+        assert_true(st[N + k] == 0.0f);
+    }
+    dsim_optim_spec_default(&s, DSIM_OPTIM_MOMENTUM);
+    assert_false(dsim_optim_is_adaptive(&s));
+    dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+    assert_false(dsim_optim_is_adaptive(&s));
+    assert_int_equal(dsim_optim_rule_slots(&s), 0);
+}
+
 /* A replica restored from a checkpoint (step + slots) continues exactly as
  * the one that never stopped; without the slots it does not. */
 static void test_checkpoint_restore(void **state)
@@ -189,7 +329,7 @@ static void test_checkpoint_restore(void **state)
         for (int t = 0; t < 2; t++)
             assert_int_equal(dsim_optim_apply(a, wa, gs[t], N), DSIM_OK);
         size_t len = dsim_optim_state_len(a);
-        assert_int_equal(len, kind == DSIM_OPTIM_SGD ? 0 : kind == DSIM_OPTIM_MOMENTUM ? N : 2 * N);
+        assert_int_equal(len, kind == DSIM_OPTIM_SGD ? 0 : kind == DSIM_OPTIM_ADAM ? 2 * N : N);
         assert_int_equal(dsim_optim_set_state(b, dsim_optim_state(a), len, dsim_optim_step(a)),
                          DSIM_OK);
         assert_int_equal(dsim_optim_step(b), 2);
@@ -499,8 +639,28 @@ static void test_bad_specs(void **state)
     dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
     s.epsilon = 0.0;
     expect_bad(&s, "epsilon");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_RMSPROP);
+    s.rho = 1.0;
+    expect_bad(&s, "rho");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_RMSPROP);
+    s.momentum = -0.1;
+    expect_bad(&s, "momentum");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_RMSPROP);
+    s.centered = 3;
+    expect_bad(&s, "centered");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_RMSPROP);
+    s.epsilon = 0.0;
+    expect_bad(&s, "rmsprop: epsilon");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAGRAD);
+    s.initial_accumulator_value = -0.1;
+    expect_bad(&s, "initial_accumulator_value");
+    s.initial_accumulator_value = NAN;
+    expect_bad(&s, "initial_accumulator_value");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAGRAD);
+    s.epsilon = NAN;
+    expect_bad(&s, "adagrad: epsilon");
     dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
-    s.kind = (dsim_optim_kind)5;
+    s.kind = DSIM_OPTIM_KIND_COUNT;
     expect_bad(&s, "kind");
     /* Fields another kind uses are not checked. */
     dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
@@ -520,8 +680,11 @@ static void test_bad_specs(void **state)
     assert_int_equal(dsim_optim_kind_parse("adam", &k), DSIM_OK);
     assert_int_equal(k, DSIM_OPTIM_ADAM);
     assert_string_equal(dsim_optim_kind_name(DSIM_OPTIM_MOMENTUM), "momentum");
-    assert_int_equal(dsim_optim_kind_parse("rmsprop", &k), DSIM_EINVAL);
-    assert_non_null(strstr(dsim_errmsg(), "sgd, momentum or adam"));
+    assert_int_equal(dsim_optim_kind_parse("rmsprop", &k), DSIM_OK);
+    assert_int_equal(k, DSIM_OPTIM_RMSPROP);
+    assert_string_equal(dsim_optim_kind_name(DSIM_OPTIM_ADAGRAD), "adagrad");
+    assert_int_equal(dsim_optim_kind_parse("lion", &k), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "adam, rmsprop or adagrad"));
 }
 
 /* An optimizer of a part of a model says which part: inside the model, or
@@ -680,6 +843,8 @@ int main(void)
         cmocka_unit_test(test_momentum),
         cmocka_unit_test(test_nesterov),
         cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_rmsprop),
+        cmocka_unit_test(test_adagrad),
         cmocka_unit_test(test_checkpoint_restore),
         cmocka_unit_test(test_bad_specs),
         cmocka_unit_test(test_schedules),

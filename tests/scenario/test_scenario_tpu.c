@@ -19,14 +19,7 @@
 
 #include "scenario/plan.h"
 #include "scenario/scenario.h"
-
-static dsim_scenario *parse_ok(const char *text)
-{
-    dsim_scenario *s = NULL;
-    if (dsim_scenario_parse("t.yaml", text, strlen(text), &s) != DSIM_OK)
-        fail_msg("unexpected error: %s\n--- in:\n%s", dsim_errmsg(), text);
-    return s;
-}
+#include "scen_cases.h"
 
 #define TPU_DATA                                                                                   \
     "model: {kind: softmax}\n"                                                                     \
@@ -36,8 +29,8 @@ static dsim_scenario *parse_ok(const char *text)
 static void test_slice(void **state)
 {
     (void)state;
-    dsim_scenario *s = parse_ok("name: a\ncluster: {tpu: v3-32}\nstrategy: {name: tpu, "
-                                "communication: torus}\n" TPU_DATA);
+    dsim_scenario *s = scen_parse_ok("name: a\ncluster: {tpu: v3-32}\nstrategy: {name: tpu, "
+                                     "communication: torus}\n" TPU_DATA);
     const dsim_train_cfg *t = &s->train;
     assert_int_equal(t->hosts, 4);
     assert_int_equal(t->devices_per_host, 8);
@@ -60,9 +53,9 @@ static void test_slice(void **state)
     assert_int_equal(dsim_scenario_runnable(s), DSIM_OK);
     dsim_scenario_free(s);
 
-    s = parse_ok("name: a\ncluster: {tpu: v4, tpu_topology: 4x4x2}\nstrategy: {name: tpu}\n"
-                 "model: {kind: softmax}\ndata: {task: classification, examples: 256, "
-                 "features: 8, classes: 4, files: 8, global_batch: 40}\n");
+    s = scen_parse_ok("name: a\ncluster: {tpu: v4, tpu_topology: 4x4x2}\nstrategy: {name: tpu}\n"
+                      "model: {kind: softmax}\ndata: {task: classification, examples: 256, "
+                      "features: 8, classes: 4, files: 8, global_batch: 40}\n");
     assert_int_equal(s->train.tpu.replicas, 32);
     assert_int_equal(s->train.hosts, 8);
     assert_non_null(strstr(s->tpu_notes, "warning: the global batch 40 is not a multiple of the "
@@ -70,20 +63,14 @@ static void test_slice(void **state)
     dsim_scenario_free(s);
 
     /* not a TPU job: no notes */
-    s = parse_ok("name: a\ncluster: {hosts: 2}\n" TPU_DATA);
+    s = scen_parse_ok("name: a\ncluster: {hosts: 2}\n" TPU_DATA);
     assert_null(s->tpu_notes);
     assert_int_equal(s->train.tpu.replicas, 0);
     dsim_scenario_free(s);
 }
 
-typedef struct tpu_err {
-    const char *yaml;
-    int line, col;
-    const char *words[3];
-} tpu_err;
-
 /* clang-format off */
-static const tpu_err tpu_errs[] = {
+static const scen_err_case tpu_errs[] = {
     {"name: a\ncluster: {tpu: v3-16}\n", 2, 16,
      {"cluster.tpu: TPU \"v3-16\": no v3 slice has 16 TensorCores",
       "accepted: v3-8, v3-32, v3-64, v3-128"}},
@@ -122,26 +109,12 @@ static const tpu_err tpu_errs[] = {
 static void test_errors(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < sizeof tpu_errs / sizeof tpu_errs[0]; i++) {
-        const tpu_err *c = &tpu_errs[i];
-        dsim_scenario *s = NULL;
-        dsim_err e = dsim_scenario_parse("t.yaml", c->yaml, strlen(c->yaml), &s);
-        if (e != DSIM_EINVAL)
-            fail_msg("case %zu: expected DSIM_EINVAL, got %d (%s)", i, (int)e, dsim_errmsg());
-        char where[64];
-        snprintf(where, sizeof where, "t.yaml:%d:%d: ", c->line, c->col);
-        const char *msg = dsim_errmsg();
-        if (strncmp(msg, where, strlen(where)) != 0)
-            fail_msg("case %zu: expected '%s' first, got: %s", i, where, msg);
-        for (int k = 0; k < 3 && c->words[k]; k++)
-            if (!strstr(msg, c->words[k]))
-                fail_msg("case %zu: expected '%s' in: %s", i, c->words[k], msg);
-    }
+    scen_expect_errors(tpu_errs, sizeof tpu_errs / sizeof tpu_errs[0]);
     /* with drop_remainder the same static-shape job parses */
-    dsim_scenario *s =
-        parse_ok("name: a\ncluster: {tpu: v3-8}\nstrategy: {name: tpu, dynamic_batch_size: false}\n"
-                 "model: {kind: softmax}\ndata: {task: classification, examples: 250, features: 8, "
-                 "classes: 4, files: 1, global_batch: 32, drop_remainder: true}\n");
+    dsim_scenario *s = scen_parse_ok(
+        "name: a\ncluster: {tpu: v3-8}\nstrategy: {name: tpu, dynamic_batch_size: false}\n"
+        "model: {kind: softmax}\ndata: {task: classification, examples: 250, features: 8, "
+        "classes: 4, files: 1, global_batch: 32, drop_remainder: true}\n");
     assert_true(s->train.static_shapes);
     dsim_scenario_free(s);
 }
@@ -150,9 +123,10 @@ static void test_errors(void **state)
 static void test_plan(void **state)
 {
     (void)state;
-    dsim_scenario *s = parse_ok("name: a\ncluster: {tpu: v3-32}\nstrategy: {name: tpu}\n"
-                                "model: {kind: softmax}\ndata: {task: classification, examples: "
-                                "1000, features: 8, classes: 4, files: 8, global_batch: 100}\n");
+    dsim_scenario *s =
+        scen_parse_ok("name: a\ncluster: {tpu: v3-32}\nstrategy: {name: tpu}\n"
+                      "model: {kind: softmax}\ndata: {task: classification, examples: "
+                      "1000, features: 8, classes: 4, files: 8, global_batch: 100}\n");
     json_t *j = NULL;
     assert_int_equal(dsim_scenario_plan(s, &j), DSIM_OK);
     dsim_scenario_free(s);

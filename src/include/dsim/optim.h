@@ -1,4 +1,5 @@
-/* Optimizers: SGD, momentum and Adam, with TensorFlow's update rules.
+/* Optimizers: SGD, momentum, Adam, RMSprop and Adagrad, with TensorFlow's
+ * (Keras's) update rules.
  *
  * Each replica owns one dsim_optim for its own copy of the parameters; after
  * the gradients are all-reduced every replica applies the same update and so
@@ -15,7 +16,17 @@
  *              m += (g - m) * (1 - beta1)
  *              v += (g^2 - v) * (1 - beta2)
  *              w -= m * alpha / (sqrt(v) + epsilon)
- * alpha is computed in double and rounded to float once per step.
+ *   rmsprop:   v = rho * v + (1 - rho) * g^2                  (Keras 3 RMSprop)
+ *              centered: a = rho * a + (1 - rho) * g, d = v - a^2 + epsilon;
+ *              else d = v + epsilon
+ *              inc = lr * g / sqrt(d)
+ *              momentum > 0: mom = momentum * mom + inc, w -= mom; else w -= inc
+ *   adagrad:   acc += g^2                                     (Keras 3 Adagrad)
+ *              w -= lr * g / sqrt(acc + epsilon)
+ *              (acc starts at initial_accumulator_value, not 0)
+ * alpha is computed in double and rounded to float once per step; rho,
+ * 1 - rho, momentum and epsilon are rounded to float once, as Keras casts
+ * its Python floats to the variable's dtype.
  *
  * Gradient clipping (Keras's optimizer arguments clipvalue and
  * global_clipnorm; at most one set, 0 = off) changes the gradient before
@@ -43,8 +54,12 @@
  * the whole gradient: dsim_optim_apply_norm, with the norm summed over the
  * parts; dsim_optim_apply clips by the norm of what it is given.
  *
- * Slot layout: sgd none; momentum [accum: n]; adam [m: n][v: n]; with
- * gradient_accumulation_steps > 1, one more slot at the end: [acc: n]. */
+ * Slot layout: sgd none; momentum [accum: n]; adam [m: n][v: n]; rmsprop
+ * [velocity: n], then [momentum: n] when momentum > 0, then [average
+ * gradient: n] when centered (Keras's order); adagrad [accumulator: n];
+ * with gradient_accumulation_steps > 1, one more slot at the end: [acc: n].
+ * Every slot starts at 0 but Adagrad's accumulator, which starts at
+ * initial_accumulator_value (dsim_optim_init_state). */
 #ifndef DSIM_OPTIM_H
 #define DSIM_OPTIM_H
 
@@ -62,6 +77,8 @@ typedef enum dsim_optim_kind {
     DSIM_OPTIM_SGD = 0,
     DSIM_OPTIM_MOMENTUM,
     DSIM_OPTIM_ADAM,
+    DSIM_OPTIM_RMSPROP,
+    DSIM_OPTIM_ADAGRAD,
     DSIM_OPTIM_KIND_COUNT
 } dsim_optim_kind;
 
@@ -120,11 +137,11 @@ typedef struct dsim_lr_schedule {
 typedef struct dsim_optim_spec {
     dsim_optim_kind kind;
     double lr;       /* > 0; a schedule's initial rate (unused by piecewise_constant) */
-    double momentum; /* momentum: in [0, 1) */
+    double momentum; /* momentum, rmsprop: in [0, 1) (rmsprop: 0 = none) */
     int nesterov;    /* momentum: 0 or 1 */
     double beta1;    /* adam: in [0, 1) */
     double beta2;    /* adam: in [0, 1) */
-    double epsilon;  /* adam: > 0 */
+    double epsilon;  /* adam, rmsprop, adagrad: > 0 */
     /* Clipping (above): at most one of the two > 0; 0 = off. */
     double clipvalue;          /* > 0: every gradient element into [-clipvalue, clipvalue] */
     double global_clipnorm;    /* > 0: the whole gradient scaled to this norm at most */
@@ -138,13 +155,17 @@ typedef struct dsim_optim_spec {
      * accumulator is zeroed. The schedule and Adam's t count every step,
      * as Keras's iterations do. */
     int gradient_accumulation_steps;
+    /* Appended (soname 7), so that the fields above keep their places. */
+    double rho;                       /* rmsprop: in [0, 1) */
+    int centered;                     /* rmsprop: 0 or 1 */
+    double initial_accumulator_value; /* adagrad: >= 0 */
 } dsim_optim_spec;
 
 #define DSIM_OPTIM_MAX_ACCUMULATION 1000000
 
 typedef struct dsim_optim dsim_optim;
 
-/* "sgd", "momentum", "adam". */
+/* "sgd", "momentum", "adam", "rmsprop", "adagrad". */
 DSIM_API const char *dsim_optim_kind_name(dsim_optim_kind k);
 DSIM_API dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out);
 
@@ -159,13 +180,16 @@ DSIM_API dsim_err dsim_lr_kind_parse(const char *s, dsim_lr_kind *out);
 DSIM_API float dsim_optim_lr_at(const dsim_optim_spec *spec, uint64_t step);
 
 /* Keras' defaults for kind: sgd lr 0.01; momentum lr 0.01, momentum 0.9,
- * no nesterov; adam lr 0.001, beta1 0.9, beta2 0.999, epsilon 1e-7. */
+ * no nesterov; adam lr 0.001, beta1 0.9, beta2 0.999, epsilon 1e-7;
+ * rmsprop lr 0.001, rho 0.9, momentum 0, epsilon 1e-7, not centered;
+ * adagrad lr 0.001, initial_accumulator_value 0.1, epsilon 1e-7. */
 DSIM_API void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind);
 /* DSIM_OK, or DSIM_EINVAL naming the field and the accepted range. Fields a
  * kind does not use are not checked. */
 DSIM_API dsim_err dsim_optim_validate(const dsim_optim_spec *spec);
 
-/* An optimizer for n_params parameters, slots zero, step 0. */
+/* An optimizer for n_params parameters, slots at their initial values
+ * (dsim_optim_init_state), step 0. */
 DSIM_API dsim_err dsim_optim_create(const dsim_optim_spec *spec, size_t n_params, dsim_optim **out);
 DSIM_API void dsim_optim_destroy(dsim_optim *opt);
 
@@ -215,10 +239,23 @@ DSIM_API size_t dsim_optim_num_params(const dsim_optim *opt);
 /* Updates applied so far (TF's `iterations`). */
 DSIM_API uint64_t dsim_optim_step(const dsim_optim *opt);
 
-/* Slot floats per parameter under spec (the layout above): 0, 1 or 2, one
+/* Slot floats per parameter under spec (the layout above): 0 to 3, one
  * more with gradient accumulation. dsim_optim_state_len is this times the
  * optimizer's parameters. */
 DSIM_API size_t dsim_optim_slots_per_param(const dsim_optim_spec *spec);
+/* The slots of the update rule alone (the layout above, without gradient
+ * accumulation's): 0 sgd, 1 momentum and adagrad, 2 adam, 1 to 3 rmsprop. */
+DSIM_API size_t dsim_optim_rule_slots(const dsim_optim_spec *spec);
+/* 1 where the update divides each gradient by the root of a running sum of
+ * its squares (adam, rmsprop, adagrad): a near-zero gradient, whose last
+ * bits depend on summation order, moves its variable by a sizeable step
+ * either way, so gradient_consistency judges such updates by the gradients
+ * they applied (docs/checks.md); else 0. */
+DSIM_API int dsim_optim_is_adaptive(const dsim_optim_spec *spec);
+/* The initial slots of n_params parameters under spec, in the layout above,
+ * into state[0 .. slots_per_param * n_params): 0, but Adagrad's accumulator
+ * (initial_accumulator_value). What a fresh job's variables start with. */
+DSIM_API void dsim_optim_init_state(const dsim_optim_spec *spec, size_t n_params, float *state);
 
 /* The slot buffer (see the layout above) and its length in floats; NULL and
  * 0 for sgd. For checkpoints: save step + slots; restore with set_state. */
@@ -228,7 +265,7 @@ DSIM_API const float *dsim_optim_state(const dsim_optim *opt);
  * dsim_optim_state_len (state may be NULL when len is 0). */
 DSIM_API dsim_err dsim_optim_set_state(dsim_optim *opt, const float *state, size_t len,
                                        uint64_t step);
-/* Slots to zero, step to 0. */
+/* Slots to their initial values (dsim_optim_init_state), step to 0. */
 DSIM_API void dsim_optim_reset(dsim_optim *opt);
 
 #ifdef __cplusplus

@@ -416,7 +416,8 @@ typedef struct dsim_train_cfg {
      * 2 * trace_every, ...: result.trace_grad), where a replay that follows
      * the run starts from its variables: replica 0's where its optimizer
      * updates the whole model, each replica's part where the optimizers
-     * update parts (dsim_optim_set_part); under adam with trace_every > 1,
+     * update parts (dsim_optim_set_part); under an adaptive optimizer
+     * (dsim_optim_is_adaptive: adam, rmsprop, adagrad) with trace_every > 1,
      * the optimizer's slots before that update too (result.trace_slots),
      * which the replay then starts the span with. */
     bool record_grads;
@@ -556,10 +557,12 @@ typedef struct dsim_train_result {
                                  where that step applied none, or where no part covers
                                  (an optimizer of a part that did not say which) */
     uint64_t trace_grad_rows; /* ceil(steps / trace_every) */
-    float *trace_slots;       /* [trace_grad_rows * 2 * n_params] under adam with trace_grad
-                                 and trace_every > 1, else NULL: row j the optimizer's slots before that
-                                 update,       m then v (n_params each; where the optimizers of parts
-                                 applied       it, each part's at its place), NaN as trace_grad */
+    float *trace_slots;       /* [trace_grad_rows * S * n_params], S = dsim_optim_rule_slots,
+                                 under an adaptive optimizer with trace_grad and
+                                 trace_every > 1, else NULL: row j the rule's slots
+                                 before that update (adam's m then v, n_params
+                                 each; where the optimizers of parts applied it,
+                                 each part's at its place), NaN as trace_grad */
 
     dsim_ledger *ledger; /* who read what (replica = worker * D + device) */
 

@@ -1,0 +1,103 @@
+/* Scenario files' optimizers beyond SGD, momentum and Adam: Keras 3's
+ * RMSprop and Adagrad keys (rho, momentum, centered, epsilon,
+ * initial_accumulator_value) with their defaults, what `dsim plan` shows
+ * of them, and every refusal with its FILE:LINE:COL and fix (a key of
+ * another kind, a value out of range). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+
+#include "scenario/plan.h"
+#include "scenario/scenario.h"
+#include "scen_cases.h"
+
+static void test_keys(void **state)
+{
+    (void)state;
+    /* Keras's defaults where the file says nothing */
+    dsim_scenario *s = scen_parse_ok("name: a\noptimizer: {kind: rmsprop}\n");
+    const dsim_optim_spec *o = &s->train.optim;
+    assert_int_equal(o->kind, DSIM_OPTIM_RMSPROP);
+    assert_true(o->lr == 0.001 && o->rho == 0.9 && o->momentum == 0.0 && o->epsilon == 1e-7 &&
+                !o->centered);
+    dsim_scenario_free(s);
+    s = scen_parse_ok("name: a\noptimizer: {kind: rmsprop, learning_rate: 0.01, rho: 0.95, "
+                      "momentum: 0.5, centered: true, epsilon: 1e-6}\n");
+    o = &s->train.optim;
+    assert_true(o->lr == 0.01 && o->rho == 0.95 && o->momentum == 0.5 && o->centered &&
+                o->epsilon == 1e-6);
+    assert_int_equal(dsim_optim_rule_slots(o), 3);
+    json_t *j = NULL;
+    assert_int_equal(dsim_scenario_plan(s, &j), DSIM_OK);
+    json_t *oj = json_object_get(j, "optimizer");
+    assert_string_equal(json_string_value(json_object_get(oj, "kind")), "rmsprop");
+    assert_true(json_real_value(json_object_get(oj, "rho")) == 0.95);
+    assert_true(json_is_true(json_object_get(oj, "centered")));
+    json_decref(j);
+    dsim_scenario_free(s);
+
+    s = scen_parse_ok("name: a\noptimizer: {kind: adagrad}\n");
+    o = &s->train.optim;
+    assert_true(o->lr == 0.001 && o->initial_accumulator_value == 0.1 && o->epsilon == 1e-7);
+    dsim_scenario_free(s);
+    s = scen_parse_ok("name: a\noptimizer: {kind: adagrad, learning_rate: 0.1, "
+                      "initial_accumulator_value: 0, gradient_accumulation_steps: 2}\n");
+    o = &s->train.optim;
+    assert_true(o->initial_accumulator_value == 0.0);
+    assert_int_equal(dsim_optim_slots_per_param(o), 2);
+    j = NULL;
+    assert_int_equal(dsim_scenario_plan(s, &j), DSIM_OK);
+    oj = json_object_get(j, "optimizer");
+    assert_string_equal(json_string_value(json_object_get(oj, "kind")), "adagrad");
+    assert_true(json_real_value(json_object_get(oj, "initial_accumulator_value")) == 0.0);
+    json_decref(j);
+    dsim_scenario_free(s);
+}
+
+/* clang-format off */
+static const scen_err_case optim_errs[] = {
+    {"name: a\noptimizer: {kind: lion}\n", 2, 19,
+     {"optimizer.kind", "sgd, momentum, adam, rmsprop, adagrad"}},
+    {"name: a\noptimizer: {kind: adam, rho: 0.9}\n", 2, 25,
+     {"optimizer.rho: only rmsprop uses it", "kind is adam", "remove it or change kind"}},
+    {"name: a\noptimizer: {kind: rmsprop, nesterov: true}\n", 2, 28,
+     {"optimizer.nesterov: only momentum uses it", "kind is rmsprop"}},
+    {"name: a\noptimizer: {kind: adagrad, momentum: 0.9}\n", 2, 28,
+     {"optimizer.momentum: only momentum and rmsprop use it", "kind is adagrad"}},
+    {"name: a\noptimizer: {kind: sgd, epsilon: 1e-7}\n", 2, 24,
+     {"optimizer.epsilon: only adam, rmsprop and adagrad use it", "kind is sgd"}},
+    {"name: a\noptimizer: {kind: rmsprop, initial_accumulator_value: 0.1}\n", 2, 28,
+     {"optimizer.initial_accumulator_value: only adagrad uses it"}},
+    {"name: a\noptimizer: {kind: rmsprop, rho: 1}\n", 2, 33,
+     {"optimizer.rho: '1' is out of range", "[0, 1)"}},
+    {"name: a\noptimizer: {kind: rmsprop, centered: maybe}\n", 2, 38, {"optimizer.centered"}},
+    {"name: a\noptimizer: {kind: rmsprop, momentum: -0.5}\n", 2, 38,
+     {"optimizer.momentum: '-0.5' is out of range"}},
+    {"name: a\noptimizer: {kind: adagrad, initial_accumulator_value: -1}\n", 2, 55,
+     {"optimizer.initial_accumulator_value: '-1' is out of range"}},
+    {"name: a\noptimizer: {kind: adagrad, epsilon: 0}\n", 2, 37,
+     {"optimizer.epsilon: '0' is out of range"}},
+};
+/* clang-format on */
+
+static void test_errors(void **state)
+{
+    (void)state;
+    scen_expect_errors(optim_errs, sizeof optim_errs / sizeof optim_errs[0]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
