@@ -110,6 +110,8 @@ one mlp_rmsprop '{kind: mlp, hidden: [8]}' '{kind: rmsprop, learning_rate: 0.01,
 one mlp_rmsprop_centered '{kind: mlp, hidden: [8]}' \
     '{kind: rmsprop, learning_rate: 0.01, momentum: 0.5, centered: true, weight_decay: 0.1}' "$npy"
 one softmax_adagrad '{kind: softmax}' '{kind: adagrad, learning_rate: 0.2}' "$npy"
+# Keras 3's Lion: the sign of an interpolated momentum, each step a whole lr
+one mlp_lion '{kind: mlp, hidden: [8]}' '{kind: lion, learning_rate: 0.001, beta2: 0.95}' "$npy"
 # 2,400 steps of a ReLU MLP with Adam: float rounding (float32 sums in
 # dsim's order against NumPy's float64) is amplified until the two
 # trajectories part, and the ends differ by far more than 1e-6; with every

@@ -195,6 +195,12 @@ class Optimizer:
                 self.mom = f(s["momentum"]) * self.mom + inc
                 return (w - self.mom).astype(np.float32)
             return (w - inc).astype(np.float32)
+        if s["kind"] == "lion":  # Keras 3: the betas cast first, TF's sign
+            b1, b2 = f(s["beta1"]), f(s["beta2"])
+            c = self.m * b1 + g * (f(1) - b1)
+            w = (w - lr * np.sign(c)).astype(np.float32)
+            self.m = self.m * b2 + g * (f(1) - b2)
+            return w
         if s["kind"] == "adagrad":
             self.ada = self.ada + g * g
             return (w - (lr * g) / np.sqrt(self.ada + f(s["epsilon"]))).astype(np.float32)

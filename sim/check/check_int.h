@@ -71,7 +71,7 @@ bool ck_judge_restore(const dsim_train_result *probe, const dsim_checkpoint *ck,
  * when ck's optimizer slots or step differ from ref's (a replay to its
  * step); *measured: the worst relative difference, INFINITY for a step. */
 bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result *ref,
-                              dsim_optim_kind kind, double max_abs, double max_rel, char *msg,
+                              const dsim_optim_spec *os, double max_abs, double max_rel, char *msg,
                               size_t cap, const char **which, double *measured);
 
 #endif

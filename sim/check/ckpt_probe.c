@@ -214,9 +214,10 @@ static void ck_slots_of(const dsim_checkpoint *ck, const dsim_train_result *ref,
  * elsewhere (one replica's shard of a sharded optimizer state), or other
  * values. The slots are nslots arrays of n_params (dsim/optim.h). */
 static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_result *ref,
-                               dsim_optim_kind kind, double max_abs, double max_rel, char *msg,
+                               const dsim_optim_spec *os, double max_abs, double max_rel, char *msg,
                                size_t cap)
 {
+    const dsim_optim_kind kind = os->kind;
     size_t n = ck->n_params, len = ck->optim_state_len;
     size_t nslots = n ? len / n : 0;
     bool zero = true;
@@ -252,9 +253,26 @@ static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_resul
     const char *what = kind == DSIM_OPTIM_ADAM      ? "Adam's moments"
                        : kind == DSIM_OPTIM_RMSPROP ? "RMSprop's averages"
                        : kind == DSIM_OPTIM_ADAGRAD ? "Adagrad's accumulators"
+                       : kind == DSIM_OPTIM_LION    ? "Lion's momentum"
                                                     : "the momentum";
     const char *verb_s = kind == DSIM_OPTIM_MOMENTUM ? "s" : "";
-    if (zero) {
+    /* Adagrad's accumulators the replay's less their initial value at
+     * every parameter: save() copied them right, but they started at 0 */
+    const float iav = (float)os->initial_accumulator_value;
+    bool from0 = kind == DSIM_OPTIM_ADAGRAD && iav > 0.0f && n && len >= n && !zero;
+    for (size_t p = 0; from0 && p < n; p++) {
+        double d = (double)ref->optim_state[p] - (double)ck->optim_state[p] - (double)iav;
+        from0 = fabs(d) <= max_abs + 1e-5 * fabs((double)ref->optim_state[p]);
+    }
+    if (from0) {
+        dsim_check_msg_append(msg, cap,
+                              "The saved accumulators are the one-device replay's less "
+                              "initial_accumulator_value (%g) at every parameter: save() copied "
+                              "them, but they started at 0: create_variables must start the "
+                              "optimizer from init->optim_state (Adagrad's accumulators start "
+                              "at %g)",
+                              (double)iav, (double)iav);
+    } else if (zero) {
         dsim_check_msg_append(msg, cap,
                               "save() must copy the optimizer's slots (out->optim_state): "
                               "restored without them, %s restart%s from zero",
@@ -276,7 +294,7 @@ static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_resul
 }
 
 bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result *ref,
-                              dsim_optim_kind kind, double max_abs, double max_rel, char *msg,
+                              const dsim_optim_spec *os, double max_abs, double max_rel, char *msg,
                               size_t cap, const char **which, double *measured)
 {
     *which = NULL;
@@ -306,7 +324,7 @@ bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result
                        "%.9g, it was %.9g. ",
                        n_out, ck->optim_state_len, g, w, (double)ck->optim_state[w],
                        (double)ref->optim_state[w]);
-        ck_saved_slots_why(ck, ref, kind, max_abs, max_rel, msg, cap);
+        ck_saved_slots_why(ck, ref, os, max_abs, max_rel, msg, cap);
     }
     if (!step_ok) {
         if (!*which)

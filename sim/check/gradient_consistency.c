@@ -298,8 +298,8 @@ static bool gc_near(double x, double y)
 /* Keras's class name of the optimizer (Adam, RMSprop, Adagrad, ...) */
 static const char *gc_optim_title(const dsim_optim_spec *os)
 {
-    static const char *const t[DSIM_OPTIM_KIND_COUNT] = {"SGD", "SGD with momentum", "Adam",
-                                                         "RMSprop", "Adagrad"};
+    static const char *const t[DSIM_OPTIM_KIND_COUNT] = {"SGD",     "SGD with momentum", "Adam",
+                                                         "RMSprop", "Adagrad",           "Lion"};
     return (unsigned)os->kind < DSIM_OPTIM_KIND_COUNT ? t[os->kind] : "the optimizer";
 }
 

@@ -346,7 +346,7 @@ static void nl_why(const dsim_check_ctx *ctx, const dsim_check_faults *fx, char 
     dsim_train_result ref;
     double measured = 0;
     if (ck_replay_to(ctx->cfg, g, &ref) == DSIM_OK &&
-        ck_judge_saved_optimizer(ck, &ref, ctx->cfg->optim.kind, 1e-6, 1e-4, why, cap, which,
+        ck_judge_saved_optimizer(ck, &ref, &ctx->cfg->optim, 1e-6, 1e-4, why, cap, which,
                                  &measured)) {
         dsim_train_result_free(&ref);
         return;

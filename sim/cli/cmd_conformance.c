@@ -33,7 +33,7 @@ void cmd_conformance_help(FILE *out)
             "ones (1 replica, primes, hosts x devices pairs that differ, parameter counts the\n"
             "replicas do not divide, fewer parameters than replicas, global batches with\n"
             "remainders, one-example tails, fewer examples a step than replicas), sgd,\n"
-            "momentum, adam, rmsprop and adagrad, every engine, checkpoints with a\n"
+            "momentum, adam, rmsprop, adagrad and lion, every engine, checkpoints with a\n"
             "restart, a kill with recovery, a partition and a straggler (--list shows them).\n"
             "\n"
             "Each case is a scenario made from its row with the strategy put in, run through\n"

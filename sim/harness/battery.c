@@ -147,6 +147,17 @@ static const dsim_conf_case conf_battery[] = {
      .data = "{task: classification, examples: 150, features: 6, classes: 3, files: 3, "
              "global_batch: 18, epochs: 2}",
      .expect = CONF_CHECKS},
+    {.name = "lion",
+     .about = "Lion (the sign of an interpolated momentum, each step a whole learning rate) "
+              "on 3 x 1, 14 parameters",
+     .hosts = 3,
+     .devices_per_host = 1,
+     .engines = "threads",
+     .model = "{kind: softmax}",
+     .optimizer = "{kind: lion, learning_rate: 0.005}",
+     .data = "{task: classification, examples: 200, features: 6, classes: 2, files: 4, "
+             "global_batch: 24, epochs: 2}",
+     .expect = CONF_CHECKS},
     {.name = "adagrad_restart",
      .about = "Adagrad (accumulators start at 0.1, not 0), a checkpoint every 3 steps, "
               "preempted after step 7: a restore must take the saved accumulators",

@@ -161,6 +161,10 @@ static const char *ex_optim_rule(dsim_optim_kind k)
                "-= inc: Keras 3's RMSprop, epsilon INSIDE the square root (float32). Slots: "
                "[velocity: n_params], then [momentum: n_params] when momentum > 0, then "
                "[average_gradient: n_params] when centered";
+    case DSIM_OPTIM_LION:
+        return "b1 = float32(beta1), b2 = float32(beta2); c = m * b1 + g * (1 - b1); w -= lr * "
+               "sign(c) (sign -1, 0 or 1); m = m * b2 + g * (1 - b2): Keras 3's Lion "
+               "(float32, 1 - b in float32). Slots: [momentum: n_params]";
     case DSIM_OPTIM_ADAGRAD:
         return "acc = acc + g*g; w -= (lr * g) / sqrt(acc + epsilon): Keras 3's Adagrad "
                "(float32), acc starting at float32(initial_accumulator_value). Slots: "

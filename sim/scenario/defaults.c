@@ -12,11 +12,12 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
 {
     dsim_train_cfg t;
     dsim_train_cfg_init(&t);
-    dsim_optim_spec mom, adam, rms, ada;
+    dsim_optim_spec mom, adam, rms, ada, lion;
     dsim_optim_spec_default(&mom, DSIM_OPTIM_MOMENTUM);
     dsim_optim_spec_default(&adam, DSIM_OPTIM_ADAM);
     dsim_optim_spec_default(&rms, DSIM_OPTIM_RMSPROP);
     dsim_optim_spec_default(&ada, DSIM_OPTIM_ADAGRAD);
+    dsim_optim_spec_default(&lion, DSIM_OPTIM_LION);
     const dsim_network_preset *net = dsim_network_preset_find(DSIM_SCENARIO_DEF_PRESET);
     char lat[32], bw[32], tmo[32], hint[32], htmo[32], presets[256], algos[256];
     dsim_unit_format_duration(net->latency_ns, lat, sizeof lat);
@@ -69,12 +70,12 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
         "  loss: auto                   # auto | mse | xent\n"
         "\n"
         "optimizer:\n"
-        "  kind: %s                    # sgd | momentum | adam | rmsprop | adagrad\n"
-        "  learning_rate: %g          # momentum: %g, adam, rmsprop, adagrad: %g\n"
+        "  kind: %s                    # sgd | momentum | adam | rmsprop | adagrad | lion\n"
+        "  learning_rate: %g          # momentum: %g, adam, rmsprop, adagrad, lion: %g\n"
         "  # momentum: %g              # momentum (rmsprop: %g)\n"
         "  # nesterov: false            # momentum only\n"
-        "  # beta1: %g                 # adam only\n"
-        "  # beta2: %g               # adam only\n"
+        "  # beta1: %g                 # adam, lion\n"
+        "  # beta2: %g               # adam (lion: %g)\n"
         "  # epsilon: %g             # adam, rmsprop, adagrad\n"
         "  # rho: %g                   # rmsprop only\n"
         "  # centered: false            # rmsprop only\n"
@@ -115,7 +116,7 @@ dsim_err dsim_scenario_write_defaults(FILE *f)
         dsim_algo_list(algos, sizeof algos, 1, " | ", " | "), dsim_ps_mode_name(t.ps_mode), tmo,
         hint, htmo, DSIM_SCENARIO_DEF_HEALTH_RETRIES, DSIM_SCENARIO_DEF_HIDDEN,
         dsim_optim_kind_name(t.optim.kind), t.optim.lr, mom.lr, adam.lr, mom.momentum, rms.momentum,
-        adam.beta1, adam.beta2, adam.epsilon, rms.rho, ada.initial_accumulator_value,
+        adam.beta1, adam.beta2, lion.beta2, adam.epsilon, rms.rho, ada.initial_accumulator_value,
         DSIM_SCENARIO_DEF_EXAMPLES, DSIM_SCENARIO_DEF_FEATURES, DSIM_SCENARIO_DEF_CLASSES,
         DSIM_SCENARIO_DEF_NOISE, DSIM_SCENARIO_DEF_FILES, dsim_shard_policy_name(t.shard),
         dsim_shard_hint_name(t.hint), (long long)t.global_batch, t.epochs,

@@ -19,11 +19,9 @@ static const scen_name scen_model_kinds[] = {
     {"linear", DSIM_MODEL_LINEAR}, {"softmax", DSIM_MODEL_SOFTMAX}, {"mlp", DSIM_MODEL_MLP}};
 static const scen_name scen_losses[] = {
     {"auto", DSIM_LOSS_AUTO}, {"mse", DSIM_LOSS_MSE}, {"xent", DSIM_LOSS_XENT}};
-static const scen_name scen_optims[] = {{"sgd", DSIM_OPTIM_SGD},
-                                        {"momentum", DSIM_OPTIM_MOMENTUM},
-                                        {"adam", DSIM_OPTIM_ADAM},
-                                        {"rmsprop", DSIM_OPTIM_RMSPROP},
-                                        {"adagrad", DSIM_OPTIM_ADAGRAD}};
+static const scen_name scen_optims[] = {
+    {"sgd", DSIM_OPTIM_SGD},         {"momentum", DSIM_OPTIM_MOMENTUM}, {"adam", DSIM_OPTIM_ADAM},
+    {"rmsprop", DSIM_OPTIM_RMSPROP}, {"adagrad", DSIM_OPTIM_ADAGRAD},   {"lion", DSIM_OPTIM_LION}};
 static const scen_name scen_tasks[] = {{"classification", DSIM_DATA_CLASSIFICATION},
                                        {"regression", DSIM_DATA_REGRESSION}};
 static const scen_name scen_policies[] = {{"off", DSIM_SHARD_OFF},
@@ -624,8 +622,8 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
     } own[] = {
         {O_MOMENTUM, OK_(DSIM_OPTIM_MOMENTUM) | OK_(DSIM_OPTIM_RMSPROP), "momentum and rmsprop"},
         {O_NESTEROV, OK_(DSIM_OPTIM_MOMENTUM), "momentum"},
-        {O_BETA1, OK_(DSIM_OPTIM_ADAM), "adam"},
-        {O_BETA2, OK_(DSIM_OPTIM_ADAM), "adam"},
+        {O_BETA1, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_LION), "adam and lion"},
+        {O_BETA2, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_LION), "adam and lion"},
         {O_EPSILON, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_RMSPROP) | OK_(DSIM_OPTIM_ADAGRAD),
          "adam, rmsprop and adagrad"},
         {O_RHO, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
@@ -646,6 +644,10 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_bool(c, m, O_NESTEROV, &nest));
     o->nesterov = nest;
     DSIM_CHECK(scen_real(c, m, O_BETA1, 0, 1, false, true, &o->beta1));
+    if (o->kind == DSIM_OPTIM_LION && !(o->beta1 > 0.0))
+        return scen_fail(c, m->val[O_BETA1],
+                         "optimizer.beta1: lion needs it in (0, 1) (Keras uses 0.9; 0 would make "
+                         "it SignSGD)");
     DSIM_CHECK(scen_real(c, m, O_BETA2, 0, 1, false, true, &o->beta2));
     DSIM_CHECK(scen_real(c, m, O_EPSILON, 0, 1, true, false, &o->epsilon));
     DSIM_CHECK(scen_real(c, m, O_RHO, 0, 1, false, true, &o->rho));

@@ -347,6 +347,9 @@ static json_t *plan_optim(plan_b *b, const dsim_scenario *s)
         plan_set(b, o, "momentum", json_real(p->momentum));
         plan_set(b, o, "epsilon", json_real(p->epsilon));
         plan_set(b, o, "centered", json_boolean(p->centered));
+    } else if (p->kind == DSIM_OPTIM_LION) {
+        plan_set(b, o, "beta1", json_real(p->beta1));
+        plan_set(b, o, "beta2", json_real(p->beta2));
     } else if (p->kind == DSIM_OPTIM_ADAGRAD) {
         plan_set(b, o, "initial_accumulator_value", json_real(p->initial_accumulator_value));
         plan_set(b, o, "epsilon", json_real(p->epsilon));

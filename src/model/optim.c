@@ -115,8 +115,8 @@ double optim_seen_take(size_t *n)
     return v;
 }
 
-static const char *const optim_kind_names[DSIM_OPTIM_KIND_COUNT] = {"sgd", "momentum", "adam",
-                                                                    "rmsprop", "adagrad"};
+static const char *const optim_kind_names[DSIM_OPTIM_KIND_COUNT] = {"sgd",     "momentum", "adam",
+                                                                    "rmsprop", "adagrad",  "lion"};
 
 const char *dsim_optim_kind_name(dsim_optim_kind k)
 {
@@ -136,7 +136,7 @@ dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out)
         }
     }
     return DSIM_ERR(DSIM_EINVAL, -1,
-                    "unknown optimizer '%s': use sgd, momentum, adam, rmsprop or adagrad", s);
+                    "unknown optimizer '%s': use sgd, momentum, adam, rmsprop, adagrad or lion", s);
 }
 
 void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind)
@@ -149,7 +149,7 @@ void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind)
     spec->momentum = kind == DSIM_OPTIM_MOMENTUM ? 0.9 : 0.0;
     spec->nesterov = 0;
     spec->beta1 = 0.9;
-    spec->beta2 = 0.999;
+    spec->beta2 = kind == DSIM_OPTIM_LION ? 0.99 : 0.999;
     spec->epsilon = 1e-7;
     spec->rho = 0.9;
     spec->centered = 0;
@@ -168,7 +168,7 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
     if ((unsigned)spec->kind >= DSIM_OPTIM_KIND_COUNT)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "optimizer kind %d is not one of sgd, momentum, adam, rmsprop, "
-                        "adagrad",
+                        "adagrad, lion",
                         (int)spec->kind);
     const char *kind = optim_kind_names[spec->kind];
     /* lr is rounded to float for the update; one that rounds to 0 or inf
@@ -233,6 +233,18 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
             return DSIM_ERR(DSIM_EINVAL, -1, "optimizer rmsprop: centered %d must be 0 or 1",
                             spec->centered);
         break;
+    case DSIM_OPTIM_LION:
+        /* Keras: beta_1 in (0, 1], else it degenerates to SignSGD */
+        if (!(spec->beta1 > 0.0 && spec->beta1 <= 1.0))
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "optimizer lion: beta1 %g must be in (0, 1] (Keras uses 0.9; 0 "
+                            "would make it SignSGD)",
+                            spec->beta1);
+        if (!optim_unit(spec->beta2))
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "optimizer lion: beta2 %g must be in [0, 1) (Keras uses 0.99)",
+                            spec->beta2);
+        break;
     case DSIM_OPTIM_ADAGRAD:
         if (!(spec->initial_accumulator_value >= 0.0) ||
             !isfinite((float)spec->initial_accumulator_value))
@@ -245,7 +257,8 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
         break;
     }
     /* the adaptive rules divide by a root with epsilon under it or beside it */
-    if (spec->kind >= DSIM_OPTIM_ADAM &&
+    if ((spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_RMSPROP ||
+         spec->kind == DSIM_OPTIM_ADAGRAD) &&
         (!(spec->epsilon > 0.0) || !isfinite((float)spec->epsilon) || (float)spec->epsilon == 0.0f))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "optimizer %s: epsilon %g must be positive and representable in "
@@ -270,6 +283,7 @@ static size_t optim_slots(const dsim_optim_spec *s)
     switch (s->kind) {
     case DSIM_OPTIM_MOMENTUM:
     case DSIM_OPTIM_ADAGRAD:
+    case DSIM_OPTIM_LION:
         return 1;
     case DSIM_OPTIM_ADAM:
         return 2;
@@ -303,7 +317,7 @@ size_t dsim_optim_rule_slots(const dsim_optim_spec *spec)
 int dsim_optim_is_adaptive(const dsim_optim_spec *spec)
 {
     return spec && (spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_RMSPROP ||
-                    spec->kind == DSIM_OPTIM_ADAGRAD);
+                    spec->kind == DSIM_OPTIM_ADAGRAD || spec->kind == DSIM_OPTIM_LION);
 }
 
 void dsim_optim_init_state(const dsim_optim_spec *spec, size_t n_params, float *state)
@@ -471,6 +485,19 @@ static dsim_err optim_accumulate(dsim_optim *opt, const float **grad, size_t n, 
     return DSIM_OK;
 }
 
+/* Keras 3's Lion, one element at a time (its sign takes no vector): the
+ * betas cast to float, 1 - beta in float, TF's sign (NaN stays NaN). */
+static void optim_lion(float *p, float *m, const float *g, size_t n, float lr, float b1, float b2)
+{
+    const float omb1 = 1.0f - b1, omb2 = 1.0f - b2;
+    for (size_t k = 0; k < n; k++) {
+        float c = m[k] * b1 + g[k] * omb1;
+        float sign = c > 0.0f ? 1.0f : c < 0.0f ? -1.0f : c; /* +-0 or NaN as is */
+        p[k] -= lr * sign;
+        m[k] = m[k] * b2 + g[k] * omb2;
+    }
+}
+
 static dsim_err optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n,
                             double global_norm, int whole)
 {
@@ -537,6 +564,9 @@ static dsim_err optim_apply(dsim_optim *opt, float *params, const float *grad, s
     }
     case DSIM_OPTIM_ADAGRAD:
         kk->adagrad(params, opt->state, grad, n, lr, (float)s->epsilon);
+        break;
+    case DSIM_OPTIM_LION:
+        optim_lion(params, opt->state, grad, n, lr, (float)s->beta1, (float)s->beta2);
         break;
     default:
         return DSIM_ERR(DSIM_EINVAL, -1, "optimizer kind %d is not valid", (int)s->kind);

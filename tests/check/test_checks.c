@@ -1118,10 +1118,14 @@ static void test_saved_slots(void **state)
     char msg[1024];
     const char *which;
     double m;
+    dsim_optim_spec adam, mom, ada;
+    dsim_optim_spec_default(&adam, DSIM_OPTIM_ADAM);
+    dsim_optim_spec_default(&mom, DSIM_OPTIM_MOMENTUM);
+    dsim_optim_spec_default(&ada, DSIM_OPTIM_ADAGRAD);
 
     memset(got, 0, sizeof got);
-    assert_true(ck_judge_saved_optimizer(&ck, &ref, DSIM_OPTIM_ADAM, 1e-6, 1e-4, msg, sizeof msg,
-                                         &which, &m));
+    assert_true(
+        ck_judge_saved_optimizer(&ck, &ref, &adam, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
     assert_string_equal(which, "optimizer state");
     assert_has(msg, "restored without them, Adam's moments restart from zero");
 
@@ -1130,22 +1134,37 @@ static void test_saved_slots(void **state)
     for (int s = 0; s < 2; s++)
         for (int p = 3; p < 6; p++)
             got[s * 6 + p] = want[s * 6 + p];
-    assert_true(ck_judge_saved_optimizer(&ck, &ref, DSIM_OPTIM_ADAM, 1e-6, 1e-4, msg, sizeof msg,
-                                         &which, &m));
+    assert_true(
+        ck_judge_saved_optimizer(&ck, &ref, &adam, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
     assert_has(msg, "Only the slots of parameters 3..5 (3 of 6) were saved, the rest are zero");
     assert_null(strstr(msg, "restart from zero"));
 
     /* the same shard, but one value outside it is not zero: not a shard */
     got[1] = 9.0f;
-    assert_true(ck_judge_saved_optimizer(&ck, &ref, DSIM_OPTIM_MOMENTUM, 1e-6, 1e-4, msg,
-                                         sizeof msg, &which, &m));
+    assert_true(ck_judge_saved_optimizer(&ck, &ref, &mom, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
     assert_null(strstr(msg, "Only the slots"));
     assert_has(msg, "restored from these, the momentum resumes from other values");
 
     /* all right: nothing to say */
     memcpy(got, want, sizeof got);
-    assert_false(ck_judge_saved_optimizer(&ck, &ref, DSIM_OPTIM_ADAM, 1e-6, 1e-4, msg, sizeof msg,
-                                          &which, &m));
+    assert_false(
+        ck_judge_saved_optimizer(&ck, &ref, &adam, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
+    /* Adagrad's accumulators saved right but started at 0, not init's
+     * 0.1: the replay's less 0.1 at every parameter (one slot of 12) */
+    dsim_checkpoint ck1 = ck;
+    ck1.n_params = 12;
+    for (int i = 0; i < 12; i++)
+        got[i] = want[i] - 0.1f;
+    assert_true(
+        ck_judge_saved_optimizer(&ck1, &ref, &ada, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
+    assert_has(msg, "less initial_accumulator_value (0.1) at every parameter: save() copied "
+                    "them, but they started at 0");
+    /* off by other amounts: save() is what differs */
+    got[3] = want[3] - 0.3f;
+    assert_true(
+        ck_judge_saved_optimizer(&ck1, &ref, &ada, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
+    assert_null(strstr(msg, "started at 0"));
+    assert_has(msg, "Adagrad's accumulators resume from other values");
 }
 
 static void test_performance(void **state)

@@ -314,6 +314,45 @@ static void test_adagrad(void **state)
     assert_int_equal(dsim_optim_rule_slots(&s), 0);
 }
 
+/* Keras 3's Lion in double: each step moves every weight by exactly lr
+ * against the sign of its interpolated momentum. */
+static void test_lion(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_LION);
+    assert_true(s.lr == 0.001 && s.beta1 == 0.9 && s.beta2 == 0.99);
+    assert_true(dsim_optim_is_adaptive(&s));
+    assert_int_equal(dsim_optim_rule_slots(&s), 1);
+    s.lr = 0.01;
+    s.beta2 = 0.5;
+    dsim_optim *o = make(&s);
+    assert_int_equal(dsim_optim_state_len(o), N);
+    float w[N];
+    double ref[N], m[N] = {0};
+    for (int k = 0; k < N; k++)
+        ref[k] = w[k] = w0[k];
+    for (int t = 0; t < STEPS; t++) {
+        assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+        for (int k = 0; k < N; k++) {
+            double g = gs[t][k], c = 0.9 * m[k] + 0.1 * g;
+            ref[k] -= 0.01 * (c > 0 ? 1.0 : c < 0 ? -1.0 : 0.0);
+            m[k] = 0.5 * m[k] + 0.5 * g;
+        }
+        check_close("lion w", t, w, ref, N);
+        check_close("lion momentum", t, dsim_optim_state(o), m, N);
+    }
+    dsim_optim_destroy(o);
+    /* a zero interpolation moves nothing; NaN stays NaN, as TF's sign */
+    assert_int_equal(dsim_optim_create(&s, 1, &o), DSIM_OK);
+    float w1 = 1.0f, g0 = 0.0f, gn = NAN;
+    assert_int_equal(dsim_optim_apply(o, &w1, &g0, 1), DSIM_OK);
+    assert_true(w1 == 1.0f);
+    assert_int_equal(dsim_optim_apply(o, &w1, &gn, 1), DSIM_OK);
+    assert_true(isnan(w1));
+    dsim_optim_destroy(o);
+}
+
 /* A replica restored from a checkpoint (step + slots) continues exactly as
  * the one that never stopped; without the slots it does not. */
 static void test_checkpoint_restore(void **state)
@@ -341,10 +380,14 @@ static void test_checkpoint_restore(void **state)
             assert_int_equal(dsim_optim_apply(c, wc, gs[t], N), DSIM_OK);
         }
         assert_memory_equal(wa, wb, sizeof wa);
+        /* Lion moves each weight by lr against a sign, which a momentum
+         * restarted from zero does not flip on these gradients */
         if (kind == DSIM_OPTIM_SGD)
             assert_memory_equal(wa, wc, sizeof wa);
-        else
+        else if (kind != DSIM_OPTIM_LION)
             assert_memory_not_equal(wa, wc, sizeof wa);
+        else
+            assert_memory_not_equal(dsim_optim_state(a), dsim_optim_state(c), len * sizeof(float));
         /* reset = freshly created. */
         dsim_optim_reset(a);
         assert_int_equal(dsim_optim_step(a), 0);
@@ -659,6 +702,12 @@ static void test_bad_specs(void **state)
     dsim_optim_spec_default(&s, DSIM_OPTIM_ADAGRAD);
     s.epsilon = NAN;
     expect_bad(&s, "adagrad: epsilon");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_LION);
+    s.beta1 = 0.0;
+    expect_bad(&s, "SignSGD");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_LION);
+    s.beta2 = 1.0;
+    expect_bad(&s, "lion: beta2");
     dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
     s.kind = DSIM_OPTIM_KIND_COUNT;
     expect_bad(&s, "kind");
@@ -683,8 +732,8 @@ static void test_bad_specs(void **state)
     assert_int_equal(dsim_optim_kind_parse("rmsprop", &k), DSIM_OK);
     assert_int_equal(k, DSIM_OPTIM_RMSPROP);
     assert_string_equal(dsim_optim_kind_name(DSIM_OPTIM_ADAGRAD), "adagrad");
-    assert_int_equal(dsim_optim_kind_parse("lion", &k), DSIM_EINVAL);
-    assert_non_null(strstr(dsim_errmsg(), "adam, rmsprop or adagrad"));
+    assert_int_equal(dsim_optim_kind_parse("sophia", &k), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "adam, rmsprop, adagrad or lion"));
 }
 
 /* An optimizer of a part of a model says which part: inside the model, or
@@ -839,19 +888,13 @@ static void test_clip(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sgd),
-        cmocka_unit_test(test_momentum),
-        cmocka_unit_test(test_nesterov),
-        cmocka_unit_test(test_adam),
-        cmocka_unit_test(test_rmsprop),
-        cmocka_unit_test(test_adagrad),
-        cmocka_unit_test(test_checkpoint_restore),
-        cmocka_unit_test(test_bad_specs),
-        cmocka_unit_test(test_schedules),
-        cmocka_unit_test(test_bad_schedules),
-        cmocka_unit_test(test_accumulation),
-        cmocka_unit_test(test_set_part),
-        cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_sgd),           cmocka_unit_test(test_momentum),
+        cmocka_unit_test(test_nesterov),      cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_rmsprop),       cmocka_unit_test(test_adagrad),
+        cmocka_unit_test(test_lion),          cmocka_unit_test(test_checkpoint_restore),
+        cmocka_unit_test(test_bad_specs),     cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_bad_schedules), cmocka_unit_test(test_accumulation),
+        cmocka_unit_test(test_set_part),      cmocka_unit_test(test_clip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,8 +16,8 @@
 
 typedef struct scen_err_case {
     const char *yaml;
-    int line, col;           /* where in t.yaml the message points */
-    const char *words[3];    /* what it must say, up to 3 */
+    int line, col;        /* where in t.yaml the message points */
+    const char *words[3]; /* what it must say, up to 3 */
 } scen_err_case;
 
 static inline dsim_scenario *scen_parse_ok(const char *text)

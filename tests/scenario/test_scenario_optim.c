@@ -43,6 +43,11 @@ static void test_keys(void **state)
     json_decref(j);
     dsim_scenario_free(s);
 
+    s = scen_parse_ok("name: a\noptimizer: {kind: lion, beta1: 0.95}\n");
+    o = &s->train.optim;
+    assert_true(o->lr == 0.001 && o->beta1 == 0.95 && o->beta2 == 0.99);
+    dsim_scenario_free(s);
+
     s = scen_parse_ok("name: a\noptimizer: {kind: adagrad}\n");
     o = &s->train.optim;
     assert_true(o->lr == 0.001 && o->initial_accumulator_value == 0.1 && o->epsilon == 1e-7);
@@ -63,8 +68,14 @@ static void test_keys(void **state)
 
 /* clang-format off */
 static const scen_err_case optim_errs[] = {
-    {"name: a\noptimizer: {kind: lion}\n", 2, 19,
-     {"optimizer.kind", "sgd, momentum, adam, rmsprop, adagrad"}},
+    {"name: a\noptimizer: {kind: sophia}\n", 2, 19,
+     {"optimizer.kind", "sgd, momentum, adam, rmsprop, adagrad, lion"}},
+    {"name: a\noptimizer: {kind: lion, epsilon: 1e-7}\n", 2, 25,
+     {"optimizer.epsilon: only adam, rmsprop and adagrad use it", "kind is lion"}},
+    {"name: a\noptimizer: {kind: rmsprop, beta1: 0.9}\n", 2, 28,
+     {"optimizer.beta1: only adam and lion use it"}},
+    {"name: a\noptimizer: {kind: lion, beta1: 0}\n", 2, 32,
+     {"optimizer.beta1: lion needs it in (0, 1)", "SignSGD"}},
     {"name: a\noptimizer: {kind: adam, rho: 0.9}\n", 2, 25,
      {"optimizer.rho: only rmsprop uses it", "kind is adam", "remove it or change kind"}},
     {"name: a\noptimizer: {kind: rmsprop, nesterov: true}\n", 2, 28,

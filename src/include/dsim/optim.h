@@ -1,4 +1,4 @@
-/* Optimizers: SGD, momentum, Adam, RMSprop and Adagrad, with TensorFlow's
+/* Optimizers: SGD, momentum, Adam, RMSprop, Adagrad and Lion, with TensorFlow's
  * (Keras's) update rules.
  *
  * Each replica owns one dsim_optim for its own copy of the parameters; after
@@ -24,6 +24,10 @@
  *   adagrad:   acc += g^2                                     (Keras 3 Adagrad)
  *              w -= lr * g / sqrt(acc + epsilon)
  *              (acc starts at initial_accumulator_value, not 0)
+ *   lion:      c = m * beta1 + g * (1 - beta1)               (Keras 3 Lion)
+ *              w -= lr * sign(c)          (sign: -1, 0 or 1; NaN stays NaN)
+ *              m = m * beta2 + g * (1 - beta2)
+ *              (beta1, beta2 cast to float first, 1 - beta in float)
  * alpha is computed in double and rounded to float once per step; rho,
  * 1 - rho, momentum and epsilon are rounded to float once, as Keras casts
  * its Python floats to the variable's dtype.
@@ -57,6 +61,7 @@
  * Slot layout: sgd none; momentum [accum: n]; adam [m: n][v: n]; rmsprop
  * [velocity: n], then [momentum: n] when momentum > 0, then [average
  * gradient: n] when centered (Keras's order); adagrad [accumulator: n];
+ * lion [momentum: n];
  * with gradient_accumulation_steps > 1, one more slot at the end: [acc: n].
  * Every slot starts at 0 but Adagrad's accumulator, which starts at
  * initial_accumulator_value (dsim_optim_init_state). */
@@ -79,6 +84,7 @@ typedef enum dsim_optim_kind {
     DSIM_OPTIM_ADAM,
     DSIM_OPTIM_RMSPROP,
     DSIM_OPTIM_ADAGRAD,
+    DSIM_OPTIM_LION,
     DSIM_OPTIM_KIND_COUNT
 } dsim_optim_kind;
 
@@ -139,8 +145,8 @@ typedef struct dsim_optim_spec {
     double lr;       /* > 0; a schedule's initial rate (unused by piecewise_constant) */
     double momentum; /* momentum, rmsprop: in [0, 1) (rmsprop: 0 = none) */
     int nesterov;    /* momentum: 0 or 1 */
-    double beta1;    /* adam: in [0, 1) */
-    double beta2;    /* adam: in [0, 1) */
+    double beta1;    /* adam: in [0, 1); lion: in (0, 1] */
+    double beta2;    /* adam, lion: in [0, 1) */
     double epsilon;  /* adam, rmsprop, adagrad: > 0 */
     /* Clipping (above): at most one of the two > 0; 0 = off. */
     double clipvalue;          /* > 0: every gradient element into [-clipvalue, clipvalue] */
@@ -165,7 +171,7 @@ typedef struct dsim_optim_spec {
 
 typedef struct dsim_optim dsim_optim;
 
-/* "sgd", "momentum", "adam", "rmsprop", "adagrad". */
+/* "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion". */
 DSIM_API const char *dsim_optim_kind_name(dsim_optim_kind k);
 DSIM_API dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out);
 
@@ -182,7 +188,8 @@ DSIM_API float dsim_optim_lr_at(const dsim_optim_spec *spec, uint64_t step);
 /* Keras' defaults for kind: sgd lr 0.01; momentum lr 0.01, momentum 0.9,
  * no nesterov; adam lr 0.001, beta1 0.9, beta2 0.999, epsilon 1e-7;
  * rmsprop lr 0.001, rho 0.9, momentum 0, epsilon 1e-7, not centered;
- * adagrad lr 0.001, initial_accumulator_value 0.1, epsilon 1e-7. */
+ * adagrad lr 0.001, initial_accumulator_value 0.1, epsilon 1e-7; lion lr
+ * 0.001, beta1 0.9, beta2 0.99. */
 DSIM_API void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind);
 /* DSIM_OK, or DSIM_EINVAL naming the field and the accepted range. Fields a
  * kind does not use are not checked. */
@@ -244,13 +251,14 @@ DSIM_API uint64_t dsim_optim_step(const dsim_optim *opt);
  * optimizer's parameters. */
 DSIM_API size_t dsim_optim_slots_per_param(const dsim_optim_spec *spec);
 /* The slots of the update rule alone (the layout above, without gradient
- * accumulation's): 0 sgd, 1 momentum and adagrad, 2 adam, 1 to 3 rmsprop. */
+ * accumulation's): 0 sgd, 1 momentum, adagrad and lion, 2 adam, 1 to 3
+ * rmsprop. */
 DSIM_API size_t dsim_optim_rule_slots(const dsim_optim_spec *spec);
 /* 1 where the update divides each gradient by the root of a running sum of
- * its squares (adam, rmsprop, adagrad): a near-zero gradient, whose last
- * bits depend on summation order, moves its variable by a sizeable step
- * either way, so gradient_consistency judges such updates by the gradients
- * they applied (docs/checks.md); else 0. */
+ * its squares (adam, rmsprop, adagrad) or takes its sign (lion): a
+ * near-zero gradient, whose last bits depend on summation order, moves its
+ * variable by a sizeable step either way, so gradient_consistency judges
+ * such updates by the gradients they applied (docs/checks.md); else 0. */
 DSIM_API int dsim_optim_is_adaptive(const dsim_optim_spec *spec);
 /* The initial slots of n_params parameters under spec, in the layout above,
  * into state[0 .. slots_per_param * n_params): 0, but Adagrad's accumulator
