@@ -93,6 +93,10 @@ one softmax_sgd_piecewise '{kind: softmax}' \
     '{kind: sgd, schedule: {kind: piecewise_constant, boundaries: [3, 9], values: [0.5, 0.2, 0.05]}}' "$npy"
 one mlp_momentum_exponential '{kind: mlp, hidden: [8]}' \
     '{kind: momentum, learning_rate: 0.1, schedule: {kind: exponential_decay, decay_steps: 4, decay_rate: 0.8, staircase: true}}' "$npy"
+# Keras's SGD(momentum=0.9, nesterov=True) under the same schedule: its
+# velocity keeps each step's own rate (TF1's momentum kind rescales it)
+one mlp_sgd_momentum_exponential '{kind: mlp, hidden: [8]}' \
+    '{kind: sgd, learning_rate: 0.1, momentum: 0.9, nesterov: true, schedule: {kind: exponential_decay, decay_steps: 4, decay_rate: 0.5, staircase: true}}' "$npy"
 one mlp_adamw_cosine_warmup '{kind: mlp, hidden: [8]}' \
     '{kind: adam, learning_rate: 0.001, weight_decay: 0.1, schedule: {kind: cosine_decay, decay_steps: 10, alpha: 0.1, warmup_target: 0.05, warmup_steps: 4}}' "$npy"
 one linear_csv_polynomial '{kind: linear}' \

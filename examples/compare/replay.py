@@ -174,6 +174,12 @@ class Optimizer:
         if s.get("weight_decay", 0) > 0:  # the manifest's optimizer.decay
             w = (w - w * f(s["weight_decay"]) * lr).astype(np.float32)
         self.t += 1
+        if s["kind"] == "sgd" and s["momentum"] > 0:  # Keras's: lr inside the velocity
+            mo = f(s["momentum"])
+            self.accum = self.accum * mo - g * lr
+            if s["nesterov"]:
+                return (w + (self.accum * mo - g * lr)).astype(np.float32)
+            return (w + self.accum).astype(np.float32)
         if s["kind"] == "sgd":
             return (w - lr * g).astype(np.float32)
         if s["kind"] == "momentum":

@@ -255,7 +255,7 @@ static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_resul
                        : kind == DSIM_OPTIM_ADAGRAD ? "Adagrad's accumulators"
                        : kind == DSIM_OPTIM_LION    ? "Lion's momentum"
                                                     : "the momentum";
-    const char *verb_s = kind == DSIM_OPTIM_MOMENTUM ? "s" : "";
+    const char *verb_s = kind == DSIM_OPTIM_MOMENTUM || kind == DSIM_OPTIM_SGD ? "s" : "";
     /* Adagrad's accumulators the replay's less their initial value at
      * every parameter: save() copied them right, but they started at 0 */
     const float iav = (float)os->initial_accumulator_value;

@@ -146,14 +146,20 @@ static json_t *ex_hex(uint64_t v)
     return json_string(h);
 }
 
-static const char *ex_optim_rule(dsim_optim_kind k)
+static const char *ex_optim_rule(const dsim_optim_spec *o)
 {
-    switch (k) {
+    switch (o->kind) {
     case DSIM_OPTIM_SGD:
+        if (o->momentum > 0.0)
+            return "v = v * float32(momentum) - g * lr; w += v; nesterov: w += v * "
+                   "float32(momentum) - g * lr (Keras's SGD with momentum, tf.keras's "
+                   "ResourceApplyKerasMomentum and Keras 3's: the velocity holds each step's own "
+                   "rate; float32). Slots: [velocity: n_params]";
         return "w -= lr * g (float32)";
     case DSIM_OPTIM_MOMENTUM:
         return "accum = momentum * accum + g; w -= lr * accum; nesterov: w -= lr * g + lr * "
-               "momentum * accum (TensorFlow's ApplyMomentum; float32). Slots: [accum: n_params]";
+               "momentum * accum (TF1's MomentumOptimizer, ApplyMomentum: this step's rate "
+               "scales the whole sum; float32). Slots: [accum: n_params]";
     case DSIM_OPTIM_RMSPROP:
         return "v = float32(rho) * v + float32(1 - rho) * (g*g); centered: a = float32(rho) * a + "
                "float32(1 - rho) * g, d = (v - a*a) + epsilon, else d = v + epsilon; inc = (lr * "
@@ -299,7 +305,7 @@ static json_t *ex_optim_json(const dsim_optim_spec *o)
                                 "* float32(weight_decay)) * float32(learning_rate) in float32 "
                                 "(Keras's weight_decay, decoupled as AdamW's)"
                               : "none",
-        "rule", ex_optim_rule(o->kind));
+        "rule", ex_optim_rule(o));
     if (j && sched)
         json_object_set_new(j, "schedule", sched);
     else

@@ -619,16 +619,17 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
         int key;
         unsigned kinds;
         const char *who;
-    } own[] = {
-        {O_MOMENTUM, OK_(DSIM_OPTIM_MOMENTUM) | OK_(DSIM_OPTIM_RMSPROP), "momentum and rmsprop"},
-        {O_NESTEROV, OK_(DSIM_OPTIM_MOMENTUM), "momentum"},
-        {O_BETA1, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_LION), "adam and lion"},
-        {O_BETA2, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_LION), "adam and lion"},
-        {O_EPSILON, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_RMSPROP) | OK_(DSIM_OPTIM_ADAGRAD),
-         "adam, rmsprop and adagrad"},
-        {O_RHO, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
-        {O_CENTERED, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
-        {O_IAV, OK_(DSIM_OPTIM_ADAGRAD), "adagrad"}};
+    } own[] = {{O_MOMENTUM,
+                OK_(DSIM_OPTIM_SGD) | OK_(DSIM_OPTIM_MOMENTUM) | OK_(DSIM_OPTIM_RMSPROP),
+                "sgd, momentum and rmsprop"},
+               {O_NESTEROV, OK_(DSIM_OPTIM_SGD) | OK_(DSIM_OPTIM_MOMENTUM), "sgd and momentum"},
+               {O_BETA1, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_LION), "adam and lion"},
+               {O_BETA2, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_LION), "adam and lion"},
+               {O_EPSILON, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_RMSPROP) | OK_(DSIM_OPTIM_ADAGRAD),
+                "adam, rmsprop and adagrad"},
+               {O_RHO, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
+               {O_CENTERED, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
+               {O_IAV, OK_(DSIM_OPTIM_ADAGRAD), "adagrad"}};
 #undef OK_
     for (size_t i = 0; i < SCEN_N(own); i++)
         if (m->val[own[i].key] && !(own[i].kinds & (1u << o->kind)))

@@ -335,7 +335,7 @@ static json_t *plan_optim(plan_b *b, const dsim_scenario *s)
         return NULL;
     plan_set(b, o, "kind", json_string(dsim_optim_kind_name(p->kind)));
     plan_set(b, o, "learning_rate", json_real(p->lr));
-    if (p->kind == DSIM_OPTIM_MOMENTUM) {
+    if (p->kind == DSIM_OPTIM_MOMENTUM || (p->kind == DSIM_OPTIM_SGD && p->momentum > 0.0)) {
         plan_set(b, o, "momentum", json_real(p->momentum));
         plan_set(b, o, "nesterov", json_boolean(p->nesterov));
     } else if (p->kind == DSIM_OPTIM_ADAM) {

@@ -71,6 +71,9 @@ typedef struct kern_ops {
     void (*sgd)(float *p, const float *g, size_t n, float lr);
     void (*momentum)(float *p, float *accum, const float *g, size_t n, float lr, float mom,
                      int nesterov);
+    /* Keras's SGD with momentum: the velocity v holds lr */
+    void (*keras_momentum)(float *p, float *v, const float *g, size_t n, float lr, float mom,
+                           int nesterov);
     void (*adam)(float *p, float *m, float *v, const float *g, size_t n, float alpha, float omb1,
                  float omb2, float eps);
     /* mom NULL: no momentum; avg NULL: not centered */

@@ -487,6 +487,30 @@ KB_ATTR static void KB(momentum)(float *p, float *accum, const float *g, size_t 
     }
 }
 
+/* Keras's SGD(momentum=m): v = v * m - g * lr; p += v; nesterov p += v * m
+ * - g * lr (tf.keras's ResourceApplyKerasMomentum and Keras 3 alike). */
+KB_ATTR static void KB(keras_momentum)(float *p, float *v, const float *g, size_t n, float lr,
+                                       float mom, int nesterov)
+{
+    size_t k = 0;
+    for (; k + KB_WS <= n; k += KB_WS) {
+        KVS gk = KB(lds)(g + k);
+        KVS vk = KB(lds)(v + k) * mom - gk * lr;
+        KB(sts)(v + k, vk);
+        if (nesterov)
+            KB(sts)(p + k, KB(lds)(p + k) + (vk * mom - gk * lr));
+        else
+            KB(sts)(p + k, KB(lds)(p + k) + vk);
+    }
+    for (; k < n; k++) {
+        v[k] = v[k] * mom - g[k] * lr;
+        if (nesterov)
+            p[k] += v[k] * mom - g[k] * lr;
+        else
+            p[k] += v[k];
+    }
+}
+
 KB_ATTR static void KB(adam)(float *p, float *m, float *v, const float *g, size_t n, float alpha,
                              float omb1, float omb2, float eps)
 {
@@ -583,6 +607,7 @@ static const kern_ops KB(ops) = {
     .relu = KB(relu),
     .sgd = KB(sgd),
     .momentum = KB(momentum),
+    .keras_momentum = KB(keras_momentum),
     .adam = KB(adam),
     .rmsprop = KB(rmsprop),
     .adagrad = KB(adagrad),

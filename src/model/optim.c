@@ -203,6 +203,14 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
                         kind, spec->clipvalue, spec->global_clipnorm);
     switch (spec->kind) {
     case DSIM_OPTIM_SGD:
+        /* Keras's SGD(momentum=, nesterov=): 0 is plain SGD */
+        if (!optim_unit(spec->momentum))
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "optimizer sgd: momentum %g must be in [0, 1) (0: plain SGD)",
+                            spec->momentum);
+        if (spec->nesterov != 0 && spec->nesterov != 1)
+            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer sgd: nesterov %d must be 0 or 1",
+                            spec->nesterov);
         break;
     case DSIM_OPTIM_MOMENTUM:
         if (!optim_unit(spec->momentum))
@@ -281,6 +289,8 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
 static size_t optim_slots(const dsim_optim_spec *s)
 {
     switch (s->kind) {
+    case DSIM_OPTIM_SGD:
+        return s->momentum > 0.0 ? 1 : 0; /* Keras's velocity */
     case DSIM_OPTIM_MOMENTUM:
     case DSIM_OPTIM_ADAGRAD:
     case DSIM_OPTIM_LION:
@@ -541,7 +551,10 @@ static dsim_err optim_apply(dsim_optim *opt, float *params, const float *grad, s
     const kern_ops *kk = kern_get();
     switch (s->kind) {
     case DSIM_OPTIM_SGD:
-        kk->sgd(params, grad, n, lr);
+        if (s->momentum > 0.0)
+            kk->keras_momentum(params, opt->state, grad, n, lr, (float)s->momentum, s->nesterov);
+        else
+            kk->sgd(params, grad, n, lr);
         break;
     case DSIM_OPTIM_MOMENTUM:
         kk->momentum(params, opt->state, grad, n, lr, (float)s->momentum, s->nesterov);

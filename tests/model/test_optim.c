@@ -314,6 +314,46 @@ static void test_adagrad(void **state)
     assert_int_equal(dsim_optim_rule_slots(&s), 0);
 }
 
+/* Keras's SGD(momentum=, nesterov=) in double: the velocity holds each
+ * step's own rate, so a rate that changes between steps (a schedule)
+ * leaves the earlier steps' part as it was, where TF1's momentum kind
+ * rescales all of it. */
+static void test_sgd_momentum(void **state)
+{
+    (void)state;
+    for (int nesterov = 0; nesterov < 2; nesterov++) {
+        dsim_optim_spec s;
+        dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+        assert_int_equal(dsim_optim_rule_slots(&s), 0);
+        s.momentum = 0.9;
+        s.nesterov = nesterov;
+        s.schedule.kind = DSIM_LR_PIECEWISE; /* 0.1 for steps 0..1, then 0.01 */
+        s.schedule.n_values = 2;
+        s.schedule.boundaries[0] = 1;
+        s.schedule.values[0] = 0.1;
+        s.schedule.values[1] = 0.01;
+        assert_int_equal(dsim_optim_rule_slots(&s), 1);
+        dsim_optim *o = make(&s);
+        assert_int_equal(dsim_optim_state_len(o), N);
+        float w[N];
+        double ref[N], v[N] = {0};
+        for (int k = 0; k < N; k++)
+            ref[k] = w[k] = w0[k];
+        for (int t = 0; t < STEPS; t++) {
+            double lr = t <= 1 ? 0.1 : 0.01;
+            assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+            for (int k = 0; k < N; k++) {
+                double g = gs[t][k];
+                v[k] = 0.9 * v[k] - lr * g;
+                ref[k] += nesterov ? 0.9 * v[k] - lr * g : v[k];
+            }
+            check_close("sgd momentum w", t, w, ref, N);
+            check_close("sgd momentum velocity", t, dsim_optim_state(o), v, N);
+        }
+        dsim_optim_destroy(o);
+    }
+}
+
 /* Keras 3's Lion in double: each step moves every weight by exactly lr
  * against the sign of its interpolated momentum. */
 static void test_lion(void **state)
@@ -711,9 +751,12 @@ static void test_bad_specs(void **state)
     dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
     s.kind = DSIM_OPTIM_KIND_COUNT;
     expect_bad(&s, "kind");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
+    s.momentum = 1.0;
+    expect_bad(&s, "sgd: momentum");
     /* Fields another kind uses are not checked. */
     dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
-    s.momentum = 7;
+    s.beta1 = 7;
     s.epsilon = -1;
     dsim_optim *o = NULL;
     assert_int_equal(dsim_optim_create(&s, N, &o), DSIM_OK);
@@ -888,13 +931,21 @@ static void test_clip(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sgd),           cmocka_unit_test(test_momentum),
-        cmocka_unit_test(test_nesterov),      cmocka_unit_test(test_adam),
-        cmocka_unit_test(test_rmsprop),       cmocka_unit_test(test_adagrad),
-        cmocka_unit_test(test_lion),          cmocka_unit_test(test_checkpoint_restore),
-        cmocka_unit_test(test_bad_specs),     cmocka_unit_test(test_schedules),
-        cmocka_unit_test(test_bad_schedules), cmocka_unit_test(test_accumulation),
-        cmocka_unit_test(test_set_part),      cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_momentum),
+        cmocka_unit_test(test_nesterov),
+        cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_rmsprop),
+        cmocka_unit_test(test_adagrad),
+        cmocka_unit_test(test_lion),
+        cmocka_unit_test(test_sgd_momentum),
+        cmocka_unit_test(test_checkpoint_restore),
+        cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_bad_schedules),
+        cmocka_unit_test(test_accumulation),
+        cmocka_unit_test(test_set_part),
+        cmocka_unit_test(test_clip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,6 +48,13 @@ static void test_keys(void **state)
     assert_true(o->lr == 0.001 && o->beta1 == 0.95 && o->beta2 == 0.99);
     dsim_scenario_free(s);
 
+    /* Keras's SGD(momentum=0.9, nesterov=True): a velocity slot */
+    s = scen_parse_ok("name: a\noptimizer: {kind: sgd, momentum: 0.9, nesterov: true}\n");
+    o = &s->train.optim;
+    assert_true(o->kind == DSIM_OPTIM_SGD && o->momentum == 0.9 && o->nesterov);
+    assert_int_equal(dsim_optim_rule_slots(o), 1);
+    dsim_scenario_free(s);
+
     s = scen_parse_ok("name: a\noptimizer: {kind: adagrad}\n");
     o = &s->train.optim;
     assert_true(o->lr == 0.001 && o->initial_accumulator_value == 0.1 && o->epsilon == 1e-7);
@@ -79,9 +86,9 @@ static const scen_err_case optim_errs[] = {
     {"name: a\noptimizer: {kind: adam, rho: 0.9}\n", 2, 25,
      {"optimizer.rho: only rmsprop uses it", "kind is adam", "remove it or change kind"}},
     {"name: a\noptimizer: {kind: rmsprop, nesterov: true}\n", 2, 28,
-     {"optimizer.nesterov: only momentum uses it", "kind is rmsprop"}},
+     {"optimizer.nesterov: only sgd and momentum use it", "kind is rmsprop"}},
     {"name: a\noptimizer: {kind: adagrad, momentum: 0.9}\n", 2, 28,
-     {"optimizer.momentum: only momentum and rmsprop use it", "kind is adagrad"}},
+     {"optimizer.momentum: only sgd, momentum and rmsprop use it", "kind is adagrad"}},
     {"name: a\noptimizer: {kind: sgd, epsilon: 1e-7}\n", 2, 24,
      {"optimizer.epsilon: only adam, rmsprop and adagrad use it", "kind is sgd"}},
     {"name: a\noptimizer: {kind: rmsprop, initial_accumulator_value: 0.1}\n", 2, 28,

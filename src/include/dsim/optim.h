@@ -8,10 +8,15 @@
  *
  * Update rules (g the gradient, t the step counting from 1), in float as
  * TF's kernels compute them:
- *   sgd:       w -= lr * g
- *   momentum:  accum = momentum * accum + g                 (ApplyMomentum)
- *              w -= lr * accum
- *              nesterov: w -= lr * g + lr * momentum * accum
+ *   sgd:       w -= lr * g                                  (Keras's SGD)
+ *              momentum > 0: v = v * momentum - g * lr, w += v; nesterov:
+ *              w += v * momentum - g * lr (tf.keras's and Keras 3's
+ *              SGD(momentum=): the velocity holds each step's own rate)
+ *   momentum:  accum = momentum * accum + g   (TF1's MomentumOptimizer,
+ *              w -= lr * accum                 ApplyMomentum: the rate of
+ *              nesterov: w -= lr * g + lr * momentum * accum    this step
+ *              scales the whole accumulated sum; under a constant rate
+ *              the two agree to float rounding, under a schedule not)
  *   adam:      alpha = lr * sqrt(1 - beta2^t) / (1 - beta1^t)   (Keras Adam)
  *              m += (g - m) * (1 - beta1)
  *              v += (g^2 - v) * (1 - beta2)
@@ -58,13 +63,11 @@
  * the whole gradient: dsim_optim_apply_norm, with the norm summed over the
  * parts; dsim_optim_apply clips by the norm of what it is given.
  *
- * Slot layout: sgd none; momentum [accum: n]; adam [m: n][v: n]; rmsprop
- * [velocity: n], then [momentum: n] when momentum > 0, then [average
- * gradient: n] when centered (Keras's order); adagrad [accumulator: n];
- * lion [momentum: n];
- * with gradient_accumulation_steps > 1, one more slot at the end: [acc: n].
- * Every slot starts at 0 but Adagrad's accumulator, which starts at
- * initial_accumulator_value (dsim_optim_init_state). */
+ * Slot layout: sgd none, with momentum > 0 [velocity: n]; momentum [accum: n]; adam [m: n][v: n];
+ * rmsprop [velocity: n], then [momentum: n] when momentum > 0, then [average gradient: n] when
+ * centered (Keras's order); adagrad [accumulator: n]; lion [momentum: n]; with
+ * gradient_accumulation_steps > 1, one more slot at the end: [acc: n]. Every slot starts at 0 but
+ * Adagrad's accumulator, which starts at initial_accumulator_value (dsim_optim_init_state). */
 #ifndef DSIM_OPTIM_H
 #define DSIM_OPTIM_H
 
@@ -143,8 +146,8 @@ typedef struct dsim_lr_schedule {
 typedef struct dsim_optim_spec {
     dsim_optim_kind kind;
     double lr;       /* > 0; a schedule's initial rate (unused by piecewise_constant) */
-    double momentum; /* momentum, rmsprop: in [0, 1) (rmsprop: 0 = none) */
-    int nesterov;    /* momentum: 0 or 1 */
+    double momentum; /* sgd, momentum, rmsprop: in [0, 1) (sgd, rmsprop: 0 = none) */
+    int nesterov;    /* sgd, momentum: 0 or 1 */
     double beta1;    /* adam: in [0, 1); lion: in (0, 1] */
     double beta2;    /* adam, lion: in [0, 1) */
     double epsilon;  /* adam, rmsprop, adagrad: > 0 */
@@ -251,8 +254,8 @@ DSIM_API uint64_t dsim_optim_step(const dsim_optim *opt);
  * optimizer's parameters. */
 DSIM_API size_t dsim_optim_slots_per_param(const dsim_optim_spec *spec);
 /* The slots of the update rule alone (the layout above, without gradient
- * accumulation's): 0 sgd, 1 momentum, adagrad and lion, 2 adam, 1 to 3
- * rmsprop. */
+ * accumulation's): 0 sgd (1 with momentum), 1 momentum, adagrad and lion,
+ * 2 adam, 1 to 3 rmsprop. */
 DSIM_API size_t dsim_optim_rule_slots(const dsim_optim_spec *spec);
 /* 1 where the update divides each gradient by the root of a running sum of
  * its squares (adam, rmsprop, adagrad) or takes its sign (lion): a
