@@ -99,7 +99,7 @@ static void optim_seen_note(optim_seen *seen, const dsim_optim *opt, const float
     }
     memcpy(seen->copy + at, grad, n * sizeof(float));
     /* the slots before the update: slot i of the part at row i's place
-     * (adam's m and v, rmsprop's or adagrad's; an accumulator of gradient
+     * (adam's m and v, rmsprop's, adagrad's or lion's; an accumulator of gradient
      * accumulation after them is not kept) */
     for (size_t i = 0; seen->slots && i < S && opt->state_len >= S * n; i++)
         memcpy(seen->slots + i * P + at, opt->state + i * n, n * sizeof(float));

@@ -63,11 +63,13 @@
  * the whole gradient: dsim_optim_apply_norm, with the norm summed over the
  * parts; dsim_optim_apply clips by the norm of what it is given.
  *
- * Slot layout: sgd none, with momentum > 0 [velocity: n]; momentum [accum: n]; adam [m: n][v: n];
- * rmsprop [velocity: n], then [momentum: n] when momentum > 0, then [average gradient: n] when
- * centered (Keras's order); adagrad [accumulator: n]; lion [momentum: n]; with
- * gradient_accumulation_steps > 1, one more slot at the end: [acc: n]. Every slot starts at 0 but
- * Adagrad's accumulator, which starts at initial_accumulator_value (dsim_optim_init_state). */
+ * Slot layout: sgd none, with momentum > 0 [velocity: n]; momentum
+ * [accum: n]; adam [m: n][v: n]; rmsprop [velocity: n], then [momentum: n]
+ * when momentum > 0, then [average gradient: n] when centered (Keras's
+ * order); adagrad [accumulator: n]; lion [momentum: n]; with
+ * gradient_accumulation_steps > 1, one more slot at the end: [acc: n].
+ * Every slot starts at 0 but Adagrad's accumulator, which starts at
+ * initial_accumulator_value (dsim_optim_init_state). */
 #ifndef DSIM_OPTIM_H
 #define DSIM_OPTIM_H
 
@@ -269,7 +271,8 @@ DSIM_API int dsim_optim_is_adaptive(const dsim_optim_spec *spec);
 DSIM_API void dsim_optim_init_state(const dsim_optim_spec *spec, size_t n_params, float *state);
 
 /* The slot buffer (see the layout above) and its length in floats; NULL and
- * 0 for sgd. For checkpoints: save step + slots; restore with set_state. */
+ * 0 for sgd without momentum. For checkpoints: save step + slots; restore
+ * with set_state. */
 DSIM_API size_t dsim_optim_state_len(const dsim_optim *opt);
 DSIM_API const float *dsim_optim_state(const dsim_optim *opt);
 /* Replaces the slots and the step counter; len must be

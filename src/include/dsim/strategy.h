@@ -417,7 +417,8 @@ typedef struct dsim_train_cfg {
      * the run starts from its variables: replica 0's where its optimizer
      * updates the whole model, each replica's part where the optimizers
      * update parts (dsim_optim_set_part); under an adaptive optimizer
-     * (dsim_optim_is_adaptive: adam, rmsprop, adagrad) with trace_every > 1,
+     * (dsim_optim_is_adaptive: adam, rmsprop, adagrad, lion) with
+     * trace_every > 1,
      * the optimizer's slots before that update too (result.trace_slots),
      * which the replay then starts the span with. */
     bool record_grads;
