@@ -24,12 +24,21 @@ extern "C" {
 
 #define DSIM_CHECK_MAX_PARAMS 8
 
-/* The most floats of a run's variables (and, under adam, its gradients and
- * the optimizer's two slots) the harness keeps step by step for
- * gradient_consistency (8 Mi: 32 MiB): every
+/* The most floats of a run's variables (and, under an adaptive optimizer,
+ * its gradients and the optimizer's slots) the harness keeps step by step
+ * for gradient_consistency (8 Mi: 32 MiB): every
  * step's where they fit, else every k-th step's, the least k for which they
  * do; none for a model whose one step's are more (sim/harness/run.c). */
 #define DSIM_CHECK_TRACE_MAX ((uint64_t)8 << 20)
+
+/* Rows of n_params floats a kept step holds at most: the variables, and
+ * under an adaptive optimizer (dsim_optim_is_adaptive) the gradient and
+ * the rule's slots (kept every k > 1 steps); 2 rows under one kept every
+ * step. */
+static inline size_t dsim_check_trace_rows(const dsim_optim_spec *os)
+{
+    return dsim_optim_is_adaptive(os) ? 2 + dsim_optim_rule_slots(os) : 1;
+}
 
 /* One threshold a check accepts: `key: number` under the check's name. */
 typedef struct dsim_check_param {

@@ -67,6 +67,11 @@ bool ck_judge_broadcast(const dsim_train_result *r, const dsim_checkpoint *ck, c
  * or "step", when what the strategy holds after restoring ck differs. */
 bool ck_judge_restore(const dsim_train_result *probe, const dsim_checkpoint *ck, double max_abs,
                       double max_rel, char *msg, size_t cap, const char **which);
+/* Whether ck's Adagrad accumulators are ref's less initial_accumulator_value
+ * at every parameter (within max_abs and 1e-5 relative): saved as they
+ * were, but started at 0 instead of from init->optim_state. */
+bool ck_slots_started0(const dsim_checkpoint *ck, const dsim_train_result *ref,
+                       const dsim_optim_spec *os, double max_abs);
 /* True, with the sentence in msg and *which "optimizer state" or "step",
  * when ck's optimizer slots or step differ from ref's (a replay to its
  * step); *measured: the worst relative difference, INFINITY for a step. */

@@ -144,7 +144,7 @@ static bool cr_save_wrong(const dsim_train_cfg *cfg, const dsim_train_result *w,
             msg[0] = '\0';
             *measured = meas2;
             *followed = true;
-        } else if (strstr(m2, "but they started at 0")) {
+        } else if (ck_slots_started0(ck, &ref, &cfg->optim, v[CR_MAX_ABS])) {
             /* the replay that follows the run's variables tells slots that
              * started wrong (Adagrad's from 0) from a save that is wrong */
             dsim_check_msg(msg, cap, "%s", m2);

@@ -209,6 +209,20 @@ static void ck_slots_of(const dsim_checkpoint *ck, const dsim_train_result *ref,
     }
 }
 
+bool ck_slots_started0(const dsim_checkpoint *ck, const dsim_train_result *ref,
+                       const dsim_optim_spec *os, double max_abs)
+{
+    const float iav = (float)os->initial_accumulator_value;
+    size_t n = ck->n_params;
+    bool from0 = os->kind == DSIM_OPTIM_ADAGRAD && iav > 0.0f && n && ck->optim_state_len >= n &&
+                 ref->optim_state_len >= n;
+    for (size_t p = 0; from0 && p < n; p++) {
+        double d = (double)ref->optim_state[p] - (double)ck->optim_state[p] - (double)iav;
+        from0 = fabs(d) <= max_abs + 1e-5 * fabs((double)ref->optim_state[p]);
+    }
+    return from0;
+}
+
 /* What the wrong slots of a saved checkpoint look like, appended to msg:
  * all zero (never copied), right for one range of parameters only and zero
  * elsewhere (one replica's shard of a sharded optimizer state), or other
@@ -256,15 +270,8 @@ static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_resul
                        : kind == DSIM_OPTIM_LION    ? "Lion's momentum"
                                                     : "the momentum";
     const char *verb_s = kind == DSIM_OPTIM_MOMENTUM || kind == DSIM_OPTIM_SGD ? "s" : "";
-    /* Adagrad's accumulators the replay's less their initial value at
-     * every parameter: save() copied them right, but they started at 0 */
     const float iav = (float)os->initial_accumulator_value;
-    bool from0 = kind == DSIM_OPTIM_ADAGRAD && iav > 0.0f && n && len >= n && !zero;
-    for (size_t p = 0; from0 && p < n; p++) {
-        double d = (double)ref->optim_state[p] - (double)ck->optim_state[p] - (double)iav;
-        from0 = fabs(d) <= max_abs + 1e-5 * fabs((double)ref->optim_state[p]);
-    }
-    if (from0) {
+    if (!zero && ck_slots_started0(ck, ref, os, max_abs)) {
         dsim_check_msg_append(msg, cap,
                               "The saved accumulators are the one-device replay's less "
                               "initial_accumulator_value (%g) at every parameter: save() copied "

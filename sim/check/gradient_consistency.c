@@ -499,7 +499,7 @@ static void gc_untraced(const dsim_train_result *r, const dsim_train_result *ref
                    "well as an error of the strategy.%s The same job on a model of at most "
                    "%" PRIu64 " parameters has its steps judged",
                    m, worst, P, also, DSIM_CHECK_TRACE_MAX, step0,
-                   DSIM_CHECK_TRACE_MAX / (adaptive ? 2 + slots : 1));
+                   DSIM_CHECK_TRACE_MAX / dsim_check_trace_rows(os));
 }
 
 /* Row k's update of a trace: after[k] - before[k] (a trace kept every k
@@ -912,7 +912,11 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     if (scaled) {
         const char *meaning = gc_ratio_meaning(scale_k, r->num_replicas);
         char hid[200];
-        if (dsim_optim_is_adaptive(os))
+        if (os->kind == DSIM_OPTIM_LION)
+            snprintf(hid, sizeof hid,
+                     "Lion's update takes only the sign of the gradient (with its momentum), so "
+                     "the variables hardly show its scale");
+        else if (dsim_optim_is_adaptive(os))
             snprintf(hid, sizeof hid,
                      "%s's update hardly depends on the gradient's scale, so the variables "
                      "show it only where its epsilon counts",
@@ -972,9 +976,8 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                                   r->first_step);
         /* a model whose one step's variables (and gradients) the harness
          * could not keep */
-        size_t rows = dsim_optim_is_adaptive(os) ? 2 + dsim_optim_rule_slots(os) : 1;
         if (!r->trace && r->first_step == 0 && at == 0 && !drift &&
-            r->n_params > DSIM_CHECK_TRACE_MAX / rows) {
+            r->n_params > DSIM_CHECK_TRACE_MAX / dsim_check_trace_rows(os)) {
             gc_untraced(r, ref, max_rel, m, worst, os, out);
             return DSIM_OK;
         }

@@ -103,7 +103,7 @@ static uint32_t h_trace_every(const dsim_scenario *s, const dsim_train_cfg *cfg)
      * two), so that the replay starts each span from the run's optimizer
      * state */
     if (h_trace_grads(cfg) && (n = 2 * n1) * steps > H_TRACE_MAX)
-        n = (2 + dsim_optim_rule_slots(&cfg->optim)) * n1;
+        n = dsim_check_trace_rows(&cfg->optim) * n1;
     if (!steps || !n || n > H_TRACE_MAX)
         return 0;
     uint64_t every = (steps + H_TRACE_MAX / n - 1) / (H_TRACE_MAX / n);

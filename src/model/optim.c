@@ -202,22 +202,13 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
                         "be set, as in Keras; remove one",
                         kind, spec->clipvalue, spec->global_clipnorm);
     switch (spec->kind) {
-    case DSIM_OPTIM_SGD:
-        /* Keras's SGD(momentum=, nesterov=): 0 is plain SGD */
-        if (!optim_unit(spec->momentum))
-            return DSIM_ERR(DSIM_EINVAL, -1,
-                            "optimizer sgd: momentum %g must be in [0, 1) (0: plain SGD)",
-                            spec->momentum);
-        if (spec->nesterov != 0 && spec->nesterov != 1)
-            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer sgd: nesterov %d must be 0 or 1",
-                            spec->nesterov);
-        break;
+    case DSIM_OPTIM_SGD: /* Keras's SGD(momentum=, nesterov=): 0 is plain SGD */
     case DSIM_OPTIM_MOMENTUM:
         if (!optim_unit(spec->momentum))
-            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer momentum: momentum %g must be in [0, 1)",
-                            spec->momentum);
+            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer %s: momentum %g must be in [0, 1)%s", kind,
+                            spec->momentum, spec->kind == DSIM_OPTIM_SGD ? " (0: plain SGD)" : "");
         if (spec->nesterov != 0 && spec->nesterov != 1)
-            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer momentum: nesterov %d must be 0 or 1",
+            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer %s: nesterov %d must be 0 or 1", kind,
                             spec->nesterov);
         break;
     case DSIM_OPTIM_ADAM:
