@@ -162,6 +162,23 @@ static void test_gradient(void **state)
     }
     assert_int_equal(correct, mine);
     free(p), free(g), free(g2);
+
+    /* dsim does not know the plugin's layers: its variables, as messages
+     * name them, are 8 spans of the buffer that cover it in order */
+    dsim_model_var v[DSIM_MODEL_MAX_VARS];
+    size_t nv = dsim_model_vars(&ms, v), at = 0;
+    assert_int_equal(nv, DSIM_MODEL_MAX_VARS);
+    for (size_t k = 0; k < nv; k++) {
+        assert_int_equal(v[k].off, at);
+        assert_true(v[k].len >= 1);
+        char want[64];
+        snprintf(want, sizeof want, "parameters %zu..%zu", at, at + v[k].len - 1);
+        assert_string_equal(v[k].name, want);
+        at += v[k].len;
+    }
+    assert_int_equal(at, np);
+    char where[64];
+    assert_string_equal(dsim_model_var_where(v, nv, np - 1, where, sizeof where), v[nv - 1].name);
 }
 
 static void test_refusals(void **state)

@@ -57,6 +57,9 @@ void gc_tolerances(const dsim_train_result *r, const double *v, double *max_rel,
 uint32_t gc_every(const dsim_train_result *r);
 uint64_t gc_rows(const dsim_train_result *r);
 const char *gc_ratio_meaning(double k, int n);
+/* " (layer 2's bias [4] at [1])": where parameter i lies in the run's
+ * model (dsim_model_var_where), "" where the run does not say. */
+const char *gc_param_where(const dsim_train_result *r, size_t i, char *b, size_t cap);
 
 /* gc_follow.c: the replay of run r from its own variables, judged against
  * max_rel (fills *fo; false, why said, when it could not run); the run

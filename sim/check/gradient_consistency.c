@@ -89,6 +89,79 @@ static bool gc_first_divergence(const dsim_train_result *r, uint64_t *step, int 
     return false;
 }
 
+const char *gc_param_where(const dsim_train_result *r, size_t i, char *b, size_t cap)
+{
+    char w[160];
+    dsim_model_var_where(r->vars, r->n_vars, i, w, sizeof w);
+    if (w[0])
+        snprintf(b, cap, " (%s)", w);
+    else if (cap)
+        b[0] = '\0';
+    return b;
+}
+
+/* "; in layer 3's bias [10]" where parameters lo..hi lie in one variable,
+ * "; layer 3's kernel [256 x 10] at [247, 9] to layer 3's bias [10] at
+ * [9]" where they span several, "" where the run does not say. */
+static const char *gc_range_where(const dsim_train_result *r, size_t lo, size_t hi, char *b,
+                                  size_t cap)
+{
+    char a[160], z[160];
+    dsim_model_var_where(r->vars, r->n_vars, lo, a, sizeof a);
+    dsim_model_var_where(r->vars, r->n_vars, hi, z, sizeof z);
+    b[0] = '\0';
+    if (!a[0] || !z[0])
+        return b;
+    for (size_t k = 0; k < r->n_vars && k < DSIM_MODEL_MAX_VARS; k++)
+        if (lo >= r->vars[k].off && hi - r->vars[k].off < r->vars[k].len) {
+            snprintf(b, cap, "; in %s", r->vars[k].name);
+            return b;
+        }
+    snprintf(b, cap, "; %s to %s", a, z);
+    return b;
+}
+
+/* Which of the model's variables replica rep parted from replica 0 in
+ * after the run's step s (their signatures, dsim_train_result.var_sig),
+ * as "; they parted in ..." into msg (empty where the run kept none). */
+static void gc_parted_vars(const dsim_check_ctx *ctx, uint64_t s, int rep, char *msg, size_t cap)
+{
+    const dsim_train_result *r = ctx->run;
+    msg[0] = '\0';
+    if (!r->var_sig)
+        return;
+    const dsim_model_var *vars = r->vars;
+    size_t nv = r->n_vars < DSIM_MODEL_MAX_VARS ? r->n_vars : DSIM_MODEL_MAX_VARS;
+    size_t nr = (size_t)r->num_replicas;
+    const uint16_t *a = r->var_sig + (s * nr) * DSIM_MODEL_MAX_VARS;
+    const uint16_t *b = r->var_sig + (s * nr + (size_t)rep) * DSIM_MODEL_MAX_VARS;
+    size_t parted[DSIM_MODEL_MAX_VARS], np = 0;
+    for (size_t k = 0; k < nv; k++) {
+        if (!a[k] || !b[k])
+            return; /* a step not kept, or another layout */
+        if (a[k] != b[k])
+            parted[np++] = k;
+    }
+    if (np == 0)
+        return;
+    if (np == nv && nv > 1) {
+        dsim_check_msg(msg, cap, "; every one of the model's %zu variables differs", nv);
+        return;
+    }
+    size_t at = (size_t)snprintf(msg, cap, "; of the model's %zu variables, only ", nv);
+    for (size_t i = 0; i < np && at < cap; i++) {
+        const dsim_model_var *v = &vars[parted[i]];
+        const char *sep = i == 0 ? "" : i + 1 < np ? ", " : " and ";
+        if (strncmp(v->name, "parameters ", 11) == 0) /* a plugin's span */
+            at += (size_t)snprintf(msg + at, cap - at, "%s%s", sep, v->name);
+        else
+            at += (size_t)snprintf(msg + at, cap - at, "%s%s (parameters %zu..%zu)", sep, v->name,
+                                   v->off, v->off + v->len - 1);
+    }
+    if (at < cap)
+        snprintf(msg + at, cap - at, " %s", np == 1 ? "differs" : "differ");
+}
+
 /* The tolerances: the scenario's, else the float32 defaults or, for a run
  * that rounds to a narrow dtype, 16 u and u of the narrowest. */
 void gc_tolerances(const dsim_train_result *r, const double *v, double *max_rel, double *max_abs)
@@ -433,12 +506,13 @@ static void gc_msg_differ(char *msg, size_t cap, const dsim_train_result *r,
                           char *why)
 {
     why[0] = (char)toupper((unsigned char)why[0]);
+    char where[200];
     dsim_check_msg(msg, cap,
                    "%zu of %zu parameters differ from the one-device reference beyond "
-                   "tolerance; worst: parameter %zu is %.6g, the reference %.6g (relative "
+                   "tolerance; worst: parameter %zu%s is %.6g, the reference %.6g (relative "
                    "error %.3g). %s",
-                   n_out, r->n_params, worst, (double)r->params[worst], (double)ref->params[worst],
-                   m, why);
+                   n_out, r->n_params, worst, gc_param_where(r, worst, where, sizeof where),
+                   (double)r->params[worst], (double)ref->params[worst], m, why);
 }
 
 /* A run that ends beyond tolerance of the reference, of a model too large
@@ -647,11 +721,13 @@ static bool gc_diagnose(const dsim_train_result *r, const dsim_train_result *ref
     if (off == 0) {
         for (size_t i = 0; i < P; i++) {
             if (memcmp(&r->initial_params[i], &ref->initial_params[i], sizeof(float)) != 0) {
+                char where[200];
                 dsim_check_msg(d, cap,
                                "the run started from other variables than the reference "
-                               "(parameter %zu: %.9g, the reference %.9g): create_variables did "
-                               "not give every replica the chief's initial values",
-                               i, (double)r->initial_params[i], (double)ref->initial_params[i]);
+                               "(parameter %zu%s: %.9g, the reference %.9g): create_variables "
+                               "did not give every replica the chief's initial values",
+                               i, gc_param_where(r, i, where, sizeof where),
+                               (double)r->initial_params[i], (double)ref->initial_params[i]);
                 return false;
             }
         }
@@ -818,14 +894,16 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         size_t nr = (size_t)r->num_replicas;
         if (gc_first_divergence(r, &step, &rep, &n)) {
             int d = r->devices_per_host > 0 ? r->devices_per_host : 1;
+            char parted[512];
+            gc_parted_vars(ctx, step, rep, parted, sizeof parted);
             dsim_check_msg(
                 msg, cap,
                 "replicas diverged: after global step %" PRIu64 " replica %d (worker %d, "
                 "device %d) holds parameters with checksum %016" PRIx64 " but replica 0 "
-                "holds %016" PRIx64 " (%d of %d replicas differ); the strategy must apply "
+                "holds %016" PRIx64 " (%d of %d replicas differ)%s; the strategy must apply "
                 "the same reduced gradient on every replica",
                 r->first_step + step, rep, rep / d, rep % d, r->checksum[step * nr + rep],
-                r->checksum[step * nr], n, r->num_replicas);
+                r->checksum[step * nr], n, r->num_replicas, parted);
         } else {
             dsim_check_msg(
                 msg, cap,
@@ -852,11 +930,12 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
      * up; consistent garbage is not consistency. */
     for (size_t i = 0; i < r->n_params; i++) {
         if (!isfinite(r->params[i])) {
+            char where[200];
             dsim_check_msg(msg, cap,
-                           "parameter %zu is %g at the end of the run: training diverged "
+                           "parameter %zu%s is %g at the end of the run: training diverged "
                            "(lower the learning rate); equality with the reference is not "
                            "judged on non-finite values",
-                           i, (double)r->params[i]);
+                           i, gc_param_where(r, i, where, sizeof where), (double)r->params[i]);
             out->measured = INFINITY;
             return DSIM_OK;
         }
@@ -949,7 +1028,7 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             "differ in bits; max abs %.3g, max %" PRIu64 " ulps)%s",
             bits, diff.n_diff, r->n_params, diff.max_abs, diff.max_ulps, mp);
     } else {
-        char why[700];
+        char why[900], where[340];
         size_t at = 0;
         why[0] = '\0';
         if (gc_skips_vs_reference(r, ref, why, sizeof why))
@@ -1149,17 +1228,20 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             else if (fo.off == 1)
                 dsim_check_msg_append(why, sizeof why,
                                       ". At global step %" PRIu64 " parameter %" PRIu64
-                                      " alone is off by more than 1 %%",
-                                      fo.first * fo.every, fo.off_lo);
+                                      "%s alone is off by more than 1 %%",
+                                      fo.first * fo.every, fo.off_lo,
+                                      gc_param_where(r, fo.off_lo, where, sizeof where));
             else if (fo.off <= P / 2 && fo.off_hi - fo.off_lo + 1 <= 2 * fo.off)
                 /* most of one range: a bucket */
                 dsim_check_msg_append(why, sizeof why,
                                       ". At global step %" PRIu64 " %" PRIu64 " of %zu "
                                       "parameters are off by more than 1 %% (from parameter "
-                                      "%" PRIu64 " to %" PRIu64 "), the others within it: only "
-                                      "part of the buffer is reduced like the rest, a count, "
-                                      "offset or bucket that treats those parameters apart",
-                                      fo.first * fo.every, fo.off, P, fo.off_lo, fo.off_hi);
+                                      "%" PRIu64 " to %" PRIu64 "%s), the others within it: "
+                                      "only part of the buffer is reduced like the rest, a "
+                                      "count, offset or bucket that treats those parameters "
+                                      "apart",
+                                      fo.first * fo.every, fo.off, P, fo.off_lo, fo.off_hi,
+                                      gc_range_where(r, fo.off_lo, fo.off_hi, where, sizeof where));
             else if (fo.off <= P / 2)
                 dsim_check_msg_append(why, sizeof why,
                                       ". At global step %" PRIu64 " %" PRIu64 " of %zu "

@@ -236,7 +236,9 @@ void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd
         .t_start = res.t_start,
         .t_return = t_return,
         .has_replica = lo < N,
+        .n_vars = res.n_vars,
     };
+    memcpy(r.vars, res.vars, sizeof r.vars);
     snprintf(r.msg, sizeof r.msg, "%s", res.error.msg);
     snprintf(r.exchange, sizeof r.exchange, "%s", res.exchange);
     pr_send(&c, PR_RESULT, &r, sizeof r);

@@ -448,6 +448,8 @@ static void pr_merge_head(pr_job *j, const pr_result *sum, uint64_t first, uint6
         res->steps_per_epoch = sum->steps_per_epoch;
         res->initial_loss = sum->initial_loss;
         res->initial_checksum = sum->initial_checksum;
+        res->n_vars = sum->n_vars;
+        memcpy(res->vars, sum->vars, sizeof res->vars);
         /* The job started when its first task did: each task's own start
          * is later, and phases measured from a later one come out
          * negative for the tasks that started first. */
@@ -480,6 +482,7 @@ static bool pr_merge_alloc(pr_job *j, size_t S)
     res->replicas = calloc(NN, sizeof *res->replicas);
     res->mp_scale = calloc(S * NN + 1, sizeof(float));
     res->mp_skipped = calloc(S * NN + 1, 1);
+    res->var_sig = calloc(S * NN * DSIM_MODEL_MAX_VARS + 1, sizeof(uint16_t));
     res->grad_norm = malloc((S * NN + 1) * sizeof(double));
     for (size_t k = 0; res->grad_norm && k < S * NN; k++)
         res->grad_norm[k] = NAN; /* the replica's step did not say */
@@ -489,7 +492,7 @@ static bool pr_merge_alloc(pr_job *j, size_t S)
     dsim_ledger_create(n_ex, cfg->epochs, cfg->hosts, cfg->devices_per_host, &res->ledger);
     return res->params && res->loss && res->local_loss && res->checksum && res->examples &&
            res->padded && res->step_ns && res->comm_ns && res->checkpoint_writes && res->replicas &&
-           res->mp_scale && res->mp_skipped && res->grad_norm;
+           res->mp_scale && res->mp_skipped && res->grad_norm && res->var_sig;
 }
 
 /* Every step row into the per-step arrays and the ledger. */
@@ -521,6 +524,7 @@ static void pr_merge_steps(pr_job *j, uint64_t first, size_t S)
         res->comm_ns[k * NN + r] = in->t_end - in->t_comm;
         res->mp_scale[k * NN + r] = in->mp_scale;
         res->mp_skipped[k * NN + r] = in->mp_skipped;
+        memcpy(res->var_sig + (k * NN + r) * DSIM_MODEL_MAX_VARS, in->var_sig, sizeof in->var_sig);
         res->grad_norm[k * NN + r] = in->grad_norm;
         if (r == 0) {
             res->loss[k] = in->loss;

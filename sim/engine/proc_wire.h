@@ -85,6 +85,8 @@ typedef struct pr_result {
     int64_t t_start;
     int64_t t_return; /* when its dsim_train returned (CLOCK_MONOTONIC) */
     bool has_replica;
+    size_t n_vars; /* dsim_train_result.vars */
+    dsim_model_var vars[DSIM_MODEL_MAX_VARS];
 } pr_result;
 
 /* The part [lo, lo + n) of row `row` of dsim_train_result.trace_grad

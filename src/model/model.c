@@ -6,6 +6,7 @@
  * gradient is the exact one rounded once, and so that a finite-difference
  * check can be made against the loss this file computes. */
 #include <math.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +232,60 @@ dsim_err dsim_model_layout_of(const dsim_model_spec *spec, dsim_model_layout *ou
                         "dsim knows",
                         spec->plugin->name);
     return model_layout(spec, out);
+}
+
+_Static_assert(2 * (DSIM_MODEL_MAX_HIDDEN + 1) <= DSIM_MODEL_MAX_VARS,
+               "every layer's kernel and bias must be a variable of its own");
+
+size_t dsim_model_vars(const dsim_model_spec *spec, dsim_model_var out[DSIM_MODEL_MAX_VARS])
+{
+    if (!out || !spec || dsim_model_validate(spec) != DSIM_OK)
+        return 0;
+    size_t n = 0;
+    if (spec->kind == DSIM_MODEL_PLUGIN) {
+        size_t P = dsim_model_num_params(spec);
+        size_t span = (P + DSIM_MODEL_MAX_VARS - 1) / DSIM_MODEL_MAX_VARS;
+        for (size_t off = 0; off < P; off += span, n++) {
+            size_t len = P - off < span ? P - off : span;
+            out[n] = (dsim_model_var){.off = off, .len = len};
+            snprintf(out[n].name, sizeof out[n].name, "parameters %zu..%zu", off, off + len - 1);
+        }
+        return n;
+    }
+    dsim_model_layout lay;
+    if (model_layout(spec, &lay) != DSIM_OK)
+        return 0;
+    for (size_t l = 0; l < lay.n_layers; l++) {
+        const dsim_model_layer *L = &lay.layer[l];
+        out[n] = (dsim_model_var){.off = L->w_off, .len = L->in * L->out, .shape = {L->in, L->out}};
+        snprintf(out[n++].name, sizeof out[0].name, "layer %zu's kernel [%zu x %zu]", l + 1, L->in,
+                 L->out);
+        out[n] = (dsim_model_var){.off = L->b_off, .len = L->out, .shape = {L->out, 0}};
+        snprintf(out[n++].name, sizeof out[0].name, "layer %zu's bias [%zu]", l + 1, L->out);
+    }
+    return n;
+}
+
+const char *dsim_model_var_where(const dsim_model_var *v, size_t nv, size_t i, char *buf,
+                                 size_t cap)
+{
+    if (!buf || cap == 0)
+        return "";
+    buf[0] = '\0';
+    for (size_t k = 0; v && k < nv && k < DSIM_MODEL_MAX_VARS; k++) {
+        if (i < v[k].off || i - v[k].off >= v[k].len)
+            continue;
+        size_t at = i - v[k].off;
+        if (v[k].shape[1] > 0) /* a kernel, held units x inputs */
+            snprintf(buf, cap, "%s at [%zu, %zu]", v[k].name, at % v[k].shape[0],
+                     at / v[k].shape[0]);
+        else if (v[k].shape[0] > 0)
+            snprintf(buf, cap, "%s at [%zu]", v[k].name, at);
+        else
+            snprintf(buf, cap, "%s", v[k].name);
+        break;
+    }
+    return buf;
 }
 
 dsim_err dsim_model_init(const dsim_model_spec *spec, float *params, dsim_rng *rng)

@@ -200,6 +200,7 @@ void dsim_train_result_free(dsim_train_result *res)
     free(res->follow_part);
     free(res->mp_scale);
     free(res->mp_skipped);
+    free(res->var_sig);
     free(res->grad_norm);
     free(res->initial_params);
     free(res->updates);

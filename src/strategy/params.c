@@ -92,6 +92,47 @@ uint64_t dsim_params_checksum(const float *p, size_t n)
     return r;
 }
 
+/* A variable's 16-bit signature: sixteen lanes of sums of its 32-bit words
+ * (a change to any one word changes its lane's sum), four vector adds per
+ * 64 bytes, mixed with the length at the end; never 0, which says "not kept".
+ * The same integers on every CPU. Only compared between replicas of one
+ * run, to name the variables in which they parted. */
+typedef uint32_t params_u32x4 __attribute__((vector_size(16)));
+
+static uint16_t params_var_sig(const float *p, size_t n)
+{
+    /* four vectors of four lanes, each its own register on any x86-64 */
+    params_u32x4 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, w0, w1, w2, w3;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        memcpy(&w0, p + i, sizeof w0);
+        memcpy(&w1, p + i + 4, sizeof w1);
+        memcpy(&w2, p + i + 8, sizeof w2);
+        memcpy(&w3, p + i + 12, sizeof w3);
+        a0 += w0, a1 += w1, a2 += w2, a3 += w3;
+    }
+    uint32_t lane[16];
+    memcpy(lane, &a0, sizeof a0);
+    memcpy(lane + 4, &a1, sizeof a1);
+    memcpy(lane + 8, &a2, sizeof a2);
+    memcpy(lane + 12, &a3, sizeof a3);
+    for (; i < n; i++) {
+        uint32_t w;
+        memcpy(&w, p + i, sizeof w);
+        lane[i % 16] += w;
+    }
+    uint64_t h = params_mix((uint64_t)n);
+    for (int k = 0; k < 16; k++)
+        h = params_mix(h ^ ((uint64_t)lane[k] << 8 | (uint64_t)k));
+    return (uint16_t)(h % 65535u + 1u);
+}
+
+void dsim_params_var_sig(const float *p, const dsim_model_var *v, size_t nv, uint16_t *sig)
+{
+    for (size_t k = 0; k < DSIM_MODEL_MAX_VARS; k++)
+        sig[k] = k < nv && p ? params_var_sig(p + v[k].off, v[k].len) : 0;
+}
+
 /* Floats mapped to a monotonic integer line, so that the distance between
  * two of them is their distance in ulps (+0 and -0 are the same point). */
 static int64_t reference_ordered(float f)

@@ -229,6 +229,7 @@ static void train_observe(train_replica *rp, const dsim_input_step *st, const ds
         info.mp_scale = job->res->mp_scale[at];
         info.mp_skipped = job->res->mp_skipped[at] != 0;
         info.grad_norm = job->res->grad_norm[at];
+        memcpy(info.var_sig, job->res->var_sig + at * DSIM_MODEL_MAX_VARS, sizeof info.var_sig);
     }
     cfg->observer(&info, cfg->observer_user);
     train_gate_leave(job, rp);
@@ -440,8 +441,8 @@ static dsim_err replica_begin(train_replica *rp, dsim_strategy_vars *save)
 /* Step gs's outcome into the job's result, in the replica's own slots (and
  * the loss and the variables' trace for replica 0). */
 static void replica_record(train_replica *rp, uint64_t gs, const dsim_replica_batch *b,
-                           uint64_t padded, double local, double loss, uint64_t cks, int64_t t0,
-                           int64_t tc, int64_t t1)
+                           uint64_t padded, double local, double loss, uint64_t cks,
+                           const uint16_t *sig, int64_t t0, int64_t tc, int64_t t1)
 {
     train_job *job = rp->job;
     dsim_train_result *res = job->res;
@@ -461,6 +462,8 @@ static void replica_record(train_replica *rp, uint64_t gs, const dsim_replica_ba
         re->conn_total_ns = cs.total_ns;
     }
     res->checksum[k * N + i] = cks;
+    memcpy(res->var_sig + (k * N + i) * DSIM_MODEL_MAX_VARS, sig,
+           DSIM_MODEL_MAX_VARS * sizeof *sig);
     res->replicas[rp->index].steps_done = k + 1;
     res->local_loss[k * N + i] = local;
     res->examples[k * N + i] = b->n;
@@ -627,6 +630,8 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
     replica_swallowed(rp, DSIM_PHASE_ALLREDUCE, gs);
     /* what a failure later in the step must leave untouched */
     rp->good_checksum = dsim_params_checksum(ctx->params, P);
+    if (s->builtin) /* the step's own, below; a plugin's are read again there */
+        dsim_params_var_sig(ctx->params, su->vars, su->n_vars, rp->good_sig);
     if ((e = train_enter(rp, DSIM_PHASE_REDUCE_LOSS, gs)) != DSIM_OK)
         return e;
     double local = loss_sum * (double)job->loss_scale, loss = NAN;
@@ -645,7 +650,12 @@ static dsim_err replica_step(train_replica *rp, replica_work *w, uint64_t gs, ui
      * was a tenth of a 1024-replica job); a plugin's are read again, in
      * case its reduce wrote them. */
     uint64_t cks = s->builtin ? rp->good_checksum : dsim_params_checksum(ctx->params, P);
-    replica_record(rp, gs, b, rows - nb, local, loss, cks, t0, tc, t1);
+    uint16_t sig[DSIM_MODEL_MAX_VARS];
+    if (s->builtin)
+        memcpy(sig, rp->good_sig, sizeof sig);
+    else
+        dsim_params_var_sig(ctx->params, su->vars, su->n_vars, sig);
+    replica_record(rp, gs, b, rows - nb, local, loss, cks, sig, t0, tc, t1);
     train_observe(rp, &st, b, rows - nb, local, loss, cks, t0, tc, t1, -1);
     uint64_t done = gs + 1;
     if ((e = replica_preempt(rp, done, stop_at, stop)) != DSIM_OK)

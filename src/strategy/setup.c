@@ -120,6 +120,7 @@ dsim_err dsim_train_setup_open(const dsim_train_cfg *cfg, dsim_train_setup *su)
         goto fail;
     su->optim = cfg->optim;
     su->n_params = dsim_model_num_params(&su->model);
+    su->n_vars = dsim_model_vars(&su->model, su->vars);
     {
         dsim_optim *probe = NULL;
         if ((e = dsim_optim_create(&su->optim, su->n_params, &probe)) != DSIM_OK)

@@ -99,6 +99,10 @@ dsim_err dsim_strategy_optim_to_vars(const dsim_optim *opt, dsim_strategy_vars *
 dsim_err dsim_strategy_optim_from_vars(const dsim_optim_spec *spec, size_t n,
                                        const dsim_strategy_vars *init, dsim_optim **out);
 
+/* The signatures of the nv variables v of the parameters p into
+ * sig[DSIM_MODEL_MAX_VARS] (0 past nv): dsim_train_result.var_sig. */
+void dsim_params_var_sig(const float *p, const dsim_model_var *v, size_t nv, uint16_t *sig);
+
 /* ---- what dsim_train and dsim_train_reference share (setup.c) ---- */
 typedef struct dsim_train_setup {
     const dsim_dataset *ds;
@@ -108,6 +112,10 @@ typedef struct dsim_train_setup {
     dsim_model_spec model;
     dsim_optim_spec optim;
     size_t n_params;
+    /* the model's variables (dsim_model_vars), whose signatures every step
+     * keeps */
+    dsim_model_var vars[DSIM_MODEL_MAX_VARS];
+    size_t n_vars;
     size_t optim_state_len;
     uint64_t steps_per_epoch;
     dsim_shard_policy applied;

@@ -273,6 +273,8 @@ static dsim_err train_alloc_result(train_job *job)
     size_t P = job->su.n_params;
     res->steps = steps;
     res->n_params = P;
+    res->n_vars = job->su.n_vars;
+    memcpy(res->vars, job->su.vars, sizeof res->vars);
     res->params = calloc(P, sizeof(float));
     res->loss = calloc(steps ? steps : 1, sizeof(double));
     res->local_loss = calloc(steps * N + 1, sizeof(double));
@@ -297,6 +299,7 @@ static dsim_err train_alloc_result(train_job *job)
     }
     res->mp_scale = calloc(steps * N + 1, sizeof(float));
     res->mp_skipped = calloc(steps * N + 1, 1);
+    res->var_sig = calloc(steps * N * DSIM_MODEL_MAX_VARS + 1, sizeof(uint16_t));
     if (!(res->grad_norm = train_grad_norms_alloc(steps * N)))
         return DSIM_ERR(DSIM_ENOMEM, -1, "train: out of memory for the result of %zu steps", steps);
     if (job->cfg->probe_restore && job->first_step > 0) {
@@ -307,7 +310,7 @@ static dsim_err train_alloc_result(train_job *job)
     }
     if (!res->params || !res->loss || !res->local_loss || !res->checksum || !res->examples ||
         !res->padded || !res->step_ns || !res->comm_ns || !res->checkpoint_writes ||
-        !res->replicas || !res->mp_scale || !res->mp_skipped ||
+        !res->replicas || !res->mp_scale || !res->mp_skipped || !res->var_sig ||
         (job->cfg->record_params && !res->trace) ||
         (res->trace_grad_rows && (!res->trace_grad || !job->grad_filled)) ||
         (res->trace_grad_rows && dsim_optim_is_adaptive(&job->cfg->optim) && res->trace_every > 1 &&
@@ -469,6 +472,7 @@ static void train_hand_over(train_job *job, dsim_train_result *res, bool hung)
     res->trace_grad_rows = 0;
     res->mp_scale = NULL;
     res->mp_skipped = NULL;
+    res->var_sig = NULL;
     res->grad_norm = NULL;
     res->ledger = NULL;
     res->updates = NULL;

@@ -33,12 +33,13 @@ typedef struct train_replica {
     _Atomic uint64_t step;   /* the global step it is on */
     _Atomic int64_t t_phase; /* when it entered the phase */
     uint64_t good_checksum;  /* its variables after the last update that succeeded */
-    uint64_t coll_failed;    /* its world communicator's failed calls, as last seen */
-    bool killed;             /* stopped by the hooks, as a killed process */
-    _Atomic int dead;        /* killed by a phase hook: its worker's health check stops */
-    _Atomic int in_cb;       /* TRAIN_CB_*: inside the caller's code */
-    bool returned;           /* under job->lock */
-    bool abandoned;          /* the driver's: left running by the watchdog */
+    uint16_t good_sig[DSIM_MODEL_MAX_VARS]; /* ... their signatures (libdsim's strategies) */
+    uint64_t coll_failed; /* its world communicator's failed calls, as last seen */
+    bool killed;          /* stopped by the hooks, as a killed process */
+    _Atomic int dead;     /* killed by a phase hook: its worker's health check stops */
+    _Atomic int in_cb;    /* TRAIN_CB_*: inside the caller's code */
+    bool returned;        /* under job->lock */
+    bool abandoned;       /* the driver's: left running by the watchdog */
 } train_replica;
 
 typedef struct train_server {

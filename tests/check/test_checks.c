@@ -234,6 +234,35 @@ static void test_gc_divergence_names_step_and_replica(void **state)
     assert_has(r.message, "global step 11");
     assert_has(r.message, "replica 3 (worker 3, device 0)");
     assert_has(r.message, "1 of 4 replicas differ");
+    assert_null(strstr(r.message, "variables")); /* no signatures kept */
+
+    /* with the variables' signatures, the ones that part are named: one,
+     * two, or every one */
+    uint16_t sig[12 * DSIM_MODEL_MAX_VARS] = {0};
+    dsim_model_spec ms = {
+        .kind = DSIM_MODEL_MLP, .in_dim = 3, .out_dim = 2, .n_hidden = 1, .hidden = {4}};
+    f.res.n_vars = dsim_model_vars(&ms, f.res.vars);
+    assert_int_equal(f.res.n_vars, 4);
+    for (size_t k = 0; k < 12; k++)
+        for (size_t v = 0; v < 4; v++)
+            sig[k * DSIM_MODEL_MAX_VARS + v] = (uint16_t)(100 + v);
+    f.res.var_sig = sig;
+    sig[(1 * 4 + 3) * DSIM_MODEL_MAX_VARS + 3] = 7;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_has(r.message, "of the model's 4 variables, only layer 2's bias [2] (parameters "
+                          "24..25) differs;");
+    sig[(1 * 4 + 3) * DSIM_MODEL_MAX_VARS + 0] = 7;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_has(r.message, "only layer 1's kernel [3 x 4] (parameters 0..11) and layer 2's bias "
+                          "[2] (parameters 24..25) differ;");
+    for (size_t k = 0; k < 4; k++)
+        sig[(1 * 4 + 3) * DSIM_MODEL_MAX_VARS + k] = 7;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_has(r.message, "every one of the model's 4 variables differs");
+    sig[(1 * 4 + 0) * DSIM_MODEL_MAX_VARS + 2] = 0; /* a step not kept: nothing said */
+    r = judge("gradient_consistency", &ctx, v);
+    assert_null(strstr(r.message, "variables"));
+    assert_has(r.message, "1 of 4 replicas differ");
 
     /* with bit identity not required, the reference decides */
     values_of(dsim_check_find("gradient_consistency"), v, "bit_identical", 0.0, NULL);
@@ -257,6 +286,12 @@ static void test_gc_reference_mismatch(void **state)
     assert_has(r.message, "1 of 4 parameters");
     assert_has(r.message, "parameter 1 is 0.25");
     assert_has(r.message, "reference 0.5");
+    /* where the run says what its model's variables are, the parameter is
+     * placed in them (a linear model of 1 feature and 2 outputs) */
+    dsim_model_spec lin = {.kind = DSIM_MODEL_LINEAR, .in_dim = 1, .out_dim = 2};
+    f.res.n_vars = dsim_model_vars(&lin, f.res.vars);
+    r = judge("gradient_consistency", &ctx, v);
+    assert_has(r.message, "worst: parameter 1 (layer 1's kernel [1 x 2] at [0, 1]) is 0.25");
 
     /* a looser bound accepts it */
     values_of(dsim_check_find("gradient_consistency"), v, "max_rel_error", 0.6, NULL);

@@ -145,6 +145,47 @@ static void test_layout(void **state)
     }
 }
 
+/* The variables messages name: each layer's kernel then its bias, in the
+ * buffer's order, as the layout places them. */
+static void test_vars(void **state)
+{
+    (void)state;
+    dsim_model_var v[DSIM_MODEL_MAX_VARS];
+    dsim_model_spec s = spec_of(DSIM_MODEL_MLP, DSIM_LOSS_AUTO, 4, 2, 2, 5, 3);
+    assert_int_equal(dsim_model_vars(&s, v), 6);
+    static const struct {
+        size_t off, len;
+        const char *name;
+    } want[6] = {{0, 20, "layer 1's kernel [4 x 5]"},  {20, 5, "layer 1's bias [5]"},
+                 {25, 15, "layer 2's kernel [5 x 3]"}, {40, 3, "layer 2's bias [3]"},
+                 {43, 6, "layer 3's kernel [3 x 2]"},  {49, 2, "layer 3's bias [2]"}};
+    for (int k = 0; k < 6; k++) {
+        assert_int_equal(v[k].off, want[k].off);
+        assert_int_equal(v[k].len, want[k].len);
+        assert_string_equal(v[k].name, want[k].name);
+    }
+    s = spec_of(DSIM_MODEL_SOFTMAX, DSIM_LOSS_AUTO, 3, 4, 0, 0, 0);
+    assert_int_equal(dsim_model_vars(&s, v), 2);
+    assert_string_equal(v[1].name, "layer 1's bias [4]");
+    assert_int_equal(v[1].off, 12);
+    /* 4 -> 5 -> 3 -> 2 again: W2 is held 3 x 5 at 25, so 25 + 2 * 5 + 4 is
+     * Keras's kernel[4, 2] */
+    s = spec_of(DSIM_MODEL_MLP, DSIM_LOSS_AUTO, 4, 2, 2, 5, 3);
+    size_t nv = dsim_model_vars(&s, v);
+    char b[128];
+    assert_string_equal(dsim_model_var_where(v, nv, 39, b, sizeof b),
+                        "layer 2's kernel [5 x 3] at [4, 2]");
+    assert_string_equal(dsim_model_var_where(v, nv, 0, b, sizeof b),
+                        "layer 1's kernel [4 x 5] at [0, 0]");
+    assert_string_equal(dsim_model_var_where(v, nv, 50, b, sizeof b), "layer 3's bias [2] at [1]");
+    assert_string_equal(dsim_model_var_where(v, nv, 51, b, sizeof b), "");
+    assert_string_equal(dsim_model_var_where(NULL, 0, 3, b, sizeof b), "");
+    s = spec_of(DSIM_MODEL_SOFTMAX, DSIM_LOSS_AUTO, 3, 4, 0, 0, 0);
+    s.in_dim = 0; /* refused by dsim_model_validate */
+    assert_int_equal(dsim_model_vars(&s, v), 0);
+    assert_int_equal(dsim_model_vars(NULL, v), 0);
+}
+
 /* Values worked out by hand. */
 static void test_hand_computed_losses(void **state)
 {
@@ -660,6 +701,7 @@ int main(void)
         cmocka_unit_test(test_validate_rejects_bad_specs),
         cmocka_unit_test(test_names_parse),
         cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_vars),
         cmocka_unit_test(test_hand_computed_losses),
         cmocka_unit_test(test_fd_linear),
         cmocka_unit_test(test_fd_softmax),

@@ -132,6 +132,9 @@
 #elif defined(BROKEN_RETRY)
 #define BROKEN_NAME    "broken_retry"
 #define BROKEN_SUMMARY "applies every 8th step's update twice (a test fixture)"
+#elif defined(BROKEN_GATHER_TAIL)
+#define BROKEN_NAME    "broken_gather_tail"
+#define BROKEN_SUMMARY "copies back its all-gather but for the last element (a test fixture)"
 #elif defined(BROKEN_F16)
 #define BROKEN_NAME    "broken_f16"
 #define BROKEN_SUMMARY "all-reduces its float32 gradient in float16 (a test fixture)"
@@ -269,6 +272,25 @@ static dsim_err broken_apply(dsim_replica_ctx *ctx, float *grad)
         e = dsim_optim_apply(me->opt2, ctx->params + half, grad + half, ctx->n_params - half);
     return e;
     if (0)
+#elif defined(BROKEN_GATHER_TAIL)
+    /* A reduce-scatter of chunks padded to a multiple of the replicas, then
+     * an all-gather; THE BUG: the copy back out of the padded buffer is one
+     * element short, so the last element keeps the replica's own gradient. */
+    size_t nr = (size_t)dsim_comm_size(ctx->world), chunk = (ctx->n_params + nr - 1) / nr;
+    float *pad = calloc(2 * chunk * nr + chunk + 1, sizeof *pad);
+    if (!pad)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "%s: out of memory", BROKEN_NAME);
+    float *mine = pad + chunk * nr, *all = mine + chunk;
+    memcpy(pad, grad, ctx->n_params * sizeof *grad);
+    e = dsim_reduce_scatter(ctx->world, pad, mine, chunk, DSIM_F32, DSIM_SUM);
+    if (e == DSIM_OK)
+        e = dsim_allgather(ctx->world, mine, all, chunk, DSIM_F32);
+    if (e == DSIM_OK)
+        memcpy(grad, all, (ctx->n_params - 1) * sizeof *grad);
+    free(pad);
+    if (e != DSIM_OK)
+        return e;
+    if (0) /* not the world's all-reduce below */
 #elif defined(BROKEN_F16)
     /* THE BUG: half the bytes on the wire, float16's rounding in every
      * update. */

@@ -58,6 +58,18 @@ static double run_sync(dsim_train_cfg *cfg, const char *what)
     assert_true(run.in_sync_every_step);
     assert_true(run.replicas_agree);
     assert_int_equal(run.num_replicas_in_sync, N);
+    /* every step's variable signatures kept, the same on every replica */
+    size_t nv = run.n_vars;
+    assert_true(nv >= 2);
+    assert_int_equal(run.vars[nv - 1].off + run.vars[nv - 1].len, run.n_params);
+    for (size_t k = 0; k < run.steps * (size_t)N; k++) {
+        const uint16_t *row = run.var_sig + k * DSIM_MODEL_MAX_VARS;
+        const uint16_t *r0 = run.var_sig + k / (size_t)N * (size_t)N * DSIM_MODEL_MAX_VARS;
+        for (size_t v = 0; v < DSIM_MODEL_MAX_VARS; v++) {
+            assert_true(v < nv ? row[v] != 0 : row[v] == 0);
+            assert_int_equal(row[v], r0[v]);
+        }
+    }
     assert_true(run.loss_scale == 1.0f / (float)cfg->global_batch);
     /* The reduced loss is the global batch's mean loss, as the reference's. */
     for (uint64_t s = 0; s < run.steps; s++) {

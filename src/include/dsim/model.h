@@ -118,6 +118,32 @@ DSIM_API size_t dsim_model_y_dim(const dsim_model_spec *spec);
 DSIM_API size_t dsim_model_num_params(const dsim_model_spec *spec);
 DSIM_API dsim_err dsim_model_layout_of(const dsim_model_spec *spec, dsim_model_layout *out);
 
+/* The model's variables, in the parameter buffer's order, as messages name
+ * them: each layer's kernel ("layer 2's kernel [64 x 10]", inputs x units as
+ * Keras shapes it) then its bias ("layer 2's bias [10]"); a plugin lays its
+ * parameters out itself, so its are up to DSIM_MODEL_MAX_VARS equal spans
+ * ("parameters 0..8191"). dsim_train keeps a signature of each after every
+ * step (dsim_train_result.var_sig), so that replicas that part are told
+ * which variables part. Returns their number, 0 for a spec
+ * dsim_model_validate refuses or a model without parameters. */
+#define DSIM_MODEL_MAX_VARS 8
+typedef struct dsim_model_var {
+    size_t off, len; /* floats of the parameter buffer */
+    /* Keras's shape: a kernel {inputs, units} (held units x inputs, row-major:
+     * [i, u] at off + u * inputs + i), a bias {units, 0}; {0, 0} for a
+     * plugin's span */
+    size_t shape[2];
+    char name[64];
+} dsim_model_var;
+/* Where parameter i (of the model whose variables are v[0..nv)) lies, for a
+ * message: "layer 1's kernel [8 x 16] at [3, 5]", "layer 2's bias [4] at
+ * [1]", "parameters 0..8191" for a plugin's span; "" when no variable holds
+ * it. Returns buf. */
+DSIM_API const char *dsim_model_var_where(const dsim_model_var *v, size_t nv, size_t i, char *buf,
+                                          size_t cap);
+DSIM_API size_t dsim_model_vars(const dsim_model_spec *spec,
+                                dsim_model_var out[DSIM_MODEL_MAX_VARS]);
+
 /* Fills params (dsim_model_num_params floats) as Keras' Dense does by
  * default: weights Glorot-uniform, U(-l, l) with l = sqrt(6/(in+out)),
  * drawn layer by layer in row-major order; biases zero. */

@@ -298,6 +298,9 @@ typedef struct dsim_train_step_info {
                                the one given dsim_optim_apply_norm) on every replica;
                                without, replica 0's only. NaN where not known (no
                                such update, or one of a part of the parameters) */
+    uint16_t var_sig[DSIM_MODEL_MAX_VARS]; /* the signature of each of the model's
+                                              variables after the step
+                                              (dsim_train_result.var_sig) */
 } dsim_train_step_info;
 
 /* Called on the replica's own worker thread, concurrently for different
@@ -675,6 +678,16 @@ typedef struct dsim_train_result {
      * second replay's variables at the end of span j from the first's (NaN
      * where it did not run: a mixed policy). */
     double *follow_part;
+
+    /* dsim_train: the model's variables (dsim_model_vars of the model it
+     * trained, its sizes taken from the data where cfg.model left them 0),
+     * and [steps * num_replicas * DSIM_MODEL_MAX_VARS], as checksum but per
+     * variable: a 16-bit signature of each, 0 past n_vars and where the step
+     * was not kept. Where two replicas' checksums differ after a step, the
+     * variables whose signatures differ are those they parted in. */
+    size_t n_vars;
+    dsim_model_var vars[DSIM_MODEL_MAX_VARS];
+    uint16_t *var_sig;
 } dsim_train_result;
 
 /* Runs the job. On failure returns the error of the replica or server that
