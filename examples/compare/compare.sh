@@ -97,6 +97,10 @@ one mlp_momentum_exponential '{kind: mlp, hidden: [8]}' \
 # velocity keeps each step's own rate (TF1's momentum kind rescales it)
 one mlp_sgd_momentum_exponential '{kind: mlp, hidden: [8]}' \
     '{kind: sgd, learning_rate: 0.1, momentum: 0.9, nesterov: true, schedule: {kind: exponential_decay, decay_steps: 4, decay_rate: 0.5, staircase: true}}' "$npy"
+# Keras's CosineDecayRestarts (SGDR): periods of 3, 6, 12 steps, each
+# restart at 0.7 times the last one's rate
+one mlp_sgd_cosine_restarts '{kind: mlp, hidden: [8]}' \
+    '{kind: sgd, learning_rate: 0.2, momentum: 0.5, schedule: {kind: cosine_decay_restarts, first_decay_steps: 3, m_mul: 0.7, alpha: 0.05}}' "$npy"
 one mlp_adamw_cosine_warmup '{kind: mlp, hidden: [8]}' \
     '{kind: adam, learning_rate: 0.001, weight_decay: 0.1, schedule: {kind: cosine_decay, decay_steps: 10, alpha: 0.1, warmup_target: 0.05, warmup_steps: 4}}' "$npy"
 one linear_csv_polynomial '{kind: linear}' \
@@ -116,6 +120,11 @@ one mlp_rmsprop_centered '{kind: mlp, hidden: [8]}' \
 one softmax_adagrad '{kind: softmax}' '{kind: adagrad, learning_rate: 0.2}' "$npy"
 # Keras 3's Lion: the sign of an interpolated momentum, each step a whole lr
 one mlp_lion '{kind: mlp, hidden: [8]}' '{kind: lion, learning_rate: 0.001, beta2: 0.95}' "$npy"
+# Keras 3's Adamax (a running maximum of |g|) and Adam with amsgrad (the
+# running maximum of v in the denominator), with AdamW's decay
+one mlp_adamax '{kind: mlp, hidden: [8]}' '{kind: adamax, learning_rate: 0.01}' "$npy"
+one mlp_amsgrad '{kind: mlp, hidden: [8]}' \
+    '{kind: adam, learning_rate: 0.02, amsgrad: true, weight_decay: 0.1}' "$npy"
 # 2,400 steps of a ReLU MLP with Adam: float rounding (float32 sums in
 # dsim's order against NumPy's float64) is amplified until the two
 # trajectories part, and the ends differ by far more than 1e-6; with every

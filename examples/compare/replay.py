@@ -99,7 +99,8 @@ class Optimizer:
         self.s, self.t = spec, 0
         self.accum = np.zeros(n, np.float32)
         self.m = np.zeros(n, np.float32)
-        self.v = np.zeros(n, np.float32)
+        self.v = np.zeros(n, np.float32)  # adam's v, adamax's u
+        self.vhat = np.zeros(n, np.float32)  # adam's with amsgrad
         self.acc = np.zeros(n, np.float32)  # gradient_accumulation_steps
         self.mom = np.zeros(n, np.float32)  # rmsprop's momentum
         self.avg = np.zeros(n, np.float32)  # rmsprop's average gradient (centered)
@@ -131,6 +132,17 @@ class Optimizer:
         if k == "piecewise_constant":
             i = sum(1 for b in sc["boundaries"] if self.t > b)
             return f(sc["values"][i])
+        if k == "cosine_decay_restarts":  # Keras's SGDR, every operand float32
+            a, tm, mm = f(sc["alpha"]), f(sc["t_mul"]), f(sc["m_mul"])
+            fr = st / f(sc["first_decay_steps"])
+            if tm == f(1):
+                i = np.floor(fr)
+                fr = fr - i
+            else:
+                i = np.floor(np.log(f(1) - fr * (f(1) - tm)) / np.log(tm))
+                fr = (fr - (f(1) - np.power(tm, i)) / (f(1) - tm)) / np.power(tm, i)
+            c = f(0.5) * np.power(mm, i) * (f(1) + np.cos(f(np.pi) * fr))
+            return f(lr0 * ((f(1) - a) * c + a))
         ds = f(sc["decay_steps"])
         if k in ("exponential_decay", "inverse_time_decay"):
             p = st / ds
@@ -211,10 +223,18 @@ class Optimizer:
             self.ada = self.ada + g * g
             return (w - (lr * g) / np.sqrt(self.ada + f(s["epsilon"]))).astype(np.float32)
         b1, b2, t = s["beta1"], s["beta2"], self.t
+        if s["kind"] == "adamax":  # Keras 3: a running maximum of |g|
+            c = f(1 - b1**t)
+            self.m = self.m + (g - self.m) * f(1.0 - b1)
+            self.v = np.maximum(f(b2) * self.v, np.abs(g))
+            return (w - (lr * self.m) / (c * (self.v + f(s["epsilon"])))).astype(np.float32)
         lr64 = float(lr) if s.get("schedule") else s["learning_rate"]
         alpha = f(lr64 * np.sqrt(1 - b2**t) / (1 - b1**t))
         self.m = self.m + (g - self.m) * f(1.0 - b1)
         self.v = self.v + (g * g - self.v) * f(1.0 - b2)
+        if s.get("amsgrad"):  # Keras's Adam(amsgrad=True): the running maximum of v
+            self.vhat = np.maximum(self.vhat, self.v)
+            return (w - self.m * alpha / (np.sqrt(self.vhat) + f(s["epsilon"]))).astype(np.float32)
         return (w - self.m * alpha / (np.sqrt(self.v) + f(s["epsilon"]))).astype(np.float32)
 
 

@@ -34,7 +34,7 @@ typedef struct dsim_bench_compute_row {
 } dsim_bench_compute_row;
 
 typedef struct dsim_bench_optim_row {
-    const char *kind; /* sgd, momentum, adam, rmsprop, adagrad, lion */
+    const char *kind; /* sgd, momentum, adam, rmsprop, adagrad, lion, adamax */
     size_t params;
     double ns_per_param;
     double gbytes_s; /* parameters, gradient and slots read and written */

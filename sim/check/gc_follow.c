@@ -2,9 +2,9 @@
  * beyond tolerance of the one-device reference, one device replays it from
  * the run's own variables, step by step or span by span, and each step or
  * span is judged on its own, so that float rounding amplified over many
- * steps is told from an error. Under an adaptive optimizer (adam,
- * rmsprop, adagrad, lion: dsim_optim_is_adaptive) the gradients the run applied
- * (and, in spans, the optimizer's slots) are judged too. The check's other
+ * steps is told from an error. Under an adaptive optimizer (adam, adamax,
+ * rmsprop, adagrad, lion: dsim_optim_is_adaptive) the gradients the run
+ * applied (and, in spans, the optimizer's slots) are judged too. The check's other
  * judgements are in gradient_consistency.c. */
 #include <inttypes.h>
 #include <math.h>

@@ -448,8 +448,11 @@ static void pr_merge_head(pr_job *j, const pr_result *sum, uint64_t first, uint6
         res->steps_per_epoch = sum->steps_per_epoch;
         res->initial_loss = sum->initial_loss;
         res->initial_checksum = sum->initial_checksum;
-        res->n_vars = sum->n_vars;
+        /* a child's word: bounded and terminated before any message reads it */
+        res->n_vars = sum->n_vars < DSIM_MODEL_MAX_VARS ? sum->n_vars : DSIM_MODEL_MAX_VARS;
         memcpy(res->vars, sum->vars, sizeof res->vars);
+        for (size_t k = 0; k < DSIM_MODEL_MAX_VARS; k++)
+            res->vars[k].name[sizeof res->vars[k].name - 1] = '\0';
         /* The job started when its first task did: each task's own start
          * is later, and phases measured from a later one come out
          * negative for the tasks that started first. */

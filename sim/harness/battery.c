@@ -158,6 +158,32 @@ static const dsim_conf_case conf_battery[] = {
      .data = "{task: classification, examples: 200, features: 6, classes: 2, files: 4, "
              "global_batch: 24, epochs: 2}",
      .expect = CONF_CHECKS},
+    {.name = "adamax",
+     .about = "Adamax (a running maximum of the gradient's size in the denominator) on 2 x 2, "
+              "an mlp of 63 parameters",
+     .hosts = 2,
+     .devices_per_host = 2,
+     .engines = "threads",
+     .model = "{kind: mlp, hidden: [6]}",
+     .optimizer = "{kind: adamax, learning_rate: 0.01}",
+     .data = "{task: classification, examples: 150, features: 6, classes: 3, files: 3, "
+             "global_batch: 18, epochs: 2}",
+     .expect = CONF_CHECKS},
+    {.name = "amsgrad_restart",
+     .about = "Adam with amsgrad (a third slot, the running maximum of v), a checkpoint every "
+              "3 steps, preempted after step 7: a restore must take all three slots",
+     .hosts = 3,
+     .devices_per_host = 1,
+     .engines = "threads",
+     .needs = DSIM_CONF_SYNC | DSIM_CONF_SAVE,
+     .model = "{kind: softmax}",
+     .optimizer = "{kind: adam, learning_rate: 0.05, amsgrad: true}",
+     .data = "{task: classification, examples: 200, features: 5, classes: 3, files: 4, "
+             "global_batch: 18, epochs: 2}",
+     .checkpoint = "every: 3",
+     .faults = "[{what: preempt, at_step: 7, grace_steps: 1}]",
+     .recovery = "restart",
+     .expect = "{checkpoint_roundtrip: {}, gradient_consistency: {}, node_loss: {}}"},
     {.name = "adagrad_restart",
      .about = "Adagrad (accumulators start at 0.1, not 0), a checkpoint every 3 steps, "
               "preempted after step 7: a restore must take the saved accumulators",

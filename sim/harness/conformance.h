@@ -5,11 +5,10 @@
  * replica, primes, hosts x devices pairs that differ, parameter counts the
  * replicas do not divide, fewer parameters than replicas, global batches
  * with remainders, one-example tails, fewer examples a step than
- * replicas), sgd, momentum, adam, rmsprop, adagrad and lion, every engine,
- * checkpoints with a restart, a kill with recovery, a partition and a
- * straggler. The cases
- * are rows of a table (battery.c; dsim_conf_case_at): adding a case is
- * adding a row.
+ * replicas), sgd, momentum, adam (and amsgrad), adamax, rmsprop, adagrad and
+ * lion, every engine, checkpoints with a restart, a kill with recovery, a
+ * partition and a straggler. The cases are rows of a table (battery.c;
+ * dsim_conf_case_at): adding a case is adding a row.
  *
  * Each case is a scenario made from its row with the strategy put in,
  * run through the harness (harness.h) in a child process of its own

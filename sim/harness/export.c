@@ -171,11 +171,23 @@ static const char *ex_optim_rule(const dsim_optim_spec *o)
         return "b1 = float32(beta1), b2 = float32(beta2); c = m * b1 + g * (1 - b1); w -= lr * "
                "sign(c) (sign -1, 0 or 1); m = m * b2 + g * (1 - b2): Keras 3's Lion "
                "(float32, 1 - b in float32). Slots: [momentum: n_params]";
+    case DSIM_OPTIM_ADAMAX:
+        return "t counts steps from 1; c = 1 - beta1^t in double, rounded to float32 once a "
+               "step; m += (g - m) * float32(1 - beta1); u = max(float32(beta2) * u, |g|) (a NaN "
+               "on either side is the result); w -= (lr * m) / (c * (u + epsilon)): Keras 3's "
+               "Adamax (float32). Slots: [m: n_params][u: n_params]";
     case DSIM_OPTIM_ADAGRAD:
         return "acc = acc + g*g; w -= (lr * g) / sqrt(acc + epsilon): Keras 3's Adagrad "
                "(float32), acc starting at float32(initial_accumulator_value). Slots: "
                "[accumulator: n_params]";
     default:
+        if (o->amsgrad)
+            return "t counts steps from 1; alpha = lr * sqrt(1 - beta2^t) / (1 - beta1^t) in "
+                   "double, rounded to float32 once a step; m += (g - m) * (1 - beta1); v += "
+                   "(g*g - v) * (1 - beta2); vhat = max(vhat, v) (a NaN on either side is the "
+                   "result); w -= m * alpha / (sqrt(vhat) + epsilon): Keras's Adam with "
+                   "amsgrad=True, epsilon OUTSIDE the square root. Slots: [m: n_params][v: "
+                   "n_params][vhat: n_params]";
         return "t counts steps from 1; alpha = lr * sqrt(1 - beta2^t) / (1 - beta1^t) in double, "
                "rounded to float32 once a step; m += (g - m) * (1 - beta1); v += (g*g - v) * (1 - "
                "beta2); w -= m * alpha / (sqrt(v) + epsilon): Keras's Adam, epsilon OUTSIDE the "
@@ -275,6 +287,11 @@ static const char *ex_schedule_rule(dsim_lr_kind k)
     case DSIM_LR_INVERSE_TIME:
         return "p = s / decay_steps (floor(p) with staircase); lr = learning_rate / (1 + "
                "decay_rate * p)";
+    case DSIM_LR_COSINE_RESTARTS:
+        return "Keras's CosineDecayRestarts, alpha, t_mul and m_mul cast to float32 first: f = s "
+               "/ first_decay_steps; t_mul == 1: i = floor(f), f = f - i; else i = floor(log(1 - "
+               "f * (1 - t_mul)) / log(t_mul)), f = (f - (1 - t_mul^i) / (1 - t_mul)) / t_mul^i; "
+               "lr = learning_rate * ((1 - alpha) * (0.5 * m_mul^i * (1 + cos(pi * f))) + alpha)";
     default:
         return "decay(x, from) = from * ((1 - alpha) * 0.5 * (1 + cos(pi * x / decay_steps)) + "
                "alpha); without warmup_target: decay(min(s, decay_steps), learning_rate); with "
@@ -316,6 +333,8 @@ static json_t *ex_optim_json(const dsim_optim_spec *o)
     if (j && o->kind == DSIM_OPTIM_ADAGRAD)
         json_object_set_new(j, "initial_accumulator_value",
                             json_real(o->initial_accumulator_value));
+    if (j && o->kind == DSIM_OPTIM_ADAM)
+        json_object_set_new(j, "amsgrad", json_boolean(o->amsgrad != 0));
     if (j && o->gradient_accumulation_steps > 1)
         json_object_update_new(
             j, json_pack("{s:i, s:s}", "gradient_accumulation_steps",

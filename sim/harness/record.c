@@ -115,6 +115,8 @@ json_t *h_config_json(const dsim_scenario *s)
     if (cfg && c->optim.kind == DSIM_OPTIM_ADAGRAD)
         json_object_set_new(json_object_get(cfg, "optimizer"), "initial_accumulator_value",
                             json_real(c->optim.initial_accumulator_value));
+    if (cfg && c->optim.kind == DSIM_OPTIM_ADAM && c->optim.amsgrad)
+        json_object_set_new(json_object_get(cfg, "optimizer"), "amsgrad", json_true());
     h_config_source(s, cfg);
     return cfg;
 }

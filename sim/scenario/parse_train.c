@@ -20,8 +20,10 @@ static const scen_name scen_model_kinds[] = {
 static const scen_name scen_losses[] = {
     {"auto", DSIM_LOSS_AUTO}, {"mse", DSIM_LOSS_MSE}, {"xent", DSIM_LOSS_XENT}};
 static const scen_name scen_optims[] = {
-    {"sgd", DSIM_OPTIM_SGD},         {"momentum", DSIM_OPTIM_MOMENTUM}, {"adam", DSIM_OPTIM_ADAM},
-    {"rmsprop", DSIM_OPTIM_RMSPROP}, {"adagrad", DSIM_OPTIM_ADAGRAD},   {"lion", DSIM_OPTIM_LION}};
+    {"sgd", DSIM_OPTIM_SGD},         {"momentum", DSIM_OPTIM_MOMENTUM},
+    {"adam", DSIM_OPTIM_ADAM},       {"adamax", DSIM_OPTIM_ADAMAX},
+    {"rmsprop", DSIM_OPTIM_RMSPROP}, {"adagrad", DSIM_OPTIM_ADAGRAD},
+    {"lion", DSIM_OPTIM_LION}};
 static const scen_name scen_tasks[] = {{"classification", DSIM_DATA_CLASSIFICATION},
                                        {"regression", DSIM_DATA_REGRESSION}};
 static const scen_name scen_policies[] = {{"off", DSIM_SHARD_OFF},
@@ -54,6 +56,7 @@ enum {
     O_RHO,
     O_CENTERED,
     O_IAV,
+    O_AMSGRAD,
     O_N
 };
 static const char *const scen_optim_keys[O_N] = {"kind",
@@ -71,7 +74,8 @@ static const char *const scen_optim_keys[O_N] = {"kind",
                                                  "gradient_accumulation_steps",
                                                  "rho",
                                                  "centered",
-                                                 "initial_accumulator_value"};
+                                                 "initial_accumulator_value",
+                                                 "amsgrad"};
 
 /* optimizer.schedule: Keras's learning-rate schedules (dsim/optim.h) */
 enum {
@@ -87,17 +91,33 @@ enum {
     LS_WSTEPS,
     LS_BOUNDS,
     LS_VALUES,
+    LS_FDSTEPS,
+    LS_TMUL,
+    LS_MMUL,
     LS_N
 };
-static const char *const scen_sched_keys[LS_N] = {
-    "kind",  "decay_steps", "decay_rate",    "staircase",    "end_learning_rate", "power",
-    "cycle", "alpha",       "warmup_target", "warmup_steps", "boundaries",        "values"};
+static const char *const scen_sched_keys[LS_N] = {"kind",
+                                                  "decay_steps",
+                                                  "decay_rate",
+                                                  "staircase",
+                                                  "end_learning_rate",
+                                                  "power",
+                                                  "cycle",
+                                                  "alpha",
+                                                  "warmup_target",
+                                                  "warmup_steps",
+                                                  "boundaries",
+                                                  "values",
+                                                  "first_decay_steps",
+                                                  "t_mul",
+                                                  "m_mul"};
 static const scen_name scen_sched_kinds[] = {{"constant", DSIM_LR_CONSTANT},
                                              {"exponential_decay", DSIM_LR_EXPONENTIAL},
                                              {"piecewise_constant", DSIM_LR_PIECEWISE},
                                              {"polynomial_decay", DSIM_LR_POLYNOMIAL},
                                              {"inverse_time_decay", DSIM_LR_INVERSE_TIME},
-                                             {"cosine_decay", DSIM_LR_COSINE}};
+                                             {"cosine_decay", DSIM_LR_COSINE},
+                                             {"cosine_decay_restarts", DSIM_LR_COSINE_RESTARTS}};
 /* the kinds each key belongs to (a bit per dsim_lr_kind) */
 #define LSK(k) (1u << (k))
 static const unsigned scen_sched_owner[LS_N] = {
@@ -108,11 +128,14 @@ static const unsigned scen_sched_owner[LS_N] = {
     [LS_END] = LSK(DSIM_LR_POLYNOMIAL),
     [LS_POWER] = LSK(DSIM_LR_POLYNOMIAL),
     [LS_CYCLE] = LSK(DSIM_LR_POLYNOMIAL),
-    [LS_ALPHA] = LSK(DSIM_LR_COSINE),
+    [LS_ALPHA] = LSK(DSIM_LR_COSINE) | LSK(DSIM_LR_COSINE_RESTARTS),
     [LS_WTARGET] = LSK(DSIM_LR_COSINE),
     [LS_WSTEPS] = LSK(DSIM_LR_COSINE),
     [LS_BOUNDS] = LSK(DSIM_LR_PIECEWISE),
     [LS_VALUES] = LSK(DSIM_LR_PIECEWISE),
+    [LS_FDSTEPS] = LSK(DSIM_LR_COSINE_RESTARTS),
+    [LS_TMUL] = LSK(DSIM_LR_COSINE_RESTARTS),
+    [LS_MMUL] = LSK(DSIM_LR_COSINE_RESTARTS),
 };
 
 enum {
@@ -530,8 +553,8 @@ static dsim_err scen_schedule(const scen_ctx *c, const scen_map *om, dsim_optim_
     if (!m->val[LS_KIND])
         return scen_fail(c, m->at,
                          "optimizer.schedule: kind is needed: constant, exponential_decay, "
-                         "piecewise_constant, polynomial_decay, inverse_time_decay or "
-                         "cosine_decay");
+                         "piecewise_constant, polynomial_decay, inverse_time_decay, "
+                         "cosine_decay or cosine_decay_restarts");
     DSIM_CHECK(scen_enum(c, m, LS_KIND, "a learning-rate schedule", scen_sched_kinds,
                          SCEN_N(scen_sched_kinds), &v));
     ls->kind = (dsim_lr_kind)v;
@@ -539,8 +562,11 @@ static dsim_err scen_schedule(const scen_ctx *c, const scen_map *om, dsim_optim_
         if (m->val[i] && !(scen_sched_owner[i] & LSK(v)))
             return scen_fail(c, m->key[i],
                              "optimizer.schedule.%s: schedule kind %s does not use %s; remove it "
-                             "or use a kind that does",
-                             scen_sched_keys[i], dsim_lr_kind_name(ls->kind), scen_sched_keys[i]);
+                             "or use a kind that does%s",
+                             scen_sched_keys[i], dsim_lr_kind_name(ls->kind), scen_sched_keys[i],
+                             i == LS_DSTEPS && v == DSIM_LR_COSINE_RESTARTS
+                                 ? " (cosine_decay_restarts takes first_decay_steps, as Keras)"
+                                 : "");
     if (ls->kind == DSIM_LR_PIECEWISE) {
         int nb = 0, nv = 0;
         DSIM_CHECK(
@@ -567,11 +593,13 @@ static dsim_err scen_schedule(const scen_ctx *c, const scen_map *om, dsim_optim_
                              o->lr, ls->values[0]);
         o->lr = ls->values[0];
     } else if (ls->kind != DSIM_LR_CONSTANT) {
+        /* Keras's CosineDecayRestarts names its first period's length so */
+        const int key = ls->kind == DSIM_LR_COSINE_RESTARTS ? LS_FDSTEPS : LS_DSTEPS;
         int64_t ds = 0;
-        if (!m->val[LS_DSTEPS])
-            return scen_fail(c, m->at, "optimizer.schedule: %s needs decay_steps (a step count)",
-                             dsim_lr_kind_name(ls->kind));
-        DSIM_CHECK(scen_int(c, m, LS_DSTEPS, 1, DSIM_SCEN_MAX_STEP, &ds));
+        if (!m->val[key])
+            return scen_fail(c, m->at, "optimizer.schedule: %s needs %s (a step count)",
+                             dsim_lr_kind_name(ls->kind), scen_sched_keys[key]);
+        DSIM_CHECK(scen_int(c, m, key, 1, DSIM_SCEN_MAX_STEP, &ds));
         ls->decay_steps = (uint64_t)ds;
     }
     if ((scen_sched_owner[LS_RATE] & LSK(v)) && !m->val[LS_RATE])
@@ -592,6 +620,11 @@ static dsim_err scen_schedule(const scen_ctx *c, const scen_map *om, dsim_optim_
     DSIM_CHECK(scen_bool(c, m, LS_CYCLE, &b));
     ls->cycle = b;
     DSIM_CHECK(scen_real(c, m, LS_ALPHA, 0, 1, false, false, &ls->alpha));
+    /* Keras's defaults: t_mul 2, m_mul 1 */
+    ls->t_mul = ls->kind == DSIM_LR_COSINE_RESTARTS ? 2.0 : 0.0;
+    ls->m_mul = ls->kind == DSIM_LR_COSINE_RESTARTS ? 1.0 : 0.0;
+    DSIM_CHECK(scen_real(c, m, LS_TMUL, 1, DSIM_SCEN_MAX_TMUL, false, false, &ls->t_mul));
+    DSIM_CHECK(scen_real(c, m, LS_MMUL, 0, DSIM_SCEN_MAX_TMUL, true, false, &ls->m_mul));
     if (m->val[LS_WSTEPS] && !m->val[LS_WTARGET])
         return scen_fail(c, m->key[LS_WSTEPS],
                          "optimizer.schedule.warmup_steps: a warmup needs warmup_target, the "
@@ -623,10 +656,15 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
                 OK_(DSIM_OPTIM_SGD) | OK_(DSIM_OPTIM_MOMENTUM) | OK_(DSIM_OPTIM_RMSPROP),
                 "sgd, momentum and rmsprop"},
                {O_NESTEROV, OK_(DSIM_OPTIM_SGD) | OK_(DSIM_OPTIM_MOMENTUM), "sgd and momentum"},
-               {O_BETA1, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_LION), "adam and lion"},
-               {O_BETA2, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_LION), "adam and lion"},
-               {O_EPSILON, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_RMSPROP) | OK_(DSIM_OPTIM_ADAGRAD),
-                "adam, rmsprop and adagrad"},
+               {O_BETA1, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_ADAMAX) | OK_(DSIM_OPTIM_LION),
+                "adam, adamax and lion"},
+               {O_BETA2, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_ADAMAX) | OK_(DSIM_OPTIM_LION),
+                "adam, adamax and lion"},
+               {O_EPSILON,
+                OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_ADAMAX) | OK_(DSIM_OPTIM_RMSPROP) |
+                    OK_(DSIM_OPTIM_ADAGRAD),
+                "adam, adamax, rmsprop and adagrad"},
+               {O_AMSGRAD, OK_(DSIM_OPTIM_ADAM), "adam"},
                {O_RHO, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
                {O_CENTERED, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
                {O_IAV, OK_(DSIM_OPTIM_ADAGRAD), "adagrad"}};
@@ -655,6 +693,9 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
     bool centered = o->centered != 0;
     DSIM_CHECK(scen_bool(c, m, O_CENTERED, &centered));
     o->centered = centered;
+    bool amsgrad = o->amsgrad != 0;
+    DSIM_CHECK(scen_bool(c, m, O_AMSGRAD, &amsgrad));
+    o->amsgrad = amsgrad;
     DSIM_CHECK(
         scen_real(c, m, O_IAV, 0, DSIM_SCEN_MAX_IAV, false, false, &o->initial_accumulator_value));
     /* Keras's clipping arguments (dsim/optim.h): one at most */

@@ -310,6 +310,12 @@ json_t *dsim_schedule_json(const dsim_optim_spec *o)
                                                          "end_learning_rate", ls->end_lr, "power",
                                                          ls->power, "cycle", ls->cycle != 0)) != 0;
         break;
+    case DSIM_LR_COSINE_RESTARTS: /* Keras's names */
+        bad |= !j ||
+               json_object_update_new(j, json_pack("{s:I, s:f, s:f, s:f}", "first_decay_steps",
+                                                   (json_int_t)ls->decay_steps, "t_mul", ls->t_mul,
+                                                   "m_mul", ls->m_mul, "alpha", ls->alpha)) != 0;
+        break;
     default: /* cosine */
         bad |= !j || json_object_update_new(j, json_pack("{s:I, s:f}", "decay_steps",
                                                          (json_int_t)ls->decay_steps, "alpha",
@@ -338,10 +344,12 @@ static json_t *plan_optim(plan_b *b, const dsim_scenario *s)
     if (p->kind == DSIM_OPTIM_MOMENTUM || (p->kind == DSIM_OPTIM_SGD && p->momentum > 0.0)) {
         plan_set(b, o, "momentum", json_real(p->momentum));
         plan_set(b, o, "nesterov", json_boolean(p->nesterov));
-    } else if (p->kind == DSIM_OPTIM_ADAM) {
+    } else if (p->kind == DSIM_OPTIM_ADAM || p->kind == DSIM_OPTIM_ADAMAX) {
         plan_set(b, o, "beta1", json_real(p->beta1));
         plan_set(b, o, "beta2", json_real(p->beta2));
         plan_set(b, o, "epsilon", json_real(p->epsilon));
+        if (p->kind == DSIM_OPTIM_ADAM)
+            plan_set(b, o, "amsgrad", json_boolean(p->amsgrad));
     } else if (p->kind == DSIM_OPTIM_RMSPROP) {
         plan_set(b, o, "rho", json_real(p->rho));
         plan_set(b, o, "momentum", json_real(p->momentum));

@@ -110,7 +110,8 @@ void dsim_scenario_limits_write(FILE *out)
     fprintf(out, "| `optimizer.gradient_accumulation_steps` | 0 .. %d | 0 or 1: off |\n",
             DSIM_OPTIM_MAX_ACCUMULATION);
     fprintf(out,
-            "| `optimizer.schedule`'s `decay_steps`, `warmup_steps`, `boundaries` | 1 .. %" PRId64
+            "| `optimizer.schedule`'s `decay_steps`, `first_decay_steps`, `warmup_steps`, "
+            "`boundaries` | 1 .. %" PRId64
             " (`warmup_steps` from 0) | `boundaries` increasing, at most %d, one fewer than "
             "`values` |\n",
             (int64_t)DSIM_SCEN_MAX_STEP, DSIM_LR_MAX_VALUES - 1);
@@ -118,6 +119,10 @@ void dsim_scenario_limits_write(FILE *out)
             "| `optimizer.schedule`'s `values`, `warmup_target`, `end_learning_rate` | more than "
             "0, at most %.0f (`end_learning_rate` from 0) | `alpha` 0 .. 1 |\n",
             DSIM_SCEN_MAX_LR);
+    fprintf(out,
+            "| `optimizer.schedule`'s `t_mul`, `m_mul` | `t_mul` 1 .. %.0f, `m_mul` more than 0, "
+            "at most %.0f | cosine_decay_restarts |\n",
+            DSIM_SCEN_MAX_TMUL, DSIM_SCEN_MAX_TMUL);
     fprintf(out,
             "| a step or a count (`at_step`, `after_messages`, `checkpoint.every`, "
             "`liveness.reach_step`) | up to %" PRId64 " | |\n",

@@ -44,6 +44,7 @@
 #define DSIM_SCEN_MAX_CLIP         1e30 /* optimizer.clipvalue, optimizer.global_clipnorm */
 #define DSIM_SCEN_MAX_WD           1e6  /* optimizer.weight_decay */
 #define DSIM_SCEN_MAX_IAV          1e6  /* optimizer.initial_accumulator_value */
+#define DSIM_SCEN_MAX_TMUL         1e6  /* optimizer.schedule's t_mul, m_mul */
 /* faults:, recovery: */
 #define DSIM_SCEN_MAX_FAULT_RANKS DSIM_FAULT_MAX_RANKS /* a fault's ranks: list */
 #define DSIM_SCEN_MAX_GRACE_STEPS 1000000              /* preempt's grace_steps */

@@ -12,8 +12,8 @@
 #include "model/optim_int.h"
 
 static const char *const lr_kind_names[DSIM_LR_KIND_COUNT] = {
-    "constant",         "exponential_decay",  "piecewise_constant",
-    "polynomial_decay", "inverse_time_decay", "cosine_decay"};
+    "constant",           "exponential_decay", "piecewise_constant",   "polynomial_decay",
+    "inverse_time_decay", "cosine_decay",      "cosine_decay_restarts"};
 
 const char *dsim_lr_kind_name(dsim_lr_kind k)
 {
@@ -33,7 +33,8 @@ dsim_err dsim_lr_kind_parse(const char *s, dsim_lr_kind *out)
         }
     return DSIM_ERR(DSIM_EINVAL, -1,
                     "unknown learning-rate schedule '%s': use constant, exponential_decay, "
-                    "piecewise_constant, polynomial_decay, inverse_time_decay or cosine_decay",
+                    "piecewise_constant, polynomial_decay, inverse_time_decay, cosine_decay or "
+                    "cosine_decay_restarts",
                     s);
 }
 
@@ -114,6 +115,31 @@ dsim_err optim_schedule_validate(const dsim_optim_spec *spec)
                             "representable in float",
                             s->warmup_target);
         break;
+    case DSIM_LR_COSINE_RESTARTS:
+        if (!(s->alpha >= 0.0 && s->alpha <= 1.0))
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "schedule cosine_decay_restarts: alpha %g must be in [0, 1] (the "
+                            "floor as a fraction of each period's rate)",
+                            s->alpha);
+        /* Keras does not check; periods that shrink run out, and its rate
+         * is NaN after the last */
+        if (!(s->t_mul >= 1.0) || !isfinite((float)s->t_mul))
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "schedule cosine_decay_restarts: t_mul %g must be 1 or more (each "
+                            "period that many times the last one's steps; Keras uses 2; below 1 "
+                            "the periods run out and Keras's rate is NaN after them)",
+                            s->t_mul);
+        if (!lr_usable(s->m_mul))
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "schedule cosine_decay_restarts: m_mul %g must be a positive number "
+                            "representable in float (each period's rate that many times the "
+                            "last one's; Keras uses 1)",
+                            s->m_mul);
+        if (s->warmup)
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "schedule cosine_decay_restarts: Keras's restarts have no warmup; "
+                            "use cosine_decay for one");
+        break;
     default:
         break;
     }
@@ -173,6 +199,21 @@ float dsim_optim_lr_at(const dsim_optim_spec *spec, uint64_t step)
         if (s->staircase)
             p = floorf(p);
         return lr0 / (1.0f + (float)s->decay_rate * p);
+    }
+    case DSIM_LR_COSINE_RESTARTS: {
+        /* Keras's CosineDecayRestarts: alpha, t_mul and m_mul cast first */
+        const float pi = (float)M_PI, a = (float)s->alpha, t = (float)s->t_mul, m = (float)s->m_mul;
+        float f = st / ds, i;
+        if (t == 1.0f) {
+            i = floorf(f);
+            f -= i;
+        } else {
+            i = floorf(logf(1.0f - f * (1.0f - t)) / logf(t));
+            float sum_r = (1.0f - powf(t, i)) / (1.0f - t);
+            f = (f - sum_r) / powf(t, i);
+        }
+        float cosine = 0.5f * powf(m, i) * (1.0f + cosf(pi * f));
+        return lr0 * ((1.0f - a) * cosine + a);
     }
     case DSIM_LR_COSINE: {
         if (!s->warmup)

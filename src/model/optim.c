@@ -115,8 +115,8 @@ double optim_seen_take(size_t *n)
     return v;
 }
 
-static const char *const optim_kind_names[DSIM_OPTIM_KIND_COUNT] = {"sgd",     "momentum", "adam",
-                                                                    "rmsprop", "adagrad",  "lion"};
+static const char *const optim_kind_names[DSIM_OPTIM_KIND_COUNT] = {
+    "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion", "adamax"};
 
 const char *dsim_optim_kind_name(dsim_optim_kind k)
 {
@@ -136,7 +136,9 @@ dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out)
         }
     }
     return DSIM_ERR(DSIM_EINVAL, -1,
-                    "unknown optimizer '%s': use sgd, momentum, adam, rmsprop, adagrad or lion", s);
+                    "unknown optimizer '%s': use sgd, momentum, adam, adamax, rmsprop, adagrad or "
+                    "lion",
+                    s);
 }
 
 void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind)
@@ -168,7 +170,7 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
     if ((unsigned)spec->kind >= DSIM_OPTIM_KIND_COUNT)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "optimizer kind %d is not one of sgd, momentum, adam, rmsprop, "
-                        "adagrad, lion",
+                        "adagrad, lion, adamax",
                         (int)spec->kind);
     const char *kind = optim_kind_names[spec->kind];
     /* lr is rounded to float for the update; one that rounds to 0 or inf
@@ -212,12 +214,16 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
                             spec->nesterov);
         break;
     case DSIM_OPTIM_ADAM:
+    case DSIM_OPTIM_ADAMAX:
         if (!optim_unit(spec->beta1))
-            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer adam: beta1 %g must be in [0, 1)",
+            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer %s: beta1 %g must be in [0, 1)", kind,
                             spec->beta1);
         if (!optim_unit(spec->beta2))
-            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer adam: beta2 %g must be in [0, 1)",
+            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer %s: beta2 %g must be in [0, 1)", kind,
                             spec->beta2);
+        if (spec->kind == DSIM_OPTIM_ADAM && spec->amsgrad != 0 && spec->amsgrad != 1)
+            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer adam: amsgrad %d must be 0 or 1",
+                            spec->amsgrad);
         break;
     case DSIM_OPTIM_RMSPROP:
         if (!optim_unit(spec->rho))
@@ -256,8 +262,8 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
         break;
     }
     /* the adaptive rules divide by a root with epsilon under it or beside it */
-    if ((spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_RMSPROP ||
-         spec->kind == DSIM_OPTIM_ADAGRAD) &&
+    if ((spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_ADAMAX ||
+         spec->kind == DSIM_OPTIM_RMSPROP || spec->kind == DSIM_OPTIM_ADAGRAD) &&
         (!(spec->epsilon > 0.0) || !isfinite((float)spec->epsilon) || (float)spec->epsilon == 0.0f))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "optimizer %s: epsilon %g must be positive and representable in "
@@ -287,6 +293,8 @@ static size_t optim_slots(const dsim_optim_spec *s)
     case DSIM_OPTIM_LION:
         return 1;
     case DSIM_OPTIM_ADAM:
+        return s->amsgrad ? 3 : 2;
+    case DSIM_OPTIM_ADAMAX:
         return 2;
     case DSIM_OPTIM_RMSPROP:
         return 1 + (s->momentum > 0.0) + (s->centered != 0);
@@ -317,8 +325,9 @@ size_t dsim_optim_rule_slots(const dsim_optim_spec *spec)
 
 int dsim_optim_is_adaptive(const dsim_optim_spec *spec)
 {
-    return spec && (spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_RMSPROP ||
-                    spec->kind == DSIM_OPTIM_ADAGRAD || spec->kind == DSIM_OPTIM_LION);
+    return spec && (spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_ADAMAX ||
+                    spec->kind == DSIM_OPTIM_RMSPROP || spec->kind == DSIM_OPTIM_ADAGRAD ||
+                    spec->kind == DSIM_OPTIM_LION);
 }
 
 void dsim_optim_init_state(const dsim_optim_spec *spec, size_t n_params, float *state)
@@ -427,6 +436,39 @@ static dsim_err optim_clip(dsim_optim *opt, const float *grad, size_t n, double 
     }
     *out = c;
     return DSIM_OK;
+}
+
+/* TF's maximum (from TF 2.4): a NaN on either side is the result. */
+static float optim_max(float a, float b)
+{
+    return a != a ? a : b != b ? b : a > b ? a : b;
+}
+
+/* Keras 3's Adam with amsgrad, operand for operand as the kernels' Adam
+ * (adam's m and v updates, then the running maximum of v in the
+ * denominator). */
+static void optim_amsgrad(float *p, float *m, float *v, float *vh, const float *g, size_t n,
+                          float alpha, float omb1, float omb2, float eps)
+{
+    for (size_t k = 0; k < n; k++) {
+        float gk = g[k];
+        m[k] += (gk - m[k]) * omb1;
+        v[k] += (gk * gk - v[k]) * omb2;
+        vh[k] = optim_max(vh[k], v[k]);
+        p[k] -= m[k] * alpha / (sqrtf(vh[k]) + eps);
+    }
+}
+
+/* Keras 3's Adamax: m += (g - m) * (1 - beta1); u = max(beta2 * u, |g|);
+ * p -= (lr * m) / ((1 - beta1^t) * (u + epsilon)), in float. */
+static void optim_adamax(float *p, float *m, float *u, const float *g, size_t n, float lr,
+                         float omb1, float b2, float omb1p, float eps)
+{
+    for (size_t k = 0; k < n; k++) {
+        m[k] += (g[k] - m[k]) * omb1;
+        u[k] = optim_max(b2 * u[k], fabsf(g[k]));
+        p[k] -= (lr * m[k]) / (omb1p * (u[k] + eps));
+    }
 }
 
 static dsim_err optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n,
@@ -554,8 +596,18 @@ static dsim_err optim_apply(dsim_optim *opt, float *params, const float *grad, s
         double t = (double)(opt->step + 1);
         double b1p = pow(s->beta1, t), b2p = pow(s->beta2, t);
         const float alpha = (float)((sched ? (double)lr : s->lr) * sqrt(1.0 - b2p) / (1.0 - b1p));
-        kk->adam(params, opt->state, opt->state + n, grad, n, alpha, (float)(1.0 - s->beta1),
-                 (float)(1.0 - s->beta2), (float)s->epsilon);
+        if (s->amsgrad)
+            optim_amsgrad(params, opt->state, opt->state + n, opt->state + 2 * n, grad, n, alpha,
+                          (float)(1.0 - s->beta1), (float)(1.0 - s->beta2), (float)s->epsilon);
+        else
+            kk->adam(params, opt->state, opt->state + n, grad, n, alpha, (float)(1.0 - s->beta1),
+                     (float)(1.0 - s->beta2), (float)s->epsilon);
+        break;
+    }
+    case DSIM_OPTIM_ADAMAX: {
+        const float omb1p = (float)(1.0 - pow(s->beta1, (double)(opt->step + 1)));
+        optim_adamax(params, opt->state, opt->state + n, grad, n, lr, (float)(1.0 - s->beta1),
+                     (float)s->beta2, omb1p, (float)s->epsilon);
         break;
     }
     case DSIM_OPTIM_RMSPROP: {

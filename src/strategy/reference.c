@@ -178,6 +178,8 @@ static dsim_err ref_open(ref_job *r, dsim_train_result *res)
     if (e == DSIM_OK)
         e = dsim_train_init_params(cfg, su, res->params);
     if (e == DSIM_OK)
+        res->initial_checksum = dsim_params_checksum(res->params, r->P);
+    if (e == DSIM_OK)
         e = dsim_optim_create(&su->optim, r->P, &r->opt);
     if (e != DSIM_OK)
         return e;

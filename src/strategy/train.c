@@ -231,8 +231,12 @@ static dsim_err train_initial_values(train_job *job)
             }
             if (ck->n_params != su->n_params)
                 bad = "its parameter count differs from the model's";
-            else if (ck->optim_kind != su->optim.kind || ck->optim_state_len != su->optim_state_len)
+            else if (ck->optim_kind != su->optim.kind)
                 bad = "it was written with another optimizer";
+            else if (ck->optim_state_len != su->optim_state_len)
+                bad = "its optimizer keeps another number of slots (Adam's amsgrad, RMSprop's "
+                      "momentum or centered, or gradient_accumulation_steps differ from this "
+                      "job's)";
             else if (ck->epoch >= cfg->epochs + (ck->step == 0 ? 1u : 0u) ||
                      ck->step > job->su.steps_per_epoch ||
                      ck->global_step != (uint64_t)ck->epoch * su->steps_per_epoch + ck->step)

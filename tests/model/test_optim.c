@@ -393,14 +393,127 @@ static void test_lion(void **state)
     dsim_optim_destroy(o);
 }
 
+/* One update of one parameter with a NaN gradient: the variable and slot
+ * `slot` (of the maximum) come out NaN. */
+static void expect_nan_slot(const dsim_optim_spec *s, size_t slot)
+{
+    dsim_optim *o = NULL;
+    assert_int_equal(dsim_optim_create(s, 1, &o), DSIM_OK);
+    float w = 1.0f, g = NAN;
+    assert_int_equal(dsim_optim_apply(o, &w, &g, 1), DSIM_OK);
+    assert_true(isnan(dsim_optim_state(o)[slot]) && isnan(w));
+    dsim_optim_destroy(o);
+}
+
+/* Keras's Adam(amsgrad=True) worked out in double: the running maximum of
+ * v in the denominator, in a third slot. beta2 0.5 lets v fall as the
+ * gradients shrink, so that the maximum is not v (the run differs from
+ * plain Adam's). */
+static void test_amsgrad(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
+    assert_int_equal(s.amsgrad, 0);
+    s.amsgrad = 1;
+    s.lr = 0.05;
+    s.beta2 = 0.5;
+    assert_true(dsim_optim_is_adaptive(&s));
+    assert_int_equal(dsim_optim_rule_slots(&s), 3);
+    dsim_optim *o = make(&s), *plain = NULL;
+    s.amsgrad = 0;
+    plain = make(&s);
+    assert_int_equal(dsim_optim_state_len(o), 3 * N);
+    float w[N], wp[N];
+    double ref[N], m[N] = {0}, v[N] = {0}, vh[N] = {0};
+    for (int k = 0; k < N; k++)
+        ref[k] = w[k] = wp[k] = w0[k];
+    int below = 0;
+    for (int t = 0; t < STEPS; t++) {
+        assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+        assert_int_equal(dsim_optim_apply(plain, wp, gs[t], N), DSIM_OK);
+        double alpha = 0.05 * sqrt(1 - pow(0.5, t + 1)) / (1 - pow(0.9, t + 1));
+        for (int k = 0; k < N; k++) {
+            double g = gs[t][k];
+            m[k] = 0.9 * m[k] + 0.1 * g;
+            v[k] = 0.5 * v[k] + 0.5 * g * g;
+            below += v[k] < vh[k];
+            vh[k] = fmax(vh[k], v[k]);
+            ref[k] -= m[k] * alpha / (sqrt(vh[k]) + 1e-7);
+        }
+        const float *st = dsim_optim_state(o);
+        check_close("amsgrad w", t, w, ref, N);
+        check_close("amsgrad m", t, st, m, N);
+        check_close("amsgrad v", t, st + N, v, N);
+        check_close("amsgrad vhat", t, st + 2 * N, vh, N);
+    }
+    assert_true(below > 0);                    /* the maximum mattered ... */
+    assert_true(memcmp(w, wp, sizeof w) != 0); /* ... and moved the variables */
+    dsim_optim_destroy(o);
+    dsim_optim_destroy(plain);
+    /* a NaN gradient makes v and its maximum NaN, as TF's maximum does */
+    s.amsgrad = 1;
+    expect_nan_slot(&s, 2);
+    s.amsgrad = 2;
+    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
+}
+
+/* Keras 3's Adamax worked out in double: m as Adam's, u = max(beta2 u,
+ * |g|), the step lr m / ((1 - beta1^t) (u + epsilon)). */
+static void test_adamax(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_kind kind;
+    assert_int_equal(dsim_optim_kind_parse("adamax", &kind), DSIM_OK);
+    assert_int_equal(kind, DSIM_OPTIM_ADAMAX);
+    assert_string_equal(dsim_optim_kind_name(kind), "adamax");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAMAX);
+    assert_true(s.lr == 0.001 && s.beta1 == 0.9 && s.beta2 == 0.999 && s.epsilon == 1e-7);
+    assert_true(dsim_optim_is_adaptive(&s));
+    assert_int_equal(dsim_optim_rule_slots(&s), 2);
+    s.lr = 0.02;
+    s.beta2 = 0.6; /* u decays below a later |g| and above a smaller one */
+    s.epsilon = 1e-3;
+    dsim_optim *o = make(&s);
+    assert_int_equal(dsim_optim_state_len(o), 2 * N);
+    float w[N];
+    double ref[N], m[N] = {0}, u[N] = {0};
+    for (int k = 0; k < N; k++)
+        ref[k] = w[k] = w0[k];
+    for (int t = 0; t < STEPS; t++) {
+        assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+        for (int k = 0; k < N; k++) {
+            double g = gs[t][k];
+            m[k] = 0.9 * m[k] + 0.1 * g;
+            u[k] = fmax(0.6 * u[k], fabs(g));
+            ref[k] -= 0.02 * m[k] / ((1 - pow(0.9, t + 1)) * (u[k] + 1e-3));
+        }
+        check_close("adamax w", t, w, ref, N);
+        check_close("adamax m", t, dsim_optim_state(o), m, N);
+        check_close("adamax u", t, dsim_optim_state(o) + N, u, N);
+    }
+    dsim_optim_destroy(o);
+    /* NaN on either side of the maximum is the result, as TF's */
+    expect_nan_slot(&s, 1);
+    s.beta2 = 1.0;
+    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
+    s.beta2 = 0.999;
+    s.epsilon = 0.0;
+    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
+}
+
 /* A replica restored from a checkpoint (step + slots) continues exactly as
  * the one that never stopped; without the slots it does not. */
 static void test_checkpoint_restore(void **state)
 {
     (void)state;
-    for (int kind = 0; kind < DSIM_OPTIM_KIND_COUNT; kind++) {
+    for (int i = 0; i <= DSIM_OPTIM_KIND_COUNT; i++) {
         dsim_optim_spec s;
+        /* past the kinds: adam with amsgrad, whose third slot must travel too */
+        const int ams = i == DSIM_OPTIM_KIND_COUNT, kind = ams ? DSIM_OPTIM_ADAM : i;
         dsim_optim_spec_default(&s, (dsim_optim_kind)kind);
+        s.amsgrad = ams;
         s.lr = 0.05;
         dsim_optim *a = make(&s), *b = make(&s), *c = make(&s);
         float wa[N], wb[N], wc[N];
@@ -408,7 +521,10 @@ static void test_checkpoint_restore(void **state)
         for (int t = 0; t < 2; t++)
             assert_int_equal(dsim_optim_apply(a, wa, gs[t], N), DSIM_OK);
         size_t len = dsim_optim_state_len(a);
-        assert_int_equal(len, kind == DSIM_OPTIM_SGD ? 0 : kind == DSIM_OPTIM_ADAM ? 2 * N : N);
+        assert_int_equal(len, kind == DSIM_OPTIM_SGD                                 ? 0
+                              : ams                                                  ? 3 * N
+                              : kind == DSIM_OPTIM_ADAM || kind == DSIM_OPTIM_ADAMAX ? 2 * N
+                                                                                     : N);
         assert_int_equal(dsim_optim_set_state(b, dsim_optim_state(a), len, dsim_optim_step(a)),
                          DSIM_OK);
         assert_int_equal(dsim_optim_step(b), 2);
@@ -538,6 +654,27 @@ static void test_schedules(void **state)
     check_rate(&s, 8, 1.0);
     check_rate(&s, 50, 1e-30);
 
+    /* Keras's CosineDecayRestarts: periods of 3, 6, 12 steps (t_mul 2),
+     * each restart at m_mul times the last one's rate, alpha the floor */
+    s.lr = 1.0;
+    s.schedule = (dsim_lr_schedule){.kind = DSIM_LR_COSINE_RESTARTS,
+                                    .decay_steps = 3,
+                                    .t_mul = 2.0,
+                                    .m_mul = 0.5,
+                                    .alpha = 0.1};
+    assert_int_equal(dsim_optim_validate(&s), DSIM_OK);
+    check_rate(&s, 0, 1.0);
+    check_rate(&s, 2, 0.9 * 0.5 * (1 + cos(pi * 2.0 / 3.0)) + 0.1);
+    check_rate(&s, 3, 0.9 * 0.5 + 0.1);                                  /* the first restart */
+    check_rate(&s, 6, 0.9 * 0.5 * 0.5 * (1 + cos(pi * 0.5)) + 0.1);      /* halfway in 3..9 */
+    check_rate(&s, 9, 0.9 * 0.25 + 0.1);                                 /* the second */
+    check_rate(&s, 20, 0.9 * 0.125 * (1 + cos(pi * 11.0 / 12.0)) + 0.1); /* 9..21 */
+    /* t_mul 1: periods of equal length */
+    s.schedule.t_mul = 1.0;
+    s.schedule.m_mul = 1.0;
+    check_rate(&s, 4, 0.9 * 0.5 * (1 + cos(pi / 3.0)) + 0.1);
+    check_rate(&s, 300, 1.0);
+
     /* the update takes the rate of the optimizer's step; a skipped step
      * (a loss scale's) moves the schedule on */
     dsim_optim_spec_default(&s, DSIM_OPTIM_SGD);
@@ -599,6 +736,18 @@ static void test_bad_schedules(void **state)
     s.schedule.alpha = 0;
     s.schedule.warmup = 1;
     expect_bad(&s, "warmup_target");
+    s.schedule = (dsim_lr_schedule){
+        .kind = DSIM_LR_COSINE_RESTARTS, .decay_steps = 3, .t_mul = 0.5, .m_mul = 1.0};
+    expect_bad(&s, "t_mul 0.5 must be 1 or more");
+    s.schedule.t_mul = 2.0;
+    s.schedule.m_mul = 0.0;
+    expect_bad(&s, "m_mul 0 must be a positive number");
+    s.schedule.m_mul = 1.0;
+    s.schedule.decay_steps = 0;
+    expect_bad(&s, "decay_steps must be > 0");
+    s.schedule.decay_steps = 3;
+    s.schedule.warmup = 1;
+    expect_bad(&s, "no warmup");
     s.schedule = (dsim_lr_schedule){.kind = (dsim_lr_kind)9};
     expect_bad(&s, "schedule kind 9");
     /* a rate of 0 is refused without a warmup to start */
@@ -776,7 +925,7 @@ static void test_bad_specs(void **state)
     assert_int_equal(k, DSIM_OPTIM_RMSPROP);
     assert_string_equal(dsim_optim_kind_name(DSIM_OPTIM_ADAGRAD), "adagrad");
     assert_int_equal(dsim_optim_kind_parse("sophia", &k), DSIM_EINVAL);
-    assert_non_null(strstr(dsim_errmsg(), "adam, rmsprop, adagrad or lion"));
+    assert_non_null(strstr(dsim_errmsg(), "adam, adamax, rmsprop, adagrad or lion"));
 }
 
 /* An optimizer of a part of a model says which part: inside the model, or
@@ -938,6 +1087,8 @@ int main(void)
         cmocka_unit_test(test_rmsprop),
         cmocka_unit_test(test_adagrad),
         cmocka_unit_test(test_lion),
+        cmocka_unit_test(test_amsgrad),
+        cmocka_unit_test(test_adamax),
         cmocka_unit_test(test_sgd_momentum),
         cmocka_unit_test(test_checkpoint_restore),
         cmocka_unit_test(test_bad_specs),

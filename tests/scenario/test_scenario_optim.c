@@ -1,6 +1,7 @@
 /* Scenario files' optimizers beyond SGD, momentum and Adam: Keras 3's
- * RMSprop and Adagrad keys (rho, momentum, centered, epsilon,
- * initial_accumulator_value) with their defaults, what `dsim plan` shows
+ * RMSprop, Adagrad, Lion and Adamax keys (rho, momentum, centered, epsilon,
+ * initial_accumulator_value, beta1, beta2) and Adam's amsgrad, with their
+ * defaults, what `dsim plan` shows
  * of them, and every refusal with its FILE:LINE:COL and fix (a key of
  * another kind, a value out of range). */
 #include <setjmp.h>
@@ -48,6 +49,38 @@ static void test_keys(void **state)
     assert_true(o->lr == 0.001 && o->beta1 == 0.95 && o->beta2 == 0.99);
     dsim_scenario_free(s);
 
+    /* Adamax: Adam's keys but amsgrad; Adam(amsgrad=True): a third slot */
+    s = scen_parse_ok("name: a\noptimizer: {kind: adamax, beta2: 0.99, epsilon: 1e-6}\n");
+    o = &s->train.optim;
+    assert_true(o->kind == DSIM_OPTIM_ADAMAX && o->lr == 0.001 && o->beta1 == 0.9 &&
+                o->beta2 == 0.99 && o->epsilon == 1e-6);
+    assert_int_equal(dsim_optim_rule_slots(o), 2);
+    dsim_scenario_free(s);
+    s = scen_parse_ok("name: a\noptimizer: {kind: adam, amsgrad: true}\n");
+    o = &s->train.optim;
+    assert_true(o->kind == DSIM_OPTIM_ADAM && o->amsgrad);
+    assert_int_equal(dsim_optim_rule_slots(o), 3);
+    j = NULL;
+    assert_int_equal(dsim_scenario_plan(s, &j), DSIM_OK);
+    assert_true(json_is_true(json_object_get(json_object_get(j, "optimizer"), "amsgrad")));
+    json_decref(j);
+    dsim_scenario_free(s);
+
+    /* Keras's CosineDecayRestarts under its own names, with its defaults */
+    s = scen_parse_ok("name: a\noptimizer: {schedule: {kind: cosine_decay_restarts, "
+                      "first_decay_steps: 100, m_mul: 0.5}}\n");
+    const dsim_lr_schedule *ls = &s->train.optim.schedule;
+    assert_true(ls->kind == DSIM_LR_COSINE_RESTARTS && ls->decay_steps == 100 && ls->t_mul == 2.0 &&
+                ls->m_mul == 0.5 && ls->alpha == 0.0);
+    j = NULL;
+    assert_int_equal(dsim_scenario_plan(s, &j), DSIM_OK);
+    json_t *sj = json_object_get(json_object_get(j, "optimizer"), "schedule");
+    assert_string_equal(json_string_value(json_object_get(sj, "kind")), "cosine_decay_restarts");
+    assert_int_equal(json_integer_value(json_object_get(sj, "first_decay_steps")), 100);
+    assert_true(json_real_value(json_object_get(sj, "t_mul")) == 2.0);
+    json_decref(j);
+    dsim_scenario_free(s);
+
     /* Keras's SGD(momentum=0.9, nesterov=True): a velocity slot */
     s = scen_parse_ok("name: a\noptimizer: {kind: sgd, momentum: 0.9, nesterov: true}\n");
     o = &s->train.optim;
@@ -76,11 +109,25 @@ static void test_keys(void **state)
 /* clang-format off */
 static const scen_err_case optim_errs[] = {
     {"name: a\noptimizer: {kind: sophia}\n", 2, 19,
-     {"optimizer.kind", "sgd, momentum, adam, rmsprop, adagrad, lion"}},
+     {"optimizer.kind", "sgd, momentum, adam, adamax, rmsprop, adagrad, lion"}},
     {"name: a\noptimizer: {kind: lion, epsilon: 1e-7}\n", 2, 25,
-     {"optimizer.epsilon: only adam, rmsprop and adagrad use it", "kind is lion"}},
+     {"optimizer.epsilon: only adam, adamax, rmsprop and adagrad use it", "kind is lion"}},
     {"name: a\noptimizer: {kind: rmsprop, beta1: 0.9}\n", 2, 28,
-     {"optimizer.beta1: only adam and lion use it"}},
+     {"optimizer.beta1: only adam, adamax and lion use it"}},
+    {"name: a\noptimizer: {kind: adamax, amsgrad: true}\n", 2, 27,
+     {"optimizer.amsgrad: only adam uses it", "kind is adamax"}},
+    {"name: a\noptimizer: {kind: adam, amsgrad: 1.5}\n", 2, 34, {"optimizer.amsgrad"}},
+    {"name: a\noptimizer: {kind: adamax, beta2: 1}\n", 2, 34,
+     {"optimizer.beta2: '1' is out of range", "[0, 1)"}},
+    {"name: a\noptimizer: {schedule: {kind: cosine_decay_restarts, decay_steps: 5}}\n", 2, 53,
+     {"schedule.decay_steps: schedule kind cosine_decay_restarts does not use decay_steps",
+      "takes first_decay_steps, as Keras"}},
+    {"name: a\noptimizer: {schedule: {kind: cosine_decay_restarts}}\n", 2, 13,
+     {"cosine_decay_restarts needs first_decay_steps"}},
+    {"name: a\noptimizer: {schedule: {kind: cosine_decay_restarts, first_decay_steps: 5, "
+     "t_mul: 0.5}}\n", 2, 82, {"schedule.t_mul: '0.5' is out of range"}},
+    {"name: a\noptimizer: {schedule: {kind: cosine_decay, decay_steps: 5, m_mul: 2}}\n", 2, 60,
+     {"schedule kind cosine_decay does not use m_mul"}},
     {"name: a\noptimizer: {kind: lion, beta1: 0}\n", 2, 32,
      {"optimizer.beta1: lion needs it in (0, 1)", "SignSGD"}},
     {"name: a\noptimizer: {kind: adam, rho: 0.9}\n", 2, 25,
@@ -90,7 +137,7 @@ static const scen_err_case optim_errs[] = {
     {"name: a\noptimizer: {kind: adagrad, momentum: 0.9}\n", 2, 28,
      {"optimizer.momentum: only sgd, momentum and rmsprop use it", "kind is adagrad"}},
     {"name: a\noptimizer: {kind: sgd, epsilon: 1e-7}\n", 2, 24,
-     {"optimizer.epsilon: only adam, rmsprop and adagrad use it", "kind is sgd"}},
+     {"optimizer.epsilon: only adam, adamax, rmsprop and adagrad use it", "kind is sgd"}},
     {"name: a\noptimizer: {kind: rmsprop, initial_accumulator_value: 0.1}\n", 2, 28,
      {"optimizer.initial_accumulator_value: only adagrad uses it"}},
     {"name: a\noptimizer: {kind: rmsprop, rho: 1}\n", 2, 33,

@@ -240,6 +240,27 @@ static void test_restore_refuses_bad_checkpoints(void **state)
     printf("# %s\n", dsim_errmsg());
     dsim_train_result_free(&r);
 
+    /* The same kind with another number of slots: Adam's with amsgrad */
+    cfg.restore = false;
+    cfg.stop_after = 4;
+    assert_int_equal(dsim_train(&cfg, &r), DSIM_OK);
+    dsim_train_result_free(&r);
+    cfg.restore = true;
+    cfg.stop_after = 0;
+    cfg.optim.amsgrad = 1;
+    assert_int_equal(dsim_train(&cfg, &r), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "another number of slots (Adam's amsgrad"));
+    dsim_train_result_free(&r);
+    cfg.optim.amsgrad = 0;
+    dsim_optim_spec_default(&cfg.optim, DSIM_OPTIM_SGD);
+    cfg.optim.lr = 0.1;
+    cfg.restore = false;
+    cfg.stop_after = 4;
+    assert_int_equal(dsim_train(&cfg, &r), DSIM_OK); /* the file the cases below corrupt */
+    dsim_train_result_free(&r);
+    cfg.restore = true;
+    cfg.stop_after = 0;
+
     /* Corrupt: one byte of the parameters flipped. */
     FILE *f = fopen(path, "r+b");
     assert_non_null(f);

@@ -1,4 +1,5 @@
-/* Optimizers: SGD, momentum, Adam, RMSprop, Adagrad and Lion, with TensorFlow's
+/* Optimizers: SGD, momentum, Adam (and AMSGrad), Adamax, RMSprop, Adagrad and
+ * Lion, with TensorFlow's
  * (Keras's) update rules.
  *
  * Each replica owns one dsim_optim for its own copy of the parameters; after
@@ -21,6 +22,11 @@
  *              m += (g - m) * (1 - beta1)
  *              v += (g^2 - v) * (1 - beta2)
  *              w -= m * alpha / (sqrt(v) + epsilon)
+ *              amsgrad: vhat = max(vhat, v), w -= m * alpha / (sqrt(vhat) +
+ *              epsilon) (Keras Adam(amsgrad=True); max keeps a NaN)
+ *   adamax:    m += (g - m) * (1 - beta1)                     (Keras 3 Adamax)
+ *              u = max(beta2 * u, |g|)
+ *              w -= (lr * m) / ((1 - beta1^t) * (u + epsilon))
  *   rmsprop:   v = rho * v + (1 - rho) * g^2                  (Keras 3 RMSprop)
  *              centered: a = rho * a + (1 - rho) * g, d = v - a^2 + epsilon;
  *              else d = v + epsilon
@@ -33,7 +39,8 @@
  *              w -= lr * sign(c)          (sign: -1, 0 or 1; NaN stays NaN)
  *              m = m * beta2 + g * (1 - beta2)
  *              (beta1, beta2 cast to float first, 1 - beta in float)
- * alpha is computed in double and rounded to float once per step; rho,
+ * alpha and Adamax's 1 - beta1^t are computed in double and rounded to float
+ * once per step; rho,
  * 1 - rho, momentum and epsilon are rounded to float once, as Keras casts
  * its Python floats to the variable's dtype.
  *
@@ -64,7 +71,8 @@
  * parts; dsim_optim_apply clips by the norm of what it is given.
  *
  * Slot layout: sgd none, with momentum > 0 [velocity: n]; momentum
- * [accum: n]; adam [m: n][v: n]; rmsprop [velocity: n], then [momentum: n]
+ * [accum: n]; adam [m: n][v: n], with amsgrad then [vhat: n]; adamax
+ * [m: n][u: n]; rmsprop [velocity: n], then [momentum: n]
  * when momentum > 0, then [average gradient: n] when centered (Keras's
  * order); adagrad [accumulator: n]; lion [momentum: n]; with
  * gradient_accumulation_steps > 1, one more slot at the end: [acc: n].
@@ -90,6 +98,7 @@ typedef enum dsim_optim_kind {
     DSIM_OPTIM_RMSPROP,
     DSIM_OPTIM_ADAGRAD,
     DSIM_OPTIM_LION,
+    DSIM_OPTIM_ADAMAX,
     DSIM_OPTIM_KIND_COUNT
 } dsim_optim_kind;
 
@@ -115,6 +124,12 @@ typedef enum dsim_optim_kind {
  *                       warmup_steps (warmup_target - lr0) * (s /
  *                       warmup_steps) + lr0, then the decay of s -
  *                       warmup_steps from warmup_target instead of lr0.
+ *   cosine_decay_restarts (SGDR; decay_steps is Keras's first_decay_steps,
+ *                       T = t_mul, M = m_mul, a = float32(alpha)):
+ *                       f = s / decay_steps; T == 1: i = floor(f), f -= i;
+ *                       else i = floor(log(1 - f * (1 - T)) / log(T)),
+ *                       f = (f - (1 - T^i) / (1 - T)) / T^i;
+ *                       lr0 * ((1 - a) * (0.5 * M^i * (1 + cos(pi * f))) + a)
  * The rate scales weight decay as it scales the update (Keras). */
 typedef enum dsim_lr_kind {
     DSIM_LR_CONSTANT = 0,
@@ -123,6 +138,7 @@ typedef enum dsim_lr_kind {
     DSIM_LR_POLYNOMIAL,
     DSIM_LR_INVERSE_TIME,
     DSIM_LR_COSINE,
+    DSIM_LR_COSINE_RESTARTS,
     DSIM_LR_KIND_COUNT
 } dsim_lr_kind;
 
@@ -130,19 +146,24 @@ typedef enum dsim_lr_kind {
 
 typedef struct dsim_lr_schedule {
     dsim_lr_kind kind;    /* DSIM_LR_CONSTANT (all zero): the spec's lr at every step */
-    uint64_t decay_steps; /* > 0: exponential, polynomial, inverse_time, cosine */
+    uint64_t decay_steps; /* > 0: exponential, polynomial, inverse_time, cosine; the first
+                             period's (Keras's first_decay_steps) for cosine_restarts */
     double decay_rate;    /* exponential (> 0), inverse_time (>= 0) */
     int staircase;        /* exponential, inverse_time: 0 or 1 */
     double end_lr;        /* polynomial (Keras's default 0.0001), >= 0 */
     double power;         /* polynomial (Keras's default 1), > 0 */
     int cycle;            /* polynomial: 0 or 1 */
-    double alpha;         /* cosine: the floor as a fraction, in [0, 1] */
+    double alpha;         /* cosine, cosine_restarts: the floor as a fraction, in [0, 1] */
     int warmup;           /* cosine: 1 warms up to warmup_target over warmup_steps */
     double warmup_target; /* cosine with warmup: > 0 */
     uint64_t warmup_steps;
     int n_values;                                /* piecewise: 2 .. DSIM_LR_MAX_VALUES */
     uint64_t boundaries[DSIM_LR_MAX_VALUES - 1]; /* strictly increasing */
     double values[DSIM_LR_MAX_VALUES];           /* each > 0 */
+    /* cosine_decay_restarts (Keras's defaults 2 and 1; alpha above): each
+     * period t_mul times the last one's steps (>= 1), its rate m_mul times
+     * the last one's (> 0) */
+    double t_mul, m_mul;
 } dsim_lr_schedule;
 
 typedef struct dsim_optim_spec {
@@ -150,9 +171,9 @@ typedef struct dsim_optim_spec {
     double lr;       /* > 0; a schedule's initial rate (unused by piecewise_constant) */
     double momentum; /* sgd, momentum, rmsprop: in [0, 1) (sgd, rmsprop: 0 = none) */
     int nesterov;    /* sgd, momentum: 0 or 1 */
-    double beta1;    /* adam: in [0, 1); lion: in (0, 1] */
-    double beta2;    /* adam, lion: in [0, 1) */
-    double epsilon;  /* adam, rmsprop, adagrad: > 0 */
+    double beta1;    /* adam, adamax: in [0, 1); lion: in (0, 1] */
+    double beta2;    /* adam, adamax, lion: in [0, 1) */
+    double epsilon;  /* adam, adamax, rmsprop, adagrad: > 0 */
     /* Clipping (above): at most one of the two > 0; 0 = off. */
     double clipvalue;          /* > 0: every gradient element into [-clipvalue, clipvalue] */
     double global_clipnorm;    /* > 0: the whole gradient scaled to this norm at most */
@@ -170,18 +191,21 @@ typedef struct dsim_optim_spec {
     double rho;                       /* rmsprop: in [0, 1) */
     int centered;                     /* rmsprop: 0 or 1 */
     double initial_accumulator_value; /* adagrad: >= 0 */
+    /* Appended (soname 8). */
+    int amsgrad; /* adam: 0 or 1 */
 } dsim_optim_spec;
 
 #define DSIM_OPTIM_MAX_ACCUMULATION 1000000
 
 typedef struct dsim_optim dsim_optim;
 
-/* "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion". */
+/* "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion", "adamax". */
 DSIM_API const char *dsim_optim_kind_name(dsim_optim_kind k);
 DSIM_API dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out);
 
 /* "constant", "exponential_decay", "piecewise_constant", "polynomial_decay",
- * "inverse_time_decay", "cosine_decay" (Keras's class names in snake case). */
+ * "inverse_time_decay", "cosine_decay", "cosine_decay_restarts" (Keras's
+ * class names in snake case). */
 DSIM_API const char *dsim_lr_kind_name(dsim_lr_kind k);
 DSIM_API dsim_err dsim_lr_kind_parse(const char *s, dsim_lr_kind *out);
 
@@ -194,7 +218,8 @@ DSIM_API float dsim_optim_lr_at(const dsim_optim_spec *spec, uint64_t step);
  * no nesterov; adam lr 0.001, beta1 0.9, beta2 0.999, epsilon 1e-7;
  * rmsprop lr 0.001, rho 0.9, momentum 0, epsilon 1e-7, not centered;
  * adagrad lr 0.001, initial_accumulator_value 0.1, epsilon 1e-7; lion lr
- * 0.001, beta1 0.9, beta2 0.99. */
+ * 0.001, beta1 0.9, beta2 0.99; adamax lr 0.001, beta1 0.9, beta2 0.999,
+ * epsilon 1e-7. */
 DSIM_API void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind);
 /* DSIM_OK, or DSIM_EINVAL naming the field and the accepted range. Fields a
  * kind does not use are not checked. */
@@ -257,10 +282,11 @@ DSIM_API uint64_t dsim_optim_step(const dsim_optim *opt);
 DSIM_API size_t dsim_optim_slots_per_param(const dsim_optim_spec *spec);
 /* The slots of the update rule alone (the layout above, without gradient
  * accumulation's): 0 sgd (1 with momentum), 1 momentum, adagrad and lion,
- * 2 adam, 1 to 3 rmsprop. */
+ * 2 adam (3 with amsgrad) and adamax, 1 to 3 rmsprop. */
 DSIM_API size_t dsim_optim_rule_slots(const dsim_optim_spec *spec);
 /* 1 where the update divides each gradient by the root of a running sum of
- * its squares (adam, rmsprop, adagrad) or takes its sign (lion): a
+ * its squares (adam, rmsprop, adagrad), by a running maximum of its size
+ * (adamax) or takes its sign (lion): a
  * near-zero gradient, whose last bits depend on summation order, moves its
  * variable by a sizeable step either way, so gradient_consistency judges
  * such updates by the gradients they applied (docs/checks.md); else 0. */

@@ -420,10 +420,9 @@ typedef struct dsim_train_cfg {
      * the run starts from its variables: replica 0's where its optimizer
      * updates the whole model, each replica's part where the optimizers
      * update parts (dsim_optim_set_part); under an adaptive optimizer
-     * (dsim_optim_is_adaptive: adam, rmsprop, adagrad, lion) with
-     * trace_every > 1,
-     * the optimizer's slots before that update too (result.trace_slots),
-     * which the replay then starts the span with. */
+     * (dsim_optim_is_adaptive: adam, adamax, rmsprop, adagrad, lion) with
+     * trace_every > 1, the optimizer's slots before that update too
+     * (result.trace_slots), which the replay then starts the span with. */
     bool record_grads;
     /* dsim_train_reference_follow(_run): a second replay beside the first,
      * from the same rows (and the run's trace_slots), whose gradient sums
