@@ -72,6 +72,9 @@ bool ck_judge_restore(const dsim_train_result *probe, const dsim_checkpoint *ck,
  * were, but started at 0 instead of from init->optim_state. */
 bool ck_slots_started0(const dsim_checkpoint *ck, const dsim_train_result *ref,
                        const dsim_optim_spec *os, double max_abs);
+/* Keras's class name of the optimizer ("Adam", "RMSprop", "SGD with
+ * momentum" for TF1's momentum kind, ...) */
+const char *ck_optim_title(const dsim_optim_spec *os);
 /* True, with the sentence in msg and *which "optimizer state" or "step",
  * when ck's optimizer slots or step differ from ref's (a replay to its
  * step); *measured: the worst relative difference, INFINITY for a step. */

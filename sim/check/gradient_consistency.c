@@ -369,7 +369,7 @@ static bool gc_near(double x, double y)
 /* What a ratio k of the run's update to the reference's means, with n
  * replicas in sync; NULL when it means nothing in particular. */
 /* Keras's class name of the optimizer (Adam, RMSprop, Adagrad, ...) */
-static const char *gc_optim_title(const dsim_optim_spec *os)
+const char *ck_optim_title(const dsim_optim_spec *os)
 {
     static const char *const t[DSIM_OPTIM_KIND_COUNT] = {
         "SGD", "SGD with momentum", "Adam", "RMSprop", "Adagrad", "Lion", "Adamax"};
@@ -519,7 +519,8 @@ static bool gc_first_grad(const dsim_train_result *r, const dsim_train_result *r
         bool ub = ref->mp_skipped ? !ref->mp_skipped[k] : true;
         if (isnan(a) && isnan(b) && !ua && !ub)
             continue; /* a step both skipped: the variables stay */
-        if (!(isfinite(a) && isfinite(b) && a > 0.0 && b > 0.0))
+        /* a zero gradient where one device's is not is judged too */
+        if (!(isfinite(a) && isfinite(b) && a >= 0.0 && b > 0.0))
             return false;
         *g = k;
         *got = a;
@@ -1029,7 +1030,7 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             snprintf(hid, sizeof hid,
                      "%s's update hardly depends on the gradient's scale, so the variables "
                      "show it only where its epsilon counts",
-                     gc_optim_title(os));
+                     ck_optim_title(os));
         else
             snprintf(hid, sizeof hid, "the optimizer's update hid it from the variables");
         char s[600];
@@ -1072,7 +1073,7 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                        "strategy computes its gradients wrong (a part of the gradient reduced "
                        "otherwise than the rest, a count or a scale off); under SGD the "
                        "variables would show it",
-                       gc_optim_title(os), g0, got0, want0, k0, max_rel, meaning ? ": " : "",
+                       ck_optim_title(os), g0, got0, want0, k0, max_rel, meaning ? ": " : "",
                        meaning ? meaning : "");
         return DSIM_OK;
     }

@@ -177,8 +177,11 @@ static dsim_err ref_open(ref_job *r, dsim_train_result *res)
         e = dsim_ledger_create(su->ds->spec.n_examples, cfg->epochs, 1, 1, &res->ledger);
     if (e == DSIM_OK)
         e = dsim_train_init_params(cfg, su, res->params);
-    if (e == DSIM_OK)
+    if (e == DSIM_OK) {
         res->initial_checksum = dsim_params_checksum(res->params, r->P);
+        res->n_vars = su->n_vars; /* the variables messages name */
+        memcpy(res->vars, su->vars, sizeof res->vars);
+    }
     if (e == DSIM_OK)
         e = dsim_optim_create(&su->optim, r->P, &r->opt);
     if (e != DSIM_OK)

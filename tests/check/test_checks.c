@@ -589,6 +589,17 @@ static void test_saved_slots(void **state)
         ck_judge_saved_optimizer(&ck, &ref, &adam, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
     assert_string_equal(which, "optimizer state");
     assert_has(msg, "restored without them, Adam's moments restart from zero");
+    assert_has(msg, "worst: slot value 0 (Adam's m of parameter 0) is 0, it was 0.5");
+    /* with the model's variables (a linear model of 1 feature, 3 outputs):
+     * where the parameter lies */
+    dsim_model_spec lin = {.kind = DSIM_MODEL_LINEAR, .in_dim = 1, .out_dim = 3};
+    ref.n_vars = dsim_model_vars(&lin, ref.vars);
+    got[0] = want[0];
+    assert_true(
+        ck_judge_saved_optimizer(&ck, &ref, &adam, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
+    assert_has(msg, "worst: slot value 1 (Adam's m of parameter 1, layer 1's kernel [1 x 3] at "
+                    "[0, 1]) is 0");
+    ref.n_vars = 0;
 
     /* parameters 3..5 (shard 1 of 2, with the zero one inside it) */
     memset(got, 0, sizeof got);

@@ -354,6 +354,11 @@ static void test_gc_first_grad_hidden(void **state)
     r = judge("gradient_consistency", &ctx, v);
     assert_false(r.passed);
     assert_has(r.message, "at global step 1, where the run and the reference stand");
+    /* a zero gradient applied (a stale one, the first step's nothing) */
+    gn[2] = 0.0;
+    r = judge("gradient_consistency", &ctx, v);
+    assert_false(r.passed);
+    assert_has(r.message, "has norm 0 and one device's 1 (0 times it");
     /* within max_rel_error: rounding */
     gn[2] = 1.00001;
     assert_true(judge("gradient_consistency", &ctx, v).passed);

@@ -678,8 +678,9 @@ typedef struct dsim_train_result {
      * where it did not run: a mixed policy). */
     double *follow_part;
 
-    /* dsim_train: the model's variables (dsim_model_vars of the model it
-     * trained, its sizes taken from the data where cfg.model left them 0),
+    /* dsim_train (n_vars and vars: the reference too): the model's
+     * variables (dsim_model_vars of the model it trained, its sizes taken
+     * from the data where cfg.model left them 0),
      * and [steps * num_replicas * DSIM_MODEL_MAX_VARS], as checksum but per
      * variable: a 16-bit signature of each, 0 past n_vars and where the step
      * was not kept. Where two replicas' checksums differ after a step, the
