@@ -301,27 +301,6 @@ static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_resul
     }
 }
 
-/* Slot s of the layout of dsim/optim.h under os, as Keras names it */
-static const char *ck_slot_name(const dsim_optim_spec *os, size_t s)
-{
-    if (s >= dsim_optim_rule_slots(os))
-        return "gradient accumulator";
-    switch (os->kind) {
-    case DSIM_OPTIM_ADAM:
-        return s == 0 ? "m" : s == 1 ? "v" : "vhat";
-    case DSIM_OPTIM_ADAMAX:
-        return s == 0 ? "m" : "u";
-    case DSIM_OPTIM_RMSPROP:
-        return s == 0 ? "velocity" : s == 1 && os->momentum > 0.0 ? "momentum" : "average gradient";
-    case DSIM_OPTIM_LION:
-        return "momentum";
-    case DSIM_OPTIM_SGD:
-        return "velocity";
-    default:
-        return "accumulator";
-    }
-}
-
 bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result *ref,
                               const dsim_optim_spec *os, double max_abs, double max_rel, char *msg,
                               size_t cap, const char **which, double *measured)
@@ -353,7 +332,7 @@ bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result
         if (P && ck->optim_state_len == dsim_optim_slots_per_param(os) * P) {
             dsim_model_var_where(ref->vars, ref->n_vars, w % P, where, sizeof where);
             snprintf(slot, sizeof slot, " (%s's %s of parameter %zu%s%s)", ck_optim_title(os),
-                     ck_slot_name(os, w / P), w % P, where[0] ? ", " : "", where);
+                     dsim_optim_slot_name(os, w / P), w % P, where[0] ? ", " : "", where);
         }
         dsim_check_msg(msg, cap,
                        "save: %zu of %zu optimizer slot values saved at global step %" PRIu64

@@ -152,7 +152,7 @@ static void gc_parted_vars(const dsim_check_ctx *ctx, uint64_t s, int rep, char 
     for (size_t i = 0; i < np && at < cap; i++) {
         const dsim_model_var *v = &vars[parted[i]];
         const char *sep = i == 0 ? "" : i + 1 < np ? ", " : " and ";
-        if (strncmp(v->name, "parameters ", 11) == 0) /* a plugin's span */
+        if (v->shape[0] == 0) /* a plugin's span, named by its parameters */
             at += (size_t)snprintf(msg + at, cap - at, "%s%s", sep, v->name);
         else
             at += (size_t)snprintf(msg + at, cap - at, "%s%s (parameters %zu..%zu)", sep, v->name,
@@ -368,13 +368,6 @@ static bool gc_near(double x, double y)
 
 /* What a ratio k of the run's update to the reference's means, with n
  * replicas in sync; NULL when it means nothing in particular. */
-/* Keras's class name of the optimizer (Adam, RMSprop, Adagrad, ...) */
-const char *ck_optim_title(const dsim_optim_spec *os)
-{
-    static const char *const t[DSIM_OPTIM_KIND_COUNT] = {
-        "SGD", "SGD with momentum", "Adam", "RMSprop", "Adagrad", "Lion", "Adamax"};
-    return (unsigned)os->kind < DSIM_OPTIM_KIND_COUNT ? t[os->kind] : "the optimizer";
-}
 
 const char *gc_ratio_meaning(double k, int n)
 {

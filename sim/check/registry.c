@@ -75,6 +75,13 @@ void dsim_check_msg_append(char *msg, size_t cap, const char *fmt, ...)
     va_end(ap);
 }
 
+const char *ck_optim_title(const dsim_optim_spec *os)
+{
+    static const char *const t[DSIM_OPTIM_KIND_COUNT] = {
+        "SGD", "SGD with momentum", "Adam", "RMSprop", "Adagrad", "Lion", "Adamax"};
+    return (unsigned)os->kind < DSIM_OPTIM_KIND_COUNT ? t[os->kind] : "the optimizer";
+}
+
 void dsim_check_ranks_text(const bool *lost, int n, int replicas, int devices_per_host, char *buf,
                            size_t cap)
 {

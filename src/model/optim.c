@@ -323,6 +323,30 @@ size_t dsim_optim_rule_slots(const dsim_optim_spec *spec)
     return optim_slots(spec);
 }
 
+const char *dsim_optim_slot_name(const dsim_optim_spec *spec, size_t slot)
+{
+    if (!spec || (unsigned)spec->kind >= DSIM_OPTIM_KIND_COUNT)
+        return "?";
+    if (slot >= optim_slots(spec))
+        return "gradient accumulator";
+    switch (spec->kind) {
+    case DSIM_OPTIM_ADAM:
+        return slot == 0 ? "m" : slot == 1 ? "v" : "vhat";
+    case DSIM_OPTIM_ADAMAX:
+        return slot == 0 ? "m" : "u";
+    case DSIM_OPTIM_RMSPROP: /* velocity, then momentum when > 0, then the average */
+        return slot == 0                           ? "velocity"
+               : slot == 1 && spec->momentum > 0.0 ? "momentum"
+                                                   : "average gradient";
+    case DSIM_OPTIM_LION:
+        return "momentum";
+    case DSIM_OPTIM_SGD:
+        return "velocity";
+    default: /* momentum (TF1's accum), adagrad */
+        return "accumulator";
+    }
+}
+
 int dsim_optim_is_adaptive(const dsim_optim_spec *spec)
 {
     return spec && (spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_ADAMAX ||

@@ -503,6 +503,31 @@ static void test_adamax(void **state)
     assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
 }
 
+/* The slots as Keras names them, in the layout's order */
+static void test_slot_names(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAM);
+    s.amsgrad = 1;
+    s.gradient_accumulation_steps = 2;
+    assert_string_equal(dsim_optim_slot_name(&s, 0), "m");
+    assert_string_equal(dsim_optim_slot_name(&s, 1), "v");
+    assert_string_equal(dsim_optim_slot_name(&s, 2), "vhat");
+    assert_string_equal(dsim_optim_slot_name(&s, 3), "gradient accumulator");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_RMSPROP);
+    s.centered = 1;
+    assert_string_equal(dsim_optim_slot_name(&s, 1), "average gradient");
+    s.momentum = 0.5;
+    assert_string_equal(dsim_optim_slot_name(&s, 1), "momentum");
+    assert_string_equal(dsim_optim_slot_name(&s, 2), "average gradient");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAMAX);
+    assert_string_equal(dsim_optim_slot_name(&s, 1), "u");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAGRAD);
+    assert_string_equal(dsim_optim_slot_name(&s, 0), "accumulator");
+    assert_string_equal(dsim_optim_slot_name(NULL, 0), "?");
+}
+
 /* A replica restored from a checkpoint (step + slots) continues exactly as
  * the one that never stopped; without the slots it does not. */
 static void test_checkpoint_restore(void **state)
@@ -1080,23 +1105,15 @@ static void test_clip(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sgd),
-        cmocka_unit_test(test_momentum),
-        cmocka_unit_test(test_nesterov),
-        cmocka_unit_test(test_adam),
-        cmocka_unit_test(test_rmsprop),
-        cmocka_unit_test(test_adagrad),
-        cmocka_unit_test(test_lion),
-        cmocka_unit_test(test_amsgrad),
-        cmocka_unit_test(test_adamax),
-        cmocka_unit_test(test_sgd_momentum),
-        cmocka_unit_test(test_checkpoint_restore),
-        cmocka_unit_test(test_bad_specs),
-        cmocka_unit_test(test_schedules),
-        cmocka_unit_test(test_bad_schedules),
-        cmocka_unit_test(test_accumulation),
-        cmocka_unit_test(test_set_part),
-        cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_sgd),           cmocka_unit_test(test_momentum),
+        cmocka_unit_test(test_nesterov),      cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_rmsprop),       cmocka_unit_test(test_adagrad),
+        cmocka_unit_test(test_lion),          cmocka_unit_test(test_amsgrad),
+        cmocka_unit_test(test_adamax),        cmocka_unit_test(test_slot_names),
+        cmocka_unit_test(test_sgd_momentum),  cmocka_unit_test(test_checkpoint_restore),
+        cmocka_unit_test(test_bad_specs),     cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_bad_schedules), cmocka_unit_test(test_accumulation),
+        cmocka_unit_test(test_set_part),      cmocka_unit_test(test_clip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

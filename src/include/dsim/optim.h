@@ -284,6 +284,12 @@ DSIM_API size_t dsim_optim_slots_per_param(const dsim_optim_spec *spec);
  * accumulation's): 0 sgd (1 with momentum), 1 momentum, adagrad and lion,
  * 2 adam (3 with amsgrad) and adamax, 1 to 3 rmsprop. */
 DSIM_API size_t dsim_optim_rule_slots(const dsim_optim_spec *spec);
+/* Slot `slot` of the layout above under spec, as Keras names it: "m", "v",
+ * "vhat" (adam), "m", "u" (adamax), "velocity", "momentum", "average
+ * gradient" (rmsprop), "velocity" (sgd with momentum), "momentum" (lion),
+ * "accumulator" (momentum, adagrad); "gradient accumulator" past the rule's
+ * slots (gradient_accumulation_steps > 1). */
+DSIM_API const char *dsim_optim_slot_name(const dsim_optim_spec *spec, size_t slot);
 /* 1 where the update divides each gradient by the root of a running sum of
  * its squares (adam, rmsprop, adagrad), by a running maximum of its size
  * (adamax) or takes its sign (lion): a
