@@ -38,6 +38,22 @@ bool gc_steps_right(const dsim_check_ctx *ctx, char *msg, size_t cap);
  * SIZE_MAX when every value is within it; *n_out counts those beyond. */
 size_t ck_worst(const float *got, const float *want, size_t n, double max_abs, double max_rel,
                 size_t *n_out, double *rel_out);
+/* How a saved optimizer's slots are held to a replay's: beyond max_abs,
+ * within max_rel of the larger of the two values; and where `scaled`, of
+ * the slot's size over its variable at least (the root mean square of the
+ * replay's values of that slot of that variable), so that a value near
+ * zero (a moment whose gradients cancel) is held to what its neighbours'
+ * rounding moves, not to its own size. */
+typedef struct ck_tol {
+    double max_abs, max_rel;
+    bool scaled;
+} ck_tol;
+/* checkpoint_roundtrip's tolerances for run (v: the check's max_rel_error
+ * and max_abs_error, NaN where unset): 1e-4 and 1e-6 for a float32 run; a
+ * run that rounds its gradients to a narrow dtype (mixed precision,
+ * gradients all-reduced in float16 or bfloat16) 16 u of the narrowest
+ * (dsim_check_narrow_u), scaled. */
+void ck_tolerances(const dsim_train_result *run, const double *v, ck_tol *t);
 /* A one-device replay of cfg's first g global steps (the optimizer's
  * slots and step as they were after step g). */
 dsim_err ck_replay_to(const dsim_train_cfg *cfg, uint64_t g, dsim_train_result *ref);
@@ -72,6 +88,10 @@ bool ck_judge_restore(const dsim_train_result *probe, const dsim_checkpoint *ck,
  * were, but started at 0 instead of from init->optim_state. */
 bool ck_slots_started0(const dsim_checkpoint *ck, const dsim_train_result *ref,
                        const dsim_optim_spec *os, double max_abs);
+/* The unit roundoff of the narrowest dtype run rounds to: its policy's
+ * compute dtype or its gradients' all-reduce dtype (float16 2^-11,
+ * bfloat16 2^-8); 0 for a float32 run. */
+double dsim_check_narrow_u(const dsim_train_result *run);
 /* Keras's class name of the optimizer ("Adam", "RMSprop", "SGD with
  * momentum" for TF1's momentum kind, ...) */
 const char *ck_optim_title(const dsim_optim_spec *os);
@@ -79,7 +99,7 @@ const char *ck_optim_title(const dsim_optim_spec *os);
  * when ck's optimizer slots or step differ from ref's (a replay to its
  * step); *measured: the worst relative difference, INFINITY for a step. */
 bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result *ref,
-                              const dsim_optim_spec *os, double max_abs, double max_rel, char *msg,
-                              size_t cap, const char **which, double *measured);
+                              const dsim_optim_spec *os, const ck_tol *tol, char *msg, size_t cap,
+                              const char **which, double *measured);
 
 #endif

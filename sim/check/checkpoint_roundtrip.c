@@ -65,7 +65,7 @@ static int cr_writer(const dsim_train_result *const *at, size_t n, uint64_t g)
 
 /* The restore of ck and the broadcast after it, from a probe job: false,
  * with the sentence in msg, when one of them is wrong. */
-static bool cr_restores(const dsim_train_cfg *cfg, const dsim_checkpoint *ck, const double *v,
+static bool cr_restores(const dsim_train_cfg *cfg, const dsim_checkpoint *ck, const ck_tol *tol,
                         const char *which_ck, char *msg, size_t cap)
 {
     dsim_train_result probe;
@@ -77,7 +77,7 @@ static bool cr_restores(const dsim_train_cfg *cfg, const dsim_checkpoint *ck, co
                        probe.error.msg[0] ? probe.error.msg : dsim_errmsg());
         ok = false;
     } else if (ck_judge_broadcast(&probe, ck, msg, cap) ||
-               ck_judge_restore(&probe, ck, v[CR_MAX_ABS], v[CR_MAX_REL], msg, cap, &which)) {
+               ck_judge_restore(&probe, ck, tol->max_abs, tol->max_rel, msg, cap, &which)) {
         ok = false;
     }
     dsim_train_result_free(&probe);
@@ -90,7 +90,8 @@ static bool cr_restores(const dsim_train_cfg *cfg, const dsim_checkpoint *ck, co
  * batches. True, with the sentence in msg, when save() is wrong. */
 static bool cr_save_wrong(const dsim_train_cfg *cfg, const dsim_train_result *w,
                           const dsim_train_result *clean, const dsim_checkpoint *ck,
-                          const double *v, char *msg, size_t cap, double *measured, bool *followed)
+                          const ck_tol *tol, char *msg, size_t cap, double *measured,
+                          bool *followed)
 {
     *followed = false;
     uint64_t g = ck->global_step;
@@ -114,8 +115,7 @@ static bool cr_save_wrong(const dsim_train_cfg *cfg, const dsim_train_result *w,
         return true;
     }
     const char *which = NULL;
-    bool bad = ck_judge_saved_optimizer(ck, &ref, &cfg->optim, v[CR_MAX_ABS], v[CR_MAX_REL], msg,
-                                        cap, &which, measured);
+    bool bad = ck_judge_saved_optimizer(ck, &ref, &cfg->optim, tol, msg, cap, &which, measured);
     dsim_train_result_free(&ref);
     /* The replay's optimizer moved along its own trajectory. Over many
      * steps float rounding, amplified (a model with kinks, a large
@@ -138,13 +138,12 @@ static bool cr_save_wrong(const dsim_train_cfg *cfg, const dsim_train_result *w,
     if (can) {
         char m2[1024];
         double meas2 = 0;
-        if (!ck_judge_saved_optimizer(ck, &ref, &cfg->optim, v[CR_MAX_ABS], v[CR_MAX_REL], m2,
-                                      sizeof m2, &which, &meas2)) {
+        if (!ck_judge_saved_optimizer(ck, &ref, &cfg->optim, tol, m2, sizeof m2, &which, &meas2)) {
             bad = false;
             msg[0] = '\0';
             *measured = meas2;
             *followed = true;
-        } else if (ck_slots_started0(ck, &ref, &cfg->optim, v[CR_MAX_ABS])) {
+        } else if (ck_slots_started0(ck, &ref, &cfg->optim, tol->max_abs)) {
             /* the replay that follows the run's variables tells slots that
              * started wrong (Adagrad's from 0) from a save that is wrong */
             dsim_check_msg(msg, cap, "%s", m2);
@@ -163,7 +162,9 @@ static dsim_err cr_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
     char *msg = out->message;
     size_t cap = sizeof out->message;
     out->passed = false;
-    out->expected = v[CR_MAX_REL];
+    ck_tol tol;
+    ck_tolerances(r, v, &tol);
+    out->expected = tol.max_rel;
     out->measured = NAN;
 
     if (!cfg || !cfg->checkpoint_path ||
@@ -251,21 +252,21 @@ static dsim_err cr_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
         double ignored = 0;
         bool fol = false;
         if (kf >= 0 && from->n_params == r->n_params &&
-            cr_save_wrong(cfg, at[kf], clean, from, v, msg, cap, &ignored, &fol))
+            cr_save_wrong(cfg, at[kf], clean, from, &tol, msg, cap, &ignored, &fol))
             goto done;
     }
     if (from && ck_judge_broadcast(w, from, msg, cap))
         goto done;
-    if (from && !cr_restores(cfg, from, v, "the checkpoint the restart resumed from", msg, cap))
+    if (from && !cr_restores(cfg, from, &tol, "the checkpoint the restart resumed from", msg, cap))
         goto done;
 
     bool followed = false;
-    if (cr_save_wrong(cfg, w, clean, ck, v, msg, cap, &out->measured, &followed))
+    if (cr_save_wrong(cfg, w, clean, ck, &tol, msg, cap, &out->measured, &followed))
         goto done;
     double rel = out->measured;
     out->measured = INFINITY;
     /* restore and broadcast: what restoring the file gives back */
-    if (!cr_restores(cfg, ck, v, "the checkpoint", msg, cap))
+    if (!cr_restores(cfg, ck, &tol, "the checkpoint", msg, cap))
         goto done;
     out->measured = rel;
     out->passed = true;
@@ -273,11 +274,14 @@ static dsim_err cr_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                    "the chief's checkpoint at global step %" PRIu64
                    "%s holds its parameters bit for bit, the optimizer's step (%" PRIu64
                    ") and its %zu slot values (within tolerance of a one-device replay to that "
-                   "step%s); restoring it gives them back, on every replica",
+                   "step%s%s); restoring it gives them back, on every replica",
                    g, where, ck->optim_step, ck->optim_state_len,
                    followed ? " from the run's own variables: float rounding parted the run "
                               "from the plain replay"
-                            : "");
+                            : "",
+                   tol.scaled ? "; the run rounds to a narrow dtype, so each value is held to its "
+                                "slot's root mean square over its variable at least"
+                              : "");
 done:
     dsim_checkpoint_free(ck);
     return DSIM_OK;
@@ -294,11 +298,12 @@ const dsim_check_ops dsim_check_checkpoint_roundtrip = {
         {
             {"max_rel_error",
              "largest accepted relative difference of a saved optimizer slot (beyond "
-             "max_abs_error)",
-             0, 1, 1e-4, false},
+             "max_abs_error); unset: 1e-4, or 16 u of the narrowest dtype under mixed precision, "
+             "where a slot value is held to its slot's size over its variable at least",
+             0, 1, NAN, false},
             {"max_abs_error",
-             "slot differences up to this are accepted whatever their relative size", 0, 1e30, 1e-6,
-             false},
+             "slot differences up to this are accepted whatever their relative size; unset: 1e-6",
+             0, 1e30, NAN, false},
         },
     .run = cr_run,
     .by_default = "every run that writes a checkpoint (checkpoint.path with every, or a "

@@ -29,8 +29,9 @@
 /* Above this many ranks the probe runs under the sim runtime. */
 #define CK_PROBE_MAX_THREADS 64
 
-size_t ck_worst(const float *got, const float *want, size_t n, double max_abs, double max_rel,
-                size_t *n_out, double *rel_out)
+/* ck_worst with a floor under each value's size: floor[i] (NULL: none). */
+static size_t ck_worst_floor(const float *got, const float *want, size_t n, double max_abs,
+                             double max_rel, const float *floor, size_t *n_out, double *rel_out)
 {
     size_t worst = SIZE_MAX;
     double wrel = 0;
@@ -38,6 +39,8 @@ size_t ck_worst(const float *got, const float *want, size_t n, double max_abs, d
     for (size_t i = 0; i < n; i++) {
         double a = got[i], b = want[i];
         double d = fabs(a - b), mag = fmax(fabs(a), fabs(b));
+        if (floor)
+            mag = fmax(mag, (double)floor[i]);
         double rel = mag > 0 ? d / mag : 0;
         if (isnan(a) != isnan(b))
             d = rel = INFINITY;
@@ -51,6 +54,50 @@ size_t ck_worst(const float *got, const float *want, size_t n, double max_abs, d
     }
     *rel_out = wrel;
     return worst;
+}
+
+size_t ck_worst(const float *got, const float *want, size_t n, double max_abs, double max_rel,
+                size_t *n_out, double *rel_out)
+{
+    return ck_worst_floor(got, want, n, max_abs, max_rel, NULL, n_out, rel_out);
+}
+
+void ck_tolerances(const dsim_train_result *run, const double *v, ck_tol *t)
+{
+    double u = run ? dsim_check_narrow_u(run) : 0;
+    t->max_rel = !DSIM_CHECK_UNSET(v[0]) ? v[0] : u > 0 ? 16 * u : 1e-4;
+    t->max_abs = !DSIM_CHECK_UNSET(v[1]) ? v[1] : 1e-6;
+    t->scaled = u > 0;
+}
+
+/* The floor of each of ref's n_slots * P slot values under tol (NULL when
+ * not scaled, or out of memory: then each value is held to its own size):
+ * the root mean square of its slot over its variable (ref->vars; the whole
+ * model where it has none). */
+static float *ck_slot_floor(const dsim_train_result *ref, size_t P, const ck_tol *tol)
+{
+    size_t len = ref->optim_state_len, nslots = P ? len / P : 0;
+    if (!tol->scaled || !nslots || nslots * P != len)
+        return NULL;
+    float *f = malloc(len * sizeof *f);
+    if (!f)
+        return NULL;
+    size_t nv = ref->n_vars ? ref->n_vars : 1;
+    for (size_t s = 0; s < nslots; s++)
+        for (size_t k = 0; k < nv; k++) {
+            size_t lo = ref->n_vars ? ref->vars[k].off : 0;
+            size_t n = ref->n_vars ? ref->vars[k].len : P;
+            if (lo > P || n > P - lo)
+                continue;
+            const float *x = ref->optim_state + s * P + lo;
+            double ss = 0;
+            for (size_t i = 0; i < n; i++)
+                ss += (double)x[i] * (double)x[i];
+            float rms = n ? (float)sqrt(ss / (double)n) : 0.0f;
+            for (size_t i = 0; i < n; i++)
+                f[s * P + lo + i] = rms;
+        }
+    return f;
 }
 
 void ck_probe_cfg(const dsim_train_cfg *cfg, uint64_t steps, dsim_train_cfg *c)
@@ -196,15 +243,16 @@ bool ck_judge_restore(const dsim_train_result *probe, const dsim_checkpoint *ck,
 /* Parameter p's nslots slot values in ck against ref: all within
  * tolerance (*ok), all saved as zero (*zero). */
 static void ck_slots_of(const dsim_checkpoint *ck, const dsim_train_result *ref, size_t nslots,
-                        size_t p, double max_abs, double max_rel, bool *ok, bool *zero)
+                        size_t p, const ck_tol *tol, const float *floor, bool *ok, bool *zero)
 {
     size_t n = ck->n_params;
     *ok = *zero = true;
     for (size_t s = 0; s < nslots; s++) {
         size_t n_out = 0, i = s * n + p;
         double rel = 0;
-        *ok = *ok && ck_worst(ck->optim_state + i, ref->optim_state + i, 1, max_abs, max_rel,
-                              &n_out, &rel) == SIZE_MAX;
+        *ok =
+            *ok && ck_worst_floor(ck->optim_state + i, ref->optim_state + i, 1, tol->max_abs,
+                                  tol->max_rel, floor ? floor + i : NULL, &n_out, &rel) == SIZE_MAX;
         *zero = *zero && ck->optim_state[i] == 0.0f;
     }
 }
@@ -228,8 +276,8 @@ bool ck_slots_started0(const dsim_checkpoint *ck, const dsim_train_result *ref,
  * elsewhere (one replica's shard of a sharded optimizer state), or other
  * values. The slots are nslots arrays of n_params (dsim/optim.h). */
 static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_result *ref,
-                               const dsim_optim_spec *os, double max_abs, double max_rel, char *msg,
-                               size_t cap)
+                               const dsim_optim_spec *os, const ck_tol *tol, const float *floor,
+                               char *msg, size_t cap)
 {
     const dsim_optim_kind kind = os->kind;
     size_t n = ck->n_params, len = ck->optim_state_len;
@@ -243,7 +291,7 @@ static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_resul
     size_t lo = SIZE_MAX, hi = 0;
     for (size_t p = 0; layout && p < n; p++) {
         bool ok, z;
-        ck_slots_of(ck, ref, nslots, p, max_abs, max_rel, &ok, &z);
+        ck_slots_of(ck, ref, nslots, p, tol, floor, &ok, &z);
         if (ok && !z) {
             lo = lo == SIZE_MAX ? p : lo;
             hi = p;
@@ -255,7 +303,7 @@ static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_resul
     size_t missing = 0;
     for (size_t p = 0; shard && p < n; p++) {
         bool ok, z;
-        ck_slots_of(ck, ref, nslots, p, max_abs, max_rel, &ok, &z);
+        ck_slots_of(ck, ref, nslots, p, tol, floor, &ok, &z);
         if (p >= lo && p <= hi)
             shard = ok;
         else {
@@ -272,7 +320,7 @@ static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_resul
                                                     : "the momentum";
     const char *verb_s = kind == DSIM_OPTIM_MOMENTUM || kind == DSIM_OPTIM_SGD ? "s" : "";
     const float iav = (float)os->initial_accumulator_value;
-    if (!zero && ck_slots_started0(ck, ref, os, max_abs)) {
+    if (!zero && ck_slots_started0(ck, ref, os, tol->max_abs)) {
         dsim_check_msg_append(msg, cap,
                               "The saved accumulators are the one-device replay's less "
                               "initial_accumulator_value (%g) at every parameter: save() copied "
@@ -302,8 +350,8 @@ static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_resul
 }
 
 bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result *ref,
-                              const dsim_optim_spec *os, double max_abs, double max_rel, char *msg,
-                              size_t cap, const char **which, double *measured)
+                              const dsim_optim_spec *os, const ck_tol *tol, char *msg, size_t cap,
+                              const char **which, double *measured)
 {
     *which = NULL;
     uint64_t g = ck->global_step;
@@ -318,9 +366,11 @@ bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result
     }
     size_t n_out = 0;
     double rel = 0;
-    size_t w = ck->optim_state_len ? ck_worst(ck->optim_state, ref->optim_state,
-                                              ck->optim_state_len, max_abs, max_rel, &n_out, &rel)
-                                   : SIZE_MAX;
+    float *floor = ck_slot_floor(ref, ck->n_params, tol);
+    size_t w = ck->optim_state_len
+                   ? ck_worst_floor(ck->optim_state, ref->optim_state, ck->optim_state_len,
+                                    tol->max_abs, tol->max_rel, floor, &n_out, &rel)
+                   : SIZE_MAX;
     bool step_ok = ck->optim_step == ref->optim_step;
     *measured = step_ok ? rel : INFINITY;
     msg[0] = '\0';
@@ -340,8 +390,9 @@ bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result
                        "is %.9g, it was %.9g. ",
                        n_out, ck->optim_state_len, g, w, slot, (double)ck->optim_state[w],
                        (double)ref->optim_state[w]);
-        ck_saved_slots_why(ck, ref, os, max_abs, max_rel, msg, cap);
+        ck_saved_slots_why(ck, ref, os, tol, floor, msg, cap);
     }
+    free(floor);
     if (!step_ok) {
         if (!*which)
             *which = "step";

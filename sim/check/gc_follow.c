@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check/check_int.h"
@@ -101,6 +102,79 @@ static void gc_follow_spans(gc_followed *fo, const dsim_train_result *f, uint64_
     fo->spans = sp.rows;
 }
 
+/* Every step kept: the steps of follow replay f whose update is off one
+ * device's beyond max_rel though their gradient is one device's within
+ * it. An adaptive update can turn a gradient's rounding into another step
+ * (Lion's sign of an element near zero; Adamax's first step, where an
+ * element's update is g / (|g| + epsilon)), and a run that rounds its
+ * gradients otherwise than one device (a narrow dtype) then parts from one
+ * device's update while computing every step right. The run's own
+ * gradients, applied in turn by an optimizer of the same spec to the run's
+ * variables before each step, give each step's update as it follows from
+ * the gradient the run applied: where that is the run's within max_rel of
+ * the step's size, the step is right (its gradient one device's, its
+ * update its gradient's). Returns f's follow_dist with those rows NaN
+ * (counted in fo->own_excused), or NULL when none is. Steps that applied
+ * no gradient are skipped as the run's optimizer skipped them; a row the
+ * optimizers of parts filled in part ends the walk. */
+static double *gc_own_updates(const dsim_check_ctx *ctx, const dsim_train_result *r,
+                              const dsim_train_result *f, uint64_t rows, double max_rel,
+                              gc_followed *fo)
+{
+    size_t P = r->n_params;
+    fo->own_excused = 0;
+    if (fo->every != 1 || !r->trace_grad || !r->trace || !r->initial_params ||
+        !f->follow_grad_dist || r->trace_grad_rows < rows)
+        return NULL;
+    dsim_optim *opt = NULL;
+    float *p = malloc(P * sizeof *p + 1);
+    double *dist = malloc(rows * sizeof *dist + 1);
+    if (!p || !dist || dsim_optim_create(&ctx->cfg->optim, P, &opt) != DSIM_OK) {
+        dsim_clear_error();
+        free(p);
+        free(dist);
+        return NULL;
+    }
+    memcpy(dist, f->follow_dist, rows * sizeof *dist);
+    for (uint64_t j = 0; j < rows; j++) {
+        const float *g = r->trace_grad + j * P, *after = r->trace + j * P;
+        size_t nan = 0;
+        for (size_t q = 0; q < P; q++)
+            nan += isnan(g[q]) != 0;
+        if (nan == P) {
+            dsim_optim_skip(opt);
+            continue;
+        }
+        memcpy(p, j ? r->trace + (j - 1) * P : r->initial_params, P * sizeof *p);
+        if (nan || dsim_optim_apply(opt, p, g, P) != DSIM_OK)
+            break;
+        double lim = max_rel * f->follow_path[j];
+        bool upd_off = f->follow_dist[j] - 2 * f->follow_ulps[j] > lim;
+        bool grad_ok =
+            !isnan(f->follow_grad_dist[j]) &&
+            f->follow_grad_dist[j] - 2 * f->follow_grad_ulps[j] <= max_rel * f->follow_grad_norm[j];
+        if (!upd_off || !grad_ok)
+            continue;
+        double dd = 0;
+        for (size_t q = 0; q < P; q++) {
+            double d = (double)p[q] - (double)after[q];
+            dd += d * d;
+        }
+        if (sqrt(dd) - 2 * f->follow_ulps[j] <= lim) {
+            dist[j] = NAN;
+            fo->own_excused++;
+        }
+    }
+    dsim_clear_error();
+    dsim_optim_destroy(opt);
+    free(p);
+    if (!fo->own_excused) {
+        free(dist);
+        return NULL;
+    }
+    return dist;
+}
+
 /* The run's variables end beyond tolerance of the reference's though no
  * step's update is more than 0.1 % off (gc_diagnose): float rounding
  * builds up over many steps as well as a small error does. One device
@@ -182,6 +256,18 @@ bool gc_follow(const dsim_check_ctx *ctx, const dsim_train_result *r, double max
     if (fo->grads || fo->spans_only) {
         fo->span_bound = every > 1 ? 0.5 / every : max_rel;
         gc_follow_spans(fo, &f, rows);
+        double *own = fo->grads && fo->span_bad && every == 1
+                          ? gc_own_updates(ctx, r, &f, rows, max_rel, fo)
+                          : NULL;
+        if (own) {
+            gc_followed sp;
+            gc_follow_rows(&sp, own, f.follow_ulps, f.follow_path, rows, fo->span_bound);
+            fo->span_bad = sp.n_bad;
+            fo->span_first = sp.first;
+            fo->span_worst = sp.worst;
+            fo->span_at = sp.at;
+            free(own);
+        }
         /* Long spans: two right replays may part by more than half a step
          * within one (adam's whole steps from rounding add up over a span).
          * Where the run's spans are beyond it, a second replay, summing the

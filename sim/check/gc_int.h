@@ -46,6 +46,12 @@ typedef struct gc_followed {
      * by the bound of span_bound alone (an optimizer of a part that did
      * not say which part: dsim_optim_set_part) */
     bool spans_only;
+    /* with grads, every step kept: the steps whose update is off one
+     * device's beyond max_rel though their gradient is one device's within
+     * it, and whose update is the one the run's own gradient gives (an
+     * optimizer of the same spec fed the run's gradients in turn): not
+     * counted in span_bad */
+    uint64_t own_excused;
 } gc_followed;
 
 /* gradient_consistency.c: whether the run is of asynchronous parameter

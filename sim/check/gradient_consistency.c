@@ -166,12 +166,7 @@ static void gc_parted_vars(const dsim_check_ctx *ctx, uint64_t s, int rep, char 
  * that rounds to a narrow dtype, 16 u and u of the narrowest. */
 void gc_tolerances(const dsim_train_result *r, const double *v, double *max_rel, double *max_abs)
 {
-    double u = 0;
-    dsim_dtype cd = dsim_precision_compute_dtype(r->precision);
-    if (cd != DSIM_F32)
-        u = dsim_dtype_unit_roundoff(cd);
-    if (r->gradient_dtype == DSIM_F16 || r->gradient_dtype == DSIM_BF16)
-        u = fmax(u, dsim_dtype_unit_roundoff(r->gradient_dtype));
+    double u = dsim_check_narrow_u(r);
     *max_rel = !DSIM_CHECK_UNSET(v[GC_MAX_REL]) ? v[GC_MAX_REL] : u > 0 ? 16 * u : 1e-4;
     *max_abs = !DSIM_CHECK_UNSET(v[GC_MAX_ABS]) ? v[GC_MAX_ABS] : u > 0 ? u : 1e-6;
 }
@@ -1127,7 +1122,7 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
             /* rounding built up: every step is right */
             out->passed = true;
             out->measured = fo.worst;
-            char where[64], kept[200] = "", judged[1000], who[160], bound[300];
+            char where[64], kept[600] = "", judged[1000], who[160], bound[300];
             const char *okind = dsim_optim_kind_name(os->kind);
             gc_grad_who(&fo, r->n_params, who, sizeof who);
             gc_span_bound_words(&fo, bound, sizeof bound);
@@ -1173,6 +1168,14 @@ static dsim_err gc_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                                "; the variables kept every %" PRIu32 " steps, judged %" PRIu32
                                " steps at a time",
                                fo.every, fo.every);
+            if (fo.own_excused)
+                dsim_check_msg_append(
+                    kept, sizeof kept,
+                    "; at %" PRIu64 " of those steps the update is further off one device's, "
+                    "but is the one the run's own gradient gives (an optimizer of the same "
+                    "kind fed the run's gradients in turn): %s's update turns a gradient's "
+                    "rounding into another step where an element's is near zero",
+                    fo.own_excused, ck_optim_title(os));
             if (fr != r)
                 dsim_check_msg_append(kept, sizeof kept,
                                       "; of the run without faults, which ends bit-identical "

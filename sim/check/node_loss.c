@@ -335,9 +335,13 @@ static void nl_why(const dsim_check_ctx *ctx, const dsim_check_faults *fx, char 
         *which = "variables not broadcast after the restore";
         return;
     }
+    /* checkpoint_roundtrip's default tolerances for this run */
+    const double unset[2] = {NAN, NAN};
+    ck_tol tol;
+    ck_tolerances(ctx->run, unset, &tol);
     dsim_train_result probe;
     if (ck_probe_restore(ctx->cfg, ck, &probe) == DSIM_OK &&
-        ck_judge_restore(&probe, ck, 1e-6, 1e-4, why, cap, which)) {
+        ck_judge_restore(&probe, ck, tol.max_abs, tol.max_rel, why, cap, which)) {
         dsim_train_result_free(&probe);
         return;
     }
@@ -346,8 +350,7 @@ static void nl_why(const dsim_check_ctx *ctx, const dsim_check_faults *fx, char 
     dsim_train_result ref;
     double measured = 0;
     if (ck_replay_to(ctx->cfg, g, &ref) == DSIM_OK &&
-        ck_judge_saved_optimizer(ck, &ref, &ctx->cfg->optim, 1e-6, 1e-4, why, cap, which,
-                                 &measured)) {
+        ck_judge_saved_optimizer(ck, &ref, &ctx->cfg->optim, &tol, why, cap, which, &measured)) {
         dsim_train_result_free(&ref);
         return;
     }

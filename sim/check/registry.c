@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "check/check.h"
+#include "dsim/precision.h"
 #include "check/check_int.h"
 
 static const dsim_check_ops *const check_table[] = {
@@ -73,6 +74,17 @@ void dsim_check_msg_append(char *msg, size_t cap, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg + len, cap - len, fmt, ap);
     va_end(ap);
+}
+
+double dsim_check_narrow_u(const dsim_train_result *run)
+{
+    double u = 0;
+    dsim_dtype cd = dsim_precision_compute_dtype(run->precision);
+    if (cd != DSIM_F32)
+        u = dsim_dtype_unit_roundoff(cd);
+    if (run->gradient_dtype == DSIM_F16 || run->gradient_dtype == DSIM_BF16)
+        u = fmax(u, dsim_dtype_unit_roundoff(run->gradient_dtype));
+    return u;
 }
 
 const char *ck_optim_title(const dsim_optim_spec *os)

@@ -579,14 +579,14 @@ static void test_saved_slots(void **state)
     char msg[1024];
     const char *which;
     double m;
+    const ck_tol f32 = {.max_abs = 1e-6, .max_rel = 1e-4};
     dsim_optim_spec adam, mom, ada;
     dsim_optim_spec_default(&adam, DSIM_OPTIM_ADAM);
     dsim_optim_spec_default(&mom, DSIM_OPTIM_MOMENTUM);
     dsim_optim_spec_default(&ada, DSIM_OPTIM_ADAGRAD);
 
     memset(got, 0, sizeof got);
-    assert_true(
-        ck_judge_saved_optimizer(&ck, &ref, &adam, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
+    assert_true(ck_judge_saved_optimizer(&ck, &ref, &adam, &f32, msg, sizeof msg, &which, &m));
     assert_string_equal(which, "optimizer state");
     assert_has(msg, "restored without them, Adam's moments restart from zero");
     assert_has(msg, "worst: slot value 0 (Adam's m of parameter 0) is 0, it was 0.5");
@@ -595,8 +595,7 @@ static void test_saved_slots(void **state)
     dsim_model_spec lin = {.kind = DSIM_MODEL_LINEAR, .in_dim = 1, .out_dim = 3};
     ref.n_vars = dsim_model_vars(&lin, ref.vars);
     got[0] = want[0];
-    assert_true(
-        ck_judge_saved_optimizer(&ck, &ref, &adam, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
+    assert_true(ck_judge_saved_optimizer(&ck, &ref, &adam, &f32, msg, sizeof msg, &which, &m));
     assert_has(msg, "worst: slot value 1 (Adam's m of parameter 1, layer 1's kernel [1 x 3] at "
                     "[0, 1]) is 0");
     ref.n_vars = 0;
@@ -606,37 +605,95 @@ static void test_saved_slots(void **state)
     for (int s = 0; s < 2; s++)
         for (int p = 3; p < 6; p++)
             got[s * 6 + p] = want[s * 6 + p];
-    assert_true(
-        ck_judge_saved_optimizer(&ck, &ref, &adam, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
+    assert_true(ck_judge_saved_optimizer(&ck, &ref, &adam, &f32, msg, sizeof msg, &which, &m));
     assert_has(msg, "Only the slots of parameters 3..5 (3 of 6) were saved, the rest are zero");
     assert_null(strstr(msg, "restart from zero"));
 
     /* the same shard, but one value outside it is not zero: not a shard */
     got[1] = 9.0f;
-    assert_true(ck_judge_saved_optimizer(&ck, &ref, &mom, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
+    assert_true(ck_judge_saved_optimizer(&ck, &ref, &mom, &f32, msg, sizeof msg, &which, &m));
     assert_null(strstr(msg, "Only the slots"));
     assert_has(msg, "restored from these, the momentum resumes from other values");
 
     /* all right: nothing to say */
     memcpy(got, want, sizeof got);
-    assert_false(
-        ck_judge_saved_optimizer(&ck, &ref, &adam, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
+    assert_false(ck_judge_saved_optimizer(&ck, &ref, &adam, &f32, msg, sizeof msg, &which, &m));
     /* Adagrad's accumulators saved right but started at 0, not init's
      * 0.1: the replay's less 0.1 at every parameter (one slot of 12) */
     dsim_checkpoint ck1 = ck;
     ck1.n_params = 12;
     for (int i = 0; i < 12; i++)
         got[i] = want[i] - 0.1f;
-    assert_true(
-        ck_judge_saved_optimizer(&ck1, &ref, &ada, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
+    assert_true(ck_judge_saved_optimizer(&ck1, &ref, &ada, &f32, msg, sizeof msg, &which, &m));
     assert_has(msg, "less initial_accumulator_value (0.1) at every parameter: save() copied "
                     "them, but they started at 0");
     /* off by other amounts: save() is what differs */
     got[3] = want[3] - 0.3f;
-    assert_true(
-        ck_judge_saved_optimizer(&ck1, &ref, &ada, 1e-6, 1e-4, msg, sizeof msg, &which, &m));
+    assert_true(ck_judge_saved_optimizer(&ck1, &ref, &ada, &f32, msg, sizeof msg, &which, &m));
     assert_null(strstr(msg, "started at 0"));
     assert_has(msg, "Adagrad's accumulators resume from other values");
+}
+
+/* A run that rounds its gradients to float16 (Horovod's compression) has
+ * slots a few u of their size from one device's: a moment near zero (its
+ * gradients cancel) is held to its slot's size over its variable, so a
+ * correct save passes; slots never copied, or a step old, still fail. */
+static void test_saved_slots_narrow(void **state)
+{
+    (void)state;
+    dsim_train_result run = {.precision = DSIM_POLICY_FLOAT32, .gradient_dtype = DSIM_F16};
+    const double unset[2] = {NAN, NAN};
+    ck_tol tol, f32;
+    ck_tolerances(&run, unset, &tol);
+    assert_true(tol.scaled);
+    assert_true(fabs(tol.max_rel - 16.0 / 2048) < 1e-12);
+    run.gradient_dtype = DSIM_F32;
+    ck_tolerances(&run, unset, &f32);
+    assert_false(f32.scaled);
+    assert_true(f32.max_rel == 1e-4 && f32.max_abs == 1e-6);
+    /* a scenario's own figures are kept */
+    const double mine[2] = {0.01, 0.5};
+    ck_tolerances(&run, mine, &f32);
+    assert_true(f32.max_rel == 0.01 && f32.max_abs == 0.5);
+    f32 = (ck_tol){.max_abs = 1e-6, .max_rel = 1e-4};
+
+    /* a linear model of 2 features, 2 outputs (kernel 4, bias 2), Adam */
+    dsim_model_spec lin = {.kind = DSIM_MODEL_LINEAR, .in_dim = 2, .out_dim = 2};
+    dsim_train_result ref = {.optim_step = 5};
+    ref.n_vars = dsim_model_vars(&lin, ref.vars);
+    float want[12] = {0.02f, -0.03f, 0.025f, 2e-5f, 0.01f, -0.01f,
+                      4e-4f, 9e-4f,  6e-4f,  5e-4f, 1e-4f, 1e-4f};
+    float got[12];
+    ref.optim_state = want;
+    ref.optim_state_len = 12;
+    dsim_checkpoint ck = {.n_params = 6,
+                          .optim_state = got,
+                          .optim_state_len = 12,
+                          .optim_step = 5,
+                          .global_step = 5};
+    dsim_optim_spec adam;
+    dsim_optim_spec_default(&adam, DSIM_OPTIM_ADAM);
+    char msg[1024];
+    const char *which;
+    double m;
+    /* every value 0.2 % off, and the kernel's m near zero 3e-5 off (1.5x
+     * its own size, 0.13 % of the kernel's m) */
+    for (int i = 0; i < 12; i++)
+        got[i] = want[i] * 1.002f;
+    got[3] = want[3] + 3e-5f;
+    assert_false(ck_judge_saved_optimizer(&ck, &ref, &adam, &tol, msg, sizeof msg, &which, &m));
+    assert_true(m == 0); /* the worst beyond tolerance: none */
+    assert_true(ck_judge_saved_optimizer(&ck, &ref, &adam, &f32, msg, sizeof msg, &which, &m));
+    assert_has(msg, "worst: slot value 3 (Adam's m of parameter 3, layer 1's kernel [2 x 2]");
+    /* a step old: m 10 % off */
+    for (int i = 0; i < 12; i++)
+        got[i] = want[i] * (i < 6 ? 0.9f : 1.0f);
+    assert_true(ck_judge_saved_optimizer(&ck, &ref, &adam, &tol, msg, sizeof msg, &which, &m));
+    assert_string_equal(which, "optimizer state");
+    /* never copied */
+    memset(got, 0, sizeof got);
+    assert_true(ck_judge_saved_optimizer(&ck, &ref, &adam, &tol, msg, sizeof msg, &which, &m));
+    assert_has(msg, "restored without them, Adam's moments restart from zero");
 }
 
 static void test_performance(void **state)
@@ -858,6 +915,7 @@ int main(void)
         cmocka_unit_test(test_node_loss_setup_failure),
         cmocka_unit_test(test_performance),
         cmocka_unit_test(test_saved_slots),
+        cmocka_unit_test(test_saved_slots_narrow),
         cmocka_unit_test(test_run_all_expect_fail),
         cmocka_unit_test(test_run_all_expect_error),
         cmocka_unit_test(test_run_all_no_expectations),
