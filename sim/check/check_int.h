@@ -38,12 +38,14 @@ bool gc_steps_right(const dsim_check_ctx *ctx, char *msg, size_t cap);
  * SIZE_MAX when every value is within it; *n_out counts those beyond. */
 size_t ck_worst(const float *got, const float *want, size_t n, double max_abs, double max_rel,
                 size_t *n_out, double *rel_out);
-/* How a saved optimizer's slots are held to a replay's: beyond max_abs,
- * within max_rel of the larger of the two values; and where `scaled`, of
- * the slot's size over its variable at least (the root mean square of the
- * replay's values of that slot of that variable), so that a value near
- * zero (a moment whose gradients cancel) is held to what its neighbours'
- * rounding moves, not to its own size. */
+/* How a saved optimizer's slots are held to a replay's: each value beyond
+ * max_abs within max_rel of the larger of the two; where `scaled` (a
+ * narrow dtype), each slot (Adam's m, v) as a whole, its distance from the
+ * replay's within max_rel of its norm: an element of a gradient that
+ * cancels between the replicas rounds at the size of the replicas' parts,
+ * not its own, and a moment near zero moves by a large part of itself.
+ * The values named then are measured against the root mean square of
+ * their slot over their variable at least. */
 typedef struct ck_tol {
     double max_abs, max_rel;
     bool scaled;

@@ -279,8 +279,8 @@ static dsim_err cr_run(const dsim_check_ctx *ctx, const double *v, dsim_check_re
                    followed ? " from the run's own variables: float rounding parted the run "
                               "from the plain replay"
                             : "",
-                   tol.scaled ? "; the run rounds to a narrow dtype, so each value is held to its "
-                                "slot's root mean square over its variable at least"
+                   tol.scaled ? "; the run rounds to a narrow dtype, so each slot is judged as a "
+                                "whole, against its norm"
                               : "");
 done:
     dsim_checkpoint_free(ck);
@@ -299,7 +299,8 @@ const dsim_check_ops dsim_check_checkpoint_roundtrip = {
             {"max_rel_error",
              "largest accepted relative difference of a saved optimizer slot (beyond "
              "max_abs_error); unset: 1e-4, or 16 u of the narrowest dtype under mixed precision, "
-             "where a slot value is held to its slot's size over its variable at least",
+             "where each slot (Adam's m, v) is judged as a whole: its distance from the replay's "
+             "against its norm",
              0, 1, NAN, false},
             {"max_abs_error",
              "slot differences up to this are accepted whatever their relative size; unset: 1e-6",
