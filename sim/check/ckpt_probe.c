@@ -381,9 +381,12 @@ bool ck_judge_saved_optimizer(const dsim_checkpoint *ck, const dsim_train_result
     for (size_t k = 0; tol->scaled && k < ns && span; k++) {
         double dd = 0, rr = 0;
         for (size_t i = k * span; i < (k + 1) * span; i++) {
-            double d = (double)ck->optim_state[i] - (double)ref->optim_state[i];
-            dd += d * d;
-            rr += (double)ref->optim_state[i] * (double)ref->optim_state[i];
+            double a = ck->optim_state[i], b = ref->optim_state[i];
+            /* equal values (infinities, NaN where both are) add nothing;
+             * NaN where one is, an infinite distance */
+            double d = a == b || (isnan(a) && isnan(b)) ? 0 : a - b;
+            dd += isnan(d) || isinf(d) ? INFINITY : d * d;
+            rr += isfinite(b) ? b * b : 0;
         }
         double kr = rr > 0 ? sqrt(dd / rr) : dd > 0 ? INFINITY : 0;
         if (isnan(kr))
