@@ -167,6 +167,17 @@ static void conf_fit_case(const dsim_conf_opts *o, const dsim_conf_case *c, conf
                  "needs checkpoints; %s has no save member (strategy %s does not support "
                  "checkpoints)",
                  o->strategy, o->strategy);
+    else if ((c->needs & DSIM_CONF_NARROW) && (strcmp(o->strategy, "parameter_server") == 0 ||
+                                               strcmp(o->strategy, "central_storage") == 0))
+        snprintf(f->why, sizeof f->why,
+                 "needs a strategy that all-reduces its gradients (strategy.gradient_dtype); %s "
+                 "sends them to %s in float32",
+                 o->strategy,
+                 o->strategy[0] == 'p' ? "the parameter servers" : "its host's variables");
+    else if ((c->needs & DSIM_CONF_WHOLE_GRAD) && strcmp(o->strategy, "parameter_server") == 0)
+        snprintf(f->why, sizeof f->why,
+                 "needs the whole gradient on a replica (global_clipnorm clips by its norm); "
+                 "parameter_server's servers each apply their own shard of it");
     else if ((c->needs & DSIM_CONF_SYNC) && f->traits.replicas_in_sync < s->num_replicas)
         snprintf(f->why, sizeof f->why,
                  "needs a synchronous strategy (a restarted job must replay the same updates to "
@@ -436,6 +447,33 @@ static bool conf_refit_batch(const dsim_conf_opts *o, const dsim_conf_case *c, c
     return false;
 }
 
+/* A case with strategy.gradient_dtype that a plugin does not take (it does
+ * not all-reduce through dsim_strategy_allreduce_grad: its runs end saying
+ * so) is not applicable, with that reason; true then. */
+static bool conf_narrow_declined(const dsim_conf_case *c, dsim_conf_outcome *oc)
+{
+    const char *said = NULL;
+    for (size_t k = 0; (c->needs & DSIM_CONF_NARROW) && !said && k < oc->n_runs; k++) {
+        const dsim_isolated *iso = &oc->runs[k].iso;
+        if (iso->ended && iso->err == DSIM_OK && !iso->r.harness_error &&
+            strstr(iso->r.train_msg, "ignores gradient_dtype"))
+            said = iso->r.train_msg;
+    }
+    if (!said)
+        return false;
+    char why[400];
+    snprintf(why, sizeof why, "%.399s", said);
+    conf_runs_drop(oc);
+    free(oc->runs);
+    oc->runs = NULL;
+    oc->verdict = DSIM_CONF_NA;
+    snprintf(oc->message, sizeof oc->message,
+             "needs a strategy that all-reduces its gradients through "
+             "dsim_strategy_allreduce_grad (strategy.gradient_dtype): %.400s",
+             why);
+    return true;
+}
+
 static void conf_case_run(const dsim_conf_opts *o, const dsim_conf_case *c, const char *dir,
                           dsim_conf_outcome *oc)
 {
@@ -466,7 +504,8 @@ static void conf_case_run(const dsim_conf_opts *o, const dsim_conf_case *c, cons
         snprintf(oc->message, sizeof oc->message, "out of memory");
         return;
     }
-    if (conf_run_engines(o, c, &fit, dir, oc) && conf_refit_batch(o, c, &fit, dir, oc)) {
+    if (conf_run_engines(o, c, &fit, dir, oc) && conf_refit_batch(o, c, &fit, dir, oc) &&
+        !conf_narrow_declined(c, oc)) {
         conf_judge(oc);
         if (fit.note[0])
             snprintf(oc->message + strlen(oc->message), sizeof oc->message - strlen(oc->message),

@@ -6,8 +6,8 @@
  * replicas do not divide, fewer parameters than replicas, global batches
  * with remainders, one-example tails, fewer examples a step than
  * replicas), sgd, momentum, adam (and amsgrad), adamax, rmsprop, adagrad and
- * lion, every engine, checkpoints with a restart, a kill with recovery, a
- * partition and a straggler. The cases are rows of a table (battery.c;
+ * lion, gradients all-reduced in bfloat16 with a restart, every engine, checkpoints with a restart,
+ * a kill with recovery, a partition and a straggler. The cases are rows of a table (battery.c;
  * dsim_conf_case_at): adding a case is adding a row.
  *
  * Each case is a scenario made from its row with the strategy put in,
@@ -49,6 +49,14 @@ enum {
     DSIM_CONF_WORKERS = 1u << 1, /* 2 or more workers (a partition of worker 1) */
     DSIM_CONF_SYNC = 1u << 2,    /* a synchronous strategy */
     DSIM_CONF_SAVE = 1u << 3,    /* checkpoints: the strategy has save */
+    /* strategy.gradient_dtype: a strategy that all-reduces its gradients
+     * (not parameter_server or central_storage, which send them in
+     * float32); a plugin that does not all-reduce through
+     * dsim_strategy_allreduce_grad is found when its runs say so */
+    DSIM_CONF_NARROW = 1u << 4,
+    /* the whole gradient on a replica (global_clipnorm): not the built-in
+     * parameter_server, whose servers each apply their own shard */
+    DSIM_CONF_WHOLE_GRAD = 1u << 5,
 };
 
 /* One row of the battery. The strings are YAML (flow style) put into the

@@ -170,6 +170,33 @@ def case_not_applicable(tmp):
           "parameter servers are added for parameter_server: %s" % rows.get("kill_recovery"))
 
 
+def case_narrow(tmp):
+    """bfloat16_allreduce: gradients all-reduced in bfloat16 with a restart
+    pass for a strategy that all-reduces through dsim_strategy_allreduce_grad,
+    and are n/a, saying why, for one that sends its gradients in float32 or
+    a plugin that all-reduces them its own way."""
+    rc, out, err, rows = conformance(["multi_worker_mirrored", "--case", "bfloat16_allreduce"],
+                                     tmp)
+    r = rows.get("bfloat16_allreduce", {})
+    check(rc == 0 and r.get("verdict") == "pass" and "checkpoint_roundtrip" in r.get("message", ""),
+          "bfloat16_allreduce passes on multi_worker_mirrored: %s" % r)
+    rc, out, err, rows = conformance(["central_storage", "--case", "bfloat16_allreduce"], tmp)
+    r = rows.get("bfloat16_allreduce", {})
+    check(rc == 0 and r.get("verdict") == "n/a" and "sends them to its host's variables in "
+          "float32" in r.get("message", ""), "n/a for central_storage, saying why: %s" % r)
+    mine = plugin("examples", "custom_strategy", "libcustom_strategy.so")
+    rc, out, err, rows = conformance([mine, "--case", "bfloat16_allreduce"], tmp)
+    r = rows.get("bfloat16_allreduce", {})
+    check(rc == 0 and r.get("verdict") == "n/a" and "ignores gradient_dtype bfloat16" in
+          r.get("message", ""), "n/a for a plugin that all-reduces its own way: %s" % r)
+    # global_clipnorm needs the whole gradient on a replica: n/a for the
+    # parameter servers (each applies its shard), not refused
+    rc, out, err, rows = conformance(["parameter_server", "--case", "global_clipnorm"], tmp)
+    r = rows.get("global_clipnorm", {})
+    check(rc == 0 and r.get("verdict") == "n/a" and "each apply their own shard" in
+          r.get("message", ""), "global_clipnorm is n/a for parameter_server: %s" % r)
+
+
 def case_planted(tmp):
     save = plugin("tests", "strategy", "libbroken_save_strategy.so")
     rc, out, err, rows = conformance([save, "--case", "catalogue_2x2,checkpoint_restart",
@@ -298,7 +325,7 @@ def main():
     try:
         {"quick": case_quick, "full": case_full, "not_applicable": case_not_applicable,
          "planted": case_planted, "bad_input": case_bad_input, "tpu": case_tpu,
-         "input_fn": case_input_fn}[CASE](tmp)
+         "input_fn": case_input_fn, "narrow": case_narrow}[CASE](tmp)
         print("%d failure(s)" % len(failures))
         return 1 if failures else 0
     finally:
