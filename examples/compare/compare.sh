@@ -125,6 +125,9 @@ one mlp_lion '{kind: mlp, hidden: [8]}' '{kind: lion, learning_rate: 0.001, beta
 one mlp_adamax '{kind: mlp, hidden: [8]}' '{kind: adamax, learning_rate: 0.01}' "$npy"
 one mlp_amsgrad '{kind: mlp, hidden: [8]}' \
     '{kind: adam, learning_rate: 0.02, amsgrad: true, weight_decay: 0.1}' "$npy"
+# Keras 3's Lamb: Adam's update scaled per variable (kernel, bias) by the
+# ratio of the variable's norm to the update's
+one mlp_lamb '{kind: mlp, hidden: [8]}' '{kind: lamb, learning_rate: 0.01, weight_decay: 0.01}' "$npy"
 # 2,400 steps of a ReLU MLP with Adam: float rounding (float32 sums in
 # dsim's order against NumPy's float64) is amplified until the two
 # trajectories part, and the ends differ by far more than 1e-6; with every

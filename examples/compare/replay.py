@@ -95,8 +95,11 @@ def loss_grad(model, p, x, y):
 class Optimizer:
     """The update rules of the manifest's optimizer.rule, in float32."""
 
-    def __init__(self, spec, n):
+    def __init__(self, spec, n, layers=()):
         self.s, self.t = spec, 0
+        # lamb's variables: each layer's kernel, then its bias
+        self.vars = [v for L in layers for v in ((L["w_offset"], L["out"] * L["in"]),
+                                                 (L["b_offset"], L["out"]))]
         self.accum = np.zeros(n, np.float32)
         self.m = np.zeros(n, np.float32)
         self.v = np.zeros(n, np.float32)  # adam's v, adamax's u
@@ -223,6 +226,18 @@ class Optimizer:
             self.ada = self.ada + g * g
             return (w - (lr * g) / np.sqrt(self.ada + f(s["epsilon"]))).astype(np.float32)
         b1, b2, t = s["beta1"], s["beta2"], self.t
+        if s["kind"] == "lamb":  # Keras 3: a trust ratio per variable
+            c1, c2 = f(1) - np.power(f(b1), f(t)), f(1) - np.power(f(b2), f(t))
+            self.m = self.m + (g - self.m) * f(1.0 - b1)
+            self.v = self.v + (g * g - self.v) * f(1.0 - b2)
+            u = ((self.m / c1) / (np.sqrt(self.v / c2) + f(s["epsilon"]))).astype(np.float32)
+            w = w.copy()
+            for off, n in self.vars or [(0, w.size)]:
+                wn = f(np.sqrt(np.sum(w[off : off + n].astype(np.float64) ** 2)))
+                un = f(np.sqrt(np.sum(u[off : off + n].astype(np.float64) ** 2)))
+                r = wn / un if wn > 0 and un > 0 else f(1)
+                w[off : off + n] = w[off : off + n] - (f(r) * lr) * u[off : off + n]
+            return w.astype(np.float32)
         if s["kind"] == "adamax":  # Keras 3: a running maximum of |g|
             c = f(1 - b1**t)
             self.m = self.m + (g - self.m) * f(1.0 - b1)
@@ -270,7 +285,7 @@ def main(argv):
         return opt.apply(p, g)
 
     p = p0.astype(np.float32)
-    opt = Optimizer(man["optimizer"], p.size)
+    opt = Optimizer(man["optimizer"], p.size, model["layers"])
     for s in range(batches.shape[0]):
         p = step(opt, p, s)
     diff = float(np.max(np.abs(p.astype(np.float64) - want))) if p.size else 0.0
@@ -283,7 +298,8 @@ def main(argv):
             print("replay.py: %s: %s" % (d, e), file=sys.stderr)
             return 2
     if rows is not None and rows.shape[0] == batches.shape[0] and p0.size:
-        opt2, prev, worst = Optimizer(man["optimizer"], p0.size), p0.astype(np.float32), 0.0
+        opt2, prev = Optimizer(man["optimizer"], p0.size, model["layers"]), p0.astype(np.float32)
+        worst = 0.0
         for s in range(rows.shape[0]):
             q = step(opt2, prev, s)
             worst = max(worst, float(np.max(np.abs(q.astype(np.float64) - rows[s]))))

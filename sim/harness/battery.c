@@ -169,6 +169,18 @@ static const dsim_conf_case conf_battery[] = {
      .data = "{task: classification, examples: 150, features: 6, classes: 3, files: 3, "
              "global_batch: 18, epochs: 2}",
      .expect = CONF_CHECKS},
+    {.name = "lamb",
+     .about = "LAMB (Adam's update scaled per variable by its norm's ratio to the update's) on "
+              "2 x 3, an mlp of 55 parameters in 4 variables",
+     .hosts = 2,
+     .devices_per_host = 3,
+     .engines = "threads",
+     .model = "{kind: mlp, hidden: [5]}",
+     .needs = DSIM_CONF_WHOLE_VARS,
+     .optimizer = "{kind: lamb, learning_rate: 0.02, weight_decay: 0.01}",
+     .data = "{task: classification, examples: 150, features: 6, classes: 3, files: 3, "
+             "global_batch: 20, epochs: 2}",
+     .expect = CONF_CHECKS},
     {.name = "amsgrad_restart",
      .about = "Adam with amsgrad (a third slot, the running maximum of v), a checkpoint every "
               "3 steps, preempted after step 7: a restore must take all three slots",

@@ -178,6 +178,10 @@ static void conf_fit_case(const dsim_conf_opts *o, const dsim_conf_case *c, conf
         snprintf(f->why, sizeof f->why,
                  "needs the whole gradient on a replica (global_clipnorm clips by its norm); "
                  "parameter_server's servers each apply their own shard of it");
+    else if ((c->needs & DSIM_CONF_WHOLE_VARS) && strcmp(o->strategy, "parameter_server") == 0)
+        snprintf(f->why, sizeof f->why,
+                 "needs optimizers that hold whole variables (LAMB's trust ratio is per "
+                 "variable); parameter_server's servers each apply their own shard of them");
     else if ((c->needs & DSIM_CONF_SYNC) && f->traits.replicas_in_sync < s->num_replicas)
         snprintf(f->why, sizeof f->why,
                  "needs a synchronous strategy (a restarted job must replay the same updates to "
@@ -447,18 +451,32 @@ static bool conf_refit_batch(const dsim_conf_opts *o, const dsim_conf_case *c, c
     return false;
 }
 
-/* A case with strategy.gradient_dtype that a plugin does not take (it does
- * not all-reduce through dsim_strategy_allreduce_grad: its runs end saying
- * so) is not applicable, with that reason; true then. */
-static bool conf_narrow_declined(const dsim_conf_case *c, dsim_conf_outcome *oc)
+/* A case that a plugin cannot take, as its runs say (their error names
+ * it): strategy.gradient_dtype where it does not all-reduce through
+ * dsim_strategy_allreduce_grad or refuses the key, LAMB where its
+ * optimizers of parts cut variables. Not applicable, with that
+ * reason; true then. */
+static bool conf_declined(const dsim_conf_case *c, dsim_conf_outcome *oc)
 {
-    const char *said = NULL;
-    for (size_t k = 0; (c->needs & DSIM_CONF_NARROW) && !said && k < oc->n_runs; k++) {
-        const dsim_isolated *iso = &oc->runs[k].iso;
-        if (iso->ended && iso->err == DSIM_OK && !iso->r.harness_error &&
-            strstr(iso->r.train_msg, "ignores gradient_dtype"))
-            said = iso->r.train_msg;
-    }
+    static const struct {
+        unsigned need;
+        const char *mark, *why;
+    } dec[] = {{DSIM_CONF_NARROW, "gradient_dtype",
+                "needs a strategy that all-reduces its gradients through "
+                "dsim_strategy_allreduce_grad (strategy.gradient_dtype)"},
+               {DSIM_CONF_WHOLE_VARS, "LAMB's trust ratio needs",
+                "needs optimizers that hold whole variables (LAMB's trust ratio is per "
+                "variable)"}};
+    const char *said = NULL, *need = NULL;
+    for (size_t d = 0; d < sizeof dec / sizeof dec[0] && !said; d++)
+        for (size_t k = 0; (c->needs & dec[d].need) && !said && k < oc->n_runs; k++) {
+            const dsim_isolated *iso = &oc->runs[k].iso;
+            if (iso->ended && iso->err == DSIM_OK && !iso->r.harness_error &&
+                strstr(iso->r.train_msg, dec[d].mark)) {
+                said = iso->r.train_msg;
+                need = dec[d].why;
+            }
+        }
     if (!said)
         return false;
     char why[400];
@@ -467,10 +485,7 @@ static bool conf_narrow_declined(const dsim_conf_case *c, dsim_conf_outcome *oc)
     free(oc->runs);
     oc->runs = NULL;
     oc->verdict = DSIM_CONF_NA;
-    snprintf(oc->message, sizeof oc->message,
-             "needs a strategy that all-reduces its gradients through "
-             "dsim_strategy_allreduce_grad (strategy.gradient_dtype): %.400s",
-             why);
+    snprintf(oc->message, sizeof oc->message, "%s: %.400s", need, why);
     return true;
 }
 
@@ -505,7 +520,7 @@ static void conf_case_run(const dsim_conf_opts *o, const dsim_conf_case *c, cons
         return;
     }
     if (conf_run_engines(o, c, &fit, dir, oc) && conf_refit_batch(o, c, &fit, dir, oc) &&
-        !conf_narrow_declined(c, oc)) {
+        !conf_declined(c, oc)) {
         conf_judge(oc);
         if (fit.note[0])
             snprintf(oc->message + strlen(oc->message), sizeof oc->message - strlen(oc->message),

@@ -5,10 +5,10 @@
  * replica, primes, hosts x devices pairs that differ, parameter counts the
  * replicas do not divide, fewer parameters than replicas, global batches
  * with remainders, one-example tails, fewer examples a step than
- * replicas), sgd, momentum, adam (and amsgrad), adamax, rmsprop, adagrad and
- * lion, gradients all-reduced in bfloat16 with a restart, every engine, checkpoints with a restart,
- * a kill with recovery, a partition and a straggler. The cases are rows of a table (battery.c;
- * dsim_conf_case_at): adding a case is adding a row.
+ * replicas), sgd, momentum, adam (and amsgrad), adamax, rmsprop, adagrad,
+ * lion and lamb, gradients all-reduced in bfloat16 with a restart, every engine, checkpoints with a
+ * restart, a kill with recovery, a partition and a straggler. The cases are rows of a table
+ * (battery.c; dsim_conf_case_at): adding a case is adding a row.
  *
  * Each case is a scenario made from its row with the strategy put in,
  * run through the harness (harness.h) in a child process of its own
@@ -57,6 +57,10 @@ enum {
     /* the whole gradient on a replica (global_clipnorm): not the built-in
      * parameter_server, whose servers each apply their own shard */
     DSIM_CONF_WHOLE_GRAD = 1u << 5,
+    /* optimizers that hold whole variables (LAMB's norms per variable): not
+     * the built-in parameter_server; a plugin whose optimizers of parts cut
+     * variables is found when its runs say so */
+    DSIM_CONF_WHOLE_VARS = 1u << 6,
 };
 
 /* One row of the battery. The strings are YAML (flow style) put into the

@@ -176,6 +176,14 @@ static const char *ex_optim_rule(const dsim_optim_spec *o)
                "step; m += (g - m) * float32(1 - beta1); u = max(float32(beta2) * u, |g|) (a NaN "
                "on either side is the result); w -= (lr * m) / (c * (u + epsilon)): Keras 3's "
                "Adamax (float32). Slots: [m: n_params][u: n_params]";
+    case DSIM_OPTIM_LAMB:
+        return "t counts steps from 1; c1 = 1 - float32(beta1)^float32(t), c2 = 1 - "
+               "float32(beta2)^float32(t) in float32; m += (g - m) * float32(1 - beta1); v += "
+               "(g*g - v) * float32(1 - beta2); u = (m / c1) / (sqrt(v / c2) + epsilon); per "
+               "variable of the model (model.layers: each kernel, then its bias) r = |w| / |u| "
+               "where both are > 0, else 1 (Euclidean norms, summed in double, rounded to "
+               "float32); w -= (r * lr) * u: Keras 3's Lamb (float32). Slots: [m: n_params][v: "
+               "n_params]";
     case DSIM_OPTIM_ADAGRAD:
         return "acc = acc + g*g; w -= (lr * g) / sqrt(acc + epsilon): Keras 3's Adagrad "
                "(float32), acc starting at float32(initial_accumulator_value). Slots: "

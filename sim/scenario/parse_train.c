@@ -23,7 +23,7 @@ static const scen_name scen_optims[] = {
     {"sgd", DSIM_OPTIM_SGD},         {"momentum", DSIM_OPTIM_MOMENTUM},
     {"adam", DSIM_OPTIM_ADAM},       {"adamax", DSIM_OPTIM_ADAMAX},
     {"rmsprop", DSIM_OPTIM_RMSPROP}, {"adagrad", DSIM_OPTIM_ADAGRAD},
-    {"lion", DSIM_OPTIM_LION}};
+    {"lion", DSIM_OPTIM_LION},       {"lamb", DSIM_OPTIM_LAMB}};
 static const scen_name scen_tasks[] = {{"classification", DSIM_DATA_CLASSIFICATION},
                                        {"regression", DSIM_DATA_REGRESSION}};
 static const scen_name scen_policies[] = {{"off", DSIM_SHARD_OFF},
@@ -646,7 +646,12 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
     int v = DSIM_OPTIM_SGD;
     DSIM_CHECK(scen_enum(c, m, O_KIND, "an optimizer", scen_optims, SCEN_N(scen_optims), &v));
     dsim_optim_spec_default(o, (dsim_optim_kind)v);
-    /* the keys of some kinds only: the kinds that use each */
+    if (v == DSIM_OPTIM_LAMB && c->s->model_plugin)
+        return scen_fail(c, m->val[O_KIND],
+                         "optimizer.kind: lamb's trust ratio is a ratio of norms per variable, "
+                         "and a plugin model (model.plugin) does not say its variables; use adam "
+                         "or a built-in model");
+        /* the keys of some kinds only: the kinds that use each */
 #define OK_(k) (1u << (k))
     static const struct {
         int key;
@@ -656,14 +661,18 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
                 OK_(DSIM_OPTIM_SGD) | OK_(DSIM_OPTIM_MOMENTUM) | OK_(DSIM_OPTIM_RMSPROP),
                 "sgd, momentum and rmsprop"},
                {O_NESTEROV, OK_(DSIM_OPTIM_SGD) | OK_(DSIM_OPTIM_MOMENTUM), "sgd and momentum"},
-               {O_BETA1, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_ADAMAX) | OK_(DSIM_OPTIM_LION),
-                "adam, adamax and lion"},
-               {O_BETA2, OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_ADAMAX) | OK_(DSIM_OPTIM_LION),
-                "adam, adamax and lion"},
+               {O_BETA1,
+                OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_ADAMAX) | OK_(DSIM_OPTIM_LION) |
+                    OK_(DSIM_OPTIM_LAMB),
+                "adam, adamax, lamb and lion"},
+               {O_BETA2,
+                OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_ADAMAX) | OK_(DSIM_OPTIM_LION) |
+                    OK_(DSIM_OPTIM_LAMB),
+                "adam, adamax, lamb and lion"},
                {O_EPSILON,
-                OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_ADAMAX) | OK_(DSIM_OPTIM_RMSPROP) |
-                    OK_(DSIM_OPTIM_ADAGRAD),
-                "adam, adamax, rmsprop and adagrad"},
+                OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_ADAMAX) | OK_(DSIM_OPTIM_LAMB) |
+                    OK_(DSIM_OPTIM_RMSPROP) | OK_(DSIM_OPTIM_ADAGRAD),
+                "adam, adamax, lamb, rmsprop and adagrad"},
                {O_AMSGRAD, OK_(DSIM_OPTIM_ADAM), "adam"},
                {O_RHO, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
                {O_CENTERED, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
@@ -714,6 +723,8 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
                          "optimizer.global_clipnorm: only one of clipvalue and global_clipnorm "
                          "can be set (as in Keras); remove one");
     DSIM_CHECK(scen_builtin_fits(c, m->key[O_GCLIPNORM], "optimizer.global_clipnorm"));
+    if (o->kind == DSIM_OPTIM_LAMB)
+        DSIM_CHECK(scen_builtin_fits(c, m->val[O_KIND], "optimizer.kind"));
     DSIM_CHECK(scen_schedule(c, m, o));
     /* Keras 3's gradient_accumulation_steps: 0 or 1 off */
     int64_t acc = 0;

@@ -344,7 +344,8 @@ static json_t *plan_optim(plan_b *b, const dsim_scenario *s)
     if (p->kind == DSIM_OPTIM_MOMENTUM || (p->kind == DSIM_OPTIM_SGD && p->momentum > 0.0)) {
         plan_set(b, o, "momentum", json_real(p->momentum));
         plan_set(b, o, "nesterov", json_boolean(p->nesterov));
-    } else if (p->kind == DSIM_OPTIM_ADAM || p->kind == DSIM_OPTIM_ADAMAX) {
+    } else if (p->kind == DSIM_OPTIM_ADAM || p->kind == DSIM_OPTIM_ADAMAX ||
+               p->kind == DSIM_OPTIM_LAMB) {
         plan_set(b, o, "beta1", json_real(p->beta1));
         plan_set(b, o, "beta2", json_real(p->beta2));
         plan_set(b, o, "epsilon", json_real(p->epsilon));

@@ -116,7 +116,7 @@ double optim_seen_take(size_t *n)
 }
 
 static const char *const optim_kind_names[DSIM_OPTIM_KIND_COUNT] = {
-    "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion", "adamax"};
+    "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion", "adamax", "lamb"};
 
 const char *dsim_optim_kind_name(dsim_optim_kind k)
 {
@@ -136,8 +136,8 @@ dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out)
         }
     }
     return DSIM_ERR(DSIM_EINVAL, -1,
-                    "unknown optimizer '%s': use sgd, momentum, adam, adamax, rmsprop, adagrad or "
-                    "lion",
+                    "unknown optimizer '%s': use sgd, momentum, adam, adamax, rmsprop, adagrad, "
+                    "lion or lamb",
                     s);
 }
 
@@ -170,7 +170,7 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
     if ((unsigned)spec->kind >= DSIM_OPTIM_KIND_COUNT)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "optimizer kind %d is not one of sgd, momentum, adam, rmsprop, "
-                        "adagrad, lion, adamax",
+                        "adagrad, lion, adamax, lamb",
                         (int)spec->kind);
     const char *kind = optim_kind_names[spec->kind];
     /* lr is rounded to float for the update; one that rounds to 0 or inf
@@ -215,6 +215,7 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
         break;
     case DSIM_OPTIM_ADAM:
     case DSIM_OPTIM_ADAMAX:
+    case DSIM_OPTIM_LAMB:
         if (!optim_unit(spec->beta1))
             return DSIM_ERR(DSIM_EINVAL, -1, "optimizer %s: beta1 %g must be in [0, 1)", kind,
                             spec->beta1);
@@ -263,12 +264,20 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
     }
     /* the adaptive rules divide by a root with epsilon under it or beside it */
     if ((spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_ADAMAX ||
-         spec->kind == DSIM_OPTIM_RMSPROP || spec->kind == DSIM_OPTIM_ADAGRAD) &&
+         spec->kind == DSIM_OPTIM_LAMB || spec->kind == DSIM_OPTIM_RMSPROP ||
+         spec->kind == DSIM_OPTIM_ADAGRAD) &&
         (!(spec->epsilon > 0.0) || !isfinite((float)spec->epsilon) || (float)spec->epsilon == 0.0f))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "optimizer %s: epsilon %g must be positive and representable in "
                         "float (Keras uses 1e-7)",
                         kind, spec->epsilon);
+    if (spec->n_vars > DSIM_OPTIM_MAX_VARS)
+        return DSIM_ERR(DSIM_EINVAL, -1, "optimizer %s: %zu variables, at most %d", kind,
+                        spec->n_vars, DSIM_OPTIM_MAX_VARS);
+    for (size_t k = 0; k < spec->n_vars; k++)
+        if (spec->var_len[k] == 0)
+            return DSIM_ERR(DSIM_EINVAL, -1, "optimizer %s: variable %zu has no parameters", kind,
+                            k);
     if (spec->gradient_accumulation_steps < 0 ||
         spec->gradient_accumulation_steps > DSIM_OPTIM_MAX_ACCUMULATION)
         return DSIM_ERR(DSIM_EINVAL, -1,
@@ -295,6 +304,7 @@ static size_t optim_slots(const dsim_optim_spec *s)
     case DSIM_OPTIM_ADAM:
         return s->amsgrad ? 3 : 2;
     case DSIM_OPTIM_ADAMAX:
+    case DSIM_OPTIM_LAMB:
         return 2;
     case DSIM_OPTIM_RMSPROP:
         return 1 + (s->momentum > 0.0) + (s->centered != 0);
@@ -331,6 +341,7 @@ const char *dsim_optim_slot_name(const dsim_optim_spec *spec, size_t slot)
         return "gradient accumulator";
     switch (spec->kind) {
     case DSIM_OPTIM_ADAM:
+    case DSIM_OPTIM_LAMB:
         return slot == 0 ? "m" : slot == 1 ? "v" : "vhat";
     case DSIM_OPTIM_ADAMAX:
         return slot == 0 ? "m" : "u";
@@ -351,7 +362,7 @@ int dsim_optim_is_adaptive(const dsim_optim_spec *spec)
 {
     return spec && (spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_ADAMAX ||
                     spec->kind == DSIM_OPTIM_RMSPROP || spec->kind == DSIM_OPTIM_ADAGRAD ||
-                    spec->kind == DSIM_OPTIM_LION);
+                    spec->kind == DSIM_OPTIM_LION || spec->kind == DSIM_OPTIM_LAMB);
 }
 
 void dsim_optim_init_state(const dsim_optim_spec *spec, size_t n_params, float *state)
@@ -565,6 +576,63 @@ static void optim_lion(float *p, float *m, const float *g, size_t n, float lr, f
     }
 }
 
+/* Keras 3's Lamb on the variables [a, a + len) of this optimizer's
+ * parameters: the moments, then the update u and the norms of the variable
+ * and of u, then w -= (r * lr) * u. Two passes over the variable (u is
+ * computed again in the second, with the same operations). */
+static void optim_lamb_var(float *p, float *m, float *v, const float *g, size_t len, float lr,
+                           float omb1, float omb2, float c1, float c2, float eps)
+{
+    double ww = 0, uu = 0;
+    for (size_t k = 0; k < len; k++) {
+        m[k] += (g[k] - m[k]) * omb1;
+        v[k] += (g[k] * g[k] - v[k]) * omb2;
+        float u = (m[k] / c1) / (sqrtf(v[k] / c2) + eps);
+        ww += (double)p[k] * (double)p[k];
+        uu += (double)u * (double)u;
+    }
+    float wn = sqrtf((float)ww), un = sqrtf((float)uu);
+    float r = wn > 0.0f ? (un > 0.0f ? wn / un : 1.0f) : 1.0f;
+    float rl = r * lr;
+    for (size_t k = 0; k < len; k++)
+        p[k] -= rl * ((m[k] / c1) / (sqrtf(v[k] / c2) + eps));
+}
+
+/* LAMB over the optimizer's parameters, variable by variable (the spec's,
+ * placed at the part's offset); DSIM_ENOTSUP where the part cuts one. */
+static dsim_err optim_lamb(dsim_optim *opt, float *p, const float *g, size_t n, float lr)
+{
+    const dsim_optim_spec *s = &opt->spec;
+    size_t lo = opt->part_of ? opt->part_off : 0, model = opt->part_of ? opt->part_of : n;
+    size_t nv = s->n_vars ? s->n_vars : 1, sum = 0;
+    for (size_t k = 0; k < nv; k++)
+        sum += s->n_vars ? s->var_len[k] : model;
+    if (sum != model)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "optimizer lamb: the spec's %zu variables hold %zu parameters, the model "
+                        "%zu: var_len must be the model's variables (dsim_model_vars)",
+                        nv, sum, model);
+    const float t = (float)(opt->step + 1);
+    const float c1 = 1.0f - powf((float)s->beta1, t), c2 = 1.0f - powf((float)s->beta2, t);
+    const float omb1 = (float)(1.0 - s->beta1), omb2 = (float)(1.0 - s->beta2);
+    size_t off = 0;
+    for (size_t k = 0; k < nv; off += s->n_vars ? s->var_len[k] : model, k++) {
+        size_t len = s->n_vars ? s->var_len[k] : model;
+        if (off + len <= lo || off >= lo + n)
+            continue; /* not this part's */
+        if (off < lo || off + len > lo + n)
+            return DSIM_ERR(DSIM_ENOTSUP, -1,
+                            "optimizer lamb: the part of parameters %zu..%zu cuts variable %zu "
+                            "(parameters %zu..%zu): LAMB's trust ratio needs the variable's whole "
+                            "norm; give each optimizer of a part whole variables",
+                            lo, lo + n - 1, k, off, off + len - 1);
+        size_t a = off - lo;
+        optim_lamb_var(p + a, opt->state + a, opt->state + n + a, g + a, len, lr, omb1, omb2, c1,
+                       c2, (float)s->epsilon);
+    }
+    return DSIM_OK;
+}
+
 static dsim_err optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n,
                             double global_norm, int whole)
 {
@@ -647,6 +715,9 @@ static dsim_err optim_apply(dsim_optim *opt, float *params, const float *grad, s
         break;
     case DSIM_OPTIM_LION:
         optim_lion(params, opt->state, grad, n, lr, (float)s->beta1, (float)s->beta2);
+        break;
+    case DSIM_OPTIM_LAMB:
+        DSIM_CHECK(optim_lamb(opt, params, grad, n, lr));
         break;
     default:
         return DSIM_ERR(DSIM_EINVAL, -1, "optimizer kind %d is not valid", (int)s->kind);

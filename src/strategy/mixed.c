@@ -114,6 +114,11 @@ dsim_err dsim_train_check_builtin(const dsim_train_cfg *cfg)
                         "parameter_server does not clip by the global norm (global_clipnorm): "
                         "each server applies its own shard of the gradients and none sees the "
                         "whole gradient's norm; use clipvalue, or a mirrored strategy");
+    if (ps && cfg->optim.kind == DSIM_OPTIM_LAMB)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "parameter_server does not run lamb: each server applies its own shard "
+                        "of the parameters, and LAMB's trust ratio needs each variable's whole "
+                        "norm; use adam, or a mirrored strategy");
     if (ps && cfg->precision == DSIM_POLICY_MIXED_FLOAT16)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "parameter_server does not run mixed_float16: its servers apply the "

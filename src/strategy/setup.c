@@ -121,6 +121,22 @@ dsim_err dsim_train_setup_open(const dsim_train_cfg *cfg, dsim_train_setup *su)
     su->optim = cfg->optim;
     su->n_params = dsim_model_num_params(&su->model);
     su->n_vars = dsim_model_vars(&su->model, su->vars);
+    /* The model's variables, for the optimizers the strategy creates from
+     * su->optim (LAMB's trust ratio is per variable); a plugin model's
+     * spans are dsim's naming, not its variables. */
+    if (su->optim.kind == DSIM_OPTIM_LAMB && su->model.kind == DSIM_MODEL_PLUGIN) {
+        e = DSIM_ERR(DSIM_EINVAL, -1,
+                     "train: optimizer lamb needs the model's variables (its trust ratio is a "
+                     "ratio of norms per variable), which a plugin model does not give; use "
+                     "adam, or a built-in model");
+        goto fail;
+    }
+    if (su->optim.n_vars == 0 && su->model.kind != DSIM_MODEL_PLUGIN &&
+        su->n_vars <= DSIM_OPTIM_MAX_VARS) {
+        su->optim.n_vars = su->n_vars;
+        for (size_t k = 0; k < su->n_vars; k++)
+            su->optim.var_len[k] = su->vars[k].len;
+    }
     {
         dsim_optim *probe = NULL;
         if ((e = dsim_optim_create(&su->optim, su->n_params, &probe)) != DSIM_OK)

@@ -503,6 +503,85 @@ static void test_adamax(void **state)
     assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
 }
 
+/* Keras 3's Lamb on a model of two variables (2 parameters, then 1):
+ * Adam's bias-corrected update scaled per variable by |w| / |u|; a
+ * variable whose norm is 0 moves by the plain update. An optimizer of a
+ * part that cuts a variable is refused, one of whole variables runs, and
+ * variables that do not add up to the model are an error. */
+static void test_lamb(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_kind kind;
+    assert_int_equal(dsim_optim_kind_parse("lamb", &kind), DSIM_OK);
+    assert_int_equal(kind, DSIM_OPTIM_LAMB);
+    assert_string_equal(dsim_optim_kind_name(kind), "lamb");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_LAMB);
+    assert_true(s.lr == 0.001 && s.beta1 == 0.9 && s.beta2 == 0.999 && s.epsilon == 1e-7);
+    assert_true(dsim_optim_is_adaptive(&s));
+    assert_int_equal(dsim_optim_rule_slots(&s), 2);
+    assert_string_equal(dsim_optim_slot_name(&s, 1), "v");
+    s.lr = 0.05;
+    s.n_vars = 2;
+    s.var_len[0] = 2;
+    s.var_len[1] = 1;
+    dsim_optim *o = make(&s);
+    float w[N];
+    double ref[N], m[N] = {0}, v[N] = {0};
+    for (int k = 0; k < N; k++)
+        ref[k] = w[k] = w0[k];
+    w[2] = 0.0f; /* the second variable starts at 0: ratio 1 */
+    ref[2] = 0.0;
+    for (int t = 0; t < STEPS; t++) {
+        assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+        double c1 = 1 - pow(0.9, t + 1), c2 = 1 - pow(0.999, t + 1), u[N];
+        for (int k = 0; k < N; k++) {
+            double g = gs[t][k];
+            m[k] = 0.9 * m[k] + 0.1 * g;
+            v[k] = 0.999 * v[k] + 0.001 * g * g;
+            u[k] = (m[k] / c1) / (sqrt(v[k] / c2) + 1e-7);
+        }
+        for (int a = 0, len = 2; a < N; a += len, len = 1) {
+            double ww = 0, uu = 0;
+            for (int k = a; k < a + len; k++) {
+                ww += ref[k] * ref[k];
+                uu += u[k] * u[k];
+            }
+            double r = ww > 0 && uu > 0 ? sqrt(ww) / sqrt(uu) : 1.0;
+            for (int k = a; k < a + len; k++)
+                ref[k] -= r * 0.05 * u[k];
+        }
+        check_close("lamb w", t, w, ref, N);
+        check_close("lamb m", t, dsim_optim_state(o), m, N);
+        check_close("lamb v", t, dsim_optim_state(o) + N, v, N);
+    }
+    dsim_optim_destroy(o);
+    /* a part of parameters 1..2 cuts the first variable; 2..2 holds the
+     * second whole */
+    dsim_optim *p = NULL;
+    assert_int_equal(dsim_optim_create(&s, 2, &p), DSIM_OK);
+    assert_int_equal(dsim_optim_set_part(p, 1, N), DSIM_OK);
+    float two[2] = {1.0f, 2.0f};
+    assert_int_equal(dsim_optim_apply(p, two, gs[0], 2), DSIM_ENOTSUP);
+    assert_non_null(strstr(dsim_errmsg(), "cuts variable 0 (parameters 0..1)"));
+    dsim_optim_destroy(p);
+    assert_int_equal(dsim_optim_create(&s, 1, &p), DSIM_OK);
+    assert_int_equal(dsim_optim_set_part(p, 2, N), DSIM_OK);
+    assert_int_equal(dsim_optim_apply(p, two, gs[0], 1), DSIM_OK);
+    dsim_optim_destroy(p);
+    /* variables of 2 + 2 for a model of 3 */
+    s.var_len[1] = 2;
+    o = make(&s);
+    assert_int_equal(dsim_optim_apply(o, w, gs[0], N), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "variables hold 4 parameters, the model 3"));
+    dsim_optim_destroy(o);
+    s.var_len[1] = 0;
+    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
+    s.var_len[1] = 1;
+    s.beta1 = 1.0;
+    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
+}
+
 /* The slots as Keras names them, in the layout's order */
 static void test_slot_names(void **state)
 {
@@ -546,10 +625,9 @@ static void test_checkpoint_restore(void **state)
         for (int t = 0; t < 2; t++)
             assert_int_equal(dsim_optim_apply(a, wa, gs[t], N), DSIM_OK);
         size_t len = dsim_optim_state_len(a);
-        assert_int_equal(len, kind == DSIM_OPTIM_SGD                                 ? 0
-                              : ams                                                  ? 3 * N
-                              : kind == DSIM_OPTIM_ADAM || kind == DSIM_OPTIM_ADAMAX ? 2 * N
-                                                                                     : N);
+        const int two =
+            kind == DSIM_OPTIM_ADAM || kind == DSIM_OPTIM_ADAMAX || kind == DSIM_OPTIM_LAMB;
+        assert_int_equal(len, kind == DSIM_OPTIM_SGD ? 0 : ams ? 3 * N : two ? 2 * N : N);
         assert_int_equal(dsim_optim_set_state(b, dsim_optim_state(a), len, dsim_optim_step(a)),
                          DSIM_OK);
         assert_int_equal(dsim_optim_step(b), 2);
@@ -950,7 +1028,7 @@ static void test_bad_specs(void **state)
     assert_int_equal(k, DSIM_OPTIM_RMSPROP);
     assert_string_equal(dsim_optim_kind_name(DSIM_OPTIM_ADAGRAD), "adagrad");
     assert_int_equal(dsim_optim_kind_parse("sophia", &k), DSIM_EINVAL);
-    assert_non_null(strstr(dsim_errmsg(), "adam, adamax, rmsprop, adagrad or lion"));
+    assert_non_null(strstr(dsim_errmsg(), "adam, adamax, rmsprop, adagrad, lion or lamb"));
 }
 
 /* An optimizer of a part of a model says which part: inside the model, or
@@ -1105,15 +1183,25 @@ static void test_clip(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sgd),           cmocka_unit_test(test_momentum),
-        cmocka_unit_test(test_nesterov),      cmocka_unit_test(test_adam),
-        cmocka_unit_test(test_rmsprop),       cmocka_unit_test(test_adagrad),
-        cmocka_unit_test(test_lion),          cmocka_unit_test(test_amsgrad),
-        cmocka_unit_test(test_adamax),        cmocka_unit_test(test_slot_names),
-        cmocka_unit_test(test_sgd_momentum),  cmocka_unit_test(test_checkpoint_restore),
-        cmocka_unit_test(test_bad_specs),     cmocka_unit_test(test_schedules),
-        cmocka_unit_test(test_bad_schedules), cmocka_unit_test(test_accumulation),
-        cmocka_unit_test(test_set_part),      cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_momentum),
+        cmocka_unit_test(test_nesterov),
+        cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_rmsprop),
+        cmocka_unit_test(test_adagrad),
+        cmocka_unit_test(test_lion),
+        cmocka_unit_test(test_amsgrad),
+        cmocka_unit_test(test_adamax),
+        cmocka_unit_test(test_lamb),
+        cmocka_unit_test(test_slot_names),
+        cmocka_unit_test(test_sgd_momentum),
+        cmocka_unit_test(test_checkpoint_restore),
+        cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_bad_schedules),
+        cmocka_unit_test(test_accumulation),
+        cmocka_unit_test(test_set_part),
+        cmocka_unit_test(test_clip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

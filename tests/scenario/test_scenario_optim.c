@@ -81,6 +81,19 @@ static void test_keys(void **state)
     json_decref(j);
     dsim_scenario_free(s);
 
+    /* Keras 3's Lamb: Adam's betas and epsilon, two slots; its variables
+     * are the model's, filled when the job is set up */
+    s = scen_parse_ok("name: a\noptimizer: {kind: lamb, beta1: 0.8, weight_decay: 0.01}\n");
+    o = &s->train.optim;
+    assert_true(o->kind == DSIM_OPTIM_LAMB && o->beta1 == 0.8 && o->beta2 == 0.999 &&
+                o->epsilon == 1e-7 && o->n_vars == 0);
+    assert_int_equal(dsim_optim_rule_slots(o), 2);
+    j = NULL;
+    assert_int_equal(dsim_scenario_plan(s, &j), DSIM_OK);
+    assert_true(json_real_value(json_object_get(json_object_get(j, "optimizer"), "beta1")) == 0.8);
+    json_decref(j);
+    dsim_scenario_free(s);
+
     /* Keras's SGD(momentum=0.9, nesterov=True): a velocity slot */
     s = scen_parse_ok("name: a\noptimizer: {kind: sgd, momentum: 0.9, nesterov: true}\n");
     o = &s->train.optim;
@@ -109,14 +122,16 @@ static void test_keys(void **state)
 /* clang-format off */
 static const scen_err_case optim_errs[] = {
     {"name: a\noptimizer: {kind: sophia}\n", 2, 19,
-     {"optimizer.kind", "sgd, momentum, adam, adamax, rmsprop, adagrad, lion"}},
+     {"optimizer.kind", "sgd, momentum, adam, adamax, rmsprop, adagrad, lion, lamb"}},
     {"name: a\noptimizer: {kind: lion, epsilon: 1e-7}\n", 2, 25,
-     {"optimizer.epsilon: only adam, adamax, rmsprop and adagrad use it", "kind is lion"}},
+     {"optimizer.epsilon: only adam, adamax, lamb, rmsprop and adagrad use it", "kind is lion"}},
     {"name: a\noptimizer: {kind: rmsprop, beta1: 0.9}\n", 2, 28,
-     {"optimizer.beta1: only adam, adamax and lion use it"}},
+     {"optimizer.beta1: only adam, adamax, lamb and lion use it"}},
     {"name: a\noptimizer: {kind: adamax, amsgrad: true}\n", 2, 27,
      {"optimizer.amsgrad: only adam uses it", "kind is adamax"}},
     {"name: a\noptimizer: {kind: adam, amsgrad: 1.5}\n", 2, 34, {"optimizer.amsgrad"}},
+    {"name: a\noptimizer: {kind: lamb, amsgrad: true}\n", 2, 25,
+     {"optimizer.amsgrad: only adam uses it", "kind is lamb"}},
     {"name: a\noptimizer: {kind: adamax, beta2: 1}\n", 2, 34,
      {"optimizer.beta2: '1' is out of range", "[0, 1)"}},
     {"name: a\noptimizer: {schedule: {kind: cosine_decay_restarts, decay_steps: 5}}\n", 2, 53,
@@ -137,7 +152,7 @@ static const scen_err_case optim_errs[] = {
     {"name: a\noptimizer: {kind: adagrad, momentum: 0.9}\n", 2, 28,
      {"optimizer.momentum: only sgd, momentum and rmsprop use it", "kind is adagrad"}},
     {"name: a\noptimizer: {kind: sgd, epsilon: 1e-7}\n", 2, 24,
-     {"optimizer.epsilon: only adam, adamax, rmsprop and adagrad use it", "kind is sgd"}},
+     {"optimizer.epsilon: only adam, adamax, lamb, rmsprop and adagrad use it", "kind is sgd"}},
     {"name: a\noptimizer: {kind: rmsprop, initial_accumulator_value: 0.1}\n", 2, 28,
      {"optimizer.initial_accumulator_value: only adagrad uses it"}},
     {"name: a\noptimizer: {kind: rmsprop, rho: 1}\n", 2, 33,

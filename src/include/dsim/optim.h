@@ -1,5 +1,5 @@
-/* Optimizers: SGD, momentum, Adam (and AMSGrad), Adamax, RMSprop, Adagrad and
- * Lion, with TensorFlow's
+/* Optimizers: SGD, momentum, Adam (and AMSGrad), Adamax, RMSprop, Adagrad,
+ * Lion and LAMB, with TensorFlow's
  * (Keras's) update rules.
  *
  * Each replica owns one dsim_optim for its own copy of the parameters; after
@@ -39,6 +39,17 @@
  *              w -= lr * sign(c)          (sign: -1, 0 or 1; NaN stays NaN)
  *              m = m * beta2 + g * (1 - beta2)
  *              (beta1, beta2 cast to float first, 1 - beta in float)
+ *   lamb:      m += (g - m) * (1 - beta1)                     (Keras 3 Lamb)
+ *              v += (g^2 - v) * (1 - beta2)
+ *              u = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + epsilon)
+ *              per variable (dsim_optim_spec.var_len): r = |w| / |u| where
+ *              both norms are > 0, else 1 (|.| the Euclidean norm over the
+ *              variable, summed in double and rounded to float);
+ *              w -= r * lr * u
+ *              (beta^t in float, as Keras's ops.power of float32 values)
+ *              An optimizer of a part (dsim_optim_set_part) must hold whole
+ *              variables: one that cuts a variable cannot compute its norm,
+ *              and its update fails (DSIM_ENOTSUP, naming the variable).
  * alpha and Adamax's 1 - beta1^t are computed in double and rounded to float
  * once per step; rho,
  * 1 - rho, momentum and epsilon are rounded to float once, as Keras casts
@@ -74,7 +85,7 @@
  * [accum: n]; adam [m: n][v: n], with amsgrad then [vhat: n]; adamax
  * [m: n][u: n]; rmsprop [velocity: n], then [momentum: n]
  * when momentum > 0, then [average gradient: n] when centered (Keras's
- * order); adagrad [accumulator: n]; lion [momentum: n]; with
+ * order); adagrad [accumulator: n]; lion [momentum: n]; lamb [m: n][v: n]; with
  * gradient_accumulation_steps > 1, one more slot at the end: [acc: n].
  * Every slot starts at 0 but Adagrad's accumulator, which starts at
  * initial_accumulator_value (dsim_optim_init_state). */
@@ -91,6 +102,10 @@
 extern "C" {
 #endif
 
+/* The most variables a spec names (dsim_optim_spec.var_len; the model's
+ * DSIM_MODEL_MAX_VARS). */
+#define DSIM_OPTIM_MAX_VARS 8
+
 typedef enum dsim_optim_kind {
     DSIM_OPTIM_SGD = 0,
     DSIM_OPTIM_MOMENTUM,
@@ -99,6 +114,7 @@ typedef enum dsim_optim_kind {
     DSIM_OPTIM_ADAGRAD,
     DSIM_OPTIM_LION,
     DSIM_OPTIM_ADAMAX,
+    DSIM_OPTIM_LAMB,
     DSIM_OPTIM_KIND_COUNT
 } dsim_optim_kind;
 
@@ -193,13 +209,21 @@ typedef struct dsim_optim_spec {
     double initial_accumulator_value; /* adagrad: >= 0 */
     /* Appended (soname 8). */
     int amsgrad; /* adam: 0 or 1 */
+    /* Appended (soname 9): the model's variables as its parameter buffer
+     * holds them, in order (a Dense layer's kernel, then its bias), their
+     * lengths adding up to the model's parameters; n_vars 0: the buffer is
+     * one variable. LAMB's trust ratio is a ratio of norms per variable;
+     * the other kinds do not use them. dsim_train fills them from the
+     * model (dsim_model_vars) for the strategies' optimizers. */
+    size_t n_vars;
+    size_t var_len[DSIM_OPTIM_MAX_VARS];
 } dsim_optim_spec;
 
 #define DSIM_OPTIM_MAX_ACCUMULATION 1000000
 
 typedef struct dsim_optim dsim_optim;
 
-/* "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion", "adamax". */
+/* "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion", "adamax", "lamb". */
 DSIM_API const char *dsim_optim_kind_name(dsim_optim_kind k);
 DSIM_API dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out);
 
@@ -218,8 +242,8 @@ DSIM_API float dsim_optim_lr_at(const dsim_optim_spec *spec, uint64_t step);
  * no nesterov; adam lr 0.001, beta1 0.9, beta2 0.999, epsilon 1e-7;
  * rmsprop lr 0.001, rho 0.9, momentum 0, epsilon 1e-7, not centered;
  * adagrad lr 0.001, initial_accumulator_value 0.1, epsilon 1e-7; lion lr
- * 0.001, beta1 0.9, beta2 0.99; adamax lr 0.001, beta1 0.9, beta2 0.999,
- * epsilon 1e-7. */
+ * 0.001, beta1 0.9, beta2 0.99; adamax and lamb lr 0.001, beta1 0.9, beta2
+ * 0.999, epsilon 1e-7. */
 DSIM_API void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind);
 /* DSIM_OK, or DSIM_EINVAL naming the field and the accepted range. Fields a
  * kind does not use are not checked. */
