@@ -129,7 +129,18 @@ static double *gc_own_updates(const dsim_check_ctx *ctx, const dsim_train_result
     dsim_optim *opt = NULL;
     float *p = malloc(P * sizeof *p + 1);
     double *dist = malloc(rows * sizeof *dist + 1);
-    if (!p || !dist || dsim_optim_create(&ctx->cfg->optim, P, &opt) != DSIM_OK) {
+    /* the model's variables, as dsim_train gives them to the strategy's
+     * optimizers (LAMB's norms are per variable) */
+    dsim_optim_spec os = ctx->cfg->optim;
+    if (os.n_vars == 0 && r->n_vars <= DSIM_OPTIM_MAX_VARS) {
+        size_t held = 0;
+        for (size_t k = 0; k < r->n_vars; k++)
+            held += r->vars[k].len;
+        for (size_t k = 0; held == P && k < r->n_vars; k++)
+            os.var_len[k] = r->vars[k].len;
+        os.n_vars = held == P ? r->n_vars : 0;
+    }
+    if (!p || !dist || dsim_optim_create(&os, P, &opt) != DSIM_OK) {
         dsim_clear_error();
         free(p);
         free(dist);
