@@ -128,6 +128,8 @@ one mlp_amsgrad '{kind: mlp, hidden: [8]}' \
 # Keras 3's Lamb: Adam's update scaled per variable (kernel, bias) by the
 # ratio of the variable's norm to the update's
 one mlp_lamb '{kind: mlp, hidden: [8]}' '{kind: lamb, learning_rate: 0.01, weight_decay: 0.01}' "$npy"
+# Keras's clipnorm: each variable's gradient clipped by its own norm
+one mlp_clipnorm '{kind: mlp, hidden: [8]}' '{kind: adam, learning_rate: 0.01, clipnorm: 0.05}' "$npy"
 # 2,400 steps of a ReLU MLP with Adam: float rounding (float32 sums in
 # dsim's order against NumPy's float64) is amplified until the two
 # trajectories part, and the ends differ by far more than 1e-6; with every

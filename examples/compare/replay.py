@@ -113,6 +113,13 @@ class Optimizer:
     def clip(self, g):
         """The manifest's optimizer.clip: Keras's global_clipnorm or clipvalue."""
         s, f = self.s, np.float32
+        if s.get("clipnorm", 0) > 0:  # each variable by its own norm (TF's clip_by_norm)
+            c, g = f(s["clipnorm"]), g.copy()
+            for off, n in self.vars or [(0, g.size)]:
+                ss = np.sum(g[off : off + n].astype(np.float64) ** 2)
+                l2 = f(np.sqrt(ss)) if ss > 0 else f(ss)
+                g[off : off + n] = (g[off : off + n] * c) / (l2 if np.isnan(l2) else max(l2, c))
+            return g.astype(np.float32)
         if s.get("global_clipnorm", 0) > 0:
             norm = np.sqrt(np.sum(g.astype(np.float64) ** 2))
             if not np.isfinite(norm):

@@ -273,6 +273,11 @@ static const char *ex_clip_rule(const dsim_optim_spec *o)
                "n = sqrt(sum of g^2 over every parameter, in float64); where n > "
                "global_clipnorm, g = g * float32(global_clipnorm / n) (float32 product); else g "
                "is left as it is (Keras's global_clipnorm)";
+    if (o->clipnorm > 0.0)
+        return "before the update, the all-reduced gradient of each variable of the model "
+               "(model.layers: each kernel, then its bias) is clipped by its own norm: n = "
+               "float32(sqrt(sum of its g^2, in float64)); g = (g * float32(clipnorm)) / "
+               "max(n, float32(clipnorm)) in float32 (Keras's clipnorm, TF's clip_by_norm)";
     if (o->clipvalue > 0.0)
         return "before the update, every element of the all-reduced gradient is clipped into "
                "[-clipvalue, clipvalue] (float32; Keras's clipvalue)";
@@ -343,6 +348,8 @@ static json_t *ex_optim_json(const dsim_optim_spec *o)
                             json_real(o->initial_accumulator_value));
     if (j && o->kind == DSIM_OPTIM_ADAM)
         json_object_set_new(j, "amsgrad", json_boolean(o->amsgrad != 0));
+    if (j && o->clipnorm > 0.0)
+        json_object_set_new(j, "clipnorm", json_real(o->clipnorm));
     if (j && o->gradient_accumulation_steps > 1)
         json_object_update_new(
             j, json_pack("{s:i, s:s}", "gradient_accumulation_steps",

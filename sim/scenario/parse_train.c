@@ -711,18 +711,24 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
     DSIM_CHECK(scen_real(c, m, O_CLIPVALUE, 0, DSIM_SCEN_MAX_CLIP, true, false, &o->clipvalue));
     DSIM_CHECK(
         scen_real(c, m, O_GCLIPNORM, 0, DSIM_SCEN_MAX_CLIP, true, false, &o->global_clipnorm));
-    if (m->val[O_CLIPNORM])
+    DSIM_CHECK(scen_real(c, m, O_CLIPNORM, 0, DSIM_SCEN_MAX_CLIP, true, false, &o->clipnorm));
+    if (m->val[O_CLIPNORM] && c->s->model_plugin)
         return scen_fail(c, m->key[O_CLIPNORM],
                          "optimizer.clipnorm: Keras's clip of each variable's gradient by its own "
-                         "norm is not modelled (dsim's optimizers see the model as one buffer); "
-                         "use global_clipnorm (the whole gradient's norm) or clipvalue");
+                         "norm needs the model's variables, and a plugin model (model.plugin) "
+                         "does not say them; use global_clipnorm (the whole gradient's norm) or "
+                         "clipvalue");
     /* Keras's weight_decay (AdamW's, decoupled): 0 is off */
     DSIM_CHECK(scen_real(c, m, O_WDECAY, 0, DSIM_SCEN_MAX_WD, false, false, &o->weight_decay));
-    if (m->val[O_CLIPVALUE] && m->val[O_GCLIPNORM])
-        return scen_fail(c, m->key[O_GCLIPNORM],
-                         "optimizer.global_clipnorm: only one of clipvalue and global_clipnorm "
-                         "can be set (as in Keras); remove one");
+    if ((m->val[O_CLIPVALUE] != NULL) + (m->val[O_GCLIPNORM] != NULL) +
+            (m->val[O_CLIPNORM] != NULL) >
+        1)
+        return scen_fail(c, m->key[O_GCLIPNORM] ? m->key[O_GCLIPNORM] : m->key[O_CLIPNORM],
+                         "optimizer.%s: only one of clipvalue, global_clipnorm and clipnorm can "
+                         "be set (as in Keras); remove the others",
+                         m->key[O_GCLIPNORM] ? "global_clipnorm" : "clipnorm");
     DSIM_CHECK(scen_builtin_fits(c, m->key[O_GCLIPNORM], "optimizer.global_clipnorm"));
+    DSIM_CHECK(scen_builtin_fits(c, m->key[O_CLIPNORM], "optimizer.clipnorm"));
     if (o->kind == DSIM_OPTIM_LAMB)
         DSIM_CHECK(scen_builtin_fits(c, m->val[O_KIND], "optimizer.kind"));
     DSIM_CHECK(scen_schedule(c, m, o));

@@ -367,6 +367,8 @@ static json_t *plan_optim(plan_b *b, const dsim_scenario *s)
         plan_set(b, o, "clipvalue", json_real(p->clipvalue));
     if (p->global_clipnorm > 0.0)
         plan_set(b, o, "global_clipnorm", json_real(p->global_clipnorm));
+    if (p->clipnorm > 0.0)
+        plan_set(b, o, "clipnorm", json_real(p->clipnorm));
     if (p->weight_decay > 0.0)
         plan_set(b, o, "weight_decay", json_real(p->weight_decay));
     if (p->schedule.kind != DSIM_LR_CONSTANT)

@@ -101,8 +101,8 @@ void dsim_scenario_limits_write(FILE *out)
             DSIM_SCEN_MAX_SYNTH_FLOPS);
     fprintf(out, "| `optimizer.learning_rate` | more than 0, at most %.0f | |\n", DSIM_SCEN_MAX_LR);
     fprintf(out,
-            "| `optimizer.clipvalue`, `optimizer.global_clipnorm` | more than 0, at most %g | "
-            "one of the two |\n",
+            "| `optimizer.clipvalue`, `optimizer.global_clipnorm`, `optimizer.clipnorm` | more "
+            "than 0, at most %g | one of the three |\n",
             DSIM_SCEN_MAX_CLIP);
     fprintf(out, "| `optimizer.weight_decay` | 0 .. %.0f | 0: off |\n", DSIM_SCEN_MAX_WD);
     fprintf(out, "| `optimizer.initial_accumulator_value` | 0 .. %.0f | adagrad |\n",

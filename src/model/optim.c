@@ -198,11 +198,17 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
                         "optimizer %s: weight_decay %g must be 0 (off) or a positive number "
                         "representable in float (Keras's AdamW uses 0.004)",
                         kind, spec->weight_decay);
-    if (spec->clipvalue > 0.0 && spec->global_clipnorm > 0.0)
+    if (!(spec->clipnorm >= 0.0) || !isfinite((float)spec->clipnorm) ||
+        (spec->clipnorm > 0.0 && (float)spec->clipnorm == 0.0f))
         return DSIM_ERR(DSIM_EINVAL, -1,
-                        "optimizer %s: only one of clipvalue (%g) and global_clipnorm (%g) can "
-                        "be set, as in Keras; remove one",
-                        kind, spec->clipvalue, spec->global_clipnorm);
+                        "optimizer %s: clipnorm %g must be 0 (off) or a positive number "
+                        "representable in float",
+                        kind, spec->clipnorm);
+    if ((spec->clipvalue > 0.0) + (spec->global_clipnorm > 0.0) + (spec->clipnorm > 0.0) > 1)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "optimizer %s: only one of clipvalue (%g), global_clipnorm (%g) and "
+                        "clipnorm (%g) can be set, as in Keras; remove the others",
+                        kind, spec->clipvalue, spec->global_clipnorm, spec->clipnorm);
     switch (spec->kind) {
     case DSIM_OPTIM_SGD: /* Keras's SGD(momentum=, nesterov=): 0 is plain SGD */
     case DSIM_OPTIM_MOMENTUM:
@@ -438,13 +444,35 @@ int dsim_optim_needs_global_norm(const dsim_optim_spec *spec)
     return spec && spec->global_clipnorm > 0.0;
 }
 
+static dsim_err optim_var_spans(const dsim_optim *opt, size_t n, const char *what, size_t *at,
+                                size_t *len, size_t *nv);
+
+/* Keras's clipnorm: each variable's gradient by its own norm, into c. */
+static dsim_err optim_clip_each(const dsim_optim *opt, const float *grad, size_t n, float *c)
+{
+    size_t at[DSIM_OPTIM_MAX_VARS], len[DSIM_OPTIM_MAX_VARS], nv;
+    DSIM_CHECK(optim_var_spans(opt, n, "clipnorm", at, len, &nv));
+    const float cn = (float)opt->spec.clipnorm;
+    for (size_t v = 0; v < nv; v++) {
+        const float *g = grad + at[v];
+        double ss = 0;
+        for (size_t k = 0; k < len[v]; k++)
+            ss += (double)g[k] * (double)g[k];
+        float l2 = ss > 0 ? (float)sqrt(ss) : (float)ss; /* TF: 0, or NaN, as summed */
+        float den = l2 != l2 ? l2 : l2 > cn ? l2 : cn;
+        for (size_t k = 0; k < len[v]; k++)
+            c[at[v] + k] = (g[k] * cn) / den;
+    }
+    return DSIM_OK;
+}
+
 /* The gradient the update takes: grad itself, or its clipped copy. */
 static dsim_err optim_clip(dsim_optim *opt, const float *grad, size_t n, double global_norm,
                            const float **out)
 {
     const dsim_optim_spec *s = &opt->spec;
     *out = grad;
-    if (!(s->clipvalue > 0.0) && !(s->global_clipnorm > 0.0))
+    if (!(s->clipvalue > 0.0) && !(s->global_clipnorm > 0.0) && !(s->clipnorm > 0.0))
         return DSIM_OK;
     float scale = 1.0f;
     if (s->global_clipnorm > 0.0) {
@@ -461,7 +489,9 @@ static dsim_err optim_clip(dsim_optim *opt, const float *grad, size_t n, double 
         return DSIM_ERR(DSIM_ENOMEM, -1, "optimizer: cannot allocate the clipped gradient (%zu)",
                         opt->n);
     float *c = opt->clipped;
-    if (s->global_clipnorm > 0.0) {
+    if (s->clipnorm > 0.0) {
+        DSIM_CHECK(optim_clip_each(opt, grad, n, c));
+    } else if (s->global_clipnorm > 0.0) {
         for (size_t k = 0; k < n; k++)
             c[k] = grad[k] * scale;
     } else {
@@ -598,38 +628,53 @@ static void optim_lamb_var(float *p, float *m, float *v, const float *g, size_t 
         p[k] -= rl * ((m[k] / c1) / (sqrtf(v[k] / c2) + eps));
 }
 
-/* LAMB over the optimizer's parameters, variable by variable (the spec's,
- * placed at the part's offset); DSIM_ENOTSUP where the part cuts one. */
-static dsim_err optim_lamb(dsim_optim *opt, float *p, const float *g, size_t n, float lr)
+/* The spec's variables that this optimizer's parameters hold, as offsets
+ * into them (at[k], len[k], *nv of them): placed at the part's offset
+ * (dsim_optim_set_part); the whole buffer where the spec names none.
+ * DSIM_EINVAL where the variables do not add up to the model, DSIM_ENOTSUP
+ * where the part cuts one (`what` needs whole variables). */
+static dsim_err optim_var_spans(const dsim_optim *opt, size_t n, const char *what, size_t *at,
+                                size_t *len, size_t *nv)
 {
     const dsim_optim_spec *s = &opt->spec;
     size_t lo = opt->part_of ? opt->part_off : 0, model = opt->part_of ? opt->part_of : n;
-    size_t nv = s->n_vars ? s->n_vars : 1, sum = 0;
-    for (size_t k = 0; k < nv; k++)
+    size_t vars = s->n_vars ? s->n_vars : 1, sum = 0, off = 0;
+    for (size_t k = 0; k < vars; k++)
         sum += s->n_vars ? s->var_len[k] : model;
     if (sum != model)
         return DSIM_ERR(DSIM_EINVAL, -1,
-                        "optimizer lamb: the spec's %zu variables hold %zu parameters, the model "
+                        "optimizer %s: the spec's %zu variables hold %zu parameters, the model "
                         "%zu: var_len must be the model's variables (dsim_model_vars)",
-                        nv, sum, model);
+                        optim_kind_names[s->kind], vars, sum, model);
+    *nv = 0;
+    for (size_t k = 0; k < vars; off += s->n_vars ? s->var_len[k] : model, k++) {
+        size_t l = s->n_vars ? s->var_len[k] : model;
+        if (off + l <= lo || off >= lo + n)
+            continue; /* not this part's */
+        if (off < lo || off + l > lo + n)
+            return DSIM_ERR(DSIM_ENOTSUP, -1,
+                            "optimizer %s: the part of parameters %zu..%zu cuts variable %zu "
+                            "(parameters %zu..%zu): %s needs the variable's whole norm; give "
+                            "each optimizer of a part whole variables",
+                            optim_kind_names[s->kind], lo, lo + n - 1, k, off, off + l - 1, what);
+        at[*nv] = off - lo;
+        len[(*nv)++] = l;
+    }
+    return DSIM_OK;
+}
+
+/* LAMB over the optimizer's parameters, variable by variable. */
+static dsim_err optim_lamb(dsim_optim *opt, float *p, const float *g, size_t n, float lr)
+{
+    const dsim_optim_spec *s = &opt->spec;
+    size_t at[DSIM_OPTIM_MAX_VARS], len[DSIM_OPTIM_MAX_VARS], nv;
+    DSIM_CHECK(optim_var_spans(opt, n, "LAMB's trust ratio", at, len, &nv));
     const float t = (float)(opt->step + 1);
     const float c1 = 1.0f - powf((float)s->beta1, t), c2 = 1.0f - powf((float)s->beta2, t);
     const float omb1 = (float)(1.0 - s->beta1), omb2 = (float)(1.0 - s->beta2);
-    size_t off = 0;
-    for (size_t k = 0; k < nv; off += s->n_vars ? s->var_len[k] : model, k++) {
-        size_t len = s->n_vars ? s->var_len[k] : model;
-        if (off + len <= lo || off >= lo + n)
-            continue; /* not this part's */
-        if (off < lo || off + len > lo + n)
-            return DSIM_ERR(DSIM_ENOTSUP, -1,
-                            "optimizer lamb: the part of parameters %zu..%zu cuts variable %zu "
-                            "(parameters %zu..%zu): LAMB's trust ratio needs the variable's whole "
-                            "norm; give each optimizer of a part whole variables",
-                            lo, lo + n - 1, k, off, off + len - 1);
-        size_t a = off - lo;
-        optim_lamb_var(p + a, opt->state + a, opt->state + n + a, g + a, len, lr, omb1, omb2, c1,
-                       c2, (float)s->epsilon);
-    }
+    for (size_t k = 0; k < nv; k++)
+        optim_lamb_var(p + at[k], opt->state + at[k], opt->state + n + at[k], g + at[k], len[k], lr,
+                       omb1, omb2, c1, c2, (float)s->epsilon);
     return DSIM_OK;
 }
 

@@ -114,6 +114,11 @@ dsim_err dsim_train_check_builtin(const dsim_train_cfg *cfg)
                         "parameter_server does not clip by the global norm (global_clipnorm): "
                         "each server applies its own shard of the gradients and none sees the "
                         "whole gradient's norm; use clipvalue, or a mirrored strategy");
+    if (ps && cfg->optim.clipnorm > 0.0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "parameter_server does not clip by each variable's norm (clipnorm): "
+                        "each server applies its own shard of the gradients, which cuts "
+                        "variables; use clipvalue, or a mirrored strategy");
     if (ps && cfg->optim.kind == DSIM_OPTIM_LAMB)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "parameter_server does not run lamb: each server applies its own shard "

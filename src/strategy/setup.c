@@ -124,11 +124,13 @@ dsim_err dsim_train_setup_open(const dsim_train_cfg *cfg, dsim_train_setup *su)
     /* The model's variables, for the optimizers the strategy creates from
      * su->optim (LAMB's trust ratio is per variable); a plugin model's
      * spans are dsim's naming, not its variables. */
-    if (su->optim.kind == DSIM_OPTIM_LAMB && su->model.kind == DSIM_MODEL_PLUGIN) {
+    if ((su->optim.kind == DSIM_OPTIM_LAMB || su->optim.clipnorm > 0.0) &&
+        su->model.kind == DSIM_MODEL_PLUGIN) {
         e = DSIM_ERR(DSIM_EINVAL, -1,
-                     "train: optimizer lamb needs the model's variables (its trust ratio is a "
-                     "ratio of norms per variable), which a plugin model does not give; use "
-                     "adam, or a built-in model");
+                     "train: %s needs the model's variables (a norm per variable), which a "
+                     "plugin model does not give; use %s, or a built-in model",
+                     su->optim.clipnorm > 0.0 ? "clipnorm" : "optimizer lamb",
+                     su->optim.clipnorm > 0.0 ? "global_clipnorm" : "adam");
         goto fail;
     }
     if (su->optim.n_vars == 0 && su->model.kind != DSIM_MODEL_PLUGIN &&

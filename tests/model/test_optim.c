@@ -1113,6 +1113,40 @@ static void test_clip(void **state)
     sgd_clip_step(&s, gv, 5, u);
     assert_true(u[0] == 3.0f && u[1] == -4.0f && u[2] == 5.0f && u[3] == -5.0f && isnan(u[4]));
 
+    /* Keras's clipnorm: each variable by its own norm (variables of 2 and
+     * 2: norms 5 and 84.86), (g * c) / max(n, c) in float; a variable
+     * under the norm untouched, one of zeros stays zero */
+    s.clipvalue = 0.0;
+    s.clipnorm = 6.0;
+    s.n_vars = 2;
+    s.var_len[0] = s.var_len[1] = 2;
+    sgd_clip_step(&s, g, 4, u);
+    const float n2 = (float)sqrt(12.0 * 12.0 + 84.0 * 84.0);
+    assert_true(u[0] == g[0] && u[1] == g[1]);
+    assert_true(u[2] == (g[2] * 6.0f) / n2 && u[3] == (g[3] * 6.0f) / n2);
+    const float gz[4] = {0.0f, 0.0f, 12.0f, 84.0f};
+    sgd_clip_step(&s, gz, 4, u);
+    assert_true(u[0] == 0.0f && u[1] == 0.0f && u[3] == (84.0f * 6.0f) / n2);
+    /* a NaN in a variable makes it NaN, and only it */
+    const float gn[4] = {NAN, 1.0f, 3.0f, 4.0f};
+    sgd_clip_step(&s, gn, 4, u);
+    assert_true(isnan(u[0]) && isnan(u[1]) && u[2] == 3.0f && u[3] == 4.0f);
+    /* one of the three clips at most */
+    s.global_clipnorm = 1.0;
+    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "only one of clipvalue"));
+    s.global_clipnorm = 0.0;
+    /* an optimizer of a part that cuts a variable cannot take its norm */
+    dsim_optim *cut = NULL;
+    assert_int_equal(dsim_optim_create(&s, 3, &cut), DSIM_OK);
+    assert_int_equal(dsim_optim_set_part(cut, 1, 4), DSIM_OK);
+    float w3[3] = {0, 0, 0};
+    assert_int_equal(dsim_optim_apply(cut, w3, g, 3), DSIM_ENOTSUP);
+    assert_non_null(strstr(dsim_errmsg(), "clipnorm needs the variable's whole norm"));
+    dsim_optim_destroy(cut);
+    s.clipnorm = 0.0;
+    s.n_vars = 0;
+
     /* a part of the model clipped by the whole gradient's norm */
     dsim_optim *o = NULL;
     s.clipvalue = 0.0;

@@ -381,6 +381,10 @@ static void test_defaults(void **state)
     assert_true(s->train.optim.global_clipnorm == 1.5 && s->train.optim.clipvalue == 0);
     assert_true(s->train.optim.weight_decay == 0.004);
     dsim_scenario_free(s);
+    /* Keras's clipnorm: each variable's gradient by its own norm */
+    s = parse_ok("name: m\noptimizer: {kind: adam, clipnorm: 0.5}\n");
+    assert_true(s->train.optim.clipnorm == 0.5 && s->train.optim.global_clipnorm == 0);
+    dsim_scenario_free(s);
     /* Keras's learning-rate schedules, with Keras's defaults where unsaid */
     s = parse_ok("name: m\noptimizer: {kind: adam, learning_rate: 0.01, schedule: {kind: "
                  "polynomial_decay, decay_steps: 100}}\n");
@@ -656,11 +660,12 @@ static const err_case err_cases[] = {
     {"name: a\noptimizer: {learning_rate: fast}\n", 2, 28, {"'fast' is not a number"}},
     {"name: a\noptimizer: {kind: rmsprop9}\n", 2, 19, {"sgd, momentum, adam, adamax, rmsprop"}},
     {"name: a\noptimizer: {clipvalue: 1, global_clipnorm: 1}\n", 2, 27,
-     {"only one of clipvalue and global_clipnorm", "remove one"}},
+     {"only one of clipvalue, global_clipnorm and clipnorm", "remove the others"}},
     {"name: a\noptimizer: {clipvalue: -1}\n", 2, 24,
      {"optimizer.clipvalue: '-1' is out of range"}},
-    {"name: a\noptimizer: {clipnorm: 1}\n", 2, 13,
-     {"optimizer.clipnorm: Keras's clip of each variable's gradient", "use global_clipnorm"}},
+    {"name: a\noptimizer: {clipnorm: 1, clipvalue: 2}\n", 2, 13,
+     {"optimizer.clipnorm: only one of clipvalue, global_clipnorm and clipnorm"}},
+    {"name: a\noptimizer: {clipnorm: 0}\n", 2, 23, {"optimizer.clipnorm: '0' is out of range"}},
     {"name: a\noptimizer: {weight_decay: -1}\n", 2, 27,
      {"optimizer.weight_decay: '-1' is out of range"}},
     {"name: a\noptimizer: {schedule: {kind: exponential_decay, decay_rate: 0.9}}\n", 2, 13,

@@ -55,8 +55,8 @@
  * 1 - rho, momentum and epsilon are rounded to float once, as Keras casts
  * its Python floats to the variable's dtype.
  *
- * Gradient clipping (Keras's optimizer arguments clipvalue and
- * global_clipnorm; at most one set, 0 = off) changes the gradient before
+ * Gradient clipping (Keras's optimizer arguments clipvalue, global_clipnorm
+ * and clipnorm; at most one set, 0 = off) changes the gradient before
  * the update, as Keras 3 (and tf.keras from 2.11) do in apply_gradients:
  * under a distribution strategy after the gradients are aggregated, so a
  * synchronous job clips the all-reduced gradient, what one device computes
@@ -70,6 +70,12 @@
  *                       The sum is in double, as 8 interleaved partial sums
  *                       (index i to sum i mod 8) combined by the model
  *                       kernels' fixed tree (dsim_optim_grad_sqsum).
+ *   clipnorm c:         per variable (dsim_optim_spec.var_len, as LAMB's):
+ *                       n = sqrt(sum of g^2 over the variable), summed in
+ *                       double and rounded to float (0 where the sum is 0,
+ *                       NaN where it is NaN); g = (g * c) / max(n, c) in
+ *                       float, as TF's clip_by_norm. An optimizer of a part
+ *                       that cuts a variable fails (DSIM_ENOTSUP).
  * Weight decay (Keras's weight_decay, decoupled as in AdamW; 0 = off), after
  * the clip and before the update, on every parameter (biases included, as
  * Keras without exclude_from_weight_decay): w = w - (w * weight_decay) * lr,
@@ -217,6 +223,9 @@ typedef struct dsim_optim_spec {
      * model (dsim_model_vars) for the strategies' optimizers. */
     size_t n_vars;
     size_t var_len[DSIM_OPTIM_MAX_VARS];
+    /* > 0: Keras's clipnorm, each variable's gradient clipped by its own
+     * norm (above); one of clipvalue, global_clipnorm and clipnorm at most */
+    double clipnorm;
 } dsim_optim_spec;
 
 #define DSIM_OPTIM_MAX_ACCUMULATION 1000000
