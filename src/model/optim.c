@@ -23,6 +23,7 @@ struct dsim_optim {
     size_t state_len;
     float *state;             /* momentum: accum; adam: m then v */
     float *clipped;           /* n floats: the clipped gradient (allocated at the first clip) */
+    float *upd;               /* n floats: LAMB's update before its ratio (at its first step) */
     float *averaged;          /* n floats: (g + acc) / k on an accumulation's update step */
     size_t part_off, part_of; /* dsim_optim_set_part: parameters [part_off, part_off + n) of a
                                  model of part_of; part_of 0: the whole model's */
@@ -421,6 +422,7 @@ void dsim_optim_destroy(dsim_optim *opt)
         return;
     free(opt->state);
     free(opt->clipped);
+    free(opt->upd);
     free(opt->averaged);
     free(opt);
 }
@@ -607,25 +609,27 @@ static void optim_lion(float *p, float *m, const float *g, size_t n, float lr, f
 }
 
 /* Keras 3's Lamb on the variables [a, a + len) of this optimizer's
- * parameters: the moments, then the update u and the norms of the variable
- * and of u, then w -= (r * lr) * u. Two passes over the variable (u is
- * computed again in the second, with the same operations). */
-static void optim_lamb_var(float *p, float *m, float *v, const float *g, size_t len, float lr,
-                           float omb1, float omb2, float c1, float c2, float eps)
+ * parameters: the moments and the update u (into u[0..len): element-wise
+ * float, loops the compiler vectorises), the norms of the variable and of
+ * u (double sums in index order), then w -= (r * lr) * u. */
+static void optim_lamb_var(float *p, float *m, float *v, const float *g, float *u, size_t len,
+                           float lr, float omb1, float omb2, float c1, float c2, float eps)
 {
-    double ww = 0, uu = 0;
     for (size_t k = 0; k < len; k++) {
         m[k] += (g[k] - m[k]) * omb1;
         v[k] += (g[k] * g[k] - v[k]) * omb2;
-        float u = (m[k] / c1) / (sqrtf(v[k] / c2) + eps);
+        u[k] = (m[k] / c1) / (sqrtf(v[k] / c2) + eps);
+    }
+    double ww = 0, uu = 0;
+    for (size_t k = 0; k < len; k++) {
         ww += (double)p[k] * (double)p[k];
-        uu += (double)u * (double)u;
+        uu += (double)u[k] * (double)u[k];
     }
     float wn = sqrtf((float)ww), un = sqrtf((float)uu);
     float r = wn > 0.0f ? (un > 0.0f ? wn / un : 1.0f) : 1.0f;
     float rl = r * lr;
     for (size_t k = 0; k < len; k++)
-        p[k] -= rl * ((m[k] / c1) / (sqrtf(v[k] / c2) + eps));
+        p[k] -= rl * u[k];
 }
 
 /* The spec's variables that this optimizer's parameters hold, as offsets
@@ -669,12 +673,15 @@ static dsim_err optim_lamb(dsim_optim *opt, float *p, const float *g, size_t n, 
     const dsim_optim_spec *s = &opt->spec;
     size_t at[DSIM_OPTIM_MAX_VARS], len[DSIM_OPTIM_MAX_VARS], nv;
     DSIM_CHECK(optim_var_spans(opt, n, "LAMB's trust ratio", at, len, &nv));
+    if (!opt->upd && !(opt->upd = malloc(opt->n * sizeof(float) + 1)))
+        return DSIM_ERR(DSIM_ENOMEM, -1, "optimizer lamb: cannot allocate its update (%zu)",
+                        opt->n);
     const float t = (float)(opt->step + 1);
     const float c1 = 1.0f - powf((float)s->beta1, t), c2 = 1.0f - powf((float)s->beta2, t);
     const float omb1 = (float)(1.0 - s->beta1), omb2 = (float)(1.0 - s->beta2);
     for (size_t k = 0; k < nv; k++)
-        optim_lamb_var(p + at[k], opt->state + at[k], opt->state + n + at[k], g + at[k], len[k], lr,
-                       omb1, omb2, c1, c2, (float)s->epsilon);
+        optim_lamb_var(p + at[k], opt->state + at[k], opt->state + n + at[k], g + at[k],
+                       opt->upd + at[k], len[k], lr, omb1, omb2, c1, c2, (float)s->epsilon);
     return DSIM_OK;
 }
 
