@@ -31,12 +31,16 @@ void cmd_calibrate_help(FILE *out)
                  "                its right at once (plain and combining receives), at the\n"
                  "                size of the messages the algorithm sends: what P ranks on\n"
                  "                this machine's cores, its caches and wake-ups make of a\n"
-                 "                step; the model's link and reduction rates are fitted to it\n"
+                 "                step; the model's link and reduction rates are fitted to it.\n"
+                 "                rhd and recursive_doubling over a power of two of ranks\n"
+                 "                exchange in pairs instead (rank ^ 1, rank ^ 2, ... in turn,\n"
+                 "                as their steps do), with their own 64 B latency\n"
                  "  copy          memcpy rate per core with every core busy, for the local\n"
                  "                copies an algorithm makes (sendbuf into recvbuf)\n"
                  "The prediction evaluates the algorithm's schedule (costmodel.h) with them.\n"
                  "Columns: model_us (predicted), msg (bytes calibrated at), xchg_us and\n"
-                 "xchg_red_us (one exchange, plain and combining), copy_GB/s.\n"
+                 "xchg_red_us (one exchange, plain and combining), copy_GB/s, pattern\n"
+                 "(ring or pairs).\n"
                  "\n"
                  "  --engine E     threads (default) or processes\n"
                  "  --ranks P      ranks of the predicted all-reduces (default 4)\n"
@@ -196,9 +200,12 @@ int cmd_calibrate(int argc, char **argv)
                cal.pp_small_s, cal.alpha_x_s);
         for (int i = 0; i < nr; i++)
             printf("%s\n  {\"bytes\": %zu, \"algo\": \"%s\", \"seconds\": %.9g, \"msg\": %zu, "
-                   "\"exchange_s\": %.9g, \"exchange_reduce_s\": %.9g, \"copy_Bps\": %.6g}",
+                   "\"exchange_s\": %.9g, \"exchange_reduce_s\": %.9g, \"copy_Bps\": %.6g, "
+                   "\"pattern\": \"%s\", \"pattern_64B_s\": %.9g}",
                    i ? "," : "", rows[i].bytes, dsim_algo_name(rows[i].algo), rows[i].seconds,
-                   rows[i].msg, rows[i].step_copy_s, rows[i].step_reduce_s, rows[i].copy_Bps);
+                   rows[i].msg, rows[i].step_copy_s, rows[i].step_reduce_s, rows[i].copy_Bps,
+                   rows[i].pairs ? "pairs" : "ring",
+                   rows[i].pairs ? rows[i].alpha_s : cal.alpha_x_s);
         printf("\n]}\n");
         return 0;
     }
@@ -207,13 +214,15 @@ int cmd_calibrate(int argc, char **argv)
     printf("# ping-pong: alpha %.2f us per message, link %.2f GB/s (least-squares fit, 64 B to 4 "
            "MiB; %.2f us measured at 64 B)\n",
            cal.alpha_s * 1e6, cal.link_Bps / 1e9, cal.pp_small_s * 1e6);
-    printf("# ring exchange of 64 B over the %ld ranks: %.2f us (the model's alpha)\n", ranks,
-           cal.alpha_x_s * 1e6);
-    printf("# %10s %-14s %12s %10s %12s %12s %10s\n", "size", "algo", "model_us", "msg", "xchg_us",
-           "xchg_red_us", "copy_GB/s");
+    printf("# ring exchange of 64 B over the %ld ranks: %.2f us (the model's alpha; rows "
+           "exchanging in pairs, rhd's, have their own: pattern pairs)\n",
+           ranks, cal.alpha_x_s * 1e6);
+    printf("# %10s %-14s %12s %10s %12s %12s %10s %8s\n", "size", "algo", "model_us", "msg",
+           "xchg_us", "xchg_red_us", "copy_GB/s", "pattern");
     for (int i = 0; i < nr; i++)
-        printf("  %10zu %-14s %12.1f %10zu %12.1f %12.1f %10.2f\n", rows[i].bytes,
+        printf("  %10zu %-14s %12.1f %10zu %12.1f %12.1f %10.2f %8s\n", rows[i].bytes,
                dsim_algo_name(rows[i].algo), rows[i].seconds * 1e6, rows[i].msg,
-               rows[i].step_copy_s * 1e6, rows[i].step_reduce_s * 1e6, rows[i].copy_Bps / 1e9);
+               rows[i].step_copy_s * 1e6, rows[i].step_reduce_s * 1e6, rows[i].copy_Bps / 1e9,
+               rows[i].pairs ? "pairs" : "ring");
     return 0;
 }

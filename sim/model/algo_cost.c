@@ -153,6 +153,7 @@ static const dsim_algo_cost cost_rhd = {
     .formula = rhd_formula,
     .msg_elems = rhd_msg_elems,
     .every_rank_sends = true,
+    .pairwise = true,
     .local_copy = rhd_local_copy,
 };
 
@@ -472,6 +473,7 @@ static const dsim_algo_cost cost_rd = {
     .formula = rd_formula,
     .msg_elems = whole_msg_elems,
     .every_rank_sends = true,
+    .pairwise = true,
     .local_copy = rd_local_copy,
 };
 

@@ -86,6 +86,7 @@ typedef struct cal_pp {
     int rank, nranks, mode;
     const size_t *sizes;
     int n, iters, reps;
+    int pairs;    /* exchange with rank ^ 2^k, k in turn (a power of two of ranks) */
     double *secs; /* rank 0 fills it */
     char *buf, *buf2;
     dsim_err err;
@@ -100,6 +101,14 @@ static dsim_err cal_xchg(cal_pp *p, size_t len, uint32_t tag)
         /* every rank receives from its left and sends to its right at once,
          * as a step of a ring (or any schedule) does */
         int left = (p->rank + p->nranks - 1) % p->nranks, right = (p->rank + 1) % p->nranks;
+        if (p->pairs) {
+            /* as rhd's steps: partners rank ^ 1, rank ^ 2, ... in turn (the
+             * tag counts the exchanges alike on every rank) */
+            int lg = 0;
+            while ((1 << (lg + 1)) <= p->nranks)
+                lg++;
+            left = right = p->rank ^ (1 << (int)(tag % (uint32_t)(lg > 0 ? lg : 1)));
+        }
         if (p->mode == CAL_EXCHANGE_REDUCE)
             DSIM_CHECK(dsim_irecv_reduce(p->ep, left, CAL_COMM, tag, p->buf2, len / sizeof(float),
                                          DSIM_F32, DSIM_SUM, &q[0]));
@@ -284,7 +293,19 @@ dsim_err dsim_calib_pingpong(const char *engine, const size_t *sizes, int n, int
 dsim_err dsim_calib_exchange(const char *engine, int ranks, int reduce, const size_t *sizes, int n,
                              int iters, int reps, double *secs)
 {
+    return dsim_calib_exchange_pairs(engine, ranks, reduce, 0, sizes, n, iters, reps, secs);
+}
+
+dsim_err dsim_calib_exchange_pairs(const char *engine, int ranks, int reduce, int pairs,
+                                   const size_t *sizes, int n, int iters, int reps, double *secs)
+{
+    if (pairs && (ranks < 2 || (ranks & (ranks - 1)) != 0))
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "calibration: an exchange between pairs needs a power of two of ranks, "
+                        "not %d",
+                        ranks);
     cal_pp t = {.nranks = ranks,
+                .pairs = pairs,
                 .mode = reduce ? CAL_EXCHANGE_REDUCE : CAL_EXCHANGE,
                 .sizes = sizes,
                 .n = n,
@@ -431,6 +452,13 @@ size_t dsim_calib_msg_bytes(dsim_algo algo, int ranks, size_t bytes)
     return (m ? m : 1) * sizeof(float);
 }
 
+int dsim_calib_xpairs(dsim_algo algo, int ranks)
+{
+    const dsim_algo_cost *cost = dsim_algo_cost_of(algo);
+    return cost && cost->pairwise && ranks > 2 && (ranks & (ranks - 1)) == 0 &&
+           dsim_calib_xranks(algo, ranks) == ranks;
+}
+
 int dsim_calib_xranks(dsim_algo algo, int ranks)
 {
     /* ring's and rhd's steps move a message from every rank at once; tree's
@@ -480,6 +508,10 @@ dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes
                                const dsim_calib_row *at, double *seconds)
 {
     dsim_topology t;
+    dsim_calib cc = *c;
+    if (at->alpha_s > 0) /* the latency of the row's own exchange pattern */
+        cc.alpha_x_s = at->alpha_s;
+    c = &cc;
     dsim_calib_topology(c, at->xranks, at->msg, at->step_copy_s, at->step_reduce_s, &t);
     DSIM_CHECK(dsim_cost_allreduce(&t, algo, bytes, sizeof(float), seconds, NULL));
     int serial = 0, P = c->ranks;
@@ -506,21 +538,29 @@ dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n)
         }
         rows[i].msg = dsim_calib_msg_bytes(rows[i].algo, c->ranks, rows[i].bytes);
         rows[i].xranks = dsim_calib_xranks(rows[i].algo, c->ranks);
+        rows[i].pairs = dsim_calib_xpairs(rows[i].algo, c->ranks);
         rows[i].step_copy_s = rows[i].step_reduce_s = -1;
+        rows[i].alpha_s = 0;
     }
-    size_t *sz = calloc((size_t)n + 1, sizeof *sz);
-    double *tx = calloc((size_t)n + 1, sizeof *tx), *tr = calloc((size_t)n + 1, sizeof *tr);
+    size_t *sz = calloc((size_t)n + 2, sizeof *sz);
+    double *tx = calloc((size_t)n + 2, sizeof *tx), *tr = calloc((size_t)n + 2, sizeof *tr);
     if (!sz || !tx || !tr)
         e = DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
-    /* one pair of exchanges (plain, combining) per rank count, over every
-     * message size the rows at that count need */
-    int counts[2] = {c->ranks, 2};
-    for (int k = 0; k < 2 && e == DSIM_OK; k++) {
-        if (k == 1 && counts[1] == counts[0])
+    /* one pair of exchanges (plain, combining) per rank count and pattern
+     * (a ring, or pairs as rhd's), over every message size the rows of that
+     * count and pattern need; the pairs also at 64 B, their own latency
+     * (the pair of tree's and reduce_to_one's rows keeps the ring's: their
+     * root's messages queue one behind another, which a latency measured
+     * between two ranks alone leaves out, 44-56 % short on 4 threads) */
+    int counts[3] = {c->ranks, c->ranks, 2}, pats[3] = {0, 1, 0};
+    for (int k = 0; k < 3 && e == DSIM_OK; k++) {
+        if (k == 2 && counts[2] == counts[0])
             break;
         int ns = 0;
+        if (pats[k])
+            sz[ns++] = 64;
         for (int i = 0; i < n; i++) {
-            if (rows[i].xranks != counts[k])
+            if (rows[i].xranks != counts[k] || rows[i].pairs != pats[k])
                 continue;
             int j = 0;
             while (j < ns && sz[j] != rows[i].msg)
@@ -528,7 +568,7 @@ dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n)
             if (j == ns)
                 sz[ns++] = rows[i].msg;
         }
-        if (ns == 0)
+        if (ns == pats[k])
             continue;
         /* fewer exchanges for large messages: the time is long enough to
          * read; many for small ones, so that a batch lasts long enough for
@@ -538,17 +578,19 @@ dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n)
                     : big >= ((size_t)1 << 18) ? 10
                     : big >= ((size_t)1 << 16) ? 50
                                                : 200;
-        e = dsim_calib_exchange(c->engine, counts[k], 0, sz, ns, iters, 5, tx);
+        e = dsim_calib_exchange_pairs(c->engine, counts[k], 0, pats[k], sz, ns, iters, 5, tx);
         if (e == DSIM_OK)
-            e = dsim_calib_exchange(c->engine, counts[k], 1, sz, ns, iters, 5, tr);
+            e = dsim_calib_exchange_pairs(c->engine, counts[k], 1, pats[k], sz, ns, iters, 5, tr);
         for (int i = 0; i < n && e == DSIM_OK; i++) {
-            if (rows[i].xranks != counts[k])
+            if (rows[i].xranks != counts[k] || rows[i].pairs != pats[k])
                 continue;
             int j = 0;
             while (sz[j] != rows[i].msg)
                 j++;
             rows[i].step_copy_s = tx[j];
             rows[i].step_reduce_s = tr[j];
+            if (pats[k])
+                rows[i].alpha_s = tx[0];
         }
     }
     for (int i = 0; i < n && e == DSIM_OK; i++) {

@@ -66,6 +66,12 @@ dsim_err dsim_calib_pingpong(const char *engine, const size_t *sizes, int n, int
 dsim_err dsim_calib_exchange(const char *engine, int ranks, int reduce, const size_t *sizes, int n,
                              int iters, int reps, double *secs);
 
+/* The same with pairs set: every rank exchanges with rank ^ 1, then rank ^
+ * 2, ... in turn, as rhd's and recursive doubling's steps do (ranks a power
+ * of two), rather than around a ring. */
+dsim_err dsim_calib_exchange_pairs(const char *engine, int ranks, int reduce, int pairs,
+                                   const size_t *sizes, int n, int iters, int reps, double *secs);
+
 /* Per-core copy and float32-sum rates, bytes of output per second, with
  * `cores` threads each on buffers of `bytes` of their own (median of runs
  * long enough to time). */
@@ -86,6 +92,11 @@ size_t dsim_calib_msg_bytes(dsim_algo algo, int ranks, size_t bytes);
  * them for ring and rhd (every rank sends in every step), 2 for tree and
  * reduce_to_one (a step moves one or a few messages, each alone on a core). */
 int dsim_calib_xranks(dsim_algo algo, int ranks);
+
+/* 1 where an algorithm's rows are calibrated with exchanges between pairs
+ * (dsim_calib_exchange_pairs): rhd and recursive doubling over a power of
+ * two of ranks above 2; else 0, a ring. */
+int dsim_calib_xpairs(dsim_algo algo, int ranks);
 
 /* The topology that models c->ranks ranks of this machine for messages of
  * `msg` bytes, from a ring exchange of `xranks` ranks at that size:
@@ -113,7 +124,9 @@ typedef struct dsim_calib_row {
     size_t bytes;                      /* float32 elements */
     size_t msg;                        /* dsim_calib_msg_bytes */
     int xranks;                        /* dsim_calib_xranks */
-    double step_copy_s, step_reduce_s; /* the ring exchange at msg */
+    int pairs;                         /* dsim_calib_xpairs */
+    double alpha_s;                    /* pairs: their exchange of 64 B (0: alpha_x_s) */
+    double step_copy_s, step_reduce_s; /* the exchange at msg     */
     double copy_Bps;                   /* local copy rate at the working set */
     double seconds;                    /* predicted */
 } dsim_calib_row;

@@ -74,6 +74,11 @@ typedef struct dsim_algo_cost {
     /* Calibration: every step moves a message from every rank at once, so
      * the exchange it is calibrated with has all the ranks (else a pair). */
     bool every_rank_sends;
+    /* Calibration: each step pairs rank r with rank r ^ 2^k (k = 0, 1, ...
+     * in turn), so that over a power of two of ranks the exchange it is
+     * calibrated with pairs them so too, rather than a ring (which makes
+     * every rank wait on its left neighbour's turn on a core). */
+    bool pairwise;
     /* Calibration: bytes copied locally (sendbuf into recvbuf or scratch)
      * over all p >= 2 ranks for an out-of-place all-reduce of n bytes;
      * *serial set when the copy lies on one rank's path alone. */

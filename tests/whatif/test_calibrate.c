@@ -144,6 +144,25 @@ static void test_predict_adds_local_copies(void **state)
                      DSIM_OK);
     assert_int_equal(dsim_calib_predict_at(&c, DSIM_ALGO_REDUCE_TO_ONE, bytes, &at, &s2), DSIM_OK);
     assert_rel(s2, bare + (double)bytes / 20e9, 1e-9, "reduce_to_one");
+    /* a row calibrated with pairs carries their own latency, which stands
+     * for the calibration's ring latency (9 us here) in its prediction */
+    at = (dsim_calib_row){.algo = DSIM_ALGO_RHD,
+                          .bytes = bytes,
+                          .msg = bytes / 2,
+                          .xranks = 4,
+                          .pairs = 1,
+                          .step_copy_s = 300e-6,
+                          .step_reduce_s = 500e-6,
+                          .copy_Bps = 20e9};
+    double own = 0, ring_alpha = 0, want = 0;
+    assert_int_equal(dsim_calib_predict_at(&c, DSIM_ALGO_RHD, bytes, &at, &ring_alpha), DSIM_OK);
+    dsim_calib c1 = calib(4, 2, 1e-6);
+    assert_int_equal(dsim_calib_predict_at(&c1, DSIM_ALGO_RHD, bytes, &at, &want), DSIM_OK);
+    at.alpha_s = 1e-6;
+    assert_int_equal(dsim_calib_predict_at(&c, DSIM_ALGO_RHD, bytes, &at, &own), DSIM_OK);
+    assert_rel(own, want, 1e-12, "the pairs' own latency");
+    assert_true(fabs(own - ring_alpha) > 1e-7 * ring_alpha);
+    assert_true(c.alpha_x_s == 9e-6); /* the calibration itself unchanged */
 }
 
 static void test_message_sizes_and_copies(void **state)
@@ -158,6 +177,13 @@ static void test_message_sizes_and_copies(void **state)
     assert_int_equal(dsim_calib_xranks(DSIM_ALGO_RHD, 5), 5);
     assert_int_equal(dsim_calib_xranks(DSIM_ALGO_TREE, 8), 2);
     assert_int_equal(dsim_calib_xranks(DSIM_ALGO_REDUCE_TO_ONE, 4), 2);
+    /* rhd and recursive doubling pair their ranks (over a power of two) */
+    assert_int_equal(dsim_calib_xpairs(DSIM_ALGO_RHD, 4), 1);
+    assert_int_equal(dsim_calib_xpairs(DSIM_ALGO_RECURSIVE_DOUBLING, 8), 1);
+    assert_int_equal(dsim_calib_xpairs(DSIM_ALGO_RHD, 6), 0);
+    assert_int_equal(dsim_calib_xpairs(DSIM_ALGO_RHD, 2), 0);
+    assert_int_equal(dsim_calib_xpairs(DSIM_ALGO_RING, 4), 0);
+    assert_int_equal(dsim_calib_xpairs(DSIM_ALGO_TREE, 4), 0);
     int serial = -1;
     assert_true(dsim_calib_local_copy(DSIM_ALGO_RING, 4, 100, &serial) == 300 && serial == 0);
     assert_true(dsim_calib_local_copy(DSIM_ALGO_RHD, 4, 100, &serial) == 200 && serial == 0);

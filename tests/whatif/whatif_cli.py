@@ -155,6 +155,22 @@ check(p.returncode == 0 and cal.get("engine") == "threads" and cal.get("ranks") 
 check([x["msg"] for x in preds if x["algo"] == "ring"] == [1368, 21848],
       f"ring's message is a third of the buffer (whole floats): {preds}")
 check(cal.get("waits") == "hot", f"calibrate's waits are hot by default: {cal.get('waits')}")
+check(all(x["pattern"] == "ring" and x["pattern_64B_s"] == cal.get("exchange_64B_s")
+          for x in preds), f"3 ranks: every row is calibrated around a ring: {preds}")
+# over a power of two, rhd's rows are calibrated with the pairs its steps
+# make (rank ^ 1, then rank ^ 2), with their own 64 B latency; ring's not
+p = subprocess.run([dsim, "calibrate", "--ranks", "4", "--algo", "ring,rhd", "--sizes", "16K",
+                    "--json"], capture_output=True, text=True, timeout=120)
+try:
+    pr = json.loads(p.stdout).get("predictions", [])
+except ValueError:
+    pr = []
+pat = {x["algo"]: x for x in pr}
+check(p.returncode == 0 and set(pat) == {"ring", "rhd"} and pat["ring"]["pattern"] == "ring"
+      and pat["rhd"]["pattern"] == "pairs" and pat["rhd"]["pattern_64B_s"] > 0
+      and pat["rhd"]["msg"] == 8192 and pat["ring"]["msg"] == 4096,
+      f"calibrate --ranks 4: rhd in pairs, ring around the ring ({p.returncode}: {p.stdout[-600:]} "
+      f"{p.stderr})")
 # --waits cold: the ranks sleep at once when they wait, as a step's collectives do
 p = subprocess.run([dsim, "calibrate", "--ranks", "2", "--algo", "ring", "--sizes", "4K",
                     "--waits", "cold", "--json"], capture_output=True, text=True, timeout=120)
