@@ -130,6 +130,10 @@ one mlp_amsgrad '{kind: mlp, hidden: [8]}' \
 one mlp_lamb '{kind: mlp, hidden: [8]}' '{kind: lamb, learning_rate: 0.01, weight_decay: 0.01}' "$npy"
 # Keras's clipnorm: each variable's gradient clipped by its own norm
 one mlp_clipnorm '{kind: mlp, hidden: [8]}' '{kind: adam, learning_rate: 0.01, clipnorm: 0.05}' "$npy"
+# Keras 3's Nadam: Adam with Nesterov momentum on a schedule of its own
+# (u_product), under gradient accumulation (u_product over the update steps)
+one mlp_nadam '{kind: mlp, hidden: [8]}' \
+    '{kind: nadam, learning_rate: 0.01, gradient_accumulation_steps: 3}' "$npy"
 # 2,400 steps of a ReLU MLP with Adam: float rounding (float32 sums in
 # dsim's order against NumPy's float64) is amplified until the two
 # trajectories part, and the ends differ by far more than 1e-6; with every

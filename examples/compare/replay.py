@@ -109,6 +109,7 @@ class Optimizer:
         self.avg = np.zeros(n, np.float32)  # rmsprop's average gradient (centered)
         # adagrad's accumulator starts at initial_accumulator_value
         self.ada = np.full(n, spec.get("initial_accumulator_value", 0.0), np.float32)
+        self.up = np.float32(1)  # nadam's u_product
 
     def clip(self, g):
         """The manifest's optimizer.clip: Keras's global_clipnorm or clipvalue."""
@@ -245,6 +246,17 @@ class Optimizer:
                 r = wn / un if wn > 0 and un > 0 else f(1)
                 w[off : off + n] = w[off : off + n] - (f(r) * lr) * u[off : off + n]
             return w.astype(np.float32)
+        if s["kind"] == "nadam":  # Keras 3: u_product over the update steps, float32
+            b1, b2, ft = f(b1), f(b2), f(t)
+            ut = b1 * (f(1) - f(0.5) * np.power(f(0.96), ft))
+            ut1 = b1 * (f(1) - f(0.5) * np.power(f(0.96), f(t + 1)))
+            self.up = (self.up * b1) * (f(1) - f(0.5) * np.power(f(0.96), ft))
+            up1 = self.up * ut1
+            self.m = self.m + (g - self.m) * (f(1) - b1)
+            self.v = self.v + (g * g - self.v) * (f(1) - b2)
+            mh = (ut1 * self.m) / (f(1) - up1) + ((f(1) - ut) * g) / (f(1) - self.up)
+            vh = self.v / (f(1) - np.power(b2, ft))
+            return (w - (mh * lr) / (np.sqrt(vh) + f(s["epsilon"]))).astype(np.float32)
         if s["kind"] == "adamax":  # Keras 3: a running maximum of |g|
             c = f(1 - b1**t)
             self.m = self.m + (g - self.m) * f(1.0 - b1)

@@ -315,6 +315,7 @@ static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_resul
     const char *what = kind == DSIM_OPTIM_ADAM      ? "Adam's moments"
                        : kind == DSIM_OPTIM_ADAMAX  ? "Adamax's moment and norm"
                        : kind == DSIM_OPTIM_LAMB    ? "LAMB's moments"
+                       : kind == DSIM_OPTIM_NADAM   ? "Nadam's moments"
                        : kind == DSIM_OPTIM_RMSPROP ? "RMSprop's averages"
                        : kind == DSIM_OPTIM_ADAGRAD ? "Adagrad's accumulators"
                        : kind == DSIM_OPTIM_LION    ? "Lion's momentum"

@@ -184,6 +184,15 @@ static const char *ex_optim_rule(const dsim_optim_spec *o)
                "where both are > 0, else 1 (Euclidean norms, summed in double, rounded to "
                "float32); w -= (r * lr) * u: Keras 3's Lamb (float32). Slots: [m: n_params][v: "
                "n_params]";
+    case DSIM_OPTIM_NADAM:
+        return "t counts steps from 1, all in float32 with b1 = float32(beta1), b2 = "
+               "float32(beta2): u(j) = b1 * (1 - 0.5 * 0.96^j); P = (P * b1) * (1 - 0.5 * "
+               "0.96^t) at each update step (P starts at 1; every step, or the last of each "
+               "gradient accumulation, a step skipped under a dynamic loss scale included); m += "
+               "(g - m) * (1 - b1); v += (g*g - v) * (1 - b2); mh = (u(t+1) * m) / (1 - P * "
+               "u(t+1)) + ((1 - u(t)) * g) / (1 - P); w -= (mh * lr) / (sqrt(v / (1 - b2^t)) + "
+               "epsilon): Keras 3's Nadam. Slots: [m: n_params][v: n_params] (P follows from "
+               "t)";
     case DSIM_OPTIM_ADAGRAD:
         return "acc = acc + g*g; w -= (lr * g) / sqrt(acc + epsilon): Keras 3's Adagrad "
                "(float32), acc starting at float32(initial_accumulator_value). Slots: "

@@ -23,7 +23,8 @@ static const scen_name scen_optims[] = {
     {"sgd", DSIM_OPTIM_SGD},         {"momentum", DSIM_OPTIM_MOMENTUM},
     {"adam", DSIM_OPTIM_ADAM},       {"adamax", DSIM_OPTIM_ADAMAX},
     {"rmsprop", DSIM_OPTIM_RMSPROP}, {"adagrad", DSIM_OPTIM_ADAGRAD},
-    {"lion", DSIM_OPTIM_LION},       {"lamb", DSIM_OPTIM_LAMB}};
+    {"lion", DSIM_OPTIM_LION},       {"lamb", DSIM_OPTIM_LAMB},
+    {"nadam", DSIM_OPTIM_NADAM}};
 static const scen_name scen_tasks[] = {{"classification", DSIM_DATA_CLASSIFICATION},
                                        {"regression", DSIM_DATA_REGRESSION}};
 static const scen_name scen_policies[] = {{"off", DSIM_SHARD_OFF},
@@ -663,16 +664,16 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
                {O_NESTEROV, OK_(DSIM_OPTIM_SGD) | OK_(DSIM_OPTIM_MOMENTUM), "sgd and momentum"},
                {O_BETA1,
                 OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_ADAMAX) | OK_(DSIM_OPTIM_LION) |
-                    OK_(DSIM_OPTIM_LAMB),
-                "adam, adamax, lamb and lion"},
+                    OK_(DSIM_OPTIM_LAMB) | OK_(DSIM_OPTIM_NADAM),
+                "adam, adamax, nadam, lamb and lion"},
                {O_BETA2,
                 OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_ADAMAX) | OK_(DSIM_OPTIM_LION) |
-                    OK_(DSIM_OPTIM_LAMB),
-                "adam, adamax, lamb and lion"},
+                    OK_(DSIM_OPTIM_LAMB) | OK_(DSIM_OPTIM_NADAM),
+                "adam, adamax, nadam, lamb and lion"},
                {O_EPSILON,
                 OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_ADAMAX) | OK_(DSIM_OPTIM_LAMB) |
-                    OK_(DSIM_OPTIM_RMSPROP) | OK_(DSIM_OPTIM_ADAGRAD),
-                "adam, adamax, lamb, rmsprop and adagrad"},
+                    OK_(DSIM_OPTIM_NADAM) | OK_(DSIM_OPTIM_RMSPROP) | OK_(DSIM_OPTIM_ADAGRAD),
+                "adam, adamax, nadam, lamb, rmsprop and adagrad"},
                {O_AMSGRAD, OK_(DSIM_OPTIM_ADAM), "adam"},
                {O_RHO, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
                {O_CENTERED, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},

@@ -345,7 +345,7 @@ static json_t *plan_optim(plan_b *b, const dsim_scenario *s)
         plan_set(b, o, "momentum", json_real(p->momentum));
         plan_set(b, o, "nesterov", json_boolean(p->nesterov));
     } else if (p->kind == DSIM_OPTIM_ADAM || p->kind == DSIM_OPTIM_ADAMAX ||
-               p->kind == DSIM_OPTIM_LAMB) {
+               p->kind == DSIM_OPTIM_LAMB || p->kind == DSIM_OPTIM_NADAM) {
         plan_set(b, o, "beta1", json_real(p->beta1));
         plan_set(b, o, "beta2", json_real(p->beta2));
         plan_set(b, o, "epsilon", json_real(p->epsilon));

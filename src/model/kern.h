@@ -43,6 +43,13 @@ typedef struct kern_wgrad_io {
     double scale;
 } kern_wgrad_io;
 
+/* Nadam's coefficients of one step, each in float as Keras's ops compute
+ * it: 1 - beta1, 1 - beta2, u(t+1), 1 - u_product u(t+1), 1 - u(t),
+ * 1 - u_product, 1 - beta2^t. */
+typedef struct kern_nadam_k {
+    float lr, omb1, omb2, ut1, c1, omut, c0, c2, eps;
+} kern_nadam_k;
+
 typedef struct kern_ops {
     size_t size; /* sizeof(kern_ops) */
     const char *name;
@@ -80,6 +87,8 @@ typedef struct kern_ops {
     void (*rmsprop)(float *p, float *v, float *mom, float *avg, const float *g, size_t n, float lr,
                     float rho, float omr, float momentum, float eps);
     void (*adagrad)(float *p, float *acc, const float *g, size_t n, float lr, float eps);
+    /* Keras 3's Nadam with this step's coefficients (optim.c) */
+    void (*nadam)(float *p, float *m, float *v, const float *g, size_t n, const kern_nadam_k *c);
 } kern_ops;
 
 /* The table in use: the fastest the CPU runs, or the one chosen with

@@ -595,6 +595,32 @@ KB_ATTR static void KB(adagrad)(float *p, float *acc, const float *g, size_t n, 
     }
 }
 
+/* Keras 3's Nadam, operand for operand: m += (g - m) omb1; v += (g^2 - v)
+ * omb2; p -= (((ut1 m) / c1 + (omut g) / c0) lr) / (sqrt(v / c2) + eps). */
+KB_ATTR static void KB(nadam)(float *p, float *m, float *v, const float *g, size_t n,
+                              const kern_nadam_k *c)
+{
+    const float lr = c->lr, omb1 = c->omb1, omb2 = c->omb2, ut1 = c->ut1, c1 = c->c1;
+    const float omut = c->omut, c0 = c->c0, c2 = c->c2, eps = c->eps;
+    size_t k = 0;
+    for (; k + KB_WS <= n; k += KB_WS) {
+        KVS gk = KB(lds)(g + k);
+        KVS mk = KB(lds)(m + k), vk = KB(lds)(v + k);
+        mk += (gk - mk) * omb1;
+        vk += (gk * gk - vk) * omb2;
+        KB(sts)(m + k, mk);
+        KB(sts)(v + k, vk);
+        KVS mh = (ut1 * mk) / c1 + (omut * gk) / c0;
+        KB(sts)(p + k, KB(lds)(p + k) - (mh * lr) / (KB_SQRTS(vk / c2) + eps));
+    }
+    for (; k < n; k++) {
+        m[k] += (g[k] - m[k]) * omb1;
+        v[k] += (g[k] * g[k] - v[k]) * omb2;
+        float mh = (ut1 * m[k]) / c1 + (omut * g[k]) / c0;
+        p[k] -= (mh * lr) / (sqrtf(v[k] / c2) + eps);
+    }
+}
+
 #undef KB_NV
 #undef KB_WS
 
@@ -611,4 +637,5 @@ static const kern_ops KB(ops) = {
     .adam = KB(adam),
     .rmsprop = KB(rmsprop),
     .adagrad = KB(adagrad),
+    .nadam = KB(nadam),
 };

@@ -21,10 +21,12 @@ struct dsim_optim {
     size_t n;
     uint64_t step;
     size_t state_len;
-    float *state;             /* momentum: accum; adam: m then v */
-    float *clipped;           /* n floats: the clipped gradient (allocated at the first clip) */
-    float *upd;               /* n floats: LAMB's update before its ratio (at its first step) */
-    float *averaged;          /* n floats: (g + acc) / k on an accumulation's update step */
+    float *state;    /* momentum: accum; adam: m then v */
+    float *clipped;  /* n floats: the clipped gradient (allocated at the first clip) */
+    float *upd;      /* n floats: LAMB's update before its ratio (at its first step) */
+    float *averaged; /* n floats: (g + acc) / k on an accumulation's update step */
+    float nadam_u;   /* Nadam's u_product over the update steps before nadam_at */
+    uint64_t nadam_at;
     size_t part_off, part_of; /* dsim_optim_set_part: parameters [part_off, part_off + n) of a
                                  model of part_of; part_of 0: the whole model's */
 };
@@ -117,7 +119,7 @@ double optim_seen_take(size_t *n)
 }
 
 static const char *const optim_kind_names[DSIM_OPTIM_KIND_COUNT] = {
-    "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion", "adamax", "lamb"};
+    "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion", "adamax", "lamb", "nadam"};
 
 const char *dsim_optim_kind_name(dsim_optim_kind k)
 {
@@ -137,8 +139,8 @@ dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out)
         }
     }
     return DSIM_ERR(DSIM_EINVAL, -1,
-                    "unknown optimizer '%s': use sgd, momentum, adam, adamax, rmsprop, adagrad, "
-                    "lion or lamb",
+                    "unknown optimizer '%s': use sgd, momentum, adam, adamax, nadam, rmsprop, "
+                    "adagrad, lion or lamb",
                     s);
 }
 
@@ -171,7 +173,7 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
     if ((unsigned)spec->kind >= DSIM_OPTIM_KIND_COUNT)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "optimizer kind %d is not one of sgd, momentum, adam, rmsprop, "
-                        "adagrad, lion, adamax, lamb",
+                        "adagrad, lion, adamax, lamb, nadam",
                         (int)spec->kind);
     const char *kind = optim_kind_names[spec->kind];
     /* lr is rounded to float for the update; one that rounds to 0 or inf
@@ -223,6 +225,7 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
     case DSIM_OPTIM_ADAM:
     case DSIM_OPTIM_ADAMAX:
     case DSIM_OPTIM_LAMB:
+    case DSIM_OPTIM_NADAM:
         if (!optim_unit(spec->beta1))
             return DSIM_ERR(DSIM_EINVAL, -1, "optimizer %s: beta1 %g must be in [0, 1)", kind,
                             spec->beta1);
@@ -271,8 +274,8 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
     }
     /* the adaptive rules divide by a root with epsilon under it or beside it */
     if ((spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_ADAMAX ||
-         spec->kind == DSIM_OPTIM_LAMB || spec->kind == DSIM_OPTIM_RMSPROP ||
-         spec->kind == DSIM_OPTIM_ADAGRAD) &&
+         spec->kind == DSIM_OPTIM_LAMB || spec->kind == DSIM_OPTIM_NADAM ||
+         spec->kind == DSIM_OPTIM_RMSPROP || spec->kind == DSIM_OPTIM_ADAGRAD) &&
         (!(spec->epsilon > 0.0) || !isfinite((float)spec->epsilon) || (float)spec->epsilon == 0.0f))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "optimizer %s: epsilon %g must be positive and representable in "
@@ -312,6 +315,7 @@ static size_t optim_slots(const dsim_optim_spec *s)
         return s->amsgrad ? 3 : 2;
     case DSIM_OPTIM_ADAMAX:
     case DSIM_OPTIM_LAMB:
+    case DSIM_OPTIM_NADAM:
         return 2;
     case DSIM_OPTIM_RMSPROP:
         return 1 + (s->momentum > 0.0) + (s->centered != 0);
@@ -349,6 +353,7 @@ const char *dsim_optim_slot_name(const dsim_optim_spec *spec, size_t slot)
     switch (spec->kind) {
     case DSIM_OPTIM_ADAM:
     case DSIM_OPTIM_LAMB:
+    case DSIM_OPTIM_NADAM:
         return slot == 0 ? "m" : slot == 1 ? "v" : "vhat";
     case DSIM_OPTIM_ADAMAX:
         return slot == 0 ? "m" : "u";
@@ -369,7 +374,8 @@ int dsim_optim_is_adaptive(const dsim_optim_spec *spec)
 {
     return spec && (spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_ADAMAX ||
                     spec->kind == DSIM_OPTIM_RMSPROP || spec->kind == DSIM_OPTIM_ADAGRAD ||
-                    spec->kind == DSIM_OPTIM_LION || spec->kind == DSIM_OPTIM_LAMB);
+                    spec->kind == DSIM_OPTIM_LION || spec->kind == DSIM_OPTIM_LAMB ||
+                    spec->kind == DSIM_OPTIM_NADAM);
 }
 
 void dsim_optim_init_state(const dsim_optim_spec *spec, size_t n_params, float *state)
@@ -401,6 +407,7 @@ dsim_err dsim_optim_create(const dsim_optim_spec *spec, size_t n_params, dsim_op
         return DSIM_ERR(DSIM_ENOMEM, -1, "dsim_optim_create: out of memory");
     opt->spec = *spec;
     opt->n = n_params;
+    opt->nadam_u = 1.0f;
     opt->state_len = dsim_optim_slots_per_param(spec) * n_params;
     if (opt->state_len) {
         opt->state = calloc(opt->state_len, sizeof(float));
@@ -685,6 +692,53 @@ static dsim_err optim_lamb(dsim_optim *opt, float *p, const float *g, size_t n, 
     return DSIM_OK;
 }
 
+/* Keras 3's Nadam: u_product, the running product of its momentum schedule
+ * u(j) = beta1 * (1 - 0.5 * 0.96^j) over the update steps before step s
+ * (0-based; j = s' + 1 for each update step s' < s: every step, or the last
+ * of each accumulation), in float as Keras multiplies it: (u * beta1) * (1 -
+ * 0.5 * 0.96^j). A function of the step count alone, so that a restored or
+ * replayed optimizer (dsim_optim_set_state) has it without a slot of its
+ * own: kept where it was, advanced from there, made anew from step 0 where
+ * the step went back. */
+static float optim_nadam_uprod(dsim_optim *opt, uint64_t s)
+{
+    const float b1 = (float)opt->spec.beta1;
+    const int k = optim_accum(&opt->spec);
+    if (opt->nadam_at > s) {
+        opt->nadam_u = 1.0f;
+        opt->nadam_at = 0;
+    }
+    for (uint64_t j = opt->nadam_at; j < s; j++)
+        if (!k || (j + 1) % (uint64_t)k == 0)
+            opt->nadam_u = (opt->nadam_u * b1) * (1.0f - 0.5f * powf(0.96f, (float)(j + 1)));
+    opt->nadam_at = s;
+    return opt->nadam_u;
+}
+
+/* Keras 3's Nadam update at step t = s + 1 (update_step, in float32 as its
+ * ops compute it, operand for operand). */
+static void optim_nadam(dsim_optim *opt, float *p, const float *g, size_t n, float lr)
+{
+    const dsim_optim_spec *s = &opt->spec;
+    const float b1 = (float)s->beta1, b2 = (float)s->beta2, eps = (float)s->epsilon;
+    const float t = (float)(opt->step + 1), t1 = (float)(opt->step + 2);
+    const float ut = b1 * (1.0f - 0.5f * powf(0.96f, t));
+    const float ut1 = b1 * (1.0f - 0.5f * powf(0.96f, t1));
+    /* Keras multiplies this step's u into u_product before the update */
+    const float upt = optim_nadam_uprod(opt, opt->step + 1);
+    const float upt1 = upt * ut1;
+    const kern_nadam_k c = {.lr = lr,
+                            .omb1 = 1.0f - b1,
+                            .omb2 = 1.0f - b2,
+                            .ut1 = ut1,
+                            .c1 = 1.0f - upt1,
+                            .omut = 1.0f - ut,
+                            .c0 = 1.0f - upt,
+                            .c2 = 1.0f - powf(b2, t),
+                            .eps = eps};
+    kern_get()->nadam(p, opt->state, opt->state + n, g, n, &c);
+}
+
 static dsim_err optim_apply(dsim_optim *opt, float *params, const float *grad, size_t n,
                             double global_norm, int whole)
 {
@@ -770,6 +824,9 @@ static dsim_err optim_apply(dsim_optim *opt, float *params, const float *grad, s
         break;
     case DSIM_OPTIM_LAMB:
         DSIM_CHECK(optim_lamb(opt, params, grad, n, lr));
+        break;
+    case DSIM_OPTIM_NADAM:
+        optim_nadam(opt, params, grad, n, lr);
         break;
     default:
         return DSIM_ERR(DSIM_EINVAL, -1, "optimizer kind %d is not valid", (int)s->kind);

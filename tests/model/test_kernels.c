@@ -267,9 +267,11 @@ static void test_optimizers(void **state)
 {
     (void)state;
     enum { NP = 8 * 5 + 3, STEPS = 3 };
-    for (int kind = 0; kind < 4; kind++) {
+    for (int kind = 0; kind < 5; kind++) {
         dsim_optim_spec sp;
-        dsim_optim_spec_default(&sp, kind == 3 ? DSIM_OPTIM_MOMENTUM : (dsim_optim_kind)kind);
+        dsim_optim_spec_default(&sp, kind == 3   ? DSIM_OPTIM_MOMENTUM
+                                     : kind == 4 ? DSIM_OPTIM_NADAM
+                                                 : (dsim_optim_kind)kind);
         sp.nesterov = kind == 3;
         float g[STEPS][NP], p0[NP];
         dsim_rng r;
@@ -283,7 +285,12 @@ static void test_optimizers(void **state)
         float want[NP], m[NP] = {0}, v[NP] = {0};
         memcpy(want, p0, sizeof want);
         const float lr = (float)sp.lr, mom = (float)sp.momentum;
+        float up = 1.0f; /* Nadam's u_product */
         for (int t = 0; t < STEPS; t++) {
+            const float nb1 = (float)sp.beta1, nb2 = (float)sp.beta2, ft = (float)(t + 1);
+            const float ut = nb1 * (1.0f - 0.5f * powf(0.96f, ft));
+            const float ut1 = nb1 * (1.0f - 0.5f * powf(0.96f, (float)(t + 2)));
+            up = (up * nb1) * (1.0f - 0.5f * powf(0.96f, ft));
             double b1p = pow(sp.beta1, t + 1), b2p = pow(sp.beta2, t + 1);
             const float alpha = (float)(sp.lr * sqrt(1.0 - b2p) / (1.0 - b1p));
             const float omb1 = (float)(1.0 - sp.beta1), omb2 = (float)(1.0 - sp.beta2);
@@ -306,6 +313,13 @@ static void test_optimizers(void **state)
                     v[k] += (gk * gk - v[k]) * omb2;
                     want[k] -= m[k] * alpha / (sqrtf(v[k]) + eps);
                     break;
+                case DSIM_OPTIM_NADAM: {
+                    m[k] += (gk - m[k]) * (1.0f - nb1);
+                    v[k] += (gk * gk - v[k]) * (1.0f - nb2);
+                    float mh = (ut1 * m[k]) / (1.0f - up * ut1) + ((1.0f - ut) * gk) / (1.0f - up);
+                    want[k] -= (mh * lr) / (sqrtf(v[k] / (1.0f - powf(nb2, ft))) + eps);
+                    break;
+                }
                 default:
                     fail();
                 }

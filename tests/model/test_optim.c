@@ -582,6 +582,97 @@ static void test_lamb(void **state)
     assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
 }
 
+/* Keras 3's Nadam worked out in double: u(j) = beta1 (1 - 0.5 0.96^j), its
+ * running product over the update steps, Nesterov's look-ahead m_hat. With
+ * gradient accumulation over k steps the product takes the update steps'
+ * u alone, while t counts every step; a rate that steps back (a restore to
+ * an earlier step) computes the product anew. */
+static void nadam_ref(int k, double *w, double *m, double *v, double *up, int t, const float *g)
+{
+    const double b1 = 0.9, b2 = 0.999, lr = 0.05, eps = 1e-7;
+    double ut = b1 * (1 - 0.5 * pow(0.96, t + 1)), ut1 = b1 * (1 - 0.5 * pow(0.96, t + 2));
+    *up *= ut;
+    for (int i = 0; i < N; i++) {
+        double gi = g[i] / k;
+        m[i] = b1 * m[i] + (1 - b1) * gi;
+        v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+        double mh = ut1 * m[i] / (1 - *up * ut1) + (1 - ut) * gi / (1 - *up);
+        w[i] -= lr * mh / (sqrt(v[i] / (1 - pow(b2, t + 1))) + eps);
+    }
+}
+
+static void test_nadam(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_kind kind;
+    assert_int_equal(dsim_optim_kind_parse("nadam", &kind), DSIM_OK);
+    assert_int_equal(kind, DSIM_OPTIM_NADAM);
+    assert_string_equal(dsim_optim_kind_name(kind), "nadam");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_NADAM);
+    assert_true(s.lr == 0.001 && s.beta1 == 0.9 && s.beta2 == 0.999 && s.epsilon == 1e-7);
+    assert_true(dsim_optim_is_adaptive(&s));
+    assert_int_equal(dsim_optim_rule_slots(&s), 2);
+    assert_string_equal(dsim_optim_slot_name(&s, 0), "m");
+    assert_string_equal(dsim_optim_slot_name(&s, 1), "v");
+    s.lr = 0.05;
+    for (int k = 1; k <= 2; k++) {
+        s.gradient_accumulation_steps = k == 1 ? 0 : k;
+        dsim_optim *o = make(&s);
+        float w[N], keep[N], ks[2 * N + N];
+        double ref[N], m[N] = {0}, v[N] = {0}, up = 1;
+        for (int i = 0; i < N; i++)
+            ref[i] = w[i] = w0[i];
+        float acc[N] = {0};
+        for (int t = 0; t < STEPS; t++) {
+            if (t == 1) { /* the state before step 2, for the restore below */
+                memcpy(keep, w, sizeof keep);
+                memcpy(ks, dsim_optim_state(o), dsim_optim_state_len(o) * sizeof(float));
+            }
+            assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+            for (int i = 0; i < N; i++)
+                acc[i] += gs[t][i];
+            if ((t + 1) % k != 0)
+                continue;
+            nadam_ref(k, ref, m, v, &up, t, acc);
+            memset(acc, 0, sizeof acc);
+            check_close("nadam w", t, w, ref, N);
+            check_close("nadam m", t, dsim_optim_state(o), m, N);
+            check_close("nadam v", t, dsim_optim_state(o) + N, v, N);
+        }
+        /* back to step 1: the product made anew gives the same steps */
+        float again[N];
+        memcpy(again, keep, sizeof again);
+        assert_int_equal(dsim_optim_set_state(o, ks, dsim_optim_state_len(o), 1), DSIM_OK);
+        for (int t = 1; t < STEPS; t++)
+            assert_int_equal(dsim_optim_apply(o, again, gs[t], N), DSIM_OK);
+        assert_memory_equal(again, w, sizeof w);
+        dsim_optim_destroy(o);
+    }
+    /* the product is the schedule's: without it (Adam's bias correction of
+     * m alone) the weights part from these by far more than rounding */
+    dsim_optim_spec a = s;
+    a.kind = DSIM_OPTIM_ADAM;
+    a.gradient_accumulation_steps = 0;
+    s.gradient_accumulation_steps = 0;
+    dsim_optim *on = make(&s), *oa = make(&a);
+    float wn[N], wa[N];
+    memcpy(wn, w0, sizeof wn);
+    memcpy(wa, w0, sizeof wa);
+    for (int t = 0; t < STEPS; t++) {
+        assert_int_equal(dsim_optim_apply(on, wn, gs[t], N), DSIM_OK);
+        assert_int_equal(dsim_optim_apply(oa, wa, gs[t], N), DSIM_OK);
+    }
+    assert_true(fabsf(wn[0] - wa[0]) > 1e-3f);
+    dsim_optim_destroy(on);
+    dsim_optim_destroy(oa);
+    s.beta1 = 1.0;
+    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
+    s.beta1 = 0.9;
+    s.epsilon = 0.0;
+    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
+}
+
 /* The slots as Keras names them, in the layout's order */
 static void test_slot_names(void **state)
 {
@@ -625,8 +716,8 @@ static void test_checkpoint_restore(void **state)
         for (int t = 0; t < 2; t++)
             assert_int_equal(dsim_optim_apply(a, wa, gs[t], N), DSIM_OK);
         size_t len = dsim_optim_state_len(a);
-        const int two =
-            kind == DSIM_OPTIM_ADAM || kind == DSIM_OPTIM_ADAMAX || kind == DSIM_OPTIM_LAMB;
+        const int two = kind == DSIM_OPTIM_ADAM || kind == DSIM_OPTIM_ADAMAX ||
+                        kind == DSIM_OPTIM_LAMB || kind == DSIM_OPTIM_NADAM;
         assert_int_equal(len, kind == DSIM_OPTIM_SGD ? 0 : ams ? 3 * N : two ? 2 * N : N);
         assert_int_equal(dsim_optim_set_state(b, dsim_optim_state(a), len, dsim_optim_step(a)),
                          DSIM_OK);
@@ -1028,7 +1119,7 @@ static void test_bad_specs(void **state)
     assert_int_equal(k, DSIM_OPTIM_RMSPROP);
     assert_string_equal(dsim_optim_kind_name(DSIM_OPTIM_ADAGRAD), "adagrad");
     assert_int_equal(dsim_optim_kind_parse("sophia", &k), DSIM_EINVAL);
-    assert_non_null(strstr(dsim_errmsg(), "adam, adamax, rmsprop, adagrad, lion or lamb"));
+    assert_non_null(strstr(dsim_errmsg(), "adam, adamax, nadam, rmsprop, adagrad, lion or lamb"));
 }
 
 /* An optimizer of a part of a model says which part: inside the model, or
@@ -1217,25 +1308,16 @@ static void test_clip(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sgd),
-        cmocka_unit_test(test_momentum),
-        cmocka_unit_test(test_nesterov),
-        cmocka_unit_test(test_adam),
-        cmocka_unit_test(test_rmsprop),
-        cmocka_unit_test(test_adagrad),
-        cmocka_unit_test(test_lion),
-        cmocka_unit_test(test_amsgrad),
-        cmocka_unit_test(test_adamax),
-        cmocka_unit_test(test_lamb),
-        cmocka_unit_test(test_slot_names),
-        cmocka_unit_test(test_sgd_momentum),
-        cmocka_unit_test(test_checkpoint_restore),
-        cmocka_unit_test(test_bad_specs),
-        cmocka_unit_test(test_schedules),
-        cmocka_unit_test(test_bad_schedules),
-        cmocka_unit_test(test_accumulation),
-        cmocka_unit_test(test_set_part),
-        cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_sgd),           cmocka_unit_test(test_momentum),
+        cmocka_unit_test(test_nesterov),      cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_rmsprop),       cmocka_unit_test(test_adagrad),
+        cmocka_unit_test(test_lion),          cmocka_unit_test(test_amsgrad),
+        cmocka_unit_test(test_adamax),        cmocka_unit_test(test_lamb),
+        cmocka_unit_test(test_nadam),         cmocka_unit_test(test_slot_names),
+        cmocka_unit_test(test_sgd_momentum),  cmocka_unit_test(test_checkpoint_restore),
+        cmocka_unit_test(test_bad_specs),     cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_bad_schedules), cmocka_unit_test(test_accumulation),
+        cmocka_unit_test(test_set_part),      cmocka_unit_test(test_clip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

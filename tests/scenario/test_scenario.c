@@ -655,7 +655,7 @@ static const err_case err_cases[] = {
     {"name: a\noptimizer: {kind: momentum, momentum: 1}\n", 2, 39,
      {"optimizer.momentum: '1' is out of range", "[0, 1)"}},
     {"name: a\noptimizer: {beta1: 0.5}\n", 2, 13,
-     {"optimizer.beta1: only adam, adamax, lamb and lion use it", "kind is sgd"}},
+     {"optimizer.beta1: only adam, adamax, nadam, lamb and lion use it", "kind is sgd"}},
     {"name: a\noptimizer: {learning_rate: 0}\n", 2, 28, {"learning_rate", "out of range", "(0, "}},
     {"name: a\noptimizer: {learning_rate: fast}\n", 2, 28, {"'fast' is not a number"}},
     {"name: a\noptimizer: {kind: rmsprop9}\n", 2, 19, {"sgd, momentum, adam, adamax, rmsprop"}},

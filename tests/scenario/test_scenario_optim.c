@@ -94,6 +94,19 @@ static void test_keys(void **state)
     json_decref(j);
     dsim_scenario_free(s);
 
+    /* Keras 3's Nadam: Adam's betas and epsilon, two slots (its momentum
+     * schedule's product follows from the step count) */
+    s = scen_parse_ok("name: a\noptimizer: {kind: nadam, beta2: 0.99, epsilon: 1e-6}\n");
+    o = &s->train.optim;
+    assert_true(o->kind == DSIM_OPTIM_NADAM && o->beta1 == 0.9 && o->beta2 == 0.99 &&
+                o->epsilon == 1e-6);
+    assert_int_equal(dsim_optim_rule_slots(o), 2);
+    j = NULL;
+    assert_int_equal(dsim_scenario_plan(s, &j), DSIM_OK);
+    assert_true(json_real_value(json_object_get(json_object_get(j, "optimizer"), "beta2")) == 0.99);
+    json_decref(j);
+    dsim_scenario_free(s);
+
     /* Keras's SGD(momentum=0.9, nesterov=True): a velocity slot */
     s = scen_parse_ok("name: a\noptimizer: {kind: sgd, momentum: 0.9, nesterov: true}\n");
     o = &s->train.optim;
@@ -122,11 +135,11 @@ static void test_keys(void **state)
 /* clang-format off */
 static const scen_err_case optim_errs[] = {
     {"name: a\noptimizer: {kind: sophia}\n", 2, 19,
-     {"optimizer.kind", "sgd, momentum, adam, adamax, rmsprop, adagrad, lion, lamb"}},
+     {"optimizer.kind", "sgd, momentum, adam, adamax, rmsprop, adagrad, lion, lamb, nadam"}},
     {"name: a\noptimizer: {kind: lion, epsilon: 1e-7}\n", 2, 25,
-     {"optimizer.epsilon: only adam, adamax, lamb, rmsprop and adagrad use it", "kind is lion"}},
+     {"optimizer.epsilon: only adam, adamax, nadam, lamb, rmsprop and adagrad use it", "kind is lion"}},
     {"name: a\noptimizer: {kind: rmsprop, beta1: 0.9}\n", 2, 28,
-     {"optimizer.beta1: only adam, adamax, lamb and lion use it"}},
+     {"optimizer.beta1: only adam, adamax, nadam, lamb and lion use it"}},
     {"name: a\noptimizer: {kind: adamax, amsgrad: true}\n", 2, 27,
      {"optimizer.amsgrad: only adam uses it", "kind is adamax"}},
     {"name: a\noptimizer: {kind: adam, amsgrad: 1.5}\n", 2, 34, {"optimizer.amsgrad"}},
@@ -152,7 +165,7 @@ static const scen_err_case optim_errs[] = {
     {"name: a\noptimizer: {kind: adagrad, momentum: 0.9}\n", 2, 28,
      {"optimizer.momentum: only sgd, momentum and rmsprop use it", "kind is adagrad"}},
     {"name: a\noptimizer: {kind: sgd, epsilon: 1e-7}\n", 2, 24,
-     {"optimizer.epsilon: only adam, adamax, lamb, rmsprop and adagrad use it", "kind is sgd"}},
+     {"optimizer.epsilon: only adam, adamax, nadam, lamb, rmsprop and adagrad use it", "kind is sgd"}},
     {"name: a\noptimizer: {kind: rmsprop, initial_accumulator_value: 0.1}\n", 2, 28,
      {"optimizer.initial_accumulator_value: only adagrad uses it"}},
     {"name: a\noptimizer: {kind: rmsprop, rho: 1}\n", 2, 33,

@@ -1,5 +1,5 @@
-/* Optimizers: SGD, momentum, Adam (and AMSGrad), Adamax, RMSprop, Adagrad,
- * Lion and LAMB, with TensorFlow's
+/* Optimizers: SGD, momentum, Adam (and AMSGrad), Adamax, Nadam, RMSprop,
+ * Adagrad, Lion and LAMB, with TensorFlow's
  * (Keras's) update rules.
  *
  * Each replica owns one dsim_optim for its own copy of the parameters; after
@@ -50,6 +50,16 @@
  *              An optimizer of a part (dsim_optim_set_part) must hold whole
  *              variables: one that cuts a variable cannot compute its norm,
  *              and its update fails (DSIM_ENOTSUP, naming the variable).
+ *   nadam:     u(j) = beta1 * (1 - 0.5 * 0.96^j)             (Keras 3 Nadam)
+ *              P = u_product: (P * beta1) * (1 - 0.5 * 0.96^j) over the
+ *              update steps j = 1 .. t (this one's included)
+ *              m += (g - m) * (1 - beta1)
+ *              v += (g^2 - v) * (1 - beta2)
+ *              mh = (u(t+1) * m) / (1 - P * u(t+1)) + ((1 - u(t)) * g) / (1 - P)
+ *              w -= (mh * lr) / (sqrt(v / (1 - beta2^t)) + epsilon)
+ *              (all in float, the betas cast first, as Keras's ops; P is a
+ *              function of the step count, so it needs no slot: a step
+ *              skipped under a dynamic loss scale counts in it, as in t)
  * alpha and Adamax's 1 - beta1^t are computed in double and rounded to float
  * once per step; rho,
  * 1 - rho, momentum and epsilon are rounded to float once, as Keras casts
@@ -91,7 +101,8 @@
  * [accum: n]; adam [m: n][v: n], with amsgrad then [vhat: n]; adamax
  * [m: n][u: n]; rmsprop [velocity: n], then [momentum: n]
  * when momentum > 0, then [average gradient: n] when centered (Keras's
- * order); adagrad [accumulator: n]; lion [momentum: n]; lamb [m: n][v: n]; with
+ * order); adagrad [accumulator: n]; lion [momentum: n]; lamb and nadam
+ * [m: n][v: n]; with
  * gradient_accumulation_steps > 1, one more slot at the end: [acc: n].
  * Every slot starts at 0 but Adagrad's accumulator, which starts at
  * initial_accumulator_value (dsim_optim_init_state). */
@@ -121,6 +132,7 @@ typedef enum dsim_optim_kind {
     DSIM_OPTIM_LION,
     DSIM_OPTIM_ADAMAX,
     DSIM_OPTIM_LAMB,
+    DSIM_OPTIM_NADAM, /* appended (soname 9, after its first release) */
     DSIM_OPTIM_KIND_COUNT
 } dsim_optim_kind;
 
@@ -232,7 +244,8 @@ typedef struct dsim_optim_spec {
 
 typedef struct dsim_optim dsim_optim;
 
-/* "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion", "adamax", "lamb". */
+/* "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion", "adamax", "lamb",
+ * "nadam". */
 DSIM_API const char *dsim_optim_kind_name(dsim_optim_kind k);
 DSIM_API dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out);
 
@@ -251,8 +264,8 @@ DSIM_API float dsim_optim_lr_at(const dsim_optim_spec *spec, uint64_t step);
  * no nesterov; adam lr 0.001, beta1 0.9, beta2 0.999, epsilon 1e-7;
  * rmsprop lr 0.001, rho 0.9, momentum 0, epsilon 1e-7, not centered;
  * adagrad lr 0.001, initial_accumulator_value 0.1, epsilon 1e-7; lion lr
- * 0.001, beta1 0.9, beta2 0.99; adamax and lamb lr 0.001, beta1 0.9, beta2
- * 0.999, epsilon 1e-7. */
+ * 0.001, beta1 0.9, beta2 0.99; adamax, lamb and nadam lr 0.001, beta1
+ * 0.9, beta2 0.999, epsilon 1e-7. */
 DSIM_API void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind);
 /* DSIM_OK, or DSIM_EINVAL naming the field and the accepted range. Fields a
  * kind does not use are not checked. */
