@@ -89,6 +89,10 @@ typedef struct kern_ops {
     void (*adagrad)(float *p, float *acc, const float *g, size_t n, float lr, float eps);
     /* Keras 3's Nadam with this step's coefficients (optim.c) */
     void (*nadam)(float *p, float *m, float *v, const float *g, size_t n, const kern_nadam_k *c);
+    /* LAMB's moments and its update before the trust ratio, into u: m +=
+     * (g - m) omb1; v += (g^2 - v) omb2; u = (m / c1) / (sqrt(v / c2) + eps) */
+    void (*lamb_u)(float *m, float *v, const float *g, float *u, size_t n, float omb1, float omb2,
+                   float c1, float c2, float eps);
 } kern_ops;
 
 /* The table in use: the fastest the CPU runs, or the one chosen with

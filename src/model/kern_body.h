@@ -621,6 +621,26 @@ KB_ATTR static void KB(nadam)(float *p, float *m, float *v, const float *g, size
     }
 }
 
+KB_ATTR static void KB(lamb_u)(float *m, float *v, const float *g, float *u, size_t n, float omb1,
+                               float omb2, float c1, float c2, float eps)
+{
+    size_t k = 0;
+    for (; k + KB_WS <= n; k += KB_WS) {
+        KVS gk = KB(lds)(g + k);
+        KVS mk = KB(lds)(m + k), vk = KB(lds)(v + k);
+        mk += (gk - mk) * omb1;
+        vk += (gk * gk - vk) * omb2;
+        KB(sts)(m + k, mk);
+        KB(sts)(v + k, vk);
+        KB(sts)(u + k, (mk / c1) / (KB_SQRTS(vk / c2) + eps));
+    }
+    for (; k < n; k++) {
+        m[k] += (g[k] - m[k]) * omb1;
+        v[k] += (g[k] * g[k] - v[k]) * omb2;
+        u[k] = (m[k] / c1) / (sqrtf(v[k] / c2) + eps);
+    }
+}
+
 #undef KB_NV
 #undef KB_WS
 
@@ -638,4 +658,5 @@ static const kern_ops KB(ops) = {
     .rmsprop = KB(rmsprop),
     .adagrad = KB(adagrad),
     .nadam = KB(nadam),
+    .lamb_u = KB(lamb_u),
 };

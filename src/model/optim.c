@@ -617,16 +617,12 @@ static void optim_lion(float *p, float *m, const float *g, size_t n, float lr, f
 
 /* Keras 3's Lamb on the variables [a, a + len) of this optimizer's
  * parameters: the moments and the update u (into u[0..len): element-wise
- * float, loops the compiler vectorises), the norms of the variable and of
- * u (double sums in index order), then w -= (r * lr) * u. */
+ * float, the kernels' lamb_u), the norms of the variable and of u (double
+ * sums in index order), then w -= (r * lr) * u. */
 static void optim_lamb_var(float *p, float *m, float *v, const float *g, float *u, size_t len,
                            float lr, float omb1, float omb2, float c1, float c2, float eps)
 {
-    for (size_t k = 0; k < len; k++) {
-        m[k] += (g[k] - m[k]) * omb1;
-        v[k] += (g[k] * g[k] - v[k]) * omb2;
-        u[k] = (m[k] / c1) / (sqrtf(v[k] / c2) + eps);
-    }
+    kern_get()->lamb_u(m, v, g, u, len, omb1, omb2, c1, c2, eps);
     double ww = 0, uu = 0;
     for (size_t k = 0; k < len; k++) {
         ww += (double)p[k] * (double)p[k];

@@ -267,10 +267,11 @@ static void test_optimizers(void **state)
 {
     (void)state;
     enum { NP = 8 * 5 + 3, STEPS = 3 };
-    for (int kind = 0; kind < 5; kind++) {
+    for (int kind = 0; kind < 6; kind++) {
         dsim_optim_spec sp;
         dsim_optim_spec_default(&sp, kind == 3   ? DSIM_OPTIM_MOMENTUM
                                      : kind == 4 ? DSIM_OPTIM_NADAM
+                                     : kind == 5 ? DSIM_OPTIM_LAMB
                                                  : (dsim_optim_kind)kind);
         sp.nesterov = kind == 3;
         float g[STEPS][NP], p0[NP];
@@ -291,6 +292,25 @@ static void test_optimizers(void **state)
             const float ut = nb1 * (1.0f - 0.5f * powf(0.96f, ft));
             const float ut1 = nb1 * (1.0f - 0.5f * powf(0.96f, (float)(t + 2)));
             up = (up * nb1) * (1.0f - 0.5f * powf(0.96f, ft));
+            if (sp.kind == DSIM_OPTIM_LAMB) { /* one variable: the whole buffer */
+                const float c1 = 1.0f - powf(nb1, ft), c2 = 1.0f - powf(nb2, ft);
+                float u[NP];
+                double ww = 0, uu = 0;
+                for (int k = 0; k < NP; k++) {
+                    float gk = g[t][k];
+                    m[k] += (gk - m[k]) * (float)(1.0 - sp.beta1);
+                    v[k] += (gk * gk - v[k]) * (float)(1.0 - sp.beta2);
+                    u[k] = (m[k] / c1) / (sqrtf(v[k] / c2) + (float)sp.epsilon);
+                }
+                for (int k = 0; k < NP; k++) {
+                    ww += (double)want[k] * (double)want[k];
+                    uu += (double)u[k] * (double)u[k];
+                }
+                const float rl = (sqrtf((float)ww) / sqrtf((float)uu)) * lr;
+                for (int k = 0; k < NP; k++)
+                    want[k] -= rl * u[k];
+                continue;
+            }
             double b1p = pow(sp.beta1, t + 1), b2p = pow(sp.beta2, t + 1);
             const float alpha = (float)(sp.lr * sqrt(1.0 - b2p) / (1.0 - b1p));
             const float omb1 = (float)(1.0 - sp.beta1), omb2 = (float)(1.0 - sp.beta2);
