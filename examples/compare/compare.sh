@@ -134,6 +134,9 @@ one mlp_clipnorm '{kind: mlp, hidden: [8]}' '{kind: adam, learning_rate: 0.01, c
 # (u_product), under gradient accumulation (u_product over the update steps)
 one mlp_nadam '{kind: mlp, hidden: [8]}' \
     '{kind: nadam, learning_rate: 0.01, gradient_accumulation_steps: 3}' "$npy"
+# Keras 3's Adadelta: each step's size from running averages of the squared
+# gradients and of the squared steps (a unit-free rule: a rate of 1 trains)
+one mlp_adadelta '{kind: mlp, hidden: [8]}' '{kind: adadelta, learning_rate: 1.0}' "$npy"
 # 2,400 steps of a ReLU MLP with Adam: float rounding (float32 sums in
 # dsim's order against NumPy's float64) is amplified until the two
 # trajectories part, and the ends differ by far more than 1e-6; with every

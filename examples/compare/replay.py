@@ -230,6 +230,12 @@ class Optimizer:
             w = (w - lr * np.sign(c)).astype(np.float32)
             self.m = self.m * b2 + g * (f(1) - b2)
             return w
+        if s["kind"] == "adadelta":  # Keras 3: m holds accumulated_grad, v the deltas'
+            rho, omr, eps = f(s["rho"]), f(1.0 - s["rho"]), f(s["epsilon"])
+            self.m = rho * self.m + omr * (g * g)
+            d = -((np.sqrt(self.v + eps) * g) / np.sqrt(self.m + eps))
+            self.v = rho * self.v + omr * (d * d)
+            return (w + lr * d).astype(np.float32)
         if s["kind"] == "adagrad":
             self.ada = self.ada + g * g
             return (w - (lr * g) / np.sqrt(self.ada + f(s["epsilon"]))).astype(np.float32)

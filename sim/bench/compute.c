@@ -359,7 +359,8 @@ static int bm_optim(const dsim_bench_compute *b)
         double bytes; /* per parameter: params, gradient, slots, read and written */
     } opts[] = {{DSIM_OPTIM_SGD, 12},     {DSIM_OPTIM_MOMENTUM, 20}, {DSIM_OPTIM_ADAM, 28},
                 {DSIM_OPTIM_RMSPROP, 20}, {DSIM_OPTIM_ADAGRAD, 20},  {DSIM_OPTIM_LION, 20},
-                {DSIM_OPTIM_ADAMAX, 28},  {DSIM_OPTIM_LAMB, 28},     {DSIM_OPTIM_NADAM, 28}};
+                {DSIM_OPTIM_ADAMAX, 28},  {DSIM_OPTIM_LAMB, 28},     {DSIM_OPTIM_NADAM, 28},
+                {DSIM_OPTIM_ADADELTA, 28}};
     for (size_t i = 0; i < sizeof opts / sizeof opts[0] && rc == 0; i++) {
         dsim_optim_spec sp;
         dsim_optim_spec_default(&sp, opts[i].kind);

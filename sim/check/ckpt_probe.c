@@ -312,14 +312,15 @@ static void ck_saved_slots_why(const dsim_checkpoint *ck, const dsim_train_resul
         }
     }
     shard = shard && missing > 0;
-    const char *what = kind == DSIM_OPTIM_ADAM      ? "Adam's moments"
-                       : kind == DSIM_OPTIM_ADAMAX  ? "Adamax's moment and norm"
-                       : kind == DSIM_OPTIM_LAMB    ? "LAMB's moments"
-                       : kind == DSIM_OPTIM_NADAM   ? "Nadam's moments"
-                       : kind == DSIM_OPTIM_RMSPROP ? "RMSprop's averages"
-                       : kind == DSIM_OPTIM_ADAGRAD ? "Adagrad's accumulators"
-                       : kind == DSIM_OPTIM_LION    ? "Lion's momentum"
-                                                    : "the momentum";
+    const char *what = kind == DSIM_OPTIM_ADAM       ? "Adam's moments"
+                       : kind == DSIM_OPTIM_ADAMAX   ? "Adamax's moment and norm"
+                       : kind == DSIM_OPTIM_LAMB     ? "LAMB's moments"
+                       : kind == DSIM_OPTIM_NADAM    ? "Nadam's moments"
+                       : kind == DSIM_OPTIM_ADADELTA ? "Adadelta's accumulators"
+                       : kind == DSIM_OPTIM_RMSPROP  ? "RMSprop's averages"
+                       : kind == DSIM_OPTIM_ADAGRAD  ? "Adagrad's accumulators"
+                       : kind == DSIM_OPTIM_LION     ? "Lion's momentum"
+                                                     : "the momentum";
     const char *verb_s = kind == DSIM_OPTIM_MOMENTUM || kind == DSIM_OPTIM_SGD ? "s" : "";
     const float iav = (float)os->initial_accumulator_value;
     if (!zero && ck_slots_started0(ck, ref, os, tol->max_abs)) {

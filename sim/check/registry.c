@@ -90,8 +90,8 @@ double dsim_check_narrow_u(const dsim_train_result *run)
 const char *ck_optim_title(const dsim_optim_spec *os)
 {
     static const char *const t[DSIM_OPTIM_KIND_COUNT] = {
-        "SGD",  "SGD with momentum", "Adam", "RMSprop", "Adagrad", "Lion", "Adamax", "LAMB",
-        "Nadam"};
+        "SGD",   "SGD with momentum", "Adam", "RMSprop", "Adagrad", "Lion", "Adamax", "LAMB",
+        "Nadam", "Adadelta"};
     return (unsigned)os->kind < DSIM_OPTIM_KIND_COUNT ? t[os->kind] : "the optimizer";
 }
 

@@ -193,6 +193,11 @@ static const char *ex_optim_rule(const dsim_optim_spec *o)
                "u(t+1)) + ((1 - u(t)) * g) / (1 - P); w -= (mh * lr) / (sqrt(v / (1 - b2^t)) + "
                "epsilon): Keras 3's Nadam. Slots: [m: n_params][v: n_params] (P follows from "
                "t)";
+    case DSIM_OPTIM_ADADELTA:
+        return "ag = float32(rho) * ag + float32(1 - rho) * (g*g); d = -((sqrt(ad + epsilon) * "
+               "g) / sqrt(ag + epsilon)); ad = float32(rho) * ad + float32(1 - rho) * (d*d); w += "
+               "lr * d: Keras 3's Adadelta (float32). Slots: [accumulated_grad: "
+               "n_params][accumulated_delta_var: n_params]";
     case DSIM_OPTIM_ADAGRAD:
         return "acc = acc + g*g; w -= (lr * g) / sqrt(acc + epsilon): Keras 3's Adagrad "
                "(float32), acc starting at float32(initial_accumulator_value). Slots: "
@@ -352,6 +357,8 @@ static json_t *ex_optim_json(const dsim_optim_spec *o)
     if (j && o->kind == DSIM_OPTIM_RMSPROP)
         json_object_update_new(
             j, json_pack("{s:f, s:b}", "rho", o->rho, "centered", o->centered != 0));
+    if (j && o->kind == DSIM_OPTIM_ADADELTA)
+        json_object_set_new(j, "rho", json_real(o->rho));
     if (j && o->kind == DSIM_OPTIM_ADAGRAD)
         json_object_set_new(j, "initial_accumulator_value",
                             json_real(o->initial_accumulator_value));

@@ -24,7 +24,7 @@ static const scen_name scen_optims[] = {
     {"adam", DSIM_OPTIM_ADAM},       {"adamax", DSIM_OPTIM_ADAMAX},
     {"rmsprop", DSIM_OPTIM_RMSPROP}, {"adagrad", DSIM_OPTIM_ADAGRAD},
     {"lion", DSIM_OPTIM_LION},       {"lamb", DSIM_OPTIM_LAMB},
-    {"nadam", DSIM_OPTIM_NADAM}};
+    {"nadam", DSIM_OPTIM_NADAM},     {"adadelta", DSIM_OPTIM_ADADELTA}};
 static const scen_name scen_tasks[] = {{"classification", DSIM_DATA_CLASSIFICATION},
                                        {"regression", DSIM_DATA_REGRESSION}};
 static const scen_name scen_policies[] = {{"off", DSIM_SHARD_OFF},
@@ -672,10 +672,11 @@ dsim_err scen_optim(const scen_ctx *c, scen_state *st)
                 "adam, adamax, nadam, lamb and lion"},
                {O_EPSILON,
                 OK_(DSIM_OPTIM_ADAM) | OK_(DSIM_OPTIM_ADAMAX) | OK_(DSIM_OPTIM_LAMB) |
-                    OK_(DSIM_OPTIM_NADAM) | OK_(DSIM_OPTIM_RMSPROP) | OK_(DSIM_OPTIM_ADAGRAD),
-                "adam, adamax, nadam, lamb, rmsprop and adagrad"},
+                    OK_(DSIM_OPTIM_NADAM) | OK_(DSIM_OPTIM_RMSPROP) | OK_(DSIM_OPTIM_ADAGRAD) |
+                    OK_(DSIM_OPTIM_ADADELTA),
+                "adam, adamax, nadam, lamb, rmsprop, adagrad and adadelta"},
                {O_AMSGRAD, OK_(DSIM_OPTIM_ADAM), "adam"},
-               {O_RHO, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
+               {O_RHO, OK_(DSIM_OPTIM_RMSPROP) | OK_(DSIM_OPTIM_ADADELTA), "rmsprop and adadelta"},
                {O_CENTERED, OK_(DSIM_OPTIM_RMSPROP), "rmsprop"},
                {O_IAV, OK_(DSIM_OPTIM_ADAGRAD), "adagrad"}};
 #undef OK_

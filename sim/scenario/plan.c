@@ -359,6 +359,9 @@ static json_t *plan_optim(plan_b *b, const dsim_scenario *s)
     } else if (p->kind == DSIM_OPTIM_LION) {
         plan_set(b, o, "beta1", json_real(p->beta1));
         plan_set(b, o, "beta2", json_real(p->beta2));
+    } else if (p->kind == DSIM_OPTIM_ADADELTA) {
+        plan_set(b, o, "rho", json_real(p->rho));
+        plan_set(b, o, "epsilon", json_real(p->epsilon));
     } else if (p->kind == DSIM_OPTIM_ADAGRAD) {
         plan_set(b, o, "initial_accumulator_value", json_real(p->initial_accumulator_value));
         plan_set(b, o, "epsilon", json_real(p->epsilon));

@@ -93,6 +93,9 @@ typedef struct kern_ops {
      * (g - m) omb1; v += (g^2 - v) omb2; u = (m / c1) / (sqrt(v / c2) + eps) */
     void (*lamb_u)(float *m, float *v, const float *g, float *u, size_t n, float omb1, float omb2,
                    float c1, float c2, float eps);
+    /* Keras 3's Adadelta: omr = float(1 - rho) */
+    void (*adadelta)(float *p, float *ag, float *ad, const float *g, size_t n, float lr, float rho,
+                     float omr, float eps);
 } kern_ops;
 
 /* The table in use: the fastest the CPU runs, or the one chosen with

@@ -641,6 +641,29 @@ KB_ATTR static void KB(lamb_u)(float *m, float *v, const float *g, float *u, siz
     }
 }
 
+/* Keras 3's Adadelta, operand for operand: ag = rho ag + omr g^2; d =
+ * -((sqrt(ad + eps) g) / sqrt(ag + eps)); ad = rho ad + omr d^2; p += lr d. */
+KB_ATTR static void KB(adadelta)(float *p, float *ag, float *ad, const float *g, size_t n, float lr,
+                                 float rho, float omr, float eps)
+{
+    size_t k = 0;
+    for (; k + KB_WS <= n; k += KB_WS) {
+        KVS gk = KB(lds)(g + k);
+        KVS agk = rho * KB(lds)(ag + k) + omr * (gk * gk);
+        KVS adk = KB(lds)(ad + k);
+        KVS d = -((KB_SQRTS(adk + eps) * gk) / KB_SQRTS(agk + eps));
+        KB(sts)(ag + k, agk);
+        KB(sts)(ad + k, rho * adk + omr * (d * d));
+        KB(sts)(p + k, KB(lds)(p + k) + lr * d);
+    }
+    for (; k < n; k++) {
+        ag[k] = rho * ag[k] + omr * (g[k] * g[k]);
+        float d = -((sqrtf(ad[k] + eps) * g[k]) / sqrtf(ag[k] + eps));
+        ad[k] = rho * ad[k] + omr * (d * d);
+        p[k] += lr * d;
+    }
+}
+
 #undef KB_NV
 #undef KB_WS
 
@@ -659,4 +682,5 @@ static const kern_ops KB(ops) = {
     .adagrad = KB(adagrad),
     .nadam = KB(nadam),
     .lamb_u = KB(lamb_u),
+    .adadelta = KB(adadelta),
 };

@@ -119,7 +119,7 @@ double optim_seen_take(size_t *n)
 }
 
 static const char *const optim_kind_names[DSIM_OPTIM_KIND_COUNT] = {
-    "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion", "adamax", "lamb", "nadam"};
+    "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion", "adamax", "lamb", "nadam", "adadelta"};
 
 const char *dsim_optim_kind_name(dsim_optim_kind k)
 {
@@ -140,7 +140,7 @@ dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out)
     }
     return DSIM_ERR(DSIM_EINVAL, -1,
                     "unknown optimizer '%s': use sgd, momentum, adam, adamax, nadam, rmsprop, "
-                    "adagrad, lion or lamb",
+                    "adagrad, adadelta, lion or lamb",
                     s);
 }
 
@@ -156,7 +156,7 @@ void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind)
     spec->beta1 = 0.9;
     spec->beta2 = kind == DSIM_OPTIM_LION ? 0.99 : 0.999;
     spec->epsilon = 1e-7;
-    spec->rho = 0.9;
+    spec->rho = kind == DSIM_OPTIM_ADADELTA ? 0.95 : 0.9;
     spec->centered = 0;
     spec->initial_accumulator_value = 0.1;
 }
@@ -173,7 +173,7 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
     if ((unsigned)spec->kind >= DSIM_OPTIM_KIND_COUNT)
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "optimizer kind %d is not one of sgd, momentum, adam, rmsprop, "
-                        "adagrad, lion, adamax, lamb, nadam",
+                        "adagrad, lion, adamax, lamb, nadam, adadelta",
                         (int)spec->kind);
     const char *kind = optim_kind_names[spec->kind];
     /* lr is rounded to float for the update; one that rounds to 0 or inf
@@ -236,6 +236,12 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
             return DSIM_ERR(DSIM_EINVAL, -1, "optimizer adam: amsgrad %d must be 0 or 1",
                             spec->amsgrad);
         break;
+    case DSIM_OPTIM_ADADELTA:
+        if (!optim_unit(spec->rho))
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "optimizer adadelta: rho %g must be in [0, 1) (Keras uses 0.95)",
+                            spec->rho);
+        break;
     case DSIM_OPTIM_RMSPROP:
         if (!optim_unit(spec->rho))
             return DSIM_ERR(DSIM_EINVAL, -1,
@@ -275,7 +281,8 @@ dsim_err dsim_optim_validate(const dsim_optim_spec *spec)
     /* the adaptive rules divide by a root with epsilon under it or beside it */
     if ((spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_ADAMAX ||
          spec->kind == DSIM_OPTIM_LAMB || spec->kind == DSIM_OPTIM_NADAM ||
-         spec->kind == DSIM_OPTIM_RMSPROP || spec->kind == DSIM_OPTIM_ADAGRAD) &&
+         spec->kind == DSIM_OPTIM_RMSPROP || spec->kind == DSIM_OPTIM_ADAGRAD ||
+         spec->kind == DSIM_OPTIM_ADADELTA) &&
         (!(spec->epsilon > 0.0) || !isfinite((float)spec->epsilon) || (float)spec->epsilon == 0.0f))
         return DSIM_ERR(DSIM_EINVAL, -1,
                         "optimizer %s: epsilon %g must be positive and representable in "
@@ -316,6 +323,7 @@ static size_t optim_slots(const dsim_optim_spec *s)
     case DSIM_OPTIM_ADAMAX:
     case DSIM_OPTIM_LAMB:
     case DSIM_OPTIM_NADAM:
+    case DSIM_OPTIM_ADADELTA:
         return 2;
     case DSIM_OPTIM_RMSPROP:
         return 1 + (s->momentum > 0.0) + (s->centered != 0);
@@ -363,6 +371,8 @@ const char *dsim_optim_slot_name(const dsim_optim_spec *spec, size_t slot)
                                                    : "average gradient";
     case DSIM_OPTIM_LION:
         return "momentum";
+    case DSIM_OPTIM_ADADELTA:
+        return slot == 0 ? "accumulated_grad" : "accumulated_delta_var";
     case DSIM_OPTIM_SGD:
         return "velocity";
     default: /* momentum (TF1's accum), adagrad */
@@ -375,7 +385,7 @@ int dsim_optim_is_adaptive(const dsim_optim_spec *spec)
     return spec && (spec->kind == DSIM_OPTIM_ADAM || spec->kind == DSIM_OPTIM_ADAMAX ||
                     spec->kind == DSIM_OPTIM_RMSPROP || spec->kind == DSIM_OPTIM_ADAGRAD ||
                     spec->kind == DSIM_OPTIM_LION || spec->kind == DSIM_OPTIM_LAMB ||
-                    spec->kind == DSIM_OPTIM_NADAM);
+                    spec->kind == DSIM_OPTIM_NADAM || spec->kind == DSIM_OPTIM_ADADELTA);
 }
 
 void dsim_optim_init_state(const dsim_optim_spec *spec, size_t n_params, float *state)
@@ -823,6 +833,10 @@ static dsim_err optim_apply(dsim_optim *opt, float *params, const float *grad, s
         break;
     case DSIM_OPTIM_NADAM:
         optim_nadam(opt, params, grad, n, lr);
+        break;
+    case DSIM_OPTIM_ADADELTA: /* Keras: rho and 1 - rho Python floats, cast to float32 */
+        kk->adadelta(params, opt->state, opt->state + n, grad, n, lr, (float)s->rho,
+                     (float)(1.0 - s->rho), (float)s->epsilon);
         break;
     default:
         return DSIM_ERR(DSIM_EINVAL, -1, "optimizer kind %d is not valid", (int)s->kind);

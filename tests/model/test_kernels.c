@@ -267,11 +267,12 @@ static void test_optimizers(void **state)
 {
     (void)state;
     enum { NP = 8 * 5 + 3, STEPS = 3 };
-    for (int kind = 0; kind < 6; kind++) {
+    for (int kind = 0; kind < 7; kind++) {
         dsim_optim_spec sp;
         dsim_optim_spec_default(&sp, kind == 3   ? DSIM_OPTIM_MOMENTUM
                                      : kind == 4 ? DSIM_OPTIM_NADAM
                                      : kind == 5 ? DSIM_OPTIM_LAMB
+                                     : kind == 6 ? DSIM_OPTIM_ADADELTA
                                                  : (dsim_optim_kind)kind);
         sp.nesterov = kind == 3;
         float g[STEPS][NP], p0[NP];
@@ -333,6 +334,14 @@ static void test_optimizers(void **state)
                     v[k] += (gk * gk - v[k]) * omb2;
                     want[k] -= m[k] * alpha / (sqrtf(v[k]) + eps);
                     break;
+                case DSIM_OPTIM_ADADELTA: { /* m: accumulated_grad, v: the deltas' */
+                    const float rho = (float)sp.rho, omr = (float)(1.0 - sp.rho);
+                    m[k] = rho * m[k] + omr * (gk * gk);
+                    float d = -((sqrtf(v[k] + eps) * gk) / sqrtf(m[k] + eps));
+                    v[k] = rho * v[k] + omr * (d * d);
+                    want[k] += lr * d;
+                    break;
+                }
                 case DSIM_OPTIM_NADAM: {
                     m[k] += (gk - m[k]) * (1.0f - nb1);
                     v[k] += (gk * gk - v[k]) * (1.0f - nb2);

@@ -673,6 +673,53 @@ static void test_nadam(void **state)
     assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
 }
 
+/* Keras 3's Adadelta worked out in double: running averages of the squared
+ * gradients and of the squared steps, each step's size their roots' ratio
+ * (epsilon inside both roots), rho 0.95 by default. */
+static void test_adadelta(void **state)
+{
+    (void)state;
+    dsim_optim_spec s;
+    dsim_optim_kind kind;
+    assert_int_equal(dsim_optim_kind_parse("adadelta", &kind), DSIM_OK);
+    assert_int_equal(kind, DSIM_OPTIM_ADADELTA);
+    assert_string_equal(dsim_optim_kind_name(kind), "adadelta");
+    dsim_optim_spec_default(&s, DSIM_OPTIM_ADADELTA);
+    assert_true(s.lr == 0.001 && s.rho == 0.95 && s.epsilon == 1e-7);
+    assert_true(dsim_optim_is_adaptive(&s));
+    assert_int_equal(dsim_optim_rule_slots(&s), 2);
+    assert_string_equal(dsim_optim_slot_name(&s, 0), "accumulated_grad");
+    assert_string_equal(dsim_optim_slot_name(&s, 1), "accumulated_delta_var");
+    s.lr = 1.0;
+    s.rho = 0.9;
+    s.epsilon = 1e-3; /* large enough that a wrong place for it shows */
+    dsim_optim *o = make(&s);
+    float w[N];
+    double ref[N], ag[N] = {0}, ad[N] = {0};
+    for (int k = 0; k < N; k++)
+        ref[k] = w[k] = w0[k];
+    for (int t = 0; t < STEPS; t++) {
+        assert_int_equal(dsim_optim_apply(o, w, gs[t], N), DSIM_OK);
+        for (int k = 0; k < N; k++) {
+            double g = gs[t][k];
+            ag[k] = 0.9 * ag[k] + 0.1 * g * g;
+            double d = -(sqrt(ad[k] + 1e-3) * g) / sqrt(ag[k] + 1e-3);
+            ad[k] = 0.9 * ad[k] + 0.1 * d * d;
+            ref[k] += d;
+        }
+        check_close("adadelta w", t, w, ref, N);
+        check_close("adadelta accumulated_grad", t, dsim_optim_state(o), ag, N);
+        check_close("adadelta accumulated_delta_var", t, dsim_optim_state(o) + N, ad, N);
+    }
+    dsim_optim_destroy(o);
+    s.rho = 1.0;
+    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
+    assert_non_null(strstr(dsim_errmsg(), "adadelta: rho"));
+    s.rho = 0.95;
+    s.epsilon = 0.0;
+    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
+}
+
 /* The slots as Keras names them, in the layout's order */
 static void test_slot_names(void **state)
 {
@@ -717,7 +764,8 @@ static void test_checkpoint_restore(void **state)
             assert_int_equal(dsim_optim_apply(a, wa, gs[t], N), DSIM_OK);
         size_t len = dsim_optim_state_len(a);
         const int two = kind == DSIM_OPTIM_ADAM || kind == DSIM_OPTIM_ADAMAX ||
-                        kind == DSIM_OPTIM_LAMB || kind == DSIM_OPTIM_NADAM;
+                        kind == DSIM_OPTIM_LAMB || kind == DSIM_OPTIM_NADAM ||
+                        kind == DSIM_OPTIM_ADADELTA;
         assert_int_equal(len, kind == DSIM_OPTIM_SGD ? 0 : ams ? 3 * N : two ? 2 * N : N);
         assert_int_equal(dsim_optim_set_state(b, dsim_optim_state(a), len, dsim_optim_step(a)),
                          DSIM_OK);
@@ -1119,7 +1167,8 @@ static void test_bad_specs(void **state)
     assert_int_equal(k, DSIM_OPTIM_RMSPROP);
     assert_string_equal(dsim_optim_kind_name(DSIM_OPTIM_ADAGRAD), "adagrad");
     assert_int_equal(dsim_optim_kind_parse("sophia", &k), DSIM_EINVAL);
-    assert_non_null(strstr(dsim_errmsg(), "adam, adamax, nadam, rmsprop, adagrad, lion or lamb"));
+    assert_non_null(
+        strstr(dsim_errmsg(), "adam, adamax, nadam, rmsprop, adagrad, adadelta, lion or lamb"));
 }
 
 /* An optimizer of a part of a model says which part: inside the model, or
@@ -1308,16 +1357,27 @@ static void test_clip(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sgd),           cmocka_unit_test(test_momentum),
-        cmocka_unit_test(test_nesterov),      cmocka_unit_test(test_adam),
-        cmocka_unit_test(test_rmsprop),       cmocka_unit_test(test_adagrad),
-        cmocka_unit_test(test_lion),          cmocka_unit_test(test_amsgrad),
-        cmocka_unit_test(test_adamax),        cmocka_unit_test(test_lamb),
-        cmocka_unit_test(test_nadam),         cmocka_unit_test(test_slot_names),
-        cmocka_unit_test(test_sgd_momentum),  cmocka_unit_test(test_checkpoint_restore),
-        cmocka_unit_test(test_bad_specs),     cmocka_unit_test(test_schedules),
-        cmocka_unit_test(test_bad_schedules), cmocka_unit_test(test_accumulation),
-        cmocka_unit_test(test_set_part),      cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_sgd),
+        cmocka_unit_test(test_momentum),
+        cmocka_unit_test(test_nesterov),
+        cmocka_unit_test(test_adam),
+        cmocka_unit_test(test_rmsprop),
+        cmocka_unit_test(test_adagrad),
+        cmocka_unit_test(test_lion),
+        cmocka_unit_test(test_amsgrad),
+        cmocka_unit_test(test_adamax),
+        cmocka_unit_test(test_lamb),
+        cmocka_unit_test(test_nadam),
+        cmocka_unit_test(test_adadelta),
+        cmocka_unit_test(test_slot_names),
+        cmocka_unit_test(test_sgd_momentum),
+        cmocka_unit_test(test_checkpoint_restore),
+        cmocka_unit_test(test_bad_specs),
+        cmocka_unit_test(test_schedules),
+        cmocka_unit_test(test_bad_schedules),
+        cmocka_unit_test(test_accumulation),
+        cmocka_unit_test(test_set_part),
+        cmocka_unit_test(test_clip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -107,6 +107,16 @@ static void test_keys(void **state)
     json_decref(j);
     dsim_scenario_free(s);
 
+    /* Keras 3's Adadelta: rho (its own default, 0.95) and epsilon */
+    s = scen_parse_ok("name: a\noptimizer: {kind: adadelta, learning_rate: 1.0}\n");
+    o = &s->train.optim;
+    assert_true(o->kind == DSIM_OPTIM_ADADELTA && o->rho == 0.95 && o->epsilon == 1e-7);
+    j = NULL;
+    assert_int_equal(dsim_scenario_plan(s, &j), DSIM_OK);
+    assert_true(json_real_value(json_object_get(json_object_get(j, "optimizer"), "rho")) == 0.95);
+    json_decref(j);
+    dsim_scenario_free(s);
+
     /* Keras's SGD(momentum=0.9, nesterov=True): a velocity slot */
     s = scen_parse_ok("name: a\noptimizer: {kind: sgd, momentum: 0.9, nesterov: true}\n");
     o = &s->train.optim;
@@ -135,9 +145,9 @@ static void test_keys(void **state)
 /* clang-format off */
 static const scen_err_case optim_errs[] = {
     {"name: a\noptimizer: {kind: sophia}\n", 2, 19,
-     {"optimizer.kind", "sgd, momentum, adam, adamax, rmsprop, adagrad, lion, lamb, nadam"}},
+     {"optimizer.kind", "sgd, momentum, adam, adamax, rmsprop, adagrad, lion, lamb, nadam, adadelta"}},
     {"name: a\noptimizer: {kind: lion, epsilon: 1e-7}\n", 2, 25,
-     {"optimizer.epsilon: only adam, adamax, nadam, lamb, rmsprop and adagrad use it", "kind is lion"}},
+     {"optimizer.epsilon: only adam, adamax, nadam, lamb, rmsprop, adagrad and adadelta use it", "kind is lion"}},
     {"name: a\noptimizer: {kind: rmsprop, beta1: 0.9}\n", 2, 28,
      {"optimizer.beta1: only adam, adamax, nadam, lamb and lion use it"}},
     {"name: a\noptimizer: {kind: adamax, amsgrad: true}\n", 2, 27,
@@ -159,13 +169,13 @@ static const scen_err_case optim_errs[] = {
     {"name: a\noptimizer: {kind: lion, beta1: 0}\n", 2, 32,
      {"optimizer.beta1: lion needs it in (0, 1)", "SignSGD"}},
     {"name: a\noptimizer: {kind: adam, rho: 0.9}\n", 2, 25,
-     {"optimizer.rho: only rmsprop uses it", "kind is adam", "remove it or change kind"}},
+     {"optimizer.rho: only rmsprop and adadelta use it", "kind is adam", "remove it or change kind"}},
     {"name: a\noptimizer: {kind: rmsprop, nesterov: true}\n", 2, 28,
      {"optimizer.nesterov: only sgd and momentum use it", "kind is rmsprop"}},
     {"name: a\noptimizer: {kind: adagrad, momentum: 0.9}\n", 2, 28,
      {"optimizer.momentum: only sgd, momentum and rmsprop use it", "kind is adagrad"}},
     {"name: a\noptimizer: {kind: sgd, epsilon: 1e-7}\n", 2, 24,
-     {"optimizer.epsilon: only adam, adamax, nadam, lamb, rmsprop and adagrad use it", "kind is sgd"}},
+     {"optimizer.epsilon: only adam, adamax, nadam, lamb, rmsprop, adagrad and adadelta use it", "kind is sgd"}},
     {"name: a\noptimizer: {kind: rmsprop, initial_accumulator_value: 0.1}\n", 2, 28,
      {"optimizer.initial_accumulator_value: only adagrad uses it"}},
     {"name: a\noptimizer: {kind: rmsprop, rho: 1}\n", 2, 33,

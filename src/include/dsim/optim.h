@@ -1,5 +1,5 @@
 /* Optimizers: SGD, momentum, Adam (and AMSGrad), Adamax, Nadam, RMSprop,
- * Adagrad, Lion and LAMB, with TensorFlow's
+ * Adagrad, Adadelta, Lion and LAMB, with TensorFlow's
  * (Keras's) update rules.
  *
  * Each replica owns one dsim_optim for its own copy of the parameters; after
@@ -60,6 +60,10 @@
  *              (all in float, the betas cast first, as Keras's ops; P is a
  *              function of the step count, so it needs no slot: a step
  *              skipped under a dynamic loss scale counts in it, as in t)
+ *   adadelta:  ag = rho * ag + (1 - rho) * g^2              (Keras 3 Adadelta)
+ *              d = -((sqrt(ad + epsilon) * g) / sqrt(ag + epsilon))
+ *              ad = rho * ad + (1 - rho) * d^2
+ *              w += lr * d
  * alpha and Adamax's 1 - beta1^t are computed in double and rounded to float
  * once per step; rho,
  * 1 - rho, momentum and epsilon are rounded to float once, as Keras casts
@@ -102,7 +106,7 @@
  * [m: n][u: n]; rmsprop [velocity: n], then [momentum: n]
  * when momentum > 0, then [average gradient: n] when centered (Keras's
  * order); adagrad [accumulator: n]; lion [momentum: n]; lamb and nadam
- * [m: n][v: n]; with
+ * [m: n][v: n]; adadelta [accumulated_grad: n][accumulated_delta_var: n]; with
  * gradient_accumulation_steps > 1, one more slot at the end: [acc: n].
  * Every slot starts at 0 but Adagrad's accumulator, which starts at
  * initial_accumulator_value (dsim_optim_init_state). */
@@ -132,7 +136,8 @@ typedef enum dsim_optim_kind {
     DSIM_OPTIM_LION,
     DSIM_OPTIM_ADAMAX,
     DSIM_OPTIM_LAMB,
-    DSIM_OPTIM_NADAM, /* appended (soname 9, after its first release) */
+    DSIM_OPTIM_NADAM,    /* appended (soname 9, after its first release) */
+    DSIM_OPTIM_ADADELTA, /* appended (soname 9, after its first release) */
     DSIM_OPTIM_KIND_COUNT
 } dsim_optim_kind;
 
@@ -245,7 +250,7 @@ typedef struct dsim_optim_spec {
 typedef struct dsim_optim dsim_optim;
 
 /* "sgd", "momentum", "adam", "rmsprop", "adagrad", "lion", "adamax", "lamb",
- * "nadam". */
+ * "nadam", "adadelta". */
 DSIM_API const char *dsim_optim_kind_name(dsim_optim_kind k);
 DSIM_API dsim_err dsim_optim_kind_parse(const char *s, dsim_optim_kind *out);
 
@@ -265,7 +270,8 @@ DSIM_API float dsim_optim_lr_at(const dsim_optim_spec *spec, uint64_t step);
  * rmsprop lr 0.001, rho 0.9, momentum 0, epsilon 1e-7, not centered;
  * adagrad lr 0.001, initial_accumulator_value 0.1, epsilon 1e-7; lion lr
  * 0.001, beta1 0.9, beta2 0.99; adamax, lamb and nadam lr 0.001, beta1
- * 0.9, beta2 0.999, epsilon 1e-7. */
+ * 0.9, beta2 0.999, epsilon 1e-7; adadelta lr 0.001, rho 0.95, epsilon
+ * 1e-7. */
 DSIM_API void dsim_optim_spec_default(dsim_optim_spec *spec, dsim_optim_kind kind);
 /* DSIM_OK, or DSIM_EINVAL naming the field and the accepted range. Fields a
  * kind does not use are not checked. */
