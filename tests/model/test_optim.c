@@ -43,6 +43,19 @@ static void check_close(const char *what, int step, const float *got, const doub
     }
 }
 
+/* A kind's name both ways, its defaults into *s, and that it is adaptive
+ * with two slots (the newer Keras 3 kinds). */
+static void adaptive_two_slots(const char *name, dsim_optim_kind want, dsim_optim_spec *s)
+{
+    dsim_optim_kind kind;
+    assert_int_equal(dsim_optim_kind_parse(name, &kind), DSIM_OK);
+    assert_int_equal(kind, want);
+    assert_string_equal(dsim_optim_kind_name(kind), name);
+    dsim_optim_spec_default(s, want);
+    assert_true(dsim_optim_is_adaptive(s));
+    assert_int_equal(dsim_optim_rule_slots(s), 2);
+}
+
 static dsim_optim *make(const dsim_optim_spec *s)
 {
     dsim_optim *o = NULL;
@@ -464,14 +477,8 @@ static void test_adamax(void **state)
 {
     (void)state;
     dsim_optim_spec s;
-    dsim_optim_kind kind;
-    assert_int_equal(dsim_optim_kind_parse("adamax", &kind), DSIM_OK);
-    assert_int_equal(kind, DSIM_OPTIM_ADAMAX);
-    assert_string_equal(dsim_optim_kind_name(kind), "adamax");
-    dsim_optim_spec_default(&s, DSIM_OPTIM_ADAMAX);
+    adaptive_two_slots("adamax", DSIM_OPTIM_ADAMAX, &s);
     assert_true(s.lr == 0.001 && s.beta1 == 0.9 && s.beta2 == 0.999 && s.epsilon == 1e-7);
-    assert_true(dsim_optim_is_adaptive(&s));
-    assert_int_equal(dsim_optim_rule_slots(&s), 2);
     s.lr = 0.02;
     s.beta2 = 0.6; /* u decays below a later |g| and above a smaller one */
     s.epsilon = 1e-3;
@@ -512,14 +519,8 @@ static void test_lamb(void **state)
 {
     (void)state;
     dsim_optim_spec s;
-    dsim_optim_kind kind;
-    assert_int_equal(dsim_optim_kind_parse("lamb", &kind), DSIM_OK);
-    assert_int_equal(kind, DSIM_OPTIM_LAMB);
-    assert_string_equal(dsim_optim_kind_name(kind), "lamb");
-    dsim_optim_spec_default(&s, DSIM_OPTIM_LAMB);
+    adaptive_two_slots("lamb", DSIM_OPTIM_LAMB, &s);
     assert_true(s.lr == 0.001 && s.beta1 == 0.9 && s.beta2 == 0.999 && s.epsilon == 1e-7);
-    assert_true(dsim_optim_is_adaptive(&s));
-    assert_int_equal(dsim_optim_rule_slots(&s), 2);
     assert_string_equal(dsim_optim_slot_name(&s, 1), "v");
     s.lr = 0.05;
     s.n_vars = 2;
@@ -605,14 +606,8 @@ static void test_nadam(void **state)
 {
     (void)state;
     dsim_optim_spec s;
-    dsim_optim_kind kind;
-    assert_int_equal(dsim_optim_kind_parse("nadam", &kind), DSIM_OK);
-    assert_int_equal(kind, DSIM_OPTIM_NADAM);
-    assert_string_equal(dsim_optim_kind_name(kind), "nadam");
-    dsim_optim_spec_default(&s, DSIM_OPTIM_NADAM);
+    adaptive_two_slots("nadam", DSIM_OPTIM_NADAM, &s);
     assert_true(s.lr == 0.001 && s.beta1 == 0.9 && s.beta2 == 0.999 && s.epsilon == 1e-7);
-    assert_true(dsim_optim_is_adaptive(&s));
-    assert_int_equal(dsim_optim_rule_slots(&s), 2);
     assert_string_equal(dsim_optim_slot_name(&s, 0), "m");
     assert_string_equal(dsim_optim_slot_name(&s, 1), "v");
     s.lr = 0.05;
@@ -680,14 +675,8 @@ static void test_adadelta(void **state)
 {
     (void)state;
     dsim_optim_spec s;
-    dsim_optim_kind kind;
-    assert_int_equal(dsim_optim_kind_parse("adadelta", &kind), DSIM_OK);
-    assert_int_equal(kind, DSIM_OPTIM_ADADELTA);
-    assert_string_equal(dsim_optim_kind_name(kind), "adadelta");
-    dsim_optim_spec_default(&s, DSIM_OPTIM_ADADELTA);
+    adaptive_two_slots("adadelta", DSIM_OPTIM_ADADELTA, &s);
     assert_true(s.lr == 0.001 && s.rho == 0.95 && s.epsilon == 1e-7);
-    assert_true(dsim_optim_is_adaptive(&s));
-    assert_int_equal(dsim_optim_rule_slots(&s), 2);
     assert_string_equal(dsim_optim_slot_name(&s, 0), "accumulated_grad");
     assert_string_equal(dsim_optim_slot_name(&s, 1), "accumulated_delta_var");
     s.lr = 1.0;
