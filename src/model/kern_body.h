@@ -511,17 +511,27 @@ KB_ATTR static void KB(keras_momentum)(float *p, float *v, const float *g, size_
     }
 }
 
+/* Adam's moments, as Adam, Nadam and LAMB update them: m += (g - m) omb1,
+ * v += (g^2 - v) omb2, stored at m and v and returned in *mo and *vo. */
+KB_ATTR static inline void KB(moments)(float *m, float *v, KVS gk, float omb1, float omb2, KVS *mo,
+                                       KVS *vo)
+{
+    KVS mk = KB(lds)(m), vk = KB(lds)(v);
+    mk += (gk - mk) * omb1;
+    vk += (gk * gk - vk) * omb2;
+    KB(sts)(m, mk);
+    KB(sts)(v, vk);
+    *mo = mk;
+    *vo = vk;
+}
+
 KB_ATTR static void KB(adam)(float *p, float *m, float *v, const float *g, size_t n, float alpha,
                              float omb1, float omb2, float eps)
 {
     size_t k = 0;
     for (; k + KB_WS <= n; k += KB_WS) {
-        KVS gk = KB(lds)(g + k);
-        KVS mk = KB(lds)(m + k), vk = KB(lds)(v + k);
-        mk += (gk - mk) * omb1;
-        vk += (gk * gk - vk) * omb2;
-        KB(sts)(m + k, mk);
-        KB(sts)(v + k, vk);
+        KVS gk = KB(lds)(g + k), mk, vk;
+        KB(moments)(m + k, v + k, gk, omb1, omb2, &mk, &vk);
         KB(sts)(p + k, KB(lds)(p + k) - mk * alpha / (KB_SQRTS(vk) + eps));
     }
     for (; k < n; k++) {
@@ -604,12 +614,8 @@ KB_ATTR static void KB(nadam)(float *p, float *m, float *v, const float *g, size
     const float omut = c->omut, c0 = c->c0, c2 = c->c2, eps = c->eps;
     size_t k = 0;
     for (; k + KB_WS <= n; k += KB_WS) {
-        KVS gk = KB(lds)(g + k);
-        KVS mk = KB(lds)(m + k), vk = KB(lds)(v + k);
-        mk += (gk - mk) * omb1;
-        vk += (gk * gk - vk) * omb2;
-        KB(sts)(m + k, mk);
-        KB(sts)(v + k, vk);
+        KVS gk = KB(lds)(g + k), mk, vk;
+        KB(moments)(m + k, v + k, gk, omb1, omb2, &mk, &vk);
         KVS mh = (ut1 * mk) / c1 + (omut * gk) / c0;
         KB(sts)(p + k, KB(lds)(p + k) - (mh * lr) / (KB_SQRTS(vk / c2) + eps));
     }
@@ -626,12 +632,8 @@ KB_ATTR static void KB(lamb_u)(float *m, float *v, const float *g, float *u, siz
 {
     size_t k = 0;
     for (; k + KB_WS <= n; k += KB_WS) {
-        KVS gk = KB(lds)(g + k);
-        KVS mk = KB(lds)(m + k), vk = KB(lds)(v + k);
-        mk += (gk - mk) * omb1;
-        vk += (gk * gk - vk) * omb2;
-        KB(sts)(m + k, mk);
-        KB(sts)(v + k, vk);
+        KVS gk = KB(lds)(g + k), mk, vk;
+        KB(moments)(m + k, v + k, gk, omb1, omb2, &mk, &vk);
         KB(sts)(u + k, (mk / c1) / (KB_SQRTS(vk / c2) + eps));
     }
     for (; k < n; k++) {

@@ -43,6 +43,20 @@ static void check_close(const char *what, int step, const float *got, const doub
     }
 }
 
+static void expect_bad(const dsim_optim_spec *s, const char *word);
+
+/* A spec refused with its field at unit_off (beta1, beta2 or rho) at 1,
+ * the message naming `word`, and refused with epsilon 0. */
+static void refuses_one_and_no_epsilon(dsim_optim_spec s, size_t unit_off, const char *word)
+{
+    dsim_optim_spec b = s;
+    *(double *)(void *)((char *)&b + unit_off) = 1.0;
+    expect_bad(&b, word);
+    b = s;
+    b.epsilon = 0.0;
+    expect_bad(&b, "epsilon");
+}
+
 /* A kind's name both ways, its defaults into *s, and that it is adaptive
  * with two slots (the newer Keras 3 kinds). */
 static void adaptive_two_slots(const char *name, dsim_optim_kind want, dsim_optim_spec *s)
@@ -503,11 +517,7 @@ static void test_adamax(void **state)
     dsim_optim_destroy(o);
     /* NaN on either side of the maximum is the result, as TF's */
     expect_nan_slot(&s, 1);
-    s.beta2 = 1.0;
-    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
-    s.beta2 = 0.999;
-    s.epsilon = 0.0;
-    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
+    refuses_one_and_no_epsilon(s, offsetof(dsim_optim_spec, beta2), "adamax: beta2");
 }
 
 /* Keras 3's Lamb on a model of two variables (2 parameters, then 1):
@@ -661,11 +671,7 @@ static void test_nadam(void **state)
     assert_true(fabsf(wn[0] - wa[0]) > 1e-3f);
     dsim_optim_destroy(on);
     dsim_optim_destroy(oa);
-    s.beta1 = 1.0;
-    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
-    s.beta1 = 0.9;
-    s.epsilon = 0.0;
-    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
+    refuses_one_and_no_epsilon(s, offsetof(dsim_optim_spec, beta1), "nadam: beta1");
 }
 
 /* Keras 3's Adadelta worked out in double: running averages of the squared
@@ -701,12 +707,7 @@ static void test_adadelta(void **state)
         check_close("adadelta accumulated_delta_var", t, dsim_optim_state(o) + N, ad, N);
     }
     dsim_optim_destroy(o);
-    s.rho = 1.0;
-    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
-    assert_non_null(strstr(dsim_errmsg(), "adadelta: rho"));
-    s.rho = 0.95;
-    s.epsilon = 0.0;
-    assert_int_equal(dsim_optim_validate(&s), DSIM_EINVAL);
+    refuses_one_and_no_epsilon(s, offsetof(dsim_optim_spec, rho), "adadelta: rho");
 }
 
 /* The slots as Keras names them, in the layout's order */
