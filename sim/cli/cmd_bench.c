@@ -185,9 +185,9 @@ static int bench_print_model(const bench_opts *o, const bench_print *p)
                dsim_dtype_name(o->dtype));
     printf("# model: calibrated here (dsim calibrate --engine %s --ranks %d): ping-pong alpha "
            "%.2f us per message, link %.2f GB/s (fit); a ring exchange of 64 B over the %d ranks "
-           "%.2f us; %d cores; per row, an exchange of the algorithm's message size in its "
-           "pattern (a ring; rhd and recursive doubling over a power of two: pairs, rank ^ 2^k, "
-           "with their own 64 B latency), plain and combining receives, and the copy rate\n",
+           "%.2f us; %d cores; per row, the algorithm's own steps replayed over the ranks at 64 B "
+           "(its latency) and at its message size (xchg_us, xchg_red_us: a step of it, plain and "
+           "combining receives), and the copy rate\n",
            cal.engine, o->ranks, cal.alpha_s * 1e6, cal.link_Bps / 1e9, o->ranks,
            cal.alpha_x_s * 1e6, cal.cores);
     printf("#  %10s  %-14s %12s %12s %8s %10s %12s %12s\n", "size", "algo", "measured_us",

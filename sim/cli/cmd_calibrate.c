@@ -27,20 +27,21 @@ void cmd_calibrate_help(FILE *out)
                  "algorithm over P ranks:\n"
                  "  ping-pong     two ranks, 64 B to 4 MiB, fitted by least squares on relative\n"
                  "                error to alpha (per message) and beta (per byte)\n"
-                 "  exchange      every one of the P ranks receives from its left and sends to\n"
-                 "                its right at once (plain and combining receives), at the\n"
-                 "                size of the messages the algorithm sends: what P ranks on\n"
-                 "                this machine's cores, its caches and wake-ups make of a\n"
-                 "                step; the model's link and reduction rates are fitted to it.\n"
-                 "                rhd and recursive_doubling over a power of two of ranks\n"
-                 "                exchange in pairs instead (rank ^ 1, rank ^ 2, ... in turn,\n"
-                 "                as their steps do), with their own 64 B latency\n"
+                 "  ring          every one of the P ranks receives from its left and sends\n"
+                 "                to its right at once, 64 B: the calibration's latency\n"
+                 "  pattern       per algorithm, its own steps replayed over the P ranks (who\n"
+                 "                sends to whom in each, as its schedule says; a rank waits\n"
+                 "                for a step's messages before the next), plain and combining\n"
+                 "                receives: at 64 B for the latency of one of its steps, at the\n"
+                 "                size of the messages it sends for the link and reduction\n"
+                 "                rates: what P ranks on this machine's cores, its caches and\n"
+                 "                wake-ups make of those steps\n"
                  "  copy          memcpy rate per core with every core busy, for the local\n"
                  "                copies an algorithm makes (sendbuf into recvbuf)\n"
                  "The prediction evaluates the algorithm's schedule (costmodel.h) with them.\n"
                  "Columns: model_us (predicted), msg (bytes calibrated at), xchg_us and\n"
-                 "xchg_red_us (one exchange, plain and combining), copy_GB/s, pattern\n"
-                 "(ring or pairs).\n"
+                 "xchg_red_us (a step of the pattern at msg, plain and combining), copy_GB/s,\n"
+                 "steps (the pattern's), step_64B_us (a step of it at 64 B: the row's latency).\n"
                  "\n"
                  "  --engine E     threads (default) or processes\n"
                  "  --ranks P      ranks of the predicted all-reduces (default 4)\n"
@@ -201,11 +202,10 @@ int cmd_calibrate(int argc, char **argv)
         for (int i = 0; i < nr; i++)
             printf("%s\n  {\"bytes\": %zu, \"algo\": \"%s\", \"seconds\": %.9g, \"msg\": %zu, "
                    "\"exchange_s\": %.9g, \"exchange_reduce_s\": %.9g, \"copy_Bps\": %.6g, "
-                   "\"pattern\": \"%s\", \"pattern_64B_s\": %.9g}",
+                   "\"pattern\": \"%s\", \"pattern_steps\": %d, \"pattern_64B_s\": %.9g}",
                    i ? "," : "", rows[i].bytes, dsim_algo_name(rows[i].algo), rows[i].seconds,
                    rows[i].msg, rows[i].step_copy_s, rows[i].step_reduce_s, rows[i].copy_Bps,
-                   rows[i].pairs ? "pairs" : "ring",
-                   rows[i].pairs ? rows[i].alpha_s : cal.alpha_x_s);
+                   dsim_algo_name(rows[i].algo), rows[i].steps, rows[i].alpha_s);
         printf("\n]}\n");
         return 0;
     }
@@ -214,15 +214,15 @@ int cmd_calibrate(int argc, char **argv)
     printf("# ping-pong: alpha %.2f us per message, link %.2f GB/s (least-squares fit, 64 B to 4 "
            "MiB; %.2f us measured at 64 B)\n",
            cal.alpha_s * 1e6, cal.link_Bps / 1e9, cal.pp_small_s * 1e6);
-    printf("# ring exchange of 64 B over the %ld ranks: %.2f us (the model's alpha; rows "
-           "exchanging in pairs, rhd's, have their own: pattern pairs)\n",
+    printf("# ring exchange of 64 B over the %ld ranks: %.2f us; each row is fitted to its "
+           "algorithm's own steps replayed over the ranks (steps, step_64B_us: its latency)\n",
            ranks, cal.alpha_x_s * 1e6);
-    printf("# %10s %-14s %12s %10s %12s %12s %10s %8s\n", "size", "algo", "model_us", "msg",
-           "xchg_us", "xchg_red_us", "copy_GB/s", "pattern");
+    printf("# %10s %-14s %12s %10s %12s %12s %10s %6s %12s\n", "size", "algo", "model_us", "msg",
+           "xchg_us", "xchg_red_us", "copy_GB/s", "steps", "step_64B_us");
     for (int i = 0; i < nr; i++)
-        printf("  %10zu %-14s %12.1f %10zu %12.1f %12.1f %10.2f %8s\n", rows[i].bytes,
+        printf("  %10zu %-14s %12.1f %10zu %12.1f %12.1f %10.2f %6d %12.2f\n", rows[i].bytes,
                dsim_algo_name(rows[i].algo), rows[i].seconds * 1e6, rows[i].msg,
                rows[i].step_copy_s * 1e6, rows[i].step_reduce_s * 1e6, rows[i].copy_Bps / 1e9,
-               rows[i].pairs ? "pairs" : "ring");
+               rows[i].steps, rows[i].alpha_s * 1e6);
     return 0;
 }

@@ -31,10 +31,7 @@ static void ring_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
             double b = cm_block(count, p, blk) * es;
             x[r] = (cm_xfer){r, (r + 1) % p, b, phase ? 0 : b};
         }
-        double before = ev->total;
-        dsim_cost_step(ev, x, p);
-        ev->total = before + (ev->total - before) * (double)(p - 1);
-        ev->steps += p - 2;
+        dsim_cost_step_times(ev, x, p, p - 1);
     }
 }
 
@@ -63,7 +60,6 @@ static const dsim_algo_cost cost_ring = {
     .schedule = ring_schedule,
     .formula = ring_formula,
     .msg_elems = ring_msg_elems,
-    .every_rank_sends = true,
     .local_copy = ring_local_copy,
 };
 
@@ -152,8 +148,6 @@ static const dsim_algo_cost cost_rhd = {
     .schedule = rhd_schedule,
     .formula = rhd_formula,
     .msg_elems = rhd_msg_elems,
-    .every_rank_sends = true,
-    .pairwise = true,
     .local_copy = rhd_local_copy,
 };
 
@@ -205,7 +199,6 @@ static const dsim_algo_cost cost_tree = {
     .schedule = tree_schedule,
     .formula = tree_formula,
     .msg_elems = whole_msg_elems,
-    .every_rank_sends = false,
     .local_copy = tree_local_copy,
 };
 
@@ -243,7 +236,6 @@ static const dsim_algo_cost cost_r2o = {
     .schedule = r2o_schedule,
     .formula = r2o_formula,
     .msg_elems = whole_msg_elems,
-    .every_rank_sends = false,
     .local_copy = r2o_local_copy,
 };
 
@@ -269,10 +261,7 @@ static void hier_intra(cm_eval *ev, cm_xfer *x, size_t count, double es, int red
         double b = (double)hier_blk(count, L, blk) * es;
         x[r] = (cm_xfer){r, h * L + (l + 1) % L, b, reduce ? b : 0};
     }
-    double before = ev->total;
-    dsim_cost_step(ev, x, p);
-    ev->total = before + (ev->total - before) * (double)(L - 1);
-    ev->steps += L - 2;
+    dsim_cost_step_times(ev, x, p, L - 1);
 }
 
 static void hier_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
@@ -294,10 +283,7 @@ static void hier_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
             double b = (double)hier_blk(blk, H, sub) * es;
             x[r] = (cm_xfer){r, ((h + 1) % H) * L + l, b, phase ? 0 : b};
         }
-        double before = ev->total;
-        dsim_cost_step(ev, x, p);
-        ev->total = before + (ev->total - before) * (double)(H - 1);
-        ev->steps += H - 2;
+        dsim_cost_step_times(ev, x, p, H - 1);
     }
     hier_intra(ev, x, count, es, 0);
 }
@@ -311,7 +297,6 @@ static const dsim_algo_cost cost_hier = {
     .formula = ring_formula,
     /* Calibrated on one machine (one host): the ring's messages. */
     .msg_elems = ring_msg_elems,
-    .every_rank_sends = true,
     .local_copy = ring_local_copy,
 };
 
@@ -366,10 +351,7 @@ static void torus_cm_phase(cm_eval *ev, cm_xfer *x, const torus_cm *g, int i, si
             x[m++] = (cm_xfer){r, to, b, gather ? 0 : b};
         }
     }
-    double before = ev->total;
-    dsim_cost_step(ev, x, m);
-    ev->total = before + (ev->total - before) * (double)(n - 1);
-    ev->steps += n - 2;
+    dsim_cost_step_times(ev, x, m, n - 1);
 }
 
 static void torus_schedule(cm_eval *ev, cm_xfer *x, size_t count, double es)
@@ -425,7 +407,6 @@ static const dsim_algo_cost cost_torus = {
     .schedule = torus_schedule,
     .formula = ring_formula,
     .msg_elems = torus_msg_elems,
-    .every_rank_sends = true,
     .local_copy = torus_local_copy,
 };
 
@@ -472,8 +453,6 @@ static const dsim_algo_cost cost_rd = {
     .schedule = rd_schedule,
     .formula = rd_formula,
     .msg_elems = whole_msg_elems,
-    .every_rank_sends = true,
-    .pairwise = true,
     .local_copy = rd_local_copy,
 };
 

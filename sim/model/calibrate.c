@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,29 +87,72 @@ typedef struct cal_pp {
     int rank, nranks, mode;
     const size_t *sizes;
     int n, iters, reps;
-    int pairs;    /* exchange with rank ^ 2^k, k in turn (a power of two of ranks) */
+    /* set: every exchange replays this pattern's steps (an algorithm's
+     * schedule), each transfer a message of the size at hand */
+    const dsim_cost_pattern *pat;
+    int in_max;   /* the most transfers into one rank in one step */
+    int io_max;   /* the most into and out of one rank in one step */
+    int span;     /* a replay's messages move through span x their size */
     double *secs; /* rank 0 fills it */
     char *buf, *buf2;
+    dsim_req **reqs; /* a replay's step: io_max, at least 2 */
     dsim_err err;
 } cal_pp;
+
+/* One replay of p->pat: in each step a rank posts a receive (combining in
+ * CAL_EXCHANGE_REDUCE) from every rank that sends to it and sends to every
+ * rank it sends to, then waits for them all before the next step, as the
+ * algorithm's own steps do. Receives of one step land in slices of buf2. */
+static dsim_err cal_replay(cal_pp *p, size_t len, uint32_t tag, int64_t dl)
+{
+    const dsim_cost_pattern *pt = p->pat;
+    dsim_req **q = p->reqs;
+    dsim_err e = DSIM_OK;
+    size_t span = p->span > 1 ? (size_t)p->span : 1, nin = p->in_max > 1 ? (size_t)p->in_max : 1;
+    for (int k = 0; k < pt->steps && e == DSIM_OK; k++) {
+        uint32_t t = tag * (uint32_t)pt->steps + (uint32_t)k;
+        /* each step's messages at the next place of the span, as an
+         * algorithm's blocks lie side by side in its buffers */
+        size_t w = (size_t)t % span;
+        int nq = 0, in = 0;
+        for (int i = pt->off[k]; i < pt->off[k + 1] && e == DSIM_OK; i++) {
+            if (pt->dst[i] != p->rank)
+                continue;
+            char *at = p->buf2 + (w * nin + (size_t)in++) * len;
+            e = p->mode == CAL_EXCHANGE_REDUCE
+                    ? dsim_irecv_reduce(p->ep, pt->src[i], CAL_COMM, t, at, len / sizeof(float),
+                                        DSIM_F32, DSIM_SUM, &q[nq])
+                    : dsim_irecv(p->ep, pt->src[i], CAL_COMM, t, at, len, &q[nq]);
+            nq += e == DSIM_OK;
+        }
+        for (int i = pt->off[k]; i < pt->off[k + 1] && e == DSIM_OK; i++) {
+            if (pt->src[i] != p->rank)
+                continue;
+            e = dsim_isend(p->ep, pt->dst[i], CAL_COMM, t, p->buf + w * len, len, &q[nq]);
+            nq += e == DSIM_OK;
+        }
+        if (e != DSIM_OK) {
+            for (int i = 0; i < nq; i++)
+                dsim_req_cancel(q[i]);
+            return e;
+        }
+        if (nq)
+            e = dsim_waitall(q, nq, dl, NULL);
+    }
+    return e;
+}
 
 static dsim_err cal_xchg(cal_pp *p, size_t len, uint32_t tag)
 {
     dsim_rt *rt = dsim_ep_rt(p->ep);
     int64_t dl = dsim_rt_deadline(rt, CAL_TIMEOUT_NS);
     dsim_req *q[2] = {NULL, NULL};
+    if (p->pat)
+        return cal_replay(p, len, tag, dl);
     if (p->mode != CAL_PINGPONG) {
         /* every rank receives from its left and sends to its right at once,
-         * as a step of a ring (or any schedule) does */
+         * as a step of a ring does */
         int left = (p->rank + p->nranks - 1) % p->nranks, right = (p->rank + 1) % p->nranks;
-        if (p->pairs) {
-            /* as rhd's steps: partners rank ^ 1, rank ^ 2, ... in turn (the
-             * tag counts the exchanges alike on every rank) */
-            int lg = 0;
-            while ((1 << (lg + 1)) <= p->nranks)
-                lg++;
-            left = right = p->rank ^ (1 << (int)(tag % (uint32_t)(lg > 0 ? lg : 1)));
-        }
         if (p->mode == CAL_EXCHANGE_REDUCE)
             DSIM_CHECK(dsim_irecv_reduce(p->ep, left, CAL_COMM, tag, p->buf2, len / sizeof(float),
                                          DSIM_F32, DSIM_SUM, &q[0]));
@@ -172,14 +216,23 @@ static size_t cal_max_size(const size_t *sizes, int n)
 
 static dsim_err cal_bufs(cal_pp *p, size_t cap)
 {
-    p->buf = malloc(cap);
-    p->buf2 = malloc(cap);
-    if (!p->buf || !p->buf2)
+    size_t in = p->in_max > 1 ? (size_t)p->in_max : 1, span = p->span > 1 ? (size_t)p->span : 1;
+    if (cap > SIZE_MAX / span / in)
+        return DSIM_ERR(DSIM_ENOMEM, -1, "calibration: %zu B messages x %zu x %zu overflow", cap,
+                        span, in);
+    cap *= span;
+    /* as a job's own buffers (replica.c): from 2 MiB up on huge pages,
+     * which a peer over shm reads faster */
+    p->buf = dsim_buf_alloc(cap);
+    p->buf2 = dsim_buf_alloc(cap * in);
+    p->reqs = calloc(p->io_max > 2 ? (size_t)p->io_max : 2, sizeof *p->reqs);
+    if (!p->buf || !p->buf2 || !p->reqs)
         return DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory for %zu B messages", cap);
     /* small floats: a sum of them stays finite however often it is taken */
-    for (size_t i = 0; i + sizeof(float) <= cap; i += sizeof(float)) {
+    for (size_t i = 0; i + sizeof(float) <= cap * in; i += sizeof(float)) {
         float v = 1.0f / 1024;
-        memcpy(p->buf + i, &v, sizeof v);
+        if (i < cap)
+            memcpy(p->buf + i, &v, sizeof v);
         memcpy(p->buf2 + i, &v, sizeof v);
     }
     return DSIM_OK;
@@ -201,6 +254,7 @@ static void cal_rank_main(dsim_ep *ep, int rank, int round, void *result, void *
     p.rank = rank;
     p.ep = ep;
     p.buf = p.buf2 = NULL;
+    p.reqs = NULL;
     p.secs = out->secs;
     p.err = cal_bufs(&p, cal_max_size(p.sizes, p.n));
     if (p.err == DSIM_OK)
@@ -210,6 +264,7 @@ static void cal_rank_main(dsim_ep *ep, int rank, int round, void *result, void *
     out->err = p.err;
     free(p.buf);
     free(p.buf2);
+    free(p.reqs);
 }
 
 /* The engine's on_round: the first rank's error, else rank 0's times. */
@@ -293,25 +348,54 @@ dsim_err dsim_calib_pingpong(const char *engine, const size_t *sizes, int n, int
 dsim_err dsim_calib_exchange(const char *engine, int ranks, int reduce, const size_t *sizes, int n,
                              int iters, int reps, double *secs)
 {
-    return dsim_calib_exchange_pairs(engine, ranks, reduce, 0, sizes, n, iters, reps, secs);
+    return dsim_calib_exchange_pattern(engine, ranks, reduce, NULL, 1, sizes, n, iters, reps, secs);
 }
 
-dsim_err dsim_calib_exchange_pairs(const char *engine, int ranks, int reduce, int pairs,
-                                   const size_t *sizes, int n, int iters, int reps, double *secs)
+dsim_err dsim_calib_exchange_pattern(const char *engine, int ranks, int reduce,
+                                     const dsim_cost_pattern *pat, int span, const size_t *sizes,
+                                     int n, int iters, int reps, double *secs)
 {
-    if (pairs && (ranks < 2 || (ranks & (ranks - 1)) != 0))
-        return DSIM_ERR(DSIM_EINVAL, -1,
-                        "calibration: an exchange between pairs needs a power of two of ranks, "
-                        "not %d",
-                        ranks);
+    if (span < 1 || span > 1024)
+        return DSIM_ERR(DSIM_EINVAL, -1, "calibration: a span of %d messages; 1 to 1024", span);
     cal_pp t = {.nranks = ranks,
-                .pairs = pairs,
+                .pat = pat,
+                .span = span,
                 .mode = reduce ? CAL_EXCHANGE_REDUCE : CAL_EXCHANGE,
                 .sizes = sizes,
                 .n = n,
                 .iters = iters,
                 .reps = reps,
                 .secs = secs};
+    if (pat) {
+        if (pat->steps < 1 || pat->steps > (1 << 16))
+            return DSIM_ERR(DSIM_EINVAL, -1,
+                            "calibration: a pattern of %d steps; 1 to %d can be replayed",
+                            pat->steps, 1 << 16);
+        int *in = calloc(2 * (size_t)ranks, sizeof *in);
+        if (!in)
+            return DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
+        int *io = in + ranks;
+        for (int k = 0; k < pat->steps; k++) {
+            memset(in, 0, 2 * (size_t)ranks * sizeof *in);
+            for (int i = pat->off[k]; i < pat->off[k + 1]; i++) {
+                if (pat->src[i] < 0 || pat->src[i] >= ranks || pat->dst[i] < 0 ||
+                    pat->dst[i] >= ranks || pat->src[i] == pat->dst[i]) {
+                    free(in);
+                    return DSIM_ERR(DSIM_EINVAL, -1,
+                                    "calibration: the pattern's step %d sends %d -> %d, not "
+                                    "between two of the %d ranks",
+                                    k, pat->src[i], pat->dst[i], ranks);
+                }
+                if (++in[pat->dst[i]] > t.in_max)
+                    t.in_max = in[pat->dst[i]];
+                if (++io[pat->dst[i]] > t.io_max)
+                    t.io_max = io[pat->dst[i]];
+                if (++io[pat->src[i]] > t.io_max)
+                    t.io_max = io[pat->src[i]];
+            }
+        }
+        free(in);
+    }
     return cal_run(engine, &t);
 }
 
@@ -452,37 +536,45 @@ size_t dsim_calib_msg_bytes(dsim_algo algo, int ranks, size_t bytes)
     return (m ? m : 1) * sizeof(float);
 }
 
-int dsim_calib_xpairs(dsim_algo algo, int ranks)
+void dsim_calib_pattern_turns(const dsim_cost_pattern *pt, int cores, double *kcopy, double *kred)
 {
-    const dsim_algo_cost *cost = dsim_algo_cost_of(algo);
-    return cost && cost->pairwise && ranks > 2 && (ranks & (ranks - 1)) == 0 &&
-           dsim_calib_xranks(algo, ranks) == ranks;
+    /* the evaluator (costmodel.c) on a machine of `cores` cores: a step of
+     * n transfers of one size lasts alpha + (one transfer) x max(1, n /
+     * cores) when they copy; when they combine on arrival, the rank that
+     * receives most combines them one after another */
+    double c = cores > 0 ? cores : 1;
+    *kcopy = *kred = 0;
+    for (int k = 0; k < pt->steps; k++) {
+        int n = pt->off[k + 1] - pt->off[k], in_max = 0;
+        for (int i = pt->off[k]; i < pt->off[k + 1]; i++) {
+            int in = 0;
+            for (int j = pt->off[k]; j < pt->off[k + 1]; j++)
+                in += pt->dst[j] == pt->dst[i];
+            in_max = in > in_max ? in : in_max;
+        }
+        double share = n / c;
+        *kcopy += share > 1 ? share : 1;
+        *kred += share > in_max ? share : in_max;
+    }
 }
 
-int dsim_calib_xranks(dsim_algo algo, int ranks)
+void dsim_calib_fit_pattern(const dsim_cost_pattern *pt, int cores, double alpha, double t_copy,
+                            double t_reduce, double *move_s, double *red_s)
 {
-    /* ring's and rhd's steps move a message from every rank at once; tree's
-     * and reduce_to_one's move one or a few, each alone on a core: a pair
-     * exchanging is what they see, not a crowd of p */
-    const dsim_algo_cost *cost = dsim_algo_cost_of(algo);
-    return (cost && cost->every_rank_sends) || ranks < 2 ? ranks : 2;
+    double kc, kr, lat = alpha * pt->steps;
+    dsim_calib_pattern_turns(pt, cores, &kc, &kr);
+    /* a replay no longer than its latency (noise) still gets a rate */
+    *move_s = (t_copy > lat ? t_copy - lat : t_copy * 1e-3) / (kc > 0 ? kc : 1);
+    *red_s = (t_reduce > lat ? t_reduce - lat : t_reduce * 1e-3) / (kr > 0 ? kr : 1);
 }
 
-void dsim_calib_topology(const dsim_calib *c, int xranks, size_t msg, double step_copy_s,
-                         double step_reduce_s, dsim_topology *t)
+void dsim_calib_topology(const dsim_calib *c, double alpha, size_t msg, double move_s, double red_s,
+                         dsim_topology *t)
 {
-    int P = xranks > 0 ? xranks : c->ranks, eff = P < c->cores ? P : c->cores;
-    double alpha = c->alpha_x_s;
-    /* One exchange is a step in which all P ranks move `msg` at once; the
-     * evaluator makes such a step last alpha + P x (one transfer's CPU time)
-     * / cores. Solving for one transfer gives the rates that make it agree
-     * with the exchange measured, for a copy and for a combining receive. */
-    double mv = (step_copy_s > alpha ? step_copy_s - alpha : step_copy_s * 1e-3) * eff / P;
-    double rd = (step_reduce_s > alpha ? step_reduce_s - alpha : step_reduce_s * 1e-3) * eff / P;
-    dsim_link_model l = {c->transport, "this machine, calibrated", alpha, (double)msg / mv,
+    dsim_link_model l = {c->transport, "this machine, calibrated", alpha, (double)msg / move_s,
                          "dsim calibrate"};
     dsim_device_model d = {"cpu", "this machine, calibrated", 1,
-                           1,     3.0 * (double)msg / rd,     "dsim calibrate"};
+                           1,     3.0 * (double)msg / red_s,  "dsim calibrate"};
     *t = (dsim_topology){.hosts = 1,
                          .devices_per_host = c->ranks,
                          .intra = l,
@@ -508,11 +600,14 @@ dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes
                                const dsim_calib_row *at, double *seconds)
 {
     dsim_topology t;
-    dsim_calib cc = *c;
-    if (at->alpha_s > 0) /* the latency of the row's own exchange pattern */
-        cc.alpha_x_s = at->alpha_s;
-    c = &cc;
-    dsim_calib_topology(c, at->xranks, at->msg, at->step_copy_s, at->step_reduce_s, &t);
+    /* the latency of the row's own pattern, else the ring's */
+    double alpha = at->alpha_s > 0 ? at->alpha_s : c->alpha_x_s;
+    if (!(at->move_s > 0) || !(at->red_s > 0) || at->msg == 0)
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "calibration: the row of %zu B (%s) has no fitted rates (msg %zu B, "
+                        "move %g s, combine %g s)",
+                        bytes, dsim_algo_name(algo), at->msg, at->move_s, at->red_s);
+    dsim_calib_topology(c, alpha, at->msg, at->move_s, at->red_s, &t);
     DSIM_CHECK(dsim_cost_allreduce(&t, algo, bytes, sizeof(float), seconds, NULL));
     int serial = 0, P = c->ranks;
     double local = dsim_calib_local_copy(algo, P, (double)bytes, &serial);
@@ -523,10 +618,77 @@ dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes
     return DSIM_OK;
 }
 
+/* Replays algo's pattern (plain, then combining) at 64 B and at every
+ * message size of its rows, and fits each of those rows. */
+static dsim_err cal_fit_algo(const dsim_calib *c, dsim_algo algo, dsim_calib_row *rows, int n)
+{
+    dsim_cost_pattern pt;
+    DSIM_CHECK(dsim_cost_pattern_of(algo, c->ranks, &pt));
+    size_t *sz = calloc((size_t)n + 1, sizeof *sz);
+    double *tx = calloc((size_t)n + 1, sizeof *tx), *tr = calloc((size_t)n + 1, sizeof *tr);
+    dsim_err e = DSIM_OK;
+    if (!sz || !tx || !tr)
+        e = DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
+    int ns = 0;
+    if (e == DSIM_OK)
+        sz[ns++] = 64;
+    for (int i = 0; i < n && e == DSIM_OK; i++) {
+        if (rows[i].algo != algo)
+            continue;
+        int j = 0;
+        while (j < ns && sz[j] != rows[i].msg)
+            j++;
+        if (j == ns)
+            sz[ns++] = rows[i].msg;
+    }
+    /* fewer replays for large messages: the time is long enough to read;
+     * many for small ones, so that a batch lasts long enough for the
+     * ranks' turns on the cores to even out within it */
+    size_t big = cal_max_size(sz, ns);
+    int iters = big >= ((size_t)1 << 22)   ? 5
+                : big >= ((size_t)1 << 18) ? 10
+                : big >= ((size_t)1 << 16) ? 50
+                                           : 200;
+    /* the messages move through as much memory as the all-reduce's buffer
+     * (a ring's p blocks, rhd's two halves), so that the replay meets the
+     * caches and the memory traffic the algorithm does */
+    int span = 1;
+    for (int i = 0; i < n; i++)
+        if (rows[i].algo == algo && rows[i].msg > 0) {
+            double r = ceil((double)rows[i].bytes / (double)rows[i].msg);
+            span = r > span ? (r < 1024 ? (int)r : 1024) : span;
+        }
+    if (e == DSIM_OK)
+        e = dsim_calib_exchange_pattern(c->engine, c->ranks, 0, &pt, span, sz, ns, iters, 5, tx);
+    if (e == DSIM_OK)
+        e = dsim_calib_exchange_pattern(c->engine, c->ranks, 1, &pt, span, sz, ns, iters, 5, tr);
+    /* small messages again alone: a batch of 16 MiB replays sets their
+     * iteration count (5), too few to time 64 B by */
+    if (e == DSIM_OK && iters < 200)
+        e = dsim_calib_exchange_pattern(c->engine, c->ranks, 0, &pt, 1, sz, 1, 200, 5, tx);
+    for (int i = 0; i < n && e == DSIM_OK; i++) {
+        if (rows[i].algo != algo)
+            continue;
+        int j = 0;
+        while (sz[j] != rows[i].msg)
+            j++;
+        rows[i].steps = pt.steps;
+        rows[i].alpha_s = tx[0] / pt.steps;
+        rows[i].step_copy_s = tx[j] / pt.steps;
+        rows[i].step_reduce_s = tr[j] / pt.steps;
+        dsim_calib_fit_pattern(&pt, c->cores, rows[i].alpha_s, tx[j], tr[j], &rows[i].move_s,
+                               &rows[i].red_s);
+    }
+    free(sz);
+    free(tx);
+    free(tr);
+    dsim_cost_pattern_free(&pt);
+    return e;
+}
+
 dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n)
 {
-    dsim_err e = DSIM_OK;
-    for (int i = 0; i < n && e == DSIM_OK; i++) {
+    for (int i = 0; i < n; i++) {
         if (rows[i].bytes < sizeof(float) || rows[i].bytes % sizeof(float) ||
             !dsim_algo_cost_of(rows[i].algo)) {
             char names[256];
@@ -537,62 +699,18 @@ dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n)
                             dsim_algo_list(names, sizeof names, 0, ", ", " or "));
         }
         rows[i].msg = dsim_calib_msg_bytes(rows[i].algo, c->ranks, rows[i].bytes);
-        rows[i].xranks = dsim_calib_xranks(rows[i].algo, c->ranks);
-        rows[i].pairs = dsim_calib_xpairs(rows[i].algo, c->ranks);
-        rows[i].step_copy_s = rows[i].step_reduce_s = -1;
-        rows[i].alpha_s = 0;
+        rows[i].steps = 0;
     }
-    size_t *sz = calloc((size_t)n + 2, sizeof *sz);
-    double *tx = calloc((size_t)n + 2, sizeof *tx), *tr = calloc((size_t)n + 2, sizeof *tr);
-    if (!sz || !tx || !tr)
-        e = DSIM_ERR(DSIM_ENOMEM, -1, "calibration: out of memory");
-    /* one pair of exchanges (plain, combining) per rank count and pattern
-     * (a ring, or pairs as rhd's), over every message size the rows of that
-     * count and pattern need; the pairs also at 64 B, their own latency
-     * (the pair of tree's and reduce_to_one's rows keeps the ring's: their
-     * root's messages queue one behind another, which a latency measured
-     * between two ranks alone leaves out, 44-56 % short on 4 threads) */
-    int counts[3] = {c->ranks, c->ranks, 2}, pats[3] = {0, 1, 0};
-    for (int k = 0; k < 3 && e == DSIM_OK; k++) {
-        if (k == 2 && counts[2] == counts[0])
-            break;
-        int ns = 0;
-        if (pats[k])
-            sz[ns++] = 64;
-        for (int i = 0; i < n; i++) {
-            if (rows[i].xranks != counts[k] || rows[i].pairs != pats[k])
-                continue;
-            int j = 0;
-            while (j < ns && sz[j] != rows[i].msg)
-                j++;
-            if (j == ns)
-                sz[ns++] = rows[i].msg;
-        }
-        if (ns == pats[k])
-            continue;
-        /* fewer exchanges for large messages: the time is long enough to
-         * read; many for small ones, so that a batch lasts long enough for
-         * the ranks' turns on the cores to even out within it */
-        size_t big = cal_max_size(sz, ns);
-        int iters = big >= ((size_t)1 << 22)   ? 5
-                    : big >= ((size_t)1 << 18) ? 10
-                    : big >= ((size_t)1 << 16) ? 50
-                                               : 200;
-        e = dsim_calib_exchange_pairs(c->engine, counts[k], 0, pats[k], sz, ns, iters, 5, tx);
-        if (e == DSIM_OK)
-            e = dsim_calib_exchange_pairs(c->engine, counts[k], 1, pats[k], sz, ns, iters, 5, tr);
-        for (int i = 0; i < n && e == DSIM_OK; i++) {
-            if (rows[i].xranks != counts[k] || rows[i].pairs != pats[k])
-                continue;
-            int j = 0;
-            while (sz[j] != rows[i].msg)
-                j++;
-            rows[i].step_copy_s = tx[j];
-            rows[i].step_reduce_s = tr[j];
-            if (pats[k])
-                rows[i].alpha_s = tx[0];
-        }
-    }
+    /* every row is fitted to its own algorithm's pattern (who sends to whom
+     * in each of its steps, costmodel.h), replayed on the engine: at 64 B
+     * for the latency of one of its steps, at the row's message size for
+     * its copy and combine rates. What P ranks on this machine's cores make
+     * of those steps (turns on a core, wake-ups, a root's messages queueing
+     * one behind another) is then in the row's figures. */
+    dsim_err e = DSIM_OK;
+    for (int i = 0; i < n && e == DSIM_OK; i++)
+        if (rows[i].steps == 0)
+            e = cal_fit_algo(c, rows[i].algo, rows, n);
     for (int i = 0; i < n && e == DSIM_OK; i++) {
         double red = 0;
         e = dsim_calib_rates(c->cores, dsim_calib_rate_bytes(c->ranks, c->cores, rows[i].bytes),
@@ -600,8 +718,5 @@ dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n)
         if (e == DSIM_OK)
             e = dsim_calib_predict_at(c, rows[i].algo, rows[i].bytes, &rows[i], &rows[i].seconds);
     }
-    free(sz);
-    free(tx);
-    free(tr);
     return e;
 }

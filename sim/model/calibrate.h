@@ -66,11 +66,16 @@ dsim_err dsim_calib_pingpong(const char *engine, const size_t *sizes, int n, int
 dsim_err dsim_calib_exchange(const char *engine, int ranks, int reduce, const size_t *sizes, int n,
                              int iters, int reps, double *secs);
 
-/* The same with pairs set: every rank exchanges with rank ^ 1, then rank ^
- * 2, ... in turn, as rhd's and recursive doubling's steps do (ranks a power
- * of two), rather than around a ring. */
-dsim_err dsim_calib_exchange_pairs(const char *engine, int ranks, int reduce, int pairs,
-                                   const size_t *sizes, int n, int iters, int reps, double *secs);
+/* The same over a pattern (dsim_cost_pattern_of: an algorithm's schedule)
+ * instead of a ring: one replay of all its steps, each transfer a message
+ * of the size at hand, a rank waiting for a step's messages before it
+ * begins the next (as the algorithm does); the time of one replay. NULL: a
+ * ring exchange. Step after step the messages move through span (1 to
+ * 1024) times their size of memory, as an algorithm's blocks do through its
+ * buffer. */
+dsim_err dsim_calib_exchange_pattern(const char *engine, int ranks, int reduce,
+                                     const dsim_cost_pattern *pat, int span, const size_t *sizes,
+                                     int n, int iters, int reps, double *secs);
 
 /* Per-core copy and float32-sum rates, bytes of output per second, with
  * `cores` threads each on buffers of `bytes` of their own (median of runs
@@ -88,24 +93,24 @@ dsim_err dsim_calib_measure(const char *engine, int ranks, dsim_calib *out);
  * that size: a 4 KiB block and a 16 MiB one do not move at one rate. */
 size_t dsim_calib_msg_bytes(dsim_algo algo, int ranks, size_t bytes);
 
-/* The ranks of the exchange an algorithm's rows are calibrated with: all of
- * them for ring and rhd (every rank sends in every step), 2 for tree and
- * reduce_to_one (a step moves one or a few messages, each alone on a core). */
-int dsim_calib_xranks(dsim_algo algo, int ranks);
+/* How many transfers' times a replay of pattern pt with messages of one
+ * size lasts beyond its latency, in the schedule evaluator (costmodel.c) on
+ * `cores` cores: plain (a step of n transfers: max(1, n / cores)) and
+ * combining (the rank that receives most combines one after another:
+ * max(that many, n / cores)), summed over the steps. */
+void dsim_calib_pattern_turns(const dsim_cost_pattern *pt, int cores, double *kcopy, double *kred);
 
-/* 1 where an algorithm's rows are calibrated with exchanges between pairs
- * (dsim_calib_exchange_pairs): rhd and recursive doubling over a power of
- * two of ranks above 2; else 0, a ring. */
-int dsim_calib_xpairs(dsim_algo algo, int ranks);
+/* One transfer's copy and combine times (move_s, red_s) that make the
+ * evaluator's replay of pt, with latency alpha a step, last t_copy plain
+ * and t_reduce combining (a replay's measured times). Arithmetic only. */
+void dsim_calib_fit_pattern(const dsim_cost_pattern *pt, int cores, double alpha, double t_copy,
+                            double t_reduce, double *move_s, double *red_s);
 
 /* The topology that models c->ranks ranks of this machine for messages of
- * `msg` bytes, from a ring exchange of `xranks` ranks at that size:
- * step_copy_s with plain receives, step_reduce_s with combining ones.
- * Latency alpha_x_s; the link rate and the reduction rate chosen so that
- * the evaluator's step of xranks transfers (alpha + their CPU time over the
- * cores) equals the measured exchange. */
-void dsim_calib_topology(const dsim_calib *c, int xranks, size_t msg, double step_copy_s,
-                         double step_reduce_s, dsim_topology *t);
+ * `msg` bytes: latency alpha a step, a link that moves msg in move_s, a
+ * device that combines msg in red_s (dsim_calib_fit_pattern). */
+void dsim_calib_topology(const dsim_calib *c, double alpha, size_t msg, double move_s, double red_s,
+                         dsim_topology *t);
 
 /* Bytes algo copies locally over all ranks for an out-of-place all-reduce
  * of n bytes (not transfers, so not in costmodel's schedules); *serial set
@@ -123,23 +128,24 @@ typedef struct dsim_calib_row {
     dsim_algo algo;                    /* ring, rhd, tree, reduce_to_one, recursive_doubling */
     size_t bytes;                      /* float32 elements */
     size_t msg;                        /* dsim_calib_msg_bytes */
-    int xranks;                        /* dsim_calib_xranks */
-    int pairs;                         /* dsim_calib_xpairs */
-    double alpha_s;                    /* pairs: their exchange of 64 B (0: alpha_x_s) */
-    double step_copy_s, step_reduce_s; /* the exchange at msg     */
+    int steps;                         /* its algorithm's pattern's steps over the ranks */
+    double alpha_s;                    /* a step of the pattern replayed at 64 B (0: alpha_x_s) */
+    double step_copy_s, step_reduce_s; /* a step of the pattern replayed at msg (mean) */
+    double move_s, red_s;              /* one transfer of msg: dsim_calib_fit_pattern */
     double copy_Bps;                   /* local copy rate at the working set */
     double seconds;                    /* predicted */
 } dsim_calib_row;
 
-/* The prediction from a row's calibration (step_copy_s, step_reduce_s,
- * copy_Bps at msg): dsim_calib_topology, dsim_cost_allreduce over the
- * algorithm's schedule, plus the local copies (dsim_calib_local_copy) at
- * the copy rate, over the cores unless on one rank's path. Arithmetic only. */
+/* The prediction from a row's calibration (alpha_s, move_s, red_s at msg,
+ * copy_Bps): dsim_calib_topology, dsim_cost_allreduce over the algorithm's
+ * schedule, plus the local copies (dsim_calib_local_copy) at the copy rate,
+ * over the cores unless on one rank's path. Arithmetic only. */
 dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes,
                                const dsim_calib_row *at, double *seconds);
 
-/* Measures what each row needs (the exchanges at every distinct message
- * size, the copy rates) now, then predicts every row. */
+/* Measures what each row needs now (its algorithm's pattern replayed at
+ * 64 B and at every distinct message size of its rows, plain and
+ * combining; the copy rates), then predicts every row. */
 dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n);
 
 /* The transport an engine's calibration measures (and so the one its

@@ -33,12 +33,21 @@ typedef struct cm_eval {
     double *arrive, *reduce; /* [p]: when the last transfer into a rank lands; its reductions */
     double total;
     int steps;
+    /* Set: dsim_cost_step records each step's transfers here instead of
+     * timing them (dsim_cost_pattern_of). */
+    dsim_cost_pattern *capture;
 } cm_eval;
 
 /* One step: every transfer x[0..n) starts together; a rank's step ends when
  * its last incoming transfer has arrived and it has combined what it
  * received. Adds the step's time to ev->total and counts it. */
 void dsim_cost_step(cm_eval *ev, const cm_xfer *x, int n);
+
+/* The same step `times` times over (>= 1), evaluated once: a schedule whose
+ * steps move the same sizes over the same links (a ring's) counts its first
+ * so, which lets a ring of 65536 ranks be costed at once. A capture
+ * (dsim_cost_pattern_of) records it `times` times. */
+void dsim_cost_step_times(cm_eval *ev, const cm_xfer *x, int n, int times);
 
 /* Elements of block k of count cut into m blocks (the first count % m one
  * longer), as src/coll cuts them. */
@@ -71,14 +80,6 @@ typedef struct dsim_algo_cost {
     /* Calibration (calibrate.h): the elements of the message that
      * dominates an all-reduce of elems elements over ranks ranks. */
     size_t (*msg_elems)(size_t elems, int ranks);
-    /* Calibration: every step moves a message from every rank at once, so
-     * the exchange it is calibrated with has all the ranks (else a pair). */
-    bool every_rank_sends;
-    /* Calibration: each step pairs rank r with rank r ^ 2^k (k = 0, 1, ...
-     * in turn), so that over a power of two of ranks the exchange it is
-     * calibrated with pairs them so too, rather than a ring (which makes
-     * every rank wait on its left neighbour's turn on a core). */
-    bool pairwise;
     /* Calibration: bytes copied locally (sendbuf into recvbuf or scratch)
      * over all p >= 2 ranks for an out-of-place all-reduce of n bytes;
      * *serial set when the copy lies on one rank's path alone. */

@@ -342,11 +342,55 @@ static void cm_tpu_step(cm_eval *ev, const cm_xfer *x, int n)
     ev->steps++;
 }
 
+#define CM_CAPTURE_MAX (1 << 22)
+
+/* Appends a step's transfers to ev->capture (its arrays grown by
+ * doubling); on running out of memory the capture is marked failed
+ * (steps = -1) and records nothing more. */
+static void cm_capture_step(cm_eval *ev, const cm_xfer *x, int n)
+{
+    dsim_cost_pattern *c = ev->capture;
+    if (c->steps < 0)
+        return;
+    if (c->n + n > CM_CAPTURE_MAX) { /* more than a calibration replays */
+        c->steps = -1;
+        return;
+    }
+    int cap = 1;
+    while (cap < c->n + n)
+        cap *= 2;
+    int *off = realloc(c->off, (size_t)(c->steps + 2) * sizeof *off);
+    if (off)
+        c->off = off;
+    int *src = off ? realloc(c->src, (size_t)cap * sizeof *src) : NULL;
+    if (src)
+        c->src = src;
+    int *dst = src ? realloc(c->dst, (size_t)cap * sizeof *dst) : NULL;
+    if (!dst) {
+        c->steps = -1;
+        return;
+    }
+    c->dst = dst;
+    if (c->steps == 0)
+        c->off[0] = 0;
+    for (int i = 0; i < n; i++) {
+        c->src[c->n + i] = x[i].src;
+        c->dst[c->n + i] = x[i].dst;
+    }
+    c->n += n;
+    c->off[++c->steps] = c->n;
+    ev->steps++;
+}
+
 void dsim_cost_step(cm_eval *ev, const cm_xfer *x, int n)
 {
     int p = ev->p, H = ev->t->hosts;
     if (n == 0)
         return;
+    if (ev->capture) {
+        cm_capture_step(ev, x, n);
+        return;
+    }
     if (ev->t->tpu) {
         cm_tpu_step(ev, x, n);
         return;
@@ -479,6 +523,56 @@ out:
     free(ev.reduce);
     free(x);
     return e;
+}
+
+void dsim_cost_step_times(cm_eval *ev, const cm_xfer *x, int n, int times)
+{
+    if (ev->capture) {
+        for (int k = 0; k < times; k++)
+            dsim_cost_step(ev, x, n);
+        return;
+    }
+    double before = ev->total;
+    dsim_cost_step(ev, x, n);
+    ev->total = before + (ev->total - before) * (double)times;
+    ev->steps += times - 1;
+}
+
+dsim_err dsim_cost_pattern_of(dsim_algo algo, int p, dsim_cost_pattern *out)
+{
+    memset(out, 0, sizeof *out);
+    const dsim_algo_cost *cost = dsim_algo_cost_of(algo);
+    if (!cost || p < 2 || p > (1 << 20)) {
+        char names[256];
+        return DSIM_ERR(DSIM_EINVAL, -1,
+                        "cost model: the pattern of algorithm %d over %d ranks: 2 to %d ranks "
+                        "and one of %s needed",
+                        (int)algo, p, 1 << 20, dsim_algo_list(names, sizeof names, 0, ", ", ", "));
+    }
+    /* one host of p devices, unit links: the schedules read the shape only */
+    dsim_link_model l = {"pattern", "", 0, 1, ""};
+    dsim_topology t = {.hosts = 1, .devices_per_host = p, .intra = l, .inter = l};
+    cm_eval ev = {.t = &t, .p = p, .capture = out};
+    cm_xfer *x = calloc(2 * (size_t)p, sizeof *x);
+    if (x) /* 64 elements a rank: every block of every schedule non-empty */
+        cost->schedule(&ev, x, 64 * (size_t)p, 4.0);
+    free(x);
+    if (!x || out->steps < 0) {
+        dsim_cost_pattern_free(out);
+        return DSIM_ERR(DSIM_ENOMEM, -1,
+                        "cost model: the pattern of %s over %d ranks is larger than %d transfers "
+                        "or than memory allows",
+                        dsim_algo_name(algo), p, CM_CAPTURE_MAX);
+    }
+    return DSIM_OK;
+}
+
+void dsim_cost_pattern_free(dsim_cost_pattern *pt)
+{
+    free(pt->off);
+    free(pt->src);
+    free(pt->dst);
+    memset(pt, 0, sizeof *pt);
 }
 
 double dsim_cost_allreduce_formula(dsim_algo algo, int p, double n, double a, double b, double g)

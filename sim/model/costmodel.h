@@ -100,6 +100,23 @@ const dsim_device_model *dsim_tpu_device_model(dsim_tpu_gen gen);
 dsim_err dsim_cost_allreduce(const dsim_topology *t, dsim_algo algo, size_t bytes, size_t esize,
                              double *seconds, int *steps);
 
+/* Who sends to whom in each step of an algorithm's schedule over p ranks
+ * (the schedule costmodel.c evaluates, on one host): step k's transfers
+ * are src[i] -> dst[i] for i in off[k] .. off[k + 1]. Calibration
+ * (calibrate.h) replays it with messages of its own, so that a row is
+ * fitted to the pattern its algorithm's steps make on this machine. */
+typedef struct dsim_cost_pattern {
+    int steps, n;
+    int *off;       /* [steps + 1] */
+    int *src, *dst; /* [n] */
+} dsim_cost_pattern;
+
+/* The pattern of algo (not AUTO) over p >= 2 ranks into *out, which
+ * dsim_cost_pattern_free releases; DSIM_EINVAL or DSIM_ENOMEM with a
+ * message. */
+dsim_err dsim_cost_pattern_of(dsim_algo algo, int p, dsim_cost_pattern *out);
+void dsim_cost_pattern_free(dsim_cost_pattern *pt);
+
 /* What AUTO should run for an all-reduce of `bytes` (float32 elements of
  * esize bytes) on topology t: the algorithm dsim can run there whose
  * schedule the model finds fastest (reduce_to_one only on request); the

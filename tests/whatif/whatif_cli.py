@@ -126,8 +126,8 @@ p = subprocess.run([dsim, "bench", "allreduce", "--transport", "tcp", "--model",
 check(p.returncode == 2 and "threads engine over inproc" in p.stderr,
       "--model over tcp on the threads engine is refused")
 
-# the processes engine: one forked process per rank over tcp, calibrated the
-# same way (a ping-pong and ring exchanges between processes)
+# the processes engine: one forked process per rank over shm, calibrated the
+# same way (a ping-pong and replays of the algorithm's steps between processes)
 p = subprocess.run([dsim, "bench", "allreduce", "--engine", "processes", "--ranks", "3", "-b", "4K",
                     "-e", "16K", "-f", "4", "-n", "3", "-w", "1", "--algo", "ring", "--model", "1"],
                    capture_output=True, text=True, timeout=120)
@@ -155,21 +155,37 @@ check(p.returncode == 0 and cal.get("engine") == "threads" and cal.get("ranks") 
 check([x["msg"] for x in preds if x["algo"] == "ring"] == [1368, 21848],
       f"ring's message is a third of the buffer (whole floats): {preds}")
 check(cal.get("waits") == "hot", f"calibrate's waits are hot by default: {cal.get('waits')}")
-check(all(x["pattern"] == "ring" and x["pattern_64B_s"] == cal.get("exchange_64B_s")
-          for x in preds), f"3 ranks: every row is calibrated around a ring: {preds}")
-# over a power of two, rhd's rows are calibrated with the pairs its steps
-# make (rank ^ 1, then rank ^ 2), with their own 64 B latency; ring's not
-p = subprocess.run([dsim, "calibrate", "--ranks", "4", "--algo", "ring,rhd", "--sizes", "16K",
-                    "--json"], capture_output=True, text=True, timeout=120)
+check(all(x["pattern"] == x["algo"] and x["pattern_steps"] > 0 and x["pattern_64B_s"] > 0
+          for x in preds), f"every row is fitted to its own algorithm's steps: {preds}")
+# each algorithm's rows are fitted to its own steps, replayed over the
+# ranks: ring's 2 (p - 1), rhd's 2 lg p, tree's 2 lg p, reduce_to_one's 2
+p = subprocess.run([dsim, "calibrate", "--ranks", "4", "--algo", "ring,rhd,tree,reduce_to_one",
+                    "--sizes", "16K", "--json"], capture_output=True, text=True, timeout=120)
 try:
     pr = json.loads(p.stdout).get("predictions", [])
 except ValueError:
     pr = []
 pat = {x["algo"]: x for x in pr}
-check(p.returncode == 0 and set(pat) == {"ring", "rhd"} and pat["ring"]["pattern"] == "ring"
-      and pat["rhd"]["pattern"] == "pairs" and pat["rhd"]["pattern_64B_s"] > 0
-      and pat["rhd"]["msg"] == 8192 and pat["ring"]["msg"] == 4096,
-      f"calibrate --ranks 4: rhd in pairs, ring around the ring ({p.returncode}: {p.stdout[-600:]} "
+check(p.returncode == 0 and set(pat) == {"ring", "rhd", "tree", "reduce_to_one"}
+      and {a: x["pattern_steps"] for a, x in pat.items()}
+      == {"ring": 6, "rhd": 4, "tree": 4, "reduce_to_one": 2}
+      and all(x["pattern"] == a and x["pattern_64B_s"] > 0 for a, x in pat.items())
+      and pat["rhd"]["msg"] == 8192 and pat["ring"]["msg"] == 4096 and pat["tree"]["msg"] == 16384,
+      f"calibrate --ranks 4: each algorithm replayed in its own steps ({p.returncode}: "
+      f"{p.stdout[-600:]} {p.stderr})")
+# over processes too, and where one rank receives from several in a step
+# (reduce_to_one's root: three messages at once, each into a place of its own)
+p = subprocess.run([dsim, "calibrate", "--engine", "processes", "--ranks", "4", "--algo",
+                    "reduce_to_one", "--sizes", "4K,1M", "--json"], capture_output=True, text=True,
+                   timeout=120)
+try:
+    pr = json.loads(p.stdout).get("predictions", [])
+except ValueError:
+    pr = []
+check(p.returncode == 0 and len(pr) == 2
+      and all(x["pattern_steps"] == 2 and x["seconds"] > 0 and x["exchange_reduce_s"] > 0
+              for x in pr) and pr[1]["seconds"] > pr[0]["seconds"],
+      f"calibrate --engine processes: reduce_to_one's replay ({p.returncode}: {p.stdout[-600:]} "
       f"{p.stderr})")
 # --waits cold: the ranks sleep at once when they wait, as a step's collectives do
 p = subprocess.run([dsim, "calibrate", "--ranks", "2", "--algo", "ring", "--sizes", "4K",
