@@ -60,6 +60,7 @@ static const dsim_algo_cost cost_ring = {
     .schedule = ring_schedule,
     .formula = ring_formula,
     .msg_elems = ring_msg_elems,
+    .walks_buffer = true,
     .local_copy = ring_local_copy,
 };
 
@@ -297,6 +298,7 @@ static const dsim_algo_cost cost_hier = {
     .formula = ring_formula,
     /* Calibrated on one machine (one host): the ring's messages. */
     .msg_elems = ring_msg_elems,
+    .walks_buffer = true,
     .local_copy = ring_local_copy,
 };
 
@@ -407,6 +409,7 @@ static const dsim_algo_cost cost_torus = {
     .schedule = torus_schedule,
     .formula = ring_formula,
     .msg_elems = torus_msg_elems,
+    .walks_buffer = true,
     .local_copy = torus_local_copy,
 };
 

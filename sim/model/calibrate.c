@@ -618,6 +618,16 @@ dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes
     return DSIM_OK;
 }
 
+/* How many replays of a pattern at messages of msg bytes make a batch. */
+static int cal_replays(size_t msg)
+{
+    return msg >= ((size_t)4 << 20)   ? 5
+           : msg >= ((size_t)1 << 20) ? 20
+           : msg >= ((size_t)1 << 18) ? 50
+           : msg >= ((size_t)1 << 16) ? 100
+                                      : 200;
+}
+
 /* Replays algo's pattern (plain, then combining) at 64 B and at every
  * message size of its rows, and fits each of those rows. */
 static dsim_err cal_fit_algo(const dsim_calib *c, dsim_algo algo, dsim_calib_row *rows, int n)
@@ -641,39 +651,48 @@ static dsim_err cal_fit_algo(const dsim_calib *c, dsim_algo algo, dsim_calib_row
         if (j == ns)
             sz[ns++] = rows[i].msg;
     }
-    /* fewer replays for large messages: the time is long enough to read;
-     * many for small ones, so that a batch lasts long enough for the
-     * ranks' turns on the cores to even out within it */
-    size_t big = cal_max_size(sz, ns);
-    int iters = big >= ((size_t)1 << 22)   ? 5
-                : big >= ((size_t)1 << 18) ? 10
-                : big >= ((size_t)1 << 16) ? 50
-                                           : 200;
-    /* the messages move through as much memory as the all-reduce's buffer
-     * (a ring's p blocks, rhd's two halves), so that the replay meets the
-     * caches and the memory traffic the algorithm does */
+    /* a ring's messages move through as much memory as the all-reduce's
+     * buffer (its p blocks in turn), so that the replay meets the caches and
+     * the memory traffic the algorithm does */
     int span = 1;
-    for (int i = 0; i < n; i++)
+    const dsim_algo_cost *cost = dsim_algo_cost_of(algo);
+    for (int i = 0; cost && cost->walks_buffer && i < n; i++)
         if (rows[i].algo == algo && rows[i].msg > 0) {
             double r = ceil((double)rows[i].bytes / (double)rows[i].msg);
             span = r > span ? (r < 1024 ? (int)r : 1024) : span;
         }
-    if (e == DSIM_OK)
-        e = dsim_calib_exchange_pattern(c->engine, c->ranks, 0, &pt, span, sz, ns, iters, 5, tx);
-    if (e == DSIM_OK)
-        e = dsim_calib_exchange_pattern(c->engine, c->ranks, 1, &pt, span, sz, ns, iters, 5, tr);
-    /* small messages again alone: a batch of 16 MiB replays sets their
-     * iteration count (5), too few to time 64 B by */
-    if (e == DSIM_OK && iters < 200)
-        e = dsim_calib_exchange_pattern(c->engine, c->ranks, 0, &pt, 1, sz, 1, 200, 5, tx);
+    /* smallest first, then each class of sizes with its
+     * own count of replays: fewer for large messages, whose time is long
+     * enough to read; many for small ones, so that a batch lasts long
+     * enough (milliseconds, beyond the first touches of its memory) for
+     * the ranks' turns on the cores to even out within it */
+    for (int i = 1; i < ns; i++)
+        for (int j = i; j > 0 && sz[j - 1] > sz[j]; j--) {
+            size_t t = sz[j];
+            sz[j] = sz[j - 1];
+            sz[j - 1] = t;
+        }
+    for (int lo = 0, hi; lo < ns && e == DSIM_OK; lo = hi) {
+        int iters = cal_replays(sz[lo]);
+        for (hi = lo + 1; hi < ns && cal_replays(sz[hi]) == iters; hi++)
+            ;
+        e = dsim_calib_exchange_pattern(c->engine, c->ranks, 0, &pt, span, sz + lo, hi - lo, iters,
+                                        5, tx + lo);
+        if (e == DSIM_OK)
+            e = dsim_calib_exchange_pattern(c->engine, c->ranks, 1, &pt, span, sz + lo, hi - lo,
+                                            iters, 5, tr + lo);
+    }
     for (int i = 0; i < n && e == DSIM_OK; i++) {
         if (rows[i].algo != algo)
             continue;
         int j = 0;
         while (sz[j] != rows[i].msg)
             j++;
+        int j64 = 0;
+        while (sz[j64] != 64)
+            j64++;
         rows[i].steps = pt.steps;
-        rows[i].alpha_s = tx[0] / pt.steps;
+        rows[i].alpha_s = tx[j64] / pt.steps;
         rows[i].step_copy_s = tx[j] / pt.steps;
         rows[i].step_reduce_s = tr[j] / pt.steps;
         dsim_calib_fit_pattern(&pt, c->cores, rows[i].alpha_s, tx[j], tr[j], &rows[i].move_s,

@@ -80,6 +80,12 @@ typedef struct dsim_algo_cost {
     /* Calibration (calibrate.h): the elements of the message that
      * dominates an all-reduce of elems elements over ranks ranks. */
     size_t (*msg_elems)(size_t elems, int ranks);
+    /* Calibration: each of its steps moves its messages (of msg_elems) to
+     * another block of the buffer (a ring's), so that a replay of its
+     * pattern walks them through the whole buffer; else (rhd's halving
+     * steps stay within the half the first kept) through one message's
+     * worth. */
+    bool walks_buffer;
     /* Calibration: bytes copied locally (sendbuf into recvbuf or scratch)
      * over all p >= 2 ranks for an out-of-place all-reduce of n bytes;
      * *serial set when the copy lies on one rank's path alone. */
