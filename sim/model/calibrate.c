@@ -661,11 +661,11 @@ static dsim_err cal_fit_algo(const dsim_calib *c, dsim_algo algo, dsim_calib_row
             double r = ceil((double)rows[i].bytes / (double)rows[i].msg);
             span = r > span ? (r < 1024 ? (int)r : 1024) : span;
         }
-    /* smallest first, then each class of sizes with its
-     * own count of replays: fewer for large messages, whose time is long
+    /* smallest first, then each class of sizes with its own count of
+     * replays (cal_replays): fewer for large messages, whose time is long
      * enough to read; many for small ones, so that a batch lasts long
-     * enough (milliseconds, beyond the first touches of its memory) for
-     * the ranks' turns on the cores to even out within it */
+     * enough (milliseconds, beyond the first touches of its memory) for the
+     * ranks' turns on the cores to even out within it */
     for (int i = 1; i < ns; i++)
         for (int j = i; j > 0 && sz[j - 1] > sz[j]; j--) {
             size_t t = sz[j];
