@@ -20,6 +20,7 @@
 typedef struct pr_relay {
     pid_t pid;
     int pfd, chief_fd;
+    pr_ring *ring; /* the child's records (NULL: over the pipe) */
     pr_reader rd;
     int64_t cont_at; /* SIGCONT due, or 0 */
     bool pipe_open, exited;
@@ -53,7 +54,7 @@ static void pr_relay_command(pr_relay *r)
 static void pr_relay_records(pr_relay *r)
 {
     int k;
-    while ((k = pr_reader_next(r->pfd, &r->rd)) == 1) {
+    while ((k = pr_ring_next(r->ring, r->pfd, &r->rd)) == 1) {
         const pr_reader *rd = &r->rd;
         if (rd->hdr[0] == PR_PAUSE && rd->hdr[1] >= sizeof(pr_pause)) {
             pr_pause p;
@@ -96,9 +97,10 @@ int dsim_proc_agent_signal(void)
 /* Relays one attempt's child to the chief until it ends. Returns 1 when the
  * attempt ended, 0 when the chief said goodbye, -1 when its connection
  * broke. */
-static int pr_agent_attempt(pid_t pid, int pfd, int chief_fd)
+static int pr_agent_attempt(pid_t pid, int pfd, pr_ring *ring, int chief_fd)
 {
-    pr_relay r = {.pid = pid, .pfd = pfd, .chief_fd = chief_fd, .pipe_open = true, .rc = 1};
+    pr_relay r = {
+        .pid = pid, .pfd = pfd, .ring = ring, .chief_fd = chief_fd, .pipe_open = true, .rc = 1};
     bool told = false;
     while (r.pipe_open || !r.exited) {
         if (pr_agent_sig && !told) {
@@ -126,7 +128,8 @@ static int pr_agent_attempt(pid_t pid, int pfd, int chief_fd)
             if (r.rc != 1)
                 break;
         }
-        if (r.pipe_open && (pf[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+        /* a ring is read each time round (proc_ring.h) */
+        if (r.pipe_open && (r.ring || (pf[0].revents & (POLLIN | POLLHUP | POLLERR)))) {
             pr_relay_records(&r);
             if (r.rc != 1)
                 break;
@@ -191,6 +194,7 @@ static int pr_agent_start(const dsim_train_cfg *cfg, const dsim_proc_attempt *tm
         DSIM_ERR(DSIM_EIO, -1, "pipe: %s", strerror(errno));
         return -1;
     }
+    pr_ring *ring = pr_ring_map(); /* NULL: the records go over the pipe */
     fflush(stdout);
     fflush(stderr);
     pr_agent_relaying = 1;
@@ -200,6 +204,7 @@ static int pr_agent_start(const dsim_train_cfg *cfg, const dsim_proc_attempt *tm
         pr_agent_relaying = 0;
         close(pfd[0]);
         close(pfd[1]);
+        pr_ring_unmap(ring);
         free(done);
         DSIM_ERR(DSIM_EIO, -1, "fork: %s", strerror(err));
         return -1;
@@ -207,14 +212,15 @@ static int pr_agent_start(const dsim_train_cfg *cfg, const dsim_proc_attempt *tm
     if (pid == 0) {
         pr_child_prep(pfd[0]);
         close(chief_fd);
-        pr_child_main(&cc, &pa, pfd[1], lo, hi, "tcp", opts);
+        pr_child_main(&cc, &pa, pfd[1], ring, lo, hi, "tcp", opts);
         _exit(99);
     }
     free(done);
     close(pfd[1]);
     fcntl(pfd[0], F_SETFL, fcntl(pfd[0], F_GETFL) | O_NONBLOCK);
     dsim_debug("dsim worker: task %d (ranks %d..%d) is pid %d", h->task, lo, hi, (int)pid);
-    int rc = pr_agent_attempt(pid, pfd[0], chief_fd);
+    int rc = pr_agent_attempt(pid, pfd[0], ring, chief_fd);
+    pr_ring_unmap(ring);
     if (!pr_agent_sig)
         pr_agent_relaying = 0;
     if (rc < 0)

@@ -21,6 +21,7 @@
 
 typedef struct pr_child {
     int fd;
+    pr_ring *ring; /* the records' way to the parent (NULL: the pipe) */
     pthread_mutex_t mu;
     dsim_faults *fs;
     int lo, hi; /* its ranks */
@@ -31,10 +32,19 @@ typedef struct pr_child {
     size_t n_held;
 } pr_child;
 
+/* Whether the parent must see a record of this type at once: all but a
+ * step's, a batch's read and the step phases held (type 0), which it takes
+ * from the ring when it next looks (proc_ring.h). */
+static bool pr_urgent(uint32_t type)
+{
+    return type != 0 && type != PR_STEP && type != PR_READ;
+}
+
 /* A record (type, then a[na] and b[nb]) after the held phases' record,
- * when there are any, in one write (under c->mu; type 0: the phases only). */
+ * when there are any, in one write (under c->mu; type 0: the phases only,
+ * urgent where a phase other than a step's is among them). */
 static void pr_send_locked(pr_child *c, uint32_t type, const void *a, size_t na, const void *b,
-                           size_t nb)
+                           size_t nb, bool urgent)
 {
     uint32_t hp[2] = {PR_PHASE, (uint32_t)(c->n_held * sizeof c->held[0])};
     uint32_t h[2] = {type, (uint32_t)(na + nb)};
@@ -50,14 +60,16 @@ static void pr_send_locked(pr_child *c, uint32_t type, const void *a, size_t na,
         iov[n++] = (struct iovec){(void *)a, na};
         iov[n++] = (struct iovec){(void *)b, nb};
     }
-    if (n)
+    if (n && c->ring)
+        pr_ring_send(c->ring, c->fd, iov, n, urgent || pr_urgent(type));
+    else if (n)
         pr_writev_all(c->fd, iov, n);
 }
 
 static void pr_send2(pr_child *c, uint32_t type, const void *a, size_t na, const void *b, size_t nb)
 {
     pthread_mutex_lock(&c->mu);
-    pr_send_locked(c, type, a, na, b, nb);
+    pr_send_locked(c, type, a, na, b, nb, false);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -110,11 +122,12 @@ static void pr_child_observer(const dsim_train_step_info *info, void *user)
 /* The driver's phase hook in a child whose parent records the phases
  * (a->on_phase): the entry goes to the parent with the child's time. A
  * step's phases (compute, all-reduce, the loss's reduction) are held and go
- * with the replica's next record (its step's, its next batch's, a kill's):
- * a pipe write wakes the parent, which then takes a CPU from the replicas
- * mid-step, and the phase that ends a replica's compute was timed as its
- * compute: with replicas outnumbering the CPUs, one of them measured 4x
- * the others' compute in most runs, a straggler of dsim's own making.
+ * with the replica's next record (its step's, its next batch's, a kill's),
+ * which goes after the step: a record sent from inside the step used to be
+ * a pipe write that woke the parent, which then took a CPU from the
+ * replicas mid-step (one of the quickstart's 4 replicas on 2 CPUs measured
+ * 4x the others' compute in most runs, a straggler of dsim's own making),
+ * and a record is still a copy and a lock taken inside the timed step.
  * Held entries of a process killed mid-step are lost with it; the spans
  * the recorder stores need the entry after them, which such a step lacks
  * anyway (but for a loss reduction's start). */
@@ -124,17 +137,18 @@ static dsim_hook_action pr_child_phase(void *user, int replica, dsim_phase p, ui
     pr_phase ph = {.replica = replica, .phase = (int)p, .gs = gs, .t = pr_now()};
     pthread_mutex_lock(&c->mu);
     if (c->n_held == PR_PHASES_HELD)
-        pr_send_locked(c, 0, NULL, 0, NULL, 0);
+        pr_send_locked(c, 0, NULL, 0, NULL, 0, false);
     c->held[c->n_held++] = ph;
     if (!pr_step_phase((int)p))
-        pr_send_locked(c, 0, NULL, 0, NULL, 0);
+        pr_send_locked(c, 0, NULL, 0, NULL, 0, true);
     pthread_mutex_unlock(&c->mu);
     return DSIM_HOOK_GO;
 }
 
-/* A replica read its batch: the parent records it at once, so that a read
- * the job relied on is not lost when this process is killed before the
- * step's end (its other replicas may be mid-step when one of them dies). */
+/* A replica read its batch: it is recorded at once (in the ring, which
+ * the parent reads after this process's death too), so that a read the
+ * job relied on is not lost when this process is killed before the step's
+ * end (its other replicas may be mid-step when one of them dies). */
 static void pr_child_batch(void *user, int replica, uint32_t epoch, uint64_t step,
                            const uint64_t *ids, uint64_t n)
 {
@@ -170,10 +184,10 @@ static void pr_on_pause(void *user, int rank, int64_t duration_ns)
     raise(SIGSTOP); /* the parent sends SIGCONT when the pause ends */
 }
 
-void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd, int lo, int hi,
-                   const char *transport, const char *options)
+void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd, pr_ring *ring,
+                   int lo, int hi, const char *transport, const char *options)
 {
-    pr_child c = {.fd = fd, .lo = lo, .hi = hi};
+    pr_child c = {.fd = fd, .ring = ring, .lo = lo, .hi = hi};
     pthread_mutex_init(&c.mu, NULL);
     /* every replica of the job runs on this host, in this process or a
      * sibling: waits yield where they outnumber the CPUs */

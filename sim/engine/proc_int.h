@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "proc_ring.h"
 #include "proc_wire.h"
 #include "processes.h"
 
@@ -27,7 +28,8 @@ typedef struct pr_task {
     int64_t cont_at; /* SIGCONT due, or 0 */
     pr_result result;
     bool has_result;
-    pr_reader rd; /* the record being read */
+    pr_reader rd;  /* the record being read */
+    pr_ring *ring; /* a child forked here: its records (proc_ring.h) */
 } pr_task;
 
 typedef struct pr_job {
@@ -81,9 +83,10 @@ void pr_merge(pr_job *j);
 /* proc_child.c: a forked child's first steps (it dies with its parent,
  * takes signals as a fresh process does, drops the pipe's read end), and
  * its life: dsim_train of ranks lo..hi over tcp with `options`, every
- * record down fd. Never returns. */
+ * record into its ring (down fd where ring is NULL), fd its wake-ups.
+ * Never returns. */
 void pr_child_prep(int read_end);
-void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd, int lo, int hi,
-                   const char *transport, const char *options);
+void pr_child_main(const dsim_train_cfg *cfg, const dsim_proc_attempt *a, int fd, pr_ring *ring,
+                   int lo, int hi, const char *transport, const char *options);
 
 #endif

@@ -103,7 +103,26 @@ bool pr_command(int fd, uint32_t *type, unsigned char **body, uint32_t *len)
     return true;
 }
 
+/* pr_reader's source for a descriptor: read(2), EINTR retried, EAGAIN as
+ * nothing now, its end and its errors as -1. */
+static ssize_t fd_src(void *ctx, void *buf, size_t n)
+{
+    for (;;) {
+        ssize_t r = read(*(int *)ctx, buf, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno == EAGAIN)
+            return 0;
+        return r > 0 ? r : -1;
+    }
+}
+
 int pr_reader_next(int fd, pr_reader *rd)
+{
+    return pr_reader_from(rd, fd_src, &fd);
+}
+
+int pr_reader_from(pr_reader *rd, pr_src src, void *ctx)
 {
     if (rd->hdr_got == sizeof rd->hdr && rd->body_got == rd->hdr[1]) {
         /* the last call handed a record out: start the next */
@@ -112,13 +131,9 @@ int pr_reader_next(int fd, pr_reader *rd)
     }
     for (;;) {
         if (rd->hdr_got < sizeof rd->hdr) {
-            ssize_t r = read(fd, (char *)rd->hdr + rd->hdr_got, sizeof rd->hdr - rd->hdr_got);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0 && errno == EAGAIN)
-                return 0;
+            ssize_t r = src(ctx, (char *)rd->hdr + rd->hdr_got, sizeof rd->hdr - rd->hdr_got);
             if (r <= 0)
-                return -1;
+                return r == 0 ? 0 : -1;
             rd->hdr_got += (size_t)r;
             if (rd->hdr_got < sizeof rd->hdr)
                 continue;
@@ -131,13 +146,9 @@ int pr_reader_next(int fd, pr_reader *rd)
                 return -1;
         }
         if (rd->body_got < rd->hdr[1]) {
-            ssize_t r = read(fd, rd->body + rd->body_got, rd->hdr[1] - rd->body_got);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r < 0 && errno == EAGAIN)
-                return 0;
+            ssize_t r = src(ctx, rd->body + rd->body_got, rd->hdr[1] - rd->body_got);
             if (r <= 0)
-                return -1;
+                return r == 0 ? 0 : -1;
             rd->body_got += (size_t)r;
             if (rd->body_got < rd->hdr[1])
                 continue;

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "dsim/strategy.h"
 
@@ -160,6 +161,11 @@ typedef struct pr_reader {
  * call starts the next record), 0 when nothing more is there now, -1 at
  * EOF, an error or a length that is no record's. */
 int pr_reader_next(int fd, pr_reader *rd);
+
+/* The same from another source: src(ctx, buf, n) gives up to n bytes (> 0),
+ * 0 when none are there now, -1 at its end or an error. */
+typedef ssize_t (*pr_src)(void *ctx, void *buf, size_t n);
+int pr_reader_from(pr_reader *rd, pr_src src, void *ctx);
 
 void pr_reader_free(pr_reader *rd);
 

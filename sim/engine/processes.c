@@ -8,7 +8,10 @@
  *                                            dsim_train(local ranks, tcp with
  *                                              addrs + its listen_fds, filter
  *                                              and hooks of its own faults)
- *   poll the pipes <──── STEP / EVENT ─────  observer, fault events
+ *   read the rings <──── STEP / EVENT ─────  observer, fault events (each
+ *     (each time round;                      record into its ring, shared
+ *     a pipe's byte: now)                    memory: proc_ring.h; a byte
+ *                                            down its pipe when it is urgent)
  *     observer(step) as they come      <──── KILL(rank) / PAUSE ── a kill seen
  *     SIGKILL / SIGSTOP / SIGCONT              here for a rank elsewhere, or
  *                                              its own pause (then SIGSTOP)
@@ -106,7 +109,7 @@ void pr_fail_now(pr_job *j)
 static int pr_read(pr_job *j, pr_task *t)
 {
     int r;
-    while ((r = pr_reader_next(t->fd, &t->rd)) == 1)
+    while ((r = pr_ring_next(t->ring, t->fd, &t->rd)) == 1)
         pr_record(j, t, t->rd.hdr[0], t->rd.body, t->rd.hdr[1]);
     return r == 0;
 }
@@ -273,6 +276,8 @@ static dsim_err pr_fork_task(pr_job *j, const pr_net *net, int k)
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) != 0)
         return DSIM_ERR(DSIM_EIO, -1, "processes: pipe: %s", strerror(errno));
+    pr_ring_unmap(t->ring); /* a fresh ring for each child (NULL: the pipe) */
+    t->ring = pr_ring_map();
     char *opts = pr_task_options(j, net, t);
     pid_t pid = opts ? fork() : -1;
     if (pid < 0) {
@@ -295,7 +300,7 @@ static dsim_err pr_fork_task(pr_job *j, const pr_net *net, int k)
         for (int r = 0; r < j->R; r++)
             if ((r < t->lo || r > t->hi) && net->lfd[r] >= 0)
                 close(net->lfd[r]);
-        pr_child_main(j->cfg, j->a, pfd[1], t->lo, t->hi, net->transport, opts);
+        pr_child_main(j->cfg, j->a, pfd[1], t->ring, t->lo, t->hi, net->transport, opts);
         _exit(99);
     }
     free(opts);
@@ -411,10 +416,12 @@ static void pr_watch(pr_job *j, int64_t bound, int64_t grace)
         int rc = poll(pf, (nfds_t)n, 20);
         if (rc < 0 && errno != EINTR)
             break;
-        for (int i = 0; i < n && rc > 0; i++) {
-            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
+        for (int i = 0; i < n; i++) {
             pr_task *t = &j->tasks[map[i]];
+            /* a ring is read each time round (its child wakes the parent
+             * only for what must be seen at once) */
+            if (!(rc > 0 && (pf[i].revents & (POLLIN | POLLHUP | POLLERR))) && !t->ring)
+                continue;
             if (pr_read(j, t) == 0) {
                 if (!t->remote)
                     close(t->fd);
@@ -440,6 +447,7 @@ static void pr_job_free(pr_job *j, pr_net *net)
         if (j->tasks[k].fd >= 0 && !j->tasks[k].remote)
             close(j->tasks[k].fd);
         pr_reader_free(&j->tasks[k].rd);
+        pr_ring_unmap(j->tasks[k].ring);
     }
     for (size_t i = 0; i < j->n_steps; i++)
         free(j->step_ids[i]);
