@@ -25,7 +25,8 @@ struct pr_ring {
 
 pr_ring *pr_ring_map(void)
 {
-    void *p = mmap(NULL, sizeof(pr_ring), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    void *p =
+        mmap(NULL, sizeof(pr_ring), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
