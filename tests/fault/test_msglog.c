@@ -1,8 +1,11 @@
 /* The message log (sim/fault/msglog.h): halves logged in different
  * processes join into frames, the bound per link holds on both sides alike,
- * attempts keep restarted sequence numbers apart, and a real job's frames
+ * attempts keep restarted sequence numbers apart, halves logged from many
+ * threads at once all land (no lock on their path) and the cap holds, and a
+ * real job's frames
  * (threads and sim engines, without and with the faults' filter) each have
  * a send no later than their arrival. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -183,11 +186,100 @@ static void test_sim_job_faults(void **state)
     run_job("sim", true);
 }
 
+/* Each thread logs its own link's sends and arrivals, 300 frames, at once
+ * with the others: every kept half lands (9 links x 256 frames, across
+ * the log's chunks of 4096 halves), each frame joins whole, and the sends
+ * beyond the bound are counted. */
+#define CT_THREADS 9
+#define CT_FRAMES  300
+
+typedef struct ct_arg {
+    dsim_msg_log *log;
+    int src;
+    pthread_barrier_t *go;
+} ct_arg;
+
+static void *ct_main(void *p)
+{
+    ct_arg *a = p;
+    pthread_barrier_wait(a->go);
+    for (uint64_t s = 1; s <= CT_FRAMES; s++) {
+        dsim_tp_hdr h = hdr(a->src, a->src + 100, s, s);
+        dsim_msg_log_sent(a->log, a->src, &h, (int64_t)(10 * s));
+        dsim_msg_log_arrived(a->log, a->src + 100, &h, (int64_t)(10 * s + 3));
+    }
+    return NULL;
+}
+
+static void test_concurrent_halves(void **state)
+{
+    (void)state;
+    dsim_msg_log *log;
+    assert_int_equal(dsim_msg_log_create(&log), DSIM_OK);
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, CT_THREADS);
+    pthread_t t[CT_THREADS];
+    ct_arg a[CT_THREADS];
+    for (int i = 0; i < CT_THREADS; i++) {
+        a[i] = (ct_arg){.log = log, .src = i, .go = &go};
+        assert_int_equal(pthread_create(&t[i], NULL, ct_main, &a[i]), 0);
+    }
+    for (int i = 0; i < CT_THREADS; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&go);
+    dsim_msg_rec *m;
+    size_t n;
+    uint64_t dropped;
+    assert_int_equal(dsim_msg_log_join(log, &m, &n, &dropped), DSIM_OK);
+    assert_int_equal(n, (size_t)CT_THREADS * DSIM_MSG_LOG_PER_LINK);
+    assert_int_equal(dropped, (uint64_t)CT_THREADS * (CT_FRAMES - DSIM_MSG_LOG_PER_LINK));
+    int seen[CT_THREADS][DSIM_MSG_LOG_PER_LINK + 1];
+    memset(seen, 0, sizeof seen);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(m[i].src >= 0 && m[i].src < CT_THREADS && m[i].dst == m[i].src + 100);
+        assert_true(m[i].seq >= 1 && m[i].seq <= DSIM_MSG_LOG_PER_LINK);
+        assert_int_equal(m[i].t_sent_ns, (int64_t)(10 * m[i].seq));
+        assert_int_equal(m[i].t_recv_ns, (int64_t)(10 * m[i].seq + 3));
+        assert_int_equal(m[i].bytes, m[i].seq);
+        seen[m[i].src][m[i].seq]++;
+    }
+    for (int i = 0; i < CT_THREADS; i++)
+        for (int s = 1; s <= DSIM_MSG_LOG_PER_LINK; s++)
+            assert_int_equal(seen[i][s], 1);
+    free(m);
+    dsim_msg_log_destroy(log);
+}
+
+/* More kept halves than the log holds: it keeps DSIM_MSG_LOG_CAP of them and
+ * counts the sends it could not keep as dropped. */
+static void test_cap(void **state)
+{
+    (void)state;
+    dsim_msg_log *log;
+    assert_int_equal(dsim_msg_log_create(&log), DSIM_OK);
+    int links = DSIM_MSG_LOG_CAP / (2 * DSIM_MSG_LOG_PER_LINK) + 10;
+    for (int l = 0; l < links; l++)
+        for (uint64_t s = 1; s <= DSIM_MSG_LOG_PER_LINK; s++) {
+            dsim_tp_hdr h = hdr(l, l + 1, s, 8);
+            dsim_msg_log_sent(log, l, &h, 1);
+            dsim_msg_log_arrived(log, l + 1, &h, 2);
+        }
+    dsim_msg_rec *h;
+    uint64_t dropped;
+    size_t n = dsim_msg_log_halves(log, &h, &dropped);
+    assert_int_equal(n, DSIM_MSG_LOG_CAP);
+    assert_int_equal(dropped, (uint64_t)10 * DSIM_MSG_LOG_PER_LINK); /* the sends of 10 links */
+    free(h);
+    dsim_msg_log_destroy(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_join_across_processes),
         cmocka_unit_test(test_attempts_and_inproc_order),
+        cmocka_unit_test(test_concurrent_halves),
+        cmocka_unit_test(test_cap),
         cmocka_unit_test(test_threads_job),
         cmocka_unit_test(test_threads_job_faults),
         cmocka_unit_test(test_sim_job_faults),
