@@ -34,7 +34,8 @@ static bool ml_kept(const dsim_tp_hdr *hdr)
     return hdr->seq >= 1 && hdr->seq <= DSIM_MSG_LOG_PER_LINK;
 }
 
-/* Slot i's chunk, allocated by the first to need it; NULL out of memory. */
+/* Chunk c of the slots, allocated by the first to need it; NULL out of
+ * memory. */
 static dsim_msg_rec *ml_chunk(dsim_msg_log *log, size_t c)
 {
     dsim_msg_rec *h = atomic_load_explicit(&log->chunk[c], memory_order_acquire);
