@@ -3,7 +3,8 @@
  * Each replica owns an append-only log (its records and the ids they read),
  * padded to its own cache lines, so recording needs no lock and replicas do
  * not share a written line. Queries walk every log; they run after the
- * recording threads have been joined. */
+ * recording threads have been joined, and find an epoch's records by
+ * binary search in a log in epoch order (ledger_span). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -27,6 +28,12 @@ typedef struct ledger_log {
     size_t nrecs, caprecs;
     uint64_t *ids;
     size_t nids, capids;
+    /* A replica's own steps come in epoch order, so a query of one epoch
+     * finds its records by binary search; a record of an earlier epoch
+     * after a later one (a lost replica's step re-run, a copy) makes the
+     * log unsorted, and its queries walk all of it. */
+    uint32_t last_epoch;
+    bool unsorted;
 } ledger_log;
 
 struct dsim_ledger {
@@ -124,6 +131,9 @@ static dsim_err ledger_append(dsim_ledger *l, int replica, int rerun_of, uint32_
         ledger_grow((void **)&g->ids, &g->capids, g->nids + (size_t)n, sizeof *g->ids) != 0)
         return DSIM_ERR(DSIM_ENOMEM, replica, "ledger record: no memory for replica %d's log",
                         replica);
+    if (g->nrecs > 0 && epoch < g->last_epoch)
+        g->unsorted = true;
+    g->last_epoch = epoch;
     g->recs[g->nrecs++] =
         (ledger_rec){.step = step, .begin = g->nids, .n = n, .epoch = epoch, .rerun_of = rerun_of};
     if (n > 0)
@@ -153,6 +163,35 @@ static int ledger_owner(int log, const ledger_rec *rc)
     if (rc->rerun_of == LEDGER_ROLLED_BACK)
         return -1;
     return rc->rerun_of >= 0 ? rc->rerun_of : log;
+}
+
+/* The records of g that may be of epoch e: [*k0, *k1). A sorted log's of
+ * that epoch alone (two binary searches), an unsorted log's all of them
+ * (the caller still tests each record's epoch). Queries per epoch over a
+ * long run so cost what the epoch holds, not the run. */
+static void ledger_span(const ledger_log *g, uint32_t e, size_t *k0, size_t *k1)
+{
+    *k0 = 0;
+    *k1 = g->nrecs;
+    if (g->unsorted)
+        return;
+    size_t lo = 0, hi = g->nrecs;
+    while (lo < hi) { /* the first record of an epoch >= e */
+        size_t mid = lo + (hi - lo) / 2;
+        if (g->recs[mid].epoch < e)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *k0 = lo;
+    for (hi = g->nrecs; lo < hi;) { /* the first of an epoch > e */
+        size_t mid = lo + (hi - lo) / 2;
+        if (g->recs[mid].epoch <= e)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *k1 = lo;
 }
 
 dsim_err dsim_ledger_copy_steps(dsim_ledger *dst, const dsim_ledger *src, uint64_t steps_per_epoch,
@@ -224,7 +263,9 @@ static void ledger_count(const dsim_ledger *l, uint32_t epoch, int lo, int hi, u
         memset(rerun, 0, (size_t)l->n * sizeof *rerun);
     for (int i = 0; i < l->n_rep; i++) {
         const ledger_log *g = &l->logs[i];
-        for (size_t k = 0; k < g->nrecs; k++) {
+        size_t k0, k1;
+        ledger_span(g, epoch, &k0, &k1);
+        for (size_t k = k0; k < k1; k++) {
             const ledger_rec *rc = &g->recs[k];
             int who = ledger_owner(i, rc);
             if (rc->epoch != epoch || who < 0 || who < lo || who >= hi)
@@ -269,16 +310,19 @@ static int ledger_cell_cmp(const void *a, const void *b)
 static dsim_err ledger_cells(const dsim_ledger *l, uint32_t epoch, int lo, int hi,
                              ledger_cell **out, size_t *count)
 {
-    size_t total = 0;
-    for (int i = 0; i < l->n_rep; i++)
-        total += l->logs[i].nrecs;
+    size_t total = 0, k0, k1;
+    for (int i = 0; i < l->n_rep; i++) {
+        ledger_span(&l->logs[i], epoch, &k0, &k1);
+        total += k1 - k0;
+    }
     ledger_cell *c = malloc((total ? total : 1) * sizeof *c);
     if (c == NULL)
         return DSIM_ERR(DSIM_ENOMEM, -1, "ledger: no memory for %zu records", total);
     size_t k = 0;
     for (int i = 0; i < l->n_rep; i++) {
         const ledger_log *g = &l->logs[i];
-        for (size_t j = 0; j < g->nrecs; j++) {
+        ledger_span(g, epoch, &k0, &k1);
+        for (size_t j = k0; j < k1; j++) {
             int who = ledger_owner(i, &g->recs[j]);
             if (g->recs[j].epoch == epoch && who >= 0 && who >= lo && who < hi)
                 c[k++] = (ledger_cell){.step = g->recs[j].step, .n = g->recs[j].n, .replica = who};
@@ -338,22 +382,26 @@ static int ledger_u64_cmp(const void *a, const void *b)
 /* The distinct steps of an epoch a restart rolled back. */
 static dsim_err ledger_rolled_back_steps(const dsim_ledger *l, uint32_t epoch, uint64_t *out)
 {
-    size_t total = 0, k = 0;
-    for (int i = 0; i < l->n_rep; i++)
-        for (size_t j = 0; j < l->logs[i].nrecs; j++)
+    size_t total = 0, k = 0, k0, k1;
+    for (int i = 0; i < l->n_rep; i++) {
+        ledger_span(&l->logs[i], epoch, &k0, &k1);
+        for (size_t j = k0; j < k1; j++)
             total += l->logs[i].recs[j].rerun_of == LEDGER_ROLLED_BACK;
+    }
     *out = 0;
     if (!total)
         return DSIM_OK;
     uint64_t *st = malloc(total * sizeof *st);
     if (st == NULL)
         return DSIM_ERR(DSIM_ENOMEM, -1, "ledger: no memory for %zu records", total);
-    for (int i = 0; i < l->n_rep; i++)
-        for (size_t j = 0; j < l->logs[i].nrecs; j++) {
+    for (int i = 0; i < l->n_rep; i++) {
+        ledger_span(&l->logs[i], epoch, &k0, &k1);
+        for (size_t j = k0; j < k1; j++) {
             const ledger_rec *rc = &l->logs[i].recs[j];
             if (rc->rerun_of == LEDGER_ROLLED_BACK && rc->epoch == epoch)
                 st[k++] = rc->step;
         }
+    }
     qsort(st, k, sizeof *st, ledger_u64_cmp);
     for (size_t j = 0; j < k; j++)
         *out += j == 0 || st[j] != st[j - 1];
@@ -397,7 +445,9 @@ dsim_err dsim_ledger_coverage(const dsim_ledger *l, uint32_t epoch, int worker, 
         return DSIM_ERR(DSIM_ENOMEM, -1, "ledger coverage: no memory for %d replicas", hi - lo);
     for (int li = 0; li < l->n_rep; li++) {
         const ledger_log *g = &l->logs[li];
-        for (size_t k = 0; k < g->nrecs; k++) {
+        size_t k0, k1;
+        ledger_span(g, epoch, &k0, &k1);
+        for (size_t k = k0; k < k1; k++) {
             const ledger_rec *rc = &g->recs[k];
             int who = ledger_owner(li, rc);
             if (rc->epoch == epoch && who < 0) {
@@ -499,7 +549,9 @@ dsim_err dsim_ledger_readers(const dsim_ledger *l, uint32_t epoch, uint64_t id, 
     size_t k = 0;
     for (int i = lo; i < hi; i++) {
         const ledger_log *g = &l->logs[i];
-        for (size_t j = 0; j < g->nrecs; j++) {
+        size_t k0, k1;
+        ledger_span(g, epoch, &k0, &k1);
+        for (size_t j = k0; j < k1; j++) {
             const ledger_rec *rc = &g->recs[j];
             if (rc->epoch != epoch || rc->rerun_of == LEDGER_ROLLED_BACK)
                 continue;

@@ -440,6 +440,72 @@ static void test_concurrent_recording(void **state)
     dsim_dataset_desc_release(&d);
 }
 
+/* Queries per epoch over logs in epoch order (found by binary search) and a
+ * log a re-run of an earlier epoch left out of order (walked whole): the
+ * same answers either way, an epoch a replica has no record of included. */
+static void test_epochs_in_and_out_of_order(void **state)
+{
+    (void)state;
+    dsim_ledger *l;
+    assert_int_equal(dsim_ledger_create(4, 4, 1, 2, &l), DSIM_OK);
+    const uint64_t a01[] = {0, 1}, a23[] = {2, 3}, a2[] = {2}, a3[] = {3}, a0[] = {0},
+                   all[] = {0, 1, 2, 3};
+    /* replica 0, in order, nothing in epoch 2 */
+    assert_int_equal(dsim_ledger_record(l, 0, 0, 0, a01, 2), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 0, 1, 0, a01, 2), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 0, 1, 1, a2, 1), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 0, 3, 0, a01, 2), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 0, 3, 1, a0, 1), DSIM_OK); /* 0 again */
+    /* replica 1: epochs 0, 2, 3, then re-runs replica 0's step 1 of epoch 1 */
+    assert_int_equal(dsim_ledger_record(l, 1, 0, 0, a23, 2), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 1, 2, 0, all, 4), DSIM_OK);
+    assert_int_equal(dsim_ledger_record(l, 1, 3, 0, a23, 2), DSIM_OK);
+    assert_int_equal(dsim_ledger_record_rerun(l, 1, 0, 1, 1, a3, 1), DSIM_OK);
+    static const struct {
+        uint64_t exact, dup, reads, idle, steps;
+    } want[4] = {{4, 0, 4, 0, 1}, {4, 0, 4, 2, 2}, {4, 0, 4, 1, 1}, {3, 1, 5, 1, 2}};
+    for (uint32_t e = 0; e < 4; e++) {
+        dsim_coverage cov;
+        assert_int_equal(dsim_ledger_coverage(l, e, -1, 1, &cov), DSIM_OK);
+        if (cov.exact != want[e].exact || cov.duplicates != want[e].dup ||
+            cov.reads != want[e].reads || cov.idle != want[e].idle || cov.steps != want[e].steps ||
+            cov.misses || cov.reruns)
+            fail_msg("epoch %u: exact %llu dup %llu reads %llu idle %llu steps %llu misses %llu "
+                     "reruns %llu",
+                     e, (unsigned long long)cov.exact, (unsigned long long)cov.duplicates,
+                     (unsigned long long)cov.reads, (unsigned long long)cov.idle,
+                     (unsigned long long)cov.steps, (unsigned long long)cov.misses,
+                     (unsigned long long)cov.reruns);
+    }
+    /* epoch 1: the re-run is replica 0's step, so replica 1 read nothing */
+    dsim_coverage cov;
+    assert_int_equal(dsim_ledger_coverage(l, 1, -1, 1, &cov), DSIM_OK);
+    assert_int_equal(cov.min_examples, 0);
+    assert_int_equal(cov.min_replica, 1);
+    assert_true(isinf(cov.imbalance));
+    int who[4];
+    size_t total;
+    assert_int_equal(dsim_ledger_readers(l, 1, 3, who, 4, &total), DSIM_OK);
+    assert_int_equal(total, 1);
+    assert_int_equal(who[0], 1); /* the log that read it */
+    assert_int_equal(dsim_ledger_readers(l, 2, 0, who, 4, &total), DSIM_OK);
+    assert_int_equal(total, 1);
+    assert_int_equal(who[0], 1);
+    assert_int_equal(dsim_ledger_readers(l, 3, 0, who, 4, &total), DSIM_OK);
+    assert_int_equal(total, 2);
+    uint64_t ids[4];
+    assert_int_equal(dsim_ledger_list(l, 3, -1, 1, DSIM_LEDGER_DUPLICATES, ids, 4, &total),
+                     DSIM_OK);
+    assert_int_equal(total, 1);
+    assert_int_equal(ids[0], 0);
+    dsim_idle idle[4];
+    assert_int_equal(dsim_ledger_idle(l, 2, -1, idle, 4, &total), DSIM_OK);
+    assert_int_equal(total, 1);
+    assert_int_equal(idle[0].replica, 0);
+    assert_int_equal(idle[0].step, 0);
+    dsim_ledger_destroy(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -449,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_reruns),
         cmocka_unit_test(test_concurrent_recording),
         cmocka_unit_test(test_restart_committed_steps),
+        cmocka_unit_test(test_epochs_in_and_out_of_order),
     };
     return cmocka_run_group_tests_name("ledger", tests, NULL, NULL);
 }
