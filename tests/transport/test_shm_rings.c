@@ -39,11 +39,11 @@ static size_t resident_pages(int fd)
 /* A process's fabric maps in the rings its ranks send into and read from
  * when it opens (a first pass of small messages through a ring took a page
  * fault a page on both sides), and leaves the bounce buffers alone. Ranks
- * 0 and 1 of 3 in this process: 8 of the 9 rings (2 to 2 is the only one
- * neither sends into nor reads from). */
-static void test_rings_mapped_in(void **state)
+ * 0 and 1 of 3 in this process: with direct=off 8 of the 9 rings (2 to 2 is
+ * the only one neither sends into nor reads from); by default (direct=on),
+ * where 0 and 1 reach each other without rings, the 4 to and from rank 2. */
+static void rings_mapped_in(const char *extra, size_t rings)
 {
-    (void)state;
     int fd;
     assert_int_equal(dsim_shm_create(3, "ring=64k,bounce=1m", &fd), DSIM_OK);
     size_t pg = (size_t)sysconf(_SC_PAGESIZE), ring_pages = (64 << 10) / pg;
@@ -52,17 +52,24 @@ static void test_rings_mapped_in(void **state)
     dsim_rt *rt;
     assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
     char o[64];
-    snprintf(o, sizeof o, "fd=%d,local=0-1", fd);
+    snprintf(o, sizeof o, "fd=%d,local=0-1%s", fd, extra);
     dsim_fabric_cfg cfg = {.backend = "shm", .nranks = 3, .rt = rt, .options = o};
     dsim_fabric *f = NULL;
     assert_int_equal(dsim_fabric_open(&cfg, &f), DSIM_OK);
     size_t after = resident_pages(fd);
-    if (after < before + 8 * ring_pages || after > before + 8 * ring_pages + 64)
-        fail_msg("%zu pages resident after the open, %zu before: the 8 rings are %zu", after,
-                 before, 8 * ring_pages);
+    if (after < before + rings * ring_pages || after > before + rings * ring_pages + 64)
+        fail_msg("%zu pages resident after the open, %zu before: the %zu rings are %zu", after,
+                 before, rings, rings * ring_pages);
     dsim_fabric_close(f);
     dsim_rt_destroy(rt);
     close(fd);
+}
+
+static void test_rings_mapped_in(void **state)
+{
+    (void)state;
+    rings_mapped_in(",direct=off", 8);
+    rings_mapped_in("", 4);
 }
 
 int main(void)

@@ -64,8 +64,9 @@ typedef struct shm_opts {
     size_t ring, bounce, eager_max, piece;
     int have_ring, have_bounce, have_eager;
     int cma_off;
-    int cma_staged; /* cma=staged: never straight into the receive */
-    int park_off;   /* park=off: a large message no receive waits for is read at once */
+    int cma_staged;  /* cma=staged: never straight into the receive */
+    int park_off;    /* park=off: a large message no receive waits for is read at once */
+    int rings_local; /* direct=off: ranks of this process talk through the rings too */
     int64_t spin_ns, assist_ns;
 } shm_opts;
 
@@ -209,6 +210,8 @@ static void shm_opts_default(shm_opts *o)
     o->cma_staged = env && strcmp(env, "staged") == 0;
     env = getenv("DSIM_SHM_PARK");
     o->park_off = env && strcmp(env, "off") == 0;
+    env = getenv("DSIM_SHM_DIRECT");
+    o->rings_local = env && strcmp(env, "off") == 0;
     o->assist_ns = SHM_ASSIST_DEF_NS;
     const char *assist = getenv("DSIM_SHM_ASSIST");
     if (assist && *assist && shm_opt_spin("assist", assist, &o->assist_ns) != DSIM_OK)
@@ -259,13 +262,19 @@ static dsim_err shm_opt_one(int nranks, const char *key, const char *val, shm_op
         o->park_off = strcmp(val, "off") == 0;
         return DSIM_OK;
     }
+    if (strcmp(key, "direct") == 0) {
+        if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0)
+            return DSIM_ERR(DSIM_EINVAL, -1, "shm option direct=%s: expected on or off", val);
+        o->rings_local = strcmp(val, "off") == 0;
+        return DSIM_OK;
+    }
     if (strcmp(key, "spin") == 0)
         return shm_opt_spin(key, val, &o->spin_ns);
     if (strcmp(key, "assist") == 0)
         return shm_opt_spin(key, val, &o->assist_ns);
     return DSIM_ERR(DSIM_EINVAL, -1,
                     "unknown shm option '%s'; the known options are fd=, local=, ring=, bounce=, "
-                    "eager_max=, piece=, cma=, park=, spin= and assist=",
+                    "eager_max=, piece=, cma=, park=, direct=, spin= and assist=",
                     key);
 }
 
@@ -573,7 +582,9 @@ static uint32_t shm_new_gen(pid_t pid, uint64_t start)
  * twice its time for its first thousand or so calls. Only where the job's
  * rings are at most SHM_PREFAULT_MAX in all (every ring of the mapping is
  * some pair's), so that a job of many ranks does not take memory for rings
- * it may never fill; a kernel without MADV_POPULATE_WRITE skips it. */
+ * it may never fill; a kernel without MADV_POPULATE_WRITE skips it. The
+ * rings between two ranks of this process stay out where they do not use
+ * them (direct=on). */
 static void shm_prefault(shm_fabric *sf)
 {
 #ifdef MADV_POPULATE_WRITE
@@ -582,6 +593,8 @@ static void shm_prefault(shm_fabric *sf)
         return;
     for (int me = sf->lo; me <= sf->hi; me++)
         for (int p = 0; p < sf->nranks; p++) {
+            if (!sf->rings_local && shm_is_local(sf, p))
+                continue;
             if (madvise(shm_ring_of(sf, me, p), ring, MADV_POPULATE_WRITE) != 0 ||
                 (p != me && madvise(shm_ring_of(sf, p, me), ring, MADV_POPULATE_WRITE) != 0))
                 return;
@@ -599,6 +612,7 @@ static dsim_err shm_setup(shm_fabric *sf, shm_opts *o)
     sf->cma_off = o->cma_off;
     sf->cma_staged = o->cma_staged;
     sf->park_off = o->park_off;
+    sf->rings_local = o->rings_local;
     sf->piece_len = o->piece;
     sf->spin_ns = o->spin_ns;
     sf->assist_ns = o->assist_ns;
@@ -739,6 +753,29 @@ static dsim_err shm_take_abort(shm_fabric *sf, int to)
                     why, to);
 }
 
+/* A send to a rank of this process (direct=on): handed straight to its
+ * endpoint, as inproc does, with no ring, progress thread or wake-up of a
+ * process between them. A small message is copied (into the receive, or a
+ * buffer) and done at once; a large one is read by the receive that takes
+ * it out of the sender's buffer, which the shared layer gives back (and
+ * withdraws, on a cancel) when it has. Every message of such a pair goes
+ * this way, so their order is the order they were sent in. */
+static dsim_err shm_send_direct(shm_fabric *sf, int to, const dsim_tp_hdr *hdr, const void *payload,
+                                size_t len, dsim_req *req)
+{
+    dsim_ep *dst = dsim_tp_fabric_ep(sf->f, to);
+    if (!dst)
+        return dsim_last_error()->code;
+    dsim_err e = dsim_tp_deliver(dst, hdr, payload, len, len > sf->eager_max ? req : NULL);
+    if (e != DSIM_OK)
+        return e;
+    shm_count(sf, SHM_ST(local_msgs), 1);
+    shm_count(sf, SHM_ST(local_bytes), len);
+    if (len <= sf->eager_max)
+        dsim_tp_complete(req, DSIM_OK);
+    return DSIM_OK;
+}
+
 static dsim_err shm_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void *payload,
                          size_t len, dsim_req *req)
 {
@@ -763,6 +800,8 @@ static dsim_err shm_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void
                         "rank %d has closed its endpoint; rank %d cannot send to it (comm %" PRIu32
                         ", tag %" PRIu32 ")",
                         to, from, hdr->comm_id, hdr->tag);
+    if (!sf->rings_local && shm_is_local(sf, to))
+        return shm_send_direct(sf, to, hdr, payload, len, req);
     int large = len > sf->eager_max;
     int sent = 0;
     dsim_waitq_lock(L->sq);

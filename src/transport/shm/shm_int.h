@@ -266,6 +266,7 @@ typedef struct shm_fabric {
     int cma_off;
     int cma_staged;    /* never read straight into the receive */
     int park_off;      /* read a message no receive waits for at once */
+    int rings_local;   /* direct=off: to a rank of this process through the rings */
     int64_t spin_ns;   /* the progress thread's, before it sleeps */
     int64_t assist_ns; /* a waiting worker's (shm_wait_assist) */
     pid_t pid;

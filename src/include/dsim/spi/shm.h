@@ -48,6 +48,13 @@
  *                  with large messages; at most 8 per pair wait so, the
  *                  rest are read at once into a buffer. off: every one is
  *                  read at once. DSIM_SHM_PARK sets the default.
+ *   direct=on|off  on (default): a send between two ranks of this process
+ *                  is handed straight to the receiving endpoint, as inproc
+ *                  does (a small message copied, a large one read by the
+ *                  receive out of the sender's buffer); off: through the
+ *                  rings and the progress thread, as between processes
+ *                  (what the tests of the rings use). DSIM_SHM_DIRECT sets
+ *                  the default.
  *   spin=T         how long the progress thread polls before it sleeps on
  *                  its futex (default 0: it sleeps at once; T is a number
  *                  with us, ms or s)
@@ -108,7 +115,8 @@ typedef struct dsim_shm_stats {
     uint64_t eager_msgs, eager_bytes;   /* through the rings */
     uint64_t cma_msgs, cma_bytes;       /* read from the sender's memory (process_vm_readv) */
     uint64_t bounce_msgs, bounce_bytes; /* through a bounce buffer */
-    uint64_t local_msgs, local_bytes;   /* large messages between ranks of this process */
+    uint64_t local_msgs, local_bytes;   /* between ranks of this process: every message where
+                                           direct=on, else the large ones (handed over) */
     uint64_t cma_refused;               /* peers whose memory the kernel would not let us read */
     uint64_t sleeps;                    /* times the progress thread slept on its futex */
     uint64_t peers_died;                /* peer processes seen to end without closing */
