@@ -824,95 +824,6 @@ static void test_bad_options(void **state)
     close(fd);
 }
 
-/* Ranks of one process: by default (direct=on) a send is handed straight
- * to the receiving endpoint, as inproc does: no ring (eager_msgs stays 0),
- * in the order sent, a large one held until the receive reads it out of
- * the sender's buffer; with direct=off the same through the rings. */
-static void direct_in_process(const char *opts, int direct)
-{
-    dsim_rt *rt;
-    assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
-    dsim_fabric_cfg cfg = {.backend = "shm", .nranks = 2, .rt = rt, .options = opts};
-    dsim_fabric *f = NULL;
-    if (dsim_fabric_open(&cfg, &f) != DSIM_OK)
-        fail_msg("%s: %s", opts ? opts : "(defaults)", dsim_errmsg());
-    dsim_ep *a, *b;
-    assert_int_equal(dsim_ep_open(f, 0, &a), DSIM_OK);
-    assert_int_equal(dsim_ep_open(f, 1, &b), DSIM_OK);
-    int64_t dl = dsim_rt_deadline(rt, LONG_NS);
-    /* three small messages of one tag, sent before any receive */
-    dsim_req *sr[3], *rr;
-    for (uint32_t i = 0; i < 3; i++)
-        assert_int_equal(dsim_isend(a, 1, 1, 5, &i, sizeof i, &sr[i]), DSIM_OK);
-    for (uint32_t i = 0; i < 3; i++) {
-        uint32_t v = 99;
-        assert_int_equal(dsim_irecv(b, 0, 1, 5, &v, sizeof v, &rr), DSIM_OK);
-        assert_int_equal(dsim_wait(rr, dl, NULL), DSIM_OK);
-        assert_int_equal(dsim_wait(sr[i], dl, NULL), DSIM_OK);
-        assert_int_equal(v, i);
-    }
-    /* a large one before its receive: not done until the receive took it */
-    size_t len = 1 << 20;
-    uint8_t *out = malloc(len), *in = calloc(1, len);
-    assert_non_null(out);
-    assert_non_null(in);
-    for (size_t i = 0; i < len; i++)
-        out[i] = (uint8_t)(i * 13 + 1);
-    dsim_req *ls;
-    assert_int_equal(dsim_isend(a, 1, 1, 6, out, len, &ls), DSIM_OK);
-    if (direct)
-        assert_false(dsim_req_done(ls));
-    assert_int_equal(dsim_irecv(b, 0, 1, 6, in, len, &rr), DSIM_OK);
-    size_t got = 0;
-    assert_int_equal(dsim_wait(rr, dl, &got), DSIM_OK);
-    assert_int_equal(dsim_wait(ls, dl, NULL), DSIM_OK);
-    assert_int_equal(got, len);
-    assert_memory_equal(in, out, len);
-    /* a large send cancelled before any receive: withdrawn, and the next
-     * message of the pair still arrives */
-    assert_int_equal(dsim_isend(a, 1, 1, 7, out, len, &ls), DSIM_OK);
-    dsim_req_cancel(ls);
-    uint32_t k = 42, v = 0;
-    assert_int_equal(dsim_isend(a, 1, 1, 8, &k, sizeof k, &sr[0]), DSIM_OK);
-    assert_int_equal(dsim_irecv(b, 0, 1, 8, &v, sizeof v, &rr), DSIM_OK);
-    assert_int_equal(dsim_wait(rr, dl, NULL), DSIM_OK);
-    assert_int_equal(dsim_wait(sr[0], dl, NULL), DSIM_OK);
-    assert_int_equal(v, 42);
-    dsim_shm_stats st;
-    assert_int_equal(dsim_shm_get_stats(f, &st), DSIM_OK);
-    if (direct) {
-        assert_int_equal(st.eager_msgs, 0);
-        assert_int_equal(st.local_msgs, 6); /* 3 + 1 + the withdrawn one + 1 */
-    } else {
-        assert_int_equal(st.eager_msgs, 4);
-        /* the cancelled one too where the progress thread handed it over
-         * before the cancel came */
-        assert_true(st.local_msgs == 1 || st.local_msgs == 2);
-    }
-    free(out);
-    free(in);
-    dsim_ep_close(a);
-    dsim_ep_close(b);
-    dsim_fabric_close(f);
-    dsim_rt_destroy(rt);
-}
-
-static void test_direct_in_process(void **state)
-{
-    (void)state;
-    direct_in_process(NULL, 1);
-    direct_in_process("direct=off", 0);
-    /* a bad value names the option and what it takes */
-    dsim_rt *rt;
-    assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
-    dsim_fabric_cfg cfg = {.backend = "shm", .nranks = 2, .rt = rt, .options = "direct=yes"};
-    dsim_fabric *f = NULL;
-    assert_int_equal(dsim_fabric_open(&cfg, &f), DSIM_EINVAL);
-    assert_non_null(strstr(dsim_errmsg(), "direct=yes"));
-    assert_non_null(strstr(dsim_errmsg(), "on or off"));
-    dsim_rt_destroy(rt);
-}
-
 /* A job of many ranks without ring= or bounce=: the sizes shrink until the
  * mapping fits (1024 ranks at the defaults, 1.5 MiB a pair, would take 1.5
  * TiB), and two of its ranks still talk, small messages through the ring
@@ -1581,7 +1492,6 @@ int main(void)
         cmocka_unit_test(test_sender_killed_mid_bounce),
         cmocka_unit_test(test_random_kills),
         cmocka_unit_test(test_many_ranks_fit),
-        cmocka_unit_test(test_direct_in_process),
         cmocka_unit_test(test_late_peer_leaves_at_once),
     };
     return cmocka_run_group_tests_name("shm", tests, NULL, NULL);
