@@ -165,6 +165,19 @@ static int ledger_owner(int log, const ledger_rec *rc)
     return rc->rerun_of >= 0 ? rc->rerun_of : log;
 }
 
+/* In a log in epoch order, the first record from lo on of an epoch > e. */
+static size_t ledger_after(const ledger_log *g, size_t lo, uint32_t e)
+{
+    for (size_t hi = g->nrecs; lo < hi;) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (g->recs[mid].epoch <= e)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* The records of g that may be of epoch e: [*k0, *k1). A sorted log's of
  * that epoch alone (two binary searches), an unsorted log's all of them
  * (the caller still tests each record's epoch). Queries per epoch over a
@@ -175,23 +188,8 @@ static void ledger_span(const ledger_log *g, uint32_t e, size_t *k0, size_t *k1)
     *k1 = g->nrecs;
     if (g->unsorted)
         return;
-    size_t lo = 0, hi = g->nrecs;
-    while (lo < hi) { /* the first record of an epoch >= e */
-        size_t mid = lo + (hi - lo) / 2;
-        if (g->recs[mid].epoch < e)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *k0 = lo;
-    for (hi = g->nrecs; lo < hi;) { /* the first of an epoch > e */
-        size_t mid = lo + (hi - lo) / 2;
-        if (g->recs[mid].epoch <= e)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    *k1 = lo;
+    *k0 = e > 0 ? ledger_after(g, 0, e - 1) : 0;
+    *k1 = ledger_after(g, *k0, e);
 }
 
 dsim_err dsim_ledger_copy_steps(dsim_ledger *dst, const dsim_ledger *src, uint64_t steps_per_epoch,

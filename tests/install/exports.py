@@ -56,6 +56,8 @@ def declarations(path):
             depth -= 1
             if depth < 0:  # the closing brace of extern "C"
                 depth = 0
+            elif depth == 0 and '(' in chunk:
+                chunk = ''  # an inline function's body ends its definition
             continue
         if depth:
             continue

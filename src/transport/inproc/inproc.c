@@ -58,16 +58,7 @@ static dsim_err inproc_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const v
 {
     dsim_fabric *f = dsim_tp_ep_fabric(ep);
     const inproc_fabric *p = dsim_tp_fabric_priv(f);
-    dsim_ep *dst = dsim_tp_fabric_ep(f, to);
-    if (!dst)
-        return dsim_last_error()->code;
-    if (len > p->eager_max)
-        return dsim_tp_deliver(dst, hdr, payload, len, req);
-    dsim_err e = dsim_tp_deliver(dst, hdr, payload, len, NULL);
-    if (e != DSIM_OK)
-        return e;
-    dsim_tp_complete(req, DSIM_OK);
-    return DSIM_OK;
+    return dsim_tp_hand_over(f, to, hdr, payload, len, p->eager_max, req);
 }
 
 const struct dsim_tp_ops dsim_tp_inproc_ops = {

@@ -753,29 +753,6 @@ static dsim_err shm_take_abort(shm_fabric *sf, int to)
                     why, to);
 }
 
-/* A send to a rank of this process (direct=on): handed straight to its
- * endpoint, as inproc does, with no ring, progress thread or wake-up of a
- * process between them. A small message is copied (into the receive, or a
- * buffer) and done at once; a large one is read by the receive that takes
- * it out of the sender's buffer, which the shared layer gives back (and
- * withdraws, on a cancel) when it has. Every message of such a pair goes
- * this way, so their order is the order they were sent in. */
-static dsim_err shm_send_direct(shm_fabric *sf, int to, const dsim_tp_hdr *hdr, const void *payload,
-                                size_t len, dsim_req *req)
-{
-    dsim_ep *dst = dsim_tp_fabric_ep(sf->f, to);
-    if (!dst)
-        return dsim_last_error()->code;
-    dsim_err e = dsim_tp_deliver(dst, hdr, payload, len, len > sf->eager_max ? req : NULL);
-    if (e != DSIM_OK)
-        return e;
-    shm_count(sf, SHM_ST(local_msgs), 1);
-    shm_count(sf, SHM_ST(local_bytes), len);
-    if (len <= sf->eager_max)
-        dsim_tp_complete(req, DSIM_OK);
-    return DSIM_OK;
-}
-
 static dsim_err shm_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void *payload,
                          size_t len, dsim_req *req)
 {
@@ -800,8 +777,16 @@ static dsim_err shm_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void
                         "rank %d has closed its endpoint; rank %d cannot send to it (comm %" PRIu32
                         ", tag %" PRIu32 ")",
                         to, from, hdr->comm_id, hdr->tag);
-    if (!sf->rings_local && shm_is_local(sf, to))
-        return shm_send_direct(sf, to, hdr, payload, len, req);
+    if (!sf->rings_local && shm_is_local(sf, to)) {
+        /* a rank of this process (direct=on): straight to its endpoint, as
+         * inproc sends, with no ring, progress thread or wake-up between */
+        dsim_err e = dsim_tp_hand_over(sf->f, to, hdr, payload, len, sf->eager_max, req);
+        if (e == DSIM_OK) {
+            shm_count(sf, SHM_ST(local_msgs), 1);
+            shm_count(sf, SHM_ST(local_bytes), len);
+        }
+        return e;
+    }
     int large = len > sf->eager_max;
     int sent = 0;
     dsim_waitq_lock(L->sq);

@@ -240,6 +240,27 @@ DSIM_API dsim_err dsim_tp_deliver_pull(dsim_ep *ep, const dsim_tp_hdr *hdr, size
  * request and is what dsim_wait reports. */
 DSIM_API void dsim_tp_complete(dsim_req *req, dsim_err status);
 
+/* A send to rank `to` of this address space, from within ops->send, as
+ * inproc sends every frame and shm those between ranks of one process: up
+ * to eager_max bytes are copied (into a posted receive, or a buffer) and
+ * req done at once; a larger frame goes as zero-copy, its payload read by
+ * the receive that takes it, req done (or withdrawn on a cancel) by the
+ * shared layer. Every frame of a pair sent this way arrives in order. */
+static inline dsim_err dsim_tp_hand_over(dsim_fabric *f, int to, const dsim_tp_hdr *hdr,
+                                         const void *payload, size_t len, size_t eager_max,
+                                         dsim_req *req)
+{
+    dsim_ep *dst = dsim_tp_fabric_ep(f, to);
+    if (!dst)
+        return dsim_last_error()->code;
+    if (len > eager_max)
+        return dsim_tp_deliver(dst, hdr, payload, len, req);
+    dsim_err e = dsim_tp_deliver(dst, hdr, payload, len, NULL);
+    if (e == DSIM_OK)
+        dsim_tp_complete(req, DSIM_OK);
+    return e;
+}
+
 /* Sends a hand-made frame from ep to rank `to` through the backend, as
  * ops->send would, bypassing header construction and sequence numbering:
  * for conformance tests and the fault decorator (stale, misrouted, corrupt,
