@@ -341,9 +341,24 @@ static inline void rt_cpu_relax(void)
 
 static int rt_host_workers;
 
+/* The CPUs this process's bound workers are on, and a count bumped at each
+ * change, read by the transports' own threads (dsim_rt_follow_workers). */
+static pthread_mutex_t rt_bound_mu = PTHREAD_MUTEX_INITIALIZER;
+static cpu_set_t rt_bound;
+static unsigned rt_bound_gen;
+
+static void rt_bound_reset(void)
+{
+    pthread_mutex_lock(&rt_bound_mu);
+    CPU_ZERO(&rt_bound);
+    __atomic_add_fetch(&rt_bound_gen, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&rt_bound_mu);
+}
+
 void dsim_rt_set_host_workers(int n)
 {
     __atomic_store_n(&rt_host_workers, n > 0 ? n : 0, __ATOMIC_RELAXED);
+    rt_bound_reset(); /* a new job: its workers bind anew */
 }
 
 int dsim_rt_host_workers(void)
@@ -351,17 +366,31 @@ int dsim_rt_host_workers(void)
     return __atomic_load_n(&rt_host_workers, __ATOMIC_RELAXED);
 }
 
-/* DSIM_BIND=0 turns binding off; read once. */
+/* Whether the environment's `name` is other than 0; read once into *cache
+ * (-1 until then). */
+static int rt_env_on(const char *name, int *cache)
+{
+    int v = __atomic_load_n(cache, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv(name);
+        v = !(e && strcmp(e, "0") == 0);
+        __atomic_store_n(cache, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+/* DSIM_BIND=0 turns binding off. */
 static int rt_bind_on(void)
 {
     static int on = -1;
-    int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char *e = getenv("DSIM_BIND");
-        v = !(e && strcmp(e, "0") == 0);
-        __atomic_store_n(&on, v, __ATOMIC_RELAXED);
-    }
-    return v;
+    return rt_env_on("DSIM_BIND", &on);
+}
+
+/* DSIM_BIND_FOLLOW=0 leaves the transports' threads on the whole mask. */
+static int rt_follow_on(void)
+{
+    static int on = -1;
+    return rt_env_on("DSIM_BIND_FOLLOW", &on);
 }
 
 int dsim_rt_bind_worker(int id)
@@ -380,7 +409,15 @@ int dsim_rt_bind_worker(int id)
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
-    return pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+    if (pthread_setaffinity_np(pthread_self(), sizeof one, &one) != 0)
+        return 0;
+    pthread_mutex_lock(&rt_bound_mu);
+    if (!CPU_ISSET(cpu, &rt_bound)) {
+        CPU_SET(cpu, &rt_bound);
+        __atomic_add_fetch(&rt_bound_gen, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&rt_bound_mu);
+    return 1;
 }
 
 void dsim_rt_unbind_self(void)
@@ -390,6 +427,26 @@ void dsim_rt_unbind_self(void)
     if (rt_mask_n > 0 && pthread_getaffinity_np(pthread_self(), sizeof cur, &cur) == 0 &&
         !CPU_EQUAL(&cur, &rt_mask))
         (void)pthread_setaffinity_np(pthread_self(), sizeof rt_mask, &rt_mask);
+}
+
+/* The placement the calling transport thread last took: -1 none yet, 0 its
+ * workers' CPUs, 1 the whole mask. */
+static _Thread_local int rt_helper_loose = -1;
+
+void dsim_rt_follow_workers(unsigned *seen, int loose)
+{
+    loose = loose || !rt_follow_on();
+    if (loose == rt_helper_loose && __atomic_load_n(&rt_bound_gen, __ATOMIC_ACQUIRE) == *seen)
+        return;
+    cpu_set_t set;
+    pthread_mutex_lock(&rt_bound_mu);
+    set = rt_bound;
+    *seen = rt_bound_gen;
+    pthread_mutex_unlock(&rt_bound_mu);
+    rt_helper_loose = loose;
+    if (loose || CPU_COUNT(&set) == 0 ||
+        pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0)
+        dsim_rt_unbind_self();
 }
 
 void dsim_rt_spin_look(int i, int workers)

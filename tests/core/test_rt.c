@@ -375,6 +375,84 @@ static void test_workers_bind_to_a_cpu_each(void **state)
     dsim_rt_destroy(rt);
 }
 
+/* A transport's own thread follows the process's bound workers
+ * (dsim_rt_follow_workers): their CPUs while it is not loose, the whole
+ * mask when loose, when the job ends (dsim_rt_set_host_workers starts the
+ * next), and always with DSIM_BIND=0 or DSIM_BIND_FOLLOW=0 (runs of this
+ * test with each). */
+typedef struct follow_seen {
+    bind_seen tight, loose, tight_again, after_job, first;
+} follow_seen;
+
+static void *follow_fn(void *arg)
+{
+    follow_seen *f = arg;
+    unsigned placed = ~0u;
+    dsim_rt_follow_workers(&placed, 0);
+    bind_fn(&f->tight);
+    dsim_rt_follow_workers(&placed, 0); /* nothing changed: no call */
+    dsim_rt_follow_workers(&placed, 1);
+    bind_fn(&f->loose);
+    dsim_rt_follow_workers(&placed, 0);
+    bind_fn(&f->tight_again);
+    dsim_rt_set_host_workers(0); /* the job ends */
+    dsim_rt_follow_workers(&placed, 0);
+    bind_fn(&f->after_job);
+    return NULL;
+}
+
+static void *follow_first_fn(void *arg)
+{
+    follow_seen *f = arg;
+    unsigned placed = ~0u;
+    dsim_rt_follow_workers(&placed, 0);
+    bind_fn(&f->first);
+    return NULL;
+}
+
+static void test_transport_threads_follow_workers(void **state)
+{
+    (void)state;
+    int cpus = dsim_rt_cpus();
+    if (cpus < 2 || cpus + 2 > BIND_MAX)
+        skip(); /* one CPU: the whole mask is the workers' */
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    assert_int_equal(sched_getaffinity(0, sizeof mask, &mask), 0);
+    int second = -1; /* the mask's second CPU: worker 1's */
+    for (int c = 0, k = 0; c < CPU_SETSIZE && second < 0; c++)
+        if (CPU_ISSET(c, &mask) && k++ == 1)
+            second = c;
+    const char *e1 = getenv("DSIM_BIND"), *e2 = getenv("DSIM_BIND_FOLLOW");
+    int on = !(e1 && strcmp(e1, "0") == 0) && !(e2 && strcmp(e2, "0") == 0);
+    follow_seen f;
+    memset(&f, 0, sizeof f);
+    /* before any worker binds: the whole mask */
+    dsim_rt_set_host_workers(cpus);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, follow_first_fn, &f), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(f.first.ncpu, cpus);
+    /* worker 1 of a job that fills the CPUs binds to the second CPU */
+    dsim_rt *rt = NULL;
+    assert_int_equal(dsim_rt_create("threads", &rt), DSIM_OK);
+    bind_seen w;
+    dsim_task *t = NULL;
+    assert_int_equal(dsim_rt_spawn(rt, 1, bind_fn, &w, &t), DSIM_OK);
+    assert_int_equal(dsim_rt_join(rt, t), DSIM_OK);
+    assert_int_equal(pthread_create(&th, NULL, follow_fn, &f), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(f.tight.ncpu, on ? 1 : cpus);
+    assert_int_equal(f.tight_again.ncpu, on ? 1 : cpus);
+    if (on) {
+        assert_int_equal(f.tight.cpu, second);
+        assert_int_equal(f.tight_again.cpu, second);
+    }
+    assert_int_equal(f.loose.ncpu, cpus);
+    assert_int_equal(f.after_job.ncpu, cpus);
+    dsim_rt_destroy(rt);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -390,6 +468,7 @@ int main(void)
         cmocka_unit_test(test_wake_ends_a_wait),
         cmocka_unit_test(test_spawn_ids_and_charge_per_worker),
         cmocka_unit_test(test_workers_bind_to_a_cpu_each),
+        cmocka_unit_test(test_transport_threads_follow_workers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -470,7 +470,8 @@ void *shm_progress_main(void *arg)
     shm_fabric *sf = arg;
     shm_rank *me = &sf->ranks[sf->lo];
     int64_t idle_since = -1;
-    dsim_rt_unbind_self(); /* not a worker: the scheduler places it */
+    unsigned placed = ~0u;
+    dsim_rt_follow_workers(&placed, 0);
     while (!atomic_load_explicit(&sf->stop, memory_order_acquire)) {
         uint32_t seen = atomic_load_explicit(&me->bell, memory_order_seq_cst);
         pthread_mutex_lock(&sf->poll_mu);
@@ -480,6 +481,7 @@ void *shm_progress_main(void *arg)
             idle_since = -1;
             continue;
         }
+        dsim_rt_follow_workers(&placed, atomic_load_explicit(&sf->bulk, memory_order_relaxed));
         if (sf->spin_ns > 0) {
             int64_t now = shm_now();
             if (idle_since < 0)

@@ -278,8 +278,9 @@ void *tcp_loop_main(void *arg)
 {
     tcp_loop *lp = arg;
     struct epoll_event evs[TCP_EVENTS];
-    dsim_rt_unbind_self(); /* not a worker: the scheduler places it */
+    unsigned placed = ~0u;
     for (;;) {
+        dsim_rt_follow_workers(&placed, atomic_load_explicit(&lp->bulk, memory_order_relaxed));
         int n = epoll_wait(lp->epfd, evs, TCP_EVENTS, tcp_wait_ms(lp));
         if (n < 0) {
             if (errno != EINTR)
