@@ -316,9 +316,13 @@ static void rt_mask_read(void)
         rt_mask_n = CPU_COUNT(&rt_mask);
 }
 
+static void rt_bound_lock(void);
+static void rt_bound_unlock(void);
+
 __attribute__((constructor)) static void rt_mask_init(void)
 {
     pthread_once(&rt_mask_once, rt_mask_read);
+    pthread_atfork(rt_bound_lock, rt_bound_unlock, rt_bound_unlock);
 }
 
 int dsim_rt_cpus(void)
@@ -346,6 +350,19 @@ static int rt_host_workers;
 static pthread_mutex_t rt_bound_mu = PTHREAD_MUTEX_INITIALIZER;
 static cpu_set_t rt_bound;
 static unsigned rt_bound_gen;
+
+/* A fork while another thread holds rt_bound_mu (a job starting beside
+ * the fork) would leave the child's copy locked for ever: the fork waits
+ * for it. */
+static void rt_bound_lock(void)
+{
+    pthread_mutex_lock(&rt_bound_mu);
+}
+
+static void rt_bound_unlock(void)
+{
+    pthread_mutex_unlock(&rt_bound_mu);
+}
 
 static void rt_bound_reset(void)
 {

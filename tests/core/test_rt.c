@@ -1,6 +1,8 @@
 /* The runtime API on the threads engine, errors and logging. */
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "dsim/err.h"
@@ -453,6 +457,55 @@ static void test_transport_threads_follow_workers(void **state)
     dsim_rt_destroy(rt);
 }
 
+/* A fork while another thread starts a job (dsim_rt_set_host_workers
+ * takes the lock of the bound CPUs) leaves the child able to start its
+ * own: no child may hang. */
+static atomic_int hammer_stop;
+
+static void *hammer_fn(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&hammer_stop))
+        dsim_rt_set_host_workers(2);
+    return NULL;
+}
+
+static void test_fork_beside_a_job_start(void **state)
+{
+    (void)state;
+    pthread_t th;
+    atomic_store(&hammer_stop, 0);
+    assert_int_equal(pthread_create(&th, NULL, hammer_fn, NULL), 0);
+    int hung = 0;
+    for (int i = 0; i < 400 && !hung; i++) {
+        pid_t p = fork();
+        assert_true(p >= 0);
+        if (p == 0) {
+            dsim_rt_set_host_workers(1);
+            _exit(0);
+        }
+        int st = 0, done = 0;
+        for (int t = 0; t < 2000 && !done; t++) { /* 2 s */
+            pid_t w = waitpid(p, &st, WNOHANG);
+            if (w == p)
+                done = 1;
+            else
+                usleep(1000);
+        }
+        if (!done) {
+            hung = 1;
+            kill(p, SIGKILL);
+            waitpid(p, &st, 0);
+        } else {
+            assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        }
+    }
+    atomic_store(&hammer_stop, 1);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    dsim_rt_set_host_workers(0);
+    assert_false(hung);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -469,6 +522,7 @@ int main(void)
         cmocka_unit_test(test_spawn_ids_and_charge_per_worker),
         cmocka_unit_test(test_workers_bind_to_a_cpu_each),
         cmocka_unit_test(test_transport_threads_follow_workers),
+        cmocka_unit_test(test_fork_beside_a_job_start),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
