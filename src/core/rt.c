@@ -466,13 +466,50 @@ void dsim_rt_follow_workers(unsigned *seen, int loose)
         dsim_rt_unbind_self();
 }
 
-void dsim_rt_spin_look(int i, int workers)
+/* A yield that kept this thread off its CPU longer than RT_YIELD_LOST_NS
+ * gave it to a thread that kept it (another program's, a worker's long
+ * compute): until rt_calm_at, waiters sleep instead of yielding, for a
+ * window that doubles while it keeps happening (RT_CALM_MIN_NS ..
+ * RT_CALM_MAX_NS) and ends at the first quick yield after it. (200 us was
+ * too little: 4 processes of the quickstart on 2 CPUs, nothing else
+ * running, lost that much now and then and slept their steps to 150-220 us
+ * from 55-80.) */
+#define RT_YIELD_LOST_NS (1000LL * 1000)
+#define RT_CALM_MIN_NS   (10LL * 1000 * 1000)
+#define RT_CALM_MAX_NS   (1000LL * 1000 * 1000)
+static int64_t rt_calm_at, rt_calm_len;
+
+static int64_t rt_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int dsim_rt_spin_look(int i, int workers)
 {
     int host = __atomic_load_n(&rt_host_workers, __ATOMIC_RELAXED);
     if (host > workers)
         workers = host;
-    if (workers <= dsim_rt_cpus() && (i & 63) != 0)
+    if (workers <= dsim_rt_cpus() && (i & 63) != 0) {
         rt_cpu_relax();
-    else
-        sched_yield();
+        return 1;
+    }
+    int64_t t0 = rt_mono_ns();
+    if (t0 < __atomic_load_n(&rt_calm_at, __ATOMIC_RELAXED))
+        return 0;
+    sched_yield();
+    int64_t t1 = rt_mono_ns();
+    int64_t len = __atomic_load_n(&rt_calm_len, __ATOMIC_RELAXED);
+    if (t1 - t0 > RT_YIELD_LOST_NS) {
+        len = len ? 2 * len : RT_CALM_MIN_NS;
+        if (len > RT_CALM_MAX_NS)
+            len = RT_CALM_MAX_NS;
+        __atomic_store_n(&rt_calm_len, len, __ATOMIC_RELAXED);
+        __atomic_store_n(&rt_calm_at, t1 + len, __ATOMIC_RELAXED);
+        return 0;
+    }
+    if (len)
+        __atomic_store_n(&rt_calm_len, 0, __ATOMIC_RELAXED);
+    return 1;
 }

@@ -232,12 +232,12 @@ static dsim_err thr_waitq_wait(dsim_rt *rt, void *p, int64_t deadline)
         int woke = 0;
         int workers = atomic_load_explicit(&thr_live, memory_order_relaxed);
         for (int i = 1;; i++) {
-            dsim_rt_spin_look(i, workers);
+            int go_on = dsim_rt_spin_look(i, workers);
             if (atomic_load_explicit(&q->wakes, memory_order_acquire) != seen) {
                 woke = 1;
                 break;
             }
-            if ((i & 7) == 0 && thr_now(rt) >= until)
+            if (!go_on || ((i & 7) == 0 && thr_now(rt) >= until))
                 break;
         }
         pthread_mutex_lock(&q->mu);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -506,6 +507,66 @@ static void test_fork_beside_a_job_start(void **state)
     assert_false(hung);
 }
 
+/* A look that yields to a thread that keeps the CPU (another program's)
+ * tells the waiter to sleep (dsim_rt_spin_look returns 0), and so do the
+ * looks after it for a while, without yielding; once the CPU is free again
+ * a look yields and goes on. */
+static atomic_int hog_stop;
+
+static void *hog_fn(void *arg)
+{
+    (void)arg;
+    volatile unsigned long n = 0;
+    while (!atomic_load_explicit(&hog_stop, memory_order_relaxed))
+        n++;
+    return NULL;
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void test_look_sleeps_where_a_yield_loses_the_cpu(void **state)
+{
+    (void)state;
+    cpu_set_t mask, one;
+    assert_int_equal(sched_getaffinity(0, sizeof mask, &mask), 0);
+    int cpu = 0;
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &mask))
+        cpu++;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_attr_t at;
+    assert_int_equal(pthread_attr_init(&at), 0);
+    assert_int_equal(pthread_attr_setaffinity_np(&at, sizeof one, &one), 0);
+    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    /* nothing else on the CPU: a look yields and goes on */
+    assert_int_equal(dsim_rt_spin_look(1, 1 << 20), 1);
+    atomic_store(&hog_stop, 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, &at, hog_fn, NULL), 0);
+    int told = 0;
+    for (int i = 1; i <= 200 && !told; i++)
+        told = !dsim_rt_spin_look(i, 1 << 20);
+    assert_true(told);
+    /* within the window: no yield, at once */
+    int64_t t0 = mono_ns();
+    for (int i = 1; i <= 100; i++)
+        assert_int_equal(dsim_rt_spin_look(i, 1 << 20), 0);
+    assert_true(mono_ns() - t0 < 100LL * 1000 * 1000);
+    atomic_store(&hog_stop, 1);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    pthread_attr_destroy(&at);
+    /* past the window (at most a second), the CPU free: a look goes on */
+    usleep(1100 * 1000);
+    assert_int_equal(dsim_rt_spin_look(1, 1 << 20), 1);
+    assert_int_equal(dsim_rt_spin_look(2, 1 << 20), 1);
+    dsim_rt_unbind_self();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -523,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_workers_bind_to_a_cpu_each),
         cmocka_unit_test(test_transport_threads_follow_workers),
         cmocka_unit_test(test_fork_beside_a_job_start),
+        cmocka_unit_test(test_look_sleeps_where_a_yield_loses_the_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

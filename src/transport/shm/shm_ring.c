@@ -402,8 +402,10 @@ void shm_wait_assist(dsim_ep *ep, dsim_req *req, int64_t deadline)
             shm_count(sf, SHM_ST(assisted), 1);
             break;
         }
-        if (!did) /* pause while every rank has a CPU, else yield */
-            dsim_rt_spin_look(i, sf->nranks);
+        /* pause while every rank has a CPU, else yield; sleep where a
+         * yield lost the CPU */
+        if (!did && !dsim_rt_spin_look(i, sf->nranks))
+            break;
         if ((i & 7) != 0)
             continue;
         int64_t now = shm_now();
@@ -450,8 +452,8 @@ void shm_bell_ring_send(shm_fabric *sf, int rank, shm_out *o, uint64_t tail)
         }
         if (i > 1 && shm_now() >= until)
             break;
-        if (!shm_try_poll(sf))
-            dsim_rt_spin_look(i, sf->nranks);
+        if (!shm_try_poll(sf) && !dsim_rt_spin_look(i, sf->nranks))
+            break;
     }
     uint32_t m = atomic_load_explicit(&o->grace_misses, memory_order_relaxed);
     if (wake)

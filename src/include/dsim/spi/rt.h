@@ -130,9 +130,16 @@ DSIM_API size_t dsim_rt_worker_hints_offset(void);
  * dsim_rt_spin_look is the wait between looks number i (from 1) for a
  * waiter among `workers` runnable workers of this host: pauses while each
  * has a CPU, with a yield every 64 looks (another program's thread may want
- * the CPU), and a yield every time otherwise. */
+ * the CPU), and a yield every time otherwise. It returns 0 where the waiter
+ * should stop looking and sleep: a yield kept it off its CPU for more than
+ * 1 ms, or one did within the last 10 ms .. 1 s (the window doubles while
+ * it keeps happening; a quick yield ends it). A yield hands the CPU to
+ * whatever else is runnable there for the rest of its slice: with another
+ * program busy on each CPU, every look cost about 4 ms, and a step of the
+ * quickstart took 8-16 ms where it takes 25-55 us (waits that sleep are
+ * woken by their peer at once). */
 DSIM_API int dsim_rt_cpus(void);
-DSIM_API void dsim_rt_spin_look(int i, int workers);
+DSIM_API int dsim_rt_spin_look(int i, int workers);
 /* The job's workers on this host in all its processes, where a process
  * holds only some of them (a processes-engine child says so before its
  * ranks start; 0 forgets it): dsim_rt_spin_look counts at least this many,
