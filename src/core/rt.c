@@ -450,9 +450,19 @@ void dsim_rt_unbind_self(void)
  * workers' CPUs, 1 the whole mask. */
 static _Thread_local int rt_helper_loose = -1;
 
-void dsim_rt_follow_workers(unsigned *seen, int loose)
+/* Whether the process's last send between processes was bulk. */
+static int rt_bulk;
+
+void dsim_rt_note_send(size_t len)
 {
-    loose = loose || !rt_follow_on();
+    int bulk = len >= DSIM_RT_BULK_BYTES;
+    if (__atomic_load_n(&rt_bulk, __ATOMIC_RELAXED) != bulk) /* no store while it holds */
+        __atomic_store_n(&rt_bulk, bulk, __ATOMIC_RELAXED);
+}
+
+void dsim_rt_follow_workers(unsigned *seen)
+{
+    int loose = __atomic_load_n(&rt_bulk, __ATOMIC_RELAXED) || !rt_follow_on();
     if (loose == rt_helper_loose && __atomic_load_n(&rt_bound_gen, __ATOMIC_ACQUIRE) == *seen)
         return;
     cpu_set_t set;
@@ -479,7 +489,7 @@ void dsim_rt_follow_workers(unsigned *seen, int loose)
 #define RT_CALM_MAX_NS   (1000LL * 1000 * 1000)
 static int64_t rt_calm_at, rt_calm_len;
 
-static int64_t rt_mono_ns(void)
+int64_t dsim_rt_mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -495,11 +505,11 @@ int dsim_rt_spin_look(int i, int workers)
         rt_cpu_relax();
         return 1;
     }
-    int64_t t0 = rt_mono_ns();
+    int64_t t0 = dsim_rt_mono_ns();
     if (t0 < __atomic_load_n(&rt_calm_at, __ATOMIC_RELAXED))
         return 0;
     sched_yield();
-    int64_t t1 = rt_mono_ns();
+    int64_t t1 = dsim_rt_mono_ns();
     int64_t len = __atomic_load_n(&rt_calm_len, __ATOMIC_RELAXED);
     if (t1 - t0 > RT_YIELD_LOST_NS) {
         len = len ? 2 * len : RT_CALM_MIN_NS;

@@ -36,9 +36,7 @@ static _Thread_local int64_t thr_charged_ns;
 static int64_t thr_now(dsim_rt *rt)
 {
     (void)rt;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    return dsim_rt_mono_ns();
 }
 
 static struct timespec thr_ts(int64_t t)

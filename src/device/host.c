@@ -18,11 +18,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "device/elem.h"
 #include "dsim/spi/device.h"
+#include "dsim/spi/rt.h"
 
 /* ---- the kernels ---- */
 
@@ -132,13 +132,6 @@ static void host_release(void)
     pthread_mutex_unlock(&host_lock);
 }
 
-static int64_t host_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static int host_deferred(dsim_stream *s)
 {
     return ((host_dev *)dsim_device_priv(dsim_stream_device(s)))->deferred;
@@ -184,7 +177,7 @@ static void host_run(const host_op *o)
         host_event *he = host_event_by_id(o->id);
         if (he && he->gen == o->gen) {
             he->done_gen = o->gen;
-            he->t_ns = host_now_ns();
+            he->t_ns = dsim_rt_mono_ns();
         }
         break;
     }
@@ -492,7 +485,7 @@ static dsim_err host_event_record(dsim_event *e, dsim_stream *s)
     if (!host_deferred(s)) {
         he->where = 0;
         he->done_gen = he->gen;
-        he->t_ns = host_now_ns();
+        he->t_ns = dsim_rt_mono_ns();
         host_release();
         return DSIM_OK;
     }

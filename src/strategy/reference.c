@@ -17,20 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "dsim/spi/rt.h"
 #include "model/optim_int.h"
 #include "strategy_int.h"
 
 /* The replay's own step times (the performance check's one-device
  * baseline): it runs on the caller's thread, outside any engine. */
-static int64_t ref_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* What the replay works in. */
 typedef struct ref_job {
     const dsim_train_cfg *cfg;
@@ -400,7 +393,7 @@ static dsim_err ref_step(ref_job *r, dsim_train_result *res, uint64_t s)
     dsim_err e = ref_batch(r, s, &n, &epoch, &step);
     if (e != DSIM_OK)
         return e;
-    int64_t t0 = ref_now();
+    int64_t t0 = dsim_rt_mono_ns();
     if (n && (e = dsim_dataset_gather(r->su.ds, r->ids, n, r->x, r->y)) != DSIM_OK)
         return e;
     if ((e = dsim_ledger_record(res->ledger, 0, epoch, step, r->ids, n)) != DSIM_OK)
@@ -443,7 +436,7 @@ static dsim_err ref_step(ref_job *r, dsim_train_result *res, uint64_t s)
     }
     res->loss[s] = res->local_loss[s] = loss_sum * (double)scale;
     res->examples[s] = n;
-    res->step_ns[s] = ref_now() - t0;
+    res->step_ns[s] = dsim_rt_mono_ns() - t0;
     res->checksum[s] = dsim_params_checksum(res->params, P);
     if (res->trace && (s + 1) % every == 0)
         memcpy(res->trace + ((s + 1) / every - 1) * P, res->params, P * sizeof(float));

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -381,8 +380,8 @@ static void test_workers_bind_to_a_cpu_each(void **state)
 }
 
 /* A transport's own thread follows the process's bound workers
- * (dsim_rt_follow_workers): their CPUs while it is not loose, the whole
- * mask when loose, when the job ends (dsim_rt_set_host_workers starts the
+ * (dsim_rt_follow_workers): their CPUs, the whole mask while the traffic
+ * is bulk (dsim_rt_note_send), when the job ends (dsim_rt_set_host_workers starts the
  * next), and always with DSIM_BIND=0 or DSIM_BIND_FOLLOW=0 (runs of this
  * test with each). */
 typedef struct follow_seen {
@@ -393,15 +392,17 @@ static void *follow_fn(void *arg)
 {
     follow_seen *f = arg;
     unsigned placed = ~0u;
-    dsim_rt_follow_workers(&placed, 0);
+    dsim_rt_follow_workers(&placed);
     bind_fn(&f->tight);
-    dsim_rt_follow_workers(&placed, 0); /* nothing changed: no call */
-    dsim_rt_follow_workers(&placed, 1);
+    dsim_rt_follow_workers(&placed); /* nothing changed: no call */
+    dsim_rt_note_send(DSIM_RT_BULK_BYTES);
+    dsim_rt_follow_workers(&placed);
     bind_fn(&f->loose);
-    dsim_rt_follow_workers(&placed, 0);
+    dsim_rt_note_send(DSIM_RT_BULK_BYTES - 1);
+    dsim_rt_follow_workers(&placed);
     bind_fn(&f->tight_again);
     dsim_rt_set_host_workers(0); /* the job ends */
-    dsim_rt_follow_workers(&placed, 0);
+    dsim_rt_follow_workers(&placed);
     bind_fn(&f->after_job);
     return NULL;
 }
@@ -410,7 +411,7 @@ static void *follow_first_fn(void *arg)
 {
     follow_seen *f = arg;
     unsigned placed = ~0u;
-    dsim_rt_follow_workers(&placed, 0);
+    dsim_rt_follow_workers(&placed);
     bind_fn(&f->first);
     return NULL;
 }
@@ -522,13 +523,6 @@ static void *hog_fn(void *arg)
     return NULL;
 }
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void test_look_sleeps_where_a_yield_loses_the_cpu(void **state)
 {
     (void)state;
@@ -553,10 +547,10 @@ static void test_look_sleeps_where_a_yield_loses_the_cpu(void **state)
         told = !dsim_rt_spin_look(i, 1 << 20);
     assert_true(told);
     /* within the window: no yield, at once */
-    int64_t t0 = mono_ns();
+    int64_t t0 = dsim_rt_mono_ns();
     for (int i = 1; i <= 100; i++)
         assert_int_equal(dsim_rt_spin_look(i, 1 << 20), 0);
-    assert_true(mono_ns() - t0 < 100LL * 1000 * 1000);
+    assert_true(dsim_rt_mono_ns() - t0 < 100LL * 1000 * 1000);
     atomic_store(&hog_stop, 1);
     assert_int_equal(pthread_join(th, NULL), 0);
     pthread_attr_destroy(&at);

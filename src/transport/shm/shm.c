@@ -787,9 +787,7 @@ static dsim_err shm_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void
         }
         return e;
     }
-    int bulk = len >= DSIM_RT_BULK_BYTES;
-    if (atomic_load_explicit(&sf->bulk, memory_order_relaxed) != bulk)
-        atomic_store_explicit(&sf->bulk, bulk, memory_order_relaxed);
+    dsim_rt_note_send(len);
     int large = len > sf->eager_max;
     int sent = 0;
     dsim_waitq_lock(L->sq);

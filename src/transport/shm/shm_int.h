@@ -268,7 +268,6 @@ typedef struct shm_fabric {
     int park_off;      /* read a message no receive waits for at once */
     int rings_local;   /* direct=off: to a rank of this process through the rings */
     int64_t spin_ns;   /* the progress thread's, before it sleeps */
-    atomic_int bulk;   /* the last send between processes was bulk (DSIM_RT_BULK_BYTES) */
     int64_t assist_ns; /* a waiting worker's (shm_wait_assist) */
     pid_t pid;
     uint64_t start;

@@ -27,13 +27,6 @@ static long shm_futex(_Atomic uint32_t *word, int op, uint32_t val)
     return syscall(SYS_futex, (uint32_t *)word, op, val, NULL, NULL, 0);
 }
 
-static int64_t shm_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* The receiving process needs its progress thread woken: the thread sleeps
  * and no worker of the process reads the rings for it. */
 static int shm_needs_wake(shm_rank *b)
@@ -387,8 +380,8 @@ void shm_wait_assist(dsim_ep *ep, dsim_req *req, int64_t deadline)
     if (sf->assist_ns <= 0)
         return;
     shm_rank *me = &sf->ranks[sf->lo];
-    /* The threads engine's clock is CLOCK_MONOTONIC, as shm_now. */
-    int64_t start = shm_now(), until = start + sf->assist_ns;
+    /* the threads engine's clock (dsim_rt_mono_ns) */
+    int64_t start = dsim_rt_mono_ns(), until = start + sf->assist_ns;
     int64_t longest =
         start + (sf->assist_ns > SHM_ASSIST_MOVING_NS ? sf->assist_ns : SHM_ASSIST_MOVING_NS);
     if (deadline != DSIM_NO_DEADLINE && deadline < until)
@@ -408,7 +401,7 @@ void shm_wait_assist(dsim_ep *ep, dsim_req *req, int64_t deadline)
             break;
         if ((i & 7) != 0)
             continue;
-        int64_t now = shm_now();
+        int64_t now = dsim_rt_mono_ns();
         /* past assist=, go on only while a receiver reads a send of ours:
          * its end is a copy away, and sleeping now would cost a wake-up on
          * each side when it comes */
@@ -442,7 +435,7 @@ void shm_bell_ring_send(shm_fabric *sf, int rank, shm_out *o, uint64_t tail)
      * 2 CPUs took several times as long with one per send. */
     shm_rank *me = &sf->ranks[sf->lo];
     atomic_fetch_add_explicit(&me->assisting, 1, memory_order_seq_cst);
-    int64_t until = shm_now() + SHM_WAKE_GRACE_NS;
+    int64_t until = dsim_rt_mono_ns() + SHM_WAKE_GRACE_NS;
     int wake = 1;
     for (int i = 1;; i++) {
         if (!shm_needs_wake(b) ||
@@ -450,7 +443,7 @@ void shm_bell_ring_send(shm_fabric *sf, int rank, shm_out *o, uint64_t tail)
             wake = 0;
             break;
         }
-        if (i > 1 && shm_now() >= until)
+        if (i > 1 && dsim_rt_mono_ns() >= until)
             break;
         if (!shm_try_poll(sf) && !dsim_rt_spin_look(i, sf->nranks))
             break;
@@ -473,7 +466,7 @@ void *shm_progress_main(void *arg)
     shm_rank *me = &sf->ranks[sf->lo];
     int64_t idle_since = -1;
     unsigned placed = ~0u;
-    dsim_rt_follow_workers(&placed, 0);
+    dsim_rt_follow_workers(&placed);
     while (!atomic_load_explicit(&sf->stop, memory_order_acquire)) {
         uint32_t seen = atomic_load_explicit(&me->bell, memory_order_seq_cst);
         pthread_mutex_lock(&sf->poll_mu);
@@ -483,9 +476,9 @@ void *shm_progress_main(void *arg)
             idle_since = -1;
             continue;
         }
-        dsim_rt_follow_workers(&placed, atomic_load_explicit(&sf->bulk, memory_order_relaxed));
+        dsim_rt_follow_workers(&placed);
         if (sf->spin_ns > 0) {
-            int64_t now = shm_now();
+            int64_t now = dsim_rt_mono_ns();
             if (idle_since < 0)
                 idle_since = now;
             if (now - idle_since < sf->spin_ns) {

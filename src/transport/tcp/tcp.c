@@ -513,9 +513,7 @@ static dsim_err tcp_send(dsim_ep *ep, int to, const dsim_tp_hdr *hdr, const void
     it->req = req;
     tcp_local *lc = tcp_local_of(tf, me);
     tcp_loop *lp = lc->lp;
-    int bulk = len >= DSIM_RT_BULK_BYTES;
-    if (atomic_load_explicit(&lp->bulk, memory_order_relaxed) != bulk)
-        atomic_store_explicit(&lp->bulk, bulk, memory_order_relaxed);
+    dsim_rt_note_send(len);
     tcp_after a = {0};
     tcp_conn *c = atomic_load_explicit(&lc->out[to], memory_order_acquire);
     if (!c) {

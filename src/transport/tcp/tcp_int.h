@@ -150,8 +150,6 @@ typedef struct tcp_loop {
     dsim_waitq *lock;
     tcp_link conns; /* under lock; the loop thread frees from it */
     atomic_int stop, dirty;
-    atomic_int bulk;    /* the last send was bulk (DSIM_RT_BULK_BYTES): the loop thread may
-                         * run on any CPU, else on its workers' (dsim_rt_follow_workers) */
     int64_t next_timer; /* the loop thread only */
 } tcp_loop;
 

@@ -280,7 +280,7 @@ void *tcp_loop_main(void *arg)
     struct epoll_event evs[TCP_EVENTS];
     unsigned placed = ~0u;
     for (;;) {
-        dsim_rt_follow_workers(&placed, atomic_load_explicit(&lp->bulk, memory_order_relaxed));
+        dsim_rt_follow_workers(&placed);
         int n = epoll_wait(lp->epfd, evs, TCP_EVENTS, tcp_wait_ms(lp));
         if (n < 0) {
             if (errno != EINTR)

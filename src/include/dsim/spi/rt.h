@@ -140,6 +140,9 @@ DSIM_API size_t dsim_rt_worker_hints_offset(void);
  * woken by their peer at once). */
 DSIM_API int dsim_rt_cpus(void);
 DSIM_API int dsim_rt_spin_look(int i, int workers);
+/* CLOCK_MONOTONIC in nanoseconds: the threads engine's clock (dsim_rt_now),
+ * for code that times the wall outside an engine. */
+DSIM_API int64_t dsim_rt_mono_ns(void);
 /* The job's workers on this host in all its processes, where a process
  * holds only some of them (a processes-engine child says so before its
  * ranks start; 0 forgets it): dsim_rt_spin_look counts at least this many,
@@ -166,19 +169,21 @@ DSIM_API int dsim_rt_bind_worker(int id);
 DSIM_API void dsim_rt_unbind_self(void);
 /* A transport's own thread (a progress loop) follows the process's
  * workers: while some of them are bound (dsim_rt_bind_worker) it runs on
- * their CPUs only, else, or with loose set, on the process's whole mask.
+ * their CPUs only, else, or while the process's last send between
+ * processes was bulk (dsim_rt_note_send), on the process's whole mask.
  * Call it at the thread's start and in its loop, before it sleeps (one
  * atomic load while nothing changed); *seen starts at ~0u. Left to the
  * scheduler, a progress thread woke on either CPU and preempted a worker
  * there: 4 processes on 2 CPUs over shm ran a 256 KiB all-reduce in
  * 96-110 us or in 157-191 us from one window of 400 to the next, as the
- * four progress threads happened to land. loose is for bulk traffic
- * (messages of DSIM_RT_BULK_BYTES or more, where the progress thread's own
+ * four progress threads happened to land. Bulk traffic is messages of
+ * DSIM_RT_BULK_BYTES or more (where the progress thread's own
  * copies and wake-ups are better placed wherever a CPU is free: a 64 MiB
  * all-reduce of 4 processes took 7-9 % longer with it bound). The
  * environment's DSIM_BIND_FOLLOW=0 keeps every such thread on the whole
  * mask. */
-DSIM_API void dsim_rt_follow_workers(unsigned *seen, int loose);
+DSIM_API void dsim_rt_follow_workers(unsigned *seen);
+DSIM_API void dsim_rt_note_send(size_t len);
 #define DSIM_RT_BULK_BYTES ((size_t)16 << 20)
 
 /* Registers an engine; required members are checked. Built-ins register
