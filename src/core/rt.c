@@ -478,13 +478,21 @@ void dsim_rt_follow_workers(unsigned *seen)
 
 /* A yield that kept this thread off its CPU longer than RT_YIELD_LOST_NS
  * gave it to a thread that kept it (another program's, a worker's long
- * compute): until rt_calm_at, waiters sleep instead of yielding, for a
- * window that doubles while it keeps happening (RT_CALM_MIN_NS ..
- * RT_CALM_MAX_NS) and ends at the first quick yield after it. (200 us was
- * too little: 4 processes of the quickstart on 2 CPUs, nothing else
- * running, lost that much now and then and slept their steps to 150-220 us
- * from 55-80.) */
+ * compute): until rt_calm_at, waiters sleep instead of yielding. An
+ * isolated loss calls for a short window, RT_CALM_FIRST_NS; a loss within
+ * RT_CALM_AGAIN_NS of a window's end says the load persists, and the next
+ * window is at least RT_CALM_MIN_NS, doubling while that goes on, up to
+ * RT_CALM_MAX_NS. (200 us was too little a threshold: 4 processes of the
+ * quickstart on 2 CPUs, nothing else running, lost that much now and then
+ * and slept their steps to 150-220 us from 55-80. A 10 ms window after
+ * every loss was too much: the run's own driver process takes a CPU for
+ * 1-4 ms every 20 ms or so to store its records, and 5 processes of one
+ * replica each on 2 CPUs, nothing else running, slept their steps to
+ * 110-300 us from 50-60. A 1 ms window that starts over at every loss let
+ * two busy loops take 4 ms of a step again and again.) */
 #define RT_YIELD_LOST_NS (1000LL * 1000)
+#define RT_CALM_FIRST_NS (1000LL * 1000)
+#define RT_CALM_AGAIN_NS (5LL * 1000 * 1000)
 #define RT_CALM_MIN_NS   (10LL * 1000 * 1000)
 #define RT_CALM_MAX_NS   (1000LL * 1000 * 1000)
 static int64_t rt_calm_at, rt_calm_len;
@@ -506,20 +514,21 @@ int dsim_rt_spin_look(int i, int workers)
         return 1;
     }
     int64_t t0 = dsim_rt_mono_ns();
-    if (t0 < __atomic_load_n(&rt_calm_at, __ATOMIC_RELAXED))
+    int64_t end = __atomic_load_n(&rt_calm_at, __ATOMIC_RELAXED);
+    if (t0 < end)
         return 0;
     sched_yield();
     int64_t t1 = dsim_rt_mono_ns();
+    if (t1 - t0 <= RT_YIELD_LOST_NS)
+        return 1;
     int64_t len = __atomic_load_n(&rt_calm_len, __ATOMIC_RELAXED);
-    if (t1 - t0 > RT_YIELD_LOST_NS) {
-        len = len ? 2 * len : RT_CALM_MIN_NS;
-        if (len > RT_CALM_MAX_NS)
-            len = RT_CALM_MAX_NS;
-        __atomic_store_n(&rt_calm_len, len, __ATOMIC_RELAXED);
-        __atomic_store_n(&rt_calm_at, t1 + len, __ATOMIC_RELAXED);
-        return 0;
-    }
-    if (len)
-        __atomic_store_n(&rt_calm_len, 0, __ATOMIC_RELAXED);
-    return 1;
+    if (len && t0 - end < RT_CALM_AGAIN_NS)
+        len = 2 * len < RT_CALM_MIN_NS   ? RT_CALM_MIN_NS
+              : 2 * len > RT_CALM_MAX_NS ? RT_CALM_MAX_NS
+                                         : 2 * len;
+    else
+        len = RT_CALM_FIRST_NS;
+    __atomic_store_n(&rt_calm_len, len, __ATOMIC_RELAXED);
+    __atomic_store_n(&rt_calm_at, t1 + len, __ATOMIC_RELAXED);
+    return 0;
 }
