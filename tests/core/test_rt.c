@@ -538,9 +538,10 @@ static int look_goes_on_soon(void)
     }
 }
 
-static void test_look_sleeps_where_a_yield_loses_the_cpu(void **state)
+/* Pins the calling thread to its first allowed CPU and makes *at start
+ * threads there (the hog's). */
+static void pin_with_hog_attr(pthread_attr_t *at)
 {
-    (void)state;
     cpu_set_t mask, one;
     assert_int_equal(sched_getaffinity(0, sizeof mask, &mask), 0);
     int cpu = 0;
@@ -548,10 +549,16 @@ static void test_look_sleeps_where_a_yield_loses_the_cpu(void **state)
         cpu++;
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
-    pthread_attr_t at;
-    assert_int_equal(pthread_attr_init(&at), 0);
-    assert_int_equal(pthread_attr_setaffinity_np(&at, sizeof one, &one), 0);
+    assert_int_equal(pthread_attr_init(at), 0);
+    assert_int_equal(pthread_attr_setaffinity_np(at, sizeof one, &one), 0);
     assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+}
+
+static void test_look_sleeps_where_a_yield_loses_the_cpu(void **state)
+{
+    (void)state;
+    pthread_attr_t at;
+    pin_with_hog_attr(&at);
     /* nothing else on the CPU: a look yields and goes on */
     assert_true(look_goes_on_soon());
     atomic_store(&hog_stop, 0);
@@ -607,17 +614,8 @@ static int short_window_once(const pthread_attr_t *at)
 static void test_an_isolated_loss_opens_a_short_window(void **state)
 {
     (void)state;
-    cpu_set_t mask, one;
-    assert_int_equal(sched_getaffinity(0, sizeof mask, &mask), 0);
-    int cpu = 0;
-    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &mask))
-        cpu++;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
     pthread_attr_t at;
-    assert_int_equal(pthread_attr_init(&at), 0);
-    assert_int_equal(pthread_attr_setaffinity_np(&at, sizeof one, &one), 0);
-    assert_int_equal(pthread_setaffinity_np(pthread_self(), sizeof one, &one), 0);
+    pin_with_hog_attr(&at);
     assert_true(look_goes_on_soon());
     int ok = 0;
     for (int t = 0; t < 10 && !ok; t++)
