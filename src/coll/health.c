@@ -19,7 +19,7 @@
  *   ping(seq) --- comm PING, tag seq ----> (found by the probe, any tag)
  *                                          answer within a tick
  *   (posted receive, any tag) <-- comm PONG, the same seq -- pong(seq)
- *   answered before the deadline: next ping `interval` later
+ *   answered before the deadline: next ping `interval` after this one left
  *   not answered by `timeout`: ping again at once (seq + 1); after
  *   `retries` such pings in a row, B is down: abort the fabric.
  *
@@ -44,6 +44,7 @@ typedef struct health_peer {
     int waiting;  /* a ping is out */
     int attempts; /* pings in a row that went unanswered */
     uint32_t seq;
+    int64_t sent; /* when the ping out (or the last one) left */
     int64_t next_ping, deadline;
     dsim_req *ping_sq;
     uint32_t ping_out[HEALTH_MSG_WORDS];
@@ -118,9 +119,10 @@ static int64_t health_mul(int64_t a, int64_t k)
  *    arrives after D + tick.
  *  - A survivor's check sees that last answer at its next wake-up, at most a
  *    tick later: the last success is at S <= D + 2 tick.
- *  - It pings again at S + I; that ping and each retry wait T and are
- *    retried at once; the R-th unanswered one (R = max(retries, 1)) is
- *    declared at S + I + R T, and dsim_ep_abort wakes every waiter of every
+ *  - It pings again an interval after that answered ping left, or at once
+ *    if the answer took longer: by S + I. That ping and each retry wait T
+ *    and are retried at once; the R-th unanswered one (R = max(retries, 1))
+ *    is declared by S + I + R T, and dsim_ep_abort wakes every waiter of every
  *    rank at once (one address space: inproc revokes the fabric itself).
  * So every survivor has its error by
  *     I + R T + 2 tick
@@ -313,6 +315,7 @@ static int health_send_ping(dsim_health *h, int i, int64_t now)
     p->ping_out[0] = p->seq;
     p->ping_out[1] = (uint32_t)h->cfg.worker;
     p->waiting = 1;
+    p->sent = now;
     p->deadline = health_add(now, h->cfg.timeout_ns);
     dsim_err e = dsim_isend(ep, rank, DSIM_HEALTH_COMM_PING, p->seq & 0x7fffffffu, p->ping_out,
                             sizeof p->ping_out, &p->ping_sq);
@@ -380,7 +383,13 @@ static int health_ping(dsim_health *h, int i, int64_t now)
         if (e == DSIM_OK && len == sizeof p->pong_in && p->pong_in[0] == p->seq) {
             p->waiting = 0;
             p->attempts = 0;
-            p->next_ping = health_add(now, h->cfg.interval_ns);
+            /* a ping every interval, from when the answered one left (at
+             * once if its answer took longer): peers pinged in one wake-up
+             * stay in step, so their deadlines pass in the same wake-up
+             * whenever their answers came */
+            p->next_ping = health_add(p->sent, h->cfg.interval_ns);
+            if (p->next_ping < now)
+                p->next_ping = now;
             h->mine.answers_received++;
             health_reap(&p->ping_sq);
             return HEALTH_GO;

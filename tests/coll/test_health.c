@@ -242,9 +242,12 @@ static void hc_log_fn(dsim_log_level level, const char *file, int line, const ch
 
 /* Workers 2 and 3 die at once: a survivor tells the peers it retries in
  * one warning a wake-up, not a line each, and fails naming a dead one.
- * Whether both deadlines pass in the same wake-up depends on when their
- * last answers arrived, so the run is tried up to 5 times for one that
- * shows it; no run may warn more than a line a peer and retry. */
+ * Peers pinged together stay in step whenever their answers come (a ping
+ * every interval from when the last one left), so both deadlines pass in
+ * the same wake-up unless a ping went out between the two deaths; the run
+ * is tried up to 5 times for that. No run may warn more than a line a peer
+ * and retry. (Before the pings kept in step, a loaded machine grouped the
+ * two about one run in three: the answers came in different wake-ups.) */
 static void test_two_down_one_warning(void **state)
 {
     (void)state;
