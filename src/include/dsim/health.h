@@ -3,7 +3,9 @@
  * Each worker (a TF task) runs one health check on its own runtime worker,
  * over the endpoint of its first replica. It answers every peer's pings
  * (so a worker whose training thread is busy, or slow, still answers) and
- * pings every other worker: a ping `interval` after that peer's last answer;
+ * pings every other worker: a ping `interval` after the last one to that
+ * peer left, once it is answered (at once if the answer took longer), so the
+ * peers pinged together stay in step;
  * an unanswered ping is retried at once, `timeout` after the previous one;
  * after `retries` unanswered pings in a row the peer is down and the check
  * aborts the fabric (dsim_ep_abort) with
@@ -53,7 +55,7 @@ typedef struct dsim_health_cfg {
     int num_workers;      /* >= 1; with 1 there is nobody to ping */
     int ranks_per_worker; /* worker w's endpoint is rank w * ranks_per_worker and
                              its replicas are the ranks_per_worker ranks from there */
-    int64_t interval_ns;  /* > 0: from a peer's answer to its next ping */
+    int64_t interval_ns;  /* > 0: from a peer's answered ping to its next */
     int64_t timeout_ns;   /* > 0: how long one ping waits for its answer */
     int retries;          /* unanswered pings in a row that make a peer down;
                              0 counts as 1 (as in TF, the first failure already
