@@ -286,8 +286,11 @@ static void test_detects_dead_worker(void **state)
     detect(50 * MS, 20 * MS, 3);
 }
 
-/* Worker 1 sleeps four intervals before its barrier while the others wait
- * without a timeout: its check keeps answering, nobody is reported. */
+/* Worker 1 sleeps eight intervals before its barrier, longer than the
+ * check takes to find a dead worker (260 ms), while the others wait without
+ * a timeout: its check keeps answering, nobody is reported. (Timeouts of
+ * 20 ms reported a live worker beside a loaded machine's other work, load
+ * 8 on 2 CPUs, where a thread may wait 40 ms for a CPU.) */
 static void test_slow_worker_is_not_down(void **state)
 {
     (void)state;
@@ -297,7 +300,8 @@ static void test_slow_worker_is_not_down(void **state)
     s.victim = -1;
     s.slow = 1;
     s.sleep_ns = 400 * MS;
-    hc_run(&s, 50 * MS, 20 * MS, 2);
+    assert_true(s.sleep_ns > dsim_detection_bound_health(50 * MS, 100 * MS, 2));
+    hc_run(&s, 50 * MS, 100 * MS, 2);
     if (s.f.failures)
         fail_msg("%s", s.f.first);
     for (int r = 0; r < NW; r++)
