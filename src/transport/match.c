@@ -122,6 +122,16 @@ void tp_req_failf(dsim_req *req, int peer, const char *fmt, ...)
     req->errpeer = peer;
 }
 
+/* Failures in the order they happen, process-wide: a waiter that finds
+ * several of its requests failed (woken late) reports the first. */
+static atomic_uint_fast64_t tp_fail_seq;
+
+static void tp_req_stamp(dsim_req *req)
+{
+    if (req->status != DSIM_OK)
+        req->fail_seq = atomic_fetch_add_explicit(&tp_fail_seq, 1, memory_order_relaxed) + 1;
+}
+
 void tp_req_finish_locked(dsim_req *req, dsim_err status, size_t len)
 {
     dsim_rt_trace(req->ep->f->rt, DSIM_TRACE_RECV,
@@ -130,6 +140,7 @@ void tp_req_finish_locked(dsim_req *req, dsim_err status, size_t len)
                   ((uint64_t)(uint32_t)req->kind << 40) ^ ((uint64_t)status << 32) ^ (uint64_t)len);
     req->status = status;
     req->len = len;
+    tp_req_stamp(req);
     atomic_store_explicit(&req->done, 1, memory_order_release);
     dsim_waitq_wake(req->ep->lock);
 }
@@ -849,6 +860,7 @@ again:
         break;
     }
     }
+    tp_req_stamp(req);
     atomic_store_explicit(&req->done, 1, memory_order_release);
     return DSIM_OK;
 }

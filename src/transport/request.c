@@ -320,6 +320,13 @@ static int tp_req_failed(const dsim_req *r)
     return atomic_load_explicit(&r->done, memory_order_acquire) && r->status != DSIM_OK;
 }
 
+/* Both failed: whether a failed before b (a failure not stamped, 0, counts
+ * as the earliest). */
+static int tp_req_failed_before(const dsim_req *a, const dsim_req *b)
+{
+    return a->fail_seq < b->fail_seq;
+}
+
 dsim_err dsim_waitall(dsim_req **reqs, int n, int64_t deadline, int *failed)
 {
     if (failed)
@@ -342,17 +349,20 @@ dsim_err dsim_waitall(dsim_req **reqs, int n, int64_t deadline, int *failed)
     int64_t started = -1;
     if (same) {
         /* Watch all at once so the failure reported is the first to happen,
-         * not the first in index order. */
+         * not the first in index order: of those found failed at one look
+         * (a waiter woken late finds several), the one that failed first. */
         int assisted = !ep->f->ops->wait_assist;
         dsim_waitq_lock(ep->lock);
         for (;;) {
             int pending = -1;
-            for (int i = 0; i < n && bad < 0; i++) {
+            for (int i = 0; i < n; i++) {
                 if (!reqs[i])
                     continue;
-                if (tp_req_failed(reqs[i]))
-                    bad = i;
-                else if (pending < 0 && !atomic_load_explicit(&reqs[i]->done, memory_order_acquire))
+                if (tp_req_failed(reqs[i])) {
+                    if (bad < 0 || tp_req_failed_before(reqs[i], reqs[bad]))
+                        bad = i;
+                } else if (pending < 0 &&
+                           !atomic_load_explicit(&reqs[i]->done, memory_order_acquire))
                     pending = i;
             }
             if (bad >= 0 || pending < 0 || tp_aborted(ep->f))

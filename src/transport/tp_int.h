@@ -158,6 +158,7 @@ struct dsim_req {
     /* Results, written before done is set (under ep->lock). */
     dsim_err status;
     int errpeer;
+    uint64_t fail_seq; /* failed: when, among the process's failures (tp_fail_seq) */
     size_t len;
     int has_side; /* receives: the sideband of the message taken */
     uint8_t side[DSIM_TP_SIDE_LEN];

@@ -433,6 +433,21 @@ void test_waitall(void **state)
     assert_int_equal(failed, 0);
     assert_int_equal(dsim_last_error()->peer, 2);
     assert_int_equal(dsim_waitall(NULL, 0, 0, NULL), DSIM_OK);
+    /* Two failed before the wait (a waiter woken late): the one that failed
+     * first is reported, not the first in index order. */
+    assert_int_equal(dsim_irecv(j.ep[0], 1, 1, 7, small, sizeof small, &reqs[0]), DSIM_OK);
+    assert_int_equal(dsim_irecv(j.ep[0], 2, 1, 7, small, sizeof small, &reqs[1]), DSIM_OK);
+    assert_int_equal(dsim_isend(j.ep[2], 0, 1, 7, &b, sizeof b, &s), DSIM_OK); /* truncates */
+    assert_int_equal(dsim_wait(s, dl(&j, LONG_NS), NULL), DSIM_OK);
+    while (!dsim_req_done(reqs[1]))
+        dsim_rt_sleep_until(j.rt, dl(&j, MS));
+    assert_int_equal(dsim_isend(j.ep[1], 0, 1, 7, &a, sizeof a, &s), DSIM_OK); /* truncates */
+    assert_int_equal(dsim_wait(s, dl(&j, LONG_NS), NULL), DSIM_OK);
+    while (!dsim_req_done(reqs[0]))
+        dsim_rt_sleep_until(j.rt, dl(&j, MS));
+    assert_int_equal(dsim_waitall(reqs, 2, dl(&j, LONG_NS), &failed), DSIM_ETRUNC);
+    assert_int_equal(failed, 1);
+    assert_int_equal(dsim_last_error()->peer, 2);
     job_close(&j);
 }
 

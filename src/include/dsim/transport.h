@@ -165,7 +165,9 @@ DSIM_API dsim_err dsim_wait_side(dsim_req *req, int64_t deadline, size_t *len, v
 DSIM_API int dsim_ep_peek_side(dsim_ep *ep, int src, uint32_t comm_id, uint32_t tag, uint32_t mask,
                                void *side);
 /* Waits for all n requests (NULL entries are skipped) and frees them all,
- * whatever happens. Returns the first failure; *failed (if not NULL) is the
+ * whatever happens. Returns the first failure, the one that happened first
+ * (of requests on one endpoint; not the first in index order when several
+ * have failed by the time the caller looks); *failed (if not NULL) is the
  * index of the failed request, else -1. */
 DSIM_API dsim_err dsim_waitall(dsim_req **reqs, int n, int64_t deadline, int *failed);
 /* 1 if finished, 0 if not; does not free. */
