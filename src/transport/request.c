@@ -320,13 +320,6 @@ static int tp_req_failed(const dsim_req *r)
     return atomic_load_explicit(&r->done, memory_order_acquire) && r->status != DSIM_OK;
 }
 
-/* Both failed: whether a failed before b (a failure not stamped, 0, counts
- * as the earliest). */
-static int tp_req_failed_before(const dsim_req *a, const dsim_req *b)
-{
-    return a->fail_seq < b->fail_seq;
-}
-
 dsim_err dsim_waitall(dsim_req **reqs, int n, int64_t deadline, int *failed)
 {
     if (failed)
@@ -359,7 +352,8 @@ dsim_err dsim_waitall(dsim_req **reqs, int n, int64_t deadline, int *failed)
                 if (!reqs[i])
                     continue;
                 if (tp_req_failed(reqs[i])) {
-                    if (bad < 0 || tp_req_failed_before(reqs[i], reqs[bad]))
+                    /* fail_seq: the order failures happened (match.c) */
+                    if (bad < 0 || reqs[i]->fail_seq < reqs[bad]->fail_seq)
                         bad = i;
                 } else if (pending < 0 &&
                            !atomic_load_explicit(&reqs[i]->done, memory_order_acquire))
