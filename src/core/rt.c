@@ -504,6 +504,12 @@ int64_t dsim_rt_mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+void dsim_rt_spin_reset(void)
+{
+    __atomic_store_n(&rt_calm_len, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&rt_calm_at, 0, __ATOMIC_RELAXED);
+}
+
 int dsim_rt_spin_look(int i, int workers)
 {
     int host = __atomic_load_n(&rt_host_workers, __ATOMIC_RELAXED);

@@ -573,9 +573,22 @@ static void test_look_sleeps_where_a_yield_loses_the_cpu(void **state)
     for (int i = 1; i <= 100; i++)
         assert_int_equal(dsim_rt_spin_look(i, 1 << 20), 0);
     assert_true(dsim_rt_mono_ns() - t0 < 100LL * 1000 * 1000);
+    /* a reset ends the window: the next look yields again, where within
+     * it a look says sleep at once (the hog still busy: the yield either
+     * comes back quickly and the look goes on, or loses the CPU for 1 ms or
+     * more; never 0 in under 1 ms as in the window) */
+    int64_t t1 = dsim_rt_mono_ns();
+    int in_window = dsim_rt_spin_look(1, 1 << 20);
+    int64_t t2 = dsim_rt_mono_ns();
+    dsim_rt_spin_reset();
+    int after = dsim_rt_spin_look(1, 1 << 20);
+    int64_t t3 = dsim_rt_mono_ns();
+    if (in_window == 0 && t2 - t1 < 1000LL * 1000) /* the window still open here */
+        assert_true(after == 1 || t3 - t2 >= 1000LL * 1000);
     atomic_store(&hog_stop, 1);
     assert_int_equal(pthread_join(th, NULL), 0);
     pthread_attr_destroy(&at);
+
     /* past the window (at most a second), the CPU free: a look goes on,
      * and so does the next (the window ended) */
     usleep(1100 * 1000);

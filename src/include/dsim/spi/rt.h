@@ -140,6 +140,13 @@ DSIM_API size_t dsim_rt_worker_hints_offset(void);
  * woken by their peer at once). */
 DSIM_API int dsim_rt_cpus(void);
 DSIM_API int dsim_rt_spin_look(int i, int workers);
+/* Ends the window in which dsim_rt_spin_look says sleep: the next waits
+ * look again, as a fresh process's do. For a measurement that must not
+ * inherit the one before it: `dsim calibrate` after a benchmark of
+ * megabytes, whose steps kept a waiter's yield away for milliseconds, found
+ * the window open and timed every wait as a wake-up (a ping-pong of 64 B at
+ * 23 us instead of 1). */
+DSIM_API void dsim_rt_spin_reset(void);
 /* CLOCK_MONOTONIC in nanoseconds: the threads engine's clock (dsim_rt_now),
  * for code that times the wall outside an engine. */
 DSIM_API int64_t dsim_rt_mono_ns(void);
