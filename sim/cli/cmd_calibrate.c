@@ -36,12 +36,18 @@ void cmd_calibrate_help(FILE *out)
                  "                size of the messages it sends for the link and reduction\n"
                  "                rates: what P ranks on this machine's cores, its caches and\n"
                  "                wake-ups make of those steps\n"
+                 "  call          per algorithm, the library's own all-reduce of 64 B (and of\n"
+                 "                a row's size where smaller): what a call takes beyond the\n"
+                 "                replay of its steps at 64 B (communicator, fingerprint,\n"
+                 "                local copy; less where it skips a ring's empty blocks),\n"
+                 "                added to the row's prediction, which is never below it\n"
                  "  copy          memcpy rate per core with every core busy, for the local\n"
                  "                copies an algorithm makes (sendbuf into recvbuf)\n"
                  "The prediction evaluates the algorithm's schedule (costmodel.h) with them.\n"
                  "Columns: model_us (predicted), msg (bytes calibrated at), xchg_us and\n"
                  "xchg_red_us (a step of the pattern at msg, plain and combining), copy_GB/s,\n"
-                 "steps (the pattern's), step_64B_us (a step of it at 64 B: the row's latency).\n"
+                 "steps (the pattern's), step_64B_us (a step of it at 64 B: the row's latency),\n"
+                 "call_us (what a call takes beyond its steps' replay).\n"
                  "\n"
                  "  --engine E     threads (default) or processes\n"
                  "  --ranks P      ranks of the predicted all-reduces (default 4)\n"
@@ -202,10 +208,12 @@ int cmd_calibrate(int argc, char **argv)
         for (int i = 0; i < nr; i++)
             printf("%s\n  {\"bytes\": %zu, \"algo\": \"%s\", \"seconds\": %.9g, \"msg\": %zu, "
                    "\"exchange_s\": %.9g, \"exchange_reduce_s\": %.9g, \"copy_Bps\": %.6g, "
-                   "\"pattern\": \"%s\", \"pattern_steps\": %d, \"pattern_64B_s\": %.9g}",
+                   "\"pattern\": \"%s\", \"pattern_steps\": %d, \"pattern_64B_s\": %.9g, "
+                   "\"call_s\": %.9g, \"call_measured_s\": %.9g}",
                    i ? "," : "", rows[i].bytes, dsim_algo_name(rows[i].algo), rows[i].seconds,
                    rows[i].msg, rows[i].step_copy_s, rows[i].step_reduce_s, rows[i].copy_Bps,
-                   dsim_algo_name(rows[i].algo), rows[i].steps, rows[i].alpha_s);
+                   dsim_algo_name(rows[i].algo), rows[i].steps, rows[i].alpha_s, rows[i].call_s,
+                   rows[i].call_min_s);
         printf("\n]}\n");
         return 0;
     }
@@ -215,14 +223,16 @@ int cmd_calibrate(int argc, char **argv)
            "MiB; %.2f us measured at 64 B)\n",
            cal.alpha_s * 1e6, cal.link_Bps / 1e9, cal.pp_small_s * 1e6);
     printf("# ring exchange of 64 B over the %ld ranks: %.2f us; each row is fitted to its "
-           "algorithm's own steps replayed over the ranks (steps, step_64B_us: its latency)\n",
+           "algorithm's own steps replayed over the ranks (steps, step_64B_us: its latency), "
+           "plus call_us, what the library's all-reduce at 64 B takes beyond that replay "
+           "(at the row's size where smaller)\n",
            ranks, cal.alpha_x_s * 1e6);
-    printf("# %10s %-14s %12s %10s %12s %12s %10s %6s %12s\n", "size", "algo", "model_us", "msg",
-           "xchg_us", "xchg_red_us", "copy_GB/s", "steps", "step_64B_us");
+    printf("# %10s %-14s %12s %10s %12s %12s %10s %6s %12s %8s\n", "size", "algo", "model_us",
+           "msg", "xchg_us", "xchg_red_us", "copy_GB/s", "steps", "step_64B_us", "call_us");
     for (int i = 0; i < nr; i++)
-        printf("  %10zu %-14s %12.1f %10zu %12.1f %12.1f %10.2f %6d %12.2f\n", rows[i].bytes,
+        printf("  %10zu %-14s %12.1f %10zu %12.1f %12.1f %10.2f %6d %12.2f %8.2f\n", rows[i].bytes,
                dsim_algo_name(rows[i].algo), rows[i].seconds * 1e6, rows[i].msg,
                rows[i].step_copy_s * 1e6, rows[i].step_reduce_s * 1e6, rows[i].copy_Bps / 1e9,
-               rows[i].steps, rows[i].alpha_s * 1e6);
+               rows[i].steps, rows[i].alpha_s * 1e6, rows[i].call_s * 1e6);
     return 0;
 }

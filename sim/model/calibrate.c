@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dsim/comm.h"
 #include "dsim/reduce.h"
 #include "dsim/rt.h"
+#include "dsim/spi/rt.h"
 #include "dsim/transport.h"
 #include "engine/engine.h"
 #include "model/calibrate.h"
@@ -80,7 +83,7 @@ dsim_err dsim_calib_fit_ab(const double *x, const double *t, int n, double *alph
 
 /* ---- ping-pong and ring exchange ---- */
 
-enum { CAL_PINGPONG, CAL_EXCHANGE, CAL_EXCHANGE_REDUCE };
+enum { CAL_PINGPONG, CAL_EXCHANGE, CAL_EXCHANGE_REDUCE, CAL_CALL };
 
 typedef struct cal_pp {
     dsim_ep *ep;
@@ -96,6 +99,8 @@ typedef struct cal_pp {
     double *secs; /* rank 0 fills it */
     char *buf, *buf2;
     dsim_req **reqs; /* a replay's step: io_max, at least 2 */
+    dsim_algo algo;  /* CAL_CALL: the all-reduce's algorithm */
+    dsim_comm *comm; /* CAL_CALL: the ranks' communicator */
     dsim_err err;
 } cal_pp;
 
@@ -149,6 +154,9 @@ static dsim_err cal_xchg(cal_pp *p, size_t len, uint32_t tag)
     dsim_req *q[2] = {NULL, NULL};
     if (p->pat)
         return cal_replay(p, len, tag, dl);
+    if (p->mode == CAL_CALL) /* the library's own call, with all it does around the steps */
+        return dsim_allreduce_with(p->comm, p->buf, p->buf2, len / sizeof(float), DSIM_F32,
+                                   DSIM_SUM, p->algo);
     if (p->mode != CAL_PINGPONG) {
         /* every rank receives from its left and sends to its right at once,
          * as a step of a ring does */
@@ -256,12 +264,22 @@ static void cal_rank_main(dsim_ep *ep, int rank, int round, void *result, void *
     p.buf = p.buf2 = NULL;
     p.reqs = NULL;
     p.secs = out->secs;
+    p.comm = NULL;
     p.err = cal_bufs(&p, cal_max_size(p.sizes, p.n));
+    if (p.err == DSIM_OK && p.mode == CAL_CALL) {
+        dsim_comm_cfg cc = {.ep = ep,
+                            .size = p.nranks,
+                            .comm_id = CAL_COMM + 1,
+                            .timeout_ns = CAL_TIMEOUT_NS,
+                            .algo = p.algo};
+        p.err = dsim_comm_create(&cc, &p.comm);
+    }
     if (p.err == DSIM_OK)
         cal_pp_main(&p);
     else
-        dsim_ep_abort(ep, (rank + 1) % p.nranks, "a calibration rank ran out of memory");
+        dsim_ep_abort(ep, (rank + 1) % p.nranks, "a calibration rank could not begin");
     out->err = p.err;
+    dsim_comm_destroy(p.comm);
     free(p.buf);
     free(p.buf2);
     free(p.reqs);
@@ -323,6 +341,9 @@ static dsim_err cal_run(const char *engine, cal_pp *tmpl)
         .on_round = cal_on_round,
     };
     tmpl->err = DSIM_ENOMEM; /* until a round is reported */
+    /* every measurement as a fresh process would find the waits, not as
+     * the measurement before left them (dsim_rt_spin_reset) */
+    dsim_rt_spin_reset();
     dsim_err e = eng->ranks(&job);
     if (e != DSIM_OK)
         return DSIM_ERR(e, -1, "calibration on the %s engine: %s", eng->name, dsim_strerror(e));
@@ -396,6 +417,20 @@ dsim_err dsim_calib_exchange_pattern(const char *engine, int ranks, int reduce,
         }
         free(in);
     }
+    return cal_run(engine, &t);
+}
+
+dsim_err dsim_calib_call(const char *engine, int ranks, dsim_algo algo, size_t bytes, int iters,
+                         int reps, double *secs)
+{
+    cal_pp t = {.nranks = ranks,
+                .mode = CAL_CALL,
+                .algo = algo,
+                .sizes = &bytes,
+                .n = 1,
+                .iters = iters,
+                .reps = reps,
+                .secs = secs};
     return cal_run(engine, &t);
 }
 
@@ -596,6 +631,14 @@ double dsim_calib_local_copy(dsim_algo algo, int p, double n, int *serial)
     return cost->local_copy(p, n, serial);
 }
 
+/* The size of the library's call a row is anchored to: 64 B, a float a
+ * rank at least. */
+static size_t cal_call_bytes(const dsim_calib *c)
+{
+    size_t b = (size_t)c->ranks * sizeof(float);
+    return b > 64 ? b : 64;
+}
+
 dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes,
                                const dsim_calib_row *at, double *seconds)
 {
@@ -607,14 +650,24 @@ dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes
                         "calibration: the row of %zu B (%s) has no fitted rates (msg %zu B, "
                         "move %g s, combine %g s)",
                         bytes, dsim_algo_name(algo), at->msg, at->move_s, at->red_s);
+    if (bytes < cal_call_bytes(c) && at->call_min_s > 0) {
+        /* a few elements: the call, measured at this size */
+        *seconds = at->call_min_s;
+        return DSIM_OK;
+    }
     dsim_calib_topology(c, alpha, at->msg, at->move_s, at->red_s, &t);
     DSIM_CHECK(dsim_cost_allreduce(&t, algo, bytes, sizeof(float), seconds, NULL));
+    /* anchored to the library's call at the smallest size */
+    *seconds += at->call_s;
     int serial = 0, P = c->ranks;
     double local = dsim_calib_local_copy(algo, P, (double)bytes, &serial);
     int par = P < c->cores ? P : c->cores;
     if (local > 0 && at->copy_Bps > 0)
         *seconds +=
             serial ? (double)bytes / at->copy_Bps : local / (at->copy_Bps * (par > 0 ? par : 1));
+    /* never below the call measured at the smallest size */
+    if (*seconds < at->call_min_s)
+        *seconds = at->call_min_s;
     return DSIM_OK;
 }
 
@@ -626,6 +679,37 @@ static int cal_replays(size_t msg)
            : msg >= ((size_t)1 << 18) ? 50
            : msg >= ((size_t)1 << 16) ? 100
                                       : 200;
+}
+
+/* The library's own all-reduce of every row's algorithm at 64 B, and at a
+ * row's own size where that is smaller, into call_min_s: a replay's latency
+ * is its pattern's, every transfer sent; the library's call does what a
+ * call does besides (the communicator's bookkeeping, the fingerprint, the
+ * local copy) and skips what it need not (the empty blocks of a ring of a
+ * few elements). Each row is anchored to it (dsim_calib_row.call_s).
+ * Measured before any replay: after one of megabytes, whose steps hold a
+ * core for milliseconds, a waiter's yield comes back that much later and
+ * the process's waits sleep at once for a while (dsim_rt_spin_look's calm
+ * window), and a call of 64 B took 60-80 us instead of 6. */
+static dsim_err cal_calls(const dsim_calib *c, dsim_calib_row *rows, int n)
+{
+    size_t cb = cal_call_bytes(c);
+    for (int i = 0; i < n; i++) {
+        /* an algorithm or a size measured for a row before: not again */
+        int same = -1;
+        for (int k = 0; k < i; k++)
+            if (rows[k].algo == rows[i].algo &&
+                (rows[k].bytes == rows[i].bytes || (rows[k].bytes >= cb && rows[i].bytes >= cb)))
+                same = k;
+        if (same >= 0) {
+            rows[i].call_min_s = rows[same].call_min_s;
+            continue;
+        }
+        size_t at = rows[i].bytes < cb ? rows[i].bytes : cb;
+        DSIM_CHECK(dsim_calib_call(c->engine, c->ranks, rows[i].algo, at, cal_replays(at), 5,
+                                   &rows[i].call_min_s));
+    }
+    return DSIM_OK;
 }
 
 /* Replays algo's pattern (plain, then combining) at 64 B and at every
@@ -691,6 +775,11 @@ static dsim_err cal_fit_algo(const dsim_calib *c, dsim_algo algo, dsim_calib_row
         int j64 = 0;
         while (sz[j64] != 64)
             j64++;
+        /* a call that takes less than the replay (noise between two
+         * measurements of a few microseconds) does not take the larger
+         * sizes down; a row below 64 B is its call (dsim_calib_predict_at) */
+        double call = rows[i].call_min_s;
+        rows[i].call_s = rows[i].bytes >= cal_call_bytes(c) && call > tx[j64] ? call - tx[j64] : 0;
         rows[i].steps = pt.steps;
         rows[i].alpha_s = tx[j64] / pt.steps;
         rows[i].step_copy_s = tx[j] / pt.steps;
@@ -726,7 +815,7 @@ dsim_err dsim_calib_predict(const dsim_calib *c, dsim_calib_row *rows, int n)
      * its copy and combine rates. What P ranks on this machine's cores make
      * of those steps (turns on a core, wake-ups, a root's messages queueing
      * one behind another) is then in the row's figures. */
-    dsim_err e = DSIM_OK;
+    dsim_err e = cal_calls(c, rows, n);
     for (int i = 0; i < n && e == DSIM_OK; i++)
         if (rows[i].steps == 0)
             e = cal_fit_algo(c, rows[i].algo, rows, n);

@@ -222,6 +222,21 @@ static void test_predict_adds_local_copies(void **state)
     assert_int_equal(dsim_calib_predict_at(&c, DSIM_ALGO_RING, bytes, &at, &own9), DSIM_OK);
     assert_rel(s9, own9, 1e-12, "the ring's latency");
     assert_rel(s9 - s, 6 * (9e-6 - a), 1e-6, "six steps' latency");
+    /* what a call costs beyond its steps is added once, whatever the size */
+    double call = 0;
+    at.alpha_s = a;
+    at.call_s = 4e-6;
+    assert_int_equal(dsim_calib_predict_at(&c, DSIM_ALGO_RING, bytes, &at, &call), DSIM_OK);
+    assert_rel(call - s, 4e-6, 1e-6, "the call's own cost");
+    /* never below the call measured at 64 B */
+    at.call_s = 0;
+    at.call_min_s = 2 * s;
+    assert_int_equal(dsim_calib_predict_at(&c, DSIM_ALGO_RING, bytes, &at, &call), DSIM_OK);
+    assert_rel(call, 2 * s, 1e-12, "the call measured at 64 B");
+    /* a few elements: the call measured at that size, whatever the rates */
+    assert_int_equal(dsim_calib_predict_at(&c, DSIM_ALGO_RING, 8, &at, &call), DSIM_OK);
+    assert_rel(call, 2 * s, 1e-12, "an 8-byte row");
+    at.call_min_s = 0;
     /* reduce_to_one's copy lies on rank 0's path alone */
     at = (dsim_calib_row){.algo = DSIM_ALGO_REDUCE_TO_ONE,
                           .bytes = bytes,

@@ -157,6 +157,24 @@ check([x["msg"] for x in preds if x["algo"] == "ring"] == [1368, 21848],
 check(cal.get("waits") == "hot", f"calibrate's waits are hot by default: {cal.get('waits')}")
 check(all(x["pattern"] == x["algo"] and x["pattern_steps"] > 0 and x["pattern_64B_s"] > 0
           for x in preds), f"every row is fitted to its own algorithm's steps: {preds}")
+# what a call takes beyond its steps: measured once per algorithm (both
+# sizes of one algorithm carry the same figure) and part of the prediction
+check(all(x.get("call_s", -1) >= 0 and x["seconds"] >= x["call_measured_s"] > 0 for x in preds)
+      and len({x["call_s"] for x in preds if x["algo"] == "ring"}) == 1,
+      f"every row has the per-call cost it was predicted with: {preds}")
+# below 64 B a row is the library's call measured at its own size (a ring
+# of one float a rank skips the empty blocks its replay sends)
+p = subprocess.run([dsim, "calibrate", "--ranks", "3", "--algo", "ring", "--sizes", "8,4K",
+                    "--json"], capture_output=True, text=True, timeout=120)
+try:
+    small = json.loads(p.stdout).get("predictions", [])
+except ValueError:
+    small = []
+check(p.returncode == 0 and len(small) == 2 and small[0]["bytes"] == 8
+      and small[0]["seconds"] == small[0]["call_measured_s"] > 0 and small[0]["call_s"] == 0
+      and small[1]["call_s"] >= 0 and small[1]["seconds"] >= small[1]["call_measured_s"],
+      f"calibrate --sizes 8,4K: the 8-byte row is its own call ({p.returncode}: {p.stdout[-800:]} "
+      f"{p.stderr})")
 # each algorithm's rows are fitted to its own steps, replayed over the
 # ranks: ring's 2 (p - 1), rhd's 2 lg p, tree's 2 lg p, reduce_to_one's 2
 p = subprocess.run([dsim, "calibrate", "--ranks", "4", "--algo", "ring,rhd,tree,reduce_to_one",
