@@ -415,7 +415,21 @@ dsim_err dsim_store_open(const char *path, dsim_store **out)
         e = DSIM_ERR(DSIM_ENOMEM, -1, "results database %s: out of memory for its queue", path);
         goto fail;
     }
-    pthread_mutex_init(&st->mu, NULL);
+    /* Every replica of a threads-engine job queues its step's record here
+     * as its step ends, and a synchronous job's replicas end their steps
+     * together: the queue's lock is taken by all of them at once, for the
+     * copy of a record. A waiter that spins briefly before it sleeps (glibc's
+     * adaptive mutex) takes it without a futex sleep and wake-up: steps of
+     * 5 and 8 replicas on 2 CPUs (mirrored) 8-18 % shorter, the quickstart's
+     * 24.7 -> 22.3 us (medians of alternating runs); 3 replicas within the
+     * noise. */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+    pthread_mutex_init(&st->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
