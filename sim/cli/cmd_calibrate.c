@@ -213,7 +213,7 @@ int cmd_calibrate(int argc, char **argv)
                    i ? "," : "", rows[i].bytes, dsim_algo_name(rows[i].algo), rows[i].seconds,
                    rows[i].msg, rows[i].step_copy_s, rows[i].step_reduce_s, rows[i].copy_Bps,
                    dsim_algo_name(rows[i].algo), rows[i].steps, rows[i].alpha_s, rows[i].call_s,
-                   rows[i].call_min_s);
+                   rows[i].call_measured_s);
         printf("\n]}\n");
         return 0;
     }

@@ -8,7 +8,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -650,9 +649,9 @@ dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes
                         "calibration: the row of %zu B (%s) has no fitted rates (msg %zu B, "
                         "move %g s, combine %g s)",
                         bytes, dsim_algo_name(algo), at->msg, at->move_s, at->red_s);
-    if (bytes < cal_call_bytes(c) && at->call_min_s > 0) {
+    if (bytes < cal_call_bytes(c) && at->call_measured_s > 0) {
         /* a few elements: the call, measured at this size */
-        *seconds = at->call_min_s;
+        *seconds = at->call_measured_s;
         return DSIM_OK;
     }
     dsim_calib_topology(c, alpha, at->msg, at->move_s, at->red_s, &t);
@@ -666,8 +665,8 @@ dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes
         *seconds +=
             serial ? (double)bytes / at->copy_Bps : local / (at->copy_Bps * (par > 0 ? par : 1));
     /* never below the call measured at the smallest size */
-    if (*seconds < at->call_min_s)
-        *seconds = at->call_min_s;
+    if (*seconds < at->call_measured_s)
+        *seconds = at->call_measured_s;
     return DSIM_OK;
 }
 
@@ -682,7 +681,7 @@ static int cal_replays(size_t msg)
 }
 
 /* The library's own all-reduce of every row's algorithm at 64 B, and at a
- * row's own size where that is smaller, into call_min_s: a replay's latency
+ * row's own size where that is smaller, into call_measured_s: a replay's latency
  * is its pattern's, every transfer sent; the library's call does what a
  * call does besides (the communicator's bookkeeping, the fingerprint, the
  * local copy) and skips what it need not (the empty blocks of a ring of a
@@ -702,12 +701,12 @@ static dsim_err cal_calls(const dsim_calib *c, dsim_calib_row *rows, int n)
                 (rows[k].bytes == rows[i].bytes || (rows[k].bytes >= cb && rows[i].bytes >= cb)))
                 same = k;
         if (same >= 0) {
-            rows[i].call_min_s = rows[same].call_min_s;
+            rows[i].call_measured_s = rows[same].call_measured_s;
             continue;
         }
         size_t at = rows[i].bytes < cb ? rows[i].bytes : cb;
         DSIM_CHECK(dsim_calib_call(c->engine, c->ranks, rows[i].algo, at, cal_replays(at), 5,
-                                   &rows[i].call_min_s));
+                                   &rows[i].call_measured_s));
     }
     return DSIM_OK;
 }
@@ -778,7 +777,7 @@ static dsim_err cal_fit_algo(const dsim_calib *c, dsim_algo algo, dsim_calib_row
         /* a call that takes less than the replay (noise between two
          * measurements of a few microseconds) does not take the larger
          * sizes down; a row below 64 B is its call (dsim_calib_predict_at) */
-        double call = rows[i].call_min_s;
+        double call = rows[i].call_measured_s;
         rows[i].call_s = rows[i].bytes >= cal_call_bytes(c) && call > tx[j64] ? call - tx[j64] : 0;
         rows[i].steps = pt.steps;
         rows[i].alpha_s = tx[j64] / pt.steps;

@@ -139,21 +139,22 @@ typedef struct dsim_calib_row {
     double alpha_s;                    /* a step of the pattern replayed at 64 B (0: alpha_x_s) */
     double step_copy_s, step_reduce_s; /* a step of the pattern replayed at msg (mean) */
     double move_s, red_s;              /* one transfer of msg: dsim_calib_fit_pattern */
-    double call_min_s; /* the library's all-reduce of min(bytes, 64 B) (at least a float
-                          a rank), measured: the least the row can take, and the row
-                          itself below 64 B */
-    double call_s;     /* what a call takes beyond the replay of its steps at 64 B:
-                          call_min_s less that replay, >= 0 (0 below 64 B) */
-    double copy_Bps;   /* local copy rate at the working set */
-    double seconds;    /* predicted */
+    double call_measured_s;            /* the library's all-reduce of min(bytes, 64 B) (at least a
+                                          float a rank), measured: the least the row can take, and
+                                          the row itself below 64 B */
+    double call_s;                     /* what a call takes beyond the replay of its steps at 64 B:
+                                          call_measured_s less that replay, >= 0 (0 below 64 B) */
+    double copy_Bps;                   /* local copy rate at the working set */
+    double seconds;                    /* predicted */
 } dsim_calib_row;
 
 /* The prediction from a row's calibration (alpha_s, move_s, red_s at msg,
- * call_s, call_min_s, copy_Bps): dsim_calib_topology, dsim_cost_allreduce
+ * call_s, call_measured_s, copy_Bps): dsim_calib_topology, dsim_cost_allreduce
  * over the algorithm's schedule, plus call_s, plus the local copies
  * (dsim_calib_local_copy) at the copy rate, over the cores unless on one
- * rank's path; never less than call_min_s, and call_min_s itself below
- * 64 B (a float a rank), where the call was measured at the row's size.
+ * rank's path; never less than call_measured_s, and call_measured_s
+ * itself below 64 B (a float a rank), where the call was measured at the
+ * row's size.
  * Arithmetic only. */
 dsim_err dsim_calib_predict_at(const dsim_calib *c, dsim_algo algo, size_t bytes,
                                const dsim_calib_row *at, double *seconds);

@@ -588,7 +588,6 @@ static void test_look_sleeps_where_a_yield_loses_the_cpu(void **state)
     atomic_store(&hog_stop, 1);
     assert_int_equal(pthread_join(th, NULL), 0);
     pthread_attr_destroy(&at);
-
     /* past the window (at most a second), the CPU free: a look goes on,
      * and so does the next (the window ended) */
     usleep(1100 * 1000);

@@ -230,13 +230,13 @@ static void test_predict_adds_local_copies(void **state)
     assert_rel(call - s, 4e-6, 1e-6, "the call's own cost");
     /* never below the call measured at 64 B */
     at.call_s = 0;
-    at.call_min_s = 2 * s;
+    at.call_measured_s = 2 * s;
     assert_int_equal(dsim_calib_predict_at(&c, DSIM_ALGO_RING, bytes, &at, &call), DSIM_OK);
     assert_rel(call, 2 * s, 1e-12, "the call measured at 64 B");
     /* a few elements: the call measured at that size, whatever the rates */
     assert_int_equal(dsim_calib_predict_at(&c, DSIM_ALGO_RING, 8, &at, &call), DSIM_OK);
     assert_rel(call, 2 * s, 1e-12, "an 8-byte row");
-    at.call_min_s = 0;
+    at.call_measured_s = 0;
     /* reduce_to_one's copy lies on rank 0's path alone */
     at = (dsim_calib_row){.algo = DSIM_ALGO_REDUCE_TO_ONE,
                           .bytes = bytes,
